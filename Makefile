@@ -1,0 +1,176 @@
+# moe.c: build, test and demo.
+#
+#   make demo          install what is missing, build, make the corpus, train, plot, sample
+#   make test          install what is missing, build and run every test suite
+#   make test SANITIZE=1   the same under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make deps          install the Debian packages the project needs (apt-get / sudo)
+#   make data          build the multi-domain corpus shards in data/corpus/
+#   make               build build/moe
+#
+# The probes below print one line per optional feature; the CPU build needs only a C
+# compiler and OpenBLAS.
+
+SHELL := /bin/bash
+CC ?= cc
+ifeq ($(CC),cc)
+CC := gcc
+endif
+
+SANITIZE ?= 0
+ifeq ($(SANITIZE),1)
+BUILD := build-san
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT := -O1 -g
+else
+BUILD := build
+SANFLAGS :=
+OPT := -O2 -g
+endif
+
+# ---- dependency probes ------------------------------------------------------------------
+# Each probe is a cheap shell test; the result turns into a -D flag and one ✓/✗ line.
+# OpenBLAS built for OpenMP (Debian: libopenblas-openmp-dev) shares one thread pool with our
+# own OpenMP loops; the pthreads build spins its own threads against ours and runs about half
+# as fast on 2 cores. Prefer the OpenMP build and pin it with an rpath, since the system-wide
+# libopenblas.so.0 may point at the pthreads build.
+OPENBLAS_OMP_PC := $(firstword $(wildcard /usr/lib/*/openblas-openmp/pkgconfig/openblas.pc))
+ifneq ($(OPENBLAS_OMP_PC),)
+OPENBLAS_CFLAGS := $(shell PKG_CONFIG_PATH=$(dir $(OPENBLAS_OMP_PC)) pkg-config --cflags openblas)
+OPENBLAS_LIBDIR := $(shell PKG_CONFIG_PATH=$(dir $(OPENBLAS_OMP_PC)) pkg-config --variable=libdir openblas)
+OPENBLAS_LIBS := -L$(OPENBLAS_LIBDIR) -Wl,-rpath,$(OPENBLAS_LIBDIR) -lopenblas
+OPENBLAS_KIND := OpenMP build
+else
+OPENBLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+OPENBLAS_LIBS := $(shell pkg-config --libs openblas 2>/dev/null)
+OPENBLAS_KIND := pthreads build: slower, run make deps for the OpenMP build
+endif
+HAVE_OPENBLAS := $(if $(OPENBLAS_LIBS),1,0)
+HAVE_OPENMP := $(shell echo 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo 1 || echo 0)
+CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
+CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
+HAVE_CHECK := $(if $(CHECK_LIBS),1,0)
+HAVE_GNUPLOT := $(shell command -v gnuplot >/dev/null 2>&1 && echo 1 || echo 0)
+HAVE_CUDA := $(shell command -v nvcc >/dev/null 2>&1 && echo 1 || echo 0)
+HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && echo 1 || echo 0)
+
+mark = $(if $(filter 1,$(1)),✓,✗)
+space := $(subst ,, )
+ifeq ($(MAKELEVEL),0)
+ifeq ($(filter deps clean help,$(MAKECMDGOALS)),)
+$(info moe.c features:)
+$(info $(space) $(call mark,$(HAVE_OPENBLAS)) OpenBLAS   (required: matrix products; $(OPENBLAS_KIND)))
+$(info $(space) $(call mark,$(HAVE_OPENMP)) OpenMP     (threads for the elementwise ops))
+$(info $(space) $(call mark,$(HAVE_CHECK)) Check      (unit tests))
+$(info $(space) $(call mark,$(HAVE_GNUPLOT)) gnuplot    (plots))
+$(info $(space) $(call mark,$(HAVE_CUDA)) CUDA       (GPU build))
+$(info $(space) $(call mark,$(HAVE_MPI)) MPI        (expert parallelism across processes))
+endif
+endif
+
+OMPFLAGS := $(if $(filter 1,$(HAVE_OPENMP)),-fopenmp,)
+CPPFLAGS := -Isrc $(OPENBLAS_CFLAGS) -DMOE_HAVE_OPENMP=$(HAVE_OPENMP) -DMOE_HAVE_MPI=0 \
+            -DMOE_GIT_COMMIT=\"$(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)\"
+CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) -Wall -Wextra -Wshadow -Wno-unused-parameter \
+          $(OMPFLAGS) $(SANFLAGS) $(EXTRA_CFLAGS)
+LDLIBS := $(OPENBLAS_LIBS) -lm
+LDFLAGS := $(OMPFLAGS) $(SANFLAGS)
+
+# ---- sources ----------------------------------------------------------------------------
+LIB_SRC := $(filter-out src/cli/%,$(wildcard src/*.c src/*/*.c))
+CLI_SRC := $(wildcard src/cli/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+HEADERS := $(wildcard src/*.h src/*/*.h)
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_UTIL_OBJ := $(BUILD)/obj/tests/testutil.o
+
+.SECONDARY:
+.PHONY: all deps need-openblas data demo demo-run test test-run plots clean help
+.DEFAULT_GOAL := all
+
+all: need-openblas $(BUILD)/moe
+
+need-openblas:
+	@if [ "$(HAVE_OPENBLAS)" != 1 ]; then \
+	  echo "error: OpenBLAS not found (pkg-config openblas). Run 'make deps' or: sudo apt-get install libopenblas-dev pkg-config"; \
+	  exit 2; fi
+
+$(BUILD)/obj/%.o: %.c $(HEADERS) tests/testutil.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libmoe.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/moe: $(CLI_OBJ) $(BUILD)/libmoe.a
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+# ---- Debian packages ----------------------------------------------------------------------
+APT_PKGS := libopenblas-dev libopenblas-openmp-dev check pkg-config gnuplot-nox \
+            fortunes fortunes-de fortunes-es fortunes-it fortunes-ru
+
+deps:
+	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then echo "deps: all packages present"; exit 0; fi; \
+	echo "deps: installing$$missing"; \
+	cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends$$missing"; \
+	if [ "$$(id -u)" = 0 ]; then bash -c "$$cmd"; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo bash -c "$$cmd"; \
+	else echo "deps: cannot install packages (not root, no password-less sudo). Run as root:"; \
+	     echo "  $$cmd"; exit 2; fi
+
+# ---- data -----------------------------------------------------------------------------------
+CORPUS := data/corpus
+data: deps
+	@$(MAKE) --no-print-directory $(CORPUS)/train.bin
+
+$(CORPUS)/train.bin: $(BUILD)/moe
+	$(BUILD)/moe corpus --out $(CORPUS)
+
+# ---- tests ----------------------------------------------------------------------------------
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_UTIL_OBJ) $(BUILD)/libmoe.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(CHECK_LIBS) $(LDLIBS)
+
+$(BUILD)/obj/tests/%.o: CPPFLAGS += $(CHECK_CFLAGS) -Itests
+
+test: deps
+	@$(MAKE) --no-print-directory test-run
+
+test-run: need-openblas $(BUILD)/moe $(TEST_BIN)
+	@passed=0; failed=0; failed_names=""; \
+	for t in $(TEST_BIN); do \
+	  echo "== $$t"; \
+	  if MOE_BIN=$(BUILD)/moe OMP_NUM_THREADS=2 $$t; then passed=$$((passed+1)); \
+	  else failed=$$((failed+1)); failed_names="$$failed_names $$t"; fi; \
+	done; \
+	for t in tests/*.sh; do \
+	  [ -e "$$t" ] || continue; echo "== $$t"; \
+	  if MOE_BIN=$(BUILD)/moe bash $$t; then passed=$$((passed+1)); \
+	  else failed=$$((failed+1)); failed_names="$$failed_names $$t"; fi; \
+	done; \
+	[ -z "$$failed_names" ] || echo "failed suites:$$failed_names"; \
+	echo "$$passed passed, $$failed failed"; \
+	[ $$failed = 0 ]
+
+# ---- demo -----------------------------------------------------------------------------------
+demo: deps
+	@$(MAKE) --no-print-directory demo-run
+
+demo-run: $(BUILD)/moe $(CORPUS)/train.bin
+	$(BUILD)/moe train --config data/demo.conf --out runs/demo
+	bash plots/plot_run.sh runs/demo
+	$(BUILD)/moe sample --ckpt runs/demo/ckpt.bin --prompt "The " --tokens 300
+	@echo "demo: run directory runs/demo (train.csv router.csv domains.csv config.txt *.png)"
+
+plots:
+	@[ -n "$(RUN)" ] || { echo "usage: make plots RUN=runs/NAME"; exit 2; }
+	bash plots/plot_run.sh $(RUN)
+
+clean:
+	rm -rf build build-san
+
+help:
+	@sed -n '1,12p' Makefile

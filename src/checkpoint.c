@@ -1,0 +1,133 @@
+/* checkpoint.c: see checkpoint.h. */
+#include "checkpoint.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/tensorfile.h"
+
+static const char *const KINDS[3] = {"param", "adam_m", "adam_v"};
+
+static float *kind_buffer(const Model *m, int kind) {
+    return kind == 0 ? m->params : kind == 1 ? m->m : m->v;
+}
+
+static void config_text(const Config *c, char **text) {
+    size_t len = 0;
+    FILE *f = open_memstream(text, &len);
+    if (!f) moe_fatal("open_memstream failed");
+    config_write(c, f);
+    fclose(f);
+}
+
+int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, char *err,
+                    int errlen) {
+    const ParamTable *pt = &m->pt;
+    int n = 3 * pt->n + 1;
+    TensorRef *e = (TensorRef *)calloc_check((size_t)n, sizeof(TensorRef));
+    int k = 0;
+    for (int kind = 0; kind < 3; kind++)
+        for (int i = 0; i < pt->n; i++, k++) {
+            const ParamTensor *t = &pt->t[i];
+            snprintf(e[k].name, sizeof e[k].name, "%s/%s", KINDS[kind], t->name);
+            e[k].dtype = TENSOR_F32;
+            e[k].ndim = t->ndim;
+            memcpy(e[k].shape, t->shape, sizeof(t->shape));
+            e[k].nbytes = t->numel * sizeof(float);
+            e[k].data = kind_buffer(m, kind) + t->offset;
+        }
+    Rng zero = {{0, 0, 0, 0}};
+    snprintf(e[k].name, sizeof e[k].name, "rng/loader");
+    e[k].dtype = TENSOR_U8;
+    e[k].ndim = 1;
+    e[k].shape[0] = (int)sizeof(Rng);
+    e[k].nbytes = sizeof(Rng);
+    e[k].data = loader_rng ? loader_rng : &zero;
+
+    char *text = NULL;
+    config_text(&m->cfg, &text);
+    int rc = ckpt_write(path, (uint64_t)m->step, text, e, n, err, errlen);
+    free(text);
+    free(e);
+    return rc;
+}
+
+static int parse_config_text(const char *text, const char *path, Config *c, char *err,
+                             int errlen) {
+    config_defaults(c);
+    char *copy = strdup(text);
+    if (!copy) moe_fatal("out of memory");
+    int rc = 0, line_no = 0;
+    for (char *save = NULL, *line = strtok_r(copy, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        line_no++;
+        if (line[0] == '#' || line[0] == '\0') continue;
+        char msg[512];
+        if (config_set(c, line, msg, sizeof msg) != 0) {
+            snprintf(err, (size_t)errlen,
+                     "checkpoint %s: stored setting %d is not valid in this build (%s); "
+                     "was it written by another version of moe.c?",
+                     path, line_no, msg);
+            rc = -1;
+            break;
+        }
+    }
+    free(copy);
+    return rc;
+}
+
+int checkpoint_config(const char *path, Config *c, char *err, int errlen) {
+    Ckpt ck;
+    if (ckpt_read(&ck, path, err, errlen) != 0) return -1;
+    int rc = parse_config_text(ck.config_text, path, c, err, errlen);
+    ckpt_free(&ck);
+    return rc;
+}
+
+int checkpoint_load(Model *m, Rng *loader_rng, const char *path, int with_optimizer, char *err,
+                    int errlen) {
+    Ckpt ck;
+    if (ckpt_read(&ck, path, err, errlen) != 0) return -1;
+    Config stored;
+    int rc = parse_config_text(ck.config_text, path, &stored, err, errlen);
+    char why[256];
+    if (rc == 0 && !config_same_shape(&stored, &m->cfg, why, sizeof why)) {
+        snprintf(err, (size_t)errlen,
+                 "checkpoint %s is for a model of another shape: %s. Use the checkpoint's own "
+                 "settings (drop the --set that changes the shape) or train a new run",
+                 path, why);
+        rc = -1;
+    }
+    const ParamTable *pt = &m->pt;
+    for (int kind = 0; rc == 0 && kind < (with_optimizer ? 3 : 1); kind++)
+        for (int i = 0; rc == 0 && i < pt->n; i++) {
+            const ParamTensor *t = &pt->t[i];
+            char name[TENSOR_NAME_MAX];
+            snprintf(name, sizeof name, "%s/%s", KINDS[kind], t->name);
+            const TensorRef *e = ckpt_find(&ck, name);
+            if (!e || e->dtype != TENSOR_F32 || e->nbytes != t->numel * sizeof(float)) {
+                snprintf(err, (size_t)errlen,
+                         "checkpoint %s: tensor %s is %s; the checkpoint was written by a "
+                         "model of another shape or version",
+                         path, name, e ? "of another size" : "missing");
+                rc = -1;
+                break;
+            }
+            memcpy(kind_buffer(m, kind) + t->offset, e->data, e->nbytes);
+        }
+    if (rc == 0 && with_optimizer) {
+        const TensorRef *r = ckpt_find(&ck, "rng/loader");
+        if (!r || r->nbytes != sizeof(Rng)) {
+            snprintf(err, (size_t)errlen, "checkpoint %s has no data-loader state (rng/loader)",
+                     path);
+            rc = -1;
+        } else {
+            if (loader_rng) memcpy(loader_rng, r->data, sizeof(Rng));
+            m->step = (int)ck.step;
+        }
+    }
+    if (!with_optimizer) m->step = 0;
+    ckpt_free(&ck);
+    return rc;
+}

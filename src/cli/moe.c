@@ -1,0 +1,376 @@
+/*
+ * moe: the command line.
+ *
+ *   moe train   [--config FILE] [--set key=value]... [--out DIR] [--resume DIR] [--until STEP]
+ *               [--quiet]
+ *   moe eval    --ckpt PATH [--set key=value]... [--batches N]
+ *   moe sample  --ckpt PATH [--prompt TEXT] [--tokens N] [--temperature X] [--seed N]
+ *   moe export  --ckpt PATH --out FILE.safetensors
+ *   moe info    --ckpt PATH | --keys
+ *   moe corpus  [--out DIR] [--seed N] [--val-frac X]
+ *   moe synth   --out DIR [--domains N] [--tokens N] [--doc-len N] [--seed N]
+ *
+ * Every mistake on the command line, in a config, a data file or a checkpoint ends with a
+ * message on stderr and exit status 2; nothing is written before the inputs have been checked.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "checkpoint.h"
+#include "io/data.h"
+#include "io/tensorfile.h"
+#include "run.h"
+#include "train.h"
+#include "util.h"
+
+static const char *USAGE =
+    "usage: moe <command> [options]\n"
+    "  train   [--config FILE] [--set key=value]... [--out DIR] [--resume DIR] [--until STEP]\n"
+    "          [--quiet]\n"
+    "  eval    --ckpt PATH [--set key=value]... [--batches N]\n"
+    "  sample  --ckpt PATH [--prompt TEXT] [--tokens N] [--temperature X] [--seed N]\n"
+    "  export  --ckpt PATH --out FILE.safetensors\n"
+    "  info    --ckpt PATH | --keys\n"
+    "  corpus  [--out DIR] [--seed N] [--val-frac X]\n"
+    "  synth   --out DIR [--domains N] [--tokens N] [--doc-len N] [--seed N]\n"
+    "The key=value settings are listed by `moe info --keys`.\n";
+
+MOE_NORETURN static void usage_error(const char *cmd, const char *fmt, const char *arg) {
+    fprintf(stderr, "error: moe %s: ", cmd);
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n\n%s", USAGE);
+    exit(MOE_EXIT_INPUT);
+}
+
+/* Options of all commands; each command accepts its own subset. */
+typedef struct {
+    const char *config, *out, *resume, *ckpt, *prompt;
+    const char *sets[128];
+    int n_sets;
+    long tokens, batches, domains, doc_len, until;
+    double temperature, val_frac;
+    long long seed;
+    int seed_given, quiet, keys;
+} Opts;
+
+static long parse_long(const char *cmd, const char *opt, const char *s, long lo, long hi) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *s == '\0' || *end != '\0' || v < lo || v > hi) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s expects a whole number in [%ld, %ld], got '%%s'", opt, lo, hi);
+        usage_error(cmd, msg, s);
+    }
+    return v;
+}
+
+static double parse_double(const char *cmd, const char *opt, const char *s, double lo, double hi) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *s == '\0' || *end != '\0' || !(v >= lo && v <= hi)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s expects a number in [%g, %g], got '%%s'", opt, lo, hi);
+        usage_error(cmd, msg, s);
+    }
+    return v;
+}
+
+/* allowed: space-separated option names this command takes */
+static void parse_opts(Opts *o, const char *cmd, const char *allowed, int argc, char **argv) {
+    memset(o, 0, sizeof(*o));
+    o->tokens = 0; /* 0: the command's own default */
+    o->temperature = 0.8;
+    o->batches = -1;
+    o->domains = 3;
+    o->doc_len = 512;
+    o->val_frac = 0.05;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        char want[64];
+        snprintf(want, sizeof want, " %s ", a);
+        char padded[512];
+        snprintf(padded, sizeof padded, " %s ", allowed);
+        if (strncmp(a, "--", 2) != 0 || !strstr(padded, want))
+            usage_error(cmd, "unknown option '%s'", a);
+        if (strcmp(a, "--quiet") == 0) { o->quiet = 1; continue; }
+        if (strcmp(a, "--keys") == 0) { o->keys = 1; continue; }
+        if (i + 1 >= argc) usage_error(cmd, "%s needs a value", a);
+        const char *v = argv[++i];
+        if (strcmp(a, "--config") == 0) o->config = v;
+        else if (strcmp(a, "--out") == 0) o->out = v;
+        else if (strcmp(a, "--resume") == 0) o->resume = v;
+        else if (strcmp(a, "--ckpt") == 0) o->ckpt = v;
+        else if (strcmp(a, "--prompt") == 0) o->prompt = v;
+        else if (strcmp(a, "--set") == 0) {
+            if (o->n_sets >= 128) usage_error(cmd, "too many --set options (%s)", "max 128");
+            o->sets[o->n_sets++] = v;
+        } else if (strcmp(a, "--tokens") == 0) o->tokens = parse_long(cmd, a, v, 1, 1L << 40);
+        else if (strcmp(a, "--until") == 0) o->until = parse_long(cmd, a, v, 1, 1 << 30);
+        else if (strcmp(a, "--batches") == 0) o->batches = parse_long(cmd, a, v, 1, 1 << 20);
+        else if (strcmp(a, "--domains") == 0) o->domains = parse_long(cmd, a, v, 1, SHARD_MAX_DOMAINS);
+        else if (strcmp(a, "--doc-len") == 0) o->doc_len = parse_long(cmd, a, v, 2, 1 << 24);
+        else if (strcmp(a, "--temperature") == 0) o->temperature = parse_double(cmd, a, v, 0.0, 100.0);
+        else if (strcmp(a, "--val-frac") == 0) o->val_frac = parse_double(cmd, a, v, 0.001, 0.5);
+        else if (strcmp(a, "--seed") == 0) {
+            o->seed = parse_long(cmd, a, v, 0, 0x7fffffffL);
+            o->seed_given = 1;
+        }
+    }
+}
+
+/* Settings: defaults (or a checkpoint's), then --config, then each --set; then validated. */
+static void build_config(Config *c, const Opts *o, const char *cmd) {
+    char err[1024];
+    if (o->config && config_load_file(c, o->config, err, sizeof err) != 0)
+        moe_input_error("--config: %s", err);
+    for (int i = 0; i < o->n_sets; i++)
+        if (config_set(c, o->sets[i], err, sizeof err) != 0) moe_input_error("--set: %s", err);
+    if (config_validate(c, err, sizeof err) != 0) moe_input_error("%s", err);
+    (void)cmd;
+}
+
+static void load_ckpt_config(Config *c, const char *path) {
+    char err[1024];
+    if (!file_exists(path))
+        moe_input_error("no checkpoint at %s; train a run first (moe train --out DIR writes "
+                        "DIR/ckpt.bin)",
+                        path);
+    if (checkpoint_config(path, c, err, sizeof err) != 0) moe_input_error("%s", err);
+}
+
+/* A model with the checkpoint's settings (and any shape-preserving overrides) and weights. */
+static void load_model(Model *m, Config *c, const char *path, int B, int T) {
+    char err[1024];
+    model_init(m, c, B, T);
+    if (checkpoint_load(m, NULL, path, 0, err, sizeof err) != 0) moe_input_error("%s", err);
+}
+
+static int cmd_train(int argc, char **argv) {
+    Opts o;
+    parse_opts(&o, "train", "--config --set --out --resume --quiet --until", argc, argv);
+    if (o.resume && o.out && strcmp(o.resume, o.out) != 0)
+        usage_error("train", "--resume continues the run in its own directory; drop --out %s", o.out);
+    Config c;
+    char dir[MOE_PATH_MAX];
+    if (o.resume) {
+        char ckpt[MOE_PATH_MAX + 32];
+        run_path(ckpt, sizeof ckpt, o.resume, "ckpt.bin");
+        load_ckpt_config(&c, ckpt);
+        snprintf(dir, sizeof dir, "%s", o.resume);
+    } else {
+        config_defaults(&c);
+        if (o.out) {
+            snprintf(dir, sizeof dir, "%s", o.out);
+        } else {
+            time_t now = time(NULL);
+            strftime(dir, sizeof dir, "runs/run-%Y%m%d-%H%M%S", localtime(&now));
+        }
+    }
+    build_config(&c, &o, "train");
+    TrainOptions to = {.out_dir = dir, .resume = o.resume != NULL, .quiet = o.quiet,
+                       .until = (int)o.until};
+    return train_run(&c, &to);
+}
+
+static int cmd_eval(int argc, char **argv) {
+    Opts o;
+    parse_opts(&o, "eval", "--ckpt --set --batches", argc, argv);
+    if (!o.ckpt) usage_error("eval", "%s", "--ckpt PATH is required");
+    Config c;
+    load_ckpt_config(&c, o.ckpt);
+    build_config(&c, &o, "eval");
+    char err[1024];
+    Shard val;
+    if (shard_load(&val, c.val, err, sizeof err) != 0) moe_input_error("data.val: %s", err);
+    if (val.n_tokens < (uint64_t)c.seq_len + 2)
+        moe_input_error("data.val: %s is shorter than one window of model.seq_len + 1 tokens",
+                        c.val);
+    Model m;
+    load_model(&m, &c, o.ckpt, c.batch, c.seq_len);
+    set_threads(c.threads);
+    int batches = o.batches > 0 ? (int)o.batches : c.eval_batches;
+    float loss = evaluate(&m, &val, batches, NULL);
+    printf("val_loss %.6f (%d batches of %d x %d tokens from %s)\n", loss, batches, c.batch,
+           c.seq_len, c.val);
+    model_free(&m);
+    shard_free(&val);
+    return 0;
+}
+
+static int cmd_sample(int argc, char **argv) {
+    Opts o;
+    parse_opts(&o, "sample", "--ckpt --prompt --tokens --temperature --seed", argc, argv);
+    if (!o.ckpt) usage_error("sample", "%s", "--ckpt PATH is required");
+    Config c;
+    load_ckpt_config(&c, o.ckpt);
+    const int T = c.seq_len;
+    Model m;
+    load_model(&m, &c, o.ckpt, 1, T);
+    set_threads(c.threads);
+    const char *prompt = o.prompt && o.prompt[0] ? o.prompt : "\n";
+    int n_prompt = (int)strlen(prompt);
+    int total = n_prompt + (int)(o.tokens > 0 ? o.tokens : 200);
+    int *seq = (int *)malloc_check((size_t)total * sizeof(int));
+    for (int i = 0; i < n_prompt; i++) seq[i] = (unsigned char)prompt[i];
+    Rng r;
+    rng_seed(&r, o.seed_given ? (uint64_t)o.seed : c.seed);
+    fputs(prompt, stdout);
+    float probs[MOE_VOCAB];
+    for (int pos = n_prompt; pos < total; pos++) {
+        /* the model sees the last T tokens; the next token's logits are the last row */
+        int start = pos > T ? pos - T : 0, len = pos - start;
+        model_forward(&m, seq + start, NULL, 1, len);
+        const float *logits = m.logits + (size_t)(len - 1) * MOE_VOCAB;
+        int next = 0;
+        if (o.temperature <= 0.0) {
+            for (int v = 1; v < MOE_VOCAB; v++)
+                if (logits[v] > logits[next]) next = v;
+        } else {
+            float max = logits[0];
+            for (int v = 1; v < MOE_VOCAB; v++) max = logits[v] > max ? logits[v] : max;
+            double sum = 0.0;
+            for (int v = 0; v < MOE_VOCAB; v++) {
+                probs[v] = expf((logits[v] - max) / (float)o.temperature);
+                sum += probs[v];
+            }
+            double u = rng_uniform(&r) * sum, acc = 0.0;
+            for (next = 0; next < MOE_VOCAB - 1; next++) {
+                acc += probs[next];
+                if (acc > u) break;
+            }
+        }
+        seq[pos] = next;
+        putchar(next);
+    }
+    putchar('\n');
+    free(seq);
+    model_free(&m);
+    return 0;
+}
+
+static int cmd_export(int argc, char **argv) {
+    Opts o;
+    parse_opts(&o, "export", "--ckpt --out", argc, argv);
+    if (!o.ckpt || !o.out) usage_error("export", "%s", "--ckpt PATH and --out FILE are required");
+    Config c;
+    load_ckpt_config(&c, o.ckpt);
+    Model m;
+    load_model(&m, &c, o.ckpt, 1, 1);
+    TensorRef *e = (TensorRef *)calloc_check((size_t)m.pt.n, sizeof(TensorRef));
+    for (int i = 0; i < m.pt.n; i++) {
+        const ParamTensor *t = &m.pt.t[i];
+        snprintf(e[i].name, sizeof e[i].name, "%s", t->name);
+        e[i].dtype = TENSOR_F32;
+        e[i].ndim = t->ndim;
+        memcpy(e[i].shape, t->shape, sizeof t->shape);
+        e[i].nbytes = t->numel * sizeof(float);
+        e[i].data = m.params + t->offset;
+    }
+    char v[8][32];
+    snprintf(v[0], 32, "%d", c.d_model);
+    snprintf(v[1], 32, "%d", c.n_layer);
+    snprintf(v[2], 32, "%d", c.n_head);
+    snprintf(v[3], 32, "%d", c.num_experts);
+    snprintf(v[4], 32, "%d", c.top_k);
+    snprintf(v[5], 32, "%g", c.rope_theta);
+    snprintf(v[6], 32, "%d", c.norm_topk);
+    const char *keys[] = {"d_model", "n_layer", "n_head", "num_experts", "top_k", "rope_theta",
+                          "norm_topk", "format"};
+    const char *vals[] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], "moe.c"};
+    char err[1024];
+    if (safetensors_write(o.out, e, m.pt.n, keys, vals, 8, err, sizeof err) != 0)
+        moe_input_error("export: %s", err);
+    printf("wrote %s: %d tensors, %zu parameters\n", o.out, m.pt.n, m.pt.total);
+    free(e);
+    model_free(&m);
+    return 0;
+}
+
+static int cmd_info(int argc, char **argv) {
+    Opts o;
+    parse_opts(&o, "info", "--ckpt --keys", argc, argv);
+    if (o.keys) {
+        config_print_keys(stdout);
+        return 0;
+    }
+    if (!o.ckpt) usage_error("info", "%s", "--ckpt PATH or --keys is required");
+    Config c;
+    load_ckpt_config(&c, o.ckpt);
+    char err[1024];
+    Ckpt ck;
+    if (ckpt_read(&ck, o.ckpt, err, sizeof err) != 0) moe_input_error("%s", err);
+    ParamTable pt;
+    params_table_build(&pt, &c);
+    printf("checkpoint %s\nstep %llu\n", o.ckpt, (unsigned long long)ck.step);
+    printf("parameters: %zu total, %zu active per token\n", params_count_total(&pt),
+           params_count_active(&pt, &c));
+    printf("blocks:");
+    for (int l = 0; l < c.n_layer; l++) printf(" %s", config_is_moe_layer(&c, l) ? "moe" : "dense");
+    printf("\n\n[config]\n");
+    config_write(&c, stdout);
+    printf("\n[tensors]\n");
+    for (int i = 0; i < pt.n; i++) {
+        const ParamTensor *t = &pt.t[i];
+        printf("%-28s", t->name);
+        for (int d = 0; d < t->ndim; d++) printf("%s%d", d ? " x " : " ", t->shape[d]);
+        printf("  (%zu)\n", t->numel);
+    }
+    params_table_free(&pt);
+    ckpt_free(&ck);
+    return 0;
+}
+
+static int cmd_corpus(int argc, char **argv) {
+    Opts o;
+    parse_opts(&o, "corpus", "--out --seed --val-frac", argc, argv);
+    char err[1024];
+    const char *out = o.out ? o.out : "data/corpus";
+    if (corpus_build(out, o.seed_given ? (uint64_t)o.seed : 1234, o.val_frac, err, sizeof err) != 0)
+        moe_input_error("corpus: %s", err);
+    return 0;
+}
+
+static int cmd_synth(int argc, char **argv) {
+    Opts o;
+    parse_opts(&o, "synth", "--out --domains --tokens --doc-len --seed", argc, argv);
+    if (!o.out) usage_error("synth", "%s", "--out DIR is required");
+    char err[1024], train[MOE_PATH_MAX + 32], val[MOE_PATH_MAX + 32];
+    run_path(train, sizeof train, o.out, "train.bin");
+    run_path(val, sizeof val, o.out, "val.bin");
+    uint64_t tokens = o.tokens > 0 ? (uint64_t)o.tokens : 200000;
+    uint64_t seed = o.seed_given ? (uint64_t)o.seed : 1;
+    /* the same sources (seed), independent streams: validation is held-out text of the
+     * same distribution, a tenth the size of the training shard */
+    if (synth_write(train, (int)o.domains, tokens, (int)o.doc_len, seed, 2 * seed, err,
+                    sizeof err) != 0 ||
+        synth_write(val, (int)o.domains, tokens / 10 > 4096 ? tokens / 10 : 4096, (int)o.doc_len,
+                    seed, 2 * seed + 1, err, sizeof err) != 0)
+        moe_input_error("synth: %s", err);
+    printf("wrote %s and %s: %llu training tokens from %ld Markov sources\n", train, val,
+           (unsigned long long)tokens, o.domains);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        fputs(USAGE, argc < 2 ? stderr : stdout);
+        return argc < 2 ? MOE_EXIT_INPUT : 0;
+    }
+    static const struct {
+        const char *name;
+        int (*fn)(int, char **);
+    } CMDS[] = {{"train", cmd_train},   {"eval", cmd_eval}, {"sample", cmd_sample},
+                {"export", cmd_export}, {"info", cmd_info}, {"corpus", cmd_corpus},
+                {"synth", cmd_synth}};
+    for (size_t i = 0; i < sizeof CMDS / sizeof CMDS[0]; i++)
+        if (strcmp(argv[1], CMDS[i].name) == 0) return CMDS[i].fn(argc - 2, argv + 2);
+    fprintf(stderr, "error: unknown command '%s'\n\n%s", argv[1], USAGE);
+    return MOE_EXIT_INPUT;
+}

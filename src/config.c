@@ -1,0 +1,460 @@
+/*
+ * config.c: the one table of settings, and everything that reads it.
+ *
+ * Each row of KEYS names a setting once: its key=value name, its type, where it lives in
+ * Config (offsetof), its default as text, its inclusive range and its help. Defaults,
+ * config_set, config_write, the per-key half of config_validate, nearest-key suggestions,
+ * the shape comparison for checkpoints and `moe info --keys` all loop over that table, so a
+ * new setting is one new row (plus its Config field) and nothing else.
+ *
+ * Values are parsed strictly: the whole text must be consumed, integers must fit, floats
+ * must be finite and fit in fp32, and a failed assignment leaves the Config untouched.
+ * Floats are written with the fewest %g digits (at most 9, which always suffice) that read
+ * back as the same fp32 value, so config_load_file(config_write(c)) reproduces c exactly.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <float.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+typedef enum { T_INT, T_FLOAT, T_U64, T_BOOL, T_STR } KeyType;
+
+enum {
+    K_SHAPE = 1,   /* fixes parameter shapes: checkpoints need equal values */
+    K_OPEN_MIN = 2, /* the lower bound is exclusive (value must be > min) */
+    K_OPEN_MAX = 4  /* the upper bound is exclusive (value must be < max) */
+};
+
+typedef struct {
+    const char *name; /* "section.field" */
+    KeyType type;
+    size_t off;       /* offsetof(Config, field) */
+    const char *def;  /* default, as config_set would read it */
+    double min, max;  /* range, inclusive unless K_OPEN_*; unused for u64 and strings */
+    int flags;
+    const char *help;
+} Key;
+
+#define NOMAX HUGE_VAL
+#define ROW(type, name, field, def, lo, hi, flags, help) \
+    {name, type, offsetof(Config, field), def, lo, hi, flags, help}
+
+static const Key KEYS[] = {
+    ROW(T_INT, "model.d_model", d_model, "128", 1, 65536, K_SHAPE,
+        "C: channels of the residual stream"),
+    ROW(T_INT, "model.n_layer", n_layer, "4", 1, 1024, K_SHAPE, "L: transformer blocks"),
+    ROW(T_INT, "model.n_head", n_head, "4", 1, 1024, K_SHAPE,
+        "H: attention heads; head size D = d_model / n_head (must be even)"),
+    ROW(T_INT, "model.seq_len", seq_len, "128", 1, 1 << 20, 0, "T: context length in tokens"),
+    ROW(T_INT, "model.d_ff", d_ff, "512", 1, 1 << 20, K_SHAPE,
+        "hidden size of a dense SwiGLU feed-forward"),
+    ROW(T_FLOAT, "model.rope_theta", rope_theta, "10000", 0, NOMAX, K_OPEN_MIN, "RoPE base"),
+    ROW(T_FLOAT, "model.init_std", init_std, "0.02", 0, 1, K_OPEN_MIN,
+        "std of the normal init of matrices"),
+
+    ROW(T_INT, "moe.num_experts", num_experts, "8", 0, 4096, K_SHAPE,
+        "E: experts per MoE block; 0 makes every block dense"),
+    ROW(T_INT, "moe.top_k", top_k, "2", 1, 4096, 0, "K: experts per token"),
+    ROW(T_INT, "moe.d_expert", d_expert, "256", 0, 1 << 20, K_SHAPE,
+        "F: hidden size of one expert; 0 means model.d_ff"),
+    ROW(T_INT, "moe.every", every, "1", 1, 1024, K_SHAPE,
+        "an MoE block every this many layers (after moe.first_dense)"),
+    ROW(T_INT, "moe.first_dense", first_dense, "0", 0, 1024, K_SHAPE,
+        "dense blocks at the bottom before the first MoE block"),
+    ROW(T_BOOL, "moe.norm_topk", norm_topk, "1", 0, 1, 0,
+        "renormalise the top-k router weights to sum to 1 (0/1)"),
+    ROW(T_FLOAT, "moe.aux_coef", aux_coef, "0.01", 0, NOMAX, 0,
+        "Switch load-balancing loss coefficient"),
+    ROW(T_FLOAT, "moe.z_coef", z_coef, "0.001", 0, NOMAX, 0, "router z-loss coefficient"),
+
+    ROW(T_INT, "train.batch", batch, "16", 1, 1 << 20, 0, "B: sequences per micro-batch"),
+    ROW(T_INT, "train.accum", accum, "1", 1, 1 << 20, 0, "micro-batches per optimizer step"),
+    ROW(T_INT, "train.steps", steps, "600", 1, INT_MAX, 0, "optimizer steps"),
+    ROW(T_FLOAT, "train.lr", lr, "3e-3", 0, NOMAX, 0, "peak learning rate"),
+    ROW(T_FLOAT, "train.min_lr", min_lr, "0.1", 0, 1, 0,
+        "learning rate at the end of the cosine, as a fraction of train.lr"),
+    ROW(T_INT, "train.warmup", warmup, "50", 0, INT_MAX, 0, "linear warm-up steps"),
+    ROW(T_FLOAT, "train.weight_decay", weight_decay, "0.1", 0, NOMAX, 0,
+        "AdamW decoupled weight decay"),
+    ROW(T_FLOAT, "train.beta1", beta1, "0.9", 0, 1, K_OPEN_MAX, "AdamW first-moment decay"),
+    ROW(T_FLOAT, "train.beta2", beta2, "0.95", 0, 1, K_OPEN_MAX, "AdamW second-moment decay"),
+    ROW(T_FLOAT, "train.eps", eps, "1e-8", 0, NOMAX, K_OPEN_MIN, "AdamW denominator epsilon"),
+    ROW(T_FLOAT, "train.clip", clip, "1.0", 0, NOMAX, 0,
+        "global gradient-norm clip; 0 disables"),
+    ROW(T_U64, "train.seed", seed, "1337", 0, 0, 0, "seed of init, data order and sampling"),
+    ROW(T_INT, "train.eval_every", eval_every, "100", 0, INT_MAX, 0,
+        "steps between validation evals; 0 disables"),
+    ROW(T_INT, "train.eval_batches", eval_batches, "8", 1, INT_MAX, 0,
+        "micro-batches per validation eval"),
+    ROW(T_INT, "train.ckpt_every", ckpt_every, "200", 0, INT_MAX, 0,
+        "steps between checkpoints; 0 = only at the end"),
+    ROW(T_INT, "train.log_every", log_every, "10", 1, INT_MAX, 0, "steps between progress lines"),
+    ROW(T_INT, "train.threads", threads, "0", 0, 4096, 0, "OpenMP threads; 0 = OpenMP's default"),
+
+    ROW(T_STR, "data.train", train, "data/corpus/train.bin", 0, 0, 0, "training shard"),
+    ROW(T_STR, "data.val", val, "data/corpus/val.bin", 0, 0, 0, "validation shard"),
+};
+
+#define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
+
+int config_key_count(void) { return NKEYS; }
+
+/* ---- small helpers --------------------------------------------------------------------- */
+
+static int fail(char *err, int errlen, const char *fmt, ...) MOE_PRINTF(3, 4);
+static int fail(char *err, int errlen, const char *fmt, ...) {
+    if (err && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, (size_t)errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static void *field(const Key *k, Config *c) { return (char *)c + k->off; }
+static const void *cfield(const Key *k, const Config *c) { return (const char *)c + k->off; }
+
+static const Key *find_key(const char *name) {
+    for (int i = 0; i < NKEYS; i++)
+        if (strcmp(KEYS[i].name, name) == 0) return &KEYS[i];
+    return NULL;
+}
+
+/* Trim leading and trailing whitespace in place; returns the new start. */
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
+    return s;
+}
+
+static const char *after_dot(const char *s) {
+    const char *d = strchr(s, '.');
+    return d ? d + 1 : s;
+}
+
+/* The key nearest to a typo, or NULL when nothing is close. A typo may miss the section
+ * ("d_model"), misspell it, or misspell the field, so the distance is the smallest of: the
+ * full names, the typo against the key's field part, and the two field parts (plus one, so
+ * an exact full-name near miss wins a tie). */
+static const Key *nearest_key(const char *typo) {
+    const Key *best = NULL;
+    int best_d = INT_MAX;
+    const char *typo_field = strchr(typo, '.') ? after_dot(typo) : NULL;
+    for (int i = 0; i < NKEYS; i++) {
+        int d = levenshtein(typo, KEYS[i].name);
+        int d2 = levenshtein(typo, after_dot(KEYS[i].name));
+        if (d2 < d) d = d2;
+        if (typo_field) {
+            int d3 = levenshtein(typo_field, after_dot(KEYS[i].name)) + 1;
+            if (d3 < d) d = d3;
+        }
+        if (d < best_d) {
+            best_d = d;
+            best = &KEYS[i];
+        }
+    }
+    return best_d <= 2 + (int)strlen(typo) / 4 ? best : NULL;
+}
+
+/* A setting's current value as text, in the form config_set reads back exactly. */
+static void format_value(const Key *k, const Config *c, char *buf, size_t n) {
+    const void *p = cfield(k, c);
+    switch (k->type) {
+    case T_INT:
+    case T_BOOL: snprintf(buf, n, "%d", *(const int *)p); break;
+    case T_FLOAT: {
+        /* the shortest %g form that reads back as the same fp32 value; 9 significant digits
+         * always do, fewer keep config.txt readable (0.02 rather than 0.0199999996) */
+        float f = *(const float *)p;
+        for (int prec = 1; prec <= 9; prec++) {
+            snprintf(buf, n, "%.*g", prec, (double)f);
+            if ((float)strtod(buf, NULL) == f) break;
+        }
+        break;
+    }
+    case T_U64: snprintf(buf, n, "%" PRIu64, *(const uint64_t *)p); break;
+    case T_STR: snprintf(buf, n, "%s", (const char *)p); break;
+    }
+}
+
+/* Per-key range check, shared by config_set (on the parsed value) and config_validate (on
+ * the stored one). `shown` is the value as the user wrote it. */
+static int check_range(const Key *k, double v, const char *shown, char *err, int errlen) {
+    if (k->type != T_INT && k->type != T_FLOAT && k->type != T_BOOL) return 0;
+    if (isnan(v)) return fail(err, errlen, "%s must be a finite number, got %s", k->name, shown);
+    if ((k->flags & K_OPEN_MIN) ? !(v > k->min) : !(v >= k->min))
+        return fail(err, errlen, "%s must be %s %.10g, got %s (%s)", k->name,
+                    (k->flags & K_OPEN_MIN) ? ">" : ">=", k->min, shown, k->help);
+    if (isinf(v) && isinf(k->max))
+        return fail(err, errlen, "%s must be a finite number, got %s", k->name, shown);
+    if ((k->flags & K_OPEN_MAX) ? !(v < k->max) : !(v <= k->max))
+        return fail(err, errlen, "%s must be %s %.10g, got %s (%s)", k->name,
+                    (k->flags & K_OPEN_MAX) ? "<" : "<=", k->max, shown, k->help);
+    return 0;
+}
+
+/* Parse `text` for key k and store it in c; on any error c is untouched. */
+static int parse_value(const Key *k, const char *text, Config *c, char *err, int errlen) {
+    char *end = NULL;
+    if (*text == '\0' && k->type != T_STR)
+        return fail(err, errlen, "%s has no value; write e.g. %s=%s", k->name, k->name, k->def);
+    switch (k->type) {
+    case T_INT: {
+        errno = 0;
+        long v = strtol(text, &end, 10);
+        if (end == text || *end != '\0')
+            return fail(err, errlen, "%s expects an integer, got '%s'", k->name, text);
+        /* on overflow strtol saturates at LONG_MIN/MAX, which the range check rejects */
+        if (check_range(k, (double)v, text, err, errlen)) return -1;
+        *(int *)field(k, c) = (int)v;
+        return 0;
+    }
+    case T_BOOL: {
+        int v;
+        if (strcmp(text, "1") == 0 || strcmp(text, "true") == 0) v = 1;
+        else if (strcmp(text, "0") == 0 || strcmp(text, "false") == 0) v = 0;
+        else
+            return fail(err, errlen, "%s expects 0, 1, true or false, got '%s'", k->name, text);
+        *(int *)field(k, c) = v;
+        return 0;
+    }
+    case T_FLOAT: {
+        errno = 0;
+        double v = strtod(text, &end);
+        if (end == text || *end != '\0')
+            return fail(err, errlen, "%s expects a number, got '%s'", k->name, text);
+        if (isnan(v) || isinf(v) || fabs(v) > FLT_MAX) {
+            if (isnan(v))
+                return fail(err, errlen, "%s must be a finite number, got '%s'", k->name, text);
+            return fail(err, errlen, "%s: '%s' is too large for a 32-bit float", k->name, text);
+        }
+        if (v != 0.0 && (float)v == 0.0f)
+            return fail(err, errlen, "%s: '%s' is too small for a 32-bit float; use 0 or a "
+                        "magnitude >= 1e-38", k->name, text);
+        if (check_range(k, v, text, err, errlen)) return -1;
+        *(float *)field(k, c) = (float)v;
+        return 0;
+    }
+    case T_U64: {
+        if (!isdigit((unsigned char)text[0]))
+            return fail(err, errlen, "%s expects a non-negative integer, got '%s'", k->name, text);
+        errno = 0;
+        unsigned long long v = strtoull(text, &end, 10);
+        if (*end != '\0')
+            return fail(err, errlen, "%s expects a non-negative integer, got '%s'", k->name, text);
+        if (errno == ERANGE)
+            return fail(err, errlen, "%s must be <= %" PRIu64 ", got %s", k->name, UINT64_MAX,
+                        text);
+        *(uint64_t *)field(k, c) = (uint64_t)v;
+        return 0;
+    }
+    case T_STR: {
+        size_t n = strlen(text);
+        if (n == 0)
+            return fail(err, errlen, "%s is empty; give a path, e.g. %s=%s", k->name, k->name,
+                        k->def);
+        if (n >= MOE_PATH_MAX)
+            return fail(err, errlen, "%s is %zu characters long; at most %d fit, use a shorter "
+                        "path (or a symlink)", k->name, n, MOE_PATH_MAX - 1);
+        for (size_t i = 0; i < n; i++)
+            if (text[i] == '#' || iscntrl((unsigned char)text[i]))
+                return fail(err, errlen, "%s: the path contains '#' or a control character, "
+                            "which a config file cannot hold; rename the file or use a symlink",
+                            k->name);
+        char *dst = (char *)field(k, c);
+        memset(dst, 0, MOE_PATH_MAX);
+        memcpy(dst, text, n);
+        return 0;
+    }
+    }
+    return fail(err, errlen, "%s: internal error, unknown key type", k->name);
+}
+
+/* ---- public API ------------------------------------------------------------------------ */
+
+void config_defaults(Config *c) {
+    char err[256];
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < NKEYS; i++)
+        if (parse_value(&KEYS[i], KEYS[i].def, c, err, sizeof err) != 0)
+            moe_fatal("bad embedded default: %s", err);
+}
+
+int config_set(Config *c, const char *assignment, char *err, int errlen) {
+    size_t n = strlen(assignment);
+    char *buf = (char *)malloc_check(n + 1);
+    memcpy(buf, assignment, n + 1);
+    int rc = -1;
+    char *eq = strchr(buf, '=');
+    if (!eq) {
+        char *t = trim(buf);
+        if (find_key(t))
+            fail(err, errlen, "'%s' has no value; write %s=VALUE", t, t);
+        else
+            fail(err, errlen, "expected key=value, got '%s'; write e.g. model.d_model=256", t);
+        goto done;
+    }
+    *eq = '\0';
+    char *key = trim(buf), *value = trim(eq + 1);
+    if (*key == '\0') {
+        fail(err, errlen, "missing key before '=' in '%s'; write e.g. model.d_model=256",
+             assignment);
+        goto done;
+    }
+    const Key *k = find_key(key);
+    if (!k) {
+        const Key *near = nearest_key(key);
+        if (near)
+            fail(err, errlen, "unknown key '%s'; did you mean '%s'? (`moe info --keys` lists "
+                 "all keys)", key, near->name);
+        else
+            fail(err, errlen, "unknown key '%s'; `moe info --keys` lists all keys", key);
+        goto done;
+    }
+    rc = parse_value(k, value, c, err, errlen);
+done:
+    free(buf);
+    return rc;
+}
+
+int config_load_file(Config *c, const char *path, char *err, int errlen) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return fail(err, errlen, "cannot open config file '%s': %s; check the path given to "
+                    "--config", path, strerror(errno));
+    Config tmp = *c; /* apply to a copy so a bad line leaves c as it was */
+    char line[4096], msg[768];
+    int lineno = 0, rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t n = strlen(line);
+        if (n == sizeof line - 1 && line[n - 1] != '\n' && !feof(f)) {
+            rc = fail(err, errlen, "%s:%d: line longer than %zu characters", path, lineno,
+                      sizeof line - 2);
+            break;
+        }
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        char *t = trim(line);
+        if (*t == '\0') continue;
+        if (config_set(&tmp, t, msg, sizeof msg) != 0) {
+            rc = fail(err, errlen, "%s:%d: %s", path, lineno, msg);
+            break;
+        }
+    }
+    if (rc == 0 && ferror(f))
+        rc = fail(err, errlen, "%s: read error: %s", path, strerror(errno));
+    fclose(f);
+    if (rc == 0) *c = tmp;
+    return rc;
+}
+
+int config_validate(const Config *c, char *err, int errlen) {
+    /* per key: the same ranges config_set enforces, for Configs filled in by code */
+    for (int i = 0; i < NKEYS; i++) {
+        const Key *k = &KEYS[i];
+        const void *p = cfield(k, c);
+        char shown[64];
+        if (k->type == T_STR) {
+            const char *s = (const char *)p;
+            if (memchr(s, '\0', MOE_PATH_MAX) == NULL)
+                return fail(err, errlen, "%s is not terminated within %d characters", k->name,
+                            MOE_PATH_MAX);
+            if (s[0] == '\0')
+                return fail(err, errlen, "%s is empty; give a path, e.g. %s=%s", k->name,
+                            k->name, k->def);
+            continue;
+        }
+        if (k->type == T_U64) continue;
+        double v = k->type == T_FLOAT ? (double)*(const float *)p : (double)*(const int *)p;
+        format_value(k, c, shown, sizeof shown);
+        if (check_range(k, v, shown, err, errlen)) return -1;
+    }
+
+    /* across keys */
+    /* a suggestion that also passes the next check: a multiple of 2 * n_head */
+    int even_mult = (c->d_model / (2 * c->n_head)) * 2 * c->n_head;
+    if (even_mult == 0) even_mult = 2 * c->n_head;
+    if (c->d_model % c->n_head != 0)
+        return fail(err, errlen, "model.d_model=%d is not divisible by model.n_head=%d; change "
+                    "one of them (e.g. model.d_model=%d)", c->d_model, c->n_head, even_mult);
+    if ((c->d_model / c->n_head) % 2 != 0)
+        return fail(err, errlen, "head size model.d_model/model.n_head = %d/%d = %d is odd, but "
+                    "RoPE rotates pairs of channels; choose model.d_model and model.n_head so "
+                    "the head size is even (e.g. model.d_model=%d)", c->d_model, c->n_head,
+                    c->d_model / c->n_head, even_mult);
+    if (c->num_experts == 1)
+        return fail(err, errlen, "moe.num_experts=1: an MoE block with one expert is just a "
+                    "dense feed-forward; set moe.num_experts=0 for a dense model or >= 2 for MoE");
+    if (c->num_experts > 0 && c->top_k > c->num_experts)
+        return fail(err, errlen, "moe.top_k=%d exceeds moe.num_experts=%d; lower moe.top_k or "
+                    "add experts", c->top_k, c->num_experts);
+    if (c->num_experts > 0 && c->first_dense >= c->n_layer)
+        return fail(err, errlen, "moe.first_dense=%d leaves no MoE block among model.n_layer=%d "
+                    "layers; lower moe.first_dense or set moe.num_experts=0 for a dense model",
+                    c->first_dense, c->n_layer);
+    if (c->warmup > c->steps)
+        return fail(err, errlen, "train.warmup=%d is longer than train.steps=%d; lower "
+                    "train.warmup or raise train.steps", c->warmup, c->steps);
+    return 0;
+}
+
+void config_write(const Config *c, FILE *f) {
+    char v[MOE_PATH_MAX + 32];
+    for (int i = 0; i < NKEYS; i++) {
+        format_value(&KEYS[i], c, v, sizeof v);
+        fprintf(f, "%s = %s\n", KEYS[i].name, v);
+    }
+}
+
+void config_print_keys(FILE *f) {
+    for (int i = 0; i < NKEYS; i++) {
+        const Key *k = &KEYS[i];
+        char range[64] = "";
+        if (k->type == T_INT || k->type == T_FLOAT) {
+            if (isinf(k->max))
+                snprintf(range, sizeof range, " [%s %.10g]",
+                         (k->flags & K_OPEN_MIN) ? ">" : ">=", k->min);
+            else
+                snprintf(range, sizeof range, " %s%.10g, %.10g%s",
+                         (k->flags & K_OPEN_MIN) ? "(" : "[", k->min, k->max,
+                         (k->flags & K_OPEN_MAX) ? ")" : "]");
+        }
+        fprintf(f, "  %-20s %-22s %s%s\n", k->name, k->def, k->help, range);
+    }
+}
+
+int config_is_moe_layer(const Config *c, int layer) {
+    return c->num_experts > 0 && layer >= c->first_dense &&
+           (layer - c->first_dense) % c->every == 0;
+}
+
+int config_expert_hidden(const Config *c) { return c->d_expert ? c->d_expert : c->d_ff; }
+
+int config_same_shape(const Config *a, const Config *b, char *err, int errlen) {
+    for (int i = 0; i < NKEYS; i++) {
+        const Key *k = &KEYS[i];
+        if (!(k->flags & K_SHAPE)) continue;
+        char va[64], vb[64];
+        format_value(k, a, va, sizeof va);
+        format_value(k, b, vb, sizeof vb);
+        if (strcmp(va, vb) != 0) {
+            fail(err, errlen, "checkpoint has %s=%s, config has %s; parameter shapes differ, so "
+                 "use the checkpoint's value or start a new run", k->name, va, vb);
+            return 0;
+        }
+    }
+    return 1;
+}

@@ -1,0 +1,98 @@
+/*
+ * data.h: byte-token shards, the batch loader, the corpus builder and synthetic data.
+ *
+ * Shard file format (little-endian), version 1:
+ *   header, 256 bytes:
+ *     char     magic[8]        "MOETOKS\0"
+ *     uint32   version         1
+ *     uint32   token_bytes     1 (byte-level vocabulary of 256)
+ *     uint64   n_tokens
+ *     uint32   n_docs
+ *     uint32   n_domains       1 .. SHARD_MAX_DOMAINS
+ *     char     domain[8][16]   NUL-padded domain names ("en", "de", ..., "code")
+ *     zeros up to byte 256 (readers reject non-zero reserved bytes)
+ *   n_docs document records, 16 bytes each:
+ *     uint64   start           offset of the document's first token
+ *     uint32   length          tokens
+ *     uint32   domain          index into the domain names
+ *   n_tokens bytes: the tokens, documents back to back in record order.
+ * The file size must be exactly 256 + 16 n_docs + n_tokens; documents must tile the tokens.
+ */
+#ifndef MOE_IO_DATA_H
+#define MOE_IO_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+#define SHARD_MAGIC "MOETOKS"
+#define SHARD_VERSION 1
+#define SHARD_HEADER_BYTES 256
+#define SHARD_MAX_DOMAINS 8
+#define SHARD_DOMAIN_NAME 16
+
+typedef struct {
+    uint64_t start;
+    uint32_t length;
+    uint32_t domain;
+} ShardDoc;
+
+typedef struct {
+    char path[512];
+    uint64_t n_tokens;
+    uint32_t n_docs, n_domains;
+    char domain[SHARD_MAX_DOMAINS][SHARD_DOMAIN_NAME];
+    ShardDoc *docs;        /* (n_docs) */
+    uint8_t *tokens;       /* (n_tokens) */
+    uint8_t *tok_domain;   /* (n_tokens) domain of every token, derived from docs */
+    uint32_t crc32;        /* checksum of the whole file, for provenance */
+} Shard;
+
+/* Read and check a shard. Returns 0, or -1 with a message saying what is wrong with the file
+ * and what to do (e.g. "run make data") in err. */
+int shard_load(Shard *s, const char *path, char *err, int errlen);
+void shard_free(Shard *s);
+
+/* Write a shard atomically (temporary file, fsync, rename). docs must tile tokens. */
+int shard_write(const char *path, const uint8_t *tokens, uint64_t n_tokens, const ShardDoc *docs,
+                uint32_t n_docs, const char domain[][SHARD_DOMAIN_NAME], uint32_t n_domains,
+                char *err, int errlen);
+
+/* Entropy in nats of the shard's byte frequencies (the loss of the best unigram model). */
+double shard_unigram_entropy(const Shard *s);
+
+/* ---- batches ---------------------------------------------------------------------------------
+ * A training batch is B windows of T+1 consecutive tokens at random offsets drawn from the
+ * loader's own RNG, so the loader's whole position is its RNG state (saved in checkpoints).
+ * inputs (B, T) and targets (B, T) are the window shifted by one; domains (B, T) are the
+ * domains of the input tokens. Validation batches are fixed: window i = batch_index * B + b
+ * starts at (i * T) mod (n_tokens - T), so windows sit side by side and wrap around the shard
+ * before running off its end. Requires n_tokens > T (the loader stops with moe_fatal if not). */
+typedef struct {
+    const Shard *shard;
+    int B, T;
+    Rng rng;
+} Loader;
+
+void loader_init(Loader *l, const Shard *s, int B, int T, uint64_t seed);
+void loader_next(Loader *l, int *inputs, int *targets, uint8_t *domains);
+void loader_val_batch(const Shard *s, int B, int T, int batch_index, int *inputs, int *targets,
+                      uint8_t *domains);
+
+/* ---- corpus and synthetic data ------------------------------------------------------------- */
+
+/* Build train.bin and val.bin in out_dir from the Debian text packages (fortunes in English,
+ * German, Spanish, Italian and Russian; C headers from /usr/include). Documents go to the
+ * validation shard with probability val_frac, decided by a hash of (seed, document): the
+ * split is deterministic. Prints a table of documents and tokens per domain. */
+int corpus_build(const char *out_dir, uint64_t seed, double val_frac, char *err, int errlen);
+
+/* Write a synthetic shard of n_tokens from n_domains Markov sources (one per domain, each a
+ * random sparse first-order chain over its own part of the byte alphabet) in documents of
+ * doc_len tokens. The chains are drawn from seed, the token stream from stream_seed: a train
+ * and a validation shard of the same sources share seed and differ in stream_seed. */
+int synth_write(const char *path, int n_domains, uint64_t n_tokens, int doc_len, uint64_t seed,
+                uint64_t stream_seed, char *err, int errlen);
+
+#endif

@@ -1,0 +1,322 @@
+/*
+ * model.c: transformer orchestration. See model.h.
+ *
+ * This file never loops over tensor elements itself beyond the embedding lookup and residual
+ * adds: every piece of math is an op from nn/ops.h or the MoE block from moe/moe_ops.h, so a
+ * second backend can replace the ops without touching the orchestration.
+ *
+ * Accumulation rule (as in the ops): parameter gradients +=, activation gradients =.
+ */
+#include "model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/ops.h"
+#include "util.h"
+
+/* y (n) = a + b, elementwise. */
+static void add_vectors(float *y, const float *a, const float *b, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+
+static float *alloc_nc(const Model *m) { return floats_alloc((size_t)m->B * m->T * m->cfg.d_model); }
+
+void model_init(Model *m, const Config *c, int B, int T) {
+    memset(m, 0, sizeof(*m));
+    m->cfg = *c;
+    m->B = B;
+    m->T = T;
+    const int L = c->n_layer, C = c->d_model, H = c->n_head, F = c->d_ff;
+    const size_t N = (size_t)B * T;
+
+    params_table_build(&m->pt, c);
+    m->params = floats_alloc(m->pt.total);
+    m->grads = floats_alloc(m->pt.total);
+    m->m = floats_alloc(m->pt.total);
+    m->v = floats_alloc(m->pt.total);
+    params_view(&m->w, &m->pt, m->params);
+    params_view(&m->g, &m->pt, m->grads);
+    params_init(&m->pt, m->params, c, c->seed);
+
+    m->hp = (MoeHyper){.C = C, .E = c->num_experts, .K = c->top_k,
+                       .F = config_expert_hidden(c), .renorm = c->norm_topk,
+                       .aux_coef = c->aux_coef, .z_coef = c->z_coef};
+
+    m->inputs = (int *)calloc_check(N, sizeof(int));
+    m->targets = (int *)calloc_check(N, sizeof(int));
+    m->resid = (float **)calloc_check((size_t)L + 1, sizeof(float *));
+    for (int l = 0; l <= L; l++) m->resid[l] = alloc_nc(m);
+    m->blocks = (BlockActs *)calloc_check((size_t)L, sizeof(BlockActs));
+    for (int l = 0; l < L; l++) {
+        BlockActs *a = &m->blocks[l];
+        a->ln1 = alloc_nc(m);
+        a->rstd1 = floats_alloc(N);
+        a->q = alloc_nc(m);
+        a->k = alloc_nc(m);
+        a->v = alloc_nc(m);
+        a->att = floats_alloc((size_t)B * H * T * T);
+        a->atty = alloc_nc(m);
+        a->resid_mid = alloc_nc(m);
+        a->ln2 = alloc_nc(m);
+        a->rstd2 = floats_alloc(N);
+        if (config_is_moe_layer(c, l)) {
+            a->moe = (MoeActs *)calloc_check(1, sizeof(MoeActs));
+            moe_acts_alloc(a->moe, &m->hp, (int)N);
+            m->n_moe++;
+        } else {
+            a->fg = floats_alloc(N * F);
+            a->fu = floats_alloc(N * F);
+            a->fh = floats_alloc(N * F);
+        }
+    }
+    m->lnf = alloc_nc(m);
+    m->rstdf = floats_alloc(N);
+    m->logits = floats_alloc(N * MOE_VOCAB);
+    m->losses = floats_alloc(N);
+
+    m->dresid = alloc_nc(m);
+    m->dmid = alloc_nc(m);
+    m->dln = alloc_nc(m);
+    m->dtmp = alloc_nc(m);
+    m->dq = alloc_nc(m);
+    m->dk = alloc_nc(m);
+    m->dv = alloc_nc(m);
+    m->datty = alloc_nc(m);
+    if (m->n_moe < L) {
+        m->dfg = floats_alloc(N * F);
+        m->dfu = floats_alloc(N * F);
+        m->dfh = floats_alloc(N * F);
+    }
+    m->dlogits = floats_alloc(N * MOE_VOCAB);
+    if (m->n_moe > 0) moe_scratch_alloc(&m->moe_scratch, &m->hp, (int)N);
+}
+
+void model_free(Model *m) {
+    const int L = m->cfg.n_layer;
+    for (int l = 0; l < L; l++) {
+        BlockActs *a = &m->blocks[l];
+        free(a->ln1); free(a->rstd1); free(a->q); free(a->k); free(a->v); free(a->att);
+        free(a->atty); free(a->resid_mid); free(a->ln2); free(a->rstd2);
+        free(a->fg); free(a->fu); free(a->fh);
+        if (a->moe) {
+            moe_acts_free(a->moe);
+            free(a->moe);
+        }
+    }
+    for (int l = 0; l <= L; l++) free(m->resid[l]);
+    free(m->resid);
+    free(m->blocks);
+    free(m->inputs); free(m->targets);
+    free(m->lnf); free(m->rstdf); free(m->logits); free(m->losses);
+    free(m->dresid); free(m->dmid); free(m->dln); free(m->dtmp);
+    free(m->dq); free(m->dk); free(m->dv); free(m->datty);
+    free(m->dfg); free(m->dfu); free(m->dfh); free(m->dlogits);
+    if (m->n_moe > 0) moe_scratch_free(&m->moe_scratch);
+    params_view_free(&m->w);
+    params_view_free(&m->g);
+    params_table_free(&m->pt);
+    free(m->params); free(m->grads); free(m->m); free(m->v);
+    memset(m, 0, sizeof(*m));
+}
+
+static MoeWeights moe_weights(const LayerView *lw) {
+    return (MoeWeights){.router = lw->router, .Wg = lw->e_gate, .Wu = lw->e_up, .Wd = lw->e_down};
+}
+
+/* ---- forward ------------------------------------------------------------------------------ */
+
+static void block_forward(Model *m, int l, float *out, const float *in, int B, int T) {
+    const Config *c = &m->cfg;
+    const int C = c->d_model, H = c->n_head, F = c->d_ff, N = B * T;
+    const LayerView *lw = &m->w.layers[l];
+    BlockActs *a = &m->blocks[l];
+
+    /* attention branch: resid_mid = in + attention(rmsnorm(in)) wo^T */
+    rmsnorm_forward(a->ln1, a->rstd1, in, lw->attn_norm, N, C);
+    matmul_forward(a->q, a->ln1, lw->wq, N, C, C);
+    matmul_forward(a->k, a->ln1, lw->wk, N, C, C);
+    matmul_forward(a->v, a->ln1, lw->wv, N, C, C);
+    rope_forward(a->q, B, T, H, C / H, c->rope_theta);
+    rope_forward(a->k, B, T, H, C / H, c->rope_theta);
+    attention_forward(a->atty, a->att, a->q, a->k, a->v, B, T, C, H);
+    matmul_forward(m->dtmp, a->atty, lw->wo, N, C, C); /* dtmp is free scratch during forward */
+    add_vectors(a->resid_mid, in, m->dtmp, (size_t)N * C);
+
+    /* feed-forward branch: out = resid_mid + FFN(rmsnorm(resid_mid)) */
+    rmsnorm_forward(a->ln2, a->rstd2, a->resid_mid, lw->ffn_norm, N, C);
+    if (a->moe) {
+        MoeWeights wt = moe_weights(lw);
+        moe_block_forward(m->dtmp, a->moe, a->ln2, &wt, &m->hp, N);
+    } else {
+        matmul_forward(a->fg, a->ln2, lw->w_gate, N, C, F);
+        matmul_forward(a->fu, a->ln2, lw->w_up, N, C, F);
+        swiglu_forward(a->fh, a->fg, a->fu, N, F);
+        matmul_forward(m->dtmp, a->fh, lw->w_down, N, F, C);
+    }
+    add_vectors(out, a->resid_mid, m->dtmp, (size_t)N * C);
+}
+
+float model_forward(Model *m, const int *inputs, const int *targets, int B, int T) {
+    const Config *c = &m->cfg;
+    const int C = c->d_model, L = c->n_layer, N = B * T;
+    if (B > m->B || T > m->T || B * T > m->B * m->T)
+        moe_fatal("model_forward: batch %dx%d exceeds the allocated %dx%d", B, T, m->B, m->T);
+    m->B_last = B;
+    m->T_last = T;
+    m->N_last = N;
+    memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
+
+    /* token embedding: resid[0][n] = tok_emb[inputs[n]] */
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        memcpy(m->resid[0] + (size_t)n * C, m->w.tok_emb + (size_t)inputs[n] * C,
+               (size_t)C * sizeof(float));
+
+    for (int l = 0; l < L; l++) block_forward(m, l, m->resid[l + 1], m->resid[l], B, T);
+
+    rmsnorm_forward(m->lnf, m->rstdf, m->resid[L], m->w.final_norm, N, C);
+    matmul_forward(m->logits, m->lnf, m->w.head, N, C, MOE_VOCAB);
+
+    m->aux_loss = m->z_loss = 0.0f;
+    float aux_sum = 0.0f, z_sum = 0.0f;
+    for (int l = 0; l < L; l++)
+        if (m->blocks[l].moe) {
+            aux_sum += m->blocks[l].moe->aux_loss;
+            z_sum += m->blocks[l].moe->z_loss;
+        }
+    if (m->n_moe > 0) {
+        m->aux_loss = aux_sum / (float)m->n_moe;
+        m->z_loss = z_sum / (float)m->n_moe;
+    }
+    if (!targets) {
+        m->loss = NAN;
+        return NAN;
+    }
+    memcpy(m->targets, targets, (size_t)N * sizeof(int));
+    crossentropy_forward(m->losses, m->logits, m->logits, targets, N, MOE_VOCAB);
+    double total = 0.0;
+    for (int n = 0; n < N; n++) total += m->losses[n]; /* fixed order: deterministic */
+    m->loss = (float)(total / N);
+    return m->loss + c->aux_coef * aux_sum + c->z_coef * z_sum;
+}
+
+/* ---- backward ----------------------------------------------------------------------------- */
+
+/* dx (N, C) = d/d(in) of block l, given dout (N, C) the gradient of its output. dx may be
+ * dout itself: dout is last read before dmid is formed, and dx is written at the very end. */
+static void block_backward(Model *m, int l, float *dx, const float *dout, const float *in,
+                           float loss_scale) {
+    const Config *c = &m->cfg;
+    const int C = c->d_model, H = c->n_head, F = c->d_ff;
+    const int B = m->B_last, T = m->T_last, N = m->N_last;
+    const LayerView *lw = &m->w.layers[l];
+    LayerView *gw = &m->g.layers[l];
+    BlockActs *a = &m->blocks[l];
+
+    /* out = resid_mid + FFN(ln2): FFN gradient into dln */
+    if (a->moe) {
+        MoeWeights wt = moe_weights(lw);
+        MoeGrads gr = {.router = gw->router, .Wg = gw->e_gate, .Wu = gw->e_up, .Wd = gw->e_down};
+        moe_block_backward(m->dln, &gr, dout, a->moe, a->ln2, &wt, &m->hp, &m->moe_scratch,
+                           loss_scale);
+    } else {
+        matmul_backward(m->dfh, gw->w_down, dout, a->fh, lw->w_down, N, F, C);
+        swiglu_backward(m->dfg, m->dfu, m->dfh, a->fg, a->fu, N, F);
+        matmul_backward(m->dln, gw->w_gate, m->dfg, a->ln2, lw->w_gate, N, C, F);
+        matmul_backward(m->dtmp, gw->w_up, m->dfu, a->ln2, lw->w_up, N, C, F);
+        add_vectors(m->dln, m->dln, m->dtmp, (size_t)N * C);
+    }
+    /* ln2 = rmsnorm(resid_mid); dmid = dout (residual path) + d(ln2)/d(resid_mid) */
+    rmsnorm_backward(m->dtmp, gw->ffn_norm, m->dln, a->resid_mid, lw->ffn_norm, a->rstd2, N, C);
+    add_vectors(m->dmid, dout, m->dtmp, (size_t)N * C);
+
+    /* resid_mid = in + atty wo^T */
+    matmul_backward(m->datty, gw->wo, m->dmid, a->atty, lw->wo, N, C, C);
+    attention_backward(m->dq, m->dk, m->dv, m->datty, a->att, a->q, a->k, a->v, B, T, C, H);
+    rope_backward(m->dq, B, T, H, C / H, c->rope_theta);
+    rope_backward(m->dk, B, T, H, C / H, c->rope_theta);
+    /* q, k, v = ln1 Wq^T, ln1 Wk^T, ln1 Wv^T: their input gradients add up in dln */
+    matmul_backward(m->dln, gw->wq, m->dq, a->ln1, lw->wq, N, C, C);
+    matmul_backward(m->dtmp, gw->wk, m->dk, a->ln1, lw->wk, N, C, C);
+    add_vectors(m->dln, m->dln, m->dtmp, (size_t)N * C);
+    matmul_backward(m->dtmp, gw->wv, m->dv, a->ln1, lw->wv, N, C, C);
+    add_vectors(m->dln, m->dln, m->dtmp, (size_t)N * C);
+    /* ln1 = rmsnorm(in); dx = dmid (residual path) + d(ln1)/d(in) */
+    rmsnorm_backward(m->dtmp, gw->attn_norm, m->dln, in, lw->attn_norm, a->rstd1, N, C);
+    add_vectors(dx, m->dmid, m->dtmp, (size_t)N * C);
+}
+
+void model_backward(Model *m, float loss_scale) {
+    const Config *c = &m->cfg;
+    const int C = c->d_model, L = c->n_layer, N = m->N_last;
+
+    /* loss = mean_n CE_n, so dlogits carries 1/N; loss_scale adds 1/accum */
+    crossentropy_backward(m->dlogits, m->logits, m->targets, loss_scale / (float)N, N, MOE_VOCAB);
+    matmul_backward(m->dln, m->g.head, m->dlogits, m->lnf, m->w.head, N, C, MOE_VOCAB);
+    rmsnorm_backward(m->dresid, m->g.final_norm, m->dln, m->resid[L], m->w.final_norm, m->rstdf,
+                     N, C);
+
+    /* dresid holds d/d(resid[l+1]); each block turns it into d/d(resid[l]) in place */
+    for (int l = L - 1; l >= 0; l--) block_backward(m, l, m->dresid, m->dresid, m->resid[l], loss_scale);
+
+    /* resid[0][n] = tok_emb[inputs[n]]: scatter-add, parallel over channels so that every
+     * gradient element is summed by one thread in token order (deterministic) */
+#pragma omp parallel for schedule(static)
+    for (int ch = 0; ch < C; ch++)
+        for (int n = 0; n < N; n++)
+            m->g.tok_emb[(size_t)m->inputs[n] * C + ch] += m->dresid[(size_t)n * C + ch];
+}
+
+void model_zero_grad(Model *m) { memset(m->grads, 0, m->pt.total * sizeof(float)); }
+
+float model_grad_norm(const Model *m) {
+    double ss = 0.0;
+    for (size_t i = 0; i < m->pt.total; i++) ss += (double)m->grads[i] * m->grads[i];
+    return (float)sqrt(ss);
+}
+
+void model_adamw_step(Model *m, float lr, float grad_scale) {
+    const Config *c = &m->cfg;
+    m->step++;
+    if (grad_scale != 1.0f) {
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < m->pt.total; i++) m->grads[i] *= grad_scale;
+    }
+    for (int i = 0; i < m->pt.n; i++) {
+        const ParamTensor *t = &m->pt.t[i];
+        adamw_update(m->params + t->offset, m->grads + t->offset, m->m + t->offset,
+                     m->v + t->offset, t->numel, lr, c->beta1, c->beta2, c->eps,
+                     t->decay ? c->weight_decay : 0.0f, m->step);
+    }
+}
+
+float lr_schedule(const Config *c, int step) {
+    if (step < c->warmup) return c->lr * (float)(step + 1) / (float)c->warmup;
+    int span = c->steps - c->warmup;
+    if (span <= 0) return c->lr;
+    float progress = (float)(step - c->warmup) / (float)span;
+    if (progress > 1.0f) progress = 1.0f;
+    float cosine = 0.5f * (1.0f + cosf(3.14159265358979f * progress));
+    return c->lr * (c->min_lr + (1.0f - c->min_lr) * cosine);
+}
+
+double model_flops_per_token(const Config *c, int T) {
+    /* Matrix products only, forward + backward = 3 x forward, forward = 2 x multiply-adds.
+     * Per block: q, k, v, o projections 4 C^2; attention scores and weighted sum 2 T C
+     * (counting the full T x T square, as the reference computes it); FFN 3 C F per expert
+     * used (top_k in an MoE block) plus the router E C. Head: V C. */
+    double C = c->d_model, F = c->d_ff, FE = config_expert_hidden(c);
+    double per_token_macs = 0.0;
+    for (int l = 0; l < c->n_layer; l++) {
+        per_token_macs += 4.0 * C * C + 2.0 * T * C;
+        if (config_is_moe_layer(c, l))
+            per_token_macs += 3.0 * C * FE * c->top_k + (double)c->num_experts * C;
+        else
+            per_token_macs += 3.0 * C * F;
+    }
+    per_token_macs += (double)MOE_VOCAB * C;
+    return 6.0 * per_token_macs;
+}

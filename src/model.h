@@ -1,0 +1,94 @@
+/*
+ * model.h: the decoder-only transformer, forward and backward, backend-agnostic orchestration.
+ *
+ *   tokens -> tok_emb -> [ rmsnorm -> attention (RoPE) -> +res -> rmsnorm -> FFN -> +res ] x L
+ *          -> rmsnorm -> head -> cross-entropy
+ * Each FFN is a dense SwiGLU or an MoE block (config_is_moe_layer). The model owns its
+ * parameters, gradients and AdamW moments (one allocation each, laid out by the parameter
+ * table) and the activations of one micro-batch of up to B x T tokens.
+ */
+#ifndef MOE_MODEL_H
+#define MOE_MODEL_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "moe/moe_ops.h"
+#include "params.h"
+
+/* Activations of one block, kept from forward for backward. */
+typedef struct {
+    float *ln1;        /* (N, C) rmsnorm of the block input */
+    float *rstd1;      /* (N) */
+    float *q, *k, *v;  /* (N, C) after RoPE (q, k) */
+    float *att;        /* (B, H, T, T) attention probabilities */
+    float *atty;       /* (N, C) attention output before wo */
+    float *resid_mid;  /* (N, C) block input + attention branch */
+    float *ln2;        /* (N, C) */
+    float *rstd2;      /* (N) */
+    float *fg, *fu, *fh; /* (N, F) dense SwiGLU: gate, up, silu(gate) * up; NULL in MoE blocks */
+    MoeActs *moe;      /* MoE block activations; NULL in dense blocks */
+} BlockActs;
+
+typedef struct {
+    Config cfg;
+    ParamTable pt;
+    float *params, *grads, *m, *v; /* (pt.total) each; m, v are the AdamW moments */
+    ParamView w, g;                /* named views into params and grads */
+    int B, T;                      /* capacity of the activation buffers */
+    int n_moe;                     /* MoE blocks */
+    MoeHyper hp;
+
+    /* activations */
+    int *inputs, *targets;  /* (N) */
+    float **resid;          /* (L + 1) x (N, C): input of each block, resid[L] the last output */
+    BlockActs *blocks;      /* (L) */
+    float *lnf, *rstdf;     /* (N, C), (N) */
+    float *logits;          /* (N, V); probabilities after a forward with targets */
+    float *losses;          /* (N) per-token cross-entropy */
+
+    /* backward scratch */
+    float *dresid, *dmid, *dln, *dtmp, *dq, *dk, *dv, *datty; /* (N, C) */
+    float *dfg, *dfu, *dfh;  /* (N, F) */
+    float *dlogits;          /* (N, V) */
+    MoeScratch moe_scratch;
+
+    /* results of the last forward */
+    int N_last, B_last, T_last;
+    float loss;      /* mean cross-entropy (the language-model loss) */
+    float aux_loss;  /* mean over MoE blocks of the unscaled Switch loss (1 = balanced) */
+    float z_loss;    /* mean over MoE blocks of the unscaled z-loss */
+    int step;        /* optimizer steps taken */
+} Model;
+
+/* Allocate a model for config c with activations for B x T tokens; weights initialised from
+ * the config seed. */
+void model_init(Model *m, const Config *c, int B, int T);
+void model_free(Model *m);
+
+/* Forward over inputs (B, T) (T <= the T of model_init). With targets, computes the loss
+ * (Model.loss, aux_loss, z_loss) and leaves probabilities in logits; with targets NULL, leaves
+ * the logits. Returns the objective: loss + aux_coef * sum aux + z_coef * sum z. */
+float model_forward(Model *m, const int *inputs, const int *targets, int B, int T);
+
+/* Backward of the last forward (which must have had targets); gradients are ADDED to m->grads,
+ * with every loss term scaled by loss_scale (1 / accum for gradient accumulation). */
+void model_backward(Model *m, float loss_scale);
+
+void model_zero_grad(Model *m);
+
+/* Global L2 norm of the gradients (summed in a fixed order: deterministic). */
+float model_grad_norm(const Model *m);
+
+/* One AdamW step with learning rate lr on all parameters; increments m->step. Gradients are
+ * first multiplied by grad_scale (for clipping). */
+void model_adamw_step(Model *m, float lr, float grad_scale);
+
+/* Learning rate of step s (0-based): linear warm-up, then cosine down to min_lr * lr. */
+float lr_schedule(const Config *c, int step);
+
+/* Matrix-product FLOPs of one forward + backward pass over one token sequence batch
+ * (for reporting). */
+double model_flops_per_token(const Config *c, int T);
+
+#endif

@@ -1,0 +1,69 @@
+/*
+ * experts.c: E SwiGLU feed-forwards, each over its own contiguous slice of the slot buffer.
+ *
+ * After permutation, expert e owns rows [offsets[e], offsets[e+1]) of xe (S, C). Each expert
+ * is a plain dense SwiGLU on those S_e rows:
+ *
+ *   g = xe_e Wg[e]^T,  u = xe_e Wu[e]^T      (S_e, F)
+ *   h = silu(g) * u                          (S_e, F)
+ *   ye_e = h Wd[e]^T                         (S_e, C)
+ *
+ * so each weight costs one GEMM per expert over the whole slice (a "grouped GEMM" done as a
+ * loop of E calls). Experts with no rows are skipped: their outputs have no rows, and their
+ * weight gradients get nothing added.
+ *
+ * Accumulation rule (nn/ops.h): dWg, dWu, dWd are added to (+=); dxe is written (=).
+ */
+#include "moe/moe_ops.h"
+#include "nn/ops.h"
+
+/* last: through <complex.h> it defines the macro I, so no declaration below may use that name */
+#include <cblas.h>
+
+void experts_forward(float *ye, float *g, float *u, float *h, const float *xe, const float *Wg,
+                     const float *Wu, const float *Wd, const int *offsets, int E, int C, int F) {
+    /* ye (S, C), g, u, h (S, F), xe (S, C), Wg, Wu (E, F, C), Wd (E, C, F), offsets (E + 1) */
+    for (int e = 0; e < E; e++) {
+        int r0 = offsets[e], Se = offsets[e + 1] - offsets[e];
+        if (Se == 0) continue;
+        size_t rc = (size_t)r0 * C, rf = (size_t)r0 * F, wo = (size_t)e * F * C;
+        matmul_forward(g + rf, xe + rc, Wg + wo, Se, C, F);
+        matmul_forward(u + rf, xe + rc, Wu + wo, Se, C, F);
+        swiglu_forward(h + rf, g + rf, u + rf, Se, F);
+        matmul_forward(ye + rc, h + rf, Wd + wo, Se, F, C);
+    }
+}
+
+/* dx (N, in) += dy (N, out) . W (out, in): the input gradient of y = x W^T, ADDED to dx.
+ * matmul_backward writes dx; the expert input feeds two linears (g and u), whose input
+ * gradients must be summed without an extra (S, C) buffer, so the second one adds in place. */
+static void matmul_backward_dx_add(float *dx, const float *dy, const float *W, int N, int in,
+                                   int out) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, out, 1.0f, dy, out, W, in, 1.0f,
+                dx, in);
+}
+
+void experts_backward(float *dxe, float *dWg, float *dWu, float *dWd, float *dg, float *du,
+                      float *dh, const float *dye, const float *xe, const float *g, const float *u,
+                      const float *h, const float *Wg, const float *Wu, const float *Wd,
+                      const int *offsets, int E, int C, int F) {
+    /* dxe (S, C) written; dWg, dWu (E, F, C), dWd (E, C, F) accumulated; dg, du, dh (S, F)
+     * scratch; dye (S, C), xe (S, C), g, u, h (S, F), offsets (E + 1).
+     *
+     * Per expert e, in reverse of the forward:
+     *   ye = h Wd^T          dh = dye Wd,   dWd += dye^T h
+     *   h = silu(g) * u      dg, du from swiglu_backward
+     *   g = xe Wg^T          dxe  = dg Wg,  dWg += dg^T xe
+     *   u = xe Wu^T          dxe += du Wu,  dWu += du^T xe */
+    for (int e = 0; e < E; e++) {
+        int r0 = offsets[e], Se = offsets[e + 1] - offsets[e];
+        if (Se == 0) continue;
+        size_t rc = (size_t)r0 * C, rf = (size_t)r0 * F, wo = (size_t)e * F * C;
+        matmul_backward(dh + rf, dWd ? dWd + wo : NULL, dye + rc, h + rf, Wd + wo, Se, F, C);
+        swiglu_backward(dg + rf, du + rf, dh + rf, g + rf, u + rf, Se, F);
+        matmul_backward(dxe ? dxe + rc : NULL, dWg ? dWg + wo : NULL, dg + rf, xe + rc, Wg + wo,
+                        Se, C, F);
+        matmul_backward(NULL, dWu ? dWu + wo : NULL, du + rf, xe + rc, Wu + wo, Se, C, F);
+        if (dxe) matmul_backward_dx_add(dxe + rc, du + rf, Wu + wo, Se, C, F);
+    }
+}

@@ -1,0 +1,127 @@
+/*
+ * layer.c: the Mixture-of-Experts feed-forward block, forward and backward.
+ *
+ *   logits = x Wr^T (N, E) -> scores = softmax -> idx, w = top-k      (router.c)
+ *   aux_loss, z_loss of this routing, kept in MoeActs for the trainer (router.c)
+ *   plan = counting sort of idx by expert                             (permute.c)
+ *   xe = gather(x) (S, C) -> ye = experts(xe) (S, C)                  (permute.c, experts.c)
+ *   y = sum_k w[n,k] ye[slot(n,k)] (N, C)                             (permute.c)
+ *
+ * x reaches y along two paths: through the experts (the value) and through the router (the
+ * weights w, and the aux and z losses). The backward pass follows both and adds the two input
+ * gradients at the end.
+ *
+ * Accumulation rule (nn/ops.h): weight gradients in MoeGrads are added to (+=); dx is written.
+ */
+#include "moe/moe_ops.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/ops.h"
+#include "util.h"
+
+void moe_acts_alloc(MoeActs *a, const MoeHyper *hp, int N_max) {
+    size_t N = (size_t)N_max, S = N * hp->K;
+    memset(a, 0, sizeof(*a));
+    a->logits = floats_alloc(N * hp->E);
+    a->scores = floats_alloc(N * hp->E);
+    a->lse = floats_alloc(N);
+    a->idx = calloc_check(S + 1, sizeof(int));
+    a->w = floats_alloc(S);
+    dispatch_plan_alloc(&a->plan, N_max, hp->E, hp->K);
+    a->xe = floats_alloc(S * hp->C);
+    a->ye = floats_alloc(S * hp->C);
+    a->g = floats_alloc(S * hp->F);
+    a->u = floats_alloc(S * hp->F);
+    a->h = floats_alloc(S * hp->F);
+}
+
+void moe_acts_free(MoeActs *a) {
+    free(a->logits);
+    free(a->scores);
+    free(a->lse);
+    free(a->idx);
+    free(a->w);
+    dispatch_plan_free(&a->plan);
+    free(a->xe);
+    free(a->ye);
+    free(a->g);
+    free(a->u);
+    free(a->h);
+    memset(a, 0, sizeof(*a));
+}
+
+void moe_scratch_alloc(MoeScratch *s, const MoeHyper *hp, int N_max) {
+    size_t N = (size_t)N_max, S = N * hp->K;
+    s->dlogits = floats_alloc(N * hp->E);
+    s->dw = floats_alloc(S);
+    s->dxe = floats_alloc(S * hp->C);
+    s->dye = floats_alloc(S * hp->C);
+    s->dg = floats_alloc(S * hp->F);
+    s->du = floats_alloc(S * hp->F);
+    s->dh = floats_alloc(S * hp->F);
+    s->dx_router = floats_alloc(N * hp->C);
+}
+
+void moe_scratch_free(MoeScratch *s) {
+    free(s->dlogits);
+    free(s->dw);
+    free(s->dxe);
+    free(s->dye);
+    free(s->dg);
+    free(s->du);
+    free(s->dh);
+    free(s->dx_router);
+    memset(s, 0, sizeof(*s));
+}
+
+void moe_block_forward(float *y, MoeActs *a, const float *x, const MoeWeights *wt,
+                       const MoeHyper *hp, int N) {
+    /* y (N, C) written, x (N, C); a holds every intermediate for the backward pass. */
+    int C = hp->C, E = hp->E, K = hp->K, F = hp->F;
+    a->N = N;
+    matmul_forward(a->logits, x, wt->router, N, C, E);
+    router_softmax_forward(a->scores, a->lse, a->logits, N, E);
+    router_topk_forward(a->idx, a->w, a->scores, N, E, K, hp->renorm);
+    a->aux_loss = router_aux_loss(a->scores, a->idx, N, E, K);
+    a->z_loss = router_z_loss(a->lse, N);
+    dispatch_plan_build(&a->plan, a->idx, N);
+    permute_forward(a->xe, x, &a->plan, C);
+    experts_forward(a->ye, a->g, a->u, a->h, a->xe, wt->Wg, wt->Wu, wt->Wd, a->plan.offsets, E, C,
+                    F);
+    combine_forward(y, a->ye, a->w, &a->plan, C);
+}
+
+void moe_block_backward(float *dx, MoeGrads *gr, const float *dy, const MoeActs *a,
+                        const float *x, const MoeWeights *wt, const MoeHyper *hp,
+                        MoeScratch *s, float loss_scale) {
+    /* dx (N, C) written (may be NULL), dy (N, C), x (N, C); gr fields accumulated (each may be
+     * NULL, as may gr itself).
+     *
+     * The scalar being differentiated is
+     *   L = <dy, y> + loss_scale (aux_coef aux_loss + z_coef z_loss),
+     * so the aux and z gradients enter at the router with the same scaling as dy. */
+    int N = a->N, C = hp->C, E = hp->E, K = hp->K, F = hp->F;
+    float *gWr = gr ? gr->router : NULL, *gWg = gr ? gr->Wg : NULL;
+    float *gWu = gr ? gr->Wu : NULL, *gWd = gr ? gr->Wd : NULL;
+
+    /* expert path: y = combine(ye, w) -> ye = experts(xe) -> xe = gather(x) */
+    combine_backward(s->dye, s->dw, dy, a->ye, a->w, &a->plan, C);
+    experts_backward(dx ? s->dxe : NULL, gWg, gWu, gWd, s->dg, s->du, s->dh, s->dye, a->xe, a->g,
+                     a->u, a->h, wt->Wg, wt->Wu, wt->Wd, a->plan.offsets, E, C, F);
+    if (dx) permute_backward(dx, s->dxe, &a->plan, C);
+
+    /* router path: w, aux, z <- scores, lse <- logits = x Wr^T */
+    router_backward(s->dlogits, s->dw, a->scores, a->lse, a->idx, a->w, N, E, K, hp->renorm,
+                    hp->aux_coef * loss_scale, hp->z_coef * loss_scale);
+    matmul_backward(dx ? s->dx_router : NULL, gWr, s->dlogits, x, wt->router, N, C, E);
+
+    if (dx) {
+        /* x feeds both paths: dx = dx(experts) + dx(router), elementwise, one owner each */
+        size_t NC = (size_t)N * C;
+        const float *dr = s->dx_router;
+#pragma omp parallel for
+        for (size_t i = 0; i < NC; i++) dx[i] += dr[i];
+    }
+}

@@ -1,0 +1,136 @@
+/*
+ * attention.c: causal multi-head self-attention on already projected (and rotated) q, k, v.
+ *
+ * Layout: q, k, v, out are (B, T, C) with C = H * D; head h owns channels [h*D, (h+1)*D) of
+ * every token. For one batch row b and head h, with s = 1 / sqrt(D):
+ *
+ *   score[t][j] = s * q_t . k_j                 for j <= t (a token sees only its past)
+ *   p[t][j]     = softmax_j(score[t][j])        over j = 0..t
+ *   out_t       = sum_{j<=t} p[t][j] v_j
+ *
+ * att (B, H, T, T) stores p, with zeros above the diagonal, for the backward pass.
+ * The 1/sqrt(D) keeps the scores' variance near 1 whatever the head size, so the softmax
+ * does not saturate at initialization.
+ *
+ * Every (b, h) pair is independent and writes its own slice of out, att and the gradients,
+ * so the OpenMP loop runs over (b, h) and each sum is done by one thread in a fixed order.
+ *
+ * Accumulation rule (ops.h): attention has no parameters; dq, dk, dv are written.
+ */
+#include "nn/ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+void attention_forward(float *out, float *att, const float *q, const float *k, const float *v,
+                       int B, int T, int C, int H) {
+    /* out (B, T, C), att (B, H, T, T), q (B, T, C), k (B, T, C), v (B, T, C) */
+    int D = C / H;
+    float scale = 1.0f / sqrtf((float)D);
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < H; h++) {
+            const float *qb = q + (size_t)b * T * C + (size_t)h * D;
+            const float *kb = k + (size_t)b * T * C + (size_t)h * D;
+            const float *vb = v + (size_t)b * T * C + (size_t)h * D;
+            float *ob = out + (size_t)b * T * C + (size_t)h * D;
+            float *ab = att + ((size_t)b * H + h) * T * T;
+            for (int t = 0; t < T; t++) {
+                const float *qt = qb + (size_t)t * C;
+                float *p = ab + (size_t)t * T;
+                /* scores, then subtract the row max so exp() cannot overflow */
+                float maxv = -INFINITY;
+                for (int j = 0; j <= t; j++) {
+                    const float *kj = kb + (size_t)j * C;
+                    float dot = 0.0f;
+                    for (int d = 0; d < D; d++) dot += qt[d] * kj[d];
+                    p[j] = dot * scale;
+                    if (p[j] > maxv) maxv = p[j];
+                }
+                float sum = 0.0f;
+                for (int j = 0; j <= t; j++) {
+                    p[j] = expf(p[j] - maxv);
+                    sum += p[j];
+                }
+                float inv = 1.0f / sum;
+                for (int j = 0; j <= t; j++) p[j] *= inv;
+                for (int j = t + 1; j < T; j++) p[j] = 0.0f; /* the causal mask */
+                float *ot = ob + (size_t)t * C;
+                for (int d = 0; d < D; d++) ot[d] = 0.0f;
+                for (int j = 0; j <= t; j++) {
+                    const float *vj = vb + (size_t)j * C;
+                    for (int d = 0; d < D; d++) ot[d] += p[j] * vj[d];
+                }
+            }
+        }
+    }
+}
+
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *att,
+                        const float *q, const float *k, const float *v, int B, int T, int C,
+                        int H) {
+    /* dq, dk, dv (B, T, C), dout (B, T, C), att (B, H, T, T), q, k, v (B, T, C)
+     *
+     * forward: out_t = sum_j p[t][j] v_j,  p[t] = softmax(score[t]),  score[t][j] = s q_t . k_j
+     *   dv_j        = sum_{t>=j} p[t][j] dout_t
+     *   dp[t][j]    = dout_t . v_j
+     *   dscore[t][j] = p[t][j] (dp[t][j] - sum_i p[t][i] dp[t][i])    (softmax Jacobian)
+     *   dq_t        = s sum_{j<=t} dscore[t][j] k_j
+     *   dk_j        = s sum_{t>=j} dscore[t][j] q_t
+     * Masked entries have p = 0, hence dscore = 0: the mask needs no extra term. */
+    int D = C / H;
+    float scale = 1.0f / sqrtf((float)D);
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < H; h++) {
+            size_t head = (size_t)b * T * C + (size_t)h * D; /* offset of (b, t=0, h) */
+            const float *qb = q + head, *kb = k + head, *vb = v + head, *gb = dout + head;
+            const float *ab = att + ((size_t)b * H + h) * T * T;
+            /* dk and dv sum over later queries t, so their head slices start at zero */
+            for (int t = 0; t < T; t++) {
+                if (dk) memset(dk + head + (size_t)t * C, 0, (size_t)D * sizeof(float));
+                if (dv) memset(dv + head + (size_t)t * C, 0, (size_t)D * sizeof(float));
+            }
+            float *ds = malloc_check((size_t)T * sizeof(float)); /* dscore[t][0..t] */
+            for (int t = 0; t < T; t++) {
+                const float *p = ab + (size_t)t * T;
+                const float *gt = gb + (size_t)t * C;
+                const float *qt = qb + (size_t)t * C;
+                if (dv) {
+                    for (int j = 0; j <= t; j++) {
+                        float *dvj = dv + head + (size_t)j * C;
+                        for (int d = 0; d < D; d++) dvj[d] += p[j] * gt[d];
+                    }
+                }
+                if (!dq && !dk) continue;
+                float pdp = 0.0f; /* sum_i p[t][i] dp[t][i] */
+                for (int j = 0; j <= t; j++) {
+                    const float *vj = vb + (size_t)j * C;
+                    float dp = 0.0f;
+                    for (int d = 0; d < D; d++) dp += gt[d] * vj[d];
+                    ds[j] = dp;
+                    pdp += p[j] * dp;
+                }
+                for (int j = 0; j <= t; j++) ds[j] = p[j] * (ds[j] - pdp) * scale;
+                if (dq) {
+                    float *dqt = dq + head + (size_t)t * C;
+                    for (int d = 0; d < D; d++) dqt[d] = 0.0f;
+                    for (int j = 0; j <= t; j++) {
+                        const float *kj = kb + (size_t)j * C;
+                        for (int d = 0; d < D; d++) dqt[d] += ds[j] * kj[d];
+                    }
+                }
+                if (dk) {
+                    for (int j = 0; j <= t; j++) {
+                        float *dkj = dk + head + (size_t)j * C;
+                        for (int d = 0; d < D; d++) dkj[d] += ds[j] * qt[d];
+                    }
+                }
+            }
+            free(ds);
+        }
+    }
+}

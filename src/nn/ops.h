@@ -1,0 +1,71 @@
+/*
+ * ops.h: the dense transformer ops as forward/backward pairs.
+ *
+ * The plain C reference lives in one .c file per op (matmul.c, rmsnorm.c, attention.c,
+ * swiglu.c, crossentropy.c, adamw.c); a CUDA twin (.cu) implements the same names.
+ *
+ * Conventions used by every op:
+ *   - Argument order: outputs first, then inputs, then weights, then dimensions.
+ *   - Row-major float32. A linear layer's weight is W (OUT, IN): y = x W^T, like PyTorch.
+ *   - Dimension letters: B batch, T time, C channels, H heads, D head size (C / H),
+ *     N tokens (B*T), F hidden size of a feed-forward, V vocabulary.
+ *   - ACCUMULATION RULE for backward passes: parameter gradients are ADDED to (+=), so
+ *     micro-batches accumulate; activation gradients are WRITTEN (=). Callers that need to
+ *     sum two activation gradients (the residual stream) add them explicitly.
+ *   - Any gradient pointer may be NULL when that gradient is not wanted.
+ */
+#ifndef MOE_NN_OPS_H
+#define MOE_NN_OPS_H
+
+#include <stddef.h>
+
+/* ---- matmul: y (N, OUT) = x (N, IN) @ W (OUT, IN)^T ---------------------------------------------
+ * Backward: dx (N, IN) = dy @ W;  dW (OUT, IN) += dy^T @ x.
+ * (Not I and O: <complex.h>, pulled in by cblas.h, defines I as a macro.) */
+void matmul_forward(float *y, const float *x, const float *W, int N, int IN, int OUT);
+void matmul_backward(float *dx, float *dW, const float *dy, const float *x, const float *W,
+                     int N, int IN, int OUT);
+
+/* ---- rmsnorm: y = x / sqrt(mean(x^2) + eps) * w, per row of C ------------------------------
+ * rstd (N) saves 1/sqrt(mean(x^2) + eps) for the backward pass. */
+#define RMSNORM_EPS 1e-5f
+void rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, int N, int C);
+void rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
+                      const float *rstd, int N, int C);
+
+/* ---- rotary position embedding, applied in place to q or k laid out (B, T, H, D) ----------
+ * Pairs (2i, 2i+1) of each head are rotated by angle t * theta^(-2i/D). The backward pass is
+ * the rotation by the opposite angle, also in place on the gradient. */
+void rope_forward(float *x, int B, int T, int H, int D, float theta);
+void rope_backward(float *dx, int B, int T, int H, int D, float theta);
+
+/* ---- causal self-attention on projected, rotated q, k, v (each (B, T, C), heads (H, D)) -----
+ * out (B, T, C) = softmax(q k^T / sqrt(D) + causal mask) v, head by head.
+ * att (B, H, T, T) keeps the softmax probabilities for the backward pass (upper triangle 0). */
+void attention_forward(float *out, float *att, const float *q, const float *k, const float *v,
+                       int B, int T, int C, int H);
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *att,
+                        const float *q, const float *k, const float *v, int B, int T, int C, int H);
+
+/* ---- SwiGLU activation: h (N, F) = silu(g) * u, silu(g) = g * sigmoid(g) ------------------ */
+void swiglu_forward(float *h, const float *g, const float *u, int N, int F);
+void swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u,
+                     int N, int F);
+
+/* ---- cross-entropy over logits (N, V) with targets (N) -------------------------------------
+ * Forward writes per-token losses (N) (so the caller sums them in a fixed order, which keeps
+ * results deterministic) and overwrites probs (N, V) with the softmax.
+ * probs may alias logits (the softmax is then computed in place).
+ * Backward: dlogits (N, V) = (probs - onehot(target)) * scale, scale usually 1 / (N * accum). */
+void crossentropy_forward(float *losses, float *probs, const float *logits, const int *targets,
+                          int N, int V);
+void crossentropy_backward(float *dlogits, const float *probs, const int *targets, float scale,
+                           int N, int V);
+
+/* ---- AdamW on a flat slice of n parameters --------------------------------------------------
+ * m, v: first and second moment; step t >= 1 (bias correction); weight_decay is decoupled
+ * (p -= lr * wd * p) and the caller passes 0 for tensors that take no decay (norms). */
+void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int t);
+
+#endif

@@ -1,0 +1,54 @@
+/*
+ * rope.c: rotary position embedding (RoPE), in place on q or k laid out (B, T, H, D).
+ *
+ * Each head vector of D channels is read as D/2 pairs (x[2i], x[2i+1]), i.e. points in a
+ * plane, and pair i at position t is rotated by the angle
+ *
+ *   a(t, i) = t * theta^(-2i / D)
+ *
+ *   x'[2i]   = x[2i] cos a - x[2i+1] sin a
+ *   x'[2i+1] = x[2i] sin a + x[2i+1] cos a
+ *
+ * After rotating both q and k, q_t . k_s depends on the positions only through t - s, which
+ * is how attention learns relative positions. Low pairs (i near 0) turn fast, high pairs
+ * slowly, like the hands of a clock. D must be even.
+ *
+ * A rotation is orthogonal, so its transpose (the backward pass) is its inverse: the
+ * rotation by -a, applied in place to the gradient.
+ */
+#include "nn/ops.h"
+
+#include <math.h>
+
+/* Rotate every pair of x (B, T, H, D) by sign * a(t, i). The angle is computed in double:
+ * t * freq reaches thousands of radians at long context, where float loses the fraction. */
+static void rope_rotate(float *x, int B, int T, int H, int D, float theta, double sign) {
+    int half = D / 2;
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            for (int i = 0; i < half; i++) {
+                double freq = pow((double)theta, -2.0 * i / D);
+                double a = sign * t * freq;
+                float c = (float)cos(a), s = (float)sin(a);
+                for (int h = 0; h < H; h++) {
+                    float *p = x + (((size_t)b * T + t) * H + h) * D + 2 * i;
+                    float x0 = p[0], x1 = p[1];
+                    p[0] = x0 * c - x1 * s;
+                    p[1] = x0 * s + x1 * c;
+                }
+            }
+        }
+    }
+}
+
+void rope_forward(float *x, int B, int T, int H, int D, float theta) {
+    /* x (B, T, H, D), rotated in place */
+    rope_rotate(x, B, T, H, D, theta, 1.0);
+}
+
+void rope_backward(float *dx, int B, int T, int H, int D, float theta) {
+    /* dx (B, T, H, D): on entry dL/dx', on return dL/dx, in place.
+     * forward: x' = R(a) x, so dx = R(a)^T dx' = R(-a) dx' -- written (overwritten in place) */
+    rope_rotate(dx, B, T, H, D, theta, -1.0);
+}

@@ -1,0 +1,119 @@
+/* run.c: see run.h. */
+#include "run.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util.h"
+
+#ifndef MOE_GIT_COMMIT
+#define MOE_GIT_COMMIT "unknown"
+#endif
+
+int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+int make_dirs(const char *path, char *err, int errlen) {
+    char buf[MOE_PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
+        snprintf(err, (size_t)errlen, "path too long: %s", path);
+        return -1;
+    }
+    for (char *p = buf + 1;; p++) {
+        char saved = *p;
+        if (saved == '/' || saved == '\0') {
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+                snprintf(err, (size_t)errlen, "cannot create directory %s: %s", buf,
+                         strerror(errno));
+                return -1;
+            }
+            *p = saved;
+        }
+        if (saved == '\0') break;
+    }
+    return 0;
+}
+
+void run_path(char *out, size_t n, const char *dir, const char *file) {
+    if ((size_t)snprintf(out, n, "%s/%s", dir, file) >= n)
+        moe_input_error("path too long: %s/%s; use a shorter --out", dir, file);
+}
+
+static void cpu_model(char *out, size_t n) {
+    snprintf(out, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) == 0) {
+            char *colon = strchr(line, ':');
+            if (colon) {
+                snprintf(out, n, "%s", colon + 2);
+                out[strcspn(out, "\n")] = '\0';
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+void run_write_provenance(const char *dir, const Config *c, const Shard *train, const Shard *val,
+                          int threads, int resumed_at) {
+    char path[MOE_PATH_MAX + 32];
+    run_path(path, sizeof path, dir, "provenance.txt");
+    /* a resumed run appends, so the history of every segment is kept */
+    FILE *f = fopen_check(path, resumed_at > 0 ? "a" : "w");
+    struct utsname u;
+    uname(&u);
+    char cpu[256];
+    cpu_model(cpu, sizeof cpu);
+    time_t now = time(NULL);
+    char when[64];
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    fprintf(f, "started = %s\n", when);
+    if (resumed_at > 0) fprintf(f, "resumed_at_step = %d\n", resumed_at);
+    fprintf(f, "commit = %s\n", MOE_GIT_COMMIT);
+    fprintf(f, "data.train = %s crc32=%08x tokens=%llu\n", train->path, train->crc32,
+            (unsigned long long)train->n_tokens);
+    fprintf(f, "data.val = %s crc32=%08x tokens=%llu\n", val->path, val->crc32,
+            (unsigned long long)val->n_tokens);
+    fprintf(f, "seed = %llu\n", (unsigned long long)c->seed);
+    fprintf(f, "threads = %d\n", threads);
+    fprintf(f, "host = %s %s %s %s\n", u.nodename, u.sysname, u.release, u.machine);
+    fprintf(f, "cpu = %s\n", cpu);
+    fprintf(f, "cores_online = %ld\n\n", sysconf(_SC_NPROCESSORS_ONLN));
+    fclose(f);
+}
+
+FILE *csv_open(const char *dir, const char *file, const char *header, int keep_until_step) {
+    char path[MOE_PATH_MAX + 32];
+    run_path(path, sizeof path, dir, file);
+    if (keep_until_step >= 0 && file_exists(path)) {
+        /* keep the header and every row of a step <= keep_until_step */
+        FILE *in = fopen_check(path, "r");
+        char tmp[MOE_PATH_MAX + 40];
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        FILE *out = fopen_check(tmp, "w");
+        char line[16384];
+        int first = 1;
+        while (fgets(line, sizeof line, in)) {
+            if (first || atoi(line) <= keep_until_step) fputs(line, out);
+            first = 0;
+        }
+        fclose(in);
+        if (fclose(out) != 0 || rename(tmp, path) != 0)
+            moe_fatal("cannot rewrite %s: %s", path, strerror(errno));
+        return fopen_check(path, "a");
+    }
+    FILE *f = fopen_check(path, "w");
+    fprintf(f, "%s\n", header);
+    return f;
+}

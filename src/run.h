@@ -1,0 +1,34 @@
+/*
+ * run.h: the run directory and what it records.
+ *
+ *   runs/NAME/config.txt      every resolved setting (key = value)
+ *   runs/NAME/provenance.txt  commit, data shard checksums, seed, threads, machine
+ *   runs/NAME/train.csv       step,loss,aux_loss,z_loss,lr,grad_norm,tok_per_s,val_loss
+ *   runs/NAME/router.csv      step,layer,maxvio,cv,entropy,drop_frac,load_0..load_{E-1}
+ *   runs/NAME/domains.csv     step,layer,domain,expert,fraction (at every evaluation)
+ *   runs/NAME/ckpt.bin        the last checkpoint
+ */
+#ifndef MOE_RUN_H
+#define MOE_RUN_H
+
+#include <stdio.h>
+
+#include "config.h"
+#include "io/data.h"
+
+/* mkdir -p; returns 0 or -1 with a message. */
+int make_dirs(const char *path, char *err, int errlen);
+int file_exists(const char *path);
+
+void run_path(char *out, size_t n, const char *dir, const char *file);
+
+/* Write provenance.txt: commit, shard paths and CRC-32s, seed, threads, host and CPU. */
+void run_write_provenance(const char *dir, const Config *c, const Shard *train, const Shard *val,
+                          int threads, int resumed_at);
+
+/* Open a CSV for appending. When keep_until_step >= 0 the existing file is first cut back to
+ * its header and the rows whose first field (the step) is <= keep_until_step (a resumed run
+ * drops the rows written after its checkpoint); when the file is new, header is written. */
+FILE *csv_open(const char *dir, const char *file, const char *header, int keep_until_step);
+
+#endif

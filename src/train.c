@@ -1,0 +1,305 @@
+/* train.c: see train.h. */
+#include "train.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "checkpoint.h"
+#include "run.h"
+#include "util.h"
+
+int set_threads(int threads) {
+#ifdef _OPENMP
+    if (threads > 0) omp_set_num_threads(threads);
+    int n = omp_get_max_threads();
+#else
+    int n = 1;
+#endif
+    openblas_set_num_threads(n);
+    return n;
+}
+
+/* ---- evaluation --------------------------------------------------------------------------- */
+
+float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
+    const int B = m->B, T = m->T, N = B * T, K = m->cfg.top_k;
+    int *inputs = (int *)malloc_check((size_t)N * sizeof(int));
+    int *targets = (int *)malloc_check((size_t)N * sizeof(int));
+    uint8_t *domains = (uint8_t *)malloc_check((size_t)N);
+    double total = 0.0;
+    for (int i = 0; i < eval_batches; i++) {
+        loader_val_batch(val, B, T, i, inputs, targets, domains);
+        model_forward(m, inputs, targets, B, T);
+        total += m->loss;
+        if (!dc) continue;
+        for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
+            const MoeActs *a = m->blocks[l].moe;
+            if (!a) continue;
+            for (int n = 0; n < N; n++)
+                for (int k = 0; k < K; k++)
+                    dc->counts[((size_t)b * dc->n_domains + domains[n]) * dc->E + a->idx[n * K + k]] += 1.0;
+            b++;
+        }
+    }
+    free(inputs);
+    free(targets);
+    free(domains);
+    return (float)(total / eval_batches);
+}
+
+/* ---- router statistics of one optimizer step ------------------------------------------------
+ * Loads are averaged over the step's micro-batches, then MaxVio and CV are taken of the
+ * averaged load: the balance of the whole step's batch. */
+typedef struct {
+    int n_moe, E, micro;
+    double *load;     /* (n_moe, E) summed over micro-batches */
+    double *entropy;  /* (n_moe) */
+    double *drop;     /* (n_moe) */
+    float *tmp;       /* (E) */
+} RouterAccum;
+
+static void raccum_reset(RouterAccum *r) {
+    memset(r->load, 0, (size_t)r->n_moe * r->E * sizeof(double));
+    memset(r->entropy, 0, (size_t)r->n_moe * sizeof(double));
+    memset(r->drop, 0, (size_t)r->n_moe * sizeof(double));
+    r->micro = 0;
+}
+
+static void raccum_add(RouterAccum *r, const Model *m) {
+    const int N = m->N_last, K = m->cfg.top_k;
+    for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
+        const MoeActs *a = m->blocks[l].moe;
+        if (!a) continue;
+        RouterStats st;
+        router_stats(&st, r->tmp, a->scores, a->idx, N, r->E, K);
+        for (int e = 0; e < r->E; e++) r->load[b * r->E + e] += r->tmp[e];
+        r->entropy[b] += st.entropy;
+        r->drop[b] += 1.0 - (double)a->plan.S / ((double)N * K);
+        b++;
+    }
+    r->micro++;
+}
+
+static void raccum_write(const RouterAccum *r, const Model *m, FILE *f, int step) {
+    for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
+        if (!m->blocks[l].moe) continue;
+        double mean = 0.0, max = 0.0, var = 0.0;
+        for (int e = 0; e < r->E; e++) {
+            double x = r->load[b * r->E + e] / r->micro;
+            mean += x / r->E;
+            if (x > max) max = x;
+        }
+        for (int e = 0; e < r->E; e++) {
+            double d = r->load[b * r->E + e] / r->micro - mean;
+            var += d * d / r->E;
+        }
+        fprintf(f, "%d,%d,%.6f,%.6f,%.6f,%.6f", step, l, (max - mean) / mean, sqrt(var) / mean,
+                r->entropy[b] / r->micro, r->drop[b] / r->micro);
+        for (int e = 0; e < r->E; e++) fprintf(f, ",%.6f", r->load[b * r->E + e] / r->micro);
+        fputc('\n', f);
+        b++;
+    }
+}
+
+static void write_domains(FILE *f, const DomainCounts *dc, const Model *m, const Shard *val,
+                          int step) {
+    for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
+        if (!m->blocks[l].moe) continue;
+        for (int d = 0; d < dc->n_domains; d++) {
+            const double *row = &dc->counts[((size_t)b * dc->n_domains + d) * dc->E];
+            double total = 0.0;
+            for (int e = 0; e < dc->E; e++) total += row[e];
+            if (total == 0.0) continue; /* domain absent from the evaluated batches */
+            for (int e = 0; e < dc->E; e++)
+                fprintf(f, "%d,%d,%s,%d,%.6f\n", step, l, val->domain[d], e, row[e] / total);
+        }
+        b++;
+    }
+}
+
+/* ---- progress ----------------------------------------------------------------------------- */
+
+static void format_eta(char *out, size_t n, double seconds) {
+    int s = (int)(seconds + 0.5);
+    if (s >= 3600)
+        snprintf(out, n, "%dh%02dm", s / 3600, (s / 60) % 60);
+    else
+        snprintf(out, n, "%dm%02ds", s / 60, s % 60);
+}
+
+static void progress(const Config *c, int step, float loss, float val_loss, double tok_s,
+                     double elapsed, int start_step, int tty) {
+    char eta[32];
+    double per_step = elapsed / (double)(step - start_step);
+    format_eta(eta, sizeof eta, per_step * (c->steps - step));
+    char val[48] = "";
+    if (!isnan(val_loss)) snprintf(val, sizeof val, " | val %.4f", val_loss);
+    if (tty) {
+        fprintf(stderr, "\rstep %d/%d | loss %.4f%s | %.0f tok/s | ETA %s   ", step, c->steps,
+                loss, val, tok_s, eta);
+        if (step == c->steps) fputc('\n', stderr);
+        fflush(stderr);
+    } else if (step % c->log_every == 0 || step == c->steps || !isnan(val_loss)) {
+        printf("step %d/%d loss %.4f%s tok/s %.0f eta %s\n", step, c->steps, loss, val, tok_s,
+               eta);
+        fflush(stdout);
+    }
+}
+
+/* ---- the run ------------------------------------------------------------------------------ */
+
+static void load_shard_or_exit(Shard *s, const char *path, const char *key, int T) {
+    char err[1024];
+    if (shard_load(s, path, err, sizeof err) != 0) moe_input_error("%s: %s", key, err);
+    if (s->n_tokens < (uint64_t)T + 2)
+        moe_input_error("%s: %s holds %llu tokens, fewer than one window of model.seq_len + 1 = %d; "
+                        "use a larger shard or a smaller model.seq_len",
+                        key, path, (unsigned long long)s->n_tokens, T + 1);
+}
+
+int train_run(Config *c, const TrainOptions *o) {
+    char err[1024], ckpt_path[MOE_PATH_MAX + 32], path[MOE_PATH_MAX + 32];
+    run_path(ckpt_path, sizeof ckpt_path, o->out_dir, "ckpt.bin");
+    run_path(path, sizeof path, o->out_dir, "train.csv");
+    if (!o->resume && (file_exists(ckpt_path) || file_exists(path)))
+        moe_input_error("%s already holds a run; continue it with `moe train --resume %s`, or "
+                        "choose another --out (nothing was changed)",
+                        o->out_dir, o->out_dir);
+    if (o->resume && !file_exists(ckpt_path))
+        moe_input_error("--resume %s: no checkpoint %s to resume from; start the run without "
+                        "--resume",
+                        o->out_dir, ckpt_path);
+
+    const int B = c->batch, T = c->seq_len;
+    Shard train, val;
+    load_shard_or_exit(&train, c->train, "data.train", T);
+    load_shard_or_exit(&val, c->val, "data.val", T);
+
+    Model m;
+    model_init(&m, c, B, T);
+    Loader loader;
+    loader_init(&loader, &train, B, T, c->seed);
+    if (o->resume && checkpoint_load(&m, &loader.rng, ckpt_path, 1, err, sizeof err) != 0)
+        moe_input_error("%s", err);
+    const int start_step = m.step;
+    const int last = o->until > 0 && o->until < c->steps ? o->until : c->steps;
+    if (start_step >= last)
+        moe_input_error("%s is already at step %d of train.steps=%d; to train further, raise it "
+                        "(--set train.steps=N)",
+                        o->out_dir, start_step, c->steps);
+
+    if (make_dirs(o->out_dir, err, sizeof err) != 0) moe_input_error("--out: %s", err);
+    run_path(path, sizeof path, o->out_dir, "config.txt");
+    FILE *cf = fopen_check(path, "w");
+    config_write(c, cf);
+    fclose(cf);
+    const int threads = set_threads(c->threads);
+    run_write_provenance(o->out_dir, c, &train, &val, threads, start_step);
+
+    const int keep = o->resume ? start_step : -1;
+    FILE *ftrain = csv_open(o->out_dir, "train.csv",
+                            "step,loss,aux_loss,z_loss,lr,grad_norm,tok_per_s,val_loss", keep);
+    char header[8192];
+    int hl = snprintf(header, sizeof header, "step,layer,maxvio,cv,entropy,drop_frac");
+    for (int e = 0; e < c->num_experts && hl < (int)sizeof header - 16; e++)
+        hl += snprintf(header + hl, sizeof header - (size_t)hl, ",load_%d", e);
+    FILE *frouter = csv_open(o->out_dir, "router.csv", header, keep);
+    FILE *fdomains = csv_open(o->out_dir, "domains.csv", "step,layer,domain,expert,fraction", keep);
+
+    const int E = c->num_experts > 0 ? c->num_experts : 1;
+    RouterAccum ra = {.n_moe = m.n_moe, .E = E};
+    ra.load = (double *)calloc_check((size_t)m.n_moe * E + 1, sizeof(double));
+    ra.entropy = (double *)calloc_check((size_t)m.n_moe + 1, sizeof(double));
+    ra.drop = (double *)calloc_check((size_t)m.n_moe + 1, sizeof(double));
+    ra.tmp = floats_alloc((size_t)E);
+    DomainCounts dc = {.n_moe = m.n_moe, .n_domains = (int)val.n_domains, .E = E};
+    dc.counts = (double *)calloc_check((size_t)m.n_moe * val.n_domains * E + 1, sizeof(double));
+
+    int *inputs = (int *)malloc_check((size_t)B * T * sizeof(int));
+    int *targets = (int *)malloc_check((size_t)B * T * sizeof(int));
+    uint8_t *domains = (uint8_t *)malloc_check((size_t)B * T);
+    const int tty = !o->quiet && isatty(STDERR_FILENO);
+    printf("training %s: %d steps of %d x %d x %d tokens, %d threads%s\n", o->out_dir, c->steps,
+           c->accum, B, T, threads, o->resume ? " (resumed)" : "");
+    fflush(stdout);
+
+    const double t_start = now_seconds();
+    float last_loss = NAN, last_val = NAN;
+    for (int step = start_step; step < last; step++) {
+        const double t0 = now_seconds();
+        model_zero_grad(&m);
+        raccum_reset(&ra);
+        double loss = 0.0, aux = 0.0, z = 0.0;
+        for (int micro = 0; micro < c->accum; micro++) {
+            loader_next(&loader, inputs, targets, domains);
+            model_forward(&m, inputs, targets, B, T);
+            model_backward(&m, 1.0f / (float)c->accum);
+            loss += m.loss;
+            aux += m.aux_loss;
+            z += m.z_loss;
+            raccum_add(&ra, &m);
+        }
+        loss /= c->accum;
+        aux /= c->accum;
+        z /= c->accum;
+        if (!isfinite(loss))
+            moe_fatal("the loss became %f at step %d; lower train.lr or raise train.warmup "
+                      "(the last checkpoint in %s is intact)",
+                      loss, step + 1, o->out_dir);
+        const float norm = model_grad_norm(&m);
+        const float scale = (c->clip > 0.0f && norm > c->clip) ? c->clip / norm : 1.0f;
+        const float lr = lr_schedule(c, step);
+        model_adamw_step(&m, lr, scale);
+        const int s = m.step;
+        const double tok_s = (double)c->accum * B * T / (now_seconds() - t0);
+
+        float val_loss = NAN;
+        if (c->eval_every > 0 && (s % c->eval_every == 0 || s == c->steps)) {
+            memset(dc.counts, 0, (size_t)m.n_moe * val.n_domains * E * sizeof(double));
+            val_loss = evaluate(&m, &val, c->eval_batches, &dc);
+            write_domains(fdomains, &dc, &m, &val, s);
+            fflush(fdomains);
+            last_val = val_loss;
+        }
+        fprintf(ftrain, "%d,%.6f,%.6f,%.6f,%.6g,%.6f,%.1f,", s, loss, aux, z, lr, norm, tok_s);
+        if (!isnan(val_loss)) fprintf(ftrain, "%.6f", val_loss);
+        fputc('\n', ftrain);
+        raccum_write(&ra, &m, frouter, s);
+        last_loss = (float)loss;
+        if (!o->quiet)
+            progress(c, s, last_loss, val_loss, tok_s, now_seconds() - t_start, start_step, tty);
+
+        if ((c->ckpt_every > 0 && s % c->ckpt_every == 0) || s == last) {
+            fflush(ftrain);
+            fflush(frouter);
+            if (checkpoint_save(&m, &loader.rng, ckpt_path, err, sizeof err) != 0)
+                moe_fatal("saving the checkpoint failed: %s", err);
+        }
+    }
+    fclose(ftrain);
+    fclose(frouter);
+    fclose(fdomains);
+    printf("done: step %d, train loss %.4f, val loss %.4f (unigram entropy of the training data "
+           "%.4f nats), %.1f s; run directory %s\n",
+           m.step, last_loss, last_val, shard_unigram_entropy(&train), now_seconds() - t_start,
+           o->out_dir);
+
+    free(inputs);
+    free(targets);
+    free(domains);
+    free(ra.load);
+    free(ra.entropy);
+    free(ra.drop);
+    free(ra.tmp);
+    free(dc.counts);
+    model_free(&m);
+    shard_free(&train);
+    shard_free(&val);
+    return 0;
+}

@@ -1,0 +1,237 @@
+/*
+ * test_model.c: the whole model and its state.
+ *
+ *   - gradient check of the full objective (cross-entropy + aux + z losses) with respect to
+ *     every parameter tensor, for a dense model and an MoE model (with a dense first block);
+ *   - the parameter table: names, shapes, counts, one contiguous layout;
+ *   - gradient accumulation: two half-batches accumulate to the full batch's gradient;
+ *   - checkpoints: save + load restores the state exactly; a model of another shape is
+ *     refused with a message naming the difference.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "model.h"
+#include "testutil.h"
+
+static Config tiny_config(int num_experts) {
+    Config c;
+    config_defaults(&c);
+    c.d_model = 8;
+    c.n_layer = 2;
+    c.n_head = 2;
+    c.seq_len = 6;
+    c.d_ff = 12;
+    c.num_experts = num_experts;
+    c.top_k = 2;
+    c.d_expert = 6;
+    c.first_dense = num_experts ? 1 : 0;
+    c.aux_coef = 0.1f;
+    c.z_coef = 0.01f;
+    /* a larger init than training uses: bigger gradients are measured more precisely by
+     * float32 finite differences */
+    c.init_std = 0.3f;
+    c.seed = 7;
+    return c;
+}
+
+static void tokens(int *in, int *tg, int n, unsigned seed) {
+    Rng r;
+    rng_seed(&r, seed);
+    for (int i = 0; i < n; i++) {
+        in[i] = (int)rng_below(&r, MOE_VOCAB);
+        tg[i] = (int)rng_below(&r, MOE_VOCAB);
+    }
+}
+
+typedef struct {
+    Model *m;
+    const int *in, *tg;
+    int B, T;
+} ObjCtx;
+
+static double objective(void *p) {
+    ObjCtx *o = (ObjCtx *)p;
+    return model_forward(o->m, o->in, o->tg, o->B, o->T);
+}
+
+/* Same routing as the unperturbed forward? Finite differences are only meaningful where the
+ * discrete top-k choice does not change. */
+static void check_model_gradients(int num_experts) {
+    Config c = tiny_config(num_experts);
+    const int B = 2, T = 6, N = B * T;
+    Model m;
+    model_init(&m, &c, B, T);
+    if (num_experts) { /* spread the router scores so that no top-k choice is near a tie */
+        for (int l = 0; l < c.n_layer; l++)
+            if (m.w.layers[l].router)
+                for (int i = 0; i < c.num_experts * c.d_model; i++) m.w.layers[l].router[i] *= 6.0f;
+    }
+    int in[12], tg[12];
+    tokens(in, tg, N, 3);
+    model_zero_grad(&m);
+    model_forward(&m, in, tg, B, T);
+    model_backward(&m, 1.0f);
+    float *analytic = floats_alloc(m.pt.total);
+    memcpy(analytic, m.grads, m.pt.total * sizeof(float));
+
+    ObjCtx ctx = {&m, in, tg, B, T};
+    for (int i = 0; i < m.pt.n; i++) {
+        const ParamTensor *t = &m.pt.t[i];
+        char what[128];
+        snprintf(what, sizeof what, "%s model, d objective / d %s", num_experts ? "MoE" : "dense",
+                 t->name);
+        gradcheck(objective, &ctx, m.params + t->offset, analytic + t->offset, t->numel, 1e-2f,
+                  24, what);
+    }
+    /* the check above must have seen real gradients, not only zeros */
+    double norm = 0.0;
+    for (size_t j = 0; j < m.pt.total; j++) norm += fabs(analytic[j]);
+    ck_assert_msg(norm > 1.0, "gradients are suspiciously small (sum |g| = %g)", norm);
+    free(analytic);
+    model_free(&m);
+}
+
+START_TEST(test_dense_model_gradients) { check_model_gradients(0); }
+END_TEST
+
+START_TEST(test_moe_model_gradients) { check_model_gradients(4); }
+END_TEST
+
+START_TEST(test_param_table) {
+    Config c = tiny_config(4);
+    ParamTable pt;
+    params_table_build(&pt, &c);
+    /* block 0 dense (first_dense = 1), block 1 MoE */
+    ck_assert_int_ge(params_find(&pt, "layers.0.ffn.w_gate"), 0);
+    ck_assert_int_lt(params_find(&pt, "layers.0.moe.router"), 0);
+    int r = params_find(&pt, "layers.1.moe.router");
+    ck_assert_int_ge(r, 0);
+    ck_assert_int_eq(pt.t[r].shape[0], 4);
+    ck_assert_int_eq(pt.t[r].shape[1], 8);
+    int wg = params_find(&pt, "layers.1.moe.w_gate");
+    ck_assert_int_eq(pt.t[wg].ndim, 3);
+    ck_assert_int_eq(pt.t[wg].shape[1], 6); /* d_expert */
+    ck_assert_int_eq(pt.t[params_find(&pt, "layers.1.attn_norm")].decay, 0);
+    ck_assert_int_eq(pt.t[params_find(&pt, "layers.1.attn.wq")].decay, 1);
+    /* tensors tile the buffer in order */
+    size_t off = 0;
+    for (int i = 0; i < pt.n; i++) {
+        ck_assert_uint_eq(pt.t[i].offset, off);
+        off += pt.t[i].numel;
+    }
+    ck_assert_uint_eq(off, pt.total);
+    /* counts by hand: emb + head 2*256*8; per block 2 norms + 4 C^2; dense FFN 3*12*8;
+     * MoE router 4*8 + 4 experts * 3*6*8; final norm 8 */
+    size_t per_block = 2 * 8 + 4 * 64;
+    size_t total = 2 * 256 * 8 + 2 * per_block + 3 * 12 * 8 + 4 * 8 + 4 * 3 * 6 * 8 + 8;
+    ck_assert_uint_eq(params_count_total(&pt), total);
+    ck_assert_uint_eq(params_count_active(&pt, &c), total - 2 * 3 * 6 * 8); /* 2 of 4 experts */
+    params_table_free(&pt);
+}
+END_TEST
+
+START_TEST(test_accumulation_matches_full_batch) {
+    /* dense, so the batch split cannot change routing statistics (the aux loss is a batch
+     * statistic and is not additive across micro-batches) */
+    Config c = tiny_config(0);
+    c.init_std = 0.02f;
+    Model full, half;
+    model_init(&full, &c, 2, 6);
+    model_init(&half, &c, 1, 6);
+    int in[12], tg[12];
+    tokens(in, tg, 12, 11);
+    model_zero_grad(&full);
+    model_forward(&full, in, tg, 2, 6);
+    model_backward(&full, 1.0f);
+    model_zero_grad(&half);
+    for (int b = 0; b < 2; b++) {
+        model_forward(&half, in + 6 * b, tg + 6 * b, 1, 6);
+        model_backward(&half, 0.5f);
+    }
+    expect_close_arrays(half.grads, full.grads, full.pt.total, TOL_F32_ATOL, 1e-3f,
+                        "accumulated gradient vs full batch");
+    model_free(&full);
+    model_free(&half);
+}
+END_TEST
+
+START_TEST(test_checkpoint_round_trip_and_shape_check) {
+    char dir[] = "/tmp/moe_test_model_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof path, "%s/ckpt.bin", dir);
+    Config c = tiny_config(4);
+    Model a, b;
+    model_init(&a, &c, 2, 6);
+    int in[12], tg[12];
+    tokens(in, tg, 12, 5);
+    model_zero_grad(&a);
+    model_forward(&a, in, tg, 2, 6);
+    model_backward(&a, 1.0f);
+    model_adamw_step(&a, 1e-3f, 1.0f);
+    Rng rng, rng2;
+    rng_seed(&rng, 99);
+    char err[1024];
+    ck_assert_int_eq(checkpoint_save(&a, &rng, path, err, sizeof err), 0);
+
+    Config stored;
+    ck_assert_int_eq(checkpoint_config(path, &stored, err, sizeof err), 0);
+    char why[256];
+    ck_assert_int_eq(config_same_shape(&stored, &c, why, sizeof why), 1);
+    ck_assert_float_eq(stored.aux_coef, c.aux_coef);
+
+    model_init(&b, &stored, 2, 6);
+    ck_assert_int_eq(checkpoint_load(&b, &rng2, path, 1, err, sizeof err), 0);
+    ck_assert_int_eq(b.step, 1);
+    ck_assert_int_eq(memcmp(a.params, b.params, a.pt.total * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(a.m, b.m, a.pt.total * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(a.v, b.v, a.pt.total * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(&rng, &rng2, sizeof rng), 0);
+    model_free(&b);
+
+    /* another shape: refused, naming the setting */
+    Config other = c;
+    other.d_model = 16;
+    model_init(&b, &other, 2, 6);
+    ck_assert_int_eq(checkpoint_load(&b, NULL, path, 0, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "d_model") != NULL, "message should name d_model: %s", err);
+    model_free(&b);
+    model_free(&a);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+START_TEST(test_lr_schedule) {
+    Config c;
+    config_defaults(&c);
+    c.lr = 1.0f;
+    c.min_lr = 0.1f;
+    c.warmup = 10;
+    c.steps = 110;
+    expect_close(lr_schedule(&c, 0), 0.1f, 1e-6f, 0, "first warm-up step");
+    expect_close(lr_schedule(&c, 9), 1.0f, 1e-6f, 0, "end of warm-up");
+    expect_close(lr_schedule(&c, 60), 0.55f, 1e-5f, 0, "half-way down the cosine");
+    expect_close(lr_schedule(&c, 110), 0.1f, 1e-6f, 0, "end of the cosine");
+}
+END_TEST
+
+static Suite *model_suite(void) {
+    Suite *s = suite_create("model");
+    TCase *tc = tcase_create("model");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_param_table);
+    tcase_add_test(tc, test_dense_model_gradients);
+    tcase_add_test(tc, test_moe_model_gradients);
+    tcase_add_test(tc, test_accumulation_matches_full_batch);
+    tcase_add_test(tc, test_checkpoint_round_trip_and_shape_check);
+    tcase_add_test(tc, test_lr_schedule);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TEST_MAIN(model_suite)

@@ -1,0 +1,583 @@
+/*
+ * test_moe.c: the Mixture-of-Experts block, piece by piece and whole.
+ *
+ * Hand-made routing cases pin down the discrete parts (top-k order and ties, the dispatch
+ * plan, empty experts, the loss and statistics values); finite-difference gradient checks
+ * cover every backward pass; and a block with K = E (every token to every expert) is compared
+ * with a plain per-token computation, sum_e p_e SwiGLU_e(x).
+ *
+ * Gradient checks through top-k only make sense while a perturbation of 1e-3 cannot change
+ * which experts are chosen (top-k is piecewise constant). Each such check therefore uses
+ * well-separated logits, asserts the separation up front, and asserts inside the scalar
+ * function that the routing did not change.
+ */
+#include <string.h>
+
+#include "moe/moe_ops.h"
+#include "nn/ops.h"
+#include "testutil.h"
+#include "util.h"
+
+#define EPS 1e-3f /* finite-difference step */
+
+/* forward values against hand-computed ones: the float32 tolerance of testutil.h */
+#define CLOSE(got, want, what) expect_close((got), (want), TOL_F32_ATOL, TOL_F32_RTOL, (what))
+#define CLOSE_ARRAYS(got, want, n, what)                                                         \
+    expect_close_arrays((got), (want), (n), TOL_F32_ATOL, TOL_F32_RTOL, (what))
+
+static double dot_d(const float *a, const float *b, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+static float max_abs(const float *a, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) m = fabsf(a[i]) > m ? fabsf(a[i]) : m;
+    return m;
+}
+
+/* Expert weights Wg, Wu (E, F, C) and Wd (E, C, F), uniform in [-0.5, 0.5). */
+static void fill_experts(float *Wg, float *Wu, float *Wd, int E, int F, int C, unsigned seed) {
+    fill_uniform(Wg, (size_t)E * F * C, 0.5f, seed);
+    fill_uniform(Wu, (size_t)E * F * C, 0.5f, seed + 1);
+    fill_uniform(Wd, (size_t)E * C * F, 0.5f, seed + 2);
+}
+
+/* Smallest gap between any two logits of one token: top-k (and its order) cannot change
+ * under a perturbation that moves every logit by less than half of it. */
+static float min_logit_gap(const float *logits, int N, int E) {
+    float gap = INFINITY;
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < E; i++)
+            for (int j = i + 1; j < E; j++) {
+                float d = fabsf(logits[n * E + i] - logits[n * E + j]);
+                gap = d < gap ? d : gap;
+            }
+    return gap;
+}
+
+/* ---- router: top-k, losses, statistics ---------------------------------------------------- */
+
+START_TEST(test_topk_order_ties_renorm) {
+    enum { N = 4, E = 5 };
+    const float scores[N * E] = {
+        0.10f, 0.30f, 0.30f, 0.25f, 0.05f, /* tie 1 vs 2 -> 1 first */
+        0.20f, 0.20f, 0.20f, 0.20f, 0.20f, /* all tied -> lowest indices */
+        0.05f, 0.05f, 0.10f, 0.40f, 0.40f, /* tie at the top, then 2 */
+        0.10f, 0.20f, 0.30f, 0.40f, 0.00f, /* descending order 3, 2, 1 */
+    };
+    const int want3[N * 3] = {1, 2, 3, 0, 1, 2, 3, 4, 2, 3, 2, 1};
+    const int want2[N * 2] = {1, 2, 0, 1, 3, 4, 3, 2};
+    int idx[N * 3];
+    float w[N * 3];
+
+    router_topk_forward(idx, w, scores, N, E, 3, 0);
+    for (int j = 0; j < N * 3; j++) ck_assert_int_eq(idx[j], want3[j]);
+    for (int j = 0; j < N * 3; j++) /* without renorm the weights are the scores */
+        ck_assert_float_eq(w[j], scores[(j / 3) * E + idx[j]]);
+
+    router_topk_forward(idx, w, scores, N, E, 3, 1);
+    for (int j = 0; j < N * 3; j++) ck_assert_int_eq(idx[j], want3[j]);
+    for (int n = 0; n < N; n++)
+        CLOSE(w[n * 3] + w[n * 3 + 1] + w[n * 3 + 2], 1.0f, "renormalised weights sum to 1");
+    CLOSE(w[2], 0.25f / 0.85f, "renorm weight of expert 3");
+
+    router_topk_forward(idx, w, scores, N, E, 2, 1);
+    for (int j = 0; j < N * 2; j++) ck_assert_int_eq(idx[j], want2[j]);
+    CLOSE(w[6], 0.4f / 0.7f, "renorm weight, last row");
+}
+END_TEST
+
+START_TEST(test_softmax_and_z_loss) {
+    enum { N = 4, E = 2 };
+    const float logits[N * E] = {0.0f, logf(3.0f), 1.0f, 1.0f, 1000.0f, 1000.0f, -1000.0f, 0.0f};
+    const float want_p[N * E] = {0.25f, 0.75f, 0.5f, 0.5f, 0.5f, 0.5f, 0.0f, 1.0f};
+    const float want_lse[N] = {logf(4.0f), 1.0f + logf(2.0f), 1000.0f + logf(2.0f), 0.0f};
+    float p[N * E], lse[N];
+    router_softmax_forward(p, lse, logits, N, E);
+    CLOSE_ARRAYS(p, want_p, N * E, "softmax scores");
+    CLOSE_ARRAYS(lse, want_lse, N, "logsumexp (large logits)");
+    /* z-loss over the first two tokens: (ln(4)^2 + (1 + ln 2)^2) / 2 */
+    double l4 = log(4.0), l2 = 1.0 + log(2.0);
+    CLOSE(router_z_loss(lse, 2), (l4 * l4 + l2 * l2) / 2.0, "z-loss");
+}
+END_TEST
+
+START_TEST(test_aux_loss_balanced_and_collapsed) {
+    enum { N = 4, E = 4 };
+    float uniform[N * E];
+    for (int i = 0; i < N * E; i++) uniform[i] = 0.25f;
+    const int balanced2[N * 2] = {0, 1, 2, 3, 1, 0, 3, 2}; /* every expert twice */
+    ck_assert_float_eq(router_aux_loss(uniform, balanced2, N, E, 2), 1.0f);
+    const int balanced1[N] = {3, 1, 0, 2};
+    ck_assert_float_eq(router_aux_loss(uniform, balanced1, N, E, 1), 1.0f);
+
+    /* with f uniform, aux = E sum_i (1/E) P_i = sum_i P_i = 1 whatever the scores */
+    float logits[N * E], scores[N * E], lse[N];
+    fill_uniform(logits, N * E, 2.0f, 11);
+    router_softmax_forward(scores, lse, logits, N, E);
+    CLOSE(router_aux_loss(scores, balanced2, N, E, 2), 1.0f, "aux, balanced, any scores");
+
+    /* collapsed: every token to expert 0 with score 0.7 -> aux = E * 1 * 0.7 = 2.8 */
+    float collapsed[N * E];
+    for (int n = 0; n < N; n++) {
+        collapsed[n * E] = 0.7f;
+        for (int e = 1; e < E; e++) collapsed[n * E + e] = 0.1f;
+    }
+    const int all0[N] = {0, 0, 0, 0};
+    float aux = router_aux_loss(collapsed, all0, N, E, 1);
+    ck_assert(aux > 1.0f);
+    CLOSE(aux, 2.8f, "aux loss, collapsed routing");
+}
+END_TEST
+
+START_TEST(test_router_stats_hand) {
+    enum { N = 4, E = 4 };
+    /* per-token entropies: ln 4, ln 2, 0, 1.5 ln 2 -> mean 1.125 ln 2 */
+    const float scores[N * E] = {0.25f, 0.25f, 0.25f, 0.25f, 0.5f, 0.5f,  0.0f,  0.0f,
+                                 1.0f,  0.0f,  0.0f,  0.0f,  0.5f, 0.25f, 0.25f, 0.0f};
+    const int idx[N] = {0, 0, 0, 1}; /* loads 0.75, 0.25, 0, 0 */
+    const float want_load[E] = {0.75f, 0.25f, 0.0f, 0.0f};
+    RouterStats st;
+    float load[E];
+    router_stats(&st, load, scores, idx, N, E, 1);
+    CLOSE_ARRAYS(load, want_load, E, "load");
+    /* mean 0.25: maxvio = 0.5 / 0.25; std = sqrt((0.25 + 0 + 0.0625 * 2) / 4) = sqrt(0.09375) */
+    CLOSE(st.maxvio, 2.0f, "maxvio");
+    CLOSE(st.cv, sqrt(1.5), "cv");
+    CLOSE(st.entropy, 1.125 * log(2.0), "entropy");
+    ck_assert_float_eq(st.drop_frac, 0.0f);
+
+    const int even[N] = {2, 0, 3, 1};
+    router_stats(&st, load, scores, even, N, E, 1);
+    ck_assert_float_eq(st.maxvio, 0.0f);
+    ck_assert_float_eq(st.cv, 0.0f);
+}
+END_TEST
+
+/* ---- dispatch plan, permute, combine ----------------------------------------------------- */
+
+/* Five tokens, two experts each, four experts; expert 3 gets nothing. */
+enum { PN = 5, PK = 2, PE = 4 };
+static const int plan_idx[PN * PK] = {2, 0, 0, 1, 2, 1, 0, 2, 1, 0};
+/* by hand: expert 0 takes (0,1) (1,0) (3,0) (4,1), expert 1 (1,1) (2,1) (4,0), expert 2 the rest */
+static const int plan_slot[PN * PK] = {7, 0, 1, 4, 8, 5, 2, 9, 6, 3};
+static const int plan_slot_token[PN * PK] = {0, 1, 3, 4, 1, 2, 4, 0, 2, 3};
+
+START_TEST(test_plan_hand_and_permutation) {
+    DispatchPlan p;
+    dispatch_plan_alloc(&p, PN, PE, PK);
+    dispatch_plan_build(&p, plan_idx, PN);
+    const int counts[PE] = {4, 3, 3, 0};
+    const int offsets[PE + 1] = {0, 4, 7, 10, 10};
+    ck_assert_int_eq(p.S, PN * PK);
+    for (int e = 0; e < PE; e++) ck_assert_int_eq(p.counts[e], counts[e]);
+    for (int e = 0; e <= PE; e++) ck_assert_int_eq(p.offsets[e], offsets[e]);
+    for (int j = 0; j < PN * PK; j++) ck_assert_int_eq(p.slot[j], plan_slot[j]);
+    for (int s = 0; s < PN * PK; s++) ck_assert_int_eq(p.slot_token[s], plan_slot_token[s]);
+    dispatch_plan_free(&p);
+
+    /* random routing: slots form a permutation, each slice is in token order */
+    enum { N = 37, K = 3, E = 7 };
+    int idx[N * K], seen[N * K];
+    Rng r;
+    rng_seed(&r, 5);
+    for (int n = 0; n < N; n++) { /* a + k b mod E, E prime, 0 < b < E: K distinct experts */
+        int a = (int)rng_below(&r, E), b = 1 + (int)rng_below(&r, E - 1);
+        for (int k = 0; k < K; k++) idx[n * K + k] = (a + k * b) % E;
+    }
+    dispatch_plan_alloc(&p, N, E, K);
+    dispatch_plan_build(&p, idx, N);
+    ck_assert_int_eq(p.S, N * K);
+    memset(seen, 0, sizeof(seen));
+    for (int j = 0; j < N * K; j++) {
+        int s = p.slot[j];
+        ck_assert(s >= 0 && s < N * K);
+        seen[s]++;
+        ck_assert_int_eq(p.slot_token[s], j / K);
+        ck_assert(s >= p.offsets[idx[j]] && s < p.offsets[idx[j] + 1]);
+    }
+    for (int s = 0; s < N * K; s++) ck_assert_int_eq(seen[s], 1);
+    for (int e = 0; e < E; e++)
+        for (int s = p.offsets[e] + 1; s < p.offsets[e + 1]; s++)
+            ck_assert_int_lt(p.slot_token[s - 1], p.slot_token[s]);
+    dispatch_plan_free(&p);
+}
+END_TEST
+
+START_TEST(test_permute_combine_forward_and_drop) {
+    enum { C = 2, S = PN * PK };
+    DispatchPlan p;
+    dispatch_plan_alloc(&p, PN, PE, PK);
+    dispatch_plan_build(&p, plan_idx, PN);
+    float x[PN * C], xe[S * C], ye[S * C], w[PN * PK], y[PN * C], want[PN * C];
+    for (int n = 0; n < PN; n++) {
+        x[n * C] = (float)n;
+        x[n * C + 1] = 10.0f * n;
+    }
+    permute_forward(xe, x, &p, C);
+    for (int s = 0; s < S; s++) {
+        ck_assert_float_eq(xe[s * C], (float)plan_slot_token[s]);
+        ck_assert_float_eq(xe[s * C + 1], 10.0f * plan_slot_token[s]);
+    }
+
+    for (int s = 0; s < S; s++) {
+        ye[s * C] = (float)s;
+        ye[s * C + 1] = -2.0f * s;
+    }
+    for (int j = 0; j < PN * PK; j++) w[j] = 0.1f * (j + 1);
+    const int *slot = plan_slot;
+    combine_forward(y, ye, w, &p, C);
+    for (int n = 0; n < PN; n++) {
+        int s0 = slot[n * PK], s1 = slot[n * PK + 1];
+        want[n * C] = w[n * PK] * s0 + w[n * PK + 1] * s1;
+        want[n * C + 1] = -2.0f * (w[n * PK] * s0 + w[n * PK + 1] * s1);
+    }
+    CLOSE_ARRAYS(y, want, PN * C, "combine");
+
+    /* a dropped assignment (capacity mode: slot -1) contributes nothing and gets dw = 0 */
+    p.slot[1 * PK + 1] = -1; /* token 1's second expert */
+    combine_forward(y, ye, w, &p, C);
+    CLOSE(y[1 * C], w[1 * PK] * slot[1 * PK], "combine skips a dropped assignment");
+    float dy[PN * C], dye[S * C], dw[PN * PK], dx[PN * C];
+    for (int i = 0; i < PN * C; i++) dy[i] = 1.0f;
+    for (int i = 0; i < S * C; i++) dye[i] = 0.0f;
+    dw[1 * PK + 1] = 99.0f;
+    combine_backward(dye, dw, dy, ye, w, &p, C);
+    ck_assert_float_eq(dw[1 * PK + 1], 0.0f);
+    ck_assert_float_eq(dye[slot[1 * PK + 1] * C], 0.0f); /* its slot gets no gradient */
+    for (int i = 0; i < S * C; i++) xe[i] = 1.0f;       /* dxe = 1 everywhere */
+    permute_backward(dx, xe, &p, C);
+    ck_assert_float_eq(dx[1 * C], 1.0f); /* token 1: one kept slot */
+    ck_assert_float_eq(dx[0], 2.0f);     /* token 0: two kept slots */
+    dispatch_plan_free(&p);
+}
+END_TEST
+
+/* An expert with no tokens: empty slice, nothing written past the used slots, no weight
+ * gradient; the other experts' rows match a per-row dense SwiGLU with their own weights. */
+START_TEST(test_expert_without_tokens) {
+    enum { E = 3, C = 4, F = 3, S = 5, SPARE = 2 };
+    const int idx[S] = {2, 0, 2, 0, 2}; /* N = 5 tokens, K = 1, expert 1 unused */
+    DispatchPlan p;
+    dispatch_plan_alloc(&p, S, E, 1);
+    dispatch_plan_build(&p, idx, S);
+    ck_assert_int_eq(p.counts[1], 0);
+    ck_assert_int_eq(p.offsets[1], p.offsets[2]);
+
+    const float sentinel = 12345.0f;
+    float x[S * C], xe[S * C], Wg[E * F * C], Wu[E * F * C], Wd[E * C * F];
+    float ye[(S + SPARE) * C], g[(S + SPARE) * F], u[(S + SPARE) * F], h[(S + SPARE) * F];
+    fill_uniform(x, S * C, 1.0f, 1);
+    fill_experts(Wg, Wu, Wd, E, F, C, 2);
+    for (int i = 0; i < (S + SPARE) * C; i++) ye[i] = sentinel;
+    for (int i = 0; i < (S + SPARE) * F; i++) g[i] = u[i] = h[i] = sentinel;
+    permute_forward(xe, x, &p, C);
+    experts_forward(ye, g, u, h, xe, Wg, Wu, Wd, p.offsets, E, C, F);
+    for (int i = S * C; i < (S + SPARE) * C; i++) ck_assert_float_eq(ye[i], sentinel);
+    for (int i = S * F; i < (S + SPARE) * F; i++) ck_assert_float_eq(h[i], sentinel);
+
+    for (int s = 0; s < S; s++) { /* row s against a dense SwiGLU with its expert's weights */
+        int n = p.slot_token[s], e = idx[n];
+        float gg[F], uu[F], hh[F], want[C];
+        matmul_forward(gg, x + n * C, Wg + e * F * C, 1, C, F);
+        matmul_forward(uu, x + n * C, Wu + e * F * C, 1, C, F);
+        swiglu_forward(hh, gg, uu, 1, F);
+        matmul_forward(want, hh, Wd + e * C * F, 1, F, C);
+        CLOSE_ARRAYS(ye + s * C, want, C, "expert row");
+    }
+
+    float dye[S * C], dxe[S * C], dg[S * F], du[S * F], dh[S * F];
+    float dWg[E * F * C] = {0}, dWu[E * F * C] = {0}, dWd[E * C * F] = {0};
+    fill_uniform(dye, S * C, 1.0f, 5);
+    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, p.offsets, E,
+                     C, F);
+    for (int i = 0; i < F * C; i++) {
+        ck_assert_float_eq(dWg[1 * F * C + i], 0.0f);
+        ck_assert_float_eq(dWu[1 * F * C + i], 0.0f);
+        ck_assert_float_eq(dWd[1 * C * F + i], 0.0f);
+    }
+    ck_assert(max_abs(dWg, F * C) > 0.0f && max_abs(dWd + 2 * C * F, C * F) > 0.0f);
+    dispatch_plan_free(&p);
+}
+END_TEST
+
+/* ---- gradient checks -------------------------------------------------------------------- */
+
+typedef struct {
+    int N, E, K, renorm;
+    float *logits, *scores, *lse, *w, *dw;
+    int *idx, *idx0;
+    float aux_scale, z_scale;
+} RouterCtx;
+
+/* L = sum dw * w + aux_scale * aux + z_scale * z, as a function of the logits */
+static double router_loss(void *vc) {
+    RouterCtx *c = vc;
+    router_softmax_forward(c->scores, c->lse, c->logits, c->N, c->E);
+    router_topk_forward(c->idx, c->w, c->scores, c->N, c->E, c->K, c->renorm);
+    for (int j = 0; j < c->N * c->K; j++)
+        ck_assert_msg(c->idx[j] == c->idx0[j], "routing changed under perturbation");
+    return dot_d(c->dw, c->w, (size_t)c->N * c->K) +
+           c->aux_scale * (double)router_aux_loss(c->scores, c->idx, c->N, c->E, c->K) +
+           c->z_scale * (double)router_z_loss(c->lse, c->N);
+}
+
+START_TEST(test_router_backward_gradcheck) {
+    enum { N = 6, E = 5, K = 2 };
+    float logits[N * E], scores[N * E], lse[N], w[N * K], dw[N * K], dl[N * E], noise[N * E];
+    int idx[N * K], idx0[N * K];
+    /* logits 0.6 apart (a different order per token) plus noise below 0.1 */
+    fill_uniform(noise, N * E, 0.1f, 21);
+    for (int n = 0; n < N; n++)
+        for (int e = 0; e < E; e++)
+            logits[n * E + e] = 0.6f * ((2 * e + n) % E) - 1.2f + noise[n * E + e];
+    ck_assert(min_logit_gap(logits, N, E) > 0.3f);
+    fill_uniform(dw, N * K, 1.0f, 22);
+    for (int renorm = 0; renorm <= 1; renorm++) {
+        RouterCtx c = {N, E, K, renorm, logits, scores, lse, w, dw, idx, idx0, 0.7f, 0.3f};
+        router_softmax_forward(scores, lse, logits, N, E);
+        router_topk_forward(idx0, w, scores, N, E, K, renorm);
+        router_backward(dl, dw, scores, lse, idx0, w, N, E, K, renorm, c.aux_scale, c.z_scale);
+        gradcheck(router_loss, &c, logits, dl, N * E, EPS, N * E,
+                  renorm ? "router dlogits (renorm)" : "router dlogits (no renorm)");
+    }
+}
+END_TEST
+
+typedef struct {
+    const DispatchPlan *p;
+    int C;
+    float *x, *xe, *ye, *w, *y, *R, *Re;
+} PermCtx;
+
+static double combine_loss(void *vc) { /* L = sum y * R, y = combine(ye, w) */
+    PermCtx *c = vc;
+    combine_forward(c->y, c->ye, c->w, c->p, c->C);
+    return dot_d(c->y, c->R, (size_t)c->p->N * c->C);
+}
+
+static double permute_loss(void *vc) { /* L = sum xe * Re, xe = gather(x) */
+    PermCtx *c = vc;
+    permute_forward(c->xe, c->x, c->p, c->C);
+    return dot_d(c->xe, c->Re, (size_t)c->p->S * c->C);
+}
+
+START_TEST(test_combine_permute_gradcheck) {
+    enum { C = 3, S = PN * PK };
+    DispatchPlan p;
+    dispatch_plan_alloc(&p, PN, PE, PK);
+    dispatch_plan_build(&p, plan_idx, PN);
+    float x[PN * C], xe[S * C], ye[S * C], w[PN * PK], y[PN * C], R[PN * C], Re[S * C];
+    float dye[S * C], dw[PN * PK], dx[PN * C];
+    fill_uniform(x, PN * C, 1.0f, 31);
+    fill_uniform(ye, S * C, 1.0f, 32);
+    fill_uniform(w, PN * PK, 1.0f, 33);
+    fill_uniform(R, PN * C, 1.0f, 34);
+    fill_uniform(Re, S * C, 1.0f, 35);
+    PermCtx c = {&p, C, x, xe, ye, w, y, R, Re};
+    combine_backward(dye, dw, R, ye, w, &p, C);
+    gradcheck(combine_loss, &c, ye, dye, S * C, EPS, S * C, "combine dye");
+    gradcheck(combine_loss, &c, w, dw, PN * PK, EPS, PN * PK, "combine dw");
+    permute_backward(dx, Re, &p, C);
+    gradcheck(permute_loss, &c, x, dx, PN * C, EPS, PN * C, "permute dx");
+    dispatch_plan_free(&p);
+}
+END_TEST
+
+typedef struct {
+    const int *offsets;
+    int E, C, F, S;
+    float *xe, *Wg, *Wu, *Wd, *ye, *g, *u, *h, *R;
+} ExpertsCtx;
+
+static double experts_loss(void *vc) { /* L = sum ye * R */
+    ExpertsCtx *c = vc;
+    experts_forward(c->ye, c->g, c->u, c->h, c->xe, c->Wg, c->Wu, c->Wd, c->offsets, c->E, c->C,
+                    c->F);
+    return dot_d(c->ye, c->R, (size_t)c->S * c->C);
+}
+
+START_TEST(test_experts_gradcheck) {
+    enum { E = 3, C = 6, F = 5, S = 7 };
+    const int offsets[E + 1] = {0, 3, 3, 7}; /* expert 1 has no rows */
+    float xe[S * C], Wg[E * F * C], Wu[E * F * C], Wd[E * C * F], ye[S * C], R[S * C];
+    float g[S * F], u[S * F], h[S * F], dg[S * F], du[S * F], dh[S * F], dxe[S * C];
+    float dWg[E * F * C] = {0}, dWu[E * F * C] = {0}, dWd[E * C * F] = {0};
+    fill_uniform(xe, S * C, 1.0f, 41);
+    fill_experts(Wg, Wu, Wd, E, F, C, 42);
+    fill_uniform(R, S * C, 1.0f, 45);
+    ExpertsCtx c = {offsets, E, C, F, S, xe, Wg, Wu, Wd, ye, g, u, h, R};
+    experts_loss(&c);
+    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, R, xe, g, u, h, Wg, Wu, Wd, offsets, E, C,
+                     F);
+    gradcheck(experts_loss, &c, xe, dxe, S * C, EPS, S * C, "experts dxe");
+    gradcheck(experts_loss, &c, Wg, dWg, E * F * C, EPS, E * F * C, "experts dWg");
+    gradcheck(experts_loss, &c, Wu, dWu, E * F * C, EPS, E * F * C, "experts dWu");
+    gradcheck(experts_loss, &c, Wd, dWd, E * C * F, EPS, E * C * F, "experts dWd");
+
+    /* weight gradients accumulate: a second backward doubles them, dxe is rewritten */
+    float once[E * F * C], dxe1[S * C];
+    memcpy(once, dWg, sizeof(once));
+    memcpy(dxe1, dxe, sizeof(dxe1));
+    experts_loss(&c);
+    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, R, xe, g, u, h, Wg, Wu, Wd, offsets, E, C,
+                     F);
+    for (int i = 0; i < E * F * C; i++) once[i] *= 2.0f;
+    CLOSE_ARRAYS(dWg, once, E * F * C, "dWg accumulates");
+    ck_assert(memcmp(dxe, dxe1, sizeof(dxe)) == 0); /* dxe is written, not accumulated */
+}
+END_TEST
+
+/* ---- the whole block --------------------------------------------------------------------- */
+
+typedef struct {
+    MoeHyper hp;
+    MoeWeights wt;
+    MoeActs *a;
+    int N;
+    float *x, *y, *R;
+    const int *idx0;
+} BlockCtx;
+
+/* L = sum y * R + aux_coef * aux_loss + z_coef * z_loss: what the backward pass differentiates
+ * with dy = R and loss_scale = 1. */
+static double block_loss(void *vc) {
+    BlockCtx *c = vc;
+    moe_block_forward(c->y, c->a, c->x, &c->wt, &c->hp, c->N);
+    for (int j = 0; j < c->N * c->hp.K; j++)
+        ck_assert_msg(c->a->idx[j] == c->idx0[j], "routing changed under perturbation");
+    return dot_d(c->y, c->R, (size_t)c->N * c->hp.C) + c->hp.aux_coef * (double)c->a->aux_loss +
+           c->hp.z_coef * (double)c->a->z_loss;
+}
+
+START_TEST(test_block_gradcheck) {
+    enum { N = 6, C = 8, E = 4, K = 2, F = 6 };
+    float x[N * C], Wr[E * C], Wg[E * F * C], Wu[E * F * C], Wd[E * C * F], y[N * C], R[N * C];
+    float dx[N * C], y2[N * C];
+    int idx0[N * K];
+    fill_uniform(x, N * C, 1.0f, 51);
+    /* A router scale of 1.5 (three times the expert weights) spreads the logits: with this seed
+     * every pair of logits of a token is further apart than any 1e-3 perturbation of x or Wr
+     * can move them (asserted below), so top-k stays fixed and L is differentiable there. */
+    fill_uniform(Wr, E * C, 1.5f, 60);
+    fill_experts(Wg, Wu, Wd, E, F, C, 53);
+    fill_uniform(R, N * C, 1.0f, 56);
+    for (int renorm = 0; renorm <= 1; renorm++) {
+        MoeHyper hp = {C, E, K, F, renorm, 0.5f, 0.2f};
+        MoeWeights wt = {Wr, Wg, Wu, Wd};
+        MoeActs a;
+        MoeScratch s;
+        moe_acts_alloc(&a, &hp, N);
+        moe_scratch_alloc(&s, &hp, N);
+        float gWr[E * C] = {0}, gWg[E * F * C] = {0}, gWu[E * F * C] = {0}, gWd[E * C * F] = {0};
+        MoeGrads gr = {gWr, gWg, gWu, gWd};
+
+        moe_block_forward(y, &a, x, &wt, &hp, N);
+        /* a perturbation eps of x[n,c] moves logit e by eps Wr[e,c]; of Wr[e,c], by eps x[n,c] */
+        float bound = 2.0f * EPS * fmaxf(max_abs(x, N * C), max_abs(Wr, E * C));
+        float gap = min_logit_gap(a.logits, N, E);
+        ck_assert_msg(gap > 4.0f * bound, "logits too close for a stable gradient check: %g", gap);
+        memcpy(idx0, a.idx, sizeof(idx0));
+        moe_block_backward(dx, &gr, R, &a, x, &wt, &hp, &s, 1.0f);
+
+        BlockCtx c = {hp, wt, &a, N, x, y2, R, idx0};
+        struct {
+            float *v, *grad;
+            int n;
+            const char *name;
+        } checks[] = {{x, dx, N * C, "dx"},           {Wr, gWr, E * C, "d router"},
+                      {Wg, gWg, E * F * C, "dWg"},    {Wu, gWu, E * F * C, "dWu"},
+                      {Wd, gWd, E * C * F, "dWd"}};
+        for (int i = 0; i < 5; i++) {
+            char what[64];
+            snprintf(what, sizeof(what), "block %s (renorm %d)", checks[i].name, renorm);
+            gradcheck(block_loss, &c, checks[i].v, checks[i].grad, (size_t)checks[i].n, EPS,
+                      (size_t)checks[i].n, what);
+        }
+
+        /* same inputs, same thread count: bit-identical output */
+        moe_block_forward(y2, &a, x, &wt, &hp, N);
+        ck_assert(memcmp(y, y2, sizeof(y)) == 0);
+
+        moe_scratch_free(&s);
+        moe_acts_free(&a);
+    }
+}
+END_TEST
+
+/* K = E: every token visits every expert with weight p_e = softmax(x Wr^T)_e, so the block is
+ * y = sum_e p_e SwiGLU_e(x), computed here row by row in double with no plan at all. */
+START_TEST(test_block_all_experts_reference) {
+    enum { N = 5, C = 6, E = 3, K = E, F = 4 };
+    float x[N * C], Wr[E * C], Wg[E * F * C], Wu[E * F * C], Wd[E * C * F], y[N * C];
+    float want[N * C];
+    fill_uniform(x, N * C, 1.0f, 61);
+    fill_uniform(Wr, E * C, 1.0f, 62);
+    fill_experts(Wg, Wu, Wd, E, F, C, 63);
+    for (int n = 0; n < N; n++) {
+        const float *xn = x + n * C;
+        double l[E], m = -INFINITY, z = 0.0, out[C] = {0};
+        for (int e = 0; e < E; e++) {
+            l[e] = 0.0;
+            for (int c = 0; c < C; c++) l[e] += (double)Wr[e * C + c] * xn[c];
+            m = l[e] > m ? l[e] : m;
+        }
+        for (int e = 0; e < E; e++) z += exp(l[e] - m);
+        for (int e = 0; e < E; e++) {
+            double pe = exp(l[e] - m) / z, hid[F];
+            for (int f = 0; f < F; f++) {
+                double g = 0.0, u = 0.0;
+                for (int c = 0; c < C; c++) {
+                    g += (double)Wg[(e * F + f) * C + c] * xn[c];
+                    u += (double)Wu[(e * F + f) * C + c] * xn[c];
+                }
+                hid[f] = g / (1.0 + exp(-g)) * u;
+            }
+            for (int c = 0; c < C; c++) {
+                double o = 0.0;
+                for (int f = 0; f < F; f++) o += (double)Wd[(e * C + c) * F + f] * hid[f];
+                out[c] += pe * o;
+            }
+        }
+        for (int c = 0; c < C; c++) want[n * C + c] = (float)out[c];
+    }
+    for (int renorm = 0; renorm <= 1; renorm++) {
+        MoeHyper hp = {C, E, K, F, renorm, 0.01f, 0.001f};
+        MoeWeights wt = {Wr, Wg, Wu, Wd};
+        MoeActs a;
+        moe_acts_alloc(&a, &hp, N);
+        moe_block_forward(y, &a, x, &wt, &hp, N);
+        CLOSE_ARRAYS(y, want, N * C, renorm ? "K = E block, renorm" : "K = E block, no renorm");
+        for (int e = 0; e < E; e++) ck_assert_int_eq(a.plan.counts[e], N);
+        /* every expert sees every token, so f is uniform and aux = 1 */
+        CLOSE(a.aux_loss, 1.0f, "aux loss with K = E");
+        moe_acts_free(&a);
+    }
+}
+END_TEST
+
+static Suite *moe_suite(void) {
+    Suite *s = suite_create("moe");
+    TCase *routing = tcase_create("routing");
+    tcase_add_test(routing, test_topk_order_ties_renorm);
+    tcase_add_test(routing, test_softmax_and_z_loss);
+    tcase_add_test(routing, test_aux_loss_balanced_and_collapsed);
+    tcase_add_test(routing, test_router_stats_hand);
+    tcase_add_test(routing, test_plan_hand_and_permutation);
+    tcase_add_test(routing, test_permute_combine_forward_and_drop);
+    tcase_add_test(routing, test_expert_without_tokens);
+    suite_add_tcase(s, routing);
+    TCase *grads = tcase_create("gradients");
+    tcase_add_test(grads, test_router_backward_gradcheck);
+    tcase_add_test(grads, test_combine_permute_gradcheck);
+    tcase_add_test(grads, test_experts_gradcheck);
+    tcase_add_test(grads, test_block_gradcheck);
+    tcase_add_test(grads, test_block_all_experts_reference);
+    tcase_set_timeout(grads, 60);
+    suite_add_tcase(s, grads);
+    return s;
+}
+
+TEST_MAIN(moe_suite)

@@ -1,0 +1,484 @@
+/*
+ * test_ops.c: the dense ops of src/nn/ops.h.
+ *
+ *   - every backward pass against central finite differences of L = sum(out * R), R a fixed
+ *     random tensor (so every output element carries weight), accumulated in double;
+ *   - the accumulation rule: parameter gradients add up over calls, activation gradients are
+ *     overwritten (their buffers start full of NaN, so reading them would show);
+ *   - forward values small enough to work out by hand;
+ *   - bit-identical attention across runs.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "nn/ops.h"
+#include "testutil.h"
+#include "util.h"
+
+#define FD_EPS 1e-3f   /* finite-difference step */
+#define ALL_PROBES 4096 /* sizes here are small: probe every element */
+
+static float *rand_floats(size_t n, float scale, unsigned long long seed) {
+    float *x = floats_alloc(n);
+    fill_uniform(x, n, scale, seed);
+    return x;
+}
+
+/* An activation-gradient buffer before backward: NaN everywhere, so an op that reads or
+ * accumulates into it instead of writing it fails every comparison. */
+static float *garbage_floats(size_t n) {
+    float *x = floats_alloc(n);
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+    return x;
+}
+
+static double weighted_sum(const float *y, const float *R, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)y[i] * R[i];
+    return s;
+}
+
+static void scale_copy(float *dst, const float *src, size_t n, float s) {
+    for (size_t i = 0; i < n; i++) dst[i] = s * src[i];
+}
+
+/* ---- matmul ---------------------------------------------------------------------------- */
+
+typedef struct {
+    const float *x, *W, *R; /* x (N, I), W (O, I), R (N, O) */
+    float *y;               /* y (N, O) */
+    int N, I, O;
+} MatmulCtx;
+
+static double matmul_loss(void *p) {
+    MatmulCtx *c = p;
+    matmul_forward(c->y, c->x, c->W, c->N, c->I, c->O);
+    return weighted_sum(c->y, c->R, (size_t)c->N * c->O);
+}
+
+START_TEST(test_matmul_grad) {
+    int N = 10, I = 8, O = 6;
+    float *x = rand_floats((size_t)N * I, 1.0f, 1), *W = rand_floats((size_t)O * I, 0.5f, 2);
+    float *R = rand_floats((size_t)N * O, 1.0f, 3), *y = floats_alloc((size_t)N * O);
+    float *dx = garbage_floats((size_t)N * I), *dW = floats_alloc((size_t)O * I);
+    MatmulCtx c = {x, W, R, y, N, I, O};
+    matmul_backward(dx, dW, R, x, W, N, I, O);
+    gradcheck(matmul_loss, &c, x, dx, (size_t)N * I, FD_EPS, ALL_PROBES, "matmul dx");
+    gradcheck(matmul_loss, &c, W, dW, (size_t)O * I, FD_EPS, ALL_PROBES, "matmul dW");
+
+    /* a second call: dW doubles (accumulated), dx is unchanged (written) */
+    float *dW2 = floats_alloc((size_t)O * I), *dx1 = floats_alloc((size_t)N * I);
+    scale_copy(dW2, dW, (size_t)O * I, 2.0f);
+    memcpy(dx1, dx, (size_t)N * I * sizeof(float));
+    matmul_backward(dx, dW, R, x, W, N, I, O);
+    expect_close_arrays(dW, dW2, (size_t)O * I, TOL_F32_ATOL, TOL_F32_RTOL, "matmul dW twice");
+    expect_close_arrays(dx, dx1, (size_t)N * I, TOL_F32_ATOL, TOL_F32_RTOL, "matmul dx twice");
+    free(x), free(W), free(R), free(y), free(dx), free(dW), free(dW2), free(dx1);
+}
+END_TEST
+
+/* ---- rmsnorm --------------------------------------------------------------------------- */
+
+typedef struct {
+    const float *x, *w, *R; /* x (N, C), w (C), R (N, C) */
+    float *y, *rstd;        /* y (N, C), rstd (N) */
+    int N, C;
+} RmsnormCtx;
+
+static double rmsnorm_loss(void *p) {
+    RmsnormCtx *c = p;
+    rmsnorm_forward(c->y, c->rstd, c->x, c->w, c->N, c->C);
+    return weighted_sum(c->y, c->R, (size_t)c->N * c->C);
+}
+
+START_TEST(test_rmsnorm_grad) {
+    int N = 10, C = 8;
+    size_t nc = (size_t)N * C;
+    float *x = rand_floats(nc, 1.0f, 11), *w = rand_floats(C, 1.0f, 12);
+    float *R = rand_floats(nc, 1.0f, 13), *y = floats_alloc(nc), *rstd = floats_alloc(N);
+    float *dx = garbage_floats(nc), *dw = floats_alloc(C);
+    RmsnormCtx c = {x, w, R, y, rstd, N, C};
+    rmsnorm_loss(&c); /* fills rstd */
+    rmsnorm_backward(dx, dw, R, x, w, rstd, N, C);
+    gradcheck(rmsnorm_loss, &c, x, dx, nc, FD_EPS, ALL_PROBES, "rmsnorm dx");
+    gradcheck(rmsnorm_loss, &c, w, dw, C, FD_EPS, ALL_PROBES, "rmsnorm dw");
+
+    float *dw2 = floats_alloc(C), *dx1 = floats_alloc(nc);
+    scale_copy(dw2, dw, C, 2.0f);
+    memcpy(dx1, dx, nc * sizeof(float));
+    rmsnorm_backward(dx, dw, R, x, w, rstd, N, C);
+    expect_close_arrays(dw, dw2, C, TOL_F32_ATOL, TOL_F32_RTOL, "rmsnorm dw twice");
+    expect_close_arrays(dx, dx1, nc, TOL_F32_ATOL, TOL_F32_RTOL, "rmsnorm dx twice");
+    free(x), free(w), free(R), free(y), free(rstd), free(dx), free(dw), free(dw2), free(dx1);
+}
+END_TEST
+
+START_TEST(test_rmsnorm_forward_values) {
+    /* x = (1, 2, 3, 4): mean(x^2) = 30/4 = 7.5, 1/sqrt(7.5) = 0.36514837 */
+    float x[4] = {1, 2, 3, 4}, w[4] = {1.0f, 0.5f, 2.0f, -1.0f}, y[4], rstd[1];
+    float want[4] = {0.36514837f, 0.36514837f, 2.19089023f, -1.46059349f};
+    rmsnorm_forward(y, rstd, x, w, 1, 4);
+    expect_close(rstd[0], 0.36514837f, TOL_F32_ATOL, TOL_F32_RTOL, "rmsnorm rstd");
+    expect_close_arrays(y, want, 4, TOL_F32_ATOL, TOL_F32_RTOL, "rmsnorm y");
+}
+END_TEST
+
+/* ---- rope ------------------------------------------------------------------------------ */
+
+typedef struct {
+    const float *x, *R; /* x (B, T, H, D), R (B, T, H, D) */
+    float *y;           /* y (B, T, H, D): the rotated copy */
+    int B, T, H, D;
+    float theta;
+} RopeCtx;
+
+static double rope_loss(void *p) {
+    RopeCtx *c = p;
+    size_t n = (size_t)c->B * c->T * c->H * c->D;
+    memcpy(c->y, c->x, n * sizeof(float));
+    rope_forward(c->y, c->B, c->T, c->H, c->D, c->theta);
+    return weighted_sum(c->y, c->R, n);
+}
+
+START_TEST(test_rope_grad) {
+    int B = 2, T = 5, H = 2, D = 4;
+    size_t n = (size_t)B * T * H * D;
+    float *x = rand_floats(n, 1.0f, 21), *R = rand_floats(n, 1.0f, 22), *y = floats_alloc(n);
+    float *dx = floats_alloc(n);
+    RopeCtx c = {x, R, y, B, T, H, D, 10.0f};
+    memcpy(dx, R, n * sizeof(float)); /* in place: dL/dy in, dL/dx out */
+    rope_backward(dx, B, T, H, D, c.theta);
+    gradcheck(rope_loss, &c, x, dx, n, FD_EPS, ALL_PROBES, "rope dx");
+    free(x), free(R), free(y), free(dx);
+}
+END_TEST
+
+START_TEST(test_rope_forward_values) {
+    /* B=1, T=2, H=1, D=4, theta=100: at t=1 pair 0 turns by 1 rad, pair 1 by 100^(-1/2)=0.1 */
+    float x[8] = {1, 0, 0, 1, 1, 0, 0, 1};
+    float want[8] = {1, 0, 0, 1, 0.54030231f, 0.84147098f, -0.09983342f, 0.99500417f};
+    rope_forward(x, 1, 2, 1, 4, 100.0f);
+    expect_close_arrays(x, want, 8, TOL_F32_ATOL, TOL_F32_RTOL, "rope known rotation");
+}
+END_TEST
+
+START_TEST(test_rope_identity_and_norm) {
+    int B = 2, T = 7, H = 3, D = 8;
+    size_t n = (size_t)B * T * H * D;
+    float *x = rand_floats(n, 1.0f, 23), *y = floats_alloc(n);
+    memcpy(y, x, n * sizeof(float));
+    rope_forward(y, B, T, H, D, 10000.0f);
+    for (size_t i = 0; i < n; i += 2) {
+        int t = (int)((i / ((size_t)H * D)) % T);
+        if (t == 0) { /* angle 0: identity */
+            ck_assert_msg(y[i] == x[i] && y[i + 1] == x[i + 1], "rope changed t=0 at %zu", i);
+        }
+        float r0 = hypotf(x[i], x[i + 1]), r1 = hypotf(y[i], y[i + 1]);
+        expect_close(r1, r0, TOL_F32_ATOL, TOL_F32_RTOL, "rope pair norm");
+    }
+    /* the backward rotation undoes the forward one */
+    rope_backward(y, B, T, H, D, 10000.0f);
+    expect_close_arrays(y, x, n, TOL_F32_ATOL, TOL_F32_RTOL, "rope backward inverts forward");
+    free(x), free(y);
+}
+END_TEST
+
+/* ---- attention (optionally behind rope on q and k) ------------------------------------- */
+
+typedef struct {
+    const float *q, *k, *v, *R; /* (B, T, C) each */
+    float *qr, *kr, *out, *att; /* qr, kr, out (B, T, C); att (B, H, T, T) */
+    int B, T, C, H;
+    int rope; /* apply rope_forward to copies of q and k first */
+} AttnCtx;
+
+static double attn_loss(void *p) {
+    AttnCtx *c = p;
+    size_t n = (size_t)c->B * c->T * c->C;
+    memcpy(c->qr, c->q, n * sizeof(float));
+    memcpy(c->kr, c->k, n * sizeof(float));
+    if (c->rope) {
+        rope_forward(c->qr, c->B, c->T, c->H, c->C / c->H, 10.0f);
+        rope_forward(c->kr, c->B, c->T, c->H, c->C / c->H, 10.0f);
+    }
+    attention_forward(c->out, c->att, c->qr, c->kr, c->v, c->B, c->T, c->C, c->H);
+    return weighted_sum(c->out, c->R, n);
+}
+
+static void attn_gradcheck(int rope) {
+    int B = 2, T = 5, C = 8, H = 2;
+    size_t n = (size_t)B * T * C;
+    float *q = rand_floats(n, 1.0f, 31), *k = rand_floats(n, 1.0f, 32);
+    float *v = rand_floats(n, 1.0f, 33), *R = rand_floats(n, 1.0f, 34);
+    float *qr = floats_alloc(n), *kr = floats_alloc(n), *out = floats_alloc(n);
+    float *att = floats_alloc((size_t)B * H * T * T);
+    float *dq = garbage_floats(n), *dk = garbage_floats(n), *dv = garbage_floats(n);
+    AttnCtx c = {q, k, v, R, qr, kr, out, att, B, T, C, H, rope};
+    attn_loss(&c); /* fills att and the rotated qr, kr */
+    attention_backward(dq, dk, dv, R, att, qr, kr, v, B, T, C, H);
+    if (rope) {
+        rope_backward(dq, B, T, H, C / H, 10.0f);
+        rope_backward(dk, B, T, H, C / H, 10.0f);
+    }
+    gradcheck(attn_loss, &c, q, dq, n, FD_EPS, ALL_PROBES, rope ? "rope+attn dq" : "attn dq");
+    gradcheck(attn_loss, &c, k, dk, n, FD_EPS, ALL_PROBES, rope ? "rope+attn dk" : "attn dk");
+    gradcheck(attn_loss, &c, v, dv, n, FD_EPS, ALL_PROBES, rope ? "rope+attn dv" : "attn dv");
+    free(q), free(k), free(v), free(R), free(qr), free(kr), free(out), free(att);
+    free(dq), free(dk), free(dv);
+}
+
+START_TEST(test_attention_grad) { attn_gradcheck(0); }
+END_TEST
+
+START_TEST(test_rope_attention_grad) { attn_gradcheck(1); }
+END_TEST
+
+START_TEST(test_attention_null_grads) {
+    /* asking for one gradient gives the same values as asking for all three */
+    int B = 2, T = 5, C = 8, H = 2;
+    size_t n = (size_t)B * T * C;
+    float *q = rand_floats(n, 1.0f, 35), *k = rand_floats(n, 1.0f, 36);
+    float *v = rand_floats(n, 1.0f, 37), *dout = rand_floats(n, 1.0f, 38);
+    float *out = floats_alloc(n), *att = floats_alloc((size_t)B * H * T * T);
+    float *dq = floats_alloc(n), *dk = floats_alloc(n), *dv = floats_alloc(n);
+    float *one = garbage_floats(n);
+    attention_forward(out, att, q, k, v, B, T, C, H);
+    attention_backward(dq, dk, dv, dout, att, q, k, v, B, T, C, H);
+    attention_backward(one, NULL, NULL, dout, att, q, k, v, B, T, C, H);
+    ck_assert_msg(memcmp(one, dq, n * sizeof(float)) == 0, "dq alone differs");
+    attention_backward(NULL, one, NULL, dout, att, q, k, v, B, T, C, H);
+    ck_assert_msg(memcmp(one, dk, n * sizeof(float)) == 0, "dk alone differs");
+    attention_backward(NULL, NULL, one, dout, att, q, k, v, B, T, C, H);
+    ck_assert_msg(memcmp(one, dv, n * sizeof(float)) == 0, "dv alone differs");
+    free(q), free(k), free(v), free(dout), free(out), free(att), free(dq), free(dk), free(dv);
+    free(one);
+}
+END_TEST
+
+START_TEST(test_attention_t1_returns_v) {
+    /* one token attends only to itself with probability 1 */
+    int B = 2, T = 1, C = 8, H = 2;
+    size_t n = (size_t)B * T * C;
+    float *q = rand_floats(n, 1.0f, 41), *k = rand_floats(n, 1.0f, 42);
+    float *v = rand_floats(n, 1.0f, 43), *out = floats_alloc(n), *att = floats_alloc(B * H);
+    attention_forward(out, att, q, k, v, B, T, C, H);
+    expect_close_arrays(out, v, n, TOL_F32_ATOL, TOL_F32_RTOL, "attention T=1 out");
+    for (int i = 0; i < B * H; i++) expect_close(att[i], 1.0f, TOL_F32_ATOL, 0.0f, "T=1 att");
+    free(q), free(k), free(v), free(out), free(att);
+}
+END_TEST
+
+START_TEST(test_attention_forward_values) {
+    /* B=1, T=2, C=D=1 (scale 1): q1 = 1, k = (0, ln 3), v = (2, 6).
+     * t=0 sees only itself: out0 = 2. t=1: scores (0, ln 3) -> p = (1/4, 3/4), out1 = 5. */
+    float q[2] = {0.5f, 1.0f}, k[2] = {0.0f, 1.09861229f}, v[2] = {2.0f, 6.0f};
+    float out[2], att[4] = {NAN, NAN, NAN, NAN};
+    float want_out[2] = {2.0f, 5.0f}, want_att[4] = {1.0f, 0.0f, 0.25f, 0.75f};
+    attention_forward(out, att, q, k, v, 1, 2, 1, 1);
+    expect_close_arrays(out, want_out, 2, TOL_F32_ATOL, TOL_F32_RTOL, "attention out");
+    expect_close_arrays(att, want_att, 4, TOL_F32_ATOL, TOL_F32_RTOL, "attention att");
+}
+END_TEST
+
+START_TEST(test_attention_causal) {
+    int B = 1, T = 6, C = 8, H = 2;
+    size_t n = (size_t)B * T * C, row = (size_t)(T - 1) * C;
+    float *q = rand_floats(n, 1.0f, 51), *k = rand_floats(n, 1.0f, 52);
+    float *v = rand_floats(n, 1.0f, 53), *att = floats_alloc((size_t)B * H * T * T);
+    float *out1 = floats_alloc(n), *out2 = floats_alloc(n);
+    for (size_t i = 0; i < (size_t)B * H * T * T; i++) att[i] = NAN;
+    attention_forward(out1, att, q, k, v, B, T, C, H);
+    for (int h = 0; h < H; h++)
+        for (int t = 0; t < T; t++)
+            for (int j = t + 1; j < T; j++)
+                ck_assert_msg(att[((size_t)h * T + t) * T + j] == 0.0f,
+                              "att above the diagonal not 0 at h=%d t=%d j=%d", h, t, j);
+    for (int c = 0; c < C; c++) k[row + c] += 3.0f, v[row + c] -= 5.0f; /* change the last token */
+    attention_forward(out2, att, q, k, v, B, T, C, H);
+    ck_assert_msg(memcmp(out1, out2, row * sizeof(float)) == 0,
+                  "a later token's k/v changed an earlier output");
+    ck_assert_msg(memcmp(out1 + row, out2 + row, C * sizeof(float)) != 0,
+                  "the last token's output ignored its own k/v");
+    free(q), free(k), free(v), free(att), free(out1), free(out2);
+}
+END_TEST
+
+START_TEST(test_attention_deterministic) {
+    int B = 2, T = 32, C = 64, H = 4;
+    size_t n = (size_t)B * T * C, na = (size_t)B * H * T * T;
+    float *q = rand_floats(n, 1.0f, 61), *k = rand_floats(n, 1.0f, 62);
+    float *v = rand_floats(n, 1.0f, 63), *dout = rand_floats(n, 1.0f, 64);
+    float *o[2], *a[2], *dq[2], *dk[2], *dv[2];
+    for (int r = 0; r < 2; r++) {
+        o[r] = floats_alloc(n), a[r] = floats_alloc(na);
+        dq[r] = floats_alloc(n), dk[r] = floats_alloc(n), dv[r] = floats_alloc(n);
+        attention_forward(o[r], a[r], q, k, v, B, T, C, H);
+        attention_backward(dq[r], dk[r], dv[r], dout, a[r], q, k, v, B, T, C, H);
+    }
+    ck_assert_msg(memcmp(o[0], o[1], n * sizeof(float)) == 0, "attention out differs");
+    ck_assert_msg(memcmp(a[0], a[1], na * sizeof(float)) == 0, "attention att differs");
+    ck_assert_msg(memcmp(dq[0], dq[1], n * sizeof(float)) == 0, "attention dq differs");
+    ck_assert_msg(memcmp(dk[0], dk[1], n * sizeof(float)) == 0, "attention dk differs");
+    ck_assert_msg(memcmp(dv[0], dv[1], n * sizeof(float)) == 0, "attention dv differs");
+    for (int r = 0; r < 2; r++) free(o[r]), free(a[r]), free(dq[r]), free(dk[r]), free(dv[r]);
+    free(q), free(k), free(v), free(dout);
+}
+END_TEST
+
+/* ---- swiglu ---------------------------------------------------------------------------- */
+
+typedef struct {
+    const float *g, *u, *R; /* (N, F) each */
+    float *h;               /* (N, F) */
+    int N, F;
+} SwigluCtx;
+
+static double swiglu_loss(void *p) {
+    SwigluCtx *c = p;
+    swiglu_forward(c->h, c->g, c->u, c->N, c->F);
+    return weighted_sum(c->h, c->R, (size_t)c->N * c->F);
+}
+
+START_TEST(test_swiglu_grad) {
+    int N = 10, F = 12;
+    size_t n = (size_t)N * F;
+    float *g = rand_floats(n, 3.0f, 71), *u = rand_floats(n, 1.0f, 72);
+    float *R = rand_floats(n, 1.0f, 73), *h = floats_alloc(n);
+    float *dg = garbage_floats(n), *du = garbage_floats(n);
+    SwigluCtx c = {g, u, R, h, N, F};
+    swiglu_backward(dg, du, R, g, u, N, F);
+    gradcheck(swiglu_loss, &c, g, dg, n, FD_EPS, ALL_PROBES, "swiglu dg");
+    gradcheck(swiglu_loss, &c, u, du, n, FD_EPS, ALL_PROBES, "swiglu du");
+    free(g), free(u), free(R), free(h), free(dg), free(du);
+}
+END_TEST
+
+START_TEST(test_swiglu_forward_values) {
+    /* silu(1) = 0.73105858, silu(-1) = -0.26894142, silu(20) = 20 (to float precision) */
+    float g[4] = {0.0f, 1.0f, -1.0f, 20.0f}, u[4] = {5.0f, 2.0f, 3.0f, 0.5f}, h[4];
+    float want[4] = {0.0f, 1.46211716f, -0.80682426f, 10.0f};
+    swiglu_forward(h, g, u, 1, 4);
+    expect_close_arrays(h, want, 4, TOL_F32_ATOL, TOL_F32_RTOL, "swiglu h");
+}
+END_TEST
+
+/* ---- crossentropy ---------------------------------------------------------------------- */
+
+typedef struct {
+    const float *logits; /* (N, V) */
+    const int *targets;  /* (N) */
+    float *probs, *losses; /* probs (N, V), losses (N) */
+    int N, V;
+    float scale;
+} CeCtx;
+
+static double ce_loss(void *p) {
+    CeCtx *c = p;
+    crossentropy_forward(c->losses, c->probs, c->logits, c->targets, c->N, c->V);
+    double s = 0.0;
+    for (int n = 0; n < c->N; n++) s += c->losses[n];
+    return c->scale * s;
+}
+
+START_TEST(test_crossentropy_grad) {
+    int N = 6, V = 9;
+    size_t n = (size_t)N * V;
+    int targets[6] = {0, 8, 3, 3, 5, 1};
+    float *logits = rand_floats(n, 2.0f, 81), *probs = floats_alloc(n);
+    float *losses = floats_alloc(N), *dlogits = garbage_floats(n);
+    CeCtx c = {logits, targets, probs, losses, N, V, 1.0f / N};
+    ce_loss(&c);
+    crossentropy_backward(dlogits, probs, targets, c.scale, N, V);
+    gradcheck(ce_loss, &c, logits, dlogits, n, FD_EPS, ALL_PROBES, "crossentropy dlogits");
+    free(logits), free(probs), free(losses), free(dlogits);
+}
+END_TEST
+
+START_TEST(test_crossentropy_forward_values) {
+    /* uniform logits: p = 1/V, loss = log V */
+    enum { V = 7 };
+    float logits[2 * V], probs[2 * V], losses[2];
+    int targets[2] = {0, 6};
+    for (int i = 0; i < 2 * V; i++) logits[i] = 0.3f;
+    crossentropy_forward(losses, probs, logits, targets, 2, V);
+    for (int n = 0; n < 2; n++)
+        expect_close(losses[n], logf(V), TOL_F32_ATOL, TOL_F32_RTOL, "uniform loss is log V");
+    for (int i = 0; i < 2 * V; i++)
+        expect_close(probs[i], 1.0f / V, TOL_F32_ATOL, TOL_F32_RTOL, "uniform p is 1/V");
+
+    /* logits (0, ln 3), target 1: p = (1/4, 3/4), loss = log(4/3); shifting by 100 (exp(100)
+     * overflows float) changes nothing; a target 200 below the rest costs about 200 */
+    float z[6] = {0.0f, 1.09861229f, 100.0f, 101.09861229f, 0.0f, -200.0f}, p[6], l[3];
+    int y[3] = {1, 1, 1};
+    crossentropy_forward(l, p, z, y, 3, 2);
+    expect_close(l[0], 0.28768207f, TOL_F32_ATOL, TOL_F32_RTOL, "loss of (0, ln 3)");
+    expect_close(l[1], 0.28768207f, 1e-4f, TOL_F32_RTOL, "loss of shifted logits");
+    expect_close(l[2], 200.0f, TOL_F32_ATOL, TOL_F32_RTOL, "loss of an underflowing target");
+    expect_close(p[3], 0.75f, TOL_F32_ATOL, TOL_F32_RTOL, "p of shifted logits");
+}
+END_TEST
+
+/* ---- adamw ----------------------------------------------------------------------------- */
+
+START_TEST(test_adamw_first_step) {
+    /* step 1: m_hat = g, v_hat = g^2, so p moves by lr * (g / (|g| + eps) + wd * p) */
+    enum { n = 4 };
+    float p[n] = {0.5f, -0.3f, 0.2f, 1.0f}, g[n] = {0.1f, -2.0f, 0.0f, 1e-3f};
+    float m[n] = {0}, v[n] = {0}, want[n], want_m[n], want_v[n];
+    float lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.1f;
+    for (int i = 0; i < n; i++) {
+        float sign = g[i] > 0 ? 1.0f : (g[i] < 0 ? -1.0f : 0.0f);
+        want[i] = p[i] - lr * (sign + wd * p[i]);
+        want_m[i] = (1 - b1) * g[i];
+        want_v[i] = (1 - b2) * g[i] * g[i];
+    }
+    adamw_update(p, g, m, v, n, lr, b1, b2, eps, wd, 1);
+    expect_close_arrays(p, want, n, TOL_F32_ATOL, TOL_F32_RTOL, "adamw p after step 1");
+    expect_close_arrays(m, want_m, n, TOL_F32_ATOL, TOL_F32_RTOL, "adamw m after step 1");
+    expect_close_arrays(v, want_v, n, TOL_F32_ATOL, TOL_F32_RTOL, "adamw v after step 1");
+}
+END_TEST
+
+START_TEST(test_adamw_no_decay_and_bias_correction) {
+    /* wd = 0 and g = 0: nothing moves, exactly */
+    float p0 = 0.75f, g0 = 0.0f, m0 = 0.0f, v0 = 0.0f;
+    adamw_update(&p0, &g0, &m0, &v0, 1, 0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 1);
+    ck_assert_msg(p0 == 0.75f, "zero gradient without decay moved p to %g", (double)p0);
+
+    /* a constant gradient: the bias correction makes m_hat = g and v_hat = g^2 at every step,
+     * so each of 5 steps moves p by lr * sign(g) */
+    float p[2] = {1.0f, 1.0f}, g[2] = {0.5f, -0.02f}, m[2] = {0}, v[2] = {0};
+    for (int t = 1; t <= 5; t++) adamw_update(p, g, m, v, 2, 0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, t);
+    float want[2] = {0.95f, 1.05f};
+    expect_close_arrays(p, want, 2, TOL_F32_ATOL, TOL_F32_RTOL, "adamw 5 steps");
+}
+END_TEST
+
+Suite *ops_suite(void) {
+    Suite *s = suite_create("ops");
+    TCase *tc = tcase_create("dense");
+    tcase_add_test(tc, test_matmul_grad);
+    tcase_add_test(tc, test_rmsnorm_grad);
+    tcase_add_test(tc, test_rmsnorm_forward_values);
+    tcase_add_test(tc, test_rope_grad);
+    tcase_add_test(tc, test_rope_forward_values);
+    tcase_add_test(tc, test_rope_identity_and_norm);
+    tcase_add_test(tc, test_attention_grad);
+    tcase_add_test(tc, test_rope_attention_grad);
+    tcase_add_test(tc, test_attention_null_grads);
+    tcase_add_test(tc, test_attention_t1_returns_v);
+    tcase_add_test(tc, test_attention_forward_values);
+    tcase_add_test(tc, test_attention_causal);
+    tcase_add_test(tc, test_attention_deterministic);
+    tcase_add_test(tc, test_swiglu_grad);
+    tcase_add_test(tc, test_swiglu_forward_values);
+    tcase_add_test(tc, test_crossentropy_grad);
+    tcase_add_test(tc, test_crossentropy_forward_values);
+    tcase_add_test(tc, test_adamw_first_step);
+    tcase_add_test(tc, test_adamw_no_decay_and_bias_correction);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TEST_MAIN(ops_suite)

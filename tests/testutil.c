@@ -1,0 +1,47 @@
+/* testutil.c: see testutil.h. */
+#include "testutil.h"
+
+#include "util.h"
+
+long tol_worst(const float *got, const float *want, size_t n, float atol, float rtol,
+               double *excess) {
+    long worst = -1;
+    double worst_ex = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double g = got[i], w = want[i];
+        double allowed = (double)atol + (double)rtol * fabs(w);
+        double ex = fabs(g - w) - allowed;
+        if (isnan(g) || isnan(w)) ex = INFINITY;
+        if (ex > 0.0 && (worst < 0 || ex > worst_ex)) {
+            worst = (long)i;
+            worst_ex = ex;
+        }
+    }
+    *excess = worst_ex;
+    return worst;
+}
+
+void gradcheck(ScalarFn fn, void *ctx, float *x, const float *analytic, size_t n, float eps,
+               size_t max_probe, const char *what) {
+    size_t probes = n <= max_probe ? n : max_probe;
+    for (size_t p = 0; p < probes; p++) {
+        size_t i = (p * n) / probes; /* every element, or an even spread */
+        float saved = x[i];
+        x[i] = saved + eps;
+        double up = fn(ctx);
+        x[i] = saved - eps;
+        double down = fn(ctx);
+        x[i] = saved;
+        float numeric = (float)((up - down) / (2.0 * (double)eps));
+        double ex;
+        long bad = tol_worst(&analytic[i], &numeric, 1, TOL_GRAD_ATOL, TOL_GRAD_RTOL, &ex);
+        ck_assert_msg(bad < 0, "%s: gradient element %zu: analytic %.7g, finite difference %.7g",
+                      what, i, (double)analytic[i], (double)numeric);
+    }
+}
+
+void fill_uniform(float *x, size_t n, float scale, unsigned long long seed) {
+    Rng r;
+    rng_seed(&r, seed);
+    for (size_t i = 0; i < n; i++) x[i] = (2.0f * rng_uniform(&r) - 1.0f) * scale;
+}

@@ -1,0 +1,68 @@
+/*
+ * testutil.h: what every Check suite shares.
+ *
+ *   - ONE tolerance rule for every comparison: |got - want| <= atol + rtol * |want|.
+ *     expect_close_arrays() fails the test at the worst element and names it.
+ *   - A finite-difference gradient check for any scalar function of a float vector.
+ *   - TEST_MAIN(suite_fn): a main() that runs one suite and exits non-zero on any failure.
+ *
+ * Tolerances for float32: a forward op against a reference, TOL_F32_ATOL / TOL_F32_RTOL;
+ * a gradient against central finite differences (eps = 1e-3 in float32 loses about three
+ * digits), TOL_GRAD_ATOL / TOL_GRAD_RTOL.
+ */
+#ifndef MOE_TESTUTIL_H
+#define MOE_TESTUTIL_H
+
+#include <check.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+#define TOL_F32_ATOL 1e-5f
+#define TOL_F32_RTOL 1e-4f
+#define TOL_GRAD_ATOL 2e-3f
+#define TOL_GRAD_RTOL 2e-2f
+
+/* Index of the worst violation of the tolerance rule, or -1 when all elements pass.
+ * *excess gets the worst |got - want| - (atol + rtol |want|). NaN counts as a violation. */
+long tol_worst(const float *got, const float *want, size_t n, float atol, float rtol,
+               double *excess);
+
+#define expect_close_arrays(got, want, n, atol, rtol, what)                                      \
+    do {                                                                                         \
+        double ex_;                                                                              \
+        long i_ = tol_worst((got), (want), (n), (atol), (rtol), &ex_);                           \
+        ck_assert_msg(i_ < 0, "%s: element %ld: got %.7g want %.7g (atol %g rtol %g)", (what),    \
+                      i_, i_ < 0 ? 0.0 : (double)(got)[i_ < 0 ? 0 : i_],                         \
+                      i_ < 0 ? 0.0 : (double)(want)[i_ < 0 ? 0 : i_], (double)(atol),           \
+                      (double)(rtol));                                                           \
+    } while (0)
+
+#define expect_close(got, want, atol, rtol, what)                                                \
+    do {                                                                                         \
+        float g_ = (float)(got), w_ = (float)(want);                                             \
+        expect_close_arrays(&g_, &w_, 1, (atol), (rtol), (what));                                \
+    } while (0)
+
+/* Scalar function of the n floats at x (x may be read and temporarily changed by the check). */
+typedef double (*ScalarFn)(void *ctx);
+
+/* Central finite differences of fn with respect to x[0..n) (every element when n <= max_probe,
+ * otherwise max_probe elements spread evenly), compared with analytic (n) under the
+ * gradient tolerance. Fails the test (naming `what`) at the first element out of tolerance. */
+void gradcheck(ScalarFn fn, void *ctx, float *x, const float *analytic, size_t n, float eps,
+               size_t max_probe, const char *what);
+
+/* Fill with uniform values in [-scale, scale) from a fixed seed. */
+void fill_uniform(float *x, size_t n, float scale, unsigned long long seed);
+
+#define TEST_MAIN(suite_fn)                                                                      \
+    int main(void) {                                                                             \
+        SRunner *sr_ = srunner_create(suite_fn());                                               \
+        srunner_run_all(sr_, CK_NORMAL);                                                         \
+        int failed_ = srunner_ntests_failed(sr_);                                                \
+        srunner_free(sr_);                                                                       \
+        return failed_ == 0 ? 0 : 1;                                                             \
+    }
+
+#endif
