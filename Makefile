@@ -143,7 +143,7 @@ test-run: need-openblas $(BUILD)/moe $(TEST_BIN)
 	@passed=0; failed=0; failed_names=""; \
 	for t in $(TEST_BIN); do \
 	  echo "== $$t"; \
-	  if MOE_BIN=$(BUILD)/moe OMP_NUM_THREADS=2 $$t; then passed=$$((passed+1)); \
+	  if MOE_BIN=$(BUILD)/moe OMP_NUM_THREADS=2 CK_DEFAULT_TIMEOUT=600 $$t; then passed=$$((passed+1)); \
 	  else failed=$$((failed+1)); failed_names="$$failed_names $$t"; fi; \
 	done; \
 	for t in tests/*.sh; do \
@@ -159,11 +159,15 @@ test-run: need-openblas $(BUILD)/moe $(TEST_BIN)
 demo: deps
 	@$(MAKE) --no-print-directory demo-run
 
+# The demo trains the embedded default model (build/moe info --keys lists it) and replaces any
+# earlier demo run.
 demo-run: $(BUILD)/moe $(CORPUS)/train.bin
-	$(BUILD)/moe train --config data/demo.conf --out runs/demo
+	@if [ -d runs/demo ]; then echo "demo: replacing the previous runs/demo"; rm -rf runs/demo; fi
+	$(BUILD)/moe train --out runs/demo
 	bash plots/plot_run.sh runs/demo
-	$(BUILD)/moe sample --ckpt runs/demo/ckpt.bin --prompt "The " --tokens 300
-	@echo "demo: run directory runs/demo (train.csv router.csv domains.csv config.txt *.png)"
+	@echo; echo "--- a sample from the trained model (build/moe sample --ckpt runs/demo/ckpt.bin) ---"
+	@$(BUILD)/moe sample --ckpt runs/demo/ckpt.bin --prompt "The " --tokens 300
+	@echo "---"; echo "demo: done. Run directory runs/demo: config.txt provenance.txt train.csv router.csv domains.csv ckpt.bin and the PNGs above"
 
 plots:
 	@[ -n "$(RUN)" ] || { echo "usage: make plots RUN=runs/NAME"; exit 2; }

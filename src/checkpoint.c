@@ -53,8 +53,7 @@ int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, cha
     return rc;
 }
 
-static int parse_config_text(const char *text, const char *path, Config *c, char *err,
-                             int errlen) {
+static int parse_config_text(const char *text, const char *path, Config *c, char *err, int errlen) {
     config_defaults(c);
     char *copy = strdup(text);
     if (!copy) moe_fatal("out of memory");

@@ -30,7 +30,7 @@
 typedef enum { T_INT, T_FLOAT, T_U64, T_BOOL, T_STR } KeyType;
 
 enum {
-    K_SHAPE = 1,   /* fixes parameter shapes: checkpoints need equal values */
+    K_SHAPE = 1,    /* fixes parameter shapes: checkpoints need equal values */
     K_OPEN_MIN = 2, /* the lower bound is exclusive (value must be > min) */
     K_OPEN_MAX = 4  /* the upper bound is exclusive (value must be < max) */
 };
@@ -38,16 +38,16 @@ enum {
 typedef struct {
     const char *name; /* "section.field" */
     KeyType type;
-    size_t off;       /* offsetof(Config, field) */
-    const char *def;  /* default, as config_set would read it */
-    double min, max;  /* range, inclusive unless K_OPEN_*; unused for u64 and strings */
+    size_t off;      /* offsetof(Config, field) */
+    const char *def; /* default, as config_set would read it */
+    double min, max; /* range, inclusive unless K_OPEN_*; unused for u64 and strings */
     int flags;
     const char *help;
 } Key;
 
 #define NOMAX HUGE_VAL
-#define ROW(type, name, field, def, lo, hi, flags, help) \
-    {name, type, offsetof(Config, field), def, lo, hi, flags, help}
+#define ROW(type, name, field, def, lo, hi, flags, help)                                           \
+    { name, type, offsetof(Config, field), def, lo, hi, flags, help }
 
 static const Key KEYS[] = {
     ROW(T_INT, "model.d_model", d_model, "128", 1, 65536, K_SHAPE,
@@ -89,8 +89,7 @@ static const Key KEYS[] = {
     ROW(T_FLOAT, "train.beta1", beta1, "0.9", 0, 1, K_OPEN_MAX, "AdamW first-moment decay"),
     ROW(T_FLOAT, "train.beta2", beta2, "0.95", 0, 1, K_OPEN_MAX, "AdamW second-moment decay"),
     ROW(T_FLOAT, "train.eps", eps, "1e-8", 0, NOMAX, K_OPEN_MIN, "AdamW denominator epsilon"),
-    ROW(T_FLOAT, "train.clip", clip, "1.0", 0, NOMAX, 0,
-        "global gradient-norm clip; 0 disables"),
+    ROW(T_FLOAT, "train.clip", clip, "1.0", 0, NOMAX, 0, "global gradient-norm clip; 0 disables"),
     ROW(T_U64, "train.seed", seed, "1337", 0, 0, 0, "seed of init, data order and sampling"),
     ROW(T_INT, "train.eval_every", eval_every, "100", 0, INT_MAX, 0,
         "steps between validation evals; 0 disables"),
@@ -107,23 +106,18 @@ static const Key KEYS[] = {
 
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 
-int config_key_count(void) { return NKEYS; }
+int config_key_count(void) {
+    return NKEYS;
+}
 
 /* ---- small helpers --------------------------------------------------------------------- */
 
-static int fail(char *err, int errlen, const char *fmt, ...) MOE_PRINTF(3, 4);
-static int fail(char *err, int errlen, const char *fmt, ...) {
-    if (err && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, (size_t)errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
+static void *field(const Key *k, Config *c) {
+    return (char *)c + k->off;
 }
-
-static void *field(const Key *k, Config *c) { return (char *)c + k->off; }
-static const void *cfield(const Key *k, const Config *c) { return (const char *)c + k->off; }
+static const void *cfield(const Key *k, const Config *c) {
+    return (const char *)c + k->off;
+}
 
 static const Key *find_key(const char *name) {
     for (int i = 0; i < NKEYS; i++)
@@ -193,15 +187,16 @@ static void format_value(const Key *k, const Config *c, char *buf, size_t n) {
  * the stored one). `shown` is the value as the user wrote it. */
 static int check_range(const Key *k, double v, const char *shown, char *err, int errlen) {
     if (k->type != T_INT && k->type != T_FLOAT && k->type != T_BOOL) return 0;
-    if (isnan(v)) return fail(err, errlen, "%s must be a finite number, got %s", k->name, shown);
+    if (isnan(v))
+        return set_error(err, errlen, "%s must be a finite number, got %s", k->name, shown);
     if ((k->flags & K_OPEN_MIN) ? !(v > k->min) : !(v >= k->min))
-        return fail(err, errlen, "%s must be %s %.10g, got %s (%s)", k->name,
-                    (k->flags & K_OPEN_MIN) ? ">" : ">=", k->min, shown, k->help);
+        return set_error(err, errlen, "%s must be %s %.10g, got %s (%s)", k->name,
+                         (k->flags & K_OPEN_MIN) ? ">" : ">=", k->min, shown, k->help);
     if (isinf(v) && isinf(k->max))
-        return fail(err, errlen, "%s must be a finite number, got %s", k->name, shown);
+        return set_error(err, errlen, "%s must be a finite number, got %s", k->name, shown);
     if ((k->flags & K_OPEN_MAX) ? !(v < k->max) : !(v <= k->max))
-        return fail(err, errlen, "%s must be %s %.10g, got %s (%s)", k->name,
-                    (k->flags & K_OPEN_MAX) ? "<" : "<=", k->max, shown, k->help);
+        return set_error(err, errlen, "%s must be %s %.10g, got %s (%s)", k->name,
+                         (k->flags & K_OPEN_MAX) ? "<" : "<=", k->max, shown, k->help);
     return 0;
 }
 
@@ -209,13 +204,14 @@ static int check_range(const Key *k, double v, const char *shown, char *err, int
 static int parse_value(const Key *k, const char *text, Config *c, char *err, int errlen) {
     char *end = NULL;
     if (*text == '\0' && k->type != T_STR)
-        return fail(err, errlen, "%s has no value; write e.g. %s=%s", k->name, k->name, k->def);
+        return set_error(err, errlen, "%s has no value; write e.g. %s=%s", k->name, k->name,
+                         k->def);
     switch (k->type) {
     case T_INT: {
         errno = 0;
         long v = strtol(text, &end, 10);
         if (end == text || *end != '\0')
-            return fail(err, errlen, "%s expects an integer, got '%s'", k->name, text);
+            return set_error(err, errlen, "%s expects an integer, got '%s'", k->name, text);
         /* on overflow strtol saturates at LONG_MIN/MAX, which the range check rejects */
         if (check_range(k, (double)v, text, err, errlen)) return -1;
         *(int *)field(k, c) = (int)v;
@@ -223,10 +219,13 @@ static int parse_value(const Key *k, const char *text, Config *c, char *err, int
     }
     case T_BOOL: {
         int v;
-        if (strcmp(text, "1") == 0 || strcmp(text, "true") == 0) v = 1;
-        else if (strcmp(text, "0") == 0 || strcmp(text, "false") == 0) v = 0;
+        if (strcmp(text, "1") == 0 || strcmp(text, "true") == 0)
+            v = 1;
+        else if (strcmp(text, "0") == 0 || strcmp(text, "false") == 0)
+            v = 0;
         else
-            return fail(err, errlen, "%s expects 0, 1, true or false, got '%s'", k->name, text);
+            return set_error(err, errlen, "%s expects 0, 1, true or false, got '%s'", k->name,
+                             text);
         *(int *)field(k, c) = v;
         return 0;
     }
@@ -234,52 +233,62 @@ static int parse_value(const Key *k, const char *text, Config *c, char *err, int
         errno = 0;
         double v = strtod(text, &end);
         if (end == text || *end != '\0')
-            return fail(err, errlen, "%s expects a number, got '%s'", k->name, text);
+            return set_error(err, errlen, "%s expects a number, got '%s'", k->name, text);
         if (isnan(v) || isinf(v) || fabs(v) > FLT_MAX) {
             if (isnan(v))
-                return fail(err, errlen, "%s must be a finite number, got '%s'", k->name, text);
-            return fail(err, errlen, "%s: '%s' is too large for a 32-bit float", k->name, text);
+                return set_error(err, errlen, "%s must be a finite number, got '%s'", k->name,
+                                 text);
+            return set_error(err, errlen, "%s: '%s' is too large for a 32-bit float", k->name,
+                             text);
         }
         if (v != 0.0 && (float)v == 0.0f)
-            return fail(err, errlen, "%s: '%s' is too small for a 32-bit float; use 0 or a "
-                        "magnitude >= 1e-38", k->name, text);
+            return set_error(err, errlen,
+                             "%s: '%s' is too small for a 32-bit float; use 0 or a "
+                             "magnitude >= 1e-38",
+                             k->name, text);
         if (check_range(k, v, text, err, errlen)) return -1;
         *(float *)field(k, c) = (float)v;
         return 0;
     }
     case T_U64: {
         if (!isdigit((unsigned char)text[0]))
-            return fail(err, errlen, "%s expects a non-negative integer, got '%s'", k->name, text);
+            return set_error(err, errlen, "%s expects a non-negative integer, got '%s'", k->name,
+                             text);
         errno = 0;
         unsigned long long v = strtoull(text, &end, 10);
         if (*end != '\0')
-            return fail(err, errlen, "%s expects a non-negative integer, got '%s'", k->name, text);
+            return set_error(err, errlen, "%s expects a non-negative integer, got '%s'", k->name,
+                             text);
         if (errno == ERANGE)
-            return fail(err, errlen, "%s must be <= %" PRIu64 ", got %s", k->name, UINT64_MAX,
-                        text);
+            return set_error(err, errlen, "%s must be <= %" PRIu64 ", got %s", k->name, UINT64_MAX,
+                             text);
         *(uint64_t *)field(k, c) = (uint64_t)v;
         return 0;
     }
     case T_STR: {
         size_t n = strlen(text);
         if (n == 0)
-            return fail(err, errlen, "%s is empty; give a path, e.g. %s=%s", k->name, k->name,
-                        k->def);
+            return set_error(err, errlen, "%s is empty; give a path, e.g. %s=%s", k->name, k->name,
+                             k->def);
         if (n >= MOE_PATH_MAX)
-            return fail(err, errlen, "%s is %zu characters long; at most %d fit, use a shorter "
-                        "path (or a symlink)", k->name, n, MOE_PATH_MAX - 1);
+            return set_error(err, errlen,
+                             "%s is %zu characters long; at most %d fit, use a shorter "
+                             "path (or a symlink)",
+                             k->name, n, MOE_PATH_MAX - 1);
         for (size_t i = 0; i < n; i++)
             if (text[i] == '#' || iscntrl((unsigned char)text[i]))
-                return fail(err, errlen, "%s: the path contains '#' or a control character, "
-                            "which a config file cannot hold; rename the file or use a symlink",
-                            k->name);
+                return set_error(
+                    err, errlen,
+                    "%s: the path contains '#' or a control character, "
+                    "which a config file cannot hold; rename the file or use a symlink",
+                    k->name);
         char *dst = (char *)field(k, c);
         memset(dst, 0, MOE_PATH_MAX);
         memcpy(dst, text, n);
         return 0;
     }
     }
-    return fail(err, errlen, "%s: internal error, unknown key type", k->name);
+    return set_error(err, errlen, "%s: internal error, unknown key type", k->name);
 }
 
 /* ---- public API ------------------------------------------------------------------------ */
@@ -301,26 +310,28 @@ int config_set(Config *c, const char *assignment, char *err, int errlen) {
     if (!eq) {
         char *t = trim(buf);
         if (find_key(t))
-            fail(err, errlen, "'%s' has no value; write %s=VALUE", t, t);
+            set_error(err, errlen, "'%s' has no value; write %s=VALUE", t, t);
         else
-            fail(err, errlen, "expected key=value, got '%s'; write e.g. model.d_model=256", t);
+            set_error(err, errlen, "expected key=value, got '%s'; write e.g. model.d_model=256", t);
         goto done;
     }
     *eq = '\0';
     char *key = trim(buf), *value = trim(eq + 1);
     if (*key == '\0') {
-        fail(err, errlen, "missing key before '=' in '%s'; write e.g. model.d_model=256",
-             assignment);
+        set_error(err, errlen, "missing key before '=' in '%s'; write e.g. model.d_model=256",
+                  assignment);
         goto done;
     }
     const Key *k = find_key(key);
     if (!k) {
         const Key *near = nearest_key(key);
         if (near)
-            fail(err, errlen, "unknown key '%s'; did you mean '%s'? (`moe info --keys` lists "
-                 "all keys)", key, near->name);
+            set_error(err, errlen,
+                      "unknown key '%s'; did you mean '%s'? (`moe info --keys` lists "
+                      "all keys)",
+                      key, near->name);
         else
-            fail(err, errlen, "unknown key '%s'; `moe info --keys` lists all keys", key);
+            set_error(err, errlen, "unknown key '%s'; `moe info --keys` lists all keys", key);
         goto done;
     }
     rc = parse_value(k, value, c, err, errlen);
@@ -332,8 +343,10 @@ done:
 int config_load_file(Config *c, const char *path, char *err, int errlen) {
     FILE *f = fopen(path, "r");
     if (!f)
-        return fail(err, errlen, "cannot open config file '%s': %s; check the path given to "
-                    "--config", path, strerror(errno));
+        return set_error(err, errlen,
+                         "cannot open config file '%s': %s; check the path given to "
+                         "--config",
+                         path, strerror(errno));
     Config tmp = *c; /* apply to a copy so a bad line leaves c as it was */
     char line[4096], msg[768];
     int lineno = 0, rc = 0;
@@ -341,8 +354,8 @@ int config_load_file(Config *c, const char *path, char *err, int errlen) {
         lineno++;
         size_t n = strlen(line);
         if (n == sizeof line - 1 && line[n - 1] != '\n' && !feof(f)) {
-            rc = fail(err, errlen, "%s:%d: line longer than %zu characters", path, lineno,
-                      sizeof line - 2);
+            rc = set_error(err, errlen, "%s:%d: line longer than %zu characters", path, lineno,
+                           sizeof line - 2);
             break;
         }
         char *hash = strchr(line, '#');
@@ -350,12 +363,12 @@ int config_load_file(Config *c, const char *path, char *err, int errlen) {
         char *t = trim(line);
         if (*t == '\0') continue;
         if (config_set(&tmp, t, msg, sizeof msg) != 0) {
-            rc = fail(err, errlen, "%s:%d: %s", path, lineno, msg);
+            rc = set_error(err, errlen, "%s:%d: %s", path, lineno, msg);
             break;
         }
     }
     if (rc == 0 && ferror(f))
-        rc = fail(err, errlen, "%s: read error: %s", path, strerror(errno));
+        rc = set_error(err, errlen, "%s: read error: %s", path, strerror(errno));
     fclose(f);
     if (rc == 0) *c = tmp;
     return rc;
@@ -370,11 +383,11 @@ int config_validate(const Config *c, char *err, int errlen) {
         if (k->type == T_STR) {
             const char *s = (const char *)p;
             if (memchr(s, '\0', MOE_PATH_MAX) == NULL)
-                return fail(err, errlen, "%s is not terminated within %d characters", k->name,
-                            MOE_PATH_MAX);
+                return set_error(err, errlen, "%s is not terminated within %d characters", k->name,
+                                 MOE_PATH_MAX);
             if (s[0] == '\0')
-                return fail(err, errlen, "%s is empty; give a path, e.g. %s=%s", k->name,
-                            k->name, k->def);
+                return set_error(err, errlen, "%s is empty; give a path, e.g. %s=%s", k->name,
+                                 k->name, k->def);
             continue;
         }
         if (k->type == T_U64) continue;
@@ -388,26 +401,36 @@ int config_validate(const Config *c, char *err, int errlen) {
     int even_mult = (c->d_model / (2 * c->n_head)) * 2 * c->n_head;
     if (even_mult == 0) even_mult = 2 * c->n_head;
     if (c->d_model % c->n_head != 0)
-        return fail(err, errlen, "model.d_model=%d is not divisible by model.n_head=%d; change "
-                    "one of them (e.g. model.d_model=%d)", c->d_model, c->n_head, even_mult);
+        return set_error(err, errlen,
+                         "model.d_model=%d is not divisible by model.n_head=%d; change "
+                         "one of them (e.g. model.d_model=%d)",
+                         c->d_model, c->n_head, even_mult);
     if ((c->d_model / c->n_head) % 2 != 0)
-        return fail(err, errlen, "head size model.d_model/model.n_head = %d/%d = %d is odd, but "
-                    "RoPE rotates pairs of channels; choose model.d_model and model.n_head so "
-                    "the head size is even (e.g. model.d_model=%d)", c->d_model, c->n_head,
-                    c->d_model / c->n_head, even_mult);
+        return set_error(err, errlen,
+                         "head size model.d_model/model.n_head = %d/%d = %d is odd, but "
+                         "RoPE rotates pairs of channels; choose model.d_model and model.n_head so "
+                         "the head size is even (e.g. model.d_model=%d)",
+                         c->d_model, c->n_head, c->d_model / c->n_head, even_mult);
     if (c->num_experts == 1)
-        return fail(err, errlen, "moe.num_experts=1: an MoE block with one expert is just a "
-                    "dense feed-forward; set moe.num_experts=0 for a dense model or >= 2 for MoE");
+        return set_error(
+            err, errlen,
+            "moe.num_experts=1: an MoE block with one expert is just a "
+            "dense feed-forward; set moe.num_experts=0 for a dense model or >= 2 for MoE");
     if (c->num_experts > 0 && c->top_k > c->num_experts)
-        return fail(err, errlen, "moe.top_k=%d exceeds moe.num_experts=%d; lower moe.top_k or "
-                    "add experts", c->top_k, c->num_experts);
+        return set_error(err, errlen,
+                         "moe.top_k=%d exceeds moe.num_experts=%d; lower moe.top_k or "
+                         "add experts",
+                         c->top_k, c->num_experts);
     if (c->num_experts > 0 && c->first_dense >= c->n_layer)
-        return fail(err, errlen, "moe.first_dense=%d leaves no MoE block among model.n_layer=%d "
-                    "layers; lower moe.first_dense or set moe.num_experts=0 for a dense model",
-                    c->first_dense, c->n_layer);
+        return set_error(err, errlen,
+                         "moe.first_dense=%d leaves no MoE block among model.n_layer=%d "
+                         "layers; lower moe.first_dense or set moe.num_experts=0 for a dense model",
+                         c->first_dense, c->n_layer);
     if (c->warmup > c->steps)
-        return fail(err, errlen, "train.warmup=%d is longer than train.steps=%d; lower "
-                    "train.warmup or raise train.steps", c->warmup, c->steps);
+        return set_error(err, errlen,
+                         "train.warmup=%d is longer than train.steps=%d; lower "
+                         "train.warmup or raise train.steps",
+                         c->warmup, c->steps);
     return 0;
 }
 
@@ -441,7 +464,9 @@ int config_is_moe_layer(const Config *c, int layer) {
            (layer - c->first_dense) % c->every == 0;
 }
 
-int config_expert_hidden(const Config *c) { return c->d_expert ? c->d_expert : c->d_ff; }
+int config_expert_hidden(const Config *c) {
+    return c->d_expert ? c->d_expert : c->d_ff;
+}
 
 int config_same_shape(const Config *a, const Config *b, char *err, int errlen) {
     for (int i = 0; i < NKEYS; i++) {
@@ -451,8 +476,10 @@ int config_same_shape(const Config *a, const Config *b, char *err, int errlen) {
         format_value(k, a, va, sizeof va);
         format_value(k, b, vb, sizeof vb);
         if (strcmp(va, vb) != 0) {
-            fail(err, errlen, "checkpoint has %s=%s, config has %s; parameter shapes differ, so "
-                 "use the checkpoint's value or start a new run", k->name, va, vb);
+            set_error(err, errlen,
+                      "checkpoint has %s=%s, config has %s; parameter shapes differ, so "
+                      "use the checkpoint's value or start a new run",
+                      k->name, va, vb);
             return 0;
         }
     }

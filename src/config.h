@@ -26,25 +26,25 @@ typedef struct {
     float init_std;   /* std of the normal init of matrices */
 
     /* moe.* */
-    int num_experts;  /* E: experts per MoE block; 0 makes every block dense */
-    int top_k;        /* K: experts per token */
-    int d_expert;     /* F: hidden size of one expert; 0 means d_ff */
-    int every;        /* an MoE block every this many layers ... */
-    int first_dense;  /* ... after this many dense layers at the bottom */
-    int norm_topk;    /* renormalise the top-k weights to sum to 1 */
-    float aux_coef;   /* Switch load-balancing loss coefficient */
-    float z_coef;     /* router z-loss coefficient */
+    int num_experts; /* E: experts per MoE block; 0 makes every block dense */
+    int top_k;       /* K: experts per token */
+    int d_expert;    /* F: hidden size of one expert; 0 means d_ff */
+    int every;       /* an MoE block every this many layers ... */
+    int first_dense; /* ... after this many dense layers at the bottom */
+    int norm_topk;   /* renormalise the top-k weights to sum to 1 */
+    float aux_coef;  /* Switch load-balancing loss coefficient */
+    float z_coef;    /* router z-loss coefficient */
 
     /* train.* */
-    int batch;        /* B: sequences per micro-batch */
-    int accum;        /* micro-batches per optimizer step */
-    int steps;        /* optimizer steps */
-    float lr;         /* peak learning rate */
-    float min_lr;     /* learning rate at the end of the cosine, as a fraction of lr */
-    int warmup;       /* linear warm-up steps */
+    int batch;    /* B: sequences per micro-batch */
+    int accum;    /* micro-batches per optimizer step */
+    int steps;    /* optimizer steps */
+    float lr;     /* peak learning rate */
+    float min_lr; /* learning rate at the end of the cosine, as a fraction of lr */
+    int warmup;   /* linear warm-up steps */
     float weight_decay;
     float beta1, beta2, eps; /* AdamW */
-    float clip;       /* global gradient norm clip; 0 disables */
+    float clip;              /* global gradient norm clip; 0 disables */
     uint64_t seed;
     int eval_every;   /* steps between validation evals; 0 disables */
     int eval_batches; /* micro-batches per validation eval */

@@ -22,7 +22,9 @@ static void add_vectors(float *y, const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
 
-static float *alloc_nc(const Model *m) { return floats_alloc((size_t)m->B * m->T * m->cfg.d_model); }
+static float *alloc_nc(const Model *m) {
+    return floats_alloc((size_t)m->B * m->T * m->cfg.d_model);
+}
 
 void model_init(Model *m, const Config *c, int B, int T) {
     memset(m, 0, sizeof(*m));
@@ -41,9 +43,13 @@ void model_init(Model *m, const Config *c, int B, int T) {
     params_view(&m->g, &m->pt, m->grads);
     params_init(&m->pt, m->params, c, c->seed);
 
-    m->hp = (MoeHyper){.C = C, .E = c->num_experts, .K = c->top_k,
-                       .F = config_expert_hidden(c), .renorm = c->norm_topk,
-                       .aux_coef = c->aux_coef, .z_coef = c->z_coef};
+    m->hp = (MoeHyper){.C = C,
+                       .E = c->num_experts,
+                       .K = c->top_k,
+                       .F = config_expert_hidden(c),
+                       .renorm = c->norm_topk,
+                       .aux_coef = c->aux_coef,
+                       .z_coef = c->z_coef};
 
     m->inputs = (int *)calloc_check(N, sizeof(int));
     m->targets = (int *)calloc_check(N, sizeof(int));
@@ -98,9 +104,19 @@ void model_free(Model *m) {
     const int L = m->cfg.n_layer;
     for (int l = 0; l < L; l++) {
         BlockActs *a = &m->blocks[l];
-        free(a->ln1); free(a->rstd1); free(a->q); free(a->k); free(a->v); free(a->att);
-        free(a->atty); free(a->resid_mid); free(a->ln2); free(a->rstd2);
-        free(a->fg); free(a->fu); free(a->fh);
+        free(a->ln1);
+        free(a->rstd1);
+        free(a->q);
+        free(a->k);
+        free(a->v);
+        free(a->att);
+        free(a->atty);
+        free(a->resid_mid);
+        free(a->ln2);
+        free(a->rstd2);
+        free(a->fg);
+        free(a->fu);
+        free(a->fh);
         if (a->moe) {
             moe_acts_free(a->moe);
             free(a->moe);
@@ -109,16 +125,32 @@ void model_free(Model *m) {
     for (int l = 0; l <= L; l++) free(m->resid[l]);
     free(m->resid);
     free(m->blocks);
-    free(m->inputs); free(m->targets);
-    free(m->lnf); free(m->rstdf); free(m->logits); free(m->losses);
-    free(m->dresid); free(m->dmid); free(m->dln); free(m->dtmp);
-    free(m->dq); free(m->dk); free(m->dv); free(m->datty);
-    free(m->dfg); free(m->dfu); free(m->dfh); free(m->dlogits);
+    free(m->inputs);
+    free(m->targets);
+    free(m->lnf);
+    free(m->rstdf);
+    free(m->logits);
+    free(m->losses);
+    free(m->dresid);
+    free(m->dmid);
+    free(m->dln);
+    free(m->dtmp);
+    free(m->dq);
+    free(m->dk);
+    free(m->dv);
+    free(m->datty);
+    free(m->dfg);
+    free(m->dfu);
+    free(m->dfh);
+    free(m->dlogits);
     if (m->n_moe > 0) moe_scratch_free(&m->moe_scratch);
     params_view_free(&m->w);
     params_view_free(&m->g);
     params_table_free(&m->pt);
-    free(m->params); free(m->grads); free(m->m); free(m->v);
+    free(m->params);
+    free(m->grads);
+    free(m->m);
+    free(m->v);
     memset(m, 0, sizeof(*m));
 }
 
@@ -256,21 +288,24 @@ void model_backward(Model *m, float loss_scale) {
     /* loss = mean_n CE_n, so dlogits carries 1/N; loss_scale adds 1/accum */
     crossentropy_backward(m->dlogits, m->logits, m->targets, loss_scale / (float)N, N, MOE_VOCAB);
     matmul_backward(m->dln, m->g.head, m->dlogits, m->lnf, m->w.head, N, C, MOE_VOCAB);
-    rmsnorm_backward(m->dresid, m->g.final_norm, m->dln, m->resid[L], m->w.final_norm, m->rstdf,
-                     N, C);
+    rmsnorm_backward(m->dresid, m->g.final_norm, m->dln, m->resid[L], m->w.final_norm, m->rstdf, N,
+                     C);
 
     /* dresid holds d/d(resid[l+1]); each block turns it into d/d(resid[l]) in place */
-    for (int l = L - 1; l >= 0; l--) block_backward(m, l, m->dresid, m->dresid, m->resid[l], loss_scale);
+    for (int l = L - 1; l >= 0; l--)
+        block_backward(m, l, m->dresid, m->dresid, m->resid[l], loss_scale);
 
-    /* resid[0][n] = tok_emb[inputs[n]]: scatter-add, parallel over channels so that every
-     * gradient element is summed by one thread in token order (deterministic) */
+        /* resid[0][n] = tok_emb[inputs[n]]: scatter-add, parallel over channels so that every
+         * gradient element is summed by one thread in token order (deterministic) */
 #pragma omp parallel for schedule(static)
     for (int ch = 0; ch < C; ch++)
         for (int n = 0; n < N; n++)
             m->g.tok_emb[(size_t)m->inputs[n] * C + ch] += m->dresid[(size_t)n * C + ch];
 }
 
-void model_zero_grad(Model *m) { memset(m->grads, 0, m->pt.total * sizeof(float)); }
+void model_zero_grad(Model *m) {
+    memset(m->grads, 0, m->pt.total * sizeof(float));
+}
 
 float model_grad_norm(const Model *m) {
     double ss = 0.0;

@@ -18,16 +18,16 @@
 
 /* Activations of one block, kept from forward for backward. */
 typedef struct {
-    float *ln1;        /* (N, C) rmsnorm of the block input */
-    float *rstd1;      /* (N) */
-    float *q, *k, *v;  /* (N, C) after RoPE (q, k) */
-    float *att;        /* (B, H, T, T) attention probabilities */
-    float *atty;       /* (N, C) attention output before wo */
-    float *resid_mid;  /* (N, C) block input + attention branch */
-    float *ln2;        /* (N, C) */
-    float *rstd2;      /* (N) */
+    float *ln1;          /* (N, C) rmsnorm of the block input */
+    float *rstd1;        /* (N) */
+    float *q, *k, *v;    /* (N, C) after RoPE (q, k) */
+    float *att;          /* (B, H, T, T) attention probabilities */
+    float *atty;         /* (N, C) attention output before wo */
+    float *resid_mid;    /* (N, C) block input + attention branch */
+    float *ln2;          /* (N, C) */
+    float *rstd2;        /* (N) */
     float *fg, *fu, *fh; /* (N, F) dense SwiGLU: gate, up, silu(gate) * up; NULL in MoE blocks */
-    MoeActs *moe;      /* MoE block activations; NULL in dense blocks */
+    MoeActs *moe;        /* MoE block activations; NULL in dense blocks */
 } BlockActs;
 
 typedef struct {
@@ -40,25 +40,25 @@ typedef struct {
     MoeHyper hp;
 
     /* activations */
-    int *inputs, *targets;  /* (N) */
-    float **resid;          /* (L + 1) x (N, C): input of each block, resid[L] the last output */
-    BlockActs *blocks;      /* (L) */
-    float *lnf, *rstdf;     /* (N, C), (N) */
-    float *logits;          /* (N, V); probabilities after a forward with targets */
-    float *losses;          /* (N) per-token cross-entropy */
+    int *inputs, *targets; /* (N) */
+    float **resid;         /* (L + 1) x (N, C): input of each block, resid[L] the last output */
+    BlockActs *blocks;     /* (L) */
+    float *lnf, *rstdf;    /* (N, C), (N) */
+    float *logits;         /* (N, V); probabilities after a forward with targets */
+    float *losses;         /* (N) per-token cross-entropy */
 
     /* backward scratch */
     float *dresid, *dmid, *dln, *dtmp, *dq, *dk, *dv, *datty; /* (N, C) */
-    float *dfg, *dfu, *dfh;  /* (N, F) */
-    float *dlogits;          /* (N, V) */
+    float *dfg, *dfu, *dfh;                                   /* (N, F) */
+    float *dlogits;                                           /* (N, V) */
     MoeScratch moe_scratch;
 
     /* results of the last forward */
     int N_last, B_last, T_last;
-    float loss;      /* mean cross-entropy (the language-model loss) */
-    float aux_loss;  /* mean over MoE blocks of the unscaled Switch loss (1 = balanced) */
-    float z_loss;    /* mean over MoE blocks of the unscaled z-loss */
-    int step;        /* optimizer steps taken */
+    float loss;     /* mean cross-entropy (the language-model loss) */
+    float aux_loss; /* mean over MoE blocks of the unscaled Switch loss (1 = balanced) */
+    float z_loss;   /* mean over MoE blocks of the unscaled z-loss */
+    int step;       /* optimizer steps taken */
 } Model;
 
 /* Allocate a model for config c with activations for B x T tokens; weights initialised from

@@ -159,7 +159,9 @@ void params_init(const ParamTable *pt, float *buf, const Config *c, unsigned lon
     }
 }
 
-size_t params_count_total(const ParamTable *pt) { return pt->total; }
+size_t params_count_total(const ParamTable *pt) {
+    return pt->total;
+}
 
 size_t params_count_active(const ParamTable *pt, const Config *c) {
     size_t active = 0;

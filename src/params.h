@@ -21,38 +21,38 @@ typedef struct {
     int ndim;
     int shape[PARAM_MAX_DIMS];
     size_t numel;
-    size_t offset;             /* in floats, into the one parameter buffer */
-    int decay;                 /* 1: AdamW weight decay applies */
-    int layer;                 /* block index, or -1 for embedding / final norm / head */
-    int expert_dim;            /* 1 when dimension 0 indexes experts (stacked expert weights) */
+    size_t offset;  /* in floats, into the one parameter buffer */
+    int decay;      /* 1: AdamW weight decay applies */
+    int layer;      /* block index, or -1 for embedding / final norm / head */
+    int expert_dim; /* 1 when dimension 0 indexes experts (stacked expert weights) */
 } ParamTensor;
 
 /* Pointers into one parameter-shaped buffer (weights, gradients or a moment). NULL for the
  * tensors a block does not have (a dense block has no router). */
 typedef struct {
-    float *attn_norm;  /* (C) */
+    float *attn_norm;         /* (C) */
     float *wq, *wk, *wv, *wo; /* (C, C) */
-    float *ffn_norm;   /* (C) */
+    float *ffn_norm;          /* (C) */
     /* dense feed-forward */
     float *w_gate, *w_up; /* (F, C) */
     float *w_down;        /* (C, F) */
     /* MoE feed-forward */
-    float *router;     /* (E, C) */
+    float *router;        /* (E, C) */
     float *e_gate, *e_up; /* (E, F, C) */
     float *e_down;        /* (E, C, F) */
 } LayerView;
 
 typedef struct {
-    float *tok_emb;   /* (V, C) */
+    float *tok_emb;    /* (V, C) */
     float *final_norm; /* (C) */
-    float *head;      /* (V, C) */
+    float *head;       /* (V, C) */
     LayerView *layers; /* (L) */
 } ParamView;
 
 typedef struct {
-    int n;               /* tensors */
-    ParamTensor *t;      /* (n) in checkpoint order */
-    size_t total;        /* floats in all */
+    int n;          /* tensors */
+    ParamTensor *t; /* (n) in checkpoint order */
+    size_t total;   /* floats in all */
     int n_layer;
 } ParamTable;
 

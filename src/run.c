@@ -9,38 +9,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "io/files.h"
 #include "util.h"
 
 #ifndef MOE_GIT_COMMIT
 #define MOE_GIT_COMMIT "unknown"
 #endif
-
-int file_exists(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
-int make_dirs(const char *path, char *err, int errlen) {
-    char buf[MOE_PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
-        snprintf(err, (size_t)errlen, "path too long: %s", path);
-        return -1;
-    }
-    for (char *p = buf + 1;; p++) {
-        char saved = *p;
-        if (saved == '/' || saved == '\0') {
-            *p = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
-                snprintf(err, (size_t)errlen, "cannot create directory %s: %s", buf,
-                         strerror(errno));
-                return -1;
-            }
-            *p = saved;
-        }
-        if (saved == '\0') break;
-    }
-    return 0;
-}
 
 void run_path(char *out, size_t n, const char *dir, const char *file) {
     if ((size_t)snprintf(out, n, "%s/%s", dir, file) >= n)
@@ -85,6 +59,7 @@ void run_write_provenance(const char *dir, const Config *c, const Shard *train, 
             (unsigned long long)train->n_tokens);
     fprintf(f, "data.val = %s crc32=%08x tokens=%llu\n", val->path, val->crc32,
             (unsigned long long)val->n_tokens);
+    fprintf(f, "data.train_unigram_entropy = %.4f\n", shard_unigram_entropy(train));
     fprintf(f, "seed = %llu\n", (unsigned long long)c->seed);
     fprintf(f, "threads = %d\n", threads);
     fprintf(f, "host = %s %s %s %s\n", u.nodename, u.sysname, u.release, u.machine);

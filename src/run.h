@@ -15,10 +15,7 @@
 
 #include "config.h"
 #include "io/data.h"
-
-/* mkdir -p; returns 0 or -1 with a message. */
-int make_dirs(const char *path, char *err, int errlen);
-int file_exists(const char *path);
+#include "io/files.h"
 
 void run_path(char *out, size_t n, const char *dir, const char *file);
 

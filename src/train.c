@@ -34,7 +34,7 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
     uint8_t *domains = (uint8_t *)malloc_check((size_t)N);
     double total = 0.0;
     for (int i = 0; i < eval_batches; i++) {
-        loader_val_batch(val, B, T, i, inputs, targets, domains);
+        loader_val_batch(val, B, T, i, eval_batches, inputs, targets, domains);
         model_forward(m, inputs, targets, B, T);
         total += m->loss;
         if (!dc) continue;
@@ -43,7 +43,8 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
             if (!a) continue;
             for (int n = 0; n < N; n++)
                 for (int k = 0; k < K; k++)
-                    dc->counts[((size_t)b * dc->n_domains + domains[n]) * dc->E + a->idx[n * K + k]] += 1.0;
+                    dc->counts[((size_t)b * dc->n_domains + domains[n]) * dc->E +
+                               a->idx[n * K + k]] += 1.0;
             b++;
         }
     }
@@ -58,10 +59,10 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
  * averaged load: the balance of the whole step's batch. */
 typedef struct {
     int n_moe, E, micro;
-    double *load;     /* (n_moe, E) summed over micro-batches */
-    double *entropy;  /* (n_moe) */
-    double *drop;     /* (n_moe) */
-    float *tmp;       /* (E) */
+    double *load;    /* (n_moe, E) summed over micro-batches */
+    double *entropy; /* (n_moe) */
+    double *drop;    /* (n_moe) */
+    float *tmp;      /* (E) */
 } RouterAccum;
 
 static void raccum_reset(RouterAccum *r) {
@@ -89,19 +90,12 @@ static void raccum_add(RouterAccum *r, const Model *m) {
 static void raccum_write(const RouterAccum *r, const Model *m, FILE *f, int step) {
     for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
         if (!m->blocks[l].moe) continue;
-        double mean = 0.0, max = 0.0, var = 0.0;
-        for (int e = 0; e < r->E; e++) {
-            double x = r->load[b * r->E + e] / r->micro;
-            mean += x / r->E;
-            if (x > max) max = x;
-        }
-        for (int e = 0; e < r->E; e++) {
-            double d = r->load[b * r->E + e] / r->micro - mean;
-            var += d * d / r->E;
-        }
-        fprintf(f, "%d,%d,%.6f,%.6f,%.6f,%.6f", step, l, (max - mean) / mean, sqrt(var) / mean,
-                r->entropy[b] / r->micro, r->drop[b] / r->micro);
-        for (int e = 0; e < r->E; e++) fprintf(f, ",%.6f", r->load[b * r->E + e] / r->micro);
+        for (int e = 0; e < r->E; e++) r->tmp[e] = (float)(r->load[b * r->E + e] / r->micro);
+        float maxvio, cv;
+        load_balance(&maxvio, &cv, r->tmp, r->E);
+        fprintf(f, "%d,%d,%.6f,%.6f,%.6f,%.6f", step, l, maxvio, cv, r->entropy[b] / r->micro,
+                r->drop[b] / r->micro);
+        for (int e = 0; e < r->E; e++) fprintf(f, ",%.6f", r->tmp[e]);
         fputc('\n', f);
         b++;
     }
@@ -141,13 +135,12 @@ static void progress(const Config *c, int step, float loss, float val_loss, doub
     char val[48] = "";
     if (!isnan(val_loss)) snprintf(val, sizeof val, " | val %.4f", val_loss);
     if (tty) {
-        fprintf(stderr, "\rstep %d/%d | loss %.4f%s | %.0f tok/s | ETA %s   ", step, c->steps,
-                loss, val, tok_s, eta);
+        fprintf(stderr, "\rstep %d/%d | loss %.4f%s | %.0f tok/s | ETA %s   ", step, c->steps, loss,
+                val, tok_s, eta);
         if (step == c->steps) fputc('\n', stderr);
         fflush(stderr);
     } else if (step % c->log_every == 0 || step == c->steps || !isnan(val_loss)) {
-        printf("step %d/%d loss %.4f%s tok/s %.0f eta %s\n", step, c->steps, loss, val, tok_s,
-               eta);
+        printf("step %d/%d loss %.4f%s tok/s %.0f eta %s\n", step, c->steps, loss, val, tok_s, eta);
         fflush(stdout);
     }
 }
@@ -158,9 +151,10 @@ static void load_shard_or_exit(Shard *s, const char *path, const char *key, int 
     char err[1024];
     if (shard_load(s, path, err, sizeof err) != 0) moe_input_error("%s: %s", key, err);
     if (s->n_tokens < (uint64_t)T + 2)
-        moe_input_error("%s: %s holds %llu tokens, fewer than one window of model.seq_len + 1 = %d; "
-                        "use a larger shard or a smaller model.seq_len",
-                        key, path, (unsigned long long)s->n_tokens, T + 1);
+        moe_input_error(
+            "%s: %s holds %llu tokens, fewer than one window of model.seq_len + 1 = %d; "
+            "use a larger shard or a smaller model.seq_len",
+            key, path, (unsigned long long)s->n_tokens, T + 1);
 }
 
 int train_run(Config *c, const TrainOptions *o) {

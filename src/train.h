@@ -13,11 +13,11 @@
 #include "model.h"
 
 typedef struct {
-    const char *out_dir;    /* run directory (created) */
-    int resume;             /* continue the run in out_dir from its checkpoint */
-    int quiet;              /* no progress display */
-    int until;              /* stop (with a checkpoint) after this step; 0 = train.steps.
-                               For schedulers with time limits, and to test resuming. */
+    const char *out_dir; /* run directory (created) */
+    int resume;          /* continue the run in out_dir from its checkpoint */
+    int quiet;           /* no progress display */
+    int until;           /* stop (with a checkpoint) after this step; 0 = train.steps.
+                            For schedulers with time limits, and to test resuming. */
 } TrainOptions;
 
 /* Train per c. Returns 0, or exits with status 2 on bad input (data, checkpoint, run dir). */

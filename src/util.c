@@ -28,25 +28,36 @@ void moe_fatal_at(const char *file, int line, const char *fmt, ...) {
     exit(MOE_EXIT_FATAL);
 }
 
+int set_error(char *err, int errlen, const char *fmt, ...) {
+    if (err && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, (size_t)errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
 void *malloc_check_at(size_t size, const char *file, int line) {
     void *p = malloc(size ? size : 1);
     if (!p)
-        moe_fatal_at(file, line, "out of memory allocating %zu bytes; use a smaller model or batch", size);
+        moe_fatal_at(file, line, "out of memory allocating %zu bytes; use a smaller model or batch",
+                     size);
     return p;
 }
 
 void *calloc_check_at(size_t n, size_t size, const char *file, int line) {
     void *p = calloc(n ? n : 1, size ? size : 1);
     if (!p)
-        moe_fatal_at(file, line, "out of memory allocating %zu x %zu bytes; use a smaller model or batch",
-                     n, size);
+        moe_fatal_at(file, line,
+                     "out of memory allocating %zu x %zu bytes; use a smaller model or batch", n,
+                     size);
     return p;
 }
 
 FILE *fopen_check_at(const char *path, const char *mode, const char *file, int line) {
     FILE *f = fopen(path, mode);
-    if (!f)
-        moe_fatal_at(file, line, "cannot open '%s' (mode %s): %s", path, mode, strerror(errno));
+    if (!f) moe_fatal_at(file, line, "cannot open '%s' (mode %s): %s", path, mode, strerror(errno));
     return f;
 }
 
@@ -73,7 +84,9 @@ void rng_seed(Rng *r, uint64_t seed) {
     for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
 }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
 
 uint64_t rng_u64(Rng *r) {
     uint64_t *s = r->s;
@@ -88,7 +101,9 @@ uint64_t rng_u64(Rng *r) {
     return result;
 }
 
-float rng_uniform(Rng *r) { return (float)(rng_u64(r) >> 40) * (1.0f / 16777216.0f); }
+float rng_uniform(Rng *r) {
+    return (float)(rng_u64(r) >> 40) * (1.0f / 16777216.0f);
+}
 
 float rng_normal(Rng *r) {
     /* Box-Muller; u1 in (0, 1] so the log is finite. */
@@ -97,7 +112,9 @@ float rng_normal(Rng *r) {
     return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530718f * u2);
 }
 
-uint64_t rng_below(Rng *r, uint64_t n) { return rng_u64(r) % n; }
+uint64_t rng_below(Rng *r, uint64_t n) {
+    return rng_u64(r) % n;
+}
 
 /* ---- misc -------------------------------------------------------------------------------- */
 

@@ -31,6 +31,10 @@ MOE_NORETURN void moe_input_error(const char *fmt, ...) MOE_PRINTF(1, 2);
 MOE_NORETURN void moe_fatal_at(const char *file, int line, const char *fmt, ...) MOE_PRINTF(3, 4);
 #define moe_fatal(...) moe_fatal_at(__FILE__, __LINE__, __VA_ARGS__)
 
+/* Write a message into err (errlen bytes, may be NULL) and return -1: the error convention of
+ * library functions that report bad input to their caller instead of exiting. */
+int set_error(char *err, int errlen, const char *fmt, ...) MOE_PRINTF(3, 4);
+
 void *malloc_check_at(size_t size, const char *file, int line);
 void *calloc_check_at(size_t n, size_t size, const char *file, int line);
 FILE *fopen_check_at(const char *path, const char *mode, const char *file, int line);
@@ -50,12 +54,12 @@ typedef struct {
 
 void rng_seed(Rng *r, uint64_t seed);
 uint64_t rng_u64(Rng *r);
-float rng_uniform(Rng *r);             /* [0, 1) */
-float rng_normal(Rng *r);              /* standard normal, Box-Muller */
+float rng_uniform(Rng *r);              /* [0, 1) */
+float rng_normal(Rng *r);               /* standard normal, Box-Muller */
 uint64_t rng_below(Rng *r, uint64_t n); /* uniform integer in [0, n), n > 0 */
 
 /* ---- misc ---------------------------------------------------------------------------------- */
-double now_seconds(void);         /* monotonic clock */
+double now_seconds(void); /* monotonic clock */
 uint32_t crc32_update(uint32_t crc, const void *data, size_t n);
 int levenshtein(const char *a, const char *b);
 

@@ -23,8 +23,10 @@ typedef struct {
     const char *value; /* a valid value different from the default */
 } Field;
 
-#define F(key, field, value) {key, offsetof(Config, field), sizeof(((Config *)0)->field), 0, value}
-#define S(key, field, value) {key, offsetof(Config, field), MOE_PATH_MAX, 1, value}
+#define F(key, field, value)                                                                       \
+    { key, offsetof(Config, field), sizeof(((Config *)0)->field), 0, value }
+#define S(key, field, value)                                                                       \
+    { key, offsetof(Config, field), MOE_PATH_MAX, 1, value }
 
 static const Field FIELDS[] = {
     F("model.d_model", d_model, "256"),
@@ -77,8 +79,8 @@ static void expect_same_config(const Config *a, const Config *b, const char *wha
 
 static void set_ok(Config *c, const char *assignment) {
     char err[512] = "";
-    ck_assert_msg(config_set(c, assignment, err, sizeof err) == 0, "'%s' rejected: %s",
-                  assignment, err);
+    ck_assert_msg(config_set(c, assignment, err, sizeof err) == 0, "'%s' rejected: %s", assignment,
+                  err);
 }
 
 /* config_set must fail, leave c unchanged, and say each of the given fragments. */
@@ -87,14 +89,13 @@ static void set_fails(const char *assignment, const char *frag1, const char *fra
     config_defaults(&c);
     before = c;
     char err[512] = "";
-    ck_assert_msg(config_set(&c, assignment, err, sizeof err) == -1, "'%s' accepted",
-                  assignment);
+    ck_assert_msg(config_set(&c, assignment, err, sizeof err) == -1, "'%s' accepted", assignment);
     expect_same_config(&c, &before, assignment);
     ck_assert_msg(strstr(err, frag1) != NULL, "'%s': message '%s' lacks '%s'", assignment, err,
                   frag1);
     if (frag2)
-        ck_assert_msg(strstr(err, frag2) != NULL, "'%s': message '%s' lacks '%s'", assignment,
-                      err, frag2);
+        ck_assert_msg(strstr(err, frag2) != NULL, "'%s': message '%s' lacks '%s'", assignment, err,
+                      frag2);
 }
 
 /* config_validate must fail and the message must name every key given. */
@@ -142,8 +143,8 @@ START_TEST(test_each_key_sets_its_field) {
         snprintf(assignment, sizeof assignment, "  %s =\t%s  ", FIELDS[i].key, FIELDS[i].value);
         set_ok(&c, assignment);
         for (int j = 0; j < NFIELDS; j++)
-            ck_assert_msg(field_differs(&FIELDS[j], &c, &def) == (i == j),
-                          "setting %s changed %s", FIELDS[i].key, FIELDS[j].key);
+            ck_assert_msg(field_differs(&FIELDS[j], &c, &def) == (i == j), "setting %s changed %s",
+                          FIELDS[i].key, FIELDS[j].key);
     }
 }
 END_TEST
@@ -194,8 +195,7 @@ START_TEST(test_write_load_round_trip) {
     ck_assert_msg(config_load_file(&back, path, err, sizeof err) == 0, "%s", err);
     expect_same_config(&back, &c, "round trip");
     for (int i = 0; i < NFIELDS; i++) {
-        ck_assert_msg(field_differs(&FIELDS[i], &back, &def), "%s kept its default",
-                      FIELDS[i].key);
+        ck_assert_msg(field_differs(&FIELDS[i], &back, &def), "%s kept its default", FIELDS[i].key);
     }
 
     /* awkward fp32 values must survive %.9g bit-exactly */
@@ -242,12 +242,18 @@ END_TEST
 
 START_TEST(test_unknown_key_suggests_nearest) {
     static const char *typos[][2] = {
-        {"moe.topk=2", "'moe.top_k'"},          {"train.stepz=10", "'train.steps'"},
-        {"d_model=64", "'model.d_model'"},      {"model.dmodel=64", "'model.d_model'"},
-        {"lr=0.1", "'train.lr'"},               {"train.warmpu=3", "'train.warmup'"},
-        {"data.trian=x", "'data.train'"},       {"moe.num_expert=4", "'moe.num_experts'"},
-        {"modle.n_head=2", "'model.n_head'"},   {"train.min-lr=0.2", "'train.min_lr'"},
-        {"moe.lr=0.1", "'train.lr'"},           {"weight_decay=0", "'train.weight_decay'"},
+        {"moe.topk=2", "'moe.top_k'"},
+        {"train.stepz=10", "'train.steps'"},
+        {"d_model=64", "'model.d_model'"},
+        {"model.dmodel=64", "'model.d_model'"},
+        {"lr=0.1", "'train.lr'"},
+        {"train.warmpu=3", "'train.warmup'"},
+        {"data.trian=x", "'data.train'"},
+        {"moe.num_expert=4", "'moe.num_experts'"},
+        {"modle.n_head=2", "'model.n_head'"},
+        {"train.min-lr=0.2", "'train.min_lr'"},
+        {"moe.lr=0.1", "'train.lr'"},
+        {"weight_decay=0", "'train.weight_decay'"},
     };
     for (size_t i = 0; i < sizeof typos / sizeof typos[0]; i++)
         set_fails(typos[i][0], "did you mean", typos[i][1]);
@@ -466,8 +472,8 @@ START_TEST(test_same_shape) {
     char err[512] = "";
     config_defaults(&a);
     static const char *shape_sets[] = {
-        "model.d_model=256", "model.n_layer=5", "model.n_head=8",    "model.d_ff=256",
-        "moe.num_experts=4", "moe.d_expert=128", "moe.every=2",      "moe.first_dense=1",
+        "model.d_model=256", "model.n_layer=5",  "model.n_head=8", "model.d_ff=256",
+        "moe.num_experts=4", "moe.d_expert=128", "moe.every=2",    "moe.first_dense=1",
     };
     for (size_t i = 0; i < sizeof shape_sets / sizeof shape_sets[0]; i++) {
         b = a;
@@ -486,7 +492,7 @@ START_TEST(test_same_shape) {
     ck_assert_msg(strstr(err, "model.d_model=128") && strstr(err, "256"), "message: %s", err);
 
     static const char *other_sets[] = {
-        "model.seq_len=512", "train.lr=0.1", "moe.top_k=1",   "train.steps=5",
+        "model.seq_len=512", "train.lr=0.1", "moe.top_k=1",    "train.steps=5",
         "data.train=x.bin",  "train.seed=9", "moe.aux_coef=0", "model.rope_theta=1000",
     };
     b = a;
@@ -504,8 +510,8 @@ START_TEST(test_print_keys) {
     int lines = 0;
     while (fgets(line, sizeof line, f)) {
         ck_assert_msg(lines < NFIELDS, "extra line '%s'", line);
-        ck_assert_msg(strstr(line, FIELDS[lines].key) != NULL, "line %d '%s' lacks %s", lines,
-                      line, FIELDS[lines].key);
+        ck_assert_msg(strstr(line, FIELDS[lines].key) != NULL, "line %d '%s' lacks %s", lines, line,
+                      FIELDS[lines].key);
         lines++;
     }
     fclose(f);

@@ -158,18 +158,18 @@ static void apply_damage(const char *path, const Damage *d) {
 START_TEST(test_shard_rejects_damage) {
     static const Damage cases[] = {
         {0, "MOETOKX", 7, 0, "bad magic"},
-        {8, "\x02", 1, 0, "version 2"},               /* version 2 */
-        {12, "\x02", 1, 0, "2-byte tokens"},          /* token_bytes 2 */
-        {28, "\x00", 1, 0, "0 domains"},              /* n_domains 0 */
-        {28, "\x09", 1, 0, "9 domains"},              /* n_domains 9 */
+        {8, "\x02", 1, 0, "version 2"},      /* version 2 */
+        {12, "\x02", 1, 0, "2-byte tokens"}, /* token_bytes 2 */
+        {28, "\x00", 1, 0, "0 domains"},     /* n_domains 0 */
+        {28, "\x09", 1, 0, "9 domains"},     /* n_domains 9 */
         {32 + 5 * 16, "x", 1, 0, "unused domain slot 5"},
         {200, "\x01", 1, 0, "reserved header byte 200"},
-        {0, NULL, 0, -1, "truncated"},                /* last token missing */
-        {0, NULL, 0, -(48 + 16 + 100), "truncated"},  /* not even a header */
+        {0, NULL, 0, -1, "truncated"},               /* last token missing */
+        {0, NULL, 0, -(48 + 16 + 100), "truncated"}, /* not even a header */
         {0, NULL, 0, 3, "extra bytes"},
-        {256 + 16, "\x06", 1, 0, "do not tile"},      /* doc 1 starts at 6, not 5 */
-        {256 + 32 + 8, "\x03", 1, 0, "do not tile"},  /* last doc ends at 15 of 16 */
-        {256 + 16 + 12, "\x02", 1, 0, "domain 2"},    /* doc 1 in domain 2 of 2 */
+        {256 + 16, "\x06", 1, 0, "do not tile"},     /* doc 1 starts at 6, not 5 */
+        {256 + 32 + 8, "\x03", 1, 0, "do not tile"}, /* last doc ends at 15 of 16 */
+        {256 + 16 + 12, "\x02", 1, 0, "domain 2"},   /* doc 1 in domain 2 of 2 */
     };
     const char *path = tmp_path("bad.bin");
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -186,11 +186,11 @@ START_TEST(test_shard_write_rejects_bad_docs) {
     ck_assert_int_eq(shard_write(tmp_path("x.bin"), TOKS, 16, gap, 2, NAMES, 2, err, sizeof(err)),
                      -1);
     const ShardDoc bad_domain[1] = {{0, 16, 2}};
-    ck_assert_int_eq(shard_write(tmp_path("x.bin"), TOKS, 16, bad_domain, 1, NAMES, 2, err,
-                                 sizeof(err)), -1);
+    ck_assert_int_eq(
+        shard_write(tmp_path("x.bin"), TOKS, 16, bad_domain, 1, NAMES, 2, err, sizeof(err)), -1);
     const ShardDoc short_[1] = {{0, 15, 0}};
-    ck_assert_int_eq(shard_write(tmp_path("x.bin"), TOKS, 16, short_, 1, NAMES, 2, err,
-                                 sizeof(err)), -1);
+    ck_assert_int_eq(
+        shard_write(tmp_path("x.bin"), TOKS, 16, short_, 1, NAMES, 2, err, sizeof(err)), -1);
     ck_assert_int_eq(access(tmp_path("x.bin"), F_OK), -1);
 }
 END_TEST
@@ -307,26 +307,27 @@ START_TEST(test_loader_determinism) {
 END_TEST
 
 START_TEST(test_loader_val) {
-    enum { B = 4, T = 16, N = B * T };
+    enum { B = 4, T = 16, N = B * T, BATCHES = 3 };
     Shard s;
-    make_random_shard(&s, 100); /* n - T = 84 valid starts: batch 1 wraps */
+    make_random_shard(&s, 100); /* 84 valid starts for 12 windows: evenly spaced, 7 apart */
     int in[N], tg[N], in2[N], tg2[N];
     uint8_t dom[N], dom2[N];
-    for (int batch = 0; batch < 3; batch++) {
-        loader_val_batch(&s, B, T, batch, in, tg, dom);
-        loader_val_batch(&s, B, T, batch, in2, tg2, dom2);
+    for (int batch = 0; batch < BATCHES; batch++) {
+        loader_val_batch(&s, B, T, batch, BATCHES, in, tg, dom);
+        loader_val_batch(&s, B, T, batch, BATCHES, in2, tg2, dom2);
         ck_assert_mem_eq(in, in2, sizeof(in));
         ck_assert_mem_eq(tg, tg2, sizeof(tg));
         ck_assert_mem_eq(dom, dom2, sizeof(dom));
         for (int b = 0; b < B; b++) {
             uint64_t i = (uint64_t)(batch * B + b);
-            expect_window(&s, (i * T) % (100 - T), T, in + b * T, tg + b * T, dom + b * T);
+            expect_window(&s, i * (100 - T) / (BATCHES * B), T, in + b * T, tg + b * T,
+                          dom + b * T);
         }
     }
-    /* window 5 starts at 80 mod 84 = 80 and window 6 wraps to 96 mod 84 = 12 */
-    loader_val_batch(&s, B, T, 1, in, tg, dom);
-    ck_assert_int_eq(in[1 * T], s.tokens[80]);
-    ck_assert_int_eq(in[2 * T], s.tokens[12]);
+    /* the last window starts at 11 * 84 / 12 = 77, within the last valid start 83 */
+    loader_val_batch(&s, B, T, 2, BATCHES, in, tg, dom);
+    ck_assert_int_eq(in[3 * T], s.tokens[77]);
+    ck_assert_int_eq(tg[3 * T + T - 1], s.tokens[77 + T]);
     shard_free(&s);
 }
 END_TEST
@@ -469,7 +470,7 @@ START_TEST(test_ckpt_rejects_damage) {
     char flip[2] = {(char)(b[n - 1] ^ 0x10), 0};
     free(b);
     const Damage cases[] = {
-        {n - 1, flip, 1, 0, "corrupt (checksum mismatch"}, /* last payload byte */
+        {n - 1, flip, 1, 0, "corrupt (checksum mismatch"},                /* last payload byte */
         {256 + (long)strlen(CONFIG) + 5, "Q", 1, 0, "checksum mismatch"}, /* a directory name */
         {0, NULL, 0, -7, "truncated"},
         {0, NULL, 0, -(n - 100), "truncated"}, /* not even a header */

@@ -84,8 +84,8 @@ static void check_model_gradients(int num_experts) {
         char what[128];
         snprintf(what, sizeof what, "%s model, d objective / d %s", num_experts ? "MoE" : "dense",
                  t->name);
-        gradcheck(objective, &ctx, m.params + t->offset, analytic + t->offset, t->numel, 1e-2f,
-                  24, what);
+        gradcheck(objective, &ctx, m.params + t->offset, analytic + t->offset, t->numel, 1e-2f, 24,
+                  what);
     }
     /* the check above must have seen real gradients, not only zeros */
     double norm = 0.0;
@@ -95,10 +95,14 @@ static void check_model_gradients(int num_experts) {
     model_free(&m);
 }
 
-START_TEST(test_dense_model_gradients) { check_model_gradients(0); }
+START_TEST(test_dense_model_gradients) {
+    check_model_gradients(0);
+}
 END_TEST
 
-START_TEST(test_moe_model_gradients) { check_model_gradients(4); }
+START_TEST(test_moe_model_gradients) {
+    check_model_gradients(4);
+}
 END_TEST
 
 START_TEST(test_param_table) {

@@ -22,7 +22,7 @@
 
 /* forward values against hand-computed ones: the float32 tolerance of testutil.h */
 #define CLOSE(got, want, what) expect_close((got), (want), TOL_F32_ATOL, TOL_F32_RTOL, (what))
-#define CLOSE_ARRAYS(got, want, n, what)                                                         \
+#define CLOSE_ARRAYS(got, want, n, what)                                                           \
     expect_close_arrays((got), (want), (n), TOL_F32_ATOL, TOL_F32_RTOL, (what))
 
 static double dot_d(const float *a, const float *b, size_t n) {
@@ -247,7 +247,7 @@ START_TEST(test_permute_combine_forward_and_drop) {
     combine_backward(dye, dw, dy, ye, w, &p, C);
     ck_assert_float_eq(dw[1 * PK + 1], 0.0f);
     ck_assert_float_eq(dye[slot[1 * PK + 1] * C], 0.0f); /* its slot gets no gradient */
-    for (int i = 0; i < S * C; i++) xe[i] = 1.0f;       /* dxe = 1 everywhere */
+    for (int i = 0; i < S * C; i++) xe[i] = 1.0f;        /* dxe = 1 everywhere */
     permute_backward(dx, xe, &p, C);
     ck_assert_float_eq(dx[1 * C], 1.0f); /* token 1: one kept slot */
     ck_assert_float_eq(dx[0], 2.0f);     /* token 0: two kept slots */
@@ -291,8 +291,8 @@ START_TEST(test_expert_without_tokens) {
     float dye[S * C], dxe[S * C], dg[S * F], du[S * F], dh[S * F];
     float dWg[E * F * C] = {0}, dWu[E * F * C] = {0}, dWd[E * C * F] = {0};
     fill_uniform(dye, S * C, 1.0f, 5);
-    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, p.offsets, E,
-                     C, F);
+    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, p.offsets, E, C,
+                     F);
     for (int i = 0; i < F * C; i++) {
         ck_assert_float_eq(dWg[1 * F * C + i], 0.0f);
         ck_assert_float_eq(dWu[1 * F * C + i], 0.0f);
@@ -410,8 +410,7 @@ START_TEST(test_experts_gradcheck) {
     fill_uniform(R, S * C, 1.0f, 45);
     ExpertsCtx c = {offsets, E, C, F, S, xe, Wg, Wu, Wd, ye, g, u, h, R};
     experts_loss(&c);
-    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, R, xe, g, u, h, Wg, Wu, Wd, offsets, E, C,
-                     F);
+    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, R, xe, g, u, h, Wg, Wu, Wd, offsets, E, C, F);
     gradcheck(experts_loss, &c, xe, dxe, S * C, EPS, S * C, "experts dxe");
     gradcheck(experts_loss, &c, Wg, dWg, E * F * C, EPS, E * F * C, "experts dWg");
     gradcheck(experts_loss, &c, Wu, dWu, E * F * C, EPS, E * F * C, "experts dWu");
@@ -422,8 +421,7 @@ START_TEST(test_experts_gradcheck) {
     memcpy(once, dWg, sizeof(once));
     memcpy(dxe1, dxe, sizeof(dxe1));
     experts_loss(&c);
-    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, R, xe, g, u, h, Wg, Wu, Wd, offsets, E, C,
-                     F);
+    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, R, xe, g, u, h, Wg, Wu, Wd, offsets, E, C, F);
     for (int i = 0; i < E * F * C; i++) once[i] *= 2.0f;
     CLOSE_ARRAYS(dWg, once, E * F * C, "dWg accumulates");
     ck_assert(memcmp(dxe, dxe1, sizeof(dxe)) == 0); /* dxe is written, not accumulated */
@@ -487,8 +485,10 @@ START_TEST(test_block_gradcheck) {
             float *v, *grad;
             int n;
             const char *name;
-        } checks[] = {{x, dx, N * C, "dx"},           {Wr, gWr, E * C, "d router"},
-                      {Wg, gWg, E * F * C, "dWg"},    {Wu, gWu, E * F * C, "dWu"},
+        } checks[] = {{x, dx, N * C, "dx"},
+                      {Wr, gWr, E * C, "d router"},
+                      {Wg, gWg, E * F * C, "dWg"},
+                      {Wu, gWu, E * F * C, "dWu"},
                       {Wd, gWd, E * C * F, "dWd"}};
         for (int i = 0; i < 5; i++) {
             char what[64];

@@ -16,7 +16,7 @@
 #include "testutil.h"
 #include "util.h"
 
-#define FD_EPS 1e-3f   /* finite-difference step */
+#define FD_EPS 1e-3f    /* finite-difference step */
 #define ALL_PROBES 4096 /* sizes here are small: probe every element */
 
 static float *rand_floats(size_t n, float scale, unsigned long long seed) {
@@ -228,10 +228,14 @@ static void attn_gradcheck(int rope) {
     free(dq), free(dk), free(dv);
 }
 
-START_TEST(test_attention_grad) { attn_gradcheck(0); }
+START_TEST(test_attention_grad) {
+    attn_gradcheck(0);
+}
 END_TEST
 
-START_TEST(test_rope_attention_grad) { attn_gradcheck(1); }
+START_TEST(test_rope_attention_grad) {
+    attn_gradcheck(1);
+}
 END_TEST
 
 START_TEST(test_attention_null_grads) {
@@ -366,8 +370,8 @@ END_TEST
 /* ---- crossentropy ---------------------------------------------------------------------- */
 
 typedef struct {
-    const float *logits; /* (N, V) */
-    const int *targets;  /* (N) */
+    const float *logits;   /* (N, V) */
+    const int *targets;    /* (N) */
     float *probs, *losses; /* probs (N, V), losses (N) */
     int N, V;
     float scale;

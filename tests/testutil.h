@@ -28,20 +28,20 @@
 long tol_worst(const float *got, const float *want, size_t n, float atol, float rtol,
                double *excess);
 
-#define expect_close_arrays(got, want, n, atol, rtol, what)                                      \
-    do {                                                                                         \
-        double ex_;                                                                              \
-        long i_ = tol_worst((got), (want), (n), (atol), (rtol), &ex_);                           \
-        ck_assert_msg(i_ < 0, "%s: element %ld: got %.7g want %.7g (atol %g rtol %g)", (what),    \
-                      i_, i_ < 0 ? 0.0 : (double)(got)[i_ < 0 ? 0 : i_],                         \
-                      i_ < 0 ? 0.0 : (double)(want)[i_ < 0 ? 0 : i_], (double)(atol),           \
-                      (double)(rtol));                                                           \
+#define expect_close_arrays(got, want, n, atol, rtol, what)                                        \
+    do {                                                                                           \
+        double ex_;                                                                                \
+        long i_ = tol_worst((got), (want), (n), (atol), (rtol), &ex_);                             \
+        ck_assert_msg(i_ < 0, "%s: element %ld: got %.7g want %.7g (atol %g rtol %g)", (what), i_, \
+                      i_ < 0 ? 0.0 : (double)(got)[i_ < 0 ? 0 : i_],                               \
+                      i_ < 0 ? 0.0 : (double)(want)[i_ < 0 ? 0 : i_], (double)(atol),              \
+                      (double)(rtol));                                                             \
     } while (0)
 
-#define expect_close(got, want, atol, rtol, what)                                                \
-    do {                                                                                         \
-        float g_ = (float)(got), w_ = (float)(want);                                             \
-        expect_close_arrays(&g_, &w_, 1, (atol), (rtol), (what));                                \
+#define expect_close(got, want, atol, rtol, what)                                                  \
+    do {                                                                                           \
+        float g_ = (float)(got), w_ = (float)(want);                                               \
+        expect_close_arrays(&g_, &w_, 1, (atol), (rtol), (what));                                  \
     } while (0)
 
 /* Scalar function of the n floats at x (x may be read and temporarily changed by the check). */
@@ -56,13 +56,13 @@ void gradcheck(ScalarFn fn, void *ctx, float *x, const float *analytic, size_t n
 /* Fill with uniform values in [-scale, scale) from a fixed seed. */
 void fill_uniform(float *x, size_t n, float scale, unsigned long long seed);
 
-#define TEST_MAIN(suite_fn)                                                                      \
-    int main(void) {                                                                             \
-        SRunner *sr_ = srunner_create(suite_fn());                                               \
-        srunner_run_all(sr_, CK_NORMAL);                                                         \
-        int failed_ = srunner_ntests_failed(sr_);                                                \
-        srunner_free(sr_);                                                                       \
-        return failed_ == 0 ? 0 : 1;                                                             \
+#define TEST_MAIN(suite_fn)                                                                        \
+    int main(void) {                                                                               \
+        SRunner *sr_ = srunner_create(suite_fn());                                                 \
+        srunner_run_all(sr_, CK_NORMAL);                                                           \
+        int failed_ = srunner_ntests_failed(sr_);                                                  \
+        srunner_free(sr_);                                                                         \
+        return failed_ == 0 ? 0 : 1;                                                               \
     }
 
 #endif

@@ -63,7 +63,8 @@ static long parse_long(const char *cmd, const char *opt, const char *s, long lo,
     long v = strtol(s, &end, 10);
     if (errno || *s == '\0' || *end != '\0' || v < lo || v > hi) {
         char msg[160];
-        snprintf(msg, sizeof msg, "%s expects a whole number in [%ld, %ld], got '%%s'", opt, lo, hi);
+        snprintf(msg, sizeof msg, "%s expects a whole number in [%ld, %ld], got '%%s'", opt, lo,
+                 hi);
         usage_error(cmd, msg, s);
     }
     return v;
@@ -98,25 +99,43 @@ static void parse_opts(Opts *o, const char *cmd, const char *allowed, int argc, 
         snprintf(padded, sizeof padded, " %s ", allowed);
         if (strncmp(a, "--", 2) != 0 || !strstr(padded, want))
             usage_error(cmd, "unknown option '%s'", a);
-        if (strcmp(a, "--quiet") == 0) { o->quiet = 1; continue; }
-        if (strcmp(a, "--keys") == 0) { o->keys = 1; continue; }
+        if (strcmp(a, "--quiet") == 0) {
+            o->quiet = 1;
+            continue;
+        }
+        if (strcmp(a, "--keys") == 0) {
+            o->keys = 1;
+            continue;
+        }
         if (i + 1 >= argc) usage_error(cmd, "%s needs a value", a);
         const char *v = argv[++i];
-        if (strcmp(a, "--config") == 0) o->config = v;
-        else if (strcmp(a, "--out") == 0) o->out = v;
-        else if (strcmp(a, "--resume") == 0) o->resume = v;
-        else if (strcmp(a, "--ckpt") == 0) o->ckpt = v;
-        else if (strcmp(a, "--prompt") == 0) o->prompt = v;
+        if (strcmp(a, "--config") == 0)
+            o->config = v;
+        else if (strcmp(a, "--out") == 0)
+            o->out = v;
+        else if (strcmp(a, "--resume") == 0)
+            o->resume = v;
+        else if (strcmp(a, "--ckpt") == 0)
+            o->ckpt = v;
+        else if (strcmp(a, "--prompt") == 0)
+            o->prompt = v;
         else if (strcmp(a, "--set") == 0) {
             if (o->n_sets >= 128) usage_error(cmd, "too many --set options (%s)", "max 128");
             o->sets[o->n_sets++] = v;
-        } else if (strcmp(a, "--tokens") == 0) o->tokens = parse_long(cmd, a, v, 1, 1L << 40);
-        else if (strcmp(a, "--until") == 0) o->until = parse_long(cmd, a, v, 1, 1 << 30);
-        else if (strcmp(a, "--batches") == 0) o->batches = parse_long(cmd, a, v, 1, 1 << 20);
-        else if (strcmp(a, "--domains") == 0) o->domains = parse_long(cmd, a, v, 1, SHARD_MAX_DOMAINS);
-        else if (strcmp(a, "--doc-len") == 0) o->doc_len = parse_long(cmd, a, v, 2, 1 << 24);
-        else if (strcmp(a, "--temperature") == 0) o->temperature = parse_double(cmd, a, v, 0.0, 100.0);
-        else if (strcmp(a, "--val-frac") == 0) o->val_frac = parse_double(cmd, a, v, 0.001, 0.5);
+        } else if (strcmp(a, "--tokens") == 0)
+            o->tokens = parse_long(cmd, a, v, 1, 1L << 40);
+        else if (strcmp(a, "--until") == 0)
+            o->until = parse_long(cmd, a, v, 1, 1 << 30);
+        else if (strcmp(a, "--batches") == 0)
+            o->batches = parse_long(cmd, a, v, 1, 1 << 20);
+        else if (strcmp(a, "--domains") == 0)
+            o->domains = parse_long(cmd, a, v, 1, SHARD_MAX_DOMAINS);
+        else if (strcmp(a, "--doc-len") == 0)
+            o->doc_len = parse_long(cmd, a, v, 2, 1 << 24);
+        else if (strcmp(a, "--temperature") == 0)
+            o->temperature = parse_double(cmd, a, v, 0.0, 100.0);
+        else if (strcmp(a, "--val-frac") == 0)
+            o->val_frac = parse_double(cmd, a, v, 0.001, 0.5);
         else if (strcmp(a, "--seed") == 0) {
             o->seed = parse_long(cmd, a, v, 0, 0x7fffffffL);
             o->seed_given = 1;
@@ -155,7 +174,8 @@ static int cmd_train(int argc, char **argv) {
     Opts o;
     parse_opts(&o, "train", "--config --set --out --resume --quiet --until", argc, argv);
     if (o.resume && o.out && strcmp(o.resume, o.out) != 0)
-        usage_error("train", "--resume continues the run in its own directory; drop --out %s", o.out);
+        usage_error("train", "--resume continues the run in its own directory; drop --out %s",
+                    o.out);
     Config c;
     char dir[MOE_PATH_MAX];
     if (o.resume) {
@@ -173,8 +193,8 @@ static int cmd_train(int argc, char **argv) {
         }
     }
     build_config(&c, &o, "train");
-    TrainOptions to = {.out_dir = dir, .resume = o.resume != NULL, .quiet = o.quiet,
-                       .until = (int)o.until};
+    TrainOptions to = {
+        .out_dir = dir, .resume = o.resume != NULL, .quiet = o.quiet, .until = (int)o.until};
     return train_run(&c, &to);
 }
 
@@ -280,8 +300,8 @@ static int cmd_export(int argc, char **argv) {
     snprintf(v[4], 32, "%d", c.top_k);
     snprintf(v[5], 32, "%g", c.rope_theta);
     snprintf(v[6], 32, "%d", c.norm_topk);
-    const char *keys[] = {"d_model", "n_layer", "n_head", "num_experts", "top_k", "rope_theta",
-                          "norm_topk", "format"};
+    const char *keys[] = {"d_model", "n_layer",    "n_head",    "num_experts",
+                          "top_k",   "rope_theta", "norm_topk", "format"};
     const char *vals[] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], "moe.c"};
     char err[1024];
     if (safetensors_write(o.out, e, m.pt.n, keys, vals, 8, err, sizeof err) != 0)

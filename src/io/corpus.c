@@ -7,10 +7,13 @@
  *   es    /usr/share/games/fortunes/es/                           (fortunes-es)
  *   it    /usr/share/games/fortunes/it/                           (fortunes-it)
  *   ru    /usr/share/games/fortunes/ru/                           (fortunes-ru)
- *   code  *.h under /usr/include, recursively                     (libc6-dev)
- * Fortune folders are read flat: symlinks, the *.dat indexes, the *.u8 aliases and the
- * offensive off/ subfolders are skipped. Symlinks are never followed, and files are taken in
- * sorted path order, so the result depends only on the installed packages and the seed.
+ *   code  the C headers of libc6-dev (*.h under /usr/include)     (libc6-dev)
+ * The headers are those the dpkg database lists for libc6-dev, so that other -dev packages
+ * installed on the machine do not change the corpus; without a dpkg database (not Debian),
+ * every *.h under /usr/include is taken instead. Fortune folders are read flat: symlinks, the *.dat
+ * indexes, the *.u8 aliases and the offensive off/ subfolders are skipped. Symlinks are never
+ * followed, and files are taken in sorted path order, so the result depends only on the installed
+ * packages and the seed.
  *
  * Documents: one fortune (the text between lines holding only "%"), or one header file cut at
  * line boundaries into pieces of at most CORPUS_MAX_DOC bytes (a longer line is cut mid-line).
@@ -37,6 +40,13 @@
 #define CORPUS_DOMAIN_CAP (2500u * 1000u) /* tokens (bytes) per domain at most */
 #define CORPUS_MAX_DOC 8192               /* bytes per header-file document at most */
 #define FORTUNES "/usr/share/games/fortunes"
+#if defined(__x86_64__)
+#define MOE_DEB_ARCH "amd64"
+#elif defined(__aarch64__)
+#define MOE_DEB_ARCH "arm64"
+#else
+#define MOE_DEB_ARCH "unknown"
+#endif
 
 typedef struct {
     const char *name, *dir, *package;
@@ -44,12 +54,9 @@ typedef struct {
 } DomainSpec;
 
 static const DomainSpec SPECS[] = {
-    {"en", FORTUNES, "fortunes", 0},
-    {"de", FORTUNES "/de", "fortunes-de", 0},
-    {"es", FORTUNES "/es", "fortunes-es", 0},
-    {"it", FORTUNES "/it", "fortunes-it", 0},
-    {"ru", FORTUNES "/ru", "fortunes-ru", 0},
-    {"code", "/usr/include", "libc6-dev", 1},
+    {"en", FORTUNES, "fortunes", 0},          {"de", FORTUNES "/de", "fortunes-de", 0},
+    {"es", FORTUNES "/es", "fortunes-es", 0}, {"it", FORTUNES "/it", "fortunes-it", 0},
+    {"ru", FORTUNES "/ru", "fortunes-ru", 0}, {"code", "/usr/include", "libc6-dev", 1},
 };
 enum { N_DOMAINS = sizeof(SPECS) / sizeof(SPECS[0]) };
 
@@ -62,23 +69,12 @@ typedef struct {
     int n_files, cap_files;
     Span *docs;
     uint32_t n_docs, cap_docs;
-    uint64_t total;     /* bytes in all documents */
-    uint8_t *take;      /* (n_docs) 1 when the document is within the budget */
+    uint64_t total; /* bytes in all documents */
+    uint8_t *take;  /* (n_docs) 1 when the document is within the budget */
     int files_used;
     uint32_t docs_used;
     uint64_t train_tokens, val_tokens;
 } Domain;
-
-static int fail(char *err, int errlen, const char *fmt, ...) MOE_PRINTF(3, 4);
-static int fail(char *err, int errlen, const char *fmt, ...) {
-    if (err && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, (size_t)errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static int ends_with(const char *s, const char *suffix) {
     size_t a = strlen(s), b = strlen(suffix);
@@ -108,13 +104,36 @@ static void list_files(Domain *d, const char *dir, int headers) {
         if (snprintf(path, sizeof(path), "%s/%s", dir, ent->d_name) >= (int)sizeof(path)) continue;
         struct stat st;
         if (lstat(path, &st) != 0) continue;
-        if (headers && S_ISDIR(st.st_mode)) list_files(d, path, headers);
-        else if (S_ISREG(st.st_mode) && (headers ? ends_with(path, ".h")
-                                                 : !ends_with(path, ".dat") &&
-                                                       !ends_with(path, ".u8")))
+        if (headers && S_ISDIR(st.st_mode))
+            list_files(d, path, headers);
+        else if (S_ISREG(st.st_mode) &&
+                 (headers ? ends_with(path, ".h")
+                          : !ends_with(path, ".dat") && !ends_with(path, ".u8")))
             add_file(d, path);
     }
     closedir(dp);
+}
+
+/* The *.h files dpkg lists for a package (regular files only); returns -1 when the dpkg
+ * database has no list for it. */
+static int list_package_headers(Domain *d, const char *package) {
+    char list[256];
+    snprintf(list, sizeof list, "/var/lib/dpkg/info/%s:%s.list", package, MOE_DEB_ARCH);
+    FILE *f = fopen(list, "r");
+    if (!f) {
+        snprintf(list, sizeof list, "/var/lib/dpkg/info/%s.list", package);
+        f = fopen(list, "r");
+    }
+    if (!f) return -1;
+    char path[4096];
+    while (fgets(path, sizeof path, f)) {
+        path[strcspn(path, "\n")] = '\0';
+        struct stat st;
+        if (ends_with(path, ".h") && lstat(path, &st) == 0 && S_ISREG(st.st_mode))
+            add_file(d, path);
+    }
+    fclose(f);
+    return 0;
 }
 
 static int cmp_str(const void *a, const void *b) {
@@ -237,7 +256,8 @@ static void out_add(Out *o, const uint8_t *p, uint32_t len, int domain) {
 
 int corpus_build(const char *out_dir, uint64_t seed, double val_frac, char *err, int errlen) {
     if (!(val_frac > 0.0 && val_frac < 1.0))
-        return fail(err, errlen, "corpus: val_frac is %g, must be in (0, 1), e.g. 0.05", val_frac);
+        return set_error(err, errlen, "corpus: val_frac is %g, must be in (0, 1), e.g. 0.05",
+                         val_frac);
     double t0 = now_seconds();
     Domain dom[N_DOMAINS];
     memset(dom, 0, sizeof(dom));
@@ -252,20 +272,24 @@ int corpus_build(const char *out_dir, uint64_t seed, double val_frac, char *err,
     int smallest = -1;
     for (int di = 0; di < N_DOMAINS; di++) {
         Domain *d = &dom[di];
-        list_files(d, SPECS[di].dir, SPECS[di].headers);
+        if (!SPECS[di].headers || list_package_headers(d, SPECS[di].package) != 0)
+            list_files(d, SPECS[di].dir, SPECS[di].headers);
         if (d->n_files == 0) {
-            fail(err, errlen, "corpus: no %s files for domain '%s' in %s; install the Debian "
-                 "package %s (`make deps` installs everything, or: sudo apt-get install %s)",
-                 SPECS[di].headers ? "header" : "fortune", SPECS[di].name, SPECS[di].dir,
-                 SPECS[di].package, SPECS[di].package);
+            set_error(err, errlen,
+                      "corpus: no %s files for domain '%s' in %s; install the Debian "
+                      "package %s (`make deps` installs everything, or: sudo apt-get install %s)",
+                      SPECS[di].headers ? "header" : "fortune", SPECS[di].name, SPECS[di].dir,
+                      SPECS[di].package, SPECS[di].package);
             goto done;
         }
         qsort(d->files, (size_t)d->n_files, sizeof(char *), cmp_str);
         for (int f = 0; f < d->n_files; f++) {
             long n = read_file(d->files[f], &buf, &cap);
             if (n < 0) {
-                fail(err, errlen, "corpus: cannot read '%s' (%s); check its permissions or "
-                     "reinstall %s", d->files[f], strerror(errno), SPECS[di].package);
+                set_error(err, errlen,
+                          "corpus: cannot read '%s' (%s); check its permissions or "
+                          "reinstall %s",
+                          d->files[f], strerror(errno), SPECS[di].package);
                 goto done;
             }
             split_file(d, (uint32_t)f, buf, (size_t)n, SPECS[di].headers);
@@ -283,8 +307,10 @@ int corpus_build(const char *out_dir, uint64_t seed, double val_frac, char *err,
             Span s = d->docs[i];
             if ((int)s.file != loaded) {
                 if (read_file(d->files[s.file], &buf, &cap) < 0) {
-                    fail(err, errlen, "corpus: cannot reread '%s'; was it changed during the "
-                         "build? Run `make data` again", d->files[s.file]);
+                    set_error(err, errlen,
+                              "corpus: cannot reread '%s'; was it changed during the "
+                              "build? Run `make data` again",
+                              d->files[s.file]);
                     goto done;
                 }
                 loaded = (int)s.file;

@@ -43,10 +43,10 @@ typedef struct {
     uint64_t n_tokens;
     uint32_t n_docs, n_domains;
     char domain[SHARD_MAX_DOMAINS][SHARD_DOMAIN_NAME];
-    ShardDoc *docs;        /* (n_docs) */
-    uint8_t *tokens;       /* (n_tokens) */
-    uint8_t *tok_domain;   /* (n_tokens) domain of every token, derived from docs */
-    uint32_t crc32;        /* checksum of the whole file, for provenance */
+    ShardDoc *docs;      /* (n_docs) */
+    uint8_t *tokens;     /* (n_tokens) */
+    uint8_t *tok_domain; /* (n_tokens) domain of every token, derived from docs */
+    uint32_t crc32;      /* checksum of the whole file, for provenance */
 } Shard;
 
 /* Read and check a shard. Returns 0, or -1 with a message saying what is wrong with the file
@@ -66,9 +66,11 @@ double shard_unigram_entropy(const Shard *s);
  * A training batch is B windows of T+1 consecutive tokens at random offsets drawn from the
  * loader's own RNG, so the loader's whole position is its RNG state (saved in checkpoints).
  * inputs (B, T) and targets (B, T) are the window shifted by one; domains (B, T) are the
- * domains of the input tokens. Validation batches are fixed: window i = batch_index * B + b
- * starts at (i * T) mod (n_tokens - T), so windows sit side by side and wrap around the shard
- * before running off its end. Requires n_tokens > T (the loader stops with moe_fatal if not). */
+ * domains of the input tokens. Validation batches are fixed and spread evenly over the whole
+ * shard, so that every domain is evaluated (shards store their domains one after another):
+ * of M = n_batches * B windows, window i = batch_index * B + b starts at
+ * floor(i * (n_tokens - T) / M). Requires n_tokens > T (the loader stops with moe_fatal if
+ * not). */
 typedef struct {
     const Shard *shard;
     int B, T;
@@ -77,8 +79,8 @@ typedef struct {
 
 void loader_init(Loader *l, const Shard *s, int B, int T, uint64_t seed);
 void loader_next(Loader *l, int *inputs, int *targets, uint8_t *domains);
-void loader_val_batch(const Shard *s, int B, int T, int batch_index, int *inputs, int *targets,
-                      uint8_t *domains);
+void loader_val_batch(const Shard *s, int B, int T, int batch_index, int n_batches, int *inputs,
+                      int *targets, uint8_t *domains);
 
 /* ---- corpus and synthetic data ------------------------------------------------------------- */
 

@@ -8,7 +8,8 @@
  *
  * Training starts are drawn from the loader's own Rng, one per row, so restoring that four-word
  * state restores the exact stream of batches. Validation starts are a fixed function of the
- * window index, so every evaluation sees the same tokens.
+ * window index, spread evenly over the shard, so every evaluation sees the same tokens and
+ * every domain.
  */
 #include "io/data.h"
 
@@ -26,8 +27,8 @@ static void fill_window(const Shard *s, uint64_t start, int T, int *inputs, int 
 static void check_fits(const Shard *s, int T) {
     if (s->n_tokens <= (uint64_t)T)
         moe_fatal("shard '%s' has %llu tokens, too few for windows of %d + 1; the caller must "
-                  "check n_tokens > T (use a shorter seq_len or a larger shard)", s->path,
-                  (unsigned long long)s->n_tokens, T);
+                  "check n_tokens > T (use a shorter seq_len or a larger shard)",
+                  s->path, (unsigned long long)s->n_tokens, T);
 }
 
 void loader_init(Loader *l, const Shard *s, int B, int T, uint64_t seed) {
@@ -48,15 +49,15 @@ void loader_next(Loader *l, int *inputs, int *targets, uint8_t *domains) {
     }
 }
 
-void loader_val_batch(const Shard *s, int B, int T, int batch_index, int *inputs, int *targets,
-                      uint8_t *domains) {
+void loader_val_batch(const Shard *s, int B, int T, int batch_index, int n_batches, int *inputs,
+                      int *targets, uint8_t *domains) {
     check_fits(s, T);
     uint64_t n_starts = s->n_tokens - (uint64_t)T;
+    uint64_t m = (uint64_t)n_batches * (uint64_t)B;
     for (int b = 0; b < B; b++) {
-        /* window i = batch_index * B + b starts at (i * T) mod (n_tokens - T): consecutive
-         * windows sit side by side and wrap around before running off the end. */
+        /* window i of m, evenly spaced over the valid starts [0, n_starts) */
         uint64_t i = (uint64_t)batch_index * (uint64_t)B + (uint64_t)b;
-        uint64_t start = (i % n_starts) * (uint64_t)T % n_starts;
+        uint64_t start = (uint64_t)((unsigned __int128)i * n_starts / m);
         size_t row = (size_t)b * (size_t)T;
         fill_window(s, start, T, inputs + row, targets + row, domains + row);
     }

@@ -7,6 +7,7 @@
  * failure names the file, what is wrong and what to do; nothing here exits.
  */
 #include "io/data.h"
+#include "io/files.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -32,21 +33,12 @@ enum {
     DOC_BYTES = 16,
 };
 
-static int fail(char *err, int errlen, const char *fmt, ...) MOE_PRINTF(3, 4);
-static int fail(char *err, int errlen, const char *fmt, ...) {
-    if (err && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, (size_t)errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 static uint32_t get_u32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
-static uint64_t get_u64(const uint8_t *p) { return get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
+static uint64_t get_u64(const uint8_t *p) {
+    return get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
 static void put_u32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
@@ -61,60 +53,71 @@ int shard_load(Shard *s, const char *path, char *err, int errlen) {
     snprintf(s->path, sizeof(s->path), "%s", path);
     FILE *f = fopen(path, "rb");
     if (!f)
-        return fail(err, errlen, "cannot open shard '%s': %s; build the corpus with `make data` "
-                    "or point data.train / data.val at an existing shard", path, strerror(errno));
+        return set_error(err, errlen,
+                         "cannot open shard '%s': %s; build the corpus with `make data` "
+                         "or point data.train / data.val at an existing shard",
+                         path, strerror(errno));
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
         fclose(f);
-        return fail(err, errlen, "shard '%s' is not a regular file; pass the path of a .bin shard",
-                    path);
+        return set_error(err, errlen,
+                         "shard '%s' is not a regular file; pass the path of a .bin shard", path);
     }
     uint64_t file_bytes = (uint64_t)st.st_size;
     uint8_t h[SHARD_HEADER_BYTES];
     if (file_bytes < SHARD_HEADER_BYTES || fread(h, 1, sizeof(h), f) != sizeof(h)) {
         fclose(f);
-        return fail(err, errlen, "shard '%s' is truncated: expected at least a %d-byte header, "
-                    "found %llu bytes; " REBUILD, path, SHARD_HEADER_BYTES,
-                    (unsigned long long)file_bytes);
+        return set_error(err, errlen,
+                         "shard '%s' is truncated: expected at least a %d-byte header, "
+                         "found %llu bytes; " REBUILD,
+                         path, SHARD_HEADER_BYTES, (unsigned long long)file_bytes);
     }
     int rc = -1;
     uint8_t *docbuf = NULL;
     if (memcmp(h + HDR_MAGIC, SHARD_MAGIC, sizeof(SHARD_MAGIC)) != 0) {
-        fail(err, errlen, "'%s' is not a moe.c token shard (bad magic, expected \"%s\"); pass a "
-             "shard written by `make data` or `moe synth`", path, SHARD_MAGIC);
+        set_error(err, errlen,
+                  "'%s' is not a moe.c token shard (bad magic, expected \"%s\"); pass a "
+                  "shard written by `make data` or `moe synth`",
+                  path, SHARD_MAGIC);
         goto done;
     }
     uint32_t version = get_u32(h + HDR_VERSION), token_bytes = get_u32(h + HDR_TOKEN_BYTES);
     if (version != SHARD_VERSION) {
-        fail(err, errlen, "shard '%s' has format version %u but this program reads version %d; "
-             REBUILD, path, version, SHARD_VERSION);
+        set_error(err, errlen,
+                  "shard '%s' has format version %u but this program reads version %d; " REBUILD,
+                  path, version, SHARD_VERSION);
         goto done;
     }
     if (token_bytes != 1) {
-        fail(err, errlen, "shard '%s' stores %u-byte tokens but moe.c uses 1-byte (byte-level) "
-             "tokens; " REBUILD, path, token_bytes);
+        set_error(err, errlen,
+                  "shard '%s' stores %u-byte tokens but moe.c uses 1-byte (byte-level) "
+                  "tokens; " REBUILD,
+                  path, token_bytes);
         goto done;
     }
     s->n_tokens = get_u64(h + HDR_N_TOKENS);
     s->n_docs = get_u32(h + HDR_N_DOCS);
     s->n_domains = get_u32(h + HDR_N_DOMAINS);
     if (s->n_domains < 1 || s->n_domains > SHARD_MAX_DOMAINS) {
-        fail(err, errlen, "shard '%s' declares %u domains, expected 1..%d; " REBUILD, path,
-             s->n_domains, SHARD_MAX_DOMAINS);
+        set_error(err, errlen, "shard '%s' declares %u domains, expected 1..%d; " REBUILD, path,
+                  s->n_domains, SHARD_MAX_DOMAINS);
         goto done;
     }
     for (uint32_t d = 0; d < SHARD_MAX_DOMAINS; d++) {
         const uint8_t *name = h + HDR_DOMAINS + d * SHARD_DOMAIN_NAME;
         int used = d < s->n_domains;
         if (used && (name[0] == 0 || name[SHARD_DOMAIN_NAME - 1] != 0)) {
-            fail(err, errlen, "shard '%s': domain name %u is empty or not NUL-terminated; " REBUILD,
-                 path, d);
+            set_error(err, errlen,
+                      "shard '%s': domain name %u is empty or not NUL-terminated; " REBUILD, path,
+                      d);
             goto done;
         }
         for (int i = 0; i < SHARD_DOMAIN_NAME; i++) {
             if (!used && name[i] != 0) {
-                fail(err, errlen, "shard '%s': unused domain slot %u is not zero (the header is "
-                     "damaged); " REBUILD, path, d);
+                set_error(err, errlen,
+                          "shard '%s': unused domain slot %u is not zero (the header is "
+                          "damaged); " REBUILD,
+                          path, d);
                 goto done;
             }
         }
@@ -122,8 +125,10 @@ int shard_load(Shard *s, const char *path, char *err, int errlen) {
     }
     for (int i = HDR_RESERVED; i < SHARD_HEADER_BYTES; i++) {
         if (h[i] != 0) {
-            fail(err, errlen, "shard '%s': reserved header byte %d is %u, not zero (damaged, or "
-                 "written by a newer program); " REBUILD, path, i, h[i]);
+            set_error(err, errlen,
+                      "shard '%s': reserved header byte %d is %u, not zero (damaged, or "
+                      "written by a newer program); " REBUILD,
+                      path, i, h[i]);
             goto done;
         }
     }
@@ -133,10 +138,11 @@ int shard_load(Shard *s, const char *path, char *err, int errlen) {
     if (body < docs_bytes || body - docs_bytes != s->n_tokens) {
         int truncated = body < docs_bytes || body - docs_bytes < s->n_tokens;
         unsigned long long want = (unsigned long long)SHARD_HEADER_BYTES + docs_bytes + s->n_tokens;
-        fail(err, errlen, "shard '%s' is %s: the header promises %u documents and %llu tokens, "
-             "i.e. %llu bytes, but the file has %llu bytes; " REBUILD, path,
-             truncated ? "truncated" : "too long (extra bytes after the tokens)", s->n_docs,
-             (unsigned long long)s->n_tokens, want, (unsigned long long)file_bytes);
+        set_error(err, errlen,
+                  "shard '%s' is %s: the header promises %u documents and %llu tokens, "
+                  "i.e. %llu bytes, but the file has %llu bytes; " REBUILD,
+                  path, truncated ? "truncated" : "too long (extra bytes after the tokens)",
+                  s->n_docs, (unsigned long long)s->n_tokens, want, (unsigned long long)file_bytes);
         goto done;
     }
     uint32_t crc = crc32_update(0, h, sizeof(h));
@@ -146,8 +152,8 @@ int shard_load(Shard *s, const char *path, char *err, int errlen) {
     s->tok_domain = (uint8_t *)malloc_check(s->n_tokens);
     if (fread(docbuf, 1, docs_bytes, f) != docs_bytes ||
         fread(s->tokens, 1, s->n_tokens, f) != s->n_tokens) {
-        fail(err, errlen, "shard '%s': read error (%s); check the disk and " REBUILD, path,
-             strerror(errno));
+        set_error(err, errlen, "shard '%s': read error (%s); check the disk and " REBUILD, path,
+                  strerror(errno));
         goto done;
     }
     crc = crc32_update(crc, docbuf, docs_bytes);
@@ -160,25 +166,29 @@ int shard_load(Shard *s, const char *path, char *err, int errlen) {
         d->length = get_u32(docbuf + (size_t)i * DOC_BYTES + 8);
         d->domain = get_u32(docbuf + (size_t)i * DOC_BYTES + 12);
         if (d->start != next || d->length > s->n_tokens - next) {
-            fail(err, errlen, "shard '%s': document %u covers tokens [%llu, %llu) but should start "
-                 "at %llu and stay within %llu tokens (records do not tile the tokens); " REBUILD,
-                 path, i, (unsigned long long)d->start,
-                 (unsigned long long)(d->start + d->length), (unsigned long long)next,
-                 (unsigned long long)s->n_tokens);
+            set_error(
+                err, errlen,
+                "shard '%s': document %u covers tokens [%llu, %llu) but should start "
+                "at %llu and stay within %llu tokens (records do not tile the tokens); " REBUILD,
+                path, i, (unsigned long long)d->start, (unsigned long long)(d->start + d->length),
+                (unsigned long long)next, (unsigned long long)s->n_tokens);
             goto done;
         }
         if (d->domain >= s->n_domains) {
-            fail(err, errlen, "shard '%s': document %u has domain %u but the shard has only %u "
-                 "domains; " REBUILD, path, i, d->domain, s->n_domains);
+            set_error(err, errlen,
+                      "shard '%s': document %u has domain %u but the shard has only %u "
+                      "domains; " REBUILD,
+                      path, i, d->domain, s->n_domains);
             goto done;
         }
         memset(s->tok_domain + next, (int)d->domain, d->length);
         next += d->length;
     }
     if (next != s->n_tokens) {
-        fail(err, errlen, "shard '%s': documents cover %llu of its %llu tokens (records do not "
-             "tile the tokens); " REBUILD, path, (unsigned long long)next,
-             (unsigned long long)s->n_tokens);
+        set_error(err, errlen,
+                  "shard '%s': documents cover %llu of its %llu tokens (records do not "
+                  "tile the tokens); " REBUILD,
+                  path, (unsigned long long)next, (unsigned long long)s->n_tokens);
         goto done;
     }
     rc = 0;
@@ -216,69 +226,12 @@ double shard_unigram_entropy(const Shard *s) {
 
 /* ---- writing ------------------------------------------------------------------------------- */
 
-/* mkdir -p of the directory part of path ("a/b/c.bin" makes a and a/b). */
-static int make_parent_dirs(const char *path, char *err, int errlen) {
-    char dir[1024];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) return 0;
-    *slash = 0;
-    for (char *p = dir + 1; ; p++) {
-        if (*p == '/' || *p == 0) {
-            char c = *p;
-            *p = 0;
-            if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-                return fail(err, errlen, "cannot create directory '%s': %s; check the path and "
-                            "its permissions", dir, strerror(errno));
-            *p = c;
-            if (c == 0) break;
-        }
-    }
-    return 0;
-}
-
-/* Write n buffers to path atomically: "<path>.tmp", fflush, fsync, rename, fsync the folder.
- * A crash at any point leaves either the old file or the complete new one. */
-static int write_atomic(const char *path, const void *const *buf, const size_t *len, int n,
-                        char *err, int errlen) {
-    if (make_parent_dirs(path, err, errlen) != 0) return -1;
-    char tmp[1100];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        return fail(err, errlen, "cannot write '%s': %s; check the folder exists and is writable",
-                    tmp, strerror(errno));
-    int ok = 1;
-    for (int i = 0; i < n && ok; i++) ok = len[i] == 0 || fwrite(buf[i], 1, len[i], f) == len[i];
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int saved = errno;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) saved = errno;
-        unlink(tmp);
-        return fail(err, errlen, "writing '%s' failed: %s; check free disk space and permissions",
-                    path, strerror(saved));
-    }
-    /* Make the rename itself durable; some file systems refuse fsync on a folder, which only
-     * weakens durability, so it is not an error. */
-    char dir[1024];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0; else snprintf(dir, sizeof(dir), ".");
-    int fd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-    return 0;
-}
-
 int shard_write(const char *path, const uint8_t *tokens, uint64_t n_tokens, const ShardDoc *docs,
                 uint32_t n_docs, const char domain[][SHARD_DOMAIN_NAME], uint32_t n_domains,
                 char *err, int errlen) {
     if (n_domains < 1 || n_domains > SHARD_MAX_DOMAINS)
-        return fail(err, errlen, "shard_write '%s': %u domains, must be 1..%d", path, n_domains,
-                    SHARD_MAX_DOMAINS);
+        return set_error(err, errlen, "shard_write '%s': %u domains, must be 1..%d", path,
+                         n_domains, SHARD_MAX_DOMAINS);
     uint8_t h[SHARD_HEADER_BYTES] = {0};
     memcpy(h + HDR_MAGIC, SHARD_MAGIC, sizeof(SHARD_MAGIC));
     put_u32(h + HDR_VERSION, SHARD_VERSION);
@@ -289,8 +242,9 @@ int shard_write(const char *path, const uint8_t *tokens, uint64_t n_tokens, cons
     for (uint32_t d = 0; d < n_domains; d++) {
         size_t len = strnlen(domain[d], SHARD_DOMAIN_NAME);
         if (len == 0 || len >= SHARD_DOMAIN_NAME)
-            return fail(err, errlen, "shard_write '%s': domain name %u must be 1..%d characters",
-                        path, d, SHARD_DOMAIN_NAME - 1);
+            return set_error(err, errlen,
+                             "shard_write '%s': domain name %u must be 1..%d characters", path, d,
+                             SHARD_DOMAIN_NAME - 1);
         memcpy(h + HDR_DOMAINS + d * SHARD_DOMAIN_NAME, domain[d], len);
     }
     uint8_t *rec = (uint8_t *)malloc_check((size_t)n_docs * DOC_BYTES);
@@ -299,9 +253,11 @@ int shard_write(const char *path, const uint8_t *tokens, uint64_t n_tokens, cons
         if (docs[i].start != next || docs[i].length > n_tokens - next ||
             docs[i].domain >= n_domains) {
             free(rec);
-            return fail(err, errlen, "shard_write '%s': document %u (start %llu, length %u, domain "
-                        "%u) does not follow the previous one or names a missing domain", path, i,
-                        (unsigned long long)docs[i].start, docs[i].length, docs[i].domain);
+            return set_error(err, errlen,
+                             "shard_write '%s': document %u (start %llu, length %u, domain "
+                             "%u) does not follow the previous one or names a missing domain",
+                             path, i, (unsigned long long)docs[i].start, docs[i].length,
+                             docs[i].domain);
         }
         put_u64(rec + (size_t)i * DOC_BYTES, docs[i].start);
         put_u32(rec + (size_t)i * DOC_BYTES + 8, docs[i].length);
@@ -310,8 +266,8 @@ int shard_write(const char *path, const uint8_t *tokens, uint64_t n_tokens, cons
     }
     if (next != n_tokens) {
         free(rec);
-        return fail(err, errlen, "shard_write '%s': documents cover %llu of %llu tokens", path,
-                    (unsigned long long)next, (unsigned long long)n_tokens);
+        return set_error(err, errlen, "shard_write '%s': documents cover %llu of %llu tokens", path,
+                         (unsigned long long)next, (unsigned long long)n_tokens);
     }
     const void *bufs[3] = {h, rec, tokens};
     size_t lens[3] = {sizeof(h), (size_t)n_docs * DOC_BYTES, (size_t)n_tokens};

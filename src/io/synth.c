@@ -21,18 +21,9 @@
 
 #define SYN_SYMBOLS 32
 
-static int fail(char *err, int errlen, const char *fmt, ...) MOE_PRINTF(3, 4);
-static int fail(char *err, int errlen, const char *fmt, ...) {
-    if (err && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, (size_t)errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
+static uint8_t symbol(int d, int i) {
+    return (uint8_t)((65 + SYN_SYMBOLS * d + i) & 255);
 }
-
-static uint8_t symbol(int d, int i) { return (uint8_t)((65 + SYN_SYMBOLS * d + i) & 255); }
 
 /* cdf (SYN_SYMBOLS, SYN_SYMBOLS): row i is the cumulative distribution of the successor of
  * symbol i in domain d. */
@@ -67,22 +58,25 @@ static int sample(const double *cdf_row, double u) {
 }
 
 int synth_write(const char *path, int n_domains, uint64_t n_tokens, int doc_len, uint64_t seed,
-                uint64_t stream_seed,
-                char *err, int errlen) {
+                uint64_t stream_seed, char *err, int errlen) {
     if (n_domains < 1 || n_domains > SHARD_MAX_DOMAINS)
-        return fail(err, errlen, "synthetic data: %d domains requested, must be 1..%d",
-                    n_domains, SHARD_MAX_DOMAINS);
+        return set_error(err, errlen, "synthetic data: %d domains requested, must be 1..%d",
+                         n_domains, SHARD_MAX_DOMAINS);
     if (doc_len < 1 || n_tokens < 1)
-        return fail(err, errlen, "synthetic data: need n_tokens >= 1 and doc_len >= 1 "
-                    "(got %llu and %d)", (unsigned long long)n_tokens, doc_len);
+        return set_error(err, errlen,
+                         "synthetic data: need n_tokens >= 1 and doc_len >= 1 "
+                         "(got %llu and %d)",
+                         (unsigned long long)n_tokens, doc_len);
     uint64_t n_docs64 = (n_tokens + (uint64_t)doc_len - 1) / (uint64_t)doc_len;
     if (n_docs64 > UINT32_MAX)
-        return fail(err, errlen, "synthetic data: %llu documents do not fit the shard format; "
-                    "use a larger doc_len", (unsigned long long)n_docs64);
+        return set_error(err, errlen,
+                         "synthetic data: %llu documents do not fit the shard format; "
+                         "use a larger doc_len",
+                         (unsigned long long)n_docs64);
     uint32_t n_docs = (uint32_t)n_docs64;
 
-    double *cdf = (double *)malloc_check(sizeof(double) * (size_t)n_domains * SYN_SYMBOLS *
-                                         SYN_SYMBOLS);
+    double *cdf =
+        (double *)malloc_check(sizeof(double) * (size_t)n_domains * SYN_SYMBOLS * SYN_SYMBOLS);
     for (int d = 0; d < n_domains; d++)
         build_chain(cdf + (size_t)d * SYN_SYMBOLS * SYN_SYMBOLS, d, seed);
     char names[SHARD_MAX_DOMAINS][SHARD_DOMAIN_NAME] = {{0}};

@@ -8,6 +8,7 @@
  * then checks every record, so a damaged file is reported as damaged, not misread.
  */
 #include "io/tensorfile.h"
+#include "io/files.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,27 +23,30 @@
 
 /* Header and directory-record field offsets (bytes). */
 enum {
-    H_MAGIC = 0, H_VERSION = 8, H_N_ENTRIES = 12, H_STEP = 16, H_CONFIG = 24, H_PAYLOAD = 32,
-    H_CRC = 40, H_RESERVED = 44,
-    E_NAME = 0, E_DTYPE = 80, E_NDIM = 84, E_SHAPE = 88, E_RESERVED = 100, E_OFFSET = 104,
-    E_NBYTES = 112, E_ZEROS = 120,
+    H_MAGIC = 0,
+    H_VERSION = 8,
+    H_N_ENTRIES = 12,
+    H_STEP = 16,
+    H_CONFIG = 24,
+    H_PAYLOAD = 32,
+    H_CRC = 40,
+    H_RESERVED = 44,
+    E_NAME = 0,
+    E_DTYPE = 80,
+    E_NDIM = 84,
+    E_SHAPE = 88,
+    E_RESERVED = 100,
+    E_OFFSET = 104,
+    E_NBYTES = 112,
+    E_ZEROS = 120,
 };
-
-static int fail(char *err, int errlen, const char *fmt, ...) MOE_PRINTF(3, 4);
-static int fail(char *err, int errlen, const char *fmt, ...) {
-    if (err && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, (size_t)errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static uint32_t get_u32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
-static uint64_t get_u64(const uint8_t *p) { return get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
+static uint64_t get_u64(const uint8_t *p) {
+    return get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
 static void put_u32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
@@ -50,63 +54,9 @@ static void put_u64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* ---- atomic writes (the same protocol as shard_write) --------------------------------------- */
-
-static int make_parent_dirs(const char *path, char *err, int errlen) {
-    char dir[1024];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) return 0;
-    *slash = 0;
-    for (char *p = dir + 1; ; p++) {
-        if (*p == '/' || *p == 0) {
-            char c = *p;
-            *p = 0;
-            if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-                return fail(err, errlen, "cannot create directory '%s': %s; check the path and "
-                            "its permissions", dir, strerror(errno));
-            *p = c;
-            if (c == 0) break;
-        }
-    }
-    return 0;
+static size_t dtype_size(int dtype) {
+    return dtype == TENSOR_F32 ? 4 : dtype == TENSOR_U8 ? 1 : 0;
 }
-
-/* "<path>.tmp" gets every buffer, then fflush + fsync + close, rename over path, fsync the
- * folder so the rename survives a power cut. Until the rename the old file is untouched. */
-static int write_atomic(const char *path, const void *const *buf, const size_t *len, int n,
-                        char *err, int errlen) {
-    if (make_parent_dirs(path, err, errlen) != 0) return -1;
-    char tmp[1100];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        return fail(err, errlen, "cannot write '%s': %s; check the folder exists and is writable",
-                    tmp, strerror(errno));
-    int ok = 1;
-    for (int i = 0; i < n && ok; i++) ok = len[i] == 0 || fwrite(buf[i], 1, len[i], f) == len[i];
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int saved = errno;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) saved = errno;
-        unlink(tmp);
-        return fail(err, errlen, "writing '%s' failed: %s; check free disk space and permissions",
-                    path, strerror(saved));
-    }
-    char dir[1024];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0; else snprintf(dir, sizeof(dir), ".");
-    int fd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) { /* best effort: some file systems refuse fsync on a folder */
-        (void)fsync(fd);
-        close(fd);
-    }
-    return 0;
-}
-
-static size_t dtype_size(int dtype) { return dtype == TENSOR_F32 ? 4 : dtype == TENSOR_U8 ? 1 : 0; }
 
 /* nbytes implied by the shape (a 0-d tensor is one element); 0 when dtype or ndim is bad. */
 static uint64_t shape_bytes(int dtype, int ndim, const uint32_t *shape) {
@@ -120,7 +70,7 @@ static uint64_t shape_bytes(int dtype, int ndim, const uint32_t *shape) {
 
 int ckpt_write(const char *path, uint64_t step, const char *config_text, const TensorRef *entries,
                int n, char *err, int errlen) {
-    if (n < 0) return fail(err, errlen, "ckpt_write '%s': negative entry count %d", path, n);
+    if (n < 0) return set_error(err, errlen, "ckpt_write '%s': negative entry count %d", path, n);
     if (!config_text) config_text = "";
     size_t config_bytes = strlen(config_text);
     uint8_t *dir = (uint8_t *)calloc_check((size_t)n + 1, CKPT_ENTRY_BYTES);
@@ -131,18 +81,22 @@ int ckpt_write(const char *path, uint64_t step, const char *config_text, const T
         for (int k = 0; k < e->ndim && k < 3; k++) shape[k] = (uint32_t)e->shape[k];
         size_t len = strnlen(e->name, TENSOR_NAME_MAX);
         const char *bad = NULL;
-        if (len == 0 || len >= TENSOR_NAME_MAX) bad = "name empty or too long";
-        else if (!dtype_size(e->dtype)) bad = "unknown dtype";
-        else if (e->ndim < 0 || e->ndim > 3) bad = "ndim outside 0..3";
+        if (len == 0 || len >= TENSOR_NAME_MAX)
+            bad = "name empty or too long";
+        else if (!dtype_size(e->dtype))
+            bad = "unknown dtype";
+        else if (e->ndim < 0 || e->ndim > 3)
+            bad = "ndim outside 0..3";
         else if (shape_bytes(e->dtype, e->ndim, shape) != e->nbytes)
             bad = "nbytes != shape x dtype";
-        else if (e->nbytes && !e->data) bad = "no data";
+        else if (e->nbytes && !e->data)
+            bad = "no data";
         for (int j = 0; j < i && !bad; j++)
             if (strcmp(entries[j].name, e->name) == 0) bad = "duplicate name";
         if (bad) {
             free(dir);
-            return fail(err, errlen, "ckpt_write '%s': entry %d ('%.*s'): %s", path, i,
-                        TENSOR_NAME_MAX - 1, e->name, bad);
+            return set_error(err, errlen, "ckpt_write '%s': entry %d ('%.*s'): %s", path, i,
+                             TENSOR_NAME_MAX - 1, e->name, bad);
         }
         uint8_t *r = dir + (size_t)i * CKPT_ENTRY_BYTES;
         memcpy(r + E_NAME, e->name, len);
@@ -186,8 +140,7 @@ int ckpt_write(const char *path, uint64_t step, const char *config_text, const T
 /* Check directory record i of dir against the running payload offset; fills e. */
 static const char *parse_entry(TensorRef *e, const uint8_t *r, uint64_t *offset, uint64_t payload,
                                uint64_t *entry_offset) {
-    if (r[E_NAME] == 0 || r[E_NAME + TENSOR_NAME_MAX - 1] != 0)
-        return "name empty or unterminated";
+    if (r[E_NAME] == 0 || r[E_NAME + TENSOR_NAME_MAX - 1] != 0) return "name empty or unterminated";
     size_t len = strlen((const char *)r + E_NAME);
     for (size_t k = len; k < TENSOR_NAME_MAX; k++)
         if (r[E_NAME + k]) return "name not NUL-padded";
@@ -219,8 +172,8 @@ int ckpt_read(Ckpt *ck, const char *path, char *err, int errlen) {
     memset(ck, 0, sizeof(*ck));
     FILE *f = fopen(path, "rb");
     if (!f)
-        return fail(err, errlen, "cannot open checkpoint '%s': %s; check the path (%s)", path,
-                    strerror(errno), CK_FOREIGN);
+        return set_error(err, errlen, "cannot open checkpoint '%s': %s; check the path (%s)", path,
+                         strerror(errno), CK_FOREIGN);
     struct stat st;
     uint8_t h[CKPT_HEADER_BYTES];
     uint64_t file_bytes = fstat(fileno(f), &st) == 0 ? (uint64_t)st.st_size : 0;
@@ -228,26 +181,32 @@ int ckpt_read(Ckpt *ck, const char *path, char *err, int errlen) {
     uint8_t *dir = NULL;
     uint64_t *offs = NULL;
     if (file_bytes < CKPT_HEADER_BYTES || fread(h, 1, sizeof(h), f) != sizeof(h)) {
-        fail(err, errlen, "checkpoint '%s' is truncated: %llu bytes, less than its %d-byte header; "
-             "the save was cut short; use an earlier checkpoint or retrain", path,
-             (unsigned long long)file_bytes, CKPT_HEADER_BYTES);
+        set_error(err, errlen,
+                  "checkpoint '%s' is truncated: %llu bytes, less than its %d-byte header; "
+                  "the save was cut short; use an earlier checkpoint or retrain",
+                  path, (unsigned long long)file_bytes, CKPT_HEADER_BYTES);
         goto done;
     }
     if (memcmp(h + H_MAGIC, CKPT_MAGIC, sizeof(CKPT_MAGIC)) != 0) {
-        fail(err, errlen, "'%s' is not a moe.c checkpoint (bad magic, expected \"%s\"); "
-             CK_FOREIGN, path, CKPT_MAGIC);
+        set_error(err, errlen,
+                  "'%s' is not a moe.c checkpoint (bad magic, expected \"%s\"); " CK_FOREIGN, path,
+                  CKPT_MAGIC);
         goto done;
     }
     uint32_t version = get_u32(h + H_VERSION);
     if (version != CKPT_VERSION) {
-        fail(err, errlen, "checkpoint '%s' has format version %u but this program reads version "
-             "%d; use the moe.c version that wrote it, or retrain", path, version, CKPT_VERSION);
+        set_error(err, errlen,
+                  "checkpoint '%s' has format version %u but this program reads version "
+                  "%d; use the moe.c version that wrote it, or retrain",
+                  path, version, CKPT_VERSION);
         goto done;
     }
     for (int i = H_RESERVED; i < CKPT_HEADER_BYTES; i++) {
         if (h[i]) {
-            fail(err, errlen, "checkpoint '%s' is corrupt (reserved header byte %d is not zero): "
-                 CK_CORRUPT, path, i);
+            set_error(
+                err, errlen,
+                "checkpoint '%s' is corrupt (reserved header byte %d is not zero): " CK_CORRUPT,
+                path, i);
             goto done;
         }
     }
@@ -258,13 +217,15 @@ int ckpt_read(Ckpt *ck, const char *path, char *err, int errlen) {
     int short_file = body < config_bytes || body - config_bytes < dir_bytes ||
                      body - config_bytes - dir_bytes < payload;
     if (short_file || body - config_bytes - dir_bytes != payload) {
-        fail(err, errlen, "checkpoint '%s' is %s: the header promises %llu bytes of config, %u "
-             "entries and %llu payload bytes, but the file has %llu bytes after the header; %s",
-             path, short_file ? "truncated" : "too long (extra bytes at the end)",
-             (unsigned long long)config_bytes, n, (unsigned long long)payload,
-             (unsigned long long)body,
-             short_file ? "the save was cut short; use an earlier checkpoint or retrain"
-                        : CK_CORRUPT);
+        set_error(
+            err, errlen,
+            "checkpoint '%s' is %s: the header promises %llu bytes of config, %u "
+            "entries and %llu payload bytes, but the file has %llu bytes after the header; %s",
+            path, short_file ? "truncated" : "too long (extra bytes at the end)",
+            (unsigned long long)config_bytes, n, (unsigned long long)payload,
+            (unsigned long long)body,
+            short_file ? "the save was cut short; use an earlier checkpoint or retrain"
+                       : CK_CORRUPT);
         goto done;
     }
     ck->config_text = (char *)malloc_check(config_bytes + 1);
@@ -272,8 +233,8 @@ int ckpt_read(Ckpt *ck, const char *path, char *err, int errlen) {
     ck->buffer = floats_alloc((payload + 3) / 4); /* 64-byte aligned */
     if (fread(ck->config_text, 1, config_bytes, f) != config_bytes ||
         fread(dir, 1, dir_bytes, f) != dir_bytes || fread(ck->buffer, 1, payload, f) != payload) {
-        fail(err, errlen, "checkpoint '%s': read error (%s); check the disk", path,
-             strerror(errno));
+        set_error(err, errlen, "checkpoint '%s': read error (%s); check the disk", path,
+                  strerror(errno));
         goto done;
     }
     ck->config_text[config_bytes] = 0;
@@ -281,13 +242,16 @@ int ckpt_read(Ckpt *ck, const char *path, char *err, int errlen) {
     crc = crc32_update(crc, dir, dir_bytes);
     crc = crc32_update(crc, ck->buffer, payload);
     if (crc != get_u32(h + H_CRC)) {
-        fail(err, errlen, "checkpoint '%s' is corrupt (checksum mismatch: stored %08x, computed "
-             "%08x): " CK_CORRUPT, path, get_u32(h + H_CRC), crc);
+        set_error(err, errlen,
+                  "checkpoint '%s' is corrupt (checksum mismatch: stored %08x, computed "
+                  "%08x): " CK_CORRUPT,
+                  path, get_u32(h + H_CRC), crc);
         goto done;
     }
     if (strlen(ck->config_text) != config_bytes) {
-        fail(err, errlen, "checkpoint '%s' is malformed (NUL byte inside the config text); "
-             CK_FOREIGN, path);
+        set_error(err, errlen,
+                  "checkpoint '%s' is malformed (NUL byte inside the config text); " CK_FOREIGN,
+                  path);
         goto done;
     }
     ck->step = get_u64(h + H_STEP);
@@ -297,21 +261,23 @@ int ckpt_read(Ckpt *ck, const char *path, char *err, int errlen) {
     uint64_t offset = 0;
     int misaligned = 0;
     for (uint32_t i = 0; i < n; i++) {
-        const char *bad = parse_entry(&ck->entries[i], dir + (size_t)i * CKPT_ENTRY_BYTES,
-                                      &offset, payload, &offs[i]);
+        const char *bad = parse_entry(&ck->entries[i], dir + (size_t)i * CKPT_ENTRY_BYTES, &offset,
+                                      payload, &offs[i]);
         if (!bad)
             for (uint32_t j = 0; j < i && !bad; j++)
                 if (strcmp(ck->entries[j].name, ck->entries[i].name) == 0) bad = "duplicate name";
         if (bad) {
-            fail(err, errlen, "checkpoint '%s' is malformed (entry %u: %s); " CK_FOREIGN, path, i,
-                 bad);
+            set_error(err, errlen, "checkpoint '%s' is malformed (entry %u: %s); " CK_FOREIGN, path,
+                      i, bad);
             goto done;
         }
         misaligned |= ck->entries[i].dtype == TENSOR_F32 && offs[i] % 4 != 0;
     }
     if (offset != payload) {
-        fail(err, errlen, "checkpoint '%s' is malformed (entries cover %llu of %llu payload "
-             "bytes); " CK_FOREIGN, path, (unsigned long long)offset, (unsigned long long)payload);
+        set_error(err, errlen,
+                  "checkpoint '%s' is malformed (entries cover %llu of %llu payload "
+                  "bytes); " CK_FOREIGN,
+                  path, (unsigned long long)offset, (unsigned long long)payload);
         goto done;
     }
     if (misaligned) {
@@ -381,9 +347,12 @@ static void text_json_string(Text *t, const char *s) {
     text_put(t, "\"");
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') text_put(t, "\\%c", c);
-        else if (c < 0x20) text_put(t, "\\u%04x", c);
-        else text_put(t, "%c", c);
+        if (c == '"' || c == '\\')
+            text_put(t, "\\%c", c);
+        else if (c < 0x20)
+            text_put(t, "\\u%04x", c);
+        else
+            text_put(t, "%c", c);
     }
     text_put(t, "\"");
 }
@@ -412,8 +381,10 @@ int safetensors_write(const char *path, const TensorRef *entries, int n,
         for (int k = 0; k < e->ndim && k < 3; k++) shape[k] = (uint32_t)e->shape[k];
         if (e->ndim < 0 || e->ndim > 3 || shape_bytes(e->dtype, e->ndim, shape) != e->nbytes ||
             (e->nbytes && !e->data)) {
-            fail(err, errlen, "safetensors_write '%s': entry %d ('%.*s') has a bad shape, size or "
-                 "no data", path, i, TENSOR_NAME_MAX - 1, e->name);
+            set_error(err, errlen,
+                      "safetensors_write '%s': entry %d ('%.*s') has a bad shape, size or "
+                      "no data",
+                      path, i, TENSOR_NAME_MAX - 1, e->name);
             goto done;
         }
         text_put(&t, ",");

@@ -13,9 +13,8 @@
  *     zeros up to byte 256
  *   config text: the run's resolved settings, key=value lines (config.txt's format)
  *   n_entries directory records, 128 bytes each:
- *     char     name[80]        NUL-padded, e.g. "param/layers.0.attn.wq", "adam_m/...", "rng/loader"
- *     uint32   dtype           TENSOR_F32 or TENSOR_U8
- *     uint32   ndim            0 .. 3
+ *     char     name[80]        NUL-padded, e.g. "param/layers.0.attn.wq", "adam_m/...",
+ * "rng/loader" uint32   dtype           TENSOR_F32 or TENSOR_U8 uint32   ndim            0 .. 3
  *     uint32   shape[3]
  *     uint32   reserved        0
  *     uint64   offset          bytes from the start of the payload
@@ -45,12 +44,12 @@ typedef struct {
     int ndim;
     int shape[3];
     size_t nbytes;
-    const void *data;   /* for writing: caller's memory; after reading: inside Ckpt.buffer */
+    const void *data; /* for writing: caller's memory; after reading: inside Ckpt.buffer */
 } TensorRef;
 
 typedef struct {
     uint64_t step;
-    char *config_text;  /* NUL-terminated */
+    char *config_text; /* NUL-terminated */
     int n;
     TensorRef *entries; /* (n) */
     void *buffer;       /* owns the payload */

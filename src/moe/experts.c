@@ -61,8 +61,8 @@ void experts_backward(float *dxe, float *dWg, float *dWu, float *dWd, float *dg,
         size_t rc = (size_t)r0 * C, rf = (size_t)r0 * F, wo = (size_t)e * F * C;
         matmul_backward(dh + rf, dWd ? dWd + wo : NULL, dye + rc, h + rf, Wd + wo, Se, F, C);
         swiglu_backward(dg + rf, du + rf, dh + rf, g + rf, u + rf, Se, F);
-        matmul_backward(dxe ? dxe + rc : NULL, dWg ? dWg + wo : NULL, dg + rf, xe + rc, Wg + wo,
-                        Se, C, F);
+        matmul_backward(dxe ? dxe + rc : NULL, dWg ? dWg + wo : NULL, dg + rf, xe + rc, Wg + wo, Se,
+                        C, F);
         matmul_backward(NULL, dWu ? dWu + wo : NULL, du + rf, xe + rc, Wu + wo, Se, C, F);
         if (dxe) matmul_backward_dx_add(dxe + rc, du + rf, Wu + wo, Se, C, F);
     }

@@ -93,9 +93,8 @@ void moe_block_forward(float *y, MoeActs *a, const float *x, const MoeWeights *w
     combine_forward(y, a->ye, a->w, &a->plan, C);
 }
 
-void moe_block_backward(float *dx, MoeGrads *gr, const float *dy, const MoeActs *a,
-                        const float *x, const MoeWeights *wt, const MoeHyper *hp,
-                        MoeScratch *s, float loss_scale) {
+void moe_block_backward(float *dx, MoeGrads *gr, const float *dy, const MoeActs *a, const float *x,
+                        const MoeWeights *wt, const MoeHyper *hp, MoeScratch *s, float loss_scale) {
     /* dx (N, C) written (may be NULL), dy (N, C), x (N, C); gr fields accumulated (each may be
      * NULL, as may gr itself).
      *

@@ -50,6 +50,8 @@ void router_backward(float *dlogits, const float *dw, const float *scores, const
 typedef struct {
     float maxvio, cv, entropy, drop_frac;
 } RouterStats;
+/* maxvio and cv of a load vector (E) (fractions; an average of several batches' loads works) */
+void load_balance(float *maxvio, float *cv, const float *load, int E);
 void router_stats(RouterStats *st, float *load, const float *scores, const int *idx, int N, int E,
                   int K);
 
@@ -100,9 +102,9 @@ void experts_backward(float *dxe, float *dWg, float *dWu, float *dWd, float *dg,
 
 typedef struct {
     int C, E, K, F;
-    int renorm;      /* renormalise top-k weights to sum to 1 */
-    float aux_coef;  /* Switch load-balancing loss coefficient (alpha) */
-    float z_coef;    /* router z-loss coefficient (beta) */
+    int renorm;     /* renormalise top-k weights to sum to 1 */
+    float aux_coef; /* Switch load-balancing loss coefficient (alpha) */
+    float z_coef;   /* router z-loss coefficient (beta) */
 } MoeHyper;
 
 typedef struct {
@@ -118,24 +120,24 @@ typedef struct {
 
 /* Everything one block keeps between its forward and backward pass, for up to N_max tokens. */
 typedef struct {
-    int N;                   /* tokens of the last forward */
-    float *logits, *scores;  /* (N, E) */
-    float *lse;              /* (N) */
-    int *idx;                /* (N, K) */
-    float *w;                /* (N, K) */
+    int N;                  /* tokens of the last forward */
+    float *logits, *scores; /* (N, E) */
+    float *lse;             /* (N) */
+    int *idx;               /* (N, K) */
+    float *w;               /* (N, K) */
     DispatchPlan plan;
-    float *xe, *ye;          /* (N*K, C) */
-    float *g, *u, *h;        /* (N*K, F) */
-    float aux_loss, z_loss;  /* unscaled values of the last forward */
+    float *xe, *ye;         /* (N*K, C) */
+    float *g, *u, *h;       /* (N*K, F) */
+    float aux_loss, z_loss; /* unscaled values of the last forward */
 } MoeActs;
 
 /* Backward temporaries, shared by all blocks of a model (used one block at a time). */
 typedef struct {
-    float *dlogits;          /* (N, E) */
-    float *dw;               /* (N, K) */
-    float *dxe, *dye;        /* (N*K, C) */
-    float *dg, *du, *dh;     /* (N*K, F) */
-    float *dx_router;        /* (N, C) */
+    float *dlogits;      /* (N, E) */
+    float *dw;           /* (N, K) */
+    float *dxe, *dye;    /* (N*K, C) */
+    float *dg, *du, *dh; /* (N*K, F) */
+    float *dx_router;    /* (N, C) */
 } MoeScratch;
 
 void moe_acts_alloc(MoeActs *a, const MoeHyper *hp, int N_max);
@@ -148,8 +150,7 @@ void moe_block_forward(float *y, MoeActs *a, const float *x, const MoeWeights *w
                        const MoeHyper *hp, int N);
 /* dx (N, C) (written); grads accumulated. loss_scale multiplies the aux and z loss gradients
  * (1 / accum), matching the scaling of dy. */
-void moe_block_backward(float *dx, MoeGrads *gr, const float *dy, const MoeActs *a,
-                        const float *x, const MoeWeights *wt, const MoeHyper *hp,
-                        MoeScratch *s, float loss_scale);
+void moe_block_backward(float *dx, MoeGrads *gr, const float *dy, const MoeActs *a, const float *x,
+                        const MoeWeights *wt, const MoeHyper *hp, MoeScratch *s, float loss_scale);
 
 #endif

@@ -43,8 +43,7 @@ void router_softmax_forward(float *scores, float *lse, const float *logits, int 
     }
 }
 
-void router_topk_forward(int *idx, float *w, const float *scores, int N, int E, int K,
-                         int renorm) {
+void router_topk_forward(int *idx, float *w, const float *scores, int N, int E, int K, int renorm) {
     /* idx (N, K), w (N, K), scores (N, E)
      * K passes of "largest score not yet taken" per token: K is small (1..8), and scanning
      * experts in increasing order with a strict > makes a tie go to the lower index. */
@@ -124,7 +123,7 @@ void router_backward(float *dlogits, const float *dw, const float *scores, const
     float *f = malloc_check((size_t)E * sizeof(float));
     assignment_fractions(f, idx, N, E, K);
     float aux_per = aux_scale * (float)E / (float)N; /* times f_i */
-    float z_per = z_scale * 2.0f / (float)N;          /* times lse_n p_j */
+    float z_per = z_scale * 2.0f / (float)N;         /* times lse_n p_j */
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float *p = scores + (size_t)n * E;
@@ -151,6 +150,21 @@ void router_backward(float *dlogits, const float *dw, const float *scores, const
     free(f);
 }
 
+void load_balance(float *maxvio, float *cv, const float *load, int E) {
+    /* load (E). mean = 1/E when the loads are fractions of all assignments; computed here so
+     * that an average of several batches' loads works the same way. */
+    double mean = 0.0, maxl = load[0], var = 0.0;
+    for (int e = 0; e < E; e++) {
+        mean += load[e];
+        if (load[e] > maxl) maxl = load[e];
+    }
+    mean /= E;
+    for (int e = 0; e < E; e++) var += ((double)load[e] - mean) * ((double)load[e] - mean);
+    var /= E; /* population variance: the E experts are the whole population */
+    *maxvio = mean > 0.0 ? (float)((maxl - mean) / mean) : 0.0f;
+    *cv = mean > 0.0 ? (float)(sqrt(var) / mean) : 0.0f;
+}
+
 void router_stats(RouterStats *st, float *load, const float *scores, const int *idx, int N, int E,
                   int K) {
     /* load (E), scores (N, E), idx (N, K). The mean load is always 1/E (the loads sum to 1),
@@ -161,20 +175,13 @@ void router_stats(RouterStats *st, float *load, const float *scores, const int *
         return;
     }
     assignment_fractions(load, idx, N, E, K);
-    double mean = 1.0 / E, maxl = load[0], var = 0.0;
-    for (int e = 0; e < E; e++) {
-        if (load[e] > maxl) maxl = load[e];
-        var += ((double)load[e] - mean) * ((double)load[e] - mean);
-    }
-    var /= E; /* population variance: the E experts are the whole population */
+    load_balance(&st->maxvio, &st->cv, load, E);
     double ent = 0.0;
     for (int n = 0; n < N; n++)
         for (int e = 0; e < E; e++) {
             double p = scores[(size_t)n * E + e];
             if (p > 0.0) ent -= p * log(p); /* 0 log 0 = 0 */
         }
-    st->maxvio = (float)((maxl - mean) / mean);
-    st->cv = (float)(sqrt(var) / mean);
     st->entropy = (float)(ent / N);
     st->drop_frac = 0.0f; /* no plan here: a capacity-mode caller fills this in */
 }

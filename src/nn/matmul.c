@@ -17,8 +17,8 @@ void matmul_forward(float *y, const float *x, const float *W, int N, int IN, int
                 OUT);
 }
 
-void matmul_backward(float *dx, float *dW, const float *dy, const float *x, const float *W,
-                     int N, int IN, int OUT) {
+void matmul_backward(float *dx, float *dW, const float *dy, const float *x, const float *W, int N,
+                     int IN, int OUT) {
     /* forward: y = x W^T
      * dx (N, IN) = dy (N, OUT) . W (OUT, IN)           -- written
      * dW (OUT, IN) += dy^T (OUT, N) . x (N, IN)        -- accumulated */
@@ -26,6 +26,6 @@ void matmul_backward(float *dx, float *dW, const float *dy, const float *x, cons
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IN, OUT, 1.0f, dy, OUT, W, IN,
                     0.0f, dx, IN);
     if (dW)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OUT, IN, N, 1.0f, dy, OUT, x, IN,
-                    1.0f, dW, IN);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OUT, IN, N, 1.0f, dy, OUT, x, IN, 1.0f,
+                    dW, IN);
 }

@@ -23,8 +23,8 @@
  * Backward: dx (N, IN) = dy @ W;  dW (OUT, IN) += dy^T @ x.
  * (Not I and O: <complex.h>, pulled in by cblas.h, defines I as a macro.) */
 void matmul_forward(float *y, const float *x, const float *W, int N, int IN, int OUT);
-void matmul_backward(float *dx, float *dW, const float *dy, const float *x, const float *W,
-                     int N, int IN, int OUT);
+void matmul_backward(float *dx, float *dW, const float *dy, const float *x, const float *W, int N,
+                     int IN, int OUT);
 
 /* ---- rmsnorm: y = x / sqrt(mean(x^2) + eps) * w, per row of C ------------------------------
  * rstd (N) saves 1/sqrt(mean(x^2) + eps) for the backward pass. */
@@ -49,8 +49,8 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
 
 /* ---- SwiGLU activation: h (N, F) = silu(g) * u, silu(g) = g * sigmoid(g) ------------------ */
 void swiglu_forward(float *h, const float *g, const float *u, int N, int F);
-void swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u,
-                     int N, int F);
+void swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u, int N,
+                     int F);
 
 /* ---- cross-entropy over logits (N, V) with targets (N) -------------------------------------
  * Forward writes per-token losses (N) (so the caller sums them in a fixed order, which keeps

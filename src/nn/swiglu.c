@@ -24,8 +24,8 @@ void swiglu_forward(float *h, const float *g, const float *u, int N, int F) {
     }
 }
 
-void swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u,
-                     int N, int F) {
+void swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u, int N,
+                     int F) {
     /* dg (N, F), du (N, F), dh (N, F), g (N, F), u (N, F)
      *
      * forward: h = g sigma(g) u

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Chapter 0: the dense baseline against the default MoE, trained the same way.
+#
+#   bash chapters/00-intro/compare.sh           # 600 steps each (the handbook's numbers)
+#   bash chapters/00-intro/compare.sh --quick   # 100 steps each, a smoke run
+#
+# Both models have 4 blocks of d_model 128 and the same active feed-forward compute per token:
+# the dense block is one SwiGLU of hidden 512; the MoE block routes each token to 2 of 8
+# experts of hidden 256. Writes runs/ch00-{dense,moe}/ (with their plots),
+# chapters/00-intro/results/summary.{csv,md} and chapters/00-intro/results/val_loss.png.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+here=chapters/00-intro
+steps=600
+suffix=""
+case "${1:-}" in
+  --quick) steps=100; suffix="-quick" ;;
+  "") ;;
+  *) echo "usage: $0 [--quick]" >&2; exit 2 ;;
+esac
+make --no-print-directory build/moe data/corpus/train.bin >/dev/null
+out=$here/results$suffix
+mkdir -p "$out"
+
+train() { # name, extra settings...
+  local name=$1; shift
+  local dir=runs/ch00-$name$suffix
+  rm -rf "$dir"
+  build/moe train --out "$dir" --quiet --set train.steps=$steps "$@"
+  bash plots/plot_run.sh "$dir" >/dev/null
+}
+train dense --set moe.num_experts=0
+train moe
+
+# summary: final train loss (mean of the last 20 steps), final val loss, median tok/s,
+# parameters total and active, unigram entropy of the training data
+{
+  echo "model,params_total,params_active,train_loss_last20,val_loss,tok_per_s_median"
+  for name in dense moe; do
+    dir=runs/ch00-$name$suffix
+    read -r total active < <(build/moe info --ckpt "$dir/ckpt.bin" |
+      awk '/^parameters:/ {print $2, $4}')
+    awk -F, -v name=$name -v total=$total -v active=$active '
+      NR > 1 { loss[NR] = $2; tok[++n] = $7; if ($8 != "") val = $8; last = NR }
+      END {
+        s = 0; k = 0
+        for (i = last - 19; i <= last; i++) if (i > 1) { s += loss[i]; k++ }
+        # median tok/s: sort the column (insertion sort, fine for a few thousand rows)
+        for (i = 2; i <= n; i++) { v = tok[i]; j = i - 1
+          while (j > 0 && tok[j] > v) { tok[j + 1] = tok[j]; j-- } tok[j + 1] = v }
+        printf "%s,%s,%s,%.4f,%.4f,%.0f\n", name, total, active, s / k, val, tok[int((n + 1) / 2)]
+      }' "$dir/train.csv"
+  done
+} > "$out/summary.csv"
+
+{
+  echo "| model | parameters (total) | parameters (active per token) | train loss (last 20 steps) | val loss | tokens/s (median) |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+  awk -F, 'NR > 1 { printf "| %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6 }' "$out/summary.csv"
+  entropy=$(awk -F'= ' '/^data.train_unigram_entropy/ {print $2; exit}' runs/ch00-moe$suffix/provenance.txt)
+  echo
+  echo "Losses in nats per byte. Unigram entropy of the training bytes (the loss of a model that ignores context): $entropy."
+  echo "Steps: $steps of 16 x 128 tokens. Machine: $(awk -F'= ' '/^cpu/ {print $2; exit}' runs/ch00-moe$suffix/provenance.txt), threads $(awk -F'= ' '/^threads/ {print $2; exit}' runs/ch00-moe$suffix/provenance.txt), commit $(awk -F'= ' '/^commit/ {print $2; exit}' runs/ch00-moe$suffix/provenance.txt)."
+} > "$out/summary.md"
+
+gnuplot -e "dense='runs/ch00-dense$suffix/train.csv'; moe='runs/ch00-moe$suffix/train.csv'; out='$out/val_loss.png'" $here/compare.gp
+for f in loss balance load_heatmap domains; do
+  cp "runs/ch00-moe$suffix/$f.png" "$out/moe_$f.png"
+done
+cat "$out/summary.md"
+echo "wrote $out/: summary.csv summary.md val_loss.png moe_{loss,balance,load_heatmap,domains}.png"

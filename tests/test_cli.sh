@@ -1,0 +1,359 @@
+#!/usr/bin/env bash
+# test_cli.sh: the `moe` command line end to end (run by `make test` with MOE_BIN set).
+#
+#   1. training: a tiny MoE run on synthetic data writes the whole run directory; the loss
+#      falls well below the first step's and below the unigram entropy; router.csv has one
+#      row per step and MoE layer with loads summing to 1; provenance.txt names the commit,
+#      the shards' CRC-32s (checked against gzip's) and the threads; config.txt round-trips
+#   2. resume is bit-exact: 24 steps straight == 12 steps (--until) + --resume to 24, for
+#      ckpt.bin (cmp) and the loss columns of train.csv, even with stale rows after the
+#      checkpoint left behind as by a crash
+#   3. bad input (command line, config, data, checkpoint) exits 2 with a message naming the
+#      problem, and writes nothing: a new --out is not created, an existing run directory
+#      keeps every file byte-identical (sha256sum before and after)
+#   4. eval, sample, export (safetensors header), info --ckpt and info --keys
+#   5. a dense model (moe.num_experts=0) trains and its router.csv holds only the header
+# Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
+# Every model is tiny, so the whole script takes a few seconds, also under ASan.
+set -u
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root" || exit 1
+moe=${MOE_BIN:-build/moe}
+case $moe in /*) ;; *) moe="$root/$moe" ;; esac
+if [ ! -x "$moe" ]; then
+    echo "test_cli: no executable $moe; build it with make build/moe (or set MOE_BIN)"
+    exit 1
+fi
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe_test_cli.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+# One thread unless a check says otherwise; passive OpenMP waiting keeps a busy machine from
+# turning idle threads into spinning ones (it does not change any result).
+export OMP_NUM_THREADS=1
+export OMP_WAIT_POLICY=passive
+
+passed=0
+failed=0
+ok() { echo "  ok   $*"; passed=$((passed + 1)); }
+bad() { echo "  FAIL $*"; failed=$((failed + 1)); }
+# check LABEL CONDITION-STATUS DETAIL: ok when the status is 0, else FAIL with the detail
+check() { if [ "$2" -eq 0 ]; then ok "$1"; else bad "$1: $3"; fi; }
+
+data="$tmp/data"
+tiny=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set model.seq_len=32
+      --set model.d_ff=64 --set moe.num_experts=4 --set moe.top_k=2 --set moe.d_expert=32
+      --set train.batch=4 --set "data.train=$data/train.bin" --set "data.val=$data/val.bin")
+
+# snapshot DIR: "sha256  name" of every file in DIR, sorted (new, lost or changed files show)
+snapshot() { (cd "$1" && find . -type f -exec sha256sum {} + | sort -k2); }
+
+# float_cmp A OP B: compare two arithmetic expressions of numbers (awk evaluates them)
+float_cmp() { awk "BEGIN { exit !(($1) $2 ($3)) }" < /dev/null 2> /dev/null; }
+
+echo "test_cli: synthetic data"
+out=$("$moe" synth --out "$data" --tokens 60000 --seed 3 2>&1)
+rc=$?
+[ $rc -eq 0 ] && [ -s "$data/train.bin" ] && [ -s "$data/val.bin" ]
+check "synth writes train.bin and val.bin" $? "exit $rc: $out"
+
+# ---- 1. training ------------------------------------------------------------------------
+echo "test_cli: training"
+run="$tmp/run"
+out=$("$moe" train --out "$run" "${tiny[@]}" --set train.steps=40 --set train.lr=1e-2 \
+      --set train.warmup=5 --set train.eval_every=10 --quiet 2>&1)
+rc=$?
+check "train exits 0" $rc "exit $rc: $out"
+missing=""
+for f in config.txt provenance.txt train.csv router.csv domains.csv ckpt.bin; do
+    [ -s "$run/$f" ] || missing="$missing $f"
+done
+[ -z "$missing" ]
+check "run directory holds config.txt provenance.txt train.csv router.csv domains.csv ckpt.bin" \
+    $? "missing or empty:$missing"
+
+prov="$run/provenance.txt"
+crc_train=$(gzip -c "$data/train.bin" | tail -c 8 | od -An -tx4 -N4 | tr -d ' ')
+crc_val=$(gzip -c "$data/val.bin" | tail -c 8 | od -An -tx4 -N4 | tr -d ' ')
+grep -Eq '^commit = [^ ]+' "$prov" && grep -q "crc32=$crc_train" "$prov" &&
+    grep -q "crc32=$crc_val" "$prov" && grep -q '^threads = 1$' "$prov"
+check "provenance.txt: commit, crc32=$crc_train and crc32=$crc_val of the shards, threads = 1" \
+    $? "$(tr '\n' '|' < "$prov")"
+
+# train.csv: 40 rows, steps 1..40, val_loss exactly at the eval steps 10 20 30 40
+shape=$(awk -F, 'NR > 1 { n++; if ($1 != n) bad = 1; if ($8 != "") v = v $1 " " }
+                 END { print n, bad + 0, v }' "$run/train.csv")
+[ "$shape" = "40 0 10 20 30 40 " ]
+check "train.csv: steps 1..40, val_loss at steps 10 20 30 40" $? "got '$shape'"
+
+first=$(awk -F, 'NR == 2 { print $2 }' "$run/train.csv")
+last_val=$(awk -F, 'NR > 1 && $8 != "" { v = $8 } END { print v }' "$run/train.csv")
+unigram=$(sed -n 's/.*unigram entropy of the training data \([0-9.]*\) nats.*/\1/p' <<< "$out")
+[ -n "$first" ] && [ -n "$last_val" ] && float_cmp "$last_val" "<" "$first - 1.5"
+check "final val_loss $last_val is well below the first step's loss $first" $? "not by 1.5 nats"
+[ -n "$unigram" ] && [ -n "$last_val" ] && float_cmp "$last_val" "<" "$unigram - 0.5"
+check "final val_loss $last_val is below the unigram entropy $unigram" $? "done line: $out"
+
+# router.csv: 4 load columns; one row per step per MoE layer (2 layers); loads sum to 1
+header=$(head -n 1 "$run/router.csv")
+[ "$header" = "step,layer,maxvio,cv,entropy,drop_frac,load_0,load_1,load_2,load_3" ]
+check "router.csv header names load_0..load_3" $? "got '$header'"
+rows=$(awk -F, 'NR > 1 { n++; want_step = int((n + 1) / 2); want_layer = (n + 1) % 2
+                         if ($1 != want_step || $2 != want_layer || NF != 10) bad++
+                         s = 0; for (i = 7; i <= NF; i++) s += $i
+                         if (s < 0.999 || s > 1.001) bad++ }
+                END { print n, bad + 0 }' "$run/router.csv")
+[ "$rows" = "80 0" ]
+check "router.csv: 80 rows (40 steps x layers 0,1), loads sum to 1" $? "rows, bad rows: $rows"
+
+# domains.csv: at each eval step, for each layer and each of the 3 synthetic domains (the
+# validation windows are spread over the whole shard, so every domain is evaluated), one row
+# per expert and fractions summing to 1
+dom=$(awk -F, 'NR > 1 { g = $1 "," $2 "," $3; s[g] += $5; c[g]++; steps[$1] = 1 }
+               END { for (g in s) { n++; if (s[g] < 0.999 || s[g] > 1.001 || c[g] != 4) bad++ }
+                     for (t in steps) m++
+                     print m + 0, n + 0, bad + 0 }' \
+      "$run/domains.csv")
+[ "$dom" = "4 24 0" ]
+check "domains.csv: 4 evals x 2 layers x 3 domains, 4 fractions summing to 1" $? \
+    "evals, groups, bad groups: $dom"
+
+# config.txt round-trips: training from it (plus two changes) writes the same settings back
+rt="$tmp/roundtrip"
+out=$("$moe" train --config "$run/config.txt" --set train.steps=6 --set train.warmup=2 \
+      --out "$rt" --quiet 2>&1)
+rc=$?
+if [ $rc -ne 0 ]; then bad "train --config run/config.txt: exit $rc: $out"; else
+    d=$(diff <(grep -v -e '^train.steps =' -e '^train.warmup =' "$run/config.txt") \
+             <(grep -v -e '^train.steps =' -e '^train.warmup =' "$rt/config.txt"))
+    [ -z "$d" ] && grep -q '^train.steps = 6$' "$rt/config.txt" &&
+        [ "$(wc -l < "$rt/config.txt")" = "$(wc -l < "$run/config.txt")" ]
+    check "config.txt round-trips through --config (only the --set keys differ)" $? "$d"
+fi
+# and by itself it reproduces the run exactly: the same settings, the same checkpoint
+rt="$tmp/rerun"
+out=$("$moe" train --config "$run/config.txt" --out "$rt" --quiet 2>&1)
+rc=$?
+[ $rc -eq 0 ] && cmp -s "$run/config.txt" "$rt/config.txt" && cmp -s "$run/ckpt.bin" "$rt/ckpt.bin"
+check "train --config run/config.txt alone reproduces config.txt and ckpt.bin" $? "exit $rc: $out"
+
+# ---- 2. resume ----------------------------------------------------------------------------
+echo "test_cli: resume"
+resume_cfg=("${tiny[@]}" --set train.steps=24 --set train.warmup=4 --set train.eval_every=6
+            --set train.ckpt_every=0 --set train.lr=1e-2)
+A="$tmp/A"
+B="$tmp/B"
+outa=$(OMP_NUM_THREADS=2 "$moe" train --out "$A" "${resume_cfg[@]}" --quiet 2>&1)
+rca=$?
+outb=$(OMP_NUM_THREADS=2 "$moe" train --out "$B" "${resume_cfg[@]}" --until 12 --quiet 2>&1)
+rcb=$?
+[ $rca -eq 0 ] && [ $rcb -eq 0 ]
+check "24 straight steps and 12 steps with --until exit 0" $? "exit $rca: $outa / exit $rcb: $outb"
+step=$("$moe" info --ckpt "$B/ckpt.bin" 2>&1 | sed -n 's/^step //p')
+rows=$(awk 'END { print NR - 1 }' "$B/train.csv")
+[ "$step" = 12 ] && [ "$rows" = 12 ]
+check "--until 12 stops with a step-12 checkpoint and 12 rows" $? "step '$step', $rows rows"
+# rows written after the checkpoint (as by a crash) must be dropped on resume
+echo "13,9.999999,9.999999,9.999999,0.001,1,1,9.999999" >> "$B/train.csv"
+echo "13,0,0,0,0,0,0.25,0.25,0.25,0.25" >> "$B/router.csv"
+out=$(OMP_NUM_THREADS=2 "$moe" train --resume "$B" --quiet 2>&1)
+rc=$?
+check "train --resume continues to step 24" $rc "exit $rc: $out"
+cmp_out=$(cmp "$A/ckpt.bin" "$B/ckpt.bin" 2>&1)
+check "resumed ckpt.bin is bit-identical to the straight run's" $? "$cmp_out"
+d=$(diff <(cut -d, -f1-4 "$A/train.csv") <(cut -d, -f1-4 "$B/train.csv"))
+[ -z "$d" ] && [ "$(wc -l < "$A/train.csv")" = 25 ]
+check "train.csv loss columns identical row for row (24 rows)" $? "$(head -n 6 <<< "$d")"
+d=$(diff <(cut -d, -f1-6 "$A/router.csv") <(cut -d, -f1-6 "$B/router.csv"))
+check "router.csv identical after resume (stale row dropped)" $? "$(head -n 6 <<< "$d")"
+grep -q '^resumed_at_step = 12$' "$B/provenance.txt"
+check "provenance.txt records resumed_at_step = 12" $? "$(tr '\n' '|' < "$B/provenance.txt")"
+
+# ---- 3. bad input -------------------------------------------------------------------------
+echo "test_cli: bad input"
+bad_out="$tmp/never"  # a run directory no rejected command may create
+# reject LABEL PATTERNS COMMAND...: ok when COMMAND exits 2, prints nothing on stdout, its
+# stderr matches every ;-separated ERE of PATTERNS (ignoring case) and $bad_out is absent
+reject() {
+    local label=$1 patterns=$2 rc p why=""
+    shift 2
+    "$@" > "$tmp/stdout" 2> "$tmp/stderr"
+    rc=$?
+    [ $rc -eq 2 ] || why="exit $rc, expected 2;"
+    [ -s "$tmp/stdout" ] && why="$why wrote to stdout: $(head -c 200 "$tmp/stdout");"
+    IFS=';' read -ra pats <<< "$patterns"
+    for p in "${pats[@]}"; do
+        grep -Eqi -- "$p" "$tmp/stderr" || why="$why message lacks /$p/;"
+    done
+    [ -e "$bad_out" ] && { why="$why created $bad_out;"; rm -rf "$bad_out"; }
+    if [ -z "$why" ]; then ok "$label: $(head -n 1 "$tmp/stderr" | cut -c 1-110)"
+    else bad "$label: $why stderr: $(head -n 1 "$tmp/stderr")"; fi
+}
+T=(train --out "$bad_out" "${tiny[@]}" --set train.steps=4 --set train.warmup=1)
+
+reject "unknown key suggests the nearest" "moe\.topk;moe\.top_k" \
+    "$moe" "${T[@]}" --set moe.topk=2
+reject "wrong type" "model\.n_layer;abc" "$moe" "${T[@]}" --set model.n_layer=abc
+reject "out of range" "train\.lr;-1" "$moe" "${T[@]}" --set train.lr=-1
+reject "top_k > num_experts" "moe\.top_k;moe\.num_experts" \
+    "$moe" "${T[@]}" --set moe.top_k=5
+reject "d_model not divisible by n_head" "model\.d_model;model\.n_head" \
+    "$moe" "${T[@]}" --set model.n_head=3
+reject "missing data file" "/nonexistent;make data" \
+    "$moe" "${T[@]}" --set data.train=/nonexistent
+head -c 30000 "$data/train.bin" > "$tmp/cut.bin"
+reject "truncated data file" "cut\.bin;truncated" "$moe" "${T[@]}" --set "data.train=$tmp/cut.bin"
+cp "$data/val.bin" "$tmp/magic.bin"
+printf 'NOTASHRD' | dd of="$tmp/magic.bin" conv=notrunc status=none
+reject "data file with a bad magic" "magic.bin;magic" \
+    "$moe" "${T[@]}" --set "data.val=$tmp/magic.bin"
+printf 'model.d_model = 32\nmodel.n_layr = 2\n' > "$tmp/typo.txt"
+reject "config file with a typo names file, line and key" "typo\.txt:2;model\.n_layer" \
+    "$moe" train --out "$bad_out" --config "$tmp/typo.txt"
+reject "unknown command" "unknown command;frobnicate" "$moe" frobnicate
+reject "unknown option" "unknown option;--bogus" "$moe" "${T[@]}" --bogus
+reject "missing option value" "--set;value" "$moe" train --out "$bad_out" --set
+reject "option of another command" "unknown option;--tokens" "$moe" "${T[@]}" --tokens 5
+
+# an existing run directory must survive every rejected command byte for byte
+# reject_keeps LABEL DIR PATTERNS COMMAND...
+reject_keeps() {
+    local label=$1 dir=$2 patterns=$3 before after
+    shift 3
+    before=$(snapshot "$dir")
+    reject "$label" "$patterns" "$@"
+    after=$(snapshot "$dir")
+    [ "$before" = "$after" ]
+    check "$label: every file of $(basename "$dir") unchanged" $? \
+        "$(diff <(echo "$before") <(echo "$after") | head -n 4)"
+}
+reject_keeps "train --out into an existing run" "$run" "already holds a run;--resume" \
+    "$moe" train --out "$run" "${tiny[@]}" --set train.steps=4 --set train.warmup=1
+nockpt="$tmp/nockpt"
+mkdir -p "$nockpt"
+cp "$run/config.txt" "$run/train.csv" "$nockpt/"
+reject_keeps "--resume of a directory without a checkpoint" "$nockpt" "ckpt\.bin" \
+    "$moe" train --resume "$nockpt"
+reject_keeps "--resume with a shape-changing --set" "$A" "d_model;shape" \
+    "$moe" train --resume "$A" --set model.d_model=64 --set train.steps=30
+reject_keeps "--resume of a finished run" "$A" "already at step 24;train\.steps" \
+    "$moe" train --resume "$A"
+sz=$(wc -c < "$run/ckpt.bin")
+mid=$((sz / 2))
+cp -r "$run" "$tmp/damaged"
+# flip a byte in the middle: write its complement, so the copy differs whatever it held
+byte=$(od -An -tu1 -j "$mid" -N1 "$run/ckpt.bin" | tr -d ' ')
+printf "\\$(printf '%03o' $((255 - byte)))" |
+    dd of="$tmp/damaged/ckpt.bin" bs=1 seek="$mid" conv=notrunc status=none
+cmp -s "$run/ckpt.bin" "$tmp/damaged/ckpt.bin"
+[ $? -eq 1 ]
+check "the damaged copy differs from ckpt.bin in one byte" $? "cmp found no difference"
+reject_keeps "--resume of a corrupted checkpoint" "$tmp/damaged" "checksum|corrupt" \
+    "$moe" train --resume "$tmp/damaged" --set train.steps=50
+reject "eval of a corrupted checkpoint" "checksum|corrupt" \
+    "$moe" eval --ckpt "$tmp/damaged/ckpt.bin"
+head -c $((sz - 1000)) "$run/ckpt.bin" > "$tmp/short.bin"
+reject "eval of a truncated checkpoint" "short\.bin;truncated" "$moe" eval --ckpt "$tmp/short.bin"
+reject "eval of a missing checkpoint" "nope\.bin" "$moe" eval --ckpt "$tmp/nope.bin"
+reject "a shard is not a checkpoint" "not a moe\.c checkpoint|magic" \
+    "$moe" info --ckpt "$data/train.bin"
+reject "export of a corrupted checkpoint" "checksum|corrupt" \
+    "$moe" export --ckpt "$tmp/damaged/ckpt.bin" --out "$tmp/bad.safetensors"
+[ ! -e "$tmp/bad.safetensors" ]
+check "export of a corrupted checkpoint writes no file" $? "$tmp/bad.safetensors exists"
+
+# ---- 4. the other commands ----------------------------------------------------------------
+echo "test_cli: eval, sample, export, info"
+out=$("$moe" eval --ckpt "$run/ckpt.bin" 2>&1)
+rc=$?
+ev=$(sed -n 's/^val_loss \([0-9.]*\).*/\1/p' <<< "$out")
+[ $rc -eq 0 ] && [ -n "$ev" ] && float_cmp "($ev - $last_val)^2" "<" "1e-6"
+check "eval val_loss $ev matches the run's last val_loss $last_val" $? "exit $rc: $out"
+
+"$moe" sample --ckpt "$run/ckpt.bin" --tokens 50 --seed 1 > "$tmp/s1" 2> "$tmp/s1.err"
+rc1=$?
+"$moe" sample --ckpt "$run/ckpt.bin" --tokens 50 --seed 1 > "$tmp/s2" 2>&1
+"$moe" sample --ckpt "$run/ckpt.bin" --tokens 50 --seed 2 > "$tmp/s3" 2>&1
+n=$(wc -c < "$tmp/s1")
+# the (short) default prompt, 50 sampled bytes, a final newline
+[ $rc1 -eq 0 ] && [ "$n" -ge 51 ] && [ "$n" -le 60 ]
+check "sample --tokens 50 prints 50 tokens" $? "exit $rc1, $n bytes: $(head -c 200 "$tmp/s1.err")"
+cmp -s "$tmp/s1" "$tmp/s2"
+check "sample: the same seed gives the same text" $? "two runs with --seed 1 differ"
+! cmp -s "$tmp/s1" "$tmp/s3"
+check "sample: another seed gives other text" $? "--seed 1 and --seed 2 agree"
+out=$("$moe" sample --ckpt "$run/ckpt.bin" --prompt "abc" --tokens 5 --temperature 0 2>&1)
+[ "${out:0:3}" = abc ] && [ ${#out} -ge 8 ]
+check "sample --prompt starts with the prompt" $? "got '$out'"
+
+st="$tmp/model.safetensors"
+out=$("$moe" export --ckpt "$run/ckpt.bin" --out "$st" 2>&1)
+rc=$?
+check "export exits 0" $rc "exit $rc: $out"
+# first 8 bytes: the JSON header length, little-endian u64
+hlen=$(od -An -tu1 -N8 "$st" 2>/dev/null |
+    awk '{ v = 0; for (i = NF; i >= 1; i--) v = v * 256 + $i; print v }')
+size=$(wc -c < "$st" 2>/dev/null || echo 0)
+total=$("$moe" info --ckpt "$run/ckpt.bin" 2>/dev/null | sed -n 's/^parameters: \([0-9]*\) total.*/\1/p')
+# the header may be padded with spaces (to align the data)
+json=$(head -c $((8 + ${hlen:-0})) "$st" 2>/dev/null | tail -c "${hlen:-0}" | sed 's/ *$//')
+[ -n "$hlen" ] && [ "$hlen" -gt 0 ] && [ "$hlen" -lt "$size" ] && [ "${json:0:1}" = "{" ] &&
+    [ "${json: -1}" = "}" ]
+check "safetensors: 8-byte header length $hlen, then a JSON object" $? "header '${json:0:80}'"
+missing=""
+for name in tok_emb layers.0.attn.wq layers.1.moe.w_gate head; do
+    grep -q "\"$name\":{\"dtype\":\"F32\"" <<< "$json" || missing="$missing $name"
+done
+[ -z "$missing" ]
+check "safetensors header names tok_emb, layers.0.attn.wq, layers.1.moe.w_gate, head as F32" $? \
+    "missing:$missing"
+[ -n "$total" ] && [ "$size" -eq $((8 + hlen + 4 * total)) ]
+check "safetensors size = 8 + header + 4 x $total parameters" $? "$size bytes, header $hlen"
+
+out=$("$moe" info --ckpt "$run/ckpt.bin" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -q '^step 40$' <<< "$out" && grep -q '^blocks: moe moe$' <<< "$out"
+check "info: step 40, blocks moe moe" $? "exit $rc: $(head -n 4 <<< "$out" | tr '\n' '|')"
+read -r tot act <<< "$(sed -n 's/^parameters: \([0-9]*\) total, \([0-9]*\) active.*/\1 \2/p' <<< "$out")"
+# the tensor list: "name  dims  (count)"; the counts add up to the total; a token skips
+# E - K = 2 of the 4 experts' three 32 x 32 matrices in each of the 2 MoE layers
+sum=$(awk '/^\[tensors\]/ { on = 1; next } on && /\(/ { gsub(/[()]/, "", $NF); s += $NF; n++ }
+           END { print s + 0, n + 0 }' <<< "$out")
+[ -n "${tot:-}" ] && [ "$sum" = "$tot 23" ] && [ "${act:-0}" -eq $((tot - 2 * 2 * 3 * 32 * 32)) ]
+check "info: parameters $tot total, ${act:-?} active (< total), 23 tensors summing to the total" \
+    $? "tensor sum, count: $sum"
+grep -Eq '^layers\.0\.moe\.w_gate +4 x 32 x 32 ' <<< "$out" && grep -q '^tok_emb ' <<< "$out"
+check "info lists tensors with shapes (layers.0.moe.w_gate 4 x 32 x 32)" $? "$out"
+
+keys=$("$moe" info --keys 2>&1)
+rc=$?
+missing=""
+for k in $(sed -n 's/^\([a-z_.]*\) = .*/\1/p' "$run/config.txt"); do
+    grep -Eq "^ *$k " <<< "$keys" || missing="$missing $k"
+done
+[ $rc -eq 0 ] && [ -z "$missing" ] && grep -q 'model\.d_model' <<< "$keys" &&
+    grep -q 'train\.ckpt_every' <<< "$keys"
+check "info --keys lists every key of config.txt ($(grep -c = "$run/config.txt") keys)" $? \
+    "exit $rc, missing:$missing"
+
+# ---- 5. a dense model ---------------------------------------------------------------------
+echo "test_cli: dense model"
+dense="$tmp/dense"
+out=$("$moe" train --out "$dense" "${tiny[@]}" --set moe.num_experts=0 --set train.steps=10 \
+      --set train.warmup=2 --set train.eval_every=5 --quiet 2>&1)
+rc=$?
+check "dense train exits 0" $rc "exit $rc: $out"
+r=$(wc -l < "$dense/router.csv" 2>/dev/null)
+h=$(head -n 1 "$dense/router.csv" 2>/dev/null)
+[ "$r" = 1 ] && [ "$h" = "step,layer,maxvio,cv,entropy,drop_frac" ]
+check "dense router.csv holds only its header" $? "$r lines, header '$h'"
+rows=$(awk -F, 'NR > 1 && $2 + 0 > 0 { n++ } END { print n + 0 }' "$dense/train.csv" 2>/dev/null)
+[ "$rows" = 10 ] && [ "$(wc -l < "$dense/domains.csv")" = 1 ]
+check "dense train.csv has 10 rows with a loss, domains.csv only its header" $? "$rows rows"
+out=$("$moe" info --ckpt "$dense/ckpt.bin" 2>&1)
+read -r tot act <<< "$(sed -n 's/^parameters: \([0-9]*\) total, \([0-9]*\) active.*/\1 \2/p' <<< "$out")"
+[ -n "${tot:-}" ] && [ "$tot" = "${act:-}" ] && grep -q '^blocks: dense dense$' <<< "$out"
+check "dense info: blocks dense dense, active = total = ${tot:-?}" $? "$(head -n 4 <<< "$out")"
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
