@@ -56,7 +56,7 @@ HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && echo 1 || echo 0)
 mark = $(if $(filter 1,$(1)),✓,✗)
 space := $(subst ,, )
 ifeq ($(MAKELEVEL),0)
-ifeq ($(filter deps clean help,$(MAKECMDGOALS)),)
+ifeq ($(filter deps clean help features,$(MAKECMDGOALS)),)
 $(info moe.c features:)
 $(info $(space) $(call mark,$(HAVE_OPENBLAS)) OpenBLAS   (required: matrix products; $(OPENBLAS_KIND)))
 $(info $(space) $(call mark,$(HAVE_OPENMP)) OpenMP     (threads for the elementwise ops))
@@ -68,8 +68,10 @@ endif
 endif
 
 OMPFLAGS := $(if $(filter 1,$(HAVE_OPENMP)),-fopenmp,)
-CPPFLAGS := -Isrc $(OPENBLAS_CFLAGS) -DMOE_HAVE_OPENMP=$(HAVE_OPENMP) -DMOE_HAVE_MPI=0 \
-            -DMOE_GIT_COMMIT=\"$(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)\"
+CPPFLAGS := -Isrc $(OPENBLAS_CFLAGS) -DMOE_HAVE_OPENMP=$(HAVE_OPENMP) -DMOE_HAVE_MPI=0
+# The commit a binary was built from (with -dirty for uncommitted changes), for provenance.txt.
+# version.c is rewritten only when the text changes, so it relinks but rebuilds nothing else.
+GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) -Wall -Wextra -Wshadow -Wno-unused-parameter \
           $(OMPFLAGS) $(SANFLAGS) $(EXTRA_CFLAGS)
 LDLIBS := $(OPENBLAS_LIBS) -lm
@@ -86,7 +88,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_UTIL_OBJ := $(BUILD)/obj/tests/testutil.o
 
 .SECONDARY:
-.PHONY: all deps need-openblas data demo demo-run test test-run plots clean help
+.PHONY: FORCE features all deps need-openblas data demo demo-run test test-run plots clean help
 .DEFAULT_GOAL := all
 
 all: need-openblas $(BUILD)/moe
@@ -104,8 +106,15 @@ $(BUILD)/libmoe.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/moe: $(CLI_OBJ) $(BUILD)/libmoe.a
-	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+$(BUILD)/version.c: FORCE
+	@mkdir -p $(dir $@)
+	@echo 'const char moe_git_commit[] = "$(GIT_COMMIT)";' > $@.new
+	@cmp -s $@.new $@ && rm $@.new || mv $@.new $@
+
+$(BUILD)/moe: $(CLI_OBJ) $(BUILD)/libmoe.a $(BUILD)/version.c
+	$(CC) $(CFLAGS) $(LDFLAGS) $(CLI_OBJ) $(BUILD)/version.c $(BUILD)/libmoe.a -o $@ $(LDLIBS)
+
+FORCE:
 
 # ---- Debian packages ----------------------------------------------------------------------
 APT_PKGS := libopenblas-dev libopenblas-openmp-dev check pkg-config gnuplot-nox \
@@ -130,9 +139,9 @@ $(CORPUS)/train.bin: $(BUILD)/moe
 	$(BUILD)/moe corpus --out $(CORPUS)
 
 # ---- tests ----------------------------------------------------------------------------------
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_UTIL_OBJ) $(BUILD)/libmoe.a
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_UTIL_OBJ) $(BUILD)/libmoe.a $(BUILD)/version.c
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ -o $@ $(CHECK_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(CHECK_LIBS) $(LDLIBS)
 
 $(BUILD)/obj/tests/%.o: CPPFLAGS += $(CHECK_CFLAGS) -Itests
 
@@ -175,6 +184,12 @@ plots:
 
 clean:
 	rm -rf build build-san
+
+# The probe results, one per line (tests/test_build.sh checks them against the machine).
+features:
+	@echo HAVE_OPENBLAS=$(HAVE_OPENBLAS); echo HAVE_OPENMP=$(HAVE_OPENMP); \
+	 echo HAVE_CHECK=$(HAVE_CHECK); echo HAVE_GNUPLOT=$(HAVE_GNUPLOT); \
+	 echo HAVE_CUDA=$(HAVE_CUDA); echo HAVE_MPI=$(HAVE_MPI); echo OPENBLAS_LIBS=$(OPENBLAS_LIBS)
 
 help:
 	@sed -n '1,12p' Makefile

@@ -12,9 +12,8 @@
 #include "io/files.h"
 #include "util.h"
 
-#ifndef MOE_GIT_COMMIT
-#define MOE_GIT_COMMIT "unknown"
-#endif
+/* written by the Makefile into build/version.c */
+extern const char moe_git_commit[];
 
 void run_path(char *out, size_t n, const char *dir, const char *file) {
     if ((size_t)snprintf(out, n, "%s/%s", dir, file) >= n)
@@ -54,7 +53,7 @@ void run_write_provenance(const char *dir, const Config *c, const Shard *train, 
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     fprintf(f, "started = %s\n", when);
     if (resumed_at > 0) fprintf(f, "resumed_at_step = %d\n", resumed_at);
-    fprintf(f, "commit = %s\n", MOE_GIT_COMMIT);
+    fprintf(f, "commit = %s\n", moe_git_commit);
     fprintf(f, "data.train = %s crc32=%08x tokens=%llu\n", train->path, train->crc32,
             (unsigned long long)train->n_tokens);
     fprintf(f, "data.val = %s crc32=%08x tokens=%llu\n", val->path, val->crc32,

@@ -219,8 +219,9 @@ int train_run(Config *c, const TrainOptions *o) {
     int *targets = (int *)malloc_check((size_t)B * T * sizeof(int));
     uint8_t *domains = (uint8_t *)malloc_check((size_t)B * T);
     const int tty = !o->quiet && isatty(STDERR_FILENO);
-    printf("training %s: %d steps of %d x %d x %d tokens, %d threads%s\n", o->out_dir, c->steps,
-           c->accum, B, T, threads, o->resume ? " (resumed)" : "");
+    printf("training %s: %d steps of %d micro-batch(es) of %d x %d tokens, %d threads%s\n",
+           o->out_dir, c->steps, c->accum, B, T, threads,
+           o->resume ? " (resumed)" : "");
     fflush(stdout);
 
     const double t_start = now_seconds();
@@ -267,7 +268,9 @@ int train_run(Config *c, const TrainOptions *o) {
         raccum_write(&ra, &m, frouter, s);
         last_loss = (float)loss;
         if (!o->quiet)
-            progress(c, s, last_loss, val_loss, tok_s, now_seconds() - t_start, start_step, tty);
+            /* the live line keeps showing the last validation loss; plain lines show it once */
+            progress(c, s, last_loss, tty ? last_val : val_loss, tok_s, now_seconds() - t_start,
+                     start_step, tty);
 
         if ((c->ckpt_every > 0 && s % c->ckpt_every == 0) || s == last) {
             fflush(ftrain);

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The Makefile's dependency probes against the machine: a probe that silently never fires (or
+# fires for something absent) is a bug. Each probe is compared with an independent check.
+set -u
+cd "$(dirname "$0")/.."
+pass=0 fail=0
+check() { # description, condition status
+  if [ "$2" = 0 ]; then echo "  ok   $1"; pass=$((pass + 1)); else echo "  FAIL $1"; fail=$((fail + 1)); fi
+}
+features=$(make -s --no-print-directory features)
+has() { grep -qx "$1=1" <<<"$features"; }
+expect() { # feature name, independent check command
+  local name=$1; shift
+  if "$@" >/dev/null 2>&1; then has "$name"; check "$name=1 (present on this machine)" $?
+  else ! has "$name"; check "$name=0 (absent on this machine)" $?; fi
+}
+expect HAVE_OPENBLAS pkg-config --exists openblas
+expect HAVE_CHECK pkg-config --exists check
+expect HAVE_GNUPLOT command -v gnuplot
+expect HAVE_CUDA command -v nvcc
+expect HAVE_MPI command -v mpicc
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+printf '#include <omp.h>\nint main(void){return omp_get_max_threads() > 0 ? 0 : 1;}\n' > "$tmp/omp.c"
+expect HAVE_OPENMP gcc -fopenmp "$tmp/omp.c" -o "$tmp/omp"
+
+# The OpenMP build of OpenBLAS is preferred when installed, and the binary really loads it.
+bin=${MOE_BIN:-build/moe}
+if ls /usr/lib/*/openblas-openmp/libopenblas.so >/dev/null 2>&1; then
+  ldd "$bin" | grep -q 'openblas-openmp/libopenblas'
+  check "$bin loads the OpenMP build of OpenBLAS" $?
+fi
+# OpenMP really is compiled in: the binary links libgomp when the probe said OpenMP works.
+if has HAVE_OPENMP; then ldd "$bin" | grep -q libgomp; check "$bin links libgomp" $?; fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
