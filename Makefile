@@ -135,7 +135,8 @@ CORPUS := data/corpus
 data: deps
 	@$(MAKE) --no-print-directory $(CORPUS)/train.bin
 
-$(CORPUS)/train.bin: $(BUILD)/moe
+# rebuilt when the corpus builder changes, not whenever the binary relinks
+$(CORPUS)/train.bin: src/io/corpus.c src/io/shard.c | $(BUILD)/moe
 	$(BUILD)/moe corpus --out $(CORPUS)
 
 # ---- tests ----------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 #
 #   bash chapters/00-intro/compare.sh           # 600 steps each (the handbook's numbers)
 #   bash chapters/00-intro/compare.sh --quick   # 100 steps each, a smoke run
+#   bash chapters/00-intro/compare.sh --summarize [--quick]   # only redo the tables and figure
 #
 # Both models have 4 blocks of d_model 128 and the same active feed-forward compute per token:
 # the dense block is one SwiGLU of hidden 512; the MoE block routes each token to 2 of 8
@@ -13,11 +14,14 @@ cd "$(dirname "$0")/../.."
 here=chapters/00-intro
 steps=600
 suffix=""
-case "${1:-}" in
-  --quick) steps=100; suffix="-quick" ;;
-  "") ;;
-  *) echo "usage: $0 [--quick]" >&2; exit 2 ;;
-esac
+summarize_only=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) steps=100; suffix="-quick" ;;
+    --summarize) summarize_only=1 ;;
+    *) echo "usage: $0 [--quick] [--summarize]" >&2; exit 2 ;;
+  esac
+done
 make --no-print-directory build/moe data/corpus/train.bin >/dev/null
 out=$here/results$suffix
 mkdir -p "$out"
@@ -29,8 +33,10 @@ train() { # name, extra settings...
   build/moe train --out "$dir" --quiet --set train.steps=$steps "$@"
   bash plots/plot_run.sh "$dir" >/dev/null
 }
-train dense --set moe.num_experts=0
-train moe
+if [ "$summarize_only" = 0 ]; then
+  train dense --set moe.num_experts=0
+  train moe
+fi
 
 # summary: final train loss (mean of the last 20 steps), final val loss, median tok/s,
 # parameters total and active, unigram entropy of the training data
@@ -61,6 +67,13 @@ train moe
   echo
   echo "Losses in nats per byte. Unigram entropy of the training bytes (the loss of a model that ignores context): $entropy."
   echo "Steps: $steps of 16 x 128 tokens. Machine: $(awk -F'= ' '/^cpu/ {print $2; exit}' runs/ch00-moe$suffix/provenance.txt), threads $(awk -F'= ' '/^threads/ {print $2; exit}' runs/ch00-moe$suffix/provenance.txt), commit $(awk -F'= ' '/^commit/ {print $2; exit}' runs/ch00-moe$suffix/provenance.txt)."
+  echo
+  awk -F, -v steps=$steps '
+    NR > 1 && $1 <= 20 { early += $3; ne++ }
+    NR > 1 && $1 > steps - 100 { late += $3; nl++; if ($3 > late_max) late_max = $3
+                                 for (e = 7; e <= NF; e++) if (min == "" || $e < min) min = $e }
+    END { printf "MoE balance (router.csv): MaxVio mean %.2f over steps 1-20, %.2f over the last 100 steps (max %.2f); smallest expert load in the last 100 steps %.3f (fair share %.3f).\n",
+                 early / ne, late / nl, late_max, min, 1 / (NF - 6) }' runs/ch00-moe$suffix/router.csv
 } > "$out/summary.md"
 
 gnuplot -e "dense='runs/ch00-dense$suffix/train.csv'; moe='runs/ch00-moe$suffix/train.csv'; out='$out/val_loss.png'" $here/compare.gp
