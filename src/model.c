@@ -14,12 +14,28 @@
 #include <string.h>
 
 #include "nn/ops.h"
+#include "profile.h"
 #include "util.h"
 
 /* y (n) = a + b, elementwise. */
 static void add_vectors(float *y, const float *a, const float *b, size_t n) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+
+/* x (N, C): x[n] = emb[tokens[n]], emb (V, C). */
+static void embed_forward(float *x, const int *tokens, const float *emb, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        memcpy(x + (size_t)n * C, emb + (size_t)tokens[n] * C, (size_t)C * sizeof(float));
+}
+
+/* demb (V, C) += scatter of dx (N, C) by token; parallel over channels so that every gradient
+ * element is summed by one thread in token order (deterministic). */
+static void embed_backward(float *demb, const float *dx, const int *tokens, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int ch = 0; ch < C; ch++)
+        for (int n = 0; n < N; n++) demb[(size_t)tokens[n] * C + ch] += dx[(size_t)n * C + ch];
 }
 
 static float *alloc_nc(const Model *m) {
@@ -167,28 +183,29 @@ static void block_forward(Model *m, int l, float *out, const float *in, int B, i
     BlockActs *a = &m->blocks[l];
 
     /* attention branch: resid_mid = in + attention(rmsnorm(in)) wo^T */
-    rmsnorm_forward(a->ln1, a->rstd1, in, lw->attn_norm, N, C);
-    matmul_forward(a->q, a->ln1, lw->wq, N, C, C);
-    matmul_forward(a->k, a->ln1, lw->wk, N, C, C);
-    matmul_forward(a->v, a->ln1, lw->wv, N, C, C);
-    rope_forward(a->q, B, T, H, C / H, c->rope_theta);
-    rope_forward(a->k, B, T, H, C / H, c->rope_theta);
-    attention_forward(a->atty, a->att, a->q, a->k, a->v, B, T, C, H);
-    matmul_forward(m->dtmp, a->atty, lw->wo, N, C, C); /* dtmp is free scratch during forward */
-    add_vectors(a->resid_mid, in, m->dtmp, (size_t)N * C);
+    PROF(PROF_NORM, rmsnorm_forward(a->ln1, a->rstd1, in, lw->attn_norm, N, C));
+    PROF(PROF_ATTN_PROJ, matmul_forward(a->q, a->ln1, lw->wq, N, C, C));
+    PROF(PROF_ATTN_PROJ, matmul_forward(a->k, a->ln1, lw->wk, N, C, C));
+    PROF(PROF_ATTN_PROJ, matmul_forward(a->v, a->ln1, lw->wv, N, C, C));
+    PROF(PROF_ROPE, rope_forward(a->q, B, T, H, C / H, c->rope_theta));
+    PROF(PROF_ROPE, rope_forward(a->k, B, T, H, C / H, c->rope_theta));
+    PROF(PROF_ATTN, attention_forward(a->atty, a->att, a->q, a->k, a->v, B, T, C, H));
+    /* dtmp is free scratch during the forward pass */
+    PROF(PROF_ATTN_PROJ, matmul_forward(m->dtmp, a->atty, lw->wo, N, C, C));
+    PROF(PROF_RESIDUAL, add_vectors(a->resid_mid, in, m->dtmp, (size_t)N * C));
 
     /* feed-forward branch: out = resid_mid + FFN(rmsnorm(resid_mid)) */
-    rmsnorm_forward(a->ln2, a->rstd2, a->resid_mid, lw->ffn_norm, N, C);
+    PROF(PROF_NORM, rmsnorm_forward(a->ln2, a->rstd2, a->resid_mid, lw->ffn_norm, N, C));
     if (a->moe) {
         MoeWeights wt = moe_weights(lw);
         moe_block_forward(m->dtmp, a->moe, a->ln2, &wt, &m->hp, N);
     } else {
-        matmul_forward(a->fg, a->ln2, lw->w_gate, N, C, F);
-        matmul_forward(a->fu, a->ln2, lw->w_up, N, C, F);
-        swiglu_forward(a->fh, a->fg, a->fu, N, F);
-        matmul_forward(m->dtmp, a->fh, lw->w_down, N, F, C);
+        PROF(PROF_DENSE_FFN, matmul_forward(a->fg, a->ln2, lw->w_gate, N, C, F));
+        PROF(PROF_DENSE_FFN, matmul_forward(a->fu, a->ln2, lw->w_up, N, C, F));
+        PROF(PROF_SWIGLU, swiglu_forward(a->fh, a->fg, a->fu, N, F));
+        PROF(PROF_DENSE_FFN, matmul_forward(m->dtmp, a->fh, lw->w_down, N, F, C));
     }
-    add_vectors(out, a->resid_mid, m->dtmp, (size_t)N * C);
+    PROF(PROF_RESIDUAL, add_vectors(out, a->resid_mid, m->dtmp, (size_t)N * C));
 }
 
 float model_forward(Model *m, const int *inputs, const int *targets, int B, int T) {
@@ -201,16 +218,12 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
     m->N_last = N;
     memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
 
-    /* token embedding: resid[0][n] = tok_emb[inputs[n]] */
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++)
-        memcpy(m->resid[0] + (size_t)n * C, m->w.tok_emb + (size_t)inputs[n] * C,
-               (size_t)C * sizeof(float));
+    PROF(PROF_EMBED, embed_forward(m->resid[0], inputs, m->w.tok_emb, N, C));
 
     for (int l = 0; l < L; l++) block_forward(m, l, m->resid[l + 1], m->resid[l], B, T);
 
-    rmsnorm_forward(m->lnf, m->rstdf, m->resid[L], m->w.final_norm, N, C);
-    matmul_forward(m->logits, m->lnf, m->w.head, N, C, MOE_VOCAB);
+    PROF(PROF_NORM, rmsnorm_forward(m->lnf, m->rstdf, m->resid[L], m->w.final_norm, N, C));
+    PROF(PROF_HEAD, matmul_forward(m->logits, m->lnf, m->w.head, N, C, MOE_VOCAB));
 
     m->aux_loss = m->z_loss = 0.0f;
     float aux_sum = 0.0f, z_sum = 0.0f;
@@ -228,7 +241,7 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
         return NAN;
     }
     memcpy(m->targets, targets, (size_t)N * sizeof(int));
-    crossentropy_forward(m->losses, m->logits, m->logits, targets, N, MOE_VOCAB);
+    PROF(PROF_LOSS, crossentropy_forward(m->losses, m->logits, m->logits, targets, N, MOE_VOCAB));
     double total = 0.0;
     for (int n = 0; n < N; n++) total += m->losses[n]; /* fixed order: deterministic */
     m->loss = (float)(total / N);
@@ -255,52 +268,55 @@ static void block_backward(Model *m, int l, float *dx, const float *dout, const 
         moe_block_backward(m->dln, &gr, dout, a->moe, a->ln2, &wt, &m->hp, &m->moe_scratch,
                            loss_scale);
     } else {
-        matmul_backward(m->dfh, gw->w_down, dout, a->fh, lw->w_down, N, F, C);
-        swiglu_backward(m->dfg, m->dfu, m->dfh, a->fg, a->fu, N, F);
-        matmul_backward(m->dln, gw->w_gate, m->dfg, a->ln2, lw->w_gate, N, C, F);
-        matmul_backward(m->dtmp, gw->w_up, m->dfu, a->ln2, lw->w_up, N, C, F);
-        add_vectors(m->dln, m->dln, m->dtmp, (size_t)N * C);
+        PROF(PROF_DENSE_FFN, matmul_backward(m->dfh, gw->w_down, dout, a->fh, lw->w_down, N, F, C));
+        PROF(PROF_SWIGLU, swiglu_backward(m->dfg, m->dfu, m->dfh, a->fg, a->fu, N, F));
+        PROF(PROF_DENSE_FFN,
+             matmul_backward(m->dln, gw->w_gate, m->dfg, a->ln2, lw->w_gate, N, C, F));
+        PROF(PROF_DENSE_FFN, matmul_backward(m->dtmp, gw->w_up, m->dfu, a->ln2, lw->w_up, N, C, F));
+        PROF(PROF_RESIDUAL, add_vectors(m->dln, m->dln, m->dtmp, (size_t)N * C));
     }
     /* ln2 = rmsnorm(resid_mid); dmid = dout (residual path) + d(ln2)/d(resid_mid) */
-    rmsnorm_backward(m->dtmp, gw->ffn_norm, m->dln, a->resid_mid, lw->ffn_norm, a->rstd2, N, C);
-    add_vectors(m->dmid, dout, m->dtmp, (size_t)N * C);
+    PROF(PROF_NORM, rmsnorm_backward(m->dtmp, gw->ffn_norm, m->dln, a->resid_mid, lw->ffn_norm,
+                                     a->rstd2, N, C));
+    PROF(PROF_RESIDUAL, add_vectors(m->dmid, dout, m->dtmp, (size_t)N * C));
 
     /* resid_mid = in + atty wo^T */
-    matmul_backward(m->datty, gw->wo, m->dmid, a->atty, lw->wo, N, C, C);
-    attention_backward(m->dq, m->dk, m->dv, m->datty, a->att, a->q, a->k, a->v, B, T, C, H);
-    rope_backward(m->dq, B, T, H, C / H, c->rope_theta);
-    rope_backward(m->dk, B, T, H, C / H, c->rope_theta);
+    PROF(PROF_ATTN_PROJ, matmul_backward(m->datty, gw->wo, m->dmid, a->atty, lw->wo, N, C, C));
+    PROF(PROF_ATTN,
+         attention_backward(m->dq, m->dk, m->dv, m->datty, a->att, a->q, a->k, a->v, B, T, C, H));
+    PROF(PROF_ROPE, rope_backward(m->dq, B, T, H, C / H, c->rope_theta));
+    PROF(PROF_ROPE, rope_backward(m->dk, B, T, H, C / H, c->rope_theta));
     /* q, k, v = ln1 Wq^T, ln1 Wk^T, ln1 Wv^T: their input gradients add up in dln */
-    matmul_backward(m->dln, gw->wq, m->dq, a->ln1, lw->wq, N, C, C);
-    matmul_backward(m->dtmp, gw->wk, m->dk, a->ln1, lw->wk, N, C, C);
-    add_vectors(m->dln, m->dln, m->dtmp, (size_t)N * C);
-    matmul_backward(m->dtmp, gw->wv, m->dv, a->ln1, lw->wv, N, C, C);
-    add_vectors(m->dln, m->dln, m->dtmp, (size_t)N * C);
+    PROF(PROF_ATTN_PROJ, matmul_backward(m->dln, gw->wq, m->dq, a->ln1, lw->wq, N, C, C));
+    PROF(PROF_ATTN_PROJ, matmul_backward(m->dtmp, gw->wk, m->dk, a->ln1, lw->wk, N, C, C));
+    PROF(PROF_RESIDUAL, add_vectors(m->dln, m->dln, m->dtmp, (size_t)N * C));
+    PROF(PROF_ATTN_PROJ, matmul_backward(m->dtmp, gw->wv, m->dv, a->ln1, lw->wv, N, C, C));
+    PROF(PROF_RESIDUAL, add_vectors(m->dln, m->dln, m->dtmp, (size_t)N * C));
     /* ln1 = rmsnorm(in); dx = dmid (residual path) + d(ln1)/d(in) */
-    rmsnorm_backward(m->dtmp, gw->attn_norm, m->dln, in, lw->attn_norm, a->rstd1, N, C);
-    add_vectors(dx, m->dmid, m->dtmp, (size_t)N * C);
+    PROF(PROF_NORM,
+         rmsnorm_backward(m->dtmp, gw->attn_norm, m->dln, in, lw->attn_norm, a->rstd1, N, C));
+    PROF(PROF_RESIDUAL, add_vectors(dx, m->dmid, m->dtmp, (size_t)N * C));
 }
 
 void model_backward(Model *m, float loss_scale) {
     const Config *c = &m->cfg;
     const int C = c->d_model, L = c->n_layer, N = m->N_last;
 
+    prof_backward = 1;
     /* loss = mean_n CE_n, so dlogits carries 1/N; loss_scale adds 1/accum */
-    crossentropy_backward(m->dlogits, m->logits, m->targets, loss_scale / (float)N, N, MOE_VOCAB);
-    matmul_backward(m->dln, m->g.head, m->dlogits, m->lnf, m->w.head, N, C, MOE_VOCAB);
-    rmsnorm_backward(m->dresid, m->g.final_norm, m->dln, m->resid[L], m->w.final_norm, m->rstdf, N,
-                     C);
+    PROF(PROF_LOSS, crossentropy_backward(m->dlogits, m->logits, m->targets, loss_scale / (float)N,
+                                          N, MOE_VOCAB));
+    PROF(PROF_HEAD,
+         matmul_backward(m->dln, m->g.head, m->dlogits, m->lnf, m->w.head, N, C, MOE_VOCAB));
+    PROF(PROF_NORM, rmsnorm_backward(m->dresid, m->g.final_norm, m->dln, m->resid[L],
+                                     m->w.final_norm, m->rstdf, N, C));
 
     /* dresid holds d/d(resid[l+1]); each block turns it into d/d(resid[l]) in place */
     for (int l = L - 1; l >= 0; l--)
         block_backward(m, l, m->dresid, m->dresid, m->resid[l], loss_scale);
 
-        /* resid[0][n] = tok_emb[inputs[n]]: scatter-add, parallel over channels so that every
-         * gradient element is summed by one thread in token order (deterministic) */
-#pragma omp parallel for schedule(static)
-    for (int ch = 0; ch < C; ch++)
-        for (int n = 0; n < N; n++)
-            m->g.tok_emb[(size_t)m->inputs[n] * C + ch] += m->dresid[(size_t)n * C + ch];
+    PROF(PROF_EMBED, embed_backward(m->g.tok_emb, m->dresid, m->inputs, N, C));
+    prof_backward = 0;
 }
 
 void model_zero_grad(Model *m) {
@@ -308,8 +324,23 @@ void model_zero_grad(Model *m) {
 }
 
 float model_grad_norm(const Model *m) {
+    /* sums of squares over fixed chunks, in parallel, then the chunks in order: the result
+     * does not depend on the number of threads */
+    enum { CHUNK = 1 << 16 };
+    const size_t total = m->pt.total, n_chunks = (total + CHUNK - 1) / CHUNK;
+    double t0 = prof_clock();
+    double *partial = (double *)malloc_check(n_chunks * sizeof(double));
+#pragma omp parallel for schedule(static)
+    for (size_t ch = 0; ch < n_chunks; ch++) {
+        size_t end = (ch + 1) * CHUNK < total ? (ch + 1) * CHUNK : total;
+        double ss = 0.0;
+        for (size_t i = ch * CHUNK; i < end; i++) ss += (double)m->grads[i] * m->grads[i];
+        partial[ch] = ss;
+    }
     double ss = 0.0;
-    for (size_t i = 0; i < m->pt.total; i++) ss += (double)m->grads[i] * m->grads[i];
+    for (size_t ch = 0; ch < n_chunks; ch++) ss += partial[ch];
+    free(partial);
+    if (prof_enabled) prof_add(PROF_OPTIMIZER, prof_clock() - t0);
     return (float)sqrt(ss);
 }
 
@@ -317,14 +348,17 @@ void model_adamw_step(Model *m, float lr, float grad_scale) {
     const Config *c = &m->cfg;
     m->step++;
     if (grad_scale != 1.0f) {
+        double t0 = prof_clock();
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < m->pt.total; i++) m->grads[i] *= grad_scale;
+        if (prof_enabled) prof_add(PROF_OPTIMIZER, prof_clock() - t0);
     }
     for (int i = 0; i < m->pt.n; i++) {
         const ParamTensor *t = &m->pt.t[i];
-        adamw_update(m->params + t->offset, m->grads + t->offset, m->m + t->offset,
-                     m->v + t->offset, t->numel, lr, c->beta1, c->beta2, c->eps,
-                     t->decay ? c->weight_decay : 0.0f, m->step);
+        PROF(PROF_OPTIMIZER,
+             adamw_update(m->params + t->offset, m->grads + t->offset, m->m + t->offset,
+                          m->v + t->offset, t->numel, lr, c->beta1, c->beta2, c->eps,
+                          t->decay ? c->weight_decay : 0.0f, m->step));
     }
 }
 

@@ -61,7 +61,10 @@ FILE *fopen_check_at(const char *path, const char *mode, const char *file, int l
     return f;
 }
 
+size_t floats_allocated = 0;
+
 float *floats_alloc(size_t n) {
+    floats_allocated += n;
     size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)

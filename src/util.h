@@ -42,8 +42,11 @@ FILE *fopen_check_at(const char *path, const char *mode, const char *file, int l
 #define calloc_check(n, size) calloc_check_at((n), (size), __FILE__, __LINE__)
 #define fopen_check(path, mode) fopen_check_at((path), (mode), __FILE__, __LINE__)
 
-/* 64-byte aligned, zeroed float buffer (for sgemm operands); free with free(). */
+/* 64-byte aligned, zeroed float buffer (for sgemm operands); free with free().
+ * floats_allocated counts every float handed out (never decremented): tests compare it with
+ * the analytical memory of a model. */
 float *floats_alloc(size_t n);
+extern size_t floats_allocated;
 
 /* ---- random numbers -----------------------------------------------------------------------
  * splitmix64 seeding + xoshiro256** generator. The whole state is four words, so it can be

@@ -190,7 +190,8 @@ typedef struct {
     const float *q, *k, *v, *R; /* (B, T, C) each */
     float *qr, *kr, *out, *att; /* qr, kr, out (B, T, C); att (B, H, T, T) */
     int B, T, C, H;
-    int rope; /* apply rope_forward to copies of q and k first */
+    int rope;      /* apply rope_forward to copies of q and k first */
+    int reference; /* check the loop reference instead of the GEMM version */
 } AttnCtx;
 
 static double attn_loss(void *p) {
@@ -202,11 +203,12 @@ static double attn_loss(void *p) {
         rope_forward(c->qr, c->B, c->T, c->H, c->C / c->H, 10.0f);
         rope_forward(c->kr, c->B, c->T, c->H, c->C / c->H, 10.0f);
     }
-    attention_forward(c->out, c->att, c->qr, c->kr, c->v, c->B, c->T, c->C, c->H);
+    (c->reference ? attention_forward_reference : attention_forward)(c->out, c->att, c->qr, c->kr,
+                                                                    c->v, c->B, c->T, c->C, c->H);
     return weighted_sum(c->out, c->R, n);
 }
 
-static void attn_gradcheck(int rope) {
+static void attn_gradcheck(int rope, int reference) {
     int B = 2, T = 5, C = 8, H = 2;
     size_t n = (size_t)B * T * C;
     float *q = rand_floats(n, 1.0f, 31), *k = rand_floats(n, 1.0f, 32);
@@ -214,9 +216,10 @@ static void attn_gradcheck(int rope) {
     float *qr = floats_alloc(n), *kr = floats_alloc(n), *out = floats_alloc(n);
     float *att = floats_alloc((size_t)B * H * T * T);
     float *dq = garbage_floats(n), *dk = garbage_floats(n), *dv = garbage_floats(n);
-    AttnCtx c = {q, k, v, R, qr, kr, out, att, B, T, C, H, rope};
+    AttnCtx c = {q, k, v, R, qr, kr, out, att, B, T, C, H, rope, reference};
     attn_loss(&c); /* fills att and the rotated qr, kr */
-    attention_backward(dq, dk, dv, R, att, qr, kr, v, B, T, C, H);
+    (reference ? attention_backward_reference : attention_backward)(dq, dk, dv, R, att, qr, kr, v,
+                                                                    B, T, C, H);
     if (rope) {
         rope_backward(dq, B, T, H, C / H, 10.0f);
         rope_backward(dk, B, T, H, C / H, 10.0f);
@@ -229,12 +232,39 @@ static void attn_gradcheck(int rope) {
 }
 
 START_TEST(test_attention_grad) {
-    attn_gradcheck(0);
+    attn_gradcheck(0, 0);
+    attn_gradcheck(0, 1);
 }
 END_TEST
 
 START_TEST(test_rope_attention_grad) {
-    attn_gradcheck(1);
+    attn_gradcheck(1, 0);
+    attn_gradcheck(1, 1);
+}
+END_TEST
+
+START_TEST(test_attention_gemm_matches_reference) {
+    /* an odd shape: T not a multiple of anything, D = 16 */
+    int B = 2, T = 37, C = 48, H = 3;
+    size_t n = (size_t)B * T * C, na = (size_t)B * H * T * T;
+    float *q = rand_floats(n, 1.0f, 41), *k = rand_floats(n, 1.0f, 42);
+    float *v = rand_floats(n, 1.0f, 43), *dout = rand_floats(n, 1.0f, 44);
+    float *out[2], *att[2], *dq[2], *dk[2], *dv[2];
+    for (int r = 0; r < 2; r++) {
+        out[r] = garbage_floats(n), att[r] = garbage_floats(na);
+        dq[r] = garbage_floats(n), dk[r] = garbage_floats(n), dv[r] = garbage_floats(n);
+    }
+    attention_forward_reference(out[0], att[0], q, k, v, B, T, C, H);
+    attention_backward_reference(dq[0], dk[0], dv[0], dout, att[0], q, k, v, B, T, C, H);
+    attention_forward(out[1], att[1], q, k, v, B, T, C, H);
+    attention_backward(dq[1], dk[1], dv[1], dout, att[1], q, k, v, B, T, C, H);
+    expect_close_arrays(att[1], att[0], na, TOL_F32_ATOL, TOL_F32_RTOL, "att: gemm vs reference");
+    expect_close_arrays(out[1], out[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "out: gemm vs reference");
+    expect_close_arrays(dq[1], dq[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "dq: gemm vs reference");
+    expect_close_arrays(dk[1], dk[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "dk: gemm vs reference");
+    expect_close_arrays(dv[1], dv[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "dv: gemm vs reference");
+    for (int r = 0; r < 2; r++) free(out[r]), free(att[r]), free(dq[r]), free(dk[r]), free(dv[r]);
+    free(q), free(k), free(v), free(dout);
 }
 END_TEST
 
@@ -470,6 +500,7 @@ Suite *ops_suite(void) {
     tcase_add_test(tc, test_rope_identity_and_norm);
     tcase_add_test(tc, test_attention_grad);
     tcase_add_test(tc, test_rope_attention_grad);
+    tcase_add_test(tc, test_attention_gemm_matches_reference);
     tcase_add_test(tc, test_attention_null_grads);
     tcase_add_test(tc, test_attention_t1_returns_v);
     tcase_add_test(tc, test_attention_forward_values);

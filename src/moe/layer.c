@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "nn/ops.h"
+#include "profile.h"
 #include "util.h"
 
 void moe_acts_alloc(MoeActs *a, const MoeHyper *hp, int N_max) {
@@ -81,16 +82,16 @@ void moe_block_forward(float *y, MoeActs *a, const float *x, const MoeWeights *w
     /* y (N, C) written, x (N, C); a holds every intermediate for the backward pass. */
     int C = hp->C, E = hp->E, K = hp->K, F = hp->F;
     a->N = N;
-    matmul_forward(a->logits, x, wt->router, N, C, E);
-    router_softmax_forward(a->scores, a->lse, a->logits, N, E);
-    router_topk_forward(a->idx, a->w, a->scores, N, E, K, hp->renorm);
-    a->aux_loss = router_aux_loss(a->scores, a->idx, N, E, K);
-    a->z_loss = router_z_loss(a->lse, N);
-    dispatch_plan_build(&a->plan, a->idx, N);
-    permute_forward(a->xe, x, &a->plan, C);
-    experts_forward(a->ye, a->g, a->u, a->h, a->xe, wt->Wg, wt->Wu, wt->Wd, a->plan.offsets, E, C,
-                    F);
-    combine_forward(y, a->ye, a->w, &a->plan, C);
+    PROF(PROF_ROUTER, matmul_forward(a->logits, x, wt->router, N, C, E));
+    PROF(PROF_ROUTER, router_softmax_forward(a->scores, a->lse, a->logits, N, E));
+    PROF(PROF_ROUTER, router_topk_forward(a->idx, a->w, a->scores, N, E, K, hp->renorm));
+    PROF(PROF_ROUTER, a->aux_loss = router_aux_loss(a->scores, a->idx, N, E, K));
+    PROF(PROF_ROUTER, a->z_loss = router_z_loss(a->lse, N));
+    PROF(PROF_PERMUTE, dispatch_plan_build(&a->plan, a->idx, N));
+    PROF(PROF_PERMUTE, permute_forward(a->xe, x, &a->plan, C));
+    PROF(PROF_EXPERTS, experts_forward(a->ye, a->g, a->u, a->h, a->xe, wt->Wg, wt->Wu, wt->Wd,
+                                       a->plan.offsets, E, C, F));
+    PROF(PROF_PERMUTE, combine_forward(y, a->ye, a->w, &a->plan, C));
 }
 
 void moe_block_backward(float *dx, MoeGrads *gr, const float *dy, const MoeActs *a, const float *x,
@@ -106,21 +107,26 @@ void moe_block_backward(float *dx, MoeGrads *gr, const float *dy, const MoeActs 
     float *gWu = gr ? gr->Wu : NULL, *gWd = gr ? gr->Wd : NULL;
 
     /* expert path: y = combine(ye, w) -> ye = experts(xe) -> xe = gather(x) */
-    combine_backward(s->dye, s->dw, dy, a->ye, a->w, &a->plan, C);
-    experts_backward(dx ? s->dxe : NULL, gWg, gWu, gWd, s->dg, s->du, s->dh, s->dye, a->xe, a->g,
-                     a->u, a->h, wt->Wg, wt->Wu, wt->Wd, a->plan.offsets, E, C, F);
-    if (dx) permute_backward(dx, s->dxe, &a->plan, C);
+    PROF(PROF_PERMUTE, combine_backward(s->dye, s->dw, dy, a->ye, a->w, &a->plan, C));
+    PROF(PROF_EXPERTS,
+         experts_backward(dx ? s->dxe : NULL, gWg, gWu, gWd, s->dg, s->du, s->dh, s->dye, a->xe,
+                          a->g, a->u, a->h, wt->Wg, wt->Wu, wt->Wd, a->plan.offsets, E, C, F));
+    if (dx) PROF(PROF_PERMUTE, permute_backward(dx, s->dxe, &a->plan, C));
 
     /* router path: w, aux, z <- scores, lse <- logits = x Wr^T */
-    router_backward(s->dlogits, s->dw, a->scores, a->lse, a->idx, a->w, N, E, K, hp->renorm,
-                    hp->aux_coef * loss_scale, hp->z_coef * loss_scale);
-    matmul_backward(dx ? s->dx_router : NULL, gWr, s->dlogits, x, wt->router, N, C, E);
+    PROF(PROF_ROUTER,
+         router_backward(s->dlogits, s->dw, a->scores, a->lse, a->idx, a->w, N, E, K, hp->renorm,
+                         hp->aux_coef * loss_scale, hp->z_coef * loss_scale));
+    PROF(PROF_ROUTER,
+         matmul_backward(dx ? s->dx_router : NULL, gWr, s->dlogits, x, wt->router, N, C, E));
 
     if (dx) {
         /* x feeds both paths: dx = dx(experts) + dx(router), elementwise, one owner each */
         size_t NC = (size_t)N * C;
         const float *dr = s->dx_router;
+        double t0 = prof_clock();
 #pragma omp parallel for
         for (size_t i = 0; i < NC; i++) dx[i] += dr[i];
+        if (prof_enabled) prof_add(PROF_RESIDUAL, prof_clock() - t0);
     }
 }

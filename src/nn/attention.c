@@ -1,5 +1,7 @@
 /*
- * attention.c: causal multi-head self-attention on already projected (and rotated) q, k, v.
+ * attention.c: causal multi-head self-attention on already projected (and rotated) q, k, v:
+ * the plain reference, loop by loop. attention_gemm.c computes the same with matrix products
+ * (the version the model uses) and is tested against this one.
  *
  * Layout: q, k, v, out are (B, T, C) with C = H * D; head h owns channels [h*D, (h+1)*D) of
  * every token. For one batch row b and head h, with s = 1 / sqrt(D):
@@ -25,7 +27,7 @@
 
 #include "util.h"
 
-void attention_forward(float *out, float *att, const float *q, const float *k, const float *v,
+void attention_forward_reference(float *out, float *att, const float *q, const float *k, const float *v,
                        int B, int T, int C, int H) {
     /* out (B, T, C), att (B, H, T, T), q (B, T, C), k (B, T, C), v (B, T, C) */
     int D = C / H;
@@ -69,7 +71,7 @@ void attention_forward(float *out, float *att, const float *q, const float *k, c
     }
 }
 
-void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *att,
+void attention_backward_reference(float *dq, float *dk, float *dv, const float *dout, const float *att,
                         const float *q, const float *k, const float *v, int B, int T, int C,
                         int H) {
     /* dq, dk, dv (B, T, C), dout (B, T, C), att (B, H, T, T), q, k, v (B, T, C)

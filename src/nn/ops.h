@@ -46,6 +46,13 @@ void attention_forward(float *out, float *att, const float *q, const float *k, c
                        int B, int T, int C, int H);
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *att,
                         const float *q, const float *k, const float *v, int B, int T, int C, int H);
+/* The plain loop-by-loop reference of the two above (attention.c); attention_gemm.c is the
+ * production version, built on sgemm, and is tested against it. */
+void attention_forward_reference(float *out, float *att, const float *q, const float *k,
+                                 const float *v, int B, int T, int C, int H);
+void attention_backward_reference(float *dq, float *dk, float *dv, const float *dout,
+                                  const float *att, const float *q, const float *k, const float *v,
+                                  int B, int T, int C, int H);
 
 /* ---- SwiGLU activation: h (N, F) = silu(g) * u, silu(g) = g * sigmoid(g) ------------------ */
 void swiglu_forward(float *h, const float *g, const float *u, int N, int F);

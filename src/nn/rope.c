@@ -19,27 +19,39 @@
 #include "nn/ops.h"
 
 #include <math.h>
+#include <stdlib.h>
 
-/* Rotate every pair of x (B, T, H, D) by sign * a(t, i). The angle is computed in double:
- * t * freq reaches thousands of radians at long context, where float loses the fraction. */
+#include "util.h"
+
+/* Rotate every pair of x (B, T, H, D) by sign * a(t, i). The angles are computed in double
+ * (t * freq reaches thousands of radians at long context, where float loses the fraction),
+ * once per (t, i) into a table shared by every batch row and head. */
 static void rope_rotate(float *x, int B, int T, int H, int D, float theta, double sign) {
     int half = D / 2;
-#pragma omp parallel for collapse(2)
+    float *cs = (float *)malloc_check((size_t)T * half * 2 * sizeof(float)); /* (T, D/2, 2) */
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < half; i++) {
+            double a = sign * t * pow((double)theta, -2.0 * i / D);
+            cs[((size_t)t * half + i) * 2] = (float)cos(a);
+            cs[((size_t)t * half + i) * 2 + 1] = (float)sin(a);
+        }
+#pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
-            for (int i = 0; i < half; i++) {
-                double freq = pow((double)theta, -2.0 * i / D);
-                double a = sign * t * freq;
-                float c = (float)cos(a), s = (float)sin(a);
-                for (int h = 0; h < H; h++) {
-                    float *p = x + (((size_t)b * T + t) * H + h) * D + 2 * i;
-                    float x0 = p[0], x1 = p[1];
-                    p[0] = x0 * c - x1 * s;
-                    p[1] = x0 * s + x1 * c;
+            const float *cst = cs + (size_t)t * half * 2;
+            for (int h = 0; h < H; h++) {
+                float *p = x + (((size_t)b * T + t) * H + h) * D;
+                for (int i = 0; i < half; i++) {
+                    float c = cst[2 * i], s = cst[2 * i + 1];
+                    float x0 = p[2 * i], x1 = p[2 * i + 1];
+                    p[2 * i] = x0 * c - x1 * s;
+                    p[2 * i + 1] = x0 * s + x1 * c;
                 }
             }
         }
     }
+    free(cs);
 }
 
 void rope_forward(float *x, int B, int T, int H, int D, float theta) {
