@@ -183,6 +183,27 @@ plots:
 	@[ -n "$(RUN)" ] || { echo "usage: make plots RUN=runs/NAME"; exit 2; }
 	bash plots/plot_run.sh $(RUN)
 
+# How fast the CPU training step runs on the reference configs, op by op (src/README.md,
+# "Benchmark"): the table on stdout, the per-op times in bench_profile.csv and .png.
+.PHONY: bench bench-handbook
+bench: need-openblas $(BUILD)/moe
+	$(BUILD)/moe bench --profile --profile-out $(BUILD)/bench_profile.csv
+	@if [ "$(HAVE_GNUPLOT)" = 1 ]; then \
+	  gnuplot -e "data='$(BUILD)/bench_profile.csv'; out='$(BUILD)/bench_profile.png'" plots/bench_profile.gp && \
+	  echo "wrote $(BUILD)/bench_profile.png"; \
+	else echo "bench: gnuplot is not installed (make deps): no $(BUILD)/bench_profile.png"; fi
+
+# The handbook's figures for "Where the time goes" (plots/bench/): the same run kept, plus
+# the tiny MoE with the loop reference attention, to show what the GEMM attention buys.
+BENCH_OUT := plots/bench
+bench-handbook: need-openblas $(BUILD)/moe
+	@mkdir -p $(BENCH_OUT)
+	$(BUILD)/moe bench --profile --profile-out $(BENCH_OUT)/profile.csv | tee $(BENCH_OUT)/bench.txt
+	$(BUILD)/moe bench --config tiny --profile --profile-out $(BENCH_OUT)/profile_reference_attention.csv \
+	  --reference-attention | tee $(BENCH_OUT)/bench_reference_attention.txt
+	gnuplot -e "data='$(BENCH_OUT)/profile.csv'; out='$(BENCH_OUT)/profile.png'" plots/bench_profile.gp
+	@echo "wrote $(BENCH_OUT)/: bench.txt profile.csv profile.png bench_reference_attention.txt"
+
 clean:
 	rm -rf build build-san
 

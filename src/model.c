@@ -23,6 +23,8 @@ static void add_vectors(float *y, const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
 
+int model_reference_attention = 0;
+
 /* x (N, C): x[n] = emb[tokens[n]], emb (V, C). */
 static void embed_forward(float *x, const int *tokens, const float *emb, int N, int C) {
 #pragma omp parallel for schedule(static)
@@ -189,7 +191,8 @@ static void block_forward(Model *m, int l, float *out, const float *in, int B, i
     PROF(PROF_ATTN_PROJ, matmul_forward(a->v, a->ln1, lw->wv, N, C, C));
     PROF(PROF_ROPE, rope_forward(a->q, B, T, H, C / H, c->rope_theta));
     PROF(PROF_ROPE, rope_forward(a->k, B, T, H, C / H, c->rope_theta));
-    PROF(PROF_ATTN, attention_forward(a->atty, a->att, a->q, a->k, a->v, B, T, C, H));
+    PROF(PROF_ATTN, (model_reference_attention ? attention_forward_reference : attention_forward)(
+                        a->atty, a->att, a->q, a->k, a->v, B, T, C, H));
     /* dtmp is free scratch during the forward pass */
     PROF(PROF_ATTN_PROJ, matmul_forward(m->dtmp, a->atty, lw->wo, N, C, C));
     PROF(PROF_RESIDUAL, add_vectors(a->resid_mid, in, m->dtmp, (size_t)N * C));
@@ -282,8 +285,8 @@ static void block_backward(Model *m, int l, float *dx, const float *dout, const 
 
     /* resid_mid = in + atty wo^T */
     PROF(PROF_ATTN_PROJ, matmul_backward(m->datty, gw->wo, m->dmid, a->atty, lw->wo, N, C, C));
-    PROF(PROF_ATTN,
-         attention_backward(m->dq, m->dk, m->dv, m->datty, a->att, a->q, a->k, a->v, B, T, C, H));
+    PROF(PROF_ATTN, (model_reference_attention ? attention_backward_reference : attention_backward)(
+                        m->dq, m->dk, m->dv, m->datty, a->att, a->q, a->k, a->v, B, T, C, H));
     PROF(PROF_ROPE, rope_backward(m->dq, B, T, H, C / H, c->rope_theta));
     PROF(PROF_ROPE, rope_backward(m->dk, B, T, H, C / H, c->rope_theta));
     /* q, k, v = ln1 Wq^T, ln1 Wk^T, ln1 Wv^T: their input gradients add up in dln */
@@ -373,14 +376,18 @@ float lr_schedule(const Config *c, int step) {
 }
 
 double model_flops_per_token(const Config *c, int T) {
-    /* Matrix products only, forward + backward = 3 x forward, forward = 2 x multiply-adds.
-     * Per block: q, k, v, o projections 4 C^2; attention scores and weighted sum 2 T C
-     * (counting the full T x T square, as the reference computes it); FFN 3 C F per expert
-     * used (top_k in an MoE block) plus the router E C. Head: V C. */
+    /* Model FLOPs: the matrix products a training step needs, counted as useful work only.
+     * Forward = 2 x multiply-adds; backward = 2 x forward (one product for the input
+     * gradient, one for the weight gradient), so a step = 6 x multiply-adds.
+     * Per token and block: q, k, v, o projections 4 C^2; attention scores and weighted sum:
+     * a token at position t attends to t + 1 positions, (t + 1) C each for q.k and for p.v,
+     * which averages to (T + 1) C over a sequence (the GEMM attention computes the full T x T
+     * square and masks half of it; the masked half is not counted); FFN 3 C F, or in an MoE
+     * block 3 C F_e for each of the top_k experts plus the router E C. Head: V C. */
     double C = c->d_model, F = c->d_ff, FE = config_expert_hidden(c);
     double per_token_macs = 0.0;
     for (int l = 0; l < c->n_layer; l++) {
-        per_token_macs += 4.0 * C * C + 2.0 * T * C;
+        per_token_macs += 4.0 * C * C + (double)(T + 1) * C;
         if (config_is_moe_layer(c, l))
             per_token_macs += 3.0 * C * FE * c->top_k + (double)c->num_experts * C;
         else

@@ -87,8 +87,12 @@ void model_adamw_step(Model *m, float lr, float grad_scale);
 /* Learning rate of step s (0-based): linear warm-up, then cosine down to min_lr * lr. */
 float lr_schedule(const Config *c, int step);
 
-/* Matrix-product FLOPs of one forward + backward pass over one token sequence batch
- * (for reporting). */
+/* Model FLOPs per token of one training step (forward + backward matrix products, useful
+ * causal work only; the formula is written out in model.c). */
 double model_flops_per_token(const Config *c, int T);
+
+/* 1: use the loop-by-loop reference attention (attention.c) instead of the GEMM version, to
+ * measure what the GEMMs buy (`moe bench --reference-attention`). Same math, slower. */
+extern int model_reference_attention;
 
 #endif

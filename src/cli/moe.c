@@ -9,6 +9,8 @@
  *   moe info    --ckpt PATH | --keys
  *   moe corpus  [--out DIR] [--seed N] [--val-frac X]
  *   moe synth   --out DIR [--domains N] [--tokens N] [--doc-len N] [--seed N]
+ *   moe bench   [--config NAME]... [--steps N] [--warmup N] [--threads N] [--json]
+ *               [--profile] [--profile-out FILE.csv] [--reference-attention]
  *
  * Every mistake on the command line, in a config, a data file or a checkpoint ends with a
  * message on stderr and exit status 2; nothing is written before the inputs have been checked.
@@ -21,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "checkpoint.h"
 #include "io/data.h"
 #include "io/tensorfile.h"
@@ -38,6 +41,9 @@ static const char *USAGE =
     "  info    --ckpt PATH | --keys\n"
     "  corpus  [--out DIR] [--seed N] [--val-frac X]\n"
     "  synth   --out DIR [--domains N] [--tokens N] [--doc-len N] [--seed N]\n"
+    "  bench   [--config NAME]... [--steps N] [--warmup N] [--threads N] [--json]\n"
+    "          [--profile] [--profile-out FILE.csv] [--reference-attention]\n"
+    "          NAME: tiny, tiny-dense, small, small-dense (default: all four)\n"
     "The key=value settings are listed by `moe info --keys`.\n";
 
 MOE_NORETURN static void usage_error(const char *cmd, const char *fmt, const char *arg) {
@@ -56,6 +62,11 @@ typedef struct {
     double temperature, val_frac;
     long long seed;
     int seed_given, quiet, keys;
+    /* bench: --config may repeat there (reference config names) */
+    const char *configs[BENCH_MAX_CONFIGS];
+    int n_configs, json, profile, reference_attention;
+    long steps, warmup, threads;
+    const char *profile_out;
 } Opts;
 
 static long parse_long(const char *cmd, const char *opt, const char *s, long lo, long hi) {
@@ -92,6 +103,8 @@ static void parse_opts(Opts *o, const char *cmd, const char *allowed, int argc, 
     o->domains = 3;
     o->doc_len = 512;
     o->val_frac = 0.05;
+    o->steps = 5;
+    o->warmup = 2;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         char want[64];
@@ -108,10 +121,27 @@ static void parse_opts(Opts *o, const char *cmd, const char *allowed, int argc, 
             o->keys = 1;
             continue;
         }
+        if (strcmp(a, "--json") == 0) {
+            o->json = 1;
+            continue;
+        }
+        if (strcmp(a, "--profile") == 0) {
+            o->profile = 1;
+            continue;
+        }
+        if (strcmp(a, "--reference-attention") == 0) {
+            o->reference_attention = 1;
+            continue;
+        }
         if (i + 1 >= argc) usage_error(cmd, "%s needs a value", a);
         const char *v = argv[++i];
-        if (strcmp(a, "--config") == 0)
+        if (strcmp(a, "--config") == 0) {
             o->config = v;
+            if (o->n_configs >= BENCH_MAX_CONFIGS)
+                usage_error(cmd, "too many --config options (%s)", "max 16");
+            o->configs[o->n_configs++] = v;
+        } else if (strcmp(a, "--profile-out") == 0)
+            o->profile_out = v;
         else if (strcmp(a, "--out") == 0)
             o->out = v;
         else if (strcmp(a, "--resume") == 0)
@@ -135,6 +165,12 @@ static void parse_opts(Opts *o, const char *cmd, const char *allowed, int argc, 
             o->doc_len = parse_long(cmd, a, v, 2, 1 << 24);
         else if (strcmp(a, "--temperature") == 0)
             o->temperature = parse_double(cmd, a, v, 0.0, 100.0);
+        else if (strcmp(a, "--steps") == 0)
+            o->steps = parse_long(cmd, a, v, 1, 1 << 20);
+        else if (strcmp(a, "--warmup") == 0)
+            o->warmup = parse_long(cmd, a, v, 0, 1 << 20);
+        else if (strcmp(a, "--threads") == 0)
+            o->threads = parse_long(cmd, a, v, 0, 4096);
         else if (strcmp(a, "--val-frac") == 0)
             o->val_frac = parse_double(cmd, a, v, 0.001, 0.5);
         else if (strcmp(a, "--seed") == 0) {
@@ -378,6 +414,34 @@ static int cmd_synth(int argc, char **argv) {
     return 0;
 }
 
+/* The training-step benchmark (bench.h): every option is checked before anything runs. */
+static int cmd_bench(int argc, char **argv) {
+    Opts o;
+    parse_opts(&o, "bench",
+               "--config --steps --warmup --threads --json --profile --profile-out "
+               "--reference-attention",
+               argc, argv);
+    BenchOptions bo = {.steps = (int)o.steps,
+                       .warmup = (int)o.warmup,
+                       .threads = (int)o.threads,
+                       .json = o.json,
+                       .profile = o.profile || o.profile_out,
+                       .reference_attention = o.reference_attention,
+                       .n_configs = o.n_configs};
+    bo.profile_out =
+        o.profile_out ? o.profile_out : (bo.profile ? "build/bench_profile.csv" : NULL);
+    char err[1024];
+    for (int i = 0; i < o.n_configs; i++) {
+        Config c;
+        int B, T;
+        if (bench_config(&c, &B, &T, o.configs[i], err, sizeof err) != 0)
+            usage_error("bench", "--config: %s", err);
+        bo.configs[i] = o.configs[i];
+    }
+    if (bench_run(&bo, stdout, err, sizeof err) != 0) moe_input_error("bench: %s", err);
+    return 0;
+}
+
 /* OpenMP threads that wait actively spin on their core. Our parallel regions are short and
  * many, and OpenBLAS (the OpenMP build) shares the pool, so when anything else runs on the
  * machine the spinning threads steal the cores the working ones need: a step measured 20x
@@ -401,9 +465,9 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         int (*fn)(int, char **);
-    } CMDS[] = {{"train", cmd_train},   {"eval", cmd_eval}, {"sample", cmd_sample},
-                {"export", cmd_export}, {"info", cmd_info}, {"corpus", cmd_corpus},
-                {"synth", cmd_synth}};
+    } CMDS[] = {{"train", cmd_train},   {"eval", cmd_eval},  {"sample", cmd_sample},
+                {"export", cmd_export}, {"info", cmd_info},  {"corpus", cmd_corpus},
+                {"synth", cmd_synth},   {"bench", cmd_bench}};
     for (size_t i = 0; i < sizeof CMDS / sizeof CMDS[0]; i++)
         if (strcmp(argv[1], CMDS[i].name) == 0) return CMDS[i].fn(argc - 2, argv + 2);
     fprintf(stderr, "error: unknown command '%s'\n\n%s", argv[1], USAGE);

@@ -1,0 +1,96 @@
+/*
+ * memory.c: the analytical memory of a model. See memory.h.
+ *
+ * Every term below mirrors one buffer of model_init (model.c) or of the MoE block's
+ * moe_acts_alloc / moe_scratch_alloc / dispatch_plan_alloc (moe/), named after the field it
+ * sizes. Letters: N = B * T tokens, C channels, H heads, V vocabulary, F the dense hidden
+ * size, FE the expert hidden size, E experts, K experts per token, S = N * K expert slots
+ * (the plan is dropless, so every assignment gets a slot).
+ *
+ * What the terms say about an MoE step: the parameters of an MoE block grow with E (every
+ * expert is stored, trained and has AdamW moments) but its activations grow with K only
+ * (each token visits K experts), so at equal active FLOPs (K * FE = F) an MoE model holds
+ * about the activations of its dense twin plus the permuted copies xe, ye (2 S C) and the
+ * router's (N, E) logits and scores, and E / K times the feed-forward parameters, times 4
+ * with gradients and moments.
+ */
+#include "memory.h"
+
+#include <string.h>
+
+#include "params.h"
+
+size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) {
+    MemoryBreakdown m;
+    memset(&m, 0, sizeof m);
+    const size_t L = (size_t)c->n_layer, C = (size_t)c->d_model, H = (size_t)c->n_head;
+    const size_t V = MOE_VOCAB, F = (size_t)c->d_ff, FE = (size_t)config_expert_hidden(c);
+    const size_t E = (size_t)c->num_experts, K = (size_t)c->top_k;
+    const size_t N = (size_t)B * T, S = N * K;
+
+    /* ---- parameters, gradients, AdamW moments: one buffer of P floats each ------------- */
+    ParamTable pt;
+    params_table_build(&pt, c);
+    const size_t P = params_count_total(&pt);
+    params_table_free(&pt);
+    m.params = P;   /* params */
+    m.grads = P;    /* grads, same layout */
+    m.adam = 2 * P; /* m and v */
+
+    /* ---- activations kept from forward for backward ------------------------------------- */
+    m.acts_resid = (L + 1) * N * C; /* resid[0..L]: embedding output and every block output */
+
+    size_t n_moe = 0;
+    for (size_t l = 0; l < L; l++) {
+        /* attention half of the block */
+        m.acts_attn += N * C                   /* ln1: rmsnorm of the block input */
+                       + N                     /* rstd1: its 1 / rms per token */
+                       + 3 * N * C             /* q, k, v (q and k after RoPE) */
+                       + B * H * (size_t)T * T /* att: softmax probabilities, the full T x T
+                                                  square per (batch row, head) */
+                       + N * C                 /* atty: attention output before wo */
+                       + N * C                 /* resid_mid: block input + attention branch */
+                       + N * C                 /* ln2: rmsnorm of resid_mid */
+                       + N;                    /* rstd2 */
+
+        if (config_is_moe_layer(c, (int)l)) {
+            n_moe++;
+            /* MoeActs: router, then the tokens in expert order and the experts' SwiGLU */
+            m.acts_ffn += N * E         /* logits: x router^T */
+                          + N * E       /* scores: softmax of the logits */
+                          + N           /* lse: logsumexp per token, for the z-loss */
+                          + S           /* w: top-k weights, one per (token, k) */
+                          + 2 * S * C   /* xe, ye: expert inputs (gathered) and outputs */
+                          + 3 * S * FE; /* g, u, h: gate, up, silu(g) * u per slot */
+            /* int words of the block: idx (N, K) plus one spare word, and the dispatch
+             * plan: counts (E), offsets (E + 1), slot and slot_token (N * K + 1 each) */
+            m.int_words += (S + 1) + E + (E + 1) + 2 * (S + 1);
+        } else {
+            m.acts_ffn += 3 * N * F; /* fg, fu, fh: gate, up, silu(gate) * up */
+        }
+    }
+
+    m.acts_head = N * C   /* lnf: final rmsnorm */
+                  + N     /* rstdf */
+                  + N * V /* logits (probabilities after the loss) */
+                  + N;    /* losses: per-token cross-entropy */
+
+    m.int_words += 2 * N; /* inputs, targets: token ids */
+
+    /* ---- backward scratch: one set, reused by every block ------------------------------- */
+    m.scratch = 8 * N * C;                 /* dresid, dmid, dln, dtmp, dq, dk, dv, datty */
+    if (n_moe < L) m.scratch += 3 * N * F; /* dfg, dfu, dfh: only when a dense block exists */
+    m.scratch += N * V;                    /* dlogits */
+    if (n_moe > 0)                         /* MoeScratch, shared by the MoE blocks */
+        m.scratch += N * E                 /* dlogits of the router */
+                     + S                   /* dw */
+                     + 2 * S * C           /* dxe, dye */
+                     + 3 * S * FE          /* dg, du, dh */
+                     + N * C;              /* dx_router: input gradient through the router */
+
+    m.floats = m.params + m.grads + m.adam + m.acts_resid + m.acts_attn + m.acts_ffn + m.acts_head +
+               m.scratch;
+    m.total_words = m.floats + m.int_words;
+    if (out) *out = m;
+    return m.floats;
+}

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# test_bench.sh: `moe bench` end to end (run by `make test` with MOE_BIN set).
+#
+#   1. --json on tiny-dense (one timed step, no warm-up): stdout is one JSON object and
+#      nothing else, with every key of the report; the measured numbers are positive; the
+#      numbers agree with each other (tokens/s x step time = B x T tokens, GFLOP/s =
+#      FLOPs per token x tokens/s); peak RSS is within a factor of the analytical memory
+#   2. text with --profile on the small hidden test shapes (an MoE config and its dense
+#      twin): the table has both rows and the MoE/dense column; the CSV has a header and
+#      one row per op and config, and each config's percentages add up to 100;
+#      plots/bench_profile.gp draws it (when gnuplot is installed)
+#   3. bad options exit 2 with a message and print nothing on stdout
+# Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
+set -u
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root" || exit 1
+moe=${MOE_BIN:-build/moe}
+case $moe in /*) ;; *) moe="$root/$moe" ;; esac
+if [ ! -x "$moe" ]; then
+    echo "test_bench: no executable $moe; build it with make build/moe (or set MOE_BIN)"
+    exit 1
+fi
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe_test_bench.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+export OMP_WAIT_POLICY=passive
+
+passed=0
+failed=0
+ok() { echo "  ok   $*"; passed=$((passed + 1)); }
+bad() { echo "  FAIL $*"; failed=$((failed + 1)); }
+check() { if [ "$2" -eq 0 ]; then ok "$1"; else bad "$1: $3"; fi; }
+float_cmp() { awk "BEGIN { exit !(($1) $2 ($3)) }" < /dev/null 2> /dev/null; }
+
+# num KEY FILE: the number after "KEY": in FILE (the first one)
+num() { sed -n "s/.*\"$1\": \([-+0-9.eE]*\).*/\1/p" "$2" | head -n 1; }
+
+# ---- 1. JSON ------------------------------------------------------------------------------
+echo "test_bench: --json, tiny-dense"
+"$moe" bench --config tiny-dense --steps 1 --warmup 0 --threads 2 --json > "$tmp/b.json" 2> "$tmp/b.err"
+rc=$?
+check "bench --json exits 0" $rc "exit $rc: $(cat "$tmp/b.err")"
+first=$(head -c 1 "$tmp/b.json")
+last=$(tail -n 1 "$tmp/b.json")
+[ "$first" = "{" ] && [ "$last" = "}" ]
+check "stdout is one JSON object" $? "starts with '$first', ends with '$last'"
+if command -v python3 > /dev/null 2>&1; then
+    python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$tmp/b.json" 2> "$tmp/py.err"
+    check "the JSON parses (python3)" $? "$(cat "$tmp/py.err")"
+fi
+missing=""
+for k in machine cpu cores threads sgemm gflops gflops_median steps warmup configs name moe \
+    d_model n_layer n_head batch seq_len params_total params_active flops_per_token step_ms \
+    step_ms_min step_ms_max tokens_per_s sgemm_fraction moe_over_dense peak_rss_mib \
+    analytical_mib rss_over_analytical memory_floats int_words total_words; do
+    grep -q "\"$k\":" "$tmp/b.json" || missing="$missing $k"
+done
+[ -z "$missing" ]
+check "every key is there" $? "missing:$missing"
+grep -q '"name": "tiny-dense"' "$tmp/b.json" && grep -q '"moe": false' "$tmp/b.json" &&
+    grep -q '"moe_over_dense": null' "$tmp/b.json" && grep -q '"threads": 2' "$tmp/b.json"
+check "tiny-dense: dense, no twin ratio, 2 threads" $? "$(cat "$tmp/b.json")"
+nonpos=""
+for k in gflops step_ms tokens_per_s flops_per_token sgemm_fraction peak_rss_mib analytical_mib \
+    params_total; do
+    v=$(num "$k" "$tmp/b.json")
+    float_cmp "${v:-0}" ">" 0 || nonpos="$nonpos $k=$v"
+done
+[ -z "$nonpos" ]
+check "measured numbers are positive" $? "not positive:$nonpos"
+step=$(num step_ms "$tmp/b.json")
+tps=$(num tokens_per_s "$tmp/b.json")
+fpt=$(num flops_per_token "$tmp/b.json")
+gf=$(sed -n 's/.*"gflops": \([-+0-9.eE]*\), "sgemm_fraction".*/\1/p' "$tmp/b.json")
+float_cmp "$tps * $step / 1000" ">" 2047 && float_cmp "$tps * $step / 1000" "<" 2049
+check "tokens/s x step = B x T = 2048 tokens" $? "tokens_per_s $tps, step_ms $step"
+float_cmp "$gf / ($fpt * $tps / 1e9)" ">" 0.999 && float_cmp "$gf / ($fpt * $tps / 1e9)" "<" 1.001
+check "GFLOP/s = FLOPs per token x tokens/s" $? "gflops $gf, flops_per_token $fpt, tokens/s $tps"
+ratio=$(num rss_over_analytical "$tmp/b.json")
+float_cmp "$ratio" ">" 0.9 && float_cmp "$ratio" "<" 2.5
+check "peak RSS is near the analytical memory (RSS / analytical = $ratio)" $? "out of [0.9, 2.5]"
+
+# ---- 2. text and profile ---------------------------------------------------------------------
+echo "test_bench: text with --profile, test and test-dense"
+csv="$tmp/prof.csv"
+"$moe" bench --config test --config test-dense --steps 3 --warmup 1 --profile \
+    --profile-out "$csv" > "$tmp/b.txt" 2> "$tmp/b.err"
+rc=$?
+check "bench --profile exits 0" $rc "exit $rc: $(cat "$tmp/b.err")"
+grep -q '^machine: .*threads; sgemm 2048x2048x2048: [0-9.]* GFLOP/s' "$tmp/b.txt" &&
+    grep -q '^config .*step ms .*tokens/s .*GFLOP/s .*%sgemm .*/dense .*RSS MiB .*calc MiB' "$tmp/b.txt"
+check "header line and table columns" $? "$(head -n 5 "$tmp/b.txt")"
+awk '$1 == "test" && $2 == "2x32" && $8 + 0 > 0 { a = 1 }
+     $1 == "test-dense" && $8 == "-" { b = 1 } END { exit !(a && b) }' "$tmp/b.txt"
+check "rows for test (with an MoE/dense ratio) and test-dense" $? "$(cat "$tmp/b.txt")"
+grep -q '^profile test: ms per step' "$tmp/b.txt" && grep -q '^  experts ' "$tmp/b.txt"
+check "per-op profile tables" $? "$(cat "$tmp/b.txt")"
+nops=$(awk -F, 'NR > 1 && $1 == "test" { n++ } END { print n + 0 }' "$csv" 2> /dev/null)
+[ "$(head -n 1 "$csv" 2> /dev/null)" = "config,op,fwd_ms,bwd_ms,total_ms,percent" ] &&
+    [ "${nops:-0}" -ge 10 ] && [ "$(awk 'END { print NR }' "$csv")" -eq $((2 * nops + 1)) ]
+check "profile CSV: header and $nops rows per config" $? "$(cat "$csv" 2> /dev/null)"
+awk -F, 'NR > 1 { p[$1] += $6; if ($5 < 0 || $5 + 0.0001 < $3 + $4) bad = 1 }
+         END { for (c in p) if (p[c] < 99.9 || p[c] > 100.1) bad = 1; exit bad }' "$csv"
+check "percentages add up to 100, total >= fwd + bwd" $? "$(cat "$csv")"
+awk -F, '$1 == "test" && $2 == "experts" && $5 > 0 { a = 1 }
+         $1 == "test-dense" && $2 == "dense_ffn" && $5 > 0 { b = 1 }
+         $1 == "test-dense" && $2 == "experts" && $5 > 0 { bad = 1 }
+         END { exit !(a && b && !bad) }' "$csv"
+check "the MoE config times experts, the dense twin its dense FFN" $? "$(cat "$csv")"
+if command -v gnuplot > /dev/null 2>&1; then
+    gnuplot -e "data='$csv'; out='$tmp/prof.png'" plots/bench_profile.gp 2> "$tmp/gp.err"
+    rc=$?
+    [ $rc -eq 0 ] && [ "$(head -c 4 "$tmp/prof.png" | tail -c 3)" = "PNG" ] &&
+        [ "$(wc -c < "$tmp/prof.png")" -gt 10000 ]
+    check "plots/bench_profile.gp draws a PNG" $? "exit $rc: $(cat "$tmp/gp.err")"
+fi
+
+# ---- the reference attention can be timed too, and says so
+"$moe" bench --config test --steps 1 --warmup 0 --json --reference-attention > "$tmp/ref.json" 2> /dev/null
+rc=$?
+[ $rc -eq 0 ] && grep -q '"attention": "reference"' "$tmp/ref.json" && grep -q '"tokens_per_s"' "$tmp/ref.json"
+check "--reference-attention runs and is named in the JSON" $? "exit $rc"
+
+# ---- 3. bad options ---------------------------------------------------------------------------
+echo "test_bench: bad options"
+expect_usage() { # LABEL PATTERN ARGS...: exit 2, PATTERN on stderr, nothing on stdout
+    local label=$1 pattern=$2
+    shift 2
+    "$moe" bench "$@" > "$tmp/o.txt" 2> "$tmp/e.txt"
+    local rc=$?
+    [ $rc -eq 2 ] && grep -q -- "$pattern" "$tmp/e.txt" && [ ! -s "$tmp/o.txt" ]
+    check "$label" $? "exit $rc, stderr: $(head -n 2 "$tmp/e.txt")"
+}
+expect_usage "unknown option" "unknown option '--fast'" --fast
+expect_usage "unknown config names the choices" "tiny, tiny-dense, small and small-dense" \
+    --config huge
+expect_usage "--steps 0" "--steps expects a whole number" --steps 0
+expect_usage "--steps abc" "--steps expects a whole number" --steps abc
+expect_usage "--warmup -1" "--warmup expects a whole number" --warmup -1
+expect_usage "--threads x" "--threads expects a whole number" --threads x
+expect_usage "--config without a value" "--config needs a value" --config
+expect_usage "unwritable --profile-out" "cannot write the profile CSV" --config test \
+    --profile-out "$tmp/no/such/dir/p.csv"
+
+echo "test_bench: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
