@@ -74,6 +74,18 @@ fi
                                  for (e = 7; e <= NF; e++) if (min == "" || $e < min) min = $e }
     END { printf "MoE balance (router.csv): MaxVio mean %.2f over steps 1-20, %.2f over the last 100 steps (max %.2f); smallest expert load in the last 100 steps %.3f (fair share %.3f).\n",
                  early / ne, late / nl, late_max, min, 1 / (NF - 6) }' runs/ch00-moe$suffix/router.csv
+  # two passes over domains.csv: find the last step and the last block, then the largest
+  # expert share of each domain there
+  awk -F, 'NR == FNR { if (FNR > 1) { if ($1 > last) last = $1; if ($2 > top) top = $2 }; next }
+           FNR > 1 && $1 == last && $2 == top {
+             if (!($3 in mx)) { order[++n] = $3; mx[$3] = 0 }
+             if ($5 > mx[$3]) mx[$3] = $5
+             if ($4 + 1 > experts) experts = $4 + 1 }
+           END {
+             printf "MoE specialisation (domains.csv, last block, step %d): largest share of one domain'"'"'s assignments on one expert:", last
+             for (i = 1; i <= n; i++) printf " %s %.2f%s", order[i], mx[order[i]], i < n ? "," : ""
+             printf " (uniform: %.3f).\n", 1 / experts }' \
+      runs/ch00-moe$suffix/domains.csv runs/ch00-moe$suffix/domains.csv
 } > "$out/summary.md"
 
 gnuplot -e "dense='runs/ch00-dense$suffix/train.csv'; moe='runs/ch00-moe$suffix/train.csv'; out='$out/val_loss.png'" $here/compare.gp
