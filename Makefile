@@ -83,12 +83,14 @@ CLI_SRC := $(wildcard src/cli/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 HEADERS := $(wildcard src/*.h src/*/*.h)
+CHAPTER_SRC := $(wildcard chapters/*/*.c)
+CHAPTER_BIN := $(CHAPTER_SRC:chapters/%.c=$(BUILD)/chapters/%)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_UTIL_OBJ := $(BUILD)/obj/tests/testutil.o
 
 .SECONDARY:
-.PHONY: FORCE features all deps need-openblas data demo demo-run test test-run plots clean help
+.PHONY: FORCE features chapters all deps need-openblas data demo demo-run test test-run plots clean help
 .DEFAULT_GOAL := all
 
 all: need-openblas $(BUILD)/moe
@@ -115,6 +117,13 @@ $(BUILD)/moe: $(CLI_OBJ) $(BUILD)/libmoe.a $(BUILD)/version.c
 	$(CC) $(CFLAGS) $(LDFLAGS) $(CLI_OBJ) $(BUILD)/version.c $(BUILD)/libmoe.a -o $@ $(LDLIBS)
 
 FORCE:
+
+# ---- chapter programs: build/chapters/NN-name/prog -----------------------------------------
+chapters: $(CHAPTER_BIN)
+
+$(BUILD)/chapters/%: chapters/%.c $(HEADERS) $(BUILD)/libmoe.a $(BUILD)/version.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) $< $(BUILD)/version.c $(BUILD)/libmoe.a -o $@ $(LDLIBS)
 
 # ---- Debian packages ----------------------------------------------------------------------
 APT_PKGS := libopenblas-dev libopenblas-openmp-dev check pkg-config gnuplot-nox \
@@ -149,7 +158,7 @@ $(BUILD)/obj/tests/%.o: CPPFLAGS += $(CHECK_CFLAGS) -Itests
 test: deps
 	@$(MAKE) --no-print-directory test-run
 
-test-run: need-openblas $(BUILD)/moe $(TEST_BIN)
+test-run: need-openblas $(BUILD)/moe $(TEST_BIN) $(CHAPTER_BIN)
 	@passed=0; failed=0; failed_names=""; \
 	for t in $(TEST_BIN); do \
 	  echo "== $$t"; \
@@ -158,7 +167,7 @@ test-run: need-openblas $(BUILD)/moe $(TEST_BIN)
 	done; \
 	for t in tests/*.sh; do \
 	  [ -e "$$t" ] || continue; echo "== $$t"; \
-	  if MOE_BIN=$(BUILD)/moe bash $$t; then passed=$$((passed+1)); \
+	  if MOE_BIN=$(BUILD)/moe MOE_BUILD=$(BUILD) bash $$t; then passed=$$((passed+1)); \
 	  else failed=$$((failed+1)); failed_names="$$failed_names $$t"; fi; \
 	done; \
 	[ -z "$$failed_names" ] || echo "failed suites:$$failed_names"; \
