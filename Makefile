@@ -162,7 +162,7 @@ test-run: need-openblas $(BUILD)/moe $(TEST_BIN) $(CHAPTER_BIN)
 	@passed=0; failed=0; failed_names=""; \
 	for t in $(TEST_BIN); do \
 	  echo "== $$t"; \
-	  if MOE_BIN=$(BUILD)/moe OMP_NUM_THREADS=2 CK_DEFAULT_TIMEOUT=600 $$t; then passed=$$((passed+1)); \
+	  if MOE_BIN=$(BUILD)/moe OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive CK_DEFAULT_TIMEOUT=600 CK_TIMEOUT_MULTIPLIER=5 $$t; then passed=$$((passed+1)); \
 	  else failed=$$((failed+1)); failed_names="$$failed_names $$t"; fi; \
 	done; \
 	for t in tests/*.sh; do \
