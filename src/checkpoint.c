@@ -24,7 +24,7 @@ static void config_text(const Config *c, char **text) {
 int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, char *err,
                     int errlen) {
     const ParamTable *pt = &m->pt;
-    int n = 3 * pt->n + 1;
+    int n = 3 * pt->n + 2 + m->n_moe;
     TensorRef *e = (TensorRef *)calloc_check((size_t)n, sizeof(TensorRef));
     int k = 0;
     for (int kind = 0; kind < 3; kind++)
@@ -44,6 +44,24 @@ int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, cha
     e[k].shape[0] = (int)sizeof(Rng);
     e[k].nbytes = sizeof(Rng);
     e[k].data = loader_rng ? loader_rng : &zero;
+    k++;
+    snprintf(e[k].name, sizeof e[k].name, "rng/router");
+    e[k].dtype = TENSOR_U8;
+    e[k].ndim = 1;
+    e[k].shape[0] = (int)sizeof(Rng);
+    e[k].nbytes = sizeof(Rng);
+    e[k].data = &m->router_rng;
+    k++;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        if (!m->blocks[l].router_bias) continue;
+        snprintf(e[k].name, sizeof e[k].name, "router_bias/layers.%d", l);
+        e[k].dtype = TENSOR_F32;
+        e[k].ndim = 1;
+        e[k].shape[0] = m->cfg.num_experts;
+        e[k].nbytes = (size_t)m->cfg.num_experts * sizeof(float);
+        e[k].data = m->blocks[l].router_bias;
+        k++;
+    }
 
     char *text = NULL;
     config_text(&m->cfg, &text);
@@ -124,7 +142,31 @@ int checkpoint_load(Model *m, Rng *loader_rng, const char *path, int with_optimi
         } else {
             if (loader_rng) memcpy(loader_rng, r->data, sizeof(Rng));
             m->step = (int)ck.step;
+            /* the router's noise stream; a checkpoint from before it existed keeps the
+             * freshly seeded one */
+            const TensorRef *rr = ckpt_find(&ck, "rng/router");
+            if (rr && rr->nbytes == sizeof(Rng)) memcpy(&m->router_rng, rr->data, sizeof(Rng));
         }
+    }
+    /* aux-free biases steer routing at inference too, so they load with the weights. A
+     * checkpoint without them (written before aux-free balancing existed) leaves them 0,
+     * which is where an aux-free run starts. */
+    for (int l = 0; rc == 0 && l < m->cfg.n_layer; l++) {
+        float *bias = m->blocks[l].router_bias;
+        if (!bias) continue;
+        char name[TENSOR_NAME_MAX];
+        snprintf(name, sizeof name, "router_bias/layers.%d", l);
+        const TensorRef *e = ckpt_find(&ck, name);
+        if (!e) continue;
+        if (e->dtype != TENSOR_F32 || e->nbytes != (size_t)m->cfg.num_experts * sizeof(float)) {
+            snprintf(err, (size_t)errlen,
+                     "checkpoint %s: %s is not %d floats; the checkpoint was written by a model "
+                     "of another shape or version",
+                     path, name, m->cfg.num_experts);
+            rc = -1;
+            break;
+        }
+        memcpy(bias, e->data, e->nbytes);
     }
     if (!with_optimizer) m->step = 0;
     ckpt_free(&ck);

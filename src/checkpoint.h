@@ -3,9 +3,11 @@
  *
  * Entries: "param/<tensor>" for every tensor of the parameter table, "adam_m/<tensor>" and
  * "adam_v/<tensor>" for the AdamW moments, "rng/loader" (the data loader's RNG: the data
- * position). The header holds the step, the config text the run's settings. Tensor names and
- * shapes are checked one by one on load, so a checkpoint of another model shape is refused
- * with a message that names the first difference.
+ * position), "rng/router" (the stream of the router's exploration noise),
+ * "router_bias/layers.L" for each MoE block L (the aux-free biases, E floats). The header
+ * holds the step, the config text the run's settings. Tensor names and shapes are checked one
+ * by one on load, so a checkpoint of another model shape is refused with a message that names
+ * the first difference.
  */
 #ifndef MOE_CHECKPOINT_H
 #define MOE_CHECKPOINT_H

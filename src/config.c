@@ -25,9 +25,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "moe/moe_ops.h"
 #include "util.h"
 
-typedef enum { T_INT, T_FLOAT, T_U64, T_BOOL, T_STR } KeyType;
+/* The enum keys store the index of their name in the row's choices: keep the orders equal. */
+_Static_assert(MOE_SCORE_SOFTMAX == 0 && MOE_SCORE_SIGMOID == 1, "moe.score choices");
+_Static_assert(MOE_BALANCE_AUX == 0 && MOE_BALANCE_SEQ_AUX == 1 && MOE_BALANCE_AUX_FREE == 2 &&
+                   MOE_BALANCE_NONE == 3,
+               "moe.balance choices");
+_Static_assert(MOE_BIAS_SIGN == 0 && MOE_BIAS_PROPORTIONAL == 1, "moe.bias_update choices");
+
+typedef enum { T_INT, T_FLOAT, T_U64, T_BOOL, T_STR, T_ENUM } KeyType;
 
 enum {
     K_SHAPE = 1,    /* fixes parameter shapes: checkpoints need equal values */
@@ -43,11 +51,14 @@ typedef struct {
     double min, max; /* range, inclusive unless K_OPEN_*; unused for u64 and strings */
     int flags;
     const char *help;
+    const char *choices; /* T_ENUM: the names "a|b|c"; the int field holds the index */
 } Key;
 
 #define NOMAX HUGE_VAL
+#define ENUM_ROW(name, field, def, choices, help)                                                  \
+    { name, T_ENUM, offsetof(Config, field), def, 0, 0, 0, help, choices }
 #define ROW(type, name, field, def, lo, hi, flags, help)                                           \
-    { name, type, offsetof(Config, field), def, lo, hi, flags, help }
+    { name, type, offsetof(Config, field), def, lo, hi, flags, help, NULL }
 
 static const Key KEYS[] = {
     ROW(T_INT, "model.d_model", d_model, "128", 1, 65536, K_SHAPE,
@@ -74,8 +85,26 @@ static const Key KEYS[] = {
     ROW(T_BOOL, "moe.norm_topk", norm_topk, "1", 0, 1, 0,
         "renormalise the top-k router weights to sum to 1 (0/1)"),
     ROW(T_FLOAT, "moe.aux_coef", aux_coef, "0.01", 0, NOMAX, 0,
-        "Switch load-balancing loss coefficient"),
+        "coefficient of the aux or seq_aux load-balancing loss (moe.balance)"),
     ROW(T_FLOAT, "moe.z_coef", z_coef, "0.001", 0, NOMAX, 0, "router z-loss coefficient"),
+    ENUM_ROW("moe.score", score, "softmax", "softmax|sigmoid",
+             "router scores: softmax over the experts, or a sigmoid per expert (DeepSeek-V3)"),
+    ROW(T_BOOL, "moe.topk_before_softmax", topk_before_softmax, "0", 0, 1, 0,
+        "top-k on the logits, then softmax over the k chosen (Mixtral); softmax scores only"),
+    ROW(T_FLOAT, "moe.route_scale", route_scale, "1", 0, NOMAX, K_OPEN_MIN,
+        "multiplies the final gate weights"),
+    ENUM_ROW("moe.balance", balance, "aux", "aux|seq_aux|aux_free|none",
+             "load balancing: Switch aux loss, per-sequence aux loss, aux-free bias, or none"),
+    ENUM_ROW("moe.bias_update", bias_update, "sign", "sign|proportional",
+             "aux_free bias step: rate * sign(mean - load), or rate * (mean - load) / mean"),
+    ROW(T_FLOAT, "moe.bias_rate", bias_rate, "1e-3", 0, NOMAX, 0,
+        "aux_free bias update rate per optimizer step"),
+    ROW(T_FLOAT, "moe.jitter", jitter, "0", 0, 1, K_OPEN_MAX,
+        "training only: multiply the router input by U(1 - jitter, 1 + jitter) (Switch)"),
+    ROW(T_FLOAT, "moe.noise", noise, "0", 0, NOMAX, 0,
+        "training only: add N(0, noise^2) to the router logits"),
+    ROW(T_INT, "moe.num_shared", num_shared, "0", 0, 4096, K_SHAPE,
+        "shared experts every token passes through (one SwiGLU of hidden num_shared * F)"),
 
     ROW(T_INT, "train.batch", batch, "16", 1, 1 << 20, 0, "B: sequences per micro-batch"),
     ROW(T_INT, "train.accum", accum, "1", 1, 1 << 20, 0, "micro-batches per optimizer step"),
@@ -162,6 +191,27 @@ static const Key *nearest_key(const char *typo) {
     return best_d <= 2 + (int)strlen(typo) / 4 ? best : NULL;
 }
 
+/* The name of choice i of an enum key into buf; returns 0, or -1 when i is out of range. */
+static int enum_name(const Key *k, int i, char *buf, size_t n) {
+    const char *p = k->choices;
+    for (int j = 0; j < i && p; j++) {
+        p = strchr(p, '|');
+        if (p) p++;
+    }
+    if (i < 0 || !p) return -1;
+    size_t len = strcspn(p, "|");
+    snprintf(buf, n, "%.*s", (int)len, p);
+    return 0;
+}
+
+/* The index of name among the choices of an enum key, or -1. */
+static int enum_index(const Key *k, const char *name) {
+    char buf[64];
+    for (int i = 0; enum_name(k, i, buf, sizeof buf) == 0; i++)
+        if (strcmp(buf, name) == 0) return i;
+    return -1;
+}
+
 /* A setting's current value as text, in the form config_set reads back exactly. */
 static void format_value(const Key *k, const Config *c, char *buf, size_t n) {
     const void *p = cfield(k, c);
@@ -180,6 +230,9 @@ static void format_value(const Key *k, const Config *c, char *buf, size_t n) {
     }
     case T_U64: snprintf(buf, n, "%" PRIu64, *(const uint64_t *)p); break;
     case T_STR: snprintf(buf, n, "%s", (const char *)p); break;
+    case T_ENUM:
+        if (enum_name(k, *(const int *)p, buf, n) != 0) snprintf(buf, n, "%d", *(const int *)p);
+        break;
     }
 }
 
@@ -207,6 +260,14 @@ static int parse_value(const Key *k, const char *text, Config *c, char *err, int
         return set_error(err, errlen, "%s has no value; write e.g. %s=%s", k->name, k->name,
                          k->def);
     switch (k->type) {
+    case T_ENUM: {
+        int v = enum_index(k, text);
+        if (v < 0)
+            return set_error(err, errlen, "%s expects one of %s, got '%s' (%s)", k->name,
+                             k->choices, text, k->help);
+        *(int *)field(k, c) = v;
+        return 0;
+    }
     case T_INT: {
         errno = 0;
         long v = strtol(text, &end, 10);
@@ -391,6 +452,13 @@ int config_validate(const Config *c, char *err, int errlen) {
             continue;
         }
         if (k->type == T_U64) continue;
+        if (k->type == T_ENUM) {
+            char name[64];
+            int v = *(const int *)p;
+            if (enum_name(k, v, name, sizeof name) != 0)
+                return set_error(err, errlen, "%s holds %d, not one of %s", k->name, v, k->choices);
+            continue;
+        }
         double v = k->type == T_FLOAT ? (double)*(const float *)p : (double)*(const int *)p;
         format_value(k, c, shown, sizeof shown);
         if (check_range(k, v, shown, err, errlen)) return -1;
@@ -421,6 +489,16 @@ int config_validate(const Config *c, char *err, int errlen) {
                          "moe.top_k=%d exceeds moe.num_experts=%d; lower moe.top_k or "
                          "add experts",
                          c->top_k, c->num_experts);
+    if (c->topk_before_softmax && c->score != MOE_SCORE_SOFTMAX)
+        return set_error(err, errlen,
+                         "moe.topk_before_softmax=1 takes a softmax over the chosen logits, but "
+                         "moe.score=sigmoid has no softmax; set moe.score=softmax or "
+                         "moe.topk_before_softmax=0");
+    if (c->topk_before_softmax && !c->norm_topk)
+        return set_error(err, errlen,
+                         "moe.topk_before_softmax=1 always gives weights that sum to 1 over the "
+                         "chosen experts, so moe.norm_topk=0 would be ignored; set "
+                         "moe.norm_topk=1 (or moe.topk_before_softmax=0 for unnormalised weights)");
     if (c->num_experts > 0 && c->first_dense >= c->n_layer)
         return set_error(err, errlen,
                          "moe.first_dense=%d leaves no MoE block among model.n_layer=%d "
@@ -455,7 +533,8 @@ void config_print_keys(FILE *f) {
                          (k->flags & K_OPEN_MIN) ? "(" : "[", k->min, k->max,
                          (k->flags & K_OPEN_MAX) ? ")" : "]");
         }
-        fprintf(f, "  %-20s %-22s %s%s\n", k->name, k->def, k->help, range);
+        if (k->type == T_ENUM) snprintf(range, sizeof range, " {%s}", k->choices);
+        fprintf(f, "  %-24s %-22s %s%s\n", k->name, k->def, k->help, range);
     }
 }
 

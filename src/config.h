@@ -32,8 +32,19 @@ typedef struct {
     int every;       /* an MoE block every this many layers ... */
     int first_dense; /* ... after this many dense layers at the bottom */
     int norm_topk;   /* renormalise the top-k weights to sum to 1 */
-    float aux_coef;  /* Switch load-balancing loss coefficient */
+    float aux_coef;  /* coefficient of the aux or seq_aux load-balancing loss */
     float z_coef;    /* router z-loss coefficient */
+
+    /* moe.* routing and balancing methods (src/README.md); the enums are in moe/moe_ops.h */
+    int score;               /* MOE_SCORE_*: softmax or sigmoid router scores */
+    int topk_before_softmax; /* top-k on the logits, softmax over the k chosen (Mixtral) */
+    float route_scale;       /* multiplies the final gate weights */
+    int balance;             /* MOE_BALANCE_*: aux, seq_aux, aux_free or none */
+    int bias_update;         /* MOE_BIAS_*: aux-free bias rule, sign or proportional */
+    float bias_rate;         /* aux-free bias update rate */
+    float jitter;            /* training: router input times U(1 - jitter, 1 + jitter) */
+    float noise;             /* training: N(0, noise^2) added to the router logits */
+    int num_shared;          /* always-on shared experts per MoE block (one SwiGLU) */
 
     /* train.* */
     int batch;    /* B: sequences per micro-batch */

@@ -27,6 +27,7 @@ size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) 
     const size_t V = MOE_VOCAB, F = (size_t)c->d_ff, FE = (size_t)config_expert_hidden(c);
     const size_t E = (size_t)c->num_experts, K = (size_t)c->top_k;
     const size_t N = (size_t)B * T, S = N * K;
+    const size_t FS = (size_t)c->num_shared * FE; /* hidden size of the shared experts' SwiGLU */
 
     /* ---- parameters, gradients, AdamW moments: one buffer of P floats each ------------- */
     ParamTable pt;
@@ -56,12 +57,18 @@ size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) 
         if (config_is_moe_layer(c, (int)l)) {
             n_moe++;
             /* MoeActs: router, then the tokens in expert order and the experts' SwiGLU */
-            m.acts_ffn += N * E         /* logits: x router^T */
-                          + N * E       /* scores: softmax of the logits */
-                          + N           /* lse: logsumexp per token, for the z-loss */
-                          + S           /* w: top-k weights, one per (token, k) */
-                          + 2 * S * C   /* xe, ye: expert inputs (gathered) and outputs */
-                          + 3 * S * FE; /* g, u, h: gate, up, silu(g) * u per slot */
+            m.acts_ffn += N * E        /* logits: x router^T */
+                          + N * E      /* scores: softmax of the logits */
+                          + N          /* lse: logsumexp per token, for the z-loss */
+                          + S          /* w: top-k weights, one per (token, k) */
+                          + 2 * S * C  /* xe, ye: expert inputs (gathered) and outputs */
+                          + 3 * S * FE /* g, u, h: gate, up, silu(g) * u per slot */
+                          + E;         /* router_bias: the aux-free bias, Model state kept
+                                          next to the block (no gradient, no moments) */
+            /* jit, xj: the jitter factors and the router's jittered input (moe.jitter > 0) */
+            if (c->jitter > 0.0f) m.acts_ffn += 2 * N * C;
+            /* sg, su, sh: the shared experts' SwiGLU (Fs = 0 without them) */
+            m.acts_ffn += 3 * N * FS;
             /* int words of the block: idx (N, K) plus one spare word, and the dispatch
              * plan: counts (E), offsets (E + 1), slot and slot_token (N * K + 1 each) */
             m.int_words += (S + 1) + E + (E + 1) + 2 * (S + 1);
@@ -86,7 +93,8 @@ size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) 
                      + S                   /* dw */
                      + 2 * S * C           /* dxe, dye */
                      + 3 * S * FE          /* dg, du, dh */
-                     + N * C;              /* dx_router: input gradient through the router */
+                     + N * C               /* dx_router: input gradient through the router */
+                     + 3 * N * FS;         /* dsg, dsu, dsh: the shared experts' SwiGLU */
 
     m.floats = m.params + m.grads + m.adam + m.acts_resid + m.acts_attn + m.acts_ffn + m.acts_head +
                m.scratch;

@@ -50,7 +50,7 @@ void model_init(Model *m, const Config *c, int B, int T) {
     m->B = B;
     m->T = T;
     const int L = c->n_layer, C = c->d_model, H = c->n_head, F = c->d_ff;
-    const size_t N = (size_t)B * T;
+    const size_t N = (size_t)B * T, Fs = (size_t)c->num_shared * config_expert_hidden(c);
 
     params_table_build(&m->pt, c);
     m->params = floats_alloc(m->pt.total);
@@ -67,7 +67,15 @@ void model_init(Model *m, const Config *c, int B, int T) {
                        .F = config_expert_hidden(c),
                        .renorm = c->norm_topk,
                        .aux_coef = c->aux_coef,
-                       .z_coef = c->z_coef};
+                       .z_coef = c->z_coef,
+                       .score = c->score,
+                       .topk_first = c->topk_before_softmax,
+                       .route_scale = c->route_scale,
+                       .balance = c->balance,
+                       .jitter = c->jitter,
+                       .noise = c->noise};
+    /* a stream apart from the init and data streams, so turning noise on changes nothing else */
+    rng_seed(&m->router_rng, c->seed ^ 0x6e6f697365524e47ull);
 
     m->inputs = (int *)calloc_check(N, sizeof(int));
     m->targets = (int *)calloc_check(N, sizeof(int));
@@ -90,12 +98,21 @@ void model_init(Model *m, const Config *c, int B, int T) {
             a->moe = (MoeActs *)calloc_check(1, sizeof(MoeActs));
             moe_acts_alloc(a->moe, &m->hp, (int)N);
             m->n_moe++;
+            if (Fs > 0) {
+                a->sg = floats_alloc(N * Fs);
+                a->su = floats_alloc(N * Fs);
+                a->sh = floats_alloc(N * Fs);
+            }
         } else {
             a->fg = floats_alloc(N * F);
             a->fu = floats_alloc(N * F);
             a->fh = floats_alloc(N * F);
         }
     }
+    if (m->n_moe > 0) m->router_bias = floats_alloc((size_t)m->n_moe * c->num_experts);
+    for (int l = 0, b = 0; l < L; l++)
+        if (m->blocks[l].moe)
+            m->blocks[l].router_bias = m->router_bias + (size_t)b++ * c->num_experts;
     m->lnf = alloc_nc(m);
     m->rstdf = floats_alloc(N);
     m->logits = floats_alloc(N * MOE_VOCAB);
@@ -116,6 +133,11 @@ void model_init(Model *m, const Config *c, int B, int T) {
     }
     m->dlogits = floats_alloc(N * MOE_VOCAB);
     if (m->n_moe > 0) moe_scratch_alloc(&m->moe_scratch, &m->hp, (int)N);
+    if (m->n_moe > 0 && Fs > 0) {
+        m->dsg = floats_alloc(N * Fs);
+        m->dsu = floats_alloc(N * Fs);
+        m->dsh = floats_alloc(N * Fs);
+    }
 }
 
 void model_free(Model *m) {
@@ -135,6 +157,9 @@ void model_free(Model *m) {
         free(a->fg);
         free(a->fu);
         free(a->fh);
+        free(a->sg);
+        free(a->su);
+        free(a->sh);
         if (a->moe) {
             moe_acts_free(a->moe);
             free(a->moe);
@@ -160,7 +185,11 @@ void model_free(Model *m) {
     free(m->dfg);
     free(m->dfu);
     free(m->dfh);
+    free(m->dsg);
+    free(m->dsu);
+    free(m->dsh);
     free(m->dlogits);
+    free(m->router_bias);
     if (m->n_moe > 0) moe_scratch_free(&m->moe_scratch);
     params_view_free(&m->w);
     params_view_free(&m->g);
@@ -201,7 +230,19 @@ static void block_forward(Model *m, int l, float *out, const float *in, int B, i
     PROF(PROF_NORM, rmsnorm_forward(a->ln2, a->rstd2, a->resid_mid, lw->ffn_norm, N, C));
     if (a->moe) {
         MoeWeights wt = moe_weights(lw);
-        moe_block_forward(m->dtmp, a->moe, a->ln2, &wt, &m->hp, N);
+        if (m->hp.balance == MOE_BALANCE_AUX_FREE) wt.bias = a->router_bias;
+        MoeHyper hp = m->hp;
+        hp.T = T; /* seq_aux balances each sequence of T tokens */
+        if (m->training && (hp.jitter > 0.0f || hp.noise > 0.0f)) hp.rng = &m->router_rng;
+        moe_block_forward(m->dtmp, a->moe, a->ln2, &wt, &hp, N);
+        if (a->sg) { /* shared experts: one dense SwiGLU, weight 1; dln is free scratch here */
+            const int Fs = c->num_shared * m->hp.F;
+            PROF(PROF_DENSE_FFN, matmul_forward(a->sg, a->ln2, lw->s_gate, N, C, Fs));
+            PROF(PROF_DENSE_FFN, matmul_forward(a->su, a->ln2, lw->s_up, N, C, Fs));
+            PROF(PROF_SWIGLU, swiglu_forward(a->sh, a->sg, a->su, N, Fs));
+            PROF(PROF_DENSE_FFN, matmul_forward(m->dln, a->sh, lw->s_down, N, Fs, C));
+            PROF(PROF_RESIDUAL, add_vectors(m->dtmp, m->dtmp, m->dln, (size_t)N * C));
+        }
     } else {
         PROF(PROF_DENSE_FFN, matmul_forward(a->fg, a->ln2, lw->w_gate, N, C, F));
         PROF(PROF_DENSE_FFN, matmul_forward(a->fu, a->ln2, lw->w_up, N, C, F));
@@ -248,7 +289,7 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
     double total = 0.0;
     for (int n = 0; n < N; n++) total += m->losses[n]; /* fixed order: deterministic */
     m->loss = (float)(total / N);
-    return m->loss + c->aux_coef * aux_sum + c->z_coef * z_sum;
+    return m->loss + moe_balance_coef(&m->hp) * aux_sum + c->z_coef * z_sum;
 }
 
 /* ---- backward ----------------------------------------------------------------------------- */
@@ -270,6 +311,18 @@ static void block_backward(Model *m, int l, float *dx, const float *dout, const 
         MoeGrads gr = {.router = gw->router, .Wg = gw->e_gate, .Wu = gw->e_up, .Wd = gw->e_down};
         moe_block_backward(m->dln, &gr, dout, a->moe, a->ln2, &wt, &m->hp, &m->moe_scratch,
                            loss_scale);
+        if (a->sg) { /* + (silu(ln2 Wsg^T) * ln2 Wsu^T) Wsd^T: its input gradients add to dln */
+            const int Fs = c->num_shared * m->hp.F;
+            PROF(PROF_DENSE_FFN,
+                 matmul_backward(m->dsh, gw->s_down, dout, a->sh, lw->s_down, N, Fs, C));
+            PROF(PROF_SWIGLU, swiglu_backward(m->dsg, m->dsu, m->dsh, a->sg, a->su, N, Fs));
+            PROF(PROF_DENSE_FFN,
+                 matmul_backward(m->dtmp, gw->s_gate, m->dsg, a->ln2, lw->s_gate, N, C, Fs));
+            PROF(PROF_RESIDUAL, add_vectors(m->dln, m->dln, m->dtmp, (size_t)N * C));
+            PROF(PROF_DENSE_FFN,
+                 matmul_backward(m->dtmp, gw->s_up, m->dsu, a->ln2, lw->s_up, N, C, Fs));
+            PROF(PROF_RESIDUAL, add_vectors(m->dln, m->dln, m->dtmp, (size_t)N * C));
+        }
     } else {
         PROF(PROF_DENSE_FFN, matmul_backward(m->dfh, gw->w_down, dout, a->fh, lw->w_down, N, F, C));
         PROF(PROF_SWIGLU, swiglu_backward(m->dfg, m->dfu, m->dfh, a->fg, a->fu, N, F));
@@ -320,6 +373,14 @@ void model_backward(Model *m, float loss_scale) {
 
     PROF(PROF_EMBED, embed_backward(m->g.tok_emb, m->dresid, m->inputs, N, C));
     prof_backward = 0;
+}
+
+void model_update_router_bias(Model *m, const float *load) {
+    if (m->hp.balance != MOE_BALANCE_AUX_FREE) return;
+    const int E = m->cfg.num_experts;
+    for (int b = 0; b < m->n_moe; b++)
+        router_bias_update(m->router_bias + (size_t)b * E, load + (size_t)b * E, E,
+                           m->cfg.bias_update, m->cfg.bias_rate);
 }
 
 void model_zero_grad(Model *m) {
@@ -383,13 +444,15 @@ double model_flops_per_token(const Config *c, int T) {
      * a token at position t attends to t + 1 positions, (t + 1) C each for q.k and for p.v,
      * which averages to (T + 1) C over a sequence (the GEMM attention computes the full T x T
      * square and masks half of it; the masked half is not counted); FFN 3 C F, or in an MoE
-     * block 3 C F_e for each of the top_k experts plus the router E C. Head: V C. */
+     * block 3 C F_e for each of the top_k experts and of the num_shared shared experts, plus
+     * the router E C. Head: V C. */
     double C = c->d_model, F = c->d_ff, FE = config_expert_hidden(c);
     double per_token_macs = 0.0;
     for (int l = 0; l < c->n_layer; l++) {
         per_token_macs += 4.0 * C * C + (double)(T + 1) * C;
         if (config_is_moe_layer(c, l))
-            per_token_macs += 3.0 * C * FE * c->top_k + (double)c->num_experts * C;
+            per_token_macs +=
+                3.0 * C * FE * (c->top_k + c->num_shared) + (double)c->num_experts * C;
         else
             per_token_macs += 3.0 * C * F;
     }

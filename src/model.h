@@ -28,6 +28,9 @@ typedef struct {
     float *rstd2;        /* (N) */
     float *fg, *fu, *fh; /* (N, F) dense SwiGLU: gate, up, silu(gate) * up; NULL in MoE blocks */
     MoeActs *moe;        /* MoE block activations; NULL in dense blocks */
+    float *router_bias;  /* (E) this MoE block's aux-free bias, in Model.router_bias; else NULL */
+    float *sg, *su, *sh; /* (N, Fs) shared experts of an MoE block (gate, up, silu(gate) * up),
+                            Fs = num_shared * F; NULL without shared experts */
 } BlockActs;
 
 typedef struct {
@@ -38,6 +41,15 @@ typedef struct {
     int B, T;                      /* capacity of the activation buffers */
     int n_moe;                     /* MoE blocks */
     MoeHyper hp;
+    /* aux-free balancing state (moe.balance=aux_free): one bias per expert and MoE block,
+     * added to the scores for the top-k choice only. Not a parameter: no gradient, no AdamW;
+     * updated by model_update_router_bias and saved in checkpoints ("router_bias/layers.L"). */
+    float *router_bias; /* (n_moe, E) */
+    /* exploration noise (moe.jitter, moe.noise): drawn only while training is 1, from a stream
+     * of its own seeded by train.seed and saved in checkpoints ("rng/router"). model_init
+     * leaves training 0 (evaluation, sampling); the training loop turns it on. */
+    int training;
+    Rng router_rng;
 
     /* activations */
     int *inputs, *targets; /* (N) */
@@ -51,6 +63,8 @@ typedef struct {
     float *dresid, *dmid, *dln, *dtmp, *dq, *dk, *dv, *datty; /* (N, C) */
     float *dfg, *dfu, *dfh;                                   /* (N, F) */
     float *dlogits;                                           /* (N, V) */
+    /* the shared experts' SwiGLU, (N, Fs) each; NULL without shared experts */
+    float *dsg, *dsu, *dsh;
     MoeScratch moe_scratch;
 
     /* results of the last forward */
@@ -68,7 +82,8 @@ void model_free(Model *m);
 
 /* Forward over inputs (B, T) (T <= the T of model_init). With targets, computes the loss
  * (Model.loss, aux_loss, z_loss) and leaves probabilities in logits; with targets NULL, leaves
- * the logits. Returns the objective: loss + aux_coef * sum aux + z_coef * sum z. */
+ * the logits. Returns the objective: loss + aux_coef * sum aux + z_coef * sum z (the aux term
+ * only for moe.balance=aux or seq_aux). */
 float model_forward(Model *m, const int *inputs, const int *targets, int B, int T);
 
 /* Backward of the last forward (which must have had targets); gradients are ADDED to m->grads,
@@ -76,6 +91,12 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
 void model_backward(Model *m, float loss_scale);
 
 void model_zero_grad(Model *m);
+
+/* Aux-free balancing, after an optimizer step: load (n_moe, E) the step's fraction of
+ * assignments per expert of each MoE block (in layer order) moves each block's bias per
+ * moe.bias_update and moe.bias_rate (router_bias_update). Does nothing unless
+ * moe.balance=aux_free. */
+void model_update_router_bias(Model *m, const float *load);
 
 /* Global L2 norm of the gradients (summed in a fixed order: deterministic). */
 float model_grad_norm(const Model *m);

@@ -14,10 +14,17 @@
 #include "util.h"
 
 /* Symbolic dimensions. */
-enum { DIM_NONE = 0, DIM_V, DIM_C, DIM_F, DIM_E, DIM_FE };
+enum { DIM_NONE = 0, DIM_V, DIM_C, DIM_F, DIM_E, DIM_FE, DIM_FS };
 
 /* Which blocks have the tensor. */
-enum { IN_GLOBAL_FIRST, IN_GLOBAL_LAST, IN_EVERY_LAYER, IN_DENSE_LAYER, IN_MOE_LAYER };
+enum {
+    IN_GLOBAL_FIRST,
+    IN_GLOBAL_LAST,
+    IN_EVERY_LAYER,
+    IN_DENSE_LAYER,
+    IN_MOE_LAYER,
+    IN_SHARED_LAYER /* MoE blocks with moe.num_shared > 0 */
+};
 
 typedef struct {
     const char *name; /* with "layers.%d." prefixed for per-layer tensors */
@@ -46,6 +53,9 @@ static const ParamSpec SPECS[] = {
     {"moe.w_gate", IN_MOE_LAYER, {DIM_E, DIM_FE, DIM_C}, 1, 0, LV(e_gate)},
     {"moe.w_up", IN_MOE_LAYER, {DIM_E, DIM_FE, DIM_C}, 1, 0, LV(e_up)},
     {"moe.w_down", IN_MOE_LAYER, {DIM_E, DIM_C, DIM_FE}, 1, 1, LV(e_down)},
+    {"moe.shared_gate", IN_SHARED_LAYER, {DIM_FS, DIM_C}, 1, 0, LV(s_gate)},
+    {"moe.shared_up", IN_SHARED_LAYER, {DIM_FS, DIM_C}, 1, 0, LV(s_up)},
+    {"moe.shared_down", IN_SHARED_LAYER, {DIM_C, DIM_FS}, 1, 1, LV(s_down)},
     {"final_norm", IN_GLOBAL_LAST, {DIM_C}, 0, 0, PV(final_norm)},
     {"head", IN_GLOBAL_LAST, {DIM_V, DIM_C}, 1, 0, PV(head)},
 };
@@ -58,6 +68,7 @@ static int resolve_dim(int d, const Config *c) {
     case DIM_F: return c->d_ff;
     case DIM_E: return c->num_experts;
     case DIM_FE: return config_expert_hidden(c);
+    case DIM_FS: return c->num_shared * config_expert_hidden(c);
     default: return 0;
     }
 }
@@ -67,6 +78,7 @@ static int spec_in_layer(const ParamSpec *s, const Config *c, int layer) {
     case IN_EVERY_LAYER: return 1;
     case IN_DENSE_LAYER: return !config_is_moe_layer(c, layer);
     case IN_MOE_LAYER: return config_is_moe_layer(c, layer);
+    case IN_SHARED_LAYER: return config_is_moe_layer(c, layer) && c->num_shared > 0;
     default: return 0;
     }
 }

@@ -40,6 +40,9 @@ typedef struct {
     float *router;        /* (E, C) */
     float *e_gate, *e_up; /* (E, F, C) */
     float *e_down;        /* (E, C, F) */
+    /* shared experts of an MoE block (moe.num_shared > 0), Fs = num_shared * F */
+    float *s_gate, *s_up; /* (Fs, C) */
+    float *s_down;        /* (C, Fs) */
 } LayerView;
 
 typedef struct {
@@ -68,7 +71,8 @@ int params_find(const ParamTable *pt, const char *name);
  * block (wo, w_down, e_down) scaled by 1/sqrt(2 L), router weights normal(0, init_std). */
 void params_init(const ParamTable *pt, float *buf, const Config *c, unsigned long long seed);
 
-/* Parameter counts: total, and active per token (an MoE block counts top_k of its experts). */
+/* Parameter counts: total, and active per token (an MoE block counts top_k of its experts, and
+ * all of its shared experts). */
 size_t params_count_total(const ParamTable *pt);
 size_t params_count_active(const ParamTable *pt, const Config *c);
 

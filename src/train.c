@@ -29,6 +29,8 @@ int set_threads(int threads) {
 
 float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
     const int B = m->B, T = m->T, N = B * T, K = m->cfg.top_k;
+    const int training = m->training;
+    m->training = 0; /* no exploration noise: evaluation sees the router as it is */
     int *inputs = (int *)malloc_check((size_t)N * sizeof(int));
     int *targets = (int *)malloc_check((size_t)N * sizeof(int));
     uint8_t *domains = (uint8_t *)malloc_check((size_t)N);
@@ -51,6 +53,7 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
     free(inputs);
     free(targets);
     free(domains);
+    m->training = training;
     return (float)(total / eval_batches);
 }
 
@@ -87,6 +90,13 @@ static void raccum_add(RouterAccum *r, const Model *m) {
     r->micro++;
 }
 
+/* load (n_moe, E) = the step's load of every MoE block: the micro-batch mean. */
+static void raccum_loads(const RouterAccum *r, float *load) {
+    for (size_t i = 0; i < (size_t)r->n_moe * r->E; i++) load[i] = (float)(r->load[i] / r->micro);
+}
+
+/* One router.csv row per MoE block; the bias columns hold the aux-free bias after this
+ * step's update (0 unless moe.balance=aux_free). */
 static void raccum_write(const RouterAccum *r, const Model *m, FILE *f, int step) {
     for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
         if (!m->blocks[l].moe) continue;
@@ -96,6 +106,7 @@ static void raccum_write(const RouterAccum *r, const Model *m, FILE *f, int step
         fprintf(f, "%d,%d,%.6f,%.6f,%.6f,%.6f", step, l, maxvio, cv, r->entropy[b] / r->micro,
                 r->drop[b] / r->micro);
         for (int e = 0; e < r->E; e++) fprintf(f, ",%.6f", r->tmp[e]);
+        for (int e = 0; e < r->E; e++) fprintf(f, ",%.6g", m->blocks[l].router_bias[e]);
         fputc('\n', f);
         b++;
     }
@@ -113,6 +124,31 @@ static void write_domains(FILE *f, const DomainCounts *dc, const Model *m, const
             for (int e = 0; e < dc->E; e++)
                 fprintf(f, "%d,%d,%s,%d,%.6f\n", step, l, val->domain[d], e, row[e] / total);
         }
+        b++;
+    }
+}
+
+/* val_router.csv: the balance of every MoE block over the whole validation set of one
+ * evaluation. The per-domain counts of dc summed over the domains are the block's loads over
+ * all eval batches together (not a mean of per-batch statistics). */
+static void write_val_router(FILE *f, const DomainCounts *dc, const Model *m, float *load,
+                             int step) {
+    for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
+        if (!m->blocks[l].moe) continue;
+        double total = 0.0;
+        for (int e = 0; e < dc->E; e++) {
+            double s = 0.0;
+            for (int d = 0; d < dc->n_domains; d++)
+                s += dc->counts[((size_t)b * dc->n_domains + d) * dc->E + e];
+            load[e] = (float)s;
+            total += s;
+        }
+        for (int e = 0; e < dc->E; e++) load[e] = total > 0.0 ? (float)(load[e] / total) : 0.0f;
+        float maxvio, cv;
+        load_balance(&maxvio, &cv, load, dc->E);
+        fprintf(f, "%d,%d,%.6f,%.6f", step, l, maxvio, cv);
+        for (int e = 0; e < dc->E; e++) fprintf(f, ",%.6f", load[e]);
+        fputc('\n', f);
         b++;
     }
 }
@@ -182,6 +218,7 @@ int train_run(Config *c, const TrainOptions *o) {
     if (o->resume && checkpoint_load(&m, &loader.rng, ckpt_path, 1, err, sizeof err) != 0)
         moe_input_error("%s", err);
     const int start_step = m.step;
+    m.training = 1; /* exploration noise on (moe.jitter, moe.noise); evaluate() turns it off */
     const int last = o->until > 0 && o->until < c->steps ? o->until : c->steps;
     if (start_step >= last)
         moe_input_error("%s is already at step %d of train.steps=%d; to train further, raise it "
@@ -203,8 +240,14 @@ int train_run(Config *c, const TrainOptions *o) {
     int hl = snprintf(header, sizeof header, "step,layer,maxvio,cv,entropy,drop_frac");
     for (int e = 0; e < c->num_experts && hl < (int)sizeof header - 16; e++)
         hl += snprintf(header + hl, sizeof header - (size_t)hl, ",load_%d", e);
+    for (int e = 0; e < c->num_experts && hl < (int)sizeof header - 16; e++)
+        hl += snprintf(header + hl, sizeof header - (size_t)hl, ",bias_%d", e);
     FILE *frouter = csv_open(o->out_dir, "router.csv", header, keep);
     FILE *fdomains = csv_open(o->out_dir, "domains.csv", "step,layer,domain,expert,fraction", keep);
+    hl = snprintf(header, sizeof header, "step,layer,maxvio,cv");
+    for (int e = 0; e < c->num_experts && hl < (int)sizeof header - 16; e++)
+        hl += snprintf(header + hl, sizeof header - (size_t)hl, ",load_%d", e);
+    FILE *fvalrouter = csv_open(o->out_dir, "val_router.csv", header, keep);
 
     const int E = c->num_experts > 0 ? c->num_experts : 1;
     RouterAccum ra = {.n_moe = m.n_moe, .E = E};
@@ -212,6 +255,7 @@ int train_run(Config *c, const TrainOptions *o) {
     ra.entropy = (double *)calloc_check((size_t)m.n_moe + 1, sizeof(double));
     ra.drop = (double *)calloc_check((size_t)m.n_moe + 1, sizeof(double));
     ra.tmp = floats_alloc((size_t)E);
+    float *step_load = floats_alloc((size_t)m.n_moe * E + 1); /* (n_moe, E) */
     DomainCounts dc = {.n_moe = m.n_moe, .n_domains = (int)val.n_domains, .E = E};
     dc.counts = (double *)calloc_check((size_t)m.n_moe * val.n_domains * E + 1, sizeof(double));
 
@@ -251,6 +295,8 @@ int train_run(Config *c, const TrainOptions *o) {
         const float scale = (c->clip > 0.0f && norm > c->clip) ? c->clip / norm : 1.0f;
         const float lr = lr_schedule(c, step);
         model_adamw_step(&m, lr, scale);
+        raccum_loads(&ra, step_load);
+        model_update_router_bias(&m, step_load); /* aux-free balancing; else nothing */
         const int s = m.step;
         const double tok_s = (double)c->accum * B * T / (now_seconds() - t0);
 
@@ -260,6 +306,8 @@ int train_run(Config *c, const TrainOptions *o) {
             val_loss = evaluate(&m, &val, c->eval_batches, &dc);
             write_domains(fdomains, &dc, &m, &val, s);
             fflush(fdomains);
+            write_val_router(fvalrouter, &dc, &m, ra.tmp, s);
+            fflush(fvalrouter);
             last_val = val_loss;
         }
         fprintf(ftrain, "%d,%.6f,%.6f,%.6f,%.6g,%.6f,%.1f,", s, loss, aux, z, lr, norm, tok_s);
@@ -282,6 +330,7 @@ int train_run(Config *c, const TrainOptions *o) {
     fclose(ftrain);
     fclose(frouter);
     fclose(fdomains);
+    fclose(fvalrouter);
     printf("done: step %d, train loss %.4f, val loss %.4f (unigram entropy of the training data "
            "%.4f nats), %.1f s; run directory %s\n",
            m.step, last_loss, last_val, shard_unigram_entropy(&train), now_seconds() - t_start,
@@ -294,6 +343,7 @@ int train_run(Config *c, const TrainOptions *o) {
     free(ra.entropy);
     free(ra.drop);
     free(ra.tmp);
+    free(step_load);
     free(dc.counts);
     model_free(&m);
     shard_free(&train);

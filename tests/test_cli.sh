@@ -7,12 +7,14 @@
 #      the shards' CRC-32s (checked against gzip's) and the threads; config.txt round-trips
 #   2. resume is bit-exact: 24 steps straight == 12 steps (--until) + --resume to 24, for
 #      ckpt.bin (cmp) and the loss columns of train.csv, even with stale rows after the
-#      checkpoint left behind as by a crash
+#      checkpoint left behind as by a crash; also with aux-free balancing (its biases are in
+#      the checkpoint), which lowers MaxVio against no balancing
 #   3. bad input (command line, config, data, checkpoint) exits 2 with a message naming the
 #      problem, and writes nothing: a new --out is not created, an existing run directory
 #      keeps every file byte-identical (sha256sum before and after)
 #   4. eval, sample, export (safetensors header), info --ckpt and info --keys
 #   5. a dense model (moe.num_experts=0) trains and its router.csv holds only the header
+#   6. shared experts (moe.num_shared=1): their tensors are in the checkpoint, all active
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
 # Every model is tiny, so the whole script takes a few seconds, also under ASan.
 set -u
@@ -65,11 +67,11 @@ out=$("$moe" train --out "$run" "${tiny[@]}" --set train.steps=40 --set train.lr
 rc=$?
 check "train exits 0" $rc "exit $rc: $out"
 missing=""
-for f in config.txt provenance.txt train.csv router.csv domains.csv ckpt.bin; do
+for f in config.txt provenance.txt train.csv router.csv domains.csv val_router.csv ckpt.bin; do
     [ -s "$run/$f" ] || missing="$missing $f"
 done
 [ -z "$missing" ]
-check "run directory holds config.txt provenance.txt train.csv router.csv domains.csv ckpt.bin" \
+check "run directory holds config.txt provenance.txt train.csv router.csv domains.csv val_router.csv ckpt.bin" \
     $? "missing or empty:$missing"
 
 prov="$run/provenance.txt"
@@ -96,15 +98,17 @@ check "final val_loss $last_val is below the unigram entropy $unigram" $? "done 
 
 # router.csv: 4 load columns; one row per step per MoE layer (2 layers); loads sum to 1
 header=$(head -n 1 "$run/router.csv")
-[ "$header" = "step,layer,maxvio,cv,entropy,drop_frac,load_0,load_1,load_2,load_3" ]
-check "router.csv header names load_0..load_3" $? "got '$header'"
+[ "$header" = "step,layer,maxvio,cv,entropy,drop_frac,load_0,load_1,load_2,load_3,bias_0,bias_1,bias_2,bias_3" ]
+check "router.csv header names load_0..load_3, then bias_0..bias_3" $? "got '$header'"
 rows=$(awk -F, 'NR > 1 { n++; want_step = int((n + 1) / 2); want_layer = (n + 1) % 2
-                         if ($1 != want_step || $2 != want_layer || NF != 10) bad++
-                         s = 0; for (i = 7; i <= NF; i++) s += $i
-                         if (s < 0.999 || s > 1.001) bad++ }
+                         if ($1 != want_step || $2 != want_layer || NF != 14) bad++
+                         s = 0; for (i = 7; i <= 10; i++) s += $i
+                         if (s < 0.999 || s > 1.001) bad++
+                         for (i = 11; i <= 14; i++) if ($i != 0) bad++ }
                 END { print n, bad + 0 }' "$run/router.csv")
 [ "$rows" = "80 0" ]
-check "router.csv: 80 rows (40 steps x layers 0,1), loads sum to 1" $? "rows, bad rows: $rows"
+check "router.csv: 80 rows (40 steps x layers 0,1), loads sum to 1, biases 0 (balance=aux)" $? \
+    "rows, bad rows: $rows"
 
 # domains.csv: at each eval step, for each layer and each of the 3 synthetic domains (the
 # validation windows are spread over the whole shard, so every domain is evaluated), one row
@@ -117,6 +121,18 @@ dom=$(awk -F, 'NR > 1 { g = $1 "," $2 "," $3; s[g] += $5; c[g]++; steps[$1] = 1 
 [ "$dom" = "4 24 0" ]
 check "domains.csv: 4 evals x 2 layers x 3 domains, 4 fractions summing to 1" $? \
     "evals, groups, bad groups: $dom"
+
+# val_router.csv: at each eval step, one row per MoE layer with the loads over the whole
+# validation set (summing to 1) and their MaxVio = (max - mean) / mean, mean = 1/4
+header=$(head -n 1 "$run/val_router.csv")
+vr=$(awk -F, 'NR > 1 { n++; if (NF != 8 || $1 % 10 != 0 || ($2 != 0 && $2 != 1)) bad++
+                       s = 0; mx = 0; for (i = 5; i <= 8; i++) { s += $i; if ($i > mx) mx = $i }
+                       if (s < 0.999 || s > 1.001) bad++
+                       d = $3 - (mx - 0.25) / 0.25; if (d > 1e-4 || d < -1e-4) bad++ }
+              END { print n + 0, bad + 0 }' "$run/val_router.csv")
+[ "$header" = "step,layer,maxvio,cv,load_0,load_1,load_2,load_3" ] && [ "$vr" = "8 0" ]
+check "val_router.csv: 4 evals x 2 layers, loads sum to 1, maxvio of the loads" $? \
+    "header '$header', rows, bad rows: $vr"
 
 # config.txt round-trips: training from it (plus two changes) writes the same settings back
 rt="$tmp/roundtrip"
@@ -166,8 +182,55 @@ d=$(diff <(cut -d, -f1-4 "$A/train.csv") <(cut -d, -f1-4 "$B/train.csv"))
 check "train.csv loss columns identical row for row (24 rows)" $? "$(head -n 6 <<< "$d")"
 d=$(diff <(cut -d, -f1-6 "$A/router.csv") <(cut -d, -f1-6 "$B/router.csv"))
 check "router.csv identical after resume (stale row dropped)" $? "$(head -n 6 <<< "$d")"
+cmp -s "$A/val_router.csv" "$B/val_router.csv" && [ "$(wc -l < "$A/val_router.csv")" = 9 ]
+check "val_router.csv identical after resume (4 evals x 2 layers)" $? \
+    "$(diff "$A/val_router.csv" "$B/val_router.csv" | head -n 4)"
 grep -q '^resumed_at_step = 12$' "$B/provenance.txt"
 check "provenance.txt records resumed_at_step = 12" $? "$(tr '\n' '|' < "$B/provenance.txt")"
+
+# the same with aux-free balancing and router noise: the per-expert biases and the noise
+# stream live outside the parameters and must travel through the checkpoint for the resumed
+# run to route the same way
+free_cfg=("${resume_cfg[@]}" --set moe.balance=aux_free --set moe.bias_rate=0.01
+          --set moe.jitter=0.05 --set moe.noise=0.1)
+FA="$tmp/A_free"
+FB="$tmp/B_free"
+outa=$(OMP_NUM_THREADS=2 "$moe" train --out "$FA" "${free_cfg[@]}" --quiet 2>&1)
+rca=$?
+outb=$(OMP_NUM_THREADS=2 "$moe" train --out "$FB" "${free_cfg[@]}" --until 12 --quiet 2>&1 &&
+       OMP_NUM_THREADS=2 "$moe" train --resume "$FB" --quiet 2>&1)
+rcb=$?
+cmp_out=$(cmp "$FA/ckpt.bin" "$FB/ckpt.bin" 2>&1)
+[ $rca -eq 0 ] && [ $rcb -eq 0 ] && [ -z "$cmp_out" ] && cmp -s "$FA/router.csv" "$FB/router.csv"
+check "aux_free + noise: 12 steps + --resume to 24 equals 24 straight (ckpt.bin, router.csv)" $? \
+    "exit $rca: $outa / exit $rcb: $outb / $cmp_out"
+nz=$(awk -F, 'NR > 1 { for (i = 11; i <= 14; i++) if ($i != 0) n++ } END { print n + 0 }' \
+     "$FA/router.csv")
+[ "$nz" -gt 0 ]
+check "aux_free: router.csv bias columns move away from 0" $? "no non-zero bias"
+# evaluation runs without the noise: `moe eval` (never noisy) reproduces the run's val_loss
+ev=$("$moe" eval --ckpt "$FA/ckpt.bin" 2>&1 | sed -n 's/^val_loss \([0-9.]*\).*/\1/p')
+lv=$(awk -F, 'NR > 1 && $8 != "" { v = $8 } END { print v }' "$FA/train.csv")
+[ -n "$ev" ] && [ -n "$lv" ] && float_cmp "($ev - $lv)^2" "<" "1e-12"
+check "noise is off in evaluation: eval val_loss $ev = the run's last val_loss $lv" $? "differ"
+
+# aux-free balancing balances: over the second half of a 40-step run, the mean MaxVio (from
+# router.csv) is lower than without any balancing, for both bias rules
+bal_cfg=("${tiny[@]}" --set train.steps=40 --set train.warmup=5 --set train.eval_every=0
+         --set train.lr=1e-2)
+mean_maxvio() { awk -F, 'NR > 1 && $1 > 20 { s += $3; n++ } END { if (n) printf "%.4f", s / n }' "$1"; }
+"$moe" train --out "$tmp/bal_none" "${bal_cfg[@]}" --set moe.balance=none --quiet > /dev/null 2>&1
+"$moe" train --out "$tmp/bal_sign" "${bal_cfg[@]}" --set moe.balance=aux_free \
+    --set moe.bias_rate=0.005 --quiet > /dev/null 2>&1
+"$moe" train --out "$tmp/bal_prop" "${bal_cfg[@]}" --set moe.balance=aux_free \
+    --set moe.bias_update=proportional --set moe.bias_rate=0.01 --quiet > /dev/null 2>&1
+v_none=$(mean_maxvio "$tmp/bal_none/router.csv")
+v_sign=$(mean_maxvio "$tmp/bal_sign/router.csv")
+v_prop=$(mean_maxvio "$tmp/bal_prop/router.csv")
+[ -n "$v_none" ] && [ -n "$v_sign" ] && [ -n "$v_prop" ] && float_cmp "$v_sign" "<" "$v_none" &&
+    float_cmp "$v_prop" "<" "$v_none"
+check "aux_free lowers MaxVio: sign $v_sign, proportional $v_prop < none $v_none (steps 21-40)" \
+    $? "no balancing did as well"
 
 # ---- 3. bad input -------------------------------------------------------------------------
 echo "test_cli: bad input"
@@ -197,6 +260,10 @@ reject "wrong type" "model\.n_layer;abc" "$moe" "${T[@]}" --set model.n_layer=ab
 reject "out of range" "train\.lr;-1" "$moe" "${T[@]}" --set train.lr=-1
 reject "top_k > num_experts" "moe\.top_k;moe\.num_experts" \
     "$moe" "${T[@]}" --set moe.top_k=5
+reject "unknown balance method lists the choices" "moe\.balance;aux\|seq_aux\|aux_free\|none" \
+    "$moe" "${T[@]}" --set moe.balance=switch
+reject "topk_before_softmax with sigmoid scores" "moe\.topk_before_softmax;moe\.score=softmax" \
+    "$moe" "${T[@]}" --set moe.score=sigmoid --set moe.topk_before_softmax=1
 reject "d_model not divisible by n_head" "model\.d_model;model\.n_head" \
     "$moe" "${T[@]}" --set model.n_head=3
 reject "missing data file" "/nonexistent;make data" \
@@ -315,6 +382,8 @@ rc=$?
 [ $rc -eq 0 ] && grep -q '^step 40$' <<< "$out" && grep -q '^blocks: moe moe$' <<< "$out"
 check "info: step 40, blocks moe moe" $? "exit $rc: $(head -n 4 <<< "$out" | tr '\n' '|')"
 read -r tot act <<< "$(sed -n 's/^parameters: \([0-9]*\) total, \([0-9]*\) active.*/\1 \2/p' <<< "$out")"
+ptot=${tot:-0}
+pact=${act:-0}
 # the tensor list: "name  dims  (count)"; the counts add up to the total; a token skips
 # E - K = 2 of the 4 experts' three 32 x 32 matrices in each of the 2 MoE layers
 sum=$(awk '/^\[tensors\]/ { on = 1; next } on && /\(/ { gsub(/[()]/, "", $NF); s += $NF; n++ }
@@ -348,12 +417,28 @@ h=$(head -n 1 "$dense/router.csv" 2>/dev/null)
 [ "$r" = 1 ] && [ "$h" = "step,layer,maxvio,cv,entropy,drop_frac" ]
 check "dense router.csv holds only its header" $? "$r lines, header '$h'"
 rows=$(awk -F, 'NR > 1 && $2 + 0 > 0 { n++ } END { print n + 0 }' "$dense/train.csv" 2>/dev/null)
-[ "$rows" = 10 ] && [ "$(wc -l < "$dense/domains.csv")" = 1 ]
-check "dense train.csv has 10 rows with a loss, domains.csv only its header" $? "$rows rows"
+[ "$rows" = 10 ] && [ "$(wc -l < "$dense/domains.csv")" = 1 ] &&
+    [ "$(cat "$dense/val_router.csv")" = "step,layer,maxvio,cv" ]
+check "dense train.csv has 10 rows with a loss, domains.csv and val_router.csv only a header" $? \
+    "$rows rows"
 out=$("$moe" info --ckpt "$dense/ckpt.bin" 2>&1)
 read -r tot act <<< "$(sed -n 's/^parameters: \([0-9]*\) total, \([0-9]*\) active.*/\1 \2/p' <<< "$out")"
 [ -n "${tot:-}" ] && [ "$tot" = "${act:-}" ] && grep -q '^blocks: dense dense$' <<< "$out"
 check "dense info: blocks dense dense, active = total = ${tot:-?}" $? "$(head -n 4 <<< "$out")"
+
+# ---- 6. shared experts ----------------------------------------------------------------
+echo "test_cli: shared experts"
+shared="$tmp/shared"
+out=$("$moe" train --out "$shared" "${tiny[@]}" --set moe.num_shared=1 --set train.steps=4 \
+      --set train.warmup=1 --set train.eval_every=0 --quiet 2>&1)
+rc=$?
+info=$("$moe" info --ckpt "$shared/ckpt.bin" 2>&1)
+read -r tot act <<< "$(sed -n 's/^parameters: \([0-9]*\) total, \([0-9]*\) active.*/\1 \2/p' <<< "$info")"
+# on top of the plain model: three 32 x 32 shared matrices per MoE block, all of them active
+[ $rc -eq 0 ] && grep -Eq '^layers\.1\.moe\.shared_down +32 x 32 ' <<< "$info" &&
+    [ "${tot:-0}" -eq $((ptot + 2 * 3 * 32 * 32)) ] && [ "${act:-0}" -eq $((pact + 2 * 3 * 32 * 32)) ]
+check "num_shared=1 trains; info lists layers.1.moe.shared_down 32 x 32; +6144 total and active" \
+    $? "exit $rc: $out / $(grep -E '^parameters|shared' <<< "$info" | tr '\n' '|')"
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "moe/moe_ops.h"
 #include "testutil.h"
 #include "util.h"
 
@@ -44,6 +45,15 @@ static const Field FIELDS[] = {
     F("moe.norm_topk", norm_topk, "false"),
     F("moe.aux_coef", aux_coef, "0.0333333"),
     F("moe.z_coef", z_coef, "0"),
+    F("moe.score", score, "sigmoid"),
+    F("moe.topk_before_softmax", topk_before_softmax, "1"),
+    F("moe.route_scale", route_scale, "2.5"),
+    F("moe.balance", balance, "aux_free"),
+    F("moe.bias_update", bias_update, "proportional"),
+    F("moe.bias_rate", bias_rate, "0.01"),
+    F("moe.jitter", jitter, "0.01"),
+    F("moe.noise", noise, "0.5"),
+    F("moe.num_shared", num_shared, "2"),
     F("train.batch", batch, "3"),
     F("train.accum", accum, "5"),
     F("train.steps", steps, "1234"),
@@ -295,6 +305,12 @@ START_TEST(test_wrong_types) {
     set_fails("train.seed=12 34", "non-negative integer", NULL);
     set_fails("moe.norm_topk=yes", "moe.norm_topk expects 0, 1, true or false", "'yes'");
     set_fails("moe.norm_topk=2", "true or false", NULL);
+    set_fails("moe.score=tanh", "moe.score expects one of softmax|sigmoid", "'tanh'");
+    set_fails("moe.score=", "moe.score has no value", NULL);
+    set_fails("moe.balance=loss", "moe.balance expects one of aux|seq_aux|aux_free|none", "'loss'");
+    set_fails("moe.bias_rate=-1", "moe.bias_rate must be >= 0", NULL);
+    set_fails("moe.jitter=1", "moe.jitter must be < 1", NULL);
+    set_fails("moe.noise=-0.1", "moe.noise must be >= 0", NULL);
     set_fails("data.train=", "data.train", "empty");
     set_fails("data.val=a#b", "data.val", "'#'");
     char longpath[MOE_PATH_MAX + 32];
@@ -373,6 +389,21 @@ START_TEST(test_cross_field_checks) {
     c = def;
     c.aux_coef = INFINITY;
     validate_fails(&c, "moe.aux_coef", "finite");
+    /* routing modes that do not go together */
+    c = def;
+    c.topk_before_softmax = 1;
+    c.score = MOE_SCORE_SIGMOID;
+    validate_fails(&c, "moe.topk_before_softmax", "moe.score=softmax");
+    c = def;
+    c.topk_before_softmax = 1;
+    c.norm_topk = 0;
+    validate_fails(&c, "moe.topk_before_softmax", "moe.norm_topk=1");
+    c = def;
+    c.score = 7;
+    validate_fails(&c, "moe.score", "softmax|sigmoid");
+    c = def;
+    c.route_scale = 0.0f;
+    validate_fails(&c, "moe.route_scale", "> 0");
 
     /* the MoE-only checks do not apply to a dense model */
     char err[512] = "";

@@ -20,6 +20,8 @@
 typedef struct {
     const char *what;
     int num_experts, top_k, d_expert, first_dense, every, B, T;
+    float jitter;   /* moe.jitter > 0 keeps the router's jittered input and factors */
+    int num_shared; /* shared experts: one more SwiGLU per MoE block */
 } Shape;
 
 static Config shape_config(const Shape *s) {
@@ -35,16 +37,20 @@ static Config shape_config(const Shape *s) {
     c.d_expert = s->d_expert;
     c.first_dense = s->first_dense;
     c.every = s->every;
+    c.jitter = s->jitter;
+    c.num_shared = s->num_shared;
     return c;
 }
 
 static const Shape SHAPES[] = {
-    {"dense", 0, 2, 0, 0, 1, 2, 8},
-    {"all MoE", 4, 2, 12, 0, 1, 2, 8},
-    {"all MoE, top-1, d_expert 0 (= d_ff)", 4, 1, 0, 0, 1, 3, 5},
-    {"first_dense 1", 4, 2, 12, 1, 1, 1, 7},
-    {"every 2 after 1 dense", 8, 3, 10, 1, 2, 2, 6},
-    {"MoE only above 3 dense", 2, 2, 8, 3, 1, 4, 3},
+    {"dense", 0, 2, 0, 0, 1, 2, 8, 0.0f, 0},
+    {"all MoE", 4, 2, 12, 0, 1, 2, 8, 0.0f, 0},
+    {"all MoE, top-1, d_expert 0 (= d_ff)", 4, 1, 0, 0, 1, 3, 5, 0.0f, 0},
+    {"first_dense 1", 4, 2, 12, 1, 1, 1, 7, 0.0f, 0},
+    {"every 2 after 1 dense", 8, 3, 10, 1, 2, 2, 6, 0.0f, 0},
+    {"MoE only above 3 dense", 2, 2, 8, 3, 1, 4, 3, 0.0f, 0},
+    {"router jitter", 4, 2, 12, 1, 1, 2, 8, 0.1f, 0},
+    {"two shared experts", 4, 2, 12, 1, 1, 2, 8, 0.0f, 2},
 };
 
 START_TEST(test_formula_matches_allocation) {

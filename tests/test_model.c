@@ -60,8 +60,8 @@ static double objective(void *p) {
 
 /* Same routing as the unperturbed forward? Finite differences are only meaningful where the
  * discrete top-k choice does not change. */
-static void check_model_gradients(int num_experts) {
-    Config c = tiny_config(num_experts);
+static void check_model_gradients_of(Config c) {
+    const int num_experts = c.num_experts;
     const int B = 2, T = 6, N = B * T;
     Model m;
     model_init(&m, &c, B, T);
@@ -95,6 +95,10 @@ static void check_model_gradients(int num_experts) {
     model_free(&m);
 }
 
+static void check_model_gradients(int num_experts) {
+    check_model_gradients_of(tiny_config(num_experts));
+}
+
 START_TEST(test_dense_model_gradients) {
     check_model_gradients(0);
 }
@@ -102,6 +106,48 @@ END_TEST
 
 START_TEST(test_moe_model_gradients) {
     check_model_gradients(4);
+}
+END_TEST
+
+/* sigmoid scores, scaled weights and the per-sequence balance loss (B = 2 sequences) */
+START_TEST(test_moe_model_gradients_sigmoid_seq_aux) {
+    Config c = tiny_config(4);
+    c.score = MOE_SCORE_SIGMOID;
+    c.route_scale = 2.0f;
+    c.balance = MOE_BALANCE_SEQ_AUX;
+    check_model_gradients_of(c);
+}
+END_TEST
+
+/* one shared expert next to the routed ones (the shared SwiGLU's tensors are in the table, so
+ * the loop above checks them too) */
+START_TEST(test_moe_model_gradients_shared) {
+    Config c = tiny_config(4);
+    c.num_shared = 1;
+    check_model_gradients_of(c);
+}
+END_TEST
+
+/* shared experts: three tensors per MoE block of hidden num_shared * d_expert, all active */
+START_TEST(test_param_table_shared) {
+    Config c = tiny_config(4);
+    ParamTable plain, pt;
+    params_table_build(&plain, &c);
+    c.num_shared = 2;
+    params_table_build(&pt, &c);
+    ck_assert_int_lt(params_find(&pt, "layers.0.moe.shared_gate"), 0); /* block 0 is dense */
+    int g = params_find(&pt, "layers.1.moe.shared_gate");
+    int d = params_find(&pt, "layers.1.moe.shared_down");
+    ck_assert_int_ge(g, 0);
+    ck_assert_int_ge(params_find(&pt, "layers.1.moe.shared_up"), 0);
+    ck_assert_int_eq(pt.t[g].shape[0], 12); /* 2 x d_expert 6 */
+    ck_assert_int_eq(pt.t[g].shape[1], 8);
+    ck_assert_int_eq(pt.t[d].shape[0], 8);
+    ck_assert_int_eq(pt.t[d].shape[1], 12);
+    ck_assert_uint_eq(params_count_total(&pt), params_count_total(&plain) + 3 * 12 * 8);
+    ck_assert_uint_eq(params_count_active(&pt, &c), params_count_active(&plain, &c) + 3 * 12 * 8);
+    params_table_free(&plain);
+    params_table_free(&pt);
 }
 END_TEST
 
@@ -210,6 +256,86 @@ START_TEST(test_checkpoint_round_trip_and_shape_check) {
 }
 END_TEST
 
+/* Aux-free biases: updated only with moe.balance=aux_free, from each block's own loads, and
+ * carried by checkpoints (they are not parameters, so the parameter entries do not cover
+ * them). */
+START_TEST(test_router_bias_update_and_checkpoint) {
+    char dir[] = "/tmp/moe_test_bias_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[256], err[1024];
+    snprintf(path, sizeof path, "%s/ckpt.bin", dir);
+    Config c = tiny_config(4);
+    c.first_dense = 0; /* two MoE blocks */
+    const float load[8] = {0.5f, 0.25f, 0.25f, 0.0f, 0.1f, 0.2f, 0.3f, 0.4f};
+    Model a, b;
+    model_init(&a, &c, 2, 6);
+    ck_assert_int_eq(a.n_moe, 2);
+    model_update_router_bias(&a, load); /* balance=aux: nothing moves */
+    for (int i = 0; i < 8; i++) ck_assert_float_eq(a.router_bias[i], 0.0f);
+    model_free(&a);
+
+    c.balance = MOE_BALANCE_AUX_FREE;
+    c.bias_rate = 0.5f;
+    model_init(&a, &c, 2, 6);
+    model_update_router_bias(&a, load);
+    const float want[8] = {-0.5f, 0.0f, 0.0f, 0.5f, 0.5f, 0.5f, -0.5f, -0.5f};
+    expect_close_arrays(a.router_bias, want, 8, TOL_F32_ATOL, TOL_F32_RTOL, "sign rule per block");
+    ck_assert_ptr_eq(a.blocks[1].router_bias, a.router_bias + 4);
+    ck_assert_int_eq(checkpoint_save(&a, NULL, path, err, sizeof err), 0);
+    model_init(&b, &c, 2, 6);
+    ck_assert_int_eq(checkpoint_load(&b, NULL, path, 0, err, sizeof err), 0);
+    ck_assert_int_eq(memcmp(a.router_bias, b.router_bias, 8 * sizeof(float)), 0);
+    model_free(&b);
+    model_free(&a);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+/* moe.jitter and moe.noise act only while Model.training is 1, draw from the model's own
+ * stream (same seed, same noise), and that stream is restored by a checkpoint. */
+START_TEST(test_router_noise_training_only) {
+    Config c = tiny_config(4), quiet = tiny_config(4);
+    c.jitter = 0.1f;
+    c.noise = 0.3f;
+    Model a, b, q;
+    model_init(&a, &c, 2, 6);
+    model_init(&b, &c, 2, 6);
+    model_init(&q, &quiet, 2, 6);
+    int in[12], tg[12];
+    tokens(in, tg, 12, 9);
+    ck_assert_int_eq(a.training, 0); /* model_init: evaluation mode */
+    Rng start = a.router_rng;
+    float clean = model_forward(&q, in, tg, 2, 6);
+    ck_assert(model_forward(&a, in, tg, 2, 6) == clean); /* bit for bit: no noise at all */
+    ck_assert(memcmp(&start, &a.router_rng, sizeof start) == 0);
+
+    a.training = b.training = 1;
+    float noisy = model_forward(&a, in, tg, 2, 6);
+    ck_assert_msg(noisy != clean, "training forward ignored moe.jitter / moe.noise");
+    ck_assert(memcmp(&start, &a.router_rng, sizeof start) != 0);
+    ck_assert(model_forward(&b, in, tg, 2, 6) == noisy); /* same stream, same noise */
+    float second = model_forward(&a, in, tg, 2, 6);
+    ck_assert(second != noisy); /* the stream moves on: fresh noise each forward */
+
+    char dir[] = "/tmp/moe_test_noise_XXXXXX", path[256], err[1024];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/ckpt.bin", dir);
+    ck_assert_int_eq(checkpoint_save(&a, NULL, path, err, sizeof err), 0);
+    model_free(&b);
+    model_init(&b, &c, 2, 6);
+    ck_assert_int_eq(checkpoint_load(&b, NULL, path, 1, err, sizeof err), 0);
+    ck_assert(memcmp(&a.router_rng, &b.router_rng, sizeof(Rng)) == 0);
+    a.training = b.training = 1;
+    ck_assert(model_forward(&a, in, tg, 2, 6) == model_forward(&b, in, tg, 2, 6));
+    unlink(path);
+    rmdir(dir);
+    model_free(&a);
+    model_free(&b);
+    model_free(&q);
+}
+END_TEST
+
 START_TEST(test_lr_schedule) {
     Config c;
     config_defaults(&c);
@@ -231,8 +357,13 @@ static Suite *model_suite(void) {
     tcase_add_test(tc, test_param_table);
     tcase_add_test(tc, test_dense_model_gradients);
     tcase_add_test(tc, test_moe_model_gradients);
+    tcase_add_test(tc, test_moe_model_gradients_sigmoid_seq_aux);
+    tcase_add_test(tc, test_moe_model_gradients_shared);
+    tcase_add_test(tc, test_param_table_shared);
     tcase_add_test(tc, test_accumulation_matches_full_batch);
     tcase_add_test(tc, test_checkpoint_round_trip_and_shape_check);
+    tcase_add_test(tc, test_router_bias_update_and_checkpoint);
+    tcase_add_test(tc, test_router_noise_training_only);
     tcase_add_test(tc, test_lr_schedule);
     suite_add_tcase(s, tc);
     return s;

@@ -463,8 +463,10 @@ START_TEST(test_block_gradcheck) {
     fill_experts(Wg, Wu, Wd, E, F, C, 53);
     fill_uniform(R, N * C, 1.0f, 56);
     for (int renorm = 0; renorm <= 1; renorm++) {
-        MoeHyper hp = {C, E, K, F, renorm, 0.5f, 0.2f};
-        MoeWeights wt = {Wr, Wg, Wu, Wd};
+        MoeHyper hp = {
+            .C = C, .E = E, .K = K, .F = F, .renorm = renorm, .aux_coef = 0.5f, .z_coef = 0.2f};
+        moe_hyper_defaults(&hp);
+        MoeWeights wt = {.router = Wr, .Wg = Wg, .Wu = Wu, .Wd = Wd};
         MoeActs a;
         MoeScratch s;
         moe_acts_alloc(&a, &hp, N);
@@ -544,8 +546,10 @@ START_TEST(test_block_all_experts_reference) {
         for (int c = 0; c < C; c++) want[n * C + c] = (float)out[c];
     }
     for (int renorm = 0; renorm <= 1; renorm++) {
-        MoeHyper hp = {C, E, K, F, renorm, 0.01f, 0.001f};
-        MoeWeights wt = {Wr, Wg, Wu, Wd};
+        MoeHyper hp = {
+            .C = C, .E = E, .K = K, .F = F, .renorm = renorm, .aux_coef = 0.01f, .z_coef = 0.001f};
+        moe_hyper_defaults(&hp);
+        MoeWeights wt = {.router = Wr, .Wg = Wg, .Wu = Wu, .Wd = Wd};
         MoeActs a;
         moe_acts_alloc(&a, &hp, N);
         moe_block_forward(y, &a, x, &wt, &hp, N);

@@ -1,8 +1,9 @@
 /*
  * layer.c: the Mixture-of-Experts feed-forward block, forward and backward.
  *
- *   logits = x Wr^T (N, E) -> scores = softmax -> idx, w = top-k      (router.c)
- *   aux_loss, z_loss of this routing, kept in MoeActs for the trainer (router.c)
+ *   logits = x Wr^T (N, E) -> scores (softmax or sigmoid) -> idx, w = top-k     (router.c)
+ *   aux_loss (the balance loss), z_loss of this routing, kept in MoeActs for the trainer
+ *                                                                     (router_balance.c)
  *   plan = counting sort of idx by expert                             (permute.c)
  *   xe = gather(x) (S, C) -> ye = experts(xe) (S, C)                  (permute.c, experts.c)
  *   y = sum_k w[n,k] ye[slot(n,k)] (N, C)                             (permute.c)
@@ -36,6 +37,10 @@ void moe_acts_alloc(MoeActs *a, const MoeHyper *hp, int N_max) {
     a->g = floats_alloc(S * hp->F);
     a->u = floats_alloc(S * hp->F);
     a->h = floats_alloc(S * hp->F);
+    if (hp->jitter > 0.0f) {
+        a->jit = floats_alloc(N * hp->C);
+        a->xj = floats_alloc(N * hp->C);
+    }
 }
 
 void moe_acts_free(MoeActs *a) {
@@ -50,6 +55,8 @@ void moe_acts_free(MoeActs *a) {
     free(a->g);
     free(a->u);
     free(a->h);
+    free(a->jit);
+    free(a->xj);
     memset(a, 0, sizeof(*a));
 }
 
@@ -77,15 +84,38 @@ void moe_scratch_free(MoeScratch *s) {
     memset(s, 0, sizeof(*s));
 }
 
+/* Exploration noise (training only). Both draw serially from rng in a fixed order, so a run
+ * is repeatable and a resumed run, whose checkpoint holds the stream, continues it exactly. */
+
+/* xj (N, C) = x * jit, jit (N, C) ~ U(1 - jitter, 1 + jitter) elementwise (Switch
+ * Transformer: the router sees a slightly different input each step; the experts do not). */
+static void jitter_draw(float *xj, float *jit, const float *x, float jitter, Rng *rng, int N,
+                        int C) {
+    for (size_t i = 0; i < (size_t)N * C; i++) {
+        jit[i] = 1.0f - jitter + 2.0f * jitter * rng_uniform(rng);
+        xj[i] = x[i] * jit[i];
+    }
+}
+
+/* logits (N, E) += N(0, noise^2): a constant as far as the gradient is concerned. */
+static void logit_noise(float *logits, float noise, Rng *rng, int N, int E) {
+    for (size_t i = 0; i < (size_t)N * E; i++) logits[i] += noise * rng_normal(rng);
+}
+
 void moe_block_forward(float *y, MoeActs *a, const float *x, const MoeWeights *wt,
                        const MoeHyper *hp, int N) {
     /* y (N, C) written, x (N, C); a holds every intermediate for the backward pass. */
-    int C = hp->C, E = hp->E, K = hp->K, F = hp->F;
+    int C = hp->C, E = hp->E, F = hp->F;
     a->N = N;
-    PROF(PROF_ROUTER, matmul_forward(a->logits, x, wt->router, N, C, E));
-    PROF(PROF_ROUTER, router_softmax_forward(a->scores, a->lse, a->logits, N, E));
-    PROF(PROF_ROUTER, router_topk_forward(a->idx, a->w, a->scores, N, E, K, hp->renorm));
-    PROF(PROF_ROUTER, a->aux_loss = router_aux_loss(a->scores, a->idx, N, E, K));
+    a->T = hp->T;
+    a->jittered = hp->rng && hp->jitter > 0.0f;
+    if (a->jittered) PROF(PROF_ROUTER, jitter_draw(a->xj, a->jit, x, hp->jitter, hp->rng, N, C));
+    PROF(PROF_ROUTER, matmul_forward(a->logits, a->jittered ? a->xj : x, wt->router, N, C, E));
+    if (hp->rng && hp->noise > 0.0f)
+        PROF(PROF_ROUTER, logit_noise(a->logits, hp->noise, hp->rng, N, E));
+    PROF(PROF_ROUTER, router_scores_forward(a->scores, a->lse, a->logits, N, hp));
+    PROF(PROF_ROUTER, router_gate_forward(a->idx, a->w, a->scores, a->logits, wt->bias, N, hp));
+    PROF(PROF_ROUTER, a->aux_loss = router_balance_loss(a->scores, a->idx, N, hp));
     PROF(PROF_ROUTER, a->z_loss = router_z_loss(a->lse, N));
     PROF(PROF_PERMUTE, dispatch_plan_build(&a->plan, a->idx, N));
     PROF(PROF_PERMUTE, permute_forward(a->xe, x, &a->plan, C));
@@ -100,9 +130,9 @@ void moe_block_backward(float *dx, MoeGrads *gr, const float *dy, const MoeActs 
      * NULL, as may gr itself).
      *
      * The scalar being differentiated is
-     *   L = <dy, y> + loss_scale (aux_coef aux_loss + z_coef z_loss),
-     * so the aux and z gradients enter at the router with the same scaling as dy. */
-    int N = a->N, C = hp->C, E = hp->E, K = hp->K, F = hp->F;
+     *   L = <dy, y> + loss_scale (moe_balance_coef aux_loss + z_coef z_loss),
+     * so the balance and z gradients enter at the router with the same scaling as dy. */
+    int N = a->N, C = hp->C, E = hp->E, F = hp->F;
     float *gWr = gr ? gr->router : NULL, *gWg = gr ? gr->Wg : NULL;
     float *gWu = gr ? gr->Wu : NULL, *gWd = gr ? gr->Wd : NULL;
 
@@ -114,11 +144,23 @@ void moe_block_backward(float *dx, MoeGrads *gr, const float *dy, const MoeActs 
     if (dx) PROF(PROF_PERMUTE, permute_backward(dx, s->dxe, &a->plan, C));
 
     /* router path: w, aux, z <- scores, lse <- logits = x Wr^T */
+    MoeHyper hpa = *hp;
+    hpa.T = a->T; /* the sequences of the forward pass */
     PROF(PROF_ROUTER,
-         router_backward(s->dlogits, s->dw, a->scores, a->lse, a->idx, a->w, N, E, K, hp->renorm,
-                         hp->aux_coef * loss_scale, hp->z_coef * loss_scale));
+         router_gate_backward(s->dlogits, s->dw, a->scores, a->lse, a->logits, a->idx, a->w, N,
+                              &hpa, moe_balance_coef(hp) * loss_scale, hp->z_coef * loss_scale));
+    /* logits = xj Wr^T with xj = x * jit: dWr sees xj, and dx(router) = (dlogits Wr) * jit */
+    const float *xr = a->jittered ? a->xj : x;
     PROF(PROF_ROUTER,
-         matmul_backward(dx ? s->dx_router : NULL, gWr, s->dlogits, x, wt->router, N, C, E));
+         matmul_backward(dx ? s->dx_router : NULL, gWr, s->dlogits, xr, wt->router, N, C, E));
+    if (dx && a->jittered) {
+        float *dr = s->dx_router;
+        const float *jit = a->jit;
+        double t0 = prof_clock();
+#pragma omp parallel for
+        for (size_t i = 0; i < (size_t)N * C; i++) dr[i] *= jit[i];
+        if (prof_enabled) prof_add(PROF_ROUTER, prof_clock() - t0);
+    }
 
     if (dx) {
         /* x feeds both paths: dx = dx(experts) + dx(router), elementwise, one owner each */

@@ -1,13 +1,16 @@
 /*
  * moe_ops.h: the Mixture-of-Experts feed-forward block, piece by piece.
  *
- *   x (N, C) --router--> logits (N, E) --softmax--> scores (N, E) --top-k--> idx, w (N, K)
+ *   x (N, C) --router--> logits (N, E) --softmax or sigmoid--> scores (N, E)
+ *     --top-k (+ aux-free bias)--> idx, w (N, K)
  *     --dispatch plan--> slots (S = N*K when dropless) --permute--> xe (S, C)
  *     --experts (one SwiGLU per expert, one GEMM per expert slice)--> ye (S, C)
  *     --combine (weighted by w)--> y (N, C)
  *
- * Files: router.c (scores, top-k, aux and z losses, balance statistics), permute.c (dispatch
- * plan, gather and weighted scatter), experts.c (grouped SwiGLU), layer.c (the block).
+ * Files: router.c (scores, top-k and gate weights, z-loss), router_balance.c (aux and seq_aux
+ * losses, the aux-free bias, balance statistics), permute.c (dispatch plan, gather and
+ * weighted scatter), experts.c (grouped SwiGLU), layer.c (the block). The shared experts
+ * (moe.num_shared) are a dense SwiGLU that model.c adds next to the block.
  *
  * Dimension letters: N tokens, C channels, E experts, K experts per token (top-k),
  * F expert hidden size, S expert slots (rows of the permuted buffer).
@@ -16,12 +19,98 @@
 #ifndef MOE_MOE_OPS_H
 #define MOE_MOE_OPS_H
 
+#include "util.h" /* Rng */
+
 /* ---- router ------------------------------------------------------------------------------- */
+
+/* How a router turns logits into scores, and how the experts are kept balanced
+ * (config keys moe.score and moe.balance; src/README.md has the formulas). */
+enum { MOE_SCORE_SOFTMAX = 0, MOE_SCORE_SIGMOID = 1 };
+enum {
+    MOE_BALANCE_AUX = 0,
+    MOE_BALANCE_SEQ_AUX = 1,
+    MOE_BALANCE_AUX_FREE = 2,
+    MOE_BALANCE_NONE = 3
+};
+enum { MOE_BIAS_SIGN = 0, MOE_BIAS_PROPORTIONAL = 1 };
+
+/* The block's settings. A positional initializer that stops at z_coef leaves the later
+ * fields 0: softmax scores and the Switch aux loss (both enums start there), but route_scale 0;
+ * call moe_hyper_defaults() to fill them in. */
+typedef struct {
+    int C, E, K, F;
+    int renorm;        /* renormalise top-k weights to sum to 1 */
+    float aux_coef;    /* coefficient of the aux or seq_aux balancing loss (alpha) */
+    float z_coef;      /* router z-loss coefficient (beta) */
+    int score;         /* MOE_SCORE_*: softmax over E, or an independent sigmoid per expert */
+    int topk_first;    /* softmax only: top-k on the logits, softmax over the k chosen (Mixtral) */
+    float route_scale; /* multiplies the final gate weights */
+    int balance;       /* MOE_BALANCE_* */
+    int T;             /* tokens per sequence (seq_aux): set by the caller for each forward */
+    float jitter;      /* router input times U(1 - jitter, 1 + jitter), when rng is set */
+    float noise;       /* N(0, noise^2) added to the logits, when rng is set */
+    Rng *rng;          /* exploration noise stream; NULL: none (evaluation): per forward */
+} MoeHyper;
+
+/* The defaults of the fields a positional initializer may leave at 0: softmax scores, the
+ * Switch aux loss, route_scale 1. */
+void moe_hyper_defaults(MoeHyper *hp);
+
+/* Coefficient of MoeActs.aux_loss in the objective: aux_coef for aux and seq_aux, 0 for none
+ * and aux_free (whose aux_loss is the Switch value, kept for monitoring only). */
+float moe_balance_coef(const MoeHyper *hp);
 
 /* scores (N, E) = softmax(logits) row by row; lse (N) = logsumexp of each row (for z-loss). */
 void router_softmax_forward(float *scores, float *lse, const float *logits, int N, int E);
 
-/* Top-k per token: idx (N, K) the chosen experts in descending score order (ties go to the
+/* scores (N, E) per hp->score: softmax, or s = sigmoid(logits) per expert (DeepSeek-V3);
+ * lse (N) = logsumexp of the logits in both modes (the z-loss penalises it either way). */
+void router_scores_forward(float *scores, float *lse, const float *logits, int N,
+                           const MoeHyper *hp);
+
+/* Top-k choice and gate weights, every mode: idx (N, K) the K largest of key = scores + bias
+ * (logits + bias when hp->topk_first), in descending key order, ties to the lower index;
+ * bias (E) may be NULL (aux-free balancing: it moves the choice, never the weights).
+ * w (N, K) = route_scale * the chosen scores (renormalised to sum 1 over the K when renorm),
+ * or route_scale * softmax over the K chosen logits when topk_first. logits (N, E) is read
+ * only when topk_first. */
+void router_gate_forward(int *idx, float *w, const float *scores, const float *logits,
+                         const float *bias, int N, const MoeHyper *hp);
+
+/* The balancing loss of hp->balance, unscaled, for N tokens (seq_aux: N / hp->T sequences):
+ *   aux (and, for monitoring, none and aux_free): E * sum_i f_i P_i (Switch);
+ *   seq_aux: mean over sequences of sum_i f_i P_i, f_i = E / (K T) * tokens of the sequence
+ *   routed to i, P_i the sequence's mean normalised score (DeepSeek-V3).
+ * P uses the scores normalised per token to sum 1: the softmax scores themselves, or
+ * s / sum_e s for sigmoid scores. Each equals 1 for perfectly balanced routing. */
+float router_balance_loss(const float *scores, const int *idx, int N, const MoeHyper *hp);
+
+/* dlogits (N, E) (written) = d/dlogits [ sum_{n,k} dw[n,k] w[n,k] + bal_scale * balance loss
+ *                                        + z_scale * z_loss ]  for every mode of hp.
+ * f in the balance losses counts discrete choices and is a constant; balance none and
+ * aux_free have no loss (bal_scale is ignored). logits (N, E) is read for sigmoid scores and
+ * topk_first, and may be NULL otherwise. */
+void router_gate_backward(float *dlogits, const float *dw, const float *scores, const float *lse,
+                          const float *logits, const int *idx, const float *w, int N,
+                          const MoeHyper *hp, float bal_scale, float z_scale);
+
+/* Gradient of the balance loss with respect to the normalised scores q (N, E) of hp->balance,
+ * times scale: dq[n, i] = coef[r * E + i] for token n of coefficient row r = n / hp->T
+ * (seq_aux) or r = 0. coef holds E * (N / hp->T) floats for seq_aux, E otherwise. Returns
+ * the number of rows (0 when the balance has no loss: then coef is untouched). */
+int router_balance_coef(float *coef, const int *idx, int N, const MoeHyper *hp, float scale);
+
+/* Aux-free balancing (Wang et al. 2024): after an optimizer step, with load (E) the step's
+ * fraction of assignments per expert, bias (E) moves against the imbalance:
+ *   sign:          b_i += rate * sign(mean - load_i)
+ *   proportional:  b_i += rate * (mean - load_i) / mean
+ * rule is MOE_BIAS_*. */
+void router_bias_update(float *bias, const float *load, int E, int rule, float rate);
+
+/* The plain softmax router (the lab's reference): router_gate_forward, router_balance_loss and
+ * router_gate_backward with softmax scores, the Switch aux loss, no bias, route_scale 1.
+ *
+ * Top-k per token: idx (N, K) the chosen experts in descending score order (ties go to the
  * lower expert index, so routing is deterministic); w (N, K) their weights: the scores
  * themselves, or renormalised to sum to 1 over the k chosen when renorm is non-zero. */
 void router_topk_forward(int *idx, float *w, const float *scores, int N, int E, int K, int renorm);
@@ -46,7 +135,7 @@ void router_backward(float *dlogits, const float *dw, const float *scores, const
 /* Balance statistics of one routing decision (docs: src/README.md, "router.csv"):
  * load (E) = fraction of the N*K assignments per expert; maxvio = (max load - mean) / mean;
  * cv = std(load) / mean(load); entropy = mean over tokens of the entropy of the score
- * distribution, in nats. */
+ * distribution normalised to sum 1 (sigmoid scores do not), in nats. */
 typedef struct {
     float maxvio, cv, entropy, drop_frac;
 } RouterStats;
@@ -101,17 +190,11 @@ void experts_backward(float *dxe, float *dWg, float *dWu, float *dWd, float *dg,
 /* ---- the block ------------------------------------------------------------------------------ */
 
 typedef struct {
-    int C, E, K, F;
-    int renorm;     /* renormalise top-k weights to sum to 1 */
-    float aux_coef; /* Switch load-balancing loss coefficient (alpha) */
-    float z_coef;   /* router z-loss coefficient (beta) */
-} MoeHyper;
-
-typedef struct {
     const float *router; /* (E, C) */
     const float *Wg;     /* (E, F, C) */
     const float *Wu;     /* (E, F, C) */
     const float *Wd;     /* (E, C, F) */
+    const float *bias;   /* (E) aux-free selection bias, or NULL: no gradient */
 } MoeWeights;
 
 typedef struct {
@@ -129,6 +212,10 @@ typedef struct {
     float *xe, *ye;         /* (N*K, C) */
     float *g, *u, *h;       /* (N*K, F) */
     float aux_loss, z_loss; /* unscaled values of the last forward */
+    int T;                  /* hp->T of the last forward (seq_aux backward) */
+    /* jitter (allocated when hp->jitter > 0): the router reads xj = x * jit instead of x */
+    float *jit, *xj; /* (N, C) the factors drawn, the jittered input */
+    int jittered;    /* the last forward used xj */
 } MoeActs;
 
 /* Backward temporaries, shared by all blocks of a model (used one block at a time). */
@@ -145,7 +232,9 @@ void moe_acts_free(MoeActs *a);
 void moe_scratch_alloc(MoeScratch *s, const MoeHyper *hp, int N_max);
 void moe_scratch_free(MoeScratch *s);
 
-/* y (N, C) (written) = MoE(x); fills a (routing, activations, aux_loss, z_loss). */
+/* y (N, C) (written) = MoE(x); fills a (routing, activations, aux_loss, z_loss). With hp->rng
+ * set (training), draws the jitter factors (N*C uniforms, token-major) and then the logit
+ * noise (N*E normals) from it, serially: the stream is deterministic. */
 void moe_block_forward(float *y, MoeActs *a, const float *x, const MoeWeights *wt,
                        const MoeHyper *hp, int N);
 /* dx (N, C) (written); grads accumulated. loss_scale multiplies the aux and z loss gradients

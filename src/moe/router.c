@@ -1,16 +1,19 @@
 /*
- * router.c: which experts each token goes to, with what weight, and how balanced that is.
+ * router.c: which experts each token goes to, and with what weight.
  *
- *   logits (N, E) --softmax--> scores p (N, E) --top-k--> idx (N, K), w (N, K)
- *   w[n,k] = p[n, idx[n,k]]                      (renorm = 0)
- *   w[n,k] = p[n, idx[n,k]] / Z_n, Z_n = sum_j p[n, idx[n,j]]   (renorm = 1)
+ *   logits l (N, E) --scores--> softmax p = softmax(l)          (moe.score=softmax)
+ *                               or sigmoid s_e = 1/(1 + e^-l_e) (moe.score=sigmoid, DeepSeek-V3)
+ *   --top-k on scores + bias--> idx (N, K)      (bias: aux-free balancing, router_balance.c)
+ *   --gate weights--> w (N, K) = route_scale * g_k with
+ *     g_k = score_{i_k}                                   (norm_topk = 0)
+ *     g_k = score_{i_k} / sum_j score_{i_j}               (norm_topk = 1)
+ *     g_k = exp(l_{i_k}) / sum_j exp(l_{i_j})             (topk_before_softmax, Mixtral)
  *
- * Two auxiliary losses keep the router healthy:
- *   - Switch load balancing: aux = E * sum_i f_i P_i, f_i the fraction of the N*K assignments
- *     that chose expert i, P_i the mean score of expert i. Minimal (= 1) when both are uniform;
- *     a router that sends everything to one expert scores up to E.
- *   - z-loss: z = mean_n lse_n^2, lse_n = log sum_e exp(logits[n,e]). It keeps the logits
- *     small, so the softmax does not saturate and float32 round-off stays harmless.
+ * The last two coincide for softmax scores (p_i / sum_j p_j: the softmax's denominator
+ * cancels); the Mixtral form never computes the full softmax for the weights, only for the
+ * balancing loss and the statistics. The balancing losses and their gradients live in
+ * router_balance.c; the z-loss z = mean_n lse_n^2 (lse_n = log sum_e exp l[n,e]) is here: it
+ * keeps the logits small whatever the score function.
  *
  * Accumulation rule (nn/ops.h): the router has no parameters of its own here (its linear layer
  * is a matmul in layer.c), so every gradient in this file is written (=).
@@ -21,6 +24,20 @@
 #include <stdlib.h>
 
 #include "util.h"
+
+void moe_hyper_defaults(MoeHyper *hp) {
+    hp->score = MOE_SCORE_SOFTMAX;
+    hp->topk_first = 0;
+    hp->route_scale = 1.0f;
+    hp->balance = MOE_BALANCE_AUX;
+}
+
+/* lse of one row of logits l (E), with its maximum m: m + log sum exp(l - m). */
+static float row_lse(const float *l, int E, float m) {
+    double sum = 0.0;
+    for (int e = 0; e < E; e++) sum += expf(l[e] - m);
+    return m + (float)log(sum);
+}
 
 void router_softmax_forward(float *scores, float *lse, const float *logits, int N, int E) {
     /* scores (N, E), lse (N), logits (N, E)
@@ -43,57 +60,99 @@ void router_softmax_forward(float *scores, float *lse, const float *logits, int 
     }
 }
 
-void router_topk_forward(int *idx, float *w, const float *scores, int N, int E, int K, int renorm) {
-    /* idx (N, K), w (N, K), scores (N, E)
-     * K passes of "largest score not yet taken" per token: K is small (1..8), and scanning
+void router_scores_forward(float *scores, float *lse, const float *logits, int N,
+                           const MoeHyper *hp) {
+    /* scores (N, E), lse (N), logits (N, E) */
+    const int E = hp->E;
+    if (hp->score == MOE_SCORE_SOFTMAX) {
+        router_softmax_forward(scores, lse, logits, N, E);
+        return;
+    }
+    /* sigmoid: each expert's affinity on its own, in (0, 1); the scores of a token need not
+     * sum to 1. 1 / (1 + exp(-l)) is exact enough for both signs in float (exp overflows to
+     * inf for l < -88, giving 0). */
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * E;
+        float *s = scores + (size_t)n * E;
+        float m = l[0];
+        for (int e = 0; e < E; e++) {
+            s[e] = 1.0f / (1.0f + expf(-l[e]));
+            m = l[e] > m ? l[e] : m;
+        }
+        if (lse) lse[n] = row_lse(l, E, m);
+    }
+}
+
+void router_gate_forward(int *idx, float *w, const float *scores, const float *logits,
+                         const float *bias, int N, const MoeHyper *hp) {
+    /* idx (N, K), w (N, K), scores (N, E), logits (N, E) (topk_first), bias (E) or NULL.
+     * K passes of "largest key not yet taken" per token: K is small (1..8), and scanning
      * experts in increasing order with a strict > makes a tie go to the lower index. */
+    const int E = hp->E, K = hp->K;
+    const float rs = hp->route_scale;
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float *p = scores + (size_t)n * E;
+        const float *key = hp->topk_first ? logits + (size_t)n * E : p;
         int *in = idx + (size_t)n * K;
         float *wn = w + (size_t)n * K;
-        double z = 0.0;
         for (int k = 0; k < K; k++) {
             int best = -1;
+            float best_key = 0.0f;
             for (int e = 0; e < E; e++) {
                 int taken = 0;
                 for (int j = 0; j < k; j++) taken |= in[j] == e;
                 if (taken) continue;
-                if (best < 0 || p[e] > p[best]) best = e;
+                float ke = bias ? key[e] + bias[e] : key[e];
+                if (best < 0 || ke > best_key) {
+                    best = e;
+                    best_key = ke;
+                }
             }
             in[k] = best;
-            wn[k] = p[best];
-            z += p[best];
         }
-        if (renorm) {
+        if (hp->topk_first) {
+            /* softmax over the K chosen logits, shifted by their maximum */
+            float m = key[in[0]];
+            for (int k = 1; k < K; k++) m = key[in[k]] > m ? key[in[k]] : m;
+            double z = 0.0;
+            for (int k = 0; k < K; k++) {
+                wn[k] = expf(key[in[k]] - m);
+                z += wn[k];
+            }
+            float inv = (float)(1.0 / z);
+            for (int k = 0; k < K; k++) wn[k] = wn[k] * inv * rs;
+            continue;
+        }
+        double z = 0.0;
+        for (int k = 0; k < K; k++) {
+            wn[k] = p[in[k]];
+            z += p[in[k]];
+        }
+        if (hp->renorm) {
             float inv = (float)(1.0 / z);
             for (int k = 0; k < K; k++) wn[k] *= inv;
         }
+        for (int k = 0; k < K; k++) wn[k] *= rs;
     }
 }
 
-/* f (E) = fraction of the N*K assignments per expert. Counting integers, so it is exact. */
-static void assignment_fractions(float *f, const int *idx, int N, int E, int K) {
-    for (int e = 0; e < E; e++) f[e] = 0.0f;
-    for (size_t j = 0; j < (size_t)N * K; j++) f[idx[j]] += 1.0f;
-    float inv = 1.0f / ((float)N * (float)K);
-    for (int e = 0; e < E; e++) f[e] *= inv;
+/* The plain router's settings as a MoeHyper (softmax, Switch aux, route_scale 1). */
+static MoeHyper plain_hyper(int E, int K, int renorm) {
+    MoeHyper hp = {.E = E, .K = K, .renorm = renorm};
+    moe_hyper_defaults(&hp);
+    return hp;
+}
+
+void router_topk_forward(int *idx, float *w, const float *scores, int N, int E, int K, int renorm) {
+    MoeHyper hp = plain_hyper(E, K, renorm);
+    router_gate_forward(idx, w, scores, NULL, NULL, N, &hp);
 }
 
 float router_aux_loss(const float *scores, const int *idx, int N, int E, int K) {
-    /* scores (N, E), idx (N, K): E * sum_i f_i P_i, P_i = (1/N) sum_n p[n,i].
-     * Serial sums in a fixed order: this is O(N E), small next to the expert GEMMs. */
-    if (N <= 0) return 0.0f;
-    float *f = malloc_check((size_t)E * sizeof(float));
-    double *P = calloc_check((size_t)E, sizeof(double));
-    assignment_fractions(f, idx, N, E, K);
-    for (int n = 0; n < N; n++)
-        for (int e = 0; e < E; e++) P[e] += scores[(size_t)n * E + e];
-    double loss = 0.0;
-    for (int e = 0; e < E; e++) loss += (double)f[e] * (P[e] / N);
-    free(f);
-    free(P);
-    return (float)(E * loss);
+    MoeHyper hp = plain_hyper(E, K, 1);
+    return router_balance_loss(scores, idx, N, &hp);
 }
 
 float router_z_loss(const float *lse, int N) {
@@ -104,84 +163,82 @@ float router_z_loss(const float *lse, int N) {
     return (float)(acc / N);
 }
 
-void router_backward(float *dlogits, const float *dw, const float *scores, const float *lse,
-                     const int *idx, const float *w, int N, int E, int K, int renorm,
-                     float aux_scale, float z_scale) {
-    /* dlogits (N, E) written; dw (N, K), scores (N, E), lse (N), idx (N, K), w (N, K).
+void router_gate_backward(float *dlogits, const float *dw, const float *scores, const float *lse,
+                          const float *logits, const int *idx, const float *w, int N,
+                          const MoeHyper *hp, float bal_scale, float z_scale) {
+    /* dlogits (N, E) written; dw (N, K), scores (N, E), lse (N), logits (N, E), idx (N, K),
+     * w (N, K).
      *
-     * Three steps per token, from the output back to the logits:
-     * 1. top-k weights -> scores dp (N, E):
-     *    w_k = p_{i_k}                 gives  dp_{i_k} = dw_k
-     *    w_k = p_{i_k} / Z, Z = sum_j p_{i_j}
-     *                                  gives  dp_{i_k} = (dw_k - sum_j dw_j w_j) / Z
-     *    and dp = 0 for the experts not chosen.
-     * 2. aux = E sum_i f_i (1/N) sum_n p[n,i] with f constant: dp[n,i] += aux_scale E f_i / N.
-     * 3. softmax p = softmax(l): dl_j = p_j (dp_j - sum_i p_i dp_i);
-     *    z = (1/N) sum_n lse_n^2 with d lse / d l_j = p_j: dl_j += z_scale 2 lse p_j / N.
-     * dp is built in the dlogits row itself, then turned into dl in place. */
+     * Per token, from the output back to the logits, with rs = route_scale and w the stored
+     * (scaled) weights, dot = sum_j dw_j w_j:
+     * 1. gate weights -> scores ds (N, E), zero for the experts not chosen:
+     *    w_k = rs s_{i_k}                        gives  ds_{i_k} = rs dw_k
+     *    w_k = rs s_{i_k} / Z, Z = sum_j s_{i_j}  gives  ds_{i_k} = (rs dw_k - dot) / Z
+     * 2. balance loss: dq = coef (router_balance_coef), q the normalised scores: q = p for
+     *    softmax; q = s / S, S = sum_e s_e for sigmoid, so ds_j += (coef_j - sum_i coef_i q_i) / S.
+     * 3. scores -> logits:
+     *    softmax p = softmax(l):  dl_j = p_j (ds_j - sum_i p_i ds_i)
+     *    sigmoid s = sigmoid(l):  dl_j = ds_j s_j (1 - s_j)
+     *    topk_first, w_k = rs a_k with a = softmax of the chosen logits:
+     *                             dl_{i_k} += a_k (rs dw_k - dot),
+     *    added after step 3 (the weights bypass the full softmax).
+     * 4. z = (1/N) sum_n lse_n^2, d lse / d l_j = softmax_j: dl_j += z_scale 2 lse softmax_j / N.
+     * ds is built in the dlogits row itself, then turned into dl in place. */
     if (N <= 0) return;
-    float *f = malloc_check((size_t)E * sizeof(float));
-    assignment_fractions(f, idx, N, E, K);
-    float aux_per = aux_scale * (float)E / (float)N; /* times f_i */
-    float z_per = z_scale * 2.0f / (float)N;         /* times lse_n p_j */
+    const int E = hp->E, K = hp->K, sig = hp->score == MOE_SCORE_SIGMOID;
+    const int T = hp->balance == MOE_BALANCE_SEQ_AUX ? hp->T : N;
+    const float rs = hp->route_scale;
+    float *coef = calloc_check((size_t)E * (N / (T > 0 ? T : N) + 1), sizeof(float));
+    int rows = router_balance_coef(coef, idx, N, hp, bal_scale);
+    float z_per = z_scale * 2.0f / (float)N; /* times lse_n softmax_j */
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float *p = scores + (size_t)n * E;
         const float *dwn = dw + (size_t)n * K;
         const float *wn = w + (size_t)n * K;
         const int *in = idx + (size_t)n * K;
+        const float *g = coef + (size_t)(rows > 1 ? n / T : 0) * E;
         float *dl = dlogits + (size_t)n * E;
-        for (int e = 0; e < E; e++) dl[e] = aux_per * f[e];
-        if (renorm) {
-            double z = 0.0, dot = 0.0;
-            for (int k = 0; k < K; k++) {
-                z += p[in[k]];
-                dot += (double)dwn[k] * wn[k];
-            }
-            for (int k = 0; k < K; k++) dl[in[k]] += (float)((dwn[k] - dot) / z);
+        if (sig) {
+            double S = 0.0, gq = 0.0;
+            for (int e = 0; e < E; e++) S += p[e];
+            for (int e = 0; e < E; e++) gq += (double)g[e] * p[e];
+            gq /= S;
+            for (int e = 0; e < E; e++) dl[e] = (float)((g[e] - gq) / S);
         } else {
-            for (int k = 0; k < K; k++) dl[in[k]] += dwn[k];
+            for (int e = 0; e < E; e++) dl[e] = g[e];
         }
-        double pdp = 0.0; /* sum_i p_i dp_i */
-        for (int e = 0; e < E; e++) pdp += (double)p[e] * dl[e];
+        double dot = 0.0;
+        for (int k = 0; k < K; k++) dot += (double)dwn[k] * wn[k];
+        if (!hp->topk_first) {
+            if (hp->renorm) {
+                double z = 0.0;
+                for (int k = 0; k < K; k++) z += p[in[k]];
+                for (int k = 0; k < K; k++) dl[in[k]] += (float)((rs * dwn[k] - dot) / z);
+            } else {
+                for (int k = 0; k < K; k++) dl[in[k]] += rs * dwn[k];
+            }
+        }
         float zl = z_per * lse[n];
-        for (int e = 0; e < E; e++) dl[e] = p[e] * (dl[e] - (float)pdp) + zl * p[e];
-    }
-    free(f);
-}
-
-void load_balance(float *maxvio, float *cv, const float *load, int E) {
-    /* load (E). mean = 1/E when the loads are fractions of all assignments; computed here so
-     * that an average of several batches' loads works the same way. */
-    double mean = 0.0, maxl = load[0], var = 0.0;
-    for (int e = 0; e < E; e++) {
-        mean += load[e];
-        if (load[e] > maxl) maxl = load[e];
-    }
-    mean /= E;
-    for (int e = 0; e < E; e++) var += ((double)load[e] - mean) * ((double)load[e] - mean);
-    var /= E; /* population variance: the E experts are the whole population */
-    *maxvio = mean > 0.0 ? (float)((maxl - mean) / mean) : 0.0f;
-    *cv = mean > 0.0 ? (float)(sqrt(var) / mean) : 0.0f;
-}
-
-void router_stats(RouterStats *st, float *load, const float *scores, const int *idx, int N, int E,
-                  int K) {
-    /* load (E), scores (N, E), idx (N, K). The mean load is always 1/E (the loads sum to 1),
-     * so maxvio and cv are relative to the perfectly balanced value. */
-    if (N <= 0) {
-        for (int e = 0; e < E; e++) load[e] = 0.0f;
-        st->maxvio = st->cv = st->entropy = st->drop_frac = 0.0f;
-        return;
-    }
-    assignment_fractions(load, idx, N, E, K);
-    load_balance(&st->maxvio, &st->cv, load, E);
-    double ent = 0.0;
-    for (int n = 0; n < N; n++)
-        for (int e = 0; e < E; e++) {
-            double p = scores[(size_t)n * E + e];
-            if (p > 0.0) ent -= p * log(p); /* 0 log 0 = 0 */
+        if (sig) {
+            const float *l = logits + (size_t)n * E;
+            for (int e = 0; e < E; e++)
+                dl[e] = dl[e] * p[e] * (1.0f - p[e]) + zl * expf(l[e] - lse[n]);
+        } else {
+            double pdp = 0.0; /* sum_i p_i ds_i */
+            for (int e = 0; e < E; e++) pdp += (double)p[e] * dl[e];
+            for (int e = 0; e < E; e++) dl[e] = p[e] * (dl[e] - (float)pdp) + zl * p[e];
         }
-    st->entropy = (float)(ent / N);
-    st->drop_frac = 0.0f; /* no plan here: a capacity-mode caller fills this in */
+        if (hp->topk_first)
+            for (int k = 0; k < K; k++)
+                dl[in[k]] += (float)((double)(wn[k] / rs) * (rs * dwn[k] - dot));
+    }
+    free(coef);
+}
+
+void router_backward(float *dlogits, const float *dw, const float *scores, const float *lse,
+                     const int *idx, const float *w, int N, int E, int K, int renorm,
+                     float aux_scale, float z_scale) {
+    MoeHyper hp = plain_hyper(E, K, renorm);
+    router_gate_backward(dlogits, dw, scores, lse, NULL, idx, w, N, &hp, aux_scale, z_scale);
 }

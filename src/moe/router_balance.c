@@ -1,0 +1,174 @@
+/*
+ * router_balance.c: keeping the experts evenly loaded, and measuring how even they are.
+ *
+ * Three ways to push the router towards balance (moe.balance):
+ *   - aux (Switch Transformer): L = E * sum_i f_i P_i over the batch, f_i the fraction of the
+ *     N*K assignments that chose expert i, P_i the mean normalised score of expert i.
+ *     Minimal (= 1) when both are uniform; a router that sends everything to one expert
+ *     scores up to E.
+ *   - seq_aux (DeepSeek-V3): the same product per sequence of T tokens, averaged over the
+ *     sequences, with f_i = E / (K T) * (tokens of the sequence routed to i) (1 when uniform)
+ *     and P_i the sequence's mean normalised score. It balances each sequence, not only the
+ *     batch as a whole.
+ *   - aux_free (Wang et al. 2024, DeepSeek-V3): no loss. A per-expert bias b is added to the
+ *     scores for the top-k choice only, and after each optimizer step it moves against the
+ *     step's imbalance (router_bias_update); the gate weights never see it.
+ * The normalised score q[n, i] is the softmax score itself, or for sigmoid scores
+ * s[n, i] / sum_e s[n, e], so that P is a distribution over experts in both cases.
+ * f counts discrete choices: it is a constant for the gradient.
+ *
+ * The statistics (router.csv) also live here: per-expert load, MaxVio, CV, score entropy.
+ */
+#include "moe/moe_ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "util.h"
+
+float moe_balance_coef(const MoeHyper *hp) {
+    return hp->balance == MOE_BALANCE_AUX || hp->balance == MOE_BALANCE_SEQ_AUX ? hp->aux_coef
+                                                                                : 0.0f;
+}
+
+/* f (E) = fraction of the n*K assignments idx (n, K) per expert. Counting integers, so it
+ * is exact. */
+static void assignment_fractions(float *f, const int *idx, int n, int E, int K) {
+    for (int e = 0; e < E; e++) f[e] = 0.0f;
+    for (size_t j = 0; j < (size_t)n * K; j++) f[idx[j]] += 1.0f;
+    float inv = 1.0f / ((float)n * (float)K);
+    for (int e = 0; e < E; e++) f[e] *= inv;
+}
+
+/* P (E) += the normalised scores of n tokens (scores (n, E)), summed in token order. */
+static void add_normalised_scores(double *P, const float *scores, int n, int E, int sigmoid) {
+    for (int t = 0; t < n; t++) {
+        const float *s = scores + (size_t)t * E;
+        if (!sigmoid) {
+            for (int e = 0; e < E; e++) P[e] += s[e];
+            continue;
+        }
+        double S = 0.0;
+        for (int e = 0; e < E; e++) S += s[e];
+        for (int e = 0; e < E; e++) P[e] += s[e] / S;
+    }
+}
+
+/* Sequences of seq_aux: N / T, checked (a caller that forgot hp->T is a bug). */
+static int n_sequences(const MoeHyper *hp, int N) {
+    if (hp->T <= 0 || N % hp->T != 0)
+        moe_fatal("seq_aux balance: %d tokens are not whole sequences of T = %d (set MoeHyper.T)",
+                  N, hp->T);
+    return N / hp->T;
+}
+
+float router_balance_loss(const float *scores, const int *idx, int N, const MoeHyper *hp) {
+    /* scores (N, E), idx (N, K). Serial sums in a fixed order: this is O(N E), small next to
+     * the expert GEMMs. */
+    if (N <= 0) return 0.0f;
+    const int E = hp->E, K = hp->K, sig = hp->score == MOE_SCORE_SIGMOID;
+    float *f = malloc_check((size_t)E * sizeof(float));
+    double *P = calloc_check((size_t)E, sizeof(double));
+    double loss = 0.0;
+    if (hp->balance == MOE_BALANCE_SEQ_AUX) {
+        const int T = hp->T, nseq = n_sequences(hp, N);
+        for (int b = 0; b < nseq; b++) {
+            /* f_i = E / (K T) count_i = E * (fraction of the sequence's T*K assignments) */
+            assignment_fractions(f, idx + (size_t)b * T * K, T, E, K);
+            for (int e = 0; e < E; e++) P[e] = 0.0;
+            add_normalised_scores(P, scores + (size_t)b * T * E, T, E, sig);
+            double seq = 0.0;
+            for (int e = 0; e < E; e++) seq += (double)E * f[e] * (P[e] / T);
+            loss += seq;
+        }
+        loss /= nseq;
+    } else {
+        assignment_fractions(f, idx, N, E, K);
+        add_normalised_scores(P, scores, N, E, sig);
+        for (int e = 0; e < E; e++) loss += (double)f[e] * (P[e] / N);
+        loss *= E;
+    }
+    free(f);
+    free(P);
+    return (float)loss;
+}
+
+int router_balance_coef(float *coef, const int *idx, int N, const MoeHyper *hp, float scale) {
+    /* coef (rows, E). With f constant, each loss is linear in q:
+     *   aux:     L = E sum_i f_i (1/N) sum_n q[n,i]          -> dL/dq[n,i] = E f_i / N
+     *   seq_aux: L = (1/B) sum_b sum_i E f_i^b (1/T) sum_{n in b} q[n,i]
+     *                                                         -> dL/dq[n,i] = E f_i^b / (B T)
+     * (f here the fraction of assignments, so E f_i is the f_i of the formulas above). */
+    const int E = hp->E, K = hp->K;
+    if (N <= 0 || (hp->balance != MOE_BALANCE_AUX && hp->balance != MOE_BALANCE_SEQ_AUX)) return 0;
+    if (hp->balance == MOE_BALANCE_AUX) {
+        float per = scale * (float)E / (float)N;
+        assignment_fractions(coef, idx, N, E, K);
+        for (int e = 0; e < E; e++) coef[e] = per * coef[e];
+        return 1;
+    }
+    const int T = hp->T, nseq = n_sequences(hp, N);
+    float per = scale * (float)E / ((float)nseq * (float)T);
+    for (int b = 0; b < nseq; b++) {
+        float *row = coef + (size_t)b * E;
+        assignment_fractions(row, idx + (size_t)b * T * K, T, E, K);
+        for (int e = 0; e < E; e++) row[e] = per * row[e];
+    }
+    return nseq;
+}
+
+void router_bias_update(float *bias, const float *load, int E, int rule, float rate) {
+    /* bias (E), load (E). The mean load is taken from the loads themselves (1/E for
+     * fractions), so the rule also works for counts. */
+    double mean = 0.0;
+    for (int e = 0; e < E; e++) mean += load[e];
+    mean /= E;
+    for (int e = 0; e < E; e++) {
+        double d = mean - load[e];
+        if (rule == MOE_BIAS_SIGN)
+            bias[e] += rate * (float)((d > 0.0) - (d < 0.0));
+        else if (mean > 0.0)
+            bias[e] += rate * (float)(d / mean);
+    }
+}
+
+void load_balance(float *maxvio, float *cv, const float *load, int E) {
+    /* load (E). mean = 1/E when the loads are fractions of all assignments; computed here so
+     * that an average of several batches' loads works the same way. */
+    double mean = 0.0, maxl = load[0], var = 0.0;
+    for (int e = 0; e < E; e++) {
+        mean += load[e];
+        if (load[e] > maxl) maxl = load[e];
+    }
+    mean /= E;
+    for (int e = 0; e < E; e++) var += ((double)load[e] - mean) * ((double)load[e] - mean);
+    var /= E; /* population variance: the E experts are the whole population */
+    *maxvio = mean > 0.0 ? (float)((maxl - mean) / mean) : 0.0f;
+    *cv = mean > 0.0 ? (float)(sqrt(var) / mean) : 0.0f;
+}
+
+void router_stats(RouterStats *st, float *load, const float *scores, const int *idx, int N, int E,
+                  int K) {
+    /* load (E), scores (N, E), idx (N, K). The mean load is always 1/E (the loads sum to 1),
+     * so maxvio and cv are relative to the perfectly balanced value. */
+    if (N <= 0) {
+        for (int e = 0; e < E; e++) load[e] = 0.0f;
+        st->maxvio = st->cv = st->entropy = st->drop_frac = 0.0f;
+        return;
+    }
+    assignment_fractions(load, idx, N, E, K);
+    load_balance(&st->maxvio, &st->cv, load, E);
+    double ent = 0.0;
+    for (int n = 0; n < N; n++) {
+        /* normalised to sum 1: a no-op up to rounding for softmax scores, needed for sigmoid */
+        const float *s = scores + (size_t)n * E;
+        double S = 0.0;
+        for (int e = 0; e < E; e++) S += s[e];
+        for (int e = 0; e < E; e++) {
+            double p = s[e] / S;
+            if (p > 0.0) ent -= p * log(p); /* 0 log 0 = 0 */
+        }
+    }
+    st->entropy = (float)(ent / N);
+    st->drop_frac = 0.0f; /* no plan here: a capacity-mode caller fills this in */
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The chapter programs run and print every step they promise (docs that run). They use a tiny
+# model trained here on synthetic data, so the test needs neither the corpus nor `make demo`.
+set -u
+cd "$(dirname "$0")/.."
+moe=${MOE_BIN:-build/moe}
+build=${MOE_BUILD:-build}
+pass=0 fail=0
+check() { # description, status, detail
+  if [ "$2" = 0 ]; then echo "  ok   $1"; pass=$((pass + 1)); else echo "  FAIL $1: $3"; fail=$((fail + 1)); fi
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive
+"$moe" synth --out "$tmp/data" --tokens 40000 --seed 5 > /dev/null
+"$moe" train --out "$tmp/run" --quiet --set data.train="$tmp/data/train.bin" \
+  --set data.val="$tmp/data/val.bin" --set model.d_model=32 --set model.n_layer=2 \
+  --set model.n_head=2 --set model.seq_len=32 --set model.d_ff=64 --set moe.num_experts=4 \
+  --set moe.d_expert=32 --set train.batch=4 --set train.steps=8 --set train.warmup=2 \
+  --set train.eval_every=0 > /dev/null
+check "a tiny MoE to route with" $? "training failed"
+
+echo "test_chapters: 01-routing/routing"
+prog=$build/chapters/01-routing/routing
+"$prog" --ckpt "$tmp/run/ckpt.bin" --data "$tmp/data/val.bin" > "$tmp/out.txt" 2> "$tmp/err.txt"
+check "routing exits 0" $? "$(cat "$tmp/err.txt")"
+for section in "1. the batch" "2. scores" "3. loads" "4. Switch aux loss" "5. z-loss" \
+               "6. share of each domain" "7. aux-loss-free balancing"; do
+  grep -q "^$section" "$tmp/out.txt"
+  check "prints \"$section\"" $? "$(head -n 5 "$tmp/out.txt")"
+done
+# the loads it prints are fractions of all assignments: they sum to 1
+awk '/^   expert +[0-9]+  [0-9.]+  #*$/ { s += $3; n++ } END { exit !(n == 4 && s > 0.99 && s < 1.01) }' "$tmp/out.txt"
+check "the 4 expert loads sum to 1" $? "$(grep '^   expert' "$tmp/out.txt")"
+"$prog" --ckpt "$tmp/run/ckpt.bin" --data "$tmp/data/val.bin" --layer 7 > /dev/null 2> "$tmp/err.txt"
+[ $? -eq 2 ] && grep -q "not an MoE block" "$tmp/err.txt"
+check "a layer that is not an MoE block: exit 2 and a message" $? "$(cat "$tmp/err.txt")"
+"$prog" --ckpt "$tmp/nope.bin" > /dev/null 2> "$tmp/err.txt"
+[ $? -eq 2 ] && grep -q "no checkpoint" "$tmp/err.txt"
+check "a missing checkpoint: exit 2 and a message" $? "$(cat "$tmp/err.txt")"
+
+echo "test_chapters: $pass passed, $fail failed"
+[ "$fail" = 0 ]
