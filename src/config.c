@@ -34,6 +34,8 @@ _Static_assert(MOE_BALANCE_AUX == 0 && MOE_BALANCE_SEQ_AUX == 1 && MOE_BALANCE_A
                    MOE_BALANCE_NONE == 3,
                "moe.balance choices");
 _Static_assert(MOE_BIAS_SIGN == 0 && MOE_BIAS_PROPORTIONAL == 1, "moe.bias_update choices");
+_Static_assert(MOE_ROUTING_TOKEN_CHOICE == 0 && MOE_ROUTING_EXPERT_CHOICE == 1,
+               "moe.routing choices");
 
 typedef enum { T_INT, T_FLOAT, T_U64, T_BOOL, T_STR, T_ENUM } KeyType;
 
@@ -105,6 +107,11 @@ static const Key KEYS[] = {
         "training only: add N(0, noise^2) to the router logits"),
     ROW(T_INT, "moe.num_shared", num_shared, "0", 0, 4096, K_SHAPE,
         "shared experts every token passes through (one SwiGLU of hidden num_shared * F)"),
+    ENUM_ROW("moe.routing", routing, "token_choice", "token_choice|expert_choice",
+             "each token picks its top_k experts, or each expert its best tokens of the "
+             "micro-batch (sees later tokens: not causal)"),
+    ROW(T_FLOAT, "moe.ec_capacity", ec_capacity, "1", 0, NOMAX, K_OPEN_MIN,
+        "expert_choice: each expert picks ceil(ec_capacity * tokens * top_k / num_experts)"),
 
     ROW(T_INT, "train.batch", batch, "16", 1, 1 << 20, 0, "B: sequences per micro-batch"),
     ROW(T_INT, "train.accum", accum, "1", 1, 1 << 20, 0, "micro-batches per optimizer step"),
@@ -499,6 +506,16 @@ int config_validate(const Config *c, char *err, int errlen) {
                          "moe.topk_before_softmax=1 always gives weights that sum to 1 over the "
                          "chosen experts, so moe.norm_topk=0 would be ignored; set "
                          "moe.norm_topk=1 (or moe.topk_before_softmax=0 for unnormalised weights)");
+    if (c->routing == MOE_ROUTING_EXPERT_CHOICE && c->balance != MOE_BALANCE_NONE)
+        return set_error(err, errlen,
+                         "moe.routing=expert_choice gives every expert the same number of "
+                         "tokens, so it needs no balancing, but moe.balance is not none; set "
+                         "moe.balance=none (moe.z_coef still applies)");
+    if (c->routing == MOE_ROUTING_EXPERT_CHOICE && c->topk_before_softmax)
+        return set_error(err, errlen,
+                         "moe.topk_before_softmax=1 picks experts per token, but "
+                         "moe.routing=expert_choice lets the experts pick the tokens; set "
+                         "moe.topk_before_softmax=0 (or moe.routing=token_choice)");
     if (c->num_experts > 0 && c->first_dense >= c->n_layer)
         return set_error(err, errlen,
                          "moe.first_dense=%d leaves no MoE block among model.n_layer=%d "

@@ -45,6 +45,8 @@ typedef struct {
     float jitter;            /* training: router input times U(1 - jitter, 1 + jitter) */
     float noise;             /* training: N(0, noise^2) added to the router logits */
     int num_shared;          /* always-on shared experts per MoE block (one SwiGLU) */
+    int routing;             /* MOE_ROUTING_*: token choice or expert choice */
+    float ec_capacity;       /* expert choice: cap = ceil(ec_capacity * N * top_k / E) */
 
     /* train.* */
     int batch;    /* B: sequences per micro-batch */

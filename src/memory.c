@@ -5,7 +5,9 @@
  * moe_acts_alloc / moe_scratch_alloc / dispatch_plan_alloc (moe/), named after the field it
  * sizes. Letters: N = B * T tokens, C channels, H heads, V vocabulary, F the dense hidden
  * size, FE the expert hidden size, E experts, K experts per token, S = N * K expert slots
- * (the plan is dropless, so every assignment gets a slot).
+ * (the plan is dropless, so every assignment gets a slot). Expert choice (moe.routing) lists
+ * every (token, expert) pair as a candidate, A = E assignments per token instead of K, and
+ * needs S = E * cap slots, cap = ceil(ec_capacity * N * K / E) tokens per expert.
  *
  * What the terms say about an MoE step: the parameters of an MoE block grow with E (every
  * expert is stored, trained and has AdamW moments) but its activations grow with K only
@@ -18,6 +20,7 @@
 
 #include <string.h>
 
+#include "moe/moe_ops.h"
 #include "params.h"
 
 size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) {
@@ -26,7 +29,12 @@ size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) 
     const size_t L = (size_t)c->n_layer, C = (size_t)c->d_model, H = (size_t)c->n_head;
     const size_t V = MOE_VOCAB, F = (size_t)c->d_ff, FE = (size_t)config_expert_hidden(c);
     const size_t E = (size_t)c->num_experts, K = (size_t)c->top_k;
-    const size_t N = (size_t)B * T, S = N * K;
+    const size_t N = (size_t)B * T;
+    /* assignments per token A and slots S, per routing mode (moe_acts_alloc) */
+    const MoeHyper hp = {
+        .E = c->num_experts, .K = c->top_k, .routing = c->routing, .ec_capacity = c->ec_capacity};
+    const int ec = c->routing == MOE_ROUTING_EXPERT_CHOICE && E > 0;
+    const size_t A = ec ? E : K, NA = N * A, S = ec ? moe_slots_max(&hp, (int)N) : N * K;
     const size_t FS = (size_t)c->num_shared * FE; /* hidden size of the shared experts' SwiGLU */
 
     /* ---- parameters, gradients, AdamW moments: one buffer of P floats each ------------- */
@@ -60,7 +68,8 @@ size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) 
             m.acts_ffn += N * E        /* logits: x router^T */
                           + N * E      /* scores: softmax of the logits */
                           + N          /* lse: logsumexp per token, for the z-loss */
-                          + S          /* w: top-k weights, one per (token, k) */
+                          + NA         /* w: gate weights, one per (token, k) or, for
+                                          expert choice, per (token, expert) */
                           + 2 * S * C  /* xe, ye: expert inputs (gathered) and outputs */
                           + 3 * S * FE /* g, u, h: gate, up, silu(g) * u per slot */
                           + E;         /* router_bias: the aux-free bias, Model state kept
@@ -69,9 +78,9 @@ size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) 
             if (c->jitter > 0.0f) m.acts_ffn += 2 * N * C;
             /* sg, su, sh: the shared experts' SwiGLU (Fs = 0 without them) */
             m.acts_ffn += 3 * N * FS;
-            /* int words of the block: idx (N, K) plus one spare word, and the dispatch
-             * plan: counts (E), offsets (E + 1), slot and slot_token (N * K + 1 each) */
-            m.int_words += (S + 1) + E + (E + 1) + 2 * (S + 1);
+            /* int words of the block: idx (N, A) plus one spare word, and the dispatch
+             * plan: counts (E), offsets (E + 1), slot and slot_token (N * A + 1 each) */
+            m.int_words += (NA + 1) + E + (E + 1) + 2 * (NA + 1);
         } else {
             m.acts_ffn += 3 * N * F; /* fg, fu, fh: gate, up, silu(gate) * up */
         }
@@ -90,7 +99,7 @@ size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) 
     m.scratch += N * V;                    /* dlogits */
     if (n_moe > 0)                         /* MoeScratch, shared by the MoE blocks */
         m.scratch += N * E                 /* dlogits of the router */
-                     + S                   /* dw */
+                     + NA                  /* dw */
                      + 2 * S * C           /* dxe, dye */
                      + 3 * S * FE          /* dg, du, dh */
                      + N * C               /* dx_router: input gradient through the router */

@@ -73,7 +73,9 @@ void model_init(Model *m, const Config *c, int B, int T) {
                        .route_scale = c->route_scale,
                        .balance = c->balance,
                        .jitter = c->jitter,
-                       .noise = c->noise};
+                       .noise = c->noise,
+                       .routing = c->routing,
+                       .ec_capacity = c->ec_capacity};
     /* a stream apart from the init and data streams, so turning noise on changes nothing else */
     rng_seed(&m->router_rng, c->seed ^ 0x6e6f697365524e47ull);
 

@@ -28,7 +28,7 @@ int set_threads(int threads) {
 /* ---- evaluation --------------------------------------------------------------------------- */
 
 float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
-    const int B = m->B, T = m->T, N = B * T, K = m->cfg.top_k;
+    const int B = m->B, T = m->T, N = B * T;
     const int training = m->training;
     m->training = 0; /* no exploration noise: evaluation sees the router as it is */
     int *inputs = (int *)malloc_check((size_t)N * sizeof(int));
@@ -43,10 +43,14 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
         for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
             const MoeActs *a = m->blocks[l].moe;
             if (!a) continue;
+            /* A assignments per token (K, or E for expert choice); only the kept ones count:
+             * an expert-choice pair the expert did not pick has slot -1 */
+            const int A = a->plan.K;
             for (int n = 0; n < N; n++)
-                for (int k = 0; k < K; k++)
-                    dc->counts[((size_t)b * dc->n_domains + domains[n]) * dc->E +
-                               a->idx[n * K + k]] += 1.0;
+                for (int k = 0; k < A; k++)
+                    if (a->plan.slot[n * A + k] >= 0)
+                        dc->counts[((size_t)b * dc->n_domains + domains[n]) * dc->E +
+                                   a->idx[n * A + k]] += 1.0;
             b++;
         }
     }
@@ -81,10 +85,16 @@ static void raccum_add(RouterAccum *r, const Model *m) {
         const MoeActs *a = m->blocks[l].moe;
         if (!a) continue;
         RouterStats st;
-        router_stats(&st, r->tmp, a->scores, a->idx, N, r->E, K);
+        if (m->hp.routing == MOE_ROUTING_EXPERT_CHOICE) {
+            /* drop_frac: the fraction of tokens no expert picked */
+            expert_choice_stats(&st, r->tmp, a->scores, &a->plan);
+            r->drop[b] += st.drop_frac;
+        } else {
+            router_stats(&st, r->tmp, a->scores, a->idx, N, r->E, K);
+            r->drop[b] += 1.0 - (double)a->plan.S / ((double)N * K);
+        }
         for (int e = 0; e < r->E; e++) r->load[b * r->E + e] += r->tmp[e];
         r->entropy[b] += st.entropy;
-        r->drop[b] += 1.0 - (double)a->plan.S / ((double)N * K);
         b++;
     }
     r->micro++;

@@ -15,6 +15,9 @@
 #   4. eval, sample, export (safetensors header), info --ckpt and info --keys
 #   5. a dense model (moe.num_experts=0) trains and its router.csv holds only the header
 #   6. shared experts (moe.num_shared=1): their tensors are in the checkpoint, all active
+#   7. expert-choice routing (moe.routing=expert_choice) trains with equal loads in router.csv,
+#      needs moe.balance=none, and its checkpoint evaluates with causal token-choice routing
+#      (`moe eval --set moe.routing=token_choice`), the way to remove its look-ahead leak
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
 # Every model is tiny, so the whole script takes a few seconds, also under ASan.
 set -u
@@ -439,6 +442,37 @@ read -r tot act <<< "$(sed -n 's/^parameters: \([0-9]*\) total, \([0-9]*\) activ
     [ "${tot:-0}" -eq $((ptot + 2 * 3 * 32 * 32)) ] && [ "${act:-0}" -eq $((pact + 2 * 3 * 32 * 32)) ]
 check "num_shared=1 trains; info lists layers.1.moe.shared_down 32 x 32; +6144 total and active" \
     $? "exit $rc: $out / $(grep -E '^parameters|shared' <<< "$info" | tr '\n' '|')"
+
+# ---- 7. expert-choice routing ---------------------------------------------------------
+echo "test_cli: expert choice"
+ec="$tmp/ec"
+ec_set=(--set moe.routing=expert_choice --set moe.balance=none)
+reject "expert_choice with a balancing loss" "moe\.balance=none" \
+    "$moe" train --out "$bad_out" "${tiny[@]}" --set moe.routing=expert_choice
+out=$("$moe" train --out "$ec" "${tiny[@]}" "${ec_set[@]}" --set train.steps=30 \
+      --set train.lr=1e-2 --set train.warmup=5 --set train.eval_every=10 --quiet 2>&1)
+rc=$?
+first=$(awk -F, 'NR == 2 { print $2 }' "$ec/train.csv" 2>/dev/null)
+ec_val=$(awk -F, 'NR > 1 && $8 != "" { v = $8 } END { print v }' "$ec/train.csv" 2>/dev/null)
+[ $rc -eq 0 ] && [ -n "$first" ] && [ -n "$ec_val" ] && float_cmp "$ec_val" "<" "$first - 1.0"
+check "expert_choice trains: val_loss ${ec_val:-?} is below the first step's loss ${first:-?} - 1" \
+    $? "exit $rc: $out"
+# every expert keeps exactly cap tokens: loads 0.25 each, MaxVio 0; drop_frac in [0, 1]
+bad_rows=$(awk -F, 'NR > 1 { if ($3 + 0 != 0 || $6 < 0 || $6 > 1) b++
+                             for (i = 7; i <= 10; i++) if ($i != "0.250000") b++ }
+                    END { print b + 0, NR - 1 }' "$ec/router.csv" 2>/dev/null)
+[ "$bad_rows" = "0 60" ]
+check "expert_choice router.csv: 60 rows, every load 0.25, MaxVio 0" $? "bad, rows: $bad_rows"
+out=$("$moe" eval --ckpt "$ec/ckpt.bin" 2>&1)
+ev=$(sed -n 's/^val_loss \([0-9.]*\).*/\1/p' <<< "$out")
+[ -n "$ev" ] && [ -n "$ec_val" ] && float_cmp "($ev - $ec_val)^2" "<" "1e-6"
+check "eval of the expert_choice checkpoint reproduces its val_loss ${ec_val:-?}" $? "$out"
+out=$("$moe" eval --ckpt "$ec/ckpt.bin" --set moe.routing=token_choice 2>&1)
+rc=$?
+tc=$(sed -n 's/^val_loss \([0-9.]*\).*/\1/p' <<< "$out")
+[ $rc -eq 0 ] && [ -n "$tc" ] && float_cmp "$tc" "<" "$first"
+check "the same checkpoint evaluates with causal token_choice routing: val_loss ${tc:-?}" $? \
+    "exit $rc: $out"
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

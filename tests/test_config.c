@@ -54,6 +54,8 @@ static const Field FIELDS[] = {
     F("moe.jitter", jitter, "0.01"),
     F("moe.noise", noise, "0.5"),
     F("moe.num_shared", num_shared, "2"),
+    F("moe.routing", routing, "expert_choice"),
+    F("moe.ec_capacity", ec_capacity, "1.25"),
     F("train.batch", batch, "3"),
     F("train.accum", accum, "5"),
     F("train.steps", steps, "1234"),
@@ -390,6 +392,19 @@ START_TEST(test_cross_field_checks) {
     c.aux_coef = INFINITY;
     validate_fails(&c, "moe.aux_coef", "finite");
     /* routing modes that do not go together */
+    c = def;
+    c.routing = MOE_ROUTING_EXPERT_CHOICE; /* balanced by construction: no balance loss */
+    validate_fails(&c, "moe.routing=expert_choice", "moe.balance=none");
+    c.balance = MOE_BALANCE_NONE;
+    {
+        char err[256];
+        ck_assert_msg(config_validate(&c, err, sizeof err) == 0, "%s", err);
+    }
+    c.topk_before_softmax = 1;
+    validate_fails(&c, "moe.topk_before_softmax", "moe.routing");
+    c = def;
+    c.ec_capacity = 0.0f;
+    validate_fails(&c, "moe.ec_capacity", NULL);
     c = def;
     c.topk_before_softmax = 1;
     c.score = MOE_SCORE_SIGMOID;

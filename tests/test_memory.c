@@ -8,12 +8,14 @@
  *   - the breakdown is consistent: parameters equal the parameter table's count, gradients
  *     P, moments 2P, the fields add up to the total;
  *   - the integer words (not allocated through floats_alloc) of one small MoE model match a
- *     count done by hand.
+ *     count done by hand, for token choice and for expert choice (every (token, expert) pair
+ *     a candidate, E * cap slots).
  */
 #include <string.h>
 
 #include "memory.h"
 #include "model.h"
+#include "moe/moe_ops.h"
 #include "testutil.h"
 #include "util.h"
 
@@ -22,6 +24,8 @@ typedef struct {
     int num_experts, top_k, d_expert, first_dense, every, B, T;
     float jitter;   /* moe.jitter > 0 keeps the router's jittered input and factors */
     int num_shared; /* shared experts: one more SwiGLU per MoE block */
+    int routing;    /* MOE_ROUTING_*: expert choice sizes idx, w, the plan by E, slots by cap */
+    float ec_capacity;
 } Shape;
 
 static Config shape_config(const Shape *s) {
@@ -39,18 +43,27 @@ static Config shape_config(const Shape *s) {
     c.every = s->every;
     c.jitter = s->jitter;
     c.num_shared = s->num_shared;
+    c.routing = s->routing;
+    if (s->routing == MOE_ROUTING_EXPERT_CHOICE) {
+        c.balance = MOE_BALANCE_NONE;
+        c.ec_capacity = s->ec_capacity;
+    }
     return c;
 }
 
 static const Shape SHAPES[] = {
-    {"dense", 0, 2, 0, 0, 1, 2, 8, 0.0f, 0},
-    {"all MoE", 4, 2, 12, 0, 1, 2, 8, 0.0f, 0},
-    {"all MoE, top-1, d_expert 0 (= d_ff)", 4, 1, 0, 0, 1, 3, 5, 0.0f, 0},
-    {"first_dense 1", 4, 2, 12, 1, 1, 1, 7, 0.0f, 0},
-    {"every 2 after 1 dense", 8, 3, 10, 1, 2, 2, 6, 0.0f, 0},
-    {"MoE only above 3 dense", 2, 2, 8, 3, 1, 4, 3, 0.0f, 0},
-    {"router jitter", 4, 2, 12, 1, 1, 2, 8, 0.1f, 0},
-    {"two shared experts", 4, 2, 12, 1, 1, 2, 8, 0.0f, 2},
+    {"dense", 0, 2, 0, 0, 1, 2, 8, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f},
+    {"all MoE", 4, 2, 12, 0, 1, 2, 8, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f},
+    {"all MoE, top-1, d_expert 0 (= d_ff)", 4, 1, 0, 0, 1, 3, 5, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE,
+     0.0f},
+    {"first_dense 1", 4, 2, 12, 1, 1, 1, 7, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f},
+    {"every 2 after 1 dense", 8, 3, 10, 1, 2, 2, 6, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f},
+    {"MoE only above 3 dense", 2, 2, 8, 3, 1, 4, 3, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f},
+    {"router jitter", 4, 2, 12, 1, 1, 2, 8, 0.1f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f},
+    {"two shared experts", 4, 2, 12, 1, 1, 2, 8, 0.0f, 2, MOE_ROUTING_TOKEN_CHOICE, 0.0f},
+    {"expert choice", 4, 2, 12, 1, 1, 2, 8, 0.0f, 0, MOE_ROUTING_EXPERT_CHOICE, 1.0f},
+    {"expert choice, capacity 1.5, top-1", 8, 1, 10, 0, 2, 3, 5, 0.0f, 1, MOE_ROUTING_EXPERT_CHOICE,
+     1.5f},
 };
 
 START_TEST(test_formula_matches_allocation) {
@@ -100,6 +113,12 @@ START_TEST(test_int_words_by_hand) {
     MemoryBreakdown mb;
     model_memory_floats(&c, 2, 6, &mb);
     ck_assert_uint_eq(mb.int_words, 24 + 2 * 128);
+
+    /* expert choice, E = 4, N = 2 x 8 = 16, MoE in blocks 1..3: idx N E + 1 = 65, counts 4,
+     * offsets 5, slot and slot_token 2 (N E + 1) = 130, i.e. 204 per block */
+    c = shape_config(&SHAPES[8]);
+    model_memory_floats(&c, 2, 8, &mb);
+    ck_assert_uint_eq(mb.int_words, 2 * 16 + 3 * 204);
 
     /* a dense model holds only the token ids */
     c = shape_config(&SHAPES[0]);

@@ -8,6 +8,10 @@
  *   xe = gather(x) (S, C) -> ye = experts(xe) (S, C)                  (permute.c, experts.c)
  *   y = sum_k w[n,k] ye[slot(n,k)] (N, C)                             (permute.c)
  *
+ * With moe.routing=expert_choice the top-k and plan steps are one: each expert picks its
+ * tokens (expert_choice.c), idx and w become (N, E) with a slot of -1 for the pairs not
+ * picked, and everything after the plan runs unchanged.
+ *
  * x reaches y along two paths: through the experts (the value) and through the router (the
  * weights w, and the aux and z losses). The backward pass follows both and adds the two input
  * gradients at the end.
@@ -23,15 +27,18 @@
 #include "profile.h"
 #include "util.h"
 
+/* The routing arrays idx, w, dw hold NA = N A entries (A = K, or E for expert choice: every
+ * (token, expert) pair is a candidate); the slot buffers S rows (moe_slots_max). */
 void moe_acts_alloc(MoeActs *a, const MoeHyper *hp, int N_max) {
-    size_t N = (size_t)N_max, S = N * hp->K;
+    const int A = moe_assignments_per_token(hp);
+    size_t N = (size_t)N_max, NA = N * A, S = moe_slots_max(hp, N_max);
     memset(a, 0, sizeof(*a));
     a->logits = floats_alloc(N * hp->E);
     a->scores = floats_alloc(N * hp->E);
     a->lse = floats_alloc(N);
-    a->idx = calloc_check(S + 1, sizeof(int));
-    a->w = floats_alloc(S);
-    dispatch_plan_alloc(&a->plan, N_max, hp->E, hp->K);
+    a->idx = calloc_check(NA + 1, sizeof(int));
+    a->w = floats_alloc(NA);
+    dispatch_plan_alloc(&a->plan, N_max, hp->E, A);
     a->xe = floats_alloc(S * hp->C);
     a->ye = floats_alloc(S * hp->C);
     a->g = floats_alloc(S * hp->F);
@@ -61,9 +68,10 @@ void moe_acts_free(MoeActs *a) {
 }
 
 void moe_scratch_alloc(MoeScratch *s, const MoeHyper *hp, int N_max) {
-    size_t N = (size_t)N_max, S = N * hp->K;
+    size_t N = (size_t)N_max, NA = N * moe_assignments_per_token(hp);
+    size_t S = moe_slots_max(hp, N_max);
     s->dlogits = floats_alloc(N * hp->E);
-    s->dw = floats_alloc(S);
+    s->dw = floats_alloc(NA);
     s->dxe = floats_alloc(S * hp->C);
     s->dye = floats_alloc(S * hp->C);
     s->dg = floats_alloc(S * hp->F);
@@ -114,10 +122,18 @@ void moe_block_forward(float *y, MoeActs *a, const float *x, const MoeWeights *w
     if (hp->rng && hp->noise > 0.0f)
         PROF(PROF_ROUTER, logit_noise(a->logits, hp->noise, hp->rng, N, E));
     PROF(PROF_ROUTER, router_scores_forward(a->scores, a->lse, a->logits, N, hp));
-    PROF(PROF_ROUTER, router_gate_forward(a->idx, a->w, a->scores, a->logits, wt->bias, N, hp));
-    PROF(PROF_ROUTER, a->aux_loss = router_balance_loss(a->scores, a->idx, N, hp));
-    PROF(PROF_ROUTER, a->z_loss = router_z_loss(a->lse, N));
-    PROF(PROF_PERMUTE, dispatch_plan_build(&a->plan, a->idx, N));
+    if (hp->routing == MOE_ROUTING_EXPERT_CHOICE) {
+        /* the experts choose, and the choice is the plan; balanced by construction, so there
+         * is no balance loss (aux_loss 0) */
+        PROF(PROF_ROUTER, expert_choice_forward(a->idx, a->w, &a->plan, a->scores, N, hp));
+        a->aux_loss = 0.0f;
+        PROF(PROF_ROUTER, a->z_loss = router_z_loss(a->lse, N));
+    } else {
+        PROF(PROF_ROUTER, router_gate_forward(a->idx, a->w, a->scores, a->logits, wt->bias, N, hp));
+        PROF(PROF_ROUTER, a->aux_loss = router_balance_loss(a->scores, a->idx, N, hp));
+        PROF(PROF_ROUTER, a->z_loss = router_z_loss(a->lse, N));
+        PROF(PROF_PERMUTE, dispatch_plan_build(&a->plan, a->idx, N));
+    }
     PROF(PROF_PERMUTE, permute_forward(a->xe, x, &a->plan, C));
     PROF(PROF_EXPERTS, experts_forward(a->ye, a->g, a->u, a->h, a->xe, wt->Wg, wt->Wu, wt->Wd,
                                        a->plan.offsets, E, C, F));
@@ -146,9 +162,18 @@ void moe_block_backward(float *dx, MoeGrads *gr, const float *dy, const MoeActs 
     /* router path: w, aux, z <- scores, lse <- logits = x Wr^T */
     MoeHyper hpa = *hp;
     hpa.T = a->T; /* the sequences of the forward pass */
+    if (hp->routing == MOE_ROUTING_EXPERT_CHOICE) {
+        /* w[n, e] = route_scale scores[n, e] for every pair (dw = 0 where e did not pick n):
+         * the gate backward of E "chosen" experts per token, unnormalised, no balance loss,
+         * gives ds = route_scale dw, then the softmax (or sigmoid) and the z-loss terms */
+        hpa.K = E;
+        hpa.renorm = 0;
+        hpa.topk_first = 0;
+        hpa.balance = MOE_BALANCE_NONE;
+    }
     PROF(PROF_ROUTER,
          router_gate_backward(s->dlogits, s->dw, a->scores, a->lse, a->logits, a->idx, a->w, N,
-                              &hpa, moe_balance_coef(hp) * loss_scale, hp->z_coef * loss_scale));
+                              &hpa, moe_balance_coef(&hpa) * loss_scale, hp->z_coef * loss_scale));
     /* logits = xj Wr^T with xj = x * jit: dWr sees xj, and dx(router) = (dlogits Wr) * jit */
     const float *xr = a->jittered ? a->xj : x;
     PROF(PROF_ROUTER,

@@ -8,8 +8,9 @@
  *     --combine (weighted by w)--> y (N, C)
  *
  * Files: router.c (scores, top-k and gate weights, z-loss), router_balance.c (aux and seq_aux
- * losses, the aux-free bias, balance statistics), permute.c (dispatch plan, gather and
- * weighted scatter), experts.c (grouped SwiGLU), layer.c (the block). The shared experts
+ * losses, the aux-free bias, balance statistics), expert_choice.c (moe.routing=expert_choice:
+ * each expert picks its tokens instead), permute.c (dispatch plan, gather and weighted
+ * scatter), experts.c (grouped SwiGLU), layer.c (the block). The shared experts
  * (moe.num_shared) are a dense SwiGLU that model.c adds next to the block.
  *
  * Dimension letters: N tokens, C channels, E experts, K experts per token (top-k),
@@ -33,6 +34,9 @@ enum {
     MOE_BALANCE_NONE = 3
 };
 enum { MOE_BIAS_SIGN = 0, MOE_BIAS_PROPORTIONAL = 1 };
+/* Who chooses (config key moe.routing): each token its top-k experts, or each expert its top
+ * cap tokens of the micro-batch (expert_choice.c). */
+enum { MOE_ROUTING_TOKEN_CHOICE = 0, MOE_ROUTING_EXPERT_CHOICE = 1 };
 
 /* The block's settings. A positional initializer that stops at z_coef leaves the later
  * fields 0: softmax scores and the Switch aux loss (both enums start there), but route_scale 0;
@@ -50,10 +54,12 @@ typedef struct {
     float jitter;      /* router input times U(1 - jitter, 1 + jitter), when rng is set */
     float noise;       /* N(0, noise^2) added to the logits, when rng is set */
     Rng *rng;          /* exploration noise stream; NULL: none (evaluation): per forward */
+    int routing;       /* MOE_ROUTING_*: token choice (top-k per token) or expert choice */
+    float ec_capacity; /* expert choice: cap = ceil(ec_capacity * N * K / E) tokens per expert */
 } MoeHyper;
 
 /* The defaults of the fields a positional initializer may leave at 0: softmax scores, the
- * Switch aux loss, route_scale 1. */
+ * Switch aux loss, route_scale 1, token choice (ec_capacity 1). */
 void moe_hyper_defaults(MoeHyper *hp);
 
 /* Coefficient of MoeActs.aux_loss in the objective: aux_coef for aux and seq_aux, 0 for none
@@ -175,6 +181,30 @@ void combine_forward(float *y, const float *ye, const float *w, const DispatchPl
 void combine_backward(float *dye, float *dw, const float *dy, const float *ye, const float *w,
                       const DispatchPlan *p, int C);
 
+/* ---- expert choice (Zhou et al. 2022; expert_choice.c) -------------------------------------
+ * Every expert picks the cap tokens of the micro-batch with the highest score for it. The
+ * block then treats every (token n, expert e) pair as a candidate assignment: A = E
+ * assignments per token instead of K, a plan slot of -1 for a pair the expert did not pick. */
+
+/* Assignments per token of the routing arrays idx, w and the plan's slot: K or E. */
+int moe_assignments_per_token(const MoeHyper *hp);
+/* Tokens each expert picks from N: ceil(ec_capacity * N * K / E), clamped to [1, N]. */
+int moe_ec_capacity(const MoeHyper *hp, int N);
+/* Rows of the slot buffers (xe, ye, g, u, h) for up to N tokens: N * K, or E * cap(N). */
+size_t moe_slots_max(const MoeHyper *hp, int N);
+
+/* idx (N, E) = e, w (N, E) = route_scale * scores (no renormalisation), and the plan p
+ * (allocated with K = E): expert e picks its cap highest-scoring tokens (ties to the lower
+ * token index) and owns slots [e cap, (e + 1) cap), its tokens in token order; slot(n, e) is
+ * -1 for a pair e did not pick. scores (N, E). */
+void expert_choice_forward(int *idx, float *w, DispatchPlan *p, const float *scores, int N,
+                           const MoeHyper *hp);
+
+/* router.csv statistics of an expert-choice plan: load (E) = each expert's fraction of the
+ * kept assignments (equal by construction), maxvio, cv, entropy as router_stats, and
+ * drop_frac = the fraction of tokens no expert picked. scores (N, E). */
+void expert_choice_stats(RouterStats *st, float *load, const float *scores, const DispatchPlan *p);
+
 /* ---- experts: one SwiGLU per expert over its contiguous slice ------------------------------
  * Weights stacked over experts: Wg, Wu (E, F, C); Wd (E, C, F). For the rows of expert e:
  *   g = xe Wg[e]^T, u = xe Wu[e]^T (S_e, F);  h = silu(g) * u;  ye = h Wd[e]^T (S_e, C).
@@ -206,11 +236,11 @@ typedef struct {
     int N;                  /* tokens of the last forward */
     float *logits, *scores; /* (N, E) */
     float *lse;             /* (N) */
-    int *idx;               /* (N, K) */
-    float *w;               /* (N, K) */
-    DispatchPlan plan;
-    float *xe, *ye;         /* (N*K, C) */
-    float *g, *u, *h;       /* (N*K, F) */
+    int *idx;               /* (N, A), A = moe_assignments_per_token: K, or E (expert choice) */
+    float *w;               /* (N, A) */
+    DispatchPlan plan;      /* its K is A */
+    float *xe, *ye;         /* (S, C), S = moe_slots_max: N*K, or E*cap (expert choice) */
+    float *g, *u, *h;       /* (S, F) */
     float aux_loss, z_loss; /* unscaled values of the last forward */
     int T;                  /* hp->T of the last forward (seq_aux backward) */
     /* jitter (allocated when hp->jitter > 0): the router reads xj = x * jit instead of x */
@@ -221,9 +251,9 @@ typedef struct {
 /* Backward temporaries, shared by all blocks of a model (used one block at a time). */
 typedef struct {
     float *dlogits;      /* (N, E) */
-    float *dw;           /* (N, K) */
-    float *dxe, *dye;    /* (N*K, C) */
-    float *dg, *du, *dh; /* (N*K, F) */
+    float *dw;           /* (N, A) */
+    float *dxe, *dye;    /* (S, C) */
+    float *dg, *du, *dh; /* (S, F) */
     float *dx_router;    /* (N, C) */
 } MoeScratch;
 

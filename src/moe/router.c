@@ -30,6 +30,8 @@ void moe_hyper_defaults(MoeHyper *hp) {
     hp->topk_first = 0;
     hp->route_scale = 1.0f;
     hp->balance = MOE_BALANCE_AUX;
+    hp->routing = MOE_ROUTING_TOKEN_CHOICE;
+    hp->ec_capacity = 1.0f;
 }
 
 /* lse of one row of logits l (E), with its maximum m: m + log sum exp(l - m). */

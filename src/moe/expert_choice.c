@@ -1,0 +1,140 @@
+/*
+ * expert_choice.c: expert-choice routing (Zhou et al. 2022, "Mixture-of-Experts with Expert
+ * Choice Routing").
+ *
+ * Token choice lets every token pick its top-k experts, so an expert may get far more tokens
+ * than another and a balancing loss is needed. Expert choice turns the choice around: the
+ * scores are the same (N, E) matrix (softmax over the experts of a token, or a sigmoid per
+ * expert), but every EXPERT takes the column of its scores over the N tokens of the micro-batch
+ * and keeps its cap best tokens:
+ *
+ *   cap        = ceil(ec_capacity * N * K / E), clamped to [1, N]   (K experts per token on
+ *                                                                    average when ec_capacity 1)
+ *   picked(n,e) = n is among the cap largest scores[., e]          (ties to the lower token)
+ *   w[n, e]    = route_scale * scores[n, e]                       (no renormalisation)
+ *   y[n]       = sum over the experts e that picked n of w[n, e] Expert_e(x[n])
+ *
+ * Every expert gets exactly cap tokens, so the load is balanced by construction; a token can be
+ * picked by 0..E experts, and one picked by none passes the block with y = 0 (the residual
+ * carries it on).
+ *
+ * The block reuses the token-choice machinery unchanged by listing EVERY (n, e) pair as a
+ * candidate assignment: idx (N, E) with idx[n, e] = e, w (N, E), and a plan built with K = E
+ * whose slot(n, e) is -1 for a pair the expert did not pick. permute and combine skip those
+ * slots; combine_backward gives them dw = 0. Expert e owns slots [e cap, (e + 1) cap) and holds
+ * its tokens in token order, like a token-choice slice.
+ *
+ * The cost: the ranking runs over the whole micro-batch, so in a causal language model the
+ * routing of token t (and so its output) depends on the tokens after t. src/README.md has the
+ * details of this leak.
+ */
+#include "moe/moe_ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+int moe_assignments_per_token(const MoeHyper *hp) {
+    return hp->routing == MOE_ROUTING_EXPERT_CHOICE ? hp->E : hp->K;
+}
+
+int moe_ec_capacity(const MoeHyper *hp, int N) {
+    /* in double, ec_capacity N K is exact and so is its quotient by E when that is whole:
+     * ceil never rounds an exact capacity up */
+    double want = ceil((double)hp->ec_capacity * N * hp->K / hp->E);
+    if (want < 1.0) want = 1.0;
+    if (want > N) want = N;
+    return (int)want;
+}
+
+size_t moe_slots_max(const MoeHyper *hp, int N) {
+    if (hp->routing == MOE_ROUTING_EXPERT_CHOICE)
+        return (size_t)hp->E * (size_t)moe_ec_capacity(hp, N);
+    return (size_t)N * hp->K;
+}
+
+/* One candidate of an expert's ranking: its score and its token. */
+typedef struct {
+    float score;
+    int token;
+} Cand;
+
+/* Descending score, then ascending token: a total order, so the ranking (and qsort, which
+ * is not stable) is deterministic. */
+static int cand_cmp(const void *pa, const void *pb) {
+    const Cand *a = pa, *b = pb;
+    if (a->score > b->score) return -1;
+    if (a->score < b->score) return 1;
+    return (a->token > b->token) - (a->token < b->token);
+}
+
+void expert_choice_forward(int *idx, float *w, DispatchPlan *p, const float *scores, int N,
+                           const MoeHyper *hp) {
+    /* idx (N, E), w (N, E), scores (N, E); p allocated for at least N tokens with K = E. */
+    const int E = hp->E, cap = moe_ec_capacity(hp, N);
+    const float rs = hp->route_scale;
+    if (p->K != E)
+        moe_fatal("expert_choice_forward: the plan holds %d assignments per token, expert "
+                  "choice needs E = %d (allocate it with moe_acts_alloc)",
+                  p->K, E);
+#pragma omp parallel for
+    for (int n = 0; n < N; n++)
+        for (int e = 0; e < E; e++) {
+            idx[(size_t)n * E + e] = e;
+            w[(size_t)n * E + e] = rs * scores[(size_t)n * E + e];
+        }
+    Cand *cand = malloc_check((size_t)E * N * sizeof(Cand));
+    /* each expert owns its column of slot and its slice of slot_token: one thread each */
+#pragma omp parallel for
+    for (int e = 0; e < E; e++) {
+        Cand *c = cand + (size_t)e * N;
+        for (int n = 0; n < N; n++) c[n] = (Cand){scores[(size_t)n * E + e], n};
+        qsort(c, (size_t)N, sizeof(Cand), cand_cmp);
+        for (int n = 0; n < N; n++) p->slot[(size_t)n * E + e] = -1;
+        for (int r = 0; r < cap; r++) p->slot[(size_t)c[r].token * E + e] = 0; /* picked */
+        /* slots in token order: the slice is sorted like a token-choice slice */
+        int s = e * cap;
+        for (int n = 0; n < N; n++) {
+            int *sl = &p->slot[(size_t)n * E + e];
+            if (*sl < 0) continue;
+            *sl = s;
+            p->slot_token[s++] = n;
+        }
+        p->counts[e] = cap;
+        p->offsets[e] = e * cap;
+    }
+    free(cand);
+    p->offsets[E] = E * cap;
+    p->N = N;
+    p->S = E * cap;
+}
+
+void expert_choice_stats(RouterStats *st, float *load, const float *scores, const DispatchPlan *p) {
+    /* load (E), scores (N, E) */
+    const int N = p->N, E = p->E, A = p->K;
+    if (N <= 0 || p->S <= 0) {
+        for (int e = 0; e < E; e++) load[e] = 0.0f;
+        st->maxvio = st->cv = st->entropy = st->drop_frac = 0.0f;
+        return;
+    }
+    for (int e = 0; e < E; e++) load[e] = (float)((double)p->counts[e] / p->S);
+    load_balance(&st->maxvio, &st->cv, load, E);
+    double ent = 0.0;
+    int unpicked = 0;
+    for (int n = 0; n < N; n++) {
+        const float *s = scores + (size_t)n * E;
+        double S = 0.0;
+        for (int e = 0; e < E; e++) S += s[e];
+        for (int e = 0; e < E; e++) {
+            double q = s[e] / S;
+            if (q > 0.0) ent -= q * log(q);
+        }
+        int picked = 0;
+        for (int a = 0; a < A; a++) picked |= p->slot[(size_t)n * A + a] >= 0;
+        unpicked += !picked;
+    }
+    st->entropy = (float)(ent / N);
+    st->drop_frac = (float)((double)unpicked / N);
+}
