@@ -102,7 +102,10 @@ done
     "$out/summary.csv"
   echo
   echo "MaxVio, CV, top-2 share (the fraction of assignments taken by the two busiest experts; 2/E when balanced), dropped and z-loss: mean over the MoE blocks and the last 20% of the $steps steps. MaxVio (val set): at the last evaluation, over the whole validation set, mean over the blocks. Val loss at step $steps."
-  echo "Machine: $(awk -F'= ' '/^cpu/ {print $2; exit}' runs/ch01-none$suffix/provenance.txt), commit $(awk -F'= ' '/^commit/ {print $2; exit}' runs/ch01-none$suffix/provenance.txt)."
+  commits=$(for v in "${VARIANTS[@]}"; do
+               awk -F'= ' '/^commit/ {print $2; exit}' "runs/ch01-${v%%|*}$suffix/provenance.txt"
+             done | sort -u | tr '\n' ' ')
+  echo "Machine: $(awk -F'= ' '/^cpu/ {print $2; exit}' runs/ch01-none$suffix/provenance.txt); built from commit(s) ${commits% } (each run's provenance.txt names its own)."
   ec=runs/ch01-expert-choice$suffix
   if [ -f "$ec/ckpt.bin" ]; then
     leaky=$("$moe" eval --ckpt "$ec/ckpt.bin" | awk '{ print $2 }')
