@@ -68,6 +68,7 @@ typedef struct {
     int n_moe, E, micro;
     double *load;    /* (n_moe, E) summed over micro-batches */
     double *entropy; /* (n_moe) */
+    double *top1;    /* (n_moe) */
     double *drop;    /* (n_moe) */
     float *tmp;      /* (E) */
 } RouterAccum;
@@ -75,6 +76,7 @@ typedef struct {
 static void raccum_reset(RouterAccum *r) {
     memset(r->load, 0, (size_t)r->n_moe * r->E * sizeof(double));
     memset(r->entropy, 0, (size_t)r->n_moe * sizeof(double));
+    memset(r->top1, 0, (size_t)r->n_moe * sizeof(double));
     memset(r->drop, 0, (size_t)r->n_moe * sizeof(double));
     r->micro = 0;
 }
@@ -95,6 +97,7 @@ static void raccum_add(RouterAccum *r, const Model *m) {
         }
         for (int e = 0; e < r->E; e++) r->load[b * r->E + e] += r->tmp[e];
         r->entropy[b] += st.entropy;
+        r->top1[b] += st.top1;
         b++;
     }
     r->micro++;
@@ -117,7 +120,7 @@ static void raccum_write(const RouterAccum *r, const Model *m, FILE *f, int step
                 r->drop[b] / r->micro);
         for (int e = 0; e < r->E; e++) fprintf(f, ",%.6f", r->tmp[e]);
         for (int e = 0; e < r->E; e++) fprintf(f, ",%.6g", m->blocks[l].router_bias[e]);
-        fputc('\n', f);
+        fprintf(f, ",%.6f\n", r->top1[b] / r->micro);
         b++;
     }
 }
@@ -252,6 +255,7 @@ int train_run(Config *c, const TrainOptions *o) {
         hl += snprintf(header + hl, sizeof header - (size_t)hl, ",load_%d", e);
     for (int e = 0; e < c->num_experts && hl < (int)sizeof header - 16; e++)
         hl += snprintf(header + hl, sizeof header - (size_t)hl, ",bias_%d", e);
+    snprintf(header + hl, sizeof header - (size_t)hl, ",top1_score");
     FILE *frouter = csv_open(o->out_dir, "router.csv", header, keep);
     FILE *fdomains = csv_open(o->out_dir, "domains.csv", "step,layer,domain,expert,fraction", keep);
     hl = snprintf(header, sizeof header, "step,layer,maxvio,cv");
@@ -263,6 +267,7 @@ int train_run(Config *c, const TrainOptions *o) {
     RouterAccum ra = {.n_moe = m.n_moe, .E = E};
     ra.load = (double *)calloc_check((size_t)m.n_moe * E + 1, sizeof(double));
     ra.entropy = (double *)calloc_check((size_t)m.n_moe + 1, sizeof(double));
+    ra.top1 = (double *)calloc_check((size_t)m.n_moe + 1, sizeof(double));
     ra.drop = (double *)calloc_check((size_t)m.n_moe + 1, sizeof(double));
     ra.tmp = floats_alloc((size_t)E);
     float *step_load = floats_alloc((size_t)m.n_moe * E + 1); /* (n_moe, E) */
@@ -274,8 +279,7 @@ int train_run(Config *c, const TrainOptions *o) {
     uint8_t *domains = (uint8_t *)malloc_check((size_t)B * T);
     const int tty = !o->quiet && isatty(STDERR_FILENO);
     printf("training %s: %d steps of %d micro-batch(es) of %d x %d tokens, %d threads%s\n",
-           o->out_dir, c->steps, c->accum, B, T, threads,
-           o->resume ? " (resumed)" : "");
+           o->out_dir, c->steps, c->accum, B, T, threads, o->resume ? " (resumed)" : "");
     fflush(stdout);
 
     const double t_start = now_seconds();
@@ -351,6 +355,7 @@ int train_run(Config *c, const TrainOptions *o) {
     free(domains);
     free(ra.load);
     free(ra.entropy);
+    free(ra.top1);
     free(ra.drop);
     free(ra.tmp);
     free(step_load);

@@ -148,6 +148,8 @@ START_TEST(test_router_stats_hand) {
     CLOSE(st.cv, sqrt(1.5), "cv");
     CLOSE(st.entropy, 1.125 * log(2.0), "entropy");
     ck_assert_float_eq(st.drop_frac, 0.0f);
+    /* top-1 scores 0.25, 0.5, 1, 0.5 -> mean 0.5625 */
+    CLOSE(st.top1, 0.5625f, "mean top-1 score");
 
     const int even[N] = {2, 0, 3, 1};
     router_stats(&st, load, scores, even, N, E, 1);

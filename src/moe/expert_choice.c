@@ -116,7 +116,7 @@ void expert_choice_stats(RouterStats *st, float *load, const float *scores, cons
     const int N = p->N, E = p->E, A = p->K;
     if (N <= 0 || p->S <= 0) {
         for (int e = 0; e < E; e++) load[e] = 0.0f;
-        st->maxvio = st->cv = st->entropy = st->drop_frac = 0.0f;
+        st->maxvio = st->cv = st->entropy = st->drop_frac = st->top1 = 0.0f;
         return;
     }
     for (int e = 0; e < E; e++) load[e] = (float)((double)p->counts[e] / p->S);
@@ -136,5 +136,6 @@ void expert_choice_stats(RouterStats *st, float *load, const float *scores, cons
         unpicked += !picked;
     }
     st->entropy = (float)(ent / N);
+    st->top1 = router_mean_top1(scores, N, E);
     st->drop_frac = (float)((double)unpicked / N);
 }

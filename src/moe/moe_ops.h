@@ -144,9 +144,12 @@ void router_backward(float *dlogits, const float *dw, const float *scores, const
  * distribution normalised to sum 1 (sigmoid scores do not), in nats. */
 typedef struct {
     float maxvio, cv, entropy, drop_frac;
+    float top1; /* mean over tokens of the highest score: how sure the router is */
 } RouterStats;
 /* maxvio and cv of a load vector (E) (fractions; an average of several batches' loads works) */
 void load_balance(float *maxvio, float *cv, const float *load, int E);
+/* Mean over the N tokens of the highest of each token's E scores (router.csv top1_score). */
+float router_mean_top1(const float *scores, int N, int E);
 void router_stats(RouterStats *st, float *load, const float *scores, const int *idx, int N, int E,
                   int K);
 

@@ -147,16 +147,29 @@ void load_balance(float *maxvio, float *cv, const float *load, int E) {
     *cv = mean > 0.0 ? (float)(sqrt(var) / mean) : 0.0f;
 }
 
+float router_mean_top1(const float *scores, int N, int E) {
+    /* scores (N, E): mean over tokens of max_e scores[n, e] */
+    double sum = 0.0;
+    for (int n = 0; n < N; n++) {
+        float best = scores[(size_t)n * E];
+        for (int e = 1; e < E; e++)
+            best = scores[(size_t)n * E + e] > best ? scores[(size_t)n * E + e] : best;
+        sum += best;
+    }
+    return N > 0 ? (float)(sum / N) : 0.0f;
+}
+
 void router_stats(RouterStats *st, float *load, const float *scores, const int *idx, int N, int E,
                   int K) {
     /* load (E), scores (N, E), idx (N, K). The mean load is always 1/E (the loads sum to 1),
      * so maxvio and cv are relative to the perfectly balanced value. */
     if (N <= 0) {
         for (int e = 0; e < E; e++) load[e] = 0.0f;
-        st->maxvio = st->cv = st->entropy = st->drop_frac = 0.0f;
+        st->maxvio = st->cv = st->entropy = st->drop_frac = st->top1 = 0.0f;
         return;
     }
     assignment_fractions(load, idx, N, E, K);
+    st->top1 = router_mean_top1(scores, N, E);
     load_balance(&st->maxvio, &st->cv, load, E);
     double ent = 0.0;
     for (int n = 0; n < N; n++) {
