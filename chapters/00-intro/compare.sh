@@ -8,7 +8,7 @@
 # Both models have 4 blocks of d_model 128 and the same active feed-forward compute per token:
 # the dense block is one SwiGLU of hidden 512; the MoE block routes each token to 2 of 8
 # experts of hidden 256. Writes runs/ch00-{dense,moe}/ (with their plots),
-# chapters/00-intro/results/summary.{csv,md} and chapters/00-intro/results/val_loss.png.
+# plots/00-intro[-quick]/summary.{csv,md}, val_loss.png and the MoE run's figures (the handbook's).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=chapters/00-intro
@@ -23,7 +23,7 @@ for arg in "$@"; do
   esac
 done
 make --no-print-directory build/moe data/corpus/train.bin >/dev/null
-out=$here/results$suffix
+out=plots/00-intro$suffix
 mkdir -p "$out"
 
 train() { # name, extra settings...

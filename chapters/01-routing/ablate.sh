@@ -10,7 +10,7 @@
 # Every variant is the default MoE of chapter 0 (4 blocks of width 128, 8 experts of hidden 256,
 # top-2, batch 16 x 128 bytes of the six-domain corpus, same seed and steps) with a few settings
 # changed, listed in VARIANTS below. Writes runs/ch01-NAME[-quick]/ and, in
-# chapters/01-routing/results[-quick]/: summary.csv, summary.md, val_loss.png, balance.png,
+# plots/01-routing[-quick]/ (the handbook's figures): summary.csv, summary.md, val_loss.png, balance.png,
 # and each variant's load heatmap and domain heatmap.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,7 +46,7 @@ while [ $# -gt 0 ]; do
 done
 make --no-print-directory build/moe data/corpus/train.bin >/dev/null
 moe=${MOE_BIN:-build/moe} # another binary (e.g. a copy, while the tree is rebuilt)
-out=$here/results$suffix
+out=plots/01-routing$suffix
 mkdir -p "$out"
 
 names=()
