@@ -33,18 +33,6 @@ enum {
     DOC_BYTES = 16,
 };
 
-static uint32_t get_u32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get_u64(const uint8_t *p) {
-    return get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
-}
-static void put_u32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
 
 /* ---- reading ------------------------------------------------------------------------------- */
 
@@ -81,7 +69,7 @@ int shard_load(Shard *s, const char *path, char *err, int errlen) {
                   path, SHARD_MAGIC);
         goto done;
     }
-    uint32_t version = get_u32(h + HDR_VERSION), token_bytes = get_u32(h + HDR_TOKEN_BYTES);
+    uint32_t version = le_get_u32(h + HDR_VERSION), token_bytes = le_get_u32(h + HDR_TOKEN_BYTES);
     if (version != SHARD_VERSION) {
         set_error(err, errlen,
                   "shard '%s' has format version %u but this program reads version %d; " REBUILD,
@@ -95,9 +83,9 @@ int shard_load(Shard *s, const char *path, char *err, int errlen) {
                   path, token_bytes);
         goto done;
     }
-    s->n_tokens = get_u64(h + HDR_N_TOKENS);
-    s->n_docs = get_u32(h + HDR_N_DOCS);
-    s->n_domains = get_u32(h + HDR_N_DOMAINS);
+    s->n_tokens = le_get_u64(h + HDR_N_TOKENS);
+    s->n_docs = le_get_u32(h + HDR_N_DOCS);
+    s->n_domains = le_get_u32(h + HDR_N_DOMAINS);
     if (s->n_domains < 1 || s->n_domains > SHARD_MAX_DOMAINS) {
         set_error(err, errlen, "shard '%s' declares %u domains, expected 1..%d; " REBUILD, path,
                   s->n_domains, SHARD_MAX_DOMAINS);
@@ -162,9 +150,9 @@ int shard_load(Shard *s, const char *path, char *err, int errlen) {
     uint64_t next = 0;
     for (uint32_t i = 0; i < s->n_docs; i++) {
         ShardDoc *d = &s->docs[i];
-        d->start = get_u64(docbuf + (size_t)i * DOC_BYTES);
-        d->length = get_u32(docbuf + (size_t)i * DOC_BYTES + 8);
-        d->domain = get_u32(docbuf + (size_t)i * DOC_BYTES + 12);
+        d->start = le_get_u64(docbuf + (size_t)i * DOC_BYTES);
+        d->length = le_get_u32(docbuf + (size_t)i * DOC_BYTES + 8);
+        d->domain = le_get_u32(docbuf + (size_t)i * DOC_BYTES + 12);
         if (d->start != next || d->length > s->n_tokens - next) {
             set_error(
                 err, errlen,
@@ -234,11 +222,11 @@ int shard_write(const char *path, const uint8_t *tokens, uint64_t n_tokens, cons
                          n_domains, SHARD_MAX_DOMAINS);
     uint8_t h[SHARD_HEADER_BYTES] = {0};
     memcpy(h + HDR_MAGIC, SHARD_MAGIC, sizeof(SHARD_MAGIC));
-    put_u32(h + HDR_VERSION, SHARD_VERSION);
-    put_u32(h + HDR_TOKEN_BYTES, 1);
-    put_u64(h + HDR_N_TOKENS, n_tokens);
-    put_u32(h + HDR_N_DOCS, n_docs);
-    put_u32(h + HDR_N_DOMAINS, n_domains);
+    le_put_u32(h + HDR_VERSION, SHARD_VERSION);
+    le_put_u32(h + HDR_TOKEN_BYTES, 1);
+    le_put_u64(h + HDR_N_TOKENS, n_tokens);
+    le_put_u32(h + HDR_N_DOCS, n_docs);
+    le_put_u32(h + HDR_N_DOMAINS, n_domains);
     for (uint32_t d = 0; d < n_domains; d++) {
         size_t len = strnlen(domain[d], SHARD_DOMAIN_NAME);
         if (len == 0 || len >= SHARD_DOMAIN_NAME)
@@ -259,9 +247,9 @@ int shard_write(const char *path, const uint8_t *tokens, uint64_t n_tokens, cons
                              path, i, (unsigned long long)docs[i].start, docs[i].length,
                              docs[i].domain);
         }
-        put_u64(rec + (size_t)i * DOC_BYTES, docs[i].start);
-        put_u32(rec + (size_t)i * DOC_BYTES + 8, docs[i].length);
-        put_u32(rec + (size_t)i * DOC_BYTES + 12, docs[i].domain);
+        le_put_u64(rec + (size_t)i * DOC_BYTES, docs[i].start);
+        le_put_u32(rec + (size_t)i * DOC_BYTES + 8, docs[i].length);
+        le_put_u32(rec + (size_t)i * DOC_BYTES + 12, docs[i].domain);
         next += docs[i].length;
     }
     if (next != n_tokens) {

@@ -41,18 +41,6 @@ enum {
     E_ZEROS = 120,
 };
 
-static uint32_t get_u32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get_u64(const uint8_t *p) {
-    return get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
-}
-static void put_u32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
 
 static size_t dtype_size(int dtype) {
     return dtype == TENSOR_F32 ? 4 : dtype == TENSOR_U8 ? 1 : 0;
@@ -100,11 +88,11 @@ int ckpt_write(const char *path, uint64_t step, const char *config_text, const T
         }
         uint8_t *r = dir + (size_t)i * CKPT_ENTRY_BYTES;
         memcpy(r + E_NAME, e->name, len);
-        put_u32(r + E_DTYPE, (uint32_t)e->dtype);
-        put_u32(r + E_NDIM, (uint32_t)e->ndim);
-        for (int k = 0; k < 3; k++) put_u32(r + E_SHAPE + 4 * k, shape[k]);
-        put_u64(r + E_OFFSET, offset);
-        put_u64(r + E_NBYTES, e->nbytes);
+        le_put_u32(r + E_DTYPE, (uint32_t)e->dtype);
+        le_put_u32(r + E_NDIM, (uint32_t)e->ndim);
+        for (int k = 0; k < 3; k++) le_put_u32(r + E_SHAPE + 4 * k, shape[k]);
+        le_put_u64(r + E_OFFSET, offset);
+        le_put_u64(r + E_NBYTES, e->nbytes);
         offset += e->nbytes;
     }
     size_t dir_bytes = (size_t)n * CKPT_ENTRY_BYTES;
@@ -114,12 +102,12 @@ int ckpt_write(const char *path, uint64_t step, const char *config_text, const T
 
     uint8_t h[CKPT_HEADER_BYTES] = {0};
     memcpy(h + H_MAGIC, CKPT_MAGIC, sizeof(CKPT_MAGIC));
-    put_u32(h + H_VERSION, CKPT_VERSION);
-    put_u32(h + H_N_ENTRIES, (uint32_t)n);
-    put_u64(h + H_STEP, step);
-    put_u64(h + H_CONFIG, config_bytes);
-    put_u64(h + H_PAYLOAD, offset);
-    put_u32(h + H_CRC, crc);
+    le_put_u32(h + H_VERSION, CKPT_VERSION);
+    le_put_u32(h + H_N_ENTRIES, (uint32_t)n);
+    le_put_u64(h + H_STEP, step);
+    le_put_u64(h + H_CONFIG, config_bytes);
+    le_put_u64(h + H_PAYLOAD, offset);
+    le_put_u32(h + H_CRC, crc);
 
     const void **bufs = (const void **)malloc_check(sizeof(void *) * ((size_t)n + 3));
     size_t *lens = (size_t *)malloc_check(sizeof(size_t) * ((size_t)n + 3));
@@ -144,18 +132,18 @@ static const char *parse_entry(TensorRef *e, const uint8_t *r, uint64_t *offset,
     size_t len = strlen((const char *)r + E_NAME);
     for (size_t k = len; k < TENSOR_NAME_MAX; k++)
         if (r[E_NAME + k]) return "name not NUL-padded";
-    uint32_t dtype = get_u32(r + E_DTYPE), ndim = get_u32(r + E_NDIM), shape[3];
+    uint32_t dtype = le_get_u32(r + E_DTYPE), ndim = le_get_u32(r + E_NDIM), shape[3];
     if (!dtype_size((int)dtype)) return "unknown dtype";
     if (ndim > 3) return "ndim above 3";
     for (int k = 0; k < 3; k++) {
-        shape[k] = get_u32(r + E_SHAPE + 4 * k);
+        shape[k] = le_get_u32(r + E_SHAPE + 4 * k);
         if ((uint32_t)k >= ndim && shape[k]) return "non-zero size beyond ndim";
         if (shape[k] > INT32_MAX) return "dimension too large";
     }
-    if (get_u32(r + E_RESERVED)) return "non-zero reserved field";
+    if (le_get_u32(r + E_RESERVED)) return "non-zero reserved field";
     for (int k = E_ZEROS; k < CKPT_ENTRY_BYTES; k++)
         if (r[k]) return "non-zero padding";
-    uint64_t off = get_u64(r + E_OFFSET), nbytes = get_u64(r + E_NBYTES);
+    uint64_t off = le_get_u64(r + E_OFFSET), nbytes = le_get_u64(r + E_NBYTES);
     if (nbytes != shape_bytes((int)dtype, (int)ndim, shape)) return "nbytes != shape x dtype";
     if (off != *offset || nbytes > payload - off) return "offsets do not tile the payload";
     memcpy(e->name, r + E_NAME, TENSOR_NAME_MAX);
@@ -193,7 +181,7 @@ int ckpt_read(Ckpt *ck, const char *path, char *err, int errlen) {
                   CKPT_MAGIC);
         goto done;
     }
-    uint32_t version = get_u32(h + H_VERSION);
+    uint32_t version = le_get_u32(h + H_VERSION);
     if (version != CKPT_VERSION) {
         set_error(err, errlen,
                   "checkpoint '%s' has format version %u but this program reads version "
@@ -210,8 +198,8 @@ int ckpt_read(Ckpt *ck, const char *path, char *err, int errlen) {
             goto done;
         }
     }
-    uint32_t n = get_u32(h + H_N_ENTRIES);
-    uint64_t config_bytes = get_u64(h + H_CONFIG), payload = get_u64(h + H_PAYLOAD);
+    uint32_t n = le_get_u32(h + H_N_ENTRIES);
+    uint64_t config_bytes = le_get_u64(h + H_CONFIG), payload = le_get_u64(h + H_PAYLOAD);
     uint64_t body = file_bytes - CKPT_HEADER_BYTES, dir_bytes = (uint64_t)n * CKPT_ENTRY_BYTES;
     /* body == config + dir + payload, compared without overflowing on absurd header values */
     int short_file = body < config_bytes || body - config_bytes < dir_bytes ||
@@ -241,11 +229,11 @@ int ckpt_read(Ckpt *ck, const char *path, char *err, int errlen) {
     uint32_t crc = crc32_update(0, ck->config_text, config_bytes);
     crc = crc32_update(crc, dir, dir_bytes);
     crc = crc32_update(crc, ck->buffer, payload);
-    if (crc != get_u32(h + H_CRC)) {
+    if (crc != le_get_u32(h + H_CRC)) {
         set_error(err, errlen,
                   "checkpoint '%s' is corrupt (checksum mismatch: stored %08x, computed "
                   "%08x): " CK_CORRUPT,
-                  path, get_u32(h + H_CRC), crc);
+                  path, le_get_u32(h + H_CRC), crc);
         goto done;
     }
     if (strlen(ck->config_text) != config_bytes) {
@@ -254,7 +242,7 @@ int ckpt_read(Ckpt *ck, const char *path, char *err, int errlen) {
                   path);
         goto done;
     }
-    ck->step = get_u64(h + H_STEP);
+    ck->step = le_get_u64(h + H_STEP);
     ck->n = (int)n;
     ck->entries = (TensorRef *)calloc_check(n, sizeof(TensorRef));
     offs = (uint64_t *)malloc_check(sizeof(uint64_t) * (n + 1));
@@ -399,7 +387,7 @@ int safetensors_write(const char *path, const TensorRef *entries, int n,
     text_put(&t, "}");
     while (t.len % 8) text_put(&t, " "); /* the data section starts 8-byte aligned */
     uint8_t len8[8];
-    put_u64(len8, t.len);
+    le_put_u64(len8, t.len);
     bufs[0] = len8, lens[0] = 8;
     bufs[1] = t.s, lens[1] = t.len;
     rc = write_atomic(path, bufs, lens, nb, err, errlen);
