@@ -36,6 +36,8 @@ _Static_assert(MOE_BALANCE_AUX == 0 && MOE_BALANCE_SEQ_AUX == 1 && MOE_BALANCE_A
 _Static_assert(MOE_BIAS_SIGN == 0 && MOE_BIAS_PROPORTIONAL == 1, "moe.bias_update choices");
 _Static_assert(MOE_ROUTING_TOKEN_CHOICE == 0 && MOE_ROUTING_EXPERT_CHOICE == 1,
                "moe.routing choices");
+_Static_assert(MOE_CAP_BATCH == 0 && MOE_CAP_SEQUENCE == 1, "moe.capacity_scope choices");
+_Static_assert(MOE_DROP_POSITION == 0 && MOE_DROP_SCORE == 1, "moe.drop_policy choices");
 
 typedef enum { T_INT, T_FLOAT, T_U64, T_BOOL, T_STR, T_ENUM } KeyType;
 
@@ -112,6 +114,21 @@ static const Key KEYS[] = {
              "micro-batch (sees later tokens: not causal)"),
     ROW(T_FLOAT, "moe.ec_capacity", ec_capacity, "1", 0, NOMAX, K_OPEN_MIN,
         "expert_choice: each expert picks ceil(ec_capacity * tokens * top_k / num_experts)"),
+    ROW(T_FLOAT, "moe.capacity_factor", capacity_factor, "0", 0, NOMAX, 0,
+        "token_choice: each expert takes at most max(min_capacity, ceil(capacity_factor * "
+        "tokens * top_k / num_experts)) assignments, the rest drop; 0 = dropless"),
+    ENUM_ROW("moe.capacity_scope", capacity_scope, "batch", "batch|sequence",
+             "capacity over the micro-batch's tokens, or per sequence of seq_len tokens"),
+    ROW(T_INT, "moe.min_capacity", min_capacity, "4", 1, INT_MAX, 0,
+        "lower bound of the per-expert capacity (capacity_factor > 0)"),
+    ENUM_ROW("moe.drop_policy", drop_policy, "position", "position|score",
+             "an over-full expert keeps its earliest tokens, or its highest-scoring ones"),
+    ROW(T_BOOL, "moe.second_expert_random", second_expert_random, "0", 0, 1, 0,
+        "training, top_k 2, capacity_factor > 0: dispatch the 2nd expert w.p. min(1, 2 w_2)"),
+    ROW(T_FLOAT, "moe.eval_capacity_factor", eval_capacity_factor, "-1", -1, NOMAX, 0,
+        "capacity factor of evaluation; -1 = capacity_factor, 0 = dropless"),
+    ROW(T_BOOL, "moe.padded", padded, "0", 0, 1, 0,
+        "capacity_factor > 0: every expert computes exactly capacity rows (zero padding)"),
 
     ROW(T_INT, "train.batch", batch, "16", 1, 1 << 20, 0, "B: sequences per micro-batch"),
     ROW(T_INT, "train.accum", accum, "1", 1, 1 << 20, 0, "micro-batches per optimizer step"),
@@ -516,6 +533,25 @@ int config_validate(const Config *c, char *err, int errlen) {
                          "moe.topk_before_softmax=1 picks experts per token, but "
                          "moe.routing=expert_choice lets the experts pick the tokens; set "
                          "moe.topk_before_softmax=0 (or moe.routing=token_choice)");
+    if (c->eval_capacity_factor < 0.0f && c->eval_capacity_factor != -1.0f)
+        return set_error(err, errlen,
+                         "moe.eval_capacity_factor=%g: use -1 (the training capacity_factor), 0 "
+                         "(dropless) or a positive factor",
+                         c->eval_capacity_factor);
+    if (c->second_expert_random && c->num_experts > 0 &&
+        (c->top_k != 2 || !(c->capacity_factor > 0.0f)))
+        return set_error(err, errlen,
+                         "moe.second_expert_random=1 drops second experts in capacity mode "
+                         "with two experts per token, but moe.top_k=%d and "
+                         "moe.capacity_factor=%g; set moe.top_k=2 and moe.capacity_factor > 0 "
+                         "(or moe.second_expert_random=0)",
+                         c->top_k, c->capacity_factor);
+    if (c->routing == MOE_ROUTING_EXPERT_CHOICE &&
+        (c->capacity_factor > 0.0f || c->eval_capacity_factor > 0.0f))
+        return set_error(err, errlen,
+                         "moe.capacity_factor and moe.eval_capacity_factor apply to token "
+                         "choice; expert choice sizes its experts with moe.ec_capacity: set "
+                         "them to 0 and -1 (or moe.routing=token_choice)");
     if (c->num_experts > 0 && c->first_dense >= c->n_layer)
         return set_error(err, errlen,
                          "moe.first_dense=%d leaves no MoE block among model.n_layer=%d "

@@ -36,17 +36,24 @@ typedef struct {
     float z_coef;    /* router z-loss coefficient */
 
     /* moe.* routing and balancing methods (src/README.md); the enums are in moe/moe_ops.h */
-    int score;               /* MOE_SCORE_*: softmax or sigmoid router scores */
-    int topk_before_softmax; /* top-k on the logits, softmax over the k chosen (Mixtral) */
-    float route_scale;       /* multiplies the final gate weights */
-    int balance;             /* MOE_BALANCE_*: aux, seq_aux, aux_free or none */
-    int bias_update;         /* MOE_BIAS_*: aux-free bias rule, sign or proportional */
-    float bias_rate;         /* aux-free bias update rate */
-    float jitter;            /* training: router input times U(1 - jitter, 1 + jitter) */
-    float noise;             /* training: N(0, noise^2) added to the router logits */
-    int num_shared;          /* always-on shared experts per MoE block (one SwiGLU) */
-    int routing;             /* MOE_ROUTING_*: token choice or expert choice */
-    float ec_capacity;       /* expert choice: cap = ceil(ec_capacity * N * top_k / E) */
+    int score;                  /* MOE_SCORE_*: softmax or sigmoid router scores */
+    int topk_before_softmax;    /* top-k on the logits, softmax over the k chosen (Mixtral) */
+    float route_scale;          /* multiplies the final gate weights */
+    int balance;                /* MOE_BALANCE_*: aux, seq_aux, aux_free or none */
+    int bias_update;            /* MOE_BIAS_*: aux-free bias rule, sign or proportional */
+    float bias_rate;            /* aux-free bias update rate */
+    float jitter;               /* training: router input times U(1 - jitter, 1 + jitter) */
+    float noise;                /* training: N(0, noise^2) added to the router logits */
+    int num_shared;             /* always-on shared experts per MoE block (one SwiGLU) */
+    int routing;                /* MOE_ROUTING_*: token choice or expert choice */
+    float ec_capacity;          /* expert choice: cap = ceil(ec_capacity * N * top_k / E) */
+    float capacity_factor;      /* token choice: per-expert capacity factor; 0 = dropless */
+    int capacity_scope;         /* MOE_CAP_*: capacity over the micro-batch or per sequence */
+    int min_capacity;           /* lower bound of the capacity */
+    int drop_policy;            /* MOE_DROP_*: keep by position or by score when over capacity */
+    int second_expert_random;   /* GShard: dispatch the 2nd expert w.p. min(1, 2 w_2) */
+    float eval_capacity_factor; /* evaluation's factor; < 0 = capacity_factor, 0 = dropless */
+    int padded;                 /* every expert computes exactly capacity rows */
 
     /* train.* */
     int batch;    /* B: sequences per micro-batch */

@@ -7,7 +7,10 @@
  * size, FE the expert hidden size, E experts, K experts per token, S = N * K expert slots
  * (the plan is dropless, so every assignment gets a slot). Expert choice (moe.routing) lists
  * every (token, expert) pair as a candidate, A = E assignments per token instead of K, and
- * needs S = E * cap slots, cap = ceil(ec_capacity * N * K / E) tokens per expert.
+ * needs S = E * cap slots, cap = ceil(ec_capacity * N * K / E) tokens per expert. Token
+ * choice with a capacity (moe.capacity_factor > 0) keeps at most N * K assignments, but padded
+ * (moe.padded=1) every expert computes its full capacity: S = E * rows per expert
+ * (moe_expert_rows) when that exceeds N * K, at the larger of the training and eval factors.
  *
  * What the terms say about an MoE step: the parameters of an MoE block grow with E (every
  * expert is stored, trained and has AdamW moments) but its activations grow with K only
@@ -31,10 +34,20 @@ size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) 
     const size_t E = (size_t)c->num_experts, K = (size_t)c->top_k;
     const size_t N = (size_t)B * T;
     /* assignments per token A and slots S, per routing mode (moe_acts_alloc) */
-    const MoeHyper hp = {
-        .E = c->num_experts, .K = c->top_k, .routing = c->routing, .ec_capacity = c->ec_capacity};
+    const MoeHyper hp = {.E = c->num_experts,
+                         .K = c->top_k,
+                         .routing = c->routing,
+                         .ec_capacity = c->ec_capacity,
+                         .capacity_factor = c->capacity_factor,
+                         .cap_scope = c->capacity_scope,
+                         .min_capacity = c->min_capacity,
+                         .padded = c->padded,
+                         .eval_capacity_factor = c->eval_capacity_factor,
+                         .T = T};
     const int ec = c->routing == MOE_ROUTING_EXPERT_CHOICE && E > 0;
-    const size_t A = ec ? E : K, NA = N * A, S = ec ? moe_slots_max(&hp, (int)N) : N * K;
+    /* S: N K, E cap for expert choice, or the padded rows of a padded capacity plan when they
+     * outnumber the assignments (moe_slots_max) */
+    const size_t A = ec ? E : K, NA = N * A, S = E > 0 ? moe_slots_max(&hp, (int)N) : N * K;
     const size_t FS = (size_t)c->num_shared * FE; /* hidden size of the shared experts' SwiGLU */
 
     /* ---- parameters, gradients, AdamW moments: one buffer of P floats each ------------- */
@@ -79,8 +92,9 @@ size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) 
             /* sg, su, sh: the shared experts' SwiGLU (Fs = 0 without them) */
             m.acts_ffn += 3 * N * FS;
             /* int words of the block: idx (N, A) plus one spare word, and the dispatch
-             * plan: counts (E), offsets (E + 1), slot and slot_token (N * A + 1 each) */
-            m.int_words += (NA + 1) + E + (E + 1) + 2 * (NA + 1);
+             * plan: counts (E), offsets (E + 1), slot (N * A + 1) and slot_token
+             * (N * A + 1, or S + 1 when a padded plan has more rows than assignments) */
+            m.int_words += (NA + 1) + E + (E + 1) + (NA + 1) + (S > NA ? S : NA) + 1;
         } else {
             m.acts_ffn += 3 * N * F; /* fg, fu, fh: gate, up, silu(gate) * up */
         }

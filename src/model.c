@@ -75,7 +75,15 @@ void model_init(Model *m, const Config *c, int B, int T) {
                        .jitter = c->jitter,
                        .noise = c->noise,
                        .routing = c->routing,
-                       .ec_capacity = c->ec_capacity};
+                       .ec_capacity = c->ec_capacity,
+                       .capacity_factor = c->capacity_factor,
+                       .cap_scope = c->capacity_scope,
+                       .min_capacity = c->min_capacity,
+                       .drop_policy = c->drop_policy,
+                       .padded = c->padded,
+                       .eval_capacity_factor = c->eval_capacity_factor,
+                       .second_random = c->second_expert_random,
+                       .T = T}; /* sizes the padded per-sequence buffers */
     /* a stream apart from the init and data streams, so turning noise on changes nothing else */
     rng_seed(&m->router_rng, c->seed ^ 0x6e6f697365524e47ull);
 
@@ -235,7 +243,11 @@ static void block_forward(Model *m, int l, float *out, const float *in, int B, i
         if (m->hp.balance == MOE_BALANCE_AUX_FREE) wt.bias = a->router_bias;
         MoeHyper hp = m->hp;
         hp.T = T; /* seq_aux balances each sequence of T tokens */
-        if (m->training && (hp.jitter > 0.0f || hp.noise > 0.0f)) hp.rng = &m->router_rng;
+        if (m->training && (hp.jitter > 0.0f || hp.noise > 0.0f || hp.second_random))
+            hp.rng = &m->router_rng;
+        /* evaluation may run at its own capacity (0: dropless) */
+        if (!m->training && hp.eval_capacity_factor >= 0.0f)
+            hp.capacity_factor = hp.eval_capacity_factor;
         moe_block_forward(m->dtmp, a->moe, a->ln2, &wt, &hp, N);
         if (a->sg) { /* shared experts: one dense SwiGLU, weight 1; dln is free scratch here */
             const int Fs = c->num_shared * m->hp.F;

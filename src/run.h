@@ -4,9 +4,12 @@
  *   runs/NAME/config.txt      every resolved setting (key = value)
  *   runs/NAME/provenance.txt  commit, data shard checksums, seed, threads, machine
  *   runs/NAME/train.csv       step,loss,aux_loss,z_loss,lr,grad_norm,tok_per_s,val_loss
- *   runs/NAME/router.csv      step,layer,maxvio,cv,entropy,drop_frac,load_0..load_{E-1}
+ *   runs/NAME/router.csv      step,layer,maxvio,cv,entropy,drop_frac,load_*,bias_*,top1_score,
+ *                             drop_*,pad_frac: one row per step and MoE block
+ *   runs/NAME/val_router.csv  step,layer,maxvio,cv,load_*,drop_frac (at every evaluation)
  *   runs/NAME/domains.csv     step,layer,domain,expert,fraction (at every evaluation)
  *   runs/NAME/ckpt.bin        the last checkpoint
+ * src/README.md ("Run directory") defines every column.
  */
 #ifndef MOE_RUN_H
 #define MOE_RUN_H

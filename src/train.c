@@ -45,12 +45,22 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
             if (!a) continue;
             /* A assignments per token (K, or E for expert choice); only the kept ones count:
              * an expert-choice pair the expert did not pick has slot -1 */
-            const int A = a->plan.K;
-            for (int n = 0; n < N; n++)
+            const int A = a->plan.K, ec = m->hp.routing == MOE_ROUTING_EXPERT_CHOICE;
+            int dropped = 0;
+            for (int n = 0; n < N; n++) {
+                int kept = 0;
                 for (int k = 0; k < A; k++)
-                    if (a->plan.slot[n * A + k] >= 0)
+                    if (a->plan.slot[n * A + k] >= 0) {
+                        kept++;
                         dc->counts[((size_t)b * dc->n_domains + domains[n]) * dc->E +
                                    a->idx[n * A + k]] += 1.0;
+                    }
+                dropped += ec ? kept == 0 : A - kept;
+            }
+            if (dc->drops) {
+                dc->drops[2 * b] += dropped;
+                dc->drops[2 * b + 1] += ec ? N : (double)N * A;
+            }
             b++;
         }
     }
@@ -70,7 +80,10 @@ typedef struct {
     double *entropy; /* (n_moe) */
     double *top1;    /* (n_moe) */
     double *drop;    /* (n_moe) */
+    double *pad;     /* (n_moe) fraction of computed expert rows that are padding */
+    double *edrop;   /* (n_moe, E) fraction of each expert's routed assignments dropped */
     float *tmp;      /* (E) */
+    int *tmp_routed, *tmp_dropped; /* (E) one micro-batch's assignments per expert */
 } RouterAccum;
 
 static void raccum_reset(RouterAccum *r) {
@@ -78,6 +91,8 @@ static void raccum_reset(RouterAccum *r) {
     memset(r->entropy, 0, (size_t)r->n_moe * sizeof(double));
     memset(r->top1, 0, (size_t)r->n_moe * sizeof(double));
     memset(r->drop, 0, (size_t)r->n_moe * sizeof(double));
+    memset(r->pad, 0, (size_t)r->n_moe * sizeof(double));
+    memset(r->edrop, 0, (size_t)r->n_moe * r->E * sizeof(double));
     r->micro = 0;
 }
 
@@ -93,7 +108,22 @@ static void raccum_add(RouterAccum *r, const Model *m) {
             r->drop[b] += st.drop_frac;
         } else {
             router_stats(&st, r->tmp, a->scores, a->idx, N, r->E, K);
-            r->drop[b] += 1.0 - (double)a->plan.S / ((double)N * K);
+            /* capacity mode: slot -1 marks a dropped assignment; a padded plan's rows past
+             * each expert's kept ones (slot_token -1) are padding */
+            int dropped = 0, kept = 0;
+            for (int e = 0; e < r->E; e++) r->tmp_routed[e] = r->tmp_dropped[e] = 0;
+            for (int j = 0; j < N * K; j++) {
+                int e = a->idx[j], d = a->plan.slot[j] < 0;
+                r->tmp_routed[e]++;
+                r->tmp_dropped[e] += d;
+                dropped += d;
+                kept += !d;
+            }
+            r->drop[b] += (double)dropped / ((double)N * K);
+            if (a->plan.S > 0) r->pad[b] += (double)(a->plan.S - kept) / a->plan.S;
+            for (int e = 0; e < r->E; e++)
+                if (r->tmp_routed[e] > 0)
+                    r->edrop[b * r->E + e] += (double)r->tmp_dropped[e] / r->tmp_routed[e];
         }
         for (int e = 0; e < r->E; e++) r->load[b * r->E + e] += r->tmp[e];
         r->entropy[b] += st.entropy;
@@ -109,7 +139,9 @@ static void raccum_loads(const RouterAccum *r, float *load) {
 }
 
 /* One router.csv row per MoE block; the bias columns hold the aux-free bias after this
- * step's update (0 unless moe.balance=aux_free). */
+ * step's update (0 unless moe.balance=aux_free); drop_e and pad_frac are the micro-batch
+ * means of each expert's dropped fraction and of the padding rows' share of the computed
+ * rows (both 0 for expert choice, whose experts take exactly cap tokens each). */
 static void raccum_write(const RouterAccum *r, const Model *m, FILE *f, int step) {
     for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
         if (!m->blocks[l].moe) continue;
@@ -120,7 +152,9 @@ static void raccum_write(const RouterAccum *r, const Model *m, FILE *f, int step
                 r->drop[b] / r->micro);
         for (int e = 0; e < r->E; e++) fprintf(f, ",%.6f", r->tmp[e]);
         for (int e = 0; e < r->E; e++) fprintf(f, ",%.6g", m->blocks[l].router_bias[e]);
-        fprintf(f, ",%.6f\n", r->top1[b] / r->micro);
+        fprintf(f, ",%.6f", r->top1[b] / r->micro);
+        for (int e = 0; e < r->E; e++) fprintf(f, ",%.6f", r->edrop[b * r->E + e] / r->micro);
+        fprintf(f, ",%.6f\n", r->pad[b] / r->micro);
         b++;
     }
 }
@@ -143,7 +177,8 @@ static void write_domains(FILE *f, const DomainCounts *dc, const Model *m, const
 
 /* val_router.csv: the balance of every MoE block over the whole validation set of one
  * evaluation. The per-domain counts of dc summed over the domains are the block's loads over
- * all eval batches together (not a mean of per-batch statistics). */
+ * all eval batches together (not a mean of per-batch statistics); drop_frac likewise divides
+ * the dropped assignments (expert choice: unpicked tokens) of all batches by their total. */
 static void write_val_router(FILE *f, const DomainCounts *dc, const Model *m, float *load,
                              int step) {
     for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
@@ -161,7 +196,8 @@ static void write_val_router(FILE *f, const DomainCounts *dc, const Model *m, fl
         load_balance(&maxvio, &cv, load, dc->E);
         fprintf(f, "%d,%d,%.6f,%.6f", step, l, maxvio, cv);
         for (int e = 0; e < dc->E; e++) fprintf(f, ",%.6f", load[e]);
-        fputc('\n', f);
+        const double *dr = dc->drops + 2 * b;
+        fprintf(f, ",%.6f\n", dr[1] > 0.0 ? dr[0] / dr[1] : 0.0);
         b++;
     }
 }
@@ -255,12 +291,16 @@ int train_run(Config *c, const TrainOptions *o) {
         hl += snprintf(header + hl, sizeof header - (size_t)hl, ",load_%d", e);
     for (int e = 0; e < c->num_experts && hl < (int)sizeof header - 16; e++)
         hl += snprintf(header + hl, sizeof header - (size_t)hl, ",bias_%d", e);
-    snprintf(header + hl, sizeof header - (size_t)hl, ",top1_score");
+    hl += snprintf(header + hl, sizeof header - (size_t)hl, ",top1_score");
+    for (int e = 0; e < c->num_experts && hl < (int)sizeof header - 16; e++)
+        hl += snprintf(header + hl, sizeof header - (size_t)hl, ",drop_%d", e);
+    snprintf(header + hl, sizeof header - (size_t)hl, ",pad_frac");
     FILE *frouter = csv_open(o->out_dir, "router.csv", header, keep);
     FILE *fdomains = csv_open(o->out_dir, "domains.csv", "step,layer,domain,expert,fraction", keep);
     hl = snprintf(header, sizeof header, "step,layer,maxvio,cv");
     for (int e = 0; e < c->num_experts && hl < (int)sizeof header - 16; e++)
         hl += snprintf(header + hl, sizeof header - (size_t)hl, ",load_%d", e);
+    snprintf(header + hl, sizeof header - (size_t)hl, ",drop_frac");
     FILE *fvalrouter = csv_open(o->out_dir, "val_router.csv", header, keep);
 
     const int E = c->num_experts > 0 ? c->num_experts : 1;
@@ -269,10 +309,15 @@ int train_run(Config *c, const TrainOptions *o) {
     ra.entropy = (double *)calloc_check((size_t)m.n_moe + 1, sizeof(double));
     ra.top1 = (double *)calloc_check((size_t)m.n_moe + 1, sizeof(double));
     ra.drop = (double *)calloc_check((size_t)m.n_moe + 1, sizeof(double));
+    ra.pad = (double *)calloc_check((size_t)m.n_moe + 1, sizeof(double));
+    ra.edrop = (double *)calloc_check((size_t)m.n_moe * E + 1, sizeof(double));
+    ra.tmp_routed = (int *)calloc_check((size_t)E, sizeof(int));
+    ra.tmp_dropped = (int *)calloc_check((size_t)E, sizeof(int));
     ra.tmp = floats_alloc((size_t)E);
     float *step_load = floats_alloc((size_t)m.n_moe * E + 1); /* (n_moe, E) */
     DomainCounts dc = {.n_moe = m.n_moe, .n_domains = (int)val.n_domains, .E = E};
     dc.counts = (double *)calloc_check((size_t)m.n_moe * val.n_domains * E + 1, sizeof(double));
+    dc.drops = (double *)calloc_check((size_t)m.n_moe * 2 + 1, sizeof(double));
 
     int *inputs = (int *)malloc_check((size_t)B * T * sizeof(int));
     int *targets = (int *)malloc_check((size_t)B * T * sizeof(int));
@@ -317,6 +362,7 @@ int train_run(Config *c, const TrainOptions *o) {
         float val_loss = NAN;
         if (c->eval_every > 0 && (s % c->eval_every == 0 || s == c->steps)) {
             memset(dc.counts, 0, (size_t)m.n_moe * val.n_domains * E * sizeof(double));
+            memset(dc.drops, 0, (size_t)m.n_moe * 2 * sizeof(double));
             val_loss = evaluate(&m, &val, c->eval_batches, &dc);
             write_domains(fdomains, &dc, &m, &val, s);
             fflush(fdomains);
@@ -357,6 +403,11 @@ int train_run(Config *c, const TrainOptions *o) {
     free(ra.entropy);
     free(ra.top1);
     free(ra.drop);
+    free(ra.pad);
+    free(ra.edrop);
+    free(ra.tmp_routed);
+    free(ra.tmp_dropped);
+    free(dc.drops);
     free(ra.tmp);
     free(step_load);
     free(dc.counts);

@@ -24,10 +24,13 @@ typedef struct {
 int train_run(Config *c, const TrainOptions *o);
 
 /* Per-domain routing counts of the MoE blocks, gathered during evaluation:
- * counts[(b * n_domains + d) * E + e] for MoE block b (0-based among MoE blocks). */
+ * counts[(b * n_domains + d) * E + e] for MoE block b (0-based among MoE blocks).
+ * drops (n_moe, 2), when not NULL: per block, the assignments dropped and the assignments
+ * routed (token choice), or the tokens no expert picked and the tokens (expert choice). */
 typedef struct {
     int n_moe, n_domains, E;
     double *counts;
+    double *drops;
 } DomainCounts;
 
 /* Mean cross-entropy over eval_batches validation batches; routing by domain is added to dc

@@ -18,6 +18,11 @@
 #   7. expert-choice routing (moe.routing=expert_choice) trains with equal loads in router.csv,
 #      needs moe.balance=none, and its checkpoint evaluates with causal token-choice routing
 #      (`moe eval --set moe.routing=token_choice`), the way to remove its look-ahead leak
+#   8. capacity (moe.capacity_factor): router.csv's drop_frac is the mean of the per-expert
+#      drops weighted by their loads, pad_frac is 0 unpadded and > 0 padded, padded and
+#      unpadded runs are bit-identical, val_router.csv has a drop_frac, and the checkpoint
+#      evaluates at another factor (`moe eval --set moe.eval_capacity_factor=...`); with
+#      moe.second_expert_random=1 second experts drop and a resumed run stays bit-exact
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
 # Every model is tiny, so the whole script takes a few seconds, also under ASan.
 set -u
@@ -101,17 +106,19 @@ check "final val_loss $last_val is below the unigram entropy $unigram" $? "done 
 
 # router.csv: 4 load columns; one row per step per MoE layer (2 layers); loads sum to 1
 header=$(head -n 1 "$run/router.csv")
-[ "$header" = "step,layer,maxvio,cv,entropy,drop_frac,load_0,load_1,load_2,load_3,bias_0,bias_1,bias_2,bias_3,top1_score" ]
-check "router.csv header names load_0..load_3, then bias_0..bias_3, then top1_score" $? "got '$header'"
+[ "$header" = "step,layer,maxvio,cv,entropy,drop_frac,load_0,load_1,load_2,load_3,bias_0,bias_1,bias_2,bias_3,top1_score,drop_0,drop_1,drop_2,drop_3,pad_frac" ]
+check "router.csv header names load_0..load_3, bias_0..bias_3, top1_score, drop_0..drop_3, pad_frac" $? "got '$header'"
+# dropless (the default): drop_frac, every drop_e and pad_frac are 0
 rows=$(awk -F, 'NR > 1 { n++; want_step = int((n + 1) / 2); want_layer = (n + 1) % 2
-                         if ($1 != want_step || $2 != want_layer || NF != 15) bad++
+                         if ($1 != want_step || $2 != want_layer || NF != 20) bad++
+                         if ($6 != 0) bad++; for (i = 16; i <= 20; i++) if ($i != 0) bad++
                          s = 0; for (i = 7; i <= 10; i++) s += $i
                          if (s < 0.999 || s > 1.001) bad++
                          for (i = 11; i <= 14; i++) if ($i != 0) bad++
                          if ($15 < 0.25 || $15 > 1) bad++ }  # top-1 of 4 softmax scores
                 END { print n, bad + 0 }' "$run/router.csv")
 [ "$rows" = "80 0" ]
-check "router.csv: 80 rows (40 steps x layers 0,1), loads sum to 1, biases 0 (balance=aux), top-1 score in [1/4, 1]" $? \
+check "router.csv: 80 rows (40 steps x layers 0,1), loads sum to 1, biases 0 (balance=aux), top-1 score in [1/4, 1], no drops" $? \
     "rows, bad rows: $rows"
 
 # domains.csv: at each eval step, for each layer and each of the 3 synthetic domains (the
@@ -129,13 +136,13 @@ check "domains.csv: 4 evals x 2 layers x 3 domains, 4 fractions summing to 1" $?
 # val_router.csv: at each eval step, one row per MoE layer with the loads over the whole
 # validation set (summing to 1) and their MaxVio = (max - mean) / mean, mean = 1/4
 header=$(head -n 1 "$run/val_router.csv")
-vr=$(awk -F, 'NR > 1 { n++; if (NF != 8 || $1 % 10 != 0 || ($2 != 0 && $2 != 1)) bad++
+vr=$(awk -F, 'NR > 1 { n++; if (NF != 9 || $1 % 10 != 0 || ($2 != 0 && $2 != 1) || $9 != 0) bad++
                        s = 0; mx = 0; for (i = 5; i <= 8; i++) { s += $i; if ($i > mx) mx = $i }
                        if (s < 0.999 || s > 1.001) bad++
                        d = $3 - (mx - 0.25) / 0.25; if (d > 1e-4 || d < -1e-4) bad++ }
               END { print n + 0, bad + 0 }' "$run/val_router.csv")
-[ "$header" = "step,layer,maxvio,cv,load_0,load_1,load_2,load_3" ] && [ "$vr" = "8 0" ]
-check "val_router.csv: 4 evals x 2 layers, loads sum to 1, maxvio of the loads" $? \
+[ "$header" = "step,layer,maxvio,cv,load_0,load_1,load_2,load_3,drop_frac" ] && [ "$vr" = "8 0" ]
+check "val_router.csv: 4 evals x 2 layers, loads sum to 1, maxvio of the loads, drop_frac 0" $? \
     "header '$header', rows, bad rows: $vr"
 
 # config.txt round-trips: training from it (plus two changes) writes the same settings back
@@ -418,11 +425,11 @@ rc=$?
 check "dense train exits 0" $rc "exit $rc: $out"
 r=$(wc -l < "$dense/router.csv" 2>/dev/null)
 h=$(head -n 1 "$dense/router.csv" 2>/dev/null)
-[ "$r" = 1 ] && [ "$h" = "step,layer,maxvio,cv,entropy,drop_frac,top1_score" ]
+[ "$r" = 1 ] && [ "$h" = "step,layer,maxvio,cv,entropy,drop_frac,top1_score,pad_frac" ]
 check "dense router.csv holds only its header" $? "$r lines, header '$h'"
 rows=$(awk -F, 'NR > 1 && $2 + 0 > 0 { n++ } END { print n + 0 }' "$dense/train.csv" 2>/dev/null)
 [ "$rows" = 10 ] && [ "$(wc -l < "$dense/domains.csv")" = 1 ] &&
-    [ "$(cat "$dense/val_router.csv")" = "step,layer,maxvio,cv" ]
+    [ "$(cat "$dense/val_router.csv")" = "step,layer,maxvio,cv,drop_frac" ]
 check "dense train.csv has 10 rows with a loss, domains.csv and val_router.csv only a header" $? \
     "$rows rows"
 out=$("$moe" info --ckpt "$dense/ckpt.bin" 2>&1)
@@ -474,6 +481,65 @@ tc=$(sed -n 's/^val_loss \([0-9.]*\).*/\1/p' <<< "$out")
 [ $rc -eq 0 ] && [ -n "$tc" ] && float_cmp "$tc" "<" "$first"
 check "the same checkpoint evaluates with causal token_choice routing: val_loss ${tc:-?}" $? \
     "exit $rc: $out"
+
+# ---- 8. capacity --------------------------------------------------------------------------
+echo "test_cli: capacity"
+cap="$tmp/cap"
+cap_set=(--set moe.capacity_factor=0.5 --set moe.min_capacity=1 --set train.steps=12
+         --set train.warmup=2 --set train.eval_every=6 --set train.eval_batches=2)
+out=$("$moe" train --out "$cap" "${tiny[@]}" "${cap_set[@]}" --quiet 2>&1)
+rc=$?
+# drop_frac = sum_e load_e drop_e (load_e: routed fraction; drop_e: dropped fraction of it):
+# within the rounding of the 6-digit columns; factor 0.5 must drop something; pad_frac 0
+capr=$(awk -F, 'NR > 1 { n++; s = 0; for (e = 0; e < 4; e++) s += $(7 + e) * $(16 + e)
+                         if (s - $6 > 1e-4 || $6 - s > 1e-4 || $20 != 0) bad++
+                         if ($6 > 0.05) dropping++ }
+                END { print n + 0, bad + 0, dropping + 0 }' "$cap/router.csv" 2>/dev/null)
+[ $rc -eq 0 ] && [ "$capr" = "24 0 24" ]
+check "capacity_factor=0.5: router.csv drop_frac = sum load_e drop_e > 0.05, pad_frac 0" $? \
+    "exit $rc, rows bad dropping: $capr: $out"
+vdrop=$(awk -F, 'NR > 1 && $9 > 0.05 && $9 < 1 { n++ } END { print n + 0 }' "$cap/val_router.csv" 2>/dev/null)
+[ "$vdrop" = 4 ]
+check "capacity_factor=0.5: val_router.csv drop_frac in (0.05, 1) (2 evals x 2 layers)" $? \
+    "rows: $vdrop"
+capp="$tmp/capp"
+out=$("$moe" train --out "$capp" "${tiny[@]}" "${cap_set[@]}" --set moe.padded=1 --quiet 2>&1)
+rc=$?
+d=$(diff <(cut -d, -f1-6,8 "$cap/train.csv") <(cut -d, -f1-6,8 "$capp/train.csv"))
+# every expert computes cap = 0.5 * 128 * 2 / 4 = 32 rows, E cap = 128 for N K = 256
+# assignments: kept = 256 (1 - drop_frac), so pad_frac = 1 - kept / 128 = 2 drop_frac - 1
+pads=$(awk -F, 'NR > 1 { p = 2 * $6 - 1 - $20; if (p > 1e-4 || p < -1e-4) bad++; if ($20 > 0) n++ }
+                END { print bad + 0, (n > 0) }' "$capp/router.csv" 2>/dev/null)
+[ $rc -eq 0 ] && [ -z "$d" ] && [ "$pads" = "0 1" ] &&
+    cmp -s <(cut -d, -f1-19 "$cap/router.csv") <(cut -d, -f1-19 "$capp/router.csv")
+check "moe.padded=1: losses and drops identical to unpadded, pad_frac = 1 - kept / (E cap) > 0 somewhere" $? \
+    "exit $rc, bad rows, any padding: $pads: $(head -n 4 <<< "$d") $out"
+cap_val=$(awk -F, 'NR > 1 && $8 != "" { v = $8 } END { print v }' "$cap/train.csv" 2>/dev/null)
+out=$("$moe" eval --ckpt "$cap/ckpt.bin" --set train.eval_batches=2 2>&1)
+same=$(sed -n 's/^val_loss \([0-9.]*\).*/\1/p' <<< "$out")
+out2=$("$moe" eval --ckpt "$cap/ckpt.bin" --set train.eval_batches=2 \
+       --set moe.eval_capacity_factor=2 2>&1)
+rc=$?
+other=$(sed -n 's/^val_loss \([0-9.]*\).*/\1/p' <<< "$out2")
+[ $rc -eq 0 ] && [ -n "$same" ] && [ -n "$other" ] && [ -n "$cap_val" ] &&
+    float_cmp "($same - $cap_val)^2" "<" "1e-6" && [ "$same" != "$other" ]
+check "eval reproduces val_loss ${cap_val:-?} at the trained factor, eval_capacity_factor=2 gives ${other:-?}" \
+    $? "exit $rc: $out / $out2"
+
+# the random second expert draws from the router stream, which the checkpoint holds: a resumed
+# run repeats the draws (12 straight steps == 6 + --resume to 12, bit for bit). Unnormalised
+# weights near 1/4 (a young router) dispatch the second expert about half the time.
+sr_set=("${cap_set[@]}" --set moe.capacity_factor=2 --set moe.second_expert_random=1
+        --set moe.norm_topk=0 --set train.eval_every=0)
+outa=$("$moe" train --out "$tmp/srA" "${tiny[@]}" "${sr_set[@]}" --quiet 2>&1)
+rca=$?
+outb=$("$moe" train --out "$tmp/srB" "${tiny[@]}" "${sr_set[@]}" --until 6 --quiet 2>&1 &&
+       "$moe" train --resume "$tmp/srB" --quiet 2>&1)
+rcb=$?
+srd=$(awk -F, 'NR > 1 && $6 > 0.05 { n++ } END { print n + 0 }' "$tmp/srA/router.csv" 2>/dev/null)
+[ $rca -eq 0 ] && [ $rcb -eq 0 ] && [ "$srd" = 24 ] && cmp -s "$tmp/srA/ckpt.bin" "$tmp/srB/ckpt.bin"
+check "second_expert_random drops second experts (24 rows with drop_frac > 0.05) and resumes bit-exactly" \
+    $? "exit $rca / $rcb, rows dropping: $srd: $outa $outb"
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

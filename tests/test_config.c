@@ -56,6 +56,13 @@ static const Field FIELDS[] = {
     F("moe.num_shared", num_shared, "2"),
     F("moe.routing", routing, "expert_choice"),
     F("moe.ec_capacity", ec_capacity, "1.25"),
+    F("moe.capacity_factor", capacity_factor, "1.25"),
+    F("moe.capacity_scope", capacity_scope, "sequence"),
+    F("moe.min_capacity", min_capacity, "1"),
+    F("moe.drop_policy", drop_policy, "score"),
+    F("moe.second_expert_random", second_expert_random, "1"),
+    F("moe.eval_capacity_factor", eval_capacity_factor, "2"),
+    F("moe.padded", padded, "1"),
     F("train.batch", batch, "3"),
     F("train.accum", accum, "5"),
     F("train.steps", steps, "1234"),
@@ -405,6 +412,32 @@ START_TEST(test_cross_field_checks) {
     c = def;
     c.ec_capacity = 0.0f;
     validate_fails(&c, "moe.ec_capacity", NULL);
+    /* capacity: eval_capacity_factor is -1, 0 or positive; expert choice has its own */
+    c = def;
+    c.eval_capacity_factor = -0.5f;
+    validate_fails(&c, "moe.eval_capacity_factor=-0.5", "use -1");
+    c = def;
+    c.routing = MOE_ROUTING_EXPERT_CHOICE;
+    c.balance = MOE_BALANCE_NONE;
+    c.capacity_factor = 1.0f;
+    validate_fails(&c, "moe.capacity_factor", "moe.ec_capacity");
+    c.capacity_factor = 0.0f;
+    c.eval_capacity_factor = 2.0f;
+    validate_fails(&c, "moe.eval_capacity_factor", "moe.ec_capacity");
+    c = def;
+    set_fails("moe.min_capacity=0", "moe.min_capacity must be >= 1", NULL);
+    set_fails("moe.capacity_factor=-1", "moe.capacity_factor must be >= 0", NULL);
+    set_fails("moe.drop_policy=random", "moe.drop_policy", "position|score");
+    c = def;
+    c.second_expert_random = 1;
+    validate_fails(&c, "moe.second_expert_random", "moe.capacity_factor > 0");
+    c.capacity_factor = 1.0f;
+    {
+        char err[256];
+        ck_assert_msg(config_validate(&c, err, sizeof err) == 0, "%s", err);
+    }
+    c.top_k = 1;
+    validate_fails(&c, "moe.second_expert_random", "moe.top_k=2");
     c = def;
     c.topk_before_softmax = 1;
     c.score = MOE_SCORE_SIGMOID;

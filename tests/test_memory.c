@@ -9,7 +9,7 @@
  *     P, moments 2P, the fields add up to the total;
  *   - the integer words (not allocated through floats_alloc) of one small MoE model match a
  *     count done by hand, for token choice and for expert choice (every (token, expert) pair
- *     a candidate, E * cap slots).
+ *     a candidate, E * cap slots) and for a padded capacity plan (E * cap slot rows).
  */
 #include <string.h>
 
@@ -26,6 +26,10 @@ typedef struct {
     int num_shared; /* shared experts: one more SwiGLU per MoE block */
     int routing;    /* MOE_ROUTING_*: expert choice sizes idx, w, the plan by E, slots by cap */
     float ec_capacity;
+    /* token-choice capacity (0: dropless); padded plans may hold more rows than N K */
+    float capacity_factor;
+    int padded, cap_scope;
+    float eval_capacity_factor; /* 0 here: leave the default (-1, the training factor) */
 } Shape;
 
 static Config shape_config(const Shape *s) {
@@ -48,22 +52,39 @@ static Config shape_config(const Shape *s) {
         c.balance = MOE_BALANCE_NONE;
         c.ec_capacity = s->ec_capacity;
     }
+    c.capacity_factor = s->capacity_factor;
+    c.padded = s->padded;
+    c.capacity_scope = s->cap_scope;
+    if (s->eval_capacity_factor > 0.0f) c.eval_capacity_factor = s->eval_capacity_factor;
     return c;
 }
 
+/* the capacity fields of a dropless shape */
+#define DROPLESS 0.0f, 0, MOE_CAP_BATCH, 0.0f
+
 static const Shape SHAPES[] = {
-    {"dense", 0, 2, 0, 0, 1, 2, 8, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f},
-    {"all MoE", 4, 2, 12, 0, 1, 2, 8, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f},
+    {"dense", 0, 2, 0, 0, 1, 2, 8, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f, DROPLESS},
+    {"all MoE", 4, 2, 12, 0, 1, 2, 8, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f, DROPLESS},
     {"all MoE, top-1, d_expert 0 (= d_ff)", 4, 1, 0, 0, 1, 3, 5, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE,
-     0.0f},
-    {"first_dense 1", 4, 2, 12, 1, 1, 1, 7, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f},
-    {"every 2 after 1 dense", 8, 3, 10, 1, 2, 2, 6, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f},
-    {"MoE only above 3 dense", 2, 2, 8, 3, 1, 4, 3, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f},
-    {"router jitter", 4, 2, 12, 1, 1, 2, 8, 0.1f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f},
-    {"two shared experts", 4, 2, 12, 1, 1, 2, 8, 0.0f, 2, MOE_ROUTING_TOKEN_CHOICE, 0.0f},
-    {"expert choice", 4, 2, 12, 1, 1, 2, 8, 0.0f, 0, MOE_ROUTING_EXPERT_CHOICE, 1.0f},
+     0.0f, DROPLESS},
+    {"first_dense 1", 4, 2, 12, 1, 1, 1, 7, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f, DROPLESS},
+    {"every 2 after 1 dense", 8, 3, 10, 1, 2, 2, 6, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f,
+     DROPLESS},
+    {"MoE only above 3 dense", 2, 2, 8, 3, 1, 4, 3, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f,
+     DROPLESS},
+    {"router jitter", 4, 2, 12, 1, 1, 2, 8, 0.1f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f, DROPLESS},
+    {"two shared experts", 4, 2, 12, 1, 1, 2, 8, 0.0f, 2, MOE_ROUTING_TOKEN_CHOICE, 0.0f, DROPLESS},
+    {"expert choice", 4, 2, 12, 1, 1, 2, 8, 0.0f, 0, MOE_ROUTING_EXPERT_CHOICE, 1.0f, DROPLESS},
     {"expert choice, capacity 1.5, top-1", 8, 1, 10, 0, 2, 3, 5, 0.0f, 1, MOE_ROUTING_EXPERT_CHOICE,
-     1.5f},
+     1.5f, DROPLESS},
+    /* cap = 16 per expert: E cap = 64 padded rows for N K = 32 assignments */
+    {"padded capacity 2", 4, 2, 12, 1, 1, 2, 8, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f, 2.0f, 1,
+     MOE_CAP_BATCH, 0.0f},
+    /* training: 2 sequences x cap 4 (min_capacity) = N K; evaluation at 3: 2 x 8 per expert */
+    {"padded per sequence, eval factor 3", 4, 2, 12, 0, 1, 2, 8, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE,
+     0.0f, 0.5f, 1, MOE_CAP_SEQUENCE, 3.0f},
+    {"capacity 1.25 unpadded", 4, 2, 12, 0, 1, 2, 8, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f, 1.25f,
+     0, MOE_CAP_BATCH, 0.0f},
 };
 
 START_TEST(test_formula_matches_allocation) {
@@ -119,6 +140,12 @@ START_TEST(test_int_words_by_hand) {
     c = shape_config(&SHAPES[8]);
     model_memory_floats(&c, 2, 8, &mb);
     ck_assert_uint_eq(mb.int_words, 2 * 16 + 3 * 204);
+
+    /* padded capacity 2, E = 4, K = 2, N = 16, MoE in blocks 1..3: idx, counts, offsets and
+     * slot as dropless (33 + 4 + 5 + 33), slot_token E cap + 1 = 65 rows, i.e. 140 per block */
+    c = shape_config(&SHAPES[10]);
+    model_memory_floats(&c, 2, 8, &mb);
+    ck_assert_uint_eq(mb.int_words, 2 * 16 + 3 * 140);
 
     /* a dense model holds only the token ids */
     c = shape_config(&SHAPES[0]);

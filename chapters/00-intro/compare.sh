@@ -69,11 +69,12 @@ fi
   echo "Steps: $steps of 16 x 128 tokens. Machine: $(awk -F'= ' '/^cpu/ {print $2; exit}' runs/ch00-moe$suffix/provenance.txt), threads $(awk -F'= ' '/^threads/ {print $2; exit}' runs/ch00-moe$suffix/provenance.txt), commit $(awk -F'= ' '/^commit/ {print $2; exit}' runs/ch00-moe$suffix/provenance.txt)."
   echo
   awk -F, -v steps=$steps '
-    NR > 1 && $1 <= 20 { early += $3; ne++ }
-    NR > 1 && $1 > steps - 100 { late += $3; nl++; if ($3 > late_max) late_max = $3
-                                 for (e = 7; e <= NF; e++) if (min == "" || $e < min) min = $e }
+    NR == 1 { for (i = 1; i <= NF; i++) if ($i ~ /^load_/) { if (!first) first = i; last = i }; next }
+    $1 <= 20 { early += $3; ne++ }
+    $1 > steps - 100 { late += $3; nl++; if ($3 > late_max) late_max = $3
+                       for (e = first; e <= last; e++) if (min == "" || $e < min) min = $e }
     END { printf "MoE balance (router.csv): MaxVio mean %.2f over steps 1-20, %.2f over the last 100 steps (max %.2f); smallest expert load in the last 100 steps %.3f (fair share %.3f).\n",
-                 early / ne, late / nl, late_max, min, 1 / (NF - 6) }' runs/ch00-moe$suffix/router.csv
+                 early / ne, late / nl, late_max, min, 1 / (last - first + 1) }' runs/ch00-moe$suffix/router.csv
   # two passes over domains.csv: find the last step and the last block, then the largest
   # expert share of each domain there
   awk -F, 'NR == FNR { if (FNR > 1) { if ($1 > last) last = $1; if ($2 > top) top = $2 }; next }

@@ -41,10 +41,12 @@ int moe_assignments_per_token(const MoeHyper *hp) {
 }
 
 int moe_ec_capacity(const MoeHyper *hp, int N) {
-    /* in double, ec_capacity N K is exact and so is its quotient by E when that is whole:
-     * ceil never rounds an exact capacity up */
-    double want = ceil((double)hp->ec_capacity * N * hp->K / hp->E);
-    if (want < 1.0) want = 1.0;
+    /* the same exact decimal ceil as moe_capacity (capacity.c): the factor read to
+     * thousandths, the ceil taken in integers, so 1.1 x 20 / 2 gives 11, not 12 */
+    long long p = llround((double)hp->ec_capacity * 1000.0);
+    long long num = p * N * hp->K, den = 1000LL * hp->E;
+    long long want = (num + den - 1) / den;
+    if (want < 1) want = 1;
     if (want > N) want = N;
     return (int)want;
 }
@@ -52,7 +54,14 @@ int moe_ec_capacity(const MoeHyper *hp, int N) {
 size_t moe_slots_max(const MoeHyper *hp, int N) {
     if (hp->routing == MOE_ROUTING_EXPERT_CHOICE)
         return (size_t)hp->E * (size_t)moe_ec_capacity(hp, N);
-    return (size_t)N * hp->K;
+    /* token choice keeps at most N K assignments; a padded plan may hold more rows than that
+     * (min_capacity, factor > 1), at whichever factor training or evaluation uses */
+    size_t S = (size_t)N * hp->K, tr = moe_padded_slots(hp, hp->capacity_factor, N);
+    size_t ev =
+        hp->eval_capacity_factor >= 0.0f ? moe_padded_slots(hp, hp->eval_capacity_factor, N) : 0;
+    if (tr > S) S = tr;
+    if (ev > S) S = ev;
+    return S;
 }
 
 /* One candidate of an expert's ranking: its score and its token. */

@@ -5,6 +5,7 @@
  *   aux_loss (the balance loss), z_loss of this routing, kept in MoeActs for the trainer
  *                                                                     (router_balance.c)
  *   plan = counting sort of idx by expert                             (permute.c)
+ *          or, with moe.capacity_factor > 0, at most cap per expert   (capacity.c)
  *   xe = gather(x) (S, C) -> ye = experts(xe) (S, C)                  (permute.c, experts.c)
  *   y = sum_k w[n,k] ye[slot(n,k)] (N, C)                             (permute.c)
  *
@@ -39,6 +40,10 @@ void moe_acts_alloc(MoeActs *a, const MoeHyper *hp, int N_max) {
     a->idx = calloc_check(NA + 1, sizeof(int));
     a->w = floats_alloc(NA);
     dispatch_plan_alloc(&a->plan, N_max, hp->E, A);
+    if (S > NA) { /* a padded capacity plan has more rows (slot_token entries) than assignments */
+        free(a->plan.slot_token);
+        a->plan.slot_token = calloc_check(S + 1, sizeof(int));
+    }
     a->xe = floats_alloc(S * hp->C);
     a->ye = floats_alloc(S * hp->C);
     a->g = floats_alloc(S * hp->F);
@@ -132,11 +137,17 @@ void moe_block_forward(float *y, MoeActs *a, const float *x, const MoeWeights *w
         PROF(PROF_ROUTER, router_gate_forward(a->idx, a->w, a->scores, a->logits, wt->bias, N, hp));
         PROF(PROF_ROUTER, a->aux_loss = router_balance_loss(a->scores, a->idx, N, hp));
         PROF(PROF_ROUTER, a->z_loss = router_z_loss(a->lse, N));
-        PROF(PROF_PERMUTE, dispatch_plan_build(&a->plan, a->idx, N));
+        if (hp->capacity_factor > 0.0f) /* capacity.c: drops (slot -1), maybe padding */
+            PROF(PROF_PERMUTE, capacity_plan_build(&a->plan, a->idx, a->scores, a->w, N, hp,
+                                                   hp->second_random ? hp->rng : NULL));
+        else
+            PROF(PROF_PERMUTE, dispatch_plan_build(&a->plan, a->idx, N));
     }
     PROF(PROF_PERMUTE, permute_forward(a->xe, x, &a->plan, C));
-    PROF(PROF_EXPERTS, experts_forward(a->ye, a->g, a->u, a->h, a->xe, wt->Wg, wt->Wu, wt->Wd,
-                                       a->plan.offsets, E, C, F));
+    /* each slice: its counts[e] kept rows, then any padding rows (a padded capacity plan; for
+     * every other plan counts[e] is the whole slice) */
+    PROF(PROF_EXPERTS, experts_forward_padded(a->ye, a->g, a->u, a->h, a->xe, wt->Wg, wt->Wu,
+                                              wt->Wd, a->plan.offsets, a->plan.counts, E, C, F));
     PROF(PROF_PERMUTE, combine_forward(y, a->ye, a->w, &a->plan, C));
 }
 
@@ -155,8 +166,9 @@ void moe_block_backward(float *dx, MoeGrads *gr, const float *dy, const MoeActs 
     /* expert path: y = combine(ye, w) -> ye = experts(xe) -> xe = gather(x) */
     PROF(PROF_PERMUTE, combine_backward(s->dye, s->dw, dy, a->ye, a->w, &a->plan, C));
     PROF(PROF_EXPERTS,
-         experts_backward(dx ? s->dxe : NULL, gWg, gWu, gWd, s->dg, s->du, s->dh, s->dye, a->xe,
-                          a->g, a->u, a->h, wt->Wg, wt->Wu, wt->Wd, a->plan.offsets, E, C, F));
+         experts_backward_padded(dx ? s->dxe : NULL, gWg, gWu, gWd, s->dg, s->du, s->dh, s->dye,
+                                 a->xe, a->g, a->u, a->h, wt->Wg, wt->Wu, wt->Wd, a->plan.offsets,
+                                 a->plan.counts, E, C, F));
     if (dx) PROF(PROF_PERMUTE, permute_backward(dx, s->dxe, &a->plan, C));
 
     /* router path: w, aux, z <- scores, lse <- logits = x Wr^T */

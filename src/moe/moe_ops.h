@@ -3,15 +3,17 @@
  *
  *   x (N, C) --router--> logits (N, E) --softmax or sigmoid--> scores (N, E)
  *     --top-k (+ aux-free bias)--> idx, w (N, K)
- *     --dispatch plan--> slots (S = N*K when dropless) --permute--> xe (S, C)
+ *     --dispatch plan--> slots (S = N*K when dropless; capacity.c: at most cap per expert)
+ *     --permute--> xe (S, C)
  *     --experts (one SwiGLU per expert, one GEMM per expert slice)--> ye (S, C)
  *     --combine (weighted by w)--> y (N, C)
  *
  * Files: router.c (scores, top-k and gate weights, z-loss), router_balance.c (aux and seq_aux
  * losses, the aux-free bias, balance statistics), expert_choice.c (moe.routing=expert_choice:
- * each expert picks its tokens instead), permute.c (dispatch plan, gather and weighted
- * scatter), experts.c (grouped SwiGLU), layer.c (the block). The shared experts
- * (moe.num_shared) are a dense SwiGLU that model.c adds next to the block.
+ * each expert picks its tokens instead), capacity.c (token choice with a capacity per expert:
+ * drops and padding), permute.c (dispatch plan, gather and weighted scatter), experts.c
+ * (grouped SwiGLU), layer.c (the block). The shared experts (moe.num_shared) are a dense
+ * SwiGLU that model.c adds next to the block.
  *
  * Dimension letters: N tokens, C channels, E experts, K experts per token (top-k),
  * F expert hidden size, S expert slots (rows of the permuted buffer).
@@ -37,6 +39,10 @@ enum { MOE_BIAS_SIGN = 0, MOE_BIAS_PROPORTIONAL = 1 };
 /* Who chooses (config key moe.routing): each token its top-k experts, or each expert its top
  * cap tokens of the micro-batch (expert_choice.c). */
 enum { MOE_ROUTING_TOKEN_CHOICE = 0, MOE_ROUTING_EXPERT_CHOICE = 1 };
+/* Token-choice capacity (capacity.c): over which tokens an expert's budget is counted (config
+ * key moe.capacity_scope), and which assignments an over-full expert keeps (moe.drop_policy). */
+enum { MOE_CAP_BATCH = 0, MOE_CAP_SEQUENCE = 1 };
+enum { MOE_DROP_POSITION = 0, MOE_DROP_SCORE = 1 };
 
 /* The block's settings. A positional initializer that stops at z_coef leaves the later
  * fields 0: softmax scores and the Switch aux loss (both enums start there), but route_scale 0;
@@ -56,10 +62,19 @@ typedef struct {
     Rng *rng;          /* exploration noise stream; NULL: none (evaluation): per forward */
     int routing;       /* MOE_ROUTING_*: token choice (top-k per token) or expert choice */
     float ec_capacity; /* expert choice: cap = ceil(ec_capacity * N * K / E) tokens per expert */
+    /* token-choice capacity (capacity.c); capacity_factor 0 = dropless */
+    float capacity_factor;      /* cap = max(min_capacity, ceil(factor * tokens * K / E)) */
+    int cap_scope;              /* MOE_CAP_*: tokens = N (batch), or T per sequence */
+    int min_capacity;           /* lower bound of cap (values below 1 count as 1) */
+    int drop_policy;            /* MOE_DROP_*: keep by token position, or by score */
+    int padded;                 /* every expert computes exactly cap rows (zero padding) */
+    float eval_capacity_factor; /* buffer sizing only: the factor evaluation may use; < 0 none */
+    int second_random;          /* K = 2: dispatch the 2nd expert w.p. min(1, 2 w_2) (needs rng) */
 } MoeHyper;
 
 /* The defaults of the fields a positional initializer may leave at 0: softmax scores, the
- * Switch aux loss, route_scale 1, token choice (ec_capacity 1). */
+ * Switch aux loss, route_scale 1, token choice (ec_capacity 1), dropless (capacity_factor 0,
+ * min_capacity 4, eval_capacity_factor -1). */
 void moe_hyper_defaults(MoeHyper *hp);
 
 /* Coefficient of MoeActs.aux_loss in the objective: aux_coef for aux and seq_aux, 0 for none
@@ -157,14 +172,15 @@ void router_stats(RouterStats *st, float *load, const float *scores, const int *
 
 /* Where every assignment (n, k) goes in the expert-sorted slot buffer. Expert e owns slots
  * [offsets[e], offsets[e+1]); inside a slice, tokens keep their order (stable). A slot of -1
- * marks a dropped assignment (capacity mode; dropless plans drop nothing). */
+ * marks a dropped assignment (capacity mode; dropless plans drop nothing); a padded capacity
+ * plan ends each slice with padding rows (slot_token -1, counts[e] < the slice's length). */
 typedef struct {
     int N, E, K;
     int S;           /* number of used slots, offsets[E] */
     int *counts;     /* (E) assignments kept per expert */
     int *offsets;    /* (E + 1) start of each expert's slice */
     int *slot;       /* (N * K) slot of assignment (n, k), or -1 if dropped */
-    int *slot_token; /* (N * K) token n held in each slot s < S */
+    int *slot_token; /* (S) token n held in each slot s < S, or -1 for a padding row */
 } DispatchPlan;
 
 void dispatch_plan_alloc(DispatchPlan *p, int N_max, int E, int K);
@@ -172,13 +188,13 @@ void dispatch_plan_free(DispatchPlan *p);
 /* Dropless plan for N tokens (N <= N_max) from idx (N, K). */
 void dispatch_plan_build(DispatchPlan *p, const int *idx, int N);
 
-/* Gather: xe (S, C), row s = x[slot_token[s]].  Backward: dx (N, C) (written) sums the
- * gradients of every slot that holds token n (zero for a token with no kept slot). */
+/* Gather: xe (S, C), row s = x[slot_token[s]] (0 for a padding row).  Backward: dx (N, C) (written)
+ * sums the gradients of every slot that holds token n (zero for a token with no kept slot). */
 void permute_forward(float *xe, const float *x, const DispatchPlan *p, int C);
 void permute_backward(float *dx, const float *dxe, const DispatchPlan *p, int C);
 
 /* Weighted scatter back: y (N, C) (written) = sum_k w[n,k] * ye[slot(n,k)], skipping dropped
- * assignments. Backward: dye (S, C) (written) = w * dy of the slot's token;
+ * assignments. Backward: dye (S, C) (written) = w * dy of the slot's token (0 for padding);
  * dw (N, K) (written) = dot(dy[n], ye[slot(n,k)]), 0 for dropped assignments. */
 void combine_forward(float *y, const float *ye, const float *w, const DispatchPlan *p, int C);
 void combine_backward(float *dye, float *dw, const float *dy, const float *ye, const float *w,
@@ -193,8 +209,34 @@ void combine_backward(float *dye, float *dw, const float *dy, const float *ye, c
 int moe_assignments_per_token(const MoeHyper *hp);
 /* Tokens each expert picks from N: ceil(ec_capacity * N * K / E), clamped to [1, N]. */
 int moe_ec_capacity(const MoeHyper *hp, int N);
-/* Rows of the slot buffers (xe, ye, g, u, h) for up to N tokens: N * K, or E * cap(N). */
+/* Rows of the slot buffers (xe, ye, g, u, h) for up to N tokens: N * K, or E * cap(N) for
+ * expert choice; padded capacity mode also needs the padded rows (moe_padded_slots) of both
+ * capacity_factor and eval_capacity_factor. */
 size_t moe_slots_max(const MoeHyper *hp, int N);
+
+/* ---- token-choice capacity (capacity.c) ----------------------------------------------------
+ * With hp->capacity_factor > 0 every expert takes at most cap assignments per scope (the N
+ * tokens of the micro-batch, or each sequence of hp->T tokens), the rest are dropped (slot
+ * -1). */
+
+/* cap = max(min_capacity, ceil(factor * tokens * K / E)), clamped to [1, tokens]. */
+int moe_capacity(const MoeHyper *hp, float factor, int tokens);
+/* Rows each expert owns in a padded plan of N tokens: cap(N), or (N / T) cap(T) per sequence. */
+int moe_expert_rows(const MoeHyper *hp, float factor, int N);
+/* Slot rows of a padded plan at this factor: E * moe_expert_rows, or 0 when the plan would not
+ * be padded (dropless factor, padded off, expert choice). */
+size_t moe_padded_slots(const MoeHyper *hp, float factor, int N);
+
+/* Capacity plan of N tokens from idx (N, K), scores (N, E) (drop_policy score), w (N, K)
+ * (second_random): expert e keeps at most cap assignments per scope, by hp->drop_policy;
+ * kept ones get slots in token order inside e's slice, dropped ones slot -1. Unpadded, slices
+ * are packed (S = kept assignments); padded, e owns [e R, (e + 1) R), R = moe_expert_rows,
+ * its unused rows have slot_token -1 and S = E R. With hp->second_random, K = 2 and rng
+ * non-NULL, each token's second assignment is first dropped with probability
+ * 1 - min(1, 2 w[n, 1]) (one uniform per token, drawn serially in token order). p must hold
+ * moe_slots_max slot_token entries (moe_acts_alloc). */
+void capacity_plan_build(DispatchPlan *p, const int *idx, const float *scores, const float *w,
+                         int N, const MoeHyper *hp, Rng *rng);
 
 /* idx (N, E) = e, w (N, E) = route_scale * scores (no renormalisation), and the plan p
  * (allocated with K = E): expert e picks its cap highest-scoring tokens (ties to the lower
@@ -219,6 +261,17 @@ void experts_backward(float *dxe, float *dWg, float *dWu, float *dWd, float *dg,
                       float *dh, const float *dye, const float *xe, const float *g, const float *u,
                       const float *h, const float *Wg, const float *Wu, const float *Wd,
                       const int *offsets, int E, int C, int F);
+/* The same for a padded capacity plan: slice e holds counts[e] (E) kept rows, then padding
+ * rows up to offsets[e + 1]; each part is its own product, so the kept rows get bit for bit
+ * the results of an unpadded plan, and the padding rows are still computed. */
+void experts_forward_padded(float *ye, float *g, float *u, float *h, const float *xe,
+                            const float *Wg, const float *Wu, const float *Wd, const int *offsets,
+                            const int *counts, int E, int C, int F);
+void experts_backward_padded(float *dxe, float *dWg, float *dWu, float *dWd, float *dg, float *du,
+                             float *dh, const float *dye, const float *xe, const float *g,
+                             const float *u, const float *h, const float *Wg, const float *Wu,
+                             const float *Wd, const int *offsets, const int *counts, int E, int C,
+                             int F);
 
 /* ---- the block ------------------------------------------------------------------------------ */
 
@@ -266,8 +319,9 @@ void moe_scratch_alloc(MoeScratch *s, const MoeHyper *hp, int N_max);
 void moe_scratch_free(MoeScratch *s);
 
 /* y (N, C) (written) = MoE(x); fills a (routing, activations, aux_loss, z_loss). With hp->rng
- * set (training), draws the jitter factors (N*C uniforms, token-major) and then the logit
- * noise (N*E normals) from it, serially: the stream is deterministic. */
+ * set (training), draws the jitter factors (N*C uniforms, token-major), then the logit noise
+ * (N*E normals), then (capacity mode, second_random, K = 2) one uniform per token for the
+ * second expert, serially: the stream is deterministic. */
 void moe_block_forward(float *y, MoeActs *a, const float *x, const MoeWeights *wt,
                        const MoeHyper *hp, int N);
 /* dx (N, C) (written); grads accumulated. loss_scale multiplies the aux and z loss gradients

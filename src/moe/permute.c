@@ -73,10 +73,16 @@ void dispatch_plan_build(DispatchPlan *p, const int *idx, int N) {
 }
 
 void permute_forward(float *xe, const float *x, const DispatchPlan *p, int C) {
-    /* xe (S, C), x (N, C) */
+    /* xe (S, C), x (N, C). A padding row of a padded capacity plan (slot_token -1) is zero:
+     * the expert computes it and produces 0 (silu(0) * 0), which nobody reads. */
 #pragma omp parallel for
-    for (int s = 0; s < p->S; s++)
-        memcpy(xe + (size_t)s * C, x + (size_t)p->slot_token[s] * C, (size_t)C * sizeof(float));
+    for (int s = 0; s < p->S; s++) {
+        int n = p->slot_token[s];
+        if (n < 0)
+            memset(xe + (size_t)s * C, 0, (size_t)C * sizeof(float));
+        else
+            memcpy(xe + (size_t)s * C, x + (size_t)n * C, (size_t)C * sizeof(float));
+    }
 }
 
 void permute_backward(float *dx, const float *dxe, const DispatchPlan *p, int C) {
@@ -142,5 +148,13 @@ void combine_backward(float *dye, float *dw, const float *dy, const float *ye, c
                 dw[j] = (float)dot;
             }
         }
+    }
+    /* padding rows (slot_token -1) feed no output: dye = 0. Their h is 0, so any finite
+     * value would vanish anyway, but scratch left by another block may hold inf or NaN, and
+     * 0 * NaN is NaN */
+    if (dye) {
+#pragma omp parallel for
+        for (int s = 0; s < p->S; s++)
+            if (p->slot_token[s] < 0) memset(dye + (size_t)s * C, 0, (size_t)C * sizeof(float));
     }
 }

@@ -32,6 +32,13 @@ void moe_hyper_defaults(MoeHyper *hp) {
     hp->balance = MOE_BALANCE_AUX;
     hp->routing = MOE_ROUTING_TOKEN_CHOICE;
     hp->ec_capacity = 1.0f;
+    hp->capacity_factor = 0.0f;
+    hp->cap_scope = MOE_CAP_BATCH;
+    hp->min_capacity = 4;
+    hp->drop_policy = MOE_DROP_POSITION;
+    hp->padded = 0;
+    hp->eval_capacity_factor = -1.0f;
+    hp->second_random = 0;
 }
 
 /* lse of one row of logits l (E), with its maximum m: m + log sum exp(l - m). */
