@@ -165,12 +165,6 @@ static float min_pick_margin(const float *scores, const int *slot, int N, int E)
     return gap;
 }
 
-static float max_abs(const float *v, int n) {
-    float m = 0.0f;
-    for (int i = 0; i < n; i++) m = fmaxf(m, fabsf(v[i]));
-    return m;
-}
-
 START_TEST(test_block_gradcheck) {
     enum { N = 6, C = 8, E = 4, K = 2, F = 6 };
     float x[N * C], Wr[E * C], Wg[E * F * C], Wu[E * F * C], Wd[E * C * F], R[N * C];

@@ -20,22 +20,6 @@
 
 #define EPS 1e-3f /* finite-difference step */
 
-/* forward values against hand-computed ones: the float32 tolerance of testutil.h */
-#define CLOSE(got, want, what) expect_close((got), (want), TOL_F32_ATOL, TOL_F32_RTOL, (what))
-#define CLOSE_ARRAYS(got, want, n, what)                                                           \
-    expect_close_arrays((got), (want), (n), TOL_F32_ATOL, TOL_F32_RTOL, (what))
-
-static double dot_d(const float *a, const float *b, size_t n) {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
-    return s;
-}
-
-static float max_abs(const float *a, size_t n) {
-    float m = 0.0f;
-    for (size_t i = 0; i < n; i++) m = fabsf(a[i]) > m ? fabsf(a[i]) : m;
-    return m;
-}
 
 /* Expert weights Wg, Wu (E, F, C) and Wd (E, C, F), uniform in [-0.5, 0.5). */
 static void fill_experts(float *Wg, float *Wu, float *Wd, int E, int F, int C, unsigned seed) {

@@ -45,3 +45,15 @@ void fill_uniform(float *x, size_t n, float scale, unsigned long long seed) {
     rng_seed(&r, seed);
     for (size_t i = 0; i < n; i++) x[i] = (2.0f * rng_uniform(&r) - 1.0f) * scale;
 }
+
+double dot_d(const float *a, const float *b, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+float max_abs(const float *a, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) m = fabsf(a[i]) > m ? fabsf(a[i]) : m;
+    return m;
+}

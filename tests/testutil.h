@@ -44,6 +44,15 @@ long tol_worst(const float *got, const float *want, size_t n, float atol, float 
         expect_close_arrays(&g_, &w_, 1, (atol), (rtol), (what));                                  \
     } while (0)
 
+/* Forward values against hand-computed ones: the float32 tolerance above. */
+#define CLOSE(got, want, what) expect_close((got), (want), TOL_F32_ATOL, TOL_F32_RTOL, (what))
+#define CLOSE_ARRAYS(got, want, n, what)                                                           \
+    expect_close_arrays((got), (want), (n), TOL_F32_ATOL, TOL_F32_RTOL, (what))
+
+/* sum_i a[i] b[i] in double; max_i |a[i]|. */
+double dot_d(const float *a, const float *b, size_t n);
+float max_abs(const float *a, size_t n);
+
 /* Scalar function of the n floats at x (x may be read and temporarily changed by the check). */
 typedef double (*ScalarFn)(void *ctx);
 
