@@ -39,5 +39,34 @@ check "a layer that is not an MoE block: exit 2 and a message" $? "$(cat "$tmp/e
 [ $? -eq 2 ] && grep -q "no checkpoint" "$tmp/err.txt"
 check "a missing checkpoint: exit 2 and a message" $? "$(cat "$tmp/err.txt")"
 
+echo "test_chapters: 02-capacity/capacity"
+prog=$build/chapters/02-capacity/capacity
+"$prog" --ckpt "$tmp/run/ckpt.bin" --data "$tmp/data/val.bin" > "$tmp/out.txt" 2> "$tmp/err.txt"
+check "capacity exits 0" $? "$(cat "$tmp/err.txt")"
+for section in "1. routing" "2. capacity" "3. factor 1" "4. the block's output" \
+               "5. padded execution"; do
+  grep -q "^$section" "$tmp/out.txt"
+  check "prints \"$section\"" $? "$(head -n 5 "$tmp/out.txt")"
+done
+# every printed cap is max(min_capacity, ceil(factor tokens K / E)), at most tokens: 4 factors
+# x 2 scopes (fields: factor F scope ceil(F x tokens x K / E) = ceil(..) = .. min_capacity M cap C)
+awk '$1 == "factor" && $17 == "cap" {
+       want = $2 * $6 * $8 / ($10 + 0); c = int(want); if (want - c > 1e-9) c++
+       if (c < $16) c = $16; if (c < 1) c = 1; if (c > $6) c = $6
+       n++; if ($18 != c) bad++ }
+     END { exit !(n == 8 && bad == 0) }' "$tmp/out.txt"
+check "each printed capacity equals the formula" $? "$(grep '^   factor' "$tmp/out.txt")"
+# at factor 1 each policy keeps and drops every expert's demand, no more and no less
+awk '/^3\. factor 1/ { on = 1; next } on && /^ +[0-9]+ +[0-9]+ \|/ {
+       n++; if ($4 + $5 != $2 || $7 + $8 != $2) bad++ } /^   position keeps/ { on = 0 }
+     END { exit !(n == 4 && bad == 0) }' "$tmp/out.txt"
+check "kept + dropped = demand for every expert and policy" $? "$(grep -A 6 '^3\.' "$tmp/out.txt")"
+# a token whose every assignment is dropped gets a block output of exactly 0
+grep -A 1 "every assignment dropped (slots" "$tmp/out.txt" | grep -q "|y| = 0.000000 .*, 0 of 32 entries"
+check "a fully dropped token has y = 0" $? "$(grep -A 8 '^4\.' "$tmp/out.txt")"
+"$prog" --ckpt "$tmp/run/ckpt.bin" --bogus 1 > /dev/null 2> "$tmp/err.txt"
+[ $? -eq 2 ] && grep -q "usage: capacity" "$tmp/err.txt"
+check "an unknown option: exit 2 and the usage" $? "$(cat "$tmp/err.txt")"
+
 echo "test_chapters: $pass passed, $fail failed"
 [ "$fail" = 0 ]
