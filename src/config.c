@@ -546,6 +546,12 @@ int config_validate(const Config *c, char *err, int errlen) {
                          "moe.capacity_factor=%g; set moe.top_k=2 and moe.capacity_factor > 0 "
                          "(or moe.second_expert_random=0)",
                          c->top_k, c->capacity_factor);
+    if (c->padded && c->num_experts > 0 && !(c->capacity_factor > 0.0f) &&
+        !(c->eval_capacity_factor > 0.0f))
+        return set_error(err, errlen,
+                         "moe.padded=1 pads every expert to its capacity, but moe.capacity_factor "
+                         "is 0 (dropless: no fixed buffer to pad); set moe.capacity_factor > 0 "
+                         "or moe.padded=0");
     if (c->routing == MOE_ROUTING_EXPERT_CHOICE &&
         (c->capacity_factor > 0.0f || c->eval_capacity_factor > 0.0f))
         return set_error(err, errlen,

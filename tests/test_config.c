@@ -439,6 +439,14 @@ START_TEST(test_cross_field_checks) {
     c.top_k = 1;
     validate_fails(&c, "moe.second_expert_random", "moe.top_k=2");
     c = def;
+    c.padded = 1; /* dropless has nothing to pad */
+    validate_fails(&c, "moe.padded=1", "moe.capacity_factor > 0");
+    c.capacity_factor = 1.25f;
+    {
+        char err[256];
+        ck_assert_msg(config_validate(&c, err, sizeof err) == 0, "%s", err);
+    }
+    c = def;
     c.topk_before_softmax = 1;
     c.score = MOE_SCORE_SIGMOID;
     validate_fails(&c, "moe.topk_before_softmax", "moe.score=softmax");
