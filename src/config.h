@@ -90,6 +90,10 @@ int config_load_file(Config *c, const char *path, char *err, int errlen);
 /* Cross-field checks (top_k <= num_experts, d_model % n_head == 0, positive sizes, ...). */
 int config_validate(const Config *c, char *err, int errlen);
 
+/* The cross-field half of config_validate (config_check.c): settings that only make sense
+ * together. Returns 0, or -1 with a message naming the keys involved. */
+int config_check_combinations(const Config *c, char *err, int errlen);
+
 /* Write every resolved setting as key=value lines (the format config_load_file reads). */
 void config_write(const Config *c, FILE *f);
 
