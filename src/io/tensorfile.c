@@ -1,5 +1,6 @@
 /*
- * tensorfile.c: checkpoints (moe.c's own format) and safetensors export (see tensorfile.h).
+ * tensorfile.c: checkpoints (moe.c's own format) and safetensors export (see tensorfile.h);
+ * safetensors.c reads safetensors files.
  *
  * Both writers build the file as a list of buffers (header, directory, then each tensor's
  * bytes straight from the caller's memory) and hand it to write_atomic(), so a crash during a
@@ -40,7 +41,6 @@ enum {
     E_NBYTES = 112,
     E_ZEROS = 120,
 };
-
 
 static size_t dtype_size(int dtype) {
     return dtype == TENSOR_F32 ? 4 : dtype == TENSOR_U8 ? 1 : 0;
@@ -330,13 +330,20 @@ static void text_put(Text *t, const char *fmt, ...) {
     }
 }
 
-/* A JSON string literal: quotes, backslashes and control characters escaped. */
+/* A JSON string literal: quotes and backslashes escaped, control characters as \n, \t, \r or
+ * \u00XX, so any C string (a multi-line config text) reads back byte for byte. */
 static void text_json_string(Text *t, const char *s) {
     text_put(t, "\"");
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
         if (c == '"' || c == '\\')
             text_put(t, "\\%c", c);
+        else if (c == '\n')
+            text_put(t, "\\n");
+        else if (c == '\t')
+            text_put(t, "\\t");
+        else if (c == '\r')
+            text_put(t, "\\r");
         else if (c < 0x20)
             text_put(t, "\\u%04x", c);
         else

@@ -1,5 +1,6 @@
 /*
- * tensorfile.h: named tensors on disk: moe.c checkpoints and safetensors export.
+ * tensorfile.h: named tensors on disk: moe.c checkpoints and safetensors files, written
+ * (tensorfile.c) and read (checkpoints: tensorfile.c; safetensors: safetensors.c).
  *
  * Checkpoint file format (little-endian), version 1:
  *   header, 256 bytes:
@@ -44,7 +45,7 @@ typedef struct {
     int ndim;
     int shape[3];
     size_t nbytes;
-    const void *data; /* for writing: caller's memory; after reading: inside Ckpt.buffer */
+    const void *data; /* writing: caller's memory; after reading: in Ckpt/SafeTensors.buffer */
 } TensorRef;
 
 typedef struct {
@@ -66,9 +67,33 @@ void ckpt_free(Ckpt *ck);
 /* safetensors: 8-byte little-endian header length, a JSON header
  *   {"__metadata__": {k: v, ...}, "<name>": {"dtype": "F32", "shape": [...],
  *    "data_offsets": [begin, end]}, ...}
- * padded with spaces to a multiple of 8, then the raw data. Only F32 entries are written. */
+ * padded with spaces to a multiple of 8, then the raw data; begin and end count bytes from the
+ * start of the data. Only F32 entries are written. Metadata keys and values are written as JSON
+ * strings, so quotes, backslashes and newlines (a multi-line config text) survive the trip. */
 int safetensors_write(const char *path, const TensorRef *entries, int n,
                       const char *const *meta_keys, const char *const *meta_values, int n_meta,
                       char *err, int errlen);
+
+/* A safetensors file read into memory (safetensors.c). Every tensor comes back as float32:
+ * F32 as stored, F16 and BF16 widened exactly; any other dtype is refused. */
+typedef struct {
+    int n;
+    TensorRef *entries; /* (n) in header order; dtype TENSOR_F32, data in buffer */
+    int n_meta;
+    char **meta_keys, **meta_values; /* (n_meta) the "__metadata__" map, NUL-terminated */
+    void *buffer;                    /* owns the tensor data, each tensor 64-byte aligned */
+    char *path;                      /* the file that was read, for messages */
+} SafeTensors;
+
+/* Reads and checks everything: the header length against the file size, the JSON (a strict
+ * parser for exactly this format), dtypes, at most 3 dimensions, byte counts against shapes,
+ * data_offsets that tile the data section exactly (in range, no overlap, no gap) and unique
+ * names. On failure returns -1 (st left empty) with a message naming the file, the problem and
+ * what to do. */
+int safetensors_read(SafeTensors *st, const char *path, char *err, int errlen);
+void safetensors_free(SafeTensors *st);
+const TensorRef *safetensors_find(const SafeTensors *st, const char *name);
+/* The metadata value of key, or NULL when absent. */
+const char *safetensors_meta(const SafeTensors *st, const char *key);
 
 #endif

@@ -1,0 +1,40 @@
+/*
+ * json.h: the pieces of a strict JSON reader, enough for a safetensors header: whitespace,
+ * punctuation, strings with every JSON escape, and non-negative integers and arrays of them.
+ * The caller writes the grammar (which objects and fields it expects) out of these pieces.
+ *
+ * Each function returns 0 (or 1/0 for json_take) and advances past what it read; on failure
+ * it returns -1 and the first failure's description is kept in JsonReader.msg, with i the
+ * byte where it was found.
+ */
+#ifndef MOE_IO_JSON_H
+#define MOE_IO_JSON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+typedef struct {
+    const char *s; /* the text, n bytes, not necessarily NUL-terminated */
+    size_t n, i;   /* length, and the next byte to read */
+    char msg[160]; /* the first failure, "" while there is none */
+} JsonReader;
+
+/* Record a failure (only the first one is kept); returns -1. */
+int json_fail(JsonReader *j, const char *fmt, ...) MOE_PRINTF(2, 3);
+void json_ws(JsonReader *j);
+/* After whitespace: 1 and consumed when the next byte is c, else 0 and nothing consumed. */
+int json_take(JsonReader *j, char c);
+/* After whitespace, the byte c, or a failure naming what was found instead. */
+int json_expect(JsonReader *j, char c);
+/* A string literal into a new NUL-terminated buffer (*out, free it; NULL on failure). Escapes
+ * \" \\ \/ \b \f \n \r \t and \uXXXX (surrogate pairs joined) become UTF-8; raw control
+ * characters and \u0000 are refused. */
+int json_string(JsonReader *j, char **out);
+/* A non-negative integer: no sign, fraction, exponent or leading zeros; must fit 64 bits. */
+int json_uint(JsonReader *j, uint64_t *v);
+/* [u, u, ...]: the first max values go to v; *count gets how many there were (may be > max). */
+int json_uint_array(JsonReader *j, uint64_t *v, int max, int *count);
+
+#endif

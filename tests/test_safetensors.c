@@ -1,0 +1,521 @@
+/*
+ * test_safetensors.c: reading safetensors files and importing models from them.
+ *
+ *   - round trips: a dense model and an MoE model (moe.every=2, moe.first_dense=1, one shared
+ *     expert) written the way `moe export` writes them come back bit-identical and give the
+ *     same loss on a fixed batch;
+ *   - import_config recovers every shape setting from the tensors alone (no metadata), takes
+ *     model.n_head from the metadata or the caller, and refuses MoE layer patterns that
+ *     moe.every / moe.first_dense cannot express;
+ *   - import_weights names the missing, mis-shaped or extra tensor;
+ *   - the reader refuses damaged files (truncated, header length past the end, bad JSON,
+ *     offsets out of range, overlaps, sizes that disagree with shapes, 4-d tensors, duplicate
+ *     names, unsupported dtypes) with a message naming the problem, widens F16 and BF16, and
+ *     metadata with quotes, backslashes, newlines and \u escapes survives the trip.
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "import.h"
+#include "io/files.h"
+#include "io/tensorfile.h"
+#include "model.h"
+#include "testutil.h"
+#include "util.h"
+
+/* ---- helpers --------------------------------------------------------------------------------- */
+
+static char tmp_dir[64];
+static char err[1024];
+
+static void tmp_setup(void) {
+    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/moe_test_st_XXXXXX");
+    ck_assert_msg(mkdtemp(tmp_dir) != NULL, "mkdtemp failed");
+}
+
+static void tmp_teardown(void) {
+    DIR *dp = opendir(tmp_dir);
+    if (!dp) return;
+    struct dirent *e;
+    char p[512];
+    while ((e = readdir(dp)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(p, sizeof p, "%s/%s", tmp_dir, e->d_name);
+        unlink(p);
+    }
+    closedir(dp);
+    rmdir(tmp_dir);
+}
+
+static const char *tmp_path(const char *name) {
+    static char p[4][256];
+    static int k = 0;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", tmp_dir, name);
+    return p[k];
+}
+
+static void set(Config *c, const char *assignment) {
+    ck_assert_msg(config_set(c, assignment, err, sizeof err) == 0, "%s: %s", assignment, err);
+}
+
+/* 4 blocks of C = 16; the MoE variant has blocks 1 and 3 as MoE blocks of 4 experts of
+ * hidden size 24 plus one shared expert, blocks 0 and 2 dense with d_ff = 32. */
+static Config small_config(int moe) {
+    Config c;
+    config_defaults(&c);
+    set(&c, "model.d_model=16");
+    set(&c, "model.n_layer=4");
+    set(&c, "model.n_head=2");
+    set(&c, "model.d_ff=32");
+    set(&c, "model.seq_len=8");
+    set(&c, "train.seed=7");
+    set(&c, moe ? "moe.num_experts=4" : "moe.num_experts=0");
+    set(&c, "moe.top_k=2");
+    set(&c, "moe.d_expert=24");
+    set(&c, "moe.every=2");
+    set(&c, "moe.first_dense=1");
+    set(&c, "moe.num_shared=1");
+    return c;
+}
+
+/* config_write's text, as a NUL-terminated string (free it). */
+static char *config_text(const Config *c) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ck_assert(f != NULL);
+    config_write(c, f);
+    fclose(f);
+    return text;
+}
+
+enum { META_BARE = 1, META_CONFIG = 2 };
+
+/* The parameters of m as `moe export` names them, leaving out the tensor named skip. Returns
+ * the count; e has room for one more entry. */
+static int model_entries(const Model *m, TensorRef *e, const char *skip) {
+    int n = 0;
+    for (int i = 0; i < m->pt.n; i++) {
+        const ParamTensor *t = &m->pt.t[i];
+        if (skip && strcmp(t->name, skip) == 0) continue;
+        snprintf(e[n].name, sizeof e[n].name, "%s", t->name);
+        e[n].dtype = TENSOR_F32;
+        e[n].ndim = t->ndim;
+        memcpy(e[n].shape, t->shape, sizeof t->shape);
+        e[n].nbytes = t->numel * sizeof(float);
+        e[n].data = m->params + t->offset;
+        n++;
+    }
+    return n;
+}
+
+/* Write entries with the metadata `moe export` writes (META_BARE) and/or a "config" entry
+ * holding config_write's text of c (META_CONFIG). */
+static void write_file(const char *path, const TensorRef *e, int n, const Config *c, int meta) {
+    char v[8][32], *text = config_text(c);
+    snprintf(v[0], 32, "%d", c->d_model);
+    snprintf(v[1], 32, "%d", c->n_layer);
+    snprintf(v[2], 32, "%d", c->n_head);
+    snprintf(v[3], 32, "%d", c->num_experts);
+    snprintf(v[4], 32, "%d", c->top_k);
+    snprintf(v[5], 32, "%g", c->rope_theta);
+    snprintf(v[6], 32, "%d", c->norm_topk);
+    const char *keys[9] = {"d_model",    "n_layer",   "n_head", "num_experts", "top_k",
+                           "rope_theta", "norm_topk", "format", "config"};
+    const char *vals[9] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], "moe.c", text};
+    int from = meta & META_BARE ? 0 : 8, to = meta & META_CONFIG ? 9 : 8;
+    ck_assert_msg(safetensors_write(path, e, n, keys + from, vals + from, to > from ? to - from : 0,
+                                    err, sizeof err) == 0,
+                  "%s", err);
+    free(text);
+}
+
+static void export_model(const Model *m, const char *path, int meta) {
+    TensorRef *e = (TensorRef *)calloc_check((size_t)m->pt.n + 1, sizeof(TensorRef));
+    write_file(path, e, model_entries(m, e, NULL), &m->cfg, meta);
+    free(e);
+}
+
+/* Loss of m on a fixed batch of 2 x 8 tokens. */
+static float fixed_loss(Model *m) {
+    int in[16], tg[16];
+    for (int i = 0; i < 16; i++)
+        in[i] = (i * 37 + 11) % MOE_VOCAB, tg[i] = (i * 53 + 5) % MOE_VOCAB;
+    model_forward(m, in, tg, 2, 8);
+    return m->loss;
+}
+
+/* A file from a JSON header and data bytes, the header padded with spaces to a multiple of 8. */
+static void write_raw(const char *path, const char *json, const void *data, size_t ndata) {
+    size_t hlen = (strlen(json) + 7) / 8 * 8;
+    char *h = (char *)malloc_check(hlen);
+    memset(h, ' ', hlen);
+    memcpy(h, json, strlen(json));
+    uint8_t len8[8];
+    le_put_u64(len8, hlen);
+    FILE *f = fopen(path, "wb");
+    ck_assert(f != NULL);
+    ck_assert(fwrite(len8, 1, 8, f) == 8 && fwrite(h, 1, hlen, f) == hlen);
+    ck_assert(ndata == 0 || fwrite(data, 1, ndata, f) == ndata);
+    fclose(f);
+    free(h);
+}
+
+/* safetensors_read must refuse path with a message containing want (and want2 when given). */
+static void expect_refused(const char *path, const char *want, const char *want2) {
+    SafeTensors st;
+    err[0] = 0;
+    ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == -1, "accepted, wanted '%s'",
+                  want);
+    ck_assert_msg(strstr(err, want) && (!want2 || strstr(err, want2)),
+                  "message lacks '%s'/'%s': %s", want, want2 ? want2 : "", err);
+    ck_assert_msg(strstr(err, path) != NULL, "message does not name the file: %s", err);
+    ck_assert(st.n == 0 && st.entries == NULL && st.buffer == NULL);
+}
+
+/* ---- round trips ----------------------------------------------------------------------------- */
+
+/* Export a model, import settings and weights into a model initialised from another seed:
+ * the parameters must match bit for bit, and so must the loss. */
+static void check_round_trip(int moe) {
+    Config ca = small_config(moe);
+    Model a, b;
+    model_init(&a, &ca, 2, 8);
+    const char *path = tmp_path(moe ? "moe.safetensors" : "dense.safetensors");
+    export_model(&a, path, META_BARE | META_CONFIG);
+    SafeTensors st;
+    ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(st.n, a.pt.n);
+    ck_assert_str_eq(safetensors_meta(&st, "format"), "moe.c");
+    ck_assert_ptr_null(safetensors_meta(&st, "no such key"));
+
+    Config cb;
+    config_defaults(&cb); /* d_model 128, 8 experts, ...: all of it must come from the file */
+    ck_assert_msg(import_config(&cb, &st, err, sizeof err) == 0, "%s", err);
+    char why[256];
+    ck_assert_msg(config_same_shape(&ca, &cb, why, sizeof why), "shapes differ: %s", why);
+    ck_assert_int_eq(cb.n_head, 2);
+    ck_assert_int_eq(cb.seq_len, 8);
+    ck_assert_uint_eq(cb.seed, 1337); /* train.* stays the importing run's */
+    model_init(&b, &cb, 2, 8);
+    ck_assert_msg(memcmp(a.params, b.params, a.pt.total * sizeof(float)) != 0,
+                  "both seeds gave the same weights: the test would prove nothing");
+    ck_assert_msg(import_weights(&b, &st, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(memcmp(a.params, b.params, a.pt.total * sizeof(float)) == 0,
+                  "weights differ after import");
+    float la = fixed_loss(&a), lb = fixed_loss(&b);
+    expect_close(lb, la, 0.0f, 0.0f, "loss after import");
+    safetensors_free(&st);
+    model_free(&a);
+    model_free(&b);
+}
+
+START_TEST(test_round_trip_dense) {
+    check_round_trip(0);
+}
+END_TEST
+
+START_TEST(test_round_trip_moe) {
+    check_round_trip(1);
+}
+END_TEST
+
+/* ---- settings from shapes alone ------------------------------------------------------------- */
+
+START_TEST(test_config_from_shapes) {
+    Config ca = small_config(1);
+    Model a;
+    model_init(&a, &ca, 2, 8);
+    const char *path = tmp_path("bare.safetensors");
+    SafeTensors st;
+    char why[256];
+
+    /* no metadata at all: n_head is the caller's */
+    export_model(&a, path, 0);
+    ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(st.n_meta, 0);
+    Config c;
+    config_defaults(&c);
+    set(&c, "model.n_head=4");
+    ck_assert_msg(import_config(&c, &st, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(config_same_shape(&ca, &c, why, sizeof why) == 0, "n_head should differ");
+    ck_assert_int_eq(c.n_head, 4);
+    ck_assert_int_eq(c.d_model, 16);
+    ck_assert_int_eq(c.n_layer, 4);
+    ck_assert_int_eq(c.d_ff, 32);
+    ck_assert_int_eq(c.num_experts, 4);
+    ck_assert_int_eq(c.d_expert, 24);
+    ck_assert_int_eq(c.num_shared, 1);
+    ck_assert_int_eq(c.every, 2);
+    ck_assert_int_eq(c.first_dense, 1);
+    /* a head count that does not divide d_model = 16 is refused, naming model.n_head */
+    Config bad;
+    config_defaults(&bad);
+    set(&bad, "model.n_head=3");
+    Config before = bad;
+    ck_assert_int_eq(import_config(&bad, &st, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "model.n_head") && strstr(err, path), "%s", err);
+    ck_assert_msg(memcmp(&bad, &before, sizeof bad) == 0, "config changed on failure");
+    safetensors_free(&st);
+
+    /* the export's own metadata keys: n_head and top_k from the file */
+    export_model(&a, path, META_BARE);
+    ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
+    config_defaults(&c);
+    set(&c, "moe.top_k=1");
+    ck_assert_msg(import_config(&c, &st, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(config_same_shape(&ca, &c, why, sizeof why), "%s", why);
+    ck_assert_int_eq(c.top_k, 2);
+    safetensors_free(&st);
+    model_free(&a);
+
+    /* a dense file turns the defaults' 8 experts off */
+    Config cd = small_config(0);
+    model_init(&a, &cd, 2, 8);
+    export_model(&a, path, 0);
+    ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
+    config_defaults(&c);
+    set(&c, "model.n_head=2");
+    ck_assert_msg(import_config(&c, &st, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(c.num_experts, 0);
+    ck_assert_int_eq(c.d_model, 16);
+    ck_assert_int_eq(c.n_layer, 4);
+    ck_assert_int_eq(c.d_ff, 32);
+    safetensors_free(&st);
+    model_free(&a);
+}
+END_TEST
+
+/* MoE blocks at layers 0, 1 and 3 of 4: no (every, first_dense) gives that. */
+START_TEST(test_config_pattern_refused) {
+    Config cm = small_config(1), cd = small_config(0);
+    set(&cm, "moe.every=1");
+    set(&cm, "moe.first_dense=0");
+    Model m, d;
+    model_init(&m, &cm, 1, 8);
+    model_init(&d, &cd, 1, 8);
+    TensorRef *e = (TensorRef *)calloc_check((size_t)(m.pt.n + d.pt.n), sizeof(TensorRef));
+    TensorRef *em = e, *ed = e + m.pt.n;
+    int nm = model_entries(&m, em, NULL), nd = model_entries(&d, ed, NULL), n = 0;
+    for (int i = 0; i < nm; i++)
+        if (strncmp(em[i].name, "layers.2.", 9) != 0) e[n++] = em[i];
+    for (int i = 0; i < nd; i++)
+        if (strncmp(ed[i].name, "layers.2.", 9) == 0) e[n++] = ed[i];
+    const char *path = tmp_path("pattern.safetensors");
+    write_file(path, e, n, &cm, META_BARE);
+    SafeTensors st;
+    ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
+    Config c;
+    config_defaults(&c);
+    ck_assert_int_eq(import_config(&c, &st, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "layers 0, 1, 3 of 4") && strstr(err, "moe.every"), "%s", err);
+    safetensors_free(&st);
+    free(e);
+    model_free(&m);
+    model_free(&d);
+}
+END_TEST
+
+/* ---- weights that do not fit ---------------------------------------------------------------- */
+
+/* import_weights of the file at path into a model of config c must fail, naming want and
+ * want2, and leave the model's weights as they were. */
+static void expect_weights_refused(const char *path, const Config *c, const char *want,
+                                   const char *want2) {
+    SafeTensors st;
+    ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
+    Model m;
+    model_init(&m, c, 1, 8);
+    float *before = (float *)malloc_check(m.pt.total * sizeof(float));
+    memcpy(before, m.params, m.pt.total * sizeof(float));
+    ck_assert_int_eq(import_weights(&m, &st, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, want) && strstr(err, want2), "lacks '%s'/'%s': %s", want, want2, err);
+    ck_assert_msg(memcmp(before, m.params, m.pt.total * sizeof(float)) == 0, "model changed");
+    free(before);
+    model_free(&m);
+    safetensors_free(&st);
+}
+
+START_TEST(test_weights_refused) {
+    Config c = small_config(1);
+    Model m;
+    model_init(&m, &c, 1, 8);
+    const char *path = tmp_path("w.safetensors");
+    TensorRef *e = (TensorRef *)calloc_check((size_t)m.pt.n + 1, sizeof(TensorRef));
+    /* a missing tensor */
+    write_file(path, e, model_entries(&m, e, "layers.1.moe.router"), &c, META_CONFIG);
+    expect_weights_refused(path, &c, "no tensor 'layers.1.moe.router'", "(4, 16)");
+    /* an extra tensor */
+    int n = model_entries(&m, e, NULL);
+    e[n] = e[0];
+    snprintf(e[n].name, sizeof e[n].name, "layers.0.extra");
+    write_file(path, e, n + 1, &c, META_CONFIG);
+    expect_weights_refused(path, &c, "'layers.0.extra'", "settings may differ");
+    /* the shared experts of the file are extras in a model without them */
+    write_file(path, e, n, &c, META_CONFIG);
+    Config no_shared = c;
+    set(&no_shared, "moe.num_shared=0");
+    expect_weights_refused(path, &no_shared, "'layers.1.moe.shared_gate'", "does not have");
+    free(e);
+    model_free(&m);
+    /* a wrong shape: the file's dense blocks have d_ff = 48 */
+    Config wide = c;
+    set(&wide, "model.d_ff=48");
+    model_init(&m, &wide, 1, 8);
+    export_model(&m, path, META_CONFIG);
+    expect_weights_refused(path, &c, "'layers.0.ffn.w_gate' has shape (48, 16)", "is (32, 16)");
+    model_free(&m);
+}
+END_TEST
+
+/* ---- damaged files --------------------------------------------------------------------------- */
+
+START_TEST(test_read_refuses_damage) {
+    const char *path = tmp_path("bad.safetensors");
+    float data[4] = {1, 2, 3, 4};
+    SafeTensors st;
+    /* the raw writer itself makes readable files */
+    write_raw(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", data, 8);
+    ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(st.n, 1);
+    expect_close_arrays((const float *)safetensors_find(&st, "w")->data, data, 2, 0.0f, 0.0f, "w");
+    safetensors_free(&st);
+
+    /* truncated: inside the data, then inside the length field */
+    Config c = small_config(0);
+    Model m;
+    model_init(&m, &c, 1, 8);
+    export_model(&m, path, META_CONFIG);
+    model_free(&m);
+    long size;
+    FILE *f = fopen(path, "rb");
+    ck_assert(f && fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0);
+    fclose(f);
+    ck_assert(truncate(path, size - 5) == 0);
+    expect_refused(path, "truncated", "'head'");
+    ck_assert(truncate(path, 5) == 0);
+    expect_refused(path, "truncated", "8-byte");
+
+    /* a header length past the end of the file */
+    write_raw(path, "{}", NULL, 0);
+    f = fopen(path, "r+b");
+    uint8_t huge[8];
+    le_put_u64(huge, 1ull << 40);
+    ck_assert(f && fwrite(huge, 1, 8, f) == 8);
+    fclose(f);
+    expect_refused(path, "header length 1099511627776", NULL);
+
+    static const struct {
+        const char *json, *want, *want2;
+        size_t ndata;
+    } cases[] = {
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}", "bad JSON", "'}'", 8},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", "bad JSON",
+         "negative", 8},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", "bad JSON",
+         "unknown field \"x\"", 8},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2]}}", "bad JSON", "lacks \"data_offsets\"", 8},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}} x", "bad JSON",
+         "after the header", 8},
+        {"{\"__metadata__\":{\"k\":1}}", "bad JSON", "not a string", 0},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,16]}}", "'w'", "outside", 8},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+         "'b'", "overlap", 12},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", "cover 8 of the 12",
+         NULL, 12},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", "'w'", "need 12", 8},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1,1,1,2],\"data_offsets\":[0,8]}}", "'w'",
+         "4 dimensions", 8},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+         "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+         "duplicate", "'w'", 8},
+        {"{\"w\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]}}", "dtype I64",
+         "only F32", 8},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_raw(path, cases[i].json, data, cases[i].ndata);
+        expect_refused(path, cases[i].want, cases[i].want2);
+    }
+}
+END_TEST
+
+/* F16 and BF16 are widened exactly: 1, -2.5, 0.5 and the smallest F16 subnormal, 2^-24. */
+START_TEST(test_read_half_precision) {
+    const uint16_t h[4] = {0x3C00, 0xC100, 0x3800, 0x0001}, b[3] = {0x3F80, 0xC020, 0x3F00};
+    uint8_t data[14];
+    for (int i = 0; i < 4; i++) data[2 * i] = (uint8_t)h[i], data[2 * i + 1] = (uint8_t)(h[i] >> 8);
+    for (int i = 0; i < 3; i++)
+        data[8 + 2 * i] = (uint8_t)b[i], data[8 + 2 * i + 1] = (uint8_t)(b[i] >> 8);
+    const char *path = tmp_path("half.safetensors");
+    write_raw(path,
+              "{\"b\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[8,14]},"
+              "\"h\":{\"dtype\":\"F16\",\"shape\":[2,2],\"data_offsets\":[0,8]}}",
+              data, sizeof data);
+    SafeTensors st;
+    ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
+    const TensorRef *th = safetensors_find(&st, "h"), *tb = safetensors_find(&st, "b");
+    ck_assert(th && tb && th->dtype == TENSOR_F32 && th->nbytes == 16 && tb->nbytes == 12);
+    ck_assert(th->ndim == 2 && th->shape[0] == 2 && th->shape[1] == 2);
+    const float want_h[4] = {1.0f, -2.5f, 0.5f, 0x1p-24f}, want_b[3] = {1.0f, -2.5f, 0.5f};
+    expect_close_arrays((const float *)th->data, want_h, 4, 0.0f, 0.0f, "F16");
+    expect_close_arrays((const float *)tb->data, want_b, 3, 0.0f, 0.0f, "BF16");
+    safetensors_free(&st);
+}
+END_TEST
+
+START_TEST(test_metadata_escapes) {
+    const char *path = tmp_path("meta.safetensors");
+    float w[2] = {0.25f, -1.0f};
+    TensorRef e = {
+        .name = "w", .dtype = TENSOR_F32, .ndim = 1, .shape = {2}, .nbytes = 8, .data = w};
+    const char *keys[3] = {"plain", "we\"ird\\key", "config"};
+    const char *vals[3] = {"", "line1\nline2\ttab \"q\" back\\slash \x01 \r end",
+                           "model.d_model = 16\nmoe.top_k = 2\n"};
+    ck_assert_msg(safetensors_write(path, &e, 1, keys, vals, 3, err, sizeof err) == 0, "%s", err);
+    /* the header spells the escapes the short way where JSON has one */
+    char head[512] = {0};
+    FILE *f = fopen(path, "rb");
+    ck_assert(f && fread(head, 1, sizeof head - 1, f) > 8);
+    fclose(f);
+    const char *spelled = "\"line1\\nline2\\ttab \\\"q\\\" back\\\\slash \\u0001 \\r end\"";
+    ck_assert_msg(strstr(head + 8, spelled), "expected %s in %s", spelled, head + 8);
+    SafeTensors st;
+    ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(st.n_meta, 3);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_str_eq(st.meta_keys[i], keys[i]);
+        ck_assert_str_eq(safetensors_meta(&st, keys[i]), vals[i]);
+    }
+    expect_close_arrays((const float *)safetensors_find(&st, "w")->data, w, 2, 0.0f, 0.0f, "w");
+    safetensors_free(&st);
+    /* \u escapes, including a surrogate pair, become UTF-8 */
+    write_raw(path, "{\"__metadata__\":{\"u\":\"\\u0041\\u00e9\\ud83d\\ude00\\/\"}}", NULL, 0);
+    ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(safetensors_meta(&st, "u"), "A\xc3\xa9\xf0\x9f\x98\x80/");
+    ck_assert_int_eq(st.n, 0);
+    safetensors_free(&st);
+}
+END_TEST
+
+Suite *safetensors_suite(void) {
+    Suite *s = suite_create("safetensors");
+    TCase *tc = tcase_create("safetensors");
+    tcase_add_checked_fixture(tc, tmp_setup, tmp_teardown);
+    tcase_add_test(tc, test_round_trip_dense);
+    tcase_add_test(tc, test_round_trip_moe);
+    tcase_add_test(tc, test_config_from_shapes);
+    tcase_add_test(tc, test_config_pattern_refused);
+    tcase_add_test(tc, test_weights_refused);
+    tcase_add_test(tc, test_read_refuses_damage);
+    tcase_add_test(tc, test_read_half_precision);
+    tcase_add_test(tc, test_metadata_escapes);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TEST_MAIN(safetensors_suite)
