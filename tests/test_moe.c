@@ -13,13 +13,14 @@
  */
 #include <string.h>
 
+#include <omp.h>
+
 #include "moe/moe_ops.h"
 #include "nn/ops.h"
 #include "testutil.h"
 #include "util.h"
 
 #define EPS 1e-3f /* finite-difference step */
-
 
 /* Expert weights Wg, Wu (E, F, C) and Wd (E, C, F), uniform in [-0.5, 0.5). */
 static void fill_experts(float *Wg, float *Wu, float *Wd, int E, int F, int C, unsigned seed) {
@@ -548,6 +549,52 @@ START_TEST(test_block_all_experts_reference) {
 }
 END_TEST
 
+/* experts_similarity: copies give 1, a negated expert -1 for its pairs, and a hand-made case
+ * the mean of its three pair cosines; the result does not depend on the thread count. */
+START_TEST(test_experts_similarity) {
+    enum { E = 3, F = 2, C = 2 };
+    float Wg[E * F * C], Wu[E * F * C], Wd[E * C * F];
+    Rng r;
+    rng_seed(&r, 7);
+    for (int i = 0; i < F * C; i++) {
+        Wg[i] = rng_normal(&r);
+        Wu[i] = rng_normal(&r);
+        Wd[i] = rng_normal(&r);
+    }
+    for (int e = 1; e < E; e++) /* copies */
+        for (int i = 0; i < F * C; i++) {
+            Wg[e * F * C + i] = Wg[i];
+            Wu[e * F * C + i] = Wu[i];
+            Wd[e * F * C + i] = Wd[i];
+        }
+    CLOSE((float)experts_similarity(Wg, Wu, Wd, E, C, F), 1.0f, "identical experts");
+    for (int i = 0; i < F * C; i++) { /* expert 1 = -expert 0: pairs (0,1) -1, (0,2) 1, (1,2) -1 */
+        Wg[F * C + i] = -Wg[i];
+        Wu[F * C + i] = -Wu[i];
+        Wd[F * C + i] = -Wd[i];
+    }
+    CLOSE((float)experts_similarity(Wg, Wu, Wd, E, C, F), -1.0f / 3.0f, "a negated expert");
+    /* hand-made, with every matrix in play: expert 0 = 1 at g0 and d0; expert 1 = 1 at g0 and
+     * u0; expert 2 = 3 at u0 and 1 at d0. cos(0,1) = 1/2, cos(0,2) = 1/sqrt(20),
+     * cos(1,2) = 3/sqrt(20). */
+    memset(Wg, 0, sizeof Wg);
+    memset(Wu, 0, sizeof Wu);
+    memset(Wd, 0, sizeof Wd);
+    Wg[0] = Wd[0] = 1.0f;
+    Wg[F * C] = Wu[F * C] = 1.0f;
+    Wu[2 * F * C] = 3.0f;
+    Wd[2 * F * C] = 1.0f;
+    CLOSE((float)experts_similarity(Wg, Wu, Wd, E, C, F),
+          (float)((0.5 + 1.0 / sqrt(20.0) + 3.0 / sqrt(20.0)) / 3.0), "hand-made pairs");
+    ck_assert(experts_similarity(Wg, Wu, Wd, 1, C, F) == 0.0);
+    omp_set_num_threads(1);
+    double one = experts_similarity(Wg, Wu, Wd, E, C, F);
+    omp_set_num_threads(2);
+    double two = experts_similarity(Wg, Wu, Wd, E, C, F);
+    ck_assert(one == two);
+}
+END_TEST
+
 static Suite *moe_suite(void) {
     Suite *s = suite_create("moe");
     TCase *routing = tcase_create("routing");
@@ -558,6 +605,7 @@ static Suite *moe_suite(void) {
     tcase_add_test(routing, test_plan_hand_and_permutation);
     tcase_add_test(routing, test_permute_combine_forward_and_drop);
     tcase_add_test(routing, test_expert_without_tokens);
+    tcase_add_test(routing, test_experts_similarity);
     suite_add_tcase(s, routing);
     TCase *grads = tcase_create("gradients");
     tcase_add_test(grads, test_router_backward_gradcheck);

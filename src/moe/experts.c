@@ -19,6 +19,9 @@
 #include "moe/moe_ops.h"
 #include "nn/ops.h"
 
+#include <math.h>
+#include <stdlib.h>
+
 /* last: through <complex.h> it defines the macro I, so no declaration below may use that name */
 #include <cblas.h>
 
@@ -111,4 +114,43 @@ void experts_backward_padded(float *dxe, float *dWg, float *dWu, float *dWd, flo
         slice_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, e, r0 + kept,
                        pad, C, F);
     }
+}
+
+/* dot of two expert vectors, or a norm when a == b; double sums in a fixed order */
+static double expert_dot(const float *Wg, const float *Wu, const float *Wd, int a, int b,
+                         size_t n) {
+    const float *w[3] = {Wg, Wu, Wd};
+    double s = 0.0;
+    for (int t = 0; t < 3; t++) {
+        const float *x = w[t] + (size_t)a * n, *y = w[t] + (size_t)b * n;
+        for (size_t i = 0; i < n; i++) s += (double)x[i] * y[i];
+    }
+    return s;
+}
+
+double experts_similarity(const float *Wg, const float *Wu, const float *Wd, int E, int C, int F) {
+    if (E < 2) return 0.0;
+    const size_t n = (size_t)F * C; /* floats of one expert in each of the three matrices */
+    const int pairs = E * (E - 1) / 2;
+    double *dots = (double *)malloc_check((size_t)(pairs + E) * sizeof(double));
+    double *norms = dots + pairs;
+    /* one thread per entry, then a serial sum: the same result for any thread count */
+#pragma omp parallel for schedule(dynamic)
+    for (int j = 0; j < pairs + E; j++) {
+        if (j >= pairs) {
+            norms[j - pairs] = sqrt(expert_dot(Wg, Wu, Wd, j - pairs, j - pairs, n));
+            continue;
+        }
+        int a = 0, r = j; /* pair j in the order (0,1), (0,2) .. (0,E-1), (1,2) .. */
+        while (r >= E - 1 - a) r -= E - 1 - a++;
+        dots[j] = expert_dot(Wg, Wu, Wd, a, a + 1 + r, n);
+    }
+    double sum = 0.0;
+    for (int a = 0, j = 0; a < E; a++)
+        for (int b = a + 1; b < E; b++, j++) {
+            double den = norms[a] * norms[b];
+            sum += den > 0.0 ? dots[j] / den : 0.0;
+        }
+    free(dots);
+    return sum / pairs;
 }

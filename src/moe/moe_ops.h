@@ -273,6 +273,12 @@ void experts_backward_padded(float *dxe, float *dWg, float *dWu, float *dWd, flo
                              const float *Wd, const int *offsets, const int *counts, int E, int C,
                              int F);
 
+/* Mean cosine similarity over the E (E - 1) / 2 pairs of experts, each expert's weights taken
+ * as one vector (its rows of Wg and Wu (E, F, C) and of Wd (E, C, F) end to end). 1 for
+ * identical experts (copies of one dense FFN), near 0 for independent random ones. For
+ * router.csv's expert_sim; 0 when E < 2. */
+double experts_similarity(const float *Wg, const float *Wu, const float *Wd, int E, int C, int F);
+
 /* ---- the block ------------------------------------------------------------------------------ */
 
 typedef struct {
