@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "io/files.h"
+#include "model.h"
 #include "util.h"
 
 /* written by the Makefile into build/version.c */
@@ -39,7 +40,7 @@ static void cpu_model(char *out, size_t n) {
 }
 
 void run_write_provenance(const char *dir, const Config *c, const Shard *train, const Shard *val,
-                          int threads, int resumed_at) {
+                          int threads, int resumed_at, const char *init_from) {
     char path[MOE_PATH_MAX + 32];
     run_path(path, sizeof path, dir, "provenance.txt");
     /* a resumed run appends, so the history of every segment is kept */
@@ -53,6 +54,7 @@ void run_write_provenance(const char *dir, const Config *c, const Shard *train, 
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     fprintf(f, "started = %s\n", when);
     if (resumed_at > 0) fprintf(f, "resumed_at_step = %d\n", resumed_at);
+    if (init_from) fprintf(f, "init_from = %s\n", init_from);
     fprintf(f, "commit = %s\n", moe_git_commit);
     fprintf(f, "data.train = %s crc32=%08x tokens=%llu\n", train->path, train->crc32,
             (unsigned long long)train->n_tokens);
@@ -61,6 +63,8 @@ void run_write_provenance(const char *dir, const Config *c, const Shard *train, 
     fprintf(f, "data.train_unigram_entropy = %.4f\n", shard_unigram_entropy(train));
     fprintf(f, "seed = %llu\n", (unsigned long long)c->seed);
     fprintf(f, "threads = %d\n", threads);
+    /* the training FLOPs of one token (model.h): the x axis of compute-matched comparisons */
+    fprintf(f, "flops_per_token = %.6g\n", model_flops_per_token(c, c->seq_len));
     fprintf(f, "host = %s %s %s %s\n", u.nodename, u.sysname, u.release, u.machine);
     fprintf(f, "cpu = %s\n", cpu);
     fprintf(f, "cores_online = %ld\n\n", sysconf(_SC_NPROCESSORS_ONLN));

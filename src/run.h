@@ -2,10 +2,11 @@
  * run.h: the run directory and what it records.
  *
  *   runs/NAME/config.txt      every resolved setting (key = value)
- *   runs/NAME/provenance.txt  commit, data shard checksums, seed, threads, machine
+ *   runs/NAME/provenance.txt  commit, data shard checksums, seed, threads, machine, the
+ *                             training FLOPs per token, the checkpoint --init started from
  *   runs/NAME/train.csv       step,loss,aux_loss,z_loss,lr,grad_norm,tok_per_s,val_loss
  *   runs/NAME/router.csv      step,layer,maxvio,cv,entropy,drop_frac,load_*,bias_*,top1_score,
- *                             drop_*,pad_frac: one row per step and MoE block
+ *                             drop_*,pad_frac,expert_sim: one row per step and MoE block
  *   runs/NAME/val_router.csv  step,layer,maxvio,cv,load_*,drop_frac (at every evaluation)
  *   runs/NAME/domains.csv     step,layer,domain,expert,fraction (at every evaluation)
  *   runs/NAME/ckpt.bin        the last checkpoint
@@ -22,9 +23,10 @@
 
 void run_path(char *out, size_t n, const char *dir, const char *file);
 
-/* Write provenance.txt: commit, shard paths and CRC-32s, seed, threads, host and CPU. */
+/* Write provenance.txt: commit, shard paths and CRC-32s, seed, threads, host and CPU, and the
+ * checkpoint whose weights the run started from (init_from, `moe train --init`; NULL: none). */
 void run_write_provenance(const char *dir, const Config *c, const Shard *train, const Shard *val,
-                          int threads, int resumed_at);
+                          int threads, int resumed_at, const char *init_from);
 
 /* Open a CSV for appending. When keep_until_step >= 0 the existing file is first cut back to
  * its header and the rows whose first field (the step) is <= keep_until_step (a resumed run

@@ -141,7 +141,9 @@ static void raccum_loads(const RouterAccum *r, float *load) {
 /* One router.csv row per MoE block; the bias columns hold the aux-free bias after this
  * step's update (0 unless moe.balance=aux_free); drop_e and pad_frac are the micro-batch
  * means of each expert's dropped fraction and of the padding rows' share of the computed
- * rows (both 0 for expert choice, whose experts take exactly cap tokens each). */
+ * rows (both 0 for expert choice, whose experts take exactly cap tokens each); expert_sim is
+ * the mean cosine similarity of the block's experts after the step (how far upcycled copies
+ * have moved apart). */
 static void raccum_write(const RouterAccum *r, const Model *m, FILE *f, int step) {
     for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
         if (!m->blocks[l].moe) continue;
@@ -154,7 +156,10 @@ static void raccum_write(const RouterAccum *r, const Model *m, FILE *f, int step
         for (int e = 0; e < r->E; e++) fprintf(f, ",%.6g", m->blocks[l].router_bias[e]);
         fprintf(f, ",%.6f", r->top1[b] / r->micro);
         for (int e = 0; e < r->E; e++) fprintf(f, ",%.6f", r->edrop[b * r->E + e] / r->micro);
-        fprintf(f, ",%.6f\n", r->pad[b] / r->micro);
+        const LayerView *w = &m->w.layers[l];
+        fprintf(f, ",%.6f,%.6f\n", r->pad[b] / r->micro,
+                experts_similarity(w->e_gate, w->e_up, w->e_down, r->E, m->cfg.d_model,
+                                   config_expert_hidden(&m->cfg)));
         b++;
     }
 }
@@ -266,6 +271,9 @@ int train_run(Config *c, const TrainOptions *o) {
     loader_init(&loader, &train, B, T, c->seed);
     if (o->resume && checkpoint_load(&m, &loader.rng, ckpt_path, 1, err, sizeof err) != 0)
         moe_input_error("%s", err);
+    /* --init: the weights (and aux-free biases) of another run, a fresh optimizer at step 0 */
+    if (!o->resume && o->init && checkpoint_load(&m, NULL, o->init, 0, err, sizeof err) != 0)
+        moe_input_error("--init: %s", err);
     const int start_step = m.step;
     m.training = 1; /* exploration noise on (moe.jitter, moe.noise); evaluate() turns it off */
     const int last = o->until > 0 && o->until < c->steps ? o->until : c->steps;
@@ -280,7 +288,8 @@ int train_run(Config *c, const TrainOptions *o) {
     config_write(c, cf);
     fclose(cf);
     const int threads = set_threads(c->threads);
-    run_write_provenance(o->out_dir, c, &train, &val, threads, start_step);
+    run_write_provenance(o->out_dir, c, &train, &val, threads, start_step,
+                         o->resume ? NULL : o->init);
 
     const int keep = o->resume ? start_step : -1;
     FILE *ftrain = csv_open(o->out_dir, "train.csv",
@@ -294,7 +303,7 @@ int train_run(Config *c, const TrainOptions *o) {
     hl += snprintf(header + hl, sizeof header - (size_t)hl, ",top1_score");
     for (int e = 0; e < c->num_experts && hl < (int)sizeof header - 16; e++)
         hl += snprintf(header + hl, sizeof header - (size_t)hl, ",drop_%d", e);
-    snprintf(header + hl, sizeof header - (size_t)hl, ",pad_frac");
+    snprintf(header + hl, sizeof header - (size_t)hl, ",pad_frac,expert_sim");
     FILE *frouter = csv_open(o->out_dir, "router.csv", header, keep);
     FILE *fdomains = csv_open(o->out_dir, "domains.csv", "step,layer,domain,expert,fraction", keep);
     hl = snprintf(header, sizeof header, "step,layer,maxvio,cv");

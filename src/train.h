@@ -18,6 +18,8 @@ typedef struct {
     int quiet;           /* no progress display */
     int until;           /* stop (with a checkpoint) after this step; 0 = train.steps.
                             For schedulers with time limits, and to test resuming. */
+    const char *init;    /* start from this checkpoint's weights (step 0, fresh AdamW moments
+                            and data order); NULL: from the config's random init */
 } TrainOptions;
 
 /* Train per c. Returns 0, or exits with status 2 on bad input (data, checkpoint, run dir). */

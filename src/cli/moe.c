@@ -2,10 +2,13 @@
  * moe: the command line.
  *
  *   moe train   [--config FILE] [--set key=value]... [--out DIR] [--resume DIR] [--until STEP]
- *               [--quiet]
+ *               [--init CKPT] [--quiet]
  *   moe eval    --ckpt PATH [--set key=value]... [--batches N]
  *   moe sample  --ckpt PATH [--prompt TEXT] [--tokens N] [--temperature X] [--seed N]
  *   moe export  --ckpt PATH --out FILE.safetensors
+ *   moe import  --from FILE.safetensors --out CKPT [--config FILE] [--set key=value]...
+ *   moe upcycle --from DENSE_CKPT --out MOE_CKPT [--config FILE] [--set key=value]...
+ *               [--noise X] [--drop-ratio R] [--split G] [--router-std S] [--seed N]
  *   moe info    --ckpt PATH | --keys
  *   moe corpus  [--out DIR] [--seed N] [--val-frac X]
  *   moe synth   --out DIR [--domains N] [--tokens N] [--doc-len N] [--seed N]
@@ -24,6 +27,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "cli/cli.h"
 #include "checkpoint.h"
 #include "io/data.h"
 #include "io/tensorfile.h"
@@ -31,13 +35,16 @@
 #include "train.h"
 #include "util.h"
 
-static const char *USAGE =
+const char *const USAGE =
     "usage: moe <command> [options]\n"
     "  train   [--config FILE] [--set key=value]... [--out DIR] [--resume DIR] [--until STEP]\n"
-    "          [--quiet]\n"
+    "          [--init CKPT] [--quiet]\n"
     "  eval    --ckpt PATH [--set key=value]... [--batches N]\n"
     "  sample  --ckpt PATH [--prompt TEXT] [--tokens N] [--temperature X] [--seed N]\n"
     "  export  --ckpt PATH --out FILE.safetensors\n"
+    "  import  --from FILE.safetensors --out CKPT [--config FILE] [--set key=value]...\n"
+    "  upcycle --from DENSE_CKPT --out MOE_CKPT [--config FILE] [--set key=value]...\n"
+    "          [--noise X] [--drop-ratio R] [--split G] [--router-std S] [--seed N]\n"
     "  info    --ckpt PATH | --keys\n"
     "  corpus  [--out DIR] [--seed N] [--val-frac X]\n"
     "  synth   --out DIR [--domains N] [--tokens N] [--doc-len N] [--seed N]\n"
@@ -46,28 +53,12 @@ static const char *USAGE =
     "          NAME: tiny, tiny-dense, small, small-dense (default: all four)\n"
     "The key=value settings are listed by `moe info --keys`.\n";
 
-MOE_NORETURN static void usage_error(const char *cmd, const char *fmt, const char *arg) {
+MOE_NORETURN void usage_error(const char *cmd, const char *fmt, const char *arg) {
     fprintf(stderr, "error: moe %s: ", cmd);
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\n\n%s", USAGE);
     exit(MOE_EXIT_INPUT);
 }
-
-/* Options of all commands; each command accepts its own subset. */
-typedef struct {
-    const char *config, *out, *resume, *ckpt, *prompt;
-    const char *sets[128];
-    int n_sets;
-    long tokens, batches, domains, doc_len, until;
-    double temperature, val_frac;
-    long long seed;
-    int seed_given, quiet, keys;
-    /* bench: --config may repeat there (reference config names) */
-    const char *configs[BENCH_MAX_CONFIGS];
-    int n_configs, json, profile, reference_attention;
-    long steps, warmup, threads;
-    const char *profile_out;
-} Opts;
 
 static long parse_long(const char *cmd, const char *opt, const char *s, long lo, long hi) {
     char *end;
@@ -95,7 +86,7 @@ static double parse_double(const char *cmd, const char *opt, const char *s, doub
 }
 
 /* allowed: space-separated option names this command takes */
-static void parse_opts(Opts *o, const char *cmd, const char *allowed, int argc, char **argv) {
+void parse_opts(Opts *o, const char *cmd, const char *allowed, int argc, char **argv) {
     memset(o, 0, sizeof(*o));
     o->tokens = 0; /* 0: the command's own default */
     o->temperature = 0.8;
@@ -105,6 +96,8 @@ static void parse_opts(Opts *o, const char *cmd, const char *allowed, int argc, 
     o->val_frac = 0.05;
     o->steps = 5;
     o->warmup = 2;
+    o->router_std = -1.0; /* the upcycle default */
+    o->split = 1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         char want[64];
@@ -146,6 +139,18 @@ static void parse_opts(Opts *o, const char *cmd, const char *allowed, int argc, 
             o->out = v;
         else if (strcmp(a, "--resume") == 0)
             o->resume = v;
+        else if (strcmp(a, "--init") == 0)
+            o->init = v;
+        else if (strcmp(a, "--from") == 0)
+            o->from = v;
+        else if (strcmp(a, "--noise") == 0)
+            o->noise = parse_double(cmd, a, v, 0.0, 10.0);
+        else if (strcmp(a, "--drop-ratio") == 0)
+            o->drop_ratio = parse_double(cmd, a, v, 0.0, 1.0);
+        else if (strcmp(a, "--router-std") == 0)
+            o->router_std = parse_double(cmd, a, v, 0.0, 10.0);
+        else if (strcmp(a, "--split") == 0)
+            o->split = parse_long(cmd, a, v, 1, 1 << 16);
         else if (strcmp(a, "--ckpt") == 0)
             o->ckpt = v;
         else if (strcmp(a, "--prompt") == 0)
@@ -181,7 +186,7 @@ static void parse_opts(Opts *o, const char *cmd, const char *allowed, int argc, 
 }
 
 /* Settings: defaults (or a checkpoint's), then --config, then each --set; then validated. */
-static void build_config(Config *c, const Opts *o, const char *cmd) {
+void build_config(Config *c, const Opts *o, const char *cmd) {
     char err[1024];
     if (o->config && config_load_file(c, o->config, err, sizeof err) != 0)
         moe_input_error("--config: %s", err);
@@ -191,7 +196,7 @@ static void build_config(Config *c, const Opts *o, const char *cmd) {
     (void)cmd;
 }
 
-static void load_ckpt_config(Config *c, const char *path) {
+void load_ckpt_config(Config *c, const char *path) {
     char err[1024];
     if (!file_exists(path))
         moe_input_error("no checkpoint at %s; train a run first (moe train --out DIR writes "
@@ -201,7 +206,7 @@ static void load_ckpt_config(Config *c, const char *path) {
 }
 
 /* A model with the checkpoint's settings (and any shape-preserving overrides) and weights. */
-static void load_model(Model *m, Config *c, const char *path, int B, int T) {
+void load_model(Model *m, Config *c, const char *path, int B, int T) {
     char err[1024];
     model_init(m, c, B, T);
     if (checkpoint_load(m, NULL, path, 0, err, sizeof err) != 0) moe_input_error("%s", err);
@@ -209,10 +214,13 @@ static void load_model(Model *m, Config *c, const char *path, int B, int T) {
 
 static int cmd_train(int argc, char **argv) {
     Opts o;
-    parse_opts(&o, "train", "--config --set --out --resume --quiet --until", argc, argv);
+    parse_opts(&o, "train", "--config --set --out --resume --init --quiet --until", argc, argv);
     if (o.resume && o.out && strcmp(o.resume, o.out) != 0)
         usage_error("train", "--resume continues the run in its own directory; drop --out %s",
                     o.out);
+    if (o.resume && o.init)
+        usage_error("train", "--init %s starts a new run; --resume continues one: use one of them",
+                    o.init);
     Config c;
     char dir[MOE_PATH_MAX];
     if (o.resume) {
@@ -221,7 +229,11 @@ static int cmd_train(int argc, char **argv) {
         load_ckpt_config(&c, ckpt);
         snprintf(dir, sizeof dir, "%s", o.resume);
     } else {
-        config_defaults(&c);
+        /* --init: the checkpoint's settings (its model shape), then --config and --set */
+        if (o.init)
+            load_ckpt_config(&c, o.init);
+        else
+            config_defaults(&c);
         if (o.out) {
             snprintf(dir, sizeof dir, "%s", o.out);
         } else {
@@ -230,8 +242,11 @@ static int cmd_train(int argc, char **argv) {
         }
     }
     build_config(&c, &o, "train");
-    TrainOptions to = {
-        .out_dir = dir, .resume = o.resume != NULL, .quiet = o.quiet, .until = (int)o.until};
+    TrainOptions to = {.out_dir = dir,
+                       .resume = o.resume != NULL,
+                       .quiet = o.quiet,
+                       .until = (int)o.until,
+                       .init = o.init};
     return train_run(&c, &to);
 }
 
@@ -311,44 +326,6 @@ static int cmd_sample(int argc, char **argv) {
     return 0;
 }
 
-static int cmd_export(int argc, char **argv) {
-    Opts o;
-    parse_opts(&o, "export", "--ckpt --out", argc, argv);
-    if (!o.ckpt || !o.out) usage_error("export", "%s", "--ckpt PATH and --out FILE are required");
-    Config c;
-    load_ckpt_config(&c, o.ckpt);
-    Model m;
-    load_model(&m, &c, o.ckpt, 1, 1);
-    TensorRef *e = (TensorRef *)calloc_check((size_t)m.pt.n, sizeof(TensorRef));
-    for (int i = 0; i < m.pt.n; i++) {
-        const ParamTensor *t = &m.pt.t[i];
-        snprintf(e[i].name, sizeof e[i].name, "%s", t->name);
-        e[i].dtype = TENSOR_F32;
-        e[i].ndim = t->ndim;
-        memcpy(e[i].shape, t->shape, sizeof t->shape);
-        e[i].nbytes = t->numel * sizeof(float);
-        e[i].data = m.params + t->offset;
-    }
-    char v[8][32];
-    snprintf(v[0], 32, "%d", c.d_model);
-    snprintf(v[1], 32, "%d", c.n_layer);
-    snprintf(v[2], 32, "%d", c.n_head);
-    snprintf(v[3], 32, "%d", c.num_experts);
-    snprintf(v[4], 32, "%d", c.top_k);
-    snprintf(v[5], 32, "%g", c.rope_theta);
-    snprintf(v[6], 32, "%d", c.norm_topk);
-    const char *keys[] = {"d_model", "n_layer",    "n_head",    "num_experts",
-                          "top_k",   "rope_theta", "norm_topk", "format"};
-    const char *vals[] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], "moe.c"};
-    char err[1024];
-    if (safetensors_write(o.out, e, m.pt.n, keys, vals, 8, err, sizeof err) != 0)
-        moe_input_error("export: %s", err);
-    printf("wrote %s: %d tensors, %zu parameters\n", o.out, m.pt.n, m.pt.total);
-    free(e);
-    model_free(&m);
-    return 0;
-}
-
 static int cmd_info(int argc, char **argv) {
     Opts o;
     parse_opts(&o, "info", "--ckpt --keys", argc, argv);
@@ -367,6 +344,8 @@ static int cmd_info(int argc, char **argv) {
     printf("checkpoint %s\nstep %llu\n", o.ckpt, (unsigned long long)ck.step);
     printf("parameters: %zu total, %zu active per token\n", params_count_total(&pt),
            params_count_active(&pt, &c));
+    printf("training FLOPs per token: %.6g (forward + backward matrix products)\n",
+           model_flops_per_token(&c, c.seq_len));
     printf("blocks:");
     for (int l = 0; l < c.n_layer; l++) printf(" %s", config_is_moe_layer(&c, l) ? "moe" : "dense");
     printf("\n\n[config]\n");
@@ -465,9 +444,10 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         int (*fn)(int, char **);
-    } CMDS[] = {{"train", cmd_train},   {"eval", cmd_eval},  {"sample", cmd_sample},
-                {"export", cmd_export}, {"info", cmd_info},  {"corpus", cmd_corpus},
-                {"synth", cmd_synth},   {"bench", cmd_bench}};
+    } CMDS[] = {{"train", cmd_train},    {"eval", cmd_eval},   {"sample", cmd_sample},
+                {"export", cmd_export},  {"info", cmd_info},   {"corpus", cmd_corpus},
+                {"synth", cmd_synth},    {"bench", cmd_bench}, {"import", cmd_import},
+                {"upcycle", cmd_upcycle}};
     for (size_t i = 0; i < sizeof CMDS / sizeof CMDS[0]; i++)
         if (strcmp(argv[1], CMDS[i].name) == 0) return CMDS[i].fn(argc - 2, argv + 2);
     fprintf(stderr, "error: unknown command '%s'\n\n%s", argv[1], USAGE);

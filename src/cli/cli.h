@@ -1,0 +1,58 @@
+/*
+ * cli.h: what the command files of `moe` share (moe.c: the option parser and the settings;
+ * convert.c: the commands that turn one model file into another).
+ *
+ * Every mistake on the command line ends in usage_error or moe_input_error: a message on
+ * stderr and exit status 2, before anything is written.
+ */
+#ifndef MOE_CLI_H
+#define MOE_CLI_H
+
+#include "bench.h"
+#include "config.h"
+#include "model.h"
+#include "util.h"
+
+extern const char *const USAGE;
+
+/* Options of all commands; each command accepts its own subset. */
+typedef struct {
+    const char *config, *out, *resume, *ckpt, *prompt, *init, *from;
+    const char *sets[128];
+    int n_sets;
+    long tokens, batches, domains, doc_len, until;
+    double temperature, val_frac;
+    long long seed;
+    int seed_given, quiet, keys;
+    /* bench: --config may repeat there (reference config names) */
+    const char *configs[BENCH_MAX_CONFIGS];
+    int n_configs, json, profile, reference_attention;
+    long steps, warmup, threads;
+    const char *profile_out;
+    /* upcycle */
+    double noise, drop_ratio, router_std; /* router_std < 0: not given */
+    long split;
+} Opts;
+
+/* "error: moe CMD: " + fmt with arg, then the usage; exit 2. */
+MOE_NORETURN void usage_error(const char *cmd, const char *fmt, const char *arg);
+
+/* Parse argv into o; allowed: the space-separated options this command takes. */
+void parse_opts(Opts *o, const char *cmd, const char *allowed, int argc, char **argv);
+
+/* Settings: c as given (defaults, or a checkpoint's), then --config, then each --set; then
+ * validated. */
+void build_config(Config *c, const Opts *o, const char *cmd);
+
+/* The settings stored in a checkpoint; exits 2 with a message when it is missing or bad. */
+void load_ckpt_config(Config *c, const char *path);
+
+/* A model with settings c (a checkpoint's, perhaps with shape-preserving overrides) and the
+ * checkpoint's weights, activations for B x T tokens. */
+void load_model(Model *m, Config *c, const char *path, int B, int T);
+
+int cmd_export(int argc, char **argv);
+int cmd_import(int argc, char **argv);
+int cmd_upcycle(int argc, char **argv);
+
+#endif

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# test_convert.sh: the commands that turn one model file into another, end to end (run by
+# `make test` with MOE_BIN set).
+#
+#   1. upcycle: a tiny dense run becomes an MoE checkpoint at step 0 whose validation loss is
+#      the dense one (exact copies, norm_topk), with the parameter counts of the formula, and
+#      `moe info` shows moe blocks where asked (moe.every=2); noise changes the loss
+#   2. train --init: a new run from the upcycled weights starts at step 0 with the dense
+#      model's loss (its first training loss is no more than 0.3 above the dense run's last),
+#      records init_from in provenance.txt, and trains
+#   3. export then import then export: the same tensor bytes and the same validation loss
+#      (files without moe.c's metadata: tests/test_safetensors.c)
+#   4. bad input exits 2 with a message and writes nothing: upcycling an MoE, a drop ratio
+#      out of range, a split that does not divide, an existing --out, --init with --resume, an
+#      --init checkpoint of another shape, a truncated safetensors file
+# Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
+set -u
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root" || exit 1
+moe=${MOE_BIN:-build/moe}
+case $moe in /*) ;; *) moe="$root/$moe" ;; esac
+if [ ! -x "$moe" ]; then
+    echo "test_convert: no executable $moe; build it with make build/moe (or set MOE_BIN)"
+    exit 1
+fi
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe_test_convert.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+
+passed=0
+failed=0
+check() { if [ "$2" -eq 0 ]; then echo "  ok   $1"; passed=$((passed + 1)); else
+          echo "  FAIL $1: $3"; failed=$((failed + 1)); fi; }
+float_cmp() { awk "BEGIN { exit !(($1) $2 ($3)) }" < /dev/null 2> /dev/null; }
+val_of() { sed -n 's/^val_loss \([0-9.]*\).*/\1/p' <<< "$1"; }
+
+data="$tmp/data"
+"$moe" synth --out "$data" --tokens 60000 --seed 3 > /dev/null
+dense_set=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set model.seq_len=32
+           --set model.d_ff=64 --set moe.num_experts=0 --set train.batch=4 --set train.eval_every=0
+           --set "data.train=$data/train.bin" --set "data.val=$data/val.bin")
+"$moe" train --out "$tmp/dense" "${dense_set[@]}" --set train.steps=30 --set train.lr=1e-2 \
+    --set train.warmup=5 --quiet > /dev/null 2>&1
+check "a tiny dense model to upcycle" $? "training failed"
+dense_val=$(val_of "$("$moe" eval --ckpt "$tmp/dense/ckpt.bin" --batches 4)")
+
+# ---- 1. upcycle ------------------------------------------------------------------------
+echo "test_convert: upcycle"
+out=$("$moe" upcycle --from "$tmp/dense/ckpt.bin" --out "$tmp/up.bin" --set moe.num_experts=4 \
+      --set moe.top_k=2 --set moe.d_expert=64 --router-std 0.5 2>&1)
+rc=$?
+up_val=$(val_of "$("$moe" eval --ckpt "$tmp/up.bin" --batches 4 2>&1)")
+[ $rc -eq 0 ] && [ -n "$up_val" ] && [ -n "$dense_val" ] &&
+    float_cmp "($up_val - $dense_val)^2" "<" "1e-10"
+check "exact copies keep the function: val loss $up_val == dense $dense_val" $? "exit $rc: $out"
+info=$("$moe" info --ckpt "$tmp/up.bin")
+# dense: 2 x 3 x 64 x 32 FFN weights; MoE: each block + 3 x 64 x 32 x 3 more experts + 4 x 32 router
+dense_total=$("$moe" info --ckpt "$tmp/dense/ckpt.bin" | awk '/^parameters/ { print $2 }')
+up_total=$(awk '/^parameters/ { print $2 }' <<< "$info")
+[ -n "$dense_total" ] && [ "$up_total" = $((dense_total + 2 * (3 * 3 * 64 * 32 + 4 * 32))) ] &&
+    grep -q '^step 0$' <<< "$info" && grep -q '^blocks: moe moe$' <<< "$info"
+check "upcycled: step 0, blocks moe moe, $up_total = $dense_total + 2 x (3 x 3 x 64 x 32 + 4 x 32) parameters" \
+    $? "$(head -n 4 <<< "$info")"
+"$moe" upcycle --from "$tmp/dense/ckpt.bin" --out "$tmp/every.bin" --set moe.num_experts=4 \
+    --set moe.d_expert=64 --set moe.every=2 > /dev/null 2>&1 &&
+    "$moe" info --ckpt "$tmp/every.bin" | grep -q '^blocks: moe dense$'
+check "moe.every=2 upcycles every other block (blocks: moe dense)" $? "$("$moe" info --ckpt "$tmp/every.bin" 2>&1 | sed -n 3p)"
+"$moe" upcycle --from "$tmp/dense/ckpt.bin" --out "$tmp/noise.bin" --set moe.num_experts=4 \
+    --set moe.d_expert=64 --noise 0.2 > /dev/null 2>&1
+noise_val=$(val_of "$("$moe" eval --ckpt "$tmp/noise.bin" --batches 4 2>&1)")
+[ -n "$noise_val" ] && [ "$noise_val" != "$dense_val" ]
+check "noise 0.2 changes the function (val loss $noise_val)" $? "no val loss"
+"$moe" upcycle --from "$tmp/dense/ckpt.bin" --out "$tmp/fine.bin" --set moe.num_experts=4 \
+    --split 2 > /dev/null 2>&1 &&
+    "$moe" info --ckpt "$tmp/fine.bin" | grep -q '^moe.d_expert = 32$'
+check "--split 2 makes experts of d_ff / 2 = 32 without a moe.d_expert" $? \
+    "$("$moe" info --ckpt "$tmp/fine.bin" 2>&1 | grep d_expert)"
+
+# ---- 2. train --init -------------------------------------------------------------------
+echo "test_convert: train --init"
+out=$("$moe" train --init "$tmp/up.bin" --out "$tmp/cont" --set train.steps=10 \
+      --set train.warmup=2 --quiet 2>&1)
+rc=$?
+first=$(awk -F, 'NR == 2 { print $2 }' "$tmp/cont/train.csv" 2>/dev/null)
+dense_last=$(awk -F, 'NR > 1 { l = $2 } END { print l }' "$tmp/dense/train.csv")
+rows=$(awk 'END { print NR - 1 }' "$tmp/cont/train.csv" 2>/dev/null)
+[ $rc -eq 0 ] && [ "$rows" = 10 ] && [ -n "$first" ] &&
+    float_cmp "$first" "<" "$dense_last + 0.3" &&
+    grep -q "^init_from = $tmp/up.bin$" "$tmp/cont/provenance.txt"
+check "train --init: 10 steps from step 0, first loss $first near the dense run's last $dense_last, init_from recorded" \
+    $? "exit $rc, rows $rows: $out"
+"$moe" info --ckpt "$tmp/cont/ckpt.bin" | grep -q '^step 10$'
+check "the --init run's checkpoint is at step 10" $? "$("$moe" info --ckpt "$tmp/cont/ckpt.bin" 2>&1 | head -n 2)"
+
+# ---- 3. export and import --------------------------------------------------------------
+echo "test_convert: export and import"
+"$moe" export --ckpt "$tmp/up.bin" --out "$tmp/up.safetensors" > /dev/null 2>&1 &&
+    out=$("$moe" import --from "$tmp/up.safetensors" --out "$tmp/imported.bin" 2>&1)
+rc=$?
+# import takes the model.* and moe.* settings from the file; data.* belong to the new run
+imp_val=$(val_of "$("$moe" eval --ckpt "$tmp/imported.bin" --batches 4 \
+          --set "data.val=$data/val.bin" --set train.batch=4 2>&1)")
+"$moe" export --ckpt "$tmp/imported.bin" --out "$tmp/again.safetensors" > /dev/null 2>&1
+# tensor_bytes FILE: the data after the 8-byte header length and the JSON header
+tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
+[ $rc -eq 0 ] && [ "$imp_val" = "$up_val" ] &&
+    cmp -s <(tensor_bytes "$tmp/up.safetensors") <(tensor_bytes "$tmp/again.safetensors")
+check "export -> import -> export: same val loss ($imp_val) and identical tensor bytes" $? \
+    "exit $rc: $out"
+# a file from elsewhere: no metadata config, so model.n_head comes from the command line
+
+
+# ---- 4. bad input ----------------------------------------------------------------------
+echo "test_convert: bad input"
+expect_error() { # LABEL PATTERN COMMAND...: exit 2, the pattern on stderr
+    local label=$1 pattern=$2
+    shift 2
+    local err rc
+    err=$("$@" 2>&1 >/dev/null)
+    rc=$?
+    [ $rc -eq 2 ] && grep -qi -- "$pattern" <<< "$err"
+    check "$label: exit 2, says '$pattern'" $? "exit $rc: $err"
+}
+expect_error "upcycling an MoE" "already" \
+    "$moe" upcycle --from "$tmp/up.bin" --out "$tmp/x1.bin" --set moe.num_experts=8
+expect_error "no moe.num_experts" "moe.num_experts" \
+    "$moe" upcycle --from "$tmp/dense/ckpt.bin" --out "$tmp/x2.bin"
+expect_error "drop ratio 1.5" "--drop-ratio" \
+    "$moe" upcycle --from "$tmp/dense/ckpt.bin" --out "$tmp/x3.bin" --set moe.num_experts=4 \
+    --drop-ratio 1.5
+expect_error "split 3 of 4 experts" "split" \
+    "$moe" upcycle --from "$tmp/dense/ckpt.bin" --out "$tmp/x4.bin" --set moe.num_experts=4 \
+    --split 3
+expect_error "an existing --out" "already exists" \
+    "$moe" upcycle --from "$tmp/dense/ckpt.bin" --out "$tmp/up.bin" --set moe.num_experts=4
+expect_error "--init with --resume" "--init" \
+    "$moe" train --init "$tmp/up.bin" --resume "$tmp/cont"
+expect_error "--init with another shape" "shape" \
+    "$moe" train --init "$tmp/up.bin" --out "$tmp/x5" --set model.d_model=64
+head -c 100 "$tmp/up.safetensors" > "$tmp/trunc.safetensors"
+expect_error "a truncated safetensors file" "trunc.safetensors" \
+    "$moe" import --from "$tmp/trunc.safetensors" --out "$tmp/x6.bin"
+missing=""
+for f in x1.bin x2.bin x3.bin x4.bin x5 x6.bin; do [ -e "$tmp/$f" ] && missing="$missing $f"; done
+[ -z "$missing" ]
+check "nothing written by a refused command" $? "written:$missing"
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
