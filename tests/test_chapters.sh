@@ -68,5 +68,36 @@ check "a fully dropped token has y = 0" $? "$(grep -A 8 '^4\.' "$tmp/out.txt")"
 [ $? -eq 2 ] && grep -q "usage: capacity" "$tmp/err.txt"
 check "an unknown option: exit 2 and the usage" $? "$(cat "$tmp/err.txt")"
 
+echo "test_chapters: 04-upcycling/upcycle"
+"$moe" train --out "$tmp/dense" --quiet --set data.train="$tmp/data/train.bin" \
+  --set data.val="$tmp/data/val.bin" --set model.d_model=32 --set model.n_layer=2 \
+  --set model.n_head=2 --set model.seq_len=32 --set model.d_ff=64 --set moe.num_experts=0 \
+  --set train.batch=4 --set train.steps=8 --set train.warmup=2 --set train.eval_every=0 > /dev/null
+check "a tiny dense model to upcycle" $? "training failed"
+prog=$build/chapters/04-upcycling/upcycle
+"$prog" --ckpt "$tmp/dense/ckpt.bin" --data "$tmp/data/val.bin" --experts 4 > "$tmp/out.txt" \
+  2> "$tmp/err.txt"
+check "upcycle exits 0" $? "$(cat "$tmp/err.txt")"
+for section in "1. the dense model" "2. the conversion" "3. parameters" "4. the same function" \
+               "5. making the copies differ"; do
+  grep -q "^$section" "$tmp/out.txt"
+  check "prints \"$section\"" $? "$(head -n 5 "$tmp/out.txt")"
+done
+# 3 router initialisations, each with the dense loss to 1e-5
+awk '/^   dense +loss/ { d = $3 } /^   exact copies/ { n++; x = $7 - d; if (x * x > 1e-10) bad++ }
+     END { exit !(n == 3 && bad == 0 && d > 0) }' "$tmp/out.txt"
+check "exact copies give the dense loss whatever the router" $? "$(grep -A 4 '^4\.' "$tmp/out.txt")"
+# parameters: + 2 blocks x ((E - 1) x 3 x F x C + E x C) = 2 x (3 x 3 x 64 x 32 + 4 x 32)
+awk '/^3\. parameters/ { exit !($4 + 2 * (3 * 3 * 64 * 32 + 4 * 32) == $6) }' "$tmp/out.txt"
+check "the parameter count grows by the formula" $? "$(grep '^3\.' "$tmp/out.txt")"
+# drop-upcycling: similarity near (1 - r)^2 (within 0.1 at F = 64), falling with r
+awk '/drop-upcycling r=/ { split($2, a, "="); r = a[2]; n++; s = $NF; w = (1 - r) ^ 2
+       if ((s - w) ^ 2 > 0.01 || (n > 1 && s >= prev)) bad++; prev = s }
+     END { exit !(n == 3 && bad == 0) }' "$tmp/out.txt"
+check "drop-upcycling similarity falls as (1 - r)^2" $? "$(grep 'drop-upcycling' "$tmp/out.txt")"
+"$prog" --ckpt "$tmp/run/ckpt.bin" --data "$tmp/data/val.bin" > /dev/null 2> "$tmp/err.txt"
+[ $? -eq 2 ] && grep -q "already an MoE" "$tmp/err.txt"
+check "an MoE checkpoint: exit 2 and a message" $? "$(cat "$tmp/err.txt")"
+
 echo "test_chapters: $pass passed, $fail failed"
 [ "$fail" = 0 ]
