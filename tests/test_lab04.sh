@@ -4,93 +4,27 @@
 #   1. the reference solution passes every task (exit 0, "Tasks passed: 5 of 5")
 #   2. the untouched starter fails (exit non-zero) and names each unimplemented task: its
 #      TODO line on stderr and the task in the summary, with no numerical noise
-#   3. TASK=task3_choose grades that task alone; an unknown TASK lists the tasks
+#   3. TASK=task3_choose grades that task alone, TASK=task1_copy on the starter fails that task
+#      alone; an unknown TASK lists the tasks
 #   4. the grader catches real bugs, each in its own task only: a transposed down copy
 #      (task1_copy, also through the model's loss), the one-pass variance (task2_stats), the
 #      naive shuffle j = below(F) (task3_choose), a row of down re-drawn instead of a column
 #      (task4_drop), fine-grained experts without the factor G (task5_split)
 #   5. a student file that calls the engine's generator is refused, naming the function
 #   6. make -C labs list names the lab and its five tasks
-# The engine library is the one of the build under test (MOE_BUILD, else the folder of MOE_BIN):
-# build-san (make test SANITIZE=1) grades under the sanitizers against build-san/libmoe.a,
-# anything else uses build/.
+# Checks 1-3 and 6 are the ones every lab has, in tests/lib/lab_harness.sh, which also says
+# which build (MOE_BUILD, MOE_BIN) the grader runs against.
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
-set -u
-
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root" || exit 1
-build=${MOE_BUILD:-$(dirname "${MOE_BIN:-build/moe}")}
-case ${build%/} in build-san | */build-san) san=1 ;; *) san=0 ;; esac
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe_test_lab04.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-# run from `make test`: its jobserver and command-line variables are not for this make
-unset MAKEFLAGS MFLAGS MAKELEVEL
-export OMP_NUM_THREADS=1
-
 lab=04-upcycling
 solution=labs/$lab/solution/upcycle_lab.c
-passed=0
-failed=0
-ok() { echo "  ok   $*"; passed=$((passed + 1)); }
-bad() { echo "  FAIL $*"; failed=$((failed + 1)); }
-# check LABEL CONDITION-STATUS DETAIL: ok when the status is 0, else FAIL with the detail
-check() { if [ "$2" -eq 0 ]; then ok "$1"; else bad "$1: $3"; fi; }
-# grade TARGET [VAR=VALUE...]: the grader's output (stdout and stderr) in $out, status in $rc
-grade() {
-    out=$(make -s -C labs "$1" LAB=$lab SANITIZE=$san "${@:2}" 2>&1)
-    rc=$?
-}
-# mutant NAME SED-EXPRESSION: the solution with one change, in $tmp/NAME.c; fails the check
-# (and returns 1) when the expression no longer changes anything
-mutant() {
-    sed "$2" "$solution" > "$tmp/$1.c"
-    if cmp -s "$tmp/$1.c" "$solution"; then
-        bad "the $1 mutant differs from the solution (the sed pattern no longer matches)"
-        return 1
-    fi
-}
-# only_fails TASK: the last grading failed TASK and passed the other four
-only_fails() {
-    [ $rc -ne 0 ] && grep -Eq "^  FAIL  $1 " <<< "$out" && grep -q '^Tasks passed: 4 of 5\.$' <<< "$out"
-}
-
 tasks="task1_copy task2_stats task3_choose task4_drop task5_split"
 functions="lab_copy_experts lab_stats lab_choose_units lab_drop_units lab_split_experts"
+single_task=task3_choose
+starter_task=task1_copy
+# shellcheck source-path=SCRIPTDIR source=lib/lab_harness.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/lab_harness.sh" || exit 1
 
-echo "test_lab04: labs/$lab (SANITIZE=$san)"
-grade grade-solution
-[ $rc -eq 0 ] && grep -q '^Tasks passed: 5 of 5\.$' <<< "$out"
-check "the reference solution passes all 5 tasks" $? "exit $rc: $out"
-
-grade grade-starter
-[ $rc -ne 0 ] && grep -q '^Tasks passed: 0 of 5\. Not implemented yet: '"$tasks"'\.$' <<< "$out"
-check "the starter fails every task, and the summary names them as not implemented" $? \
-    "exit $rc: $out"
-missing=""
-n=1
-for f in $functions; do
-    grep -q "^TODO: task $n ($f) is not implemented$" <<< "$out" || missing="$missing $f"
-    n=$((n + 1))
-done
-[ -z "$missing" ]
-check "the starter prints one 'TODO: task N (function) is not implemented' line per task" $? \
-    "missing:$missing in: $out"
-! grep -Eq 'got |want |nan' <<< "$out"
-check "the starter's report holds no numerical mismatch, only 'not implemented'" $? "$out"
-
-grade grade-solution TASK=task3_choose
-[ $rc -eq 0 ] && grep -q '^Tasks passed: 1 of 1\.$' <<< "$out" && grep -q 'task3_choose' <<< "$out" &&
-    ! grep -Eq 'task1_copy|task2_stats|task4_drop|task5_split' <<< "$out"
-check "TASK=task3_choose grades that task alone" $? "exit $rc: $out"
-
-grade grade-starter TASK=task1_copy
-[ $rc -ne 0 ] && grep -q '^Tasks passed: 0 of 1\. Not implemented yet: task1_copy\.$' <<< "$out"
-check "TASK=task1_copy on the starter fails that task alone, as not implemented" $? \
-    "exit $rc: $out"
-
-grade grade-solution TASK=task9_nothing
-[ $rc -ne 0 ] && grep -q "no task named 'task9_nothing'. The tasks are: $tasks" <<< "$out"
-check "an unknown TASK fails and lists the tasks" $? "exit $rc: $out"
+lab_common_checks
 
 # the experts' down copied as if it were (F, C): also breaks function preservation
 if mutant down_transposed 's|memcpy(e_down + e \* fc, w_down, fc \* sizeof(float));|for (int f = 0; f < F; f++) for (int c = 0; c < C; c++) e_down[e * fc + (size_t)f * C + c] = w_down[(size_t)c * F + f];|'; then
@@ -138,13 +72,7 @@ fi
 sed 's|int j = i + lab_rng_below(rng, F - i);|int j = i + (int)rng_below((void *)rng, (uint64_t)(F - i));|' \
     "$solution" > "$tmp/engine.c"
 sed -i 's|#include <string.h>|#include <string.h>\nuint64_t rng_below(void *r, uint64_t n);|' "$tmp/engine.c"
-grade grade SOLUTION="$tmp/engine.c"
-[ $rc -ne 0 ] && grep -q 'calls the engine (rng_below)' <<< "$out" && ! grep -q '^Grading' <<< "$out"
-check "a file that calls the engine's rng_below is refused before grading" $? "exit $rc: $out"
+refused rng_below
 
-out=$(make -s -C labs list 2>&1)
-grep -q "^$lab: $tasks$" <<< "$out"
-check "make -C labs list names $lab and its tasks" $? "$out"
-
-echo "test_lab04: $passed passed, $failed failed"
-[ $failed -eq 0 ]
+lab_list_check
+lab_finish

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# lab_harness.sh: what the tests of the labs' graders (tests/test_labNN.sh) share; each of them
+# sources this file, so `make test` (which runs tests/*.sh) never runs it alone.
+#
+# The sourcing script sets, before it sources this file:
+#   lab           the lab's folder under labs/, e.g. 02-capacity
+#   solution      the reference solution, the file its mutants are made from
+#   tasks         the lab's tasks, in order (the grader's names)
+#   functions     the function each task implements, in the same order
+#   single_task   a task that TASK= grades alone on the solution
+#   starter_task  (optional) a task that TASK= grades alone on the starter
+# Sourcing moves to the repository root and picks the build under test: the engine library is
+# the one of MOE_BUILD, else of the folder of MOE_BIN; build-san (make test SANITIZE=1) grades
+# under the sanitizers against build-san/libmoe.a, anything else uses build/. $tmp is a scratch
+# folder, removed at exit.
+#
+# The script then calls lab_common_checks (the checks every lab has), its own checks (mutants
+# with mutant and only_fails, a file calling the engine with refused), lab_list_check when it
+# checks `make -C labs list`, and lab_finish last (the summary line and the exit status).
+# shellcheck disable=SC2154 # lab, solution, tasks, ...: set by the sourcing script
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    echo "lab_harness.sh is sourced by tests/test_labNN.sh, not run alone" >&2
+    exit 0
+fi
+set -u
+
+name=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root" || exit 1
+build=${MOE_BUILD:-$(dirname "${MOE_BIN:-build/moe}")}
+case ${build%/} in build-san | */build-san) san=1 ;; *) san=0 ;; esac
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe_$name.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+# run from `make test`: its jobserver and command-line variables are not for this make
+unset MAKEFLAGS MFLAGS MAKELEVEL
+export OMP_NUM_THREADS=1
+
+read -ra task_list <<< "$tasks"
+ntasks=${#task_list[@]}
+passed=0
+failed=0
+ok() { echo "  ok   $*"; passed=$((passed + 1)); }
+bad() { echo "  FAIL $*"; failed=$((failed + 1)); }
+# check LABEL CONDITION-STATUS DETAIL: ok when the status is 0, else FAIL with the detail
+check() { if [ "$2" -eq 0 ]; then ok "$1"; else bad "$1: $3"; fi; }
+# grade TARGET [VAR=VALUE...]: the grader's output (stdout and stderr) in $out, status in $rc
+grade() {
+    out=$(make -s -C labs "$1" LAB="$lab" SANITIZE=$san "${@:2}" 2>&1)
+    rc=$?
+}
+# mutant NAME SED-EXPRESSION: the solution with one change, in $tmp/NAME.c; fails the check
+# (and returns 1) when the expression no longer changes anything
+mutant() {
+    sed "$2" "$solution" > "$tmp/$1.c"
+    if cmp -s "$tmp/$1.c" "$solution"; then
+        bad "the $1 mutant differs from the solution (the sed pattern no longer matches)"
+        return 1
+    fi
+}
+# only_fails TASK: the last grading failed TASK and passed every other task
+only_fails() {
+    [ "$rc" -ne 0 ] && grep -Eq "^  FAIL  $1 " <<< "$out" &&
+        grep -q "^Tasks passed: $((ntasks - 1)) of $ntasks\.$" <<< "$out"
+}
+# refused FUNCTION: $tmp/engine.c, a student file that calls the engine's FUNCTION, is refused
+# by name before any task is graded
+refused() {
+    grade grade SOLUTION="$tmp/engine.c"
+    [ $rc -ne 0 ] && grep -q "calls the engine ($1)" <<< "$out" && ! grep -q '^Grading' <<< "$out"
+    check "a file that calls the engine's $1 is refused before grading" $? "exit $rc: $out"
+}
+
+# the checks every lab has: the solution passes, the starter fails as not implemented (its
+# TODO lines, its summary, no numerical noise), TASK= grades one task, an unknown TASK is named
+lab_common_checks() {
+    echo "$name: labs/$lab (SANITIZE=$san)"
+    grade grade-solution
+    [ $rc -eq 0 ] && grep -q "^Tasks passed: $ntasks of $ntasks\.$" <<< "$out"
+    check "the reference solution passes all $ntasks tasks" $? "exit $rc: $out"
+
+    grade grade-starter
+    [ $rc -ne 0 ] &&
+        grep -q "^Tasks passed: 0 of $ntasks\. Not implemented yet: $tasks\.$" <<< "$out"
+    check "the starter fails every task, and the summary names them as not implemented" $? \
+        "exit $rc: $out"
+    local missing="" n=1 f
+    for f in $functions; do
+        grep -q "^TODO: task $n ($f) is not implemented$" <<< "$out" || missing="$missing $f"
+        n=$((n + 1))
+    done
+    [ -z "$missing" ]
+    check "the starter prints one 'TODO: task N (function) is not implemented' line per task" \
+        $? "missing:$missing in: $out"
+    ! grep -Eq 'got |want |nan' <<< "$out"
+    check "the starter's report holds no numerical mismatch, only 'not implemented'" $? "$out"
+
+    local others="" t
+    for t in $tasks; do [ "$t" = "$single_task" ] || others="${others:+$others|}$t"; done
+    grade grade-solution TASK="$single_task"
+    [ $rc -eq 0 ] && grep -q '^Tasks passed: 1 of 1\.$' <<< "$out" &&
+        grep -q "$single_task" <<< "$out" && ! grep -Eq "$others" <<< "$out"
+    check "TASK=$single_task grades that task alone" $? "exit $rc: $out"
+
+    if [ -n "${starter_task:-}" ]; then
+        grade grade-starter TASK="$starter_task"
+        [ $rc -ne 0 ] &&
+            grep -q "^Tasks passed: 0 of 1\. Not implemented yet: $starter_task\.$" <<< "$out"
+        check "TASK=$starter_task on the starter fails that task alone, as not implemented" $? \
+            "exit $rc: $out"
+    fi
+
+    grade grade-solution TASK=task9_nothing
+    [ $rc -ne 0 ] && grep -q "no task named 'task9_nothing'. The tasks are: $tasks" <<< "$out"
+    check "an unknown TASK fails and lists the tasks" $? "exit $rc: $out"
+}
+
+# make -C labs list: one line per lab, its name and its tasks
+lab_list_check() {
+    out=$(make -s -C labs list 2>&1)
+    grep -q "^$lab: $tasks$" <<< "$out"
+    check "make -C labs list names $lab and its tasks" $? "$out"
+}
+
+# the summary line; the status is non-zero when a check failed
+lab_finish() {
+    echo "$name: $passed passed, $failed failed"
+    [ $failed -eq 0 ]
+}
