@@ -1,0 +1,96 @@
+/*
+ * dist.h: the process grid of expert parallelism and the collectives that training needs.
+ *
+ * World = dp x ep processes (ranks). Rank r sits at ep_rank = r % ep, dp_rank = r / ep:
+ *
+ *              ep_rank 0   ep_rank 1  ...  ep_rank ep-1
+ *   dp_rank 0  rank 0      rank 1          rank ep-1       <- one EP group: together they
+ *   dp_rank 1  rank ep     rank ep+1       rank 2ep-1         hold all E experts
+ *   ...
+ *
+ * - An EP group (a row) holds every expert once: ep_rank j holds experts
+ *   [j E/ep, (j+1) E/ep). Tokens travel to their experts and back inside the row, through
+ *   all-to-all exchanges (DIST_EP).
+ * - An expert-DP group (a column) is the ranks that hold the same experts: their expert
+ *   gradients are summed there (DIST_DP).
+ * - Every rank holds all the other (non-expert) weights; their gradients are summed over the
+ *   whole world (DIST_WORLD).
+ * Each group is derived once from the world at dist_init.
+ *
+ * Without MPI (the default build, MOE_HAVE_MPI=0) there is one process: world = ep = dp = 1,
+ * every collective is a copy, and nothing here needs an MPI library. `make mpi` builds with
+ * mpicc and MOE_HAVE_MPI=1 (dist_mpi.c).
+ *
+ * No silent hangs: every collective waits at most timeout_s. A rank whose peers have not
+ * answered by then prints which ranks it was waiting for (the all-to-all exchanges know them
+ * peer by peer) and ends the whole job with a non-zero status (MPI_Abort).
+ *
+ * Accounting: every collective adds the bytes this rank sent and received and the seconds it
+ * spent inside the call to DistStats, so the training loop can report communication per step.
+ */
+#ifndef MOE_DIST_H
+#define MOE_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { DIST_WORLD = 0, DIST_EP = 1, DIST_DP = 2 } DistGroup;
+
+typedef struct {
+    uint64_t bytes_sent, bytes_recv; /* payload bytes (counts included), summed over calls */
+    double seconds;                  /* wall time inside collectives */
+    uint64_t calls;
+} DistStats;
+
+typedef struct Dist {
+    int rank, world;      /* this process in the world */
+    int ep, dp;           /* the grid: world = dp x ep */
+    int ep_rank, dp_rank; /* ep_rank = rank % ep (which experts), dp_rank = rank / ep */
+    double timeout_s;     /* longest wait for a peer before the job is ended */
+    DistStats stats;
+    void *impl; /* the MPI communicators (dist_mpi.c); NULL in one process */
+} Dist;
+
+/* Start (MPI_Init when built with MPI) and build the grid. ep must divide the world size.
+ * Returns 0, or -1 with a message (e.g. "dist.ep=3 does not divide the 4 processes: run with
+ * mpirun -np 3 or 6, or set dist.ep to a divisor of 4"). Without MPI, only ep = 1 is valid
+ * unless the world is 1 and ep is 1. */
+int dist_init(Dist *d, int *argc, char ***argv, int ep, double timeout_s, char *err, int errlen);
+void dist_finalize(Dist *d);
+
+/* 1 when this build can run more than one process (MOE_HAVE_MPI). */
+int dist_available(void);
+
+/* Size of a group and this rank's index in it. */
+int dist_group_size(const Dist *d, DistGroup g);
+int dist_group_rank(const Dist *d, DistGroup g);
+
+/* In-place sums over a group, the same result on every member (a fixed reduction order for a
+ * given group size, so runs repeat bit for bit). */
+void dist_allreduce_sum_f(Dist *d, DistGroup g, float *x, size_t n);
+void dist_allreduce_sum_d(Dist *d, DistGroup g, double *x, size_t n);
+
+/* Inside the EP group (P = ep members): send[p * count .. (p+1) * count) goes to member p,
+ * recv[p * count ..) comes from member p. For the counts of a dispatch. */
+void dist_alltoall_i(Dist *d, const int *send, int *recv, int count);
+
+/* Inside the EP group: member p gets send_counts[p] floats from send + send_displs[p], and this
+ * rank receives recv_counts[p] floats from member p at recv + recv_displs[p]. Counts and
+ * displacements in floats. Sent peer by peer, so a missing peer is named. */
+void dist_alltoallv_f(Dist *d, const float *send, const int *send_counts, const int *send_displs,
+                      float *recv, const int *recv_counts, const int *recv_displs);
+
+/* Inside a group: member 0's n floats to every member. */
+void dist_broadcast_f(Dist *d, DistGroup g, float *x, size_t n);
+
+/* Inside the EP group: every member's n floats, in member order, into out (ep * n floats) on
+ * member 0 (out may be NULL elsewhere). For checkpoints: the experts of a row, together. */
+void dist_gather_f(Dist *d, const float *x, size_t n, float *out);
+
+/* Wait until every rank of the world is here (with the same timeout). */
+void dist_barrier(Dist *d);
+
+/* End every rank of the job now, with a message from this one (exit status 1 without MPI). */
+void dist_abort(Dist *d, const char *why);
+
+#endif

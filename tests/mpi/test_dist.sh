@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# test_dist.sh: the process grid and collectives of src/dist under mpirun (run by
+# `make test-mpi` with MOE_BUILD set; the binary is $MOE_BUILD/tests/mpi/test_dist).
+#
+#   1. the Check suite of tests/mpi/test_dist.c on every rank: 1 process (ep 1), 2 (ep 2),
+#      4 (ep 4; and ep 2 x dp 2): grid layout, sums over WORLD / EP / DP, all-to-alls,
+#      broadcast, gather, barrier, byte counts
+#   2. a bad grid is refused with a message: dist.ep=3 on 4 processes
+#   3. no silent hangs: a rank that stops answering in the middle of a run of all-to-alls
+#      (MOE_TEST_HANG_RANK=1, dist timeout 3 s) ends the job non-zero within 15 s, and the
+#      other ranks name rank 1; the same in the second row of ep 2 x dp 2 (rank 3 stops,
+#      rank 2 must name world rank 3, not its EP index 1)
+#   4. a rank that dies (MOE_TEST_KILL_RANK=1: SIGKILL, dist timeout 30 s so that MPI's own
+#      detection is what is tested) ends the job non-zero within 15 s
+# Every mpirun runs under `timeout 60`. Prints one line per check and "N passed, M failed";
+# exits non-zero when a check fails.
+set -u
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root" || exit 1
+build=${MOE_BUILD:-build-mpi}
+bin="$build/tests/mpi/test_dist"
+case $bin in /*) ;; *) bin="$root/$bin" ;; esac
+if [ ! -x "$bin" ]; then
+    echo "test_dist: no executable $bin; build it with make MPI=1 $build/tests/mpi/test_dist (or set MOE_BUILD)"
+    exit 1
+fi
+if ! command -v mpirun > /dev/null 2>&1; then
+    echo "test_dist: no mpirun; install Open MPI (make deps)"
+    exit 1
+fi
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe_test_dist.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+# mpirun as root and more ranks than cores (the Makefile sets these too)
+export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1}
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
+export OMPI_MCA_rmaps_base_oversubscribe=${OMPI_MCA_rmaps_base_oversubscribe:-1}
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+unset MOE_TEST_HANG_RANK MOE_TEST_KILL_RANK MOE_TEST_TIMEOUT
+
+passed=0
+failed=0
+check() { if [ "$2" -eq 0 ]; then echo "  ok   $1"; passed=$((passed + 1)); else
+          echo "  FAIL $1: $3"; failed=$((failed + 1)); fi; }
+now_ms() { date +%s%3N; }
+
+# run NP EP [VAR=VALUE ...]: mpirun -np NP with MOE_TEST_EP=EP; sets rc, secs, out (stdout
+# and stderr of every rank)
+run() {
+    local np=$1 ep=$2
+    shift 2
+    local t0
+    t0=$(now_ms)
+    env MOE_TEST_EP="$ep" "$@" timeout 60 mpirun -np "$np" "$bin" > "$tmp/out" 2>&1
+    rc=$?
+    secs=$(awk -v ms=$(($(now_ms) - t0)) 'BEGIN { printf "%.1f", ms / 1000 }')
+    out=$(cat "$tmp/out")
+}
+
+# ---- 1. the suite on every grid ----------------------------------------------------------
+echo "test_dist: the suite under mpirun"
+for grid in "1 1" "2 2" "4 4" "4 2"; do
+    set -- $grid
+    run "$1" "$2"
+    [ $rc -eq 0 ] && grep -q "all passed" <<< "$out"
+    check "mpirun -np $1, ep $2 x dp $(($1 / $2)): every test on every rank (${secs} s)" $? \
+        "exit $rc: $(grep -E 'rank|FAIL|rror' <<< "$out" | head -n 8)"
+done
+
+# ---- 2. a grid that does not fit ---------------------------------------------------------
+echo "test_dist: bad grid"
+run 4 3
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "dist.ep=3 does not divide the 4 processes: run with mpirun -np 3" <<< "$out"
+check "dist.ep=3 on 4 processes is refused with what to do" $? "exit $rc: $(head -n 3 <<< "$out")"
+
+# ---- 3, 4. failures end the job, in bounded time ----------------------------------------
+echo "test_dist: failures"
+run 4 4 MOE_TEST_HANG_RANK=1 MOE_TEST_TIMEOUT=3
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "${secs%.*}" -lt 15 ] &&
+    grep -qE "rank [023]: no answer from rank\(s\) 1 \(world ranks\) in the alltoallv_f" <<< "$out"
+check "a rank that stops answering: job ended (exit $rc) in ${secs} s, rank 1 named" $? \
+    "exit $rc after ${secs} s: $(grep -E 'moe:|test_dist' <<< "$out" | head -n 4)"
+
+# in the second EP row (world ranks 2, 3) the silent peer is EP member 1 but world rank 3: the
+# message must give the world rank
+run 4 2 MOE_TEST_HANG_RANK=3 MOE_TEST_TIMEOUT=3
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "${secs%.*}" -lt 15 ] &&
+    grep -qE "rank 2: no answer from rank\(s\) 3 \(world ranks\) in the alltoallv_f" <<< "$out"
+check "ep 2 x dp 2, rank 3 stops: job ended (exit $rc) in ${secs} s, rank 2 names world rank 3" $? \
+    "exit $rc after ${secs} s: $(grep -E 'moe:|test_dist' <<< "$out" | head -n 4)"
+
+run 4 2 MOE_TEST_KILL_RANK=1 MOE_TEST_TIMEOUT=30
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "${secs%.*}" -lt 15 ] && grep -q "kills itself" <<< "$out"
+check "a rank killed: job ended (exit $rc) in ${secs} s" $? \
+    "exit $rc after ${secs} s: $(tail -n 4 <<< "$out")"
+
+echo "test_dist: $passed passed, $failed failed"
+[ $failed -eq 0 ]
