@@ -21,21 +21,47 @@ static void config_text(const Config *c, char **text) {
     fclose(f);
 }
 
+/* Experts per process: num_experts / dist.ep with expert parallelism, else all of them (1). */
+static int expert_share(const Model *m) {
+    return m->dist ? m->dist->ep : 1;
+}
+
 int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, char *err,
                     int errlen) {
     const ParamTable *pt = &m->pt;
+    const int share = expert_share(m);
+    /* expert parallelism: each stacked expert tensor is gathered, in member order, from the
+     * expert-parallel group, so the file holds all E experts as one process would write them;
+     * every process takes part, the first one writes */
+    float **gathered = (float **)calloc_check((size_t)3 * pt->n + 1, sizeof(float *));
+    if (share > 1)
+        for (int kind = 0; kind < 3; kind++)
+            for (int i = 0; i < pt->n; i++) {
+                const ParamTensor *t = &pt->t[i];
+                if (!t->expert_dim) continue;
+                float *full = m->dist->ep_rank == 0 ? floats_alloc(t->numel * share) : NULL;
+                dist_gather_f(m->dist, kind_buffer(m, kind) + t->offset, t->numel, full);
+                gathered[kind * pt->n + i] = full;
+            }
+    if (m->dist && m->dist->rank != 0) {
+        for (int j = 0; j < 3 * pt->n; j++) free(gathered[j]);
+        free(gathered);
+        return 0;
+    }
     int n = 3 * pt->n + 2 + m->n_moe;
     TensorRef *e = (TensorRef *)calloc_check((size_t)n, sizeof(TensorRef));
     int k = 0;
     for (int kind = 0; kind < 3; kind++)
         for (int i = 0; i < pt->n; i++, k++) {
             const ParamTensor *t = &pt->t[i];
+            const float *full = gathered[kind * pt->n + i];
             snprintf(e[k].name, sizeof e[k].name, "%s/%s", KINDS[kind], t->name);
             e[k].dtype = TENSOR_F32;
             e[k].ndim = t->ndim;
             memcpy(e[k].shape, t->shape, sizeof(t->shape));
-            e[k].nbytes = t->numel * sizeof(float);
-            e[k].data = kind_buffer(m, kind) + t->offset;
+            if (full) e[k].shape[0] *= share;
+            e[k].nbytes = t->numel * (full ? (size_t)share : 1) * sizeof(float);
+            e[k].data = full ? full : kind_buffer(m, kind) + t->offset;
         }
     Rng zero = {{0, 0, 0, 0}};
     snprintf(e[k].name, sizeof e[k].name, "rng/loader");
@@ -68,6 +94,8 @@ int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, cha
     int rc = ckpt_write(path, (uint64_t)m->step, text, e, n, err, errlen);
     free(text);
     free(e);
+    for (int j = 0; j < 3 * pt->n; j++) free(gathered[j]);
+    free(gathered);
     return rc;
 }
 
@@ -117,13 +145,19 @@ int checkpoint_load(Model *m, Rng *loader_rng, const char *path, int with_optimi
         rc = -1;
     }
     const ParamTable *pt = &m->pt;
+    const int share = expert_share(m);
     for (int kind = 0; rc == 0 && kind < (with_optimizer ? 3 : 1); kind++)
         for (int i = 0; rc == 0 && i < pt->n; i++) {
             const ParamTensor *t = &pt->t[i];
             char name[TENSOR_NAME_MAX];
             snprintf(name, sizeof name, "%s/%s", KINDS[kind], t->name);
             const TensorRef *e = ckpt_find(&ck, name);
-            if (!e || e->dtype != TENSOR_F32 || e->nbytes != t->numel * sizeof(float)) {
+            /* the file holds all experts; an expert-parallel member takes its consecutive
+             * share, from expert ep_rank * (E / ep) */
+            const size_t parts = t->expert_dim ? (size_t)share : 1;
+            const size_t skip =
+                t->expert_dim && share > 1 ? (size_t)m->dist->ep_rank * t->numel : 0;
+            if (!e || e->dtype != TENSOR_F32 || e->nbytes != parts * t->numel * sizeof(float)) {
                 snprintf(err, (size_t)errlen,
                          "checkpoint %s: tensor %s is %s; the checkpoint was written by a "
                          "model of another shape or version",
@@ -131,7 +165,8 @@ int checkpoint_load(Model *m, Rng *loader_rng, const char *path, int with_optimi
                 rc = -1;
                 break;
             }
-            memcpy(kind_buffer(m, kind) + t->offset, e->data, e->nbytes);
+            memcpy(kind_buffer(m, kind) + t->offset, (const float *)e->data + skip,
+                   t->numel * sizeof(float));
         }
     if (rc == 0 && with_optimizer) {
         const TensorRef *r = ckpt_find(&ck, "rng/loader");

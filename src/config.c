@@ -155,6 +155,12 @@ static const Key KEYS[] = {
 
     ROW(T_STR, "data.train", train, "data/corpus/train.bin", 0, 0, 0, "training shard"),
     ROW(T_STR, "data.val", val, "data/corpus/val.bin", 0, 0, 0, "validation shard"),
+
+    ROW(T_INT, "dist.ep", ep, "1", 1, 4096, 0,
+        "expert parallelism: processes that share one copy of the experts (divides the "
+        "mpirun process count and moe.num_experts)"),
+    ROW(T_FLOAT, "dist.timeout", timeout, "120", 0, NOMAX, K_OPEN_MIN,
+        "seconds a process waits for a peer before it names the peer and ends the job"),
 };
 
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))

@@ -75,6 +75,11 @@ typedef struct {
     /* data.* */
     char train[MOE_PATH_MAX]; /* training shard */
     char val[MOE_PATH_MAX];   /* validation shard */
+
+    /* dist.* (src/dist/dist.h): how a run is spread over processes. Not shape keys: a
+     * checkpoint holds every expert and loads at any dist.ep. */
+    int ep;        /* processes per expert-parallel group (each holds E / ep experts) */
+    float timeout; /* longest wait for a peer, seconds */
 } Config;
 
 /* The embedded defaults (the model `moe train` trains with no arguments). */
@@ -93,6 +98,12 @@ int config_validate(const Config *c, char *err, int errlen);
 /* The cross-field half of config_validate (config_check.c): settings that only make sense
  * together. Returns 0, or -1 with a message naming the keys involved. */
 int config_check_combinations(const Config *c, char *err, int errlen);
+
+/* The checks that depend on the number of processes, world (config_check.c): dist.ep divides
+ * it and moe.num_experts, train.batch splits evenly over it, and with world > 1 no setting
+ * whose result would depend on how the batch is split. config_validate runs it with
+ * world = dist.ep; the trainer again with the real count. */
+int config_check_dist(const Config *c, int world, char *err, int errlen);
 
 /* Write every resolved setting as key=value lines (the format config_load_file reads). */
 void config_write(const Config *c, FILE *f);

@@ -90,5 +90,52 @@ int config_check_combinations(const Config *c, char *err, int errlen) {
                          "train.warmup=%d is longer than train.steps=%d; lower "
                          "train.warmup or raise train.steps",
                          c->warmup, c->steps);
+    /* a run needs at least dist.ep processes: what holds for that many is checked here */
+    return config_check_dist(c, c->ep, err, errlen);
+}
+
+int config_check_dist(const Config *c, int world, char *err, int errlen) {
+    if (world % c->ep != 0)
+        return set_error(err, errlen,
+                         "dist.ep=%d does not divide the %d processes; start a multiple of %d "
+                         "processes (mpirun -np N) or set dist.ep to a divisor of %d",
+                         c->ep, world, c->ep, world);
+    if (c->ep > 1 && c->num_experts == 0)
+        return set_error(err, errlen,
+                         "dist.ep=%d spreads the experts over processes, but the model is dense "
+                         "(moe.num_experts=0); set dist.ep=1",
+                         c->ep);
+    if (c->num_experts > 0 && c->num_experts % c->ep != 0)
+        return set_error(err, errlen,
+                         "moe.num_experts=%d cannot be shared evenly by dist.ep=%d processes; "
+                         "choose dist.ep dividing %d",
+                         c->num_experts, c->ep, c->num_experts);
+    if (c->batch % world != 0)
+        return set_error(err, errlen,
+                         "train.batch=%d sequences cannot be split evenly over %d processes "
+                         "(train.batch is the global batch); use a multiple of %d",
+                         c->batch, world, world);
+    if (world == 1 || c->num_experts == 0) return 0;
+    /* the settings whose result would depend on how the batch is split */
+    if (c->routing == MOE_ROUTING_EXPERT_CHOICE)
+        return set_error(err, errlen,
+                         "moe.routing=expert_choice ranks all tokens of the batch together, "
+                         "which %d processes each holding part of it cannot do; use "
+                         "moe.routing=token_choice or one process",
+                         world);
+    if ((c->capacity_factor > 0.0f || c->eval_capacity_factor > 0.0f) &&
+        c->capacity_scope == MOE_CAP_BATCH)
+        return set_error(err, errlen,
+                         "moe.capacity_scope=batch counts each expert's tokens over the whole "
+                         "batch, which %d processes each hold part of; use "
+                         "moe.capacity_scope=sequence (each sequence lives on one process), "
+                         "dropless (moe.capacity_factor=0) or one process",
+                         world);
+    if (c->jitter > 0.0f || c->noise > 0.0f || c->second_expert_random)
+        return set_error(err, errlen,
+                         "moe.jitter, moe.noise and moe.second_expert_random draw from one "
+                         "random stream over the batch, which %d processes cannot share; set "
+                         "them to 0 or use one process",
+                         world);
     return 0;
 }

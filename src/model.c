@@ -44,22 +44,48 @@ static float *alloc_nc(const Model *m) {
     return floats_alloc((size_t)m->B * m->T * m->cfg.d_model);
 }
 
+/* The weights of the whole model drawn as in one process, then this member's share kept: an
+ * expert-parallel run starts from exactly the weights a one-process run starts from. */
+static void init_expert_share(Model *m, const Config *c) {
+    ParamTable full;
+    params_table_build(&full, c);
+    float *buf = floats_alloc(full.total);
+    params_init(&full, buf, c, c->seed);
+    for (int i = 0; i < m->pt.n; i++) {
+        const ParamTensor *t = &m->pt.t[i], *f = &full.t[params_find(&full, t->name)];
+        /* stacked experts: this member's El consecutive ones, from expert ep_rank * El */
+        size_t skip = t->expert_dim ? (size_t)m->dist->ep_rank * t->numel : 0;
+        memcpy(m->params + t->offset, buf + f->offset + skip, t->numel * sizeof(float));
+    }
+    free(buf);
+    params_table_free(&full);
+}
+
 void model_init(Model *m, const Config *c, int B, int T) {
+    model_init_dist(m, c, B, T, NULL);
+}
+
+void model_init_dist(Model *m, const Config *c, int B, int T, Dist *d) {
     memset(m, 0, sizeof(*m));
     m->cfg = *c;
     m->B = B;
     m->T = T;
+    m->dist = d && d->world > 1 ? d : NULL; /* one process: exactly the one-process model */
     const int L = c->n_layer, C = c->d_model, H = c->n_head, F = c->d_ff;
     const size_t N = (size_t)B * T, Fs = (size_t)c->num_shared * config_expert_hidden(c);
+    const int ep = m->dist ? m->dist->ep : 1;
 
-    params_table_build(&m->pt, c);
+    params_table_build_ep(&m->pt, c, ep);
     m->params = floats_alloc(m->pt.total);
     m->grads = floats_alloc(m->pt.total);
     m->m = floats_alloc(m->pt.total);
     m->v = floats_alloc(m->pt.total);
     params_view(&m->w, &m->pt, m->params);
     params_view(&m->g, &m->pt, m->grads);
-    params_init(&m->pt, m->params, c, c->seed);
+    if (ep > 1)
+        init_expert_share(m, c);
+    else
+        params_init(&m->pt, m->params, c, c->seed);
 
     m->hp = (MoeHyper){.C = C,
                        .E = c->num_experts,
@@ -83,7 +109,8 @@ void model_init(Model *m, const Config *c, int B, int T) {
                        .padded = c->padded,
                        .eval_capacity_factor = c->eval_capacity_factor,
                        .second_random = c->second_expert_random,
-                       .T = T}; /* sizes the padded per-sequence buffers */
+                       .T = T, /* sizes the padded per-sequence buffers */
+                       .dist = m->dist};
     /* a stream apart from the init and data streams, so turning noise on changes nothing else */
     rng_seed(&m->router_rng, c->seed ^ 0x6e6f697365524e47ull);
 
@@ -401,25 +428,56 @@ void model_zero_grad(Model *m) {
     memset(m->grads, 0, m->pt.total * sizeof(float));
 }
 
-float model_grad_norm(const Model *m) {
-    /* sums of squares over fixed chunks, in parallel, then the chunks in order: the result
-     * does not depend on the number of threads */
+/* Sum of squares of g[0 .. n): fixed chunks in parallel, then the chunks in order, so the
+ * result does not depend on the number of threads. */
+static double sum_squares(const float *g, size_t n) {
     enum { CHUNK = 1 << 16 };
-    const size_t total = m->pt.total, n_chunks = (total + CHUNK - 1) / CHUNK;
-    double t0 = prof_clock();
-    double *partial = (double *)malloc_check(n_chunks * sizeof(double));
+    const size_t n_chunks = (n + CHUNK - 1) / CHUNK;
+    double *partial = (double *)malloc_check((n_chunks + 1) * sizeof(double));
 #pragma omp parallel for schedule(static)
     for (size_t ch = 0; ch < n_chunks; ch++) {
-        size_t end = (ch + 1) * CHUNK < total ? (ch + 1) * CHUNK : total;
+        size_t end = (ch + 1) * CHUNK < n ? (ch + 1) * CHUNK : n;
         double ss = 0.0;
-        for (size_t i = ch * CHUNK; i < end; i++) ss += (double)m->grads[i] * m->grads[i];
+        for (size_t i = ch * CHUNK; i < end; i++) ss += (double)g[i] * g[i];
         partial[ch] = ss;
     }
     double ss = 0.0;
     for (size_t ch = 0; ch < n_chunks; ch++) ss += partial[ch];
     free(partial);
+    return ss;
+}
+
+float model_grad_norm(const Model *m) {
+    double t0 = prof_clock();
+    double ss = 0.0;
+    if (!m->dist) {
+        ss = sum_squares(m->grads, m->pt.total);
+    } else {
+        /* every process holds the same (summed) non-expert gradients; each expert lives on one
+         * member of an expert-parallel group: their squares add up over the group */
+        double part[2] = {0.0, 0.0}; /* non-expert, this member's experts */
+        for (int i = 0; i < m->pt.n; i++) {
+            const ParamTensor *t = &m->pt.t[i];
+            part[t->expert_dim] += sum_squares(m->grads + t->offset, t->numel);
+        }
+        dist_allreduce_sum_d(m->dist, DIST_EP, &part[1], 1);
+        ss = part[0] + part[1];
+    }
     if (prof_enabled) prof_add(PROF_OPTIMIZER, prof_clock() - t0);
     return (float)sqrt(ss);
+}
+
+void model_sync_grads(Model *m) {
+    if (!m->dist) return;
+    double t0 = prof_clock();
+    for (int i = 0; i < m->pt.n; i++) {
+        const ParamTensor *t = &m->pt.t[i];
+        /* an expert's gradient comes from every process whose tokens it served, inside its
+         * group; its copies in the other data-parallel replicas are summed with it */
+        dist_allreduce_sum_f(m->dist, t->expert_dim ? DIST_DP : DIST_WORLD, m->grads + t->offset,
+                             t->numel);
+    }
+    if (prof_enabled) prof_add(PROF_OPTIMIZER, prof_clock() - t0);
 }
 
 void model_adamw_step(Model *m, float lr, float grad_scale) {

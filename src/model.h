@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "dist/dist.h"
 #include "moe/moe_ops.h"
 #include "params.h"
 
@@ -73,11 +74,19 @@ typedef struct {
     float aux_loss; /* mean over MoE blocks of the unscaled Switch loss (1 = balanced) */
     float z_loss;   /* mean over MoE blocks of the unscaled z-loss */
     int step;       /* optimizer steps taken */
+
+    /* more than one process (model_init_dist; NULL: one). With dist->ep > 1 the stacked
+     * expert tensors hold this member's num_experts / ep experts (params_table_build_ep). */
+    Dist *dist;
 } Model;
 
 /* Allocate a model for config c with activations for B x T tokens; weights initialised from
  * the config seed. */
 void model_init(Model *m, const Config *c, int B, int T);
+/* The same for one process of a run spread over d's processes (d NULL or a world of one:
+ * model_init). The weights start as those of the one-process model, each member keeping its
+ * share of the experts. */
+void model_init_dist(Model *m, const Config *c, int B, int T, Dist *d);
 void model_free(Model *m);
 
 /* Forward over inputs (B, T) (T <= the T of model_init). With targets, computes the loss
@@ -98,8 +107,15 @@ void model_zero_grad(Model *m);
  * moe.balance=aux_free. */
 void model_update_router_bias(Model *m, const float *load);
 
-/* Global L2 norm of the gradients (summed in a fixed order: deterministic). */
+/* Global L2 norm of the gradients (summed in a fixed order: deterministic). Across processes,
+ * after model_sync_grads: the norm of the whole model's gradient. */
 float model_grad_norm(const Model *m);
+
+/* Across processes: sum every gradient over the processes that hold a copy of its tensor
+ * (non-expert tensors: all; expert tensors: the data-parallel replicas of the same experts).
+ * Each process's backward must have scaled its loss by 1 / (accum x world) so that the sums
+ * are the gradient of the whole batch's mean loss. No-op in one process. */
+void model_sync_grads(Model *m);
 
 /* One AdamW step with learning rate lr on all parameters; increments m->step. Gradients are
  * first multiplied by grad_scale (for clipping). */

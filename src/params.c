@@ -14,7 +14,9 @@
 #include "util.h"
 
 /* Symbolic dimensions. */
-enum { DIM_NONE = 0, DIM_V, DIM_C, DIM_F, DIM_E, DIM_FE, DIM_FS };
+/* DIM_E: all experts (the router scores them all); DIM_EL: the experts this process holds
+ * (all of them unless expert parallelism spreads them: num_experts / ep). */
+enum { DIM_NONE = 0, DIM_V, DIM_C, DIM_F, DIM_E, DIM_EL, DIM_FE, DIM_FS };
 
 /* Which blocks have the tensor. */
 enum {
@@ -50,9 +52,9 @@ static const ParamSpec SPECS[] = {
     {"ffn.w_up", IN_DENSE_LAYER, {DIM_F, DIM_C}, 1, 0, LV(w_up)},
     {"ffn.w_down", IN_DENSE_LAYER, {DIM_C, DIM_F}, 1, 1, LV(w_down)},
     {"moe.router", IN_MOE_LAYER, {DIM_E, DIM_C}, 1, 0, LV(router)},
-    {"moe.w_gate", IN_MOE_LAYER, {DIM_E, DIM_FE, DIM_C}, 1, 0, LV(e_gate)},
-    {"moe.w_up", IN_MOE_LAYER, {DIM_E, DIM_FE, DIM_C}, 1, 0, LV(e_up)},
-    {"moe.w_down", IN_MOE_LAYER, {DIM_E, DIM_C, DIM_FE}, 1, 1, LV(e_down)},
+    {"moe.w_gate", IN_MOE_LAYER, {DIM_EL, DIM_FE, DIM_C}, 1, 0, LV(e_gate)},
+    {"moe.w_up", IN_MOE_LAYER, {DIM_EL, DIM_FE, DIM_C}, 1, 0, LV(e_up)},
+    {"moe.w_down", IN_MOE_LAYER, {DIM_EL, DIM_C, DIM_FE}, 1, 1, LV(e_down)},
     {"moe.shared_gate", IN_SHARED_LAYER, {DIM_FS, DIM_C}, 1, 0, LV(s_gate)},
     {"moe.shared_up", IN_SHARED_LAYER, {DIM_FS, DIM_C}, 1, 0, LV(s_up)},
     {"moe.shared_down", IN_SHARED_LAYER, {DIM_C, DIM_FS}, 1, 1, LV(s_down)},
@@ -61,12 +63,13 @@ static const ParamSpec SPECS[] = {
 };
 #define N_SPECS ((int)(sizeof(SPECS) / sizeof(SPECS[0])))
 
-static int resolve_dim(int d, const Config *c) {
+static int resolve_dim(int d, const Config *c, int ep) {
     switch (d) {
     case DIM_V: return MOE_VOCAB;
     case DIM_C: return c->d_model;
     case DIM_F: return c->d_ff;
     case DIM_E: return c->num_experts;
+    case DIM_EL: return c->num_experts / ep;
     case DIM_FE: return config_expert_hidden(c);
     case DIM_FS: return c->num_shared * config_expert_hidden(c);
     default: return 0;
@@ -83,7 +86,8 @@ static int spec_in_layer(const ParamSpec *s, const Config *c, int layer) {
     }
 }
 
-static void add_tensor(ParamTable *pt, int cap, const ParamSpec *s, const Config *c, int layer) {
+static void add_tensor(ParamTable *pt, int cap, const ParamSpec *s, const Config *c, int layer,
+                       int ep) {
     if (pt->n >= cap) moe_fatal("parameter table overflow");
     ParamTensor *t = &pt->t[pt->n++];
     memset(t, 0, sizeof(*t));
@@ -93,30 +97,34 @@ static void add_tensor(ParamTable *pt, int cap, const ParamSpec *s, const Config
         snprintf(t->name, sizeof t->name, "%s", s->name);
     t->numel = 1;
     for (int d = 0; d < PARAM_MAX_DIMS && s->dims[d] != DIM_NONE; d++) {
-        t->shape[d] = resolve_dim(s->dims[d], c);
+        t->shape[d] = resolve_dim(s->dims[d], c, ep);
         t->numel *= (size_t)t->shape[d];
         t->ndim = d + 1;
     }
     t->offset = pt->total;
     t->decay = s->decay;
     t->layer = layer;
-    t->expert_dim = s->dims[0] == DIM_E && t->ndim == 3;
+    t->expert_dim = s->dims[0] == DIM_EL;
     pt->total += t->numel;
 }
 
 void params_table_build(ParamTable *pt, const Config *c) {
+    params_table_build_ep(pt, c, 1);
+}
+
+void params_table_build_ep(ParamTable *pt, const Config *c, int ep) {
     int cap = N_SPECS * (c->n_layer + 1);
     pt->t = (ParamTensor *)calloc_check((size_t)cap, sizeof(ParamTensor));
     pt->n = 0;
     pt->total = 0;
     pt->n_layer = c->n_layer;
     for (int i = 0; i < N_SPECS; i++)
-        if (SPECS[i].where == IN_GLOBAL_FIRST) add_tensor(pt, cap, &SPECS[i], c, -1);
+        if (SPECS[i].where == IN_GLOBAL_FIRST) add_tensor(pt, cap, &SPECS[i], c, -1, ep);
     for (int l = 0; l < c->n_layer; l++)
         for (int i = 0; i < N_SPECS; i++)
-            if (spec_in_layer(&SPECS[i], c, l)) add_tensor(pt, cap, &SPECS[i], c, l);
+            if (spec_in_layer(&SPECS[i], c, l)) add_tensor(pt, cap, &SPECS[i], c, l, ep);
     for (int i = 0; i < N_SPECS; i++)
-        if (SPECS[i].where == IN_GLOBAL_LAST) add_tensor(pt, cap, &SPECS[i], c, -1);
+        if (SPECS[i].where == IN_GLOBAL_LAST) add_tensor(pt, cap, &SPECS[i], c, -1, ep);
 }
 
 void params_table_free(ParamTable *pt) {

@@ -24,7 +24,8 @@ typedef struct {
     size_t offset;  /* in floats, into the one parameter buffer */
     int decay;      /* 1: AdamW weight decay applies */
     int layer;      /* block index, or -1 for embedding / final norm / head */
-    int expert_dim; /* 1 when dimension 0 indexes experts (stacked expert weights) */
+    int expert_dim; /* 1 when dimension 0 indexes experts (stacked expert weights): with
+                       expert parallelism, this process's num_experts / ep of them */
 } ParamTensor;
 
 /* Pointers into one parameter-shaped buffer (weights, gradients or a moment). NULL for the
@@ -60,6 +61,10 @@ typedef struct {
 } ParamTable;
 
 void params_table_build(ParamTable *pt, const Config *c);
+/* The table of one process of an expert-parallel group of ep: the stacked expert tensors hold
+ * num_experts / ep experts (same names; the router still scores all E). ep = 1 is
+ * params_table_build. */
+void params_table_build_ep(ParamTable *pt, const Config *c, int ep);
 void params_table_free(ParamTable *pt);
 /* Point every field of view into buf (a buffer of pt->total floats). */
 void params_view(ParamView *view, const ParamTable *pt, float *buf);

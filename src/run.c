@@ -40,7 +40,7 @@ static void cpu_model(char *out, size_t n) {
 }
 
 void run_write_provenance(const char *dir, const Config *c, const Shard *train, const Shard *val,
-                          int threads, int resumed_at, const char *init_from) {
+                          int threads, int resumed_at, const char *init_from, const Dist *d) {
     char path[MOE_PATH_MAX + 32];
     run_path(path, sizeof path, dir, "provenance.txt");
     /* a resumed run appends, so the history of every segment is kept */
@@ -63,6 +63,7 @@ void run_write_provenance(const char *dir, const Config *c, const Shard *train, 
     fprintf(f, "data.train_unigram_entropy = %.4f\n", shard_unigram_entropy(train));
     fprintf(f, "seed = %llu\n", (unsigned long long)c->seed);
     fprintf(f, "threads = %d\n", threads);
+    if (d) fprintf(f, "processes = %d (dist.ep = %d x data-parallel %d)\n", d->world, d->ep, d->dp);
     /* the training FLOPs of one token (model.h): the x axis of compute-matched comparisons */
     fprintf(f, "flops_per_token = %.6g\n", model_flops_per_token(c, c->seq_len));
     fprintf(f, "host = %s %s %s %s\n", u.nodename, u.sysname, u.release, u.machine);

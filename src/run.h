@@ -18,15 +18,17 @@
 #include <stdio.h>
 
 #include "config.h"
+#include "dist/dist.h"
 #include "io/data.h"
 #include "io/files.h"
 
 void run_path(char *out, size_t n, const char *dir, const char *file);
 
-/* Write provenance.txt: commit, shard paths and CRC-32s, seed, threads, host and CPU, and the
- * checkpoint whose weights the run started from (init_from, `moe train --init`; NULL: none). */
+/* Write provenance.txt: commit, shard paths and CRC-32s, seed, threads, host and CPU, the
+ * checkpoint whose weights the run started from (init_from, `moe train --init`; NULL: none)
+ * and the processes of a run spread over several (d; NULL: one). */
 void run_write_provenance(const char *dir, const Config *c, const Shard *train, const Shard *val,
-                          int threads, int resumed_at, const char *init_from);
+                          int threads, int resumed_at, const char *init_from, const Dist *d);
 
 /* Open a CSV for appending. When keep_until_step >= 0 the existing file is first cut back to
  * its header and the rows whose first field (the step) is <= keep_until_step (a resumed run

@@ -11,6 +11,7 @@
 #endif
 
 #include "checkpoint.h"
+#include "dist/ep.h"
 #include "run.h"
 #include "util.h"
 
@@ -29,15 +30,20 @@ int set_threads(int threads) {
 
 float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
     const int B = m->B, T = m->T, N = B * T;
+    /* across processes every one draws the whole batch (world x B sequences) and evaluates
+     * its own B of them: the same windows as one process would */
+    const int world = m->dist ? m->dist->world : 1, rank = m->dist ? m->dist->rank : 0;
+    const size_t NW = (size_t)N * world, mine = (size_t)rank * N;
     const int training = m->training;
     m->training = 0; /* no exploration noise: evaluation sees the router as it is */
-    int *inputs = (int *)malloc_check((size_t)N * sizeof(int));
-    int *targets = (int *)malloc_check((size_t)N * sizeof(int));
-    uint8_t *domains = (uint8_t *)malloc_check((size_t)N);
+    int *inputs = (int *)malloc_check(NW * sizeof(int));
+    int *targets = (int *)malloc_check(NW * sizeof(int));
+    uint8_t *all_domains = (uint8_t *)malloc_check(NW);
+    const uint8_t *domains = all_domains + mine;
     double total = 0.0;
     for (int i = 0; i < eval_batches; i++) {
-        loader_val_batch(val, B, T, i, eval_batches, inputs, targets, domains);
-        model_forward(m, inputs, targets, B, T);
+        loader_val_batch(val, B * world, T, i, eval_batches, inputs, targets, all_domains);
+        model_forward(m, inputs + mine, targets + mine, B, T);
         total += m->loss;
         if (!dc) continue;
         for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
@@ -64,9 +70,19 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
             b++;
         }
     }
+    if (m->dist) { /* equal shares: the mean of the processes' means is the batch's mean */
+        dist_allreduce_sum_d(m->dist, DIST_WORLD, &total, 1);
+        total /= world;
+        if (dc) {
+            dist_allreduce_sum_d(m->dist, DIST_WORLD, dc->counts,
+                                 (size_t)dc->n_moe * dc->n_domains * dc->E);
+            if (dc->drops)
+                dist_allreduce_sum_d(m->dist, DIST_WORLD, dc->drops, 2 * (size_t)dc->n_moe);
+        }
+    }
     free(inputs);
     free(targets);
-    free(domains);
+    free(all_domains);
     m->training = training;
     return (float)(total / eval_batches);
 }
@@ -133,6 +149,19 @@ static void raccum_add(RouterAccum *r, const Model *m) {
     r->micro++;
 }
 
+/* Across processes: every statistic of the step becomes the mean over the processes (their
+ * batches are equal shares, so a mean of fractions is the fraction of the whole batch). */
+static void raccum_share(RouterAccum *r, Dist *d) {
+    if (!d) return;
+    const size_t nb = (size_t)r->n_moe, ne = nb * r->E;
+    double *arrays[6] = {r->load, r->entropy, r->top1, r->drop, r->pad, r->edrop};
+    const size_t lens[6] = {ne, nb, nb, nb, nb, ne};
+    for (int i = 0; i < 6; i++) {
+        dist_allreduce_sum_d(d, DIST_WORLD, arrays[i], lens[i]);
+        for (size_t j = 0; j < lens[i]; j++) arrays[i][j] /= d->world;
+    }
+}
+
 /* load (n_moe, E) = the step's load of every MoE block: the micro-batch mean. */
 static void raccum_loads(const RouterAccum *r, float *load) {
     for (size_t i = 0; i < (size_t)r->n_moe * r->E; i++) load[i] = (float)(r->load[i] / r->micro);
@@ -156,10 +185,13 @@ static void raccum_write(const RouterAccum *r, const Model *m, FILE *f, int step
         for (int e = 0; e < r->E; e++) fprintf(f, ",%.6g", m->blocks[l].router_bias[e]);
         fprintf(f, ",%.6f", r->top1[b] / r->micro);
         for (int e = 0; e < r->E; e++) fprintf(f, ",%.6f", r->edrop[b * r->E + e] / r->micro);
+        /* with expert parallelism no process holds all the experts: nan */
         const LayerView *w = &m->w.layers[l];
-        fprintf(f, ",%.6f,%.6f\n", r->pad[b] / r->micro,
-                experts_similarity(w->e_gate, w->e_up, w->e_down, r->E, m->cfg.d_model,
-                                   config_expert_hidden(&m->cfg)));
+        const double sim = m->dist && m->dist->ep > 1
+                               ? NAN
+                               : experts_similarity(w->e_gate, w->e_up, w->e_down, r->E,
+                                                    m->cfg.d_model, config_expert_hidden(&m->cfg));
+        fprintf(f, ",%.6f,%.6f\n", r->pad[b] / r->micro, sim);
         b++;
     }
 }
@@ -247,8 +279,62 @@ static void load_shard_or_exit(Shard *s, const char *path, const char *key, int 
             key, path, (unsigned long long)s->n_tokens, T + 1);
 }
 
+/* The run directory's CSV files are written by the first process only; the others write to
+ * /dev/null, so the code that fills them is the same everywhere. */
+static FILE *run_csv(const Dist *d, const char *dir, const char *file, const char *header,
+                     int keep) {
+    if (d && d->rank != 0) return fopen_check("/dev/null", "w");
+    return csv_open(dir, file, header, keep);
+}
+
+/* dist.csv: this step's traffic and time of every process, one row per process and MoE block
+ * (layer -1: the step's other collectives: gradient sums, statistics). Gathered by a sum over
+ * the world of arrays where each process fills only its own rows. */
+enum { DIST_COLS = 7 }; /* bytes_sent, bytes_recv, comm_s, expert_s, rows_in, rows_out, rows_rin */
+static void write_dist(FILE *f, const Model *m, Dist *d, const DistStats *step_start, int step) {
+    const int W = d->world, nb = m->n_moe + 1;
+    double *all = (double *)calloc_check((size_t)W * nb * DIST_COLS, sizeof(double));
+    double *mine = all + (size_t)d->rank * nb * DIST_COLS;
+    double ep_sent = 0.0, ep_recv = 0.0, ep_comm = 0.0;
+    for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
+        const MoeActs *a = m->blocks[l].moe;
+        if (!a) continue;
+        double *row = mine + (size_t)(b + 1) * DIST_COLS;
+        if (a->ep) {
+            row[0] = a->ep->stats.bytes_sent;
+            row[1] = a->ep->stats.bytes_recv;
+            row[2] = a->ep->stats.comm_seconds;
+            row[3] = a->ep->stats.expert_seconds;
+            row[4] = a->ep->stats.rows_in;
+            row[5] = a->ep->stats.rows_out_remote;
+            row[6] = a->ep->stats.rows_in_remote;
+            ep_sent += row[0];
+            ep_recv += row[1];
+            ep_comm += row[2];
+        }
+        b++;
+    }
+    /* everything else this process exchanged during the step */
+    mine[0] = (double)(d->stats.bytes_sent - step_start->bytes_sent) - ep_sent;
+    mine[1] = (double)(d->stats.bytes_recv - step_start->bytes_recv) - ep_recv;
+    mine[2] = (d->stats.seconds - step_start->seconds) - ep_comm;
+    dist_allreduce_sum_d(d, DIST_WORLD, all, (size_t)W * nb * DIST_COLS);
+    for (int r = 0; r < W; r++)
+        for (int l = -1, b = 0; l < m->cfg.n_layer; l++) {
+            if (l >= 0 && !m->blocks[l].moe) continue;
+            const double *row = all + ((size_t)r * nb + b) * DIST_COLS;
+            fprintf(f, "%d,%d,%d,%.0f,%.0f,%.6f,%.6f,%.0f,%.0f,%.0f\n", step, l, r, row[0], row[1],
+                    row[2], row[3], row[4], row[5], row[6]);
+            b++;
+        }
+    free(all);
+}
+
 int train_run(Config *c, const TrainOptions *o) {
     char err[1024], ckpt_path[MOE_PATH_MAX + 32], path[MOE_PATH_MAX + 32];
+    Dist *d = o->dist && o->dist->world > 1 ? o->dist : NULL;
+    const int root = !d || d->rank == 0, world = d ? d->world : 1;
+    if (d && config_check_dist(c, world, err, sizeof err) != 0) moe_input_error("%s", err);
     run_path(ckpt_path, sizeof ckpt_path, o->out_dir, "ckpt.bin");
     run_path(path, sizeof path, o->out_dir, "train.csv");
     if (!o->resume && (file_exists(ckpt_path) || file_exists(path)))
@@ -260,15 +346,18 @@ int train_run(Config *c, const TrainOptions *o) {
                         "--resume",
                         o->out_dir, ckpt_path);
 
-    const int B = c->batch, T = c->seq_len;
+    /* train.batch is the whole batch; each process trains on its equal share of it, drawn by
+     * the same loader on every process (the one-process sequences, whatever the world) */
+    const int B = c->batch / world, T = c->seq_len;
+    const size_t mine = (d ? (size_t)d->rank : 0) * B * T;
     Shard train, val;
     load_shard_or_exit(&train, c->train, "data.train", T);
     load_shard_or_exit(&val, c->val, "data.val", T);
 
     Model m;
-    model_init(&m, c, B, T);
+    model_init_dist(&m, c, B, T, d);
     Loader loader;
-    loader_init(&loader, &train, B, T, c->seed);
+    loader_init(&loader, &train, c->batch, T, c->seed);
     if (o->resume && checkpoint_load(&m, &loader.rng, ckpt_path, 1, err, sizeof err) != 0)
         moe_input_error("%s", err);
     /* --init: the weights (and aux-free biases) of another run, a fresh optimizer at step 0 */
@@ -282,18 +371,23 @@ int train_run(Config *c, const TrainOptions *o) {
                         "(--set train.steps=N)",
                         o->out_dir, start_step, c->steps);
 
-    if (make_dirs(o->out_dir, err, sizeof err) != 0) moe_input_error("--out: %s", err);
-    run_path(path, sizeof path, o->out_dir, "config.txt");
-    FILE *cf = fopen_check(path, "w");
-    config_write(c, cf);
-    fclose(cf);
+    /* every process has checked its inputs; only now does the first one write */
+    if (d) dist_barrier(d);
+    if (root) {
+        if (make_dirs(o->out_dir, err, sizeof err) != 0) moe_input_error("--out: %s", err);
+        run_path(path, sizeof path, o->out_dir, "config.txt");
+        FILE *cf = fopen_check(path, "w");
+        config_write(c, cf);
+        fclose(cf);
+    }
     const int threads = set_threads(c->threads);
-    run_write_provenance(o->out_dir, c, &train, &val, threads, start_step,
-                         o->resume ? NULL : o->init);
+    if (root)
+        run_write_provenance(o->out_dir, c, &train, &val, threads, start_step,
+                             o->resume ? NULL : o->init, d);
 
     const int keep = o->resume ? start_step : -1;
-    FILE *ftrain = csv_open(o->out_dir, "train.csv",
-                            "step,loss,aux_loss,z_loss,lr,grad_norm,tok_per_s,val_loss", keep);
+    FILE *ftrain = run_csv(d, o->out_dir, "train.csv",
+                           "step,loss,aux_loss,z_loss,lr,grad_norm,tok_per_s,val_loss", keep);
     char header[8192];
     int hl = snprintf(header, sizeof header, "step,layer,maxvio,cv,entropy,drop_frac");
     for (int e = 0; e < c->num_experts && hl < (int)sizeof header - 16; e++)
@@ -304,13 +398,19 @@ int train_run(Config *c, const TrainOptions *o) {
     for (int e = 0; e < c->num_experts && hl < (int)sizeof header - 16; e++)
         hl += snprintf(header + hl, sizeof header - (size_t)hl, ",drop_%d", e);
     snprintf(header + hl, sizeof header - (size_t)hl, ",pad_frac,expert_sim");
-    FILE *frouter = csv_open(o->out_dir, "router.csv", header, keep);
-    FILE *fdomains = csv_open(o->out_dir, "domains.csv", "step,layer,domain,expert,fraction", keep);
+    FILE *frouter = run_csv(d, o->out_dir, "router.csv", header, keep);
+    FILE *fdomains =
+        run_csv(d, o->out_dir, "domains.csv", "step,layer,domain,expert,fraction", keep);
     hl = snprintf(header, sizeof header, "step,layer,maxvio,cv");
     for (int e = 0; e < c->num_experts && hl < (int)sizeof header - 16; e++)
         hl += snprintf(header + hl, sizeof header - (size_t)hl, ",load_%d", e);
     snprintf(header + hl, sizeof header - (size_t)hl, ",drop_frac");
-    FILE *fvalrouter = csv_open(o->out_dir, "val_router.csv", header, keep);
+    FILE *fvalrouter = run_csv(d, o->out_dir, "val_router.csv", header, keep);
+    FILE *fdist = d ? run_csv(d, o->out_dir, "dist.csv",
+                              "step,layer,rank,bytes_sent,bytes_recv,comm_s,expert_s,rows_in,"
+                              "rows_out_remote,rows_in_remote",
+                              keep)
+                    : NULL;
 
     const int E = c->num_experts > 0 ? c->num_experts : 1;
     RouterAccum ra = {.n_moe = m.n_moe, .E = E};
@@ -328,25 +428,36 @@ int train_run(Config *c, const TrainOptions *o) {
     dc.counts = (double *)calloc_check((size_t)m.n_moe * val.n_domains * E + 1, sizeof(double));
     dc.drops = (double *)calloc_check((size_t)m.n_moe * 2 + 1, sizeof(double));
 
-    int *inputs = (int *)malloc_check((size_t)B * T * sizeof(int));
-    int *targets = (int *)malloc_check((size_t)B * T * sizeof(int));
-    uint8_t *domains = (uint8_t *)malloc_check((size_t)B * T);
-    const int tty = !o->quiet && isatty(STDERR_FILENO);
-    printf("training %s: %d steps of %d micro-batch(es) of %d x %d tokens, %d threads%s\n",
-           o->out_dir, c->steps, c->accum, B, T, threads, o->resume ? " (resumed)" : "");
-    fflush(stdout);
+    /* the whole batch (every process draws it), of which this process trains its share */
+    int *inputs = (int *)malloc_check((size_t)c->batch * T * sizeof(int));
+    int *targets = (int *)malloc_check((size_t)c->batch * T * sizeof(int));
+    uint8_t *domains = (uint8_t *)malloc_check((size_t)c->batch * T);
+    const int tty = root && !o->quiet && isatty(STDERR_FILENO);
+    if (root) {
+        printf("training %s: %d steps of %d micro-batch(es) of %d x %d tokens, %d threads%s\n",
+               o->out_dir, c->steps, c->accum, c->batch, T, threads, o->resume ? " (resumed)" : "");
+        if (d)
+            printf("  %d processes: dist.ep=%d (each holds %d of %d experts) x %d data-parallel, "
+                   "%d sequences each\n",
+                   world, d->ep, c->num_experts / d->ep, c->num_experts, d->dp, B);
+        fflush(stdout);
+    }
 
     const double t_start = now_seconds();
     float last_loss = NAN, last_val = NAN;
     for (int step = start_step; step < last; step++) {
         const double t0 = now_seconds();
+        const DistStats step_start = d ? d->stats : (DistStats){0};
+        for (int l = 0; l < c->n_layer; l++)
+            if (m.blocks[l].moe && m.blocks[l].moe->ep) ep_stats_reset(m.blocks[l].moe->ep);
         model_zero_grad(&m);
         raccum_reset(&ra);
         double loss = 0.0, aux = 0.0, z = 0.0;
         for (int micro = 0; micro < c->accum; micro++) {
             loader_next(&loader, inputs, targets, domains);
-            model_forward(&m, inputs, targets, B, T);
-            model_backward(&m, 1.0f / (float)c->accum);
+            model_forward(&m, inputs + mine, targets + mine, B, T);
+            /* each process's mean over its share, 1 / world of the batch's mean */
+            model_backward(&m, 1.0f / (float)(c->accum * world));
             loss += m.loss;
             aux += m.aux_loss;
             z += m.z_loss;
@@ -355,6 +466,15 @@ int train_run(Config *c, const TrainOptions *o) {
         loss /= c->accum;
         aux /= c->accum;
         z /= c->accum;
+        if (d) { /* the batch's values: the mean over the processes' equal shares */
+            double v[3] = {loss, aux, z};
+            dist_allreduce_sum_d(d, DIST_WORLD, v, 3);
+            loss = v[0] / world;
+            aux = v[1] / world;
+            z = v[2] / world;
+            model_sync_grads(&m);
+            raccum_share(&ra, d);
+        }
         if (!isfinite(loss))
             moe_fatal("the loss became %f at step %d; lower train.lr or raise train.warmup "
                       "(the last checkpoint in %s is intact)",
@@ -368,6 +488,8 @@ int train_run(Config *c, const TrainOptions *o) {
         const int s = m.step;
         const double tok_s = (double)c->accum * B * T / (now_seconds() - t0);
 
+        /* the step's traffic, before an evaluation adds its own */
+        if (d) write_dist(fdist, &m, d, &step_start, s);
         float val_loss = NAN;
         if (c->eval_every > 0 && (s % c->eval_every == 0 || s == c->steps)) {
             memset(dc.counts, 0, (size_t)m.n_moe * val.n_domains * E * sizeof(double));
@@ -384,7 +506,7 @@ int train_run(Config *c, const TrainOptions *o) {
         fputc('\n', ftrain);
         raccum_write(&ra, &m, frouter, s);
         last_loss = (float)loss;
-        if (!o->quiet)
+        if (root && !o->quiet)
             /* the live line keeps showing the last validation loss; plain lines show it once */
             progress(c, s, last_loss, tty ? last_val : val_loss, tok_s, now_seconds() - t_start,
                      start_step, tty);
@@ -392,6 +514,7 @@ int train_run(Config *c, const TrainOptions *o) {
         if ((c->ckpt_every > 0 && s % c->ckpt_every == 0) || s == last) {
             fflush(ftrain);
             fflush(frouter);
+            if (fdist) fflush(fdist);
             if (checkpoint_save(&m, &loader.rng, ckpt_path, err, sizeof err) != 0)
                 moe_fatal("saving the checkpoint failed: %s", err);
         }
@@ -400,10 +523,12 @@ int train_run(Config *c, const TrainOptions *o) {
     fclose(frouter);
     fclose(fdomains);
     fclose(fvalrouter);
-    printf("done: step %d, train loss %.4f, val loss %.4f (unigram entropy of the training data "
-           "%.4f nats), %.1f s; run directory %s\n",
-           m.step, last_loss, last_val, shard_unigram_entropy(&train), now_seconds() - t_start,
-           o->out_dir);
+    if (fdist) fclose(fdist);
+    if (root)
+        printf("done: step %d, train loss %.4f, val loss %.4f (unigram entropy of the training "
+               "data %.4f nats), %.1f s; run directory %s\n",
+               m.step, last_loss, last_val, shard_unigram_entropy(&train), now_seconds() - t_start,
+               o->out_dir);
 
     free(inputs);
     free(targets);

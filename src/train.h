@@ -9,6 +9,7 @@
 #define MOE_TRAIN_H
 
 #include "config.h"
+#include "dist/dist.h"
 #include "io/data.h"
 #include "model.h"
 
@@ -20,6 +21,7 @@ typedef struct {
                             For schedulers with time limits, and to test resuming. */
     const char *init;    /* start from this checkpoint's weights (step 0, fresh AdamW moments
                             and data order); NULL: from the config's random init */
+    Dist *dist;          /* the processes of the run (NULL or a world of one: this one) */
 } TrainOptions;
 
 /* Train per c. Returns 0, or exits with status 2 on bad input (data, checkpoint, run dir). */

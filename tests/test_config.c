@@ -82,6 +82,8 @@ static const Field FIELDS[] = {
     F("train.threads", threads, "2"),
     S("data.train", train, "some dir/train shard.bin"),
     S("data.val", val, "/tmp/v.bin"),
+    F("dist.ep", ep, "2"),
+    F("dist.timeout", timeout, "30"),
 };
 #define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
 
@@ -479,6 +481,55 @@ START_TEST(test_cross_field_checks) {
 }
 END_TEST
 
+/* config_check_dist: the checks that depend on how many processes run */
+static void dist_fails(const Config *c, int world, const char *key1, const char *key2) {
+    char err[512] = "";
+    ck_assert_int_eq(config_check_dist(c, world, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, key1) != NULL, "message '%s' does not name %s", err, key1);
+    if (key2) ck_assert_msg(strstr(err, key2) != NULL, "message '%s' lacks '%s'", err, key2);
+}
+
+START_TEST(test_dist_checks) {
+    Config def, c;
+    config_defaults(&def); /* 8 experts, batch 16 */
+    char err[512] = "";
+    c = def;
+    c.ep = 4;
+    ck_assert_msg(config_check_dist(&c, 8, err, sizeof err) == 0, "ep 4 x dp 2 rejected: %s", err);
+    ck_assert_msg(config_validate(&c, err, sizeof err) == 0, "dist.ep=4 rejected: %s", err);
+    dist_fails(&c, 6, "dist.ep=4", "6 processes");
+    c.ep = 3;
+    validate_fails(&c, "moe.num_experts=8", "dist.ep=3");
+    c = def;
+    c.ep = 2;
+    c.num_experts = 0;
+    validate_fails(&c, "dist.ep=2", "moe.num_experts=0");
+    c = def;
+    dist_fails(&c, 3, "train.batch=16", "3 processes");
+    c.batch = 6;
+    ck_assert_msg(config_check_dist(&c, 3, err, sizeof err) == 0, "batch 6 over 3: %s", err);
+    /* settings whose result would depend on the split of the batch, refused with > 1 process */
+    c = def;
+    c.routing = MOE_ROUTING_EXPERT_CHOICE;
+    c.balance = MOE_BALANCE_NONE;
+    dist_fails(&c, 2, "moe.routing=expert_choice", "token_choice");
+    ck_assert_int_eq(config_check_dist(&c, 1, err, sizeof err), 0);
+    c = def;
+    c.capacity_factor = 1.25f;
+    dist_fails(&c, 2, "moe.capacity_scope=batch", "sequence");
+    c.capacity_scope = MOE_CAP_SEQUENCE;
+    ck_assert_msg(config_check_dist(&c, 2, err, sizeof err) == 0, "sequence scope: %s", err);
+    c = def;
+    c.noise = 0.1f;
+    dist_fails(&c, 4, "moe.noise", "one process");
+    /* a dense model over several processes is plain data parallelism */
+    c = def;
+    c.num_experts = 0;
+    c.noise = 0.1f;
+    ck_assert_msg(config_check_dist(&c, 4, err, sizeof err) == 0, "dense data-parallel: %s", err);
+}
+END_TEST
+
 START_TEST(test_config_file) {
     char path[128], err[768] = "";
     temp_path(path, sizeof path, "file");
@@ -609,6 +660,7 @@ END_TEST
 static Suite *config_suite(void) {
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_dist_checks);
     tcase_add_test(tc, test_defaults_validate);
     tcase_add_test(tc, test_each_key_sets_its_field);
     tcase_add_test(tc, test_write_load_round_trip);

@@ -242,12 +242,21 @@ static int cmd_train(int argc, char **argv) {
         }
     }
     build_config(&c, &o, "train");
+    /* under mpirun every process parses the same command line into the same settings; then
+     * the process grid (dist.ep) */
+    Dist d;
+    char err[1024];
+    if (dist_init(&d, NULL, NULL, c.ep, c.timeout, err, sizeof err) != 0)
+        moe_input_error("%s", err);
     TrainOptions to = {.out_dir = dir,
                        .resume = o.resume != NULL,
                        .quiet = o.quiet,
                        .until = (int)o.until,
-                       .init = o.init};
-    return train_run(&c, &to);
+                       .init = o.init,
+                       .dist = &d};
+    int rc = train_run(&c, &to);
+    dist_finalize(&d);
+    return rc;
 }
 
 static int cmd_eval(int argc, char **argv) {

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/ep.h"
 #include "nn/ops.h"
 #include "profile.h"
 #include "util.h"
@@ -53,6 +54,11 @@ void moe_acts_alloc(MoeActs *a, const MoeHyper *hp, int N_max) {
         a->jit = floats_alloc(N * hp->C);
         a->xj = floats_alloc(N * hp->C);
     }
+    if (hp->dist && hp->dist->world > 1) a->global_f = floats_alloc((size_t)hp->E);
+    if (hp->dist && hp->dist->ep > 1) {
+        a->ep = (EpActs *)calloc_check(1, sizeof(EpActs));
+        ep_acts_alloc(a->ep, hp, hp->dist->ep, (int)S);
+    }
 }
 
 void moe_acts_free(MoeActs *a) {
@@ -69,6 +75,9 @@ void moe_acts_free(MoeActs *a) {
     free(a->h);
     free(a->jit);
     free(a->xj);
+    free(a->global_f);
+    if (a->ep) ep_acts_free(a->ep);
+    free(a->ep);
     memset(a, 0, sizeof(*a));
 }
 
@@ -110,6 +119,17 @@ static void jitter_draw(float *xj, float *jit, const float *x, float jitter, Rng
     }
 }
 
+/* f (E) = the fraction of all the processes' assignments that chose each expert: the local
+ * counts summed over the world (exact: integers in doubles), for the aux loss. */
+static void global_fractions(float *f, const int *idx, int N, const MoeHyper *hp) {
+    double *count = (double *)calloc_check((size_t)hp->E + 1, sizeof(double));
+    for (size_t j = 0; j < (size_t)N * hp->K; j++) count[idx[j]] += 1.0;
+    count[hp->E] = (double)N * hp->K;
+    dist_allreduce_sum_d(hp->dist, DIST_WORLD, count, (size_t)hp->E + 1);
+    for (int e = 0; e < hp->E; e++) f[e] = (float)(count[e] / count[hp->E]);
+    free(count);
+}
+
 /* logits (N, E) += N(0, noise^2): a constant as far as the gradient is concerned. */
 static void logit_noise(float *logits, float noise, Rng *rng, int N, int E) {
     for (size_t i = 0; i < (size_t)N * E; i++) logits[i] += noise * rng_normal(rng);
@@ -135,7 +155,12 @@ void moe_block_forward(float *y, MoeActs *a, const float *x, const MoeWeights *w
         PROF(PROF_ROUTER, a->z_loss = router_z_loss(a->lse, N));
     } else {
         PROF(PROF_ROUTER, router_gate_forward(a->idx, a->w, a->scores, a->logits, wt->bias, N, hp));
-        PROF(PROF_ROUTER, a->aux_loss = router_balance_loss(a->scores, a->idx, N, hp));
+        MoeHyper hpb = *hp;
+        if (a->global_f) {
+            PROF(PROF_ROUTER, global_fractions(a->global_f, a->idx, N, hp));
+            hpb.global_f = a->global_f;
+        }
+        PROF(PROF_ROUTER, a->aux_loss = router_balance_loss(a->scores, a->idx, N, &hpb));
         PROF(PROF_ROUTER, a->z_loss = router_z_loss(a->lse, N));
         if (hp->capacity_factor > 0.0f) /* capacity.c: drops (slot -1), maybe padding */
             PROF(PROF_PERMUTE, capacity_plan_build(&a->plan, a->idx, a->scores, a->w, N, hp,
@@ -146,8 +171,13 @@ void moe_block_forward(float *y, MoeActs *a, const float *x, const MoeWeights *w
     PROF(PROF_PERMUTE, permute_forward(a->xe, x, &a->plan, C));
     /* each slice: its counts[e] kept rows, then any padding rows (a padded capacity plan; for
      * every other plan counts[e] is the whole slice) */
-    PROF(PROF_EXPERTS, experts_forward_padded(a->ye, a->g, a->u, a->h, a->xe, wt->Wg, wt->Wu,
-                                              wt->Wd, a->plan.offsets, a->plan.counts, E, C, F));
+    if (a->ep) /* the experts live on the members of the expert-parallel group */
+        PROF(PROF_EXPERTS,
+             ep_experts_forward(a->ye, a->ep, a->xe, &a->plan, wt->Wg, wt->Wu, wt->Wd, hp->dist));
+    else
+        PROF(PROF_EXPERTS,
+             experts_forward_padded(a->ye, a->g, a->u, a->h, a->xe, wt->Wg, wt->Wu, wt->Wd,
+                                    a->plan.offsets, a->plan.counts, E, C, F));
     PROF(PROF_PERMUTE, combine_forward(y, a->ye, a->w, &a->plan, C));
 }
 
@@ -165,15 +195,20 @@ void moe_block_backward(float *dx, MoeGrads *gr, const float *dy, const MoeActs 
 
     /* expert path: y = combine(ye, w) -> ye = experts(xe) -> xe = gather(x) */
     PROF(PROF_PERMUTE, combine_backward(s->dye, s->dw, dy, a->ye, a->w, &a->plan, C));
-    PROF(PROF_EXPERTS,
-         experts_backward_padded(dx ? s->dxe : NULL, gWg, gWu, gWd, s->dg, s->du, s->dh, s->dye,
-                                 a->xe, a->g, a->u, a->h, wt->Wg, wt->Wu, wt->Wd, a->plan.offsets,
-                                 a->plan.counts, E, C, F));
+    if (a->ep)
+        PROF(PROF_EXPERTS, ep_experts_backward(dx ? s->dxe : NULL, gWg, gWu, gWd, s->dye, a->ep,
+                                               &a->plan, wt->Wg, wt->Wu, wt->Wd, hp->dist));
+    else
+        PROF(PROF_EXPERTS,
+             experts_backward_padded(dx ? s->dxe : NULL, gWg, gWu, gWd, s->dg, s->du, s->dh, s->dye,
+                                     a->xe, a->g, a->u, a->h, wt->Wg, wt->Wu, wt->Wd,
+                                     a->plan.offsets, a->plan.counts, E, C, F));
     if (dx) PROF(PROF_PERMUTE, permute_backward(dx, s->dxe, &a->plan, C));
 
     /* router path: w, aux, z <- scores, lse <- logits = x Wr^T */
     MoeHyper hpa = *hp;
-    hpa.T = a->T; /* the sequences of the forward pass */
+    hpa.T = a->T;               /* the sequences of the forward pass */
+    hpa.global_f = a->global_f; /* across processes: the whole batch's f (else NULL) */
     if (hp->routing == MOE_ROUTING_EXPERT_CHOICE) {
         /* w[n, e] = route_scale scores[n, e] for every pair (dw = 0 where e did not pick n):
          * the gate backward of E "chosen" experts per token, unnormalised, no balance loss,

@@ -70,6 +70,13 @@ typedef struct {
     int padded;                 /* every expert computes exactly cap rows (zero padding) */
     float eval_capacity_factor; /* buffer sizing only: the factor evaluation may use; < 0 none */
     int second_random;          /* K = 2: dispatch the 2nd expert w.p. min(1, 2 w_2) (needs rng) */
+    /* more than one process (src/dist/dist.h; NULL: one). The balance loss then counts f over
+     * the whole micro-batch of every process, and with dist->ep > 1 the experts live on the
+     * members of the expert-parallel group (src/dist/ep.h): the block's weights hold only
+     * this member's E / ep experts. */
+    struct Dist *dist;
+    /* the aux loss's f (E) from outside (the whole batch across processes); NULL: from idx */
+    const float *global_f;
 } MoeHyper;
 
 /* The defaults of the fields a positional initializer may leave at 0: softmax scores, the
@@ -308,6 +315,10 @@ typedef struct {
     /* jitter (allocated when hp->jitter > 0): the router reads xj = x * jit instead of x */
     float *jit, *xj; /* (N, C) the factors drawn, the jittered input */
     int jittered;    /* the last forward used xj */
+    /* more than one process (hp->dist): the aux loss's f over the whole batch (E), and with
+     * expert parallelism the rows this member's experts received (src/dist/ep.h) */
+    float *global_f;
+    struct EpActs *ep;
 } MoeActs;
 
 /* Backward temporaries, shared by all blocks of a model (used one block at a time). */

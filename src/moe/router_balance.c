@@ -83,7 +83,12 @@ float router_balance_loss(const float *scores, const int *idx, int N, const MoeH
         }
         loss /= nseq;
     } else {
-        assignment_fractions(f, idx, N, E, K);
+        /* across processes f is the whole batch's (each process's P is its own tokens'; their
+         * mean over processes of equal batches is the batch's P) */
+        if (hp->global_f)
+            for (int e = 0; e < E; e++) f[e] = hp->global_f[e];
+        else
+            assignment_fractions(f, idx, N, E, K);
         add_normalised_scores(P, scores, N, E, sig);
         for (int e = 0; e < E; e++) loss += (double)f[e] * (P[e] / N);
         loss *= E;
@@ -103,7 +108,10 @@ int router_balance_coef(float *coef, const int *idx, int N, const MoeHyper *hp, 
     if (N <= 0 || (hp->balance != MOE_BALANCE_AUX && hp->balance != MOE_BALANCE_SEQ_AUX)) return 0;
     if (hp->balance == MOE_BALANCE_AUX) {
         float per = scale * (float)E / (float)N;
-        assignment_fractions(coef, idx, N, E, K);
+        if (hp->global_f)
+            for (int e = 0; e < E; e++) coef[e] = hp->global_f[e];
+        else
+            assignment_fractions(coef, idx, N, E, K);
         for (int e = 0; e < E; e++) coef[e] = per * coef[e];
         return 1;
     }

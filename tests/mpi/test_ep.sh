@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# test_ep.sh: training spread over processes with MPI gives the one-process result (run by
+# `make test-mpi` / `make test` with MOE_BIN=build-mpi/moe; needs mpirun).
+#
+#   1. the same tiny MoE trained 6 steps in one process and with dist.ep = 2 (2 processes),
+#      dist.ep = 4 (4), dist.ep = 2 x data-parallel 2 (4) and data-parallel 2 (2, dist.ep = 1):
+#      every step's loss, aux loss, gradient norm and validation loss agree to 1e-5 relative;
+#      also with aux-loss-free balancing (its biases, from the loads of every process, agree)
+#      and with a per-sequence capacity (moe.capacity_scope=sequence, padded)
+#   2. dist.csv: one row per step, process and MoE block (plus layer -1), and the bytes every
+#      process sent and received are the cost model's, row by row:
+#        2 C 4 (rows_out_remote + rows_in_remote) + 2 El 4 (P - 1)
+#      (rows out and back, forward and backward, 4-byte floats; El counts of 2 ints per peer)
+#   3. a checkpoint written at dist.ep = 4 resumes in one process and at dist.ep = 2 and the
+#      continued steps equal the one-process run's; the checkpoint evaluates in one process
+#   4. bad input: dist.ep not dividing the processes, or a batch that does not split, exits 2
+#      with a message; a killed process ends the job non-zero within 30 s; a process that stops
+#      answering is named by the others, which end the job within 30 s (dist.timeout=3)
+# Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
+set -u
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root" || exit 1
+moe=${MOE_BIN:-build-mpi/moe}
+case $moe in /*) ;; *) moe="$root/$moe" ;; esac
+if ! command -v mpirun > /dev/null 2>&1; then
+    echo "test_ep: no mpirun (Open MPI): skipped; make deps installs it"
+    exit 0
+fi
+if [ ! -x "$moe" ]; then
+    echo "test_ep: no executable $moe; build it with make mpi (or set MOE_BIN)"
+    exit 1
+fi
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe_test_ep.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+
+passed=0
+failed=0
+check() { if [ "$2" -eq 0 ]; then echo "  ok   $1"; passed=$((passed + 1)); else
+          echo "  FAIL $1: $3"; failed=$((failed + 1)); fi; }
+
+"$moe" synth --out "$tmp/data" --tokens 60000 --seed 3 > /dev/null
+tiny=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set model.seq_len=32
+      --set model.d_ff=64 --set moe.num_experts=4 --set moe.top_k=2 --set moe.d_expert=32
+      --set train.batch=4 --set train.steps=6 --set train.warmup=2 --set train.lr=1e-2
+      --set train.eval_every=3 --set "data.train=$tmp/data/train.bin"
+      --set "data.val=$tmp/data/val.bin" --quiet)
+
+# same_curves A B: train.csv columns loss, aux_loss, z_loss, grad_norm, val_loss agree to 1e-5
+# (relative, or 1e-7 absolute) at every step
+same_curves() {
+    awk -F, 'NR == FNR { if (FNR > 1) for (i = 2; i <= 8; i++) a[FNR, i] = $i; n = FNR; next }
+             FNR > 1 { rows++; for (i = 2; i <= 8; i++) { if (i == 5 || i == 7) continue
+                         if (($i == "") != (a[FNR, i] == "")) bad++
+                         else if ($i != "") { d = $i - a[FNR, i]; d = d < 0 ? -d : d
+                           m = $i < 0 ? -$i : $i; if (d > 1e-5 * m + 1e-7) bad++ } } }
+             END { exit !(rows == n - 1 && rows > 0 && bad == 0) }' "$1/train.csv" "$2/train.csv"
+}
+# run NAME NP [--set ...]: train with NP processes into $tmp/NAME (NP 1: no mpirun)
+run() {
+    local name=$1 np=$2
+    shift 2
+    if [ "$np" = 1 ]; then
+        "$moe" train --out "$tmp/$name" "${tiny[@]}" "$@" > "$tmp/$name.log" 2>&1
+    else
+        timeout 120 mpirun -np "$np" "$moe" train --out "$tmp/$name" "${tiny[@]}" "$@" \
+            > "$tmp/$name.log" 2>&1
+    fi
+}
+
+# ---- 1. the one-process result --------------------------------------------------------
+echo "test_ep: the same run over 1, 2 and 4 processes"
+for variant in "aux|" "aux_free|--set moe.balance=aux_free --set moe.bias_rate=0.05" \
+               "capacity|--set moe.capacity_factor=1 --set moe.capacity_scope=sequence --set moe.padded=1"; do
+    IFS='|' read -r vname vsets <<< "$variant"
+    # shellcheck disable=SC2086 # vsets is a list of options
+    run "one-$vname" 1 $vsets
+    check "$vname: one process trains" $? "$(tail -n 3 "$tmp/one-$vname.log")"
+    for grid in "2 2" "4 4" "4 2" "2 1"; do
+        read -r np ep <<< "$grid"
+        name=$vname-np$np-ep$ep
+        # shellcheck disable=SC2086
+        run "$name" "$np" --set dist.ep="$ep" $vsets
+        rc=$?
+        same_curves "$tmp/one-$vname" "$tmp/$name"
+        check "$vname: $np processes, dist.ep=$ep: every step's loss, aux, z, grad norm, val loss = one process's" \
+            $? "exit $rc: $(tail -n 3 "$tmp/$name.log"); $(paste -d' ' "$tmp/one-$vname/train.csv" "$tmp/$name/train.csv" | head -n 4)"
+    done
+done
+# aux-free: the biases after each step come from every process's loads: the same as one's
+awk -F, 'NR == FNR { a[FNR] = $0; next } { split(a[FNR], x, ","); for (i = 11; i <= 14; i++) {
+           d = $i - x[i]; if (d * d > 1e-12) bad++ } } END { exit bad > 0 }' \
+    "$tmp/one-aux_free/router.csv" "$tmp/aux_free-np4-ep4/router.csv"
+check "aux_free: router.csv biases at dist.ep=4 = one process's" $? \
+    "$(paste -d' ' "$tmp/one-aux_free/router.csv" "$tmp/aux_free-np4-ep4/router.csv" | sed -n 2,3p)"
+
+# ---- 2. dist.csv and the cost model ----------------------------------------------------
+echo "test_ep: traffic"
+d="$tmp/aux-np4-ep2/dist.csv"
+# 6 steps x 4 processes x (2 MoE blocks + layer -1) rows; the bytes of each MoE row are the
+# cost model's: C = 32, El = 2 experts per member of P = 2
+awk -F, -v C=32 -v El=2 -v P=2 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    { rows++ } $2 >= 0 { want = 2 * C * 4 * ($c["rows_out_remote"] + $c["rows_in_remote"]) + 2 * El * 4 * (P - 1)
+      if ($c["bytes_sent"] != want || $c["bytes_recv"] != want) bad++
+      out += $c["rows_out_remote"]; inn += $c["rows_in_remote"]; if ($c["rows_out_remote"] > 0) moved++ }
+    END { exit !(rows == 6 * 4 * 3 && bad == 0 && out == inn && moved > 0) }' "$d"
+check "dist.csv: 72 rows; bytes sent and received = 2 C 4 (rows out + rows in) + 2 El 4 (P - 1), rows out = rows in over the group" \
+    $? "$(head -n 5 "$d")"
+
+# ---- 3. checkpoints independent of the process count ----------------------------------
+echo "test_ep: checkpoints"
+run ck4 4 --set dist.ep=4 --until 3
+"$moe" train --resume "$tmp/ck4" --set dist.ep=1 --quiet > "$tmp/ck4-resume.log" 2>&1
+rc=$?
+same_curves "$tmp/one-aux" "$tmp/ck4"
+check "saved at dist.ep=4 (step 3), resumed in one process to step 6: the one-process curve" \
+    $? "exit $rc: $(tail -n 2 "$tmp/ck4-resume.log")"
+run ck1 1 --until 3
+timeout 120 mpirun -np 2 "$moe" train --resume "$tmp/ck1" --set dist.ep=2 --quiet \
+    > "$tmp/ck1-resume.log" 2>&1
+rc=$?
+same_curves "$tmp/one-aux" "$tmp/ck1"
+check "saved in one process (step 3), resumed at dist.ep=2: the one-process curve" \
+    $? "exit $rc: $(tail -n 2 "$tmp/ck1-resume.log")"
+one=$("$moe" eval --ckpt "$tmp/one-aux/ckpt.bin" | awk '{ print $2 }')
+four=$("$moe" eval --ckpt "$tmp/aux-np4-ep4/ckpt.bin" --set dist.ep=1 | awk '{ print $2 }')
+awk -v a="$one" -v b="$four" 'BEGIN { d = a - b; exit !(a > 0 && d * d < 1e-10) }'
+check "the dist.ep=4 checkpoint evaluates in one process to the one-process loss ($four, $one)" \
+    $? "different"
+
+# ---- 4. bad input and failures ----------------------------------------------------------
+echo "test_ep: bad input and failures"
+err=$(timeout 60 mpirun -np 4 "$moe" train --out "$tmp/bad1" "${tiny[@]}" --set dist.ep=3 2>&1)
+rc=$?
+[ $rc -ne 0 ] && grep -q "dist.ep=3" <<< "$err" && [ ! -e "$tmp/bad1" ]
+check "dist.ep=3 over 4 processes: non-zero exit, a message naming dist.ep, nothing written" \
+    $? "exit $rc: $(head -n 3 <<< "$err")"
+err=$(timeout 60 mpirun -np 3 "$moe" train --out "$tmp/bad2" "${tiny[@]}" 2>&1)
+rc=$?
+[ $rc -ne 0 ] && grep -q "train.batch=4" <<< "$err" && [ ! -e "$tmp/bad2" ]
+check "train.batch=4 over 3 processes: non-zero exit, a message naming train.batch" \
+    $? "exit $rc: $(head -n 3 <<< "$err")"
+
+long=(--set train.steps=100000 --set train.warmup=2 --set train.eval_every=0)
+# a process killed mid-run: mpirun ends the job
+start=$(date +%s)
+timeout 90 mpirun -np 2 "$moe" train --out "$tmp/kill" "${tiny[@]}" "${long[@]}" --set dist.ep=2 \
+    > "$tmp/kill.log" 2>&1 &
+job=$!
+for _ in $(seq 50); do [ -s "$tmp/kill/train.csv" ] && break; sleep 0.2; done
+victim=$(pgrep -f "^$moe train --out $tmp/kill" | tail -n 1)
+[ -n "$victim" ] && kill -9 "$victim"
+wait "$job"
+rc=$?
+took=$(($(date +%s) - start))
+[ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$took" -lt 30 ]
+check "a killed process ends the job: exit $rc after ${took} s" $? "$(tail -n 5 "$tmp/kill.log")"
+# a process that stops answering: the other names it after dist.timeout
+start=$(date +%s)
+timeout 90 mpirun -np 2 "$moe" train --out "$tmp/hang" "${tiny[@]}" "${long[@]}" --set dist.ep=2 \
+    --set dist.timeout=3 > "$tmp/hang.log" 2>&1 &
+job=$!
+for _ in $(seq 50); do [ -s "$tmp/hang/train.csv" ] && break; sleep 0.2; done
+victim=$(pgrep -f "^$moe train --out $tmp/hang" | tail -n 1)
+[ -n "$victim" ] && kill -STOP "$victim"
+wait "$job"
+rc=$?
+took=$(($(date +%s) - start))
+[ -n "$victim" ] && kill -9 "$victim" 2> /dev/null
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$took" -lt 30 ] && grep -q "no answer from rank" "$tmp/hang.log"
+check "a stopped process is named ('no answer from rank') and the job ends: exit $rc after ${took} s" \
+    $? "$(tail -n 5 "$tmp/hang.log")"
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
