@@ -207,10 +207,13 @@ int main(int argc, char **argv) {
             "   exact copies, router std %-5g       loss %.6f  (%+.2e)  expert similarity %.4f\n",
             (double)stds[i], l, (double)(l - dense_loss), sim);
     }
-    printf("   every expert computes FFN(x) and the top-%d weights sum to 1, so the router's\n"
-           "   choice changes nothing: sum_k w_k FFN(x) = FFN(x). The copies also get the same\n"
-           "   gradient from every token they share, which is why they must be made to differ.\n",
-           K);
+    printf(
+        "   every expert computes FFN(x) and the top-%d weights sum to 1, so the router's\n"
+        "   choice changes nothing: sum_k w_k FFN(x) = FFN(x). For the same reason the language-\n"
+        "   model loss gives the router no gradient at all (the weights' sum is constant), and\n"
+        "   identical experts differ only by the tokens chance sends them: why copies are\n"
+        "   made to differ.\n",
+        K);
 
     /* ---- 5. making the copies differ ---------------------------------------------------- */
     printf("\n5. making the copies differ (router std %g): loss at conversion, expert similarity\n",
