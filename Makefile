@@ -184,7 +184,7 @@ test-mpi: deps
 # Every tests/mpi/*.sh, each starting its own mpirun (MOE_BIN, MOE_BUILD and MPIRUN_ENV set).
 # Open MPI's own allocations look like leaks to AddressSanitizer, so leak checking is off here
 # (the single-process suites check ours).
-test-run-mpi: need-openblas $(BUILD)/moe $(TEST_BIN)
+test-run-mpi: need-openblas $(BUILD)/moe $(TEST_BIN) $(CHAPTER_BIN)
 	@passed=0; failed=0; failed_names=""; \
 	for t in tests/mpi/*.sh; do \
 	  [ -e "$$t" ] || continue; echo "== $$t"; \

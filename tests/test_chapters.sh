@@ -68,6 +68,24 @@ check "a fully dropped token has y = 0" $? "$(grep -A 8 '^4\.' "$tmp/out.txt")"
 [ $? -eq 2 ] && grep -q "usage: capacity" "$tmp/err.txt"
 check "an unknown option: exit 2 and the usage" $? "$(cat "$tmp/err.txt")"
 
+echo "test_chapters: 03-expert-parallel/a2a (one process; tests/mpi/test_a2a.sh runs it over 1, 2, 4)"
+prog=$build/chapters/03-expert-parallel/a2a
+"$prog" > "$tmp/out.txt" 2> "$tmp/err.txt"
+check "a2a exits 0" $? "$(cat "$tmp/err.txt")"
+for section in "1. the grid" "2. routing" "3. the count exchange" "4. the rows exchanged" \
+               "5. the combine" "6. the load"; do
+  grep -q "^$section" "$tmp/out.txt"
+  check "prints \"$section\"" $? "$(head -n 5 "$tmp/out.txt")"
+done
+# one process: it says how to run 4, sends no bytes, and its output is the reference's
+awk '/mpirun -np 4/ { hint = 1 } /rows out  0 in  0  sent +0 B  received +0 B  model +0 B/ { zero = 1 }
+     /max \|y - y_ref\| =/ { n++; if (!($NF + 0 < 1e-5)) bad++ }
+     END { exit !(hint && zero && n == 1 && bad == 0) }' "$tmp/out.txt"
+check "P = 1: the mpirun hint, 0 bytes, y = the reference" $? "$(sed -n '/^4\./,/^6\./p' "$tmp/out.txt")"
+"$prog" --bogus > /dev/null 2> "$tmp/err.txt"
+[ $? -eq 2 ] && grep -q "usage:" "$tmp/err.txt"
+check "an argument: exit 2 and the usage" $? "$(cat "$tmp/err.txt")"
+
 echo "test_chapters: 04-upcycling/upcycle"
 "$moe" train --out "$tmp/dense" --quiet --set data.train="$tmp/data/train.bin" \
   --set data.val="$tmp/data/val.bin" --set model.d_model=32 --set model.n_layer=2 \

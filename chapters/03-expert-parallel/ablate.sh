@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Chapter 3: the same MoE trained in one process and with its experts spread over 2 and 4
+# processes (expert parallelism, MPI), with and without load balancing.
+#
+#   bash chapters/03-expert-parallel/ablate.sh            # 200 steps per run (the handbook's numbers)
+#   bash chapters/03-expert-parallel/ablate.sh --quick    # 30 steps per run, about 2 minutes
+#   bash chapters/03-expert-parallel/ablate.sh --summarize [--quick]   # only redo tables and figures
+#   MOE_BIN=path/to/moe (an MPI build) bash chapters/03-expert-parallel/ablate.sh
+#
+# Every run is the chapter 0 MoE (4 blocks of width 128, 8 experts of hidden 256, top-2, batch
+# 16 x 128 bytes) with dist.ep = 1 (one process), 2 and 4 (mpirun -np 2 and 4, one OpenMP
+# thread each), once with the Switch aux loss (moe.balance=aux) and once without
+# (moe.balance=none, z-loss only). The loss is the same for every dist.ep (tests/mpi/test_ep.sh
+# checks it to 1e-5); what changes is where the work happens and what travels. From each run's
+# dist.csv: bytes per step against the cost model, each process's load (rows its experts
+# processed), and where each process's step time goes. On a 2-core machine 4 processes share
+# the cores, so the seconds show the shape of the cost, not what separate machines would see;
+# the bytes and the loads are exact.
+# Writes runs/ch03-NAME[-quick]/ and, in plots/03-expert-parallel[-quick]/: summary.csv,
+# summary.md, time.png, bytes.png, load.png.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+here=chapters/03-expert-parallel
+
+steps=200
+suffix=""
+summarize_only=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) steps=30; suffix="-quick" ;;
+    --summarize) summarize_only=1 ;;
+    *) echo "usage: $0 [--quick] [--summarize]" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ -z "${MOE_BIN:-}" ]; then
+  command -v mpicc > /dev/null || { echo "no mpicc: run make deps (Open MPI) first" >&2; exit 2; }
+  make --no-print-directory mpi data/corpus/train.bin > /dev/null
+fi
+moe=${MOE_BIN:-build-mpi/moe}
+out=plots/03-expert-parallel$suffix
+mkdir -p "$out"
+# Open MPI: allow root and more processes than cores (a laptop, a container)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_WAIT_POLICY=passive
+
+C=128 T=128 K=2 E=8 B=16 L=4 # the chapter 0 MoE, for the cost model
+names=()
+for balance in aux none; do
+  for ep in 1 2 4; do
+    name=ep$ep-$balance
+    names+=("$name")
+    dir=runs/ch03-$name$suffix
+    [ "$summarize_only" = 1 ] && continue
+    rm -rf "$dir"
+    echo "== $name: dist.ep=$ep, moe.balance=$balance"
+    OMP_NUM_THREADS=$((ep == 1 ? 2 : 1)) mpirun -np $ep "$moe" train --out "$dir" --quiet \
+      --set dist.ep=$ep --set moe.balance=$balance --set train.steps=$steps \
+      --set train.eval_every=0 --set train.warmup=$((steps / 5)) \
+      --set train.threads=$((ep == 1 ? 2 : 1))
+  done
+done
+
+# ---- summary -------------------------------------------------------------------------------
+# Over the second half of the steps (the router has settled): per process, the mean per step of
+# its MoE blocks' bytes sent, rows processed, seconds in the expert exchanges and in its
+# experts, and of layer -1's seconds (gradient sums and statistics); the step time is the
+# median of B T / tok_per_s. The cost model for P processes and uniform routing: each process
+# sends its N K (P - 1) / P remote rows out and receives as many, forward (rows, then outputs
+# back) and backward (gradients out and back): 4 N K (P - 1) / P rows of C floats, plus 2 El
+# counts of 4 bytes per peer, per MoE block, with N = B T / P tokens per process.
+data=$(mktemp -d)
+trap 'rm -rf "$data"' EXIT
+{
+  echo "run,ep,balance,rank,bytes_per_step,model_bytes_per_step,rows_per_step,exchange_s,expert_s,other_collectives_s,step_s,loss"
+  for name in "${names[@]}"; do
+    dir=runs/ch03-$name$suffix
+    ep=${name%%-*}; ep=${ep#ep}
+    balance=${name#*-}
+    step_s=$(awk -F, -v tok=$((B * T)) 'NR > 1 { print tok / $7 }' "$dir/train.csv" | sort -g |
+             awk '{ a[NR] = $1 } END { printf "%.4f", a[int((NR + 1) / 2)] }')
+    loss=$(awk -F, 'NR > 1 { l = $2 } END { printf "%.4f", l }' "$dir/train.csv")
+    model=$(awk -v P=$ep -v C=$C -v K=$K -v E=$E -v B=$B -v T=$T -v L=$L 'BEGIN {
+              N = B * T / P; El = E / P
+              printf "%.0f", L * (4 * N * K * (P - 1) / P * C * 4 + 2 * El * 4 * (P - 1)) }')
+    if [ "$ep" = 1 ]; then
+      echo "$name,$ep,$balance,0,0,$model,$((B * T * K)),0,0,0,$step_s,$loss"
+      continue
+    fi
+    awk -F, -v from=$((steps / 2)) -v name="$name" -v ep=$ep -v bal="$balance" -v model="$model" \
+        -v step_s="$step_s" -v loss="$loss" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+      $1 > from { r = $c["rank"]; s[$1] = 1
+        if ($c["layer"] >= 0) { b[r] += $c["bytes_sent"]; rows[r] += $c["rows_in"]
+                                 x[r] += $c["comm_s"]; e[r] += $c["expert_s"] }
+        else o[r] += $c["comm_s"] }
+      END { n = 0; for (k in s) n++
+            for (r = 0; r < ep; r++)
+              printf "%s,%d,%s,%d,%.0f,%s,%.1f,%.5f,%.5f,%.5f,%s,%s\n", name, ep, bal, r,
+                     b[r] / n, model, rows[r] / n, x[r] / n, e[r] / n, o[r] / n, step_s, loss }' \
+      "$dir/dist.csv"
+  done
+} > "$out/summary.csv"
+
+{
+  echo "| run | dist.ep | balance | loss at step $steps | step (s, median) | bytes sent per step and process (mean) | cost model (uniform routing) | rows per process and step: min / max | imbalance max / mean |"
+  echo "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+  awk -F, 'NR > 1 { k = $1; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+                    ep[k] = $2; bal[k] = $3; loss[k] = $12; st[k] = $11; model[k] = $6
+                    bytes[k] += $5; cnt[k]++; r = $7
+                    if (!(k in mn) || r < mn[k]) mn[k] = r; if (r > mx[k]) mx[k] = r; sum[k] += r }
+    END { for (i = 1; i <= n; i++) { k = order[i]; mean = sum[k] / cnt[k]
+            printf "| %s | %s | %s | %s | %s | %.0f | %s | %.0f / %.0f | %.2f |\n", k, ep[k], bal[k],
+                   loss[k], st[k], bytes[k] / cnt[k], model[k], mn[k], mx[k], mx[k] / mean } }' \
+    "$out/summary.csv"
+  echo
+  echo "Means over steps $((steps / 2 + 1))-$steps. Bytes: payload bytes a process sent in its MoE blocks' exchanges (forward and backward, counts included; dist.csv). Cost model: 4 N K (P - 1) / P rows of C 4-byte floats plus 2 (E / P) counts per peer, per MoE block, N = B T / P tokens per process, as if routing were uniform. Rows: rows a process's experts computed (its load; for dist.ep = 1, the N K of the whole batch). The loss is the same for every dist.ep up to float summation order (tests/mpi/test_ep.sh). Seconds are from $(nproc) cores shared by all processes."
+  echo "Machine: $(awk -F'= ' '/^cpu/ {print $2; exit}' "runs/ch03-${names[0]}$suffix/provenance.txt"); built from commit $(awk -F'= ' '/^commit/ {print $2; exit}' "runs/ch03-${names[0]}$suffix/provenance.txt")."
+} > "$out/summary.md"
+
+gnuplot -e "data='$out/summary.csv'; out='$out/time.png'" $here/time.gp
+awk -F, 'NR > 1 && $2 > 1 { k = $1; if (!(k in m)) order[++n] = k; m[k] += $5; c[k]++; model[k] = $6 }
+         END { for (i = 1; i <= n; i++) { k = order[i]; printf "%s %.0f %s\n", k, m[k] / c[k], model[k] } }' \
+  "$out/summary.csv" > "$data/bytes.dat"
+gnuplot -e "data='$data/bytes.dat'; out='$out/bytes.png'" $here/bytes.gp
+gnuplot -e "data='$out/summary.csv'; out='$out/load.png'" $here/load.gp
+cat "$out/summary.md"
+echo "wrote $out/: summary.csv summary.md time.png bytes.png load.png"
