@@ -5,6 +5,8 @@
 #   balance.png       maxvio and cv of the expert load per step, one line per MoE layer
 #   load_heatmap.png  share of the routed assignments per expert over the steps, per MoE layer
 #   domains.png       which experts each data domain is routed to at the last evaluation
+#   dist.png          (runs over several processes, dist.csv) per process and step: bytes sent,
+#                     seconds in collectives and in its experts, rows its experts computed
 #
 # The CSVs are reshaped with awk into small whitespace-separated files in a temporary folder
 # inside RUN_DIR (removed on exit); the gnuplot scripts next to this file read only those, so
@@ -270,6 +272,26 @@ else
             print "dom_ytics = " q "set ytics (" tics ")" q
         }' "$run/domains.csv" "$run/domains.csv" >> "$meta" || exit 2
     draw domains.gp "$run/domains.png"
+fi
+
+# ---- dist.csv -> dist_R.dat: step MB_sent comm_s expert_s rows (sums over the step's rows) --
+if [ "$(rows "$run/dist.csv")" -gt 0 ]; then
+    awk -F, -v dir="$tmp" '
+        { sub(/\r$/, "") }
+        NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i
+                  if (!("rank" in c) || !("bytes_sent" in c) || !("comm_s" in c)) {
+                      print "plot_run: dist.csv header lacks rank, bytes_sent or comm_s: " $0 > "/dev/stderr"; exit 2 }
+                  next }
+        NF == 0 { next }
+        { s = $c["step"] + 0; r = $c["rank"] + 0
+          if (!((s, r) in have)) { have[s, r] = 1; order[++n] = s SUBSEP r }
+          if (r + 1 > R) R = r + 1
+          b[s, r] += $c["bytes_sent"]; x[s, r] += $c["comm_s"]; e[s, r] += $c["expert_s"]
+          w[s, r] += $c["rows_in"] }
+        END { for (i = 1; i <= n; i++) { split(order[i], k, SUBSEP); s = k[1]; r = k[2]
+                print s, b[s, r] / 1e6, x[s, r], e[s, r], w[s, r] > (dir "/dist_" r ".dat") }
+              print "dist_ranks = " R }' "$run/dist.csv" >> "$meta" || exit 2
+    draw dist.gp "$run/dist.png"
 fi
 
 for p in "${pngs[@]}"; do echo "wrote $p"; done

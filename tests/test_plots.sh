@@ -6,7 +6,8 @@
 #      and the reshaped data the scripts read holds the right numbers
 #   2. a long run (3000 steps, 10 MoE layers, 16 experts, 6 domains) is plotted in a few
 #      seconds, its figures limited to 8 layer panels
-#   3. a dense run (router.csv and domains.csv with a header only): loss.png, exit 0
+#   3. a dense run (router.csv and domains.csv with a header only): loss.png, exit 0; a run over
+#      2 processes (dist.csv): dist.png, and its data sums each step's rows per process
 #   4. a missing run directory, or one without train.csv: exit status 2 and a message that
 #      says how to make one
 #   5. gnuplot not on PATH: exit status 2 and a hint to run `make deps`
@@ -122,6 +123,23 @@ if [ -z "$data" ]; then bad "MOE_PLOT_KEEP=1 kept no data folder: $out"; else
     else bad "validation points at steps '$got', want 10 20 30 40 50"; fi
     rm -rf "$data"
 fi
+
+echo "test_plots: a run over 2 processes (dist.csv)"
+multi="$tmp/multi"
+make_run "$multi" 20 "0 1" 4 "en de" 10
+{ echo "step,layer,rank,bytes_sent,bytes_recv,comm_s,expert_s,rows_in,rows_out_remote,rows_in_remote"
+  for s in $(seq 1 20); do for r in 0 1; do for l in -1 0 1; do
+    echo "$s,$l,$r,$((1000 * (s + r + 2))),$((1000 * (s + r + 2))),0.01,0.02,$((100 + 7 * r)),10,12"
+  done; done; done; } > "$multi/dist.csv"
+out=$(MOE_PLOT_KEEP=1 bash "$plot" "$multi" 2>&1)
+if msg=$(is_png "$multi/dist.png"); then ok "dist.png is a PNG ($msg)"; else bad "dist.png: $msg: $out"; fi
+data=$(find "$multi" -maxdepth 1 -name '.plotdata*' | head -n 1)
+# process 1 at step 5: 3 rows of 8000 bytes = 0.024 MB, rows 2 x 107 (layer -1 carries none
+# in a real file; here every row has them, so 3 x 107)
+got=$(awk '$1 == 5 { print $2, $5 }' "$data/dist_1.dat" 2>/dev/null)
+if [ "$got" = "0.024 321" ]; then ok "dist_1.dat sums the step's rows of process 1 ($got)"
+else bad "dist_1.dat at step 5: '$got', want '0.024 321'"; fi
+rm -rf "$data"
 
 echo "test_plots: long run"
 long="$tmp/long"
