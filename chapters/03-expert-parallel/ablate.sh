@@ -54,7 +54,9 @@ for balance in aux none; do
     [ "$summarize_only" = 1 ] && continue
     rm -rf "$dir"
     echo "== $name: dist.ep=$ep, moe.balance=$balance"
-    OMP_NUM_THREADS=$((ep == 1 ? 2 : 1)) mpirun -np $ep "$moe" train --out "$dir" --quiet \
+    # --bind-to none: Open MPI pins each process to one core by default, which would leave a
+    # process with 2 OpenMP threads on a single core
+    OMP_NUM_THREADS=$((ep == 1 ? 2 : 1)) mpirun --bind-to none -np $ep "$moe" train --out "$dir" --quiet \
       --set dist.ep=$ep --set moe.balance=$balance --set train.steps=$steps \
       --set train.eval_every=0 --set train.warmup=$((steps / 5)) \
       --set train.threads=$((ep == 1 ? 2 : 1))
@@ -84,7 +86,7 @@ trap 'rm -rf "$data"' EXIT
               N = B * T / P; El = E / P
               printf "%.0f", L * (4 * N * K * (P - 1) / P * C * 4 + 2 * El * 4 * (P - 1)) }')
     if [ "$ep" = 1 ]; then
-      echo "$name,$ep,$balance,0,0,$model,$((B * T * K)),0,0,0,$step_s,$loss"
+      echo "$name,$ep,$balance,0,0,$model,$((L * B * T * K)),0,0,0,$step_s,$loss"
       continue
     fi
     awk -F, -v from=$((steps / 2)) -v name="$name" -v ep=$ep -v bal="$balance" -v model="$model" \
@@ -113,7 +115,7 @@ trap 'rm -rf "$data"' EXIT
                    loss[k], st[k], bytes[k] / cnt[k], model[k], mn[k], mx[k], mx[k] / mean } }' \
     "$out/summary.csv"
   echo
-  echo "Means over steps $((steps / 2 + 1))-$steps. Bytes: payload bytes a process sent in its MoE blocks' exchanges (forward and backward, counts included; dist.csv). Cost model: 4 N K (P - 1) / P rows of C 4-byte floats plus 2 (E / P) counts per peer, per MoE block, N = B T / P tokens per process, as if routing were uniform. Rows: rows a process's experts computed (its load; for dist.ep = 1, the N K of the whole batch). The loss is the same for every dist.ep up to float summation order (tests/mpi/test_ep.sh). Seconds are from $(nproc) cores shared by all processes."
+  echo "Means over steps $((steps / 2 + 1))-$steps. Bytes: payload bytes a process sent in its MoE blocks' exchanges (forward and backward, counts included; dist.csv). Cost model: 4 N K (P - 1) / P rows of C 4-byte floats plus 2 (E / P) counts per peer, per MoE block, N = B T / P tokens per process, as if routing were uniform. Rows: rows a process's experts computed per step, summed over the 4 MoE blocks (its load; for dist.ep = 1, 4 B T K). The loss is the same for every dist.ep up to float summation order (tests/mpi/test_ep.sh). Seconds are from $(nproc) cores shared by all processes."
   echo "Machine: $(awk -F'= ' '/^cpu/ {print $2; exit}' "runs/ch03-${names[0]}$suffix/provenance.txt"); built from commit $(awk -F'= ' '/^commit/ {print $2; exit}' "runs/ch03-${names[0]}$suffix/provenance.txt")."
 } > "$out/summary.md"
 

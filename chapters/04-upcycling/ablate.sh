@@ -4,6 +4,7 @@
 #   bash chapters/04-upcycling/ablate.sh            # 600 + 600 steps (the handbook's numbers)
 #   bash chapters/04-upcycling/ablate.sh --quick    # 100 + 100 steps, a few minutes
 #   bash chapters/04-upcycling/ablate.sh --summarize [--quick]   # only redo tables and figures
+#   bash chapters/04-upcycling/ablate.sh --only NAME [--quick]   # (re)train one arm, then summarise
 #   MOE_BIN=path/to/moe bash chapters/04-upcycling/ablate.sh      # with another build of moe
 #
 # 1. dense: the chapter 0 model with a dense SwiGLU of hidden 256 in every block, trained for
@@ -14,13 +15,19 @@
 #      copy             upcycled: 8 exact copies of each block's FFN, top-2, router N(0, 0.02^2)
 #      noise            the copies plus 1 % relative noise (--noise 0.01)
 #      drop-0.25/0.5/1  drop-upcycling: a fraction r of each expert's hidden units re-drawn
+#    and three of them again with a gentler restart: peak learning rate 1e-3 (the default is
+#    3e-3) and no warm-up (-lr1e-3): dense-continue, copy, drop-0.25
+# 4. Where training from scratch catches up: copy and scratch again with smaller budgets, S/3
+#    and 2S/3 continuation steps (-b1, -b2). Each run has its own cosine schedule, so only the
+#    END of a run is a fair comparison at its budget; these give two more ends.
 # 3. scratch: the same MoE (8 experts of hidden 256, top-2: the chapter 0 MoE) from a random
 #    init, for as many steps as the dense run and a continuation cost together.
 # So every arm spends the same total training FLOPs (moe.c counts them: provenance.txt's
 # flops_per_token, the matrix products of forward and backward), and the figures put every
 # run on that axis. The MoE settings are the defaults (aux loss 1e-2, z-loss, dropless).
 # Writes runs/ch04-NAME[-quick]/ (and runs/ch04-NAME[-quick].bin, the upcycled checkpoints)
-# and, in plots/04-upcycling[-quick]/: summary.csv, summary.md, val_loss.png, experts.png.
+# and, in plots/04-upcycling[-quick]/: summary.csv, summary.md, val_loss.png, experts.png,
+# budgets.png.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=chapters/04-upcycling
@@ -30,11 +37,13 @@ S=600
 every=50
 suffix=""
 summarize_only=0
+only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) P=100; S=100; every=20; suffix="-quick" ;;
     --summarize) summarize_only=1 ;;
-    *) echo "usage: $0 [--quick] [--summarize]" >&2; exit 2 ;;
+    --only) only=${2:?--only needs an arm name}; shift ;;
+    *) echo "usage: $0 [--quick] [--summarize] [--only NAME]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -43,16 +52,31 @@ moe=${MOE_BIN:-build/moe}
 out=plots/04-upcycling$suffix
 mkdir -p "$out"
 
-# name | how it starts | upcycle options
+# name | how it starts | upcycle options | training settings of the continuation
+gentle="--set train.lr=1e-3 --set train.warmup=0"
 ARMS=(
-  "dense-continue|the dense checkpoint (stays dense)|"
-  "copy|upcycled: exact copies|"
-  "noise|upcycled: copies + noise 0.01|--noise 0.01"
-  "drop-0.25|drop-upcycled with r = 0.25|--drop-ratio 0.25"
-  "drop-0.5|drop-upcycled with r = 0.5|--drop-ratio 0.5"
-  "drop-1.0|drop-upcycled with r = 1|--drop-ratio 1"
-  "scratch|random init (the same MoE)|"
+  "dense-continue|the dense checkpoint (stays dense)||"
+  "copy|upcycled: exact copies||"
+  "noise|upcycled: copies + noise 0.01|--noise 0.01|"
+  "drop-0.25|drop-upcycled with r = 0.25|--drop-ratio 0.25|"
+  "drop-0.5|drop-upcycled with r = 0.5|--drop-ratio 0.5|"
+  "drop-1.0|drop-upcycled with r = 1|--drop-ratio 1|"
+  "scratch|random init (the same MoE)||"
+  "dense-continue-lr1e-3|the dense checkpoint; lr 1e-3 without warm-up||$gentle"
+  "copy-lr1e-3|exact copies; lr 1e-3 without warm-up||$gentle"
+  "drop-0.25-lr1e-3|drop-upcycled r = 0.25; lr 1e-3 without warm-up|--drop-ratio 0.25|$gentle"
+  "copy-b1|exact copies; budget S/3||"
+  "scratch-b1|random init; budget S/3||"
+  "copy-b2|exact copies; budget 2S/3||"
+  "scratch-b2|random init; budget 2S/3||"
 )
+budget() { # NAME: its continuation steps: S, or S/3 (-b1), 2S/3 (-b2)
+  case $1 in *-b1) echo $((S / 3)) ;; *-b2) echo $((2 * S / 3)) ;; *) echo $S ;; esac
+}
+if [ -n "$only" ] && ! printf '%s\n' "${ARMS[@]}" | grep -q "^$only|"; then
+  echo "no arm named '$only'; the names are: $(printf '%s\n' "${ARMS[@]}" | cut -d'|' -f1 | tr '\n' ' ')" >&2
+  exit 2
+fi
 MOE_SETS=(--set moe.num_experts=8 --set moe.top_k=2 --set moe.d_expert=256)
 run() { echo "runs/ch04-$1$suffix"; }
 prov() { awk -F' = ' -v k="$2" '$1 == k { print $2; exit }' "$1/provenance.txt"; }
@@ -60,11 +84,13 @@ common=(--quiet --set train.eval_every=$every)
 
 dense=$(run dense)
 if [ "$summarize_only" = 0 ]; then
-  rm -rf "$dense"
-  echo "== dense: the model to upcycle, $P steps"
-  "$moe" train --out "$dense" "${common[@]}" --set train.steps=$P \
-    --set moe.num_experts=0 --set model.d_ff=256
-  "$moe" eval --ckpt "$dense/ckpt.bin" | awk '{ print $2 }' > "$dense/eval_end.txt"
+  if [ -z "$only" ]; then
+    rm -rf "$dense"
+    echo "== dense: the model to upcycle, $P steps"
+    "$moe" train --out "$dense" "${common[@]}" --set train.steps=$P \
+      --set moe.num_experts=0 --set model.d_ff=256
+    "$moe" eval --ckpt "$dense/ckpt.bin" | awk '{ print $2 }' > "$dense/eval_end.txt"
+  fi
   # the MoE's FLOPs per token, from an upcycled checkpoint's settings
   probe=$(mktemp -u).bin
   "$moe" upcycle --from "$dense/ckpt.bin" --out "$probe" "${MOE_SETS[@]}" >/dev/null
@@ -72,22 +98,26 @@ if [ "$summarize_only" = 0 ]; then
   rm -f "$probe"
   f_dense=$(prov "$dense" flops_per_token)
   for a in "${ARMS[@]}"; do
-    IFS='|' read -r name what opts <<<"$a"
+    IFS='|' read -r name what opts sets <<<"$a"
+    [ -n "$only" ] && [ "$only" != "$name" ] && continue
     dir=$(run "$name")
     rm -rf "$dir" "$dir.bin"
     echo "== $name: $what"
+    # shellcheck disable=SC2206 # sets is a list of options
+    extra=($sets)
+    cont=$(budget "$name")
     case $name in
-      dense-continue)
+      dense-continue*)
         steps=$(awk -v s=$S -v fm="$f_moe" -v fd="$f_dense" 'BEGIN { printf "%d", s * fm / fd + 0.5 }')
         cp "$dense/ckpt.bin" "$dir.bin"
-        "$moe" train --init "$dir.bin" --out "$dir" "${common[@]}" --set train.steps=$steps ;;
-      scratch)
-        steps=$(awk -v s=$S -v p=$P -v fm="$f_moe" -v fd="$f_dense" 'BEGIN { printf "%d", s + p * fd / fm + 0.5 }')
+        "$moe" train --init "$dir.bin" --out "$dir" "${common[@]}" --set train.steps=$steps "${extra[@]}" ;;
+      scratch*)
+        steps=$(awk -v s=$cont -v p=$P -v fm="$f_moe" -v fd="$f_dense" 'BEGIN { printf "%d", s + p * fd / fm + 0.5 }')
         "$moe" train --out "$dir" "${common[@]}" --set train.steps=$steps "${MOE_SETS[@]}" ;;
       *)
         # shellcheck disable=SC2086 # opts is a list of options
         "$moe" upcycle --from "$dense/ckpt.bin" --out "$dir.bin" "${MOE_SETS[@]}" $opts --seed 1
-        "$moe" train --init "$dir.bin" --out "$dir" "${common[@]}" --set train.steps=$S ;;
+        "$moe" train --init "$dir.bin" --out "$dir" "${common[@]}" --set train.steps=$cont "${extra[@]}" ;;
     esac
     # the validation loss where the run starts (at conversion, for the upcycled ones)
     if [ -f "$dir.bin" ]; then
@@ -116,16 +146,17 @@ val_series() { # RUN_DIR OFFSET_FLOPS: step, val loss -> total flops, val loss, 
 dense_flops=$(awk -v f="$(prov "$dense" flops_per_token)" -v tok="$(tokens_of "$dense")" -v p=$P \
               'BEGIN { printf "%.6g", f * tok * p }')
 val_series "$dense" 0 > "$data/dense.val"
-names=(dense)
+names=(dense)      # the runs of val_loss.png (not the smaller budgets)
+moe_names=()       # the MoE runs of experts.png
 for a in "${ARMS[@]}"; do
-  IFS='|' read -r name what opts <<<"$a"
+  IFS='|' read -r name what opts sets <<<"$a"
   dir=$(run "$name")
-  names+=("$name")
-  off=0
-  [ "$name" = scratch ] || off=$dense_flops
+  case $name in scratch*) off=0 ;; *) off=$dense_flops ;; esac
   { [ -f "$dir/eval_start.txt" ] && echo "$off $(cat "$dir/eval_start.txt") 0"
     val_series "$dir" "$off"; } > "$data/$name.val"
-  [ "$name" = dense-continue ] && continue
+  case $name in *-b[12]) ;; *) names+=("$name") ;; esac
+  case $name in dense-continue*) continue ;; esac
+  case $name in *-b[12]) ;; *) moe_names+=("$name") ;; esac
   awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     { s = $1; if (!(s in n)) order[++k] = s; n[s]++; sim[s] += $c["expert_sim"]; mv[s] += $c["maxvio"] }
     END { for (i = 1; i <= k; i++) { s = order[i]; m = mv[s] / n[s]; win[i % 10] = m; t = 0
@@ -141,7 +172,7 @@ done
   echo "arm,starts_from,steps,total_tflops,val_loss_start,val_loss_end,expert_sim_start,expert_sim_end,maxvio_end"
   echo "dense,random init,$P,$(awk '{ x = $1 } END { printf "%.2f", x / 1e12 }' "$data/dense.val"),,$(tail -n 1 "$data/dense.val" | awk '{ printf "%.4f", $2 }'),,,"
   for a in "${ARMS[@]}"; do
-    IFS='|' read -r name what opts <<<"$a"
+    IFS='|' read -r name what opts sets <<<"$a"
     dir=$(run "$name")
     steps=$(awk -F' = ' '$1 == "train.steps" { print $2 }' "$dir/config.txt")
     start=$(head -n 1 "$data/$name.val" | awk -v has="$([ -f "$dir/eval_start.txt" ] && echo 1)" '{ if (has) printf "%.4f", $2 }')
@@ -163,11 +194,26 @@ done
     "$out/summary.csv"
   echo
   echo "dense: $P steps of the dense model (SwiGLU hidden 256). Every other arm starts from its checkpoint except scratch, and ends at the same total training FLOPs (dense steps x FLOPs per dense step + continuation steps x FLOPs per step; total TFLOPs counts both for the arms that continue the dense run). Val loss at start: the checkpoint the run starts from, at conversion (moe eval). Expert similarity: mean over MoE blocks of the mean pairwise cosine similarity of the experts' weights (router.csv expert_sim) after the first and the last step; MaxVio: mean over the MoE blocks and the last 20 % of the steps."
-  commits=$(for n in "${names[@]}"; do prov "$(run "$n")" commit; done | sort -u | tr '\n' ' ')
+  echo
+  echo "Where training from scratch catches up: the final validation loss of the exact copies and of the same MoE from scratch at three budgets of total training FLOPs (continuations of S/3, 2S/3 and S = $S steps; each run with its own warm-up and cosine schedule, so only its end compares)."
+  echo
+  echo "| total TFLOPs | copy | scratch | scratch - copy |"
+  echo "| ---: | ---: | ---: | ---: |"
+  awk -F, 'NR > 1 { v[$1] = $6; t[$1] = $4 }
+    END { split("-b1 -b2", s, " "); s[3] = ""
+          for (i = 1; i <= 3; i++) printf "| %s | %s | %s | %+.4f |\n", t["copy" s[i]],
+            v["copy" s[i]], v["scratch" s[i]], v["scratch" s[i]] - v["copy" s[i]] }' "$out/summary.csv"
+  echo
+  commits=$(for a in "${ARMS[@]}" dense; do prov "$(run "${a%%|*}")" commit; done | sort -u | tr '\n' ' ')
   echo "Machine: $(prov "$dense" cpu), threads $(prov "$dense" threads); built from commit(s) ${commits% } (each run's provenance.txt names its own)."
 } > "$out/summary.md"
 
 gnuplot -e "dir='$data'; names='${names[*]}'; out='$out/val_loss.png'; dense_tflops=$(awk -v f="$dense_flops" 'BEGIN { print f / 1e12 }')" $here/val_loss.gp
-gnuplot -e "dir='$data'; names='${names[*]:2}'; out='$out/experts.png'" $here/experts.gp
+gnuplot -e "dir='$data'; names='${moe_names[*]}'; out='$out/experts.png'" $here/experts.gp
+awk -F, 'NR > 1 { v[$1] = $6; t[$1] = $4 }
+  END { split("-b1 -b2", s, " "); s[3] = ""
+        for (i = 1; i <= 3; i++) printf "%s %s %s\n", t["copy" s[i]], v["copy" s[i]], v["scratch" s[i]] }' \
+  "$out/summary.csv" > "$data/budgets.dat"
+gnuplot -e "data='$data/budgets.dat'; out='$out/budgets.png'" $here/budgets.gp
 cat "$out/summary.md"
-echo "wrote $out/: summary.csv summary.md val_loss.png experts.png"
+echo "wrote $out/: summary.csv summary.md val_loss.png experts.png budgets.png"

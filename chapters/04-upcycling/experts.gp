@@ -5,6 +5,9 @@
 W = 1250
 H = 560
 load 'plots/style.gp'
+# more than 8 lines: 9 to 16 repeat the 8 colours, dashed
+set linetype cycle 16
+do for [i = 9:16] { set linetype i lc rgb word("#0072b2 #d55e00 #009e73 #cc79a7 #e69f00 #56b4e9 #000000 #8c564b", i - 8) lw 1.6 dt 2 pt 7 ps 0.6 }
 set output out
 set multiplot layout 1, 2 title 'Chapter 4: the experts of each MoE arm (mean over MoE blocks)' font ",13"
 set xlabel 'optimizer step (of the run)'

@@ -5,6 +5,9 @@
 W = 1250
 H = 560
 load 'plots/style.gp'
+# more than 8 lines: 9 to 16 repeat the 8 colours, dashed
+set linetype cycle 16
+do for [i = 9:16] { set linetype i lc rgb word("#0072b2 #d55e00 #009e73 #cc79a7 #e69f00 #56b4e9 #000000 #8c564b", i - 8) lw 1.6 dt 2 pt 7 ps 0.6 }
 set output out
 set multiplot layout 1, 2 title 'Chapter 4: upcycled, dense and from-scratch runs at equal training compute' font ",13"
 set xlabel 'total training compute (TFLOPs, dense pre-training included)'
@@ -18,9 +21,9 @@ set yrange [*:3.2]
 plot sprintf('%s/dense.val', dir) using ($1 / 1e12):2 with linespoints ls 20 title 'dense (pre-training)', \
      for [i = 2:words(names)] sprintf('%s/%s.val', dir, word(names, i)) \
        using ($1 / 1e12):2 with linespoints lt (i - 1) lw 2 title word(names, i)
-set title 'after the conversion'
+set title 'after the conversion (drop-1.0 starts off the scale)'
 set xrange [dense_tflops:*]
-set yrange [*:*]
+set yrange [*:2.5]
 unset label 1
 plot for [i = 2:words(names)] sprintf('%s/%s.val', dir, word(names, i)) \
        using ($1 / 1e12):2 with linespoints lt (i - 1) lw 2 title word(names, i)

@@ -14,8 +14,9 @@
 #   3. a checkpoint written at dist.ep = 4 resumes in one process and at dist.ep = 2 and the
 #      continued steps equal the one-process run's; the checkpoint evaluates in one process
 #   4. bad input: dist.ep not dividing the processes, or a batch that does not split, exits 2
-#      with a message; a killed process ends the job non-zero within 30 s; a process that stops
-#      answering is named by the others, which end the job within 30 s (dist.timeout=3)
+#      with a message; a killed process ends the job non-zero within 30 s and the run resumes
+#      from its last checkpoint; a process that stops answering is named by the others, which
+#      end the job within 30 s (dist.timeout=3)
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
 set -u
 
@@ -148,9 +149,9 @@ long=(--set train.steps=100000 --set train.warmup=2 --set train.eval_every=0)
 # a process killed mid-run: mpirun ends the job
 start=$(date +%s)
 timeout 90 mpirun -np 2 "$moe" train --out "$tmp/kill" "${tiny[@]}" "${long[@]}" --set dist.ep=2 \
-    > "$tmp/kill.log" 2>&1 &
+    --set train.ckpt_every=2 > "$tmp/kill.log" 2>&1 &
 job=$!
-for _ in $(seq 50); do [ -s "$tmp/kill/train.csv" ] && break; sleep 0.2; done
+for _ in $(seq 100); do [ -s "$tmp/kill/ckpt.bin" ] && break; sleep 0.2; done
 victim=$(pgrep -f "^$moe train --out $tmp/kill" | tail -n 1)
 [ -n "$victim" ] && kill -9 "$victim"
 wait "$job"
@@ -158,6 +159,15 @@ rc=$?
 took=$(($(date +%s) - start))
 [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$took" -lt 30 ]
 check "a killed process ends the job: exit $rc after ${took} s" $? "$(tail -n 5 "$tmp/kill.log")"
+# and the run resumes from its last checkpoint
+at=$("$moe" info --ckpt "$tmp/kill/ckpt.bin" 2>/dev/null | awk '/^step / { print $2 }')
+timeout 90 mpirun -np 2 "$moe" train --resume "$tmp/kill" --until $((at + 2)) --quiet \
+    > "$tmp/kill-resume.log" 2>&1
+rc=$?
+last=$(awk -F, 'END { print $1 }' "$tmp/kill/train.csv")
+[ -n "$at" ] && [ $rc -eq 0 ] && [ "$last" = $((at + 2)) ]
+check "the killed run resumes from its checkpoint (step ${at:-?}) to step $((${at:-0} + 2))" $? \
+    "exit $rc, last row $last: $(tail -n 3 "$tmp/kill-resume.log")"
 # a process that stops answering: the other names it after dist.timeout
 start=$(date +%s)
 timeout 90 mpirun -np 2 "$moe" train --out "$tmp/hang" "${tiny[@]}" "${long[@]}" --set dist.ep=2 \
