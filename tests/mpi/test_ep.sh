@@ -4,7 +4,8 @@
 #
 #   1. the same tiny MoE trained 6 steps in one process and with dist.ep = 2 (2 processes),
 #      dist.ep = 4 (4), dist.ep = 2 x data-parallel 2 (4) and data-parallel 2 (2, dist.ep = 1):
-#      every step's loss, aux loss, gradient norm and validation loss agree to 1e-5 relative;
+#      every step's loss, aux loss, gradient norm and validation loss agree to 1e-5 relative,
+#      and after the 6 steps every weight agrees to 1e-5 (dist.ep = 2 x 2, exported in one process);
 #      also with aux-loss-free balancing (its biases, from the loads of every process, agree)
 #      and with a per-sequence capacity (moe.capacity_scope=sequence, padded)
 #   2. dist.csv: one row per step, process and MoE block (plus layer -1), and the bytes every
@@ -91,6 +92,23 @@ for variant in "aux|" "aux_free|--set moe.balance=aux_free --set moe.bias_rate=0
             $? "exit $rc: $(tail -n 3 "$tmp/$name.log"); $(paste -d' ' "$tmp/one-$vname/train.csv" "$tmp/$name/train.csv" | head -n 4)"
     done
 done
+# the weights after 6 steps, every tensor (exported in one process): the gradients of every
+# step were the one-process gradients, or Adam would have moved the weights elsewhere. The
+# steps move weights by up to about 0.06 (lr 1e-2); where a gradient is near 0, Adam's m / sqrt(v)
+# turns summation-order differences into a few 1e-6, hence 1e-5 absolute
+# floats FILE: the tensor data of a safetensors file (after the 8-byte length and the header),
+# one float per line
+floats() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1" | od -An -v -f |
+           tr -s ' ' '\n' | sed '/^$/d'; }
+"$moe" export --ckpt "$tmp/one-aux/ckpt.bin" --out "$tmp/one.st" > /dev/null &&
+    "$moe" export --ckpt "$tmp/aux-np4-ep2/ckpt.bin" --out "$tmp/ep2dp2.st" \
+        > /dev/null 2>&1
+paste <(floats "$tmp/one.st") <(floats "$tmp/ep2dp2.st") |
+    awk '{ n++; d = $1 - $2; d = d < 0 ? -d : d; if (d > 1e-5) bad++; if (d > mx) mx = d }
+         END { print n, bad + 0, mx; exit !(n > 40000 && bad == 0) }' > "$tmp/wcmp.txt"
+check "aux: every weight after 6 steps at dist.ep=2 x 2 = one process's (to 1e-5: $(cat "$tmp/wcmp.txt"))" $? \
+    "floats, differing, max difference: $(cat "$tmp/wcmp.txt")"
+
 # aux-free: the biases after each step come from every process's loads: the same as one's
 awk -F, 'NR == FNR { a[FNR] = $0; next } { split(a[FNR], x, ","); for (i = 11; i <= 14; i++) {
            d = $i - x[i]; if (d * d > 1e-12) bad++ } } END { exit bad > 0 }' \
