@@ -486,7 +486,8 @@ int train_run(Config *c, const TrainOptions *o) {
         raccum_loads(&ra, step_load);
         model_update_router_bias(&m, step_load); /* aux-free balancing; else nothing */
         const int s = m.step;
-        const double tok_s = (double)c->accum * B * T / (now_seconds() - t0);
+        /* the whole batch's tokens (every process's share): the run's speed */
+        const double tok_s = (double)c->accum * c->batch * T / (now_seconds() - t0);
 
         /* the step's traffic, before an evaluation adds its own */
         if (d) write_dist(fdist, &m, d, &step_start, s);

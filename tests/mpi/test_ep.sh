@@ -109,6 +109,14 @@ paste <(floats "$tmp/one.st") <(floats "$tmp/ep2dp2.st") |
 check "aux: every weight after 6 steps at dist.ep=2 x 2 = one process's (to 1e-5: $(cat "$tmp/wcmp.txt"))" $? \
     "floats, differing, max difference: $(cat "$tmp/wcmp.txt")"
 
+# tok_per_s counts the whole batch (every process's tokens): the steps' times, B T / tok_per_s,
+# fit inside the run's wall time (counting one process's share would make them 4 x too long)
+wall=$(sed -n 's/^done: .*, \([0-9.]*\) s; run directory.*/\1/p' "$tmp/aux-np4-ep4.log")
+awk -F, -v wall="$wall" 'NR > 1 { t += 4 * 32 / $7 } END { exit !(wall > 0 && t <= wall * 1.05 + 0.05) }' \
+    "$tmp/aux-np4-ep4/train.csv"
+check "tok_per_s counts the whole batch: the steps' times fit in the run's ${wall:-?} s" $? \
+    "$(cut -d, -f7 "$tmp/aux-np4-ep4/train.csv" | tr '\n' ' ')"
+
 # aux-free: the biases after each step come from every process's loads: the same as one's
 awk -F, 'NR == FNR { a[FNR] = $0; next } { split(a[FNR], x, ","); for (i = 11; i <= 14; i++) {
            d = $i - x[i]; if (d * d > 1e-12) bad++ } } END { exit bad > 0 }' \
