@@ -11,26 +11,11 @@
 #      plots/bench_profile.gp draws it (when gnuplot is installed)
 #   3. bad options exit 2 with a message and print nothing on stdout
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
-set -u
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root" || exit 1
-moe=${MOE_BIN:-build/moe}
-case $moe in /*) ;; *) moe="$root/$moe" ;; esac
-if [ ! -x "$moe" ]; then
-    echo "test_bench: no executable $moe; build it with make build/moe (or set MOE_BIN)"
-    exit 1
-fi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe_test_bench.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-export OMP_WAIT_POLICY=passive
-
-passed=0
-failed=0
-ok() { echo "  ok   $*"; passed=$((passed + 1)); }
-bad() { echo "  FAIL $*"; failed=$((failed + 1)); }
-check() { if [ "$2" -eq 0 ]; then ok "$1"; else bad "$1: $3"; fi; }
-float_cmp() { awk "BEGIN { exit !(($1) $2 ($3)) }" < /dev/null 2> /dev/null; }
+# shellcheck source=tests/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+moe=$(executable "${MOE_BIN:-build/moe}" "make build/moe (or set MOE_BIN)") || exit 1
+# OMP_NUM_THREADS is the caller's: the runs without --threads measure the default thread count
 
 # num KEY FILE: the number after "KEY": in FILE (the first one)
 num() { sed -n "s/.*\"$1\": \([-+0-9.eE]*\).*/\1/p" "$2" | head -n 1; }
@@ -142,5 +127,4 @@ expect_usage "--config without a value" "--config needs a value" --config
 expect_usage "unwritable --profile-out" "cannot write the profile CSV" --config test \
     --profile-out "$tmp/no/such/dir/p.csv"
 
-echo "test_bench: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

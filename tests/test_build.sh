@@ -1,12 +1,8 @@
 #!/usr/bin/env bash
 # The Makefile's dependency probes against the machine: a probe that silently never fires (or
 # fires for something absent) is a bug. Each probe is compared with an independent check.
-set -u
-cd "$(dirname "$0")/.."
-pass=0 fail=0
-check() { # description, condition status
-  if [ "$2" = 0 ]; then echo "  ok   $1"; pass=$((pass + 1)); else echo "  FAIL $1"; fail=$((fail + 1)); fi
-}
+# shellcheck source=tests/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 features=$(make -s --no-print-directory features)
 has() { grep -qx "$1=1" <<<"$features"; }
 expect() { # feature name, independent check command
@@ -19,7 +15,6 @@ expect HAVE_CHECK pkg-config --exists check
 expect HAVE_GNUPLOT command -v gnuplot
 expect HAVE_CUDA command -v nvcc
 expect HAVE_MPI command -v mpicc
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 printf '#include <omp.h>\nint main(void){return omp_get_max_threads() > 0 ? 0 : 1;}\n' > "$tmp/omp.c"
 expect HAVE_OPENMP gcc -fopenmp "$tmp/omp.c" -o "$tmp/omp"
 
@@ -32,5 +27,4 @@ fi
 # OpenMP really is compiled in: the binary links libgomp when the probe said OpenMP works.
 if has HAVE_OPENMP; then ldd "$bin" | grep -q libgomp; check "$bin links libgomp" $?; fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish

@@ -1,17 +1,11 @@
 #!/usr/bin/env bash
 # The chapter programs run and print every step they promise (docs that run). They use a tiny
 # model trained here on synthetic data, so the test needs neither the corpus nor `make demo`.
-set -u
-cd "$(dirname "$0")/.."
-moe=${MOE_BIN:-build/moe}
+# shellcheck source=tests/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+moe=$(executable "${MOE_BIN:-build/moe}" "make build/moe (or set MOE_BIN)") || exit 1
 build=${MOE_BUILD:-build}
-pass=0 fail=0
-check() { # description, status, detail
-  if [ "$2" = 0 ]; then echo "  ok   $1"; pass=$((pass + 1)); else echo "  FAIL $1: $3"; fail=$((fail + 1)); fi
-}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive
+export OMP_NUM_THREADS=2
 "$moe" synth --out "$tmp/data" --tokens 40000 --seed 5 > /dev/null
 "$moe" train --out "$tmp/run" --quiet --set data.train="$tmp/data/train.bin" \
   --set data.val="$tmp/data/val.bin" --set model.d_model=32 --set model.n_layer=2 \
@@ -117,5 +111,4 @@ check "drop-upcycling similarity falls as (1 - r)^2" $? "$(grep 'drop-upcycling'
 [ $? -eq 2 ] && grep -q "already an MoE" "$tmp/err.txt"
 check "an MoE checkpoint: exit 2 and a message" $? "$(cat "$tmp/err.txt")"
 
-echo "test_chapters: $pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish

@@ -25,30 +25,12 @@
 #      moe.second_expert_random=1 second experts drop and a resumed run stays bit-exact
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
 # Every model is tiny, so the whole script takes a few seconds, also under ASan.
-set -u
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root" || exit 1
-moe=${MOE_BIN:-build/moe}
-case $moe in /*) ;; *) moe="$root/$moe" ;; esac
-if [ ! -x "$moe" ]; then
-    echo "test_cli: no executable $moe; build it with make build/moe (or set MOE_BIN)"
-    exit 1
-fi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe_test_cli.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-
-# One thread unless a check says otherwise; passive OpenMP waiting keeps a busy machine from
-# turning idle threads into spinning ones (it does not change any result).
+# shellcheck source=tests/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+moe=$(executable "${MOE_BIN:-build/moe}" "make build/moe (or set MOE_BIN)") || exit 1
+# one thread unless a check says otherwise
 export OMP_NUM_THREADS=1
-export OMP_WAIT_POLICY=passive
-
-passed=0
-failed=0
-ok() { echo "  ok   $*"; passed=$((passed + 1)); }
-bad() { echo "  FAIL $*"; failed=$((failed + 1)); }
-# check LABEL CONDITION-STATUS DETAIL: ok when the status is 0, else FAIL with the detail
-check() { if [ "$2" -eq 0 ]; then ok "$1"; else bad "$1: $3"; fi; }
 
 data="$tmp/data"
 tiny=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set model.seq_len=32
@@ -57,9 +39,6 @@ tiny=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set mo
 
 # snapshot DIR: "sha256  name" of every file in DIR, sorted (new, lost or changed files show)
 snapshot() { (cd "$1" && find . -type f -exec sha256sum {} + | sort -k2); }
-
-# float_cmp A OP B: compare two arithmetic expressions of numbers (awk evaluates them)
-float_cmp() { awk "BEGIN { exit !(($1) $2 ($3)) }" < /dev/null 2> /dev/null; }
 
 echo "test_cli: synthetic data"
 out=$("$moe" synth --out "$data" --tokens 60000 --seed 3 2>&1)
@@ -542,5 +521,4 @@ srd=$(awk -F, 'NR > 1 && $6 > 0.05 { n++ } END { print n + 0 }' "$tmp/srA/router
 check "second_expert_random drops second experts (24 rows with drop_frac > 0.05) and resumes bit-exactly" \
     $? "exit $rca / $rcb, rows dropping: $srd: $outa $outb"
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+finish

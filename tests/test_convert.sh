@@ -14,25 +14,12 @@
 #      out of range, a split that does not divide, an existing --out, --init with --resume, an
 #      --init checkpoint of another shape, a truncated safetensors file
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
-set -u
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root" || exit 1
-moe=${MOE_BIN:-build/moe}
-case $moe in /*) ;; *) moe="$root/$moe" ;; esac
-if [ ! -x "$moe" ]; then
-    echo "test_convert: no executable $moe; build it with make build/moe (or set MOE_BIN)"
-    exit 1
-fi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe_test_convert.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+# shellcheck source=tests/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+moe=$(executable "${MOE_BIN:-build/moe}" "make build/moe (or set MOE_BIN)") || exit 1
+export OMP_NUM_THREADS=1
 
-passed=0
-failed=0
-check() { if [ "$2" -eq 0 ]; then echo "  ok   $1"; passed=$((passed + 1)); else
-          echo "  FAIL $1: $3"; failed=$((failed + 1)); fi; }
-float_cmp() { awk "BEGIN { exit !(($1) $2 ($3)) }" < /dev/null 2> /dev/null; }
 val_of() { sed -n 's/^val_loss \([0-9.]*\).*/\1/p' <<< "$1"; }
 
 data="$tmp/data"
@@ -146,5 +133,4 @@ for f in x1.bin x2.bin x3.bin x4.bin x5 x6.bin; do [ -e "$tmp/$f" ] && missing="
 [ -z "$missing" ]
 check "nothing written by a refused command" $? "written:$missing"
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+finish

@@ -14,33 +14,13 @@
 #   4. each rank's combined output is within 1e-5 of its own one-process reference
 # And with 3 processes (not a divisor of 8) it exits non-zero with a message.
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
-set -u
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$root" || exit 1
-build=${MOE_BUILD:-build-mpi}
-bin="$build/chapters/03-expert-parallel/a2a"
-case $bin in /*) ;; *) bin="$root/$bin" ;; esac
-if ! command -v mpirun > /dev/null 2>&1; then
-    echo "test_a2a: no mpirun (Open MPI): skipped; make deps installs it"
-    exit 0
-fi
-if [ ! -x "$bin" ]; then
-    echo "test_a2a: no executable $bin; build it with make MPI=1 chapters (or set MOE_BUILD)"
-    exit 1
-fi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe_test_a2a.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-# mpirun as root and more ranks than cores (the Makefile sets these too)
-export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1}
-export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
-export OMPI_MCA_rmaps_base_oversubscribe=${OMPI_MCA_rmaps_base_oversubscribe:-1}
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-
-passed=0
-failed=0
-check() { if [ "$2" -eq 0 ]; then echo "  ok   $1"; passed=$((passed + 1)); else
-          echo "  FAIL $1: $3"; failed=$((failed + 1)); fi; }
+# shellcheck source=tests/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
+need_mpirun skip
+bin=$(executable "${MOE_BUILD:-build-mpi}/chapters/03-expert-parallel/a2a" \
+      "make MPI=1 chapters (or set MOE_BUILD)") || exit 1
+export OMP_NUM_THREADS=1
 
 for np in 1 2 4; do
     echo "test_a2a: mpirun -np $np"
@@ -110,5 +90,4 @@ rc=$?
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q "3 processes do not divide the E = 8 experts" "$tmp/err3.txt"
 check "exits non-zero with a message" $? "exit $rc; $(head -n 3 "$tmp/err3.txt")"
 
-echo "test_a2a: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

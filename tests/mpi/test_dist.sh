@@ -14,34 +14,16 @@
 #      detection is what is tested) ends the job non-zero within 15 s
 # Every mpirun runs under `timeout 60`. Prints one line per check and "N passed, M failed";
 # exits non-zero when a check fails.
-set -u
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$root" || exit 1
+# shellcheck source=tests/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 build=${MOE_BUILD:-build-mpi}
-bin="$build/tests/mpi/test_dist"
-case $bin in /*) ;; *) bin="$root/$bin" ;; esac
-if [ ! -x "$bin" ]; then
-    echo "test_dist: no executable $bin; build it with make MPI=1 $build/tests/mpi/test_dist (or set MOE_BUILD)"
-    exit 1
-fi
-if ! command -v mpirun > /dev/null 2>&1; then
-    echo "test_dist: no mpirun; install Open MPI (make deps)"
-    exit 1
-fi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe_test_dist.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-# mpirun as root and more ranks than cores (the Makefile sets these too)
-export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1}
-export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
-export OMPI_MCA_rmaps_base_oversubscribe=${OMPI_MCA_rmaps_base_oversubscribe:-1}
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+bin=$(executable "$build/tests/mpi/test_dist" \
+      "make MPI=1 $build/tests/mpi/test_dist (or set MOE_BUILD)") || exit 1
+need_mpirun required
+export OMP_NUM_THREADS=1
 unset MOE_TEST_HANG_RANK MOE_TEST_KILL_RANK MOE_TEST_TIMEOUT
 
-passed=0
-failed=0
-check() { if [ "$2" -eq 0 ]; then echo "  ok   $1"; passed=$((passed + 1)); else
-          echo "  FAIL $1: $3"; failed=$((failed + 1)); fi; }
 now_ms() { date +%s%3N; }
 
 # run NP EP [VAR=VALUE ...]: mpirun -np NP with MOE_TEST_EP=EP; sets rc, secs, out (stdout
@@ -94,5 +76,4 @@ run 4 2 MOE_TEST_KILL_RANK=1 MOE_TEST_TIMEOUT=30
 check "a rank killed: job ended (exit $rc) in ${secs} s" $? \
     "exit $rc after ${secs} s: $(tail -n 4 <<< "$out")"
 
-echo "test_dist: $passed passed, $failed failed"
-[ $failed -eq 0 ]
+finish

@@ -19,30 +19,12 @@
 #      from its last checkpoint; a process that stops answering is named by the others, which
 #      end the job within 30 s (dist.timeout=3)
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
-set -u
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$root" || exit 1
-moe=${MOE_BIN:-build-mpi/moe}
-case $moe in /*) ;; *) moe="$root/$moe" ;; esac
-if ! command -v mpirun > /dev/null 2>&1; then
-    echo "test_ep: no mpirun (Open MPI): skipped; make deps installs it"
-    exit 0
-fi
-if [ ! -x "$moe" ]; then
-    echo "test_ep: no executable $moe; build it with make mpi (or set MOE_BIN)"
-    exit 1
-fi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe_test_ep.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-
-passed=0
-failed=0
-check() { if [ "$2" -eq 0 ]; then echo "  ok   $1"; passed=$((passed + 1)); else
-          echo "  FAIL $1: $3"; failed=$((failed + 1)); fi; }
+# shellcheck source=tests/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
+need_mpirun skip
+moe=$(executable "${MOE_BIN:-build-mpi/moe}" "make mpi (or set MOE_BIN)") || exit 1
+export OMP_NUM_THREADS=1
 
 "$moe" synth --out "$tmp/data" --tokens 60000 --seed 3 > /dev/null
 tiny=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set model.seq_len=32
@@ -210,5 +192,4 @@ took=$(($(date +%s) - start))
 check "a stopped process is named ('no answer from rank') and the job ends: exit $rc after ${took} s" \
     $? "$(tail -n 5 "$tmp/hang.log")"
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+finish
