@@ -10,6 +10,7 @@
 #include "model.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,13 @@ static void embed_backward(float *demb, const float *dx, const int *tokens, int 
 #pragma omp parallel for schedule(static)
     for (int ch = 0; ch < C; ch++)
         for (int n = 0; n < N; n++) demb[(size_t)tokens[n] * C + ch] += dx[(size_t)n * C + ch];
+}
+
+/* Gradients per partial sum of model_grad_norm, and the partials for n of them (one spare, so
+ * an empty model still gets a buffer). Any tensor's count is at most the total. */
+#define NORM_CHUNK ((size_t)1 << 16)
+static size_t norm_chunks(size_t n) {
+    return (n + NORM_CHUNK - 1) / NORM_CHUNK + 1;
 }
 
 static float *alloc_nc(const Model *m) {
@@ -175,6 +183,12 @@ void model_init_dist(Model *m, const Config *c, int B, int T, Dist *d) {
         m->dsu = floats_alloc(N * Fs);
         m->dsh = floats_alloc(N * Fs);
     }
+    const int D = C / H;
+    m->rope_cs = (float *)malloc_check((size_t)T * D * sizeof(float)); /* (T, D/2, 2) */
+    rope_table(m->rope_cs, T, D, c->rope_theta);
+    m->n_att_ws = omp_get_max_threads();
+    m->att_ws = (float *)malloc_check((size_t)m->n_att_ws * T * T * sizeof(float));
+    m->norm_partial = (double *)malloc_check(norm_chunks(m->pt.total) * sizeof(double));
 }
 
 void model_free(Model *m) {
@@ -228,6 +242,9 @@ void model_free(Model *m) {
     free(m->dlogits);
     free(m->router_bias);
     if (m->n_moe > 0) moe_scratch_free(&m->moe_scratch);
+    free(m->rope_cs);
+    free(m->att_ws);
+    free(m->norm_partial);
     params_view_free(&m->w);
     params_view_free(&m->g);
     params_table_free(&m->pt);
@@ -255,8 +272,8 @@ static void block_forward(Model *m, int l, float *out, const float *in, int B, i
     PROF(PROF_ATTN_PROJ, matmul_forward(a->q, a->ln1, lw->wq, N, C, C));
     PROF(PROF_ATTN_PROJ, matmul_forward(a->k, a->ln1, lw->wk, N, C, C));
     PROF(PROF_ATTN_PROJ, matmul_forward(a->v, a->ln1, lw->wv, N, C, C));
-    PROF(PROF_ROPE, rope_forward(a->q, B, T, H, C / H, c->rope_theta));
-    PROF(PROF_ROPE, rope_forward(a->k, B, T, H, C / H, c->rope_theta));
+    PROF(PROF_ROPE, rope_forward(a->q, m->rope_cs, B, T, H, C / H));
+    PROF(PROF_ROPE, rope_forward(a->k, m->rope_cs, B, T, H, C / H));
     PROF(PROF_ATTN, (model_reference_attention ? attention_forward_reference : attention_forward)(
                         a->atty, a->att, a->q, a->k, a->v, B, T, C, H));
     /* dtmp is free scratch during the forward pass */
@@ -380,9 +397,10 @@ static void block_backward(Model *m, int l, float *dx, const float *dout, const 
     /* resid_mid = in + atty wo^T */
     PROF(PROF_ATTN_PROJ, matmul_backward(m->datty, gw->wo, m->dmid, a->atty, lw->wo, N, C, C));
     PROF(PROF_ATTN, (model_reference_attention ? attention_backward_reference : attention_backward)(
-                        m->dq, m->dk, m->dv, m->datty, a->att, a->q, a->k, a->v, B, T, C, H));
-    PROF(PROF_ROPE, rope_backward(m->dq, B, T, H, C / H, c->rope_theta));
-    PROF(PROF_ROPE, rope_backward(m->dk, B, T, H, C / H, c->rope_theta));
+                        m->dq, m->dk, m->dv, m->att_ws, m->datty, a->att, a->q, a->k, a->v, B, T,
+                        C, H, m->n_att_ws));
+    PROF(PROF_ROPE, rope_backward(m->dq, m->rope_cs, B, T, H, C / H));
+    PROF(PROF_ROPE, rope_backward(m->dk, m->rope_cs, B, T, H, C / H));
     /* q, k, v = ln1 Wq^T, ln1 Wk^T, ln1 Wv^T: their input gradients add up in dln */
     PROF(PROF_ATTN_PROJ, matmul_backward(m->dln, gw->wq, m->dq, a->ln1, lw->wq, N, C, C));
     PROF(PROF_ATTN_PROJ, matmul_backward(m->dtmp, gw->wk, m->dk, a->ln1, lw->wk, N, C, C));
@@ -428,22 +446,20 @@ void model_zero_grad(Model *m) {
     memset(m->grads, 0, m->pt.total * sizeof(float));
 }
 
-/* Sum of squares of g[0 .. n): fixed chunks in parallel, then the chunks in order, so the
- * result does not depend on the number of threads. */
-static double sum_squares(const float *g, size_t n) {
-    enum { CHUNK = 1 << 16 };
-    const size_t n_chunks = (n + CHUNK - 1) / CHUNK;
-    double *partial = (double *)malloc_check((n_chunks + 1) * sizeof(double));
+/* Sum of squares of g[0 .. n): fixed chunks of NORM_CHUNK in parallel into partial
+ * (norm_chunks(n)), then the chunks in order, so the result does not depend on the number of
+ * threads. */
+static double sum_squares(double *partial, const float *g, size_t n) {
+    const size_t n_chunks = (n + NORM_CHUNK - 1) / NORM_CHUNK;
 #pragma omp parallel for schedule(static)
     for (size_t ch = 0; ch < n_chunks; ch++) {
-        size_t end = (ch + 1) * CHUNK < n ? (ch + 1) * CHUNK : n;
+        size_t end = (ch + 1) * NORM_CHUNK < n ? (ch + 1) * NORM_CHUNK : n;
         double ss = 0.0;
-        for (size_t i = ch * CHUNK; i < end; i++) ss += (double)g[i] * g[i];
+        for (size_t i = ch * NORM_CHUNK; i < end; i++) ss += (double)g[i] * g[i];
         partial[ch] = ss;
     }
     double ss = 0.0;
     for (size_t ch = 0; ch < n_chunks; ch++) ss += partial[ch];
-    free(partial);
     return ss;
 }
 
@@ -451,14 +467,14 @@ float model_grad_norm(const Model *m) {
     double t0 = prof_clock();
     double ss = 0.0;
     if (!m->dist) {
-        ss = sum_squares(m->grads, m->pt.total);
+        ss = sum_squares(m->norm_partial, m->grads, m->pt.total);
     } else {
         /* every process holds the same (summed) non-expert gradients; each expert lives on one
          * member of an expert-parallel group: their squares add up over the group */
         double part[2] = {0.0, 0.0}; /* non-expert, this member's experts */
         for (int i = 0; i < m->pt.n; i++) {
             const ParamTensor *t = &m->pt.t[i];
-            part[t->expert_dim] += sum_squares(m->grads + t->offset, t->numel);
+            part[t->expert_dim] += sum_squares(m->norm_partial, m->grads + t->offset, t->numel);
         }
         dist_allreduce_sum_d(m->dist, DIST_EP, &part[1], 1);
         ss = part[0] + part[1];

@@ -67,6 +67,15 @@ typedef struct {
     /* the shared experts' SwiGLU, (N, Fs) each; NULL without shared experts */
     float *dsg, *dsu, *dsh;
     MoeScratch moe_scratch;
+    /* workspace of the ops, sized once in model_init so that a step allocates nothing:
+     * rope_cs (T, D/2, 2) the RoPE cos/sin table (rope_table); att_ws (n_att_ws, T, T) one dS
+     * slice per thread of attention_backward, n_att_ws = omp_get_max_threads() at init;
+     * norm_partial the chunk sums of model_grad_norm (one per 65536 gradients, plus one).
+     * They are allocated with malloc_check, outside the analytic model memory of memory.c:
+     * the attention slices grow with the thread count, not with the model. */
+    float *rope_cs, *att_ws;
+    int n_att_ws;
+    double *norm_partial;
 
     /* results of the last forward */
     int N_last, B_last, T_last;

@@ -6,9 +6,11 @@
  *   - the accumulation rule: parameter gradients add up over calls, activation gradients are
  *     overwritten (their buffers start full of NaN, so reading them would show);
  *   - forward values small enough to work out by hand;
- *   - bit-identical attention across runs.
+ *   - bit-identical attention across runs and across workspace sizes (thread counts);
+ *   - the RoPE table: a table built for a longer context rotates exactly as a tight one.
  */
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -31,6 +33,21 @@ static float *garbage_floats(size_t n) {
     float *x = floats_alloc(n);
     for (size_t i = 0; i < n; i++) x[i] = NAN;
     return x;
+}
+
+/* The RoPE cos/sin table (T_max, D/2, 2) of rope_table. */
+static float *rope_cs_alloc(int T_max, int D, float theta) {
+    float *cs = floats_alloc((size_t)T_max * D);
+    rope_table(cs, T_max, D, theta);
+    return cs;
+}
+
+/* Attention backward workspace: one (T, T) slice per thread, as a model sizes it. */
+static int n_ws_threads(void) {
+    return omp_get_max_threads();
+}
+static float *attn_ws_alloc(int T, int n_ws) {
+    return floats_alloc((size_t)n_ws * T * T);
 }
 
 static double weighted_sum(const float *y, const float *R, size_t n) {
@@ -129,15 +146,15 @@ END_TEST
 typedef struct {
     const float *x, *R; /* x (B, T, H, D), R (B, T, H, D) */
     float *y;           /* y (B, T, H, D): the rotated copy */
+    const float *cs;    /* cs (T, D/2, 2): rope_table */
     int B, T, H, D;
-    float theta;
 } RopeCtx;
 
 static double rope_loss(void *p) {
     RopeCtx *c = p;
     size_t n = (size_t)c->B * c->T * c->H * c->D;
     memcpy(c->y, c->x, n * sizeof(float));
-    rope_forward(c->y, c->B, c->T, c->H, c->D, c->theta);
+    rope_forward(c->y, c->cs, c->B, c->T, c->H, c->D);
     return weighted_sum(c->y, c->R, n);
 }
 
@@ -145,12 +162,12 @@ START_TEST(test_rope_grad) {
     int B = 2, T = 5, H = 2, D = 4;
     size_t n = (size_t)B * T * H * D;
     float *x = rand_floats(n, 1.0f, 21), *R = rand_floats(n, 1.0f, 22), *y = floats_alloc(n);
-    float *dx = floats_alloc(n);
-    RopeCtx c = {x, R, y, B, T, H, D, 10.0f};
+    float *dx = floats_alloc(n), *cs = rope_cs_alloc(T, D, 10.0f);
+    RopeCtx c = {x, R, y, cs, B, T, H, D};
     memcpy(dx, R, n * sizeof(float)); /* in place: dL/dy in, dL/dx out */
-    rope_backward(dx, B, T, H, D, c.theta);
+    rope_backward(dx, cs, B, T, H, D);
     gradcheck(rope_loss, &c, x, dx, n, FD_EPS, ALL_PROBES, "rope dx");
-    free(x), free(R), free(y), free(dx);
+    free(x), free(R), free(y), free(dx), free(cs);
 }
 END_TEST
 
@@ -158,8 +175,32 @@ START_TEST(test_rope_forward_values) {
     /* B=1, T=2, H=1, D=4, theta=100: at t=1 pair 0 turns by 1 rad, pair 1 by 100^(-1/2)=0.1 */
     float x[8] = {1, 0, 0, 1, 1, 0, 0, 1};
     float want[8] = {1, 0, 0, 1, 0.54030231f, 0.84147098f, -0.09983342f, 0.99500417f};
-    rope_forward(x, 1, 2, 1, 4, 100.0f);
+    float *cs = rope_cs_alloc(2, 4, 100.0f);
+    rope_forward(x, cs, 1, 2, 1, 4);
     expect_close_arrays(x, want, 8, TOL_F32_ATOL, TOL_F32_RTOL, "rope known rotation");
+    free(cs);
+}
+END_TEST
+
+START_TEST(test_rope_table_longer_context) {
+    /* a model builds its table once for its longest T; a shorter batch reads its first rows,
+     * and must rotate bit for bit as a table built for exactly that T */
+    int B = 2, T = 6, H = 2, D = 8;
+    size_t n = (size_t)B * T * H * D;
+    float *x = rand_floats(n, 1.0f, 24), *y0 = floats_alloc(n), *y1 = floats_alloc(n);
+    float *tight = rope_cs_alloc(T, D, 500.0f), *wide = rope_cs_alloc(4 * T, D, 500.0f);
+    ck_assert_msg(memcmp(tight, wide, (size_t)T * D * sizeof(float)) == 0,
+                  "the first T rows of a longer table differ");
+    memcpy(y0, x, n * sizeof(float));
+    memcpy(y1, x, n * sizeof(float));
+    rope_forward(y0, tight, B, T, H, D);
+    rope_forward(y1, wide, B, T, H, D);
+    ck_assert_msg(memcmp(y0, y1, n * sizeof(float)) == 0, "rope forward depends on T_max");
+    ck_assert_msg(memcmp(y0, x, n * sizeof(float)) != 0, "rope forward changed nothing");
+    rope_backward(y0, tight, B, T, H, D);
+    rope_backward(y1, wide, B, T, H, D);
+    ck_assert_msg(memcmp(y0, y1, n * sizeof(float)) == 0, "rope backward depends on T_max");
+    free(x), free(y0), free(y1), free(tight), free(wide);
 }
 END_TEST
 
@@ -167,8 +208,9 @@ START_TEST(test_rope_identity_and_norm) {
     int B = 2, T = 7, H = 3, D = 8;
     size_t n = (size_t)B * T * H * D;
     float *x = rand_floats(n, 1.0f, 23), *y = floats_alloc(n);
+    float *cs = rope_cs_alloc(T, D, 10000.0f);
     memcpy(y, x, n * sizeof(float));
-    rope_forward(y, B, T, H, D, 10000.0f);
+    rope_forward(y, cs, B, T, H, D);
     for (size_t i = 0; i < n; i += 2) {
         int t = (int)((i / ((size_t)H * D)) % T);
         if (t == 0) { /* angle 0: identity */
@@ -178,9 +220,9 @@ START_TEST(test_rope_identity_and_norm) {
         expect_close(r1, r0, TOL_F32_ATOL, TOL_F32_RTOL, "rope pair norm");
     }
     /* the backward rotation undoes the forward one */
-    rope_backward(y, B, T, H, D, 10000.0f);
+    rope_backward(y, cs, B, T, H, D);
     expect_close_arrays(y, x, n, TOL_F32_ATOL, TOL_F32_RTOL, "rope backward inverts forward");
-    free(x), free(y);
+    free(x), free(y), free(cs);
 }
 END_TEST
 
@@ -189,6 +231,7 @@ END_TEST
 typedef struct {
     const float *q, *k, *v, *R; /* (B, T, C) each */
     float *qr, *kr, *out, *att; /* qr, kr, out (B, T, C); att (B, H, T, T) */
+    const float *cs;            /* cs (T, D/2, 2): rope_table, theta 10 */
     int B, T, C, H;
     int rope;      /* apply rope_forward to copies of q and k first */
     int reference; /* check the loop reference instead of the GEMM version */
@@ -200,8 +243,8 @@ static double attn_loss(void *p) {
     memcpy(c->qr, c->q, n * sizeof(float));
     memcpy(c->kr, c->k, n * sizeof(float));
     if (c->rope) {
-        rope_forward(c->qr, c->B, c->T, c->H, c->C / c->H, 10.0f);
-        rope_forward(c->kr, c->B, c->T, c->H, c->C / c->H, 10.0f);
+        rope_forward(c->qr, c->cs, c->B, c->T, c->H, c->C / c->H);
+        rope_forward(c->kr, c->cs, c->B, c->T, c->H, c->C / c->H);
     }
     (c->reference ? attention_forward_reference : attention_forward)(c->out, c->att, c->qr, c->kr,
                                                                     c->v, c->B, c->T, c->C, c->H);
@@ -216,19 +259,22 @@ static void attn_gradcheck(int rope, int reference) {
     float *qr = floats_alloc(n), *kr = floats_alloc(n), *out = floats_alloc(n);
     float *att = floats_alloc((size_t)B * H * T * T);
     float *dq = garbage_floats(n), *dk = garbage_floats(n), *dv = garbage_floats(n);
-    AttnCtx c = {q, k, v, R, qr, kr, out, att, B, T, C, H, rope, reference};
+    float *cs = rope_cs_alloc(T, C / H, 10.0f);
+    const int n_ws = n_ws_threads();
+    float *ws = attn_ws_alloc(T, n_ws);
+    AttnCtx c = {q, k, v, R, qr, kr, out, att, cs, B, T, C, H, rope, reference};
     attn_loss(&c); /* fills att and the rotated qr, kr */
-    (reference ? attention_backward_reference : attention_backward)(dq, dk, dv, R, att, qr, kr, v,
-                                                                    B, T, C, H);
+    (reference ? attention_backward_reference : attention_backward)(dq, dk, dv, ws, R, att, qr, kr,
+                                                                    v, B, T, C, H, n_ws);
     if (rope) {
-        rope_backward(dq, B, T, H, C / H, 10.0f);
-        rope_backward(dk, B, T, H, C / H, 10.0f);
+        rope_backward(dq, cs, B, T, H, C / H);
+        rope_backward(dk, cs, B, T, H, C / H);
     }
     gradcheck(attn_loss, &c, q, dq, n, FD_EPS, ALL_PROBES, rope ? "rope+attn dq" : "attn dq");
     gradcheck(attn_loss, &c, k, dk, n, FD_EPS, ALL_PROBES, rope ? "rope+attn dk" : "attn dk");
     gradcheck(attn_loss, &c, v, dv, n, FD_EPS, ALL_PROBES, rope ? "rope+attn dv" : "attn dv");
     free(q), free(k), free(v), free(R), free(qr), free(kr), free(out), free(att);
-    free(dq), free(dk), free(dv);
+    free(dq), free(dk), free(dv), free(cs), free(ws);
 }
 
 START_TEST(test_attention_grad) {
@@ -250,21 +296,24 @@ START_TEST(test_attention_gemm_matches_reference) {
     float *q = rand_floats(n, 1.0f, 41), *k = rand_floats(n, 1.0f, 42);
     float *v = rand_floats(n, 1.0f, 43), *dout = rand_floats(n, 1.0f, 44);
     float *out[2], *att[2], *dq[2], *dk[2], *dv[2];
+    const int n_ws = n_ws_threads();
+    float *ws = attn_ws_alloc(T, n_ws);
     for (int r = 0; r < 2; r++) {
         out[r] = garbage_floats(n), att[r] = garbage_floats(na);
         dq[r] = garbage_floats(n), dk[r] = garbage_floats(n), dv[r] = garbage_floats(n);
     }
     attention_forward_reference(out[0], att[0], q, k, v, B, T, C, H);
-    attention_backward_reference(dq[0], dk[0], dv[0], dout, att[0], q, k, v, B, T, C, H);
+    attention_backward_reference(dq[0], dk[0], dv[0], ws, dout, att[0], q, k, v, B, T, C, H,
+                                 n_ws);
     attention_forward(out[1], att[1], q, k, v, B, T, C, H);
-    attention_backward(dq[1], dk[1], dv[1], dout, att[1], q, k, v, B, T, C, H);
+    attention_backward(dq[1], dk[1], dv[1], ws, dout, att[1], q, k, v, B, T, C, H, n_ws);
     expect_close_arrays(att[1], att[0], na, TOL_F32_ATOL, TOL_F32_RTOL, "att: gemm vs reference");
     expect_close_arrays(out[1], out[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "out: gemm vs reference");
     expect_close_arrays(dq[1], dq[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "dq: gemm vs reference");
     expect_close_arrays(dk[1], dk[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "dk: gemm vs reference");
     expect_close_arrays(dv[1], dv[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "dv: gemm vs reference");
     for (int r = 0; r < 2; r++) free(out[r]), free(att[r]), free(dq[r]), free(dk[r]), free(dv[r]);
-    free(q), free(k), free(v), free(dout);
+    free(q), free(k), free(v), free(dout), free(ws);
 }
 END_TEST
 
@@ -277,16 +326,18 @@ START_TEST(test_attention_null_grads) {
     float *out = floats_alloc(n), *att = floats_alloc((size_t)B * H * T * T);
     float *dq = floats_alloc(n), *dk = floats_alloc(n), *dv = floats_alloc(n);
     float *one = garbage_floats(n);
+    const int n_ws = n_ws_threads();
+    float *ws = attn_ws_alloc(T, n_ws);
     attention_forward(out, att, q, k, v, B, T, C, H);
-    attention_backward(dq, dk, dv, dout, att, q, k, v, B, T, C, H);
-    attention_backward(one, NULL, NULL, dout, att, q, k, v, B, T, C, H);
+    attention_backward(dq, dk, dv, ws, dout, att, q, k, v, B, T, C, H, n_ws);
+    attention_backward(one, NULL, NULL, ws, dout, att, q, k, v, B, T, C, H, n_ws);
     ck_assert_msg(memcmp(one, dq, n * sizeof(float)) == 0, "dq alone differs");
-    attention_backward(NULL, one, NULL, dout, att, q, k, v, B, T, C, H);
+    attention_backward(NULL, one, NULL, ws, dout, att, q, k, v, B, T, C, H, n_ws);
     ck_assert_msg(memcmp(one, dk, n * sizeof(float)) == 0, "dk alone differs");
-    attention_backward(NULL, NULL, one, dout, att, q, k, v, B, T, C, H);
+    attention_backward(NULL, NULL, one, ws, dout, att, q, k, v, B, T, C, H, n_ws);
     ck_assert_msg(memcmp(one, dv, n * sizeof(float)) == 0, "dv alone differs");
     free(q), free(k), free(v), free(dout), free(out), free(att), free(dq), free(dk), free(dv);
-    free(one);
+    free(one), free(ws);
 }
 END_TEST
 
@@ -339,16 +390,20 @@ START_TEST(test_attention_causal) {
 END_TEST
 
 START_TEST(test_attention_deterministic) {
+    /* run 0 with a workspace slice per thread, run 1 with a single slice (so on one thread):
+     * each (b, h) is computed whole by one thread, so the results are the same bits */
     int B = 2, T = 32, C = 64, H = 4;
     size_t n = (size_t)B * T * C, na = (size_t)B * H * T * T;
     float *q = rand_floats(n, 1.0f, 61), *k = rand_floats(n, 1.0f, 62);
     float *v = rand_floats(n, 1.0f, 63), *dout = rand_floats(n, 1.0f, 64);
     float *o[2], *a[2], *dq[2], *dk[2], *dv[2];
+    const int n_ws[2] = {n_ws_threads(), 1};
+    float *ws = attn_ws_alloc(T, n_ws[0]);
     for (int r = 0; r < 2; r++) {
         o[r] = floats_alloc(n), a[r] = floats_alloc(na);
         dq[r] = floats_alloc(n), dk[r] = floats_alloc(n), dv[r] = floats_alloc(n);
         attention_forward(o[r], a[r], q, k, v, B, T, C, H);
-        attention_backward(dq[r], dk[r], dv[r], dout, a[r], q, k, v, B, T, C, H);
+        attention_backward(dq[r], dk[r], dv[r], ws, dout, a[r], q, k, v, B, T, C, H, n_ws[r]);
     }
     ck_assert_msg(memcmp(o[0], o[1], n * sizeof(float)) == 0, "attention out differs");
     ck_assert_msg(memcmp(a[0], a[1], na * sizeof(float)) == 0, "attention att differs");
@@ -356,7 +411,7 @@ START_TEST(test_attention_deterministic) {
     ck_assert_msg(memcmp(dk[0], dk[1], n * sizeof(float)) == 0, "attention dk differs");
     ck_assert_msg(memcmp(dv[0], dv[1], n * sizeof(float)) == 0, "attention dv differs");
     for (int r = 0; r < 2; r++) free(o[r]), free(a[r]), free(dq[r]), free(dk[r]), free(dv[r]);
-    free(q), free(k), free(v), free(dout);
+    free(q), free(k), free(v), free(dout), free(ws);
 }
 END_TEST
 
@@ -498,6 +553,7 @@ Suite *ops_suite(void) {
     tcase_add_test(tc, test_rope_grad);
     tcase_add_test(tc, test_rope_forward_values);
     tcase_add_test(tc, test_rope_identity_and_norm);
+    tcase_add_test(tc, test_rope_table_longer_context);
     tcase_add_test(tc, test_attention_grad);
     tcase_add_test(tc, test_rope_attention_grad);
     tcase_add_test(tc, test_attention_gemm_matches_reference);

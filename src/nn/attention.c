@@ -22,10 +22,8 @@
 #include "nn/ops.h"
 
 #include <math.h>
-#include <stdlib.h>
+#include <omp.h>
 #include <string.h>
-
-#include "util.h"
 
 void attention_forward_reference(float *out, float *att, const float *q, const float *k, const float *v,
                        int B, int T, int C, int H) {
@@ -71,10 +69,11 @@ void attention_forward_reference(float *out, float *att, const float *q, const f
     }
 }
 
-void attention_backward_reference(float *dq, float *dk, float *dv, const float *dout, const float *att,
-                        const float *q, const float *k, const float *v, int B, int T, int C,
-                        int H) {
-    /* dq, dk, dv (B, T, C), dout (B, T, C), att (B, H, T, T), q, k, v (B, T, C)
+void attention_backward_reference(float *dq, float *dk, float *dv, float *ws, const float *dout,
+                                  const float *att, const float *q, const float *k, const float *v,
+                                  int B, int T, int C, int H, int n_ws) {
+    /* dq, dk, dv (B, T, C), ws (n_ws, T, T) workspace (a row of its slice per thread is used),
+     * dout (B, T, C), att (B, H, T, T), q, k, v (B, T, C)
      *
      * forward: out_t = sum_j p[t][j] v_j,  p[t] = softmax(score[t]),  score[t][j] = s q_t . k_j
      *   dv_j        = sum_{t>=j} p[t][j] dout_t
@@ -85,7 +84,8 @@ void attention_backward_reference(float *dq, float *dk, float *dv, const float *
      * Masked entries have p = 0, hence dscore = 0: the mask needs no extra term. */
     int D = C / H;
     float scale = 1.0f / sqrtf((float)D);
-#pragma omp parallel for collapse(2)
+    const int n_threads = omp_get_max_threads() < n_ws ? omp_get_max_threads() : n_ws;
+#pragma omp parallel for collapse(2) num_threads(n_threads)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < H; h++) {
             size_t head = (size_t)b * T * C + (size_t)h * D; /* offset of (b, t=0, h) */
@@ -96,7 +96,7 @@ void attention_backward_reference(float *dq, float *dk, float *dv, const float *
                 if (dk) memset(dk + head + (size_t)t * C, 0, (size_t)D * sizeof(float));
                 if (dv) memset(dv + head + (size_t)t * C, 0, (size_t)D * sizeof(float));
             }
-            float *ds = malloc_check((size_t)T * sizeof(float)); /* dscore[t][0..t] */
+            float *ds = ws + (size_t)omp_get_thread_num() * T * T; /* dscore[t][0..t] */
             for (int t = 0; t < T; t++) {
                 const float *p = ab + (size_t)t * T;
                 const float *gt = gb + (size_t)t * C;
@@ -132,7 +132,6 @@ void attention_backward_reference(float *dq, float *dk, float *dv, const float *
                     }
                 }
             }
-            free(ds);
         }
     }
 }

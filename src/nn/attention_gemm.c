@@ -25,10 +25,8 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
+#include <omp.h>
 
-#include "util.h"
 
 /* Row t of p (T): softmax over j <= t of the scores already in p, zeros for j > t. */
 static void causal_softmax_row(float *p, int t, int T) {
@@ -65,14 +63,17 @@ void attention_forward(float *out, float *att, const float *q, const float *k, c
     }
 }
 
-void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *att,
-                        const float *q, const float *k, const float *v, int B, int T, int C,
-                        int H) {
-    /* dq, dk, dv (B, T, C) written (any may be NULL), dout (B, T, C), att (B, H, T, T),
-     * q, k, v (B, T, C) */
+void attention_backward(float *dq, float *dk, float *dv, float *ws, const float *dout,
+                        const float *att, const float *q, const float *k, const float *v, int B,
+                        int T, int C, int H, int n_ws) {
+    /* dq, dk, dv (B, T, C) written (any may be NULL), ws (n_ws, T, T) workspace,
+     * dout (B, T, C), att (B, H, T, T), q, k, v (B, T, C) */
     const int D = C / H;
     const float scale = 1.0f / sqrtf((float)D);
-#pragma omp parallel for collapse(2) schedule(static)
+    /* one dS slice per thread: no more threads than slices (each (b, h) is computed whole by
+     * one thread whatever the count, so the count never changes a result) */
+    const int n_threads = omp_get_max_threads() < n_ws ? omp_get_max_threads() : n_ws;
+#pragma omp parallel for collapse(2) schedule(static) num_threads(n_threads)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < H; h++) {
             size_t head = (size_t)b * T * C + (size_t)h * D;
@@ -83,8 +84,8 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T, 1.0f, P, T, dO, C,
                             0.0f, dv + head, C);
             if (!dq && !dk) continue;
-            /* dP = dO V^T, then dS = P (dP - rowsum(P dP)) s, in the same buffer */
-            float *dS = (float *)malloc_check((size_t)T * T * sizeof(float));
+            /* dP = dO V^T, then dS = P (dP - rowsum(P dP)) s, in this thread's slice */
+            float *dS = ws + (size_t)omp_get_thread_num() * T * T;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, 1.0f, dO, C, v + head,
                         C, 0.0f, dS, T);
             for (int t = 0; t < T; t++) {
@@ -102,7 +103,6 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
             if (dk)
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T, 1.0f, dS, T,
                             q + head, C, 0.0f, dk + head, C);
-            free(dS);
         }
     }
 }

@@ -35,24 +35,31 @@ void rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, con
 
 /* ---- rotary position embedding, applied in place to q or k laid out (B, T, H, D) ----------
  * Pairs (2i, 2i+1) of each head are rotated by angle t * theta^(-2i/D). The backward pass is
- * the rotation by the opposite angle, also in place on the gradient. */
-void rope_forward(float *x, int B, int T, int H, int D, float theta);
-void rope_backward(float *dx, int B, int T, int H, int D, float theta);
+ * the rotation by the opposite angle, also in place on the gradient.
+ * rope_table fills cs (T_max, D/2, 2) with cos, sin of every angle once (a model keeps it for
+ * its whole run); rope_forward / rope_backward then read its first T rows, any T <= T_max. */
+void rope_table(float *cs, int T_max, int D, float theta);
+void rope_forward(float *x, const float *cs, int B, int T, int H, int D);
+void rope_backward(float *dx, const float *cs, int B, int T, int H, int D);
 
 /* ---- causal self-attention on projected, rotated q, k, v (each (B, T, C), heads (H, D)) -----
  * out (B, T, C) = softmax(q k^T / sqrt(D) + causal mask) v, head by head.
  * att (B, H, T, T) keeps the softmax probabilities for the backward pass (upper triangle 0). */
 void attention_forward(float *out, float *att, const float *q, const float *k, const float *v,
                        int B, int T, int C, int H);
-void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *att,
-                        const float *q, const float *k, const float *v, int B, int T, int C, int H);
+/* ws (n_ws, T, T) is workspace, one T x T slice per thread: the backward pass runs on at most
+ * n_ws threads (fewer slices only cost speed, never change a result). A model sizes it once for
+ * omp_get_max_threads() threads. */
+void attention_backward(float *dq, float *dk, float *dv, float *ws, const float *dout,
+                        const float *att, const float *q, const float *k, const float *v, int B,
+                        int T, int C, int H, int n_ws);
 /* The plain loop-by-loop reference of the two above (attention.c); attention_gemm.c is the
  * production version, built on sgemm, and is tested against it. */
 void attention_forward_reference(float *out, float *att, const float *q, const float *k,
                                  const float *v, int B, int T, int C, int H);
-void attention_backward_reference(float *dq, float *dk, float *dv, const float *dout,
+void attention_backward_reference(float *dq, float *dk, float *dv, float *ws, const float *dout,
                                   const float *att, const float *q, const float *k, const float *v,
-                                  int B, int T, int C, int H);
+                                  int B, int T, int C, int H, int n_ws);
 
 /* ---- SwiGLU activation: h (N, F) = silu(g) * u, silu(g) = g * sigmoid(g) ------------------ */
 void swiglu_forward(float *h, const float *g, const float *u, int N, int F);

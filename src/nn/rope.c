@@ -19,23 +19,27 @@
 #include "nn/ops.h"
 
 #include <math.h>
-#include <stdlib.h>
 
-#include "util.h"
-
-/* Rotate every pair of x (B, T, H, D) by sign * a(t, i). The angles are computed in double
- * (t * freq reaches thousands of radians at long context, where float loses the fraction),
- * once per (t, i) into a table shared by every batch row and head. */
-static void rope_rotate(float *x, int B, int T, int H, int D, float theta, double sign) {
-    int half = D / 2;
-    float *cs = (float *)malloc_check((size_t)T * half * 2 * sizeof(float)); /* (T, D/2, 2) */
+/* The angles are computed in double (t * freq reaches thousands of radians at long context,
+ * where float loses the fraction), once per (t, i): the table is shared by every batch row,
+ * head and call. */
+void rope_table(float *cs, int T_max, int D, float theta) {
+    /* cs (T_max, D/2, 2): cos a(t, i), sin a(t, i) */
+    const int half = D / 2;
 #pragma omp parallel for schedule(static)
-    for (int t = 0; t < T; t++)
+    for (int t = 0; t < T_max; t++)
         for (int i = 0; i < half; i++) {
-            double a = sign * t * pow((double)theta, -2.0 * i / D);
+            double a = t * pow((double)theta, -2.0 * i / D);
             cs[((size_t)t * half + i) * 2] = (float)cos(a);
             cs[((size_t)t * half + i) * 2 + 1] = (float)sin(a);
         }
+}
+
+/* Rotate every pair of x (B, T, H, D) by sign * a(t, i), sign = +-1: cos(-a) = cos a and
+ * sin(-a) = -sin a, so the opposite rotation only flips the sign of the table's sines (exact
+ * in floating point). */
+static void rope_rotate(float *x, const float *cs, int B, int T, int H, int D, float sign) {
+    const int half = D / 2;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
@@ -43,7 +47,7 @@ static void rope_rotate(float *x, int B, int T, int H, int D, float theta, doubl
             for (int h = 0; h < H; h++) {
                 float *p = x + (((size_t)b * T + t) * H + h) * D;
                 for (int i = 0; i < half; i++) {
-                    float c = cst[2 * i], s = cst[2 * i + 1];
+                    float c = cst[2 * i], s = sign * cst[2 * i + 1];
                     float x0 = p[2 * i], x1 = p[2 * i + 1];
                     p[2 * i] = x0 * c - x1 * s;
                     p[2 * i + 1] = x0 * s + x1 * c;
@@ -51,16 +55,15 @@ static void rope_rotate(float *x, int B, int T, int H, int D, float theta, doubl
             }
         }
     }
-    free(cs);
 }
 
-void rope_forward(float *x, int B, int T, int H, int D, float theta) {
-    /* x (B, T, H, D), rotated in place */
-    rope_rotate(x, B, T, H, D, theta, 1.0);
+void rope_forward(float *x, const float *cs, int B, int T, int H, int D) {
+    /* x (B, T, H, D), rotated in place; cs (T, D/2, 2) from rope_table */
+    rope_rotate(x, cs, B, T, H, D, 1.0f);
 }
 
-void rope_backward(float *dx, int B, int T, int H, int D, float theta) {
-    /* dx (B, T, H, D): on entry dL/dx', on return dL/dx, in place.
+void rope_backward(float *dx, const float *cs, int B, int T, int H, int D) {
+    /* dx (B, T, H, D): on entry dL/dx', on return dL/dx, in place; cs (T, D/2, 2).
      * forward: x' = R(a) x, so dx = R(a)^T dx' = R(-a) dx' -- written (overwritten in place) */
-    rope_rotate(dx, B, T, H, D, theta, -1.0);
+    rope_rotate(dx, cs, B, T, H, D, -1.0f);
 }
