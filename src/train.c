@@ -354,6 +354,8 @@ int train_run(Config *c, const TrainOptions *o) {
     load_shard_or_exit(&train, c->train, "data.train", T);
     load_shard_or_exit(&val, c->val, "data.val", T);
 
+    /* the thread count first: the model sizes its per-thread buffers by it */
+    const int threads = set_threads(c->threads);
     Model m;
     model_init_dist(&m, c, B, T, d);
     Loader loader;
@@ -380,7 +382,6 @@ int train_run(Config *c, const TrainOptions *o) {
         config_write(c, cf);
         fclose(cf);
     }
-    const int threads = set_threads(c->threads);
     if (root)
         run_write_provenance(o->out_dir, c, &train, &val, threads, start_step,
                              o->resume ? NULL : o->init, d);
