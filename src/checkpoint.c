@@ -13,14 +13,6 @@ static float *kind_buffer(const Model *m, int kind) {
     return kind == 0 ? m->params : kind == 1 ? m->m : m->v;
 }
 
-static void config_text(const Config *c, char **text) {
-    size_t len = 0;
-    FILE *f = open_memstream(text, &len);
-    if (!f) moe_fatal("open_memstream failed");
-    config_write(c, f);
-    fclose(f);
-}
-
 /* Experts per process: num_experts / dist.ep with expert parallelism, else all of them (1). */
 static int expert_share(const Model *m) {
     return m->dist ? m->dist->ep : 1;
@@ -89,8 +81,7 @@ int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, cha
         k++;
     }
 
-    char *text = NULL;
-    config_text(&m->cfg, &text);
+    char *text = config_to_text(&m->cfg);
     int rc = ckpt_write(path, (uint64_t)m->step, text, e, n, err, errlen);
     free(text);
     free(e);

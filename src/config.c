@@ -504,6 +504,16 @@ void config_write(const Config *c, FILE *f) {
     }
 }
 
+char *config_to_text(const Config *c) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) moe_fatal("out of memory");
+    config_write(c, f);
+    fclose(f);
+    return text;
+}
+
 void config_print_keys(FILE *f) {
     for (int i = 0; i < NKEYS; i++) {
         const Key *k = &KEYS[i];

@@ -107,6 +107,8 @@ int config_check_dist(const Config *c, int world, char *err, int errlen);
 
 /* Write every resolved setting as key=value lines (the format config_load_file reads). */
 void config_write(const Config *c, FILE *f);
+/* The same text as a malloc'ed, NUL-terminated string (checkpoints, safetensors metadata). */
+char *config_to_text(const Config *c);
 
 /* Derived quantities. */
 int config_is_moe_layer(const Config *c, int layer);

@@ -82,17 +82,6 @@ static Config small_config(int moe) {
     return c;
 }
 
-/* config_write's text, as a NUL-terminated string (free it). */
-static char *config_text(const Config *c) {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    ck_assert(f != NULL);
-    config_write(c, f);
-    fclose(f);
-    return text;
-}
-
 enum { META_BARE = 1, META_CONFIG = 2 };
 
 /* The parameters of m as `moe export` names them, leaving out the tensor named skip. Returns
@@ -116,7 +105,7 @@ static int model_entries(const Model *m, TensorRef *e, const char *skip) {
 /* Write entries with the metadata `moe export` writes (META_BARE) and/or a "config" entry
  * holding config_write's text of c (META_CONFIG). */
 static void write_file(const char *path, const TensorRef *e, int n, const Config *c, int meta) {
-    char v[8][32], *text = config_text(c);
+    char v[8][32], *text = config_to_text(c);
     snprintf(v[0], 32, "%d", c->d_model);
     snprintf(v[1], 32, "%d", c->n_layer);
     snprintf(v[2], 32, "%d", c->n_head);

@@ -28,17 +28,6 @@ static void refuse_existing(const char *cmd, const char *path) {
                         cmd, path);
 }
 
-/* The resolved settings as key=value lines (config_write), in a malloc'ed string. */
-static char *config_text(const Config *c) {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f) moe_fatal("out of memory");
-    config_write(c, f);
-    fclose(f);
-    return text;
-}
-
 static void save_or_exit(const Model *m, const char *path) {
     char err[1024];
     if (checkpoint_save(m, NULL, path, err, sizeof err) != 0)
@@ -74,7 +63,7 @@ int cmd_export(int argc, char **argv) {
     snprintf(v[4], 32, "%d", c.top_k);
     snprintf(v[5], 32, "%g", c.rope_theta);
     snprintf(v[6], 32, "%d", c.norm_topk);
-    char *text = config_text(&c);
+    char *text = config_to_text(&c);
     const char *keys[] = {"d_model",    "n_layer",   "n_head", "num_experts", "top_k",
                           "rope_theta", "norm_topk", "format", "config"};
     const char *vals[] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], "moe.c", text};
