@@ -38,6 +38,7 @@ void ep_acts_alloc(EpActs *a, const MoeHyper *hp, int P, int S_max) {
     a->rcount = (int *)calloc_check((size_t)P, sizeof(int));
     a->rdispl = (int *)calloc_check((size_t)P, sizeof(int));
     a->eoff = (int *)calloc_check((size_t)a->El + 1, sizeof(int));
+    a->cursor = (int *)calloc_check((size_t)a->El + 1, sizeof(int));
     a->perm = (int *)calloc_check(R, sizeof(int));
     a->xr = floats_alloc(R * C);
     a->xo = floats_alloc(R * C);
@@ -59,6 +60,7 @@ void ep_acts_free(EpActs *a) {
     free(a->rcount);
     free(a->rdispl);
     free(a->eoff);
+    free(a->cursor);
     free(a->perm);
     free(a->xr);
     free(a->xo);
@@ -89,15 +91,19 @@ static void permute_rows(float *out, const float *in, const int *to, int n, int 
     }
 }
 
-/* One exchange of rows: C-float rows out of send (sender side counts/displs) into recv, with
- * the bytes and seconds added to the block's stats. */
+/* The block's stats += what d's collectives sent, received and waited since before. */
+static void add_traffic(EpActs *a, const Dist *d, const DistStats *before) {
+    a->stats.bytes_sent += (double)(d->stats.bytes_sent - before->bytes_sent);
+    a->stats.bytes_recv += (double)(d->stats.bytes_recv - before->bytes_recv);
+    a->stats.comm_seconds += d->stats.seconds - before->seconds;
+}
+
+/* One exchange of rows: C-float rows out of send (sender side counts/displs) into recv. */
 static void exchange(EpActs *a, Dist *d, const float *send, const int *sc, const int *sd,
                      float *recv, const int *rc, const int *rd) {
     const DistStats before = d->stats;
     dist_alltoallv_f(d, send, sc, sd, recv, rc, rd);
-    a->stats.bytes_sent += (double)(d->stats.bytes_sent - before.bytes_sent);
-    a->stats.bytes_recv += (double)(d->stats.bytes_recv - before.bytes_recv);
-    a->stats.comm_seconds += d->stats.seconds - before.seconds;
+    add_traffic(a, d, &before);
 }
 
 void ep_experts_forward(float *ye, EpActs *a, const float *xe, const DispatchPlan *plan,
@@ -115,9 +121,7 @@ void ep_experts_forward(float *ye, EpActs *a, const float *xe, const DispatchPla
         }
     const DistStats before = d->stats;
     dist_alltoall_i(d, a->meta_send, a->meta_recv, 2 * El);
-    a->stats.bytes_sent += (double)(d->stats.bytes_sent - before.bytes_sent);
-    a->stats.bytes_recv += (double)(d->stats.bytes_recv - before.bytes_recv);
-    a->stats.comm_seconds += d->stats.seconds - before.seconds;
+    add_traffic(a, d, &before);
 
     /* 2. where everything goes: member p's experts are one run of the plan, from
      *    offsets[p El]; what comes from source q lands after what came from 0 .. q-1 */
@@ -142,17 +146,12 @@ void ep_experts_forward(float *ye, EpActs *a, const float *xe, const DispatchPla
         for (int q = 0; q < P; q++) rows += a->meta_recv[(q * El + j) * 2];
         a->eoff[j + 1] = a->eoff[j] + rows;
     }
-    for (int j = 0; j < El; j++) {
-        int at = a->eoff[j];
-        for (int q = 0; q < P; q++) {
-            /* source q's block starts at rdispl[q] / C; its expert j after its experts < j */
-            int start = a->rdispl[q] / C;
-            for (int jj = 0; jj < j; jj++) start += a->meta_recv[(q * El + jj) * 2];
-            int rows = a->meta_recv[(q * El + j) * 2];
-            for (int r = 0; r < rows; r++) a->perm[start + r] = at + r;
-            at += rows;
-        }
-    }
+    /* walking the received rows in order (source by source, expert by expert), each goes
+     * to the next free row of its expert's slice */
+    for (int j = 0; j < El; j++) a->cursor[j] = a->eoff[j];
+    for (int q = 0, i = 0; q < P; q++)
+        for (int j = 0; j < El; j++)
+            for (int r = 0; r < a->meta_recv[(q * El + j) * 2]; r++) a->perm[i++] = a->cursor[j]++;
 
     /* 3. the rows out, the experts, the outputs back the same way */
     exchange(a, d, xe, a->scount, a->sdispl, a->xr, a->rcount, a->rdispl);

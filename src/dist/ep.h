@@ -48,6 +48,7 @@ typedef struct EpActs {
     int *rcount, *rdispl; /* (P) floats received from / their start in the receive buffer */
     int R;                /* rows received in the last forward */
     int *eoff;            /* (El + 1) expert-order offsets of the received rows */
+    int *cursor;          /* (El) scratch: the next free expert-order row of each expert */
     int *perm;            /* (R_max) received row i sits at expert-order row perm[i] */
     float *xr, *xo;       /* (R_max, C) received rows; the same in expert order */
     float *g, *u, *h;     /* (R_max, F) the experts' activations, expert order */
