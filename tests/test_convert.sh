@@ -89,10 +89,8 @@ rc=$?
 imp_val=$(val_of "$("$moe" eval --ckpt "$tmp/imported.bin" --batches 4 \
           --set "data.val=$data/val.bin" --set train.batch=4 2>&1)")
 "$moe" export --ckpt "$tmp/imported.bin" --out "$tmp/again.safetensors" > /dev/null 2>&1
-# tensor_bytes FILE: the data after the 8-byte header length and the JSON header
-tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
 [ $rc -eq 0 ] && [ "$imp_val" = "$up_val" ] &&
-    cmp -s <(tensor_bytes "$tmp/up.safetensors") <(tensor_bytes "$tmp/again.safetensors")
+    cmp -s <(safetensors_data "$tmp/up.safetensors") <(safetensors_data "$tmp/again.safetensors")
 check "export -> import -> export: same val loss ($imp_val) and identical tensor bytes" $? \
     "exit $rc: $out"
 # a file from elsewhere: no metadata config, so model.n_head comes from the command line

@@ -37,6 +37,9 @@ check() {
 
 # float_cmp A OP B: compare two arithmetic expressions of numbers (awk evaluates them)
 float_cmp() { awk "BEGIN { exit !(($1) $2 ($3)) }" < /dev/null 2> /dev/null; }
+# safetensors_data FILE: the tensor bytes of a safetensors file (what follows its 8-byte
+# little-endian header length and the JSON header)
+safetensors_data() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
 
 # executable PATH HOW: print PATH made absolute (a relative PATH is from the root); when that is
 # not an executable, say so and how to build it ("build it with HOW") on stderr and return 1.

@@ -78,10 +78,8 @@ done
 # step were the one-process gradients, or Adam would have moved the weights elsewhere. The
 # steps move weights by up to about 0.06 (lr 1e-2); where a gradient is near 0, Adam's m / sqrt(v)
 # turns summation-order differences into a few 1e-6, hence 1e-5 absolute
-# floats FILE: the tensor data of a safetensors file (after the 8-byte length and the header),
-# one float per line
-floats() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1" | od -An -v -f |
-           tr -s ' ' '\n' | sed '/^$/d'; }
+# floats FILE: the tensor data of a safetensors file, one float per line
+floats() { safetensors_data "$1" | od -An -v -f | tr -s ' ' '\n' | sed '/^$/d'; }
 "$moe" export --ckpt "$tmp/one-aux/ckpt.bin" --out "$tmp/one.st" > /dev/null &&
     "$moe" export --ckpt "$tmp/aux-np4-ep2/ckpt.bin" --out "$tmp/ep2dp2.st" \
         > /dev/null 2>&1
