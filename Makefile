@@ -130,7 +130,7 @@ FORCE:
 # ---- chapter programs: build/chapters/NN-name/prog -----------------------------------------
 chapters: $(CHAPTER_BIN)
 
-$(BUILD)/chapters/%: chapters/%.c $(HEADERS) $(BUILD)/libmoe.a $(BUILD)/version.c
+$(BUILD)/chapters/%: chapters/%.c chapters/chapter.h $(HEADERS) $(BUILD)/libmoe.a $(BUILD)/version.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) $< $(BUILD)/version.c $(BUILD)/libmoe.a -o $@ $(LDLIBS)
 

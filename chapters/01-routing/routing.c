@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../chapter.h"
 #include "checkpoint.h"
 #include "io/data.h"
 #include "model.h"
@@ -39,7 +40,9 @@ static void usage(void) {
 }
 
 /* Printable form of a byte: itself, or a dot for control bytes and UTF-8 pieces. */
-static char show(int byte) { return byte >= 32 && byte < 127 ? (char)byte : '.'; }
+static char show(int byte) {
+    return byte >= 32 && byte < 127 ? (char)byte : '.';
+}
 
 static void bar(double fraction, double scale) {
     int n = (int)(fraction * scale + 0.5);
@@ -51,24 +54,20 @@ int main(int argc, char **argv) {
     int layer = -1, ckpt_given = 0;
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) usage();
-        if (strcmp(argv[i], "--ckpt") == 0) ckpt = argv[++i], ckpt_given = 1;
-        else if (strcmp(argv[i], "--data") == 0) data = argv[++i];
-        else if (strcmp(argv[i], "--layer") == 0) layer = atoi(argv[++i]);
-        else usage();
+        if (strcmp(argv[i], "--ckpt") == 0)
+            ckpt = argv[++i], ckpt_given = 1;
+        else if (strcmp(argv[i], "--data") == 0)
+            data = argv[++i];
+        else if (strcmp(argv[i], "--layer") == 0)
+            layer = atoi(argv[++i]);
+        else
+            usage();
     }
 
     /* ---- the model: trained if there is a checkpoint, else fresh ------------------------- */
     char err[1024];
     Config c;
-    FILE *probe = fopen(ckpt, "rb");
-    int trained = probe != NULL;
-    if (probe) fclose(probe);
-    if (!trained && ckpt_given) moe_input_error("no checkpoint at %s", ckpt);
-    if (trained) {
-        if (checkpoint_config(ckpt, &c, err, sizeof err) != 0) moe_input_error("%s", err);
-    } else {
-        config_defaults(&c);
-    }
+    const int trained = chapter_config(&c, ckpt, ckpt_given);
     if (c.num_experts < 2) moe_input_error("%s is a dense model: routing needs an MoE", ckpt);
 
     Shard s;
@@ -84,8 +83,8 @@ int main(int argc, char **argv) {
     if (layer >= c.n_layer || !m.blocks[layer].moe)
         moe_input_error("--layer %d is not an MoE block of this model", layer);
     printf("model: %s, %d blocks, %d experts, top-%d; router of block %d\n\n",
-           trained ? ckpt : "freshly initialised (no checkpoint: run `make demo` first)",
-           c.n_layer, E, K, layer);
+           trained ? ckpt : "freshly initialised (no checkpoint: run `make demo` first)", c.n_layer,
+           E, K, layer);
 
     /* ---- the batch: the first T bytes of the first document of every domain -------------- */
     int *tokens = (int *)calloc_check((size_t)N, sizeof(int));
@@ -93,7 +92,8 @@ int main(int argc, char **argv) {
         uint32_t doc = 0;
         while (doc < s.n_docs && (s.docs[doc].domain != (uint32_t)d || s.docs[doc].length < T))
             doc++;
-        if (doc == s.n_docs) moe_input_error("no document of %d bytes in domain %s", T, s.domain[d]);
+        if (doc == s.n_docs)
+            moe_input_error("no document of %d bytes in domain %s", T, s.domain[d]);
         for (int t = 0; t < T; t++) tokens[d * T + t] = s.tokens[s.docs[doc].start + (uint64_t)t];
     }
     printf("1. the batch: %d sequences of %d bytes, one per domain\n", B, T);
@@ -105,8 +105,8 @@ int main(int argc, char **argv) {
 
     /* the model's forward pass gives the router's input: the normalised residual stream */
     model_forward(&m, tokens, NULL, B, T);
-    const float *x = m.blocks[layer].ln2;          /* (N, C) */
-    const float *Wr = m.w.layers[layer].router;    /* (E, C) */
+    const float *x = m.blocks[layer].ln2;       /* (N, C) */
+    const float *Wr = m.w.layers[layer].router; /* (E, C) */
     MoeHyper hp = m.hp;
     hp.T = T;
 
@@ -171,7 +171,8 @@ int main(int argc, char **argv) {
     for (int e = 0; e < E && e < 12; e++) printf(" %+.3f", dlogits[e] * N);
     printf("\n");
 
-    /* ---- 5. z-loss ----------------------------------------------------------------------------- */
+    /* ---- 5. z-loss -----------------------------------------------------------------------------
+     */
     float z = router_z_loss(lse, N);
     MoeHyper z_only = hp;
     z_only.balance = MOE_BALANCE_NONE;
@@ -183,7 +184,8 @@ int main(int argc, char **argv) {
     for (int e = 0; e < E && e < 12; e++) printf(" %+.3f", dlogits[e] * N);
     printf("\n");
 
-    /* ---- 6. routing by domain ------------------------------------------------------------------ */
+    /* ---- 6. routing by domain ------------------------------------------------------------------
+     */
     printf("\n6. share of each domain's assignments per expert\n   %-5s", "");
     for (int e = 0; e < E && e < 16; e++) printf("  e%-3d", e);
     printf("\n");
@@ -198,7 +200,8 @@ int main(int argc, char **argv) {
         printf("\n");
     }
 
-    /* ---- 7. one aux-loss-free bias update ------------------------------------------------------ */
+    /* ---- 7. one aux-loss-free bias update ------------------------------------------------------
+     */
     const float rate = 0.01f;
     float *bias = floats_alloc((size_t)E);
     router_bias_update(bias, load, E, MOE_BIAS_SIGN, rate);
@@ -221,8 +224,7 @@ int main(int argc, char **argv) {
     printf("\n   with the bias: MaxVio %.3f -> %.3f, CV %.3f -> %.3f; %d of %d choices changed\n",
            st.maxvio, st2.maxvio, st.cv, st2.cv, moved, N * K);
     if (example >= 0) {
-        printf("   e.g. byte '%c' of %s: experts", show(tokens[example]),
-               s.domain[example / T]);
+        printf("   e.g. byte '%c' of %s: experts", show(tokens[example]), s.domain[example / T]);
         for (int k = 0; k < K; k++) printf(" %d", idx[example * K + k]);
         printf(" -> ");
         for (int k = 0; k < K; k++) printf(" %d", idx2[example * K + k]);

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../chapter.h"
 #include "checkpoint.h"
 #include "io/data.h"
 #include "model.h"
@@ -99,15 +100,7 @@ int main(int argc, char **argv) {
     /* ---- the model: trained if there is a checkpoint, else fresh ------------------------- */
     char err[1024];
     Config c;
-    FILE *probe = fopen(ckpt, "rb");
-    int trained = probe != NULL;
-    if (probe) fclose(probe);
-    if (!trained && ckpt_given) moe_input_error("no checkpoint at %s", ckpt);
-    if (trained) {
-        if (checkpoint_config(ckpt, &c, err, sizeof err) != 0) moe_input_error("%s", err);
-    } else {
-        config_defaults(&c);
-    }
+    const int trained = chapter_config(&c, ckpt, ckpt_given);
     if (c.num_experts < 2) moe_input_error("%s is a dense model: capacity needs an MoE", ckpt);
     if (c.routing != MOE_ROUTING_TOKEN_CHOICE)
         moe_input_error("%s routes by expert choice, which has no token-choice capacity: use a "

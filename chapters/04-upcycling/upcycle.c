@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../chapter.h"
 #include "checkpoint.h"
 #include "io/data.h"
 #include "model.h"
@@ -118,14 +119,8 @@ int main(int argc, char **argv) {
     /* ---- 1. the dense model: trained if there is a checkpoint, else fresh ---------------- */
     char err[1024];
     Config dc;
-    FILE *probe = fopen(ckpt, "rb");
-    const int trained = probe != NULL;
-    if (probe) fclose(probe);
-    if (!trained && ckpt_given) moe_input_error("no checkpoint at %s", ckpt);
-    if (trained) {
-        if (checkpoint_config(ckpt, &dc, err, sizeof err) != 0) moe_input_error("%s", err);
-    } else {
-        config_defaults(&dc);
+    const int trained = chapter_config(&dc, ckpt, ckpt_given);
+    if (!trained) { /* a fresh dense model of the ablation's shape */
         dc.num_experts = 0;
         dc.d_ff = 256;
     }

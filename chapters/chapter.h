@@ -1,0 +1,25 @@
+/*
+ * chapter.h: what the chapter programs share (each program is one file that includes this).
+ */
+#ifndef MOE_CHAPTER_H
+#define MOE_CHAPTER_H
+
+#include "checkpoint.h"
+#include "io/files.h"
+#include "util.h"
+
+/* The settings of the model a program looks at: the checkpoint's when ckpt exists (returns 1,
+ * a trained model), else the defaults (returns 0: the program runs on a fresh model and says
+ * so). A checkpoint named on the command line (given) must exist. */
+static inline int chapter_config(Config *c, const char *ckpt, int given) {
+    char err[1024];
+    if (!file_exists(ckpt)) {
+        if (given) moe_input_error("no checkpoint at %s", ckpt);
+        config_defaults(c);
+        return 0;
+    }
+    if (checkpoint_config(ckpt, c, err, sizeof err) != 0) moe_input_error("%s", err);
+    return 1;
+}
+
+#endif
