@@ -54,7 +54,10 @@ void moe_acts_alloc(MoeActs *a, const MoeHyper *hp, int N_max) {
         a->jit = floats_alloc(N * hp->C);
         a->xj = floats_alloc(N * hp->C);
     }
-    if (hp->dist && hp->dist->world > 1) a->global_f = floats_alloc((size_t)hp->E);
+    if (hp->dist && hp->dist->world > 1) {
+        a->global_f = floats_alloc((size_t)hp->E);
+        a->global_count = (double *)calloc_check((size_t)hp->E + 1, sizeof(double));
+    }
     if (hp->dist && hp->dist->ep > 1) {
         a->ep = (EpActs *)calloc_check(1, sizeof(EpActs));
         ep_acts_alloc(a->ep, hp, hp->dist->ep, (int)S);
@@ -76,6 +79,7 @@ void moe_acts_free(MoeActs *a) {
     free(a->jit);
     free(a->xj);
     free(a->global_f);
+    free(a->global_count);
     if (a->ep) ep_acts_free(a->ep);
     free(a->ep);
     memset(a, 0, sizeof(*a));
@@ -121,13 +125,13 @@ static void jitter_draw(float *xj, float *jit, const float *x, float jitter, Rng
 
 /* f (E) = the fraction of all the processes' assignments that chose each expert: the local
  * counts summed over the world (exact: integers in doubles), for the aux loss. */
-static void global_fractions(float *f, const int *idx, int N, const MoeHyper *hp) {
-    double *count = (double *)calloc_check((size_t)hp->E + 1, sizeof(double));
+static void global_fractions(float *f, double *count, const int *idx, int N, const MoeHyper *hp) {
+    /* count (E + 1): scratch */
+    for (int e = 0; e < hp->E; e++) count[e] = 0.0;
     for (size_t j = 0; j < (size_t)N * hp->K; j++) count[idx[j]] += 1.0;
     count[hp->E] = (double)N * hp->K;
     dist_allreduce_sum_d(hp->dist, DIST_WORLD, count, (size_t)hp->E + 1);
     for (int e = 0; e < hp->E; e++) f[e] = (float)(count[e] / count[hp->E]);
-    free(count);
 }
 
 /* logits (N, E) += N(0, noise^2): a constant as far as the gradient is concerned. */
@@ -157,7 +161,7 @@ void moe_block_forward(float *y, MoeActs *a, const float *x, const MoeWeights *w
         PROF(PROF_ROUTER, router_gate_forward(a->idx, a->w, a->scores, a->logits, wt->bias, N, hp));
         MoeHyper hpb = *hp;
         if (a->global_f) {
-            PROF(PROF_ROUTER, global_fractions(a->global_f, a->idx, N, hp));
+            PROF(PROF_ROUTER, global_fractions(a->global_f, a->global_count, a->idx, N, hp));
             hpb.global_f = a->global_f;
         }
         PROF(PROF_ROUTER, a->aux_loss = router_balance_loss(a->scores, a->idx, N, &hpb));

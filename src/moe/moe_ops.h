@@ -318,6 +318,7 @@ typedef struct {
     /* more than one process (hp->dist): the aux loss's f over the whole batch (E), and with
      * expert parallelism the rows this member's experts received (src/dist/ep.h) */
     float *global_f;
+    double *global_count; /* (E + 1) the counts summed across processes, then the total */
     struct EpActs *ep;
 } MoeActs;
 
