@@ -112,7 +112,10 @@ void ep_experts_forward(float *ye, EpActs *a, const float *xe, const DispatchPla
     const int P = a->P, El = a->El, C = a->C, F = a->F;
 
     /* 1. counts first: rows (slice length, padding included) and kept rows of every expert,
-     *    grouped by the member that holds it */
+     *    grouped by the member that holds it. Only the rows place anything: the receiver
+     *    computes padding rows like token rows, as a fixed buffer would; the kept count rides
+     *    along (8 bytes per expert and peer, in the cost model) for a receiver that would
+     *    skip them. */
     for (int p = 0; p < P; p++)
         for (int j = 0; j < El; j++) {
             int e = p * El + j;
