@@ -434,11 +434,11 @@ void model_backward(Model *m, float loss_scale) {
     prof_backward = 0;
 }
 
-void model_update_router_bias(Model *m, const float *load) {
+void model_update_router_bias(Model *m, const double *count) {
     if (m->hp.balance != MOE_BALANCE_AUX_FREE) return;
     const int E = m->cfg.num_experts;
     for (int b = 0; b < m->n_moe; b++)
-        router_bias_update(m->router_bias + (size_t)b * E, load + (size_t)b * E, E,
+        router_bias_update(m->router_bias + (size_t)b * E, count + (size_t)b * E, E,
                            m->cfg.bias_update, m->cfg.bias_rate);
 }
 

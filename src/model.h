@@ -110,11 +110,11 @@ void model_backward(Model *m, float loss_scale);
 
 void model_zero_grad(Model *m);
 
-/* Aux-free balancing, after an optimizer step: load (n_moe, E) the step's fraction of
- * assignments per expert of each MoE block (in layer order) moves each block's bias per
- * moe.bias_update and moe.bias_rate (router_bias_update). Does nothing unless
- * moe.balance=aux_free. */
-void model_update_router_bias(Model *m, const float *load);
+/* Aux-free balancing, after an optimizer step: count (n_moe, E) the step's number of
+ * assignments per expert of each MoE block (in layer order, summed over micro-batches and
+ * processes) moves each block's bias per moe.bias_update and moe.bias_rate
+ * (router_bias_update). Does nothing unless moe.balance=aux_free. */
+void model_update_router_bias(Model *m, const double *count);
 
 /* Global L2 norm of the gradients (summed in a fixed order: deterministic). Across processes,
  * after model_sync_grads: the norm of the whole model's gradient. */

@@ -93,6 +93,8 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
 typedef struct {
     int n_moe, E, micro;
     double *load;    /* (n_moe, E) summed over micro-batches */
+    double *count;   /* (n_moe, E) assignments per expert, summed over micro-batches (and
+                        processes): whole numbers, what the aux-free bias update compares */
     double *entropy; /* (n_moe) */
     double *top1;    /* (n_moe) */
     double *drop;    /* (n_moe) */
@@ -104,6 +106,7 @@ typedef struct {
 
 static void raccum_reset(RouterAccum *r) {
     memset(r->load, 0, (size_t)r->n_moe * r->E * sizeof(double));
+    memset(r->count, 0, (size_t)r->n_moe * r->E * sizeof(double));
     memset(r->entropy, 0, (size_t)r->n_moe * sizeof(double));
     memset(r->top1, 0, (size_t)r->n_moe * sizeof(double));
     memset(r->drop, 0, (size_t)r->n_moe * sizeof(double));
@@ -122,6 +125,7 @@ static void raccum_add(RouterAccum *r, const Model *m) {
             /* drop_frac: the fraction of tokens no expert picked */
             expert_choice_stats(&st, r->tmp, a->scores, &a->plan);
             r->drop[b] += st.drop_frac;
+            for (int e = 0; e < r->E; e++) r->count[b * r->E + e] += a->plan.counts[e];
         } else {
             router_stats(&st, r->tmp, a->scores, a->idx, N, r->E, K);
             /* capacity mode: slot -1 marks a dropped assignment; a padded plan's rows past
@@ -137,9 +141,11 @@ static void raccum_add(RouterAccum *r, const Model *m) {
             }
             r->drop[b] += (double)dropped / ((double)N * K);
             if (a->plan.S > 0) r->pad[b] += (double)(a->plan.S - kept) / a->plan.S;
-            for (int e = 0; e < r->E; e++)
+            for (int e = 0; e < r->E; e++) {
+                r->count[b * r->E + e] += r->tmp_routed[e];
                 if (r->tmp_routed[e] > 0)
                     r->edrop[b * r->E + e] += (double)r->tmp_dropped[e] / r->tmp_routed[e];
+            }
         }
         for (int e = 0; e < r->E; e++) r->load[b * r->E + e] += r->tmp[e];
         r->entropy[b] += st.entropy;
@@ -160,11 +166,7 @@ static void raccum_share(RouterAccum *r, Dist *d) {
         dist_allreduce_sum_d(d, DIST_WORLD, arrays[i], lens[i]);
         for (size_t j = 0; j < lens[i]; j++) arrays[i][j] /= d->world;
     }
-}
-
-/* load (n_moe, E) = the step's load of every MoE block: the micro-batch mean. */
-static void raccum_loads(const RouterAccum *r, float *load) {
-    for (size_t i = 0; i < (size_t)r->n_moe * r->E; i++) load[i] = (float)(r->load[i] / r->micro);
+    dist_allreduce_sum_d(d, DIST_WORLD, r->count, ne); /* counts add up: the whole batch's */
 }
 
 /* One router.csv row per MoE block; the bias columns hold the aux-free bias after this
@@ -421,10 +423,10 @@ int train_run(Config *c, const TrainOptions *o) {
     ra.drop = (double *)calloc_check((size_t)m.n_moe + 1, sizeof(double));
     ra.pad = (double *)calloc_check((size_t)m.n_moe + 1, sizeof(double));
     ra.edrop = (double *)calloc_check((size_t)m.n_moe * E + 1, sizeof(double));
+    ra.count = (double *)calloc_check((size_t)m.n_moe * E + 1, sizeof(double));
     ra.tmp_routed = (int *)calloc_check((size_t)E, sizeof(int));
     ra.tmp_dropped = (int *)calloc_check((size_t)E, sizeof(int));
     ra.tmp = floats_alloc((size_t)E);
-    float *step_load = floats_alloc((size_t)m.n_moe * E + 1); /* (n_moe, E) */
     DomainCounts dc = {.n_moe = m.n_moe, .n_domains = (int)val.n_domains, .E = E};
     dc.counts = (double *)calloc_check((size_t)m.n_moe * val.n_domains * E + 1, sizeof(double));
     dc.drops = (double *)calloc_check((size_t)m.n_moe * 2 + 1, sizeof(double));
@@ -484,8 +486,7 @@ int train_run(Config *c, const TrainOptions *o) {
         const float scale = (c->clip > 0.0f && norm > c->clip) ? c->clip / norm : 1.0f;
         const float lr = lr_schedule(c, step);
         model_adamw_step(&m, lr, scale);
-        raccum_loads(&ra, step_load);
-        model_update_router_bias(&m, step_load); /* aux-free balancing; else nothing */
+        model_update_router_bias(&m, ra.count); /* aux-free balancing; else nothing */
         const int s = m.step;
         /* the whole batch's tokens (every process's share): the run's speed */
         const double tok_s = (double)c->accum * c->batch * T / (now_seconds() - t0);
@@ -541,11 +542,11 @@ int train_run(Config *c, const TrainOptions *o) {
     free(ra.drop);
     free(ra.pad);
     free(ra.edrop);
+    free(ra.count);
     free(ra.tmp_routed);
     free(ra.tmp_dropped);
     free(dc.drops);
     free(ra.tmp);
-    free(step_load);
     free(dc.counts);
     model_free(&m);
     shard_free(&train);

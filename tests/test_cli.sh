@@ -62,8 +62,10 @@ check "run directory holds config.txt provenance.txt train.csv router.csv domain
     $? "missing or empty:$missing"
 
 prov="$run/provenance.txt"
-crc_train=$(gzip -c "$data/train.bin" | tail -c 8 | od -An -tx4 -N4 | tr -d ' ')
-crc_val=$(gzip -c "$data/val.bin" | tail -c 8 | od -An -tx4 -N4 | tr -d ' ')
+# the payload's CRC-32 (everything after the 256-byte header), as gzip's trailer holds it
+payload_crc() { tail -c +257 "$1" | gzip -c | tail -c 8 | od -An -tx4 -N4 | tr -d ' '; }
+crc_train=$(payload_crc "$data/train.bin")
+crc_val=$(payload_crc "$data/val.bin")
 grep -Eq '^commit = [^ ]+' "$prov" && grep -q "crc32=$crc_train" "$prov" &&
     grep -q "crc32=$crc_val" "$prov" && grep -q '^threads = 1$' "$prov"
 check "provenance.txt: commit, crc32=$crc_train and crc32=$crc_val of the shards, threads = 1" \

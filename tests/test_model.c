@@ -266,18 +266,18 @@ START_TEST(test_router_bias_update_and_checkpoint) {
     snprintf(path, sizeof path, "%s/ckpt.bin", dir);
     Config c = tiny_config(4);
     c.first_dense = 0; /* two MoE blocks */
-    const float load[8] = {0.5f, 0.25f, 0.25f, 0.0f, 0.1f, 0.2f, 0.3f, 0.4f};
+    const double count[8] = {2, 1, 1, 0, 1, 2, 3, 4}; /* per block: assignments per expert */
     Model a, b;
     model_init(&a, &c, 2, 6);
     ck_assert_int_eq(a.n_moe, 2);
-    model_update_router_bias(&a, load); /* balance=aux: nothing moves */
+    model_update_router_bias(&a, count); /* balance=aux: nothing moves */
     for (int i = 0; i < 8; i++) ck_assert_float_eq(a.router_bias[i], 0.0f);
     model_free(&a);
 
     c.balance = MOE_BALANCE_AUX_FREE;
     c.bias_rate = 0.5f;
     model_init(&a, &c, 2, 6);
-    model_update_router_bias(&a, load);
+    model_update_router_bias(&a, count);
     const float want[8] = {-0.5f, 0.0f, 0.0f, 0.5f, 0.5f, 0.5f, -0.5f, -0.5f};
     expect_close_arrays(a.router_bias, want, 8, TOL_F32_ATOL, TOL_F32_RTOL, "sign rule per block");
     ck_assert_ptr_eq(a.blocks[1].router_bias, a.router_bias + 4);

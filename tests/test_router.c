@@ -144,20 +144,40 @@ START_TEST(test_bias_moves_choice_not_weights) {
 END_TEST
 
 START_TEST(test_bias_update_rules) {
-    /* loads (0.4, 0.3, 0.2, 0.1), mean 0.25; the bias accumulates (+=) from 1 */
-    const float load[4] = {0.4f, 0.3f, 0.2f, 0.1f};
+    /* counts (4, 3, 2, 1): loads (0.4, 0.3, 0.2, 0.1), mean 0.25; the bias accumulates (+=)
+     * from 1 */
+    const double count[4] = {4, 3, 2, 1};
     float b[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-    router_bias_update(b, load, 4, MOE_BIAS_SIGN, 0.1f);
+    router_bias_update(b, count, 4, MOE_BIAS_SIGN, 0.1f);
     const float want_sign[4] = {0.9f, 0.9f, 1.1f, 1.1f};
     CLOSE_ARRAYS(b, want_sign, 4, "sign rule: overloaded experts down, underloaded up");
     for (int e = 0; e < 4; e++) b[e] = 1.0f;
-    router_bias_update(b, load, 4, MOE_BIAS_PROPORTIONAL, 0.1f);
+    router_bias_update(b, count, 4, MOE_BIAS_PROPORTIONAL, 0.1f);
     /* (mean - load) / mean = -0.6, -0.2, 0.2, 0.6 */
     const float want_prop[4] = {0.94f, 0.98f, 1.02f, 1.06f};
     CLOSE_ARRAYS(b, want_prop, 4, "proportional rule");
-    const float even[4] = {0.25f, 0.25f, 0.25f, 0.25f};
+    const double even[4] = {5, 5, 5, 5};
     router_bias_update(b, even, 4, MOE_BIAS_SIGN, 0.1f);
     CLOSE_ARRAYS(b, want_prop, 4, "balanced loads leave the bias alone (sign 0)");
+}
+END_TEST
+
+START_TEST(test_bias_update_exact_fair_share) {
+    /* 384 assignments over 8 experts: a fair share is exactly 48. As float fractions these
+     * loads average (in double) to 0.1250000019, not 0.125, so a rule on the floats would push
+     * the four experts at exactly 48 up; on the counts their bias must not move at all. */
+    const double count[8] = {48, 61, 35, 48, 52, 44, 48, 48};
+    double float_mean = 0.0;
+    for (int e = 0; e < 8; e++) float_mean += (float)(count[e] / 384.0);
+    float_mean /= 8.0;
+    ck_assert_msg(float_mean != 0.125, "the case must be one where float loads mislead");
+    float b[8] = {0};
+    router_bias_update(b, count, 8, MOE_BIAS_SIGN, 0.01f);
+    const float want[8] = {0.0f, -0.01f, 0.01f, 0.0f, -0.01f, 0.01f, 0.0f, 0.0f};
+    for (int e = 0; e < 8; e++) ck_assert_float_eq(b[e], want[e]); /* exact, not close */
+    router_bias_update(b, count, 8, MOE_BIAS_PROPORTIONAL, 0.01f);
+    for (int e = 0; e < 8; e += 3) /* experts 0, 3, 6 hold exactly 48 */
+        ck_assert_float_eq(b[e], 0.0f);
 }
 END_TEST
 
@@ -364,6 +384,7 @@ static Suite *router_suite(void) {
     tcase_add_test(fwd, test_seq_aux_hand);
     tcase_add_test(fwd, test_bias_moves_choice_not_weights);
     tcase_add_test(fwd, test_bias_update_rules);
+    tcase_add_test(fwd, test_bias_update_exact_fair_share);
     suite_add_tcase(s, fwd);
     TCase *grads = tcase_create("gradients");
     tcase_add_test(grads, test_gate_backward_every_mode);

@@ -165,9 +165,16 @@ int main(int argc, char **argv) {
     MoeHyper aux_only = hp;
     aux_only.balance = MOE_BALANCE_AUX;
     router_gate_backward(dlogits, dw, scores, lse, logits, idx, w, N, &aux_only, 1.0f, 0.0f);
+    /* For one token the softmax Jacobian gives d aux / d l_j = (E / N) p_j (f_j - sum_i p_i f_i):
+     * experts loaded above the token's score-weighted mean load are pushed down, the others up,
+     * each in proportion to the token's own score for it. */
+    double fbar = 0.0;
+    for (int e = 0; e < E; e++) fbar += scores[e] * load[e];
     printf("   d aux / d logits of the first byte (x N = %d; + means gradient descent lowers the "
-           "logit):\n   the busiest experts get the largest push down\n  ",
-           N);
+           "logit):\n   experts with f above this byte's score-weighted mean load "
+           "sum_i p_i f_i = %.3f are pushed down,\n   the others up, each in proportion to "
+           "the byte's score p_j\n  ",
+           N, fbar);
     for (int e = 0; e < E && e < 12; e++) printf(" %+.3f", dlogits[e] * N);
     printf("\n");
 
@@ -179,8 +186,9 @@ int main(int argc, char **argv) {
     router_gate_backward(dlogits, dw, scores, lse, logits, idx, w, N, &z_only, 0.0f, 1.0f);
     printf("\n5. z-loss = mean logsumexp(logits)^2 = %.4f; logsumexp of the first byte %.3f\n", z,
            lse[0]);
-    printf("   d z / d logits of the first byte (x N) = 2 lse softmax: every logit is pushed "
-           "down, and logsumexp with it\n  ");
+    printf("   d z / d logits of the first byte (x N) = 2 lse softmax: largest on the byte's "
+           "favourite expert,\n   so a descent step lowers the top logits most and flattens "
+           "the distribution (lse > 0 here)\n  ");
     for (int e = 0; e < E && e < 12; e++) printf(" %+.3f", dlogits[e] * N);
     printf("\n");
 
@@ -204,7 +212,9 @@ int main(int argc, char **argv) {
      */
     const float rate = 0.01f;
     float *bias = floats_alloc((size_t)E);
-    router_bias_update(bias, load, E, MOE_BIAS_SIGN, rate);
+    double *count = (double *)calloc_check((size_t)E, sizeof(double)); /* assignments */
+    for (int j = 0; j < N * K; j++) count[idx[j]] += 1.0;
+    router_bias_update(bias, count, E, MOE_BIAS_SIGN, rate);
     int *idx2 = (int *)calloc_check((size_t)N * K, sizeof(int));
     float *w2 = floats_alloc((size_t)N * K), *load2 = floats_alloc((size_t)E);
     router_gate_forward(idx2, w2, scores, logits, bias, N, &hp);
@@ -234,7 +244,7 @@ int main(int argc, char **argv) {
     }
 
     free(tokens), free(logits), free(scores), free(lse), free(idx), free(w), free(load);
-    free(dw), free(dlogits), free(bias), free(idx2), free(w2), free(load2);
+    free(dw), free(dlogits), free(bias), free(count), free(idx2), free(w2), free(load2);
     model_free(&m);
     shard_free(&s);
     return 0;

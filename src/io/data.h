@@ -46,7 +46,7 @@ typedef struct {
     ShardDoc *docs;      /* (n_docs) */
     uint8_t *tokens;     /* (n_tokens) */
     uint8_t *tok_domain; /* (n_tokens) domain of every token, derived from docs */
-    uint32_t crc32;      /* checksum of the whole file, for provenance */
+    uint32_t crc32;      /* CRC-32 of the payload (document records, then tokens), for provenance */
 } Shard;
 
 /* Read and check a shard. Returns 0, or -1 with a message saying what is wrong with the file

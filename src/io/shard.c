@@ -2,8 +2,9 @@
  * shard.c: reading, checking and writing token shards (format in data.h).
  *
  * A shard is read in three pieces (header, document records, tokens) so the tokens land
- * directly in their own buffer; the CRC-32 of the whole file is accumulated on the way and
- * kept in Shard.crc32 so a run can record exactly which data it trained on. Every check
+ * directly in their own buffer; the CRC-32 of the payload (the document records, then the
+ * tokens) is accumulated on the way and kept in Shard.crc32 so a run can record exactly which
+ * data it trained on, whatever the header's version. Every check
  * failure names the file, what is wrong and what to do; nothing here exits.
  */
 #include "io/data.h"
@@ -133,7 +134,6 @@ int shard_load(Shard *s, const char *path, char *err, int errlen) {
                   s->n_docs, (unsigned long long)s->n_tokens, want, (unsigned long long)file_bytes);
         goto done;
     }
-    uint32_t crc = crc32_update(0, h, sizeof(h));
     docbuf = (uint8_t *)malloc_check(docs_bytes);
     s->docs = (ShardDoc *)malloc_check(s->n_docs * sizeof(ShardDoc));
     s->tokens = (uint8_t *)malloc_check(s->n_tokens);
@@ -144,8 +144,7 @@ int shard_load(Shard *s, const char *path, char *err, int errlen) {
                   strerror(errno));
         goto done;
     }
-    crc = crc32_update(crc, docbuf, docs_bytes);
-    s->crc32 = crc32_update(crc, s->tokens, s->n_tokens);
+    s->crc32 = crc32_update(crc32_update(0, docbuf, docs_bytes), s->tokens, s->n_tokens);
     /* Documents tile the tokens: doc i starts where doc i-1 ended, the last ends at n_tokens. */
     uint64_t next = 0;
     for (uint32_t i = 0; i < s->n_docs; i++) {

@@ -128,12 +128,17 @@ void router_gate_backward(float *dlogits, const float *dw, const float *scores, 
  * the number of rows (0 when the balance has no loss: then coef is untouched). */
 int router_balance_coef(float *coef, const int *idx, int N, const MoeHyper *hp, float scale);
 
-/* Aux-free balancing (Wang et al. 2024): after an optimizer step, with load (E) the step's
- * fraction of assignments per expert, bias (E) moves against the imbalance:
- *   sign:          b_i += rate * sign(mean - load_i)
- *   proportional:  b_i += rate * (mean - load_i) / mean
- * rule is MOE_BIAS_*. */
-void router_bias_update(float *bias, const float *load, int E, int rule, float rate);
+/* Aux-free balancing (Wang et al. 2024): after an optimizer step, with count (E) the step's
+ * number of assignments per expert (whole numbers, held in doubles so that sums over
+ * micro-batches and processes stay exact) and load_i = count_i / total, bias (E) moves
+ * against the imbalance:
+ *   sign:          b_i += rate * sign(1/E - load_i)
+ *   proportional:  b_i += rate * (1/E - load_i) / (1/E)
+ * The sign is decided on the integers (sign(total - E count_i)), so an expert with exactly
+ * its fair share keeps its bias: with float fractions the mean of the loads rounds (48 of 384
+ * is 0.125 but the mean of eight float loads can be 0.125000003) and such an expert would be
+ * pushed. rule is MOE_BIAS_*. */
+void router_bias_update(float *bias, const double *count, int E, int rule, float rate);
 
 /* The plain softmax router (the lab's reference): router_gate_forward, router_balance_loss and
  * router_gate_backward with softmax scores, the Switch aux loss, no bias, route_scale 1.

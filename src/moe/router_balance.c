@@ -125,18 +125,17 @@ int router_balance_coef(float *coef, const int *idx, int N, const MoeHyper *hp, 
     return nseq;
 }
 
-void router_bias_update(float *bias, const float *load, int E, int rule, float rate) {
-    /* bias (E), load (E). The mean load is taken from the loads themselves (1/E for
-     * fractions), so the rule also works for counts. */
-    double mean = 0.0;
-    for (int e = 0; e < E; e++) mean += load[e];
-    mean /= E;
+void router_bias_update(float *bias, const double *count, int E, int rule, float rate) {
+    /* bias (E), count (E): whole numbers, so total and E * count_i are exact in a double */
+    double total = 0.0;
+    for (int e = 0; e < E; e++) total += count[e];
+    if (total <= 0.0) return;
     for (int e = 0; e < E; e++) {
-        double d = mean - load[e];
+        const double excess = total - (double)E * count[e]; /* E total (1/E - load_e) */
         if (rule == MOE_BIAS_SIGN)
-            bias[e] += rate * (float)((d > 0.0) - (d < 0.0));
-        else if (mean > 0.0)
-            bias[e] += rate * (float)(d / mean);
+            bias[e] += rate * (float)((excess > 0.0) - (excess < 0.0));
+        else
+            bias[e] += rate * (float)(excess / total); /* (1/E - load_e) / (1/E) */
     }
 }
 
