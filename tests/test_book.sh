@@ -8,8 +8,8 @@
 #      test that runs it (tests/book/commands.sh)
 #   3. the number checker itself, on the fixtures of tests/book/fixtures/: a good document
 #      passes; a wrong number, a wrong derived value or percentage, an edited table row or
-#      transcript line, a missing file, row or column, an unmarked number, a marker that
-#      follows no number and a bad allow-list each fail with a message naming the line; --fix
+#      transcript line, a missing file, row or column, an unmarked number (a marker must touch
+#      its number) and a bad allow-list each fail with a message naming the line; --fix
 #      rewrites drifted numbers at their quoted precision and refreshes tables and transcripts
 #   4. the command checker on fixtures: a command missing from the registry, an entry whose
 #      test does not run it, a test file that does not exist
@@ -70,8 +70,7 @@ fails "missing text" 's/after "MaxVio mean "/after "MaxVio median "/' 'no "MaxVi
 fails "unmarked number" 's/^are not prose\./are not prose, unlike 2.13./' "number.md:21: unmarked number 2.13"
 fails "unmarked percentage" 's/^are not prose\./are not prose, unlike 64 %./' "unmarked number 64 %"
 fails "unmarked table cell" 's/^| z-off | 2\.1241 | 6447 \/ 9937 |/&\n\n| x | 0.5 |/' "unmarked number 0.5"
-fails "a marker after no number" 's/^are not prose\./are not prose<!-- ch\/summary.csv base val_loss -->./' \
-    'does not follow a number'
+fails "a marker after a blank" 's/or 2\.08</or 2.08 </' "unmarked number 2.08"
 fails "a bad expression" 's/ - \[ch\/summary.csv base val_loss\] -->/ - -->/' 'the expression ends too early'
 fails "an unbalanced expression" 's/= \[ch\/summary.csv z-off val_loss\] - /= ([ch\/summary.csv z-off val_loss] - /' 'a ( without its )'
 

@@ -8,6 +8,7 @@
 #   2.0784<!-- 01-routing/summary.csv aux-1e-2 val_loss -->      a number and where it comes from
 #   0.046<!-- = [REF] - [REF] -->                                 a number computed from others
 #   <!-- table FILE --> / <!-- transcript FILE -->                the next block copies FILE
+# Any other comment (one that does not follow a number) is a note and is left alone.
 # Every decimal number and percentage of the prose without a marker must be on the allow-list.
 # Written for POSIX awk (Debian's mawk included): no gawk extensions.
 #
@@ -174,9 +175,8 @@ function prose(doc, i, line,   rest, out, p, e, spec, before, at, q, v, clean, t
         if (e == 0) { err(doc ":" i, "a marker without its closing -->"); break }
         before = substr(rest, 1, p - 1)
         spec = trim(substr(rest, p + 4, e - 1))
-        if ((at = match(before, /[-+]?[0-9][0-9,]*(\.[0-9]+)?( ?%)?$/)) == 0) {
-            err(doc ":" i, "marker <!-- " spec " --> does not follow a number (write it right after the number: 2.08<!-- ... -->)")
-        } else {
+        # a comment right after a number is its marker; any other comment is a note, left alone
+        if ((at = match(before, /[-+]?[0-9][0-9,]*(\.[0-9]+)?( ?%)?$/)) > 0) {
             q = substr(before, at)
             ERR = ""
             v = (spec ~ /^=/) ? expr(substr(spec, 2)) : lookup(spec)
