@@ -74,6 +74,13 @@ fails "a marker after a blank" 's/or 2\.08</or 2.08 </' "unmarked number 2.08"
 fails "a bad expression" 's/ - \[ch\/summary.csv base val_loss\] -->/ - -->/' 'the expression ends too early'
 fails "an unbalanced expression" 's/= \[ch\/summary.csv z-off val_loss\] - /= ([ch\/summary.csv z-off val_loss] - /' 'a ( without its )'
 
+# an integer under four digits is exact: 600 does not quote 604
+cp -r "$fx/plots" "$tmp/p604"
+sed -i 's/^steps: 600$/steps: 604/' "$tmp/p604/ch/run.txt"
+book "$fx/good.md" "$tmp/p604"
+[ $? -eq 1 ] && grep -q 'quotes 600 but ch/run.txt after "steps: " is 604' "$tmp/out"
+check "a short integer is exact: exit 1 and \"quotes 600 but ... is 604\"" $? "$(cat "$tmp/out")"
+
 printf '0.01\n5%%   the validation share\n' > "$tmp/noreason.txt"
 ALLOW=$tmp/noreason.txt book "$fx/good.md"
 [ $? -eq 1 ] && grep -q "allow-list entry '0.01' has no reason" "$tmp/out"

@@ -202,7 +202,9 @@ function prose(doc, i, line,   rest, out, p, e, spec, before, at, q, v, clean, t
     gsub(/\]\([^)]*\)/, "]", clean)
     while (match(clean, /[0-9][0-9,]*(\.[0-9]+)?( ?%)?/)) {
         tok = substr(clean, RSTART, RLENGTH)
+        # part of a word (cf0.5, x4.82, drop-0.25) is a name, not a number
         pre = RSTART > 1 ? substr(clean, RSTART - 1, 1) : ""
+        if (pre == "-" && RSTART > 2 && substr(clean, RSTART - 2, 1) ~ /[A-Za-z]/) pre = "a"
         clean = substr(clean, RSTART + RLENGTH)
         sub(/,+$/, "", tok)
         if (pre ~ /[A-Za-z0-9_.]/) continue
@@ -217,11 +219,13 @@ function prose(doc, i, line,   rest, out, p, e, spec, before, at, q, v, clean, t
 
 # ---- comparing a quoted number with its source -------------------------------------------------
 # The quote agrees when it is the source rounded to the quoted precision: its decimals, or for an
-# integer its significant digits (16,800 quotes 16826). Halfway cases accept either rounding.
+# integer of four digits or more its significant digits (16,800 quotes 16826; 600 is exact).
+# Halfway cases accept either rounding.
 function unit(q,   d, z) {
     gsub(/[-+, %]/, "", q)
     if ((d = index(q, ".")) > 0) return 10 ^ -(length(q) - d)
     sub(/^0+/, "", q); z = 0
+    if (length(q) < 4) return 1
     while (length(q) > 1 && substr(q, length(q)) == "0") { q = substr(q, 1, length(q) - 1); z++ }
     return 10 ^ z
 }
@@ -386,6 +390,7 @@ function e_term(   v, op, d) {
     v = e_factor()
     while (ERR == "" && pos <= ntok && (X[pos] == "*" || X[pos] == "/")) {
         op = X[pos++]; d = e_factor()
+        if (ERR != "") return 0
         if (op == "*") v *= d
         else if (d == 0) { ERR = "division by zero"; return 0 }
         else v /= d
