@@ -7,7 +7,9 @@
 #   3. TASK=task3_score grades that task alone, TASK=task1_capacity on the starter fails that
 #      task alone; an unknown TASK lists the tasks
 #   4. the grader catches real bugs, each in its own task only: the score policy keeping the
-#      lowest weights (task3_score), the capacity as ceil of the float product in double
+#      lowest scores, ranking by the renormalised gate weight instead of the router score, or
+#      reading the scores as one per assignment (N, K) instead of the router's (N, E)
+#      (task3_score), the capacity as ceil of the float product in double
 #      (task1_capacity), a combine that reads dropped assignments (task4_combine)
 #   5. a student file that calls the engine's dispatch plan is refused, naming the function
 #   6. make -C labs list names the lab and its four tasks
@@ -25,12 +27,30 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/lab_harness.sh" || exit 1
 
 lab_common_checks
 
-# keep by score keeping the lowest weights: the comparator's weight order reversed
-if mutant lowest 's/return x->w > y->w ? -1 : 1;/return x->w < y->w ? -1 : 1;/'; then
+# keep by score keeping the lowest scores: the comparator's score order reversed
+if mutant lowest 's/return x->score > y->score ? -1 : 1;/return x->score < y->score ? -1 : 1;/'; then
     grade grade SOLUTION="$tmp/lowest.c"
     only_fails task3_score &&
         grep -q "the README's example, keep by score: .* got slot -1, want 1" <<< "$out"
-    check "keeping the lowest weights fails task3_score and nothing else" $? "exit $rc: $out"
+    check "keeping the lowest scores fails task3_score and nothing else" $? "exit $rc: $out"
+fi
+
+# keep by score reading scores[a], as if they were one per assignment, not scores[n, idx[a]]
+if mutant per_assignment 's/scores\[(size_t)(a \/ K) \* E + idx\[a\]\]/scores[a]/'; then
+    grade grade SOLUTION="$tmp/per_assignment.c"
+    only_fails task3_score &&
+        grep -q "the README's example, keep by score: token 1, choice k = 0 (expert 0, score 0.6): got slot -1, want 1" <<< "$out"
+    check "reading the scores as (N, K) fails task3_score and nothing else" $? "exit $rc: $out"
+fi
+
+# keep by score ranking by the renormalised gate weight, score / (the token's chosen scores):
+# the README's example keeps token 5 over token 0, and with top-1 every weight is 1
+if mutant renormalised 's|r\[a\] = (Ranked){idx\[a\], scores\[(size_t)(a / K) \* E + idx\[a\]\], a};|{ int n = a / K; float z = 0; for (int k = 0; k < K; k++) z += scores[n * E + idx[n * K + k]]; r[a] = (Ranked){idx[a], scores[n * E + idx[a]] / z, a}; }|'; then
+    grade grade SOLUTION="$tmp/renormalised.c"
+    only_fails task3_score &&
+        grep -q "the README's example, keep by score: token 0, choice k = 0 (expert 0, score 0.5): got slot -1, want 0" <<< "$out" &&
+        grep -q "the highest scores are kept, but slots number them in token order: .* got slot 0, want -1" <<< "$out"
+    check "ranking by the renormalised weight fails task3_score and nothing else" $? "exit $rc: $out"
 fi
 
 # the capacity as ceil of the float product, in double: one slot too many for 1.1 * 20 / 2
@@ -62,8 +82,8 @@ int lab_capacity(int tokens, int top_k, int num_experts, float capacity_factor, 
 void lab_keep_position(int *slot, int *counts, const int *idx, int N, int K, int E, int capacity) {
     dispatch_plan_build((DispatchPlan *)slot, idx, N);
 }
-void lab_keep_score(int *slot, int *counts, const int *idx, const float *w, int N, int K, int E,
-                    int capacity) {}
+void lab_keep_score(int *slot, int *counts, const int *idx, const float *scores, int N, int K,
+                    int E, int capacity) {}
 void lab_combine(float *y, const float *ye, const int *slot, const int *idx, const float *w, int N,
                  int K, int E, int capacity, int C) {}
 C

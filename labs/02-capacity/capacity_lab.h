@@ -2,7 +2,8 @@
  * capacity_lab.h: lab 02, expert capacity and drop policies (assignment: README.md).
  *
  *   task 1: capacity = how many assignments one expert may hold
- *   idx, w (N, K) --task 2: keep by position / task 3: keep by score--> slot (N*K), counts (E)
+ *   idx (N, K) --task 2: keep by position--> slot (N*K), counts (E)
+ *   idx (N, K), scores (N, E) --task 3: keep by score--> slot (N*K), counts (E)
  *   ye (E, capacity, C) --task 4: combine, skipping dropped assignments--> y (N, C)
  *
  * Conventions (the same as the engine, src/moe/moe_ops.h): row-major arrays, so element
@@ -34,11 +35,13 @@ int lab_capacity(int tokens, int top_k, int num_experts, float capacity_factor, 
 void lab_keep_position(int *slot, int *counts, const int *idx, int N, int K, int E, int capacity);
 
 /* Task 3. Keep by score. As task 2, but each expert keeps the `capacity` assignments with the
- * highest gate weight w (N, K) (equal weights: the lower token index first, then the lower k).
+ * highest router score. scores (N, E) are the router's scores (softmax or sigmoid), before the
+ * top-k renormalisation: assignment a = n * K + k of expert e = idx[a] has the score
+ * scores[n * E + e], how much token n wants expert e (equal scores: the lower token first).
  * slot: the rank of the assignment among its expert's kept assignments in assignment order
  * (so each expert's kept list stays in token order), or -1 when dropped. counts (E). */
-void lab_keep_score(int *slot, int *counts, const int *idx, const float *w, int N, int K, int E,
-                    int capacity);
+void lab_keep_score(int *slot, int *counts, const int *idx, const float *scores, int N, int K,
+                    int E, int capacity);
 
 /* Task 4. Combine. y (N, C) written:
  *   y[n, c] = sum over the kept k of w[n,k] * ye[(idx[n,k] * capacity + slot[n,k]) * C + c]

@@ -7,15 +7,18 @@
  *                                      whose float product lands just above an integer
  *   task2_position  lab_keep_position  the README's example, an idle expert, a token with
  *                                      every assignment dropped, stale outputs on entry, the
- *                                      engine's dropless plan, random routings
- *   task3_score     lab_keep_score     the README's example, ties, token order of the slots,
- *                                      a fully dropped token, random routings with ties
+ *                                      engine's dropless plan and capacity plan, random routings
+ *   task3_score     lab_keep_score     the README's example (where ranking by the renormalised
+ *                                      weight would keep another token), ties, token order of
+ *                                      the slots, a fully dropped token, the engine's capacity
+ *                                      plan, random routings with ties
  *   task4_combine   lab_combine        hand-computed sums, a fully dropped token, = not +=,
  *                                      the engine's combine when dropless, random routings
  *
- * The engine has no token-choice capacity, so the expected keep decisions come from the plain
- * reference functions below (written for clarity, not speed, and independent of the
- * solution); the random routings themselves come from the engine's top-k (src/moe/router.c).
+ * The expected keep decisions come from the plain reference functions below (written for
+ * clarity, not speed, and independent of the solution), and, for both policies, from the
+ * engine's capacity plan (capacity_plan_build, src/moe/capacity.c), which ranks by the same
+ * router score; the random routings themselves come from the engine's top-k (src/moe/router.c).
  * Every task takes its inputs from the grader or the engine, never from the student's other
  * tasks, so one unfinished task fails only itself.
  *
@@ -43,22 +46,28 @@ static int ref_capacity(int tokens, int top_k, int E, int permille, int min_capa
     return (int)cap;
 }
 
-/* Does assignment b of the same expert come before a in the policy's order? Position: a lower
- * index. Score: a higher weight, or an equal one and a lower index. */
-static int beats(const float *w, int b, int a) {
-    if (!w) return b < a;
-    return w[b] > w[a] || (w[b] == w[a] && b < a);
+/* key (N * K): the router score of each assignment, key[n * K + k] = scores[n, idx[n, k]] */
+static void assignment_scores(float *key, const float *scores, const int *idx, int N, int K,
+                              int E) {
+    for (int a = 0; a < N * K; a++) key[a] = scores[(a / K) * E + idx[a]];
 }
 
-/* slot (N * K), counts (E) of either policy (w NULL: position), by counting: assignment a is
+/* Does assignment b of the same expert come before a in the policy's order? Position: a lower
+ * index. Score: a higher score (key, one per assignment), or an equal one and a lower index. */
+static int beats(const float *key, int b, int a) {
+    if (!key) return b < a;
+    return key[b] > key[a] || (key[b] == key[a] && b < a);
+}
+
+/* slot (N * K), counts (E) of either policy (key NULL: position), by counting: assignment a is
  * kept when fewer than `capacity` assignments of its expert beat it; its slot is the number of
  * kept assignments of its expert with a lower index. */
-static void ref_keep(int *slot, int *counts, const int *idx, const float *w, int N, int K, int E,
-                     int capacity) {
+static void ref_keep(int *slot, int *counts, const int *idx, const float *key, int N, int K,
+                     int E, int capacity) {
     int NK = N * K;
     for (int a = 0; a < NK; a++) {
         int ahead = 0;
-        for (int b = 0; b < NK; b++) ahead += b != a && idx[b] == idx[a] && beats(w, b, a);
+        for (int b = 0; b < NK; b++) ahead += b != a && idx[b] == idx[a] && beats(key, b, a);
         slot[a] = ahead < capacity ? 0 : -1;
     }
     for (int e = 0; e < E; e++) counts[e] = 0;
@@ -86,14 +95,15 @@ static void ref_combine(float *y, const float *ye, const int *slot, const int *i
  * line of the failing assertion, and a student should land on the test, not the helper. */
 #define MSG_LEN 640
 
-/* slot and counts must equal want_slot and want_counts exactly */
+/* slot and counts must equal want_slot and want_counts exactly; key (N * K): the assignments'
+ * router scores, named in the message (NULL for keep by position) */
 static int keep_differs(char *msg, const int *slot, const int *counts, const int *want_slot,
-                        const int *want_counts, const int *idx, const float *w, int N, int K,
+                        const int *want_counts, const int *idx, const float *key, int N, int K,
                         int E, int capacity, const char *what) {
     for (int a = 0; a < N * K; a++)
         if (slot[a] != want_slot[a]) {
             char wt[48] = "";
-            if (w) snprintf(wt, sizeof wt, ", weight %.4g", (double)w[a]);
+            if (key) snprintf(wt, sizeof wt, ", score %.4g", (double)key[a]);
             snprintf(msg, MSG_LEN,
                      "%s: token %d, choice k = %d (expert %d%s): got slot %d, want %d%s "
                      "(capacity %d, N = %d, K = %d, E = %d)",
@@ -109,10 +119,10 @@ static int keep_differs(char *msg, const int *slot, const int *counts, const int
         }
     return 0;
 }
-#define EXPECT_KEEP(slot, counts, want_slot, want_counts, idx, w, N, K, E, capacity, what)         \
+#define EXPECT_KEEP(slot, counts, want_slot, want_counts, idx, key, N, K, E, capacity, what)       \
     do {                                                                                           \
         char m_[MSG_LEN];                                                                          \
-        if (keep_differs(m_, (slot), (counts), (want_slot), (want_counts), (idx), (w), (N), (K),   \
+        if (keep_differs(m_, (slot), (counts), (want_slot), (want_counts), (idx), (key), (N), (K), \
                          (E), (capacity), (what)))                                                 \
             ck_abort_msg("%s", m_);                                                                \
     } while (0)
@@ -144,20 +154,46 @@ static int table_differs(char *msg, const float *got, const float *want, int row
                       (tokens), (top_k), (E), (double)(factor), (min_cap), got_, (want), (why));   \
     } while (0)
 
-/* top-k routing of random scores from the engine: idx, w (N, K), renormalised weights */
-static void random_routing(int *idx, float *w, int N, int E, int K, unsigned long long seed) {
-    float logits[256 * 16], scores[256 * 16];
+/* top-k routing of random scores from the engine: scores (N, E) softmax, idx, w (N, K) with
+ * renormalised weights */
+static void random_routing(float *scores, int *idx, float *w, int N, int E, int K,
+                           unsigned long long seed) {
+    float logits[256 * 16];
     if (N * E > 256 * 16) ck_abort_msg("grader: random_routing holds at most 256 * 16 scores");
     fill_uniform(logits, (size_t)N * E, 2.0f, seed);
     router_softmax_forward(scores, NULL, logits, N, E);
     router_topk_forward(idx, w, scores, N, E, K, 1);
 }
 
-/* The README's example: 6 tokens, top-2, 3 experts, capacity 3. */
+/* slot (N * K), counts (E) from the engine's capacity plan (batch scope, no padding) for the
+ * policy (MOE_DROP_POSITION or MOE_DROP_SCORE): a kept assignment's slot counted from its
+ * expert's offset, -1 when dropped */
+static void engine_keep(int *slot, int *counts, const int *idx, const float *scores, int N, int K,
+                        int E, int permille, int policy) {
+    MoeHyper hp;
+    memset(&hp, 0, sizeof hp);
+    moe_hyper_defaults(&hp);
+    hp.E = E, hp.K = K, hp.renorm = 1;
+    hp.capacity_factor = permille / 1000.0f, hp.min_capacity = 1, hp.drop_policy = policy;
+    DispatchPlan plan;
+    dispatch_plan_alloc(&plan, N, E, K);
+    capacity_plan_build(&plan, idx, scores, NULL, N, &hp, NULL);
+    for (int a = 0; a < N * K; a++)
+        slot[a] = plan.slot[a] < 0 ? -1 : plan.slot[a] - plan.offsets[idx[a]];
+    for (int e = 0; e < E; e++) counts[e] = plan.counts[e];
+    dispatch_plan_free(&plan);
+}
+
+/* The README's example: 6 tokens, top-2, 3 experts, capacity 3. ex_scores are the router's
+ * softmax scores (N, E), each row summing to 1; ex_idx is their top-2. */
 enum { EX_N = 6, EX_K = 2, EX_E = 3, EX_CAP = 3 };
 static const int ex_idx[EX_N * EX_K] = {0, 1, 0, 2, 1, 0, 0, 1, 1, 0, 0, 2};
-static const float ex_w[EX_N * EX_K] = {0.6f, 0.4f, 0.7f, 0.3f, 0.55f, 0.45f,
-                                        0.9f, 0.1f, 0.8f, 0.2f, 0.6f,  0.4f};
+static const float ex_scores[EX_N * EX_E] = {0.5f, 0.45f, 0.05f, /* token 0 */
+                                             0.6f, 0.1f,  0.3f,  /* token 1 */
+                                             0.35f, 0.4f, 0.25f, /* token 2 */
+                                             0.7f, 0.2f,  0.1f,  /* token 3 */
+                                             0.3f, 0.6f,  0.1f,  /* token 4 */
+                                             0.5f, 0.15f, 0.35f}; /* token 5 */
 
 /* ---- task 1: capacity -------------------------------------------------------------------- */
 
@@ -287,8 +323,8 @@ START_TEST(position_dropless_matches_engine) {
      * the engine's dropless plan, slot - offsets[expert] */
     enum { N = 40, K = 2, E = 8 };
     int idx[N * K], slot[N * K], counts[E], want_slot[N * K];
-    float w[N * K];
-    random_routing(idx, w, N, E, K, 501);
+    float scores[N * E], w[N * K];
+    random_routing(scores, idx, w, N, E, K, 501);
     DispatchPlan plan;
     dispatch_plan_alloc(&plan, N, E, K);
     dispatch_plan_build(&plan, idx, N);
@@ -300,6 +336,20 @@ START_TEST(position_dropless_matches_engine) {
 }
 END_TEST
 
+START_TEST(position_matches_engine) {
+    /* with drops: the engine's capacity plan under moe.drop_policy=position */
+    enum { N = 48, K = 2, E = 6, PERMILLE = 750 };
+    const int cap = ref_capacity(N, K, E, PERMILLE, 1);
+    int idx[N * K], slot[N * K], counts[E], want_slot[N * K], want_counts[E];
+    float scores[N * E], w[N * K];
+    random_routing(scores, idx, w, N, E, K, 505);
+    engine_keep(want_slot, want_counts, idx, scores, N, K, E, PERMILLE, MOE_DROP_POSITION);
+    LAB_CALL(lab_keep_position(slot, counts, idx, N, K, E, cap));
+    EXPECT_KEEP(slot, counts, want_slot, want_counts, idx, NULL, N, K, E, cap,
+                "capacity factor 0.75 against the engine's capacity plan (drop policy position)");
+}
+END_TEST
+
 START_TEST(position_random) {
     static const struct {
         int N, E, K, permille;
@@ -308,9 +358,9 @@ START_TEST(position_random) {
         const int N = cases[c].N, E = cases[c].E, K = cases[c].K;
         const int cap = ref_capacity(N, K, E, cases[c].permille, 1);
         int idx[64 * 3], slot[64 * 3], counts[8], want_slot[64 * 3], want_counts[8];
-        float w[64 * 3];
+        float scores[64 * 8], w[64 * 3];
         char what[128];
-        random_routing(idx, w, N, E, K, 510 + c);
+        random_routing(scores, idx, w, N, E, K, 510 + c);
         ref_keep(want_slot, want_counts, idx, NULL, N, K, E, cap);
         LAB_CALL(lab_keep_position(slot, counts, idx, N, K, E, cap));
         snprintf(what, sizeof what, "random top-%d routing, capacity factor %g", K,
@@ -323,64 +373,95 @@ END_TEST
 /* ---- task 3: keep by score --------------------------------------------------------------- */
 
 START_TEST(score_readme_example) {
-    /* expert 0 ranks tokens 3 (0.9), 1 (0.7), 0 (0.6), 5 (0.6, loses the tie to token 0),
-     * 2, 4 and keeps 0 1 3; expert 1 ranks 4 (0.8), 2, 0, 3 and keeps 0 2 4; expert 2 keeps
-     * 1 and 5. Slots count the kept ones in token order. */
+    /* expert 0 ranks tokens 3 (0.7), 1 (0.6), 0 (0.5), 5 (0.5, loses the tie to token 0),
+     * 2 (0.35), 4 (0.3) and keeps 0 1 3; expert 1 ranks 4 (0.6), 0 (0.45), 2 (0.4), 3 (0.2)
+     * and keeps 0 2 4; expert 2 keeps 1 and 5. Slots count the kept ones in token order.
+     * Ranking expert 0 by the renormalised weight instead would keep token 5 (0.5 / 0.85 =
+     * 0.59) over token 0 (0.5 / 0.95 = 0.53). */
     static const int want_slot[EX_N * EX_K] = {0, 0, 1, 0, 1, -1, 2, -1, 2, -1, -1, 1};
     static const int want_counts[EX_E] = {3, 3, 2};
     int slot[EX_N * EX_K], counts[EX_E];
-    LAB_CALL(lab_keep_score(slot, counts, ex_idx, ex_w, EX_N, EX_K, EX_E, EX_CAP));
-    EXPECT_KEEP(slot, counts, want_slot, want_counts, ex_idx, ex_w, EX_N, EX_K, EX_E, EX_CAP,
+    float key[EX_N * EX_K];
+    assignment_scores(key, ex_scores, ex_idx, EX_N, EX_K, EX_E);
+    LAB_CALL(lab_keep_score(slot, counts, ex_idx, ex_scores, EX_N, EX_K, EX_E, EX_CAP));
+    EXPECT_KEEP(slot, counts, want_slot, want_counts, ex_idx, key, EX_N, EX_K, EX_E, EX_CAP,
                 "the README's example, keep by score");
 }
 END_TEST
 
 START_TEST(score_slots_in_token_order) {
-    /* K = 1, one expert, capacity 2: the weights rise with the token, so tokens 2 and 3 are
-     * kept; token 2 comes first in token order and gets slot 0, although token 3 ranks first */
-    enum { N = 4, K = 1, E = 1, CAP = 2 };
+    /* K = 1, every token on expert 0, capacity 2: the scores rise with the token, so tokens 2
+     * and 3 are kept; token 2 comes first in token order and gets slot 0, although token 3
+     * ranks first. Expert 1 receives nothing. */
+    enum { N = 4, K = 1, E = 2, CAP = 2 };
     static const int idx[N] = {0, 0, 0, 0};
-    static const float w[N] = {0.1f, 0.2f, 0.3f, 0.4f};
-    static const int want_slot[N] = {-1, -1, 0, 1}, want_counts[E] = {2};
+    static const float scores[N * E] = {0.55f, 0.45f, 0.6f, 0.4f, 0.7f, 0.3f, 0.8f, 0.2f};
+    static const int want_slot[N] = {-1, -1, 0, 1}, want_counts[E] = {2, 0};
     int slot[N], counts[E];
-    LAB_CALL(lab_keep_score(slot, counts, idx, w, N, K, E, CAP));
-    EXPECT_KEEP(slot, counts, want_slot, want_counts, idx, w, N, K, E, CAP,
-                "the highest weights are kept, but slots number them in token order");
+    float key[N * K];
+    assignment_scores(key, scores, idx, N, K, E);
+    LAB_CALL(lab_keep_score(slot, counts, idx, scores, N, K, E, CAP));
+    EXPECT_KEEP(slot, counts, want_slot, want_counts, idx, key, N, K, E, CAP,
+                "the highest scores are kept, but slots number them in token order");
 }
 END_TEST
 
 START_TEST(score_ties_to_lower_token) {
-    /* four equal weights for expert 0, capacity 2: tokens 0 and 1 win; expert 2 is idle */
+    /* every token scores its two experts 0.45 each: four equal scores at experts 0 and 1,
+     * capacity 2: tokens 0 and 1 win; expert 2 is idle */
     enum { N = 4, K = 2, E = 3, CAP = 2 };
     static const int idx[N * K] = {0, 1, 0, 1, 1, 0, 0, 1};
-    static const float w[N * K] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+    static const float scores[N * E] = {0.45f, 0.45f, 0.1f, 0.45f, 0.45f, 0.1f,
+                                        0.45f, 0.45f, 0.1f, 0.45f, 0.45f, 0.1f};
     static const int want_slot[N * K] = {0, 0, 1, 1, -1, -1, -1, -1};
     static const int want_counts[E] = {2, 2, 0};
     int slot[N * K], counts[E];
+    float key[N * K];
+    assignment_scores(key, scores, idx, N, K, E);
     for (int a = 0; a < N * K; a++) slot[a] = 7;
     for (int e = 0; e < E; e++) counts[e] = 99;
-    LAB_CALL(lab_keep_score(slot, counts, idx, w, N, K, E, CAP));
-    EXPECT_KEEP(slot, counts, want_slot, want_counts, idx, w, N, K, E, CAP,
-                "equal weights: the lower token wins (expert 2 idle, tokens 2 and 3 dropped)");
+    LAB_CALL(lab_keep_score(slot, counts, idx, scores, N, K, E, CAP));
+    EXPECT_KEEP(slot, counts, want_slot, want_counts, idx, key, N, K, E, CAP,
+                "equal scores: the lower token wins (expert 2 idle, tokens 2 and 3 dropped)");
 }
 END_TEST
 
 START_TEST(score_token_fully_dropped) {
-    /* capacity 1: token 1 has the lower weight at both of its experts and loses both */
+    /* capacity 1: token 1 scores lower than token 0 at both of its experts and loses both;
+     * token 2 keeps expert 2 and loses expert 0 to token 0 */
     enum { N = 3, K = 2, E = 3, CAP = 1 };
     static const int idx[N * K] = {0, 1, 0, 1, 2, 0};
-    static const float w[N * K] = {0.6f, 0.4f, 0.55f, 0.3f, 0.8f, 0.2f};
+    static const float scores[N * E] = {0.5f, 0.35f, 0.15f, 0.45f, 0.3f, 0.25f,
+                                        0.3f, 0.1f,  0.6f};
     static const int want_slot[N * K] = {0, 0, -1, -1, 0, -1};
     static const int want_counts[E] = {1, 1, 1};
     int slot[N * K], counts[E];
-    LAB_CALL(lab_keep_score(slot, counts, idx, w, N, K, E, CAP));
-    EXPECT_KEEP(slot, counts, want_slot, want_counts, idx, w, N, K, E, CAP,
+    float key[N * K];
+    assignment_scores(key, scores, idx, N, K, E);
+    LAB_CALL(lab_keep_score(slot, counts, idx, scores, N, K, E, CAP));
+    EXPECT_KEEP(slot, counts, want_slot, want_counts, idx, key, N, K, E, CAP,
                 "capacity 1: token 1 loses at both its experts");
 }
 END_TEST
 
+START_TEST(score_matches_engine) {
+    /* the engine's capacity plan under moe.drop_policy=score, which ranks by the same router
+     * scores (src/moe/capacity.c) */
+    enum { N = 48, K = 2, E = 6, PERMILLE = 750 };
+    const int cap = ref_capacity(N, K, E, PERMILLE, 1);
+    int idx[N * K], slot[N * K], counts[E], want_slot[N * K], want_counts[E];
+    float scores[N * E], w[N * K], key[N * K];
+    random_routing(scores, idx, w, N, E, K, 515);
+    assignment_scores(key, scores, idx, N, K, E);
+    engine_keep(want_slot, want_counts, idx, scores, N, K, E, PERMILLE, MOE_DROP_SCORE);
+    LAB_CALL(lab_keep_score(slot, counts, idx, scores, N, K, E, cap));
+    EXPECT_KEEP(slot, counts, want_slot, want_counts, idx, key, N, K, E, cap,
+                "capacity factor 0.75 against the engine's capacity plan (drop policy score)");
+}
+END_TEST
+
 START_TEST(score_random) {
-    /* weights from the engine, and the same routing with weights rounded to eighths (many
+    /* scores from the engine, and the same routing with its scores rounded to eighths (many
      * ties), against the grader's reference */
     static const struct {
         int N, E, K, permille;
@@ -390,16 +471,17 @@ START_TEST(score_random) {
             const int N = cases[c].N, E = cases[c].E, K = cases[c].K;
             const int cap = ref_capacity(N, K, E, cases[c].permille, 1);
             int idx[64 * 3], slot[64 * 3], counts[8], want_slot[64 * 3], want_counts[8];
-            float w[64 * 3];
+            float scores[64 * 8], w[64 * 3], key[64 * 3];
             char what[128];
-            random_routing(idx, w, N, E, K, 520 + c);
+            random_routing(scores, idx, w, N, E, K, 520 + c);
             if (tied)
-                for (int a = 0; a < N * K; a++) w[a] = roundf(w[a] * 8.0f) / 8.0f;
-            ref_keep(want_slot, want_counts, idx, w, N, K, E, cap);
-            LAB_CALL(lab_keep_score(slot, counts, idx, w, N, K, E, cap));
+                for (int i = 0; i < N * E; i++) scores[i] = roundf(scores[i] * 8.0f) / 8.0f;
+            assignment_scores(key, scores, idx, N, K, E);
+            ref_keep(want_slot, want_counts, idx, key, N, K, E, cap);
+            LAB_CALL(lab_keep_score(slot, counts, idx, scores, N, K, E, cap));
             snprintf(what, sizeof what, "random top-%d routing, capacity factor %g%s", K,
-                     cases[c].permille / 1000.0, tied ? ", weights rounded to eighths (ties)" : "");
-            EXPECT_KEEP(slot, counts, want_slot, want_counts, idx, w, N, K, E, cap, what);
+                     cases[c].permille / 1000.0, tied ? ", scores rounded to eighths (ties)" : "");
+            EXPECT_KEEP(slot, counts, want_slot, want_counts, idx, key, N, K, E, cap, what);
         }
 }
 END_TEST
@@ -448,8 +530,8 @@ START_TEST(combine_dropless_matches_engine) {
      * rows from offsets[e]; the padded one from e * N. */
     enum { N = 24, K = 2, E = 4, C = 5 };
     int idx[N * K], slot[N * K], counts[E];
-    float w[N * K], packed[N * K * C], padded[E * N * C], y[N * C], want[N * C];
-    random_routing(idx, w, N, E, K, 601);
+    float scores[N * E], w[N * K], packed[N * K * C], padded[E * N * C], y[N * C], want[N * C];
+    random_routing(scores, idx, w, N, E, K, 601);
     fill_uniform(packed, N * K * C, 1.0f, 602);
     for (int i = 0; i < E * N * C; i++) padded[i] = NAN;
     DispatchPlan plan;
@@ -471,15 +553,16 @@ START_TEST(combine_random) {
      * reading a dropped assignment (slot -1) or a row past counts shows up. */
     enum { N = 48, K = 2, E = 6, C = 7 };
     int idx[N * K], slot[N * K], counts[E];
-    float w[N * K], y[N * C], want[N * C];
-    random_routing(idx, w, N, E, K, 610);
+    float scores[N * E], w[N * K], key[N * K], y[N * C], want[N * C];
+    random_routing(scores, idx, w, N, E, K, 610);
+    assignment_scores(key, scores, idx, N, K, E);
     for (int policy = 0; policy < 2; policy++) {
         const int cap = ref_capacity(N, K, E, policy ? 750 : 1000, 1);
         float buf[(1 + E * N) * C];
         float *ye = buf + C;
         char what[128];
         for (int i = 0; i < (1 + E * N) * C; i++) buf[i] = NAN;
-        ref_keep(slot, counts, idx, policy ? w : NULL, N, K, E, cap);
+        ref_keep(slot, counts, idx, policy ? key : NULL, N, K, E, cap);
         for (int e = 0; e < E; e++)
             fill_uniform(ye + (size_t)e * cap * C, (size_t)counts[e] * C, 1.0f, 620 + e);
         ref_combine(want, ye, slot, idx, w, N, K, cap, C);
@@ -509,6 +592,7 @@ static Suite *capacity_lab_suite(void) {
     tcase_add_test(t2, position_idle_expert_and_dropped_token);
     tcase_add_test(t2, position_ignores_old_contents);
     tcase_add_test(t2, position_dropless_matches_engine);
+    tcase_add_test(t2, position_matches_engine);
     tcase_add_test(t2, position_random);
     suite_add_tcase(s, t2);
     TCase *t3 = tcase_create("task3_score");
@@ -516,6 +600,7 @@ static Suite *capacity_lab_suite(void) {
     tcase_add_test(t3, score_slots_in_token_order);
     tcase_add_test(t3, score_ties_to_lower_token);
     tcase_add_test(t3, score_token_fully_dropped);
+    tcase_add_test(t3, score_matches_engine);
     tcase_add_test(t3, score_random);
     suite_add_tcase(s, t3);
     TCase *t4 = tcase_create("task4_combine");

@@ -3,7 +3,7 @@
  *
  *   capacity = max(min_capacity, ceil(factor * tokens * top_k / E)), at most tokens
  *   keep by position: first come, first served, in token order
- *   keep by score: each expert keeps its highest-weight assignments, listed in token order
+ *   keep by score: each expert keeps its highest router scores, listed in token order
  *   combine: y (N, C) = sum over kept assignments of w * ye[expert e, slot], from e * capacity
  *
  * Plain serial loops: the point is which assignments survive and where they land.
@@ -43,23 +43,26 @@ void lab_keep_position(int *slot, int *counts, const int *idx, int N, int K, int
 /* One assignment in the ranking of task 3. */
 typedef struct {
     int expert;
-    float w;
-    int a; /* n * K + k */
+    float score; /* scores[n, expert]: how much token n wants this expert */
+    int a;       /* n * K + k */
 } Ranked;
 
-/* By expert, then descending weight, then ascending assignment index: a total order (every
+/* By expert, then descending score, then ascending assignment index: a total order (every
  * assignment index is distinct), so qsort, which is not stable, still gives one answer. */
 static int ranked_cmp(const void *pa, const void *pb) {
     const Ranked *x = pa, *y = pb;
     if (x->expert != y->expert) return x->expert < y->expert ? -1 : 1;
-    if (x->w != y->w) return x->w > y->w ? -1 : 1;
+    if (x->score != y->score) return x->score > y->score ? -1 : 1;
     return (x->a > y->a) - (x->a < y->a);
 }
 
-void lab_keep_score(int *slot, int *counts, const int *idx, const float *w, int N, int K, int E,
-                    int capacity) {
-    /* slot (N * K) written, counts (E) written, idx (N, K), w (N, K).
-     * Two passes. First decide who stays: sort the assignments by (expert, weight down,
+void lab_keep_score(int *slot, int *counts, const int *idx, const float *scores, int N, int K,
+                    int E, int capacity) {
+    /* slot (N * K) written, counts (E) written, idx (N, K), scores (N, E).
+     * The key of assignment a = n * K + k is the router's score of its expert for its token,
+     * scores[n * E + idx[a]]: the token's affinity to that one expert, comparable across
+     * tokens (a renormalised gate weight would also depend on the token's other choices).
+     * Two passes. First decide who stays: sort the assignments by (expert, score down,
      * index up); the first `capacity` of each expert's run are kept (slot[a] = 0 marks them
      * for now). Then number the kept ones in assignment order, as task 2 does, so an expert's
      * rows in the buffer stay in token order whichever policy chose them. */
@@ -69,7 +72,7 @@ void lab_keep_score(int *slot, int *counts, const int *idx, const float *w, int 
         fprintf(stderr, "capacity_lab: out of memory\n");
         exit(1);
     }
-    for (int a = 0; a < NK; a++) r[a] = (Ranked){idx[a], w[a], a};
+    for (int a = 0; a < NK; a++) r[a] = (Ranked){idx[a], scores[(size_t)(a / K) * E + idx[a]], a};
     qsort(r, (size_t)NK, sizeof(Ranked), ranked_cmp);
     for (int i = 0, rank = 0; i < NK; i++) {
         rank = i > 0 && r[i].expert == r[i - 1].expert ? rank + 1 : 0; /* place in its run */

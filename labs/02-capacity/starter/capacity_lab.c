@@ -3,7 +3,7 @@
  * (assignment: labs/02-capacity/README.md).
  *
  *   task 1: capacity = max(min_capacity, ceil(factor * tokens * top_k / E)), at most tokens
- *   task 2: keep by position   task 3: keep by score   -> slot (N*K), counts (E)
+ *   task 2: keep by position   task 3: keep by router score   -> slot (N*K), counts (E)
  *   task 4: y (N, C) = sum over kept assignments of w * ye[expert, slot]
  *
  * Each function below is a stub: it fills its outputs with -1 / NaN and calls lab_todo(),
@@ -39,12 +39,13 @@ void lab_keep_position(int *slot, int *counts, const int *idx, int N, int K, int
     lab_todo(2, "lab_keep_position");
 }
 
-void lab_keep_score(int *slot, int *counts, const int *idx, const float *w, int N, int K, int E,
-                    int capacity) {
-    /* TODO task 3: an assignment a of expert e is kept when fewer than `capacity` other
-     * assignments of e beat it: a higher weight w, or an equal weight and a lower index
-     * (n * K + k). Then number each expert's kept assignments 0, 1, ... in assignment order
-     * (token order), as in task 2: slot[a] is that number, -1 when dropped. counts (E). */
+void lab_keep_score(int *slot, int *counts, const int *idx, const float *scores, int N, int K,
+                    int E, int capacity) {
+    /* TODO task 3: assignment a = n * K + k of expert e = idx[a] has the router score
+     * scores[n * E + e]. It is kept when fewer than `capacity` other assignments of e beat it:
+     * a higher score, or an equal score and a lower index. Then number each expert's kept
+     * assignments 0, 1, ... in assignment order (token order), as in task 2: slot[a] is that
+     * number, -1 when dropped. counts (E). */
     for (int a = 0; a < N * K; a++) slot[a] = -1;
     for (int e = 0; e < E; e++) counts[e] = -1;
     lab_todo(3, "lab_keep_score");
