@@ -202,9 +202,10 @@ function prose(doc, i, line,   rest, out, p, e, spec, before, at, q, v, clean, t
     gsub(/\]\([^)]*\)/, "]", clean)
     while (match(clean, /[0-9][0-9,]*(\.[0-9]+)?( ?%)?/)) {
         tok = substr(clean, RSTART, RLENGTH)
-        # part of a word (cf0.5, x4.82, drop-0.25) is a name, not a number
+        # part of a word (cf0.5, x4.82, drop-0.25, arXiv:2101.03961) is a name, not a number
         pre = RSTART > 1 ? substr(clean, RSTART - 1, 1) : ""
         if (pre == "-" && RSTART > 2 && substr(clean, RSTART - 2, 1) ~ /[A-Za-z]/) pre = "a"
+        if (RSTART > 6 && substr(clean, RSTART - 6, 6) == "arXiv:") pre = "a"   # a reference
         clean = substr(clean, RSTART + RLENGTH)
         sub(/,+$/, "", tok)
         if (pre ~ /[A-Za-z0-9_.]/) continue
