@@ -67,10 +67,11 @@ fails "missing row" 's/or 2\.08<!-- ch\/summary\.csv base/or 2.08<!-- ch\/summar
 fails "missing column" 's/or 2\.08<!-- ch\/summary\.csv base val_loss/or 2.08<!-- ch\/summary.csv base val_los/' \
     "no column 'val_los' (columns: variant, val_loss"
 fails "missing text" 's/after "MaxVio mean "/after "MaxVio median "/' 'no "MaxVio median " in ch/summary.md'
-fails "unmarked number" 's/^are not prose\./are not prose, unlike 2.13./' "number.md:21: unmarked number 2.13"
+fails "unmarked number" 's/^are not prose\./are not prose, unlike 2.13./' "number.md:22: unmarked number 2.13"
 fails "unmarked percentage" 's/^are not prose\./are not prose, unlike 64 %./' "unmarked number 64 %"
 fails "unmarked table cell" 's/^| z-off | 2\.1241 | 6447 \/ 9937 |/&\n\n| x | 0.5 |/' "unmarked number 0.5"
 fails "a marker after a blank" 's/or 2\.08</or 2.08 </' "unmarked number 2.08"
+fails "wrong max" 's/^to 2\.1241<!-- = max/to 2.0784<!-- = max/' 'quotes 2.0784 but = max(\[ch/summary.csv z-off val_loss\], \[ch/summary.csv base val_loss\]) is 2.1241'
 fails "a bad expression" 's/ - \[ch\/summary.csv base val_loss\] -->/ - -->/' 'the expression ends too early'
 fails "an unbalanced expression" 's/= \[ch\/summary.csv z-off val_loss\] - /= ([ch\/summary.csv z-off val_loss] - /' 'a ( without its )'
 

@@ -372,8 +372,8 @@ function tokenize(s,   i, c, j) {
             if (!j) { ERR = "a [ without its ]"; return 0 }
             X[++ntok] = substr(s, i, j); i += j; continue
         }
-        if (index("+-*/()", c)) { X[++ntok] = c; i++; continue }
-        if (substr(s, i, 3) == "abs") { X[++ntok] = "abs"; i += 3; continue }
+        if (index("+-*/(),", c)) { X[++ntok] = c; i++; continue }
+        if (substr(s, i, 3) ~ /^(abs|min|max)$/) { X[++ntok] = substr(s, i, 3); i += 3; continue }
         if (match(substr(s, i), /^[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?/)) { X[++ntok] = substr(s, i, RLENGTH); i += RLENGTH; continue }
         ERR = "cannot read '" substr(s, i) "' in the expression"; return 0
     }
@@ -398,10 +398,20 @@ function e_term(   v, op, d) {
     }
     return v
 }
-function e_factor(   t, v) {
+function e_factor(   t, v, w) {
     if (pos > ntok) { ERR = "the expression ends too early"; return 0 }
     t = X[pos++]
     if (t == "-") return -e_factor()
+    if (t == "min" || t == "max") {   # min(a, b, ...), max(a, b, ...)
+        if (X[pos++] != "(") { ERR = t " needs ( )"; return 0 }
+        v = e_sum()
+        while (ERR == "" && X[pos] == ",") {
+            pos++; w = e_sum()
+            if ((t == "min" && w < v) || (t == "max" && w > v)) v = w
+        }
+        if (X[pos++] != ")") { if (ERR == "") ERR = "a ( without its )"; return 0 }
+        return v
+    }
     if (t == "(" || t == "abs") {
         if (t == "abs" && X[pos++] != "(") { ERR = "abs needs ( )"; return 0 }
         v = e_sum()
