@@ -1,10 +1,14 @@
 /*
- * import.c: settings and weights from a safetensors file. See import.h.
+ * import.c: settings and weights from a safetensors file, and `moe export`'s writer. See
+ * import.h.
  *
  * Settings are assembled in three layers, later winning: the caller's, the file's metadata
  * and what the tensor shapes say. Every value goes through config_set as a "key=value" string,
  * so the range checks (and their messages) are the ones a config file gets. The shapes come
- * last because they are facts about the weights, while the metadata is only a claim.
+ * last because they are facts about the weights, while the metadata is only a claim. Then
+ * every setting that changes the function and that no shape shows must have been stated, by
+ * the file or by the caller: a default is a guess, and a wrong guess would give a model that
+ * loads cleanly and computes something else.
  */
 #include "import.h"
 
@@ -270,9 +274,15 @@ static int function_keys(const Config *c, const char **keys) {
     keys[n++] = "model.seq_len"; /* the context of every evaluation window */
     keys[n++] = "model.rope_theta";
     if (c->num_experts == 0) return n;
-    const char *moe[] = {"moe.top_k",   "moe.norm_topk", "moe.score",
-                         "moe.topk_before_softmax", "moe.route_scale", "moe.balance",
-                         "moe.routing", "moe.capacity_factor", "moe.eval_capacity_factor"};
+    const char *moe[] = {"moe.top_k",
+                         "moe.norm_topk",
+                         "moe.score",
+                         "moe.topk_before_softmax",
+                         "moe.route_scale",
+                         "moe.balance",
+                         "moe.routing",
+                         "moe.capacity_factor",
+                         "moe.eval_capacity_factor"};
     for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) keys[n++] = moe[i];
     if (c->routing == MOE_ROUTING_EXPERT_CHOICE) keys[n++] = "moe.ec_capacity";
     if (c->capacity_factor > 0.0f || c->eval_capacity_factor > 0.0f) {

@@ -93,8 +93,8 @@ enum { META_BARE = 1, META_CONFIG = 2 };
 /* The settings that change an MoE model's function other than model.n_head, as a caller
  * would state them for a file without metadata (--set lines): small_config's values. */
 #define MOE_GIVEN                                                                                  \
-    "model.seq_len=8\nmodel.rope_theta=10000\nmoe.top_k=2\nmoe.norm_topk=1\n"                    \
-    "moe.score=softmax\nmoe.topk_before_softmax=0\nmoe.route_scale=1\nmoe.balance=aux\n"         \
+    "model.seq_len=8\nmodel.rope_theta=10000\nmoe.top_k=2\nmoe.norm_topk=1\n"                      \
+    "moe.score=softmax\nmoe.topk_before_softmax=0\nmoe.route_scale=1\nmoe.balance=aux\n"           \
     "moe.routing=token_choice\nmoe.capacity_factor=0\nmoe.eval_capacity_factor=-1\n"
 
 /* The parameters of m as `moe export` names them, leaving out the tensor named skip. Returns
@@ -259,8 +259,8 @@ START_TEST(test_config_from_shapes) {
     Config c;
     config_defaults(&c);
     set(&c, "model.n_head=4");
-    ck_assert_msg(import_config(&c, &st, MOE_GIVEN "model.n_head=4\n", err, sizeof err) == 0,
-                  "%s", err);
+    ck_assert_msg(import_config(&c, &st, MOE_GIVEN "model.n_head=4\n", err, sizeof err) == 0, "%s",
+                  err);
     ck_assert_msg(config_same_shape(&ca, &c, why, sizeof why) == 0, "n_head should differ");
     ck_assert_int_eq(c.n_head, 4);
     ck_assert_int_eq(c.d_model, 16);
@@ -315,12 +315,21 @@ END_TEST
  * bare keys), is refused by name with the --set that supplies it; given by the caller it is
  * accepted. A capacity-bound expert-choice model needs its extra keys too. */
 START_TEST(test_config_function_keys) {
-    static const char *const keys[] = {
-        "model.n_head",        "model.seq_len",          "model.rope_theta",
-        "moe.top_k",           "moe.norm_topk",          "moe.score",
-        "moe.topk_before_softmax", "moe.route_scale",    "moe.balance",
-        "moe.routing",         "moe.capacity_factor",    "moe.eval_capacity_factor",
-        "moe.capacity_scope",  "moe.min_capacity",       "moe.drop_policy"};
+    static const char *const keys[] = {"model.n_head",
+                                       "model.seq_len",
+                                       "model.rope_theta",
+                                       "moe.top_k",
+                                       "moe.norm_topk",
+                                       "moe.score",
+                                       "moe.topk_before_softmax",
+                                       "moe.route_scale",
+                                       "moe.balance",
+                                       "moe.routing",
+                                       "moe.capacity_factor",
+                                       "moe.eval_capacity_factor",
+                                       "moe.capacity_scope",
+                                       "moe.min_capacity",
+                                       "moe.drop_policy"};
     Config ca = small_config(1);
     set(&ca, "moe.capacity_factor=1.25"); /* so the capacity keys apply */
     Model a;
@@ -617,7 +626,8 @@ START_TEST(test_checksum_mutations) {
     model_free(&m);
     long size;
     FILE *f = fopen(path, "rb");
-    ck_assert(f && fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0);
+    ck_assert(f && fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0 &&
+              fseek(f, 0, SEEK_SET) == 0);
     uint8_t *orig = (uint8_t *)malloc_check((size_t)size);
     ck_assert(fread(orig, 1, (size_t)size, f) == (size_t)size);
     fclose(f);

@@ -164,8 +164,7 @@ static const char *header_meta(const Header *h, const char *key) {
  * the value's 8 digits as '0'. json (hlen bytes) is the header as read; its digits are zeroed
  * here. Sets *verified to 1 when checked, 0 when the file has no checksum at all. */
 static int check_crc(const Header *h, char *json, uint64_t hlen, const uint8_t *len8, FILE *f,
-                     uint64_t data_bytes, const char *path, int *verified, char *err,
-                     int errlen) {
+                     uint64_t data_bytes, const char *path, int *verified, char *err, int errlen) {
     const char *crc = header_meta(h, ST_CRC_KEY), *covers = header_meta(h, ST_CRC_COVERS_KEY);
     *verified = 0;
     if (!crc && !covers) return 0;
@@ -190,8 +189,8 @@ static int check_crc(const Header *h, char *json, uint64_t hlen, const uint8_t *
         size_t k = left < (1u << 16) ? (size_t)left : (size_t)1 << 16;
         if (fread(buf, 1, k, f) != k) {
             free(buf);
-            return set_error(err, errlen, "safetensors '%s': read error (%s); check the disk",
-                             path, strerror(errno));
+            return set_error(err, errlen, "safetensors '%s': read error (%s); check the disk", path,
+                             strerror(errno));
         }
         sum = crc32_update(sum, buf, k);
         left -= k;
