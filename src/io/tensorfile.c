@@ -352,14 +352,25 @@ static void text_json_string(Text *t, const char *s) {
     text_put(t, "\"");
 }
 
-int safetensors_write(const char *path, const TensorRef *entries, int n,
-                      const char *const *meta_keys, const char *const *meta_values, int n_meta,
-                      char *err, int errlen) {
+/* The two metadata entries of a checksummed file (tensorfile.h): the CRC-32 and what it covers.
+ * The second is also a marker: a file with only one of the two was damaged. */
+#define ST_CRC_COVERS "the whole file, with the 8 hex digits of moe.crc32 read as ASCII '0'"
+
+static int write_st(const char *path, const TensorRef *entries, int n, const char *const *meta_keys,
+                    const char *const *meta_values, int n_meta, int checksum, char *err,
+                    int errlen) {
     Text t = {(char *)malloc_check(256), 0, 256};
     t.s[0] = 0;
     text_put(&t, "{\"__metadata__\":{");
+    size_t digits = 0; /* where the 8 hex digits of moe.crc32 go in the header */
+    if (checksum) {
+        text_put(&t, "\"" ST_CRC_KEY "\":\"");
+        digits = t.len;
+        text_put(&t, "00000000\",\"" ST_CRC_COVERS_KEY "\":");
+        text_json_string(&t, ST_CRC_COVERS);
+    }
     for (int i = 0; i < n_meta; i++) {
-        text_put(&t, i ? "," : "");
+        text_put(&t, i || checksum ? "," : "");
         text_json_string(&t, meta_keys[i]);
         text_put(&t, ":");
         text_json_string(&t, meta_values[i]);
@@ -397,10 +408,29 @@ int safetensors_write(const char *path, const TensorRef *entries, int n,
     le_put_u64(len8, t.len);
     bufs[0] = len8, lens[0] = 8;
     bufs[1] = t.s, lens[1] = t.len;
+    if (checksum) { /* every byte of the file, the digits still "00000000" */
+        uint32_t crc = 0;
+        for (int b = 0; b < nb; b++) crc = crc32_update(crc, bufs[b], lens[b]);
+        char hex[9];
+        snprintf(hex, sizeof hex, "%08x", crc);
+        memcpy(t.s + digits, hex, 8);
+    }
     rc = write_atomic(path, bufs, lens, nb, err, errlen);
 done:
     free(bufs);
     free(lens);
     free(t.s);
     return rc;
+}
+
+int safetensors_write(const char *path, const TensorRef *entries, int n,
+                      const char *const *meta_keys, const char *const *meta_values, int n_meta,
+                      char *err, int errlen) {
+    return write_st(path, entries, n, meta_keys, meta_values, n_meta, 0, err, errlen);
+}
+
+int safetensors_write_checksummed(const char *path, const TensorRef *entries, int n,
+                                  const char *const *meta_keys, const char *const *meta_values,
+                                  int n_meta, char *err, int errlen) {
+    return write_st(path, entries, n, meta_keys, meta_values, n_meta, 1, err, errlen);
 }

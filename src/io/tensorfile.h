@@ -69,10 +69,27 @@ void ckpt_free(Ckpt *ck);
  *    "data_offsets": [begin, end]}, ...}
  * padded with spaces to a multiple of 8, then the raw data; begin and end count bytes from the
  * start of the data. Only F32 entries are written. Metadata keys and values are written as JSON
- * strings, so quotes, backslashes and newlines (a multi-line config text) survive the trip. */
+ * strings, so quotes, backslashes and newlines (a multi-line config text) survive the trip.
+ * safetensors_write writes the file as any writer would, without a checksum. */
 int safetensors_write(const char *path, const TensorRef *entries, int n,
                       const char *const *meta_keys, const char *const *meta_values, int n_meta,
                       char *err, int errlen);
+
+/* The same file with a checksum (what `moe export` writes): the metadata starts with
+ *   "moe.crc32": "hhhhhhhh"         CRC-32 (crc32_update: IEEE, reflected 0xEDB88320) of every
+ *                                   byte of the file (length field, header with its padding,
+ *                                   data) computed with these 8 digits written as "00000000";
+ *                                   8 lowercase hex digits, spelled literally (no \u escapes)
+ *   "moe.crc32_covers": "..."       a fixed sentence saying what the CRC covers. It is also a
+ *                                   marker: one byte changed in the name "moe.crc32" leaves it,
+ *                                   so the reader still knows the file was checksummed.
+ * safetensors_read verifies it: a file with neither entry is read unchecked (SafeTensors.checksum
+ * = 0); one with a single entry, a malformed value or a wrong CRC is refused. */
+#define ST_CRC_KEY "moe.crc32"
+#define ST_CRC_COVERS_KEY "moe.crc32_covers"
+int safetensors_write_checksummed(const char *path, const TensorRef *entries, int n,
+                                  const char *const *meta_keys, const char *const *meta_values,
+                                  int n_meta, char *err, int errlen);
 
 /* A safetensors file read into memory (safetensors.c). Every tensor comes back as float32:
  * F32 as stored, F16 and BF16 widened exactly; any other dtype is refused. */
@@ -83,13 +100,15 @@ typedef struct {
     char **meta_keys, **meta_values; /* (n_meta) the "__metadata__" map, NUL-terminated */
     void *buffer;                    /* owns the tensor data, each tensor 64-byte aligned */
     char *path;                      /* the file that was read, for messages */
+    int checksum; /* 1: its moe.crc32 was verified; 0: the file has none (not from moe export) */
 } SafeTensors;
 
 /* Reads and checks everything: the header length against the file size, the JSON (a strict
  * parser for exactly this format), dtypes, at most 3 dimensions, byte counts against shapes,
  * data_offsets that tile the data section exactly (in range, no overlap, no gap) and unique
- * names. On failure returns -1 (st left empty) with a message naming the file, the problem and
- * what to do. */
+ * names, and the moe.crc32 checksum when the file carries one (before any tensor is checked).
+ * On failure returns -1 (st left empty) with a message naming the file, the problem and what
+ * to do. */
 int safetensors_read(SafeTensors *st, const char *path, char *err, int errlen);
 void safetensors_free(SafeTensors *st);
 const TensorRef *safetensors_find(const SafeTensors *st, const char *name);
