@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/files.h"
 #include "moe/moe_ops.h"
 #include "util.h"
 
@@ -432,35 +433,55 @@ done:
 }
 
 int config_load_file(Config *c, const char *path, char *err, int errlen) {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return set_error(err, errlen,
-                         "cannot open config file '%s': %s; check the path given to "
-                         "--config",
-                         path, strerror(errno));
+    static const FileSpec spec = {"config file",
+                                  "pass a text file of key=value lines to --config (a run's "
+                                  "config.txt is one)",
+                                  "config.txt", MOE_CONFIG_MAX_BYTES};
+    enum { LINE_MAX_CHARS = 4094 };
+    uint64_t size;
+    FILE *f = open_regular(path, &spec, &size, err, errlen);
+    if (!f) return -1;
+    /* one byte past the limit is read, so a file that grew after the check is still refused;
+     * one more for the final line's terminator */
+    char *text = (char *)malloc_check(MOE_CONFIG_MAX_BYTES + 2);
+    size_t n = fread(text, 1, MOE_CONFIG_MAX_BYTES + 1, f);
+    int read_failed = ferror(f), saved = errno;
+    fclose(f);
+    int rc = 0, lineno = 0;
+    if (read_failed)
+        rc = set_error(err, errlen, "%s: read error: %s", path, strerror(saved));
+    else if (n > MOE_CONFIG_MAX_BYTES)
+        rc = set_error(err, errlen, "config file '%s' is over the %u-byte limit; %s", path,
+                       MOE_CONFIG_MAX_BYTES, spec.hint);
     Config tmp = *c; /* apply to a copy so a bad line leaves c as it was */
-    char line[4096], msg[768];
-    int lineno = 0, rc = 0;
-    while (fgets(line, sizeof line, f)) {
+    char msg[768];
+    for (size_t at = 0; rc == 0 && at < n;) {
         lineno++;
-        size_t n = strlen(line);
-        if (n == sizeof line - 1 && line[n - 1] != '\n' && !feof(f)) {
-            rc = set_error(err, errlen, "%s:%d: line longer than %zu characters", path, lineno,
-                           sizeof line - 2);
+        char *line = text + at, *nl = (char *)memchr(line, '\n', n - at);
+        size_t len = nl ? (size_t)(nl - line) : n - at;
+        at += len + (nl != NULL);
+        const char *nul = (const char *)memchr(line, '\0', len);
+        if (nul) {
+            rc = set_error(err, errlen,
+                           "%s:%d: NUL byte at column %d; a config file is text, key=value "
+                           "lines: check that this is the file you meant",
+                           path, lineno, (int)(nul - line) + 1);
             break;
         }
+        if (len > LINE_MAX_CHARS) {
+            rc = set_error(err, errlen, "%s:%d: line longer than %d characters", path, lineno,
+                           LINE_MAX_CHARS);
+            break;
+        }
+        line[len] = '\0';
         char *hash = strchr(line, '#');
         if (hash) *hash = '\0';
         char *t = trim(line);
         if (*t == '\0') continue;
-        if (config_set(&tmp, t, msg, sizeof msg) != 0) {
+        if (config_set(&tmp, t, msg, sizeof msg) != 0)
             rc = set_error(err, errlen, "%s:%d: %s", path, lineno, msg);
-            break;
-        }
     }
-    if (rc == 0 && ferror(f))
-        rc = set_error(err, errlen, "%s: read error: %s", path, strerror(errno));
-    fclose(f);
+    free(text);
     if (rc == 0) *c = tmp;
     return rc;
 }
