@@ -203,6 +203,9 @@ static const char *after_dot(const char *s) {
  * full names, the typo against the key's field part, and the two field parts (plus one, so
  * an exact full-name near miss wins a tie). */
 static const Key *nearest_key(const char *typo) {
+    /* key names are a few dozen characters: a far longer word is no typo of one, and the
+     * distances below cost its length times theirs */
+    if (strlen(typo) > 100) return NULL;
     const Key *best = NULL;
     int best_d = INT_MAX;
     const char *typo_field = strchr(typo, '.') ? after_dot(typo) : NULL;
@@ -441,18 +444,18 @@ int config_load_file(Config *c, const char *path, char *err, int errlen) {
     uint64_t size;
     FILE *f = open_regular(path, &spec, &size, err, errlen);
     if (!f) return -1;
-    /* one byte past the limit is read, so a file that grew after the check is still refused;
-     * one more for the final line's terminator */
-    char *text = (char *)malloc_check(MOE_CONFIG_MAX_BYTES + 2);
-    size_t n = fread(text, 1, MOE_CONFIG_MAX_BYTES + 1, f);
+    /* size is at most the limit (open_regular checked); one byte more is asked for, so a
+     * file that grew since is noticed, and one more holds the final line's terminator */
+    char *text = (char *)malloc_check((size_t)size + 2);
+    size_t n = fread(text, 1, (size_t)size + 1, f);
     int read_failed = ferror(f), saved = errno;
     fclose(f);
     int rc = 0, lineno = 0;
     if (read_failed)
         rc = set_error(err, errlen, "%s: read error: %s", path, strerror(saved));
-    else if (n > MOE_CONFIG_MAX_BYTES)
-        rc = set_error(err, errlen, "config file '%s' is over the %u-byte limit; %s", path,
-                       MOE_CONFIG_MAX_BYTES, spec.hint);
+    else if (n > size)
+        rc = set_error(err, errlen, "config file '%s' changed while it was read; try again",
+                       path);
     Config tmp = *c; /* apply to a copy so a bad line leaves c as it was */
     char msg[768];
     for (size_t at = 0; rc == 0 && at < n;) {
