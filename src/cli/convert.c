@@ -29,6 +29,16 @@ static void refuse_existing(const char *cmd, const char *path) {
                         cmd, path);
 }
 
+/* The writers go through "<out>.tmp" (io/files.h), so that name must not be the input either. */
+static void refuse_input_as_output(const char *cmd, const char *out, const char *in) {
+    char tmp[MOE_PATH_MAX + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    if (same_file(tmp, in))
+        moe_input_error("%s: writing --out %s goes through %s, which is the input; choose "
+                        "another --out (nothing was changed)",
+                        cmd, out, tmp);
+}
+
 static void save_or_exit(const Model *m, const char *path) {
     char err[1024];
     if (checkpoint_save(m, NULL, path, err, sizeof err) != 0)
@@ -42,6 +52,8 @@ int cmd_export(int argc, char **argv) {
     Opts o;
     parse_opts(&o, "export", "--ckpt --out", argc, argv);
     if (!o.ckpt || !o.out) usage_error("export", "%s", "--ckpt PATH and --out FILE are required");
+    refuse_existing("export", o.out); /* also an --out that is the --ckpt itself */
+    refuse_input_as_output("export", o.out, o.ckpt);
     Config c;
     load_ckpt_config(&c, o.ckpt);
     Model m;
@@ -80,6 +92,7 @@ int cmd_import(int argc, char **argv) {
     if (!o.from || !o.out)
         usage_error("import", "%s", "--from FILE.safetensors and --out CKPT are required");
     refuse_existing("import", o.out);
+    refuse_input_as_output("import", o.out, o.from);
     char err[1024];
     SafeTensors st;
     if (safetensors_read(&st, o.from, err, sizeof err) != 0) moe_input_error("import: %s", err);
@@ -120,6 +133,7 @@ int cmd_upcycle(int argc, char **argv) {
         usage_error("upcycle", "--out %s would overwrite the dense checkpoint; choose another",
                     o.out);
     refuse_existing("upcycle", o.out);
+    refuse_input_as_output("upcycle", o.out, o.from);
     Config dense, moe;
     load_ckpt_config(&dense, o.from);
     moe = dense;

@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "util.h"
 
@@ -373,12 +372,12 @@ static int load_tensors(SafeTensors *st, const Header *h, FILE *f, uint64_t data
 
 int safetensors_read(SafeTensors *st, const char *path, char *err, int errlen) {
     memset(st, 0, sizeof(*st));
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return set_error(err, errlen, "cannot open safetensors file '%s': %s; check the path", path,
-                         strerror(errno));
-    struct stat sb;
-    uint64_t file_bytes = fstat(fileno(f), &sb) == 0 ? (uint64_t)sb.st_size : 0;
+    static const FileSpec spec = {"safetensors file",
+                                  "pass a .safetensors file (e.g. one written by `moe export`)",
+                                  NULL, 0};
+    uint64_t file_bytes;
+    FILE *f = open_regular(path, &spec, &file_bytes, err, errlen);
+    if (!f) return -1;
     uint8_t len8[8];
     Header h = {0};
     char *json = NULL;
