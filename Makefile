@@ -7,6 +7,7 @@
 #   make test-mpi      build with MPI and run the multi-process tests under mpirun
 #   make deps          install the Debian packages the project needs (apt-get / sudo)
 #   make data          build the multi-domain corpus shards in data/corpus/
+#   make fuzz          build the file readers' libFuzzer harnesses (clang) and run each briefly
 #   make book-check    check every number handbook.md and README.md quote against plots/
 #   make book          rewrite those numbers (and the copied tables) from plots/ after a rerun
 #   make               build build/moe
@@ -67,7 +68,7 @@ HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && echo 1 || echo 0)
 mark = $(if $(filter 1,$(1)),✓,✗)
 space := $(subst ,, )
 ifeq ($(MAKELEVEL),0)
-ifeq ($(filter deps clean help features book book-check,$(MAKECMDGOALS)),)
+ifeq ($(filter deps deps-fuzz clean help features book book-check,$(MAKECMDGOALS)),)
 $(info moe.c features:)
 $(info $(space) $(call mark,$(HAVE_OPENBLAS)) OpenBLAS   (required: matrix products; $(OPENBLAS_KIND)))
 $(info $(space) $(call mark,$(HAVE_OPENMP)) OpenMP     (threads for the elementwise ops))
@@ -140,15 +141,27 @@ $(BUILD)/chapters/%: chapters/%.c chapters/chapter.h $(HEADERS) $(BUILD)/libmoe.
 APT_PKGS := libopenblas-dev libopenblas-openmp-dev check pkg-config gnuplot-nox \
             fortunes fortunes-de fortunes-es fortunes-it fortunes-ru openmpi-bin libopenmpi-dev
 
+# The fuzzers' compiler and libFuzzer runtime (make fuzz installs them through deps-fuzz).
+FUZZ_PKGS := clang libclang-rt-14-dev
+
+# $(call apt_install,PACKAGES): install those of PACKAGES that are missing (apt-get, as root or
+# through password-less sudo); the target's name starts each message.
+define apt_install
+@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+if [ -z "$$missing" ]; then echo "$@: all packages present"; exit 0; fi; \
+echo "$@: installing$$missing"; \
+cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends$$missing"; \
+if [ "$$(id -u)" = 0 ]; then bash -c "$$cmd"; \
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo bash -c "$$cmd"; \
+else echo "$@: cannot install packages (not root, no password-less sudo). Run as root:"; \
+     echo "  $$cmd"; exit 2; fi
+endef
+
 deps:
-	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -z "$$missing" ]; then echo "deps: all packages present"; exit 0; fi; \
-	echo "deps: installing$$missing"; \
-	cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends$$missing"; \
-	if [ "$$(id -u)" = 0 ]; then bash -c "$$cmd"; \
-	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo bash -c "$$cmd"; \
-	else echo "deps: cannot install packages (not root, no password-less sudo). Run as root:"; \
-	     echo "  $$cmd"; exit 2; fi
+	$(call apt_install,$(APT_PKGS))
+
+deps-fuzz:
+	$(call apt_install,$(FUZZ_PKGS))
 
 # ---- data -----------------------------------------------------------------------------------
 CORPUS := data/corpus
@@ -267,8 +280,61 @@ book:
 book-check:
 	@bash tests/book/book.sh
 
+# ---- fuzzing: the file readers under libFuzzer (tests/fuzz/) ---------------------------------
+# One harness per reader: the config parser, safetensors (with its JSON header parser), the
+# checkpoint reader and the shard reader, each linked with the reader's sources built by clang
+# under -fsanitize=fuzzer,address,undefined (no OpenMP, no OpenBLAS: the readers need neither).
+# `make fuzz` runs each for FUZZ_SECONDS from its committed seeds (tests/fuzz/seeds/NAME/);
+# any crash, leak, sanitizer report or slow input fails it. New inputs go to
+# build-fuzz/corpus/NAME/, a failing input to build-fuzz/fuzz_NAME-crash-* (replay it with
+# build-fuzz/fuzz_NAME FILE). `make fuzz-seeds` rewrites the seeds with the current writers.
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 15
+FUZZ_BUILD := build-fuzz
+FUZZ_NAMES := config safetensors checkpoint shard
+FUZZ_LIB_SRC := src/util.c src/config.c src/config_check.c src/io/files.c src/io/json.c \
+                src/io/safetensors.c src/io/tensorfile.c src/io/shard.c src/io/loader.c
+FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer -Wall -Wextra \
+               -Wno-unused-parameter -Isrc -Itests/fuzz -DMOE_HAVE_OPENMP=0 -DMOE_HAVE_MPI=0 \
+               -fno-sanitize-recover=undefined
+.PHONY: fuzz fuzz-build fuzz-run fuzz-seeds deps-fuzz
+
+fuzz: deps-fuzz
+	@$(MAKE) --no-print-directory fuzz-run
+
+$(FUZZ_BUILD)/obj/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_LIB_OBJ)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined $< $(FUZZ_LIB_OBJ) -lm -o $@
+
+fuzz-build: $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
+
+fuzz-run: fuzz-build
+	@passed=0; failed=0; failed_names=""; \
+	for h in $(FUZZ_NAMES); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$h; log=$(FUZZ_BUILD)/fuzz_$$h.log; \
+	  echo "== fuzz_$$h: $(FUZZ_SECONDS) s from tests/fuzz/seeds/$$h"; \
+	  if $(FUZZ_BUILD)/fuzz_$$h -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	       -artifact_prefix=$(FUZZ_BUILD)/fuzz_$$h- $(FUZZ_BUILD)/corpus/$$h tests/fuzz/seeds/$$h \
+	       > $$log 2>&1; then \
+	    passed=$$((passed+1)); echo "  ok   $$(grep -Eo 'Done [0-9]+ runs in [0-9]+ second' $$log)"; \
+	  else failed=$$((failed+1)); failed_names="$$failed_names fuzz_$$h"; tail -n 40 $$log; fi; \
+	done; \
+	[ -z "$$failed_names" ] || echo "failed fuzzers:$$failed_names (inputs: $(FUZZ_BUILD)/fuzz_*-crash-*)"; \
+	echo "fuzz: $$passed passed, $$failed failed"; \
+	[ $$failed = 0 ]
+
+fuzz-seeds: $(BUILD)/libmoe.a $(BUILD)/version.c
+	@mkdir -p $(BUILD)/fuzz
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) tests/fuzz/make_seeds.c $(BUILD)/version.c \
+	  $(BUILD)/libmoe.a -o $(BUILD)/fuzz/make_seeds $(LDLIBS)
+	$(BUILD)/fuzz/make_seeds tests/fuzz/seeds
+
 clean:
-	rm -rf build build-san build-mpi build-san-mpi
+	rm -rf build build-san build-mpi build-san-mpi build-fuzz
 
 # The probe results, one per line (tests/test_build.sh checks them against the machine).
 features:
@@ -277,4 +343,4 @@ features:
 	 echo HAVE_CUDA=$(HAVE_CUDA); echo HAVE_MPI=$(HAVE_MPI); echo OPENBLAS_LIBS=$(OPENBLAS_LIBS)
 
 help:
-	@sed -n '1,14p' Makefile
+	@sed -n '1,15p' Makefile

@@ -113,22 +113,35 @@ static int parse_config_text(const char *text, const char *path, Config *c, char
     return rc;
 }
 
+/* The file (ckpt_read checks its format) and its stored settings; a run saves at most at its
+ * own train.steps, so a larger step is damage (or a file of another program). */
+static int read_with_config(Ckpt *ck, Config *c, const char *path, char *err, int errlen) {
+    if (ckpt_read(ck, path, err, errlen) != 0) return -1;
+    int rc = parse_config_text(ck->config_text, path, c, err, errlen);
+    if (rc == 0 && ck->step > (uint64_t)c->steps)
+        rc = set_error(err, errlen,
+                       "checkpoint %s claims step %llu but its settings stop at train.steps=%d; "
+                       "the file is damaged: use an earlier checkpoint or retrain",
+                       path, (unsigned long long)ck->step, c->steps);
+    if (rc != 0) ckpt_free(ck);
+    return rc;
+}
+
 int checkpoint_config(const char *path, Config *c, char *err, int errlen) {
     Ckpt ck;
-    if (ckpt_read(&ck, path, err, errlen) != 0) return -1;
-    int rc = parse_config_text(ck.config_text, path, c, err, errlen);
+    if (read_with_config(&ck, c, path, err, errlen) != 0) return -1;
     ckpt_free(&ck);
-    return rc;
+    return 0;
 }
 
 int checkpoint_load(Model *m, Rng *loader_rng, const char *path, int with_optimizer, char *err,
                     int errlen) {
     Ckpt ck;
-    if (ckpt_read(&ck, path, err, errlen) != 0) return -1;
     Config stored;
-    int rc = parse_config_text(ck.config_text, path, &stored, err, errlen);
+    if (read_with_config(&ck, &stored, path, err, errlen) != 0) return -1;
+    int rc = 0;
     char why[256];
-    if (rc == 0 && !config_same_shape(&stored, &m->cfg, why, sizeof why)) {
+    if (!config_same_shape(&stored, &m->cfg, why, sizeof why)) {
         snprintf(err, (size_t)errlen,
                  "checkpoint %s is for a model of another shape: %s. Use the checkpoint's own "
                  "settings (drop the --set that changes the shape) or train a new run",

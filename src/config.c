@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/files.h"
 #include "moe/moe_ops.h"
 #include "util.h"
 
@@ -202,6 +203,9 @@ static const char *after_dot(const char *s) {
  * full names, the typo against the key's field part, and the two field parts (plus one, so
  * an exact full-name near miss wins a tie). */
 static const Key *nearest_key(const char *typo) {
+    /* key names are a few dozen characters: a far longer word is no typo of one, and the
+     * distances below cost its length times theirs */
+    if (strlen(typo) > 100) return NULL;
     const Key *best = NULL;
     int best_d = INT_MAX;
     const char *typo_field = strchr(typo, '.') ? after_dot(typo) : NULL;
@@ -432,35 +436,55 @@ done:
 }
 
 int config_load_file(Config *c, const char *path, char *err, int errlen) {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return set_error(err, errlen,
-                         "cannot open config file '%s': %s; check the path given to "
-                         "--config",
-                         path, strerror(errno));
+    static const FileSpec spec = {"config file",
+                                  "pass a text file of key=value lines to --config (a run's "
+                                  "config.txt is one)",
+                                  "config.txt", MOE_CONFIG_MAX_BYTES};
+    enum { LINE_MAX_CHARS = 4094 };
+    uint64_t size;
+    FILE *f = open_regular(path, &spec, &size, err, errlen);
+    if (!f) return -1;
+    /* size is at most the limit (open_regular checked); one byte more is asked for, so a
+     * file that grew since is noticed, and one more holds the final line's terminator */
+    char *text = (char *)malloc_check((size_t)size + 2);
+    size_t n = fread(text, 1, (size_t)size + 1, f);
+    int read_failed = ferror(f), saved = errno;
+    fclose(f);
+    int rc = 0, lineno = 0;
+    if (read_failed)
+        rc = set_error(err, errlen, "%s: read error: %s", path, strerror(saved));
+    else if (n > size)
+        rc = set_error(err, errlen, "config file '%s' changed while it was read; try again",
+                       path);
     Config tmp = *c; /* apply to a copy so a bad line leaves c as it was */
-    char line[4096], msg[768];
-    int lineno = 0, rc = 0;
-    while (fgets(line, sizeof line, f)) {
+    char msg[768];
+    for (size_t at = 0; rc == 0 && at < n;) {
         lineno++;
-        size_t n = strlen(line);
-        if (n == sizeof line - 1 && line[n - 1] != '\n' && !feof(f)) {
-            rc = set_error(err, errlen, "%s:%d: line longer than %zu characters", path, lineno,
-                           sizeof line - 2);
+        char *line = text + at, *nl = (char *)memchr(line, '\n', n - at);
+        size_t len = nl ? (size_t)(nl - line) : n - at;
+        at += len + (nl != NULL);
+        const char *nul = (const char *)memchr(line, '\0', len);
+        if (nul) {
+            rc = set_error(err, errlen,
+                           "%s:%d: NUL byte at column %d; a config file is text, key=value "
+                           "lines: check that this is the file you meant",
+                           path, lineno, (int)(nul - line) + 1);
             break;
         }
+        if (len > LINE_MAX_CHARS) {
+            rc = set_error(err, errlen, "%s:%d: line longer than %d characters", path, lineno,
+                           LINE_MAX_CHARS);
+            break;
+        }
+        line[len] = '\0';
         char *hash = strchr(line, '#');
         if (hash) *hash = '\0';
         char *t = trim(line);
         if (*t == '\0') continue;
-        if (config_set(&tmp, t, msg, sizeof msg) != 0) {
+        if (config_set(&tmp, t, msg, sizeof msg) != 0)
             rc = set_error(err, errlen, "%s:%d: %s", path, lineno, msg);
-            break;
-        }
     }
-    if (rc == 0 && ferror(f))
-        rc = set_error(err, errlen, "%s: read error: %s", path, strerror(errno));
-    fclose(f);
+    free(text);
     if (rc == 0) *c = tmp;
     return rc;
 }

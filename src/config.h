@@ -89,7 +89,9 @@ void config_defaults(Config *c);
  * problem and what to do into err (size errlen), e.g. the nearest valid key for a typo. */
 int config_set(Config *c, const char *assignment, char *err, int errlen);
 
-/* Apply every key=value line of a file; errors name the file and line. */
+/* Apply every key=value line of a file; errors name the file and line. Only a regular file of
+ * at most MOE_CONFIG_MAX_BYTES of text is read (a NUL byte is an error). */
+#define MOE_CONFIG_MAX_BYTES (1u << 20)
 int config_load_file(Config *c, const char *path, char *err, int errlen);
 
 /* Cross-field checks (top_k <= num_experts, d_model % n_head == 0, positive sizes, ...). */

@@ -1,10 +1,14 @@
 /*
- * import.c: settings and weights from a safetensors file. See import.h.
+ * import.c: settings and weights from a safetensors file, and `moe export`'s writer. See
+ * import.h.
  *
  * Settings are assembled in three layers, later winning: the caller's, the file's metadata
  * and what the tensor shapes say. Every value goes through config_set as a "key=value" string,
  * so the range checks (and their messages) are the ones a config file gets. The shapes come
- * last because they are facts about the weights, while the metadata is only a claim.
+ * last because they are facts about the weights, while the metadata is only a claim. Then
+ * every setting that changes the function and that no shape shows must have been stated, by
+ * the file or by the caller: a default is a guess, and a wrong guess would give a model that
+ * loads cleanly and computes something else.
  */
 #include "import.h"
 
@@ -14,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "moe/moe_ops.h"
 #include "util.h"
 
 #define SHAPE_HINT                                                                                 \
@@ -61,7 +66,44 @@ static char *trim(char *s) {
     return s;
 }
 
-/* The model.* and moe.* lines of a config text (config_write's key = value format). */
+/* Besides model.* and moe.*, the keys that decide which validation windows `moe eval` and the
+ * in-training evaluation read (src/README.md, "Reproducing a run exactly"): with them the imported
+ * model evaluates on the same tokens as the exported one. train.batch is also N of the capacity and
+ * expert-choice formulas, so it changes what a capacity-bound model computes. */
+static const char *const EVAL_KEYS[] = {"train.batch", "train.eval_batches", "data.val"};
+
+/* The part of a "key = value" line before the '=', trimmed, into key ("" when none). */
+static void line_key(const char *line, char *key, size_t n) {
+    while (isspace((unsigned char)*line)) line++;
+    size_t k = 0;
+    while (line[k] && line[k] != '=' && line[k] != '#' && line[k] != '\n' && k + 1 < n)
+        key[k] = line[k], k++;
+    while (k > 0 && isspace((unsigned char)key[k - 1])) k--;
+    key[k] = 0;
+}
+
+static int taken_from_text(const char *t) {
+    if (strncmp(t, "model.", 6) == 0 || strncmp(t, "moe.", 4) == 0) return 1;
+    char key[80];
+    line_key(t, key, sizeof key);
+    for (size_t i = 0; i < sizeof EVAL_KEYS / sizeof EVAL_KEYS[0]; i++)
+        if (strcmp(key, EVAL_KEYS[i]) == 0) return 1;
+    return 0;
+}
+
+/* 1 when a line of text (key=value lines, '#' comments) assigns key. */
+static int text_sets(const char *text, const char *key) {
+    for (const char *line = text; line; line = strchr(line, '\n')) {
+        if (*line == '\n') line++;
+        char k[80];
+        line_key(line, k, sizeof k);
+        if (strcmp(k, key) == 0) return 1;
+    }
+    return 0;
+}
+
+/* The model.* and moe.* lines and the EVAL_KEYS of a config text (config_write's key = value
+ * format). */
 static int apply_config_text(Config *c, const char *text, const char *path, char *err, int errlen) {
     char *copy = strdup(text);
     if (!copy) moe_fatal("out of memory");
@@ -73,7 +115,7 @@ static int apply_config_text(Config *c, const char *text, const char *path, char
         char *hash = strchr(line, '#');
         if (hash) *hash = 0;
         char *t = trim(line);
-        if (*t == 0 || (strncmp(t, "model.", 6) != 0 && strncmp(t, "moe.", 4) != 0)) continue;
+        if (*t == 0 || !taken_from_text(t)) continue;
         char from[64];
         snprintf(from, sizeof from, "line %d of the metadata \"config\"", line_no);
         rc = set_value(c, path, from, err, errlen, "%s", t);
@@ -219,9 +261,99 @@ static int infer_shapes(Config *c, const SafeTensors *st, char *err, int errlen)
     return rc;
 }
 
-int import_config(Config *c, const SafeTensors *st, char *err, int errlen) {
+/* ---- settings the file must state ------------------------------------------------------------ */
+
+/* The settings that change what the model computes from its tokens (its logits, so its loss)
+ * and that no tensor shape shows. The shape keys are facts of the tensors; the training-only
+ * keys (init_std, aux_coef, z_coef, bias_update, bias_rate, jitter, noise,
+ * second_expert_random, the train.* optimiser keys) and moe.padded (zero rows change no output)
+ * do not change the function. Returns how many it wrote to keys. */
+static int function_keys(const Config *c, const char **keys) {
+    int n = 0;
+    keys[n++] = "model.n_head";
+    keys[n++] = "model.seq_len"; /* the context of every evaluation window */
+    keys[n++] = "model.rope_theta";
+    if (c->num_experts == 0) return n;
+    const char *moe[] = {"moe.top_k",
+                         "moe.norm_topk",
+                         "moe.score",
+                         "moe.topk_before_softmax",
+                         "moe.route_scale",
+                         "moe.balance",
+                         "moe.routing",
+                         "moe.capacity_factor",
+                         "moe.eval_capacity_factor"};
+    for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) keys[n++] = moe[i];
+    if (c->routing == MOE_ROUTING_EXPERT_CHOICE) keys[n++] = "moe.ec_capacity";
+    if (c->capacity_factor > 0.0f || c->eval_capacity_factor > 0.0f) {
+        keys[n++] = "moe.capacity_scope";
+        keys[n++] = "moe.min_capacity";
+        keys[n++] = "moe.drop_policy";
+    }
+    return n;
+}
+
+/* 1 when the file's metadata states key: a line of its "config", or one of the BARE_KEYS. */
+static int file_states(const SafeTensors *st, const char *key) {
+    for (size_t i = 0; i < sizeof BARE_KEYS / sizeof BARE_KEYS[0]; i++)
+        if (strcmp(BARE_KEYS[i][1], key) == 0 && safetensors_meta(st, BARE_KEYS[i][0])) return 1;
+    const char *text = safetensors_meta(st, "config");
+    return text && text_sets(text, key);
+}
+
+/* 1 when the file holds an aux-free router bias (layers.L.moe.router_bias). */
+static int has_biases(const SafeTensors *st) {
+    const char *rest;
+    for (int i = 0; i < st->n; i++)
+        if (layer_of(st->entries[i].name, &rest) >= 0 && strcmp(rest, "moe.router_bias") == 0)
+            return 1;
+    return 0;
+}
+
+/* Every function key of t must be stated by the file or given by the caller; otherwise one
+ * message lists the missing ones with the values t holds now (moe.c's defaults unless given),
+ * spelled as the --set options that would supply them. */
+static int check_stated(const Config *t, const SafeTensors *st, const char *given, char *err,
+                        int errlen) {
+    const char *keys[24];
+    int n = function_keys(t, keys);
+    char names[512] = "", sets[1024] = "";
+    size_t kn = 0, ks = 0;
+    char *text = config_to_text(t);
+    for (int i = 0; i < n; i++) {
+        if (file_states(st, keys[i]) || (given && text_sets(given, keys[i]))) continue;
+        /* the value as config_write spells it: the line "key = value" */
+        size_t len = strlen(keys[i]);
+        const char *line = text;
+        while (line && !(strncmp(line, keys[i], len) == 0 && line[len] == ' ')) {
+            line = strchr(line, '\n');
+            if (line) line++;
+        }
+        const char *v = line ? line + len + 3 : "?";
+        int vlen = (int)strcspn(v, "\n");
+        if (strcmp(keys[i], "moe.balance") == 0 && has_biases(st))
+            v = "aux_free", vlen = 8; /* the file holds aux-free biases: the likely value */
+        if (kn < sizeof names)
+            kn += (size_t)snprintf(names + kn, sizeof names - kn, "%s%s", kn ? ", " : "", keys[i]);
+        if (ks < sizeof sets)
+            ks += (size_t)snprintf(sets + ks, sizeof sets - ks, "%s--set %s=%.*s", ks ? " " : "",
+                                   keys[i], vlen, v);
+    }
+    free(text);
+    if (kn == 0) return 0;
+    return set_error(err, errlen,
+                     "safetensors '%s': its metadata does not record %s, which change what the "
+                     "model computes and which no tensor shape shows; moe.c will not guess them. "
+                     "Pass the values the model was trained with, e.g. %s (what moe.c would "
+                     "otherwise have assumed), or --config FILE with those lines",
+                     st->path, names, sets);
+}
+
+int import_config(Config *c, const SafeTensors *st, const char *given, char *err, int errlen) {
     Config t = *c; /* c stays as it was on any failure */
-    if (apply_metadata(&t, st, err, errlen) || infer_shapes(&t, st, err, errlen)) return -1;
+    if (apply_metadata(&t, st, err, errlen) || infer_shapes(&t, st, err, errlen) ||
+        check_stated(&t, st, given, err, errlen))
+        return -1;
     char msg[512];
     if (config_validate(&t, msg, sizeof msg) != 0) {
         int n_head = strstr(msg, "n_head") != NULL;
@@ -237,9 +369,53 @@ int import_config(Config *c, const SafeTensors *st, char *err, int errlen) {
     return 0;
 }
 
+/* The aux-free biases of MoE block l: "layers.L.moe.router_bias" (E). */
+static void bias_name(char *name, size_t n, int l) {
+    snprintf(name, n, "layers.%d.moe.router_bias", l);
+}
+
+/* 1 when name is the bias of one of m's MoE blocks. */
+static int is_bias(const Model *m, const char *name) {
+    const char *rest;
+    int l = layer_of(name, &rest);
+    return l >= 0 && l < m->cfg.n_layer && m->blocks[l].router_bias &&
+           strcmp(rest, "moe.router_bias") == 0;
+}
+
+/* The biases must be there exactly when moe.balance=aux_free routes with them, shaped (E). */
+static int check_biases(const Model *m, const SafeTensors *st, char *err, int errlen) {
+    const int aux_free = m->cfg.balance == MOE_BALANCE_AUX_FREE, E = m->cfg.num_experts;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        if (!m->blocks[l].router_bias) continue;
+        char name[TENSOR_NAME_MAX], s[64];
+        bias_name(name, sizeof name, l);
+        const TensorRef *e = safetensors_find(st, name);
+        if (aux_free && !e)
+            return set_error(err, errlen,
+                             "safetensors '%s' has no tensor '%s' (%d): moe.balance=aux_free "
+                             "routes with these biases, so without them the model would compute "
+                             "another function; export the checkpoint again with this moe.c, or "
+                             "--set moe.balance=none to route without biases",
+                             st->path, name, E);
+        if (!aux_free && e)
+            return set_error(err, errlen,
+                             "safetensors '%s' has the aux-free router bias '%s', but moe.balance "
+                             "is not aux_free, so it would be ignored; --set moe.balance=aux_free "
+                             "if the model was trained that way, or remove the tensor",
+                             st->path, name);
+        if (e && (e->ndim != 1 || e->shape[0] != E))
+            return set_error(err, errlen,
+                             "safetensors '%s': tensor '%s' has shape %s, but this model's is "
+                             "(%d); " SHAPE_HINT,
+                             st->path, name, shape_str(s, sizeof s, e->ndim, e->shape), E);
+    }
+    return 0;
+}
+
 int import_weights(Model *m, const SafeTensors *st, char *err, int errlen) {
     const ParamTable *pt = &m->pt;
     char a[64], b[64];
+    if (check_biases(m, st, err, errlen)) return -1;
     for (int i = 0; i < pt->n; i++) {
         const ParamTensor *t = &pt->t[i];
         const TensorRef *e = safetensors_find(st, t->name);
@@ -259,7 +435,7 @@ int import_weights(Model *m, const SafeTensors *st, char *err, int errlen) {
     }
     for (int i = 0; i < st->n; i++) {
         const TensorRef *e = &st->entries[i];
-        if (params_find(pt, e->name) < 0)
+        if (params_find(pt, e->name) < 0 && !is_bias(m, e->name))
             return set_error(err, errlen,
                              "safetensors '%s' has a tensor '%s' %s that this model does not "
                              "have: the model settings may differ from the file's (model.n_layer, "
@@ -272,5 +448,57 @@ int import_weights(Model *m, const SafeTensors *st, char *err, int errlen) {
         memcpy(m->params + t->offset, safetensors_find(st, t->name)->data,
                t->numel * sizeof(float));
     }
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        char name[TENSOR_NAME_MAX];
+        bias_name(name, sizeof name, l);
+        const TensorRef *e = m->blocks[l].router_bias ? safetensors_find(st, name) : NULL;
+        if (m->blocks[l].router_bias)
+            memset(m->blocks[l].router_bias, 0, (size_t)m->cfg.num_experts * sizeof(float));
+        if (e) memcpy(m->blocks[l].router_bias, e->data, e->nbytes);
+    }
     return 0;
+}
+
+/* ---- export ---------------------------------------------------------------------------------- */
+
+int model_export(const Model *m, const char *path, char *err, int errlen) {
+    const Config *c = &m->cfg;
+    const int aux_free = c->balance == MOE_BALANCE_AUX_FREE;
+    TensorRef *e = (TensorRef *)calloc_check((size_t)m->pt.n + (size_t)c->n_layer, sizeof *e);
+    int n = 0;
+    for (int i = 0; i < m->pt.n; i++, n++) {
+        const ParamTensor *t = &m->pt.t[i];
+        snprintf(e[n].name, sizeof e[n].name, "%s", t->name);
+        e[n].dtype = TENSOR_F32;
+        e[n].ndim = t->ndim;
+        memcpy(e[n].shape, t->shape, sizeof t->shape);
+        e[n].nbytes = t->numel * sizeof(float);
+        e[n].data = m->params + t->offset;
+    }
+    for (int l = 0; l < c->n_layer && aux_free; l++) {
+        if (!m->blocks[l].router_bias) continue;
+        bias_name(e[n].name, sizeof e[n].name, l);
+        e[n].dtype = TENSOR_F32;
+        e[n].ndim = 1;
+        e[n].shape[0] = c->num_experts;
+        e[n].nbytes = (size_t)c->num_experts * sizeof(float);
+        e[n].data = m->blocks[l].router_bias;
+        n++;
+    }
+    char v[7][32];
+    snprintf(v[0], 32, "%d", c->d_model);
+    snprintf(v[1], 32, "%d", c->n_layer);
+    snprintf(v[2], 32, "%d", c->n_head);
+    snprintf(v[3], 32, "%d", c->num_experts);
+    snprintf(v[4], 32, "%d", c->top_k);
+    snprintf(v[5], 32, "%.9g", c->rope_theta);
+    snprintf(v[6], 32, "%d", c->norm_topk);
+    char *text = config_to_text(c);
+    const char *keys[] = {"d_model",    "n_layer",   "n_head", "num_experts", "top_k",
+                          "rope_theta", "norm_topk", "format", "config"};
+    const char *vals[] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], "moe.c", text};
+    int rc = safetensors_write_checksummed(path, e, n, keys, vals, 9, err, errlen);
+    free(text);
+    free(e);
+    return rc;
 }

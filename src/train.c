@@ -273,12 +273,9 @@ static void progress(const Config *c, int step, float loss, float val_loss, doub
 
 static void load_shard_or_exit(Shard *s, const char *path, const char *key, int T) {
     char err[1024];
-    if (shard_load(s, path, err, sizeof err) != 0) moe_input_error("%s: %s", key, err);
-    if (s->n_tokens < (uint64_t)T + 2)
-        moe_input_error(
-            "%s: %s holds %llu tokens, fewer than one window of model.seq_len + 1 = %d; "
-            "use a larger shard or a smaller model.seq_len",
-            key, path, (unsigned long long)s->n_tokens, T + 1);
+    if (shard_load(s, path, err, sizeof err) != 0 ||
+        shard_check_window(s, T, err, sizeof err) != 0)
+        moe_input_error("%s: %s", key, err);
 }
 
 /* The run directory's CSV files are written by the first process only; the others write to

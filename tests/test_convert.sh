@@ -8,8 +8,13 @@
 #   2. train --init: a new run from the upcycled weights starts at step 0 with the dense
 #      model's loss (its first training loss is no more than 0.3 above the dense run's last),
 #      records init_from in provenance.txt, and trains
-#   3. export then import then export: the same tensor bytes and the same validation loss
-#      (files without moe.c's metadata: tests/test_safetensors.c)
+#   3. export then import then export: the same tensor bytes and the same validation loss, with
+#      the file's evaluation settings (no --set); an aux_free model's router biases travel too
+#      (its imported validation loss is exactly the checkpoint's, and routing without the biases
+#      gives another); a file without moe.c's metadata is refused, naming the settings it lacks
+#      and their --set, and imports with them given (a note says its bytes are unchecked)
+#   4. (also) the checksum: a changed byte in an exported file's config text, tensor bytes or
+#      checksum digits is refused with exit 2 and nothing written
 #   4. bad input exits 2 with a message and writes nothing: upcycling an MoE, a drop ratio
 #      out of range, a split that does not divide, an existing --out, --init with --resume, an
 #      --init checkpoint of another shape, a truncated safetensors file
@@ -85,15 +90,58 @@ echo "test_convert: export and import"
 "$moe" export --ckpt "$tmp/up.bin" --out "$tmp/up.safetensors" > /dev/null 2>&1 &&
     out=$("$moe" import --from "$tmp/up.safetensors" --out "$tmp/imported.bin" 2>&1)
 rc=$?
-# import takes the model.* and moe.* settings from the file; data.* belong to the new run
-imp_val=$(val_of "$("$moe" eval --ckpt "$tmp/imported.bin" --batches 4 \
-          --set "data.val=$data/val.bin" --set train.batch=4 2>&1)")
+# import takes the model.* and moe.* settings and the evaluation's (train.batch, data.val, ...)
+# from the file, so the imported checkpoint evaluates on the same windows with no --set
+imp_val=$(val_of "$("$moe" eval --ckpt "$tmp/imported.bin" --batches 4 2>&1)")
 "$moe" export --ckpt "$tmp/imported.bin" --out "$tmp/again.safetensors" > /dev/null 2>&1
-[ $rc -eq 0 ] && [ "$imp_val" = "$up_val" ] &&
+[ $rc -eq 0 ] && [ -n "$imp_val" ] && [ "$imp_val" = "$up_val" ] &&
     cmp -s <(safetensors_data "$tmp/up.safetensors") <(safetensors_data "$tmp/again.safetensors")
 check "export -> import -> export: same val loss ($imp_val) and identical tensor bytes" $? \
     "exit $rc: $out"
-# a file from elsewhere: no metadata config, so model.n_head comes from the command line
+
+# aux_free: the router biases are part of the function
+"$moe" train --out "$tmp/af" "${dense_set[@]}" --set moe.num_experts=4 --set moe.d_expert=32 \
+    --set moe.balance=aux_free --set moe.bias_rate=0.2 --set train.steps=12 --set train.warmup=2 \
+    --quiet > /dev/null 2>&1
+af_val=$(val_of "$("$moe" eval --ckpt "$tmp/af/ckpt.bin" 2>&1)")
+nobias_val=$(val_of "$("$moe" eval --ckpt "$tmp/af/ckpt.bin" --set moe.balance=none 2>&1)")
+out=$("$moe" export --ckpt "$tmp/af/ckpt.bin" --out "$tmp/af.safetensors" 2>&1 &&
+      "$moe" import --from "$tmp/af.safetensors" --out "$tmp/af_imported.bin" 2>&1)
+rc=$?
+af_imp_val=$(val_of "$("$moe" eval --ckpt "$tmp/af_imported.bin" 2>&1)")
+[ $rc -eq 0 ] && [ -n "$af_val" ] && [ "$af_imp_val" = "$af_val" ] &&
+    [ "$nobias_val" != "$af_val" ] && grep -q '"layers.1.moe.router_bias"' "$tmp/af.safetensors"
+check "aux_free: export -> import -> eval gives the checkpoint's val loss $af_val exactly (without the biases: $nobias_val)" \
+    $? "exit $rc, imported $af_imp_val: $out"
+
+# a file from elsewhere: the same tensors without the metadata (and so without a checksum)
+strip_metadata() { # IN OUT
+    local LC_ALL=C n json len
+    n=$(od -An -tu8 -N8 "$1" | tr -d ' ')
+    json=$(head -c $((8 + n)) "$1" | tail -c "$n" | sed 's/"__metadata__":{[^}]*},//; s/ *$//')
+    while [ $((${#json} % 8)) -ne 0 ]; do json="$json "; done
+    len=${#json}
+    printf "$(printf '\\x%02x' $((len & 255)) $((len >> 8 & 255)) $((len >> 16 & 255)) 0 0 0 0 0)" > "$2"
+    printf '%s' "$json" >> "$2"
+    safetensors_data "$1" >> "$2"
+}
+strip_metadata "$tmp/up.safetensors" "$tmp/bare.safetensors"
+err=$("$moe" import --from "$tmp/bare.safetensors" --out "$tmp/bare.bin" 2>&1 >/dev/null)
+rc=$?
+[ $rc -eq 2 ] && [ ! -e "$tmp/bare.bin" ] && grep -q "does not record model.n_head, model.seq_len" <<< "$err" &&
+    grep -q -- "--set moe.score=softmax" <<< "$err"
+check "a file without metadata: exit 2, names the settings it lacks and their --set" $? "exit $rc: $err"
+fn_set=(--set model.n_head=2 --set model.seq_len=32 --set model.rope_theta=10000 --set moe.top_k=2
+        --set moe.norm_topk=1 --set moe.score=softmax --set moe.topk_before_softmax=0
+        --set moe.route_scale=1 --set moe.balance=aux --set moe.routing=token_choice
+        --set moe.capacity_factor=0 --set moe.eval_capacity_factor=-1)
+out=$("$moe" import --from "$tmp/bare.safetensors" --out "$tmp/bare.bin" "${fn_set[@]}" 2>&1)
+rc=$?
+bare_val=$(val_of "$("$moe" eval --ckpt "$tmp/bare.bin" --batches 4 --set "data.val=$data/val.bin" \
+           --set train.batch=4 2>&1)")
+[ $rc -eq 0 ] && [ "$bare_val" = "$up_val" ] && grep -q "note: .*no moe.crc32 checksum" <<< "$out"
+check "... with them given: imports (a note: unchecked), val loss $bare_val == $up_val" $? \
+    "exit $rc: $out"
 
 
 # ---- 4. bad input ----------------------------------------------------------------------
@@ -126,8 +174,29 @@ expect_error "--init with another shape" "shape" \
 head -c 100 "$tmp/up.safetensors" > "$tmp/trunc.safetensors"
 expect_error "a truncated safetensors file" "trunc.safetensors" \
     "$moe" import --from "$tmp/trunc.safetensors" --out "$tmp/x6.bin"
+# one changed byte of an exported file: in the config text (moe.top_k = 2 -> 3: valid JSON and
+# a valid setting), in the tensor bytes, in the checksum's digits
+flip_at() { # FILE OFFSET NEWBYTE(octal): write one byte in place
+    printf "\\$3" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+}
+byte_offset() { grep -abo -- "$2" "$1" | head -n 1 | cut -d: -f1; }
+cp "$tmp/up.safetensors" "$tmp/c1.safetensors"
+at=$(byte_offset "$tmp/c1.safetensors" 'moe.top_k = 2')
+flip_at "$tmp/c1.safetensors" $((at + 12)) 063
+expect_error "a changed config byte" "checksum mismatch" \
+    "$moe" import --from "$tmp/c1.safetensors" --out "$tmp/x7.bin"
+cp "$tmp/up.safetensors" "$tmp/c2.safetensors"
+flip_at "$tmp/c2.safetensors" $(($(stat -c %s "$tmp/c2.safetensors") - 3)) 177
+expect_error "a changed tensor byte" "checksum mismatch" \
+    "$moe" import --from "$tmp/c2.safetensors" --out "$tmp/x8.bin"
+cp "$tmp/up.safetensors" "$tmp/c3.safetensors"
+at=$(byte_offset "$tmp/c3.safetensors" '"moe.crc32":"')
+digit=$(dd if="$tmp/c3.safetensors" bs=1 skip=$((at + 13)) count=1 status=none)
+flip_at "$tmp/c3.safetensors" $((at + 13)) "$([ "$digit" = 0 ] && echo 061 || echo 060)"
+expect_error "a wrong checksum" "checksum mismatch" \
+    "$moe" import --from "$tmp/c3.safetensors" --out "$tmp/x9.bin"
 missing=""
-for f in x1.bin x2.bin x3.bin x4.bin x5 x6.bin; do [ -e "$tmp/$f" ] && missing="$missing $f"; done
+for f in x1.bin x2.bin x3.bin x4.bin x5 x6.bin x7.bin x8.bin x9.bin; do [ -e "$tmp/$f" ] && missing="$missing $f"; done
 [ -z "$missing" ]
 check "nothing written by a refused command" $? "written:$missing"
 

@@ -159,18 +159,20 @@ static void apply_damage(const char *path, const Damage *d) {
 START_TEST(test_shard_rejects_damage) {
     static const Damage cases[] = {
         {0, "MOETOKX", 7, 0, "bad magic"},
-        {8, "\x02", 1, 0, "version 2"},      /* version 2 */
-        {12, "\x02", 1, 0, "2-byte tokens"}, /* token_bytes 2 */
-        {28, "\x00", 1, 0, "0 domains"},     /* n_domains 0 */
-        {28, "\x09", 1, 0, "9 domains"},     /* n_domains 9 */
-        {32 + 5 * 16, "x", 1, 0, "unused domain slot 5"},
-        {200, "\x01", 1, 0, "reserved header byte 200"},
+        {8, "\x03", 1, 0, "version 3"},
+        {8, "\x01", 1, 0, "version 1"},
+        /* any other header field: the header checksum (test_formats.c: each field's own check
+         * with the checksums made to match) */
+        {12, "\x02", 1, 0, "header checksum mismatch"}, /* token_bytes 2 */
+        {28, "\x09", 1, 0, "header checksum mismatch"}, /* n_domains 9 */
+        {200, "\x01", 1, 0, "header checksum mismatch"},
         {0, NULL, 0, -1, "truncated"},               /* last token missing */
         {0, NULL, 0, -(48 + 16 + 100), "truncated"}, /* not even a header */
         {0, NULL, 0, 3, "extra bytes"},
-        {256 + 16, "\x06", 1, 0, "do not tile"},     /* doc 1 starts at 6, not 5 */
-        {256 + 32 + 8, "\x03", 1, 0, "do not tile"}, /* last doc ends at 15 of 16 */
-        {256 + 16 + 12, "\x02", 1, 0, "domain 2"},   /* doc 1 in domain 2 of 2 */
+        /* the document records and the tokens: the payload checksum */
+        {256 + 16, "\x06", 1, 0, "payload checksum mismatch"},
+        {256 + 16 + 12, "\x00", 1, 0, "payload checksum mismatch"}, /* doc 1 domain 0 */
+        {256 + 48 + 3, "L", 1, 0, "payload checksum mismatch"},      /* a token */
     };
     const char *path = tmp_path("bad.bin");
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -478,7 +480,8 @@ START_TEST(test_ckpt_rejects_damage) {
         {0, NULL, 0, 4, "extra bytes"},
         {0, "MOETOKS", 7, 0, "not a moe.c checkpoint (bad magic"},
         {8, "\x07", 1, 0, "version 7"},
-        {100, "\x01", 1, 0, "reserved header byte 100"},
+        {100, "\x01", 1, 0, "header checksum mismatch"}, /* a reserved byte */
+        {16, "\x06", 1, 0, "header checksum mismatch"},  /* the step */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         write_good_ckpt(path, 5);

@@ -147,7 +147,9 @@ make_run "$long" 3000 "0 1 2 3 4 5 6 7 8 9" 16 "en de es it ru code" 100
 start=$(date +%s%N)
 if out=$(bash "$plot" "$long" 2>&1); then ok "plot_run.sh exits 0"; else bad "plot_run.sh exits $?: $out"; fi
 ms=$((($(date +%s%N) - start) / 1000000))
-if [ "$ms" -lt 10000 ]; then ok "3000 steps x 10 layers plotted in $ms ms"; else bad "took $ms ms (limit 10000)"; fi
+# a guard against a plot script that scales badly with the run's length (it takes a few
+# seconds), not a speed test: the bound is loose enough for a loaded machine
+if [ "$ms" -lt 60000 ]; then ok "3000 steps x 10 layers plotted in $ms ms"; else bad "took $ms ms (limit 60000)"; fi
 for p in loss balance load_heatmap domains; do
     if msg=$(is_png "$long/$p.png"); then ok "$p.png is a PNG ($msg)"; else bad "$p.png: $msg"; fi
 done

@@ -2,18 +2,24 @@
  * test_safetensors.c: reading safetensors files and importing models from them.
  *
  *   - round trips: a dense model and an MoE model (moe.every=2, moe.first_dense=1, one shared
- *     expert) written the way `moe export` writes them come back bit-identical and give the
- *     same loss on a fixed batch;
+ *     expert) written by model_export (`moe export`) come back bit-identical, checksum
+ *     verified, with the evaluation settings of the file, and give the same loss on a fixed
+ *     batch; an aux_free model's router biases come back too (and the loss depends on them);
  *   - import_config recovers every shape setting from the tensors alone (no metadata), takes
- *     model.n_head from the metadata or the caller, and refuses MoE layer patterns that
- *     moe.every / moe.first_dense cannot express;
- *   - import_weights names the missing, mis-shaped or extra tensor;
+ *     model.n_head from the metadata or the caller, refuses each setting that changes the
+ *     function when neither the file nor the caller states it (naming it and its --set), and
+ *     refuses MoE layer patterns that moe.every / moe.first_dense cannot express;
+ *   - import_weights names the missing, mis-shaped or extra tensor, and the router biases an
+ *     aux_free model lacks or another model should not have;
+ *   - the checksum: every single-byte change of an exported file's header (two bit patterns
+ *     per byte) and of sampled tensor bytes is refused by the reader;
  *   - the reader refuses damaged files (truncated, header length past the end, bad JSON,
  *     offsets out of range, overlaps, sizes that disagree with shapes, 4-d tensors, duplicate
  *     names, unsupported dtypes) with a message naming the problem, widens F16 and BF16, and
  *     metadata with quotes, backslashes, newlines and \u escapes survives the trip.
  */
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +89,13 @@ static Config small_config(int moe) {
 }
 
 enum { META_BARE = 1, META_CONFIG = 2 };
+
+/* The settings that change an MoE model's function other than model.n_head, as a caller
+ * would state them for a file without metadata (--set lines): small_config's values. */
+#define MOE_GIVEN                                                                                  \
+    "model.seq_len=8\nmodel.rope_theta=10000\nmoe.top_k=2\nmoe.norm_topk=1\n"                      \
+    "moe.score=softmax\nmoe.topk_before_softmax=0\nmoe.route_scale=1\nmoe.balance=aux\n"           \
+    "moe.routing=token_choice\nmoe.capacity_factor=0\nmoe.eval_capacity_factor=-1\n"
 
 /* The parameters of m as `moe export` names them, leaving out the tensor named skip. Returns
  * the count; e has room for one more entry. */
@@ -166,30 +179,45 @@ static void expect_refused(const char *path, const char *want, const char *want2
     ck_assert(st.n == 0 && st.entries == NULL && st.buffer == NULL);
 }
 
+static void expect_weights_refused(const char *path, const Config *c, const char *want,
+                                   const char *want2);
+
 /* ---- round trips ----------------------------------------------------------------------------- */
 
 /* Export a model, import settings and weights into a model initialised from another seed:
  * the parameters must match bit for bit, and so must the loss. */
 static void check_round_trip(int moe) {
     Config ca = small_config(moe);
+    /* evaluation settings the import must carry over, none of them the defaults */
+    set(&ca, "train.batch=3");
+    set(&ca, "train.eval_batches=5");
+    set(&ca, "data.val=elsewhere/val.bin");
+    if (moe) set(&ca, "moe.capacity_factor=1.5"), set(&ca, "moe.eval_capacity_factor=2");
     Model a, b;
     model_init(&a, &ca, 2, 8);
     const char *path = tmp_path(moe ? "moe.safetensors" : "dense.safetensors");
-    export_model(&a, path, META_BARE | META_CONFIG);
+    ck_assert_msg(model_export(&a, path, err, sizeof err) == 0, "%s", err);
     SafeTensors st;
     ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
-    ck_assert_int_eq(st.n, a.pt.n);
+    ck_assert_int_eq(st.n, a.pt.n); /* no router biases: moe.balance=aux */
+    ck_assert_int_eq(st.checksum, 1);
     ck_assert_str_eq(safetensors_meta(&st, "format"), "moe.c");
     ck_assert_ptr_null(safetensors_meta(&st, "no such key"));
 
     Config cb;
     config_defaults(&cb); /* d_model 128, 8 experts, ...: all of it must come from the file */
-    ck_assert_msg(import_config(&cb, &st, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(import_config(&cb, &st, NULL, err, sizeof err) == 0, "%s", err);
     char why[256];
     ck_assert_msg(config_same_shape(&ca, &cb, why, sizeof why), "shapes differ: %s", why);
     ck_assert_int_eq(cb.n_head, 2);
     ck_assert_int_eq(cb.seq_len, 8);
-    ck_assert_uint_eq(cb.seed, 1337); /* train.* stays the importing run's */
+    ck_assert_int_eq(cb.batch, 3);
+    ck_assert_int_eq(cb.eval_batches, 5);
+    ck_assert_str_eq(cb.val, "elsewhere/val.bin");
+    ck_assert_float_eq(cb.eval_capacity_factor, ca.eval_capacity_factor);
+    ck_assert_float_eq(cb.capacity_factor, ca.capacity_factor);
+    ck_assert_uint_eq(cb.seed, 1337); /* the other train.* stay the importing run's */
+    ck_assert_str_eq(cb.train, "data/corpus/train.bin");
     model_init(&b, &cb, 2, 8);
     ck_assert_msg(memcmp(a.params, b.params, a.pt.total * sizeof(float)) != 0,
                   "both seeds gave the same weights: the test would prove nothing");
@@ -227,10 +255,12 @@ START_TEST(test_config_from_shapes) {
     export_model(&a, path, 0);
     ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(st.n_meta, 0);
+    ck_assert_int_eq(st.checksum, 0);
     Config c;
     config_defaults(&c);
     set(&c, "model.n_head=4");
-    ck_assert_msg(import_config(&c, &st, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(import_config(&c, &st, MOE_GIVEN "model.n_head=4\n", err, sizeof err) == 0, "%s",
+                  err);
     ck_assert_msg(config_same_shape(&ca, &c, why, sizeof why) == 0, "n_head should differ");
     ck_assert_int_eq(c.n_head, 4);
     ck_assert_int_eq(c.d_model, 16);
@@ -246,7 +276,7 @@ START_TEST(test_config_from_shapes) {
     config_defaults(&bad);
     set(&bad, "model.n_head=3");
     Config before = bad;
-    ck_assert_int_eq(import_config(&bad, &st, err, sizeof err), -1);
+    ck_assert_int_eq(import_config(&bad, &st, MOE_GIVEN "model.n_head=3", err, sizeof err), -1);
     ck_assert_msg(strstr(err, "model.n_head") && strstr(err, path), "%s", err);
     ck_assert_msg(memcmp(&bad, &before, sizeof bad) == 0, "config changed on failure");
     safetensors_free(&st);
@@ -256,7 +286,7 @@ START_TEST(test_config_from_shapes) {
     ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
     config_defaults(&c);
     set(&c, "moe.top_k=1");
-    ck_assert_msg(import_config(&c, &st, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(import_config(&c, &st, MOE_GIVEN, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(config_same_shape(&ca, &c, why, sizeof why), "%s", why);
     ck_assert_int_eq(c.top_k, 2);
     safetensors_free(&st);
@@ -269,12 +299,157 @@ START_TEST(test_config_from_shapes) {
     ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
     config_defaults(&c);
     set(&c, "model.n_head=2");
-    ck_assert_msg(import_config(&c, &st, err, sizeof err) == 0, "%s", err);
+    /* a dense model needs only the model.* function keys */
+    const char *dense_given = "model.n_head=2\nmodel.seq_len=8\nmodel.rope_theta=10000\n";
+    ck_assert_msg(import_config(&c, &st, dense_given, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(c.num_experts, 0);
     ck_assert_int_eq(c.d_model, 16);
     ck_assert_int_eq(c.n_layer, 4);
     ck_assert_int_eq(c.d_ff, 32);
     safetensors_free(&st);
+    model_free(&a);
+}
+END_TEST
+
+/* Each setting that changes the function, left out of an exported file's "config" (and of the
+ * bare keys), is refused by name with the --set that supplies it; given by the caller it is
+ * accepted. A capacity-bound expert-choice model needs its extra keys too. */
+START_TEST(test_config_function_keys) {
+    static const char *const keys[] = {"model.n_head",
+                                       "model.seq_len",
+                                       "model.rope_theta",
+                                       "moe.top_k",
+                                       "moe.norm_topk",
+                                       "moe.score",
+                                       "moe.topk_before_softmax",
+                                       "moe.route_scale",
+                                       "moe.balance",
+                                       "moe.routing",
+                                       "moe.capacity_factor",
+                                       "moe.eval_capacity_factor",
+                                       "moe.capacity_scope",
+                                       "moe.min_capacity",
+                                       "moe.drop_policy"};
+    Config ca = small_config(1);
+    set(&ca, "moe.capacity_factor=1.25"); /* so the capacity keys apply */
+    Model a;
+    model_init(&a, &ca, 1, 8);
+    TensorRef *e = (TensorRef *)calloc_check((size_t)a.pt.n + 1, sizeof(TensorRef));
+    int n = model_entries(&a, e, NULL);
+    char *text = config_to_text(&ca), *cut = (char *)malloc_check(strlen(text) + 1);
+    const char *path = tmp_path("keys.safetensors");
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        /* the config text without the line "key = value" */
+        size_t len = strlen(keys[i]), k = 0;
+        int dropped = 0;
+        for (const char *line = text; *line;) {
+            const char *end = strchr(line, '\n');
+            size_t l = end ? (size_t)(end - line) + 1 : strlen(line);
+            if (strncmp(line, keys[i], len) == 0 && line[len] == ' ')
+                dropped = 1;
+            else
+                memcpy(cut + k, line, l), k += l;
+            line += l;
+        }
+        cut[k] = 0;
+        ck_assert_msg(dropped, "no line for %s", keys[i]);
+        const char *mk[2] = {"format", "config"}, *mv[2] = {"moe.c", cut};
+        ck_assert_msg(safetensors_write(path, e, n, mk, mv, 2, err, sizeof err) == 0, "%s", err);
+        SafeTensors st;
+        ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
+        Config c;
+        config_defaults(&c);
+        Config before = c;
+        ck_assert_int_eq(import_config(&c, &st, NULL, err, sizeof err), -1);
+        char want[96];
+        snprintf(want, sizeof want, "--set %s=", keys[i]);
+        ck_assert_msg(strstr(err, keys[i]) && strstr(err, want) && strstr(err, "does not record"),
+                      "%s: %s", keys[i], err);
+        ck_assert_msg(memcmp(&c, &before, sizeof c) == 0, "config changed on failure");
+        /* stated by the caller (a --set line), the same file imports */
+        char given[96];
+        snprintf(given, sizeof given, "%s=whatever the caller set\n", keys[i]);
+        ck_assert_msg(import_config(&c, &st, given, err, sizeof err) == 0, "%s: %s", keys[i], err);
+        safetensors_free(&st);
+    }
+    /* expert choice needs moe.ec_capacity */
+    free(text);
+    Config cx = ca;
+    set(&cx, "moe.capacity_factor=0");
+    set(&cx, "moe.routing=expert_choice");
+    set(&cx, "moe.balance=none");
+    text = config_to_text(&cx);
+    char *at = strstr(text, "moe.ec_capacity = ");
+    ck_assert(at != NULL);
+    at[0] = '#'; /* the line becomes a comment */
+    const char *mk[1] = {"config"}, *mv[1] = {text};
+    ck_assert_msg(safetensors_write(path, e, n, mk, mv, 1, err, sizeof err) == 0, "%s", err);
+    SafeTensors st;
+    ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
+    Config c;
+    config_defaults(&c);
+    ck_assert_int_eq(import_config(&c, &st, NULL, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "--set moe.ec_capacity=1") && !strstr(err, "moe.drop_policy"), "%s",
+                  err);
+    safetensors_free(&st);
+    free(text);
+    free(cut);
+    free(e);
+    model_free(&a);
+}
+END_TEST
+
+/* An aux_free model's router biases travel with the weights: the imported model gives the same
+ * loss, and would not without them. A file without them, or with them for another balance, is
+ * refused. */
+START_TEST(test_router_bias_round_trip) {
+    Config ca = small_config(1);
+    set(&ca, "moe.balance=aux_free");
+    set(&ca, "moe.top_k=1");
+    Model a, b;
+    model_init(&a, &ca, 2, 8);
+    ck_assert_int_eq(a.n_moe, 2);
+    for (int i = 0; i < a.n_moe * ca.num_experts; i++) a.router_bias[i] = (float)(i % 4) - 1.5f;
+    const char *path = tmp_path("aux_free.safetensors");
+    ck_assert_msg(model_export(&a, path, err, sizeof err) == 0, "%s", err);
+    SafeTensors st;
+    ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(st.n, a.pt.n + 2);
+    const TensorRef *t = safetensors_find(&st, "layers.3.moe.router_bias");
+    ck_assert(t && t->ndim == 1 && t->shape[0] == 4);
+    Config cb;
+    config_defaults(&cb);
+    ck_assert_msg(import_config(&cb, &st, NULL, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(cb.balance, ca.balance);
+    model_init(&b, &cb, 2, 8);
+    ck_assert_msg(import_weights(&b, &st, err, sizeof err) == 0, "%s", err);
+    expect_close_arrays(b.router_bias, a.router_bias, 8, 0.0f, 0.0f, "router biases");
+    float la = fixed_loss(&a), lb = fixed_loss(&b);
+    expect_close(lb, la, 0.0f, 0.0f, "loss after import");
+    memset(b.router_bias, 0, 8 * sizeof(float));
+    ck_assert_msg(fixed_loss(&b) != la, "the biases do not change the loss: the test is blind");
+    model_free(&b);
+    safetensors_free(&st);
+
+    /* without the biases: refused, pointing at moe.balance */
+    TensorRef *e = (TensorRef *)calloc_check((size_t)a.pt.n + 1, sizeof(TensorRef));
+    write_file(path, e, model_entries(&a, e, NULL), &ca, META_CONFIG);
+    expect_weights_refused(path, &ca, "no tensor 'layers.1.moe.router_bias' (4)",
+                           "--set moe.balance=none");
+    /* with them, for a model that does not route with them */
+    int n = model_entries(&a, e, NULL);
+    e[n] = e[0];
+    snprintf(e[n].name, sizeof e[n].name, "layers.1.moe.router_bias");
+    e[n].ndim = 1, e[n].shape[0] = 4, e[n].shape[1] = 0, e[n].nbytes = 16;
+    write_file(path, e, n + 1, &ca, META_CONFIG);
+    Config aux = ca;
+    set(&aux, "moe.balance=aux");
+    expect_weights_refused(path, &aux, "'layers.1.moe.router_bias'", "not aux_free");
+    /* the wrong size */
+    e[n].shape[0] = 2, e[n].nbytes = 8;
+    write_file(path, e, n + 1, &ca, META_CONFIG);
+    expect_weights_refused(path, &ca, "'layers.1.moe.router_bias' has shape (2)", "is (4)");
+    free(e);
     model_free(&a);
 }
 END_TEST
@@ -300,7 +475,7 @@ START_TEST(test_config_pattern_refused) {
     ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
     Config c;
     config_defaults(&c);
-    ck_assert_int_eq(import_config(&c, &st, err, sizeof err), -1);
+    ck_assert_int_eq(import_config(&c, &st, NULL, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "layers 0, 1, 3 of 4") && strstr(err, "moe.every"), "%s", err);
     safetensors_free(&st);
     free(e);
@@ -433,6 +608,76 @@ START_TEST(test_read_refuses_damage) {
 }
 END_TEST
 
+/* Every single-byte change of an exported file's header (the length field and the JSON, two
+ * bit patterns per byte: the lowest bit, which turns digits into digits, and the ASCII case
+ * bit, which turns hex digits and names into other valid ones) and of sampled tensor bytes is
+ * refused by the reader, whatever it hits: the checksum, its digits, or the names "moe.crc32"
+ * and "moe.crc32_covers" themselves. A file without the checksum reads with checksum 0. */
+START_TEST(test_checksum_mutations) {
+    Config c = small_config(1); /* made narrow: the test reads the file twice per header byte */
+    set(&c, "model.d_model=4");
+    set(&c, "model.n_layer=2");
+    set(&c, "model.d_ff=4");
+    set(&c, "moe.d_expert=4");
+    Model m;
+    model_init(&m, &c, 1, 8);
+    const char *path = tmp_path("crc.safetensors");
+    ck_assert_msg(model_export(&m, path, err, sizeof err) == 0, "%s", err);
+    model_free(&m);
+    long size;
+    FILE *f = fopen(path, "rb");
+    ck_assert(f && fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0 &&
+              fseek(f, 0, SEEK_SET) == 0);
+    uint8_t *orig = (uint8_t *)malloc_check((size_t)size);
+    ck_assert(fread(orig, 1, (size_t)size, f) == (size_t)size);
+    fclose(f);
+    uint64_t hlen = le_get_u64(orig);
+    ck_assert(8 + hlen < (uint64_t)size);
+    ck_assert_msg(memmem(orig + 8, hlen, "\"moe.crc32\":\"", 13) != NULL, "no checksum written");
+    SafeTensors st;
+    ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(st.checksum, 1);
+    safetensors_free(&st);
+
+    /* rewrite one byte in place and read; then put it back */
+    int fd = open(path, O_RDWR);
+    ck_assert(fd >= 0);
+    long positions = 0;
+    static const uint8_t masks[2] = {0x01, 0x20};
+    for (long i = 0; i < size; i++) {
+        int in_header = i < (long)(8 + hlen);
+        if (!in_header && (i - (long)(8 + hlen)) % 997 != 0 && i != size - 1) continue;
+        for (int k = 0; k < 2; k++) {
+            uint8_t b = orig[i] ^ masks[k];
+            ck_assert(pwrite(fd, &b, 1, i) == 1);
+            err[0] = 0;
+            int rc = safetensors_read(&st, path, err, sizeof err);
+            if (rc == 0) safetensors_free(&st);
+            ck_assert_msg(rc == -1, "byte %ld ^ 0x%02x ('%c' -> '%c') was accepted", i, masks[k],
+                          orig[i] >= 32 && orig[i] < 127 ? orig[i] : '?',
+                          b >= 32 && b < 127 ? b : '?');
+            ck_assert_msg(strstr(err, path) != NULL, "message does not name the file: %s", err);
+            ck_assert(pwrite(fd, orig + i, 1, i) == 1);
+        }
+        positions++;
+    }
+    close(fd);
+    ck_assert_int_gt(positions, (long)hlen);
+    /* a tensor byte: the message says checksum */
+    f = fopen(path, "r+b");
+    ck_assert(f && fseek(f, size - 1, SEEK_SET) == 0 && fputc(orig[size - 1] ^ 0x40, f) != EOF);
+    fclose(f);
+    expect_refused(path, "checksum mismatch", "export it again");
+    /* the file is intact again once the byte is back */
+    f = fopen(path, "r+b");
+    ck_assert(f && fseek(f, size - 1, SEEK_SET) == 0 && fputc(orig[size - 1], f) != EOF);
+    fclose(f);
+    ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
+    safetensors_free(&st);
+    free(orig);
+}
+END_TEST
+
 /* F16 and BF16 are widened exactly: 1, -2.5, 0.5 and the smallest F16 subnormal, 2^-24. */
 START_TEST(test_read_half_precision) {
     const uint16_t h[4] = {0x3C00, 0xC100, 0x3800, 0x0001}, b[3] = {0x3F80, 0xC020, 0x3F00};
@@ -498,9 +743,12 @@ Suite *safetensors_suite(void) {
     tcase_add_test(tc, test_round_trip_dense);
     tcase_add_test(tc, test_round_trip_moe);
     tcase_add_test(tc, test_config_from_shapes);
+    tcase_add_test(tc, test_config_function_keys);
+    tcase_add_test(tc, test_router_bias_round_trip);
     tcase_add_test(tc, test_config_pattern_refused);
     tcase_add_test(tc, test_weights_refused);
     tcase_add_test(tc, test_read_refuses_damage);
+    tcase_add_test(tc, test_checksum_mutations);
     tcase_add_test(tc, test_read_half_precision);
     tcase_add_test(tc, test_metadata_escapes);
     suite_add_tcase(s, tc);

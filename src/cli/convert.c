@@ -19,6 +19,7 @@
 #include "import.h"
 #include "io/files.h"
 #include "io/tensorfile.h"
+#include "moe/moe_ops.h"
 #include "upcycle.h"
 
 static void refuse_existing(const char *cmd, const char *path) {
@@ -28,53 +29,58 @@ static void refuse_existing(const char *cmd, const char *path) {
                         cmd, path);
 }
 
+/* The writers go through "<out>.tmp" (io/files.h), so that name must not be the input either. */
+static void refuse_input_as_output(const char *cmd, const char *out, const char *in) {
+    char tmp[MOE_PATH_MAX + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    if (same_file(tmp, in))
+        moe_input_error("%s: writing --out %s goes through %s, which is the input; choose "
+                        "another --out (nothing was changed)",
+                        cmd, out, tmp);
+}
+
 static void save_or_exit(const Model *m, const char *path) {
     char err[1024];
     if (checkpoint_save(m, NULL, path, err, sizeof err) != 0)
         moe_fatal("writing %s failed: %s", path, err);
 }
 
-/* The tensors under their parameter-table names, every setting in the metadata "config" (so
- * `moe import` rebuilds the same model), and the main shape settings as separate keys for
- * readers that do not parse it. */
+/* The tensors under their parameter-table names (and the aux-free biases), every setting in the
+ * metadata "config" (so `moe import` rebuilds the same model), the main shape settings as
+ * separate keys for readers that do not parse it, and a checksum (model_export). */
 int cmd_export(int argc, char **argv) {
     Opts o;
     parse_opts(&o, "export", "--ckpt --out", argc, argv);
     if (!o.ckpt || !o.out) usage_error("export", "%s", "--ckpt PATH and --out FILE are required");
+    refuse_existing("export", o.out); /* also an --out that is the --ckpt itself */
+    refuse_input_as_output("export", o.out, o.ckpt);
     Config c;
     load_ckpt_config(&c, o.ckpt);
     Model m;
     load_model(&m, &c, o.ckpt, 1, 1);
-    TensorRef *e = (TensorRef *)calloc_check((size_t)m.pt.n, sizeof(TensorRef));
-    for (int i = 0; i < m.pt.n; i++) {
-        const ParamTensor *t = &m.pt.t[i];
-        snprintf(e[i].name, sizeof e[i].name, "%s", t->name);
-        e[i].dtype = TENSOR_F32;
-        e[i].ndim = t->ndim;
-        memcpy(e[i].shape, t->shape, sizeof t->shape);
-        e[i].nbytes = t->numel * sizeof(float);
-        e[i].data = m.params + t->offset;
-    }
-    char v[8][32];
-    snprintf(v[0], 32, "%d", c.d_model);
-    snprintf(v[1], 32, "%d", c.n_layer);
-    snprintf(v[2], 32, "%d", c.n_head);
-    snprintf(v[3], 32, "%d", c.num_experts);
-    snprintf(v[4], 32, "%d", c.top_k);
-    snprintf(v[5], 32, "%g", c.rope_theta);
-    snprintf(v[6], 32, "%d", c.norm_topk);
-    char *text = config_to_text(&c);
-    const char *keys[] = {"d_model",    "n_layer",   "n_head", "num_experts", "top_k",
-                          "rope_theta", "norm_topk", "format", "config"};
-    const char *vals[] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], "moe.c", text};
     char err[1024];
-    if (safetensors_write(o.out, e, m.pt.n, keys, vals, 9, err, sizeof err) != 0)
-        moe_input_error("export: %s", err);
-    printf("wrote %s: %d tensors, %zu parameters\n", o.out, m.pt.n, m.pt.total);
-    free(text);
-    free(e);
+    if (model_export(&m, o.out, err, sizeof err) != 0) moe_input_error("export: %s", err);
+    printf("wrote %s: %d tensors, %zu parameters%s\n", o.out, m.pt.n, m.pt.total,
+           c.balance == MOE_BALANCE_AUX_FREE && m.n_moe ? ", and the aux-free router biases" : "");
     model_free(&m);
     return 0;
+}
+
+/* The caller's own settings as key=value lines: the --config file's text, then each --set. They
+ * name the keys the command line states, which the file's metadata then need not. */
+static char *given_text(const Opts *o) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) moe_fatal("out of memory");
+    FILE *in = o->config ? fopen(o->config, "r") : NULL;
+    if (o->config && !in) moe_input_error("--config: cannot open %s; check the path", o->config);
+    for (int ch; in && (ch = fgetc(in)) != EOF;) fputc(ch, f);
+    if (in) fclose(in);
+    fputc('\n', f);
+    for (int i = 0; i < o->n_sets; i++) fprintf(f, "%s\n", o->sets[i]);
+    fclose(f);
+    return text;
 }
 
 /* Settings: the defaults and --config/--set (so a file without metadata can name n_head), then
@@ -86,13 +92,21 @@ int cmd_import(int argc, char **argv) {
     if (!o.from || !o.out)
         usage_error("import", "%s", "--from FILE.safetensors and --out CKPT are required");
     refuse_existing("import", o.out);
+    refuse_input_as_output("import", o.out, o.from);
     char err[1024];
     SafeTensors st;
     if (safetensors_read(&st, o.from, err, sizeof err) != 0) moe_input_error("import: %s", err);
+    if (!st.checksum)
+        fprintf(stderr,
+                "note: %s has no moe.crc32 checksum (it was not written by `moe export`): its "
+                "bytes are taken as they are, unchecked\n",
+                o.from);
     Config c;
     config_defaults(&c);
     build_config(&c, &o, "import");
-    if (import_config(&c, &st, err, sizeof err) != 0) moe_input_error("import: %s", err);
+    char *given = given_text(&o);
+    if (import_config(&c, &st, given, err, sizeof err) != 0) moe_input_error("import: %s", err);
+    free(given);
     build_config(&c, &o, "import");
     Model m;
     model_init(&m, &c, 1, 1);
@@ -119,6 +133,7 @@ int cmd_upcycle(int argc, char **argv) {
         usage_error("upcycle", "--out %s would overwrite the dense checkpoint; choose another",
                     o.out);
     refuse_existing("upcycle", o.out);
+    refuse_input_as_output("upcycle", o.out, o.from);
     Config dense, moe;
     load_ckpt_config(&dense, o.from);
     moe = dense;

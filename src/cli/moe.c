@@ -30,6 +30,7 @@
 #include "cli/cli.h"
 #include "checkpoint.h"
 #include "io/data.h"
+#include "io/files.h"
 #include "io/tensorfile.h"
 #include "run.h"
 #include "train.h"
@@ -268,10 +269,9 @@ static int cmd_eval(int argc, char **argv) {
     build_config(&c, &o, "eval");
     char err[1024];
     Shard val;
-    if (shard_load(&val, c.val, err, sizeof err) != 0) moe_input_error("data.val: %s", err);
-    if (val.n_tokens < (uint64_t)c.seq_len + 2)
-        moe_input_error("data.val: %s is shorter than one window of model.seq_len + 1 tokens",
-                        c.val);
+    if (shard_load(&val, c.val, err, sizeof err) != 0 ||
+        shard_check_window(&val, c.seq_len, err, sizeof err) != 0)
+        moe_input_error("data.val: %s", err);
     Model m;
     load_model(&m, &c, o.ckpt, c.batch, c.seq_len);
     set_threads(c.threads);
@@ -388,6 +388,12 @@ static int cmd_synth(int argc, char **argv) {
     char err[1024], train[MOE_PATH_MAX + 32], val[MOE_PATH_MAX + 32];
     run_path(train, sizeof train, o.out, "train.bin");
     run_path(val, sizeof val, o.out, "val.bin");
+    /* both checked before either is written, so a refusal leaves the folder as it was */
+    for (int i = 0; i < 2; i++)
+        if (file_exists(i ? val : train))
+            moe_input_error("synth: %s already exists; choose another --out or remove the old "
+                            "shards first (nothing was written)",
+                            i ? val : train);
     uint64_t tokens = o.tokens > 0 ? (uint64_t)o.tokens : 200000;
     uint64_t seed = o.seed_given ? (uint64_t)o.seed : 1;
     /* the same sources (seed), independent streams: validation is held-out text of the

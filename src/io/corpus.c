@@ -29,6 +29,7 @@
  * when the budget changes.
  */
 #include "io/data.h"
+#include "io/files.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -156,7 +157,10 @@ static void add_doc(Domain *d, uint32_t file, const uint8_t *b, size_t off, size
 
 /* Whole file into *buf (grown as needed); returns its length or -1. */
 static long read_file(const char *path, uint8_t **buf, size_t *cap) {
-    FILE *f = fopen(path, "rb");
+    static const FileSpec spec = {"corpus file", "it is skipped", NULL, UINT32_MAX};
+    char why[256];
+    uint64_t size;
+    FILE *f = open_regular(path, &spec, &size, why, sizeof why);
     if (!f) return -1;
     size_t n = 0, k;
     for (;;) {

@@ -1,22 +1,29 @@
 /*
  * data.h: byte-token shards, the batch loader, the corpus builder and synthetic data.
  *
- * Shard file format (little-endian), version 1:
+ * Shard file format (little-endian), version 2 (src/README.md, "Token shards", has the same
+ * table):
  *   header, 256 bytes:
- *     char     magic[8]        "MOETOKS\0"
- *     uint32   version         1
- *     uint32   token_bytes     1 (byte-level vocabulary of 256)
- *     uint64   n_tokens
- *     uint32   n_docs
- *     uint32   n_domains       1 .. SHARD_MAX_DOMAINS
- *     char     domain[8][16]   NUL-padded domain names ("en", "de", ..., "code")
- *     zeros up to byte 256 (readers reject non-zero reserved bytes)
+ *     off  type         field
+ *     0    char[8]      magic           "MOETOKS\0"
+ *     8    uint32       version         2
+ *     12   uint32       token_bytes     1 (byte-level vocabulary of 256)
+ *     16   uint64       n_tokens
+ *     24   uint32       n_docs
+ *     28   uint32       n_domains       1 .. SHARD_MAX_DOMAINS
+ *     32   char[8][16]  domain          NUL-padded domain names ("en", "de", ..., "code");
+ *                                       unused slots all zero
+ *     160  uint32       payload_crc32   CRC-32 (crc32_update from 0) of the document records
+ *                                       followed by the tokens (Shard.crc32, provenance.txt)
+ *     164  uint32       header_crc32    CRC-32 of the 256 header bytes, bytes 164..167 as 0
+ *     168  zeros up to byte 256 (readers reject non-zero reserved bytes)
  *   n_docs document records, 16 bytes each:
- *     uint64   start           offset of the document's first token
- *     uint32   length          tokens
- *     uint32   domain          index into the domain names
+ *     0    uint64       start           offset of the document's first token
+ *     8    uint32       length          tokens
+ *     12   uint32       domain          index into the domain names
  *   n_tokens bytes: the tokens, documents back to back in record order.
  * The file size must be exactly 256 + 16 n_docs + n_tokens; documents must tile the tokens.
+ * Readers refuse every other version (version 1 had no checksums: rebuild those shards).
  */
 #ifndef MOE_IO_DATA_H
 #define MOE_IO_DATA_H
@@ -27,7 +34,7 @@
 #include "util.h"
 
 #define SHARD_MAGIC "MOETOKS"
-#define SHARD_VERSION 1
+#define SHARD_VERSION 2
 #define SHARD_HEADER_BYTES 256
 #define SHARD_MAX_DOMAINS 8
 #define SHARD_DOMAIN_NAME 16
@@ -76,6 +83,10 @@ typedef struct {
     int B, T;
     Rng rng;
 } Loader;
+
+/* 0 when s holds at least one window of T + 1 tokens, else -1 with a message (naming the
+ * shard, its token count and model.seq_len) in err: the check callers make before a loader. */
+int shard_check_window(const Shard *s, int T, char *err, int errlen);
 
 void loader_init(Loader *l, const Shard *s, int B, int T, uint64_t seed);
 void loader_next(Loader *l, int *inputs, int *targets, uint8_t *domains);

@@ -15,6 +15,80 @@ int file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
+int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+uint32_t crc32_with_hole(const uint8_t *p, size_t n, size_t hole) {
+    static const uint8_t zero[4] = {0, 0, 0, 0};
+    uint32_t crc = crc32_update(0, p, hole);
+    crc = crc32_update(crc, zero, 4);
+    return crc32_update(crc, p + hole + 4, n - hole - 4);
+}
+
+static const char *kind_of(mode_t m) {
+    return S_ISFIFO(m)   ? "a FIFO (named pipe)"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISSOCK(m) ? "a socket"
+                         : "not a regular file";
+}
+
+FILE *open_regular(const char *path, const FileSpec *spec, uint64_t *size, char *err, int errlen) {
+    *size = 0;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        set_error(err, errlen, "cannot open %s '%s': %s; %s", spec->what, path, strerror(errno),
+                  spec->hint);
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        set_error(err, errlen, "cannot inspect %s '%s': %s; %s", spec->what, path,
+                  strerror(errno), spec->hint);
+        close(fd);
+        return NULL;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        char inside[1100];
+        snprintf(inside, sizeof inside, "%s/%s", path, spec->in_dir ? spec->in_dir : "");
+        if (spec->in_dir && file_exists(inside))
+            set_error(err, errlen, "%s '%s' is a directory, not a file; did you mean '%s'?",
+                      spec->what, path, inside);
+        else
+            set_error(err, errlen, "%s '%s' is a directory, not a file; %s", spec->what, path,
+                      spec->hint);
+        close(fd);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        set_error(err, errlen, "%s '%s' is %s, which moe.c does not read; %s", spec->what, path,
+                  kind_of(st.st_mode), spec->hint);
+        close(fd);
+        return NULL;
+    }
+    if (spec->max_bytes && (uint64_t)st.st_size > spec->max_bytes) {
+        set_error(err, errlen, "%s '%s' is %llu bytes, over the %llu-byte limit for a %s; %s",
+                  spec->what, path, (unsigned long long)st.st_size,
+                  (unsigned long long)spec->max_bytes, spec->what, spec->hint);
+        close(fd);
+        return NULL;
+    }
+    /* a regular file never blocks; clear the flag anyway so reads behave as usual */
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        set_error(err, errlen, "cannot read %s '%s': %s", spec->what, path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    *size = (uint64_t)st.st_size;
+    return f;
+}
+
 int make_dirs(const char *dir, char *err, int errlen) {
     char buf[1024];
     if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)

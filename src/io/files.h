@@ -5,19 +5,45 @@
  * which is flushed, fsync'ed and closed, then renamed over <path>, then the folder is fsync'ed
  * so the rename itself survives a power cut. Until the rename the old file is untouched, so a
  * crash at any moment leaves either the old file or the complete new one.
+ *
+ * Every reader (checkpoints, shards, safetensors, config files) opens its input with
+ * open_regular(), so a directory, a FIFO, a device or an oversized file is refused the same
+ * way, with a message, before a single byte is read.
  */
 #ifndef MOE_IO_FILES_H
 #define MOE_IO_FILES_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+/* What a reader expects, for open_regular's messages and limits. */
+typedef struct {
+    const char *what;   /* the file's role: "checkpoint", "shard", "config file" */
+    const char *hint;   /* what to do instead, a clause: "pass a checkpoint written by ..." */
+    const char *in_dir; /* the file a directory of this kind holds ("ckpt.bin"), or NULL */
+    uint64_t max_bytes; /* larger files are refused; 0: no limit */
+} FileSpec;
 
 int file_exists(const char *path);
+/* 1 when a and b name the same existing file (same device and inode), else 0. */
+int same_file(const char *a, const char *b);
+/* Open path for reading when it is a regular file (of at most spec->max_bytes), and never
+ * block: the open is O_NONBLOCK, so a FIFO without a writer (or a device) cannot hang it, and
+ * fstat then decides. A missing file, a directory (naming spec->in_dir inside it when that
+ * exists), a FIFO, socket or device, and an oversized file are refused with a message that
+ * names the path, what it is and spec->hint. Returns the stream and its length in *size, or
+ * NULL with the message in err. */
+FILE *open_regular(const char *path, const FileSpec *spec, uint64_t *size, char *err, int errlen);
 /* mkdir -p dir. Returns 0, or -1 with a message in err. */
 int make_dirs(const char *dir, char *err, int errlen);
 /* Write the n buffers buf[i] of len[i] bytes, in order, to path by the atomic protocol. */
 int write_atomic(const char *path, const void *const *buf, const size_t *len, int n, char *err,
                  int errlen);
+
+/* CRC-32 (crc32_update from 0) of the n bytes at p with the 4 bytes at offset hole taken as
+ * zero: the checksum of a header that stores its own checksum at hole. */
+uint32_t crc32_with_hole(const uint8_t *p, size_t n, size_t hole);
 
 /* Little-endian integers in file headers, byte by byte: the same bytes on any host. */
 static inline uint32_t le_get_u32(const uint8_t *p) {

@@ -24,6 +24,14 @@ static void fill_window(const Shard *s, uint64_t start, int T, int *inputs, int 
     }
 }
 
+int shard_check_window(const Shard *s, int T, char *err, int errlen) {
+    if (s->n_tokens >= (uint64_t)T + 1) return 0;
+    return set_error(err, errlen,
+                     "%s holds %llu tokens, fewer than one window of model.seq_len + 1 = %llu; "
+                     "use a larger shard or a smaller model.seq_len",
+                     s->path, (unsigned long long)s->n_tokens, (unsigned long long)T + 1);
+}
+
 static void check_fits(const Shard *s, int T) {
     if (s->n_tokens <= (uint64_t)T)
         moe_fatal("shard '%s' has %llu tokens, too few for windows of %d + 1; the caller must "

@@ -7,7 +7,8 @@
  * integers), then checks every tensor: a known dtype, at most 3 dimensions, end - begin equal
  * to numel x element size, and offsets that tile the data section from byte 0 to its last
  * byte with no overlap and no gap (the format's own rule: every data byte belongs to exactly
- * one tensor). Only then is any tensor data read.
+ * one tensor). A file from `moe export` carries a CRC-32 of all its bytes (moe.crc32,
+ * tensorfile.h), checked right after the header is parsed. Only then is any tensor data read.
  */
 #include "io/files.h"
 #include "io/json.h"
@@ -17,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "util.h"
 
@@ -39,6 +39,7 @@ typedef struct {
     int n, cap;
     char **mk, **mv;
     int nm, mcap;
+    size_t crc_at, crc_end; /* the moe.crc32 value's bytes in the JSON, quotes included; 0: none */
 } Header;
 
 static void header_free(Header *h) {
@@ -74,7 +75,9 @@ static int parse_metadata(JsonReader *j, Header *h) {
             json_fail(j, "metadata value of \"%.60s\" is not a string", k);
             return free(k), -1;
         }
+        size_t at = j->i;
         if (json_string(j, &v)) return free(k), -1;
+        if (strcmp(k, ST_CRC_KEY) == 0) h->crc_at = at, h->crc_end = j->i;
         for (int i = 0; i < h->nm; i++)
             if (strcmp(h->mk[i], k) == 0) {
                 json_fail(j, "metadata key \"%.60s\" appears twice", k);
@@ -145,6 +148,61 @@ static int parse_header(JsonReader *j, Header *h) {
     }
     json_ws(j); /* the writer pads with spaces */
     if (j->i < j->n) return json_fail(j, "unexpected '%c' after the header object", j->s[j->i]);
+    return 0;
+}
+
+/* ---- the checksum ---------------------------------------------------------------------------- */
+
+static const char *header_meta(const Header *h, const char *key) {
+    for (int i = 0; i < h->nm; i++)
+        if (strcmp(h->mk[i], key) == 0) return h->mv[i];
+    return NULL;
+}
+
+/* The moe.crc32 of safetensors_write_checksummed (tensorfile.h): CRC-32 of the whole file with
+ * the value's 8 digits as '0'. json (hlen bytes) is the header as read; its digits are zeroed
+ * here. Sets *verified to 1 when checked, 0 when the file has no checksum at all. */
+static int check_crc(const Header *h, char *json, uint64_t hlen, const uint8_t *len8, FILE *f,
+                     uint64_t data_bytes, const char *path, int *verified, char *err, int errlen) {
+    const char *crc = header_meta(h, ST_CRC_KEY), *covers = header_meta(h, ST_CRC_COVERS_KEY);
+    *verified = 0;
+    if (!crc && !covers) return 0;
+    if (!crc || !covers)
+        return set_error(err, errlen,
+                         "safetensors '%s' has the metadata \"%s\" but not \"%s\": the "
+                         "checksum entries of `moe export` were damaged; " ST_REDO,
+                         path, crc ? ST_CRC_KEY : ST_CRC_COVERS_KEY,
+                         crc ? ST_CRC_COVERS_KEY : ST_CRC_KEY);
+    int hex = strlen(crc) == 8 && h->crc_end - h->crc_at == 10;
+    for (int i = 0; i < 8 && hex; i++)
+        hex = (crc[i] >= '0' && crc[i] <= '9') || (crc[i] >= 'a' && crc[i] <= 'f');
+    if (!hex)
+        return set_error(err, errlen,
+                         "safetensors '%s': metadata \"%s\" is \"%.20s\", not 8 lowercase hex "
+                         "digits as `moe export` writes them; " ST_REDO,
+                         path, ST_CRC_KEY, crc);
+    memset(json + h->crc_at + 1, '0', 8);
+    uint32_t sum = crc32_update(crc32_update(0, len8, 8), json, (size_t)hlen);
+    uint8_t *buf = (uint8_t *)malloc_check(1 << 16);
+    for (uint64_t left = data_bytes; left > 0;) {
+        size_t k = left < (1u << 16) ? (size_t)left : (size_t)1 << 16;
+        if (fread(buf, 1, k, f) != k) {
+            free(buf);
+            return set_error(err, errlen, "safetensors '%s': read error (%s); check the disk", path,
+                             strerror(errno));
+        }
+        sum = crc32_update(sum, buf, k);
+        left -= k;
+    }
+    free(buf);
+    uint32_t stored = (uint32_t)strtoul(crc, NULL, 16);
+    if (sum != stored)
+        return set_error(err, errlen,
+                         "safetensors '%s' is corrupt (checksum mismatch: %s %08x, computed "
+                         "%08x): it was changed or damaged after `moe export` wrote it; export "
+                         "it again from its checkpoint",
+                         path, ST_CRC_KEY, stored, sum);
+    *verified = 1;
     return 0;
 }
 
@@ -314,12 +372,12 @@ static int load_tensors(SafeTensors *st, const Header *h, FILE *f, uint64_t data
 
 int safetensors_read(SafeTensors *st, const char *path, char *err, int errlen) {
     memset(st, 0, sizeof(*st));
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return set_error(err, errlen, "cannot open safetensors file '%s': %s; check the path", path,
-                         strerror(errno));
-    struct stat sb;
-    uint64_t file_bytes = fstat(fileno(f), &sb) == 0 ? (uint64_t)sb.st_size : 0;
+    static const FileSpec spec = {"safetensors file",
+                                  "pass a .safetensors file (e.g. one written by `moe export`)",
+                                  NULL, 0};
+    uint64_t file_bytes;
+    FILE *f = open_regular(path, &spec, &file_bytes, err, errlen);
+    if (!f) return -1;
     uint8_t len8[8];
     Header h = {0};
     char *json = NULL;
@@ -356,6 +414,9 @@ int safetensors_read(SafeTensors *st, const char *path, char *err, int errlen) {
                   (unsigned long long)hlen, j.msg);
         goto done;
     }
+    if (check_crc(&h, json, hlen, len8, f, file_bytes - 8 - hlen, path, &st->checksum, err,
+                  errlen) != 0)
+        goto done;
     if (check_tensors(&h, path, file_bytes - 8 - hlen, err, errlen) != 0) goto done;
     if (load_tensors(st, &h, f, 8 + hlen, err, errlen) != 0) goto done;
     st->n_meta = h.nm;

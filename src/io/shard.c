@@ -2,10 +2,11 @@
  * shard.c: reading, checking and writing token shards (format in data.h).
  *
  * A shard is read in three pieces (header, document records, tokens) so the tokens land
- * directly in their own buffer; the CRC-32 of the payload (the document records, then the
- * tokens) is accumulated on the way and kept in Shard.crc32 so a run can record exactly which
- * data it trained on, whatever the header's version. Every check
- * failure names the file, what is wrong and what to do; nothing here exits.
+ * directly in their own buffer. The header is checked first against its own CRC-32, then
+ * field by field; the CRC-32 of the payload (the document records, then the tokens) is
+ * accumulated on the way, compared with the header's and kept in Shard.crc32 so a run can
+ * record exactly which data it trained on. Every check failure names the file, what is wrong
+ * and what to do; nothing here exits.
  */
 #include "io/data.h"
 #include "io/files.h"
@@ -19,7 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define REBUILD "rebuild it with `make data` (or rewrite the synthetic shard)"
+#define REBUILD \
+    "rebuild it with `make data` (the corpus) or `moe synth --out NEW_DIR` (synthetic data)"
 
 /* Header field offsets (bytes); everything from HDR_RESERVED to 256 must be zero. */
 enum {
@@ -30,7 +32,9 @@ enum {
     HDR_N_DOCS = 24,
     HDR_N_DOMAINS = 28,
     HDR_DOMAINS = 32,
-    HDR_RESERVED = HDR_DOMAINS + SHARD_MAX_DOMAINS * SHARD_DOMAIN_NAME, /* 160 */
+    HDR_PAYLOAD_CRC = HDR_DOMAINS + SHARD_MAX_DOMAINS * SHARD_DOMAIN_NAME, /* 160 */
+    HDR_HEADER_CRC = 164,
+    HDR_RESERVED = 168,
     DOC_BYTES = 16,
 };
 
@@ -40,19 +44,13 @@ enum {
 int shard_load(Shard *s, const char *path, char *err, int errlen) {
     memset(s, 0, sizeof(*s));
     snprintf(s->path, sizeof(s->path), "%s", path);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return set_error(err, errlen,
-                         "cannot open shard '%s': %s; build the corpus with `make data` "
-                         "or point data.train / data.val at an existing shard",
-                         path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return set_error(err, errlen,
-                         "shard '%s' is not a regular file; pass the path of a .bin shard", path);
-    }
-    uint64_t file_bytes = (uint64_t)st.st_size;
+    static const FileSpec spec = {"shard",
+                                  "build the corpus with `make data` (or synthetic shards with "
+                                  "`moe synth`), or point data.train / data.val at a .bin shard",
+                                  "train.bin", 0};
+    uint64_t file_bytes;
+    FILE *f = open_regular(path, &spec, &file_bytes, err, errlen);
+    if (!f) return -1;
     uint8_t h[SHARD_HEADER_BYTES];
     if (file_bytes < SHARD_HEADER_BYTES || fread(h, 1, sizeof(h), f) != sizeof(h)) {
         fclose(f);
@@ -73,8 +71,18 @@ int shard_load(Shard *s, const char *path, char *err, int errlen) {
     uint32_t version = le_get_u32(h + HDR_VERSION), token_bytes = le_get_u32(h + HDR_TOKEN_BYTES);
     if (version != SHARD_VERSION) {
         set_error(err, errlen,
-                  "shard '%s' has format version %u but this program reads version %d; " REBUILD,
-                  path, version, SHARD_VERSION);
+                  "shard '%s' has format version %u but this program reads version %d%s; " REBUILD,
+                  path, version, SHARD_VERSION,
+                  version < SHARD_VERSION ? " (older shards carry no checksums)" : "");
+        goto done;
+    }
+    /* the header's own checksum before any field is believed */
+    uint32_t hcrc = crc32_with_hole(h, sizeof h, HDR_HEADER_CRC);
+    if (hcrc != le_get_u32(h + HDR_HEADER_CRC)) {
+        set_error(err, errlen,
+                  "shard '%s' is corrupt (header checksum mismatch: stored %08x, computed %08x); "
+                  REBUILD,
+                  path, le_get_u32(h + HDR_HEADER_CRC), hcrc);
         goto done;
     }
     if (token_bytes != 1) {
@@ -145,6 +153,13 @@ int shard_load(Shard *s, const char *path, char *err, int errlen) {
         goto done;
     }
     s->crc32 = crc32_update(crc32_update(0, docbuf, docs_bytes), s->tokens, s->n_tokens);
+    if (s->crc32 != le_get_u32(h + HDR_PAYLOAD_CRC)) {
+        set_error(err, errlen,
+                  "shard '%s' is corrupt (payload checksum mismatch: the header says %08x, the "
+                  "document records and tokens give %08x); " REBUILD,
+                  path, le_get_u32(h + HDR_PAYLOAD_CRC), s->crc32);
+        goto done;
+    }
     /* Documents tile the tokens: doc i starts where doc i-1 ended, the last ends at n_tokens. */
     uint64_t next = 0;
     for (uint32_t i = 0; i < s->n_docs; i++) {
@@ -256,6 +271,9 @@ int shard_write(const char *path, const uint8_t *tokens, uint64_t n_tokens, cons
         return set_error(err, errlen, "shard_write '%s': documents cover %llu of %llu tokens", path,
                          (unsigned long long)next, (unsigned long long)n_tokens);
     }
+    le_put_u32(h + HDR_PAYLOAD_CRC,
+               crc32_update(crc32_update(0, rec, (size_t)n_docs * DOC_BYTES), tokens, n_tokens));
+    le_put_u32(h + HDR_HEADER_CRC, crc32_with_hole(h, sizeof h, HDR_HEADER_CRC));
     const void *bufs[3] = {h, rec, tokens};
     size_t lens[3] = {sizeof(h), (size_t)n_docs * DOC_BYTES, (size_t)n_tokens};
     int rc = write_atomic(path, bufs, lens, 3, err, errlen);

@@ -31,7 +31,9 @@ enum {
     H_CONFIG = 24,
     H_PAYLOAD = 32,
     H_CRC = 40,
-    H_RESERVED = 44,
+    H_HEADER_CRC = 44,
+    H_RESERVED = 48,
+    H_RESERVED_V1 = 44, /* version 1 had no header checksum */
     E_NAME = 0,
     E_DTYPE = 80,
     E_NDIM = 84,
@@ -58,9 +60,16 @@ static uint64_t shape_bytes(int dtype, int ndim, const uint32_t *shape) {
 
 int ckpt_write(const char *path, uint64_t step, const char *config_text, const TensorRef *entries,
                int n, char *err, int errlen) {
-    if (n < 0) return set_error(err, errlen, "ckpt_write '%s': negative entry count %d", path, n);
     if (!config_text) config_text = "";
     size_t config_bytes = strlen(config_text);
+    /* never write a file the reader would refuse */
+    if (n < 0 || (uint32_t)n > CKPT_MAX_ENTRIES || step > CKPT_MAX_STEP ||
+        config_bytes > CKPT_MAX_CONFIG_BYTES)
+        return set_error(err, errlen,
+                         "ckpt_write '%s': %d entries, step %llu, %zu bytes of config: outside "
+                         "0..%u, 0..%u, 0..%u",
+                         path, n, (unsigned long long)step, config_bytes, CKPT_MAX_ENTRIES,
+                         CKPT_MAX_STEP, CKPT_MAX_CONFIG_BYTES);
     uint8_t *dir = (uint8_t *)calloc_check((size_t)n + 1, CKPT_ENTRY_BYTES);
     uint64_t offset = 0;
     for (int i = 0; i < n; i++) {
@@ -108,6 +117,7 @@ int ckpt_write(const char *path, uint64_t step, const char *config_text, const T
     le_put_u64(h + H_CONFIG, config_bytes);
     le_put_u64(h + H_PAYLOAD, offset);
     le_put_u32(h + H_CRC, crc);
+    le_put_u32(h + H_HEADER_CRC, crc32_with_hole(h, sizeof h, H_HEADER_CRC));
 
     const void **bufs = (const void **)malloc_check(sizeof(void *) * ((size_t)n + 3));
     size_t *lens = (size_t *)malloc_check(sizeof(size_t) * ((size_t)n + 3));
@@ -156,15 +166,14 @@ static const char *parse_entry(TensorRef *e, const uint8_t *r, uint64_t *offset,
     return NULL;
 }
 
+static const FileSpec CKPT_FILE = {"checkpoint", CK_FOREIGN, "ckpt.bin", 0};
+
 int ckpt_read(Ckpt *ck, const char *path, char *err, int errlen) {
     memset(ck, 0, sizeof(*ck));
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return set_error(err, errlen, "cannot open checkpoint '%s': %s; check the path (%s)", path,
-                         strerror(errno), CK_FOREIGN);
-    struct stat st;
+    uint64_t file_bytes;
+    FILE *f = open_regular(path, &CKPT_FILE, &file_bytes, err, errlen);
+    if (!f) return -1;
     uint8_t h[CKPT_HEADER_BYTES];
-    uint64_t file_bytes = fstat(fileno(f), &st) == 0 ? (uint64_t)st.st_size : 0;
     int rc = -1;
     uint8_t *dir = NULL;
     uint64_t *offs = NULL;
@@ -182,14 +191,24 @@ int ckpt_read(Ckpt *ck, const char *path, char *err, int errlen) {
         goto done;
     }
     uint32_t version = le_get_u32(h + H_VERSION);
-    if (version != CKPT_VERSION) {
+    if (version != CKPT_VERSION && version != 1) {
         set_error(err, errlen,
-                  "checkpoint '%s' has format version %u but this program reads version "
-                  "%d; use the moe.c version that wrote it, or retrain",
+                  "checkpoint '%s' has format version %u but this program reads versions 1 "
+                  "and %d; use the moe.c version that wrote it, or retrain",
                   path, version, CKPT_VERSION);
         goto done;
     }
-    for (int i = H_RESERVED; i < CKPT_HEADER_BYTES; i++) {
+    /* the header's own checksum first, so damage anywhere in it (the step included) is
+     * reported as damage rather than read as a strange value */
+    uint32_t hcrc = crc32_with_hole(h, sizeof h, H_HEADER_CRC);
+    if (version == CKPT_VERSION && hcrc != le_get_u32(h + H_HEADER_CRC)) {
+        set_error(err, errlen,
+                  "checkpoint '%s' is corrupt (header checksum mismatch: stored %08x, computed "
+                  "%08x): " CK_CORRUPT,
+                  path, le_get_u32(h + H_HEADER_CRC), hcrc);
+        goto done;
+    }
+    for (int i = version == 1 ? H_RESERVED_V1 : H_RESERVED; i < CKPT_HEADER_BYTES; i++) {
         if (h[i]) {
             set_error(
                 err, errlen,
@@ -200,6 +219,23 @@ int ckpt_read(Ckpt *ck, const char *path, char *err, int errlen) {
     }
     uint32_t n = le_get_u32(h + H_N_ENTRIES);
     uint64_t config_bytes = le_get_u64(h + H_CONFIG), payload = le_get_u64(h + H_PAYLOAD);
+    uint64_t step = le_get_u64(h + H_STEP);
+    /* every field within its bound before any size is computed from it */
+    const struct {
+        const char *name;
+        uint64_t value, limit;
+    } field[3] = {{"step", step, CKPT_MAX_STEP},
+                  {"n_entries", n, CKPT_MAX_ENTRIES},
+                  {"config_bytes", config_bytes, CKPT_MAX_CONFIG_BYTES}};
+    for (int i = 0; i < 3; i++)
+        if (field[i].value > field[i].limit) {
+            set_error(err, errlen,
+                      "checkpoint '%s' is corrupt (header field %s is %llu, above its limit "
+                      "%llu): " CK_CORRUPT,
+                      path, field[i].name, (unsigned long long)field[i].value,
+                      (unsigned long long)field[i].limit);
+            goto done;
+        }
     uint64_t body = file_bytes - CKPT_HEADER_BYTES, dir_bytes = (uint64_t)n * CKPT_ENTRY_BYTES;
     /* body == config + dir + payload, compared without overflowing on absurd header values */
     int short_file = body < config_bytes || body - config_bytes < dir_bytes ||
@@ -242,7 +278,7 @@ int ckpt_read(Ckpt *ck, const char *path, char *err, int errlen) {
                   path);
         goto done;
     }
-    ck->step = le_get_u64(h + H_STEP);
+    ck->step = step;
     ck->n = (int)n;
     ck->entries = (TensorRef *)calloc_check(n, sizeof(TensorRef));
     offs = (uint64_t *)malloc_check(sizeof(uint64_t) * (n + 1));
@@ -352,14 +388,25 @@ static void text_json_string(Text *t, const char *s) {
     text_put(t, "\"");
 }
 
-int safetensors_write(const char *path, const TensorRef *entries, int n,
-                      const char *const *meta_keys, const char *const *meta_values, int n_meta,
-                      char *err, int errlen) {
+/* The two metadata entries of a checksummed file (tensorfile.h): the CRC-32 and what it covers.
+ * The second is also a marker: a file with only one of the two was damaged. */
+#define ST_CRC_COVERS "the whole file, with the 8 hex digits of moe.crc32 read as ASCII '0'"
+
+static int write_st(const char *path, const TensorRef *entries, int n, const char *const *meta_keys,
+                    const char *const *meta_values, int n_meta, int checksum, char *err,
+                    int errlen) {
     Text t = {(char *)malloc_check(256), 0, 256};
     t.s[0] = 0;
     text_put(&t, "{\"__metadata__\":{");
+    size_t digits = 0; /* where the 8 hex digits of moe.crc32 go in the header */
+    if (checksum) {
+        text_put(&t, "\"" ST_CRC_KEY "\":\"");
+        digits = t.len;
+        text_put(&t, "00000000\",\"" ST_CRC_COVERS_KEY "\":");
+        text_json_string(&t, ST_CRC_COVERS);
+    }
     for (int i = 0; i < n_meta; i++) {
-        text_put(&t, i ? "," : "");
+        text_put(&t, i || checksum ? "," : "");
         text_json_string(&t, meta_keys[i]);
         text_put(&t, ":");
         text_json_string(&t, meta_values[i]);
@@ -397,10 +444,29 @@ int safetensors_write(const char *path, const TensorRef *entries, int n,
     le_put_u64(len8, t.len);
     bufs[0] = len8, lens[0] = 8;
     bufs[1] = t.s, lens[1] = t.len;
+    if (checksum) { /* every byte of the file, the digits still "00000000" */
+        uint32_t crc = 0;
+        for (int b = 0; b < nb; b++) crc = crc32_update(crc, bufs[b], lens[b]);
+        char hex[9];
+        snprintf(hex, sizeof hex, "%08x", crc);
+        memcpy(t.s + digits, hex, 8);
+    }
     rc = write_atomic(path, bufs, lens, nb, err, errlen);
 done:
     free(bufs);
     free(lens);
     free(t.s);
     return rc;
+}
+
+int safetensors_write(const char *path, const TensorRef *entries, int n,
+                      const char *const *meta_keys, const char *const *meta_values, int n_meta,
+                      char *err, int errlen) {
+    return write_st(path, entries, n, meta_keys, meta_values, n_meta, 0, err, errlen);
+}
+
+int safetensors_write_checksummed(const char *path, const TensorRef *entries, int n,
+                                  const char *const *meta_keys, const char *const *meta_values,
+                                  int n_meta, char *err, int errlen) {
+    return write_st(path, entries, n, meta_keys, meta_values, n_meta, 1, err, errlen);
 }
