@@ -8,6 +8,8 @@
 #   make deps          install the Debian packages the project needs (apt-get / sudo)
 #   make data          build the multi-domain corpus shards in data/corpus/
 #   make fuzz          build the file readers' libFuzzer harnesses (clang) and run each briefly
+#   make book-check    check every number handbook.md and README.md quote against plots/
+#   make book          rewrite those numbers (and the copied tables) from plots/ after a rerun
 #   make               build build/moe
 #
 # The probes below print one line per optional feature; the CPU build needs only a C
@@ -66,7 +68,7 @@ HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && echo 1 || echo 0)
 mark = $(if $(filter 1,$(1)),✓,✗)
 space := $(subst ,, )
 ifeq ($(MAKELEVEL),0)
-ifeq ($(filter deps deps-fuzz clean help features,$(MAKECMDGOALS)),)
+ifeq ($(filter deps deps-fuzz clean help features book book-check,$(MAKECMDGOALS)),)
 $(info moe.c features:)
 $(info $(space) $(call mark,$(HAVE_OPENBLAS)) OpenBLAS   (required: matrix products; $(OPENBLAS_KIND)))
 $(info $(space) $(call mark,$(HAVE_OPENMP)) OpenMP     (threads for the elementwise ops))
@@ -230,14 +232,18 @@ demo: deps
 	@$(MAKE) --no-print-directory demo-run
 
 # The demo trains the embedded default model (build/moe info --keys lists it) and replaces any
-# earlier demo run.
+# earlier demo run. DEMO_OUT, DEMO_SET (extra --set options) and CORPUS let tests/test_demo.sh
+# run the same recipe on a tiny model in a scratch folder.
+DEMO_OUT ?= runs/demo
+DEMO_SET ?=
+DEMO_DATA := $(if $(filter-out data/corpus,$(CORPUS)),--set data.train=$(CORPUS)/train.bin --set data.val=$(CORPUS)/val.bin)
 demo-run: $(BUILD)/moe $(CORPUS)/train.bin
-	@if [ -d runs/demo ]; then echo "demo: replacing the previous runs/demo"; rm -rf runs/demo; fi
-	$(BUILD)/moe train --out runs/demo
-	bash plots/plot_run.sh runs/demo
-	@echo; echo "--- a sample from the trained model (build/moe sample --ckpt runs/demo/ckpt.bin) ---"
-	@$(BUILD)/moe sample --ckpt runs/demo/ckpt.bin --prompt "The " --tokens 300
-	@echo "---"; echo "demo: done. Run directory runs/demo: config.txt provenance.txt train.csv router.csv domains.csv ckpt.bin and the PNGs above"
+	@if [ -d $(DEMO_OUT) ]; then echo "demo: replacing the previous $(DEMO_OUT)"; rm -rf $(DEMO_OUT); fi
+	$(BUILD)/moe train --out $(DEMO_OUT) $(DEMO_DATA) $(DEMO_SET)
+	bash plots/plot_run.sh $(DEMO_OUT)
+	@echo; echo "--- a sample from the trained model (build/moe sample --ckpt $(DEMO_OUT)/ckpt.bin) ---"
+	@$(BUILD)/moe sample --ckpt $(DEMO_OUT)/ckpt.bin --prompt "The " --tokens 300
+	@echo "---"; echo "demo: done. Run directory $(DEMO_OUT): config.txt provenance.txt train.csv router.csv domains.csv ckpt.bin and the PNGs above"
 
 plots:
 	@[ -n "$(RUN)" ] || { echo "usage: make plots RUN=runs/NAME"; exit 2; }
@@ -263,6 +269,16 @@ bench-handbook: need-openblas $(BUILD)/moe
 	  --reference-attention | tee $(BENCH_OUT)/bench_reference_attention.txt
 	gnuplot -e "data='$(BENCH_OUT)/profile.csv'; out='$(BENCH_OUT)/profile.png'" plots/bench_profile.gp
 	@echo "wrote $(BENCH_OUT)/: bench.txt profile.csv profile.png bench_reference_attention.txt"
+
+# The numbers the handbook quotes, against the files under plots/ (chapters/README.md, "Numbers
+# in the handbook"): book-check checks (make test runs it, tests/test_book.sh); book rewrites
+# each marked number that moved at its quoted precision and refreshes the copied tables and
+# transcripts, printing every change, so the prose around each can be reread.
+.PHONY: book book-check
+book:
+	@bash tests/book/book.sh --fix
+book-check:
+	@bash tests/book/book.sh
 
 # ---- fuzzing: the file readers under libFuzzer (tests/fuzz/) ---------------------------------
 # One harness per reader: the config parser, safetensors (with its JSON header parser), the
@@ -327,4 +343,4 @@ features:
 	 echo HAVE_CUDA=$(HAVE_CUDA); echo HAVE_MPI=$(HAVE_MPI); echo OPENBLAS_LIBS=$(OPENBLAS_LIBS)
 
 help:
-	@sed -n '1,13p' Makefile
+	@sed -n '1,15p' Makefile

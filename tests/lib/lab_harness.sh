@@ -113,6 +113,24 @@ lab_common_checks() {
     grade grade-solution TASK=task9_nothing
     [ $rc -ne 0 ] && grep -q "no task named 'task9_nothing'. The tasks are: $tasks" <<< "$out"
     check "an unknown TASK fails and lists the tasks" $? "exit $rc: $out"
+
+    # the student's path the READMEs show, start then grade, on a working copy in $tmp (WORK=,
+    # so that a student's own copy in labs/ is never touched)
+    local work=$tmp/work_$(basename "$solution")
+    out=$(make -s -C labs start LAB="$lab" WORK="$work" 2>&1)
+    rc=$?
+    [ $rc -eq 0 ] && cmp -s "$work" "labs/$lab/starter/$(basename "$solution")"
+    check "make -C labs start LAB=$lab copies the starter" $? "exit $rc: $out"
+    echo "/* the student's work */" >> "$work"
+    out=$(make -s -C labs start LAB="$lab" WORK="$work" 2>&1)
+    rc=$?
+    [ $rc -eq 0 ] && grep -q "the student's work" "$work" && grep -q "left as it is" <<< "$out"
+    check "start again leaves the working copy as it is" $? "exit $rc: $out"
+    out=$(make -s -C labs grade LAB="$lab" WORK="$work" SANITIZE=$san 2>&1)
+    rc=$?
+    [ $rc -ne 0 ] && grep -q "^Tasks passed: 0 of $ntasks\. Not implemented yet: $tasks\.$" <<< "$out"
+    check "make -C labs grade LAB=$lab grades the working copy (the starter: nothing done yet)" $? \
+        "exit $rc: $out"
 }
 
 # make -C labs list: one line per lab, its name and its tasks
