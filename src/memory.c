@@ -21,10 +21,12 @@
  */
 #include "memory.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "moe/moe_ops.h"
 #include "params.h"
+#include "util.h"
 
 size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) {
     MemoryBreakdown m;
@@ -124,4 +126,69 @@ size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) 
     m.total_words = m.floats + m.int_words;
     if (out) *out = m;
     return m.floats;
+}
+
+/* Bytes this process may still use: MemAvailable + SwapFree (/proc/meminfo), or less when a
+ * control group limits the process (cgroup v2 memory.max - memory.current); 0 when unknown. */
+static double available_bytes(void) {
+    double avail = 0.0, swap = 0.0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char key[64];
+        double kb;
+        while (fscanf(f, "%63s %lf kB\n", key, &kb) == 2) {
+            if (strcmp(key, "MemAvailable:") == 0) avail = kb * 1024.0;
+            if (strcmp(key, "SwapFree:") == 0) swap = kb * 1024.0;
+        }
+        fclose(f);
+    }
+    double total = avail + swap;
+    double limit = 0.0, used = 0.0;
+    f = fopen("/sys/fs/cgroup/memory.max", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &limit) != 1) limit = 0.0; /* "max": no limit */
+        fclose(f);
+    }
+    f = fopen("/sys/fs/cgroup/memory.current", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &used) != 1) used = 0.0;
+        fclose(f);
+    }
+    if (limit > 0.0 && (total == 0.0 || limit - used < total)) total = limit - used;
+    return total;
+}
+
+int memory_check(const Config *c, int B, int T, int ep, char *err, int errlen) {
+    /* A first estimate in double, which cannot overflow: the largest terms of the formula
+     * above (4 P for the parameters, gradients and moments; per block the T x T attention
+     * squares, a dozen (N, C) activations and the experts' rows; the logits twice). Settings
+     * far beyond any machine stop here, before the exact count multiplies sizes in size_t. */
+    const double L = c->n_layer, C = c->d_model, F = c->d_ff, FE = config_expert_hidden(c);
+    const double E = c->num_experts / (ep > 1 ? ep : 1), K = c->top_k > 0 ? c->top_k : 1;
+    const double N = (double)B * T, V = MOE_VOCAB;
+    const double P = 2.0 * V * C + L * (4.0 * C * C + 3.0 * C * (E * FE + F + c->num_shared * FE));
+    const double acts =
+        L * ((double)B * c->n_head * T * T + 12.0 * N * C + 6.0 * N * K * FE) + 2.0 * N * V;
+    const double rough = 4.0 * (4.0 * P + acts);
+    const double have = available_bytes();
+    const double GiB = 1024.0 * 1024.0 * 1024.0;
+    double need = rough, state = 16.0 * P;
+    if (rough < 64.0 * 1024 * GiB && N <= 2147483647.0) {
+        Config cc = *c;
+        if (ep > 1 && cc.num_experts > 0) {
+            cc.num_experts /= ep;
+            if (cc.top_k > cc.num_experts) cc.top_k = cc.num_experts;
+        }
+        MemoryBreakdown mb;
+        model_memory_floats(&cc, B, T, &mb);
+        need = 4.0 * (double)mb.total_words;
+        state = 4.0 * (double)(mb.params + mb.grads + mb.adam);
+    }
+    if (have <= 0.0 || need <= have) return 0;
+    return set_error(err, errlen,
+                     "the model needs %.2f GiB of memory for %d x %d tokens (weights, gradients "
+                     "and AdamW moments %.2f GiB, the rest activations), more than the %.2f GiB "
+                     "available: use a smaller model (model.d_model, model.n_layer, model.d_ff, "
+                     "moe.num_experts) or fewer tokens (train.batch, model.seq_len)",
+                     need / GiB, B, T, state / GiB, have / GiB);
 }

@@ -45,4 +45,11 @@ typedef struct {
  * a few KiB. */
 size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out);
 
+/* Before a model is built: 0 when model_init(c, B, T) fits in the memory this process may
+ * still use (the memory available plus free swap, within any cgroup limit), else -1 with a
+ * message giving both sizes and the settings to lower. ep > 1: each process holds
+ * num_experts / ep experts (expert parallelism). Settings so large that the sizes would not
+ * fit in a size_t are refused from an estimate in double, without overflow. */
+int memory_check(const Config *c, int B, int T, int ep, char *err, int errlen);
+
 #endif

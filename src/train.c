@@ -12,6 +12,7 @@
 
 #include "checkpoint.h"
 #include "dist/ep.h"
+#include "memory.h"
 #include "run.h"
 #include "util.h"
 
@@ -336,9 +337,16 @@ int train_run(Config *c, const TrainOptions *o) {
     if (d && config_check_dist(c, world, err, sizeof err) != 0) moe_input_error("%s", err);
     run_path(ckpt_path, sizeof ckpt_path, o->out_dir, "ckpt.bin");
     run_path(path, sizeof path, o->out_dir, "train.csv");
-    if (!o->resume && (file_exists(ckpt_path) || file_exists(path)))
+    if (!o->resume && file_exists(ckpt_path))
         moe_input_error("%s already holds a run; continue it with `moe train --resume %s`, or "
                         "choose another --out (nothing was changed)",
+                        o->out_dir, o->out_dir);
+    /* a run stopped before its first checkpoint has CSV files but nothing to resume from:
+     * `--resume` starts it again from step 0 with its config.txt (o->restart) */
+    if (!o->resume && !o->restart && file_exists(path))
+        moe_input_error("%s holds a run that stopped before its first checkpoint; start it again "
+                        "from step 0 with `moe train --resume %s` (its config.txt), or choose "
+                        "another --out (nothing was changed)",
                         o->out_dir, o->out_dir);
     if (o->resume && !file_exists(ckpt_path))
         moe_input_error("--resume %s: no checkpoint %s to resume from; start the run without "
@@ -352,6 +360,12 @@ int train_run(Config *c, const TrainOptions *o) {
     Shard train, val;
     load_shard_or_exit(&train, c->train, "data.train", T);
     load_shard_or_exit(&val, c->val, "data.val", T);
+    /* a resumed run continues on the data it trained on, unless told otherwise */
+    if (o->resume && !o->allow_data_change &&
+        run_check_data(o->out_dir, &train, &val, err, sizeof err) != 0)
+        moe_input_error("%s", err);
+    /* the whole model fits in this machine's memory (memory.h), or nothing is allocated */
+    if (memory_check(c, B, T, d ? d->ep : 1, err, sizeof err) != 0) moe_input_error("%s", err);
 
     /* the thread count first: the model sizes its per-thread buffers by it */
     const int threads = set_threads(c->threads);
@@ -374,12 +388,13 @@ int train_run(Config *c, const TrainOptions *o) {
 
     /* every process has checked its inputs; only now does the first one write */
     if (d) dist_barrier(d);
+    if (root && o->restart)
+        printf("%s has no checkpoint yet (the run stopped before its first one): starting it "
+               "again from step 0 with its config.txt\n",
+               o->out_dir);
     if (root) {
         if (make_dirs(o->out_dir, err, sizeof err) != 0) moe_input_error("--out: %s", err);
-        run_path(path, sizeof path, o->out_dir, "config.txt");
-        FILE *cf = fopen_check(path, "w");
-        config_write(c, cf);
-        fclose(cf);
+        run_write_config(o->out_dir, c);
     }
     if (root)
         run_write_provenance(o->out_dir, c, &train, &val, threads, start_step,
@@ -524,11 +539,18 @@ int train_run(Config *c, const TrainOptions *o) {
     fclose(fdomains);
     fclose(fvalrouter);
     if (fdist) fclose(fdist);
-    if (root)
-        printf("done: step %d, train loss %.4f, val loss %.4f (unigram entropy of the training "
-               "data %.4f nats), %.1f s; run directory %s\n",
-               m.step, last_loss, last_val, shard_unigram_entropy(&train), now_seconds() - t_start,
+    if (root) {
+        char val_text[96];
+        if (isnan(last_val))
+            snprintf(val_text, sizeof val_text, "no evaluation ran at train.eval_every=%d",
+                     c->eval_every);
+        else
+            snprintf(val_text, sizeof val_text, "val loss %.4f", last_val);
+        printf("done: step %d, train loss %.4f, %s (unigram entropy of the training data %.4f "
+               "nats), %.1f s; run directory %s\n",
+               m.step, last_loss, val_text, shard_unigram_entropy(&train), now_seconds() - t_start,
                o->out_dir);
+    }
 
     free(inputs);
     free(targets);

@@ -22,6 +22,9 @@ typedef struct {
     const char *init;    /* start from this checkpoint's weights (step 0, fresh AdamW moments
                             and data order); NULL: from the config's random init */
     Dist *dist;          /* the processes of the run (NULL or a world of one: this one) */
+    int restart;         /* out_dir holds a run stopped before its first checkpoint: start it
+                            again from step 0, replacing its files (`moe train --resume`) */
+    int allow_data_change; /* resume even when the data's CRC-32 differs from provenance.txt's */
 } TrainOptions;
 
 /* Train per c. Returns 0, or exits with status 2 on bad input (data, checkpoint, run dir). */

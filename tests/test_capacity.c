@@ -53,6 +53,16 @@ START_TEST(test_capacity_arithmetic) {
     ck_assert_int_eq(moe_capacity(&hp, 1.2f, 90), 48); /* 1.2f * 90 * 4 / 9 = 48.000004 */
     hp = cap_hyper(2, 4, 1, 2, 0.1f, 1);
     ck_assert_int_eq(moe_capacity(&hp, 0.1f, 40), 1);
+    /* huge factors mean every token, never an overflow down to min_capacity: 3e38 (near
+     * FLT_MAX), the largest float, and factors just above and below where the shortcut starts
+     * (factor K = 2 E) give what the exact integer ceil gives */
+    hp = cap_hyper(2, 8, 1, 2, 3e38f, 4);
+    ck_assert_int_eq(moe_capacity(&hp, 3e38f, 1024), 1024);
+    ck_assert_int_eq(moe_capacity(&hp, 3.4028235e38f, 1024), 1024);
+    ck_assert_int_eq(moe_capacity(&hp, 1e9f, 1 << 30), 1 << 30);
+    ck_assert_int_eq(moe_capacity(&hp, 16.0f, 1024), 1024);
+    ck_assert_int_eq(moe_capacity(&hp, 15.9f, 1024), 1024);
+    ck_assert_int_eq(moe_capacity(&hp, 4.0f, 1024), 512);
 
     /* scope: 12 tokens, sequences of 4, E = 2, K = 1 */
     hp = cap_hyper(2, 2, 1, 2, 1.0f, 1);

@@ -291,8 +291,8 @@ reject_keeps "train --out into an existing run" "$run" "already holds a run;--re
     "$moe" train --out "$run" "${tiny[@]}" --set train.steps=4 --set train.warmup=1
 nockpt="$tmp/nockpt"
 mkdir -p "$nockpt"
-cp "$run/config.txt" "$run/train.csv" "$nockpt/"
-reject_keeps "--resume of a directory without a checkpoint" "$nockpt" "ckpt\.bin" \
+cp "$run/train.csv" "$nockpt/"
+reject_keeps "--resume of a directory without a checkpoint or config.txt" "$nockpt" "ckpt\.bin;config\.txt" \
     "$moe" train --resume "$nockpt"
 reject_keeps "--resume with a shape-changing --set" "$A" "d_model;shape" \
     "$moe" train --resume "$A" --set model.d_model=64 --set train.steps=30

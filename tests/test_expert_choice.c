@@ -38,6 +38,10 @@ START_TEST(test_capacity) {
     ck_assert_int_eq(moe_ec_capacity(&hp, 4), 1); /* ceil(0.2), and never below 1 */
     hp.ec_capacity = 10.0f;
     ck_assert_int_eq(moe_ec_capacity(&hp, 4), 4); /* at most every token */
+    hp.ec_capacity = 3e38f; /* a huge factor is every token, not an overflow to 1 */
+    ck_assert_int_eq(moe_ec_capacity(&hp, 1000), 1000);
+    hp.ec_capacity = 3.4028235e38f;
+    ck_assert_int_eq(moe_ec_capacity(&hp, 1 << 30), 1 << 30);
     hp = ec_hyper(2, 4, 2, 2);
     ck_assert_int_eq(moe_ec_capacity(&hp, 10), 5); /* 10 * 2 / 4 */
     hp.ec_capacity = 1.5f;

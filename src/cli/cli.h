@@ -1,6 +1,7 @@
 /*
  * cli.h: what the command files of `moe` share (moe.c: the option parser and the settings;
- * convert.c: the commands that turn one model file into another).
+ * help.c: every command's help text, which lists its options; convert.c: the commands that
+ * turn one model file into another).
  *
  * Every mistake on the command line ends in usage_error or moe_input_error: a message on
  * stderr and exit status 2, before anything is written.
@@ -20,10 +21,11 @@ typedef struct {
     const char *config, *out, *resume, *ckpt, *prompt, *init, *from;
     const char *sets[128];
     int n_sets;
-    long tokens, batches, domains, doc_len, until;
+    long long tokens;
+    long batches, domains, doc_len, until;
     double temperature, val_frac;
     long long seed;
-    int seed_given, quiet, keys;
+    int seed_given, quiet, keys, allow_data_change;
     /* bench: --config may repeat there (reference config names) */
     const char *configs[BENCH_MAX_CONFIGS];
     int n_configs, json, profile, reference_attention;
@@ -37,8 +39,20 @@ typedef struct {
 /* "error: moe CMD: " + fmt with arg, then the usage; exit 2. */
 MOE_NORETURN void usage_error(const char *cmd, const char *fmt, const char *arg);
 
-/* Parse argv into o; allowed: the space-separated options this command takes. */
-void parse_opts(Opts *o, const char *cmd, const char *allowed, int argc, char **argv);
+/* Parse argv into o: the options this command's help text lists (help.c), whole numbers and
+ * numbers range-checked; --help or -h prints the help and exits 0. Anything else ends in
+ * usage_error. */
+void parse_opts(Opts *o, const char *cmd, int argc, char **argv);
+
+/* The help text of a command (usage, then one line per option); NULL for an unknown one. */
+const char *cli_help(const char *cmd);
+
+/* 1 when opt ("--name") is one of cmd's options: a line of its help starts "  --name". */
+int cli_option_allowed(const char *cmd, const char *opt);
+
+/* Exit 2 with a message when a model of settings c for B x T tokens would not fit in the
+ * memory available (memory.h), before anything is allocated. */
+void require_memory(const Config *c, int B, int T);
 
 /* Settings: c as given (defaults, or a checkpoint's), then --config, then each --set; then
  * validated. */

@@ -39,10 +39,14 @@ static void refuse_input_as_output(const char *cmd, const char *out, const char 
                         cmd, out, tmp);
 }
 
-static void save_or_exit(const Model *m, const char *path) {
+/* A failed write (a full disk, a folder that cannot be written) leaves no file behind (the
+ * atomic protocol removes its .tmp), so the user can free space or pick another --out. */
+static void save_or_exit(const char *cmd, const Model *m, const char *path) {
     char err[1024];
     if (checkpoint_save(m, NULL, path, err, sizeof err) != 0)
-        moe_fatal("writing %s failed: %s", path, err);
+        moe_input_error("%s: %s (nothing was written: choose another --out, or free disk space "
+                        "and run it again)",
+                        cmd, err);
 }
 
 /* The tensors under their parameter-table names (and the aux-free biases), every setting in the
@@ -50,7 +54,7 @@ static void save_or_exit(const Model *m, const char *path) {
  * separate keys for readers that do not parse it, and a checksum (model_export). */
 int cmd_export(int argc, char **argv) {
     Opts o;
-    parse_opts(&o, "export", "--ckpt --out", argc, argv);
+    parse_opts(&o, "export", argc, argv);
     if (!o.ckpt || !o.out) usage_error("export", "%s", "--ckpt PATH and --out FILE are required");
     refuse_existing("export", o.out); /* also an --out that is the --ckpt itself */
     refuse_input_as_output("export", o.out, o.ckpt);
@@ -88,7 +92,7 @@ static char *given_text(const Opts *o) {
  * more, so that what the command line says wins. */
 int cmd_import(int argc, char **argv) {
     Opts o;
-    parse_opts(&o, "import", "--from --out --config --set", argc, argv);
+    parse_opts(&o, "import", argc, argv);
     if (!o.from || !o.out)
         usage_error("import", "%s", "--from FILE.safetensors and --out CKPT are required");
     refuse_existing("import", o.out);
@@ -109,9 +113,10 @@ int cmd_import(int argc, char **argv) {
     free(given);
     build_config(&c, &o, "import");
     Model m;
+    require_memory(&c, 1, 1);
     model_init(&m, &c, 1, 1);
     if (import_weights(&m, &st, err, sizeof err) != 0) moe_input_error("import: %s", err);
-    save_or_exit(&m, o.out);
+    save_or_exit("import", &m, o.out);
     printf("imported %s: %d tensors, %zu parameters, %d blocks (%d MoE); wrote %s\n", o.from,
            m.pt.n, m.pt.total, c.n_layer, m.n_moe, o.out);
     safetensors_free(&st);
@@ -124,9 +129,7 @@ int cmd_import(int argc, char **argv) {
  * are d_ff / G wide. */
 int cmd_upcycle(int argc, char **argv) {
     Opts o;
-    parse_opts(&o, "upcycle",
-               "--from --out --config --set --noise --drop-ratio --split --router-std --seed", argc,
-               argv);
+    parse_opts(&o, "upcycle", argc, argv);
     if (!o.from || !o.out)
         usage_error("upcycle", "%s", "--from DENSE_CKPT and --out MOE_CKPT are required");
     if (strcmp(o.from, o.out) == 0)
@@ -152,9 +155,10 @@ int cmd_upcycle(int argc, char **argv) {
 
     Model src, dst;
     load_model(&src, &dense, o.from, 1, 1);
+    require_memory(&moe, 1, 1);
     model_init(&dst, &moe, 1, 1);
     if (upcycle_model(&dst, &src, &uo, err, sizeof err) != 0) moe_input_error("upcycle: %s", err);
-    save_or_exit(&dst, o.out);
+    save_or_exit("upcycle", &dst, o.out);
 
     printf("upcycled %s into %s\n  blocks:", o.from, o.out);
     for (int l = 0; l < moe.n_layer; l++)

@@ -2,7 +2,7 @@
  * moe: the command line.
  *
  *   moe train   [--config FILE] [--set key=value]... [--out DIR] [--resume DIR] [--until STEP]
- *               [--init CKPT] [--quiet]
+ *               [--init CKPT] [--allow-data-change] [--quiet]
  *   moe eval    --ckpt PATH [--set key=value]... [--batches N]
  *   moe sample  --ckpt PATH [--prompt TEXT] [--tokens N] [--temperature X] [--seed N]
  *   moe export  --ckpt PATH --out FILE.safetensors
@@ -14,10 +14,12 @@
  *   moe synth   --out DIR [--domains N] [--tokens N] [--doc-len N] [--seed N]
  *   moe bench   [--config NAME]... [--steps N] [--warmup N] [--threads N] [--json]
  *               [--profile] [--profile-out FILE.csv] [--reference-attention]
+ *   moe help    [CMD]             (and moe CMD --help: each command's options, help.c)
  *
  * Every mistake on the command line, in a config, a data file or a checkpoint ends with a
  * message on stderr and exit status 2; nothing is written before the inputs have been checked.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -32,14 +34,15 @@
 #include "io/data.h"
 #include "io/files.h"
 #include "io/tensorfile.h"
+#include "memory.h"
 #include "run.h"
 #include "train.h"
 #include "util.h"
 
 const char *const USAGE =
-    "usage: moe <command> [options]\n"
+    "usage: moe <command> [options]   (moe help CMD or moe CMD --help: its options)\n"
     "  train   [--config FILE] [--set key=value]... [--out DIR] [--resume DIR] [--until STEP]\n"
-    "          [--init CKPT] [--quiet]\n"
+    "          [--init CKPT] [--allow-data-change] [--quiet]\n"
     "  eval    --ckpt PATH [--set key=value]... [--batches N]\n"
     "  sample  --ckpt PATH [--prompt TEXT] [--tokens N] [--temperature X] [--seed N]\n"
     "  export  --ckpt PATH --out FILE.safetensors\n"
@@ -52,22 +55,28 @@ const char *const USAGE =
     "  bench   [--config NAME]... [--steps N] [--warmup N] [--threads N] [--json]\n"
     "          [--profile] [--profile-out FILE.csv] [--reference-attention]\n"
     "          NAME: tiny, tiny-dense, small, small-dense (default: all four)\n"
+    "  help    [CMD]\n"
     "The key=value settings are listed by `moe info --keys`.\n";
 
 MOE_NORETURN void usage_error(const char *cmd, const char *fmt, const char *arg) {
     fprintf(stderr, "error: moe %s: ", cmd);
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n\n%s", USAGE);
+    const char *help = cli_help(cmd);
+    fprintf(stderr, "\n\n%s", help ? help : USAGE);
     exit(MOE_EXIT_INPUT);
 }
 
-static long parse_long(const char *cmd, const char *opt, const char *s, long lo, long hi) {
-    char *end;
+/* Every whole-number option goes through here: the full text must be a number (no spaces, no
+ * trailing characters), inside long long (ERANGE) and inside [lo, hi], so nothing wraps when
+ * the caller narrows it to the type it uses. */
+static long long parse_int(const char *cmd, const char *opt, const char *s, long long lo,
+                           long long hi) {
+    char *end = NULL;
     errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *s == '\0' || *end != '\0' || v < lo || v > hi) {
+    long long v = strtoll(s, &end, 10);
+    if (errno || *s == '\0' || isspace((unsigned char)*s) || *end != '\0' || v < lo || v > hi) {
         char msg[160];
-        snprintf(msg, sizeof msg, "%s expects a whole number in [%ld, %ld], got '%%s'", opt, lo,
+        snprintf(msg, sizeof msg, "%s expects a whole number in [%lld, %lld], got '%%s'", opt, lo,
                  hi);
         usage_error(cmd, msg, s);
     }
@@ -78,7 +87,8 @@ static double parse_double(const char *cmd, const char *opt, const char *s, doub
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || *s == '\0' || *end != '\0' || !(v >= lo && v <= hi)) {
+    if (errno || *s == '\0' || isspace((unsigned char)*s) || *end != '\0' ||
+        !(v >= lo && v <= hi)) {
         char msg[160];
         snprintf(msg, sizeof msg, "%s expects a number in [%g, %g], got '%%s'", opt, lo, hi);
         usage_error(cmd, msg, s);
@@ -86,8 +96,31 @@ static double parse_double(const char *cmd, const char *opt, const char *s, doub
     return v;
 }
 
-/* allowed: space-separated option names this command takes */
-void parse_opts(Opts *o, const char *cmd, const char *allowed, int argc, char **argv) {
+/* An option this command does not take: say why when the mistake is a common one. */
+static MOE_NORETURN void unknown_option(const char *cmd, const char *a) {
+    char opt[64];
+    const char *eq = strchr(a, '=');
+    if (strncmp(a, "--", 2) == 0 && eq && (size_t)(eq - a) < sizeof opt) {
+        snprintf(opt, sizeof opt, "%.*s", (int)(eq - a), a);
+        if (cli_option_allowed(cmd, opt))
+            usage_error(cmd, "unknown option '%s': write the value after a space (--out DIR)", a);
+    }
+    if (strchr(a, ' '))
+        usage_error(cmd, "unknown option '%s': an option is one word; is a quote around two?", a);
+    usage_error(cmd, "unknown option '%s' (the options of this command are below)", a);
+}
+
+/* Options that name a file or folder: an empty one would mean the current folder or nothing */
+static int is_path_option(const char *a) {
+    static const char *const PATHS[] = {"--config", "--out",  "--resume",     "--init",
+                                        "--from",   "--ckpt", "--profile-out"};
+    for (size_t i = 0; i < sizeof PATHS / sizeof PATHS[0]; i++)
+        if (strcmp(a, PATHS[i]) == 0) return 1;
+    return 0;
+}
+
+/* The options a command takes are those its help text lists (help.c). */
+void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
     memset(o, 0, sizeof(*o));
     o->tokens = 0; /* 0: the command's own default */
     o->temperature = 0.8;
@@ -101,14 +134,17 @@ void parse_opts(Opts *o, const char *cmd, const char *allowed, int argc, char **
     o->split = 1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        char want[64];
-        snprintf(want, sizeof want, " %s ", a);
-        char padded[512];
-        snprintf(padded, sizeof padded, " %s ", allowed);
-        if (strncmp(a, "--", 2) != 0 || !strstr(padded, want))
-            usage_error(cmd, "unknown option '%s'", a);
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(cli_help(cmd), stdout);
+            exit(0);
+        }
+        if (!cli_option_allowed(cmd, a)) unknown_option(cmd, a);
         if (strcmp(a, "--quiet") == 0) {
             o->quiet = 1;
+            continue;
+        }
+        if (strcmp(a, "--allow-data-change") == 0) {
+            o->allow_data_change = 1;
             continue;
         }
         if (strcmp(a, "--keys") == 0) {
@@ -129,6 +165,7 @@ void parse_opts(Opts *o, const char *cmd, const char *allowed, int argc, char **
         }
         if (i + 1 >= argc) usage_error(cmd, "%s needs a value", a);
         const char *v = argv[++i];
+        if (is_path_option(a) && v[0] == '\0') usage_error(cmd, "%s needs a path, not ''", a);
         if (strcmp(a, "--config") == 0) {
             o->config = v;
             if (o->n_configs >= BENCH_MAX_CONFIGS)
@@ -151,7 +188,7 @@ void parse_opts(Opts *o, const char *cmd, const char *allowed, int argc, char **
         else if (strcmp(a, "--router-std") == 0)
             o->router_std = parse_double(cmd, a, v, 0.0, 10.0);
         else if (strcmp(a, "--split") == 0)
-            o->split = parse_long(cmd, a, v, 1, 1 << 16);
+            o->split = parse_int(cmd, a, v, 1, 1 << 16);
         else if (strcmp(a, "--ckpt") == 0)
             o->ckpt = v;
         else if (strcmp(a, "--prompt") == 0)
@@ -160,29 +197,33 @@ void parse_opts(Opts *o, const char *cmd, const char *allowed, int argc, char **
             if (o->n_sets >= 128) usage_error(cmd, "too many --set options (%s)", "max 128");
             o->sets[o->n_sets++] = v;
         } else if (strcmp(a, "--tokens") == 0)
-            o->tokens = parse_long(cmd, a, v, 1, 1L << 40);
+            /* sample keeps a window of the context, so its count is only a loop bound; synth
+             * writes that many tokens to disk */
+            o->tokens =
+                parse_int(cmd, a, v, 1, strcmp(cmd, "sample") == 0 ? 1000000000000LL : 1LL << 40);
         else if (strcmp(a, "--until") == 0)
-            o->until = parse_long(cmd, a, v, 1, 1 << 30);
+            o->until = parse_int(cmd, a, v, 1, 1 << 30);
         else if (strcmp(a, "--batches") == 0)
-            o->batches = parse_long(cmd, a, v, 1, 1 << 20);
+            o->batches = parse_int(cmd, a, v, 1, 1 << 20);
         else if (strcmp(a, "--domains") == 0)
-            o->domains = parse_long(cmd, a, v, 1, SHARD_MAX_DOMAINS);
+            o->domains = parse_int(cmd, a, v, 1, SHARD_MAX_DOMAINS);
         else if (strcmp(a, "--doc-len") == 0)
-            o->doc_len = parse_long(cmd, a, v, 2, 1 << 24);
+            o->doc_len = parse_int(cmd, a, v, 2, 1 << 24);
         else if (strcmp(a, "--temperature") == 0)
             o->temperature = parse_double(cmd, a, v, 0.0, 100.0);
         else if (strcmp(a, "--steps") == 0)
-            o->steps = parse_long(cmd, a, v, 1, 1 << 20);
+            o->steps = parse_int(cmd, a, v, 1, 1 << 20);
         else if (strcmp(a, "--warmup") == 0)
-            o->warmup = parse_long(cmd, a, v, 0, 1 << 20);
+            o->warmup = parse_int(cmd, a, v, 0, 1 << 20);
         else if (strcmp(a, "--threads") == 0)
-            o->threads = parse_long(cmd, a, v, 0, 4096);
+            o->threads = parse_int(cmd, a, v, 0, 4096);
         else if (strcmp(a, "--val-frac") == 0)
             o->val_frac = parse_double(cmd, a, v, 0.001, 0.5);
         else if (strcmp(a, "--seed") == 0) {
-            o->seed = parse_long(cmd, a, v, 0, 0x7fffffffL);
+            o->seed = parse_int(cmd, a, v, 0, 0x7fffffffL);
             o->seed_given = 1;
-        }
+        } else
+            moe_fatal("option %s is in the help of moe %s but not parsed", a, cmd);
     }
 }
 
@@ -207,27 +248,50 @@ void load_ckpt_config(Config *c, const char *path) {
 }
 
 /* A model with the checkpoint's settings (and any shape-preserving overrides) and weights. */
+void require_memory(const Config *c, int B, int T) {
+    char err[1024];
+    if (memory_check(c, B, T, 1, err, sizeof err) != 0) moe_input_error("%s", err);
+}
+
 void load_model(Model *m, Config *c, const char *path, int B, int T) {
     char err[1024];
+    require_memory(c, B, T);
     model_init(m, c, B, T);
     if (checkpoint_load(m, NULL, path, 0, err, sizeof err) != 0) moe_input_error("%s", err);
 }
 
 static int cmd_train(int argc, char **argv) {
     Opts o;
-    parse_opts(&o, "train", "--config --set --out --resume --init --quiet --until", argc, argv);
+    parse_opts(&o, "train", argc, argv);
     if (o.resume && o.out && strcmp(o.resume, o.out) != 0)
         usage_error("train", "--resume continues the run in its own directory; drop --out %s",
                     o.out);
     if (o.resume && o.init)
         usage_error("train", "--init %s starts a new run; --resume continues one: use one of them",
                     o.init);
+    if (o.allow_data_change && !o.resume)
+        usage_error("train", "%s: a new run has no data to compare with; drop it",
+                    "--allow-data-change is for --resume");
     Config c;
     char dir[MOE_PATH_MAX];
+    int restart = 0;
     if (o.resume) {
-        char ckpt[MOE_PATH_MAX + 32];
+        char ckpt[MOE_PATH_MAX + 32], cfg[MOE_PATH_MAX + 32], err[1024];
         run_path(ckpt, sizeof ckpt, o.resume, "ckpt.bin");
-        load_ckpt_config(&c, ckpt);
+        run_path(cfg, sizeof cfg, o.resume, "config.txt");
+        if (file_exists(ckpt) || !file_exists(cfg)) {
+            if (!file_exists(ckpt))
+                moe_input_error("--resume %s: no checkpoint %s and no config.txt there: it holds "
+                                "no run to resume; start one with `moe train --out %s`",
+                                o.resume, ckpt, o.resume);
+            load_ckpt_config(&c, ckpt);
+        } else {
+            /* stopped before its first checkpoint: the run starts again from step 0 with the
+             * settings it was started with (config.txt is written before anything else) */
+            config_defaults(&c);
+            if (config_load_file(&c, cfg, err, sizeof err) != 0) moe_input_error("%s", err);
+            restart = 1;
+        }
         snprintf(dir, sizeof dir, "%s", o.resume);
     } else {
         /* --init: the checkpoint's settings (its model shape), then --config and --set */
@@ -250,7 +314,9 @@ static int cmd_train(int argc, char **argv) {
     if (dist_init(&d, NULL, NULL, c.ep, c.timeout, err, sizeof err) != 0)
         moe_input_error("%s", err);
     TrainOptions to = {.out_dir = dir,
-                       .resume = o.resume != NULL,
+                       .resume = o.resume != NULL && !restart,
+                       .restart = restart,
+                       .allow_data_change = o.allow_data_change,
                        .quiet = o.quiet,
                        .until = (int)o.until,
                        .init = o.init,
@@ -262,7 +328,7 @@ static int cmd_train(int argc, char **argv) {
 
 static int cmd_eval(int argc, char **argv) {
     Opts o;
-    parse_opts(&o, "eval", "--ckpt --set --batches", argc, argv);
+    parse_opts(&o, "eval", argc, argv);
     if (!o.ckpt) usage_error("eval", "%s", "--ckpt PATH is required");
     Config c;
     load_ckpt_config(&c, o.ckpt);
@@ -286,7 +352,7 @@ static int cmd_eval(int argc, char **argv) {
 
 static int cmd_sample(int argc, char **argv) {
     Opts o;
-    parse_opts(&o, "sample", "--ckpt --prompt --tokens --temperature --seed", argc, argv);
+    parse_opts(&o, "sample", argc, argv);
     if (!o.ckpt) usage_error("sample", "%s", "--ckpt PATH is required");
     Config c;
     load_ckpt_config(&c, o.ckpt);
@@ -295,29 +361,40 @@ static int cmd_sample(int argc, char **argv) {
     load_model(&m, &c, o.ckpt, 1, T);
     set_threads(c.threads);
     const char *prompt = o.prompt && o.prompt[0] ? o.prompt : "\n";
-    int n_prompt = (int)strlen(prompt);
-    int total = n_prompt + (int)(o.tokens > 0 ? o.tokens : 200);
-    int *seq = (int *)malloc_check((size_t)total * sizeof(int));
-    for (int i = 0; i < n_prompt; i++) seq[i] = (unsigned char)prompt[i];
+    const long long n_new = o.tokens > 0 ? o.tokens : 200;
+    /* The model sees the last T tokens, so only a window of 2 T is kept: when it is full, its
+     * second half moves to the front. The count of sampled tokens is a long long loop bound,
+     * never an index, so no --tokens value can wrap around. */
+    int *win = (int *)malloc_check((size_t)2 * T * sizeof(int));
+    int len = 0;
+    for (const char *p = prompt; *p; p++) {
+        if (len == 2 * T) {
+            memmove(win, win + T, (size_t)T * sizeof(int));
+            len = T;
+        }
+        win[len++] = (unsigned char)*p;
+    }
     Rng r;
     rng_seed(&r, o.seed_given ? (uint64_t)o.seed : c.seed);
     fputs(prompt, stdout);
-    float probs[MOE_VOCAB];
-    for (int pos = n_prompt; pos < total; pos++) {
-        /* the model sees the last T tokens; the next token's logits are the last row */
-        int start = pos > T ? pos - T : 0, len = pos - start;
-        model_forward(&m, seq + start, NULL, 1, len);
-        const float *logits = m.logits + (size_t)(len - 1) * MOE_VOCAB;
+    double probs[MOE_VOCAB];
+    for (long long i = 0; i < n_new; i++) {
+        /* the next token's logits are the last row */
+        const int start = len > T ? len - T : 0, n = len - start;
+        model_forward(&m, win + start, NULL, 1, n);
+        const float *logits = m.logits + (size_t)(n - 1) * MOE_VOCAB;
         int next = 0;
         if (o.temperature <= 0.0) {
             for (int v = 1; v < MOE_VOCAB; v++)
                 if (logits[v] > logits[next]) next = v;
         } else {
-            float max = logits[0];
+            /* softmax(logits / t) in double, shifted by the max: the largest term is exp(0) =
+             * 1 whatever t, so a tiny temperature (1e-50) gives the greedy byte instead of
+             * 0 / 0, and nothing overflows for any t in (0, 100] */
+            double max = logits[0], sum = 0.0;
             for (int v = 1; v < MOE_VOCAB; v++) max = logits[v] > max ? logits[v] : max;
-            double sum = 0.0;
             for (int v = 0; v < MOE_VOCAB; v++) {
-                probs[v] = expf((logits[v] - max) / (float)o.temperature);
+                probs[v] = exp(((double)logits[v] - max) / o.temperature);
                 sum += probs[v];
             }
             double u = rng_uniform(&r) * sum, acc = 0.0;
@@ -326,18 +403,22 @@ static int cmd_sample(int argc, char **argv) {
                 if (acc > u) break;
             }
         }
-        seq[pos] = next;
+        if (len == 2 * T) {
+            memmove(win, win + T, (size_t)T * sizeof(int));
+            len = T;
+        }
+        win[len++] = next;
         putchar(next);
     }
     putchar('\n');
-    free(seq);
+    free(win);
     model_free(&m);
     return 0;
 }
 
 static int cmd_info(int argc, char **argv) {
     Opts o;
-    parse_opts(&o, "info", "--ckpt --keys", argc, argv);
+    parse_opts(&o, "info", argc, argv);
     if (o.keys) {
         config_print_keys(stdout);
         return 0;
@@ -373,7 +454,7 @@ static int cmd_info(int argc, char **argv) {
 
 static int cmd_corpus(int argc, char **argv) {
     Opts o;
-    parse_opts(&o, "corpus", "--out --seed --val-frac", argc, argv);
+    parse_opts(&o, "corpus", argc, argv);
     char err[1024];
     const char *out = o.out ? o.out : "data/corpus";
     if (corpus_build(out, o.seed_given ? (uint64_t)o.seed : 1234, o.val_frac, err, sizeof err) != 0)
@@ -383,7 +464,7 @@ static int cmd_corpus(int argc, char **argv) {
 
 static int cmd_synth(int argc, char **argv) {
     Opts o;
-    parse_opts(&o, "synth", "--out --domains --tokens --doc-len --seed", argc, argv);
+    parse_opts(&o, "synth", argc, argv);
     if (!o.out) usage_error("synth", "%s", "--out DIR is required");
     char err[1024], train[MOE_PATH_MAX + 32], val[MOE_PATH_MAX + 32];
     run_path(train, sizeof train, o.out, "train.bin");
@@ -411,10 +492,7 @@ static int cmd_synth(int argc, char **argv) {
 /* The training-step benchmark (bench.h): every option is checked before anything runs. */
 static int cmd_bench(int argc, char **argv) {
     Opts o;
-    parse_opts(&o, "bench",
-               "--config --steps --warmup --threads --json --profile --profile-out "
-               "--reference-attention",
-               argc, argv);
+    parse_opts(&o, "bench", argc, argv);
     BenchOptions bo = {.steps = (int)o.steps,
                        .warmup = (int)o.warmup,
                        .threads = (int)o.threads,
@@ -452,9 +530,19 @@ static void prefer_passive_wait(char **argv) {
 int main(int argc, char **argv) {
     prefer_passive_wait(argv);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
-        strcmp(argv[1], "help") == 0) {
+        (strcmp(argv[1], "help") == 0 && argc == 2)) {
         fputs(USAGE, argc < 2 ? stderr : stdout);
         return argc < 2 ? MOE_EXIT_INPUT : 0;
+    }
+    if (strcmp(argv[1], "help") == 0) { /* moe help CMD */
+        const char *help = argc == 3 ? cli_help(argv[2]) : NULL;
+        if (help) {
+            fputs(help, stdout);
+            return 0;
+        }
+        fprintf(stderr, "error: moe help: %s '%s'\n\n%s",
+                argc == 3 ? "unknown command" : "one command, not", argv[argc - 1], USAGE);
+        return MOE_EXIT_INPUT;
     }
     static const struct {
         const char *name;

@@ -21,9 +21,12 @@
  * every collective is a copy, and nothing here needs an MPI library. `make mpi` builds with
  * mpicc and MOE_HAVE_MPI=1 (dist_mpi.c).
  *
- * No silent hangs: every collective waits at most timeout_s. A rank whose peers have not
- * answered by then prints which ranks it was waiting for (the all-to-all exchanges know them
- * peer by peer) and ends the whole job with a non-zero status (MPI_Abort).
+ * No silent hangs: every collective waits at most timeout_s (1.5 or 2 times that for the
+ * waits of a sum or barrier that go through member 0, so that the rank waiting for a stopped
+ * one directly is the first to speak). A rank whose peers have not answered by then prints
+ * which ranks it was waiting for (the all-to-all exchanges know them peer by peer) and ends
+ * the whole job with a non-zero status (MPI_Abort). dist_init bounds the start of the job
+ * (MPI_Init) by timeout_s too.
  *
  * Accounting: every collective adds the bytes this rank sent and received and the seconds it
  * spent inside the call to DistStats, so the training loop can report communication per step.

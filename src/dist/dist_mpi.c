@@ -20,18 +20,22 @@
  * own tag: ranks that call collectives in different orders (a bug) never match each other's
  * messages; they time out and say so.
  *
- * Blocking MPI calls remain only at the edges: MPI_Init, the two MPI_Comm_split at start and
- * MPI_Finalize (preceded by a timed barrier, so a peer lost at the end is named too).
+ * Blocking MPI calls remain only at the edges: MPI_Init, the two MPI_Comm_split at start
+ * (bounded by a timer, startup_watch) and MPI_Finalize (preceded by a timed barrier, so a peer
+ * lost at the end is named too).
  */
 #if MOE_HAVE_MPI
 #include "dist/dist.h"
 
 #include <limits.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -178,7 +182,7 @@ static MOE_NORETURN void abort_timeout(const Dist *d, const char *op, double wai
  * the longest silence tolerated, not a limit on how long a big exchange may take. A receive
  * that brings another number of elements than posted means the ranks disagree on the counts
  * of the exchange: stop with both numbers rather than compute with half a message. */
-static void wait_all(Dist *d, const char *op, MPI_Datatype type) {
+static void wait_for(Dist *d, const char *op, MPI_Datatype type, double patience) {
     DistMpi *m = impl_of(d);
     const struct timespec nap = {0, 100000}; /* 100 us */
     double start = now_seconds(), last = start;
@@ -208,7 +212,7 @@ static void wait_all(Dist *d, const char *op, MPI_Datatype type) {
         double now = now_seconds();
         if (got > 0)
             last = now;
-        else if (now - last > d->timeout_s)
+        else if (now - last > patience * d->timeout_s)
             abort_timeout(d, op, now - start);
         else
             nanosleep(&nap, NULL);
@@ -216,18 +220,87 @@ static void wait_all(Dist *d, const char *op, MPI_Datatype type) {
     m->nreq = 0;
 }
 
+static void wait_all(Dist *d, const char *op, MPI_Datatype type) {
+    wait_for(d, op, type, 1.0);
+}
+
+/* Who is to blame when a rank stops: the rank that waits for it directly can name it; one
+ * that waits for a rank that is itself waiting would name the wrong one. So the waits are
+ * tiered by how far they are from the peer they depend on, and the nearest times out first:
+ *   1 x timeout    a message straight from the peer (all-to-alls, a broadcast's receivers);
+ *   1.5 x timeout  member 0 of a sum, barrier or gather, collecting from every member (one
+ *                  of them may be stuck in an exchange with the stopped rank);
+ *   2 x timeout    the other members of a sum or barrier, waiting for member 0, which
+ *                  itself waits for all of them.
+ * The first message ends the job (MPI_Abort) before the later deadlines come. */
+static void wait_hub_root(Dist *d, const char *op, MPI_Datatype type) {
+    wait_for(d, op, type, 1.5);
+}
+
+static void wait_hub(Dist *d, const char *op, MPI_Datatype type) {
+    wait_for(d, op, type, 2.0);
+}
+
 /* ---- start and end ----------------------------------------------------------------------- */
+
+/* MPI_Init and the communicator splits block until every process of the job has reached
+ * them, with no timeout of their own: a process that never starts, or stops on the way, would
+ * hang the others forever. A timer (SIGALRM) bounds that start: when it fires, the process
+ * says so on stderr, with the only rank it can know then (the launcher's environment), and
+ * exits non-zero, which makes mpirun end the whole job. The handler uses write() and _exit()
+ * only, the calls that are safe inside a signal handler. */
+static char startup_msg[400];
+static size_t startup_len;
+static struct sigaction startup_old;
+
+static void startup_expired(int sig) {
+    (void)sig;
+    ssize_t w = write(STDERR_FILENO, startup_msg, startup_len);
+    (void)w;
+    _exit(1);
+}
+
+static void startup_watch(double timeout_s) {
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (!rank) rank = getenv("PMIX_RANK");
+    if (!rank) rank = getenv("PMI_RANK");
+    int n = snprintf(startup_msg, sizeof startup_msg,
+                     "moe: rank %s: the start of the job (MPI_Init, the process grid) did not "
+                     "finish within %.0f s: a process of the job did not start or has stopped; "
+                     "ending the job (dist timeout %.0f s)\n",
+                     rank ? rank : "?", timeout_s, timeout_s);
+    startup_len = n > 0 && (size_t)n < sizeof startup_msg ? (size_t)n : 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = startup_expired;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, &startup_old);
+    struct itimerval t = {
+        {0, 0}, {(time_t)timeout_s, (suseconds_t)((timeout_s - (time_t)timeout_s) * 1e6)}};
+    if (t.it_value.tv_sec == 0 && t.it_value.tv_usec == 0) t.it_value.tv_usec = 1;
+    setitimer(ITIMER_REAL, &t, NULL);
+}
+
+static void startup_done(void) {
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &off, NULL);
+    sigaction(SIGALRM, &startup_old, NULL);
+}
 
 int dist_init(Dist *d, int *argc, char ***argv, int ep, double timeout_s, char *err, int errlen) {
     memset(d, 0, sizeof *d);
     int inited = 0, owns = 0, provided = 0;
+    if (timeout_s <= 0) timeout_s = 60.0;
+    startup_watch(timeout_s);
     MPI_Initialized(&inited);
     if (!inited) {
         /* FUNNELED: OpenMP threads run inside a rank, only the main thread calls MPI. */
-        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+            startup_done();
             return set_error(err, errlen,
                              "MPI_Init failed: start the program with mpirun -np N (Open MPI), "
                              "or use the build without MPI");
+        }
         owns = 1;
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -238,6 +311,7 @@ int dist_init(Dist *d, int *argc, char ***argv, int ep, double timeout_s, char *
         /* Every rank reaches the same verdict from the same numbers, so each can end MPI
          * cleanly and exit with the message, without waiting on the others. */
         if (owns) MPI_Finalize();
+        startup_done();
         if (ep < 1)
             return set_error(err, errlen,
                              "dist.ep=%d: the number of expert-parallel processes must be 1 or "
@@ -280,6 +354,7 @@ int dist_init(Dist *d, int *argc, char ***argv, int ep, double timeout_s, char *
     m->want = malloc_check(cap * sizeof *m->want);
     m->done_idx = malloc_check(cap * sizeof *m->done_idx);
     d->impl = m;
+    startup_done(); /* from here on every wait has its own deadline */
     return 0;
 }
 
@@ -334,7 +409,7 @@ static void allreduce_sum(Dist *d, DistGroup g, void *x, size_t n, int is_double
             for (int p = 1; p < P; p++)
                 post_recv(d, g, m->reduce_buf + (size_t)(p - 1) * chunk * elem, (int)len, type, p,
                           TAG_REDUCE_UP, op);
-            wait_all(d, op, type);
+            wait_hub_root(d, op, type);
             for (int p = 1; p < P; p++) {
                 const char *b = m->reduce_buf + (size_t)(p - 1) * chunk * elem;
                 if (is_double)
@@ -343,14 +418,14 @@ static void allreduce_sum(Dist *d, DistGroup g, void *x, size_t n, int is_double
                     for (size_t i = 0; i < len; i++) ((float *)xs)[i] += ((const float *)b)[i];
             }
             for (int p = 1; p < P; p++) post_send(d, g, xs, (int)len, type, p, TAG_REDUCE_DOWN, op);
-            wait_all(d, op, type);
+            wait_hub_root(d, op, type);
             bytes += (uint64_t)(P - 1) * len * elem;
         } else {
             /* The send must be complete before the sum overwrites the same buffer. */
             post_send(d, g, xs, (int)len, type, 0, TAG_REDUCE_UP, op);
-            wait_all(d, op, type);
+            wait_hub(d, op, type);
             post_recv(d, g, xs, (int)len, type, 0, TAG_REDUCE_DOWN, op);
-            wait_all(d, op, type);
+            wait_hub(d, op, type);
             bytes += (uint64_t)len * elem;
         }
     }
@@ -449,11 +524,12 @@ void dist_gather_f(Dist *d, const float *x, size_t n, float *out) {
         for (int p = 1; p < P; p++)
             post_recv(d, DIST_EP, out + (size_t)p * n, cnt, MPI_FLOAT, p, TAG_GATHER, "gather_f");
         got = (uint64_t)(P - 1) * n * sizeof(float);
+        wait_hub_root(d, "gather_f", MPI_FLOAT);
     } else {
         post_send(d, DIST_EP, x, cnt, MPI_FLOAT, 0, TAG_GATHER, "gather_f");
         sent = (uint64_t)n * sizeof(float);
+        wait_all(d, "gather_f", MPI_FLOAT);
     }
-    wait_all(d, "gather_f", MPI_FLOAT);
     stats_end(d, t0, sent, got);
 }
 
@@ -464,15 +540,15 @@ void dist_barrier(Dist *d) {
     if (d->rank == 0) {
         for (int p = 1; p < d->world; p++)
             post_recv(d, DIST_WORLD, NULL, 0, MPI_BYTE, p, TAG_BARRIER_UP, "barrier");
-        wait_all(d, "barrier", MPI_BYTE);
+        wait_hub_root(d, "barrier", MPI_BYTE);
         for (int p = 1; p < d->world; p++)
             post_send(d, DIST_WORLD, NULL, 0, MPI_BYTE, p, TAG_BARRIER_DOWN, "barrier");
-        wait_all(d, "barrier", MPI_BYTE);
+        wait_hub_root(d, "barrier", MPI_BYTE);
     } else {
         post_send(d, DIST_WORLD, NULL, 0, MPI_BYTE, 0, TAG_BARRIER_UP, "barrier");
-        wait_all(d, "barrier", MPI_BYTE);
+        wait_hub(d, "barrier", MPI_BYTE);
         post_recv(d, DIST_WORLD, NULL, 0, MPI_BYTE, 0, TAG_BARRIER_DOWN, "barrier");
-        wait_all(d, "barrier", MPI_BYTE);
+        wait_hub(d, "barrier", MPI_BYTE);
     }
     stats_end(d, t0, 0, 0);
 }

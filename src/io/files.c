@@ -91,6 +91,7 @@ FILE *open_regular(const char *path, const FileSpec *spec, uint64_t *size, char 
 
 int make_dirs(const char *dir, char *err, int errlen) {
     char buf[1024];
+    if (dir[0] == '\0') return set_error(err, errlen, "an empty path is not a directory; name one");
     if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
         return set_error(err, errlen, "path too long: %s", dir);
     for (char *p = buf + 1;; p++) {

@@ -46,6 +46,11 @@ int moe_capacity(const MoeHyper *hp, float factor, int tokens) {
      * 11.0000002, whose ceil would be 12. Read it to thousandths (float's relative error,
      * below 6e-8, is far from half a thousandth for any sane factor) and take the ceil of the
      * exact fraction p N K / (1000 E) in integers. */
+    /* A factor with factor K >= 2 E asks for at least twice the tokens: the answer is all of
+     * them, decided in double before anything is rounded to an integer (a huge factor such as
+     * 3e38 would overflow p and the product). Below that, p <= 2000 E / K + 1 and the product
+     * p tokens K stays far inside a long long. */
+    if (!((double)factor * hp->K < 2.0 * hp->E)) return tokens > 1 ? tokens : 1;
     long long p = llround((double)factor * 1000.0);
     long long num = p * tokens * hp->K, den = 1000LL * hp->E;
     long long want = (num + den - 1) / den;

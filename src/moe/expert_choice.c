@@ -42,7 +42,9 @@ int moe_assignments_per_token(const MoeHyper *hp) {
 
 int moe_ec_capacity(const MoeHyper *hp, int N) {
     /* the same exact decimal ceil as moe_capacity (capacity.c): the factor read to
-     * thousandths, the ceil taken in integers, so 1.1 x 20 / 2 gives 11, not 12 */
+     * thousandths, the ceil taken in integers, so 1.1 x 20 / 2 gives 11, not 12; a factor that
+     * asks for twice the tokens or more is all of them, decided before any integer overflows */
+    if (!((double)hp->ec_capacity * hp->K < 2.0 * hp->E)) return N > 1 ? N : 1;
     long long p = llround((double)hp->ec_capacity * 1000.0);
     long long num = p * N * hp->K, den = 1000LL * hp->E;
     long long want = (num + den - 1) / den;

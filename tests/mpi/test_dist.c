@@ -9,6 +9,11 @@
  *   MOE_TEST_HANG_RANK=R  instead of the suite, a run of all-to-alls in which rank R stops
  *                         answering halfway (the others must end the job and name R)
  *   MOE_TEST_KILL_RANK=R  the same, but rank R kills itself (SIGKILL)
+ *   MOE_TEST_HANG_SUM=R   a run of sums over the world in which rank R stops answering: the
+ *                         ranks other than 0 wait for rank 0, which waits for R; R must be
+ *                         the rank named, never 0
+ *   MOE_TEST_STOP_AT_START=R  the process the launcher numbers R stops itself (SIGSTOP)
+ *                         before dist_init: the others must not hang in MPI_Init
  *
  * Check runs without fork (a forked child cannot use its parent's MPI connection). A test
  * does all its collectives first and asserts afterwards, so a failed check on one rank does
@@ -420,6 +425,24 @@ static int run_drill(Dist *d, int hang_rank, int kill_rank) {
     return 0;
 }
 
+/* Sums over the world, in round 2 of which hang_rank stops answering (the same verdict as
+ * run_drill: finishing means nobody noticed). */
+static int run_sum_drill(Dist *d, int hang_rank) {
+    double x[4] = {1, 2, 3, 4};
+    for (int round = 0; round < 5; round++) {
+        if (round == 2 && d->rank == hang_rank) {
+            fprintf(stderr, "test_dist: rank %d stops answering (MOE_TEST_HANG_SUM)\n", d->rank);
+            for (;;) sleep(1000);
+        }
+        dist_allreduce_sum_d(d, DIST_WORLD, x, 4);
+    }
+    dist_barrier(d);
+    if (d->rank == 0)
+        fprintf(stderr, "test_dist: the sum drill finished: the stopped rank was not noticed\n");
+    dist_finalize(d);
+    return 0;
+}
+
 static double env_number(const char *name, double fallback) {
     const char *s = getenv(name);
     return s != NULL && *s != 0 ? atof(s) : fallback;
@@ -428,6 +451,12 @@ static double env_number(const char *name, double fallback) {
 int main(int argc, char **argv) {
     int ep = (int)env_number("MOE_TEST_EP", 1);
     char err[256];
+    int stop_at_start = (int)env_number("MOE_TEST_STOP_AT_START", -1);
+    if (stop_at_start >= 0 && (int)env_number("OMPI_COMM_WORLD_RANK", -1) == stop_at_start) {
+        fprintf(stderr, "test_dist: rank %d stops before MPI_Init (MOE_TEST_STOP_AT_START)\n",
+                stop_at_start);
+        raise(SIGSTOP);
+    }
     if (dist_init(&g_d, &argc, &argv, ep, env_number("MOE_TEST_TIMEOUT", 30), err, sizeof err)) {
         fprintf(stderr, "test_dist: %s\n", err);
         return 2;
@@ -435,6 +464,8 @@ int main(int argc, char **argv) {
     int hang = (int)env_number("MOE_TEST_HANG_RANK", -1);
     int kill_rank = (int)env_number("MOE_TEST_KILL_RANK", -1);
     if (hang >= 0 || kill_rank >= 0) return run_drill(&g_d, hang, kill_rank);
+    int hang_sum = (int)env_number("MOE_TEST_HANG_SUM", -1);
+    if (hang_sum >= 0) return run_sum_drill(&g_d, hang_sum);
 
     SRunner *sr = srunner_create(dist_suite());
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -9,9 +9,14 @@
 #   3. no silent hangs: a rank that stops answering in the middle of a run of all-to-alls
 #      (MOE_TEST_HANG_RANK=1, dist timeout 3 s) ends the job non-zero within 15 s, and the
 #      other ranks name rank 1; the same in the second row of ep 2 x dp 2 (rank 3 stops,
-#      rank 2 must name world rank 3, not its EP index 1)
+#      rank 2 must name world rank 3, not its EP index 1, and no message may blame another
+#      rank: rank 0, done with its row, waits in a barrier for ranks 2 and 3)
 #   4. a rank that dies (MOE_TEST_KILL_RANK=1: SIGKILL, dist timeout 30 s so that MPI's own
 #      detection is what is tested) ends the job non-zero within 15 s
+#   5. in sums over 4 processes (MOE_TEST_HANG_SUM=1), where ranks 2 and 3 wait for rank 0
+#      and rank 0 for the stopped rank 1, every message names rank 1, never rank 0
+#   6. a process stopped before MPI_Init (MOE_TEST_STOP_AT_START=2) does not hang the others
+#      there: the job ends non-zero within 15 s with a message about the start of the job
 # Every mpirun runs under `timeout 60`. Prints one line per check and "N passed, M failed";
 # exits non-zero when a check fails.
 
@@ -22,7 +27,7 @@ bin=$(executable "$build/tests/mpi/test_dist" \
       "make MPI=1 $build/tests/mpi/test_dist (or set MOE_BUILD)") || exit 1
 need_mpirun required
 export OMP_NUM_THREADS=1
-unset MOE_TEST_HANG_RANK MOE_TEST_KILL_RANK MOE_TEST_TIMEOUT
+unset MOE_TEST_HANG_RANK MOE_TEST_KILL_RANK MOE_TEST_TIMEOUT MOE_TEST_HANG_SUM MOE_TEST_STOP_AT_START
 
 now_ms() { date +%s%3N; }
 
@@ -71,9 +76,31 @@ run 4 2 MOE_TEST_HANG_RANK=3 MOE_TEST_TIMEOUT=3
 check "ep 2 x dp 2, rank 3 stops: job ended (exit $rc) in ${secs} s, rank 2 names world rank 3" $? \
     "exit $rc after ${secs} s: $(grep -E 'moe:|test_dist' <<< "$out" | head -n 4)"
 
+# and nobody blames another rank: rank 0, done with its row, waits in the barrier for ranks 2
+# and 3, of which 2 waits for the stopped 3; rank 2's message must be the only one
+[ "$(grep -c "no answer from rank" <<< "$out")" -ge 1 ] &&
+    ! grep "no answer from rank" <<< "$out" | grep -qv "rank(s) 3 (world ranks)"
+check "ep 2 x dp 2, rank 3 stops: every 'no answer' message names rank 3 alone" $? \
+    "$(grep 'no answer' <<< "$out" | head -n 4)"
+
 run 4 2 MOE_TEST_KILL_RANK=1 MOE_TEST_TIMEOUT=30
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "${secs%.*}" -lt 15 ] && grep -q "kills itself" <<< "$out"
 check "a rank killed: job ended (exit $rc) in ${secs} s" $? \
     "exit $rc after ${secs} s: $(tail -n 4 <<< "$out")"
+
+# ---- 5, 6. the rank to blame, and the start of the job --------------------------------------
+echo "test_dist: sums and start-up"
+run 4 4 MOE_TEST_HANG_SUM=1 MOE_TEST_TIMEOUT=3
+named=$(grep "no answer from rank" <<< "$out")
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "${secs%.*}" -lt 15 ] && [ -n "$named" ] &&
+    ! grep -qv "rank 0: no answer from rank(s) 1 (world ranks) in the allreduce_sum_d" <<< "$named"
+check "sums over 4 ranks, rank 1 stops: job ended (exit $rc) in ${secs} s; rank 0 names rank 1, nobody names rank 0" \
+    $? "exit $rc after ${secs} s: $(grep -E 'moe:|test_dist' <<< "$out" | head -n 4)"
+
+run 4 4 MOE_TEST_STOP_AT_START=2 MOE_TEST_TIMEOUT=3
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "${secs%.*}" -lt 15 ] &&
+    grep -qE "rank [013]: the start of the job \(MPI_Init, the process grid\) did not finish within 3 s" <<< "$out"
+check "a process stopped before MPI_Init: job ended (exit $rc) in ${secs} s with a start-up message" \
+    $? "exit $rc after ${secs} s: $(grep -E 'moe:|test_dist' <<< "$out" | head -n 4)"
 
 finish

@@ -16,8 +16,8 @@
 #      continued steps equal the one-process run's; the checkpoint evaluates in one process
 #   4. bad input: dist.ep not dividing the processes, or a batch that does not split, exits 2
 #      with a message; a killed process ends the job non-zero within 30 s and the run resumes
-#      from its last checkpoint; a process that stops answering is named by the others, which
-#      end the job within 30 s (dist.timeout=3)
+#      from its last checkpoint; a process that stops answering (one of 4) is named by every
+#      message of the others, which end the job within 30 s (dist.timeout=3)
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
 
 # shellcheck source=tests/lib/common.sh
@@ -174,20 +174,25 @@ last=$(awk -F, 'END { print $1 }' "$tmp/kill/train.csv")
 [ -n "$at" ] && [ $rc -eq 0 ] && [ "$last" = $((at + 2)) ]
 check "the killed run resumes from its checkpoint (step ${at:-?}) to step $((${at:-0} + 2))" $? \
     "exit $rc, last row $last: $(tail -n 3 "$tmp/kill-resume.log")"
-# a process that stops answering: the other names it after dist.timeout
+# a process that stops answering: the others name it after dist.timeout. Over 4 processes
+# the ranks that wait for rank 0 (which waits for the stopped one) must not blame rank 0:
+# every message names the stopped rank (read from its environment, as mpirun numbered it)
 start=$(date +%s)
-timeout 90 mpirun -np 2 "$moe" train --out "$tmp/hang" "${tiny[@]}" "${long[@]}" --set dist.ep=2 \
+timeout 90 mpirun -np 4 "$moe" train --out "$tmp/hang" "${tiny[@]}" "${long[@]}" --set dist.ep=4 \
     --set dist.timeout=3 > "$tmp/hang.log" 2>&1 &
 job=$!
 for _ in $(seq 50); do [ -s "$tmp/hang/train.csv" ] && break; sleep 0.2; done
 victim=$(pgrep -f "^$moe train --out $tmp/hang" | tail -n 1)
+vrank=$(tr '\0' '\n' < "/proc/$victim/environ" 2> /dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
 [ -n "$victim" ] && kill -STOP "$victim"
 wait "$job"
 rc=$?
 took=$(($(date +%s) - start))
 [ -n "$victim" ] && kill -9 "$victim" 2> /dev/null
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$took" -lt 30 ] && grep -q "no answer from rank" "$tmp/hang.log"
-check "a stopped process is named ('no answer from rank') and the job ends: exit $rc after ${took} s" \
+named=$(grep "no answer from rank" "$tmp/hang.log")
+[ -n "$vrank" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$took" -lt 30 ] && [ -n "$named" ] &&
+    ! grep -qv "no answer from rank(s) $vrank (world ranks)" <<< "$named"
+check "4 processes, rank ${vrank:-?} stopped: every message names it ('no answer from rank(s) ${vrank:-?}'), the job ends: exit $rc after ${took} s" \
     $? "$(tail -n 5 "$tmp/hang.log")"
 
 finish

@@ -1,0 +1,124 @@
+/*
+ * help.c: the help text of every `moe` command, and the options each one accepts.
+ *
+ * One text per command: a usage line, a sentence, then one line per option, each starting
+ * "  --name". parse_opts (moe.c) accepts exactly the options listed here, so the help a user
+ * reads and what the command takes cannot drift apart.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+typedef struct {
+    const char *name, *text;
+} CmdHelp;
+
+static const CmdHelp HELP[] = {
+    {"train",
+     "usage: moe train [options]\n"
+     "Train a model into a run directory (src/README.md, \"Run directory\").\n"
+     "  --out DIR             the run directory (default runs/run-DATE-TIME); refused when it\n"
+     "                        holds a run already\n"
+     "  --config FILE         settings, one key = value a line (a run's config.txt works)\n"
+     "  --set KEY=VALUE       one setting, after --config; repeatable (moe info --keys)\n"
+     "  --resume DIR          continue the run in DIR from its checkpoint, bit-exact; a run\n"
+     "                        stopped before its first checkpoint starts again from step 0\n"
+     "  --allow-data-change   with --resume: continue although the data's CRC-32 differs from\n"
+     "                        the one provenance.txt records\n"
+     "  --until STEP          stop after STEP (with a checkpoint); --resume continues\n"
+     "  --init CKPT           start from the weights of CKPT (step 0, a fresh optimizer)\n"
+     "  --quiet               no progress display\n"
+     "  --help                this text\n"},
+    {"eval", "usage: moe eval --ckpt PATH [options]\n"
+             "The validation loss of a checkpoint.\n"
+             "  --ckpt PATH           the checkpoint (required)\n"
+             "  --set KEY=VALUE       a setting that keeps the model's shape (data.val, moe.*)\n"
+             "  --batches N           validation batches (default train.eval_batches)\n"
+             "  --help                this text\n"},
+    {"sample", "usage: moe sample --ckpt PATH [options]\n"
+               "Text from a checkpoint, one byte at a time.\n"
+               "  --ckpt PATH           the checkpoint (required)\n"
+               "  --prompt TEXT         the text to continue (default a newline)\n"
+               "  --tokens N            bytes to sample, 1 to 10^12 (default 200)\n"
+               "  --temperature X       0 picks the most likely byte; up to 100 (default 0.8)\n"
+               "  --seed N              the sampling seed (default the run's train.seed)\n"
+               "  --help                this text\n"},
+    {"export", "usage: moe export --ckpt PATH --out FILE.safetensors\n"
+               "A checkpoint's weights as a safetensors file (names: src/README.md).\n"
+               "  --ckpt PATH           the checkpoint (required)\n"
+               "  --out FILE            the safetensors file to write (required)\n"
+               "  --help                this text\n"},
+    {"import",
+     "usage: moe import --from FILE.safetensors --out CKPT [options]\n"
+     "A safetensors file as a weights-only checkpoint (train it with moe train --init CKPT).\n"
+     "  --from FILE           the safetensors file (required)\n"
+     "  --out CKPT            the checkpoint to write; refused when it exists (required)\n"
+     "  --config FILE         settings the file's metadata does not give\n"
+     "  --set KEY=VALUE       one setting; repeatable\n"
+     "  --help                this text\n"},
+    {"upcycle",
+     "usage: moe upcycle --from DENSE_CKPT --out MOE_CKPT [options]\n"
+     "A dense checkpoint turned into an MoE one (experts copied from its feed-forward layers).\n"
+     "  --from CKPT           the dense checkpoint (required)\n"
+     "  --out CKPT            the MoE checkpoint to write; refused when it exists (required)\n"
+     "  --config FILE         settings of the MoE (moe.num_experts, moe.top_k, ...)\n"
+     "  --set KEY=VALUE       one setting; repeatable\n"
+     "  --noise X             noise on the copies, relative to std(W), 0 to 10 (default 0)\n"
+     "  --drop-ratio R        drop-upcycling: share of each expert's hidden units re-drawn, 0-1\n"
+     "  --split G             experts of d_ff / G: each copy is one G-th slice\n"
+     "  --router-std S        std of the new router weights, 0 to 10 (0: zeros)\n"
+     "  --seed N              the seed of noise and re-initialisation\n"
+     "  --help                this text\n"},
+    {"info", "usage: moe info --ckpt PATH | --keys\n"
+             "A checkpoint's settings, parameter counts and tensors, or every setting there is.\n"
+             "  --ckpt PATH           the checkpoint\n"
+             "  --keys                every setting: key, default, range, meaning\n"
+             "  --help                this text\n"},
+    {"corpus", "usage: moe corpus [options]\n"
+               "Build the multi-domain corpus (train.bin, val.bin) from Debian text packages.\n"
+               "  --out DIR             where to write it (default data/corpus)\n"
+               "  --seed N              the shuffling seed (default 1234)\n"
+               "  --val-frac X          share of documents held out for validation, 0.001 to 0.5\n"
+               "  --help                this text\n"},
+    {"synth", "usage: moe synth --out DIR [options]\n"
+              "Synthetic data: documents from random Markov sources, one domain per source.\n"
+              "  --out DIR             where to write train.bin and val.bin (required)\n"
+              "  --domains N           sources (domains), 1 to 8 (default 3)\n"
+              "  --tokens N            training tokens (default 200000)\n"
+              "  --doc-len N           tokens per document (default 512)\n"
+              "  --seed N              the seed (default 1)\n"
+              "  --help                this text\n"},
+    {"bench",
+     "usage: moe bench [options]\n"
+     "How fast the training step runs, on reference configs.\n"
+     "  --config NAME         tiny, tiny-dense, small or small-dense; repeatable (default all)\n"
+     "  --steps N             timed steps (default 5)\n"
+     "  --warmup N            untimed steps first (default 2)\n"
+     "  --threads N           threads (default: OpenMP's)\n"
+     "  --json                one JSON object per config instead of the table\n"
+     "  --profile             time every op of the step\n"
+     "  --profile-out FILE    the per-op times as CSV (default build/bench_profile.csv)\n"
+     "  --reference-attention the loop attention instead of the GEMM one\n"
+     "  --help                this text\n"},
+};
+
+const char *cli_help(const char *cmd) {
+    for (size_t i = 0; i < sizeof HELP / sizeof HELP[0]; i++)
+        if (strcmp(HELP[i].name, cmd) == 0) return HELP[i].text;
+    return NULL;
+}
+
+int cli_option_allowed(const char *cmd, const char *opt) {
+    const char *text = cli_help(cmd);
+    if (!text || strncmp(opt, "--", 2) != 0) return 0;
+    const size_t n = strlen(opt);
+    /* an option line: "  --name", then a space or the end of the line */
+    for (const char *line = text; *line; line = strchr(line, '\n') + 1) {
+        if (strncmp(line, "  ", 2) == 0 && strncmp(line + 2, opt, n) == 0 &&
+            (line[2 + n] == ' ' || line[2 + n] == '\n'))
+            return 1;
+        if (!strchr(line, '\n')) break;
+    }
+    return 0;
+}

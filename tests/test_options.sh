@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# test_options.sh: the command line of `moe` itself (run by `make test` with MOE_BIN set).
+#
+#   1. help: `moe help`, `moe help CMD`, `moe CMD --help` and `-h` print the same text for
+#      every command (exit 0); every option a help lists is one the command accepts, and an
+#      unknown command of `moe help` exits 2
+#   2. malformed options exit 2 with a message: an option with a space in it ("--ckpt --set"
+#      passed as one word), --out=DIR, an empty path (--out ""), an option of another command
+#   3. whole numbers are range-checked in full (one parser for every integer option): no
+#      wrap-around (sample --tokens 4294967299 samples more than 3 tokens, 2147483647 does not
+#      overflow), values past the range, past 64 bits, with trailing text or spaces exit 2
+#   4. sample --temperature 1e-50 samples the greedy text of --temperature 0 (no NaN bytes)
+#   5. huge capacity factors (moe.capacity_factor=3e38, moe.ec_capacity=3e38) keep every
+#      token instead of overflowing to min_capacity: drop_frac 0
+#   6. a run that ends before any evaluation says "no evaluation ran", not "val loss nan"
+# Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
+
+# shellcheck source=tests/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+moe=$(executable "${MOE_BIN:-build/moe}" "make build/moe (or set MOE_BIN)") || exit 1
+export OMP_NUM_THREADS=1
+
+data="$tmp/data"
+tiny=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set model.seq_len=32
+      --set model.d_ff=64 --set moe.num_experts=4 --set moe.top_k=2 --set moe.d_expert=32
+      --set train.batch=4 --set "data.train=$data/train.bin" --set "data.val=$data/val.bin"
+      --set train.warmup=1 --quiet)
+"$moe" synth --out "$data" --tokens 30000 --seed 3 > /dev/null 2>&1
+"$moe" train --out "$tmp/run" "${tiny[@]}" --set train.steps=4 --set train.eval_every=2 \
+    > /dev/null 2>&1
+ckpt="$tmp/run/ckpt.bin"
+[ -s "$ckpt" ]
+check "a tiny run to sample from" $? "no $ckpt"
+
+# refuse LABEL PATTERN COMMAND...: exit 2, nothing on stdout, stderr matches the ERE
+refuse() {
+    local label=$1 pattern=$2
+    shift 2
+    "$@" > "$tmp/out" 2> "$tmp/err"
+    local rc=$?
+    [ $rc -eq 2 ] && [ ! -s "$tmp/out" ] && grep -Eq -- "$pattern" "$tmp/err"
+    check "$label" $? "exit $rc: $(head -n 1 "$tmp/err") $(head -c 100 "$tmp/out")"
+}
+
+# ---- 1. help ------------------------------------------------------------------------------
+echo "test_options: help"
+cmds="train eval sample export import upcycle info corpus synth bench"
+out=$("$moe" help 2>&1)
+rc=$?
+missing=""
+for c in $cmds help; do grep -Eq "^  $c " <<< "$out" || missing="$missing $c"; done
+[ $rc -eq 0 ] && [ -z "$missing" ]
+check "moe help lists every command" $? "exit $rc, missing:$missing"
+for c in $cmds; do
+    a=$("$moe" help "$c" 2>&1); ra=$?
+    b=$("$moe" "$c" --help 2>&1); rb=$?
+    h=$("$moe" "$c" -h 2>&1); rh=$?
+    # every "  --option" line of the help: the command must not call it unknown. A trailing
+    # unknown --zzz (twice: once it may be taken as the option's value) stops every command
+    # before it runs
+    unknown=""
+    for opt in $(sed -n 's/^  \(--[a-z-]*\).*/\1/p' <<< "$a"); do
+        [ "$opt" = --help ] && continue
+        "$moe" "$c" "$opt" --zzz --zzz < /dev/null 2>&1 | grep -q "unknown option '$opt'" &&
+            unknown="$unknown $opt"
+    done
+    n=$(grep -c '^  --' <<< "$a")
+    [ $ra -eq 0 ] && [ $rb -eq 0 ] && [ $rh -eq 0 ] && [ "$a" = "$b" ] && [ "$a" = "$h" ] &&
+        [ "${a:0:$((11 + ${#c}))}" = "usage: moe $c" ] && [ "$n" -ge 2 ] && [ -z "$unknown" ]
+    check "moe help $c = moe $c --help = -h: usage line and $n options, each accepted" $? \
+        "exit $ra/$rb/$rh, unknown:$unknown: $(head -n 1 <<< "$b")"
+done
+refuse "moe help of an unknown command" "unknown command 'frobnicate'" "$moe" help frobnicate
+
+# ---- 2. malformed options -------------------------------------------------------------------
+echo "test_options: malformed options"
+refuse "an option with a space in it is refused, not ignored" "unknown option '--ckpt --set'" \
+    "$moe" sample --ckpt "$ckpt" "--ckpt --set" model.d_model=64
+refuse "--out=DIR is refused with the right spelling" "'--out=x'.*after a space" \
+    "$moe" synth --out=x
+refuse "train --out '' is refused (empty path)" "--out needs a path" "$moe" train --out ""
+refuse "synth --out '' is refused" "--out needs a path" "$moe" synth --out ""
+refuse "eval --ckpt '' is refused" "--ckpt needs a path" "$moe" eval --ckpt ""
+refuse "an option of another command" "unknown option '--tokens'" "$moe" eval --ckpt "$ckpt" --tokens 5
+refuse "--allow-data-change without --resume" "allow-data-change" \
+    "$moe" train --out "$tmp/never" --allow-data-change
+[ ! -e "$tmp/never" ] && [ ! -e x ]
+check "the refused commands created nothing" $? "$tmp/never or ./x exists"
+
+# ---- 3. whole numbers ---------------------------------------------------------------------
+echo "test_options: whole numbers"
+# 4294967299 = 2^32 + 3 once wrapped to 3 tokens: now it is a long count, stopped here by head
+for n in 4294967299 2147483647; do
+    got=$(timeout 20 "$moe" sample --ckpt "$ckpt" --tokens "$n" --seed 1 2> /dev/null | head -c 500 | wc -c)
+    [ "$got" -eq 500 ]
+    check "sample --tokens $n samples on (500 bytes read, not a wrapped count)" $? "got $got bytes"
+done
+refuse "--tokens past the range" "--tokens expects a whole number in \[1, 1000000000000\]" \
+    "$moe" sample --ckpt "$ckpt" --tokens 1000000000001
+refuse "--tokens past 64 bits" "--tokens expects a whole number" \
+    "$moe" sample --ckpt "$ckpt" --tokens 18446744073709551621
+refuse "--tokens with trailing text" "got '12abc'" "$moe" sample --ckpt "$ckpt" --tokens 12abc
+refuse "--tokens with a leading space" "got ' 5'" "$moe" sample --ckpt "$ckpt" --tokens " 5"
+refuse "--until 1e3 is not a whole number" "--until expects a whole number" \
+    "$moe" train --out "$tmp/never" --until 1e3
+refuse "--seed -1 is below the range" "--seed expects a whole number in \[0," \
+    "$moe" synth --out "$tmp/never" --seed -1
+refuse "--domains 9 is above the range" "--domains expects a whole number in \[1, 8\]" \
+    "$moe" synth --out "$tmp/never" --domains 9
+refuse "--temperature nan" "--temperature expects a number" \
+    "$moe" sample --ckpt "$ckpt" --temperature nan
+
+# ---- 4. tiny temperatures -----------------------------------------------------------------
+echo "test_options: temperature"
+"$moe" sample --ckpt "$ckpt" --tokens 60 --temperature 1e-50 --prompt "ab" > "$tmp/t_tiny" 2>&1
+rc=$?
+"$moe" sample --ckpt "$ckpt" --tokens 60 --temperature 0 --prompt "ab" > "$tmp/t_zero" 2>&1
+ff=$(od -An -tx1 -v "$tmp/t_tiny" | tr ' ' '\n' | grep -c '^ff$')
+[ $rc -eq 0 ] && [ "$ff" -eq 0 ] && cmp -s "$tmp/t_tiny" "$tmp/t_zero" && [ "$(wc -c < "$tmp/t_tiny")" -eq 63 ]
+check "--temperature 1e-50 samples the greedy text of --temperature 0 (no 0xFF bytes)" $? \
+    "exit $rc, $ff bytes 0xFF: $(od -c "$tmp/t_tiny" | head -n 2)"
+
+# ---- 5. huge capacity factors ---------------------------------------------------------------
+echo "test_options: capacity factors"
+"$moe" train --out "$tmp/cap" "${tiny[@]}" --set train.steps=3 --set train.eval_every=0 \
+    --set moe.capacity_factor=3e38 > "$tmp/cap.log" 2>&1
+rc=$?
+drops=$(awk -F, 'NR > 1 { n++; if ($6 != 0) d++ } END { print n + 0, d + 0 }' "$tmp/cap/router.csv" 2> /dev/null)
+[ $rc -eq 0 ] && [ "$drops" = "6 0" ]
+check "moe.capacity_factor=3e38 drops nothing (6 router rows, drop_frac 0)" $? \
+    "exit $rc, rows dropping: $drops: $(tail -n 2 "$tmp/cap.log")"
+"$moe" train --out "$tmp/ec" "${tiny[@]}" --set train.steps=3 --set train.eval_every=0 \
+    --set moe.routing=expert_choice --set moe.balance=none --set moe.ec_capacity=3e38 \
+    > "$tmp/ec.log" 2>&1
+rc=$?
+drops=$(awk -F, 'NR > 1 { n++; if ($6 != 0) d++ } END { print n + 0, d + 0 }' "$tmp/ec/router.csv" 2> /dev/null)
+[ $rc -eq 0 ] && [ "$drops" = "6 0" ]
+check "moe.ec_capacity=3e38: every expert takes every token (drop_frac 0)" $? \
+    "exit $rc, rows dropping: $drops: $(tail -n 2 "$tmp/ec.log")"
+
+# ---- 6. no evaluation -------------------------------------------------------------------------
+echo "test_options: a run without evaluation"
+out=$("$moe" train --out "$tmp/noeval" "${tiny[@]}" --set train.steps=2 --set train.eval_every=0 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -q "no evaluation ran" <<< "$out" && ! grep -qi "nan" <<< "$out"
+check "a run without evaluation says 'no evaluation ran', never nan" $? "exit $rc: $out"
+
+finish
