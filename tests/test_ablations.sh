@@ -4,7 +4,7 @@
 # chapter programs' transcripts in theirs. Chapter 3 needs MPI: tests/mpi/test_ablations.sh.
 #
 #   1. chapters/lib.sh: warm-up scaling (quick and smoke only, room left in a 33-step arm), the
-#      provenance of clean and -dirty runs, the seed spread of a summary
+#      provenance of clean and -dirty runs, the seed spread of a summary (and its absence)
 #   2. compare.sh and ablate.sh of chapters 1, 2, 4 --smoke: exit 0; summary.csv has one row per
 #      arm with a finite validation loss; curves.csv every arm's evaluations; provenance.txt the
 #      commits, checksums and threads of the runs; summary.md the provenance sentence; every
@@ -57,6 +57,14 @@ printf 'arm,val_loss\nref,2.10\nother,2.00\nref-seed2,2.13\nref-seed3,2.08\nref-
         [ "$(seed_spread "$tmp/s.csv" other | cut -d' ' -f1)" = 1 ]
 )
 check "seed spread: min and max over REF and REF-seedN only" $?
+printf 'arm,val_loss\nref,2.10\nother,2.00\n' > "$tmp/s1.csv"
+(
+    . chapters/lib.sh
+    seed_note ref val_loss "$tmp/s1.csv" | grep -q '^Seed spread: not measured' &&
+        final_loss_figure "$tmp/f.png" "no seeds" ref val_loss "$tmp/s1.csv" ref other &&
+        [ "$(head -c 4 "$tmp/f.png" | od -An -tx1 | tr -d ' \n')" = 89504e47 ]
+)
+check "without seed arms: the spread is 'not measured', the dot chart still drawn" $?
 
 # ---- 2. every script's smoke mode ----------------------------------------------------------
 is_png() { [ -s "$1" ] && [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ]; }
