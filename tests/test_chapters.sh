@@ -80,6 +80,23 @@ check "P = 1: the mpirun hint, 0 bytes, y = the reference" $? "$(sed -n '/^4\./,
 [ $? -eq 2 ] && grep -q "usage:" "$tmp/err.txt"
 check "an argument: exit 2 and the usage" $? "$(cat "$tmp/err.txt")"
 
+echo "test_chapters: 03-expert-parallel/step_profile"
+prog=$build/chapters/03-expert-parallel/step_profile
+"$prog" --run "$tmp/run" --out "$tmp/prof" --steps 3 > "$tmp/out.txt" 2> "$tmp/err.txt"
+check "step_profile exits 0" $? "$(cat "$tmp/err.txt")"
+# one row per op of src/profile.h, seconds per step; the experts and attention took time
+awk -F, 'NR == 1 { ok = ($0 == "op,seconds_per_step"); next } { n++; t[$1] = $2; if ($2 < 0) bad++ }
+     END { exit !(ok && n == 14 && bad == 0 && t["experts"] > 0 && t["attention"] > 0) }' "$tmp/prof/profile.csv"
+check "profile.csv: 14 ops, experts and attention > 0" $? "$(cat "$tmp/prof/profile.csv" 2>&1)"
+grep -qx 'train.steps = 3' "$tmp/prof/config.txt" && grep -qx 'moe.num_experts = 4' "$tmp/prof/config.txt"
+check "the rerun has the run's model and the asked steps" $? "$(head -n 12 "$tmp/prof/config.txt")"
+"$prog" --run "$tmp/nope" --out "$tmp/prof2" > /dev/null 2> "$tmp/err.txt"
+[ $? -eq 2 ] && grep -q "no $tmp/nope/config.txt" "$tmp/err.txt" && [ ! -e "$tmp/prof2" ]
+check "a missing run: exit 2, a message, nothing written" $? "$(cat "$tmp/err.txt")"
+"$prog" --run "$tmp/run" --out "$tmp/prof2" --steps 0 > /dev/null 2> "$tmp/err.txt"
+[ $? -eq 2 ] && grep -q "steps takes 1 to" "$tmp/err.txt"
+check "--steps 0: exit 2 and a message" $? "$(cat "$tmp/err.txt")"
+
 echo "test_chapters: 04-upcycling/upcycle"
 "$moe" train --out "$tmp/dense" --quiet --set data.train="$tmp/data/train.bin" \
   --set data.val="$tmp/data/val.bin" --set model.d_model=32 --set model.n_layer=2 \

@@ -5,16 +5,23 @@
 #   bash chapters/01-routing/ablate.sh --quick    # 100 steps per variant, a few minutes
 #   bash chapters/01-routing/ablate.sh --summarize [--quick]   # only redo tables and figures
 #   bash chapters/01-routing/ablate.sh --only NAME [--quick]   # (re)train one variant, then summarise
+#   bash chapters/01-routing/ablate.sh --smoke    # every variant for 12 steps of a tiny model (the test)
+#   bash chapters/01-routing/ablate.sh --only aux-1e-2-seed2 --only aux-1e-2-seed3   # the seed arms
 #   MOE_BIN=path/to/moe bash chapters/01-routing/ablate.sh      # with another build of moe
 #
 # Every variant is the default MoE of chapter 0 (4 blocks of width 128, 8 experts of hidden 256,
 # top-2, batch 16 x 128 bytes of the six-domain corpus, same seed and steps) with a few settings
-# changed, listed in VARIANTS below. Writes runs/ch01-NAME[-quick]/ and, in
-# plots/01-routing[-quick]/ (the handbook's figures): summary.csv, summary.md, val_loss.png, balance.png,
-# and each variant's load heatmap and domain heatmap.
+# changed, listed in VARIANTS below. The reference arm aux-1e-2 is trained twice more with other
+# values of train.seed (SEEDS: aux-1e-2-seed2, -seed3), to measure what another seed moves; the
+# seed arms are optional for the summary (without them it says the spread is not measured).
+# Writes runs/ch01-NAME[-quick|-smoke]/ and, in plots/01-routing[-quick|-smoke]/ (the handbook's
+# figures): summary.csv, summary.md, curves.csv (every variant's validation loss at every
+# evaluation), provenance.txt, val_loss.png, balance.png, final_loss.png (final validation loss
+# per variant with the seed spread), and each variant's load heatmap and domain heatmap.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=chapters/01-routing
+. chapters/lib.sh
 
 # name | settings (--set key=value ...) | what it shows
 VARIANTS=(
@@ -31,39 +38,50 @@ VARIANTS=(
   "shared-fine|moe.balance=aux moe.aux_coef=1e-2 moe.num_experts=16 moe.top_k=3 moe.d_expert=128 moe.num_shared=1|1 shared + 16 fine-grained experts, top-3"
 )
 
-steps=600
-suffix=""
-summarize_only=0
-only=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --quick) steps=100; suffix="-quick" ;;
-    --summarize) summarize_only=1 ;;
-    --only) only=${2:?--only needs a variant name}; shift ;;
-    *) echo "usage: $0 [--quick] [--summarize] [--only NAME]" >&2; exit 2 ;;
-  esac
-  shift
-done
-make --no-print-directory build/moe data/corpus/train.bin >/dev/null
-moe=${MOE_BIN:-build/moe} # another binary (e.g. a copy, while the tree is rebuilt)
+REF=aux-1e-2
+# the reference arm again with two more seeds (train.seed; the default is 1337)
+SEEDS=(
+  "aux-1e-2-seed2|moe.balance=aux moe.aux_coef=1e-2 train.seed=2|Switch aux loss, alpha 1e-2, seed 2"
+  "aux-1e-2-seed3|moe.balance=aux moe.aux_coef=1e-2 train.seed=3|Switch aux loss, alpha 1e-2, seed 3"
+)
+
+ablate_args "$@"
+case $mode in
+  full) steps=600 ;;
+  quick) steps=100 ;;
+  smoke) steps=12 ;;
+esac
+check_only $(for v in "${VARIANTS[@]}" "${SEEDS[@]}"; do echo "${v%%|*}"; done)
+ablate_build
 out=plots/01-routing$suffix
 mkdir -p "$out"
 
-names=()
-for v in "${VARIANTS[@]}"; do
+names=()     # the variants (the figures' series)
+all=()       # NAME=DIR of every run summarised: the variants and the seed arms that exist
+for v in "${VARIANTS[@]}" "${SEEDS[@]}"; do
   IFS='|' read -r name settings what <<<"$v"
-  names+=("$name")
   dir=runs/ch01-$name$suffix
-  if [ "$summarize_only" = 0 ] && { [ -z "$only" ] || [ "$only" = "$name" ]; }; then
+  case $name in *-seed[0-9]*) ;; *) names+=("$name") ;; esac
+  if wants "$name"; then
     sets=()
     for kv in $settings; do sets+=(--set "$kv"); done
     rm -rf "$dir"
     echo "== $name: $what"
-    "$moe" train --out "$dir" --quiet --set train.steps=$steps \
-      --set train.eval_every=$((steps / 6)) "${sets[@]}"
-    bash plots/plot_run.sh "$dir" >/dev/null
+    # shellcheck disable=SC2046 # warmup_sets prints options (quick and smoke only)
+    "$moe" train --out "$dir" --quiet "${MODEL_SETS[@]}" "${TRAIN_SETS[@]}" $(warmup_sets $steps) \
+      --set train.steps=$steps --set train.eval_every=$((steps / 6)) "${sets[@]}"
+    # smoke: the per-run figures of the reference arm only (tests/test_plots.sh tests them)
+    if [ "$mode" != smoke ] || [ "$name" = "$REF" ]; then bash plots/plot_run.sh "$dir" >/dev/null; fi
   fi
+  case $name in *-seed[0-9]*) [ -f "$dir/train.csv" ] || continue ;; esac
+  all+=("$name=$dir")
 done
+dirs=()
+for n in "${names[@]}"; do dirs+=("runs/ch01-$n$suffix"); done
+if ! require_runs "$0" "${dirs[@]}"; then
+  [ "$summarize_only" = 1 ] && exit 2
+  echo "summary skipped until every variant has a run"; exit 0
+fi
 
 # ---- summary: one row per variant ----------------------------------------------------------
 # Over the last 20% of the steps, averaged over the MoE blocks (router.csv, train.csv):
@@ -72,9 +90,10 @@ done
 # validation loss and the MaxVio over the whole validation set (val_router.csv); median tokens/s.
 {
   echo "variant,val_loss,val_maxvio,maxvio,cv,top2_share,drop_frac,z_loss,tok_per_s,settings"
-  for v in "${VARIANTS[@]}"; do
+  for v in "${VARIANTS[@]}" "${SEEDS[@]}"; do
     IFS='|' read -r name settings what <<<"$v"
     dir=runs/ch01-$name$suffix
+    [ -f "$dir/train.csv" ] || continue   # a seed arm not trained yet
     from=$((steps * 4 / 5))
     val=$(awk -F, 'NR > 1 && $8 != "" { v = $8 } END { printf "%.4f", v }' "$dir/train.csv")
     z=$(awk -F, -v from=$from 'NR > 1 && $1 > from { s += $4; n++ } END { printf "%.3f", s / n }' \
@@ -101,11 +120,9 @@ done
   awk -F, 'NR > 1 { printf "| %s | `%s` | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $10, $2, $3, $4, $5, $6, $7, $8, $9 }' \
     "$out/summary.csv"
   echo
-  echo "MaxVio, CV, top-2 share (the fraction of assignments taken by the two busiest experts; 2/E when balanced), dropped and z-loss: mean over the MoE blocks and the last 20% of the $steps steps. MaxVio (val set): at the last evaluation, over the whole validation set, mean over the blocks. Val loss at step $steps."
-  commits=$(for v in "${VARIANTS[@]}"; do
-               awk -F'= ' '/^commit/ {print $2; exit}' "runs/ch01-${v%%|*}$suffix/provenance.txt"
-             done | sort -u | tr '\n' ' ')
-  echo "Machine: $(awk -F'= ' '/^cpu/ {print $2; exit}' runs/ch01-none$suffix/provenance.txt); built from commit(s) ${commits% } (each run's provenance.txt names its own)."
+  echo "MaxVio, CV, top-2 share (the fraction of assignments taken by the two busiest experts; 2/E when balanced), dropped and z-loss: mean over the MoE blocks and the last 20% of the $steps steps. MaxVio (val set): at the last evaluation, over the whole validation set, mean over the blocks. Val loss at step $steps; curves.csv has every variant's at every evaluation."
+  seed_note "$REF" val_loss "$out/summary.csv"
+  provenance_note "${all[@]}"
   ec=runs/ch01-expert-choice$suffix
   if [ -f "$ec/ckpt.bin" ]; then
     leaky=$("$moe" eval --ckpt "$ec/ckpt.bin" | awk '{ print $2 }')
@@ -115,8 +132,12 @@ done
   fi
 } > "$out/summary.md"
 
+write_curves "$out/curves.csv" "${all[@]}"
+write_provenance "$out" "${all[@]}"
+
 # ---- figures -------------------------------------------------------------------------------
 # per-variant series for gnuplot: validation loss, and MaxVio / CV averaged over blocks
+# (NAME.bal: step maxvio cv, then both as moving averages of the last 10 steps)
 data=$(mktemp -d)
 trap 'rm -rf "$data"' EXIT
 for name in "${names[@]}"; do
@@ -124,11 +145,17 @@ for name in "${names[@]}"; do
   awk -F, 'NR > 1 && $8 != "" { print $1, $8 }' "$dir/train.csv" > "$data/$name.val"
   awk -F, 'NR > 1 { m[$1] += $3; c[$1] += $4; n[$1]++ }
            END { for (s in m) print s, m[s] / n[s], c[s] / n[s] }' "$dir/router.csv" |
-    sort -n > "$data/$name.bal"
-  cp "$dir/load_heatmap.png" "$out/load_$name.png"
-  cp "$dir/domains.png" "$out/domains_$name.png"
+    sort -n | awk '{ i = NR % 10; wm[i] = $2; wc[i] = $3; k = NR < 10 ? NR : 10; sm = 0; sc = 0
+                     for (j in wm) { sm += wm[j]; sc += wc[j] }
+                     print $1, $2, $3, sm / k, sc / k }' > "$data/$name.bal"
+  # the per-variant heatmaps (smoke: only the reference arm draws them)
+  [ -f "$dir/load_heatmap.png" ] && cp "$dir/load_heatmap.png" "$out/load_$name.png"
+  [ -f "$dir/domains.png" ] && cp "$dir/domains.png" "$out/domains_$name.png"
 done
 gnuplot -e "dir='$data'; names='${names[*]}'; out='$out/val_loss.png'" $here/val_loss.gp
 gnuplot -e "dir='$data'; names='${names[*]}'; out='$out/balance.png'; steps=$steps" $here/balance.gp
+final_loss_figure "$out/final_loss.png" \
+  "Chapter 1: validation loss at step $steps per variant (bars: seed spread of $REF)" \
+  "$REF" val_loss "$out/summary.csv" "${names[@]}"
 cat "$out/summary.md"
-echo "wrote $out/: summary.csv summary.md val_loss.png balance.png load_*.png domains_*.png"
+echo "wrote $out/: summary.csv summary.md curves.csv provenance.txt val_loss.png balance.png final_loss.png load_*.png domains_*.png"

@@ -21,7 +21,7 @@ init(x) = (b1 = b2 = b3 = b4 = b5 = x)
 f = sprintf('%s/%s.drop', dir, variant)
 plot for [l = 0:layers - 1] f using 1:(($0 == 0 ? init(column(l + 3)) : 0), ma(column(l + 3))) \
      with lines lt l + 1 lw 2 title sprintf('block %d', l)
-set title 'mean over MoE blocks, balance aux (solid: position policy, dashed: score)'
+set title 'mean over MoE blocks, moving average of 5 steps, balance aux (solid: position policy, dashed: score)'
 set xlabel 'optimizer step'
 plot for [i = 1:words(factors)] sprintf('%s/cf%s-position-aux.drop', dir, word(factors, i)) \
        using 1:(($0 == 0 ? init($2) : 0), ma($2)) with lines lt i lw 2 title sprintf('factor %s, position', word(factors, i)), \

@@ -1,13 +1,14 @@
 # Where each process's step time goes, one stacked bar per run and process.
 # gnuplot -e "data='summary.csv'; out='X.png'" time.gp
 #   summary.csv (ablate.sh): run,ep,balance,rank,bytes_per_step,model_bytes_per_step,
-#   rows_per_step,exchange_s,expert_s,other_collectives_s,step_s,loss
+#   rows_per_step,exchange_s,expert_s,other_collectives_s,step_s,loss (for dist.ep = 1,
+#   expert_s comes from the run's step_profile/, the other seconds are 0)
 W = 1250
 H = 560
 load 'plots/style.gp'
 set output out
 set datafile separator ','
-set title 'Chapter 3: one training step per process (mean of the second half of the steps)'
+set title "Chapter 3: one training step per process (mean of the second half of the steps)\nep1 runs (one process, no exchanges): their experts' share measured in a profiled rerun of the same model"
 set style data histograms
 set style histogram rowstacked
 set style fill solid 0.85 border -1

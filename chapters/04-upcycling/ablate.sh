@@ -5,6 +5,10 @@
 #   bash chapters/04-upcycling/ablate.sh --quick    # 100 + 100 steps, a few minutes
 #   bash chapters/04-upcycling/ablate.sh --summarize [--quick]   # only redo tables and figures
 #   bash chapters/04-upcycling/ablate.sh --only NAME [--quick]   # (re)train one arm, then summarise
+#   bash chapters/04-upcycling/ablate.sh --smoke    # every arm, 12 + 12 steps of a tiny model (the test)
+#   bash chapters/04-upcycling/ablate.sh --only dense   # only the dense parent: runs/ch04-dense/ckpt.bin,
+#                                                       # what build/chapters/04-upcycling/upcycle reads (~2 min)
+#   bash chapters/04-upcycling/ablate.sh --only copy-seed2 --only copy-seed3   # the seed arms
 #   MOE_BIN=path/to/moe bash chapters/04-upcycling/ablate.sh      # with another build of moe
 #
 # 1. dense: the chapter 0 model with a dense SwiGLU of hidden 256 in every block, trained for
@@ -25,30 +29,29 @@
 # So every arm spends the same total training FLOPs (moe.c counts them: provenance.txt's
 # flops_per_token, the matrix products of forward and backward), and the figures put every
 # run on that axis. The MoE settings are the defaults (aux loss 1e-2, z-loss, dropless).
-# Writes runs/ch04-NAME[-quick]/ (and runs/ch04-NAME[-quick].bin, the upcycled checkpoints)
-# and, in plots/04-upcycling[-quick]/: summary.csv, summary.md, val_loss.png, experts.png,
-# budgets.png.
+# 5. copy-seed2, copy-seed3: the copy arm again with train.seed 2 and 3 (the default is 1337),
+#    what another seed moves (optional for the summary, which says when they are missing).
+# --quick and --smoke scale every run's warm-up with its length (steps / 12, the full runs' 50
+# of 600), so that the S/3 budget still has room for it; the full runs keep the default 50.
+# --only NAME retrains that arm from the existing dense run (--only dense: the dense run alone).
+# Writes runs/ch04-NAME[-quick|-smoke]/ (and runs/ch04-NAME[-quick|-smoke].bin, the upcycled
+# checkpoints) and, in plots/04-upcycling[-quick|-smoke]/: summary.csv (with every arm's
+# validation loss at steps 50 and 100 of its run), summary.md, curves.csv (every arm's
+# validation loss at every evaluation, and the total FLOPs there), provenance.txt,
+# val_loss.png, experts.png, budgets.png, final_loss.png (final validation loss at equal
+# compute, with the seed spread of copy).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=chapters/04-upcycling
+. chapters/lib.sh
 
-P=600
-S=600
-every=50
-suffix=""
-summarize_only=0
-only=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --quick) P=100; S=100; every=20; suffix="-quick" ;;
-    --summarize) summarize_only=1 ;;
-    --only) only=${2:?--only needs an arm name}; shift ;;
-    *) echo "usage: $0 [--quick] [--summarize] [--only NAME]" >&2; exit 2 ;;
-  esac
-  shift
-done
-make --no-print-directory build/moe data/corpus/train.bin >/dev/null
-moe=${MOE_BIN:-build/moe}
+ablate_args "$@"
+case $mode in
+  full) P=600; S=600; every=50 ;;
+  quick) P=100; S=100; every=20 ;;
+  smoke) P=12; S=12; every=3 ;;
+esac
+ablate_build
 out=plots/04-upcycling$suffix
 mkdir -p "$out"
 
@@ -69,37 +72,46 @@ ARMS=(
   "scratch-b1|random init; budget S/3||"
   "copy-b2|exact copies; budget 2S/3||"
   "scratch-b2|random init; budget 2S/3||"
+  "copy-seed2|exact copies; train.seed 2||--set train.seed=2"
+  "copy-seed3|exact copies; train.seed 3||--set train.seed=3"
 )
+REF=copy
 budget() { # NAME: its continuation steps: S, or S/3 (-b1), 2S/3 (-b2)
   case $1 in *-b1) echo $((S / 3)) ;; *-b2) echo $((2 * S / 3)) ;; *) echo $S ;; esac
 }
-if [ -n "$only" ] && ! printf '%s\n' "${ARMS[@]}" | grep -q "^$only|"; then
-  echo "no arm named '$only'; the names are: $(printf '%s\n' "${ARMS[@]}" | cut -d'|' -f1 | tr '\n' ' ')" >&2
-  exit 2
-fi
+check_only dense $(for a in "${ARMS[@]}"; do echo "${a%%|*}"; done)
 MOE_SETS=(--set moe.num_experts=8 --set moe.top_k=2 --set moe.d_expert=256)
 run() { echo "runs/ch04-$1$suffix"; }
 prov() { awk -F' = ' -v k="$2" '$1 == k { print $2; exit }' "$1/provenance.txt"; }
-common=(--quiet --set train.eval_every=$every)
+common=(--quiet "${TRAIN_SETS[@]}" --set train.eval_every=$every)
 
 dense=$(run dense)
+# the arms to train now: every arm, or those named with --only (dense is trained first when
+# it is named, or when nothing is)
+todo=()
+for a in "${ARMS[@]}"; do wants "${a%%|*}" && todo+=("$a"); done
 if [ "$summarize_only" = 0 ]; then
-  if [ -z "$only" ]; then
+  if [ ${#only[@]} -eq 0 ] || wants dense; then
     rm -rf "$dense"
     echo "== dense: the model to upcycle, $P steps"
-    "$moe" train --out "$dense" "${common[@]}" --set train.steps=$P \
+    # shellcheck disable=SC2046 # warmup_sets prints options (quick and smoke only)
+    "$moe" train --out "$dense" "${common[@]}" "${MODEL_SETS[@]}" $(warmup_sets $P) --set train.steps=$P \
       --set moe.num_experts=0 --set model.d_ff=256
     "$moe" eval --ckpt "$dense/ckpt.bin" | awk '{ print $2 }' > "$dense/eval_end.txt"
+  elif [ ${#todo[@]} -gt 0 ] && [ ! -f "$dense/ckpt.bin" ]; then
+    echo "no dense checkpoint $dense/ckpt.bin to continue: train it first (--only dense)" >&2
+    exit 2
   fi
+fi
+if [ "$summarize_only" = 0 ] && [ ${#todo[@]} -gt 0 ]; then
   # the MoE's FLOPs per token, from an upcycled checkpoint's settings
   probe=$(mktemp -u).bin
   "$moe" upcycle --from "$dense/ckpt.bin" --out "$probe" "${MOE_SETS[@]}" >/dev/null
   f_moe=$("$moe" info --ckpt "$probe" | awk '/^training FLOPs per token/ { print $5 }')
   rm -f "$probe"
   f_dense=$(prov "$dense" flops_per_token)
-  for a in "${ARMS[@]}"; do
+  for a in "${todo[@]}"; do
     IFS='|' read -r name what opts sets <<<"$a"
-    [ -n "$only" ] && [ "$only" != "$name" ] && continue
     dir=$(run "$name")
     rm -rf "$dir" "$dir.bin"
     echo "== $name: $what"
@@ -110,21 +122,34 @@ if [ "$summarize_only" = 0 ]; then
       dense-continue*)
         steps=$(awk -v s=$S -v fm="$f_moe" -v fd="$f_dense" 'BEGIN { printf "%d", s * fm / fd + 0.5 }')
         cp "$dense/ckpt.bin" "$dir.bin"
-        "$moe" train --init "$dir.bin" --out "$dir" "${common[@]}" --set train.steps=$steps "${extra[@]}" ;;
+        # shellcheck disable=SC2046 # warmup_sets prints options (quick and smoke only)
+        "$moe" train --init "$dir.bin" --out "$dir" "${common[@]}" $(warmup_sets $steps) \
+          --set train.steps=$steps "${extra[@]}" ;;
       scratch*)
         steps=$(awk -v s=$cont -v p=$P -v fm="$f_moe" -v fd="$f_dense" 'BEGIN { printf "%d", s + p * fd / fm + 0.5 }')
-        "$moe" train --out "$dir" "${common[@]}" --set train.steps=$steps "${MOE_SETS[@]}" ;;
+        # shellcheck disable=SC2046
+        "$moe" train --out "$dir" "${common[@]}" "${MODEL_SETS[@]}" $(warmup_sets $steps) \
+          --set train.steps=$steps "${MOE_SETS[@]}" ;;
       *)
         # shellcheck disable=SC2086 # opts is a list of options
         "$moe" upcycle --from "$dense/ckpt.bin" --out "$dir.bin" "${MOE_SETS[@]}" $opts --seed 1
-        "$moe" train --init "$dir.bin" --out "$dir" "${common[@]}" --set train.steps=$cont "${extra[@]}" ;;
+        # shellcheck disable=SC2046
+        "$moe" train --init "$dir.bin" --out "$dir" "${common[@]}" $(warmup_sets $cont) \
+          --set train.steps=$cont "${extra[@]}" ;;
     esac
     # the validation loss where the run starts (at conversion, for the upcycled ones)
     if [ -f "$dir.bin" ]; then
       "$moe" eval --ckpt "$dir.bin" | awk '{ print $2 }' > "$dir/eval_start.txt"
     fi
-    bash plots/plot_run.sh "$dir" >/dev/null
+    # smoke: the per-run figures of the reference arm only (tests/test_plots.sh tests them)
+    if [ "$mode" != smoke ] || [ "$name" = "$REF" ]; then bash plots/plot_run.sh "$dir" >/dev/null; fi
   done
+fi
+dirs=("$dense")
+for a in "${ARMS[@]}"; do case ${a%%|*} in *-seed[0-9]*) ;; *) dirs+=("$(run "${a%%|*}")") ;; esac; done
+if ! require_runs "$0" "${dirs[@]}"; then
+  [ "$summarize_only" = 1 ] && exit 2
+  echo "summary skipped until every arm has a run"; exit 0
 fi
 
 # ---- series for the figures ------------------------------------------------------------------
@@ -146,17 +171,20 @@ val_series() { # RUN_DIR OFFSET_FLOPS: step, val loss -> total flops, val loss, 
 dense_flops=$(awk -v f="$(prov "$dense" flops_per_token)" -v tok="$(tokens_of "$dense")" -v p=$P \
               'BEGIN { printf "%.6g", f * tok * p }')
 val_series "$dense" 0 > "$data/dense.val"
-names=(dense)      # the runs of val_loss.png (not the smaller budgets)
+names=(dense)      # the runs of val_loss.png (not the smaller budgets, not the seed arms)
 moe_names=()       # the MoE runs of experts.png
+all=("dense=$dense")   # NAME=DIR of every run summarised (the seed arms that exist)
 for a in "${ARMS[@]}"; do
   IFS='|' read -r name what opts sets <<<"$a"
   dir=$(run "$name")
+  [ -f "$dir/train.csv" ] || continue   # a seed arm not trained yet
+  all+=("$name=$dir")
   case $name in scratch*) off=0 ;; *) off=$dense_flops ;; esac
   { [ -f "$dir/eval_start.txt" ] && echo "$off $(cat "$dir/eval_start.txt") 0"
     val_series "$dir" "$off"; } > "$data/$name.val"
-  case $name in *-b[12]) ;; *) names+=("$name") ;; esac
+  case $name in *-b[12] | *-seed[0-9]*) ;; *) names+=("$name") ;; esac
   case $name in dense-continue*) continue ;; esac
-  case $name in *-b[12]) ;; *) moe_names+=("$name") ;; esac
+  case $name in *-b[12] | *-seed[0-9]*) ;; *) moe_names+=("$name") ;; esac
   awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     { s = $1; if (!(s in n)) order[++k] = s; n[s]++; sim[s] += $c["expert_sim"]; mv[s] += $c["maxvio"] }
     END { for (i = 1; i <= k; i++) { s = order[i]; m = mv[s] / n[s]; win[i % 10] = m; t = 0
@@ -168,12 +196,21 @@ done
 # ---- summary -------------------------------------------------------------------------------
 # The loss of every arm at the same total FLOPs as the end of the upcycled runs is its last
 # evaluation (the budgets are equal by construction, up to the rounding of a step).
+# val_loss_step50 / _step100: the validation loss at step 50 and 100 of the arm's own run;
+# val_step50 / val_step100 name the step it comes from, the nearest evaluated one when the run
+# did not evaluate there (quick and smoke; summary.md says so).
+near() { # NAME.val TARGET: "step loss" of the evaluation nearest TARGET (the earlier on a tie)
+  awk -v t="$2" '$3 > 0 { d = $3 - t; if (d < 0) d = -d
+                   if (best == "" || d < best) { best = d; s = $3; v = $2 } }
+                 END { if (best != "") printf "%d,%.4f", s, v; else printf "," }' "$1"
+}
 {
-  echo "arm,starts_from,steps,total_tflops,val_loss_start,val_loss_end,expert_sim_start,expert_sim_end,maxvio_end"
-  echo "dense,random init,$P,$(awk '{ x = $1 } END { printf "%.2f", x / 1e12 }' "$data/dense.val"),,$(tail -n 1 "$data/dense.val" | awk '{ printf "%.4f", $2 }'),,,"
+  echo "arm,starts_from,steps,total_tflops,val_loss_start,val_loss_end,expert_sim_start,expert_sim_end,maxvio_end,val_step50,val_loss_step50,val_step100,val_loss_step100"
+  echo "dense,random init,$P,$(awk '{ x = $1 } END { printf "%.2f", x / 1e12 }' "$data/dense.val"),,$(tail -n 1 "$data/dense.val" | awk '{ printf "%.4f", $2 }'),,,,$(near "$data/dense.val" 50),$(near "$data/dense.val" 100)"
   for a in "${ARMS[@]}"; do
     IFS='|' read -r name what opts sets <<<"$a"
     dir=$(run "$name")
+    [ -f "$dir/train.csv" ] || continue
     steps=$(awk -F' = ' '$1 == "train.steps" { print $2 }' "$dir/config.txt")
     start=$(head -n 1 "$data/$name.val" | awk -v has="$([ -f "$dir/eval_start.txt" ] && echo 1)" '{ if (has) printf "%.4f", $2 }')
     read -r pf end < <(tail -n 1 "$data/$name.val" | awk '{ printf "%.2f %.4f\n", $1 / 1e12, $2 }')
@@ -183,9 +220,17 @@ done
       sims=$(awk -v from=$((steps * 4 / 5)) 'NR == 1 { s0 = $2 } { s1 = $2 } $1 > from { m += $3; n++ }
               END { printf "%.4f,%.4f,%.3f", s0, s1, m / n }' "$data/$name.exp")
     fi
-    echo "$name,$what,$steps,$pf,$start,$end,$sims"
+    echo "$name,$what,$steps,$pf,$start,$end,$sims,$(near "$data/$name.val" 50),$(near "$data/$name.val" 100)"
   done
 } > "$out/summary.csv"
+# curves.csv: every arm's validation loss at every evaluation (step 0: at conversion)
+{
+  echo "arm,step,total_tflops,val_loss"
+  for p in "${all[@]}"; do
+    awk -v n="${p%%=*}" '{ printf "%s,%d,%.4f,%s\n", n, $3, $1 / 1e12, $2 }' "$data/${p%%=*}.val"
+  done
+} > "$out/curves.csv"
+write_provenance "$out" "${all[@]}"
 
 {
   echo "| arm | starts from | steps | total TFLOPs | val loss at start | val loss at end | expert similarity, step 1 | expert similarity, end | MaxVio |"
@@ -204,16 +249,47 @@ done
           for (i = 1; i <= 3; i++) printf "| %s | %s | %s | %+.4f |\n", t["copy" s[i]],
             v["copy" s[i]], v["scratch" s[i]], v["scratch" s[i]] - v["copy" s[i]] }' "$out/summary.csv"
   echo
-  commits=$(for a in "${ARMS[@]}" dense; do prov "$(run "${a%%|*}")" commit; done | sort -u | tr '\n' ' ')
-  echo "Machine: $(prov "$dense" cpu), threads $(prov "$dense" threads); built from commit(s) ${commits% } (each run's provenance.txt names its own)."
+  echo "Early in the continuation: every arm's validation loss at steps 50 and 100 of its own run, and the from-scratch MoE's at the same total compute (linear interpolation between its evaluations; curves.csv has every evaluation)."
+  echo
+  echo "| arm | step | val loss | total TFLOPs | scratch at the same TFLOPs | step | val loss | total TFLOPs | scratch at the same TFLOPs |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  awk -F, 'FILENAME ~ /curves/ { if (FNR > 1) { c[$1, $2] = $3; if ($1 == "scratch") { n++; sx[n] = $3; sy[n] = $4 } }; next }
+    function at(x,   i) { for (i = 1; i < n; i++) if (sx[i] <= x && x <= sx[i + 1])
+                             return sprintf("%.4f", sy[i] + (sy[i + 1] - sy[i]) * (x - sx[i]) / (sx[i + 1] - sx[i]))
+                           return "-" }
+    FNR == 1 { for (i = 1; i <= NF; i++) k[$i] = i; next }
+    $1 != "dense" && $1 != "scratch" {
+      line = "| " $1
+      for (j = 50; j <= 100; j += 50) {
+        s = $k["val_step" j]; t = c[$1, s]
+        line = line sprintf(" | %s%s | %s | %s | %s", s, (s == j ? "" : " (nearest to " j ")"), $k["val_loss_step" j], t, t == "" ? "-" : at(t)) }
+      print line " |" }' "$out/curves.csv" "$out/summary.csv"
+  echo
+  awk -F, 'NR > 1 && ($10 != 50 || $12 != 100) { bad = 1 }
+    END { if (bad) print "These runs did not all evaluate at steps 50 and 100 (evaluation every '"$every"' steps): the table gives the nearest evaluated step, named in its step column.\n" }' "$out/summary.csv"
+  seed_note "$REF" val_loss_end "$out/summary.csv"
+  provenance_note "${all[@]}"
 } > "$out/summary.md"
 
-gnuplot -e "dir='$data'; names='${names[*]}'; out='$out/val_loss.png'; dense_tflops=$(awk -v f="$dense_flops" 'BEGIN { print f / 1e12 }')" $here/val_loss.gp
-gnuplot -e "dir='$data'; names='${moe_names[*]}'; out='$out/experts.png'" $here/experts.gp
+# line types (chapters/series.gp): each arm its colour, its -lr1e-3 restart the same colour
+# dashed (type + 8)
+types_of() { # NAME...: one line type per name
+  local n i j base
+  for n in "$@"; do
+    base=${n%-lr1e-3}; j=0; i=0
+    for m in "$@"; do i=$((i + 1)); [ "$m" = "$base" ] && j=$i; done
+    if [ "$base" != "$n" ]; then echo $((j + 8)); else echo "$j"; fi
+  done | tr '\n' ' '
+}
+gnuplot -e "dir='$data'; names='${names[*]}'; types='$(types_of "${names[@]:1}")'; out='$out/val_loss.png'; $([ "$mode" = smoke ] && echo 'nocap=1;') dense_tflops=$(awk -v f="$dense_flops" 'BEGIN { print f / 1e12 }')" $here/val_loss.gp
+gnuplot -e "dir='$data'; names='${moe_names[*]}'; types='$(types_of "${moe_names[@]}")'; out='$out/experts.png'" $here/experts.gp
+final_loss_figure "$out/final_loss.png" \
+  "Chapter 4: validation loss at the end, equal total compute (bars: seed spread of $REF)" \
+  "$REF" val_loss_end "$out/summary.csv" "${names[@]:1}"
 awk -F, 'NR > 1 { v[$1] = $6; t[$1] = $4 }
   END { split("-b1 -b2", s, " "); s[3] = ""
         for (i = 1; i <= 3; i++) printf "%s %s %s\n", t["copy" s[i]], v["copy" s[i]], v["scratch" s[i]] }' \
   "$out/summary.csv" > "$data/budgets.dat"
 gnuplot -e "data='$data/budgets.dat'; out='$out/budgets.png'" $here/budgets.gp
 cat "$out/summary.md"
-echo "wrote $out/: summary.csv summary.md val_loss.png experts.png budgets.png"
+echo "wrote $out/: summary.csv summary.md curves.csv provenance.txt val_loss.png experts.png budgets.png final_loss.png"

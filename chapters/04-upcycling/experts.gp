@@ -1,13 +1,13 @@
 # How the experts of each MoE arm move apart and share the load over training.
-# gnuplot -e "dir='DIR'; names='copy noise ...'; out='X.png'" experts.gp
+# gnuplot -e "dir='DIR'; names='copy noise ...'; types='1 2 ...'; out='X.png'" experts.gp
 #   DIR/NAME.exp: step expert_sim maxvio maxvio_avg10 (means over the MoE blocks, router.csv;
 #   the last a moving average over 10 steps)
 W = 1250
 H = 560
 load 'plots/style.gp'
-# more than 8 lines: 9 to 16 repeat the 8 colours, dashed
-set linetype cycle 16
-do for [i = 9:16] { set linetype i lc rgb word("#0072b2 #d55e00 #009e73 #cc79a7 #e69f00 #56b4e9 #000000 #8c564b", i - 8) lw 1.6 dt 2 pt 7 ps 0.6 }
+# types: one line type per name (chapters/series.gp): an -lr1e-3 arm has its base arm's
+# colour, dashed, with an open point
+load 'chapters/series.gp'
 set output out
 set multiplot layout 1, 2 title 'Chapter 4: the experts of each MoE arm (mean over MoE blocks)' font ",13"
 set xlabel 'optimizer step (of the run)'
@@ -16,10 +16,10 @@ set title 'expert similarity: mean pairwise cosine of the experts'' weights'
 set ylabel 'cosine similarity'
 set yrange [-0.05:1.05]
 plot for [i = 1:words(names)] sprintf('%s/%s.exp', dir, word(names, i)) \
-       using 1:2 with lines lt (i + 1) lw 2 title word(names, i)
+       using 1:2 with lines lt word(types, i) + 0 lw 2 title word(names, i)
 set title 'load imbalance: MaxVio (moving average of 10 steps)'
 set ylabel 'MaxVio'
 set yrange [0:*]
 plot for [i = 1:words(names)] sprintf('%s/%s.exp', dir, word(names, i)) \
-       using 1:4 with lines lt (i + 1) lw 2 title word(names, i)
+       using 1:4 with lines lt word(types, i) + 0 lw 2 title word(names, i)
 unset multiplot

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# test_ablations.sh (MPI): chapter 3's ablation and the a2a transcript in their smoke modes, run
+# by `make test-mpi` / `make test` with MOE_BIN=build-mpi/moe and MOE_BUILD=build-mpi (the other
+# chapters: tests/test_ablations.sh).
+#
+#   1. chapters/03-expert-parallel/ablate.sh --smoke (6 runs of 6 steps of a tiny model over 1, 2
+#      and 4 processes) exits 0; summary.csv has one row per run and process (1 + 2 + 4 per
+#      balance), the one-process rows an expert time from their profiled rerun (step_profile)
+#      and every multi-process run's bytes (mean over its processes) within 10 % of the cost model
+#      of its config;
+#      provenance.txt names the 6 runs; time.png, bytes.png and load.png are PNGs
+#   2. chapters/transcripts.sh --smoke --only a2a: a2a.txt with its mpirun line and 6 sections
+# Writes runs/ch03-*-smoke and plots/03-expert-parallel-smoke/ (ignored by git).
+
+# shellcheck source=tests/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
+need_mpirun skip
+moe=$(executable "${MOE_BIN:-build-mpi/moe}" "make mpi (or set MOE_BIN)") || exit 1
+build=${MOE_BUILD:-build-mpi}
+if ! command -v gnuplot > /dev/null 2>&1; then
+    echo "test_ablations: gnuplot is not installed (run \`make deps\`): skipping"
+    exit 0
+fi
+export MOE_BIN=$moe
+
+echo "test_ablations: chapters/03-expert-parallel/ablate.sh --smoke"
+out=plots/03-expert-parallel-smoke
+timeout 120 bash chapters/03-expert-parallel/ablate.sh --smoke > "$tmp/ch03.log" 2>&1
+check "ch03 --smoke exits 0" $? "$(tail -n 5 "$tmp/ch03.log")"
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    { n++; ep = $c["ep"]
+      if (ep == 1 && !($c["expert_s"] > 0 && $c["expert_s"] < $c["step_s"])) bad++
+      if (ep > 1) { b[$1] += $c["bytes_per_step"]; k[$1]++; m[$1] = $c["model_bytes_per_step"] } }
+    END { for (r in b) { runs++; x = b[r] / k[r] / m[r]; if (x < 0.9 || x > 1.1) bad++ }
+          exit !(n == 14 && runs == 4 && bad == 0) }' "$out/summary.csv"
+check "summary.csv: 14 rows, ep1 expert seconds, mean bytes within 10 % of the cost model" $? "$(cat "$out/summary.csv")"
+[ -s runs/ch03-ep1-aux-smoke/step_profile/profile.csv ] && [ ! -e runs/ch03-ep1-aux-smoke/step_profile/ckpt.bin ]
+check "the one-process profile, without its checkpoint" $?
+grep -q '^runs = 6$' "$out/provenance.txt" && grep -q '^dirty = ' "$out/provenance.txt"
+check "provenance.txt of the 6 runs" $? "$(head -n 6 "$out/provenance.txt" 2>&1)"
+missing=""
+for p in time.png bytes.png load.png; do
+    [ "$(head -c 8 "$out/$p" 2> /dev/null | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || missing="$missing $p"
+done
+[ -z "$missing" ]
+check "the figures" $? "missing or not PNG:$missing"
+
+echo "test_ablations: chapters/transcripts.sh --smoke --only a2a"
+MOE_BUILD=$build MOE_MPI_BUILD=$build timeout 60 bash chapters/transcripts.sh --smoke --only a2a > "$tmp/tr.log" 2>&1
+check "transcripts --only a2a exits 0" $? "$(tail -n 5 "$tmp/tr.log")"
+f=plots/03-expert-parallel-smoke/a2a.txt
+head -n 1 "$f" | grep -q '^\$ mpirun -np 4 .*a2a$' &&
+    [ "$(grep -cE '^[1-6]\. ' "$f")" -ge 6 ]
+check "a2a.txt: the mpirun line and its 6 sections" $? "$(head -n 3 "$f" 2>&1)"
+
+finish
