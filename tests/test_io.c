@@ -49,24 +49,6 @@ static const char *tmp_path(const char *name) {
     return p[k];
 }
 
-static uint8_t *slurp(const char *path, long *n) {
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    *n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = (uint8_t *)malloc_check((size_t)*n + 1);
-    ck_assert(fread(b, 1, (size_t)*n, f) == (size_t)*n);
-    fclose(f);
-    return b;
-}
-
-static void spit(const char *path, const uint8_t *b, long n) {
-    FILE *f = fopen(path, "wb");
-    ck_assert(f != NULL);
-    ck_assert(fwrite(b, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-}
 
 /* Overwrite len bytes of the file at off. */
 static void patch(const char *path, long off, const void *bytes, long len) {

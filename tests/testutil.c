@@ -3,6 +3,8 @@
 
 #include "util.h"
 
+#include <stdio.h>
+
 long tol_worst(const float *got, const float *want, size_t n, float atol, float rtol,
                double *excess) {
     long worst = -1;
@@ -56,4 +58,24 @@ float max_abs(const float *a, size_t n) {
     float m = 0.0f;
     for (size_t i = 0; i < n; i++) m = fabsf(a[i]) > m ? fabsf(a[i]) : m;
     return m;
+}
+
+uint8_t *slurp(const char *path, long *n) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    *n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = (uint8_t *)malloc_check((size_t)*n + 1);
+    ck_assert(fread(b, 1, (size_t)*n, f) == (size_t)*n);
+    b[*n] = 0;
+    fclose(f);
+    return b;
+}
+
+void spit(const char *path, const void *b, long n) {
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f != NULL, "cannot write %s", path);
+    ck_assert(fwrite(b, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
 }

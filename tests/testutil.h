@@ -16,6 +16,7 @@
 #include <check.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #define TOL_F32_ATOL 1e-5f
@@ -63,6 +64,11 @@ void gradcheck(ScalarFn fn, void *ctx, float *x, const float *analytic, size_t n
                size_t max_probe, const char *what);
 
 /* Fill with uniform values in [-scale, scale) from a fixed seed. */
+/* A whole file's bytes (n its size, one NUL byte after them), or write n bytes as a file; either
+ * fails the test when the file cannot be read or written. */
+uint8_t *slurp(const char *path, long *n);
+void spit(const char *path, const void *b, long n);
+
 void fill_uniform(float *x, size_t n, float scale, unsigned long long seed);
 
 #define TEST_MAIN(suite_fn)                                                                        \
