@@ -280,6 +280,18 @@ book:
 book-check:
 	@bash tests/book/book.sh
 
+# The engine's results as of the committed book, at a size make test can afford: each
+# ablation's --smoke summary, one thread, kept as plots/NN-name/smoke.csv. tests/test_ablations.sh
+# trains the same smoke runs and fails when a loss moved (an engine change that moves results),
+# until the ablations are rerun, `make book` has regenerated the numbers and this is run again.
+SMOKE_REF := 00-intro:chapters/00-intro/compare.sh 01-routing:chapters/01-routing/ablate.sh \
+             02-capacity:chapters/02-capacity/ablate.sh 04-upcycling:chapters/04-upcycling/ablate.sh
+.PHONY: smoke-reference
+smoke-reference: $(BUILD)/moe
+	@for pair in $(SMOKE_REF); do d=$${pair%%:*}; s=$${pair#*:}; \
+	  OMP_NUM_THREADS=1 MOE_BIN=$(BUILD)/moe bash $$s --smoke > /dev/null || exit 1; \
+	  cp plots/$$d-smoke/summary.csv plots/$$d/smoke.csv && echo "wrote plots/$$d/smoke.csv"; done
+
 # ---- fuzzing: the file readers under libFuzzer (tests/fuzz/) ---------------------------------
 # One harness per reader: the config parser, safetensors (with its JSON header parser), the
 # checkpoint reader and the shard reader, each linked with the reader's sources built by clang

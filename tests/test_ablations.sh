@@ -12,6 +12,9 @@
 #   3. --summarize redoes the same summary.csv from the runs; bad options and missing runs exit 2
 #   4. chapters/transcripts.sh --smoke --no-mpi: routing.txt, capacity.txt, upcycle.txt with
 #      their command line and every numbered section
+#   5. every loss of the smoke summaries equals the committed reference (plots/NN-name/smoke.csv,
+#      `make smoke-reference`): an engine change that moves results fails until the ablations
+#      are rerun and the book regenerated
 # The runs go to runs/chNN-*-smoke and plots/NN-name-smoke/ (both ignored by git), replaced on
 # every run; the corpus is built when missing (make data/corpus/train.bin).
 
@@ -168,5 +171,30 @@ t_ok plots/04-upcycling-smoke/upcycle.txt upcycle "1. the dense model" "4. the s
 check "upcycle.txt: the command and sections 1-5" $? "$(head -n 3 plots/04-upcycling-smoke/upcycle.txt 2>&1)"
 bash chapters/transcripts.sh --only nope > /dev/null 2>&1
 check "transcripts: an unknown program is exit 2" $(( $? == 2 ? 0 : 1 ))
+
+# ---- 5. the engine's results against the committed reference --------------------------------
+# Every column whose name holds "loss", row by row (the arm in the first column), to 2e-4: the
+# summaries print 4 decimals, and the last one may round either way on another machine's
+# OpenBLAS kernels. A difference means the engine now trains these models differently.
+echo "test_ablations: the smoke results against plots/*/smoke.csv"
+same_losses() { # FRESH REFERENCE
+    awk -F, 'FNR == 1 { for (i = 1; i <= NF; i++) col[FILENAME, $i] = i; if (NR == FNR) n = split($0, name, ","); next }
+        NR == FNR { for (i = 2; i <= n; i++) got[$1, name[i]] = $i; next }
+        { for (i = 2; i <= n; i++) {
+              if (name[i] !~ /loss/) continue
+              c = col[FILENAME, name[i]]; if (!c) { print "no column " name[i] " in the reference"; bad++; continue }
+              if (!(($1, name[i]) in got)) { print "no arm " $1 " in the smoke run"; bad++; break }
+              g = got[$1, name[i]]; r = $c
+              if (g == r) continue
+              d = g - r; if (d < 0) d = -d
+              if (g == "" || r == "" || d > 2e-4) { print $1 " " name[i] ": " g " now, " r " in the reference"; bad++ } } }
+        END { exit bad > 0 }' "$1" "$2"
+}
+for d in 00-intro 01-routing 02-capacity 04-upcycling; do
+    diffs=$(same_losses "plots/$d-smoke/summary.csv" "plots/$d/smoke.csv" 2>&1)
+    check "$d: the smoke run's losses equal plots/$d/smoke.csv" $? \
+        "$(printf '%s\n' "$diffs" | head -n 5); the engine's results moved: rerun the ablations, \
+\`make book\`, then \`make smoke-reference\` (chapters/README.md)"
+done
 
 finish
