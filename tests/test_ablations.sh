@@ -137,6 +137,12 @@ grep -qx 'train.warmup = 0' runs/ch04-copy-b1-smoke/config.txt && grep -qx 'trai
     grep -qx 'train.warmup = 0' runs/ch04-copy-lr1e-3-smoke/config.txt
 check "ch04: the warm-up scales with each run's length (4 steps: 0, 12: 1; lr1e-3 arms: 0)" $?
 
+# the dense parent alone (what the upcycle transcript needs), and nothing else
+rm -rf runs/ch04-dense-smoke runs/ch04-copy-smoke
+bash chapters/04-upcycling/ablate.sh --smoke --only dense > "$tmp/dense.log" 2>&1 &&
+    [ -f runs/ch04-dense-smoke/ckpt.bin ] && [ ! -e runs/ch04-copy-smoke ]
+check "ch04 --only dense: the dense parent alone" $? "$(tail -n 3 "$tmp/dense.log")"
+
 # ---- 3. bad options and missing runs -------------------------------------------------------
 echo "test_ablations: bad input"
 bash chapters/01-routing/ablate.sh --smoke --bogus > /dev/null 2> "$tmp/err"
