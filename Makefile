@@ -82,8 +82,11 @@ endif
 OMPFLAGS := $(if $(filter 1,$(HAVE_OPENMP)),-fopenmp,)
 CPPFLAGS := -Isrc $(OPENBLAS_CFLAGS) -DMOE_HAVE_OPENMP=$(HAVE_OPENMP) -DMOE_HAVE_MPI=$(MPI)
 # The commit a binary was built from (with -dirty for uncommitted changes), for provenance.txt.
-# version.c is rewritten only when the text changes, so it relinks but rebuilds nothing else.
-GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
+# Changes under plots/ and to the Markdown files do not count: they are what the ablation
+# scripts and `make book` write, not what the binary is built from, so rerunning an ablation
+# after another (whose summary rewrote plots/) still builds a clean binary. version.c is
+# rewritten only when the text changes, so it relinks but rebuilds nothing else.
+GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- . ':(exclude)plots' ':(exclude)*.md' 2>/dev/null || echo -dirty)
 CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) -Wall -Wextra -Wshadow -Wno-unused-parameter \
           $(OMPFLAGS) $(SANFLAGS) $(EXTRA_CFLAGS)
 LDLIBS := $(OPENBLAS_LIBS) -lm
