@@ -68,7 +68,7 @@ HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && echo 1 || echo 0)
 mark = $(if $(filter 1,$(1)),✓,✗)
 space := $(subst ,, )
 ifeq ($(MAKELEVEL),0)
-ifeq ($(filter deps deps-fuzz clean help features book book-check,$(MAKECMDGOALS)),)
+ifeq ($(filter deps deps-fuzz clean help features commit book book-check,$(MAKECMDGOALS)),)
 $(info moe.c features:)
 $(info $(space) $(call mark,$(HAVE_OPENBLAS)) OpenBLAS   (required: matrix products; $(OPENBLAS_KIND)))
 $(info $(space) $(call mark,$(HAVE_OPENMP)) OpenMP     (threads for the elementwise ops))
@@ -350,6 +350,11 @@ fuzz-seeds: $(BUILD)/libmoe.a $(BUILD)/version.c
 
 clean:
 	rm -rf build build-san build-mpi build-san-mpi build-fuzz
+
+# The commit a build records (GIT_COMMIT; tests/test_build.sh checks when it says -dirty).
+.PHONY: commit
+commit:
+	@echo $(GIT_COMMIT)
 
 # The probe results, one per line (tests/test_build.sh checks them against the machine).
 features:

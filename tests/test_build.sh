@@ -27,4 +27,21 @@ fi
 # OpenMP really is compiled in: the binary links libgomp when the probe said OpenMP works.
 if has HAVE_OPENMP; then ldd "$bin" | grep -q libgomp; check "$bin links libgomp" $?; fi
 
+# The commit a build records is -dirty for a change to what the binary is built from, and not for
+# the files the ablation scripts and `make book` rewrite (plots/, the Markdown files).
+if git rev-parse --git-dir > /dev/null 2>&1; then
+  git clone -q --local . "$tmp/clone" 2> /dev/null
+  cp Makefile "$tmp/clone/Makefile" # this tree's Makefile, committed in the clone
+  git -C "$tmp/clone" -c user.name=test -c user.email=test@localhost commit -qam 'this Makefile' > /dev/null
+  commit() { make -s --no-print-directory -C "$tmp/clone" commit 2> /dev/null; }
+  clean=$(commit)
+  echo x >> "$tmp/clone/plots/bench/bench.txt"; echo x >> "$tmp/clone/handbook.md"
+  after_plots=$(commit)
+  echo '/* x */' >> "$tmp/clone/src/util.h"
+  after_src=$(commit)
+  [[ $clean =~ ^[0-9a-f]{12}$ ]] && [ "$after_plots" = "$clean" ] && [ "$after_src" = "$clean-dirty" ]
+  check "GIT_COMMIT: clean $clean, unchanged by plots/ and handbook.md, -dirty for src/" $? \
+    "clean '$clean', after plots '$after_plots', after src '$after_src'"
+fi
+
 finish
