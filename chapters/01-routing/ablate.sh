@@ -87,7 +87,7 @@ fi
 # Over the last 20% of the steps, averaged over the MoE blocks (router.csv, train.csv):
 # MaxVio, CV, the share of the two busiest experts (top2), the dropped fraction, the z-loss
 # (mean logsumexp^2 of the router logits: how large they are); at the last evaluation: the
-# validation loss and the MaxVio over the whole validation set (val_router.csv); median tokens/s.
+# validation loss and the MaxVio over the evaluation's validation windows (val_router.csv); median tokens/s.
 {
   echo "variant,val_loss,val_maxvio,maxvio,cv,top2_share,drop_frac,z_loss,tok_per_s,settings"
   for v in "${VARIANTS[@]}" "${SEEDS[@]}"; do
@@ -120,7 +120,7 @@ fi
   awk -F, 'NR > 1 { printf "| %s | `%s` | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $10, $2, $3, $4, $5, $6, $7, $8, $9 }' \
     "$out/summary.csv"
   echo
-  echo "MaxVio, CV, top-2 share (the fraction of assignments taken by the two busiest experts; 2/E when balanced), dropped and z-loss: mean over the MoE blocks and the last 20% of the $steps steps. MaxVio (val set): at the last evaluation, over the whole validation set, mean over the blocks. Val loss at step $steps; curves.csv has every variant's at every evaluation."
+  echo "MaxVio, CV, top-2 share (the fraction of assignments taken by the two busiest experts; 2/E when balanced), dropped and z-loss: mean over the MoE blocks and the last 20% of the $steps steps. MaxVio (val set): at the last evaluation, over the validation windows it reads (train.eval_batches x train.batch of them), mean over the blocks. Val loss at step $steps; curves.csv has every variant's at every evaluation."
   seed_note "$REF" val_loss "$out/summary.csv"
   provenance_note "${all[@]}"
   ec=runs/ch01-expert-choice$suffix
