@@ -79,6 +79,11 @@ ablate_args() {
     return 0
 }
 
+# by_mode FULL QUICK SMOKE: the value of the three for this run's $mode (set by ablate_args).
+by_mode() {
+  case $mode in full) echo "$1" ;; quick) echo "$2" ;; smoke) echo "$3" ;; esac
+}
+
 ablate_build() {
     if [ -z "${MOE_BIN:-}" ]; then
         if [ "${1:-}" = mpi ]; then

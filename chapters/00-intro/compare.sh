@@ -18,11 +18,7 @@ cd "$(dirname "$0")/../.."
 here=chapters/00-intro
 . chapters/lib.sh
 ablate_args "$@"
-case $mode in
-  full) steps=600 ;;
-  quick) steps=100 ;;
-  smoke) steps=12 ;;
-esac
+steps=$(by_mode 600 100 12)
 extra=()   # full and quick: the default evaluation every 100 steps
 [ "$mode" = smoke ] && extra=(--set train.eval_every=3)
 check_only dense moe

@@ -47,11 +47,7 @@ SEEDS=(
 )
 
 ablate_args "$@"
-case $mode in
-  full) steps=600 ;;
-  quick) steps=100 ;;
-  smoke) steps=12 ;;
-esac
+steps=$(by_mode 600 100 12)
 check_only $(for v in "${VARIANTS[@]}" "${SEEDS[@]}"; do echo "${v%%|*}"; done)
 ablate_build
 out=plots/02-capacity$suffix

@@ -30,11 +30,7 @@ cd "$(dirname "$0")/../.."
 here=chapters/03-expert-parallel
 . chapters/lib.sh
 ablate_args "$@"
-case $mode in
-  full) steps=200 ;;
-  quick) steps=30 ;;
-  smoke) steps=6 ;;
-esac
+steps=$(by_mode 200 30 6)
 names=()
 for balance in aux none; do for ep in 1 2 4; do names+=("ep$ep-$balance"); done; done
 check_only "${names[@]}"
