@@ -13,7 +13,6 @@
  *
  * Everything is written into a fresh temporary folder, removed afterwards.
  */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,41 +27,11 @@
 #include "testutil.h"
 #include "util.h"
 
-static char tmp_dir[64];
 static char err[1024];
 
 static void tmp_setup(void) {
-    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/moe_test_formats_XXXXXX");
-    ck_assert_msg(mkdtemp(tmp_dir) != NULL, "mkdtemp failed");
+    tmp_dir_make("formats");
     alarm(60); /* a reader that blocks fails the test instead of hanging the suite */
-}
-
-static void remove_tree(const char *dir) {
-    DIR *dp = opendir(dir);
-    if (!dp) return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(dp)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            remove_tree(p);
-        else
-            unlink(p);
-    }
-    closedir(dp);
-    rmdir(dir);
-}
-
-static void tmp_teardown(void) { remove_tree(tmp_dir); }
-
-static const char *tmp_path(const char *name) {
-    static char p[4][256];
-    static int k = 0;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", tmp_dir, name);
-    return p[k];
 }
 
 
@@ -408,7 +377,7 @@ END_TEST
 Suite *formats_suite(void) {
     Suite *s = suite_create("formats");
     TCase *tc = tcase_create("formats");
-    tcase_add_checked_fixture(tc, tmp_setup, tmp_teardown);
+    tcase_add_checked_fixture(tc, tmp_setup, tmp_dir_remove);
     tcase_add_test(tc, test_shard_header_sweep);
     tcase_add_test(tc, test_ckpt_header_sweep);
     tcase_add_test(tc, test_shard_fields);

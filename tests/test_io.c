@@ -5,7 +5,6 @@
  * damaging one thing, and requiring that the reader refuses it with a message that names
  * the problem. corpus_build reads system files, so it is run by hand, not here.
  */
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,35 +18,9 @@
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
-static char tmp_dir[64];
 static char err[512];
 
-static void tmp_setup(void) {
-    snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/moe_test_io_XXXXXX");
-    ck_assert_msg(mkdtemp(tmp_dir) != NULL, "mkdtemp failed");
-}
-
-static void tmp_teardown(void) {
-    DIR *dp = opendir(tmp_dir);
-    if (!dp) return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(dp)) != NULL) {
-        if (e->d_name[0] == '.') continue;
-        snprintf(p, sizeof(p), "%s/%s", tmp_dir, e->d_name);
-        unlink(p);
-    }
-    closedir(dp);
-    rmdir(tmp_dir);
-}
-
-static const char *tmp_path(const char *name) {
-    static char p[4][256];
-    static int k = 0;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof(p[k]), "%s/%s", tmp_dir, name);
-    return p[k];
-}
+static void tmp_setup(void) { tmp_dir_make("io"); }
 
 
 /* Overwrite len bytes of the file at off. */
@@ -554,7 +527,7 @@ END_TEST
 Suite *io_suite(void) {
     Suite *s = suite_create("io");
     TCase *tc = tcase_create("io");
-    tcase_add_checked_fixture(tc, tmp_setup, tmp_teardown);
+    tcase_add_checked_fixture(tc, tmp_setup, tmp_dir_remove);
     tcase_add_test(tc, test_shard_round_trip);
     tcase_add_test(tc, test_shard_rejects_damage);
     tcase_add_test(tc, test_shard_write_rejects_bad_docs);

@@ -3,7 +3,11 @@
 
 #include "util.h"
 
+#include <dirent.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 long tol_worst(const float *got, const float *want, size_t n, float atol, float rtol,
                double *excess) {
@@ -78,4 +82,43 @@ void spit(const char *path, const void *b, long n) {
     ck_assert_msg(f != NULL, "cannot write %s", path);
     ck_assert(fwrite(b, 1, (size_t)n, f) == (size_t)n);
     fclose(f);
+}
+
+static char tmp_dir[256];
+
+const char *tmp_dir_make(const char *tag) {
+    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/moe_test_%s_XXXXXX", tag);
+    ck_assert_msg(mkdtemp(tmp_dir) != NULL, "mkdtemp %s failed", tmp_dir);
+    return tmp_dir;
+}
+
+static void remove_tree(const char *dir) {
+    DIR *dp = opendir(dir);
+    if (!dp) return;
+    struct dirent *e;
+    char p[1024];
+    while ((e = readdir(dp)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+            remove_tree(p);
+        else
+            unlink(p);
+    }
+    closedir(dp);
+    rmdir(dir);
+}
+
+void tmp_dir_remove(void) {
+    if (tmp_dir[0]) remove_tree(tmp_dir);
+    tmp_dir[0] = 0;
+}
+
+const char *tmp_path(const char *name) {
+    static char p[4][512];
+    static int k = 0;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", tmp_dir, name);
+    return p[k];
 }

@@ -4,6 +4,8 @@
  *   - ONE tolerance rule for every comparison: |got - want| <= atol + rtol * |want|.
  *     expect_close_arrays() fails the test at the worst element and names it.
  *   - A finite-difference gradient check for any scalar function of a float vector.
+ *   - A scratch directory per test: tmp_dir_make() and tmp_dir_remove() (a checked fixture's
+ *     two halves), tmp_path() for a file inside it.
  *   - TEST_MAIN(suite_fn): a main() that runs one suite and exits non-zero on any failure.
  *
  * Tolerances for float32: a forward op against a reference, TOL_F32_ATOL / TOL_F32_RTOL;
@@ -70,6 +72,14 @@ uint8_t *slurp(const char *path, long *n);
 void spit(const char *path, const void *b, long n);
 
 void fill_uniform(float *x, size_t n, float scale, unsigned long long seed);
+
+/* A fresh directory /tmp/moe_test_TAG_XXXXXX for the running test (Check runs each test in its
+ * own process, so one at a time per process); tmp_dir_remove() deletes it with everything
+ * under it. tmp_path("name") is a path inside it, in one of 4 rotating buffers (so up to 4
+ * paths can be held at once). */
+const char *tmp_dir_make(const char *tag);
+void tmp_dir_remove(void);
+const char *tmp_path(const char *name);
 
 #define TEST_MAIN(suite_fn)                                                                        \
     int main(void) {                                                                               \

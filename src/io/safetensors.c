@@ -414,10 +414,11 @@ int safetensors_read(SafeTensors *st, const char *path, char *err, int errlen) {
                   (unsigned long long)hlen, j.msg);
         goto done;
     }
+    /* the layout first, so that a truncated export is called truncated, then the checksum */
+    if (check_tensors(&h, path, file_bytes - 8 - hlen, err, errlen) != 0) goto done;
     if (check_crc(&h, json, hlen, len8, f, file_bytes - 8 - hlen, path, &st->checksum, err,
                   errlen) != 0)
         goto done;
-    if (check_tensors(&h, path, file_bytes - 8 - hlen, err, errlen) != 0) goto done;
     if (load_tensors(st, &h, f, 8 + hlen, err, errlen) != 0) goto done;
     st->n_meta = h.nm;
     st->meta_keys = h.mk, st->meta_values = h.mv;
