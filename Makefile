@@ -31,7 +31,7 @@ BUILD := build
 SANFLAGS :=
 OPT := -O2 -g
 endif
-# MPI=1: the same sources through mpicc with MOE_HAVE_MPI=1 (src/dist/dist_mpi.c), in their
+# MPI=1: the same sources through mpicc with MOE_HAVE_MPI=1 (src/parallel/dist_mpi.c), in their
 # own build folder; the default build has no MPI dependency.
 MPI ?= 0
 ifeq ($(MPI),1)
@@ -93,11 +93,11 @@ LDLIBS := $(OPENBLAS_LIBS) -lm
 LDFLAGS := $(OMPFLAGS) $(SANFLAGS)
 
 # ---- sources ----------------------------------------------------------------------------
-LIB_SRC := $(filter-out src/cli/%,$(wildcard src/*.c src/*/*.c))
+LIB_SRC := $(filter-out src/cli/%,$(wildcard src/*/*.c))
 CLI_SRC := $(wildcard src/cli/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
-HEADERS := $(wildcard src/*.h src/*/*.h)
+HEADERS := $(wildcard src/*/*.h)
 CHAPTER_SRC := $(wildcard chapters/*/*.c)
 CHAPTER_BIN := $(CHAPTER_SRC:chapters/%.c=$(BUILD)/chapters/%)
 TEST_SRC := $(wildcard tests/test_*.c tests/mpi/test_*.c)
@@ -307,7 +307,7 @@ FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 15
 FUZZ_BUILD := build-fuzz
 FUZZ_NAMES := config safetensors checkpoint shard
-FUZZ_LIB_SRC := src/util.c src/config.c src/config_check.c src/io/files.c src/io/json.c \
+FUZZ_LIB_SRC := src/base/util.c src/config/config.c src/config/config_check.c src/io/files.c src/io/json.c \
                 src/io/safetensors.c src/io/tensorfile.c src/io/shard.c src/io/loader.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer -Wall -Wextra \

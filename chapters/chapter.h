@@ -4,9 +4,9 @@
 #ifndef MOE_CHAPTER_H
 #define MOE_CHAPTER_H
 
-#include "checkpoint.h"
+#include "base/util.h"
 #include "io/files.h"
-#include "util.h"
+#include "train/checkpoint.h"
 
 /* The settings of the model a program looks at: the checkpoint's when ckpt exists (returns 1,
  * a trained model), else the defaults (returns 0: the program runs on a fresh model and says

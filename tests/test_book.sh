@@ -13,6 +13,8 @@
 #      rewrites drifted numbers at their quoted precision and refreshes tables and transcripts
 #   4. the command checker on fixtures: a command missing from the registry, an entry whose
 #      test does not run it, a test file that does not exist
+#   5. every src/ path the documents and the code's comments name exists (tests/book/paths.sh),
+#      and the checker fails on a path that does not, a brace alternative and a glob included
 # Needs only bash and awk: no build.
 
 # shellcheck source=tests/lib/common.sh
@@ -25,6 +27,8 @@ bash tests/book/book.sh > "$tmp/book.out" 2>&1
 check "every quoted number agrees with its file (make book-check)" $? "$(head -n 30 "$tmp/book.out")"
 bash tests/book/commands.sh > "$tmp/cmd.out" 2>&1
 check "every documented command is registered with a test that runs it" $? "$(head -n 30 "$tmp/cmd.out")"
+bash tests/book/paths.sh > "$tmp/paths.out" 2>&1
+check "every src/ path named in the documents and the code exists" $? "$(head -n 30 "$tmp/paths.out")"
 
 # ---- 3. the number checker on fixtures -----------------------------------------------------------
 # book DOC [PLOTS]: the checker on a fixture document, output in $tmp/out, status returned
@@ -153,5 +157,18 @@ check "an entry naming a missing test file fails" $? "$(cat "$tmp/out")"
 cmds "$fx/commands.md" "$tmp/reg4.txt"
 [ $? -eq 1 ] && grep -q "'make gone' is shown by no document" "$tmp/out"
 check "an entry no document shows fails" $? "$(cat "$tmp/out")"
+
+# ---- 5. the path checker on a document of its own ---------------------------------------------
+printf 'See src/moe/router.c, src/io/files.{h,c} and src/moe/router*.c (src/nn/).\n' > "$tmp/good_paths.md"
+bash tests/book/paths.sh "$tmp/good_paths.md" > "$tmp/out" 2>&1
+check "paths: existing files, brace alternatives, a glob and a folder pass" $? "$(cat "$tmp/out")"
+for p in moe/no_such.c 'io/files.{h,x}' 'moe/nothing*.c'; do  # src/ added below, so this file names none of them
+    p=src/$p
+    printf 'Line one.\nThe code is in %s, read it.\n' "$p" > "$tmp/bad_paths.md"
+    bash tests/book/paths.sh "$tmp/bad_paths.md" > "$tmp/out" 2>&1
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "bad_paths.md:2: names src/" "$tmp/out"
+    check "paths: $p fails, naming the line" $? "status $rc: $(cat "$tmp/out")"
+done
 
 finish

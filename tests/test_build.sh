@@ -37,7 +37,7 @@ if git rev-parse --git-dir > /dev/null 2>&1; then
   clean=$(commit)
   echo x >> "$tmp/clone/plots/bench/bench.txt"; echo x >> "$tmp/clone/handbook.md"
   after_plots=$(commit)
-  echo '/* x */' >> "$tmp/clone/src/util.h"
+  echo '/* x */' >> "$tmp/clone/src/base/util.h"
   after_src=$(commit)
   [[ $clean =~ ^[0-9a-f]{12}$ ]] && [ "$after_plots" = "$clean" ] && [ "$after_src" = "$clean-dirty" ]
   check "GIT_COMMIT: clean $clean, unchanged by plots/ and handbook.md, -dirty for src/" $? \

@@ -18,7 +18,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "moe/moe_ops.h"
+#include "model/moe_block.h"
 #include "testutil.h"
 
 #define EPS 1e-3f

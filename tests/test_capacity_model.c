@@ -11,7 +11,7 @@
  */
 #include <string.h>
 
-#include "model.h"
+#include "model/model.h"
 #include "moe/moe_ops.h"
 #include "testutil.h"
 

@@ -84,7 +84,7 @@ echo "test_chapters: 03-expert-parallel/step_profile"
 prog=$build/chapters/03-expert-parallel/step_profile
 "$prog" --run "$tmp/run" --out "$tmp/prof" --steps 3 > "$tmp/out.txt" 2> "$tmp/err.txt"
 check "step_profile exits 0" $? "$(cat "$tmp/err.txt")"
-# one row per op of src/profile.h, seconds per step; the experts and attention took time
+# one row per op of src/model/profile.h, seconds per step; the experts and attention took time
 awk -F, 'NR == 1 { ok = ($0 == "op,seconds_per_step"); next } { n++; t[$1] = $2; if ($2 < 0) bad++ }
      END { exit !(ok && n == 14 && bad == 0 && t["experts"] > 0 && t["attention"] > 0) }' "$tmp/prof/profile.csv"
 check "profile.csv: 14 ops, experts and attention > 0" $? "$(cat "$tmp/prof/profile.csv" 2>&1)"

@@ -13,10 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "base/util.h"
+#include "config/config.h"
 #include "moe/moe_ops.h"
 #include "testutil.h"
-#include "util.h"
 
 typedef struct {
     const char *key;

@@ -1,12 +1,12 @@
 /*
- * test_config_check.c: the checks that involve more than one setting (src/config_check.c):
+ * test_config_check.c: the checks that involve more than one setting (src/config/config_check.c):
  * each refused combination fails config_validate with a message that names every key
  * involved, the allowed boundaries pass, and config_check_dist refuses what a given number of
  * processes cannot run.
  */
 #include <string.h>
 
-#include "config.h"
+#include "config/config.h"
 #include "moe/moe_ops.h"
 #include "testutil.h"
 

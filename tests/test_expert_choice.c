@@ -17,7 +17,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "model.h"
+#include "model/model.h"
 #include "moe/moe_ops.h"
 #include "testutil.h"
 

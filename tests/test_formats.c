@@ -19,13 +19,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
-#include "config.h"
+#include "base/util.h"
+#include "config/config.h"
 #include "io/data.h"
 #include "io/files.h"
 #include "io/tensorfile.h"
 #include "testutil.h"
-#include "util.h"
+#include "train/checkpoint.h"
 
 static char err[1024];
 

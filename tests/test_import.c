@@ -19,11 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "import.h"
+#include "base/util.h"
+#include "convert/import.h"
 #include "io/tensorfile.h"
-#include "model.h"
+#include "model/model.h"
 #include "testutil.h"
-#include "util.h"
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 

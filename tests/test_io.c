@@ -11,17 +11,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "io/data.h"
 #include "io/tensorfile.h"
 #include "testutil.h"
-#include "util.h"
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
 static char err[512];
 
-static void tmp_setup(void) { tmp_dir_make("io"); }
-
+static void tmp_setup(void) {
+    tmp_dir_make("io");
+}
 
 /* Overwrite len bytes of the file at off. */
 static void patch(const char *path, long off, const void *bytes, long len) {
@@ -77,7 +78,8 @@ START_TEST(test_shard_round_trip) {
     uint8_t *bytes = slurp(path, &n);
     ck_assert_int_eq(n, SHARD_HEADER_BYTES + 3 * 16 + 16);
     /* the payload's checksum: document records and tokens, not the header */
-    ck_assert_uint_eq(s.crc32, crc32_update(0, bytes + SHARD_HEADER_BYTES, (size_t)n - SHARD_HEADER_BYTES));
+    ck_assert_uint_eq(s.crc32,
+                      crc32_update(0, bytes + SHARD_HEADER_BYTES, (size_t)n - SHARD_HEADER_BYTES));
     free(bytes);
     ck_assert_int_eq(access(tmp_path("sub/dir/a.bin.tmp"), F_OK), -1); /* no temp file left */
     shard_free(&s);
@@ -127,7 +129,7 @@ START_TEST(test_shard_rejects_damage) {
         /* the document records and the tokens: the payload checksum */
         {256 + 16, "\x06", 1, 0, "payload checksum mismatch"},
         {256 + 16 + 12, "\x00", 1, 0, "payload checksum mismatch"}, /* doc 1 domain 0 */
-        {256 + 48 + 3, "L", 1, 0, "payload checksum mismatch"},      /* a token */
+        {256 + 48 + 3, "L", 1, 0, "payload checksum mismatch"},     /* a token */
     };
     const char *path = tmp_path("bad.bin");
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

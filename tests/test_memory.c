@@ -13,11 +13,11 @@
  */
 #include <string.h>
 
-#include "memory.h"
-#include "model.h"
+#include "base/util.h"
+#include "model/memory.h"
+#include "model/model.h"
 #include "moe/moe_ops.h"
 #include "testutil.h"
-#include "util.h"
 
 typedef struct {
     const char *what;

@@ -13,9 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
-#include "model.h"
+#include "model/model.h"
 #include "testutil.h"
+#include "train/checkpoint.h"
 
 static Config tiny_config(int num_experts) {
     Config c;

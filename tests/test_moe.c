@@ -15,10 +15,10 @@
 
 #include <omp.h>
 
-#include "moe/moe_ops.h"
+#include "base/util.h"
+#include "model/moe_block.h"
 #include "nn/ops.h"
 #include "testutil.h"
-#include "util.h"
 
 #define EPS 1e-3f /* finite-difference step */
 

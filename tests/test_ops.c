@@ -14,9 +14,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "nn/ops.h"
 #include "testutil.h"
-#include "util.h"
 
 #define FD_EPS 1e-3f    /* finite-difference step */
 #define ALL_PROBES 4096 /* sizes here are small: probe every element */

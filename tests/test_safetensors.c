@@ -16,12 +16,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "import.h"
+#include "base/util.h"
+#include "convert/import.h"
 #include "io/files.h"
 #include "io/tensorfile.h"
-#include "model.h"
+#include "model/model.h"
 #include "testutil.h"
-#include "util.h"
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 

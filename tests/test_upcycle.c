@@ -1,5 +1,5 @@
 /*
- * test_upcycle.c: a dense model turned into an MoE (src/upcycle.c).
+ * test_upcycle.c: a dense model turned into an MoE (src/convert/upcycle.c).
  *
  *   - function preservation: exact copies with normalised top-k weights give the dense loss,
  *     whatever a non-trivial router picks (all blocks MoE, every other block, Mixtral top-k);
@@ -19,9 +19,9 @@
 #include <stdarg.h>
 #include <string.h>
 
-#include "model.h"
+#include "convert/upcycle.h"
+#include "model/model.h"
 #include "testutil.h"
-#include "upcycle.h"
 
 enum { UB = 2, UT = 16, UC = 32, UF = 64 };
 

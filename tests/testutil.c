@@ -1,7 +1,7 @@
 /* testutil.c: see testutil.h. */
 #include "testutil.h"
 
-#include "util.h"
+#include "base/util.h"
 
 #include <dirent.h>
 #include <stdio.h>

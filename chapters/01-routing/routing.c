@@ -25,12 +25,12 @@
 #include <string.h>
 
 #include "../chapter.h"
-#include "checkpoint.h"
+#include "base/util.h"
 #include "io/data.h"
-#include "model.h"
+#include "model/model.h"
 #include "moe/moe_ops.h"
 #include "nn/ops.h"
-#include "util.h"
+#include "train/checkpoint.h"
 
 enum { T = 32, SHOW = 6 }; /* bytes per sequence; tokens shown per sequence */
 

@@ -16,7 +16,7 @@
  *
  * Without a checkpoint the model is freshly initialised (run `make demo` first to see a
  * trained router). Every function it calls is the engine's own: moe_capacity and
- * capacity_plan_build (src/moe/capacity.c), moe_block_forward (src/moe/layer.c).
+ * capacity_plan_build (src/moe/capacity.c), moe_block_forward (src/model/moe_block.c).
  */
 #include <math.h>
 #include <stdio.h>
@@ -24,11 +24,11 @@
 #include <string.h>
 
 #include "../chapter.h"
-#include "checkpoint.h"
+#include "base/util.h"
 #include "io/data.h"
-#include "model.h"
+#include "model/model.h"
 #include "moe/moe_ops.h"
-#include "util.h"
+#include "train/checkpoint.h"
 
 enum { T = 32, LIST = 5, NF = 4 }; /* bytes per sequence; dropped tokens listed; factors */
 static const float factors[NF] = {0.5f, 1.0f, 1.25f, 2.0f};

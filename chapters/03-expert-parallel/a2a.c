@@ -20,19 +20,19 @@
  * experts, and all of them for the reference); the tokens from a seed that depends on the rank.
  * Every process fills a small record of numbers; rank 0 gathers them (dist_gather_f) and prints
  * them in rank order. Every function it calls is the engine's own: dist_init and the
- * collectives (src/dist/dist.h), the router, dispatch plan, permutation, experts and combine
- * (src/moe/moe_ops.h), ep_experts_forward (src/dist/ep.h).
+ * collectives (src/parallel/dist.h), the router, dispatch plan, permutation, experts and combine
+ * (src/moe/moe_ops.h), ep_experts_forward (src/model/ep.h).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/dist.h"
-#include "dist/ep.h"
+#include "base/util.h"
+#include "model/ep.h"
 #include "moe/moe_ops.h"
 #include "nn/ops.h"
-#include "util.h"
+#include "parallel/dist.h"
 
 enum { E = 8, K = 2, C = 16, F = 32, N = 12 }; /* experts, top-k, channels, hidden, tokens */
 #define WEIGHT_SEED 1234u                      /* the same on every process */

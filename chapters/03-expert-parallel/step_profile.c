@@ -8,7 +8,7 @@
  * A run over several processes records in dist.csv the seconds each process spends in its
  * experts; a one-process run has no dist.csv. To split its step the same way, this program
  * trains the run's model again (its config.txt, the same settings and threads) for a few steps
- * into another run directory with the engine's op profiler on (src/profile.h: PROF_EXPERTS is
+ * into another run directory with the engine's op profiler on (src/model/profile.h: PROF_EXPERTS is
  * the expert GEMMs and their SwiGLU, what ep.c times as expert seconds), and prints the mean
  * seconds per optimizer step of every op, forward plus backward, into NEW_RUN_DIR/profile.csv
  * (the training loop's own lines go to stdout):
@@ -25,9 +25,9 @@
 #include <string.h>
 
 #include "../chapter.h"
-#include "config.h"
-#include "profile.h"
-#include "train.h"
+#include "config/config.h"
+#include "model/profile.h"
+#include "train/train.h"
 
 static void usage(void) {
     fprintf(stderr, "usage: step_profile --run RUN_DIR --out NEW_RUN_DIR [--steps N]\n");
@@ -46,7 +46,8 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--steps") == 0) {
             char *end;
             long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 1 || v > 100000) moe_input_error("--steps takes 1 to 100000, not %s", argv[i]);
+            if (*end || v < 1 || v > 100000)
+                moe_input_error("--steps takes 1 to 100000, not %s", argv[i]);
             steps = (int)v;
         } else
             usage();
@@ -55,7 +56,8 @@ int main(int argc, char **argv) {
 
     char path[4096], err[1024];
     snprintf(path, sizeof path, "%s/config.txt", run);
-    if (!file_exists(path)) moe_input_error("no %s: train the run first (moe train --out %s)", path, run);
+    if (!file_exists(path))
+        moe_input_error("no %s: train the run first (moe train --out %s)", path, run);
     Config c;
     config_defaults(&c);
     if (config_load_file(&c, path, err, sizeof err) != 0) moe_input_error("%s: %s", path, err);

@@ -15,8 +15,9 @@
  *   5. making the copies differ            loss at conversion and expert similarity for noise,
  *                                           drop-upcycling and fine-grained splitting
  *
- * Every function it calls is the engine's own: upcycle_check, upcycle_model (src/upcycle.c),
- * experts_similarity (src/moe/experts.c), model_forward (src/model.c).
+ * Every function it calls is the engine's own: upcycle_check, upcycle_model
+ * (src/convert/upcycle.c), experts_similarity (src/moe/experts.c), model_forward
+ * (src/model/model.c).
  */
 #include <math.h>
 #include <stdio.h>
@@ -24,12 +25,12 @@
 #include <string.h>
 
 #include "../chapter.h"
-#include "checkpoint.h"
+#include "base/util.h"
+#include "convert/upcycle.h"
 #include "io/data.h"
-#include "model.h"
+#include "model/model.h"
 #include "moe/moe_ops.h"
-#include "upcycle.h"
-#include "util.h"
+#include "train/checkpoint.h"
 
 enum { B = 4, T_MAX = 64 }; /* the batch: 4 sequences of up to 64 bytes */
 static int T;               /* min(T_MAX, model.seq_len) */

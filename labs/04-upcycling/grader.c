@@ -19,8 +19,8 @@
  *                                    loss
  *
  * The expected results come from the plain reference functions below (independent of the
- * solution) and from the engine's model (src/model.h), which runs the upcycled networks. Every
- * task takes its inputs from the grader, never from the student's other tasks, so one
+ * solution) and from the engine's model (src/model/model.h), which runs the upcycled networks.
+ * Every task takes its inputs from the grader, never from the student's other tasks, so one
  * unfinished task fails only itself.
  *
  * Run through labs/Makefile: make -C labs grade LAB=04-upcycling [TASK=task3_choose].
@@ -32,12 +32,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "base/util.h"
+#include "config/config.h"
 #include "lab.h"
-#include "model.h"
-#include "params.h"
+#include "model/model.h"
+#include "model/params.h"
 #include "upcycle_lab.h"
-#include "util.h"
 
 /* ---- reference logic --------------------------------------------------------------------- */
 
@@ -436,7 +436,7 @@ START_TEST(choose_against_reference) {
     lab_rng_seed(&lr, 2024);
     for (int i = 0; i < 100; i++)
         ck_assert_msg((int)rng_below(&er, (uint64_t)(i + 1)) == lab_rng_below(&lr, i + 1),
-                      "grader: upcycle_lab.h's generator no longer matches src/util.h's Rng");
+                      "grader: upcycle_lab.h's generator no longer matches src/base/util.h's Rng");
     static const int F[] = {2, 5, 12, 24, 64, 1000};
     for (size_t k = 0; k < sizeof F / sizeof F[0]; k++)
         for (int frac = 1; frac <= 3; frac++)

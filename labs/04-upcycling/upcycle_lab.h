@@ -8,8 +8,8 @@
  *   task 4: re-draw the chosen units of one expert: mean + std * z
  *     --task 5: fine-grained split--> E experts of F / G units, slice e % G, down times G
  *
- * Conventions (the same as the engine, src/params.h): float32, row-major, so element (f, c) of
- * an (F, C) matrix is at [f * C + c] and element (c, f) of a (C, F) one at [c * F + f]. Outputs
+ * Conventions (the same as the engine, src/model/params.h): float32, row-major, so element (f, c)
+ * of an (F, C) matrix is at [f * C + c] and element (c, f) of a (C, F) one at [c * F + f]. Outputs
  * come first, then inputs, then dimensions. Dimension letters: C channels, F hidden units of
  * the dense FFN, E experts, G slices (task 5). Outputs are written (=) in full unless the
  * function says it changes an array in place.
@@ -22,7 +22,7 @@
 #include "lab.h" /* lab_todo(), the marker of an unfinished task */
 
 /* ---- the random numbers of task 3 (given: do not change) ----------------------------------
- * splitmix64 seeding + xoshiro256**, the same generator as the engine's Rng (src/util.h), so
+ * splitmix64 seeding + xoshiro256**, the same generator as the engine's Rng (src/base/util.h), so
  * one seed gives the same stream here and there. lab_rng_below(r, n) is uniform in [0, n) up
  * to a bias of n / 2^64 (the remainder of one 64-bit draw), and consumes exactly one draw. */
 typedef struct {

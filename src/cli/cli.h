@@ -9,10 +9,10 @@
 #ifndef MOE_CLI_H
 #define MOE_CLI_H
 
-#include "bench.h"
-#include "config.h"
-#include "model.h"
-#include "util.h"
+#include "base/util.h"
+#include "config/config.h"
+#include "measure/bench.h"
+#include "model/model.h"
 
 extern const char *const USAGE;
 

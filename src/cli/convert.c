@@ -14,13 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
 #include "cli/cli.h"
-#include "import.h"
+#include "convert/import.h"
+#include "convert/upcycle.h"
 #include "io/files.h"
 #include "io/tensorfile.h"
 #include "moe/moe_ops.h"
-#include "upcycle.h"
+#include "train/checkpoint.h"
 
 static void refuse_existing(const char *cmd, const char *path) {
     if (file_exists(path))

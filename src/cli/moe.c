@@ -28,16 +28,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench.h"
+#include "base/util.h"
 #include "cli/cli.h"
-#include "checkpoint.h"
 #include "io/data.h"
 #include "io/files.h"
 #include "io/tensorfile.h"
-#include "memory.h"
-#include "run.h"
-#include "train.h"
-#include "util.h"
+#include "measure/bench.h"
+#include "model/memory.h"
+#include "train/checkpoint.h"
+#include "train/run.h"
+#include "train/train.h"
 
 const char *const USAGE =
     "usage: moe <command> [options]   (moe help CMD or moe CMD --help: its options)\n"

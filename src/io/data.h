@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "util.h"
+#include "base/util.h"
 
 #define SHARD_MAGIC "MOETOKS"
 #define SHARD_VERSION 2

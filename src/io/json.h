@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "util.h"
+#include "base/util.h"
 
 typedef struct {
     const char *s; /* the text, n bytes, not necessarily NUL-terminated */

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 #define ST_HEADER_MAX (100u << 20) /* larger JSON headers are refused as implausible */
 #define ST_REDO "the file is damaged or not safetensors: write it again (e.g. with `moe export`)"

@@ -39,7 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 int moe_capacity(const MoeHyper *hp, float factor, int tokens) {
     /* The factor is a decimal (1.1, 1.25) that float only approximates: 1.1f * 20 / 2 is

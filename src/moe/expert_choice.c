@@ -34,7 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 int moe_assignments_per_token(const MoeHyper *hp) {
     return hp->routing == MOE_ROUTING_EXPERT_CHOICE ? hp->E : hp->K;

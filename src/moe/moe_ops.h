@@ -12,8 +12,9 @@
  * losses, the aux-free bias, balance statistics), expert_choice.c (moe.routing=expert_choice:
  * each expert picks its tokens instead), capacity.c (token choice with a capacity per expert:
  * drops and padding), permute.c (dispatch plan, gather and weighted scatter), experts.c
- * (grouped SwiGLU), layer.c (the block). The shared experts (moe.num_shared) are a dense
- * SwiGLU that model.c adds next to the block.
+ * (grouped SwiGLU). The block that strings them together is src/model/moe_block.c
+ * (model/moe_block.h); the shared experts (moe.num_shared) are a dense SwiGLU that model.c adds
+ * next to it.
  *
  * Dimension letters: N tokens, C channels, E experts, K experts per token (top-k),
  * F expert hidden size, S expert slots (rows of the permuted buffer).
@@ -22,7 +23,7 @@
 #ifndef MOE_MOE_OPS_H
 #define MOE_MOE_OPS_H
 
-#include "util.h" /* Rng */
+#include "base/util.h" /* Rng */
 
 /* ---- router ------------------------------------------------------------------------------- */
 
@@ -70,9 +71,9 @@ typedef struct {
     int padded;                 /* every expert computes exactly cap rows (zero padding) */
     float eval_capacity_factor; /* buffer sizing only: the factor evaluation may use; < 0 none */
     int second_random;          /* K = 2: dispatch the 2nd expert w.p. min(1, 2 w_2) (needs rng) */
-    /* more than one process (src/dist/dist.h; NULL: one). The balance loss then counts f over
+    /* more than one process (src/parallel/dist.h; NULL: one). The balance loss then counts f over
      * the whole micro-batch of every process, and with dist->ep > 1 the experts live on the
-     * members of the expert-parallel group (src/dist/ep.h): the block's weights hold only
+     * members of the expert-parallel group (src/model/ep.h): the block's weights hold only
      * this member's E / ep experts. */
     struct Dist *dist;
     /* the aux loss's f (E) from outside (the whole batch across processes); NULL: from idx */
@@ -290,66 +291,5 @@ void experts_backward_padded(float *dxe, float *dWg, float *dWu, float *dWd, flo
  * identical experts (copies of one dense FFN), near 0 for independent random ones. For
  * router.csv's expert_sim; 0 when E < 2. */
 double experts_similarity(const float *Wg, const float *Wu, const float *Wd, int E, int C, int F);
-
-/* ---- the block ------------------------------------------------------------------------------ */
-
-typedef struct {
-    const float *router; /* (E, C) */
-    const float *Wg;     /* (E, F, C) */
-    const float *Wu;     /* (E, F, C) */
-    const float *Wd;     /* (E, C, F) */
-    const float *bias;   /* (E) aux-free selection bias, or NULL: no gradient */
-} MoeWeights;
-
-typedef struct {
-    float *router, *Wg, *Wu, *Wd; /* same shapes as MoeWeights; accumulated */
-} MoeGrads;
-
-/* Everything one block keeps between its forward and backward pass, for up to N_max tokens. */
-typedef struct {
-    int N;                  /* tokens of the last forward */
-    float *logits, *scores; /* (N, E) */
-    float *lse;             /* (N) */
-    int *idx;               /* (N, A), A = moe_assignments_per_token: K, or E (expert choice) */
-    float *w;               /* (N, A) */
-    DispatchPlan plan;      /* its K is A */
-    float *xe, *ye;         /* (S, C), S = moe_slots_max: N*K, or E*cap (expert choice) */
-    float *g, *u, *h;       /* (S, F) */
-    float aux_loss, z_loss; /* unscaled values of the last forward */
-    int T;                  /* hp->T of the last forward (seq_aux backward) */
-    /* jitter (allocated when hp->jitter > 0): the router reads xj = x * jit instead of x */
-    float *jit, *xj; /* (N, C) the factors drawn, the jittered input */
-    int jittered;    /* the last forward used xj */
-    /* more than one process (hp->dist): the aux loss's f over the whole batch (E), and with
-     * expert parallelism the rows this member's experts received (src/dist/ep.h) */
-    float *global_f;
-    double *global_count; /* (E + 1) the counts summed across processes, then the total */
-    struct EpActs *ep;
-} MoeActs;
-
-/* Backward temporaries, shared by all blocks of a model (used one block at a time). */
-typedef struct {
-    float *dlogits;      /* (N, E) */
-    float *dw;           /* (N, A) */
-    float *dxe, *dye;    /* (S, C) */
-    float *dg, *du, *dh; /* (S, F) */
-    float *dx_router;    /* (N, C) */
-} MoeScratch;
-
-void moe_acts_alloc(MoeActs *a, const MoeHyper *hp, int N_max);
-void moe_acts_free(MoeActs *a);
-void moe_scratch_alloc(MoeScratch *s, const MoeHyper *hp, int N_max);
-void moe_scratch_free(MoeScratch *s);
-
-/* y (N, C) (written) = MoE(x); fills a (routing, activations, aux_loss, z_loss). With hp->rng
- * set (training), draws the jitter factors (N*C uniforms, token-major), then the logit noise
- * (N*E normals), then (capacity mode, second_random, K = 2) one uniform per token for the
- * second expert, serially: the stream is deterministic. */
-void moe_block_forward(float *y, MoeActs *a, const float *x, const MoeWeights *wt,
-                       const MoeHyper *hp, int N);
-/* dx (N, C) (written); grads accumulated. loss_scale multiplies the aux and z loss gradients
- * (1 / accum), matching the scaling of dy. */
-void moe_block_backward(float *dx, MoeGrads *gr, const float *dy, const MoeActs *a, const float *x,
-                        const MoeWeights *wt, const MoeHyper *hp, MoeScratch *s, float loss_scale);
 
 #endif

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 void dispatch_plan_alloc(DispatchPlan *p, int N_max, int E, int K) {
     p->N = 0;

@@ -16,14 +16,14 @@
  * keeps the logits small whatever the score function.
  *
  * Accumulation rule (nn/ops.h): the router has no parameters of its own here (its linear layer
- * is a matmul in layer.c), so every gradient in this file is written (=).
+ * is a matmul in src/model/moe_block.c), so every gradient in this file is written (=).
  */
 #include "moe/moe_ops.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-#include "util.h"
+#include "base/util.h"
 
 void moe_hyper_defaults(MoeHyper *hp) {
     hp->score = MOE_SCORE_SOFTMAX;

@@ -24,7 +24,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "util.h"
+#include "base/util.h"
 
 float moe_balance_coef(const MoeHyper *hp) {
     return hp->balance == MOE_BALANCE_AUX || hp->balance == MOE_BALANCE_SEQ_AUX ? hp->aux_coef

@@ -4,10 +4,10 @@
  * 40), so mutations reach the directory and payload checks behind them. */
 #include <string.h>
 
-#include "config.h"
+#include "base/util.h"
+#include "config/config.h"
 #include "fuzz.h"
 #include "io/tensorfile.h"
-#include "util.h"
 
 static void read_once(const uint8_t *data, size_t size) {
     Ckpt ck;

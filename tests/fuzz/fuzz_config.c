@@ -2,7 +2,7 @@
  * accepts, config_validate. Any input must give 0 or -1 with a message, never a crash. */
 #include <string.h>
 
-#include "config.h"
+#include "config/config.h"
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

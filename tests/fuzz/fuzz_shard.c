@@ -1,9 +1,9 @@
 /* fuzz_shard.c: shard_load, then what uses a loaded shard: the unigram entropy and, when it
  * holds a window, a validation batch. Each input is read as it is and with both CRC-32s
  * recomputed (payload at 160, header at 164), so mutations reach the checks behind them. */
+#include "base/util.h"
 #include "fuzz.h"
 #include "io/data.h"
-#include "util.h"
 
 static void read_once(const uint8_t *data, size_t size) {
     Shard s;

@@ -9,11 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "base/util.h"
+#include "config/config.h"
 #include "io/data.h"
 #include "io/files.h"
 #include "io/tensorfile.h"
-#include "util.h"
 
 static void put(const char *dir, const char *name, const char *text) {
     char path[1024];

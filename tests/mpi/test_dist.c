@@ -1,5 +1,5 @@
 /*
- * test_dist.c: the process grid and the collectives of src/dist/dist.h, on every rank.
+ * test_dist.c: the process grid and the collectives of src/parallel/dist.h, on every rank.
  *
  * One binary for both builds: without MPI it runs as one process (world = ep = dp = 1, every
  * collective a copy); under mpirun (tests/mpi/test_dist.sh) every rank runs the same tests in
@@ -29,8 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dist/dist.h"
-#include "util.h"
+#include "base/util.h"
+#include "parallel/dist.h"
 
 static Dist g_d;
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_dist.sh: the process grid and collectives of src/dist under mpirun (run by
+# test_dist.sh: the process grid and collectives of src/parallel under mpirun (run by
 # `make test-mpi` with MOE_BUILD set; the binary is $MOE_BUILD/tests/mpi/test_dist).
 #
 #   1. the Check suite of tests/mpi/test_dist.c on every rank: 1 process (ep 1), 2 (ep 2),

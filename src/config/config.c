@@ -1,0 +1,584 @@
+/*
+ * config.c: the one table of settings, and everything that reads it.
+ *
+ * Each row of KEYS names a setting once: its key=value name, its type, where it lives in
+ * Config (offsetof), its default as text, its inclusive range and its help. Defaults,
+ * config_set, config_write, the per-key half of config_validate, nearest-key suggestions,
+ * the shape comparison for checkpoints and `moe info --keys` all loop over that table, so a
+ * new setting is one new row (plus its Config field) and nothing else.
+ *
+ * Values are parsed strictly: the whole text must be consumed, integers must fit, floats
+ * must be finite and fit in fp32, and a failed assignment leaves the Config untouched.
+ * Floats are written with the fewest %g digits (at most 9, which always suffice) that read
+ * back as the same fp32 value, so config_load_file(config_write(c)) reproduces c exactly.
+ */
+#include "config/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <float.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "io/files.h"
+#include "moe/moe_ops.h"
+
+/* The enum keys store the index of their name in the row's choices: keep the orders equal. */
+_Static_assert(MOE_SCORE_SOFTMAX == 0 && MOE_SCORE_SIGMOID == 1, "moe.score choices");
+_Static_assert(MOE_BALANCE_AUX == 0 && MOE_BALANCE_SEQ_AUX == 1 && MOE_BALANCE_AUX_FREE == 2 &&
+                   MOE_BALANCE_NONE == 3,
+               "moe.balance choices");
+_Static_assert(MOE_BIAS_SIGN == 0 && MOE_BIAS_PROPORTIONAL == 1, "moe.bias_update choices");
+_Static_assert(MOE_ROUTING_TOKEN_CHOICE == 0 && MOE_ROUTING_EXPERT_CHOICE == 1,
+               "moe.routing choices");
+_Static_assert(MOE_CAP_BATCH == 0 && MOE_CAP_SEQUENCE == 1, "moe.capacity_scope choices");
+_Static_assert(MOE_DROP_POSITION == 0 && MOE_DROP_SCORE == 1, "moe.drop_policy choices");
+
+typedef enum { T_INT, T_FLOAT, T_U64, T_BOOL, T_STR, T_ENUM } KeyType;
+
+enum {
+    K_SHAPE = 1,    /* fixes parameter shapes: checkpoints need equal values */
+    K_OPEN_MIN = 2, /* the lower bound is exclusive (value must be > min) */
+    K_OPEN_MAX = 4  /* the upper bound is exclusive (value must be < max) */
+};
+
+typedef struct {
+    const char *name; /* "section.field" */
+    KeyType type;
+    size_t off;      /* offsetof(Config, field) */
+    const char *def; /* default, as config_set would read it */
+    double min, max; /* range, inclusive unless K_OPEN_*; unused for u64 and strings */
+    int flags;
+    const char *help;
+    const char *choices; /* T_ENUM: the names "a|b|c"; the int field holds the index */
+} Key;
+
+#define NOMAX HUGE_VAL
+#define ENUM_ROW(name, field, def, choices, help)                                                  \
+    { name, T_ENUM, offsetof(Config, field), def, 0, 0, 0, help, choices }
+#define ROW(type, name, field, def, lo, hi, flags, help)                                           \
+    { name, type, offsetof(Config, field), def, lo, hi, flags, help, NULL }
+
+static const Key KEYS[] = {
+    ROW(T_INT, "model.d_model", d_model, "128", 1, 65536, K_SHAPE,
+        "C: channels of the residual stream"),
+    ROW(T_INT, "model.n_layer", n_layer, "4", 1, 1024, K_SHAPE, "L: transformer blocks"),
+    ROW(T_INT, "model.n_head", n_head, "4", 1, 1024, K_SHAPE,
+        "H: attention heads; head size D = d_model / n_head (must be even)"),
+    ROW(T_INT, "model.seq_len", seq_len, "128", 1, 1 << 20, 0, "T: context length in tokens"),
+    ROW(T_INT, "model.d_ff", d_ff, "512", 1, 1 << 20, K_SHAPE,
+        "hidden size of a dense SwiGLU feed-forward"),
+    ROW(T_FLOAT, "model.rope_theta", rope_theta, "10000", 0, NOMAX, K_OPEN_MIN, "RoPE base"),
+    ROW(T_FLOAT, "model.init_std", init_std, "0.02", 0, 1, K_OPEN_MIN,
+        "std of the normal init of matrices"),
+
+    ROW(T_INT, "moe.num_experts", num_experts, "8", 0, 4096, K_SHAPE,
+        "E: experts per MoE block; 0 makes every block dense"),
+    ROW(T_INT, "moe.top_k", top_k, "2", 1, 4096, 0, "K: experts per token"),
+    ROW(T_INT, "moe.d_expert", d_expert, "256", 0, 1 << 20, K_SHAPE,
+        "F: hidden size of one expert; 0 means model.d_ff"),
+    ROW(T_INT, "moe.every", every, "1", 1, 1024, K_SHAPE,
+        "an MoE block every this many layers (after moe.first_dense)"),
+    ROW(T_INT, "moe.first_dense", first_dense, "0", 0, 1024, K_SHAPE,
+        "dense blocks at the bottom before the first MoE block"),
+    ROW(T_BOOL, "moe.norm_topk", norm_topk, "1", 0, 1, 0,
+        "renormalise the top-k router weights to sum to 1 (0/1)"),
+    ROW(T_FLOAT, "moe.aux_coef", aux_coef, "0.01", 0, NOMAX, 0,
+        "coefficient of the aux or seq_aux load-balancing loss (moe.balance)"),
+    ROW(T_FLOAT, "moe.z_coef", z_coef, "0.001", 0, NOMAX, 0, "router z-loss coefficient"),
+    ENUM_ROW("moe.score", score, "softmax", "softmax|sigmoid",
+             "router scores: softmax over the experts, or a sigmoid per expert (DeepSeek-V3)"),
+    ROW(T_BOOL, "moe.topk_before_softmax", topk_before_softmax, "0", 0, 1, 0,
+        "top-k on the logits, then softmax over the k chosen (Mixtral); softmax scores only"),
+    ROW(T_FLOAT, "moe.route_scale", route_scale, "1", 0, NOMAX, K_OPEN_MIN,
+        "multiplies the final gate weights"),
+    ENUM_ROW("moe.balance", balance, "aux", "aux|seq_aux|aux_free|none",
+             "load balancing: Switch aux loss, per-sequence aux loss, aux-free bias, or none"),
+    ENUM_ROW("moe.bias_update", bias_update, "sign", "sign|proportional",
+             "aux_free bias step: rate * sign(mean - load), or rate * (mean - load) / mean"),
+    ROW(T_FLOAT, "moe.bias_rate", bias_rate, "1e-3", 0, NOMAX, 0,
+        "aux_free bias update rate per optimizer step"),
+    ROW(T_FLOAT, "moe.jitter", jitter, "0", 0, 1, K_OPEN_MAX,
+        "training only: multiply the router input by U(1 - jitter, 1 + jitter) (Switch)"),
+    ROW(T_FLOAT, "moe.noise", noise, "0", 0, NOMAX, 0,
+        "training only: add N(0, noise^2) to the router logits"),
+    ROW(T_INT, "moe.num_shared", num_shared, "0", 0, 4096, K_SHAPE,
+        "shared experts every token passes through (one SwiGLU of hidden num_shared * F)"),
+    ENUM_ROW("moe.routing", routing, "token_choice", "token_choice|expert_choice",
+             "each token picks its top_k experts, or each expert its best tokens of the "
+             "micro-batch (sees later tokens: not causal)"),
+    ROW(T_FLOAT, "moe.ec_capacity", ec_capacity, "1", 0, NOMAX, K_OPEN_MIN,
+        "expert_choice: each expert picks ceil(ec_capacity * tokens * top_k / num_experts)"),
+    ROW(T_FLOAT, "moe.capacity_factor", capacity_factor, "0", 0, NOMAX, 0,
+        "token_choice: each expert takes at most max(min_capacity, ceil(capacity_factor * "
+        "tokens * top_k / num_experts)) assignments, the rest drop; 0 = dropless"),
+    ENUM_ROW("moe.capacity_scope", capacity_scope, "batch", "batch|sequence",
+             "capacity over the micro-batch's tokens, or per sequence of seq_len tokens"),
+    ROW(T_INT, "moe.min_capacity", min_capacity, "4", 1, INT_MAX, 0,
+        "lower bound of the per-expert capacity (capacity_factor > 0)"),
+    ENUM_ROW("moe.drop_policy", drop_policy, "position", "position|score",
+             "an over-full expert keeps its earliest tokens, or its highest-scoring ones"),
+    ROW(T_BOOL, "moe.second_expert_random", second_expert_random, "0", 0, 1, 0,
+        "training, top_k 2, capacity_factor > 0: dispatch the 2nd expert w.p. min(1, 2 w_2)"),
+    ROW(T_FLOAT, "moe.eval_capacity_factor", eval_capacity_factor, "-1", -1, NOMAX, 0,
+        "capacity factor of evaluation; -1 = capacity_factor, 0 = dropless"),
+    ROW(T_BOOL, "moe.padded", padded, "0", 0, 1, 0,
+        "capacity_factor > 0: every expert computes exactly capacity rows (zero padding)"),
+
+    ROW(T_INT, "train.batch", batch, "16", 1, 1 << 20, 0, "B: sequences per micro-batch"),
+    ROW(T_INT, "train.accum", accum, "1", 1, 1 << 20, 0, "micro-batches per optimizer step"),
+    ROW(T_INT, "train.steps", steps, "600", 1, INT_MAX, 0, "optimizer steps"),
+    ROW(T_FLOAT, "train.lr", lr, "3e-3", 0, NOMAX, 0, "peak learning rate"),
+    ROW(T_FLOAT, "train.min_lr", min_lr, "0.1", 0, 1, 0,
+        "learning rate at the end of the cosine, as a fraction of train.lr"),
+    ROW(T_INT, "train.warmup", warmup, "50", 0, INT_MAX, 0, "linear warm-up steps"),
+    ROW(T_FLOAT, "train.weight_decay", weight_decay, "0.1", 0, NOMAX, 0,
+        "AdamW decoupled weight decay"),
+    ROW(T_FLOAT, "train.beta1", beta1, "0.9", 0, 1, K_OPEN_MAX, "AdamW first-moment decay"),
+    ROW(T_FLOAT, "train.beta2", beta2, "0.95", 0, 1, K_OPEN_MAX, "AdamW second-moment decay"),
+    ROW(T_FLOAT, "train.eps", eps, "1e-8", 0, NOMAX, K_OPEN_MIN, "AdamW denominator epsilon"),
+    ROW(T_FLOAT, "train.clip", clip, "1.0", 0, NOMAX, 0, "global gradient-norm clip; 0 disables"),
+    ROW(T_U64, "train.seed", seed, "1337", 0, 0, 0, "seed of init, data order and sampling"),
+    ROW(T_INT, "train.eval_every", eval_every, "100", 0, INT_MAX, 0,
+        "steps between validation evals; 0 disables"),
+    ROW(T_INT, "train.eval_batches", eval_batches, "8", 1, INT_MAX, 0,
+        "micro-batches per validation eval"),
+    ROW(T_INT, "train.ckpt_every", ckpt_every, "200", 0, INT_MAX, 0,
+        "steps between checkpoints; 0 = only at the end"),
+    ROW(T_INT, "train.log_every", log_every, "10", 1, INT_MAX, 0, "steps between progress lines"),
+    ROW(T_INT, "train.threads", threads, "0", 0, 4096, 0, "OpenMP threads; 0 = OpenMP's default"),
+
+    ROW(T_STR, "data.train", train, "data/corpus/train.bin", 0, 0, 0, "training shard"),
+    ROW(T_STR, "data.val", val, "data/corpus/val.bin", 0, 0, 0, "validation shard"),
+
+    ROW(T_INT, "dist.ep", ep, "1", 1, 4096, 0,
+        "expert parallelism: processes that share one copy of the experts (divides the "
+        "mpirun process count and moe.num_experts)"),
+    ROW(T_FLOAT, "dist.timeout", timeout, "120", 0, NOMAX, K_OPEN_MIN,
+        "seconds a process waits for a peer before it names the peer and ends the job"),
+};
+
+#define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
+
+int config_key_count(void) {
+    return NKEYS;
+}
+
+/* ---- small helpers --------------------------------------------------------------------- */
+
+static void *field(const Key *k, Config *c) {
+    return (char *)c + k->off;
+}
+static const void *cfield(const Key *k, const Config *c) {
+    return (const char *)c + k->off;
+}
+
+static const Key *find_key(const char *name) {
+    for (int i = 0; i < NKEYS; i++)
+        if (strcmp(KEYS[i].name, name) == 0) return &KEYS[i];
+    return NULL;
+}
+
+/* Trim leading and trailing whitespace in place; returns the new start. */
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
+    return s;
+}
+
+static const char *after_dot(const char *s) {
+    const char *d = strchr(s, '.');
+    return d ? d + 1 : s;
+}
+
+/* The key nearest to a typo, or NULL when nothing is close. A typo may miss the section
+ * ("d_model"), misspell it, or misspell the field, so the distance is the smallest of: the
+ * full names, the typo against the key's field part, and the two field parts (plus one, so
+ * an exact full-name near miss wins a tie). */
+static const Key *nearest_key(const char *typo) {
+    /* key names are a few dozen characters: a far longer word is no typo of one, and the
+     * distances below cost its length times theirs */
+    if (strlen(typo) > 100) return NULL;
+    const Key *best = NULL;
+    int best_d = INT_MAX;
+    const char *typo_field = strchr(typo, '.') ? after_dot(typo) : NULL;
+    for (int i = 0; i < NKEYS; i++) {
+        int d = levenshtein(typo, KEYS[i].name);
+        int d2 = levenshtein(typo, after_dot(KEYS[i].name));
+        if (d2 < d) d = d2;
+        if (typo_field) {
+            int d3 = levenshtein(typo_field, after_dot(KEYS[i].name)) + 1;
+            if (d3 < d) d = d3;
+        }
+        if (d < best_d) {
+            best_d = d;
+            best = &KEYS[i];
+        }
+    }
+    return best_d <= 2 + (int)strlen(typo) / 4 ? best : NULL;
+}
+
+/* The name of choice i of an enum key into buf; returns 0, or -1 when i is out of range. */
+static int enum_name(const Key *k, int i, char *buf, size_t n) {
+    const char *p = k->choices;
+    for (int j = 0; j < i && p; j++) {
+        p = strchr(p, '|');
+        if (p) p++;
+    }
+    if (i < 0 || !p) return -1;
+    size_t len = strcspn(p, "|");
+    snprintf(buf, n, "%.*s", (int)len, p);
+    return 0;
+}
+
+/* The index of name among the choices of an enum key, or -1. */
+static int enum_index(const Key *k, const char *name) {
+    char buf[64];
+    for (int i = 0; enum_name(k, i, buf, sizeof buf) == 0; i++)
+        if (strcmp(buf, name) == 0) return i;
+    return -1;
+}
+
+/* A setting's current value as text, in the form config_set reads back exactly. */
+static void format_value(const Key *k, const Config *c, char *buf, size_t n) {
+    const void *p = cfield(k, c);
+    switch (k->type) {
+    case T_INT:
+    case T_BOOL: snprintf(buf, n, "%d", *(const int *)p); break;
+    case T_FLOAT: {
+        /* the shortest %g form that reads back as the same fp32 value; 9 significant digits
+         * always do, fewer keep config.txt readable (0.02 rather than 0.0199999996) */
+        float f = *(const float *)p;
+        for (int prec = 1; prec <= 9; prec++) {
+            snprintf(buf, n, "%.*g", prec, (double)f);
+            if ((float)strtod(buf, NULL) == f) break;
+        }
+        break;
+    }
+    case T_U64: snprintf(buf, n, "%" PRIu64, *(const uint64_t *)p); break;
+    case T_STR: snprintf(buf, n, "%s", (const char *)p); break;
+    case T_ENUM:
+        if (enum_name(k, *(const int *)p, buf, n) != 0) snprintf(buf, n, "%d", *(const int *)p);
+        break;
+    }
+}
+
+/* Per-key range check, shared by config_set (on the parsed value) and config_validate (on
+ * the stored one). `shown` is the value as the user wrote it. */
+static int check_range(const Key *k, double v, const char *shown, char *err, int errlen) {
+    if (k->type != T_INT && k->type != T_FLOAT && k->type != T_BOOL) return 0;
+    if (isnan(v))
+        return set_error(err, errlen, "%s must be a finite number, got %s", k->name, shown);
+    if ((k->flags & K_OPEN_MIN) ? !(v > k->min) : !(v >= k->min))
+        return set_error(err, errlen, "%s must be %s %.10g, got %s (%s)", k->name,
+                         (k->flags & K_OPEN_MIN) ? ">" : ">=", k->min, shown, k->help);
+    if (isinf(v) && isinf(k->max))
+        return set_error(err, errlen, "%s must be a finite number, got %s", k->name, shown);
+    if ((k->flags & K_OPEN_MAX) ? !(v < k->max) : !(v <= k->max))
+        return set_error(err, errlen, "%s must be %s %.10g, got %s (%s)", k->name,
+                         (k->flags & K_OPEN_MAX) ? "<" : "<=", k->max, shown, k->help);
+    return 0;
+}
+
+/* Parse `text` for key k and store it in c; on any error c is untouched. */
+static int parse_value(const Key *k, const char *text, Config *c, char *err, int errlen) {
+    char *end = NULL;
+    if (*text == '\0' && k->type != T_STR)
+        return set_error(err, errlen, "%s has no value; write e.g. %s=%s", k->name, k->name,
+                         k->def);
+    switch (k->type) {
+    case T_ENUM: {
+        int v = enum_index(k, text);
+        if (v < 0)
+            return set_error(err, errlen, "%s expects one of %s, got '%s' (%s)", k->name,
+                             k->choices, text, k->help);
+        *(int *)field(k, c) = v;
+        return 0;
+    }
+    case T_INT: {
+        errno = 0;
+        long v = strtol(text, &end, 10);
+        if (end == text || *end != '\0')
+            return set_error(err, errlen, "%s expects an integer, got '%s'", k->name, text);
+        /* on overflow strtol saturates at LONG_MIN/MAX, which the range check rejects */
+        if (check_range(k, (double)v, text, err, errlen)) return -1;
+        *(int *)field(k, c) = (int)v;
+        return 0;
+    }
+    case T_BOOL: {
+        int v;
+        if (strcmp(text, "1") == 0 || strcmp(text, "true") == 0)
+            v = 1;
+        else if (strcmp(text, "0") == 0 || strcmp(text, "false") == 0)
+            v = 0;
+        else
+            return set_error(err, errlen, "%s expects 0, 1, true or false, got '%s'", k->name,
+                             text);
+        *(int *)field(k, c) = v;
+        return 0;
+    }
+    case T_FLOAT: {
+        errno = 0;
+        double v = strtod(text, &end);
+        if (end == text || *end != '\0')
+            return set_error(err, errlen, "%s expects a number, got '%s'", k->name, text);
+        if (isnan(v) || isinf(v) || fabs(v) > FLT_MAX) {
+            if (isnan(v))
+                return set_error(err, errlen, "%s must be a finite number, got '%s'", k->name,
+                                 text);
+            return set_error(err, errlen, "%s: '%s' is too large for a 32-bit float", k->name,
+                             text);
+        }
+        if (v != 0.0 && (float)v == 0.0f)
+            return set_error(err, errlen,
+                             "%s: '%s' is too small for a 32-bit float; use 0 or a "
+                             "magnitude >= 1e-38",
+                             k->name, text);
+        if (check_range(k, v, text, err, errlen)) return -1;
+        *(float *)field(k, c) = (float)v;
+        return 0;
+    }
+    case T_U64: {
+        if (!isdigit((unsigned char)text[0]))
+            return set_error(err, errlen, "%s expects a non-negative integer, got '%s'", k->name,
+                             text);
+        errno = 0;
+        unsigned long long v = strtoull(text, &end, 10);
+        if (*end != '\0')
+            return set_error(err, errlen, "%s expects a non-negative integer, got '%s'", k->name,
+                             text);
+        if (errno == ERANGE)
+            return set_error(err, errlen, "%s must be <= %" PRIu64 ", got %s", k->name, UINT64_MAX,
+                             text);
+        *(uint64_t *)field(k, c) = (uint64_t)v;
+        return 0;
+    }
+    case T_STR: {
+        size_t n = strlen(text);
+        if (n == 0)
+            return set_error(err, errlen, "%s is empty; give a path, e.g. %s=%s", k->name, k->name,
+                             k->def);
+        if (n >= MOE_PATH_MAX)
+            return set_error(err, errlen,
+                             "%s is %zu characters long; at most %d fit, use a shorter "
+                             "path (or a symlink)",
+                             k->name, n, MOE_PATH_MAX - 1);
+        for (size_t i = 0; i < n; i++)
+            if (text[i] == '#' || iscntrl((unsigned char)text[i]))
+                return set_error(
+                    err, errlen,
+                    "%s: the path contains '#' or a control character, "
+                    "which a config file cannot hold; rename the file or use a symlink",
+                    k->name);
+        char *dst = (char *)field(k, c);
+        memset(dst, 0, MOE_PATH_MAX);
+        memcpy(dst, text, n);
+        return 0;
+    }
+    }
+    return set_error(err, errlen, "%s: internal error, unknown key type", k->name);
+}
+
+/* ---- public API ------------------------------------------------------------------------ */
+
+void config_defaults(Config *c) {
+    char err[256];
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < NKEYS; i++)
+        if (parse_value(&KEYS[i], KEYS[i].def, c, err, sizeof err) != 0)
+            moe_fatal("bad embedded default: %s", err);
+}
+
+int config_set(Config *c, const char *assignment, char *err, int errlen) {
+    size_t n = strlen(assignment);
+    char *buf = (char *)malloc_check(n + 1);
+    memcpy(buf, assignment, n + 1);
+    int rc = -1;
+    char *eq = strchr(buf, '=');
+    if (!eq) {
+        char *t = trim(buf);
+        if (find_key(t))
+            set_error(err, errlen, "'%s' has no value; write %s=VALUE", t, t);
+        else
+            set_error(err, errlen, "expected key=value, got '%s'; write e.g. model.d_model=256", t);
+        goto done;
+    }
+    *eq = '\0';
+    char *key = trim(buf), *value = trim(eq + 1);
+    if (*key == '\0') {
+        set_error(err, errlen, "missing key before '=' in '%s'; write e.g. model.d_model=256",
+                  assignment);
+        goto done;
+    }
+    const Key *k = find_key(key);
+    if (!k) {
+        const Key *near = nearest_key(key);
+        if (near)
+            set_error(err, errlen,
+                      "unknown key '%s'; did you mean '%s'? (`moe info --keys` lists "
+                      "all keys)",
+                      key, near->name);
+        else
+            set_error(err, errlen, "unknown key '%s'; `moe info --keys` lists all keys", key);
+        goto done;
+    }
+    rc = parse_value(k, value, c, err, errlen);
+done:
+    free(buf);
+    return rc;
+}
+
+int config_load_file(Config *c, const char *path, char *err, int errlen) {
+    static const FileSpec spec = {"config file",
+                                  "pass a text file of key=value lines to --config (a run's "
+                                  "config.txt is one)",
+                                  "config.txt", MOE_CONFIG_MAX_BYTES};
+    enum { LINE_MAX_CHARS = 4094 };
+    uint64_t size;
+    FILE *f = open_regular(path, &spec, &size, err, errlen);
+    if (!f) return -1;
+    /* size is at most the limit (open_regular checked); one byte more is asked for, so a
+     * file that grew since is noticed, and one more holds the final line's terminator */
+    char *text = (char *)malloc_check((size_t)size + 2);
+    size_t n = fread(text, 1, (size_t)size + 1, f);
+    int read_failed = ferror(f), saved = errno;
+    fclose(f);
+    int rc = 0, lineno = 0;
+    if (read_failed)
+        rc = set_error(err, errlen, "%s: read error: %s", path, strerror(saved));
+    else if (n > size)
+        rc = set_error(err, errlen, "config file '%s' changed while it was read; try again",
+                       path);
+    Config tmp = *c; /* apply to a copy so a bad line leaves c as it was */
+    char msg[768];
+    for (size_t at = 0; rc == 0 && at < n;) {
+        lineno++;
+        char *line = text + at, *nl = (char *)memchr(line, '\n', n - at);
+        size_t len = nl ? (size_t)(nl - line) : n - at;
+        at += len + (nl != NULL);
+        const char *nul = (const char *)memchr(line, '\0', len);
+        if (nul) {
+            rc = set_error(err, errlen,
+                           "%s:%d: NUL byte at column %d; a config file is text, key=value "
+                           "lines: check that this is the file you meant",
+                           path, lineno, (int)(nul - line) + 1);
+            break;
+        }
+        if (len > LINE_MAX_CHARS) {
+            rc = set_error(err, errlen, "%s:%d: line longer than %d characters", path, lineno,
+                           LINE_MAX_CHARS);
+            break;
+        }
+        line[len] = '\0';
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        char *t = trim(line);
+        if (*t == '\0') continue;
+        if (config_set(&tmp, t, msg, sizeof msg) != 0)
+            rc = set_error(err, errlen, "%s:%d: %s", path, lineno, msg);
+    }
+    free(text);
+    if (rc == 0) *c = tmp;
+    return rc;
+}
+
+int config_validate(const Config *c, char *err, int errlen) {
+    /* per key: the same ranges config_set enforces, for Configs filled in by code */
+    for (int i = 0; i < NKEYS; i++) {
+        const Key *k = &KEYS[i];
+        const void *p = cfield(k, c);
+        char shown[64];
+        if (k->type == T_STR) {
+            const char *s = (const char *)p;
+            if (memchr(s, '\0', MOE_PATH_MAX) == NULL)
+                return set_error(err, errlen, "%s is not terminated within %d characters", k->name,
+                                 MOE_PATH_MAX);
+            if (s[0] == '\0')
+                return set_error(err, errlen, "%s is empty; give a path, e.g. %s=%s", k->name,
+                                 k->name, k->def);
+            continue;
+        }
+        if (k->type == T_U64) continue;
+        if (k->type == T_ENUM) {
+            char name[64];
+            int v = *(const int *)p;
+            if (enum_name(k, v, name, sizeof name) != 0)
+                return set_error(err, errlen, "%s holds %d, not one of %s", k->name, v, k->choices);
+            continue;
+        }
+        double v = k->type == T_FLOAT ? (double)*(const float *)p : (double)*(const int *)p;
+        format_value(k, c, shown, sizeof shown);
+        if (check_range(k, v, shown, err, errlen)) return -1;
+    }
+    return config_check_combinations(c, err, errlen);
+}
+
+void config_write(const Config *c, FILE *f) {
+    char v[MOE_PATH_MAX + 32];
+    for (int i = 0; i < NKEYS; i++) {
+        format_value(&KEYS[i], c, v, sizeof v);
+        fprintf(f, "%s = %s\n", KEYS[i].name, v);
+    }
+}
+
+char *config_to_text(const Config *c) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) moe_fatal("out of memory");
+    config_write(c, f);
+    fclose(f);
+    return text;
+}
+
+void config_print_keys(FILE *f) {
+    for (int i = 0; i < NKEYS; i++) {
+        const Key *k = &KEYS[i];
+        char range[64] = "";
+        if (k->type == T_INT || k->type == T_FLOAT) {
+            if (isinf(k->max))
+                snprintf(range, sizeof range, " [%s %.10g]",
+                         (k->flags & K_OPEN_MIN) ? ">" : ">=", k->min);
+            else
+                snprintf(range, sizeof range, " %s%.10g, %.10g%s",
+                         (k->flags & K_OPEN_MIN) ? "(" : "[", k->min, k->max,
+                         (k->flags & K_OPEN_MAX) ? ")" : "]");
+        }
+        if (k->type == T_ENUM) snprintf(range, sizeof range, " {%s}", k->choices);
+        fprintf(f, "  %-24s %-22s %s%s\n", k->name, k->def, k->help, range);
+    }
+}
+
+int config_is_moe_layer(const Config *c, int layer) {
+    return c->num_experts > 0 && layer >= c->first_dense &&
+           (layer - c->first_dense) % c->every == 0;
+}
+
+int config_expert_hidden(const Config *c) {
+    return c->d_expert ? c->d_expert : c->d_ff;
+}
+
+int config_same_shape(const Config *a, const Config *b, char *err, int errlen) {
+    for (int i = 0; i < NKEYS; i++) {
+        const Key *k = &KEYS[i];
+        if (!(k->flags & K_SHAPE)) continue;
+        char va[64], vb[64];
+        format_value(k, a, va, sizeof va);
+        format_value(k, b, vb, sizeof vb);
+        if (strcmp(va, vb) != 0) {
+            set_error(err, errlen,
+                      "checkpoint has %s=%s, config has %s; parameter shapes differ, so "
+                      "use the checkpoint's value or start a new run",
+                      k->name, va, vb);
+            return 0;
+        }
+    }
+    return 1;
+}

@@ -1,0 +1,127 @@
+/*
+ * config.h: every setting of a run, with its defaults, its key=value name and its checks.
+ *
+ * Settings come, later winning, from: the embedded defaults, a config file of key=value lines
+ * (`--config FILE`, '#' starts a comment), and `--set key=value` overrides. The table in
+ * config.c names every key once (name, type, field, range, help); parsing, validation,
+ * config.txt and `moe info` all read that one table.
+ */
+#ifndef MOE_CONFIG_H
+#define MOE_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define MOE_VOCAB 256 /* byte-level vocabulary */
+#define MOE_PATH_MAX 512
+
+typedef struct {
+    /* model.* */
+    int d_model;      /* C: channels of the residual stream */
+    int n_layer;      /* L: transformer blocks */
+    int n_head;       /* H: attention heads; head size D = C / H */
+    int seq_len;      /* T: context length in tokens */
+    int d_ff;         /* hidden size of a dense SwiGLU feed-forward */
+    float rope_theta; /* RoPE base */
+    float init_std;   /* std of the normal init of matrices */
+
+    /* moe.* */
+    int num_experts; /* E: experts per MoE block; 0 makes every block dense */
+    int top_k;       /* K: experts per token */
+    int d_expert;    /* F: hidden size of one expert; 0 means d_ff */
+    int every;       /* an MoE block every this many layers ... */
+    int first_dense; /* ... after this many dense layers at the bottom */
+    int norm_topk;   /* renormalise the top-k weights to sum to 1 */
+    float aux_coef;  /* coefficient of the aux or seq_aux load-balancing loss */
+    float z_coef;    /* router z-loss coefficient */
+
+    /* moe.* routing and balancing methods (src/README.md); the enums are in moe/moe_ops.h */
+    int score;                  /* MOE_SCORE_*: softmax or sigmoid router scores */
+    int topk_before_softmax;    /* top-k on the logits, softmax over the k chosen (Mixtral) */
+    float route_scale;          /* multiplies the final gate weights */
+    int balance;                /* MOE_BALANCE_*: aux, seq_aux, aux_free or none */
+    int bias_update;            /* MOE_BIAS_*: aux-free bias rule, sign or proportional */
+    float bias_rate;            /* aux-free bias update rate */
+    float jitter;               /* training: router input times U(1 - jitter, 1 + jitter) */
+    float noise;                /* training: N(0, noise^2) added to the router logits */
+    int num_shared;             /* always-on shared experts per MoE block (one SwiGLU) */
+    int routing;                /* MOE_ROUTING_*: token choice or expert choice */
+    float ec_capacity;          /* expert choice: cap = ceil(ec_capacity * N * top_k / E) */
+    float capacity_factor;      /* token choice: per-expert capacity factor; 0 = dropless */
+    int capacity_scope;         /* MOE_CAP_*: capacity over the micro-batch or per sequence */
+    int min_capacity;           /* lower bound of the capacity */
+    int drop_policy;            /* MOE_DROP_*: keep by position or by score when over capacity */
+    int second_expert_random;   /* GShard: dispatch the 2nd expert w.p. min(1, 2 w_2) */
+    float eval_capacity_factor; /* evaluation's factor; < 0 = capacity_factor, 0 = dropless */
+    int padded;                 /* every expert computes exactly capacity rows */
+
+    /* train.* */
+    int batch;    /* B: sequences per micro-batch */
+    int accum;    /* micro-batches per optimizer step */
+    int steps;    /* optimizer steps */
+    float lr;     /* peak learning rate */
+    float min_lr; /* learning rate at the end of the cosine, as a fraction of lr */
+    int warmup;   /* linear warm-up steps */
+    float weight_decay;
+    float beta1, beta2, eps; /* AdamW */
+    float clip;              /* global gradient norm clip; 0 disables */
+    uint64_t seed;
+    int eval_every;   /* steps between validation evals; 0 disables */
+    int eval_batches; /* micro-batches per validation eval */
+    int ckpt_every;   /* steps between checkpoints; 0 = only at the end */
+    int log_every;    /* steps between progress lines */
+    int threads;      /* 0 = OpenMP's default */
+
+    /* data.* */
+    char train[MOE_PATH_MAX]; /* training shard */
+    char val[MOE_PATH_MAX];   /* validation shard */
+
+    /* dist.* (src/parallel/dist.h): how a run is spread over processes. Not shape keys: a
+     * checkpoint holds every expert and loads at any dist.ep. */
+    int ep;        /* processes per expert-parallel group (each holds E / ep experts) */
+    float timeout; /* longest wait for a peer, seconds */
+} Config;
+
+/* The embedded defaults (the model `moe train` trains with no arguments). */
+void config_defaults(Config *c);
+
+/* Apply one "key=value" assignment. On error returns -1 and writes a message that names the
+ * problem and what to do into err (size errlen), e.g. the nearest valid key for a typo. */
+int config_set(Config *c, const char *assignment, char *err, int errlen);
+
+/* Apply every key=value line of a file; errors name the file and line. Only a regular file of
+ * at most MOE_CONFIG_MAX_BYTES of text is read (a NUL byte is an error). */
+#define MOE_CONFIG_MAX_BYTES (1u << 20)
+int config_load_file(Config *c, const char *path, char *err, int errlen);
+
+/* Cross-field checks (top_k <= num_experts, d_model % n_head == 0, positive sizes, ...). */
+int config_validate(const Config *c, char *err, int errlen);
+
+/* The cross-field half of config_validate (config_check.c): settings that only make sense
+ * together. Returns 0, or -1 with a message naming the keys involved. */
+int config_check_combinations(const Config *c, char *err, int errlen);
+
+/* The checks that depend on the number of processes, world (config_check.c): dist.ep divides
+ * it and moe.num_experts, train.batch splits evenly over it, and with world > 1 no setting
+ * whose result would depend on how the batch is split. config_validate runs it with
+ * world = dist.ep; the trainer again with the real count. */
+int config_check_dist(const Config *c, int world, char *err, int errlen);
+
+/* Write every resolved setting as key=value lines (the format config_load_file reads). */
+void config_write(const Config *c, FILE *f);
+/* The same text as a malloc'ed, NUL-terminated string (checkpoints, safetensors metadata). */
+char *config_to_text(const Config *c);
+
+/* Derived quantities. */
+int config_is_moe_layer(const Config *c, int layer);
+int config_expert_hidden(const Config *c); /* d_expert, or d_ff when d_expert is 0 */
+
+/* Settings that fix the shapes of the parameters: two configs with equal shapes can share
+ * checkpoints. Returns 1 when equal, otherwise 0 and a message naming the first difference. */
+int config_same_shape(const Config *a, const Config *b, char *err, int errlen);
+
+/* `moe info --keys`: one line per key with its default, help and range, in table order. */
+void config_print_keys(FILE *f);
+int config_key_count(void); /* number of keys in the table (lines config_write writes) */
+
+#endif

@@ -1,0 +1,141 @@
+/*
+ * config_check.c: the checks that involve more than one setting (config_validate in
+ * config.c checks each key against its own range first, then calls these). Each message
+ * names every key involved and what to change.
+ */
+#include "config/config.h"
+
+#include <stdio.h>
+
+#include "base/util.h"
+#include "moe/moe_ops.h"
+
+int config_check_combinations(const Config *c, char *err, int errlen) {
+    /* a suggestion that also passes the next check: a multiple of 2 * n_head */
+    int even_mult = (c->d_model / (2 * c->n_head)) * 2 * c->n_head;
+    if (even_mult == 0) even_mult = 2 * c->n_head;
+    if (c->d_model % c->n_head != 0)
+        return set_error(err, errlen,
+                         "model.d_model=%d is not divisible by model.n_head=%d; change "
+                         "one of them (e.g. model.d_model=%d)",
+                         c->d_model, c->n_head, even_mult);
+    if ((c->d_model / c->n_head) % 2 != 0)
+        return set_error(err, errlen,
+                         "head size model.d_model/model.n_head = %d/%d = %d is odd, but "
+                         "RoPE rotates pairs of channels; choose model.d_model and model.n_head so "
+                         "the head size is even (e.g. model.d_model=%d)",
+                         c->d_model, c->n_head, c->d_model / c->n_head, even_mult);
+    if (c->num_experts == 1)
+        return set_error(
+            err, errlen,
+            "moe.num_experts=1: an MoE block with one expert is just a "
+            "dense feed-forward; set moe.num_experts=0 for a dense model or >= 2 for MoE");
+    if (c->num_experts > 0 && c->top_k > c->num_experts)
+        return set_error(err, errlen,
+                         "moe.top_k=%d exceeds moe.num_experts=%d; lower moe.top_k or "
+                         "add experts",
+                         c->top_k, c->num_experts);
+    if (c->topk_before_softmax && c->score != MOE_SCORE_SOFTMAX)
+        return set_error(err, errlen,
+                         "moe.topk_before_softmax=1 takes a softmax over the chosen logits, but "
+                         "moe.score=sigmoid has no softmax; set moe.score=softmax or "
+                         "moe.topk_before_softmax=0");
+    if (c->topk_before_softmax && !c->norm_topk)
+        return set_error(err, errlen,
+                         "moe.topk_before_softmax=1 always gives weights that sum to 1 over the "
+                         "chosen experts, so moe.norm_topk=0 would be ignored; set "
+                         "moe.norm_topk=1 (or moe.topk_before_softmax=0 for unnormalised weights)");
+    if (c->routing == MOE_ROUTING_EXPERT_CHOICE && c->balance != MOE_BALANCE_NONE)
+        return set_error(err, errlen,
+                         "moe.routing=expert_choice gives every expert the same number of "
+                         "tokens, so it needs no balancing, but moe.balance is not none; set "
+                         "moe.balance=none (moe.z_coef still applies)");
+    if (c->routing == MOE_ROUTING_EXPERT_CHOICE && c->topk_before_softmax)
+        return set_error(err, errlen,
+                         "moe.topk_before_softmax=1 picks experts per token, but "
+                         "moe.routing=expert_choice lets the experts pick the tokens; set "
+                         "moe.topk_before_softmax=0 (or moe.routing=token_choice)");
+    if (c->eval_capacity_factor < 0.0f && c->eval_capacity_factor != -1.0f)
+        return set_error(err, errlen,
+                         "moe.eval_capacity_factor=%g: use -1 (the training capacity_factor), 0 "
+                         "(dropless) or a positive factor",
+                         c->eval_capacity_factor);
+    if (c->second_expert_random && c->num_experts > 0 &&
+        (c->top_k != 2 || !(c->capacity_factor > 0.0f)))
+        return set_error(err, errlen,
+                         "moe.second_expert_random=1 drops second experts in capacity mode "
+                         "with two experts per token, but moe.top_k=%d and "
+                         "moe.capacity_factor=%g; set moe.top_k=2 and moe.capacity_factor > 0 "
+                         "(or moe.second_expert_random=0)",
+                         c->top_k, c->capacity_factor);
+    if (c->padded && c->num_experts > 0 && !(c->capacity_factor > 0.0f) &&
+        !(c->eval_capacity_factor > 0.0f))
+        return set_error(err, errlen,
+                         "moe.padded=1 pads every expert to its capacity, but moe.capacity_factor "
+                         "is 0 (dropless: no fixed buffer to pad); set moe.capacity_factor > 0 "
+                         "or moe.padded=0");
+    if (c->routing == MOE_ROUTING_EXPERT_CHOICE &&
+        (c->capacity_factor > 0.0f || c->eval_capacity_factor > 0.0f))
+        return set_error(err, errlen,
+                         "moe.capacity_factor and moe.eval_capacity_factor apply to token "
+                         "choice; expert choice sizes its experts with moe.ec_capacity: set "
+                         "them to 0 and -1 (or moe.routing=token_choice)");
+    if (c->num_experts > 0 && c->first_dense >= c->n_layer)
+        return set_error(err, errlen,
+                         "moe.first_dense=%d leaves no MoE block among model.n_layer=%d "
+                         "layers; lower moe.first_dense or set moe.num_experts=0 for a dense model",
+                         c->first_dense, c->n_layer);
+    if (c->warmup > c->steps)
+        return set_error(err, errlen,
+                         "train.warmup=%d is longer than train.steps=%d; lower "
+                         "train.warmup or raise train.steps",
+                         c->warmup, c->steps);
+    /* a run needs at least dist.ep processes: what holds for that many is checked here */
+    return config_check_dist(c, c->ep, err, errlen);
+}
+
+int config_check_dist(const Config *c, int world, char *err, int errlen) {
+    if (world % c->ep != 0)
+        return set_error(err, errlen,
+                         "dist.ep=%d does not divide the %d processes; start a multiple of %d "
+                         "processes (mpirun -np N) or set dist.ep to a divisor of %d",
+                         c->ep, world, c->ep, world);
+    if (c->ep > 1 && c->num_experts == 0)
+        return set_error(err, errlen,
+                         "dist.ep=%d spreads the experts over processes, but the model is dense "
+                         "(moe.num_experts=0); set dist.ep=1",
+                         c->ep);
+    if (c->num_experts > 0 && c->num_experts % c->ep != 0)
+        return set_error(err, errlen,
+                         "moe.num_experts=%d cannot be shared evenly by dist.ep=%d processes; "
+                         "choose dist.ep dividing %d",
+                         c->num_experts, c->ep, c->num_experts);
+    if (c->batch % world != 0)
+        return set_error(err, errlen,
+                         "train.batch=%d sequences cannot be split evenly over %d processes "
+                         "(train.batch is the global batch); use a multiple of %d",
+                         c->batch, world, world);
+    if (world == 1 || c->num_experts == 0) return 0;
+    /* the settings whose result would depend on how the batch is split */
+    if (c->routing == MOE_ROUTING_EXPERT_CHOICE)
+        return set_error(err, errlen,
+                         "moe.routing=expert_choice ranks all tokens of the batch together, "
+                         "which %d processes each holding part of it cannot do; use "
+                         "moe.routing=token_choice or one process",
+                         world);
+    if ((c->capacity_factor > 0.0f || c->eval_capacity_factor > 0.0f) &&
+        c->capacity_scope == MOE_CAP_BATCH)
+        return set_error(err, errlen,
+                         "moe.capacity_scope=batch counts each expert's tokens over the whole "
+                         "batch, which %d processes each hold part of; use "
+                         "moe.capacity_scope=sequence (each sequence lives on one process), "
+                         "dropless (moe.capacity_factor=0) or one process",
+                         world);
+    if (c->jitter > 0.0f || c->noise > 0.0f || c->second_expert_random)
+        return set_error(err, errlen,
+                         "moe.jitter, moe.noise and moe.second_expert_random draw from one "
+                         "random stream over the batch, which %d processes cannot share; set "
+                         "them to 0 or use one process",
+                         world);
+    return 0;
+}

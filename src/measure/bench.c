@@ -1,0 +1,528 @@
+/*
+ * bench.c: the training-step benchmark. See bench.h.
+ *
+ * The parent checks the options, forks one child for the sgemm measurement and one per
+ * config, gathers their results and writes the report. It never calls into OpenMP or
+ * OpenBLAS itself: only arithmetic on the config (parameter counts, FLOPs, memory formula).
+ * Each child sets the threads, measures, writes one plain struct into a pipe and _exits.
+ *
+ * Step time is the median over the timed steps (robust to a step disturbed by other work on
+ * the machine); the per-op profile is the mean over the same steps, as a share of the mean
+ * step time, so that its rows add up to 100%.
+ */
+#include "measure/bench.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/util.h"
+#include "model/memory.h"
+#include "model/model.h"
+#include "model/params.h"
+#include "model/profile.h"
+#include "train/train.h"
+
+typedef struct {
+    const char *name;
+    const char *twin; /* the dense twin of an MoE config, or NULL */
+    int d_model, n_layer, n_head, d_ff, num_experts, d_expert, B, T;
+    int listed; /* run when no --config is given */
+} RefConfig;
+
+static const RefConfig REFS[] = {
+    {"tiny", "tiny-dense", 256, 4, 4, 1024, 8, 512, 8, 256, 1},
+    {"tiny-dense", NULL, 256, 4, 4, 1024, 0, 0, 8, 256, 1},
+    {"small", "small-dense", 512, 4, 8, 2048, 8, 1024, 8, 256, 1},
+    {"small-dense", NULL, 512, 4, 8, 2048, 0, 0, 8, 256, 1},
+    {"test", "test-dense", 32, 2, 2, 64, 4, 32, 2, 32, 0},
+    {"test-dense", NULL, 32, 2, 2, 64, 0, 0, 2, 32, 0},
+};
+#define N_REFS ((int)(sizeof REFS / sizeof REFS[0]))
+
+static const RefConfig *find_ref(const char *name) {
+    for (int i = 0; i < N_REFS; i++)
+        if (strcmp(REFS[i].name, name) == 0) return &REFS[i];
+    return NULL;
+}
+
+int bench_config(Config *c, int *B, int *T, const char *name, char *err, int errlen) {
+    const RefConfig *r = find_ref(name);
+    if (!r)
+        return set_error(err, errlen,
+                         "unknown config '%s': the reference configs are tiny, tiny-dense, "
+                         "small and small-dense",
+                         name);
+    config_defaults(c);
+    c->d_model = r->d_model;
+    c->n_layer = r->n_layer;
+    c->n_head = r->n_head;
+    c->d_ff = r->d_ff;
+    c->num_experts = r->num_experts;
+    c->top_k = 2;
+    c->d_expert = r->d_expert;
+    c->every = 1;
+    c->first_dense = 0;
+    c->seq_len = r->T;
+    c->batch = r->B;
+    *B = r->B;
+    *T = r->T;
+    char why[512];
+    if (config_validate(c, why, sizeof why) != 0)
+        moe_fatal("bench: reference config %s is invalid: %s", name, why);
+    return 0;
+}
+
+/* ---- child processes --------------------------------------------------------------------- */
+
+typedef void (*ChildFn)(void *result, const void *arg);
+
+/* Run fn(result, arg) in a forked child and copy its result (size bytes) back. */
+static void in_child(ChildFn fn, const void *arg, void *result, size_t size, const char *what) {
+    int fd[2];
+    if (pipe(fd) != 0) moe_fatal("bench: pipe: %s", strerror(errno));
+    fflush(NULL); /* or buffered output would be written twice */
+    pid_t pid = fork();
+    if (pid < 0) moe_fatal("bench: fork: %s", strerror(errno));
+    if (pid == 0) {
+        close(fd[0]);
+        memset(result, 0, size);
+        fn(result, arg);
+        const char *p = (const char *)result;
+        for (size_t left = size; left > 0;) {
+            ssize_t w = write(fd[1], p, left);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) _exit(MOE_EXIT_FATAL);
+            p += w;
+            left -= (size_t)w;
+        }
+        _exit(0);
+    }
+    close(fd[1]);
+    size_t got = 0;
+    while (got < size) {
+        ssize_t r = read(fd[0], (char *)result + got, size - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) moe_fatal("bench: waitpid: %s", strerror(errno));
+    if (WIFSIGNALED(status))
+        moe_fatal("bench: the measurement of %s was killed by signal %d (out of memory?)", what,
+                  WTERMSIG(status));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || got != size)
+        moe_fatal("bench: the measurement of %s failed (exit status %d); see the messages above",
+                  what, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of n values (sorts them). */
+static double median(double *x, int n) {
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+typedef struct {
+    int threads;
+    double gflops_best, gflops_median;
+} SgemmResult;
+
+/* C (n, n) = A B with OpenBLAS: 2 n^3 FLOPs per product. One warm-up product (the thread
+ * pool starts, pages fault in), then BENCH_SGEMM_REPS timed ones. */
+static void sgemm_child(void *result, const void *arg) {
+    const BenchOptions *o = (const BenchOptions *)arg;
+    SgemmResult *r = (SgemmResult *)result;
+    r->threads = set_threads(o->threads);
+    const int n = BENCH_SGEMM_N;
+    const size_t nn = (size_t)n * n;
+    float *a = floats_alloc(nn), *b = floats_alloc(nn), *c = floats_alloc(nn);
+    Rng rng;
+    rng_seed(&rng, 1);
+    for (size_t i = 0; i < nn; i++) {
+        a[i] = rng_uniform(&rng) - 0.5f;
+        b[i] = rng_uniform(&rng) - 0.5f;
+    }
+    double t[BENCH_SGEMM_REPS];
+    for (int rep = -1; rep < BENCH_SGEMM_REPS; rep++) {
+        double t0 = now_seconds();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c,
+                    n);
+        if (rep >= 0) t[rep] = now_seconds() - t0;
+    }
+    const double flops = 2.0 * n * (double)n * n;
+    double med = median(t, BENCH_SGEMM_REPS);
+    r->gflops_best = flops / t[0] / 1e9;
+    r->gflops_median = flops / med / 1e9;
+    free(a);
+    free(b);
+    free(c);
+}
+
+typedef struct {
+    int threads;
+    double step_median, step_min, step_max, step_mean; /* seconds */
+    double fwd_mean, bwd_mean; /* seconds inside model_forward / model_backward */
+    long peak_rss_kib;
+    double op_fwd[PROF_COUNT], op_bwd[PROF_COUNT]; /* seconds per step (with profile) */
+} StepResult;
+
+typedef struct {
+    const BenchOptions *o;
+    const char *name;
+    Config c;
+    int B, T;
+} StepArg;
+
+/* Warm-up, then the timed training steps of one config on random tokens. */
+static void step_child(void *result, const void *arg) {
+    const StepArg *a = (const StepArg *)arg;
+    StepResult *r = (StepResult *)result;
+    const Config *c = &a->c;
+    const int B = a->B, T = a->T, N = B * T, steps = a->o->steps, warmup = a->o->warmup;
+    r->threads = set_threads(a->o->threads);
+    model_reference_attention = a->o->reference_attention;
+    Model m;
+    model_init(&m, c, B, T);
+    int *in = (int *)malloc_check((size_t)N * sizeof(int));
+    int *tg = (int *)malloc_check((size_t)N * sizeof(int));
+    Rng rng;
+    rng_seed(&rng, 4242);
+    for (int i = 0; i < N; i++) {
+        in[i] = (int)rng_below(&rng, MOE_VOCAB);
+        tg[i] = (int)rng_below(&rng, MOE_VOCAB);
+    }
+    double *times = (double *)malloc_check((size_t)steps * sizeof(double));
+    double fwd = 0.0, bwd = 0.0, sum = 0.0;
+    for (int s = 0; s < warmup + steps; s++) {
+        if (s == warmup) {
+            prof_reset();
+            prof_enabled = a->o->profile;
+        }
+        double t0 = now_seconds();
+        model_zero_grad(&m);
+        double t1 = now_seconds();
+        float obj = model_forward(&m, in, tg, B, T);
+        double t2 = now_seconds();
+        model_backward(&m, 1.0f);
+        double t3 = now_seconds();
+        float norm = model_grad_norm(&m);
+        float scale = c->clip > 0.0f && norm > c->clip ? c->clip / norm : 1.0f;
+        model_adamw_step(&m, c->lr, scale);
+        double t4 = now_seconds();
+        if (!isfinite(obj) || !isfinite(norm))
+            moe_fatal("bench: %s: step %d gave a loss of %g and a gradient norm of %g", a->name, s,
+                      (double)obj, (double)norm);
+        if (s < warmup) continue;
+        times[s - warmup] = t4 - t0;
+        sum += t4 - t0;
+        fwd += t2 - t1;
+        bwd += t3 - t2;
+    }
+    prof_enabled = 0;
+    r->step_mean = sum / steps;
+    r->fwd_mean = fwd / steps;
+    r->bwd_mean = bwd / steps;
+    r->step_median = median(times, steps); /* sorts times */
+    r->step_min = times[0];
+    r->step_max = times[steps - 1];
+    for (int op = 0; op < PROF_COUNT; op++) {
+        r->op_fwd[op] = prof_total.fwd[op] / steps;
+        r->op_bwd[op] = prof_total.bwd[op] / steps;
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    r->peak_rss_kib = ru.ru_maxrss;
+    free(times);
+    free(in);
+    free(tg);
+    model_free(&m);
+}
+
+/* ---- results and reports ------------------------------------------------------------------ */
+
+typedef struct {
+    const RefConfig *ref;
+    Config c;
+    int B, T;
+    size_t params_total, params_active;
+    double flops_per_token; /* model_flops_per_token: forward + backward matrix products */
+    MemoryBreakdown mem;
+    StepResult r;
+    double gflops, tokens_per_s, sgemm_frac;
+    double moe_over_dense; /* step time over the dense twin's; NAN without one */
+} Row;
+
+/* One profile line: ms per step. total = fwd + bwd + time outside both passes. */
+typedef struct {
+    const char *op;
+    double fwd, bwd, total;
+} OpLine;
+
+/* The ops, then "other": time of the step that no op accounts for (forward and backward
+ * bookkeeping, zero_grad). The optimizer runs outside both passes: its time is in total. */
+static int op_lines(OpLine *ln, const StepResult *r) {
+    double fsum = 0.0, bsum = 0.0, all = 0.0;
+    int n = 0;
+    for (int op = 0; op < PROF_COUNT; op++) {
+        double f = r->op_fwd[op], b = r->op_bwd[op];
+        all += f + b;
+        if (op == PROF_OPTIMIZER) {
+            ln[n++] = (OpLine){prof_name((ProfOp)op), 0.0, 0.0, 1e3 * (f + b)};
+            continue;
+        }
+        fsum += f;
+        bsum += b;
+        ln[n++] = (OpLine){prof_name((ProfOp)op), 1e3 * f, 1e3 * b, 1e3 * (f + b)};
+    }
+    double of = fmax(r->fwd_mean - fsum, 0.0), ob = fmax(r->bwd_mean - bsum, 0.0);
+    double ot = fmax(r->step_mean - all, of + ob);
+    ln[n++] = (OpLine){"other", 1e3 * of, 1e3 * ob, 1e3 * ot};
+    return n;
+}
+
+static void cpu_model(char *buf, size_t n) {
+    snprintf(buf, n, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) != 0 || !colon) continue;
+        colon += 1 + strspn(colon + 1, " \t");
+        colon[strcspn(colon, "\r\n")] = '\0';
+        snprintf(buf, n, "%s", colon);
+        break;
+    }
+    fclose(f);
+}
+
+static void json_string(FILE *out, const char *s) {
+    fputc('"', out);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(out, "\\%c", ch);
+        else if (ch < 0x20)
+            fprintf(out, "\\u%04x", ch);
+        else
+            fputc(ch, out);
+    }
+    fputc('"', out);
+}
+
+static const double MIB = 1024.0 * 1024.0;
+
+static void print_json(FILE *out, const BenchOptions *o, const char *cpu, long cores,
+                       const SgemmResult *sg, const Row *rows, int n) {
+    fprintf(out, "{\n  \"machine\": {\"cpu\": ");
+    json_string(out, cpu);
+    fprintf(out,
+            ", \"cores\": %ld, \"threads\": %d},\n"
+            "  \"sgemm\": {\"n\": %d, \"reps\": %d, \"gflops\": %.6g, \"gflops_median\": %.6g},\n"
+            "  \"steps\": %d,\n  \"warmup\": %d,\n  \"attention\": \"%s\",\n  \"configs\": [",
+            cores, sg->threads, BENCH_SGEMM_N, BENCH_SGEMM_REPS, sg->gflops_best, sg->gflops_median,
+            o->steps, o->warmup, o->reference_attention ? "reference" : "gemm");
+    for (int i = 0; i < n; i++) {
+        const Row *w = &rows[i];
+        const Config *c = &w->c;
+        const MemoryBreakdown *m = &w->mem;
+        fprintf(out, "%s\n    {\"name\": ", i ? "," : "");
+        json_string(out, w->ref->name);
+        fprintf(out,
+                ", \"moe\": %s, \"d_model\": %d, \"n_layer\": %d, \"n_head\": %d, "
+                "\"num_experts\": %d, \"top_k\": %d, \"d_expert\": %d, \"d_ff\": %d, "
+                "\"batch\": %d, \"seq_len\": %d,\n     \"params_total\": %zu, "
+                "\"params_active\": %zu, \"flops_per_token\": %.6g,\n"
+                "     \"step_ms\": %.6g, \"step_ms_min\": %.6g, \"step_ms_max\": %.6g, "
+                "\"tokens_per_s\": %.6g, \"gflops\": %.6g, \"sgemm_fraction\": %.6g, "
+                "\"moe_over_dense\": ",
+                c->num_experts > 0 ? "true" : "false", c->d_model, c->n_layer, c->n_head,
+                c->num_experts, c->num_experts > 0 ? c->top_k : 0,
+                c->num_experts > 0 ? config_expert_hidden(c) : 0, c->d_ff, w->B, w->T,
+                w->params_total, w->params_active, w->flops_per_token, 1e3 * w->r.step_median,
+                1e3 * w->r.step_min, 1e3 * w->r.step_max, w->tokens_per_s, w->gflops,
+                w->sgemm_frac);
+        if (isnan(w->moe_over_dense))
+            fprintf(out, "null");
+        else
+            fprintf(out, "%.6g", w->moe_over_dense);
+        fprintf(out,
+                ",\n     \"peak_rss_mib\": %.6g, \"analytical_mib\": %.6g, "
+                "\"rss_over_analytical\": %.6g,\n"
+                "     \"memory_floats\": {\"params\": %zu, \"grads\": %zu, \"adam\": %zu, "
+                "\"activations\": %zu, \"scratch\": %zu, \"int_words\": %zu, "
+                "\"total_words\": %zu}",
+                w->r.peak_rss_kib / 1024.0, 4.0 * m->total_words / MIB,
+                w->r.peak_rss_kib * 1024.0 / (4.0 * m->total_words), m->params, m->grads, m->adam,
+                m->acts_resid + m->acts_attn + m->acts_ffn + m->acts_head, m->scratch, m->int_words,
+                m->total_words);
+        if (o->profile) {
+            OpLine ln[PROF_COUNT + 1];
+            int nl = op_lines(ln, &w->r);
+            fprintf(out, ",\n     \"profile\": [");
+            for (int j = 0; j < nl; j++)
+                fprintf(out,
+                        "%s\n       {\"op\": \"%s\", \"fwd_ms\": %.6g, \"bwd_ms\": %.6g, "
+                        "\"total_ms\": %.6g, \"percent\": %.6g}",
+                        j ? "," : "", ln[j].op, ln[j].fwd, ln[j].bwd, ln[j].total,
+                        100.0 * ln[j].total / (1e3 * w->r.step_mean));
+            fprintf(out, "]");
+        }
+        fprintf(out, "}");
+    }
+    fprintf(out, "\n  ]\n}\n");
+}
+
+static void print_text(FILE *out, const BenchOptions *o, const char *cpu, long cores,
+                       const SgemmResult *sg, const Row *rows, int n) {
+    fprintf(out,
+            "machine: %s, %ld cores; %d threads; sgemm %dx%dx%d: %.1f GFLOP/s (best of %d; "
+            "median %.1f)\n",
+            cpu, cores, sg->threads, BENCH_SGEMM_N, BENCH_SGEMM_N, BENCH_SGEMM_N, sg->gflops_best,
+            BENCH_SGEMM_REPS, sg->gflops_median);
+    fprintf(out,
+            "step: median of %d timed training steps after %d warm-up steps, random tokens; "
+            "attention: %s\n\n",
+            o->steps, o->warmup,
+            o->reference_attention ? "reference loops (--reference-attention)" : "GEMM");
+    fprintf(out, "%-12s %7s %13s %9s %9s %8s %7s %6s %9s %9s %6s\n", "config", "B x T", "params M",
+            "step ms", "tokens/s", "GFLOP/s", "%sgemm", "/dense", "RSS MiB", "calc MiB", "ratio");
+    fprintf(out, "%-12s %7s %13s\n", "", "", "total/active");
+    for (int i = 0; i < n; i++) {
+        const Row *w = &rows[i];
+        char bt[32], params[40], vsd[16];
+        snprintf(bt, sizeof bt, "%dx%d", w->B, w->T);
+        snprintf(params, sizeof params, "%.2f/%.2f", w->params_total / 1e6, w->params_active / 1e6);
+        if (isnan(w->moe_over_dense))
+            snprintf(vsd, sizeof vsd, "-");
+        else
+            snprintf(vsd, sizeof vsd, "%.2f", w->moe_over_dense);
+        double calc = 4.0 * w->mem.total_words / MIB, rss = w->r.peak_rss_kib / 1024.0;
+        fprintf(out, "%-12s %7s %13s %9.1f %9.0f %8.1f %6.1f%% %6s %9.0f %9.0f %6.2f\n",
+                w->ref->name, bt, params, 1e3 * w->r.step_median, w->tokens_per_s, w->gflops,
+                100.0 * w->sgemm_frac, vsd, rss, calc, rss / calc);
+    }
+    fprintf(out,
+            "\nGFLOP/s: model_flops_per_token x B x T / median step (the useful work of "
+            "the forward and backward matrix products; src/model/model.c).\n%%sgemm: of the sgemm "
+            "GFLOP/s above. /dense: step time "
+            "over the dense twin's. RSS: peak\nresident memory of the process; calc: "
+            "analytical memory (memory.h); ratio: RSS / calc.\n");
+    if (!o->profile) return;
+    for (int i = 0; i < n; i++) {
+        const Row *w = &rows[i];
+        OpLine ln[PROF_COUNT + 1];
+        int nl = op_lines(ln, &w->r);
+        fprintf(out, "\nprofile %s: ms per step, mean of %d steps (%.1f ms)\n", w->ref->name,
+                o->steps, 1e3 * w->r.step_mean);
+        fprintf(out, "  %-12s %9s %9s %9s %7s\n", "op", "fwd ms", "bwd ms", "total ms", "% step");
+        for (int j = 0; j < nl; j++)
+            fprintf(out, "  %-12s %9.2f %9.2f %9.2f %6.1f%%\n", ln[j].op, ln[j].fwd, ln[j].bwd,
+                    ln[j].total, 100.0 * ln[j].total / (1e3 * w->r.step_mean));
+    }
+}
+
+static void write_profile_csv(FILE *f, const Row *rows, int n) {
+    fprintf(f, "config,op,fwd_ms,bwd_ms,total_ms,percent\n");
+    for (int i = 0; i < n; i++) {
+        OpLine ln[PROF_COUNT + 1];
+        int nl = op_lines(ln, &rows[i].r);
+        for (int j = 0; j < nl; j++)
+            fprintf(f, "%s,%s,%.4f,%.4f,%.4f,%.3f\n", rows[i].ref->name, ln[j].op, ln[j].fwd,
+                    ln[j].bwd, ln[j].total, 100.0 * ln[j].total / (1e3 * rows[i].r.step_mean));
+    }
+}
+
+int bench_run(const BenchOptions *o, FILE *out, char *err, int errlen) {
+    const char *names[BENCH_MAX_CONFIGS];
+    int n = 0;
+    if (o->n_configs > BENCH_MAX_CONFIGS)
+        return set_error(err, errlen, "at most %d configs per run", BENCH_MAX_CONFIGS);
+    if (o->n_configs > 0)
+        for (int i = 0; i < o->n_configs; i++) names[n++] = o->configs[i];
+    else
+        for (int i = 0; i < N_REFS; i++)
+            if (REFS[i].listed) names[n++] = REFS[i].name;
+    if (o->steps < 1 || o->warmup < 0 || o->threads < 0)
+        return set_error(err, errlen, "steps must be >= 1, warmup and threads >= 0");
+
+    Row *rows = (Row *)calloc_check((size_t)n, sizeof(Row));
+    for (int i = 0; i < n; i++) {
+        Row *w = &rows[i];
+        if (bench_config(&w->c, &w->B, &w->T, names[i], err, errlen) != 0) {
+            free(rows);
+            return -1;
+        }
+        w->ref = find_ref(names[i]);
+    }
+    FILE *csv = NULL;
+    if (o->profile && o->profile_out) {
+        csv = fopen(o->profile_out, "w");
+        if (!csv) {
+            int e = errno;
+            free(rows);
+            return set_error(err, errlen,
+                             "cannot write the profile CSV %s: %s; pass --profile-out with a "
+                             "path in an existing, writable folder",
+                             o->profile_out, strerror(e));
+        }
+    }
+
+    char cpu[256];
+    cpu_model(cpu, sizeof cpu);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    fprintf(stderr, "bench: sgemm %dx%dx%d ...\n", BENCH_SGEMM_N, BENCH_SGEMM_N, BENCH_SGEMM_N);
+    SgemmResult sg;
+    in_child(sgemm_child, o, &sg, sizeof sg, "sgemm");
+
+    for (int i = 0; i < n; i++) {
+        Row *w = &rows[i];
+        ParamTable pt;
+        params_table_build(&pt, &w->c);
+        w->params_total = params_count_total(&pt);
+        w->params_active = params_count_active(&pt, &w->c);
+        params_table_free(&pt);
+        w->flops_per_token = model_flops_per_token(&w->c, w->T);
+        model_memory_floats(&w->c, w->B, w->T, &w->mem);
+        fprintf(stderr, "bench: %s: %d warm-up + %d timed steps of %d x %d tokens ...\n",
+                w->ref->name, o->warmup, o->steps, w->B, w->T);
+        StepArg arg = {.o = o, .name = w->ref->name, .c = w->c, .B = w->B, .T = w->T};
+        in_child(step_child, &arg, &w->r, sizeof w->r, w->ref->name);
+        double tokens = (double)w->B * w->T;
+        w->tokens_per_s = tokens / w->r.step_median;
+        w->gflops = w->flops_per_token * tokens / w->r.step_median / 1e9;
+        w->sgemm_frac = w->gflops / sg.gflops_best;
+        fprintf(stderr, "bench: %s: %.1f ms per step\n", w->ref->name, 1e3 * w->r.step_median);
+    }
+    for (int i = 0; i < n; i++) {
+        rows[i].moe_over_dense = NAN;
+        if (!rows[i].ref->twin) continue;
+        for (int j = 0; j < n; j++)
+            if (strcmp(rows[j].ref->name, rows[i].ref->twin) == 0)
+                rows[i].moe_over_dense = rows[i].r.step_median / rows[j].r.step_median;
+    }
+
+    if (o->json)
+        print_json(out, o, cpu, cores, &sg, rows, n);
+    else
+        print_text(out, o, cpu, cores, &sg, rows, n);
+    if (csv) {
+        write_profile_csv(csv, rows, n);
+        if (fclose(csv) != 0) moe_fatal("bench: writing %s failed", o->profile_out);
+        if (!o->json) fprintf(out, "\nwrote %s\n", o->profile_out);
+    }
+    free(rows);
+    return 0;
+}

@@ -1,0 +1,57 @@
+/*
+ * bench.h: how fast the CPU training step runs, measured against the machine's sgemm.
+ *
+ * `moe bench` times full training steps (zero grad, forward, backward, gradient norm, AdamW)
+ * of reference models on random tokens and reports, per model: the median step time,
+ * tokens/s, model FLOP/s (model_flops_per_token) and their fraction of what one large
+ * OpenBLAS sgemm reaches on the same threads, the MoE step time over its dense twin's, and
+ * the peak resident memory against the analytical memory of memory.h. With profiling, also
+ * the time of every op (profile.h), forward and backward.
+ *
+ * Each measurement runs in a forked child process: peak RSS is then per model, and the
+ * parent never starts an OpenMP or OpenBLAS thread pool (libgomp is not fork-safe once its
+ * pool exists). Results come back through a pipe.
+ *
+ * Reference configs (byte vocabulary, T = 256, B = 8, SwiGLU; MoE: every block, E = 8,
+ * top-2). Each dense twin has d_ff = 2 x the expert hidden size, so the dense FFN does the
+ * FLOPs of the two experts a token visits:
+ *   tiny         C 256, 4 layers, 4 heads, experts of hidden 512
+ *   tiny-dense   C 256, 4 layers, 4 heads, d_ff 1024
+ *   small        C 512, 4 layers, 8 heads, experts of hidden 1024
+ *   small-dense  C 512, 4 layers, 8 heads, d_ff 2048
+ *   test, test-dense  (not run by default) C 32, 2 layers, T 32, B 2, 4 experts of hidden
+ *                     32 / d_ff 64: shapes small enough for the tests
+ */
+#ifndef MOE_BENCH_H
+#define MOE_BENCH_H
+
+#include <stdio.h>
+
+#include "config/config.h"
+
+#define BENCH_MAX_CONFIGS 16
+#define BENCH_SGEMM_N 2048 /* the square sgemm that measures the machine */
+#define BENCH_SGEMM_REPS 5 /* timed products after one warm-up; the best one is reported */
+
+typedef struct {
+    int steps;               /* timed steps per config; the median is reported */
+    int warmup;              /* untimed steps before them */
+    int threads;             /* OpenMP and OpenBLAS threads; 0 = OpenMP's default */
+    int json;                /* write one JSON object instead of the tables */
+    int profile;             /* per-op times */
+    int reference_attention; /* time the loop reference attention instead of the GEMM one */
+    const char *profile_out; /* CSV of the per-op times (with profile); NULL = none */
+    int n_configs;           /* 0 = the four reference configs */
+    const char *configs[BENCH_MAX_CONFIGS];
+} BenchOptions;
+
+/* The reference config named name: the model in c (defaults for everything else), the
+ * batch in B x T. Returns 0, or -1 with a message listing the names in err. */
+int bench_config(Config *c, int *B, int *T, const char *name, char *err, int errlen);
+
+/* Run the benchmark and write the report to out. Returns 0, or -1 with a message in err on
+ * bad options (an unknown config name, a profile CSV that cannot be written); nothing is
+ * measured then. A child process that fails is an internal error (moe_fatal). */
+int bench_run(const BenchOptions *o, FILE *out, char *err, int errlen);
+
+#endif

@@ -1,0 +1,193 @@
+/*
+ * ep.c: the expert computation of an MoE block across an expert-parallel group. See ep.h.
+ *
+ * Two layouts of the rows a member receives:
+ *   received order  source by source (as dist_alltoallv_f places them), and inside a source's
+ *                   block expert by expert (the sender's plan order);
+ *   expert order    expert by expert, and inside an expert source by source: what the grouped
+ *                   GEMMs of experts.c want (one contiguous slice per expert).
+ * perm maps the first to the second; it is a permutation of rows, so the backward pass uses
+ * the same map the other way.
+ */
+#include "model/ep.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/util.h"
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void ep_acts_alloc(EpActs *a, const MoeHyper *hp, int P, int S_max) {
+    memset(a, 0, sizeof(*a));
+    a->P = P;
+    a->El = hp->E / P;
+    a->C = hp->C;
+    a->F = hp->F;
+    a->R_max = P * S_max;
+    const size_t R = (size_t)a->R_max + 1, C = (size_t)a->C, F = (size_t)a->F;
+    a->meta_send = (int *)calloc_check((size_t)P * 2 * a->El, sizeof(int));
+    a->meta_recv = (int *)calloc_check((size_t)P * 2 * a->El, sizeof(int));
+    a->scount = (int *)calloc_check((size_t)P, sizeof(int));
+    a->sdispl = (int *)calloc_check((size_t)P, sizeof(int));
+    a->rcount = (int *)calloc_check((size_t)P, sizeof(int));
+    a->rdispl = (int *)calloc_check((size_t)P, sizeof(int));
+    a->eoff = (int *)calloc_check((size_t)a->El + 1, sizeof(int));
+    a->cursor = (int *)calloc_check((size_t)a->El + 1, sizeof(int));
+    a->perm = (int *)calloc_check(R, sizeof(int));
+    a->xr = floats_alloc(R * C);
+    a->xo = floats_alloc(R * C);
+    a->yo = floats_alloc(R * C);
+    a->yr = floats_alloc(R * C);
+    a->g = floats_alloc(R * F);
+    a->u = floats_alloc(R * F);
+    a->h = floats_alloc(R * F);
+    a->dg = floats_alloc(R * F);
+    a->du = floats_alloc(R * F);
+    a->dh = floats_alloc(R * F);
+}
+
+void ep_acts_free(EpActs *a) {
+    free(a->meta_send);
+    free(a->meta_recv);
+    free(a->scount);
+    free(a->sdispl);
+    free(a->rcount);
+    free(a->rdispl);
+    free(a->eoff);
+    free(a->cursor);
+    free(a->perm);
+    free(a->xr);
+    free(a->xo);
+    free(a->yo);
+    free(a->yr);
+    free(a->g);
+    free(a->u);
+    free(a->h);
+    free(a->dg);
+    free(a->du);
+    free(a->dh);
+    memset(a, 0, sizeof(*a));
+}
+
+void ep_stats_reset(EpActs *a) {
+    memset(&a->stats, 0, sizeof a->stats);
+}
+
+/* out rows (n, C): out[to[i]] = in[i] (to = perm: received -> expert order), or the inverse
+ * out[i] = in[to[i]] when back is set. Each output row has one owner: any thread count gives
+ * the same result. */
+static void permute_rows(float *out, const float *in, const int *to, int n, int C, int back) {
+#pragma omp parallel for
+    for (int i = 0; i < n; i++) {
+        const float *src = back ? in + (size_t)to[i] * C : in + (size_t)i * C;
+        float *dst = back ? out + (size_t)i * C : out + (size_t)to[i] * C;
+        memcpy(dst, src, (size_t)C * sizeof(float));
+    }
+}
+
+/* The block's stats += what d's collectives sent, received and waited since before. */
+static void add_traffic(EpActs *a, const Dist *d, const DistStats *before) {
+    a->stats.bytes_sent += (double)(d->stats.bytes_sent - before->bytes_sent);
+    a->stats.bytes_recv += (double)(d->stats.bytes_recv - before->bytes_recv);
+    a->stats.comm_seconds += d->stats.seconds - before->seconds;
+}
+
+/* One exchange of rows: C-float rows out of send (sender side counts/displs) into recv. */
+static void exchange(EpActs *a, Dist *d, const float *send, const int *sc, const int *sd,
+                     float *recv, const int *rc, const int *rd) {
+    const DistStats before = d->stats;
+    dist_alltoallv_f(d, send, sc, sd, recv, rc, rd);
+    add_traffic(a, d, &before);
+}
+
+void ep_experts_forward(float *ye, EpActs *a, const float *xe, const DispatchPlan *plan,
+                        const float *Wg, const float *Wu, const float *Wd, Dist *d) {
+    /* ye, xe (S, C); plan over all E experts; Wg, Wu (El, F, C), Wd (El, C, F) */
+    const int P = a->P, El = a->El, C = a->C, F = a->F;
+
+    /* 1. counts first: rows (slice length, padding included) and kept rows of every expert,
+     *    grouped by the member that holds it. Only the rows place anything: the receiver
+     *    computes padding rows like token rows, as a fixed buffer would; the kept count rides
+     *    along (8 bytes per expert and peer, in the cost model) for a receiver that would
+     *    skip them. */
+    for (int p = 0; p < P; p++)
+        for (int j = 0; j < El; j++) {
+            int e = p * El + j;
+            a->meta_send[(p * El + j) * 2] = plan->offsets[e + 1] - plan->offsets[e];
+            a->meta_send[(p * El + j) * 2 + 1] = plan->counts[e];
+        }
+    const DistStats before = d->stats;
+    dist_alltoall_i(d, a->meta_send, a->meta_recv, 2 * El);
+    add_traffic(a, d, &before);
+
+    /* 2. where everything goes: member p's experts are one run of the plan, from
+     *    offsets[p El]; what comes from source q lands after what came from 0 .. q-1 */
+    int R = 0;
+    for (int p = 0; p < P; p++) {
+        a->sdispl[p] = plan->offsets[p * El] * C;
+        a->scount[p] = (plan->offsets[(p + 1) * El] - plan->offsets[p * El]) * C;
+        int rows = 0;
+        for (int j = 0; j < El; j++) rows += a->meta_recv[(p * El + j) * 2];
+        a->rdispl[p] = R * C;
+        a->rcount[p] = rows * C;
+        R += rows;
+    }
+    if (R > a->R_max)
+        moe_fatal("expert parallelism: %d rows received, more than the %d allocated", R, a->R_max);
+    a->R = R;
+    /* expert-order offsets, and the row map: source q's rows for expert j follow those of
+     * sources 0 .. q-1 for the same expert */
+    a->eoff[0] = 0;
+    for (int j = 0; j < El; j++) {
+        int rows = 0;
+        for (int q = 0; q < P; q++) rows += a->meta_recv[(q * El + j) * 2];
+        a->eoff[j + 1] = a->eoff[j] + rows;
+    }
+    /* walking the received rows in order (source by source, expert by expert), each goes
+     * to the next free row of its expert's slice */
+    for (int j = 0; j < El; j++) a->cursor[j] = a->eoff[j];
+    for (int q = 0, i = 0; q < P; q++)
+        for (int j = 0; j < El; j++)
+            for (int r = 0; r < a->meta_recv[(q * El + j) * 2]; r++) a->perm[i++] = a->cursor[j]++;
+
+    /* 3. the rows out, the experts, the outputs back the same way */
+    exchange(a, d, xe, a->scount, a->sdispl, a->xr, a->rcount, a->rdispl);
+    const double t0 = seconds_now();
+    permute_rows(a->xo, a->xr, a->perm, R, C, 0);
+    /* padding rows are zeros and SwiGLU(0) = 0, so every row is computed alike: the cost of
+     * a fixed buffer is paid where the experts are */
+    experts_forward(a->yo, a->g, a->u, a->h, a->xo, Wg, Wu, Wd, a->eoff, El, C, F);
+    permute_rows(a->yr, a->yo, a->perm, R, C, 1);
+    a->stats.expert_seconds += seconds_now() - t0;
+    a->stats.rows_in += R;
+    {
+        const int me = dist_group_rank(d, DIST_EP);
+        a->stats.rows_out_remote += (double)(plan->offsets[P * El] - (a->scount[me] / C));
+        a->stats.rows_in_remote += (double)(R - a->rcount[me] / C);
+    }
+    exchange(a, d, a->yr, a->rcount, a->rdispl, ye, a->scount, a->sdispl);
+}
+
+void ep_experts_backward(float *dxe, float *dWg, float *dWu, float *dWd, const float *dye,
+                         EpActs *a, const DispatchPlan *plan, const float *Wg, const float *Wu,
+                         const float *Wd, Dist *d) {
+    /* dxe, dye (S, C); dW* (El, ...) accumulated; the forward's rows in a */
+    (void)plan;
+    const int El = a->El, C = a->C, F = a->F, R = a->R;
+    /* dye rows travel like xe did; they land in yr (received order), then yo (expert order) */
+    exchange(a, d, dye, a->scount, a->sdispl, a->yr, a->rcount, a->rdispl);
+    const double t0 = seconds_now();
+    permute_rows(a->yo, a->yr, a->perm, R, C, 0);
+    /* dx rows (expert order) into xr's buffer, then back to received order in yr */
+    experts_backward(dxe ? a->xr : NULL, dWg, dWu, dWd, a->dg, a->du, a->dh, a->yo, a->xo, a->g,
+                     a->u, a->h, Wg, Wu, Wd, a->eoff, El, C, F);
+    if (dxe) permute_rows(a->yr, a->xr, a->perm, R, C, 1);
+    a->stats.expert_seconds += seconds_now() - t0;
+    if (dxe) exchange(a, d, a->yr, a->rcount, a->rdispl, dxe, a->scount, a->sdispl);
+}

@@ -1,0 +1,55 @@
+/*
+ * memory.h: what a training step holds in memory, worked out from the config alone.
+ *
+ * A model for B x T tokens owns four kinds of memory (model.h):
+ *   - parameters P, their gradients P and the two AdamW moments 2P: 4P floats whatever B, T;
+ *   - activations: what forward keeps for backward, proportional to the N = B * T tokens,
+ *     except the attention probabilities, B * H * T * T (quadratic in T);
+ *   - backward scratch: gradient buffers shared by all blocks, used one block at a time;
+ *   - integer buffers: the token ids and, in MoE blocks, the routing indices and the
+ *     dispatch plan. They are 4-byte words (int), so a word is the size of a float.
+ *
+ * model_memory_floats() writes the formula out term by term, with no call to model_init, so
+ * a reader learns from it what an MoE step costs, and tests/test_memory.c checks it against
+ * the floats model_init actually allocates (floats_allocated): a buffer added to the model
+ * without a term here fails that test.
+ */
+#ifndef MOE_MEMORY_H
+#define MOE_MEMORY_H
+
+#include <stddef.h>
+
+#include "config/config.h"
+
+/* Floats (4 bytes each) by kind. The float fields add up to the return value of
+ * model_memory_floats(); int_words is separate because the integer buffers are not
+ * allocated with floats_alloc (they are calloc'ed ints), so floats_allocated does not see
+ * them. */
+typedef struct {
+    size_t params;      /* P: every tensor of the parameter table */
+    size_t grads;       /* P: same layout as params */
+    size_t adam;        /* 2P: first and second moments */
+    size_t acts_resid;  /* (L + 1) x (N, C): the residual stream at every block boundary */
+    size_t acts_attn;   /* per block: norm, q, k, v, probabilities, attention output, ... */
+    size_t acts_ffn;    /* per block: dense SwiGLU activations or the MoE block's MoeActs */
+    size_t acts_head;   /* final norm, logits (N, V), per-token losses */
+    size_t scratch;     /* backward scratch, shared by the blocks */
+    size_t int_words;   /* 4-byte integer words: token ids, routing indices, dispatch plans */
+    size_t floats;      /* sum of the float fields above (the return value) */
+    size_t total_words; /* floats + int_words: bytes = 4 * total_words */
+} MemoryBreakdown;
+
+/* Floats that model_init(c, B, T) allocates (parameters, gradients, moments, activations,
+ * backward scratch); the breakdown, with the integer words, goes to *out when out is not
+ * NULL. Metadata (the parameter table, pointer arrays, struct headers) is not counted: it is
+ * a few KiB. */
+size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out);
+
+/* Before a model is built: 0 when model_init(c, B, T) fits in the memory this process may
+ * still use (the memory available plus free swap, within any cgroup limit), else -1 with a
+ * message giving both sizes and the settings to lower. ep > 1: each process holds
+ * num_experts / ep experts (expert parallelism). Settings so large that the sizes would not
+ * fit in a size_t are refused from an estimate in double, without overflow. */
+int memory_check(const Config *c, int B, int T, int ep, char *err, int errlen);
+
+#endif

@@ -1,0 +1,144 @@
+/*
+ * model.h: the decoder-only transformer, forward and backward, backend-agnostic orchestration.
+ *
+ *   tokens -> tok_emb -> [ rmsnorm -> attention (RoPE) -> +res -> rmsnorm -> FFN -> +res ] x L
+ *          -> rmsnorm -> head -> cross-entropy
+ * Each FFN is a dense SwiGLU or an MoE block (config_is_moe_layer). The model owns its
+ * parameters, gradients and AdamW moments (one allocation each, laid out by the parameter
+ * table) and the activations of one micro-batch of up to B x T tokens.
+ */
+#ifndef MOE_MODEL_H
+#define MOE_MODEL_H
+
+#include <stdint.h>
+
+#include "config/config.h"
+#include "model/moe_block.h"
+#include "model/params.h"
+#include "parallel/dist.h"
+
+/* Activations of one block, kept from forward for backward. */
+typedef struct {
+    float *ln1;          /* (N, C) rmsnorm of the block input */
+    float *rstd1;        /* (N) */
+    float *q, *k, *v;    /* (N, C) after RoPE (q, k) */
+    float *att;          /* (B, H, T, T) attention probabilities */
+    float *atty;         /* (N, C) attention output before wo */
+    float *resid_mid;    /* (N, C) block input + attention branch */
+    float *ln2;          /* (N, C) */
+    float *rstd2;        /* (N) */
+    float *fg, *fu, *fh; /* (N, F) dense SwiGLU: gate, up, silu(gate) * up; NULL in MoE blocks */
+    MoeActs *moe;        /* MoE block activations; NULL in dense blocks */
+    float *router_bias;  /* (E) this MoE block's aux-free bias, in Model.router_bias; else NULL */
+    float *sg, *su, *sh; /* (N, Fs) shared experts of an MoE block (gate, up, silu(gate) * up),
+                            Fs = num_shared * F; NULL without shared experts */
+} BlockActs;
+
+typedef struct {
+    Config cfg;
+    ParamTable pt;
+    float *params, *grads, *m, *v; /* (pt.total) each; m, v are the AdamW moments */
+    ParamView w, g;                /* named views into params and grads */
+    int B, T;                      /* capacity of the activation buffers */
+    int n_moe;                     /* MoE blocks */
+    MoeHyper hp;
+    /* aux-free balancing state (moe.balance=aux_free): one bias per expert and MoE block,
+     * added to the scores for the top-k choice only. Not a parameter: no gradient, no AdamW;
+     * updated by model_update_router_bias and saved in checkpoints ("router_bias/layers.L"). */
+    float *router_bias; /* (n_moe, E) */
+    /* exploration noise (moe.jitter, moe.noise): drawn only while training is 1, from a stream
+     * of its own seeded by train.seed and saved in checkpoints ("rng/router"). model_init
+     * leaves training 0 (evaluation, sampling); the training loop turns it on. */
+    int training;
+    Rng router_rng;
+
+    /* activations */
+    int *inputs, *targets; /* (N) */
+    float **resid;         /* (L + 1) x (N, C): input of each block, resid[L] the last output */
+    BlockActs *blocks;     /* (L) */
+    float *lnf, *rstdf;    /* (N, C), (N) */
+    float *logits;         /* (N, V); probabilities after a forward with targets */
+    float *losses;         /* (N) per-token cross-entropy */
+
+    /* backward scratch */
+    float *dresid, *dmid, *dln, *dtmp, *dq, *dk, *dv, *datty; /* (N, C) */
+    float *dfg, *dfu, *dfh;                                   /* (N, F) */
+    float *dlogits;                                           /* (N, V) */
+    /* the shared experts' SwiGLU, (N, Fs) each; NULL without shared experts */
+    float *dsg, *dsu, *dsh;
+    MoeScratch moe_scratch;
+    /* workspace of the ops, sized once in model_init so that a step allocates nothing:
+     * rope_cs (T, D/2, 2) the RoPE cos/sin table (rope_table); att_ws (n_att_ws, T, T) one dS
+     * slice per thread of attention_backward, n_att_ws = omp_get_max_threads() at init;
+     * norm_partial the chunk sums of model_grad_norm (one per 65536 gradients, plus one).
+     * They are allocated with malloc_check, outside the analytic model memory of memory.c:
+     * the attention slices grow with the thread count, not with the model. */
+    float *rope_cs, *att_ws;
+    int n_att_ws;
+    double *norm_partial;
+
+    /* results of the last forward */
+    int N_last, B_last, T_last;
+    float loss;     /* mean cross-entropy (the language-model loss) */
+    float aux_loss; /* mean over MoE blocks of the unscaled Switch loss (1 = balanced) */
+    float z_loss;   /* mean over MoE blocks of the unscaled z-loss */
+    int step;       /* optimizer steps taken */
+
+    /* more than one process (model_init_dist; NULL: one). With dist->ep > 1 the stacked
+     * expert tensors hold this member's num_experts / ep experts (params_table_build_ep). */
+    Dist *dist;
+} Model;
+
+/* Allocate a model for config c with activations for B x T tokens; weights initialised from
+ * the config seed. */
+void model_init(Model *m, const Config *c, int B, int T);
+/* The same for one process of a run spread over d's processes (d NULL or a world of one:
+ * model_init). The weights start as those of the one-process model, each member keeping its
+ * share of the experts. */
+void model_init_dist(Model *m, const Config *c, int B, int T, Dist *d);
+void model_free(Model *m);
+
+/* Forward over inputs (B, T) (T <= the T of model_init). With targets, computes the loss
+ * (Model.loss, aux_loss, z_loss) and leaves probabilities in logits; with targets NULL, leaves
+ * the logits. Returns the objective: loss + aux_coef * sum aux + z_coef * sum z (the aux term
+ * only for moe.balance=aux or seq_aux). */
+float model_forward(Model *m, const int *inputs, const int *targets, int B, int T);
+
+/* Backward of the last forward (which must have had targets); gradients are ADDED to m->grads,
+ * with every loss term scaled by loss_scale (1 / accum for gradient accumulation). */
+void model_backward(Model *m, float loss_scale);
+
+void model_zero_grad(Model *m);
+
+/* Aux-free balancing, after an optimizer step: count (n_moe, E) the step's number of
+ * assignments per expert of each MoE block (in layer order, summed over micro-batches and
+ * processes) moves each block's bias per moe.bias_update and moe.bias_rate
+ * (router_bias_update). Does nothing unless moe.balance=aux_free. */
+void model_update_router_bias(Model *m, const double *count);
+
+/* Global L2 norm of the gradients (summed in a fixed order: deterministic). Across processes,
+ * after model_sync_grads: the norm of the whole model's gradient. */
+float model_grad_norm(const Model *m);
+
+/* Across processes: sum every gradient over the processes that hold a copy of its tensor
+ * (non-expert tensors: all; expert tensors: the data-parallel replicas of the same experts).
+ * Each process's backward must have scaled its loss by 1 / (accum x world) so that the sums
+ * are the gradient of the whole batch's mean loss. No-op in one process. */
+void model_sync_grads(Model *m);
+
+/* One AdamW step with learning rate lr on all parameters; increments m->step. Gradients are
+ * first multiplied by grad_scale (for clipping). */
+void model_adamw_step(Model *m, float lr, float grad_scale);
+
+/* Learning rate of step s (0-based): linear warm-up, then cosine down to min_lr * lr. */
+float lr_schedule(const Config *c, int step);
+
+/* Model FLOPs per token of one training step (forward + backward matrix products, useful
+ * causal work only; the formula is written out in model.c). */
+double model_flops_per_token(const Config *c, int T);
+
+/* 1: use the loop-by-loop reference attention (attention.c) instead of the GEMM version, to
+ * measure what the GEMMs buy (`moe bench --reference-attention`). Same math, slower. */
+extern int model_reference_attention;
+
+#endif

@@ -1,0 +1,72 @@
+/*
+ * moe_block.h: the Mixture-of-Experts feed-forward block, the pieces of src/moe/moe_ops.h strung
+ * together (moe_block.c): router, top-k, dispatch plan, gather, experts (here, or across the
+ * processes of an expert-parallel group: ep.h), weighted combine; forward and backward.
+ */
+#ifndef MOE_MODEL_MOE_BLOCK_H
+#define MOE_MODEL_MOE_BLOCK_H
+
+#include "moe/moe_ops.h"
+
+/* ---- the block's weights, activations and scratch -------------------------------------------- */
+
+typedef struct {
+    const float *router; /* (E, C) */
+    const float *Wg;     /* (E, F, C) */
+    const float *Wu;     /* (E, F, C) */
+    const float *Wd;     /* (E, C, F) */
+    const float *bias;   /* (E) aux-free selection bias, or NULL: no gradient */
+} MoeWeights;
+
+typedef struct {
+    float *router, *Wg, *Wu, *Wd; /* same shapes as MoeWeights; accumulated */
+} MoeGrads;
+
+/* Everything one block keeps between its forward and backward pass, for up to N_max tokens. */
+typedef struct {
+    int N;                  /* tokens of the last forward */
+    float *logits, *scores; /* (N, E) */
+    float *lse;             /* (N) */
+    int *idx;               /* (N, A), A = moe_assignments_per_token: K, or E (expert choice) */
+    float *w;               /* (N, A) */
+    DispatchPlan plan;      /* its K is A */
+    float *xe, *ye;         /* (S, C), S = moe_slots_max: N*K, or E*cap (expert choice) */
+    float *g, *u, *h;       /* (S, F) */
+    float aux_loss, z_loss; /* unscaled values of the last forward */
+    int T;                  /* hp->T of the last forward (seq_aux backward) */
+    /* jitter (allocated when hp->jitter > 0): the router reads xj = x * jit instead of x */
+    float *jit, *xj; /* (N, C) the factors drawn, the jittered input */
+    int jittered;    /* the last forward used xj */
+    /* more than one process (hp->dist): the aux loss's f over the whole batch (E), and with
+     * expert parallelism the rows this member's experts received (src/model/ep.h) */
+    float *global_f;
+    double *global_count; /* (E + 1) the counts summed across processes, then the total */
+    struct EpActs *ep;
+} MoeActs;
+
+/* Backward temporaries, shared by all blocks of a model (used one block at a time). */
+typedef struct {
+    float *dlogits;      /* (N, E) */
+    float *dw;           /* (N, A) */
+    float *dxe, *dye;    /* (S, C) */
+    float *dg, *du, *dh; /* (S, F) */
+    float *dx_router;    /* (N, C) */
+} MoeScratch;
+
+void moe_acts_alloc(MoeActs *a, const MoeHyper *hp, int N_max);
+void moe_acts_free(MoeActs *a);
+void moe_scratch_alloc(MoeScratch *s, const MoeHyper *hp, int N_max);
+void moe_scratch_free(MoeScratch *s);
+
+/* y (N, C) (written) = MoE(x); fills a (routing, activations, aux_loss, z_loss). With hp->rng
+ * set (training), draws the jitter factors (N*C uniforms, token-major), then the logit noise
+ * (N*E normals), then (capacity mode, second_random, K = 2) one uniform per token for the
+ * second expert, serially: the stream is deterministic. */
+void moe_block_forward(float *y, MoeActs *a, const float *x, const MoeWeights *wt,
+                       const MoeHyper *hp, int N);
+/* dx (N, C) (written); grads accumulated. loss_scale multiplies the aux and z loss gradients
+ * (1 / accum), matching the scaling of dy. */
+void moe_block_backward(float *dx, MoeGrads *gr, const float *dy, const MoeActs *a, const float *x,
+                        const MoeWeights *wt, const MoeHyper *hp, MoeScratch *s, float loss_scale);
+
+#endif

@@ -1,0 +1,194 @@
+/*
+ * params.c: the parameter table. See params.h.
+ *
+ * The table below is the only place that knows which tensors a model has. Shapes are given
+ * with symbolic dimensions that are resolved from the config, so adding a tensor is one line.
+ */
+#include "model/params.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+
+/* Symbolic dimensions. */
+/* DIM_E: all experts (the router scores them all); DIM_EL: the experts this process holds
+ * (all of them unless expert parallelism spreads them: num_experts / ep). */
+enum { DIM_NONE = 0, DIM_V, DIM_C, DIM_F, DIM_E, DIM_EL, DIM_FE, DIM_FS };
+
+/* Which blocks have the tensor. */
+enum {
+    IN_GLOBAL_FIRST,
+    IN_GLOBAL_LAST,
+    IN_EVERY_LAYER,
+    IN_DENSE_LAYER,
+    IN_MOE_LAYER,
+    IN_SHARED_LAYER /* MoE blocks with moe.num_shared > 0 */
+};
+
+typedef struct {
+    const char *name; /* with "layers.%d." prefixed for per-layer tensors */
+    int where;
+    int dims[PARAM_MAX_DIMS];
+    int decay;
+    int is_output_proj; /* writes into the residual stream: init scaled by 1/sqrt(2L) */
+    size_t view_offset; /* offsetof in LayerView, or in ParamView for global tensors */
+} ParamSpec;
+
+#define LV(field) offsetof(LayerView, field)
+#define PV(field) offsetof(ParamView, field)
+
+static const ParamSpec SPECS[] = {
+    {"tok_emb", IN_GLOBAL_FIRST, {DIM_V, DIM_C}, 1, 0, PV(tok_emb)},
+    {"attn_norm", IN_EVERY_LAYER, {DIM_C}, 0, 0, LV(attn_norm)},
+    {"attn.wq", IN_EVERY_LAYER, {DIM_C, DIM_C}, 1, 0, LV(wq)},
+    {"attn.wk", IN_EVERY_LAYER, {DIM_C, DIM_C}, 1, 0, LV(wk)},
+    {"attn.wv", IN_EVERY_LAYER, {DIM_C, DIM_C}, 1, 0, LV(wv)},
+    {"attn.wo", IN_EVERY_LAYER, {DIM_C, DIM_C}, 1, 1, LV(wo)},
+    {"ffn_norm", IN_EVERY_LAYER, {DIM_C}, 0, 0, LV(ffn_norm)},
+    {"ffn.w_gate", IN_DENSE_LAYER, {DIM_F, DIM_C}, 1, 0, LV(w_gate)},
+    {"ffn.w_up", IN_DENSE_LAYER, {DIM_F, DIM_C}, 1, 0, LV(w_up)},
+    {"ffn.w_down", IN_DENSE_LAYER, {DIM_C, DIM_F}, 1, 1, LV(w_down)},
+    {"moe.router", IN_MOE_LAYER, {DIM_E, DIM_C}, 1, 0, LV(router)},
+    {"moe.w_gate", IN_MOE_LAYER, {DIM_EL, DIM_FE, DIM_C}, 1, 0, LV(e_gate)},
+    {"moe.w_up", IN_MOE_LAYER, {DIM_EL, DIM_FE, DIM_C}, 1, 0, LV(e_up)},
+    {"moe.w_down", IN_MOE_LAYER, {DIM_EL, DIM_C, DIM_FE}, 1, 1, LV(e_down)},
+    {"moe.shared_gate", IN_SHARED_LAYER, {DIM_FS, DIM_C}, 1, 0, LV(s_gate)},
+    {"moe.shared_up", IN_SHARED_LAYER, {DIM_FS, DIM_C}, 1, 0, LV(s_up)},
+    {"moe.shared_down", IN_SHARED_LAYER, {DIM_C, DIM_FS}, 1, 1, LV(s_down)},
+    {"final_norm", IN_GLOBAL_LAST, {DIM_C}, 0, 0, PV(final_norm)},
+    {"head", IN_GLOBAL_LAST, {DIM_V, DIM_C}, 1, 0, PV(head)},
+};
+#define N_SPECS ((int)(sizeof(SPECS) / sizeof(SPECS[0])))
+
+static int resolve_dim(int d, const Config *c, int ep) {
+    switch (d) {
+    case DIM_V: return MOE_VOCAB;
+    case DIM_C: return c->d_model;
+    case DIM_F: return c->d_ff;
+    case DIM_E: return c->num_experts;
+    case DIM_EL: return c->num_experts / ep;
+    case DIM_FE: return config_expert_hidden(c);
+    case DIM_FS: return c->num_shared * config_expert_hidden(c);
+    default: return 0;
+    }
+}
+
+static int spec_in_layer(const ParamSpec *s, const Config *c, int layer) {
+    switch (s->where) {
+    case IN_EVERY_LAYER: return 1;
+    case IN_DENSE_LAYER: return !config_is_moe_layer(c, layer);
+    case IN_MOE_LAYER: return config_is_moe_layer(c, layer);
+    case IN_SHARED_LAYER: return config_is_moe_layer(c, layer) && c->num_shared > 0;
+    default: return 0;
+    }
+}
+
+static void add_tensor(ParamTable *pt, int cap, const ParamSpec *s, const Config *c, int layer,
+                       int ep) {
+    if (pt->n >= cap) moe_fatal("parameter table overflow");
+    ParamTensor *t = &pt->t[pt->n++];
+    memset(t, 0, sizeof(*t));
+    if (layer >= 0)
+        snprintf(t->name, sizeof t->name, "layers.%d.%s", layer, s->name);
+    else
+        snprintf(t->name, sizeof t->name, "%s", s->name);
+    t->numel = 1;
+    for (int d = 0; d < PARAM_MAX_DIMS && s->dims[d] != DIM_NONE; d++) {
+        t->shape[d] = resolve_dim(s->dims[d], c, ep);
+        t->numel *= (size_t)t->shape[d];
+        t->ndim = d + 1;
+    }
+    t->offset = pt->total;
+    t->decay = s->decay;
+    t->layer = layer;
+    t->expert_dim = s->dims[0] == DIM_EL;
+    pt->total += t->numel;
+}
+
+void params_table_build(ParamTable *pt, const Config *c) {
+    params_table_build_ep(pt, c, 1);
+}
+
+void params_table_build_ep(ParamTable *pt, const Config *c, int ep) {
+    int cap = N_SPECS * (c->n_layer + 1);
+    pt->t = (ParamTensor *)calloc_check((size_t)cap, sizeof(ParamTensor));
+    pt->n = 0;
+    pt->total = 0;
+    pt->n_layer = c->n_layer;
+    for (int i = 0; i < N_SPECS; i++)
+        if (SPECS[i].where == IN_GLOBAL_FIRST) add_tensor(pt, cap, &SPECS[i], c, -1, ep);
+    for (int l = 0; l < c->n_layer; l++)
+        for (int i = 0; i < N_SPECS; i++)
+            if (spec_in_layer(&SPECS[i], c, l)) add_tensor(pt, cap, &SPECS[i], c, l, ep);
+    for (int i = 0; i < N_SPECS; i++)
+        if (SPECS[i].where == IN_GLOBAL_LAST) add_tensor(pt, cap, &SPECS[i], c, -1, ep);
+}
+
+void params_table_free(ParamTable *pt) {
+    free(pt->t);
+    memset(pt, 0, sizeof(*pt));
+}
+
+/* The spec a tensor came from: its name with any "layers.N." prefix removed. */
+static const ParamSpec *spec_of(const ParamTensor *t) {
+    const char *base = t->name;
+    if (t->layer >= 0) base = strchr(strchr(t->name, '.') + 1, '.') + 1;
+    for (int i = 0; i < N_SPECS; i++)
+        if (strcmp(SPECS[i].name, base) == 0) return &SPECS[i];
+    moe_fatal("tensor '%s' has no spec", t->name);
+}
+
+void params_view(ParamView *view, const ParamTable *pt, float *buf) {
+    memset(view, 0, sizeof(*view));
+    view->layers = (LayerView *)calloc_check((size_t)pt->n_layer, sizeof(LayerView));
+    for (int i = 0; i < pt->n; i++) {
+        const ParamTensor *t = &pt->t[i];
+        char *base = t->layer >= 0 ? (char *)&view->layers[t->layer] : (char *)view;
+        float **slot = (float **)(base + spec_of(t)->view_offset);
+        *slot = buf + t->offset;
+    }
+}
+
+void params_view_free(ParamView *view) {
+    free(view->layers);
+    view->layers = NULL;
+}
+
+int params_find(const ParamTable *pt, const char *name) {
+    for (int i = 0; i < pt->n; i++)
+        if (strcmp(pt->t[i].name, name) == 0) return i;
+    return -1;
+}
+
+void params_init(const ParamTable *pt, float *buf, const Config *c, unsigned long long seed) {
+    Rng r;
+    rng_seed(&r, seed);
+    float proj_scale = 1.0f / sqrtf(2.0f * (float)c->n_layer);
+    for (int i = 0; i < pt->n; i++) {
+        const ParamTensor *t = &pt->t[i];
+        float *p = buf + t->offset;
+        if (t->ndim == 1) { /* norm gains */
+            for (size_t j = 0; j < t->numel; j++) p[j] = 1.0f;
+            continue;
+        }
+        float std = c->init_std * (spec_of(t)->is_output_proj ? proj_scale : 1.0f);
+        for (size_t j = 0; j < t->numel; j++) p[j] = std * rng_normal(&r);
+    }
+}
+
+size_t params_count_total(const ParamTable *pt) {
+    return pt->total;
+}
+
+size_t params_count_active(const ParamTable *pt, const Config *c) {
+    size_t active = 0;
+    for (int i = 0; i < pt->n; i++) {
+        const ParamTensor *t = &pt->t[i];
+        /* a token passes through top_k of the E stacked experts */
+        active += t->expert_dim ? t->numel / (size_t)t->shape[0] * (size_t)c->top_k : t->numel;
+    }
+    return active;
+}

@@ -1,0 +1,84 @@
+/*
+ * params.h: ONE table of parameter tensors, from which come sizes, offsets, checkpoint order,
+ * exported tensor names and which tensors take weight decay.
+ *
+ * All parameters live in one float allocation; each tensor is a view at its offset.
+ * Gradients and the AdamW moments use the same layout, so the optimizer is one flat loop
+ * over tensors and never indexes anything by a magic number.
+ */
+#ifndef MOE_PARAMS_H
+#define MOE_PARAMS_H
+
+#include <stddef.h>
+
+#include "config/config.h"
+
+#define PARAM_NAME_MAX 64
+#define PARAM_MAX_DIMS 3
+
+typedef struct {
+    char name[PARAM_NAME_MAX]; /* exported name, e.g. "layers.3.moe.experts.w_gate" */
+    int ndim;
+    int shape[PARAM_MAX_DIMS];
+    size_t numel;
+    size_t offset;  /* in floats, into the one parameter buffer */
+    int decay;      /* 1: AdamW weight decay applies */
+    int layer;      /* block index, or -1 for embedding / final norm / head */
+    int expert_dim; /* 1 when dimension 0 indexes experts (stacked expert weights): with
+                       expert parallelism, this process's num_experts / ep of them */
+} ParamTensor;
+
+/* Pointers into one parameter-shaped buffer (weights, gradients or a moment). NULL for the
+ * tensors a block does not have (a dense block has no router). */
+typedef struct {
+    float *attn_norm;         /* (C) */
+    float *wq, *wk, *wv, *wo; /* (C, C) */
+    float *ffn_norm;          /* (C) */
+    /* dense feed-forward */
+    float *w_gate, *w_up; /* (F, C) */
+    float *w_down;        /* (C, F) */
+    /* MoE feed-forward */
+    float *router;        /* (E, C) */
+    float *e_gate, *e_up; /* (E, F, C) */
+    float *e_down;        /* (E, C, F) */
+    /* shared experts of an MoE block (moe.num_shared > 0), Fs = num_shared * F */
+    float *s_gate, *s_up; /* (Fs, C) */
+    float *s_down;        /* (C, Fs) */
+} LayerView;
+
+typedef struct {
+    float *tok_emb;    /* (V, C) */
+    float *final_norm; /* (C) */
+    float *head;       /* (V, C) */
+    LayerView *layers; /* (L) */
+} ParamView;
+
+typedef struct {
+    int n;          /* tensors */
+    ParamTensor *t; /* (n) in checkpoint order */
+    size_t total;   /* floats in all */
+    int n_layer;
+} ParamTable;
+
+void params_table_build(ParamTable *pt, const Config *c);
+/* The table of one process of an expert-parallel group of ep: the stacked expert tensors hold
+ * num_experts / ep experts (same names; the router still scores all E). ep = 1 is
+ * params_table_build. */
+void params_table_build_ep(ParamTable *pt, const Config *c, int ep);
+void params_table_free(ParamTable *pt);
+/* Point every field of view into buf (a buffer of pt->total floats). */
+void params_view(ParamView *view, const ParamTable *pt, float *buf);
+void params_view_free(ParamView *view);
+/* Index of a tensor by exported name, or -1. */
+int params_find(const ParamTable *pt, const char *name);
+
+/* Initialise weights: norms to 1, matrices normal(0, init_std), output projections of each
+ * block (wo, w_down, e_down) scaled by 1/sqrt(2 L), router weights normal(0, init_std). */
+void params_init(const ParamTable *pt, float *buf, const Config *c, unsigned long long seed);
+
+/* Parameter counts: total, and active per token (an MoE block counts top_k of its experts, and
+ * all of its shared experts). */
+size_t params_count_total(const ParamTable *pt);
+size_t params_count_active(const ParamTable *pt, const Config *c);
+
+#endif

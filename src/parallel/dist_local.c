@@ -1,0 +1,107 @@
+/*
+ * dist_local.c: the grid of one process (the default build, MOE_HAVE_MPI=0).
+ *
+ * world = ep = dp = 1: every group is this process alone, so a sum over a group is the value
+ * itself, a broadcast or a barrier does nothing, and an all-to-all or a gather is a copy from
+ * the send buffer to the receive buffer. The training loop calls the same functions in both
+ * builds; here they cost a copy and count no bytes (nothing leaves the process), while calls
+ * and seconds are still counted so the per-step report has the same columns.
+ */
+#if !MOE_HAVE_MPI
+#include "parallel/dist.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+
+int dist_init(Dist *d, int *argc, char ***argv, int ep, double timeout_s, char *err, int errlen) {
+    memset(d, 0, sizeof *d);
+    if (ep < 1)
+        return set_error(err, errlen,
+                         "dist.ep=%d: the number of expert-parallel processes must be 1 or more: "
+                         "set dist.ep=1 for one process",
+                         ep);
+    if (ep != 1)
+        return set_error(err, errlen,
+                         "dist.ep=%d needs %d processes: build with `make mpi` and start with "
+                         "mpirun -np %d",
+                         ep, ep, ep);
+    d->world = d->ep = d->dp = 1;
+    d->timeout_s = timeout_s > 0 ? timeout_s : 60.0;
+    return 0;
+}
+
+void dist_finalize(Dist *d) {
+    (void)d;
+}
+
+int dist_available(void) {
+    return 0;
+}
+
+int dist_group_size(const Dist *d, DistGroup g) {
+    return g == DIST_EP ? d->ep : g == DIST_DP ? d->dp : d->world;
+}
+
+int dist_group_rank(const Dist *d, DistGroup g) {
+    return g == DIST_EP ? d->ep_rank : g == DIST_DP ? d->dp_rank : d->rank;
+}
+
+static void count_call(Dist *d, double t0) {
+    d->stats.seconds += now_seconds() - t0;
+    d->stats.calls++;
+}
+
+void dist_allreduce_sum_f(Dist *d, DistGroup g, float *x, size_t n) {
+    count_call(d, now_seconds());
+}
+
+void dist_allreduce_sum_d(Dist *d, DistGroup g, double *x, size_t n) {
+    count_call(d, now_seconds());
+}
+
+/* recv[0 .. count) = send[0 .. count) (int x count) */
+void dist_alltoall_i(Dist *d, const int *send, int *recv, int count) {
+    double t0 = now_seconds();
+    if (count > 0) memmove(recv, send, (size_t)count * sizeof(int));
+    count_call(d, t0);
+}
+
+/* The only member is member 0: recv_counts[0] floats from send + send_displs[0]. */
+void dist_alltoallv_f(Dist *d, const float *send, const int *send_counts, const int *send_displs,
+                      float *recv, const int *recv_counts, const int *recv_displs) {
+    double t0 = now_seconds();
+    if (send_counts[0] != recv_counts[0])
+        moe_fatal("dist_alltoallv_f: %d floats sent to itself but %d expected: the counts of the "
+                  "exchange disagree",
+                  send_counts[0], recv_counts[0]);
+    if (recv_counts[0] > 0)
+        memmove(recv + recv_displs[0], send + send_displs[0],
+                (size_t)recv_counts[0] * sizeof(float));
+    count_call(d, t0);
+}
+
+void dist_broadcast_f(Dist *d, DistGroup g, float *x, size_t n) {
+    count_call(d, now_seconds());
+}
+
+/* out (1 x n floats) = x */
+void dist_gather_f(Dist *d, const float *x, size_t n, float *out) {
+    double t0 = now_seconds();
+    if (n > 0) memmove(out, x, n * sizeof(float));
+    count_call(d, t0);
+}
+
+void dist_barrier(Dist *d) {
+    count_call(d, now_seconds());
+}
+
+void dist_abort(Dist *d, const char *why) {
+    fprintf(stderr, "moe: %s; ending the run\n", why);
+    fflush(stderr);
+    exit(1);
+}
+
+#endif /* !MOE_HAVE_MPI */

@@ -1,0 +1,556 @@
+/*
+ * dist_mpi.c: the process grid and its collectives over MPI (the MOE_HAVE_MPI=1 build).
+ *
+ * Every collective here is made of point-to-point messages (MPI_Isend / MPI_Irecv) and one
+ * wait loop, instead of MPI_Allreduce or MPI_Alltoallv, for three reasons:
+ *   - no silent hangs: the loop has a deadline (timeout_s without progress) and knows, request
+ *     by request, which peer has not answered, so the job ends with a message naming it
+ *     rather than waiting forever inside the MPI library;
+ *   - passive waiting: the loop sleeps 100 us between polls, so ranks oversubscribed on a few
+ *     cores (tests, laptops) hand their core to the rank that has work instead of spinning;
+ *   - a reduction order we choose: sums are taken at member 0 of the group in member order
+ *     ((x_0 + x_1) + x_2) + ..., so the result depends on the group size only, never on the
+ *     order messages arrive in, and runs repeat bit for bit.
+ * The patterns are linear (member 0 talks to P - 1 peers): right for the handful of ranks this
+ * project runs; a tree or ring would save time, and would keep the results if it kept the order.
+ *
+ * Communicators: a duplicate of MPI_COMM_WORLD (our tags never meet another library's) and
+ * two splits of it, EP rows (colour dp_rank, key ep_rank) and DP columns (colour ep_rank, key
+ * dp_rank), so a member's index in a group is its ep_rank or dp_rank. Each collective has its
+ * own tag: ranks that call collectives in different orders (a bug) never match each other's
+ * messages; they time out and say so.
+ *
+ * Blocking MPI calls remain only at the edges: MPI_Init, the two MPI_Comm_split at start
+ * (bounded by a timer, startup_watch) and MPI_Finalize (preceded by a timed barrier, so a peer
+ * lost at the end is named too).
+ */
+#if MOE_HAVE_MPI
+#include "parallel/dist.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/util.h"
+
+enum {
+    TAG_REDUCE_UP = 101,   /* member -> member 0: the addend */
+    TAG_REDUCE_DOWN = 102, /* member 0 -> member: the sum */
+    TAG_ALLTOALL_I = 103,
+    TAG_ALLTOALLV_F = 104,
+    TAG_BROADCAST = 105,
+    TAG_GATHER = 106,
+    TAG_BARRIER_UP = 107,
+    TAG_BARRIER_DOWN = 108,
+};
+
+/* Elements per message of an allreduce: member 0 holds (P - 1) chunks of addends at once, so a
+ * gradient of any size costs at most (P - 1) x 8 MiB of scratch, not (P - 1) copies of itself. */
+#define REDUCE_CHUNK ((size_t)1 << 20)
+
+typedef struct {
+    MPI_Comm comm[3]; /* indexed by DistGroup: world duplicate, EP row, DP column */
+    int owns_mpi;     /* 1 when dist_init called MPI_Init, so dist_finalize ends it */
+    /* Scratch of one wait (at most 2 requests per peer): req[i] talks to world rank peer[i];
+     * a receive must bring want[i] elements, a send has want[i] = -1. */
+    MPI_Request *req;
+    MPI_Status *st;
+    int *peer, *want, *done_idx;
+    int nreq;
+    char *reduce_buf;  /* member 0's addends of one chunk: (P - 1) x chunk elements */
+    size_t reduce_cap; /* its bytes, grown on demand */
+} DistMpi;
+
+static DistMpi *impl_of(const Dist *d) {
+    if (d == NULL || d->impl == NULL)
+        moe_fatal("dist: a collective before dist_init (or after dist_finalize)");
+    return (DistMpi *)d->impl;
+}
+
+static MOE_NORETURN void end_job(void) {
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1); /* MPI_Abort does not return; this is for the compiler */
+}
+
+/* With MPI_ERRORS_RETURN an MPI failure (a peer's connection lost, a truncated message) comes
+ * back here as a code: say where, then end the whole job rather than leave peers waiting. */
+static void mpi_check(const Dist *d, int rc, const char *op) {
+    if (rc == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", rc);
+    fprintf(stderr,
+            "moe: rank %d: MPI error in the %s: %s; a process has probably died; ending the job\n",
+            d->rank, op, text);
+    end_job();
+}
+
+int dist_available(void) {
+    return 1;
+}
+
+int dist_group_size(const Dist *d, DistGroup g) {
+    return g == DIST_EP ? d->ep : g == DIST_DP ? d->dp : d->world;
+}
+
+int dist_group_rank(const Dist *d, DistGroup g) {
+    return g == DIST_EP ? d->ep_rank : g == DIST_DP ? d->dp_rank : d->rank;
+}
+
+/* World rank of member p of this rank's group g (the table of dist.h: rank = dp_rank ep +
+ * ep_rank), for messages that name peers the way mpirun numbers them. */
+static int world_of(const Dist *d, DistGroup g, int p) {
+    return g == DIST_EP ? d->dp_rank * d->ep + p : g == DIST_DP ? p * d->ep + d->ep_rank : p;
+}
+
+/* MPI counts are int: larger buffers are a caller's mistake worth a clear stop. */
+static int count_of(Dist *d, size_t n, const char *op) {
+    if (n > (size_t)INT_MAX) dist_abort(d, op); /* op says which call and what to do */
+    return (int)n;
+}
+
+static double stats_begin(void) {
+    return now_seconds();
+}
+
+static void stats_end(Dist *d, double t0, uint64_t sent, uint64_t recvd) {
+    d->stats.bytes_sent += sent;
+    d->stats.bytes_recv += recvd;
+    d->stats.seconds += now_seconds() - t0;
+    d->stats.calls++;
+}
+
+/* ---- requests and the wait loop ---------------------------------------------------------- */
+
+static void post_recv(Dist *d, DistGroup g, void *buf, int n, MPI_Datatype type, int p, int tag,
+                      const char *op) {
+    DistMpi *m = impl_of(d);
+    int i = m->nreq++;
+    mpi_check(d, MPI_Irecv(buf, n, type, p, tag, m->comm[g], &m->req[i]), op);
+    m->peer[i] = world_of(d, g, p);
+    m->want[i] = n;
+}
+
+static void post_send(Dist *d, DistGroup g, const void *buf, int n, MPI_Datatype type, int p,
+                      int tag, const char *op) {
+    DistMpi *m = impl_of(d);
+    int i = m->nreq++;
+    mpi_check(d, MPI_Isend(buf, n, type, p, tag, m->comm[g], &m->req[i]), op);
+    m->peer[i] = world_of(d, g, p);
+    m->want[i] = -1;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* The peers of the requests still open: those we wait to hear from (receives), or, when every
+ * receive is in, those that have not taken our sends. Sorted, each once, as "1, 3". */
+static MOE_NORETURN void abort_timeout(const Dist *d, const char *op, double waited) {
+    const DistMpi *m = d->impl;
+    int *ranks = malloc_check((size_t)(m->nreq + 1) * sizeof(int));
+    int n = 0;
+    for (int pass = 0; pass < 2 && n == 0; pass++)
+        for (int i = 0; i < m->nreq; i++)
+            if (m->req[i] != MPI_REQUEST_NULL && (pass == 1 || m->want[i] >= 0))
+                ranks[n++] = m->peer[i];
+    qsort(ranks, (size_t)n, sizeof(int), cmp_int);
+    char list[512] = "";
+    size_t used = 0;
+    for (int i = 0; i < n && used + 16 < sizeof list; i++) {
+        if (i > 0 && ranks[i] == ranks[i - 1]) continue;
+        used +=
+            (size_t)snprintf(list + used, sizeof list - used, "%s%d", used ? ", " : "", ranks[i]);
+    }
+    fprintf(stderr,
+            "moe: rank %d: no answer from rank(s) %s (world ranks) in the %s after %.1f s; a "
+            "process has stopped or died; ending the job (dist timeout %.0f s)\n",
+            d->rank, list, op, waited, d->timeout_s);
+    free(ranks);
+    end_job();
+}
+
+/* Wait for every posted request. The clock restarts whenever one completes, so timeout_s is
+ * the longest silence tolerated, not a limit on how long a big exchange may take. A receive
+ * that brings another number of elements than posted means the ranks disagree on the counts
+ * of the exchange: stop with both numbers rather than compute with half a message. */
+static void wait_for(Dist *d, const char *op, MPI_Datatype type, double patience) {
+    DistMpi *m = impl_of(d);
+    const struct timespec nap = {0, 100000}; /* 100 us */
+    double start = now_seconds(), last = start;
+    int left = m->nreq;
+    while (left > 0) {
+        int got = 0;
+        int rc = MPI_Testsome(m->nreq, m->req, &got, m->done_idx, m->st);
+        if (rc == MPI_ERR_IN_STATUS)
+            for (int k = 0; k < got; k++)
+                if (m->st[k].MPI_ERROR != MPI_SUCCESS) rc = m->st[k].MPI_ERROR;
+        mpi_check(d, rc, op);
+        if (got == MPI_UNDEFINED) break; /* no active request left */
+        for (int k = 0; k < got; k++) {
+            int i = m->done_idx[k], elems = 0;
+            if (m->want[i] < 0) continue;
+            mpi_check(d, MPI_Get_count(&m->st[k], type, &elems), op);
+            if (elems != m->want[i]) {
+                fprintf(stderr,
+                        "moe: rank %d: rank %d sent %d elements in the %s, %d were expected: the "
+                        "ranks disagree on the counts of the exchange; ending the job\n",
+                        d->rank, m->peer[i], elems, op, m->want[i]);
+                end_job();
+            }
+        }
+        left -= got;
+        if (left == 0) break;
+        double now = now_seconds();
+        if (got > 0)
+            last = now;
+        else if (now - last > patience * d->timeout_s)
+            abort_timeout(d, op, now - start);
+        else
+            nanosleep(&nap, NULL);
+    }
+    m->nreq = 0;
+}
+
+static void wait_all(Dist *d, const char *op, MPI_Datatype type) {
+    wait_for(d, op, type, 1.0);
+}
+
+/* Who is to blame when a rank stops: the rank that waits for it directly can name it; one
+ * that waits for a rank that is itself waiting would name the wrong one. So the waits are
+ * tiered by how far they are from the peer they depend on, and the nearest times out first:
+ *   1 x timeout    a message straight from the peer (all-to-alls, a broadcast's receivers);
+ *   1.5 x timeout  member 0 of a sum, barrier or gather, collecting from every member (one
+ *                  of them may be stuck in an exchange with the stopped rank);
+ *   2 x timeout    the other members of a sum or barrier, waiting for member 0, which
+ *                  itself waits for all of them.
+ * The first message ends the job (MPI_Abort) before the later deadlines come. */
+static void wait_hub_root(Dist *d, const char *op, MPI_Datatype type) {
+    wait_for(d, op, type, 1.5);
+}
+
+static void wait_hub(Dist *d, const char *op, MPI_Datatype type) {
+    wait_for(d, op, type, 2.0);
+}
+
+/* ---- start and end ----------------------------------------------------------------------- */
+
+/* MPI_Init and the communicator splits block until every process of the job has reached
+ * them, with no timeout of their own: a process that never starts, or stops on the way, would
+ * hang the others forever. A timer (SIGALRM) bounds that start: when it fires, the process
+ * says so on stderr, with the only rank it can know then (the launcher's environment), and
+ * exits non-zero, which makes mpirun end the whole job. The handler uses write() and _exit()
+ * only, the calls that are safe inside a signal handler. */
+static char startup_msg[400];
+static size_t startup_len;
+static struct sigaction startup_old;
+
+static void startup_expired(int sig) {
+    (void)sig;
+    ssize_t w = write(STDERR_FILENO, startup_msg, startup_len);
+    (void)w;
+    _exit(1);
+}
+
+static void startup_watch(double timeout_s) {
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (!rank) rank = getenv("PMIX_RANK");
+    if (!rank) rank = getenv("PMI_RANK");
+    int n = snprintf(startup_msg, sizeof startup_msg,
+                     "moe: rank %s: the start of the job (MPI_Init, the process grid) did not "
+                     "finish within %.0f s: a process of the job did not start or has stopped; "
+                     "ending the job (dist timeout %.0f s)\n",
+                     rank ? rank : "?", timeout_s, timeout_s);
+    startup_len = n > 0 && (size_t)n < sizeof startup_msg ? (size_t)n : 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = startup_expired;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, &startup_old);
+    struct itimerval t = {
+        {0, 0}, {(time_t)timeout_s, (suseconds_t)((timeout_s - (time_t)timeout_s) * 1e6)}};
+    if (t.it_value.tv_sec == 0 && t.it_value.tv_usec == 0) t.it_value.tv_usec = 1;
+    setitimer(ITIMER_REAL, &t, NULL);
+}
+
+static void startup_done(void) {
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &off, NULL);
+    sigaction(SIGALRM, &startup_old, NULL);
+}
+
+int dist_init(Dist *d, int *argc, char ***argv, int ep, double timeout_s, char *err, int errlen) {
+    memset(d, 0, sizeof *d);
+    int inited = 0, owns = 0, provided = 0;
+    if (timeout_s <= 0) timeout_s = 60.0;
+    startup_watch(timeout_s);
+    MPI_Initialized(&inited);
+    if (!inited) {
+        /* FUNNELED: OpenMP threads run inside a rank, only the main thread calls MPI. */
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+            startup_done();
+            return set_error(err, errlen,
+                             "MPI_Init failed: start the program with mpirun -np N (Open MPI), "
+                             "or use the build without MPI");
+        }
+        owns = 1;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int world = 1, rank = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (ep < 1 || world % ep != 0) {
+        /* Every rank reaches the same verdict from the same numbers, so each can end MPI
+         * cleanly and exit with the message, without waiting on the others. */
+        if (owns) MPI_Finalize();
+        startup_done();
+        if (ep < 1)
+            return set_error(err, errlen,
+                             "dist.ep=%d: the number of expert-parallel processes must be 1 or "
+                             "more: set dist.ep to a divisor of the %d processes",
+                             ep, world);
+        return set_error(err, errlen,
+                         "dist.ep=%d does not divide the %d processes: run with mpirun -np %d "
+                         "or %d, or set dist.ep to a divisor of %d",
+                         ep, world, ep, 2 * ep, world);
+    }
+    d->rank = rank;
+    d->world = world;
+    d->ep = ep;
+    d->dp = world / ep;
+    d->ep_rank = rank % ep;
+    d->dp_rank = rank / ep;
+    d->timeout_s = timeout_s > 0 ? timeout_s : 60.0;
+
+    DistMpi *m = calloc_check(1, sizeof *m);
+    m->owns_mpi = owns;
+    mpi_check(d, MPI_Comm_dup(MPI_COMM_WORLD, &m->comm[DIST_WORLD]), "dist_init");
+    mpi_check(d, MPI_Comm_set_errhandler(m->comm[DIST_WORLD], MPI_ERRORS_RETURN), "dist_init");
+    mpi_check(d, MPI_Comm_split(m->comm[DIST_WORLD], d->dp_rank, d->ep_rank, &m->comm[DIST_EP]),
+              "dist_init");
+    mpi_check(d, MPI_Comm_split(m->comm[DIST_WORLD], d->ep_rank, d->dp_rank, &m->comm[DIST_DP]),
+              "dist_init");
+    for (int g = DIST_EP; g <= DIST_DP; g++) {
+        mpi_check(d, MPI_Comm_set_errhandler(m->comm[g], MPI_ERRORS_RETURN), "dist_init");
+        int size = 0, r = 0;
+        MPI_Comm_size(m->comm[g], &size);
+        MPI_Comm_rank(m->comm[g], &r);
+        if (size != dist_group_size(d, (DistGroup)g) || r != dist_group_rank(d, (DistGroup)g))
+            moe_fatal("dist_init: group %d has size %d rank %d, the grid says %d and %d", g, size,
+                      r, dist_group_size(d, (DistGroup)g), dist_group_rank(d, (DistGroup)g));
+    }
+    size_t cap = 2 * (size_t)world + 2;
+    m->req = malloc_check(cap * sizeof *m->req);
+    m->st = malloc_check(cap * sizeof *m->st);
+    m->peer = malloc_check(cap * sizeof *m->peer);
+    m->want = malloc_check(cap * sizeof *m->want);
+    m->done_idx = malloc_check(cap * sizeof *m->done_idx);
+    d->impl = m;
+    startup_done(); /* from here on every wait has its own deadline */
+    return 0;
+}
+
+void dist_finalize(Dist *d) {
+    if (d == NULL || d->impl == NULL) return;
+    dist_barrier(d); /* a peer that died since the last collective is named here, not hung on */
+    DistMpi *m = d->impl;
+    for (int g = DIST_DP; g >= DIST_WORLD; g--) MPI_Comm_free(&m->comm[g]);
+    if (m->owns_mpi) MPI_Finalize();
+    free(m->req);
+    free(m->st);
+    free(m->peer);
+    free(m->want);
+    free(m->done_idx);
+    free(m->reduce_buf);
+    free(m);
+    d->impl = NULL;
+}
+
+void dist_abort(Dist *d, const char *why) {
+    fprintf(stderr, "moe: rank %d: %s; ending the job\n", d != NULL ? d->rank : 0, why);
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (inited && !finalized) end_job();
+    exit(1);
+}
+
+/* ---- sums -------------------------------------------------------------------------------- */
+
+/* x (n elements of elem bytes, float or double) summed over group g in place. Chunk by chunk:
+ * members send to member 0; member 0 adds the addends in member order into its own x, then
+ * sends the sum back. Bytes: member 0 sends and receives (P - 1) n elem, the others n elem. */
+static void allreduce_sum(Dist *d, DistGroup g, void *x, size_t n, int is_double, const char *op) {
+    double t0 = stats_begin();
+    DistMpi *m = impl_of(d);
+    int P = dist_group_size(d, g), me = dist_group_rank(d, g);
+    size_t elem = is_double ? sizeof(double) : sizeof(float);
+    MPI_Datatype type = is_double ? MPI_DOUBLE : MPI_FLOAT;
+    uint64_t bytes = 0;
+    size_t chunk = n < REDUCE_CHUNK ? n : REDUCE_CHUNK;
+    if (P > 1 && me == 0 && (size_t)(P - 1) * chunk * elem > m->reduce_cap) {
+        free(m->reduce_buf);
+        m->reduce_cap = (size_t)(P - 1) * chunk * elem;
+        m->reduce_buf = malloc_check(m->reduce_cap);
+    }
+    for (size_t off = 0; P > 1 && off < n; off += chunk) {
+        size_t len = n - off < chunk ? n - off : chunk;
+        char *xs = (char *)x + off * elem;
+        if (me == 0) {
+            /* the addend of member p at reduce_buf + (p - 1) chunk elements */
+            for (int p = 1; p < P; p++)
+                post_recv(d, g, m->reduce_buf + (size_t)(p - 1) * chunk * elem, (int)len, type, p,
+                          TAG_REDUCE_UP, op);
+            wait_hub_root(d, op, type);
+            for (int p = 1; p < P; p++) {
+                const char *b = m->reduce_buf + (size_t)(p - 1) * chunk * elem;
+                if (is_double)
+                    for (size_t i = 0; i < len; i++) ((double *)xs)[i] += ((const double *)b)[i];
+                else
+                    for (size_t i = 0; i < len; i++) ((float *)xs)[i] += ((const float *)b)[i];
+            }
+            for (int p = 1; p < P; p++) post_send(d, g, xs, (int)len, type, p, TAG_REDUCE_DOWN, op);
+            wait_hub_root(d, op, type);
+            bytes += (uint64_t)(P - 1) * len * elem;
+        } else {
+            /* The send must be complete before the sum overwrites the same buffer. */
+            post_send(d, g, xs, (int)len, type, 0, TAG_REDUCE_UP, op);
+            wait_hub(d, op, type);
+            post_recv(d, g, xs, (int)len, type, 0, TAG_REDUCE_DOWN, op);
+            wait_hub(d, op, type);
+            bytes += (uint64_t)len * elem;
+        }
+    }
+    stats_end(d, t0, bytes, bytes);
+}
+
+void dist_allreduce_sum_f(Dist *d, DistGroup g, float *x, size_t n) {
+    allreduce_sum(d, g, x, n, 0, "allreduce_sum_f");
+}
+
+void dist_allreduce_sum_d(Dist *d, DistGroup g, double *x, size_t n) {
+    allreduce_sum(d, g, x, n, 1, "allreduce_sum_d");
+}
+
+/* ---- all-to-all inside the EP row --------------------------------------------------------- */
+
+void dist_alltoall_i(Dist *d, const int *send, int *recv, int count) {
+    double t0 = stats_begin();
+    int P = d->ep, me = d->ep_rank;
+    if (count > 0)
+        memcpy(recv + (size_t)me * count, send + (size_t)me * count, (size_t)count * sizeof(int));
+    for (int p = 0; p < P; p++)
+        if (p != me)
+            post_recv(d, DIST_EP, recv + (size_t)p * count, count, MPI_INT, p, TAG_ALLTOALL_I,
+                      "alltoall_i");
+    for (int p = 0; p < P; p++)
+        if (p != me)
+            post_send(d, DIST_EP, send + (size_t)p * count, count, MPI_INT, p, TAG_ALLTOALL_I,
+                      "alltoall_i");
+    wait_all(d, "alltoall_i", MPI_INT);
+    uint64_t bytes = (uint64_t)(P - 1) * (uint64_t)count * sizeof(int);
+    stats_end(d, t0, bytes, bytes);
+}
+
+/* A message goes to every peer even when its count is 0: each exchange then hears from the
+ * whole row (a dead peer is named at the next exchange, whatever the routing did) and checks
+ * that sender and receiver agree on every count. */
+void dist_alltoallv_f(Dist *d, const float *send, const int *send_counts, const int *send_displs,
+                      float *recv, const int *recv_counts, const int *recv_displs) {
+    double t0 = stats_begin();
+    int P = d->ep, me = d->ep_rank;
+    if (send_counts[me] != recv_counts[me]) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 "alltoallv_f: %d floats to itself but %d expected from itself: the counts of "
+                 "the exchange disagree",
+                 send_counts[me], recv_counts[me]);
+        dist_abort(d, why);
+    }
+    if (recv_counts[me] > 0)
+        memcpy(recv + recv_displs[me], send + send_displs[me],
+               (size_t)recv_counts[me] * sizeof(float));
+    uint64_t sent = 0, got = 0;
+    for (int p = 0; p < P; p++)
+        if (p != me) {
+            post_recv(d, DIST_EP, recv + recv_displs[p], recv_counts[p], MPI_FLOAT, p,
+                      TAG_ALLTOALLV_F, "alltoallv_f");
+            got += (uint64_t)recv_counts[p] * sizeof(float);
+        }
+    for (int p = 0; p < P; p++)
+        if (p != me) {
+            post_send(d, DIST_EP, send + send_displs[p], send_counts[p], MPI_FLOAT, p,
+                      TAG_ALLTOALLV_F, "alltoallv_f");
+            sent += (uint64_t)send_counts[p] * sizeof(float);
+        }
+    wait_all(d, "alltoallv_f", MPI_FLOAT);
+    stats_end(d, t0, sent, got);
+}
+
+/* ---- one to all, all to one --------------------------------------------------------------- */
+
+void dist_broadcast_f(Dist *d, DistGroup g, float *x, size_t n) {
+    double t0 = stats_begin();
+    int P = dist_group_size(d, g), me = dist_group_rank(d, g);
+    int cnt = count_of(d, n, "broadcast_f: more than 2^31 - 1 floats in one call: split it");
+    uint64_t sent = 0, got = 0;
+    if (me == 0) {
+        for (int p = 1; p < P; p++)
+            post_send(d, g, x, cnt, MPI_FLOAT, p, TAG_BROADCAST, "broadcast_f");
+        sent = (uint64_t)(P - 1) * n * sizeof(float);
+    } else {
+        post_recv(d, g, x, cnt, MPI_FLOAT, 0, TAG_BROADCAST, "broadcast_f");
+        got = (uint64_t)n * sizeof(float);
+    }
+    wait_all(d, "broadcast_f", MPI_FLOAT);
+    stats_end(d, t0, sent, got);
+}
+
+void dist_gather_f(Dist *d, const float *x, size_t n, float *out) {
+    double t0 = stats_begin();
+    int P = d->ep, me = d->ep_rank;
+    int cnt = count_of(d, n, "gather_f: more than 2^31 - 1 floats in one call: split it");
+    uint64_t sent = 0, got = 0;
+    if (me == 0) {
+        if (n > 0) memcpy(out, x, n * sizeof(float));
+        for (int p = 1; p < P; p++)
+            post_recv(d, DIST_EP, out + (size_t)p * n, cnt, MPI_FLOAT, p, TAG_GATHER, "gather_f");
+        got = (uint64_t)(P - 1) * n * sizeof(float);
+        wait_hub_root(d, "gather_f", MPI_FLOAT);
+    } else {
+        post_send(d, DIST_EP, x, cnt, MPI_FLOAT, 0, TAG_GATHER, "gather_f");
+        sent = (uint64_t)n * sizeof(float);
+        wait_all(d, "gather_f", MPI_FLOAT);
+    }
+    stats_end(d, t0, sent, got);
+}
+
+/* Empty messages: every rank reports to rank 0 (which names whoever is missing), then rank 0
+ * releases them all. */
+void dist_barrier(Dist *d) {
+    double t0 = stats_begin();
+    if (d->rank == 0) {
+        for (int p = 1; p < d->world; p++)
+            post_recv(d, DIST_WORLD, NULL, 0, MPI_BYTE, p, TAG_BARRIER_UP, "barrier");
+        wait_hub_root(d, "barrier", MPI_BYTE);
+        for (int p = 1; p < d->world; p++)
+            post_send(d, DIST_WORLD, NULL, 0, MPI_BYTE, p, TAG_BARRIER_DOWN, "barrier");
+        wait_hub_root(d, "barrier", MPI_BYTE);
+    } else {
+        post_send(d, DIST_WORLD, NULL, 0, MPI_BYTE, 0, TAG_BARRIER_UP, "barrier");
+        wait_hub(d, "barrier", MPI_BYTE);
+        post_recv(d, DIST_WORLD, NULL, 0, MPI_BYTE, 0, TAG_BARRIER_DOWN, "barrier");
+        wait_hub(d, "barrier", MPI_BYTE);
+    }
+    stats_end(d, t0, 0, 0);
+}
+
+#endif /* MOE_HAVE_MPI */

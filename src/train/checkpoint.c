@@ -1,0 +1,213 @@
+/* checkpoint.c: see checkpoint.h. */
+#include "train/checkpoint.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/tensorfile.h"
+
+static const char *const KINDS[3] = {"param", "adam_m", "adam_v"};
+
+static float *kind_buffer(const Model *m, int kind) {
+    return kind == 0 ? m->params : kind == 1 ? m->m : m->v;
+}
+
+/* Experts per process: num_experts / dist.ep with expert parallelism, else all of them (1). */
+static int expert_share(const Model *m) {
+    return m->dist ? m->dist->ep : 1;
+}
+
+int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, char *err,
+                    int errlen) {
+    const ParamTable *pt = &m->pt;
+    const int share = expert_share(m);
+    /* expert parallelism: each stacked expert tensor is gathered, in member order, from the
+     * expert-parallel group, so the file holds all E experts as one process would write them;
+     * every process takes part, the first one writes */
+    float **gathered = (float **)calloc_check((size_t)3 * pt->n + 1, sizeof(float *));
+    if (share > 1)
+        for (int kind = 0; kind < 3; kind++)
+            for (int i = 0; i < pt->n; i++) {
+                const ParamTensor *t = &pt->t[i];
+                if (!t->expert_dim) continue;
+                float *full = m->dist->ep_rank == 0 ? floats_alloc(t->numel * share) : NULL;
+                dist_gather_f(m->dist, kind_buffer(m, kind) + t->offset, t->numel, full);
+                gathered[kind * pt->n + i] = full;
+            }
+    if (m->dist && m->dist->rank != 0) {
+        for (int j = 0; j < 3 * pt->n; j++) free(gathered[j]);
+        free(gathered);
+        return 0;
+    }
+    int n = 3 * pt->n + 2 + m->n_moe;
+    TensorRef *e = (TensorRef *)calloc_check((size_t)n, sizeof(TensorRef));
+    int k = 0;
+    for (int kind = 0; kind < 3; kind++)
+        for (int i = 0; i < pt->n; i++, k++) {
+            const ParamTensor *t = &pt->t[i];
+            const float *full = gathered[kind * pt->n + i];
+            snprintf(e[k].name, sizeof e[k].name, "%s/%s", KINDS[kind], t->name);
+            e[k].dtype = TENSOR_F32;
+            e[k].ndim = t->ndim;
+            memcpy(e[k].shape, t->shape, sizeof(t->shape));
+            if (full) e[k].shape[0] *= share;
+            e[k].nbytes = t->numel * (full ? (size_t)share : 1) * sizeof(float);
+            e[k].data = full ? full : kind_buffer(m, kind) + t->offset;
+        }
+    Rng zero = {{0, 0, 0, 0}};
+    snprintf(e[k].name, sizeof e[k].name, "rng/loader");
+    e[k].dtype = TENSOR_U8;
+    e[k].ndim = 1;
+    e[k].shape[0] = (int)sizeof(Rng);
+    e[k].nbytes = sizeof(Rng);
+    e[k].data = loader_rng ? loader_rng : &zero;
+    k++;
+    snprintf(e[k].name, sizeof e[k].name, "rng/router");
+    e[k].dtype = TENSOR_U8;
+    e[k].ndim = 1;
+    e[k].shape[0] = (int)sizeof(Rng);
+    e[k].nbytes = sizeof(Rng);
+    e[k].data = &m->router_rng;
+    k++;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        if (!m->blocks[l].router_bias) continue;
+        snprintf(e[k].name, sizeof e[k].name, "router_bias/layers.%d", l);
+        e[k].dtype = TENSOR_F32;
+        e[k].ndim = 1;
+        e[k].shape[0] = m->cfg.num_experts;
+        e[k].nbytes = (size_t)m->cfg.num_experts * sizeof(float);
+        e[k].data = m->blocks[l].router_bias;
+        k++;
+    }
+
+    char *text = config_to_text(&m->cfg);
+    int rc = ckpt_write(path, (uint64_t)m->step, text, e, n, err, errlen);
+    free(text);
+    free(e);
+    for (int j = 0; j < 3 * pt->n; j++) free(gathered[j]);
+    free(gathered);
+    return rc;
+}
+
+static int parse_config_text(const char *text, const char *path, Config *c, char *err, int errlen) {
+    config_defaults(c);
+    char *copy = strdup(text);
+    if (!copy) moe_fatal("out of memory");
+    int rc = 0, line_no = 0;
+    for (char *save = NULL, *line = strtok_r(copy, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        line_no++;
+        if (line[0] == '#' || line[0] == '\0') continue;
+        char msg[512];
+        if (config_set(c, line, msg, sizeof msg) != 0) {
+            snprintf(err, (size_t)errlen,
+                     "checkpoint %s: stored setting %d is not valid in this build (%s); "
+                     "was it written by another version of moe.c?",
+                     path, line_no, msg);
+            rc = -1;
+            break;
+        }
+    }
+    free(copy);
+    return rc;
+}
+
+/* The file (ckpt_read checks its format) and its stored settings; a run saves at most at its
+ * own train.steps, so a larger step is damage (or a file of another program). */
+static int read_with_config(Ckpt *ck, Config *c, const char *path, char *err, int errlen) {
+    if (ckpt_read(ck, path, err, errlen) != 0) return -1;
+    int rc = parse_config_text(ck->config_text, path, c, err, errlen);
+    if (rc == 0 && ck->step > (uint64_t)c->steps)
+        rc = set_error(err, errlen,
+                       "checkpoint %s claims step %llu but its settings stop at train.steps=%d; "
+                       "the file is damaged: use an earlier checkpoint or retrain",
+                       path, (unsigned long long)ck->step, c->steps);
+    if (rc != 0) ckpt_free(ck);
+    return rc;
+}
+
+int checkpoint_config(const char *path, Config *c, char *err, int errlen) {
+    Ckpt ck;
+    if (read_with_config(&ck, c, path, err, errlen) != 0) return -1;
+    ckpt_free(&ck);
+    return 0;
+}
+
+int checkpoint_load(Model *m, Rng *loader_rng, const char *path, int with_optimizer, char *err,
+                    int errlen) {
+    Ckpt ck;
+    Config stored;
+    if (read_with_config(&ck, &stored, path, err, errlen) != 0) return -1;
+    int rc = 0;
+    char why[256];
+    if (!config_same_shape(&stored, &m->cfg, why, sizeof why)) {
+        snprintf(err, (size_t)errlen,
+                 "checkpoint %s is for a model of another shape: %s. Use the checkpoint's own "
+                 "settings (drop the --set that changes the shape) or train a new run",
+                 path, why);
+        rc = -1;
+    }
+    const ParamTable *pt = &m->pt;
+    const int share = expert_share(m);
+    for (int kind = 0; rc == 0 && kind < (with_optimizer ? 3 : 1); kind++)
+        for (int i = 0; rc == 0 && i < pt->n; i++) {
+            const ParamTensor *t = &pt->t[i];
+            char name[TENSOR_NAME_MAX];
+            snprintf(name, sizeof name, "%s/%s", KINDS[kind], t->name);
+            const TensorRef *e = ckpt_find(&ck, name);
+            /* the file holds all experts; an expert-parallel member takes its consecutive
+             * share, from expert ep_rank * (E / ep) */
+            const size_t parts = t->expert_dim ? (size_t)share : 1;
+            const size_t skip =
+                t->expert_dim && share > 1 ? (size_t)m->dist->ep_rank * t->numel : 0;
+            if (!e || e->dtype != TENSOR_F32 || e->nbytes != parts * t->numel * sizeof(float)) {
+                snprintf(err, (size_t)errlen,
+                         "checkpoint %s: tensor %s is %s; the checkpoint was written by a "
+                         "model of another shape or version",
+                         path, name, e ? "of another size" : "missing");
+                rc = -1;
+                break;
+            }
+            memcpy(kind_buffer(m, kind) + t->offset, (const float *)e->data + skip,
+                   t->numel * sizeof(float));
+        }
+    if (rc == 0 && with_optimizer) {
+        const TensorRef *r = ckpt_find(&ck, "rng/loader");
+        if (!r || r->nbytes != sizeof(Rng)) {
+            snprintf(err, (size_t)errlen, "checkpoint %s has no data-loader state (rng/loader)",
+                     path);
+            rc = -1;
+        } else {
+            if (loader_rng) memcpy(loader_rng, r->data, sizeof(Rng));
+            m->step = (int)ck.step;
+            /* the router's noise stream; a checkpoint from before it existed keeps the
+             * freshly seeded one */
+            const TensorRef *rr = ckpt_find(&ck, "rng/router");
+            if (rr && rr->nbytes == sizeof(Rng)) memcpy(&m->router_rng, rr->data, sizeof(Rng));
+        }
+    }
+    /* aux-free biases steer routing at inference too, so they load with the weights. A
+     * checkpoint without them (written before aux-free balancing existed) leaves them 0,
+     * which is where an aux-free run starts. */
+    for (int l = 0; rc == 0 && l < m->cfg.n_layer; l++) {
+        float *bias = m->blocks[l].router_bias;
+        if (!bias) continue;
+        char name[TENSOR_NAME_MAX];
+        snprintf(name, sizeof name, "router_bias/layers.%d", l);
+        const TensorRef *e = ckpt_find(&ck, name);
+        if (!e) continue;
+        if (e->dtype != TENSOR_F32 || e->nbytes != (size_t)m->cfg.num_experts * sizeof(float)) {
+            snprintf(err, (size_t)errlen,
+                     "checkpoint %s: %s is not %d floats; the checkpoint was written by a model "
+                     "of another shape or version",
+                     path, name, m->cfg.num_experts);
+            rc = -1;
+            break;
+        }
+        memcpy(bias, e->data, e->nbytes);
+    }
+    if (!with_optimizer) m->step = 0;
+    ckpt_free(&ck);
+    return rc;
+}
