@@ -106,6 +106,12 @@ rc=$?
 [ $rc -eq 0 ] && grep -q '"attention": "reference"' "$tmp/ref.json" && grep -q '"tokens_per_s"' "$tmp/ref.json"
 check "--reference-attention runs and is named in the JSON" $? "exit $rc"
 
+# ---- and the reference backend: the same config on cpu-ref
+"$moe" bench --config test --steps 1 --warmup 0 --json --device cpu-ref > "$tmp/dev.json" 2> /dev/null
+rc=$?
+[ $rc -eq 0 ] && grep -q '"device": "cpu-ref"' "$tmp/dev.json" && grep -q '"tokens_per_s"' "$tmp/dev.json"
+check "--device cpu-ref runs and is named in the JSON" $? "exit $rc"
+
 # ---- 3. bad options ---------------------------------------------------------------------------
 echo "test_bench: bad options"
 expect_usage() { # LABEL PATTERN ARGS...: exit 2, PATTERN on stderr, nothing on stdout
@@ -116,6 +122,7 @@ expect_usage() { # LABEL PATTERN ARGS...: exit 2, PATTERN on stderr, nothing on 
     [ $rc -eq 2 ] && grep -q -- "$pattern" "$tmp/e.txt" && [ ! -s "$tmp/o.txt" ]
     check "$label" $? "exit $rc, stderr: $(head -n 2 "$tmp/e.txt")"
 }
+expect_usage "--device of a backend this build lacks" "no backend 'gpu'" --device gpu
 expect_usage "unknown option" "unknown option '--fast'" --fast
 expect_usage "unknown config names the choices" "tiny, tiny-dense, small and small-dense" \
     --config huge

@@ -214,18 +214,18 @@ static void block_run(BlockRun *r, const BlockData *d, const MoeHyper *hp) {
     MoeWeights wt = {.router = d->Wr, .Wg = d->Wg, .Wu = d->Wu, .Wd = d->Wd};
     MoeActs a;
     MoeScratch s;
-    moe_acts_alloc(&a, hp, GN);
-    moe_scratch_alloc(&s, hp, GN);
+    moe_acts_alloc(&backend_cpu, &a, hp, GN);
+    moe_scratch_alloc(&backend_cpu, &s, hp, GN);
     /* scratch as a previous block may leave it: NaN. A padding row's dye must be written (0),
      * or NaN * h = NaN reaches the expert weight gradients */
     for (size_t i = 0; i < moe_slots_max(hp, GN) * GC; i++) s.dye[i] = NAN;
     memset(r, 0, sizeof(*r));
     MoeGrads gr = {r->gWr, r->gWg, r->gWu, r->gWd};
-    moe_block_forward(r->y, &a, d->x, &wt, hp, GN);
-    moe_block_backward(r->dx, &gr, d->R, &a, d->x, &wt, hp, &s, 1.0f);
+    moe_block_forward(&backend_cpu, r->y, &a, d->x, &wt, hp, GN);
+    moe_block_backward(&backend_cpu, r->dx, &gr, d->R, &a, d->x, &wt, hp, &s, 1.0f);
     for (int j = 0; j < GN * GK; j++) r->dropped += a.plan.slot[j] < 0;
-    moe_scratch_free(&s);
-    moe_acts_free(&a);
+    moe_scratch_free(&backend_cpu, &s);
+    moe_acts_free(&backend_cpu, &a);
 }
 
 static void expect_same_run(const BlockRun *a, const BlockRun *b, const char *what) {
@@ -251,15 +251,15 @@ START_TEST(test_dropped_token_output_is_zero) {
     MoeHyper hp = cap_hyper(C, E, K, F, 0.01f, 2);
     MoeWeights wt = {.router = Wr, .Wg = Wg, .Wu = Wu, .Wd = Wd};
     MoeActs a;
-    moe_acts_alloc(&a, &hp, N);
-    moe_block_forward(y, &a, x, &wt, &hp, N);
+    moe_acts_alloc(&backend_cpu, &a, &hp, N);
+    moe_block_forward(&backend_cpu, y, &a, x, &wt, &hp, N);
     for (int n = 0; n < N; n++) {
         int kept = a.plan.slot[n] >= 0, nonzero = y[n * C] != 0.0f || y[n * C + 1] != 0.0f;
         ck_assert_msg(kept == (n < 2), "token %d kept %d", n, kept);
         ck_assert_msg(nonzero == kept, "token %d: kept %d but output non-zero %d", n, kept,
                       nonzero);
     }
-    moe_acts_free(&a);
+    moe_acts_free(&backend_cpu, &a);
 }
 END_TEST
 
@@ -274,7 +274,7 @@ typedef struct {
 /* L = sum y R + aux_coef aux + z_coef z: what the backward differentiates (dy = R, scale 1) */
 static double cap_loss(void *vc) {
     GradCtx *c = vc;
-    moe_block_forward(c->y, c->a, c->x, &c->wt, &c->hp, GN);
+    moe_block_forward(&backend_cpu, c->y, c->a, c->x, &c->wt, &c->hp, GN);
     for (int j = 0; j < GN * GK; j++)
         ck_assert_msg(c->a->plan.slot[j] == c->slot0[j], "a drop changed under perturbation");
     double L = 0.0;
@@ -297,10 +297,10 @@ START_TEST(test_block_gradcheck_capacity) {
 
         MoeWeights wt = {.router = d.Wr, .Wg = d.Wg, .Wu = d.Wu, .Wd = d.Wd};
         MoeActs a;
-        moe_acts_alloc(&a, &hp, GN);
+        moe_acts_alloc(&backend_cpu, &a, &hp, GN);
         float y[GN * GC];
         int slot0[GN * GK];
-        moe_block_forward(y, &a, d.x, &wt, &hp, GN);
+        moe_block_forward(&backend_cpu, y, &a, d.x, &wt, &hp, GN);
         memcpy(slot0, a.plan.slot, sizeof slot0);
         GradCtx c = {hp, wt, &a, d.x, y, d.R, slot0};
         struct {
@@ -319,7 +319,7 @@ START_TEST(test_block_gradcheck_capacity) {
             gradcheck(cap_loss, &c, checks[i].v, checks[i].grad, (size_t)checks[i].n, EPS,
                       (size_t)checks[i].n, what);
         }
-        moe_acts_free(&a);
+        moe_acts_free(&backend_cpu, &a);
     }
 }
 END_TEST
@@ -364,8 +364,8 @@ START_TEST(test_padded_equals_unpadded) {
             MoeWeights wt = {.router = d.Wr, .Wg = d.Wg, .Wu = d.Wu, .Wd = d.Wd};
             MoeActs a;
             float y[GN * GC];
-            moe_acts_alloc(&a, &hp, GN);
-            moe_block_forward(y, &a, d.x, &wt, &hp, GN);
+            moe_acts_alloc(&backend_cpu, &a, &hp, GN);
+            moe_block_forward(&backend_cpu, y, &a, d.x, &wt, &hp, GN);
             ck_assert_int_eq(a.plan.S, GE * moe_expert_rows(&hp, hp.capacity_factor, GN));
             int pads = 0;
             for (int s = 0; s < a.plan.S; s++) {
@@ -375,7 +375,7 @@ START_TEST(test_padded_equals_unpadded) {
             }
             ck_assert_int_eq(pads, a.plan.S - (GN * GK - pad.dropped));
             if (fi) ck_assert(pads > 0); /* factor 2: more rows than assignments */
-            moe_acts_free(&a);
+            moe_acts_free(&backend_cpu, &a);
         }
 }
 END_TEST
@@ -400,8 +400,8 @@ START_TEST(test_padded_equals_unpadded_large) {
         hp.padded = padded;
         MoeActs a;
         MoeScratch s;
-        moe_acts_alloc(&a, &hp, N);
-        moe_scratch_alloc(&s, &hp, N);
+        moe_acts_alloc(&backend_cpu, &a, &hp, N);
+        moe_scratch_alloc(&backend_cpu, &s, &hp, N);
         float **o = out[padded];
         o[0] = calloc((size_t)N * C, sizeof(float));
         o[1] = calloc((size_t)N * C, sizeof(float));
@@ -409,11 +409,11 @@ START_TEST(test_padded_equals_unpadded_large) {
         o[3] = calloc((size_t)E * F * C, sizeof(float));
         o[4] = calloc((size_t)E * C * F, sizeof(float));
         MoeGrads gr = {NULL, o[2], o[3], o[4]};
-        moe_block_forward(o[0], &a, x, &wt, &hp, N);
-        moe_block_backward(o[1], &gr, R, &a, x, &wt, &hp, &s, 1.0f);
+        moe_block_forward(&backend_cpu, o[0], &a, x, &wt, &hp, N);
+        moe_block_backward(&backend_cpu, o[1], &gr, R, &a, x, &wt, &hp, &s, 1.0f);
         if (padded) ck_assert_int_eq(a.plan.S, E * 320);
-        moe_scratch_free(&s);
-        moe_acts_free(&a);
+        moe_scratch_free(&backend_cpu, &s);
+        moe_acts_free(&backend_cpu, &a);
     }
     const size_t n[5] = {N * C, N * C, E * F * C, E * F * C, E * C * F};
     const char *name[5] = {"y", "dx", "dWg", "dWu", "dWd"};
@@ -460,23 +460,35 @@ START_TEST(test_padded_experts_small_slices) {
         memcpy(xe[1] + (size_t)padded_off[e] * C, xe[0] + (size_t)packed_off[e] * C, n * 4);
         memcpy(dye[1] + (size_t)padded_off[e] * C, dye[0] + (size_t)packed_off[e] * C, n * 4);
     }
-    experts_forward(ye[0], g[0], u[0], h[0], xe[0], Wg, Wu, Wd, packed_off, E, C, F);
-    experts_forward_padded(ye[1], g[1], u[1], h[1], xe[1], Wg, Wu, Wd, padded_off, counts, E, C, F);
-    float *gW0 = dW[0], *gW1 = dW[1];
+    /* on each CPU backend: the reference loops and the sgemm products */
+    const Backend *bes[2] = {&backend_cpu_ref, &backend_cpu};
     size_t wn = (size_t)E * F * C;
-    experts_backward(dxe[0], gW0, gW0 + wn, gW0 + 2 * wn, dg[0], du[0], dh[0], dye[0], xe[0], g[0],
-                     u[0], h[0], Wg, Wu, Wd, packed_off, E, C, F);
-    experts_backward_padded(dxe[1], gW1, gW1 + wn, gW1 + 2 * wn, dg[1], du[1], dh[1], dye[1], xe[1],
-                            g[1], u[1], h[1], Wg, Wu, Wd, padded_off, counts, E, C, F);
-    for (int e = 0; e < E; e++) {
-        size_t n = (size_t)counts[e] * C, a = (size_t)packed_off[e] * C;
-        size_t b = (size_t)padded_off[e] * C;
-        ck_assert_msg(memcmp(ye[0] + a, ye[1] + b, n * 4) == 0, "expert %d: kept ye differ", e);
-        ck_assert_msg(memcmp(dxe[0] + a, dxe[1] + b, n * 4) == 0, "expert %d: kept dxe differ", e);
-        for (size_t i = b + n; i < (size_t)padded_off[e + 1] * C; i++)
-            ck_assert(ye[1][i] == 0.0f && dxe[1][i] == 0.0f); /* padding: zero in, zero out */
+    for (int b = 0; b < 2; b++) {
+        const Backend *be = bes[b];
+        float *gW0 = dW[0], *gW1 = dW[1];
+        memset(gW0, 0, 3 * wn * sizeof(float));
+        memset(gW1, 0, 3 * wn * sizeof(float));
+        be->experts_forward(be, ye[0], g[0], u[0], h[0], xe[0], Wg, Wu, Wd, packed_off, NULL, E, C,
+                            F);
+        be->experts_forward(be, ye[1], g[1], u[1], h[1], xe[1], Wg, Wu, Wd, padded_off, counts, E,
+                            C, F);
+        be->experts_backward(be, dxe[0], gW0, gW0 + wn, gW0 + 2 * wn, dg[0], du[0], dh[0], dye[0],
+                             xe[0], g[0], u[0], h[0], Wg, Wu, Wd, packed_off, NULL, E, C, F);
+        be->experts_backward(be, dxe[1], gW1, gW1 + wn, gW1 + 2 * wn, dg[1], du[1], dh[1], dye[1],
+                             xe[1], g[1], u[1], h[1], Wg, Wu, Wd, padded_off, counts, E, C, F);
+        for (int e = 0; e < E; e++) {
+            size_t n = (size_t)counts[e] * C, a = (size_t)packed_off[e] * C;
+            size_t q = (size_t)padded_off[e] * C;
+            ck_assert_msg(memcmp(ye[0] + a, ye[1] + q, n * 4) == 0, "%s, expert %d: kept ye differ",
+                          be->name, e);
+            ck_assert_msg(memcmp(dxe[0] + a, dxe[1] + q, n * 4) == 0,
+                          "%s, expert %d: kept dxe differ", be->name, e);
+            for (size_t i = q + n; i < (size_t)padded_off[e + 1] * C; i++)
+                ck_assert(ye[1][i] == 0.0f && dxe[1][i] == 0.0f); /* padding: zero in, zero out */
+        }
+        ck_assert_msg(memcmp(dW[0], dW[1], 3 * wn * sizeof(float)) == 0,
+                      "%s: weight gradients differ", be->name);
     }
-    ck_assert_msg(memcmp(dW[0], dW[1], 3 * wn * sizeof(float)) == 0, "weight gradients differ");
     for (int v = 0; v < 2; v++) {
         free(xe[v]), free(dye[v]), free(ye[v]), free(dxe[v]), free(g[v]), free(u[v]);
         free(h[v]), free(dg[v]), free(du[v]), free(dh[v]), free(dW[v]);

@@ -81,6 +81,7 @@ static const Field FIELDS[] = {
     F("train.ckpt_every", ckpt_every, "0"),
     F("train.log_every", log_every, "1"),
     F("train.threads", threads, "2"),
+    F("train.device", device, "cpu-ref"),
     S("data.train", train, "some dir/train shard.bin"),
     S("data.val", val, "/tmp/v.bin"),
     F("dist.ep", ep, "2"),

@@ -93,8 +93,8 @@ START_TEST(test_hand_case) {
     hp.route_scale = 2.0f;
     MoeWeights wt = {.router = Wr, .Wg = Wg, .Wu = Wu, .Wd = Wd};
     MoeActs a;
-    moe_acts_alloc(&a, &hp, N);
-    moe_block_forward(y, &a, x, &wt, &hp, N);
+    moe_acts_alloc(&backend_cpu, &a, &hp, N);
+    moe_block_forward(&backend_cpu, y, &a, x, &wt, &hp, N);
 
     /* slot(n, e): expert 0 owns slots 0..1 (t0, t1), expert 1 slots 2..3 (t1, t3) */
     const int want_slot[N * E] = {0, -1, 1, 2, -1, -1, -1, 3};
@@ -129,7 +129,7 @@ START_TEST(test_hand_case) {
     ck_assert_float_eq(load[1], 0.5f);
     ck_assert_float_eq(st.maxvio, 0.0f);
     ck_assert_float_eq(st.drop_frac, 0.25f);
-    moe_acts_free(&a);
+    moe_acts_free(&backend_cpu, &a);
 }
 END_TEST
 
@@ -147,7 +147,7 @@ typedef struct {
 /* L = sum y * R + z_coef z_loss: what the backward differentiates with dy = R, loss_scale 1. */
 static double ec_loss(void *vc) {
     EcCtx *c = vc;
-    moe_block_forward(c->y, c->a, c->x, &c->wt, &c->hp, c->N);
+    moe_block_forward(&backend_cpu, c->y, c->a, c->x, &c->wt, &c->hp, c->N);
     for (int j = 0; j < c->N * c->hp.E; j++)
         ck_assert_msg((c->a->plan.slot[j] >= 0) == (c->slot0[j] >= 0),
                       "a pick changed under perturbation");
@@ -188,12 +188,12 @@ START_TEST(test_block_gradcheck) {
         MoeWeights wt = {.router = Wr, .Wg = Wg, .Wu = Wu, .Wd = Wd};
         MoeActs a;
         MoeScratch s;
-        moe_acts_alloc(&a, &hp, N);
-        moe_scratch_alloc(&s, &hp, N);
+        moe_acts_alloc(&backend_cpu, &a, &hp, N);
+        moe_scratch_alloc(&backend_cpu, &s, &hp, N);
         float gWr[E * C] = {0}, gWg[E * F * C] = {0}, gWu[E * F * C] = {0}, gWd[E * C * F] = {0};
         MoeGrads gr = {gWr, gWg, gWu, gWd};
 
-        moe_block_forward(y, &a, x, &wt, &hp, N);
+        moe_block_forward(&backend_cpu, y, &a, x, &wt, &hp, N);
         ck_assert_int_eq(a.plan.S, E * 3); /* cap = 6 * 2 / 4 */
         /* a perturbation eps of x[n,c] moves the logits of token n by eps Wr[., c]; of
          * Wr[e,c], logit e of every token by eps x[., c]; a softmax or sigmoid score moves by
@@ -202,7 +202,7 @@ START_TEST(test_block_gradcheck) {
         float gap = min_pick_margin(a.scores, a.plan.slot, N, E);
         ck_assert_msg(gap > 4.0f * bound, "picks too close for a stable check: %g", gap);
         memcpy(slot0, a.plan.slot, sizeof(slot0));
-        moe_block_backward(dx, &gr, R, &a, x, &wt, &hp, &s, 1.0f);
+        moe_block_backward(&backend_cpu, dx, &gr, R, &a, x, &wt, &hp, &s, 1.0f);
 
         EcCtx c = {hp, wt, &a, N, x, y2, R, slot0};
         struct {
@@ -225,15 +225,15 @@ START_TEST(test_block_gradcheck) {
         float gWr0[E * C] = {0};
         MoeGrads gr0 = {gWr0, NULL, NULL, NULL};
         hp.z_coef = 0.0f;
-        moe_block_forward(y2, &a, x, &wt, &hp, N);
-        moe_block_backward(NULL, &gr0, R, &a, x, &wt, &hp, &s, 1.0f);
+        moe_block_forward(&backend_cpu, y2, &a, x, &wt, &hp, N);
+        moe_block_backward(&backend_cpu, NULL, &gr0, R, &a, x, &wt, &hp, &s, 1.0f);
         ck_assert(max_abs(gWr0, E * C) > 1e-3f);
 
         /* same inputs, same thread count: bit-identical output */
-        moe_block_forward(y2, &a, x, &wt, &hp, N);
+        moe_block_forward(&backend_cpu, y2, &a, x, &wt, &hp, N);
         ck_assert(memcmp(y, y2, sizeof y) == 0);
-        moe_scratch_free(&s);
-        moe_acts_free(&a);
+        moe_scratch_free(&backend_cpu, &s);
+        moe_acts_free(&backend_cpu, &a);
     }
 }
 END_TEST

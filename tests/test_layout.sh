@@ -60,7 +60,7 @@ mkdir -p "$tmp/src/extra"
 rm "$tmp/src/base/util.h"
 layers "$tmp/src" "$tmp/README.md" > "$tmp/out" 2>&1
 rc=$?
-[ $rc -eq 1 ] && grep -q "src/extra/ is not in the map" "$tmp/out"
+[ $rc -eq 1 ] && grep -q "src.extra/ is not in the map" "$tmp/out"
 check "a folder missing from the map fails" $? "status $rc: $(cat "$tmp/out")"
 
 finish

@@ -1,15 +1,16 @@
 /*
  * test_memory.c: the analytical memory formula (memory.c) against the model's allocations.
  *
- *   - for dense, all-MoE and mixed models (first_dense, every) and several B x T, the float
- *     count of model_memory_floats equals the floats model_init allocates (floats_allocated
- *     after minus before): a buffer added to the model without a term in the formula, or a
- *     term left behind when a buffer goes, fails here;
+ *   - for dense, all-MoE and mixed models (first_dense, every) and several B x T, the words
+ *     of model_memory_floats (floats and integers, 4 bytes each) are the bytes model_init
+ *     allocates from its backend (backend_bytes_allocated after minus before, less the ops'
+ *     workspace, Model.work_bytes): a buffer added to the model without a term in the
+ *     formula, or a term left behind when a buffer goes, fails here;
  *   - the breakdown is consistent: parameters equal the parameter table's count, gradients
  *     P, moments 2P, the fields add up to the total;
- *   - the integer words (not allocated through floats_alloc) of one small MoE model match a
- *     count done by hand, for token choice and for expert choice (every (token, expert) pair
- *     a candidate, E * cap slots) and for a padded capacity plan (E * cap slot rows).
+ *   - the integer words of one small MoE model match a count done by hand, for token choice and for
+ * expert choice (every (token, expert) pair a candidate, E * cap slots) and for a padded capacity
+ * plan (E * cap slot rows).
  */
 #include <string.h>
 
@@ -22,7 +23,8 @@
 typedef struct {
     const char *what;
     int num_experts, top_k, d_expert, first_dense, every, B, T;
-    float jitter;   /* moe.jitter > 0 keeps the router's jittered input and factors */
+    float jitter;   /* moe.jitter (and moe.noise) > 0 keep the router's jittered input, factors and
+                       noise */
     int num_shared; /* shared experts: one more SwiGLU per MoE block */
     int routing;    /* MOE_ROUTING_*: expert choice sizes idx, w, the plan by E, slots by cap */
     float ec_capacity;
@@ -46,6 +48,7 @@ static Config shape_config(const Shape *s) {
     c.first_dense = s->first_dense;
     c.every = s->every;
     c.jitter = s->jitter;
+    c.noise = s->jitter; /* the jitter shape draws logit noise too: its (N, E) buffer */
     c.num_shared = s->num_shared;
     c.routing = s->routing;
     if (s->routing == MOE_ROUTING_EXPERT_CHOICE) {
@@ -90,17 +93,18 @@ static const Shape SHAPES[] = {
 START_TEST(test_formula_matches_allocation) {
     const Shape *s = &SHAPES[_i];
     Config c = shape_config(s);
-    size_t before = floats_allocated;
+    size_t before = backend_bytes_allocated;
     Model m;
     model_init(&m, &c, s->B, s->T);
-    size_t allocated = floats_allocated - before;
+    size_t allocated = backend_bytes_allocated - before - m.work_bytes;
     model_free(&m);
     MemoryBreakdown mb;
     size_t formula = model_memory_floats(&c, s->B, s->T, &mb);
-    ck_assert_msg(formula == allocated,
-                  "%s: the formula gives %zu floats, model_init allocated %zu (difference %ld): "
+    ck_assert_msg(4 * mb.total_words == allocated,
+                  "%s: the formula gives %zu bytes, model_init allocated %zu (difference %ld): "
                   "update memory.c to match the buffers of model_init",
-                  s->what, formula, allocated, (long)allocated - (long)formula);
+                  s->what, 4 * mb.total_words, allocated,
+                  (long)allocated - (long)(4 * mb.total_words));
     ck_assert_uint_eq(model_memory_floats(&c, s->B, s->T, NULL), formula);
 }
 END_TEST

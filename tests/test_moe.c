@@ -261,7 +261,7 @@ START_TEST(test_expert_without_tokens) {
     for (int i = 0; i < (S + SPARE) * C; i++) ye[i] = sentinel;
     for (int i = 0; i < (S + SPARE) * F; i++) g[i] = u[i] = h[i] = sentinel;
     permute_forward(xe, x, &p, C);
-    experts_forward(ye, g, u, h, xe, Wg, Wu, Wd, p.offsets, E, C, F);
+    experts_forward(ye, g, u, h, xe, Wg, Wu, Wd, p.offsets, NULL, E, C, F);
     for (int i = S * C; i < (S + SPARE) * C; i++) ck_assert_float_eq(ye[i], sentinel);
     for (int i = S * F; i < (S + SPARE) * F; i++) ck_assert_float_eq(h[i], sentinel);
 
@@ -278,7 +278,7 @@ START_TEST(test_expert_without_tokens) {
     float dye[S * C], dxe[S * C], dg[S * F], du[S * F], dh[S * F];
     float dWg[E * F * C] = {0}, dWu[E * F * C] = {0}, dWd[E * C * F] = {0};
     fill_uniform(dye, S * C, 1.0f, 5);
-    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, p.offsets, E, C,
+    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, p.offsets, NULL, E, C,
                      F);
     for (int i = 0; i < F * C; i++) {
         ck_assert_float_eq(dWg[1 * F * C + i], 0.0f);
@@ -381,7 +381,7 @@ typedef struct {
 
 static double experts_loss(void *vc) { /* L = sum ye * R */
     ExpertsCtx *c = vc;
-    experts_forward(c->ye, c->g, c->u, c->h, c->xe, c->Wg, c->Wu, c->Wd, c->offsets, c->E, c->C,
+    experts_forward(c->ye, c->g, c->u, c->h, c->xe, c->Wg, c->Wu, c->Wd, c->offsets, NULL, c->E, c->C,
                     c->F);
     return dot_d(c->ye, c->R, (size_t)c->S * c->C);
 }
@@ -397,7 +397,7 @@ START_TEST(test_experts_gradcheck) {
     fill_uniform(R, S * C, 1.0f, 45);
     ExpertsCtx c = {offsets, E, C, F, S, xe, Wg, Wu, Wd, ye, g, u, h, R};
     experts_loss(&c);
-    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, R, xe, g, u, h, Wg, Wu, Wd, offsets, E, C, F);
+    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, R, xe, g, u, h, Wg, Wu, Wd, offsets, NULL, E, C, F);
     gradcheck(experts_loss, &c, xe, dxe, S * C, EPS, S * C, "experts dxe");
     gradcheck(experts_loss, &c, Wg, dWg, E * F * C, EPS, E * F * C, "experts dWg");
     gradcheck(experts_loss, &c, Wu, dWu, E * F * C, EPS, E * F * C, "experts dWu");
@@ -408,7 +408,7 @@ START_TEST(test_experts_gradcheck) {
     memcpy(once, dWg, sizeof(once));
     memcpy(dxe1, dxe, sizeof(dxe1));
     experts_loss(&c);
-    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, R, xe, g, u, h, Wg, Wu, Wd, offsets, E, C, F);
+    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, R, xe, g, u, h, Wg, Wu, Wd, offsets, NULL, E, C, F);
     for (int i = 0; i < E * F * C; i++) once[i] *= 2.0f;
     CLOSE_ARRAYS(dWg, once, E * F * C, "dWg accumulates");
     ck_assert(memcmp(dxe, dxe1, sizeof(dxe)) == 0); /* dxe is written, not accumulated */
@@ -430,7 +430,7 @@ typedef struct {
  * with dy = R and loss_scale = 1. */
 static double block_loss(void *vc) {
     BlockCtx *c = vc;
-    moe_block_forward(c->y, c->a, c->x, &c->wt, &c->hp, c->N);
+    moe_block_forward(&backend_cpu, c->y, c->a, c->x, &c->wt, &c->hp, c->N);
     for (int j = 0; j < c->N * c->hp.K; j++)
         ck_assert_msg(c->a->idx[j] == c->idx0[j], "routing changed under perturbation");
     return dot_d(c->y, c->R, (size_t)c->N * c->hp.C) + c->hp.aux_coef * (double)c->a->aux_loss +
@@ -456,18 +456,18 @@ START_TEST(test_block_gradcheck) {
         MoeWeights wt = {.router = Wr, .Wg = Wg, .Wu = Wu, .Wd = Wd};
         MoeActs a;
         MoeScratch s;
-        moe_acts_alloc(&a, &hp, N);
-        moe_scratch_alloc(&s, &hp, N);
+        moe_acts_alloc(&backend_cpu, &a, &hp, N);
+        moe_scratch_alloc(&backend_cpu, &s, &hp, N);
         float gWr[E * C] = {0}, gWg[E * F * C] = {0}, gWu[E * F * C] = {0}, gWd[E * C * F] = {0};
         MoeGrads gr = {gWr, gWg, gWu, gWd};
 
-        moe_block_forward(y, &a, x, &wt, &hp, N);
+        moe_block_forward(&backend_cpu, y, &a, x, &wt, &hp, N);
         /* a perturbation eps of x[n,c] moves logit e by eps Wr[e,c]; of Wr[e,c], by eps x[n,c] */
         float bound = 2.0f * EPS * fmaxf(max_abs(x, N * C), max_abs(Wr, E * C));
         float gap = min_logit_gap(a.logits, N, E);
         ck_assert_msg(gap > 4.0f * bound, "logits too close for a stable gradient check: %g", gap);
         memcpy(idx0, a.idx, sizeof(idx0));
-        moe_block_backward(dx, &gr, R, &a, x, &wt, &hp, &s, 1.0f);
+        moe_block_backward(&backend_cpu, dx, &gr, R, &a, x, &wt, &hp, &s, 1.0f);
 
         BlockCtx c = {hp, wt, &a, N, x, y2, R, idx0};
         struct {
@@ -487,11 +487,11 @@ START_TEST(test_block_gradcheck) {
         }
 
         /* same inputs, same thread count: bit-identical output */
-        moe_block_forward(y2, &a, x, &wt, &hp, N);
+        moe_block_forward(&backend_cpu, y2, &a, x, &wt, &hp, N);
         ck_assert(memcmp(y, y2, sizeof(y)) == 0);
 
-        moe_scratch_free(&s);
-        moe_acts_free(&a);
+        moe_scratch_free(&backend_cpu, &s);
+        moe_acts_free(&backend_cpu, &a);
     }
 }
 END_TEST
@@ -538,13 +538,13 @@ START_TEST(test_block_all_experts_reference) {
         moe_hyper_defaults(&hp);
         MoeWeights wt = {.router = Wr, .Wg = Wg, .Wu = Wu, .Wd = Wd};
         MoeActs a;
-        moe_acts_alloc(&a, &hp, N);
-        moe_block_forward(y, &a, x, &wt, &hp, N);
+        moe_acts_alloc(&backend_cpu, &a, &hp, N);
+        moe_block_forward(&backend_cpu, y, &a, x, &wt, &hp, N);
         CLOSE_ARRAYS(y, want, N * C, renorm ? "K = E block, renorm" : "K = E block, no renorm");
         for (int e = 0; e < E; e++) ck_assert_int_eq(a.plan.counts[e], N);
         /* every expert sees every token, so f is uniform and aux = 1 */
         CLOSE(a.aux_loss, 1.0f, "aux loss with K = E");
-        moe_acts_free(&a);
+        moe_acts_free(&backend_cpu, &a);
     }
 }
 END_TEST

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "backend/cpu.h"
 #include "nn/ops.h"
 #include "testutil.h"
 
@@ -246,7 +247,7 @@ static double attn_loss(void *p) {
         rope_forward(c->qr, c->cs, c->B, c->T, c->H, c->C / c->H);
         rope_forward(c->kr, c->cs, c->B, c->T, c->H, c->C / c->H);
     }
-    (c->reference ? attention_forward_reference : attention_forward)(c->out, c->att, c->qr, c->kr,
+    (c->reference ? attention_forward : cpu_attention_forward)(c->out, c->att, c->qr, c->kr,
                                                                     c->v, c->B, c->T, c->C, c->H);
     return weighted_sum(c->out, c->R, n);
 }
@@ -264,7 +265,7 @@ static void attn_gradcheck(int rope, int reference) {
     float *ws = attn_ws_alloc(T, n_ws);
     AttnCtx c = {q, k, v, R, qr, kr, out, att, cs, B, T, C, H, rope, reference};
     attn_loss(&c); /* fills att and the rotated qr, kr */
-    (reference ? attention_backward_reference : attention_backward)(dq, dk, dv, ws, R, att, qr, kr,
+    (reference ? attention_backward : cpu_attention_backward)(dq, dk, dv, ws, R, att, qr, kr,
                                                                     v, B, T, C, H, n_ws);
     if (rope) {
         rope_backward(dq, cs, B, T, H, C / H);
@@ -302,11 +303,11 @@ START_TEST(test_attention_gemm_matches_reference) {
         out[r] = garbage_floats(n), att[r] = garbage_floats(na);
         dq[r] = garbage_floats(n), dk[r] = garbage_floats(n), dv[r] = garbage_floats(n);
     }
-    attention_forward_reference(out[0], att[0], q, k, v, B, T, C, H);
-    attention_backward_reference(dq[0], dk[0], dv[0], ws, dout, att[0], q, k, v, B, T, C, H,
+    attention_forward(out[0], att[0], q, k, v, B, T, C, H);
+    attention_backward(dq[0], dk[0], dv[0], ws, dout, att[0], q, k, v, B, T, C, H,
                                  n_ws);
-    attention_forward(out[1], att[1], q, k, v, B, T, C, H);
-    attention_backward(dq[1], dk[1], dv[1], ws, dout, att[1], q, k, v, B, T, C, H, n_ws);
+    cpu_attention_forward(out[1], att[1], q, k, v, B, T, C, H);
+    cpu_attention_backward(dq[1], dk[1], dv[1], ws, dout, att[1], q, k, v, B, T, C, H, n_ws);
     expect_close_arrays(att[1], att[0], na, TOL_F32_ATOL, TOL_F32_RTOL, "att: gemm vs reference");
     expect_close_arrays(out[1], out[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "out: gemm vs reference");
     expect_close_arrays(dq[1], dq[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "dq: gemm vs reference");
@@ -328,13 +329,13 @@ START_TEST(test_attention_null_grads) {
     float *one = garbage_floats(n);
     const int n_ws = n_ws_threads();
     float *ws = attn_ws_alloc(T, n_ws);
-    attention_forward(out, att, q, k, v, B, T, C, H);
-    attention_backward(dq, dk, dv, ws, dout, att, q, k, v, B, T, C, H, n_ws);
-    attention_backward(one, NULL, NULL, ws, dout, att, q, k, v, B, T, C, H, n_ws);
+    cpu_attention_forward(out, att, q, k, v, B, T, C, H);
+    cpu_attention_backward(dq, dk, dv, ws, dout, att, q, k, v, B, T, C, H, n_ws);
+    cpu_attention_backward(one, NULL, NULL, ws, dout, att, q, k, v, B, T, C, H, n_ws);
     ck_assert_msg(memcmp(one, dq, n * sizeof(float)) == 0, "dq alone differs");
-    attention_backward(NULL, one, NULL, ws, dout, att, q, k, v, B, T, C, H, n_ws);
+    cpu_attention_backward(NULL, one, NULL, ws, dout, att, q, k, v, B, T, C, H, n_ws);
     ck_assert_msg(memcmp(one, dk, n * sizeof(float)) == 0, "dk alone differs");
-    attention_backward(NULL, NULL, one, ws, dout, att, q, k, v, B, T, C, H, n_ws);
+    cpu_attention_backward(NULL, NULL, one, ws, dout, att, q, k, v, B, T, C, H, n_ws);
     ck_assert_msg(memcmp(one, dv, n * sizeof(float)) == 0, "dv alone differs");
     free(q), free(k), free(v), free(dout), free(out), free(att), free(dq), free(dk), free(dv);
     free(one), free(ws);
@@ -347,7 +348,7 @@ START_TEST(test_attention_t1_returns_v) {
     size_t n = (size_t)B * T * C;
     float *q = rand_floats(n, 1.0f, 41), *k = rand_floats(n, 1.0f, 42);
     float *v = rand_floats(n, 1.0f, 43), *out = floats_alloc(n), *att = floats_alloc(B * H);
-    attention_forward(out, att, q, k, v, B, T, C, H);
+    cpu_attention_forward(out, att, q, k, v, B, T, C, H);
     expect_close_arrays(out, v, n, TOL_F32_ATOL, TOL_F32_RTOL, "attention T=1 out");
     for (int i = 0; i < B * H; i++) expect_close(att[i], 1.0f, TOL_F32_ATOL, 0.0f, "T=1 att");
     free(q), free(k), free(v), free(out), free(att);
@@ -360,7 +361,7 @@ START_TEST(test_attention_forward_values) {
     float q[2] = {0.5f, 1.0f}, k[2] = {0.0f, 1.09861229f}, v[2] = {2.0f, 6.0f};
     float out[2], att[4] = {NAN, NAN, NAN, NAN};
     float want_out[2] = {2.0f, 5.0f}, want_att[4] = {1.0f, 0.0f, 0.25f, 0.75f};
-    attention_forward(out, att, q, k, v, 1, 2, 1, 1);
+    cpu_attention_forward(out, att, q, k, v, 1, 2, 1, 1);
     expect_close_arrays(out, want_out, 2, TOL_F32_ATOL, TOL_F32_RTOL, "attention out");
     expect_close_arrays(att, want_att, 4, TOL_F32_ATOL, TOL_F32_RTOL, "attention att");
 }
@@ -373,14 +374,14 @@ START_TEST(test_attention_causal) {
     float *v = rand_floats(n, 1.0f, 53), *att = floats_alloc((size_t)B * H * T * T);
     float *out1 = floats_alloc(n), *out2 = floats_alloc(n);
     for (size_t i = 0; i < (size_t)B * H * T * T; i++) att[i] = NAN;
-    attention_forward(out1, att, q, k, v, B, T, C, H);
+    cpu_attention_forward(out1, att, q, k, v, B, T, C, H);
     for (int h = 0; h < H; h++)
         for (int t = 0; t < T; t++)
             for (int j = t + 1; j < T; j++)
                 ck_assert_msg(att[((size_t)h * T + t) * T + j] == 0.0f,
                               "att above the diagonal not 0 at h=%d t=%d j=%d", h, t, j);
     for (int c = 0; c < C; c++) k[row + c] += 3.0f, v[row + c] -= 5.0f; /* change the last token */
-    attention_forward(out2, att, q, k, v, B, T, C, H);
+    cpu_attention_forward(out2, att, q, k, v, B, T, C, H);
     ck_assert_msg(memcmp(out1, out2, row * sizeof(float)) == 0,
                   "a later token's k/v changed an earlier output");
     ck_assert_msg(memcmp(out1 + row, out2 + row, C * sizeof(float)) != 0,
@@ -402,8 +403,8 @@ START_TEST(test_attention_deterministic) {
     for (int r = 0; r < 2; r++) {
         o[r] = floats_alloc(n), a[r] = floats_alloc(na);
         dq[r] = floats_alloc(n), dk[r] = floats_alloc(n), dv[r] = floats_alloc(n);
-        attention_forward(o[r], a[r], q, k, v, B, T, C, H);
-        attention_backward(dq[r], dk[r], dv[r], ws, dout, a[r], q, k, v, B, T, C, H, n_ws[r]);
+        cpu_attention_forward(o[r], a[r], q, k, v, B, T, C, H);
+        cpu_attention_backward(dq[r], dk[r], dv[r], ws, dout, a[r], q, k, v, B, T, C, H, n_ws[r]);
     }
     ck_assert_msg(memcmp(o[0], o[1], n * sizeof(float)) == 0, "attention out differs");
     ck_assert_msg(memcmp(a[0], a[1], na * sizeof(float)) == 0, "attention att differs");

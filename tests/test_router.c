@@ -283,7 +283,7 @@ typedef struct {
 static double block_loss(void *vc) {
     BlockCtx *c = vc;
     if (c->hp.rng) *c->hp.rng = c->rng0;
-    moe_block_forward(c->y, c->a, c->x, &c->wt, &c->hp, c->N);
+    moe_block_forward(&backend_cpu, c->y, c->a, c->x, &c->wt, &c->hp, c->N);
     for (int j = 0; j < c->N * c->hp.K; j++)
         ck_assert_msg(c->a->idx[j] == c->idx0[j], "routing changed under perturbation");
     return dot_d(c->y, c->R, (size_t)c->N * c->hp.C) +
@@ -314,12 +314,12 @@ static void check_block_gradient(MoeHyper hp, const float *bias) {
     MoeWeights wt = {Wr, Wg, Wu, Wd, bias};
     MoeActs a;
     MoeScratch s;
-    moe_acts_alloc(&a, &hp, N);
-    moe_scratch_alloc(&s, &hp, N);
+    moe_acts_alloc(&backend_cpu, &a, &hp, N);
+    moe_scratch_alloc(&backend_cpu, &s, &hp, N);
     float gWr[E * C] = {0}, gWg[E * F * C] = {0}, gWu[E * F * C] = {0}, gWd[E * C * F] = {0};
     MoeGrads gr = {gWr, gWg, gWu, gWd};
     Rng rng0 = rng;
-    moe_block_forward(y, &a, x, &wt, &hp, N);
+    moe_block_forward(&backend_cpu, y, &a, x, &wt, &hp, N);
     ck_assert_int_eq(a.jittered, hp.jitter > 0.0f);
     if (hp.rng) { /* the noise is real: the logits differ from the noise-free ones */
         float clean[N * E];
@@ -329,7 +329,7 @@ static void check_block_gradient(MoeHyper hp, const float *bias) {
     float bound = 2.0f * EPS * fmaxf(max_abs(x, N * C), max_abs(Wr, E * C));
     ck_assert(min_logit_gap(a.logits, N, E) > 4.0f * bound);
     memcpy(idx0, a.idx, sizeof idx0);
-    moe_block_backward(dx, &gr, R, &a, x, &wt, &hp, &s, 1.0f);
+    moe_block_backward(&backend_cpu, dx, &gr, R, &a, x, &wt, &hp, &s, 1.0f);
     BlockCtx c = {hp, wt, &a, N, x, y2, R, idx0, rng0};
     char what[160];
     snprintf(what, sizeof what,
@@ -341,8 +341,8 @@ static void check_block_gradient(MoeHyper hp, const float *bias) {
              hp.topk_first, hp.balance);
     gradcheck(block_loss, &c, Wr, gWr, E * C, EPS, E * C, what);
     gradcheck(block_loss, &c, Wd, gWd, E * C * F, EPS, 40, "block dWd");
-    moe_scratch_free(&s);
-    moe_acts_free(&a);
+    moe_scratch_free(&backend_cpu, &s);
+    moe_acts_free(&backend_cpu, &a);
 }
 
 START_TEST(test_block_gradients_other_modes) {

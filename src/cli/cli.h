@@ -31,6 +31,7 @@ typedef struct {
     int n_configs, json, profile, reference_attention;
     long steps, warmup, threads;
     const char *profile_out;
+    const char *device; /* bench --device */
     /* upcycle */
     double noise, drop_ratio, router_std; /* router_std < 0: not given */
     long split;

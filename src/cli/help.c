@@ -99,6 +99,7 @@ static const CmdHelp HELP[] = {
      "  --json                one JSON object per config instead of the table\n"
      "  --profile             time every op of the step\n"
      "  --profile-out FILE    the per-op times as CSV (default build/bench_profile.csv)\n"
+     "  --device NAME         the backend: cpu (default) or cpu-ref (train.device)\n"
      "  --reference-attention the loop attention instead of the GEMM one\n"
      "  --help                this text\n"},
 };

@@ -13,7 +13,7 @@
  *   moe corpus  [--out DIR] [--seed N] [--val-frac X]
  *   moe synth   --out DIR [--domains N] [--tokens N] [--doc-len N] [--seed N]
  *   moe bench   [--config NAME]... [--steps N] [--warmup N] [--threads N] [--json]
- *               [--profile] [--profile-out FILE.csv] [--reference-attention]
+ *               [--profile] [--profile-out FILE.csv] [--device NAME] [--reference-attention]
  *   moe help    [CMD]             (and moe CMD --help: each command's options, help.c)
  *
  * Every mistake on the command line, in a config, a data file or a checkpoint ends with a
@@ -53,7 +53,7 @@ const char *const USAGE =
     "  corpus  [--out DIR] [--seed N] [--val-frac X]\n"
     "  synth   --out DIR [--domains N] [--tokens N] [--doc-len N] [--seed N]\n"
     "  bench   [--config NAME]... [--steps N] [--warmup N] [--threads N] [--json]\n"
-    "          [--profile] [--profile-out FILE.csv] [--reference-attention]\n"
+    "          [--profile] [--profile-out FILE.csv] [--device NAME] [--reference-attention]\n"
     "          NAME: tiny, tiny-dense, small, small-dense (default: all four)\n"
     "  help    [CMD]\n"
     "The key=value settings are listed by `moe info --keys`.\n";
@@ -173,6 +173,8 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
             o->configs[o->n_configs++] = v;
         } else if (strcmp(a, "--profile-out") == 0)
             o->profile_out = v;
+        else if (strcmp(a, "--device") == 0)
+            o->device = v;
         else if (strcmp(a, "--out") == 0)
             o->out = v;
         else if (strcmp(a, "--resume") == 0)
@@ -340,7 +342,7 @@ static int cmd_eval(int argc, char **argv) {
         moe_input_error("data.val: %s", err);
     Model m;
     load_model(&m, &c, o.ckpt, c.batch, c.seq_len);
-    set_threads(c.threads);
+    backend_set_threads(c.threads);
     int batches = o.batches > 0 ? (int)o.batches : c.eval_batches;
     float loss = evaluate(&m, &val, batches, NULL);
     printf("val_loss %.6f (%d batches of %d x %d tokens from %s)\n", loss, batches, c.batch,
@@ -359,7 +361,7 @@ static int cmd_sample(int argc, char **argv) {
     const int T = c.seq_len;
     Model m;
     load_model(&m, &c, o.ckpt, 1, T);
-    set_threads(c.threads);
+    backend_set_threads(c.threads);
     const char *prompt = o.prompt && o.prompt[0] ? o.prompt : "\n";
     const long long n_new = o.tokens > 0 ? o.tokens : 200;
     /* The model sees the last T tokens, so only a window of 2 T is kept: when it is full, its
@@ -499,10 +501,13 @@ static int cmd_bench(int argc, char **argv) {
                        .json = o.json,
                        .profile = o.profile || o.profile_out,
                        .reference_attention = o.reference_attention,
+                       .device = o.device,
                        .n_configs = o.n_configs};
     bo.profile_out =
         o.profile_out ? o.profile_out : (bo.profile ? "build/bench_profile.csv" : NULL);
     char err[1024];
+    if (o.device && !backend_get(o.device, err, sizeof err))
+        usage_error("bench", "--device: %s", err);
     for (int i = 0; i < o.n_configs; i++) {
         Config c;
         int B, T;

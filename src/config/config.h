@@ -15,6 +15,10 @@
 #define MOE_VOCAB 256 /* byte-level vocabulary */
 #define MOE_PATH_MAX 512
 
+/* train.device: which backend runs the ops (src/backend/backend.h). Not a setting of the
+ * model: a checkpoint trained on one continues on another. */
+enum { MOE_DEVICE_CPU = 0, MOE_DEVICE_CPU_REF = 1 };
+
 typedef struct {
     /* model.* */
     int d_model;      /* C: channels of the residual stream */
@@ -71,6 +75,7 @@ typedef struct {
     int ckpt_every;   /* steps between checkpoints; 0 = only at the end */
     int log_every;    /* steps between progress lines */
     int threads;      /* 0 = OpenMP's default */
+    int device;       /* MOE_DEVICE_*: the backend a step runs on (src/backend/backend.h) */
 
     /* data.* */
     char train[MOE_PATH_MAX]; /* training shard */

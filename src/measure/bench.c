@@ -12,7 +12,6 @@
  */
 #include "measure/bench.h"
 
-#include <cblas.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -139,35 +138,21 @@ typedef struct {
     double gflops_best, gflops_median;
 } SgemmResult;
 
-/* C (n, n) = A B with OpenBLAS: 2 n^3 FLOPs per product. One warm-up product (the thread
- * pool starts, pages fault in), then BENCH_SGEMM_REPS timed ones. */
+/* C (n, n) = A B with the backend's own product (cpu: OpenBLAS sgemm): 2 n^3 FLOPs per
+ * product. One warm-up product (the thread pool starts, pages fault in), then
+ * BENCH_SGEMM_REPS timed ones. */
 static void sgemm_child(void *result, const void *arg) {
     const BenchOptions *o = (const BenchOptions *)arg;
     SgemmResult *r = (SgemmResult *)result;
-    r->threads = set_threads(o->threads);
+    r->threads = backend_set_threads(o->threads);
     const int n = BENCH_SGEMM_N;
-    const size_t nn = (size_t)n * n;
-    float *a = floats_alloc(nn), *b = floats_alloc(nn), *c = floats_alloc(nn);
-    Rng rng;
-    rng_seed(&rng, 1);
-    for (size_t i = 0; i < nn; i++) {
-        a[i] = rng_uniform(&rng) - 0.5f;
-        b[i] = rng_uniform(&rng) - 0.5f;
-    }
     double t[BENCH_SGEMM_REPS];
-    for (int rep = -1; rep < BENCH_SGEMM_REPS; rep++) {
-        double t0 = now_seconds();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c,
-                    n);
-        if (rep >= 0) t[rep] = now_seconds() - t0;
-    }
-    const double flops = 2.0 * n * (double)n * n;
-    double med = median(t, BENCH_SGEMM_REPS);
-    r->gflops_best = flops / t[0] / 1e9;
+    backend_cpu.gemm_seconds(&backend_cpu, n, BENCH_SGEMM_REPS, t);
+    const double flops = 2.0 * n * (double)n * n, med = median(t, BENCH_SGEMM_REPS);
+    double best = t[0];
+    for (int i = 1; i < BENCH_SGEMM_REPS; i++) best = t[i] < best ? t[i] : best;
+    r->gflops_best = flops / best / 1e9;
     r->gflops_median = flops / med / 1e9;
-    free(a);
-    free(b);
-    free(c);
 }
 
 typedef struct {
@@ -191,10 +176,16 @@ static void step_child(void *result, const void *arg) {
     StepResult *r = (StepResult *)result;
     const Config *c = &a->c;
     const int B = a->B, T = a->T, N = B * T, steps = a->o->steps, warmup = a->o->warmup;
-    r->threads = set_threads(a->o->threads);
-    model_reference_attention = a->o->reference_attention;
+    r->threads = backend_set_threads(a->o->threads);
+    /* --device, and --reference-attention: that backend with the loop reference attention of
+     * cpu-ref */
+    Backend be = *backend_get(a->o->device ? a->o->device : "cpu", NULL, 0);
+    if (a->o->reference_attention) {
+        be.attention_forward = backend_cpu_ref.attention_forward;
+        be.attention_backward = backend_cpu_ref.attention_backward;
+    }
     Model m;
-    model_init(&m, c, B, T);
+    model_init_backend(&m, c, B, T, NULL, &be);
     int *in = (int *)malloc_check((size_t)N * sizeof(int));
     int *tg = (int *)malloc_check((size_t)N * sizeof(int));
     Rng rng;
@@ -331,9 +322,11 @@ static void print_json(FILE *out, const BenchOptions *o, const char *cpu, long c
     fprintf(out,
             ", \"cores\": %ld, \"threads\": %d},\n"
             "  \"sgemm\": {\"n\": %d, \"reps\": %d, \"gflops\": %.6g, \"gflops_median\": %.6g},\n"
-            "  \"steps\": %d,\n  \"warmup\": %d,\n  \"attention\": \"%s\",\n  \"configs\": [",
+            "  \"steps\": %d,\n  \"warmup\": %d,\n  \"device\": \"%s\",\n  \"attention\": \"%s\",\n"
+            "  \"configs\": [",
             cores, sg->threads, BENCH_SGEMM_N, BENCH_SGEMM_REPS, sg->gflops_best, sg->gflops_median,
-            o->steps, o->warmup, o->reference_attention ? "reference" : "gemm");
+            o->steps, o->warmup, o->device ? o->device : "cpu",
+            o->reference_attention ? "reference" : "gemm");
     for (int i = 0; i < n; i++) {
         const Row *w = &rows[i];
         const Config *c = &w->c;
@@ -394,8 +387,8 @@ static void print_text(FILE *out, const BenchOptions *o, const char *cpu, long c
             BENCH_SGEMM_REPS, sg->gflops_median);
     fprintf(out,
             "step: median of %d timed training steps after %d warm-up steps, random tokens; "
-            "attention: %s\n\n",
-            o->steps, o->warmup,
+            "backend %s; attention: %s\n\n",
+            o->steps, o->warmup, o->device ? o->device : "cpu",
             o->reference_attention ? "reference loops (--reference-attention)" : "GEMM");
     fprintf(out, "%-12s %7s %13s %9s %9s %8s %7s %6s %9s %9s %6s\n", "config", "B x T", "params M",
             "step ms", "tokens/s", "GFLOP/s", "%sgemm", "/dense", "RSS MiB", "calc MiB", "ratio");

@@ -40,6 +40,7 @@ typedef struct {
     int json;                /* write one JSON object instead of the tables */
     int profile;             /* per-op times */
     int reference_attention; /* time the loop reference attention instead of the GEMM one */
+    const char *device;      /* the backend the steps run on (train.device); NULL = cpu */
     const char *profile_out; /* CSV of the per-op times (with profile); NULL = none */
     int n_configs;           /* 0 = the four reference configs */
     const char *configs[BENCH_MAX_CONFIGS];

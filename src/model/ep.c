@@ -23,7 +23,7 @@ static double seconds_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-void ep_acts_alloc(EpActs *a, const MoeHyper *hp, int P, int S_max) {
+void ep_acts_alloc(const Backend *be, EpActs *a, const MoeHyper *hp, int P, int S_max) {
     memset(a, 0, sizeof(*a));
     a->P = P;
     a->El = hp->E / P;
@@ -39,20 +39,21 @@ void ep_acts_alloc(EpActs *a, const MoeHyper *hp, int P, int S_max) {
     a->rdispl = (int *)calloc_check((size_t)P, sizeof(int));
     a->eoff = (int *)calloc_check((size_t)a->El + 1, sizeof(int));
     a->cursor = (int *)calloc_check((size_t)a->El + 1, sizeof(int));
-    a->perm = (int *)calloc_check(R, sizeof(int));
-    a->xr = floats_alloc(R * C);
-    a->xo = floats_alloc(R * C);
-    a->yo = floats_alloc(R * C);
-    a->yr = floats_alloc(R * C);
-    a->g = floats_alloc(R * F);
-    a->u = floats_alloc(R * F);
-    a->h = floats_alloc(R * F);
-    a->dg = floats_alloc(R * F);
-    a->du = floats_alloc(R * F);
-    a->dh = floats_alloc(R * F);
+    a->perm_host = (int *)calloc_check(R, sizeof(int));
+    a->perm = be_ints(be, R);
+    a->xr = be_floats(be, R * C);
+    a->xo = be_floats(be, R * C);
+    a->yo = be_floats(be, R * C);
+    a->yr = be_floats(be, R * C);
+    a->g = be_floats(be, R * F);
+    a->u = be_floats(be, R * F);
+    a->h = be_floats(be, R * F);
+    a->dg = be_floats(be, R * F);
+    a->du = be_floats(be, R * F);
+    a->dh = be_floats(be, R * F);
 }
 
-void ep_acts_free(EpActs *a) {
+void ep_acts_free(const Backend *be, EpActs *a) {
     free(a->meta_send);
     free(a->meta_recv);
     free(a->scount);
@@ -61,34 +62,14 @@ void ep_acts_free(EpActs *a) {
     free(a->rdispl);
     free(a->eoff);
     free(a->cursor);
-    free(a->perm);
-    free(a->xr);
-    free(a->xo);
-    free(a->yo);
-    free(a->yr);
-    free(a->g);
-    free(a->u);
-    free(a->h);
-    free(a->dg);
-    free(a->du);
-    free(a->dh);
+    free(a->perm_host);
+    void *mine[] = {a->perm, a->xr, a->xo, a->yo, a->yr, a->g, a->u, a->h, a->dg, a->du, a->dh};
+    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++) be->free(be, mine[i]);
     memset(a, 0, sizeof(*a));
 }
 
 void ep_stats_reset(EpActs *a) {
     memset(&a->stats, 0, sizeof a->stats);
-}
-
-/* out rows (n, C): out[to[i]] = in[i] (to = perm: received -> expert order), or the inverse
- * out[i] = in[to[i]] when back is set. Each output row has one owner: any thread count gives
- * the same result. */
-static void permute_rows(float *out, const float *in, const int *to, int n, int C, int back) {
-#pragma omp parallel for
-    for (int i = 0; i < n; i++) {
-        const float *src = back ? in + (size_t)to[i] * C : in + (size_t)i * C;
-        float *dst = back ? out + (size_t)i * C : out + (size_t)to[i] * C;
-        memcpy(dst, src, (size_t)C * sizeof(float));
-    }
 }
 
 /* The block's stats += what d's collectives sent, received and waited since before. */
@@ -106,8 +87,9 @@ static void exchange(EpActs *a, Dist *d, const float *send, const int *sc, const
     add_traffic(a, d, &before);
 }
 
-void ep_experts_forward(float *ye, EpActs *a, const float *xe, const DispatchPlan *plan,
-                        const float *Wg, const float *Wu, const float *Wd, Dist *d) {
+void ep_experts_forward(const Backend *be, float *ye, EpActs *a, const float *xe,
+                        const DispatchPlan *plan, const float *Wg, const float *Wu, const float *Wd,
+                        Dist *d) {
     /* ye, xe (S, C); plan over all E experts; Wg, Wu (El, F, C), Wd (El, C, F) */
     const int P = a->P, El = a->El, C = a->C, F = a->F;
 
@@ -154,16 +136,18 @@ void ep_experts_forward(float *ye, EpActs *a, const float *xe, const DispatchPla
     for (int j = 0; j < El; j++) a->cursor[j] = a->eoff[j];
     for (int q = 0, i = 0; q < P; q++)
         for (int j = 0; j < El; j++)
-            for (int r = 0; r < a->meta_recv[(q * El + j) * 2]; r++) a->perm[i++] = a->cursor[j]++;
+            for (int r = 0; r < a->meta_recv[(q * El + j) * 2]; r++)
+                a->perm_host[i++] = a->cursor[j]++;
+    be->to_device(be, a->perm, a->perm_host, (size_t)R * sizeof(int));
 
     /* 3. the rows out, the experts, the outputs back the same way */
     exchange(a, d, xe, a->scount, a->sdispl, a->xr, a->rcount, a->rdispl);
     const double t0 = seconds_now();
-    permute_rows(a->xo, a->xr, a->perm, R, C, 0);
+    be->permute_rows(be, a->xo, a->xr, a->perm, R, C, 0);
     /* padding rows are zeros and SwiGLU(0) = 0, so every row is computed alike: the cost of
      * a fixed buffer is paid where the experts are */
-    experts_forward(a->yo, a->g, a->u, a->h, a->xo, Wg, Wu, Wd, a->eoff, El, C, F);
-    permute_rows(a->yr, a->yo, a->perm, R, C, 1);
+    be->experts_forward(be, a->yo, a->g, a->u, a->h, a->xo, Wg, Wu, Wd, a->eoff, NULL, El, C, F);
+    be->permute_rows(be, a->yr, a->yo, a->perm, R, C, 1);
     a->stats.expert_seconds += seconds_now() - t0;
     a->stats.rows_in += R;
     {
@@ -174,20 +158,20 @@ void ep_experts_forward(float *ye, EpActs *a, const float *xe, const DispatchPla
     exchange(a, d, a->yr, a->rcount, a->rdispl, ye, a->scount, a->sdispl);
 }
 
-void ep_experts_backward(float *dxe, float *dWg, float *dWu, float *dWd, const float *dye,
-                         EpActs *a, const DispatchPlan *plan, const float *Wg, const float *Wu,
-                         const float *Wd, Dist *d) {
+void ep_experts_backward(const Backend *be, float *dxe, float *dWg, float *dWu, float *dWd,
+                         const float *dye, EpActs *a, const DispatchPlan *plan, const float *Wg,
+                         const float *Wu, const float *Wd, Dist *d) {
     /* dxe, dye (S, C); dW* (El, ...) accumulated; the forward's rows in a */
     (void)plan;
     const int El = a->El, C = a->C, F = a->F, R = a->R;
     /* dye rows travel like xe did; they land in yr (received order), then yo (expert order) */
     exchange(a, d, dye, a->scount, a->sdispl, a->yr, a->rcount, a->rdispl);
     const double t0 = seconds_now();
-    permute_rows(a->yo, a->yr, a->perm, R, C, 0);
+    be->permute_rows(be, a->yo, a->yr, a->perm, R, C, 0);
     /* dx rows (expert order) into xr's buffer, then back to received order in yr */
-    experts_backward(dxe ? a->xr : NULL, dWg, dWu, dWd, a->dg, a->du, a->dh, a->yo, a->xo, a->g,
-                     a->u, a->h, Wg, Wu, Wd, a->eoff, El, C, F);
-    if (dxe) permute_rows(a->yr, a->xr, a->perm, R, C, 1);
+    be->experts_backward(be, dxe ? a->xr : NULL, dWg, dWu, dWd, a->dg, a->du, a->dh, a->yo, a->xo,
+                         a->g, a->u, a->h, Wg, Wu, Wd, a->eoff, NULL, El, C, F);
+    if (dxe) be->permute_rows(be, a->yr, a->xr, a->perm, R, C, 1);
     a->stats.expert_seconds += seconds_now() - t0;
     if (dxe) exchange(a, d, a->yr, a->rcount, a->rdispl, dxe, a->scount, a->sdispl);
 }

@@ -25,6 +25,7 @@
 #ifndef MOE_DIST_EP_H
 #define MOE_DIST_EP_H
 
+#include "backend/backend.h"
 #include "moe/moe_ops.h"
 #include "parallel/dist.h"
 
@@ -50,6 +51,7 @@ typedef struct EpActs {
     int *eoff;            /* (El + 1) expert-order offsets of the received rows */
     int *cursor;          /* (El) scratch: the next free expert-order row of each expert */
     int *perm;            /* (R_max) received row i sits at expert-order row perm[i] */
+    int *perm_host;       /* (R_max) the same, as worked out on the host */
     float *xr, *xo;       /* (R_max, C) received rows; the same in expert order */
     float *g, *u, *h;     /* (R_max, F) the experts' activations, expert order */
     float *yo;            /* (R_max, C) expert outputs (expert order); reused as dx rows */
@@ -59,21 +61,22 @@ typedef struct EpActs {
 } EpActs;
 
 /* Buffers for a block whose sender has at most S_max slots (moe_slots_max for its tokens). */
-void ep_acts_alloc(EpActs *a, const MoeHyper *hp, int P, int S_max);
-void ep_acts_free(EpActs *a);
+void ep_acts_alloc(const Backend *be, EpActs *a, const MoeHyper *hp, int P, int S_max);
+void ep_acts_free(const Backend *be, EpActs *a);
 void ep_stats_reset(EpActs *a);
 
 /* ye (S, C) written: the outputs of the experts for this process's slot rows xe (S, C), plan
  * from dispatch_plan_build or capacity_plan_build over all E experts. Wg, Wu (El, F, C), Wd
  * (El, C, F): the experts this member holds. Every member of the EP group must call it. */
-void ep_experts_forward(float *ye, EpActs *a, const float *xe, const DispatchPlan *plan,
-                        const float *Wg, const float *Wu, const float *Wd, Dist *d);
+void ep_experts_forward(const Backend *be, float *ye, EpActs *a, const float *xe,
+                        const DispatchPlan *plan, const float *Wg, const float *Wu, const float *Wd,
+                        Dist *d);
 
 /* dxe (S, C) written (the gradient for the sender's slot rows, or not computed when NULL on
  * every member); dWg, dWu, dWd (this member's experts) accumulated; dye (S, C) the gradient
  * of ye. Uses the rows kept by the last ep_experts_forward. */
-void ep_experts_backward(float *dxe, float *dWg, float *dWu, float *dWd, const float *dye,
-                         EpActs *a, const DispatchPlan *plan, const float *Wg, const float *Wu,
-                         const float *Wd, Dist *d);
+void ep_experts_backward(const Backend *be, float *dxe, float *dWg, float *dWu, float *dWd,
+                         const float *dye, EpActs *a, const DispatchPlan *plan, const float *Wg,
+                         const float *Wu, const float *Wd, Dist *d);
 
 #endif

@@ -91,6 +91,8 @@ size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) 
                                           next to the block (no gradient, no moments) */
             /* jit, xj: the jitter factors and the router's jittered input (moe.jitter > 0) */
             if (c->jitter > 0.0f) m.acts_ffn += 2 * N * C;
+            /* noise: the logit noise drawn (moe.noise > 0) */
+            if (c->noise > 0.0f) m.acts_ffn += N * E;
             /* sg, su, sh: the shared experts' SwiGLU (Fs = 0 without them) */
             m.acts_ffn += 3 * N * FS;
             /* int words of the block: idx (N, A) plus one spare word, and the dispatch

@@ -11,8 +11,8 @@
  *
  * model_memory_floats() writes the formula out term by term, with no call to model_init, so
  * a reader learns from it what an MoE step costs, and tests/test_memory.c checks it against
- * the floats model_init actually allocates (floats_allocated): a buffer added to the model
- * without a term here fails that test.
+ * the bytes model_init actually allocates from its backend (backend_bytes_allocated): a buffer
+ * added to the model without a term here fails that test.
  */
 #ifndef MOE_MEMORY_H
 #define MOE_MEMORY_H
@@ -22,9 +22,7 @@
 #include "config/config.h"
 
 /* Floats (4 bytes each) by kind. The float fields add up to the return value of
- * model_memory_floats(); int_words is separate because the integer buffers are not
- * allocated with floats_alloc (they are calloc'ed ints), so floats_allocated does not see
- * them. */
+ * model_memory_floats(); int_words, the integer buffers (4-byte ints), are counted apart. */
 typedef struct {
     size_t params;      /* P: every tensor of the parameter table */
     size_t grads;       /* P: same layout as params */

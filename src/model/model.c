@@ -1,9 +1,10 @@
 /*
  * model.c: transformer orchestration. See model.h.
  *
- * This file never loops over tensor elements itself beyond the embedding lookup and residual
- * adds: every piece of math is an op from nn/ops.h or the MoE block from moe/moe_ops.h, so a
- * second backend can replace the ops without touching the orchestration.
+ * This file never touches a tensor element: every buffer comes from the model's backend
+ * (src/backend/backend.h) and every piece of math is one of its operations, or the MoE block
+ * (moe_block.c), which is written against the same table. So the same code runs the plain
+ * reference loops (train.device=cpu-ref), the fast CPU versions (cpu) and any later backend.
  *
  * Accumulation rule (as in the ops): parameter gradients +=, activation gradients =.
  */
@@ -18,52 +19,32 @@
 #include "model/profile.h"
 #include "nn/ops.h"
 
-/* y (n) = a + b, elementwise. */
-static void add_vectors(float *y, const float *a, const float *b, size_t n) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
-}
-
-int model_reference_attention = 0;
-
-/* x (N, C): x[n] = emb[tokens[n]], emb (V, C). */
-static void embed_forward(float *x, const int *tokens, const float *emb, int N, int C) {
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++)
-        memcpy(x + (size_t)n * C, emb + (size_t)tokens[n] * C, (size_t)C * sizeof(float));
-}
-
-/* demb (V, C) += scatter of dx (N, C) by token; parallel over channels so that every gradient
- * element is summed by one thread in token order (deterministic). */
-static void embed_backward(float *demb, const float *dx, const int *tokens, int N, int C) {
-#pragma omp parallel for schedule(static)
-    for (int ch = 0; ch < C; ch++)
-        for (int n = 0; n < N; n++) demb[(size_t)tokens[n] * C + ch] += dx[(size_t)n * C + ch];
-}
-
-/* Gradients per partial sum of model_grad_norm, and the partials for n of them (one spare, so
- * an empty model still gets a buffer). Any tensor's count is at most the total. */
-#define NORM_CHUNK ((size_t)1 << 16)
-static size_t norm_chunks(size_t n) {
-    return (n + NORM_CHUNK - 1) / NORM_CHUNK + 1;
+/* n floats of the model's backend, zeroed */
+static float *dev(const Model *m, size_t n) {
+    return be_floats(m->be, n);
 }
 
 static float *alloc_nc(const Model *m) {
-    return floats_alloc((size_t)m->B * m->T * m->cfg.d_model);
+    return dev(m, (size_t)m->B * m->T * m->cfg.d_model);
 }
 
-/* The weights of the whole model drawn as in one process, then this member's share kept: an
- * expert-parallel run starts from exactly the weights a one-process run starts from. */
-static void init_expert_share(Model *m, const Config *c) {
+/* The weights drawn from the config seed into host (P floats): for an expert-parallel member,
+ * the whole model's weights drawn as in one process and this member's share kept, so that it
+ * starts from exactly the weights a one-process run starts from. */
+static void init_weights(const Model *m, const Config *c, float *host) {
+    if (!m->dist || m->dist->ep == 1) {
+        params_init(&m->pt, host, c, c->seed);
+        return;
+    }
     ParamTable full;
     params_table_build(&full, c);
-    float *buf = floats_alloc(full.total);
+    float *buf = (float *)malloc_check(full.total * sizeof(float));
     params_init(&full, buf, c, c->seed);
     for (int i = 0; i < m->pt.n; i++) {
         const ParamTensor *t = &m->pt.t[i], *f = &full.t[params_find(&full, t->name)];
         /* stacked experts: this member's El consecutive ones, from expert ep_rank * El */
         size_t skip = t->expert_dim ? (size_t)m->dist->ep_rank * t->numel : 0;
-        memcpy(m->params + t->offset, buf + f->offset + skip, t->numel * sizeof(float));
+        memcpy(host + t->offset, buf + f->offset + skip, t->numel * sizeof(float));
     }
     free(buf);
     params_table_free(&full);
@@ -74,8 +55,13 @@ void model_init(Model *m, const Config *c, int B, int T) {
 }
 
 void model_init_dist(Model *m, const Config *c, int B, int T, Dist *d) {
+    model_init_backend(m, c, B, T, d, backend_of_device(c->device));
+}
+
+void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const Backend *be) {
     memset(m, 0, sizeof(*m));
     m->cfg = *c;
+    m->be = be;
     m->B = B;
     m->T = T;
     m->dist = d && d->world > 1 ? d : NULL; /* one process: exactly the one-process model */
@@ -84,16 +70,19 @@ void model_init_dist(Model *m, const Config *c, int B, int T, Dist *d) {
     const int ep = m->dist ? m->dist->ep : 1;
 
     params_table_build_ep(&m->pt, c, ep);
-    m->params = floats_alloc(m->pt.total);
-    m->grads = floats_alloc(m->pt.total);
-    m->m = floats_alloc(m->pt.total);
-    m->v = floats_alloc(m->pt.total);
+    m->params = dev(m, m->pt.total);
+    m->grads = dev(m, m->pt.total);
+    m->m = dev(m, m->pt.total);
+    m->v = dev(m, m->pt.total);
     params_view(&m->w, &m->pt, m->params);
     params_view(&m->g, &m->pt, m->grads);
-    if (ep > 1)
-        init_expert_share(m, c);
-    else
-        params_init(&m->pt, m->params, c, c->seed);
+    /* drawn in place when the backend's memory is the host's, else on the host and copied */
+    float *host = be->host_memory ? m->params : (float *)malloc_check(m->pt.total * sizeof(float));
+    init_weights(m, c, host);
+    if (host != m->params) {
+        be->to_device(be, m->params, host, m->pt.total * sizeof(float));
+        free(host);
+    }
 
     m->hp = (MoeHyper){.C = C,
                        .E = c->num_experts,
@@ -122,46 +111,46 @@ void model_init_dist(Model *m, const Config *c, int B, int T, Dist *d) {
     /* a stream apart from the init and data streams, so turning noise on changes nothing else */
     rng_seed(&m->router_rng, c->seed ^ 0x6e6f697365524e47ull);
 
-    m->inputs = (int *)calloc_check(N, sizeof(int));
-    m->targets = (int *)calloc_check(N, sizeof(int));
+    m->inputs = be_ints(be, N);
+    m->targets = be_ints(be, N);
     m->resid = (float **)calloc_check((size_t)L + 1, sizeof(float *));
     for (int l = 0; l <= L; l++) m->resid[l] = alloc_nc(m);
     m->blocks = (BlockActs *)calloc_check((size_t)L, sizeof(BlockActs));
     for (int l = 0; l < L; l++) {
         BlockActs *a = &m->blocks[l];
         a->ln1 = alloc_nc(m);
-        a->rstd1 = floats_alloc(N);
+        a->rstd1 = dev(m, N);
         a->q = alloc_nc(m);
         a->k = alloc_nc(m);
         a->v = alloc_nc(m);
-        a->att = floats_alloc((size_t)B * H * T * T);
+        a->att = dev(m, (size_t)B * H * T * T);
         a->atty = alloc_nc(m);
         a->resid_mid = alloc_nc(m);
         a->ln2 = alloc_nc(m);
-        a->rstd2 = floats_alloc(N);
+        a->rstd2 = dev(m, N);
         if (config_is_moe_layer(c, l)) {
             a->moe = (MoeActs *)calloc_check(1, sizeof(MoeActs));
-            moe_acts_alloc(a->moe, &m->hp, (int)N);
+            moe_acts_alloc(be, a->moe, &m->hp, (int)N);
             m->n_moe++;
             if (Fs > 0) {
-                a->sg = floats_alloc(N * Fs);
-                a->su = floats_alloc(N * Fs);
-                a->sh = floats_alloc(N * Fs);
+                a->sg = dev(m, N * Fs);
+                a->su = dev(m, N * Fs);
+                a->sh = dev(m, N * Fs);
             }
         } else {
-            a->fg = floats_alloc(N * F);
-            a->fu = floats_alloc(N * F);
-            a->fh = floats_alloc(N * F);
+            a->fg = dev(m, N * F);
+            a->fu = dev(m, N * F);
+            a->fh = dev(m, N * F);
         }
     }
-    if (m->n_moe > 0) m->router_bias = floats_alloc((size_t)m->n_moe * c->num_experts);
+    if (m->n_moe > 0) m->router_bias = dev(m, (size_t)m->n_moe * c->num_experts);
     for (int l = 0, b = 0; l < L; l++)
         if (m->blocks[l].moe)
             m->blocks[l].router_bias = m->router_bias + (size_t)b++ * c->num_experts;
     m->lnf = alloc_nc(m);
-    m->rstdf = floats_alloc(N);
-    m->logits = floats_alloc(N * MOE_VOCAB);
-    m->losses = floats_alloc(N);
+    m->rstdf = dev(m, N);
+    m->logits = dev(m, N * MOE_VOCAB);
+    m->losses = dev(m, N);
 
     m->dresid = alloc_nc(m);
     m->dmid = alloc_nc(m);
@@ -172,86 +161,97 @@ void model_init_dist(Model *m, const Config *c, int B, int T, Dist *d) {
     m->dv = alloc_nc(m);
     m->datty = alloc_nc(m);
     if (m->n_moe < L) {
-        m->dfg = floats_alloc(N * F);
-        m->dfu = floats_alloc(N * F);
-        m->dfh = floats_alloc(N * F);
+        m->dfg = dev(m, N * F);
+        m->dfu = dev(m, N * F);
+        m->dfh = dev(m, N * F);
     }
-    m->dlogits = floats_alloc(N * MOE_VOCAB);
-    if (m->n_moe > 0) moe_scratch_alloc(&m->moe_scratch, &m->hp, (int)N);
+    m->dlogits = dev(m, N * MOE_VOCAB);
+    if (m->n_moe > 0) moe_scratch_alloc(be, &m->moe_scratch, &m->hp, (int)N);
     if (m->n_moe > 0 && Fs > 0) {
-        m->dsg = floats_alloc(N * Fs);
-        m->dsu = floats_alloc(N * Fs);
-        m->dsh = floats_alloc(N * Fs);
+        m->dsg = dev(m, N * Fs);
+        m->dsu = dev(m, N * Fs);
+        m->dsh = dev(m, N * Fs);
     }
+    /* the workspace of the ops, outside the analytic memory of memory.c (work_bytes) */
+    const size_t before = backend_bytes_allocated;
     const int D = C / H;
-    m->rope_cs = (float *)malloc_check((size_t)T * D * sizeof(float)); /* (T, D/2, 2) */
-    rope_table(m->rope_cs, T, D, c->rope_theta);
+    float *cs = (float *)malloc_check((size_t)T * D * sizeof(float)); /* (T, D/2, 2) */
+    rope_table(cs, T, D, c->rope_theta);
+    m->rope_cs = dev(m, (size_t)T * D);
+    be->to_device(be, m->rope_cs, cs, (size_t)T * D * sizeof(float));
+    free(cs);
     m->n_att_ws = omp_get_max_threads();
-    m->att_ws = (float *)malloc_check((size_t)m->n_att_ws * T * T * sizeof(float));
-    m->norm_partial = (double *)malloc_check(norm_chunks(m->pt.total) * sizeof(double));
+    m->att_ws = dev(m, (size_t)m->n_att_ws * T * T);
+    m->norm_partial = (double *)be->alloc(be, vec_chunks(m->pt.total) * sizeof(double));
+    m->work_bytes = backend_bytes_allocated - before;
+}
+
+/* a buffer of the model's backend back to it */
+static void release(const Model *m, void *p) {
+    if (p) m->be->free(m->be, p);
 }
 
 void model_free(Model *m) {
     const int L = m->cfg.n_layer;
     for (int l = 0; l < L; l++) {
         BlockActs *a = &m->blocks[l];
-        free(a->ln1);
-        free(a->rstd1);
-        free(a->q);
-        free(a->k);
-        free(a->v);
-        free(a->att);
-        free(a->atty);
-        free(a->resid_mid);
-        free(a->ln2);
-        free(a->rstd2);
-        free(a->fg);
-        free(a->fu);
-        free(a->fh);
-        free(a->sg);
-        free(a->su);
-        free(a->sh);
+        release(m, a->ln1);
+        release(m, a->rstd1);
+        release(m, a->q);
+        release(m, a->k);
+        release(m, a->v);
+        release(m, a->att);
+        release(m, a->atty);
+        release(m, a->resid_mid);
+        release(m, a->ln2);
+        release(m, a->rstd2);
+        release(m, a->fg);
+        release(m, a->fu);
+        release(m, a->fh);
+        release(m, a->sg);
+        release(m, a->su);
+        release(m, a->sh);
         if (a->moe) {
-            moe_acts_free(a->moe);
+            moe_acts_free(m->be, a->moe);
             free(a->moe);
         }
     }
-    for (int l = 0; l <= L; l++) free(m->resid[l]);
+    for (int l = 0; l <= L; l++) release(m, m->resid[l]);
     free(m->resid);
     free(m->blocks);
-    free(m->inputs);
-    free(m->targets);
-    free(m->lnf);
-    free(m->rstdf);
-    free(m->logits);
-    free(m->losses);
-    free(m->dresid);
-    free(m->dmid);
-    free(m->dln);
-    free(m->dtmp);
-    free(m->dq);
-    free(m->dk);
-    free(m->dv);
-    free(m->datty);
-    free(m->dfg);
-    free(m->dfu);
-    free(m->dfh);
-    free(m->dsg);
-    free(m->dsu);
-    free(m->dsh);
-    free(m->dlogits);
-    free(m->router_bias);
-    if (m->n_moe > 0) moe_scratch_free(&m->moe_scratch);
-    free(m->rope_cs);
-    free(m->att_ws);
-    free(m->norm_partial);
+    release(m, m->inputs);
+    release(m, m->targets);
+    release(m, m->lnf);
+    release(m, m->rstdf);
+    release(m, m->logits);
+    release(m, m->losses);
+    release(m, m->dresid);
+    release(m, m->dmid);
+    release(m, m->dln);
+    release(m, m->dtmp);
+    release(m, m->dq);
+    release(m, m->dk);
+    release(m, m->dv);
+    release(m, m->datty);
+    release(m, m->dfg);
+    release(m, m->dfu);
+    release(m, m->dfh);
+    release(m, m->dsg);
+    release(m, m->dsu);
+    release(m, m->dsh);
+    release(m, m->dlogits);
+    release(m, m->router_bias);
+    if (m->n_moe > 0) moe_scratch_free(m->be, &m->moe_scratch);
+    release(m, m->rope_cs);
+    release(m, m->att_ws);
+    release(m, m->norm_partial);
     params_view_free(&m->w);
     params_view_free(&m->g);
     params_table_free(&m->pt);
-    free(m->params);
-    free(m->grads);
-    free(m->m);
-    free(m->v);
+    release(m, m->params);
+    release(m, m->grads);
+    release(m, m->m);
+    release(m, m->v);
     memset(m, 0, sizeof(*m));
 }
 
@@ -262,26 +262,26 @@ static MoeWeights moe_weights(const LayerView *lw) {
 /* ---- forward ------------------------------------------------------------------------------ */
 
 static void block_forward(Model *m, int l, float *out, const float *in, int B, int T) {
+    const Backend *be = m->be;
     const Config *c = &m->cfg;
     const int C = c->d_model, H = c->n_head, F = c->d_ff, N = B * T;
     const LayerView *lw = &m->w.layers[l];
     BlockActs *a = &m->blocks[l];
 
     /* attention branch: resid_mid = in + attention(rmsnorm(in)) wo^T */
-    PROF(PROF_NORM, rmsnorm_forward(a->ln1, a->rstd1, in, lw->attn_norm, N, C));
-    PROF(PROF_ATTN_PROJ, matmul_forward(a->q, a->ln1, lw->wq, N, C, C));
-    PROF(PROF_ATTN_PROJ, matmul_forward(a->k, a->ln1, lw->wk, N, C, C));
-    PROF(PROF_ATTN_PROJ, matmul_forward(a->v, a->ln1, lw->wv, N, C, C));
-    PROF(PROF_ROPE, rope_forward(a->q, m->rope_cs, B, T, H, C / H));
-    PROF(PROF_ROPE, rope_forward(a->k, m->rope_cs, B, T, H, C / H));
-    PROF(PROF_ATTN, (model_reference_attention ? attention_forward_reference : attention_forward)(
-                        a->atty, a->att, a->q, a->k, a->v, B, T, C, H));
+    PROF(PROF_NORM, be->rmsnorm_forward(be, a->ln1, a->rstd1, in, lw->attn_norm, N, C));
+    PROF(PROF_ATTN_PROJ, be->matmul_forward(be, a->q, a->ln1, lw->wq, N, C, C));
+    PROF(PROF_ATTN_PROJ, be->matmul_forward(be, a->k, a->ln1, lw->wk, N, C, C));
+    PROF(PROF_ATTN_PROJ, be->matmul_forward(be, a->v, a->ln1, lw->wv, N, C, C));
+    PROF(PROF_ROPE, be->rope_forward(be, a->q, m->rope_cs, B, T, H, C / H));
+    PROF(PROF_ROPE, be->rope_forward(be, a->k, m->rope_cs, B, T, H, C / H));
+    PROF(PROF_ATTN, be->attention_forward(be, a->atty, a->att, a->q, a->k, a->v, B, T, C, H));
     /* dtmp is free scratch during the forward pass */
-    PROF(PROF_ATTN_PROJ, matmul_forward(m->dtmp, a->atty, lw->wo, N, C, C));
-    PROF(PROF_RESIDUAL, add_vectors(a->resid_mid, in, m->dtmp, (size_t)N * C));
+    PROF(PROF_ATTN_PROJ, be->matmul_forward(be, m->dtmp, a->atty, lw->wo, N, C, C));
+    PROF(PROF_RESIDUAL, be->add(be, a->resid_mid, in, m->dtmp, (size_t)N * C));
 
     /* feed-forward branch: out = resid_mid + FFN(rmsnorm(resid_mid)) */
-    PROF(PROF_NORM, rmsnorm_forward(a->ln2, a->rstd2, a->resid_mid, lw->ffn_norm, N, C));
+    PROF(PROF_NORM, be->rmsnorm_forward(be, a->ln2, a->rstd2, a->resid_mid, lw->ffn_norm, N, C));
     if (a->moe) {
         MoeWeights wt = moe_weights(lw);
         if (m->hp.balance == MOE_BALANCE_AUX_FREE) wt.bias = a->router_bias;
@@ -292,25 +292,26 @@ static void block_forward(Model *m, int l, float *out, const float *in, int B, i
         /* evaluation may run at its own capacity (0: dropless) */
         if (!m->training && hp.eval_capacity_factor >= 0.0f)
             hp.capacity_factor = hp.eval_capacity_factor;
-        moe_block_forward(m->dtmp, a->moe, a->ln2, &wt, &hp, N);
+        moe_block_forward(be, m->dtmp, a->moe, a->ln2, &wt, &hp, N);
         if (a->sg) { /* shared experts: one dense SwiGLU, weight 1; dln is free scratch here */
             const int Fs = c->num_shared * m->hp.F;
-            PROF(PROF_DENSE_FFN, matmul_forward(a->sg, a->ln2, lw->s_gate, N, C, Fs));
-            PROF(PROF_DENSE_FFN, matmul_forward(a->su, a->ln2, lw->s_up, N, C, Fs));
-            PROF(PROF_SWIGLU, swiglu_forward(a->sh, a->sg, a->su, N, Fs));
-            PROF(PROF_DENSE_FFN, matmul_forward(m->dln, a->sh, lw->s_down, N, Fs, C));
-            PROF(PROF_RESIDUAL, add_vectors(m->dtmp, m->dtmp, m->dln, (size_t)N * C));
+            PROF(PROF_DENSE_FFN, be->matmul_forward(be, a->sg, a->ln2, lw->s_gate, N, C, Fs));
+            PROF(PROF_DENSE_FFN, be->matmul_forward(be, a->su, a->ln2, lw->s_up, N, C, Fs));
+            PROF(PROF_SWIGLU, be->swiglu_forward(be, a->sh, a->sg, a->su, N, Fs));
+            PROF(PROF_DENSE_FFN, be->matmul_forward(be, m->dln, a->sh, lw->s_down, N, Fs, C));
+            PROF(PROF_RESIDUAL, be->add(be, m->dtmp, m->dtmp, m->dln, (size_t)N * C));
         }
     } else {
-        PROF(PROF_DENSE_FFN, matmul_forward(a->fg, a->ln2, lw->w_gate, N, C, F));
-        PROF(PROF_DENSE_FFN, matmul_forward(a->fu, a->ln2, lw->w_up, N, C, F));
-        PROF(PROF_SWIGLU, swiglu_forward(a->fh, a->fg, a->fu, N, F));
-        PROF(PROF_DENSE_FFN, matmul_forward(m->dtmp, a->fh, lw->w_down, N, F, C));
+        PROF(PROF_DENSE_FFN, be->matmul_forward(be, a->fg, a->ln2, lw->w_gate, N, C, F));
+        PROF(PROF_DENSE_FFN, be->matmul_forward(be, a->fu, a->ln2, lw->w_up, N, C, F));
+        PROF(PROF_SWIGLU, be->swiglu_forward(be, a->fh, a->fg, a->fu, N, F));
+        PROF(PROF_DENSE_FFN, be->matmul_forward(be, m->dtmp, a->fh, lw->w_down, N, F, C));
     }
-    PROF(PROF_RESIDUAL, add_vectors(out, a->resid_mid, m->dtmp, (size_t)N * C));
+    PROF(PROF_RESIDUAL, be->add(be, out, a->resid_mid, m->dtmp, (size_t)N * C));
 }
 
 float model_forward(Model *m, const int *inputs, const int *targets, int B, int T) {
+    const Backend *be = m->be;
     const Config *c = &m->cfg;
     const int C = c->d_model, L = c->n_layer, N = B * T;
     if (B > m->B || T > m->T || B * T > m->B * m->T)
@@ -318,14 +319,14 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
     m->B_last = B;
     m->T_last = T;
     m->N_last = N;
-    memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
+    be->to_device(be, m->inputs, inputs, (size_t)N * sizeof(int));
 
-    PROF(PROF_EMBED, embed_forward(m->resid[0], inputs, m->w.tok_emb, N, C));
+    PROF(PROF_EMBED, be->embed_forward(be, m->resid[0], inputs, m->w.tok_emb, N, C));
 
     for (int l = 0; l < L; l++) block_forward(m, l, m->resid[l + 1], m->resid[l], B, T);
 
-    PROF(PROF_NORM, rmsnorm_forward(m->lnf, m->rstdf, m->resid[L], m->w.final_norm, N, C));
-    PROF(PROF_HEAD, matmul_forward(m->logits, m->lnf, m->w.head, N, C, MOE_VOCAB));
+    PROF(PROF_NORM, be->rmsnorm_forward(be, m->lnf, m->rstdf, m->resid[L], m->w.final_norm, N, C));
+    PROF(PROF_HEAD, be->matmul_forward(be, m->logits, m->lnf, m->w.head, N, C, MOE_VOCAB));
 
     m->aux_loss = m->z_loss = 0.0f;
     float aux_sum = 0.0f, z_sum = 0.0f;
@@ -342,11 +343,10 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
         m->loss = NAN;
         return NAN;
     }
-    memcpy(m->targets, targets, (size_t)N * sizeof(int));
-    PROF(PROF_LOSS, crossentropy_forward(m->losses, m->logits, m->logits, targets, N, MOE_VOCAB));
-    double total = 0.0;
-    for (int n = 0; n < N; n++) total += m->losses[n]; /* fixed order: deterministic */
-    m->loss = (float)(total / N);
+    be->to_device(be, m->targets, targets, (size_t)N * sizeof(int));
+    PROF(PROF_LOSS,
+         be->crossentropy_forward(be, m->losses, m->logits, m->logits, targets, N, MOE_VOCAB));
+    m->loss = (float)(be->sum(be, m->losses, (size_t)N) / N); /* in token order: deterministic */
     return m->loss + moe_balance_coef(&m->hp) * aux_sum + c->z_coef * z_sum;
 }
 
@@ -356,6 +356,7 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
  * dout itself: dout is last read before dmid is formed, and dx is written at the very end. */
 static void block_backward(Model *m, int l, float *dx, const float *dout, const float *in,
                            float loss_scale) {
+    const Backend *be = m->be;
     const Config *c = &m->cfg;
     const int C = c->d_model, H = c->n_head, F = c->d_ff;
     const int B = m->B_last, T = m->T_last, N = m->N_last;
@@ -367,70 +368,73 @@ static void block_backward(Model *m, int l, float *dx, const float *dout, const 
     if (a->moe) {
         MoeWeights wt = moe_weights(lw);
         MoeGrads gr = {.router = gw->router, .Wg = gw->e_gate, .Wu = gw->e_up, .Wd = gw->e_down};
-        moe_block_backward(m->dln, &gr, dout, a->moe, a->ln2, &wt, &m->hp, &m->moe_scratch,
+        moe_block_backward(be, m->dln, &gr, dout, a->moe, a->ln2, &wt, &m->hp, &m->moe_scratch,
                            loss_scale);
         if (a->sg) { /* + (silu(ln2 Wsg^T) * ln2 Wsu^T) Wsd^T: its input gradients add to dln */
             const int Fs = c->num_shared * m->hp.F;
             PROF(PROF_DENSE_FFN,
-                 matmul_backward(m->dsh, gw->s_down, dout, a->sh, lw->s_down, N, Fs, C));
-            PROF(PROF_SWIGLU, swiglu_backward(m->dsg, m->dsu, m->dsh, a->sg, a->su, N, Fs));
+                 be->matmul_backward(be, m->dsh, gw->s_down, dout, a->sh, lw->s_down, N, Fs, C));
+            PROF(PROF_SWIGLU, be->swiglu_backward(be, m->dsg, m->dsu, m->dsh, a->sg, a->su, N, Fs));
+            PROF(PROF_DENSE_FFN, be->matmul_backward(be, m->dtmp, gw->s_gate, m->dsg, a->ln2,
+                                                     lw->s_gate, N, C, Fs));
+            PROF(PROF_RESIDUAL, be->add(be, m->dln, m->dln, m->dtmp, (size_t)N * C));
             PROF(PROF_DENSE_FFN,
-                 matmul_backward(m->dtmp, gw->s_gate, m->dsg, a->ln2, lw->s_gate, N, C, Fs));
-            PROF(PROF_RESIDUAL, add_vectors(m->dln, m->dln, m->dtmp, (size_t)N * C));
-            PROF(PROF_DENSE_FFN,
-                 matmul_backward(m->dtmp, gw->s_up, m->dsu, a->ln2, lw->s_up, N, C, Fs));
-            PROF(PROF_RESIDUAL, add_vectors(m->dln, m->dln, m->dtmp, (size_t)N * C));
+                 be->matmul_backward(be, m->dtmp, gw->s_up, m->dsu, a->ln2, lw->s_up, N, C, Fs));
+            PROF(PROF_RESIDUAL, be->add(be, m->dln, m->dln, m->dtmp, (size_t)N * C));
         }
     } else {
-        PROF(PROF_DENSE_FFN, matmul_backward(m->dfh, gw->w_down, dout, a->fh, lw->w_down, N, F, C));
-        PROF(PROF_SWIGLU, swiglu_backward(m->dfg, m->dfu, m->dfh, a->fg, a->fu, N, F));
         PROF(PROF_DENSE_FFN,
-             matmul_backward(m->dln, gw->w_gate, m->dfg, a->ln2, lw->w_gate, N, C, F));
-        PROF(PROF_DENSE_FFN, matmul_backward(m->dtmp, gw->w_up, m->dfu, a->ln2, lw->w_up, N, C, F));
-        PROF(PROF_RESIDUAL, add_vectors(m->dln, m->dln, m->dtmp, (size_t)N * C));
+             be->matmul_backward(be, m->dfh, gw->w_down, dout, a->fh, lw->w_down, N, F, C));
+        PROF(PROF_SWIGLU, be->swiglu_backward(be, m->dfg, m->dfu, m->dfh, a->fg, a->fu, N, F));
+        PROF(PROF_DENSE_FFN,
+             be->matmul_backward(be, m->dln, gw->w_gate, m->dfg, a->ln2, lw->w_gate, N, C, F));
+        PROF(PROF_DENSE_FFN,
+             be->matmul_backward(be, m->dtmp, gw->w_up, m->dfu, a->ln2, lw->w_up, N, C, F));
+        PROF(PROF_RESIDUAL, be->add(be, m->dln, m->dln, m->dtmp, (size_t)N * C));
     }
     /* ln2 = rmsnorm(resid_mid); dmid = dout (residual path) + d(ln2)/d(resid_mid) */
-    PROF(PROF_NORM, rmsnorm_backward(m->dtmp, gw->ffn_norm, m->dln, a->resid_mid, lw->ffn_norm,
-                                     a->rstd2, N, C));
-    PROF(PROF_RESIDUAL, add_vectors(m->dmid, dout, m->dtmp, (size_t)N * C));
+    PROF(PROF_NORM, be->rmsnorm_backward(be, m->dtmp, gw->ffn_norm, m->dln, a->resid_mid,
+                                         lw->ffn_norm, a->rstd2, N, C));
+    PROF(PROF_RESIDUAL, be->add(be, m->dmid, dout, m->dtmp, (size_t)N * C));
 
     /* resid_mid = in + atty wo^T */
-    PROF(PROF_ATTN_PROJ, matmul_backward(m->datty, gw->wo, m->dmid, a->atty, lw->wo, N, C, C));
-    PROF(PROF_ATTN, (model_reference_attention ? attention_backward_reference : attention_backward)(
-                        m->dq, m->dk, m->dv, m->att_ws, m->datty, a->att, a->q, a->k, a->v, B, T,
-                        C, H, m->n_att_ws));
-    PROF(PROF_ROPE, rope_backward(m->dq, m->rope_cs, B, T, H, C / H));
-    PROF(PROF_ROPE, rope_backward(m->dk, m->rope_cs, B, T, H, C / H));
+    PROF(PROF_ATTN_PROJ,
+         be->matmul_backward(be, m->datty, gw->wo, m->dmid, a->atty, lw->wo, N, C, C));
+    PROF(PROF_ATTN, be->attention_backward(be, m->dq, m->dk, m->dv, m->att_ws, m->datty, a->att,
+                                           a->q, a->k, a->v, B, T, C, H, m->n_att_ws));
+    PROF(PROF_ROPE, be->rope_backward(be, m->dq, m->rope_cs, B, T, H, C / H));
+    PROF(PROF_ROPE, be->rope_backward(be, m->dk, m->rope_cs, B, T, H, C / H));
     /* q, k, v = ln1 Wq^T, ln1 Wk^T, ln1 Wv^T: their input gradients add up in dln */
-    PROF(PROF_ATTN_PROJ, matmul_backward(m->dln, gw->wq, m->dq, a->ln1, lw->wq, N, C, C));
-    PROF(PROF_ATTN_PROJ, matmul_backward(m->dtmp, gw->wk, m->dk, a->ln1, lw->wk, N, C, C));
-    PROF(PROF_RESIDUAL, add_vectors(m->dln, m->dln, m->dtmp, (size_t)N * C));
-    PROF(PROF_ATTN_PROJ, matmul_backward(m->dtmp, gw->wv, m->dv, a->ln1, lw->wv, N, C, C));
-    PROF(PROF_RESIDUAL, add_vectors(m->dln, m->dln, m->dtmp, (size_t)N * C));
+    PROF(PROF_ATTN_PROJ, be->matmul_backward(be, m->dln, gw->wq, m->dq, a->ln1, lw->wq, N, C, C));
+    PROF(PROF_ATTN_PROJ, be->matmul_backward(be, m->dtmp, gw->wk, m->dk, a->ln1, lw->wk, N, C, C));
+    PROF(PROF_RESIDUAL, be->add(be, m->dln, m->dln, m->dtmp, (size_t)N * C));
+    PROF(PROF_ATTN_PROJ, be->matmul_backward(be, m->dtmp, gw->wv, m->dv, a->ln1, lw->wv, N, C, C));
+    PROF(PROF_RESIDUAL, be->add(be, m->dln, m->dln, m->dtmp, (size_t)N * C));
     /* ln1 = rmsnorm(in); dx = dmid (residual path) + d(ln1)/d(in) */
-    PROF(PROF_NORM,
-         rmsnorm_backward(m->dtmp, gw->attn_norm, m->dln, in, lw->attn_norm, a->rstd1, N, C));
-    PROF(PROF_RESIDUAL, add_vectors(dx, m->dmid, m->dtmp, (size_t)N * C));
+    PROF(PROF_NORM, be->rmsnorm_backward(be, m->dtmp, gw->attn_norm, m->dln, in, lw->attn_norm,
+                                         a->rstd1, N, C));
+    PROF(PROF_RESIDUAL, be->add(be, dx, m->dmid, m->dtmp, (size_t)N * C));
 }
 
 void model_backward(Model *m, float loss_scale) {
+    const Backend *be = m->be;
     const Config *c = &m->cfg;
     const int C = c->d_model, L = c->n_layer, N = m->N_last;
 
     prof_backward = 1;
     /* loss = mean_n CE_n, so dlogits carries 1/N; loss_scale adds 1/accum */
-    PROF(PROF_LOSS, crossentropy_backward(m->dlogits, m->logits, m->targets, loss_scale / (float)N,
-                                          N, MOE_VOCAB));
-    PROF(PROF_HEAD,
-         matmul_backward(m->dln, m->g.head, m->dlogits, m->lnf, m->w.head, N, C, MOE_VOCAB));
-    PROF(PROF_NORM, rmsnorm_backward(m->dresid, m->g.final_norm, m->dln, m->resid[L],
-                                     m->w.final_norm, m->rstdf, N, C));
+    PROF(PROF_LOSS, be->crossentropy_backward(be, m->dlogits, m->logits, m->targets,
+                                              loss_scale / (float)N, N, MOE_VOCAB));
+    PROF(PROF_HEAD, be->matmul_backward(be, m->dln, m->g.head, m->dlogits, m->lnf, m->w.head, N, C,
+                                        MOE_VOCAB));
+    PROF(PROF_NORM, be->rmsnorm_backward(be, m->dresid, m->g.final_norm, m->dln, m->resid[L],
+                                         m->w.final_norm, m->rstdf, N, C));
 
     /* dresid holds d/d(resid[l+1]); each block turns it into d/d(resid[l]) in place */
     for (int l = L - 1; l >= 0; l--)
         block_backward(m, l, m->dresid, m->dresid, m->resid[l], loss_scale);
 
-    PROF(PROF_EMBED, embed_backward(m->g.tok_emb, m->dresid, m->inputs, N, C));
+    PROF(PROF_EMBED, be->embed_backward(be, m->g.tok_emb, m->dresid, m->inputs, N, C));
     prof_backward = 0;
 }
 
@@ -443,38 +447,22 @@ void model_update_router_bias(Model *m, const double *count) {
 }
 
 void model_zero_grad(Model *m) {
-    memset(m->grads, 0, m->pt.total * sizeof(float));
-}
-
-/* Sum of squares of g[0 .. n): fixed chunks of NORM_CHUNK in parallel into partial
- * (norm_chunks(n)), then the chunks in order, so the result does not depend on the number of
- * threads. */
-static double sum_squares(double *partial, const float *g, size_t n) {
-    const size_t n_chunks = (n + NORM_CHUNK - 1) / NORM_CHUNK;
-#pragma omp parallel for schedule(static)
-    for (size_t ch = 0; ch < n_chunks; ch++) {
-        size_t end = (ch + 1) * NORM_CHUNK < n ? (ch + 1) * NORM_CHUNK : n;
-        double ss = 0.0;
-        for (size_t i = ch * NORM_CHUNK; i < end; i++) ss += (double)g[i] * g[i];
-        partial[ch] = ss;
-    }
-    double ss = 0.0;
-    for (size_t ch = 0; ch < n_chunks; ch++) ss += partial[ch];
-    return ss;
+    m->be->zero(m->be, m->grads, m->pt.total * sizeof(float));
 }
 
 float model_grad_norm(const Model *m) {
     double t0 = prof_clock();
     double ss = 0.0;
     if (!m->dist) {
-        ss = sum_squares(m->norm_partial, m->grads, m->pt.total);
+        ss = m->be->sum_squares(m->be, m->norm_partial, m->grads, m->pt.total);
     } else {
         /* every process holds the same (summed) non-expert gradients; each expert lives on one
          * member of an expert-parallel group: their squares add up over the group */
         double part[2] = {0.0, 0.0}; /* non-expert, this member's experts */
         for (int i = 0; i < m->pt.n; i++) {
             const ParamTensor *t = &m->pt.t[i];
-            part[t->expert_dim] += sum_squares(m->norm_partial, m->grads + t->offset, t->numel);
+            part[t->expert_dim] +=
+                m->be->sum_squares(m->be, m->norm_partial, m->grads + t->offset, t->numel);
         }
         dist_allreduce_sum_d(m->dist, DIST_EP, &part[1], 1);
         ss = part[0] + part[1];
@@ -497,20 +485,20 @@ void model_sync_grads(Model *m) {
 }
 
 void model_adamw_step(Model *m, float lr, float grad_scale) {
+    const Backend *be = m->be;
     const Config *c = &m->cfg;
     m->step++;
     if (grad_scale != 1.0f) {
         double t0 = prof_clock();
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < m->pt.total; i++) m->grads[i] *= grad_scale;
+        be->scale(be, m->grads, grad_scale, m->pt.total);
         if (prof_enabled) prof_add(PROF_OPTIMIZER, prof_clock() - t0);
     }
     for (int i = 0; i < m->pt.n; i++) {
         const ParamTensor *t = &m->pt.t[i];
         PROF(PROF_OPTIMIZER,
-             adamw_update(m->params + t->offset, m->grads + t->offset, m->m + t->offset,
-                          m->v + t->offset, t->numel, lr, c->beta1, c->beta2, c->eps,
-                          t->decay ? c->weight_decay : 0.0f, m->step));
+             be->adamw_update(be, m->params + t->offset, m->grads + t->offset, m->m + t->offset,
+                              m->v + t->offset, t->numel, lr, c->beta1, c->beta2, c->eps,
+                              t->decay ? c->weight_decay : 0.0f, m->step));
     }
 }
 

@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "config/config.h"
 #include "model/moe_block.h"
 #include "model/params.h"
@@ -36,6 +37,7 @@ typedef struct {
 
 typedef struct {
     Config cfg;
+    const Backend *be; /* every buffer below is its memory; every op runs on it */
     ParamTable pt;
     float *params, *grads, *m, *v; /* (pt.total) each; m, v are the AdamW moments */
     ParamView w, g;                /* named views into params and grads */
@@ -70,12 +72,13 @@ typedef struct {
     /* workspace of the ops, sized once in model_init so that a step allocates nothing:
      * rope_cs (T, D/2, 2) the RoPE cos/sin table (rope_table); att_ws (n_att_ws, T, T) one dS
      * slice per thread of attention_backward, n_att_ws = omp_get_max_threads() at init;
-     * norm_partial the chunk sums of model_grad_norm (one per 65536 gradients, plus one).
-     * They are allocated with malloc_check, outside the analytic model memory of memory.c:
-     * the attention slices grow with the thread count, not with the model. */
+     * norm_partial the chunk sums of model_grad_norm (vec_chunks of the parameters). They are
+     * outside the analytic model memory of memory.c (the attention slices grow with the
+     * thread count, not with the model): work_bytes, their size. */
     float *rope_cs, *att_ws;
     int n_att_ws;
     double *norm_partial;
+    size_t work_bytes;
 
     /* results of the last forward */
     int N_last, B_last, T_last;
@@ -96,6 +99,8 @@ void model_init(Model *m, const Config *c, int B, int T);
  * model_init). The weights start as those of the one-process model, each member keeping its
  * share of the experts. */
 void model_init_dist(Model *m, const Config *c, int B, int T, Dist *d);
+/* The same on a backend of the caller's choice instead of the one train.device names. */
+void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const Backend *be);
 void model_free(Model *m);
 
 /* Forward over inputs (B, T) (T <= the T of model_init). With targets, computes the loss
@@ -136,9 +141,5 @@ float lr_schedule(const Config *c, int step);
 /* Model FLOPs per token of one training step (forward + backward matrix products, useful
  * causal work only; the formula is written out in model.c). */
 double model_flops_per_token(const Config *c, int T);
-
-/* 1: use the loop-by-loop reference attention (attention.c) instead of the GEMM version, to
- * measure what the GEMMs buy (`moe bench --reference-attention`). Same math, slower. */
-extern int model_reference_attention;
 
 #endif

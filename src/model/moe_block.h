@@ -6,6 +6,7 @@
 #ifndef MOE_MODEL_MOE_BLOCK_H
 #define MOE_MODEL_MOE_BLOCK_H
 
+#include "backend/backend.h"
 #include "moe/moe_ops.h"
 
 /* ---- the block's weights, activations and scratch -------------------------------------------- */
@@ -37,6 +38,9 @@ typedef struct {
     /* jitter (allocated when hp->jitter > 0): the router reads xj = x * jit instead of x */
     float *jit, *xj; /* (N, C) the factors drawn, the jittered input */
     int jittered;    /* the last forward used xj */
+    float *noise;    /* (N, E) the logit noise drawn (allocated when hp->noise > 0) */
+    float *drawn;    /* host staging of the draws, (N, max(C, E)), for a backend whose memory
+                        is not the host's (NULL otherwise: the draws land in place) */
     /* more than one process (hp->dist): the aux loss's f over the whole batch (E), and with
      * expert parallelism the rows this member's experts received (src/model/ep.h) */
     float *global_f;
@@ -53,20 +57,22 @@ typedef struct {
     float *dx_router;    /* (N, C) */
 } MoeScratch;
 
-void moe_acts_alloc(MoeActs *a, const MoeHyper *hp, int N_max);
-void moe_acts_free(MoeActs *a);
-void moe_scratch_alloc(MoeScratch *s, const MoeHyper *hp, int N_max);
-void moe_scratch_free(MoeScratch *s);
+/* The buffers are the backend's memory (be->alloc), allocated once. */
+void moe_acts_alloc(const Backend *be, MoeActs *a, const MoeHyper *hp, int N_max);
+void moe_acts_free(const Backend *be, MoeActs *a);
+void moe_scratch_alloc(const Backend *be, MoeScratch *s, const MoeHyper *hp, int N_max);
+void moe_scratch_free(const Backend *be, MoeScratch *s);
 
 /* y (N, C) (written) = MoE(x); fills a (routing, activations, aux_loss, z_loss). With hp->rng
  * set (training), draws the jitter factors (N*C uniforms, token-major), then the logit noise
  * (N*E normals), then (capacity mode, second_random, K = 2) one uniform per token for the
  * second expert, serially: the stream is deterministic. */
-void moe_block_forward(float *y, MoeActs *a, const float *x, const MoeWeights *wt,
-                       const MoeHyper *hp, int N);
+void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
+                       const MoeWeights *wt, const MoeHyper *hp, int N);
 /* dx (N, C) (written); grads accumulated. loss_scale multiplies the aux and z loss gradients
  * (1 / accum), matching the scaling of dy. */
-void moe_block_backward(float *dx, MoeGrads *gr, const float *dy, const MoeActs *a, const float *x,
-                        const MoeWeights *wt, const MoeHyper *hp, MoeScratch *s, float loss_scale);
+void moe_block_backward(const Backend *be, float *dx, MoeGrads *gr, const float *dy,
+                        const MoeActs *a, const float *x, const MoeWeights *wt, const MoeHyper *hp,
+                        MoeScratch *s, float loss_scale);
 
 #endif

@@ -8,11 +8,13 @@
  *   h = silu(g) * u                          (S_e, F)
  *   ye_e = h Wd[e]^T                         (S_e, C)
  *
- * so each weight costs one GEMM per expert over the whole slice (a "grouped GEMM" done as a
- * loop of E calls). Experts with no rows are skipped: their outputs have no rows, and their
- * weight gradients get nothing added.
- * A padded capacity plan (capacity.c) adds zero rows after each expert's kept rows; the
- * _padded variants compute the two parts as separate products.
+ * so each weight costs one product per expert over the whole slice (a "grouped GEMM" done as
+ * a loop over the experts). Experts with no rows are skipped: their outputs have no rows, and
+ * their weight gradients get nothing added. A padded capacity plan (capacity.c) adds zero rows
+ * after each expert's kept rows; with counts given, the two parts are separate products.
+ *
+ * This is the reference, on the plain loops of nn/matmul.c (the cpu-ref backend's); the cpu
+ * backend runs the same slices on sgemm (src/backend/cpu_gemm.c).
  *
  * Accumulation rule (nn/ops.h): dWg, dWu, dWd are added to (+=); dxe is written (=).
  */
@@ -21,9 +23,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-
-/* last: through <complex.h> it defines the macro I, so no declaration below may use that name */
-#include <cblas.h>
 
 /* Expert e's SwiGLU on the Se rows starting at row r0 of the slot buffers. */
 static void slice_forward(float *ye, float *g, float *u, float *h, const float *xe, const float *Wg,
@@ -37,35 +36,26 @@ static void slice_forward(float *ye, float *g, float *u, float *h, const float *
 }
 
 void experts_forward(float *ye, float *g, float *u, float *h, const float *xe, const float *Wg,
-                     const float *Wu, const float *Wd, const int *offsets, int E, int C, int F) {
-    /* ye (S, C), g, u, h (S, F), xe (S, C), Wg, Wu (E, F, C), Wd (E, C, F), offsets (E + 1) */
-    for (int e = 0; e < E; e++)
-        slice_forward(ye, g, u, h, xe, Wg, Wu, Wd, e, offsets[e], offsets[e + 1] - offsets[e], C,
-                      F);
-}
-
-/* Padded plans: the kept rows and the padding rows of a slice are two products. sgemm picks
- * its kernels and blocking by the row count, so one product over all cap rows could round
- * the kept rows differently from the unpadded run; as two, the kept rows see exactly the
- * unpadded call and the padding rows (zeros) still cost their FLOPs. */
-void experts_forward_padded(float *ye, float *g, float *u, float *h, const float *xe,
-                            const float *Wg, const float *Wu, const float *Wd, const int *offsets,
-                            const int *counts, int E, int C, int F) {
-    /* as experts_forward; counts (E) kept rows at the start of each slice */
+                     const float *Wu, const float *Wd, const int *offsets, const int *counts, int E,
+                     int C, int F) {
+    /* ye (S, C), g, u, h (S, F), xe (S, C), Wg, Wu (E, F, C), Wd (E, C, F), offsets (E + 1),
+     * counts (E) or NULL */
     for (int e = 0; e < E; e++) {
-        int r0 = offsets[e], kept = counts[e], pad = offsets[e + 1] - offsets[e] - counts[e];
+        int r0 = offsets[e], rows = offsets[e + 1] - offsets[e];
+        int kept = counts ? counts[e] : rows;
         slice_forward(ye, g, u, h, xe, Wg, Wu, Wd, e, r0, kept, C, F);
-        slice_forward(ye, g, u, h, xe, Wg, Wu, Wd, e, r0 + kept, pad, C, F);
+        slice_forward(ye, g, u, h, xe, Wg, Wu, Wd, e, r0 + kept, rows - kept, C, F);
     }
 }
 
-/* dx (N, in) += dy (N, out) . W (out, in): the input gradient of y = x W^T, ADDED to dx.
- * matmul_backward writes dx; the expert input feeds two linears (g and u), whose input
- * gradients must be summed without an extra (S, C) buffer, so the second one adds in place. */
-static void matmul_backward_dx_add(float *dx, const float *dy, const float *W, int N, int in,
-                                   int out) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, out, 1.0f, dy, out, W, in, 1.0f,
-                dx, in);
+/* dx (N, in) += dy (N, out) . W (out, in): the input gradient of y = x W^T, ADDED to dx (the
+ * expert input feeds two linears, g and u, whose input gradients add up). */
+static void matmul_dx_add(float *dx, const float *dy, const float *W, int N, int in, int out) {
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < out; o++) {
+            const float gy = dy[(size_t)n * out + o], *wo = W + (size_t)o * in;
+            for (int i = 0; i < in; i++) dx[(size_t)n * in + i] += gy * wo[i];
+        }
 }
 
 /* Expert e's backward over the Se rows starting at row r0 (the math: experts_backward). */
@@ -80,39 +70,30 @@ static void slice_backward(float *dxe, float *dWg, float *dWu, float *dWd, float
     matmul_backward(dxe ? dxe + rc : NULL, dWg ? dWg + wo : NULL, dg + rf, xe + rc, Wg + wo, Se, C,
                     F);
     matmul_backward(NULL, dWu ? dWu + wo : NULL, du + rf, xe + rc, Wu + wo, Se, C, F);
-    if (dxe) matmul_backward_dx_add(dxe + rc, du + rf, Wu + wo, Se, C, F);
+    if (dxe) matmul_dx_add(dxe + rc, du + rf, Wu + wo, Se, C, F);
 }
 
 void experts_backward(float *dxe, float *dWg, float *dWu, float *dWd, float *dg, float *du,
                       float *dh, const float *dye, const float *xe, const float *g, const float *u,
                       const float *h, const float *Wg, const float *Wu, const float *Wd,
-                      const int *offsets, int E, int C, int F) {
+                      const int *offsets, const int *counts, int E, int C, int F) {
     /* dxe (S, C) written; dWg, dWu (E, F, C), dWd (E, C, F) accumulated; dg, du, dh (S, F)
-     * scratch; dye (S, C), xe (S, C), g, u, h (S, F), offsets (E + 1).
+     * scratch; dye (S, C), xe (S, C), g, u, h (S, F), offsets (E + 1), counts (E) or NULL.
      *
      * Per expert e, in reverse of the forward:
      *   ye = h Wd^T          dh = dye Wd,   dWd += dye^T h
      *   h = silu(g) * u      dg, du from swiglu_backward
      *   g = xe Wg^T          dxe  = dg Wg,  dWg += dg^T xe
-     *   u = xe Wu^T          dxe += du Wu,  dWu += du^T xe */
-    for (int e = 0; e < E; e++)
-        slice_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, e, offsets[e],
-                       offsets[e + 1] - offsets[e], C, F);
-}
-
-void experts_backward_padded(float *dxe, float *dWg, float *dWu, float *dWd, float *dg, float *du,
-                             float *dh, const float *dye, const float *xe, const float *g,
-                             const float *u, const float *h, const float *Wg, const float *Wu,
-                             const float *Wd, const int *offsets, const int *counts, int E, int C,
-                             int F) {
-    /* as experts_backward; the padding rows (dye = 0, h = 0) add exact zeros to the weight
-     * gradients, after the kept rows' products */
+     *   u = xe Wu^T          dxe += du Wu,  dWu += du^T xe
+     * The padding rows of a padded plan (dye = 0, h = 0) add exact zeros to the weight
+     * gradients, after the kept rows' products. */
     for (int e = 0; e < E; e++) {
-        int r0 = offsets[e], kept = counts[e], pad = offsets[e + 1] - offsets[e] - counts[e];
+        int r0 = offsets[e], rows = offsets[e + 1] - offsets[e];
+        int kept = counts ? counts[e] : rows;
         slice_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, e, r0, kept, C,
                        F);
         slice_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, e, r0 + kept,
-                       pad, C, F);
+                       rows - kept, C, F);
     }
 }
 

@@ -264,27 +264,22 @@ void expert_choice_forward(int *idx, float *w, DispatchPlan *p, const float *sco
 void expert_choice_stats(RouterStats *st, float *load, const float *scores, const DispatchPlan *p);
 
 /* ---- experts: one SwiGLU per expert over its contiguous slice ------------------------------
- * Weights stacked over experts: Wg, Wu (E, F, C); Wd (E, C, F). For the rows of expert e:
+ * Weights stacked over experts: Wg, Wu (E, F, C); Wd (E, C, F). For the rows of expert e,
+ * [offsets[e], offsets[e + 1]):
  *   g = xe Wg[e]^T, u = xe Wu[e]^T (S_e, F);  h = silu(g) * u;  ye = h Wd[e]^T (S_e, C).
- * g, u, h (S, F) are kept for the backward pass. An expert with no rows is skipped. */
+ * g, u, h (S, F) are kept for the backward pass. An expert with no rows is skipped. counts
+ * (E), for a padded capacity plan, holds the kept rows at the start of each slice, the rest
+ * being padding rows; each part is its own product, so the kept rows get bit for bit the
+ * results of an unpadded plan, and the padding rows are still computed. NULL: every row is
+ * kept. */
 void experts_forward(float *ye, float *g, float *u, float *h, const float *xe, const float *Wg,
-                     const float *Wu, const float *Wd, const int *offsets, int E, int C, int F);
+                     const float *Wu, const float *Wd, const int *offsets, const int *counts, int E,
+                     int C, int F);
 /* dxe (S, C) written; dWg, dWu, dWd accumulated; dg, du, dh (S, F) are scratch. */
 void experts_backward(float *dxe, float *dWg, float *dWu, float *dWd, float *dg, float *du,
                       float *dh, const float *dye, const float *xe, const float *g, const float *u,
                       const float *h, const float *Wg, const float *Wu, const float *Wd,
-                      const int *offsets, int E, int C, int F);
-/* The same for a padded capacity plan: slice e holds counts[e] (E) kept rows, then padding
- * rows up to offsets[e + 1]; each part is its own product, so the kept rows get bit for bit
- * the results of an unpadded plan, and the padding rows are still computed. */
-void experts_forward_padded(float *ye, float *g, float *u, float *h, const float *xe,
-                            const float *Wg, const float *Wu, const float *Wd, const int *offsets,
-                            const int *counts, int E, int C, int F);
-void experts_backward_padded(float *dxe, float *dWg, float *dWu, float *dWd, float *dg, float *du,
-                             float *dh, const float *dye, const float *xe, const float *g,
-                             const float *u, const float *h, const float *Wg, const float *Wu,
-                             const float *Wd, const int *offsets, const int *counts, int E, int C,
-                             int F);
+                      const int *offsets, const int *counts, int E, int C, int F);
 
 /* Mean cosine similarity over the E (E - 1) / 2 pairs of experts, each expert's weights taken
  * as one vector (its rows of Wg and Wu (E, F, C) and of Wd (E, C, F) end to end). 1 for

@@ -1,7 +1,7 @@
 /*
  * attention.c: causal multi-head self-attention on already projected (and rotated) q, k, v:
- * the plain reference, loop by loop. attention_gemm.c computes the same with matrix products
- * (the version the model uses) and is tested against this one.
+ * the plain reference, loop by loop (the cpu-ref backend's). src/backend/attention_gemm.c
+ * computes the same with matrix products (the cpu backend's) and is tested against this one.
  *
  * Layout: q, k, v, out are (B, T, C) with C = H * D; head h owns channels [h*D, (h+1)*D) of
  * every token. For one batch row b and head h, with s = 1 / sqrt(D):
@@ -25,7 +25,7 @@
 #include <omp.h>
 #include <string.h>
 
-void attention_forward_reference(float *out, float *att, const float *q, const float *k, const float *v,
+void attention_forward(float *out, float *att, const float *q, const float *k, const float *v,
                        int B, int T, int C, int H) {
     /* out (B, T, C), att (B, H, T, T), q (B, T, C), k (B, T, C), v (B, T, C) */
     int D = C / H;
@@ -69,9 +69,9 @@ void attention_forward_reference(float *out, float *att, const float *q, const f
     }
 }
 
-void attention_backward_reference(float *dq, float *dk, float *dv, float *ws, const float *dout,
-                                  const float *att, const float *q, const float *k, const float *v,
-                                  int B, int T, int C, int H, int n_ws) {
+void attention_backward(float *dq, float *dk, float *dv, float *ws, const float *dout,
+                        const float *att, const float *q, const float *k, const float *v, int B,
+                        int T, int C, int H, int n_ws) {
     /* dq, dk, dv (B, T, C), ws (n_ws, T, T) workspace (a row of its slice per thread is used),
      * dout (B, T, C), att (B, H, T, T), q, k, v (B, T, C)
      *

@@ -1,8 +1,11 @@
 /*
  * ops.h: the dense transformer ops as forward/backward pairs.
  *
- * The plain C reference lives in one .c file per op (matmul.c, rmsnorm.c, attention.c,
- * swiglu.c, crossentropy.c, adamw.c); a CUDA twin (.cu) implements the same names.
+ * The plain C reference lives in one .c file per op (matmul.c, rmsnorm.c, rope.c,
+ * attention.c, swiglu.c, crossentropy.c, adamw.c, and vec.c for the elementwise steps
+ * between them). These are the cpu-ref backend's ops; the cpu backend (src/backend/) runs
+ * faster versions of some of them and these of the rest, and model.c reaches both only
+ * through the backend's table (src/backend/backend.h).
  *
  * Conventions used by every op:
  *   - Argument order: outputs first, then inputs, then weights, then dimensions.
@@ -20,7 +23,8 @@
 #include <stddef.h>
 
 /* ---- matmul: y (N, OUT) = x (N, IN) @ W (OUT, IN)^T ---------------------------------------------
- * Backward: dx (N, IN) = dy @ W;  dW (OUT, IN) += dy^T @ x.
+ * Backward: dx (N, IN) = dy @ W;  dW (OUT, IN) += dy^T @ x. Plain loops here; sgemm in the
+ * cpu backend.
  * (Not I and O: <complex.h>, pulled in by cblas.h, defines I as a macro.) */
 void matmul_forward(float *y, const float *x, const float *W, int N, int IN, int OUT);
 void matmul_backward(float *dx, float *dW, const float *dy, const float *x, const float *W, int N,
@@ -49,18 +53,11 @@ void attention_forward(float *out, float *att, const float *q, const float *k, c
                        int B, int T, int C, int H);
 /* ws (n_ws, T, T) is workspace, one T x T slice per thread: the backward pass runs on at most
  * n_ws threads (fewer slices only cost speed, never change a result). A model sizes it once for
- * omp_get_max_threads() threads. */
+ * omp_get_max_threads() threads. These are the loop-by-loop reference; the cpu backend's
+ * version (src/backend/attention_gemm.c) is built on sgemm and tested against them. */
 void attention_backward(float *dq, float *dk, float *dv, float *ws, const float *dout,
                         const float *att, const float *q, const float *k, const float *v, int B,
                         int T, int C, int H, int n_ws);
-/* The plain loop-by-loop reference of the two above (attention.c); attention_gemm.c is the
- * production version, built on sgemm, and is tested against it. */
-void attention_forward_reference(float *out, float *att, const float *q, const float *k,
-                                 const float *v, int B, int T, int C, int H);
-void attention_backward_reference(float *dq, float *dk, float *dv, float *ws, const float *dout,
-                                  const float *att, const float *q, const float *k, const float *v,
-                                  int B, int T, int C, int H, int n_ws);
-
 /* ---- SwiGLU activation: h (N, F) = silu(g) * u, silu(g) = g * sigmoid(g) ------------------ */
 void swiglu_forward(float *h, const float *g, const float *u, int N, int F);
 void swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u, int N,
@@ -81,5 +78,25 @@ void crossentropy_backward(float *dlogits, const float *probs, const int *target
  * (p -= lr * wd * p) and the caller passes 0 for tensors that take no decay (norms). */
 void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, int t);
+
+/* ---- the steps between the ops (vec.c) ------------------------------------------------------
+ * y = a + b and y = a * b elementwise (y may be a or b); x *= s. */
+void vec_add(float *y, const float *a, const float *b, size_t n);
+void vec_mul(float *y, const float *a, const float *b, size_t n);
+void vec_scale(float *x, float s, size_t n);
+/* sum of x[0 .. n) in index order, in double (the loss over the tokens) */
+double vec_sum(const float *x, size_t n);
+/* Sum of squares of x[0 .. n) (the gradient norm): chunks of VEC_CHUNK elements summed in
+ * parallel into partial (vec_chunks(n) doubles: one spare, so n = 0 still has a buffer), then
+ * the chunks in order, so the result does not depend on the number of threads. */
+#define VEC_CHUNK ((size_t)1 << 16)
+size_t vec_chunks(size_t n);
+double vec_sum_squares(double *partial, const float *x, size_t n);
+/* x (N, C): x[n] = emb[tokens[n]], emb (V, C). Backward: demb (V, C) += dx scattered by token,
+ * each element summed in token order. */
+void embed_forward(float *x, const int *tokens, const float *emb, int N, int C);
+void embed_backward(float *demb, const float *dx, const int *tokens, int N, int C);
+/* Rows (n, C): out[to[i]] = in[i], or out[i] = in[to[i]] when back is set (to a permutation). */
+void permute_rows(float *out, const float *in, const int *to, int n, int C, int back);
 
 #endif

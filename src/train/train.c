@@ -1,7 +1,6 @@
 /* train.c: see train.h. */
 #include "train/train.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,17 +14,6 @@
 #include "model/memory.h"
 #include "train/checkpoint.h"
 #include "train/run.h"
-
-int set_threads(int threads) {
-#ifdef _OPENMP
-    if (threads > 0) omp_set_num_threads(threads);
-    int n = omp_get_max_threads();
-#else
-    int n = 1;
-#endif
-    openblas_set_num_threads(n);
-    return n;
-}
 
 /* ---- evaluation --------------------------------------------------------------------------- */
 
@@ -368,7 +356,7 @@ int train_run(Config *c, const TrainOptions *o) {
     if (memory_check(c, B, T, d ? d->ep : 1, err, sizeof err) != 0) moe_input_error("%s", err);
 
     /* the thread count first: the model sizes its per-thread buffers by it */
-    const int threads = set_threads(c->threads);
+    const int threads = backend_set_threads(c->threads);
     Model m;
     model_init_dist(&m, c, B, T, d);
     Loader loader;

@@ -44,8 +44,4 @@ typedef struct {
  * when dc is not NULL. */
 float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc);
 
-/* Apply the thread setting (train.threads; 0 keeps the default) to OpenMP and OpenBLAS and
- * return the thread count in use. */
-int set_threads(int threads);
-
 #endif

@@ -12,7 +12,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root" || exit 2
 files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
-    mapfile -t files < <(git ls-files '*.md' '*.c' '*.h' '*.sh' '*.txt' Makefile | grep -v '^tests/book/fixtures/')
+    mapfile -t files < <(git ls-files '*.md' '*.c' '*.h' '*.sh' '*.txt' Makefile |
+                         grep -v -e '^tests/book/fixtures/' -e '^tests/book/paths.sh$')
 fi
 bad=0
 while IFS= read -r hit; do

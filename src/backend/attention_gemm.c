@@ -1,7 +1,7 @@
 /*
- * attention_gemm.c: causal self-attention as matrix products, the production version.
+ * attention_gemm.c: causal self-attention as matrix products, the cpu backend's version.
  *
- * The same math as the reference loops in attention.c (read that file first), reorganised so
+ * The same math as the reference loops in src/nn/attention.c (read that file first), reorganised so
  * that almost all the work is done by sgemm. For one batch row b and head h, with Q, K, V the
  * (T, D) slices of q, k, v (rows C floats apart) and s = 1 / sqrt(D):
  *
@@ -16,17 +16,17 @@
  *
  * The (b, h) pairs are independent; an OpenMP loop hands each to one thread, and each thread's
  * sgemm calls run single-threaded (the OpenMP build of OpenBLAS detects the parallel region),
- * so results do not depend on scheduling. tests/test_ops.c checks this file against the
- * reference within float tolerance, and its gradients by finite differences.
+ * so results do not depend on scheduling. tests/test_backend_ops.c checks this file against
+ * the reference within float tolerance, and tests/test_ops.c its gradients by finite
+ * differences.
  *
  * Accumulation rule (ops.h): no parameters; dq, dk, dv are written.
  */
-#include "nn/ops.h"
+#include "backend/cpu.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
-
 
 /* Row t of p (T): softmax over j <= t of the scores already in p, zeros for j > t. */
 static void causal_softmax_row(float *p, int t, int T) {
@@ -42,8 +42,8 @@ static void causal_softmax_row(float *p, int t, int T) {
     for (int j = t + 1; j < T; j++) p[j] = 0.0f;
 }
 
-void attention_forward(float *out, float *att, const float *q, const float *k, const float *v,
-                       int B, int T, int C, int H) {
+void cpu_attention_forward(float *out, float *att, const float *q, const float *k, const float *v,
+                           int B, int T, int C, int H) {
     /* out (B, T, C), att (B, H, T, T), q, k, v (B, T, C) */
     const int D = C / H;
     const float scale = 1.0f / sqrtf((float)D);
@@ -57,15 +57,15 @@ void attention_forward(float *out, float *att, const float *q, const float *k, c
                         k + head, C, 0.0f, P, T);
             for (int t = 0; t < T; t++) causal_softmax_row(P + (size_t)t * T, t, T);
             /* O = P V */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, 1.0f, P, T, v + head,
-                        C, 0.0f, out + head, C);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, 1.0f, P, T, v + head, C,
+                        0.0f, out + head, C);
         }
     }
 }
 
-void attention_backward(float *dq, float *dk, float *dv, float *ws, const float *dout,
-                        const float *att, const float *q, const float *k, const float *v, int B,
-                        int T, int C, int H, int n_ws) {
+void cpu_attention_backward(float *dq, float *dk, float *dv, float *ws, const float *dout,
+                            const float *att, const float *q, const float *k, const float *v, int B,
+                            int T, int C, int H, int n_ws) {
     /* dq, dk, dv (B, T, C) written (any may be NULL), ws (n_ws, T, T) workspace,
      * dout (B, T, C), att (B, H, T, T), q, k, v (B, T, C) */
     const int D = C / H;
@@ -86,8 +86,8 @@ void attention_backward(float *dq, float *dk, float *dv, float *ws, const float 
             if (!dq && !dk) continue;
             /* dP = dO V^T, then dS = P (dP - rowsum(P dP)) s, in this thread's slice */
             float *dS = ws + (size_t)omp_get_thread_num() * T * T;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, 1.0f, dO, C, v + head,
-                        C, 0.0f, dS, T);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, 1.0f, dO, C, v + head, C,
+                        0.0f, dS, T);
             for (int t = 0; t < T; t++) {
                 const float *p = P + (size_t)t * T;
                 float *ds = dS + (size_t)t * T;
@@ -101,8 +101,8 @@ void attention_backward(float *dq, float *dk, float *dv, float *ws, const float 
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, 1.0f, dS, T,
                             k + head, C, 0.0f, dq + head, C);
             if (dk)
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T, 1.0f, dS, T,
-                            q + head, C, 0.0f, dk + head, C);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T, 1.0f, dS, T, q + head,
+                            C, 0.0f, dk + head, C);
         }
     }
 }

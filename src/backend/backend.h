@@ -1,0 +1,170 @@
+/*
+ * backend.h: the table of operations a training step runs on.
+ *
+ * model.c, the MoE block (model/moe_block.c) and the expert exchange (model/ep.c) are written
+ * once, against this table: they hold buffers the backend allocated and call its operations,
+ * never a kernel or a BLAS routine by name. A backend is chosen at run time by its name
+ * (train.device):
+ *
+ *   cpu-ref  the plain reference of every op (nn/, moe/): loops a reader can follow line by
+ *            line, the version the tests check gradients on. Slow, and runnable end to end.
+ *   cpu      the fast CPU versions (this folder: sgemm-based products and attention, the
+ *            experts as GEMMs over their slices) and, where an op has a single CPU version,
+ *            the reference one.
+ *
+ * A later backend (a GPU) fills the same table; tests/test_backend_ops.c runs every op of every
+ * backend against cpu-ref with one tolerance rule, forward and backward.
+ *
+ * Every operation takes the backend first (a device backend keeps its stream and library
+ * handles in ctx), then follows the conventions of nn/ops.h: outputs first, then inputs, then
+ * weights, then dimensions; row-major float32; parameter gradients are ADDED to, activation
+ * gradients WRITTEN; a NULL gradient pointer means "not wanted". Pointers are the backend's
+ * memory (alloc): on the CPU backends that is host memory, so data moves with plain copies.
+ */
+#ifndef MOE_BACKEND_H
+#define MOE_BACKEND_H
+
+#include <stddef.h>
+
+#include "moe/moe_ops.h"
+
+typedef struct Backend Backend;
+
+struct Backend {
+    const char *name;  /* as train.device spells it */
+    const char *about; /* one line: what it runs on */
+    void *ctx;         /* the implementation's own state; NULL for the CPU backends */
+    int host_memory;   /* 1: its memory is the host's (the CPU backends), so the host may read
+                          and write its buffers in place; else only through to_host/to_device */
+
+    /* ---- memory --------------------------------------------------------------------------
+     * alloc returns zeroed memory (never NULL: it ends the program with a message instead);
+     * copy moves bytes inside the backend's memory, to_device / to_host between it and the
+     * host; sync waits until every operation issued so far has finished. */
+    void *(*alloc)(const Backend *be, size_t bytes);
+    void (*free)(const Backend *be, void *p);
+    void (*zero)(const Backend *be, void *p, size_t bytes);
+    void (*copy)(const Backend *be, void *dst, const void *src, size_t bytes);
+    void (*to_device)(const Backend *be, void *dst, const void *host_src, size_t bytes);
+    void (*to_host)(const Backend *be, void *host_dst, const void *src, size_t bytes);
+    void (*sync)(const Backend *be);
+
+    /* ---- elementwise steps and sums (nn/vec.c) ----------------------------------------- */
+    void (*add)(const Backend *be, float *y, const float *a, const float *b, size_t n);
+    void (*mul)(const Backend *be, float *y, const float *a, const float *b, size_t n);
+    void (*scale)(const Backend *be, float *x, float s, size_t n);
+    /* sum of x[0 .. n) in index order, in double (the loss over the tokens) */
+    double (*sum)(const Backend *be, const float *x, size_t n);
+    /* sum of squares, deterministic for any thread count: fixed chunks of VEC_CHUNK into
+     * partial (vec_chunks(n) doubles of the backend's memory), then the chunks in order */
+    double (*sum_squares)(const Backend *be, double *partial, const float *x, size_t n);
+    /* x (N, C): x[n] = emb[tokens[n]]; backward demb (V, C) += dx scattered by token */
+    void (*embed_forward)(const Backend *be, float *x, const int *tokens, const float *emb, int N,
+                          int C);
+    void (*embed_backward)(const Backend *be, float *demb, const float *dx, const int *tokens,
+                           int N, int C);
+    /* rows (n, C): out[to[i]] = in[i], or out[i] = in[to[i]] when back is set */
+    void (*permute_rows)(const Backend *be, float *out, const float *in, const int *to, int n,
+                         int C, int back);
+
+    /* ---- the dense ops (nn/ops.h, same arguments) ----------------------------------------- */
+    void (*matmul_forward)(const Backend *be, float *y, const float *x, const float *W, int N,
+                           int IN, int OUT);
+    void (*matmul_backward)(const Backend *be, float *dx, float *dW, const float *dy,
+                            const float *x, const float *W, int N, int IN, int OUT);
+    void (*rmsnorm_forward)(const Backend *be, float *y, float *rstd, const float *x,
+                            const float *w, int N, int C);
+    void (*rmsnorm_backward)(const Backend *be, float *dx, float *dw, const float *dy,
+                             const float *x, const float *w, const float *rstd, int N, int C);
+    void (*rope_forward)(const Backend *be, float *x, const float *cs, int B, int T, int H, int D);
+    void (*rope_backward)(const Backend *be, float *dx, const float *cs, int B, int T, int H,
+                          int D);
+    void (*attention_forward)(const Backend *be, float *out, float *att, const float *q,
+                              const float *k, const float *v, int B, int T, int C, int H);
+    void (*attention_backward)(const Backend *be, float *dq, float *dk, float *dv, float *ws,
+                               const float *dout, const float *att, const float *q, const float *k,
+                               const float *v, int B, int T, int C, int H, int n_ws);
+    void (*swiglu_forward)(const Backend *be, float *h, const float *g, const float *u, int N,
+                           int F);
+    void (*swiglu_backward)(const Backend *be, float *dg, float *du, const float *dh,
+                            const float *g, const float *u, int N, int F);
+    void (*crossentropy_forward)(const Backend *be, float *losses, float *probs,
+                                 const float *logits, const int *targets, int N, int V);
+    void (*crossentropy_backward)(const Backend *be, float *dlogits, const float *probs,
+                                  const int *targets, float scale, int N, int V);
+    void (*adamw_update)(const Backend *be, float *p, const float *g, float *m, float *v, size_t n,
+                         float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+
+    /* ---- the MoE ops (moe/moe_ops.h, same arguments) ------------------------------------ */
+    void (*router_scores_forward)(const Backend *be, float *scores, float *lse, const float *logits,
+                                  int N, const MoeHyper *hp);
+    void (*router_gate_forward)(const Backend *be, int *idx, float *w, const float *scores,
+                                const float *logits, const float *bias, int N, const MoeHyper *hp);
+    float (*router_balance_loss)(const Backend *be, const float *scores, const int *idx, int N,
+                                 const MoeHyper *hp);
+    float (*router_z_loss)(const Backend *be, const float *lse, int N);
+    void (*router_gate_backward)(const Backend *be, float *dlogits, const float *dw,
+                                 const float *scores, const float *lse, const float *logits,
+                                 const int *idx, const float *w, int N, const MoeHyper *hp,
+                                 float bal_scale, float z_scale);
+    /* the dispatch plan: dropless, with a capacity, or chosen by the experts */
+    void (*dispatch_plan_build)(const Backend *be, DispatchPlan *p, const int *idx, int N);
+    void (*capacity_plan_build)(const Backend *be, DispatchPlan *p, const int *idx,
+                                const float *scores, const float *w, int N, const MoeHyper *hp,
+                                Rng *rng);
+    void (*expert_choice_forward)(const Backend *be, int *idx, float *w, DispatchPlan *p,
+                                  const float *scores, int N, const MoeHyper *hp);
+    void (*permute_forward)(const Backend *be, float *xe, const float *x, const DispatchPlan *p,
+                            int C);
+    void (*permute_backward)(const Backend *be, float *dx, const float *dxe, const DispatchPlan *p,
+                             int C);
+    void (*combine_forward)(const Backend *be, float *y, const float *ye, const float *w,
+                            const DispatchPlan *p, int C);
+    void (*combine_backward)(const Backend *be, float *dye, float *dw, const float *dy,
+                             const float *ye, const float *w, const DispatchPlan *p, int C);
+    /* All E experts' SwiGLU over their slices of the slot buffer, as one operation: expert e
+     * owns rows [offsets[e], offsets[e + 1]); counts (E), when not NULL, is the number of kept
+     * rows at the start of each slice (a padded plan: the rest are padding rows, computed as
+     * their own product so that the kept rows round exactly as in an unpadded plan). */
+    void (*experts_forward)(const Backend *be, float *ye, float *g, float *u, float *h,
+                            const float *xe, const float *Wg, const float *Wu, const float *Wd,
+                            const int *offsets, const int *counts, int E, int C, int F);
+    void (*experts_backward)(const Backend *be, float *dxe, float *dWg, float *dWu, float *dWd,
+                             float *dg, float *du, float *dh, const float *dye, const float *xe,
+                             const float *g, const float *u, const float *h, const float *Wg,
+                             const float *Wu, const float *Wd, const int *offsets,
+                             const int *counts, int E, int C, int F);
+
+    /* ---- measurement ------------------------------------------------------------------------
+     * The backend's own square product C (n, n) = A B (2 n^3 FLOPs), timed: one warm-up, then
+     * reps products, seconds[r] the wall time of each. The yardstick `moe bench` measures a
+     * training step against. */
+    void (*gemm_seconds)(const Backend *be, int n, int reps, double *seconds);
+};
+
+/* The CPU backends (backend/cpu.c). */
+extern const Backend backend_cpu, backend_cpu_ref;
+
+/* The backend train.device names ("cpu", "cpu-ref"), or NULL with a message listing the
+ * backends this build has. */
+const Backend *backend_get(const char *name, char *err, int errlen);
+/* The backend of a config's train.device (MOE_DEVICE_*). */
+const Backend *backend_of_device(int device);
+
+/* Bytes every backend has handed out through alloc since the start (never decremented):
+ * tests compare it with the memory formula (model/memory.c). */
+extern size_t backend_bytes_allocated;
+
+/* Threads of the CPU backends (OpenMP, and OpenBLAS's own pool): threads > 0 sets them, 0
+ * keeps OpenMP's default. Returns the number in use. */
+int backend_set_threads(int threads);
+
+/* Allocation helpers: n elements of a type, zeroed. */
+static inline float *be_floats(const Backend *be, size_t n) {
+    return (float *)be->alloc(be, n * sizeof(float));
+}
+static inline int *be_ints(const Backend *be, size_t n) {
+    return (int *)be->alloc(be, n * sizeof(int));
+}
+
+#endif

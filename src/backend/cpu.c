@@ -1,0 +1,308 @@
+/*
+ * cpu.c: the two CPU backends' tables, and the backend registry (backend.h).
+ *
+ *   cpu-ref  every entry is the reference of nn/ or moe/: plain loops.
+ *   cpu      the same table with the fast versions of this folder where one exists (matmul,
+ *            attention, the experts: sgemm); the other entries are shared.
+ *
+ * Each entry is a one-line adapter from the table's signature (the backend first) to the
+ * function that does the work; the CPU backends keep no state of their own (ctx is NULL), and
+ * their memory is host memory.
+ */
+#include "backend/backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu.h"
+#include "base/util.h"
+#include "config/config.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include <cblas.h> /* openblas_set_num_threads; last, for its macro I */
+
+size_t backend_bytes_allocated = 0;
+
+/* ---- memory: the host's --------------------------------------------------------------------- */
+
+static void *host_alloc(const Backend *be, size_t bytes) {
+    (void)be;
+    backend_bytes_allocated += bytes;
+    return calloc_check(bytes ? bytes : 1, 1);
+}
+static void host_free(const Backend *be, void *p) {
+    (void)be, free(p);
+}
+static void host_zero(const Backend *be, void *p, size_t bytes) {
+    (void)be, memset(p, 0, bytes);
+}
+static void host_copy(const Backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (dst != src && bytes) memmove(dst, src, bytes);
+}
+static void host_sync(const Backend *be) {
+    (void)be;
+}
+
+/* ---- the shared entries: one CPU version (nn/, moe/) ----------------------------------------- */
+
+static void ref_add(const Backend *be, float *y, const float *a, const float *b, size_t n) {
+    (void)be, vec_add(y, a, b, n);
+}
+static void ref_mul(const Backend *be, float *y, const float *a, const float *b, size_t n) {
+    (void)be, vec_mul(y, a, b, n);
+}
+static void ref_scale(const Backend *be, float *x, float s, size_t n) {
+    (void)be, vec_scale(x, s, n);
+}
+static double ref_sum(const Backend *be, const float *x, size_t n) {
+    return (void)be, vec_sum(x, n);
+}
+static double ref_sum_squares(const Backend *be, double *partial, const float *x, size_t n) {
+    return (void)be, vec_sum_squares(partial, x, n);
+}
+static void ref_embed_forward(const Backend *be, float *x, const int *tokens, const float *emb,
+                              int N, int C) {
+    (void)be, embed_forward(x, tokens, emb, N, C);
+}
+static void ref_embed_backward(const Backend *be, float *demb, const float *dx, const int *tokens,
+                               int N, int C) {
+    (void)be, embed_backward(demb, dx, tokens, N, C);
+}
+static void ref_permute_rows(const Backend *be, float *out, const float *in, const int *to, int n,
+                             int C, int back) {
+    (void)be, permute_rows(out, in, to, n, C, back);
+}
+static void ref_matmul_forward(const Backend *be, float *y, const float *x, const float *W, int N,
+                               int IN, int OUT) {
+    (void)be, matmul_forward(y, x, W, N, IN, OUT);
+}
+static void ref_matmul_backward(const Backend *be, float *dx, float *dW, const float *dy,
+                                const float *x, const float *W, int N, int IN, int OUT) {
+    (void)be, matmul_backward(dx, dW, dy, x, W, N, IN, OUT);
+}
+static void ref_rmsnorm_forward(const Backend *be, float *y, float *rstd, const float *x,
+                                const float *w, int N, int C) {
+    (void)be, rmsnorm_forward(y, rstd, x, w, N, C);
+}
+static void ref_rmsnorm_backward(const Backend *be, float *dx, float *dw, const float *dy,
+                                 const float *x, const float *w, const float *rstd, int N, int C) {
+    (void)be, rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C);
+}
+static void ref_rope_forward(const Backend *be, float *x, const float *cs, int B, int T, int H,
+                             int D) {
+    (void)be, rope_forward(x, cs, B, T, H, D);
+}
+static void ref_rope_backward(const Backend *be, float *dx, const float *cs, int B, int T, int H,
+                              int D) {
+    (void)be, rope_backward(dx, cs, B, T, H, D);
+}
+static void ref_attention_forward(const Backend *be, float *out, float *att, const float *q,
+                                  const float *k, const float *v, int B, int T, int C, int H) {
+    (void)be, attention_forward(out, att, q, k, v, B, T, C, H);
+}
+static void ref_attention_backward(const Backend *be, float *dq, float *dk, float *dv, float *ws,
+                                   const float *dout, const float *att, const float *q,
+                                   const float *k, const float *v, int B, int T, int C, int H,
+                                   int n_ws) {
+    (void)be, attention_backward(dq, dk, dv, ws, dout, att, q, k, v, B, T, C, H, n_ws);
+}
+static void ref_swiglu_forward(const Backend *be, float *h, const float *g, const float *u, int N,
+                               int F) {
+    (void)be, swiglu_forward(h, g, u, N, F);
+}
+static void ref_swiglu_backward(const Backend *be, float *dg, float *du, const float *dh,
+                                const float *g, const float *u, int N, int F) {
+    (void)be, swiglu_backward(dg, du, dh, g, u, N, F);
+}
+static void ref_crossentropy_forward(const Backend *be, float *losses, float *probs,
+                                     const float *logits, const int *targets, int N, int V) {
+    (void)be, crossentropy_forward(losses, probs, logits, targets, N, V);
+}
+static void ref_crossentropy_backward(const Backend *be, float *dlogits, const float *probs,
+                                      const int *targets, float scale, int N, int V) {
+    (void)be, crossentropy_backward(dlogits, probs, targets, scale, N, V);
+}
+static void ref_adamw_update(const Backend *be, float *p, const float *g, float *m, float *v,
+                             size_t n, float lr, float beta1, float beta2, float eps,
+                             float weight_decay, int t) {
+    (void)be, adamw_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
+}
+static void ref_router_scores_forward(const Backend *be, float *scores, float *lse,
+                                      const float *logits, int N, const MoeHyper *hp) {
+    (void)be, router_scores_forward(scores, lse, logits, N, hp);
+}
+static void ref_router_gate_forward(const Backend *be, int *idx, float *w, const float *scores,
+                                    const float *logits, const float *bias, int N,
+                                    const MoeHyper *hp) {
+    (void)be, router_gate_forward(idx, w, scores, logits, bias, N, hp);
+}
+static float ref_router_balance_loss(const Backend *be, const float *scores, const int *idx, int N,
+                                     const MoeHyper *hp) {
+    return (void)be, router_balance_loss(scores, idx, N, hp);
+}
+static float ref_router_z_loss(const Backend *be, const float *lse, int N) {
+    return (void)be, router_z_loss(lse, N);
+}
+static void ref_router_gate_backward(const Backend *be, float *dlogits, const float *dw,
+                                     const float *scores, const float *lse, const float *logits,
+                                     const int *idx, const float *w, int N, const MoeHyper *hp,
+                                     float bal_scale, float z_scale) {
+    (void)be,
+        router_gate_backward(dlogits, dw, scores, lse, logits, idx, w, N, hp, bal_scale, z_scale);
+}
+static void ref_dispatch_plan_build(const Backend *be, DispatchPlan *p, const int *idx, int N) {
+    (void)be, dispatch_plan_build(p, idx, N);
+}
+static void ref_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
+                                    const float *scores, const float *w, int N, const MoeHyper *hp,
+                                    Rng *rng) {
+    (void)be, capacity_plan_build(p, idx, scores, w, N, hp, rng);
+}
+static void ref_expert_choice_forward(const Backend *be, int *idx, float *w, DispatchPlan *p,
+                                      const float *scores, int N, const MoeHyper *hp) {
+    (void)be, expert_choice_forward(idx, w, p, scores, N, hp);
+}
+static void ref_permute_forward(const Backend *be, float *xe, const float *x, const DispatchPlan *p,
+                                int C) {
+    (void)be, permute_forward(xe, x, p, C);
+}
+static void ref_permute_backward(const Backend *be, float *dx, const float *dxe,
+                                 const DispatchPlan *p, int C) {
+    (void)be, permute_backward(dx, dxe, p, C);
+}
+static void ref_combine_forward(const Backend *be, float *y, const float *ye, const float *w,
+                                const DispatchPlan *p, int C) {
+    (void)be, combine_forward(y, ye, w, p, C);
+}
+static void ref_combine_backward(const Backend *be, float *dye, float *dw, const float *dy,
+                                 const float *ye, const float *w, const DispatchPlan *p, int C) {
+    (void)be, combine_backward(dye, dw, dy, ye, w, p, C);
+}
+static void ref_experts_forward(const Backend *be, float *ye, float *g, float *u, float *h,
+                                const float *xe, const float *Wg, const float *Wu, const float *Wd,
+                                const int *offsets, const int *counts, int E, int C, int F) {
+    (void)be, experts_forward(ye, g, u, h, xe, Wg, Wu, Wd, offsets, counts, E, C, F);
+}
+static void ref_experts_backward(const Backend *be, float *dxe, float *dWg, float *dWu, float *dWd,
+                                 float *dg, float *du, float *dh, const float *dye, const float *xe,
+                                 const float *g, const float *u, const float *h, const float *Wg,
+                                 const float *Wu, const float *Wd, const int *offsets,
+                                 const int *counts, int E, int C, int F) {
+    (void)be, experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd,
+                               offsets, counts, E, C, F);
+}
+
+/* ---- the fast entries of cpu (cpu_gemm.c, attention_gemm.c) ---------------------------------- */
+
+static void fast_matmul_forward(const Backend *be, float *y, const float *x, const float *W, int N,
+                                int IN, int OUT) {
+    (void)be, cpu_matmul_forward(y, x, W, N, IN, OUT);
+}
+static void fast_matmul_backward(const Backend *be, float *dx, float *dW, const float *dy,
+                                 const float *x, const float *W, int N, int IN, int OUT) {
+    (void)be, cpu_matmul_backward(dx, dW, dy, x, W, N, IN, OUT);
+}
+static void fast_attention_forward(const Backend *be, float *out, float *att, const float *q,
+                                   const float *k, const float *v, int B, int T, int C, int H) {
+    (void)be, cpu_attention_forward(out, att, q, k, v, B, T, C, H);
+}
+static void fast_attention_backward(const Backend *be, float *dq, float *dk, float *dv, float *ws,
+                                    const float *dout, const float *att, const float *q,
+                                    const float *k, const float *v, int B, int T, int C, int H,
+                                    int n_ws) {
+    (void)be, cpu_attention_backward(dq, dk, dv, ws, dout, att, q, k, v, B, T, C, H, n_ws);
+}
+static void fast_experts_forward(const Backend *be, float *ye, float *g, float *u, float *h,
+                                 const float *xe, const float *Wg, const float *Wu, const float *Wd,
+                                 const int *offsets, const int *counts, int E, int C, int F) {
+    (void)be, cpu_experts_forward(ye, g, u, h, xe, Wg, Wu, Wd, offsets, counts, E, C, F);
+}
+static void fast_experts_backward(const Backend *be, float *dxe, float *dWg, float *dWu, float *dWd,
+                                  float *dg, float *du, float *dh, const float *dye,
+                                  const float *xe, const float *g, const float *u, const float *h,
+                                  const float *Wg, const float *Wu, const float *Wd,
+                                  const int *offsets, const int *counts, int E, int C, int F) {
+    (void)be, cpu_experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd,
+                                   offsets, counts, E, C, F);
+}
+static void sgemm_seconds(const Backend *be, int n, int reps, double *seconds) {
+    (void)be, cpu_sgemm_seconds(n, reps, seconds);
+}
+
+/* ---- the tables ----------------------------------------------------------------------------- */
+
+/* the entries both CPU tables share: memory, and every op with one CPU version */
+#define CPU_SHARED                                                                                 \
+    .host_memory = 1, .alloc = host_alloc, .free = host_free, .zero = host_zero,                   \
+    .copy = host_copy, .to_device = host_copy, .to_host = host_copy, .sync = host_sync,            \
+    .add = ref_add, .mul = ref_mul, .scale = ref_scale, .sum = ref_sum,                            \
+    .sum_squares = ref_sum_squares, .embed_forward = ref_embed_forward,                            \
+    .embed_backward = ref_embed_backward, .permute_rows = ref_permute_rows,                        \
+    .rmsnorm_forward = ref_rmsnorm_forward, .rmsnorm_backward = ref_rmsnorm_backward,              \
+    .rope_forward = ref_rope_forward, .rope_backward = ref_rope_backward,                          \
+    .swiglu_forward = ref_swiglu_forward, .swiglu_backward = ref_swiglu_backward,                  \
+    .crossentropy_forward = ref_crossentropy_forward,                                              \
+    .crossentropy_backward = ref_crossentropy_backward, .adamw_update = ref_adamw_update,          \
+    .router_scores_forward = ref_router_scores_forward,                                            \
+    .router_gate_forward = ref_router_gate_forward,                                                \
+    .router_balance_loss = ref_router_balance_loss, .router_z_loss = ref_router_z_loss,            \
+    .router_gate_backward = ref_router_gate_backward,                                              \
+    .dispatch_plan_build = ref_dispatch_plan_build,                                                \
+    .capacity_plan_build = ref_capacity_plan_build,                                                \
+    .expert_choice_forward = ref_expert_choice_forward, .permute_forward = ref_permute_forward,    \
+    .permute_backward = ref_permute_backward, .combine_forward = ref_combine_forward,              \
+    .combine_backward = ref_combine_backward, .gemm_seconds = sgemm_seconds
+
+const Backend backend_cpu_ref = {
+    .name = "cpu-ref",
+    .about = "the plain reference loops of every op (slow; the teaching version)",
+    CPU_SHARED,
+    .matmul_forward = ref_matmul_forward,
+    .matmul_backward = ref_matmul_backward,
+    .attention_forward = ref_attention_forward,
+    .attention_backward = ref_attention_backward,
+    .experts_forward = ref_experts_forward,
+    .experts_backward = ref_experts_backward,
+};
+
+const Backend backend_cpu = {
+    .name = "cpu",
+    .about = "the CPU with OpenBLAS sgemm for the products and attention",
+    CPU_SHARED,
+    .matmul_forward = fast_matmul_forward,
+    .matmul_backward = fast_matmul_backward,
+    .attention_forward = fast_attention_forward,
+    .attention_backward = fast_attention_backward,
+    .experts_forward = fast_experts_forward,
+    .experts_backward = fast_experts_backward,
+};
+
+/* ---- the registry --------------------------------------------------------------------------- */
+
+static const Backend *const BACKENDS[] = {&backend_cpu, &backend_cpu_ref};
+#define N_BACKENDS ((int)(sizeof BACKENDS / sizeof BACKENDS[0]))
+
+const Backend *backend_get(const char *name, char *err, int errlen) {
+    for (int i = 0; i < N_BACKENDS; i++)
+        if (strcmp(BACKENDS[i]->name, name) == 0) return BACKENDS[i];
+    set_error(err, errlen, "no backend '%s': this build has cpu (the default) and cpu-ref", name);
+    return NULL;
+}
+
+const Backend *backend_of_device(int device) {
+    return device == MOE_DEVICE_CPU_REF ? &backend_cpu_ref : &backend_cpu;
+}
+
+int backend_set_threads(int threads) {
+#ifdef _OPENMP
+    if (threads > 0) omp_set_num_threads(threads);
+    int n = omp_get_max_threads();
+#else
+    int n = 1;
+#endif
+    openblas_set_num_threads(n);
+    return n;
+}

@@ -1,0 +1,131 @@
+/*
+ * cpu_gemm.c: the cpu backend's products on OpenBLAS sgemm: the linear layer and the experts.
+ *
+ * The same math as the plain loops of src/nn/matmul.c and src/moe/experts.c (read those
+ * first); sgemm blocks the products for the caches and vector units, which is most of the
+ * difference between the two CPU backends' speeds.
+ *
+ * Accumulation rule (nn/ops.h): weight gradients are added to (+=); dx, dxe are written (=).
+ */
+#include "backend/cpu.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+/* last: through <complex.h> it defines the macro I, so no declaration below may use that name */
+#include <cblas.h>
+
+void cpu_matmul_forward(float *y, const float *x, const float *W, int N, int IN, int OUT) {
+    /* y (N, OUT) = x (N, IN) . W^T (IN, OUT) */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OUT, IN, 1.0f, x, IN, W, IN, 0.0f, y,
+                OUT);
+}
+
+/* dx (N, in) = dy (N, out) . W (out, in), written (beta 0) or added to (beta 1) */
+static void matmul_dx(float *dx, const float *dy, const float *W, int N, int in, int out,
+                      float beta) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, out, 1.0f, dy, out, W, in, beta,
+                dx, in);
+}
+
+void cpu_matmul_backward(float *dx, float *dW, const float *dy, const float *x, const float *W,
+                         int N, int IN, int OUT) {
+    /* forward: y = x W^T
+     * dx (N, IN) = dy (N, OUT) . W (OUT, IN)           -- written
+     * dW (OUT, IN) += dy^T (OUT, N) . x (N, IN)        -- accumulated */
+    if (dx) matmul_dx(dx, dy, W, N, IN, OUT, 0.0f);
+    if (dW)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OUT, IN, N, 1.0f, dy, OUT, x, IN, 1.0f,
+                    dW, IN);
+}
+
+/* ---- the experts: one SwiGLU per slice of the slot buffer --------------------------------- */
+
+/* Expert e's SwiGLU on the Se rows starting at row r0 of the slot buffers. */
+static void slice_forward(float *ye, float *g, float *u, float *h, const float *xe, const float *Wg,
+                          const float *Wu, const float *Wd, int e, int r0, int Se, int C, int F) {
+    if (Se <= 0) return;
+    size_t rc = (size_t)r0 * C, rf = (size_t)r0 * F, wo = (size_t)e * F * C;
+    cpu_matmul_forward(g + rf, xe + rc, Wg + wo, Se, C, F);
+    cpu_matmul_forward(u + rf, xe + rc, Wu + wo, Se, C, F);
+    swiglu_forward(h + rf, g + rf, u + rf, Se, F);
+    cpu_matmul_forward(ye + rc, h + rf, Wd + wo, Se, F, C);
+}
+
+/* Padded plans: the kept rows and the padding rows of a slice are two products. sgemm picks
+ * its kernels and blocking by the row count, so one product over all cap rows could round
+ * the kept rows differently from the unpadded run; as two, the kept rows see exactly the
+ * unpadded call and the padding rows (zeros) still cost their FLOPs. */
+void cpu_experts_forward(float *ye, float *g, float *u, float *h, const float *xe, const float *Wg,
+                         const float *Wu, const float *Wd, const int *offsets, const int *counts,
+                         int E, int C, int F) {
+    for (int e = 0; e < E; e++) {
+        int r0 = offsets[e], rows = offsets[e + 1] - offsets[e];
+        int kept = counts ? counts[e] : rows;
+        slice_forward(ye, g, u, h, xe, Wg, Wu, Wd, e, r0, kept, C, F);
+        slice_forward(ye, g, u, h, xe, Wg, Wu, Wd, e, r0 + kept, rows - kept, C, F);
+    }
+}
+
+/* Expert e's backward over the Se rows starting at row r0 (the math: src/moe/experts.c). The
+ * expert input feeds two linears (g and u), whose input gradients are summed in place: the
+ * second product adds to the first (beta 1) instead of needing an (S, C) buffer. */
+static void slice_backward(float *dxe, float *dWg, float *dWu, float *dWd, float *dg, float *du,
+                           float *dh, const float *dye, const float *xe, const float *g,
+                           const float *u, const float *h, const float *Wg, const float *Wu,
+                           const float *Wd, int e, int r0, int Se, int C, int F) {
+    if (Se <= 0) return;
+    size_t rc = (size_t)r0 * C, rf = (size_t)r0 * F, wo = (size_t)e * F * C;
+    cpu_matmul_backward(dh + rf, dWd ? dWd + wo : NULL, dye + rc, h + rf, Wd + wo, Se, F, C);
+    swiglu_backward(dg + rf, du + rf, dh + rf, g + rf, u + rf, Se, F);
+    cpu_matmul_backward(dxe ? dxe + rc : NULL, dWg ? dWg + wo : NULL, dg + rf, xe + rc, Wg + wo, Se,
+                        C, F);
+    cpu_matmul_backward(NULL, dWu ? dWu + wo : NULL, du + rf, xe + rc, Wu + wo, Se, C, F);
+    if (dxe) matmul_dx(dxe + rc, du + rf, Wu + wo, Se, C, F, 1.0f);
+}
+
+void cpu_experts_backward(float *dxe, float *dWg, float *dWu, float *dWd, float *dg, float *du,
+                          float *dh, const float *dye, const float *xe, const float *g,
+                          const float *u, const float *h, const float *Wg, const float *Wu,
+                          const float *Wd, const int *offsets, const int *counts, int E, int C,
+                          int F) {
+    /* the padding rows (dye = 0, h = 0) add exact zeros to the weight gradients, after the
+     * kept rows' products */
+    for (int e = 0; e < E; e++) {
+        int r0 = offsets[e], rows = offsets[e + 1] - offsets[e];
+        int kept = counts ? counts[e] : rows;
+        slice_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, e, r0, kept, C,
+                       F);
+        slice_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, e, r0 + kept,
+                       rows - kept, C, F);
+    }
+}
+
+/* ---- the yardstick ------------------------------------------------------------------------ */
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void cpu_sgemm_seconds(int n, int reps, double *seconds) {
+    const size_t nn = (size_t)n * n;
+    float *a = floats_alloc(nn), *b = floats_alloc(nn), *c = floats_alloc(nn);
+    Rng rng;
+    rng_seed(&rng, 1);
+    for (size_t i = 0; i < nn; i++) {
+        a[i] = rng_uniform(&rng) - 0.5f;
+        b[i] = rng_uniform(&rng) - 0.5f;
+    }
+    /* one warm-up product (the thread pool starts, pages fault in), then the timed ones */
+    for (int rep = -1; rep < reps; rep++) {
+        double t0 = seconds_now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c,
+                    n);
+        if (rep >= 0) seconds[rep] = seconds_now() - t0;
+    }
+    free(a);
+    free(b);
+    free(c);
+}

@@ -1,0 +1,611 @@
+/*
+ * test_backend_ops.c: every operation of every backend against the reference backend.
+ *
+ * One case per group of table entries (src/backend/backend.h): it draws fixed inputs, runs the
+ * entries forward and backward on a backend (inputs copied in with to_device, outputs out
+ * with to_host), and hands back every output. For each backend the outputs must equal
+ * cpu-ref's under the one tolerance rule of testutil.h (integer outputs, such as a dispatch
+ * plan, exactly). A later backend (a GPU) joins by being added to BACKENDS.
+ *
+ *   - coverage: every entry of the table is exercised by some case, and the table has no
+ *     entry this file does not list (so a new op without a case fails here);
+ *   - compare: each case on each backend against cpu-ref;
+ *   - gradients: every entry whose implementation differs from the reference's (a faster
+ *     version) is checked against central finite differences of its own forward, on that
+ *     backend (the references have theirs in test_ops.c and test_moe.c);
+ *   - memory: zero, copy, to_device and to_host move exactly the bytes asked for.
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "base/util.h"
+#include "nn/ops.h"
+#include "testutil.h"
+
+static const Backend *const BACKENDS[] = {&backend_cpu_ref, &backend_cpu};
+#define N_BACKENDS ((int)(sizeof BACKENDS / sizeof BACKENDS[0]))
+
+/* ---- what a case hands back ----------------------------------------------------------------- */
+
+#define MAX_OUT 16
+typedef struct {
+    int n;
+    const char *what[MAX_OUT];
+    float *f[MAX_OUT]; /* host copies of float outputs (NULL for an int output) */
+    int *i[MAX_OUT];   /* host copies of int outputs */
+    size_t len[MAX_OUT];
+} Outs;
+
+static void outs_free(Outs *o) {
+    for (int k = 0; k < o->n; k++) free(o->f[k]), free(o->i[k]);
+    memset(o, 0, sizeof *o);
+}
+
+/* Device buffers: a copy of host data, or zeros; and the outputs back to the host. */
+static float *dev_copy(const Backend *be, const float *host, size_t n) {
+    float *d = be_floats(be, n);
+    be->to_device(be, d, host, n * sizeof(float));
+    return d;
+}
+static int *dev_copy_i(const Backend *be, const int *host, size_t n) {
+    int *d = be_ints(be, n);
+    be->to_device(be, d, host, n * sizeof(int));
+    return d;
+}
+static float *dev_rand(const Backend *be, size_t n, float scale, unsigned long long seed) {
+    float *h = (float *)malloc_check(n * sizeof(float));
+    fill_uniform(h, n, scale, seed);
+    float *d = dev_copy(be, h, n);
+    free(h);
+    return d;
+}
+static void out_f(Outs *o, const Backend *be, const char *what, const float *d, size_t n) {
+    ck_assert(o->n < MAX_OUT);
+    o->what[o->n] = what;
+    o->f[o->n] = (float *)malloc_check((n ? n : 1) * sizeof(float));
+    be->to_host(be, o->f[o->n], d, n * sizeof(float));
+    o->len[o->n++] = n;
+}
+static void out_i(Outs *o, const Backend *be, const char *what, const int *d, size_t n) {
+    ck_assert(o->n < MAX_OUT);
+    o->what[o->n] = what;
+    o->i[o->n] = (int *)malloc_check((n ? n : 1) * sizeof(int));
+    be->to_host(be, o->i[o->n], d, n * sizeof(int));
+    o->len[o->n++] = n;
+}
+static void out_scalar(Outs *o, const char *what, double v) {
+    ck_assert(o->n < MAX_OUT);
+    o->what[o->n] = what;
+    o->f[o->n] = (float *)malloc_check(sizeof(float));
+    o->f[o->n][0] = (float)v;
+    o->len[o->n++] = 1;
+}
+static void release(const Backend *be, void *p) {
+    be->free(be, p);
+}
+
+/* ---- the cases ------------------------------------------------------------------------------ */
+
+static void case_vec(const Backend *be, Outs *o) {
+    const size_t n = 3 * VEC_CHUNK + 17; /* more than one chunk of the sum of squares */
+    float *a = dev_rand(be, n, 1.0f, 1), *b = dev_rand(be, n, 1.0f, 2), *y = be_floats(be, n);
+    be->add(be, y, a, b, n);
+    out_f(o, be, "add", y, n);
+    be->mul(be, y, a, b, n);
+    out_f(o, be, "mul", y, n);
+    be->scale(be, y, 0.37f, n);
+    out_f(o, be, "scale", y, n);
+    double *partial = (double *)be->alloc(be, vec_chunks(n) * sizeof(double));
+    out_scalar(o, "sum", be->sum(be, a, n));
+    out_scalar(o, "sum_squares", be->sum_squares(be, partial, a, n));
+    release(be, partial), release(be, a), release(be, b), release(be, y);
+}
+
+static void case_embed_rows(const Backend *be, Outs *o) {
+    enum { N = 37, C = 12, V = 256 };
+    int tok[N], to[N];
+    for (int n = 0; n < N; n++) tok[n] = (n * 91 + 7) % V, to[n] = (n * 11) % N; /* 11 coprime */
+    int *dtok = dev_copy_i(be, tok, N), *dto = dev_copy_i(be, to, N);
+    float *emb = dev_rand(be, (size_t)V * C, 1.0f, 3), *x = be_floats(be, (size_t)N * C);
+    float *dx = dev_rand(be, (size_t)N * C, 1.0f, 4), *demb = dev_rand(be, (size_t)V * C, 0.1f, 5);
+    be->embed_forward(be, x, dtok, emb, N, C);
+    out_f(o, be, "embed_forward", x, (size_t)N * C);
+    be->embed_backward(be, demb, dx, dtok, N, C);
+    out_f(o, be, "embed_backward (accumulated)", demb, (size_t)V * C);
+    float *r = be_floats(be, (size_t)N * C);
+    be->permute_rows(be, r, dx, dto, N, C, 0);
+    out_f(o, be, "permute_rows", r, (size_t)N * C);
+    be->permute_rows(be, r, dx, dto, N, C, 1);
+    out_f(o, be, "permute_rows back", r, (size_t)N * C);
+    release(be, dtok), release(be, dto), release(be, emb), release(be, x), release(be, dx);
+    release(be, demb), release(be, r);
+}
+
+/* odd sizes, so that no product is a multiple of a vector width */
+enum { MM_N = 37, MM_IN = 29, MM_OUT = 23 };
+
+static void case_matmul(const Backend *be, Outs *o) {
+    const int N = MM_N, IN = MM_IN, OUT = MM_OUT;
+    float *x = dev_rand(be, (size_t)N * IN, 1.0f, 6), *W = dev_rand(be, (size_t)OUT * IN, 0.5f, 7);
+    float *dy = dev_rand(be, (size_t)N * OUT, 1.0f, 8), *y = be_floats(be, (size_t)N * OUT);
+    float *dx = be_floats(be, (size_t)N * IN), *dW = dev_rand(be, (size_t)OUT * IN, 0.1f, 9);
+    be->matmul_forward(be, y, x, W, N, IN, OUT);
+    out_f(o, be, "matmul y", y, (size_t)N * OUT);
+    be->matmul_backward(be, dx, dW, dy, x, W, N, IN, OUT);
+    out_f(o, be, "matmul dx", dx, (size_t)N * IN);
+    out_f(o, be, "matmul dW (accumulated)", dW, (size_t)OUT * IN);
+    release(be, x), release(be, W), release(be, dy), release(be, y), release(be, dx);
+    release(be, dW);
+}
+
+static void case_norm_rope_swiglu(const Backend *be, Outs *o) {
+    enum { B = 2, T = 7, H = 3, D = 6, C = H * D, N = B * T, F = 13 };
+    float *x = dev_rand(be, N * C, 1.0f, 10), *w = dev_rand(be, C, 1.0f, 11);
+    float *dy = dev_rand(be, N * C, 1.0f, 12), *y = be_floats(be, N * C);
+    float *rstd = be_floats(be, N), *dx = be_floats(be, N * C), *dw = dev_rand(be, C, 0.1f, 13);
+    be->rmsnorm_forward(be, y, rstd, x, w, N, C);
+    out_f(o, be, "rmsnorm y", y, N * C);
+    out_f(o, be, "rmsnorm rstd", rstd, N);
+    be->rmsnorm_backward(be, dx, dw, dy, x, w, rstd, N, C);
+    out_f(o, be, "rmsnorm dx", dx, N * C);
+    out_f(o, be, "rmsnorm dw (accumulated)", dw, C);
+    float cs_h[T * D];
+    rope_table(cs_h, T, D, 10000.0f);
+    float *cs = dev_copy(be, cs_h, T * D);
+    be->rope_forward(be, y, cs, B, T, H, D);
+    out_f(o, be, "rope forward (in place)", y, N * C);
+    be->rope_backward(be, dy, cs, B, T, H, D);
+    out_f(o, be, "rope backward (in place)", dy, N * C);
+    float *g = dev_rand(be, N * F, 2.0f, 14), *u = dev_rand(be, N * F, 1.0f, 15);
+    float *dh = dev_rand(be, N * F, 1.0f, 16), *h = be_floats(be, N * F);
+    float *dg = be_floats(be, N * F), *du = be_floats(be, N * F);
+    be->swiglu_forward(be, h, g, u, N, F);
+    out_f(o, be, "swiglu h", h, N * F);
+    be->swiglu_backward(be, dg, du, dh, g, u, N, F);
+    out_f(o, be, "swiglu dg", dg, N * F);
+    out_f(o, be, "swiglu du", du, N * F);
+    void *all[] = {x, w, dy, y, rstd, dx, dw, cs, g, u, dh, h, dg, du};
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) release(be, all[k]);
+}
+
+static void case_attention(const Backend *be, Outs *o) {
+    enum { B = 2, T = 19, H = 3, D = 8, C = H * D, N = B * T, NWS = 4 };
+    float *q = dev_rand(be, N * C, 1.0f, 17), *k = dev_rand(be, N * C, 1.0f, 18);
+    float *v = dev_rand(be, N * C, 1.0f, 19), *dout = dev_rand(be, N * C, 1.0f, 20);
+    float *out = be_floats(be, N * C), *att = be_floats(be, (size_t)B * H * T * T);
+    float *ws = be_floats(be, (size_t)NWS * T * T);
+    float *dq = be_floats(be, N * C), *dk = be_floats(be, N * C), *dv = be_floats(be, N * C);
+    be->attention_forward(be, out, att, q, k, v, B, T, C, H);
+    out_f(o, be, "attention out", out, N * C);
+    out_f(o, be, "attention probabilities", att, (size_t)B * H * T * T);
+    be->attention_backward(be, dq, dk, dv, ws, dout, att, q, k, v, B, T, C, H, NWS);
+    out_f(o, be, "attention dq", dq, N * C);
+    out_f(o, be, "attention dk", dk, N * C);
+    out_f(o, be, "attention dv", dv, N * C);
+    void *all[] = {q, k, v, dout, out, att, ws, dq, dk, dv};
+    for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) release(be, all[j]);
+}
+
+static void case_loss_adamw(const Backend *be, Outs *o) {
+    enum { N = 11, V = 256 };
+    int tg[N];
+    for (int n = 0; n < N; n++) tg[n] = (n * 37 + 3) % V;
+    int *dtg = dev_copy_i(be, tg, N);
+    float *logits = dev_rand(be, N * V, 3.0f, 21), *losses = be_floats(be, N);
+    float *probs = be_floats(be, N * V), *dl = be_floats(be, N * V);
+    be->crossentropy_forward(be, losses, probs, logits, dtg, N, V);
+    out_f(o, be, "crossentropy losses", losses, N);
+    out_f(o, be, "crossentropy probabilities", probs, N * V);
+    be->crossentropy_backward(be, dl, probs, dtg, 1.0f / N, N, V);
+    out_f(o, be, "crossentropy dlogits", dl, N * V);
+    const size_t n = 1000;
+    float *p = dev_rand(be, n, 1.0f, 22), *g = dev_rand(be, n, 1.0f, 23);
+    float *m = dev_rand(be, n, 0.1f, 24), *v = dev_rand(be, n, 0.1f, 25);
+    be->scale(be, v, 0.0f, n); /* second moments start at zero... */
+    be->add(be, v, v, m, n);   /* ...plus something, then squared to stay non-negative */
+    be->mul(be, v, v, v, n);
+    be->adamw_update(be, p, g, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    out_f(o, be, "adamw p", p, n);
+    out_f(o, be, "adamw m", m, n);
+    out_f(o, be, "adamw v", v, n);
+    void *all[] = {dtg, logits, losses, probs, dl, p, g, m, v};
+    for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) release(be, all[j]);
+}
+
+/* The MoE block's entries, in order: scores, gate, losses, a plan (dropless, capacity or
+ * expert choice), gather, experts, combine, and every backward. */
+enum { R_N = 24, R_C = 10, R_E = 6, R_K = 2, R_F = 9 };
+
+static MoeHyper router_hyper(int variant) {
+    MoeHyper hp;
+    memset(&hp, 0, sizeof hp);
+    moe_hyper_defaults(&hp);
+    hp.C = R_C, hp.E = R_E, hp.K = R_K, hp.F = R_F, hp.renorm = 1;
+    hp.aux_coef = 0.01f, hp.z_coef = 0.001f, hp.T = 8;
+    if (variant == 1) hp.capacity_factor = 1.0f, hp.padded = 1, hp.drop_policy = MOE_DROP_SCORE;
+    if (variant == 2) hp.routing = MOE_ROUTING_EXPERT_CHOICE, hp.balance = MOE_BALANCE_NONE;
+    if (variant == 3) hp.score = MOE_SCORE_SIGMOID, hp.balance = MOE_BALANCE_SEQ_AUX;
+    return hp;
+}
+
+static void case_moe(const Backend *be, Outs *o, int variant) {
+    const MoeHyper hp = router_hyper(variant);
+    const int N = R_N, C = R_C, E = R_E, F = R_F, A = moe_assignments_per_token(&hp);
+    const size_t S = moe_slots_max(&hp, N), NA = (size_t)N * A;
+    float *x = dev_rand(be, (size_t)N * C, 1.0f, 30), *Wr = dev_rand(be, (size_t)E * C, 1.0f, 31);
+    float *logits = be_floats(be, (size_t)N * E), *scores = be_floats(be, (size_t)N * E);
+    float *lse = be_floats(be, N), *w = be_floats(be, NA);
+    int *idx = be_ints(be, NA);
+    DispatchPlan p = {.E = E, .K = A};
+    p.counts = be_ints(be, E), p.offsets = be_ints(be, E + 1);
+    p.slot = be_ints(be, NA + 1), p.slot_token = be_ints(be, S + 1);
+    be->matmul_forward(be, logits, x, Wr, N, C, E);
+    be->router_scores_forward(be, scores, lse, logits, N, &hp);
+    out_f(o, be, "router scores", scores, (size_t)N * E);
+    out_f(o, be, "router lse", lse, N);
+    if (hp.routing == MOE_ROUTING_EXPERT_CHOICE) {
+        be->expert_choice_forward(be, idx, w, &p, scores, N, &hp);
+    } else {
+        be->router_gate_forward(be, idx, w, scores, logits, NULL, N, &hp);
+        out_scalar(o, "balance loss", be->router_balance_loss(be, scores, idx, N, &hp));
+        if (hp.capacity_factor > 0.0f)
+            be->capacity_plan_build(be, &p, idx, scores, w, N, &hp, NULL);
+        else
+            be->dispatch_plan_build(be, &p, idx, N);
+    }
+    out_scalar(o, "z loss", be->router_z_loss(be, lse, N));
+    out_i(o, be, "routing idx", idx, NA);
+    out_f(o, be, "gate weights", w, NA);
+    out_i(o, be, "plan slot", p.slot, NA);
+    out_i(o, be, "plan offsets", p.offsets, (size_t)E + 1);
+    /* the rows, the experts, the combine, and back */
+    const int Sp = p.S;
+    float *xe = be_floats(be, S * C), *ye = be_floats(be, S * C), *y = be_floats(be, (size_t)N * C);
+    float *g = be_floats(be, S * F), *u = be_floats(be, S * F), *h = be_floats(be, S * F);
+    float *Wg = dev_rand(be, (size_t)E * F * C, 0.5f, 32),
+          *Wu = dev_rand(be, (size_t)E * F * C, 0.5f, 33);
+    float *Wd = dev_rand(be, (size_t)E * C * F, 0.5f, 34);
+    be->permute_forward(be, xe, x, &p, C);
+    be->experts_forward(be, ye, g, u, h, xe, Wg, Wu, Wd, p.offsets, p.counts, E, C, F);
+    be->combine_forward(be, y, ye, w, &p, C);
+    out_f(o, be, "block output", y, (size_t)N * C);
+    float *dy = dev_rand(be, (size_t)N * C, 1.0f, 35), *dye = be_floats(be, S * C);
+    float *dw = be_floats(be, NA), *dxe = be_floats(be, S * C), *dx = be_floats(be, (size_t)N * C);
+    float *dg = be_floats(be, S * F), *du = be_floats(be, S * F), *dh = be_floats(be, S * F);
+    float *dW = be_floats(be, 3 * (size_t)E * F * C), *dl = be_floats(be, (size_t)N * E);
+    const size_t wn = (size_t)E * F * C;
+    be->combine_backward(be, dye, dw, dy, ye, w, &p, C);
+    be->experts_backward(be, dxe, dW, dW + wn, dW + 2 * wn, dg, du, dh, dye, xe, g, u, h, Wg, Wu,
+                         Wd, p.offsets, p.counts, E, C, F);
+    be->permute_backward(be, dx, dxe, &p, C);
+    out_f(o, be, "experts dxe", dxe, (size_t)Sp * C);
+    out_f(o, be, "experts dW", dW, 3 * wn);
+    out_f(o, be, "block dx (expert path)", dx, (size_t)N * C);
+    MoeHyper hpa = hp;
+    if (hp.routing == MOE_ROUTING_EXPERT_CHOICE) /* as the block does (model/moe_block.c) */
+        hpa.K = E, hpa.renorm = 0, hpa.topk_first = 0, hpa.balance = MOE_BALANCE_NONE;
+    be->router_gate_backward(be, dl, dw, scores, lse, logits, idx, w, N, &hpa,
+                             moe_balance_coef(&hpa), hp.z_coef);
+    out_f(o, be, "router dlogits", dl, (size_t)N * E);
+    void *all[] = {x,  Wr,  logits, scores, lse, w,  idx, p.counts, p.offsets, p.slot, p.slot_token,
+                   xe, ye,  y,      g,      u,   h,  Wg,  Wu,       Wd,        dy,     dye,
+                   dw, dxe, dx,     dg,     du,  dh, dW,  dl};
+    for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) release(be, all[j]);
+}
+static void case_moe_dropless(const Backend *be, Outs *o) {
+    case_moe(be, o, 0);
+}
+static void case_moe_capacity(const Backend *be, Outs *o) {
+    case_moe(be, o, 1);
+}
+static void case_moe_expert_choice(const Backend *be, Outs *o) {
+    case_moe(be, o, 2);
+}
+static void case_moe_sigmoid(const Backend *be, Outs *o) {
+    case_moe(be, o, 3);
+}
+
+static void case_gemm_seconds(const Backend *be, Outs *o) {
+    double t[2] = {-1.0, -1.0};
+    be->gemm_seconds(be, 64, 2, t);
+    ck_assert_msg(t[0] > 0.0 && t[1] > 0.0, "%s: gemm_seconds gave %g, %g", be->name, t[0], t[1]);
+    out_scalar(o, "a timed product (not compared)", 0.0);
+}
+
+typedef struct {
+    const char *name;
+    void (*run)(const Backend *be, Outs *o);
+    const char *uses; /* the table entries it exercises, space-separated */
+} Case;
+
+static const Case CASES[] = {
+    {"vec", case_vec, "alloc free to_device to_host add mul scale sum sum_squares"},
+    {"embed and rows", case_embed_rows, "embed_forward embed_backward permute_rows"},
+    {"matmul", case_matmul, "matmul_forward matmul_backward"},
+    {"norm, rope, swiglu", case_norm_rope_swiglu,
+     "rmsnorm_forward rmsnorm_backward rope_forward rope_backward swiglu_forward swiglu_backward"},
+    {"attention", case_attention, "attention_forward attention_backward"},
+    {"loss and adamw", case_loss_adamw, "crossentropy_forward crossentropy_backward adamw_update"},
+    {"moe dropless", case_moe_dropless,
+     "router_scores_forward router_gate_forward router_balance_loss router_z_loss "
+     "dispatch_plan_build permute_forward experts_forward combine_forward combine_backward "
+     "experts_backward permute_backward router_gate_backward"},
+    {"moe capacity, padded, by score", case_moe_capacity, "capacity_plan_build"},
+    {"moe expert choice", case_moe_expert_choice, "expert_choice_forward"},
+    {"moe sigmoid, seq_aux", case_moe_sigmoid, "router_scores_forward"},
+    {"gemm_seconds", case_gemm_seconds, "gemm_seconds"},
+};
+#define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
+
+/* Every function entry of Backend, in its order (backend.h); zero, copy and sync are tested
+ * in test_memory_ops. */
+static const char *const ENTRIES[] = {"alloc",
+                                      "free",
+                                      "zero",
+                                      "copy",
+                                      "to_device",
+                                      "to_host",
+                                      "sync",
+                                      "add",
+                                      "mul",
+                                      "scale",
+                                      "sum",
+                                      "sum_squares",
+                                      "embed_forward",
+                                      "embed_backward",
+                                      "permute_rows",
+                                      "matmul_forward",
+                                      "matmul_backward",
+                                      "rmsnorm_forward",
+                                      "rmsnorm_backward",
+                                      "rope_forward",
+                                      "rope_backward",
+                                      "attention_forward",
+                                      "attention_backward",
+                                      "swiglu_forward",
+                                      "swiglu_backward",
+                                      "crossentropy_forward",
+                                      "crossentropy_backward",
+                                      "adamw_update",
+                                      "router_scores_forward",
+                                      "router_gate_forward",
+                                      "router_balance_loss",
+                                      "router_z_loss",
+                                      "router_gate_backward",
+                                      "dispatch_plan_build",
+                                      "capacity_plan_build",
+                                      "expert_choice_forward",
+                                      "permute_forward",
+                                      "permute_backward",
+                                      "combine_forward",
+                                      "combine_backward",
+                                      "experts_forward",
+                                      "experts_backward",
+                                      "gemm_seconds"};
+#define N_ENTRIES ((int)(sizeof ENTRIES / sizeof ENTRIES[0]))
+
+static int word_in(const char *list, const char *word) {
+    size_t n = strlen(word);
+    for (const char *p = list; (p = strstr(p, word)) != NULL; p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0)) return 1;
+    return 0;
+}
+
+START_TEST(test_every_entry_has_a_case) {
+    /* the function pointers of the table, from alloc to the end */
+    const size_t n_ptrs = (sizeof(Backend) - offsetof(Backend, alloc)) / sizeof(void (*)(void));
+    ck_assert_msg((size_t)N_ENTRIES == n_ptrs,
+                  "Backend has %zu entries from alloc on, this test lists %d: add the new entry "
+                  "to ENTRIES and a case that runs it",
+                  n_ptrs, N_ENTRIES);
+    for (int e = 0; e < N_ENTRIES; e++) {
+        int used = !strcmp(ENTRIES[e], "zero") || !strcmp(ENTRIES[e], "copy") ||
+                   !strcmp(ENTRIES[e], "sync");
+        for (int c = 0; c < N_CASES && !used; c++) used = word_in(CASES[c].uses, ENTRIES[e]);
+        ck_assert_msg(used, "no case exercises the table entry %s", ENTRIES[e]);
+    }
+    for (int b = 0; b < N_BACKENDS; b++) {
+        /* no entry left NULL */
+        void (*const *f)(void) =
+            (void (*const *)(void))((const char *)BACKENDS[b] + offsetof(Backend, alloc));
+        for (int e = 0; e < N_ENTRIES; e++)
+            ck_assert_msg(f[e] != NULL, "%s has no %s", BACKENDS[b]->name, ENTRIES[e]);
+    }
+}
+END_TEST
+
+START_TEST(test_case_against_reference) {
+    const Case *c = &CASES[_i];
+    Outs ref = {0};
+    c->run(&backend_cpu_ref, &ref);
+    for (int b = 0; b < N_BACKENDS; b++) {
+        Outs got = {0};
+        c->run(BACKENDS[b], &got);
+        ck_assert_int_eq(got.n, ref.n);
+        for (int k = 0; k < ref.n; k++) {
+            char what[160];
+            snprintf(what, sizeof what, "%s on %s: %s", c->name, BACKENDS[b]->name, ref.what[k]);
+            ck_assert_msg(got.len[k] == ref.len[k], "%s: %zu values, want %zu", what, got.len[k],
+                          ref.len[k]);
+            if (ref.i[k]) {
+                for (size_t j = 0; j < ref.len[k]; j++)
+                    ck_assert_msg(got.i[k][j] == ref.i[k][j], "%s: element %zu is %d, want %d",
+                                  what, j, got.i[k][j], ref.i[k][j]);
+            } else {
+                expect_close_arrays(got.f[k], ref.f[k], ref.len[k], TOL_F32_ATOL, TOL_F32_RTOL,
+                                    what);
+            }
+        }
+        outs_free(&got);
+    }
+    outs_free(&ref);
+}
+END_TEST
+
+/* ---- gradients of the faster versions ------------------------------------------------------- */
+
+/* the scalar <R, y(x)> of one op on one backend, with x a host array the check perturbs */
+typedef struct {
+    const Backend *be;
+    int op; /* 0 matmul, 1 attention, 2 experts */
+    float *x, *R;
+    size_t nx, ny;
+} GradCtx;
+
+enum { GA_B = 1, GA_T = 6, GA_H = 2, GA_D = 4, GA_C = GA_H * GA_D, GA_N = GA_B * GA_T };
+enum { GE_E = 3, GE_C = 5, GE_F = 4 };
+static const int GE_OFF[GE_E + 1] = {0, 3, 3, 7}; /* expert 1 has no rows */
+
+/* y of op for the input x (host) on be; y (ny) written to host out */
+static void grad_forward(const GradCtx *g, float *out) {
+    const Backend *be = g->be;
+    float *x = dev_copy(be, g->x, g->nx), *y = be_floats(be, g->ny);
+    if (g->op == 0) {
+        /* x holds the input (N, IN) then W (OUT, IN) */
+        const size_t nin = (size_t)MM_N * MM_IN;
+        be->matmul_forward(be, y, x, x + nin, MM_N, MM_IN, MM_OUT);
+    } else if (g->op == 1) {
+        /* x holds q, k, v */
+        const size_t n = (size_t)GA_N * GA_C;
+        float *att = be_floats(be, (size_t)GA_B * GA_H * GA_T * GA_T);
+        be->attention_forward(be, y, att, x, x + n, x + 2 * n, GA_B, GA_T, GA_C, GA_H);
+        release(be, att);
+    } else {
+        /* x holds xe (S, C) then Wg, Wu (E, F, C) and Wd (E, C, F) */
+        const int S = GE_OFF[GE_E];
+        const size_t nxe = (size_t)S * GE_C, wn = (size_t)GE_E * GE_F * GE_C;
+        float *h3 = be_floats(be, 3 * (size_t)S * GE_F);
+        int *off = dev_copy_i(be, GE_OFF, GE_E + 1);
+        be->experts_forward(be, y, h3, h3 + (size_t)S * GE_F, h3 + 2 * (size_t)S * GE_F, x, x + nxe,
+                            x + nxe + wn, x + nxe + 2 * wn, off, NULL, GE_E, GE_C, GE_F);
+        release(be, h3), release(be, off);
+    }
+    be->to_host(be, out, y, g->ny * sizeof(float));
+    release(be, x), release(be, y);
+}
+
+static double grad_loss(void *p) {
+    const GradCtx *g = (const GradCtx *)p;
+    float *y = (float *)malloc_check(g->ny * sizeof(float));
+    grad_forward(g, y);
+    double s = dot_d(y, g->R, g->ny);
+    free(y);
+    return s;
+}
+
+/* the analytic gradient of <R, y> with respect to all of x, from the backend's backward */
+static void grad_backward(const GradCtx *g, float *grad) {
+    const Backend *be = g->be;
+    float *x = dev_copy(be, g->x, g->nx), *R = dev_copy(be, g->R, g->ny);
+    float *dx = be_floats(be, g->nx);
+    if (g->op == 0) {
+        const size_t nin = (size_t)MM_N * MM_IN;
+        be->matmul_backward(be, dx, dx + nin, R, x, x + nin, MM_N, MM_IN, MM_OUT);
+    } else if (g->op == 1) {
+        const size_t n = (size_t)GA_N * GA_C;
+        float *out = be_floats(be, n), *att = be_floats(be, (size_t)GA_B * GA_H * GA_T * GA_T);
+        float *ws = be_floats(be, (size_t)GA_T * GA_T);
+        be->attention_forward(be, out, att, x, x + n, x + 2 * n, GA_B, GA_T, GA_C, GA_H);
+        be->attention_backward(be, dx, dx + n, dx + 2 * n, ws, R, att, x, x + n, x + 2 * n, GA_B,
+                               GA_T, GA_C, GA_H, 1);
+        release(be, out), release(be, att), release(be, ws);
+    } else {
+        const int S = GE_OFF[GE_E];
+        const size_t nxe = (size_t)S * GE_C, wn = (size_t)GE_E * GE_F * GE_C, sf = (size_t)S * GE_F;
+        float *y = be_floats(be, nxe), *a = be_floats(be, 6 * sf);
+        int *off = dev_copy_i(be, GE_OFF, GE_E + 1);
+        const float *Wg = x + nxe, *Wu = Wg + wn, *Wd = Wu + wn;
+        be->experts_forward(be, y, a, a + sf, a + 2 * sf, x, Wg, Wu, Wd, off, NULL, GE_E, GE_C,
+                            GE_F);
+        be->experts_backward(be, dx, dx + nxe, dx + nxe + wn, dx + nxe + 2 * wn, a + 3 * sf,
+                             a + 4 * sf, a + 5 * sf, R, x, a, a + sf, a + 2 * sf, Wg, Wu, Wd, off,
+                             NULL, GE_E, GE_C, GE_F);
+        release(be, y), release(be, a), release(be, off);
+    }
+    be->to_host(be, grad, dx, g->nx * sizeof(float));
+    release(be, x), release(be, R), release(be, dx);
+}
+
+START_TEST(test_faster_versions_gradcheck) {
+    int checked = 0;
+    for (int b = 0; b < N_BACKENDS; b++) {
+        const Backend *be = BACKENDS[b];
+        /* an op needs its own check only where the backend runs its own version */
+        const int differs[3] = {be->matmul_backward != backend_cpu_ref.matmul_backward,
+                                be->attention_backward != backend_cpu_ref.attention_backward,
+                                be->experts_backward != backend_cpu_ref.experts_backward};
+        for (int op = 0; op < 3; op++) {
+            if (!differs[op]) continue;
+            GradCtx g = {.be = be, .op = op};
+            if (op == 0)
+                g.nx = (size_t)MM_N * MM_IN + (size_t)MM_OUT * MM_IN, g.ny = (size_t)MM_N * MM_OUT;
+            else if (op == 1)
+                g.nx = 3 * (size_t)GA_N * GA_C, g.ny = (size_t)GA_N * GA_C;
+            else
+                g.nx = (size_t)GE_OFF[GE_E] * GE_C + 3 * (size_t)GE_E * GE_F * GE_C,
+                g.ny = (size_t)GE_OFF[GE_E] * GE_C;
+            g.x = (float *)malloc_check(g.nx * sizeof(float));
+            g.R = (float *)malloc_check(g.ny * sizeof(float));
+            fill_uniform(g.x, g.nx, 0.5f, 50 + op);
+            fill_uniform(g.R, g.ny, 1.0f, 60 + op);
+            float *grad = (float *)malloc_check(g.nx * sizeof(float));
+            grad_backward(&g, grad);
+            char what[64];
+            snprintf(what, sizeof what, "%s %s", be->name,
+                     op == 0   ? "matmul"
+                     : op == 1 ? "attention"
+                               : "experts");
+            gradcheck(grad_loss, &g, g.x, grad, g.nx, 1e-2f, 64, what);
+            free(g.x), free(g.R), free(grad);
+            checked++;
+        }
+    }
+    ck_assert_msg(checked == 3,
+                  "%d faster versions checked, want 3 (cpu: matmul, attention, "
+                  "experts)",
+                  checked);
+}
+END_TEST
+
+/* ---- memory --------------------------------------------------------------------------------- */
+
+START_TEST(test_memory_ops) {
+    for (int b = 0; b < N_BACKENDS; b++) {
+        const Backend *be = BACKENDS[b];
+        enum { n = 1000 };
+        float h[n], back[n];
+        fill_uniform(h, n, 1.0f, 70);
+        size_t before = backend_bytes_allocated;
+        float *a = dev_copy(be, h, n), *c = be_floats(be, n);
+        ck_assert_uint_eq(backend_bytes_allocated - before, 2 * n * sizeof(float));
+        be->to_host(be, back, c, sizeof back);
+        for (int i = 0; i < n; i++)
+            ck_assert_msg(back[i] == 0.0f, "%s: alloc not zeroed", be->name);
+        be->copy(be, c + 10, a + 20, 100 * sizeof(float));
+        be->sync(be);
+        be->to_host(be, back, c, sizeof back);
+        for (int i = 0; i < n; i++)
+            ck_assert_msg(back[i] == (i >= 10 && i < 110 ? h[i + 10] : 0.0f),
+                          "%s: copy moved the wrong bytes (element %d)", be->name, i);
+        be->zero(be, c + 50, 10 * sizeof(float));
+        be->to_host(be, back, c, sizeof back);
+        for (int i = 50; i < 60; i++) ck_assert(back[i] == 0.0f);
+        ck_assert(back[49] == h[59] && back[60] == h[70]);
+        release(be, a), release(be, c);
+    }
+}
+END_TEST
+
+Suite *backend_ops_suite(void) {
+    Suite *s = suite_create("backend_ops");
+    TCase *tc = tcase_create("ops");
+    tcase_add_test(tc, test_every_entry_has_a_case);
+    tcase_add_loop_test(tc, test_case_against_reference, 0, N_CASES);
+    tcase_add_test(tc, test_faster_versions_gradcheck);
+    tcase_add_test(tc, test_memory_ops);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TEST_MAIN(backend_ops_suite)

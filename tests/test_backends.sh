@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# test_backends.sh: the same training run on each backend (run by `make test` with MOE_BIN set).
+#
+#   1. a tiny MoE (jitter and logit noise on, so the host-drawn noise reaches the backend's
+#      buffers) trains 30 steps on train.device=cpu and on cpu-ref: the losses, aux and
+#      z-losses and gradient norms of every step agree within 2e-3 (relative), the validation
+#      loss too; the two differ only in the rounding of the products' sums
+#   2. a run started on cpu continues on cpu-ref from its checkpoint (--resume with the device
+#      changed): the device is not a setting of the model, and the resumed losses agree with
+#      the run that stayed on cpu within the same tolerance
+#   3. train.device=gpu is refused with exit 2, naming the backends there are
+# Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
+
+# shellcheck source=tests/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+moe=$(executable "${MOE_BIN:-build/moe}" "make build/moe (or set MOE_BIN)") || exit 1
+export OMP_NUM_THREADS=2
+
+data="$tmp/data"
+tiny=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set model.seq_len=32
+      --set model.d_ff=64 --set moe.num_experts=4 --set moe.top_k=2 --set moe.d_expert=32
+      --set moe.jitter=0.05 --set moe.noise=0.1 --set train.batch=4 --set train.warmup=3
+      --set "data.train=$data/train.bin" --set "data.val=$data/val.bin" --quiet)
+"$moe" synth --out "$data" --tokens 30000 --seed 5 > /dev/null 2>&1
+
+# close A B: the columns 2.. of two train.csv files agree within a relative 2e-3 (tok_per_s,
+# the speed, left out), row by row, and they have the same rows
+close() {
+    awk -F, 'NR == FNR { for (i = 2; i <= NF; i++) a[FNR, i] = $i; n = FNR; next }
+             FNR == 1 { for (i = 1; i <= NF; i++) if ($i == "tok_per_s") skip = i; next }
+             { rows++; for (i = 2; i <= NF; i++) { if (i == skip) continue
+                 x = a[FNR, i]; y = $i; if (x == "" && y == "") continue
+                 d = x - y; if (d < 0) d = -d; s = (x < 0 ? -x : x); if (s < 1) s = 1
+                 if (d > 2e-3 * s) { printf "row %d column %d: %s against %s\n", FNR, i, x, y; bad = 1 } } }
+             END { if (rows + 1 != n) { print "rows differ: " n - 1 " against " rows; bad = 1 }; exit bad }' "$1" "$2"
+}
+
+# ---- 1. the same run on both CPU backends ---------------------------------------------------
+echo "test_backends: cpu and cpu-ref"
+for dev in cpu cpu-ref; do
+    "$moe" train --out "$tmp/$dev" "${tiny[@]}" --set train.steps=30 --set train.eval_every=15 \
+        --set train.device=$dev > "$tmp/$dev.log" 2>&1
+    check "trains 30 steps on $dev" $? "$(tail -n 3 "$tmp/$dev.log")"
+done
+grep -q '^train.device = cpu-ref$' "$tmp/cpu-ref/config.txt"
+check "config.txt records train.device = cpu-ref" $? "$(grep device "$tmp/cpu-ref/config.txt")"
+out=$(close "$tmp/cpu/train.csv" "$tmp/cpu-ref/train.csv")
+check "every step's losses, aux, z and grad norm agree within 2e-3" $? "$out"
+! cmp -s <(cut -d, -f2 "$tmp/cpu/train.csv") <(cut -d, -f2 "$tmp/cpu-ref/train.csv")
+check "and the two are not the same run twice (their roundings differ)" $? "identical losses"
+
+# ---- 2. a checkpoint moves between backends -------------------------------------------------
+echo "test_backends: a run moves from cpu to cpu-ref"
+"$moe" train --out "$tmp/moved" "${tiny[@]}" --set train.steps=30 --set train.eval_every=15 \
+    --set train.device=cpu --until 15 > "$tmp/moved.log" 2>&1 &&
+    "$moe" train --resume "$tmp/moved" --set train.device=cpu-ref --quiet >> "$tmp/moved.log" 2>&1
+check "15 steps on cpu, then --resume --set train.device=cpu-ref to 30" $? "$(tail -n 3 "$tmp/moved.log")"
+grep -q '^train.device = cpu-ref$' "$tmp/moved/config.txt"
+check "the resumed run records its new device" $? "$(grep device "$tmp/moved/config.txt")"
+out=$(close "$tmp/cpu/train.csv" "$tmp/moved/train.csv")
+check "its losses agree with the run that stayed on cpu within 2e-3" $? "$out"
+
+# ---- 3. a backend this build does not have ------------------------------------------------------
+"$moe" train --out "$tmp/gpu" "${tiny[@]}" --set train.steps=2 --set train.device=gpu > "$tmp/out" 2> "$tmp/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "train.device" "$tmp/err" && grep -q "cpu-ref" "$tmp/err" && [ ! -e "$tmp/gpu" ]
+check "train.device=gpu exits 2, naming the choices, and writes no run" $? "exit $rc: $(head -n 2 "$tmp/err")"
+
+finish
