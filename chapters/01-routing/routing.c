@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
     /* ---- 1. logits and scores ---------------------------------------------------------------- */
     float *logits = floats_alloc((size_t)N * E), *scores = floats_alloc((size_t)N * E);
     float *lse = floats_alloc((size_t)N);
-    matmul_forward(logits, x, Wr, N, c.d_model, E);
+    m.be->matmul_forward(m.be, logits, x, Wr, N, c.d_model, E); /* as the block computes them */
     router_scores_forward(scores, lse, logits, N, &hp);
     int *idx = (int *)calloc_check((size_t)N * K, sizeof(int));
     float *w = floats_alloc((size_t)N * K);

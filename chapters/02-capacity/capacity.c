@@ -78,8 +78,8 @@ static MoeHyper with_capacity(const MoeHyper *base, float factor, int scope, int
  * plan needs E x rows slots) and left for the caller to read and free. */
 static void block_run(float *y, MoeActs *a, const float *x, const MoeWeights *wt,
                       const MoeHyper *hp, int N) {
-    moe_acts_alloc(a, hp, N);
-    moe_block_forward(y, a, x, wt, hp, N);
+    moe_acts_alloc(&backend_cpu, a, hp, N);
+    moe_block_forward(&backend_cpu, y, a, x, wt, hp, N);
 }
 
 int main(int argc, char **argv) {
@@ -286,7 +286,7 @@ int main(int argc, char **argv) {
     float f4 = 0.0f;
     int lost = -1, whole = -1, part = -1;
     for (int f = 1; f >= 0 && lost < 0; f--) {
-        if (f4 > 0.0f) moe_acts_free(&a);
+        if (f4 > 0.0f) moe_acts_free(&backend_cpu, &a);
         f4 = factors[f];
         MoeHyper hp = with_capacity(&base, f4, MOE_CAP_BATCH, MOE_DROP_POSITION, 0);
         block_run(y, &a, x, &wt, &hp, N);
@@ -323,7 +323,7 @@ int main(int argc, char **argv) {
                "resid_mid + y differs from resid_mid in %d entries\n",
                row_norm(y + (size_t)n * C, C), row_norm(y0 + (size_t)n * C, C), nonzero, C, differ);
     }
-    moe_acts_free(&a);
+    moe_acts_free(&backend_cpu, &a);
 
     /* ---- 5. padded execution ------------------------------------------------------------- */
     printf("\n5. padded execution (moe.padded=1): every expert computes its cap rows, used or "
@@ -333,7 +333,7 @@ int main(int argc, char **argv) {
     for (int f = 0; f < NF; f++) {
         MoeHyper hp = with_capacity(&base, factors[f], MOE_CAP_BATCH, MOE_DROP_POSITION, 0);
         block_run(y, &a, x, &wt, &hp, N);
-        moe_acts_free(&a);
+        moe_acts_free(&backend_cpu, &a);
         hp.padded = 1;
         block_run(yp, &a, x, &wt, &hp, N);
         const int R = a.plan.offsets[1] - a.plan.offsets[0];
@@ -346,13 +346,13 @@ int main(int argc, char **argv) {
                                                                  : "DIFFERS from");
         for (int e = 0; e < E; e++) printf(" %d/%d", a.plan.counts[e], R);
         printf("\n");
-        moe_acts_free(&a);
+        moe_acts_free(&backend_cpu, &a);
     }
 
     for (int pol = 0; pol < 2; pol++)
         free(slot[pol]), free(dropped_in[pol][0]), free(dropped_in[pol][1]);
     dispatch_plan_free(&plan);
-    moe_acts_free(&a0);
+    moe_acts_free(&backend_cpu, &a0);
     free(tokens), free(demand), free(y0), free(y), free(yp);
     model_free(&m);
     shard_free(&s);

@@ -229,7 +229,8 @@ int main(int argc, char **argv) {
     float *logits = floats_alloc((size_t)N * E), *scores = floats_alloc((size_t)N * E);
     float *lse = floats_alloc(N), *w = floats_alloc((size_t)N * K);
     int *idx = (int *)calloc_check((size_t)N * K, sizeof(int));
-    matmul_forward(logits, x, router, N, C, E);
+    const Backend *be = &backend_cpu; /* the engine's fast CPU ops (src/backend/backend.h) */
+    be->matmul_forward(be, logits, x, router, N, C, E);
     router_softmax_forward(scores, lse, logits, N, E);
     router_topk_forward(idx, w, scores, N, E, K, hp.renorm);
     DispatchPlan plan;
@@ -241,9 +242,9 @@ int main(int argc, char **argv) {
 
     /* ---- the experts, across the group: counts, rows out, experts, rows back ------------ */
     EpActs ep;
-    ep_acts_alloc(&ep, &hp, P, N * K);
+    ep_acts_alloc(be, &ep, &hp, P, N * K);
     const DistStats before = d.stats;
-    ep_experts_forward(ye, &ep, xe, &plan, myWg, myWu, myWd, &d);
+    ep_experts_forward(be, ye, &ep, xe, &plan, myWg, myWu, myWd, &d);
     const DistStats after = d.stats;
     float *y = floats_alloc((size_t)N * C);
     combine_forward(y, ye, w, &plan, C);
@@ -252,7 +253,7 @@ int main(int argc, char **argv) {
     float *ye_ref = floats_alloc((size_t)S * C), *y_ref = floats_alloc((size_t)N * C);
     float *g = floats_alloc((size_t)S * F), *u = floats_alloc((size_t)S * F);
     float *h = floats_alloc((size_t)S * F);
-    experts_forward(ye_ref, g, u, h, xe, Wg, Wu, Wd, plan.offsets, E, C, F);
+    be->experts_forward(be, ye_ref, g, u, h, xe, Wg, Wu, Wd, plan.offsets, NULL, E, C, F);
     combine_forward(y_ref, ye_ref, w, &plan, C);
     double diff = 0.0;
     for (int i = 0; i < N * C; i++) diff = fmax(diff, fabs((double)y[i] - (double)y_ref[i]));
@@ -286,7 +287,7 @@ int main(int argc, char **argv) {
     free(all);
     free(rec);
     free(g), free(u), free(h), free(ye_ref), free(y_ref), free(y);
-    ep_acts_free(&ep);
+    ep_acts_free(&backend_cpu, &ep);
     free(xe), free(ye);
     dispatch_plan_free(&plan);
     free(idx), free(w), free(lse), free(scores), free(logits);
