@@ -28,7 +28,7 @@ static const Backend *const BACKENDS[] = {&backend_cpu_ref, &backend_cpu};
 
 /* ---- what a case hands back ----------------------------------------------------------------- */
 
-#define MAX_OUT 16
+#define MAX_OUT 24
 typedef struct {
     int n;
     const char *what[MAX_OUT];
@@ -288,6 +288,34 @@ static void case_moe(const Backend *be, Outs *o, int variant) {
     be->router_gate_backward(be, dl, dw, scores, lse, logits, idx, w, N, &hpa,
                              moe_balance_coef(&hpa), hp.z_coef);
     out_f(o, be, "router dlogits", dl, (size_t)N * E);
+    /* what the decision did, as host numbers */
+    RouteStats rs;
+    route_stats_alloc(&rs, E);
+    be->route_stats(be, &rs, scores, idx, &p, N, &hp);
+    out_scalar(o, "route_stats drop", rs.drop);
+    out_scalar(o, "route_stats pad", rs.pad);
+    out_scalar(o, "route_stats entropy", rs.st.entropy);
+    out_scalar(o, "route_stats maxvio", rs.st.maxvio);
+    float counts[2 * R_E];
+    for (int e = 0; e < E; e++)
+        counts[e] = (float)rs.routed[e], counts[E + e] = (float)rs.dropped[e];
+    ck_assert(o->n < MAX_OUT);
+    o->what[o->n] = "route_stats routed, dropped";
+    o->f[o->n] = (float *)malloc_check(sizeof counts);
+    memcpy(o->f[o->n], counts, sizeof counts);
+    o->len[o->n++] = 2 * (size_t)E;
+    route_stats_free(&rs);
+    unsigned char dom[R_N];
+    for (int n = 0; n < N; n++) dom[n] = (unsigned char)(n % 3);
+    double dcount[3 * R_E + 2] = {0};
+    be->route_domains(be, dcount, dcount + 3 * R_E, dom, 3, idx, &p, N, &hp);
+    float dc[3 * R_E + 2];
+    for (int j = 0; j < 3 * R_E + 2; j++) dc[j] = (float)dcount[j];
+    ck_assert(o->n < MAX_OUT);
+    o->what[o->n] = "route_domains counts, drops";
+    o->f[o->n] = (float *)malloc_check(sizeof dc);
+    memcpy(o->f[o->n], dc, sizeof dc);
+    o->len[o->n++] = 3 * (size_t)R_E + 2;
     void *all[] = {x,  Wr,  logits, scores, lse, w,  idx, p.counts, p.offsets, p.slot, p.slot_token,
                    xe, ye,  y,      g,      u,   h,  Wg,  Wu,       Wd,        dy,     dye,
                    dw, dxe, dx,     dg,     du,  dh, dW,  dl};
@@ -330,7 +358,7 @@ static const Case CASES[] = {
     {"moe dropless", case_moe_dropless,
      "router_scores_forward router_gate_forward router_balance_loss router_z_loss "
      "dispatch_plan_build permute_forward experts_forward combine_forward combine_backward "
-     "experts_backward permute_backward router_gate_backward"},
+     "experts_backward permute_backward router_gate_backward route_stats route_domains"},
     {"moe capacity, padded, by score", case_moe_capacity, "capacity_plan_build"},
     {"moe expert choice", case_moe_expert_choice, "expert_choice_forward"},
     {"moe sigmoid, seq_aux", case_moe_sigmoid, "router_scores_forward"},
@@ -382,6 +410,8 @@ static const char *const ENTRIES[] = {"alloc",
                                       "combine_backward",
                                       "experts_forward",
                                       "experts_backward",
+                                      "route_stats",
+                                      "route_domains",
                                       "gemm_seconds"};
 #define N_ENTRIES ((int)(sizeof ENTRIES / sizeof ENTRIES[0]))
 

@@ -135,6 +135,14 @@ struct Backend {
                              const float *Wu, const float *Wd, const int *offsets,
                              const int *counts, int E, int C, int F);
 
+    /* what a routing decision did, as host numbers (router.csv, domains.csv): the trainer
+     * reads these, never the routing arrays */
+    void (*route_stats)(const Backend *be, RouteStats *host_out, const float *scores,
+                        const int *idx, const DispatchPlan *p, int N, const MoeHyper *hp);
+    void (*route_domains)(const Backend *be, double *host_counts, double *host_drops,
+                          const unsigned char *host_domains, int n_domains, const int *idx,
+                          const DispatchPlan *p, int N, const MoeHyper *hp);
+
     /* ---- measurement ------------------------------------------------------------------------
      * The backend's own square product C (n, n) = A B (2 n^3 FLOPs), timed: one warm-up, then
      * reps products, seconds[r] the wall time of each. The yardstick `moe bench` measures a

@@ -195,6 +195,16 @@ static void ref_experts_backward(const Backend *be, float *dxe, float *dWg, floa
                                offsets, counts, E, C, F);
 }
 
+static void ref_route_stats(const Backend *be, RouteStats *out, const float *scores, const int *idx,
+                            const DispatchPlan *p, int N, const MoeHyper *hp) {
+    (void)be, route_stats(out, scores, idx, p, N, hp);
+}
+static void ref_route_domains(const Backend *be, double *counts, double *drops,
+                              const unsigned char *domains, int n_domains, const int *idx,
+                              const DispatchPlan *p, int N, const MoeHyper *hp) {
+    (void)be, route_domains(counts, drops, domains, n_domains, idx, p, N, hp);
+}
+
 /* ---- the fast entries of cpu (cpu_gemm.c, attention_gemm.c) ---------------------------------- */
 
 static void fast_matmul_forward(const Backend *be, float *y, const float *x, const float *W, int N,
@@ -254,7 +264,8 @@ static void sgemm_seconds(const Backend *be, int n, int reps, double *seconds) {
     .capacity_plan_build = ref_capacity_plan_build,                                                \
     .expert_choice_forward = ref_expert_choice_forward, .permute_forward = ref_permute_forward,    \
     .permute_backward = ref_permute_backward, .combine_forward = ref_combine_forward,              \
-    .combine_backward = ref_combine_backward, .gemm_seconds = sgemm_seconds
+    .combine_backward = ref_combine_backward, .route_stats = ref_route_stats,                      \
+    .route_domains = ref_route_domains, .gemm_seconds = sgemm_seconds
 
 const Backend backend_cpu_ref = {
     .name = "cpu-ref",

@@ -38,6 +38,7 @@ size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) 
     /* assignments per token A and slots S, per routing mode (moe_acts_alloc) */
     const MoeHyper hp = {.E = c->num_experts,
                          .K = c->top_k,
+                         .balance = c->balance,
                          .routing = c->routing,
                          .ec_capacity = c->ec_capacity,
                          .capacity_factor = c->capacity_factor,
@@ -93,6 +94,9 @@ size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) 
             if (c->jitter > 0.0f) m.acts_ffn += 2 * N * C;
             /* noise: the logit noise drawn (moe.noise > 0) */
             if (c->noise > 0.0f) m.acts_ffn += N * E;
+            /* work: the routing ops' scratch (moe_work_bytes: the balance loss, the router's
+             * backward, the capacity or expert-choice ranking), in 4-byte words */
+            m.acts_ffn += (moe_work_bytes(&hp, (int)N) + 3) / 4;
             /* sg, su, sh: the shared experts' SwiGLU (Fs = 0 without them) */
             m.acts_ffn += 3 * N * FS;
             /* int words of the block: idx (N, A) plus one spare word, and the dispatch

@@ -61,6 +61,9 @@ void moe_acts_alloc(const Backend *be, MoeActs *a, const MoeHyper *hp, int N_max
         a->xj = be_floats(be, N * hp->C);
     }
     if (hp->noise > 0.0f) a->noise = be_floats(be, N * hp->E);
+    a->work_bytes = (moe_work_bytes(hp, N_max) + 3) / 4 * 4; /* whole 4-byte words */
+    a->work = be->alloc(be, a->work_bytes);
+    route_stats_alloc(&a->route, hp->E);
     if (!be->host_memory && (hp->jitter > 0.0f || hp->noise > 0.0f))
         a->drawn = (float *)malloc_check(N * (hp->C > hp->E ? hp->C : hp->E) * sizeof(float));
     if (hp->dist && hp->dist->world > 1) {
@@ -90,9 +93,11 @@ void moe_acts_free(const Backend *be, MoeActs *a) {
                     a->h,
                     a->jit,
                     a->xj,
-                    a->noise};
+                    a->noise,
+                    a->work};
     for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
         if (mine[i]) be->free(be, mine[i]);
+    route_stats_free(&a->route);
     free(a->drawn);
     free(a->global_f);
     free(a->global_count);
@@ -148,6 +153,9 @@ void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
                        const MoeWeights *wt, const MoeHyper *hp, int N) {
     /* y (N, C) written, x (N, C); a holds every intermediate for the backward pass. */
     const int C = hp->C, E = hp->E, F = hp->F;
+    MoeHyper hw = *hp; /* with the block's scratch: the routing ops allocate nothing */
+    hw.work = a->work, hw.work_bytes = a->work_bytes;
+    hp = &hw;
     const size_t NC = (size_t)N * C, NE = (size_t)N * E;
     a->N = N;
     a->T = hp->T;
@@ -174,7 +182,7 @@ void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
     } else {
         PROF(PROF_ROUTER,
              be->router_gate_forward(be, a->idx, a->w, a->scores, a->logits, wt->bias, N, hp));
-        MoeHyper hpb = *hp;
+        MoeHyper hpb = *hp; /* the scratch too */
         if (a->global_f) {
             PROF(PROF_ROUTER, global_fractions(a->global_f, a->global_count, a->idx, N, hp));
             hpb.global_f = a->global_f;
@@ -187,6 +195,8 @@ void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
         else
             PROF(PROF_PERMUTE, be->dispatch_plan_build(be, &a->plan, a->idx, N));
     }
+    /* what the routing did, for the trainer's router.csv (a few numbers per expert) */
+    PROF(PROF_ROUTER, be->route_stats(be, &a->route, a->scores, a->idx, &a->plan, N, hp));
     PROF(PROF_PERMUTE, be->permute_forward(be, a->xe, x, &a->plan, C));
     /* each slice: its counts[e] kept rows, then any padding rows (a padded capacity plan; for
      * every other plan counts[e] is the whole slice) */
@@ -229,6 +239,7 @@ void moe_block_backward(const Backend *be, float *dx, MoeGrads *gr, const float 
     MoeHyper hpa = *hp;
     hpa.T = a->T;               /* the sequences of the forward pass */
     hpa.global_f = a->global_f; /* across processes: the whole batch's f (else NULL) */
+    hpa.work = a->work, hpa.work_bytes = a->work_bytes; /* the block's scratch */
     if (hp->routing == MOE_ROUTING_EXPERT_CHOICE) {
         /* w[n, e] = route_scale scores[n, e] for every pair (dw = 0 where e did not pick n):
          * the gate backward of E "chosen" experts per token, unnormalised, no balance loss,

@@ -36,11 +36,14 @@ typedef struct {
     float aux_loss, z_loss; /* unscaled values of the last forward */
     int T;                  /* hp->T of the last forward (seq_aux backward) */
     /* jitter (allocated when hp->jitter > 0): the router reads xj = x * jit instead of x */
-    float *jit, *xj; /* (N, C) the factors drawn, the jittered input */
-    int jittered;    /* the last forward used xj */
-    float *noise;    /* (N, E) the logit noise drawn (allocated when hp->noise > 0) */
-    float *drawn;    /* host staging of the draws, (N, max(C, E)), for a backend whose memory
-                        is not the host's (NULL otherwise: the draws land in place) */
+    float *jit, *xj;  /* (N, C) the factors drawn, the jittered input */
+    int jittered;     /* the last forward used xj */
+    float *noise;     /* (N, E) the logit noise drawn (allocated when hp->noise > 0) */
+    float *drawn;     /* host staging of the draws, (N, max(C, E)), for a backend whose memory
+                         is not the host's (NULL otherwise: the draws land in place) */
+    RouteStats route; /* what the last forward's routing did (host numbers, route_stats) */
+    void *work;       /* the routing ops' scratch (MoeHyper.work), work_bytes of it */
+    size_t work_bytes;
     /* more than one process (hp->dist): the aux loss's f over the whole batch (E), and with
      * expert parallelism the rows this member's experts received (src/model/ep.h) */
     float *global_f;

@@ -94,6 +94,11 @@ static int cand_cmp(const void *pa, const void *pb) {
     return (a->n > b->n) - (a->n < b->n);
 }
 
+size_t capacity_work_bytes(const MoeHyper *hp, int N) {
+    /* the candidates of the score policy, then the experts' used budgets */
+    return ((size_t)(N > 0 ? N : 0) * hp->K + 1) * sizeof(Cand) + (size_t)hp->E * sizeof(int);
+}
+
 void capacity_plan_build(DispatchPlan *p, const int *idx, const float *scores, const float *w,
                          int N, const MoeHyper *hp, Rng *rng) {
     /* idx (N, K), scores (N, E), w (N, K); p with K = hp->K. p->slot doubles as the keep flag
@@ -116,8 +121,9 @@ void capacity_plan_build(DispatchPlan *p, const int *idx, const float *scores, c
             if (u >= 2.0f * w[(size_t)n * 2 + 1]) p->slot[(size_t)n * 2 + 1] = -1;
         }
     }
-    int *used = calloc_check((size_t)E, sizeof(int));
-    Cand *cand = hp->drop_policy == MOE_DROP_SCORE ? malloc_check((NK + 1) * sizeof(Cand)) : NULL;
+    void *owned;
+    Cand *cand = (Cand *)moe_work(hp, capacity_work_bytes(hp, N), &owned); /* (N K + 1) */
+    int *used = (int *)(cand + NK + 1);                                    /* (E) */
     for (int t0 = 0; t0 < N; t0 += Ts) {
         const int t1 = t0 + Ts < N ? t0 + Ts : N;
         memset(used, 0, (size_t)E * sizeof(int));
@@ -146,7 +152,6 @@ void capacity_plan_build(DispatchPlan *p, const int *idx, const float *scores, c
             }
         }
     }
-    free(cand);
     /* slices: packed by kept counts, or R rows each when padded */
     memset(p->counts, 0, (size_t)E * sizeof(int));
     for (size_t j = 0; j < NK; j++)
@@ -166,7 +171,7 @@ void capacity_plan_build(DispatchPlan *p, const int *idx, const float *scores, c
     for (int e = 0; e < E; e++)
         for (int s = p->offsets[e] + p->counts[e]; s < p->offsets[e + 1]; s++)
             p->slot_token[s] = -1;
-    free(used);
+    moe_work_done(owned);
     p->N = N;
     p->S = p->offsets[E];
 }

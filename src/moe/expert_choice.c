@@ -81,6 +81,10 @@ static int cand_cmp(const void *pa, const void *pb) {
     return (a->token > b->token) - (a->token < b->token);
 }
 
+size_t expert_choice_work_bytes(const MoeHyper *hp, int N) {
+    return (size_t)hp->E * (size_t)(N > 0 ? N : 1) * sizeof(Cand); /* every expert's ranking */
+}
+
 void expert_choice_forward(int *idx, float *w, DispatchPlan *p, const float *scores, int N,
                            const MoeHyper *hp) {
     /* idx (N, E), w (N, E), scores (N, E); p allocated for at least N tokens with K = E. */
@@ -96,7 +100,8 @@ void expert_choice_forward(int *idx, float *w, DispatchPlan *p, const float *sco
             idx[(size_t)n * E + e] = e;
             w[(size_t)n * E + e] = rs * scores[(size_t)n * E + e];
         }
-    Cand *cand = malloc_check((size_t)E * N * sizeof(Cand));
+    void *owned;
+    Cand *cand = (Cand *)moe_work(hp, expert_choice_work_bytes(hp, N), &owned); /* (E, N) */
     /* each expert owns its column of slot and its slice of slot_token: one thread each */
 #pragma omp parallel for
     for (int e = 0; e < E; e++) {
@@ -116,7 +121,7 @@ void expert_choice_forward(int *idx, float *w, DispatchPlan *p, const float *sco
         p->counts[e] = cap;
         p->offsets[e] = e * cap;
     }
-    free(cand);
+    moe_work_done(owned);
     p->offsets[E] = E * cap;
     p->N = N;
     p->S = E * cap;

@@ -78,12 +78,32 @@ typedef struct {
     struct Dist *dist;
     /* the aux loss's f (E) from outside (the whole batch across processes); NULL: from idx */
     const float *global_f;
+    /* scratch of the ops that need some (the balance loss, the router's backward, the
+     * capacity and expert-choice plans): work_bytes >= moe_work_bytes(hp, N) bytes, which the
+     * MoE block allocates once so that a training step allocates nothing. NULL: each such op
+     * allocates its own for the call (tests, one-off callers). */
+    void *work;
+    size_t work_bytes;
 } MoeHyper;
 
 /* The defaults of the fields a positional initializer may leave at 0: softmax scores, the
  * Switch aux loss, route_scale 1, token choice (ec_capacity 1), dropless (capacity_factor 0,
  * min_capacity 4, eval_capacity_factor -1). */
 void moe_hyper_defaults(MoeHyper *hp);
+
+/* Bytes of MoeHyper.work the ops of this block need for up to N tokens (the largest of
+ * router_balance_loss, router_gate_backward, capacity_plan_build and expert_choice_forward;
+ * seq_aux counts sequences of hp->T tokens). */
+size_t moe_work_bytes(const MoeHyper *hp, int N);
+/* The scratch of one op: hp->work when set (it must hold bytes: a smaller one is a bug in the
+ * caller), else a fresh zeroed allocation that *owned keeps for moe_work_done. */
+void *moe_work(const MoeHyper *hp, size_t bytes, void **owned);
+void moe_work_done(void *owned);
+/* What each of those needs (moe_work_bytes is the largest). */
+size_t router_balance_work_bytes(const MoeHyper *hp);
+size_t router_backward_work_bytes(const MoeHyper *hp, int N);
+size_t capacity_work_bytes(const MoeHyper *hp, int N);
+size_t expert_choice_work_bytes(const MoeHyper *hp, int N);
 
 /* Coefficient of MoeActs.aux_loss in the objective: aux_coef for aux and seq_aux, 0 for none
  * and aux_free (whose aux_loss is the Switch value, kept for monitoring only). */
@@ -200,6 +220,32 @@ void dispatch_plan_alloc(DispatchPlan *p, int N_max, int E, int K);
 void dispatch_plan_free(DispatchPlan *p);
 /* Dropless plan for N tokens (N <= N_max) from idx (N, K). */
 void dispatch_plan_build(DispatchPlan *p, const int *idx, int N);
+
+/* ---- what a routing decision did (router.csv, domains.csv) ---------------------------------
+ * Everything the trainer reports of one routing decision of N tokens, so that it never reads
+ * the routing arrays themselves: the MoE block fills one per forward (route_stats). */
+typedef struct {
+    int E;
+    RouterStats st; /* maxvio, cv, entropy, top1 of this decision (st.drop_frac in float) */
+    float *load;    /* (E) each expert's fraction of the routed (token choice) or kept (expert
+                       choice) assignments */
+    int *routed;    /* (E) assignments routed to each expert; expert choice: the kept ones */
+    int *dropped;   /* (E) of those, dropped by a capacity (0 for expert choice) */
+    double drop;    /* the dropped fraction: of the N K assignments (token choice), of the
+                       tokens no expert picked (expert choice) */
+    double pad;     /* the fraction of the plan's rows that are padding (token choice) */
+} RouteStats;
+
+void route_stats_alloc(RouteStats *r, int E);
+void route_stats_free(RouteStats *r);
+/* r (written) from the decision: scores (N, E), idx (N, A), the plan built from them. */
+void route_stats(RouteStats *r, const float *scores, const int *idx, const DispatchPlan *p, int N,
+                 const MoeHyper *hp);
+/* domains.csv: counts (n_domains, E) += each token's kept assignments, by the token's domain
+ * (domains (N), host memory); drops (2) += the dropped assignments (token choice) or the
+ * tokens no expert picked (expert choice), and out of how many. */
+void route_domains(double *counts, double *drops, const unsigned char *domains, int n_domains,
+                   const int *idx, const DispatchPlan *p, int N, const MoeHyper *hp);
 
 /* Gather: xe (S, C), row s = x[slot_token[s]] (0 for a padding row).  Backward: dx (N, C) (written)
  * sums the gradients of every slot that holds token n (zero for a token with no kept slot). */

@@ -22,8 +22,34 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/util.h"
+
+size_t moe_work_bytes(const MoeHyper *hp, int N) {
+    size_t b = router_balance_work_bytes(hp), r = router_backward_work_bytes(hp, N);
+    size_t c = capacity_work_bytes(hp, N), x = expert_choice_work_bytes(hp, N);
+    b = r > b ? r : b;
+    b = c > b ? c : b;
+    return x > b ? x : b;
+}
+
+void *moe_work(const MoeHyper *hp, size_t bytes, void **owned) {
+    *owned = NULL;
+    if (hp->work) {
+        if (hp->work_bytes < bytes)
+            moe_fatal("MoE scratch of %zu bytes, %zu needed: size MoeHyper.work with "
+                      "moe_work_bytes",
+                      hp->work_bytes, bytes);
+        memset(hp->work, 0, bytes);
+        return hp->work;
+    }
+    return *owned = calloc_check(bytes ? bytes : 1, 1);
+}
+
+void moe_work_done(void *owned) {
+    free(owned);
+}
 
 void moe_hyper_defaults(MoeHyper *hp) {
     hp->score = MOE_SCORE_SOFTMAX;
@@ -172,6 +198,12 @@ float router_z_loss(const float *lse, int N) {
     return (float)(acc / N);
 }
 
+size_t router_backward_work_bytes(const MoeHyper *hp, int N) {
+    /* the balance coefficients: one row of E, or one per sequence for seq_aux */
+    const int T = hp->balance == MOE_BALANCE_SEQ_AUX && hp->T > 0 ? hp->T : (N > 0 ? N : 1);
+    return (size_t)hp->E * ((size_t)(N > 0 ? N : 1) / (size_t)T + 1) * sizeof(float);
+}
+
 void router_gate_backward(float *dlogits, const float *dw, const float *scores, const float *lse,
                           const float *logits, const int *idx, const float *w, int N,
                           const MoeHyper *hp, float bal_scale, float z_scale) {
@@ -197,7 +229,8 @@ void router_gate_backward(float *dlogits, const float *dw, const float *scores, 
     const int E = hp->E, K = hp->K, sig = hp->score == MOE_SCORE_SIGMOID;
     const int T = hp->balance == MOE_BALANCE_SEQ_AUX ? hp->T : N;
     const float rs = hp->route_scale;
-    float *coef = calloc_check((size_t)E * (N / (T > 0 ? T : N) + 1), sizeof(float));
+    void *owned;
+    float *coef = (float *)moe_work(hp, router_backward_work_bytes(hp, N), &owned);
     int rows = router_balance_coef(coef, idx, N, hp, bal_scale);
     float z_per = z_scale * 2.0f / (float)N; /* times lse_n softmax_j */
 #pragma omp parallel for
@@ -242,7 +275,7 @@ void router_gate_backward(float *dlogits, const float *dw, const float *scores, 
             for (int k = 0; k < K; k++)
                 dl[in[k]] += (float)((double)(wn[k] / rs) * (rs * dwn[k] - dot));
     }
-    free(coef);
+    moe_work_done(owned);
 }
 
 void router_backward(float *dlogits, const float *dw, const float *scores, const float *lse,

@@ -23,6 +23,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/util.h"
 
@@ -62,13 +63,19 @@ static int n_sequences(const MoeHyper *hp, int N) {
     return N / hp->T;
 }
 
+size_t router_balance_work_bytes(const MoeHyper *hp) {
+    return (size_t)hp->E * (sizeof(double) + sizeof(float));
+}
+
 float router_balance_loss(const float *scores, const int *idx, int N, const MoeHyper *hp) {
     /* scores (N, E), idx (N, K). Serial sums in a fixed order: this is O(N E), small next to
      * the expert GEMMs. */
     if (N <= 0) return 0.0f;
     const int E = hp->E, K = hp->K, sig = hp->score == MOE_SCORE_SIGMOID;
-    float *f = malloc_check((size_t)E * sizeof(float));
-    double *P = calloc_check((size_t)E, sizeof(double));
+    void *owned;
+    double *P = (double *)moe_work(hp, router_balance_work_bytes(hp), &owned); /* (E) */
+    float *f = (float *)(P + E);                                               /* (E) */
+    for (int e = 0; e < E; e++) P[e] = 0.0;
     double loss = 0.0;
     if (hp->balance == MOE_BALANCE_SEQ_AUX) {
         const int T = hp->T, nseq = n_sequences(hp, N);
@@ -93,8 +100,7 @@ float router_balance_loss(const float *scores, const int *idx, int N, const MoeH
         for (int e = 0; e < E; e++) loss += (double)f[e] * (P[e] / N);
         loss *= E;
     }
-    free(f);
-    free(P);
+    moe_work_done(owned);
     return (float)loss;
 }
 
@@ -191,4 +197,70 @@ void router_stats(RouterStats *st, float *load, const float *scores, const int *
     }
     st->entropy = (float)(ent / N);
     st->drop_frac = 0.0f; /* no plan here: a capacity-mode caller fills this in */
+}
+
+/* ---- what a routing decision did ------------------------------------------------------------ */
+
+void route_stats_alloc(RouteStats *r, int E) {
+    memset(r, 0, sizeof *r);
+    r->E = E;
+    r->load = (float *)calloc_check((size_t)E + 1, sizeof(float));
+    r->routed = (int *)calloc_check((size_t)E + 1, sizeof(int));
+    r->dropped = (int *)calloc_check((size_t)E + 1, sizeof(int));
+}
+
+void route_stats_free(RouteStats *r) {
+    free(r->load);
+    free(r->routed);
+    free(r->dropped);
+    memset(r, 0, sizeof *r);
+}
+
+void route_stats(RouteStats *r, const float *scores, const int *idx, const DispatchPlan *p, int N,
+                 const MoeHyper *hp) {
+    const int E = hp->E, K = hp->K;
+    r->pad = 0.0;
+    if (hp->routing == MOE_ROUTING_EXPERT_CHOICE) {
+        /* each expert keeps exactly cap tokens: nothing is routed and then dropped; drop is
+         * the fraction of tokens no expert picked */
+        expert_choice_stats(&r->st, r->load, scores, p);
+        for (int e = 0; e < E; e++) r->routed[e] = p->counts[e], r->dropped[e] = 0;
+        r->drop = r->st.drop_frac;
+        return;
+    }
+    router_stats(&r->st, r->load, scores, idx, N, E, K);
+    /* a slot of -1 marks a dropped assignment; a padded plan's rows past each expert's kept
+     * ones are padding */
+    int dropped = 0, kept = 0;
+    for (int e = 0; e < E; e++) r->routed[e] = r->dropped[e] = 0;
+    for (int j = 0; j < N * K; j++) {
+        int e = idx[j], d = p->slot[j] < 0;
+        r->routed[e]++;
+        r->dropped[e] += d;
+        dropped += d;
+        kept += !d;
+    }
+    r->drop = N > 0 ? (double)dropped / ((double)N * K) : 0.0;
+    r->st.drop_frac = (float)r->drop;
+    if (p->S > 0) r->pad = (double)(p->S - kept) / p->S;
+}
+
+void route_domains(double *counts, double *drops, const unsigned char *domains, int n_domains,
+                   const int *idx, const DispatchPlan *p, int N, const MoeHyper *hp) {
+    /* A assignments per token (K, or E for expert choice); only the kept ones count: an
+     * expert-choice pair the expert did not pick has slot -1 */
+    const int A = p->K, E = hp->E, ec = hp->routing == MOE_ROUTING_EXPERT_CHOICE;
+    int dropped = 0;
+    for (int n = 0; n < N; n++) {
+        int kept = 0;
+        for (int k = 0; k < A; k++)
+            if (p->slot[(size_t)n * A + k] >= 0) {
+                kept++;
+                counts[(size_t)domains[n] * E + idx[(size_t)n * A + k]] += 1.0;
+            }
+        dropped += ec ? kept == 0 : A - kept;
+    }
+    (void)n_domains;
+    drops[0] += dropped;
+    drops[1] += ec ? N : (double)N * A;
 }

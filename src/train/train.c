@@ -38,24 +38,10 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
         for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
             const MoeActs *a = m->blocks[l].moe;
             if (!a) continue;
-            /* A assignments per token (K, or E for expert choice); only the kept ones count:
-             * an expert-choice pair the expert did not pick has slot -1 */
-            const int A = a->plan.K, ec = m->hp.routing == MOE_ROUTING_EXPERT_CHOICE;
-            int dropped = 0;
-            for (int n = 0; n < N; n++) {
-                int kept = 0;
-                for (int k = 0; k < A; k++)
-                    if (a->plan.slot[n * A + k] >= 0) {
-                        kept++;
-                        dc->counts[((size_t)b * dc->n_domains + domains[n]) * dc->E +
-                                   a->idx[n * A + k]] += 1.0;
-                    }
-                dropped += ec ? kept == 0 : A - kept;
-            }
-            if (dc->drops) {
-                dc->drops[2 * b] += dropped;
-                dc->drops[2 * b + 1] += ec ? N : (double)N * A;
-            }
+            double drops[2] = {0.0, 0.0};
+            m->be->route_domains(m->be, dc->counts + (size_t)b * dc->n_domains * dc->E, drops,
+                                 domains, dc->n_domains, a->idx, &a->plan, N, &m->hp);
+            if (dc->drops) dc->drops[2 * b] += drops[0], dc->drops[2 * b + 1] += drops[1];
             b++;
         }
     }
@@ -90,7 +76,6 @@ typedef struct {
     double *pad;     /* (n_moe) fraction of computed expert rows that are padding */
     double *edrop;   /* (n_moe, E) fraction of each expert's routed assignments dropped */
     float *tmp;      /* (E) */
-    int *tmp_routed, *tmp_dropped; /* (E) one micro-batch's assignments per expert */
 } RouterAccum;
 
 static void raccum_reset(RouterAccum *r) {
@@ -105,40 +90,21 @@ static void raccum_reset(RouterAccum *r) {
 }
 
 static void raccum_add(RouterAccum *r, const Model *m) {
-    const int N = m->N_last, K = m->cfg.top_k;
+    const int ec = m->hp.routing == MOE_ROUTING_EXPERT_CHOICE;
     for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
         const MoeActs *a = m->blocks[l].moe;
         if (!a) continue;
-        RouterStats st;
-        if (m->hp.routing == MOE_ROUTING_EXPERT_CHOICE) {
-            /* drop_frac: the fraction of tokens no expert picked */
-            expert_choice_stats(&st, r->tmp, a->scores, &a->plan);
-            r->drop[b] += st.drop_frac;
-            for (int e = 0; e < r->E; e++) r->count[b * r->E + e] += a->plan.counts[e];
-        } else {
-            router_stats(&st, r->tmp, a->scores, a->idx, N, r->E, K);
-            /* capacity mode: slot -1 marks a dropped assignment; a padded plan's rows past
-             * each expert's kept ones (slot_token -1) are padding */
-            int dropped = 0, kept = 0;
-            for (int e = 0; e < r->E; e++) r->tmp_routed[e] = r->tmp_dropped[e] = 0;
-            for (int j = 0; j < N * K; j++) {
-                int e = a->idx[j], d = a->plan.slot[j] < 0;
-                r->tmp_routed[e]++;
-                r->tmp_dropped[e] += d;
-                dropped += d;
-                kept += !d;
-            }
-            r->drop[b] += (double)dropped / ((double)N * K);
-            if (a->plan.S > 0) r->pad[b] += (double)(a->plan.S - kept) / a->plan.S;
-            for (int e = 0; e < r->E; e++) {
-                r->count[b * r->E + e] += r->tmp_routed[e];
-                if (r->tmp_routed[e] > 0)
-                    r->edrop[b * r->E + e] += (double)r->tmp_dropped[e] / r->tmp_routed[e];
-            }
+        const RouteStats *rs = &a->route; /* what the block's last forward routed */
+        r->drop[b] += rs->drop;
+        if (!ec) r->pad[b] += rs->pad;
+        for (int e = 0; e < r->E; e++) {
+            r->count[b * r->E + e] += rs->routed[e];
+            if (!ec && rs->routed[e] > 0)
+                r->edrop[b * r->E + e] += (double)rs->dropped[e] / rs->routed[e];
+            r->load[b * r->E + e] += rs->load[e];
         }
-        for (int e = 0; e < r->E; e++) r->load[b * r->E + e] += r->tmp[e];
-        r->entropy[b] += st.entropy;
-        r->top1[b] += st.top1;
+        r->entropy[b] += rs->st.entropy;
+        r->top1[b] += rs->st.top1;
         b++;
     }
     r->micro++;
@@ -262,8 +228,7 @@ static void progress(const Config *c, int step, float loss, float val_loss, doub
 
 static void load_shard_or_exit(Shard *s, const char *path, const char *key, int T) {
     char err[1024];
-    if (shard_load(s, path, err, sizeof err) != 0 ||
-        shard_check_window(s, T, err, sizeof err) != 0)
+    if (shard_load(s, path, err, sizeof err) != 0 || shard_check_window(s, T, err, sizeof err) != 0)
         moe_input_error("%s: %s", key, err);
 }
 
@@ -424,8 +389,6 @@ int train_run(Config *c, const TrainOptions *o) {
     ra.pad = (double *)calloc_check((size_t)m.n_moe + 1, sizeof(double));
     ra.edrop = (double *)calloc_check((size_t)m.n_moe * E + 1, sizeof(double));
     ra.count = (double *)calloc_check((size_t)m.n_moe * E + 1, sizeof(double));
-    ra.tmp_routed = (int *)calloc_check((size_t)E, sizeof(int));
-    ra.tmp_dropped = (int *)calloc_check((size_t)E, sizeof(int));
     ra.tmp = floats_alloc((size_t)E);
     DomainCounts dc = {.n_moe = m.n_moe, .n_domains = (int)val.n_domains, .E = E};
     dc.counts = (double *)calloc_check((size_t)m.n_moe * val.n_domains * E + 1, sizeof(double));
@@ -550,8 +513,6 @@ int train_run(Config *c, const TrainOptions *o) {
     free(ra.pad);
     free(ra.edrop);
     free(ra.count);
-    free(ra.tmp_routed);
-    free(ra.tmp_dropped);
     free(dc.drops);
     free(ra.tmp);
     free(dc.counts);
