@@ -106,6 +106,14 @@ rc=$?
 [ $rc -eq 0 ] && grep -q '"attention": "reference"' "$tmp/ref.json" && grep -q '"tokens_per_s"' "$tmp/ref.json"
 check "--reference-attention runs and is named in the JSON" $? "exit $rc"
 
+# ---- more experts at the same active compute: the ratio to the config with fewer
+"$moe" bench --config test --config test-e16 --steps 1 --warmup 0 > "$tmp/fine.txt" 2> /dev/null &&
+    "$moe" bench --config test --config test-e16 --steps 1 --warmup 0 --json > "$tmp/fine.json" 2> /dev/null
+rc=$?
+[ $rc -eq 0 ] && grep -q "^test-e16 runs at [0-9.]*x the tokens/s of test: 16 experts instead of 4" "$tmp/fine.txt" &&
+    grep -q '"tokens_over_fewer_experts": [0-9.]' "$tmp/fine.json" && grep -q '"tokens_over_fewer_experts": null' "$tmp/fine.json"
+check "test-e16 reports its tokens/s over test's (16 experts against 4), text and JSON" $? "exit $rc: $(tail -n 2 "$tmp/fine.txt")"
+
 # ---- and the reference backend: the same config on cpu-ref
 "$moe" bench --config test --steps 1 --warmup 0 --json --device cpu-ref > "$tmp/dev.json" 2> /dev/null
 rc=$?
@@ -124,7 +132,7 @@ expect_usage() { # LABEL PATTERN ARGS...: exit 2, PATTERN on stderr, nothing on 
 }
 expect_usage "--device of a backend this build lacks" "no backend 'gpu'" --device gpu
 expect_usage "unknown option" "unknown option '--fast'" --fast
-expect_usage "unknown config names the choices" "tiny, tiny-dense, small and small-dense" \
+expect_usage "unknown config names the choices" "tiny, tiny-dense, small, small-dense and tiny-e64" \
     --config huge
 expect_usage "--steps 0" "--steps expects a whole number" --steps 0
 expect_usage "--steps abc" "--steps expects a whole number" --steps abc

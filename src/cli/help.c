@@ -92,7 +92,8 @@ static const CmdHelp HELP[] = {
     {"bench",
      "usage: moe bench [options]\n"
      "How fast the training step runs, on reference configs.\n"
-     "  --config NAME         tiny, tiny-dense, small or small-dense; repeatable (default all)\n"
+     "  --config NAME         tiny, tiny-dense, small, small-dense (the default: all four) or\n"
+     "                        tiny-e64 (tiny with 64 experts); repeatable\n"
      "  --steps N             timed steps (default 5)\n"
      "  --warmup N            untimed steps first (default 2)\n"
      "  --threads N           threads (default: OpenMP's)\n"

@@ -54,7 +54,7 @@ const char *const USAGE =
     "  synth   --out DIR [--domains N] [--tokens N] [--doc-len N] [--seed N]\n"
     "  bench   [--config NAME]... [--steps N] [--warmup N] [--threads N] [--json]\n"
     "          [--profile] [--profile-out FILE.csv] [--device NAME] [--reference-attention]\n"
-    "          NAME: tiny, tiny-dense, small, small-dense (default: all four)\n"
+    "          NAME: tiny, tiny-dense, small, small-dense (default: all four), tiny-e64\n"
     "  help    [CMD]\n"
     "The key=value settings are listed by `moe info --keys`.\n";
 

@@ -29,18 +29,23 @@
 
 typedef struct {
     const char *name;
-    const char *twin; /* the dense twin of an MoE config, or NULL */
+    const char *twin;  /* the dense twin of an MoE config, or NULL */
+    const char *fewer; /* the same active compute with fewer experts (fine-grained), or NULL */
     int d_model, n_layer, n_head, d_ff, num_experts, d_expert, B, T;
     int listed; /* run when no --config is given */
 } RefConfig;
 
 static const RefConfig REFS[] = {
-    {"tiny", "tiny-dense", 256, 4, 4, 1024, 8, 512, 8, 256, 1},
-    {"tiny-dense", NULL, 256, 4, 4, 1024, 0, 0, 8, 256, 1},
-    {"small", "small-dense", 512, 4, 8, 2048, 8, 1024, 8, 256, 1},
-    {"small-dense", NULL, 512, 4, 8, 2048, 0, 0, 8, 256, 1},
-    {"test", "test-dense", 32, 2, 2, 64, 4, 32, 2, 32, 0},
-    {"test-dense", NULL, 32, 2, 2, 64, 0, 0, 2, 32, 0},
+    {"tiny", "tiny-dense", NULL, 256, 4, 4, 1024, 8, 512, 8, 256, 1},
+    {"tiny-dense", NULL, NULL, 256, 4, 4, 1024, 0, 0, 8, 256, 1},
+    {"small", "small-dense", NULL, 512, 4, 8, 2048, 8, 1024, 8, 256, 1},
+    {"small-dense", NULL, NULL, 512, 4, 8, 2048, 0, 0, 8, 256, 1},
+    /* tiny with 64 experts of the same size: the same active compute per token, 8 times the
+     * expert parameters (where fine-grained MoEs go); run it with --config */
+    {"tiny-e64", "tiny-dense", "tiny", 256, 4, 4, 1024, 64, 512, 8, 256, 0},
+    {"test", "test-dense", NULL, 32, 2, 2, 64, 4, 32, 2, 32, 0},
+    {"test-dense", NULL, NULL, 32, 2, 2, 64, 0, 0, 2, 32, 0},
+    {"test-e16", "test-dense", "test", 32, 2, 2, 64, 16, 32, 2, 32, 0},
 };
 #define N_REFS ((int)(sizeof REFS / sizeof REFS[0]))
 
@@ -55,7 +60,7 @@ int bench_config(Config *c, int *B, int *T, const char *name, char *err, int err
     if (!r)
         return set_error(err, errlen,
                          "unknown config '%s': the reference configs are tiny, tiny-dense, "
-                         "small and small-dense",
+                         "small, small-dense and tiny-e64 (tiny with 64 experts)",
                          name);
     config_defaults(c);
     c->d_model = r->d_model;
@@ -253,6 +258,7 @@ typedef struct {
     StepResult r;
     double gflops, tokens_per_s, sgemm_frac;
     double moe_over_dense; /* step time over the dense twin's; NAN without one */
+    double over_fewer;     /* tokens/s over the config with fewer experts; NAN without one */
 } Row;
 
 /* One profile line: ms per step. total = fwd + bwd + time outside both passes. */
@@ -351,6 +357,11 @@ static void print_json(FILE *out, const BenchOptions *o, const char *cpu, long c
             fprintf(out, "null");
         else
             fprintf(out, "%.6g", w->moe_over_dense);
+        fprintf(out, ", \"tokens_over_fewer_experts\": ");
+        if (isnan(w->over_fewer))
+            fprintf(out, "null");
+        else
+            fprintf(out, "%.6g", w->over_fewer);
         fprintf(out,
                 ",\n     \"peak_rss_mib\": %.6g, \"analytical_mib\": %.6g, "
                 "\"rss_over_analytical\": %.6g,\n"
@@ -413,6 +424,13 @@ static void print_text(FILE *out, const BenchOptions *o, const char *cpu, long c
             "GFLOP/s above. /dense: step time "
             "over the dense twin's. RSS: peak\nresident memory of the process; calc: "
             "analytical memory (memory.h); ratio: RSS / calc.\n");
+    for (int i = 0; i < n; i++)
+        if (!isnan(rows[i].over_fewer))
+            fprintf(out,
+                    "%s runs at %.2fx the tokens/s of %s: %d experts instead of %d, the same "
+                    "active compute per token\n",
+                    rows[i].ref->name, rows[i].over_fewer, rows[i].ref->fewer,
+                    rows[i].c.num_experts, find_ref(rows[i].ref->fewer)->num_experts);
     if (!o->profile) return;
     for (int i = 0; i < n; i++) {
         const Row *w = &rows[i];
@@ -500,11 +518,13 @@ int bench_run(const BenchOptions *o, FILE *out, char *err, int errlen) {
         fprintf(stderr, "bench: %s: %.1f ms per step\n", w->ref->name, 1e3 * w->r.step_median);
     }
     for (int i = 0; i < n; i++) {
-        rows[i].moe_over_dense = NAN;
-        if (!rows[i].ref->twin) continue;
-        for (int j = 0; j < n; j++)
-            if (strcmp(rows[j].ref->name, rows[i].ref->twin) == 0)
+        rows[i].moe_over_dense = rows[i].over_fewer = NAN;
+        for (int j = 0; j < n; j++) {
+            if (rows[i].ref->twin && strcmp(rows[j].ref->name, rows[i].ref->twin) == 0)
                 rows[i].moe_over_dense = rows[i].r.step_median / rows[j].r.step_median;
+            if (rows[i].ref->fewer && strcmp(rows[j].ref->name, rows[i].ref->fewer) == 0)
+                rows[i].over_fewer = rows[i].tokens_per_s / rows[j].tokens_per_s;
+        }
     }
 
     if (o->json)
