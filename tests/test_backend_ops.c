@@ -217,22 +217,22 @@ static void case_loss_adamw(const Backend *be, Outs *o) {
  * expert choice), gather, experts, combine, and every backward. */
 enum { R_N = 24, R_C = 10, R_E = 6, R_K = 2, R_F = 9 };
 
-static MoeHyper router_hyper(int variant) {
-    MoeHyper hp;
-    memset(&hp, 0, sizeof hp);
-    moe_hyper_defaults(&hp);
-    hp.C = R_C, hp.E = R_E, hp.K = R_K, hp.F = R_F, hp.renorm = 1;
-    hp.aux_coef = 0.01f, hp.z_coef = 0.001f, hp.T = 8;
-    if (variant == 1) hp.capacity_factor = 1.0f, hp.padded = 1, hp.drop_policy = MOE_DROP_SCORE;
-    if (variant == 2) hp.routing = MOE_ROUTING_EXPERT_CHOICE, hp.balance = MOE_BALANCE_NONE;
-    if (variant == 3) hp.score = MOE_SCORE_SIGMOID, hp.balance = MOE_BALANCE_SEQ_AUX;
-    return hp;
+static MoeSpec router_spec(int variant) {
+    MoeSpec sp = {.d_model = R_C, .num_experts = R_E, .top_k = R_K, .d_expert = R_F};
+    moe_spec_defaults(&sp);
+    sp.norm_topk = 1, sp.aux_coef = 0.01f, sp.z_coef = 0.001f, sp.seq_len = 8;
+    if (variant == 1) sp.capacity_factor = 1.0f, sp.padded = 1, sp.drop_policy = MOE_DROP_SCORE;
+    if (variant == 2) sp.routing = MOE_ROUTING_EXPERT_CHOICE, sp.balance = MOE_BALANCE_NONE;
+    if (variant == 3) sp.score = MOE_SCORE_SIGMOID, sp.balance = MOE_BALANCE_SEQ_AUX;
+    return sp;
 }
 
 static void case_moe(const Backend *be, Outs *o, int variant) {
-    const MoeHyper hp = router_hyper(variant);
-    const int N = R_N, C = R_C, E = R_E, F = R_F, A = moe_assignments_per_token(&hp);
-    const size_t S = moe_slots_max(&hp, N), NA = (size_t)N * A;
+    const MoeSpec sp = router_spec(variant);
+    MoeCtx cx; /* sequences of seq_len = 8 tokens, no noise */
+    moe_ctx_train(&cx, &sp, sp.seq_len, NULL);
+    const int N = R_N, C = R_C, E = R_E, F = R_F, A = moe_assignments_per_token(&sp);
+    const size_t S = moe_slots_max(&sp, N), NA = (size_t)N * A;
     float *x = dev_rand(be, (size_t)N * C, 1.0f, 30), *Wr = dev_rand(be, (size_t)E * C, 1.0f, 31);
     float *logits = be_floats(be, (size_t)N * E), *scores = be_floats(be, (size_t)N * E);
     float *lse = be_floats(be, N), *w = be_floats(be, NA);
@@ -241,16 +241,16 @@ static void case_moe(const Backend *be, Outs *o, int variant) {
     p.counts = be_ints(be, E), p.offsets = be_ints(be, E + 1);
     p.slot = be_ints(be, NA + 1), p.slot_token = be_ints(be, S + 1);
     be->matmul_forward(be, logits, x, Wr, N, C, E);
-    be->router_scores_forward(be, scores, lse, logits, N, &hp);
+    be->router_scores_forward(be, scores, lse, logits, N, &sp);
     out_f(o, be, "router scores", scores, (size_t)N * E);
     out_f(o, be, "router lse", lse, N);
-    if (hp.routing == MOE_ROUTING_EXPERT_CHOICE) {
-        be->expert_choice_forward(be, idx, w, &p, scores, N, &hp);
+    if (sp.routing == MOE_ROUTING_EXPERT_CHOICE) {
+        be->expert_choice_forward(be, idx, w, &p, scores, N, &sp, &cx);
     } else {
-        be->router_gate_forward(be, idx, w, scores, logits, NULL, N, &hp);
-        out_scalar(o, "balance loss", be->router_balance_loss(be, scores, idx, N, &hp));
-        if (hp.capacity_factor > 0.0f)
-            be->capacity_plan_build(be, &p, idx, scores, w, N, &hp, NULL);
+        be->router_gate_forward(be, idx, w, scores, logits, NULL, N, &sp);
+        out_scalar(o, "balance loss", be->router_balance_loss(be, scores, idx, N, &sp, &cx));
+        if (cx.capacity_factor > 0.0f)
+            be->capacity_plan_build(be, &p, idx, scores, w, N, &sp, &cx);
         else
             be->dispatch_plan_build(be, &p, idx, N);
     }
@@ -282,16 +282,17 @@ static void case_moe(const Backend *be, Outs *o, int variant) {
     out_f(o, be, "experts dxe", dxe, (size_t)Sp * C);
     out_f(o, be, "experts dW", dW, 3 * wn);
     out_f(o, be, "block dx (expert path)", dx, (size_t)N * C);
-    MoeHyper hpa = hp;
-    if (hp.routing == MOE_ROUTING_EXPERT_CHOICE) /* as the block does (model/moe_block.c) */
-        hpa.K = E, hpa.renorm = 0, hpa.topk_first = 0, hpa.balance = MOE_BALANCE_NONE;
-    be->router_gate_backward(be, dl, dw, scores, lse, logits, idx, w, N, &hpa,
-                             moe_balance_coef(&hpa), hp.z_coef);
+    MoeSpec spb = sp;
+    if (sp.routing == MOE_ROUTING_EXPERT_CHOICE) /* as the block does (model/moe_block.c) */
+        spb.top_k = E, spb.norm_topk = 0, spb.topk_before_softmax = 0,
+        spb.balance = MOE_BALANCE_NONE;
+    be->router_gate_backward(be, dl, dw, scores, lse, logits, idx, w, N, &spb, &cx,
+                             moe_balance_coef(&spb), sp.z_coef);
     out_f(o, be, "router dlogits", dl, (size_t)N * E);
     /* what the decision did, as host numbers */
     RouteStats rs;
     route_stats_alloc(&rs, E);
-    be->route_stats(be, &rs, scores, idx, &p, N, &hp);
+    be->route_stats(be, &rs, scores, idx, &p, N, &sp);
     out_scalar(o, "route_stats drop", rs.drop);
     out_scalar(o, "route_stats pad", rs.pad);
     out_scalar(o, "route_stats entropy", rs.st.entropy);
@@ -308,7 +309,7 @@ static void case_moe(const Backend *be, Outs *o, int variant) {
     unsigned char dom[R_N];
     for (int n = 0; n < N; n++) dom[n] = (unsigned char)(n % 3);
     double dcount[3 * R_E + 2] = {0};
-    be->route_domains(be, dcount, dcount + 3 * R_E, dom, 3, idx, &p, N, &hp);
+    be->route_domains(be, dcount, dcount + 3 * R_E, dom, 3, idx, &p, N, &sp);
     float dc[3 * R_E + 2];
     for (int j = 0; j < 3 * R_E + 2; j++) dc[j] = (float)dcount[j];
     ck_assert(o->n < MAX_OUT);

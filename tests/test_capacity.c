@@ -23,78 +23,90 @@
 
 #define EPS 1e-3f
 
-static MoeHyper cap_hyper(int C, int E, int K, int F, float factor, int min_cap) {
-    MoeHyper hp = {.C = C, .E = E, .K = K, .F = F};
-    moe_hyper_defaults(&hp);
-    hp.capacity_factor = factor;
-    hp.min_capacity = min_cap;
-    return hp;
+static MoeSpec cap_spec(int C, int E, int K, int F, float factor, int min_cap) {
+    MoeSpec sp = {.d_model = C, .num_experts = E, .top_k = K, .d_expert = F};
+    moe_spec_defaults(&sp);
+    sp.capacity_factor = factor;
+    sp.min_capacity = min_cap;
+    return sp;
+}
+
+/* A training call on sequences of sp->seq_len tokens (0, as cap_spec leaves it: no sequence
+ * scope), at the spec's capacity factor; rng may be NULL. */
+static MoeCtx call_ctx(const MoeSpec *sp, Rng *rng) {
+    MoeCtx cx;
+    moe_ctx_train(&cx, sp, sp->seq_len, rng);
+    return cx;
 }
 
 START_TEST(test_capacity_arithmetic) {
-    MoeHyper hp = cap_hyper(2, 4, 1, 2, 1.0f, 1);
-    ck_assert_int_eq(moe_capacity(&hp, 1.0f, 16), 4);  /* 16 * 1 / 4 */
-    ck_assert_int_eq(moe_capacity(&hp, 0.5f, 16), 2);  /* a factor below 1 */
-    ck_assert_int_eq(moe_capacity(&hp, 1.1f, 16), 5);  /* ceil(4.4) */
-    ck_assert_int_eq(moe_capacity(&hp, 0.01f, 16), 1); /* never below 1 */
-    hp.min_capacity = 4;
-    ck_assert_int_eq(moe_capacity(&hp, 0.5f, 16), 4); /* min_capacity wins over 2 */
-    ck_assert_int_eq(moe_capacity(&hp, 1.0f, 3), 3);  /* tiny batch: clamped to the tokens */
-    ck_assert_int_eq(moe_capacity(&hp, 1.0f, 1), 1);
-    ck_assert_int_eq(moe_capacity(&hp, 10.0f, 16), 16); /* clamped to the tokens */
-    hp = cap_hyper(2, 4, 2, 2, 1.25f, 1);
-    ck_assert_int_eq(moe_capacity(&hp, 1.25f, 10), 7); /* top_k 2: ceil(1.25 * 10 * 2 / 4) */
-    ck_assert_int_eq(moe_capacity(&hp, 1.0f, 10), 5);
+    MoeSpec sp = cap_spec(2, 4, 1, 2, 1.0f, 1);
+    ck_assert_int_eq(moe_capacity(&sp, 1.0f, 16), 4);  /* 16 * 1 / 4 */
+    ck_assert_int_eq(moe_capacity(&sp, 0.5f, 16), 2);  /* a factor below 1 */
+    ck_assert_int_eq(moe_capacity(&sp, 1.1f, 16), 5);  /* ceil(4.4) */
+    ck_assert_int_eq(moe_capacity(&sp, 0.01f, 16), 1); /* never below 1 */
+    sp.min_capacity = 4;
+    ck_assert_int_eq(moe_capacity(&sp, 0.5f, 16), 4); /* min_capacity wins over 2 */
+    ck_assert_int_eq(moe_capacity(&sp, 1.0f, 3), 3);  /* tiny batch: clamped to the tokens */
+    ck_assert_int_eq(moe_capacity(&sp, 1.0f, 1), 1);
+    ck_assert_int_eq(moe_capacity(&sp, 10.0f, 16), 16); /* clamped to the tokens */
+    sp = cap_spec(2, 4, 2, 2, 1.25f, 1);
+    ck_assert_int_eq(moe_capacity(&sp, 1.25f, 10), 7); /* top_k 2: ceil(1.25 * 10 * 2 / 4) */
+    ck_assert_int_eq(moe_capacity(&sp, 1.0f, 10), 5);
     /* decimal factors that float only approximates: the ceil of the exact product */
-    hp = cap_hyper(2, 2, 1, 2, 1.1f, 1);
-    ck_assert_int_eq(moe_capacity(&hp, 1.1f, 20), 11); /* 1.1f * 20 / 2 = 11.0000002 */
-    ck_assert_int_eq(moe_capacity(&hp, 1.1f, 21), 12); /* ceil(11.55) */
-    hp = cap_hyper(2, 9, 4, 2, 1.2f, 1);
-    ck_assert_int_eq(moe_capacity(&hp, 1.2f, 90), 48); /* 1.2f * 90 * 4 / 9 = 48.000004 */
-    hp = cap_hyper(2, 4, 1, 2, 0.1f, 1);
-    ck_assert_int_eq(moe_capacity(&hp, 0.1f, 40), 1);
+    sp = cap_spec(2, 2, 1, 2, 1.1f, 1);
+    ck_assert_int_eq(moe_capacity(&sp, 1.1f, 20), 11); /* 1.1f * 20 / 2 = 11.0000002 */
+    ck_assert_int_eq(moe_capacity(&sp, 1.1f, 21), 12); /* ceil(11.55) */
+    sp = cap_spec(2, 9, 4, 2, 1.2f, 1);
+    ck_assert_int_eq(moe_capacity(&sp, 1.2f, 90), 48); /* 1.2f * 90 * 4 / 9 = 48.000004 */
+    sp = cap_spec(2, 4, 1, 2, 0.1f, 1);
+    ck_assert_int_eq(moe_capacity(&sp, 0.1f, 40), 1);
     /* huge factors mean every token, never an overflow down to min_capacity: 3e38 (near
      * FLT_MAX), the largest float, and factors just above and below where the shortcut starts
      * (factor K = 2 E) give what the exact integer ceil gives */
-    hp = cap_hyper(2, 8, 1, 2, 3e38f, 4);
-    ck_assert_int_eq(moe_capacity(&hp, 3e38f, 1024), 1024);
-    ck_assert_int_eq(moe_capacity(&hp, 3.4028235e38f, 1024), 1024);
-    ck_assert_int_eq(moe_capacity(&hp, 1e9f, 1 << 30), 1 << 30);
-    ck_assert_int_eq(moe_capacity(&hp, 16.0f, 1024), 1024);
-    ck_assert_int_eq(moe_capacity(&hp, 15.9f, 1024), 1024);
-    ck_assert_int_eq(moe_capacity(&hp, 4.0f, 1024), 512);
+    sp = cap_spec(2, 8, 1, 2, 3e38f, 4);
+    ck_assert_int_eq(moe_capacity(&sp, 3e38f, 1024), 1024);
+    ck_assert_int_eq(moe_capacity(&sp, 3.4028235e38f, 1024), 1024);
+    ck_assert_int_eq(moe_capacity(&sp, 1e9f, 1 << 30), 1 << 30);
+    ck_assert_int_eq(moe_capacity(&sp, 16.0f, 1024), 1024);
+    ck_assert_int_eq(moe_capacity(&sp, 15.9f, 1024), 1024);
+    ck_assert_int_eq(moe_capacity(&sp, 4.0f, 1024), 512);
 
     /* scope: 12 tokens, sequences of 4, E = 2, K = 1 */
-    hp = cap_hyper(2, 2, 1, 2, 1.0f, 1);
-    hp.T = 4;
-    ck_assert_int_eq(moe_expert_rows(&hp, 1.0f, 12), 6); /* batch: cap(12) = 6 */
-    hp.cap_scope = MOE_CAP_SEQUENCE;
-    ck_assert_int_eq(moe_expert_rows(&hp, 1.0f, 12), 6);  /* 3 sequences x cap(4) = 2 */
-    ck_assert_int_eq(moe_expert_rows(&hp, 0.25f, 12), 3); /* 3 x max(1, ceil(0.5)) */
-    hp.min_capacity = 3;
-    ck_assert_int_eq(moe_expert_rows(&hp, 0.25f, 12), 9); /* min_capacity per sequence */
+    sp = cap_spec(2, 2, 1, 2, 1.0f, 1);
+    ck_assert_int_eq(moe_expert_rows(&sp, 1.0f, 4, 12), 6); /* batch: cap(12) = 6 */
+    sp.capacity_scope = MOE_CAP_SEQUENCE;
+    ck_assert_int_eq(moe_expert_rows(&sp, 1.0f, 4, 12), 6);  /* 3 sequences x cap(4) = 2 */
+    ck_assert_int_eq(moe_expert_rows(&sp, 0.25f, 4, 12), 3); /* 3 x max(1, ceil(0.5)) */
+    sp.min_capacity = 3;
+    ck_assert_int_eq(moe_expert_rows(&sp, 0.25f, 4, 12), 9); /* min_capacity per sequence */
+    /* moe_slots_max sizes for sequences of seq_len */
+    sp.padded = 1;
+    sp.seq_len = 4;
+    ck_assert_uint_eq(moe_slots_max(&sp, 12), 2 * 9);
 
     /* slots: unpadded never more than N K; padded E x rows, the larger of train and eval */
-    hp = cap_hyper(2, 2, 1, 2, 2.0f, 1);
-    ck_assert_uint_eq(moe_slots_max(&hp, 8), 8);
-    ck_assert_uint_eq(moe_padded_slots(&hp, 2.0f, 8), 0); /* not padded */
-    hp.padded = 1;
-    ck_assert_uint_eq(moe_padded_slots(&hp, 2.0f, 8), 16); /* cap 8 (clamped) per expert */
-    ck_assert_uint_eq(moe_slots_max(&hp, 8), 16);
-    hp.capacity_factor = 0.5f; /* cap 2: 4 padded rows, fewer than N K: N K stays */
-    ck_assert_uint_eq(moe_slots_max(&hp, 8), 8);
-    hp.eval_capacity_factor = 3.0f;
-    ck_assert_uint_eq(moe_slots_max(&hp, 8), 16);
-    ck_assert_uint_eq(moe_padded_slots(&hp, 0.0f, 8), 0); /* dropless is never padded */
+    sp = cap_spec(2, 2, 1, 2, 2.0f, 1);
+    ck_assert_uint_eq(moe_slots_max(&sp, 8), 8);
+    ck_assert_uint_eq(moe_padded_slots(&sp, 2.0f, 8, 8), 0); /* not padded */
+    sp.padded = 1;
+    ck_assert_uint_eq(moe_padded_slots(&sp, 2.0f, 8, 8), 16); /* cap 8 (clamped) per expert */
+    ck_assert_uint_eq(moe_slots_max(&sp, 8), 16);
+    sp.capacity_factor = 0.5f; /* cap 2: 4 padded rows, fewer than N K: N K stays */
+    ck_assert_uint_eq(moe_slots_max(&sp, 8), 8);
+    sp.eval_capacity_factor = 3.0f;
+    ck_assert_uint_eq(moe_slots_max(&sp, 8), 16);
+    ck_assert_uint_eq(moe_padded_slots(&sp, 0.0f, 8, 8), 0); /* dropless is never padded */
 }
 END_TEST
 
 /* Plan for hand-made idx (N, K) and scores (N, E); returns p's slots in keep (N K): 1 kept. */
 static void plan_keep(int *keep, DispatchPlan *p, const int *idx, const float *scores, int N,
-                      const MoeHyper *hp) {
-    dispatch_plan_alloc(p, N, hp->E, hp->K);
-    capacity_plan_build(p, idx, scores, NULL, N, hp, NULL);
-    for (int j = 0; j < N * hp->K; j++) keep[j] = p->slot[j] >= 0;
+                      const MoeSpec *sp) {
+    const MoeCtx cx = call_ctx(sp, NULL);
+    dispatch_plan_alloc(p, N, sp->num_experts, sp->top_k);
+    capacity_plan_build(p, idx, scores, NULL, N, sp, &cx);
+    for (int j = 0; j < N * sp->top_k; j++) keep[j] = p->slot[j] >= 0;
 }
 
 static void expect_keep(const int *got, const int *want, int n, const char *what) {
@@ -110,12 +122,12 @@ START_TEST(test_policies_top1) {
     const int idx[N] = {0, 0, 1, 0, 0, 1};
     const float scores[N * E] = {0.6f, 0.4f, 0.7f, 0.3f, 0.2f, 0.8f,
                                  0.9f, 0.1f, 0.7f, 0.3f, 0.3f, 0.7f};
-    MoeHyper hp = cap_hyper(2, E, K, 2, 0.01f, 2);
+    MoeSpec sp = cap_spec(2, E, K, 2, 0.01f, 2);
     DispatchPlan p;
     int keep[N];
 
     /* position: expert 0 keeps its first two tokens t0, t1 */
-    plan_keep(keep, &p, idx, scores, N, &hp);
+    plan_keep(keep, &p, idx, scores, N, &sp);
     expect_keep(keep, (const int[N]){1, 1, 1, 0, 0, 1}, N, "position");
     ck_assert_int_eq(p.S, 4);
     ck_assert_int_eq(p.counts[0], 2);
@@ -124,8 +136,8 @@ START_TEST(test_policies_top1) {
     dispatch_plan_free(&p);
 
     /* score: expert 0 keeps t3 (0.9), then t1 over t4 (0.7 each: the lower token) */
-    hp.drop_policy = MOE_DROP_SCORE;
-    plan_keep(keep, &p, idx, scores, N, &hp);
+    sp.drop_policy = MOE_DROP_SCORE;
+    plan_keep(keep, &p, idx, scores, N, &sp);
     expect_keep(keep, (const int[N]){0, 1, 1, 1, 0, 1}, N, "score");
     /* the kept tokens sit in token order in the slice, not in score order */
     ck_assert_int_eq(p.slot[1], 0);
@@ -136,9 +148,9 @@ START_TEST(test_policies_top1) {
 
     /* padded: cap = min_capacity 3 rows per expert whatever the counts: expert 0 keeps t0 t1
      * t3 (position), expert 1 holds t2 t5 and one padding row */
-    hp = cap_hyper(2, E, K, 2, 0.01f, 3);
-    hp.padded = 1;
-    plan_keep(keep, &p, idx, scores, N, &hp);
+    sp = cap_spec(2, E, K, 2, 0.01f, 3);
+    sp.padded = 1;
+    plan_keep(keep, &p, idx, scores, N, &sp);
     expect_keep(keep, (const int[N]){1, 1, 1, 1, 0, 1}, N, "padded position");
     ck_assert_int_eq(p.S, 6);
     ck_assert_int_eq(p.offsets[1], 3);
@@ -158,28 +170,28 @@ START_TEST(test_policies_top2_scope) {
 
     /* batch: cap = max(1, ceil(0.5 * 4 * 2 / 2)) = 2 per expert. position: t0 and t1 fill both
      * experts (t0's k = 0 goes to expert 1, its k = 1 to expert 0), t2 and t3 drop entirely */
-    MoeHyper hp = cap_hyper(2, E, K, 2, 0.5f, 1);
-    plan_keep(keep, &p, idx, scores, N, &hp);
+    MoeSpec sp = cap_spec(2, E, K, 2, 0.5f, 1);
+    plan_keep(keep, &p, idx, scores, N, &sp);
     expect_keep(keep, (const int[N * K]){1, 1, 1, 1, 0, 0, 0, 0}, N * K, "batch position");
     dispatch_plan_free(&p);
     /* score: expert 0 keeps 0.8 (t2), 0.6 (t1); expert 1 keeps 0.9 (t3), 0.7 (t0) */
-    hp.drop_policy = MOE_DROP_SCORE;
-    plan_keep(keep, &p, idx, scores, N, &hp);
+    sp.drop_policy = MOE_DROP_SCORE;
+    plan_keep(keep, &p, idx, scores, N, &sp);
     expect_keep(keep, (const int[N * K]){1, 0, 1, 0, 1, 0, 1, 0}, N * K, "batch score");
     dispatch_plan_free(&p);
 
     /* sequence scope, T = 2: cap = max(1, ceil(0.5 * 2 * 2 / 2)) = 1 per expert per sequence.
      * position: t0 takes both experts of sequence 0, t2 both of sequence 1 */
-    hp = cap_hyper(2, E, K, 2, 0.5f, 1);
-    hp.cap_scope = MOE_CAP_SEQUENCE;
-    hp.T = 2;
-    plan_keep(keep, &p, idx, scores, N, &hp);
+    sp = cap_spec(2, E, K, 2, 0.5f, 1);
+    sp.capacity_scope = MOE_CAP_SEQUENCE;
+    sp.seq_len = 2;
+    plan_keep(keep, &p, idx, scores, N, &sp);
     expect_keep(keep, (const int[N * K]){1, 1, 0, 0, 1, 1, 0, 0}, N * K, "sequence position");
     dispatch_plan_free(&p);
     /* score: sequence 0: expert 0 t1 (0.6 > 0.3), expert 1 t0 (0.7 > 0.4); sequence 1:
      * expert 0 t2 (0.8), expert 1 t3 (0.9) */
-    hp.drop_policy = MOE_DROP_SCORE;
-    plan_keep(keep, &p, idx, scores, N, &hp);
+    sp.drop_policy = MOE_DROP_SCORE;
+    plan_keep(keep, &p, idx, scores, N, &sp);
     expect_keep(keep, (const int[N * K]){1, 0, 1, 0, 1, 0, 1, 0}, N * K, "sequence score");
     dispatch_plan_free(&p);
 }
@@ -210,19 +222,20 @@ typedef struct {
     int dropped;
 } BlockRun;
 
-static void block_run(BlockRun *r, const BlockData *d, const MoeHyper *hp) {
+static void block_run(BlockRun *r, const BlockData *d, const MoeSpec *sp) {
+    const MoeCtx cx = call_ctx(sp, NULL);
     MoeWeights wt = {.router = d->Wr, .Wg = d->Wg, .Wu = d->Wu, .Wd = d->Wd};
     MoeActs a;
     MoeScratch s;
-    moe_acts_alloc(&backend_cpu, &a, hp, GN);
-    moe_scratch_alloc(&backend_cpu, &s, hp, GN);
+    moe_acts_alloc(&backend_cpu, &a, sp, NULL, GN);
+    moe_scratch_alloc(&backend_cpu, &s, sp, GN);
     /* scratch as a previous block may leave it: NaN. A padding row's dye must be written (0),
      * or NaN * h = NaN reaches the expert weight gradients */
-    for (size_t i = 0; i < moe_slots_max(hp, GN) * GC; i++) s.dye[i] = NAN;
+    for (size_t i = 0; i < moe_slots_max(sp, GN) * GC; i++) s.dye[i] = NAN;
     memset(r, 0, sizeof(*r));
     MoeGrads gr = {r->gWr, r->gWg, r->gWu, r->gWd};
-    moe_block_forward(&backend_cpu, r->y, &a, d->x, &wt, hp, GN);
-    moe_block_backward(&backend_cpu, r->dx, &gr, d->R, &a, d->x, &wt, hp, &s, 1.0f);
+    moe_block_forward(&backend_cpu, r->y, &a, d->x, &wt, sp, &cx, GN);
+    moe_block_backward(&backend_cpu, r->dx, &gr, d->R, &a, d->x, &wt, sp, &cx, &s, 1.0f);
     for (int j = 0; j < GN * GK; j++) r->dropped += a.plan.slot[j] < 0;
     moe_scratch_free(&backend_cpu, &s);
     moe_acts_free(&backend_cpu, &a);
@@ -248,11 +261,12 @@ START_TEST(test_dropped_token_output_is_zero) {
     fill_uniform(Wg, E * F * C, 1.0f, 21);
     fill_uniform(Wu, E * F * C, 1.0f, 22);
     fill_uniform(Wd, E * C * F, 1.0f, 23);
-    MoeHyper hp = cap_hyper(C, E, K, F, 0.01f, 2);
+    MoeSpec sp = cap_spec(C, E, K, F, 0.01f, 2);
+    const MoeCtx cx = call_ctx(&sp, NULL);
     MoeWeights wt = {.router = Wr, .Wg = Wg, .Wu = Wu, .Wd = Wd};
     MoeActs a;
-    moe_acts_alloc(&backend_cpu, &a, &hp, N);
-    moe_block_forward(&backend_cpu, y, &a, x, &wt, &hp, N);
+    moe_acts_alloc(&backend_cpu, &a, &sp, NULL, N);
+    moe_block_forward(&backend_cpu, y, &a, x, &wt, &sp, &cx, N);
     for (int n = 0; n < N; n++) {
         int kept = a.plan.slot[n] >= 0, nonzero = y[n * C] != 0.0f || y[n * C + 1] != 0.0f;
         ck_assert_msg(kept == (n < 2), "token %d kept %d", n, kept);
@@ -264,7 +278,8 @@ START_TEST(test_dropped_token_output_is_zero) {
 END_TEST
 
 typedef struct {
-    MoeHyper hp;
+    MoeSpec sp;
+    MoeCtx cx;
     MoeWeights wt;
     MoeActs *a;
     float *x, *y, *R;
@@ -274,35 +289,36 @@ typedef struct {
 /* L = sum y R + aux_coef aux + z_coef z: what the backward differentiates (dy = R, scale 1) */
 static double cap_loss(void *vc) {
     GradCtx *c = vc;
-    moe_block_forward(&backend_cpu, c->y, c->a, c->x, &c->wt, &c->hp, GN);
+    moe_block_forward(&backend_cpu, c->y, c->a, c->x, &c->wt, &c->sp, &c->cx, GN);
     for (int j = 0; j < GN * GK; j++)
         ck_assert_msg(c->a->plan.slot[j] == c->slot0[j], "a drop changed under perturbation");
     double L = 0.0;
     for (int i = 0; i < GN * GC; i++) L += (double)c->y[i] * c->R[i];
-    return L + c->hp.aux_coef * (double)c->a->aux_loss + c->hp.z_coef * (double)c->a->z_loss;
+    return L + c->sp.aux_coef * (double)c->a->aux_loss + c->sp.z_coef * (double)c->a->z_loss;
 }
 
 START_TEST(test_block_gradcheck_capacity) {
     BlockData d;
     block_data(&d, 301);
     for (int policy = MOE_DROP_POSITION; policy <= MOE_DROP_SCORE; policy++) {
-        MoeHyper hp = cap_hyper(GC, GE, GK, GF, 0.5f, 1); /* cap = ceil(0.5 * 8 * 2 / 4) = 2 */
-        hp.drop_policy = policy;
-        hp.aux_coef = 0.1f;
-        hp.z_coef = 0.05f;
+        MoeSpec sp = cap_spec(GC, GE, GK, GF, 0.5f, 1); /* cap = ceil(0.5 * 8 * 2 / 4) = 2 */
+        sp.drop_policy = policy;
+        sp.aux_coef = 0.1f;
+        sp.z_coef = 0.05f;
         BlockRun r;
-        block_run(&r, &d, &hp);
+        block_run(&r, &d, &sp);
         ck_assert_msg(r.dropped > 0 && r.dropped < GN * GK, "policy %d dropped %d", policy,
                       r.dropped);
 
         MoeWeights wt = {.router = d.Wr, .Wg = d.Wg, .Wu = d.Wu, .Wd = d.Wd};
+        const MoeCtx cx = call_ctx(&sp, NULL);
         MoeActs a;
-        moe_acts_alloc(&backend_cpu, &a, &hp, GN);
+        moe_acts_alloc(&backend_cpu, &a, &sp, NULL, GN);
         float y[GN * GC];
         int slot0[GN * GK];
-        moe_block_forward(&backend_cpu, y, &a, d.x, &wt, &hp, GN);
+        moe_block_forward(&backend_cpu, y, &a, d.x, &wt, &sp, &cx, GN);
         memcpy(slot0, a.plan.slot, sizeof slot0);
-        GradCtx c = {hp, wt, &a, d.x, y, d.R, slot0};
+        GradCtx c = {sp, cx, wt, &a, d.x, y, d.R, slot0};
         struct {
             float *v;
             const float *grad;
@@ -327,16 +343,16 @@ END_TEST
 START_TEST(test_no_drop_capacity_equals_dropless) {
     BlockData d;
     block_data(&d, 411);
-    MoeHyper hp = cap_hyper(GC, GE, GK, GF, 0.0f, 4);
-    hp.aux_coef = 0.1f;
-    hp.z_coef = 0.05f;
+    MoeSpec sp = cap_spec(GC, GE, GK, GF, 0.0f, 4);
+    sp.aux_coef = 0.1f;
+    sp.z_coef = 0.05f;
     BlockRun ref, run;
-    block_run(&ref, &d, &hp);
+    block_run(&ref, &d, &sp);
     ck_assert_int_eq(ref.dropped, 0);
-    hp.capacity_factor = (float)GE; /* cap = N: nothing can drop */
+    sp.capacity_factor = (float)GE; /* cap = N: nothing can drop */
     for (int policy = MOE_DROP_POSITION; policy <= MOE_DROP_SCORE; policy++) {
-        hp.drop_policy = policy;
-        block_run(&run, &d, &hp);
+        sp.drop_policy = policy;
+        block_run(&run, &d, &sp);
         ck_assert_int_eq(run.dropped, 0);
         expect_same_run(&ref, &run, "large capacity vs dropless");
     }
@@ -349,24 +365,25 @@ START_TEST(test_padded_equals_unpadded) {
     for (int scope = MOE_CAP_BATCH; scope <= MOE_CAP_SEQUENCE; scope++)
         for (int fi = 0; fi < 2; fi++) {
             /* 0.5 drops; 2.0 pads more rows than there are assignments */
-            MoeHyper hp = cap_hyper(GC, GE, GK, GF, fi ? 2.0f : 0.5f, 1);
-            hp.cap_scope = scope;
-            hp.T = 4;
-            hp.aux_coef = 0.1f;
-            hp.z_coef = 0.05f;
+            MoeSpec sp = cap_spec(GC, GE, GK, GF, fi ? 2.0f : 0.5f, 1);
+            sp.capacity_scope = scope;
+            sp.seq_len = 4;
+            sp.aux_coef = 0.1f;
+            sp.z_coef = 0.05f;
             BlockRun plain, pad;
-            block_run(&plain, &d, &hp);
-            hp.padded = 1;
-            block_run(&pad, &d, &hp);
+            block_run(&plain, &d, &sp);
+            sp.padded = 1;
+            block_run(&pad, &d, &sp);
             ck_assert_int_eq(plain.dropped, pad.dropped);
             expect_same_run(&plain, &pad, scope ? "padded, sequence scope" : "padded, batch");
             /* the padded plan really has E x rows slots, padding rows zero in and out */
             MoeWeights wt = {.router = d.Wr, .Wg = d.Wg, .Wu = d.Wu, .Wd = d.Wd};
+            const MoeCtx cx = call_ctx(&sp, NULL);
             MoeActs a;
             float y[GN * GC];
-            moe_acts_alloc(&backend_cpu, &a, &hp, GN);
-            moe_block_forward(&backend_cpu, y, &a, d.x, &wt, &hp, GN);
-            ck_assert_int_eq(a.plan.S, GE * moe_expert_rows(&hp, hp.capacity_factor, GN));
+            moe_acts_alloc(&backend_cpu, &a, &sp, NULL, GN);
+            moe_block_forward(&backend_cpu, y, &a, d.x, &wt, &sp, &cx, GN);
+            ck_assert_int_eq(a.plan.S, GE * moe_expert_rows(&sp, sp.capacity_factor, 4, GN));
             int pads = 0;
             for (int s = 0; s < a.plan.S; s++) {
                 if (a.plan.slot_token[s] >= 0) continue;
@@ -396,12 +413,13 @@ START_TEST(test_padded_equals_unpadded_large) {
     MoeWeights wt = {.router = Wr, .Wg = Wg, .Wu = Wu, .Wd = Wd};
     float *out[2][5];
     for (int padded = 0; padded <= 1; padded++) {
-        MoeHyper hp = cap_hyper(C, E, K, F, 1.25f, 4); /* cap 320 of 256 on average */
-        hp.padded = padded;
+        MoeSpec sp = cap_spec(C, E, K, F, 1.25f, 4); /* cap 320 of 256 on average */
+        sp.padded = padded;
+        const MoeCtx cx = call_ctx(&sp, NULL);
         MoeActs a;
         MoeScratch s;
-        moe_acts_alloc(&backend_cpu, &a, &hp, N);
-        moe_scratch_alloc(&backend_cpu, &s, &hp, N);
+        moe_acts_alloc(&backend_cpu, &a, &sp, NULL, N);
+        moe_scratch_alloc(&backend_cpu, &s, &sp, N);
         float **o = out[padded];
         o[0] = calloc((size_t)N * C, sizeof(float));
         o[1] = calloc((size_t)N * C, sizeof(float));
@@ -409,8 +427,8 @@ START_TEST(test_padded_equals_unpadded_large) {
         o[3] = calloc((size_t)E * F * C, sizeof(float));
         o[4] = calloc((size_t)E * C * F, sizeof(float));
         MoeGrads gr = {NULL, o[2], o[3], o[4]};
-        moe_block_forward(&backend_cpu, o[0], &a, x, &wt, &hp, N);
-        moe_block_backward(&backend_cpu, o[1], &gr, R, &a, x, &wt, &hp, &s, 1.0f);
+        moe_block_forward(&backend_cpu, o[0], &a, x, &wt, &sp, &cx, N);
+        moe_block_backward(&backend_cpu, o[1], &gr, R, &a, x, &wt, &sp, &cx, &s, 1.0f);
         if (padded) ck_assert_int_eq(a.plan.S, E * 320);
         moe_scratch_free(&backend_cpu, &s);
         moe_acts_free(&backend_cpu, &a);
@@ -513,13 +531,14 @@ START_TEST(test_second_expert_random) {
         want += fmin(1.0, fmax(0.0, 2.0 * w[n * K + 1]));
     }
     want /= N;
-    MoeHyper hp = cap_hyper(2, E, K, 2, (float)E, 1); /* cap = N: only the coin drops */
-    hp.second_random = 1;
+    MoeSpec sp = cap_spec(2, E, K, 2, (float)E, 1); /* cap = N: only the coin drops */
+    sp.second_expert_random = 1;
     DispatchPlan p;
     dispatch_plan_alloc(&p, N, E, K);
     Rng rng;
     rng_seed(&rng, 99);
-    capacity_plan_build(&p, idx, scores, w, N, &hp, &rng);
+    const MoeCtx train = call_ctx(&sp, &rng);
+    capacity_plan_build(&p, idx, scores, w, N, &sp, &train);
     int first = 0, second = 0;
     for (int n = 0; n < N; n++) first += p.slot[n * K] >= 0, second += p.slot[n * K + 1] >= 0;
     ck_assert_int_eq(first, N); /* the first choice is never dropped */
@@ -527,7 +546,10 @@ START_TEST(test_second_expert_random) {
     expect_close((double)second / N, want, 0.03f, 0.0f, "dispatched fraction of 2nd experts");
     ck_assert(want > 0.3 && want < 0.9);
     /* evaluation: no stream, nothing drawn, nothing dropped */
-    capacity_plan_build(&p, idx, scores, w, N, &hp, NULL);
+    MoeCtx eval;
+    moe_ctx_eval(&eval, &sp, sp.seq_len);
+    ck_assert(eval.rng == NULL);
+    capacity_plan_build(&p, idx, scores, w, N, &sp, &eval);
     for (int j = 0; j < N * K; j++) ck_assert_int_ge(p.slot[j], 0);
     dispatch_plan_free(&p);
     free(idx);

@@ -23,34 +23,34 @@
 
 #define EPS 1e-3f
 
-static MoeHyper ec_hyper(int C, int E, int K, int F) {
-    MoeHyper hp = {.C = C, .E = E, .K = K, .F = F};
-    moe_hyper_defaults(&hp);
-    hp.routing = MOE_ROUTING_EXPERT_CHOICE;
-    hp.balance = MOE_BALANCE_NONE;
-    return hp;
+static MoeSpec ec_spec(int C, int E, int K, int F) {
+    MoeSpec sp = {.d_model = C, .num_experts = E, .top_k = K, .d_expert = F};
+    moe_spec_defaults(&sp);
+    sp.routing = MOE_ROUTING_EXPERT_CHOICE;
+    sp.balance = MOE_BALANCE_NONE;
+    return sp;
 }
 
 START_TEST(test_capacity) {
-    MoeHyper hp = ec_hyper(2, 2, 1, 2);
-    ck_assert_int_eq(moe_ec_capacity(&hp, 4), 2); /* 4 * 1 / 2 */
-    hp.ec_capacity = 0.1f;
-    ck_assert_int_eq(moe_ec_capacity(&hp, 4), 1); /* ceil(0.2), and never below 1 */
-    hp.ec_capacity = 10.0f;
-    ck_assert_int_eq(moe_ec_capacity(&hp, 4), 4); /* at most every token */
-    hp.ec_capacity = 3e38f; /* a huge factor is every token, not an overflow to 1 */
-    ck_assert_int_eq(moe_ec_capacity(&hp, 1000), 1000);
-    hp.ec_capacity = 3.4028235e38f;
-    ck_assert_int_eq(moe_ec_capacity(&hp, 1 << 30), 1 << 30);
-    hp = ec_hyper(2, 4, 2, 2);
-    ck_assert_int_eq(moe_ec_capacity(&hp, 10), 5); /* 10 * 2 / 4 */
-    hp.ec_capacity = 1.5f;
-    ck_assert_int_eq(moe_ec_capacity(&hp, 10), 8); /* ceil(7.5) */
-    ck_assert_uint_eq(moe_slots_max(&hp, 10), 4 * 8);
-    ck_assert_int_eq(moe_assignments_per_token(&hp), 4);
-    hp.routing = MOE_ROUTING_TOKEN_CHOICE;
-    ck_assert_uint_eq(moe_slots_max(&hp, 10), 10 * 2);
-    ck_assert_int_eq(moe_assignments_per_token(&hp), 2);
+    MoeSpec sp = ec_spec(2, 2, 1, 2);
+    ck_assert_int_eq(moe_ec_capacity(&sp, 4), 2); /* 4 * 1 / 2 */
+    sp.ec_capacity = 0.1f;
+    ck_assert_int_eq(moe_ec_capacity(&sp, 4), 1); /* ceil(0.2), and never below 1 */
+    sp.ec_capacity = 10.0f;
+    ck_assert_int_eq(moe_ec_capacity(&sp, 4), 4); /* at most every token */
+    sp.ec_capacity = 3e38f; /* a huge factor is every token, not an overflow to 1 */
+    ck_assert_int_eq(moe_ec_capacity(&sp, 1000), 1000);
+    sp.ec_capacity = 3.4028235e38f;
+    ck_assert_int_eq(moe_ec_capacity(&sp, 1 << 30), 1 << 30);
+    sp = ec_spec(2, 4, 2, 2);
+    ck_assert_int_eq(moe_ec_capacity(&sp, 10), 5); /* 10 * 2 / 4 */
+    sp.ec_capacity = 1.5f;
+    ck_assert_int_eq(moe_ec_capacity(&sp, 10), 8); /* ceil(7.5) */
+    ck_assert_uint_eq(moe_slots_max(&sp, 10), 4 * 8);
+    ck_assert_int_eq(moe_assignments_per_token(&sp), 4);
+    sp.routing = MOE_ROUTING_TOKEN_CHOICE;
+    ck_assert_uint_eq(moe_slots_max(&sp, 10), 10 * 2);
+    ck_assert_int_eq(moe_assignments_per_token(&sp), 2);
 }
 END_TEST
 
@@ -89,12 +89,14 @@ START_TEST(test_hand_case) {
     fill_uniform(Wg, E * F * C, 1.0f, 11);
     fill_uniform(Wu, E * F * C, 1.0f, 12);
     fill_uniform(Wd, E * C * F, 1.0f, 13);
-    MoeHyper hp = ec_hyper(C, E, K, F);
-    hp.route_scale = 2.0f;
+    MoeSpec sp = ec_spec(C, E, K, F);
+    sp.route_scale = 2.0f;
+    MoeCtx cx; /* the plan needs no T: one sequence of the N tokens */
+    moe_ctx_train(&cx, &sp, N, NULL);
     MoeWeights wt = {.router = Wr, .Wg = Wg, .Wu = Wu, .Wd = Wd};
     MoeActs a;
-    moe_acts_alloc(&backend_cpu, &a, &hp, N);
-    moe_block_forward(&backend_cpu, y, &a, x, &wt, &hp, N);
+    moe_acts_alloc(&backend_cpu, &a, &sp, NULL, N);
+    moe_block_forward(&backend_cpu, y, &a, x, &wt, &sp, &cx, N);
 
     /* slot(n, e): expert 0 owns slots 0..1 (t0, t1), expert 1 slots 2..3 (t1, t3) */
     const int want_slot[N * E] = {0, -1, 1, 2, -1, -1, -1, 3};
@@ -136,7 +138,8 @@ END_TEST
 /* ---- gradient check of the block ---------------------------------------------------------- */
 
 typedef struct {
-    MoeHyper hp;
+    MoeSpec sp;
+    MoeCtx cx;
     MoeWeights wt;
     MoeActs *a;
     int N;
@@ -147,13 +150,13 @@ typedef struct {
 /* L = sum y * R + z_coef z_loss: what the backward differentiates with dy = R, loss_scale 1. */
 static double ec_loss(void *vc) {
     EcCtx *c = vc;
-    moe_block_forward(&backend_cpu, c->y, c->a, c->x, &c->wt, &c->hp, c->N);
-    for (int j = 0; j < c->N * c->hp.E; j++)
+    moe_block_forward(&backend_cpu, c->y, c->a, c->x, &c->wt, &c->sp, &c->cx, c->N);
+    for (int j = 0; j < c->N * c->sp.num_experts; j++)
         ck_assert_msg((c->a->plan.slot[j] >= 0) == (c->slot0[j] >= 0),
                       "a pick changed under perturbation");
     double L = 0.0;
-    for (int i = 0; i < c->N * c->hp.C; i++) L += (double)c->y[i] * c->R[i];
-    return L + c->hp.z_coef * (double)c->a->z_loss;
+    for (int i = 0; i < c->N * c->sp.d_model; i++) L += (double)c->y[i] * c->R[i];
+    return L + c->sp.z_coef * (double)c->a->z_loss;
 }
 
 /* The smallest margin of a pick: min over experts e, tokens p picked by e and u not picked
@@ -181,19 +184,21 @@ START_TEST(test_block_gradcheck) {
     fill_uniform(Wd, E * C * F, 0.5f, 75);
     fill_uniform(R, N * C, 1.0f, 76);
     for (int score = MOE_SCORE_SOFTMAX; score <= MOE_SCORE_SIGMOID; score++) {
-        MoeHyper hp = ec_hyper(C, E, K, F);
-        hp.score = score;
-        hp.z_coef = 0.2f;
-        hp.route_scale = 1.5f;
+        MoeSpec sp = ec_spec(C, E, K, F);
+        sp.score = score;
+        sp.z_coef = 0.2f;
+        sp.route_scale = 1.5f;
+        MoeCtx cx;
+        moe_ctx_train(&cx, &sp, N, NULL);
         MoeWeights wt = {.router = Wr, .Wg = Wg, .Wu = Wu, .Wd = Wd};
         MoeActs a;
         MoeScratch s;
-        moe_acts_alloc(&backend_cpu, &a, &hp, N);
-        moe_scratch_alloc(&backend_cpu, &s, &hp, N);
+        moe_acts_alloc(&backend_cpu, &a, &sp, NULL, N);
+        moe_scratch_alloc(&backend_cpu, &s, &sp, N);
         float gWr[E * C] = {0}, gWg[E * F * C] = {0}, gWu[E * F * C] = {0}, gWd[E * C * F] = {0};
         MoeGrads gr = {gWr, gWg, gWu, gWd};
 
-        moe_block_forward(&backend_cpu, y, &a, x, &wt, &hp, N);
+        moe_block_forward(&backend_cpu, y, &a, x, &wt, &sp, &cx, N);
         ck_assert_int_eq(a.plan.S, E * 3); /* cap = 6 * 2 / 4 */
         /* a perturbation eps of x[n,c] moves the logits of token n by eps Wr[., c]; of
          * Wr[e,c], logit e of every token by eps x[., c]; a softmax or sigmoid score moves by
@@ -202,9 +207,9 @@ START_TEST(test_block_gradcheck) {
         float gap = min_pick_margin(a.scores, a.plan.slot, N, E);
         ck_assert_msg(gap > 4.0f * bound, "picks too close for a stable check: %g", gap);
         memcpy(slot0, a.plan.slot, sizeof(slot0));
-        moe_block_backward(&backend_cpu, dx, &gr, R, &a, x, &wt, &hp, &s, 1.0f);
+        moe_block_backward(&backend_cpu, dx, &gr, R, &a, x, &wt, &sp, &cx, &s, 1.0f);
 
-        EcCtx c = {hp, wt, &a, N, x, y2, R, slot0};
+        EcCtx c = {sp, cx, wt, &a, N, x, y2, R, slot0};
         struct {
             float *v, *grad;
             int n;
@@ -224,13 +229,13 @@ START_TEST(test_block_gradcheck) {
          * non-zero (the gate weights carry score gradients) */
         float gWr0[E * C] = {0};
         MoeGrads gr0 = {gWr0, NULL, NULL, NULL};
-        hp.z_coef = 0.0f;
-        moe_block_forward(&backend_cpu, y2, &a, x, &wt, &hp, N);
-        moe_block_backward(&backend_cpu, NULL, &gr0, R, &a, x, &wt, &hp, &s, 1.0f);
+        sp.z_coef = 0.0f;
+        moe_block_forward(&backend_cpu, y2, &a, x, &wt, &sp, &cx, N);
+        moe_block_backward(&backend_cpu, NULL, &gr0, R, &a, x, &wt, &sp, &cx, &s, 1.0f);
         ck_assert(max_abs(gWr0, E * C) > 1e-3f);
 
         /* same inputs, same thread count: bit-identical output */
-        moe_block_forward(&backend_cpu, y2, &a, x, &wt, &hp, N);
+        moe_block_forward(&backend_cpu, y2, &a, x, &wt, &sp, &cx, N);
         ck_assert(memcmp(y, y2, sizeof y) == 0);
         moe_scratch_free(&backend_cpu, &s);
         moe_acts_free(&backend_cpu, &a);

@@ -418,7 +418,8 @@ END_TEST
 /* ---- the whole block --------------------------------------------------------------------- */
 
 typedef struct {
-    MoeHyper hp;
+    MoeSpec sp;
+    MoeCtx cx;
     MoeWeights wt;
     MoeActs *a;
     int N;
@@ -430,11 +431,11 @@ typedef struct {
  * with dy = R and loss_scale = 1. */
 static double block_loss(void *vc) {
     BlockCtx *c = vc;
-    moe_block_forward(&backend_cpu, c->y, c->a, c->x, &c->wt, &c->hp, c->N);
-    for (int j = 0; j < c->N * c->hp.K; j++)
+    moe_block_forward(&backend_cpu, c->y, c->a, c->x, &c->wt, &c->sp, &c->cx, c->N);
+    for (int j = 0; j < c->N * c->sp.top_k; j++)
         ck_assert_msg(c->a->idx[j] == c->idx0[j], "routing changed under perturbation");
-    return dot_d(c->y, c->R, (size_t)c->N * c->hp.C) + c->hp.aux_coef * (double)c->a->aux_loss +
-           c->hp.z_coef * (double)c->a->z_loss;
+    return dot_d(c->y, c->R, (size_t)c->N * c->sp.d_model) +
+           c->sp.aux_coef * (double)c->a->aux_loss + c->sp.z_coef * (double)c->a->z_loss;
 }
 
 START_TEST(test_block_gradcheck) {
@@ -450,26 +451,28 @@ START_TEST(test_block_gradcheck) {
     fill_experts(Wg, Wu, Wd, E, F, C, 53);
     fill_uniform(R, N * C, 1.0f, 56);
     for (int renorm = 0; renorm <= 1; renorm++) {
-        MoeHyper hp = {
-            .C = C, .E = E, .K = K, .F = F, .renorm = renorm, .aux_coef = 0.5f, .z_coef = 0.2f};
-        moe_hyper_defaults(&hp);
+        MoeSpec sp = {.d_model = C, .num_experts = E, .top_k = K, .d_expert = F, .seq_len = N};
+        moe_spec_defaults(&sp);
+        sp.norm_topk = renorm, sp.aux_coef = 0.5f, sp.z_coef = 0.2f;
+        MoeCtx cx; /* one sequence of N tokens */
+        moe_ctx_train(&cx, &sp, N, NULL);
         MoeWeights wt = {.router = Wr, .Wg = Wg, .Wu = Wu, .Wd = Wd};
         MoeActs a;
         MoeScratch s;
-        moe_acts_alloc(&backend_cpu, &a, &hp, N);
-        moe_scratch_alloc(&backend_cpu, &s, &hp, N);
+        moe_acts_alloc(&backend_cpu, &a, &sp, NULL, N);
+        moe_scratch_alloc(&backend_cpu, &s, &sp, N);
         float gWr[E * C] = {0}, gWg[E * F * C] = {0}, gWu[E * F * C] = {0}, gWd[E * C * F] = {0};
         MoeGrads gr = {gWr, gWg, gWu, gWd};
 
-        moe_block_forward(&backend_cpu, y, &a, x, &wt, &hp, N);
+        moe_block_forward(&backend_cpu, y, &a, x, &wt, &sp, &cx, N);
         /* a perturbation eps of x[n,c] moves logit e by eps Wr[e,c]; of Wr[e,c], by eps x[n,c] */
         float bound = 2.0f * EPS * fmaxf(max_abs(x, N * C), max_abs(Wr, E * C));
         float gap = min_logit_gap(a.logits, N, E);
         ck_assert_msg(gap > 4.0f * bound, "logits too close for a stable gradient check: %g", gap);
         memcpy(idx0, a.idx, sizeof(idx0));
-        moe_block_backward(&backend_cpu, dx, &gr, R, &a, x, &wt, &hp, &s, 1.0f);
+        moe_block_backward(&backend_cpu, dx, &gr, R, &a, x, &wt, &sp, &cx, &s, 1.0f);
 
-        BlockCtx c = {hp, wt, &a, N, x, y2, R, idx0};
+        BlockCtx c = {sp, cx, wt, &a, N, x, y2, R, idx0};
         struct {
             float *v, *grad;
             int n;
@@ -487,7 +490,7 @@ START_TEST(test_block_gradcheck) {
         }
 
         /* same inputs, same thread count: bit-identical output */
-        moe_block_forward(&backend_cpu, y2, &a, x, &wt, &hp, N);
+        moe_block_forward(&backend_cpu, y2, &a, x, &wt, &sp, &cx, N);
         ck_assert(memcmp(y, y2, sizeof(y)) == 0);
 
         moe_scratch_free(&backend_cpu, &s);
@@ -533,13 +536,15 @@ START_TEST(test_block_all_experts_reference) {
         for (int c = 0; c < C; c++) want[n * C + c] = (float)out[c];
     }
     for (int renorm = 0; renorm <= 1; renorm++) {
-        MoeHyper hp = {
-            .C = C, .E = E, .K = K, .F = F, .renorm = renorm, .aux_coef = 0.01f, .z_coef = 0.001f};
-        moe_hyper_defaults(&hp);
+        MoeSpec sp = {.d_model = C, .num_experts = E, .top_k = K, .d_expert = F, .seq_len = N};
+        moe_spec_defaults(&sp);
+        sp.norm_topk = renorm, sp.aux_coef = 0.01f, sp.z_coef = 0.001f;
+        MoeCtx cx;
+        moe_ctx_train(&cx, &sp, N, NULL);
         MoeWeights wt = {.router = Wr, .Wg = Wg, .Wu = Wu, .Wd = Wd};
         MoeActs a;
-        moe_acts_alloc(&backend_cpu, &a, &hp, N);
-        moe_block_forward(&backend_cpu, y, &a, x, &wt, &hp, N);
+        moe_acts_alloc(&backend_cpu, &a, &sp, NULL, N);
+        moe_block_forward(&backend_cpu, y, &a, x, &wt, &sp, &cx, N);
         CLOSE_ARRAYS(y, want, N * C, renorm ? "K = E block, renorm" : "K = E block, no renorm");
         for (int e = 0; e < E; e++) ck_assert_int_eq(a.plan.counts[e], N);
         /* every expert sees every token, so f is uniform and aux = 1 */

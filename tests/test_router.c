@@ -28,14 +28,14 @@ static float min_logit_gap(const float *logits, int N, int E) {
     return gap;
 }
 
-static MoeHyper hyper(int E, int K, int score, int topk_first, int renorm, float rs, int balance) {
-    MoeHyper hp = {.E = E, .K = K, .renorm = renorm};
-    moe_hyper_defaults(&hp);
-    hp.score = score;
-    hp.topk_first = topk_first;
-    hp.route_scale = rs;
-    hp.balance = balance;
-    return hp;
+static MoeSpec spec_of(int E, int K, int score, int topk_first, int renorm, float rs, int balance) {
+    MoeSpec sp = {.num_experts = E, .top_k = K, .norm_topk = renorm};
+    moe_spec_defaults(&sp);
+    sp.score = score;
+    sp.topk_before_softmax = topk_first;
+    sp.route_scale = rs;
+    sp.balance = balance;
+    return sp;
 }
 
 /* ---- forward values ------------------------------------------------------------------------ */
@@ -45,22 +45,22 @@ START_TEST(test_sigmoid_scores_and_weights) {
     const float logits[N * E] = {0.0f, logf(3.0f), -logf(3.0f), 2.0f, -1.0f, 1.0f};
     float s[N * E], lse[N], w[N * K];
     int idx[N * K];
-    MoeHyper hp = hyper(E, K, MOE_SCORE_SIGMOID, 0, 0, 1.0f, MOE_BALANCE_AUX);
-    router_scores_forward(s, lse, logits, N, &hp);
+    MoeSpec sp = spec_of(E, K, MOE_SCORE_SIGMOID, 0, 0, 1.0f, MOE_BALANCE_AUX);
+    router_scores_forward(s, lse, logits, N, &sp);
     /* sigmoid(ln 3) = 3/4, sigmoid(-ln 3) = 1/4, independently per expert */
     const float want_s0[E] = {0.5f, 0.75f, 0.25f};
     CLOSE_ARRAYS(s, want_s0, E, "sigmoid scores");
     CLOSE(lse[0], logf(1.0f + 3.0f + 1.0f / 3.0f), "lse of the logits with sigmoid scores");
-    router_gate_forward(idx, w, s, logits, NULL, N, &hp);
+    router_gate_forward(idx, w, s, logits, NULL, N, &sp);
     ck_assert_int_eq(idx[0], 1);
     ck_assert_int_eq(idx[1], 0);
     ck_assert_int_eq(idx[2], 0);
     ck_assert_int_eq(idx[3], 2);
     CLOSE(w[0], 0.75f, "sigmoid weight, no renorm");
     CLOSE(w[1], 0.5f, "sigmoid weight, no renorm");
-    hp.renorm = 1;
-    hp.route_scale = 2.5f;
-    router_gate_forward(idx, w, s, logits, NULL, N, &hp);
+    sp.norm_topk = 1;
+    sp.route_scale = 2.5f;
+    router_gate_forward(idx, w, s, logits, NULL, N, &sp);
     CLOSE(w[0], 2.5f * 0.75f / 1.25f, "sigmoid weight, renormalised and scaled");
     CLOSE(w[1], 2.5f * 0.5f / 1.25f, "sigmoid weight, renormalised and scaled");
 }
@@ -72,16 +72,16 @@ START_TEST(test_topk_first_matches_renormalised_softmax) {
     float logits[N * E], p[N * E], lse[N], w1[N * K], w2[N * K];
     int i1[N * K], i2[N * K];
     fill_uniform(logits, N * E, 3.0f, 5);
-    MoeHyper hp = hyper(E, K, MOE_SCORE_SOFTMAX, 0, 1, 1.0f, MOE_BALANCE_AUX);
-    router_scores_forward(p, lse, logits, N, &hp);
-    router_gate_forward(i1, w1, p, logits, NULL, N, &hp);
-    hp.topk_first = 1;
-    router_gate_forward(i2, w2, p, logits, NULL, N, &hp);
+    MoeSpec sp = spec_of(E, K, MOE_SCORE_SOFTMAX, 0, 1, 1.0f, MOE_BALANCE_AUX);
+    router_scores_forward(p, lse, logits, N, &sp);
+    router_gate_forward(i1, w1, p, logits, NULL, N, &sp);
+    sp.topk_before_softmax = 1;
+    router_gate_forward(i2, w2, p, logits, NULL, N, &sp);
     for (int j = 0; j < N * K; j++) ck_assert_int_eq(i1[j], i2[j]);
     CLOSE_ARRAYS(w2, w1, N * K, "Mixtral weights vs renormalised softmax");
     /* route_scale multiplies the weights and nothing else */
-    hp.route_scale = 0.5f;
-    router_gate_forward(i2, w2, p, logits, NULL, N, &hp);
+    sp.route_scale = 0.5f;
+    router_gate_forward(i2, w2, p, logits, NULL, N, &sp);
     for (int j = 0; j < N * K; j++) w1[j] *= 0.5f;
     CLOSE_ARRAYS(w2, w1, N * K, "route_scale 0.5");
 }
@@ -93,10 +93,12 @@ START_TEST(test_sigmoid_aux_loss_normalises_scores) {
      * P_0 = 0.625, aux = E f_0 P_0 = 2 * 0.625 = 1.25 */
     const float s[4] = {0.6f, 0.2f, 0.3f, 0.3f};
     const int idx[2] = {0, 0};
-    MoeHyper hp = hyper(2, 1, MOE_SCORE_SIGMOID, 0, 0, 1.0f, MOE_BALANCE_AUX);
-    CLOSE(router_balance_loss(s, idx, 2, &hp), 1.25f, "sigmoid aux loss");
-    hp.score = MOE_SCORE_SOFTMAX; /* softmax scores are taken as they are: P_0 = 0.45 */
-    CLOSE(router_balance_loss(s, idx, 2, &hp), 0.9f, "softmax aux loss");
+    MoeSpec sp = spec_of(2, 1, MOE_SCORE_SIGMOID, 0, 0, 1.0f, MOE_BALANCE_AUX);
+    MoeCtx cx;
+    moe_ctx_train(&cx, &sp, 2, NULL);
+    CLOSE(router_balance_loss(s, idx, 2, &sp, &cx), 1.25f, "sigmoid aux loss");
+    sp.score = MOE_SCORE_SOFTMAX; /* softmax scores are taken as they are: P_0 = 0.45 */
+    CLOSE(router_balance_loss(s, idx, 2, &sp, &cx), 0.9f, "softmax aux loss");
 }
 END_TEST
 
@@ -108,15 +110,16 @@ START_TEST(test_seq_aux_hand) {
      * and gives E sum f P = 1: balanced over the batch, not within each sequence. */
     const float p[8] = {0.8f, 0.2f, 0.6f, 0.4f, 0.5f, 0.5f, 0.1f, 0.9f};
     const int idx[4] = {0, 0, 0, 1};
-    MoeHyper hp = hyper(2, 1, MOE_SCORE_SOFTMAX, 0, 1, 1.0f, MOE_BALANCE_SEQ_AUX);
-    hp.T = 2;
-    CLOSE(router_balance_loss(p, idx, 4, &hp), 1.2f, "seq_aux loss");
-    hp.balance = MOE_BALANCE_AUX;
-    CLOSE(router_balance_loss(p, idx, 4, &hp), 1.0f, "Switch aux loss of the same routing");
+    MoeSpec sp = spec_of(2, 1, MOE_SCORE_SOFTMAX, 0, 1, 1.0f, MOE_BALANCE_SEQ_AUX);
+    MoeCtx cx;
+    moe_ctx_train(&cx, &sp, 2, NULL);
+    CLOSE(router_balance_loss(p, idx, 4, &sp, &cx), 1.2f, "seq_aux loss");
+    sp.balance = MOE_BALANCE_AUX;
+    CLOSE(router_balance_loss(p, idx, 4, &sp, &cx), 1.0f, "Switch aux loss of the same routing");
     /* one sequence of all four tokens: seq_aux equals the Switch loss */
-    hp.balance = MOE_BALANCE_SEQ_AUX;
-    hp.T = 4;
-    CLOSE(router_balance_loss(p, idx, 4, &hp), 1.0f, "seq_aux with one sequence");
+    sp.balance = MOE_BALANCE_SEQ_AUX;
+    cx.T = 4;
+    CLOSE(router_balance_loss(p, idx, 4, &sp, &cx), 1.0f, "seq_aux with one sequence");
 }
 END_TEST
 
@@ -126,17 +129,17 @@ START_TEST(test_bias_moves_choice_not_weights) {
     const float bias[E] = {0.0f, 0.25f, 0.0f}; /* keys 0.5, 0.55, 0.2 */
     int idx[K];
     float w[K];
-    MoeHyper hp = hyper(E, K, MOE_SCORE_SOFTMAX, 0, 1, 1.0f, MOE_BALANCE_AUX_FREE);
-    router_gate_forward(idx, w, p, NULL, NULL, 1, &hp);
+    MoeSpec sp = spec_of(E, K, MOE_SCORE_SOFTMAX, 0, 1, 1.0f, MOE_BALANCE_AUX_FREE);
+    router_gate_forward(idx, w, p, NULL, NULL, 1, &sp);
     ck_assert_int_eq(idx[0], 0);
     ck_assert_int_eq(idx[1], 1);
-    router_gate_forward(idx, w, p, NULL, bias, 1, &hp);
+    router_gate_forward(idx, w, p, NULL, bias, 1, &sp);
     ck_assert_int_eq(idx[0], 1); /* the bias lifts expert 1 above expert 0 ... */
     ck_assert_int_eq(idx[1], 0);
     CLOSE(w[0], 0.3f / 0.8f, "... but its weight is its unbiased score"); /* not 0.55 / 1.05 */
     CLOSE(w[1], 0.5f / 0.8f, "unbiased weight of expert 0");
     const float big[E] = {0.0f, 0.0f, 1.0f}; /* expert 2 enters the top 2 */
-    router_gate_forward(idx, w, p, NULL, big, 1, &hp);
+    router_gate_forward(idx, w, p, NULL, big, 1, &sp);
     ck_assert_int_eq(idx[0], 2);
     ck_assert_int_eq(idx[1], 0);
     CLOSE(w[0], 0.2f / 0.7f, "unbiased weight of expert 2");
@@ -184,7 +187,8 @@ END_TEST
 /* ---- router_gate_backward in every mode ---------------------------------------------------- */
 
 typedef struct {
-    MoeHyper hp;
+    MoeSpec sp;
+    MoeCtx cx;
     int N;
     float *logits, *scores, *lse, *w, *dw;
     const float *bias;
@@ -195,20 +199,21 @@ typedef struct {
 /* L = sum dw * w + bal_scale * balance loss + z_scale * z, as a function of the logits */
 static double gate_loss(void *vc) {
     GateCtx *c = vc;
-    router_scores_forward(c->scores, c->lse, c->logits, c->N, &c->hp);
-    router_gate_forward(c->idx, c->w, c->scores, c->logits, c->bias, c->N, &c->hp);
-    for (int j = 0; j < c->N * c->hp.K; j++)
+    router_scores_forward(c->scores, c->lse, c->logits, c->N, &c->sp);
+    router_gate_forward(c->idx, c->w, c->scores, c->logits, c->bias, c->N, &c->sp);
+    for (int j = 0; j < c->N * c->sp.top_k; j++)
         ck_assert_msg(c->idx[j] == c->idx0[j], "routing changed under perturbation");
     /* none and aux_free have no balance loss: router_balance_loss is then a diagnostic */
-    int has_loss = c->hp.balance == MOE_BALANCE_AUX || c->hp.balance == MOE_BALANCE_SEQ_AUX;
-    return dot_d(c->dw, c->w, (size_t)c->N * c->hp.K) +
-           (has_loss ? c->bal_scale * (double)router_balance_loss(c->scores, c->idx, c->N, &c->hp)
+    int has_loss = c->sp.balance == MOE_BALANCE_AUX || c->sp.balance == MOE_BALANCE_SEQ_AUX;
+    return dot_d(c->dw, c->w, (size_t)c->N * c->sp.top_k) +
+           (has_loss ? c->bal_scale *
+                           (double)router_balance_loss(c->scores, c->idx, c->N, &c->sp, &c->cx)
                      : 0.0) +
            c->z_scale * (double)router_z_loss(c->lse, c->N);
 }
 
-/* One finite-difference check of router_gate_backward for hp (T = 3 tokens per sequence). */
-static void check_gate_gradient(MoeHyper hp, const float *bias) {
+/* One finite-difference check of router_gate_backward for sp (T = 3 tokens per sequence). */
+static void check_gate_gradient(MoeSpec sp, const float *bias) {
     enum { N = 6, E = 5, K = 2 };
     float logits[N * E], scores[N * E], lse[N], w[N * K], dw[N * K], dl[N * E], noise[N * E];
     int idx[N * K], idx0[N * K];
@@ -218,15 +223,16 @@ static void check_gate_gradient(MoeHyper hp, const float *bias) {
             logits[n * E + e] = 0.6f * ((2 * e + n) % E) - 1.2f + noise[n * E + e];
     ck_assert(min_logit_gap(logits, N, E) > 0.3f);
     fill_uniform(dw, N * K, 1.0f, 22);
-    hp.T = 3;
-    GateCtx c = {hp, N, logits, scores, lse, w, dw, bias, idx, idx0, 0.7f, 0.3f};
-    router_scores_forward(scores, lse, logits, N, &hp);
-    router_gate_forward(idx0, w, scores, logits, bias, N, &hp);
-    router_gate_backward(dl, dw, scores, lse, logits, idx0, w, N, &hp, c.bal_scale, c.z_scale);
+    MoeCtx cx;
+    moe_ctx_train(&cx, &sp, 3, NULL);
+    GateCtx c = {sp, cx, N, logits, scores, lse, w, dw, bias, idx, idx0, 0.7f, 0.3f};
+    router_scores_forward(scores, lse, logits, N, &sp);
+    router_gate_forward(idx0, w, scores, logits, bias, N, &sp);
+    router_gate_backward(dl, dw, scores, lse, logits, idx0, w, N, &sp, &cx, c.bal_scale, c.z_scale);
     char what[160];
     snprintf(what, sizeof what,
-             "gate dlogits: score %d topk_first %d renorm %d scale %g balance %d", hp.score,
-             hp.topk_first, hp.renorm, (double)hp.route_scale, hp.balance);
+             "gate dlogits: score %d topk_first %d renorm %d scale %g balance %d", sp.score,
+             sp.topk_before_softmax, sp.norm_topk, (double)sp.route_scale, sp.balance);
     gradcheck(gate_loss, &c, logits, dl, N * E, EPS, N * E, what);
     ck_assert(max_abs(dl, N * E) > 1e-3f);
 }
@@ -244,7 +250,7 @@ START_TEST(test_gate_backward_every_mode) {
                 for (int si = 0; si < 2; si++)
                     for (int b = 0; b < 4; b++)
                         check_gate_gradient(
-                            hyper(5, 2, score, first, renorm, scales[si], balances[b]),
+                            spec_of(5, 2, score, first, renorm, scales[si], balances[b]),
                             balances[b] == MOE_BALANCE_AUX_FREE ? bias : NULL);
 }
 END_TEST
@@ -256,14 +262,16 @@ START_TEST(test_plain_router_is_the_default_mode) {
     int i1[N * K], i2[N * K];
     fill_uniform(logits, N * E, 2.0f, 3);
     fill_uniform(dw, N * K, 1.0f, 4);
-    MoeHyper hp = hyper(E, K, MOE_SCORE_SOFTMAX, 0, 1, 1.0f, MOE_BALANCE_AUX);
+    MoeSpec sp = spec_of(E, K, MOE_SCORE_SOFTMAX, 0, 1, 1.0f, MOE_BALANCE_AUX);
     router_softmax_forward(p, lse, logits, N, E);
     router_topk_forward(i1, w1, p, N, E, K, 1);
-    router_gate_forward(i2, w2, p, logits, NULL, N, &hp);
+    router_gate_forward(i2, w2, p, logits, NULL, N, &sp);
     ck_assert(memcmp(i1, i2, sizeof i1) == 0 && memcmp(w1, w2, sizeof w1) == 0);
-    ck_assert_float_eq(router_aux_loss(p, i1, N, E, K), router_balance_loss(p, i1, N, &hp));
+    MoeCtx cx;
+    moe_ctx_train(&cx, &sp, N, NULL);
+    ck_assert_float_eq(router_aux_loss(p, i1, N, E, K), router_balance_loss(p, i1, N, &sp, &cx));
     router_backward(d1, dw, p, lse, i1, w1, N, E, K, 1, 0.4f, 0.2f);
-    router_gate_backward(d2, dw, p, lse, logits, i1, w1, N, &hp, 0.4f, 0.2f);
+    router_gate_backward(d2, dw, p, lse, logits, i1, w1, N, &sp, &cx, 0.4f, 0.2f);
     ck_assert(memcmp(d1, d2, sizeof d1) == 0);
 }
 END_TEST
@@ -271,7 +279,8 @@ END_TEST
 /* ---- the whole block in other modes -------------------------------------------------------- */
 
 typedef struct {
-    MoeHyper hp;
+    MoeSpec sp;
+    MoeCtx cx;
     MoeWeights wt;
     MoeActs *a;
     int N;
@@ -282,17 +291,17 @@ typedef struct {
 
 static double block_loss(void *vc) {
     BlockCtx *c = vc;
-    if (c->hp.rng) *c->hp.rng = c->rng0;
-    moe_block_forward(&backend_cpu, c->y, c->a, c->x, &c->wt, &c->hp, c->N);
-    for (int j = 0; j < c->N * c->hp.K; j++)
+    if (c->cx.rng) *c->cx.rng = c->rng0;
+    moe_block_forward(&backend_cpu, c->y, c->a, c->x, &c->wt, &c->sp, &c->cx, c->N);
+    for (int j = 0; j < c->N * c->sp.top_k; j++)
         ck_assert_msg(c->a->idx[j] == c->idx0[j], "routing changed under perturbation");
-    return dot_d(c->y, c->R, (size_t)c->N * c->hp.C) +
-           moe_balance_coef(&c->hp) * (double)c->a->aux_loss + c->hp.z_coef * (double)c->a->z_loss;
+    return dot_d(c->y, c->R, (size_t)c->N * c->sp.d_model) +
+           moe_balance_coef(&c->sp) * (double)c->a->aux_loss + c->sp.z_coef * (double)c->a->z_loss;
 }
 
 /* With jitter or noise > 0, the forward draws from an RNG, restored before every forward of
  * the check so that the noise is a fixed constant of the function being differentiated. */
-static void check_block_gradient(MoeHyper hp, const float *bias) {
+static void check_block_gradient(MoeSpec sp, const float *bias) {
     enum { N = 6, C = 8, E = 4, K = 2, F = 6 };
     float x[N * C], Wr[E * C], Wg[E * F * C], Wu[E * F * C], Wd[E * C * F], y[N * C], R[N * C];
     float dx[N * C], y2[N * C];
@@ -303,25 +312,26 @@ static void check_block_gradient(MoeHyper hp, const float *bias) {
     fill_uniform(Wu, (size_t)E * F * C, 0.5f, 54);
     fill_uniform(Wd, (size_t)E * C * F, 0.5f, 55);
     fill_uniform(R, N * C, 1.0f, 56);
-    hp.C = C;
-    hp.F = F;
-    hp.aux_coef = 0.5f;
-    hp.z_coef = 0.2f;
-    hp.T = 3;
+    sp.d_model = C;
+    sp.d_expert = F;
+    sp.aux_coef = 0.5f;
+    sp.z_coef = 0.2f;
+    sp.seq_len = 3;
     Rng rng;
     rng_seed(&rng, 77);
-    hp.rng = hp.jitter > 0.0f || hp.noise > 0.0f ? &rng : NULL;
+    MoeCtx cx;
+    moe_ctx_train(&cx, &sp, 3, sp.jitter > 0.0f || sp.noise > 0.0f ? &rng : NULL);
     MoeWeights wt = {Wr, Wg, Wu, Wd, bias};
     MoeActs a;
     MoeScratch s;
-    moe_acts_alloc(&backend_cpu, &a, &hp, N);
-    moe_scratch_alloc(&backend_cpu, &s, &hp, N);
+    moe_acts_alloc(&backend_cpu, &a, &sp, NULL, N);
+    moe_scratch_alloc(&backend_cpu, &s, &sp, N);
     float gWr[E * C] = {0}, gWg[E * F * C] = {0}, gWu[E * F * C] = {0}, gWd[E * C * F] = {0};
     MoeGrads gr = {gWr, gWg, gWu, gWd};
     Rng rng0 = rng;
-    moe_block_forward(&backend_cpu, y, &a, x, &wt, &hp, N);
-    ck_assert_int_eq(a.jittered, hp.jitter > 0.0f);
-    if (hp.rng) { /* the noise is real: the logits differ from the noise-free ones */
+    moe_block_forward(&backend_cpu, y, &a, x, &wt, &sp, &cx, N);
+    ck_assert_int_eq(a.jittered, sp.jitter > 0.0f);
+    if (cx.rng) { /* the noise is real: the logits differ from the noise-free ones */
         float clean[N * E];
         matmul_forward(clean, x, Wr, N, C, E);
         ck_assert(memcmp(clean, a.logits, sizeof clean) != 0);
@@ -329,16 +339,16 @@ static void check_block_gradient(MoeHyper hp, const float *bias) {
     float bound = 2.0f * EPS * fmaxf(max_abs(x, N * C), max_abs(Wr, E * C));
     ck_assert(min_logit_gap(a.logits, N, E) > 4.0f * bound);
     memcpy(idx0, a.idx, sizeof idx0);
-    moe_block_backward(&backend_cpu, dx, &gr, R, &a, x, &wt, &hp, &s, 1.0f);
-    BlockCtx c = {hp, wt, &a, N, x, y2, R, idx0, rng0};
+    moe_block_backward(&backend_cpu, dx, &gr, R, &a, x, &wt, &sp, &cx, &s, 1.0f);
+    BlockCtx c = {sp, cx, wt, &a, N, x, y2, R, idx0, rng0};
     char what[160];
     snprintf(what, sizeof what,
              "block dx: score %d topk_first %d renorm %d scale %g balance %d jitter %g noise %g",
-             hp.score, hp.topk_first, hp.renorm, (double)hp.route_scale, hp.balance,
-             (double)hp.jitter, (double)hp.noise);
+             sp.score, sp.topk_before_softmax, sp.norm_topk, (double)sp.route_scale, sp.balance,
+             (double)sp.jitter, (double)sp.noise);
     gradcheck(block_loss, &c, x, dx, N * C, EPS, N * C, what);
-    snprintf(what, sizeof what, "block d router: score %d topk_first %d balance %d", hp.score,
-             hp.topk_first, hp.balance);
+    snprintf(what, sizeof what, "block d router: score %d topk_first %d balance %d", sp.score,
+             sp.topk_before_softmax, sp.balance);
     gradcheck(block_loss, &c, Wr, gWr, E * C, EPS, E * C, what);
     gradcheck(block_loss, &c, Wd, gWd, E * C * F, EPS, 40, "block dWd");
     moe_scratch_free(&backend_cpu, &s);
@@ -346,14 +356,14 @@ static void check_block_gradient(MoeHyper hp, const float *bias) {
 }
 
 START_TEST(test_block_gradients_other_modes) {
-    check_block_gradient(hyper(4, 2, MOE_SCORE_SIGMOID, 0, 1, 2.5f, MOE_BALANCE_AUX), NULL);
-    check_block_gradient(hyper(4, 2, MOE_SCORE_SIGMOID, 0, 0, 1.0f, MOE_BALANCE_AUX), NULL);
-    check_block_gradient(hyper(4, 2, MOE_SCORE_SOFTMAX, 1, 1, 1.5f, MOE_BALANCE_AUX), NULL);
-    check_block_gradient(hyper(4, 2, MOE_SCORE_SOFTMAX, 0, 0, 0.5f, MOE_BALANCE_NONE), NULL);
-    check_block_gradient(hyper(4, 2, MOE_SCORE_SOFTMAX, 0, 1, 1.0f, MOE_BALANCE_SEQ_AUX), NULL);
-    check_block_gradient(hyper(4, 2, MOE_SCORE_SIGMOID, 0, 1, 1.0f, MOE_BALANCE_SEQ_AUX), NULL);
+    check_block_gradient(spec_of(4, 2, MOE_SCORE_SIGMOID, 0, 1, 2.5f, MOE_BALANCE_AUX), NULL);
+    check_block_gradient(spec_of(4, 2, MOE_SCORE_SIGMOID, 0, 0, 1.0f, MOE_BALANCE_AUX), NULL);
+    check_block_gradient(spec_of(4, 2, MOE_SCORE_SOFTMAX, 1, 1, 1.5f, MOE_BALANCE_AUX), NULL);
+    check_block_gradient(spec_of(4, 2, MOE_SCORE_SOFTMAX, 0, 0, 0.5f, MOE_BALANCE_NONE), NULL);
+    check_block_gradient(spec_of(4, 2, MOE_SCORE_SOFTMAX, 0, 1, 1.0f, MOE_BALANCE_SEQ_AUX), NULL);
+    check_block_gradient(spec_of(4, 2, MOE_SCORE_SIGMOID, 0, 1, 1.0f, MOE_BALANCE_SEQ_AUX), NULL);
     const float bias[4] = {0.3f, -0.2f, 0.0f, 0.1f};
-    check_block_gradient(hyper(4, 2, MOE_SCORE_SIGMOID, 0, 1, 1.0f, MOE_BALANCE_AUX_FREE), bias);
+    check_block_gradient(spec_of(4, 2, MOE_SCORE_SIGMOID, 0, 1, 1.0f, MOE_BALANCE_AUX_FREE), bias);
 }
 END_TEST
 
@@ -361,16 +371,16 @@ END_TEST
  * logit noise is a constant. */
 START_TEST(test_block_gradients_with_noise) {
     /* the amounts keep every token's logits well apart with these seeds (asserted inside) */
-    MoeHyper hp = hyper(4, 2, MOE_SCORE_SOFTMAX, 0, 1, 1.0f, MOE_BALANCE_AUX);
-    hp.jitter = 0.2f;
-    check_block_gradient(hp, NULL);
-    hp.jitter = 0.0f;
-    hp.noise = 0.02f;
-    check_block_gradient(hp, NULL);
-    hp = hyper(4, 2, MOE_SCORE_SIGMOID, 0, 1, 2.0f, MOE_BALANCE_SEQ_AUX);
-    hp.jitter = 0.05f;
-    hp.noise = 0.02f;
-    check_block_gradient(hp, NULL);
+    MoeSpec sp = spec_of(4, 2, MOE_SCORE_SOFTMAX, 0, 1, 1.0f, MOE_BALANCE_AUX);
+    sp.jitter = 0.2f;
+    check_block_gradient(sp, NULL);
+    sp.jitter = 0.0f;
+    sp.noise = 0.02f;
+    check_block_gradient(sp, NULL);
+    sp = spec_of(4, 2, MOE_SCORE_SIGMOID, 0, 1, 2.0f, MOE_BALANCE_SEQ_AUX);
+    sp.jitter = 0.05f;
+    sp.noise = 0.02f;
+    check_block_gradient(sp, NULL);
 }
 END_TEST
 

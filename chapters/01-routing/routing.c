@@ -107,17 +107,18 @@ int main(int argc, char **argv) {
     model_forward(&m, tokens, NULL, B, T);
     const float *x = m.blocks[layer].ln2;       /* (N, C) */
     const float *Wr = m.w.layers[layer].router; /* (E, C) */
-    MoeHyper hp = m.hp;
-    hp.T = T;
+    const MoeSpec *spec = &m.spec;
+    MoeCtx ctx; /* one evaluation call on sequences of T bytes */
+    moe_ctx_eval(&ctx, spec, T);
 
     /* ---- 1. logits and scores ---------------------------------------------------------------- */
     float *logits = floats_alloc((size_t)N * E), *scores = floats_alloc((size_t)N * E);
     float *lse = floats_alloc((size_t)N);
     m.be->matmul_forward(m.be, logits, x, Wr, N, c.d_model, E); /* as the block computes them */
-    router_scores_forward(scores, lse, logits, N, &hp);
+    router_scores_forward(scores, lse, logits, N, spec);
     int *idx = (int *)calloc_check((size_t)N * K, sizeof(int));
     float *w = floats_alloc((size_t)N * K);
-    router_gate_forward(idx, w, scores, logits, NULL, N, &hp);
+    router_gate_forward(idx, w, scores, logits, NULL, N, spec);
     printf("\n2. scores (softmax of the router logits) and the top-%d choice, first %d bytes of "
            "each sequence\n",
            K, SHOW);
@@ -162,9 +163,9 @@ int main(int argc, char **argv) {
     printf("   aux = %d x %.4f = %.4f   (1 when perfectly balanced)\n", E, aux / E, aux);
     /* d aux / d logits: the aux term alone (no gate-weight gradient, no z-loss) */
     float *dw = floats_alloc((size_t)N * K), *dlogits = floats_alloc((size_t)N * E);
-    MoeHyper aux_only = hp;
+    MoeSpec aux_only = *spec;
     aux_only.balance = MOE_BALANCE_AUX;
-    router_gate_backward(dlogits, dw, scores, lse, logits, idx, w, N, &aux_only, 1.0f, 0.0f);
+    router_gate_backward(dlogits, dw, scores, lse, logits, idx, w, N, &aux_only, &ctx, 1.0f, 0.0f);
     /* For one token the softmax Jacobian gives d aux / d l_j = (E / N) p_j (f_j - sum_i p_i f_i):
      * experts loaded above the token's score-weighted mean load are pushed down, the others up,
      * each in proportion to the token's own score for it. */
@@ -181,9 +182,9 @@ int main(int argc, char **argv) {
     /* ---- 5. z-loss -----------------------------------------------------------------------------
      */
     float z = router_z_loss(lse, N);
-    MoeHyper z_only = hp;
+    MoeSpec z_only = *spec;
     z_only.balance = MOE_BALANCE_NONE;
-    router_gate_backward(dlogits, dw, scores, lse, logits, idx, w, N, &z_only, 0.0f, 1.0f);
+    router_gate_backward(dlogits, dw, scores, lse, logits, idx, w, N, &z_only, &ctx, 0.0f, 1.0f);
     printf("\n5. z-loss = mean logsumexp(logits)^2 = %.4f; logsumexp of the first byte %.3f\n", z,
            lse[0]);
     printf("   d z / d logits of the first byte (x N) = 2 lse softmax: largest on the byte's "
@@ -217,7 +218,7 @@ int main(int argc, char **argv) {
     router_bias_update(bias, count, E, MOE_BIAS_SIGN, rate);
     int *idx2 = (int *)calloc_check((size_t)N * K, sizeof(int));
     float *w2 = floats_alloc((size_t)N * K), *load2 = floats_alloc((size_t)E);
-    router_gate_forward(idx2, w2, scores, logits, bias, N, &hp);
+    router_gate_forward(idx2, w2, scores, logits, bias, N, spec);
     RouterStats st2;
     router_stats(&st2, load2, scores, idx2, N, E, K);
     int moved = 0, example = -1;

@@ -61,25 +61,32 @@ static double row_norm(const float *y, int C) {
 }
 
 /* The block's settings with a capacity: factor (0 = dropless), scope, policy, padding. */
-static MoeHyper with_capacity(const MoeHyper *base, float factor, int scope, int policy,
-                              int padded) {
-    MoeHyper hp = *base;
-    hp.capacity_factor = factor;
-    hp.cap_scope = scope;
-    hp.drop_policy = policy;
-    hp.padded = padded;
-    hp.eval_capacity_factor = -1.0f;
-    hp.second_random = 0;
-    hp.rng = NULL; /* evaluation: no jitter, no noise, no random second expert */
-    return hp;
+static MoeSpec with_capacity(const MoeSpec *base, float factor, int scope, int policy, int padded) {
+    MoeSpec s = *base;
+    s.capacity_factor = factor;
+    s.capacity_scope = scope;
+    s.drop_policy = policy;
+    s.padded = padded;
+    s.eval_capacity_factor = -1.0f;
+    s.second_expert_random = 0;
+    return s;
 }
 
-/* One forward of the engine's MoE block: y (N, C), x (N, C); a is allocated for hp (a padded
+/* An evaluation call on sequences of s->seq_len tokens at s's capacity factor: no jitter, no
+ * noise, no random second expert. */
+static MoeCtx eval_ctx(const MoeSpec *s) {
+    MoeCtx ctx;
+    moe_ctx_eval(&ctx, s, s->seq_len);
+    return ctx;
+}
+
+/* One forward of the engine's MoE block: y (N, C), x (N, C); a is allocated for s (a padded
  * plan needs E x rows slots) and left for the caller to read and free. */
-static void block_run(float *y, MoeActs *a, const float *x, const MoeWeights *wt,
-                      const MoeHyper *hp, int N) {
-    moe_acts_alloc(&backend_cpu, a, hp, N);
-    moe_block_forward(&backend_cpu, y, a, x, wt, hp, N);
+static void block_run(float *y, MoeActs *a, const float *x, const MoeWeights *wt, const MoeSpec *s,
+                      int N) {
+    const MoeCtx ctx = eval_ctx(s);
+    moe_acts_alloc(&backend_cpu, a, s, NULL, N);
+    moe_block_forward(&backend_cpu, y, a, x, wt, s, &ctx, N);
 }
 
 int main(int argc, char **argv) {
@@ -143,15 +150,14 @@ int main(int argc, char **argv) {
     const float *resid_mid = m.blocks[layer].resid_mid; /* (N, C) */
     const LayerView *lw = &m.w.layers[layer];
     MoeWeights wt = {.router = lw->router, .Wg = lw->e_gate, .Wu = lw->e_up, .Wd = lw->e_down};
-    if (m.hp.balance == MOE_BALANCE_AUX_FREE) wt.bias = m.blocks[layer].router_bias;
-    MoeHyper base = m.hp;
-    base.T = T;
+    if (m.spec.balance == MOE_BALANCE_AUX_FREE) wt.bias = m.blocks[layer].router_bias;
+    const MoeSpec base = m.spec; /* sequences of T tokens (seq_len) */
 
     /* ---- 1. routing and demand: the block run dropless ----------------------------------- */
-    MoeHyper hp0 = with_capacity(&base, 0.0f, MOE_CAP_BATCH, MOE_DROP_POSITION, 0);
+    const MoeSpec s0 = with_capacity(&base, 0.0f, MOE_CAP_BATCH, MOE_DROP_POSITION, 0);
     MoeActs a0;
     float *y0 = floats_alloc((size_t)N * C);
-    block_run(y0, &a0, x, &wt, &hp0, N);
+    block_run(y0, &a0, x, &wt, &s0, N);
     const int *idx = a0.idx;         /* (N, K) */
     const float *scores = a0.scores; /* (N, E) */
     printf("\n1. routing: each byte's top-%d experts (row k: its k-th choice), and each "
@@ -198,11 +204,12 @@ int main(int argc, char **argv) {
            "\n   Either drop policy drops max(0, demand - cap) per expert and scope.\n");
     for (int f = 0; f < NF; f++)
         for (int scope = MOE_CAP_BATCH; scope <= MOE_CAP_SEQUENCE; scope++) {
-            MoeHyper hp = with_capacity(&base, factors[f], scope, MOE_DROP_POSITION, 0);
+            const MoeSpec sp = with_capacity(&base, factors[f], scope, MOE_DROP_POSITION, 0);
+            const MoeCtx ctx = eval_ctx(&sp);
             const int tok = scope == MOE_CAP_BATCH ? N : T;
-            const int cap = moe_capacity(&hp, factors[f], tok);
+            const int cap = moe_capacity(&sp, factors[f], tok);
             const double want = (double)factors[f] * tok * K / E;
-            capacity_plan_build(&plan, idx, scores, a0.w, N, &hp, NULL);
+            capacity_plan_build(&plan, idx, scores, a0.w, N, &sp, &ctx);
             printf("   factor %-4g  %-8s  ceil(%g x %d x %d / %d) = ceil(%.3f) = %d  min_capacity "
                    "%d  cap %3d",
                    factors[f], scope == MOE_CAP_BATCH ? "batch" : "sequence", factors[f], tok, K, E,
@@ -219,8 +226,9 @@ int main(int argc, char **argv) {
     double kept_sum[2] = {0}, drop_sum[2] = {0};
     int kept_n[2] = {0}, drop_n[2] = {0};
     for (int pol = 0; pol < 2; pol++) {
-        MoeHyper hp = with_capacity(&base, f1, MOE_CAP_BATCH, pol, 0);
-        capacity_plan_build(&plan, idx, scores, a0.w, N, &hp, NULL);
+        const MoeSpec sp = with_capacity(&base, f1, MOE_CAP_BATCH, pol, 0);
+        const MoeCtx ctx = eval_ctx(&sp);
+        capacity_plan_build(&plan, idx, scores, a0.w, N, &sp, &ctx);
         slot[pol] = (int *)malloc_check((size_t)N * K * sizeof(int));
         memcpy(slot[pol], plan.slot, (size_t)N * K * sizeof(int));
         dropped_in[pol][0] = (int *)calloc_check((size_t)E, sizeof(int));
@@ -288,8 +296,8 @@ int main(int argc, char **argv) {
     for (int f = 1; f >= 0 && lost < 0; f--) {
         if (f4 > 0.0f) moe_acts_free(&backend_cpu, &a);
         f4 = factors[f];
-        MoeHyper hp = with_capacity(&base, f4, MOE_CAP_BATCH, MOE_DROP_POSITION, 0);
-        block_run(y, &a, x, &wt, &hp, N);
+        const MoeSpec sp = with_capacity(&base, f4, MOE_CAP_BATCH, MOE_DROP_POSITION, 0);
+        block_run(y, &a, x, &wt, &sp, N);
         whole = part = -1;
         for (int n = 0; n < N; n++) {
             int kept = 0;
@@ -331,11 +339,11 @@ int main(int argc, char **argv) {
            N * K);
     float *yp = floats_alloc((size_t)N * C);
     for (int f = 0; f < NF; f++) {
-        MoeHyper hp = with_capacity(&base, factors[f], MOE_CAP_BATCH, MOE_DROP_POSITION, 0);
-        block_run(y, &a, x, &wt, &hp, N);
+        MoeSpec sp = with_capacity(&base, factors[f], MOE_CAP_BATCH, MOE_DROP_POSITION, 0);
+        block_run(y, &a, x, &wt, &sp, N);
         moe_acts_free(&backend_cpu, &a);
-        hp.padded = 1;
-        block_run(yp, &a, x, &wt, &hp, N);
+        sp.padded = 1;
+        block_run(yp, &a, x, &wt, &sp, N);
         const int R = a.plan.offsets[1] - a.plan.offsets[0];
         int used = 0;
         for (int e = 0; e < E; e++) used += a.plan.counts[e];

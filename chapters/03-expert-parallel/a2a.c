@@ -202,10 +202,8 @@ int main(int argc, char **argv) {
     }
 
     /* ---- the weights (one seed: all E experts on every process) and the tokens ----------- */
-    MoeHyper hp;
-    memset(&hp, 0, sizeof hp);
-    moe_hyper_defaults(&hp);
-    hp.C = C, hp.E = E, hp.K = K, hp.F = F, hp.renorm = 1;
+    MoeSpec spec = {.d_model = C, .num_experts = E, .top_k = K, .d_expert = F, .norm_topk = 1};
+    moe_spec_defaults(&spec);
     float *router = floats_alloc((size_t)E * C); /* (E, C) */
     float *Wg = floats_alloc((size_t)E * F * C); /* (E, F, C) */
     float *Wu = floats_alloc((size_t)E * F * C); /* (E, F, C) */
@@ -232,7 +230,7 @@ int main(int argc, char **argv) {
     const Backend *be = &backend_cpu; /* the engine's fast CPU ops (src/backend/backend.h) */
     be->matmul_forward(be, logits, x, router, N, C, E);
     router_softmax_forward(scores, lse, logits, N, E);
-    router_topk_forward(idx, w, scores, N, E, K, hp.renorm);
+    router_topk_forward(idx, w, scores, N, E, K, spec.norm_topk);
     DispatchPlan plan;
     dispatch_plan_alloc(&plan, N, E, K);
     dispatch_plan_build(&plan, idx, N);
@@ -242,7 +240,7 @@ int main(int argc, char **argv) {
 
     /* ---- the experts, across the group: counts, rows out, experts, rows back ------------ */
     EpActs ep;
-    ep_acts_alloc(be, &ep, &hp, P, N * K);
+    ep_acts_alloc(be, &ep, &spec, P, N * K);
     const DistStats before = d.stats;
     ep_experts_forward(be, ye, &ep, xe, &plan, myWg, myWu, myWd, &d);
     const DistStats after = d.stats;

@@ -170,14 +170,14 @@ static void random_routing(float *scores, int *idx, float *w, int N, int E, int 
  * expert's offset, -1 when dropped */
 static void engine_keep(int *slot, int *counts, const int *idx, const float *scores, int N, int K,
                         int E, int permille, int policy) {
-    MoeHyper hp;
-    memset(&hp, 0, sizeof hp);
-    moe_hyper_defaults(&hp);
-    hp.E = E, hp.K = K, hp.renorm = 1;
-    hp.capacity_factor = permille / 1000.0f, hp.min_capacity = 1, hp.drop_policy = policy;
+    MoeSpec spec = {.num_experts = E, .top_k = K, .norm_topk = 1};
+    moe_spec_defaults(&spec);
+    spec.capacity_factor = permille / 1000.0f, spec.min_capacity = 1, spec.drop_policy = policy;
+    MoeCtx ctx; /* one call on the N tokens, at the spec's factor */
+    moe_ctx_train(&ctx, &spec, N, NULL);
     DispatchPlan plan;
     dispatch_plan_alloc(&plan, N, E, K);
-    capacity_plan_build(&plan, idx, scores, NULL, N, &hp, NULL);
+    capacity_plan_build(&plan, idx, scores, NULL, N, &spec, &ctx);
     for (int a = 0; a < N * K; a++)
         slot[a] = plan.slot[a] < 0 ? -1 : plan.slot[a] - plan.offsets[idx[a]];
     for (int e = 0; e < E; e++) counts[e] = plan.counts[e];

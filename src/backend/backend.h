@@ -97,23 +97,23 @@ struct Backend {
 
     /* ---- the MoE ops (moe/moe_ops.h, same arguments) ------------------------------------ */
     void (*router_scores_forward)(const Backend *be, float *scores, float *lse, const float *logits,
-                                  int N, const MoeHyper *hp);
+                                  int N, const MoeSpec *s);
     void (*router_gate_forward)(const Backend *be, int *idx, float *w, const float *scores,
-                                const float *logits, const float *bias, int N, const MoeHyper *hp);
+                                const float *logits, const float *bias, int N, const MoeSpec *s);
     float (*router_balance_loss)(const Backend *be, const float *scores, const int *idx, int N,
-                                 const MoeHyper *hp);
+                                 const MoeSpec *s, const MoeCtx *x);
     float (*router_z_loss)(const Backend *be, const float *lse, int N);
     void (*router_gate_backward)(const Backend *be, float *dlogits, const float *dw,
                                  const float *scores, const float *lse, const float *logits,
-                                 const int *idx, const float *w, int N, const MoeHyper *hp,
-                                 float bal_scale, float z_scale);
+                                 const int *idx, const float *w, int N, const MoeSpec *s,
+                                 const MoeCtx *x, float bal_scale, float z_scale);
     /* the dispatch plan: dropless, with a capacity, or chosen by the experts */
     void (*dispatch_plan_build)(const Backend *be, DispatchPlan *p, const int *idx, int N);
     void (*capacity_plan_build)(const Backend *be, DispatchPlan *p, const int *idx,
-                                const float *scores, const float *w, int N, const MoeHyper *hp,
-                                Rng *rng);
+                                const float *scores, const float *w, int N, const MoeSpec *s,
+                                const MoeCtx *x);
     void (*expert_choice_forward)(const Backend *be, int *idx, float *w, DispatchPlan *p,
-                                  const float *scores, int N, const MoeHyper *hp);
+                                  const float *scores, int N, const MoeSpec *s, const MoeCtx *x);
     void (*permute_forward)(const Backend *be, float *xe, const float *x, const DispatchPlan *p,
                             int C);
     void (*permute_backward)(const Backend *be, float *dx, const float *dxe, const DispatchPlan *p,
@@ -138,10 +138,10 @@ struct Backend {
     /* what a routing decision did, as host numbers (router.csv, domains.csv): the trainer
      * reads these, never the routing arrays */
     void (*route_stats)(const Backend *be, RouteStats *host_out, const float *scores,
-                        const int *idx, const DispatchPlan *p, int N, const MoeHyper *hp);
+                        const int *idx, const DispatchPlan *p, int N, const MoeSpec *s);
     void (*route_domains)(const Backend *be, double *host_counts, double *host_drops,
                           const unsigned char *host_domains, int n_domains, const int *idx,
-                          const DispatchPlan *p, int N, const MoeHyper *hp);
+                          const DispatchPlan *p, int N, const MoeSpec *s);
 
     /* ---- measurement ------------------------------------------------------------------------
      * The backend's own square product C (n, n) = A B (2 n^3 FLOPs), timed: one warm-up, then

@@ -131,39 +131,40 @@ static void ref_adamw_update(const Backend *be, float *p, const float *g, float 
     (void)be, adamw_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
 }
 static void ref_router_scores_forward(const Backend *be, float *scores, float *lse,
-                                      const float *logits, int N, const MoeHyper *hp) {
-    (void)be, router_scores_forward(scores, lse, logits, N, hp);
+                                      const float *logits, int N, const MoeSpec *s) {
+    (void)be, router_scores_forward(scores, lse, logits, N, s);
 }
 static void ref_router_gate_forward(const Backend *be, int *idx, float *w, const float *scores,
                                     const float *logits, const float *bias, int N,
-                                    const MoeHyper *hp) {
-    (void)be, router_gate_forward(idx, w, scores, logits, bias, N, hp);
+                                    const MoeSpec *s) {
+    (void)be, router_gate_forward(idx, w, scores, logits, bias, N, s);
 }
 static float ref_router_balance_loss(const Backend *be, const float *scores, const int *idx, int N,
-                                     const MoeHyper *hp) {
-    return (void)be, router_balance_loss(scores, idx, N, hp);
+                                     const MoeSpec *s, const MoeCtx *x) {
+    return (void)be, router_balance_loss(scores, idx, N, s, x);
 }
 static float ref_router_z_loss(const Backend *be, const float *lse, int N) {
     return (void)be, router_z_loss(lse, N);
 }
 static void ref_router_gate_backward(const Backend *be, float *dlogits, const float *dw,
                                      const float *scores, const float *lse, const float *logits,
-                                     const int *idx, const float *w, int N, const MoeHyper *hp,
-                                     float bal_scale, float z_scale) {
+                                     const int *idx, const float *w, int N, const MoeSpec *s,
+                                     const MoeCtx *x, float bal_scale, float z_scale) {
     (void)be,
-        router_gate_backward(dlogits, dw, scores, lse, logits, idx, w, N, hp, bal_scale, z_scale);
+        router_gate_backward(dlogits, dw, scores, lse, logits, idx, w, N, s, x, bal_scale, z_scale);
 }
 static void ref_dispatch_plan_build(const Backend *be, DispatchPlan *p, const int *idx, int N) {
     (void)be, dispatch_plan_build(p, idx, N);
 }
 static void ref_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
-                                    const float *scores, const float *w, int N, const MoeHyper *hp,
-                                    Rng *rng) {
-    (void)be, capacity_plan_build(p, idx, scores, w, N, hp, rng);
+                                    const float *scores, const float *w, int N, const MoeSpec *s,
+                                    const MoeCtx *x) {
+    (void)be, capacity_plan_build(p, idx, scores, w, N, s, x);
 }
 static void ref_expert_choice_forward(const Backend *be, int *idx, float *w, DispatchPlan *p,
-                                      const float *scores, int N, const MoeHyper *hp) {
-    (void)be, expert_choice_forward(idx, w, p, scores, N, hp);
+                                      const float *scores, int N, const MoeSpec *s,
+                                      const MoeCtx *x) {
+    (void)be, expert_choice_forward(idx, w, p, scores, N, s, x);
 }
 static void ref_permute_forward(const Backend *be, float *xe, const float *x, const DispatchPlan *p,
                                 int C) {
@@ -196,13 +197,13 @@ static void ref_experts_backward(const Backend *be, float *dxe, float *dWg, floa
 }
 
 static void ref_route_stats(const Backend *be, RouteStats *out, const float *scores, const int *idx,
-                            const DispatchPlan *p, int N, const MoeHyper *hp) {
-    (void)be, route_stats(out, scores, idx, p, N, hp);
+                            const DispatchPlan *p, int N, const MoeSpec *s) {
+    (void)be, route_stats(out, scores, idx, p, N, s);
 }
 static void ref_route_domains(const Backend *be, double *counts, double *drops,
                               const unsigned char *domains, int n_domains, const int *idx,
-                              const DispatchPlan *p, int N, const MoeHyper *hp) {
-    (void)be, route_domains(counts, drops, domains, n_domains, idx, p, N, hp);
+                              const DispatchPlan *p, int N, const MoeSpec *s) {
+    (void)be, route_domains(counts, drops, domains, n_domains, idx, p, N, s);
 }
 
 /* ---- the fast entries of cpu (cpu_gemm.c, attention_gemm.c) ---------------------------------- */

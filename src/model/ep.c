@@ -23,12 +23,12 @@ static double seconds_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-void ep_acts_alloc(const Backend *be, EpActs *a, const MoeHyper *hp, int P, int S_max) {
+void ep_acts_alloc(const Backend *be, EpActs *a, const MoeSpec *s, int P, int S_max) {
     memset(a, 0, sizeof(*a));
     a->P = P;
-    a->El = hp->E / P;
-    a->C = hp->C;
-    a->F = hp->F;
+    a->El = s->num_experts / P;
+    a->C = s->d_model;
+    a->F = s->d_expert;
     a->R_max = P * S_max;
     const size_t R = (size_t)a->R_max + 1, C = (size_t)a->C, F = (size_t)a->F;
     a->meta_send = (int *)calloc_check((size_t)P * 2 * a->El, sizeof(int));

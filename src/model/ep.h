@@ -61,7 +61,7 @@ typedef struct EpActs {
 } EpActs;
 
 /* Buffers for a block whose sender has at most S_max slots (moe_slots_max for its tokens). */
-void ep_acts_alloc(const Backend *be, EpActs *a, const MoeHyper *hp, int P, int S_max);
+void ep_acts_alloc(const Backend *be, EpActs *a, const MoeSpec *s, int P, int S_max);
 void ep_acts_free(const Backend *be, EpActs *a);
 void ep_stats_reset(EpActs *a);
 

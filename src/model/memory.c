@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "model/moe_block.h"
 #include "model/params.h"
 #include "moe/moe_ops.h"
 
@@ -36,21 +37,12 @@ size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) 
     const size_t E = (size_t)c->num_experts, K = (size_t)c->top_k;
     const size_t N = (size_t)B * T;
     /* assignments per token A and slots S, per routing mode (moe_acts_alloc) */
-    const MoeHyper hp = {.E = c->num_experts,
-                         .K = c->top_k,
-                         .balance = c->balance,
-                         .routing = c->routing,
-                         .ec_capacity = c->ec_capacity,
-                         .capacity_factor = c->capacity_factor,
-                         .cap_scope = c->capacity_scope,
-                         .min_capacity = c->min_capacity,
-                         .padded = c->padded,
-                         .eval_capacity_factor = c->eval_capacity_factor,
-                         .T = T};
+    MoeSpec spec; /* the spec model_init builds: the formula sizes what it allocates */
+    moe_spec_from_config(&spec, c, T);
     const int ec = c->routing == MOE_ROUTING_EXPERT_CHOICE && E > 0;
     /* S: N K, E cap for expert choice, or the padded rows of a padded capacity plan when they
      * outnumber the assignments (moe_slots_max) */
-    const size_t A = ec ? E : K, NA = N * A, S = E > 0 ? moe_slots_max(&hp, (int)N) : N * K;
+    const size_t A = ec ? E : K, NA = N * A, S = E > 0 ? moe_slots_max(&spec, (int)N) : N * K;
     const size_t FS = (size_t)c->num_shared * FE; /* hidden size of the shared experts' SwiGLU */
 
     /* ---- parameters, gradients, AdamW moments: one buffer of P floats each ------------- */
@@ -96,7 +88,7 @@ size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) 
             if (c->noise > 0.0f) m.acts_ffn += N * E;
             /* work: the routing ops' scratch (moe_work_bytes: the balance loss, the router's
              * backward, the capacity or expert-choice ranking), in 4-byte words */
-            m.acts_ffn += (moe_work_bytes(&hp, (int)N) + 3) / 4;
+            m.acts_ffn += (moe_work_bytes(&spec, (int)N) + 3) / 4;
             /* sg, su, sh: the shared experts' SwiGLU (Fs = 0 without them) */
             m.acts_ffn += 3 * N * FS;
             /* int words of the block: idx (N, A) plus one spare word, and the dispatch

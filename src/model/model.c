@@ -84,30 +84,8 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
         free(host);
     }
 
-    m->hp = (MoeHyper){.C = C,
-                       .E = c->num_experts,
-                       .K = c->top_k,
-                       .F = config_expert_hidden(c),
-                       .renorm = c->norm_topk,
-                       .aux_coef = c->aux_coef,
-                       .z_coef = c->z_coef,
-                       .score = c->score,
-                       .topk_first = c->topk_before_softmax,
-                       .route_scale = c->route_scale,
-                       .balance = c->balance,
-                       .jitter = c->jitter,
-                       .noise = c->noise,
-                       .routing = c->routing,
-                       .ec_capacity = c->ec_capacity,
-                       .capacity_factor = c->capacity_factor,
-                       .cap_scope = c->capacity_scope,
-                       .min_capacity = c->min_capacity,
-                       .drop_policy = c->drop_policy,
-                       .padded = c->padded,
-                       .eval_capacity_factor = c->eval_capacity_factor,
-                       .second_random = c->second_expert_random,
-                       .T = T, /* sizes the padded per-sequence buffers */
-                       .dist = m->dist};
+    /* the MoE blocks' fixed settings; T sizes the padded per-sequence buffers */
+    moe_spec_from_config(&m->spec, c, T);
     /* a stream apart from the init and data streams, so turning noise on changes nothing else */
     rng_seed(&m->router_rng, c->seed ^ 0x6e6f697365524e47ull);
 
@@ -130,7 +108,7 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
         a->rstd2 = dev(m, N);
         if (config_is_moe_layer(c, l)) {
             a->moe = (MoeActs *)calloc_check(1, sizeof(MoeActs));
-            moe_acts_alloc(be, a->moe, &m->hp, (int)N);
+            moe_acts_alloc(be, a->moe, &m->spec, m->dist, (int)N);
             m->n_moe++;
             if (Fs > 0) {
                 a->sg = dev(m, N * Fs);
@@ -166,7 +144,7 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
         m->dfh = dev(m, N * F);
     }
     m->dlogits = dev(m, N * MOE_VOCAB);
-    if (m->n_moe > 0) moe_scratch_alloc(be, &m->moe_scratch, &m->hp, (int)N);
+    if (m->n_moe > 0) moe_scratch_alloc(be, &m->moe_scratch, &m->spec, (int)N);
     if (m->n_moe > 0 && Fs > 0) {
         m->dsg = dev(m, N * Fs);
         m->dsu = dev(m, N * Fs);
@@ -261,6 +239,22 @@ static MoeWeights moe_weights(const LayerView *lw) {
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
+/* The MoE blocks' context of one call on sequences of T tokens: while training, the
+ * exploration stream (when the spec draws any noise) and training's capacity; else no noise
+ * and evaluation's capacity. */
+static MoeCtx block_ctx(Model *m, int T) {
+    const MoeSpec *s = &m->spec;
+    MoeCtx x;
+    if (m->training) {
+        const int draws = s->jitter > 0.0f || s->noise > 0.0f || s->second_expert_random;
+        moe_ctx_train(&x, s, T, draws ? &m->router_rng : NULL);
+    } else {
+        moe_ctx_eval(&x, s, T);
+    }
+    x.dist = m->dist;
+    return x;
+}
+
 static void block_forward(Model *m, int l, float *out, const float *in, int B, int T) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
@@ -284,17 +278,11 @@ static void block_forward(Model *m, int l, float *out, const float *in, int B, i
     PROF(PROF_NORM, be->rmsnorm_forward(be, a->ln2, a->rstd2, a->resid_mid, lw->ffn_norm, N, C));
     if (a->moe) {
         MoeWeights wt = moe_weights(lw);
-        if (m->hp.balance == MOE_BALANCE_AUX_FREE) wt.bias = a->router_bias;
-        MoeHyper hp = m->hp;
-        hp.T = T; /* seq_aux balances each sequence of T tokens */
-        if (m->training && (hp.jitter > 0.0f || hp.noise > 0.0f || hp.second_random))
-            hp.rng = &m->router_rng;
-        /* evaluation may run at its own capacity (0: dropless) */
-        if (!m->training && hp.eval_capacity_factor >= 0.0f)
-            hp.capacity_factor = hp.eval_capacity_factor;
-        moe_block_forward(be, m->dtmp, a->moe, a->ln2, &wt, &hp, N);
+        if (m->spec.balance == MOE_BALANCE_AUX_FREE) wt.bias = a->router_bias;
+        const MoeCtx x = block_ctx(m, T);
+        moe_block_forward(be, m->dtmp, a->moe, a->ln2, &wt, &m->spec, &x, N);
         if (a->sg) { /* shared experts: one dense SwiGLU, weight 1; dln is free scratch here */
-            const int Fs = c->num_shared * m->hp.F;
+            const int Fs = c->num_shared * m->spec.d_expert;
             PROF(PROF_DENSE_FFN, be->matmul_forward(be, a->sg, a->ln2, lw->s_gate, N, C, Fs));
             PROF(PROF_DENSE_FFN, be->matmul_forward(be, a->su, a->ln2, lw->s_up, N, C, Fs));
             PROF(PROF_SWIGLU, be->swiglu_forward(be, a->sh, a->sg, a->su, N, Fs));
@@ -347,7 +335,7 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
     PROF(PROF_LOSS,
          be->crossentropy_forward(be, m->losses, m->logits, m->logits, targets, N, MOE_VOCAB));
     m->loss = (float)(be->sum(be, m->losses, (size_t)N) / N); /* in token order: deterministic */
-    return m->loss + moe_balance_coef(&m->hp) * aux_sum + c->z_coef * z_sum;
+    return m->loss + moe_balance_coef(&m->spec) * aux_sum + c->z_coef * z_sum;
 }
 
 /* ---- backward ----------------------------------------------------------------------------- */
@@ -368,10 +356,11 @@ static void block_backward(Model *m, int l, float *dx, const float *dout, const 
     if (a->moe) {
         MoeWeights wt = moe_weights(lw);
         MoeGrads gr = {.router = gw->router, .Wg = gw->e_gate, .Wu = gw->e_up, .Wd = gw->e_down};
-        moe_block_backward(be, m->dln, &gr, dout, a->moe, a->ln2, &wt, &m->hp, &m->moe_scratch,
-                           loss_scale);
+        const MoeCtx x = block_ctx(m, T);
+        moe_block_backward(be, m->dln, &gr, dout, a->moe, a->ln2, &wt, &m->spec, &x,
+                           &m->moe_scratch, loss_scale);
         if (a->sg) { /* + (silu(ln2 Wsg^T) * ln2 Wsu^T) Wsd^T: its input gradients add to dln */
-            const int Fs = c->num_shared * m->hp.F;
+            const int Fs = c->num_shared * m->spec.d_expert;
             PROF(PROF_DENSE_FFN,
                  be->matmul_backward(be, m->dsh, gw->s_down, dout, a->sh, lw->s_down, N, Fs, C));
             PROF(PROF_SWIGLU, be->swiglu_backward(be, m->dsg, m->dsu, m->dsh, a->sg, a->su, N, Fs));
@@ -439,7 +428,7 @@ void model_backward(Model *m, float loss_scale) {
 }
 
 void model_update_router_bias(Model *m, const double *count) {
-    if (m->hp.balance != MOE_BALANCE_AUX_FREE) return;
+    if (m->spec.balance != MOE_BALANCE_AUX_FREE) return;
     const int E = m->cfg.num_experts;
     for (int b = 0; b < m->n_moe; b++)
         router_bias_update(m->router_bias + (size_t)b * E, count + (size_t)b * E, E,

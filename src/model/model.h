@@ -43,7 +43,7 @@ typedef struct {
     ParamView w, g;                /* named views into params and grads */
     int B, T;                      /* capacity of the activation buffers */
     int n_moe;                     /* MoE blocks */
-    MoeHyper hp;
+    MoeSpec spec;                  /* the MoE blocks' specification (moe_spec_from_config) */
     /* aux-free balancing state (moe.balance=aux_free): one bias per expert and MoE block,
      * added to the scores for the top-k choice only. Not a parameter: no gradient, no AdamW;
      * updated by model_update_router_bias and saved in checkpoints ("router_bias/layers.L"). */

@@ -31,48 +31,75 @@
 #include "model/ep.h"
 #include "model/profile.h"
 
+void moe_spec_from_config(MoeSpec *s, const Config *c, int seq_len) {
+    *s = (MoeSpec){.d_model = c->d_model,
+                   .num_experts = c->num_experts,
+                   .top_k = c->top_k,
+                   .d_expert = config_expert_hidden(c),
+                   .norm_topk = c->norm_topk,
+                   .aux_coef = c->aux_coef,
+                   .z_coef = c->z_coef,
+                   .score = c->score,
+                   .topk_before_softmax = c->topk_before_softmax,
+                   .route_scale = c->route_scale,
+                   .balance = c->balance,
+                   .jitter = c->jitter,
+                   .noise = c->noise,
+                   .routing = c->routing,
+                   .ec_capacity = c->ec_capacity,
+                   .capacity_factor = c->capacity_factor,
+                   .capacity_scope = c->capacity_scope,
+                   .min_capacity = c->min_capacity,
+                   .drop_policy = c->drop_policy,
+                   .padded = c->padded,
+                   .eval_capacity_factor = c->eval_capacity_factor,
+                   .second_expert_random = c->second_expert_random,
+                   .seq_len = seq_len};
+}
+
 /* The routing arrays idx, w, dw hold NA = N A entries (A = K, or E for expert choice: every
  * (token, expert) pair is a candidate); the slot buffers S rows (moe_slots_max). */
-void moe_acts_alloc(const Backend *be, MoeActs *a, const MoeHyper *hp, int N_max) {
-    const int A = moe_assignments_per_token(hp);
-    size_t N = (size_t)N_max, NA = N * A, S = moe_slots_max(hp, N_max);
+void moe_acts_alloc(const Backend *be, MoeActs *a, const MoeSpec *s, Dist *dist, int N_max) {
+    const int C = s->d_model, E = s->num_experts, F = s->d_expert;
+    const int A = moe_assignments_per_token(s);
+    size_t N = (size_t)N_max, NA = N * A, S = moe_slots_max(s, N_max);
     memset(a, 0, sizeof(*a));
-    a->logits = be_floats(be, N * hp->E);
-    a->scores = be_floats(be, N * hp->E);
+    a->logits = be_floats(be, N * E);
+    a->scores = be_floats(be, N * E);
     a->lse = be_floats(be, N);
     a->idx = be_ints(be, NA + 1);
     a->w = be_floats(be, NA);
     /* the dispatch plan; a padded capacity plan has more rows (slot_token entries) than
      * assignments */
     DispatchPlan *p = &a->plan;
-    p->E = hp->E;
+    p->E = E;
     p->K = A;
-    p->counts = be_ints(be, (size_t)hp->E);
-    p->offsets = be_ints(be, (size_t)hp->E + 1);
+    p->counts = be_ints(be, (size_t)E);
+    p->offsets = be_ints(be, (size_t)E + 1);
     p->slot = be_ints(be, NA + 1);
     p->slot_token = be_ints(be, (S > NA ? S : NA) + 1);
-    a->xe = be_floats(be, S * hp->C);
-    a->ye = be_floats(be, S * hp->C);
-    a->g = be_floats(be, S * hp->F);
-    a->u = be_floats(be, S * hp->F);
-    a->h = be_floats(be, S * hp->F);
-    if (hp->jitter > 0.0f) {
-        a->jit = be_floats(be, N * hp->C);
-        a->xj = be_floats(be, N * hp->C);
+    a->xe = be_floats(be, S * C);
+    a->ye = be_floats(be, S * C);
+    a->g = be_floats(be, S * F);
+    a->u = be_floats(be, S * F);
+    a->h = be_floats(be, S * F);
+    if (s->jitter > 0.0f) {
+        a->jit = be_floats(be, N * C);
+        a->xj = be_floats(be, N * C);
     }
-    if (hp->noise > 0.0f) a->noise = be_floats(be, N * hp->E);
-    a->work_bytes = (moe_work_bytes(hp, N_max) + 3) / 4 * 4; /* whole 4-byte words */
+    if (s->noise > 0.0f) a->noise = be_floats(be, N * E);
+    a->work_bytes = (moe_work_bytes(s, N_max) + 3) / 4 * 4; /* whole 4-byte words */
     a->work = be->alloc(be, a->work_bytes);
-    route_stats_alloc(&a->route, hp->E);
-    if (!be->host_memory && (hp->jitter > 0.0f || hp->noise > 0.0f))
-        a->drawn = (float *)malloc_check(N * (hp->C > hp->E ? hp->C : hp->E) * sizeof(float));
-    if (hp->dist && hp->dist->world > 1) {
-        a->global_f = floats_alloc((size_t)hp->E);
-        a->global_count = (double *)calloc_check((size_t)hp->E + 1, sizeof(double));
+    route_stats_alloc(&a->route, E);
+    if (!be->host_memory && (s->jitter > 0.0f || s->noise > 0.0f))
+        a->drawn = (float *)malloc_check(N * (C > E ? C : E) * sizeof(float));
+    if (dist && dist->world > 1) {
+        a->global_f = floats_alloc((size_t)E);
+        a->global_count = (double *)calloc_check((size_t)E + 1, sizeof(double));
     }
-    if (hp->dist && hp->dist->ep > 1) {
+    if (dist && dist->ep > 1) {
         a->ep = (EpActs *)calloc_check(1, sizeof(EpActs));
-        ep_acts_alloc(be, a->ep, hp, hp->dist->ep, (int)S);
+        ep_acts_alloc(be, a->ep, s, dist->ep, (int)S);
     }
 }
 
@@ -106,24 +133,26 @@ void moe_acts_free(const Backend *be, MoeActs *a) {
     memset(a, 0, sizeof(*a));
 }
 
-void moe_scratch_alloc(const Backend *be, MoeScratch *s, const MoeHyper *hp, int N_max) {
-    size_t N = (size_t)N_max, NA = N * moe_assignments_per_token(hp);
-    size_t S = moe_slots_max(hp, N_max);
-    s->dlogits = be_floats(be, N * hp->E);
-    s->dw = be_floats(be, NA);
-    s->dxe = be_floats(be, S * hp->C);
-    s->dye = be_floats(be, S * hp->C);
-    s->dg = be_floats(be, S * hp->F);
-    s->du = be_floats(be, S * hp->F);
-    s->dh = be_floats(be, S * hp->F);
-    s->dx_router = be_floats(be, N * hp->C);
+void moe_scratch_alloc(const Backend *be, MoeScratch *scr, const MoeSpec *s, int N_max) {
+    const size_t C = (size_t)s->d_model, E = (size_t)s->num_experts, F = (size_t)s->d_expert;
+    size_t N = (size_t)N_max, NA = N * moe_assignments_per_token(s);
+    size_t S = moe_slots_max(s, N_max);
+    scr->dlogits = be_floats(be, N * E);
+    scr->dw = be_floats(be, NA);
+    scr->dxe = be_floats(be, S * C);
+    scr->dye = be_floats(be, S * C);
+    scr->dg = be_floats(be, S * F);
+    scr->du = be_floats(be, S * F);
+    scr->dh = be_floats(be, S * F);
+    scr->dx_router = be_floats(be, N * C);
 }
 
-void moe_scratch_free(const Backend *be, MoeScratch *s) {
-    float *mine[] = {s->dlogits, s->dw, s->dxe, s->dye, s->dg, s->du, s->dh, s->dx_router};
+void moe_scratch_free(const Backend *be, MoeScratch *scr) {
+    float *mine[] = {scr->dlogits, scr->dw, scr->dxe, scr->dye,
+                     scr->dg,      scr->du, scr->dh,  scr->dx_router};
     for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
         if (mine[i]) be->free(be, mine[i]);
-    memset(s, 0, sizeof(*s));
+    memset(scr, 0, sizeof(*scr));
 }
 
 /* Exploration noise (training only). The numbers are drawn serially on the host from rng in a
@@ -140,69 +169,72 @@ static void draw(const Backend *be, float *dst, float *staging, size_t n, Rng *r
 
 /* f (E) = the fraction of all the processes' assignments that chose each expert: the local
  * counts summed over the world (exact: integers in doubles), for the aux loss. */
-static void global_fractions(float *f, double *count, const int *idx, int N, const MoeHyper *hp) {
+static void global_fractions(float *f, double *count, const int *idx, int N, const MoeSpec *s,
+                             Dist *dist) {
     /* count (E + 1): scratch */
-    for (int e = 0; e < hp->E; e++) count[e] = 0.0;
-    for (size_t j = 0; j < (size_t)N * hp->K; j++) count[idx[j]] += 1.0;
-    count[hp->E] = (double)N * hp->K;
-    dist_allreduce_sum_d(hp->dist, DIST_WORLD, count, (size_t)hp->E + 1);
-    for (int e = 0; e < hp->E; e++) f[e] = (float)(count[e] / count[hp->E]);
+    const int E = s->num_experts, K = s->top_k;
+    for (int e = 0; e < E; e++) count[e] = 0.0;
+    for (size_t j = 0; j < (size_t)N * K; j++) count[idx[j]] += 1.0;
+    count[E] = (double)N * K;
+    dist_allreduce_sum_d(dist, DIST_WORLD, count, (size_t)E + 1);
+    for (int e = 0; e < E; e++) f[e] = (float)(count[e] / count[E]);
 }
 
 void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
-                       const MoeWeights *wt, const MoeHyper *hp, int N) {
+                       const MoeWeights *wt, const MoeSpec *s, const MoeCtx *ctx, int N) {
     /* y (N, C) written, x (N, C); a holds every intermediate for the backward pass. */
-    const int C = hp->C, E = hp->E, F = hp->F;
-    MoeHyper hw = *hp; /* with the block's scratch: the routing ops allocate nothing */
-    hw.work = a->work, hw.work_bytes = a->work_bytes;
-    hp = &hw;
+    const int C = s->d_model, E = s->num_experts, F = s->d_expert;
+    MoeCtx cw = *ctx; /* with the block's scratch: the routing ops allocate nothing */
+    cw.work = a->work, cw.work_bytes = a->work_bytes;
+    Rng *rng = cw.rng;
     const size_t NC = (size_t)N * C, NE = (size_t)N * E;
     a->N = N;
-    a->T = hp->T;
-    a->jittered = hp->rng && hp->jitter > 0.0f;
+    a->T = cw.T;
+    a->jittered = rng && s->jitter > 0.0f;
     /* jitter (Switch Transformer): xj = x * jit, jit ~ U(1 - jitter, 1 + jitter) elementwise;
      * the router sees a slightly different input each step, the experts do not */
     if (a->jittered)
         PROF(PROF_ROUTER,
-             (draw(be, a->jit, a->drawn, NC, hp->rng, 0, 1.0f - hp->jitter, 2.0f * hp->jitter),
+             (draw(be, a->jit, a->drawn, NC, rng, 0, 1.0f - s->jitter, 2.0f * s->jitter),
               be->mul(be, a->xj, x, a->jit, NC)));
     PROF(PROF_ROUTER,
          be->matmul_forward(be, a->logits, a->jittered ? a->xj : x, wt->router, N, C, E));
     /* logit noise: logits += N(0, noise^2), a constant as far as the gradient is concerned */
-    if (hp->rng && hp->noise > 0.0f)
-        PROF(PROF_ROUTER, (draw(be, a->noise, a->drawn, NE, hp->rng, 1, 0.0f, hp->noise),
+    if (rng && s->noise > 0.0f)
+        PROF(PROF_ROUTER, (draw(be, a->noise, a->drawn, NE, rng, 1, 0.0f, s->noise),
                            be->add(be, a->logits, a->logits, a->noise, NE)));
-    PROF(PROF_ROUTER, be->router_scores_forward(be, a->scores, a->lse, a->logits, N, hp));
-    if (hp->routing == MOE_ROUTING_EXPERT_CHOICE) {
+    PROF(PROF_ROUTER, be->router_scores_forward(be, a->scores, a->lse, a->logits, N, s));
+    if (s->routing == MOE_ROUTING_EXPERT_CHOICE) {
         /* the experts choose, and the choice is the plan; balanced by construction, so there
          * is no balance loss (aux_loss 0) */
-        PROF(PROF_ROUTER, be->expert_choice_forward(be, a->idx, a->w, &a->plan, a->scores, N, hp));
+        PROF(PROF_ROUTER,
+             be->expert_choice_forward(be, a->idx, a->w, &a->plan, a->scores, N, s, &cw));
         a->aux_loss = 0.0f;
         PROF(PROF_ROUTER, a->z_loss = be->router_z_loss(be, a->lse, N));
     } else {
         PROF(PROF_ROUTER,
-             be->router_gate_forward(be, a->idx, a->w, a->scores, a->logits, wt->bias, N, hp));
-        MoeHyper hpb = *hp; /* the scratch too */
+             be->router_gate_forward(be, a->idx, a->w, a->scores, a->logits, wt->bias, N, s));
         if (a->global_f) {
-            PROF(PROF_ROUTER, global_fractions(a->global_f, a->global_count, a->idx, N, hp));
-            hpb.global_f = a->global_f;
+            PROF(PROF_ROUTER,
+                 global_fractions(a->global_f, a->global_count, a->idx, N, s, cw.dist));
+            cw.global_f = a->global_f;
         }
-        PROF(PROF_ROUTER, a->aux_loss = be->router_balance_loss(be, a->scores, a->idx, N, &hpb));
+        PROF(PROF_ROUTER, a->aux_loss = be->router_balance_loss(be, a->scores, a->idx, N, s, &cw));
         PROF(PROF_ROUTER, a->z_loss = be->router_z_loss(be, a->lse, N));
-        if (hp->capacity_factor > 0.0f) /* capacity.c: drops (slot -1), maybe padding */
-            PROF(PROF_PERMUTE, be->capacity_plan_build(be, &a->plan, a->idx, a->scores, a->w, N, hp,
-                                                       hp->second_random ? hp->rng : NULL));
+        if (cw.capacity_factor > 0.0f) /* capacity.c: drops (slot -1), maybe padding */
+            PROF(PROF_PERMUTE,
+                 be->capacity_plan_build(be, &a->plan, a->idx, a->scores, a->w, N, s, &cw));
         else
             PROF(PROF_PERMUTE, be->dispatch_plan_build(be, &a->plan, a->idx, N));
     }
     /* what the routing did, for the trainer's router.csv (a few numbers per expert) */
-    PROF(PROF_ROUTER, be->route_stats(be, &a->route, a->scores, a->idx, &a->plan, N, hp));
+    PROF(PROF_ROUTER, be->route_stats(be, &a->route, a->scores, a->idx, &a->plan, N, s));
     PROF(PROF_PERMUTE, be->permute_forward(be, a->xe, x, &a->plan, C));
     /* each slice: its counts[e] kept rows, then any padding rows (a padded capacity plan; for
      * every other plan counts[e] is the whole slice) */
     if (a->ep) /* the experts live on the members of the expert-parallel group */
         PROF(PROF_EXPERTS, ep_experts_forward(be, a->ye, a->ep, a->xe, &a->plan, wt->Wg, wt->Wu,
-                                              wt->Wd, hp->dist));
+                                              wt->Wd, cw.dist));
     else
         PROF(PROF_EXPERTS, be->experts_forward(be, a->ye, a->g, a->u, a->h, a->xe, wt->Wg, wt->Wu,
                                                wt->Wd, a->plan.offsets, a->plan.counts, E, C, F));
@@ -210,53 +242,55 @@ void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
 }
 
 void moe_block_backward(const Backend *be, float *dx, MoeGrads *gr, const float *dy,
-                        const MoeActs *a, const float *x, const MoeWeights *wt, const MoeHyper *hp,
-                        MoeScratch *s, float loss_scale) {
+                        const MoeActs *a, const float *x, const MoeWeights *wt, const MoeSpec *s,
+                        const MoeCtx *ctx, MoeScratch *scr, float loss_scale) {
     /* dx (N, C) written (may be NULL), dy (N, C), x (N, C); gr fields accumulated (each may be
      * NULL, as may gr itself).
      *
      * The scalar being differentiated is
      *   L = <dy, y> + loss_scale (moe_balance_coef aux_loss + z_coef z_loss),
      * so the balance and z gradients enter at the router with the same scaling as dy. */
-    const int N = a->N, C = hp->C, E = hp->E, F = hp->F;
+    const int N = a->N, C = s->d_model, E = s->num_experts, F = s->d_expert;
     const size_t NC = (size_t)N * C;
     float *gWr = gr ? gr->router : NULL, *gWg = gr ? gr->Wg : NULL;
     float *gWu = gr ? gr->Wu : NULL, *gWd = gr ? gr->Wd : NULL;
 
     /* expert path: y = combine(ye, w) -> ye = experts(xe) -> xe = gather(x) */
-    PROF(PROF_PERMUTE, be->combine_backward(be, s->dye, s->dw, dy, a->ye, a->w, &a->plan, C));
+    PROF(PROF_PERMUTE, be->combine_backward(be, scr->dye, scr->dw, dy, a->ye, a->w, &a->plan, C));
     if (a->ep)
-        PROF(PROF_EXPERTS, ep_experts_backward(be, dx ? s->dxe : NULL, gWg, gWu, gWd, s->dye, a->ep,
-                                               &a->plan, wt->Wg, wt->Wu, wt->Wd, hp->dist));
+        PROF(PROF_EXPERTS, ep_experts_backward(be, dx ? scr->dxe : NULL, gWg, gWu, gWd, scr->dye,
+                                               a->ep, &a->plan, wt->Wg, wt->Wu, wt->Wd, ctx->dist));
     else
         PROF(PROF_EXPERTS,
-             be->experts_backward(be, dx ? s->dxe : NULL, gWg, gWu, gWd, s->dg, s->du, s->dh,
-                                  s->dye, a->xe, a->g, a->u, a->h, wt->Wg, wt->Wu, wt->Wd,
-                                  a->plan.offsets, a->plan.counts, E, C, F));
-    if (dx) PROF(PROF_PERMUTE, be->permute_backward(be, dx, s->dxe, &a->plan, C));
+             be->experts_backward(be, dx ? scr->dxe : NULL, gWg, gWu, gWd, scr->dg, scr->du,
+                                  scr->dh, scr->dye, a->xe, a->g, a->u, a->h, wt->Wg, wt->Wu,
+                                  wt->Wd, a->plan.offsets, a->plan.counts, E, C, F));
+    if (dx) PROF(PROF_PERMUTE, be->permute_backward(be, dx, scr->dxe, &a->plan, C));
 
     /* router path: w, aux, z <- scores, lse <- logits = x Wr^T */
-    MoeHyper hpa = *hp;
-    hpa.T = a->T;               /* the sequences of the forward pass */
-    hpa.global_f = a->global_f; /* across processes: the whole batch's f (else NULL) */
-    hpa.work = a->work, hpa.work_bytes = a->work_bytes; /* the block's scratch */
-    if (hp->routing == MOE_ROUTING_EXPERT_CHOICE) {
+    MoeCtx cb = *ctx;
+    cb.T = a->T;               /* the sequences of the forward pass */
+    cb.global_f = a->global_f; /* across processes: the whole batch's f (else NULL) */
+    cb.work = a->work, cb.work_bytes = a->work_bytes; /* the block's scratch */
+    MoeSpec sb = *s;
+    if (s->routing == MOE_ROUTING_EXPERT_CHOICE) {
         /* w[n, e] = route_scale scores[n, e] for every pair (dw = 0 where e did not pick n):
          * the gate backward of E "chosen" experts per token, unnormalised, no balance loss,
          * gives ds = route_scale dw, then the softmax (or sigmoid) and the z-loss terms */
-        hpa.K = E;
-        hpa.renorm = 0;
-        hpa.topk_first = 0;
-        hpa.balance = MOE_BALANCE_NONE;
+        sb.top_k = E;
+        sb.norm_topk = 0;
+        sb.topk_before_softmax = 0;
+        sb.balance = MOE_BALANCE_NONE;
     }
     PROF(PROF_ROUTER, be->router_gate_backward(
-                          be, s->dlogits, s->dw, a->scores, a->lse, a->logits, a->idx, a->w, N,
-                          &hpa, moe_balance_coef(&hpa) * loss_scale, hp->z_coef * loss_scale));
+                          be, scr->dlogits, scr->dw, a->scores, a->lse, a->logits, a->idx, a->w, N,
+                          &sb, &cb, moe_balance_coef(&sb) * loss_scale, s->z_coef * loss_scale));
     /* logits = xj Wr^T with xj = x * jit: dWr sees xj, and dx(router) = (dlogits Wr) * jit */
     const float *xr = a->jittered ? a->xj : x;
-    PROF(PROF_ROUTER, be->matmul_backward(be, dx ? s->dx_router : NULL, gWr, s->dlogits, xr,
+    PROF(PROF_ROUTER, be->matmul_backward(be, dx ? scr->dx_router : NULL, gWr, scr->dlogits, xr,
                                           wt->router, N, C, E));
-    if (dx && a->jittered) PROF(PROF_ROUTER, be->mul(be, s->dx_router, s->dx_router, a->jit, NC));
+    if (dx && a->jittered)
+        PROF(PROF_ROUTER, be->mul(be, scr->dx_router, scr->dx_router, a->jit, NC));
     /* x feeds both paths: dx = dx(experts) + dx(router) */
-    if (dx) PROF(PROF_RESIDUAL, be->add(be, dx, dx, s->dx_router, NC));
+    if (dx) PROF(PROF_RESIDUAL, be->add(be, dx, dx, scr->dx_router, NC));
 }

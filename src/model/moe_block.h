@@ -7,7 +7,15 @@
 #define MOE_MODEL_MOE_BLOCK_H
 
 #include "backend/backend.h"
+#include "config/config.h"
 #include "moe/moe_ops.h"
+
+/* ---- the block's specification ---------------------------------------------------------------
+ * s (written) = the MoE block of the config c, its buffers sized for sequences of seq_len
+ * tokens: every moe.* key of the block under its own name, d_model, and d_expert =
+ * config_expert_hidden(c). The one place a MoeSpec is built from a Config (model.c, the
+ * memory formula, the chapter programs), so they cannot disagree. */
+void moe_spec_from_config(MoeSpec *s, const Config *c, int seq_len);
 
 /* ---- the block's weights, activations and scratch -------------------------------------------- */
 
@@ -34,18 +42,18 @@ typedef struct {
     float *xe, *ye;         /* (S, C), S = moe_slots_max: N*K, or E*cap (expert choice) */
     float *g, *u, *h;       /* (S, F) */
     float aux_loss, z_loss; /* unscaled values of the last forward */
-    int T;                  /* hp->T of the last forward (seq_aux backward) */
-    /* jitter (allocated when hp->jitter > 0): the router reads xj = x * jit instead of x */
+    int T;                  /* MoeCtx.T of the last forward (seq_aux backward) */
+    /* jitter (allocated when s->jitter > 0): the router reads xj = x * jit instead of x */
     float *jit, *xj;  /* (N, C) the factors drawn, the jittered input */
     int jittered;     /* the last forward used xj */
-    float *noise;     /* (N, E) the logit noise drawn (allocated when hp->noise > 0) */
+    float *noise;     /* (N, E) the logit noise drawn (allocated when s->noise > 0) */
     float *drawn;     /* host staging of the draws, (N, max(C, E)), for a backend whose memory
                          is not the host's (NULL otherwise: the draws land in place) */
     RouteStats route; /* what the last forward's routing did (host numbers, route_stats) */
-    void *work;       /* the routing ops' scratch (MoeHyper.work), work_bytes of it */
+    void *work;       /* the routing ops' scratch (MoeCtx.work), work_bytes of it */
     size_t work_bytes;
-    /* more than one process (hp->dist): the aux loss's f over the whole batch (E), and with
-     * expert parallelism the rows this member's experts received (src/model/ep.h) */
+    /* more than one process (dist of moe_acts_alloc): the aux loss's f over the whole batch
+     * (E), and with expert parallelism the rows this member's experts received (ep.h) */
     float *global_f;
     double *global_count; /* (E + 1) the counts summed across processes, then the total */
     struct EpActs *ep;
@@ -60,22 +68,27 @@ typedef struct {
     float *dx_router;    /* (N, C) */
 } MoeScratch;
 
-/* The buffers are the backend's memory (be->alloc), allocated once. */
-void moe_acts_alloc(const Backend *be, MoeActs *a, const MoeHyper *hp, int N_max);
+/* The buffers are the backend's memory (be->alloc), allocated once, for up to N_max tokens
+ * in sequences of s->seq_len. dist: the processes the block will run over (the same as every
+ * call's MoeCtx.dist), or NULL for one. */
+void moe_acts_alloc(const Backend *be, MoeActs *a, const MoeSpec *s, struct Dist *dist, int N_max);
 void moe_acts_free(const Backend *be, MoeActs *a);
-void moe_scratch_alloc(const Backend *be, MoeScratch *s, const MoeHyper *hp, int N_max);
-void moe_scratch_free(const Backend *be, MoeScratch *s);
+void moe_scratch_alloc(const Backend *be, MoeScratch *scr, const MoeSpec *s, int N_max);
+void moe_scratch_free(const Backend *be, MoeScratch *scr);
 
-/* y (N, C) (written) = MoE(x); fills a (routing, activations, aux_loss, z_loss). With hp->rng
+/* y (N, C) (written) = MoE(x); fills a (routing, activations, aux_loss, z_loss). ctx is this
+ * call's context (its work is ignored: the block brings its own scratch; with several
+ * processes, so is its global_f: the block counts f over them). With ctx->rng
  * set (training), draws the jitter factors (N*C uniforms, token-major), then the logit noise
- * (N*E normals), then (capacity mode, second_random, K = 2) one uniform per token for the
- * second expert, serially: the stream is deterministic. */
+ * (N*E normals), then (capacity mode, second_expert_random, K = 2) one uniform per token for
+ * the second expert, serially: the stream is deterministic. */
 void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
-                       const MoeWeights *wt, const MoeHyper *hp, int N);
+                       const MoeWeights *wt, const MoeSpec *s, const MoeCtx *ctx, int N);
 /* dx (N, C) (written); grads accumulated. loss_scale multiplies the aux and z loss gradients
- * (1 / accum), matching the scaling of dy. */
+ * (1 / accum), matching the scaling of dy. ctx gives the processes (dist); the router's
+ * backward runs with the forward's T, f and scratch, kept in a. */
 void moe_block_backward(const Backend *be, float *dx, MoeGrads *gr, const float *dy,
-                        const MoeActs *a, const float *x, const MoeWeights *wt, const MoeHyper *hp,
-                        MoeScratch *s, float loss_scale);
+                        const MoeActs *a, const float *x, const MoeWeights *wt, const MoeSpec *s,
+                        const MoeCtx *ctx, MoeScratch *scr, float loss_scale);
 
 #endif

@@ -41,7 +41,7 @@
 
 #include "base/util.h"
 
-int moe_capacity(const MoeHyper *hp, float factor, int tokens) {
+int moe_capacity(const MoeSpec *s, float factor, int tokens) {
     /* The factor is a decimal (1.1, 1.25) that float only approximates: 1.1f * 20 / 2 is
      * 11.0000002, whose ceil would be 12. Read it to thousandths (float's relative error,
      * below 6e-8, is far from half a thousandth for any sane factor) and take the ceil of the
@@ -50,11 +50,12 @@ int moe_capacity(const MoeHyper *hp, float factor, int tokens) {
      * them, decided in double before anything is rounded to an integer (a huge factor such as
      * 3e38 would overflow p and the product). Below that, p <= 2000 E / K + 1 and the product
      * p tokens K stays far inside a long long. */
-    if (!((double)factor * hp->K < 2.0 * hp->E)) return tokens > 1 ? tokens : 1;
+    const int E = s->num_experts, K = s->top_k;
+    if (!((double)factor * K < 2.0 * E)) return tokens > 1 ? tokens : 1;
     long long p = llround((double)factor * 1000.0);
-    long long num = p * tokens * hp->K, den = 1000LL * hp->E;
+    long long num = p * tokens * K, den = 1000LL * E;
     long long want = (num + den - 1) / den;
-    long long lo = hp->min_capacity > 1 ? hp->min_capacity : 1;
+    long long lo = s->min_capacity > 1 ? s->min_capacity : 1;
     if (want < lo) want = lo;
     if (want > tokens) want = tokens;
     if (want < 1) want = 1;
@@ -62,19 +63,19 @@ int moe_capacity(const MoeHyper *hp, float factor, int tokens) {
 }
 
 /* Tokens per scope: N, or T per sequence (a shorter last scope keeps the same cap). */
-static int scope_tokens(const MoeHyper *hp, int N) {
-    return hp->cap_scope == MOE_CAP_SEQUENCE && hp->T > 0 && hp->T < N ? hp->T : N;
+static int scope_tokens(const MoeSpec *s, int T, int N) {
+    return s->capacity_scope == MOE_CAP_SEQUENCE && T > 0 && T < N ? T : N;
 }
 
-int moe_expert_rows(const MoeHyper *hp, float factor, int N) {
-    int Ts = scope_tokens(hp, N);
-    return (N + Ts - 1) / Ts * moe_capacity(hp, factor, Ts);
+int moe_expert_rows(const MoeSpec *s, float factor, int T, int N) {
+    int Ts = scope_tokens(s, T, N);
+    return (N + Ts - 1) / Ts * moe_capacity(s, factor, Ts);
 }
 
-size_t moe_padded_slots(const MoeHyper *hp, float factor, int N) {
-    if (hp->routing != MOE_ROUTING_TOKEN_CHOICE || !hp->padded || !(factor > 0.0f) || N <= 0)
+size_t moe_padded_slots(const MoeSpec *s, float factor, int T, int N) {
+    if (s->routing != MOE_ROUTING_TOKEN_CHOICE || !s->padded || !(factor > 0.0f) || N <= 0)
         return 0;
-    return (size_t)hp->E * (size_t)moe_expert_rows(hp, factor, N);
+    return (size_t)s->num_experts * (size_t)moe_expert_rows(s, factor, T, N);
 }
 
 /* One assignment competing for an expert's budget: its expert, score, token and index j. */
@@ -94,17 +95,18 @@ static int cand_cmp(const void *pa, const void *pb) {
     return (a->n > b->n) - (a->n < b->n);
 }
 
-size_t capacity_work_bytes(const MoeHyper *hp, int N) {
+size_t capacity_work_bytes(const MoeSpec *s, int N) {
     /* the candidates of the score policy, then the experts' used budgets */
-    return ((size_t)(N > 0 ? N : 0) * hp->K + 1) * sizeof(Cand) + (size_t)hp->E * sizeof(int);
+    return ((size_t)(N > 0 ? N : 0) * s->top_k + 1) * sizeof(Cand) +
+           (size_t)s->num_experts * sizeof(int);
 }
 
 void capacity_plan_build(DispatchPlan *p, const int *idx, const float *scores, const float *w,
-                         int N, const MoeHyper *hp, Rng *rng) {
-    /* idx (N, K), scores (N, E), w (N, K); p with K = hp->K. p->slot doubles as the keep flag
-     * (0 kept, -1 dropped) until the final pass turns the kept ones into slots. */
+                         int N, const MoeSpec *s, const MoeCtx *x) {
+    /* idx (N, K), scores (N, E), w (N, K); p with K = s->top_k. p->slot doubles as the keep
+     * flag (0 kept, -1 dropped) until the final pass turns the kept ones into slots. */
     const int E = p->E, K = p->K;
-    const int Ts = scope_tokens(hp, N), cap = moe_capacity(hp, hp->capacity_factor, Ts);
+    const int Ts = scope_tokens(s, x->T, N), cap = moe_capacity(s, x->capacity_factor, Ts);
     const size_t NK = (size_t)N * K;
     for (size_t j = 0; j < NK; j++) {
         if (idx[j] < 0 || idx[j] >= E)
@@ -113,21 +115,21 @@ void capacity_plan_build(DispatchPlan *p, const int *idx, const float *scores, c
                       idx[j], j, E);
         p->slot[j] = 0;
     }
-    if (hp->second_random && K == 2 && rng) {
+    if (s->second_expert_random && K == 2 && x->rng) {
         /* GShard: dispatch the second expert with probability min(1, 2 w_2), one draw per
          * token in token order (the stream stays deterministic) */
         for (int n = 0; n < N; n++) {
-            float u = rng_uniform(rng);
+            float u = rng_uniform(x->rng);
             if (u >= 2.0f * w[(size_t)n * 2 + 1]) p->slot[(size_t)n * 2 + 1] = -1;
         }
     }
     void *owned;
-    Cand *cand = (Cand *)moe_work(hp, capacity_work_bytes(hp, N), &owned); /* (N K + 1) */
-    int *used = (int *)(cand + NK + 1);                                    /* (E) */
+    Cand *cand = (Cand *)moe_work(x, capacity_work_bytes(s, N), &owned); /* (N K + 1) */
+    int *used = (int *)(cand + NK + 1);                                  /* (E) */
     for (int t0 = 0; t0 < N; t0 += Ts) {
         const int t1 = t0 + Ts < N ? t0 + Ts : N;
         memset(used, 0, (size_t)E * sizeof(int));
-        if (hp->drop_policy == MOE_DROP_POSITION) {
+        if (s->drop_policy == MOE_DROP_POSITION) {
             /* (n, k) order: earlier tokens claim the budget first */
             for (size_t j = (size_t)t0 * K; j < (size_t)t1 * K; j++) {
                 if (p->slot[j] < 0) continue;
@@ -156,21 +158,21 @@ void capacity_plan_build(DispatchPlan *p, const int *idx, const float *scores, c
     memset(p->counts, 0, (size_t)E * sizeof(int));
     for (size_t j = 0; j < NK; j++)
         if (p->slot[j] == 0) p->counts[idx[j]]++;
-    const int R = (int)(moe_padded_slots(hp, hp->capacity_factor, N) / (size_t)E);
+    const int R = (int)(moe_padded_slots(s, x->capacity_factor, x->T, N) / (size_t)E);
     p->offsets[0] = 0;
     for (int e = 0; e < E; e++) p->offsets[e + 1] = p->offsets[e] + (R > 0 ? R : p->counts[e]);
     /* kept assignments take their slots in (n, k) order: stable, like dispatch_plan_build */
     memset(used, 0, (size_t)E * sizeof(int));
     for (size_t j = 0; j < NK; j++) {
         if (p->slot[j] < 0) continue;
-        int e = idx[j], s = p->offsets[e] + used[e]++;
-        p->slot[j] = s;
-        p->slot_token[s] = (int)(j / (size_t)K);
+        int e = idx[j], sl = p->offsets[e] + used[e]++;
+        p->slot[j] = sl;
+        p->slot_token[sl] = (int)(j / (size_t)K);
     }
     /* padding rows: no token (permute zero-fills them, combine never reads them) */
     for (int e = 0; e < E; e++)
-        for (int s = p->offsets[e] + p->counts[e]; s < p->offsets[e + 1]; s++)
-            p->slot_token[s] = -1;
+        for (int sl = p->offsets[e] + p->counts[e]; sl < p->offsets[e + 1]; sl++)
+            p->slot_token[sl] = -1;
     moe_work_done(owned);
     p->N = N;
     p->S = p->offsets[E];

@@ -36,31 +36,33 @@
 
 #include "base/util.h"
 
-int moe_assignments_per_token(const MoeHyper *hp) {
-    return hp->routing == MOE_ROUTING_EXPERT_CHOICE ? hp->E : hp->K;
+int moe_assignments_per_token(const MoeSpec *s) {
+    return s->routing == MOE_ROUTING_EXPERT_CHOICE ? s->num_experts : s->top_k;
 }
 
-int moe_ec_capacity(const MoeHyper *hp, int N) {
+int moe_ec_capacity(const MoeSpec *s, int N) {
     /* the same exact decimal ceil as moe_capacity (capacity.c): the factor read to
      * thousandths, the ceil taken in integers, so 1.1 x 20 / 2 gives 11, not 12; a factor that
      * asks for twice the tokens or more is all of them, decided before any integer overflows */
-    if (!((double)hp->ec_capacity * hp->K < 2.0 * hp->E)) return N > 1 ? N : 1;
-    long long p = llround((double)hp->ec_capacity * 1000.0);
-    long long num = p * N * hp->K, den = 1000LL * hp->E;
+    const int E = s->num_experts, K = s->top_k;
+    if (!((double)s->ec_capacity * K < 2.0 * E)) return N > 1 ? N : 1;
+    long long p = llround((double)s->ec_capacity * 1000.0);
+    long long num = p * N * K, den = 1000LL * E;
     long long want = (num + den - 1) / den;
     if (want < 1) want = 1;
     if (want > N) want = N;
     return (int)want;
 }
 
-size_t moe_slots_max(const MoeHyper *hp, int N) {
-    if (hp->routing == MOE_ROUTING_EXPERT_CHOICE)
-        return (size_t)hp->E * (size_t)moe_ec_capacity(hp, N);
+size_t moe_slots_max(const MoeSpec *s, int N) {
+    if (s->routing == MOE_ROUTING_EXPERT_CHOICE)
+        return (size_t)s->num_experts * (size_t)moe_ec_capacity(s, N);
     /* token choice keeps at most N K assignments; a padded plan may hold more rows than that
      * (min_capacity, factor > 1), at whichever factor training or evaluation uses */
-    size_t S = (size_t)N * hp->K, tr = moe_padded_slots(hp, hp->capacity_factor, N);
+    const int T = s->seq_len;
+    size_t S = (size_t)N * s->top_k, tr = moe_padded_slots(s, s->capacity_factor, T, N);
     size_t ev =
-        hp->eval_capacity_factor >= 0.0f ? moe_padded_slots(hp, hp->eval_capacity_factor, N) : 0;
+        s->eval_capacity_factor >= 0.0f ? moe_padded_slots(s, s->eval_capacity_factor, T, N) : 0;
     if (tr > S) S = tr;
     if (ev > S) S = ev;
     return S;
@@ -81,15 +83,16 @@ static int cand_cmp(const void *pa, const void *pb) {
     return (a->token > b->token) - (a->token < b->token);
 }
 
-size_t expert_choice_work_bytes(const MoeHyper *hp, int N) {
-    return (size_t)hp->E * (size_t)(N > 0 ? N : 1) * sizeof(Cand); /* every expert's ranking */
+size_t expert_choice_work_bytes(const MoeSpec *s, int N) {
+    /* every expert's ranking */
+    return (size_t)s->num_experts * (size_t)(N > 0 ? N : 1) * sizeof(Cand);
 }
 
 void expert_choice_forward(int *idx, float *w, DispatchPlan *p, const float *scores, int N,
-                           const MoeHyper *hp) {
+                           const MoeSpec *s, const MoeCtx *x) {
     /* idx (N, E), w (N, E), scores (N, E); p allocated for at least N tokens with K = E. */
-    const int E = hp->E, cap = moe_ec_capacity(hp, N);
-    const float rs = hp->route_scale;
+    const int E = s->num_experts, cap = moe_ec_capacity(s, N);
+    const float rs = s->route_scale;
     if (p->K != E)
         moe_fatal("expert_choice_forward: the plan holds %d assignments per token, expert "
                   "choice needs E = %d (allocate it with moe_acts_alloc)",
@@ -101,7 +104,7 @@ void expert_choice_forward(int *idx, float *w, DispatchPlan *p, const float *sco
             w[(size_t)n * E + e] = rs * scores[(size_t)n * E + e];
         }
     void *owned;
-    Cand *cand = (Cand *)moe_work(hp, expert_choice_work_bytes(hp, N), &owned); /* (E, N) */
+    Cand *cand = (Cand *)moe_work(x, expert_choice_work_bytes(s, N), &owned); /* (E, N) */
     /* each expert owns its column of slot and its slice of slot_token: one thread each */
 #pragma omp parallel for
     for (int e = 0; e < E; e++) {
@@ -111,12 +114,12 @@ void expert_choice_forward(int *idx, float *w, DispatchPlan *p, const float *sco
         for (int n = 0; n < N; n++) p->slot[(size_t)n * E + e] = -1;
         for (int r = 0; r < cap; r++) p->slot[(size_t)c[r].token * E + e] = 0; /* picked */
         /* slots in token order: the slice is sorted like a token-choice slice */
-        int s = e * cap;
+        int next = e * cap;
         for (int n = 0; n < N; n++) {
             int *sl = &p->slot[(size_t)n * E + e];
             if (*sl < 0) continue;
-            *sl = s;
-            p->slot_token[s++] = n;
+            *sl = next;
+            p->slot_token[next++] = n;
         }
         p->counts[e] = cap;
         p->offsets[e] = e * cap;

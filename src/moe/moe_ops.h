@@ -45,32 +45,55 @@ enum { MOE_ROUTING_TOKEN_CHOICE = 0, MOE_ROUTING_EXPERT_CHOICE = 1 };
 enum { MOE_CAP_BATCH = 0, MOE_CAP_SEQUENCE = 1 };
 enum { MOE_DROP_POSITION = 0, MOE_DROP_SCORE = 1 };
 
-/* The block's settings. A positional initializer that stops at z_coef leaves the later
- * fields 0: softmax scores and the Switch aux loss (both enums start there), but route_scale 0;
- * call moe_hyper_defaults() to fill them in. */
+/* The block's settings, split by lifetime:
+ *
+ *   MoeSpec  what is fixed for a model: its sizes, its routing and balancing methods, its
+ *            capacity settings. Built once from the Config (moe_spec_from_config in
+ *            model/moe_block.h; tests and chapter programs fill one by hand after
+ *            moe_spec_defaults). Field names are the config keys without "model." / "moe.".
+ *   MoeCtx   what one call runs with: the tokens per sequence of this forward, the capacity
+ *            factor in force (training's or evaluation's), the exploration stream, the
+ *            processes, the aux loss's f from outside, the scratch. Filled per forward or
+ *            backward by its caller (moe_ctx_train / moe_ctx_eval, then dist if any).
+ *
+ * Inside the ops the sizes keep their math letters: C = d_model, E = num_experts,
+ * K = top_k, F = d_expert, T = the context's tokens per sequence. */
 typedef struct {
-    int C, E, K, F;
-    int renorm;        /* renormalise top-k weights to sum to 1 */
-    float aux_coef;    /* coefficient of the aux or seq_aux balancing loss (alpha) */
-    float z_coef;      /* router z-loss coefficient (beta) */
-    int score;         /* MOE_SCORE_*: softmax over E, or an independent sigmoid per expert */
-    int topk_first;    /* softmax only: top-k on the logits, softmax over the k chosen (Mixtral) */
-    float route_scale; /* multiplies the final gate weights */
-    int balance;       /* MOE_BALANCE_* */
-    int T;             /* tokens per sequence (seq_aux): set by the caller for each forward */
-    float jitter;      /* router input times U(1 - jitter, 1 + jitter), when rng is set */
-    float noise;       /* N(0, noise^2) added to the logits, when rng is set */
-    Rng *rng;          /* exploration noise stream; NULL: none (evaluation): per forward */
+    int d_model;             /* C: channels */
+    int num_experts;         /* E: experts (all of them, also under expert parallelism) */
+    int top_k;               /* K: experts per token */
+    int d_expert;            /* F: hidden size of one expert (config_expert_hidden) */
+    int norm_topk;           /* renormalise the top-k weights to sum to 1 */
+    float aux_coef;          /* coefficient of the aux or seq_aux balancing loss (alpha) */
+    float z_coef;            /* router z-loss coefficient (beta) */
+    int score;               /* MOE_SCORE_*: softmax over E, or an independent sigmoid per expert */
+    int topk_before_softmax; /* softmax only: top-k on the logits, softmax over the k chosen
+                                (Mixtral) */
+    float route_scale;       /* multiplies the final gate weights */
+    int balance;             /* MOE_BALANCE_* */
+    float jitter;      /* router input times U(1 - jitter, 1 + jitter), when the call has rng */
+    float noise;       /* N(0, noise^2) added to the logits, when the call has rng */
     int routing;       /* MOE_ROUTING_*: token choice (top-k per token) or expert choice */
     float ec_capacity; /* expert choice: cap = ceil(ec_capacity * N * K / E) tokens per expert */
     /* token-choice capacity (capacity.c); capacity_factor 0 = dropless */
-    float capacity_factor;      /* cap = max(min_capacity, ceil(factor * tokens * K / E)) */
-    int cap_scope;              /* MOE_CAP_*: tokens = N (batch), or T per sequence */
+    float capacity_factor;      /* training's factor: cap = max(min_capacity,
+                                   ceil(factor * tokens * K / E)) */
+    int capacity_scope;         /* MOE_CAP_*: tokens = N (batch), or T per sequence */
     int min_capacity;           /* lower bound of cap (values below 1 count as 1) */
     int drop_policy;            /* MOE_DROP_*: keep by token position, or by score */
     int padded;                 /* every expert computes exactly cap rows (zero padding) */
-    float eval_capacity_factor; /* buffer sizing only: the factor evaluation may use; < 0 none */
-    int second_random;          /* K = 2: dispatch the 2nd expert w.p. min(1, 2 w_2) (needs rng) */
+    float eval_capacity_factor; /* evaluation's factor (moe_ctx_eval); < 0: capacity_factor */
+    int second_expert_random;   /* K = 2: dispatch the 2nd expert w.p. min(1, 2 w_2) (needs rng) */
+    int seq_len; /* the T the buffers are sized for (moe_slots_max, moe_work_bytes): the
+                    longest sequence a call may bring */
+} MoeSpec;
+
+/* One call of the block or of an op. */
+typedef struct {
+    int T;                 /* tokens per sequence of this call (seq_aux, capacity per sequence) */
+    float capacity_factor; /* the factor in force: the spec's in training, its
+                              eval_capacity_factor in evaluation when that is >= 0 */
+    Rng *rng;              /* exploration noise stream; NULL: none (evaluation) */
     /* more than one process (src/parallel/dist.h; NULL: one). The balance loss then counts f over
      * the whole micro-batch of every process, and with dist->ep > 1 the experts live on the
      * members of the expert-parallel group (src/model/ep.h): the block's weights hold only
@@ -79,75 +102,85 @@ typedef struct {
     /* the aux loss's f (E) from outside (the whole batch across processes); NULL: from idx */
     const float *global_f;
     /* scratch of the ops that need some (the balance loss, the router's backward, the
-     * capacity and expert-choice plans): work_bytes >= moe_work_bytes(hp, N) bytes, which the
+     * capacity and expert-choice plans): work_bytes >= moe_work_bytes(s, N) bytes, which the
      * MoE block allocates once so that a training step allocates nothing. NULL: each such op
      * allocates its own for the call (tests, one-off callers). */
     void *work;
     size_t work_bytes;
-} MoeHyper;
+} MoeCtx;
 
-/* The defaults of the fields a positional initializer may leave at 0: softmax scores, the
- * Switch aux loss, route_scale 1, token choice (ec_capacity 1), dropless (capacity_factor 0,
- * min_capacity 4, eval_capacity_factor -1). */
-void moe_hyper_defaults(MoeHyper *hp);
+/* The defaults of the method fields: softmax scores (not topk_before_softmax), the Switch aux
+ * loss, route_scale 1, token choice (ec_capacity 1), dropless (capacity_factor 0, min_capacity
+ * 4, eval_capacity_factor -1, no padding, no random second expert). The sizes, norm_topk, the
+ * coefficients, jitter, noise and seq_len are left as they are. */
+void moe_spec_defaults(MoeSpec *s);
 
-/* Bytes of MoeHyper.work the ops of this block need for up to N tokens (the largest of
- * router_balance_loss, router_gate_backward, capacity_plan_build and expert_choice_forward;
- * seq_aux counts sequences of hp->T tokens). */
-size_t moe_work_bytes(const MoeHyper *hp, int N);
-/* The scratch of one op: hp->work when set (it must hold bytes: a smaller one is a bug in the
+/* x (written) = the context of a training call of T tokens per sequence: the spec's
+ * capacity_factor, the exploration stream rng (may be NULL: no noise), no dist, no global_f,
+ * no scratch. */
+void moe_ctx_train(MoeCtx *x, const MoeSpec *s, int T, Rng *rng);
+/* x (written) = the context of an evaluation call: no rng, and the capacity factor
+ * eval_capacity_factor when that is >= 0 (0: dropless), else the spec's. */
+void moe_ctx_eval(MoeCtx *x, const MoeSpec *s, int T);
+
+/* Bytes of MoeCtx.work the ops of this block need for up to N tokens in sequences of
+ * s->seq_len (the largest of router_balance_loss, router_gate_backward, capacity_plan_build
+ * and expert_choice_forward). */
+size_t moe_work_bytes(const MoeSpec *s, int N);
+/* The scratch of one op: x->work when set (it must hold bytes: a smaller one is a bug in the
  * caller), else a fresh zeroed allocation that *owned keeps for moe_work_done. */
-void *moe_work(const MoeHyper *hp, size_t bytes, void **owned);
+void *moe_work(const MoeCtx *x, size_t bytes, void **owned);
 void moe_work_done(void *owned);
-/* What each of those needs (moe_work_bytes is the largest). */
-size_t router_balance_work_bytes(const MoeHyper *hp);
-size_t router_backward_work_bytes(const MoeHyper *hp, int N);
-size_t capacity_work_bytes(const MoeHyper *hp, int N);
-size_t expert_choice_work_bytes(const MoeHyper *hp, int N);
+/* What each of those needs (moe_work_bytes is the largest); T is the tokens per sequence. */
+size_t router_balance_work_bytes(const MoeSpec *s);
+size_t router_backward_work_bytes(const MoeSpec *s, int T, int N);
+size_t capacity_work_bytes(const MoeSpec *s, int N);
+size_t expert_choice_work_bytes(const MoeSpec *s, int N);
 
 /* Coefficient of MoeActs.aux_loss in the objective: aux_coef for aux and seq_aux, 0 for none
  * and aux_free (whose aux_loss is the Switch value, kept for monitoring only). */
-float moe_balance_coef(const MoeHyper *hp);
+float moe_balance_coef(const MoeSpec *s);
 
 /* scores (N, E) = softmax(logits) row by row; lse (N) = logsumexp of each row (for z-loss). */
 void router_softmax_forward(float *scores, float *lse, const float *logits, int N, int E);
 
-/* scores (N, E) per hp->score: softmax, or s = sigmoid(logits) per expert (DeepSeek-V3);
+/* scores (N, E) per s->score: softmax, or sigmoid(logits) per expert (DeepSeek-V3);
  * lse (N) = logsumexp of the logits in both modes (the z-loss penalises it either way). */
-void router_scores_forward(float *scores, float *lse, const float *logits, int N,
-                           const MoeHyper *hp);
+void router_scores_forward(float *scores, float *lse, const float *logits, int N, const MoeSpec *s);
 
 /* Top-k choice and gate weights, every mode: idx (N, K) the K largest of key = scores + bias
- * (logits + bias when hp->topk_first), in descending key order, ties to the lower index;
+ * (logits + bias when s->topk_before_softmax), in descending key order, ties to the lower index;
  * bias (E) may be NULL (aux-free balancing: it moves the choice, never the weights).
- * w (N, K) = route_scale * the chosen scores (renormalised to sum 1 over the K when renorm),
- * or route_scale * softmax over the K chosen logits when topk_first. logits (N, E) is read
- * only when topk_first. */
+ * w (N, K) = route_scale * the chosen scores (renormalised to sum 1 over the K when
+ * norm_topk), or route_scale * softmax over the K chosen logits when topk_before_softmax.
+ * logits (N, E) is read only when topk_before_softmax. */
 void router_gate_forward(int *idx, float *w, const float *scores, const float *logits,
-                         const float *bias, int N, const MoeHyper *hp);
+                         const float *bias, int N, const MoeSpec *s);
 
-/* The balancing loss of hp->balance, unscaled, for N tokens (seq_aux: N / hp->T sequences):
+/* The balancing loss of s->balance, unscaled, for N tokens (seq_aux: N / x->T sequences):
  *   aux (and, for monitoring, none and aux_free): E * sum_i f_i P_i (Switch);
  *   seq_aux: mean over sequences of sum_i f_i P_i, f_i = E / (K T) * tokens of the sequence
  *   routed to i, P_i the sequence's mean normalised score (DeepSeek-V3).
  * P uses the scores normalised per token to sum 1: the softmax scores themselves, or
  * s / sum_e s for sigmoid scores. Each equals 1 for perfectly balanced routing. */
-float router_balance_loss(const float *scores, const int *idx, int N, const MoeHyper *hp);
+float router_balance_loss(const float *scores, const int *idx, int N, const MoeSpec *s,
+                          const MoeCtx *x);
 
 /* dlogits (N, E) (written) = d/dlogits [ sum_{n,k} dw[n,k] w[n,k] + bal_scale * balance loss
- *                                        + z_scale * z_loss ]  for every mode of hp.
+ *                                        + z_scale * z_loss ]  for every mode of s.
  * f in the balance losses counts discrete choices and is a constant; balance none and
  * aux_free have no loss (bal_scale is ignored). logits (N, E) is read for sigmoid scores and
- * topk_first, and may be NULL otherwise. */
+ * topk_before_softmax, and may be NULL otherwise. */
 void router_gate_backward(float *dlogits, const float *dw, const float *scores, const float *lse,
                           const float *logits, const int *idx, const float *w, int N,
-                          const MoeHyper *hp, float bal_scale, float z_scale);
+                          const MoeSpec *s, const MoeCtx *x, float bal_scale, float z_scale);
 
-/* Gradient of the balance loss with respect to the normalised scores q (N, E) of hp->balance,
- * times scale: dq[n, i] = coef[r * E + i] for token n of coefficient row r = n / hp->T
- * (seq_aux) or r = 0. coef holds E * (N / hp->T) floats for seq_aux, E otherwise. Returns
+/* Gradient of the balance loss with respect to the normalised scores q (N, E) of s->balance,
+ * times scale: dq[n, i] = coef[r * E + i] for token n of coefficient row r = n / x->T
+ * (seq_aux) or r = 0. coef holds E * (N / x->T) floats for seq_aux, E otherwise. Returns
  * the number of rows (0 when the balance has no loss: then coef is untouched). */
-int router_balance_coef(float *coef, const int *idx, int N, const MoeHyper *hp, float scale);
+int router_balance_coef(float *coef, const int *idx, int N, const MoeSpec *s, const MoeCtx *x,
+                        float scale);
 
 /* Aux-free balancing (Wang et al. 2024): after an optimizer step, with count (E) the step's
  * number of assignments per expert (whole numbers, held in doubles so that sums over
@@ -240,12 +273,12 @@ void route_stats_alloc(RouteStats *r, int E);
 void route_stats_free(RouteStats *r);
 /* r (written) from the decision: scores (N, E), idx (N, A), the plan built from them. */
 void route_stats(RouteStats *r, const float *scores, const int *idx, const DispatchPlan *p, int N,
-                 const MoeHyper *hp);
+                 const MoeSpec *s);
 /* domains.csv: counts (n_domains, E) += each token's kept assignments, by the token's domain
  * (domains (N), host memory); drops (2) += the dropped assignments (token choice) or the
  * tokens no expert picked (expert choice), and out of how many. */
 void route_domains(double *counts, double *drops, const unsigned char *domains, int n_domains,
-                   const int *idx, const DispatchPlan *p, int N, const MoeHyper *hp);
+                   const int *idx, const DispatchPlan *p, int N, const MoeSpec *s);
 
 /* Gather: xe (S, C), row s = x[slot_token[s]] (0 for a padding row).  Backward: dx (N, C) (written)
  * sums the gradients of every slot that holds token n (zero for a token with no kept slot). */
@@ -265,44 +298,45 @@ void combine_backward(float *dye, float *dw, const float *dy, const float *ye, c
  * assignments per token instead of K, a plan slot of -1 for a pair the expert did not pick. */
 
 /* Assignments per token of the routing arrays idx, w and the plan's slot: K or E. */
-int moe_assignments_per_token(const MoeHyper *hp);
+int moe_assignments_per_token(const MoeSpec *s);
 /* Tokens each expert picks from N: ceil(ec_capacity * N * K / E), clamped to [1, N]. */
-int moe_ec_capacity(const MoeHyper *hp, int N);
+int moe_ec_capacity(const MoeSpec *s, int N);
 /* Rows of the slot buffers (xe, ye, g, u, h) for up to N tokens: N * K, or E * cap(N) for
  * expert choice; padded capacity mode also needs the padded rows (moe_padded_slots) of both
- * capacity_factor and eval_capacity_factor. */
-size_t moe_slots_max(const MoeHyper *hp, int N);
+ * capacity_factor and eval_capacity_factor, in sequences of s->seq_len tokens. */
+size_t moe_slots_max(const MoeSpec *s, int N);
 
 /* ---- token-choice capacity (capacity.c) ----------------------------------------------------
- * With hp->capacity_factor > 0 every expert takes at most cap assignments per scope (the N
- * tokens of the micro-batch, or each sequence of hp->T tokens), the rest are dropped (slot
- * -1). */
+ * With a capacity factor > 0 in force (MoeCtx.capacity_factor) every expert takes at most cap
+ * assignments per scope (the N tokens of the micro-batch, or each sequence of T tokens), the
+ * rest are dropped (slot -1). */
 
 /* cap = max(min_capacity, ceil(factor * tokens * K / E)), clamped to [1, tokens]. */
-int moe_capacity(const MoeHyper *hp, float factor, int tokens);
-/* Rows each expert owns in a padded plan of N tokens: cap(N), or (N / T) cap(T) per sequence. */
-int moe_expert_rows(const MoeHyper *hp, float factor, int N);
+int moe_capacity(const MoeSpec *s, float factor, int tokens);
+/* Rows each expert owns in a padded plan of N tokens in sequences of T: cap(N), or
+ * (N / T) cap(T) with capacity_scope sequence. */
+int moe_expert_rows(const MoeSpec *s, float factor, int T, int N);
 /* Slot rows of a padded plan at this factor: E * moe_expert_rows, or 0 when the plan would not
  * be padded (dropless factor, padded off, expert choice). */
-size_t moe_padded_slots(const MoeHyper *hp, float factor, int N);
+size_t moe_padded_slots(const MoeSpec *s, float factor, int T, int N);
 
 /* Capacity plan of N tokens from idx (N, K), scores (N, E) (drop_policy score), w (N, K)
- * (second_random): expert e keeps at most cap assignments per scope, by hp->drop_policy;
- * kept ones get slots in token order inside e's slice, dropped ones slot -1. Unpadded, slices
- * are packed (S = kept assignments); padded, e owns [e R, (e + 1) R), R = moe_expert_rows,
- * its unused rows have slot_token -1 and S = E R. With hp->second_random, K = 2 and rng
- * non-NULL, each token's second assignment is first dropped with probability
- * 1 - min(1, 2 w[n, 1]) (one uniform per token, drawn serially in token order). p must hold
- * moe_slots_max slot_token entries (moe_acts_alloc). */
+ * (second_expert_random), at the context's capacity factor and T: expert e keeps at most cap
+ * assignments per scope, by s->drop_policy; kept ones get slots in token order inside e's
+ * slice, dropped ones slot -1. Unpadded, slices are packed (S = kept assignments); padded, e
+ * owns [e R, (e + 1) R), R = moe_expert_rows, its unused rows have slot_token -1 and S = E R.
+ * With s->second_expert_random, K = 2 and x->rng non-NULL, each token's second assignment is
+ * first dropped with probability 1 - min(1, 2 w[n, 1]) (one uniform per token, drawn serially
+ * in token order). p must hold moe_slots_max slot_token entries (moe_acts_alloc). */
 void capacity_plan_build(DispatchPlan *p, const int *idx, const float *scores, const float *w,
-                         int N, const MoeHyper *hp, Rng *rng);
+                         int N, const MoeSpec *s, const MoeCtx *x);
 
 /* idx (N, E) = e, w (N, E) = route_scale * scores (no renormalisation), and the plan p
  * (allocated with K = E): expert e picks its cap highest-scoring tokens (ties to the lower
  * token index) and owns slots [e cap, (e + 1) cap), its tokens in token order; slot(n, e) is
  * -1 for a pair e did not pick. scores (N, E). */
 void expert_choice_forward(int *idx, float *w, DispatchPlan *p, const float *scores, int N,
-                           const MoeHyper *hp);
+                           const MoeSpec *s, const MoeCtx *x);
 
 /* router.csv statistics of an expert-choice plan: load (E) = each expert's fraction of the
  * kept assignments (equal by construction), maxvio, cv, entropy as router_stats, and

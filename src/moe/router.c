@@ -26,23 +26,23 @@
 
 #include "base/util.h"
 
-size_t moe_work_bytes(const MoeHyper *hp, int N) {
-    size_t b = router_balance_work_bytes(hp), r = router_backward_work_bytes(hp, N);
-    size_t c = capacity_work_bytes(hp, N), x = expert_choice_work_bytes(hp, N);
+size_t moe_work_bytes(const MoeSpec *s, int N) {
+    size_t b = router_balance_work_bytes(s), r = router_backward_work_bytes(s, s->seq_len, N);
+    size_t c = capacity_work_bytes(s, N), x = expert_choice_work_bytes(s, N);
     b = r > b ? r : b;
     b = c > b ? c : b;
     return x > b ? x : b;
 }
 
-void *moe_work(const MoeHyper *hp, size_t bytes, void **owned) {
+void *moe_work(const MoeCtx *x, size_t bytes, void **owned) {
     *owned = NULL;
-    if (hp->work) {
-        if (hp->work_bytes < bytes)
-            moe_fatal("MoE scratch of %zu bytes, %zu needed: size MoeHyper.work with "
+    if (x->work) {
+        if (x->work_bytes < bytes)
+            moe_fatal("MoE scratch of %zu bytes, %zu needed: size MoeCtx.work with "
                       "moe_work_bytes",
-                      hp->work_bytes, bytes);
-        memset(hp->work, 0, bytes);
-        return hp->work;
+                      x->work_bytes, bytes);
+        memset(x->work, 0, bytes);
+        return x->work;
     }
     return *owned = calloc_check(bytes ? bytes : 1, 1);
 }
@@ -51,20 +51,33 @@ void moe_work_done(void *owned) {
     free(owned);
 }
 
-void moe_hyper_defaults(MoeHyper *hp) {
-    hp->score = MOE_SCORE_SOFTMAX;
-    hp->topk_first = 0;
-    hp->route_scale = 1.0f;
-    hp->balance = MOE_BALANCE_AUX;
-    hp->routing = MOE_ROUTING_TOKEN_CHOICE;
-    hp->ec_capacity = 1.0f;
-    hp->capacity_factor = 0.0f;
-    hp->cap_scope = MOE_CAP_BATCH;
-    hp->min_capacity = 4;
-    hp->drop_policy = MOE_DROP_POSITION;
-    hp->padded = 0;
-    hp->eval_capacity_factor = -1.0f;
-    hp->second_random = 0;
+void moe_spec_defaults(MoeSpec *s) {
+    s->score = MOE_SCORE_SOFTMAX;
+    s->topk_before_softmax = 0;
+    s->route_scale = 1.0f;
+    s->balance = MOE_BALANCE_AUX;
+    s->routing = MOE_ROUTING_TOKEN_CHOICE;
+    s->ec_capacity = 1.0f;
+    s->capacity_factor = 0.0f;
+    s->capacity_scope = MOE_CAP_BATCH;
+    s->min_capacity = 4;
+    s->drop_policy = MOE_DROP_POSITION;
+    s->padded = 0;
+    s->eval_capacity_factor = -1.0f;
+    s->second_expert_random = 0;
+}
+
+void moe_ctx_train(MoeCtx *x, const MoeSpec *s, int T, Rng *rng) {
+    memset(x, 0, sizeof *x);
+    x->T = T;
+    x->capacity_factor = s->capacity_factor;
+    x->rng = rng;
+}
+
+void moe_ctx_eval(MoeCtx *x, const MoeSpec *s, int T) {
+    moe_ctx_train(x, s, T, NULL);
+    /* evaluation may run at its own capacity (0: dropless) */
+    if (s->eval_capacity_factor >= 0.0f) x->capacity_factor = s->eval_capacity_factor;
 }
 
 /* lse of one row of logits l (E), with its maximum m: m + log sum exp(l - m). */
@@ -96,10 +109,10 @@ void router_softmax_forward(float *scores, float *lse, const float *logits, int 
 }
 
 void router_scores_forward(float *scores, float *lse, const float *logits, int N,
-                           const MoeHyper *hp) {
+                           const MoeSpec *s) {
     /* scores (N, E), lse (N), logits (N, E) */
-    const int E = hp->E;
-    if (hp->score == MOE_SCORE_SOFTMAX) {
+    const int E = s->num_experts;
+    if (s->score == MOE_SCORE_SOFTMAX) {
         router_softmax_forward(scores, lse, logits, N, E);
         return;
     }
@@ -109,10 +122,10 @@ void router_scores_forward(float *scores, float *lse, const float *logits, int N
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float *l = logits + (size_t)n * E;
-        float *s = scores + (size_t)n * E;
+        float *sn = scores + (size_t)n * E;
         float m = l[0];
         for (int e = 0; e < E; e++) {
-            s[e] = 1.0f / (1.0f + expf(-l[e]));
+            sn[e] = 1.0f / (1.0f + expf(-l[e]));
             m = l[e] > m ? l[e] : m;
         }
         if (lse) lse[n] = row_lse(l, E, m);
@@ -120,16 +133,16 @@ void router_scores_forward(float *scores, float *lse, const float *logits, int N
 }
 
 void router_gate_forward(int *idx, float *w, const float *scores, const float *logits,
-                         const float *bias, int N, const MoeHyper *hp) {
-    /* idx (N, K), w (N, K), scores (N, E), logits (N, E) (topk_first), bias (E) or NULL.
-     * K passes of "largest key not yet taken" per token: K is small (1..8), and scanning
+                         const float *bias, int N, const MoeSpec *s) {
+    /* idx (N, K), w (N, K), scores (N, E), logits (N, E) (topk_before_softmax), bias (E) or
+     * NULL. K passes of "largest key not yet taken" per token: K is small (1..8), and scanning
      * experts in increasing order with a strict > makes a tie go to the lower index. */
-    const int E = hp->E, K = hp->K;
-    const float rs = hp->route_scale;
+    const int E = s->num_experts, K = s->top_k, topk_first = s->topk_before_softmax;
+    const float rs = s->route_scale;
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float *p = scores + (size_t)n * E;
-        const float *key = hp->topk_first ? logits + (size_t)n * E : p;
+        const float *key = topk_first ? logits + (size_t)n * E : p;
         int *in = idx + (size_t)n * K;
         float *wn = w + (size_t)n * K;
         for (int k = 0; k < K; k++) {
@@ -147,7 +160,7 @@ void router_gate_forward(int *idx, float *w, const float *scores, const float *l
             }
             in[k] = best;
         }
-        if (hp->topk_first) {
+        if (topk_first) {
             /* softmax over the K chosen logits, shifted by their maximum */
             float m = key[in[0]];
             for (int k = 1; k < K; k++) m = key[in[k]] > m ? key[in[k]] : m;
@@ -165,7 +178,7 @@ void router_gate_forward(int *idx, float *w, const float *scores, const float *l
             wn[k] = p[in[k]];
             z += p[in[k]];
         }
-        if (hp->renorm) {
+        if (s->norm_topk) {
             float inv = (float)(1.0 / z);
             for (int k = 0; k < K; k++) wn[k] *= inv;
         }
@@ -173,21 +186,23 @@ void router_gate_forward(int *idx, float *w, const float *scores, const float *l
     }
 }
 
-/* The plain router's settings as a MoeHyper (softmax, Switch aux, route_scale 1). */
-static MoeHyper plain_hyper(int E, int K, int renorm) {
-    MoeHyper hp = {.E = E, .K = K, .renorm = renorm};
-    moe_hyper_defaults(&hp);
-    return hp;
+/* The plain router's settings as a MoeSpec (softmax, Switch aux, route_scale 1). */
+static MoeSpec plain_spec(int E, int K, int renorm) {
+    MoeSpec s = {.num_experts = E, .top_k = K, .norm_topk = renorm};
+    moe_spec_defaults(&s);
+    return s;
 }
 
 void router_topk_forward(int *idx, float *w, const float *scores, int N, int E, int K, int renorm) {
-    MoeHyper hp = plain_hyper(E, K, renorm);
-    router_gate_forward(idx, w, scores, NULL, NULL, N, &hp);
+    MoeSpec s = plain_spec(E, K, renorm);
+    router_gate_forward(idx, w, scores, NULL, NULL, N, &s);
 }
 
 float router_aux_loss(const float *scores, const int *idx, int N, int E, int K) {
-    MoeHyper hp = plain_hyper(E, K, 1);
-    return router_balance_loss(scores, idx, N, &hp);
+    MoeSpec s = plain_spec(E, K, 1);
+    MoeCtx x;
+    moe_ctx_train(&x, &s, N, NULL);
+    return router_balance_loss(scores, idx, N, &s, &x);
 }
 
 float router_z_loss(const float *lse, int N) {
@@ -198,15 +213,15 @@ float router_z_loss(const float *lse, int N) {
     return (float)(acc / N);
 }
 
-size_t router_backward_work_bytes(const MoeHyper *hp, int N) {
-    /* the balance coefficients: one row of E, or one per sequence for seq_aux */
-    const int T = hp->balance == MOE_BALANCE_SEQ_AUX && hp->T > 0 ? hp->T : (N > 0 ? N : 1);
-    return (size_t)hp->E * ((size_t)(N > 0 ? N : 1) / (size_t)T + 1) * sizeof(float);
+size_t router_backward_work_bytes(const MoeSpec *s, int T, int N) {
+    /* the balance coefficients: one row of E, or one per sequence of T for seq_aux */
+    const int Tb = s->balance == MOE_BALANCE_SEQ_AUX && T > 0 ? T : (N > 0 ? N : 1);
+    return (size_t)s->num_experts * ((size_t)(N > 0 ? N : 1) / (size_t)Tb + 1) * sizeof(float);
 }
 
 void router_gate_backward(float *dlogits, const float *dw, const float *scores, const float *lse,
                           const float *logits, const int *idx, const float *w, int N,
-                          const MoeHyper *hp, float bal_scale, float z_scale) {
+                          const MoeSpec *s, const MoeCtx *x, float bal_scale, float z_scale) {
     /* dlogits (N, E) written; dw (N, K), scores (N, E), lse (N), logits (N, E), idx (N, K),
      * w (N, K).
      *
@@ -226,12 +241,13 @@ void router_gate_backward(float *dlogits, const float *dw, const float *scores, 
      * 4. z = (1/N) sum_n lse_n^2, d lse / d l_j = softmax_j: dl_j += z_scale 2 lse softmax_j / N.
      * ds is built in the dlogits row itself, then turned into dl in place. */
     if (N <= 0) return;
-    const int E = hp->E, K = hp->K, sig = hp->score == MOE_SCORE_SIGMOID;
-    const int T = hp->balance == MOE_BALANCE_SEQ_AUX ? hp->T : N;
-    const float rs = hp->route_scale;
+    const int E = s->num_experts, K = s->top_k, sig = s->score == MOE_SCORE_SIGMOID;
+    const int T = s->balance == MOE_BALANCE_SEQ_AUX ? x->T : N;
+    const int topk_first = s->topk_before_softmax;
+    const float rs = s->route_scale;
     void *owned;
-    float *coef = (float *)moe_work(hp, router_backward_work_bytes(hp, N), &owned);
-    int rows = router_balance_coef(coef, idx, N, hp, bal_scale);
+    float *coef = (float *)moe_work(x, router_backward_work_bytes(s, x->T, N), &owned);
+    int rows = router_balance_coef(coef, idx, N, s, x, bal_scale);
     float z_per = z_scale * 2.0f / (float)N; /* times lse_n softmax_j */
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
@@ -252,8 +268,8 @@ void router_gate_backward(float *dlogits, const float *dw, const float *scores, 
         }
         double dot = 0.0;
         for (int k = 0; k < K; k++) dot += (double)dwn[k] * wn[k];
-        if (!hp->topk_first) {
-            if (hp->renorm) {
+        if (!topk_first) {
+            if (s->norm_topk) {
                 double z = 0.0;
                 for (int k = 0; k < K; k++) z += p[in[k]];
                 for (int k = 0; k < K; k++) dl[in[k]] += (float)((rs * dwn[k] - dot) / z);
@@ -271,7 +287,7 @@ void router_gate_backward(float *dlogits, const float *dw, const float *scores, 
             for (int e = 0; e < E; e++) pdp += (double)p[e] * dl[e];
             for (int e = 0; e < E; e++) dl[e] = p[e] * (dl[e] - (float)pdp) + zl * p[e];
         }
-        if (hp->topk_first)
+        if (topk_first)
             for (int k = 0; k < K; k++)
                 dl[in[k]] += (float)((double)(wn[k] / rs) * (rs * dwn[k] - dot));
     }
@@ -281,6 +297,8 @@ void router_gate_backward(float *dlogits, const float *dw, const float *scores, 
 void router_backward(float *dlogits, const float *dw, const float *scores, const float *lse,
                      const int *idx, const float *w, int N, int E, int K, int renorm,
                      float aux_scale, float z_scale) {
-    MoeHyper hp = plain_hyper(E, K, renorm);
-    router_gate_backward(dlogits, dw, scores, lse, NULL, idx, w, N, &hp, aux_scale, z_scale);
+    MoeSpec s = plain_spec(E, K, renorm);
+    MoeCtx x;
+    moe_ctx_train(&x, &s, N, NULL);
+    router_gate_backward(dlogits, dw, scores, lse, NULL, idx, w, N, &s, &x, aux_scale, z_scale);
 }

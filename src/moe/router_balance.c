@@ -27,9 +27,8 @@
 
 #include "base/util.h"
 
-float moe_balance_coef(const MoeHyper *hp) {
-    return hp->balance == MOE_BALANCE_AUX || hp->balance == MOE_BALANCE_SEQ_AUX ? hp->aux_coef
-                                                                                : 0.0f;
+float moe_balance_coef(const MoeSpec *s) {
+    return s->balance == MOE_BALANCE_AUX || s->balance == MOE_BALANCE_SEQ_AUX ? s->aux_coef : 0.0f;
 }
 
 /* f (E) = fraction of the n*K assignments idx (n, K) per expert. Counting integers, so it
@@ -55,30 +54,31 @@ static void add_normalised_scores(double *P, const float *scores, int n, int E, 
     }
 }
 
-/* Sequences of seq_aux: N / T, checked (a caller that forgot hp->T is a bug). */
-static int n_sequences(const MoeHyper *hp, int N) {
-    if (hp->T <= 0 || N % hp->T != 0)
-        moe_fatal("seq_aux balance: %d tokens are not whole sequences of T = %d (set MoeHyper.T)",
-                  N, hp->T);
-    return N / hp->T;
+/* Sequences of seq_aux: N / T, checked (a caller that forgot MoeCtx.T is a bug). */
+static int n_sequences(const MoeCtx *x, int N) {
+    if (x->T <= 0 || N % x->T != 0)
+        moe_fatal("seq_aux balance: %d tokens are not whole sequences of T = %d (set MoeCtx.T)", N,
+                  x->T);
+    return N / x->T;
 }
 
-size_t router_balance_work_bytes(const MoeHyper *hp) {
-    return (size_t)hp->E * (sizeof(double) + sizeof(float));
+size_t router_balance_work_bytes(const MoeSpec *s) {
+    return (size_t)s->num_experts * (sizeof(double) + sizeof(float));
 }
 
-float router_balance_loss(const float *scores, const int *idx, int N, const MoeHyper *hp) {
+float router_balance_loss(const float *scores, const int *idx, int N, const MoeSpec *s,
+                          const MoeCtx *x) {
     /* scores (N, E), idx (N, K). Serial sums in a fixed order: this is O(N E), small next to
      * the expert GEMMs. */
     if (N <= 0) return 0.0f;
-    const int E = hp->E, K = hp->K, sig = hp->score == MOE_SCORE_SIGMOID;
+    const int E = s->num_experts, K = s->top_k, sig = s->score == MOE_SCORE_SIGMOID;
     void *owned;
-    double *P = (double *)moe_work(hp, router_balance_work_bytes(hp), &owned); /* (E) */
-    float *f = (float *)(P + E);                                               /* (E) */
+    double *P = (double *)moe_work(x, router_balance_work_bytes(s), &owned); /* (E) */
+    float *f = (float *)(P + E);                                             /* (E) */
     for (int e = 0; e < E; e++) P[e] = 0.0;
     double loss = 0.0;
-    if (hp->balance == MOE_BALANCE_SEQ_AUX) {
-        const int T = hp->T, nseq = n_sequences(hp, N);
+    if (s->balance == MOE_BALANCE_SEQ_AUX) {
+        const int T = x->T, nseq = n_sequences(x, N);
         for (int b = 0; b < nseq; b++) {
             /* f_i = E / (K T) count_i = E * (fraction of the sequence's T*K assignments) */
             assignment_fractions(f, idx + (size_t)b * T * K, T, E, K);
@@ -92,8 +92,8 @@ float router_balance_loss(const float *scores, const int *idx, int N, const MoeH
     } else {
         /* across processes f is the whole batch's (each process's P is its own tokens'; their
          * mean over processes of equal batches is the batch's P) */
-        if (hp->global_f)
-            for (int e = 0; e < E; e++) f[e] = hp->global_f[e];
+        if (x->global_f)
+            for (int e = 0; e < E; e++) f[e] = x->global_f[e];
         else
             assignment_fractions(f, idx, N, E, K);
         add_normalised_scores(P, scores, N, E, sig);
@@ -104,24 +104,25 @@ float router_balance_loss(const float *scores, const int *idx, int N, const MoeH
     return (float)loss;
 }
 
-int router_balance_coef(float *coef, const int *idx, int N, const MoeHyper *hp, float scale) {
+int router_balance_coef(float *coef, const int *idx, int N, const MoeSpec *s, const MoeCtx *x,
+                        float scale) {
     /* coef (rows, E). With f constant, each loss is linear in q:
      *   aux:     L = E sum_i f_i (1/N) sum_n q[n,i]          -> dL/dq[n,i] = E f_i / N
      *   seq_aux: L = (1/B) sum_b sum_i E f_i^b (1/T) sum_{n in b} q[n,i]
      *                                                         -> dL/dq[n,i] = E f_i^b / (B T)
      * (f here the fraction of assignments, so E f_i is the f_i of the formulas above). */
-    const int E = hp->E, K = hp->K;
-    if (N <= 0 || (hp->balance != MOE_BALANCE_AUX && hp->balance != MOE_BALANCE_SEQ_AUX)) return 0;
-    if (hp->balance == MOE_BALANCE_AUX) {
+    const int E = s->num_experts, K = s->top_k;
+    if (N <= 0 || (s->balance != MOE_BALANCE_AUX && s->balance != MOE_BALANCE_SEQ_AUX)) return 0;
+    if (s->balance == MOE_BALANCE_AUX) {
         float per = scale * (float)E / (float)N;
-        if (hp->global_f)
-            for (int e = 0; e < E; e++) coef[e] = hp->global_f[e];
+        if (x->global_f)
+            for (int e = 0; e < E; e++) coef[e] = x->global_f[e];
         else
             assignment_fractions(coef, idx, N, E, K);
         for (int e = 0; e < E; e++) coef[e] = per * coef[e];
         return 1;
     }
-    const int T = hp->T, nseq = n_sequences(hp, N);
+    const int T = x->T, nseq = n_sequences(x, N);
     float per = scale * (float)E / ((float)nseq * (float)T);
     for (int b = 0; b < nseq; b++) {
         float *row = coef + (size_t)b * E;
@@ -217,10 +218,10 @@ void route_stats_free(RouteStats *r) {
 }
 
 void route_stats(RouteStats *r, const float *scores, const int *idx, const DispatchPlan *p, int N,
-                 const MoeHyper *hp) {
-    const int E = hp->E, K = hp->K;
+                 const MoeSpec *s) {
+    const int E = s->num_experts, K = s->top_k;
     r->pad = 0.0;
-    if (hp->routing == MOE_ROUTING_EXPERT_CHOICE) {
+    if (s->routing == MOE_ROUTING_EXPERT_CHOICE) {
         /* each expert keeps exactly cap tokens: nothing is routed and then dropped; drop is
          * the fraction of tokens no expert picked */
         expert_choice_stats(&r->st, r->load, scores, p);
@@ -246,10 +247,10 @@ void route_stats(RouteStats *r, const float *scores, const int *idx, const Dispa
 }
 
 void route_domains(double *counts, double *drops, const unsigned char *domains, int n_domains,
-                   const int *idx, const DispatchPlan *p, int N, const MoeHyper *hp) {
+                   const int *idx, const DispatchPlan *p, int N, const MoeSpec *s) {
     /* A assignments per token (K, or E for expert choice); only the kept ones count: an
      * expert-choice pair the expert did not pick has slot -1 */
-    const int A = p->K, E = hp->E, ec = hp->routing == MOE_ROUTING_EXPERT_CHOICE;
+    const int A = p->K, E = s->num_experts, ec = s->routing == MOE_ROUTING_EXPERT_CHOICE;
     int dropped = 0;
     for (int n = 0; n < N; n++) {
         int kept = 0;

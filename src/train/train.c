@@ -40,7 +40,7 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
             if (!a) continue;
             double drops[2] = {0.0, 0.0};
             m->be->route_domains(m->be, dc->counts + (size_t)b * dc->n_domains * dc->E, drops,
-                                 domains, dc->n_domains, a->idx, &a->plan, N, &m->hp);
+                                 domains, dc->n_domains, a->idx, &a->plan, N, &m->spec);
             if (dc->drops) dc->drops[2 * b] += drops[0], dc->drops[2 * b + 1] += drops[1];
             b++;
         }
@@ -90,7 +90,7 @@ static void raccum_reset(RouterAccum *r) {
 }
 
 static void raccum_add(RouterAccum *r, const Model *m) {
-    const int ec = m->hp.routing == MOE_ROUTING_EXPERT_CHOICE;
+    const int ec = m->spec.routing == MOE_ROUTING_EXPERT_CHOICE;
     for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
         const MoeActs *a = m->blocks[l].moe;
         if (!a) continue;
