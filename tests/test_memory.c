@@ -1,11 +1,23 @@
 /*
- * test_memory.c: the analytical memory formula (memory.c) against the model's allocations.
+ * test_memory.c: the table of activations and scratch (acts.h), its arena, and the analytical
+ * memory formula (memory.c) that sums it.
  *
- *   - for dense, all-MoE and mixed models (first_dense, every) and several B x T, the words
- *     of model_memory_floats (floats and integers, 4 bytes each) are the bytes model_init
- *     allocates from its backend (backend_bytes_allocated after minus before, less the ops'
- *     workspace, Model.work_bytes): a buffer added to the model without a term in the
- *     formula, or a term left behind when a buffer goes, fails here;
+ *   - for dense, all-MoE and mixed models (first_dense, every) and several B x T, model_init
+ *     allocates from its backend exactly the four parameter-shaped buffers, the arena of its
+ *     table and the ops' workspace (Model.work_bytes): 4 * total_words + pad_bytes of the
+ *     formula plus the workspace, so no buffer is allocated outside the table;
+ *   - the arena: every entry starts at a multiple of ACTS_ALIGN, after the end of the one
+ *     before, with less than ACTS_ALIGN bytes of padding between them and at the end (the
+ *     entries do not overlap and cover it), each field points at its entry, names are unique,
+ *     integers are counted as integer words, and the table of the formula (built with no
+ *     model) is entry for entry the model's;
+ *   - every pointer of BlockActs, MoeActs, MoeScratch and the Model's activations and scratch,
+ *     listed here by hand, is set where the config needs the buffer and NULL otherwise, and
+ *     each one set is exactly one entry of the table (a buffer forgotten in the table, or an
+ *     entry no field uses, fails);
+ *   - the formula's categories for a dense and an MoE model match a count done by hand;
+ *   - a block's own arena (moe_acts_alloc, with an expert exchange of two members) holds the
+ *     expert exchange's buffers, counted by hand;
  *   - the breakdown is consistent: parameters equal the parameter table's count, gradients
  *     P, moments 2P, the fields add up to the total;
  *   - the integer words of one small MoE model match a count done by hand, for token choice and for
@@ -15,6 +27,8 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "model/acts.h"
+#include "model/ep.h"
 #include "model/memory.h"
 #include "model/model.h"
 #include "moe/moe_ops.h"
@@ -97,15 +111,269 @@ START_TEST(test_formula_matches_allocation) {
     Model m;
     model_init(&m, &c, s->B, s->T);
     size_t allocated = backend_bytes_allocated - before - m.work_bytes;
+    size_t arena = m.acts.bytes;
     model_free(&m);
     MemoryBreakdown mb;
     size_t formula = model_memory_floats(&c, s->B, s->T, &mb);
-    ck_assert_msg(4 * mb.total_words == allocated,
+    ck_assert_msg(4 * mb.total_words + mb.pad_bytes == allocated,
                   "%s: the formula gives %zu bytes, model_init allocated %zu (difference %ld): "
-                  "update memory.c to match the buffers of model_init",
-                  s->what, 4 * mb.total_words, allocated,
-                  (long)allocated - (long)(4 * mb.total_words));
+                  "a buffer allocated outside the table of acts.c",
+                  s->what, 4 * mb.total_words + mb.pad_bytes, allocated,
+                  (long)allocated - (long)(4 * mb.total_words + mb.pad_bytes));
+    /* the arena is the rest: everything but the parameters, gradients and moments */
+    ck_assert_uint_eq(allocated - 4 * 4 * mb.params, arena);
     ck_assert_uint_eq(model_memory_floats(&c, s->B, s->T, NULL), formula);
+}
+END_TEST
+
+START_TEST(test_arena_layout) {
+    const Shape *s = &SHAPES[_i];
+    Config c = shape_config(s);
+    Model m;
+    model_init(&m, &c, s->B, s->T);
+    const ActTable *t = &m.acts;
+    ck_assert_int_gt(t->n, 0);
+    size_t end = 0, bytes = 0;
+    for (int i = 0; i < t->n; i++) {
+        const ActEntry *e = &t->e[i];
+        ck_assert_msg(e->offset % ACTS_ALIGN == 0, "%s: %s at %zu", s->what, e->name, e->offset);
+        ck_assert_msg(e->offset >= end, "%s: %s overlaps the entry before", s->what, e->name);
+        ck_assert_msg(e->offset - end < ACTS_ALIGN, "%s: a gap before %s", s->what, e->name);
+        end = e->offset + acts_entry_bytes(e);
+        bytes += acts_entry_bytes(e);
+        void *p;
+        memcpy(&p, e->field, sizeof p);
+        ck_assert_msg(p == (char *)m.arena + e->offset, "%s: %s does not point at its entry",
+                      s->what, e->name);
+        ck_assert_msg((e->type == ACT_INT) == (e->kind == ACT_INT_WORDS), "%s: %s", s->what,
+                      e->name);
+        for (int j = 0; j < i; j++)
+            ck_assert_msg(strcmp(t->e[j].name, e->name) != 0, "%s: %s twice", s->what, e->name);
+    }
+    ck_assert_uint_ge(t->bytes, end);
+    ck_assert_uint_lt(t->bytes - end, ACTS_ALIGN);
+    MemoryBreakdown mb;
+    model_memory_floats(&c, s->B, s->T, &mb);
+    ck_assert_uint_eq(mb.pad_bytes, t->bytes - bytes);
+
+    /* the formula's table, built with no model, is the same list */
+    ActTable u;
+    acts_table_init(&u);
+    model_acts_table(&u, &c, s->B, s->T, 1, NULL);
+    acts_layout(&u);
+    ck_assert_int_eq(u.n, t->n);
+    for (int i = 0; i < t->n; i++) {
+        ck_assert_str_eq(u.e[i].name, t->e[i].name);
+        ck_assert_uint_eq(u.e[i].count, t->e[i].count);
+        ck_assert_int_eq(u.e[i].type, t->e[i].type);
+        ck_assert_int_eq(u.e[i].kind, t->e[i].kind);
+        ck_assert_uint_eq(u.e[i].offset, t->e[i].offset);
+        ck_assert_ptr_null(u.e[i].field);
+    }
+    ck_assert_uint_eq(u.bytes, t->bytes);
+    acts_table_free(&u);
+    model_free(&m);
+}
+END_TEST
+
+/* The pointers a test expects, with whether each must be set. */
+typedef struct {
+    void *field[512];
+    int n;
+} Fields;
+
+/* p: the address of a pointer field; want: whether the config needs its buffer */
+static void expect_field(Fields *f, const char *what, const char *name, void *p, int want) {
+    void *v;
+    memcpy(&v, p, sizeof v);
+    ck_assert_msg((v != NULL) == want, "%s: %s is %s", what, name, v ? "set" : "NULL");
+    if (want) {
+        ck_assert_int_lt(f->n, 512);
+        f->field[f->n++] = p;
+    }
+}
+
+#define FIELD(f, what, name, ptr, want) expect_field((f), (what), (name), (void *)&(ptr), (want))
+
+START_TEST(test_every_pointer_is_an_entry) {
+    const Shape *s = &SHAPES[_i];
+    Config c = shape_config(s);
+    Model m;
+    model_init(&m, &c, s->B, s->T);
+    Fields f = {.n = 0};
+    const char *w = s->what;
+    int n_moe = 0;
+    for (int l = 0; l < c.n_layer; l++) n_moe += config_is_moe_layer(&c, l);
+    const int dense = n_moe<c.n_layer, shared = s->num_shared> 0;
+    FIELD(&f, w, "inputs", m.inputs, 1);
+    FIELD(&f, w, "targets", m.targets, 1);
+    for (int l = 0; l <= c.n_layer; l++) FIELD(&f, w, "resid", m.resid[l], 1);
+    for (int l = 0; l < c.n_layer; l++) {
+        BlockActs *a = &m.blocks[l];
+        const int moe = config_is_moe_layer(&c, l);
+        FIELD(&f, w, "ln1", a->ln1, 1);
+        FIELD(&f, w, "rstd1", a->rstd1, 1);
+        FIELD(&f, w, "q", a->q, 1);
+        FIELD(&f, w, "k", a->k, 1);
+        FIELD(&f, w, "v", a->v, 1);
+        FIELD(&f, w, "att", a->att, 1);
+        FIELD(&f, w, "atty", a->atty, 1);
+        FIELD(&f, w, "resid_mid", a->resid_mid, 1);
+        FIELD(&f, w, "ln2", a->ln2, 1);
+        FIELD(&f, w, "rstd2", a->rstd2, 1);
+        FIELD(&f, w, "fg", a->fg, !moe);
+        FIELD(&f, w, "fu", a->fu, !moe);
+        FIELD(&f, w, "fh", a->fh, !moe);
+        FIELD(&f, w, "sg", a->sg, moe && shared);
+        FIELD(&f, w, "su", a->su, moe && shared);
+        FIELD(&f, w, "sh", a->sh, moe && shared);
+        ck_assert_msg((a->moe != NULL) == moe, "%s: block %d", w, l);
+        /* inside Model.router_bias, not an entry of its own */
+        ck_assert_msg((a->router_bias != NULL) == moe, "%s: block %d router_bias", w, l);
+        if (!moe) continue;
+        MoeActs *x = a->moe;
+        ck_assert_ptr_null(x->arena); /* the model's arena holds its buffers */
+        ck_assert_ptr_null(x->ep);
+        FIELD(&f, w, "logits", x->logits, 1);
+        FIELD(&f, w, "scores", x->scores, 1);
+        FIELD(&f, w, "lse", x->lse, 1);
+        FIELD(&f, w, "idx", x->idx, 1);
+        FIELD(&f, w, "w", x->w, 1);
+        FIELD(&f, w, "plan.counts", x->plan.counts, 1);
+        FIELD(&f, w, "plan.offsets", x->plan.offsets, 1);
+        FIELD(&f, w, "plan.slot", x->plan.slot, 1);
+        FIELD(&f, w, "plan.slot_token", x->plan.slot_token, 1);
+        FIELD(&f, w, "xe", x->xe, 1);
+        FIELD(&f, w, "ye", x->ye, 1);
+        FIELD(&f, w, "g", x->g, 1);
+        FIELD(&f, w, "u", x->u, 1);
+        FIELD(&f, w, "h", x->h, 1);
+        FIELD(&f, w, "jit", x->jit, c.jitter > 0.0f);
+        FIELD(&f, w, "xj", x->xj, c.jitter > 0.0f);
+        FIELD(&f, w, "noise", x->noise, c.noise > 0.0f);
+        FIELD(&f, w, "work", x->work, 1);
+    }
+    FIELD(&f, w, "router_bias", m.router_bias, n_moe > 0);
+    FIELD(&f, w, "lnf", m.lnf, 1);
+    FIELD(&f, w, "rstdf", m.rstdf, 1);
+    FIELD(&f, w, "logits", m.logits, 1);
+    FIELD(&f, w, "losses", m.losses, 1);
+    FIELD(&f, w, "dresid", m.dresid, 1);
+    FIELD(&f, w, "dmid", m.dmid, 1);
+    FIELD(&f, w, "dln", m.dln, 1);
+    FIELD(&f, w, "dtmp", m.dtmp, 1);
+    FIELD(&f, w, "dq", m.dq, 1);
+    FIELD(&f, w, "dk", m.dk, 1);
+    FIELD(&f, w, "dv", m.dv, 1);
+    FIELD(&f, w, "datty", m.datty, 1);
+    FIELD(&f, w, "dfg", m.dfg, dense);
+    FIELD(&f, w, "dfu", m.dfu, dense);
+    FIELD(&f, w, "dfh", m.dfh, dense);
+    FIELD(&f, w, "dlogits", m.dlogits, 1);
+    FIELD(&f, w, "dsg", m.dsg, n_moe > 0 && shared);
+    FIELD(&f, w, "dsu", m.dsu, n_moe > 0 && shared);
+    FIELD(&f, w, "dsh", m.dsh, n_moe > 0 && shared);
+    MoeScratch *r = &m.moe_scratch;
+    FIELD(&f, w, "scratch dlogits", r->dlogits, n_moe > 0);
+    FIELD(&f, w, "scratch dw", r->dw, n_moe > 0);
+    FIELD(&f, w, "scratch dxe", r->dxe, n_moe > 0);
+    FIELD(&f, w, "scratch dye", r->dye, n_moe > 0);
+    FIELD(&f, w, "scratch dg", r->dg, n_moe > 0);
+    FIELD(&f, w, "scratch du", r->du, n_moe > 0);
+    FIELD(&f, w, "scratch dh", r->dh, n_moe > 0);
+    FIELD(&f, w, "scratch dx_router", r->dx_router, n_moe > 0);
+    ck_assert_ptr_null(r->arena);
+    /* each pointer set is one entry (its field), and no entry is left over */
+    for (int i = 0; i < f.n; i++) {
+        int hits = 0;
+        for (int j = 0; j < m.acts.n; j++) hits += m.acts.e[j].field == f.field[i];
+        ck_assert_msg(hits == 1, "%s: pointer %d of the list is %d entries", w, i, hits);
+    }
+    ck_assert_int_eq(f.n, m.acts.n);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(test_formula_by_hand) {
+    /* dense, L = 4, C = 16, H = 2, F = 24, B x T = 2 x 8, N = 16 */
+    const size_t V = MOE_VOCAB, N = 16;
+    Config c = shape_config(&SHAPES[0]);
+    MemoryBreakdown mb;
+    model_memory_floats(&c, 2, 8, &mb);
+    ck_assert_uint_eq(mb.acts_resid, 5 * N * 16);
+    /* per block 7 N C + 2 N + B H T T = 1792 + 32 + 256 */
+    ck_assert_uint_eq(mb.acts_attn, 4 * 2080);
+    ck_assert_uint_eq(mb.acts_ffn, 4 * 3 * N * 24);
+    ck_assert_uint_eq(mb.acts_head, N * 16 + 2 * N + N * V);
+    ck_assert_uint_eq(mb.scratch, 8 * N * 16 + 3 * N * 24 + N * V);
+    ck_assert_uint_eq(mb.int_words, 2 * N);
+
+    /* all MoE, E = 4, K = 2, FE = 12: S = N K = 32 slots. Per block: logits, scores 2 N E =
+     * 128, lse 16, w 32, xe, ye 2 S C = 1024, g, u, h 3 S FE = 1152, the aux-free bias E = 4,
+     * and the routing scratch (moe_work_bytes, whole words) */
+    c = shape_config(&SHAPES[1]);
+    MoeSpec sp;
+    moe_spec_from_config(&sp, &c, 8);
+    const size_t work = (moe_work_bytes(&sp, 16) + 3) / 4;
+    model_memory_floats(&c, 2, 8, &mb);
+    ck_assert_uint_eq(mb.acts_attn, 4 * 2080);
+    ck_assert_uint_eq(mb.acts_ffn, 4 * (128 + 16 + 32 + 1024 + 1152 + 4 + work));
+    /* 8 N C, N V, and MoeScratch: dlogits N E 64, dw 32, dxe, dye 1024, dg, du, dh 1152,
+     * dx_router N C 256; no dense block, no dfg */
+    ck_assert_uint_eq(mb.scratch, 8 * N * 16 + N * V + 64 + 32 + 1024 + 1152 + 256);
+
+    /* two shared experts (Fs = 24) on the MoE blocks 1..3: 3 N Fs each in acts, once in
+     * scratch */
+    MemoryBreakdown no;
+    Config c0 = shape_config(&SHAPES[7]);
+    c0.num_shared = 0;
+    c = shape_config(&SHAPES[7]);
+    model_memory_floats(&c0, 2, 8, &no);
+    model_memory_floats(&c, 2, 8, &mb);
+    ck_assert_uint_eq(mb.acts_ffn - no.acts_ffn, 3 * 3 * N * 24);
+    ck_assert_uint_eq(mb.scratch - no.scratch, 3 * N * 24);
+}
+END_TEST
+
+START_TEST(test_block_arena_with_expert_exchange) {
+    /* a block on its own (moe_acts_alloc) over an expert-parallel pair: its arena holds the
+     * exchange's buffers too. E = 4, K = 2, C = 16, FE = 12, N = 16: S = 32 slots,
+     * R = 2 S + 1 = 65 rows; perm R ints, xr, xo, yo, yr 4 R C, g, u, h, dg, du, dh 6 R FE */
+    Config c = shape_config(&SHAPES[1]);
+    MoeSpec sp;
+    moe_spec_from_config(&sp, &c, 8);
+    Dist d;
+    memset(&d, 0, sizeof d);
+    d.world = 2;
+    d.ep = 2;
+    d.dp = 1;
+    ActTable one, two;
+    acts_table_init(&one);
+    acts_table_init(&two);
+    moe_acts_entries(&one, "moe", &sp, 1, 16, NULL);
+    moe_acts_entries(&two, "moe", &sp, 2, 16, NULL);
+    ck_assert_int_eq(two.n, one.n + 11);
+    size_t words = 0;
+    for (int i = one.n; i < two.n; i++) words += acts_entry_bytes(&two.e[i]) / 4;
+    ck_assert_uint_eq(words, 65 + 4 * 65 * 16 + 6 * 65 * 12);
+    ck_assert_str_eq(two.e[one.n + 1].name, "moe.ep.xr");
+
+    size_t before = backend_bytes_allocated;
+    MoeActs a;
+    moe_acts_alloc(&backend_cpu, &a, &sp, &d, 16);
+    ck_assert_uint_eq(backend_bytes_allocated - before, acts_layout(&two)); /* one allocation */
+    ck_assert_ptr_nonnull(a.ep);
+    ck_assert_ptr_null(a.ep->arena);
+    const char *lo = (const char *)a.arena, *hi = lo + two.bytes;
+    const void *ep_bufs[] = {a.ep->perm, a.ep->xr, a.ep->xo, a.ep->yo, a.ep->yr, a.ep->g,
+                             a.ep->u,    a.ep->h,  a.ep->dg, a.ep->du, a.ep->dh};
+    for (size_t i = 0; i < sizeof ep_bufs / sizeof ep_bufs[0]; i++)
+        ck_assert_msg(ep_bufs[i] && (const char *)ep_bufs[i] >= lo && (const char *)ep_bufs[i] < hi,
+                      "expert exchange buffer %zu outside the block's arena", i);
+    ck_assert_int_eq(a.ep->R_max, 64);
+    moe_acts_free(&backend_cpu, &a);
+    acts_table_free(&one);
+    acts_table_free(&two);
 }
 END_TEST
 
@@ -176,6 +444,10 @@ static Suite *memory_suite(void) {
     TCase *tc = tcase_create("formula");
     int n = (int)(sizeof SHAPES / sizeof SHAPES[0]);
     tcase_add_loop_test(tc, test_formula_matches_allocation, 0, n);
+    tcase_add_loop_test(tc, test_arena_layout, 0, n);
+    tcase_add_loop_test(tc, test_every_pointer_is_an_entry, 0, n);
+    tcase_add_test(tc, test_formula_by_hand);
+    tcase_add_test(tc, test_block_arena_with_expert_exchange);
     tcase_add_loop_test(tc, test_breakdown_consistent, 0, n);
     tcase_add_test(tc, test_int_words_by_hand);
     tcase_add_test(tc, test_attention_is_quadratic_in_T);

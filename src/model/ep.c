@@ -23,14 +23,14 @@ static double seconds_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-void ep_acts_alloc(const Backend *be, EpActs *a, const MoeSpec *s, int P, int S_max) {
+void ep_acts_host_alloc(EpActs *a, const MoeSpec *s, int P, int S_max) {
     memset(a, 0, sizeof(*a));
     a->P = P;
     a->El = s->num_experts / P;
     a->C = s->d_model;
     a->F = s->d_expert;
     a->R_max = P * S_max;
-    const size_t R = (size_t)a->R_max + 1, C = (size_t)a->C, F = (size_t)a->F;
+    const size_t R = (size_t)a->R_max + 1;
     a->meta_send = (int *)calloc_check((size_t)P * 2 * a->El, sizeof(int));
     a->meta_recv = (int *)calloc_check((size_t)P * 2 * a->El, sizeof(int));
     a->scount = (int *)calloc_check((size_t)P, sizeof(int));
@@ -40,17 +40,36 @@ void ep_acts_alloc(const Backend *be, EpActs *a, const MoeSpec *s, int P, int S_
     a->eoff = (int *)calloc_check((size_t)a->El + 1, sizeof(int));
     a->cursor = (int *)calloc_check((size_t)a->El + 1, sizeof(int));
     a->perm_host = (int *)calloc_check(R, sizeof(int));
-    a->perm = be_ints(be, R);
-    a->xr = be_floats(be, R * C);
-    a->xo = be_floats(be, R * C);
-    a->yo = be_floats(be, R * C);
-    a->yr = be_floats(be, R * C);
-    a->g = be_floats(be, R * F);
-    a->u = be_floats(be, R * F);
-    a->h = be_floats(be, R * F);
-    a->dg = be_floats(be, R * F);
-    a->du = be_floats(be, R * F);
-    a->dh = be_floats(be, R * F);
+}
+
+void ep_acts_entries(ActTable *t, const char *pre, const MoeSpec *s, int P, int S_max, EpActs *a) {
+    /* R_max + 1 rows: every slot of every sender, and one spare */
+    const size_t R = (size_t)P * S_max + 1, C = (size_t)s->d_model, F = (size_t)s->d_expert;
+    /* perm: received row i sits at expert-order row perm[i] */
+    acts_add(t, ACT_INT, ACT_INT_WORDS, R, ACT_FIELD(a, perm), "%s.perm", pre);
+    /* xr, xo: the rows received, and in expert order; yo, yr: the experts' outputs in expert
+     * order and in received order */
+    acts_add(t, ACT_FLOAT, ACT_FFN, R * C, ACT_FIELD(a, xr), "%s.xr", pre);
+    acts_add(t, ACT_FLOAT, ACT_FFN, R * C, ACT_FIELD(a, xo), "%s.xo", pre);
+    acts_add(t, ACT_FLOAT, ACT_FFN, R * C, ACT_FIELD(a, yo), "%s.yo", pre);
+    acts_add(t, ACT_FLOAT, ACT_FFN, R * C, ACT_FIELD(a, yr), "%s.yr", pre);
+    /* g, u, h: the SwiGLU of this member's experts on those rows */
+    acts_add(t, ACT_FLOAT, ACT_FFN, R * F, ACT_FIELD(a, g), "%s.g", pre);
+    acts_add(t, ACT_FLOAT, ACT_FFN, R * F, ACT_FIELD(a, u), "%s.u", pre);
+    acts_add(t, ACT_FLOAT, ACT_FFN, R * F, ACT_FIELD(a, h), "%s.h", pre);
+    /* dg, du, dh: their gradients, backward scratch of this block */
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, R * F, ACT_FIELD(a, dg), "%s.dg", pre);
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, R * F, ACT_FIELD(a, du), "%s.du", pre);
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, R * F, ACT_FIELD(a, dh), "%s.dh", pre);
+}
+
+void ep_acts_alloc(const Backend *be, EpActs *a, const MoeSpec *s, int P, int S_max) {
+    ep_acts_host_alloc(a, s, P, S_max);
+    ActTable t;
+    acts_table_init(&t);
+    ep_acts_entries(&t, "ep", s, P, S_max, a);
+    a->arena = acts_alloc(be, &t);
+    acts_table_free(&t);
 }
 
 void ep_acts_free(const Backend *be, EpActs *a) {
@@ -63,8 +82,7 @@ void ep_acts_free(const Backend *be, EpActs *a) {
     free(a->eoff);
     free(a->cursor);
     free(a->perm_host);
-    void *mine[] = {a->perm, a->xr, a->xo, a->yo, a->yr, a->g, a->u, a->h, a->dg, a->du, a->dh};
-    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++) be->free(be, mine[i]);
+    if (a->arena) be->free(be, a->arena);
     memset(a, 0, sizeof(*a));
 }
 

@@ -26,6 +26,7 @@
 #define MOE_DIST_EP_H
 
 #include "backend/backend.h"
+#include "model/acts.h"
 #include "moe/moe_ops.h"
 #include "parallel/dist.h"
 
@@ -58,11 +59,23 @@ typedef struct EpActs {
     float *yr;            /* (R_max, C) outputs in received order, sent back */
     float *dg, *du, *dh;  /* (R_max, F) backward scratch */
     EpStats stats;
+    void *arena; /* the backend buffers above, one allocation (ep_acts_alloc); NULL when the
+                    block's or the model's arena holds them */
 } EpActs;
 
-/* Buffers for a block whose sender has at most S_max slots (moe_slots_max for its tokens). */
+/* Buffers for a block whose sender has at most S_max slots (moe_slots_max for its tokens):
+ * ep_acts_host_alloc, then the table of ep_acts_entries in an arena of its own. ep_acts_free
+ * frees the host arrays, and the arena when there is one. */
 void ep_acts_alloc(const Backend *be, EpActs *a, const MoeSpec *s, int P, int S_max);
 void ep_acts_free(const Backend *be, EpActs *a);
+/* The host side (zeroed first): P, El, C, F, R_max and the metadata ints (meta_send,
+ * meta_recv, the counts and displacements, eoff, cursor, perm_host). */
+void ep_acts_host_alloc(EpActs *a, const MoeSpec *s, int P, int S_max);
+/* The backend buffers as entries of t named "<prefix>.<field>" (a NULL: only counted): the
+ * received rows and the experts' activations are activations (ACT_FFN), their gradients
+ * scratch, perm an integer buffer. */
+void ep_acts_entries(ActTable *t, const char *prefix, const MoeSpec *s, int P, int S_max,
+                     EpActs *a);
 void ep_stats_reset(EpActs *a);
 
 /* ye (S, C) written: the outputs of the experts for this process's slot rows xe (S, C), plan

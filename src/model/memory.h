@@ -9,10 +9,14 @@
  *   - integer buffers: the token ids and, in MoE blocks, the routing indices and the
  *     dispatch plan. They are 4-byte words (int), so a word is the size of a float.
  *
- * model_memory_floats() writes the formula out term by term, with no call to model_init, so
- * a reader learns from it what an MoE step costs, and tests/test_memory.c checks it against
- * the bytes model_init actually allocates from its backend (backend_bytes_allocated): a buffer
- * added to the model without a term here fails that test.
+ * The activations, the scratch and the integer buffers are the entries of the model's table
+ * (acts.h, model_acts_table in acts.c: each entry says what its buffer is and how big), and
+ * model_memory_floats() sums that table by kind, with no call to model_init: the buffers the
+ * formula counts are the buffers model_init allocates, one list for both, and a buffer added
+ * to the table is counted. The table's arena starts every buffer at a multiple of ACTS_ALIGN
+ * bytes; that padding, a few bytes per buffer, is reported apart (pad_bytes), so the words
+ * below are the buffers' own sizes. tests/test_memory.c checks the arena against the table
+ * and the formula against counts done by hand.
  */
 #ifndef MOE_MEMORY_H
 #define MOE_MEMORY_H
@@ -35,12 +39,15 @@ typedef struct {
     size_t int_words;   /* 4-byte integer words: token ids, routing indices, dispatch plans */
     size_t floats;      /* sum of the float fields above (the return value) */
     size_t total_words; /* floats + int_words: bytes = 4 * total_words */
+    size_t pad_bytes;   /* bytes of the activation arena's alignment padding (acts.h), apart:
+                           model_init allocates 4 * total_words + pad_bytes */
 } MemoryBreakdown;
 
 /* Floats that model_init(c, B, T) allocates (parameters, gradients, moments, activations,
- * backward scratch); the breakdown, with the integer words, goes to *out when out is not
- * NULL. Metadata (the parameter table, pointer arrays, struct headers) is not counted: it is
- * a few KiB. */
+ * backward scratch); the breakdown, with the integer words and the arena's padding, goes to
+ * *out when out is not NULL. Metadata (the parameter and activation tables, pointer arrays,
+ * struct headers, the MoE blocks' host-side statistics) and the ops' workspace
+ * (Model.work_bytes) are not counted: they are a few KiB. */
 size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out);
 
 /* Before a model is built: 0 when model_init(c, B, T) fits in the memory this process may

@@ -24,10 +24,6 @@ static float *dev(const Model *m, size_t n) {
     return be_floats(m->be, n);
 }
 
-static float *alloc_nc(const Model *m) {
-    return dev(m, (size_t)m->B * m->T * m->cfg.d_model);
-}
-
 /* The weights drawn from the config seed into host (P floats): for an expert-parallel member,
  * the whole model's weights drawn as in one process and this member's share kept, so that it
  * starts from exactly the weights a one-process run starts from. */
@@ -65,8 +61,8 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
     m->B = B;
     m->T = T;
     m->dist = d && d->world > 1 ? d : NULL; /* one process: exactly the one-process model */
-    const int L = c->n_layer, C = c->d_model, H = c->n_head, F = c->d_ff;
-    const size_t N = (size_t)B * T, Fs = (size_t)c->num_shared * config_expert_hidden(c);
+    const int L = c->n_layer, C = c->d_model, H = c->n_head;
+    const size_t N = (size_t)B * T;
     const int ep = m->dist ? m->dist->ep : 1;
 
     params_table_build_ep(&m->pt, c, ep);
@@ -89,67 +85,23 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
     /* a stream apart from the init and data streams, so turning noise on changes nothing else */
     rng_seed(&m->router_rng, c->seed ^ 0x6e6f697365524e47ull);
 
-    m->inputs = be_ints(be, N);
-    m->targets = be_ints(be, N);
+    /* the host structs the table's entries point into, then every activation and scratch
+     * buffer in one arena (acts.h) */
     m->resid = (float **)calloc_check((size_t)L + 1, sizeof(float *));
-    for (int l = 0; l <= L; l++) m->resid[l] = alloc_nc(m);
     m->blocks = (BlockActs *)calloc_check((size_t)L, sizeof(BlockActs));
-    for (int l = 0; l < L; l++) {
-        BlockActs *a = &m->blocks[l];
-        a->ln1 = alloc_nc(m);
-        a->rstd1 = dev(m, N);
-        a->q = alloc_nc(m);
-        a->k = alloc_nc(m);
-        a->v = alloc_nc(m);
-        a->att = dev(m, (size_t)B * H * T * T);
-        a->atty = alloc_nc(m);
-        a->resid_mid = alloc_nc(m);
-        a->ln2 = alloc_nc(m);
-        a->rstd2 = dev(m, N);
+    for (int l = 0; l < L; l++)
         if (config_is_moe_layer(c, l)) {
-            a->moe = (MoeActs *)calloc_check(1, sizeof(MoeActs));
-            moe_acts_alloc(be, a->moe, &m->spec, m->dist, (int)N);
+            m->blocks[l].moe = (MoeActs *)calloc_check(1, sizeof(MoeActs));
+            moe_acts_host_alloc(be, m->blocks[l].moe, &m->spec, m->dist, (int)N);
             m->n_moe++;
-            if (Fs > 0) {
-                a->sg = dev(m, N * Fs);
-                a->su = dev(m, N * Fs);
-                a->sh = dev(m, N * Fs);
-            }
-        } else {
-            a->fg = dev(m, N * F);
-            a->fu = dev(m, N * F);
-            a->fh = dev(m, N * F);
         }
-    }
-    if (m->n_moe > 0) m->router_bias = dev(m, (size_t)m->n_moe * c->num_experts);
+    acts_table_init(&m->acts);
+    model_acts_table(&m->acts, c, B, T, ep, m);
+    m->arena = acts_alloc(be, &m->acts);
     for (int l = 0, b = 0; l < L; l++)
         if (m->blocks[l].moe)
             m->blocks[l].router_bias = m->router_bias + (size_t)b++ * c->num_experts;
-    m->lnf = alloc_nc(m);
-    m->rstdf = dev(m, N);
-    m->logits = dev(m, N * MOE_VOCAB);
-    m->losses = dev(m, N);
 
-    m->dresid = alloc_nc(m);
-    m->dmid = alloc_nc(m);
-    m->dln = alloc_nc(m);
-    m->dtmp = alloc_nc(m);
-    m->dq = alloc_nc(m);
-    m->dk = alloc_nc(m);
-    m->dv = alloc_nc(m);
-    m->datty = alloc_nc(m);
-    if (m->n_moe < L) {
-        m->dfg = dev(m, N * F);
-        m->dfu = dev(m, N * F);
-        m->dfh = dev(m, N * F);
-    }
-    m->dlogits = dev(m, N * MOE_VOCAB);
-    if (m->n_moe > 0) moe_scratch_alloc(be, &m->moe_scratch, &m->spec, (int)N);
-    if (m->n_moe > 0 && Fs > 0) {
-        m->dsg = dev(m, N * Fs);
-        m->dsu = dev(m, N * Fs);
-        m->dsh = dev(m, N * Fs);
-    }
     /* the workspace of the ops, outside the analytic memory of memory.c (work_bytes) */
     const size_t before = backend_bytes_allocated;
     const int D = C / H;
@@ -172,54 +124,16 @@ static void release(const Model *m, void *p) {
 void model_free(Model *m) {
     const int L = m->cfg.n_layer;
     for (int l = 0; l < L; l++) {
-        BlockActs *a = &m->blocks[l];
-        release(m, a->ln1);
-        release(m, a->rstd1);
-        release(m, a->q);
-        release(m, a->k);
-        release(m, a->v);
-        release(m, a->att);
-        release(m, a->atty);
-        release(m, a->resid_mid);
-        release(m, a->ln2);
-        release(m, a->rstd2);
-        release(m, a->fg);
-        release(m, a->fu);
-        release(m, a->fh);
-        release(m, a->sg);
-        release(m, a->su);
-        release(m, a->sh);
-        if (a->moe) {
-            moe_acts_free(m->be, a->moe);
-            free(a->moe);
+        MoeActs *a = m->blocks[l].moe;
+        if (a) { /* its host arrays; its backend buffers are in the model's arena */
+            moe_acts_free(m->be, a);
+            free(a);
         }
     }
-    for (int l = 0; l <= L; l++) release(m, m->resid[l]);
     free(m->resid);
     free(m->blocks);
-    release(m, m->inputs);
-    release(m, m->targets);
-    release(m, m->lnf);
-    release(m, m->rstdf);
-    release(m, m->logits);
-    release(m, m->losses);
-    release(m, m->dresid);
-    release(m, m->dmid);
-    release(m, m->dln);
-    release(m, m->dtmp);
-    release(m, m->dq);
-    release(m, m->dk);
-    release(m, m->dv);
-    release(m, m->datty);
-    release(m, m->dfg);
-    release(m, m->dfu);
-    release(m, m->dfh);
-    release(m, m->dsg);
-    release(m, m->dsu);
-    release(m, m->dsh);
-    release(m, m->dlogits);
-    release(m, m->router_bias);
-    if (m->n_moe > 0) moe_scratch_free(m->be, &m->moe_scratch);
+    release(m, m->arena);
+    acts_table_free(&m->acts);
     release(m, m->rope_cs);
     release(m, m->att_ws);
     release(m, m->norm_partial);

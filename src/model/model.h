@@ -5,7 +5,8 @@
  *          -> rmsnorm -> head -> cross-entropy
  * Each FFN is a dense SwiGLU or an MoE block (config_is_moe_layer). The model owns its
  * parameters, gradients and AdamW moments (one allocation each, laid out by the parameter
- * table) and the activations of one micro-batch of up to B x T tokens.
+ * table) and the activations of one micro-batch of up to B x T tokens (one allocation, laid
+ * out by the table of acts.h).
  */
 #ifndef MOE_MODEL_H
 #define MOE_MODEL_H
@@ -35,7 +36,7 @@ typedef struct {
                             Fs = num_shared * F; NULL without shared experts */
 } BlockActs;
 
-typedef struct {
+typedef struct Model {
     Config cfg;
     const Backend *be; /* every buffer below is its memory; every op runs on it */
     ParamTable pt;
@@ -53,6 +54,11 @@ typedef struct {
      * leaves training 0 (evaluation, sampling); the training loop turns it on. */
     int training;
     Rng router_rng;
+
+    /* activations and backward scratch: the entries of the model's table (acts.h:
+     * model_acts_table), all in one allocation of the backend, the arena */
+    ActTable acts;
+    void *arena; /* (acts.bytes) */
 
     /* activations */
     int *inputs, *targets; /* (N) */

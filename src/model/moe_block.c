@@ -59,37 +59,17 @@ void moe_spec_from_config(MoeSpec *s, const Config *c, int seq_len) {
 
 /* The routing arrays idx, w, dw hold NA = N A entries (A = K, or E for expert choice: every
  * (token, expert) pair is a candidate); the slot buffers S rows (moe_slots_max). */
-void moe_acts_alloc(const Backend *be, MoeActs *a, const MoeSpec *s, Dist *dist, int N_max) {
-    const int C = s->d_model, E = s->num_experts, F = s->d_expert;
-    const int A = moe_assignments_per_token(s);
-    size_t N = (size_t)N_max, NA = N * A, S = moe_slots_max(s, N_max);
+static size_t work_bytes_of(const MoeSpec *s, int N_max) {
+    return (moe_work_bytes(s, N_max) + 3) / 4 * 4; /* whole 4-byte words */
+}
+
+void moe_acts_host_alloc(const Backend *be, MoeActs *a, const MoeSpec *s, Dist *dist, int N_max) {
+    const int C = s->d_model, E = s->num_experts;
+    const size_t N = (size_t)N_max;
     memset(a, 0, sizeof(*a));
-    a->logits = be_floats(be, N * E);
-    a->scores = be_floats(be, N * E);
-    a->lse = be_floats(be, N);
-    a->idx = be_ints(be, NA + 1);
-    a->w = be_floats(be, NA);
-    /* the dispatch plan; a padded capacity plan has more rows (slot_token entries) than
-     * assignments */
-    DispatchPlan *p = &a->plan;
-    p->E = E;
-    p->K = A;
-    p->counts = be_ints(be, (size_t)E);
-    p->offsets = be_ints(be, (size_t)E + 1);
-    p->slot = be_ints(be, NA + 1);
-    p->slot_token = be_ints(be, (S > NA ? S : NA) + 1);
-    a->xe = be_floats(be, S * C);
-    a->ye = be_floats(be, S * C);
-    a->g = be_floats(be, S * F);
-    a->u = be_floats(be, S * F);
-    a->h = be_floats(be, S * F);
-    if (s->jitter > 0.0f) {
-        a->jit = be_floats(be, N * C);
-        a->xj = be_floats(be, N * C);
-    }
-    if (s->noise > 0.0f) a->noise = be_floats(be, N * E);
-    a->work_bytes = (moe_work_bytes(s, N_max) + 3) / 4 * 4; /* whole 4-byte words */
-    a->work = be->alloc(be, a->work_bytes);
+    a->plan.E = E;
+    a->plan.K = moe_assignments_per_token(s);
+    a->work_bytes = work_bytes_of(s, N_max);
     route_stats_alloc(&a->route, E);
     if (!be->host_memory && (s->jitter > 0.0f || s->noise > 0.0f))
         a->drawn = (float *)malloc_check(N * (C > E ? C : E) * sizeof(float));
@@ -99,59 +79,105 @@ void moe_acts_alloc(const Backend *be, MoeActs *a, const MoeSpec *s, Dist *dist,
     }
     if (dist && dist->ep > 1) {
         a->ep = (EpActs *)calloc_check(1, sizeof(EpActs));
-        ep_acts_alloc(be, a->ep, s, dist->ep, (int)S);
+        ep_acts_host_alloc(a->ep, s, dist->ep, (int)moe_slots_max(s, N_max));
     }
 }
 
+void moe_acts_entries(ActTable *t, const char *pre, const MoeSpec *s, int ep, int N_max,
+                      MoeActs *a) {
+    const size_t C = (size_t)s->d_model, E = (size_t)s->num_experts, F = (size_t)s->d_expert;
+    const size_t N = (size_t)N_max, NA = N * moe_assignments_per_token(s);
+    const size_t S = moe_slots_max(s, N_max);
+    /* logits: x router^T; scores: their softmax (or sigmoid); lse: the logsumexp per token,
+     * for the z-loss */
+    acts_add(t, ACT_FLOAT, ACT_FFN, N * E, ACT_FIELD(a, logits), "%s.logits", pre);
+    acts_add(t, ACT_FLOAT, ACT_FFN, N * E, ACT_FIELD(a, scores), "%s.scores", pre);
+    acts_add(t, ACT_FLOAT, ACT_FFN, N, ACT_FIELD(a, lse), "%s.lse", pre);
+    /* idx (N, A) plus one spare word; w: the gate weights, one per (token, k) or, for expert
+     * choice, per (token, expert) */
+    acts_add(t, ACT_INT, ACT_INT_WORDS, NA + 1, ACT_FIELD(a, idx), "%s.idx", pre);
+    acts_add(t, ACT_FLOAT, ACT_FFN, NA, ACT_FIELD(a, w), "%s.w", pre);
+    /* the dispatch plan: counts (E), offsets (E + 1), slot (N A + 1) and slot_token (N A + 1,
+     * or S + 1 when a padded capacity plan has more rows than assignments) */
+    acts_add(t, ACT_INT, ACT_INT_WORDS, E, ACT_FIELD(a, plan.counts), "%s.plan.counts", pre);
+    acts_add(t, ACT_INT, ACT_INT_WORDS, E + 1, ACT_FIELD(a, plan.offsets), "%s.plan.offsets", pre);
+    acts_add(t, ACT_INT, ACT_INT_WORDS, NA + 1, ACT_FIELD(a, plan.slot), "%s.plan.slot", pre);
+    acts_add(t, ACT_INT, ACT_INT_WORDS, (S > NA ? S : NA) + 1, ACT_FIELD(a, plan.slot_token),
+             "%s.plan.slot_token", pre);
+    /* xe, ye: the expert inputs (gathered) and outputs; g, u, h: gate, up, silu(g) * u per
+     * slot */
+    acts_add(t, ACT_FLOAT, ACT_FFN, S * C, ACT_FIELD(a, xe), "%s.xe", pre);
+    acts_add(t, ACT_FLOAT, ACT_FFN, S * C, ACT_FIELD(a, ye), "%s.ye", pre);
+    acts_add(t, ACT_FLOAT, ACT_FFN, S * F, ACT_FIELD(a, g), "%s.g", pre);
+    acts_add(t, ACT_FLOAT, ACT_FFN, S * F, ACT_FIELD(a, u), "%s.u", pre);
+    acts_add(t, ACT_FLOAT, ACT_FFN, S * F, ACT_FIELD(a, h), "%s.h", pre);
+    /* jit, xj: the jitter factors and the router's jittered input (moe.jitter > 0) */
+    if (s->jitter > 0.0f) {
+        acts_add(t, ACT_FLOAT, ACT_FFN, N * C, ACT_FIELD(a, jit), "%s.jit", pre);
+        acts_add(t, ACT_FLOAT, ACT_FFN, N * C, ACT_FIELD(a, xj), "%s.xj", pre);
+    }
+    /* noise: the logit noise drawn (moe.noise > 0) */
+    if (s->noise > 0.0f)
+        acts_add(t, ACT_FLOAT, ACT_FFN, N * E, ACT_FIELD(a, noise), "%s.noise", pre);
+    /* work: the routing ops' scratch (moe_work_bytes: the balance loss, the router's backward,
+     * the capacity or expert-choice ranking), whole 4-byte words */
+    acts_add(t, ACT_BYTES, ACT_FFN, work_bytes_of(s, N_max), ACT_FIELD(a, work), "%s.work", pre);
+    if (ep > 1) {
+        char sub[ACT_NAME_MAX];
+        snprintf(sub, sizeof sub, "%s.ep", pre);
+        ep_acts_entries(t, sub, s, ep, (int)S, a ? a->ep : NULL);
+    }
+}
+
+void moe_acts_alloc(const Backend *be, MoeActs *a, const MoeSpec *s, Dist *dist, int N_max) {
+    moe_acts_host_alloc(be, a, s, dist, N_max);
+    ActTable t;
+    acts_table_init(&t);
+    moe_acts_entries(&t, "moe", s, dist && dist->ep > 1 ? dist->ep : 1, N_max, a);
+    a->arena = acts_alloc(be, &t);
+    acts_table_free(&t);
+}
+
 void moe_acts_free(const Backend *be, MoeActs *a) {
-    void *mine[] = {a->logits,
-                    a->scores,
-                    a->lse,
-                    a->idx,
-                    a->w,
-                    a->plan.counts,
-                    a->plan.offsets,
-                    a->plan.slot,
-                    a->plan.slot_token,
-                    a->xe,
-                    a->ye,
-                    a->g,
-                    a->u,
-                    a->h,
-                    a->jit,
-                    a->xj,
-                    a->noise,
-                    a->work};
-    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
-        if (mine[i]) be->free(be, mine[i]);
     route_stats_free(&a->route);
     free(a->drawn);
     free(a->global_f);
     free(a->global_count);
     if (a->ep) ep_acts_free(be, a->ep);
     free(a->ep);
+    if (a->arena) be->free(be, a->arena);
     memset(a, 0, sizeof(*a));
 }
 
-void moe_scratch_alloc(const Backend *be, MoeScratch *scr, const MoeSpec *s, int N_max) {
+void moe_scratch_entries(ActTable *t, const char *pre, const MoeSpec *s, int N_max,
+                         MoeScratch *scr) {
     const size_t C = (size_t)s->d_model, E = (size_t)s->num_experts, F = (size_t)s->d_expert;
-    size_t N = (size_t)N_max, NA = N * moe_assignments_per_token(s);
-    size_t S = moe_slots_max(s, N_max);
-    scr->dlogits = be_floats(be, N * E);
-    scr->dw = be_floats(be, NA);
-    scr->dxe = be_floats(be, S * C);
-    scr->dye = be_floats(be, S * C);
-    scr->dg = be_floats(be, S * F);
-    scr->du = be_floats(be, S * F);
-    scr->dh = be_floats(be, S * F);
-    scr->dx_router = be_floats(be, N * C);
+    const size_t N = (size_t)N_max, NA = N * moe_assignments_per_token(s);
+    const size_t S = moe_slots_max(s, N_max);
+    /* the gradients of the router's logits, of w, of the slot rows xe, ye and of the experts'
+     * SwiGLU g, u, h */
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * E, ACT_FIELD(scr, dlogits), "%s.dlogits", pre);
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, NA, ACT_FIELD(scr, dw), "%s.dw", pre);
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, S * C, ACT_FIELD(scr, dxe), "%s.dxe", pre);
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, S * C, ACT_FIELD(scr, dye), "%s.dye", pre);
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, S * F, ACT_FIELD(scr, dg), "%s.dg", pre);
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, S * F, ACT_FIELD(scr, du), "%s.du", pre);
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, S * F, ACT_FIELD(scr, dh), "%s.dh", pre);
+    /* dx_router: the input gradient through the router */
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(scr, dx_router), "%s.dx_router", pre);
+}
+
+void moe_scratch_alloc(const Backend *be, MoeScratch *scr, const MoeSpec *s, int N_max) {
+    memset(scr, 0, sizeof(*scr));
+    ActTable t;
+    acts_table_init(&t);
+    moe_scratch_entries(&t, "moe_scratch", s, N_max, scr);
+    scr->arena = acts_alloc(be, &t);
+    acts_table_free(&t);
 }
 
 void moe_scratch_free(const Backend *be, MoeScratch *scr) {
-    float *mine[] = {scr->dlogits, scr->dw, scr->dxe, scr->dye,
-                     scr->dg,      scr->du, scr->dh,  scr->dx_router};
-    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
-        if (mine[i]) be->free(be, mine[i]);
+    if (scr->arena) be->free(be, scr->arena);
     memset(scr, 0, sizeof(*scr));
 }
 

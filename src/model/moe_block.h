@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "model/acts.h"
 #include "moe/moe_ops.h"
 
 /* ---- the block's specification ---------------------------------------------------------------
@@ -57,6 +58,8 @@ typedef struct {
     float *global_f;
     double *global_count; /* (E + 1) the counts summed across processes, then the total */
     struct EpActs *ep;
+    void *arena; /* the backend buffers above, one allocation (moe_acts_alloc); NULL when a
+                    model's arena holds them (model_init) */
 } MoeActs;
 
 /* Backward temporaries, shared by all blocks of a model (used one block at a time). */
@@ -66,15 +69,31 @@ typedef struct {
     float *dxe, *dye;    /* (S, C) */
     float *dg, *du, *dh; /* (S, F) */
     float *dx_router;    /* (N, C) */
+    void *arena;         /* their one allocation (moe_scratch_alloc), or NULL: a model's */
 } MoeScratch;
 
 /* The buffers are the backend's memory (be->alloc), allocated once, for up to N_max tokens
  * in sequences of s->seq_len. dist: the processes the block will run over (the same as every
- * call's MoeCtx.dist), or NULL for one. */
+ * call's MoeCtx.dist), or NULL for one. moe_acts_alloc is moe_acts_host_alloc, then the
+ * block's table (moe_acts_entries, acts.h) in an arena of its own; a model puts the entries in
+ * its own table instead. moe_acts_free frees the host arrays, and the arena when the block
+ * has one. */
 void moe_acts_alloc(const Backend *be, MoeActs *a, const MoeSpec *s, struct Dist *dist, int N_max);
 void moe_acts_free(const Backend *be, MoeActs *a);
 void moe_scratch_alloc(const Backend *be, MoeScratch *scr, const MoeSpec *s, int N_max);
 void moe_scratch_free(const Backend *be, MoeScratch *scr);
+/* The host side of a MoeActs (zeroed first): the plan's E and K, work_bytes, the routing
+ * statistics, the noise staging, and with several processes global_f, global_count and the
+ * EpActs (ep_acts_host_alloc). */
+void moe_acts_host_alloc(const Backend *be, MoeActs *a, const MoeSpec *s, struct Dist *dist,
+                         int N_max);
+/* The block's backend buffers as entries of t, named "<prefix>.<field>", filling a's fields
+ * (a NULL: only counted); ep > 1 adds the expert exchange's ("<prefix>.ep.<field>"). */
+void moe_acts_entries(ActTable *t, const char *prefix, const MoeSpec *s, int ep, int N_max,
+                      MoeActs *a);
+/* The backward scratch's buffers as entries of t (scr NULL: only counted). */
+void moe_scratch_entries(ActTable *t, const char *prefix, const MoeSpec *s, int N_max,
+                         MoeScratch *scr);
 
 /* y (N, C) (written) = MoE(x); fills a (routing, activations, aux_loss, z_loss). ctx is this
  * call's context (its work is ignored: the block brings its own scratch; with several
