@@ -5,7 +5,7 @@
 #
 #   1. chapters/lib.sh: warm-up scaling (quick and smoke only, room left in a 33-step arm), the
 #      provenance of clean and -dirty runs, the seed spread of a summary (and its absence)
-#   2. compare.sh and ablate.sh of chapters 1, 2, 4 --smoke: exit 0; summary.csv has one row per
+#   2. compare.sh and ablate.sh of chapters 1, 2, 4 --smoke (and chapter 2's speed.sh): exit 0; summary.csv has one row per
 #      arm with a finite validation loss; curves.csv every arm's evaluations; provenance.txt the
 #      commits, checksums and threads of the runs; summary.md the provenance sentence; every
 #      PNG exists and is a PNG; the numbers the handbook quotes have their columns
@@ -123,6 +123,20 @@ awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     END { exit !(n == 20 && bad == 0) }' plots/02-capacity-smoke/summary.csv
 check "ch02: drop_frac_after (after step 12/6) for every arm, 0 when dropless" $? \
     "$(cut -d, -f1,2,12-14 plots/02-capacity-smoke/summary.csv)"
+
+# the side-by-side speed of chapter 2: five variants over three rounds, the median of the rounds
+bash chapters/02-capacity/speed.sh --smoke > "$tmp/speed.log" 2>&1
+check "ch02 speed.sh --smoke exits 0" $? "$(tail -n 5 "$tmp/speed.log")"
+awk -F, 'NR == 1 { ok = $3 == "round1" && $5 == "round3" && $6 == "tok_per_s"; next }
+    { n++; split($3 " " $4 " " $5, r, " "); for (i = 1; i <= 3; i++) if (!(r[i] > 0)) ok = 0
+      lo = 0; hi = 0; for (i = 1; i <= 3; i++) { lo += $6 > r[i]; hi += $6 < r[i] }
+      if (lo > 1 || hi > 1) ok = 0 }
+    END { exit !(ok && n == 5) }' plots/02-capacity-smoke/speed.csv
+check "ch02 speed.csv: 5 variants, 3 positive rounds each, tok_per_s their median" $? \
+    "$(cat plots/02-capacity-smoke/speed.csv)"
+grep -q "^Side by side: the five variants interleaved over 3 rounds" plots/02-capacity-smoke/speed.md &&
+    grep -q "built from commit [0-9a-f]" plots/02-capacity-smoke/speed.md
+check "ch02 speed.md says how it was measured and from which commit" $? "$(tail -n 1 plots/02-capacity-smoke/speed.md)"
 
 smoke_ok ch04 chapters/04-upcycling/ablate.sh plots/04-upcycling-smoke 17 \
     "val_loss.png experts.png budgets.png final_loss.png" val_loss_end
