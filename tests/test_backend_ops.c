@@ -205,7 +205,9 @@ static void case_loss_adamw(const Backend *be, Outs *o) {
     be->scale(be, v, 0.0f, n); /* second moments start at zero... */
     be->add(be, v, v, m, n);   /* ...plus something, then squared to stay non-negative */
     be->mul(be, v, v, v, n);
-    be->adamw_update(be, p, g, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    const AdamwStep st = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                          .weight_decay = 0.1f, .grad_scale = 0.5f, .step = 3};
+    be->adamw_update(be, p, g, m, v, n, &st);
     out_f(o, be, "adamw p", p, n);
     out_f(o, be, "adamw m", m, n);
     out_f(o, be, "adamw v", v, n);

@@ -523,7 +523,9 @@ START_TEST(test_adamw_first_step) {
         want_m[i] = (1 - b1) * g[i];
         want_v[i] = (1 - b2) * g[i] * g[i];
     }
-    adamw_update(p, g, m, v, n, lr, b1, b2, eps, wd, 1);
+    const AdamwStep st = {.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps, .weight_decay = wd,
+                          .grad_scale = 1.0f, .step = 1};
+    adamw_update(p, g, m, v, n, &st);
     expect_close_arrays(p, want, n, TOL_F32_ATOL, TOL_F32_RTOL, "adamw p after step 1");
     expect_close_arrays(m, want_m, n, TOL_F32_ATOL, TOL_F32_RTOL, "adamw m after step 1");
     expect_close_arrays(v, want_v, n, TOL_F32_ATOL, TOL_F32_RTOL, "adamw v after step 1");
@@ -533,15 +535,45 @@ END_TEST
 START_TEST(test_adamw_no_decay_and_bias_correction) {
     /* wd = 0 and g = 0: nothing moves, exactly */
     float p0 = 0.75f, g0 = 0.0f, m0 = 0.0f, v0 = 0.0f;
-    adamw_update(&p0, &g0, &m0, &v0, 1, 0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 1);
+    AdamwStep st = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                    .weight_decay = 0.0f, .grad_scale = 1.0f, .step = 1};
+    adamw_update(&p0, &g0, &m0, &v0, 1, &st);
     ck_assert_msg(p0 == 0.75f, "zero gradient without decay moved p to %g", (double)p0);
 
     /* a constant gradient: the bias correction makes m_hat = g and v_hat = g^2 at every step,
      * so each of 5 steps moves p by lr * sign(g) */
     float p[2] = {1.0f, 1.0f}, g[2] = {0.5f, -0.02f}, m[2] = {0}, v[2] = {0};
-    for (int t = 1; t <= 5; t++) adamw_update(p, g, m, v, 2, 0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, t);
+    for (st.step = 1; st.step <= 5; st.step++) adamw_update(p, g, m, v, 2, &st);
     float want[2] = {0.95f, 1.05f};
     expect_close_arrays(p, want, 2, TOL_F32_ATOL, TOL_F32_RTOL, "adamw 5 steps");
+}
+END_TEST
+
+START_TEST(test_adamw_grad_scale) {
+    /* grad_scale s on g is the same update, bit for bit, as s * g with scale 1 (the clipping
+     * factor folded into the pass), and g itself is left as it was */
+    enum { n = 37 };
+    float p1[n], p2[n], m1[n] = {0}, m2[n] = {0}, v1[n] = {0}, v2[n] = {0}, g[n], gs[n];
+    const float s = 0.37f;
+    for (int i = 0; i < n; i++) {
+        p1[i] = p2[i] = 0.1f * (float)(i % 7) - 0.3f;
+        g[i] = 0.05f * (float)((i * 5) % 11) - 0.2f;
+        gs[i] = g[i] * s;
+    }
+    AdamwStep scaled = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                        .weight_decay = 0.1f, .grad_scale = s, .step = 1};
+    AdamwStep plain = scaled;
+    plain.grad_scale = 1.0f;
+    for (int t = 1; t <= 3; t++) {
+        scaled.step = plain.step = t;
+        adamw_update(p1, g, m1, v1, n, &scaled);
+        adamw_update(p2, gs, m2, v2, n, &plain);
+    }
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(p1[i] == p2[i] && m1[i] == m2[i] && v1[i] == v2[i],
+                      "element %d: grad_scale differs from a pre-scaled gradient", i);
+        ck_assert_msg(g[i] == 0.05f * (float)((i * 5) % 11) - 0.2f, "g[%d] was changed", i);
+    }
 }
 END_TEST
 
@@ -569,6 +601,7 @@ Suite *ops_suite(void) {
     tcase_add_test(tc, test_crossentropy_forward_values);
     tcase_add_test(tc, test_adamw_first_step);
     tcase_add_test(tc, test_adamw_no_decay_and_bias_correction);
+    tcase_add_test(tc, test_adamw_grad_scale);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -27,6 +27,7 @@
 #include <stddef.h>
 
 #include "moe/moe_ops.h"
+#include "nn/ops.h"
 
 typedef struct Backend Backend;
 
@@ -93,7 +94,7 @@ struct Backend {
     void (*crossentropy_backward)(const Backend *be, float *dlogits, const float *probs,
                                   const int *targets, float scale, int N, int V);
     void (*adamw_update)(const Backend *be, float *p, const float *g, float *m, float *v, size_t n,
-                         float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+                         const AdamwStep *s);
 
     /* ---- the MoE ops (moe/moe_ops.h, same arguments) ------------------------------------ */
     void (*router_scores_forward)(const Backend *be, float *scores, float *lse, const float *logits,

@@ -126,9 +126,8 @@ static void ref_crossentropy_backward(const Backend *be, float *dlogits, const f
     (void)be, crossentropy_backward(dlogits, probs, targets, scale, N, V);
 }
 static void ref_adamw_update(const Backend *be, float *p, const float *g, float *m, float *v,
-                             size_t n, float lr, float beta1, float beta2, float eps,
-                             float weight_decay, int t) {
-    (void)be, adamw_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
+                             size_t n, const AdamwStep *s) {
+    (void)be, adamw_update(p, g, m, v, n, s);
 }
 static void ref_router_scores_forward(const Backend *be, float *scores, float *lse,
                                       const float *logits, int N, const MoeSpec *s) {

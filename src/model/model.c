@@ -391,17 +391,13 @@ void model_adamw_step(Model *m, float lr, float grad_scale) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     m->step++;
-    if (grad_scale != 1.0f) {
-        double t0 = prof_clock();
-        be->scale(be, m->grads, grad_scale, m->pt.total);
-        if (prof_enabled) prof_add(PROF_OPTIMIZER, prof_clock() - t0);
-    }
+    AdamwStep s = {.lr = lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
+                   .grad_scale = grad_scale, .step = m->step};
     for (int i = 0; i < m->pt.n; i++) {
         const ParamTensor *t = &m->pt.t[i];
-        PROF(PROF_OPTIMIZER,
-             be->adamw_update(be, m->params + t->offset, m->grads + t->offset, m->m + t->offset,
-                              m->v + t->offset, t->numel, lr, c->beta1, c->beta2, c->eps,
-                              t->decay ? c->weight_decay : 0.0f, m->step));
+        s.weight_decay = t->decay ? c->weight_decay : 0.0f;
+        PROF(PROF_OPTIMIZER, be->adamw_update(be, m->params + t->offset, m->grads + t->offset,
+                                              m->m + t->offset, m->v + t->offset, t->numel, &s));
     }
 }
 

@@ -137,8 +137,8 @@ float model_grad_norm(const Model *m);
  * are the gradient of the whole batch's mean loss. No-op in one process. */
 void model_sync_grads(Model *m);
 
-/* One AdamW step with learning rate lr on all parameters; increments m->step. Gradients are
- * first multiplied by grad_scale (for clipping). */
+/* One AdamW step with learning rate lr on all parameters; increments m->step. The update reads
+ * the gradients multiplied by grad_scale (for clipping) and leaves them as they are. */
 void model_adamw_step(Model *m, float lr, float grad_scale);
 
 /* Learning rate of step s (0-based): linear warm-up, then cosine down to min_lr * lr. */

@@ -75,9 +75,14 @@ void crossentropy_backward(float *dlogits, const float *probs, const int *target
 
 /* ---- AdamW on a flat slice of n parameters --------------------------------------------------
  * m, v: first and second moment; step t >= 1 (bias correction); weight_decay is decoupled
- * (p -= lr * wd * p) and the caller passes 0 for tensors that take no decay (norms). */
-void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, int t);
+ * (p -= lr * wd * p) and the caller passes 0 for tensors that take no decay (norms); the
+ * gradient is read as g * grad_scale (clipping) and left as it is. */
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    float grad_scale; /* the clipping factor: 1, or clip / norm */
+    int step;         /* t */
+} AdamwStep;
+void adamw_update(float *p, const float *g, float *m, float *v, size_t n, const AdamwStep *s);
 
 /* ---- the steps between the ops (vec.c) ------------------------------------------------------
  * y = a + b and y = a * b elementwise (y may be a or b); x *= s. */
@@ -86,9 +91,10 @@ void vec_mul(float *y, const float *a, const float *b, size_t n);
 void vec_scale(float *x, float s, size_t n);
 /* sum of x[0 .. n) in index order, in double (the loss over the tokens) */
 double vec_sum(const float *x, size_t n);
-/* Sum of squares of x[0 .. n) (the gradient norm): chunks of VEC_CHUNK elements summed in
- * parallel into partial (vec_chunks(n) doubles: one spare, so n = 0 still has a buffer), then
- * the chunks in order, so the result does not depend on the number of threads. */
+/* Sum of squares of x[0 .. n) (the gradient norm), in double: chunks of VEC_CHUNK elements
+ * summed in parallel into partial (vec_chunks(n) doubles: one spare, so n = 0 still has a
+ * buffer), each over eight interleaved lanes, then the chunks in order, so the result does
+ * not depend on the number of threads. */
 #define VEC_CHUNK ((size_t)1 << 16)
 size_t vec_chunks(size_t n);
 double vec_sum_squares(double *partial, const float *x, size_t n);

@@ -39,9 +39,15 @@ double vec_sum_squares(double *partial, const float *x, size_t n) {
 #pragma omp parallel for schedule(static)
     for (size_t ch = 0; ch < n_chunks; ch++) {
         size_t end = (ch + 1) * VEC_CHUNK < n ? (ch + 1) * VEC_CHUNK : n;
-        double ss = 0.0;
-        for (size_t i = ch * VEC_CHUNK; i < end; i++) ss += (double)x[i] * x[i];
-        partial[ch] = ss;
+        /* eight running sums, element i into sum i % 8, so that the additions do not wait on
+         * each other (and vectorize); the order is fixed, so is the result */
+        double lane[8] = {0};
+        size_t i = ch * VEC_CHUNK;
+        for (; i + 8 <= end; i += 8)
+            for (int j = 0; j < 8; j++) lane[j] += (double)x[i + j] * x[i + j];
+        for (int j = 0; i < end; i++, j++) lane[j] += (double)x[i] * x[i];
+        partial[ch] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
+                      ((lane[4] + lane[5]) + (lane[6] + lane[7]));
     }
     double ss = 0.0;
     for (size_t ch = 0; ch < n_chunks; ch++) ss += partial[ch];
