@@ -9,6 +9,8 @@
 #      twin): the table has both rows and the MoE/dense column; the CSV has a header and
 #      one row per op and config, and each config's percentages add up to 100;
 #      plots/bench_profile.gp draws it (when gnuplot is installed)
+#   --rounds 3 measures the sgemm and every config three times in turn, and reports the
+#      medians with the sgemm's range
 #   3. bad options exit 2 with a message and print nothing on stdout
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
 
@@ -120,6 +122,21 @@ rc=$?
 [ $rc -eq 0 ] && grep -q '"device": "cpu-ref"' "$tmp/dev.json" && grep -q '"tokens_per_s"' "$tmp/dev.json"
 check "--device cpu-ref runs and is named in the JSON" $? "exit $rc"
 
+# ---- rounds: the sgemm and each config measured in turn, three times; medians reported
+"$moe" bench --config test --config test-dense --steps 1 --warmup 0 --rounds 3 --json \
+    > "$tmp/rounds.json" 2> "$tmp/rounds.err"
+rc=$?
+lo=$(num gflops_low "$tmp/rounds.json")
+hi=$(num gflops_high "$tmp/rounds.json")
+mid=$(num gflops "$tmp/rounds.json")
+[ $rc -eq 0 ] && grep -q '"rounds": 3' "$tmp/rounds.json" &&
+    [ "$(grep -c 'round [123] of 3: sgemm' "$tmp/rounds.err")" -eq 3 ] &&
+    [ "$(grep -c 'round [123] of 3: test-dense: .* ms per step' "$tmp/rounds.err")" -eq 3 ] &&
+    float_cmp "$lo" "<=" "$mid" && float_cmp "$mid" "<=" "$hi" &&
+    grep -q '"moe_over_dense": [0-9.]' "$tmp/rounds.json"
+check "--rounds 3: three interleaved rounds, the sgemm's median inside its range [$lo, $hi]" $? \
+    "exit $rc: $(tail -n 3 "$tmp/rounds.err")"
+
 # ---- 3. bad options ---------------------------------------------------------------------------
 echo "test_bench: bad options"
 expect_usage() { # LABEL PATTERN ARGS...: exit 2, PATTERN on stderr, nothing on stdout
@@ -138,6 +155,8 @@ expect_usage "--steps 0" "--steps expects a whole number" --steps 0
 expect_usage "--steps abc" "--steps expects a whole number" --steps abc
 expect_usage "--warmup -1" "--warmup expects a whole number" --warmup -1
 expect_usage "--threads x" "--threads expects a whole number" --threads x
+expect_usage "--rounds 0" "--rounds expects a whole number" --rounds 0
+expect_usage "--rounds 51" "--rounds expects a whole number" --rounds 51
 expect_usage "--config without a value" "--config needs a value" --config
 expect_usage "unwritable --profile-out" "cannot write the profile CSV" --config test \
     --profile-out "$tmp/no/such/dir/p.csv"

@@ -29,7 +29,7 @@ typedef struct {
     /* bench: --config may repeat there (reference config names) */
     const char *configs[BENCH_MAX_CONFIGS];
     int n_configs, json, profile, reference_attention;
-    long steps, warmup, threads;
+    long steps, warmup, threads, rounds;
     const char *profile_out;
     const char *device; /* bench --device */
     /* upcycle */

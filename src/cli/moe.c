@@ -130,6 +130,7 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
     o->val_frac = 0.05;
     o->steps = 5;
     o->warmup = 2;
+    o->rounds = 1;
     o->router_std = -1.0; /* the upcycle default */
     o->split = 1;
     for (int i = 0; i < argc; i++) {
@@ -217,6 +218,8 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
             o->steps = parse_int(cmd, a, v, 1, 1 << 20);
         else if (strcmp(a, "--warmup") == 0)
             o->warmup = parse_int(cmd, a, v, 0, 1 << 20);
+        else if (strcmp(a, "--rounds") == 0)
+            o->rounds = parse_int(cmd, a, v, 1, BENCH_MAX_ROUNDS);
         else if (strcmp(a, "--threads") == 0)
             o->threads = parse_int(cmd, a, v, 0, 4096);
         else if (strcmp(a, "--val-frac") == 0)
@@ -497,6 +500,7 @@ static int cmd_bench(int argc, char **argv) {
     parse_opts(&o, "bench", argc, argv);
     BenchOptions bo = {.steps = (int)o.steps,
                        .warmup = (int)o.warmup,
+                       .rounds = (int)o.rounds,
                        .threads = (int)o.threads,
                        .json = o.json,
                        .profile = o.profile || o.profile_out,

@@ -9,6 +9,12 @@
  * Step time is the median over the timed steps (robust to a step disturbed by other work on
  * the machine); the per-op profile is the mean over the same steps, as a share of the mean
  * step time, so that its rows add up to 100%.
+ *
+ * With --rounds R the whole measurement (the sgemm, then every config) runs R times in turn,
+ * so that a machine whose speed drifts (shared with other work) slows every config alike.
+ * Each figure is then the median over the rounds of that round's figure: a config's step
+ * time, its fraction of the sgemm measured in the same round, and its ratio to its twin's
+ * step in the same round. The profile is the mean over the rounds.
  */
 #include "measure/bench.h"
 
@@ -141,6 +147,7 @@ static double median(double *x, int n) {
 typedef struct {
     int threads;
     double gflops_best, gflops_median;
+    double gflops_low, gflops_high; /* over the rounds: the lowest and highest best */
 } SgemmResult;
 
 /* C (n, n) = A B with the backend's own product (cpu: OpenBLAS sgemm): 2 n^3 FLOPs per
@@ -261,6 +268,72 @@ typedef struct {
     double over_fewer;     /* tokens/s over the config with fewer experts; NAN without one */
 } Row;
 
+/* ---- the rounds combined ------------------------------------------------------------------ */
+
+static double median_of(double *x, int n) {
+    return n == 1 ? x[0] : median(x, n); /* sorts x */
+}
+
+static SgemmResult combine_sgemm(const SgemmResult *sg, int R) {
+    double best[BENCH_MAX_ROUNDS], med[BENCH_MAX_ROUNDS];
+    SgemmResult out = sg[0];
+    out.gflops_low = out.gflops_high = sg[0].gflops_best;
+    for (int r = 0; r < R; r++) {
+        best[r] = sg[r].gflops_best;
+        med[r] = sg[r].gflops_median;
+        out.gflops_low = fmin(out.gflops_low, best[r]);
+        out.gflops_high = fmax(out.gflops_high, best[r]);
+    }
+    out.gflops_best = median_of(best, R);
+    out.gflops_median = median_of(med, R);
+    return out;
+}
+
+static int row_named(const Row *rows, int n, const char *name) {
+    for (int j = 0; name && j < n; j++)
+        if (strcmp(rows[j].ref->name, name) == 0) return j;
+    return -1;
+}
+
+/* Row i from its R rounds (step[r * n + i]): the medians over the rounds of its step time,
+ * its fraction of the same round's sgemm and its ratios to the same round's twin and
+ * fewer-experts config; the min and max over all rounds; the means of the rest. */
+static void combine_rows(Row *rows, int n, int i, const StepResult *step, const SgemmResult *sg,
+                         int R) {
+    Row *w = &rows[i];
+    const double tokens = (double)w->B * w->T;
+    const int twin = row_named(rows, n, w->ref->twin), fewer = row_named(rows, n, w->ref->fewer);
+    double med[BENCH_MAX_ROUNDS], frac[BENCH_MAX_ROUNDS], dense[BENCH_MAX_ROUNDS],
+        few[BENCH_MAX_ROUNDS];
+    StepResult *c = &w->r;
+    *c = step[i];
+    for (int op = 0; op < PROF_COUNT; op++) c->op_fwd[op] = c->op_bwd[op] = 0.0;
+    c->step_mean = c->fwd_mean = c->bwd_mean = 0.0;
+    for (int r = 0; r < R; r++) {
+        const StepResult *s = &step[(size_t)r * n + i];
+        med[r] = s->step_median;
+        frac[r] = w->flops_per_token * tokens / s->step_median / 1e9 / sg[r].gflops_best;
+        if (twin >= 0) dense[r] = s->step_median / step[(size_t)r * n + twin].step_median;
+        if (fewer >= 0) few[r] = step[(size_t)r * n + fewer].step_median / s->step_median;
+        c->step_min = fmin(c->step_min, s->step_min);
+        c->step_max = fmax(c->step_max, s->step_max);
+        c->peak_rss_kib = s->peak_rss_kib > c->peak_rss_kib ? s->peak_rss_kib : c->peak_rss_kib;
+        c->step_mean += s->step_mean / R;
+        c->fwd_mean += s->fwd_mean / R;
+        c->bwd_mean += s->bwd_mean / R;
+        for (int op = 0; op < PROF_COUNT; op++) {
+            c->op_fwd[op] += s->op_fwd[op] / R;
+            c->op_bwd[op] += s->op_bwd[op] / R;
+        }
+    }
+    c->step_median = median_of(med, R);
+    w->tokens_per_s = tokens / c->step_median;
+    w->gflops = w->flops_per_token * tokens / c->step_median / 1e9;
+    w->sgemm_frac = median_of(frac, R);
+    w->moe_over_dense = twin >= 0 ? median_of(dense, R) : NAN;
+    w->over_fewer = fewer >= 0 ? median_of(few, R) : NAN;
+}
+
 /* One profile line: ms per step. total = fwd + bwd + time outside both passes. */
 typedef struct {
     const char *op;
@@ -327,11 +400,13 @@ static void print_json(FILE *out, const BenchOptions *o, const char *cpu, long c
     json_string(out, cpu);
     fprintf(out,
             ", \"cores\": %ld, \"threads\": %d},\n"
-            "  \"sgemm\": {\"n\": %d, \"reps\": %d, \"gflops\": %.6g, \"gflops_median\": %.6g},\n"
-            "  \"steps\": %d,\n  \"warmup\": %d,\n  \"device\": \"%s\",\n  \"attention\": \"%s\",\n"
-            "  \"configs\": [",
+            "  \"sgemm\": {\"n\": %d, \"reps\": %d, \"gflops\": %.6g, \"gflops_median\": %.6g, "
+            "\"gflops_low\": %.6g, \"gflops_high\": %.6g},\n"
+            "  \"steps\": %d,\n  \"warmup\": %d,\n  \"rounds\": %d,\n  \"device\": \"%s\",\n"
+            "  \"attention\": \"%s\",\n  \"configs\": [",
             cores, sg->threads, BENCH_SGEMM_N, BENCH_SGEMM_REPS, sg->gflops_best, sg->gflops_median,
-            o->steps, o->warmup, o->device ? o->device : "cpu",
+            sg->gflops_low, sg->gflops_high, o->steps, o->warmup, o->rounds > 1 ? o->rounds : 1,
+            o->device ? o->device : "cpu",
             o->reference_attention ? "reference" : "gemm");
     for (int i = 0; i < n; i++) {
         const Row *w = &rows[i];
@@ -391,15 +466,20 @@ static void print_json(FILE *out, const BenchOptions *o, const char *cpu, long c
 
 static void print_text(FILE *out, const BenchOptions *o, const char *cpu, long cores,
                        const SgemmResult *sg, const Row *rows, int n) {
+    const int R = o->rounds > 1 ? o->rounds : 1;
+    fprintf(out, "machine: %s, %ld cores; %d threads; sgemm %dx%dx%d: %.1f GFLOP/s ", cpu, cores,
+            sg->threads, BENCH_SGEMM_N, BENCH_SGEMM_N, BENCH_SGEMM_N, sg->gflops_best);
+    if (R == 1)
+        fprintf(out, "(best of %d; median %.1f)\n", BENCH_SGEMM_REPS, sg->gflops_median);
+    else
+        fprintf(out, "(median over %d rounds of the best of %d; %.1f to %.1f)\n", R,
+                BENCH_SGEMM_REPS, sg->gflops_low, sg->gflops_high);
+    char rounds[64] = "";
+    if (R > 1) snprintf(rounds, sizeof rounds, ", the median over %d interleaved rounds", R);
     fprintf(out,
-            "machine: %s, %ld cores; %d threads; sgemm %dx%dx%d: %.1f GFLOP/s (best of %d; "
-            "median %.1f)\n",
-            cpu, cores, sg->threads, BENCH_SGEMM_N, BENCH_SGEMM_N, BENCH_SGEMM_N, sg->gflops_best,
-            BENCH_SGEMM_REPS, sg->gflops_median);
-    fprintf(out,
-            "step: median of %d timed training steps after %d warm-up steps, random tokens; "
+            "step: median of %d timed training steps after %d warm-up steps%s, random tokens; "
             "backend %s; attention: %s\n\n",
-            o->steps, o->warmup, o->device ? o->device : "cpu",
+            o->steps, o->warmup, rounds, o->device ? o->device : "cpu",
             o->reference_attention ? "reference loops (--reference-attention)" : "GEMM");
     fprintf(out, "%-12s %7s %13s %9s %9s %8s %7s %6s %9s %9s %6s\n", "config", "B x T", "params M",
             "step ms", "tokens/s", "GFLOP/s", "%sgemm", "/dense", "RSS MiB", "calc MiB", "ratio");
@@ -421,7 +501,7 @@ static void print_text(FILE *out, const BenchOptions *o, const char *cpu, long c
     fprintf(out,
             "\nGFLOP/s: model_flops_per_token x B x T / median step (the useful work of "
             "the forward and backward matrix products; src/model/model.c).\n%%sgemm: of the sgemm "
-            "GFLOP/s above. /dense: step time "
+            "GFLOP/s measured in the same round. /dense: step time "
             "over the dense twin's. RSS: peak\nresident memory of the process; calc: "
             "analytical memory (memory.h); ratio: RSS / calc.\n");
     for (int i = 0; i < n; i++)
@@ -494,10 +574,6 @@ int bench_run(const BenchOptions *o, FILE *out, char *err, int errlen) {
     char cpu[256];
     cpu_model(cpu, sizeof cpu);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    fprintf(stderr, "bench: sgemm %dx%dx%d ...\n", BENCH_SGEMM_N, BENCH_SGEMM_N, BENCH_SGEMM_N);
-    SgemmResult sg;
-    in_child(sgemm_child, o, &sg, sizeof sg, "sgemm");
-
     for (int i = 0; i < n; i++) {
         Row *w = &rows[i];
         ParamTable pt;
@@ -507,25 +583,31 @@ int bench_run(const BenchOptions *o, FILE *out, char *err, int errlen) {
         params_table_free(&pt);
         w->flops_per_token = model_flops_per_token(&w->c, w->T);
         model_memory_floats(&w->c, w->B, w->T, &w->mem);
-        fprintf(stderr, "bench: %s: %d warm-up + %d timed steps of %d x %d tokens ...\n",
-                w->ref->name, o->warmup, o->steps, w->B, w->T);
-        StepArg arg = {.o = o, .name = w->ref->name, .c = w->c, .B = w->B, .T = w->T};
-        in_child(step_child, &arg, &w->r, sizeof w->r, w->ref->name);
-        double tokens = (double)w->B * w->T;
-        w->tokens_per_s = tokens / w->r.step_median;
-        w->gflops = w->flops_per_token * tokens / w->r.step_median / 1e9;
-        w->sgemm_frac = w->gflops / sg.gflops_best;
-        fprintf(stderr, "bench: %s: %.1f ms per step\n", w->ref->name, 1e3 * w->r.step_median);
     }
-    for (int i = 0; i < n; i++) {
-        rows[i].moe_over_dense = rows[i].over_fewer = NAN;
-        for (int j = 0; j < n; j++) {
-            if (rows[i].ref->twin && strcmp(rows[j].ref->name, rows[i].ref->twin) == 0)
-                rows[i].moe_over_dense = rows[i].r.step_median / rows[j].r.step_median;
-            if (rows[i].ref->fewer && strcmp(rows[j].ref->name, rows[i].ref->fewer) == 0)
-                rows[i].over_fewer = rows[i].tokens_per_s / rows[j].tokens_per_s;
+    const int R = o->rounds > 1 ? o->rounds : 1;
+    SgemmResult *sg_r = (SgemmResult *)calloc_check((size_t)R, sizeof(SgemmResult));
+    StepResult *step_r = (StepResult *)calloc_check((size_t)R * n, sizeof(StepResult));
+    for (int r = 0; r < R; r++) {
+        char round[48] = "";
+        if (R > 1) snprintf(round, sizeof round, "round %d of %d: ", r + 1, R);
+        fprintf(stderr, "bench: %ssgemm %dx%dx%d ...\n", round, BENCH_SGEMM_N, BENCH_SGEMM_N,
+                BENCH_SGEMM_N);
+        in_child(sgemm_child, o, &sg_r[r], sizeof sg_r[r], "sgemm");
+        for (int i = 0; i < n; i++) {
+            Row *w = &rows[i];
+            fprintf(stderr, "bench: %s%s: %d warm-up + %d timed steps of %d x %d tokens ...\n",
+                    round, w->ref->name, o->warmup, o->steps, w->B, w->T);
+            StepArg arg = {.o = o, .name = w->ref->name, .c = w->c, .B = w->B, .T = w->T};
+            StepResult *res = &step_r[(size_t)r * n + i];
+            in_child(step_child, &arg, res, sizeof *res, w->ref->name);
+            fprintf(stderr, "bench: %s%s: %.1f ms per step\n", round, w->ref->name,
+                    1e3 * res->step_median);
         }
     }
+    SgemmResult sg = combine_sgemm(sg_r, R);
+    for (int i = 0; i < n; i++) combine_rows(rows, n, i, step_r, sg_r, R);
+    free(sg_r);
+    free(step_r);
 
     if (o->json)
         print_json(out, o, cpu, cores, &sg, rows, n);

@@ -8,6 +8,9 @@
  * the peak resident memory against the analytical memory of memory.h. With profiling, also
  * the time of every op (profile.h), forward and backward.
  *
+ * On a machine shared with other work, --rounds R repeats the sgemm and every config R times
+ * in turn and reports the medians, each ratio taken within its round (bench.c).
+ *
  * Each measurement runs in a forked child process: peak RSS is then per model, and the
  * parent never starts an OpenMP or OpenBLAS thread pool (libgomp is not fork-safe once its
  * pool exists). Results come back through a pipe.
@@ -32,10 +35,12 @@
 #define BENCH_MAX_CONFIGS 16
 #define BENCH_SGEMM_N 2048 /* the square sgemm that measures the machine */
 #define BENCH_SGEMM_REPS 5 /* timed products after one warm-up; the best one is reported */
+#define BENCH_MAX_ROUNDS 50
 
 typedef struct {
     int steps;               /* timed steps per config; the median is reported */
     int warmup;              /* untimed steps before them */
+    int rounds;              /* the sgemm and every config, measured this many times in turn */
     int threads;             /* OpenMP and OpenBLAS threads; 0 = OpenMP's default */
     int json;                /* write one JSON object instead of the tables */
     int profile;             /* per-op times */
