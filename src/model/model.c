@@ -377,13 +377,20 @@ float model_grad_norm(const Model *m) {
 void model_sync_grads(Model *m) {
     if (!m->dist) return;
     double t0 = prof_clock();
+    /* a few tensors' sums in flight at once, so that one tensor's messages travel while
+     * another's are added up; each element's sum is the same as alone */
+    enum { WINDOW = DIST_MAX_IN_FLIGHT / 2 };
+    DistOp *op[WINDOW];
     for (int i = 0; i < m->pt.n; i++) {
         const ParamTensor *t = &m->pt.t[i];
+        if (i >= WINDOW) dist_wait(m->dist, op[i % WINDOW]);
         /* an expert's gradient comes from every process whose tokens it served, inside its
          * group; its copies in the other data-parallel replicas are summed with it */
-        dist_allreduce_sum_f(m->dist, t->expert_dim ? DIST_DP : DIST_WORLD, m->grads + t->offset,
-                             t->numel);
+        op[i % WINDOW] = dist_allreduce_sum_f_start(
+            m->dist, t->expert_dim ? DIST_DP : DIST_WORLD, m->grads + t->offset, t->numel);
     }
+    for (int i = m->pt.n > WINDOW ? m->pt.n - WINDOW : 0; i < m->pt.n; i++)
+        dist_wait(m->dist, op[i % WINDOW]);
     if (prof_enabled) prof_add(PROF_OPTIMIZER, prof_clock() - t0);
 }
 

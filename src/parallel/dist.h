@@ -68,6 +68,26 @@ int dist_available(void);
 int dist_group_size(const Dist *d, DistGroup g);
 int dist_group_rank(const Dist *d, DistGroup g);
 
+/* ---- collectives in two halves ----------------------------------------------------------
+ * A *_start call begins a collective and returns at once with its handle, which holds the
+ * collective's own state (its requests, its place in a multi-step sum); dist_wait finishes
+ * it. Between the two the caller may compute, or start more collectives (at most
+ * DIST_MAX_IN_FLIGHT at once), and the buffers belong to the collective: a send buffer must
+ * not change, a receive buffer not be read. Every rank must start the collectives of a group
+ * in the same order (each gets its own message tags from that order); they may be waited in
+ * any order. This is the shape a device collective library (NCCL: enqueue on a stream, then
+ * wait for its event) slots into. The blocking calls below are start then wait. */
+#define DIST_MAX_IN_FLIGHT 8
+typedef struct DistOp DistOp;
+DistOp *dist_allreduce_sum_f_start(Dist *d, DistGroup g, float *x, size_t n);
+DistOp *dist_allreduce_sum_d_start(Dist *d, DistGroup g, double *x, size_t n);
+DistOp *dist_alltoallv_f_start(Dist *d, const float *send, const int *send_counts,
+                               const int *send_displs, float *recv, const int *recv_counts,
+                               const int *recv_displs);
+/* Finish op (and give its handle back): its results are in place afterwards. The seconds
+ * spent in start and wait, and the bytes, go to d->stats. */
+void dist_wait(Dist *d, DistOp *op);
+
 /* In-place sums over a group, the same result on every member (a fixed reduction order for a
  * given group size, so runs repeat bit for bit). */
 void dist_allreduce_sum_f(Dist *d, DistGroup g, float *x, size_t n);

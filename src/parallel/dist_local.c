@@ -54,12 +54,46 @@ static void count_call(Dist *d, double t0) {
     d->stats.calls++;
 }
 
+/* A collective in flight: here it is done when started; the handle only keeps the rule that
+ * every start has its wait (and no more than DIST_MAX_IN_FLIGHT are open), as with MPI. */
+struct DistOp {
+    int busy;
+    double seconds;
+};
+static DistOp local_ops[DIST_MAX_IN_FLIGHT];
+
+static DistOp *op_begin(double t0) {
+    for (int i = 0; i < DIST_MAX_IN_FLIGHT; i++)
+        if (!local_ops[i].busy) {
+            local_ops[i].busy = 1;
+            local_ops[i].seconds = now_seconds() - t0;
+            return &local_ops[i];
+        }
+    moe_fatal("dist: a %d-th collective started while %d are in flight: dist_wait one first",
+              DIST_MAX_IN_FLIGHT + 1, DIST_MAX_IN_FLIGHT);
+}
+
+void dist_wait(Dist *d, DistOp *op) {
+    if (!op || !op->busy) moe_fatal("dist_wait: a collective that is not in flight");
+    d->stats.seconds += op->seconds;
+    d->stats.calls++;
+    op->busy = 0;
+}
+
+DistOp *dist_allreduce_sum_f_start(Dist *d, DistGroup g, float *x, size_t n) {
+    return op_begin(now_seconds());
+}
+
+DistOp *dist_allreduce_sum_d_start(Dist *d, DistGroup g, double *x, size_t n) {
+    return op_begin(now_seconds());
+}
+
 void dist_allreduce_sum_f(Dist *d, DistGroup g, float *x, size_t n) {
-    count_call(d, now_seconds());
+    dist_wait(d, dist_allreduce_sum_f_start(d, g, x, n));
 }
 
 void dist_allreduce_sum_d(Dist *d, DistGroup g, double *x, size_t n) {
-    count_call(d, now_seconds());
+    dist_wait(d, dist_allreduce_sum_d_start(d, g, x, n));
 }
 
 /* recv[0 .. count) = send[0 .. count) (int x count) */
@@ -70,8 +104,9 @@ void dist_alltoall_i(Dist *d, const int *send, int *recv, int count) {
 }
 
 /* The only member is member 0: recv_counts[0] floats from send + send_displs[0]. */
-void dist_alltoallv_f(Dist *d, const float *send, const int *send_counts, const int *send_displs,
-                      float *recv, const int *recv_counts, const int *recv_displs) {
+DistOp *dist_alltoallv_f_start(Dist *d, const float *send, const int *send_counts,
+                               const int *send_displs, float *recv, const int *recv_counts,
+                               const int *recv_displs) {
     double t0 = now_seconds();
     if (send_counts[0] != recv_counts[0])
         moe_fatal("dist_alltoallv_f: %d floats sent to itself but %d expected: the counts of the "
@@ -80,7 +115,13 @@ void dist_alltoallv_f(Dist *d, const float *send, const int *send_counts, const 
     if (recv_counts[0] > 0)
         memmove(recv + recv_displs[0], send + send_displs[0],
                 (size_t)recv_counts[0] * sizeof(float));
-    count_call(d, t0);
+    return op_begin(t0);
+}
+
+void dist_alltoallv_f(Dist *d, const float *send, const int *send_counts, const int *send_displs,
+                      float *recv, const int *recv_counts, const int *recv_displs) {
+    dist_wait(d, dist_alltoallv_f_start(d, send, send_counts, send_displs, recv, recv_counts,
+                                        recv_displs));
 }
 
 void dist_broadcast_f(Dist *d, DistGroup g, float *x, size_t n) {

@@ -17,8 +17,9 @@
  * Communicators: a duplicate of MPI_COMM_WORLD (our tags never meet another library's) and
  * two splits of it, EP rows (colour dp_rank, key ep_rank) and DP columns (colour ep_rank, key
  * dp_rank), so a member's index in a group is its ep_rank or dp_rank. Each collective has its
- * own tag: ranks that call collectives in different orders (a bug) never match each other's
- * messages; they time out and say so.
+ * own tag, and collectives in flight at once have distinct tags (from their start order):
+ * ranks that call collectives in different orders (a bug) never match each other's messages;
+ * they time out and say so.
  *
  * Blocking MPI calls remain only at the edges: MPI_Init, the two MPI_Comm_split at start
  * (bounded by a timer, startup_watch) and MPI_Finalize (preceded by a timed barrier, so a peer
@@ -50,21 +51,65 @@ enum {
     TAG_BARRIER_DOWN = 108,
 };
 
+/* Collectives in flight at once get distinct tags, so their messages never match each other's
+ * receives: tag = base + TAG_STRIDE x slot, slot = the collective's start number in its group
+ * mod TAG_SLOTS (every member starts a group's collectives in the same order, so both ends
+ * compute the same slot). */
+#define TAG_STRIDE 16
+#define TAG_SLOTS 512
+
 /* Elements per message of an allreduce: member 0 holds (P - 1) chunks of addends at once, so a
  * gradient of any size costs at most (P - 1) x 8 MiB of scratch, not (P - 1) copies of itself. */
 #define REDUCE_CHUNK ((size_t)1 << 20)
 
-typedef struct {
-    MPI_Comm comm[3]; /* indexed by DistGroup: world duplicate, EP row, DP column */
-    int owns_mpi;     /* 1 when dist_init called MPI_Init, so dist_finalize ends it */
-    /* Scratch of one wait (at most 2 requests per peer): req[i] talks to world rank peer[i];
-     * a receive must bring want[i] elements, a send has want[i] = -1. */
+/* Who is to blame when a rank stops: the rank that waits for it directly can name it; one
+ * that waits for a rank that is itself waiting would name the wrong one. So the waits are
+ * tiered by how far they are from the peer they depend on, and the nearest times out first:
+ *   WAIT_PEER (1 x timeout)    a message straight from the peer (all-to-alls, a broadcast's
+ *                              receivers);
+ *   WAIT_ROOT (1.5 x timeout)  member 0 of a sum, barrier or gather, collecting from every
+ *                              member (one of them may be stuck in an exchange with the
+ *                              stopped rank);
+ *   WAIT_HUB (2 x timeout)     the other members of a sum or barrier, waiting for member 0,
+ *                              which itself waits for all of them.
+ * The first message ends the job (MPI_Abort) before the later deadlines come. */
+#define WAIT_PEER 1.0
+#define WAIT_ROOT 1.5
+#define WAIT_HUB 2.0
+
+/* One collective in flight: its requests (at most 2 per peer: req[i] talks to world rank
+ * peer[i]; a receive must bring want[i] elements, a send has want[i] = -1), and for a sum the
+ * chunk it is at. */
+struct DistOp {
+    int busy;
+    int kind;            /* OP_SUM: driven chunk by chunk in dist_wait; OP_ONCE: one wait */
+    double patience;     /* OP_ONCE: its tier (WAIT_PEER, ...) */
+    const char *name;    /* "allreduce_sum_f", for messages */
+    int tag;             /* this op's tag offset: TAG_STRIDE x (its start number mod TAG_SLOTS) */
+    MPI_Datatype type;
     MPI_Request *req;
     MPI_Status *st;
     int *peer, *want, *done_idx;
     int nreq;
-    char *reduce_buf;  /* member 0's addends of one chunk: (P - 1) x chunk elements */
-    size_t reduce_cap; /* its bytes, grown on demand */
+    double seconds;        /* inside start and wait */
+    uint64_t sent, recvd;  /* payload bytes */
+    /* a sum: group, buffer, element size, the chunk posted [off, off + len), its phase */
+    DistGroup g;
+    char *x;
+    size_t n, elem, off, len;
+    int phase;             /* SUM_UP: addends travel to member 0; SUM_DOWN: the sum back */
+    char *reduce_buf;      /* member 0's addends of one chunk: (P - 1) x chunk elements */
+    size_t reduce_cap;     /* its bytes, grown on demand and kept with the slot */
+};
+
+enum { SUM_UP = 0, SUM_DOWN = 1 };
+enum { OP_ONCE = 0, OP_SUM = 1 };
+
+typedef struct {
+    MPI_Comm comm[3]; /* indexed by DistGroup: world duplicate, EP row, DP column */
+    int owns_mpi;     /* 1 when dist_init called MPI_Init, so dist_finalize ends it */
+    DistOp ops[DIST_MAX_IN_FLIGHT];
+    unsigned started[3]; /* collectives started so far per group: their tags come from it */
 } DistMpi;
 
 static DistMpi *impl_of(const Dist *d) {
@@ -116,35 +161,52 @@ static int count_of(Dist *d, size_t n, const char *op) {
     return (int)n;
 }
 
-static double stats_begin(void) {
-    return now_seconds();
-}
-
-static void stats_end(Dist *d, double t0, uint64_t sent, uint64_t recvd) {
-    d->stats.bytes_sent += sent;
-    d->stats.bytes_recv += recvd;
-    d->stats.seconds += now_seconds() - t0;
-    d->stats.calls++;
-}
-
 /* ---- requests and the wait loop ---------------------------------------------------------- */
 
-static void post_recv(Dist *d, DistGroup g, void *buf, int n, MPI_Datatype type, int p, int tag,
-                      const char *op) {
+/* A free slot for a collective named name over group g, its tags drawn from g's start count. */
+static DistOp *op_begin(Dist *d, DistGroup g, const char *name, MPI_Datatype type) {
     DistMpi *m = impl_of(d);
-    int i = m->nreq++;
-    mpi_check(d, MPI_Irecv(buf, n, type, p, tag, m->comm[g], &m->req[i]), op);
-    m->peer[i] = world_of(d, g, p);
-    m->want[i] = n;
+    DistOp *op = NULL;
+    for (int i = 0; i < DIST_MAX_IN_FLIGHT && !op; i++)
+        if (!m->ops[i].busy) op = &m->ops[i];
+    if (!op)
+        moe_fatal("dist: a %d-th collective started while %d are in flight: dist_wait one first",
+                  DIST_MAX_IN_FLIGHT + 1, DIST_MAX_IN_FLIGHT);
+    op->busy = 1;
+    op->name = name;
+    op->type = type;
+    op->tag = TAG_STRIDE * (int)(m->started[g]++ % TAG_SLOTS);
+    op->kind = OP_ONCE;
+    op->patience = WAIT_PEER;
+    op->nreq = 0;
+    op->seconds = 0.0;
+    op->sent = op->recvd = 0;
+    return op;
 }
 
-static void post_send(Dist *d, DistGroup g, const void *buf, int n, MPI_Datatype type, int p,
-                      int tag, const char *op) {
+static void op_end(Dist *d, DistOp *op) {
+    d->stats.bytes_sent += op->sent;
+    d->stats.bytes_recv += op->recvd;
+    d->stats.seconds += op->seconds;
+    d->stats.calls++;
+    op->busy = 0;
+}
+
+static void post_recv(Dist *d, DistOp *op, DistGroup g, void *buf, int n, int p, int tag) {
     DistMpi *m = impl_of(d);
-    int i = m->nreq++;
-    mpi_check(d, MPI_Isend(buf, n, type, p, tag, m->comm[g], &m->req[i]), op);
-    m->peer[i] = world_of(d, g, p);
-    m->want[i] = -1;
+    int i = op->nreq++;
+    mpi_check(d, MPI_Irecv(buf, n, op->type, p, tag + op->tag, m->comm[g], &op->req[i]), op->name);
+    op->peer[i] = world_of(d, g, p);
+    op->want[i] = n;
+}
+
+static void post_send(Dist *d, DistOp *op, DistGroup g, const void *buf, int n, int p, int tag) {
+    DistMpi *m = impl_of(d);
+    int i = op->nreq++;
+    mpi_check(d, MPI_Isend(buf, n, op->type, p, tag + op->tag, m->comm[g], &op->req[i]),
+              op->name);
+    op->peer[i] = world_of(d, g, p);
+    op->want[i] = -1;
 }
 
 static int cmp_int(const void *a, const void *b) {
@@ -154,14 +216,13 @@ static int cmp_int(const void *a, const void *b) {
 
 /* The peers of the requests still open: those we wait to hear from (receives), or, when every
  * receive is in, those that have not taken our sends. Sorted, each once, as "1, 3". */
-static MOE_NORETURN void abort_timeout(const Dist *d, const char *op, double waited) {
-    const DistMpi *m = d->impl;
-    int *ranks = malloc_check((size_t)(m->nreq + 1) * sizeof(int));
+static MOE_NORETURN void abort_timeout(const Dist *d, const DistOp *op, double waited) {
+    int *ranks = malloc_check((size_t)(op->nreq + 1) * sizeof(int));
     int n = 0;
     for (int pass = 0; pass < 2 && n == 0; pass++)
-        for (int i = 0; i < m->nreq; i++)
-            if (m->req[i] != MPI_REQUEST_NULL && (pass == 1 || m->want[i] >= 0))
-                ranks[n++] = m->peer[i];
+        for (int i = 0; i < op->nreq; i++)
+            if (op->req[i] != MPI_REQUEST_NULL && (pass == 1 || op->want[i] >= 0))
+                ranks[n++] = op->peer[i];
     qsort(ranks, (size_t)n, sizeof(int), cmp_int);
     char list[512] = "";
     size_t used = 0;
@@ -173,37 +234,37 @@ static MOE_NORETURN void abort_timeout(const Dist *d, const char *op, double wai
     fprintf(stderr,
             "moe: rank %d: no answer from rank(s) %s (world ranks) in the %s after %.1f s; a "
             "process has stopped or died; ending the job (dist timeout %.0f s)\n",
-            d->rank, list, op, waited, d->timeout_s);
+            d->rank, list, op->name, waited, d->timeout_s);
     free(ranks);
     end_job();
 }
 
-/* Wait for every posted request. The clock restarts whenever one completes, so timeout_s is
- * the longest silence tolerated, not a limit on how long a big exchange may take. A receive
- * that brings another number of elements than posted means the ranks disagree on the counts
- * of the exchange: stop with both numbers rather than compute with half a message. */
-static void wait_for(Dist *d, const char *op, MPI_Datatype type, double patience) {
-    DistMpi *m = impl_of(d);
+/* Wait for every request op has posted. The clock restarts whenever one completes, so
+ * timeout_s is the longest silence tolerated, not a limit on how long a big exchange may take.
+ * A receive that brings another number of elements than posted means the ranks disagree on
+ * the counts of the exchange: stop with both numbers rather than compute with half a
+ * message. */
+static void wait_for(Dist *d, DistOp *op, double patience) {
     const struct timespec nap = {0, 100000}; /* 100 us */
     double start = now_seconds(), last = start;
-    int left = m->nreq;
+    int left = op->nreq;
     while (left > 0) {
         int got = 0;
-        int rc = MPI_Testsome(m->nreq, m->req, &got, m->done_idx, m->st);
+        int rc = MPI_Testsome(op->nreq, op->req, &got, op->done_idx, op->st);
         if (rc == MPI_ERR_IN_STATUS)
             for (int k = 0; k < got; k++)
-                if (m->st[k].MPI_ERROR != MPI_SUCCESS) rc = m->st[k].MPI_ERROR;
-        mpi_check(d, rc, op);
+                if (op->st[k].MPI_ERROR != MPI_SUCCESS) rc = op->st[k].MPI_ERROR;
+        mpi_check(d, rc, op->name);
         if (got == MPI_UNDEFINED) break; /* no active request left */
         for (int k = 0; k < got; k++) {
-            int i = m->done_idx[k], elems = 0;
-            if (m->want[i] < 0) continue;
-            mpi_check(d, MPI_Get_count(&m->st[k], type, &elems), op);
-            if (elems != m->want[i]) {
+            int i = op->done_idx[k], elems = 0;
+            if (op->want[i] < 0) continue;
+            mpi_check(d, MPI_Get_count(&op->st[k], op->type, &elems), op->name);
+            if (elems != op->want[i]) {
                 fprintf(stderr,
                         "moe: rank %d: rank %d sent %d elements in the %s, %d were expected: the "
                         "ranks disagree on the counts of the exchange; ending the job\n",
-                        d->rank, m->peer[i], elems, op, m->want[i]);
+                        d->rank, op->peer[i], elems, op->name, op->want[i]);
                 end_job();
             }
         }
@@ -217,29 +278,9 @@ static void wait_for(Dist *d, const char *op, MPI_Datatype type, double patience
         else
             nanosleep(&nap, NULL);
     }
-    m->nreq = 0;
+    op->nreq = 0;
 }
 
-static void wait_all(Dist *d, const char *op, MPI_Datatype type) {
-    wait_for(d, op, type, 1.0);
-}
-
-/* Who is to blame when a rank stops: the rank that waits for it directly can name it; one
- * that waits for a rank that is itself waiting would name the wrong one. So the waits are
- * tiered by how far they are from the peer they depend on, and the nearest times out first:
- *   1 x timeout    a message straight from the peer (all-to-alls, a broadcast's receivers);
- *   1.5 x timeout  member 0 of a sum, barrier or gather, collecting from every member (one
- *                  of them may be stuck in an exchange with the stopped rank);
- *   2 x timeout    the other members of a sum or barrier, waiting for member 0, which
- *                  itself waits for all of them.
- * The first message ends the job (MPI_Abort) before the later deadlines come. */
-static void wait_hub_root(Dist *d, const char *op, MPI_Datatype type) {
-    wait_for(d, op, type, 1.5);
-}
-
-static void wait_hub(Dist *d, const char *op, MPI_Datatype type) {
-    wait_for(d, op, type, 2.0);
-}
 
 /* ---- start and end ----------------------------------------------------------------------- */
 
@@ -348,11 +389,14 @@ int dist_init(Dist *d, int *argc, char ***argv, int ep, double timeout_s, char *
                       r, dist_group_size(d, (DistGroup)g), dist_group_rank(d, (DistGroup)g));
     }
     size_t cap = 2 * (size_t)world + 2;
-    m->req = malloc_check(cap * sizeof *m->req);
-    m->st = malloc_check(cap * sizeof *m->st);
-    m->peer = malloc_check(cap * sizeof *m->peer);
-    m->want = malloc_check(cap * sizeof *m->want);
-    m->done_idx = malloc_check(cap * sizeof *m->done_idx);
+    for (int i = 0; i < DIST_MAX_IN_FLIGHT; i++) {
+        DistOp *op = &m->ops[i];
+        op->req = malloc_check(cap * sizeof *op->req);
+        op->st = malloc_check(cap * sizeof *op->st);
+        op->peer = malloc_check(cap * sizeof *op->peer);
+        op->want = malloc_check(cap * sizeof *op->want);
+        op->done_idx = malloc_check(cap * sizeof *op->done_idx);
+    }
     d->impl = m;
     startup_done(); /* from here on every wait has its own deadline */
     return 0;
@@ -364,12 +408,15 @@ void dist_finalize(Dist *d) {
     DistMpi *m = d->impl;
     for (int g = DIST_DP; g >= DIST_WORLD; g--) MPI_Comm_free(&m->comm[g]);
     if (m->owns_mpi) MPI_Finalize();
-    free(m->req);
-    free(m->st);
-    free(m->peer);
-    free(m->want);
-    free(m->done_idx);
-    free(m->reduce_buf);
+    for (int i = 0; i < DIST_MAX_IN_FLIGHT; i++) {
+        DistOp *op = &m->ops[i];
+        free(op->req);
+        free(op->st);
+        free(op->peer);
+        free(op->want);
+        free(op->done_idx);
+        free(op->reduce_buf);
+    }
     free(m);
     d->impl = NULL;
 }
@@ -386,86 +433,133 @@ void dist_abort(Dist *d, const char *why) {
 /* ---- sums -------------------------------------------------------------------------------- */
 
 /* x (n elements of elem bytes, float or double) summed over group g in place. Chunk by chunk:
- * members send to member 0; member 0 adds the addends in member order into its own x, then
- * sends the sum back. Bytes: member 0 sends and receives (P - 1) n elem, the others n elem. */
-static void allreduce_sum(Dist *d, DistGroup g, void *x, size_t n, int is_double, const char *op) {
-    double t0 = stats_begin();
-    DistMpi *m = impl_of(d);
-    int P = dist_group_size(d, g), me = dist_group_rank(d, g);
-    size_t elem = is_double ? sizeof(double) : sizeof(float);
-    MPI_Datatype type = is_double ? MPI_DOUBLE : MPI_FLOAT;
-    uint64_t bytes = 0;
-    size_t chunk = n < REDUCE_CHUNK ? n : REDUCE_CHUNK;
-    if (P > 1 && me == 0 && (size_t)(P - 1) * chunk * elem > m->reduce_cap) {
-        free(m->reduce_buf);
-        m->reduce_cap = (size_t)(P - 1) * chunk * elem;
-        m->reduce_buf = malloc_check(m->reduce_cap);
+ * members send to member 0 (SUM_UP); member 0 adds the addends in member order into its own
+ * x, then sends the sum back (SUM_DOWN). Bytes: member 0 sends and receives (P - 1) n elem,
+ * the others n elem. */
+
+/* Post the messages of op's current phase for the chunk at op->off. */
+static void sum_post(Dist *d, DistOp *op) {
+    const int P = dist_group_size(d, op->g), me = dist_group_rank(d, op->g);
+    const int len = (int)op->len;
+    char *xs = op->x + op->off * op->elem;
+    for (int p = 1; me == 0 && p < P; p++) {
+        if (op->phase == SUM_UP)
+            post_recv(d, op, op->g, op->reduce_buf + (size_t)(p - 1) * op->len * op->elem, len, p,
+                      TAG_REDUCE_UP);
+        else
+            post_send(d, op, op->g, xs, len, p, TAG_REDUCE_DOWN);
     }
-    for (size_t off = 0; P > 1 && off < n; off += chunk) {
-        size_t len = n - off < chunk ? n - off : chunk;
-        char *xs = (char *)x + off * elem;
-        if (me == 0) {
-            /* the addend of member p at reduce_buf + (p - 1) chunk elements */
-            for (int p = 1; p < P; p++)
-                post_recv(d, g, m->reduce_buf + (size_t)(p - 1) * chunk * elem, (int)len, type, p,
-                          TAG_REDUCE_UP, op);
-            wait_hub_root(d, op, type);
-            for (int p = 1; p < P; p++) {
-                const char *b = m->reduce_buf + (size_t)(p - 1) * chunk * elem;
-                if (is_double)
-                    for (size_t i = 0; i < len; i++) ((double *)xs)[i] += ((const double *)b)[i];
-                else
-                    for (size_t i = 0; i < len; i++) ((float *)xs)[i] += ((const float *)b)[i];
-            }
-            for (int p = 1; p < P; p++) post_send(d, g, xs, (int)len, type, p, TAG_REDUCE_DOWN, op);
-            wait_hub_root(d, op, type);
-            bytes += (uint64_t)(P - 1) * len * elem;
+    if (me != 0) {
+        /* the send must be complete before the sum overwrites the same buffer: DOWN is posted
+         * only after UP has finished */
+        if (op->phase == SUM_UP)
+            post_send(d, op, op->g, xs, len, 0, TAG_REDUCE_UP);
+        else
+            post_recv(d, op, op->g, xs, len, 0, TAG_REDUCE_DOWN);
+    }
+}
+
+/* Member 0: the addends of the chunk, in member order, into its own x. */
+static void sum_add(Dist *d, DistOp *op) {
+    const int P = dist_group_size(d, op->g);
+    char *xs = op->x + op->off * op->elem;
+    for (int p = 1; p < P; p++) {
+        const char *b = op->reduce_buf + (size_t)(p - 1) * op->len * op->elem;
+        if (op->elem == sizeof(double))
+            for (size_t i = 0; i < op->len; i++) ((double *)xs)[i] += ((const double *)b)[i];
+        else
+            for (size_t i = 0; i < op->len; i++) ((float *)xs)[i] += ((const float *)b)[i];
+    }
+}
+
+static DistOp *sum_start(Dist *d, DistGroup g, void *x, size_t n, int is_double,
+                         const char *name) {
+    const double t0 = now_seconds();
+    DistOp *op = op_begin(d, g, name, is_double ? MPI_DOUBLE : MPI_FLOAT);
+    const int P = dist_group_size(d, g), me = dist_group_rank(d, g);
+    op->kind = OP_SUM;
+    op->g = g;
+    op->x = (char *)x;
+    op->n = P > 1 ? n : 0; /* a group of one: nothing to send */
+    op->elem = is_double ? sizeof(double) : sizeof(float);
+    op->off = 0;
+    op->len = op->n < REDUCE_CHUNK ? op->n : REDUCE_CHUNK;
+    op->phase = SUM_UP;
+    size_t need = (size_t)(P - 1) * op->len * op->elem;
+    if (me == 0 && need > op->reduce_cap) {
+        free(op->reduce_buf);
+        op->reduce_cap = need;
+        op->reduce_buf = malloc_check(need);
+    }
+    if (op->len > 0) sum_post(d, op);
+    op->seconds += now_seconds() - t0;
+    return op;
+}
+
+/* Drive a sum through its chunks: each chunk's UP, then its DOWN, then the next chunk. */
+static void sum_finish(Dist *d, DistOp *op) {
+    const int P = dist_group_size(d, op->g), me = dist_group_rank(d, op->g);
+    const double patience = me == 0 ? WAIT_ROOT : WAIT_HUB;
+    while (op->off < op->n) {
+        wait_for(d, op, patience);
+        uint64_t bytes = (uint64_t)op->len * op->elem * (me == 0 ? (uint64_t)(P - 1) : 1);
+        if (op->phase == SUM_UP) {
+            if (me == 0) sum_add(d, op);
+            op->recvd += me == 0 ? bytes : 0;
+            op->sent += me == 0 ? 0 : bytes;
+            op->phase = SUM_DOWN;
         } else {
-            /* The send must be complete before the sum overwrites the same buffer. */
-            post_send(d, g, xs, (int)len, type, 0, TAG_REDUCE_UP, op);
-            wait_hub(d, op, type);
-            post_recv(d, g, xs, (int)len, type, 0, TAG_REDUCE_DOWN, op);
-            wait_hub(d, op, type);
-            bytes += (uint64_t)len * elem;
+            op->sent += me == 0 ? bytes : 0;
+            op->recvd += me == 0 ? 0 : bytes;
+            op->off += op->len;
+            op->len = op->n - op->off < op->len ? op->n - op->off : op->len;
+            op->phase = SUM_UP;
+            if (op->off >= op->n) break;
         }
+        sum_post(d, op);
     }
-    stats_end(d, t0, bytes, bytes);
+}
+
+DistOp *dist_allreduce_sum_f_start(Dist *d, DistGroup g, float *x, size_t n) {
+    return sum_start(d, g, x, n, 0, "allreduce_sum_f");
+}
+
+DistOp *dist_allreduce_sum_d_start(Dist *d, DistGroup g, double *x, size_t n) {
+    return sum_start(d, g, x, n, 1, "allreduce_sum_d");
 }
 
 void dist_allreduce_sum_f(Dist *d, DistGroup g, float *x, size_t n) {
-    allreduce_sum(d, g, x, n, 0, "allreduce_sum_f");
+    dist_wait(d, dist_allreduce_sum_f_start(d, g, x, n));
 }
 
 void dist_allreduce_sum_d(Dist *d, DistGroup g, double *x, size_t n) {
-    allreduce_sum(d, g, x, n, 1, "allreduce_sum_d");
+    dist_wait(d, dist_allreduce_sum_d_start(d, g, x, n));
 }
 
 /* ---- all-to-all inside the EP row --------------------------------------------------------- */
 
 void dist_alltoall_i(Dist *d, const int *send, int *recv, int count) {
-    double t0 = stats_begin();
+    const double t0 = now_seconds();
+    DistOp *op = op_begin(d, DIST_EP, "alltoall_i", MPI_INT);
     int P = d->ep, me = d->ep_rank;
     if (count > 0)
         memcpy(recv + (size_t)me * count, send + (size_t)me * count, (size_t)count * sizeof(int));
     for (int p = 0; p < P; p++)
-        if (p != me)
-            post_recv(d, DIST_EP, recv + (size_t)p * count, count, MPI_INT, p, TAG_ALLTOALL_I,
-                      "alltoall_i");
+        if (p != me) post_recv(d, op, DIST_EP, recv + (size_t)p * count, count, p, TAG_ALLTOALL_I);
     for (int p = 0; p < P; p++)
-        if (p != me)
-            post_send(d, DIST_EP, send + (size_t)p * count, count, MPI_INT, p, TAG_ALLTOALL_I,
-                      "alltoall_i");
-    wait_all(d, "alltoall_i", MPI_INT);
-    uint64_t bytes = (uint64_t)(P - 1) * (uint64_t)count * sizeof(int);
-    stats_end(d, t0, bytes, bytes);
+        if (p != me) post_send(d, op, DIST_EP, send + (size_t)p * count, count, p, TAG_ALLTOALL_I);
+    op->sent = op->recvd = (uint64_t)(P - 1) * (uint64_t)count * sizeof(int);
+    op->seconds += now_seconds() - t0;
+    dist_wait(d, op);
 }
 
 /* A message goes to every peer even when its count is 0: each exchange then hears from the
  * whole row (a dead peer is named at the next exchange, whatever the routing did) and checks
  * that sender and receiver agree on every count. */
-void dist_alltoallv_f(Dist *d, const float *send, const int *send_counts, const int *send_displs,
-                      float *recv, const int *recv_counts, const int *recv_displs) {
-    double t0 = stats_begin();
+DistOp *dist_alltoallv_f_start(Dist *d, const float *send, const int *send_counts,
+                               const int *send_displs, float *recv, const int *recv_counts,
+                               const int *recv_displs) {
+    const double t0 = now_seconds();
     int P = d->ep, me = d->ep_rank;
     if (send_counts[me] != recv_counts[me]) {
         char why[160];
@@ -475,82 +569,104 @@ void dist_alltoallv_f(Dist *d, const float *send, const int *send_counts, const 
                  send_counts[me], recv_counts[me]);
         dist_abort(d, why);
     }
+    DistOp *op = op_begin(d, DIST_EP, "alltoallv_f", MPI_FLOAT);
     if (recv_counts[me] > 0)
         memcpy(recv + recv_displs[me], send + send_displs[me],
                (size_t)recv_counts[me] * sizeof(float));
-    uint64_t sent = 0, got = 0;
     for (int p = 0; p < P; p++)
         if (p != me) {
-            post_recv(d, DIST_EP, recv + recv_displs[p], recv_counts[p], MPI_FLOAT, p,
-                      TAG_ALLTOALLV_F, "alltoallv_f");
-            got += (uint64_t)recv_counts[p] * sizeof(float);
+            post_recv(d, op, DIST_EP, recv + recv_displs[p], recv_counts[p], p, TAG_ALLTOALLV_F);
+            op->recvd += (uint64_t)recv_counts[p] * sizeof(float);
         }
     for (int p = 0; p < P; p++)
         if (p != me) {
-            post_send(d, DIST_EP, send + send_displs[p], send_counts[p], MPI_FLOAT, p,
-                      TAG_ALLTOALLV_F, "alltoallv_f");
-            sent += (uint64_t)send_counts[p] * sizeof(float);
+            post_send(d, op, DIST_EP, send + send_displs[p], send_counts[p], p, TAG_ALLTOALLV_F);
+            op->sent += (uint64_t)send_counts[p] * sizeof(float);
         }
-    wait_all(d, "alltoallv_f", MPI_FLOAT);
-    stats_end(d, t0, sent, got);
+    op->seconds += now_seconds() - t0;
+    return op;
+}
+
+void dist_alltoallv_f(Dist *d, const float *send, const int *send_counts, const int *send_displs,
+                      float *recv, const int *recv_counts, const int *recv_displs) {
+    dist_wait(d, dist_alltoallv_f_start(d, send, send_counts, send_displs, recv, recv_counts,
+                                        recv_displs));
+}
+
+void dist_wait(Dist *d, DistOp *op) {
+    if (!op || !op->busy) moe_fatal("dist_wait: a collective that is not in flight");
+    const double t0 = now_seconds();
+    if (op->kind == OP_SUM)
+        sum_finish(d, op);
+    else
+        wait_for(d, op, op->patience);
+    op->seconds += now_seconds() - t0;
+    op_end(d, op);
 }
 
 /* ---- one to all, all to one --------------------------------------------------------------- */
 
 void dist_broadcast_f(Dist *d, DistGroup g, float *x, size_t n) {
-    double t0 = stats_begin();
+    const double t0 = now_seconds();
     int P = dist_group_size(d, g), me = dist_group_rank(d, g);
     int cnt = count_of(d, n, "broadcast_f: more than 2^31 - 1 floats in one call: split it");
-    uint64_t sent = 0, got = 0;
+    DistOp *op = op_begin(d, g, "broadcast_f", MPI_FLOAT);
     if (me == 0) {
-        for (int p = 1; p < P; p++)
-            post_send(d, g, x, cnt, MPI_FLOAT, p, TAG_BROADCAST, "broadcast_f");
-        sent = (uint64_t)(P - 1) * n * sizeof(float);
+        for (int p = 1; p < P; p++) post_send(d, op, g, x, cnt, p, TAG_BROADCAST);
+        op->sent = (uint64_t)(P - 1) * n * sizeof(float);
     } else {
-        post_recv(d, g, x, cnt, MPI_FLOAT, 0, TAG_BROADCAST, "broadcast_f");
-        got = (uint64_t)n * sizeof(float);
+        post_recv(d, op, g, x, cnt, 0, TAG_BROADCAST);
+        op->recvd = (uint64_t)n * sizeof(float);
     }
-    wait_all(d, "broadcast_f", MPI_FLOAT);
-    stats_end(d, t0, sent, got);
+    op->seconds += now_seconds() - t0;
+    dist_wait(d, op);
 }
 
 void dist_gather_f(Dist *d, const float *x, size_t n, float *out) {
-    double t0 = stats_begin();
+    const double t0 = now_seconds();
     int P = d->ep, me = d->ep_rank;
     int cnt = count_of(d, n, "gather_f: more than 2^31 - 1 floats in one call: split it");
-    uint64_t sent = 0, got = 0;
+    DistOp *op = op_begin(d, DIST_EP, "gather_f", MPI_FLOAT);
     if (me == 0) {
         if (n > 0) memcpy(out, x, n * sizeof(float));
         for (int p = 1; p < P; p++)
-            post_recv(d, DIST_EP, out + (size_t)p * n, cnt, MPI_FLOAT, p, TAG_GATHER, "gather_f");
-        got = (uint64_t)(P - 1) * n * sizeof(float);
-        wait_hub_root(d, "gather_f", MPI_FLOAT);
+            post_recv(d, op, DIST_EP, out + (size_t)p * n, cnt, p, TAG_GATHER);
+        op->recvd = (uint64_t)(P - 1) * n * sizeof(float);
+        op->patience = WAIT_ROOT;
     } else {
-        post_send(d, DIST_EP, x, cnt, MPI_FLOAT, 0, TAG_GATHER, "gather_f");
-        sent = (uint64_t)n * sizeof(float);
-        wait_all(d, "gather_f", MPI_FLOAT);
+        post_send(d, op, DIST_EP, x, cnt, 0, TAG_GATHER);
+        op->sent = (uint64_t)n * sizeof(float);
     }
-    stats_end(d, t0, sent, got);
+    op->seconds += now_seconds() - t0;
+    dist_wait(d, op);
 }
 
 /* Empty messages: every rank reports to rank 0 (which names whoever is missing), then rank 0
- * releases them all. */
+ * releases them all. Two collectives in a row, so that the release is posted only once every
+ * report is in. */
 void dist_barrier(Dist *d) {
-    double t0 = stats_begin();
-    if (d->rank == 0) {
-        for (int p = 1; p < d->world; p++)
-            post_recv(d, DIST_WORLD, NULL, 0, MPI_BYTE, p, TAG_BARRIER_UP, "barrier");
-        wait_hub_root(d, "barrier", MPI_BYTE);
-        for (int p = 1; p < d->world; p++)
-            post_send(d, DIST_WORLD, NULL, 0, MPI_BYTE, p, TAG_BARRIER_DOWN, "barrier");
-        wait_hub_root(d, "barrier", MPI_BYTE);
-    } else {
-        post_send(d, DIST_WORLD, NULL, 0, MPI_BYTE, 0, TAG_BARRIER_UP, "barrier");
-        wait_hub(d, "barrier", MPI_BYTE);
-        post_recv(d, DIST_WORLD, NULL, 0, MPI_BYTE, 0, TAG_BARRIER_DOWN, "barrier");
-        wait_hub(d, "barrier", MPI_BYTE);
+    const int root = d->rank == 0;
+    for (int down = 0; down < 2; down++) {
+        const double t0 = now_seconds();
+        DistOp *op = op_begin(d, DIST_WORLD, "barrier", MPI_BYTE);
+        const int tag = down ? TAG_BARRIER_DOWN : TAG_BARRIER_UP;
+        op->patience = root ? WAIT_ROOT : WAIT_HUB;
+        for (int p = 1; root && p < d->world; p++) {
+            if (down)
+                post_send(d, op, DIST_WORLD, NULL, 0, p, tag);
+            else
+                post_recv(d, op, DIST_WORLD, NULL, 0, p, tag);
+        }
+        if (!root) {
+            if (down)
+                post_recv(d, op, DIST_WORLD, NULL, 0, 0, tag);
+            else
+                post_send(d, op, DIST_WORLD, NULL, 0, 0, tag);
+        }
+        op->seconds += now_seconds() - t0;
+        dist_wait(d, op);
     }
-    stats_end(d, t0, 0, 0);
+    d->stats.calls--; /* one barrier, though two waits */
 }
 
 #endif /* MOE_HAVE_MPI */

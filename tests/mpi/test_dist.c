@@ -368,6 +368,84 @@ START_TEST(test_barrier) {
 }
 END_TEST
 
+/* DIST_MAX_IN_FLIGHT collectives at once: sums over the three groups (one of them larger than
+ * a message, so it runs chunk by chunk inside dist_wait), a double sum and an exchange, all
+ * started before any is waited, then waited in reverse order. Each gives the same bits as the
+ * same collective run alone, and the calls and bytes add up as if they had. */
+START_TEST(test_in_flight) {
+    Dist *d = &g_d;
+    enum { n = 777, F = DIST_MAX_IN_FLIGHT - 2 };
+    const size_t big = ((size_t)1 << 20) + 5;
+    float *x[F], *alone[F];
+    size_t len[F];
+    for (int k = 0; k < F; k++) {
+        len[k] = k == 0 ? big : (size_t)n + (size_t)k;
+        x[k] = malloc_check(len[k] * sizeof(float));
+        alone[k] = malloc_check(len[k] * sizeof(float));
+        for (size_t i = 0; i < len[k]; i++)
+            x[k][i] = alone[k][i] = rounded_value(d->rank, (int)((i + (size_t)k) % 5000));
+    }
+    double dx[3] = {d->rank + 0.25, 1.0, -2.0 * d->rank}, dalone[3];
+    memcpy(dalone, dx, sizeof dx);
+    /* an exchange: k + 1 floats to member k */
+    int P = d->ep, me = d->ep_rank, ns = 0, nr = 0;
+    int *sc = malloc_check((size_t)P * sizeof(int)), *sd = malloc_check((size_t)P * sizeof(int));
+    int *rc = malloc_check((size_t)P * sizeof(int)), *rd = malloc_check((size_t)P * sizeof(int));
+    for (int p = 0; p < P; p++) {
+        sc[p] = p + 1;
+        rc[p] = me + 1;
+        sd[p] = ns;
+        rd[p] = nr;
+        ns += sc[p];
+        nr += rc[p];
+    }
+    float *send = malloc_check((size_t)ns * sizeof(float));
+    float *recv = malloc_check((size_t)nr * sizeof(float));
+    for (int p = 0; p < P; p++)
+        for (int k = 0; k < sc[p]; k++) send[sd[p] + k] = (float)code(d->rank, p, k);
+
+    /* the reference: each alone, blocking */
+    const DistGroup group[F] = {DIST_WORLD, DIST_EP, DIST_DP, DIST_WORLD, DIST_EP, DIST_DP};
+    for (int k = 0; k < F; k++) dist_allreduce_sum_f(d, group[k], alone[k], len[k]);
+    dist_allreduce_sum_d(d, DIST_WORLD, dalone, 3);
+    DistStats before = d->stats;
+    DistOp *op[DIST_MAX_IN_FLIGHT];
+    for (int k = 0; k < F; k++) op[k] = dist_allreduce_sum_f_start(d, group[k], x[k], len[k]);
+    op[F] = dist_alltoallv_f_start(d, send, sc, sd, recv, rc, rd);
+    op[F + 1] = dist_allreduce_sum_d_start(d, DIST_WORLD, dx, 3);
+    for (int k = DIST_MAX_IN_FLIGHT - 1; k >= 0; k--) dist_wait(d, op[k]);
+    DistStats after = d->stats;
+
+    for (int k = 0; k < F; k++)
+        NOTE(memcmp(x[k], alone[k], len[k] * sizeof(float)) == 0,
+             "sum %d (%s, %zu floats) in flight with others differs from the same sum alone", k,
+             group_name(group[k]), len[k]);
+    NOTE(memcmp(dx, dalone, sizeof dx) == 0, "the double sum in flight differs from alone");
+    for (int p = 0; p < P; p++)
+        for (int k = 0; k < rc[p]; k++)
+            NOTE(recv[rd[p] + k] == (float)code(world_of(DIST_EP, p), me, k),
+                 "exchange: from member %d element %d = %g, want %d", p, k,
+                 (double)recv[rd[p] + k], code(world_of(DIST_EP, p), me, k));
+    NOTE(after.calls - before.calls == DIST_MAX_IN_FLIGHT, "%llu calls counted, want %d",
+         (unsigned long long)(after.calls - before.calls), DIST_MAX_IN_FLIGHT);
+    ASSERT_NOTES();
+    /* and the slots are free again: a full set once more */
+    for (int k = 0; k < DIST_MAX_IN_FLIGHT; k++)
+        op[k] = dist_allreduce_sum_d_start(d, DIST_EP, dx, 3);
+    for (int k = 0; k < DIST_MAX_IN_FLIGHT; k++) dist_wait(d, op[k]);
+    for (int k = 0; k < F; k++) {
+        free(x[k]);
+        free(alone[k]);
+    }
+    free(sc);
+    free(sd);
+    free(rc);
+    free(rd);
+    free(send);
+    free(recv);
+}
+END_TEST
+
 static Suite *dist_suite(void) {
     Suite *s = suite_create("dist");
     TCase *tc = tcase_create("grid_and_collectives");
@@ -380,6 +458,7 @@ static Suite *dist_suite(void) {
     tcase_add_test(tc, test_broadcast);
     tcase_add_test(tc, test_gather);
     tcase_add_test(tc, test_barrier);
+    tcase_add_test(tc, test_in_flight);
     suite_add_tcase(s, tc);
     return s;
 }
