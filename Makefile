@@ -264,16 +264,36 @@ bench: need-openblas $(BUILD)/moe
 	  echo "wrote $(BUILD)/bench_profile.png"; \
 	else echo "bench: gnuplot is not installed (make deps): no $(BUILD)/bench_profile.png"; fi
 
-# The handbook's figures for "Where the time goes" (plots/bench/): the same run kept, plus
-# the tiny MoE with the loop reference attention, to show what the GEMM attention buys.
+# The handbook's figures for "Where the time goes" (plots/bench/): the four reference configs
+# and tiny-e64 over three interleaved rounds (bench.txt, profile.csv/.png); the tiny MoE with
+# the loop reference attention, to show what the GEMM attention buys; and the tiny MoE on the
+# cpu-ref backend, the plain loops end to end ("naive, then fast"; few steps: it is slow).
 BENCH_OUT := plots/bench
 bench-handbook: need-openblas $(BUILD)/moe
 	@mkdir -p $(BENCH_OUT)
-	$(BUILD)/moe bench --profile --profile-out $(BENCH_OUT)/profile.csv | tee $(BENCH_OUT)/bench.txt
+	$(BUILD)/moe bench --rounds 3 --config tiny --config tiny-dense --config small --config small-dense \
+	  --config tiny-e64 --profile --profile-out $(BENCH_OUT)/profile.csv | tee $(BENCH_OUT)/bench.txt
 	$(BUILD)/moe bench --config tiny --profile --profile-out $(BENCH_OUT)/profile_reference_attention.csv \
 	  --reference-attention | tee $(BENCH_OUT)/bench_reference_attention.txt
+	$(BUILD)/moe bench --config tiny --device cpu-ref --steps 2 --warmup 1 --profile \
+	  --profile-out $(BENCH_OUT)/profile_cpu_ref.csv | tee $(BENCH_OUT)/bench_cpu_ref.txt
 	gnuplot -e "data='$(BENCH_OUT)/profile.csv'; out='$(BENCH_OUT)/profile.png'" plots/bench_profile.gp
-	@echo "wrote $(BENCH_OUT)/: bench.txt profile.csv profile.png bench_reference_attention.txt"
+	@echo "wrote $(BENCH_OUT)/: bench.txt profile.csv profile.png bench_reference_attention.txt bench_cpu_ref.txt"
+
+# moe.c beside a PyTorch 2.x eager MoE of the same shapes, interleaved in one run
+# (plots/bench/peer.sh; plots/bench/peer.{csv,md}). PyTorch is a developer tool: it goes into
+# build/venv-torch (its CPU wheels where download.pytorch.org is reachable, else PyPI's), never
+# into the build or the tests.
+PEER_VENV := $(BUILD)/venv-torch
+.PHONY: bench-peer
+bench-peer: need-openblas $(BUILD)/moe
+	@if ! $(PEER_VENV)/bin/python -c 'import torch' 2>/dev/null; then \
+	  echo "bench-peer: installing PyTorch into $(PEER_VENV) (a developer tool, a few GB)"; \
+	  python3 -m venv $(PEER_VENV) && \
+	  { $(PEER_VENV)/bin/pip install --timeout 20 torch --index-url https://download.pytorch.org/whl/cpu || \
+	    $(PEER_VENV)/bin/pip install torch; } || { echo "bench-peer: pip could not install torch"; exit 2; }; \
+	fi
+	MOE_BIN=$(BUILD)/moe PYTHON=$(PEER_VENV)/bin/python bash plots/bench/peer.sh
 
 # The numbers the handbook quotes, against the files under plots/ (chapters/README.md, "Numbers
 # in the handbook"): book-check checks (make test runs it, tests/test_book.sh); book rewrites
