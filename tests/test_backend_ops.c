@@ -10,21 +10,15 @@
  *   - coverage: every entry of the table is exercised by some case, and the table has no
  *     entry this file does not list (so a new op without a case fails here);
  *   - compare: each case on each backend against cpu-ref;
- *   - gradients: every entry whose implementation differs from the reference's (a faster
- *     version) is checked against central finite differences of its own forward, on that
- *     backend (the references have theirs in test_ops.c and test_moe.c);
+ *   - gradients: in test_backend_grad.c, every entry whose implementation differs from the
+ *     reference's, against finite differences on its own backend;
  *   - memory: zero, copy, to_device and to_host move exactly the bytes asked for.
  */
 #include <stddef.h>
 #include <string.h>
 
-#include "backend/backend.h"
-#include "base/util.h"
+#include "backend_util.h"
 #include "nn/ops.h"
-#include "testutil.h"
-
-static const Backend *const BACKENDS[] = {&backend_cpu_ref, &backend_cpu};
-#define N_BACKENDS ((int)(sizeof BACKENDS / sizeof BACKENDS[0]))
 
 /* ---- what a case hands back ----------------------------------------------------------------- */
 
@@ -42,24 +36,7 @@ static void outs_free(Outs *o) {
     memset(o, 0, sizeof *o);
 }
 
-/* Device buffers: a copy of host data, or zeros; and the outputs back to the host. */
-static float *dev_copy(const Backend *be, const float *host, size_t n) {
-    float *d = be_floats(be, n);
-    be->to_device(be, d, host, n * sizeof(float));
-    return d;
-}
-static int *dev_copy_i(const Backend *be, const int *host, size_t n) {
-    int *d = be_ints(be, n);
-    be->to_device(be, d, host, n * sizeof(int));
-    return d;
-}
-static float *dev_rand(const Backend *be, size_t n, float scale, unsigned long long seed) {
-    float *h = (float *)malloc_check(n * sizeof(float));
-    fill_uniform(h, n, scale, seed);
-    float *d = dev_copy(be, h, n);
-    free(h);
-    return d;
-}
+/* The outputs back to the host. */
 static void out_f(Outs *o, const Backend *be, const char *what, const float *d, size_t n) {
     ck_assert(o->n < MAX_OUT);
     o->what[o->n] = what;
@@ -81,10 +58,6 @@ static void out_scalar(Outs *o, const char *what, double v) {
     o->f[o->n][0] = (float)v;
     o->len[o->n++] = 1;
 }
-static void release(const Backend *be, void *p) {
-    be->free(be, p);
-}
-
 /* ---- the cases ------------------------------------------------------------------------------ */
 
 static void case_vec(const Backend *be, Outs *o) {
@@ -476,131 +449,6 @@ START_TEST(test_case_against_reference) {
 }
 END_TEST
 
-/* ---- gradients of the faster versions ------------------------------------------------------- */
-
-/* the scalar <R, y(x)> of one op on one backend, with x a host array the check perturbs */
-typedef struct {
-    const Backend *be;
-    int op; /* 0 matmul, 1 attention, 2 experts */
-    float *x, *R;
-    size_t nx, ny;
-} GradCtx;
-
-enum { GA_B = 1, GA_T = 6, GA_H = 2, GA_D = 4, GA_C = GA_H * GA_D, GA_N = GA_B * GA_T };
-enum { GE_E = 3, GE_C = 5, GE_F = 4 };
-static const int GE_OFF[GE_E + 1] = {0, 3, 3, 7}; /* expert 1 has no rows */
-
-/* y of op for the input x (host) on be; y (ny) written to host out */
-static void grad_forward(const GradCtx *g, float *out) {
-    const Backend *be = g->be;
-    float *x = dev_copy(be, g->x, g->nx), *y = be_floats(be, g->ny);
-    if (g->op == 0) {
-        /* x holds the input (N, IN) then W (OUT, IN) */
-        const size_t nin = (size_t)MM_N * MM_IN;
-        be->matmul_forward(be, y, x, x + nin, MM_N, MM_IN, MM_OUT);
-    } else if (g->op == 1) {
-        /* x holds q, k, v */
-        const size_t n = (size_t)GA_N * GA_C;
-        float *att = be_floats(be, (size_t)GA_B * GA_H * GA_T * GA_T);
-        be->attention_forward(be, y, att, x, x + n, x + 2 * n, GA_B, GA_T, GA_C, GA_H);
-        release(be, att);
-    } else {
-        /* x holds xe (S, C) then Wg, Wu (E, F, C) and Wd (E, C, F) */
-        const int S = GE_OFF[GE_E];
-        const size_t nxe = (size_t)S * GE_C, wn = (size_t)GE_E * GE_F * GE_C;
-        float *h3 = be_floats(be, 3 * (size_t)S * GE_F);
-        int *off = dev_copy_i(be, GE_OFF, GE_E + 1);
-        be->experts_forward(be, y, h3, h3 + (size_t)S * GE_F, h3 + 2 * (size_t)S * GE_F, x, x + nxe,
-                            x + nxe + wn, x + nxe + 2 * wn, off, NULL, GE_E, GE_C, GE_F);
-        release(be, h3), release(be, off);
-    }
-    be->to_host(be, out, y, g->ny * sizeof(float));
-    release(be, x), release(be, y);
-}
-
-static double grad_loss(void *p) {
-    const GradCtx *g = (const GradCtx *)p;
-    float *y = (float *)malloc_check(g->ny * sizeof(float));
-    grad_forward(g, y);
-    double s = dot_d(y, g->R, g->ny);
-    free(y);
-    return s;
-}
-
-/* the analytic gradient of <R, y> with respect to all of x, from the backend's backward */
-static void grad_backward(const GradCtx *g, float *grad) {
-    const Backend *be = g->be;
-    float *x = dev_copy(be, g->x, g->nx), *R = dev_copy(be, g->R, g->ny);
-    float *dx = be_floats(be, g->nx);
-    if (g->op == 0) {
-        const size_t nin = (size_t)MM_N * MM_IN;
-        be->matmul_backward(be, dx, dx + nin, R, x, x + nin, MM_N, MM_IN, MM_OUT);
-    } else if (g->op == 1) {
-        const size_t n = (size_t)GA_N * GA_C;
-        float *out = be_floats(be, n), *att = be_floats(be, (size_t)GA_B * GA_H * GA_T * GA_T);
-        float *ws = be_floats(be, (size_t)GA_T * GA_T);
-        be->attention_forward(be, out, att, x, x + n, x + 2 * n, GA_B, GA_T, GA_C, GA_H);
-        be->attention_backward(be, dx, dx + n, dx + 2 * n, ws, R, att, x, x + n, x + 2 * n, GA_B,
-                               GA_T, GA_C, GA_H, 1);
-        release(be, out), release(be, att), release(be, ws);
-    } else {
-        const int S = GE_OFF[GE_E];
-        const size_t nxe = (size_t)S * GE_C, wn = (size_t)GE_E * GE_F * GE_C, sf = (size_t)S * GE_F;
-        float *y = be_floats(be, nxe), *a = be_floats(be, 6 * sf);
-        int *off = dev_copy_i(be, GE_OFF, GE_E + 1);
-        const float *Wg = x + nxe, *Wu = Wg + wn, *Wd = Wu + wn;
-        be->experts_forward(be, y, a, a + sf, a + 2 * sf, x, Wg, Wu, Wd, off, NULL, GE_E, GE_C,
-                            GE_F);
-        be->experts_backward(be, dx, dx + nxe, dx + nxe + wn, dx + nxe + 2 * wn, a + 3 * sf,
-                             a + 4 * sf, a + 5 * sf, R, x, a, a + sf, a + 2 * sf, Wg, Wu, Wd, off,
-                             NULL, GE_E, GE_C, GE_F);
-        release(be, y), release(be, a), release(be, off);
-    }
-    be->to_host(be, grad, dx, g->nx * sizeof(float));
-    release(be, x), release(be, R), release(be, dx);
-}
-
-START_TEST(test_faster_versions_gradcheck) {
-    int checked = 0;
-    for (int b = 0; b < N_BACKENDS; b++) {
-        const Backend *be = BACKENDS[b];
-        /* an op needs its own check only where the backend runs its own version */
-        const int differs[3] = {be->matmul_backward != backend_cpu_ref.matmul_backward,
-                                be->attention_backward != backend_cpu_ref.attention_backward,
-                                be->experts_backward != backend_cpu_ref.experts_backward};
-        for (int op = 0; op < 3; op++) {
-            if (!differs[op]) continue;
-            GradCtx g = {.be = be, .op = op};
-            if (op == 0)
-                g.nx = (size_t)MM_N * MM_IN + (size_t)MM_OUT * MM_IN, g.ny = (size_t)MM_N * MM_OUT;
-            else if (op == 1)
-                g.nx = 3 * (size_t)GA_N * GA_C, g.ny = (size_t)GA_N * GA_C;
-            else
-                g.nx = (size_t)GE_OFF[GE_E] * GE_C + 3 * (size_t)GE_E * GE_F * GE_C,
-                g.ny = (size_t)GE_OFF[GE_E] * GE_C;
-            g.x = (float *)malloc_check(g.nx * sizeof(float));
-            g.R = (float *)malloc_check(g.ny * sizeof(float));
-            fill_uniform(g.x, g.nx, 0.5f, 50 + op);
-            fill_uniform(g.R, g.ny, 1.0f, 60 + op);
-            float *grad = (float *)malloc_check(g.nx * sizeof(float));
-            grad_backward(&g, grad);
-            char what[64];
-            snprintf(what, sizeof what, "%s %s", be->name,
-                     op == 0   ? "matmul"
-                     : op == 1 ? "attention"
-                               : "experts");
-            gradcheck(grad_loss, &g, g.x, grad, g.nx, 1e-2f, 64, what);
-            free(g.x), free(g.R), free(grad);
-            checked++;
-        }
-    }
-    ck_assert_msg(checked == 3,
-                  "%d faster versions checked, want 3 (cpu: matmul, attention, "
-                  "experts)",
-                  checked);
-}
-END_TEST
-
 /* ---- memory --------------------------------------------------------------------------------- */
 
 START_TEST(test_memory_ops) {
@@ -635,7 +483,6 @@ Suite *backend_ops_suite(void) {
     TCase *tc = tcase_create("ops");
     tcase_add_test(tc, test_every_entry_has_a_case);
     tcase_add_loop_test(tc, test_case_against_reference, 0, N_CASES);
-    tcase_add_test(tc, test_faster_versions_gradcheck);
     tcase_add_test(tc, test_memory_ops);
     suite_add_tcase(s, tc);
     return s;

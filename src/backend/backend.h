@@ -13,7 +13,8 @@
  *            the reference one.
  *
  * A later backend (a GPU) fills the same table; tests/test_backend_ops.c runs every op of every
- * backend against cpu-ref with one tolerance rule, forward and backward.
+ * backend against cpu-ref with one tolerance rule, forward and backward, and
+ * tests/test_backend_grad.c checks the gradients of each faster version.
  *
  * Every operation takes the backend first (a device backend keeps its stream and library
  * handles in ctx), then follows the conventions of nn/ops.h: outputs first, then inputs, then

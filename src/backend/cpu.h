@@ -1,7 +1,8 @@
 /*
  * cpu.h: the fast versions of the cpu backend, beside the references of nn/ and moe/ (same
  * arguments, same results within float rounding; tests/test_backend_ops.c checks each one
- * against its reference). Only this folder calls OpenBLAS.
+ * against its reference, tests/test_backend_grad.c its gradients). Only this folder calls
+ * OpenBLAS.
  */
 #ifndef MOE_BACKEND_CPU_H
 #define MOE_BACKEND_CPU_H
