@@ -88,8 +88,10 @@ CPPFLAGS := -Isrc $(OPENBLAS_CFLAGS) -DMOE_HAVE_OPENMP=$(HAVE_OPENMP) -DMOE_HAVE
 # rewritten only when the text changes, so it relinks but rebuilds nothing else.
 GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- . ':(exclude)plots' ':(exclude)*.md' 2>/dev/null || echo -dirty)
 # -fno-math-errno: nothing reads errno after a math call, and without it sqrtf keeps a scalar
-# path for errno, which stops the vectorizer (AdamW); the results are the same bits.
-CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) -fno-math-errno -Wall -Wextra -Wshadow \
+# path for errno, which stops the vectorizer (AdamW). -fno-trapping-math: no code here traps on
+# floating-point exceptions, and without it a comparison may not become a lane select, which
+# stops the vectorizer in loops with a branch (nn/exp.h). Neither changes a result's bits.
+CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) -fno-math-errno -fno-trapping-math -Wall -Wextra -Wshadow \
           -Wno-unused-parameter $(OMPFLAGS) $(SANFLAGS) $(EXTRA_CFLAGS)
 LDLIBS := $(OPENBLAS_LIBS) -lm
 LDFLAGS := $(OMPFLAGS) $(SANFLAGS)

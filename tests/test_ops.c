@@ -12,10 +12,12 @@
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
 #include "backend/cpu.h"
+#include "nn/exp.h"
 #include "nn/ops.h"
 #include "testutil.h"
 
@@ -577,6 +579,45 @@ START_TEST(test_adamw_grad_scale) {
 }
 END_TEST
 
+/* ---- nn_expf ---------------------------------------------------------------------------- */
+
+/* a float's place on the number line, as an integer: neighbours differ by 1 */
+static int64_t float_order(float f) {
+    int32_t i;
+    memcpy(&i, &f, sizeof i);
+    return i < 0 ? (int64_t)INT32_MIN - i : i;
+}
+
+START_TEST(test_expf_accuracy_and_edges) {
+    /* every 257th float of the range where the result is a normal float: at most 2 units in the
+     * last place from exp in double, and never decreasing */
+    int64_t worst = 0;
+    float worst_x = 0.0f, prev = 0.0f;
+    long n = 0;
+    for (int64_t o = float_order(-87.3f); o <= float_order(88.3f); o += 257, n++) {
+        int32_t bits = o < 0 ? (int32_t)(INT32_MIN - o) : (int32_t)o;
+        float x;
+        memcpy(&x, &bits, sizeof x);
+        const float got = nn_expf(x), want = (float)exp((double)x);
+        const int64_t d = llabs(float_order(got) - float_order(want));
+        if (d > worst) worst = d, worst_x = x;
+        ck_assert_msg(got >= prev, "nn_expf decreases at %.9g: %.9g after %.9g", (double)x,
+                      (double)got, (double)prev);
+        prev = got;
+    }
+    ck_assert_msg(n > 1000000, "only %ld points checked", n);
+    ck_assert_msg(worst <= 2, "nn_expf is %lld units in the last place from exp at %.9g",
+                  (long long)worst, (double)worst_x);
+    ck_assert(nn_expf(0.0f) == 1.0f);
+    ck_assert(nn_expf(-88.0f) == 0.0f && nn_expf(-1e30f) == 0.0f && nn_expf(-INFINITY) == 0.0f);
+    ck_assert(isinf(nn_expf(89.0f)) && isinf(nn_expf(INFINITY)));
+    ck_assert(isnan(nn_expf(NAN)));
+    /* the sigmoid of a large logit of either sign, as swiglu.c and router.c take it */
+    ck_assert(1.0f / (1.0f + nn_expf(-100.0f)) == 1.0f);
+    ck_assert(1.0f / (1.0f + nn_expf(100.0f)) == 0.0f);
+}
+END_TEST
+
 Suite *ops_suite(void) {
     Suite *s = suite_create("ops");
     TCase *tc = tcase_create("dense");
@@ -602,6 +643,7 @@ Suite *ops_suite(void) {
     tcase_add_test(tc, test_adamw_first_step);
     tcase_add_test(tc, test_adamw_no_decay_and_bias_correction);
     tcase_add_test(tc, test_adamw_grad_scale);
+    tcase_add_test(tc, test_expf_accuracy_and_edges);
     suite_add_tcase(s, tc);
     return s;
 }

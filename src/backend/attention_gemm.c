@@ -28,15 +28,16 @@
 #include <math.h>
 #include <omp.h>
 
+#include "nn/exp.h"
+
 /* Row t of p (T): softmax over j <= t of the scores already in p, zeros for j > t. */
 static void causal_softmax_row(float *p, int t, int T) {
     float maxv = -INFINITY;
     for (int j = 0; j <= t; j++) maxv = p[j] > maxv ? p[j] : maxv;
+#pragma omp simd
+    for (int j = 0; j <= t; j++) p[j] = nn_expf(p[j] - maxv);
     float sum = 0.0f;
-    for (int j = 0; j <= t; j++) {
-        p[j] = expf(p[j] - maxv);
-        sum += p[j];
-    }
+    for (int j = 0; j <= t; j++) sum += p[j]; /* in order */
     float inv = 1.0f / sum;
     for (int j = 0; j <= t; j++) p[j] *= inv;
     for (int j = t + 1; j < T; j++) p[j] = 0.0f;

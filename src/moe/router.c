@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "nn/exp.h"
 
 size_t moe_work_bytes(const MoeSpec *s, int N) {
     size_t b = router_balance_work_bytes(s), r = router_backward_work_bytes(s, s->seq_len, N);
@@ -83,7 +84,7 @@ void moe_ctx_eval(MoeCtx *x, const MoeSpec *s, int T) {
 /* lse of one row of logits l (E), with its maximum m: m + log sum exp(l - m). */
 static float row_lse(const float *l, int E, float m) {
     double sum = 0.0;
-    for (int e = 0; e < E; e++) sum += expf(l[e] - m);
+    for (int e = 0; e < E; e++) sum += nn_expf(l[e] - m);
     return m + (float)log(sum);
 }
 
@@ -99,7 +100,7 @@ void router_softmax_forward(float *scores, float *lse, const float *logits, int 
         for (int e = 1; e < E; e++) m = l[e] > m ? l[e] : m;
         double sum = 0.0;
         for (int e = 0; e < E; e++) {
-            p[e] = expf(l[e] - m);
+            p[e] = nn_expf(l[e] - m);
             sum += p[e];
         }
         float inv = (float)(1.0 / sum);
@@ -125,7 +126,7 @@ void router_scores_forward(float *scores, float *lse, const float *logits, int N
         float *sn = scores + (size_t)n * E;
         float m = l[0];
         for (int e = 0; e < E; e++) {
-            sn[e] = 1.0f / (1.0f + expf(-l[e]));
+            sn[e] = 1.0f / (1.0f + nn_expf(-l[e]));
             m = l[e] > m ? l[e] : m;
         }
         if (lse) lse[n] = row_lse(l, E, m);
@@ -166,7 +167,7 @@ void router_gate_forward(int *idx, float *w, const float *scores, const float *l
             for (int k = 1; k < K; k++) m = key[in[k]] > m ? key[in[k]] : m;
             double z = 0.0;
             for (int k = 0; k < K; k++) {
-                wn[k] = expf(key[in[k]] - m);
+                wn[k] = nn_expf(key[in[k]] - m);
                 z += wn[k];
             }
             float inv = (float)(1.0 / z);
@@ -281,7 +282,7 @@ void router_gate_backward(float *dlogits, const float *dw, const float *scores, 
         if (sig) {
             const float *l = logits + (size_t)n * E;
             for (int e = 0; e < E; e++)
-                dl[e] = dl[e] * p[e] * (1.0f - p[e]) + zl * expf(l[e] - lse[n]);
+                dl[e] = dl[e] * p[e] * (1.0f - p[e]) + zl * nn_expf(l[e] - lse[n]);
         } else {
             double pdp = 0.0; /* sum_i p_i ds_i */
             for (int e = 0; e < E; e++) pdp += (double)p[e] * dl[e];

@@ -25,6 +25,8 @@
 #include <omp.h>
 #include <string.h>
 
+#include "nn/exp.h"
+
 void attention_forward(float *out, float *att, const float *q, const float *k, const float *v,
                        int B, int T, int C, int H) {
     /* out (B, T, C), att (B, H, T, T), q (B, T, C), k (B, T, C), v (B, T, C) */
@@ -50,11 +52,10 @@ void attention_forward(float *out, float *att, const float *q, const float *k, c
                     p[j] = dot * scale;
                     if (p[j] > maxv) maxv = p[j];
                 }
+#pragma omp simd
+                for (int j = 0; j <= t; j++) p[j] = nn_expf(p[j] - maxv);
                 float sum = 0.0f;
-                for (int j = 0; j <= t; j++) {
-                    p[j] = expf(p[j] - maxv);
-                    sum += p[j];
-                }
+                for (int j = 0; j <= t; j++) sum += p[j]; /* in order */
                 float inv = 1.0f / sum;
                 for (int j = 0; j <= t; j++) p[j] *= inv;
                 for (int j = t + 1; j < T; j++) p[j] = 0.0f; /* the causal mask */

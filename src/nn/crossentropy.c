@@ -15,6 +15,8 @@
 
 #include <math.h>
 
+#include "nn/exp.h"
+
 void crossentropy_forward(float *losses, float *probs, const float *logits, const int *targets,
                           int N, int V) {
     /* losses (N), probs (N, V), logits (N, V), targets (N) */
@@ -26,11 +28,10 @@ void crossentropy_forward(float *losses, float *probs, const float *logits, cons
         float m = -INFINITY;
         for (int j = 0; j < V; j++)
             if (z[j] > m) m = z[j];
-        double sum = 0.0; /* summed in double: exact enough for any vocabulary size */
-        for (int j = 0; j < V; j++) {
-            p[j] = expf(z[j] - m);
-            sum += p[j];
-        }
+#pragma omp simd
+        for (int j = 0; j < V; j++) p[j] = nn_expf(z[j] - m);
+        double sum = 0.0; /* summed in double, in order: exact enough for any vocabulary size */
+        for (int j = 0; j < V; j++) sum += p[j];
         float inv = (float)(1.0 / sum);
         for (int j = 0; j < V; j++) p[j] *= inv;
         losses[n] = (float)(log(sum) - ((double)z_target - m));

@@ -12,13 +12,17 @@
 
 #include <math.h>
 
+#include "nn/exp.h"
+
+
 void swiglu_forward(float *h, const float *g, const float *u, int N, int F) {
     /* h (N, F), g (N, F), u (N, F) */
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
+#pragma omp simd
         for (int f = 0; f < F; f++) {
             size_t i = (size_t)n * F + f;
-            float sig = 1.0f / (1.0f + expf(-g[i])); /* exp overflow gives inf, sig 0: fine */
+            float sig = 1.0f / (1.0f + nn_expf(-g[i])); /* exp overflow gives inf, sig 0: fine */
             h[i] = g[i] * sig * u[i];
         }
     }
@@ -33,9 +37,20 @@ void swiglu_backward(float *dg, float *du, const float *dh, const float *g, cons
      *   dg = dh u silu'(g),  silu'(g) = sigma(g) (1 + g (1 - sigma(g)))   -- written */
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
-        for (int f = 0; f < F; f++) {
-            size_t i = (size_t)n * F + f;
-            float sig = 1.0f / (1.0f + expf(-g[i]));
+        const size_t row = (size_t)n * F;
+        if (du && dg) {
+#pragma omp simd
+            for (int f = 0; f < F; f++) {
+                const size_t i = row + f;
+                const float sig = 1.0f / (1.0f + nn_expf(-g[i]));
+                du[i] = dh[i] * g[i] * sig;
+                dg[i] = dh[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
+            }
+            continue;
+        }
+        for (int f = 0; f < F; f++) { /* one of the two */
+            const size_t i = row + f;
+            const float sig = 1.0f / (1.0f + nn_expf(-g[i]));
             if (du) du[i] = dh[i] * g[i] * sig;
             if (dg) dg[i] = dh[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
         }
