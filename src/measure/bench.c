@@ -392,6 +392,12 @@ static void json_string(FILE *out, const char *s) {
     fputc('"', out);
 }
 
+/* 1 when the steps ran the loop attention of cpu-ref: asked for, or the backend's own */
+static int loop_attention(const BenchOptions *o) {
+    const Backend *be = backend_get(o->device ? o->device : "cpu", NULL, 0);
+    return o->reference_attention || be->attention_forward == backend_cpu_ref.attention_forward;
+}
+
 static const double MIB = 1024.0 * 1024.0;
 
 static void print_json(FILE *out, const BenchOptions *o, const char *cpu, long cores,
@@ -407,7 +413,7 @@ static void print_json(FILE *out, const BenchOptions *o, const char *cpu, long c
             cores, sg->threads, BENCH_SGEMM_N, BENCH_SGEMM_REPS, sg->gflops_best, sg->gflops_median,
             sg->gflops_low, sg->gflops_high, o->steps, o->warmup, o->rounds > 1 ? o->rounds : 1,
             o->device ? o->device : "cpu",
-            o->reference_attention ? "reference" : "gemm");
+            loop_attention(o) ? "reference" : "gemm");
     for (int i = 0; i < n; i++) {
         const Row *w = &rows[i];
         const Config *c = &w->c;
@@ -480,7 +486,9 @@ static void print_text(FILE *out, const BenchOptions *o, const char *cpu, long c
             "step: median of %d timed training steps after %d warm-up steps%s, random tokens; "
             "backend %s; attention: %s\n\n",
             o->steps, o->warmup, rounds, o->device ? o->device : "cpu",
-            o->reference_attention ? "reference loops (--reference-attention)" : "GEMM");
+            !loop_attention(o)       ? "GEMM"
+            : o->reference_attention ? "reference loops (--reference-attention)"
+                                     : "reference loops (the backend's)");
     fprintf(out, "%-12s %7s %13s %9s %9s %8s %7s %6s %9s %9s %6s\n", "config", "B x T", "params M",
             "step ms", "tokens/s", "GFLOP/s", "%sgemm", "/dense", "RSS MiB", "calc MiB", "ratio");
     fprintf(out, "%-12s %7s %13s\n", "", "", "total/active");
