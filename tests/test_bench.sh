@@ -36,7 +36,7 @@ if command -v python3 > /dev/null 2>&1; then
     check "the JSON parses (python3)" $? "$(cat "$tmp/py.err")"
 fi
 missing=""
-for k in machine cpu cores threads sgemm gflops gflops_median steps warmup configs name moe \
+for k in commit machine cpu cores threads sgemm gflops gflops_median steps warmup configs name moe \
     d_model n_layer n_head batch seq_len params_total params_active flops_per_token step_ms \
     step_ms_min step_ms_max tokens_per_s sgemm_fraction moe_over_dense peak_rss_mib \
     analytical_mib rss_over_analytical memory_floats int_words total_words; do

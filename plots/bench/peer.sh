@@ -87,8 +87,7 @@ for r in $(seq 1 "$rounds"); do
 done
 version=$($PEER --version 2> /dev/null | head -n 1 || true)
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
-commit=$(git rev-parse --short=12 HEAD 2> /dev/null || echo unknown)
-git diff --quiet HEAD -- src Makefile 2> /dev/null || commit="$commit-dirty"
+commit=$(sed -n 's/.*"commit": "\([^"]*\)".*/\1/p' "$tmp/b.json" | head -n 1)
 cp "$tmp/peer.csv" "$out/peer.csv"
 {
   echo "| config | moe.c tokens/s | PyTorch tokens/s | moe.c / PyTorch |"

@@ -400,9 +400,13 @@ static int loop_attention(const BenchOptions *o) {
 
 static const double MIB = 1024.0 * 1024.0;
 
+extern const char moe_git_commit[]; /* build/version.c: the commit this binary was built from */
+
 static void print_json(FILE *out, const BenchOptions *o, const char *cpu, long cores,
                        const SgemmResult *sg, const Row *rows, int n) {
-    fprintf(out, "{\n  \"machine\": {\"cpu\": ");
+    fprintf(out, "{\n  \"commit\": ");
+    json_string(out, moe_git_commit);
+    fprintf(out, ",\n  \"machine\": {\"cpu\": ");
     json_string(out, cpu);
     fprintf(out,
             ", \"cores\": %ld, \"threads\": %d},\n"
@@ -484,11 +488,12 @@ static void print_text(FILE *out, const BenchOptions *o, const char *cpu, long c
     if (R > 1) snprintf(rounds, sizeof rounds, ", the median over %d interleaved rounds", R);
     fprintf(out,
             "step: median of %d timed training steps after %d warm-up steps%s, random tokens; "
-            "backend %s; attention: %s\n\n",
+            "backend %s; attention: %s; built from commit %s\n\n",
             o->steps, o->warmup, rounds, o->device ? o->device : "cpu",
             !loop_attention(o)       ? "GEMM"
             : o->reference_attention ? "reference loops (--reference-attention)"
-                                     : "reference loops (the backend's)");
+                                     : "reference loops (the backend's)",
+            moe_git_commit);
     fprintf(out, "%-12s %7s %13s %9s %9s %8s %7s %6s %9s %9s %6s\n", "config", "B x T", "params M",
             "step ms", "tokens/s", "GFLOP/s", "%sgemm", "/dense", "RSS MiB", "calc MiB", "ratio");
     fprintf(out, "%-12s %7s %13s\n", "", "", "total/active");
