@@ -21,7 +21,8 @@ typedef struct {
     size_t nx, ny;
 } GradCtx;
 
-enum { GA_B = 1, GA_T = 6, GA_H = 2, GA_D = 4, GA_C = GA_H * GA_D, GA_N = GA_B * GA_T };
+/* T = 70: two blocks of query rows in attention_gemm.c (ATT_BLOCK 64), the second partial */
+enum { GA_B = 1, GA_T = 70, GA_H = 2, GA_D = 4, GA_C = GA_H * GA_D, GA_N = GA_B * GA_T };
 enum { GE_E = 3, GE_C = 5, GE_F = 4 };
 static const int GE_OFF[GE_E + 1] = {0, 3, 3, 7}; /* expert 1 has no rows */
 

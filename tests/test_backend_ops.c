@@ -142,8 +142,10 @@ static void case_norm_rope_swiglu(const Backend *be, Outs *o) {
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) release(be, all[k]);
 }
 
-static void case_attention(const Backend *be, Outs *o) {
-    enum { B = 2, T = 19, H = 3, D = 8, C = H * D, N = B * T, NWS = 4 };
+/* T = 19, and T = 150: three blocks of query rows in attention_gemm.c, the last partial */
+static void attention_at(const Backend *be, Outs *o, const int T) {
+    enum { B = 2, H = 3, D = 8, C = H * D, NWS = 4 };
+    const int N = B * T;
     float *q = dev_rand(be, N * C, 1.0f, 17), *k = dev_rand(be, N * C, 1.0f, 18);
     float *v = dev_rand(be, N * C, 1.0f, 19), *dout = dev_rand(be, N * C, 1.0f, 20);
     float *out = be_floats(be, N * C), *att = be_floats(be, (size_t)B * H * T * T);
@@ -158,6 +160,12 @@ static void case_attention(const Backend *be, Outs *o) {
     out_f(o, be, "attention dv", dv, N * C);
     void *all[] = {q, k, v, dout, out, att, ws, dq, dk, dv};
     for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) release(be, all[j]);
+}
+static void case_attention(const Backend *be, Outs *o) {
+    attention_at(be, o, 19);
+}
+static void case_attention_blocks(const Backend *be, Outs *o) {
+    attention_at(be, o, 150);
 }
 
 static void case_loss_adamw(const Backend *be, Outs *o) {
@@ -330,6 +338,7 @@ static const Case CASES[] = {
     {"norm, rope, swiglu", case_norm_rope_swiglu,
      "rmsnorm_forward rmsnorm_backward rope_forward rope_backward swiglu_forward swiglu_backward"},
     {"attention", case_attention, "attention_forward attention_backward"},
+    {"attention over several blocks", case_attention_blocks, "attention_forward attention_backward"},
     {"loss and adamw", case_loss_adamw, "crossentropy_forward crossentropy_backward adamw_update"},
     {"moe dropless", case_moe_dropless,
      "router_scores_forward router_gate_forward router_balance_loss router_z_loss "

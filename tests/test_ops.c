@@ -293,30 +293,34 @@ START_TEST(test_rope_attention_grad) {
 END_TEST
 
 START_TEST(test_attention_gemm_matches_reference) {
-    /* an odd shape: T not a multiple of anything, D = 16 */
-    int B = 2, T = 37, C = 48, H = 3;
-    size_t n = (size_t)B * T * C, na = (size_t)B * H * T * T;
-    float *q = rand_floats(n, 1.0f, 41), *k = rand_floats(n, 1.0f, 42);
-    float *v = rand_floats(n, 1.0f, 43), *dout = rand_floats(n, 1.0f, 44);
-    float *out[2], *att[2], *dq[2], *dk[2], *dv[2];
-    const int n_ws = n_ws_threads();
-    float *ws = attn_ws_alloc(T, n_ws);
-    for (int r = 0; r < 2; r++) {
-        out[r] = garbage_floats(n), att[r] = garbage_floats(na);
-        dq[r] = garbage_floats(n), dk[r] = garbage_floats(n), dv[r] = garbage_floats(n);
+    /* odd shapes: T not a multiple of anything (37, one block of query rows), and T = 150 (three
+     * blocks of attention_gemm.c's 64, the last partial); D = 16 */
+    const int Ts[2] = {37, 150};
+    for (int s = 0; s < 2; s++) {
+        int B = 2, T = Ts[s], C = 48, H = 3;
+        size_t n = (size_t)B * T * C, na = (size_t)B * H * T * T;
+        float *q = rand_floats(n, 1.0f, 41), *k = rand_floats(n, 1.0f, 42);
+        float *v = rand_floats(n, 1.0f, 43), *dout = rand_floats(n, 1.0f, 44);
+        float *out[2], *att[2], *dq[2], *dk[2], *dv[2];
+        const int n_ws = n_ws_threads();
+        float *ws = attn_ws_alloc(T, n_ws);
+        for (int r = 0; r < 2; r++) {
+            out[r] = garbage_floats(n), att[r] = garbage_floats(na);
+            dq[r] = garbage_floats(n), dk[r] = garbage_floats(n), dv[r] = garbage_floats(n);
+        }
+        attention_forward(out[0], att[0], q, k, v, B, T, C, H);
+        attention_backward(dq[0], dk[0], dv[0], ws, dout, att[0], q, k, v, B, T, C, H, n_ws);
+        cpu_attention_forward(out[1], att[1], q, k, v, B, T, C, H);
+        cpu_attention_backward(dq[1], dk[1], dv[1], ws, dout, att[1], q, k, v, B, T, C, H, n_ws);
+        expect_close_arrays(att[1], att[0], na, TOL_F32_ATOL, TOL_F32_RTOL, "att: gemm vs reference");
+        expect_close_arrays(out[1], out[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "out: gemm vs reference");
+        expect_close_arrays(dq[1], dq[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "dq: gemm vs reference");
+        expect_close_arrays(dk[1], dk[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "dk: gemm vs reference");
+        expect_close_arrays(dv[1], dv[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "dv: gemm vs reference");
+        for (int r = 0; r < 2; r++)
+            free(out[r]), free(att[r]), free(dq[r]), free(dk[r]), free(dv[r]);
+        free(q), free(k), free(v), free(dout), free(ws);
     }
-    attention_forward(out[0], att[0], q, k, v, B, T, C, H);
-    attention_backward(dq[0], dk[0], dv[0], ws, dout, att[0], q, k, v, B, T, C, H,
-                                 n_ws);
-    cpu_attention_forward(out[1], att[1], q, k, v, B, T, C, H);
-    cpu_attention_backward(dq[1], dk[1], dv[1], ws, dout, att[1], q, k, v, B, T, C, H, n_ws);
-    expect_close_arrays(att[1], att[0], na, TOL_F32_ATOL, TOL_F32_RTOL, "att: gemm vs reference");
-    expect_close_arrays(out[1], out[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "out: gemm vs reference");
-    expect_close_arrays(dq[1], dq[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "dq: gemm vs reference");
-    expect_close_arrays(dk[1], dk[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "dk: gemm vs reference");
-    expect_close_arrays(dv[1], dv[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "dv: gemm vs reference");
-    for (int r = 0; r < 2; r++) free(out[r]), free(att[r]), free(dq[r]), free(dk[r]), free(dv[r]);
-    free(q), free(k), free(v), free(dout), free(ws);
 }
 END_TEST
 

@@ -424,8 +424,9 @@ double model_flops_per_token(const Config *c, int T) {
      * gradient, one for the weight gradient), so a step = 6 x multiply-adds.
      * Per token and block: q, k, v, o projections 4 C^2; attention scores and weighted sum:
      * a token at position t attends to t + 1 positions, (t + 1) C each for q.k and for p.v,
-     * which averages to (T + 1) C over a sequence (the GEMM attention computes the full T x T
-     * square and masks half of it; the masked half is not counted); FFN 3 C F, or in an MoE
+     * which averages to (T + 1) C over a sequence (the GEMM attention computes the blocks on
+     * and below the diagonal and masks the upper half of the diagonal blocks; what it masks is
+     * not counted); FFN 3 C F, or in an MoE
      * block 3 C F_e for each of the top_k experts and of the num_shared shared experts, plus
      * the router E C. Head: V C. */
     double C = c->d_model, F = c->d_ff, FE = config_expert_hidden(c);
