@@ -43,9 +43,10 @@ awk -F, 'NR == 2 && $1 == 1 && $2 == "test" && $3 > 0 && $4 == 1600 {
          NR == 2 { exit 1 }' "$csv"
 check "the row has moe.c's tokens/s, the peer's 1600 and their ratio" $? "$(cat "$csv" 2> /dev/null)"
 m=$(awk -F, 'NR == 2 { print $3 }' "$csv")
-grep -q "^| test | $(printf '%.0f' "$m") | 1600 | " "$md" &&
+r=$(awk -F, 'NR == 2 { printf "%.2f", $5 }' "$csv")
+grep -q "^| test | $(printf '%.0f' "$m") | 1600 | $r | $r | $r |$" "$md" &&
     grep -q "stand-in 1.0" "$md" && grep -q "built from commit" "$md" && grep -q "Machine: " "$md"
-check "peer.md: the table row, the peer's version, the machine and the commit" $? "$(cat "$md" 2> /dev/null)"
+check "peer.md: the table row (one round: lowest = highest = the ratio), the peer's version, the machine and the commit" $? "$(cat "$md" 2> /dev/null)"
 
 # ---- 2. no torch ----------------------------------------------------------------------------
 echo "test_bench_peer: without torch"

@@ -15,7 +15,8 @@
 #
 # A machine shared with other work drifts in speed over minutes, so the two are interleaved:
 # per round and config, `moe bench --config NAME --json` and then the peer, on the same
-# threads. Each figure is the median over the rounds; the ratio is taken within each round.
+# threads, over five rounds by default. Each figure is the median over the rounds; the ratio is
+# taken within each round, and its lowest and highest round are shown beside it.
 # Writes plots/bench[-smoke]/peer.csv (round, config, moe and torch tokens/s and their ratio)
 # and peer.md (the table, the machine, torch's version and the commit).
 set -euo pipefail
@@ -24,7 +25,7 @@ usage() {
   echo "usage: bash plots/bench/peer.sh [--smoke] [--rounds N] [--steps N] [--warmup N] [--threads N] [--config NAME]..." >&2
   exit 2
 }
-rounds=3 steps=5 warmup=2 threads=${OMP_NUM_THREADS:-0} suffix="" configs=()
+rounds=5 steps=5 warmup=2 threads=${OMP_NUM_THREADS:-0} suffix="" configs=()
 number() { [[ $2 =~ ^[0-9]+$ ]] && [ "$2" -ge "$3" ] || { echo "peer.sh: $1 expects a whole number >= $3, got '$2'" >&2; usage; }; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -90,13 +91,14 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 commit=$(sed -n 's/.*"commit": "\([^"]*\)".*/\1/p' "$tmp/b.json" | head -n 1)
 cp "$tmp/peer.csv" "$out/peer.csv"
 {
-  echo "| config | moe.c tokens/s | PyTorch tokens/s | moe.c / PyTorch |"
-  echo "| --- | ---: | ---: | ---: |"
+  echo "| config | moe.c tokens/s | PyTorch tokens/s | moe.c / PyTorch | lowest round | highest round |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: |"
   for c in "${configs[@]}"; do
     awk -F, -v c="$c" '$2 == c { m[++n] = $3; p[n] = $4; q[n] = $5 }
       function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
                                      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
-      END { printf "| %s | %.0f | %.0f | %.2f |\n", c, med(m, n), med(p, n), med(q, n) }' "$tmp/peer.csv"
+      END { lo = hi = q[1]; for (i = 2; i <= n; i++) { lo = q[i] < lo ? q[i] : lo; hi = q[i] > hi ? q[i] : hi }
+            printf "| %s | %.0f | %.0f | %.2f | %.2f | %.2f |\n", c, med(m, n), med(p, n), med(q, n), lo, hi }' "$tmp/peer.csv"
   done
   echo
   echo "Side by side: per round and config, moe bench and then the PyTorch eager peer ($version), $steps timed steps after $warmup warm-up steps each, $threads threads, interleaved over $rounds round(s); each figure the median over the rounds, the ratio taken within each round. Machine: $cpu, $(nproc) cores; moe.c built from commit $commit."
