@@ -1,8 +1,8 @@
 /*
  * test_backend_grad.c: the gradients of every faster version a backend brings.
  *
- * The reference ops have their gradient checks in test_ops.c and test_moe.c; test_backend_ops.c
- * compares every entry of every backend with the reference. An entry whose implementation
+ * The reference ops have their gradient checks in test_ops.c, test_attention.c and
+ * test_moe.c; test_backend_ops.c compares every entry of every backend with the reference. An entry whose implementation
  * differs from the reference's (the cpu backend's products, attention and experts; later a
  * GPU's kernels) is also checked here on its own backend: the backward against central finite
  * differences of that backend's own forward, of the scalar <R, y(x)> for a fixed random R.

@@ -6,8 +6,9 @@
  *   - the accumulation rule: parameter gradients add up over calls, activation gradients are
  *     overwritten (their buffers start full of NaN, so reading them would show);
  *   - forward values small enough to work out by hand;
- *   - bit-identical attention across runs and across workspace sizes (thread counts);
- *   - the RoPE table: a table built for a longer context rotates exactly as a tight one.
+ *   - the RoPE table: a table built for a longer context rotates exactly as a tight one;
+ *   - nn_expf against exp in double.
+ * Attention has its own file, test_attention.c.
  */
 #include <math.h>
 #include <omp.h>
@@ -18,50 +19,7 @@
 #include "base/util.h"
 #include "backend/cpu.h"
 #include "nn/exp.h"
-#include "nn/ops.h"
-#include "testutil.h"
-
-#define FD_EPS 1e-3f    /* finite-difference step */
-#define ALL_PROBES 4096 /* sizes here are small: probe every element */
-
-static float *rand_floats(size_t n, float scale, unsigned long long seed) {
-    float *x = floats_alloc(n);
-    fill_uniform(x, n, scale, seed);
-    return x;
-}
-
-/* An activation-gradient buffer before backward: NaN everywhere, so an op that reads or
- * accumulates into it instead of writing it fails every comparison. */
-static float *garbage_floats(size_t n) {
-    float *x = floats_alloc(n);
-    for (size_t i = 0; i < n; i++) x[i] = NAN;
-    return x;
-}
-
-/* The RoPE cos/sin table (T_max, D/2, 2) of rope_table. */
-static float *rope_cs_alloc(int T_max, int D, float theta) {
-    float *cs = floats_alloc((size_t)T_max * D);
-    rope_table(cs, T_max, D, theta);
-    return cs;
-}
-
-/* Attention backward workspace: one (T, T) slice per thread, as a model sizes it. */
-static int n_ws_threads(void) {
-    return omp_get_max_threads();
-}
-static float *attn_ws_alloc(int T, int n_ws) {
-    return floats_alloc((size_t)n_ws * T * T);
-}
-
-static double weighted_sum(const float *y, const float *R, size_t n) {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += (double)y[i] * R[i];
-    return s;
-}
-
-static void scale_copy(float *dst, const float *src, size_t n, float s) {
-    for (size_t i = 0; i < n; i++) dst[i] = s * src[i];
-}
+#include "ops_util.h"
 
 /* ---- matmul ---------------------------------------------------------------------------- */
 
@@ -226,199 +184,6 @@ START_TEST(test_rope_identity_and_norm) {
     rope_backward(y, cs, B, T, H, D);
     expect_close_arrays(y, x, n, TOL_F32_ATOL, TOL_F32_RTOL, "rope backward inverts forward");
     free(x), free(y), free(cs);
-}
-END_TEST
-
-/* ---- attention (optionally behind rope on q and k) ------------------------------------- */
-
-typedef struct {
-    const float *q, *k, *v, *R; /* (B, T, C) each */
-    float *qr, *kr, *out, *att; /* qr, kr, out (B, T, C); att (B, H, T, T) */
-    const float *cs;            /* cs (T, D/2, 2): rope_table, theta 10 */
-    int B, T, C, H;
-    int rope;      /* apply rope_forward to copies of q and k first */
-    int reference; /* check the loop reference instead of the GEMM version */
-} AttnCtx;
-
-static double attn_loss(void *p) {
-    AttnCtx *c = p;
-    size_t n = (size_t)c->B * c->T * c->C;
-    memcpy(c->qr, c->q, n * sizeof(float));
-    memcpy(c->kr, c->k, n * sizeof(float));
-    if (c->rope) {
-        rope_forward(c->qr, c->cs, c->B, c->T, c->H, c->C / c->H);
-        rope_forward(c->kr, c->cs, c->B, c->T, c->H, c->C / c->H);
-    }
-    (c->reference ? attention_forward : cpu_attention_forward)(c->out, c->att, c->qr, c->kr,
-                                                                    c->v, c->B, c->T, c->C, c->H);
-    return weighted_sum(c->out, c->R, n);
-}
-
-static void attn_gradcheck(int rope, int reference) {
-    int B = 2, T = 5, C = 8, H = 2;
-    size_t n = (size_t)B * T * C;
-    float *q = rand_floats(n, 1.0f, 31), *k = rand_floats(n, 1.0f, 32);
-    float *v = rand_floats(n, 1.0f, 33), *R = rand_floats(n, 1.0f, 34);
-    float *qr = floats_alloc(n), *kr = floats_alloc(n), *out = floats_alloc(n);
-    float *att = floats_alloc((size_t)B * H * T * T);
-    float *dq = garbage_floats(n), *dk = garbage_floats(n), *dv = garbage_floats(n);
-    float *cs = rope_cs_alloc(T, C / H, 10.0f);
-    const int n_ws = n_ws_threads();
-    float *ws = attn_ws_alloc(T, n_ws);
-    AttnCtx c = {q, k, v, R, qr, kr, out, att, cs, B, T, C, H, rope, reference};
-    attn_loss(&c); /* fills att and the rotated qr, kr */
-    (reference ? attention_backward : cpu_attention_backward)(dq, dk, dv, ws, R, att, qr, kr,
-                                                                    v, B, T, C, H, n_ws);
-    if (rope) {
-        rope_backward(dq, cs, B, T, H, C / H);
-        rope_backward(dk, cs, B, T, H, C / H);
-    }
-    gradcheck(attn_loss, &c, q, dq, n, FD_EPS, ALL_PROBES, rope ? "rope+attn dq" : "attn dq");
-    gradcheck(attn_loss, &c, k, dk, n, FD_EPS, ALL_PROBES, rope ? "rope+attn dk" : "attn dk");
-    gradcheck(attn_loss, &c, v, dv, n, FD_EPS, ALL_PROBES, rope ? "rope+attn dv" : "attn dv");
-    free(q), free(k), free(v), free(R), free(qr), free(kr), free(out), free(att);
-    free(dq), free(dk), free(dv), free(cs), free(ws);
-}
-
-START_TEST(test_attention_grad) {
-    attn_gradcheck(0, 0);
-    attn_gradcheck(0, 1);
-}
-END_TEST
-
-START_TEST(test_rope_attention_grad) {
-    attn_gradcheck(1, 0);
-    attn_gradcheck(1, 1);
-}
-END_TEST
-
-START_TEST(test_attention_gemm_matches_reference) {
-    /* odd shapes: T not a multiple of anything (37, one block of query rows), and T = 150 (three
-     * blocks of attention_gemm.c's 64, the last partial); D = 16 */
-    const int Ts[2] = {37, 150};
-    for (int s = 0; s < 2; s++) {
-        int B = 2, T = Ts[s], C = 48, H = 3;
-        size_t n = (size_t)B * T * C, na = (size_t)B * H * T * T;
-        float *q = rand_floats(n, 1.0f, 41), *k = rand_floats(n, 1.0f, 42);
-        float *v = rand_floats(n, 1.0f, 43), *dout = rand_floats(n, 1.0f, 44);
-        float *out[2], *att[2], *dq[2], *dk[2], *dv[2];
-        const int n_ws = n_ws_threads();
-        float *ws = attn_ws_alloc(T, n_ws);
-        for (int r = 0; r < 2; r++) {
-            out[r] = garbage_floats(n), att[r] = garbage_floats(na);
-            dq[r] = garbage_floats(n), dk[r] = garbage_floats(n), dv[r] = garbage_floats(n);
-        }
-        attention_forward(out[0], att[0], q, k, v, B, T, C, H);
-        attention_backward(dq[0], dk[0], dv[0], ws, dout, att[0], q, k, v, B, T, C, H, n_ws);
-        cpu_attention_forward(out[1], att[1], q, k, v, B, T, C, H);
-        cpu_attention_backward(dq[1], dk[1], dv[1], ws, dout, att[1], q, k, v, B, T, C, H, n_ws);
-        expect_close_arrays(att[1], att[0], na, TOL_F32_ATOL, TOL_F32_RTOL, "att: gemm vs reference");
-        expect_close_arrays(out[1], out[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "out: gemm vs reference");
-        expect_close_arrays(dq[1], dq[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "dq: gemm vs reference");
-        expect_close_arrays(dk[1], dk[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "dk: gemm vs reference");
-        expect_close_arrays(dv[1], dv[0], n, TOL_F32_ATOL, TOL_F32_RTOL, "dv: gemm vs reference");
-        for (int r = 0; r < 2; r++)
-            free(out[r]), free(att[r]), free(dq[r]), free(dk[r]), free(dv[r]);
-        free(q), free(k), free(v), free(dout), free(ws);
-    }
-}
-END_TEST
-
-START_TEST(test_attention_null_grads) {
-    /* asking for one gradient gives the same values as asking for all three */
-    int B = 2, T = 5, C = 8, H = 2;
-    size_t n = (size_t)B * T * C;
-    float *q = rand_floats(n, 1.0f, 35), *k = rand_floats(n, 1.0f, 36);
-    float *v = rand_floats(n, 1.0f, 37), *dout = rand_floats(n, 1.0f, 38);
-    float *out = floats_alloc(n), *att = floats_alloc((size_t)B * H * T * T);
-    float *dq = floats_alloc(n), *dk = floats_alloc(n), *dv = floats_alloc(n);
-    float *one = garbage_floats(n);
-    const int n_ws = n_ws_threads();
-    float *ws = attn_ws_alloc(T, n_ws);
-    cpu_attention_forward(out, att, q, k, v, B, T, C, H);
-    cpu_attention_backward(dq, dk, dv, ws, dout, att, q, k, v, B, T, C, H, n_ws);
-    cpu_attention_backward(one, NULL, NULL, ws, dout, att, q, k, v, B, T, C, H, n_ws);
-    ck_assert_msg(memcmp(one, dq, n * sizeof(float)) == 0, "dq alone differs");
-    cpu_attention_backward(NULL, one, NULL, ws, dout, att, q, k, v, B, T, C, H, n_ws);
-    ck_assert_msg(memcmp(one, dk, n * sizeof(float)) == 0, "dk alone differs");
-    cpu_attention_backward(NULL, NULL, one, ws, dout, att, q, k, v, B, T, C, H, n_ws);
-    ck_assert_msg(memcmp(one, dv, n * sizeof(float)) == 0, "dv alone differs");
-    free(q), free(k), free(v), free(dout), free(out), free(att), free(dq), free(dk), free(dv);
-    free(one), free(ws);
-}
-END_TEST
-
-START_TEST(test_attention_t1_returns_v) {
-    /* one token attends only to itself with probability 1 */
-    int B = 2, T = 1, C = 8, H = 2;
-    size_t n = (size_t)B * T * C;
-    float *q = rand_floats(n, 1.0f, 41), *k = rand_floats(n, 1.0f, 42);
-    float *v = rand_floats(n, 1.0f, 43), *out = floats_alloc(n), *att = floats_alloc(B * H);
-    cpu_attention_forward(out, att, q, k, v, B, T, C, H);
-    expect_close_arrays(out, v, n, TOL_F32_ATOL, TOL_F32_RTOL, "attention T=1 out");
-    for (int i = 0; i < B * H; i++) expect_close(att[i], 1.0f, TOL_F32_ATOL, 0.0f, "T=1 att");
-    free(q), free(k), free(v), free(out), free(att);
-}
-END_TEST
-
-START_TEST(test_attention_forward_values) {
-    /* B=1, T=2, C=D=1 (scale 1): q1 = 1, k = (0, ln 3), v = (2, 6).
-     * t=0 sees only itself: out0 = 2. t=1: scores (0, ln 3) -> p = (1/4, 3/4), out1 = 5. */
-    float q[2] = {0.5f, 1.0f}, k[2] = {0.0f, 1.09861229f}, v[2] = {2.0f, 6.0f};
-    float out[2], att[4] = {NAN, NAN, NAN, NAN};
-    float want_out[2] = {2.0f, 5.0f}, want_att[4] = {1.0f, 0.0f, 0.25f, 0.75f};
-    cpu_attention_forward(out, att, q, k, v, 1, 2, 1, 1);
-    expect_close_arrays(out, want_out, 2, TOL_F32_ATOL, TOL_F32_RTOL, "attention out");
-    expect_close_arrays(att, want_att, 4, TOL_F32_ATOL, TOL_F32_RTOL, "attention att");
-}
-END_TEST
-
-START_TEST(test_attention_causal) {
-    int B = 1, T = 6, C = 8, H = 2;
-    size_t n = (size_t)B * T * C, row = (size_t)(T - 1) * C;
-    float *q = rand_floats(n, 1.0f, 51), *k = rand_floats(n, 1.0f, 52);
-    float *v = rand_floats(n, 1.0f, 53), *att = floats_alloc((size_t)B * H * T * T);
-    float *out1 = floats_alloc(n), *out2 = floats_alloc(n);
-    for (size_t i = 0; i < (size_t)B * H * T * T; i++) att[i] = NAN;
-    cpu_attention_forward(out1, att, q, k, v, B, T, C, H);
-    for (int h = 0; h < H; h++)
-        for (int t = 0; t < T; t++)
-            for (int j = t + 1; j < T; j++)
-                ck_assert_msg(att[((size_t)h * T + t) * T + j] == 0.0f,
-                              "att above the diagonal not 0 at h=%d t=%d j=%d", h, t, j);
-    for (int c = 0; c < C; c++) k[row + c] += 3.0f, v[row + c] -= 5.0f; /* change the last token */
-    cpu_attention_forward(out2, att, q, k, v, B, T, C, H);
-    ck_assert_msg(memcmp(out1, out2, row * sizeof(float)) == 0,
-                  "a later token's k/v changed an earlier output");
-    ck_assert_msg(memcmp(out1 + row, out2 + row, C * sizeof(float)) != 0,
-                  "the last token's output ignored its own k/v");
-    free(q), free(k), free(v), free(att), free(out1), free(out2);
-}
-END_TEST
-
-START_TEST(test_attention_deterministic) {
-    /* run 0 with a workspace slice per thread, run 1 with a single slice (so on one thread):
-     * each (b, h) is computed whole by one thread, so the results are the same bits */
-    int B = 2, T = 32, C = 64, H = 4;
-    size_t n = (size_t)B * T * C, na = (size_t)B * H * T * T;
-    float *q = rand_floats(n, 1.0f, 61), *k = rand_floats(n, 1.0f, 62);
-    float *v = rand_floats(n, 1.0f, 63), *dout = rand_floats(n, 1.0f, 64);
-    float *o[2], *a[2], *dq[2], *dk[2], *dv[2];
-    const int n_ws[2] = {n_ws_threads(), 1};
-    float *ws = attn_ws_alloc(T, n_ws[0]);
-    for (int r = 0; r < 2; r++) {
-        o[r] = floats_alloc(n), a[r] = floats_alloc(na);
-        dq[r] = floats_alloc(n), dk[r] = floats_alloc(n), dv[r] = floats_alloc(n);
-        cpu_attention_forward(o[r], a[r], q, k, v, B, T, C, H);
-        cpu_attention_backward(dq[r], dk[r], dv[r], ws, dout, a[r], q, k, v, B, T, C, H, n_ws[r]);
-    }
-    ck_assert_msg(memcmp(o[0], o[1], n * sizeof(float)) == 0, "attention out differs");
-    ck_assert_msg(memcmp(a[0], a[1], na * sizeof(float)) == 0, "attention att differs");
-    ck_assert_msg(memcmp(dq[0], dq[1], n * sizeof(float)) == 0, "attention dq differs");
-    ck_assert_msg(memcmp(dk[0], dk[1], n * sizeof(float)) == 0, "attention dk differs");
-    ck_assert_msg(memcmp(dv[0], dv[1], n * sizeof(float)) == 0, "attention dv differs");
-    for (int r = 0; r < 2; r++) free(o[r]), free(a[r]), free(dq[r]), free(dk[r]), free(dv[r]);
-    free(q), free(k), free(v), free(dout), free(ws);
 }
 END_TEST
 
@@ -632,14 +397,6 @@ Suite *ops_suite(void) {
     tcase_add_test(tc, test_rope_forward_values);
     tcase_add_test(tc, test_rope_identity_and_norm);
     tcase_add_test(tc, test_rope_table_longer_context);
-    tcase_add_test(tc, test_attention_grad);
-    tcase_add_test(tc, test_rope_attention_grad);
-    tcase_add_test(tc, test_attention_gemm_matches_reference);
-    tcase_add_test(tc, test_attention_null_grads);
-    tcase_add_test(tc, test_attention_t1_returns_v);
-    tcase_add_test(tc, test_attention_forward_values);
-    tcase_add_test(tc, test_attention_causal);
-    tcase_add_test(tc, test_attention_deterministic);
     tcase_add_test(tc, test_swiglu_grad);
     tcase_add_test(tc, test_swiglu_forward_values);
     tcase_add_test(tc, test_crossentropy_grad);

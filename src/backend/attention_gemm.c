@@ -18,7 +18,7 @@
  * The (b, h) pairs are independent; an OpenMP loop hands each to one thread, and each thread's
  * sgemm calls run single-threaded (the OpenMP build of OpenBLAS detects the parallel region),
  * so results do not depend on scheduling. tests/test_backend_ops.c checks this file against
- * the reference within float tolerance, and tests/test_ops.c its gradients by finite
+ * the reference within float tolerance, and tests/test_attention.c its gradients by finite
  * differences.
  *
  * Accumulation rule (ops.h): no parameters; dq, dk, dv are written.
