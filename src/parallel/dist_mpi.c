@@ -1,5 +1,7 @@
 /*
- * dist_mpi.c: the process grid and its collectives over MPI (the MOE_HAVE_MPI=1 build).
+ * dist_mpi.c: the process grid and its collectives over MPI (the MOE_HAVE_MPI=1 build): this
+ * file has the grid, the requests and their wait loop, and the start and end of a job; the
+ * collectives built on them are in dist_mpi_ops.c, and what the two share in dist_mpi.h.
  *
  * Every collective here is made of point-to-point messages (MPI_Isend / MPI_Irecv) and one
  * wait loop, instead of MPI_Allreduce or MPI_Alltoallv, for three reasons:
@@ -26,10 +28,8 @@
  * lost at the end is named too).
  */
 #if MOE_HAVE_MPI
-#include "parallel/dist.h"
+#include "parallel/dist_mpi.h"
 
-#include <limits.h>
-#include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,78 +39,6 @@
 #include <unistd.h>
 
 #include "base/util.h"
-
-enum {
-    TAG_REDUCE_UP = 101,   /* member -> member 0: the addend */
-    TAG_REDUCE_DOWN = 102, /* member 0 -> member: the sum */
-    TAG_ALLTOALL_I = 103,
-    TAG_ALLTOALLV_F = 104,
-    TAG_BROADCAST = 105,
-    TAG_GATHER = 106,
-    TAG_BARRIER_UP = 107,
-    TAG_BARRIER_DOWN = 108,
-};
-
-/* Collectives in flight at once get distinct tags, so their messages never match each other's
- * receives: tag = base + TAG_STRIDE x slot, slot = the collective's start number in its group
- * mod TAG_SLOTS (every member starts a group's collectives in the same order, so both ends
- * compute the same slot). */
-#define TAG_STRIDE 16
-#define TAG_SLOTS 512
-
-/* Elements per message of an allreduce: member 0 holds (P - 1) chunks of addends at once, so a
- * gradient of any size costs at most (P - 1) x 8 MiB of scratch, not (P - 1) copies of itself. */
-#define REDUCE_CHUNK ((size_t)1 << 20)
-
-/* Who is to blame when a rank stops: the rank that waits for it directly can name it; one
- * that waits for a rank that is itself waiting would name the wrong one. So the waits are
- * tiered by how far they are from the peer they depend on, and the nearest times out first:
- *   WAIT_PEER (1 x timeout)    a message straight from the peer (all-to-alls, a broadcast's
- *                              receivers);
- *   WAIT_ROOT (1.5 x timeout)  member 0 of a sum, barrier or gather, collecting from every
- *                              member (one of them may be stuck in an exchange with the
- *                              stopped rank);
- *   WAIT_HUB (2 x timeout)     the other members of a sum or barrier, waiting for member 0,
- *                              which itself waits for all of them.
- * The first message ends the job (MPI_Abort) before the later deadlines come. */
-#define WAIT_PEER 1.0
-#define WAIT_ROOT 1.5
-#define WAIT_HUB 2.0
-
-/* One collective in flight: its requests (at most 2 per peer: req[i] talks to world rank
- * peer[i]; a receive must bring want[i] elements, a send has want[i] = -1), and for a sum the
- * chunk it is at. */
-struct DistOp {
-    int busy;
-    int kind;            /* OP_SUM: driven chunk by chunk in dist_wait; OP_ONCE: one wait */
-    double patience;     /* OP_ONCE: its tier (WAIT_PEER, ...) */
-    const char *name;    /* "allreduce_sum_f", for messages */
-    int tag;             /* this op's tag offset: TAG_STRIDE x (its start number mod TAG_SLOTS) */
-    MPI_Datatype type;
-    MPI_Request *req;
-    MPI_Status *st;
-    int *peer, *want, *done_idx;
-    int nreq;
-    double seconds;        /* inside start and wait */
-    uint64_t sent, recvd;  /* payload bytes */
-    /* a sum: group, buffer, element size, the chunk posted [off, off + len), its phase */
-    DistGroup g;
-    char *x;
-    size_t n, elem, off, len;
-    int phase;             /* SUM_UP: addends travel to member 0; SUM_DOWN: the sum back */
-    char *reduce_buf;      /* member 0's addends of one chunk: (P - 1) x chunk elements */
-    size_t reduce_cap;     /* its bytes, grown on demand and kept with the slot */
-};
-
-enum { SUM_UP = 0, SUM_DOWN = 1 };
-enum { OP_ONCE = 0, OP_SUM = 1 };
-
-typedef struct {
-    MPI_Comm comm[3]; /* indexed by DistGroup: world duplicate, EP row, DP column */
-    int owns_mpi;     /* 1 when dist_init called MPI_Init, so dist_finalize ends it */
-    DistOp ops[DIST_MAX_IN_FLIGHT];
-    unsigned started[3]; /* collectives started so far per group: their tags come from it */
-} DistMpi;
 
 static DistMpi *impl_of(const Dist *d) {
     if (d == NULL || d->impl == NULL)
@@ -155,16 +83,10 @@ static int world_of(const Dist *d, DistGroup g, int p) {
     return g == DIST_EP ? d->dp_rank * d->ep + p : g == DIST_DP ? p * d->ep + d->ep_rank : p;
 }
 
-/* MPI counts are int: larger buffers are a caller's mistake worth a clear stop. */
-static int count_of(Dist *d, size_t n, const char *op) {
-    if (n > (size_t)INT_MAX) dist_abort(d, op); /* op says which call and what to do */
-    return (int)n;
-}
-
 /* ---- requests and the wait loop ---------------------------------------------------------- */
 
 /* A free slot for a collective named name over group g, its tags drawn from g's start count. */
-static DistOp *op_begin(Dist *d, DistGroup g, const char *name, MPI_Datatype type) {
+DistOp *dm_op_begin(Dist *d, DistGroup g, const char *name, MPI_Datatype type) {
     DistMpi *m = impl_of(d);
     DistOp *op = NULL;
     for (int i = 0; i < DIST_MAX_IN_FLIGHT && !op; i++)
@@ -184,7 +106,7 @@ static DistOp *op_begin(Dist *d, DistGroup g, const char *name, MPI_Datatype typ
     return op;
 }
 
-static void op_end(Dist *d, DistOp *op) {
+void dm_op_end(Dist *d, DistOp *op) {
     d->stats.bytes_sent += op->sent;
     d->stats.bytes_recv += op->recvd;
     d->stats.seconds += op->seconds;
@@ -192,7 +114,7 @@ static void op_end(Dist *d, DistOp *op) {
     op->busy = 0;
 }
 
-static void post_recv(Dist *d, DistOp *op, DistGroup g, void *buf, int n, int p, int tag) {
+void dm_post_recv(Dist *d, DistOp *op, DistGroup g, void *buf, int n, int p, int tag) {
     DistMpi *m = impl_of(d);
     int i = op->nreq++;
     mpi_check(d, MPI_Irecv(buf, n, op->type, p, tag + op->tag, m->comm[g], &op->req[i]), op->name);
@@ -200,7 +122,7 @@ static void post_recv(Dist *d, DistOp *op, DistGroup g, void *buf, int n, int p,
     op->want[i] = n;
 }
 
-static void post_send(Dist *d, DistOp *op, DistGroup g, const void *buf, int n, int p, int tag) {
+void dm_post_send(Dist *d, DistOp *op, DistGroup g, const void *buf, int n, int p, int tag) {
     DistMpi *m = impl_of(d);
     int i = op->nreq++;
     mpi_check(d, MPI_Isend(buf, n, op->type, p, tag + op->tag, m->comm[g], &op->req[i]),
@@ -244,7 +166,7 @@ static MOE_NORETURN void abort_timeout(const Dist *d, const DistOp *op, double w
  * A receive that brings another number of elements than posted means the ranks disagree on
  * the counts of the exchange: stop with both numbers rather than compute with half a
  * message. */
-static void wait_for(Dist *d, DistOp *op, double patience) {
+void dm_wait_for(Dist *d, DistOp *op, double patience) {
     const struct timespec nap = {0, 100000}; /* 100 us */
     double start = now_seconds(), last = start;
     int left = op->nreq;
@@ -428,245 +350,6 @@ void dist_abort(Dist *d, const char *why) {
     MPI_Finalized(&finalized);
     if (inited && !finalized) end_job();
     exit(1);
-}
-
-/* ---- sums -------------------------------------------------------------------------------- */
-
-/* x (n elements of elem bytes, float or double) summed over group g in place. Chunk by chunk:
- * members send to member 0 (SUM_UP); member 0 adds the addends in member order into its own
- * x, then sends the sum back (SUM_DOWN). Bytes: member 0 sends and receives (P - 1) n elem,
- * the others n elem. */
-
-/* Post the messages of op's current phase for the chunk at op->off. */
-static void sum_post(Dist *d, DistOp *op) {
-    const int P = dist_group_size(d, op->g), me = dist_group_rank(d, op->g);
-    const int len = (int)op->len;
-    char *xs = op->x + op->off * op->elem;
-    for (int p = 1; me == 0 && p < P; p++) {
-        if (op->phase == SUM_UP)
-            post_recv(d, op, op->g, op->reduce_buf + (size_t)(p - 1) * op->len * op->elem, len, p,
-                      TAG_REDUCE_UP);
-        else
-            post_send(d, op, op->g, xs, len, p, TAG_REDUCE_DOWN);
-    }
-    if (me != 0) {
-        /* the send must be complete before the sum overwrites the same buffer: DOWN is posted
-         * only after UP has finished */
-        if (op->phase == SUM_UP)
-            post_send(d, op, op->g, xs, len, 0, TAG_REDUCE_UP);
-        else
-            post_recv(d, op, op->g, xs, len, 0, TAG_REDUCE_DOWN);
-    }
-}
-
-/* Member 0: the addends of the chunk, in member order, into its own x. */
-static void sum_add(Dist *d, DistOp *op) {
-    const int P = dist_group_size(d, op->g);
-    char *xs = op->x + op->off * op->elem;
-    for (int p = 1; p < P; p++) {
-        const char *b = op->reduce_buf + (size_t)(p - 1) * op->len * op->elem;
-        if (op->elem == sizeof(double))
-            for (size_t i = 0; i < op->len; i++) ((double *)xs)[i] += ((const double *)b)[i];
-        else
-            for (size_t i = 0; i < op->len; i++) ((float *)xs)[i] += ((const float *)b)[i];
-    }
-}
-
-static DistOp *sum_start(Dist *d, DistGroup g, void *x, size_t n, int is_double,
-                         const char *name) {
-    const double t0 = now_seconds();
-    DistOp *op = op_begin(d, g, name, is_double ? MPI_DOUBLE : MPI_FLOAT);
-    const int P = dist_group_size(d, g), me = dist_group_rank(d, g);
-    op->kind = OP_SUM;
-    op->g = g;
-    op->x = (char *)x;
-    op->n = P > 1 ? n : 0; /* a group of one: nothing to send */
-    op->elem = is_double ? sizeof(double) : sizeof(float);
-    op->off = 0;
-    op->len = op->n < REDUCE_CHUNK ? op->n : REDUCE_CHUNK;
-    op->phase = SUM_UP;
-    size_t need = (size_t)(P - 1) * op->len * op->elem;
-    if (me == 0 && need > op->reduce_cap) {
-        free(op->reduce_buf);
-        op->reduce_cap = need;
-        op->reduce_buf = malloc_check(need);
-    }
-    if (op->len > 0) sum_post(d, op);
-    op->seconds += now_seconds() - t0;
-    return op;
-}
-
-/* Drive a sum through its chunks: each chunk's UP, then its DOWN, then the next chunk. */
-static void sum_finish(Dist *d, DistOp *op) {
-    const int P = dist_group_size(d, op->g), me = dist_group_rank(d, op->g);
-    const double patience = me == 0 ? WAIT_ROOT : WAIT_HUB;
-    while (op->off < op->n) {
-        wait_for(d, op, patience);
-        uint64_t bytes = (uint64_t)op->len * op->elem * (me == 0 ? (uint64_t)(P - 1) : 1);
-        if (op->phase == SUM_UP) {
-            if (me == 0) sum_add(d, op);
-            op->recvd += me == 0 ? bytes : 0;
-            op->sent += me == 0 ? 0 : bytes;
-            op->phase = SUM_DOWN;
-        } else {
-            op->sent += me == 0 ? bytes : 0;
-            op->recvd += me == 0 ? 0 : bytes;
-            op->off += op->len;
-            op->len = op->n - op->off < op->len ? op->n - op->off : op->len;
-            op->phase = SUM_UP;
-            if (op->off >= op->n) break;
-        }
-        sum_post(d, op);
-    }
-}
-
-DistOp *dist_allreduce_sum_f_start(Dist *d, DistGroup g, float *x, size_t n) {
-    return sum_start(d, g, x, n, 0, "allreduce_sum_f");
-}
-
-DistOp *dist_allreduce_sum_d_start(Dist *d, DistGroup g, double *x, size_t n) {
-    return sum_start(d, g, x, n, 1, "allreduce_sum_d");
-}
-
-void dist_allreduce_sum_f(Dist *d, DistGroup g, float *x, size_t n) {
-    dist_wait(d, dist_allreduce_sum_f_start(d, g, x, n));
-}
-
-void dist_allreduce_sum_d(Dist *d, DistGroup g, double *x, size_t n) {
-    dist_wait(d, dist_allreduce_sum_d_start(d, g, x, n));
-}
-
-/* ---- all-to-all inside the EP row --------------------------------------------------------- */
-
-void dist_alltoall_i(Dist *d, const int *send, int *recv, int count) {
-    const double t0 = now_seconds();
-    DistOp *op = op_begin(d, DIST_EP, "alltoall_i", MPI_INT);
-    int P = d->ep, me = d->ep_rank;
-    if (count > 0)
-        memcpy(recv + (size_t)me * count, send + (size_t)me * count, (size_t)count * sizeof(int));
-    for (int p = 0; p < P; p++)
-        if (p != me) post_recv(d, op, DIST_EP, recv + (size_t)p * count, count, p, TAG_ALLTOALL_I);
-    for (int p = 0; p < P; p++)
-        if (p != me) post_send(d, op, DIST_EP, send + (size_t)p * count, count, p, TAG_ALLTOALL_I);
-    op->sent = op->recvd = (uint64_t)(P - 1) * (uint64_t)count * sizeof(int);
-    op->seconds += now_seconds() - t0;
-    dist_wait(d, op);
-}
-
-/* A message goes to every peer even when its count is 0: each exchange then hears from the
- * whole row (a dead peer is named at the next exchange, whatever the routing did) and checks
- * that sender and receiver agree on every count. */
-DistOp *dist_alltoallv_f_start(Dist *d, const float *send, const int *send_counts,
-                               const int *send_displs, float *recv, const int *recv_counts,
-                               const int *recv_displs) {
-    const double t0 = now_seconds();
-    int P = d->ep, me = d->ep_rank;
-    if (send_counts[me] != recv_counts[me]) {
-        char why[160];
-        snprintf(why, sizeof why,
-                 "alltoallv_f: %d floats to itself but %d expected from itself: the counts of "
-                 "the exchange disagree",
-                 send_counts[me], recv_counts[me]);
-        dist_abort(d, why);
-    }
-    DistOp *op = op_begin(d, DIST_EP, "alltoallv_f", MPI_FLOAT);
-    if (recv_counts[me] > 0)
-        memcpy(recv + recv_displs[me], send + send_displs[me],
-               (size_t)recv_counts[me] * sizeof(float));
-    for (int p = 0; p < P; p++)
-        if (p != me) {
-            post_recv(d, op, DIST_EP, recv + recv_displs[p], recv_counts[p], p, TAG_ALLTOALLV_F);
-            op->recvd += (uint64_t)recv_counts[p] * sizeof(float);
-        }
-    for (int p = 0; p < P; p++)
-        if (p != me) {
-            post_send(d, op, DIST_EP, send + send_displs[p], send_counts[p], p, TAG_ALLTOALLV_F);
-            op->sent += (uint64_t)send_counts[p] * sizeof(float);
-        }
-    op->seconds += now_seconds() - t0;
-    return op;
-}
-
-void dist_alltoallv_f(Dist *d, const float *send, const int *send_counts, const int *send_displs,
-                      float *recv, const int *recv_counts, const int *recv_displs) {
-    dist_wait(d, dist_alltoallv_f_start(d, send, send_counts, send_displs, recv, recv_counts,
-                                        recv_displs));
-}
-
-void dist_wait(Dist *d, DistOp *op) {
-    if (!op || !op->busy) moe_fatal("dist_wait: a collective that is not in flight");
-    const double t0 = now_seconds();
-    if (op->kind == OP_SUM)
-        sum_finish(d, op);
-    else
-        wait_for(d, op, op->patience);
-    op->seconds += now_seconds() - t0;
-    op_end(d, op);
-}
-
-/* ---- one to all, all to one --------------------------------------------------------------- */
-
-void dist_broadcast_f(Dist *d, DistGroup g, float *x, size_t n) {
-    const double t0 = now_seconds();
-    int P = dist_group_size(d, g), me = dist_group_rank(d, g);
-    int cnt = count_of(d, n, "broadcast_f: more than 2^31 - 1 floats in one call: split it");
-    DistOp *op = op_begin(d, g, "broadcast_f", MPI_FLOAT);
-    if (me == 0) {
-        for (int p = 1; p < P; p++) post_send(d, op, g, x, cnt, p, TAG_BROADCAST);
-        op->sent = (uint64_t)(P - 1) * n * sizeof(float);
-    } else {
-        post_recv(d, op, g, x, cnt, 0, TAG_BROADCAST);
-        op->recvd = (uint64_t)n * sizeof(float);
-    }
-    op->seconds += now_seconds() - t0;
-    dist_wait(d, op);
-}
-
-void dist_gather_f(Dist *d, const float *x, size_t n, float *out) {
-    const double t0 = now_seconds();
-    int P = d->ep, me = d->ep_rank;
-    int cnt = count_of(d, n, "gather_f: more than 2^31 - 1 floats in one call: split it");
-    DistOp *op = op_begin(d, DIST_EP, "gather_f", MPI_FLOAT);
-    if (me == 0) {
-        if (n > 0) memcpy(out, x, n * sizeof(float));
-        for (int p = 1; p < P; p++)
-            post_recv(d, op, DIST_EP, out + (size_t)p * n, cnt, p, TAG_GATHER);
-        op->recvd = (uint64_t)(P - 1) * n * sizeof(float);
-        op->patience = WAIT_ROOT;
-    } else {
-        post_send(d, op, DIST_EP, x, cnt, 0, TAG_GATHER);
-        op->sent = (uint64_t)n * sizeof(float);
-    }
-    op->seconds += now_seconds() - t0;
-    dist_wait(d, op);
-}
-
-/* Empty messages: every rank reports to rank 0 (which names whoever is missing), then rank 0
- * releases them all. Two collectives in a row, so that the release is posted only once every
- * report is in. */
-void dist_barrier(Dist *d) {
-    const int root = d->rank == 0;
-    for (int down = 0; down < 2; down++) {
-        const double t0 = now_seconds();
-        DistOp *op = op_begin(d, DIST_WORLD, "barrier", MPI_BYTE);
-        const int tag = down ? TAG_BARRIER_DOWN : TAG_BARRIER_UP;
-        op->patience = root ? WAIT_ROOT : WAIT_HUB;
-        for (int p = 1; root && p < d->world; p++) {
-            if (down)
-                post_send(d, op, DIST_WORLD, NULL, 0, p, tag);
-            else
-                post_recv(d, op, DIST_WORLD, NULL, 0, p, tag);
-        }
-        if (!root) {
-            if (down)
-                post_recv(d, op, DIST_WORLD, NULL, 0, 0, tag);
-            else
-                post_send(d, op, DIST_WORLD, NULL, 0, 0, tag);
-        }
-        op->seconds += now_seconds() - t0;
-        dist_wait(d, op);
-    }
-    d->stats.calls--; /* one barrier, though two waits */
 }
 
 #endif /* MOE_HAVE_MPI */

@@ -1,0 +1,98 @@
+/*
+ * dist_mpi.h: what the two halves of the MPI build share (dist_mpi.c: the grid, the requests
+ * and their wait loop, start and end; dist_mpi_ops.c: the collectives). Private to
+ * src/parallel/: the rest of the engine sees dist.h only.
+ */
+#ifndef MOE_DIST_MPI_H
+#define MOE_DIST_MPI_H
+
+#include <mpi.h>
+
+#include "parallel/dist.h"
+
+enum {
+    TAG_REDUCE_UP = 101,   /* member -> member 0: the addend */
+    TAG_REDUCE_DOWN = 102, /* member 0 -> member: the sum */
+    TAG_ALLTOALL_I = 103,
+    TAG_ALLTOALLV_F = 104,
+    TAG_BROADCAST = 105,
+    TAG_GATHER = 106,
+    TAG_BARRIER_UP = 107,
+    TAG_BARRIER_DOWN = 108,
+};
+
+/* Collectives in flight at once get distinct tags, so their messages never match each other's
+ * receives: tag = base + TAG_STRIDE x slot, slot = the collective's start number in its group
+ * mod TAG_SLOTS (every member starts a group's collectives in the same order, so both ends
+ * compute the same slot). */
+#define TAG_STRIDE 16
+#define TAG_SLOTS 512
+
+/* Elements per message of an allreduce: member 0 holds (P - 1) chunks of addends at once, so a
+ * gradient of any size costs at most (P - 1) x 8 MiB of scratch, not (P - 1) copies of itself. */
+#define REDUCE_CHUNK ((size_t)1 << 20)
+
+/* Who is to blame when a rank stops: the rank that waits for it directly can name it; one
+ * that waits for a rank that is itself waiting would name the wrong one. So the waits are
+ * tiered by how far they are from the peer they depend on, and the nearest times out first:
+ *   WAIT_PEER (1 x timeout)    a message straight from the peer (all-to-alls, a broadcast's
+ *                              receivers);
+ *   WAIT_ROOT (1.5 x timeout)  member 0 of a sum, barrier or gather, collecting from every
+ *                              member (one of them may be stuck in an exchange with the
+ *                              stopped rank);
+ *   WAIT_HUB (2 x timeout)     the other members of a sum or barrier, waiting for member 0,
+ *                              which itself waits for all of them.
+ * The first message ends the job (MPI_Abort) before the later deadlines come. */
+#define WAIT_PEER 1.0
+#define WAIT_ROOT 1.5
+#define WAIT_HUB 2.0
+
+/* One collective in flight: its requests (at most 2 per peer: req[i] talks to world rank
+ * peer[i]; a receive must bring want[i] elements, a send has want[i] = -1), and for a sum the
+ * chunk it is at. */
+struct DistOp {
+    int busy;
+    int kind;            /* OP_SUM: driven chunk by chunk in dist_wait; OP_ONCE: one wait */
+    double patience;     /* OP_ONCE: its tier (WAIT_PEER, ...) */
+    const char *name;    /* "allreduce_sum_f", for messages */
+    int tag;             /* this op's tag offset: TAG_STRIDE x (its start number mod TAG_SLOTS) */
+    MPI_Datatype type;
+    MPI_Request *req;
+    MPI_Status *st;
+    int *peer, *want, *done_idx;
+    int nreq;
+    double seconds;        /* inside start and wait */
+    uint64_t sent, recvd;  /* payload bytes */
+    /* a sum: group, buffer, element size, the chunk posted [off, off + len), its phase */
+    DistGroup g;
+    char *x;
+    size_t n, elem, off, len;
+    int phase;             /* SUM_UP: addends travel to member 0; SUM_DOWN: the sum back */
+    char *reduce_buf;      /* member 0's addends of one chunk: (P - 1) x chunk elements */
+    size_t reduce_cap;     /* its bytes, grown on demand and kept with the slot */
+};
+
+enum { SUM_UP = 0, SUM_DOWN = 1 };
+enum { OP_ONCE = 0, OP_SUM = 1 };
+
+typedef struct {
+    MPI_Comm comm[3]; /* indexed by DistGroup: world duplicate, EP row, DP column */
+    int owns_mpi;     /* 1 when dist_init called MPI_Init, so dist_finalize ends it */
+    DistOp ops[DIST_MAX_IN_FLIGHT];
+    unsigned started[3]; /* collectives started so far per group: their tags come from it */
+} DistMpi;
+
+/* A free slot for a collective named name over group g, its tags drawn from g's start count;
+ * and its end: its bytes and seconds into d->stats, the slot free again. */
+DistOp *dm_op_begin(Dist *d, DistGroup g, const char *name, MPI_Datatype type);
+void dm_op_end(Dist *d, DistOp *op);
+
+/* Post a receive of n elements from member p of group g (tag: its base; the op adds its own
+ * offset), or a send of n elements to it. */
+void dm_post_recv(Dist *d, DistOp *op, DistGroup g, void *buf, int n, int p, int tag);
+void dm_post_send(Dist *d, DistOp *op, DistGroup g, const void *buf, int n, int p, int tag);
+
+/* Wait for every request op has posted, with patience x timeout_s of silence at most. */
+void dm_wait_for(Dist *d, DistOp *op, double patience);
+
+#endif

@@ -1,0 +1,261 @@
+/*
+ * dist_mpi_ops.c: the collectives of the MPI build (dist.h), on the requests and the wait loop
+ * of dist_mpi.c (read its opening comment first: why point-to-point, the deadlines, the
+ * reduction order, the tags).
+ */
+#if MOE_HAVE_MPI
+#include "parallel/dist_mpi.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+
+/* MPI counts are int: larger buffers are a caller's mistake worth a clear stop. */
+static int count_of(Dist *d, size_t n, const char *op) {
+    if (n > (size_t)INT_MAX) dist_abort(d, op); /* op says which call and what to do */
+    return (int)n;
+}
+
+/* ---- sums -------------------------------------------------------------------------------- */
+
+/* x (n elements of elem bytes, float or double) summed over group g in place. Chunk by chunk:
+ * members send to member 0 (SUM_UP); member 0 adds the addends in member order into its own
+ * x, then sends the sum back (SUM_DOWN). Bytes: member 0 sends and receives (P - 1) n elem,
+ * the others n elem. */
+
+/* Post the messages of op's current phase for the chunk at op->off. */
+static void sum_post(Dist *d, DistOp *op) {
+    const int P = dist_group_size(d, op->g), me = dist_group_rank(d, op->g);
+    const int len = (int)op->len;
+    char *xs = op->x + op->off * op->elem;
+    for (int p = 1; me == 0 && p < P; p++) {
+        if (op->phase == SUM_UP)
+            dm_post_recv(d, op, op->g, op->reduce_buf + (size_t)(p - 1) * op->len * op->elem, len, p,
+                      TAG_REDUCE_UP);
+        else
+            dm_post_send(d, op, op->g, xs, len, p, TAG_REDUCE_DOWN);
+    }
+    if (me != 0) {
+        /* the send must be complete before the sum overwrites the same buffer: DOWN is posted
+         * only after UP has finished */
+        if (op->phase == SUM_UP)
+            dm_post_send(d, op, op->g, xs, len, 0, TAG_REDUCE_UP);
+        else
+            dm_post_recv(d, op, op->g, xs, len, 0, TAG_REDUCE_DOWN);
+    }
+}
+
+/* Member 0: the addends of the chunk, in member order, into its own x. */
+static void sum_add(Dist *d, DistOp *op) {
+    const int P = dist_group_size(d, op->g);
+    char *xs = op->x + op->off * op->elem;
+    for (int p = 1; p < P; p++) {
+        const char *b = op->reduce_buf + (size_t)(p - 1) * op->len * op->elem;
+        if (op->elem == sizeof(double))
+            for (size_t i = 0; i < op->len; i++) ((double *)xs)[i] += ((const double *)b)[i];
+        else
+            for (size_t i = 0; i < op->len; i++) ((float *)xs)[i] += ((const float *)b)[i];
+    }
+}
+
+static DistOp *sum_start(Dist *d, DistGroup g, void *x, size_t n, int is_double,
+                         const char *name) {
+    const double t0 = now_seconds();
+    DistOp *op = dm_op_begin(d, g, name, is_double ? MPI_DOUBLE : MPI_FLOAT);
+    const int P = dist_group_size(d, g), me = dist_group_rank(d, g);
+    op->kind = OP_SUM;
+    op->g = g;
+    op->x = (char *)x;
+    op->n = P > 1 ? n : 0; /* a group of one: nothing to send */
+    op->elem = is_double ? sizeof(double) : sizeof(float);
+    op->off = 0;
+    op->len = op->n < REDUCE_CHUNK ? op->n : REDUCE_CHUNK;
+    op->phase = SUM_UP;
+    size_t need = (size_t)(P - 1) * op->len * op->elem;
+    if (me == 0 && need > op->reduce_cap) {
+        free(op->reduce_buf);
+        op->reduce_cap = need;
+        op->reduce_buf = malloc_check(need);
+    }
+    if (op->len > 0) sum_post(d, op);
+    op->seconds += now_seconds() - t0;
+    return op;
+}
+
+/* Drive a sum through its chunks: each chunk's UP, then its DOWN, then the next chunk. */
+static void sum_finish(Dist *d, DistOp *op) {
+    const int P = dist_group_size(d, op->g), me = dist_group_rank(d, op->g);
+    const double patience = me == 0 ? WAIT_ROOT : WAIT_HUB;
+    while (op->off < op->n) {
+        dm_wait_for(d, op, patience);
+        uint64_t bytes = (uint64_t)op->len * op->elem * (me == 0 ? (uint64_t)(P - 1) : 1);
+        if (op->phase == SUM_UP) {
+            if (me == 0) sum_add(d, op);
+            op->recvd += me == 0 ? bytes : 0;
+            op->sent += me == 0 ? 0 : bytes;
+            op->phase = SUM_DOWN;
+        } else {
+            op->sent += me == 0 ? bytes : 0;
+            op->recvd += me == 0 ? 0 : bytes;
+            op->off += op->len;
+            op->len = op->n - op->off < op->len ? op->n - op->off : op->len;
+            op->phase = SUM_UP;
+            if (op->off >= op->n) break;
+        }
+        sum_post(d, op);
+    }
+}
+
+DistOp *dist_allreduce_sum_f_start(Dist *d, DistGroup g, float *x, size_t n) {
+    return sum_start(d, g, x, n, 0, "allreduce_sum_f");
+}
+
+DistOp *dist_allreduce_sum_d_start(Dist *d, DistGroup g, double *x, size_t n) {
+    return sum_start(d, g, x, n, 1, "allreduce_sum_d");
+}
+
+void dist_allreduce_sum_f(Dist *d, DistGroup g, float *x, size_t n) {
+    dist_wait(d, dist_allreduce_sum_f_start(d, g, x, n));
+}
+
+void dist_allreduce_sum_d(Dist *d, DistGroup g, double *x, size_t n) {
+    dist_wait(d, dist_allreduce_sum_d_start(d, g, x, n));
+}
+
+/* ---- all-to-all inside the EP row --------------------------------------------------------- */
+
+void dist_alltoall_i(Dist *d, const int *send, int *recv, int count) {
+    const double t0 = now_seconds();
+    DistOp *op = dm_op_begin(d, DIST_EP, "alltoall_i", MPI_INT);
+    int P = d->ep, me = d->ep_rank;
+    if (count > 0)
+        memcpy(recv + (size_t)me * count, send + (size_t)me * count, (size_t)count * sizeof(int));
+    for (int p = 0; p < P; p++)
+        if (p != me) dm_post_recv(d, op, DIST_EP, recv + (size_t)p * count, count, p, TAG_ALLTOALL_I);
+    for (int p = 0; p < P; p++)
+        if (p != me) dm_post_send(d, op, DIST_EP, send + (size_t)p * count, count, p, TAG_ALLTOALL_I);
+    op->sent = op->recvd = (uint64_t)(P - 1) * (uint64_t)count * sizeof(int);
+    op->seconds += now_seconds() - t0;
+    dist_wait(d, op);
+}
+
+/* A message goes to every peer even when its count is 0: each exchange then hears from the
+ * whole row (a dead peer is named at the next exchange, whatever the routing did) and checks
+ * that sender and receiver agree on every count. */
+DistOp *dist_alltoallv_f_start(Dist *d, const float *send, const int *send_counts,
+                               const int *send_displs, float *recv, const int *recv_counts,
+                               const int *recv_displs) {
+    const double t0 = now_seconds();
+    int P = d->ep, me = d->ep_rank;
+    if (send_counts[me] != recv_counts[me]) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 "alltoallv_f: %d floats to itself but %d expected from itself: the counts of "
+                 "the exchange disagree",
+                 send_counts[me], recv_counts[me]);
+        dist_abort(d, why);
+    }
+    DistOp *op = dm_op_begin(d, DIST_EP, "alltoallv_f", MPI_FLOAT);
+    if (recv_counts[me] > 0)
+        memcpy(recv + recv_displs[me], send + send_displs[me],
+               (size_t)recv_counts[me] * sizeof(float));
+    for (int p = 0; p < P; p++)
+        if (p != me) {
+            dm_post_recv(d, op, DIST_EP, recv + recv_displs[p], recv_counts[p], p, TAG_ALLTOALLV_F);
+            op->recvd += (uint64_t)recv_counts[p] * sizeof(float);
+        }
+    for (int p = 0; p < P; p++)
+        if (p != me) {
+            dm_post_send(d, op, DIST_EP, send + send_displs[p], send_counts[p], p, TAG_ALLTOALLV_F);
+            op->sent += (uint64_t)send_counts[p] * sizeof(float);
+        }
+    op->seconds += now_seconds() - t0;
+    return op;
+}
+
+void dist_alltoallv_f(Dist *d, const float *send, const int *send_counts, const int *send_displs,
+                      float *recv, const int *recv_counts, const int *recv_displs) {
+    dist_wait(d, dist_alltoallv_f_start(d, send, send_counts, send_displs, recv, recv_counts,
+                                        recv_displs));
+}
+
+void dist_wait(Dist *d, DistOp *op) {
+    if (!op || !op->busy) moe_fatal("dist_wait: a collective that is not in flight");
+    const double t0 = now_seconds();
+    if (op->kind == OP_SUM)
+        sum_finish(d, op);
+    else
+        dm_wait_for(d, op, op->patience);
+    op->seconds += now_seconds() - t0;
+    dm_op_end(d, op);
+}
+
+/* ---- one to all, all to one --------------------------------------------------------------- */
+
+void dist_broadcast_f(Dist *d, DistGroup g, float *x, size_t n) {
+    const double t0 = now_seconds();
+    int P = dist_group_size(d, g), me = dist_group_rank(d, g);
+    int cnt = count_of(d, n, "broadcast_f: more than 2^31 - 1 floats in one call: split it");
+    DistOp *op = dm_op_begin(d, g, "broadcast_f", MPI_FLOAT);
+    if (me == 0) {
+        for (int p = 1; p < P; p++) dm_post_send(d, op, g, x, cnt, p, TAG_BROADCAST);
+        op->sent = (uint64_t)(P - 1) * n * sizeof(float);
+    } else {
+        dm_post_recv(d, op, g, x, cnt, 0, TAG_BROADCAST);
+        op->recvd = (uint64_t)n * sizeof(float);
+    }
+    op->seconds += now_seconds() - t0;
+    dist_wait(d, op);
+}
+
+void dist_gather_f(Dist *d, const float *x, size_t n, float *out) {
+    const double t0 = now_seconds();
+    int P = d->ep, me = d->ep_rank;
+    int cnt = count_of(d, n, "gather_f: more than 2^31 - 1 floats in one call: split it");
+    DistOp *op = dm_op_begin(d, DIST_EP, "gather_f", MPI_FLOAT);
+    if (me == 0) {
+        if (n > 0) memcpy(out, x, n * sizeof(float));
+        for (int p = 1; p < P; p++)
+            dm_post_recv(d, op, DIST_EP, out + (size_t)p * n, cnt, p, TAG_GATHER);
+        op->recvd = (uint64_t)(P - 1) * n * sizeof(float);
+        op->patience = WAIT_ROOT;
+    } else {
+        dm_post_send(d, op, DIST_EP, x, cnt, 0, TAG_GATHER);
+        op->sent = (uint64_t)n * sizeof(float);
+    }
+    op->seconds += now_seconds() - t0;
+    dist_wait(d, op);
+}
+
+/* Empty messages: every rank reports to rank 0 (which names whoever is missing), then rank 0
+ * releases them all. Two collectives in a row, so that the release is posted only once every
+ * report is in. */
+void dist_barrier(Dist *d) {
+    const int root = d->rank == 0;
+    for (int down = 0; down < 2; down++) {
+        const double t0 = now_seconds();
+        DistOp *op = dm_op_begin(d, DIST_WORLD, "barrier", MPI_BYTE);
+        const int tag = down ? TAG_BARRIER_DOWN : TAG_BARRIER_UP;
+        op->patience = root ? WAIT_ROOT : WAIT_HUB;
+        for (int p = 1; root && p < d->world; p++) {
+            if (down)
+                dm_post_send(d, op, DIST_WORLD, NULL, 0, p, tag);
+            else
+                dm_post_recv(d, op, DIST_WORLD, NULL, 0, p, tag);
+        }
+        if (!root) {
+            if (down)
+                dm_post_recv(d, op, DIST_WORLD, NULL, 0, 0, tag);
+            else
+                dm_post_send(d, op, DIST_WORLD, NULL, 0, 0, tag);
+        }
+        op->seconds += now_seconds() - t0;
+        dist_wait(d, op);
+    }
+    d->stats.calls--; /* one barrier, though two waits */
+}
+
+#endif /* MOE_HAVE_MPI */
