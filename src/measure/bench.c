@@ -16,7 +16,7 @@
  * time, its fraction of the sgemm measured in the same round, and its ratio to its twin's
  * step in the same round. The profile is the mean over the rounds.
  */
-#include "measure/bench.h"
+#include "measure/bench_report.h"
 
 #include <errno.h>
 #include <math.h>
@@ -33,14 +33,6 @@
 #include "model/profile.h"
 #include "train/train.h"
 
-typedef struct {
-    const char *name;
-    const char *twin;  /* the dense twin of an MoE config, or NULL */
-    const char *fewer; /* the same active compute with fewer experts (fine-grained), or NULL */
-    int d_model, n_layer, n_head, d_ff, num_experts, d_expert, B, T;
-    int listed; /* run when no --config is given */
-} RefConfig;
-
 static const RefConfig REFS[] = {
     {"tiny", "tiny-dense", NULL, 256, 4, 4, 1024, 8, 512, 8, 256, 1},
     {"tiny-dense", NULL, NULL, 256, 4, 4, 1024, 0, 0, 8, 256, 1},
@@ -55,14 +47,14 @@ static const RefConfig REFS[] = {
 };
 #define N_REFS ((int)(sizeof REFS / sizeof REFS[0]))
 
-static const RefConfig *find_ref(const char *name) {
+const RefConfig *bench_find_ref(const char *name) {
     for (int i = 0; i < N_REFS; i++)
         if (strcmp(REFS[i].name, name) == 0) return &REFS[i];
     return NULL;
 }
 
 int bench_config(Config *c, int *B, int *T, const char *name, char *err, int errlen) {
-    const RefConfig *r = find_ref(name);
+    const RefConfig *r = bench_find_ref(name);
     if (!r)
         return set_error(err, errlen,
                          "unknown config '%s': the reference configs are tiny, tiny-dense, "
@@ -144,12 +136,6 @@ static double median(double *x, int n) {
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
-typedef struct {
-    int threads;
-    double gflops_best, gflops_median;
-    double gflops_low, gflops_high; /* over the rounds: the lowest and highest best */
-} SgemmResult;
-
 /* C (n, n) = A B with the backend's own product (cpu: OpenBLAS sgemm): 2 n^3 FLOPs per
  * product. One warm-up product (the thread pool starts, pages fault in), then
  * BENCH_SGEMM_REPS timed ones. */
@@ -166,14 +152,6 @@ static void sgemm_child(void *result, const void *arg) {
     r->gflops_best = flops / best / 1e9;
     r->gflops_median = flops / med / 1e9;
 }
-
-typedef struct {
-    int threads;
-    double step_median, step_min, step_max, step_mean; /* seconds */
-    double fwd_mean, bwd_mean; /* seconds inside model_forward / model_backward */
-    long peak_rss_kib;
-    double op_fwd[PROF_COUNT], op_bwd[PROF_COUNT]; /* seconds per step (with profile) */
-} StepResult;
 
 typedef struct {
     const BenchOptions *o;
@@ -255,19 +233,6 @@ static void step_child(void *result, const void *arg) {
 
 /* ---- results and reports ------------------------------------------------------------------ */
 
-typedef struct {
-    const RefConfig *ref;
-    Config c;
-    int B, T;
-    size_t params_total, params_active;
-    double flops_per_token; /* model_flops_per_token: forward + backward matrix products */
-    MemoryBreakdown mem;
-    StepResult r;
-    double gflops, tokens_per_s, sgemm_frac;
-    double moe_over_dense; /* step time over the dense twin's; NAN without one */
-    double over_fewer;     /* tokens/s over the config with fewer experts; NAN without one */
-} Row;
-
 /* ---- the rounds combined ------------------------------------------------------------------ */
 
 static double median_of(double *x, int n) {
@@ -334,34 +299,7 @@ static void combine_rows(Row *rows, int n, int i, const StepResult *step, const 
     w->over_fewer = fewer >= 0 ? median_of(few, R) : NAN;
 }
 
-/* One profile line: ms per step. total = fwd + bwd + time outside both passes. */
-typedef struct {
-    const char *op;
-    double fwd, bwd, total;
-} OpLine;
-
-/* The ops, then "other": time of the step that no op accounts for (forward and backward
- * bookkeeping, zero_grad). The optimizer runs outside both passes: its time is in total. */
-static int op_lines(OpLine *ln, const StepResult *r) {
-    double fsum = 0.0, bsum = 0.0, all = 0.0;
-    int n = 0;
-    for (int op = 0; op < PROF_COUNT; op++) {
-        double f = r->op_fwd[op], b = r->op_bwd[op];
-        all += f + b;
-        if (op == PROF_OPTIMIZER) {
-            ln[n++] = (OpLine){prof_name((ProfOp)op), 0.0, 0.0, 1e3 * (f + b)};
-            continue;
-        }
-        fsum += f;
-        bsum += b;
-        ln[n++] = (OpLine){prof_name((ProfOp)op), 1e3 * f, 1e3 * b, 1e3 * (f + b)};
-    }
-    double of = fmax(r->fwd_mean - fsum, 0.0), ob = fmax(r->bwd_mean - bsum, 0.0);
-    double ot = fmax(r->step_mean - all, of + ob);
-    ln[n++] = (OpLine){"other", 1e3 * of, 1e3 * ob, 1e3 * ot};
-    return n;
-}
-
+/* The CPU model, from /proc/cpuinfo (or "unknown CPU"). */
 static void cpu_model(char *buf, size_t n) {
     snprintf(buf, n, "unknown CPU");
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -376,177 +314,6 @@ static void cpu_model(char *buf, size_t n) {
         break;
     }
     fclose(f);
-}
-
-static void json_string(FILE *out, const char *s) {
-    fputc('"', out);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(out, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(out, "\\u%04x", ch);
-        else
-            fputc(ch, out);
-    }
-    fputc('"', out);
-}
-
-/* 1 when the steps ran the loop attention of cpu-ref: asked for, or the backend's own */
-static int loop_attention(const BenchOptions *o) {
-    const Backend *be = backend_get(o->device ? o->device : "cpu", NULL, 0);
-    return o->reference_attention || be->attention_forward == backend_cpu_ref.attention_forward;
-}
-
-static const double MIB = 1024.0 * 1024.0;
-
-extern const char moe_git_commit[]; /* build/version.c: the commit this binary was built from */
-
-static void print_json(FILE *out, const BenchOptions *o, const char *cpu, long cores,
-                       const SgemmResult *sg, const Row *rows, int n) {
-    fprintf(out, "{\n  \"commit\": ");
-    json_string(out, moe_git_commit);
-    fprintf(out, ",\n  \"machine\": {\"cpu\": ");
-    json_string(out, cpu);
-    fprintf(out,
-            ", \"cores\": %ld, \"threads\": %d},\n"
-            "  \"sgemm\": {\"n\": %d, \"reps\": %d, \"gflops\": %.6g, \"gflops_median\": %.6g, "
-            "\"gflops_low\": %.6g, \"gflops_high\": %.6g},\n"
-            "  \"steps\": %d,\n  \"warmup\": %d,\n  \"rounds\": %d,\n  \"device\": \"%s\",\n"
-            "  \"attention\": \"%s\",\n  \"configs\": [",
-            cores, sg->threads, BENCH_SGEMM_N, BENCH_SGEMM_REPS, sg->gflops_best, sg->gflops_median,
-            sg->gflops_low, sg->gflops_high, o->steps, o->warmup, o->rounds > 1 ? o->rounds : 1,
-            o->device ? o->device : "cpu",
-            loop_attention(o) ? "reference" : "gemm");
-    for (int i = 0; i < n; i++) {
-        const Row *w = &rows[i];
-        const Config *c = &w->c;
-        const MemoryBreakdown *m = &w->mem;
-        fprintf(out, "%s\n    {\"name\": ", i ? "," : "");
-        json_string(out, w->ref->name);
-        fprintf(out,
-                ", \"moe\": %s, \"d_model\": %d, \"n_layer\": %d, \"n_head\": %d, "
-                "\"num_experts\": %d, \"top_k\": %d, \"d_expert\": %d, \"d_ff\": %d, "
-                "\"batch\": %d, \"seq_len\": %d,\n     \"params_total\": %zu, "
-                "\"params_active\": %zu, \"flops_per_token\": %.6g,\n"
-                "     \"step_ms\": %.6g, \"step_ms_min\": %.6g, \"step_ms_max\": %.6g, "
-                "\"tokens_per_s\": %.6g, \"gflops\": %.6g, \"sgemm_fraction\": %.6g, "
-                "\"moe_over_dense\": ",
-                c->num_experts > 0 ? "true" : "false", c->d_model, c->n_layer, c->n_head,
-                c->num_experts, c->num_experts > 0 ? c->top_k : 0,
-                c->num_experts > 0 ? config_expert_hidden(c) : 0, c->d_ff, w->B, w->T,
-                w->params_total, w->params_active, w->flops_per_token, 1e3 * w->r.step_median,
-                1e3 * w->r.step_min, 1e3 * w->r.step_max, w->tokens_per_s, w->gflops,
-                w->sgemm_frac);
-        if (isnan(w->moe_over_dense))
-            fprintf(out, "null");
-        else
-            fprintf(out, "%.6g", w->moe_over_dense);
-        fprintf(out, ", \"tokens_over_fewer_experts\": ");
-        if (isnan(w->over_fewer))
-            fprintf(out, "null");
-        else
-            fprintf(out, "%.6g", w->over_fewer);
-        fprintf(out,
-                ",\n     \"peak_rss_mib\": %.6g, \"analytical_mib\": %.6g, "
-                "\"rss_over_analytical\": %.6g,\n"
-                "     \"memory_floats\": {\"params\": %zu, \"grads\": %zu, \"adam\": %zu, "
-                "\"activations\": %zu, \"scratch\": %zu, \"int_words\": %zu, "
-                "\"total_words\": %zu}",
-                w->r.peak_rss_kib / 1024.0, 4.0 * m->total_words / MIB,
-                w->r.peak_rss_kib * 1024.0 / (4.0 * m->total_words), m->params, m->grads, m->adam,
-                m->acts_resid + m->acts_attn + m->acts_ffn + m->acts_head, m->scratch, m->int_words,
-                m->total_words);
-        if (o->profile) {
-            OpLine ln[PROF_COUNT + 1];
-            int nl = op_lines(ln, &w->r);
-            fprintf(out, ",\n     \"profile\": [");
-            for (int j = 0; j < nl; j++)
-                fprintf(out,
-                        "%s\n       {\"op\": \"%s\", \"fwd_ms\": %.6g, \"bwd_ms\": %.6g, "
-                        "\"total_ms\": %.6g, \"percent\": %.6g}",
-                        j ? "," : "", ln[j].op, ln[j].fwd, ln[j].bwd, ln[j].total,
-                        100.0 * ln[j].total / (1e3 * w->r.step_mean));
-            fprintf(out, "]");
-        }
-        fprintf(out, "}");
-    }
-    fprintf(out, "\n  ]\n}\n");
-}
-
-static void print_text(FILE *out, const BenchOptions *o, const char *cpu, long cores,
-                       const SgemmResult *sg, const Row *rows, int n) {
-    const int R = o->rounds > 1 ? o->rounds : 1;
-    fprintf(out, "machine: %s, %ld cores; %d threads; sgemm %dx%dx%d: %.1f GFLOP/s ", cpu, cores,
-            sg->threads, BENCH_SGEMM_N, BENCH_SGEMM_N, BENCH_SGEMM_N, sg->gflops_best);
-    if (R == 1)
-        fprintf(out, "(best of %d; median %.1f)\n", BENCH_SGEMM_REPS, sg->gflops_median);
-    else
-        fprintf(out, "(median over %d rounds of the best of %d; %.1f to %.1f)\n", R,
-                BENCH_SGEMM_REPS, sg->gflops_low, sg->gflops_high);
-    char rounds[64] = "";
-    if (R > 1) snprintf(rounds, sizeof rounds, ", the median over %d interleaved rounds", R);
-    fprintf(out,
-            "step: median of %d timed training steps after %d warm-up steps%s, random tokens; "
-            "backend %s; attention: %s; built from commit %s\n\n",
-            o->steps, o->warmup, rounds, o->device ? o->device : "cpu",
-            !loop_attention(o)       ? "GEMM"
-            : o->reference_attention ? "reference loops (--reference-attention)"
-                                     : "reference loops (the backend's)",
-            moe_git_commit);
-    fprintf(out, "%-12s %7s %13s %9s %9s %8s %7s %6s %9s %9s %6s\n", "config", "B x T", "params M",
-            "step ms", "tokens/s", "GFLOP/s", "%sgemm", "/dense", "RSS MiB", "calc MiB", "ratio");
-    fprintf(out, "%-12s %7s %13s\n", "", "", "total/active");
-    for (int i = 0; i < n; i++) {
-        const Row *w = &rows[i];
-        char bt[32], params[40], vsd[16];
-        snprintf(bt, sizeof bt, "%dx%d", w->B, w->T);
-        snprintf(params, sizeof params, "%.2f/%.2f", w->params_total / 1e6, w->params_active / 1e6);
-        if (isnan(w->moe_over_dense))
-            snprintf(vsd, sizeof vsd, "-");
-        else
-            snprintf(vsd, sizeof vsd, "%.2f", w->moe_over_dense);
-        double calc = 4.0 * w->mem.total_words / MIB, rss = w->r.peak_rss_kib / 1024.0;
-        fprintf(out, "%-12s %7s %13s %9.1f %9.0f %8.1f %6.1f%% %6s %9.0f %9.0f %6.2f\n",
-                w->ref->name, bt, params, 1e3 * w->r.step_median, w->tokens_per_s, w->gflops,
-                100.0 * w->sgemm_frac, vsd, rss, calc, rss / calc);
-    }
-    fprintf(out,
-            "\nGFLOP/s: model_flops_per_token x B x T / median step (the useful work of "
-            "the forward and backward matrix products; src/model/model.c).\n%%sgemm: of the sgemm "
-            "GFLOP/s measured in the same round. /dense: step time "
-            "over the dense twin's. RSS: peak\nresident memory of the process; calc: "
-            "analytical memory (memory.h); ratio: RSS / calc.\n");
-    for (int i = 0; i < n; i++)
-        if (!isnan(rows[i].over_fewer))
-            fprintf(out,
-                    "%s runs at %.2fx the tokens/s of %s: %d experts instead of %d, the same "
-                    "active compute per token\n",
-                    rows[i].ref->name, rows[i].over_fewer, rows[i].ref->fewer,
-                    rows[i].c.num_experts, find_ref(rows[i].ref->fewer)->num_experts);
-    if (!o->profile) return;
-    for (int i = 0; i < n; i++) {
-        const Row *w = &rows[i];
-        OpLine ln[PROF_COUNT + 1];
-        int nl = op_lines(ln, &w->r);
-        fprintf(out, "\nprofile %s: ms per step, mean of %d steps (%.1f ms)\n", w->ref->name,
-                o->steps, 1e3 * w->r.step_mean);
-        fprintf(out, "  %-12s %9s %9s %9s %7s\n", "op", "fwd ms", "bwd ms", "total ms", "% step");
-        for (int j = 0; j < nl; j++)
-            fprintf(out, "  %-12s %9.2f %9.2f %9.2f %6.1f%%\n", ln[j].op, ln[j].fwd, ln[j].bwd,
-                    ln[j].total, 100.0 * ln[j].total / (1e3 * w->r.step_mean));
-    }
-}
-
-static void write_profile_csv(FILE *f, const Row *rows, int n) {
-    fprintf(f, "config,op,fwd_ms,bwd_ms,total_ms,percent\n");
-    for (int i = 0; i < n; i++) {
-        OpLine ln[PROF_COUNT + 1];
-        int nl = op_lines(ln, &rows[i].r);
-        for (int j = 0; j < nl; j++)
-            fprintf(f, "%s,%s,%.4f,%.4f,%.4f,%.3f\n", rows[i].ref->name, ln[j].op, ln[j].fwd,
-                    ln[j].bwd, ln[j].total, 100.0 * ln[j].total / (1e3 * rows[i].r.step_mean));
-    }
 }
 
 int bench_run(const BenchOptions *o, FILE *out, char *err, int errlen) {
@@ -569,7 +336,7 @@ int bench_run(const BenchOptions *o, FILE *out, char *err, int errlen) {
             free(rows);
             return -1;
         }
-        w->ref = find_ref(names[i]);
+        w->ref = bench_find_ref(names[i]);
     }
     FILE *csv = NULL;
     if (o->profile && o->profile_out) {
@@ -623,11 +390,11 @@ int bench_run(const BenchOptions *o, FILE *out, char *err, int errlen) {
     free(step_r);
 
     if (o->json)
-        print_json(out, o, cpu, cores, &sg, rows, n);
+        bench_print_json(out, o, cpu, cores, &sg, rows, n);
     else
-        print_text(out, o, cpu, cores, &sg, rows, n);
+        bench_print_text(out, o, cpu, cores, &sg, rows, n);
     if (csv) {
-        write_profile_csv(csv, rows, n);
+        bench_write_profile_csv(csv, rows, n);
         if (fclose(csv) != 0) moe_fatal("bench: writing %s failed", o->profile_out);
         if (!o->json) fprintf(out, "\nwrote %s\n", o->profile_out);
     }
