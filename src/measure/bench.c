@@ -235,10 +235,6 @@ static void step_child(void *result, const void *arg) {
 
 /* ---- the rounds combined ------------------------------------------------------------------ */
 
-static double median_of(double *x, int n) {
-    return n == 1 ? x[0] : median(x, n); /* sorts x */
-}
-
 static SgemmResult combine_sgemm(const SgemmResult *sg, int R) {
     double best[BENCH_MAX_ROUNDS], med[BENCH_MAX_ROUNDS];
     SgemmResult out = sg[0];
@@ -249,8 +245,8 @@ static SgemmResult combine_sgemm(const SgemmResult *sg, int R) {
         out.gflops_low = fmin(out.gflops_low, best[r]);
         out.gflops_high = fmax(out.gflops_high, best[r]);
     }
-    out.gflops_best = median_of(best, R);
-    out.gflops_median = median_of(med, R);
+    out.gflops_best = median(best, R);
+    out.gflops_median = median(med, R);
     return out;
 }
 
@@ -291,12 +287,12 @@ static void combine_rows(Row *rows, int n, int i, const StepResult *step, const 
             c->op_bwd[op] += s->op_bwd[op] / R;
         }
     }
-    c->step_median = median_of(med, R);
+    c->step_median = median(med, R);
     w->tokens_per_s = tokens / c->step_median;
     w->gflops = w->flops_per_token * tokens / c->step_median / 1e9;
-    w->sgemm_frac = median_of(frac, R);
-    w->moe_over_dense = twin >= 0 ? median_of(dense, R) : NAN;
-    w->over_fewer = fewer >= 0 ? median_of(few, R) : NAN;
+    w->sgemm_frac = median(frac, R);
+    w->moe_over_dense = twin >= 0 ? median(dense, R) : NAN;
+    w->over_fewer = fewer >= 0 ? median(few, R) : NAN;
 }
 
 /* The CPU model, from /proc/cpuinfo (or "unknown CPU"). */

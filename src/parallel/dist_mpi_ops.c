@@ -231,31 +231,23 @@ void dist_gather_f(Dist *d, const float *x, size_t n, float *out) {
 }
 
 /* Empty messages: every rank reports to rank 0 (which names whoever is missing), then rank 0
- * releases them all. Two collectives in a row, so that the release is posted only once every
+ * releases them all. One collective in two phases: the release is posted only once every
  * report is in. */
 void dist_barrier(Dist *d) {
+    const double t0 = now_seconds();
     const int root = d->rank == 0;
-    for (int down = 0; down < 2; down++) {
-        const double t0 = now_seconds();
-        DistOp *op = dm_op_begin(d, DIST_WORLD, "barrier", MPI_BYTE);
-        const int tag = down ? TAG_BARRIER_DOWN : TAG_BARRIER_UP;
-        op->patience = root ? WAIT_ROOT : WAIT_HUB;
-        for (int p = 1; root && p < d->world; p++) {
-            if (down)
-                dm_post_send(d, op, DIST_WORLD, NULL, 0, p, tag);
-            else
-                dm_post_recv(d, op, DIST_WORLD, NULL, 0, p, tag);
-        }
-        if (!root) {
-            if (down)
-                dm_post_recv(d, op, DIST_WORLD, NULL, 0, 0, tag);
-            else
-                dm_post_send(d, op, DIST_WORLD, NULL, 0, 0, tag);
-        }
-        op->seconds += now_seconds() - t0;
-        dist_wait(d, op);
-    }
-    d->stats.calls--; /* one barrier, though two waits */
+    const double patience = root ? WAIT_ROOT : WAIT_HUB;
+    DistOp *op = dm_op_begin(d, DIST_WORLD, "barrier", MPI_BYTE);
+    for (int p = 1; root && p < d->world; p++)
+        dm_post_recv(d, op, DIST_WORLD, NULL, 0, p, TAG_BARRIER_UP);
+    if (!root) dm_post_send(d, op, DIST_WORLD, NULL, 0, 0, TAG_BARRIER_UP);
+    dm_wait_for(d, op, patience);
+    for (int p = 1; root && p < d->world; p++)
+        dm_post_send(d, op, DIST_WORLD, NULL, 0, p, TAG_BARRIER_DOWN);
+    if (!root) dm_post_recv(d, op, DIST_WORLD, NULL, 0, 0, TAG_BARRIER_DOWN);
+    dm_wait_for(d, op, patience);
+    op->seconds += now_seconds() - t0;
+    dm_op_end(d, op);
 }
 
 #endif /* MOE_HAVE_MPI */
