@@ -163,12 +163,15 @@ static MOE_NORETURN void abort_timeout(const Dist *d, const DistOp *op, double w
 
 /* Wait for every request op has posted. The clock restarts whenever one completes, so
  * timeout_s is the longest silence tolerated, not a limit on how long a big exchange may take.
+ * It restarts too after a gap between two polls of over a quarter of the timeout: then this
+ * process itself was not running (stopped, then continued by mpirun as it ends the job, or
+ * starved of a core), and the silence is its own, not its peers'.
  * A receive that brings another number of elements than posted means the ranks disagree on
  * the counts of the exchange: stop with both numbers rather than compute with half a
  * message. */
 void dm_wait_for(Dist *d, DistOp *op, double patience) {
     const struct timespec nap = {0, 100000}; /* 100 us */
-    double start = now_seconds(), last = start;
+    double start = now_seconds(), last = start, polled = start;
     int left = op->nreq;
     while (left > 0) {
         int got = 0;
@@ -193,8 +196,9 @@ void dm_wait_for(Dist *d, DistOp *op, double patience) {
         left -= got;
         if (left == 0) break;
         double now = now_seconds();
-        if (got > 0)
+        if (got > 0 || now - polled > 0.25 * d->timeout_s)
             last = now;
+        polled = now;
         else if (now - last > patience * d->timeout_s)
             abort_timeout(d, op, now - start);
         else
