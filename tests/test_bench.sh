@@ -74,7 +74,7 @@ csv="$tmp/prof.csv"
     --profile-out "$csv" > "$tmp/b.txt" 2> "$tmp/b.err"
 rc=$?
 check "bench --profile exits 0" $rc "exit $rc: $(cat "$tmp/b.err")"
-grep -q '^machine: .*threads; sgemm 2048x2048x2048: [0-9.]* GFLOP/s' "$tmp/b.txt" &&
+grep -q '^machine: .*threads; OpenBLAS [A-Za-z0-9_]*; sgemm 2048x2048x2048: [0-9.]* GFLOP/s' "$tmp/b.txt" &&
     grep -q '^config .*step ms .*tokens/s .*GFLOP/s .*%sgemm .*/dense .*RSS MiB .*calc MiB' "$tmp/b.txt"
 check "header line and table columns" $? "$(head -n 5 "$tmp/b.txt")"
 awk '$1 == "test" && $2 == "2x32" && $8 + 0 > 0 { a = 1 }

@@ -169,6 +169,16 @@ extern size_t backend_bytes_allocated;
  * keeps OpenMP's default. Returns the number in use. */
 int backend_set_threads(int threads);
 
+/* OpenBLAS picks its kernels once, when it loads, by the CPU it recognises. A CPU newer than
+ * the library (OpenBLAS 0.3.21, Debian 12's, on a recent Xeon) is taken for an old one and
+ * gets SSE3 kernels: sgemm at a fifth of its speed. backend_blas_core is the kernel set in
+ * use ("Prescott", "SkylakeX", ...); backend_blas_better_core names a faster set this CPU can
+ * run when the one in use is such a fallback ("SkylakeX" with AVX-512, "Haswell" with AVX2
+ * and FMA), else NULL. The library reads OPENBLAS_CORETYPE when it loads: a program sets it
+ * and runs itself again (src/cli/moe.c). */
+const char *backend_blas_core(void);
+const char *backend_blas_better_core(void);
+
 /* Allocation helpers: n elements of a type, zeroed. */
 static inline float *be_floats(const Backend *be, size_t n) {
     return (float *)be->alloc(be, n * sizeof(float));

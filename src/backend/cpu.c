@@ -13,6 +13,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "backend/cpu.h"
 #include "base/util.h"
@@ -316,4 +317,33 @@ int backend_set_threads(int threads) {
 #endif
     openblas_set_num_threads(n);
     return n;
+}
+
+const char *backend_blas_core(void) {
+    return openblas_get_corename();
+}
+
+/* The kernel sets of OpenBLAS's runtime choice (its dynamic.c) that have no AVX2 code: on a
+ * CPU with AVX2 and FMA, the library fell back to one of them because it did not know the
+ * model. */
+static const char *const PRE_AVX2_CORES[] = {
+    "unknown", "katmai",     "coppermine", "northwood", "prescott", "banias",
+    "atom",    "core2",      "penryn",     "dunnington", "nehalem", "athlon",
+    "opteron", "opteron_sse3", "barcelona", "nano",     "sandybridge", "bobcat",
+    "bulldozer", "piledriver", "steamroller"};
+
+const char *backend_blas_better_core(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    const char *core = openblas_get_corename();
+    int fallback = 0;
+    for (size_t i = 0; core && i < sizeof PRE_AVX2_CORES / sizeof PRE_AVX2_CORES[0]; i++)
+        if (strcasecmp(core, PRE_AVX2_CORES[i]) == 0) fallback = 1;
+    if (!fallback) return NULL;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
+    return NULL;
 }

@@ -68,12 +68,12 @@ void bench_print_json(FILE *out, const BenchOptions *o, const char *cpu, long co
     fprintf(out, ",\n  \"machine\": {\"cpu\": ");
     json_string(out, cpu);
     fprintf(out,
-            ", \"cores\": %ld, \"threads\": %d},\n"
+            ", \"cores\": %ld, \"threads\": %d, \"blas_core\": \"%s\"},\n"
             "  \"sgemm\": {\"n\": %d, \"reps\": %d, \"gflops\": %.6g, \"gflops_median\": %.6g, "
             "\"gflops_low\": %.6g, \"gflops_high\": %.6g},\n"
             "  \"steps\": %d,\n  \"warmup\": %d,\n  \"rounds\": %d,\n  \"device\": \"%s\",\n"
             "  \"attention\": \"%s\",\n  \"configs\": [",
-            cores, sg->threads, BENCH_SGEMM_N, BENCH_SGEMM_REPS, sg->gflops_best, sg->gflops_median,
+            cores, sg->threads, backend_blas_core(), BENCH_SGEMM_N, BENCH_SGEMM_REPS, sg->gflops_best, sg->gflops_median,
             sg->gflops_low, sg->gflops_high, o->steps, o->warmup, o->rounds > 1 ? o->rounds : 1,
             o->device ? o->device : "cpu",
             loop_attention(o) ? "reference" : "gemm");
@@ -136,8 +136,9 @@ void bench_print_json(FILE *out, const BenchOptions *o, const char *cpu, long co
 void bench_print_text(FILE *out, const BenchOptions *o, const char *cpu, long cores,
                        const SgemmResult *sg, const Row *rows, int n) {
     const int R = o->rounds > 1 ? o->rounds : 1;
-    fprintf(out, "machine: %s, %ld cores; %d threads; sgemm %dx%dx%d: %.1f GFLOP/s ", cpu, cores,
-            sg->threads, BENCH_SGEMM_N, BENCH_SGEMM_N, BENCH_SGEMM_N, sg->gflops_best);
+    fprintf(out, "machine: %s, %ld cores; %d threads; OpenBLAS %s; sgemm %dx%dx%d: %.1f GFLOP/s ",
+            cpu, cores, sg->threads, backend_blas_core(), BENCH_SGEMM_N, BENCH_SGEMM_N,
+            BENCH_SGEMM_N, sg->gflops_best);
     if (R == 1)
         fprintf(out, "(best of %d; median %.1f)\n", BENCH_SGEMM_REPS, sg->gflops_median);
     else

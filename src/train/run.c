@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "base/util.h"
 #include "io/files.h"
 #include "model/model.h"
@@ -104,6 +105,9 @@ void run_write_provenance(const char *dir, const Config *c, const Shard *train, 
     fprintf(f, "flops_per_token = %.6g\n", model_flops_per_token(c, c->seq_len));
     fprintf(f, "host = %s %s %s %s\n", u.nodename, u.sysname, u.release, u.machine);
     fprintf(f, "cpu = %s\n", cpu);
+    /* the sgemm kernels sum in their own order: a run repeats bit for bit on the same set */
+    fprintf(f, "blas = OpenBLAS, %s kernels%s\n", backend_blas_core(),
+            getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "");
     fprintf(f, "cores_online = %ld\n\n", sysconf(_SC_NPROCESSORS_ONLN));
     fclose(f);
     /* a resumed run appends, so the history of every segment is kept; a run started again
