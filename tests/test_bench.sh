@@ -77,6 +77,16 @@ check "bench --profile exits 0" $rc "exit $rc: $(cat "$tmp/b.err")"
 grep -q '^machine: .*threads; OpenBLAS [A-Za-z0-9_]*; sgemm 2048x2048x2048: [0-9.]* GFLOP/s' "$tmp/b.txt" &&
     grep -q '^config .*step ms .*tokens/s .*GFLOP/s .*%sgemm .*/dense .*RSS MiB .*calc MiB' "$tmp/b.txt"
 check "header line and table columns" $? "$(head -n 5 "$tmp/b.txt")"
+# OpenBLAS's kernels: on a CPU with AVX2 and FMA never one of the sets without them (moe sets
+# OPENBLAS_CORETYPE when the library fell back to one), and a set the environment names is kept
+core=$(sed -n 's/^machine: .*; OpenBLAS \([A-Za-z0-9_]*\); sgemm .*/\1/p' "$tmp/b.txt")
+if grep -qw avx2 /proc/cpuinfo 2> /dev/null && grep -qw fma /proc/cpuinfo; then
+    ! grep -qixE 'unknown|katmai|coppermine|northwood|prescott|banias|atom|core2|penryn|dunnington|nehalem|athlon|opteron|opteron_sse3|barcelona|nano|sandybridge|bobcat|bulldozer|piledriver|steamroller' <<< "${core:-unknown}"
+    check "a CPU with AVX2 and FMA runs OpenBLAS kernels that use them ($core)" $? "$(head -n 1 "$tmp/b.txt")"
+    env OPENBLAS_CORETYPE=Haswell "$moe" bench --config test --steps 1 --warmup 0 2> /dev/null |
+        grep -q '^machine: .*; OpenBLAS Haswell; sgemm'
+    check "OPENBLAS_CORETYPE=Haswell in the environment is kept" $?
+fi
 awk '$1 == "test" && $2 == "2x32" && $8 + 0 > 0 { a = 1 }
      $1 == "test-dense" && $8 == "-" { b = 1 } END { exit !(a && b) }' "$tmp/b.txt"
 check "rows for test (with an MoE/dense ratio) and test-dense" $? "$(cat "$tmp/b.txt")"
