@@ -487,12 +487,86 @@ START_TEST(test_memory_ops) {
 }
 END_TEST
 
+/* A zeroing of over 1 MiB is split over the threads (cpu.c): at any thread count it clears
+ * exactly the bytes asked for, an odd count from an odd offset included. */
+START_TEST(test_large_zero) {
+    const int threads_before = backend_set_threads(0);
+    const size_t n = ((size_t)1 << 20) + 37, lo = 3;
+    for (int b = 0; b < N_BACKENDS; b++)
+        for (int threads = 1; threads <= 3; threads++) {
+            const Backend *be = BACKENDS[b];
+            backend_set_threads(threads);
+            float *h = (float *)malloc_check((n + 2 * lo) * sizeof(float));
+            for (size_t i = 0; i < n + 2 * lo; i++) h[i] = 1.0f + (float)(i % 7);
+            float *d = dev_copy(be, h, n + 2 * lo);
+            be->zero(be, (char *)(d + lo) + 1, n * sizeof(float) - 1);
+            be->to_host(be, h, d, (n + 2 * lo) * sizeof(float));
+            const unsigned char *bytes = (const unsigned char *)h;
+            size_t wrong = 0;
+            for (size_t i = 0; i < (n + 2 * lo) * sizeof(float); i++) {
+                const int inside = i > lo * sizeof(float) && i < (lo + n) * sizeof(float);
+                if (inside && bytes[i] != 0) wrong++;
+            }
+            ck_assert_msg(wrong == 0, "%s, %d threads: %zu bytes not cleared", be->name, threads,
+                          wrong);
+            ck_assert_msg(h[lo - 1] == 1.0f + (float)((lo - 1) % 7) && h[lo + n] == 1.0f + (float)((lo + n) % 7),
+                          "%s, %d threads: the zeroing went past its bytes", be->name, threads);
+            release(be, d);
+            free(h);
+        }
+    backend_set_threads(threads_before);
+}
+END_TEST
+
+/* The cpu experts run whole on one thread each when there are at least two per thread, one
+ * after another (each product on every thread) otherwise. An expert's products are the same
+ * whichever thread runs them, so forward and backward give the same bits at 1, 2, 3 and 4
+ * threads: uneven slices, an empty one, and a padded plan (kept rows then padding rows). */
+START_TEST(test_experts_any_thread_count) {
+    enum { E = 8, C = 24, F = 20 };
+    static const int OFF[E + 1] = {0, 40, 41, 41, 90, 100, 160, 163, 200};
+    static const int KEPT[E] = {30, 1, 0, 49, 10, 55, 3, 20};
+    const int S = OFF[E], threads_before = backend_set_threads(0);
+    const Backend *be = &backend_cpu;
+    const size_t sc = (size_t)S * C, sf = (size_t)S * F, wn = (size_t)E * F * C;
+    float *xe = dev_rand(be, sc, 1.0f, 81), *W = dev_rand(be, 3 * wn, 0.3f, 82);
+    float *dye = dev_rand(be, sc, 1.0f, 83);
+    for (int padded = 0; padded < 2; padded++) {
+        float *first = NULL;
+        const size_t nout = sc + 3 * sf + sc + 3 * wn + 3 * sf;
+        for (int threads = 1; threads <= 4; threads++) {
+            backend_set_threads(threads);
+            float *out = be_floats(be, nout);
+            float *ye = out, *act = ye + sc, *dxe = act + 3 * sf, *dW = dxe + sc, *dact = dW + 3 * wn;
+            be->experts_forward(be, ye, act, act + sf, act + 2 * sf, xe, W, W + wn, W + 2 * wn, OFF,
+                                padded ? KEPT : NULL, E, C, F);
+            be->experts_backward(be, dxe, dW, dW + wn, dW + 2 * wn, dact, dact + sf, dact + 2 * sf,
+                                 dye, xe, act, act + sf, act + 2 * sf, W, W + wn, W + 2 * wn, OFF,
+                                 padded ? KEPT : NULL, E, C, F);
+            if (!first) {
+                first = out;
+                continue;
+            }
+            ck_assert_msg(memcmp(first, out, nout * sizeof(float)) == 0,
+                          "experts (%s plan): %d threads give other bits than 1 thread",
+                          padded ? "padded" : "dropless", threads);
+            release(be, out);
+        }
+        release(be, first);
+    }
+    release(be, xe), release(be, W), release(be, dye);
+    backend_set_threads(threads_before);
+}
+END_TEST
+
 Suite *backend_ops_suite(void) {
     Suite *s = suite_create("backend_ops");
     TCase *tc = tcase_create("ops");
     tcase_add_test(tc, test_every_entry_has_a_case);
     tcase_add_loop_test(tc, test_case_against_reference, 0, N_CASES);
     tcase_add_test(tc, test_memory_ops);
+    tcase_add_test(tc, test_large_zero);
+    tcase_add_test(tc, test_experts_any_thread_count);
     suite_add_tcase(s, tc);
     return s;
 }

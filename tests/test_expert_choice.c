@@ -264,8 +264,9 @@ static Config leak_config(int routing) {
     return c;
 }
 
-/* How many of 16 replacements of the last token change the logits (N, V) of an earlier
- * position; fails if the last position's own logits never change (the probe would be void). */
+/* How many of 16 replacements of the last token change the logits (N, V) of an earlier position
+ * beyond rounding (the tolerance rule of testutil.h); fails if the last position's own logits
+ * never change (the probe would be void). */
 static int earlier_changes(int routing) {
     enum { T = 8 };
     Config c = leak_config(routing);
@@ -283,7 +284,11 @@ static int earlier_changes(int routing) {
     for (int r = 1; r <= 16; r++) {
         in[T - 1] = (in[T - 1] + 13 * r) % MOE_VOCAB;
         model_forward(&m, in, NULL, 1, T);
-        changed += memcmp(m.logits, base, earlier * sizeof(float)) != 0;
+        /* beyond rounding: an expert's product sums each row the same way whatever the other
+         * rows of its slice, but sgemm may pick another kernel for a slice of another height,
+         * so a row's last bits can move with its neighbours; a leak moves far more */
+        double ex;
+        changed += tol_worst(m.logits, base, earlier, TOL_F32_ATOL, TOL_F32_RTOL, &ex) >= 0;
         last_changed += memcmp(m.logits + earlier, base + earlier, MOE_VOCAB * sizeof(float)) != 0;
     }
     ck_assert_msg(last_changed > 0, "changing the last token never changed its own logits");

@@ -12,6 +12,10 @@
 #include <stdlib.h>
 #include <time.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 /* last: through <complex.h> it defines the macro I, so no declaration below may use that name */
 #include <cblas.h>
 
@@ -52,18 +56,62 @@ static void slice_forward(float *ye, float *g, float *u, float *h, const float *
     cpu_matmul_forward(ye + rc, h + rf, Wd + wo, Se, F, C);
 }
 
+/* ---- which thread runs which expert ------------------------------------------------------
+ *
+ * One sgemm split over the threads pays a synchronisation per product and cuts an already
+ * small product into smaller tiles; with many experts the slices are small (tiny-e64: about 64
+ * rows each), and that cost dominates. So when there are at least two experts per thread,
+ * each expert runs whole on one thread (sgemm inside an OpenMP region runs single-threaded),
+ * the threads taking the experts largest slice first as they come free (longest first keeps
+ * their finishing times close). Each expert's products are the same whichever thread runs
+ * them, so the results do not depend on the schedule, nor on the thread count. With fewer
+ * experts than that, the experts run in turn, each product on all the threads. */
+typedef struct {
+    int rows, e;
+} ExpertLoad;
+
+static int by_rows_descending(const void *a, const void *b) {
+    const ExpertLoad *x = a, *y = b;
+    return x->rows != y->rows ? (x->rows < y->rows) - (x->rows > y->rows) : (x->e > y->e) - (x->e < y->e);
+}
+
+/* order[0 .. E): the experts by slice rows, largest first; returns 1 when they should run
+ * across the threads (see above), 0 when in turn */
+static int expert_schedule(ExpertLoad *order, const int *offsets, int E) {
+    for (int e = 0; e < E; e++) order[e] = (ExpertLoad){offsets[e + 1] - offsets[e], e};
+#ifdef _OPENMP
+    if (E >= 2 * omp_get_max_threads() && omp_get_max_threads() > 1) {
+        qsort(order, (size_t)E, sizeof *order, by_rows_descending);
+        return 1;
+    }
+#endif
+    return 0;
+}
+
 /* Padded plans: the kept rows and the padding rows of a slice are two products. sgemm picks
  * its kernels and blocking by the row count, so one product over all cap rows could round
  * the kept rows differently from the unpadded run; as two, the kept rows see exactly the
  * unpadded call and the padding rows (zeros) still cost their FLOPs. */
+static void expert_forward(float *ye, float *g, float *u, float *h, const float *xe,
+                           const float *Wg, const float *Wu, const float *Wd, const int *offsets,
+                           const int *counts, int e, int C, int F) {
+    int r0 = offsets[e], rows = offsets[e + 1] - offsets[e];
+    int kept = counts ? counts[e] : rows;
+    slice_forward(ye, g, u, h, xe, Wg, Wu, Wd, e, r0, kept, C, F);
+    slice_forward(ye, g, u, h, xe, Wg, Wu, Wd, e, r0 + kept, rows - kept, C, F);
+}
+
 void cpu_experts_forward(float *ye, float *g, float *u, float *h, const float *xe, const float *Wg,
                          const float *Wu, const float *Wd, const int *offsets, const int *counts,
                          int E, int C, int F) {
-    for (int e = 0; e < E; e++) {
-        int r0 = offsets[e], rows = offsets[e + 1] - offsets[e];
-        int kept = counts ? counts[e] : rows;
-        slice_forward(ye, g, u, h, xe, Wg, Wu, Wd, e, r0, kept, C, F);
-        slice_forward(ye, g, u, h, xe, Wg, Wu, Wd, e, r0 + kept, rows - kept, C, F);
+    ExpertLoad order[E];
+    if (expert_schedule(order, offsets, E)) {
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int i = 0; i < E; i++)
+            expert_forward(ye, g, u, h, xe, Wg, Wu, Wd, offsets, counts, order[i].e, C, F);
+    } else {
+        for (int e = 0; e < E; e++)
+            expert_forward(ye, g, u, h, xe, Wg, Wu, Wd, offsets, counts, e, C, F);
     }
 }
 
@@ -84,20 +132,37 @@ static void slice_backward(float *dxe, float *dWg, float *dWu, float *dWd, float
     if (dxe) matmul_dx(dxe + rc, du + rf, Wu + wo, Se, C, F, 1.0f);
 }
 
+/* the padding rows (dye = 0, h = 0) add exact zeros to the weight gradients, after the kept
+ * rows' products */
+static void expert_backward(float *dxe, float *dWg, float *dWu, float *dWd, float *dg, float *du,
+                            float *dh, const float *dye, const float *xe, const float *g,
+                            const float *u, const float *h, const float *Wg, const float *Wu,
+                            const float *Wd, const int *offsets, const int *counts, int e, int C,
+                            int F) {
+    int r0 = offsets[e], rows = offsets[e + 1] - offsets[e];
+    int kept = counts ? counts[e] : rows;
+    slice_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, e, r0, kept, C, F);
+    slice_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, e, r0 + kept,
+                   rows - kept, C, F);
+}
+
 void cpu_experts_backward(float *dxe, float *dWg, float *dWu, float *dWd, float *dg, float *du,
                           float *dh, const float *dye, const float *xe, const float *g,
                           const float *u, const float *h, const float *Wg, const float *Wu,
                           const float *Wd, const int *offsets, const int *counts, int E, int C,
                           int F) {
-    /* the padding rows (dye = 0, h = 0) add exact zeros to the weight gradients, after the
-     * kept rows' products */
-    for (int e = 0; e < E; e++) {
-        int r0 = offsets[e], rows = offsets[e + 1] - offsets[e];
-        int kept = counts ? counts[e] : rows;
-        slice_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, e, r0, kept, C,
-                       F);
-        slice_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, e, r0 + kept,
-                       rows - kept, C, F);
+    /* each expert writes its own rows of dxe, dg, du, dh and its own weight gradients: no two
+     * threads touch the same element */
+    ExpertLoad order[E];
+    if (expert_schedule(order, offsets, E)) {
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int i = 0; i < E; i++)
+            expert_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, offsets,
+                            counts, order[i].e, C, F);
+    } else {
+        for (int e = 0; e < E; e++)
+            expert_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, offsets,
+                            counts, e, C, F);
     }
 }
 
