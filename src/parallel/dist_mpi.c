@@ -195,10 +195,10 @@ void dm_wait_for(Dist *d, DistOp *op, double patience) {
         }
         left -= got;
         if (left == 0) break;
-        double now = now_seconds();
-        if (got > 0 || now - polled > 0.25 * d->timeout_s)
-            last = now;
+        const double now = now_seconds(), gap = now - polled;
         polled = now;
+        if (got > 0 || gap > 0.25 * d->timeout_s)
+            last = now;
         else if (now - last > patience * d->timeout_s)
             abort_timeout(d, op, now - start);
         else
