@@ -269,7 +269,9 @@ bench: need-openblas $(BUILD)/moe
 # The handbook's figures for "Where the time goes" (plots/bench/): the four reference configs
 # and tiny-e64 over three interleaved rounds (bench.txt, profile.csv/.png); the tiny MoE with
 # the loop reference attention, to show what the GEMM attention buys; and the tiny MoE on the
-# cpu-ref backend, the plain loops end to end ("naive, then fast"; few steps: it is slow).
+# cpu-ref backend, the plain loops end to end ("naive, then fast"; few steps: it is slow); the
+# tiny MoE on OpenBLAS's SSE3 kernels (OPENBLAS_CORETYPE=Prescott), what a CPU the library does
+# not recognise gets unless moe picks its kernels.
 BENCH_OUT := plots/bench
 bench-handbook: need-openblas $(BUILD)/moe
 	@mkdir -p $(BENCH_OUT)
@@ -279,8 +281,9 @@ bench-handbook: need-openblas $(BUILD)/moe
 	  --reference-attention | tee $(BENCH_OUT)/bench_reference_attention.txt
 	$(BUILD)/moe bench --config tiny --device cpu-ref --steps 2 --warmup 1 --profile \
 	  --profile-out $(BENCH_OUT)/profile_cpu_ref.csv | tee $(BENCH_OUT)/bench_cpu_ref.txt
+	OPENBLAS_CORETYPE=Prescott $(BUILD)/moe bench --config tiny | tee $(BENCH_OUT)/bench_prescott.txt
 	gnuplot -e "data='$(BENCH_OUT)/profile.csv'; out='$(BENCH_OUT)/profile.png'" plots/bench_profile.gp
-	@echo "wrote $(BENCH_OUT)/: bench.txt profile.csv profile.png bench_reference_attention.txt bench_cpu_ref.txt"
+	@echo "wrote $(BENCH_OUT)/: bench.txt profile.csv profile.png bench_reference_attention.txt bench_cpu_ref.txt bench_prescott.txt"
 
 # moe.c beside a PyTorch 2.x eager MoE of the same shapes, interleaved in one run
 # (plots/bench/peer.sh; plots/bench/peer.{csv,md}). PyTorch is a developer tool: it goes into
