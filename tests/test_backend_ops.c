@@ -509,7 +509,8 @@ START_TEST(test_large_zero) {
             }
             ck_assert_msg(wrong == 0, "%s, %d threads: %zu bytes not cleared", be->name, threads,
                           wrong);
-            ck_assert_msg(h[lo - 1] == 1.0f + (float)((lo - 1) % 7) && h[lo + n] == 1.0f + (float)((lo + n) % 7),
+            const float before = 1.0f + (float)((lo - 1) % 7), after = 1.0f + (float)((lo + n) % 7);
+            ck_assert_msg(h[lo - 1] == before && h[lo + n] == after,
                           "%s, %d threads: the zeroing went past its bytes", be->name, threads);
             release(be, d);
             free(h);
@@ -537,7 +538,8 @@ START_TEST(test_experts_any_thread_count) {
         for (int threads = 1; threads <= 4; threads++) {
             backend_set_threads(threads);
             float *out = be_floats(be, nout);
-            float *ye = out, *act = ye + sc, *dxe = act + 3 * sf, *dW = dxe + sc, *dact = dW + 3 * wn;
+            float *ye = out, *act = ye + sc, *dxe = act + 3 * sf, *dW = dxe + sc;
+            float *dact = dW + 3 * wn;
             be->experts_forward(be, ye, act, act + sf, act + 2 * sf, xe, W, W + wn, W + 2 * wn, OFF,
                                 padded ? KEPT : NULL, E, C, F);
             be->experts_backward(be, dxe, dW, dW + wn, dW + 2 * wn, dact, dact + sf, dact + 2 * sf,

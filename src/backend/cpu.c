@@ -344,10 +344,9 @@ const char *backend_blas_core(void) {
  * CPU with AVX2 and FMA, the library fell back to one of them because it did not know the
  * model. */
 static const char *const PRE_AVX2_CORES[] = {
-    "unknown", "katmai",     "coppermine", "northwood", "prescott", "banias",
-    "atom",    "core2",      "penryn",     "dunnington", "nehalem", "athlon",
-    "opteron", "opteron_sse3", "barcelona", "nano",     "sandybridge", "bobcat",
-    "bulldozer", "piledriver", "steamroller"};
+    "unknown",   "katmai", "coppermine",  "northwood", "prescott",  "banias",     "atom",
+    "core2",     "penryn", "dunnington",  "nehalem",   "athlon",    "opteron",    "opteron_sse3",
+    "barcelona", "nano",   "sandybridge", "bobcat",    "bulldozer", "piledriver", "steamroller"};
 
 const char *backend_blas_better_core(void) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

@@ -72,20 +72,21 @@ typedef struct {
 
 static int by_rows_descending(const void *a, const void *b) {
     const ExpertLoad *x = a, *y = b;
-    return x->rows != y->rows ? (x->rows < y->rows) - (x->rows > y->rows) : (x->e > y->e) - (x->e < y->e);
+    if (x->rows != y->rows) return (x->rows < y->rows) - (x->rows > y->rows);
+    return (x->e > y->e) - (x->e < y->e);
 }
 
-/* order[0 .. E): the experts by slice rows, largest first; returns 1 when they should run
- * across the threads (see above), 0 when in turn */
+/* order[0 .. E): the experts by slice rows, largest first. Returns 1 when they are to run
+ * across the threads (see above), 0 when in turn: the loops below then run on one thread as an
+ * inactive OpenMP region, and sgemm uses every thread for each product. */
 static int expert_schedule(ExpertLoad *order, const int *offsets, int E) {
     for (int e = 0; e < E; e++) order[e] = (ExpertLoad){offsets[e + 1] - offsets[e], e};
+    qsort(order, (size_t)E, sizeof *order, by_rows_descending);
 #ifdef _OPENMP
-    if (E >= 2 * omp_get_max_threads() && omp_get_max_threads() > 1) {
-        qsort(order, (size_t)E, sizeof *order, by_rows_descending);
-        return 1;
-    }
-#endif
+    return omp_get_max_threads() > 1 && E >= 2 * omp_get_max_threads();
+#else
     return 0;
+#endif
 }
 
 /* Padded plans: the kept rows and the padding rows of a slice are two products. sgemm picks
@@ -105,14 +106,10 @@ void cpu_experts_forward(float *ye, float *g, float *u, float *h, const float *x
                          const float *Wu, const float *Wd, const int *offsets, const int *counts,
                          int E, int C, int F) {
     ExpertLoad order[E];
-    if (expert_schedule(order, offsets, E)) {
-#pragma omp parallel for schedule(dynamic, 1)
-        for (int i = 0; i < E; i++)
-            expert_forward(ye, g, u, h, xe, Wg, Wu, Wd, offsets, counts, order[i].e, C, F);
-    } else {
-        for (int e = 0; e < E; e++)
-            expert_forward(ye, g, u, h, xe, Wg, Wu, Wd, offsets, counts, e, C, F);
-    }
+    const int across = expert_schedule(order, offsets, E);
+#pragma omp parallel for schedule(dynamic, 1) if (across)
+    for (int i = 0; i < E; i++)
+        expert_forward(ye, g, u, h, xe, Wg, Wu, Wd, offsets, counts, order[i].e, C, F);
 }
 
 /* Expert e's backward over the Se rows starting at row r0 (the math: src/moe/experts.c). The
@@ -154,16 +151,11 @@ void cpu_experts_backward(float *dxe, float *dWg, float *dWu, float *dWd, float 
     /* each expert writes its own rows of dxe, dg, du, dh and its own weight gradients: no two
      * threads touch the same element */
     ExpertLoad order[E];
-    if (expert_schedule(order, offsets, E)) {
-#pragma omp parallel for schedule(dynamic, 1)
-        for (int i = 0; i < E; i++)
-            expert_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, offsets,
-                            counts, order[i].e, C, F);
-    } else {
-        for (int e = 0; e < E; e++)
-            expert_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, offsets,
-                            counts, e, C, F);
-    }
+    const int across = expert_schedule(order, offsets, E);
+#pragma omp parallel for schedule(dynamic, 1) if (across)
+    for (int i = 0; i < E; i++)
+        expert_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, offsets,
+                        counts, order[i].e, C, F);
 }
 
 /* ---- the yardstick ------------------------------------------------------------------------ */
