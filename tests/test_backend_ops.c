@@ -187,11 +187,12 @@ static void case_loss_adamw(const Backend *be, Outs *o) {
     be->add(be, v, v, m, n);   /* ...plus something, then squared to stay non-negative */
     be->mul(be, v, v, v, n);
     const AdamwStep st = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                          .weight_decay = 0.1f, .grad_scale = 0.5f, .step = 3};
+                          .weight_decay = 0.1f, .grad_scale = 0.5f, .step = 3, .clear_grad = 1};
     be->adamw_update(be, p, g, m, v, n, &st);
     out_f(o, be, "adamw p", p, n);
     out_f(o, be, "adamw m", m, n);
     out_f(o, be, "adamw v", v, n);
+    out_f(o, be, "adamw g (cleared)", g, n);
     void *all[] = {dtg, logits, losses, probs, dl, p, g, m, v};
     for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) release(be, all[j]);
 }

@@ -222,7 +222,14 @@ START_TEST(test_checkpoint_round_trip_and_shape_check) {
     model_zero_grad(&a);
     model_forward(&a, in, tg, 2, 6);
     model_backward(&a, 1.0f);
+    size_t before = 0, after = 0;
+    for (size_t i = 0; i < a.pt.total; i++) before += a.grads[i] != 0.0f;
     model_adamw_step(&a, 1e-3f, 1.0f);
+    /* the step leaves the gradients zero for the next one to accumulate into */
+    for (size_t i = 0; i < a.pt.total; i++) after += a.grads[i] != 0.0f;
+    ck_assert_msg(before > a.pt.total / 2 && after == 0,
+                  "%zu of %zu gradients non-zero before the AdamW step, %zu after (want 0)", before,
+                  a.pt.total, after);
     Rng rng, rng2;
     rng_seed(&rng, 99);
     char err[1024];

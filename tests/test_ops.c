@@ -348,6 +348,35 @@ START_TEST(test_adamw_grad_scale) {
 }
 END_TEST
 
+START_TEST(test_adamw_clear_grad) {
+    /* clear_grad = 1: the same p, m, v, bit for bit, and every g[i] zero after (n not a
+     * multiple of any vector width, so the loop's tail is covered too) */
+    enum { n = 1003 };
+    static float p1[n], p2[n], m1[n], m2[n], v1[n], v2[n], g0[n], g1[n], g2[n];
+    fill_uniform(p1, n, 1.0f, 31);
+    fill_uniform(g1, n, 0.1f, 32);
+    fill_uniform(m1, n, 0.01f, 33);
+    fill_uniform(v1, n, 0.01f, 34);
+    for (int i = 0; i < n; i++) {
+        v1[i] *= v1[i];
+        p2[i] = p1[i], g0[i] = g2[i] = g1[i], m2[i] = m1[i], v2[i] = v1[i];
+    }
+    AdamwStep keep = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                      .weight_decay = 0.1f, .grad_scale = 0.7f, .step = 4};
+    AdamwStep clear = keep;
+    clear.clear_grad = 1;
+    adamw_update(p1, g1, m1, v1, n, &keep);
+    adamw_update(p2, g2, m2, v2, n, &clear);
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(p1[i] == p2[i] && m1[i] == m2[i] && v1[i] == v2[i],
+                      "element %d: clear_grad changed the update", i);
+        ck_assert_msg(g2[i] == 0.0f && g1[i] == g0[i],
+                      "element %d: g %g with clear_grad (want 0), %g without (want %g)", i,
+                      (double)g2[i], (double)g1[i], (double)g0[i]);
+    }
+}
+END_TEST
+
 /* ---- nn_expf ---------------------------------------------------------------------------- */
 
 /* a float's place on the number line, as an integer: neighbours differ by 1 */
@@ -404,6 +433,7 @@ Suite *ops_suite(void) {
     tcase_add_test(tc, test_adamw_first_step);
     tcase_add_test(tc, test_adamw_no_decay_and_bias_correction);
     tcase_add_test(tc, test_adamw_grad_scale);
+    tcase_add_test(tc, test_adamw_clear_grad);
     tcase_add_test(tc, test_expf_accuracy_and_edges);
     suite_add_tcase(s, tc);
     return s;

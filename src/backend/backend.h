@@ -94,7 +94,7 @@ struct Backend {
                                  const float *logits, const int *targets, int N, int V);
     void (*crossentropy_backward)(const Backend *be, float *dlogits, const float *probs,
                                   const int *targets, float scale, int N, int V);
-    void (*adamw_update)(const Backend *be, float *p, const float *g, float *m, float *v, size_t n,
+    void (*adamw_update)(const Backend *be, float *p, float *g, float *m, float *v, size_t n,
                          const AdamwStep *s);
 
     /* ---- the MoE ops (moe/moe_ops.h, same arguments) ------------------------------------ */

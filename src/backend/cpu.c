@@ -143,8 +143,8 @@ static void ref_crossentropy_backward(const Backend *be, float *dlogits, const f
                                       const int *targets, float scale, int N, int V) {
     (void)be, crossentropy_backward(dlogits, probs, targets, scale, N, V);
 }
-static void ref_adamw_update(const Backend *be, float *p, const float *g, float *m, float *v,
-                             size_t n, const AdamwStep *s) {
+static void ref_adamw_update(const Backend *be, float *p, float *g, float *m, float *v, size_t n,
+                             const AdamwStep *s) {
     (void)be, adamw_update(p, g, m, v, n, s);
 }
 static void ref_router_scores_forward(const Backend *be, float *scores, float *lse,

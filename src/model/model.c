@@ -399,7 +399,7 @@ void model_adamw_step(Model *m, float lr, float grad_scale) {
     const Config *c = &m->cfg;
     m->step++;
     AdamwStep s = {.lr = lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
-                   .grad_scale = grad_scale, .step = m->step};
+                   .grad_scale = grad_scale, .step = m->step, .clear_grad = 1};
     for (int i = 0; i < m->pt.n; i++) {
         const ParamTensor *t = &m->pt.t[i];
         s.weight_decay = t->decay ? c->weight_decay : 0.0f;

@@ -138,7 +138,8 @@ float model_grad_norm(const Model *m);
 void model_sync_grads(Model *m);
 
 /* One AdamW step with learning rate lr on all parameters; increments m->step. The update reads
- * the gradients multiplied by grad_scale (for clipping) and leaves them as they are. */
+ * the gradients multiplied by grad_scale (for clipping) and leaves them zero, each cleared in
+ * the pass that reads it: the next step accumulates from zero without model_zero_grad. */
 void model_adamw_step(Model *m, float lr, float grad_scale);
 
 /* Learning rate of step s (0-based): linear warm-up, then cosine down to min_lr * lr. */

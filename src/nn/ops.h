@@ -76,13 +76,16 @@ void crossentropy_backward(float *dlogits, const float *probs, const int *target
 /* ---- AdamW on a flat slice of n parameters --------------------------------------------------
  * m, v: first and second moment; step t >= 1 (bias correction); weight_decay is decoupled
  * (p -= lr * wd * p) and the caller passes 0 for tensors that take no decay (norms); the
- * gradient is read as g * grad_scale (clipping) and left as it is. */
+ * gradient is read as g * grad_scale (clipping), then left as it is, or set to zero when
+ * clear_grad is 1 (the next step's gradients accumulate from zero without a pass of their own;
+ * p, m and v are the same bits either way). */
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
     float grad_scale; /* the clipping factor: 1, or clip / norm */
     int step;         /* t */
+    int clear_grad;   /* 1: g = 0 once read */
 } AdamwStep;
-void adamw_update(float *p, const float *g, float *m, float *v, size_t n, const AdamwStep *s);
+void adamw_update(float *p, float *g, float *m, float *v, size_t n, const AdamwStep *s);
 
 /* ---- the steps between the ops (vec.c) ------------------------------------------------------
  * y = a + b and y = a * b elementwise (y may be a or b); x *= s. */

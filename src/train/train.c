@@ -411,12 +411,14 @@ int train_run(Config *c, const TrainOptions *o) {
 
     const double t_start = now_seconds();
     float last_loss = NAN, last_val = NAN;
+    model_zero_grad(&m);
     for (int step = start_step; step < last; step++) {
         const double t0 = now_seconds();
         const DistStats step_start = d ? d->stats : (DistStats){0};
         for (int l = 0; l < c->n_layer; l++)
             if (m.blocks[l].moe && m.blocks[l].moe->ep) ep_stats_reset(m.blocks[l].moe->ep);
-        model_zero_grad(&m);
+        /* the gradients are zero here: model_zero_grad before the first step, and after each
+         * step model_adamw_step has cleared them in the pass that read them */
         raccum_reset(&ra);
         double loss = 0.0, aux = 0.0, z = 0.0;
         for (int micro = 0; micro < c->accum; micro++) {
