@@ -25,7 +25,7 @@ export OMP_NUM_THREADS=1
 for np in 1 2 4; do
     echo "test_a2a: mpirun -np $np"
     out="$tmp/out$np.txt"
-    timeout 60 mpirun -np "$np" "$bin" > "$out" 2> "$tmp/err$np.txt"
+    timeout -k 10 60 mpirun -np "$np" "$bin" > "$out" 2> "$tmp/err$np.txt"
     check "exits 0" $? "$(tail -n 5 "$tmp/err$np.txt")"
     for section in "1. the grid" "2. routing" "3. the count exchange" "4. the rows exchanged" \
                    "5. the combine" "6. the load"; do
@@ -85,7 +85,7 @@ for np in 1 2 4; do
 done
 
 echo "test_a2a: mpirun -np 3 (does not divide E = 8)"
-timeout 60 mpirun -np 3 "$bin" > "$tmp/out3.txt" 2> "$tmp/err3.txt"
+timeout -k 10 60 mpirun -np 3 "$bin" > "$tmp/out3.txt" 2> "$tmp/err3.txt"
 rc=$?
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q "3 processes do not divide the E = 8 experts" "$tmp/err3.txt"
 check "exits non-zero with a message" $? "exit $rc; $(head -n 3 "$tmp/err3.txt")"

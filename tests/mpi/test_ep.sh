@@ -50,7 +50,7 @@ run() {
     if [ "$np" = 1 ]; then
         "$moe" train --out "$tmp/$name" "${tiny[@]}" "$@" > "$tmp/$name.log" 2>&1
     else
-        timeout 120 mpirun -np "$np" "$moe" train --out "$tmp/$name" "${tiny[@]}" "$@" \
+        timeout -k 10 120 mpirun -np "$np" "$moe" train --out "$tmp/$name" "${tiny[@]}" "$@" \
             > "$tmp/$name.log" 2>&1
     fi
 }
@@ -126,7 +126,7 @@ same_curves "$tmp/one-aux" "$tmp/ck4"
 check "saved at dist.ep=4 (step 3), resumed in one process to step 6: the one-process curve" \
     $? "exit $rc: $(tail -n 2 "$tmp/ck4-resume.log")"
 run ck1 1 --until 3
-timeout 120 mpirun -np 2 "$moe" train --resume "$tmp/ck1" --set dist.ep=2 --quiet \
+timeout -k 10 120 mpirun -np 2 "$moe" train --resume "$tmp/ck1" --set dist.ep=2 --quiet \
     > "$tmp/ck1-resume.log" 2>&1
 rc=$?
 same_curves "$tmp/one-aux" "$tmp/ck1"
@@ -140,12 +140,12 @@ check "the dist.ep=4 checkpoint evaluates in one process to the one-process loss
 
 # ---- 4. bad input and failures ----------------------------------------------------------
 echo "test_ep: bad input and failures"
-err=$(timeout 60 mpirun -np 4 "$moe" train --out "$tmp/bad1" "${tiny[@]}" --set dist.ep=3 2>&1)
+err=$(timeout -k 10 60 mpirun -np 4 "$moe" train --out "$tmp/bad1" "${tiny[@]}" --set dist.ep=3 2>&1)
 rc=$?
 [ $rc -ne 0 ] && grep -q "dist.ep=3" <<< "$err" && [ ! -e "$tmp/bad1" ]
 check "dist.ep=3 over 4 processes: non-zero exit, a message naming dist.ep, nothing written" \
     $? "exit $rc: $(head -n 3 <<< "$err")"
-err=$(timeout 60 mpirun -np 3 "$moe" train --out "$tmp/bad2" "${tiny[@]}" 2>&1)
+err=$(timeout -k 10 60 mpirun -np 3 "$moe" train --out "$tmp/bad2" "${tiny[@]}" 2>&1)
 rc=$?
 [ $rc -ne 0 ] && grep -q "train.batch=4" <<< "$err" && [ ! -e "$tmp/bad2" ]
 check "train.batch=4 over 3 processes: non-zero exit, a message naming train.batch" \
@@ -154,7 +154,7 @@ check "train.batch=4 over 3 processes: non-zero exit, a message naming train.bat
 long=(--set train.steps=100000 --set train.warmup=2 --set train.eval_every=0)
 # a process killed mid-run: mpirun ends the job
 start=$(date +%s)
-timeout 90 mpirun -np 2 "$moe" train --out "$tmp/kill" "${tiny[@]}" "${long[@]}" --set dist.ep=2 \
+timeout -k 10 90 mpirun -np 2 "$moe" train --out "$tmp/kill" "${tiny[@]}" "${long[@]}" --set dist.ep=2 \
     --set train.ckpt_every=2 > "$tmp/kill.log" 2>&1 &
 job=$!
 for _ in $(seq 100); do [ -s "$tmp/kill/ckpt.bin" ] && break; sleep 0.2; done
@@ -167,7 +167,7 @@ took=$(($(date +%s) - start))
 check "a killed process ends the job: exit $rc after ${took} s" $? "$(tail -n 5 "$tmp/kill.log")"
 # and the run resumes from its last checkpoint
 at=$("$moe" info --ckpt "$tmp/kill/ckpt.bin" 2>/dev/null | awk '/^step / { print $2 }')
-timeout 90 mpirun -np 2 "$moe" train --resume "$tmp/kill" --until $((at + 2)) --quiet \
+timeout -k 10 90 mpirun -np 2 "$moe" train --resume "$tmp/kill" --until $((at + 2)) --quiet \
     > "$tmp/kill-resume.log" 2>&1
 rc=$?
 last=$(awk -F, 'END { print $1 }' "$tmp/kill/train.csv")
@@ -181,7 +181,7 @@ check "the killed run resumes from its checkpoint (step ${at:-?}) to step $((${a
 # peer that was itself waiting for it), and the stopped rank, continued by mpirun as it ends
 # the job, blames nobody for its own silence
 start=$(date +%s)
-timeout 90 mpirun -np 4 "$moe" train --out "$tmp/hang" "${tiny[@]}" "${long[@]}" --set dist.ep=4 \
+timeout -k 10 90 mpirun -np 4 "$moe" train --out "$tmp/hang" "${tiny[@]}" "${long[@]}" --set dist.ep=4 \
     --set dist.timeout=3 > "$tmp/hang.log" 2>&1 &
 job=$!
 for _ in $(seq 50); do [ -s "$tmp/hang/train.csv" ] && break; sleep 0.2; done
