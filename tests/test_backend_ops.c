@@ -488,38 +488,6 @@ START_TEST(test_memory_ops) {
 }
 END_TEST
 
-/* A zeroing of over 1 MiB is split over the threads (cpu.c): at any thread count it clears
- * exactly the bytes asked for, an odd count from an odd offset included. */
-START_TEST(test_large_zero) {
-    const int threads_before = backend_set_threads(0);
-    const size_t n = ((size_t)1 << 20) + 37, lo = 3;
-    for (int b = 0; b < N_BACKENDS; b++)
-        for (int threads = 1; threads <= 3; threads++) {
-            const Backend *be = BACKENDS[b];
-            backend_set_threads(threads);
-            float *h = (float *)malloc_check((n + 2 * lo) * sizeof(float));
-            for (size_t i = 0; i < n + 2 * lo; i++) h[i] = 1.0f + (float)(i % 7);
-            float *d = dev_copy(be, h, n + 2 * lo);
-            be->zero(be, (char *)(d + lo) + 1, n * sizeof(float) - 1);
-            be->to_host(be, h, d, (n + 2 * lo) * sizeof(float));
-            const unsigned char *bytes = (const unsigned char *)h;
-            size_t wrong = 0;
-            for (size_t i = 0; i < (n + 2 * lo) * sizeof(float); i++) {
-                const int inside = i > lo * sizeof(float) && i < (lo + n) * sizeof(float);
-                if (inside && bytes[i] != 0) wrong++;
-            }
-            ck_assert_msg(wrong == 0, "%s, %d threads: %zu bytes not cleared", be->name, threads,
-                          wrong);
-            const float before = 1.0f + (float)((lo - 1) % 7), after = 1.0f + (float)((lo + n) % 7);
-            ck_assert_msg(h[lo - 1] == before && h[lo + n] == after,
-                          "%s, %d threads: the zeroing went past its bytes", be->name, threads);
-            release(be, d);
-            free(h);
-        }
-    backend_set_threads(threads_before);
-}
-END_TEST
-
 /* The cpu experts run whole on one thread each when there are at least two per thread, one
  * after another (each product on every thread) otherwise. An expert's products are the same
  * whichever thread runs them, so forward and backward give the same bits at 1, 2, 3 and 4
@@ -568,7 +536,6 @@ Suite *backend_ops_suite(void) {
     tcase_add_test(tc, test_every_entry_has_a_case);
     tcase_add_loop_test(tc, test_case_against_reference, 0, N_CASES);
     tcase_add_test(tc, test_memory_ops);
-    tcase_add_test(tc, test_large_zero);
     tcase_add_test(tc, test_experts_any_thread_count);
     suite_add_tcase(s, tc);
     return s;

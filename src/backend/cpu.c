@@ -36,25 +36,8 @@ static void *host_alloc(const Backend *be, size_t bytes) {
 static void host_free(const Backend *be, void *p) {
     (void)be, free(p);
 }
-/* A large zeroing (the gradients before a step: 400 MB for tiny-e64) is bound by memory
- * bandwidth, which one core does not reach: each thread clears its own part. */
 static void host_zero(const Backend *be, void *p, size_t bytes) {
-    (void)be;
-    enum { SMALL = 1 << 20 };
-#ifdef _OPENMP
-    if (bytes >= SMALL) {
-#pragma omp parallel
-        {
-            const size_t parts = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
-            const size_t step = (bytes / parts + 63) & ~(size_t)63; /* whole cache lines */
-            const size_t lo = t * step < bytes ? t * step : bytes;
-            const size_t hi = lo + step < bytes ? lo + step : bytes;
-            memset((char *)p + lo, 0, hi - lo);
-        }
-        return;
-    }
-#endif
-    memset(p, 0, bytes);
+    (void)be, memset(p, 0, bytes);
 }
 static void host_copy(const Backend *be, void *dst, const void *src, size_t bytes) {
     (void)be;
