@@ -15,6 +15,7 @@
 #include "nn/exp.h"
 
 
+NN_WIDE_LANES
 void swiglu_forward(float *h, const float *g, const float *u, int N, int F) {
     /* h (N, F), g (N, F), u (N, F) */
 #pragma omp parallel for
@@ -28,6 +29,7 @@ void swiglu_forward(float *h, const float *g, const float *u, int N, int F) {
     }
 }
 
+NN_WIDE_LANES
 void swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u, int N,
                      int F) {
     /* dg (N, F), du (N, F), dh (N, F), g (N, F), u (N, F)
