@@ -87,6 +87,8 @@ if grep -qw avx2 /proc/cpuinfo 2> /dev/null && grep -qw fma /proc/cpuinfo; then
         grep -q '^machine: .*; OpenBLAS Haswell; sgemm'
     check "OPENBLAS_CORETYPE=Haswell in the environment is kept" $?
 fi
+grep -q "\"blas_core\": \"$core\"" "$tmp/b.json"
+check "the JSON names the same OpenBLAS kernels as the text ($core)" $? "$(grep -o '"blas_core": "[^"]*"' "$tmp/b.json")"
 awk '$1 == "test" && $2 == "2x32" && $8 + 0 > 0 { a = 1 }
      $1 == "test-dense" && $8 == "-" { b = 1 } END { exit !(a && b) }' "$tmp/b.txt"
 check "rows for test (with an MoE/dense ratio) and test-dense" $? "$(cat "$tmp/b.txt")"

@@ -67,8 +67,9 @@ payload_crc() { tail -c +257 "$1" | gzip -c | tail -c 8 | od -An -tx4 -N4 | tr -
 crc_train=$(payload_crc "$data/train.bin")
 crc_val=$(payload_crc "$data/val.bin")
 grep -Eq '^commit = [^ ]+' "$prov" && grep -q "crc32=$crc_train" "$prov" &&
-    grep -q "crc32=$crc_val" "$prov" && grep -q '^threads = 1$' "$prov"
-check "provenance.txt: commit, crc32=$crc_train and crc32=$crc_val of the shards, threads = 1" \
+    grep -q "crc32=$crc_val" "$prov" && grep -q '^threads = 1$' "$prov" &&
+    grep -Eq '^blas = OpenBLAS, [A-Za-z0-9_]+ kernels' "$prov"
+check "provenance.txt: commit, crc32=$crc_train and crc32=$crc_val of the shards, threads = 1, OpenBLAS's kernels" \
     $? "$(tr '\n' '|' < "$prov")"
 
 # train.csv: 40 rows, steps 1..40, val_loss exactly at the eval steps 10 20 30 40

@@ -73,7 +73,8 @@ void bench_print_json(FILE *out, const BenchOptions *o, const char *cpu, long co
             "\"gflops_low\": %.6g, \"gflops_high\": %.6g},\n"
             "  \"steps\": %d,\n  \"warmup\": %d,\n  \"rounds\": %d,\n  \"device\": \"%s\",\n"
             "  \"attention\": \"%s\",\n  \"configs\": [",
-            cores, sg->threads, backend_blas_core(), BENCH_SGEMM_N, BENCH_SGEMM_REPS, sg->gflops_best, sg->gflops_median,
+            cores, sg->threads, backend_blas_core(), BENCH_SGEMM_N, BENCH_SGEMM_REPS,
+            sg->gflops_best, sg->gflops_median,
             sg->gflops_low, sg->gflops_high, o->steps, o->warmup, o->rounds > 1 ? o->rounds : 1,
             o->device ? o->device : "cpu",
             loop_attention(o) ? "reference" : "gemm");
