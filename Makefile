@@ -4,6 +4,7 @@
 #   make test          install what is missing, build and run every test suite
 #   make test SANITIZE=1   the same under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make mpi           build build-mpi/moe with mpicc: expert parallelism across processes
+#   make cuda          build build-cuda/moe with the CUDA backend (train.device=cuda; nvcc, cuBLAS)
 #   make test-mpi      build with MPI and run the multi-process tests under mpirun
 #   make deps          install the Debian packages the project needs (apt-get / sudo)
 #   make data          build the multi-domain corpus shards in data/corpus/
@@ -38,6 +39,17 @@ ifeq ($(MPI),1)
 BUILD := $(BUILD)-mpi
 CC := mpicc
 endif
+# CUDA=1 (make cuda): the same sources plus the CUDA backend (src/backend/cuda*.cu, nvcc) in
+# build-cuda/, one binary holding every backend: train.device=cuda runs on the GPU, cpu stays
+# the default. CUDA_ARCH lists the GPU generations to build for (90 Hopper, 80 Ampere, ...):
+# each gets its SASS and PTX, so a later GPU runs the PTX.
+CUDA ?= 0
+CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda) $(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null)))
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+CUDA_ARCH ?= 90
+ifeq ($(CUDA),1)
+BUILD := $(BUILD:build%=build-cuda%)
+endif
 
 # ---- dependency probes ------------------------------------------------------------------
 # Each probe is a cheap shell test; the result turns into a -D flag and one ✓/✗ line.
@@ -62,7 +74,7 @@ CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 HAVE_CHECK := $(if $(CHECK_LIBS),1,0)
 HAVE_GNUPLOT := $(shell command -v gnuplot >/dev/null 2>&1 && echo 1 || echo 0)
-HAVE_CUDA := $(shell command -v nvcc >/dev/null 2>&1 && echo 1 || echo 0)
+HAVE_CUDA := $(shell [ -x "$(NVCC)" ] && echo 1 || echo 0)
 HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && echo 1 || echo 0)
 
 mark = $(if $(filter 1,$(1)),✓,✗)
@@ -74,13 +86,14 @@ $(info $(space) $(call mark,$(HAVE_OPENBLAS)) OpenBLAS   (required: matrix produ
 $(info $(space) $(call mark,$(HAVE_OPENMP)) OpenMP     (threads for the elementwise ops))
 $(info $(space) $(call mark,$(HAVE_CHECK)) Check      (unit tests))
 $(info $(space) $(call mark,$(HAVE_GNUPLOT)) gnuplot    (plots))
-$(info $(space) $(call mark,$(HAVE_CUDA)) CUDA       (GPU build))
+$(info $(space) $(call mark,$(HAVE_CUDA)) CUDA       (GPU build: make cuda))
 $(info $(space) $(call mark,$(HAVE_MPI)) MPI        (expert parallelism across processes))
 endif
 endif
 
 OMPFLAGS := $(if $(filter 1,$(HAVE_OPENMP)),-fopenmp,)
-CPPFLAGS := -Isrc $(OPENBLAS_CFLAGS) -DMOE_HAVE_OPENMP=$(HAVE_OPENMP) -DMOE_HAVE_MPI=$(MPI)
+CPPFLAGS := -Isrc $(OPENBLAS_CFLAGS) -DMOE_HAVE_OPENMP=$(HAVE_OPENMP) -DMOE_HAVE_MPI=$(MPI) \
+            -DMOE_HAVE_CUDA=$(CUDA)
 # The commit a binary was built from (with -dirty for uncommitted changes), for provenance.txt.
 # Changes under plots/ and to the Markdown files do not count: they are what the ablation
 # scripts and `make book` write, not what the binary is built from, so rerunning an ablation
@@ -96,8 +109,21 @@ CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) -fno-math-errno -fno-trapping-math -Wall
 LDLIBS := $(OPENBLAS_LIBS) -lm
 LDFLAGS := $(OMPFLAGS) $(SANFLAGS)
 
+# nvcc for the .cu files: C++17, every warning an error, and ptxas reports any register spill
+# or local-memory use (tests/test_cuda_build.sh fails on one). No fast-math: the kernels round
+# as the tests expect.
+NVCC_GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=[sm_$(a),compute_$(a)])
+NVCCFLAGS := -std=c++17 -O2 -lineinfo $(NVCC_GENCODE) -Xptxas -v,-warn-spills,-warn-lmem-usage \
+             -Werror all-warnings -Xcompiler -Wall,-Wextra,-Wno-unused-parameter $(EXTRA_NVCCFLAGS)
+ifeq ($(CUDA),1)
+CUDA_LIBDIR := $(CUDA_HOME)/lib64
+LDLIBS += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas -lcudart -lstdc++
+endif
+
 # ---- sources ----------------------------------------------------------------------------
 LIB_SRC := $(filter-out src/cli/%,$(wildcard src/*/*.c))
+CU_SRC := $(if $(filter 1,$(CUDA)),$(wildcard src/*/*.cu),)
+CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 CLI_SRC := $(wildcard src/cli/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
@@ -123,7 +149,20 @@ $(BUILD)/obj/%.o: %.c $(HEADERS) tests/testutil.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/libmoe.a: $(LIB_OBJ)
+# nvcc's flags (the architectures among them) as a file that changes only when they do, so
+# that a new CUDA_ARCH rebuilds the .cu objects
+$(BUILD)/nvcc.flags: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(NVCC) $(NVCCFLAGS)' > $@.new
+	@cmp -s $@.new $@ && rm $@.new || mv $@.new $@
+
+# ptxas's report (registers, spills, stack) of each .cu goes beside its object, .ptxas
+$(BUILD)/obj/%.cu.o: %.cu $(HEADERS) $(wildcard src/*/*.cuh) $(BUILD)/nvcc.flags
+	@mkdir -p $(dir $@)
+	@[ -x "$(NVCC)" ] || { echo "error: no nvcc at $(NVCC): install the CUDA toolkit or set CUDA_HOME"; exit 2; }
+	$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -c $< -o $@ 2> $(@:.o=.ptxas) || { cat $(@:.o=.ptxas); exit 1; }
+
+$(BUILD)/libmoe.a: $(LIB_OBJ) $(CU_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
@@ -376,7 +415,33 @@ fuzz-seeds: $(BUILD)/libmoe.a $(BUILD)/version.c
 	$(BUILD)/fuzz/make_seeds tests/fuzz/seeds
 
 clean:
-	rm -rf build build-san build-mpi build-san-mpi build-fuzz
+	rm -rf build build-san build-mpi build-san-mpi build-fuzz build-cuda build-cuda-mpi
+
+# ---- CUDA: the GPU backend -------------------------------------------------------------------
+# make cuda builds build-cuda/moe (and its chapter programs); make test-cuda runs the unit
+# suites on that build's binaries, where the cuda backend is in the table but no GPU need be
+# there (tests/test_cuda_build.sh checks what a machine without one can).
+.PHONY: cuda test-cuda test-units
+cuda: need-openblas
+	@[ -x "$(NVCC)" ] || { echo "error: no nvcc (looked for $(NVCC)): install the CUDA toolkit, or set CUDA_HOME=/path/to/cuda"; exit 2; }
+	@$(MAKE) --no-print-directory CUDA=1 all
+
+# the unit suites (Check) linked against the CUDA build's library: every CPU test passes with
+# the cuda backend in the binary, and tests/test_backend_ops.c adds the GPU to the backends
+# under test when one is there
+test-cuda: cuda
+	@$(MAKE) --no-print-directory CUDA=1 test-units
+
+test-units: need-openblas $(TEST_BIN)
+	@passed=0; failed=0; failed_names=""; \
+	for t in $(TEST_BIN); do \
+	  echo "== $$t"; \
+	  if OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive CK_DEFAULT_TIMEOUT=600 CK_TIMEOUT_MULTIPLIER=5 $$t; then passed=$$((passed+1)); \
+	  else failed=$$((failed+1)); failed_names="$$failed_names $$t"; fi; \
+	done; \
+	[ -z "$$failed_names" ] || echo "failed suites:$$failed_names"; \
+	echo "$$passed passed, $$failed failed"; \
+	[ $$failed = 0 ]
 
 # The commit a build records (GIT_COMMIT; tests/test_build.sh checks when it says -dirty).
 .PHONY: commit
@@ -390,4 +455,4 @@ features:
 	 echo HAVE_CUDA=$(HAVE_CUDA); echo HAVE_MPI=$(HAVE_MPI); echo OPENBLAS_LIBS=$(OPENBLAS_LIBS)
 
 help:
-	@sed -n '1,15p' Makefile
+	@sed -n '1,/^$$/p' Makefile

@@ -6,14 +6,36 @@
 #define MOE_TEST_BACKEND_UTIL_H
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/backend.h"
 #include "base/util.h"
 #include "testutil.h"
 
-/* Every backend of this build; a later one (a GPU's) joins here. */
-static const Backend *const BACKENDS[] = {&backend_cpu_ref, &backend_cpu};
-#define N_BACKENDS ((int)(sizeof BACKENDS / sizeof BACKENDS[0]))
+/* Every backend of this build that can run here: the two CPU ones and, in a CUDA build (make
+ * cuda), the GPU's when a GPU is there. MOE_TEST_CUDA=1 (tests/gpu/run_device.sh) makes a GPU
+ * that cannot be opened a failure instead of a skip. Filled on first use, inside a test: Check
+ * runs each test in a child process, and a CUDA context does not survive a fork. */
+static const Backend *backends_[3];
+static int n_backends_ = -1;
+static inline const Backend *const *backends_list(void) {
+    if (n_backends_ >= 0) return backends_;
+    n_backends_ = 0;
+    backends_[n_backends_++] = &backend_cpu_ref;
+    backends_[n_backends_++] = &backend_cpu;
+#if MOE_HAVE_CUDA
+    char err[512];
+    const Backend *gpu = backend_get("cuda", MOE_PRECISION_FP32, err, sizeof err);
+    const char *want = getenv("MOE_TEST_CUDA");
+    if (gpu)
+        backends_[n_backends_++] = gpu;
+    else if (want && strcmp(want, "1") == 0)
+        moe_fatal("MOE_TEST_CUDA=1, and the cuda backend does not open: %s", err);
+#endif
+    return backends_;
+}
+#define BACKENDS (backends_list())
+#define N_BACKENDS ((void)backends_list(), n_backends_)
 
 /* Device buffers: a copy of host data, or uniform noise in [-scale, scale]; and release. */
 static inline float *dev_copy(const Backend *be, const float *host, size_t n) {

@@ -23,17 +23,8 @@ tiny=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set mo
       --set "data.train=$data/train.bin" --set "data.val=$data/val.bin" --quiet)
 "$moe" synth --out "$data" --tokens 30000 --seed 5 > /dev/null 2>&1
 
-# close A B: the columns 2.. of two train.csv files agree within a relative 2e-3 (tok_per_s,
-# the speed, left out), row by row, and they have the same rows
-close() {
-    awk -F, 'NR == FNR { for (i = 2; i <= NF; i++) a[FNR, i] = $i; n = FNR; next }
-             FNR == 1 { for (i = 1; i <= NF; i++) if ($i == "tok_per_s") skip = i; next }
-             { rows++; for (i = 2; i <= NF; i++) { if (i == skip) continue
-                 x = a[FNR, i]; y = $i; if (x == "" && y == "") continue
-                 d = x - y; if (d < 0) d = -d; s = (x < 0 ? -x : x); if (s < 1) s = 1
-                 if (d > 2e-3 * s) { printf "row %d column %d: %s against %s\n", FNR, i, x, y; bad = 1 } } }
-             END { if (rows + 1 != n) { print "rows differ: " n - 1 " against " rows; bad = 1 }; exit bad }' "$1" "$2"
-}
+# shellcheck source=tests/lib/csv_close.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/csv_close.sh"
 
 # ---- 1. the same run on both CPU backends ---------------------------------------------------
 echo "test_backends: cpu and cpu-ref"
@@ -44,7 +35,7 @@ for dev in cpu cpu-ref; do
 done
 grep -q '^train.device = cpu-ref$' "$tmp/cpu-ref/config.txt"
 check "config.txt records train.device = cpu-ref" $? "$(grep device "$tmp/cpu-ref/config.txt")"
-out=$(close "$tmp/cpu/train.csv" "$tmp/cpu-ref/train.csv")
+out=$(csv_close "$tmp/cpu/train.csv" "$tmp/cpu-ref/train.csv")
 check "every step's losses, aux, z and grad norm agree within 2e-3" $? "$out"
 ! cmp -s <(cut -d, -f2 "$tmp/cpu/train.csv") <(cut -d, -f2 "$tmp/cpu-ref/train.csv")
 check "and the two are not the same run twice (their roundings differ)" $? "identical losses"
@@ -57,7 +48,7 @@ echo "test_backends: a run moves from cpu to cpu-ref"
 check "15 steps on cpu, then --resume --set train.device=cpu-ref to 30" $? "$(tail -n 3 "$tmp/moved.log")"
 grep -q '^train.device = cpu-ref$' "$tmp/moved/config.txt"
 check "the resumed run records its new device" $? "$(grep device "$tmp/moved/config.txt")"
-out=$(close "$tmp/cpu/train.csv" "$tmp/moved/train.csv")
+out=$(csv_close "$tmp/cpu/train.csv" "$tmp/moved/train.csv")
 check "its losses agree with the run that stayed on cpu within 2e-3" $? "$out"
 
 # ---- 3. a backend this build does not have ------------------------------------------------------

@@ -82,6 +82,7 @@ static const Field FIELDS[] = {
     F("train.log_every", log_every, "1"),
     F("train.threads", threads, "2"),
     F("train.device", device, "cpu-ref"),
+    F("train.precision", precision, "bf16"),
     S("data.train", train, "some dir/train shard.bin"),
     S("data.val", val, "/tmp/v.bin"),
     F("dist.ep", ep, "2"),

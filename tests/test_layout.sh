@@ -35,7 +35,7 @@ layers() {
             echo "$file includes $inc: $from/ may not depend on $to/, which the map lists after it"
             status=1
         fi
-    done < <(grep -rn '^#include "' "$src" --include='*.c' --include='*.h' --include='*.cu')
+    done < <(grep -rn '^#include "' "$src" --include='*.c' --include='*.h' --include='*.cu' --include='*.cuh')
     return $status
 }
 

@@ -12,9 +12,12 @@
  *            experts as GEMMs over their slices) and, where an op has a single CPU version,
  *            the reference one.
  *
- * A later backend (a GPU) fills the same table; tests/test_backend_ops.c runs every op of every
- * backend against cpu-ref with one tolerance rule, forward and backward, and
- * tests/test_backend_grad.c checks the gradients of each faster version.
+ *   cuda     one NVIDIA GPU (a build of `make cuda`: cuda*.cu): cuBLAS for the products,
+ *            CUDA kernels for the rest; its memory is the GPU's (host_memory 0).
+ *
+ * tests/test_backend_ops.c runs every op of every backend against cpu-ref with one tolerance
+ * rule, forward and backward, and tests/test_backend_grad.c checks the gradients of each
+ * faster version.
  *
  * Every operation takes the backend first (a device backend keeps its stream and library
  * handles in ctx), then follows the conventions of nn/ops.h: outputs first, then inputs, then
@@ -27,6 +30,7 @@
 
 #include <stddef.h>
 
+#include "config/config.h"
 #include "moe/moe_ops.h"
 #include "nn/ops.h"
 
@@ -155,11 +159,22 @@ struct Backend {
 /* The CPU backends (backend/cpu.c). */
 extern const Backend backend_cpu, backend_cpu_ref;
 
-/* The backend train.device names ("cpu", "cpu-ref"), or NULL with a message listing the
- * backends this build has. */
-const Backend *backend_get(const char *name, char *err, int errlen);
-/* The backend of a config's train.device (MOE_DEVICE_*). */
-const Backend *backend_of_device(int device);
+/* The backend train.device names ("cpu", "cpu-ref", "cuda"), its products at precision
+ * (MOE_PRECISION_*: a GPU's; the CPU backends compute fp32 whatever it says), or NULL with a
+ * message: an unknown name (listing the backends), cuda in a build without it (naming make
+ * cuda), or no GPU to open (the driver's words). */
+const Backend *backend_get(const char *name, int precision, char *err, int errlen);
+/* The backend of a config: its train.device at its train.precision (backend_get). */
+const Backend *backend_of_config(const Config *c, char *err, int errlen);
+
+/* The CUDA backend (backend/cuda.cu), in a build of `make cuda` (MOE_HAVE_CUDA): the GPU is
+ * opened on the first call (device 0, one stream, one cuBLAS handle), NULL and the driver's
+ * message when it cannot be; later calls set the precision and return the same table.
+ * backend_cuda_describe: the GPU's name, SMs and precision once opened, else NULL. */
+#if MOE_HAVE_CUDA
+const Backend *backend_cuda_open(int precision, char *err, int errlen);
+const char *backend_cuda_describe(void);
+#endif
 
 /* Bytes every backend has handed out through alloc since the start (never decremented):
  * tests compare it with the memory formula (model/memory.c). */

@@ -297,15 +297,32 @@ const Backend backend_cpu = {
 static const Backend *const BACKENDS[] = {&backend_cpu, &backend_cpu_ref};
 #define N_BACKENDS ((int)(sizeof BACKENDS / sizeof BACKENDS[0]))
 
-const Backend *backend_get(const char *name, char *err, int errlen) {
+const Backend *backend_get(const char *name, int precision, char *err, int errlen) {
     for (int i = 0; i < N_BACKENDS; i++)
         if (strcmp(BACKENDS[i]->name, name) == 0) return BACKENDS[i];
-    set_error(err, errlen, "no backend '%s': this build has cpu (the default) and cpu-ref", name);
+    if (strcmp(name, "cuda") == 0) {
+#if MOE_HAVE_CUDA
+        return backend_cuda_open(precision, err, errlen);
+#else
+        set_error(
+            err, errlen,
+            "train.device=cuda: this binary was built without CUDA. Build the GPU one with "
+            "`make cuda` (it needs the CUDA toolkit: nvcc and cuBLAS) and run build-cuda/moe");
+        return NULL;
+#endif
+    }
+    set_error(err, errlen, "no backend '%s': the backends are cpu (the default), cpu-ref and cuda",
+              name);
     return NULL;
 }
 
-const Backend *backend_of_device(int device) {
-    return device == MOE_DEVICE_CPU_REF ? &backend_cpu_ref : &backend_cpu;
+const Backend *backend_of_config(const Config *c, char *err, int errlen) {
+    static const char *const NAMES[] = {"cpu", "cpu-ref", "cuda"};
+    if (c->device < 0 || c->device > MOE_DEVICE_CUDA) {
+        set_error(err, errlen, "train.device: no such backend (%d)", c->device);
+        return NULL;
+    }
+    return backend_get(NAMES[c->device], c->precision, err, errlen);
 }
 
 int backend_set_threads(int threads) {

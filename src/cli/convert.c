@@ -52,6 +52,14 @@ static void save_or_exit(const char *cmd, const Model *m, const char *path) {
 /* The tensors under their parameter-table names (and the aux-free biases), every setting in the
  * metadata "config" (so `moe import` rebuilds the same model), the main shape settings as
  * separate keys for readers that do not parse it, and a checksum (model_export). */
+/* Conversions work on the weights in host memory: the CPU backend, whatever device a
+ * checkpoint was trained on (the device is not a setting of the model). The files they write
+ * keep the setting as cpu: a run started from one picks its device with --set train.device. */
+static void on_host(Config *c) {
+    c->device = MOE_DEVICE_CPU;
+    c->precision = MOE_PRECISION_FP32;
+}
+
 int cmd_export(int argc, char **argv) {
     Opts o;
     parse_opts(&o, "export", argc, argv);
@@ -60,6 +68,7 @@ int cmd_export(int argc, char **argv) {
     refuse_input_as_output("export", o.out, o.ckpt);
     Config c;
     load_ckpt_config(&c, o.ckpt);
+    on_host(&c);
     Model m;
     load_model(&m, &c, o.ckpt, 1, 1);
     char err[1024];
@@ -112,6 +121,7 @@ int cmd_import(int argc, char **argv) {
     if (import_config(&c, &st, given, err, sizeof err) != 0) moe_input_error("import: %s", err);
     free(given);
     build_config(&c, &o, "import");
+    on_host(&c);
     Model m;
     require_memory(&c, 1, 1);
     model_init(&m, &c, 1, 1);
@@ -139,6 +149,7 @@ int cmd_upcycle(int argc, char **argv) {
     refuse_input_as_output("upcycle", o.out, o.from);
     Config dense, moe;
     load_ckpt_config(&dense, o.from);
+    on_host(&dense);
     moe = dense;
     if (o.split > 1 && dense.d_ff % o.split == 0) moe.d_expert = dense.d_ff / (int)o.split;
     build_config(&moe, &o, "upcycle");
@@ -153,6 +164,7 @@ int cmd_upcycle(int argc, char **argv) {
     char err[1024];
     if (upcycle_check(&dense, &moe, &uo, err, sizeof err) != 0) moe_input_error("upcycle: %s", err);
 
+    on_host(&moe);
     Model src, dst;
     load_model(&src, &dense, o.from, 1, 1);
     require_memory(&moe, 1, 1);

@@ -241,6 +241,9 @@ void build_config(Config *c, const Opts *o, const char *cmd) {
     for (int i = 0; i < o->n_sets; i++)
         if (config_set(c, o->sets[i], err, sizeof err) != 0) moe_input_error("--set: %s", err);
     if (config_validate(c, err, sizeof err) != 0) moe_input_error("%s", err);
+    /* the backend now, before anything is written: a GPU that is not there, or a binary
+     * without CUDA, is a clear message and exit 2 */
+    if (!backend_of_config(c, err, sizeof err)) moe_input_error("%s", err);
     (void)cmd;
 }
 
@@ -511,7 +514,7 @@ static int cmd_bench(int argc, char **argv) {
     bo.profile_out =
         o.profile_out ? o.profile_out : (bo.profile ? "build/bench_profile.csv" : NULL);
     char err[1024];
-    if (o.device && !backend_get(o.device, err, sizeof err))
+    if (o.device && !backend_get(o.device, MOE_PRECISION_FP32, err, sizeof err))
         usage_error("bench", "--device: %s", err);
     for (int i = 0; i < o.n_configs; i++) {
         Config c;

@@ -17,7 +17,11 @@
 
 /* train.device: which backend runs the ops (src/backend/backend.h). Not a setting of the
  * model: a checkpoint trained on one continues on another. */
-enum { MOE_DEVICE_CPU = 0, MOE_DEVICE_CPU_REF = 1 };
+enum { MOE_DEVICE_CPU = 0, MOE_DEVICE_CPU_REF = 1, MOE_DEVICE_CUDA = 2 };
+/* train.precision: the arithmetic of the large products on a GPU (tensor cores); weights,
+ * gradients and AdamW moments stay fp32 in every mode, and the CPU backends compute in fp32
+ * whatever it says. Not a setting of the model either. */
+enum { MOE_PRECISION_FP32 = 0, MOE_PRECISION_TF32 = 1, MOE_PRECISION_BF16 = 2 };
 
 typedef struct {
     /* model.* */
@@ -76,6 +80,7 @@ typedef struct {
     int log_every;    /* steps between progress lines */
     int threads;      /* 0 = OpenMP's default */
     int device;       /* MOE_DEVICE_*: the backend a step runs on (src/backend/backend.h) */
+    int precision;    /* MOE_PRECISION_*: the large products' arithmetic on a GPU */
 
     /* data.* */
     char train[MOE_PATH_MAX]; /* training shard */

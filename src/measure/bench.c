@@ -169,7 +169,7 @@ static void step_child(void *result, const void *arg) {
     r->threads = backend_set_threads(a->o->threads);
     /* --device, and --reference-attention: that backend with the loop reference attention of
      * cpu-ref */
-    Backend be = *backend_get(a->o->device ? a->o->device : "cpu", NULL, 0);
+    Backend be = *backend_get(a->o->device ? a->o->device : "cpu", MOE_PRECISION_FP32, NULL, 0);
     if (a->o->reference_attention) {
         be.attention_forward = backend_cpu_ref.attention_forward;
         be.attention_backward = backend_cpu_ref.attention_backward;

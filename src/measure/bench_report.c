@@ -53,7 +53,7 @@ static void json_string(FILE *out, const char *s) {
 
 /* 1 when the steps ran the loop attention of cpu-ref: asked for, or the backend's own */
 static int loop_attention(const BenchOptions *o) {
-    const Backend *be = backend_get(o->device ? o->device : "cpu", NULL, 0);
+    const Backend *be = backend_get(o->device ? o->device : "cpu", MOE_PRECISION_FP32, NULL, 0);
     return o->reference_attention || be->attention_forward == backend_cpu_ref.attention_forward;
 }
 

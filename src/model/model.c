@@ -51,7 +51,15 @@ void model_init(Model *m, const Config *c, int B, int T) {
 }
 
 void model_init_dist(Model *m, const Config *c, int B, int T, Dist *d) {
-    model_init_backend(m, c, B, T, d, backend_of_device(c->device));
+    char err[512];
+    const Backend *be = backend_of_config(c, err, sizeof err);
+    if (!be) moe_input_error("%s", err);
+    if (!be->host_memory && d && d->world > 1)
+        moe_input_error("train.device=%s runs in one process for now: the gradient sums and the "
+                        "expert exchange between GPUs are not built yet. Run it without mpirun, "
+                        "or use train.device=cpu across processes",
+                        be->name);
+    model_init_backend(m, c, B, T, d, be);
 }
 
 void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const Backend *be) {
@@ -341,12 +349,28 @@ void model_backward(Model *m, float loss_scale) {
     prof_backward = 0;
 }
 
+float *model_host_copy(const Model *m, const float *dev, size_t n) {
+    if (m->be->host_memory) return NULL;
+    float *h = floats_alloc(n);
+    m->be->to_host(m->be, h, dev, n * sizeof(float));
+    return h;
+}
+
 void model_update_router_bias(Model *m, const double *count) {
     if (m->spec.balance != MOE_BALANCE_AUX_FREE) return;
     const int E = m->cfg.num_experts;
+    const Backend *be = m->be;
+    const size_t n = (size_t)m->n_moe * E;
+    /* E floats per block, updated on the host (a GPU's come down and go back up) */
+    float *bias = be->host_memory ? m->router_bias : floats_alloc(n);
+    if (bias != m->router_bias) be->to_host(be, bias, m->router_bias, n * sizeof(float));
     for (int b = 0; b < m->n_moe; b++)
-        router_bias_update(m->router_bias + (size_t)b * E, count + (size_t)b * E, E,
-                           m->cfg.bias_update, m->cfg.bias_rate);
+        router_bias_update(bias + (size_t)b * E, count + (size_t)b * E, E, m->cfg.bias_update,
+                           m->cfg.bias_rate);
+    if (bias != m->router_bias) {
+        be->to_device(be, m->router_bias, bias, n * sizeof(float));
+        free(bias);
+    }
 }
 
 void model_zero_grad(Model *m) {

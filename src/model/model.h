@@ -121,6 +121,11 @@ void model_backward(Model *m, float loss_scale);
 
 void model_zero_grad(Model *m);
 
+/* A host copy of n floats of the model's backend memory at dev (malloc'd: the caller frees
+ * it), or NULL when the host may read dev in place (the CPU backends). For the readers of
+ * weights outside the step: checkpoints, router.csv. */
+float *model_host_copy(const Model *m, const float *dev, size_t n);
+
 /* Aux-free balancing, after an optimizer step: count (n_moe, E) the step's number of
  * assignments per expert of each MoE block (in layer order, summed over micro-batches and
  * processes) moves each block's bias per moe.bias_update and moe.bias_rate

@@ -42,8 +42,11 @@ int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, cha
     }
     int n = 3 * pt->n + 2 + m->n_moe;
     TensorRef *e = (TensorRef *)calloc_check((size_t)n, sizeof(TensorRef));
+    float *host[3] = {NULL, NULL, NULL}; /* a GPU's weights and moments, copied down */
     int k = 0;
-    for (int kind = 0; kind < 3; kind++)
+    for (int kind = 0; kind < 3; kind++) {
+        host[kind] = model_host_copy(m, kind_buffer(m, kind), pt->total);
+        const float *buf = host[kind] ? host[kind] : kind_buffer(m, kind);
         for (int i = 0; i < pt->n; i++, k++) {
             const ParamTensor *t = &pt->t[i];
             const float *full = gathered[kind * pt->n + i];
@@ -53,8 +56,9 @@ int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, cha
             memcpy(e[k].shape, t->shape, sizeof(t->shape));
             if (full) e[k].shape[0] *= share;
             e[k].nbytes = t->numel * (full ? (size_t)share : 1) * sizeof(float);
-            e[k].data = full ? full : kind_buffer(m, kind) + t->offset;
+            e[k].data = full ? full : buf + t->offset;
         }
+    }
     Rng zero = {{0, 0, 0, 0}};
     snprintf(e[k].name, sizeof e[k].name, "rng/loader");
     e[k].dtype = TENSOR_U8;
@@ -70,14 +74,17 @@ int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, cha
     e[k].nbytes = sizeof(Rng);
     e[k].data = &m->router_rng;
     k++;
+    float *biases[m->cfg.n_layer + 1];
     for (int l = 0; l < m->cfg.n_layer; l++) {
+        biases[l] = NULL;
         if (!m->blocks[l].router_bias) continue;
+        biases[l] = model_host_copy(m, m->blocks[l].router_bias, (size_t)m->cfg.num_experts);
         snprintf(e[k].name, sizeof e[k].name, "router_bias/layers.%d", l);
         e[k].dtype = TENSOR_F32;
         e[k].ndim = 1;
         e[k].shape[0] = m->cfg.num_experts;
         e[k].nbytes = (size_t)m->cfg.num_experts * sizeof(float);
-        e[k].data = m->blocks[l].router_bias;
+        e[k].data = biases[l] ? biases[l] : m->blocks[l].router_bias;
         k++;
     }
 
@@ -85,6 +92,8 @@ int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, cha
     int rc = ckpt_write(path, (uint64_t)m->step, text, e, n, err, errlen);
     free(text);
     free(e);
+    for (int kind = 0; kind < 3; kind++) free(host[kind]);
+    for (int l = 0; l < m->cfg.n_layer; l++) free(biases[l]);
     for (int j = 0; j < 3 * pt->n; j++) free(gathered[j]);
     free(gathered);
     return rc;
@@ -169,8 +178,8 @@ int checkpoint_load(Model *m, Rng *loader_rng, const char *path, int with_optimi
                 rc = -1;
                 break;
             }
-            memcpy(kind_buffer(m, kind) + t->offset, (const float *)e->data + skip,
-                   t->numel * sizeof(float));
+            m->be->to_device(m->be, kind_buffer(m, kind) + t->offset, (const float *)e->data + skip,
+                             t->numel * sizeof(float));
         }
     if (rc == 0 && with_optimizer) {
         const TensorRef *r = ckpt_find(&ck, "rng/loader");
@@ -205,7 +214,7 @@ int checkpoint_load(Model *m, Rng *loader_rng, const char *path, int with_optimi
             rc = -1;
             break;
         }
-        memcpy(bias, e->data, e->nbytes);
+        m->be->to_device(m->be, bias, e->data, e->nbytes);
     }
     if (!with_optimizer) m->step = 0;
     ckpt_free(&ck);

@@ -139,15 +139,23 @@ static void raccum_write(const RouterAccum *r, const Model *m, FILE *f, int step
         fprintf(f, "%d,%d,%.6f,%.6f,%.6f,%.6f", step, l, maxvio, cv, r->entropy[b] / r->micro,
                 r->drop[b] / r->micro);
         for (int e = 0; e < r->E; e++) fprintf(f, ",%.6f", r->tmp[e]);
-        for (int e = 0; e < r->E; e++) fprintf(f, ",%.6g", m->blocks[l].router_bias[e]);
+        float *bias = model_host_copy(m, m->blocks[l].router_bias, (size_t)r->E);
+        for (int e = 0; e < r->E; e++)
+            fprintf(f, ",%.6g", (bias ? bias : m->blocks[l].router_bias)[e]);
+        free(bias);
         fprintf(f, ",%.6f", r->top1[b] / r->micro);
         for (int e = 0; e < r->E; e++) fprintf(f, ",%.6f", r->edrop[b * r->E + e] / r->micro);
         /* with expert parallelism no process holds all the experts: nan */
         const LayerView *w = &m->w.layers[l];
-        const double sim = m->dist && m->dist->ep > 1
-                               ? NAN
-                               : experts_similarity(w->e_gate, w->e_up, w->e_down, r->E,
-                                                    m->cfg.d_model, config_expert_hidden(&m->cfg));
+        const size_t ne = (size_t)r->E * m->cfg.d_model * config_expert_hidden(&m->cfg);
+        float *hg = model_host_copy(m, w->e_gate, ne), *hu = model_host_copy(m, w->e_up, ne);
+        float *hd = model_host_copy(m, w->e_down, ne);
+        const double sim =
+            m->dist && m->dist->ep > 1
+                ? NAN
+                : experts_similarity(hg ? hg : w->e_gate, hu ? hu : w->e_up, hd ? hd : w->e_down,
+                                     r->E, m->cfg.d_model, config_expert_hidden(&m->cfg));
+        free(hg), free(hu), free(hd);
         fprintf(f, ",%.6f,%.6f\n", r->pad[b] / r->micro, sim);
         b++;
     }

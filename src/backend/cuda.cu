@@ -1,0 +1,373 @@
+/*
+ * cuda.cu: the CUDA backend's table (train.device=cuda, a build of `make cuda`): opening the
+ * GPU, its memory, the routing entries that still run on the host, and the table itself.
+ *
+ * The table's entries are spread over four files:
+ *   cuda.cu       memory; the routing decisions that run on the host (below)
+ *   cuda_gemm.cu  the products through cuBLAS: linear layers, attention, the experts
+ *   cuda_nn.cu    the elementwise and row-wise dense ops
+ *   cuda_moe.cu   the MoE block on the device: scores, top-k, the dropless plan, gather and
+ *                 combine
+ *
+ * Which routing entries run where. Token choice without a capacity, the common case, keeps its
+ * decisions on the device: scores, top-k and gate weights, the plan, gather and combine are
+ * kernels, and nothing routes through the host (the experts' products take their slice sizes
+ * from the host, one small copy per call: cuda_gemm.cu). The balance loss, the router's
+ * backward, the capacity and expert-choice plans and the statistics for router.csv run here
+ * for now as the CPU's own functions between a download and an upload ("host entries"): every
+ * routing mode works, and gives the CPU's integers, at the price of a round trip per call.
+ * They are the next kernels to write.
+ *
+ * Nothing of this file has run on a GPU yet (src/README.md, "The CUDA backend").
+ */
+#include "backend/cuda.cuh"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- memory --------------------------------------------------------------------------------- */
+
+static void *cu_alloc(const Backend *be, size_t bytes) {
+    void *p = NULL;
+    cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
+    if (err != cudaSuccess)
+        moe_fatal("CUDA: out of GPU memory: %zu bytes asked for (%s)", bytes,
+                  cudaGetErrorString(err));
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream(be)));
+    backend_bytes_allocated += bytes;
+    return p;
+}
+static void cu_free(const Backend *be, void *p) {
+    if (!p) return;
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be))); /* nothing in flight still uses it */
+    CUDA_CHECK(cudaFree(p));
+}
+static void cu_zero(const Backend *be, void *p, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream(be)));
+}
+static void cu_copy(const Backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src)
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream(be)));
+}
+/* From pageable host memory the copy has read the source when the call returns, so the caller
+ * may reuse its buffer at once. */
+static void cu_to_device(const Backend *be, void *dst, const void *host_src, size_t bytes) {
+    if (bytes)
+        CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, cuda_stream(be)));
+}
+/* The host reads the bytes when this returns: a wait for the stream. */
+static void cu_to_host(const Backend *be, void *host_dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream(be)));
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
+}
+static void cu_sync(const Backend *be) {
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
+}
+
+void *cuda_scratch(const Backend *be, size_t bytes) {
+    CudaCtx *c = cuda_ctx(be);
+    if (bytes > c->scratch_bytes) {
+        CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        if (c->scratch) CUDA_CHECK(cudaFree(c->scratch));
+        CUDA_CHECK(cudaMalloc(&c->scratch, bytes));
+        c->scratch_bytes = bytes;
+    }
+    return c->scratch;
+}
+
+/* Pinned host memory: the copies to and from it run asynchronously on the stream. */
+void *cuda_stage(const Backend *be, size_t bytes) {
+    CudaCtx *c = cuda_ctx(be);
+    if (bytes > c->stage_bytes) {
+        CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        if (c->stage) CUDA_CHECK(cudaFreeHost(c->stage));
+        CUDA_CHECK(cudaMallocHost(&c->stage, bytes));
+        c->stage_bytes = bytes;
+    }
+    return c->stage;
+}
+
+/* ---- host entries: the CPU's routing functions between a download and an upload ------------
+ * A Stage carves the pinned staging buffer into the host copies one call needs. */
+
+typedef struct {
+    char *base;
+    size_t used;
+} Stage;
+
+static size_t round_up(size_t n) {
+    return (n + 63) / 64 * 64;
+}
+
+/* Staging of total bytes (the sum of the round_up'd pieces) for one call. */
+static Stage stage_begin(const Backend *be, size_t total) {
+    Stage st = {(char *)cuda_stage(be, total), 0};
+    return st;
+}
+static void *stage_take(Stage *st, size_t bytes) {
+    void *p = st->base + st->used;
+    st->used += round_up(bytes);
+    return p;
+}
+/* a host copy of n elements of size es at device src (NULL stays NULL) */
+static void *down(const Backend *be, Stage *st, const void *src, size_t n, size_t es) {
+    if (!src) return NULL;
+    void *h = stage_take(st, n * es);
+    CUDA_CHECK(cudaMemcpyAsync(h, src, n * es, cudaMemcpyDeviceToHost, cuda_stream(be)));
+    return h;
+}
+static void up(const Backend *be, void *dst, const void *h, size_t bytes) {
+    if (dst && bytes)
+        CUDA_CHECK(cudaMemcpyAsync(dst, h, bytes, cudaMemcpyHostToDevice, cuda_stream(be)));
+}
+static void wait_stream(const Backend *be) {
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
+}
+
+/* the routing scratch of a host entry: the context's, pointed at host memory */
+static MoeCtx host_ctx(const MoeCtx *x, Stage *st, size_t bytes) {
+    MoeCtx h = *x;
+    h.work = bytes ? stage_take(st, bytes) : NULL;
+    h.work_bytes = bytes;
+    if (h.work) memset(h.work, 0, bytes);
+    return h;
+}
+
+/* A host mirror of a plan for N tokens: its arrays in the staging buffer. */
+static size_t plan_bytes(int N, int A, int E, size_t slots) {
+    return round_up((size_t)E * sizeof(int)) + round_up((size_t)(E + 1) * sizeof(int)) +
+           round_up((size_t)N * A * sizeof(int)) + round_up(slots * sizeof(int));
+}
+static DispatchPlan plan_host(Stage *st, const DispatchPlan *p, int N, int A, size_t slots) {
+    DispatchPlan h = *p;
+    h.counts = (int *)stage_take(st, (size_t)p->E * sizeof(int));
+    h.offsets = (int *)stage_take(st, (size_t)(p->E + 1) * sizeof(int));
+    h.slot = (int *)stage_take(st, (size_t)N * A * sizeof(int));
+    h.slot_token = (int *)stage_take(st, slots * sizeof(int));
+    return h;
+}
+static void plan_down(const Backend *be, DispatchPlan *h, const DispatchPlan *p, int N, int A) {
+    size_t E = (size_t)p->E;
+    CUDA_CHECK(cudaMemcpyAsync(h->counts, p->counts, E * sizeof(int), cudaMemcpyDeviceToHost,
+                               cuda_stream(be)));
+    CUDA_CHECK(cudaMemcpyAsync(h->offsets, p->offsets, (E + 1) * sizeof(int),
+                               cudaMemcpyDeviceToHost, cuda_stream(be)));
+    CUDA_CHECK(cudaMemcpyAsync(h->slot, p->slot, (size_t)N * A * sizeof(int),
+                               cudaMemcpyDeviceToHost, cuda_stream(be)));
+    if (p->S > 0)
+        CUDA_CHECK(cudaMemcpyAsync(h->slot_token, p->slot_token, (size_t)p->S * sizeof(int),
+                                   cudaMemcpyDeviceToHost, cuda_stream(be)));
+}
+/* the host plan h's arrays and sizes into the device plan p */
+static void plan_up(const Backend *be, DispatchPlan *p, const DispatchPlan *h, int N, int A) {
+    up(be, p->counts, h->counts, (size_t)h->E * sizeof(int));
+    up(be, p->offsets, h->offsets, (size_t)(h->E + 1) * sizeof(int));
+    up(be, p->slot, h->slot, (size_t)N * A * sizeof(int));
+    up(be, p->slot_token, h->slot_token, (size_t)h->S * sizeof(int));
+    p->N = h->N, p->E = h->E, p->K = h->K, p->S = h->S;
+}
+
+static float host_router_balance_loss(const Backend *be, const float *scores, const int *idx, int N,
+                                      const MoeSpec *s, const MoeCtx *x) {
+    const int E = s->num_experts, A = moe_assignments_per_token(s);
+    size_t work = router_balance_work_bytes(s);
+    Stage st =
+        stage_begin(be, round_up((size_t)N * E * 4) + round_up((size_t)N * A * 4) + round_up(work));
+    const float *hs = (const float *)down(be, &st, scores, (size_t)N * E, sizeof(float));
+    const int *hi = (const int *)down(be, &st, idx, (size_t)N * A, sizeof(int));
+    MoeCtx hx = host_ctx(x, &st, work);
+    wait_stream(be);
+    return router_balance_loss(hs, hi, N, s, &hx);
+}
+
+static void host_router_gate_backward(const Backend *be, float *dlogits, const float *dw,
+                                      const float *scores, const float *lse, const float *logits,
+                                      const int *idx, const float *w, int N, const MoeSpec *s,
+                                      const MoeCtx *x, float bal_scale, float z_scale) {
+    const int E = s->num_experts, A = moe_assignments_per_token(s);
+    size_t NE = (size_t)N * E, NA = (size_t)N * A, work = router_backward_work_bytes(s, x->T, N);
+    Stage st = stage_begin(be, 3 * round_up(NE * 4) + 3 * round_up(NA * 4) + round_up(N * 4) +
+                                   round_up(work));
+    float *hd = (float *)stage_take(&st, NE * sizeof(float));
+    const float *hdw = (const float *)down(be, &st, dw, NA, sizeof(float));
+    const float *hs = (const float *)down(be, &st, scores, NE, sizeof(float));
+    const float *hl = (const float *)down(be, &st, lse, (size_t)N, sizeof(float));
+    const float *hlg = (const float *)down(be, &st, logits, NE, sizeof(float));
+    const int *hi = (const int *)down(be, &st, idx, NA, sizeof(int));
+    const float *hw = (const float *)down(be, &st, w, NA, sizeof(float));
+    MoeCtx hx = host_ctx(x, &st, work);
+    wait_stream(be);
+    router_gate_backward(hd, hdw, hs, hl, hlg, hi, hw, N, s, &hx, bal_scale, z_scale);
+    up(be, dlogits, hd, NE * sizeof(float));
+    wait_stream(be); /* the staging buffer is reused by the next call */
+}
+
+static void host_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
+                                     const float *scores, const float *w, int N, const MoeSpec *s,
+                                     const MoeCtx *x) {
+    const int E = s->num_experts, K = s->top_k;
+    size_t slots = moe_slots_max(s, N), work = capacity_work_bytes(s, N);
+    Stage st = stage_begin(be, plan_bytes(N, K, E, slots) + round_up((size_t)N * E * 4) +
+                                   2 * round_up((size_t)N * K * 4) + round_up(work));
+    DispatchPlan hp = plan_host(&st, p, N, K, slots);
+    const int *hi = (const int *)down(be, &st, idx, (size_t)N * K, sizeof(int));
+    const float *hs = (const float *)down(be, &st, scores, (size_t)N * E, sizeof(float));
+    const float *hw = (const float *)down(be, &st, w, (size_t)N * K, sizeof(float));
+    MoeCtx hx = host_ctx(x, &st, work);
+    wait_stream(be);
+    capacity_plan_build(&hp, hi, hs, hw, N, s, &hx);
+    plan_up(be, p, &hp, N, K);
+    wait_stream(be);
+}
+
+static void host_expert_choice_forward(const Backend *be, int *idx, float *w, DispatchPlan *p,
+                                       const float *scores, int N, const MoeSpec *s,
+                                       const MoeCtx *x) {
+    const int E = s->num_experts, A = moe_assignments_per_token(s);
+    size_t slots = moe_slots_max(s, N), work = expert_choice_work_bytes(s, N);
+    size_t NA = (size_t)N * A;
+    Stage st = stage_begin(be, plan_bytes(N, A, E, slots) + round_up((size_t)N * E * 4) +
+                                   2 * round_up(NA * 4) + round_up(work));
+    DispatchPlan hp = plan_host(&st, p, N, A, slots);
+    int *hi = (int *)stage_take(&st, NA * sizeof(int));
+    float *hw = (float *)stage_take(&st, NA * sizeof(float));
+    const float *hs = (const float *)down(be, &st, scores, (size_t)N * E, sizeof(float));
+    MoeCtx hx = host_ctx(x, &st, work);
+    wait_stream(be);
+    expert_choice_forward(hi, hw, &hp, hs, N, s, &hx);
+    up(be, idx, hi, NA * sizeof(int));
+    up(be, w, hw, NA * sizeof(float));
+    plan_up(be, p, &hp, N, A);
+    wait_stream(be);
+}
+
+static void host_route_stats(const Backend *be, RouteStats *out, const float *scores,
+                             const int *idx, const DispatchPlan *p, int N, const MoeSpec *s) {
+    const int E = s->num_experts, A = moe_assignments_per_token(s);
+    size_t slots = p->S > 0 ? (size_t)p->S : 1;
+    Stage st = stage_begin(be, plan_bytes(N, A, E, slots) + round_up((size_t)N * E * 4) +
+                                   round_up((size_t)N * A * 4));
+    DispatchPlan hp = plan_host(&st, p, N, A, slots);
+    plan_down(be, &hp, p, N, A);
+    const float *hs = (const float *)down(be, &st, scores, (size_t)N * E, sizeof(float));
+    const int *hi = (const int *)down(be, &st, idx, (size_t)N * A, sizeof(int));
+    wait_stream(be);
+    route_stats(out, hs, hi, &hp, N, s);
+}
+
+static void host_route_domains(const Backend *be, double *counts, double *drops,
+                               const unsigned char *domains, int n_domains, const int *idx,
+                               const DispatchPlan *p, int N, const MoeSpec *s) {
+    const int E = s->num_experts, A = moe_assignments_per_token(s);
+    size_t slots = p->S > 0 ? (size_t)p->S : 1;
+    Stage st = stage_begin(be, plan_bytes(N, A, E, slots) + round_up((size_t)N * A * 4));
+    DispatchPlan hp = plan_host(&st, p, N, A, slots);
+    plan_down(be, &hp, p, N, A);
+    const int *hi = (const int *)down(be, &st, idx, (size_t)N * A, sizeof(int));
+    wait_stream(be);
+    route_domains(counts, drops, domains, n_domains, hi, &hp, N, s);
+}
+
+/* ---- opening the backend -------------------------------------------------------------------- */
+
+static CudaCtx the_ctx;
+static Backend the_backend;
+static int opened; /* 1 once the GPU is set up, -1 after a failure (its message kept) */
+static char open_error[512];
+
+static void fill_table(Backend *b) {
+    b->name = "cuda";
+    b->about = "one NVIDIA GPU: cuBLAS for the products, CUDA kernels for the rest";
+    b->ctx = &the_ctx;
+    b->host_memory = 0;
+    b->alloc = cu_alloc, b->free = cu_free, b->zero = cu_zero, b->copy = cu_copy;
+    b->to_device = cu_to_device, b->to_host = cu_to_host, b->sync = cu_sync;
+    b->add = cuda_add, b->mul = cuda_mul, b->scale = cuda_scale, b->sum = cuda_sum;
+    b->sum_squares = cuda_sum_squares;
+    b->embed_forward = cuda_embed_forward, b->embed_backward = cuda_embed_backward;
+    b->permute_rows = cuda_permute_rows;
+    b->matmul_forward = cuda_matmul_forward, b->matmul_backward = cuda_matmul_backward;
+    b->rmsnorm_forward = cuda_rmsnorm_forward, b->rmsnorm_backward = cuda_rmsnorm_backward;
+    b->rope_forward = cuda_rope_forward, b->rope_backward = cuda_rope_backward;
+    b->attention_forward = cuda_attention_forward;
+    b->attention_backward = cuda_attention_backward;
+    b->swiglu_forward = cuda_swiglu_forward, b->swiglu_backward = cuda_swiglu_backward;
+    b->crossentropy_forward = cuda_crossentropy_forward;
+    b->crossentropy_backward = cuda_crossentropy_backward;
+    b->adamw_update = cuda_adamw_update;
+    b->router_scores_forward = cuda_router_scores_forward;
+    b->router_gate_forward = cuda_router_gate_forward;
+    b->router_balance_loss = host_router_balance_loss;
+    b->router_z_loss = cuda_router_z_loss;
+    b->router_gate_backward = host_router_gate_backward;
+    b->dispatch_plan_build = cuda_dispatch_plan_build;
+    b->capacity_plan_build = host_capacity_plan_build;
+    b->expert_choice_forward = host_expert_choice_forward;
+    b->permute_forward = cuda_permute_forward, b->permute_backward = cuda_permute_backward;
+    b->combine_forward = cuda_combine_forward, b->combine_backward = cuda_combine_backward;
+    b->experts_forward = cuda_experts_forward, b->experts_backward = cuda_experts_backward;
+    b->route_stats = host_route_stats, b->route_domains = host_route_domains;
+    b->gemm_seconds = cuda_gemm_seconds;
+}
+
+static const char *precision_name(int precision) {
+    return precision == MOE_PRECISION_TF32   ? "tf32"
+           : precision == MOE_PRECISION_BF16 ? "bf16"
+                                             : "fp32";
+}
+
+static int open_gpu(void) {
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess || n == 0) {
+        snprintf(open_error, sizeof open_error,
+                 "train.device=cuda: no GPU to run on (the CUDA driver says: %s). Run on a "
+                 "machine with an NVIDIA GPU and its driver, or use train.device=cpu",
+                 err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device found");
+        return -1;
+    }
+    CudaCtx *c = &the_ctx;
+    c->device = 0;
+    cudaDeviceProp prop;
+    if ((err = cudaSetDevice(c->device)) != cudaSuccess ||
+        (err = cudaGetDeviceProperties(&prop, c->device)) != cudaSuccess ||
+        (err = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        snprintf(open_error, sizeof open_error,
+                 "train.device=cuda: the GPU could not be set up (the CUDA runtime says: %s)",
+                 cudaGetErrorString(err));
+        return -1;
+    }
+    cublasStatus_t st = cublasCreate(&c->blas);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        snprintf(open_error, sizeof open_error,
+                 "train.device=cuda: cuBLAS could not start (it says: %s)",
+                 cublasGetStatusString(st));
+        return -1;
+    }
+    CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));
+    /* no atomics inside cuBLAS's products: the same bits on every run */
+    CUBLAS_CHECK(cublasSetAtomicsMode(c->blas, CUBLAS_ATOMICS_NOT_ALLOWED));
+    snprintf(c->device_name, sizeof c->device_name, "%s", prop.name);
+    c->sm_count = prop.multiProcessorCount;
+    fill_table(&the_backend);
+    return 1;
+}
+
+extern "C" const Backend *backend_cuda_open(int precision, char *err, int errlen) {
+    if (!opened) opened = open_gpu();
+    if (opened < 0) {
+        set_error(err, errlen, "%s", open_error);
+        return NULL;
+    }
+    the_ctx.precision = precision;
+    return &the_backend;
+}
+
+extern "C" const char *backend_cuda_describe(void) {
+    static char line[400];
+    if (opened <= 0) return NULL;
+    snprintf(line, sizeof line, "%s (%d SMs), %s products", the_ctx.device_name, the_ctx.sm_count,
+             precision_name(the_ctx.precision));
+    return line;
+}

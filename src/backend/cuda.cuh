@@ -1,0 +1,144 @@
+/*
+ * cuda.cuh: what the CUDA backend's files share (cuda.cu, cuda_gemm.cu, cuda_nn.cu,
+ * cuda_moe.cu): the backend's state, the error check, the launch shape, and the entries each
+ * file defines for the table that cuda.cu fills.
+ *
+ * One stream and one cuBLAS handle per backend: every operation is issued on that stream in
+ * program order, so results repeat bit for bit for a build, a GPU model and its SM count.
+ * Nothing here is included by a C file: the rest of the engine sees the backend only through
+ * its table (backend.h) and backend_cuda_open.
+ */
+#ifndef MOE_BACKEND_CUDA_CUH
+#define MOE_BACKEND_CUDA_CUH
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "backend/backend.h"
+#include "base/util.h"
+#include "moe/moe_ops.h"
+#include "nn/ops.h"
+}
+
+/* The backend's state (Backend.ctx). */
+typedef struct {
+    int device;            /* the CUDA device ordinal */
+    cudaStream_t stream;   /* every kernel, copy and cuBLAS call runs on it, in order */
+    cublasHandle_t blas;   /* bound to stream */
+    int precision;         /* MOE_PRECISION_*: the compute type of the large products */
+    char device_name[256]; /* cudaDeviceProp.name */
+    int sm_count;          /* multiprocessors */
+    /* host staging for the entries that run on the host (the routing decisions of
+     * cuda_route.cu): grown on first use to the largest call, then reused */
+    void *stage;
+    size_t stage_bytes;
+    /* device scratch of the entries that need some (the products' pointer arrays, the plan's
+     * partial counts): grown on first use, then reused */
+    void *scratch;
+    size_t scratch_bytes;
+} CudaCtx;
+
+static inline CudaCtx *cuda_ctx(const Backend *be) {
+    return (CudaCtx *)be->ctx;
+}
+static inline cudaStream_t cuda_stream(const Backend *be) {
+    return cuda_ctx(be)->stream;
+}
+
+/* A failing CUDA or cuBLAS call is an internal failure: the message names the call and the
+ * library's reason, and the program ends (moe_fatal). */
+#define CUDA_CHECK(call)                                                                           \
+    do {                                                                                           \
+        cudaError_t err_ = (call);                                                                 \
+        if (err_ != cudaSuccess)                                                                   \
+            moe_fatal_at(__FILE__, __LINE__, "CUDA: %s: %s", #call, cudaGetErrorString(err_));     \
+    } while (0)
+#define CUBLAS_CHECK(call)                                                                         \
+    do {                                                                                           \
+        cublasStatus_t st_ = (call);                                                               \
+        if (st_ != CUBLAS_STATUS_SUCCESS)                                                          \
+            moe_fatal_at(__FILE__, __LINE__, "cuBLAS: %s: %s", #call, cublasGetStatusString(st_)); \
+    } while (0)
+/* after a kernel launch: a bad launch configuration is reported where it happened */
+#define CUDA_LAUNCHED() CUDA_CHECK(cudaGetLastError())
+
+/* Threads per block of the one-dimensional kernels, and the blocks that cover n items. */
+#define CUDA_THREADS 256
+static inline unsigned cuda_blocks(size_t n) {
+    size_t b = (n + CUDA_THREADS - 1) / CUDA_THREADS;
+    return (unsigned)(b ? b : 1);
+}
+
+/* Scratch of the backend's memory, at least bytes, valid until the next call of either:
+ * grown (after a sync) when too small. */
+void *cuda_scratch(const Backend *be, size_t bytes);
+void *cuda_stage(const Backend *be, size_t bytes);
+
+/* ---- the entries, by file ------------------------------------------------------------------ */
+
+/* cuda_gemm.cu: the products through cuBLAS */
+void cuda_matmul_forward(const Backend *be, float *y, const float *x, const float *W, int N, int IN,
+                         int OUT);
+void cuda_matmul_backward(const Backend *be, float *dx, float *dW, const float *dy, const float *x,
+                          const float *W, int N, int IN, int OUT);
+void cuda_attention_forward(const Backend *be, float *out, float *att, const float *q,
+                            const float *k, const float *v, int B, int T, int C, int H);
+void cuda_attention_backward(const Backend *be, float *dq, float *dk, float *dv, float *ws,
+                             const float *dout, const float *att, const float *q, const float *k,
+                             const float *v, int B, int T, int C, int H, int n_ws);
+void cuda_experts_forward(const Backend *be, float *ye, float *g, float *u, float *h,
+                          const float *xe, const float *Wg, const float *Wu, const float *Wd,
+                          const int *offsets, const int *counts, int E, int C, int F);
+void cuda_experts_backward(const Backend *be, float *dxe, float *dWg, float *dWu, float *dWd,
+                           float *dg, float *du, float *dh, const float *dye, const float *xe,
+                           const float *g, const float *u, const float *h, const float *Wg,
+                           const float *Wu, const float *Wd, const int *offsets, const int *counts,
+                           int E, int C, int F);
+void cuda_gemm_seconds(const Backend *be, int n, int reps, double *seconds);
+
+/* cuda_nn.cu: the elementwise and row-wise dense ops */
+void cuda_add(const Backend *be, float *y, const float *a, const float *b, size_t n);
+void cuda_mul(const Backend *be, float *y, const float *a, const float *b, size_t n);
+void cuda_scale(const Backend *be, float *x, float s, size_t n);
+double cuda_sum(const Backend *be, const float *x, size_t n);
+double cuda_sum_squares(const Backend *be, double *partial, const float *x, size_t n);
+void cuda_embed_forward(const Backend *be, float *x, const int *tokens, const float *emb, int N,
+                        int C);
+void cuda_embed_backward(const Backend *be, float *demb, const float *dx, const int *tokens, int N,
+                         int C);
+void cuda_permute_rows(const Backend *be, float *out, const float *in, const int *to, int n, int C,
+                       int back);
+void cuda_rmsnorm_forward(const Backend *be, float *y, float *rstd, const float *x, const float *w,
+                          int N, int C);
+void cuda_rmsnorm_backward(const Backend *be, float *dx, float *dw, const float *dy, const float *x,
+                           const float *w, const float *rstd, int N, int C);
+void cuda_rope_forward(const Backend *be, float *x, const float *cs, int B, int T, int H, int D);
+void cuda_rope_backward(const Backend *be, float *dx, const float *cs, int B, int T, int H, int D);
+void cuda_swiglu_forward(const Backend *be, float *h, const float *g, const float *u, int N, int F);
+void cuda_swiglu_backward(const Backend *be, float *dg, float *du, const float *dh, const float *g,
+                          const float *u, int N, int F);
+void cuda_crossentropy_forward(const Backend *be, float *losses, float *probs, const float *logits,
+                               const int *targets, int N, int V);
+void cuda_crossentropy_backward(const Backend *be, float *dlogits, const float *probs,
+                                const int *targets, float scale, int N, int V);
+void cuda_adamw_update(const Backend *be, float *p, float *g, float *m, float *v, size_t n,
+                       const AdamwStep *s);
+
+/* cuda_moe.cu: the MoE block's device steps */
+void cuda_router_scores_forward(const Backend *be, float *scores, float *lse, const float *logits,
+                                int N, const MoeSpec *s);
+void cuda_router_gate_forward(const Backend *be, int *idx, float *w, const float *scores,
+                              const float *logits, const float *bias, int N, const MoeSpec *s);
+float cuda_router_z_loss(const Backend *be, const float *lse, int N);
+void cuda_dispatch_plan_build(const Backend *be, DispatchPlan *p, const int *idx, int N);
+void cuda_permute_forward(const Backend *be, float *xe, const float *x, const DispatchPlan *p,
+                          int C);
+void cuda_permute_backward(const Backend *be, float *dx, const float *dxe, const DispatchPlan *p,
+                           int C);
+void cuda_combine_forward(const Backend *be, float *y, const float *ye, const float *w,
+                          const DispatchPlan *p, int C);
+void cuda_combine_backward(const Backend *be, float *dye, float *dw, const float *dy,
+                           const float *ye, const float *w, const DispatchPlan *p, int C);
+
+#endif

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# run_device.sh [OUT]: the CUDA backend's checks on a machine with an NVIDIA GPU, in one
+# invocation of a few minutes; every step has its own time limit, and the results go to one
+# summary, OUT/summary.txt (OUT defaults to $OUT, else build-cuda/gpu-check).
+#
+#   build    make cuda for this GPU's architecture, with the machine's own nvcc
+#   ops      every table entry on the GPU against the CPU reference, forward and backward
+#            (tests/test_backend_ops.c: integers exactly, floats with the one tolerance rule),
+#            and the gradients of the GPU's products by finite differences
+#            (tests/test_backend_grad.c); MOE_TEST_CUDA=1 makes a GPU that does not open fail
+#   sanitize compute-sanitizer memcheck and racecheck over the ops, where the tool exists
+#   train    the same short runs on cpu and cuda: dense, MoE, padded capacity, expert choice,
+#            sigmoid scores with seq_aux and aux-free balancing, shared experts; every step's
+#            losses and gradient norm within 2e-3 (relative), as tests/test_backends.sh asks
+#            of cpu-ref
+#   repeat   two GPU runs write the same checkpoint, byte for byte
+#   resume   a GPU checkpoint continues on the CPU
+#   bench    moe bench --device cuda on the tiny and small configs
+# It needs what `make test` needs (OpenBLAS, Check) and the CUDA toolkit; a step whose
+# prerequisite is missing is reported as skipped, never as passed.
+#
+# REHEARSE=1 runs the same steps on a machine without a GPU, with cpu-ref standing in for cuda
+# (and the GPU-only steps skipped): a check of the script itself, before a GPU's time is spent.
+set -u
+me=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+cd "$(dirname "$0")/../.."
+# The training steps are functions of this script; `timeout` runs them as
+# `run_device.sh --fn NAME ARGS...`, with the folder and the device in the environment.
+fn_mode=0
+if [ "${1:-}" = --fn ]; then fn_mode=1; shift; fi
+if [ $fn_mode = 0 ]; then
+    export RD_OUT=${1:-${OUT:-build-cuda/gpu-check}}
+fi
+out=$RD_OUT
+mkdir -p "$out"
+summary=$out/summary.txt
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} OMP_WAIT_POLICY=passive
+say() { echo "$*" | tee -a "$summary"; }
+# step NAME LIMIT CMD...: run CMD with a time limit, its output in OUT/NAME.log
+step() {
+    local name=$1 limit=$2; shift 2
+    local t0=$SECONDS
+    timeout -k 10 "$limit" "$@" > "$out/$name.log" 2>&1
+    local rc=$?
+    say "$name: $([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)") in $((SECONDS - t0)) s"
+    [ $rc = 0 ] || tail -n 15 "$out/$name.log" | sed 's/^/    /' | tee -a "$summary"
+    return $rc
+}
+
+moe=build-cuda/moe
+data=$out/data
+base=(--set model.d_model=64 --set model.n_layer=2 --set model.n_head=4 --set model.seq_len=64
+      --set model.d_ff=128 --set moe.d_expert=64 --set train.batch=8 --set train.steps=20
+      --set train.eval_every=10 --set train.warmup=3 --set "data.train=$data/train.bin"
+      --set "data.val=$data/val.bin" --quiet)
+# shellcheck source=tests/lib/csv_close.sh
+. tests/lib/csv_close.sh
+train_pair() { # NAME SETTINGS...: the run on cpu and on the GPU, compared
+    local name=$1; shift
+    $moe train --out "$out/runs/$name-cpu" "${base[@]}" "$@" --set train.device=cpu &&
+        $moe train --out "$out/runs/$name-gpu" "${base[@]}" "$@" --set train.device=$RD_GPU &&
+        csv_close "$out/runs/$name-cpu/train.csv" "$out/runs/$name-gpu/train.csv"
+}
+repeat() { # a second GPU run of train-moe's settings: the same checkpoint, byte for byte
+    $moe train --out "$out/runs/again" "${base[@]}" --set moe.num_experts=8 --set moe.top_k=2 \
+        --set train.device=$RD_GPU && cmp "$out/runs/moe-gpu/ckpt.bin" "$out/runs/again/ckpt.bin"
+}
+resume() { # 10 steps on the GPU, the other 10 on the CPU: train-moe's losses
+    $moe train --out "$out/runs/moved" "${base[@]}" --set moe.num_experts=8 --set moe.top_k=2 \
+        --set train.device=$RD_GPU --until 10 &&
+        $moe train --resume "$out/runs/moved" --set train.device=cpu --quiet &&
+        csv_close "$out/runs/moe-gpu/train.csv" "$out/runs/moved/train.csv"
+}
+if [ $fn_mode = 1 ]; then
+    "$@"
+    exit
+fi
+
+: > "$summary"
+say "moe.c GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+gpu=cuda
+if [ "${REHEARSE:-0}" = 1 ]; then
+    gpu=cpu-ref arch=90
+    say "REHEARSAL: no GPU, cpu-ref stands in for cuda; the GPU-only steps are skipped"
+elif ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi -L > /dev/null 2>&1; then
+    say "no GPU (nvidia-smi finds none): nothing to check here"
+    exit 1
+else
+    say "gpu: $(nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv,noheader | head -n 1)"
+    arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d ' .')
+fi
+say "nvcc: $(nvcc --version 2>/dev/null | tail -n 1)"
+
+step build 300 make -j"$(nproc)" cuda CUDA_ARCH="${arch:-90}" || exit 1
+step build-tests 120 make -j"$(nproc)" CUDA=1 CUDA_ARCH="${arch:-90}" \
+    build-cuda/tests/test_backend_ops build-cuda/tests/test_backend_grad || exit 1
+
+need=$([ "$gpu" = cuda ] && echo 1 || echo 0)
+MOE_TEST_CUDA=$need step ops 120 build-cuda/tests/test_backend_ops
+MOE_TEST_CUDA=$need step grad 120 build-cuda/tests/test_backend_grad
+
+if [ "$gpu" != cuda ]; then
+    say "sanitize: skipped (rehearsal)"
+elif command -v compute-sanitizer > /dev/null 2>&1; then
+    for tool in memcheck racecheck; do
+        MOE_TEST_CUDA=1 CK_FORK=no step "sanitize-$tool" 240 compute-sanitizer --tool "$tool" \
+            --error-exitcode 1 build-cuda/tests/test_backend_ops
+    done
+else
+    say "sanitize: skipped (no compute-sanitizer on this machine)"
+fi
+
+$moe synth --out "$data" --tokens 200000 --seed 5 > /dev/null 2>&1
+export RD_GPU=$gpu
+step train-dense 120 bash "$me" --fn train_pair dense --set moe.num_experts=0
+step train-moe 120 bash "$me" --fn train_pair moe --set moe.num_experts=8 --set moe.top_k=2
+step train-capacity 120 bash "$me" --fn train_pair capacity --set moe.num_experts=8 --set moe.top_k=2 \
+    --set moe.capacity_factor=1.0 --set moe.padded=1
+step train-expert-choice 120 bash "$me" --fn train_pair expert-choice --set moe.num_experts=8 --set moe.top_k=2 \
+    --set moe.routing=expert_choice --set moe.balance=none
+step train-aux-free 120 bash "$me" --fn train_pair aux-free --set moe.num_experts=8 --set moe.top_k=2 \
+    --set moe.score=sigmoid --set moe.balance=aux_free
+step train-seq-aux 120 bash "$me" --fn train_pair seq-aux --set moe.num_experts=8 --set moe.top_k=2 \
+    --set moe.score=sigmoid --set moe.balance=seq_aux --set moe.num_shared=1
+
+step repeat 120 bash "$me" --fn repeat
+step resume 120 bash "$me" --fn resume
+if [ "$gpu" = cuda ]; then
+    step bench 240 $moe bench --device cuda --config tiny --config small --json
+else # the rehearsal's stand-in is slow: the bench's smallest config, one step
+    step bench 240 $moe bench --device "$gpu" --config test --steps 1 --warmup 0 --json
+fi
+cp "$out/bench.log" "$out/bench.json" 2> /dev/null
+say "done: $(grep -c ': pass' "$summary") passed, $(grep -c ': FAIL' "$summary") failed"
+! grep -q ': FAIL' "$summary"

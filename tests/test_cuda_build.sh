@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# test_cuda_build.sh: the CUDA build, on a machine with the CUDA toolkit and with or without a
+# GPU (tests/gpu/run_device.sh checks the GPU half).
+#
+#   1. `make cuda CUDA_ARCH="90 80"` builds build-cuda/moe (Hopper and Ampere): nvcc with every
+#      warning an error, and ptxas reports no register spill and no local memory (stack
+#      frame) in any kernel of any .cu file.
+#   2. The unit suites linked against the CUDA build's library pass (make test-units CUDA=1):
+#      the cuda backend in the binary changes nothing on the CPU.
+#   3. A CPU training run of build-cuda/moe writes the same checkpoint, byte for byte, as
+#      build/moe's.
+#   4. train.device=cuda without a GPU (or its driver) exits 2 with the driver's words and a
+#      hint, and writes no run; the CPU-only build/moe names `make cuda` instead.
+# Skipped (reported, not failed) where nvcc is absent.
+
+# shellcheck source=tests/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+echo "test_cuda_build: make cuda, its ptxas report, the CPU suites on it, train.device=cuda"
+moe=$(executable "${MOE_BIN:-build/moe}" "make build/moe") || exit 1
+export OMP_NUM_THREADS=2
+
+nvcc=$(make -s --no-print-directory -f Makefile features 2> /dev/null | grep -c '^HAVE_CUDA=1')
+if [ "$nvcc" != 1 ]; then
+    echo "  skip no nvcc on this machine: the CUDA build is not checked here"
+    finish
+fi
+
+# 1. the build, for both architectures
+log=$tmp/make.log
+make --no-print-directory cuda CUDA_ARCH="90 80" > "$log" 2>&1
+check "make cuda CUDA_ARCH=\"90 80\" builds build-cuda/moe" $? "$(grep -E 'error|warning' "$log" | head -n 5)"
+reports=(build-cuda/obj/src/backend/*.cu.ptxas)
+[ -e "${reports[0]}" ]
+check "ptxas reports exist for every .cu file (${#reports[@]})" $?
+kernels=$(cat "${reports[@]}" | grep -c 'Compiling entry function')
+[ "$kernels" -gt 10 ] && grep -q "sm_80" <(cat "${reports[@]}") && grep -q "sm_90" <(cat "${reports[@]}")
+check "ptxas compiled $kernels kernels for sm_80 and sm_90" $?
+spills=$(cat "${reports[@]}" | grep -E 'bytes spill (stores|loads)' | grep -vc ' 0 bytes spill stores, 0 bytes spill loads')
+stack=$(cat "${reports[@]}" | grep -E 'bytes stack frame' | grep -vc '^ *0 bytes stack frame')
+[ "$spills" = 0 ] && [ "$stack" = 0 ]
+check "no kernel spills registers or uses a stack frame" $? \
+    "$(cat "${reports[@]}" | grep -E 'bytes stack frame' | grep -v '^ *0 bytes stack frame, 0 bytes spill' | head -n 3)"
+[ -x build-cuda/moe ] && ldd build-cuda/moe | grep -q libcublas
+check "build-cuda/moe links cuBLAS" $?
+
+# 2. the unit suites on the CUDA build's library
+make --no-print-directory CUDA=1 CUDA_ARCH="90 80" test-units > "$tmp/units.log" 2>&1
+rc=$?
+check "the unit suites pass on the CUDA build ($(grep -E '^[0-9]+ passed' "$tmp/units.log"))" $rc \
+    "$(grep -E 'FAIL|failed|Failures: [1-9]' "$tmp/units.log" | head -n 5)"
+
+# 3. the same CPU run on both binaries
+data="$tmp/data"
+tiny=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set model.seq_len=32
+      --set model.d_ff=64 --set moe.num_experts=4 --set moe.top_k=2 --set moe.d_expert=32
+      --set train.batch=4 --set train.steps=6 --set train.eval_every=3 --set train.warmup=2
+      --set "data.train=$data/train.bin" --set "data.val=$data/val.bin" --quiet)
+"$moe" synth --out "$data" --tokens 30000 --seed 5 > /dev/null 2>&1
+"$moe" train --out "$tmp/cpu" "${tiny[@]}" > "$tmp/cpu.log" 2>&1 &&
+    build-cuda/moe train --out "$tmp/cuda-bin" "${tiny[@]}" > "$tmp/cuda-bin.log" 2>&1 &&
+    cmp -s "$tmp/cpu/ckpt.bin" "$tmp/cuda-bin/ckpt.bin"
+check "a CPU run of build-cuda/moe writes build/moe's checkpoint byte for byte" $? \
+    "$(tail -n 3 "$tmp/cuda-bin.log")"
+
+# 4. train.device=cuda where it cannot run
+if command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1; then
+    echo "  skip a GPU is present: tests/gpu/run_device.sh checks train.device=cuda here"
+else
+    build-cuda/moe train --out "$tmp/gpu" "${tiny[@]}" --set train.device=cuda > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "no GPU" "$tmp/err" && grep -qi "driver" "$tmp/err" &&
+        grep -q "train.device=cpu" "$tmp/err" && [ ! -e "$tmp/gpu" ]
+    check "build-cuda/moe: train.device=cuda without a GPU exits 2 with the driver's words" $? \
+        "exit $rc: $(head -n 2 "$tmp/err")"
+fi
+"$moe" train --out "$tmp/nocuda" "${tiny[@]}" --set train.device=cuda > "$tmp/out" 2> "$tmp/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "make cuda" "$tmp/err" && [ ! -e "$tmp/nocuda" ]
+check "build/moe: train.device=cuda exits 2 and names make cuda" $? "exit $rc: $(head -n 2 "$tmp/err")"
+
+finish

@@ -1,0 +1,190 @@
+/*
+ * test_cuda_gemm.c: the CUDA backend's products, checked on the CPU.
+ *
+ *   - every GemmArgs tuple of backend/gemm_args.h (the column-major arguments cuda_gemm.cu
+ *     hands to cuBLAS) run through cblas_sgemm(CblasColMajor, ...): the linear layer's
+ *     forward, dx (written and added) and dW (accumulated) against the reference matmul;
+ *   - the GPU attention's whole algorithm on the host, in the order cuda_gemm.cu runs it: the
+ *     strided-batched tuples per batch row, the softmax and its backward from the bodies of
+ *     backend/kernels_att.h walked lane by lane with the warp's butterfly, the heads of the
+ *     backward in groups as small as the workspace allows; against nn/attention.c.
+ * No GPU is needed: what cuBLAS and the kernels add on a GPU is checked there
+ * (tests/gpu/run_device.sh).
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/gemm_args.h"
+#include "backend/kernels_att.h"
+#include "ops_util.h"
+
+/* a GemmArgs tuple as cuBLAS would run it, on the CPU */
+static void gemm_cblas(const GemmArgs *a) {
+    for (int i = 0; i < a->batch; i++)
+        cblas_sgemm(CblasColMajor, a->transa ? CblasTrans : CblasNoTrans,
+                    a->transb ? CblasTrans : CblasNoTrans, a->m, a->n, a->k, a->alpha,
+                    a->A + i * a->strideA, a->lda, a->B + i * a->strideB, a->ldb, a->beta,
+                    a->C + i * a->strideC, a->ldc);
+}
+
+START_TEST(test_linear_tuples) {
+    const int shapes[][3] = {{7, 5, 3}, {1, 16, 9}, {33, 64, 48}, {5, 1, 1}};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        int N = shapes[sh][0], IN = shapes[sh][1], OUT = shapes[sh][2];
+        size_t nx = (size_t)N * IN, ny = (size_t)N * OUT, nw = (size_t)OUT * IN;
+        float *x = rand_floats(nx, 1.0f, 1 + sh), *W = rand_floats(nw, 0.5f, 2 + sh);
+        float *dy = rand_floats(ny, 1.0f, 3 + sh), *prior = rand_floats(nw, 0.1f, 4 + sh);
+        float *y = garbage_floats(ny), *y_ref = floats_alloc(ny);
+        GemmArgs f = gemm_linear_forward(y, x, W, N, IN, OUT);
+        gemm_cblas(&f);
+        matmul_forward(y_ref, x, W, N, IN, OUT);
+        CLOSE_ARRAYS(y, y_ref, ny, "forward tuple");
+
+        /* dx written over NaN, dW added to a non-zero prior */
+        float *dx = garbage_floats(nx), *dW = floats_alloc(nw);
+        float *dx_ref = floats_alloc(nx), *dW_ref = floats_alloc(nw);
+        memcpy(dW, prior, nw * sizeof(float));
+        memcpy(dW_ref, prior, nw * sizeof(float));
+        GemmArgs d = gemm_linear_dx(dx, dy, W, N, IN, OUT, 0);
+        GemmArgs w = gemm_linear_dw(dW, dy, x, N, IN, OUT);
+        gemm_cblas(&d), gemm_cblas(&w);
+        matmul_backward(dx_ref, dW_ref, dy, x, W, N, IN, OUT);
+        CLOSE_ARRAYS(dx, dx_ref, nx, "dx tuple");
+        CLOSE_ARRAYS(dW, dW_ref, nw, "dW tuple (accumulated)");
+
+        /* dx with add: dx + dy W */
+        float *dx2 = floats_alloc(nx), *want = floats_alloc(nx);
+        for (size_t i = 0; i < nx; i++) dx2[i] = 1.0f, want[i] = 1.0f + dx_ref[i];
+        GemmArgs d2 = gemm_linear_dx(dx2, dy, W, N, IN, OUT, 1);
+        gemm_cblas(&d2);
+        CLOSE_ARRAYS(dx2, want, nx, "dx tuple with add");
+        free(x), free(W), free(dy), free(prior), free(y), free(y_ref), free(dx), free(dW);
+        free(dx_ref), free(dW_ref), free(dx2), free(want);
+    }
+}
+END_TEST
+
+/* ---- attention as cuda_gemm.cu runs it ------------------------------------------------------ */
+
+/* one warp over each of rows rows of P (row r is query r % T), as the kernels walk them */
+static void softmax_rows(float *P, int rows, int T) {
+    for (int r = 0; r < rows; r++) {
+        float *row = P + (size_t)r * T, v[MOE_WARP];
+        int t = r % T;
+        for (int l = 0; l < MOE_WARP; l++) v[l] = katt_lane_max(row, t, l);
+        float max = katt_butterfly(v, 1);
+        for (int l = 0; l < MOE_WARP; l++) v[l] = katt_lane_exp(row, t, l, max);
+        float inv = 1.0f / katt_butterfly(v, 0);
+        for (int l = 0; l < MOE_WARP; l++) katt_lane_normalise(row, t, T, l, inv);
+    }
+}
+static void softmax_backward_rows(float *dP, const float *P, int rows, int T, float scale) {
+    for (int r = 0; r < rows; r++) {
+        size_t off = (size_t)r * T;
+        float v[MOE_WARP];
+        int t = r % T;
+        for (int l = 0; l < MOE_WARP; l++) v[l] = katt_lane_dot(P + off, dP + off, t, l);
+        float pdp = katt_butterfly(v, 0);
+        for (int l = 0; l < MOE_WARP; l++)
+            katt_lane_jacobian(dP + off, P + off, t, T, l, pdp, scale);
+    }
+}
+
+static void gpu_attention_forward(float *out, float *att, const float *q, const float *k,
+                                  const float *v, int B, int T, int C, int H) {
+    const int D = C / H;
+    const float scale = 1.0f / sqrtf((float)D);
+    for (int b = 0; b < B; b++) {
+        size_t row0 = (size_t)b * T * C;
+        float *P = att + (size_t)b * H * T * T;
+        GemmArgs s = gemm_att_scores(P, q + row0, k + row0, T, C, D, H, scale);
+        gemm_cblas(&s);
+        softmax_rows(P, H * T, T);
+        GemmArgs o = gemm_att_pv(out + row0, P, v + row0, T, C, D, H);
+        gemm_cblas(&o);
+    }
+}
+
+static void gpu_attention_backward(float *dq, float *dk, float *dv, float *ws, const float *dout,
+                                   const float *att, const float *q, const float *k, const float *v,
+                                   int B, int T, int C, int H, int n_ws) {
+    const int D = C / H;
+    const float scale = 1.0f / sqrtf((float)D);
+    const int group = n_ws < H ? n_ws : H;
+    for (int b = 0; b < B; b++) {
+        size_t row0 = (size_t)b * T * C;
+        const float *P = att + (size_t)b * H * T * T;
+        GemmArgs a = gemm_att_ptdo(dv + row0, P, dout + row0, T, C, D, H);
+        gemm_cblas(&a);
+        for (int h0 = 0; h0 < H; h0 += group) {
+            const int G = H - h0 < group ? H - h0 : group;
+            size_t col = row0 + (size_t)h0 * D;
+            GemmArgs dp = gemm_att_scores(ws, dout + col, v + col, T, C, D, G, 1.0f);
+            gemm_cblas(&dp);
+            softmax_backward_rows(ws, P + (size_t)h0 * T * T, G * T, T, scale);
+            GemmArgs gq = gemm_att_pv(dq + col, ws, k + col, T, C, D, G);
+            GemmArgs gk = gemm_att_ptdo(dk + col, ws, q + col, T, C, D, G);
+            gemm_cblas(&gq), gemm_cblas(&gk);
+        }
+    }
+}
+
+START_TEST(test_attention_algorithm) {
+    /* T above a warp's 32 columns and not a multiple of it; heads in groups of 1, 2 and all */
+    const int cases[][4] = {{2, 45, 24, 3}, {1, 7, 8, 2}, {3, 33, 16, 4}};
+    for (size_t cs = 0; cs < sizeof cases / sizeof cases[0]; cs++) {
+        int B = cases[cs][0], T = cases[cs][1], C = cases[cs][2], H = cases[cs][3];
+        size_t n = (size_t)B * T * C, na = (size_t)B * H * T * T;
+        float *q = rand_floats(n, 1.0f, 10 + cs), *k = rand_floats(n, 1.0f, 20 + cs);
+        float *v = rand_floats(n, 1.0f, 30 + cs), *dout = rand_floats(n, 1.0f, 40 + cs);
+        float *out = garbage_floats(n), *att = garbage_floats(na);
+        float *out_ref = floats_alloc(n), *att_ref = floats_alloc(na);
+        gpu_attention_forward(out, att, q, k, v, B, T, C, H);
+        attention_forward(out_ref, att_ref, q, k, v, B, T, C, H);
+        CLOSE_ARRAYS(att, att_ref, na, "attention probabilities");
+        CLOSE_ARRAYS(out, out_ref, n, "attention output");
+
+        float *dq_ref = floats_alloc(n), *dk_ref = floats_alloc(n), *dv_ref = floats_alloc(n);
+        float *ws_ref = attn_ws_alloc(T, 1);
+        attention_backward(dq_ref, dk_ref, dv_ref, ws_ref, dout, att_ref, q, k, v, B, T, C, H, 1);
+        for (int n_ws = 1; n_ws <= H; n_ws++) {
+            float *dq = garbage_floats(n), *dk = garbage_floats(n), *dv = garbage_floats(n);
+            float *ws = garbage_floats((size_t)n_ws * T * T);
+            gpu_attention_backward(dq, dk, dv, ws, dout, att, q, k, v, B, T, C, H, n_ws);
+            expect_close_arrays(dq, dq_ref, n, TOL_F32_ATOL, TOL_F32_RTOL, "attention dq");
+            expect_close_arrays(dk, dk_ref, n, TOL_F32_ATOL, TOL_F32_RTOL, "attention dk");
+            expect_close_arrays(dv, dv_ref, n, TOL_F32_ATOL, TOL_F32_RTOL, "attention dv");
+            free(dq), free(dk), free(dv), free(ws);
+        }
+        free(q), free(k), free(v), free(dout), free(out), free(att), free(out_ref);
+        free(att_ref), free(dq_ref), free(dk_ref), free(dv_ref), free(ws_ref);
+    }
+}
+END_TEST
+
+/* the butterfly leaves the same value in every lane, and a wrong partner would show */
+START_TEST(test_butterfly) {
+    float v[MOE_WARP], w[MOE_WARP];
+    for (int l = 0; l < MOE_WARP; l++) v[l] = w[l] = (float)(l * l % 7) - 2.5f;
+    float s = katt_butterfly(v, 0);
+    double want = 0.0;
+    for (int l = 0; l < MOE_WARP; l++) want += w[l];
+    CLOSE(s, (float)want, "butterfly sum");
+    for (int l = 1; l < MOE_WARP; l++) ck_assert_float_eq(v[l], v[0]);
+    ck_assert_float_eq(katt_butterfly(w, 1), 1.5f); /* the largest of l^2 mod 7 is 4 */
+}
+END_TEST
+
+Suite *cuda_gemm_suite(void) {
+    Suite *s = suite_create("cuda_gemm");
+    TCase *tc = tcase_create("cuda_gemm");
+    tcase_add_test(tc, test_linear_tuples);
+    tcase_add_test(tc, test_attention_algorithm);
+    tcase_add_test(tc, test_butterfly);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TEST_MAIN(cuda_gemm_suite)

@@ -1,0 +1,534 @@
+/*
+ * test_kernels_moe.c: the CUDA MoE kernels' arithmetic (backend/kernels_moe.h), run on the host.
+ *
+ * Each emu_* function below is one entry of cuda_moe.cu with its kernels replaced by loops
+ * that walk the grid in the kernel's order: the same blocks, the same threads per block, the
+ * same chunks of the plan's scans, the same ballots (one mask per warp), the same reduction
+ * trees. The bodies are the very text nvcc compiles for the device, so a machine without a GPU
+ * still checks the kernels' math against the reference ops of src/moe:
+ *
+ *   - integers exactly: the top-k's idx (rows full of equal keys included: ties go to the
+ *     lower expert), and the plan's counts, offsets, slot and slot_token;
+ *   - floats under the one tolerance rule (TOL_F32_ATOL, TOL_F32_RTOL): the bodies use expf
+ *     where the reference uses nn_expf, and the dw dot and the z-loss sum in another order.
+ *
+ * Sizes: E in {4, 8, 64}, K in {1, 2, 4}, N not a multiple of the block (300, 777), and C on
+ * both sides of a row block (5, 64, 300). permute and combine also run on plans built
+ * elsewhere: capacity plans with dropped assignments, padded ones with padding rows, and an
+ * expert-choice plan (E assignments per token).
+ */
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/kernels_moe.h"
+#include "base/util.h"
+#include "moe/moe_ops.h"
+#include "testutil.h"
+
+/* ---- inputs -------------------------------------------------------------------------------- */
+
+/* Logits (N, E) full of ties: uniform values rounded to halves in [-2, 2] (9 values, so rows
+ * repeat them), row 0 all equal, row 1 with its two largest equal. */
+static void fill_tied_logits(float *l, int N, int E, unsigned long long seed) {
+    fill_uniform(l, (size_t)N * E, 2.0f, seed);
+    for (size_t i = 0; i < (size_t)N * E; i++) l[i] = roundf(l[i] * 2.0f) / 2.0f;
+    if (N > 0)
+        for (int e = 0; e < E; e++) l[e] = 0.5f;
+    if (N > 1) {
+        for (int e = 0; e < E; e++) l[E + e] = -1.0f;
+        l[E + E - 1] = l[E + 1] = 3.0f;
+    }
+}
+
+/* Logits (N, E) that prefer the low experts: expert 0 is wanted by far more tokens than its
+ * fair share, so a capacity plan drops assignments and the dropless plan's block for expert 0
+ * sees hits in many chunks. */
+static void fill_skewed_logits(float *l, int N, int E, unsigned long long seed) {
+    fill_uniform(l, (size_t)N * E, 1.0f, seed);
+    for (int n = 0; n < N; n++)
+        for (int e = 0; e < E; e++) l[(size_t)n * E + e] -= 0.5f * (float)e;
+}
+
+static MoeSpec spec_of(int E, int K, int score, int topk_first, int norm, float rs) {
+    MoeSpec s = {.num_experts = E, .top_k = K, .norm_topk = norm};
+    moe_spec_defaults(&s);
+    s.score = score;
+    s.topk_before_softmax = topk_first;
+    s.route_scale = rs;
+    return s;
+}
+
+static float *floats(size_t n) {
+    return calloc_check(n ? n : 1, sizeof(float));
+}
+static int *ints(size_t n) {
+    return calloc_check(n ? n : 1, sizeof(int));
+}
+static void fill_nan(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+}
+static void expect_ints(const int *got, const int *want, size_t n, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(got[i] == want[i], "%s: element %zu: got %d want %d", what, i, got[i],
+                      want[i]);
+}
+
+/* ---- the kernels, on the host ---------------------------------------------------------------- */
+
+/* k_scores: a thread per token */
+static void emu_scores(float *scores, float *lse, const float *logits, int N, const MoeSpec *s) {
+    const int E = s->num_experts, sig = s->score == MOE_SCORE_SIGMOID;
+    for (int b = 0; b < (int)kmoe_grid((size_t)N); b++)
+        for (int t = 0; t < KMOE_THREADS; t++) {
+            int n = b * KMOE_THREADS + t;
+            if (n >= N) continue;
+            kmoe_scores_row(scores + (size_t)n * E, lse ? lse + n : NULL, logits + (size_t)n * E, E,
+                            sig);
+        }
+}
+
+/* k_gate: a thread per token; the logits row only for topk_first, as the kernel passes it */
+static void emu_gate(int *idx, float *w, const float *scores, const float *logits,
+                     const float *bias, int N, const MoeSpec *s) {
+    const int E = s->num_experts, K = s->top_k, tf = s->topk_before_softmax;
+    for (int b = 0; b < (int)kmoe_grid((size_t)N); b++)
+        for (int t = 0; t < KMOE_THREADS; t++) {
+            int n = b * KMOE_THREADS + t;
+            if (n >= N) continue;
+            kmoe_gate_row(idx + (size_t)n * K, w + (size_t)n * K, scores + (size_t)n * E,
+                          tf ? logits + (size_t)n * E : NULL, bias, E, K, tf, s->norm_topk,
+                          s->route_scale);
+        }
+}
+
+/* k_zloss: one block, per-thread strided sums, the shared-memory tree */
+static float emu_zloss(const float *lse, int N) {
+    if (N <= 0) return 0.0f;
+    double sh[KMOE_THREADS];
+    for (int t = 0; t < KMOE_THREADS; t++) sh[t] = kmoe_zloss_part(lse, N, t, KMOE_THREADS);
+    return kmoe_zloss_final(kmoe_tree_sum(sh, KMOE_THREADS), N);
+}
+
+/* cuda_dispatch_plan_build: k_plan_rank, k_plan_offsets, k_plan_place */
+static void emu_plan_build(DispatchPlan *p, const int *idx, int N) {
+    const int E = p->E, K = p->K;
+    const size_t NK = (size_t)N * K;
+    /* k_plan_rank: block e, chunk by chunk; a warp's ballot is one mask */
+    for (int e = 0; e < E; e++) {
+        int run = 0;
+        for (size_t base = 0; base < NK; base += KMOE_THREADS) {
+            int hit[KMOE_THREADS], warp_hits[KMOE_WARPS];
+            unsigned mask[KMOE_WARPS] = {0};
+            for (int t = 0; t < KMOE_THREADS; t++) {
+                hit[t] = kmoe_plan_hit(idx, NK, base + t, e);
+                mask[t / MOE_WARP] |= (unsigned)hit[t] << (t % MOE_WARP);
+            }
+            for (int w = 0; w < KMOE_WARPS; w++) warp_hits[w] = kmoe_popc32(mask[w]);
+            for (int t = 0; t < KMOE_THREADS; t++)
+                if (hit[t])
+                    p->slot[base + t] = run + kmoe_warps_before(warp_hits, t / MOE_WARP) +
+                                        kmoe_lane_rank(mask[t / MOE_WARP], t % MOE_WARP);
+            run += kmoe_warps_before(warp_hits, KMOE_WARPS);
+        }
+        p->counts[e] = run;
+    }
+    /* k_plan_offsets: one block, chunks of Hillis-Steele steps (every thread reads its addend
+     * before any writes: the barrier between) */
+    int carry = 0;
+    for (int base = 0; base < E; base += KMOE_THREADS) {
+        int v[KMOE_THREADS], sh[KMOE_THREADS], add[KMOE_THREADS];
+        for (int t = 0; t < KMOE_THREADS; t++)
+            sh[t] = v[t] = base + t < E ? p->counts[base + t] : 0;
+        for (int d = 1; d < KMOE_THREADS; d *= 2) {
+            for (int t = 0; t < KMOE_THREADS; t++) add[t] = kmoe_scan_addend(sh, t, d);
+            for (int t = 0; t < KMOE_THREADS; t++) sh[t] += add[t];
+        }
+        for (int t = 0; t < KMOE_THREADS; t++)
+            if (base + t < E) p->offsets[base + t] = carry + sh[t] - v[t];
+        carry += sh[KMOE_THREADS - 1];
+    }
+    p->offsets[E] = carry;
+    /* k_plan_place: a thread per assignment */
+    for (int b = 0; b < (int)kmoe_grid(NK); b++)
+        for (int t = 0; t < KMOE_THREADS; t++) {
+            size_t j = (size_t)b * KMOE_THREADS + t;
+            if (j < NK) kmoe_plan_place(p->slot, p->slot_token, idx, p->offsets, j, E, K);
+        }
+    p->N = N;
+    p->S = (int)NK;
+}
+
+/* k_permute: a block per slot row */
+static void emu_permute_forward(float *xe, const float *x, const DispatchPlan *p, int C) {
+    const int nt = kmoe_row_threads(C);
+    for (int s = 0; s < p->S; s++)
+        for (int t = 0; t < nt; t++)
+            kmoe_permute_row(xe + (size_t)s * C, x, p->slot_token[s], C, t, nt);
+}
+
+/* k_permute_back: a block per token */
+static void emu_permute_backward(float *dx, const float *dxe, const DispatchPlan *p, int C) {
+    const int nt = kmoe_row_threads(C), A = p->K;
+    for (int n = 0; n < p->N; n++)
+        for (int t = 0; t < nt; t++)
+            kmoe_permute_back_row(dx + (size_t)n * C, dxe, p->slot + (size_t)n * A, A, C, t, nt);
+}
+
+/* k_combine: a block per token */
+static void emu_combine_forward(float *y, const float *ye, const float *w, const DispatchPlan *p,
+                                int C) {
+    const int nt = kmoe_row_threads(C), A = p->K;
+    for (int n = 0; n < p->N; n++)
+        for (int t = 0; t < nt; t++)
+            kmoe_combine_row(y + (size_t)n * C, ye, w + (size_t)n * A, p->slot + (size_t)n * A, A,
+                             C, t, nt);
+}
+
+/* k_combine_dye (a block per slot row), then k_combine_dw (a warp per assignment, its lanes'
+ * double sums combined in the shuffle-down tree) */
+static void emu_combine_backward(float *dye, float *dw, const float *dy, const float *ye,
+                                 const float *w, const DispatchPlan *p, int C) {
+    const int nt = kmoe_row_threads(C), A = p->K;
+    if (dye)
+        for (int s = 0; s < p->S; s++)
+            for (int t = 0; t < nt; t++)
+                kmoe_combine_dye_row(dye + (size_t)s * C, dy, w, p->slot, p->slot_token, s, A, C, t,
+                                     nt);
+    const size_t NA = (size_t)p->N * A;
+    if (!dw || NA == 0) return;
+    for (size_t b = 0; b < (NA + KMOE_WARPS - 1) / KMOE_WARPS; b++)
+        for (int wp = 0; wp < KMOE_WARPS; wp++) {
+            size_t j = b * KMOE_WARPS + wp;
+            if (j >= NA) continue;
+            int s = p->slot[j];
+            if (s < 0) {
+                dw[j] = 0.0f;
+                continue;
+            }
+            size_t n = j / (size_t)A;
+            double v[MOE_WARP];
+            for (int lane = 0; lane < MOE_WARP; lane++)
+                v[lane] = kmoe_dot_lane(dy + n * C, ye + (size_t)s * C, C, lane, MOE_WARP);
+            dw[j] = (float)kmoe_tree_sum(v, MOE_WARP);
+        }
+}
+
+/* ---- router --------------------------------------------------------------------------------- */
+
+START_TEST(test_scores_and_lse) {
+    const int Es[] = {4, 8, 64}, Ns[] = {1, 300};
+    for (int ie = 0; ie < 3; ie++)
+        for (int in = 0; in < 2; in++)
+            for (int score = 0; score < 2; score++)
+                for (int with_lse = 0; with_lse < 2; with_lse++) {
+                    const int E = Es[ie], N = Ns[in];
+                    const size_t NE = (size_t)N * E;
+                    float *l = floats(NE), *want = floats(NE), *got = floats(NE);
+                    float *lse_w = floats(N), *lse_g = floats(N);
+                    fill_uniform(l, NE, 4.0f, 11 + ie);
+                    if (N > 2) {
+                        /* a row of equal logits, and one far out where exp saturates */
+                        for (int e = 0; e < E; e++) l[E + e] = 0.25f;
+                        for (int e = 0; e < E; e++) l[2 * E + e] = e % 2 ? 100.0f : -100.0f;
+                    }
+                    MoeSpec s = spec_of(E, 1, score, 0, 0, 1.0f);
+                    router_scores_forward(want, lse_w, l, N, &s);
+                    fill_nan(got, NE);
+                    fill_nan(lse_g, N);
+                    emu_scores(got, with_lse ? lse_g : NULL, l, N, &s);
+                    expect_close_arrays(got, want, NE, TOL_F32_ATOL, TOL_F32_RTOL,
+                                        score ? "sigmoid scores" : "softmax scores");
+                    if (with_lse)
+                        expect_close_arrays(lse_g, lse_w, (size_t)N, TOL_F32_ATOL, TOL_F32_RTOL,
+                                            "lse");
+                    else
+                        ck_assert_msg(isnan(lse_g[0]), "lse written although NULL was passed");
+                    free(l), free(want), free(got), free(lse_w), free(lse_g);
+                }
+}
+END_TEST
+
+/* Whether token n's choice involved a tie: a chosen key equal to another expert's key. */
+static int row_has_tie(const float *key, const float *bias, const int *in, int E, int K) {
+    for (int k = 0; k < K; k++) {
+        float kc = bias ? key[in[k]] + bias[in[k]] : key[in[k]];
+        for (int e = 0; e < E; e++) {
+            float ke = bias ? key[e] + bias[e] : key[e];
+            if (e != in[k] && ke == kc) return 1;
+        }
+    }
+    return 0;
+}
+
+START_TEST(test_gate_every_mode) {
+    /* every mode of router_gate_forward (topk_before_softmax with softmax scores only, as the
+     * config allows it), route_scale 2.5 in half of them, for each E and K; idx equal, w under
+     * the tolerance. Few reference calls: each is an OpenMP region, slow on a busy machine. */
+    enum { N = 300 };
+    const int Es[] = {4, 8, 64}, Ks[] = {1, 2, 4};
+    long ties = 0;
+    for (int ie = 0; ie < 3; ie++) {
+        const int E = Es[ie];
+        float *l = floats((size_t)N * E), *p = floats((size_t)N * E), *bias = floats(E);
+        fill_tied_logits(l, N, E, 100 + ie);
+        /* quarter steps, so experts with equal scores often get equal keys too */
+        fill_uniform(bias, (size_t)E, 0.5f, 200 + ie);
+        for (int e = 0; e < E; e++) bias[e] = roundf(bias[e] * 4.0f) / 4.0f;
+        for (int score = 0; score < 2; score++) {
+            MoeSpec sp = spec_of(E, 1, score, 0, 0, 1.0f);
+            router_scores_forward(p, NULL, l, N, &sp);
+            for (int ik = 0; ik < 3; ik++)
+                for (int mode = 0; mode < 8; mode++) {
+                    const int K = Ks[ik], with_bias = mode & 1, tf = (mode >> 1) & 1;
+                    const int norm = (mode >> 2) & 1;
+                    const float rs = with_bias == tf ? 2.5f : 1.0f;
+                    if (tf && score == MOE_SCORE_SIGMOID) continue;
+                    const float *b = with_bias ? bias : NULL;
+                    MoeSpec s = spec_of(E, K, score, tf, norm, rs);
+                    int iw[N * 4], ig[N * 4];
+                    float ww[N * 4], wg[N * 4];
+                    router_gate_forward(iw, ww, p, l, b, N, &s);
+                    memset(ig, 0xff, sizeof ig);
+                    fill_nan(wg, (size_t)N * K);
+                    emu_gate(ig, wg, p, l, b, N, &s);
+                    char what[96];
+                    snprintf(what, sizeof what, "E %d K %d score %d bias %d tf %d norm %d rs %g", E,
+                             K, score, with_bias, tf, norm, (double)rs);
+                    expect_ints(ig, iw, (size_t)N * K, what);
+                    expect_close_arrays(wg, ww, (size_t)N * K, TOL_F32_ATOL, TOL_F32_RTOL, what);
+                    for (int n = 0; n < N; n++)
+                        ties +=
+                            row_has_tie((tf ? l : p) + (size_t)n * E, b, iw + (size_t)n * K, E, K);
+                }
+        }
+        free(l), free(p), free(bias);
+    }
+    /* the comparison above only proves the tie rule if ties happened */
+    ck_assert_msg(ties > 1000, "only %ld rows with tied keys", ties);
+}
+END_TEST
+
+START_TEST(test_gate_all_equal_row) {
+    /* every key equal: the first K experts in order, whatever the mode */
+    enum { E = 8, K = 4 };
+    float l[E], p[E], w[K];
+    int in[K];
+    for (int e = 0; e < E; e++) l[e] = 1.0f;
+    MoeSpec s = spec_of(E, K, MOE_SCORE_SOFTMAX, 0, 1, 1.0f);
+    router_scores_forward(p, NULL, l, 1, &s);
+    emu_gate(in, w, p, l, NULL, 1, &s);
+    for (int k = 0; k < K; k++) {
+        ck_assert_int_eq(in[k], k);
+        CLOSE(w[k], 0.25f, "equal weights");
+    }
+}
+END_TEST
+
+START_TEST(test_z_loss) {
+    const int Ns[] = {1, 255, 300, 1000};
+    for (int i = 0; i < 4; i++) {
+        float *lse = floats(Ns[i]);
+        fill_uniform(lse, (size_t)Ns[i], 5.0f, 300 + i);
+        CLOSE(emu_zloss(lse, Ns[i]), router_z_loss(lse, Ns[i]), "z-loss");
+        free(lse);
+    }
+    ck_assert(emu_zloss(NULL, 0) == 0.0f);
+}
+END_TEST
+
+/* ---- dispatch plan --------------------------------------------------------------------------- */
+
+static void expect_same_plan(const DispatchPlan *got, const DispatchPlan *want, const char *what) {
+    ck_assert_msg(got->N == want->N && got->S == want->S, "%s: N %d S %d, want N %d S %d", what,
+                  got->N, got->S, want->N, want->S);
+    expect_ints(got->counts, want->counts, (size_t)want->E, what);
+    expect_ints(got->offsets, want->offsets, (size_t)want->E + 1, what);
+    expect_ints(got->slot, want->slot, (size_t)want->N * want->K, what);
+    expect_ints(got->slot_token, want->slot_token, (size_t)want->S, what);
+}
+
+START_TEST(test_dispatch_plan) {
+    const int Es[] = {4, 8, 64}, Ks[] = {1, 2, 4}, Ns[] = {0, 1, 300, 777};
+    for (int ie = 0; ie < 3; ie++)
+        for (int ik = 0; ik < 3; ik++)
+            for (int in = 0; in < 4; in++)
+                for (int skew = 0; skew < 2; skew++) {
+                    const int E = Es[ie], K = Ks[ik], N = Ns[in];
+                    float *l = floats((size_t)N * E), *p = floats((size_t)N * E);
+                    float *w = floats((size_t)N * K);
+                    int *idx = ints((size_t)N * K);
+                    if (skew)
+                        fill_skewed_logits(l, N, E, 400 + ie);
+                    else
+                        fill_tied_logits(l, N, E, 500 + ie);
+                    MoeSpec s = spec_of(E, K, MOE_SCORE_SOFTMAX, 0, 1, 1.0f);
+                    router_scores_forward(p, NULL, l, N, &s);
+                    router_gate_forward(idx, w, p, NULL, NULL, N, &s);
+                    DispatchPlan want, got;
+                    dispatch_plan_alloc(&want, N, E, K);
+                    dispatch_plan_alloc(&got, N, E, K);
+                    dispatch_plan_build(&want, idx, N);
+                    /* stale values where the kernels must write */
+                    for (int e = 0; e < E; e++) got.counts[e] = 99;
+                    for (size_t j = 0; j < (size_t)N * K; j++) got.slot[j] = got.slot_token[j] = 7;
+                    emu_plan_build(&got, idx, N);
+                    char what[64];
+                    snprintf(what, sizeof what, "plan E %d K %d N %d skew %d", E, K, N, skew);
+                    expect_same_plan(&got, &want, what);
+                    if (skew && N == 777) /* expert 0's block found hits in many chunks */
+                        ck_assert_int_gt(want.counts[0], KMOE_THREADS);
+                    dispatch_plan_free(&want), dispatch_plan_free(&got);
+                    free(l), free(p), free(w), free(idx);
+                }
+}
+END_TEST
+
+/* ---- permute and combine ------------------------------------------------------------------- */
+
+enum { PLAN_DROPLESS, PLAN_CAPACITY, PLAN_PADDED, PLAN_EXPERT_CHOICE, PLAN_KINDS };
+static const char *plan_name[PLAN_KINDS] = {"dropless", "capacity", "padded", "expert choice"};
+
+/* A plan of kind for N tokens over E experts, K per token, from skewed logits; *w_out (N, A)
+ * its gate weights (A = p->K). The capacity plans use factor 1 (expert 0 overflows); the
+ * padded one has room for E R slot rows. */
+static void make_plan(DispatchPlan *p, float **w_out, int kind, int N, int E, int K) {
+    float *l = floats((size_t)N * E), *sc = floats((size_t)N * E);
+    fill_skewed_logits(l, N, E, 600 + kind);
+    MoeSpec s = spec_of(E, K, MOE_SCORE_SOFTMAX, 0, 1, 1.0f);
+    s.seq_len = N;
+    router_scores_forward(sc, NULL, l, N, &s);
+    MoeCtx x;
+    if (kind == PLAN_EXPERT_CHOICE) {
+        s.routing = MOE_ROUTING_EXPERT_CHOICE;
+        moe_ctx_train(&x, &s, N, NULL);
+        int *idx = ints((size_t)N * E);
+        *w_out = floats((size_t)N * E);
+        dispatch_plan_alloc(p, N, E, E);
+        expert_choice_forward(idx, *w_out, p, sc, N, &s, &x);
+        free(idx);
+    } else {
+        int *idx = ints((size_t)N * K);
+        *w_out = floats((size_t)N * K);
+        router_gate_forward(idx, *w_out, sc, NULL, NULL, N, &s);
+        if (kind == PLAN_DROPLESS) {
+            dispatch_plan_alloc(p, N, E, K);
+            emu_plan_build(p, idx, N);
+        } else {
+            s.capacity_factor = 1.0f;
+            s.min_capacity = 1;
+            s.padded = kind == PLAN_PADDED;
+            moe_ctx_train(&x, &s, N, NULL);
+            dispatch_plan_alloc(p, N, E, K);
+            free(p->slot_token);
+            p->slot_token = ints(moe_slots_max(&s, N) + 1);
+            capacity_plan_build(p, idx, sc, *w_out, N, &s, &x);
+        }
+        free(idx);
+    }
+    free(l), free(sc);
+}
+
+START_TEST(test_permute_combine) {
+    const int Cs[] = {5, 64, 300};
+    const int Es[] = {4, 8, 64}, Ks[] = {1, 2, 4}, Ns[] = {300, 77, 300};
+    for (int kind = 0; kind < PLAN_KINDS; kind++)
+        for (int ic = 0; ic < 3; ic++) {
+            /* walk the sizes along with C: (E 4, K 1, N 300), (8, 2, 77), (64, 4, 300) */
+            const int C = Cs[ic], E = Es[ic], K = Ks[ic], N = Ns[ic];
+            DispatchPlan p;
+            float *w;
+            make_plan(&p, &w, kind, N, E, K);
+            const int A = p.K, S = p.S;
+            const size_t NC = (size_t)N * C, SC = (size_t)S * C, NA = (size_t)N * A;
+            int dropped = 0, padding = 0;
+            for (size_t j = 0; j < NA; j++) dropped += p.slot[j] < 0;
+            for (int s = 0; s < S; s++) padding += p.slot_token[s] < 0;
+            if (kind == PLAN_CAPACITY || kind == PLAN_EXPERT_CHOICE)
+                ck_assert_msg(dropped > 0, "%s plan drops nothing", plan_name[kind]);
+            if (kind == PLAN_PADDED)
+                ck_assert_msg(dropped > 0 && padding > 0, "padded plan: %d dropped, %d padding",
+                              dropped, padding);
+
+            float *x = floats(NC), *dxe = floats(SC), *ye = floats(SC), *dy = floats(NC);
+            fill_uniform(x, NC, 1.0f, 700);
+            fill_uniform(dxe, SC, 1.0f, 701);
+            fill_uniform(ye, SC, 1.0f, 702);
+            fill_uniform(dy, NC, 1.0f, 703);
+            float *want = floats(SC > NC ? SC : NC), *got = floats(SC > NC ? SC : NC);
+            float *dw_w = floats(NA), *dw_g = floats(NA);
+            char what[96];
+#define WHAT(op)                                                                                   \
+    (snprintf(what, sizeof what, "%s, %s plan, E %d K %d N %d C %d", (op), plan_name[kind], E, K,  \
+              N, C),                                                                               \
+     what)
+            /* outputs start as NaN: a row the kernel forgets fails the comparison */
+            permute_forward(want, x, &p, C);
+            fill_nan(got, SC);
+            emu_permute_forward(got, x, &p, C);
+            expect_close_arrays(got, want, SC, TOL_F32_ATOL, TOL_F32_RTOL, WHAT("permute"));
+
+            permute_backward(want, dxe, &p, C);
+            fill_nan(got, NC);
+            emu_permute_backward(got, dxe, &p, C);
+            expect_close_arrays(got, want, NC, TOL_F32_ATOL, TOL_F32_RTOL,
+                                WHAT("permute backward"));
+
+            combine_forward(want, ye, w, &p, C);
+            fill_nan(got, NC);
+            emu_combine_forward(got, ye, w, &p, C);
+            expect_close_arrays(got, want, NC, TOL_F32_ATOL, TOL_F32_RTOL, WHAT("combine"));
+
+            combine_backward(want, dw_w, dy, ye, w, &p, C);
+            fill_nan(got, SC);
+            fill_nan(dw_g, NA);
+            emu_combine_backward(got, dw_g, dy, ye, w, &p, C);
+            expect_close_arrays(got, want, SC, TOL_F32_ATOL, TOL_F32_RTOL, WHAT("dye"));
+            expect_close_arrays(dw_g, dw_w, NA, TOL_F32_ATOL, TOL_F32_RTOL, WHAT("dw"));
+
+            /* either gradient alone (the other NULL) */
+            fill_nan(got, SC);
+            emu_combine_backward(got, NULL, dy, ye, w, &p, C);
+            expect_close_arrays(got, want, SC, TOL_F32_ATOL, TOL_F32_RTOL, WHAT("dye alone"));
+            fill_nan(dw_g, NA);
+            emu_combine_backward(NULL, dw_g, dy, ye, w, &p, C);
+            expect_close_arrays(dw_g, dw_w, NA, TOL_F32_ATOL, TOL_F32_RTOL, WHAT("dw alone"));
+#undef WHAT
+            free(x), free(dxe), free(ye), free(dy), free(want), free(got), free(dw_w), free(dw_g),
+                free(w);
+            dispatch_plan_free(&p);
+        }
+}
+END_TEST
+
+START_TEST(test_row_threads) {
+    /* whole warps, never more than a block: the row kernels' launch shape */
+    ck_assert_int_eq(kmoe_row_threads(1), MOE_WARP);
+    ck_assert_int_eq(kmoe_row_threads(33), 2 * MOE_WARP);
+    ck_assert_int_eq(kmoe_row_threads(64), 64);
+    ck_assert_int_eq(kmoe_row_threads(1000), KMOE_THREADS);
+}
+END_TEST
+
+/* The reference ops run one thread here: their results do not depend on the count (each row
+ * has one owner), and the suite makes a few hundred small calls, each an OpenMP region whose
+ * threads spin for milliseconds on a busy two-core machine. */
+static void one_thread(void) {
+    backend_set_threads(1);
+}
+
+static Suite *kernels_moe_suite(void) {
+    Suite *s = suite_create("kernels_moe");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, one_thread, NULL);
+    tcase_add_test(tc, test_scores_and_lse);
+    tcase_add_test(tc, test_gate_every_mode);
+    tcase_add_test(tc, test_gate_all_equal_row);
+    tcase_add_test(tc, test_z_loss);
+    tcase_add_test(tc, test_dispatch_plan);
+    tcase_add_test(tc, test_permute_combine);
+    tcase_add_test(tc, test_row_threads);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TEST_MAIN(kernels_moe_suite)
