@@ -12,17 +12,19 @@
 #include "base/util.h"
 #include "testutil.h"
 
-/* Every backend of this build that can run here: the two CPU ones and, in a CUDA build (make
- * cuda), the GPU's when a GPU is there. MOE_TEST_CUDA=1 (tests/gpu/run_device.sh) makes a GPU
+/* Every backend of this build that can run here: the three CPU ones (cpu-fenced proves that
+ * the tests move data only through to_device / to_host) and, in a CUDA build (make cuda), the
+ * GPU's when a GPU is there. MOE_TEST_CUDA=1 (tests/gpu/run_device.sh) makes a GPU
  * that cannot be opened a failure instead of a skip. Filled on first use, inside a test: Check
  * runs each test in a child process, and a CUDA context does not survive a fork. */
-static const Backend *backends_[3];
+static const Backend *backends_[4];
 static int n_backends_ = -1;
 static inline const Backend *const *backends_list(void) {
     if (n_backends_ >= 0) return backends_;
     n_backends_ = 0;
     backends_[n_backends_++] = &backend_cpu_ref;
     backends_[n_backends_++] = &backend_cpu;
+    backends_[n_backends_++] = &backend_cpu_fenced;
 #if MOE_HAVE_CUDA
     char err[512];
     const Backend *gpu = backend_get("cuda", MOE_PRECISION_FP32, err, sizeof err);

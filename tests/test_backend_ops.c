@@ -5,7 +5,8 @@
  * entries forward and backward on a backend (inputs copied in with to_device, outputs out
  * with to_host), and hands back every output. For each backend the outputs must equal
  * cpu-ref's under the one tolerance rule of testutil.h (integer outputs, such as a dispatch
- * plan, exactly). A later backend (a GPU) joins by being added to BACKENDS.
+ * plan, exactly). Every backend of the build is in BACKENDS (tests/backend_util.h): cpu-fenced
+ * and, in a CUDA build on a GPU, cuda.
  *
  *   - coverage: every entry of the table is exercised by some case, and the table has no
  *     entry this file does not list (so a new op without a case fails here);
@@ -14,6 +15,7 @@
  *     reference's, against finite differences on its own backend;
  *   - memory: zero, copy, to_device and to_host move exactly the bytes asked for.
  */
+#include <signal.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -530,6 +532,21 @@ START_TEST(test_experts_any_thread_count) {
 }
 END_TEST
 
+/* cpu-fenced's memory is closed to the host: a direct read stops the program (SIGSEGV), which
+ * is what makes its training runs (tests/test_backends.sh) a proof that the engine reads a
+ * device's memory only through to_host. Open through an entry, the same bytes read back. */
+START_TEST(test_fence_stops_a_host_read) {
+    const Backend *be = &backend_cpu_fenced;
+    float h[4] = {1, 2, 3, 4}, back[4];
+    float *d = dev_copy(be, h, 4);
+    be->to_host(be, back, d, sizeof back);
+    ck_assert_msg(memcmp(h, back, sizeof h) == 0, "cpu-fenced: to_host gives other bytes");
+    volatile float x = d[1]; /* the signal ends the test here */
+    (void)x;
+    ck_abort_msg("cpu-fenced: the host read its memory directly and went on");
+}
+END_TEST
+
 Suite *backend_ops_suite(void) {
     Suite *s = suite_create("backend_ops");
     TCase *tc = tcase_create("ops");
@@ -537,6 +554,7 @@ Suite *backend_ops_suite(void) {
     tcase_add_loop_test(tc, test_case_against_reference, 0, N_CASES);
     tcase_add_test(tc, test_memory_ops);
     tcase_add_test(tc, test_experts_any_thread_count);
+    tcase_add_test_raise_signal(tc, test_fence_stops_a_host_read, SIGSEGV);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -9,6 +9,9 @@
 #      changed): the device is not a setting of the model, and the resumed losses agree with
 #      the run that stayed on cpu within the same tolerance
 #   3. train.device=gpu is refused with exit 2, naming the backends there are
+#   4. cpu-fenced (cpu's ops on memory the host cannot read) trains as cpu does, bit for bit,
+#      in five routing modes; eval, sample, resume and export give cpu's output: the engine
+#      reads a device's memory only through to_host, as a GPU needs
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
 
 # shellcheck source=tests/lib/common.sh
@@ -56,5 +59,53 @@ check "its losses agree with the run that stayed on cpu within 2e-3" $? "$out"
 rc=$?
 [ $rc -eq 2 ] && grep -q "train.device" "$tmp/err" && grep -q "cpu-ref" "$tmp/err" && [ ! -e "$tmp/gpu" ]
 check "train.device=gpu exits 2, naming the choices, and writes no run" $? "exit $rc: $(head -n 2 "$tmp/err")"
+
+# ---- 4. cpu-fenced: cpu's ops on memory the host cannot read -----------------------------------
+# The same runs as on cpu, bit for bit, in every routing mode that reads something of the
+# backend's memory on the host (the aux-free biases in router.csv, the experts' similarity,
+# the plans, the checkpoint): a direct read would have stopped the run (SIGSEGV), as it would
+# crash on a GPU. train.csv less its speed column, router.csv and domains.csv must be equal.
+echo "test_backends: cpu-fenced"
+no_speed() {
+    awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "tok_per_s") s = i }
+             { o = ""; for (i = 1; i <= NF; i++) if (i != s) o = o $i ","; print o }' "$1"
+}
+fenced_modes=("dropless softmax, aux:"
+              "sigmoid, aux-free:--set moe.score=sigmoid --set moe.balance=aux_free"
+              "padded capacity, drop by score:--set moe.capacity_factor=1.0 --set moe.padded=1 --set moe.drop_policy=score"
+              "expert choice:--set moe.routing=expert_choice --set moe.balance=none"
+              "seq_aux, top-k before softmax, a shared expert:--set moe.balance=seq_aux --set moe.topk_before_softmax=1 --set moe.num_shared=1")
+for entry in "${fenced_modes[@]}"; do
+    what=${entry%%:*}; read -r -a mode <<< "${entry#*:}"
+    rm -rf "$tmp/f-cpu" "$tmp/f-fenced"
+    "$moe" train --out "$tmp/f-cpu" "${tiny[@]}" --set train.steps=8 --set train.eval_every=4 \
+        "${mode[@]}" > "$tmp/f.log" 2>&1 &&
+        "$moe" train --out "$tmp/f-fenced" "${tiny[@]}" --set train.steps=8 \
+            --set train.eval_every=4 "${mode[@]}" --set train.device=cpu-fenced > "$tmp/f.log" 2>&1 &&
+        cmp -s <(no_speed "$tmp/f-cpu/train.csv") <(no_speed "$tmp/f-fenced/train.csv") &&
+        cmp -s "$tmp/f-cpu/router.csv" "$tmp/f-fenced/router.csv" &&
+        cmp -s "$tmp/f-cpu/domains.csv" "$tmp/f-fenced/domains.csv"
+    check "cpu-fenced trains as cpu does, bit for bit: $what" $? "$(tail -n 2 "$tmp/f.log")"
+done
+# the last runs' checkpoints (the same weights; each keeps its device): evaluated, sampled and
+# continued
+"$moe" eval --ckpt "$tmp/f-fenced/ckpt.bin" --set train.device=cpu-fenced > "$tmp/f-eval" 2>&1 &&
+    "$moe" eval --ckpt "$tmp/f-fenced/ckpt.bin" --set train.device=cpu > "$tmp/c-eval" 2>&1 &&
+    cmp -s "$tmp/f-eval" "$tmp/c-eval"
+check "moe eval with train.device=cpu-fenced prints what cpu prints" $? "$(tail -n 2 "$tmp/f-eval")"
+grep -q '^train.device = cpu-fenced$' "$tmp/f-fenced/config.txt" &&
+    "$moe" sample --ckpt "$tmp/f-fenced/ckpt.bin" --prompt "ab" --tokens 20 > "$tmp/f-sample" 2>&1 &&
+    "$moe" sample --ckpt "$tmp/f-cpu/ckpt.bin" --prompt "ab" --tokens 20 > "$tmp/c-sample" 2>&1 &&
+    cmp -s "$tmp/f-sample" "$tmp/c-sample"
+check "moe sample with train.device=cpu-fenced writes what cpu writes" $? "$(tail -n 2 "$tmp/f-sample")"
+"$moe" train --resume "$tmp/f-fenced" --set train.steps=12 --quiet > "$tmp/f.log" 2>&1 &&
+    "$moe" train --resume "$tmp/f-cpu" --set train.steps=12 --quiet > "$tmp/c.log" 2>&1 &&
+    cmp -s <(no_speed "$tmp/f-cpu/train.csv") <(no_speed "$tmp/f-fenced/train.csv")
+check "a cpu-fenced run resumes from its checkpoint as cpu's does" $? "$(tail -n 2 "$tmp/f.log")"
+"$moe" export --ckpt "$tmp/f-fenced/ckpt.bin" --out "$tmp/f.safetensors" > "$tmp/f.log" 2>&1 &&
+    "$moe" export --ckpt "$tmp/f-cpu/ckpt.bin" --out "$tmp/c.safetensors" > /dev/null 2>&1 &&
+    cmp -s "$tmp/f.safetensors" "$tmp/c.safetensors"
+check "moe export of a cpu-fenced checkpoint writes cpu's file (conversions run on the CPU)" $? \
+    "$(tail -n 2 "$tmp/f.log")"
 
 finish

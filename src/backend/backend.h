@@ -12,6 +12,9 @@
  *            experts as GEMMs over their slices) and, where an op has a single CPU version,
  *            the reference one.
  *
+ *   cpu-fenced  cpu's operations on memory the host cannot read (mprotect) except through
+ *            to_host / to_device, as a GPU's: a program that reads a device's memory directly
+ *            stops here, on any machine, instead of on a GPU (fenced.c).
  *   cuda     one NVIDIA GPU (a build of `make cuda`: cuda*.cu): cuBLAS for the products,
  *            CUDA kernels for the rest; its memory is the GPU's (host_memory 0).
  *
@@ -156,10 +159,11 @@ struct Backend {
     void (*gemm_seconds)(const Backend *be, int n, int reps, double *seconds);
 };
 
-/* The CPU backends (backend/cpu.c). */
-extern const Backend backend_cpu, backend_cpu_ref;
+/* The CPU backends (backend/cpu.c), and cpu's operations behind a device's fence
+ * (backend/fenced.c). */
+extern const Backend backend_cpu, backend_cpu_ref, backend_cpu_fenced;
 
-/* The backend train.device names ("cpu", "cpu-ref", "cuda"), its products at precision
+/* The backend train.device names ("cpu", "cpu-ref", "cpu-fenced", "cuda"), its products at precision
  * (MOE_PRECISION_*: a GPU's; the CPU backends compute fp32 whatever it says), or NULL with a
  * message: an unknown name (listing the backends), cuda in a build without it (naming make
  * cuda), or no GPU to open (the driver's words). */

@@ -294,7 +294,7 @@ const Backend backend_cpu = {
 
 /* ---- the registry --------------------------------------------------------------------------- */
 
-static const Backend *const BACKENDS[] = {&backend_cpu, &backend_cpu_ref};
+static const Backend *const BACKENDS[] = {&backend_cpu, &backend_cpu_ref, &backend_cpu_fenced};
 #define N_BACKENDS ((int)(sizeof BACKENDS / sizeof BACKENDS[0]))
 
 const Backend *backend_get(const char *name, int precision, char *err, int errlen) {
@@ -311,14 +311,15 @@ const Backend *backend_get(const char *name, int precision, char *err, int errle
         return NULL;
 #endif
     }
-    set_error(err, errlen, "no backend '%s': the backends are cpu (the default), cpu-ref and cuda",
+    set_error(err, errlen,
+              "no backend '%s': the backends are cpu (the default), cpu-ref, cpu-fenced and cuda",
               name);
     return NULL;
 }
 
 const Backend *backend_of_config(const Config *c, char *err, int errlen) {
-    static const char *const NAMES[] = {"cpu", "cpu-ref", "cuda"};
-    if (c->device < 0 || c->device > MOE_DEVICE_CUDA) {
+    static const char *const NAMES[] = {"cpu", "cpu-ref", "cuda", "cpu-fenced"};
+    if (c->device < 0 || c->device > MOE_DEVICE_CPU_FENCED) {
         set_error(err, errlen, "train.device: no such backend (%d)", c->device);
         return NULL;
     }

@@ -387,11 +387,13 @@ static int cmd_sample(int argc, char **argv) {
     rng_seed(&r, o.seed_given ? (uint64_t)o.seed : c.seed);
     fputs(prompt, stdout);
     double probs[MOE_VOCAB];
+    float logits[MOE_VOCAB];
     for (long long i = 0; i < n_new; i++) {
-        /* the next token's logits are the last row */
+        /* the next token's logits are the last row (brought to the host: the backend's memory
+         * may be a device's) */
         const int start = len > T ? len - T : 0, n = len - start;
         model_forward(&m, win + start, NULL, 1, n);
-        const float *logits = m.logits + (size_t)(n - 1) * MOE_VOCAB;
+        m.be->to_host(m.be, logits, m.logits + (size_t)(n - 1) * MOE_VOCAB, sizeof logits);
         int next = 0;
         if (o.temperature <= 0.0) {
             for (int v = 1; v < MOE_VOCAB; v++)

@@ -31,7 +31,8 @@
 
 /* The enum keys store the index of their name in the row's choices: keep the orders equal. */
 _Static_assert(MOE_SCORE_SOFTMAX == 0 && MOE_SCORE_SIGMOID == 1, "moe.score choices");
-_Static_assert(MOE_DEVICE_CPU == 0 && MOE_DEVICE_CPU_REF == 1 && MOE_DEVICE_CUDA == 2,
+_Static_assert(MOE_DEVICE_CPU == 0 && MOE_DEVICE_CPU_REF == 1 && MOE_DEVICE_CUDA == 2 &&
+                   MOE_DEVICE_CPU_FENCED == 3,
                "train.device choices");
 _Static_assert(MOE_PRECISION_FP32 == 0 && MOE_PRECISION_TF32 == 1 && MOE_PRECISION_BF16 == 2,
                "train.precision choices");
@@ -157,9 +158,10 @@ static const Key KEYS[] = {
         "steps between checkpoints; 0 = only at the end"),
     ROW(T_INT, "train.log_every", log_every, "10", 1, INT_MAX, 0, "steps between progress lines"),
     ROW(T_INT, "train.threads", threads, "0", 0, 4096, 0, "OpenMP threads; 0 = OpenMP's default"),
-    ENUM_ROW("train.device", device, "cpu", "cpu|cpu-ref|cuda",
+    ENUM_ROW("train.device", device, "cpu", "cpu|cpu-ref|cuda|cpu-fenced",
              "the backend of the ops: cpu (fast, OpenBLAS), cpu-ref (the plain reference loops, "
-             "slow) or cuda (one NVIDIA GPU; a build of make cuda)"),
+             "slow), cuda (one NVIDIA GPU; a build of make cuda) or cpu-fenced (cpu's ops with "
+             "a device's memory, unreadable by the host: a check of the engine)"),
     ENUM_ROW("train.precision", precision, "fp32", "fp32|tf32|bf16",
              "the large products' arithmetic on a GPU: fp32, tf32 or bf16 tensor cores (fp32 "
              "weights, gradients and moments in every mode; the CPU computes fp32)"),

@@ -17,7 +17,7 @@
 
 /* train.device: which backend runs the ops (src/backend/backend.h). Not a setting of the
  * model: a checkpoint trained on one continues on another. */
-enum { MOE_DEVICE_CPU = 0, MOE_DEVICE_CPU_REF = 1, MOE_DEVICE_CUDA = 2 };
+enum { MOE_DEVICE_CPU = 0, MOE_DEVICE_CPU_REF = 1, MOE_DEVICE_CUDA = 2, MOE_DEVICE_CPU_FENCED = 3 };
 /* train.precision: the arithmetic of the large products on a GPU (tensor cores); weights,
  * gradients and AdamW moments stay fp32 in every mode, and the CPU backends compute in fp32
  * whatever it says. Not a setting of the model either. */

@@ -1,0 +1,348 @@
+/*
+ * fenced.c: the cpu-fenced backend (train.device=cpu-fenced): the cpu backend's operations
+ * behind a fence, with the memory of a device.
+ *
+ * A GPU's memory cannot be read by the host: a program that dereferences a device pointer on
+ * the host crashes on a GPU, and only there. This backend gives the CPU that property, so that
+ * such a read is found on any machine: every buffer it hands out lies in pages of its own,
+ * closed to all access (mprotect PROT_NONE) except while one of its operations runs. Its
+ * table is the cpu backend's, each entry opening the pages, calling the cpu entry and closing
+ * them again; host_memory is 0, so the engine moves data with to_host and to_device, as it must
+ * for a GPU. A read or write of a closed page stops the program with a message naming the
+ * address (SIGSEGV).
+ *
+ * The results are the cpu backend's, bit for bit (the same operations in the same order):
+ * tests/test_backends.sh trains on both and compares. Slower, by a pair of mprotect calls per
+ * buffer per operation. Linux (or any POSIX system with mmap and mprotect).
+ */
+#include "backend/backend.h"
+
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "base/util.h"
+
+/* ---- the fence ------------------------------------------------------------------------------ */
+
+typedef struct {
+    char *p;
+    size_t len; /* whole pages */
+} Region;
+
+static Region *regions;
+static int n_regions, cap_regions;
+static int depth; /* open calls in progress (an entry may call memory entries) */
+
+static void protect_all(int prot) {
+    for (int i = 0; i < n_regions; i++)
+        if (mprotect(regions[i].p, regions[i].len, prot) != 0)
+            moe_fatal("cpu-fenced: mprotect failed on %zu bytes", regions[i].len);
+}
+static void fence_open(void) {
+    if (depth++ == 0) protect_all(PROT_READ | PROT_WRITE);
+}
+static void fence_close(void) {
+    if (--depth == 0) protect_all(PROT_NONE);
+}
+
+/* A closed page touched: say where, then let the signal end the program as it would. */
+static void on_segv(int sig, siginfo_t *info, void *uc) {
+    (void)uc;
+    const char *a = (const char *)info->si_addr;
+    for (int i = 0; i < n_regions; i++)
+        if (a >= regions[i].p && a < regions[i].p + regions[i].len) {
+            char msg[200];
+            int n = snprintf(msg, sizeof msg,
+                             "cpu-fenced: the host touched the backend's memory at %p directly; "
+                             "a device's memory is read with to_host and written with to_device\n",
+                             info->si_addr);
+            if (n > 0 && write(STDERR_FILENO, msg, (size_t)n) < 0) _exit(3);
+            break;
+        }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void install_handler(void) {
+    static int done;
+    if (done) return;
+    done = 1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, NULL);
+}
+
+/* ---- memory -----------------------------------------------------------------------------------
+ */
+
+static void *fenced_alloc(const Backend *be, size_t bytes) {
+    (void)be;
+    install_handler();
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t len = (bytes + page - 1) / page * page;
+    if (!len) len = page;
+    /* anonymous pages arrive zeroed, as alloc promises */
+    void *p = mmap(NULL, len, depth ? PROT_READ | PROT_WRITE : PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) moe_fatal("cpu-fenced: out of memory (%zu bytes)", bytes);
+    if (n_regions == cap_regions) {
+        cap_regions = cap_regions ? 2 * cap_regions : 64;
+        Region *grown = (Region *)realloc(regions, (size_t)cap_regions * sizeof(Region));
+        if (!grown) moe_fatal("cpu-fenced: out of memory");
+        regions = grown;
+    }
+    regions[n_regions++] = (Region){(char *)p, len};
+    backend_bytes_allocated += bytes;
+    return p;
+}
+static void fenced_free(const Backend *be, void *p) {
+    (void)be;
+    if (!p) return;
+    for (int i = 0; i < n_regions; i++)
+        if (regions[i].p == p) {
+            munmap(regions[i].p, regions[i].len);
+            regions[i] = regions[--n_regions];
+            return;
+        }
+    moe_fatal("cpu-fenced: free of %p, which it did not allocate", p);
+}
+static void fenced_zero(const Backend *be, void *p, size_t bytes) {
+    (void)be, fence_open(), memset(p, 0, bytes), fence_close();
+}
+static void fenced_copy(const Backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be, fence_open();
+    if (dst != src && bytes) memmove(dst, src, bytes);
+    fence_close();
+}
+static void fenced_sync(const Backend *be) {
+    (void)be;
+}
+
+/* ---- the entries: the cpu backend's, inside the fence ----------------------------------------
+ * FENCED(call) runs a cpu entry with the pages open; FENCED_VALUE for one that returns. */
+static const Backend *const CPU = &backend_cpu;
+#define FENCED(call) (void)be, fence_open(), CPU->call, fence_close()
+#define FENCED_VALUE(type, call)                                                                   \
+    do {                                                                                           \
+        (void)be;                                                                                  \
+        fence_open();                                                                              \
+        type r_ = CPU->call;                                                                       \
+        fence_close();                                                                             \
+        return r_;                                                                                 \
+    } while (0)
+
+static void f_add(const Backend *be, float *y, const float *a, const float *b, size_t n) {
+    FENCED(add(CPU, y, a, b, n));
+}
+static void f_mul(const Backend *be, float *y, const float *a, const float *b, size_t n) {
+    FENCED(mul(CPU, y, a, b, n));
+}
+static void f_scale(const Backend *be, float *x, float s, size_t n) {
+    FENCED(scale(CPU, x, s, n));
+}
+static double f_sum(const Backend *be, const float *x, size_t n) {
+    FENCED_VALUE(double, sum(CPU, x, n));
+}
+static double f_sum_squares(const Backend *be, double *partial, const float *x, size_t n) {
+    FENCED_VALUE(double, sum_squares(CPU, partial, x, n));
+}
+static void f_embed_forward(const Backend *be, float *x, const int *tokens, const float *emb, int N,
+                            int C) {
+    FENCED(embed_forward(CPU, x, tokens, emb, N, C));
+}
+static void f_embed_backward(const Backend *be, float *demb, const float *dx, const int *tokens,
+                             int N, int C) {
+    FENCED(embed_backward(CPU, demb, dx, tokens, N, C));
+}
+static void f_permute_rows(const Backend *be, float *out, const float *in, const int *to, int n,
+                           int C, int back) {
+    FENCED(permute_rows(CPU, out, in, to, n, C, back));
+}
+static void f_matmul_forward(const Backend *be, float *y, const float *x, const float *W, int N,
+                             int IN, int OUT) {
+    FENCED(matmul_forward(CPU, y, x, W, N, IN, OUT));
+}
+static void f_matmul_backward(const Backend *be, float *dx, float *dW, const float *dy,
+                              const float *x, const float *W, int N, int IN, int OUT) {
+    FENCED(matmul_backward(CPU, dx, dW, dy, x, W, N, IN, OUT));
+}
+static void f_rmsnorm_forward(const Backend *be, float *y, float *rstd, const float *x,
+                              const float *w, int N, int C) {
+    FENCED(rmsnorm_forward(CPU, y, rstd, x, w, N, C));
+}
+static void f_rmsnorm_backward(const Backend *be, float *dx, float *dw, const float *dy,
+                               const float *x, const float *w, const float *rstd, int N, int C) {
+    FENCED(rmsnorm_backward(CPU, dx, dw, dy, x, w, rstd, N, C));
+}
+static void f_rope_forward(const Backend *be, float *x, const float *cs, int B, int T, int H,
+                           int D) {
+    FENCED(rope_forward(CPU, x, cs, B, T, H, D));
+}
+static void f_rope_backward(const Backend *be, float *dx, const float *cs, int B, int T, int H,
+                            int D) {
+    FENCED(rope_backward(CPU, dx, cs, B, T, H, D));
+}
+static void f_attention_forward(const Backend *be, float *out, float *att, const float *q,
+                                const float *k, const float *v, int B, int T, int C, int H) {
+    FENCED(attention_forward(CPU, out, att, q, k, v, B, T, C, H));
+}
+static void f_attention_backward(const Backend *be, float *dq, float *dk, float *dv, float *ws,
+                                 const float *dout, const float *att, const float *q,
+                                 const float *k, const float *v, int B, int T, int C, int H,
+                                 int n_ws) {
+    FENCED(attention_backward(CPU, dq, dk, dv, ws, dout, att, q, k, v, B, T, C, H, n_ws));
+}
+static void f_swiglu_forward(const Backend *be, float *h, const float *g, const float *u, int N,
+                             int F) {
+    FENCED(swiglu_forward(CPU, h, g, u, N, F));
+}
+static void f_swiglu_backward(const Backend *be, float *dg, float *du, const float *dh,
+                              const float *g, const float *u, int N, int F) {
+    FENCED(swiglu_backward(CPU, dg, du, dh, g, u, N, F));
+}
+static void f_crossentropy_forward(const Backend *be, float *losses, float *probs,
+                                   const float *logits, const int *targets, int N, int V) {
+    FENCED(crossentropy_forward(CPU, losses, probs, logits, targets, N, V));
+}
+static void f_crossentropy_backward(const Backend *be, float *dlogits, const float *probs,
+                                    const int *targets, float scale, int N, int V) {
+    FENCED(crossentropy_backward(CPU, dlogits, probs, targets, scale, N, V));
+}
+static void f_adamw_update(const Backend *be, float *p, float *g, float *m, float *v, size_t n,
+                           const AdamwStep *s) {
+    FENCED(adamw_update(CPU, p, g, m, v, n, s));
+}
+static void f_router_scores_forward(const Backend *be, float *scores, float *lse,
+                                    const float *logits, int N, const MoeSpec *s) {
+    FENCED(router_scores_forward(CPU, scores, lse, logits, N, s));
+}
+static void f_router_gate_forward(const Backend *be, int *idx, float *w, const float *scores,
+                                  const float *logits, const float *bias, int N, const MoeSpec *s) {
+    FENCED(router_gate_forward(CPU, idx, w, scores, logits, bias, N, s));
+}
+static float f_router_balance_loss(const Backend *be, const float *scores, const int *idx, int N,
+                                   const MoeSpec *s, const MoeCtx *x) {
+    FENCED_VALUE(float, router_balance_loss(CPU, scores, idx, N, s, x));
+}
+static float f_router_z_loss(const Backend *be, const float *lse, int N) {
+    FENCED_VALUE(float, router_z_loss(CPU, lse, N));
+}
+static void f_router_gate_backward(const Backend *be, float *dlogits, const float *dw,
+                                   const float *scores, const float *lse, const float *logits,
+                                   const int *idx, const float *w, int N, const MoeSpec *s,
+                                   const MoeCtx *x, float bal_scale, float z_scale) {
+    FENCED(router_gate_backward(CPU, dlogits, dw, scores, lse, logits, idx, w, N, s, x, bal_scale,
+                                z_scale));
+}
+static void f_dispatch_plan_build(const Backend *be, DispatchPlan *p, const int *idx, int N) {
+    FENCED(dispatch_plan_build(CPU, p, idx, N));
+}
+static void f_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
+                                  const float *scores, const float *w, int N, const MoeSpec *s,
+                                  const MoeCtx *x) {
+    FENCED(capacity_plan_build(CPU, p, idx, scores, w, N, s, x));
+}
+static void f_expert_choice_forward(const Backend *be, int *idx, float *w, DispatchPlan *p,
+                                    const float *scores, int N, const MoeSpec *s, const MoeCtx *x) {
+    FENCED(expert_choice_forward(CPU, idx, w, p, scores, N, s, x));
+}
+static void f_permute_forward(const Backend *be, float *xe, const float *x, const DispatchPlan *p,
+                              int C) {
+    FENCED(permute_forward(CPU, xe, x, p, C));
+}
+static void f_permute_backward(const Backend *be, float *dx, const float *dxe,
+                               const DispatchPlan *p, int C) {
+    FENCED(permute_backward(CPU, dx, dxe, p, C));
+}
+static void f_combine_forward(const Backend *be, float *y, const float *ye, const float *w,
+                              const DispatchPlan *p, int C) {
+    FENCED(combine_forward(CPU, y, ye, w, p, C));
+}
+static void f_combine_backward(const Backend *be, float *dye, float *dw, const float *dy,
+                               const float *ye, const float *w, const DispatchPlan *p, int C) {
+    FENCED(combine_backward(CPU, dye, dw, dy, ye, w, p, C));
+}
+static void f_experts_forward(const Backend *be, float *ye, float *g, float *u, float *h,
+                              const float *xe, const float *Wg, const float *Wu, const float *Wd,
+                              const int *offsets, const int *counts, int E, int C, int F) {
+    FENCED(experts_forward(CPU, ye, g, u, h, xe, Wg, Wu, Wd, offsets, counts, E, C, F));
+}
+static void f_experts_backward(const Backend *be, float *dxe, float *dWg, float *dWu, float *dWd,
+                               float *dg, float *du, float *dh, const float *dye, const float *xe,
+                               const float *g, const float *u, const float *h, const float *Wg,
+                               const float *Wu, const float *Wd, const int *offsets,
+                               const int *counts, int E, int C, int F) {
+    FENCED(experts_backward(CPU, dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd,
+                            offsets, counts, E, C, F));
+}
+static void f_route_stats(const Backend *be, RouteStats *out, const float *scores, const int *idx,
+                          const DispatchPlan *p, int N, const MoeSpec *s) {
+    FENCED(route_stats(CPU, out, scores, idx, p, N, s));
+}
+static void f_route_domains(const Backend *be, double *counts, double *drops,
+                            const unsigned char *domains, int n_domains, const int *idx,
+                            const DispatchPlan *p, int N, const MoeSpec *s) {
+    FENCED(route_domains(CPU, counts, drops, domains, n_domains, idx, p, N, s));
+}
+static void f_gemm_seconds(const Backend *be, int n, int reps, double *seconds) {
+    (void)be, CPU->gemm_seconds(CPU, n, reps, seconds);
+}
+
+const Backend backend_cpu_fenced = {
+    .name = "cpu-fenced",
+    .about = "the cpu backend's ops with a device's memory: the host may not read it directly",
+    .host_memory = 0,
+    .alloc = fenced_alloc,
+    .free = fenced_free,
+    .zero = fenced_zero,
+    .copy = fenced_copy,
+    .to_device = fenced_copy,
+    .to_host = fenced_copy,
+    .sync = fenced_sync,
+    .add = f_add,
+    .mul = f_mul,
+    .scale = f_scale,
+    .sum = f_sum,
+    .sum_squares = f_sum_squares,
+    .embed_forward = f_embed_forward,
+    .embed_backward = f_embed_backward,
+    .permute_rows = f_permute_rows,
+    .matmul_forward = f_matmul_forward,
+    .matmul_backward = f_matmul_backward,
+    .rmsnorm_forward = f_rmsnorm_forward,
+    .rmsnorm_backward = f_rmsnorm_backward,
+    .rope_forward = f_rope_forward,
+    .rope_backward = f_rope_backward,
+    .attention_forward = f_attention_forward,
+    .attention_backward = f_attention_backward,
+    .swiglu_forward = f_swiglu_forward,
+    .swiglu_backward = f_swiglu_backward,
+    .crossentropy_forward = f_crossentropy_forward,
+    .crossentropy_backward = f_crossentropy_backward,
+    .adamw_update = f_adamw_update,
+    .router_scores_forward = f_router_scores_forward,
+    .router_gate_forward = f_router_gate_forward,
+    .router_balance_loss = f_router_balance_loss,
+    .router_z_loss = f_router_z_loss,
+    .router_gate_backward = f_router_gate_backward,
+    .dispatch_plan_build = f_dispatch_plan_build,
+    .capacity_plan_build = f_capacity_plan_build,
+    .expert_choice_forward = f_expert_choice_forward,
+    .permute_forward = f_permute_forward,
+    .permute_backward = f_permute_backward,
+    .combine_forward = f_combine_forward,
+    .combine_backward = f_combine_backward,
+    .experts_forward = f_experts_forward,
+    .experts_backward = f_experts_backward,
+    .route_stats = f_route_stats,
+    .route_domains = f_route_domains,
+    .gemm_seconds = f_gemm_seconds,
+};
