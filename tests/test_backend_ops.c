@@ -114,6 +114,21 @@ static void case_matmul(const Backend *be, Outs *o) {
     release(be, dW);
 }
 
+/* the router's product: matmul's arguments at the router's shapes (E outputs) */
+static void case_router_logits(const Backend *be, Outs *o) {
+    enum { N = 19, C = 24, E = 6 };
+    float *x = dev_rand(be, N * C, 1.0f, 90), *W = dev_rand(be, E * C, 0.5f, 91);
+    float *dl = dev_rand(be, N * E, 1.0f, 92), *logits = be_floats(be, N * E);
+    float *dx = be_floats(be, N * C), *dW = dev_rand(be, E * C, 0.1f, 93);
+    be->router_logits_forward(be, logits, x, W, N, C, E);
+    out_f(o, be, "router logits", logits, N * E);
+    be->router_logits_backward(be, dx, dW, dl, x, W, N, C, E);
+    out_f(o, be, "router dx", dx, N * C);
+    out_f(o, be, "router dWr (accumulated)", dW, E * C);
+    release(be, x), release(be, W), release(be, dl), release(be, logits), release(be, dx);
+    release(be, dW);
+}
+
 static void case_norm_rope_swiglu(const Backend *be, Outs *o) {
     enum { B = 2, T = 7, H = 3, D = 6, C = H * D, N = B * T, F = 13 };
     float *x = dev_rand(be, N * C, 1.0f, 10), *w = dev_rand(be, C, 1.0f, 11);
@@ -338,6 +353,7 @@ static const Case CASES[] = {
     {"vec", case_vec, "alloc free to_device to_host add mul scale sum sum_squares"},
     {"embed and rows", case_embed_rows, "embed_forward embed_backward permute_rows"},
     {"matmul", case_matmul, "matmul_forward matmul_backward"},
+    {"router logits", case_router_logits, "router_logits_forward router_logits_backward"},
     {"norm, rope, swiglu", case_norm_rope_swiglu,
      "rmsnorm_forward rmsnorm_backward rope_forward rope_backward swiglu_forward swiglu_backward"},
     {"attention", case_attention, "attention_forward attention_backward"},
@@ -373,6 +389,8 @@ static const char *const ENTRIES[] = {"alloc",
                                       "permute_rows",
                                       "matmul_forward",
                                       "matmul_backward",
+                                      "router_logits_forward",
+                                      "router_logits_backward",
                                       "rmsnorm_forward",
                                       "rmsnorm_backward",
                                       "rope_forward",

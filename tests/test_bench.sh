@@ -161,7 +161,10 @@ expect_usage() { # LABEL PATTERN ARGS...: exit 2, PATTERN on stderr, nothing on 
 }
 expect_usage "--device of a backend this build lacks" "no backend 'gpu'" --device gpu
 expect_usage "unknown option" "unknown option '--fast'" --fast
-expect_usage "unknown config names the choices" "tiny, tiny-dense, small, small-dense and tiny-e64" \
+expect_usage "--precision of another name" "fp32|tf32|bf16" --precision fp16 --config test
+expect_usage "--device cuda in a build without CUDA names make cuda" "make cuda" --device cuda \
+    --config test
+expect_usage "unknown config names the choices" "tiny, tiny-dense, small, small-dense, tiny-e64" \
     --config huge
 expect_usage "--steps 0" "--steps expects a whole number" --steps 0
 expect_usage "--steps abc" "--steps expects a whole number" --steps abc
@@ -172,5 +175,8 @@ expect_usage "--rounds 51" "--rounds expects a whole number" --rounds 51
 expect_usage "--config without a value" "--config needs a value" --config
 expect_usage "unwritable --profile-out" "cannot write the profile CSV" --config test \
     --profile-out "$tmp/no/such/dir/p.csv"
+# the GPU-sized configs are valid settings (checked before the CSV is opened, nothing runs)
+expect_usage "gpu-medium and its dense twin are valid configs" "cannot write the profile CSV" \
+    --config gpu-medium --config gpu-medium-dense --profile --profile-out "$tmp/no/such/dir/p.csv"
 
 finish

@@ -72,6 +72,11 @@ else
         grep -q "train.device=cpu" "$tmp/err" && [ ! -e "$tmp/gpu" ]
     check "build-cuda/moe: train.device=cuda without a GPU exits 2 with the driver's words" $? \
         "exit $rc: $(head -n 2 "$tmp/err")"
+    build-cuda/moe bench --device cuda --config test > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "no GPU" "$tmp/err" && grep -qi "driver" "$tmp/err" && [ ! -s "$tmp/out" ]
+    check "build-cuda/moe: bench --device cuda without a GPU exits 2 with the driver's words" $? \
+        "exit $rc: $(tail -n 2 "$tmp/err")"
 fi
 "$moe" train --out "$tmp/nocuda" "${tiny[@]}" --set train.device=cuda > "$tmp/out" 2> "$tmp/err"
 rc=$?

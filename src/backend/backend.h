@@ -81,6 +81,14 @@ struct Backend {
                            int IN, int OUT);
     void (*matmul_backward)(const Backend *be, float *dx, float *dW, const float *dy,
                             const float *x, const float *W, int N, int IN, int OUT);
+    /* The router's product, logits (N, E) = x (N, C) Wr (E, C)^T, and its backward: matmul's
+     * arguments, kept apart so that a backend computing the large products at a lower
+     * precision (a GPU's tf32, bf16) computes this one in fp32 (selective precision: top-k is
+     * decided on these logits). The CPU backends run their matmul. */
+    void (*router_logits_forward)(const Backend *be, float *logits, const float *x,
+                                  const float *Wr, int N, int C, int E);
+    void (*router_logits_backward)(const Backend *be, float *dx, float *dWr, const float *dlogits,
+                                   const float *x, const float *Wr, int N, int C, int E);
     void (*rmsnorm_forward)(const Backend *be, float *y, float *rstd, const float *x,
                             const float *w, int N, int C);
     void (*rmsnorm_backward)(const Backend *be, float *dx, float *dw, const float *dy,
@@ -168,6 +176,10 @@ extern const Backend backend_cpu, backend_cpu_ref, backend_cpu_fenced;
  * message: an unknown name (listing the backends), cuda in a build without it (naming make
  * cuda), or no GPU to open (the driver's words). */
 const Backend *backend_get(const char *name, int precision, char *err, int errlen);
+/* 1 when this build has the backend train.device names, without opening it (a GPU is not
+ * touched: a process that forks must not start CUDA before it does); else 0 and backend_get's
+ * message. */
+int backend_in_build(const char *name, char *err, int errlen);
 /* The backend of a config: its train.device at its train.precision (backend_get). */
 const Backend *backend_of_config(const Config *c, char *err, int errlen);
 

@@ -274,6 +274,8 @@ const Backend backend_cpu_ref = {
     CPU_SHARED,
     .matmul_forward = ref_matmul_forward,
     .matmul_backward = ref_matmul_backward,
+    .router_logits_forward = ref_matmul_forward,
+    .router_logits_backward = ref_matmul_backward,
     .attention_forward = ref_attention_forward,
     .attention_backward = ref_attention_backward,
     .experts_forward = ref_experts_forward,
@@ -286,6 +288,8 @@ const Backend backend_cpu = {
     CPU_SHARED,
     .matmul_forward = fast_matmul_forward,
     .matmul_backward = fast_matmul_backward,
+    .router_logits_forward = fast_matmul_forward,
+    .router_logits_backward = fast_matmul_backward,
     .attention_forward = fast_attention_forward,
     .attention_backward = fast_attention_backward,
     .experts_forward = fast_experts_forward,
@@ -315,6 +319,13 @@ const Backend *backend_get(const char *name, int precision, char *err, int errle
               "no backend '%s': the backends are cpu (the default), cpu-ref, cpu-fenced and cuda",
               name);
     return NULL;
+}
+
+int backend_in_build(const char *name, char *err, int errlen) {
+    for (int i = 0; i < N_BACKENDS; i++)
+        if (strcmp(BACKENDS[i]->name, name) == 0) return 1;
+    if (MOE_HAVE_CUDA && strcmp(name, "cuda") == 0) return 1;
+    return backend_get(name, MOE_PRECISION_FP32, err, errlen) != NULL; /* its message */
 }
 
 const Backend *backend_of_config(const Config *c, char *err, int errlen) {

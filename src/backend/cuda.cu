@@ -288,6 +288,8 @@ static void fill_table(Backend *b) {
     b->embed_forward = cuda_embed_forward, b->embed_backward = cuda_embed_backward;
     b->permute_rows = cuda_permute_rows;
     b->matmul_forward = cuda_matmul_forward, b->matmul_backward = cuda_matmul_backward;
+    b->router_logits_forward = cuda_router_logits_forward;
+    b->router_logits_backward = cuda_router_logits_backward;
     b->rmsnorm_forward = cuda_rmsnorm_forward, b->rmsnorm_backward = cuda_rmsnorm_backward;
     b->rope_forward = cuda_rope_forward, b->rope_backward = cuda_rope_backward;
     b->attention_forward = cuda_attention_forward;

@@ -82,6 +82,10 @@ void cuda_matmul_forward(const Backend *be, float *y, const float *x, const floa
                          int OUT);
 void cuda_matmul_backward(const Backend *be, float *dx, float *dW, const float *dy, const float *x,
                           const float *W, int N, int IN, int OUT);
+void cuda_router_logits_forward(const Backend *be, float *logits, const float *x, const float *Wr,
+                                int N, int C, int E);
+void cuda_router_logits_backward(const Backend *be, float *dx, float *dWr, const float *dlogits,
+                                 const float *x, const float *Wr, int N, int C, int E);
 void cuda_attention_forward(const Backend *be, float *out, float *att, const float *q,
                             const float *k, const float *v, int B, int T, int C, int H);
 void cuda_attention_backward(const Backend *be, float *dq, float *dk, float *dv, float *ws,
@@ -140,5 +144,13 @@ void cuda_combine_forward(const Backend *be, float *y, const float *ye, const fl
                           const DispatchPlan *p, int C);
 void cuda_combine_backward(const Backend *be, float *dye, float *dw, const float *dy,
                            const float *ye, const float *w, const DispatchPlan *p, int C);
+float cuda_router_balance_loss(const Backend *be, const float *scores, const int *idx, int N,
+                               const MoeSpec *s, const MoeCtx *x);
+void cuda_router_gate_backward(const Backend *be, float *dlogits, const float *dw,
+                               const float *scores, const float *lse, const float *logits,
+                               const int *idx, const float *w, int N, const MoeSpec *s,
+                               const MoeCtx *x, float bal_scale, float z_scale);
+void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scores,
+                      const int *idx, const DispatchPlan *p, int N, const MoeSpec *s);
 
 #endif

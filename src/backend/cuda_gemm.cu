@@ -26,7 +26,12 @@ static cublasComputeType_t compute_type(const Backend *be) {
     }
 }
 
+static void gemm_run_as(const Backend *be, const GemmArgs *a, cublasComputeType_t type);
 static void gemm_run(const Backend *be, const GemmArgs *a) {
+    gemm_run_as(be, a, compute_type(be));
+}
+
+static void gemm_run_as(const Backend *be, const GemmArgs *a, cublasComputeType_t type) {
     if (a->m <= 0 || a->n <= 0 || a->batch <= 0) return;
     cublasHandle_t h = cuda_ctx(be)->blas;
     cublasOperation_t ta = a->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -42,12 +47,12 @@ static void gemm_run(const Backend *be, const GemmArgs *a) {
     if (a->batch == 1)
         CUBLAS_CHECK(cublasGemmEx(h, ta, tb, a->m, a->n, a->k, &a->alpha, a->A, CUDA_R_32F, a->lda,
                                   a->B, CUDA_R_32F, a->ldb, &a->beta, a->C, CUDA_R_32F, a->ldc,
-                                  compute_type(be), CUBLAS_GEMM_DEFAULT));
+                                  type, CUBLAS_GEMM_DEFAULT));
     else
         CUBLAS_CHECK(cublasGemmStridedBatchedEx(
             h, ta, tb, a->m, a->n, a->k, &a->alpha, a->A, CUDA_R_32F, a->lda, a->strideA, a->B,
             CUDA_R_32F, a->ldb, a->strideB, &a->beta, a->C, CUDA_R_32F, a->ldc, a->strideC,
-            a->batch, compute_type(be), CUBLAS_GEMM_DEFAULT));
+            a->batch, type, CUBLAS_GEMM_DEFAULT));
 }
 
 /* ---- linear layers -------------------------------------------------------------------------- */
@@ -67,6 +72,27 @@ void cuda_matmul_backward(const Backend *be, float *dx, float *dW, const float *
     if (dW) {
         GemmArgs a = gemm_linear_dw(dW, dy, x, N, IN, OUT);
         gemm_run(be, &a);
+    }
+}
+
+/* The router's product in fp32 whatever the precision of the others: its logits decide the
+ * top-k, and a choice flipped by rounding changes the gradient's path (Switch Transformer's
+ * selective precision). */
+void cuda_router_logits_forward(const Backend *be, float *logits, const float *x, const float *Wr,
+                                int N, int C, int E) {
+    GemmArgs a = gemm_linear_forward(logits, x, Wr, N, C, E);
+    gemm_run_as(be, &a, CUBLAS_COMPUTE_32F);
+}
+
+void cuda_router_logits_backward(const Backend *be, float *dx, float *dWr, const float *dlogits,
+                                 const float *x, const float *Wr, int N, int C, int E) {
+    if (dx) {
+        GemmArgs a = gemm_linear_dx(dx, dlogits, Wr, N, C, E, 0);
+        gemm_run_as(be, &a, CUBLAS_COMPUTE_32F);
+    }
+    if (dWr) {
+        GemmArgs a = gemm_linear_dw(dWr, dlogits, x, N, C, E);
+        gemm_run_as(be, &a, CUBLAS_COMPUTE_32F);
     }
 }
 

@@ -174,6 +174,14 @@ static void f_matmul_backward(const Backend *be, float *dx, float *dW, const flo
                               const float *x, const float *W, int N, int IN, int OUT) {
     FENCED(matmul_backward(CPU, dx, dW, dy, x, W, N, IN, OUT));
 }
+static void f_router_logits_forward(const Backend *be, float *logits, const float *x,
+                                    const float *Wr, int N, int C, int E) {
+    FENCED(router_logits_forward(CPU, logits, x, Wr, N, C, E));
+}
+static void f_router_logits_backward(const Backend *be, float *dx, float *dWr, const float *dlogits,
+                                     const float *x, const float *Wr, int N, int C, int E) {
+    FENCED(router_logits_backward(CPU, dx, dWr, dlogits, x, Wr, N, C, E));
+}
 static void f_rmsnorm_forward(const Backend *be, float *y, float *rstd, const float *x,
                               const float *w, int N, int C) {
     FENCED(rmsnorm_forward(CPU, y, rstd, x, w, N, C));
@@ -317,6 +325,8 @@ const Backend backend_cpu_fenced = {
     .permute_rows = f_permute_rows,
     .matmul_forward = f_matmul_forward,
     .matmul_backward = f_matmul_backward,
+    .router_logits_forward = f_router_logits_forward,
+    .router_logits_backward = f_router_logits_backward,
     .rmsnorm_forward = f_rmsnorm_forward,
     .rmsnorm_backward = f_rmsnorm_backward,
     .rope_forward = f_rope_forward,

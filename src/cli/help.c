@@ -92,8 +92,9 @@ static const CmdHelp HELP[] = {
     {"bench",
      "usage: moe bench [options]\n"
      "How fast the training step runs, on reference configs.\n"
-     "  --config NAME         tiny, tiny-dense, small, small-dense (the default: all four) or\n"
-     "                        tiny-e64 (tiny with 64 experts); repeatable\n"
+     "  --config NAME         tiny, tiny-dense, small, small-dense (the default: all four),\n"
+     "                        tiny-e64 (tiny with 64 experts) or gpu-medium, gpu-medium-dense\n"
+     "                        (a GPU's size); repeatable\n"
      "  --steps N             timed steps (default 5)\n"
      "  --warmup N            untimed steps first (default 2)\n"
      "  --rounds N            measure the sgemm and every config N times, interleaved, and\n"
@@ -103,7 +104,9 @@ static const CmdHelp HELP[] = {
      "  --json                one JSON object per config instead of the table\n"
      "  --profile             time every op of the step\n"
      "  --profile-out FILE    the per-op times as CSV (default build/bench_profile.csv)\n"
-     "  --device NAME         the backend: cpu (default) or cpu-ref (train.device)\n"
+     "  --device NAME         the backend: cpu (default), cpu-ref, cpu-fenced or cuda\n"
+     "                        (train.device)\n"
+     "  --precision P         a GPU's products: fp32 (default), tf32 or bf16 (train.precision)\n"
      "  --reference-attention the loop attention instead of the GEMM one\n"
      "  --help                this text\n"},
 };

@@ -13,7 +13,8 @@
  *   moe corpus  [--out DIR] [--seed N] [--val-frac X]
  *   moe synth   --out DIR [--domains N] [--tokens N] [--doc-len N] [--seed N]
  *   moe bench   [--config NAME]... [--steps N] [--warmup N] [--threads N] [--json]
- *               [--profile] [--profile-out FILE.csv] [--device NAME] [--reference-attention]
+ *               [--profile] [--profile-out FILE.csv] [--device NAME] [--precision P]
+ *               [--reference-attention]
  *   moe help    [CMD]             (and moe CMD --help: each command's options, help.c)
  *
  * Every mistake on the command line, in a config, a data file or a checkpoint ends with a
@@ -54,8 +55,10 @@ const char *const USAGE =
     "  corpus  [--out DIR] [--seed N] [--val-frac X]\n"
     "  synth   --out DIR [--domains N] [--tokens N] [--doc-len N] [--seed N]\n"
     "  bench   [--config NAME]... [--steps N] [--warmup N] [--threads N] [--json]\n"
-    "          [--profile] [--profile-out FILE.csv] [--device NAME] [--reference-attention]\n"
-    "          NAME: tiny, tiny-dense, small, small-dense (default: all four), tiny-e64\n"
+    "          [--profile] [--profile-out FILE.csv] [--device NAME] [--precision P]\n"
+    "          [--reference-attention]\n"
+    "          NAME: tiny, tiny-dense, small, small-dense (default: all four), tiny-e64,\n"
+    "          gpu-medium, gpu-medium-dense\n"
     "  help    [CMD]\n"
     "The key=value settings are listed by `moe info --keys`.\n";
 
@@ -177,6 +180,8 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
             o->profile_out = v;
         else if (strcmp(a, "--device") == 0)
             o->device = v;
+        else if (strcmp(a, "--precision") == 0)
+            o->precision = v;
         else if (strcmp(a, "--out") == 0)
             o->out = v;
         else if (strcmp(a, "--resume") == 0)
@@ -516,8 +521,17 @@ static int cmd_bench(int argc, char **argv) {
     bo.profile_out =
         o.profile_out ? o.profile_out : (bo.profile ? "build/bench_profile.csv" : NULL);
     char err[1024];
-    if (o.device && !backend_get(o.device, MOE_PRECISION_FP32, err, sizeof err))
+    if (o.device && !backend_in_build(o.device, err, sizeof err))
         usage_error("bench", "--device: %s", err);
+    if (o.precision) {
+        char set[64];
+        Config probe;
+        config_defaults(&probe);
+        snprintf(set, sizeof set, "train.precision=%.40s", o.precision);
+        if (config_set(&probe, set, err, sizeof err) != 0)
+            usage_error("bench", "--precision: %s", err);
+        bo.precision = probe.precision;
+    }
     for (int i = 0; i < o.n_configs; i++) {
         Config c;
         int B, T;

@@ -44,6 +44,9 @@ static const RefConfig REFS[] = {
     {"test", "test-dense", NULL, 32, 2, 2, 64, 4, 32, 2, 32, 0},
     {"test-dense", NULL, NULL, 32, 2, 2, 64, 0, 0, 2, 32, 0},
     {"test-e16", "test-dense", "test", 32, 2, 2, 64, 16, 32, 2, 32, 0},
+    /* a GPU's size: 16k tokens a step, about 36 TFLOP of products; run it with --config */
+    {"gpu-medium", "gpu-medium-dense", NULL, 2048, 8, 16, 4096, 8, 2048, 8, 2048, 0},
+    {"gpu-medium-dense", NULL, NULL, 2048, 8, 16, 4096, 0, 0, 8, 2048, 0},
 };
 #define N_REFS ((int)(sizeof REFS / sizeof REFS[0]))
 
@@ -58,7 +61,8 @@ int bench_config(Config *c, int *B, int *T, const char *name, char *err, int err
     if (!r)
         return set_error(err, errlen,
                          "unknown config '%s': the reference configs are tiny, tiny-dense, "
-                         "small, small-dense and tiny-e64 (tiny with 64 experts)",
+                         "small, small-dense, tiny-e64 (tiny with 64 experts) and gpu-medium, "
+                         "gpu-medium-dense (a GPU's size)",
                          name);
     config_defaults(c);
     c->d_model = r->d_model;
@@ -143,9 +147,22 @@ static void sgemm_child(void *result, const void *arg) {
     const BenchOptions *o = (const BenchOptions *)arg;
     SgemmResult *r = (SgemmResult *)result;
     r->threads = backend_set_threads(o->threads);
-    const int n = BENCH_SGEMM_N;
+    /* the backend of the steps opens here, in a child: a GPU that is not there is a message
+     * for the parent, and CUDA never starts in the parent, which forks the other children */
+    const Backend *be =
+        backend_get(o->device ? o->device : "cpu", o->precision, r->err, sizeof r->err);
+    if (!be) return;
+    r->ok = 1;
+#if MOE_HAVE_CUDA
+    if (!be->host_memory && backend_cuda_describe())
+        snprintf(r->gpu, sizeof r->gpu, "%s", backend_cuda_describe());
+#endif
+    /* the CPU backends' yardstick is OpenBLAS sgemm (cpu-fenced's too); a GPU's, cuBLAS */
+    if (strcmp(be->name, "cuda") != 0) be = &backend_cpu;
+    const int n = be == &backend_cpu ? BENCH_SGEMM_N : BENCH_GPU_GEMM_N;
+    r->n = n;
     double t[BENCH_SGEMM_REPS];
-    backend_cpu.gemm_seconds(&backend_cpu, n, BENCH_SGEMM_REPS, t);
+    be->gemm_seconds(be, n, BENCH_SGEMM_REPS, t);
     const double flops = 2.0 * n * (double)n * n, med = median(t, BENCH_SGEMM_REPS);
     double best = t[0];
     for (int i = 1; i < BENCH_SGEMM_REPS; i++) best = t[i] < best ? t[i] : best;
@@ -169,7 +186,11 @@ static void step_child(void *result, const void *arg) {
     r->threads = backend_set_threads(a->o->threads);
     /* --device, and --reference-attention: that backend with the loop reference attention of
      * cpu-ref */
-    Backend be = *backend_get(a->o->device ? a->o->device : "cpu", MOE_PRECISION_FP32, NULL, 0);
+    char err[512];
+    const Backend *chosen =
+        backend_get(a->o->device ? a->o->device : "cpu", a->o->precision, err, sizeof err);
+    if (!chosen) moe_fatal("bench: %s", err);
+    Backend be = *chosen;
     if (a->o->reference_attention) {
         be.attention_forward = backend_cpu_ref.attention_forward;
         be.attention_backward = backend_cpu_ref.attention_backward;
@@ -197,10 +218,12 @@ static void step_child(void *result, const void *arg) {
         float obj = model_forward(&m, in, tg, B, T);
         double t2 = now_seconds();
         model_backward(&m, 1.0f);
+        be.sync(&be); /* a GPU's work is queued: time it done (on the CPU, nothing to wait for) */
         double t3 = now_seconds();
         float norm = model_grad_norm(&m);
         float scale = c->clip > 0.0f && norm > c->clip ? c->clip / norm : 1.0f;
         model_adamw_step(&m, c->lr, scale);
+        be.sync(&be);
         double t4 = now_seconds();
         if (!isfinite(obj) || !isfinite(norm))
             moe_fatal("bench: %s: step %d gave a loss of %g and a gradient norm of %g", a->name, s,
@@ -225,6 +248,9 @@ static void step_child(void *result, const void *arg) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     r->peak_rss_kib = ru.ru_maxrss;
+    /* a GPU's memory: what its backend allocated (every buffer of the model, and the ops'
+     * scratch), the counterpart of the analytical formula; cuBLAS's own workspace is not in it */
+    if (strcmp(be.name, "cuda") == 0) r->device_mib = backend_bytes_allocated / (1024.0 * 1024.0);
     free(times);
     free(in);
     free(tg);
@@ -366,9 +392,17 @@ int bench_run(const BenchOptions *o, FILE *out, char *err, int errlen) {
     for (int r = 0; r < R; r++) {
         char round[48] = "";
         if (R > 1) snprintf(round, sizeof round, "round %d of %d: ", r + 1, R);
-        fprintf(stderr, "bench: %ssgemm %dx%dx%d ...\n", round, BENCH_SGEMM_N, BENCH_SGEMM_N,
-                BENCH_SGEMM_N);
+        const int on_gpu = o->device && strcmp(o->device, "cuda") == 0;
+        const int gn = on_gpu ? BENCH_GPU_GEMM_N : BENCH_SGEMM_N;
+        fprintf(stderr, "bench: %s%s %dx%dx%d ...\n", round, on_gpu ? "cuBLAS" : "sgemm", gn, gn,
+                gn);
         in_child(sgemm_child, o, &sg_r[r], sizeof sg_r[r], "sgemm");
+        if (!sg_r[r].ok) {
+            set_error(err, errlen, "--device %s: %s", o->device ? o->device : "cpu", sg_r[r].err);
+            free(sg_r), free(step_r), free(rows);
+            if (csv) fclose(csv);
+            return -1;
+        }
         for (int i = 0; i < n; i++) {
             Row *w = &rows[i];
             fprintf(stderr, "bench: %s%s: %d warm-up + %d timed steps of %d x %d tokens ...\n",

@@ -24,6 +24,12 @@
  *   small-dense  C 512, 4 layers, 8 heads, d_ff 2048
  *   test, test-dense  (not run by default) C 32, 2 layers, T 32, B 2, 4 experts of hidden
  *                     32 / d_ff 64: shapes small enough for the tests
+ *   gpu-medium, gpu-medium-dense  (not run by default) C 2048, 8 layers, 16 heads, experts of
+ *                     hidden 2048 / d_ff 4096, T 2048, B 8 (16k tokens a step): a GPU's size
+ *
+ * On a GPU (--device cuda) the yardstick is a cuBLAS product of BENCH_GPU_GEMM_N at the run's
+ * precision (--precision), and the report adds the model FLOP/s as a fraction of the GPU's
+ * datasheet peak for that precision (MFU) when the GPU is one it knows.
  */
 #ifndef MOE_BENCH_H
 #define MOE_BENCH_H
@@ -34,6 +40,7 @@
 
 #define BENCH_MAX_CONFIGS 16
 #define BENCH_SGEMM_N 2048 /* the square sgemm that measures the machine */
+#define BENCH_GPU_GEMM_N 8192 /* the square cuBLAS product that measures a GPU */
 #define BENCH_SGEMM_REPS 5 /* timed products after one warm-up; the best one is reported */
 #define BENCH_MAX_ROUNDS 50
 
@@ -46,6 +53,7 @@ typedef struct {
     int profile;             /* per-op times */
     int reference_attention; /* time the loop reference attention instead of the GEMM one */
     const char *device;      /* the backend the steps run on (train.device); NULL = cpu */
+    int precision;           /* MOE_PRECISION_*: a GPU's products (train.precision) */
     const char *profile_out; /* CSV of the per-op times (with profile); NULL = none */
     int n_configs;           /* 0 = the four reference configs */
     const char *configs[BENCH_MAX_CONFIGS];

@@ -53,8 +53,25 @@ static void json_string(FILE *out, const char *s) {
 
 /* 1 when the steps ran the loop attention of cpu-ref: asked for, or the backend's own */
 static int loop_attention(const BenchOptions *o) {
-    const Backend *be = backend_get(o->device ? o->device : "cpu", MOE_PRECISION_FP32, NULL, 0);
-    return o->reference_attention || be->attention_forward == backend_cpu_ref.attention_forward;
+    return o->reference_attention || (o->device && strcmp(o->device, "cpu-ref") == 0);
+}
+
+static const char *const PRECISIONS[] = {"fp32", "tf32", "bf16"};
+
+/* The datasheet's dense peak of a GPU at a precision, TFLOP/s (no sparsity), or 0 for a GPU
+ * not in this list. gpu is backend_cuda_describe's line, which starts with the GPU's name. */
+static double datasheet_peak(const char *gpu, int precision) {
+    static const struct {
+        const char *name;
+        double tflops[3]; /* fp32, tf32, bf16 */
+    } PEAKS[] = {
+        {"H200", {67.0, 494.7, 989.4}}, /* SXM */
+        {"H100", {67.0, 494.7, 989.4}}, /* SXM */
+        {"A100", {19.5, 156.0, 312.0}},
+    };
+    for (size_t i = 0; gpu && i < sizeof PEAKS / sizeof PEAKS[0]; i++)
+        if (strstr(gpu, PEAKS[i].name)) return PEAKS[i].tflops[precision];
+    return 0.0;
 }
 
 static const double MIB = 1024.0 * 1024.0;
@@ -62,7 +79,7 @@ static const double MIB = 1024.0 * 1024.0;
 extern const char moe_git_commit[]; /* build/version.c: the commit this binary was built from */
 
 void bench_print_json(FILE *out, const BenchOptions *o, const char *cpu, long cores,
-                       const SgemmResult *sg, const Row *rows, int n) {
+                      const SgemmResult *sg, const Row *rows, int n) {
     fprintf(out, "{\n  \"commit\": ");
     json_string(out, moe_git_commit);
     fprintf(out, ",\n  \"machine\": {\"cpu\": ");
@@ -72,12 +89,14 @@ void bench_print_json(FILE *out, const BenchOptions *o, const char *cpu, long co
             "  \"sgemm\": {\"n\": %d, \"reps\": %d, \"gflops\": %.6g, \"gflops_median\": %.6g, "
             "\"gflops_low\": %.6g, \"gflops_high\": %.6g},\n"
             "  \"steps\": %d,\n  \"warmup\": %d,\n  \"rounds\": %d,\n  \"device\": \"%s\",\n"
-            "  \"attention\": \"%s\",\n  \"configs\": [",
-            cores, sg->threads, backend_blas_core(), BENCH_SGEMM_N, BENCH_SGEMM_REPS,
-            sg->gflops_best, sg->gflops_median,
-            sg->gflops_low, sg->gflops_high, o->steps, o->warmup, o->rounds > 1 ? o->rounds : 1,
-            o->device ? o->device : "cpu",
-            loop_attention(o) ? "reference" : "gemm");
+            "  \"attention\": \"%s\",\n  \"precision\": \"%s\",\n  \"gpu\": %s%s%s,\n"
+            "  \"peak_tflops\": %.6g,\n  \"configs\": [",
+            cores, sg->threads, backend_blas_core(), sg->n, BENCH_SGEMM_REPS, sg->gflops_best,
+            sg->gflops_median, sg->gflops_low, sg->gflops_high, o->steps, o->warmup,
+            o->rounds > 1 ? o->rounds : 1, o->device ? o->device : "cpu",
+            loop_attention(o) ? "reference" : "gemm", PRECISIONS[o->precision],
+            sg->gpu[0] ? "\"" : "null", sg->gpu, sg->gpu[0] ? "\"" : "",
+            datasheet_peak(sg->gpu[0] ? sg->gpu : NULL, o->precision));
     for (int i = 0; i < n; i++) {
         const Row *w = &rows[i];
         const Config *c = &w->c;
@@ -107,6 +126,13 @@ void bench_print_json(FILE *out, const BenchOptions *o, const char *cpu, long co
             fprintf(out, "null");
         else
             fprintf(out, "%.6g", w->over_fewer);
+        const double peak = datasheet_peak(sg->gpu[0] ? sg->gpu : NULL, o->precision);
+        fprintf(out, ", \"mfu\": ");
+        if (peak > 0.0)
+            fprintf(out, "%.6g", w->gflops / (1e3 * peak));
+        else
+            fprintf(out, "null");
+        fprintf(out, ", \"device_mib\": %.6g", w->r.device_mib);
         fprintf(out,
                 ",\n     \"peak_rss_mib\": %.6g, \"analytical_mib\": %.6g, "
                 "\"rss_over_analytical\": %.6g,\n"
@@ -135,11 +161,15 @@ void bench_print_json(FILE *out, const BenchOptions *o, const char *cpu, long co
 }
 
 void bench_print_text(FILE *out, const BenchOptions *o, const char *cpu, long cores,
-                       const SgemmResult *sg, const Row *rows, int n) {
+                      const SgemmResult *sg, const Row *rows, int n) {
     const int R = o->rounds > 1 ? o->rounds : 1;
-    fprintf(out, "machine: %s, %ld cores; %d threads; OpenBLAS %s; sgemm %dx%dx%d: %.1f GFLOP/s ",
-            cpu, cores, sg->threads, backend_blas_core(), BENCH_SGEMM_N, BENCH_SGEMM_N,
-            BENCH_SGEMM_N, sg->gflops_best);
+    if (sg->gpu[0])
+        fprintf(out, "gpu: %s; %s products; cuBLAS %dx%dx%d: %.1f GFLOP/s ", sg->gpu,
+                PRECISIONS[o->precision], sg->n, sg->n, sg->n, sg->gflops_best);
+    else
+        fprintf(out,
+                "machine: %s, %ld cores; %d threads; OpenBLAS %s; sgemm %dx%dx%d: %.1f GFLOP/s ",
+                cpu, cores, sg->threads, backend_blas_core(), sg->n, sg->n, sg->n, sg->gflops_best);
     if (R == 1)
         fprintf(out, "(best of %d; median %.1f)\n", BENCH_SGEMM_REPS, sg->gflops_median);
     else
@@ -155,8 +185,10 @@ void bench_print_text(FILE *out, const BenchOptions *o, const char *cpu, long co
             : o->reference_attention ? "reference loops (--reference-attention)"
                                      : "reference loops (the backend's)",
             moe_git_commit);
+    const int gpu = sg->gpu[0] != '\0';
     fprintf(out, "%-12s %7s %13s %9s %9s %8s %7s %6s %9s %9s %6s\n", "config", "B x T", "params M",
-            "step ms", "tokens/s", "GFLOP/s", "%sgemm", "/dense", "RSS MiB", "calc MiB", "ratio");
+            "step ms", "tokens/s", "GFLOP/s", gpu ? "%cuBLAS" : "%sgemm", "/dense",
+            gpu ? "GPU MiB" : "RSS MiB", "calc MiB", "ratio");
     fprintf(out, "%-12s %7s %13s\n", "", "", "total/active");
     for (int i = 0; i < n; i++) {
         const Row *w = &rows[i];
@@ -167,7 +199,8 @@ void bench_print_text(FILE *out, const BenchOptions *o, const char *cpu, long co
             snprintf(vsd, sizeof vsd, "-");
         else
             snprintf(vsd, sizeof vsd, "%.2f", w->moe_over_dense);
-        double calc = 4.0 * w->mem.total_words / MIB, rss = w->r.peak_rss_kib / 1024.0;
+        double calc = 4.0 * w->mem.total_words / MIB;
+        double rss = gpu ? w->r.device_mib : w->r.peak_rss_kib / 1024.0;
         fprintf(out, "%-12s %7s %13s %9.1f %9.0f %8.1f %6.1f%% %6s %9.0f %9.0f %6.2f\n",
                 w->ref->name, bt, params, 1e3 * w->r.step_median, w->tokens_per_s, w->gflops,
                 100.0 * w->sgemm_frac, vsd, rss, calc, rss / calc);
@@ -178,6 +211,20 @@ void bench_print_text(FILE *out, const BenchOptions *o, const char *cpu, long co
             "GFLOP/s measured in the same round. /dense: step time "
             "over the dense twin's. RSS: peak\nresident memory of the process; calc: "
             "analytical memory (memory.h); ratio: RSS / calc.\n");
+    const double peak = datasheet_peak(gpu ? sg->gpu : NULL, o->precision);
+    if (gpu) {
+        fprintf(out,
+                "On the GPU, %%cuBLAS is of the cuBLAS product above and GPU MiB what the backend "
+                "allocated on it (cuBLAS's workspace aside); ratio: GPU MiB / calc.\n");
+        if (peak > 0.0) {
+            fprintf(out,
+                    "MFU, of the datasheet's %s peak of %.0f TFLOP/s:", PRECISIONS[o->precision],
+                    peak);
+            for (int i = 0; i < n; i++)
+                fprintf(out, " %s %.1f%%", rows[i].ref->name, rows[i].gflops / (10.0 * peak));
+            fprintf(out, "\n");
+        }
+    }
     for (int i = 0; i < n; i++)
         if (!isnan(rows[i].over_fewer))
             fprintf(out,
@@ -209,4 +256,3 @@ void bench_write_profile_csv(FILE *f, const Row *rows, int n) {
                     ln[j].bwd, ln[j].total, 100.0 * ln[j].total / (1e3 * rows[i].r.step_mean));
     }
 }
-

@@ -26,6 +26,10 @@ const RefConfig *bench_find_ref(const char *name);
 
 typedef struct {
     int threads;
+    int n;     /* the square product's size */
+    int ok;    /* the backend opened (the first child reports it; else err says why) */
+    char err[512];
+    char gpu[256]; /* a GPU's name, SMs and precision; "" on the CPU */
     double gflops_best, gflops_median;
     double gflops_low, gflops_high; /* over the rounds: the lowest and highest best */
 } SgemmResult;
@@ -35,6 +39,7 @@ typedef struct {
     double step_median, step_min, step_max, step_mean; /* seconds */
     double fwd_mean, bwd_mean; /* seconds inside model_forward / model_backward */
     long peak_rss_kib;
+    double device_mib; /* a GPU's memory the backend allocated (0 on the CPU backends) */
     double op_fwd[PROF_COUNT], op_bwd[PROF_COUNT]; /* seconds per step (with profile) */
 } StepResult;
 

@@ -224,7 +224,7 @@ void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
              (draw(be, a->jit, a->drawn, NC, rng, 0, 1.0f - s->jitter, 2.0f * s->jitter),
               be->mul(be, a->xj, x, a->jit, NC)));
     PROF(PROF_ROUTER,
-         be->matmul_forward(be, a->logits, a->jittered ? a->xj : x, wt->router, N, C, E));
+         be->router_logits_forward(be, a->logits, a->jittered ? a->xj : x, wt->router, N, C, E));
     /* logit noise: logits += N(0, noise^2), a constant as far as the gradient is concerned */
     if (rng && s->noise > 0.0f)
         PROF(PROF_ROUTER, (draw(be, a->noise, a->drawn, NE, rng, 1, 0.0f, s->noise),
@@ -313,8 +313,8 @@ void moe_block_backward(const Backend *be, float *dx, MoeGrads *gr, const float 
                           &sb, &cb, moe_balance_coef(&sb) * loss_scale, s->z_coef * loss_scale));
     /* logits = xj Wr^T with xj = x * jit: dWr sees xj, and dx(router) = (dlogits Wr) * jit */
     const float *xr = a->jittered ? a->xj : x;
-    PROF(PROF_ROUTER, be->matmul_backward(be, dx ? scr->dx_router : NULL, gWr, scr->dlogits, xr,
-                                          wt->router, N, C, E));
+    PROF(PROF_ROUTER, be->router_logits_backward(be, dx ? scr->dx_router : NULL, gWr,
+                                                 scr->dlogits, xr, wt->router, N, C, E));
     if (dx && a->jittered)
         PROF(PROF_ROUTER, be->mul(be, scr->dx_router, scr->dx_router, a->jit, NC));
     /* x feeds both paths: dx = dx(experts) + dx(router) */

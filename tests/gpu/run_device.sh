@@ -15,7 +15,8 @@
 #            of cpu-ref
 #   repeat   two GPU runs write the same checkpoint, byte for byte
 #   resume   a GPU checkpoint continues on the CPU
-#   bench    moe bench --device cuda on the tiny and small configs
+#   bench    moe bench --device cuda: tiny, small and gpu-medium (with its dense twin) in fp32,
+#            gpu-medium in tf32 and bf16; each JSON in OUT/bench-PRECISION.log
 # It needs what `make test` needs (OpenBLAS, Check) and the CUDA toolkit; a step whose
 # prerequisite is missing is reported as skipped, never as passed.
 #
@@ -126,10 +127,14 @@ step train-seq-aux 120 bash "$me" --fn train_pair seq-aux --set moe.num_experts=
 step repeat 120 bash "$me" --fn repeat
 step resume 120 bash "$me" --fn resume
 if [ "$gpu" = cuda ]; then
-    step bench 240 $moe bench --device cuda --config tiny --config small --json
+    step bench-fp32 200 $moe bench --device cuda --precision fp32 --config tiny --config small \
+        --config gpu-medium --config gpu-medium-dense --json
+    for p in tf32 bf16; do
+        step "bench-$p" 120 $moe bench --device cuda --precision $p --config gpu-medium \
+            --config gpu-medium-dense --json
+    done
 else # the rehearsal's stand-in is slow: the bench's smallest config, one step
     step bench 240 $moe bench --device "$gpu" --config test --steps 1 --warmup 0 --json
 fi
-cp "$out/bench.log" "$out/bench.json" 2> /dev/null
 say "done: $(grep -c ': pass' "$summary") passed, $(grep -c ': FAIL' "$summary") failed"
 ! grep -q ': FAIL' "$summary"
