@@ -4,6 +4,9 @@
  *   - every GemmArgs tuple of backend/gemm_args.h (the column-major arguments cuda_gemm.cu
  *     hands to cuBLAS) run through cblas_sgemm(CblasColMajor, ...): the linear layer's
  *     forward, dx (written and added) and dW (accumulated) against the reference matmul;
+ *   - the experts' grouped products: the slice lists of a dropless and a padded plan, every pass
+ *     of GemmArgs over them (kept slices, then padding slices) and the SwiGLU between, as
+ *     cuda_gemm.cu runs them, against experts_forward / experts_backward;
  *   - the GPU attention's whole algorithm on the host, in the order cuda_gemm.cu runs it: the
  *     strided-batched tuples per batch row, the softmax and its backward from the bodies of
  *     backend/kernels_att.h walked lane by lane with the warp's butterfly, the heads of the
@@ -18,6 +21,7 @@
 
 #include "backend/gemm_args.h"
 #include "backend/kernels_att.h"
+#include "moe/moe_ops.h"
 #include "ops_util.h"
 
 /* a GemmArgs tuple as cuBLAS would run it, on the CPU */
@@ -164,6 +168,72 @@ START_TEST(test_attention_algorithm) {
 }
 END_TEST
 
+/* ---- the experts' grouped products as cuda_gemm.cu runs them ------------------------------- */
+
+/* every pass over the slices, kept ones then padding ones, the SwiGLU where the GPU runs it */
+static void gpu_experts(const ExpertBuffers *b, const int *passes, int np, const ExpertSlice *sl,
+                        int n, int n_kept, int S, int backward) {
+    for (int p = 0; p < np; p++) {
+        for (int i = 0; i < n; i++) { /* i < n_kept: the kept slices' call, then the padding's */
+            GemmArgs a = gemm_expert(b, passes[p], sl[i]);
+            gemm_cblas(&a);
+        }
+        if (!backward && passes[p] == EXPERT_U) swiglu_forward(b->h, b->g, b->u, S, b->F);
+        if (backward && passes[p] == EXPERT_DWD)
+            swiglu_backward(b->dg, b->du, b->dh, b->g, b->u, S, b->F);
+    }
+    (void)n_kept;
+}
+
+START_TEST(test_experts_grouped_lists) {
+    enum { E = 5, C = 12, F = 10 };
+    /* dropless (expert 2 empty), then padded: kept rows then padding rows in each slice */
+    const int off_a[E + 1] = {0, 7, 9, 9, 20, 23};
+    const int off_b[E + 1] = {0, 6, 12, 18, 24, 30}, cnt_b[E] = {6, 2, 0, 5, 3};
+    for (int padded = 0; padded < 2; padded++) {
+        const int *off = padded ? off_b : off_a, *cnt = padded ? cnt_b : NULL, S = off[E];
+        ExpertSlice sl[2 * E];
+        int n_kept = 0, n = expert_slices(sl, &n_kept, off, cnt, E);
+        /* within each list no expert twice: a grouped call never adds into one dW twice */
+        for (int i = 0; i < n; i++)
+            for (int j = i + 1; j < (i < n_kept ? n_kept : n); j++)
+                ck_assert_msg(sl[i].e != sl[j].e, "slices %d and %d are both expert %d", i, j,
+                              sl[i].e);
+        ck_assert_int_eq(n, padded ? 8 : 4);
+        size_t sc = (size_t)S * C, sf = (size_t)S * F, w = (size_t)E * F * C;
+        float *xe = rand_floats(sc, 1.0f, 70), *dye = rand_floats(sc, 1.0f, 71);
+        float *W = rand_floats(3 * w, 0.3f, 72);
+        if (padded) /* padding rows are zeros, as the gather writes them */
+            for (int e = 0; e < E; e++)
+                for (int r = off[e] + cnt[e]; r < off[e + 1]; r++)
+                    for (int c = 0; c < C; c++)
+                        xe[(size_t)r * C + c] = 0.0f, dye[(size_t)r * C + c] = 0.0f;
+        float *ye = garbage_floats(sc), *act = floats_alloc(6 * sf), *dxe = garbage_floats(sc);
+        float *dW = floats_alloc(3 * w);
+        ExpertBuffers b = {xe,           act,          act + sf,     act + 2 * sf, ye, dxe,
+                           act + 3 * sf, act + 4 * sf, act + 5 * sf, dye,          W,  W + w,
+                           W + 2 * w,    dW,           dW + w,       dW + 2 * w,   C,  F};
+        const int fw[] = {EXPERT_G, EXPERT_U, EXPERT_Y};
+        const int bw[] = {EXPERT_DH, EXPERT_DWD, EXPERT_DXG, EXPERT_DWG, EXPERT_DWU, EXPERT_DXU};
+        gpu_experts(&b, fw, 3, sl, n, n_kept, S, 0);
+        gpu_experts(&b, bw, 6, sl, n, n_kept, S, 1);
+
+        float *ye_r = floats_alloc(sc), *a_r = floats_alloc(6 * sf), *dxe_r = floats_alloc(sc);
+        float *dW_r = floats_alloc(3 * w);
+        experts_forward(ye_r, a_r, a_r + sf, a_r + 2 * sf, xe, W, W + w, W + 2 * w, off, cnt, E, C,
+                        F);
+        experts_backward(dxe_r, dW_r, dW_r + w, dW_r + 2 * w, a_r + 3 * sf, a_r + 4 * sf,
+                         a_r + 5 * sf, dye, xe, a_r, a_r + sf, a_r + 2 * sf, W, W + w, W + 2 * w,
+                         off, cnt, E, C, F);
+        CLOSE_ARRAYS(ye, ye_r, sc, padded ? "padded experts ye" : "experts ye");
+        CLOSE_ARRAYS(dxe, dxe_r, sc, padded ? "padded experts dxe" : "experts dxe");
+        CLOSE_ARRAYS(dW, dW_r, 3 * w, padded ? "padded experts dW" : "experts dW");
+        free(xe), free(dye), free(W), free(ye), free(act), free(dxe), free(dW), free(ye_r);
+        free(a_r), free(dxe_r), free(dW_r);
+    }
+}
+END_TEST
+
 /* the butterfly leaves the same value in every lane, and a wrong partner would show */
 START_TEST(test_butterfly) {
     float v[MOE_WARP], w[MOE_WARP];
@@ -182,6 +252,7 @@ Suite *cuda_gemm_suite(void) {
     TCase *tc = tcase_create("cuda_gemm");
     tcase_add_test(tc, test_linear_tuples);
     tcase_add_test(tc, test_attention_algorithm);
+    tcase_add_test(tc, test_experts_grouped_lists);
     tcase_add_test(tc, test_butterfly);
     suite_add_tcase(s, tc);
     return s;

@@ -23,6 +23,7 @@
 #include "backend/cuda.cuh"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- memory --------------------------------------------------------------------------------- */
@@ -350,6 +351,8 @@ static int open_gpu(void) {
     CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));
     /* no atomics inside cuBLAS's products: the same bits on every run */
     CUBLAS_CHECK(cublasSetAtomicsMode(c->blas, CUBLAS_ATOMICS_NOT_ALLOWED));
+    const char *experts = getenv("MOE_CUDA_EXPERTS");
+    c->experts_loop = experts && strcmp(experts, "loop") == 0;
     snprintf(c->device_name, sizeof c->device_name, "%s", prop.name);
     c->sm_count = prop.multiProcessorCount;
     fill_table(&the_backend);

@@ -33,10 +33,15 @@ typedef struct {
      * cuda_route.cu): grown on first use to the largest call, then reused */
     void *stage;
     size_t stage_bytes;
-    /* device scratch of the entries that need some (the products' pointer arrays, the plan's
-     * partial counts): grown on first use, then reused */
+    /* device scratch of the entries that need some (rmsnorm's partial sums, a sum's result):
+     * grown on first use, then reused */
     void *scratch;
     size_t scratch_bytes;
+    /* the experts' grouped products (cuda_gemm.cu): their argument lists on the host, their
+     * pointer arrays in pinned memory and on the device; grown on first use, then reused */
+    void *group_host, *group_pinned, *group_dev;
+    size_t group_host_bytes, group_pinned_bytes, group_dev_bytes;
+    int experts_loop; /* MOE_CUDA_EXPERTS=loop: a product per expert instead (the first rung) */
 } CudaCtx;
 
 static inline CudaCtx *cuda_ctx(const Backend *be) {
@@ -150,7 +155,7 @@ void cuda_router_gate_backward(const Backend *be, float *dlogits, const float *d
                                const float *scores, const float *lse, const float *logits,
                                const int *idx, const float *w, int N, const MoeSpec *s,
                                const MoeCtx *x, float bal_scale, float z_scale);
-void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scores,
-                      const int *idx, const DispatchPlan *p, int N, const MoeSpec *s);
+void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scores, const int *idx,
+                      const DispatchPlan *p, int N, const MoeSpec *s);
 
 #endif

@@ -192,10 +192,14 @@ void cuda_attention_backward(const Backend *be, float *dq, float *dk, float *dv,
 }
 
 /* ---- the experts ----------------------------------------------------------------------------
- * The first rung: a loop over the experts, three products and a SwiGLU per non-empty slice
- * (the math of src/moe/experts.c, the order of backend/cpu_gemm.c: a padded slice's kept rows
- * and padding rows are two products). The slice bounds come to the host once per call (E + 1
- * offsets and E counts: one small copy and a wait), since cuBLAS takes sizes from the host. */
+ * The slices of the plan (gemm_args.h: expert_slices) are the problems. The slice bounds come
+ * to the host once per call (E + 1 offsets and E counts: one small copy and a wait), since
+ * cuBLAS takes sizes from the host. Then, by default, each pass of products (g, u, ye; and
+ * backward dh, dWd, dxe, dWg, dWu, dxe again) over every slice is one
+ * cublasGemmGroupedBatchedEx call (two: the kept slices, then a padded plan's padding slices,
+ * so that no call has two problems adding into one expert's weight gradient), and the SwiGLU
+ * between them one kernel over all the rows. MOE_CUDA_EXPERTS=loop runs the first rung instead:
+ * a loop over the slices, three products and a SwiGLU each (the order of backend/cpu_gemm.c). */
 
 static int *plan_to_host(const Backend *be, const int *offsets, const int *counts, int E) {
     int *h = (int *)cuda_stage(be, (size_t)(2 * E + 1) * sizeof(int));
@@ -208,44 +212,176 @@ static int *plan_to_host(const Backend *be, const int *offsets, const int *count
     return h;
 }
 
-static void slice_forward(const Backend *be, float *ye, float *g, float *u, float *h,
-                          const float *xe, const float *Wg, const float *Wu, const float *Wd, int e,
-                          int r0, int rows, int C, int F) {
-    if (rows <= 0) return;
-    size_t rc = (size_t)r0 * C, rf = (size_t)r0 * F, wo = (size_t)e * F * C;
-    cuda_matmul_forward(be, g + rf, xe + rc, Wg + wo, rows, C, F);
-    cuda_matmul_forward(be, u + rf, xe + rc, Wu + wo, rows, C, F);
-    cuda_swiglu_forward(be, h + rf, g + rf, u + rf, rows, F);
-    cuda_matmul_forward(be, ye + rc, h + rf, Wd + wo, rows, F, C);
+/* Room for the argument lists of `passes` passes over n slices. The stream is idle when this
+ * runs (plan_to_host waited for it), so growing frees nothing in use. */
+typedef struct {
+    ExpertSlice *slices; /* (2 E) */
+    GemmArgs *args;      /* (passes, n) */
+    cublasOperation_t *ta, *tb;
+    int *m, *n, *k, *lda, *ldb, *ldc, *group_size; /* (n) each: one pass's */
+    float *alpha, *beta;                           /* (n) */
+    const void **ptr_host;                         /* (passes, 3, n): pinned */
+    const void **ptr_dev;                          /* the same on the device */
+} Groups;
+
+static void *grow(void **p, size_t *have, size_t need, int kind) {
+    if (need <= *have) return *p;
+    if (*p) {
+        if (kind == 0)
+            free(*p);
+        else if (kind == 1)
+            CUDA_CHECK(cudaFreeHost(*p));
+        else
+            CUDA_CHECK(cudaFree(*p));
+    }
+    if (kind == 0)
+        *p = malloc_check(need);
+    else if (kind == 1)
+        CUDA_CHECK(cudaMallocHost(p, need));
+    else
+        CUDA_CHECK(cudaMalloc(p, need));
+    *have = need;
+    return *p;
+}
+
+static Groups groups_room(const Backend *be, int E, int passes) {
+    CudaCtx *c = cuda_ctx(be);
+    const size_t n = (size_t)2 * E;
+    const size_t host = n * sizeof(ExpertSlice) + (size_t)passes * n * sizeof(GemmArgs) +
+                        2 * n * sizeof(cublasOperation_t) + 7 * n * sizeof(int) +
+                        2 * n * sizeof(float) + 64;
+    char *h = (char *)grow(&c->group_host, &c->group_host_bytes, host, 0);
+    Groups g;
+    g.slices = (ExpertSlice *)h, h += n * sizeof(ExpertSlice);
+    g.args = (GemmArgs *)h, h += (size_t)passes * n * sizeof(GemmArgs);
+    g.ta = (cublasOperation_t *)h, h += n * sizeof(cublasOperation_t);
+    g.tb = (cublasOperation_t *)h, h += n * sizeof(cublasOperation_t);
+    int *ints = (int *)h;
+    g.m = ints, g.n = ints + n, g.k = ints + 2 * n, g.lda = ints + 3 * n, g.ldb = ints + 4 * n;
+    g.ldc = ints + 5 * n, g.group_size = ints + 6 * n;
+    h += 7 * n * sizeof(int);
+    g.alpha = (float *)h, g.beta = g.alpha + n;
+    const size_t ptrs = (size_t)passes * 3 * n * sizeof(void *);
+    g.ptr_host = (const void **)grow(&c->group_pinned, &c->group_pinned_bytes, ptrs, 1);
+    g.ptr_dev = (const void **)grow(&c->group_dev, &c->group_dev_bytes, ptrs, 2);
+    return g;
+}
+
+/* One grouped call: the problems args[0 .. cnt) of one pass, whose A, B and C pointers are at
+ * dA, dB, dC on the device. Every problem is a group of one. */
+static void gemm_grouped(const Backend *be, Groups *g, const GemmArgs *args, int cnt,
+                         const void *const *dA, const void *const *dB, void *const *dC) {
+    if (cnt <= 0) return;
+    for (int i = 0; i < cnt; i++) {
+        const GemmArgs *a = &args[i];
+        g->ta[i] = a->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+        g->tb[i] = a->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+        g->m[i] = a->m, g->n[i] = a->n, g->k[i] = a->k;
+        g->lda[i] = a->lda, g->ldb[i] = a->ldb, g->ldc[i] = a->ldc;
+        g->alpha[i] = a->alpha, g->beta[i] = a->beta, g->group_size[i] = 1;
+    }
+    CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
+        cuda_ctx(be)->blas, g->ta, g->tb, g->m, g->n, g->k, g->alpha, dA, CUDA_R_32F, g->lda, dB,
+        CUDA_R_32F, g->ldb, g->beta, dC, CUDA_R_32F, g->ldc, cnt, g->group_size, compute_type(be)));
+}
+
+/* Every pass of passes[0 .. np) over the n slices: the argument lists built, the pointer arrays
+ * uploaded in one copy; then the passes run in order, each as the kept slices' grouped call
+ * and the padding slices' one, and between(pass) after each (the SwiGLU goes there). */
+typedef void (*Between)(const Backend *be, int pass, const void *arg);
+
+static void experts_grouped(const Backend *be, const ExpertBuffers *b, const int *passes, int np,
+                            const int *offsets, const int *counts, int E, Between between,
+                            const void *arg) {
+    const int *hp = plan_to_host(be, offsets, counts, E);
+    Groups g = groups_room(be, E, np);
+    int n_kept = 0;
+    const int n = expert_slices(g.slices, &n_kept, hp, counts ? hp + E + 1 : NULL, E);
+    for (int p = 0; p < np; p++)
+        for (int i = 0; i < n; i++) {
+            GemmArgs a = gemm_expert(b, passes[p], g.slices[i]);
+            g.args[(size_t)p * n + i] = a;
+            const void **pt = g.ptr_host + (size_t)p * 3 * n;
+            pt[i] = a.A, pt[n + i] = a.B, pt[2 * n + i] = a.C;
+        }
+    if (n > 0)
+        CUDA_CHECK(cudaMemcpyAsync(g.ptr_dev, g.ptr_host, (size_t)np * 3 * n * sizeof(void *),
+                                   cudaMemcpyHostToDevice, cuda_stream(be)));
+    for (int p = 0; p < np; p++) {
+        const GemmArgs *args = g.args + (size_t)p * n;
+        const void *const *d = g.ptr_dev + (size_t)p * 3 * n;
+        for (int part = 0; part < 2; part++) { /* kept slices, then padding slices */
+            const int first = part ? n_kept : 0, cnt = part ? n - n_kept : n_kept;
+            gemm_grouped(be, &g, args + first, cnt, d + first, d + n + first,
+                         (void *const *)(d + 2 * n + first));
+        }
+        if (between) between(be, passes[p], arg);
+    }
+}
+
+typedef struct {
+    const ExpertBuffers *b;
+    int S; /* rows of the slot buffer */
+} SwigluArg;
+
+/* forward: the SwiGLU after u */
+static void forward_between(const Backend *be, int pass, const void *arg) {
+    const SwigluArg *s = (const SwigluArg *)arg;
+    if (pass == EXPERT_U) cuda_swiglu_forward(be, s->b->h, s->b->g, s->b->u, s->S, s->b->F);
+}
+/* backward: the SwiGLU's backward once dh is there (after dWd, which reads h, when wanted) */
+static void backward_between(const Backend *be, int pass, const void *arg) {
+    const SwigluArg *s = (const SwigluArg *)arg;
+    if (pass == EXPERT_DWD || (pass == EXPERT_DH && !s->b->dWd))
+        cuda_swiglu_backward(be, s->b->dg, s->b->du, s->b->dh, s->b->g, s->b->u, s->S, s->b->F);
+}
+
+/* the first rung: one slice after another, as backend/cpu_gemm.c runs them */
+static void experts_loop(const Backend *be, const ExpertBuffers *b, int backward,
+                         const int *offsets, const int *counts, int E) {
+    const int *hp = plan_to_host(be, offsets, counts, E);
+    for (int e = 0; e < E; e++) {
+        int r0 = hp[e], rows = hp[e + 1] - hp[e], kept = counts ? hp[E + 1 + e] : rows;
+        for (int part = 0; part < 2; part++) {
+            ExpertSlice sl = {e, part ? r0 + kept : r0, part ? rows - kept : kept};
+            if (sl.rows <= 0) continue;
+            const size_t rf = (size_t)sl.r0 * b->F;
+            GemmArgs a;
+            if (!backward) {
+                a = gemm_expert(b, EXPERT_G, sl), gemm_run(be, &a);
+                a = gemm_expert(b, EXPERT_U, sl), gemm_run(be, &a);
+                cuda_swiglu_forward(be, b->h + rf, b->g + rf, b->u + rf, sl.rows, b->F);
+                a = gemm_expert(b, EXPERT_Y, sl), gemm_run(be, &a);
+                continue;
+            }
+            a = gemm_expert(b, EXPERT_DH, sl), gemm_run(be, &a);
+            if (b->dWd) a = gemm_expert(b, EXPERT_DWD, sl), gemm_run(be, &a);
+            cuda_swiglu_backward(be, b->dg + rf, b->du + rf, b->dh + rf, b->g + rf, b->u + rf,
+                                 sl.rows, b->F);
+            if (b->dxe) a = gemm_expert(b, EXPERT_DXG, sl), gemm_run(be, &a);
+            if (b->dWg) a = gemm_expert(b, EXPERT_DWG, sl), gemm_run(be, &a);
+            if (b->dWu) a = gemm_expert(b, EXPERT_DWU, sl), gemm_run(be, &a);
+            if (b->dxe) a = gemm_expert(b, EXPERT_DXU, sl), gemm_run(be, &a);
+        }
+    }
 }
 
 void cuda_experts_forward(const Backend *be, float *ye, float *g, float *u, float *h,
                           const float *xe, const float *Wg, const float *Wu, const float *Wd,
                           const int *offsets, const int *counts, int E, int C, int F) {
-    const int *hp = plan_to_host(be, offsets, counts, E);
-    for (int e = 0; e < E; e++) {
-        int r0 = hp[e], rows = hp[e + 1] - hp[e], kept = counts ? hp[E + 1 + e] : rows;
-        slice_forward(be, ye, g, u, h, xe, Wg, Wu, Wd, e, r0, kept, C, F);
-        slice_forward(be, ye, g, u, h, xe, Wg, Wu, Wd, e, r0 + kept, rows - kept, C, F);
+    ExpertBuffers b = {};
+    b.xe = (float *)xe, b.g = g, b.u = u, b.h = h, b.ye = ye;
+    b.Wg = (float *)Wg, b.Wu = (float *)Wu, b.Wd = (float *)Wd, b.C = C, b.F = F;
+    if (cuda_ctx(be)->experts_loop) {
+        experts_loop(be, &b, 0, offsets, counts, E);
+        return;
     }
-}
-
-static void slice_backward(const Backend *be, float *dxe, float *dWg, float *dWu, float *dWd,
-                           float *dg, float *du, float *dh, const float *dye, const float *xe,
-                           const float *g, const float *u, const float *h, const float *Wg,
-                           const float *Wu, const float *Wd, int e, int r0, int rows, int C,
-                           int F) {
-    if (rows <= 0) return;
-    size_t rc = (size_t)r0 * C, rf = (size_t)r0 * F, wo = (size_t)e * F * C;
-    cuda_matmul_backward(be, dh + rf, dWd ? dWd + wo : NULL, dye + rc, h + rf, Wd + wo, rows, F, C);
-    cuda_swiglu_backward(be, dg + rf, du + rf, dh + rf, g + rf, u + rf, rows, F);
-    cuda_matmul_backward(be, dxe ? dxe + rc : NULL, dWg ? dWg + wo : NULL, dg + rf, xe + rc,
-                         Wg + wo, rows, C, F);
-    cuda_matmul_backward(be, NULL, dWu ? dWu + wo : NULL, du + rf, xe + rc, Wu + wo, rows, C, F);
-    if (dxe) { /* the input feeds both g and u: dxe += du Wu */
-        GemmArgs a = gemm_linear_dx(dxe + rc, du + rf, Wu + wo, rows, C, F, 1);
-        gemm_run(be, &a);
-    }
+    int S = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&S, offsets + E, sizeof S, cudaMemcpyDeviceToHost, cuda_stream(be)));
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
+    const int passes[] = {EXPERT_G, EXPERT_U, EXPERT_Y};
+    SwigluArg arg = {&b, S};
+    experts_grouped(be, &b, passes, 3, offsets, counts, E, forward_between, &arg);
 }
 
 void cuda_experts_backward(const Backend *be, float *dxe, float *dWg, float *dWu, float *dWd,
@@ -253,14 +389,28 @@ void cuda_experts_backward(const Backend *be, float *dxe, float *dWg, float *dWu
                            const float *g, const float *u, const float *h, const float *Wg,
                            const float *Wu, const float *Wd, const int *offsets, const int *counts,
                            int E, int C, int F) {
-    const int *hp = plan_to_host(be, offsets, counts, E);
-    for (int e = 0; e < E; e++) {
-        int r0 = hp[e], rows = hp[e + 1] - hp[e], kept = counts ? hp[E + 1 + e] : rows;
-        slice_backward(be, dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, e, r0,
-                       kept, C, F);
-        slice_backward(be, dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, e,
-                       r0 + kept, rows - kept, C, F);
+    ExpertBuffers b = {};
+    b.xe = (float *)xe, b.g = (float *)g, b.u = (float *)u, b.h = (float *)h;
+    b.dxe = dxe, b.dg = dg, b.du = du, b.dh = dh, b.dye = (float *)dye;
+    b.Wg = (float *)Wg, b.Wu = (float *)Wu, b.Wd = (float *)Wd;
+    b.dWg = dWg, b.dWu = dWu, b.dWd = dWd, b.C = C, b.F = F;
+    if (cuda_ctx(be)->experts_loop) {
+        experts_loop(be, &b, 1, offsets, counts, E);
+        return;
     }
+    int S = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&S, offsets + E, sizeof S, cudaMemcpyDeviceToHost, cuda_stream(be)));
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
+    /* the passes asked for (a NULL gradient is not wanted); dh and the SwiGLU's always */
+    int passes[EXPERT_PASSES], np = 0;
+    passes[np++] = EXPERT_DH;
+    if (dWd) passes[np++] = EXPERT_DWD;
+    if (dxe) passes[np++] = EXPERT_DXG;
+    if (dWg) passes[np++] = EXPERT_DWG;
+    if (dWu) passes[np++] = EXPERT_DWU;
+    if (dxe) passes[np++] = EXPERT_DXU;
+    SwigluArg arg = {&b, S};
+    experts_grouped(be, &b, passes, np, offsets, counts, E, backward_between, &arg);
 }
 
 /* ---- the yardstick: C (n, n) = A B at the backend's precision, timed with events ------------ */

@@ -96,4 +96,68 @@ static inline GemmArgs gemm_att_ptdo(float *dv, const float *P, const float *dou
 }
 /* dP (T, T) = dO (T, D) V (T, D)^T, per head: gemm_att_scores with scale 1 */
 
+/* ---- the experts: one problem per slice ------------------------------------------------------
+ * A plan's slot buffer holds expert e's rows [offsets[e], offsets[e + 1]); in a padded plan the
+ * first counts[e] are kept rows and the rest padding, each part a product of its own (as on the
+ * CPU: the kept rows then round as in an unpadded plan). expert_slices lists the non-empty
+ * parts: every expert's kept part first, in expert order (n_kept of them), then every expert's
+ * padding part. Within each of the two lists no two slices share an expert, so the products of
+ * one list may run as one grouped call even where they accumulate into the expert's weight
+ * gradient; the second list then runs after the first. out holds 2 E slices. */
+typedef struct {
+    int e, r0, rows;
+} ExpertSlice;
+
+static inline int expert_slices(ExpertSlice *out, int *n_kept, const int *offsets,
+                                const int *counts, int E) {
+    int n = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int e = 0; e < E; e++) {
+            int r0 = offsets[e], rows = offsets[e + 1] - offsets[e];
+            int kept = counts ? counts[e] : rows;
+            ExpertSlice sl = {e, pass ? r0 + kept : r0, pass ? rows - kept : kept};
+            if (sl.rows > 0) out[n++] = sl;
+        }
+        if (pass == 0) *n_kept = n;
+    }
+    return n;
+}
+
+/* The experts' products of one slice, by pass (experts.c's math): xe (S, C) the slot rows,
+ * g, u, h (S, F), ye (S, C); Wg, Wu (E, F, C), Wd (E, C, F). */
+enum {
+    EXPERT_G,   /* g = xe Wg[e]^T */
+    EXPERT_U,   /* u = xe Wu[e]^T */
+    EXPERT_Y,   /* ye = h Wd[e]^T */
+    EXPERT_DH,  /* dh = dye Wd[e] */
+    EXPERT_DWD, /* dWd[e] += dye^T h */
+    EXPERT_DXG, /* dxe = dg Wg[e] */
+    EXPERT_DWG, /* dWg[e] += dg^T xe */
+    EXPERT_DWU, /* dWu[e] += du^T xe */
+    EXPERT_DXU, /* dxe += du Wu[e] */
+    EXPERT_PASSES
+};
+typedef struct {
+    float *xe, *g, *u, *h, *ye;      /* forward */
+    float *dxe, *dg, *du, *dh, *dye; /* backward */
+    float *Wg, *Wu, *Wd, *dWg, *dWu, *dWd;
+    int C, F;
+} ExpertBuffers;
+
+static inline GemmArgs gemm_expert(const ExpertBuffers *b, int pass, ExpertSlice sl) {
+    const int C = b->C, F = b->F, n = sl.rows;
+    const size_t rc = (size_t)sl.r0 * C, rf = (size_t)sl.r0 * F, wo = (size_t)sl.e * F * C;
+    switch (pass) {
+    case EXPERT_G: return gemm_linear_forward(b->g + rf, b->xe + rc, b->Wg + wo, n, C, F);
+    case EXPERT_U: return gemm_linear_forward(b->u + rf, b->xe + rc, b->Wu + wo, n, C, F);
+    case EXPERT_Y: return gemm_linear_forward(b->ye + rc, b->h + rf, b->Wd + wo, n, F, C);
+    case EXPERT_DH: return gemm_linear_dx(b->dh + rf, b->dye + rc, b->Wd + wo, n, F, C, 0);
+    case EXPERT_DWD: return gemm_linear_dw(b->dWd + wo, b->dye + rc, b->h + rf, n, F, C);
+    case EXPERT_DXG: return gemm_linear_dx(b->dxe + rc, b->dg + rf, b->Wg + wo, n, C, F, 0);
+    case EXPERT_DWG: return gemm_linear_dw(b->dWg + wo, b->dg + rf, b->xe + rc, n, C, F);
+    case EXPERT_DWU: return gemm_linear_dw(b->dWu + wo, b->du + rf, b->xe + rc, n, C, F);
+    default: return gemm_linear_dx(b->dxe + rc, b->du + rf, b->Wu + wo, n, C, F, 1);
+    }
+}
+
 #endif

@@ -13,10 +13,12 @@
 #            sigmoid scores with seq_aux and aux-free balancing, shared experts; every step's
 #            losses and gradient norm within 2e-3 (relative), as tests/test_backends.sh asks
 #            of cpu-ref
+#            and the MoE run again with the experts' first rung (MOE_CUDA_EXPERTS=loop)
 #   repeat   two GPU runs write the same checkpoint, byte for byte
 #   resume   a GPU checkpoint continues on the CPU
 #   bench    moe bench --device cuda: tiny, small and gpu-medium (with its dense twin) in fp32,
-#            gpu-medium in tf32 and bf16; each JSON in OUT/bench-PRECISION.log
+#            gpu-medium with the experts' loop, gpu-medium in tf32 and bf16; each JSON in
+#            OUT/bench-*.log
 # It needs what `make test` needs (OpenBLAS, Check) and the CUDA toolkit; a step whose
 # prerequisite is missing is reported as skipped, never as passed.
 #
@@ -124,11 +126,16 @@ step train-aux-free 120 bash "$me" --fn train_pair aux-free --set moe.num_expert
 step train-seq-aux 120 bash "$me" --fn train_pair seq-aux --set moe.num_experts=8 --set moe.top_k=2 \
     --set moe.score=sigmoid --set moe.balance=seq_aux --set moe.num_shared=1
 
+# the experts' first rung (a loop of products per expert) against the grouped calls
+MOE_CUDA_EXPERTS=loop step train-moe-loop 120 bash "$me" --fn train_pair moe-loop \
+    --set moe.num_experts=8 --set moe.top_k=2
 step repeat 120 bash "$me" --fn repeat
 step resume 120 bash "$me" --fn resume
 if [ "$gpu" = cuda ]; then
     step bench-fp32 200 $moe bench --device cuda --precision fp32 --config tiny --config small \
         --config gpu-medium --config gpu-medium-dense --json
+    MOE_CUDA_EXPERTS=loop step bench-fp32-loop 120 $moe bench --device cuda --config gpu-medium \
+        --json
     for p in tf32 bf16; do
         step "bench-$p" 120 $moe bench --device cuda --precision $p --config gpu-medium \
             --config gpu-medium-dense --json
