@@ -16,6 +16,12 @@
  * both sides of a row block (5, 64, 300). permute and combine also run on plans built
  * elsewhere: capacity plans with dropped assignments, padded ones with padding rows, and an
  * expert-choice plan (E assignments per token).
+ *
+ * The balance loss and the router's backward run every balance (aux, seq_aux over several
+ * sequences, one not a multiple of the chunk, aux_free, none), softmax and sigmoid, with and
+ * without global f, every gate mode (norm_topk, topk_before_softmax, route_scale) and the
+ * block's expert-choice backward; route_stats runs on dropless, capacity, padded and
+ * expert-choice plans: routed and dropped counts exactly, the rest under the tolerance.
  */
 #include <string.h>
 
@@ -213,6 +219,141 @@ static void emu_combine_backward(float *dye, float *dw, const float *dy, const f
         }
 }
 
+/* k_score_sums: a thread per token */
+static void emu_score_sums(double *ssum, const float *scores, int N, int E) {
+    for (int b = 0; b < (int)kmoe_grid((size_t)N); b++)
+        for (int t = 0; t < KMOE_THREADS; t++) {
+            int n = b * KMOE_THREADS + t;
+            if (n < N) ssum[n] = kmoe_row_sum(scores + (size_t)n * E, E);
+        }
+}
+
+/* k_expert_parts: a thread per (row, chunk, expert) part */
+static void emu_expert_parts(double *pq, int *ph, int *pd, const float *scores, const double *ssum,
+                             const int *idx, const int *slot, size_t nparts, int Tr, int nchunk,
+                             int E, int K) {
+    for (size_t b = 0; b < kmoe_grid(nparts); b++)
+        for (int t = 0; t < KMOE_THREADS; t++) {
+            size_t i = b * KMOE_THREADS + t;
+            if (i < nparts)
+                kmoe_expert_part(pq, ph, pd, i, scores, ssum, idx, slot, Tr, nchunk, E, K);
+        }
+}
+
+static double *doubles(size_t n) {
+    return calloc_check(n ? n : 1, sizeof(double));
+}
+
+/* cuda_router_balance_loss: k_score_sums (sigmoid), k_expert_parts (the hits only without
+ * global f), then k_bal_loss's one block: per-thread strided pairs and the shared tree */
+static float emu_balance_loss(const float *scores, const int *idx, int N, const MoeSpec *s,
+                              const MoeCtx *x) {
+    if (N <= 0) return 0.0f;
+    const int E = s->num_experts, K = s->top_k, sig = s->score == MOE_SCORE_SIGMOID;
+    const int seq = s->balance == MOE_BALANCE_SEQ_AUX;
+    int Tr;
+    const int rows = kmoe_bal_rows(seq, N, x->T, &Tr), nchunk = kmoe_chunks(Tr);
+    const size_t nparts = (size_t)rows * nchunk * E;
+    const float *gf = seq ? NULL : x->global_f;
+    double *ssum = sig ? doubles((size_t)N) : NULL, *pq = doubles(nparts);
+    int *ph = gf ? NULL : ints(nparts);
+    if (sig) emu_score_sums(ssum, scores, N, E);
+    emu_expert_parts(pq, ph, NULL, scores, ssum, idx, NULL, nparts, Tr, nchunk, E, K);
+    double sh[KMOE_THREADS];
+    for (int t = 0; t < KMOE_THREADS; t++)
+        sh[t] = kmoe_bal_part(pq, ph, gf, rows, Tr, nchunk, E, K, t, KMOE_THREADS);
+    const float loss = kmoe_bal_final(kmoe_tree_sum(sh, KMOE_THREADS), rows, E);
+    free(ssum), free(pq), free(ph);
+    return loss;
+}
+
+/* cuda_router_gate_backward: with a balance loss, the coefficients (k_expert_parts' hits, or
+ * global f, then k_bal_coef, a thread per (row, expert)); then k_gate_back, a thread per token */
+static void emu_gate_backward(float *dlogits, const float *dw, const float *scores,
+                              const float *lse, const float *logits, const int *idx, const float *w,
+                              int N, const MoeSpec *s, const MoeCtx *x, float bal_scale,
+                              float z_scale) {
+    if (N <= 0) return;
+    const int E = s->num_experts, K = s->top_k, sig = s->score == MOE_SCORE_SIGMOID;
+    const int seq = s->balance == MOE_BALANCE_SEQ_AUX;
+    float *coef = NULL;
+    int rows = 0;
+    if (seq || s->balance == MOE_BALANCE_AUX) {
+        int Tr;
+        rows = kmoe_bal_rows(seq, N, x->T, &Tr);
+        const int nchunk = kmoe_chunks(Tr);
+        const size_t nparts = (size_t)rows * nchunk * E, ncoef = (size_t)rows * E;
+        const float *gf = seq ? NULL : x->global_f;
+        int *ph = gf ? NULL : ints(nparts);
+        coef = floats(ncoef);
+        if (!gf) emu_expert_parts(NULL, ph, NULL, NULL, NULL, idx, NULL, nparts, Tr, nchunk, E, K);
+        const float per = kmoe_coef_per(bal_scale, E, rows, Tr);
+        for (size_t b = 0; b < kmoe_grid(ncoef); b++)
+            for (int t = 0; t < KMOE_THREADS; t++) {
+                size_t j = b * KMOE_THREADS + t;
+                if (j < ncoef) coef[j] = kmoe_bal_coef(ph, gf, j, Tr, nchunk, E, K, per);
+            }
+        free(ph);
+    }
+    const int T = seq ? x->T : N;
+    const float z_per = z_scale * 2.0f / (float)N;
+    for (int b = 0; b < (int)kmoe_grid((size_t)N); b++)
+        for (int t = 0; t < KMOE_THREADS; t++) {
+            int n = b * KMOE_THREADS + t;
+            if (n >= N) continue;
+            const float *g = coef ? coef + (size_t)(rows > 1 ? n / T : 0) * E : NULL;
+            kmoe_gate_back_row(dlogits + (size_t)n * E, dw + (size_t)n * K, scores + (size_t)n * E,
+                               sig ? logits + (size_t)n * E : NULL, lse[n], idx + (size_t)n * K,
+                               w + (size_t)n * K, g, E, K, sig, s->topk_before_softmax,
+                               s->norm_topk, s->route_scale, z_per);
+        }
+    free(coef);
+}
+
+/* cuda_route_stats: k_stats_tokens (a thread per token, each block's trees into its partials),
+ * k_expert_parts (token choice: routed and dropped hits), k_stats_final (one block: the token
+ * blocks' partials strided and the tree; per expert the chunks in order), then the host's end
+ * (kmoe_route_stats_finish) */
+static void emu_route_stats(RouteStats *r, const float *scores, const int *idx,
+                            const DispatchPlan *p, int N, const MoeSpec *s) {
+    const int E = s->num_experts, K = s->top_k, ec = s->routing == MOE_ROUTING_EXPERT_CHOICE;
+    const int Nc = ec ? p->N : N, Nt = Nc > 0 ? Nc : 0, A = p->K;
+    const int nblk = (int)kmoe_grid((size_t)Nt);
+    const int nchunk = ec || Nt == 0 ? 0 : kmoe_chunks(Nt);
+    const size_t nparts = (size_t)nchunk * E;
+    double *bent = doubles((size_t)nblk), *btop = doubles((size_t)nblk);
+    int *bun = ints((size_t)nblk), *ph = ints(nparts), *pd = ints(nparts);
+    double se[KMOE_THREADS], sp[KMOE_THREADS];
+    int su[KMOE_THREADS];
+    for (int b = 0; b < nblk; b++) {
+        for (int t = 0; t < KMOE_THREADS; t++) {
+            const int n = b * KMOE_THREADS + t;
+            se[t] = sp[t] = 0.0, su[t] = 0;
+            if (n >= Nt) continue;
+            kmoe_token_stats(&se[t], &sp[t], scores + (size_t)n * E, E);
+            if (ec) su[t] = !kmoe_token_picked(p->slot + (size_t)n * A, A);
+        }
+        bent[b] = kmoe_tree_sum(se, KMOE_THREADS), btop[b] = kmoe_tree_sum(sp, KMOE_THREADS);
+        bun[b] = kmoe_tree_sum_int(su, KMOE_THREADS);
+    }
+    if (nparts) emu_expert_parts(NULL, ph, pd, NULL, NULL, idx, p->slot, nparts, Nt, nchunk, E, K);
+    for (int t = 0; t < KMOE_THREADS; t++) {
+        se[t] = sp[t] = 0.0, su[t] = 0;
+        for (int b = t; b < nblk; b += KMOE_THREADS)
+            se[t] += bent[b], sp[t] += btop[b], su[t] += bun[b];
+    }
+    KmoeStatsHead h = {0};
+    h.ent = kmoe_tree_sum(se, KMOE_THREADS), h.top1 = kmoe_tree_sum(sp, KMOE_THREADS);
+    h.unpicked = kmoe_tree_sum_int(su, KMOE_THREADS);
+    int *routed = ints((size_t)E), *dropped = ints((size_t)E);
+    for (int e = 0; e < E; e++) {
+        routed[e] = ec ? p->counts[e] : nparts ? kmoe_part_count(ph, 0, e, nchunk, E) : 0;
+        dropped[e] = !ec && nparts ? kmoe_part_count(pd, 0, e, nchunk, E) : 0;
+    }
+    kmoe_route_stats_finish(r, &h, routed, dropped, p, N, s);
+    free(bent), free(btop), free(bun), free(ph), free(pd), free(routed), free(dropped);
+}
+
 /* ---- router --------------------------------------------------------------------------------- */
 
 START_TEST(test_scores_and_lse) {
@@ -388,26 +529,28 @@ END_TEST
 enum { PLAN_DROPLESS, PLAN_CAPACITY, PLAN_PADDED, PLAN_EXPERT_CHOICE, PLAN_KINDS };
 static const char *plan_name[PLAN_KINDS] = {"dropless", "capacity", "padded", "expert choice"};
 
-/* A plan of kind for N tokens over E experts, K per token, from skewed logits; *w_out (N, A)
- * its gate weights (A = p->K). The capacity plans use factor 1 (expert 0 overflows); the
- * padded one has room for E R slot rows. */
-static void make_plan(DispatchPlan *p, float **w_out, int kind, int N, int E, int K) {
+/* A plan of kind for N tokens over E experts, K per token, from skewed logits through score
+ * (softmax or sigmoid); *w_out (N, A) its gate weights (A = p->K), and, when the pointers are
+ * given, the scores (N, E) and idx (N, A) it was built from (else freed). The capacity plans
+ * use factor 1 (expert 0 overflows); the padded one has room for E R slot rows. */
+static void make_routing(DispatchPlan *p, float **w_out, float **sc_out, int **idx_out, int kind,
+                         int N, int E, int K, int score) {
     float *l = floats((size_t)N * E), *sc = floats((size_t)N * E);
+    int *idx;
     fill_skewed_logits(l, N, E, 600 + kind);
-    MoeSpec s = spec_of(E, K, MOE_SCORE_SOFTMAX, 0, 1, 1.0f);
+    MoeSpec s = spec_of(E, K, score, 0, 1, 1.0f);
     s.seq_len = N;
     router_scores_forward(sc, NULL, l, N, &s);
     MoeCtx x;
     if (kind == PLAN_EXPERT_CHOICE) {
         s.routing = MOE_ROUTING_EXPERT_CHOICE;
         moe_ctx_train(&x, &s, N, NULL);
-        int *idx = ints((size_t)N * E);
+        idx = ints((size_t)N * E);
         *w_out = floats((size_t)N * E);
         dispatch_plan_alloc(p, N, E, E);
         expert_choice_forward(idx, *w_out, p, sc, N, &s, &x);
-        free(idx);
     } else {
-        int *idx = ints((size_t)N * K);
+        idx = ints((size_t)N * K);
         *w_out = floats((size_t)N * K);
         router_gate_forward(idx, *w_out, sc, NULL, NULL, N, &s);
         if (kind == PLAN_DROPLESS) {
@@ -423,9 +566,20 @@ static void make_plan(DispatchPlan *p, float **w_out, int kind, int N, int E, in
             p->slot_token = ints(moe_slots_max(&s, N) + 1);
             capacity_plan_build(p, idx, sc, *w_out, N, &s, &x);
         }
-        free(idx);
     }
-    free(l), free(sc);
+    free(l);
+    if (sc_out)
+        *sc_out = sc;
+    else
+        free(sc);
+    if (idx_out)
+        *idx_out = idx;
+    else
+        free(idx);
+}
+
+static void make_plan(DispatchPlan *p, float **w_out, int kind, int N, int E, int K) {
+    make_routing(p, w_out, NULL, NULL, kind, N, E, K, MOE_SCORE_SOFTMAX);
 }
 
 START_TEST(test_permute_combine) {
@@ -500,6 +654,228 @@ START_TEST(test_permute_combine) {
 }
 END_TEST
 
+/* ---- balance loss, router backward, route statistics -------------------------------------- */
+
+/* Sizes of the balance cases: T divides N (several sequences, one not a multiple of the
+ * chunk, and one sequence of the whole batch) */
+static const struct {
+    int E, K, N, T;
+} bal_sizes[] = {{4, 1, 96, 32}, {8, 2, 300, 100}, {64, 4, 777, 259}, {8, 2, 77, 77}};
+enum { BAL_SIZES = sizeof bal_sizes / sizeof bal_sizes[0] };
+static const char *balance_name[] = {"aux", "seq_aux", "aux_free", "none"};
+
+/* A token-choice routing of N tokens by s: logits (N, E), scores and lse, idx and w (N, K). */
+static void route_tokens(float *l, float *sc, float *lse, int *idx, float *w, int N,
+                         const MoeSpec *s, unsigned long long seed) {
+    fill_uniform(l, (size_t)N * s->num_experts, 2.0f, seed);
+    router_scores_forward(sc, lse, l, N, s);
+    router_gate_forward(idx, w, sc, l, NULL, N, s);
+}
+
+/* global f: E positive fractions summing to 1, not the batch's own */
+static void fill_global_f(float *gf, int E, unsigned long long seed) {
+    double sum = 0.0;
+    fill_uniform(gf, (size_t)E, 1.0f, seed);
+    for (int e = 0; e < E; e++) sum += gf[e] = fabsf(gf[e]) + 0.05f;
+    for (int e = 0; e < E; e++) gf[e] = (float)(gf[e] / sum);
+}
+
+START_TEST(test_balance_loss) {
+    for (int iz = 0; iz < BAL_SIZES; iz++) {
+        const int E = bal_sizes[iz].E, K = bal_sizes[iz].K, N = bal_sizes[iz].N;
+        float *l = floats((size_t)N * E), *sc = floats((size_t)N * E), *lse = floats(N);
+        float *w = floats((size_t)N * K), *gf = floats(E);
+        int *idx = ints((size_t)N * K);
+        fill_global_f(gf, E, 900 + iz);
+        for (int score = 0; score < 2; score++) {
+            MoeSpec s = spec_of(E, K, score, 0, 1, 1.0f);
+            route_tokens(l, sc, lse, idx, w, N, &s, 800 + iz);
+            for (int bal = 0; bal < 4; bal++)
+                for (int with_gf = 0; with_gf < 2; with_gf++) {
+                    s.balance = bal;
+                    MoeCtx x;
+                    moe_ctx_train(&x, &s, bal_sizes[iz].T, NULL);
+                    x.global_f = with_gf ? gf : NULL;
+                    char what[96];
+                    snprintf(what, sizeof what, "balance loss E %d K %d N %d score %d %s gf %d", E,
+                             K, N, score, balance_name[bal], with_gf);
+                    const float want = router_balance_loss(sc, idx, N, &s, &x);
+                    CLOSE(emu_balance_loss(sc, idx, N, &s, &x), want, what);
+                }
+        }
+        free(l), free(sc), free(lse), free(w), free(gf), free(idx);
+    }
+    /* an expert-choice spec: the reference reads idx (N, E) as (N, K) rows, and so do the
+     * bodies (the block never asks for it: its aux_loss is 0) */
+    enum { E = 8, K = 2, N = 300 };
+    DispatchPlan p;
+    float *w, *sc;
+    int *idx;
+    make_routing(&p, &w, &sc, &idx, PLAN_EXPERT_CHOICE, N, E, K, MOE_SCORE_SOFTMAX);
+    MoeSpec s = spec_of(E, K, MOE_SCORE_SOFTMAX, 0, 0, 1.0f);
+    s.routing = MOE_ROUTING_EXPERT_CHOICE, s.balance = MOE_BALANCE_NONE;
+    MoeCtx x;
+    moe_ctx_train(&x, &s, N, NULL);
+    CLOSE(emu_balance_loss(sc, idx, N, &s, &x), router_balance_loss(sc, idx, N, &s, &x),
+          "balance loss, expert choice");
+    ck_assert(emu_balance_loss(sc, idx, 0, &s, &x) == 0.0f);
+    dispatch_plan_free(&p);
+    free(w), free(sc), free(idx);
+}
+END_TEST
+
+START_TEST(test_gate_backward) {
+    /* every mode of router_gate_backward, bal_scale and z_scale non-zero; dw zero in half of
+     * them, so that the balance and z terms alone are compared too */
+    const float bal_scale = 3.0f, z_scale = 0.5f;
+    for (int iz = 0; iz < BAL_SIZES; iz++) {
+        const int E = bal_sizes[iz].E, K = bal_sizes[iz].K, N = bal_sizes[iz].N;
+        const size_t NE = (size_t)N * E, NK = (size_t)N * K;
+        float *l = floats(NE), *sc = floats(NE), *lse = floats(N), *w = floats(NK);
+        float *dw = floats(NK), *gf = floats(E), *want = floats(NE), *got = floats(NE);
+        int *idx = ints(NK);
+        fill_global_f(gf, E, 910 + iz);
+        for (int score = 0; score < 2; score++)
+            for (int mode = 0; mode < 4; mode++) {
+                const int tf = mode & 1, norm = (mode >> 1) & 1;
+                if (tf && score == MOE_SCORE_SIGMOID) continue;
+                const float rs = norm == tf ? 2.5f : 1.0f;
+                MoeSpec s = spec_of(E, K, score, tf, norm, rs);
+                route_tokens(l, sc, lse, idx, w, N, &s, 820 + iz);
+                for (int bal = 0; bal < 4; bal++)
+                    for (int v = 0; v < 4; v++) {
+                        const int with_gf = v & 1, dw_zero = v >> 1;
+                        if (dw_zero)
+                            memset(dw, 0, NK * sizeof(float));
+                        else
+                            fill_uniform(dw, NK, 1.0f, 830 + v);
+                        s.balance = bal;
+                        MoeCtx x;
+                        moe_ctx_train(&x, &s, bal_sizes[iz].T, NULL);
+                        x.global_f = with_gf ? gf : NULL;
+                        router_gate_backward(want, dw, sc, lse, l, idx, w, N, &s, &x, bal_scale,
+                                             z_scale);
+                        fill_nan(got, NE);
+                        emu_gate_backward(got, dw, sc, lse, l, idx, w, N, &s, &x, bal_scale,
+                                          z_scale);
+                        char what[128];
+                        snprintf(what, sizeof what,
+                                 "dlogits E %d K %d N %d score %d tf %d norm %d rs %g %s gf %d "
+                                 "dw0 %d",
+                                 E, K, N, score, tf, norm, (double)rs, balance_name[bal], with_gf,
+                                 dw_zero);
+                        expect_close_arrays(got, want, NE, TOL_F32_ATOL, TOL_F32_RTOL, what);
+                    }
+            }
+        free(l), free(sc), free(lse), free(w), free(dw), free(gf), free(want), free(got), free(idx);
+    }
+}
+END_TEST
+
+START_TEST(test_gate_backward_expert_choice) {
+    /* the block's expert-choice backward (model/moe_block.c): E "chosen" experts per token,
+     * unnormalised, no balance loss; dw 0 for the pairs no expert picked */
+    enum { E = 8, K = 2, N = 300 };
+    const size_t NE = (size_t)N * E;
+    float *l = floats(NE), *sc = floats(NE), *lse = floats(N), *w = floats(NE), *dw = floats(NE);
+    float *want = floats(NE), *got = floats(NE);
+    int *idx = ints(NE);
+    for (int score = 0; score < 2; score++)
+        for (int ir = 0; ir < 2; ir++) {
+            MoeSpec s = spec_of(E, K, score, 0, 1, ir ? 2.5f : 1.0f);
+            s.routing = MOE_ROUTING_EXPERT_CHOICE, s.balance = MOE_BALANCE_NONE;
+            MoeCtx x;
+            moe_ctx_train(&x, &s, N, NULL);
+            fill_skewed_logits(l, N, E, 840 + score);
+            router_scores_forward(sc, lse, l, N, &s);
+            DispatchPlan p;
+            dispatch_plan_alloc(&p, N, E, E);
+            expert_choice_forward(idx, w, &p, sc, N, &s, &x);
+            fill_uniform(dw, NE, 1.0f, 850 + ir);
+            int unpicked = 0;
+            for (size_t j = 0; j < NE; j++)
+                if (p.slot[j] < 0) dw[j] = 0.0f, unpicked++;
+            ck_assert_int_gt(unpicked, 0);
+            MoeSpec sb = s;
+            sb.top_k = E, sb.norm_topk = 0, sb.topk_before_softmax = 0;
+            router_gate_backward(want, dw, sc, lse, l, idx, w, N, &sb, &x, 0.0f, 0.5f);
+            fill_nan(got, NE);
+            emu_gate_backward(got, dw, sc, lse, l, idx, w, N, &sb, &x, 0.0f, 0.5f);
+            char what[64];
+            snprintf(what, sizeof what, "expert-choice dlogits score %d rs %d", score, ir);
+            expect_close_arrays(got, want, NE, TOL_F32_ATOL, TOL_F32_RTOL, what);
+            dispatch_plan_free(&p);
+        }
+    free(l), free(sc), free(lse), free(w), free(dw), free(want), free(got), free(idx);
+}
+END_TEST
+
+static void expect_same_stats(const RouteStats *got, const RouteStats *want, const char *what) {
+    const int E = want->E;
+    expect_ints(got->routed, want->routed, (size_t)E, what);
+    expect_ints(got->dropped, want->dropped, (size_t)E, what);
+    expect_close_arrays(got->load, want->load, (size_t)E, TOL_F32_ATOL, TOL_F32_RTOL, what);
+    CLOSE(got->drop, want->drop, what);
+    CLOSE(got->pad, want->pad, what);
+    CLOSE(got->st.maxvio, want->st.maxvio, what);
+    CLOSE(got->st.cv, want->st.cv, what);
+    CLOSE(got->st.entropy, want->st.entropy, what);
+    CLOSE(got->st.top1, want->st.top1, what);
+    CLOSE(got->st.drop_frac, want->st.drop_frac, what);
+}
+
+START_TEST(test_route_stats) {
+    /* dropless, capacity (drops), padded (drops and padding rows) and expert-choice plans
+     * (tokens no expert picked), softmax and sigmoid scores; N = 300 spans two token blocks */
+    const int Es[] = {4, 8, 64}, Ks[] = {1, 2, 4}, Ns[] = {300, 77, 300};
+    int ec_unpicked = 0;
+    for (int kind = 0; kind < PLAN_KINDS; kind++)
+        for (int score = 0; score < 2; score++)
+            for (int iz = 0; iz < 3; iz++) {
+                const int E = Es[iz], K = Ks[iz], N = Ns[iz];
+                DispatchPlan p;
+                float *w, *sc;
+                int *idx;
+                make_routing(&p, &w, &sc, &idx, kind, N, E, K, score);
+                MoeSpec s = spec_of(E, K, score, 0, 1, 1.0f);
+                if (kind == PLAN_EXPERT_CHOICE)
+                    s.routing = MOE_ROUTING_EXPERT_CHOICE, s.balance = MOE_BALANCE_NONE;
+                RouteStats want, got;
+                route_stats_alloc(&want, E);
+                route_stats_alloc(&got, E);
+                route_stats(&want, sc, idx, &p, N, &s);
+                emu_route_stats(&got, sc, idx, &p, N, &s);
+                char what[96];
+                snprintf(what, sizeof what, "route_stats, %s plan, score %d, E %d K %d N %d",
+                         plan_name[kind], score, E, K, N);
+                expect_same_stats(&got, &want, what);
+                /* the cases exercise what they are for */
+                if (kind == PLAN_CAPACITY || kind == PLAN_PADDED)
+                    ck_assert_msg(want.drop > 0.0, "%s: nothing dropped", what);
+                if (kind == PLAN_PADDED) ck_assert_msg(want.pad > 0.0, "%s: no padding", what);
+                if (kind == PLAN_EXPERT_CHOICE) ec_unpicked += want.drop > 0.0;
+                route_stats_free(&want), route_stats_free(&got);
+                dispatch_plan_free(&p);
+                free(w), free(sc), free(idx);
+            }
+    ck_assert_msg(ec_unpicked > 0, "no expert-choice case left a token unpicked");
+    /* no tokens */
+    enum { E = 4, K = 2 };
+    MoeSpec s = spec_of(E, K, MOE_SCORE_SOFTMAX, 0, 1, 1.0f);
+    DispatchPlan p;
+    dispatch_plan_alloc(&p, 1, E, K);
+    dispatch_plan_build(&p, NULL, 0);
+    RouteStats want, got;
+    route_stats_alloc(&want, E);
+    route_stats_alloc(&got, E);
+    route_stats(&want, NULL, NULL, &p, 0, &s);
+    emu_route_stats(&got, NULL, NULL, &p, 0, &s);
+    expect_same_stats(&got, &want, "route_stats, no tokens");
+    route_stats_free(&want), route_stats_free(&got);
+    dispatch_plan_free(&p);
+}
+END_TEST
+
 START_TEST(test_row_threads) {
     /* whole warps, never more than a block: the row kernels' launch shape */
     ck_assert_int_eq(kmoe_row_threads(1), MOE_WARP);
@@ -526,6 +902,10 @@ static Suite *kernels_moe_suite(void) {
     tcase_add_test(tc, test_z_loss);
     tcase_add_test(tc, test_dispatch_plan);
     tcase_add_test(tc, test_permute_combine);
+    tcase_add_test(tc, test_balance_loss);
+    tcase_add_test(tc, test_gate_backward);
+    tcase_add_test(tc, test_gate_backward_expert_choice);
+    tcase_add_test(tc, test_route_stats);
     tcase_add_test(tc, test_row_threads);
     suite_add_tcase(s, tc);
     return s;

@@ -6,17 +6,18 @@
  *   cuda.cu       memory; the routing decisions that run on the host (below)
  *   cuda_gemm.cu  the products through cuBLAS: linear layers, attention, the experts
  *   cuda_nn.cu    the elementwise and row-wise dense ops
- *   cuda_moe.cu   the MoE block on the device: scores, top-k, the dropless plan, gather and
- *                 combine
+ *   cuda_moe.cu   the MoE block on the device: scores, top-k, the balance and z losses, the
+ *                 router's backward, the dropless plan, gather, combine, the statistics
  *
- * Which routing entries run where. Token choice without a capacity, the common case, keeps its
- * decisions on the device: scores, top-k and gate weights, the plan, gather and combine are
- * kernels, and nothing routes through the host (the experts' products take their slice sizes
- * from the host, one small copy per call: cuda_gemm.cu). The balance loss, the router's
- * backward, the capacity and expert-choice plans and the statistics for router.csv run here
- * for now as the CPU's own functions between a download and an upload ("host entries"): every
- * routing mode works, and gives the CPU's integers, at the price of a round trip per call.
- * They are the next kernels to write.
+ * Which routing entries run where. The routing of token choice keeps its decisions on the
+ * device: scores, top-k and gate weights, the balance and z losses (their values come back as
+ * a float each), the router's backward, the dropless plan, gather, combine and the statistics
+ * for router.csv (a few numbers per expert come back) are kernels, and no routing array goes
+ * through the host (the experts' products take their slice sizes from the host, one small
+ * copy per call: cuda_gemm.cu). The capacity and expert-choice plans and the per-domain counts
+ * of domains.csv run here for now as the CPU's own functions between a download and an upload
+ * ("host entries"): every routing mode works, and gives the CPU's integers, at the price of a
+ * round trip per call. They are the next kernels to write.
  *
  * Nothing of this file has run on a GPU yet (src/README.md, "The CUDA backend").
  */
@@ -169,41 +170,6 @@ static void plan_up(const Backend *be, DispatchPlan *p, const DispatchPlan *h, i
     p->N = h->N, p->E = h->E, p->K = h->K, p->S = h->S;
 }
 
-static float host_router_balance_loss(const Backend *be, const float *scores, const int *idx, int N,
-                                      const MoeSpec *s, const MoeCtx *x) {
-    const int E = s->num_experts, A = moe_assignments_per_token(s);
-    size_t work = router_balance_work_bytes(s);
-    Stage st =
-        stage_begin(be, round_up((size_t)N * E * 4) + round_up((size_t)N * A * 4) + round_up(work));
-    const float *hs = (const float *)down(be, &st, scores, (size_t)N * E, sizeof(float));
-    const int *hi = (const int *)down(be, &st, idx, (size_t)N * A, sizeof(int));
-    MoeCtx hx = host_ctx(x, &st, work);
-    wait_stream(be);
-    return router_balance_loss(hs, hi, N, s, &hx);
-}
-
-static void host_router_gate_backward(const Backend *be, float *dlogits, const float *dw,
-                                      const float *scores, const float *lse, const float *logits,
-                                      const int *idx, const float *w, int N, const MoeSpec *s,
-                                      const MoeCtx *x, float bal_scale, float z_scale) {
-    const int E = s->num_experts, A = moe_assignments_per_token(s);
-    size_t NE = (size_t)N * E, NA = (size_t)N * A, work = router_backward_work_bytes(s, x->T, N);
-    Stage st = stage_begin(be, 3 * round_up(NE * 4) + 3 * round_up(NA * 4) + round_up(N * 4) +
-                                   round_up(work));
-    float *hd = (float *)stage_take(&st, NE * sizeof(float));
-    const float *hdw = (const float *)down(be, &st, dw, NA, sizeof(float));
-    const float *hs = (const float *)down(be, &st, scores, NE, sizeof(float));
-    const float *hl = (const float *)down(be, &st, lse, (size_t)N, sizeof(float));
-    const float *hlg = (const float *)down(be, &st, logits, NE, sizeof(float));
-    const int *hi = (const int *)down(be, &st, idx, NA, sizeof(int));
-    const float *hw = (const float *)down(be, &st, w, NA, sizeof(float));
-    MoeCtx hx = host_ctx(x, &st, work);
-    wait_stream(be);
-    router_gate_backward(hd, hdw, hs, hl, hlg, hi, hw, N, s, &hx, bal_scale, z_scale);
-    up(be, dlogits, hd, NE * sizeof(float));
-    wait_stream(be); /* the staging buffer is reused by the next call */
-}
-
 static void host_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
                                      const float *scores, const float *w, int N, const MoeSpec *s,
                                      const MoeCtx *x) {
@@ -241,20 +207,6 @@ static void host_expert_choice_forward(const Backend *be, int *idx, float *w, Di
     up(be, w, hw, NA * sizeof(float));
     plan_up(be, p, &hp, N, A);
     wait_stream(be);
-}
-
-static void host_route_stats(const Backend *be, RouteStats *out, const float *scores,
-                             const int *idx, const DispatchPlan *p, int N, const MoeSpec *s) {
-    const int E = s->num_experts, A = moe_assignments_per_token(s);
-    size_t slots = p->S > 0 ? (size_t)p->S : 1;
-    Stage st = stage_begin(be, plan_bytes(N, A, E, slots) + round_up((size_t)N * E * 4) +
-                                   round_up((size_t)N * A * 4));
-    DispatchPlan hp = plan_host(&st, p, N, A, slots);
-    plan_down(be, &hp, p, N, A);
-    const float *hs = (const float *)down(be, &st, scores, (size_t)N * E, sizeof(float));
-    const int *hi = (const int *)down(be, &st, idx, (size_t)N * A, sizeof(int));
-    wait_stream(be);
-    route_stats(out, hs, hi, &hp, N, s);
 }
 
 static void host_route_domains(const Backend *be, double *counts, double *drops,
@@ -301,16 +253,16 @@ static void fill_table(Backend *b) {
     b->adamw_update = cuda_adamw_update;
     b->router_scores_forward = cuda_router_scores_forward;
     b->router_gate_forward = cuda_router_gate_forward;
-    b->router_balance_loss = host_router_balance_loss;
+    b->router_balance_loss = cuda_router_balance_loss;
     b->router_z_loss = cuda_router_z_loss;
-    b->router_gate_backward = host_router_gate_backward;
+    b->router_gate_backward = cuda_router_gate_backward;
     b->dispatch_plan_build = cuda_dispatch_plan_build;
     b->capacity_plan_build = host_capacity_plan_build;
     b->expert_choice_forward = host_expert_choice_forward;
     b->permute_forward = cuda_permute_forward, b->permute_backward = cuda_permute_backward;
     b->combine_forward = cuda_combine_forward, b->combine_backward = cuda_combine_backward;
     b->experts_forward = cuda_experts_forward, b->experts_backward = cuda_experts_backward;
-    b->route_stats = host_route_stats, b->route_domains = host_route_domains;
+    b->route_stats = cuda_route_stats, b->route_domains = host_route_domains;
     b->gemm_seconds = cuda_gemm_seconds;
 }
 

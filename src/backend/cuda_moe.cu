@@ -1,11 +1,13 @@
 /*
  * cuda_moe.cu: the MoE block's device steps: router scores, top-k and gate weights, the
- * z-loss, the dropless dispatch plan, and the gather (permute) and weighted scatter (combine)
- * with their backward passes.
+ * balance loss and the z-loss, the router's backward, the dropless dispatch plan, the gather
+ * (permute) and weighted scatter (combine) with their backward passes, and the routing
+ * statistics.
  *
  * The routing decision never leaves the device: scores, idx, w and the plan's arrays are
- * written by kernels and read by kernels, in stream order. Only the z-loss, a float the
- * caller wants on the host, waits for the stream once.
+ * written by kernels and read by kernels, in stream order. Only what the caller wants on the
+ * host waits for the stream, once per call: the two losses (a double each) and the
+ * statistics (a few sums and two ints per expert, finished on the host).
  *
  * The arithmetic lives in kernels_moe.h (shared with the host test, which walks each grid in
  * the same order); here are only the launch shapes and the device's cooperation (ballots,
@@ -26,6 +28,16 @@
  *   combine_backward       k_combine_dye   S x kmoe_row_threads(C), a block per slot row
  *                          k_combine_dw    ceil(N A / KMOE_WARPS) x KMOE_THREADS, a warp per
  *                                          assignment
+ *   router_balance_loss    k_score_sums    kmoe_grid(N) x KMOE_THREADS (sigmoid only)
+ *                          k_expert_parts  kmoe_grid(P) x KMOE_THREADS, a thread per part,
+ *                                          P = rows x chunks x E
+ *                          k_bal_loss      1 x KMOE_THREADS, then a copy of 8 bytes and a sync
+ *   router_gate_backward   k_expert_parts  as above, hits only (aux and seq_aux, no global f)
+ *                          k_bal_coef      kmoe_grid(rows E) x KMOE_THREADS (aux and seq_aux)
+ *                          k_gate_back     kmoe_grid(N) x KMOE_THREADS, a thread per token
+ *   route_stats            k_stats_tokens  kmoe_grid(N) x KMOE_THREADS, a thread per token
+ *                          k_expert_parts  as above, one row, hits and drops (token choice)
+ *                          k_stats_final   1 x KMOE_THREADS, then one copy and a sync
  */
 #include "backend/cuda.cuh"
 #include "backend/kernels_moe.h"
@@ -263,4 +275,282 @@ void cuda_combine_backward(const Backend *be, float *dye, float *dw, const float
         k_combine_dw<<<(unsigned)blocks, KMOE_THREADS, 0, st>>>(dw, dy, ye, p->slot, NA, A, C);
         CUDA_LAUNCHED();
     }
+}
+
+/* ---- balance loss, the router's backward, route statistics ----------------------------------
+ * The column sums of kernels_moe.h's "parts" and "totals" (a thread per (row, chunk, expert),
+ * then a thread per (row, expert) over the chunks in order), a thread per token for the
+ * backward, and one block's tree for each scalar. */
+
+/* One entry's device scratch, carved into 64-byte aligned pieces: the block's MoeCtx.work when
+ * the call brings one large enough (the memory formula counts it, and a step then allocates
+ * nothing), else the backend's own scratch (tests and one-off callers pass no work). */
+typedef struct {
+    char *base;
+    size_t used;
+} Carve;
+
+static size_t carve_round(size_t bytes) {
+    return (bytes + 63) / 64 * 64;
+}
+static Carve carve_begin(const Backend *be, const MoeCtx *x, size_t total) {
+    Carve c = {NULL, 0};
+    if (x && x->work && x->work_bytes >= total)
+        c.base = (char *)x->work;
+    else
+        c.base = (char *)cuda_scratch(be, total);
+    return c;
+}
+/* bytes of the next piece (0 bytes: NULL, nothing taken) */
+static void *carve(Carve *c, size_t bytes) {
+    if (!bytes) return NULL;
+    void *p = c->base + c->used;
+    c->used += carve_round(bytes);
+    return p;
+}
+
+/* seq_aux needs whole sequences: the reference's check and words (router_balance.c) */
+static void check_sequences(const MoeCtx *x, int N) {
+    if (x->T <= 0 || N % x->T != 0)
+        moe_fatal("seq_aux balance: %d tokens are not whole sequences of T = %d (set MoeCtx.T)", N,
+                  x->T);
+}
+
+/* a thread per token: S = the sum of its scores (sigmoid's normaliser of q) */
+static __global__ void __launch_bounds__(KMOE_THREADS)
+    k_score_sums(double *ssum, const float *scores, int N, int E) {
+    const int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n < N) ssum[n] = kmoe_row_sum(scores + (size_t)n * E, E);
+}
+
+/* a thread per part (row, chunk, expert): kmoe_expert_part */
+static __global__ void __launch_bounds__(KMOE_THREADS)
+    k_expert_parts(double *pq, int *ph, int *pd, const float *scores, const double *ssum,
+                   const int *idx, const int *slot, size_t nparts, int Tr, int nchunk, int E,
+                   int K) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < nparts) kmoe_expert_part(pq, ph, pd, i, scores, ssum, idx, slot, Tr, nchunk, E, K);
+}
+
+/* One block: thread t's (row, expert) pairs in double (kmoe_bal_part), then the shared tree
+ * (kmoe_tree_sum's pairing); thread 0 writes the total. */
+static __global__ void __launch_bounds__(KMOE_THREADS)
+    k_bal_loss(double *total, const double *pq, const int *ph, const float *gf, int rows, int Tr,
+               int nchunk, int E, int K) {
+    __shared__ double sh[KMOE_THREADS];
+    const int t = threadIdx.x;
+    sh[t] = kmoe_bal_part(pq, ph, gf, rows, Tr, nchunk, E, K, t, KMOE_THREADS);
+    __syncthreads();
+    for (int off = KMOE_THREADS / 2; off > 0; off /= 2) {
+        if (t < off) sh[t] += sh[t + off];
+        __syncthreads();
+    }
+    if (t == 0) *total = sh[0];
+}
+
+float cuda_router_balance_loss(const Backend *be, const float *scores, const int *idx, int N,
+                               const MoeSpec *s, const MoeCtx *x) {
+    if (N <= 0) return 0.0f;
+    const int E = s->num_experts, K = s->top_k, sig = s->score == MOE_SCORE_SIGMOID;
+    const int seq = s->balance == MOE_BALANCE_SEQ_AUX;
+    if (seq) check_sequences(x, N);
+    int Tr;
+    const int rows = kmoe_bal_rows(seq, N, x->T, &Tr), nchunk = kmoe_chunks(Tr);
+    const size_t nparts = (size_t)rows * nchunk * E;
+    /* aux, aux_free and none: the Switch value, f from outside when given; seq_aux: its own */
+    const float *host_gf = seq ? NULL : x->global_f;
+    Carve c = carve_begin(
+        be, x,
+        carve_round(sig ? (size_t)N * sizeof(double) : 0) + carve_round(nparts * sizeof(double)) +
+            carve_round(host_gf ? 0 : nparts * sizeof(int)) +
+            carve_round(host_gf ? (size_t)E * sizeof(float) : 0) + carve_round(sizeof(double)));
+    double *ssum = (double *)carve(&c, sig ? (size_t)N * sizeof(double) : 0);
+    double *pq = (double *)carve(&c, nparts * sizeof(double));
+    int *ph = (int *)carve(&c, host_gf ? 0 : nparts * sizeof(int));
+    float *gf = (float *)carve(&c, host_gf ? (size_t)E * sizeof(float) : 0);
+    double *d_total = (double *)carve(&c, sizeof(double));
+    cudaStream_t st = cuda_stream(be);
+    /* from pageable memory: the copy has read global_f when the call returns */
+    if (host_gf)
+        CUDA_CHECK(
+            cudaMemcpyAsync(gf, host_gf, (size_t)E * sizeof(float), cudaMemcpyHostToDevice, st));
+    if (sig) {
+        k_score_sums<<<kmoe_grid((size_t)N), KMOE_THREADS, 0, st>>>(ssum, scores, N, E);
+        CUDA_LAUNCHED();
+    }
+    k_expert_parts<<<kmoe_grid(nparts), KMOE_THREADS, 0, st>>>(pq, ph, NULL, scores, ssum, idx,
+                                                               NULL, nparts, Tr, nchunk, E, K);
+    CUDA_LAUNCHED();
+    k_bal_loss<<<1, KMOE_THREADS, 0, st>>>(d_total, pq, ph, gf, rows, Tr, nchunk, E, K);
+    CUDA_LAUNCHED();
+    double total = 0.0;
+    CUDA_CHECK(cudaMemcpyAsync(&total, d_total, sizeof total, cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    return kmoe_bal_final(total, rows, E);
+}
+
+/* a thread per (row, expert): router_balance_coef's coefficient */
+static __global__ void __launch_bounds__(KMOE_THREADS)
+    k_bal_coef(float *coef, const int *ph, const float *gf, size_t ncoef, int Tr, int nchunk, int E,
+               int K, float per) {
+    const size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < ncoef) coef[j] = kmoe_bal_coef(ph, gf, j, Tr, nchunk, E, K, per);
+}
+
+/* a thread per token: kmoe_gate_back_row with its row of coefficients (row n / T of rows > 1:
+ * seq_aux's sequences; row 0 otherwise; none without a balance loss) */
+static __global__ void __launch_bounds__(KMOE_THREADS)
+    k_gate_back(float *dlogits, const float *dw, const float *scores, const float *lse,
+                const float *logits, const int *idx, const float *w, const float *coef, int N,
+                int E, int K, int rows, int T, int sigmoid, int topk_first, int norm_topk, float rs,
+                float z_per) {
+    const int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    const float *g = coef ? coef + (size_t)(rows > 1 ? n / T : 0) * E : NULL;
+    /* the logits row only for sigmoid (the caller may pass NULL otherwise) */
+    kmoe_gate_back_row(dlogits + (size_t)n * E, dw + (size_t)n * K, scores + (size_t)n * E,
+                       sigmoid ? logits + (size_t)n * E : NULL, lse[n], idx + (size_t)n * K,
+                       w + (size_t)n * K, g, E, K, sigmoid, topk_first, norm_topk, rs, z_per);
+}
+
+void cuda_router_gate_backward(const Backend *be, float *dlogits, const float *dw,
+                               const float *scores, const float *lse, const float *logits,
+                               const int *idx, const float *w, int N, const MoeSpec *s,
+                               const MoeCtx *x, float bal_scale, float z_scale) {
+    if (N <= 0) return;
+    const int E = s->num_experts, K = s->top_k, sig = s->score == MOE_SCORE_SIGMOID;
+    const int seq = s->balance == MOE_BALANCE_SEQ_AUX;
+    const int has_loss = seq || s->balance == MOE_BALANCE_AUX;
+    cudaStream_t st = cuda_stream(be);
+    float *coef = NULL;
+    int rows = 0;
+    if (has_loss) {
+        if (seq) check_sequences(x, N);
+        int Tr;
+        rows = kmoe_bal_rows(seq, N, x->T, &Tr);
+        const int nchunk = kmoe_chunks(Tr);
+        const size_t nparts = (size_t)rows * nchunk * E, ncoef = (size_t)rows * E;
+        const float *host_gf = seq ? NULL : x->global_f;
+        Carve c = carve_begin(be, x,
+                              carve_round(ncoef * sizeof(float)) +
+                                  carve_round(host_gf ? 0 : nparts * sizeof(int)) +
+                                  carve_round(host_gf ? (size_t)E * sizeof(float) : 0));
+        coef = (float *)carve(&c, ncoef * sizeof(float));
+        int *ph = (int *)carve(&c, host_gf ? 0 : nparts * sizeof(int));
+        float *gf = (float *)carve(&c, host_gf ? (size_t)E * sizeof(float) : 0);
+        if (host_gf) {
+            CUDA_CHECK(cudaMemcpyAsync(gf, host_gf, (size_t)E * sizeof(float),
+                                       cudaMemcpyHostToDevice, st));
+        } else {
+            k_expert_parts<<<kmoe_grid(nparts), KMOE_THREADS, 0, st>>>(
+                NULL, ph, NULL, NULL, NULL, idx, NULL, nparts, Tr, nchunk, E, K);
+            CUDA_LAUNCHED();
+        }
+        k_bal_coef<<<kmoe_grid(ncoef), KMOE_THREADS, 0, st>>>(
+            coef, ph, gf, ncoef, Tr, nchunk, E, K, kmoe_coef_per(bal_scale, E, rows, Tr));
+        CUDA_LAUNCHED();
+    }
+    const int T = seq ? x->T : N;
+    k_gate_back<<<kmoe_grid((size_t)N), KMOE_THREADS, 0, st>>>(
+        dlogits, dw, scores, lse, logits, idx, w, coef, N, E, K, rows, T, sig,
+        s->topk_before_softmax, s->norm_topk, s->route_scale, z_scale * 2.0f / (float)N);
+    CUDA_LAUNCHED();
+}
+
+/* A block of tokens, a thread per token: its entropy and top score (kmoe_token_stats) and,
+ * given slot (expert choice, A per token), whether no expert picked it; each summed by the
+ * block's tree (kmoe_tree_sum's pairing) into the block's partials. Threads past N add 0. */
+static __global__ void __launch_bounds__(KMOE_THREADS)
+    k_stats_tokens(double *bent, double *btop, int *bun, const float *scores, const int *slot,
+                   int N, int E, int A) {
+    __shared__ double sh_ent[KMOE_THREADS], sh_top[KMOE_THREADS];
+    __shared__ int sh_un[KMOE_THREADS];
+    const int t = threadIdx.x, n = blockIdx.x * blockDim.x + t;
+    double ent = 0.0, top = 0.0;
+    int un = 0;
+    if (n < N) {
+        kmoe_token_stats(&ent, &top, scores + (size_t)n * E, E);
+        if (slot) un = !kmoe_token_picked(slot + (size_t)n * A, A);
+    }
+    sh_ent[t] = ent, sh_top[t] = top, sh_un[t] = un;
+    __syncthreads();
+    for (int off = KMOE_THREADS / 2; off > 0; off /= 2) {
+        if (t < off) {
+            sh_ent[t] += sh_ent[t + off];
+            sh_top[t] += sh_top[t + off];
+            sh_un[t] += sh_un[t + off];
+        }
+        __syncthreads();
+    }
+    if (t == 0)
+        bent[blockIdx.x] = sh_ent[0], btop[blockIdx.x] = sh_top[0], bun[blockIdx.x] = sh_un[0];
+}
+
+/* One block: the token blocks' partials (thread t: blocks t, t + KMOE_THREADS, ..., in order,
+ * then the tree) into the head; and per expert e (threads e, e + KMOE_THREADS, ...) routed and
+ * dropped from the parts' chunks in order, or, for expert choice, the plan's counts and 0. */
+static __global__ void __launch_bounds__(KMOE_THREADS)
+    k_stats_final(KmoeStatsHead *head, const double *bent, const double *btop, const int *bun,
+                  int nblk, const int *ph, const int *pd, int nchunk, const int *counts, int E) {
+    __shared__ double sh_ent[KMOE_THREADS], sh_top[KMOE_THREADS];
+    __shared__ int sh_un[KMOE_THREADS];
+    const int t = threadIdx.x;
+    double ent = 0.0, top = 0.0;
+    int un = 0;
+    for (int b = t; b < nblk; b += KMOE_THREADS) ent += bent[b], top += btop[b], un += bun[b];
+    sh_ent[t] = ent, sh_top[t] = top, sh_un[t] = un;
+    __syncthreads();
+    for (int off = KMOE_THREADS / 2; off > 0; off /= 2) {
+        if (t < off) {
+            sh_ent[t] += sh_ent[t + off];
+            sh_top[t] += sh_top[t + off];
+            sh_un[t] += sh_un[t + off];
+        }
+        __syncthreads();
+    }
+    if (t == 0) head->ent = sh_ent[0], head->top1 = sh_top[0], head->unpicked = sh_un[0];
+    int *routed = (int *)(head + 1), *dropped = routed + E;
+    for (int e = t; e < E; e += KMOE_THREADS) {
+        routed[e] = counts ? counts[e] : ph ? kmoe_part_count(ph, 0, e, nchunk, E) : 0;
+        dropped[e] = !counts && pd ? kmoe_part_count(pd, 0, e, nchunk, E) : 0;
+    }
+}
+
+void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scores, const int *idx,
+                      const DispatchPlan *p, int N, const MoeSpec *s) {
+    const int E = s->num_experts, K = s->top_k, ec = s->routing == MOE_ROUTING_EXPERT_CHOICE;
+    /* expert choice reads its plan's tokens (expert_choice_stats), token choice the call's */
+    const int Nc = ec ? p->N : N, Nt = Nc > 0 ? Nc : 0;
+    const int nblk = (int)kmoe_grid((size_t)Nt);
+    const int nchunk = ec || Nt == 0 ? 0 : kmoe_chunks(Nt);
+    const size_t nparts = (size_t)nchunk * E;
+    const size_t out_bytes = sizeof(KmoeStatsHead) + 2 * (size_t)E * sizeof(int);
+    Carve c = carve_begin(be, NULL,
+                          2 * carve_round((size_t)nblk * sizeof(double)) +
+                              carve_round((size_t)nblk * sizeof(int)) +
+                              2 * carve_round(nparts * sizeof(int)) + carve_round(out_bytes));
+    double *bent = (double *)carve(&c, (size_t)nblk * sizeof(double));
+    double *btop = (double *)carve(&c, (size_t)nblk * sizeof(double));
+    int *bun = (int *)carve(&c, (size_t)nblk * sizeof(int));
+    int *ph = (int *)carve(&c, nparts * sizeof(int));
+    int *pd = (int *)carve(&c, nparts * sizeof(int));
+    KmoeStatsHead *d_out = (KmoeStatsHead *)carve(&c, out_bytes);
+    cudaStream_t st = cuda_stream(be);
+    k_stats_tokens<<<nblk, KMOE_THREADS, 0, st>>>(bent, btop, bun, scores, ec ? p->slot : NULL, Nt,
+                                                  E, p->K);
+    CUDA_LAUNCHED();
+    if (nparts) {
+        k_expert_parts<<<kmoe_grid(nparts), KMOE_THREADS, 0, st>>>(
+            NULL, ph, pd, NULL, NULL, idx, p->slot, nparts, Nt, nchunk, E, K);
+        CUDA_LAUNCHED();
+    }
+    k_stats_final<<<1, KMOE_THREADS, 0, st>>>(d_out, bent, btop, bun, nblk, ph, pd, nchunk,
+                                              ec ? p->counts : NULL, E);
+    CUDA_LAUNCHED();
+    /* the few numbers in one copy to pinned staging, one wait, then the host's formulas */
+    KmoeStatsHead *h = (KmoeStatsHead *)cuda_stage(be, out_bytes);
+    CUDA_CHECK(cudaMemcpyAsync(h, d_out, out_bytes, cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    const int *routed = (const int *)(h + 1);
+    kmoe_route_stats_finish(host_out, h, routed, routed + E, p, N, s);
 }
