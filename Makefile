@@ -415,7 +415,8 @@ fuzz-seeds: $(BUILD)/libmoe.a $(BUILD)/version.c
 	$(BUILD)/fuzz/make_seeds tests/fuzz/seeds
 
 clean:
-	rm -rf build build-san build-mpi build-san-mpi build-fuzz build-cuda build-cuda-mpi
+	rm -rf build build-san build-mpi build-san-mpi build-fuzz build-cuda build-cuda-mpi build-cuda-san \
+	  build-cuda-san-mpi
 
 # ---- CUDA: the GPU backend -------------------------------------------------------------------
 # make cuda builds build-cuda/moe (and its chapter programs); make test-cuda runs the unit

@@ -13,7 +13,8 @@
 #            sigmoid scores with seq_aux and aux-free balancing, shared experts; every step's
 #            losses and gradient norm within 2e-3 (relative), as tests/test_backends.sh asks
 #            of cpu-ref
-#            and the MoE run again with the experts' first rung (MOE_CUDA_EXPERTS=loop)
+#            and the MoE run again with the experts' first rung (MOE_CUDA_EXPERTS=loop); 50
+#            steps at tf32 and at bf16 end within 2 % of fp32's loss
 #   repeat   two GPU runs write the same checkpoint, byte for byte
 #   resume   a GPU checkpoint continues on the CPU
 #   bench    moe bench --device cuda: tiny, small and gpu-medium (with its dense twin) in fp32,
@@ -74,6 +75,19 @@ resume() { # 10 steps on the GPU, the other 10 on the CPU: train-moe's losses
         $moe train --resume "$out/runs/moved" --set train.device=cpu --quiet &&
         csv_close "$out/runs/moe-gpu/train.csv" "$out/runs/moved/train.csv"
 }
+precision_pair() { # P: 50 steps at precision P against fp32: the last loss within 2 %
+    local p=$1 a b
+    for q in fp32 "$p"; do
+        [ -e "$out/runs/prec-$q/train.csv" ] && continue # fp32's run serves both comparisons
+        $moe train --out "$out/runs/prec-$q" "${base[@]}" --set moe.num_experts=8 \
+            --set moe.top_k=2 --set train.steps=50 --set train.device=$RD_GPU \
+            --set train.precision=$q || return 1
+    done
+    a=$(tail -n 1 "$out/runs/prec-fp32/train.csv" | cut -d, -f2)
+    b=$(tail -n 1 "$out/runs/prec-$p/train.csv" | cut -d, -f2)
+    echo "last loss: fp32 $a, $p $b"
+    awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.02 * a) }'
+}
 if [ $fn_mode = 1 ]; then
     "$@"
     exit
@@ -126,6 +140,9 @@ step train-aux-free 120 bash "$me" --fn train_pair aux-free --set moe.num_expert
 step train-seq-aux 120 bash "$me" --fn train_pair seq-aux --set moe.num_experts=8 --set moe.top_k=2 \
     --set moe.score=sigmoid --set moe.balance=seq_aux --set moe.num_shared=1
 
+# tf32 and bf16 products, judged by the loss: 50 steps within 2 % of fp32's
+step precision-tf32 120 bash "$me" --fn precision_pair tf32
+step precision-bf16 120 bash "$me" --fn precision_pair bf16
 # the experts' first rung (a loop of products per expert) against the grouped calls
 MOE_CUDA_EXPERTS=loop step train-moe-loop 120 bash "$me" --fn train_pair moe-loop \
     --set moe.num_experts=8 --set moe.top_k=2
