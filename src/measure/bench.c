@@ -197,6 +197,7 @@ static void step_child(void *result, const void *arg) {
     }
     Model m;
     model_init_backend(&m, c, B, T, NULL, &be);
+    prof_backend = &be; /* a GPU's ops are timed done, not queued */
     int *in = (int *)malloc_check((size_t)N * sizeof(int));
     int *tg = (int *)malloc_check((size_t)N * sizeof(int));
     Rng rng;

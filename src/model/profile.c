@@ -3,9 +3,11 @@
 
 #include <string.h>
 
+#include "backend/backend.h"
 #include "base/util.h"
 
 int prof_enabled = 0;
+const Backend *prof_backend = NULL;
 int prof_backward = 0;
 Profile prof_total;
 
@@ -26,6 +28,7 @@ void prof_reset(void) {
 }
 
 double prof_clock(void) {
+    if (prof_backend && !prof_backend->host_memory) prof_backend->sync(prof_backend);
     return now_seconds();
 }
 

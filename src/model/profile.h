@@ -2,8 +2,9 @@
  * profile.h: where the time of a training step goes, op by op.
  *
  * The model and the MoE block wrap every op call in PROF(op, call): when profiling is on, the
- * wall time of the call is added to that op's forward or backward total. Calls happen on the
- * main thread, between parallel regions, so one global table is enough. When profiling is
+ * wall time of the call is added to that op's forward or backward total (on a GPU, the time
+ * from the queue's end before the call to its end after it: prof_backend). Calls happen on
+ * the main thread, between parallel regions, so one global table is enough. When profiling is
  * off, PROF costs one branch.
  */
 #ifndef MOE_PROFILE_H
@@ -32,12 +33,16 @@ typedef struct {
 } Profile;
 
 extern int prof_enabled;  /* 0: PROF only runs the call */
+/* The backend whose work is timed: when it queues its work (a GPU's stream), PROF waits for it
+ * before reading each clock, so that an op's time is its own. NULL, or a CPU backend: no wait. */
+struct Backend;
+extern const struct Backend *prof_backend;
 extern int prof_backward; /* 1 while the model is in its backward pass */
 extern Profile prof_total;
 
 const char *prof_name(ProfOp op);
 void prof_reset(void);
-double prof_clock(void);
+double prof_clock(void); /* waits for prof_backend's queued work first */
 void prof_add(ProfOp op, double seconds);
 
 #define PROF(op, call)                                                                             \
