@@ -1,23 +1,23 @@
 /*
  * cuda.cu: the CUDA backend's table (train.device=cuda, a build of `make cuda`): opening the
- * GPU, its memory, the routing entries that still run on the host, and the table itself.
+ * GPU, its memory, the one routing entry that still runs on the host, and the table itself.
  *
  * The table's entries are spread over four files:
- *   cuda.cu       memory; the routing decisions that run on the host (below)
+ *   cuda.cu       memory; the table; domains.csv's counts, on the host (below)
  *   cuda_gemm.cu  the products through cuBLAS: linear layers, attention, the experts
  *   cuda_nn.cu    the elementwise and row-wise dense ops
  *   cuda_moe.cu   the MoE block on the device: scores, top-k, the balance and z losses, the
- *                 router's backward, the dropless plan, gather, combine, the statistics
+ *                 router's backward, the three dispatch plans, gather, combine, the
+ *                 statistics
  *
- * Which routing entries run where. The routing of token choice keeps its decisions on the
- * device: scores, top-k and gate weights, the balance and z losses (their values come back as
- * a float each), the router's backward, the dropless plan, gather, combine and the statistics
- * for router.csv (a few numbers per expert come back) are kernels, and no routing array goes
- * through the host (the experts' products take their slice sizes from the host, one small
- * copy per call: cuda_gemm.cu). The capacity and expert-choice plans and the per-domain counts
- * of domains.csv run here for now as the CPU's own functions between a download and an upload
- * ("host entries"): every routing mode works, and gives the CPU's integers, at the price of a
- * round trip per call. They are the next kernels to write.
+ * Which routing entries run where. Every routing decision is made on the device: scores,
+ * top-k and gate weights, the balance and z losses (their values come back as a float each),
+ * the router's backward, the three dispatch plans (dropless, capacity, expert choice), gather,
+ * combine and the statistics for router.csv (a few numbers per expert come back) are kernels,
+ * and no routing array goes through the host (the experts' products take their slice sizes
+ * from the host, one small copy per call: cuda_gemm.cu; an unpadded capacity plan brings its
+ * row count back). Only domains.csv's per-domain counts, read once per evaluation, run here
+ * as the CPU's own function between a download and the host arrays it fills (a "host entry").
  *
  * Nothing of this file has run on a GPU yet (src/README.md, "The CUDA backend").
  */
@@ -90,7 +90,7 @@ void *cuda_stage(const Backend *be, size_t bytes) {
     return c->stage;
 }
 
-/* ---- host entries: the CPU's routing functions between a download and an upload ------------
+/* ---- the host entry: the CPU's function on downloaded routing arrays --------------------------
  * A Stage carves the pinned staging buffer into the host copies one call needs. */
 
 typedef struct {
@@ -119,21 +119,8 @@ static void *down(const Backend *be, Stage *st, const void *src, size_t n, size_
     CUDA_CHECK(cudaMemcpyAsync(h, src, n * es, cudaMemcpyDeviceToHost, cuda_stream(be)));
     return h;
 }
-static void up(const Backend *be, void *dst, const void *h, size_t bytes) {
-    if (dst && bytes)
-        CUDA_CHECK(cudaMemcpyAsync(dst, h, bytes, cudaMemcpyHostToDevice, cuda_stream(be)));
-}
 static void wait_stream(const Backend *be) {
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
-}
-
-/* the routing scratch of a host entry: the context's, pointed at host memory */
-static MoeCtx host_ctx(const MoeCtx *x, Stage *st, size_t bytes) {
-    MoeCtx h = *x;
-    h.work = bytes ? stage_take(st, bytes) : NULL;
-    h.work_bytes = bytes;
-    if (h.work) memset(h.work, 0, bytes);
-    return h;
 }
 
 /* A host mirror of a plan for N tokens: its arrays in the staging buffer. */
@@ -161,54 +148,6 @@ static void plan_down(const Backend *be, DispatchPlan *h, const DispatchPlan *p,
         CUDA_CHECK(cudaMemcpyAsync(h->slot_token, p->slot_token, (size_t)p->S * sizeof(int),
                                    cudaMemcpyDeviceToHost, cuda_stream(be)));
 }
-/* the host plan h's arrays and sizes into the device plan p */
-static void plan_up(const Backend *be, DispatchPlan *p, const DispatchPlan *h, int N, int A) {
-    up(be, p->counts, h->counts, (size_t)h->E * sizeof(int));
-    up(be, p->offsets, h->offsets, (size_t)(h->E + 1) * sizeof(int));
-    up(be, p->slot, h->slot, (size_t)N * A * sizeof(int));
-    up(be, p->slot_token, h->slot_token, (size_t)h->S * sizeof(int));
-    p->N = h->N, p->E = h->E, p->K = h->K, p->S = h->S;
-}
-
-static void host_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
-                                     const float *scores, const float *w, int N, const MoeSpec *s,
-                                     const MoeCtx *x) {
-    const int E = s->num_experts, K = s->top_k;
-    size_t slots = moe_slots_max(s, N), work = capacity_work_bytes(s, N);
-    Stage st = stage_begin(be, plan_bytes(N, K, E, slots) + round_up((size_t)N * E * 4) +
-                                   2 * round_up((size_t)N * K * 4) + round_up(work));
-    DispatchPlan hp = plan_host(&st, p, N, K, slots);
-    const int *hi = (const int *)down(be, &st, idx, (size_t)N * K, sizeof(int));
-    const float *hs = (const float *)down(be, &st, scores, (size_t)N * E, sizeof(float));
-    const float *hw = (const float *)down(be, &st, w, (size_t)N * K, sizeof(float));
-    MoeCtx hx = host_ctx(x, &st, work);
-    wait_stream(be);
-    capacity_plan_build(&hp, hi, hs, hw, N, s, &hx);
-    plan_up(be, p, &hp, N, K);
-    wait_stream(be);
-}
-
-static void host_expert_choice_forward(const Backend *be, int *idx, float *w, DispatchPlan *p,
-                                       const float *scores, int N, const MoeSpec *s,
-                                       const MoeCtx *x) {
-    const int E = s->num_experts, A = moe_assignments_per_token(s);
-    size_t slots = moe_slots_max(s, N), work = expert_choice_work_bytes(s, N);
-    size_t NA = (size_t)N * A;
-    Stage st = stage_begin(be, plan_bytes(N, A, E, slots) + round_up((size_t)N * E * 4) +
-                                   2 * round_up(NA * 4) + round_up(work));
-    DispatchPlan hp = plan_host(&st, p, N, A, slots);
-    int *hi = (int *)stage_take(&st, NA * sizeof(int));
-    float *hw = (float *)stage_take(&st, NA * sizeof(float));
-    const float *hs = (const float *)down(be, &st, scores, (size_t)N * E, sizeof(float));
-    MoeCtx hx = host_ctx(x, &st, work);
-    wait_stream(be);
-    expert_choice_forward(hi, hw, &hp, hs, N, s, &hx);
-    up(be, idx, hi, NA * sizeof(int));
-    up(be, w, hw, NA * sizeof(float));
-    plan_up(be, p, &hp, N, A);
-    wait_stream(be);
-}
-
 static void host_route_domains(const Backend *be, double *counts, double *drops,
                                const unsigned char *domains, int n_domains, const int *idx,
                                const DispatchPlan *p, int N, const MoeSpec *s) {
@@ -257,8 +196,8 @@ static void fill_table(Backend *b) {
     b->router_z_loss = cuda_router_z_loss;
     b->router_gate_backward = cuda_router_gate_backward;
     b->dispatch_plan_build = cuda_dispatch_plan_build;
-    b->capacity_plan_build = host_capacity_plan_build;
-    b->expert_choice_forward = host_expert_choice_forward;
+    b->capacity_plan_build = cuda_capacity_plan_build;
+    b->expert_choice_forward = cuda_expert_choice_forward;
     b->permute_forward = cuda_permute_forward, b->permute_backward = cuda_permute_backward;
     b->combine_forward = cuda_combine_forward, b->combine_backward = cuda_combine_backward;
     b->experts_forward = cuda_experts_forward, b->experts_backward = cuda_experts_backward;

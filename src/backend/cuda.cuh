@@ -157,5 +157,10 @@ void cuda_router_gate_backward(const Backend *be, float *dlogits, const float *d
                                const MoeCtx *x, float bal_scale, float z_scale);
 void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scores, const int *idx,
                       const DispatchPlan *p, int N, const MoeSpec *s);
+void cuda_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
+                              const float *scores, const float *w, int N, const MoeSpec *s,
+                              const MoeCtx *x);
+void cuda_expert_choice_forward(const Backend *be, int *idx, float *w, DispatchPlan *p,
+                                const float *scores, int N, const MoeSpec *s, const MoeCtx *x);
 
 #endif
