@@ -78,6 +78,16 @@ void *cuda_scratch(const Backend *be, size_t bytes) {
     return c->scratch;
 }
 
+void *cuda_draws(const Backend *be, size_t bytes) {
+    CudaCtx *c = cuda_ctx(be);
+    if (bytes > c->draws_bytes) {
+        free(c->draws);
+        c->draws = malloc_check(bytes);
+        c->draws_bytes = bytes;
+    }
+    return c->draws;
+}
+
 /* Pinned host memory: the copies to and from it run asynchronously on the stream. */
 void *cuda_stage(const Backend *be, size_t bytes) {
     CudaCtx *c = cuda_ctx(be);
@@ -91,31 +101,16 @@ void *cuda_stage(const Backend *be, size_t bytes) {
 }
 
 /* ---- the host entry: the CPU's function on downloaded routing arrays --------------------------
- * A Stage carves the pinned staging buffer into the host copies one call needs. */
+ * The pinned staging buffer is carved (cuda.cuh's Carve) into the host copies one call needs. */
 
-typedef struct {
-    char *base;
-    size_t used;
-} Stage;
-
-static size_t round_up(size_t n) {
-    return (n + 63) / 64 * 64;
-}
-
-/* Staging of total bytes (the sum of the round_up'd pieces) for one call. */
-static Stage stage_begin(const Backend *be, size_t total) {
-    Stage st = {(char *)cuda_stage(be, total), 0};
+static Carve stage_begin(const Backend *be, size_t total) {
+    Carve st = {(char *)cuda_stage(be, total), 0};
     return st;
 }
-static void *stage_take(Stage *st, size_t bytes) {
-    void *p = st->base + st->used;
-    st->used += round_up(bytes);
-    return p;
-}
 /* a host copy of n elements of size es at device src (NULL stays NULL) */
-static void *down(const Backend *be, Stage *st, const void *src, size_t n, size_t es) {
-    if (!src) return NULL;
-    void *h = stage_take(st, n * es);
+static void *down(const Backend *be, Carve *st, const void *src, size_t n, size_t es) {
+    if (!src || !n) return NULL;
+    void *h = carve(st, n * es);
     CUDA_CHECK(cudaMemcpyAsync(h, src, n * es, cudaMemcpyDeviceToHost, cuda_stream(be)));
     return h;
 }
@@ -125,15 +120,15 @@ static void wait_stream(const Backend *be) {
 
 /* A host mirror of a plan for N tokens: its arrays in the staging buffer. */
 static size_t plan_bytes(int N, int A, int E, size_t slots) {
-    return round_up((size_t)E * sizeof(int)) + round_up((size_t)(E + 1) * sizeof(int)) +
-           round_up((size_t)N * A * sizeof(int)) + round_up(slots * sizeof(int));
+    return carve_round((size_t)E * sizeof(int)) + carve_round((size_t)(E + 1) * sizeof(int)) +
+           carve_round((size_t)N * A * sizeof(int)) + carve_round(slots * sizeof(int));
 }
-static DispatchPlan plan_host(Stage *st, const DispatchPlan *p, int N, int A, size_t slots) {
+static DispatchPlan plan_host(Carve *st, const DispatchPlan *p, int N, int A, size_t slots) {
     DispatchPlan h = *p;
-    h.counts = (int *)stage_take(st, (size_t)p->E * sizeof(int));
-    h.offsets = (int *)stage_take(st, (size_t)(p->E + 1) * sizeof(int));
-    h.slot = (int *)stage_take(st, (size_t)N * A * sizeof(int));
-    h.slot_token = (int *)stage_take(st, slots * sizeof(int));
+    h.counts = (int *)carve(st, (size_t)p->E * sizeof(int));
+    h.offsets = (int *)carve(st, (size_t)(p->E + 1) * sizeof(int));
+    h.slot = (int *)carve(st, (size_t)N * A * sizeof(int));
+    h.slot_token = (int *)carve(st, slots * sizeof(int));
     return h;
 }
 static void plan_down(const Backend *be, DispatchPlan *h, const DispatchPlan *p, int N, int A) {
@@ -142,8 +137,9 @@ static void plan_down(const Backend *be, DispatchPlan *h, const DispatchPlan *p,
                                cuda_stream(be)));
     CUDA_CHECK(cudaMemcpyAsync(h->offsets, p->offsets, (E + 1) * sizeof(int),
                                cudaMemcpyDeviceToHost, cuda_stream(be)));
-    CUDA_CHECK(cudaMemcpyAsync(h->slot, p->slot, (size_t)N * A * sizeof(int),
-                               cudaMemcpyDeviceToHost, cuda_stream(be)));
+    if (N > 0)
+        CUDA_CHECK(cudaMemcpyAsync(h->slot, p->slot, (size_t)N * A * sizeof(int),
+                                   cudaMemcpyDeviceToHost, cuda_stream(be)));
     if (p->S > 0)
         CUDA_CHECK(cudaMemcpyAsync(h->slot_token, p->slot_token, (size_t)p->S * sizeof(int),
                                    cudaMemcpyDeviceToHost, cuda_stream(be)));
@@ -153,7 +149,7 @@ static void host_route_domains(const Backend *be, double *counts, double *drops,
                                const DispatchPlan *p, int N, const MoeSpec *s) {
     const int E = s->num_experts, A = moe_assignments_per_token(s);
     size_t slots = p->S > 0 ? (size_t)p->S : 1;
-    Stage st = stage_begin(be, plan_bytes(N, A, E, slots) + round_up((size_t)N * A * 4));
+    Carve st = stage_begin(be, plan_bytes(N, A, E, slots) + carve_round((size_t)N * A * 4));
     DispatchPlan hp = plan_host(&st, p, N, A, slots);
     plan_down(be, &hp, p, N, A);
     const int *hi = (const int *)down(be, &st, idx, (size_t)N * A, sizeof(int));

@@ -33,6 +33,11 @@ typedef struct {
      * cuda_route.cu): grown on first use to the largest call, then reused */
     void *stage;
     size_t stage_bytes;
+    /* pageable host memory for values drawn on the host and copied up (the capacity plan's
+     * uniforms): grown on first use, then reused; a copy from pageable memory has read it when
+     * cudaMemcpyAsync returns, so the next call may write it at once */
+    void *draws;
+    size_t draws_bytes;
     /* device scratch of the entries that need some (rmsnorm's partial sums, a sum's result):
      * grown on first use, then reused */
     void *scratch;
@@ -79,6 +84,24 @@ static inline unsigned cuda_blocks(size_t n) {
  * grown (after a sync) when too small. */
 void *cuda_scratch(const Backend *be, size_t bytes);
 void *cuda_stage(const Backend *be, size_t bytes);
+void *cuda_draws(const Backend *be, size_t bytes);
+
+/* A buffer cut into the pieces one call needs, each at a multiple of 64 bytes: carve takes the
+ * next piece (0 bytes: NULL, nothing taken). carve_round is a piece's room, for sizing. */
+typedef struct {
+    char *base;
+    size_t used;
+} Carve;
+
+static inline size_t carve_round(size_t bytes) {
+    return (bytes + 63) / 64 * 64;
+}
+static inline void *carve(Carve *c, size_t bytes) {
+    if (!bytes) return NULL;
+    void *p = c->base + c->used;
+    c->used += carve_round(bytes);
+    return p;
+}
 
 /* ---- the entries, by file ------------------------------------------------------------------ */
 

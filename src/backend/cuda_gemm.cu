@@ -287,13 +287,13 @@ static void gemm_grouped(const Backend *be, Groups *g, const GemmArgs *args, int
 
 /* Every pass of passes[0 .. np) over the n slices: the argument lists built, the pointer arrays
  * uploaded in one copy; then the passes run in order, each as the kept slices' grouped call
- * and the padding slices' one, and between(pass) after each (the SwiGLU goes there). */
-typedef void (*Between)(const Backend *be, int pass, const void *arg);
-
+ * and the padding slices' one, and the SwiGLU over all the plan's rows (offsets[E], known once
+ * the slices are on the host) where it falls: forward after u; backward once dh is there
+ * (after dWd, which reads h, when that is wanted). */
 static void experts_grouped(const Backend *be, const ExpertBuffers *b, const int *passes, int np,
-                            const int *offsets, const int *counts, int E, Between between,
-                            const void *arg) {
+                            const int *offsets, const int *counts, int E, int backward) {
     const int *hp = plan_to_host(be, offsets, counts, E);
+    const int S = hp[E];
     Groups g = groups_room(be, E, np);
     int n_kept = 0;
     const int n = expert_slices(g.slices, &n_kept, hp, counts ? hp + E + 1 : NULL, E);
@@ -315,25 +315,10 @@ static void experts_grouped(const Backend *be, const ExpertBuffers *b, const int
             gemm_grouped(be, &g, args + first, cnt, d + first, d + n + first,
                          (void *const *)(d + 2 * n + first));
         }
-        if (between) between(be, passes[p], arg);
+        if (!backward && passes[p] == EXPERT_U) cuda_swiglu_forward(be, b->h, b->g, b->u, S, b->F);
+        if (backward && (passes[p] == EXPERT_DWD || (passes[p] == EXPERT_DH && !b->dWd)))
+            cuda_swiglu_backward(be, b->dg, b->du, b->dh, b->g, b->u, S, b->F);
     }
-}
-
-typedef struct {
-    const ExpertBuffers *b;
-    int S; /* rows of the slot buffer */
-} SwigluArg;
-
-/* forward: the SwiGLU after u */
-static void forward_between(const Backend *be, int pass, const void *arg) {
-    const SwigluArg *s = (const SwigluArg *)arg;
-    if (pass == EXPERT_U) cuda_swiglu_forward(be, s->b->h, s->b->g, s->b->u, s->S, s->b->F);
-}
-/* backward: the SwiGLU's backward once dh is there (after dWd, which reads h, when wanted) */
-static void backward_between(const Backend *be, int pass, const void *arg) {
-    const SwigluArg *s = (const SwigluArg *)arg;
-    if (pass == EXPERT_DWD || (pass == EXPERT_DH && !s->b->dWd))
-        cuda_swiglu_backward(be, s->b->dg, s->b->du, s->b->dh, s->b->g, s->b->u, s->S, s->b->F);
 }
 
 /* the first rung: one slice after another, as backend/cpu_gemm.c runs them */
@@ -376,12 +361,8 @@ void cuda_experts_forward(const Backend *be, float *ye, float *g, float *u, floa
         experts_loop(be, &b, 0, offsets, counts, E);
         return;
     }
-    int S = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&S, offsets + E, sizeof S, cudaMemcpyDeviceToHost, cuda_stream(be)));
-    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
     const int passes[] = {EXPERT_G, EXPERT_U, EXPERT_Y};
-    SwigluArg arg = {&b, S};
-    experts_grouped(be, &b, passes, 3, offsets, counts, E, forward_between, &arg);
+    experts_grouped(be, &b, passes, 3, offsets, counts, E, 0);
 }
 
 void cuda_experts_backward(const Backend *be, float *dxe, float *dWg, float *dWu, float *dWd,
@@ -398,9 +379,6 @@ void cuda_experts_backward(const Backend *be, float *dxe, float *dWg, float *dWu
         experts_loop(be, &b, 1, offsets, counts, E);
         return;
     }
-    int S = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&S, offsets + E, sizeof S, cudaMemcpyDeviceToHost, cuda_stream(be)));
-    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
     /* the passes asked for (a NULL gradient is not wanted); dh and the SwiGLU's always */
     int passes[EXPERT_PASSES], np = 0;
     passes[np++] = EXPERT_DH;
@@ -409,8 +387,7 @@ void cuda_experts_backward(const Backend *be, float *dxe, float *dWg, float *dWu
     if (dWg) passes[np++] = EXPERT_DWG;
     if (dWu) passes[np++] = EXPERT_DWU;
     if (dxe) passes[np++] = EXPERT_DXU;
-    SwigluArg arg = {&b, S};
-    experts_grouped(be, &b, passes, np, offsets, counts, E, backward_between, &arg);
+    experts_grouped(be, &b, passes, np, offsets, counts, E, 1);
 }
 
 /* ---- the yardstick: C (n, n) = A B at the backend's precision, timed with events ------------ */

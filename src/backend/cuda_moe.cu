@@ -299,14 +299,6 @@ void cuda_combine_backward(const Backend *be, float *dye, float *dw, const float
 /* One entry's device scratch, carved into 64-byte aligned pieces: the block's MoeCtx.work when
  * the call brings one large enough (the memory formula counts it, and a step then allocates
  * nothing), else the backend's own scratch (tests and one-off callers pass no work). */
-typedef struct {
-    char *base;
-    size_t used;
-} Carve;
-
-static size_t carve_round(size_t bytes) {
-    return (bytes + 63) / 64 * 64;
-}
 static Carve carve_begin(const Backend *be, const MoeCtx *x, size_t total) {
     Carve c = {NULL, 0};
     if (x && x->work && x->work_bytes >= total)
@@ -314,13 +306,6 @@ static Carve carve_begin(const Backend *be, const MoeCtx *x, size_t total) {
     else
         c.base = (char *)cuda_scratch(be, total);
     return c;
-}
-/* bytes of the next piece (0 bytes: NULL, nothing taken) */
-static void *carve(Carve *c, size_t bytes) {
-    if (!bytes) return NULL;
-    void *p = c->base + c->used;
-    c->used += carve_round(bytes);
-    return p;
 }
 
 /* seq_aux needs whole sequences: the reference's check and words (router_balance.c) */
@@ -471,6 +456,23 @@ void cuda_router_gate_backward(const Backend *be, float *dlogits, const float *d
     CUDA_LAUNCHED();
 }
 
+/* The statistics' three sums over one block: thread t's values into the shared arrays, then
+ * the pairwise tree (halves added, KMOE_THREADS / 2 first); the block's sums end in [0]. Every
+ * thread of the block calls it (it holds __syncthreads). */
+static __device__ void stats_tree(double *sh_ent, double *sh_top, int *sh_un, int t, double ent,
+                                  double top, int un) {
+    sh_ent[t] = ent, sh_top[t] = top, sh_un[t] = un;
+    __syncthreads();
+    for (int off = KMOE_THREADS / 2; off > 0; off /= 2) {
+        if (t < off) {
+            sh_ent[t] += sh_ent[t + off];
+            sh_top[t] += sh_top[t + off];
+            sh_un[t] += sh_un[t + off];
+        }
+        __syncthreads();
+    }
+}
+
 /* A block of tokens, a thread per token: its entropy and top score (kmoe_token_stats) and,
  * given slot (expert choice, A per token), whether no expert picked it; each summed by the
  * block's tree (kmoe_tree_sum's pairing) into the block's partials. Threads past N add 0. */
@@ -486,16 +488,7 @@ static __global__ void __launch_bounds__(KMOE_THREADS)
         kmoe_token_stats(&ent, &top, scores + (size_t)n * E, E);
         if (slot) un = !kmoe_token_picked(slot + (size_t)n * A, A);
     }
-    sh_ent[t] = ent, sh_top[t] = top, sh_un[t] = un;
-    __syncthreads();
-    for (int off = KMOE_THREADS / 2; off > 0; off /= 2) {
-        if (t < off) {
-            sh_ent[t] += sh_ent[t + off];
-            sh_top[t] += sh_top[t + off];
-            sh_un[t] += sh_un[t + off];
-        }
-        __syncthreads();
-    }
+    stats_tree(sh_ent, sh_top, sh_un, t, ent, top, un);
     if (t == 0)
         bent[blockIdx.x] = sh_ent[0], btop[blockIdx.x] = sh_top[0], bun[blockIdx.x] = sh_un[0];
 }
@@ -512,16 +505,7 @@ static __global__ void __launch_bounds__(KMOE_THREADS)
     double ent = 0.0, top = 0.0;
     int un = 0;
     for (int b = t; b < nblk; b += KMOE_THREADS) ent += bent[b], top += btop[b], un += bun[b];
-    sh_ent[t] = ent, sh_top[t] = top, sh_un[t] = un;
-    __syncthreads();
-    for (int off = KMOE_THREADS / 2; off > 0; off /= 2) {
-        if (t < off) {
-            sh_ent[t] += sh_ent[t + off];
-            sh_top[t] += sh_top[t + off];
-            sh_un[t] += sh_un[t + off];
-        }
-        __syncthreads();
-    }
+    stats_tree(sh_ent, sh_top, sh_un, t, ent, top, un);
     if (t == 0) head->ent = sh_ent[0], head->top1 = sh_top[0], head->unpicked = sh_un[0];
     int *routed = (int *)(head + 1), *dropped = routed + E;
     for (int e = t; e < E; e += KMOE_THREADS) {
@@ -731,15 +715,14 @@ void cuda_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx
     const KmoeCapSizes z = kmoe_cap_sizes(s, x, N, E);
     const size_t NK = (size_t)N * K;
     /* the random second expert: the host draws from x->rng as capacity.c does, in token
-     * order; from pageable memory the copy has read u when it returns, so u is freed at once */
+     * order, into the backend's reusable draws buffer (cuda_draws: nothing allocated per step) */
     float *du = NULL;
     if (kmoe_cap_random(s, x, K)) {
-        float *hu = (float *)malloc_check((size_t)N * sizeof(float));
+        float *hu = (float *)cuda_draws(be, (size_t)N * sizeof(float));
         kmoe_cap_draws(hu, x->rng, N);
         Carve c = carve_begin(be, x, carve_round((size_t)N * sizeof(float)));
         du = (float *)carve(&c, (size_t)N * sizeof(float));
         CUDA_CHECK(cudaMemcpyAsync(du, hu, (size_t)N * sizeof(float), cudaMemcpyHostToDevice, st));
-        free(hu);
     }
     k_cap_flag<<<kmoe_grid(NK), KMOE_THREADS, 0, st>>>(p->slot, idx, w, du, NK, E, K);
     CUDA_LAUNCHED();

@@ -109,6 +109,8 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
     for (int l = 0, b = 0; l < L; l++)
         if (m->blocks[l].moe)
             m->blocks[l].router_bias = m->router_bias + (size_t)b++ * c->num_experts;
+    if (!be->host_memory && m->spec.balance == MOE_BALANCE_AUX_FREE && m->n_moe)
+        m->router_bias_host = floats_alloc((size_t)m->n_moe * c->num_experts);
 
     /* the workspace of the ops, outside the analytic memory of memory.c (work_bytes) */
     const size_t before = backend_bytes_allocated;
@@ -140,6 +142,7 @@ void model_free(Model *m) {
     }
     free(m->resid);
     free(m->blocks);
+    free(m->router_bias_host);
     release(m, m->arena);
     acts_table_free(&m->acts);
     release(m, m->rope_cs);
@@ -361,16 +364,14 @@ void model_update_router_bias(Model *m, const double *count) {
     const int E = m->cfg.num_experts;
     const Backend *be = m->be;
     const size_t n = (size_t)m->n_moe * E;
-    /* E floats per block, updated on the host (a GPU's come down and go back up) */
-    float *bias = be->host_memory ? m->router_bias : floats_alloc(n);
+    /* E floats per block, updated on the host (a GPU's come down into router_bias_host and go
+     * back up) */
+    float *bias = m->router_bias_host ? m->router_bias_host : m->router_bias;
     if (bias != m->router_bias) be->to_host(be, bias, m->router_bias, n * sizeof(float));
     for (int b = 0; b < m->n_moe; b++)
         router_bias_update(bias + (size_t)b * E, count + (size_t)b * E, E, m->cfg.bias_update,
                            m->cfg.bias_rate);
-    if (bias != m->router_bias) {
-        be->to_device(be, m->router_bias, bias, n * sizeof(float));
-        free(bias);
-    }
+    if (bias != m->router_bias) be->to_device(be, m->router_bias, bias, n * sizeof(float));
 }
 
 void model_zero_grad(Model *m) {

@@ -49,6 +49,8 @@ typedef struct Model {
      * added to the scores for the top-k choice only. Not a parameter: no gradient, no AdamW;
      * updated by model_update_router_bias and saved in checkpoints ("router_bias/layers.L"). */
     float *router_bias; /* (n_moe, E) */
+    float *router_bias_host; /* its host copy for the update, when the backend's memory is not
+                                the host's (a GPU's); else NULL */
     /* exploration noise (moe.jitter, moe.noise): drawn only while training is 1, from a stream
      * of its own seeded by train.seed and saved in checkpoints ("rng/router"). model_init
      * leaves training 0 (evaluation, sampling); the training loop turns it on. */
