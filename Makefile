@@ -57,7 +57,9 @@ endif
 # own OpenMP loops; the pthreads build spins its own threads against ours and runs about half
 # as fast on 2 cores. Prefer the OpenMP build and pin it with an rpath, since the system-wide
 # libopenblas.so.0 may point at the pthreads build.
-OPENBLAS_OMP_PC := $(firstword $(wildcard /usr/lib/*/openblas-openmp/pkgconfig/openblas.pc))
+# DEPS_ROOT: a folder the packages were unpacked into instead of / (tests/gpu/run_device.sh on a
+# machine without them, with PKG_CONFIG_SYSROOT_DIR and PKG_CONFIG_LIBDIR pointing there).
+OPENBLAS_OMP_PC := $(firstword $(wildcard $(DEPS_ROOT)/usr/lib/*/openblas-openmp/pkgconfig/openblas.pc))
 ifneq ($(OPENBLAS_OMP_PC),)
 OPENBLAS_CFLAGS := $(shell PKG_CONFIG_PATH=$(dir $(OPENBLAS_OMP_PC)) pkg-config --cflags openblas)
 OPENBLAS_LIBDIR := $(shell PKG_CONFIG_PATH=$(dir $(OPENBLAS_OMP_PC)) pkg-config --variable=libdir openblas)

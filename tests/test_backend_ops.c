@@ -203,8 +203,14 @@ static void case_loss_adamw(const Backend *be, Outs *o) {
     be->scale(be, v, 0.0f, n); /* second moments start at zero... */
     be->add(be, v, v, m, n);   /* ...plus something, then squared to stay non-negative */
     be->mul(be, v, v, v, n);
-    const AdamwStep st = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                          .weight_decay = 0.1f, .grad_scale = 0.5f, .step = 3, .clear_grad = 1};
+    const AdamwStep st = {.lr = 1e-2f,
+                          .beta1 = 0.9f,
+                          .beta2 = 0.95f,
+                          .eps = 1e-8f,
+                          .weight_decay = 0.1f,
+                          .grad_scale = 0.5f,
+                          .step = 3,
+                          .clear_grad = 1};
     be->adamw_update(be, p, g, m, v, n, &st);
     out_f(o, be, "adamw p", p, n);
     out_f(o, be, "adamw m", m, n);
@@ -249,6 +255,17 @@ static void case_moe(const Backend *be, Outs *o, int variant) {
         be->expert_choice_forward(be, idx, w, &p, scores, N, &sp, &cx);
     } else {
         be->router_gate_forward(be, idx, w, scores, logits, NULL, N, &sp);
+        /* the weights of a forced choice (a routing replay): every token's K experts shifted
+         * by one, order kept */
+        int forced[R_N * R_K];
+        be->to_host(be, forced, idx, sizeof forced);
+        for (size_t j = 0; j < NA; j++) forced[j] = (forced[j] + 1) % E;
+        int *fidx = be_ints(be, NA);
+        float *fw = be_floats(be, NA);
+        be->to_device(be, fidx, forced, sizeof forced);
+        be->router_gate_weights(be, fw, fidx, scores, logits, N, &sp);
+        out_f(o, be, "gate weights of a forced choice", fw, NA);
+        release(be, fidx), release(be, fw);
         out_scalar(o, "balance loss", be->router_balance_loss(be, scores, idx, N, &sp, &cx));
         if (cx.capacity_factor > 0.0f)
             be->capacity_plan_build(be, &p, idx, scores, w, N, &sp, &cx);
@@ -357,10 +374,12 @@ static const Case CASES[] = {
     {"norm, rope, swiglu", case_norm_rope_swiglu,
      "rmsnorm_forward rmsnorm_backward rope_forward rope_backward swiglu_forward swiglu_backward"},
     {"attention", case_attention, "attention_forward attention_backward"},
-    {"attention over several blocks", case_attention_blocks, "attention_forward attention_backward"},
+    {"attention over several blocks", case_attention_blocks,
+     "attention_forward attention_backward"},
     {"loss and adamw", case_loss_adamw, "crossentropy_forward crossentropy_backward adamw_update"},
     {"moe dropless", case_moe_dropless,
-     "router_scores_forward router_gate_forward router_balance_loss router_z_loss "
+     "router_scores_forward router_gate_forward router_gate_weights router_balance_loss "
+     "router_z_loss "
      "dispatch_plan_build permute_forward experts_forward combine_forward combine_backward "
      "experts_backward permute_backward router_gate_backward route_stats route_domains"},
     {"moe capacity, padded, by score", case_moe_capacity, "capacity_plan_build"},
@@ -404,6 +423,7 @@ static const char *const ENTRIES[] = {"alloc",
                                       "adamw_update",
                                       "router_scores_forward",
                                       "router_gate_forward",
+                                      "router_gate_weights",
                                       "router_balance_loss",
                                       "router_z_loss",
                                       "router_gate_backward",

@@ -108,4 +108,71 @@ check "a cpu-fenced run resumes from its checkpoint as cpu's does" $? "$(tail -n
 check "moe export of a cpu-fenced checkpoint writes cpu's file (conversions run on the CPU)" $? \
     "$(tail -n 2 "$tmp/f.log")"
 
+# ---- 5. routing recorded on one backend, replayed on another -----------------------------------
+# The comparison a GPU's device script makes (tests/gpu/run_device.sh), here between the CPU
+# backends: the replaying run counts where its own top-k differs (replay.csv), then routes as
+# recorded. A recording of a different run (another seed) shows the replay takes effect: many
+# flips, and router.csv's expert loads (the choice alone decides them) are the recording's.
+echo "test_backends: routing recorded and replayed"
+rt=(--set moe.jitter=0 --set moe.noise=0 --set train.steps=12 --set train.eval_every=6)
+"$moe" train --out "$tmp/r-cpu" "${tiny[@]}" "${rt[@]}" --record-routing "$tmp/cpu.route" \
+    > "$tmp/r.log" 2>&1
+check "moe train --record-routing writes a recording" $? "$(tail -n 2 "$tmp/r.log")"
+for dev in cpu cpu-fenced; do
+    "$moe" train --out "$tmp/r-$dev-play" "${tiny[@]}" "${rt[@]}" --set train.device=$dev \
+        --replay-routing "$tmp/cpu.route" > "$tmp/r.log" 2>&1 &&
+        grep -q "differed in 0 of 6144 choices" "$tmp/r.log" &&
+        [ "$(awk -F, 'NR > 1 && $3 == 0' "$tmp/r-$dev-play/replay.csv" | wc -l)" = 12 ] &&
+        cmp -s <(no_speed "$tmp/r-cpu/train.csv") <(no_speed "$tmp/r-$dev-play/train.csv")
+    check "$dev replays cpu's own routing: no flip in any of 12 steps, the same run bit for bit" \
+        $? "$(tail -n 2 "$tmp/r.log")"
+done
+"$moe" train --out "$tmp/r-ref-play" "${tiny[@]}" "${rt[@]}" --set train.device=cpu-ref \
+    --replay-routing "$tmp/cpu.route" > "$tmp/r.log" 2>&1 &&
+    out=$(csv_close "$tmp/r-cpu/train.csv" "$tmp/r-ref-play/train.csv") &&
+    grep -q "^routing replayed from .*(.* %)" "$tmp/r.log"
+check "cpu-ref replays cpu's routing, reports its flip rate, and its losses agree within 2e-3" $? \
+    "${out:-}$(tail -n 2 "$tmp/r.log")"
+cols=$((6 + 4)) # step, layer, ..., load_0 .. load_3
+"$moe" train --out "$tmp/r-seed" "${tiny[@]}" "${rt[@]}" --set train.seed=7 \
+    --record-routing "$tmp/seed7.route" > "$tmp/r.log" 2>&1 &&
+    "$moe" train --out "$tmp/r-forced" "${tiny[@]}" "${rt[@]}" \
+        --replay-routing "$tmp/seed7.route" > "$tmp/r.log" 2>&1 &&
+    cmp -s <(cut -d, -f1,2,7-$cols "$tmp/r-seed/router.csv") \
+        <(cut -d, -f1,2,7-$cols "$tmp/r-forced/router.csv") &&
+    ! cmp -s <(cut -d, -f1,2,7-$cols "$tmp/r-cpu/router.csv") \
+        <(cut -d, -f1,2,7-$cols "$tmp/r-forced/router.csv") &&
+    [ "$(awk -F, 'NR == 2 { print ($3 > 100) }' "$tmp/r-forced/replay.csv")" = 1 ]
+check "another run's recording is obeyed: its expert loads, over 100 flips in step 1" $? \
+    "$(head -n 3 "$tmp/r-forced/replay.csv" | tr '\n' ' ')$(tail -n 2 "$tmp/r.log")"
+# mistakes: exit 2, a message naming the option, no run directory, the recording untouched
+cp "$tmp/cpu.route" "$tmp/cpu.route.orig"
+printf 'garbage' > "$tmp/bad.route"
+head -c 40 "$tmp/cpu.route" > "$tmp/damaged.route" && printf '\x63\x00\x00\x00' >> "$tmp/damaged.route" &&
+    tail -c +45 "$tmp/cpu.route" >> "$tmp/damaged.route"
+replay_mistakes=("another top-k:--set moe.top_k=1 --replay-routing $tmp/cpu.route:recorded with"
+                 "more steps than recorded:--set train.steps=20 --replay-routing $tmp/cpu.route:holds 24"
+                 "expert choice:--set moe.routing=expert_choice --set moe.balance=none --replay-routing $tmp/cpu.route:token-choice"
+                 "not a recording:--replay-routing $tmp/bad.route:not a routing recording"
+                 "an expert out of range:--replay-routing $tmp/damaged.route:damaged"
+                 "recording over a file:--record-routing $tmp/cpu.route:exists"
+                 "both options:--record-routing $tmp/new.route --replay-routing $tmp/cpu.route:not both")
+for entry in "${replay_mistakes[@]}"; do
+    IFS=: read -r what opts want <<< "$entry"
+    read -r -a opts <<< "$opts"
+    rm -rf "$tmp/r-bad"
+    "$moe" train --out "$tmp/r-bad" "${tiny[@]}" "${rt[@]}" "${opts[@]}" > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    # a mistake found before training writes no run; one found inside the recording stops the
+    # run at that step, as bad data would
+    [ $rc -eq 2 ] && grep -q -- "$want" "$tmp/err" && cmp -s "$tmp/cpu.route" "$tmp/cpu.route.orig" &&
+        { [ "$what" = "an expert out of range" ] || [ ! -e "$tmp/r-bad" ]; } && [ ! -e "$tmp/new.route" ]
+    check "routing replay refuses $what: exit 2, saying so" $? "exit $rc: $(head -n 2 "$tmp/err")"
+done
+"$moe" train --resume "$tmp/r-cpu" --set train.steps=14 --replay-routing "$tmp/cpu.route" \
+    > "$tmp/out" 2> "$tmp/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "fresh run" "$tmp/err"
+check "routing replay refuses --resume (a recording starts at step 0): exit 2" $? "exit $rc: $(cat "$tmp/err")"
+
 finish

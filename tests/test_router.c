@@ -87,6 +87,50 @@ START_TEST(test_topk_first_matches_renormalised_softmax) {
 }
 END_TEST
 
+START_TEST(test_gate_weights_of_a_given_choice) {
+    /* router_gate_weights on the choice router_gate_forward made gives its weights bit for
+     * bit in every weighting mode; on a forced choice, the weights of that choice */
+    enum { N = 9, E = 5, K = 2 };
+    float logits[N * E], p[N * E], lse[N], w[N * K], w2[N * K];
+    int idx[N * K];
+    fill_uniform(logits, N * E, 2.0f, 11);
+    for (int mode = 0; mode < 6; mode++) {
+        const int score = mode & 1 ? MOE_SCORE_SIGMOID : MOE_SCORE_SOFTMAX;
+        const int topk_first = mode == 4, renorm = mode >= 2;
+        MoeSpec sp =
+            spec_of(E, K, score, topk_first, renorm, mode == 5 ? 2.5f : 1.0f, MOE_BALANCE_AUX);
+        router_scores_forward(p, lse, logits, N, &sp);
+        router_gate_forward(idx, w, p, logits, NULL, N, &sp);
+        router_gate_weights(w2, idx, p, logits, N, &sp);
+        ck_assert_mem_eq(w, w2, sizeof w);
+        /* force the token's two lowest-scoring experts, in reverse order */
+        for (int n = 0; n < N; n++) {
+            int lo = 0, lo2 = -1;
+            for (int e = 1; e < E; e++)
+                if (p[n * E + e] < p[n * E + lo]) lo = e;
+            for (int e = 0; e < E; e++)
+                if (e != lo && (lo2 < 0 || p[n * E + e] < p[n * E + lo2])) lo2 = e;
+            idx[n * K] = lo2, idx[n * K + 1] = lo;
+        }
+        router_gate_weights(w2, idx, p, logits, N, &sp);
+        for (int n = 0; n < N; n++) {
+            const float *pn = p + n * E, *ln = logits + n * E;
+            const int a = idx[n * K], b = idx[n * K + 1];
+            float wa = pn[a], wb = pn[b];
+            if (topk_first) {
+                wa = 1.0f / (1.0f + expf(ln[b] - ln[a]));
+                wb = 1.0f - wa;
+            } else if (renorm) {
+                float z = wa + wb;
+                wa /= z, wb /= z;
+            }
+            CLOSE(w2[n * K], sp.route_scale * wa, "forced choice, first weight");
+            CLOSE(w2[n * K + 1], sp.route_scale * wb, "forced choice, second weight");
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_sigmoid_aux_loss_normalises_scores) {
     /* two tokens, E = 2, K = 1: f = (1, 0) (both to expert 0);
      * token scores (0.6, 0.2) -> q = (0.75, 0.25); (0.3, 0.3) -> q = (0.5, 0.5);
@@ -389,6 +433,7 @@ static Suite *router_suite(void) {
     TCase *fwd = tcase_create("forward");
     tcase_add_test(fwd, test_sigmoid_scores_and_weights);
     tcase_add_test(fwd, test_topk_first_matches_renormalised_softmax);
+    tcase_add_test(fwd, test_gate_weights_of_a_given_choice);
     tcase_add_test(fwd, test_sigmoid_aux_loss_normalises_scores);
     tcase_add_test(fwd, test_plain_router_is_the_default_mode);
     tcase_add_test(fwd, test_seq_aux_hand);

@@ -42,9 +42,9 @@ same_run() {
 
 # ---- 1. the crash loop ----------------------------------------------------------------------
 echo "test_runs: kill -9 loop"
-# long enough (about 2.5 s unbroken) that the random kills, up to 0.16 s apart, land many times
+# long enough (about 4 s unbroken) that the random kills, up to 0.16 s apart, land many times
 # before it ends, however fast the machine
-loop=("${tiny[@]}" --set train.steps=300 --set train.eval_every=5 --set train.ckpt_every=2)
+loop=("${tiny[@]}" --set train.steps=500 --set train.eval_every=5 --set train.ckpt_every=2)
 "$moe" train --out "$tmp/ref" "${loop[@]}" > /dev/null 2>&1
 check "the unbroken run" $? "$(ls "$tmp/ref" 2>&1)"
 run="$tmp/crash"

@@ -85,8 +85,8 @@ struct Backend {
      * arguments, kept apart so that a backend computing the large products at a lower
      * precision (a GPU's tf32, bf16) computes this one in fp32 (selective precision: top-k is
      * decided on these logits). The CPU backends run their matmul. */
-    void (*router_logits_forward)(const Backend *be, float *logits, const float *x,
-                                  const float *Wr, int N, int C, int E);
+    void (*router_logits_forward)(const Backend *be, float *logits, const float *x, const float *Wr,
+                                  int N, int C, int E);
     void (*router_logits_backward)(const Backend *be, float *dx, float *dWr, const float *dlogits,
                                    const float *x, const float *Wr, int N, int C, int E);
     void (*rmsnorm_forward)(const Backend *be, float *y, float *rstd, const float *x,
@@ -117,6 +117,9 @@ struct Backend {
                                   int N, const MoeSpec *s);
     void (*router_gate_forward)(const Backend *be, int *idx, float *w, const float *scores,
                                 const float *logits, const float *bias, int N, const MoeSpec *s);
+    /* the gate weights of experts already chosen (a replay of recorded routing) */
+    void (*router_gate_weights)(const Backend *be, float *w, const int *idx, const float *scores,
+                                const float *logits, int N, const MoeSpec *s);
     float (*router_balance_loss)(const Backend *be, const float *scores, const int *idx, int N,
                                  const MoeSpec *s, const MoeCtx *x);
     float (*router_z_loss)(const Backend *be, const float *lse, int N);
@@ -171,9 +174,9 @@ struct Backend {
  * (backend/fenced.c). */
 extern const Backend backend_cpu, backend_cpu_ref, backend_cpu_fenced;
 
-/* The backend train.device names ("cpu", "cpu-ref", "cpu-fenced", "cuda"), its products at precision
- * (MOE_PRECISION_*: a GPU's; the CPU backends compute fp32 whatever it says), or NULL with a
- * message: an unknown name (listing the backends), cuda in a build without it (naming make
+/* The backend train.device names ("cpu", "cpu-ref", "cpu-fenced", "cuda"), its products at
+ * precision (MOE_PRECISION_*: a GPU's; the CPU backends compute fp32 whatever it says), or NULL
+ * with a message: an unknown name (listing the backends), cuda in a build without it (naming make
  * cuda), or no GPU to open (the driver's words). */
 const Backend *backend_get(const char *name, int precision, char *err, int errlen);
 /* 1 when this build has the backend train.device names, without opening it (a GPU is not

@@ -139,6 +139,11 @@ static void ref_router_gate_forward(const Backend *be, int *idx, float *w, const
                                     const MoeSpec *s) {
     (void)be, router_gate_forward(idx, w, scores, logits, bias, N, s);
 }
+static void ref_router_gate_weights(const Backend *be, float *w, const int *idx,
+                                    const float *scores, const float *logits, int N,
+                                    const MoeSpec *s) {
+    (void)be, router_gate_weights(w, idx, scores, logits, N, s);
+}
 static float ref_router_balance_loss(const Backend *be, const float *scores, const int *idx, int N,
                                      const MoeSpec *s, const MoeCtx *x) {
     return (void)be, router_balance_loss(scores, idx, N, s, x);
@@ -259,6 +264,7 @@ static void sgemm_seconds(const Backend *be, int n, int reps, double *seconds) {
     .crossentropy_backward = ref_crossentropy_backward, .adamw_update = ref_adamw_update,          \
     .router_scores_forward = ref_router_scores_forward,                                            \
     .router_gate_forward = ref_router_gate_forward,                                                \
+    .router_gate_weights = ref_router_gate_weights,                                                \
     .router_balance_loss = ref_router_balance_loss, .router_z_loss = ref_router_z_loss,            \
     .router_gate_backward = ref_router_gate_backward,                                              \
     .dispatch_plan_build = ref_dispatch_plan_build,                                                \

@@ -188,6 +188,7 @@ static void fill_table(Backend *b) {
     b->adamw_update = cuda_adamw_update;
     b->router_scores_forward = cuda_router_scores_forward;
     b->router_gate_forward = cuda_router_gate_forward;
+    b->router_gate_weights = cuda_router_gate_weights;
     b->router_balance_loss = cuda_router_balance_loss;
     b->router_z_loss = cuda_router_z_loss;
     b->router_gate_backward = cuda_router_gate_backward;

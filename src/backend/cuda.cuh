@@ -162,6 +162,8 @@ void cuda_router_scores_forward(const Backend *be, float *scores, float *lse, co
                                 int N, const MoeSpec *s);
 void cuda_router_gate_forward(const Backend *be, int *idx, float *w, const float *scores,
                               const float *logits, const float *bias, int N, const MoeSpec *s);
+void cuda_router_gate_weights(const Backend *be, float *w, const int *idx, const float *scores,
+                              const float *logits, int N, const MoeSpec *s);
 float cuda_router_z_loss(const Backend *be, const float *lse, int N);
 void cuda_dispatch_plan_build(const Backend *be, DispatchPlan *p, const int *idx, int N);
 void cuda_permute_forward(const Backend *be, float *xe, const float *x, const DispatchPlan *p,

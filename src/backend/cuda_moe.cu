@@ -22,6 +22,7 @@
  * Launch order of each entry, all on cuda_stream(be):
  *   router_scores_forward  k_scores        kmoe_grid(N) x KMOE_THREADS, a thread per token
  *   router_gate_forward    k_gate          kmoe_grid(N) x KMOE_THREADS, a thread per token
+ *   router_gate_weights    k_gate_weights  kmoe_grid(N) x KMOE_THREADS, a thread per token
  *   router_z_loss          k_zloss         1 x KMOE_THREADS, then a copy of 8 bytes and a sync
  *   dispatch_plan_build    k_plan_rank     E x KMOE_THREADS, a block per expert
  *                          k_plan_offsets  1 x KMOE_THREADS
@@ -93,6 +94,26 @@ void cuda_router_gate_forward(const Backend *be, int *idx, float *w, const float
     k_gate<<<kmoe_grid((size_t)N), KMOE_THREADS, 0, cuda_stream(be)>>>(
         idx, w, scores, logits, bias, N, s->num_experts, s->top_k, s->topk_before_softmax,
         s->norm_topk, s->route_scale);
+    CUDA_LAUNCHED();
+}
+
+/* The weights of chosen experts (a replay): the second half of k_gate. */
+static __global__ void __launch_bounds__(KMOE_THREADS)
+    k_gate_weights(float *w, const int *idx, const float *scores, const float *logits, int N,
+                   int E, int K, int topk_first, int norm_topk, float rs) {
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    kmoe_gate_weights_row(w + (size_t)n * K, idx + (size_t)n * K, scores + (size_t)n * E,
+                          topk_first ? logits + (size_t)n * E : NULL, K, topk_first, norm_topk,
+                          rs);
+}
+
+void cuda_router_gate_weights(const Backend *be, float *w, const int *idx, const float *scores,
+                              const float *logits, int N, const MoeSpec *s) {
+    if (N <= 0) return;
+    k_gate_weights<<<kmoe_grid((size_t)N), KMOE_THREADS, 0, cuda_stream(be)>>>(
+        w, idx, scores, logits, N, s->num_experts, s->top_k, s->topk_before_softmax, s->norm_topk,
+        s->route_scale);
     CUDA_LAUNCHED();
 }
 

@@ -236,6 +236,10 @@ static void f_router_gate_forward(const Backend *be, int *idx, float *w, const f
                                   const float *logits, const float *bias, int N, const MoeSpec *s) {
     FENCED(router_gate_forward(CPU, idx, w, scores, logits, bias, N, s));
 }
+static void f_router_gate_weights(const Backend *be, float *w, const int *idx, const float *scores,
+                                  const float *logits, int N, const MoeSpec *s) {
+    FENCED(router_gate_weights(CPU, w, idx, scores, logits, N, s));
+}
 static float f_router_balance_loss(const Backend *be, const float *scores, const int *idx, int N,
                                    const MoeSpec *s, const MoeCtx *x) {
     FENCED_VALUE(float, router_balance_loss(CPU, scores, idx, N, s, x));
@@ -340,6 +344,7 @@ const Backend backend_cpu_fenced = {
     .adamw_update = f_adamw_update,
     .router_scores_forward = f_router_scores_forward,
     .router_gate_forward = f_router_gate_forward,
+    .router_gate_weights = f_router_gate_weights,
     .router_balance_loss = f_router_balance_loss,
     .router_z_loss = f_router_z_loss,
     .router_gate_backward = f_router_gate_backward,

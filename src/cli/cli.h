@@ -31,8 +31,9 @@ typedef struct {
     int n_configs, json, profile, reference_attention;
     long steps, warmup, threads, rounds;
     const char *profile_out;
-    const char *device;    /* bench --device */
-    const char *precision; /* bench --precision */
+    const char *device;                          /* bench --device */
+    const char *precision;                       /* bench --precision */
+    const char *record_routing, *replay_routing; /* train */
     /* upcycle */
     double noise, drop_ratio, router_std; /* router_std < 0: not given */
     long split;

@@ -28,6 +28,10 @@ static const CmdHelp HELP[] = {
      "                        the one provenance.txt records\n"
      "  --until STEP          stop after STEP (with a checkpoint); --resume continues\n"
      "  --init CKPT           start from the weights of CKPT (step 0, a fresh optimizer)\n"
+     "  --record-routing FILE write every MoE block's top-k choices to FILE (a new file)\n"
+     "  --replay-routing FILE take the choices from such a recording instead of this run's\n"
+     "                        own top-k, counting where they differ (replay.csv): two\n"
+     "                        backends' arithmetic compared without near-tie flips\n"
      "  --quiet               no progress display\n"
      "  --help                this text\n"},
     {"eval", "usage: moe eval --ckpt PATH [options]\n"

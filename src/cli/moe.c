@@ -116,8 +116,9 @@ static MOE_NORETURN void unknown_option(const char *cmd, const char *a) {
 
 /* Options that name a file or folder: an empty one would mean the current folder or nothing */
 static int is_path_option(const char *a) {
-    static const char *const PATHS[] = {"--config", "--out",  "--resume",     "--init",
-                                        "--from",   "--ckpt", "--profile-out"};
+    static const char *const PATHS[] = {
+        "--config", "--out",         "--resume",         "--init",          "--from",
+        "--ckpt",   "--profile-out", "--record-routing", "--replay-routing"};
     for (size_t i = 0; i < sizeof PATHS / sizeof PATHS[0]; i++)
         if (strcmp(a, PATHS[i]) == 0) return 1;
     return 0;
@@ -182,6 +183,10 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
             o->device = v;
         else if (strcmp(a, "--precision") == 0)
             o->precision = v;
+        else if (strcmp(a, "--record-routing") == 0)
+            o->record_routing = v;
+        else if (strcmp(a, "--replay-routing") == 0)
+            o->replay_routing = v;
         else if (strcmp(a, "--out") == 0)
             o->out = v;
         else if (strcmp(a, "--resume") == 0)
@@ -283,6 +288,9 @@ static int cmd_train(int argc, char **argv) {
     if (o.resume && o.init)
         usage_error("train", "--init %s starts a new run; --resume continues one: use one of them",
                     o.init);
+    if (o.record_routing && o.replay_routing)
+        usage_error("train", "%s: a run records its routing or replays one, not both",
+                    "--record-routing and --replay-routing");
     if (o.allow_data_change && !o.resume)
         usage_error("train", "%s: a new run has no data to compare with; drop it",
                     "--allow-data-change is for --resume");
@@ -334,6 +342,8 @@ static int cmd_train(int argc, char **argv) {
                        .quiet = o.quiet,
                        .until = (int)o.until,
                        .init = o.init,
+                       .record_routing = o.record_routing,
+                       .replay_routing = o.replay_routing,
                        .dist = &d};
     int rc = train_run(&c, &to);
     dist_finalize(&d);

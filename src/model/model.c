@@ -165,8 +165,8 @@ static MoeWeights moe_weights(const LayerView *lw) {
 /* ---- forward ------------------------------------------------------------------------------ */
 
 /* The MoE blocks' context of one call on sequences of T tokens: while training, the
- * exploration stream (when the spec draws any noise) and training's capacity; else no noise
- * and evaluation's capacity. */
+ * exploration stream (when the spec draws any noise), training's capacity and the routing
+ * tape; else no noise and evaluation's capacity. */
 static MoeCtx block_ctx(Model *m, int T) {
     const MoeSpec *s = &m->spec;
     MoeCtx x;
@@ -177,6 +177,7 @@ static MoeCtx block_ctx(Model *m, int T) {
         moe_ctx_eval(&x, s, T);
     }
     x.dist = m->dist;
+    x.tape = m->training ? m->route_tape : NULL; /* training's forward passes only */
     return x;
 }
 

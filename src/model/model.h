@@ -48,7 +48,7 @@ typedef struct Model {
     /* aux-free balancing state (moe.balance=aux_free): one bias per expert and MoE block,
      * added to the scores for the top-k choice only. Not a parameter: no gradient, no AdamW;
      * updated by model_update_router_bias and saved in checkpoints ("router_bias/layers.L"). */
-    float *router_bias; /* (n_moe, E) */
+    float *router_bias;      /* (n_moe, E) */
     float *router_bias_host; /* its host copy for the update, when the backend's memory is not
                                 the host's (a GPU's); else NULL */
     /* exploration noise (moe.jitter, moe.noise): drawn only while training is 1, from a stream
@@ -56,6 +56,9 @@ typedef struct Model {
      * leaves training 0 (evaluation, sampling); the training loop turns it on. */
     int training;
     Rng router_rng;
+    /* a routing recording to write or replay in training's forward passes (route_tape.h; set
+     * by the trainer, owned by it); NULL: none */
+    struct RouteTape *route_tape;
 
     /* activations and backward scratch: the entries of the model's table (acts.h:
      * model_acts_table), all in one allocation of the backend, the arena */

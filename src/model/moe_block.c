@@ -30,6 +30,7 @@
 #include "base/util.h"
 #include "model/ep.h"
 #include "model/profile.h"
+#include "model/route_tape.h"
 
 void moe_spec_from_config(MoeSpec *s, const Config *c, int seq_len) {
     *s = (MoeSpec){.d_model = c->d_model,
@@ -240,6 +241,9 @@ void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
     } else {
         PROF(PROF_ROUTER,
              be->router_gate_forward(be, a->idx, a->w, a->scores, a->logits, wt->bias, N, s));
+        if (cw.tape) /* record the choice, or replace it with the recorded one */
+            PROF(PROF_ROUTER,
+                 route_tape_apply(cw.tape, be, a->idx, a->w, a->scores, a->logits, N, s));
         if (a->global_f) {
             PROF(PROF_ROUTER,
                  global_fractions(a->global_f, a->global_count, a->idx, N, s, cw.dist));
@@ -313,8 +317,8 @@ void moe_block_backward(const Backend *be, float *dx, MoeGrads *gr, const float 
                           &sb, &cb, moe_balance_coef(&sb) * loss_scale, s->z_coef * loss_scale));
     /* logits = xj Wr^T with xj = x * jit: dWr sees xj, and dx(router) = (dlogits Wr) * jit */
     const float *xr = a->jittered ? a->xj : x;
-    PROF(PROF_ROUTER, be->router_logits_backward(be, dx ? scr->dx_router : NULL, gWr,
-                                                 scr->dlogits, xr, wt->router, N, C, E));
+    PROF(PROF_ROUTER, be->router_logits_backward(be, dx ? scr->dx_router : NULL, gWr, scr->dlogits,
+                                                 xr, wt->router, N, C, E));
     if (dx && a->jittered)
         PROF(PROF_ROUTER, be->mul(be, scr->dx_router, scr->dx_router, a->jit, NC));
     /* x feeds both paths: dx = dx(experts) + dx(router) */

@@ -107,6 +107,9 @@ typedef struct {
      * allocates its own for the call (tests, one-off callers). */
     void *work;
     size_t work_bytes;
+    /* a recording of the routing to write, or to replay instead of the block's own top-k
+     * (src/model/route_tape.h: comparing two backends' arithmetic); NULL: none */
+    struct RouteTape *tape;
 } MoeCtx;
 
 /* The defaults of the method fields: softmax scores (not topk_before_softmax), the Switch aux
@@ -156,6 +159,11 @@ void router_scores_forward(float *scores, float *lse, const float *logits, int N
  * logits (N, E) is read only when topk_before_softmax. */
 void router_gate_forward(int *idx, float *w, const float *scores, const float *logits,
                          const float *bias, int N, const MoeSpec *s);
+/* The gate weights alone, for experts already chosen (idx (N, K)): router_gate_forward's
+ * second half. A replay of recorded routing (src/model/route_tape.h) forces idx and then asks
+ * for the weights the forced choice gets. */
+void router_gate_weights(float *w, const int *idx, const float *scores, const float *logits, int N,
+                         const MoeSpec *s);
 
 /* The balancing loss of s->balance, unscaled, for N tokens (seq_aux: N / x->T sequences):
  *   aux (and, for monitoring, none and aux_free): E * sum_i f_i P_i (Switch);

@@ -133,41 +133,25 @@ void router_scores_forward(float *scores, float *lse, const float *logits, int N
     }
 }
 
-void router_gate_forward(int *idx, float *w, const float *scores, const float *logits,
-                         const float *bias, int N, const MoeSpec *s) {
-    /* idx (N, K), w (N, K), scores (N, E), logits (N, E) (topk_before_softmax), bias (E) or
-     * NULL. K passes of "largest key not yet taken" per token: K is small (1..8), and scanning
-     * experts in increasing order with a strict > makes a tie go to the lower index. */
-    const int E = s->num_experts, K = s->top_k, topk_first = s->topk_before_softmax;
+void router_gate_weights(float *w, const int *idx, const float *scores, const float *logits, int N,
+                         const MoeSpec *s) {
+    /* w (N, K) written, idx (N, K) the chosen experts, scores (N, E), logits (N, E) (read only
+     * when topk_before_softmax). The normalising sums run in double in k order. */
+    const int E = s->num_experts, K = s->top_k;
     const float rs = s->route_scale;
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float *p = scores + (size_t)n * E;
-        const float *key = topk_first ? logits + (size_t)n * E : p;
-        int *in = idx + (size_t)n * K;
+        const int *in = idx + (size_t)n * K;
         float *wn = w + (size_t)n * K;
-        for (int k = 0; k < K; k++) {
-            int best = -1;
-            float best_key = 0.0f;
-            for (int e = 0; e < E; e++) {
-                int taken = 0;
-                for (int j = 0; j < k; j++) taken |= in[j] == e;
-                if (taken) continue;
-                float ke = bias ? key[e] + bias[e] : key[e];
-                if (best < 0 || ke > best_key) {
-                    best = e;
-                    best_key = ke;
-                }
-            }
-            in[k] = best;
-        }
-        if (topk_first) {
+        if (s->topk_before_softmax) {
             /* softmax over the K chosen logits, shifted by their maximum */
-            float m = key[in[0]];
-            for (int k = 1; k < K; k++) m = key[in[k]] > m ? key[in[k]] : m;
+            const float *l = logits + (size_t)n * E;
+            float m = l[in[0]];
+            for (int k = 1; k < K; k++) m = l[in[k]] > m ? l[in[k]] : m;
             double z = 0.0;
             for (int k = 0; k < K; k++) {
-                wn[k] = nn_expf(key[in[k]] - m);
+                wn[k] = nn_expf(l[in[k]] - m);
                 z += wn[k];
             }
             float inv = (float)(1.0 / z);
@@ -185,6 +169,35 @@ void router_gate_forward(int *idx, float *w, const float *scores, const float *l
         }
         for (int k = 0; k < K; k++) wn[k] *= rs;
     }
+}
+
+void router_gate_forward(int *idx, float *w, const float *scores, const float *logits,
+                         const float *bias, int N, const MoeSpec *s) {
+    /* idx (N, K), w (N, K), scores (N, E), logits (N, E) (topk_before_softmax), bias (E) or
+     * NULL. K passes of "largest key not yet taken" per token: K is small (1..8), and scanning
+     * experts in increasing order with a strict > makes a tie go to the lower index. */
+    const int E = s->num_experts, K = s->top_k;
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *key = (s->topk_before_softmax ? logits : scores) + (size_t)n * E;
+        int *in = idx + (size_t)n * K;
+        for (int k = 0; k < K; k++) {
+            int best = -1;
+            float best_key = 0.0f;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int j = 0; j < k; j++) taken |= in[j] == e;
+                if (taken) continue;
+                float ke = bias ? key[e] + bias[e] : key[e];
+                if (best < 0 || ke > best_key) {
+                    best = e;
+                    best_key = ke;
+                }
+            }
+            in[k] = best;
+        }
+    }
+    router_gate_weights(w, idx, scores, logits, N, s);
 }
 
 /* The plain router's settings as a MoeSpec (softmax, Switch aux, route_scale 1). */

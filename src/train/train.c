@@ -12,6 +12,7 @@
 #include "base/util.h"
 #include "model/ep.h"
 #include "model/memory.h"
+#include "model/route_tape.h"
 #include "train/checkpoint.h"
 #include "train/run.h"
 
@@ -291,6 +292,33 @@ static void write_dist(FILE *f, const Model *m, Dist *d, const DistStats *step_s
     free(all);
 }
 
+/* --record-routing / --replay-routing: open the tape for the steps [start, last) of a run from
+ * step 0 on one process, or exit 2 saying why not. Returns the tape, or NULL when neither is
+ * asked for. */
+static RouteTape *open_route_tape(RouteTape *t, const Model *m, const Config *c,
+                                  const TrainOptions *o, int world, int start, int last) {
+    const char *path = o->replay_routing ? o->replay_routing : o->record_routing;
+    const char *opt = o->replay_routing ? "--replay-routing" : "--record-routing";
+    char err[1024];
+    if (!path) return NULL;
+    if (world > 1)
+        moe_input_error("%s: a routing recording belongs to a run on one process; drop mpirun "
+                        "or the option",
+                        opt);
+    if (start > 0 || o->init)
+        moe_input_error("%s: a routing recording covers a fresh run from its step 0 (not "
+                        "--resume, not --init)",
+                        opt);
+    if (m->n_moe == 0 || c->routing == MOE_ROUTING_EXPERT_CHOICE)
+        moe_input_error("%s: it records token-choice routing, and this model has %s", opt,
+                        m->n_moe == 0 ? "no MoE block" : "moe.routing=expert_choice");
+    const long long calls = (long long)(last - start) * c->accum * m->n_moe;
+    if (route_tape_open(t, path, o->replay_routing != NULL, c->num_experts, c->top_k, m->B * m->T,
+                        m->n_moe, calls, err, sizeof err) != 0)
+        moe_input_error("%s", err);
+    return t;
+}
+
 int train_run(Config *c, const TrainOptions *o) {
     char err[1024], ckpt_path[MOE_PATH_MAX + 32], path[MOE_PATH_MAX + 32];
     Dist *d = o->dist && o->dist->world > 1 ? o->dist : NULL;
@@ -346,6 +374,8 @@ int train_run(Config *c, const TrainOptions *o) {
         moe_input_error("%s is already at step %d of train.steps=%d; to train further, raise it "
                         "(--set train.steps=N)",
                         o->out_dir, start_step, c->steps);
+    RouteTape tape;
+    m.route_tape = open_route_tape(&tape, &m, c, o, world, start_step, last);
 
     /* every process has checked its inputs; only now does the first one write */
     if (d) dist_barrier(d);
@@ -387,6 +417,12 @@ int train_run(Config *c, const TrainOptions *o) {
                               "rows_out_remote,rows_in_remote",
                               keep)
                     : NULL;
+
+    /* a replay's flips per step: the choices this run's own top-k would have made otherwise */
+    FILE *freplay = o->replay_routing
+                        ? run_csv(d, o->out_dir, "replay.csv", "step,choices,flipped", keep)
+                        : NULL;
+    long long replay_choices = 0, replay_flips = 0;
 
     const int E = c->num_experts > 0 ? c->num_experts : 1;
     RouterAccum ra = {.n_moe = m.n_moe, .E = E};
@@ -481,6 +517,11 @@ int train_run(Config *c, const TrainOptions *o) {
         if (!isnan(val_loss)) fprintf(ftrain, "%.6f", val_loss);
         fputc('\n', ftrain);
         raccum_write(&ra, &m, frouter, s);
+        if (freplay) {
+            fprintf(freplay, "%d,%lld,%lld\n", s, tape.choices - replay_choices,
+                    tape.flips - replay_flips);
+            replay_choices = tape.choices, replay_flips = tape.flips;
+        }
         last_loss = (float)loss;
         if (root && !o->quiet)
             /* the live line keeps showing the last validation loss; plain lines show it once */
@@ -491,6 +532,7 @@ int train_run(Config *c, const TrainOptions *o) {
             fflush(ftrain);
             fflush(frouter);
             if (fdist) fflush(fdist);
+            if (freplay) fflush(freplay);
             if (checkpoint_save(&m, &loader.rng, ckpt_path, err, sizeof err) != 0)
                 moe_fatal("saving the checkpoint failed: %s", err);
         }
@@ -500,6 +542,18 @@ int train_run(Config *c, const TrainOptions *o) {
     fclose(fdomains);
     fclose(fvalrouter);
     if (fdist) fclose(fdist);
+    if (freplay) fclose(freplay);
+    if (m.route_tape) {
+        if (o->replay_routing)
+            printf("routing replayed from %s: this run's own top-k differed in %lld of %lld "
+                   "choices (%.4f %%); replay.csv has them by step\n",
+                   o->replay_routing, tape.flips, tape.choices,
+                   tape.choices ? 100.0 * (double)tape.flips / (double)tape.choices : 0.0);
+        else
+            printf("routing recorded in %s: %lld MoE block calls\n", o->record_routing, tape.calls);
+        route_tape_close(&tape);
+        m.route_tape = NULL;
+    }
     if (root) {
         char val_text[96];
         if (isnan(last_val))

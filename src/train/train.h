@@ -14,17 +14,20 @@
 #include "parallel/dist.h"
 
 typedef struct {
-    const char *out_dir; /* run directory (created) */
-    int resume;          /* continue the run in out_dir from its checkpoint */
-    int quiet;           /* no progress display */
-    int until;           /* stop (with a checkpoint) after this step; 0 = train.steps.
-                            For schedulers with time limits, and to test resuming. */
-    const char *init;    /* start from this checkpoint's weights (step 0, fresh AdamW moments
-                            and data order); NULL: from the config's random init */
-    Dist *dist;          /* the processes of the run (NULL or a world of one: this one) */
-    int restart;         /* out_dir holds a run stopped before its first checkpoint: start it
-                            again from step 0, replacing its files (`moe train --resume`) */
+    const char *out_dir;   /* run directory (created) */
+    int resume;            /* continue the run in out_dir from its checkpoint */
+    int quiet;             /* no progress display */
+    int until;             /* stop (with a checkpoint) after this step; 0 = train.steps.
+                              For schedulers with time limits, and to test resuming. */
+    const char *init;      /* start from this checkpoint's weights (step 0, fresh AdamW moments
+                              and data order); NULL: from the config's random init */
+    Dist *dist;            /* the processes of the run (NULL or a world of one: this one) */
+    int restart;           /* out_dir holds a run stopped before its first checkpoint: start it
+                              again from step 0, replacing its files (`moe train --resume`) */
     int allow_data_change; /* resume even when the data's CRC-32 differs from provenance.txt's */
+    /* the routing of this run's MoE blocks: written to record_routing, or replayed from
+     * replay_routing (src/model/route_tape.h); NULL: neither. A run from step 0 on one process. */
+    const char *record_routing, *replay_routing;
 } TrainOptions;
 
 /* Train per c. Returns 0, or exits with status 2 on bad input (data, checkpoint, run dir). */

@@ -13,6 +13,10 @@
 #            sigmoid scores with seq_aux and aux-free balancing, shared experts; every step's
 #            losses and gradient norm within 2e-3 (relative), as tests/test_backends.sh asks
 #            of cpu-ref
+#   replay   the cpu runs' routing recorded and replayed on the GPU (moe train
+#            --record-routing / --replay-routing): the flip rate the GPU's own top-k shows, and
+#            every step within 5e-4 once flips are replayed away (MoE, capacity, aux-free,
+#            seq_aux with a shared expert)
 #            and the MoE run again with the experts' first rung (MOE_CUDA_EXPERTS=loop); 50
 #            steps at tf32 and at bf16 end within 2 % of fp32's loss
 #   repeat   two GPU runs write the same checkpoint, byte for byte
@@ -21,7 +25,9 @@
 #            gpu-medium with the experts' loop, gpu-medium in tf32 and bf16; each JSON in
 #            OUT/bench-*.log
 # It needs what `make test` needs (OpenBLAS, Check) and the CUDA toolkit; a step whose
-# prerequisite is missing is reported as skipped, never as passed.
+# prerequisite is missing is reported as skipped, never as passed. A machine without OpenBLAS
+# or Check and without a way to install them takes them from .gpu-deps/ (Debian packages that
+# tests/gpu/pack_deps.sh downloads on a machine with network), unpacked under /tmp/moe-deps.
 #
 # REHEARSE=1 runs the same steps on a machine without a GPU, with cpu-ref standing in for cuda
 # (and the GPU-only steps skipped): a check of the script itself, before a GPU's time is spent.
@@ -47,6 +53,7 @@ step() {
     timeout -k 10 "$limit" "$@" > "$out/$name.log" 2>&1
     local rc=$?
     say "$name: $([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)") in $((SECONDS - t0)) s"
+    grep '^= ' "$out/$name.log" | sed 's/^= /    /' | tee -a "$summary"
     [ $rc = 0 ] || tail -n 15 "$out/$name.log" | sed 's/^/    /' | tee -a "$summary"
     return $rc
 }
@@ -64,6 +71,34 @@ train_pair() { # NAME SETTINGS...: the run on cpu and on the GPU, compared
     $moe train --out "$out/runs/$name-cpu" "${base[@]}" "$@" --set train.device=cpu &&
         $moe train --out "$out/runs/$name-gpu" "${base[@]}" "$@" --set train.device=$RD_GPU &&
         csv_close "$out/runs/$name-cpu/train.csv" "$out/runs/$name-gpu/train.csv"
+}
+replay_pair() { # NAME SETTINGS...: the CPU's routing replayed on the GPU (route_tape.h)
+    # The cpu run records its choices, the GPU run takes them instead of its own top-k and
+    # counts where its own differ (the flip rate: near-ties decided the other way by the GPU's
+    # rounding). Without flips the runs differ by arithmetic alone: every step within 5e-4.
+    # Lines starting "= " go to the summary.
+    local name=$1 rec=$out/runs/$1.route; shift
+    rm -f "$rec"
+    $moe train --out "$out/runs/$name-cpu-rec" "${base[@]}" "$@" --set train.device=cpu \
+        --record-routing "$rec" &&
+        $moe train --out "$out/runs/$name-gpu-replay" "${base[@]}" "$@" \
+            --set train.device=$RD_GPU --replay-routing "$rec" > "$out/runs/$name-replay.txt" ||
+        return 1
+    cat "$out/runs/$name-replay.txt"
+    echo "= $name: the GPU's own top-k $(sed -n 's/.*own top-k \(differed in [^;]*\);.*/\1/p' \
+        "$out/runs/$name-replay.txt"); step 1 (the same weights): $(awk -F, 'NR == 2 {
+        print $3 " of " $2 }' "$out/runs/$name-gpu-replay/replay.csv")"
+    if [ -e "$out/runs/$name-gpu/train.csv" ]; then
+        echo "= $name without replay: $(csv_close "$out/runs/$name-cpu/train.csv" \
+            "$out/runs/$name-gpu/train.csv" | tail -n 1)"
+    fi
+    local diff rc
+    diff=$(csv_close "$out/runs/$name-cpu-rec/train.csv" \
+        "$out/runs/$name-gpu-replay/train.csv" 5e-4)
+    rc=$?
+    echo "$diff"
+    echo "= $name with replay: $(echo "$diff" | tail -n 1)"
+    return $rc
 }
 repeat() { # a second GPU run of train-moe's settings: the same checkpoint, byte for byte
     $moe train --out "$out/runs/again" "${base[@]}" --set moe.num_experts=8 --set moe.top_k=2 \
@@ -108,6 +143,33 @@ else
 fi
 say "nvcc: $(nvcc --version 2>/dev/null | tail -n 1)"
 
+# OpenBLAS and Check from .gpu-deps/ where the machine has none
+have_deps() {
+    command -v pkg-config > /dev/null 2>&1 && pkg-config --exists check 2> /dev/null &&
+        { pkg-config --exists openblas 2> /dev/null ||
+            ls /usr/lib/*/openblas-openmp/pkgconfig/openblas.pc > /dev/null 2>&1; }
+}
+if ! have_deps && ls .gpu-deps/*.deb > /dev/null 2>&1; then
+    root=/tmp/moe-deps
+    mkdir -p "$root"
+    for f in .gpu-deps/*.deb; do
+        if command -v dpkg-deb > /dev/null 2>&1; then
+            dpkg-deb -x "$f" "$root"
+        else # ar and tar alone: the data member of the package
+            member=$(ar t "$f" | grep '^data\.tar')
+            ar p "$f" "$member" | tar -x -C "$root" --auto-compress -f - 2> /dev/null ||
+                ar p "$f" "$member" | tar -xJ -C "$root"
+        fi
+    done
+    lib=$(ls -d "$root"/usr/lib/*-linux-gnu | head -n 1)
+    export DEPS_ROOT=$root PKG_CONFIG_SYSROOT_DIR=$root
+    export PKG_CONFIG_LIBDIR=$lib/openblas-openmp/pkgconfig:$lib/pkgconfig
+    export PATH=$root/usr/bin:$PATH
+    export LD_LIBRARY_PATH=$lib/openblas-openmp:$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    say "deps: OpenBLAS and Check from .gpu-deps, unpacked in $root"
+fi
+have_deps || say "deps: no OpenBLAS or Check here, and no .gpu-deps/ (tests/gpu/pack_deps.sh): the build will stop"
+
 step build 300 make -j"$(nproc)" cuda CUDA_ARCH="${arch:-90}" || exit 1
 step build-tests 120 make -j"$(nproc)" CUDA=1 CUDA_ARCH="${arch:-90}" \
     build-cuda/tests/test_backend_ops build-cuda/tests/test_backend_grad || exit 1
@@ -139,6 +201,14 @@ step train-aux-free 120 bash "$me" --fn train_pair aux-free --set moe.num_expert
     --set moe.score=sigmoid --set moe.balance=aux_free
 step train-seq-aux 120 bash "$me" --fn train_pair seq-aux --set moe.num_experts=8 --set moe.top_k=2 \
     --set moe.score=sigmoid --set moe.balance=seq_aux --set moe.num_shared=1
+# the CPU's routing replayed on the GPU: the flip rate, and the runs without flips
+step replay-moe 120 bash "$me" --fn replay_pair moe --set moe.num_experts=8 --set moe.top_k=2
+step replay-capacity 120 bash "$me" --fn replay_pair capacity --set moe.num_experts=8 \
+    --set moe.top_k=2 --set moe.capacity_factor=1.0 --set moe.padded=1
+step replay-aux-free 120 bash "$me" --fn replay_pair aux-free --set moe.num_experts=8 \
+    --set moe.top_k=2 --set moe.score=sigmoid --set moe.balance=aux_free
+step replay-seq-aux 120 bash "$me" --fn replay_pair seq-aux --set moe.num_experts=8 \
+    --set moe.top_k=2 --set moe.score=sigmoid --set moe.balance=seq_aux --set moe.num_shared=1
 
 # tf32 and bf16 products, judged by the loss: 50 steps within 2 % of fp32's
 step precision-tf32 120 bash "$me" --fn precision_pair tf32

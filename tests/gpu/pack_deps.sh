@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# pack_deps.sh [DIR]: the Debian packages that building and testing moe.c needs beyond a
+# compiler (OpenBLAS for OpenMP with its Fortran runtime, Check, pkg-config), downloaded here
+# into DIR (default .gpu-deps, which git ignores), for a GPU machine that has no network or no
+# package manager: copy DIR there with the working tree, and run_device.sh unpacks the packages
+# under /tmp/moe-deps (nothing under /) when the machine lacks OpenBLAS or Check.
+set -eu
+cd "$(dirname "$0")/../.."
+dir=${1:-.gpu-deps}
+pkgs=(libopenblas0-openmp libopenblas-openmp-dev libgfortran5 libquadmath0 check libsubunit0
+      libsubunit-dev pkgconf pkgconf-bin libpkgconf3)
+mkdir -p "$dir"
+cd "$dir"
+rm -f ./*.deb
+if ! apt-get download "${pkgs[@]}" > /dev/null 2>&1; then
+    apt-get update > /dev/null
+    apt-get download "${pkgs[@]}" > /dev/null
+fi
+echo "pack_deps: $(ls ./*.deb | wc -l) packages, $(du -sh . | cut -f1), in $dir"
