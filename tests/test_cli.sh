@@ -285,7 +285,7 @@ reject_keeps() {
     reject "$label" "$patterns" "$@"
     after=$(snapshot "$dir")
     [ "$before" = "$after" ]
-    check "$label: every file of $(basename "$dir") unchanged" $? \
+    check "$label: every file of ${dir##*/} unchanged" $? \
         "$(diff <(echo "$before") <(echo "$after") | head -n 4)"
 }
 reject_keeps "train --out into an existing run" "$run" "already holds a run;--resume" \
@@ -394,9 +394,10 @@ missing=""
 for k in $(sed -n 's/^\([a-z_.]*\) = .*/\1/p' "$run/config.txt"); do
     grep -Eq "^ *$k " <<< "$keys" || missing="$missing $k"
 done
+nkeys=$(grep -c = "$run/config.txt")
 [ $rc -eq 0 ] && [ -z "$missing" ] && grep -q 'model\.d_model' <<< "$keys" &&
     grep -q 'train\.ckpt_every' <<< "$keys"
-check "info --keys lists every key of config.txt ($(grep -c = "$run/config.txt") keys)" $? \
+check "info --keys lists every key of config.txt ($nkeys keys)" $? \
     "exit $rc, missing:$missing"
 
 # ---- 5. a dense model ---------------------------------------------------------------------

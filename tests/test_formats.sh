@@ -66,7 +66,7 @@ refuse_keeps() {
     refuse "$label" "$patterns" "$@"
     after=$(snapshot "$dir")
     [ "$before" = "$after" ]
-    check "$label: every file of $(basename "$dir") unchanged" $? \
+    check "$label: every file of ${dir##*/} unchanged" $? \
         "$(diff <(echo "$before") <(echo "$after") | head -n 4)"
 }
 

@@ -20,7 +20,8 @@
  * experts, and all of them for the reference); the tokens from a seed that depends on the rank.
  * Every process fills a small record of numbers; rank 0 gathers them (dist_gather_f) and prints
  * them in rank order. Every function it calls is the engine's own: dist_init and the
- * collectives (src/parallel/dist.h), the router, dispatch plan, permutation, experts and combine
+ * collectives (src/parallel/dist.h; the hand-built ones the chapter explains,
+ * dist.collectives=teach), the router, dispatch plan, permutation, experts and combine
  * (src/moe/moe_ops.h), ep_experts_forward (src/model/ep.h).
  */
 #include <math.h>
@@ -166,7 +167,7 @@ int main(int argc, char **argv) {
     /* The process count is known once MPI has started: a first grid (ep = 1) says it, and the
      * grid of the chapter (ep = every process) is built inside it. */
     Dist world, d;
-    if (dist_init(&world, &argc, &argv, 1, 30.0, err, sizeof err) != 0) {
+    if (dist_init(&world, &argc, &argv, 1, DIST_COLL_TEACH, 30.0, err, sizeof err) != 0) {
         fprintf(stderr, "a2a: %s\n", err);
         return MOE_EXIT_INPUT;
     }
@@ -184,7 +185,7 @@ int main(int argc, char **argv) {
         dist_finalize(&world);
         return MOE_EXIT_INPUT;
     }
-    if (dist_init(&d, &argc, &argv, P, 30.0, err, sizeof err) != 0) {
+    if (dist_init(&d, &argc, &argv, P, DIST_COLL_TEACH, 30.0, err, sizeof err) != 0) {
         fprintf(stderr, "a2a: %s\n", err);
         dist_finalize(&world);
         return MOE_EXIT_INPUT;

@@ -12,7 +12,8 @@
 # Every run is the chapter 0 MoE (4 blocks of width 128, 8 experts of hidden 256, top-2, batch
 # 16 x 128 bytes) with dist.ep = 1 (one process), 2 and 4 (mpirun -np 2 and 4, one OpenMP
 # thread each), once with the Switch aux loss (moe.balance=aux) and once without
-# (moe.balance=none, z-loss only). The loss is the same for every dist.ep (tests/mpi/test_ep.sh
+# (moe.balance=none, z-loss only), over the hand-built collectives the chapter explains
+# (dist.collectives=teach). The loss is the same for every dist.ep (tests/mpi/test_ep.sh
 # checks it to 1e-5); what changes is where the work happens and what travels. From each run's
 # dist.csv: bytes per step against the cost model, each process's load (rows its experts
 # processed), and where each process's step time goes. On a 2-core machine 4 processes share
@@ -67,7 +68,7 @@ for name in "${names[@]}"; do
   # process with 2 OpenMP threads on a single core
   OMP_NUM_THREADS=$((ep == 1 ? 2 : 1)) mpirun --bind-to none -np $ep "$moe" train --out "$dir" --quiet \
     "${MODEL_SETS[@]}" "${TRAIN_SETS[@]}" \
-    --set dist.ep=$ep --set moe.balance=$balance --set train.steps=$steps \
+    --set dist.ep=$ep --set dist.collectives=teach --set moe.balance=$balance --set train.steps=$steps \
     --set train.eval_every=0 --set train.warmup=$((steps / 5)) \
     --set train.threads=$((ep == 1 ? 2 : 1))
   [ "$ep" = 1 ] && profile_ep1 "$dir"

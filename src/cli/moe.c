@@ -333,7 +333,10 @@ static int cmd_train(int argc, char **argv) {
      * the process grid (dist.ep) */
     Dist d;
     char err[1024];
-    if (dist_init(&d, NULL, NULL, c.ep, c.timeout, err, sizeof err) != 0)
+    _Static_assert((int)MOE_COLLECTIVES_MPI == (int)DIST_COLL_MPI &&
+                       (int)MOE_COLLECTIVES_TEACH == (int)DIST_COLL_TEACH,
+                   "dist.collectives and DistCollectives");
+    if (dist_init(&d, NULL, NULL, c.ep, c.collectives, c.timeout, err, sizeof err) != 0)
         moe_input_error("%s", err);
     TrainOptions to = {.out_dir = dir,
                        .resume = o.resume != NULL && !restart,

@@ -21,15 +21,30 @@
  * every collective is a copy, and nothing here needs an MPI library. `make mpi` builds with
  * mpicc and MOE_HAVE_MPI=1 (dist_mpi.c).
  *
+ * Two engines carry the collectives of a multi-process run (dist.collectives):
+ *   DIST_COLL_MPI    MPI's own nonblocking collectives (MPI_Iallreduce, MPI_Ialltoallv, ...),
+ *                    the default: the library picks its algorithm (ring, tree, recursive
+ *                    doubling) by size and network, as production runs do; their results repeat
+ *                    for a given process count as far as the library's algorithm choice does.
+ *   DIST_COLL_TEACH  the collectives built by hand from point-to-point messages
+ *                    (dist_mpi_ops.c): linear patterns through member 0 and a reduction order we
+ *                    fix, so a run repeats bit for bit at a given process count; what chapter 3
+ *                    and lab 03 explain.
+ *
  * No silent hangs: every collective waits at most timeout_s (1.5 or 2 times that for the
  * waits of a sum or barrier that go through member 0, so that the rank waiting for a stopped
  * one directly is the first to speak). A rank whose peers have not answered by then prints
- * which ranks it was waiting for (the all-to-all exchanges know them peer by peer) and ends
- * the whole job with a non-zero status (MPI_Abort). dist_init bounds the start of the job
+ * which ranks it was waiting for (the all-to-all exchanges know them peer by peer; MPI's own
+ * collectives do not say, so with those it names the collective and its group) and ends the
+ * whole job with a non-zero status (MPI_Abort). dist_init bounds the start of the job
  * (MPI_Init) by timeout_s too.
  *
  * Accounting: every collective adds the bytes this rank sent and received and the seconds it
  * spent inside the call to DistStats, so the training loop can report communication per step.
+ * The exchanges' bytes are their payload with either engine. A sum's are what its algorithm
+ * moves: teach's linear one, (P - 1) n at member 0 and n at the others, each way; with MPI's,
+ * the 2 (P - 1) / P n of a bandwidth-optimal one (a ring), each way, which is the cost model the
+ * library's large sums follow (it may choose another algorithm for small ones).
  */
 #ifndef MOE_DIST_H
 #define MOE_DIST_H
@@ -38,6 +53,7 @@
 #include <stdint.h>
 
 typedef enum { DIST_WORLD = 0, DIST_EP = 1, DIST_DP = 2 } DistGroup;
+typedef enum { DIST_COLL_MPI = 0, DIST_COLL_TEACH = 1 } DistCollectives;
 
 typedef struct {
     uint64_t bytes_sent, bytes_recv; /* payload bytes (counts included), summed over calls */
@@ -50,15 +66,18 @@ typedef struct Dist {
     int ep, dp;           /* the grid: world = dp x ep */
     int ep_rank, dp_rank; /* ep_rank = rank % ep (which experts), dp_rank = rank / ep */
     double timeout_s;     /* longest wait for a peer before the job is ended */
+    int collectives;      /* DistCollectives: which engine carries the collectives */
     DistStats stats;
     void *impl; /* the MPI communicators (dist_mpi.c); NULL in one process */
 } Dist;
 
-/* Start (MPI_Init when built with MPI) and build the grid. ep must divide the world size.
+/* Start (MPI_Init when built with MPI) and build the grid. ep must divide the world size;
+ * collectives (DistCollectives) chooses the engine.
  * Returns 0, or -1 with a message (e.g. "dist.ep=3 does not divide the 4 processes: run with
  * mpirun -np 3 or 6, or set dist.ep to a divisor of 4"). Without MPI, only ep = 1 is valid
  * unless the world is 1 and ep is 1. */
-int dist_init(Dist *d, int *argc, char ***argv, int ep, double timeout_s, char *err, int errlen);
+int dist_init(Dist *d, int *argc, char ***argv, int ep, int collectives, double timeout_s,
+              char *err, int errlen);
 void dist_finalize(Dist *d);
 
 /* 1 when this build can run more than one process (MOE_HAVE_MPI). */

@@ -16,7 +16,8 @@
 
 #include "base/util.h"
 
-int dist_init(Dist *d, int *argc, char ***argv, int ep, double timeout_s, char *err, int errlen) {
+int dist_init(Dist *d, int *argc, char ***argv, int ep, int collectives, double timeout_s,
+              char *err, int errlen) {
     memset(d, 0, sizeof *d);
     if (ep < 1)
         return set_error(err, errlen,
@@ -30,6 +31,7 @@ int dist_init(Dist *d, int *argc, char ***argv, int ep, double timeout_s, char *
                          ep, ep, ep);
     d->world = d->ep = d->dp = 1;
     d->timeout_s = timeout_s > 0 ? timeout_s : 60.0;
+    d->collectives = collectives; /* one process: every engine is a copy */
     return 0;
 }
 

@@ -1,9 +1,10 @@
 /*
  * dist_mpi.c: the process grid and its collectives over MPI (the MOE_HAVE_MPI=1 build): this
  * file has the grid, the requests and their wait loop, and the start and end of a job; the
- * collectives built on them are in dist_mpi_ops.c, and what the two share in dist_mpi.h.
+ * collectives built on them are in dist_mpi_ops.c (dist.collectives=teach) and
+ * dist_mpi_lib.c (=mpi, MPI's own), and what they share in dist_mpi.h.
  *
- * Every collective here is made of point-to-point messages (MPI_Isend / MPI_Irecv) and one
+ * The teaching collectives are made of point-to-point messages (MPI_Isend / MPI_Irecv) and one
  * wait loop, instead of MPI_Allreduce or MPI_Alltoallv, for three reasons:
  *   - no silent hangs: the loop has a deadline (timeout_s without progress) and knows, request
  *     by request, which peer has not answered, so the job ends with a message naming it
@@ -13,8 +14,9 @@
  *   - a reduction order we choose: sums are taken at member 0 of the group in member order
  *     ((x_0 + x_1) + x_2) + ..., so the result depends on the group size only, never on the
  *     order messages arrive in, and runs repeat bit for bit.
- * The patterns are linear (member 0 talks to P - 1 peers): right for the handful of ranks this
- * project runs; a tree or ring would save time, and would keep the results if it kept the order.
+ * The patterns are linear (member 0 talks to P - 1 peers): right for the handful of ranks a
+ * lesson runs; MPI's own collectives (dist_mpi_lib.c) bring the ring and the tree, and keep
+ * the deadline and the passive waiting, since the same loop tests their requests.
  *
  * Communicators: a duplicate of MPI_COMM_WORLD (our tags never meet another library's) and
  * two splits of it, EP rows (colour dp_rank, key ep_rank) and DP columns (colour ep_rank, key
@@ -85,6 +87,14 @@ static int world_of(const Dist *d, DistGroup g, int p) {
 
 /* ---- requests and the wait loop ---------------------------------------------------------- */
 
+MPI_Comm dm_comm(const Dist *d, DistGroup g) {
+    return impl_of(d)->comm[g];
+}
+
+void dm_check(const Dist *d, int rc, const char *op) {
+    mpi_check(d, rc, op);
+}
+
 /* A free slot for a collective named name over group g, its tags drawn from g's start count. */
 DistOp *dm_op_begin(Dist *d, DistGroup g, const char *name, MPI_Datatype type) {
     DistMpi *m = impl_of(d);
@@ -95,6 +105,7 @@ DistOp *dm_op_begin(Dist *d, DistGroup g, const char *name, MPI_Datatype type) {
         moe_fatal("dist: a %d-th collective started while %d are in flight: dist_wait one first",
                   DIST_MAX_IN_FLIGHT + 1, DIST_MAX_IN_FLIGHT);
     op->busy = 1;
+    op->g = g;
     op->name = name;
     op->type = type;
     op->tag = TAG_STRIDE * (int)(m->started[g]++ % TAG_SLOTS);
@@ -138,6 +149,26 @@ static int cmp_int(const void *a, const void *b) {
 
 /* The peers of the requests still open: those we wait to hear from (receives), or, when every
  * receive is in, those that have not taken our sends. Sorted, each once, as "1, 3". */
+/* A collective of the MPI library (dist_mpi_lib.c) is one request for the whole group: it
+ * cannot say which member is missing, so the message names the collective, the group and its
+ * world ranks. */
+static MOE_NORETURN void abort_timeout_lib(const Dist *d, const DistOp *op, double waited) {
+    static const char *const GROUP[] = {"the world", "the expert-parallel group",
+                                        "the data-parallel group"};
+    const int P = dist_group_size(d, op->g);
+    char list[512] = "";
+    size_t used = 0;
+    for (int p = 0; p < P && used + 16 < sizeof list; p++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%d", p ? ", " : "",
+                                 world_of(d, op->g, p));
+    fprintf(stderr,
+            "moe: rank %d: the %s over %s (world ranks %s) did not complete in %.1f s: a "
+            "process of it has stopped or died (MPI's collectives do not say which; "
+            "dist.collectives=teach names it); ending the job (dist timeout %.0f s)\n",
+            d->rank, op->name, GROUP[op->g], list, waited, d->timeout_s);
+    end_job();
+}
+
 static MOE_NORETURN void abort_timeout(const Dist *d, const DistOp *op, double waited) {
     int *ranks = malloc_check((size_t)(op->nreq + 1) * sizeof(int));
     int n = 0;
@@ -199,6 +230,8 @@ void dm_wait_for(Dist *d, DistOp *op, double patience) {
         polled = now;
         if (got > 0 || gap > 0.25 * d->timeout_s)
             last = now;
+        else if (now - last > patience * d->timeout_s && op->kind == OP_LIB)
+            abort_timeout_lib(d, op, now - start);
         else if (now - last > patience * d->timeout_s)
             abort_timeout(d, op, now - start);
         else
@@ -254,7 +287,8 @@ static void startup_done(void) {
     sigaction(SIGALRM, &startup_old, NULL);
 }
 
-int dist_init(Dist *d, int *argc, char ***argv, int ep, double timeout_s, char *err, int errlen) {
+int dist_init(Dist *d, int *argc, char ***argv, int ep, int collectives, double timeout_s,
+              char *err, int errlen) {
     memset(d, 0, sizeof *d);
     int inited = 0, owns = 0, provided = 0;
     if (timeout_s <= 0) timeout_s = 60.0;
@@ -296,6 +330,7 @@ int dist_init(Dist *d, int *argc, char ***argv, int ep, double timeout_s, char *
     d->ep_rank = rank % ep;
     d->dp_rank = rank / ep;
     d->timeout_s = timeout_s > 0 ? timeout_s : 60.0;
+    d->collectives = collectives;
 
     DistMpi *m = calloc_check(1, sizeof *m);
     m->owns_mpi = owns;

@@ -52,7 +52,8 @@ enum {
  * chunk it is at. */
 struct DistOp {
     int busy;
-    int kind;            /* OP_SUM: driven chunk by chunk in dist_wait; OP_ONCE: one wait */
+    int kind;            /* OP_SUM: driven chunk by chunk in dist_wait; OP_ONCE, OP_LIB: one
+                            wait */
     double patience;     /* OP_ONCE: its tier (WAIT_PEER, ...) */
     const char *name;    /* "allreduce_sum_f", for messages */
     int tag;             /* this op's tag offset: TAG_STRIDE x (its start number mod TAG_SLOTS) */
@@ -73,7 +74,7 @@ struct DistOp {
 };
 
 enum { SUM_UP = 0, SUM_DOWN = 1 };
-enum { OP_ONCE = 0, OP_SUM = 1 };
+enum { OP_ONCE = 0, OP_SUM = 1, OP_LIB = 2 }; /* OP_LIB: one request of MPI's own collective */
 
 typedef struct {
     MPI_Comm comm[3]; /* indexed by DistGroup: world duplicate, EP row, DP column */
@@ -94,5 +95,20 @@ void dm_post_send(Dist *d, DistOp *op, DistGroup g, const void *buf, int n, int 
 
 /* Wait for every request op has posted, with patience x timeout_s of silence at most. */
 void dm_wait_for(Dist *d, DistOp *op, double patience);
+
+/* The communicator of group g; an MPI return code checked (an error ends the job, naming op). */
+MPI_Comm dm_comm(const Dist *d, DistGroup g);
+void dm_check(const Dist *d, int rc, const char *op);
+
+/* dist.collectives=mpi: the collectives of dist.h as MPI's own nonblocking ones
+ * (dist_mpi_lib.c), each one request that the same wait loop tests against the deadline. */
+DistOp *lib_sum_start(Dist *d, DistGroup g, void *x, size_t n, int is_double, const char *name);
+DistOp *lib_alltoallv_f_start(Dist *d, const float *send, const int *send_counts,
+                              const int *send_displs, float *recv, const int *recv_counts,
+                              const int *recv_displs);
+void lib_alltoall_i(Dist *d, const int *send, int *recv, int count);
+void lib_broadcast_f(Dist *d, DistGroup g, float *x, int n);
+void lib_gather_f(Dist *d, const float *x, int n, float *out);
+void lib_barrier(Dist *d);
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * dist_mpi_ops.c: the collectives of the MPI build (dist.h), on the requests and the wait loop
  * of dist_mpi.c (read its opening comment first: why point-to-point, the deadlines, the
- * reduction order, the tags).
+ * reduction order, the tags). These are dist.collectives=teach, built by hand; each entry
+ * hands dist.collectives=mpi to MPI's own collectives (dist_mpi_lib.c) first.
  */
 #if MOE_HAVE_MPI
 #include "parallel/dist_mpi.h"
@@ -110,10 +111,12 @@ static void sum_finish(Dist *d, DistOp *op) {
 }
 
 DistOp *dist_allreduce_sum_f_start(Dist *d, DistGroup g, float *x, size_t n) {
+    if (d->collectives == DIST_COLL_MPI) return lib_sum_start(d, g, x, n, 0, "allreduce_sum_f");
     return sum_start(d, g, x, n, 0, "allreduce_sum_f");
 }
 
 DistOp *dist_allreduce_sum_d_start(Dist *d, DistGroup g, double *x, size_t n) {
+    if (d->collectives == DIST_COLL_MPI) return lib_sum_start(d, g, x, n, 1, "allreduce_sum_d");
     return sum_start(d, g, x, n, 1, "allreduce_sum_d");
 }
 
@@ -128,6 +131,10 @@ void dist_allreduce_sum_d(Dist *d, DistGroup g, double *x, size_t n) {
 /* ---- all-to-all inside the EP row --------------------------------------------------------- */
 
 void dist_alltoall_i(Dist *d, const int *send, int *recv, int count) {
+    if (d->collectives == DIST_COLL_MPI) {
+        lib_alltoall_i(d, send, recv, count);
+        return;
+    }
     const double t0 = now_seconds();
     DistOp *op = dm_op_begin(d, DIST_EP, "alltoall_i", MPI_INT);
     int P = d->ep, me = d->ep_rank;
@@ -158,6 +165,9 @@ DistOp *dist_alltoallv_f_start(Dist *d, const float *send, const int *send_count
                  send_counts[me], recv_counts[me]);
         dist_abort(d, why);
     }
+    if (d->collectives == DIST_COLL_MPI)
+        return lib_alltoallv_f_start(d, send, send_counts, send_displs, recv, recv_counts,
+                                     recv_displs);
     DistOp *op = dm_op_begin(d, DIST_EP, "alltoallv_f", MPI_FLOAT);
     if (recv_counts[me] > 0)
         memcpy(recv + recv_displs[me], send + send_displs[me],
@@ -199,6 +209,10 @@ void dist_broadcast_f(Dist *d, DistGroup g, float *x, size_t n) {
     const double t0 = now_seconds();
     int P = dist_group_size(d, g), me = dist_group_rank(d, g);
     int cnt = count_of(d, n, "broadcast_f: more than 2^31 - 1 floats in one call: split it");
+    if (d->collectives == DIST_COLL_MPI) {
+        lib_broadcast_f(d, g, x, cnt);
+        return;
+    }
     DistOp *op = dm_op_begin(d, g, "broadcast_f", MPI_FLOAT);
     if (me == 0) {
         for (int p = 1; p < P; p++) dm_post_send(d, op, g, x, cnt, p, TAG_BROADCAST);
@@ -215,6 +229,10 @@ void dist_gather_f(Dist *d, const float *x, size_t n, float *out) {
     const double t0 = now_seconds();
     int P = d->ep, me = d->ep_rank;
     int cnt = count_of(d, n, "gather_f: more than 2^31 - 1 floats in one call: split it");
+    if (d->collectives == DIST_COLL_MPI) {
+        lib_gather_f(d, x, cnt, out);
+        return;
+    }
     DistOp *op = dm_op_begin(d, DIST_EP, "gather_f", MPI_FLOAT);
     if (me == 0) {
         if (n > 0) memcpy(out, x, n * sizeof(float));
@@ -234,6 +252,10 @@ void dist_gather_f(Dist *d, const float *x, size_t n, float *out) {
  * releases them all. One collective in two phases: the release is posted only once every
  * report is in. */
 void dist_barrier(Dist *d) {
+    if (d->collectives == DIST_COLL_MPI) {
+        lib_barrier(d);
+        return;
+    }
     const double t0 = now_seconds();
     const int root = d->rank == 0;
     const double patience = root ? WAIT_ROOT : WAIT_HUB;

@@ -6,6 +6,7 @@
  * the same order, with the grid read from the environment:
  *   MOE_TEST_EP=N         dist.ep (default 1)
  *   MOE_TEST_TIMEOUT=S    dist timeout in seconds (default 30)
+ *   MOE_TEST_COLLECTIVES=mpi|teach  dist.collectives (default teach)
  *   MOE_TEST_HANG_RANK=R  instead of the suite, a run of all-to-alls in which rank R stops
  *                         answering halfway (the others must end the job and name R)
  *   MOE_TEST_KILL_RANK=R  the same, but rank R kills itself (SIGKILL)
@@ -110,10 +111,10 @@ END_TEST
 START_TEST(test_init_rejects_bad_ep) {
     Dist bad;
     char err[256] = "", want[64];
-    ck_assert_int_eq(dist_init(&bad, NULL, NULL, 0, 1.0, err, sizeof err), -1);
+    ck_assert_int_eq(dist_init(&bad, NULL, NULL, 0, g_d.collectives, 1.0, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "dist.ep=0") != NULL, "message: %s", err);
     int ep = g_d.world + 1; /* never divides the world */
-    ck_assert_int_eq(dist_init(&bad, NULL, NULL, ep, 1.0, err, sizeof err), -1);
+    ck_assert_int_eq(dist_init(&bad, NULL, NULL, ep, g_d.collectives, 1.0, err, sizeof err), -1);
     snprintf(want, sizeof want, "mpirun -np %d", ep);
     ck_assert_msg(strstr(err, want) != NULL, "message '%s' lacks '%s'", err, want);
     snprintf(want, sizeof want, "dist.ep=%d", ep);
@@ -536,7 +537,10 @@ int main(int argc, char **argv) {
                 stop_at_start);
         raise(SIGSTOP);
     }
-    if (dist_init(&g_d, &argc, &argv, ep, env_number("MOE_TEST_TIMEOUT", 30), err, sizeof err)) {
+    const char *coll = getenv("MOE_TEST_COLLECTIVES");
+    const int collectives = coll && strcmp(coll, "mpi") == 0 ? DIST_COLL_MPI : DIST_COLL_TEACH;
+    if (dist_init(&g_d, &argc, &argv, ep, collectives, env_number("MOE_TEST_TIMEOUT", 30), err,
+                  sizeof err)) {
         fprintf(stderr, "test_dist: %s\n", err);
         return 2;
     }
@@ -559,9 +563,10 @@ int main(int argc, char **argv) {
     double total = failed; /* every rank learns whether any failed, and exits the same way */
     dist_allreduce_sum_d(&g_d, DIST_WORLD, &total, 1);
     if (g_d.rank == 0)
-        printf("test_dist: %d tests on %d process(es), ep %d x dp %d: %s (%g failures over all "
-               "ranks)\n",
-               ran, g_d.world, g_d.ep, g_d.dp, total == 0 ? "all passed" : "FAILED", total);
+        printf("test_dist: %d tests on %d process(es), ep %d x dp %d, %s collectives: %s (%g "
+               "failures over all ranks)\n",
+               ran, g_d.world, g_d.ep, g_d.dp, collectives == DIST_COLL_MPI ? "MPI's" : "teach",
+               total == 0 ? "all passed" : "FAILED", total);
     dist_finalize(&g_d);
     return total == 0 ? 0 : 1;
 }

@@ -2,9 +2,10 @@
 # test_dist.sh: the process grid and collectives of src/parallel under mpirun (run by
 # `make test-mpi` with MOE_BUILD set; the binary is $MOE_BUILD/tests/mpi/test_dist).
 #
-#   1. the Check suite of tests/mpi/test_dist.c on every rank: 1 process (ep 1), 2 (ep 2),
-#      4 (ep 4; and ep 2 x dp 2): grid layout, sums over WORLD / EP / DP, all-to-alls,
-#      broadcast, gather, barrier, byte counts
+#   1. the Check suite of tests/mpi/test_dist.c on every rank, with each engine of collectives
+#      (teach: built by hand; mpi: MPI's own): 1 process (ep 1), 2 (ep 2), 4 (ep 4; and ep 2 x
+#      dp 2), 8 (ep 4 x dp 2, oversubscribed): grid layout, sums over WORLD / EP / DP (every
+#      member the same bits), all-to-alls, broadcast, gather, barrier, byte counts
 #   2. a bad grid is refused with a message: dist.ep=3 on 4 processes
 #   3. no silent hangs: a rank that stops answering in the middle of a run of all-to-alls
 #      (MOE_TEST_HANG_RANK=1, dist timeout 3 s) ends the job non-zero within 15 s, and the
@@ -15,6 +16,8 @@
 #      detection is what is tested) ends the job non-zero within 15 s
 #   5. in sums over 4 processes (MOE_TEST_HANG_SUM=1), where ranks 2 and 3 wait for rank 0
 #      and rank 0 for the stopped rank 1, every message names rank 1, never rank 0
+#   3-5 again with MPI's collectives, which cannot name the silent rank: the job ends within
+#      15 s and the message names the collective, its group and the group's world ranks
 #   6. a process stopped before MPI_Init (MOE_TEST_STOP_AT_START=2) does not hang the others
 #      there: the job ends non-zero within 15 s with a message about the start of the job
 # Every mpirun runs under `timeout -k 10 60` (a KILL 10 s after the TERM: an mpirun stuck while
@@ -28,7 +31,8 @@ bin=$(executable "$build/tests/mpi/test_dist" \
       "make MPI=1 $build/tests/mpi/test_dist (or set MOE_BUILD)") || exit 1
 need_mpirun required
 export OMP_NUM_THREADS=1
-unset MOE_TEST_HANG_RANK MOE_TEST_KILL_RANK MOE_TEST_TIMEOUT MOE_TEST_HANG_SUM MOE_TEST_STOP_AT_START
+unset MOE_TEST_HANG_RANK MOE_TEST_KILL_RANK MOE_TEST_TIMEOUT MOE_TEST_HANG_SUM MOE_TEST_STOP_AT_START \
+    MOE_TEST_COLLECTIVES
 
 now_ms() { date +%s%3N; }
 
@@ -75,12 +79,14 @@ run_ranks() {
 
 # ---- 1. the suite on every grid ----------------------------------------------------------
 echo "test_dist: the suite under mpirun"
-for grid in "1 1" "2 2" "4 4" "4 2"; do
-    set -- $grid
-    run "$1" "$2"
-    [ $rc -eq 0 ] && grep -q "all passed" <<< "$out"
-    check "mpirun -np $1, ep $2 x dp $(($1 / $2)): every test on every rank (${secs} s)" $? \
-        "exit $rc: $(grep -E 'rank|FAIL|rror' <<< "$out" | head -n 8)"
+for coll in teach mpi; do
+    for grid in "1 1" "2 2" "4 4" "4 2" "8 4"; do
+        set -- $grid
+        run "$1" "$2" MOE_TEST_COLLECTIVES=$coll
+        [ $rc -eq 0 ] && grep -q "all passed" <<< "$out"
+        check "$coll collectives, mpirun -np $1, ep $2 x dp $(($1 / $2)): every test on every rank (${secs} s)" $? \
+            "exit $rc: $(grep -E 'rank|FAIL|rror' <<< "$out" | head -n 8)"
+    done
 done
 
 # ---- 2. a grid that does not fit ---------------------------------------------------------
@@ -115,6 +121,23 @@ check "ep 2 x dp 2, rank 3 stops: every 'no answer' message names rank 3 alone" 
 run 4 2 MOE_TEST_KILL_RANK=1 MOE_TEST_TIMEOUT=30
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "${secs%.*}" -lt 15 ] && grep -q "kills itself" <<< "$out"
 check "a rank killed: job ended (exit $rc) in ${secs} s" $? \
+    "exit $rc after ${secs} s: $(tail -n 4 <<< "$out")"
+
+# with MPI's collectives the library cannot say who is missing: the message names the
+# collective, its group and the group's world ranks, and the job still ends in bounded time
+run 4 2 MOE_TEST_HANG_RANK=3 MOE_TEST_TIMEOUT=3 MOE_TEST_COLLECTIVES=mpi
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "${secs%.*}" -lt 15 ] &&
+    grep -qE "rank 2: the alltoallv_f over the expert-parallel group \(world ranks 2, 3\) did not complete in 3.0 s.*dist.collectives=teach names it" <<< "$out"
+check "MPI's collectives, rank 3 stops: job ended (exit $rc) in ${secs} s, rank 2 names the exchange and its group" $? \
+    "exit $rc after ${secs} s: $(grep -E 'moe:|test_dist' <<< "$out" | head -n 4)"
+run 4 4 MOE_TEST_HANG_SUM=1 MOE_TEST_TIMEOUT=3 MOE_TEST_COLLECTIVES=mpi
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "${secs%.*}" -lt 15 ] &&
+    grep -qE "the allreduce_sum_d over the world \(world ranks 0, 1, 2, 3\) did not complete" <<< "$out"
+check "MPI's collectives, rank 1 stops in a sum: job ended (exit $rc) in ${secs} s, naming the sum" $? \
+    "exit $rc after ${secs} s: $(grep -E 'moe:|test_dist' <<< "$out" | head -n 4)"
+run 4 2 MOE_TEST_KILL_RANK=1 MOE_TEST_TIMEOUT=30 MOE_TEST_COLLECTIVES=mpi
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "${secs%.*}" -lt 15 ] && grep -q "kills itself" <<< "$out"
+check "MPI's collectives, a rank killed: job ended (exit $rc) in ${secs} s" $? \
     "exit $rc after ${secs} s: $(tail -n 4 <<< "$out")"
 
 # ---- 5, 6. the rank to blame, and the start of the job --------------------------------------
