@@ -127,9 +127,9 @@ fi
 echo "test_plots: a run over 2 processes (dist.csv)"
 multi="$tmp/multi"
 make_run "$multi" 20 "0 1" 4 "en de" 10
-{ echo "step,layer,rank,bytes_sent,bytes_recv,comm_s,expert_s,rows_in,rows_out_remote,rows_in_remote"
+{ echo "step,layer,rank,bytes_sent,bytes_recv,comm_s,expert_s,rows_in,rows_out_remote,rows_in_remote,sync_wait_s"
   for s in $(seq 1 20); do for r in 0 1; do for l in -1 0 1; do
-    echo "$s,$l,$r,$((1000 * (s + r + 2))),$((1000 * (s + r + 2))),0.01,0.02,$((100 + 7 * r)),10,12"
+    echo "$s,$l,$r,$((1000 * (s + r + 2))),$((1000 * (s + r + 2))),0.01,0.02,$((100 + 7 * r)),10,12,0.001"
   done; done; done; } > "$multi/dist.csv"
 out=$(MOE_PLOT_KEEP=1 bash "$plot" "$multi" 2>&1)
 if msg=$(is_png "$multi/dist.png"); then ok "dist.png is a PNG ($msg)"; else bad "dist.png: $msg: $out"; fi

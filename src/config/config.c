@@ -179,6 +179,12 @@ static const Key KEYS[] = {
              "the collectives of a multi-process run: mpi (MPI's own: the library's ring and "
              "tree algorithms) or teach (chapter 3's, built from point-to-point messages: "
              "linear, bit for bit repeatable, names a silent peer)"),
+    ROW(T_INT, "dist.overlap", overlap, "1", 0, 1, 0,
+        "1: sum a block's gradients over the processes while the earlier blocks' backward "
+        "runs; 0: all after the backward"),
+    ROW(T_FLOAT, "dist.bucket_mb", bucket_mb, "25", 0, NOMAX, 0,
+        "neighbouring gradient tensors of a block are summed as one bucket of up to this many "
+        "MiB; 0: each tensor alone"),
 };
 
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))

@@ -94,6 +94,8 @@ typedef struct {
     int ep;        /* processes per expert-parallel group (each holds E / ep experts) */
     float timeout; /* longest wait for a peer, seconds */
     int collectives; /* MOE_COLLECTIVES_*: the engine of the collectives (parallel/dist.h) */
+    int overlap;     /* 1: a block's gradient sums start when its backward is done */
+    float bucket_mb; /* the largest bucket of gradients summed as one (MiB; 0: one tensor) */
 } Config;
 
 /* The embedded defaults (the model `moe train` trains with no arguments). */

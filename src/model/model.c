@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "model/grad_sync.h"
 #include "model/profile.h"
 #include "nn/ops.h"
 
@@ -74,6 +75,10 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
     const int ep = m->dist ? m->dist->ep : 1;
 
     params_table_build_ep(&m->pt, c, ep);
+    if (m->dist) {
+        m->sync = calloc_check(1, sizeof *m->sync);
+        grad_sync_init(m->sync, &m->pt, (size_t)(c->bucket_mb * (1 << 20) / sizeof(float)));
+    }
     m->params = dev(m, m->pt.total);
     m->grads = dev(m, m->pt.total);
     m->m = dev(m, m->pt.total);
@@ -143,6 +148,8 @@ void model_free(Model *m) {
     free(m->resid);
     free(m->blocks);
     free(m->router_bias_host);
+    if (m->sync) grad_sync_free(m->sync);
+    free(m->sync);
     release(m, m->arena);
     acts_table_free(&m->acts);
     release(m, m->rope_cs);
@@ -344,10 +351,16 @@ void model_backward(Model *m, float loss_scale) {
                                         MOE_VOCAB));
     PROF(PROF_NORM, be->rmsnorm_backward(be, m->dresid, m->g.final_norm, m->dln, m->resid[L],
                                          m->w.final_norm, m->rstdf, N, C));
+    /* the last micro-batch of a step across processes: each stage's gradients are final when
+     * it is done, and their sums start at once (grad_sync.h) */
+    GradSync *sync = m->sync_in_backward ? m->sync : NULL;
+    if (sync) grad_sync_ready(sync, m->dist, m->grads, 0);
 
     /* dresid holds d/d(resid[l+1]); each block turns it into d/d(resid[l]) in place */
-    for (int l = L - 1; l >= 0; l--)
+    for (int l = L - 1; l >= 0; l--) {
         block_backward(m, l, m->dresid, m->dresid, m->resid[l], loss_scale);
+        if (sync) grad_sync_ready(sync, m->dist, m->grads, L - l);
+    }
 
     PROF(PROF_EMBED, be->embed_backward(be, m->g.tok_emb, m->dresid, m->inputs, N, C));
     prof_backward = 0;
@@ -403,20 +416,7 @@ float model_grad_norm(const Model *m) {
 void model_sync_grads(Model *m) {
     if (!m->dist) return;
     double t0 = prof_clock();
-    /* a few tensors' sums in flight at once, so that one tensor's messages travel while
-     * another's are added up; each element's sum is the same as alone */
-    enum { WINDOW = DIST_MAX_IN_FLIGHT / 2 };
-    DistOp *op[WINDOW];
-    for (int i = 0; i < m->pt.n; i++) {
-        const ParamTensor *t = &m->pt.t[i];
-        if (i >= WINDOW) dist_wait(m->dist, op[i % WINDOW]);
-        /* an expert's gradient comes from every process whose tokens it served, inside its
-         * group; its copies in the other data-parallel replicas are summed with it */
-        op[i % WINDOW] = dist_allreduce_sum_f_start(
-            m->dist, t->expert_dim ? DIST_DP : DIST_WORLD, m->grads + t->offset, t->numel);
-    }
-    for (int i = m->pt.n > WINDOW ? m->pt.n - WINDOW : 0; i < m->pt.n; i++)
-        dist_wait(m->dist, op[i % WINDOW]);
+    grad_sync_finish(m->sync, m->dist, m->grads);
     if (prof_enabled) prof_add(PROF_OPTIMIZER, prof_clock() - t0);
 }
 

@@ -101,6 +101,11 @@ typedef struct Model {
     /* more than one process (model_init_dist; NULL: one). With dist->ep > 1 the stacked
      * expert tensors hold this member's num_experts / ep experts (params_table_build_ep). */
     Dist *dist;
+    /* the gradients' sums over the processes, in buckets (grad_sync.h; NULL in one process).
+     * While sync_in_backward is 1 (the trainer sets it for the last micro-batch of a step with
+     * dist.overlap=1), model_backward starts each block's sums as soon as it is done. */
+    struct GradSync *sync;
+    int sync_in_backward;
 } Model;
 
 /* Allocate a model for config c with activations for B x T tokens; weights initialised from
@@ -142,9 +147,10 @@ void model_update_router_bias(Model *m, const double *count);
 float model_grad_norm(const Model *m);
 
 /* Across processes: sum every gradient over the processes that hold a copy of its tensor
- * (non-expert tensors: all; expert tensors: the data-parallel replicas of the same experts).
- * Each process's backward must have scaled its loss by 1 / (accum x world) so that the sums
- * are the gradient of the whole batch's mean loss. No-op in one process. */
+ * (non-expert tensors: all; expert tensors: the data-parallel replicas of the same experts):
+ * the sums a backward with sync_in_backward has started, and the others. Each process's
+ * backward must have scaled its loss by 1 / (accum x world) so that the sums are the gradient
+ * of the whole batch's mean loss. No-op in one process. */
 void model_sync_grads(Model *m);
 
 /* One AdamW step with learning rate lr on all parameters; increments m->step. The update reads

@@ -107,6 +107,11 @@ DistOp *dist_alltoallv_f_start(Dist *d, const float *send, const int *send_count
  * spent in start and wait, and the bytes, go to d->stats. */
 void dist_wait(Dist *d, DistOp *op);
 
+/* Let the collectives in flight advance without waiting for any (MPI moves a nonblocking
+ * collective only while the process is inside an MPI call): for a caller that computes between
+ * a start and its wait. */
+void dist_progress(Dist *d);
+
 /* In-place sums over a group, the same result on every member (a fixed reduction order for a
  * given group size, so runs repeat bit for bit). */
 void dist_allreduce_sum_f(Dist *d, DistGroup g, float *x, size_t n);

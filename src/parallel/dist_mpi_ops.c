@@ -192,6 +192,16 @@ void dist_alltoallv_f(Dist *d, const float *send, const int *send_counts, const 
                                         recv_displs));
 }
 
+/* A probe enters the library's progress engine, which moves every request and every schedule
+ * of a nonblocking collective in flight, and completes none of them: the waits still check
+ * them. A teaching sum's next phase is posted by its wait (sum_finish). */
+void dist_progress(Dist *d) {
+    int flag = 0;
+    dm_check(d, MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, dm_comm(d, DIST_WORLD), &flag,
+                           MPI_STATUS_IGNORE),
+             "progress");
+}
+
 void dist_wait(Dist *d, DistOp *op) {
     if (!op || !op->busy) moe_fatal("dist_wait: a collective that is not in flight");
     const double t0 = now_seconds();

@@ -11,6 +11,7 @@
 
 #include "base/util.h"
 #include "model/ep.h"
+#include "model/grad_sync.h"
 #include "model/memory.h"
 #include "model/route_tape.h"
 #include "train/checkpoint.h"
@@ -250,9 +251,11 @@ static FILE *run_csv(const Dist *d, const char *dir, const char *file, const cha
 }
 
 /* dist.csv: this step's traffic and time of every process, one row per process and MoE block
- * (layer -1: the step's other collectives: gradient sums, statistics). Gathered by a sum over
+ * (layer -1: the step's other collectives: gradient sums, statistics; and sync_wait_s, the
+ * seconds after the backward spent waiting for the gradients' sums). Gathered by a sum over
  * the world of arrays where each process fills only its own rows. */
-enum { DIST_COLS = 7 }; /* bytes_sent, bytes_recv, comm_s, expert_s, rows_in, rows_out, rows_rin */
+enum { DIST_COLS = 8 }; /* bytes_sent, bytes_recv, comm_s, expert_s, rows_in, rows_out, rows_rin,
+                          sync_wait_s */
 static void write_dist(FILE *f, const Model *m, Dist *d, const DistStats *step_start, int step) {
     const int W = d->world, nb = m->n_moe + 1;
     double *all = (double *)calloc_check((size_t)W * nb * DIST_COLS, sizeof(double));
@@ -280,13 +283,14 @@ static void write_dist(FILE *f, const Model *m, Dist *d, const DistStats *step_s
     mine[0] = (double)(d->stats.bytes_sent - step_start->bytes_sent) - ep_sent;
     mine[1] = (double)(d->stats.bytes_recv - step_start->bytes_recv) - ep_recv;
     mine[2] = (d->stats.seconds - step_start->seconds) - ep_comm;
+    mine[7] = m->sync->wait_s; /* what of the gradients' sums the backward did not hide */
     dist_allreduce_sum_d(d, DIST_WORLD, all, (size_t)W * nb * DIST_COLS);
     for (int r = 0; r < W; r++)
         for (int l = -1, b = 0; l < m->cfg.n_layer; l++) {
             if (l >= 0 && !m->blocks[l].moe) continue;
             const double *row = all + ((size_t)r * nb + b) * DIST_COLS;
-            fprintf(f, "%d,%d,%d,%.0f,%.0f,%.6f,%.6f,%.0f,%.0f,%.0f\n", step, l, r, row[0], row[1],
-                    row[2], row[3], row[4], row[5], row[6]);
+            fprintf(f, "%d,%d,%d,%.0f,%.0f,%.6f,%.6f,%.0f,%.0f,%.0f,%.6f\n", step, l, r, row[0],
+                    row[1], row[2], row[3], row[4], row[5], row[6], row[7]);
             b++;
         }
     free(all);
@@ -414,7 +418,7 @@ int train_run(Config *c, const TrainOptions *o) {
     FILE *fvalrouter = run_csv(d, o->out_dir, "val_router.csv", header, keep);
     FILE *fdist = d ? run_csv(d, o->out_dir, "dist.csv",
                               "step,layer,rank,bytes_sent,bytes_recv,comm_s,expert_s,rows_in,"
-                              "rows_out_remote,rows_in_remote",
+                              "rows_out_remote,rows_in_remote,sync_wait_s",
                               keep)
                     : NULL;
 
@@ -468,6 +472,8 @@ int train_run(Config *c, const TrainOptions *o) {
         for (int micro = 0; micro < c->accum; micro++) {
             loader_next(&loader, inputs, targets, domains);
             model_forward(&m, inputs + mine, targets + mine, B, T);
+            /* the step's last backward starts the gradients' sums block by block */
+            m.sync_in_backward = d && c->overlap && micro == c->accum - 1;
             /* each process's mean over its share, 1 / world of the batch's mean */
             model_backward(&m, 1.0f / (float)(c->accum * world));
             loss += m.loss;

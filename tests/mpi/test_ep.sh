@@ -23,6 +23,10 @@
 #   5. teach repeats a run bit for bit (checkpoint, train.csv, router.csv)
 #   6. with MPI's collectives, a batch of 8 over 1, 2, 4 and 8 processes (8: more than the
 #      cores) for 30 steps: losses and every weight within 1e-5 of the one-process run
+#   7. the gradients' sums in buckets and overlapped with the backward (dist.bucket_mb,
+#      dist.overlap), over two micro-batches: teach gives the same bits as every tensor summed
+#      alone after the backward, mpi the same losses and weights to 1e-5; dist.csv has the
+#      wait after the backward (sync_wait_s)
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
 
 # shellcheck source=tests/lib/common.sh
@@ -262,6 +266,46 @@ for grid in "2 2" "4 2" "8 4"; do
     ok=$?
     check "[mpi] $np processes, dist.ep=$ep x $((np / ep)), 30 steps: every step's losses and every weight = one process's (to 1e-5: $(cat "$tmp/w.txt"))" \
         $ok "exit $rc: $(tail -n 3 "$tmp/$name.log"); floats, differing, max: $(cat "$tmp/w.txt")"
+done
+
+# ---- 7. the gradients' sums in buckets, overlapped with the backward -------------------------
+# Two micro-batches a step (only the last one's backward may start the sums): overlap and
+# buckets on (the defaults) against every tensor summed alone after the backward, and a small
+# bucket in between. teach: the same bits; mpi: the same losses and weights within 1e-5.
+echo "test_ep: buckets and overlap"
+data_of() { safetensors_data "$1" | od -An -v -tx1; }
+for coll in teach mpi; do
+    tmp=$top/$coll
+    for form in "on|--set dist.overlap=1 --set dist.bucket_mb=25" \
+                "off|--set dist.overlap=0 --set dist.bucket_mb=0" \
+                "small|--set dist.overlap=1 --set dist.bucket_mb=0.002"; do
+        IFS='|' read -r fname fsets <<< "$form"
+        # shellcheck disable=SC2086 # fsets is a list of options
+        run "ov-$fname" 4 --set dist.ep=2 --set train.accum=2 $fsets
+        "$moe" export --ckpt "$tmp/ov-$fname/ckpt.bin" --out "$tmp/ov-$fname.st" > /dev/null 2>&1
+    done
+    for fname in off small; do
+        if [ "$coll" = teach ]; then
+            cmp -s <(data_of "$tmp/ov-on.st") <(data_of "$tmp/ov-$fname.st") &&
+                cmp -s <(cut -d, -f1-6,8 "$tmp/ov-on/train.csv") <(cut -d, -f1-6,8 "$tmp/ov-$fname/train.csv")
+            ok=$?
+        else
+            paste <(floats "$tmp/ov-on.st") <(floats "$tmp/ov-$fname.st") |
+                awk '{ n++; d = $1 - $2; d = d < 0 ? -d : d; if (d > 1e-5) bad++ }
+                     END { exit !(n > 40000 && bad == 0) }' &&
+                same_curves "$tmp/ov-on" "$tmp/ov-$fname"
+            ok=$?
+        fi
+        check "[$coll] overlapped buckets of 25 MiB against $fname: the same $([ "$coll" = teach ] && echo "bits" || echo "losses and weights to 1e-5")" \
+            $ok "$(tail -n 2 "$tmp/ov-$fname.log")"
+    done
+    # dist.csv: sync_wait_s, the wait after the backward, in the layer -1 rows only
+    awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+             { w = $c["sync_wait_s"]; if (w == "" || w < 0 || ($2 >= 0 && w != 0)) bad++
+               if ($2 == -1) minus++ }
+             END { exit !("sync_wait_s" in c && bad == 0 && minus == 6 * 4) }' "$tmp/ov-on/dist.csv"
+    check "[$coll] dist.csv: sync_wait_s in every step's layer -1 row, 0 in the MoE rows" $? \
+        "$(head -n 3 "$tmp/ov-on/dist.csv")"
 done
 
 finish

@@ -1,0 +1,80 @@
+/*
+ * grad_sync.c: the gradients' sums in buckets, started as the backward finishes them
+ * (grad_sync.h).
+ */
+#include "model/grad_sync.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+
+/* When the backward has finished tensor t of a table with L blocks: the head and the final
+ * norm (after the blocks in the table) first, then the blocks from the last, the embedding
+ * (before them) last. */
+static int stage_of(const ParamTensor *t, int L, int after_blocks) {
+    if (t->layer >= 0) return L - t->layer;
+    return after_blocks ? 0 : L + 1;
+}
+
+static int by_stage(const void *a, const void *b) {
+    const GradBucket *x = a, *y = b;
+    if (x->stage != y->stage) return x->stage < y->stage ? -1 : 1;
+    return x->offset < y->offset ? -1 : x->offset > y->offset; /* the table's order inside */
+}
+
+void grad_sync_init(GradSync *s, const ParamTable *pt, size_t bucket_floats) {
+    memset(s, 0, sizeof *s);
+    s->b = calloc_check((size_t)pt->n + 1, sizeof *s->b);
+    int seen_block = 0;
+    for (int i = 0; i < pt->n; i++) {
+        const ParamTensor *t = &pt->t[i];
+        seen_block |= t->layer >= 0;
+        const GradBucket next = {.offset = t->offset,
+                                 .numel = t->numel,
+                                 .group = t->expert_dim ? DIST_DP : DIST_WORLD,
+                                 .stage = stage_of(t, pt->n_layer, seen_block)};
+        GradBucket *last = s->n > 0 ? &s->b[s->n - 1] : NULL;
+        if (last && last->stage == next.stage && last->group == next.group &&
+            last->offset + last->numel == next.offset && last->numel + next.numel <= bucket_floats)
+            last->numel += next.numel;
+        else
+            s->b[s->n++] = next;
+    }
+    qsort(s->b, (size_t)s->n, sizeof *s->b, by_stage);
+}
+
+void grad_sync_free(GradSync *s) {
+    free(s->b);
+    memset(s, 0, sizeof *s);
+}
+
+/* Start bucket i, after waiting for the oldest sum in flight when the window is full. */
+static void start(GradSync *s, Dist *d, float *grads, int i) {
+    if (s->count == GRAD_SYNC_WINDOW) {
+        dist_wait(d, s->flight[s->head]);
+        s->head = (s->head + 1) % GRAD_SYNC_WINDOW;
+        s->count--;
+    }
+    const GradBucket *b = &s->b[i];
+    s->flight[(s->head + s->count) % GRAD_SYNC_WINDOW] =
+        dist_allreduce_sum_f_start(d, b->group, grads + b->offset, b->numel);
+    s->count++;
+}
+
+void grad_sync_ready(GradSync *s, Dist *d, float *grads, int stage) {
+    while (s->next < s->n && s->b[s->next].stage <= stage) start(s, d, grads, s->next++);
+    dist_progress(d);
+}
+
+void grad_sync_finish(GradSync *s, Dist *d, float *grads) {
+    const double t0 = now_seconds();
+    while (s->next < s->n) start(s, d, grads, s->next++);
+    for (; s->count > 0; s->count--) {
+        dist_wait(d, s->flight[s->head]);
+        s->head = (s->head + 1) % GRAD_SYNC_WINDOW;
+    }
+    s->next = 0;
+    s->head = 0;
+    s->wait_s = now_seconds() - t0;
+}

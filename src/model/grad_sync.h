@@ -1,0 +1,68 @@
+/*
+ * grad_sync.h: summing the gradients over the processes, in buckets, overlapped with the
+ * backward pass (data parallelism; model_sync_grads).
+ *
+ * Every process computes the gradient of its share of the batch; before the optimizer step
+ * each tensor's gradient is summed over the processes that hold a copy of it (non-expert
+ * tensors: the world; expert tensors: the data-parallel replicas of the same experts). Two
+ * ideas make that cheaper (they are PyTorch DDP's and picotron's):
+ *
+ *   buckets   neighbouring tensors of one block and one group are summed as one range of the
+ *             gradient buffer, up to dist.bucket_mb: fewer, larger collectives, whose fixed
+ *             cost (a latency per message) is paid once per bucket instead of per tensor;
+ *   overlap   the backward pass finishes the blocks from the last to the first, and a block's
+ *             gradients are final as soon as its backward is done (in the last micro-batch of
+ *             the step): its buckets' sums start there and travel while the earlier blocks
+ *             compute. Only what is still in flight when the backward ends is waited for
+ *             (dist.csv's sync_wait_s).
+ *
+ * The sums are elementwise, so neither idea changes a result of the teaching collectives
+ * (dist.collectives=teach): the same bits with or without them. MPI's own collectives may
+ * pick another algorithm for another message size, which moves the last bits only.
+ *
+ * A nonblocking collective of MPI advances only while the process is inside an MPI call: the
+ * backward calls dist_progress at every block boundary, which is all the help the sums in
+ * flight get between two boundaries.
+ */
+#ifndef MOE_GRAD_SYNC_H
+#define MOE_GRAD_SYNC_H
+
+#include <stddef.h>
+
+#include "model/params.h"
+#include "parallel/dist.h"
+
+/* sums in flight at once: half of what dist.h allows, the rest for the expert exchange */
+#define GRAD_SYNC_WINDOW (DIST_MAX_IN_FLIGHT / 2)
+
+typedef struct {
+    size_t offset, numel; /* a range of the gradient buffer, in floats */
+    DistGroup group;      /* DIST_WORLD, or DIST_DP for stacked expert tensors */
+    int stage;            /* when the backward has finished it: 0 after the head and final
+                             norm, L - l after block l, L + 1 after the embedding */
+} GradBucket;
+
+typedef struct GradSync {
+    GradBucket *b; /* (n) in stage order */
+    int n;
+    int next;                         /* the first bucket not started in this step */
+    DistOp *flight[GRAD_SYNC_WINDOW]; /* started, not yet waited: oldest at head */
+    int head, count;
+    double wait_s; /* the last step's seconds in grad_sync_finish: the sums' exposed time */
+} GradSync;
+
+/* Buckets of pt's tensors: tensors next to each other in the buffer, of the same block and
+ * group, merged while the bucket stays within bucket_floats (0: one tensor a bucket). */
+void grad_sync_init(GradSync *s, const ParamTable *pt, size_t bucket_floats);
+void grad_sync_free(GradSync *s);
+
+/* The backward has finished stage (GradBucket.stage): start the sums of its buckets over d
+ * (waiting for the oldest in flight when GRAD_SYNC_WINDOW are), and let MPI advance the
+ * others. */
+void grad_sync_ready(GradSync *s, Dist *d, float *grads, int stage);
+
+/* After the backward: start every bucket not started yet, wait for all, and start afresh for
+ * the next step. */
+void grad_sync_finish(GradSync *s, Dist *d, float *grads);
+
+#endif
