@@ -82,7 +82,7 @@ HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && echo 1 || echo 0)
 mark = $(if $(filter 1,$(1)),✓,✗)
 space := $(subst ,, )
 ifeq ($(MAKELEVEL),0)
-ifeq ($(filter deps deps-fuzz clean help features commit book book-check,$(MAKECMDGOALS)),)
+ifeq ($(filter deps deps-fuzz deps-cross clean help features commit book book-check,$(MAKECMDGOALS)),)
 $(info moe.c features:)
 $(info $(space) $(call mark,$(HAVE_OPENBLAS)) OpenBLAS   (required: matrix products; $(OPENBLAS_KIND)))
 $(info $(space) $(call mark,$(HAVE_OPENMP)) OpenMP     (threads for the elementwise ops))
@@ -210,6 +210,16 @@ deps:
 
 deps-fuzz:
 	$(call apt_install,$(FUZZ_PKGS))
+
+# The aarch64 cross compiler for `make cross` (tests/test_cross.sh runs it when it is here).
+deps-cross:
+	$(call apt_install,gcc-aarch64-linux-gnu)
+
+# The C for 64-bit Arm (Grace-Hopper nodes): every file compiled by the cross compiler with the
+# warnings as errors, without and with MPI (tests/cross_aarch64.sh; compiling only).
+.PHONY: cross deps-cross
+cross: deps deps-cross
+	@bash tests/cross_aarch64.sh build-aarch64
 
 # ---- data -----------------------------------------------------------------------------------
 CORPUS := data/corpus
@@ -418,7 +428,7 @@ fuzz-seeds: $(BUILD)/libmoe.a $(BUILD)/version.c
 
 clean:
 	rm -rf build build-san build-mpi build-san-mpi build-fuzz build-cuda build-cuda-mpi build-cuda-san \
-	  build-cuda-san-mpi
+	  build-cuda-san-mpi build-aarch64
 
 # ---- CUDA: the GPU backend -------------------------------------------------------------------
 # make cuda builds build-cuda/moe (and its chapter programs); make test-cuda runs the unit

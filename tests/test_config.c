@@ -87,6 +87,9 @@ static const Field FIELDS[] = {
     S("data.val", val, "/tmp/v.bin"),
     F("dist.ep", ep, "2"),
     F("dist.timeout", timeout, "30"),
+    F("dist.collectives", collectives, "teach"),
+    F("dist.overlap", overlap, "0"),
+    F("dist.bucket_mb", bucket_mb, "0.5"),
 };
 #define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
 

@@ -338,7 +338,8 @@ END_TEST
 START_TEST(test_block_arena_with_expert_exchange) {
     /* a block on its own (moe_acts_alloc) over an expert-parallel pair: its arena holds the
      * exchange's buffers too. E = 4, K = 2, C = 16, FE = 12, N = 16: S = 32 slots,
-     * R = 2 S + 1 = 65 rows; perm R ints, xr, xo, yo, yr 4 R C, g, u, h, dg, du, dh 6 R FE */
+     * R = 2 S + 1 = 65 rows; perm R ints, eoff El + 1 = 3 ints, xr, xo, yo, yr 4 R C, g, u, h,
+     * dg, du, dh 6 R FE */
     Config c = shape_config(&SHAPES[1]);
     MoeSpec sp;
     moe_spec_from_config(&sp, &c, 8);
@@ -352,11 +353,12 @@ START_TEST(test_block_arena_with_expert_exchange) {
     acts_table_init(&two);
     moe_acts_entries(&one, "moe", &sp, 1, 16, NULL);
     moe_acts_entries(&two, "moe", &sp, 2, 16, NULL);
-    ck_assert_int_eq(two.n, one.n + 11);
+    ck_assert_int_eq(two.n, one.n + 12);
     size_t words = 0;
     for (int i = one.n; i < two.n; i++) words += acts_entry_bytes(&two.e[i]) / 4;
-    ck_assert_uint_eq(words, 65 + 4 * 65 * 16 + 6 * 65 * 12);
-    ck_assert_str_eq(two.e[one.n + 1].name, "moe.ep.xr");
+    ck_assert_uint_eq(words, 65 + 3 + 4 * 65 * 16 + 6 * 65 * 12);
+    ck_assert_str_eq(two.e[one.n + 1].name, "moe.ep.eoff");
+    ck_assert_str_eq(two.e[one.n + 2].name, "moe.ep.xr");
 
     size_t before = backend_bytes_allocated;
     MoeActs a;
@@ -365,8 +367,8 @@ START_TEST(test_block_arena_with_expert_exchange) {
     ck_assert_ptr_nonnull(a.ep);
     ck_assert_ptr_null(a.ep->arena);
     const char *lo = (const char *)a.arena, *hi = lo + two.bytes;
-    const void *ep_bufs[] = {a.ep->perm, a.ep->xr, a.ep->xo, a.ep->yo, a.ep->yr, a.ep->g,
-                             a.ep->u,    a.ep->h,  a.ep->dg, a.ep->du, a.ep->dh};
+    const void *ep_bufs[] = {a.ep->perm, a.ep->eoff_dev, a.ep->xr, a.ep->xo, a.ep->yo, a.ep->yr,
+                             a.ep->g,    a.ep->u,        a.ep->h,  a.ep->dg, a.ep->du, a.ep->dh};
     for (size_t i = 0; i < sizeof ep_bufs / sizeof ep_bufs[0]; i++)
         ck_assert_msg(ep_bufs[i] && (const char *)ep_bufs[i] >= lo && (const char *)ep_bufs[i] < hi,
                       "expert exchange buffer %zu outside the block's arena", i);

@@ -358,13 +358,15 @@ const char *backend_blas_core(void) {
     return openblas_get_corename();
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 /* The kernel sets of OpenBLAS's runtime choice (its dynamic.c) that have no AVX2 code: on a
  * CPU with AVX2 and FMA, the library fell back to one of them because it did not know the
- * model. */
+ * model. (An x86 question: other processors keep the library's own choice.) */
 static const char *const PRE_AVX2_CORES[] = {
     "unknown",   "katmai", "coppermine",  "northwood", "prescott",  "banias",     "atom",
     "core2",     "penryn", "dunnington",  "nehalem",   "athlon",    "opteron",    "opteron_sse3",
     "barcelona", "nano",   "sandybridge", "bobcat",    "bulldozer", "piledriver", "steamroller"};
+#endif
 
 const char *backend_blas_better_core(void) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

@@ -208,6 +208,18 @@ static const char *precision_name(int precision) {
                                              : "fp32";
 }
 
+/* This process's index among the processes of its node, as the launcher numbers them (Open
+ * MPI's mpirun, Slurm's srun, MPICH's and Intel MPI's hydra, PMIx); 0 when it is alone. */
+static int local_rank(void) {
+    static const char *const VARS[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+                                       "MPI_LOCALRANKID", "PMIX_LOCAL_RANK", "PMI_LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof VARS / sizeof VARS[0]; i++) {
+        const char *v = getenv(VARS[i]);
+        if (v && *v) return atoi(v) > 0 ? atoi(v) : 0;
+    }
+    return 0;
+}
+
 static int open_gpu(void) {
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
@@ -219,7 +231,10 @@ static int open_gpu(void) {
         return -1;
     }
     CudaCtx *c = &the_ctx;
-    c->device = 0;
+    /* one process per GPU: the node's processes take its visible GPUs in turn (a launcher
+     * that shows each process one GPU, srun --gpus-per-task=1, leaves n = 1); more processes
+     * than GPUs share them */
+    c->device = local_rank() % n;
     cudaDeviceProp prop;
     if ((err = cudaSetDevice(c->device)) != cudaSuccess ||
         (err = cudaGetDeviceProperties(&prop, c->device)) != cudaSuccess ||

@@ -23,7 +23,7 @@ static double seconds_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-void ep_acts_host_alloc(EpActs *a, const MoeSpec *s, int P, int S_max) {
+void ep_acts_host_alloc(const Backend *be, EpActs *a, const MoeSpec *s, int P, int S_max) {
     memset(a, 0, sizeof(*a));
     a->P = P;
     a->El = s->num_experts / P;
@@ -40,6 +40,12 @@ void ep_acts_host_alloc(EpActs *a, const MoeSpec *s, int P, int S_max) {
     a->eoff = (int *)calloc_check((size_t)a->El + 1, sizeof(int));
     a->cursor = (int *)calloc_check((size_t)a->El + 1, sizeof(int));
     a->perm_host = (int *)calloc_check(R, sizeof(int));
+    if (!be->host_memory) { /* a row buffer on either side: the larger of S_max and R_max */
+        const size_t rows = (size_t)(S_max > a->R_max ? S_max : a->R_max) + 1;
+        a->send_h = floats_alloc(rows * a->C);
+        a->recv_h = floats_alloc(rows * a->C);
+        a->plan_h = (int *)calloc_check(2 * (size_t)s->num_experts + 1, sizeof(int));
+    }
 }
 
 void ep_acts_entries(ActTable *t, const char *pre, const MoeSpec *s, int P, int S_max, EpActs *a) {
@@ -47,6 +53,9 @@ void ep_acts_entries(ActTable *t, const char *pre, const MoeSpec *s, int P, int 
     const size_t R = (size_t)P * S_max + 1, C = (size_t)s->d_model, F = (size_t)s->d_expert;
     /* perm: received row i sits at expert-order row perm[i] */
     acts_add(t, ACT_INT, ACT_INT_WORDS, R, ACT_FIELD(a, perm), "%s.perm", pre);
+    /* eoff_dev: the expert-order offsets, for the backend's experts */
+    acts_add(t, ACT_INT, ACT_INT_WORDS, (size_t)(s->num_experts / P) + 1, ACT_FIELD(a, eoff_dev),
+             "%s.eoff", pre);
     /* xr, xo: the rows received, and in expert order; yo, yr: the experts' outputs in expert
      * order and in received order */
     acts_add(t, ACT_FLOAT, ACT_FFN, R * C, ACT_FIELD(a, xr), "%s.xr", pre);
@@ -64,7 +73,7 @@ void ep_acts_entries(ActTable *t, const char *pre, const MoeSpec *s, int P, int 
 }
 
 void ep_acts_alloc(const Backend *be, EpActs *a, const MoeSpec *s, int P, int S_max) {
-    ep_acts_host_alloc(a, s, P, S_max);
+    ep_acts_host_alloc(be, a, s, P, S_max);
     ActTable t;
     acts_table_init(&t);
     ep_acts_entries(&t, "ep", s, P, S_max, a);
@@ -82,6 +91,9 @@ void ep_acts_free(const Backend *be, EpActs *a) {
     free(a->eoff);
     free(a->cursor);
     free(a->perm_host);
+    free(a->send_h);
+    free(a->recv_h);
+    free(a->plan_h);
     if (a->arena) be->free(be, a->arena);
     memset(a, 0, sizeof(*a));
 }
@@ -97,19 +109,39 @@ static void add_traffic(EpActs *a, const Dist *d, const DistStats *before) {
     a->stats.comm_seconds += d->stats.seconds - before->seconds;
 }
 
-/* One exchange of rows: C-float rows out of send (sender side counts/displs) into recv. */
-static void exchange(EpActs *a, Dist *d, const float *send, const int *sc, const int *sd,
-                     float *recv, const int *rc, const int *rd) {
+/* One exchange of rows: C-float rows out of send (sender side counts/displs) into recv. The
+ * displacements run from 0 without gaps on both sides (the plan's slices, the received
+ * blocks), so a staged exchange copies the first sd[P-1] + sc[P-1] floats down and the first
+ * rd[P-1] + rc[P-1] up; the copies count as the exchange's time. */
+static void exchange(const Backend *be, EpActs *a, Dist *d, const float *send, const int *sc,
+                     const int *sd, float *recv, const int *rc, const int *rd) {
     const DistStats before = d->stats;
-    dist_alltoallv_f(d, send, sc, sd, recv, rc, rd);
+    if (!a->send_h) {
+        dist_alltoallv_f(d, send, sc, sd, recv, rc, rd);
+        add_traffic(a, d, &before);
+        return;
+    }
+    const int P = a->P;
+    const double t0 = seconds_now();
+    be->to_host(be, a->send_h, send, (size_t)(sd[P - 1] + sc[P - 1]) * sizeof(float));
+    dist_alltoallv_f(d, a->send_h, sc, sd, a->recv_h, rc, rd);
+    be->to_device(be, recv, a->recv_h, (size_t)(rd[P - 1] + rc[P - 1]) * sizeof(float));
     add_traffic(a, d, &before);
+    a->stats.comm_seconds += (seconds_now() - t0) - (d->stats.seconds - before.seconds);
 }
 
 void ep_experts_forward(const Backend *be, float *ye, EpActs *a, const float *xe,
                         const DispatchPlan *plan, const float *Wg, const float *Wu, const float *Wd,
                         Dist *d) {
     /* ye, xe (S, C); plan over all E experts; Wg, Wu (El, F, C), Wd (El, C, F) */
-    const int P = a->P, El = a->El, C = a->C, F = a->F;
+    const int P = a->P, El = a->El, C = a->C, F = a->F, E = P * El;
+    /* the plan's offsets and counts, read on the host (copied down from a device) */
+    const int *offsets = plan->offsets, *counts = plan->counts;
+    if (a->plan_h) {
+        be->to_host(be, a->plan_h, plan->offsets, (size_t)(E + 1) * sizeof(int));
+        be->to_host(be, a->plan_h + E + 1, plan->counts, (size_t)E * sizeof(int));
+        offsets = a->plan_h, counts = a->plan_h + E + 1;
+    }
 
     /* 1. counts first: rows (slice length, padding included) and kept rows of every expert,
      *    grouped by the member that holds it. Only the rows place anything: the receiver
@@ -119,8 +151,8 @@ void ep_experts_forward(const Backend *be, float *ye, EpActs *a, const float *xe
     for (int p = 0; p < P; p++)
         for (int j = 0; j < El; j++) {
             int e = p * El + j;
-            a->meta_send[(p * El + j) * 2] = plan->offsets[e + 1] - plan->offsets[e];
-            a->meta_send[(p * El + j) * 2 + 1] = plan->counts[e];
+            a->meta_send[(p * El + j) * 2] = offsets[e + 1] - offsets[e];
+            a->meta_send[(p * El + j) * 2 + 1] = counts[e];
         }
     const DistStats before = d->stats;
     dist_alltoall_i(d, a->meta_send, a->meta_recv, 2 * El);
@@ -130,8 +162,8 @@ void ep_experts_forward(const Backend *be, float *ye, EpActs *a, const float *xe
      *    offsets[p El]; what comes from source q lands after what came from 0 .. q-1 */
     int R = 0;
     for (int p = 0; p < P; p++) {
-        a->sdispl[p] = plan->offsets[p * El] * C;
-        a->scount[p] = (plan->offsets[(p + 1) * El] - plan->offsets[p * El]) * C;
+        a->sdispl[p] = offsets[p * El] * C;
+        a->scount[p] = (offsets[(p + 1) * El] - offsets[p * El]) * C;
         int rows = 0;
         for (int j = 0; j < El; j++) rows += a->meta_recv[(p * El + j) * 2];
         a->rdispl[p] = R * C;
@@ -157,23 +189,25 @@ void ep_experts_forward(const Backend *be, float *ye, EpActs *a, const float *xe
             for (int r = 0; r < a->meta_recv[(q * El + j) * 2]; r++)
                 a->perm_host[i++] = a->cursor[j]++;
     be->to_device(be, a->perm, a->perm_host, (size_t)R * sizeof(int));
+    be->to_device(be, a->eoff_dev, a->eoff, (size_t)(El + 1) * sizeof(int));
 
     /* 3. the rows out, the experts, the outputs back the same way */
-    exchange(a, d, xe, a->scount, a->sdispl, a->xr, a->rcount, a->rdispl);
+    exchange(be, a, d, xe, a->scount, a->sdispl, a->xr, a->rcount, a->rdispl);
     const double t0 = seconds_now();
     be->permute_rows(be, a->xo, a->xr, a->perm, R, C, 0);
     /* padding rows are zeros and SwiGLU(0) = 0, so every row is computed alike: the cost of
      * a fixed buffer is paid where the experts are */
-    be->experts_forward(be, a->yo, a->g, a->u, a->h, a->xo, Wg, Wu, Wd, a->eoff, NULL, El, C, F);
+    be->experts_forward(be, a->yo, a->g, a->u, a->h, a->xo, Wg, Wu, Wd, a->eoff_dev, NULL, El, C,
+                        F);
     be->permute_rows(be, a->yr, a->yo, a->perm, R, C, 1);
     a->stats.expert_seconds += seconds_now() - t0;
     a->stats.rows_in += R;
     {
         const int me = dist_group_rank(d, DIST_EP);
-        a->stats.rows_out_remote += (double)(plan->offsets[P * El] - (a->scount[me] / C));
+        a->stats.rows_out_remote += (double)(offsets[P * El] - (a->scount[me] / C));
         a->stats.rows_in_remote += (double)(R - a->rcount[me] / C);
     }
-    exchange(a, d, a->yr, a->rcount, a->rdispl, ye, a->scount, a->sdispl);
+    exchange(be, a, d, a->yr, a->rcount, a->rdispl, ye, a->scount, a->sdispl);
 }
 
 void ep_experts_backward(const Backend *be, float *dxe, float *dWg, float *dWu, float *dWd,
@@ -183,13 +217,13 @@ void ep_experts_backward(const Backend *be, float *dxe, float *dWg, float *dWu, 
     (void)plan;
     const int El = a->El, C = a->C, F = a->F, R = a->R;
     /* dye rows travel like xe did; they land in yr (received order), then yo (expert order) */
-    exchange(a, d, dye, a->scount, a->sdispl, a->yr, a->rcount, a->rdispl);
+    exchange(be, a, d, dye, a->scount, a->sdispl, a->yr, a->rcount, a->rdispl);
     const double t0 = seconds_now();
     be->permute_rows(be, a->yo, a->yr, a->perm, R, C, 0);
     /* dx rows (expert order) into xr's buffer, then back to received order in yr */
     be->experts_backward(be, dxe ? a->xr : NULL, dWg, dWu, dWd, a->dg, a->du, a->dh, a->yo, a->xo,
-                         a->g, a->u, a->h, Wg, Wu, Wd, a->eoff, NULL, El, C, F);
+                         a->g, a->u, a->h, Wg, Wu, Wd, a->eoff_dev, NULL, El, C, F);
     if (dxe) be->permute_rows(be, a->yr, a->xr, a->perm, R, C, 1);
     a->stats.expert_seconds += seconds_now() - t0;
-    if (dxe) exchange(a, d, a->yr, a->rcount, a->rdispl, dxe, a->scount, a->sdispl);
+    if (dxe) exchange(be, a, d, a->yr, a->rcount, a->rdispl, dxe, a->scount, a->sdispl);
 }

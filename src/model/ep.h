@@ -50,6 +50,7 @@ typedef struct EpActs {
     int *rcount, *rdispl; /* (P) floats received from / their start in the receive buffer */
     int R;                /* rows received in the last forward */
     int *eoff;            /* (El + 1) expert-order offsets of the received rows */
+    int *eoff_dev;        /* (El + 1) the same in the backend's memory, for its experts */
     int *cursor;          /* (El) scratch: the next free expert-order row of each expert */
     int *perm;            /* (R_max) received row i sits at expert-order row perm[i] */
     int *perm_host;       /* (R_max) the same, as worked out on the host */
@@ -58,6 +59,12 @@ typedef struct EpActs {
     float *yo;            /* (R_max, C) expert outputs (expert order); reused as dx rows */
     float *yr;            /* (R_max, C) outputs in received order, sent back */
     float *dg, *du, *dh;  /* (R_max, F) backward scratch */
+    /* Host staging, for a backend whose memory the host cannot read (a GPU's): the rows go
+     * down into send_h, across between the hosts, and up from recv_h; plan_h holds the plan's
+     * offsets (E + 1) and counts (E) on the host. NULL on the CPU backends, which exchange
+     * their own buffers. */
+    float *send_h, *recv_h;
+    int *plan_h;
     EpStats stats;
     void *arena; /* the backend buffers above, one allocation (ep_acts_alloc); NULL when the
                     block's or the model's arena holds them */
@@ -69,8 +76,9 @@ typedef struct EpActs {
 void ep_acts_alloc(const Backend *be, EpActs *a, const MoeSpec *s, int P, int S_max);
 void ep_acts_free(const Backend *be, EpActs *a);
 /* The host side (zeroed first): P, El, C, F, R_max and the metadata ints (meta_send,
- * meta_recv, the counts and displacements, eoff, cursor, perm_host). */
-void ep_acts_host_alloc(EpActs *a, const MoeSpec *s, int P, int S_max);
+ * meta_recv, the counts and displacements, eoff, cursor, perm_host); and the host staging of
+ * a backend whose memory is not the host's. */
+void ep_acts_host_alloc(const Backend *be, EpActs *a, const MoeSpec *s, int P, int S_max);
 /* The backend buffers as entries of t named "<prefix>.<field>" (a NULL: only counted): the
  * received rows and the experts' activations are activations (ACT_FFN), their gradients
  * scratch, perm an integer buffer. */

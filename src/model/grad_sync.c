@@ -23,8 +23,10 @@ static int by_stage(const void *a, const void *b) {
     return x->offset < y->offset ? -1 : x->offset > y->offset; /* the table's order inside */
 }
 
-void grad_sync_init(GradSync *s, const ParamTable *pt, size_t bucket_floats) {
+void grad_sync_init(GradSync *s, const ParamTable *pt, size_t bucket_floats, const Backend *be) {
     memset(s, 0, sizeof *s);
+    s->be = be;
+    if (!be->host_memory) s->host = floats_alloc(pt->total);
     s->b = calloc_check((size_t)pt->n + 1, sizeof *s->b);
     int seen_block = 0;
     for (int i = 0; i < pt->n; i++) {
@@ -46,19 +48,33 @@ void grad_sync_init(GradSync *s, const ParamTable *pt, size_t bucket_floats) {
 
 void grad_sync_free(GradSync *s) {
     free(s->b);
+    free(s->host);
     memset(s, 0, sizeof *s);
+}
+
+/* Wait for the oldest sum in flight (and put a staged one back). */
+static void finish_oldest(GradSync *s, Dist *d, float *grads) {
+    dist_wait(d, s->flight[s->head]);
+    if (s->host) {
+        const GradBucket *b = &s->b[s->bucket[s->head]];
+        s->be->to_device(s->be, grads + b->offset, s->host + b->offset, b->numel * sizeof(float));
+    }
+    s->head = (s->head + 1) % GRAD_SYNC_WINDOW;
+    s->count--;
 }
 
 /* Start bucket i, after waiting for the oldest sum in flight when the window is full. */
 static void start(GradSync *s, Dist *d, float *grads, int i) {
-    if (s->count == GRAD_SYNC_WINDOW) {
-        dist_wait(d, s->flight[s->head]);
-        s->head = (s->head + 1) % GRAD_SYNC_WINDOW;
-        s->count--;
-    }
+    if (s->count == GRAD_SYNC_WINDOW) finish_oldest(s, d, grads);
     const GradBucket *b = &s->b[i];
-    s->flight[(s->head + s->count) % GRAD_SYNC_WINDOW] =
-        dist_allreduce_sum_f_start(d, b->group, grads + b->offset, b->numel);
+    float *x = grads + b->offset;
+    if (s->host) { /* staged: summed in the host copy */
+        s->be->to_host(s->be, s->host + b->offset, x, b->numel * sizeof(float));
+        x = s->host + b->offset;
+    }
+    const int slot = (s->head + s->count) % GRAD_SYNC_WINDOW;
+    s->flight[slot] = dist_allreduce_sum_f_start(d, b->group, x, b->numel);
+    s->bucket[slot] = i;
     s->count++;
 }
 
@@ -70,10 +86,7 @@ void grad_sync_ready(GradSync *s, Dist *d, float *grads, int stage) {
 void grad_sync_finish(GradSync *s, Dist *d, float *grads) {
     const double t0 = now_seconds();
     while (s->next < s->n) start(s, d, grads, s->next++);
-    for (; s->count > 0; s->count--) {
-        dist_wait(d, s->flight[s->head]);
-        s->head = (s->head + 1) % GRAD_SYNC_WINDOW;
-    }
+    while (s->count > 0) finish_oldest(s, d, grads);
     s->next = 0;
     s->head = 0;
     s->wait_s = now_seconds() - t0;

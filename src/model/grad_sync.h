@@ -23,12 +23,16 @@
  * A nonblocking collective of MPI advances only while the process is inside an MPI call: the
  * backward calls dist_progress at every block boundary, which is all the help the sums in
  * flight get between two boundaries.
+ *
+ * A backend whose memory the host cannot read (a GPU's) has its gradients staged: a bucket
+ * comes down into a host copy when it starts and goes back up when its sum is done.
  */
 #ifndef MOE_GRAD_SYNC_H
 #define MOE_GRAD_SYNC_H
 
 #include <stddef.h>
 
+#include "backend/backend.h"
 #include "model/params.h"
 #include "parallel/dist.h"
 
@@ -47,13 +51,16 @@ typedef struct GradSync {
     int n;
     int next;                         /* the first bucket not started in this step */
     DistOp *flight[GRAD_SYNC_WINDOW]; /* started, not yet waited: oldest at head */
+    int bucket[GRAD_SYNC_WINDOW];     /* the bucket of each */
     int head, count;
+    const Backend *be;
+    float *host; /* the host copy of the gradients (staging), or NULL: summed in place */
     double wait_s; /* the last step's seconds in grad_sync_finish: the sums' exposed time */
 } GradSync;
 
 /* Buckets of pt's tensors: tensors next to each other in the buffer, of the same block and
  * group, merged while the bucket stays within bucket_floats (0: one tensor a bucket). */
-void grad_sync_init(GradSync *s, const ParamTable *pt, size_t bucket_floats);
+void grad_sync_init(GradSync *s, const ParamTable *pt, size_t bucket_floats, const Backend *be);
 void grad_sync_free(GradSync *s);
 
 /* The backward has finished stage (GradBucket.stage): start the sums of its buckets over d

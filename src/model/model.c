@@ -55,11 +55,6 @@ void model_init_dist(Model *m, const Config *c, int B, int T, Dist *d) {
     char err[512];
     const Backend *be = backend_of_config(c, err, sizeof err);
     if (!be) moe_input_error("%s", err);
-    if (!be->host_memory && d && d->world > 1)
-        moe_input_error("train.device=%s runs in one process for now: the gradient sums and the "
-                        "expert exchange between GPUs are not built yet. Run it without mpirun, "
-                        "or use train.device=cpu across processes",
-                        be->name);
     model_init_backend(m, c, B, T, d, be);
 }
 
@@ -77,7 +72,7 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
     params_table_build_ep(&m->pt, c, ep);
     if (m->dist) {
         m->sync = calloc_check(1, sizeof *m->sync);
-        grad_sync_init(m->sync, &m->pt, (size_t)(c->bucket_mb * (1 << 20) / sizeof(float)));
+        grad_sync_init(m->sync, &m->pt, (size_t)(c->bucket_mb * (1 << 20) / sizeof(float)), be);
     }
     m->params = dev(m, m->pt.total);
     m->grads = dev(m, m->pt.total);

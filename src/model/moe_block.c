@@ -75,12 +75,16 @@ void moe_acts_host_alloc(const Backend *be, MoeActs *a, const MoeSpec *s, Dist *
     if (!be->host_memory && (s->jitter > 0.0f || s->noise > 0.0f))
         a->drawn = (float *)malloc_check(N * (C > E ? C : E) * sizeof(float));
     if (dist && dist->world > 1) {
-        a->global_f = floats_alloc((size_t)E);
+        a->global_f_host = floats_alloc((size_t)E);
         a->global_count = (double *)calloc_check((size_t)E + 1, sizeof(double));
+        /* the ops read f where they run: a device's copy, or the host array itself */
+        a->global_f = a->global_f_host;
+        if (!be->host_memory) a->global_f = (float *)be->alloc(be, (size_t)E * sizeof(float));
+        if (!be->host_memory) a->idx_host = (int *)malloc_check(N * s->top_k * sizeof(int));
     }
     if (dist && dist->ep > 1) {
         a->ep = (EpActs *)calloc_check(1, sizeof(EpActs));
-        ep_acts_host_alloc(a->ep, s, dist->ep, (int)moe_slots_max(s, N_max));
+        ep_acts_host_alloc(be, a->ep, s, dist->ep, (int)moe_slots_max(s, N_max));
     }
 }
 
@@ -142,7 +146,9 @@ void moe_acts_alloc(const Backend *be, MoeActs *a, const MoeSpec *s, Dist *dist,
 void moe_acts_free(const Backend *be, MoeActs *a) {
     route_stats_free(&a->route);
     free(a->drawn);
-    free(a->global_f);
+    if (a->global_f && a->global_f != a->global_f_host) be->free(be, a->global_f);
+    free(a->global_f_host);
+    free(a->idx_host);
     free(a->global_count);
     if (a->ep) ep_acts_free(be, a->ep);
     free(a->ep);
@@ -244,9 +250,16 @@ void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
         if (cw.tape) /* record the choice, or replace it with the recorded one */
             PROF(PROF_ROUTER,
                  route_tape_apply(cw.tape, be, a->idx, a->w, a->scores, a->logits, N, s));
-        if (a->global_f) {
+        if (a->global_f) { /* counted on the host, from a device's idx copied down */
+            const int *idx = a->idx;
+            if (a->idx_host) {
+                be->to_host(be, a->idx_host, a->idx, (size_t)N * s->top_k * sizeof(int));
+                idx = a->idx_host;
+            }
             PROF(PROF_ROUTER,
-                 global_fractions(a->global_f, a->global_count, a->idx, N, s, cw.dist));
+                 global_fractions(a->global_f_host, a->global_count, idx, N, s, cw.dist));
+            if (a->global_f != a->global_f_host)
+                be->to_device(be, a->global_f, a->global_f_host, (size_t)E * sizeof(float));
             cw.global_f = a->global_f;
         }
         PROF(PROF_ROUTER, a->aux_loss = be->router_balance_loss(be, a->scores, a->idx, N, s, &cw));

@@ -54,8 +54,11 @@ typedef struct {
     void *work;       /* the routing ops' scratch (MoeCtx.work), work_bytes of it */
     size_t work_bytes;
     /* more than one process (dist of moe_acts_alloc): the aux loss's f over the whole batch
-     * (E), and with expert parallelism the rows this member's experts received (ep.h) */
-    float *global_f;
+     * (E; in the backend's memory, where the balance loss reads it), counted on the host in
+     * global_f_host from idx (or its host copy idx_host (N K) when the backend's memory is
+     * not the host's); with expert parallelism the rows this member's experts received (ep.h) */
+    float *global_f, *global_f_host;
+    int *idx_host;
     double *global_count; /* (E + 1) the counts summed across processes, then the total */
     struct EpActs *ep;
     void *arena; /* the backend buffers above, one allocation (moe_acts_alloc); NULL when a

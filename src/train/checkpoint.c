@@ -32,7 +32,10 @@ int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, cha
                 const ParamTensor *t = &pt->t[i];
                 if (!t->expert_dim) continue;
                 float *full = m->dist->ep_rank == 0 ? floats_alloc(t->numel * share) : NULL;
-                dist_gather_f(m->dist, kind_buffer(m, kind) + t->offset, t->numel, full);
+                const float *mine = kind_buffer(m, kind) + t->offset;
+                float *down = model_host_copy(m, mine, t->numel); /* a device's, copied down */
+                dist_gather_f(m->dist, down ? down : mine, t->numel, full);
+                free(down);
                 gathered[kind * pt->n + i] = full;
             }
     if (m->dist && m->dist->rank != 0) {

@@ -20,6 +20,9 @@
 #            and the MoE run again with the experts' first rung (MOE_CUDA_EXPERTS=loop); 50
 #            steps at tf32 and at bf16 end within 2 % of fp32's loss
 #   repeat   two GPU runs write the same checkpoint, byte for byte
+#   staged   (where MPI is, or comes from .gpu-deps) 2 processes share the GPU at dist.ep=2,
+#            the expert exchange and the gradients' sums staged through the host: the losses of
+#            the 1-process GPU run within 2e-3
 #   resume   a GPU checkpoint continues on the CPU
 #   bench    moe bench --device cuda: tiny, small and gpu-medium (with its dense twin) in fp32,
 #            gpu-medium with the experts' loop, gpu-medium in tf32 and bf16; each JSON in
@@ -110,6 +113,20 @@ resume() { # 10 steps on the GPU, the other 10 on the CPU: train-moe's losses
         $moe train --resume "$out/runs/moved" --set train.device=cpu --quiet &&
         csv_close "$out/runs/moe-gpu/train.csv" "$out/runs/moved/train.csv"
 }
+staged() { # 2 processes share the GPU (dist.ep=2, host staging): train-moe's 1-process run
+    # (the rehearsal stages cpu-fenced's memory, the host-unreadable stand-in for a GPU's)
+    local dev=$RD_GPU
+    [ "$dev" = cpu-ref ] && dev=cpu-fenced
+    timeout -k 10 150 mpirun -np 2 build-cuda-mpi/moe train --out "$out/runs/staged" "${base[@]}" \
+        --set moe.num_experts=8 --set moe.top_k=2 --set train.device=$dev --set dist.ep=2 \
+        --set dist.collectives=teach || return 1
+    local diff rc
+    diff=$(csv_close "$out/runs/moe-gpu/train.csv" "$out/runs/staged/train.csv")
+    rc=$?
+    echo "$diff"
+    echo "= staged over 2 processes against 1: $(echo "$diff" | tail -n 1)"
+    return $rc
+}
 precision_pair() { # P: 50 steps at precision P against fp32: the last loss within 2 %
     local p=$1 a b
     for q in fp32 "$p"; do
@@ -143,13 +160,17 @@ else
 fi
 say "nvcc: $(nvcc --version 2>/dev/null | tail -n 1)"
 
-# OpenBLAS and Check from .gpu-deps/ where the machine has none
+# OpenBLAS, Check and Open MPI from .gpu-deps/ where the machine has none
 have_deps() {
     command -v pkg-config > /dev/null 2>&1 && pkg-config --exists check 2> /dev/null &&
         { pkg-config --exists openblas 2> /dev/null ||
             ls /usr/lib/*/openblas-openmp/pkgconfig/openblas.pc > /dev/null 2>&1; }
 }
-if ! have_deps && ls .gpu-deps/*.deb > /dev/null 2>&1; then
+have_mpi() { command -v mpicc > /dev/null 2>&1 && command -v mpirun > /dev/null 2>&1; }
+deps_ok=0 mpi_ok=0
+have_deps && deps_ok=1
+have_mpi && mpi_ok=1
+if { [ $deps_ok = 0 ] || [ $mpi_ok = 0 ]; } && ls .gpu-deps/*.deb > /dev/null 2>&1; then
     root=/tmp/moe-deps
     mkdir -p "$root"
     for f in .gpu-deps/*.deb; do
@@ -162,13 +183,26 @@ if ! have_deps && ls .gpu-deps/*.deb > /dev/null 2>&1; then
         fi
     done
     lib=$(ls -d "$root"/usr/lib/*-linux-gnu | head -n 1)
-    export DEPS_ROOT=$root PKG_CONFIG_SYSROOT_DIR=$root
-    export PKG_CONFIG_LIBDIR=$lib/openblas-openmp/pkgconfig:$lib/pkgconfig
     export PATH=$root/usr/bin:$PATH
-    export LD_LIBRARY_PATH=$lib/openblas-openmp:$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    say "deps: OpenBLAS and Check from .gpu-deps, unpacked in $root"
+    export LD_LIBRARY_PATH=$lib/openblas-openmp:$lib/openmpi/lib:$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    if [ $deps_ok = 0 ]; then
+        export DEPS_ROOT=$root PKG_CONFIG_SYSROOT_DIR=$root
+        export PKG_CONFIG_LIBDIR=$lib/openblas-openmp/pkgconfig:$lib/pkgconfig
+        say "deps: OpenBLAS and Check from .gpu-deps, unpacked in $root"
+    fi
+    if [ $mpi_ok = 0 ] && [ -x "$root/usr/bin/mpicc.openmpi" ]; then
+        # Debian's Open MPI names its programs *.openmpi; OPAL_PREFIX and PMIX_INSTALL_PREFIX
+        # move its data files and plugins from /usr to the unpacked tree
+        ln -sf mpicc.openmpi "$root/usr/bin/mpicc"
+        ln -sf mpirun.openmpi "$root/usr/bin/mpirun"
+        export OPAL_PREFIX=$root/usr PMIX_INSTALL_PREFIX=$lib/pmix2
+        export PMIX_MCA_pcompress_base_silence_warning=1
+        say "deps: Open MPI from .gpu-deps, unpacked in $root"
+    fi
 fi
 have_deps || say "deps: no OpenBLAS or Check here, and no .gpu-deps/ (tests/gpu/pack_deps.sh): the build will stop"
+have_mpi || say "deps: no MPI here, and none in .gpu-deps/: the steps across processes are skipped"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
 step build 300 make -j"$(nproc)" cuda CUDA_ARCH="${arch:-90}" || exit 1
 step build-tests 120 make -j"$(nproc)" CUDA=1 CUDA_ARCH="${arch:-90}" \
@@ -218,6 +252,14 @@ MOE_CUDA_EXPERTS=loop step train-moe-loop 120 bash "$me" --fn train_pair moe-loo
     --set moe.num_experts=8 --set moe.top_k=2
 step repeat 120 bash "$me" --fn repeat
 step resume 120 bash "$me" --fn resume
+# two processes sharing the GPU, the expert exchange and the gradients' sums staged through
+# the host (NCCL refuses two ranks on one GPU; NCCL itself is not built yet)
+if have_mpi; then
+    step build-mpi 300 make -j"$(nproc)" cuda MPI=1 CUDA_ARCH="${arch:-90}" &&
+        step staged-2proc 180 bash "$me" --fn staged
+else
+    say "staged-2proc: skipped (no MPI here)"
+fi
 if [ "$gpu" = cuda ]; then
     step bench-fp32 200 $moe bench --device cuda --precision fp32 --config tiny --config small \
         --config gpu-medium --config gpu-medium-dense --json

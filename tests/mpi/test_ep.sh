@@ -27,6 +27,9 @@
 #      dist.overlap), over two micro-batches: teach gives the same bits as every tensor summed
 #      alone after the backward, mpi the same losses and weights to 1e-5; dist.csv has the
 #      wait after the backward (sync_wait_s)
+#   8. host staging: train.device=cpu-fenced (cpu's ops on memory the host cannot read, as a
+#      GPU's) across 4 processes gives cpu's run bit for bit in four modes (aux, aux-free,
+#      capacity, dense), and resumes
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
 
 # shellcheck source=tests/lib/common.sh
@@ -307,5 +310,39 @@ for coll in teach mpi; do
     check "[$coll] dist.csv: sync_wait_s in every step's layer -1 row, 0 in the MoE rows" $? \
         "$(head -n 3 "$tmp/ov-on/dist.csv")"
 done
+
+# ---- 8. host staging: a backend whose memory the host cannot read -----------------------------
+# train.device=cpu-fenced runs cpu's ops on memory the host may touch only through
+# to_host / to_device, as a GPU's: across processes the expert exchange, the gradients' sums,
+# the aux loss's counts and the checkpoint's gather go through host copies. The same runs as
+# on cpu, bit for bit (teach), in four routing modes, and a resume.
+echo "test_ep: host staging (cpu-fenced across processes)"
+tmp=$top/teach
+coll=teach
+for variant in "aux|" "aux_free|--set moe.balance=aux_free --set moe.bias_rate=0.05" \
+               "capacity|--set moe.capacity_factor=1 --set moe.capacity_scope=sequence --set moe.padded=1" \
+               "dense|--set moe.num_experts=0"; do
+    IFS='|' read -r vname vsets <<< "$variant"
+    ep=2
+    [ "$vname" = dense ] && ep=1
+    # shellcheck disable=SC2086 # vsets is a list of options
+    run "st-cpu-$vname" 4 --set dist.ep=$ep $vsets &&
+        run "st-fenced-$vname" 4 --set dist.ep=$ep --set train.device=cpu-fenced $vsets
+    rc=$?
+    "$moe" export --ckpt "$tmp/st-cpu-$vname/ckpt.bin" --out "$tmp/st-cpu-$vname.st" > /dev/null 2>&1
+    "$moe" export --ckpt "$tmp/st-fenced-$vname/ckpt.bin" --out "$tmp/st-fenced-$vname.st" > /dev/null 2>&1
+    [ $rc -eq 0 ] && cmp -s <(data_of "$tmp/st-cpu-$vname.st") <(data_of "$tmp/st-fenced-$vname.st") &&
+        cmp -s <(cut -d, -f1-6,8 "$tmp/st-cpu-$vname/train.csv") <(cut -d, -f1-6,8 "$tmp/st-fenced-$vname/train.csv") &&
+        cmp -s "$tmp/st-cpu-$vname/router.csv" "$tmp/st-fenced-$vname/router.csv"
+    check "[teach] $vname: 4 processes (dist.ep=$ep) on cpu-fenced = on cpu, bit for bit (weights, train.csv, router.csv)" \
+        $? "exit $rc: $(tail -n 2 "$tmp/st-fenced-$vname.log")"
+done
+run st-fenced-half 4 --set dist.ep=2 --set train.device=cpu-fenced --until 3 &&
+    timeout -k 10 120 mpirun -np 4 "$moe" train --resume "$tmp/st-fenced-half" --quiet \
+        > "$tmp/st-fenced-half.log" 2>&1
+rc=$?
+cmp -s <(cut -d, -f1-6,8 "$tmp/st-cpu-aux/train.csv") <(cut -d, -f1-6,8 "$tmp/st-fenced-half/train.csv")
+check "[teach] cpu-fenced across 4 processes, saved at step 3 and resumed: the unbroken cpu run" $? \
+    "exit $rc: $(tail -n 2 "$tmp/st-fenced-half.log")"
 
 finish
