@@ -11,6 +11,8 @@
 #      build/moe's.
 #   4. train.device=cuda without a GPU (or its driver) exits 2 with the driver's words and a
 #      hint, and writes no run; the CPU-only build/moe names `make cuda` instead.
+#   5. `make cuda MPI=1` builds build-cuda-mpi/moe (the GPU build across processes, its
+#      exchanges staged through the host), which trains over 2 processes on the CPU.
 # Skipped (reported, not failed) where nvcc is absent.
 
 # shellcheck source=tests/lib/common.sh
@@ -84,5 +86,20 @@ fi
 rc=$?
 [ $rc -eq 2 ] && grep -q "make cuda" "$tmp/err" && [ ! -e "$tmp/nocuda" ]
 check "build/moe: train.device=cuda exits 2 and names make cuda" $? "exit $rc: $(head -n 2 "$tmp/err")"
+
+# 5. the GPU build across processes (mpicc for the C, nvcc for the kernels): it builds, and its
+# CPU run over 2 processes trains
+if command -v mpicc > /dev/null 2>&1 && command -v mpirun > /dev/null 2>&1; then
+    make --no-print-directory SANITIZE=0 cuda MPI=1 CUDA_ARCH=90 > "$tmp/mpi.log" 2>&1 &&
+        [ -x build-cuda-mpi/moe ] && ldd build-cuda-mpi/moe | grep -q libmpi
+    check "make cuda MPI=1 builds build-cuda-mpi/moe (cuBLAS and MPI)" $? \
+        "$(grep -E 'error' "$tmp/mpi.log" | head -n 5)"
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
+        OMP_NUM_THREADS=1 timeout -k 10 120 mpirun -np 2 build-cuda-mpi/moe train --out "$tmp/two" \
+        "${tiny[@]}" --set dist.ep=2 > "$tmp/two.log" 2>&1
+    check "build-cuda-mpi/moe trains over 2 processes on the CPU" $? "$(tail -n 3 "$tmp/two.log")"
+else
+    echo "  skip no MPI here: make cuda MPI=1 is not checked"
+fi
 
 finish

@@ -8,8 +8,9 @@ load 'plots/style.gp'
 set output out
 set title 'Chapter 3: one sum over the processes (median of 7 calls)'
 set logscale xy
-set format x '2^{%L}'
-set xlabel 'floats a process (4 bytes each)'
+set xtics ('1 K' 1024, '64 K' 65536, '1 M' 1048576, '4 M' 4194304)
+set xrange [700:6e6]
+set xlabel 'floats a process (4 bytes each; K = 1024, M = 1024 K)'
 set ylabel 'seconds'
 set key outside bottom center horizontal
 colour(i) = word('#0072b2 #d55e00 #009e73 #cc79a7', i)
