@@ -10,6 +10,8 @@
 #      of its config;
 #      provenance.txt names the 6 runs; time.png, bytes.png and load.png are PNGs
 #   2. chapters/transcripts.sh --smoke --only a2a: a2a.txt with its mpirun line and 6 sections
+#   3. chapters/03-expert-parallel/collectives.sh --smoke: both engines' sums and exchanges at
+#      2 processes, checked and counted (collectives.csv), summary.md, overlap.md, the figure
 # Writes runs/ch03-*-smoke and plots/03-expert-parallel-smoke/ (ignored by git).
 
 # shellcheck source=tests/lib/common.sh
@@ -52,5 +54,24 @@ f=plots/03-expert-parallel-smoke/a2a.txt
 head -n 1 "$f" | grep -q '^\$ mpirun -np 4 .*a2a$' &&
     [ "$(grep -cE '^[1-6]\. ' "$f")" -ge 6 ]
 check "a2a.txt: the mpirun line and its 6 sections" $? "$(head -n 3 "$f" 2>&1)"
+
+echo "test_ablations: chapters/03-expert-parallel/collectives.sh --smoke"
+out=plots/03-expert-parallel-smoke/collectives
+MOE_BUILD=$build timeout 120 bash chapters/03-expert-parallel/collectives.sh --smoke > "$tmp/coll.log" 2>&1
+check "collectives.sh --smoke exits 0 (every sum and exchange checked against its exact result)" $? \
+    "$(tail -n 5 "$tmp/coll.log")"
+# 2 engines x 2 operations x 4 sizes at 2 processes; the bytes of one call as dist.csv counts
+# them: a sum of n floats over 2 members, n each way for both engines; an exchange n / 2
+awk -F, 'NR > 1 { n++; want = $2 == "sum" ? 4 * $4 : 2 * $4
+                  if ($3 != 2 || $6 != want || $7 != want || !($5 > 0)) bad++ }
+         END { exit !(n == 16 && bad == 0) }' "$out/collectives.csv"
+check "collectives.csv: 16 measurements at 2 processes, each member's bytes as the cost model says" $? \
+    "$(head -n 5 "$out/collectives.csv" 2>&1)"
+grep -q '^| sum-2 | 2 | sum |' "$out/summary.md" && grep -q '^| exchange-2 | 2 | exchange |' "$out/summary.md" &&
+    [ "$(grep -cE '^\| (teach|mpi)-[01] \| (teach|mpi) \| [01] \| [0-9.]+ \| [0-9.]+ \|$' "$out/overlap.md")" = 4 ] &&
+    [ "$(head -c 8 "$out/collectives.png" 2> /dev/null | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] &&
+    grep -q '^processes = 2$' "$out/provenance.txt"
+check "summary.md, overlap.md (4 runs: each engine with and without overlap), collectives.png, provenance.txt" $? \
+    "$(cat "$out/overlap.md" 2>&1 | head -n 8)"
 
 finish
