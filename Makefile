@@ -120,7 +120,18 @@ NVCCFLAGS := -std=c++17 -O2 -lineinfo $(NVCC_GENCODE) -Xptxas -v,-warn-spills,-w
 ifeq ($(CUDA),1)
 CUDA_LIBDIR := $(CUDA_HOME)/lib64
 LDLIBS += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas -lcudart -lstdc++
+# NCCL (dist.collectives=nccl: the GPU's buffers across processes) where the toolkit, or
+# NCCL_HOME, has it; without it a GPU run across processes stages through the host
+NCCL_HOME ?= $(CUDA_HOME)
+HAVE_NCCL := $(if $(wildcard $(NCCL_HOME)/include/nccl.h),1,0)
+ifeq ($(HAVE_NCCL),1)
+# lib64 (the toolkit) or lib (the nvidia-nccl Python wheel, which has no libnccl.so link)
+NCCL_LIBDIR := $(if $(wildcard $(NCCL_HOME)/lib64/libnccl.so*),$(NCCL_HOME)/lib64,$(NCCL_HOME)/lib)
+CPPFLAGS += -I$(NCCL_HOME)/include
+LDLIBS += -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) -l:libnccl.so.2
 endif
+endif
+CPPFLAGS += -DMOE_HAVE_NCCL=$(if $(filter 1,$(HAVE_NCCL)),1,0)
 
 # ---- sources ----------------------------------------------------------------------------
 LIB_SRC := $(filter-out src/cli/%,$(wildcard src/*/*.c))
@@ -155,7 +166,7 @@ $(BUILD)/obj/%.o: %.c $(HEADERS) tests/testutil.h
 # that a new CUDA_ARCH rebuilds the .cu objects
 $(BUILD)/nvcc.flags: FORCE
 	@mkdir -p $(dir $@)
-	@echo '$(NVCC) $(NVCCFLAGS)' > $@.new
+	@echo '$(NVCC) $(CPPFLAGS) $(NVCCFLAGS)' > $@.new
 	@cmp -s $@.new $@ && rm $@.new || mv $@.new $@
 
 # ptxas's report (registers, spills, stack) of each .cu goes beside its object, .ptxas

@@ -59,6 +59,11 @@ check "its losses agree with the run that stayed on cpu within 2e-3" $? "$out"
 rc=$?
 [ $rc -eq 2 ] && grep -q "train.device" "$tmp/err" && grep -q "cpu-ref" "$tmp/err" && [ ! -e "$tmp/gpu" ]
 check "train.device=gpu exits 2, naming the choices, and writes no run" $? "exit $rc: $(head -n 2 "$tmp/err")"
+"$moe" train --out "$tmp/nccl" "${tiny[@]}" --set train.steps=4 --set dist.collectives=nccl > "$tmp/out" 2> "$tmp/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "train.device=cuda" "$tmp/err" && grep -q "dist.collectives=mpi" "$tmp/err" && [ ! -e "$tmp/nccl" ]
+check "dist.collectives=nccl on a CPU table exits 2, naming train.device=cuda and mpi, and writes no run" $? \
+    "exit $rc: $(head -n 2 "$tmp/err")"
 
 # ---- 4. cpu-fenced: cpu's ops on memory the host cannot read -----------------------------------
 # The same runs as on cpu, bit for bit, in every routing mode that reads something of the

@@ -94,6 +94,11 @@ if command -v mpicc > /dev/null 2>&1 && command -v mpirun > /dev/null 2>&1; then
         [ -x build-cuda-mpi/moe ] && ldd build-cuda-mpi/moe | grep -q libmpi
     check "make cuda MPI=1 builds build-cuda-mpi/moe (cuBLAS and MPI)" $? \
         "$(grep -E 'error' "$tmp/mpi.log" | head -n 5)"
+    if [ -e "${CUDA_HOME:-/usr/local/cuda}/include/nccl.h" ]; then
+        ldd build-cuda-mpi/moe | grep -q libnccl && grep -q -- '-DMOE_HAVE_NCCL=1' build-cuda-mpi/nvcc.flags
+        check "with the toolkit's NCCL, build-cuda-mpi/moe links it (dist.collectives=nccl)" $? \
+            "$(ldd build-cuda-mpi/moe | grep -E 'nccl|cublas')"
+    fi
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
         OMP_NUM_THREADS=1 timeout -k 10 120 mpirun -np 2 build-cuda-mpi/moe train --out "$tmp/two" \
         "${tiny[@]}" --set dist.ep=2 > "$tmp/two.log" 2>&1

@@ -72,18 +72,18 @@ START_TEST(test_buckets) {
     ParamTable pt;
     table(&pt);
     GradSync s;
-    grad_sync_init(&s, &pt, 0, &backend_cpu); /* a bucket per tensor */
+    grad_sync_init(&s, &pt, 0, &backend_cpu, 0); /* a bucket per tensor */
     ck_assert_int_eq(s.n, pt.n);
     check_buckets(&pt, &s, 0);
     grad_sync_free(&s);
-    grad_sync_init(&s, &pt, pt.total, &backend_cpu); /* no cap: each run of a stage and group is one */
+    grad_sync_init(&s, &pt, pt.total, &backend_cpu, 0); /* no cap: each run of a stage and group is one */
     check_buckets(&pt, &s, pt.total);
     /* the runs: head side (final norm, head); the embedding; per block, its non-expert
      * tensors around the experts (MoE blocks: 3 runs; the dense block: 1) */
     ck_assert_int_eq(s.n, 2 + 1 + 2 * 3);
     grad_sync_free(&s);
     const size_t cap = 600; /* between the small tensors and the large ones */
-    grad_sync_init(&s, &pt, cap, &backend_cpu);
+    grad_sync_init(&s, &pt, cap, &backend_cpu, 0);
     check_buckets(&pt, &s, cap);
     ck_assert(s.n > 2 + 1 + 2 * 3 && s.n < pt.n);
     grad_sync_free(&s);
@@ -95,7 +95,7 @@ START_TEST(test_start_order) {
     ParamTable pt;
     table(&pt);
     GradSync s;
-    grad_sync_init(&s, &pt, 0, &backend_cpu);
+    grad_sync_init(&s, &pt, 0, &backend_cpu, 0);
     Dist d;
     char err[128];
     ck_assert_int_eq(dist_init(&d, NULL, NULL, 1, DIST_COLL_TEACH, 10.0, err, sizeof err), 0);

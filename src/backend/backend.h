@@ -36,6 +36,7 @@
 #include "config/config.h"
 #include "moe/moe_ops.h"
 #include "nn/ops.h"
+#include "parallel/dist.h"
 
 typedef struct Backend Backend;
 
@@ -168,6 +169,22 @@ struct Backend {
      * reps products, seconds[r] the wall time of each. The yardstick `moe bench` measures a
      * training step against. */
     void (*gemm_seconds)(const Backend *be, int n, int reps, double *seconds);
+
+    /* ---- collectives on the backend's own memory, across processes (dist.collectives=nccl)
+     * NULL where the backend has none (every CPU table): a device's buffers are then staged
+     * through the host and summed or exchanged by d's MPI collectives (model/ep.c,
+     * model/grad_sync.c). coll_open sets them up for d's processes and groups (0, or -1 with
+     * a message); a start enqueues the collective behind the ops issued so far and returns its
+     * handle, coll_wait waits for it (within d->timeout_s, else the job ends naming it) and
+     * counts its bytes and seconds in d->stats, as dist.h's collectives do. The exchange's
+     * counts and displacements are host arrays, in floats, as for dist_alltoallv_f. */
+    int (*coll_open)(const Backend *be, Dist *d, char *err, int errlen);
+    void *(*coll_allreduce_sum_f_start)(const Backend *be, Dist *d, DistGroup g, float *x,
+                                        size_t n);
+    void *(*coll_alltoallv_f_start)(const Backend *be, Dist *d, const float *send,
+                                    const int *send_counts, const int *send_displs, float *recv,
+                                    const int *recv_counts, const int *recv_displs);
+    void (*coll_wait)(const Backend *be, Dist *d, void *op);
 };
 
 /* The CPU backends (backend/cpu.c), and cpu's operations behind a device's fence

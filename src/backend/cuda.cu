@@ -200,6 +200,12 @@ static void fill_table(Backend *b) {
     b->experts_forward = cuda_experts_forward, b->experts_backward = cuda_experts_backward;
     b->route_stats = cuda_route_stats, b->route_domains = host_route_domains;
     b->gemm_seconds = cuda_gemm_seconds;
+#if MOE_HAVE_NCCL
+    b->coll_open = cuda_coll_open;
+    b->coll_allreduce_sum_f_start = cuda_coll_allreduce_sum_f_start;
+    b->coll_alltoallv_f_start = cuda_coll_alltoallv_f_start;
+    b->coll_wait = cuda_coll_wait;
+#endif
 }
 
 static const char *precision_name(int precision) {

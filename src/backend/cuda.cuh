@@ -162,6 +162,14 @@ void cuda_router_scores_forward(const Backend *be, float *scores, float *lse, co
                                 int N, const MoeSpec *s);
 void cuda_router_gate_forward(const Backend *be, int *idx, float *w, const float *scores,
                               const float *logits, const float *bias, int N, const MoeSpec *s);
+/* cuda_nccl.cu (MOE_HAVE_NCCL): the Backend.coll_* entries, NCCL on the GPU's memory */
+int cuda_coll_open(const Backend *be, Dist *d, char *err, int errlen);
+void *cuda_coll_allreduce_sum_f_start(const Backend *be, Dist *d, DistGroup g, float *x,
+                                      size_t n);
+void *cuda_coll_alltoallv_f_start(const Backend *be, Dist *d, const float *send,
+                                  const int *send_counts, const int *send_displs, float *recv,
+                                  const int *recv_counts, const int *recv_displs);
+void cuda_coll_wait(const Backend *be, Dist *d, void *op);
 void cuda_router_gate_weights(const Backend *be, float *w, const int *idx, const float *scores,
                               const float *logits, int N, const MoeSpec *s);
 float cuda_router_z_loss(const Backend *be, const float *lse, int N);

@@ -334,7 +334,8 @@ static int cmd_train(int argc, char **argv) {
     Dist d;
     char err[1024];
     _Static_assert((int)MOE_COLLECTIVES_MPI == (int)DIST_COLL_MPI &&
-                       (int)MOE_COLLECTIVES_TEACH == (int)DIST_COLL_TEACH,
+                       (int)MOE_COLLECTIVES_TEACH == (int)DIST_COLL_TEACH &&
+                       (int)MOE_COLLECTIVES_NCCL == (int)DIST_COLL_NCCL,
                    "dist.collectives and DistCollectives");
     if (dist_init(&d, NULL, NULL, c.ep, c.collectives, c.timeout, err, sizeof err) != 0)
         moe_input_error("%s", err);

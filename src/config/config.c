@@ -34,7 +34,8 @@ _Static_assert(MOE_SCORE_SOFTMAX == 0 && MOE_SCORE_SIGMOID == 1, "moe.score choi
 _Static_assert(MOE_DEVICE_CPU == 0 && MOE_DEVICE_CPU_REF == 1 && MOE_DEVICE_CUDA == 2 &&
                    MOE_DEVICE_CPU_FENCED == 3,
                "train.device choices");
-_Static_assert(MOE_COLLECTIVES_MPI == 0 && MOE_COLLECTIVES_TEACH == 1, "dist.collectives choices");
+_Static_assert(MOE_COLLECTIVES_MPI == 0 && MOE_COLLECTIVES_TEACH == 1 && MOE_COLLECTIVES_NCCL == 2,
+               "dist.collectives choices");
 _Static_assert(MOE_PRECISION_FP32 == 0 && MOE_PRECISION_TF32 == 1 && MOE_PRECISION_BF16 == 2,
                "train.precision choices");
 _Static_assert(MOE_BALANCE_AUX == 0 && MOE_BALANCE_SEQ_AUX == 1 && MOE_BALANCE_AUX_FREE == 2 &&
@@ -175,10 +176,11 @@ static const Key KEYS[] = {
         "mpirun process count and moe.num_experts)"),
     ROW(T_FLOAT, "dist.timeout", timeout, "120", 0, NOMAX, K_OPEN_MIN,
         "seconds a process waits for a peer before it names the peer and ends the job"),
-    ENUM_ROW("dist.collectives", collectives, "mpi", "mpi|teach",
+    ENUM_ROW("dist.collectives", collectives, "mpi", "mpi|teach|nccl",
              "the collectives of a multi-process run: mpi (MPI's own: the library's ring and "
-             "tree algorithms) or teach (chapter 3's, built from point-to-point messages: "
-             "linear, bit for bit repeatable, names a silent peer)"),
+             "tree algorithms), teach (chapter 3's, built from point-to-point messages: "
+             "linear, bit for bit repeatable, names a silent peer) or nccl (train.device=cuda: "
+             "NCCL on the GPUs' memory, MPI's for the host's; a build of make cuda MPI=1)"),
     ROW(T_INT, "dist.overlap", overlap, "1", 0, 1, 0,
         "1: sum a block's gradients over the processes while the earlier blocks' backward "
         "runs; 0: all after the backward"),

@@ -22,9 +22,10 @@ enum { MOE_DEVICE_CPU = 0, MOE_DEVICE_CPU_REF = 1, MOE_DEVICE_CUDA = 2, MOE_DEVI
  * gradients and AdamW moments stay fp32 in every mode, and the CPU backends compute in fp32
  * whatever it says. Not a setting of the model either. */
 enum { MOE_PRECISION_FP32 = 0, MOE_PRECISION_TF32 = 1, MOE_PRECISION_BF16 = 2 };
-/* dist.collectives: MPI's own collectives, or the hand-built ones of chapter 3 (bit for bit
- * repeatable); the same numbers as DistCollectives (parallel/dist.h). */
-enum { MOE_COLLECTIVES_MPI = 0, MOE_COLLECTIVES_TEACH = 1 };
+/* dist.collectives: MPI's own collectives, the hand-built ones of chapter 3 (bit for bit
+ * repeatable), or NCCL on a GPU's memory; the same numbers as DistCollectives
+ * (parallel/dist.h). */
+enum { MOE_COLLECTIVES_MPI = 0, MOE_COLLECTIVES_TEACH = 1, MOE_COLLECTIVES_NCCL = 2 };
 
 typedef struct {
     /* model.* */

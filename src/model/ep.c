@@ -109,13 +109,19 @@ static void add_traffic(EpActs *a, const Dist *d, const DistStats *before) {
     a->stats.comm_seconds += d->stats.seconds - before->seconds;
 }
 
-/* One exchange of rows: C-float rows out of send (sender side counts/displs) into recv. The
- * displacements run from 0 without gaps on both sides (the plan's slices, the received
- * blocks), so a staged exchange copies the first sd[P-1] + sc[P-1] floats down and the first
- * rd[P-1] + rc[P-1] up; the copies count as the exchange's time. */
+/* One exchange of rows: C-float rows out of send (sender side counts/displs) into recv: by the
+ * backend's own collectives in its memory (dist.collectives=nccl), by d's in place (host
+ * memory), or staged. The displacements run from 0 without gaps on both sides (the plan's
+ * slices, the received blocks), so a staged exchange copies the first sd[P-1] + sc[P-1]
+ * floats down and the first rd[P-1] + rc[P-1] up; the copies count as the exchange's time. */
 static void exchange(const Backend *be, EpActs *a, Dist *d, const float *send, const int *sc,
                      const int *sd, float *recv, const int *rc, const int *rd) {
     const DistStats before = d->stats;
+    if (d->collectives == DIST_COLL_NCCL && be->coll_alltoallv_f_start) { /* in the device's memory */
+        be->coll_wait(be, d, be->coll_alltoallv_f_start(be, d, send, sc, sd, recv, rc, rd));
+        add_traffic(a, d, &before);
+        return;
+    }
     if (!a->send_h) {
         dist_alltoallv_f(d, send, sc, sd, recv, rc, rd);
         add_traffic(a, d, &before);

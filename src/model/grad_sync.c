@@ -23,10 +23,12 @@ static int by_stage(const void *a, const void *b) {
     return x->offset < y->offset ? -1 : x->offset > y->offset; /* the table's order inside */
 }
 
-void grad_sync_init(GradSync *s, const ParamTable *pt, size_t bucket_floats, const Backend *be) {
+void grad_sync_init(GradSync *s, const ParamTable *pt, size_t bucket_floats, const Backend *be,
+                    int on_device) {
     memset(s, 0, sizeof *s);
     s->be = be;
-    if (!be->host_memory) s->host = floats_alloc(pt->total);
+    s->on_device = on_device;
+    if (!be->host_memory && !on_device) s->host = floats_alloc(pt->total);
     s->b = calloc_check((size_t)pt->n + 1, sizeof *s->b);
     int seen_block = 0;
     for (int i = 0; i < pt->n; i++) {
@@ -54,7 +56,10 @@ void grad_sync_free(GradSync *s) {
 
 /* Wait for the oldest sum in flight (and put a staged one back). */
 static void finish_oldest(GradSync *s, Dist *d, float *grads) {
-    dist_wait(d, s->flight[s->head]);
+    if (s->on_device)
+        s->be->coll_wait(s->be, d, s->flight[s->head]);
+    else
+        dist_wait(d, (DistOp *)s->flight[s->head]);
     if (s->host) {
         const GradBucket *b = &s->b[s->bucket[s->head]];
         s->be->to_device(s->be, grads + b->offset, s->host + b->offset, b->numel * sizeof(float));
@@ -73,7 +78,9 @@ static void start(GradSync *s, Dist *d, float *grads, int i) {
         x = s->host + b->offset;
     }
     const int slot = (s->head + s->count) % GRAD_SYNC_WINDOW;
-    s->flight[slot] = dist_allreduce_sum_f_start(d, b->group, x, b->numel);
+    s->flight[slot] = s->on_device
+                          ? s->be->coll_allreduce_sum_f_start(s->be, d, b->group, x, b->numel)
+                          : (void *)dist_allreduce_sum_f_start(d, b->group, x, b->numel);
     s->bucket[slot] = i;
     s->count++;
 }

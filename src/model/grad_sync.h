@@ -50,17 +50,22 @@ typedef struct GradSync {
     GradBucket *b; /* (n) in stage order */
     int n;
     int next;                         /* the first bucket not started in this step */
-    DistOp *flight[GRAD_SYNC_WINDOW]; /* started, not yet waited: oldest at head */
+    void *flight[GRAD_SYNC_WINDOW]; /* started, not yet waited (DistOp, or the backend's
+                                       handle on_device): oldest at head */
     int bucket[GRAD_SYNC_WINDOW];     /* the bucket of each */
     int head, count;
     const Backend *be;
-    float *host; /* the host copy of the gradients (staging), or NULL: summed in place */
+    int on_device; /* the backend's collectives sum the buckets in its memory */
+    float *host;   /* the host copy of the gradients (staging), or NULL: summed in place */
     double wait_s; /* the last step's seconds in grad_sync_finish: the sums' exposed time */
 } GradSync;
 
 /* Buckets of pt's tensors: tensors next to each other in the buffer, of the same block and
- * group, merged while the bucket stays within bucket_floats (0: one tensor a bucket). */
-void grad_sync_init(GradSync *s, const ParamTable *pt, size_t bucket_floats, const Backend *be);
+ * group, merged while the bucket stays within bucket_floats (0: one tensor a bucket). With
+ * on_device, the backend's own collectives (Backend.coll_*, NCCL) sum the buckets where they
+ * are; else d's, on the host (staged when the backend's memory is not the host's). */
+void grad_sync_init(GradSync *s, const ParamTable *pt, size_t bucket_floats, const Backend *be,
+                    int on_device);
 void grad_sync_free(GradSync *s);
 
 /* The backward has finished stage (GradBucket.stage): start the sums of its buckets over d

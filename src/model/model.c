@@ -55,6 +55,14 @@ void model_init_dist(Model *m, const Config *c, int B, int T, Dist *d) {
     char err[512];
     const Backend *be = backend_of_config(c, err, sizeof err);
     if (!be) moe_input_error("%s", err);
+    if (d && d->collectives == DIST_COLL_NCCL) {
+        if (!be->coll_open)
+            moe_input_error("dist.collectives=nccl sums and exchanges a GPU's memory with NCCL: it "
+                            "needs train.device=cuda in a build of make cuda MPI=1 with NCCL "
+                            "(train.device=%s has none here); use dist.collectives=mpi",
+                            be->name);
+        if (be->coll_open(be, d, err, sizeof err) != 0) moe_input_error("%s", err);
+    }
     model_init_backend(m, c, B, T, d, be);
 }
 
@@ -64,7 +72,9 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
     m->be = be;
     m->B = B;
     m->T = T;
-    m->dist = d && d->world > 1 ? d : NULL; /* one process: exactly the one-process model */
+    /* one process: exactly the one-process model, unless NCCL is to carry its (trivial) sums,
+     * the check of NCCL a single GPU allows */
+    m->dist = d && (d->world > 1 || d->collectives == DIST_COLL_NCCL) ? d : NULL;
     const int L = c->n_layer, C = c->d_model, H = c->n_head;
     const size_t N = (size_t)B * T;
     const int ep = m->dist ? m->dist->ep : 1;
@@ -72,7 +82,8 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
     params_table_build_ep(&m->pt, c, ep);
     if (m->dist) {
         m->sync = calloc_check(1, sizeof *m->sync);
-        grad_sync_init(m->sync, &m->pt, (size_t)(c->bucket_mb * (1 << 20) / sizeof(float)), be);
+        grad_sync_init(m->sync, &m->pt, (size_t)(c->bucket_mb * (1 << 20) / sizeof(float)), be,
+                       m->dist->collectives == DIST_COLL_NCCL);
     }
     m->params = dev(m, m->pt.total);
     m->grads = dev(m, m->pt.total);

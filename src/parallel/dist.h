@@ -30,6 +30,10 @@
  *                    (dist_mpi_ops.c): linear patterns through member 0 and a reduction order we
  *                    fix, so a run repeats bit for bit at a given process count; what chapter 3
  *                    and lab 03 explain.
+ *   DIST_COLL_NCCL   the GPU's buffers (the expert exchange, the gradients' sums) through
+ *                    NCCL, by the CUDA backend (Backend.coll_*, backend/cuda_nccl.cu); every
+ *                    collective of this file, on host buffers, is MPI's own as with
+ *                    DIST_COLL_MPI.
  *
  * No silent hangs: every collective waits at most timeout_s (1.5 or 2 times that for the
  * waits of a sum or barrier that go through member 0, so that the rank waiting for a stopped
@@ -53,7 +57,7 @@
 #include <stdint.h>
 
 typedef enum { DIST_WORLD = 0, DIST_EP = 1, DIST_DP = 2 } DistGroup;
-typedef enum { DIST_COLL_MPI = 0, DIST_COLL_TEACH = 1 } DistCollectives;
+typedef enum { DIST_COLL_MPI = 0, DIST_COLL_TEACH = 1, DIST_COLL_NCCL = 2 } DistCollectives;
 
 typedef struct {
     uint64_t bytes_sent, bytes_recv; /* payload bytes (counts included), summed over calls */
@@ -127,12 +131,20 @@ void dist_alltoall_i(Dist *d, const int *send, int *recv, int count);
 void dist_alltoallv_f(Dist *d, const float *send, const int *send_counts, const int *send_displs,
                       float *recv, const int *recv_counts, const int *recv_displs);
 
+/* An exchange's count of floats a member sends to itself must be the count it expects from
+ * itself; when not, the ranks disagree on the counts, and the job ends saying so. For every
+ * implementation of an exchange (this one's, and a backend's own collectives). */
+void dist_check_self_counts(Dist *d, int sent_to_self, int expected_from_self);
+
 /* Inside a group: member 0's n floats to every member. */
 void dist_broadcast_f(Dist *d, DistGroup g, float *x, size_t n);
 
 /* Inside the EP group: every member's n floats, in member order, into out (ep * n floats) on
  * member 0 (out may be NULL elsewhere). For checkpoints: the experts of a row, together. */
 void dist_gather_f(Dist *d, const float *x, size_t n, float *out);
+
+/* Every rank of the world gets rank 0's n bytes at x (a library's start-up token). */
+void dist_broadcast_bytes(Dist *d, void *x, size_t n);
 
 /* Wait until every rank of the world is here (with the same timeout). */
 void dist_barrier(Dist *d);

@@ -109,15 +109,20 @@ void dist_alltoall_i(Dist *d, const int *send, int *recv, int count) {
     count_call(d, t0);
 }
 
+void dist_check_self_counts(Dist *d, int sent_to_self, int expected_from_self) {
+    (void)d;
+    if (sent_to_self != expected_from_self)
+        moe_fatal("dist_alltoallv_f: %d floats sent to itself but %d expected: the counts of the "
+                  "exchange disagree",
+                  sent_to_self, expected_from_self);
+}
+
 /* The only member is member 0: recv_counts[0] floats from send + send_displs[0]. */
 DistOp *dist_alltoallv_f_start(Dist *d, const float *send, const int *send_counts,
                                const int *send_displs, float *recv, const int *recv_counts,
                                const int *recv_displs) {
     double t0 = now_seconds();
-    if (send_counts[0] != recv_counts[0])
-        moe_fatal("dist_alltoallv_f: %d floats sent to itself but %d expected: the counts of the "
-                  "exchange disagree",
-                  send_counts[0], recv_counts[0]);
+    dist_check_self_counts(d, send_counts[0], recv_counts[0]);
     if (recv_counts[0] > 0)
         memmove(recv + recv_displs[0], send + send_displs[0],
                 (size_t)recv_counts[0] * sizeof(float));
@@ -139,6 +144,10 @@ void dist_gather_f(Dist *d, const float *x, size_t n, float *out) {
     double t0 = now_seconds();
     if (n > 0) memmove(out, x, n * sizeof(float));
     count_call(d, t0);
+}
+
+void dist_broadcast_bytes(Dist *d, void *x, size_t n) {
+    count_call(d, now_seconds()); /* rank 0's bytes are already here */
 }
 
 void dist_barrier(Dist *d) {

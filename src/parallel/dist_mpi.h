@@ -110,5 +110,6 @@ void lib_alltoall_i(Dist *d, const int *send, int *recv, int count);
 void lib_broadcast_f(Dist *d, DistGroup g, float *x, int n);
 void lib_gather_f(Dist *d, const float *x, int n, float *out);
 void lib_barrier(Dist *d);
+void lib_broadcast_bytes(Dist *d, void *x, int n);
 
 #endif

@@ -114,6 +114,14 @@ void lib_gather_f(Dist *d, const float *x, int n, float *out) {
     dist_wait(d, op);
 }
 
+void lib_broadcast_bytes(Dist *d, void *x, int n) {
+    const double t0 = now_seconds();
+    DistOp *op = dm_op_begin(d, DIST_WORLD, "broadcast_bytes", MPI_BYTE);
+    lib_posted(d, op, MPI_Ibcast(x, n, MPI_BYTE, 0, dm_comm(d, DIST_WORLD), &op->req[0]));
+    op->seconds += now_seconds() - t0;
+    dist_wait(d, op);
+}
+
 void lib_barrier(Dist *d) {
     const double t0 = now_seconds();
     DistOp *op = dm_op_begin(d, DIST_WORLD, "barrier", MPI_BYTE);

@@ -2,7 +2,8 @@
  * dist_mpi_ops.c: the collectives of the MPI build (dist.h), on the requests and the wait loop
  * of dist_mpi.c (read its opening comment first: why point-to-point, the deadlines, the
  * reduction order, the tags). These are dist.collectives=teach, built by hand; each entry
- * hands dist.collectives=mpi to MPI's own collectives (dist_mpi_lib.c) first.
+ * hands the other engines (mpi, and nccl for host buffers) to MPI's own collectives
+ * (dist_mpi_lib.c) first.
  */
 #if MOE_HAVE_MPI
 #include "parallel/dist_mpi.h"
@@ -111,12 +112,12 @@ static void sum_finish(Dist *d, DistOp *op) {
 }
 
 DistOp *dist_allreduce_sum_f_start(Dist *d, DistGroup g, float *x, size_t n) {
-    if (d->collectives == DIST_COLL_MPI) return lib_sum_start(d, g, x, n, 0, "allreduce_sum_f");
+    if (d->collectives != DIST_COLL_TEACH) return lib_sum_start(d, g, x, n, 0, "allreduce_sum_f");
     return sum_start(d, g, x, n, 0, "allreduce_sum_f");
 }
 
 DistOp *dist_allreduce_sum_d_start(Dist *d, DistGroup g, double *x, size_t n) {
-    if (d->collectives == DIST_COLL_MPI) return lib_sum_start(d, g, x, n, 1, "allreduce_sum_d");
+    if (d->collectives != DIST_COLL_TEACH) return lib_sum_start(d, g, x, n, 1, "allreduce_sum_d");
     return sum_start(d, g, x, n, 1, "allreduce_sum_d");
 }
 
@@ -131,7 +132,7 @@ void dist_allreduce_sum_d(Dist *d, DistGroup g, double *x, size_t n) {
 /* ---- all-to-all inside the EP row --------------------------------------------------------- */
 
 void dist_alltoall_i(Dist *d, const int *send, int *recv, int count) {
-    if (d->collectives == DIST_COLL_MPI) {
+    if (d->collectives != DIST_COLL_TEACH) {
         lib_alltoall_i(d, send, recv, count);
         return;
     }
@@ -152,20 +153,23 @@ void dist_alltoall_i(Dist *d, const int *send, int *recv, int count) {
 /* A message goes to every peer even when its count is 0: each exchange then hears from the
  * whole row (a dead peer is named at the next exchange, whatever the routing did) and checks
  * that sender and receiver agree on every count. */
+void dist_check_self_counts(Dist *d, int sent_to_self, int expected_from_self) {
+    if (sent_to_self == expected_from_self) return;
+    char why[160];
+    snprintf(why, sizeof why,
+             "alltoallv_f: %d floats to itself but %d expected from itself: the counts of the "
+             "exchange disagree",
+             sent_to_self, expected_from_self);
+    dist_abort(d, why);
+}
+
 DistOp *dist_alltoallv_f_start(Dist *d, const float *send, const int *send_counts,
                                const int *send_displs, float *recv, const int *recv_counts,
                                const int *recv_displs) {
     const double t0 = now_seconds();
     int P = d->ep, me = d->ep_rank;
-    if (send_counts[me] != recv_counts[me]) {
-        char why[160];
-        snprintf(why, sizeof why,
-                 "alltoallv_f: %d floats to itself but %d expected from itself: the counts of "
-                 "the exchange disagree",
-                 send_counts[me], recv_counts[me]);
-        dist_abort(d, why);
-    }
-    if (d->collectives == DIST_COLL_MPI)
+    dist_check_self_counts(d, send_counts[me], recv_counts[me]);
+    if (d->collectives != DIST_COLL_TEACH)
         return lib_alltoallv_f_start(d, send, send_counts, send_displs, recv, recv_counts,
                                      recv_displs);
     DistOp *op = dm_op_begin(d, DIST_EP, "alltoallv_f", MPI_FLOAT);
@@ -219,7 +223,7 @@ void dist_broadcast_f(Dist *d, DistGroup g, float *x, size_t n) {
     const double t0 = now_seconds();
     int P = dist_group_size(d, g), me = dist_group_rank(d, g);
     int cnt = count_of(d, n, "broadcast_f: more than 2^31 - 1 floats in one call: split it");
-    if (d->collectives == DIST_COLL_MPI) {
+    if (d->collectives != DIST_COLL_TEACH) {
         lib_broadcast_f(d, g, x, cnt);
         return;
     }
@@ -239,7 +243,7 @@ void dist_gather_f(Dist *d, const float *x, size_t n, float *out) {
     const double t0 = now_seconds();
     int P = d->ep, me = d->ep_rank;
     int cnt = count_of(d, n, "gather_f: more than 2^31 - 1 floats in one call: split it");
-    if (d->collectives == DIST_COLL_MPI) {
+    if (d->collectives != DIST_COLL_TEACH) {
         lib_gather_f(d, x, cnt, out);
         return;
     }
@@ -261,8 +265,12 @@ void dist_gather_f(Dist *d, const float *x, size_t n, float *out) {
 /* Empty messages: every rank reports to rank 0 (which names whoever is missing), then rank 0
  * releases them all. One collective in two phases: the release is posted only once every
  * report is in. */
+void dist_broadcast_bytes(Dist *d, void *x, size_t n) {
+    lib_broadcast_bytes(d, x, count_of(d, n, "broadcast_bytes: more than 2^31 - 1 bytes"));
+}
+
 void dist_barrier(Dist *d) {
-    if (d->collectives == DIST_COLL_MPI) {
+    if (d->collectives != DIST_COLL_TEACH) {
         lib_barrier(d);
         return;
     }

@@ -363,7 +363,7 @@ int train_run(Config *c, const TrainOptions *o) {
     /* the thread count first: the model sizes its per-thread buffers by it */
     const int threads = backend_set_threads(c->threads);
     Model m;
-    model_init_dist(&m, c, B, T, d);
+    model_init_dist(&m, c, B, T, o->dist); /* it keeps one process's dist only for NCCL */
     Loader loader;
     loader_init(&loader, &train, c->batch, T, c->seed);
     if (o->resume && checkpoint_load(&m, &loader.rng, ckpt_path, 1, err, sizeof err) != 0)
@@ -473,7 +473,7 @@ int train_run(Config *c, const TrainOptions *o) {
             loader_next(&loader, inputs, targets, domains);
             model_forward(&m, inputs + mine, targets + mine, B, T);
             /* the step's last backward starts the gradients' sums block by block */
-            m.sync_in_backward = d && c->overlap && micro == c->accum - 1;
+            m.sync_in_backward = m.dist && c->overlap && micro == c->accum - 1;
             /* each process's mean over its share, 1 / world of the batch's mean */
             model_backward(&m, 1.0f / (float)(c->accum * world));
             loss += m.loss;
@@ -490,9 +490,9 @@ int train_run(Config *c, const TrainOptions *o) {
             loss = v[0] / world;
             aux = v[1] / world;
             z = v[2] / world;
-            model_sync_grads(&m);
             raccum_share(&ra, d);
         }
+        model_sync_grads(&m); /* across processes (or through NCCL alone); else nothing */
         if (!isfinite(loss))
             moe_fatal("the loss became %f at step %d; lower train.lr or raise train.warmup "
                       "(the last checkpoint in %s is intact)",

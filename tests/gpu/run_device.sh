@@ -20,6 +20,9 @@
 #            and the MoE run again with the experts' first rung (MOE_CUDA_EXPERTS=loop); 50
 #            steps at tf32 and at bf16 end within 2 % of fp32's loss
 #   repeat   two GPU runs write the same checkpoint, byte for byte
+#   nccl     dist.collectives=nccl: the MoE run at a world of one (the gradients' sums through
+#            NCCL) and, on a machine with 2 GPUs, over 2 processes; the losses of the 1-process
+#            run within 2e-3 (the ops step also runs NCCL's sum and exchange at a world of one)
 #   staged   (where MPI is, or comes from .gpu-deps) 2 processes share the GPU at dist.ep=2,
 #            the expert exchange and the gradients' sums staged through the host: the losses of
 #            the 1-process GPU run within 2e-3
@@ -113,6 +116,14 @@ resume() { # 10 steps on the GPU, the other 10 on the CPU: train-moe's losses
         $moe train --resume "$out/runs/moved" --set train.device=cpu --quiet &&
         csv_close "$out/runs/moe-gpu/train.csv" "$out/runs/moved/train.csv"
 }
+against_moe_gpu() { # RUN LABEL: runs/RUN's losses against train-moe's GPU run, within 2e-3
+    local diff rc
+    diff=$(csv_close "$out/runs/moe-gpu/train.csv" "$out/runs/$1/train.csv")
+    rc=$?
+    echo "$diff"
+    echo "= $2: $(echo "$diff" | tail -n 1)"
+    return $rc
+}
 staged() { # 2 processes share the GPU (dist.ep=2, host staging): train-moe's 1-process run
     # (the rehearsal stages cpu-fenced's memory, the host-unreadable stand-in for a GPU's)
     local dev=$RD_GPU
@@ -120,12 +131,20 @@ staged() { # 2 processes share the GPU (dist.ep=2, host staging): train-moe's 1-
     timeout -k 10 150 mpirun -np 2 build-cuda-mpi/moe train --out "$out/runs/staged" "${base[@]}" \
         --set moe.num_experts=8 --set moe.top_k=2 --set train.device=$dev --set dist.ep=2 \
         --set dist.collectives=teach || return 1
-    local diff rc
-    diff=$(csv_close "$out/runs/moe-gpu/train.csv" "$out/runs/staged/train.csv")
-    rc=$?
-    echo "$diff"
-    echo "= staged over 2 processes against 1: $(echo "$diff" | tail -n 1)"
-    return $rc
+    against_moe_gpu staged "staged over 2 processes against 1"
+}
+nccl_pair() { # NP: train-moe's GPU run with dist.collectives=nccl over NP processes (NP 1: the
+    # gradients' sums through NCCL at a world of one; 2: one GPU each, the exchange too)
+    local np=$1 bin=$moe
+    local cmd=("$moe")
+    if [ "$np" -gt 1 ]; then
+        bin=build-cuda-mpi/moe
+        cmd=(timeout -k 10 150 mpirun -np "$np" "$bin")
+    fi
+    "${cmd[@]}" train --out "$out/runs/nccl-$np" "${base[@]}" --set moe.num_experts=8 \
+        --set moe.top_k=2 --set train.device=$RD_GPU --set dist.collectives=nccl \
+        --set dist.ep="$np" || return 1
+    against_moe_gpu "nccl-$np" "NCCL over $np process(es) against the 1-process run"
 }
 precision_pair() { # P: 50 steps at precision P against fp32: the last loss within 2 %
     local p=$1 a b
@@ -203,6 +222,17 @@ fi
 have_deps || say "deps: no OpenBLAS or Check here, and no .gpu-deps/ (tests/gpu/pack_deps.sh): the build will stop"
 have_mpi || say "deps: no MPI here, and none in .gpu-deps/: the steps across processes are skipped"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# NCCL: the toolkit's, else the nvidia-nccl Python wheel's (NCCL_HOME for the Makefile)
+cuda_home=${CUDA_HOME:-/usr/local/cuda}
+if [ ! -e "$cuda_home/include/nccl.h" ] && [ -z "${NCCL_HOME:-}" ]; then
+    wheel=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2> /dev/null ||
+            python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2> /dev/null)
+    if [ -n "$wheel" ] && [ -e "$wheel/include/nccl.h" ]; then
+        export NCCL_HOME=$wheel
+        say "deps: NCCL from the Python wheel in $wheel"
+    fi
+fi
+[ -e "${NCCL_HOME:-$cuda_home}/include/nccl.h" ] || say "deps: no NCCL here: the NCCL steps are skipped"
 
 step build 300 make -j"$(nproc)" cuda CUDA_ARCH="${arch:-90}" || exit 1
 step build-tests 120 make -j"$(nproc)" CUDA=1 CUDA_ARCH="${arch:-90}" \
@@ -259,6 +289,18 @@ if have_mpi; then
         step staged-2proc 180 bash "$me" --fn staged
 else
     say "staged-2proc: skipped (no MPI here)"
+fi
+# NCCL: at a world of one on this GPU, and over 2 GPUs where there are 2 (NCCL refuses two
+# processes on one GPU, so one GPU cannot check the exchange through it)
+if [ "$gpu" = cuda ] && ldd "$moe" | grep -q libnccl; then
+    step nccl-1proc 150 bash "$me" --fn nccl_pair 1
+    if [ "$(nvidia-smi -L | wc -l)" -ge 2 ] && have_mpi && [ -x build-cuda-mpi/moe ]; then
+        step nccl-2proc 180 bash "$me" --fn nccl_pair 2
+    else
+        say "nccl-2proc: skipped (it needs 2 GPUs and MPI; NCCL refuses two processes on one GPU)"
+    fi
+else
+    say "nccl: skipped ($([ "$gpu" = cuda ] && echo "this build has no NCCL" || echo "rehearsal"))"
 fi
 if [ "$gpu" = cuda ]; then
     step bench-fp32 200 $moe bench --device cuda --precision fp32 --config tiny --config small \

@@ -57,6 +57,7 @@ job() {
     env SLURM_JOB_ID=$((RANDOM + 1)) SLURM_NTASKS=2 SLURM_NTASKS_PER_NODE=2 SLURM_JOB_NUM_NODES=1 \
         SLURM_CPUS_PER_TASK=1 SLURM_SUBMIT_DIR="$root" MOE="$moe" RUN_DIR="$run" EP=2 \
         STEPS=6 STEPS_PER_JOB=3 CKPT_EVERY=1 EXTRA="$tiny" DEVICE=cpu-fenced PRECISION=fp32 \
+        COLLECTIVES=mpi \
         "$@" timeout -k 10 120 bash "$root/chapters/03-expert-parallel/$script"
 }
 no_speed() { cut -d, -f1-6,8 "$1"; }

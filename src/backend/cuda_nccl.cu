@@ -1,0 +1,205 @@
+/*
+ * cuda_nccl.cu: collectives on the GPU's memory across processes, through NCCL
+ * (dist.collectives=nccl; the Backend.coll_* entries of the cuda table). Built where the CUDA
+ * toolkit has NCCL (MOE_HAVE_NCCL); without it the entries stay NULL and a GPU run across
+ * processes stages its buffers through the host (model/ep.c, model/grad_sync.c).
+ *
+ * Start-up (coll_open): rank 0 draws NCCL's unique id, every rank gets it over MPI
+ * (dist_broadcast_bytes), and together they make a communicator of the world, split like d's
+ * grid into the expert-parallel rows (colour dp_rank, key ep_rank) and the data-parallel
+ * columns (colour ep_rank, key dp_rank), so a member's index in a communicator is its index in
+ * d's group.
+ *
+ * A collective is enqueued on the backend's stream, behind the kernels that made its input and
+ * before those that read its output, and an event is recorded after it: the start costs the
+ * host nothing, and the wait polls the event. A sum is ncclAllReduce in place; an exchange
+ * (counts that differ per peer) is one group of ncclSend / ncclRecv to and from every other
+ * member, its own block copied on the stream. While it waits, the host asks every communicator
+ * for an asynchronous error (a peer's connection lost); an error, or dist.timeout seconds
+ * without the event, aborts the communicators (ncclCommAbort) and ends the job with a message
+ * naming the collective and its group (NCCL, like MPI's own collectives, cannot say which
+ * member is missing).
+ *
+ * Bytes are counted as dist.h counts MPI's own: an exchange's payload, a sum's ring
+ * 2 (P - 1) / P n each way.
+ */
+#include "backend/cuda.cuh"
+
+#if MOE_HAVE_NCCL
+#include <nccl.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/util.h"
+
+/* One collective in flight: the event after it, and what it will add to d->stats. */
+typedef struct {
+    int busy;
+    cudaEvent_t done;
+    const char *name;
+    DistGroup g;
+    double seconds;
+    uint64_t sent, recvd;
+} NcclOp;
+
+static struct {
+    int open;
+    ncclComm_t comm[3]; /* indexed by DistGroup */
+    NcclOp ops[DIST_MAX_IN_FLIGHT];
+} nccl;
+
+static const char *const GROUP[] = {"the world", "the expert-parallel group",
+                                    "the data-parallel group"};
+
+/* End the job: every communicator aborted (so that no kernel of NCCL waits on), then the
+ * message and MPI_Abort (dist_abort). */
+static void abort_all(Dist *d, const char *why) {
+    for (int g = DIST_DP; g >= DIST_WORLD; g--)
+        if (nccl.comm[g]) ncclCommAbort(nccl.comm[g]);
+    dist_abort(d, why);
+}
+
+static void nccl_check(Dist *d, ncclResult_t r, const char *what) {
+    if (r == ncclSuccess) return;
+    char why[512];
+    snprintf(why, sizeof why, "NCCL: %s: %s (%s)", what, ncclGetErrorString(r),
+             ncclGetLastError(NULL));
+    abort_all(d, why);
+}
+
+int cuda_coll_open(const Backend *be, Dist *d, char *err, int errlen) {
+    if (nccl.open) return 0;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (d->rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&id);
+        if (r != ncclSuccess)
+            return set_error(err, errlen,
+                             "dist.collectives=nccl: NCCL could not start (it says: %s); use "
+                             "dist.collectives=mpi, which stages the GPU's buffers through the "
+                             "host",
+                             ncclGetErrorString(r));
+    }
+    dist_broadcast_bytes(d, &id, sizeof id);
+    CUDA_CHECK(cudaSetDevice(cuda_ctx(be)->device));
+    ncclResult_t r = ncclCommInitRank(&nccl.comm[DIST_WORLD], d->world, id, d->rank);
+    if (r != ncclSuccess)
+        return set_error(err, errlen,
+                         "dist.collectives=nccl: the communicator of the %d processes could not "
+                         "be made (NCCL says: %s; it refuses two processes on one GPU: give "
+                         "each its own, or use dist.collectives=mpi)",
+                         d->world, ncclGetErrorString(r));
+    nccl_check(d, ncclCommSplit(nccl.comm[DIST_WORLD], d->dp_rank, d->ep_rank, &nccl.comm[DIST_EP],
+                                NULL),
+               "ncclCommSplit (expert-parallel rows)");
+    nccl_check(d, ncclCommSplit(nccl.comm[DIST_WORLD], d->ep_rank, d->dp_rank, &nccl.comm[DIST_DP],
+                                NULL),
+               "ncclCommSplit (data-parallel columns)");
+    for (int i = 0; i < DIST_MAX_IN_FLIGHT; i++)
+        CUDA_CHECK(cudaEventCreateWithFlags(&nccl.ops[i].done, cudaEventDisableTiming));
+    nccl.open = 1;
+    return 0;
+}
+
+static NcclOp *op_begin(const char *name, DistGroup g) {
+    for (int i = 0; i < DIST_MAX_IN_FLIGHT; i++)
+        if (!nccl.ops[i].busy) {
+            NcclOp *op = &nccl.ops[i];
+            op->busy = 1, op->name = name, op->g = g;
+            op->seconds = 0.0, op->sent = op->recvd = 0;
+            return op;
+        }
+    moe_fatal("NCCL: a %d-th collective started while %d are in flight: wait one first",
+              DIST_MAX_IN_FLIGHT + 1, DIST_MAX_IN_FLIGHT);
+}
+
+void *cuda_coll_allreduce_sum_f_start(const Backend *be, Dist *d, DistGroup g, float *x,
+                                      size_t n) {
+    const double t0 = now_seconds();
+    NcclOp *op = op_begin("allreduce_sum_f", g);
+    const int P = dist_group_size(d, g);
+    if (n > 0)
+        nccl_check(d, ncclAllReduce(x, x, n, ncclFloat32, ncclSum, nccl.comm[g], cuda_stream(be)),
+                   "ncclAllReduce");
+    CUDA_CHECK(cudaEventRecord(op->done, cuda_stream(be)));
+    op->sent = op->recvd =
+        P > 1 ? (uint64_t)(2.0 * (P - 1) / P * (double)n * sizeof(float) + 0.5) : 0;
+    op->seconds = now_seconds() - t0;
+    return op;
+}
+
+void *cuda_coll_alltoallv_f_start(const Backend *be, Dist *d, const float *send,
+                                  const int *send_counts, const int *send_displs, float *recv,
+                                  const int *recv_counts, const int *recv_displs) {
+    const double t0 = now_seconds();
+    const int P = d->ep, me = d->ep_rank;
+    cudaStream_t stream = cuda_stream(be);
+    dist_check_self_counts(d, send_counts[me], recv_counts[me]);
+    NcclOp *op = op_begin("alltoallv_f", DIST_EP);
+    if (recv_counts[me] > 0)
+        CUDA_CHECK(cudaMemcpyAsync(recv + recv_displs[me], send + send_displs[me],
+                                   (size_t)recv_counts[me] * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, stream));
+    /* the counts came from the exchange of counts: both sides skip the same empty messages */
+    nccl_check(d, ncclGroupStart(), "ncclGroupStart");
+    for (int p = 0; p < P; p++) {
+        if (p == me) continue;
+        if (send_counts[p] > 0)
+            nccl_check(d, ncclSend(send + send_displs[p], (size_t)send_counts[p], ncclFloat32, p,
+                                   nccl.comm[DIST_EP], stream),
+                       "ncclSend");
+        if (recv_counts[p] > 0)
+            nccl_check(d, ncclRecv(recv + recv_displs[p], (size_t)recv_counts[p], ncclFloat32, p,
+                                   nccl.comm[DIST_EP], stream),
+                       "ncclRecv");
+        op->sent += (uint64_t)send_counts[p] * sizeof(float);
+        op->recvd += (uint64_t)recv_counts[p] * sizeof(float);
+    }
+    nccl_check(d, ncclGroupEnd(), "ncclGroupEnd");
+    CUDA_CHECK(cudaEventRecord(op->done, stream));
+    op->seconds = now_seconds() - t0;
+    return op;
+}
+
+void cuda_coll_wait(const Backend *be, Dist *d, void *handle) {
+    (void)be;
+    NcclOp *op = (NcclOp *)handle;
+    if (!op || !op->busy) moe_fatal("NCCL: a wait for a collective that is not in flight");
+    const struct timespec nap = {0, 100000}; /* 100 us */
+    const double start = now_seconds();
+    for (;;) {
+        cudaError_t q = cudaEventQuery(op->done);
+        if (q == cudaSuccess) break;
+        if (q != cudaErrorNotReady) CUDA_CHECK(q);
+        for (int g = DIST_WORLD; g <= DIST_DP; g++) {
+            ncclResult_t async = ncclSuccess;
+            nccl_check(d, ncclCommGetAsyncError(nccl.comm[g], &async), "ncclCommGetAsyncError");
+            if (async != ncclSuccess && async != ncclInProgress) {
+                char why[256];
+                snprintf(why, sizeof why, "NCCL failed in the %s over %s: %s; a process has "
+                         "probably died", op->name, GROUP[op->g], ncclGetErrorString(async));
+                abort_all(d, why);
+            }
+        }
+        const double waited = now_seconds() - start;
+        if (waited > d->timeout_s) {
+            char why[320];
+            snprintf(why, sizeof why,
+                     "the %s over %s (NCCL) did not complete in %.1f s: a process of it has "
+                     "stopped or died (NCCL does not say which; dist.collectives=teach names it) "
+                     "(dist timeout %.0f s)",
+                     op->name, GROUP[op->g], waited, d->timeout_s);
+            abort_all(d, why);
+        }
+        nanosleep(&nap, NULL);
+    }
+    op->seconds += now_seconds() - start;
+    d->stats.bytes_sent += op->sent;
+    d->stats.bytes_recv += op->recvd;
+    d->stats.seconds += op->seconds;
+    d->stats.calls++;
+    op->busy = 0;
+}
+
+#endif /* MOE_HAVE_NCCL */
