@@ -76,7 +76,8 @@ START_TEST(test_buckets) {
     ck_assert_int_eq(s.n, pt.n);
     check_buckets(&pt, &s, 0);
     grad_sync_free(&s);
-    grad_sync_init(&s, &pt, pt.total, &backend_cpu, 0); /* no cap: each run of a stage and group is one */
+    grad_sync_init(&s, &pt, pt.total, &backend_cpu,
+                   0); /* no cap: each run of a stage and group is one */
     check_buckets(&pt, &s, pt.total);
     /* the runs: head side (final norm, head); the embedding; per block, its non-expert
      * tensors around the experts (MoE blocks: 3 runs; the dense block: 1) */

@@ -71,7 +71,8 @@ static int measure(Dist *d, const char *engine, int op, size_t n, int csv, float
             if (op == 0)
                 bad = x[i] != tri * (float)(int)(i % 97);
             else if (i < (size_t)part * P) /* from member i / part, its block for me */
-                bad = y[i] != (float)((int)(i / part) + 1) * (float)(int)((me * part + i % part) % 97);
+                bad = y[i] !=
+                      (float)((int)(i / part) + 1) * (float)(int)((me * part + i % part) % 97);
         }
     }
     double wrong = bad, by[64];

@@ -90,12 +90,12 @@ int cuda_coll_open(const Backend *be, Dist *d, char *err, int errlen) {
                          "be made (NCCL says: %s; it refuses two processes on one GPU: give "
                          "each its own, or use dist.collectives=mpi)",
                          d->world, ncclGetErrorString(r));
-    nccl_check(d, ncclCommSplit(nccl.comm[DIST_WORLD], d->dp_rank, d->ep_rank, &nccl.comm[DIST_EP],
-                                NULL),
-               "ncclCommSplit (expert-parallel rows)");
-    nccl_check(d, ncclCommSplit(nccl.comm[DIST_WORLD], d->ep_rank, d->dp_rank, &nccl.comm[DIST_DP],
-                                NULL),
-               "ncclCommSplit (data-parallel columns)");
+    nccl_check(
+        d, ncclCommSplit(nccl.comm[DIST_WORLD], d->dp_rank, d->ep_rank, &nccl.comm[DIST_EP], NULL),
+        "ncclCommSplit (expert-parallel rows)");
+    nccl_check(
+        d, ncclCommSplit(nccl.comm[DIST_WORLD], d->ep_rank, d->dp_rank, &nccl.comm[DIST_DP], NULL),
+        "ncclCommSplit (data-parallel columns)");
     for (int i = 0; i < DIST_MAX_IN_FLIGHT; i++)
         CUDA_CHECK(cudaEventCreateWithFlags(&nccl.ops[i].done, cudaEventDisableTiming));
     nccl.open = 1;
@@ -114,8 +114,7 @@ static NcclOp *op_begin(const char *name, DistGroup g) {
               DIST_MAX_IN_FLIGHT + 1, DIST_MAX_IN_FLIGHT);
 }
 
-void *cuda_coll_allreduce_sum_f_start(const Backend *be, Dist *d, DistGroup g, float *x,
-                                      size_t n) {
+void *cuda_coll_allreduce_sum_f_start(const Backend *be, Dist *d, DistGroup g, float *x, size_t n) {
     const double t0 = now_seconds();
     NcclOp *op = op_begin("allreduce_sum_f", g);
     const int P = dist_group_size(d, g);
@@ -146,12 +145,14 @@ void *cuda_coll_alltoallv_f_start(const Backend *be, Dist *d, const float *send,
     for (int p = 0; p < P; p++) {
         if (p == me) continue;
         if (send_counts[p] > 0)
-            nccl_check(d, ncclSend(send + send_displs[p], (size_t)send_counts[p], ncclFloat32, p,
-                                   nccl.comm[DIST_EP], stream),
+            nccl_check(d,
+                       ncclSend(send + send_displs[p], (size_t)send_counts[p], ncclFloat32, p,
+                                nccl.comm[DIST_EP], stream),
                        "ncclSend");
         if (recv_counts[p] > 0)
-            nccl_check(d, ncclRecv(recv + recv_displs[p], (size_t)recv_counts[p], ncclFloat32, p,
-                                   nccl.comm[DIST_EP], stream),
+            nccl_check(d,
+                       ncclRecv(recv + recv_displs[p], (size_t)recv_counts[p], ncclFloat32, p,
+                                nccl.comm[DIST_EP], stream),
                        "ncclRecv");
         op->sent += (uint64_t)send_counts[p] * sizeof(float);
         op->recvd += (uint64_t)recv_counts[p] * sizeof(float);
@@ -177,8 +178,10 @@ void cuda_coll_wait(const Backend *be, Dist *d, void *handle) {
             nccl_check(d, ncclCommGetAsyncError(nccl.comm[g], &async), "ncclCommGetAsyncError");
             if (async != ncclSuccess && async != ncclInProgress) {
                 char why[256];
-                snprintf(why, sizeof why, "NCCL failed in the %s over %s: %s; a process has "
-                         "probably died", op->name, GROUP[op->g], ncclGetErrorString(async));
+                snprintf(why, sizeof why,
+                         "NCCL failed in the %s over %s: %s; a process has "
+                         "probably died",
+                         op->name, GROUP[op->g], ncclGetErrorString(async));
                 abort_all(d, why);
             }
         }

@@ -25,7 +25,11 @@
  * flight get between two boundaries.
  *
  * A backend whose memory the host cannot read (a GPU's) has its gradients staged: a bucket
- * comes down into a host copy when it starts and goes back up when its sum is done.
+ * comes down into a host copy when it starts and goes back up when its sum is done. With the
+ * backend's own collectives (NCCL) a bucket's sum is enqueued on the GPU's one stream, after
+ * the kernels of the blocks already done and before the rest of the backward: the GPU runs
+ * them in that order, so there the overlap saves the host's waits, not the GPU's time (that
+ * would need the sums on a stream of their own).
  */
 #ifndef MOE_GRAD_SYNC_H
 #define MOE_GRAD_SYNC_H
@@ -49,10 +53,10 @@ typedef struct {
 typedef struct GradSync {
     GradBucket *b; /* (n) in stage order */
     int n;
-    int next;                         /* the first bucket not started in this step */
+    int next;                       /* the first bucket not started in this step */
     void *flight[GRAD_SYNC_WINDOW]; /* started, not yet waited (DistOp, or the backend's
                                        handle on_device): oldest at head */
-    int bucket[GRAD_SYNC_WINDOW];     /* the bucket of each */
+    int bucket[GRAD_SYNC_WINDOW];   /* the bucket of each */
     int head, count;
     const Backend *be;
     int on_device; /* the backend's collectives sum the buckets in its memory */

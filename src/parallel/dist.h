@@ -21,7 +21,7 @@
  * every collective is a copy, and nothing here needs an MPI library. `make mpi` builds with
  * mpicc and MOE_HAVE_MPI=1 (dist_mpi.c).
  *
- * Two engines carry the collectives of a multi-process run (dist.collectives):
+ * The engines of the collectives of a multi-process run (dist.collectives):
  *   DIST_COLL_MPI    MPI's own nonblocking collectives (MPI_Iallreduce, MPI_Ialltoallv, ...),
  *                    the default: the library picks its algorithm (ring, tree, recursive
  *                    doubling) by size and network, as production runs do; their results repeat
