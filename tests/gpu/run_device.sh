@@ -37,6 +37,10 @@
 #
 # REHEARSE=1 runs the same steps on a machine without a GPU, with cpu-ref standing in for cuda
 # (and the GPU-only steps skipped): a check of the script itself, before a GPU's time is spent.
+# ONLY='build|ops|train-.*' runs only the steps whose names match (an extended regular
+# expression, whole names): the checks split over two calls where one call's time is short.
+# The first call must include build; the train-* runs before the replay-*, staged and nccl
+# steps that compare with them.
 set -u
 me=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$0")/../.."
@@ -56,6 +60,10 @@ say() { echo "$*" | tee -a "$summary"; }
 step() {
     local name=$1 limit=$2; shift 2
     local t0=$SECONDS
+    if [ -n "${ONLY:-}" ] && ! [[ $name =~ ^($ONLY)$ ]]; then
+        say "$name: skipped (ONLY=$ONLY)"
+        return 0
+    fi
     timeout -k 10 "$limit" "$@" > "$out/$name.log" 2>&1
     local rc=$?
     say "$name: $([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)") in $((SECONDS - t0)) s"
