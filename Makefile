@@ -5,6 +5,8 @@
 #   make test SANITIZE=1   the same under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make mpi           build build-mpi/moe with mpicc: expert parallelism across processes
 #   make cuda          build build-cuda/moe with the CUDA backend (train.device=cuda; nvcc, cuBLAS)
+#   make cuda MPI=1    build build-cuda-mpi/moe: one process per GPU (NCCL where the toolkit has it)
+#   make cross         compile every C file for 64-bit Arm (aarch64 cross compiler, make deps-cross)
 #   make test-mpi      build with MPI and run the multi-process tests under mpirun
 #   make deps          install the Debian packages the project needs (apt-get / sudo)
 #   make data          build the multi-domain corpus shards in data/corpus/
