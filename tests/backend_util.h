@@ -1,6 +1,6 @@
 /*
- * backend_util.h: what the backend tests share (test_backend_ops.c, test_backend_grad.c): the
- * backends under test, and device buffers made from host data.
+ * backend_util.h: what the backend tests share (test_backend_ops.c, test_backend_grad.c,
+ * test_backend_coll.c): the backends under test, and device buffers made from host data.
  */
 #ifndef MOE_TEST_BACKEND_UTIL_H
 #define MOE_TEST_BACKEND_UTIL_H

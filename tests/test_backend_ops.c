@@ -450,7 +450,7 @@ static int word_in(const char *list, const char *word) {
 
 START_TEST(test_every_entry_has_a_case) {
     /* the function pointers of the table, from alloc to the optional collectives (checked by
-     * test_device_collectives) */
+     * tests/test_backend_coll.c) */
     const size_t n_ptrs =
         (offsetof(Backend, coll_open) - offsetof(Backend, alloc)) / sizeof(void (*)(void));
     ck_assert_uint_eq((sizeof(Backend) - offsetof(Backend, coll_open)) / sizeof(void (*)(void)),
@@ -471,43 +471,6 @@ START_TEST(test_every_entry_has_a_case) {
             (void (*const *)(void))((const char *)BACKENDS[b] + offsetof(Backend, alloc));
         for (int e = 0; e < N_ENTRIES; e++)
             ck_assert_msg(f[e] != NULL, "%s has no %s", BACKENDS[b]->name, ENTRIES[e]);
-    }
-}
-END_TEST
-
-/* The optional collectives on a backend's own memory (Backend.coll_*, NCCL on a GPU): all four
- * or none; none on the CPU tables. Where a backend has them (a GPU with NCCL), over a world of
- * one process: a sum leaves a buffer as it was, an exchange copies its block, and the wait
- * counts a call and no bytes. */
-START_TEST(test_device_collectives) {
-    for (int b = 0; b < N_BACKENDS; b++) {
-        const Backend *be = BACKENDS[b];
-        const int n_set = !!be->coll_open + !!be->coll_allreduce_sum_f_start +
-                          !!be->coll_alltoallv_f_start + !!be->coll_wait;
-        ck_assert_msg(n_set == 0 || n_set == 4, "%s has %d of the 4 collectives", be->name, n_set);
-        if (be->host_memory) ck_assert_msg(n_set == 0, "%s, a CPU table, has collectives", be->name);
-        if (n_set == 0) continue;
-        Dist d;
-        char err[256];
-        ck_assert_int_eq(dist_init(&d, NULL, NULL, 1, DIST_COLL_NCCL, 10.0, err, sizeof err), 0);
-        ck_assert_msg(be->coll_open(be, &d, err, sizeof err) == 0, "%s: %s", be->name, err);
-        enum { n = 1000 };
-        float *x = dev_rand(be, n, 1.0f, 40), *y = be_floats(be, n);
-        float want[n], got[n];
-        be->to_host(be, want, x, sizeof want);
-        const uint64_t calls = d.stats.calls;
-        be->coll_wait(be, &d, be->coll_allreduce_sum_f_start(be, &d, DIST_WORLD, x, n));
-        be->to_host(be, got, x, sizeof got);
-        ck_assert_mem_eq(got, want, sizeof got);
-        int count = n, displ = 0;
-        be->coll_wait(be, &d, be->coll_alltoallv_f_start(be, &d, x, &count, &displ, y, &count,
-                                                         &displ));
-        be->to_host(be, got, y, sizeof got);
-        ck_assert_mem_eq(got, want, sizeof got);
-        ck_assert_uint_eq(d.stats.calls - calls, 2);
-        ck_assert_uint_eq(d.stats.bytes_sent + d.stats.bytes_recv, 0);
-        release(be, x), release(be, y);
-        dist_finalize(&d);
     }
 }
 END_TEST
@@ -630,7 +593,6 @@ Suite *backend_ops_suite(void) {
     Suite *s = suite_create("backend_ops");
     TCase *tc = tcase_create("ops");
     tcase_add_test(tc, test_every_entry_has_a_case);
-    tcase_add_test(tc, test_device_collectives);
     tcase_add_loop_test(tc, test_case_against_reference, 0, N_CASES);
     tcase_add_test(tc, test_memory_ops);
     tcase_add_test(tc, test_experts_any_thread_count);

@@ -1,11 +1,11 @@
 /*
  * test_kernels_moe.c: the CUDA MoE kernels' arithmetic (backend/kernels_moe.h), run on the host.
  *
- * Each emu_* function below is one entry of cuda_moe.cu with its kernels replaced by loops
- * that walk the grid in the kernel's order: the same blocks, the same threads per block, the
- * same chunks of the plan's scans, the same ballots (one mask per warp), the same reduction
- * trees. The bodies are the very text nvcc compiles for the device, so a machine without a GPU
- * still checks the kernels' math against the reference ops of src/moe:
+ * Each emu_* function below is one entry of cuda_moe.cu or cuda_plans.cu with its kernels
+ * replaced by loops that walk the grid in the kernel's order: the same blocks, the same threads
+ * per block, the same chunks of the plan's scans, the same ballots (one mask per warp), the
+ * same reduction trees. The bodies are the very text nvcc compiles for the device, so a machine
+ * without a GPU still checks the kernels' math against the reference ops of src/moe:
  *
  *   - integers exactly: the top-k's idx (rows full of equal keys included: ties go to the
  *     lower expert), and the plan's counts, offsets, slot and slot_token;

@@ -7,8 +7,9 @@
  *   cuda_gemm.cu  the products through cuBLAS: linear layers, attention, the experts
  *   cuda_nn.cu    the elementwise and row-wise dense ops
  *   cuda_moe.cu   the MoE block on the device: scores, top-k, the balance and z losses, the
- *                 router's backward, the three dispatch plans, gather, combine, the
- *                 statistics
+ *                 router's backward, the dropless plan, gather, combine, the statistics
+ *   cuda_plans.cu the plans that choose: with a capacity, and chosen by the experts
+ *   cuda_nccl.cu  NCCL on the GPU's memory across processes (dist.collectives=nccl)
  *
  * Which routing entries run where. Every routing decision is made on the device: scores,
  * top-k and gate weights, the balance and z losses (their values come back as a float each),

@@ -1,7 +1,7 @@
 /*
  * cuda.cuh: what the CUDA backend's files share (cuda.cu, cuda_gemm.cu, cuda_nn.cu,
- * cuda_moe.cu): the backend's state, the error check, the launch shape, and the entries each
- * file defines for the table that cuda.cu fills.
+ * cuda_moe.cu, cuda_plans.cu, cuda_nccl.cu): the backend's state, the error check, the launch
+ * shape, and the entries each file defines for the table that cuda.cu fills.
  *
  * One stream and one cuBLAS handle per backend: every operation is issued on that stream in
  * program order, so results repeat bit for bit for a build, a GPU model and its SM count.
@@ -103,6 +103,22 @@ static inline void *carve(Carve *c, size_t bytes) {
     return p;
 }
 
+/* One MoE entry's device scratch, carved into 64-byte aligned pieces: the block's MoeCtx.work
+ * when the call brings one large enough (the memory formula counts it, and a step then
+ * allocates nothing), else the backend's own scratch (tests and one-off callers pass no work). */
+static inline Carve cuda_carve_begin(const Backend *be, const MoeCtx *x, size_t total) {
+    Carve c = {NULL, 0};
+    if (x && x->work && x->work_bytes >= total)
+        c.base = (char *)x->work;
+    else
+        c.base = (char *)cuda_scratch(be, total);
+    return c;
+}
+
+/* cuda_moe.cu: a plan's offsets (E + 1), the exclusive scan of its counts (E), one block on st
+ * (the dropless and the capacity plan share it) */
+void cuda_plan_offsets(cudaStream_t st, int *offsets, const int *counts, int E);
+
 /* ---- the entries, by file ------------------------------------------------------------------ */
 
 /* cuda_gemm.cu: the products through cuBLAS */
@@ -164,8 +180,7 @@ void cuda_router_gate_forward(const Backend *be, int *idx, float *w, const float
                               const float *logits, const float *bias, int N, const MoeSpec *s);
 /* cuda_nccl.cu (MOE_HAVE_NCCL): the Backend.coll_* entries, NCCL on the GPU's memory */
 int cuda_coll_open(const Backend *be, Dist *d, char *err, int errlen);
-void *cuda_coll_allreduce_sum_f_start(const Backend *be, Dist *d, DistGroup g, float *x,
-                                      size_t n);
+void *cuda_coll_allreduce_sum_f_start(const Backend *be, Dist *d, DistGroup g, float *x, size_t n);
 void *cuda_coll_alltoallv_f_start(const Backend *be, Dist *d, const float *send,
                                   const int *send_counts, const int *send_displs, float *recv,
                                   const int *recv_counts, const int *recv_displs);
@@ -190,6 +205,7 @@ void cuda_router_gate_backward(const Backend *be, float *dlogits, const float *d
                                const MoeCtx *x, float bal_scale, float z_scale);
 void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scores, const int *idx,
                       const DispatchPlan *p, int N, const MoeSpec *s);
+/* cuda_plans.cu: the plans that choose */
 void cuda_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
                               const float *scores, const float *w, int N, const MoeSpec *s,
                               const MoeCtx *x);

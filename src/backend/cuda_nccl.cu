@@ -49,9 +49,6 @@ static struct {
     NcclOp ops[DIST_MAX_IN_FLIGHT];
 } nccl;
 
-static const char *const GROUP[] = {"the world", "the expert-parallel group",
-                                    "the data-parallel group"};
-
 /* End the job: every communicator aborted (so that no kernel of NCCL waits on), then the
  * message and MPI_Abort (dist_abort). */
 static void abort_all(Dist *d, const char *why) {
@@ -181,7 +178,7 @@ void cuda_coll_wait(const Backend *be, Dist *d, void *handle) {
                 snprintf(why, sizeof why,
                          "NCCL failed in the %s over %s: %s; a process has "
                          "probably died",
-                         op->name, GROUP[op->g], ncclGetErrorString(async));
+                         op->name, dist_group_name(op->g), ncclGetErrorString(async));
                 abort_all(d, why);
             }
         }
@@ -192,7 +189,7 @@ void cuda_coll_wait(const Backend *be, Dist *d, void *handle) {
                      "the %s over %s (NCCL) did not complete in %.1f s: a process of it has "
                      "stopped or died (NCCL does not say which; dist.collectives=teach names it) "
                      "(dist timeout %.0f s)",
-                     op->name, GROUP[op->g], waited, d->timeout_s);
+                     op->name, dist_group_name(op->g), waited, d->timeout_s);
             abort_all(d, why);
         }
         nanosleep(&nap, NULL);

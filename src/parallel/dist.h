@@ -87,6 +87,13 @@ void dist_finalize(Dist *d);
 /* 1 when this build can run more than one process (MOE_HAVE_MPI). */
 int dist_available(void);
 
+/* A group's name in messages ("the expert-parallel group"). */
+static inline const char *dist_group_name(DistGroup g) {
+    return g == DIST_EP   ? "the expert-parallel group"
+           : g == DIST_DP ? "the data-parallel group"
+                          : "the world";
+}
+
 /* Size of a group and this rank's index in it. */
 int dist_group_size(const Dist *d, DistGroup g);
 int dist_group_rank(const Dist *d, DistGroup g);

@@ -153,8 +153,6 @@ static int cmp_int(const void *a, const void *b) {
  * cannot say which member is missing, so the message names the collective, the group and its
  * world ranks. */
 static MOE_NORETURN void abort_timeout_lib(const Dist *d, const DistOp *op, double waited) {
-    static const char *const GROUP[] = {"the world", "the expert-parallel group",
-                                        "the data-parallel group"};
     const int P = dist_group_size(d, op->g);
     char list[512] = "";
     size_t used = 0;
@@ -165,7 +163,7 @@ static MOE_NORETURN void abort_timeout_lib(const Dist *d, const DistOp *op, doub
             "moe: rank %d: the %s over %s (world ranks %s) did not complete in %.1f s: a "
             "process of it has stopped or died (MPI's collectives do not say which; "
             "dist.collectives=teach names it); ending the job (dist timeout %.0f s)\n",
-            d->rank, op->name, GROUP[op->g], list, waited, d->timeout_s);
+            d->rank, op->name, dist_group_name(op->g), list, waited, d->timeout_s);
     end_job();
 }
 

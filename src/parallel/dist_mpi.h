@@ -107,9 +107,10 @@ DistOp *lib_alltoallv_f_start(Dist *d, const float *send, const int *send_counts
                               const int *send_displs, float *recv, const int *recv_counts,
                               const int *recv_displs);
 void lib_alltoall_i(Dist *d, const int *send, int *recv, int count);
-void lib_broadcast_f(Dist *d, DistGroup g, float *x, int n);
+/* member 0's n elements (of type, elem bytes each) to every member of g */
+void lib_broadcast(Dist *d, DistGroup g, void *x, int n, MPI_Datatype type, size_t elem,
+                   const char *name);
 void lib_gather_f(Dist *d, const float *x, int n, float *out);
 void lib_barrier(Dist *d);
-void lib_broadcast_bytes(Dist *d, void *x, int n);
 
 #endif

@@ -86,11 +86,12 @@ void lib_alltoall_i(Dist *d, const int *send, int *recv, int count) {
     dist_wait(d, op);
 }
 
-void lib_broadcast_f(Dist *d, DistGroup g, float *x, int n) {
+void lib_broadcast(Dist *d, DistGroup g, void *x, int n, MPI_Datatype type, size_t elem,
+                   const char *name) {
     const double t0 = now_seconds();
-    DistOp *op = dm_op_begin(d, g, "broadcast_f", MPI_FLOAT);
-    lib_posted(d, op, MPI_Ibcast(x, n, MPI_FLOAT, 0, dm_comm(d, g), &op->req[0]));
-    const uint64_t bytes = (uint64_t)n * sizeof(float);
+    DistOp *op = dm_op_begin(d, g, name, type);
+    lib_posted(d, op, MPI_Ibcast(x, n, type, 0, dm_comm(d, g), &op->req[0]));
+    const uint64_t bytes = (uint64_t)n * elem;
     if (dist_group_rank(d, g) == 0)
         op->sent = bytes; /* a tree: member 0 sends it once, each other member receives it */
     else
@@ -110,14 +111,6 @@ void lib_gather_f(Dist *d, const float *x, int n, float *out) {
         op->recvd = (uint64_t)(d->ep - 1) * bytes;
     else
         op->sent = bytes;
-    op->seconds += now_seconds() - t0;
-    dist_wait(d, op);
-}
-
-void lib_broadcast_bytes(Dist *d, void *x, int n) {
-    const double t0 = now_seconds();
-    DistOp *op = dm_op_begin(d, DIST_WORLD, "broadcast_bytes", MPI_BYTE);
-    lib_posted(d, op, MPI_Ibcast(x, n, MPI_BYTE, 0, dm_comm(d, DIST_WORLD), &op->req[0]));
     op->seconds += now_seconds() - t0;
     dist_wait(d, op);
 }

@@ -224,7 +224,7 @@ void dist_broadcast_f(Dist *d, DistGroup g, float *x, size_t n) {
     int P = dist_group_size(d, g), me = dist_group_rank(d, g);
     int cnt = count_of(d, n, "broadcast_f: more than 2^31 - 1 floats in one call: split it");
     if (d->collectives != DIST_COLL_TEACH) {
-        lib_broadcast_f(d, g, x, cnt);
+        lib_broadcast(d, g, x, cnt, MPI_FLOAT, sizeof(float), "broadcast_f");
         return;
     }
     DistOp *op = dm_op_begin(d, g, "broadcast_f", MPI_FLOAT);
@@ -266,7 +266,8 @@ void dist_gather_f(Dist *d, const float *x, size_t n, float *out) {
  * releases them all. One collective in two phases: the release is posted only once every
  * report is in. */
 void dist_broadcast_bytes(Dist *d, void *x, size_t n) {
-    lib_broadcast_bytes(d, x, count_of(d, n, "broadcast_bytes: more than 2^31 - 1 bytes"));
+    lib_broadcast(d, DIST_WORLD, x, count_of(d, n, "broadcast_bytes: more than 2^31 - 1 bytes"),
+                  MPI_BYTE, 1, "broadcast_bytes");
 }
 
 void dist_barrier(Dist *d) {

@@ -22,7 +22,8 @@
 #   repeat   two GPU runs write the same checkpoint, byte for byte
 #   nccl     dist.collectives=nccl: the MoE run at a world of one (the gradients' sums through
 #            NCCL) and, on a machine with 2 GPUs, over 2 processes; the losses of the 1-process
-#            run within 2e-3 (the ops step also runs NCCL's sum and exchange at a world of one)
+#            run within 2e-3 (the coll step runs NCCL's sum and exchange at a world of one:
+#            tests/test_backend_coll.c)
 #   staged   (where MPI is, or comes from .gpu-deps) 2 processes share the GPU at dist.ep=2,
 #            the expert exchange and the gradients' sums staged through the host: the losses of
 #            the 1-process GPU run within 2e-3
@@ -244,11 +245,13 @@ fi
 
 step build 300 make -j"$(nproc)" cuda CUDA_ARCH="${arch:-90}" || exit 1
 step build-tests 120 make -j"$(nproc)" CUDA=1 CUDA_ARCH="${arch:-90}" \
-    build-cuda/tests/test_backend_ops build-cuda/tests/test_backend_grad || exit 1
+    build-cuda/tests/test_backend_ops build-cuda/tests/test_backend_grad \
+    build-cuda/tests/test_backend_coll || exit 1
 
 need=$([ "$gpu" = cuda ] && echo 1 || echo 0)
 MOE_TEST_CUDA=$need step ops 120 build-cuda/tests/test_backend_ops
 MOE_TEST_CUDA=$need step grad 120 build-cuda/tests/test_backend_grad
+MOE_TEST_CUDA=$need step coll 60 build-cuda/tests/test_backend_coll
 
 if [ "$gpu" != cuda ]; then
     say "sanitize: skipped (rehearsal)"
