@@ -71,6 +71,8 @@ static void case_vec(const Backend *be, Outs *o) {
     out_f(o, be, "mul", y, n);
     be->scale(be, y, 0.37f, n);
     out_f(o, be, "scale", y, n);
+    be->round_bf16(be, y, a, n);
+    out_f(o, be, "round_bf16", y, n);
     double *partial = (double *)be->alloc(be, vec_chunks(n) * sizeof(double));
     out_scalar(o, "sum", be->sum(be, a, n));
     out_scalar(o, "sum_squares", be->sum_squares(be, partial, a, n));
@@ -315,6 +317,9 @@ static void case_moe(const Backend *be, Outs *o, int variant) {
     out_scalar(o, "route_stats pad", rs.pad);
     out_scalar(o, "route_stats entropy", rs.st.entropy);
     out_scalar(o, "route_stats maxvio", rs.st.maxvio);
+    be->router_logit_stats(be, &rs, logits, lse, N, E);
+    out_scalar(o, "router_logit_stats max_logit", rs.max_logit);
+    out_scalar(o, "router_logit_stats lse_mean", rs.lse_mean);
     float counts[2 * R_E];
     for (int e = 0; e < E; e++)
         counts[e] = (float)rs.routed[e], counts[E + e] = (float)rs.dropped[e];
@@ -367,7 +372,7 @@ typedef struct {
 } Case;
 
 static const Case CASES[] = {
-    {"vec", case_vec, "alloc free to_device to_host add mul scale sum sum_squares"},
+    {"vec", case_vec, "alloc free to_device to_host add mul scale round_bf16 sum sum_squares"},
     {"embed and rows", case_embed_rows, "embed_forward embed_backward permute_rows"},
     {"matmul", case_matmul, "matmul_forward matmul_backward"},
     {"router logits", case_router_logits, "router_logits_forward router_logits_backward"},
@@ -381,7 +386,8 @@ static const Case CASES[] = {
      "router_scores_forward router_gate_forward router_gate_weights router_balance_loss "
      "router_z_loss "
      "dispatch_plan_build permute_forward experts_forward combine_forward combine_backward "
-     "experts_backward permute_backward router_gate_backward route_stats route_domains"},
+     "experts_backward permute_backward router_gate_backward route_stats router_logit_stats "
+     "route_domains"},
     {"moe capacity, padded, by score", case_moe_capacity, "capacity_plan_build"},
     {"moe expert choice", case_moe_expert_choice, "expert_choice_forward"},
     {"moe sigmoid, seq_aux", case_moe_sigmoid, "router_scores_forward"},
@@ -401,6 +407,7 @@ static const char *const ENTRIES[] = {"alloc",
                                       "add",
                                       "mul",
                                       "scale",
+                                      "round_bf16",
                                       "sum",
                                       "sum_squares",
                                       "embed_forward",
@@ -437,6 +444,7 @@ static const char *const ENTRIES[] = {"alloc",
                                       "experts_forward",
                                       "experts_backward",
                                       "route_stats",
+                                      "router_logit_stats",
                                       "route_domains",
                                       "gemm_seconds"};
 #define N_ENTRIES ((int)(sizeof ENTRIES / sizeof ENTRIES[0]))
@@ -453,8 +461,7 @@ START_TEST(test_every_entry_has_a_case) {
      * tests/test_backend_coll.c) */
     const size_t n_ptrs =
         (offsetof(Backend, coll_open) - offsetof(Backend, alloc)) / sizeof(void (*)(void));
-    ck_assert_uint_eq((sizeof(Backend) - offsetof(Backend, coll_open)) / sizeof(void (*)(void)),
-                      4);
+    ck_assert_uint_eq((sizeof(Backend) - offsetof(Backend, coll_open)) / sizeof(void (*)(void)), 4);
     ck_assert_msg((size_t)N_ENTRIES == n_ptrs,
                   "Backend has %zu entries from alloc on, this test lists %d: add the new entry "
                   "to ENTRIES and a case that runs it",

@@ -88,20 +88,24 @@ check "final val_loss $last_val is below the unigram entropy $unigram" $? "done 
 
 # router.csv: 4 load columns; one row per step per MoE layer (2 layers); loads sum to 1
 header=$(head -n 1 "$run/router.csv")
-[ "$header" = "step,layer,maxvio,cv,entropy,drop_frac,load_0,load_1,load_2,load_3,bias_0,bias_1,bias_2,bias_3,top1_score,drop_0,drop_1,drop_2,drop_3,pad_frac,expert_sim" ]
-check "router.csv header names load_0..load_3, bias_0..bias_3, top1_score, drop_0..drop_3, pad_frac, expert_sim" $? "got '$header'"
+[ "$header" = "step,layer,maxvio,cv,entropy,drop_frac,load_0,load_1,load_2,load_3,bias_0,bias_1,bias_2,bias_3,top1_score,drop_0,drop_1,drop_2,drop_3,pad_frac,expert_sim,max_logit,lse_mean,maxvio_group" ]
+check "router.csv header names load_0..load_3, bias_0..bias_3, top1_score, drop_0..drop_3, pad_frac, expert_sim, max_logit, lse_mean, maxvio_group" $? "got '$header'"
 # dropless (the default): drop_frac, every drop_e and pad_frac are 0
 rows=$(awk -F, 'NR > 1 { n++; want_step = int((n + 1) / 2); want_layer = (n + 1) % 2
-                         if ($1 != want_step || $2 != want_layer || NF != 21) bad++
+                         if ($1 != want_step || $2 != want_layer || NF != 24) bad++
                          if ($6 != 0) bad++; for (i = 16; i <= 20; i++) if ($i != 0) bad++
                          s = 0; for (i = 7; i <= 10; i++) s += $i
                          if (s < 0.999 || s > 1.001) bad++
                          for (i = 11; i <= 14; i++) if ($i != 0) bad++
                          if ($15 < 0.25 || $15 > 1) bad++    # top-1 of 4 softmax scores
-                         if ($21 <= -1 || $21 >= 0.5) bad++ } # random experts: far from copies
+                         if ($21 <= -1 || $21 >= 0.5) bad++   # random experts: far from copies
+                         # the largest |logit| m is positive, and the logsumexp of a row lies
+                         # between its largest logit (>= -m) and that plus ln 4 (<= m + ln 4);
+                         # one process, no groups: maxvio_group 0
+                         if ($22 <= 0 || $23 < -$22 || $23 > $22 + log(4) || $24 != 0) bad++ }
                 END { print n, bad + 0 }' "$run/router.csv")
 [ "$rows" = "80 0" ]
-check "router.csv: 80 rows (40 steps x layers 0,1), loads sum to 1, biases 0 (balance=aux), top-1 score in [1/4, 1], no drops, expert_sim of random experts < 0.5" $? \
+check "router.csv: 80 rows (40 steps x layers 0,1), loads sum to 1, biases 0 (balance=aux), top-1 score in [1/4, 1], no drops, expert_sim of random experts < 0.5, max_logit m > 0, lse_mean in [-m, m + ln 4], maxvio_group 0" $? \
     "rows, bad rows: $rows"
 
 # domains.csv: at each eval step, for each layer and each of the 3 synthetic domains (the
@@ -409,7 +413,7 @@ rc=$?
 check "dense train exits 0" $rc "exit $rc: $out"
 r=$(wc -l < "$dense/router.csv" 2>/dev/null)
 h=$(head -n 1 "$dense/router.csv" 2>/dev/null)
-[ "$r" = 1 ] && [ "$h" = "step,layer,maxvio,cv,entropy,drop_frac,top1_score,pad_frac,expert_sim" ]
+[ "$r" = 1 ] && [ "$h" = "step,layer,maxvio,cv,entropy,drop_frac,top1_score,pad_frac,expert_sim,max_logit,lse_mean,maxvio_group" ]
 check "dense router.csv holds only its header" $? "$r lines, header '$h'"
 rows=$(awk -F, 'NR > 1 && $2 + 0 > 0 { n++ } END { print n + 0 }' "$dense/train.csv" 2>/dev/null)
 [ "$rows" = 10 ] && [ "$(wc -l < "$dense/domains.csv")" = 1 ] &&

@@ -125,6 +125,16 @@ static float emu_zloss(const float *lse, int N) {
     return kmoe_zloss_final(kmoe_tree_sum(sh, KMOE_THREADS), N);
 }
 
+/* k_logit_stats: one block, each thread's share, then the two trees */
+static void emu_logit_stats(RouteStats *r, const float *logits, const float *lse, int N, int E) {
+    float m[KMOE_THREADS];
+    double sh[KMOE_THREADS];
+    for (int t = 0; t < KMOE_THREADS; t++)
+        kmoe_logit_stats_part(&m[t], &sh[t], logits, lse, N, E, t, KMOE_THREADS);
+    r->max_logit = kmoe_tree_max(m, KMOE_THREADS);
+    r->lse_mean = (float)(kmoe_tree_sum(sh, KMOE_THREADS) / N);
+}
+
 /* k_plan_offsets: one block, chunks of Hillis-Steele steps (every thread reads its addend
  * before any writes: the barrier between) */
 static void emu_plan_offsets(int *offsets, const int *counts, int E) {
@@ -680,6 +690,23 @@ START_TEST(test_z_loss) {
         free(lse);
     }
     ck_assert(emu_zloss(NULL, 0) == 0.0f);
+}
+END_TEST
+
+START_TEST(test_logit_stats) {
+    const int Ns[] = {1, 255, 300, 1000}, E = 7;
+    for (int i = 0; i < 4; i++) {
+        float *l = floats((size_t)Ns[i] * E), *lse = floats(Ns[i]);
+        fill_uniform(l, (size_t)Ns[i] * E, 3.0f, 400 + i);
+        fill_uniform(lse, (size_t)Ns[i], 5.0f, 500 + i);
+        l[(size_t)(Ns[i] - 1) * E + 3] = -9.5f; /* the largest magnitude, negative, last row */
+        RouteStats want, got;
+        router_logit_stats(&want, l, lse, Ns[i], E);
+        emu_logit_stats(&got, l, lse, Ns[i], E);
+        ck_assert(want.max_logit == 9.5f && got.max_logit == 9.5f);
+        CLOSE(got.lse_mean, want.lse_mean, "mean lse");
+        free(l), free(lse);
+    }
 }
 END_TEST
 
@@ -1406,6 +1433,7 @@ static Suite *kernels_moe_suite(void) {
     tcase_add_test(tc, test_gate_every_mode);
     tcase_add_test(tc, test_gate_all_equal_row);
     tcase_add_test(tc, test_z_loss);
+    tcase_add_test(tc, test_logit_stats);
     tcase_add_test(tc, test_dispatch_plan);
     tcase_add_test(tc, test_permute_combine);
     tcase_add_test(tc, test_balance_loss);

@@ -121,10 +121,28 @@ START_TEST(test_vec_elementwise) {
             vec_scale(want, 0.37f, n);
             for (size_t t = 0; t < T; t++) knn_scale_share(y, 0.37f, n, t, T);
             expect_same_floats(y, want, n, "scale");
+            vec_round_bf16(want, a, n);
+            for (size_t t = 0; t < T; t++) knn_round_bf16_share(got, a, n, t, T);
+            expect_same_floats(got, want, n, "round_bf16");
             free(y);
         }
         free(a), free(b), free(want), free(got);
     }
+}
+END_TEST
+
+/* round_bf16 on the values with special paths: NaNs (both signs, quiet and signalling),
+ * infinities, the largest float (to inf), ties, a carry into the exponent, subnormals */
+START_TEST(test_vec_round_bf16_special) {
+    const uint32_t bits[] = {0x7fc00001u, 0xffc00000u, 0x7f800001u, 0x7f800000u, 0xff800000u,
+                             0x7f7fffffu, 0x3f808000u, 0x3f818000u, 0x3fffffffu, 0x00000001u,
+                             0x80008000u, 0x00018000u, 0x00000000u, 0x80000000u};
+    enum { NB = sizeof bits / sizeof *bits };
+    float x[NB], want[NB], got[NB];
+    memcpy(x, bits, sizeof x);
+    vec_round_bf16(want, x, NB);
+    for (size_t t = 0; t < 3; t++) knn_round_bf16_share(got, x, NB, t, 3);
+    expect_same_floats(got, want, NB, "round_bf16 special values");
 }
 END_TEST
 
@@ -529,6 +547,7 @@ Suite *kernels_nn_suite(void) {
     TCase *tc = tcase_create("bodies");
     tcase_add_test(tc, test_butterfly_order);
     tcase_add_test(tc, test_vec_elementwise);
+    tcase_add_test(tc, test_vec_round_bf16_special);
     tcase_add_test(tc, test_sum);
     tcase_add_test(tc, test_sum_squares);
     tcase_add_test(tc, test_embed);

@@ -38,15 +38,6 @@ static Config tiny_config(int num_experts) {
     return c;
 }
 
-static void tokens(int *in, int *tg, int n, unsigned seed) {
-    Rng r;
-    rng_seed(&r, seed);
-    for (int i = 0; i < n; i++) {
-        in[i] = (int)rng_below(&r, MOE_VOCAB);
-        tg[i] = (int)rng_below(&r, MOE_VOCAB);
-    }
-}
-
 typedef struct {
     Model *m;
     const int *in, *tg;
@@ -60,7 +51,7 @@ static double objective(void *p) {
 
 /* Same routing as the unperturbed forward? Finite differences are only meaningful where the
  * discrete top-k choice does not change. */
-static void check_model_gradients_of(Config c) {
+static void check_model_gradients_eps(Config c, float eps) {
     const int num_experts = c.num_experts;
     const int B = 2, T = 6, N = B * T;
     Model m;
@@ -71,7 +62,7 @@ static void check_model_gradients_of(Config c) {
                 for (int i = 0; i < c.num_experts * c.d_model; i++) m.w.layers[l].router[i] *= 6.0f;
     }
     int in[12], tg[12];
-    tokens(in, tg, N, 3);
+    random_tokens(in, tg, N, 3);
     model_zero_grad(&m);
     model_forward(&m, in, tg, B, T);
     model_backward(&m, 1.0f);
@@ -84,7 +75,7 @@ static void check_model_gradients_of(Config c) {
         char what[128];
         snprintf(what, sizeof what, "%s model, d objective / d %s", num_experts ? "MoE" : "dense",
                  t->name);
-        gradcheck(objective, &ctx, m.params + t->offset, analytic + t->offset, t->numel, 1e-2f, 24,
+        gradcheck(objective, &ctx, m.params + t->offset, analytic + t->offset, t->numel, eps, 24,
                   what);
     }
     /* the check above must have seen real gradients, not only zeros */
@@ -93,6 +84,10 @@ static void check_model_gradients_of(Config c) {
     ck_assert_msg(norm > 1.0, "gradients are suspiciously small (sum |g| = %g)", norm);
     free(analytic);
     model_free(&m);
+}
+
+static void check_model_gradients_of(Config c) {
+    check_model_gradients_eps(c, 1e-2f);
 }
 
 static void check_model_gradients(int num_experts) {
@@ -124,6 +119,36 @@ END_TEST
 START_TEST(test_moe_model_gradients_shared) {
     Config c = tiny_config(4);
     c.num_shared = 1;
+    check_model_gradients_of(c);
+}
+END_TEST
+
+/* sandwich norms (model.norm, chapter 5): the output norms' gains and the sublayers' products
+ * behind them, on a dense model and on MoE models (one with a shared expert); dssn starts its
+ * output gains below 1, which changes the values but not the formulas. An output norm scales
+ * the small product behind it up to unit RMS, so a step of 1e-2 in wo can flip a later top-k
+ * choice: the MoE models take steps of 1e-3 */
+START_TEST(test_model_gradients_sandwich) {
+    Config c = tiny_config(0);
+    c.norm = MOE_NORM_SANDWICH;
+    check_model_gradients_of(c);
+    c = tiny_config(4);
+    c.norm = MOE_NORM_SANDWICH;
+    check_model_gradients_eps(c, 1e-3f);
+    c.norm = MOE_NORM_DSSN;
+    c.num_shared = 1;
+    check_model_gradients_eps(c, 1e-3f);
+}
+END_TEST
+
+/* the aux loss over groups of experts, and over the step's micro-batches (a first micro-batch:
+ * its own count, through the path that counts outside the loss) */
+START_TEST(test_moe_model_gradients_balance_groups) {
+    Config c = tiny_config(4);
+    c.balance_groups = 2;
+    check_model_gradients_of(c);
+    c.balance_groups = 0;
+    c.balance_scope = MOE_SCOPE_GLOBAL;
     check_model_gradients_of(c);
 }
 END_TEST
@@ -193,7 +218,7 @@ START_TEST(test_accumulation_matches_full_batch) {
     model_init(&full, &c, 2, 6);
     model_init(&half, &c, 1, 6);
     int in[12], tg[12];
-    tokens(in, tg, 12, 11);
+    random_tokens(in, tg, 12, 11);
     model_zero_grad(&full);
     model_forward(&full, in, tg, 2, 6);
     model_backward(&full, 1.0f);
@@ -218,7 +243,7 @@ START_TEST(test_checkpoint_round_trip_and_shape_check) {
     Model a, b;
     model_init(&a, &c, 2, 6);
     int in[12], tg[12];
-    tokens(in, tg, 12, 5);
+    random_tokens(in, tg, 12, 5);
     model_zero_grad(&a);
     model_forward(&a, in, tg, 2, 6);
     model_backward(&a, 1.0f);
@@ -272,7 +297,7 @@ START_TEST(test_router_bias_update_and_checkpoint) {
     char path[256], err[1024];
     snprintf(path, sizeof path, "%s/ckpt.bin", dir);
     Config c = tiny_config(4);
-    c.first_dense = 0; /* two MoE blocks */
+    c.first_dense = 0;                                /* two MoE blocks */
     const double count[8] = {2, 1, 1, 0, 1, 2, 3, 4}; /* per block: assignments per expert */
     Model a, b;
     model_init(&a, &c, 2, 6);
@@ -310,7 +335,7 @@ START_TEST(test_router_noise_training_only) {
     model_init(&b, &c, 2, 6);
     model_init(&q, &quiet, 2, 6);
     int in[12], tg[12];
-    tokens(in, tg, 12, 9);
+    random_tokens(in, tg, 12, 9);
     ck_assert_int_eq(a.training, 0); /* model_init: evaluation mode */
     Rng start = a.router_rng;
     float clean = model_forward(&q, in, tg, 2, 6);
@@ -366,6 +391,8 @@ static Suite *model_suite(void) {
     tcase_add_test(tc, test_moe_model_gradients);
     tcase_add_test(tc, test_moe_model_gradients_sigmoid_seq_aux);
     tcase_add_test(tc, test_moe_model_gradients_shared);
+    tcase_add_test(tc, test_model_gradients_sandwich);
+    tcase_add_test(tc, test_moe_model_gradients_balance_groups);
     tcase_add_test(tc, test_param_table_shared);
     tcase_add_test(tc, test_accumulation_matches_full_batch);
     tcase_add_test(tc, test_checkpoint_round_trip_and_shape_check);

@@ -294,8 +294,13 @@ START_TEST(test_adamw_first_step) {
         want_m[i] = (1 - b1) * g[i];
         want_v[i] = (1 - b2) * g[i] * g[i];
     }
-    const AdamwStep st = {.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps, .weight_decay = wd,
-                          .grad_scale = 1.0f, .step = 1};
+    const AdamwStep st = {.lr = lr,
+                          .beta1 = b1,
+                          .beta2 = b2,
+                          .eps = eps,
+                          .weight_decay = wd,
+                          .grad_scale = 1.0f,
+                          .step = 1};
     adamw_update(p, g, m, v, n, &st);
     expect_close_arrays(p, want, n, TOL_F32_ATOL, TOL_F32_RTOL, "adamw p after step 1");
     expect_close_arrays(m, want_m, n, TOL_F32_ATOL, TOL_F32_RTOL, "adamw m after step 1");
@@ -306,8 +311,13 @@ END_TEST
 START_TEST(test_adamw_no_decay_and_bias_correction) {
     /* wd = 0 and g = 0: nothing moves, exactly */
     float p0 = 0.75f, g0 = 0.0f, m0 = 0.0f, v0 = 0.0f;
-    AdamwStep st = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                    .weight_decay = 0.0f, .grad_scale = 1.0f, .step = 1};
+    AdamwStep st = {.lr = 0.01f,
+                    .beta1 = 0.9f,
+                    .beta2 = 0.999f,
+                    .eps = 1e-8f,
+                    .weight_decay = 0.0f,
+                    .grad_scale = 1.0f,
+                    .step = 1};
     adamw_update(&p0, &g0, &m0, &v0, 1, &st);
     ck_assert_msg(p0 == 0.75f, "zero gradient without decay moved p to %g", (double)p0);
 
@@ -331,8 +341,13 @@ START_TEST(test_adamw_grad_scale) {
         g[i] = 0.05f * (float)((i * 5) % 11) - 0.2f;
         gs[i] = g[i] * s;
     }
-    AdamwStep scaled = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                        .weight_decay = 0.1f, .grad_scale = s, .step = 1};
+    AdamwStep scaled = {.lr = 3e-3f,
+                        .beta1 = 0.9f,
+                        .beta2 = 0.95f,
+                        .eps = 1e-8f,
+                        .weight_decay = 0.1f,
+                        .grad_scale = s,
+                        .step = 1};
     AdamwStep plain = scaled;
     plain.grad_scale = 1.0f;
     for (int t = 1; t <= 3; t++) {
@@ -361,8 +376,13 @@ START_TEST(test_adamw_clear_grad) {
         v1[i] *= v1[i];
         p2[i] = p1[i], g0[i] = g2[i] = g1[i], m2[i] = m1[i], v2[i] = v1[i];
     }
-    AdamwStep keep = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                      .weight_decay = 0.1f, .grad_scale = 0.7f, .step = 4};
+    AdamwStep keep = {.lr = 3e-3f,
+                      .beta1 = 0.9f,
+                      .beta2 = 0.95f,
+                      .eps = 1e-8f,
+                      .weight_decay = 0.1f,
+                      .grad_scale = 0.7f,
+                      .step = 4};
     AdamwStep clear = keep;
     clear.clear_grad = 1;
     adamw_update(p1, g1, m1, v1, n, &keep);
@@ -385,6 +405,55 @@ static int64_t float_order(float f) {
     memcpy(&i, &f, sizeof i);
     return i < 0 ? (int64_t)INT32_MIN - i : i;
 }
+
+/* bf16 keeps 8 bits of mantissa (7 stored): values checked by hand, in bits */
+static float from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static uint32_t to_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+START_TEST(test_round_bf16_values) {
+    const struct {
+        uint32_t in, want;
+    } cases[] = {
+        {0x3f800000u, 0x3f800000u}, /* 1 is a bf16 */
+        {0x3f808000u, 0x3f800000u}, /* 1 + 2^-8: a tie, to the even 1 */
+        {0x3f818000u, 0x3f820000u}, /* 1 + 3 * 2^-8: a tie, to the even 1 + 2^-6 */
+        {0x3f808001u, 0x3f810000u}, /* just above the tie: up */
+        {0x3f807fffu, 0x3f800000u}, /* just below: down */
+        {0xbf808001u, 0xbf810000u}, /* the sign stays */
+        {0x3fffffffu, 0x40000000u}, /* the carry reaches the exponent: 2 */
+        {0x7f7fffffu, 0x7f800000u}, /* the largest float is past the largest bf16: inf */
+        {0x7f800000u, 0x7f800000u}, /* inf stays */
+        {0x00000001u, 0x00000000u}, /* the smallest subnormal rounds to 0 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        float y;
+        const float x = from_bits(cases[i].in);
+        vec_round_bf16(&y, &x, 1);
+        ck_assert_msg(to_bits(y) == cases[i].want, "round_bf16(0x%08x) = 0x%08x, want 0x%08x",
+                      cases[i].in, to_bits(y), cases[i].want);
+    }
+    float nan = from_bits(0x7fc00001u), y;
+    vec_round_bf16(&y, &nan, 1);
+    ck_assert(isnan(y));
+    /* in place, and every result is a bf16 within half a unit of 2^-8 relative */
+    float v[257];
+    for (int i = 0; i < 257; i++) v[i] = (float)(i - 128) * 0.0123f + 0.5f;
+    float w[257];
+    memcpy(w, v, sizeof v);
+    vec_round_bf16(w, w, 257);
+    for (int i = 0; i < 257; i++) {
+        ck_assert_uint_eq(to_bits(w[i]) & 0xffffu, 0);
+        ck_assert(fabsf(w[i] - v[i]) <= fabsf(v[i]) * (1.0f / 256.0f) + 1e-30f);
+    }
+}
+END_TEST
 
 START_TEST(test_expf_accuracy_and_edges) {
     /* every 257th float of the range where the result is a normal float: at most 2 units in the
@@ -420,6 +489,7 @@ Suite *ops_suite(void) {
     Suite *s = suite_create("ops");
     TCase *tc = tcase_create("dense");
     tcase_add_test(tc, test_matmul_grad);
+    tcase_add_test(tc, test_round_bf16_values);
     tcase_add_test(tc, test_rmsnorm_grad);
     tcase_add_test(tc, test_rmsnorm_forward_values);
     tcase_add_test(tc, test_rope_grad);

@@ -46,6 +46,15 @@ void gradcheck(ScalarFn fn, void *ctx, float *x, const float *analytic, size_t n
     }
 }
 
+void random_tokens(int *inputs, int *targets, int n, unsigned long long seed) {
+    Rng r;
+    rng_seed(&r, seed);
+    for (int i = 0; i < n; i++) {
+        inputs[i] = (int)rng_below(&r, 256);
+        targets[i] = (int)rng_below(&r, 256);
+    }
+}
+
 void fill_uniform(float *x, size_t n, float scale, unsigned long long seed) {
     Rng r;
     rng_seed(&r, seed);

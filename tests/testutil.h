@@ -72,6 +72,8 @@ uint8_t *slurp(const char *path, long *n);
 void spit(const char *path, const void *b, long n);
 
 void fill_uniform(float *x, size_t n, float scale, unsigned long long seed);
+/* n input and n target tokens, uniform over the 256 byte values, from seed */
+void random_tokens(int *inputs, int *targets, int n, unsigned long long seed);
 
 /* A fresh directory /tmp/moe_test_TAG_XXXXXX for the running test (Check runs each test in its
  * own process, so one at a time per process); tmp_dir_remove() deletes it with everything

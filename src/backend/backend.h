@@ -63,6 +63,9 @@ struct Backend {
     void (*add)(const Backend *be, float *y, const float *a, const float *b, size_t n);
     void (*mul)(const Backend *be, float *y, const float *a, const float *b, size_t n);
     void (*scale)(const Backend *be, float *x, float s, size_t n);
+    /* y = x rounded to the nearest bfloat16, kept in float (vec_round_bf16): a bf16 router
+     * emulated on any backend (moe.router_precision) */
+    void (*round_bf16)(const Backend *be, float *y, const float *x, size_t n);
     /* sum of x[0 .. n) in index order, in double (the loss over the tokens) */
     double (*sum)(const Backend *be, const float *x, size_t n);
     /* sum of squares, deterministic for any thread count: fixed chunks of VEC_CHUNK into
@@ -160,6 +163,9 @@ struct Backend {
      * reads these, never the routing arrays */
     void (*route_stats)(const Backend *be, RouteStats *host_out, const float *scores,
                         const int *idx, const DispatchPlan *p, int N, const MoeSpec *s);
+    /* the router's logits in numbers: host_out's max_logit and lse_mean (router_logit_stats) */
+    void (*router_logit_stats)(const Backend *be, RouteStats *host_out, const float *logits,
+                               const float *lse, int N, int E);
     void (*route_domains)(const Backend *be, double *host_counts, double *host_drops,
                           const unsigned char *host_domains, int n_domains, const int *idx,
                           const DispatchPlan *p, int N, const MoeSpec *s);

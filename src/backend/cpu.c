@@ -58,6 +58,9 @@ static void ref_mul(const Backend *be, float *y, const float *a, const float *b,
 static void ref_scale(const Backend *be, float *x, float s, size_t n) {
     (void)be, vec_scale(x, s, n);
 }
+static void ref_round_bf16(const Backend *be, float *y, const float *x, size_t n) {
+    (void)be, vec_round_bf16(y, x, n);
+}
 static double ref_sum(const Backend *be, const float *x, size_t n) {
     return (void)be, vec_sum(x, n);
 }
@@ -147,6 +150,10 @@ static void ref_router_gate_weights(const Backend *be, float *w, const int *idx,
 static float ref_router_balance_loss(const Backend *be, const float *scores, const int *idx, int N,
                                      const MoeSpec *s, const MoeCtx *x) {
     return (void)be, router_balance_loss(scores, idx, N, s, x);
+}
+static void ref_router_logit_stats(const Backend *be, RouteStats *out, const float *logits,
+                                   const float *lse, int N, int E) {
+    (void)be, router_logit_stats(out, logits, lse, N, E);
 }
 static float ref_router_z_loss(const Backend *be, const float *lse, int N) {
     return (void)be, router_z_loss(lse, N);
@@ -254,8 +261,8 @@ static void sgemm_seconds(const Backend *be, int n, int reps, double *seconds) {
 #define CPU_SHARED                                                                                 \
     .host_memory = 1, .alloc = host_alloc, .free = host_free, .zero = host_zero,                   \
     .copy = host_copy, .to_device = host_copy, .to_host = host_copy, .sync = host_sync,            \
-    .add = ref_add, .mul = ref_mul, .scale = ref_scale, .sum = ref_sum,                            \
-    .sum_squares = ref_sum_squares, .embed_forward = ref_embed_forward,                            \
+    .add = ref_add, .mul = ref_mul, .scale = ref_scale, .round_bf16 = ref_round_bf16,              \
+    .sum = ref_sum, .sum_squares = ref_sum_squares, .embed_forward = ref_embed_forward,            \
     .embed_backward = ref_embed_backward, .permute_rows = ref_permute_rows,                        \
     .rmsnorm_forward = ref_rmsnorm_forward, .rmsnorm_backward = ref_rmsnorm_backward,              \
     .rope_forward = ref_rope_forward, .rope_backward = ref_rope_backward,                          \
@@ -272,7 +279,8 @@ static void sgemm_seconds(const Backend *be, int n, int reps, double *seconds) {
     .expert_choice_forward = ref_expert_choice_forward, .permute_forward = ref_permute_forward,    \
     .permute_backward = ref_permute_backward, .combine_forward = ref_combine_forward,              \
     .combine_backward = ref_combine_backward, .route_stats = ref_route_stats,                      \
-    .route_domains = ref_route_domains, .gemm_seconds = sgemm_seconds
+    .router_logit_stats = ref_router_logit_stats, .route_domains = ref_route_domains,              \
+    .gemm_seconds = sgemm_seconds
 
 const Backend backend_cpu_ref = {
     .name = "cpu-ref",

@@ -173,6 +173,7 @@ static void fill_table(Backend *b) {
     b->alloc = cu_alloc, b->free = cu_free, b->zero = cu_zero, b->copy = cu_copy;
     b->to_device = cu_to_device, b->to_host = cu_to_host, b->sync = cu_sync;
     b->add = cuda_add, b->mul = cuda_mul, b->scale = cuda_scale, b->sum = cuda_sum;
+    b->round_bf16 = cuda_round_bf16;
     b->sum_squares = cuda_sum_squares;
     b->embed_forward = cuda_embed_forward, b->embed_backward = cuda_embed_backward;
     b->permute_rows = cuda_permute_rows;
@@ -200,6 +201,7 @@ static void fill_table(Backend *b) {
     b->combine_forward = cuda_combine_forward, b->combine_backward = cuda_combine_backward;
     b->experts_forward = cuda_experts_forward, b->experts_backward = cuda_experts_backward;
     b->route_stats = cuda_route_stats, b->route_domains = host_route_domains;
+    b->router_logit_stats = cuda_router_logit_stats;
     b->gemm_seconds = cuda_gemm_seconds;
 #if MOE_HAVE_NCCL
     b->coll_open = cuda_coll_open;

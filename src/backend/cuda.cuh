@@ -149,6 +149,7 @@ void cuda_gemm_seconds(const Backend *be, int n, int reps, double *seconds);
 void cuda_add(const Backend *be, float *y, const float *a, const float *b, size_t n);
 void cuda_mul(const Backend *be, float *y, const float *a, const float *b, size_t n);
 void cuda_scale(const Backend *be, float *x, float s, size_t n);
+void cuda_round_bf16(const Backend *be, float *y, const float *x, size_t n);
 double cuda_sum(const Backend *be, const float *x, size_t n);
 double cuda_sum_squares(const Backend *be, double *partial, const float *x, size_t n);
 void cuda_embed_forward(const Backend *be, float *x, const int *tokens, const float *emb, int N,
@@ -188,6 +189,8 @@ void cuda_coll_wait(const Backend *be, Dist *d, void *op);
 void cuda_router_gate_weights(const Backend *be, float *w, const int *idx, const float *scores,
                               const float *logits, int N, const MoeSpec *s);
 float cuda_router_z_loss(const Backend *be, const float *lse, int N);
+void cuda_router_logit_stats(const Backend *be, RouteStats *host_out, const float *logits,
+                             const float *lse, int N, int E);
 void cuda_dispatch_plan_build(const Backend *be, DispatchPlan *p, const int *idx, int N);
 void cuda_permute_forward(const Backend *be, float *xe, const float *x, const DispatchPlan *p,
                           int C);

@@ -25,6 +25,7 @@
  *   router_gate_forward    k_gate          kmoe_grid(N) x KMOE_THREADS, a thread per token
  *   router_gate_weights    k_gate_weights  kmoe_grid(N) x KMOE_THREADS, a thread per token
  *   router_z_loss          k_zloss         1 x KMOE_THREADS, then a copy of 8 bytes and a sync
+ *   router_logit_stats     k_logit_stats   1 x KMOE_THREADS, then a copy of 16 bytes and a sync
  *   dispatch_plan_build    k_plan_rank     E x KMOE_THREADS, a block per expert
  *                          k_plan_offsets  1 x KMOE_THREADS
  *                          k_plan_place    kmoe_grid(N K) x KMOE_THREADS
@@ -90,13 +91,12 @@ void cuda_router_gate_forward(const Backend *be, int *idx, float *w, const float
 
 /* The weights of chosen experts (a replay): the second half of k_gate. */
 static __global__ void __launch_bounds__(KMOE_THREADS)
-    k_gate_weights(float *w, const int *idx, const float *scores, const float *logits, int N,
-                   int E, int K, int topk_first, int norm_topk, float rs) {
+    k_gate_weights(float *w, const int *idx, const float *scores, const float *logits, int N, int E,
+                   int K, int topk_first, int norm_topk, float rs) {
     int n = blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
     kmoe_gate_weights_row(w + (size_t)n * K, idx + (size_t)n * K, scores + (size_t)n * E,
-                          topk_first ? logits + (size_t)n * E : NULL, K, topk_first, norm_topk,
-                          rs);
+                          topk_first ? logits + (size_t)n * E : NULL, K, topk_first, norm_topk, rs);
 }
 
 void cuda_router_gate_weights(const Backend *be, float *w, const int *idx, const float *scores,
@@ -134,6 +134,40 @@ float cuda_router_z_loss(const Backend *be, const float *lse, int N) {
     CUDA_CHECK(cudaMemcpyAsync(&total, d_total, sizeof total, cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
     return kmoe_zloss_final(total, N);
+}
+
+/* One block, as k_zloss: each thread its tokens' largest |logit| and lse sum, then the shared
+ * trees; thread 0 writes the maximum and the sum. */
+static __global__ void __launch_bounds__(KMOE_THREADS)
+    k_logit_stats(float *largest, double *total, const float *logits, const float *lse, int N,
+                  int E) {
+    __shared__ float shm[KMOE_THREADS];
+    __shared__ double shs[KMOE_THREADS];
+    const int t = threadIdx.x;
+    kmoe_logit_stats_part(&shm[t], &shs[t], logits, lse, N, E, t, KMOE_THREADS);
+    __syncthreads();
+    for (int off = KMOE_THREADS / 2; off > 0; off /= 2) {
+        if (t < off) shm[t] = fmaxf(shm[t], shm[t + off]), shs[t] += shs[t + off];
+        __syncthreads();
+    }
+    if (t == 0) *largest = shm[0], *total = shs[0];
+}
+
+void cuda_router_logit_stats(const Backend *be, RouteStats *host_out, const float *logits,
+                             const float *lse, int N, int E) {
+    host_out->max_logit = host_out->lse_mean = 0.0f;
+    if (N <= 0) return;
+    cudaStream_t st = cuda_stream(be);
+    struct {
+        double total;
+        float largest;
+    } *d = (decltype(d))cuda_scratch(be, sizeof *d), h;
+    k_logit_stats<<<1, KMOE_THREADS, 0, st>>>(&d->largest, &d->total, logits, lse, N, E);
+    CUDA_LAUNCHED();
+    CUDA_CHECK(cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    host_out->max_logit = h.largest;
+    host_out->lse_mean = (float)(h.total / N);
 }
 
 /* ---- dispatch plan ------------------------------------------------------------------------ */
@@ -435,9 +469,9 @@ void cuda_router_gate_backward(const Backend *be, float *dlogits, const float *d
         const size_t nparts = (size_t)rows * nchunk * E, ncoef = (size_t)rows * E;
         const float *host_gf = seq ? NULL : x->global_f;
         Carve c = cuda_carve_begin(be, x,
-                              carve_round(ncoef * sizeof(float)) +
-                                  carve_round(host_gf ? 0 : nparts * sizeof(int)) +
-                                  carve_round(host_gf ? (size_t)E * sizeof(float) : 0));
+                                   carve_round(ncoef * sizeof(float)) +
+                                       carve_round(host_gf ? 0 : nparts * sizeof(int)) +
+                                       carve_round(host_gf ? (size_t)E * sizeof(float) : 0));
         coef = (float *)carve(&c, ncoef * sizeof(float));
         int *ph = (int *)carve(&c, host_gf ? 0 : nparts * sizeof(int));
         float *gf = (float *)carve(&c, host_gf ? (size_t)E * sizeof(float) : 0);
@@ -528,9 +562,9 @@ void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scor
     const size_t nparts = (size_t)nchunk * E;
     const size_t out_bytes = sizeof(KmoeStatsHead) + 2 * (size_t)E * sizeof(int);
     Carve c = cuda_carve_begin(be, NULL,
-                          2 * carve_round((size_t)nblk * sizeof(double)) +
-                              carve_round((size_t)nblk * sizeof(int)) +
-                              2 * carve_round(nparts * sizeof(int)) + carve_round(out_bytes));
+                               2 * carve_round((size_t)nblk * sizeof(double)) +
+                                   carve_round((size_t)nblk * sizeof(int)) +
+                                   2 * carve_round(nparts * sizeof(int)) + carve_round(out_bytes));
     double *bent = (double *)carve(&c, (size_t)nblk * sizeof(double));
     double *btop = (double *)carve(&c, (size_t)nblk * sizeof(double));
     int *bun = (int *)carve(&c, (size_t)nblk * sizeof(int));

@@ -56,6 +56,9 @@ static __global__ void k_mul(float *y, const float *a, const float *b, size_t n)
 static __global__ void k_scale(float *x, float s, size_t n) {
     knn_scale_share(x, s, n, thread_first(), thread_stride());
 }
+static __global__ void k_round_bf16(float *y, const float *x, size_t n) {
+    knn_round_bf16_share(y, x, n, thread_first(), thread_stride());
+}
 
 void cuda_add(const Backend *be, float *y, const float *a, const float *b, size_t n) {
     if (n == 0) return;
@@ -65,6 +68,11 @@ void cuda_add(const Backend *be, float *y, const float *a, const float *b, size_
 void cuda_mul(const Backend *be, float *y, const float *a, const float *b, size_t n) {
     if (n == 0) return;
     k_mul<<<cuda_blocks(n), CUDA_THREADS, 0, cuda_stream(be)>>>(y, a, b, n);
+    CUDA_LAUNCHED();
+}
+void cuda_round_bf16(const Backend *be, float *y, const float *x, size_t n) {
+    if (n == 0) return;
+    k_round_bf16<<<cuda_blocks(n), CUDA_THREADS, 0, cuda_stream(be)>>>(y, x, n);
     CUDA_LAUNCHED();
 }
 void cuda_scale(const Backend *be, float *x, float s, size_t n) {

@@ -148,6 +148,9 @@ static void f_mul(const Backend *be, float *y, const float *a, const float *b, s
 static void f_scale(const Backend *be, float *x, float s, size_t n) {
     FENCED(scale(CPU, x, s, n));
 }
+static void f_round_bf16(const Backend *be, float *y, const float *x, size_t n) {
+    FENCED(round_bf16(CPU, y, x, n));
+}
 static double f_sum(const Backend *be, const float *x, size_t n) {
     FENCED_VALUE(double, sum(CPU, x, n));
 }
@@ -299,6 +302,10 @@ static void f_route_stats(const Backend *be, RouteStats *out, const float *score
                           const DispatchPlan *p, int N, const MoeSpec *s) {
     FENCED(route_stats(CPU, out, scores, idx, p, N, s));
 }
+static void f_router_logit_stats(const Backend *be, RouteStats *out, const float *logits,
+                                 const float *lse, int N, int E) {
+    FENCED(router_logit_stats(CPU, out, logits, lse, N, E));
+}
 static void f_route_domains(const Backend *be, double *counts, double *drops,
                             const unsigned char *domains, int n_domains, const int *idx,
                             const DispatchPlan *p, int N, const MoeSpec *s) {
@@ -322,6 +329,7 @@ const Backend backend_cpu_fenced = {
     .add = f_add,
     .mul = f_mul,
     .scale = f_scale,
+    .round_bf16 = f_round_bf16,
     .sum = f_sum,
     .sum_squares = f_sum_squares,
     .embed_forward = f_embed_forward,
@@ -358,6 +366,7 @@ const Backend backend_cpu_fenced = {
     .experts_forward = f_experts_forward,
     .experts_backward = f_experts_backward,
     .route_stats = f_route_stats,
+    .router_logit_stats = f_router_logit_stats,
     .route_domains = f_route_domains,
     .gemm_seconds = f_gemm_seconds,
 };

@@ -175,6 +175,27 @@ MOE_HD float kmoe_zloss_final(double total, int N) {
     return N > 0 ? (float)(total / N) : 0.0f;
 }
 
+/* Thread t's share of router_logit_stats over the tokens n = t, t + nt, ...: the largest
+ * |logit| of their rows (any order gives the same maximum) into *largest, the sum of their lse
+ * in token order, in double, into *sum. */
+MOE_HD void kmoe_logit_stats_part(float *largest, double *sum, const float *logits,
+                                  const float *lse, int N, int E, int t, int nt) {
+    float m = 0.0f;
+    double a = 0.0;
+    for (int n = t; n < N; n += nt) {
+        for (int e = 0; e < E; e++) m = fmaxf(m, fabsf(logits[(size_t)n * E + e]));
+        a += lse[n];
+    }
+    *largest = m;
+    *sum = a;
+}
+/* kmoe_tree_sum's pairing for a maximum */
+MOE_HD float kmoe_tree_max(float *v, int n) {
+    for (int off = n / 2; off > 0; off /= 2)
+        for (int t = 0; t < off; t++) v[t] = fmaxf(v[t], v[t + off]);
+    return v[0];
+}
+
 /* The host's walk of a device tree reduction over v (n, a power of 2): for off = n/2, ..., 1,
  * v[t] += v[t + off] for t < off; returns v[0]. It is the pairing of both device trees: the
  * z-loss's over shared memory (if (t < off) sh[t] += sh[t + off]) and the dw warp's

@@ -35,6 +35,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/hd.h"
 
@@ -166,6 +167,16 @@ MOE_HD void knn_mul_share(float *y, const float *a, const float *b, size_t n, si
 }
 MOE_HD void knn_scale_share(float *x, float s, size_t n, size_t first, size_t stride) {
     for (size_t i = first; i < n; i += stride) x[i] = knn_fmul(x[i], s);
+}
+/* vec_round_bf16: a NaN as it is; else the 16 low bits rounded off, half to even (the carry
+ * may reach the exponent: the next binade, or an infinity), on the bits as an integer */
+MOE_HD void knn_round_bf16_share(float *y, const float *x, size_t n, size_t first, size_t stride) {
+    for (size_t i = first; i < n; i += stride) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        if ((u & 0x7fffffffu) <= 0x7f800000u) u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        memcpy(&y[i], &u, sizeof u);
+    }
 }
 
 /* ---- vec: sums -------------------------------------------------------------------------------

@@ -16,8 +16,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define MOE_EXIT_INPUT 2 /* bad user input: config, data, checkpoint, command line */
-#define MOE_EXIT_FATAL 1 /* internal or system failure */
+#define MOE_EXIT_INPUT 2    /* bad user input: config, data, checkpoint, command line */
+#define MOE_EXIT_FATAL 1    /* internal or system failure */
+#define MOE_EXIT_DIVERGED 3 /* training: the loss diverged (train.diverge_loss) */
 
 #if defined(__GNUC__)
 #define MOE_PRINTF(a, b) __attribute__((format(printf, a, b)))

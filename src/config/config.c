@@ -1,7 +1,7 @@
 /*
- * config.c: the one table of settings, and everything that reads it.
+ * config.c: everything that reads the one table of settings (keys.c).
  *
- * Each row of KEYS names a setting once: its key=value name, its type, where it lives in
+ * Each row of the table names a setting once: its key=value name, its type, where it lives in
  * Config (offsetof), its default as text, its inclusive range and its help. Defaults,
  * config_set, config_write, the per-key half of config_validate, nearest-key suggestions,
  * the shape comparison for checkpoints and `moe info --keys` all loop over that table, so a
@@ -26,170 +26,12 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "config/keys.h"
 #include "io/files.h"
 #include "moe/moe_ops.h"
 
-/* The enum keys store the index of their name in the row's choices: keep the orders equal. */
-_Static_assert(MOE_SCORE_SOFTMAX == 0 && MOE_SCORE_SIGMOID == 1, "moe.score choices");
-_Static_assert(MOE_DEVICE_CPU == 0 && MOE_DEVICE_CPU_REF == 1 && MOE_DEVICE_CUDA == 2 &&
-                   MOE_DEVICE_CPU_FENCED == 3,
-               "train.device choices");
-_Static_assert(MOE_COLLECTIVES_MPI == 0 && MOE_COLLECTIVES_TEACH == 1 && MOE_COLLECTIVES_NCCL == 2,
-               "dist.collectives choices");
-_Static_assert(MOE_PRECISION_FP32 == 0 && MOE_PRECISION_TF32 == 1 && MOE_PRECISION_BF16 == 2,
-               "train.precision choices");
-_Static_assert(MOE_BALANCE_AUX == 0 && MOE_BALANCE_SEQ_AUX == 1 && MOE_BALANCE_AUX_FREE == 2 &&
-                   MOE_BALANCE_NONE == 3,
-               "moe.balance choices");
-_Static_assert(MOE_BIAS_SIGN == 0 && MOE_BIAS_PROPORTIONAL == 1, "moe.bias_update choices");
-_Static_assert(MOE_ROUTING_TOKEN_CHOICE == 0 && MOE_ROUTING_EXPERT_CHOICE == 1,
-               "moe.routing choices");
-_Static_assert(MOE_CAP_BATCH == 0 && MOE_CAP_SEQUENCE == 1, "moe.capacity_scope choices");
-_Static_assert(MOE_DROP_POSITION == 0 && MOE_DROP_SCORE == 1, "moe.drop_policy choices");
-
-typedef enum { T_INT, T_FLOAT, T_U64, T_BOOL, T_STR, T_ENUM } KeyType;
-
-enum {
-    K_SHAPE = 1,    /* fixes parameter shapes: checkpoints need equal values */
-    K_OPEN_MIN = 2, /* the lower bound is exclusive (value must be > min) */
-    K_OPEN_MAX = 4  /* the upper bound is exclusive (value must be < max) */
-};
-
-typedef struct {
-    const char *name; /* "section.field" */
-    KeyType type;
-    size_t off;      /* offsetof(Config, field) */
-    const char *def; /* default, as config_set would read it */
-    double min, max; /* range, inclusive unless K_OPEN_*; unused for u64 and strings */
-    int flags;
-    const char *help;
-    const char *choices; /* T_ENUM: the names "a|b|c"; the int field holds the index */
-} Key;
-
-#define NOMAX HUGE_VAL
-#define ENUM_ROW(name, field, def, choices, help)                                                  \
-    { name, T_ENUM, offsetof(Config, field), def, 0, 0, 0, help, choices }
-#define ROW(type, name, field, def, lo, hi, flags, help)                                           \
-    { name, type, offsetof(Config, field), def, lo, hi, flags, help, NULL }
-
-static const Key KEYS[] = {
-    ROW(T_INT, "model.d_model", d_model, "128", 1, 65536, K_SHAPE,
-        "C: channels of the residual stream"),
-    ROW(T_INT, "model.n_layer", n_layer, "4", 1, 1024, K_SHAPE, "L: transformer blocks"),
-    ROW(T_INT, "model.n_head", n_head, "4", 1, 1024, K_SHAPE,
-        "H: attention heads; head size D = d_model / n_head (must be even)"),
-    ROW(T_INT, "model.seq_len", seq_len, "128", 1, 1 << 20, 0, "T: context length in tokens"),
-    ROW(T_INT, "model.d_ff", d_ff, "512", 1, 1 << 20, K_SHAPE,
-        "hidden size of a dense SwiGLU feed-forward"),
-    ROW(T_FLOAT, "model.rope_theta", rope_theta, "10000", 0, NOMAX, K_OPEN_MIN, "RoPE base"),
-    ROW(T_FLOAT, "model.init_std", init_std, "0.02", 0, 1, K_OPEN_MIN,
-        "std of the normal init of matrices"),
-
-    ROW(T_INT, "moe.num_experts", num_experts, "8", 0, 4096, K_SHAPE,
-        "E: experts per MoE block; 0 makes every block dense"),
-    ROW(T_INT, "moe.top_k", top_k, "2", 1, 4096, 0, "K: experts per token"),
-    ROW(T_INT, "moe.d_expert", d_expert, "256", 0, 1 << 20, K_SHAPE,
-        "F: hidden size of one expert; 0 means model.d_ff"),
-    ROW(T_INT, "moe.every", every, "1", 1, 1024, K_SHAPE,
-        "an MoE block every this many layers (after moe.first_dense)"),
-    ROW(T_INT, "moe.first_dense", first_dense, "0", 0, 1024, K_SHAPE,
-        "dense blocks at the bottom before the first MoE block"),
-    ROW(T_BOOL, "moe.norm_topk", norm_topk, "1", 0, 1, 0,
-        "renormalise the top-k router weights to sum to 1 (0/1)"),
-    ROW(T_FLOAT, "moe.aux_coef", aux_coef, "0.01", 0, NOMAX, 0,
-        "coefficient of the aux or seq_aux load-balancing loss (moe.balance)"),
-    ROW(T_FLOAT, "moe.z_coef", z_coef, "0.001", 0, NOMAX, 0, "router z-loss coefficient"),
-    ENUM_ROW("moe.score", score, "softmax", "softmax|sigmoid",
-             "router scores: softmax over the experts, or a sigmoid per expert (DeepSeek-V3)"),
-    ROW(T_BOOL, "moe.topk_before_softmax", topk_before_softmax, "0", 0, 1, 0,
-        "top-k on the logits, then softmax over the k chosen (Mixtral); softmax scores only"),
-    ROW(T_FLOAT, "moe.route_scale", route_scale, "1", 0, NOMAX, K_OPEN_MIN,
-        "multiplies the final gate weights"),
-    ENUM_ROW("moe.balance", balance, "aux", "aux|seq_aux|aux_free|none",
-             "load balancing: Switch aux loss, per-sequence aux loss, aux-free bias, or none"),
-    ENUM_ROW("moe.bias_update", bias_update, "sign", "sign|proportional",
-             "aux_free bias step: rate * sign(mean - load), or rate * (mean - load) / mean"),
-    ROW(T_FLOAT, "moe.bias_rate", bias_rate, "1e-3", 0, NOMAX, 0,
-        "aux_free bias update rate per optimizer step"),
-    ROW(T_FLOAT, "moe.jitter", jitter, "0", 0, 1, K_OPEN_MAX,
-        "training only: multiply the router input by U(1 - jitter, 1 + jitter) (Switch)"),
-    ROW(T_FLOAT, "moe.noise", noise, "0", 0, NOMAX, 0,
-        "training only: add N(0, noise^2) to the router logits"),
-    ROW(T_INT, "moe.num_shared", num_shared, "0", 0, 4096, K_SHAPE,
-        "shared experts every token passes through (one SwiGLU of hidden num_shared * F)"),
-    ENUM_ROW("moe.routing", routing, "token_choice", "token_choice|expert_choice",
-             "each token picks its top_k experts, or each expert its best tokens of the "
-             "micro-batch (sees later tokens: not causal)"),
-    ROW(T_FLOAT, "moe.ec_capacity", ec_capacity, "1", 0, NOMAX, K_OPEN_MIN,
-        "expert_choice: each expert picks ceil(ec_capacity * tokens * top_k / num_experts)"),
-    ROW(T_FLOAT, "moe.capacity_factor", capacity_factor, "0", 0, NOMAX, 0,
-        "token_choice: each expert takes at most max(min_capacity, ceil(capacity_factor * "
-        "tokens * top_k / num_experts)) assignments, the rest drop; 0 = dropless"),
-    ENUM_ROW("moe.capacity_scope", capacity_scope, "batch", "batch|sequence",
-             "capacity over the micro-batch's tokens, or per sequence of seq_len tokens"),
-    ROW(T_INT, "moe.min_capacity", min_capacity, "4", 1, INT_MAX, 0,
-        "lower bound of the per-expert capacity (capacity_factor > 0)"),
-    ENUM_ROW("moe.drop_policy", drop_policy, "position", "position|score",
-             "an over-full expert keeps its earliest tokens, or its highest-scoring ones"),
-    ROW(T_BOOL, "moe.second_expert_random", second_expert_random, "0", 0, 1, 0,
-        "training, top_k 2, capacity_factor > 0: dispatch the 2nd expert w.p. min(1, 2 w_2)"),
-    ROW(T_FLOAT, "moe.eval_capacity_factor", eval_capacity_factor, "-1", -1, NOMAX, 0,
-        "capacity factor of evaluation; -1 = capacity_factor, 0 = dropless"),
-    ROW(T_BOOL, "moe.padded", padded, "0", 0, 1, 0,
-        "capacity_factor > 0: every expert computes exactly capacity rows (zero padding)"),
-
-    ROW(T_INT, "train.batch", batch, "16", 1, 1 << 20, 0, "B: sequences per micro-batch"),
-    ROW(T_INT, "train.accum", accum, "1", 1, 1 << 20, 0, "micro-batches per optimizer step"),
-    ROW(T_INT, "train.steps", steps, "600", 1, INT_MAX, 0, "optimizer steps"),
-    ROW(T_FLOAT, "train.lr", lr, "3e-3", 0, NOMAX, 0, "peak learning rate"),
-    ROW(T_FLOAT, "train.min_lr", min_lr, "0.1", 0, 1, 0,
-        "learning rate at the end of the cosine, as a fraction of train.lr"),
-    ROW(T_INT, "train.warmup", warmup, "50", 0, INT_MAX, 0, "linear warm-up steps"),
-    ROW(T_FLOAT, "train.weight_decay", weight_decay, "0.1", 0, NOMAX, 0,
-        "AdamW decoupled weight decay"),
-    ROW(T_FLOAT, "train.beta1", beta1, "0.9", 0, 1, K_OPEN_MAX, "AdamW first-moment decay"),
-    ROW(T_FLOAT, "train.beta2", beta2, "0.95", 0, 1, K_OPEN_MAX, "AdamW second-moment decay"),
-    ROW(T_FLOAT, "train.eps", eps, "1e-8", 0, NOMAX, K_OPEN_MIN, "AdamW denominator epsilon"),
-    ROW(T_FLOAT, "train.clip", clip, "1.0", 0, NOMAX, 0, "global gradient-norm clip; 0 disables"),
-    ROW(T_U64, "train.seed", seed, "1337", 0, 0, 0, "seed of init, data order and sampling"),
-    ROW(T_INT, "train.eval_every", eval_every, "100", 0, INT_MAX, 0,
-        "steps between validation evals; 0 disables"),
-    ROW(T_INT, "train.eval_batches", eval_batches, "8", 1, INT_MAX, 0,
-        "micro-batches per validation eval"),
-    ROW(T_INT, "train.ckpt_every", ckpt_every, "200", 0, INT_MAX, 0,
-        "steps between checkpoints; 0 = only at the end"),
-    ROW(T_INT, "train.log_every", log_every, "10", 1, INT_MAX, 0, "steps between progress lines"),
-    ROW(T_INT, "train.threads", threads, "0", 0, 4096, 0, "OpenMP threads; 0 = OpenMP's default"),
-    ENUM_ROW("train.device", device, "cpu", "cpu|cpu-ref|cuda|cpu-fenced",
-             "the backend of the ops: cpu (fast, OpenBLAS), cpu-ref (the plain reference loops, "
-             "slow), cuda (one NVIDIA GPU; a build of make cuda) or cpu-fenced (cpu's ops with "
-             "a device's memory, unreadable by the host: a check of the engine)"),
-    ENUM_ROW("train.precision", precision, "fp32", "fp32|tf32|bf16",
-             "the large products' arithmetic on a GPU: fp32, tf32 or bf16 tensor cores (fp32 "
-             "weights, gradients and moments in every mode; the CPU computes fp32)"),
-
-    ROW(T_STR, "data.train", train, "data/corpus/train.bin", 0, 0, 0, "training shard"),
-    ROW(T_STR, "data.val", val, "data/corpus/val.bin", 0, 0, 0, "validation shard"),
-
-    ROW(T_INT, "dist.ep", ep, "1", 1, 4096, 0,
-        "expert parallelism: processes that share one copy of the experts (divides the "
-        "mpirun process count and moe.num_experts)"),
-    ROW(T_FLOAT, "dist.timeout", timeout, "120", 0, NOMAX, K_OPEN_MIN,
-        "seconds a process waits for a peer before it names the peer and ends the job"),
-    ENUM_ROW("dist.collectives", collectives, "mpi", "mpi|teach|nccl",
-             "the collectives of a multi-process run: mpi (MPI's own: the library's ring and "
-             "tree algorithms), teach (chapter 3's, built from point-to-point messages: "
-             "linear, bit for bit repeatable, names a silent peer) or nccl (train.device=cuda: "
-             "NCCL on the GPUs' memory, MPI's for the host's; a build of make cuda MPI=1)"),
-    ROW(T_INT, "dist.overlap", overlap, "1", 0, 1, 0,
-        "1: sum a block's gradients over the processes while the earlier blocks' backward "
-        "runs; 0: all after the backward"),
-    ROW(T_FLOAT, "dist.bucket_mb", bucket_mb, "25", 0, NOMAX, 0,
-        "neighbouring gradient tensors of a block are summed as one bucket of up to this many "
-        "MiB; 0: each tensor alone"),
-};
-
-#define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
+#define KEYS CONFIG_KEYS
+#define NKEYS CONFIG_NKEYS
 
 int config_key_count(void) {
     return NKEYS;
@@ -479,8 +321,7 @@ int config_load_file(Config *c, const char *path, char *err, int errlen) {
     if (read_failed)
         rc = set_error(err, errlen, "%s: read error: %s", path, strerror(saved));
     else if (n > size)
-        rc = set_error(err, errlen, "config file '%s' changed while it was read; try again",
-                       path);
+        rc = set_error(err, errlen, "config file '%s' changed while it was read; try again", path);
     Config tmp = *c; /* apply to a copy so a bad line leaves c as it was */
     char msg[768];
     for (size_t at = 0; rc == 0 && at < n;) {

@@ -26,6 +26,14 @@ enum { MOE_PRECISION_FP32 = 0, MOE_PRECISION_TF32 = 1, MOE_PRECISION_BF16 = 2 };
  * repeatable), or NCCL on a GPU's memory; the same numbers as DistCollectives
  * (parallel/dist.h). */
 enum { MOE_COLLECTIVES_MPI = 0, MOE_COLLECTIVES_TEACH = 1, MOE_COLLECTIVES_NCCL = 2 };
+/* model.norm: where each block's RMSNorms sit (model.c). pre: one norm before each sublayer;
+ * sandwich: a second one on the sublayer's output, before the residual add; dssn: sandwich
+ * with that second norm's gain initialised to a depth-scaled constant (Pangu Ultra). */
+enum { MOE_NORM_PRE = 0, MOE_NORM_SANDWICH = 1, MOE_NORM_DSSN = 2 };
+/* model.init: the std of the matrices (params.c). default: model.init_std, the output
+ * projections divided by sqrt(2 L); tiny: TinyInit, sqrt(1 / (2 C L)) for every matrix and 0.5
+ * for the token embedding (Pangu Ultra). model.init_scale multiplies either. */
+enum { MOE_INIT_DEFAULT = 0, MOE_INIT_TINY = 1 };
 
 typedef struct {
     /* model.* */
@@ -36,6 +44,9 @@ typedef struct {
     int d_ff;         /* hidden size of a dense SwiGLU feed-forward */
     float rope_theta; /* RoPE base */
     float init_std;   /* std of the normal init of matrices */
+    int norm;         /* MOE_NORM_*: pre-norm, sandwich or depth-scaled sandwich */
+    int init;         /* MOE_INIT_*: the default init or TinyInit */
+    float init_scale; /* multiplies the std of every matrix (Switch-style init sweeps) */
 
     /* moe.* */
     int num_experts; /* E: experts per MoE block; 0 makes every block dense */
@@ -66,6 +77,10 @@ typedef struct {
     int second_expert_random;   /* GShard: dispatch the 2nd expert w.p. min(1, 2 w_2) */
     float eval_capacity_factor; /* evaluation's factor; < 0 = capacity_factor, 0 = dropless */
     int padded;                 /* every expert computes exactly capacity rows */
+    int router_precision;       /* MOE_ROUTER_*: fp32, or the router rounded to bf16 */
+    int balance_scope;          /* MOE_SCOPE_*: the aux loss's f over the micro-batch or the
+                                   optimizer step's whole batch */
+    int balance_groups;         /* 0: the aux loss balances each expert; G: G groups of E / G */
 
     /* train.* */
     int batch;    /* B: sequences per micro-batch */
@@ -78,13 +93,17 @@ typedef struct {
     float beta1, beta2, eps; /* AdamW */
     float clip;              /* global gradient norm clip; 0 disables */
     uint64_t seed;
-    int eval_every;   /* steps between validation evals; 0 disables */
-    int eval_batches; /* micro-batches per validation eval */
-    int ckpt_every;   /* steps between checkpoints; 0 = only at the end */
-    int log_every;    /* steps between progress lines */
-    int threads;      /* 0 = OpenMP's default */
-    int device;       /* MOE_DEVICE_*: the backend a step runs on (src/backend/backend.h) */
-    int precision;    /* MOE_PRECISION_*: the large products' arithmetic on a GPU */
+    int eval_every;     /* steps between validation evals; 0 disables */
+    int eval_batches;   /* micro-batches per validation eval */
+    int ckpt_every;     /* steps between checkpoints; 0 = only at the end */
+    int log_every;      /* steps between progress lines */
+    int threads;        /* 0 = OpenMP's default */
+    int device;         /* MOE_DEVICE_*: the backend a step runs on (src/backend/backend.h) */
+    int precision;      /* MOE_PRECISION_*: the large products' arithmetic on a GPU */
+    int spike_window;   /* the trailing steps a spike is measured against */
+    float spike_k;      /* a spike: a value above the window's mean + spike_k std */
+    float diverge_loss; /* a loss above this (or not finite) ends the run as diverged; 0: only
+                           a loss that is not finite */
 
     /* data.* */
     char train[MOE_PATH_MAX]; /* training shard */
@@ -92,8 +111,8 @@ typedef struct {
 
     /* dist.* (src/parallel/dist.h): how a run is spread over processes. Not shape keys: a
      * checkpoint holds every expert and loads at any dist.ep. */
-    int ep;        /* processes per expert-parallel group (each holds E / ep experts) */
-    float timeout; /* longest wait for a peer, seconds */
+    int ep;          /* processes per expert-parallel group (each holds E / ep experts) */
+    float timeout;   /* longest wait for a peer, seconds */
     int collectives; /* MOE_COLLECTIVES_*: the engine of the collectives (parallel/dist.h) */
     int overlap;     /* 1: a block's gradient sums start when its backward is done */
     float bucket_mb; /* the largest bucket of gradients summed as one (MiB; 0: one tensor) */

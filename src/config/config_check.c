@@ -55,6 +55,18 @@ int config_check_combinations(const Config *c, char *err, int errlen) {
                          "moe.topk_before_softmax=1 picks experts per token, but "
                          "moe.routing=expert_choice lets the experts pick the tokens; set "
                          "moe.topk_before_softmax=0 (or moe.routing=token_choice)");
+    if ((c->balance_scope != MOE_SCOPE_MICRO || c->balance_groups > 0) &&
+        (c->balance != MOE_BALANCE_AUX || c->routing != MOE_ROUTING_TOKEN_CHOICE))
+        return set_error(err, errlen,
+                         "moe.balance_scope=global and moe.balance_groups change the Switch aux "
+                         "loss of token choice, but moe.balance is not aux (or moe.routing is "
+                         "not token_choice); set moe.balance=aux, or moe.balance_scope=micro "
+                         "and moe.balance_groups=0");
+    if (c->balance_groups == 1 || (c->balance_groups > 1 && c->num_experts % c->balance_groups))
+        return set_error(err, errlen,
+                         "moe.balance_groups=%d must be 0 (every expert) or a divisor >= 2 of "
+                         "moe.num_experts=%d (groups of equal size)",
+                         c->balance_groups, c->num_experts);
     if (c->eval_capacity_factor < 0.0f && c->eval_capacity_factor != -1.0f)
         return set_error(err, errlen,
                          "moe.eval_capacity_factor=%g: use -1 (the training capacity_factor), 0 "

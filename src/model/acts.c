@@ -126,6 +126,17 @@ void model_acts_table(ActTable *t, const Config *c, int B, int T, int ep, Model 
         /* ln2, rstd2: the rmsnorm of resid_mid, the feed-forward branch's input */
         acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, ln2), "blocks.%d.ln2", l);
         acts_add(t, ACT_FLOAT, ACT_ATTN, N, ACT_FIELD(a, rstd2), "blocks.%d.rstd2", l);
+        if (c->norm != MOE_NORM_PRE) {
+            /* sandwich norms: each sublayer's output before its output norm, and the norm's
+             * 1 / rms per token */
+            acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, attn_out), "blocks.%d.attn_out",
+                     l);
+            acts_add(t, ACT_FLOAT, ACT_ATTN, N, ACT_FIELD(a, rstd_attn_out),
+                     "blocks.%d.rstd_attn_out", l);
+            acts_add(t, ACT_FLOAT, ACT_FFN, N * C, ACT_FIELD(a, ffn_out), "blocks.%d.ffn_out", l);
+            acts_add(t, ACT_FLOAT, ACT_FFN, N, ACT_FIELD(a, rstd_ffn_out), "blocks.%d.rstd_ffn_out",
+                     l);
+        }
 
         if (config_is_moe_layer(c, l)) {
             /* MoeActs: the router, then the tokens in expert order and the experts' SwiGLU */

@@ -191,6 +191,7 @@ static MoeCtx block_ctx(Model *m, int T) {
     }
     x.dist = m->dist;
     x.tape = m->training ? m->route_tape : NULL; /* training's forward passes only */
+    x.micro = m->training ? m->micro : 0;
     return x;
 }
 
@@ -209,31 +210,41 @@ static void block_forward(Model *m, int l, float *out, const float *in, int B, i
     PROF(PROF_ROPE, be->rope_forward(be, a->q, m->rope_cs, B, T, H, C / H));
     PROF(PROF_ROPE, be->rope_forward(be, a->k, m->rope_cs, B, T, H, C / H));
     PROF(PROF_ATTN, be->attention_forward(be, a->atty, a->att, a->q, a->k, a->v, B, T, C, H));
-    /* dtmp is free scratch during the forward pass */
-    PROF(PROF_ATTN_PROJ, be->matmul_forward(be, m->dtmp, a->atty, lw->wo, N, C, C));
+    /* dtmp is free scratch during the forward pass. Sandwich norms: the sublayer's output
+     * goes to attn_out, and its norm into dtmp */
+    float *ao = a->attn_out ? a->attn_out : m->dtmp;
+    PROF(PROF_ATTN_PROJ, be->matmul_forward(be, ao, a->atty, lw->wo, N, C, C));
+    if (a->attn_out)
+        PROF(PROF_NORM,
+             be->rmsnorm_forward(be, m->dtmp, a->rstd_attn_out, ao, lw->attn_post_norm, N, C));
     PROF(PROF_RESIDUAL, be->add(be, a->resid_mid, in, m->dtmp, (size_t)N * C));
 
-    /* feed-forward branch: out = resid_mid + FFN(rmsnorm(resid_mid)) */
+    /* feed-forward branch: out = resid_mid + FFN(rmsnorm(resid_mid)), the FFN's output normed
+     * again with sandwich norms (from ffn_out into dtmp) */
+    float *fo = a->ffn_out ? a->ffn_out : m->dtmp;
     PROF(PROF_NORM, be->rmsnorm_forward(be, a->ln2, a->rstd2, a->resid_mid, lw->ffn_norm, N, C));
     if (a->moe) {
         MoeWeights wt = moe_weights(lw);
         if (m->spec.balance == MOE_BALANCE_AUX_FREE) wt.bias = a->router_bias;
         const MoeCtx x = block_ctx(m, T);
-        moe_block_forward(be, m->dtmp, a->moe, a->ln2, &wt, &m->spec, &x, N);
+        moe_block_forward(be, fo, a->moe, a->ln2, &wt, &m->spec, &x, N);
         if (a->sg) { /* shared experts: one dense SwiGLU, weight 1; dln is free scratch here */
             const int Fs = c->num_shared * m->spec.d_expert;
             PROF(PROF_DENSE_FFN, be->matmul_forward(be, a->sg, a->ln2, lw->s_gate, N, C, Fs));
             PROF(PROF_DENSE_FFN, be->matmul_forward(be, a->su, a->ln2, lw->s_up, N, C, Fs));
             PROF(PROF_SWIGLU, be->swiglu_forward(be, a->sh, a->sg, a->su, N, Fs));
             PROF(PROF_DENSE_FFN, be->matmul_forward(be, m->dln, a->sh, lw->s_down, N, Fs, C));
-            PROF(PROF_RESIDUAL, be->add(be, m->dtmp, m->dtmp, m->dln, (size_t)N * C));
+            PROF(PROF_RESIDUAL, be->add(be, fo, fo, m->dln, (size_t)N * C));
         }
     } else {
         PROF(PROF_DENSE_FFN, be->matmul_forward(be, a->fg, a->ln2, lw->w_gate, N, C, F));
         PROF(PROF_DENSE_FFN, be->matmul_forward(be, a->fu, a->ln2, lw->w_up, N, C, F));
         PROF(PROF_SWIGLU, be->swiglu_forward(be, a->fh, a->fg, a->fu, N, F));
-        PROF(PROF_DENSE_FFN, be->matmul_forward(be, m->dtmp, a->fh, lw->w_down, N, F, C));
+        PROF(PROF_DENSE_FFN, be->matmul_forward(be, fo, a->fh, lw->w_down, N, F, C));
     }
+    if (a->ffn_out)
+        PROF(PROF_NORM,
+             be->rmsnorm_forward(be, m->dtmp, a->rstd_ffn_out, fo, lw->ffn_post_norm, N, C));
     PROF(PROF_RESIDUAL, be->add(be, out, a->resid_mid, m->dtmp, (size_t)N * C));
 }
 
@@ -291,17 +302,26 @@ static void block_backward(Model *m, int l, float *dx, const float *dout, const 
     LayerView *gw = &m->g.layers[l];
     BlockActs *a = &m->blocks[l];
 
-    /* out = resid_mid + FFN(ln2): FFN gradient into dln */
+    /* out = resid_mid + post(FFN(ln2)), post the output norm of sandwich norms (else none):
+     * dffn, the gradient of the FFN's output, is dout or, through the norm, dmid (free until
+     * the FFN's backward is done) */
+    const float *dffn = dout;
+    if (a->ffn_out) {
+        PROF(PROF_NORM, be->rmsnorm_backward(be, m->dmid, gw->ffn_post_norm, dout, a->ffn_out,
+                                             lw->ffn_post_norm, a->rstd_ffn_out, N, C));
+        dffn = m->dmid;
+    }
+    /* the FFN's gradient into dln */
     if (a->moe) {
         MoeWeights wt = moe_weights(lw);
         MoeGrads gr = {.router = gw->router, .Wg = gw->e_gate, .Wu = gw->e_up, .Wd = gw->e_down};
         const MoeCtx x = block_ctx(m, T);
-        moe_block_backward(be, m->dln, &gr, dout, a->moe, a->ln2, &wt, &m->spec, &x,
+        moe_block_backward(be, m->dln, &gr, dffn, a->moe, a->ln2, &wt, &m->spec, &x,
                            &m->moe_scratch, loss_scale);
         if (a->sg) { /* + (silu(ln2 Wsg^T) * ln2 Wsu^T) Wsd^T: its input gradients add to dln */
             const int Fs = c->num_shared * m->spec.d_expert;
             PROF(PROF_DENSE_FFN,
-                 be->matmul_backward(be, m->dsh, gw->s_down, dout, a->sh, lw->s_down, N, Fs, C));
+                 be->matmul_backward(be, m->dsh, gw->s_down, dffn, a->sh, lw->s_down, N, Fs, C));
             PROF(PROF_SWIGLU, be->swiglu_backward(be, m->dsg, m->dsu, m->dsh, a->sg, a->su, N, Fs));
             PROF(PROF_DENSE_FFN, be->matmul_backward(be, m->dtmp, gw->s_gate, m->dsg, a->ln2,
                                                      lw->s_gate, N, C, Fs));
@@ -312,7 +332,7 @@ static void block_backward(Model *m, int l, float *dx, const float *dout, const 
         }
     } else {
         PROF(PROF_DENSE_FFN,
-             be->matmul_backward(be, m->dfh, gw->w_down, dout, a->fh, lw->w_down, N, F, C));
+             be->matmul_backward(be, m->dfh, gw->w_down, dffn, a->fh, lw->w_down, N, F, C));
         PROF(PROF_SWIGLU, be->swiglu_backward(be, m->dfg, m->dfu, m->dfh, a->fg, a->fu, N, F));
         PROF(PROF_DENSE_FFN,
              be->matmul_backward(be, m->dln, gw->w_gate, m->dfg, a->ln2, lw->w_gate, N, C, F));
@@ -325,9 +345,15 @@ static void block_backward(Model *m, int l, float *dx, const float *dout, const 
                                          lw->ffn_norm, a->rstd2, N, C));
     PROF(PROF_RESIDUAL, be->add(be, m->dmid, dout, m->dtmp, (size_t)N * C));
 
-    /* resid_mid = in + atty wo^T */
-    PROF(PROF_ATTN_PROJ,
-         be->matmul_backward(be, m->datty, gw->wo, m->dmid, a->atty, lw->wo, N, C, C));
+    /* resid_mid = in + post(atty wo^T): the gradient of the product's output is dmid, or
+     * through the output norm of sandwich norms, dtmp (free here) */
+    const float *dao = m->dmid;
+    if (a->attn_out) {
+        PROF(PROF_NORM, be->rmsnorm_backward(be, m->dtmp, gw->attn_post_norm, m->dmid, a->attn_out,
+                                             lw->attn_post_norm, a->rstd_attn_out, N, C));
+        dao = m->dtmp;
+    }
+    PROF(PROF_ATTN_PROJ, be->matmul_backward(be, m->datty, gw->wo, dao, a->atty, lw->wo, N, C, C));
     PROF(PROF_ATTN, be->attention_backward(be, m->dq, m->dk, m->dv, m->att_ws, m->datty, a->att,
                                            a->q, a->k, a->v, B, T, C, H, m->n_att_ws));
     PROF(PROF_ROPE, be->rope_backward(be, m->dq, m->rope_cs, B, T, H, C / H));
@@ -430,8 +456,13 @@ void model_adamw_step(Model *m, float lr, float grad_scale) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     m->step++;
-    AdamwStep s = {.lr = lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
-                   .grad_scale = grad_scale, .step = m->step, .clear_grad = 1};
+    AdamwStep s = {.lr = lr,
+                   .beta1 = c->beta1,
+                   .beta2 = c->beta2,
+                   .eps = c->eps,
+                   .grad_scale = grad_scale,
+                   .step = m->step,
+                   .clear_grad = 1};
     for (int i = 0; i < m->pt.n; i++) {
         const ParamTensor *t = &m->pt.t[i];
         s.weight_decay = t->decay ? c->weight_decay : 0.0f;

@@ -34,6 +34,10 @@ typedef struct {
     float *router_bias;  /* (E) this MoE block's aux-free bias, in Model.router_bias; else NULL */
     float *sg, *su, *sh; /* (N, Fs) shared experts of an MoE block (gate, up, silu(gate) * up),
                             Fs = num_shared * F; NULL without shared experts */
+    /* model.norm=sandwich or dssn (else NULL): each sublayer's output before its output norm
+     * (N, C), and that norm's 1 / rms (N): the attention's after wo, the feed-forward's */
+    float *attn_out, *rstd_attn_out;
+    float *ffn_out, *rstd_ffn_out;
 } BlockActs;
 
 typedef struct Model {
@@ -56,6 +60,9 @@ typedef struct Model {
      * leaves training 0 (evaluation, sampling); the training loop turns it on. */
     int training;
     Rng router_rng;
+    /* training: the micro-batch of the optimizer step the next forward runs (0 the first): the
+     * MoE blocks' step-wide balance count (moe.balance_scope=global) starts again at 0 */
+    int micro;
     /* a routing recording to write or replay in training's forward passes (route_tape.h; set
      * by the trainer, owned by it); NULL: none */
     struct RouteTape *route_tape;

@@ -55,6 +55,9 @@ void moe_spec_from_config(MoeSpec *s, const Config *c, int seq_len) {
                    .padded = c->padded,
                    .eval_capacity_factor = c->eval_capacity_factor,
                    .second_expert_random = c->second_expert_random,
+                   .router_precision = c->router_precision,
+                   .balance_scope = c->balance_scope,
+                   .balance_groups = c->balance_groups,
                    .seq_len = seq_len};
 }
 
@@ -74,9 +77,10 @@ void moe_acts_host_alloc(const Backend *be, MoeActs *a, const MoeSpec *s, Dist *
     route_stats_alloc(&a->route, E);
     if (!be->host_memory && (s->jitter > 0.0f || s->noise > 0.0f))
         a->drawn = (float *)malloc_check(N * (C > E ? C : E) * sizeof(float));
-    if (dist && dist->world > 1) {
+    if (moe_balance_f_outside(s, dist)) {
         a->global_f_host = floats_alloc((size_t)E);
         a->global_count = (double *)calloc_check((size_t)E + 1, sizeof(double));
+        a->step_count = (double *)calloc_check((size_t)E + 1, sizeof(double));
         /* the ops read f where they run: a device's copy, or the host array itself */
         a->global_f = a->global_f_host;
         if (!be->host_memory) a->global_f = (float *)be->alloc(be, (size_t)E * sizeof(float));
@@ -121,6 +125,11 @@ void moe_acts_entries(ActTable *t, const char *pre, const MoeSpec *s, int ep, in
         acts_add(t, ACT_FLOAT, ACT_FFN, N * C, ACT_FIELD(a, jit), "%s.jit", pre);
         acts_add(t, ACT_FLOAT, ACT_FFN, N * C, ACT_FIELD(a, xj), "%s.xj", pre);
     }
+    /* xr, wr: the router's input and weights rounded to bf16 (moe.router_precision=bf16) */
+    if (s->router_precision == MOE_ROUTER_BF16) {
+        acts_add(t, ACT_FLOAT, ACT_FFN, N * C, ACT_FIELD(a, xr), "%s.xr", pre);
+        acts_add(t, ACT_FLOAT, ACT_FFN, E * C, ACT_FIELD(a, wr), "%s.wr", pre);
+    }
     /* noise: the logit noise drawn (moe.noise > 0) */
     if (s->noise > 0.0f)
         acts_add(t, ACT_FLOAT, ACT_FFN, N * E, ACT_FIELD(a, noise), "%s.noise", pre);
@@ -150,6 +159,7 @@ void moe_acts_free(const Backend *be, MoeActs *a) {
     free(a->global_f_host);
     free(a->idx_host);
     free(a->global_count);
+    free(a->step_count);
     if (a->ep) ep_acts_free(be, a->ep);
     free(a->ep);
     if (a->arena) be->free(be, a->arena);
@@ -200,17 +210,42 @@ static void draw(const Backend *be, float *dst, float *staging, size_t n, Rng *r
     if (h != dst) be->to_device(be, dst, h, n * sizeof(float));
 }
 
-/* f (E) = the fraction of all the processes' assignments that chose each expert: the local
- * counts summed over the world (exact: integers in doubles), for the aux loss. */
-static void global_fractions(float *f, double *count, const int *idx, int N, const MoeSpec *s,
-                             Dist *dist) {
-    /* count (E + 1): scratch */
+int moe_balance_f_outside(const MoeSpec *s, const Dist *dist) {
+    return (dist && dist->world > 1) || s->balance_scope == MOE_SCOPE_GLOBAL ||
+           s->balance_groups > 0;
+}
+
+/* a->global_f_host (E) = the aux loss's f when it is not the call's own fractions: the call's
+ * assignments counted (exact: integers in doubles) and summed over the world's processes; with
+ * moe.balance_scope=global added to the step's earlier micro-batches (x->micro 0 starts the
+ * count again); then each expert's fraction, or with moe.balance_groups = G its group's
+ * fraction times G / E, so that the loss E sum_e f_e P_e becomes G sum_g f_g P_g. */
+static void balance_fractions(MoeActs *a, const int *idx, int N, const MoeSpec *s,
+                              const MoeCtx *x) {
     const int E = s->num_experts, K = s->top_k;
+    double *count = a->global_count; /* (E + 1): the experts', then the total */
     for (int e = 0; e < E; e++) count[e] = 0.0;
     for (size_t j = 0; j < (size_t)N * K; j++) count[idx[j]] += 1.0;
     count[E] = (double)N * K;
-    dist_allreduce_sum_d(dist, DIST_WORLD, count, (size_t)E + 1);
-    for (int e = 0; e < E; e++) f[e] = (float)(count[e] / count[E]);
+    if (x->dist && x->dist->world > 1)
+        dist_allreduce_sum_d(x->dist, DIST_WORLD, count, (size_t)E + 1);
+    if (s->balance_scope == MOE_SCOPE_GLOBAL) {
+        if (x->micro <= 0) memset(a->step_count, 0, ((size_t)E + 1) * sizeof(double));
+        for (int e = 0; e <= E; e++) a->step_count[e] += count[e];
+        count = a->step_count;
+    }
+    float *f = a->global_f_host;
+    if (s->balance_groups > 0) {
+        const int G = s->balance_groups, per = E / G;
+        for (int g = 0; g < G; g++) {
+            double in_group = 0.0;
+            for (int e = g * per; e < (g + 1) * per; e++) in_group += count[e];
+            for (int e = g * per; e < (g + 1) * per; e++)
+                f[e] = (float)((double)G / E * (in_group / count[E]));
+        }
+    } else {
+        for (int e = 0; e < E; e++) f[e] = (float)(count[e] / count[E]);
+    }
 }
 
 void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
@@ -230,13 +265,22 @@ void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
         PROF(PROF_ROUTER,
              (draw(be, a->jit, a->drawn, NC, rng, 0, 1.0f - s->jitter, 2.0f * s->jitter),
               be->mul(be, a->xj, x, a->jit, NC)));
-    PROF(PROF_ROUTER,
-         be->router_logits_forward(be, a->logits, a->jittered ? a->xj : x, wt->router, N, C, E));
+    /* a bf16 router (moe.router_precision), emulated: the product's operands rounded before it
+     * (bf16), its logits after it (bf16 and bf16_logits), the scores after the softmax (bf16) */
+    const float *xr = a->jittered ? a->xj : x, *wr = wt->router;
+    if (s->router_precision == MOE_ROUTER_BF16)
+        PROF(PROF_ROUTER, (be->round_bf16(be, a->xr, xr, NC),
+                           be->round_bf16(be, a->wr, wr, (size_t)E * C), xr = a->xr, wr = a->wr));
+    PROF(PROF_ROUTER, be->router_logits_forward(be, a->logits, xr, wr, N, C, E));
+    if (s->router_precision != MOE_ROUTER_FP32)
+        PROF(PROF_ROUTER, be->round_bf16(be, a->logits, a->logits, NE));
     /* logit noise: logits += N(0, noise^2), a constant as far as the gradient is concerned */
     if (rng && s->noise > 0.0f)
         PROF(PROF_ROUTER, (draw(be, a->noise, a->drawn, NE, rng, 1, 0.0f, s->noise),
                            be->add(be, a->logits, a->logits, a->noise, NE)));
     PROF(PROF_ROUTER, be->router_scores_forward(be, a->scores, a->lse, a->logits, N, s));
+    if (s->router_precision == MOE_ROUTER_BF16)
+        PROF(PROF_ROUTER, be->round_bf16(be, a->scores, a->scores, NE));
     if (s->routing == MOE_ROUTING_EXPERT_CHOICE) {
         /* the experts choose, and the choice is the plan; balanced by construction, so there
          * is no balance loss (aux_loss 0) */
@@ -256,8 +300,7 @@ void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
                 be->to_host(be, a->idx_host, a->idx, (size_t)N * s->top_k * sizeof(int));
                 idx = a->idx_host;
             }
-            PROF(PROF_ROUTER,
-                 global_fractions(a->global_f_host, a->global_count, idx, N, s, cw.dist));
+            PROF(PROF_ROUTER, balance_fractions(a, idx, N, s, &cw));
             if (a->global_f != a->global_f_host)
                 be->to_device(be, a->global_f, a->global_f_host, (size_t)E * sizeof(float));
             cw.global_f = a->global_f;
@@ -272,6 +315,7 @@ void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
     }
     /* what the routing did, for the trainer's router.csv (a few numbers per expert) */
     PROF(PROF_ROUTER, be->route_stats(be, &a->route, a->scores, a->idx, &a->plan, N, s));
+    PROF(PROF_ROUTER, be->router_logit_stats(be, &a->route, a->logits, a->lse, N, E));
     PROF(PROF_PERMUTE, be->permute_forward(be, a->xe, x, &a->plan, C));
     /* each slice: its counts[e] kept rows, then any padding rows (a padded capacity plan; for
      * every other plan counts[e] is the whole slice) */
@@ -328,10 +372,13 @@ void moe_block_backward(const Backend *be, float *dx, MoeGrads *gr, const float 
     PROF(PROF_ROUTER, be->router_gate_backward(
                           be, scr->dlogits, scr->dw, a->scores, a->lse, a->logits, a->idx, a->w, N,
                           &sb, &cb, moe_balance_coef(&sb) * loss_scale, s->z_coef * loss_scale));
-    /* logits = xj Wr^T with xj = x * jit: dWr sees xj, and dx(router) = (dlogits Wr) * jit */
-    const float *xr = a->jittered ? a->xj : x;
+    /* logits = xj Wr^T with xj = x * jit: dWr sees xj, and dx(router) = (dlogits Wr) * jit.
+     * A bf16 router's roundings pass the gradients straight through: the product's backward
+     * takes the rounded operands the forward multiplied */
+    const int bf16 = s->router_precision == MOE_ROUTER_BF16;
+    const float *xr = bf16 ? a->xr : a->jittered ? a->xj : x, *wr = bf16 ? a->wr : wt->router;
     PROF(PROF_ROUTER, be->router_logits_backward(be, dx ? scr->dx_router : NULL, gWr, scr->dlogits,
-                                                 xr, wt->router, N, C, E));
+                                                 xr, wr, N, C, E));
     if (dx && a->jittered)
         PROF(PROF_ROUTER, be->mul(be, scr->dx_router, scr->dx_router, a->jit, NC));
     /* x feeds both paths: dx = dx(experts) + dx(router) */

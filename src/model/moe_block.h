@@ -45,21 +45,25 @@ typedef struct {
     float aux_loss, z_loss; /* unscaled values of the last forward */
     int T;                  /* MoeCtx.T of the last forward (seq_aux backward) */
     /* jitter (allocated when s->jitter > 0): the router reads xj = x * jit instead of x */
-    float *jit, *xj;  /* (N, C) the factors drawn, the jittered input */
-    int jittered;     /* the last forward used xj */
-    float *noise;     /* (N, E) the logit noise drawn (allocated when s->noise > 0) */
+    float *jit, *xj; /* (N, C) the factors drawn, the jittered input */
+    int jittered;    /* the last forward used xj */
+    float *noise;    /* (N, E) the logit noise drawn (allocated when s->noise > 0) */
+    /* moe.router_precision=bf16: the router's input (N, C) and weights (E, C) rounded */
+    float *xr, *wr;
     float *drawn;     /* host staging of the draws, (N, max(C, E)), for a backend whose memory
                          is not the host's (NULL otherwise: the draws land in place) */
     RouteStats route; /* what the last forward's routing did (host numbers, route_stats) */
     void *work;       /* the routing ops' scratch (MoeCtx.work), work_bytes of it */
     size_t work_bytes;
-    /* more than one process (dist of moe_acts_alloc): the aux loss's f over the whole batch
-     * (E; in the backend's memory, where the balance loss reads it), counted on the host in
-     * global_f_host from idx (or its host copy idx_host (N K) when the backend's memory is
-     * not the host's); with expert parallelism the rows this member's experts received (ep.h) */
+    /* when moe_balance_f_outside: the aux loss's f (E; in the backend's memory, where the
+     * balance loss reads it), counted on the host in global_f_host from idx (or its host copy
+     * idx_host (N K) when the backend's memory is not the host's): over the whole batch of
+     * every process, the step's micro-batches, or groups of experts. With expert parallelism,
+     * ep: the rows this member's experts received (ep.h) */
     float *global_f, *global_f_host;
     int *idx_host;
     double *global_count; /* (E + 1) the counts summed across processes, then the total */
+    double *step_count;   /* (E + 1) moe.balance_scope=global: the step's counts so far */
     struct EpActs *ep;
     void *arena; /* the backend buffers above, one allocation (moe_acts_alloc); NULL when a
                     model's arena holds them (model_init) */
@@ -83,11 +87,14 @@ typedef struct {
  * has one. */
 void moe_acts_alloc(const Backend *be, MoeActs *a, const MoeSpec *s, struct Dist *dist, int N_max);
 void moe_acts_free(const Backend *be, MoeActs *a);
+/* 1 when the aux loss's f comes from outside the balance loss (MoeCtx.global_f): more than one
+ * process, moe.balance_scope=global, or moe.balance_groups > 0. */
+int moe_balance_f_outside(const MoeSpec *s, const struct Dist *dist);
 void moe_scratch_alloc(const Backend *be, MoeScratch *scr, const MoeSpec *s, int N_max);
 void moe_scratch_free(const Backend *be, MoeScratch *scr);
 /* The host side of a MoeActs (zeroed first): the plan's E and K, work_bytes, the routing
- * statistics, the noise staging, and with several processes global_f, global_count and the
- * EpActs (ep_acts_host_alloc). */
+ * statistics, the noise staging, global_f and its counts when moe_balance_f_outside, and with
+ * expert parallelism the EpActs (ep_acts_host_alloc). */
 void moe_acts_host_alloc(const Backend *be, MoeActs *a, const MoeSpec *s, struct Dist *dist,
                          int N_max);
 /* The block's backend buffers as entries of t, named "<prefix>.<field>", filling a's fields

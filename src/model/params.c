@@ -25,7 +25,8 @@ enum {
     IN_EVERY_LAYER,
     IN_DENSE_LAYER,
     IN_MOE_LAYER,
-    IN_SHARED_LAYER /* MoE blocks with moe.num_shared > 0 */
+    IN_SHARED_LAYER,  /* MoE blocks with moe.num_shared > 0 */
+    IN_SANDWICH_LAYER /* every block of model.norm=sandwich or dssn */
 };
 
 typedef struct {
@@ -47,6 +48,7 @@ static const ParamSpec SPECS[] = {
     {"attn.wk", IN_EVERY_LAYER, {DIM_C, DIM_C}, 1, 0, LV(wk)},
     {"attn.wv", IN_EVERY_LAYER, {DIM_C, DIM_C}, 1, 0, LV(wv)},
     {"attn.wo", IN_EVERY_LAYER, {DIM_C, DIM_C}, 1, 1, LV(wo)},
+    {"attn_post_norm", IN_SANDWICH_LAYER, {DIM_C}, 0, 0, LV(attn_post_norm)},
     {"ffn_norm", IN_EVERY_LAYER, {DIM_C}, 0, 0, LV(ffn_norm)},
     {"ffn.w_gate", IN_DENSE_LAYER, {DIM_F, DIM_C}, 1, 0, LV(w_gate)},
     {"ffn.w_up", IN_DENSE_LAYER, {DIM_F, DIM_C}, 1, 0, LV(w_up)},
@@ -58,6 +60,7 @@ static const ParamSpec SPECS[] = {
     {"moe.shared_gate", IN_SHARED_LAYER, {DIM_FS, DIM_C}, 1, 0, LV(s_gate)},
     {"moe.shared_up", IN_SHARED_LAYER, {DIM_FS, DIM_C}, 1, 0, LV(s_up)},
     {"moe.shared_down", IN_SHARED_LAYER, {DIM_C, DIM_FS}, 1, 1, LV(s_down)},
+    {"ffn_post_norm", IN_SANDWICH_LAYER, {DIM_C}, 0, 0, LV(ffn_post_norm)},
     {"final_norm", IN_GLOBAL_LAST, {DIM_C}, 0, 0, PV(final_norm)},
     {"head", IN_GLOBAL_LAST, {DIM_V, DIM_C}, 1, 0, PV(head)},
 };
@@ -82,6 +85,7 @@ static int spec_in_layer(const ParamSpec *s, const Config *c, int layer) {
     case IN_DENSE_LAYER: return !config_is_moe_layer(c, layer);
     case IN_MOE_LAYER: return config_is_moe_layer(c, layer);
     case IN_SHARED_LAYER: return config_is_moe_layer(c, layer) && c->num_shared > 0;
+    case IN_SANDWICH_LAYER: return c->norm != MOE_NORM_PRE;
     default: return 0;
     }
 }
@@ -163,18 +167,44 @@ int params_find(const ParamTable *pt, const char *name) {
     return -1;
 }
 
+/* The initial gain of a norm: 1, except the output norms of model.norm=dssn, whose gains
+ * start at c / sqrt(L) (Pangu Ultra: c = 0.283 after attention, 0.432 after the feed-forward)
+ * so that a deep stack's residual updates start small. */
+static float norm_gain(const ParamTensor *t, const Config *c) {
+    if (c->norm != MOE_NORM_DSSN) return 1.0f;
+    const float depth = sqrtf((float)c->n_layer);
+    if (strcmp(spec_of(t)->name, "attn_post_norm") == 0) return PARAMS_DSSN_ATTN / depth;
+    if (strcmp(spec_of(t)->name, "ffn_post_norm") == 0) return PARAMS_DSSN_FFN / depth;
+    return 1.0f;
+}
+
+/* The std a matrix is drawn with. default: init_std, output projections / sqrt(2 L).
+ * tiny (TinyInit, Pangu Ultra): sqrt(1 / (2 C L)) for every matrix, the token embedding 0.5
+ * (an embedding feeds a norm first, so its scale is free). init_scale multiplies both. */
+float params_init_std(const ParamTensor *t, const Config *c) {
+    const ParamSpec *s = spec_of(t);
+    float std;
+    if (c->init == MOE_INIT_TINY)
+        std = strcmp(s->name, "tok_emb") == 0
+                  ? 0.5f
+                  : sqrtf(1.0f / (2.0f * (float)c->d_model * (float)c->n_layer));
+    else
+        std = c->init_std * (s->is_output_proj ? 1.0f / sqrtf(2.0f * (float)c->n_layer) : 1.0f);
+    return std * c->init_scale;
+}
+
 void params_init(const ParamTable *pt, float *buf, const Config *c, unsigned long long seed) {
     Rng r;
     rng_seed(&r, seed);
-    float proj_scale = 1.0f / sqrtf(2.0f * (float)c->n_layer);
     for (int i = 0; i < pt->n; i++) {
         const ParamTensor *t = &pt->t[i];
         float *p = buf + t->offset;
         if (t->ndim == 1) { /* norm gains */
-            for (size_t j = 0; j < t->numel; j++) p[j] = 1.0f;
+            const float gain = norm_gain(t, c);
+            for (size_t j = 0; j < t->numel; j++) p[j] = gain;
             continue;
         }
-        float std = c->init_std * (spec_of(t)->is_output_proj ? proj_scale : 1.0f);
+        const float std = params_init_std(t, c);
         for (size_t j = 0; j < t->numel; j++) p[j] = std * rng_normal(&r);
     }
 }

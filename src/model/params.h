@@ -34,6 +34,9 @@ typedef struct {
     float *attn_norm;         /* (C) */
     float *wq, *wk, *wv, *wo; /* (C, C) */
     float *ffn_norm;          /* (C) */
+    /* model.norm=sandwich or dssn: the norms on the attention's and the feed-forward's
+     * outputs, before each residual add */
+    float *attn_post_norm, *ffn_post_norm; /* (C) */
     /* dense feed-forward */
     float *w_gate, *w_up; /* (F, C) */
     float *w_down;        /* (C, F) */
@@ -72,9 +75,16 @@ void params_view_free(ParamView *view);
 /* Index of a tensor by exported name, or -1. */
 int params_find(const ParamTable *pt, const char *name);
 
-/* Initialise weights: norms to 1, matrices normal(0, init_std), output projections of each
- * block (wo, w_down, e_down) scaled by 1/sqrt(2 L), router weights normal(0, init_std). */
+/* Initialise weights from seed: norm gains 1 (the output norms of model.norm=dssn: the depth-
+ * scaled constants below), every matrix normal(0, params_init_std): model.init=default gives
+ * init_std, the output projections of each block (wo, w_down, e_down, shared_down) scaled by
+ * 1/sqrt(2 L); model.init=tiny gives TinyInit's sqrt(1 / (2 C L)), the embedding 0.5. */
 void params_init(const ParamTable *pt, float *buf, const Config *c, unsigned long long seed);
+/* The std params_init draws matrix t with under c's model.init and model.init_scale. */
+float params_init_std(const ParamTensor *t, const Config *c);
+/* model.norm=dssn: the output norms' initial gains are these over sqrt(L) (Pangu Ultra) */
+#define PARAMS_DSSN_ATTN 0.283f
+#define PARAMS_DSSN_FFN 0.432f
 
 /* Parameter counts: total, and active per token (an MoE block counts top_k of its experts, and
  * all of its shared experts). */

@@ -44,6 +44,15 @@ enum { MOE_ROUTING_TOKEN_CHOICE = 0, MOE_ROUTING_EXPERT_CHOICE = 1 };
  * key moe.capacity_scope), and which assignments an over-full expert keeps (moe.drop_policy). */
 enum { MOE_CAP_BATCH = 0, MOE_CAP_SEQUENCE = 1 };
 enum { MOE_DROP_POSITION = 0, MOE_DROP_SCORE = 1 };
+/* The router's arithmetic (moe.router_precision), emulated on any backend by rounding to
+ * bfloat16 (round_bf16): fp32; bf16_logits, the logits rounded after an fp32 product; bf16,
+ * the product's operands rounded before it, the logits after it and the scores after the
+ * softmax. The backward passes gradients straight through the roundings. */
+enum { MOE_ROUTER_FP32 = 0, MOE_ROUTER_BF16_LOGITS = 1, MOE_ROUTER_BF16 = 2 };
+/* Over which tokens the aux loss counts f (moe.balance_scope): the micro-batch (of every
+ * process together), or the optimizer step's whole batch so far (its micro-batches up to
+ * this one: at the step's last micro-batch, the global batch). */
+enum { MOE_SCOPE_MICRO = 0, MOE_SCOPE_GLOBAL = 1 };
 
 /* The block's settings, split by lifetime:
  *
@@ -84,6 +93,9 @@ typedef struct {
     int padded;                 /* every expert computes exactly cap rows (zero padding) */
     float eval_capacity_factor; /* evaluation's factor (moe_ctx_eval); < 0: capacity_factor */
     int second_expert_random;   /* K = 2: dispatch the 2nd expert w.p. min(1, 2 w_2) (needs rng) */
+    int router_precision;       /* MOE_ROUTER_*: fp32, or a bf16 router emulated (moe_block.c) */
+    int balance_scope;          /* MOE_SCOPE_*: the aux loss's f over the micro-batch or the step */
+    int balance_groups;         /* 0: balance each expert; G: G groups of E / G experts */
     int seq_len; /* the T the buffers are sized for (moe_slots_max, moe_work_bytes): the
                     longest sequence a call may bring */
 } MoeSpec;
@@ -99,8 +111,12 @@ typedef struct {
      * members of the expert-parallel group (src/model/ep.h): the block's weights hold only
      * this member's E / ep experts. */
     struct Dist *dist;
-    /* the aux loss's f (E) from outside (the whole batch across processes); NULL: from idx */
+    /* the aux loss's f (E) from outside (the whole batch across processes, the step's batch,
+     * groups of experts: model/moe_block.c); NULL: from idx */
     const float *global_f;
+    /* moe.balance_scope=global: this call's micro-batch of the optimizer step (0: the first,
+     * whose count starts the step's again) */
+    int micro;
     /* scratch of the ops that need some (the balance loss, the router's backward, the
      * capacity and expert-choice plans): work_bytes >= moe_work_bytes(s, N) bytes, which the
      * MoE block allocates once so that a training step allocates nothing. NULL: each such op
@@ -275,8 +291,14 @@ typedef struct {
     double drop;    /* the dropped fraction: of the N K assignments (token choice), of the
                        tokens no expert picked (expert choice) */
     double pad;     /* the fraction of the plan's rows that are padding (token choice) */
+    /* the router's logits (router_logit_stats): the largest |logit| of the call, and the mean
+     * over its tokens of the logsumexp (what the z-loss squares) */
+    float max_logit, lse_mean;
 } RouteStats;
 
+/* r->max_logit = max |logits| (N, E) (0 when N is 0), r->lse_mean = the mean of lse (N), summed
+ * in double in token order; the rest of r untouched. */
+void router_logit_stats(RouteStats *r, const float *logits, const float *lse, int N, int E);
 void route_stats_alloc(RouteStats *r, int E);
 void route_stats_free(RouteStats *r);
 /* r (written) from the decision: scores (N, E), idx (N, A), the plan built from them. */

@@ -66,6 +66,9 @@ void moe_spec_defaults(MoeSpec *s) {
     s->padded = 0;
     s->eval_capacity_factor = -1.0f;
     s->second_expert_random = 0;
+    s->router_precision = MOE_ROUTER_FP32;
+    s->balance_scope = MOE_SCOPE_MICRO;
+    s->balance_groups = 0;
 }
 
 void moe_ctx_train(MoeCtx *x, const MoeSpec *s, int T, Rng *rng) {

@@ -202,6 +202,17 @@ void router_stats(RouterStats *st, float *load, const float *scores, const int *
 
 /* ---- what a routing decision did ------------------------------------------------------------ */
 
+void router_logit_stats(RouteStats *r, const float *logits, const float *lse, int N, int E) {
+    float largest = 0.0f;
+    double sum = 0.0;
+    for (int n = 0; n < N; n++) {
+        for (int e = 0; e < E; e++) largest = fmaxf(largest, fabsf(logits[(size_t)n * E + e]));
+        sum += lse[n];
+    }
+    r->max_logit = largest;
+    r->lse_mean = N > 0 ? (float)(sum / N) : 0.0f;
+}
+
 void route_stats_alloc(RouteStats *r, int E) {
     memset(r, 0, sizeof *r);
     r->E = E;

@@ -106,6 +106,10 @@ void adamw_update(float *p, float *g, float *m, float *v, size_t n, const AdamwS
 void vec_add(float *y, const float *a, const float *b, size_t n);
 void vec_mul(float *y, const float *a, const float *b, size_t n);
 void vec_scale(float *x, float s, size_t n);
+/* y = x rounded to the nearest bfloat16 (8 bits of mantissa; ties to the even one), kept in
+ * float: what storing a float in bf16 and reading it back gives. Infinities stay, a NaN stays a
+ * NaN, a float too large for bf16 becomes an infinity. y may be x. */
+void vec_round_bf16(float *y, const float *x, size_t n);
 /* sum of x[0 .. n) in index order, in double (the loss over the tokens) */
 double vec_sum(const float *x, size_t n);
 /* Sum of squares of x[0 .. n) (the gradient norm), in double: chunks of VEC_CHUNK elements

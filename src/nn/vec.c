@@ -7,6 +7,7 @@
  */
 #include "nn/ops.h"
 
+#include <stdint.h>
 #include <string.h>
 
 void vec_add(float *y, const float *a, const float *b, size_t n) {
@@ -22,6 +23,25 @@ void vec_mul(float *y, const float *a, const float *b, size_t n) {
 void vec_scale(float *x, float s, size_t n) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+/* One float to the nearest bf16: bf16 keeps a float's top 16 bits, so the low 16 are rounded
+ * away: add half of the unit being dropped (0x8000), less one when the kept part is even so
+ * that an exact half goes to the even neighbour, and clear them. A carry into the exponent is
+ * the right result (the next binade, or an infinity past the largest bf16). */
+static float round_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return x; /* NaN */
+    const uint32_t keep_odd = (u >> 16) & 1u;
+    u = (u + 0x7fffu + keep_odd) & 0xffff0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+void vec_round_bf16(float *y, const float *x, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] = round_bf16(x[i]);
 }
 
 double vec_sum(const float *x, size_t n) {

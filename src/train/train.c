@@ -16,6 +16,7 @@
 #include "model/route_tape.h"
 #include "train/checkpoint.h"
 #include "train/run.h"
+#include "train/train_log.h"
 
 /* ---- evaluation --------------------------------------------------------------------------- */
 
@@ -64,148 +65,6 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
     return (float)(total / eval_batches);
 }
 
-/* ---- router statistics of one optimizer step ------------------------------------------------
- * Loads are averaged over the step's micro-batches, then MaxVio and CV are taken of the
- * averaged load: the balance of the whole step's batch. */
-typedef struct {
-    int n_moe, E, micro;
-    double *load;    /* (n_moe, E) summed over micro-batches */
-    double *count;   /* (n_moe, E) assignments per expert, summed over micro-batches (and
-                        processes): whole numbers, what the aux-free bias update compares */
-    double *entropy; /* (n_moe) */
-    double *top1;    /* (n_moe) */
-    double *drop;    /* (n_moe) */
-    double *pad;     /* (n_moe) fraction of computed expert rows that are padding */
-    double *edrop;   /* (n_moe, E) fraction of each expert's routed assignments dropped */
-    float *tmp;      /* (E) */
-} RouterAccum;
-
-static void raccum_reset(RouterAccum *r) {
-    memset(r->load, 0, (size_t)r->n_moe * r->E * sizeof(double));
-    memset(r->count, 0, (size_t)r->n_moe * r->E * sizeof(double));
-    memset(r->entropy, 0, (size_t)r->n_moe * sizeof(double));
-    memset(r->top1, 0, (size_t)r->n_moe * sizeof(double));
-    memset(r->drop, 0, (size_t)r->n_moe * sizeof(double));
-    memset(r->pad, 0, (size_t)r->n_moe * sizeof(double));
-    memset(r->edrop, 0, (size_t)r->n_moe * r->E * sizeof(double));
-    r->micro = 0;
-}
-
-static void raccum_add(RouterAccum *r, const Model *m) {
-    const int ec = m->spec.routing == MOE_ROUTING_EXPERT_CHOICE;
-    for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
-        const MoeActs *a = m->blocks[l].moe;
-        if (!a) continue;
-        const RouteStats *rs = &a->route; /* what the block's last forward routed */
-        r->drop[b] += rs->drop;
-        if (!ec) r->pad[b] += rs->pad;
-        for (int e = 0; e < r->E; e++) {
-            r->count[b * r->E + e] += rs->routed[e];
-            if (!ec && rs->routed[e] > 0)
-                r->edrop[b * r->E + e] += (double)rs->dropped[e] / rs->routed[e];
-            r->load[b * r->E + e] += rs->load[e];
-        }
-        r->entropy[b] += rs->st.entropy;
-        r->top1[b] += rs->st.top1;
-        b++;
-    }
-    r->micro++;
-}
-
-/* Across processes: every statistic of the step becomes the mean over the processes (their
- * batches are equal shares, so a mean of fractions is the fraction of the whole batch). */
-static void raccum_share(RouterAccum *r, Dist *d) {
-    if (!d) return;
-    const size_t nb = (size_t)r->n_moe, ne = nb * r->E;
-    double *arrays[6] = {r->load, r->entropy, r->top1, r->drop, r->pad, r->edrop};
-    const size_t lens[6] = {ne, nb, nb, nb, nb, ne};
-    for (int i = 0; i < 6; i++) {
-        dist_allreduce_sum_d(d, DIST_WORLD, arrays[i], lens[i]);
-        for (size_t j = 0; j < lens[i]; j++) arrays[i][j] /= d->world;
-    }
-    dist_allreduce_sum_d(d, DIST_WORLD, r->count, ne); /* counts add up: the whole batch's */
-}
-
-/* One router.csv row per MoE block; the bias columns hold the aux-free bias after this
- * step's update (0 unless moe.balance=aux_free); drop_e and pad_frac are the micro-batch
- * means of each expert's dropped fraction and of the padding rows' share of the computed
- * rows (both 0 for expert choice, whose experts take exactly cap tokens each); expert_sim is
- * the mean cosine similarity of the block's experts after the step (how far upcycled copies
- * have moved apart). */
-static void raccum_write(const RouterAccum *r, const Model *m, FILE *f, int step) {
-    for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
-        if (!m->blocks[l].moe) continue;
-        for (int e = 0; e < r->E; e++) r->tmp[e] = (float)(r->load[b * r->E + e] / r->micro);
-        float maxvio, cv;
-        load_balance(&maxvio, &cv, r->tmp, r->E);
-        fprintf(f, "%d,%d,%.6f,%.6f,%.6f,%.6f", step, l, maxvio, cv, r->entropy[b] / r->micro,
-                r->drop[b] / r->micro);
-        for (int e = 0; e < r->E; e++) fprintf(f, ",%.6f", r->tmp[e]);
-        float *bias = model_host_copy(m, m->blocks[l].router_bias, (size_t)r->E);
-        for (int e = 0; e < r->E; e++)
-            fprintf(f, ",%.6g", (bias ? bias : m->blocks[l].router_bias)[e]);
-        free(bias);
-        fprintf(f, ",%.6f", r->top1[b] / r->micro);
-        for (int e = 0; e < r->E; e++) fprintf(f, ",%.6f", r->edrop[b * r->E + e] / r->micro);
-        /* with expert parallelism no process holds all the experts: nan */
-        const LayerView *w = &m->w.layers[l];
-        const size_t ne = (size_t)r->E * m->cfg.d_model * config_expert_hidden(&m->cfg);
-        float *hg = model_host_copy(m, w->e_gate, ne), *hu = model_host_copy(m, w->e_up, ne);
-        float *hd = model_host_copy(m, w->e_down, ne);
-        const double sim =
-            m->dist && m->dist->ep > 1
-                ? NAN
-                : experts_similarity(hg ? hg : w->e_gate, hu ? hu : w->e_up, hd ? hd : w->e_down,
-                                     r->E, m->cfg.d_model, config_expert_hidden(&m->cfg));
-        free(hg), free(hu), free(hd);
-        fprintf(f, ",%.6f,%.6f\n", r->pad[b] / r->micro, sim);
-        b++;
-    }
-}
-
-static void write_domains(FILE *f, const DomainCounts *dc, const Model *m, const Shard *val,
-                          int step) {
-    for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
-        if (!m->blocks[l].moe) continue;
-        for (int d = 0; d < dc->n_domains; d++) {
-            const double *row = &dc->counts[((size_t)b * dc->n_domains + d) * dc->E];
-            double total = 0.0;
-            for (int e = 0; e < dc->E; e++) total += row[e];
-            if (total == 0.0) continue; /* domain absent from the evaluated batches */
-            for (int e = 0; e < dc->E; e++)
-                fprintf(f, "%d,%d,%s,%d,%.6f\n", step, l, val->domain[d], e, row[e] / total);
-        }
-        b++;
-    }
-}
-
-/* val_router.csv: the balance of every MoE block over the whole validation set of one
- * evaluation. The per-domain counts of dc summed over the domains are the block's loads over
- * all eval batches together (not a mean of per-batch statistics); drop_frac likewise divides
- * the dropped assignments (expert choice: unpicked tokens) of all batches by their total. */
-static void write_val_router(FILE *f, const DomainCounts *dc, const Model *m, float *load,
-                             int step) {
-    for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
-        if (!m->blocks[l].moe) continue;
-        double total = 0.0;
-        for (int e = 0; e < dc->E; e++) {
-            double s = 0.0;
-            for (int d = 0; d < dc->n_domains; d++)
-                s += dc->counts[((size_t)b * dc->n_domains + d) * dc->E + e];
-            load[e] = (float)s;
-            total += s;
-        }
-        for (int e = 0; e < dc->E; e++) load[e] = total > 0.0 ? (float)(load[e] / total) : 0.0f;
-        float maxvio, cv;
-        load_balance(&maxvio, &cv, load, dc->E);
-        fprintf(f, "%d,%d,%.6f,%.6f", step, l, maxvio, cv);
-        for (int e = 0; e < dc->E; e++) fprintf(f, ",%.6f", load[e]);
-        const double *dr = dc->drops + 2 * b;
-        fprintf(f, ",%.6f\n", dr[1] > 0.0 ? dr[0] / dr[1] : 0.0);
-        b++;
-    }
-}
-
 /* ---- progress ----------------------------------------------------------------------------- */
 
 static void format_eta(char *out, size_t n, double seconds) {
@@ -248,52 +107,6 @@ static FILE *run_csv(const Dist *d, const char *dir, const char *file, const cha
                      int keep) {
     if (d && d->rank != 0) return fopen_check("/dev/null", "w");
     return csv_open(dir, file, header, keep);
-}
-
-/* dist.csv: this step's traffic and time of every process, one row per process and MoE block
- * (layer -1: the step's other collectives: gradient sums, statistics; and sync_wait_s, the
- * seconds after the backward spent waiting for the gradients' sums). Gathered by a sum over
- * the world of arrays where each process fills only its own rows. */
-enum { DIST_COLS = 8 }; /* bytes_sent, bytes_recv, comm_s, expert_s, rows_in, rows_out, rows_rin,
-                          sync_wait_s */
-static void write_dist(FILE *f, const Model *m, Dist *d, const DistStats *step_start, int step) {
-    const int W = d->world, nb = m->n_moe + 1;
-    double *all = (double *)calloc_check((size_t)W * nb * DIST_COLS, sizeof(double));
-    double *mine = all + (size_t)d->rank * nb * DIST_COLS;
-    double ep_sent = 0.0, ep_recv = 0.0, ep_comm = 0.0;
-    for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
-        const MoeActs *a = m->blocks[l].moe;
-        if (!a) continue;
-        double *row = mine + (size_t)(b + 1) * DIST_COLS;
-        if (a->ep) {
-            row[0] = a->ep->stats.bytes_sent;
-            row[1] = a->ep->stats.bytes_recv;
-            row[2] = a->ep->stats.comm_seconds;
-            row[3] = a->ep->stats.expert_seconds;
-            row[4] = a->ep->stats.rows_in;
-            row[5] = a->ep->stats.rows_out_remote;
-            row[6] = a->ep->stats.rows_in_remote;
-            ep_sent += row[0];
-            ep_recv += row[1];
-            ep_comm += row[2];
-        }
-        b++;
-    }
-    /* everything else this process exchanged during the step */
-    mine[0] = (double)(d->stats.bytes_sent - step_start->bytes_sent) - ep_sent;
-    mine[1] = (double)(d->stats.bytes_recv - step_start->bytes_recv) - ep_recv;
-    mine[2] = (d->stats.seconds - step_start->seconds) - ep_comm;
-    mine[7] = m->sync->wait_s; /* what of the gradients' sums the backward did not hide */
-    dist_allreduce_sum_d(d, DIST_WORLD, all, (size_t)W * nb * DIST_COLS);
-    for (int r = 0; r < W; r++)
-        for (int l = -1, b = 0; l < m->cfg.n_layer; l++) {
-            if (l >= 0 && !m->blocks[l].moe) continue;
-            const double *row = all + ((size_t)r * nb + b) * DIST_COLS;
-            fprintf(f, "%d,%d,%d,%.0f,%.0f,%.6f,%.6f,%.0f,%.0f,%.0f,%.6f\n", step, l, r, row[0],
-                    row[1], row[2], row[3], row[4], row[5], row[6], row[7]);
-            b++;
-        }
-    free(all);
 }
 
 /* --record-routing / --replay-routing: open the tape for the steps [start, last) of a run from
@@ -396,22 +209,15 @@ int train_run(Config *c, const TrainOptions *o) {
                              o->resume ? NULL : o->init, d);
 
     const int keep = o->resume ? start_step : -1;
-    FILE *ftrain = run_csv(d, o->out_dir, "train.csv",
-                           "step,loss,aux_loss,z_loss,lr,grad_norm,tok_per_s,val_loss", keep);
+    FILE *ftrain = run_csv(
+        d, o->out_dir, "train.csv",
+        "step,loss,aux_loss,z_loss,lr,grad_norm,tok_per_s,val_loss,loss_spike,grad_spike", keep);
     char header[8192];
-    int hl = snprintf(header, sizeof header, "step,layer,maxvio,cv,entropy,drop_frac");
-    for (int e = 0; e < c->num_experts && hl < (int)sizeof header - 16; e++)
-        hl += snprintf(header + hl, sizeof header - (size_t)hl, ",load_%d", e);
-    for (int e = 0; e < c->num_experts && hl < (int)sizeof header - 16; e++)
-        hl += snprintf(header + hl, sizeof header - (size_t)hl, ",bias_%d", e);
-    hl += snprintf(header + hl, sizeof header - (size_t)hl, ",top1_score");
-    for (int e = 0; e < c->num_experts && hl < (int)sizeof header - 16; e++)
-        hl += snprintf(header + hl, sizeof header - (size_t)hl, ",drop_%d", e);
-    snprintf(header + hl, sizeof header - (size_t)hl, ",pad_frac,expert_sim");
+    router_csv_header(header, sizeof header, c->num_experts);
     FILE *frouter = run_csv(d, o->out_dir, "router.csv", header, keep);
     FILE *fdomains =
         run_csv(d, o->out_dir, "domains.csv", "step,layer,domain,expert,fraction", keep);
-    hl = snprintf(header, sizeof header, "step,layer,maxvio,cv");
+    int hl = snprintf(header, sizeof header, "step,layer,maxvio,cv");
     for (int e = 0; e < c->num_experts && hl < (int)sizeof header - 16; e++)
         hl += snprintf(header + hl, sizeof header - (size_t)hl, ",load_%d", e);
     snprintf(header + hl, sizeof header - (size_t)hl, ",drop_frac");
@@ -429,15 +235,14 @@ int train_run(Config *c, const TrainOptions *o) {
     long long replay_choices = 0, replay_flips = 0;
 
     const int E = c->num_experts > 0 ? c->num_experts : 1;
-    RouterAccum ra = {.n_moe = m.n_moe, .E = E};
-    ra.load = (double *)calloc_check((size_t)m.n_moe * E + 1, sizeof(double));
-    ra.entropy = (double *)calloc_check((size_t)m.n_moe + 1, sizeof(double));
-    ra.top1 = (double *)calloc_check((size_t)m.n_moe + 1, sizeof(double));
-    ra.drop = (double *)calloc_check((size_t)m.n_moe + 1, sizeof(double));
-    ra.pad = (double *)calloc_check((size_t)m.n_moe + 1, sizeof(double));
-    ra.edrop = (double *)calloc_check((size_t)m.n_moe * E + 1, sizeof(double));
-    ra.count = (double *)calloc_check((size_t)m.n_moe * E + 1, sizeof(double));
-    ra.tmp = floats_alloc((size_t)E);
+    RouterAccum ra;
+    router_accum_init(&ra, m.n_moe, E, c->balance_groups > 0 ? c->balance_groups : c->ep);
+    /* the spikes of train.csv; a resumed run judges its first steps against the rows it keeps */
+    SpikeWatch loss_spikes, grad_spikes;
+    spike_watch_init(&loss_spikes, c->spike_window, c->spike_k);
+    spike_watch_init(&grad_spikes, c->spike_window, c->spike_k);
+    if (keep > 0) spike_watch_refill(&loss_spikes, &grad_spikes, path, keep);
+    int n_loss_spikes = 0, n_grad_spikes = 0;
     DomainCounts dc = {.n_moe = m.n_moe, .n_domains = (int)val.n_domains, .E = E};
     dc.counts = (double *)calloc_check((size_t)m.n_moe * val.n_domains * E + 1, sizeof(double));
     dc.drops = (double *)calloc_check((size_t)m.n_moe * 2 + 1, sizeof(double));
@@ -467,10 +272,11 @@ int train_run(Config *c, const TrainOptions *o) {
             if (m.blocks[l].moe && m.blocks[l].moe->ep) ep_stats_reset(m.blocks[l].moe->ep);
         /* the gradients are zero here: model_zero_grad before the first step, and after each
          * step model_adamw_step has cleared them in the pass that read them */
-        raccum_reset(&ra);
+        router_accum_reset(&ra);
         double loss = 0.0, aux = 0.0, z = 0.0;
         for (int micro = 0; micro < c->accum; micro++) {
             loader_next(&loader, inputs, targets, domains);
+            m.micro = micro;
             model_forward(&m, inputs + mine, targets + mine, B, T);
             /* the step's last backward starts the gradients' sums block by block */
             m.sync_in_backward = m.dist && c->overlap && micro == c->accum - 1;
@@ -479,7 +285,7 @@ int train_run(Config *c, const TrainOptions *o) {
             loss += m.loss;
             aux += m.aux_loss;
             z += m.z_loss;
-            raccum_add(&ra, &m);
+            router_accum_add(&ra, &m);
         }
         loss /= c->accum;
         aux /= c->accum;
@@ -490,14 +296,30 @@ int train_run(Config *c, const TrainOptions *o) {
             loss = v[0] / world;
             aux = v[1] / world;
             z = v[2] / world;
-            raccum_share(&ra, d);
+            router_accum_share(&ra, d);
         }
         model_sync_grads(&m); /* across processes (or through NCCL alone); else nothing */
-        if (!isfinite(loss))
-            moe_fatal("the loss became %f at step %d; lower train.lr or raise train.warmup "
-                      "(the last checkpoint in %s is intact)",
-                      loss, step + 1, o->out_dir);
         const float norm = model_grad_norm(&m);
+        if (!isfinite(loss) || (c->diverge_loss > 0.0f && loss > c->diverge_loss)) {
+            /* the step is recorded, not taken: the run ends as diverged (exit status 3) */
+            fprintf(ftrain, "%d,%.6f,%.6f,%.6f,%.6g,%.6f,,,0,0\n", step + 1, loss, aux, z,
+                    lr_schedule(c, step), norm);
+            fclose(ftrain);
+            fclose(frouter);
+            if (root)
+                fprintf(stderr,
+                        "diverged: the training loss is %g at step %d (%s); train.csv records "
+                        "it, the checkpoint in %s holds the last step saved. Lower train.lr, "
+                        "raise train.warmup or try the methods of chapter 5\n",
+                        loss, step + 1,
+                        isfinite(loss) ? "above train.diverge_loss" : "not a finite number",
+                        o->out_dir);
+            exit(MOE_EXIT_DIVERGED);
+        }
+        /* a spike is judged on the step's values before this step's update */
+        const int loss_spike = spike_watch_push(&loss_spikes, loss);
+        const int grad_spike = spike_watch_push(&grad_spikes, norm);
+        n_loss_spikes += loss_spike, n_grad_spikes += grad_spike;
         const float scale = (c->clip > 0.0f && norm > c->clip) ? c->clip / norm : 1.0f;
         const float lr = lr_schedule(c, step);
         model_adamw_step(&m, lr, scale);
@@ -507,22 +329,22 @@ int train_run(Config *c, const TrainOptions *o) {
         const double tok_s = (double)c->accum * c->batch * T / (now_seconds() - t0);
 
         /* the step's traffic, before an evaluation adds its own */
-        if (d) write_dist(fdist, &m, d, &step_start, s);
+        if (d) dist_csv_write(fdist, &m, d, &step_start, s);
         float val_loss = NAN;
         if (c->eval_every > 0 && (s % c->eval_every == 0 || s == c->steps)) {
             memset(dc.counts, 0, (size_t)m.n_moe * val.n_domains * E * sizeof(double));
             memset(dc.drops, 0, (size_t)m.n_moe * 2 * sizeof(double));
             val_loss = evaluate(&m, &val, c->eval_batches, &dc);
-            write_domains(fdomains, &dc, &m, &val, s);
+            domains_csv_write(fdomains, &dc, &m, &val, s);
             fflush(fdomains);
-            write_val_router(fvalrouter, &dc, &m, ra.tmp, s);
+            val_router_csv_write(fvalrouter, &dc, &m, ra.tmp, s);
             fflush(fvalrouter);
             last_val = val_loss;
         }
         fprintf(ftrain, "%d,%.6f,%.6f,%.6f,%.6g,%.6f,%.1f,", s, loss, aux, z, lr, norm, tok_s);
         if (!isnan(val_loss)) fprintf(ftrain, "%.6f", val_loss);
-        fputc('\n', ftrain);
-        raccum_write(&ra, &m, frouter, s);
+        fprintf(ftrain, ",%d,%d\n", loss_spike, grad_spike);
+        router_accum_write(&ra, &m, frouter, s);
         if (freplay) {
             fprintf(freplay, "%d,%lld,%lld\n", s, tape.choices - replay_choices,
                     tape.flips - replay_flips);
@@ -571,20 +393,19 @@ int train_run(Config *c, const TrainOptions *o) {
                "nats), %.1f s; run directory %s\n",
                m.step, last_loss, val_text, shard_unigram_entropy(&train), now_seconds() - t_start,
                o->out_dir);
+        printf("spikes in the steps this command trained (a value above the mean of the %d "
+               "steps before it plus %g std): %d of the loss, %d of the gradient norm; train.csv "
+               "marks them\n",
+               c->spike_window, (double)c->spike_k, n_loss_spikes, n_grad_spikes);
     }
 
     free(inputs);
     free(targets);
     free(domains);
-    free(ra.load);
-    free(ra.entropy);
-    free(ra.top1);
-    free(ra.drop);
-    free(ra.pad);
-    free(ra.edrop);
-    free(ra.count);
+    router_accum_free(&ra);
+    spike_watch_free(&loss_spikes);
+    spike_watch_free(&grad_spikes);
     free(dc.drops);
-    free(ra.tmp);
     free(dc.counts);
     model_free(&m);
     shard_free(&train);

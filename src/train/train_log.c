@@ -1,0 +1,300 @@
+/* train_log.c: see train_log.h. */
+#include "train/train_log.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "model/ep.h"
+#include "model/grad_sync.h"
+#include "moe/moe_ops.h"
+
+void router_accum_init(RouterAccum *r, int n_moe, int E, int groups) {
+    memset(r, 0, sizeof *r);
+    r->n_moe = n_moe, r->E = E, r->groups = groups > 0 ? groups : 1;
+    const size_t nb = (size_t)n_moe + 1, ne = (size_t)n_moe * E + 1;
+    r->load = (double *)calloc_check(ne, sizeof(double));
+    r->count = (double *)calloc_check(ne, sizeof(double));
+    r->edrop = (double *)calloc_check(ne, sizeof(double));
+    r->entropy = (double *)calloc_check(nb, sizeof(double));
+    r->top1 = (double *)calloc_check(nb, sizeof(double));
+    r->drop = (double *)calloc_check(nb, sizeof(double));
+    r->pad = (double *)calloc_check(nb, sizeof(double));
+    r->max_logit = (double *)calloc_check(nb, sizeof(double));
+    r->lse = (double *)calloc_check(nb, sizeof(double));
+    r->tmp = floats_alloc((size_t)E);
+}
+
+void router_accum_free(RouterAccum *r) {
+    free(r->load), free(r->count), free(r->edrop), free(r->entropy), free(r->top1);
+    free(r->drop), free(r->pad), free(r->max_logit), free(r->lse), free(r->tmp);
+    memset(r, 0, sizeof *r);
+}
+
+void router_csv_header(char *header, size_t size, int E) {
+    int hl = snprintf(header, size, "step,layer,maxvio,cv,entropy,drop_frac");
+    for (int e = 0; e < E && hl < (int)size - 16; e++)
+        hl += snprintf(header + hl, size - (size_t)hl, ",load_%d", e);
+    for (int e = 0; e < E && hl < (int)size - 16; e++)
+        hl += snprintf(header + hl, size - (size_t)hl, ",bias_%d", e);
+    hl += snprintf(header + hl, size - (size_t)hl, ",top1_score");
+    for (int e = 0; e < E && hl < (int)size - 16; e++)
+        hl += snprintf(header + hl, size - (size_t)hl, ",drop_%d", e);
+    snprintf(header + hl, size - (size_t)hl,
+             ",pad_frac,expert_sim,max_logit,lse_mean,maxvio_group");
+}
+
+/* MaxVio over G groups of E / G consecutive experts: each group's load the sum of its experts' */
+static float group_maxvio(const float *load, int E, int G) {
+    if (G <= 1 || E % G) return 0.0f;
+    float gload[4096], maxvio, cv;
+    const int per = E / G;
+    for (int g = 0; g < G; g++) {
+        gload[g] = 0.0f;
+        for (int e = g * per; e < (g + 1) * per; e++) gload[g] += load[e];
+    }
+    load_balance(&maxvio, &cv, gload, G);
+    return maxvio;
+}
+
+/* ---- router.csv: the router statistics of one optimizer step ------------------------------ */
+
+void router_accum_reset(RouterAccum *r) {
+    memset(r->load, 0, (size_t)r->n_moe * r->E * sizeof(double));
+    memset(r->count, 0, (size_t)r->n_moe * r->E * sizeof(double));
+    memset(r->entropy, 0, (size_t)r->n_moe * sizeof(double));
+    memset(r->top1, 0, (size_t)r->n_moe * sizeof(double));
+    memset(r->drop, 0, (size_t)r->n_moe * sizeof(double));
+    memset(r->pad, 0, (size_t)r->n_moe * sizeof(double));
+    memset(r->edrop, 0, (size_t)r->n_moe * r->E * sizeof(double));
+    memset(r->max_logit, 0, (size_t)r->n_moe * sizeof(double));
+    memset(r->lse, 0, (size_t)r->n_moe * sizeof(double));
+    r->micro = 0;
+}
+
+void router_accum_add(RouterAccum *r, const Model *m) {
+    const int ec = m->spec.routing == MOE_ROUTING_EXPERT_CHOICE;
+    for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
+        const MoeActs *a = m->blocks[l].moe;
+        if (!a) continue;
+        const RouteStats *rs = &a->route; /* what the block's last forward routed */
+        r->drop[b] += rs->drop;
+        if (!ec) r->pad[b] += rs->pad;
+        for (int e = 0; e < r->E; e++) {
+            r->count[b * r->E + e] += rs->routed[e];
+            if (!ec && rs->routed[e] > 0)
+                r->edrop[b * r->E + e] += (double)rs->dropped[e] / rs->routed[e];
+            r->load[b * r->E + e] += rs->load[e];
+        }
+        r->entropy[b] += rs->st.entropy;
+        r->top1[b] += rs->st.top1;
+        r->max_logit[b] += rs->max_logit;
+        r->lse[b] += rs->lse_mean;
+        b++;
+    }
+    r->micro++;
+}
+
+/* Across processes: every statistic of the step becomes the mean over the processes (their
+ * batches are equal shares, so a mean of fractions is the fraction of the whole batch). */
+void router_accum_share(RouterAccum *r, Dist *d) {
+    if (!d) return;
+    const size_t nb = (size_t)r->n_moe, ne = nb * r->E;
+    double *arrays[8] = {r->load, r->entropy, r->top1,      r->drop,
+                         r->pad,  r->edrop,   r->max_logit, r->lse};
+    const size_t lens[8] = {ne, nb, nb, nb, nb, ne, nb, nb};
+    for (int i = 0; i < 8; i++) {
+        dist_allreduce_sum_d(d, DIST_WORLD, arrays[i], lens[i]);
+        for (size_t j = 0; j < lens[i]; j++) arrays[i][j] /= d->world;
+    }
+    dist_allreduce_sum_d(d, DIST_WORLD, r->count, ne); /* counts add up: the whole batch's */
+}
+
+/* One router.csv row per MoE block; the bias columns hold the aux-free bias after this
+ * step's update (0 unless moe.balance=aux_free); drop_e and pad_frac are the micro-batch
+ * means of each expert's dropped fraction and of the padding rows' share of the computed
+ * rows (both 0 for expert choice, whose experts take exactly cap tokens each); expert_sim is
+ * the mean cosine similarity of the block's experts after the step (how far upcycled copies
+ * have moved apart). */
+void router_accum_write(const RouterAccum *r, const Model *m, FILE *f, int step) {
+    for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
+        if (!m->blocks[l].moe) continue;
+        for (int e = 0; e < r->E; e++) r->tmp[e] = (float)(r->load[b * r->E + e] / r->micro);
+        float maxvio, cv;
+        load_balance(&maxvio, &cv, r->tmp, r->E);
+        fprintf(f, "%d,%d,%.6f,%.6f,%.6f,%.6f", step, l, maxvio, cv, r->entropy[b] / r->micro,
+                r->drop[b] / r->micro);
+        for (int e = 0; e < r->E; e++) fprintf(f, ",%.6f", r->tmp[e]);
+        float *bias = model_host_copy(m, m->blocks[l].router_bias, (size_t)r->E);
+        for (int e = 0; e < r->E; e++)
+            fprintf(f, ",%.6g", (bias ? bias : m->blocks[l].router_bias)[e]);
+        free(bias);
+        fprintf(f, ",%.6f", r->top1[b] / r->micro);
+        for (int e = 0; e < r->E; e++) fprintf(f, ",%.6f", r->edrop[b * r->E + e] / r->micro);
+        /* with expert parallelism no process holds all the experts: nan */
+        const LayerView *w = &m->w.layers[l];
+        const size_t ne = (size_t)r->E * m->cfg.d_model * config_expert_hidden(&m->cfg);
+        float *hg = model_host_copy(m, w->e_gate, ne), *hu = model_host_copy(m, w->e_up, ne);
+        float *hd = model_host_copy(m, w->e_down, ne);
+        const double sim =
+            m->dist && m->dist->ep > 1
+                ? NAN
+                : experts_similarity(hg ? hg : w->e_gate, hu ? hu : w->e_up, hd ? hd : w->e_down,
+                                     r->E, m->cfg.d_model, config_expert_hidden(&m->cfg));
+        free(hg), free(hu), free(hd);
+        fprintf(f, ",%.6f,%.6f", r->pad[b] / r->micro, sim);
+        fprintf(f, ",%.6f,%.6f,%.6f\n", r->max_logit[b] / r->micro, r->lse[b] / r->micro,
+                group_maxvio(r->tmp, r->E, r->groups));
+        b++;
+    }
+}
+
+void domains_csv_write(FILE *f, const DomainCounts *dc, const Model *m, const Shard *val,
+                       int step) {
+    for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
+        if (!m->blocks[l].moe) continue;
+        for (int d = 0; d < dc->n_domains; d++) {
+            const double *row = &dc->counts[((size_t)b * dc->n_domains + d) * dc->E];
+            double total = 0.0;
+            for (int e = 0; e < dc->E; e++) total += row[e];
+            if (total == 0.0) continue; /* domain absent from the evaluated batches */
+            for (int e = 0; e < dc->E; e++)
+                fprintf(f, "%d,%d,%s,%d,%.6f\n", step, l, val->domain[d], e, row[e] / total);
+        }
+        b++;
+    }
+}
+
+/* val_router.csv: the balance of every MoE block over the whole validation set of one
+ * evaluation. The per-domain counts of dc summed over the domains are the block's loads over
+ * all eval batches together (not a mean of per-batch statistics); drop_frac likewise divides
+ * the dropped assignments (expert choice: unpicked tokens) of all batches by their total. */
+void val_router_csv_write(FILE *f, const DomainCounts *dc, const Model *m, float *load, int step) {
+    for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
+        if (!m->blocks[l].moe) continue;
+        double total = 0.0;
+        for (int e = 0; e < dc->E; e++) {
+            double s = 0.0;
+            for (int d = 0; d < dc->n_domains; d++)
+                s += dc->counts[((size_t)b * dc->n_domains + d) * dc->E + e];
+            load[e] = (float)s;
+            total += s;
+        }
+        for (int e = 0; e < dc->E; e++) load[e] = total > 0.0 ? (float)(load[e] / total) : 0.0f;
+        float maxvio, cv;
+        load_balance(&maxvio, &cv, load, dc->E);
+        fprintf(f, "%d,%d,%.6f,%.6f", step, l, maxvio, cv);
+        for (int e = 0; e < dc->E; e++) fprintf(f, ",%.6f", load[e]);
+        const double *dr = dc->drops + 2 * b;
+        fprintf(f, ",%.6f\n", dr[1] > 0.0 ? dr[0] / dr[1] : 0.0);
+        b++;
+    }
+}
+
+/* ---- dist.csv -------------------------------------------------------------------------------- */
+
+/* dist.csv: this step's traffic and time of every process, one row per process and MoE block
+ * (layer -1: the step's other collectives: gradient sums, statistics; and sync_wait_s, the
+ * seconds after the backward spent waiting for the gradients' sums). Gathered by a sum over
+ * the world of arrays where each process fills only its own rows. */
+enum {
+    DIST_COLS = 8
+}; /* bytes_sent, bytes_recv, comm_s, expert_s, rows_in, rows_out, rows_rin,
+     sync_wait_s */
+void dist_csv_write(FILE *f, const Model *m, Dist *d, const DistStats *step_start, int step) {
+    const int W = d->world, nb = m->n_moe + 1;
+    double *all = (double *)calloc_check((size_t)W * nb * DIST_COLS, sizeof(double));
+    double *mine = all + (size_t)d->rank * nb * DIST_COLS;
+    double ep_sent = 0.0, ep_recv = 0.0, ep_comm = 0.0;
+    for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
+        const MoeActs *a = m->blocks[l].moe;
+        if (!a) continue;
+        double *row = mine + (size_t)(b + 1) * DIST_COLS;
+        if (a->ep) {
+            row[0] = a->ep->stats.bytes_sent;
+            row[1] = a->ep->stats.bytes_recv;
+            row[2] = a->ep->stats.comm_seconds;
+            row[3] = a->ep->stats.expert_seconds;
+            row[4] = a->ep->stats.rows_in;
+            row[5] = a->ep->stats.rows_out_remote;
+            row[6] = a->ep->stats.rows_in_remote;
+            ep_sent += row[0];
+            ep_recv += row[1];
+            ep_comm += row[2];
+        }
+        b++;
+    }
+    /* everything else this process exchanged during the step */
+    mine[0] = (double)(d->stats.bytes_sent - step_start->bytes_sent) - ep_sent;
+    mine[1] = (double)(d->stats.bytes_recv - step_start->bytes_recv) - ep_recv;
+    mine[2] = (d->stats.seconds - step_start->seconds) - ep_comm;
+    mine[7] = m->sync->wait_s; /* what of the gradients' sums the backward did not hide */
+    dist_allreduce_sum_d(d, DIST_WORLD, all, (size_t)W * nb * DIST_COLS);
+    for (int r = 0; r < W; r++)
+        for (int l = -1, b = 0; l < m->cfg.n_layer; l++) {
+            if (l >= 0 && !m->blocks[l].moe) continue;
+            const double *row = all + ((size_t)r * nb + b) * DIST_COLS;
+            fprintf(f, "%d,%d,%d,%.0f,%.0f,%.6f,%.6f,%.0f,%.0f,%.0f,%.6f\n", step, l, r, row[0],
+                    row[1], row[2], row[3], row[4], row[5], row[6], row[7]);
+            b++;
+        }
+    free(all);
+}
+
+/* ---- spikes -----------------------------------------------------------------------------------
+ */
+
+void spike_watch_init(SpikeWatch *s, int window, float k) {
+    memset(s, 0, sizeof *s);
+    s->window = window, s->k = k;
+    s->v = (double *)calloc_check((size_t)window, sizeof(double));
+}
+
+void spike_watch_free(SpikeWatch *s) {
+    free(s->v);
+    memset(s, 0, sizeof *s);
+}
+
+int spike_watch_push(SpikeWatch *s, double x) {
+    if (!isfinite(x)) return 0;
+    int spike = 0;
+    if (s->n >= s->window) {
+        double mean = 0.0, var = 0.0;
+        for (int i = 0; i < s->window; i++) mean += s->v[i];
+        mean /= s->window;
+        for (int i = 0; i < s->window; i++) var += (s->v[i] - mean) * (s->v[i] - mean);
+        spike = x > mean + s->k * sqrt(var / s->window);
+    }
+    s->v[s->head] = x;
+    s->head = (s->head + 1) % s->window;
+    s->n++;
+    return spike;
+}
+
+void spike_watch_refill(SpikeWatch *loss, SpikeWatch *grad, const char *train_csv, int upto) {
+    FILE *f = fopen(train_csv, "r");
+    if (!f) return;
+    char line[1024];
+    int c_loss = -1, c_grad = -1;
+    if (fgets(line, sizeof line, f)) { /* the header names the columns */
+        int col = 0;
+        for (char *tok = strtok(line, ",\n"); tok; tok = strtok(NULL, ",\n"), col++) {
+            if (strcmp(tok, "loss") == 0) c_loss = col;
+            if (strcmp(tok, "grad_norm") == 0) c_grad = col;
+        }
+    }
+    while (c_loss >= 0 && c_grad >= 0 && fgets(line, sizeof line, f)) {
+        double v[16] = {0};
+        int col = 0, step = atoi(line);
+        if (step > upto) break;
+        for (char *p = line; col < 16; col++) {
+            v[col] = strtod(p, NULL);
+            if (!(p = strchr(p, ','))) break;
+            p++;
+        }
+        if (c_loss < 16) spike_watch_push(loss, v[c_loss]);
+        if (c_grad < 16) spike_watch_push(grad, v[c_grad]);
+    }
+    fclose(f);
+}
