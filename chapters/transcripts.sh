@@ -2,7 +2,7 @@
 # The chapter programs' output, kept next to each chapter's figures so the handbook can quote it
 # and a checker can compare the quotes with it.
 #
-#   bash chapters/transcripts.sh            # all four, from the checkpoints below
+#   bash chapters/transcripts.sh            # all five, from the checkpoints below
 #   bash chapters/transcripts.sh --only routing [--only upcycle ...]   # some of them
 #   bash chapters/transcripts.sh --no-mpi   # without a2a
 #   bash chapters/transcripts.sh --smoke    # on tiny checkpoints trained here (the test)
@@ -13,6 +13,8 @@
 #   plots/04-upcycling/upcycle.txt          build/chapters/04-upcycling/upcycle on runs/ch04-dense/ckpt.bin
 #   plots/03-expert-parallel/a2a.txt        mpirun -np 4 build-mpi/chapters/03-expert-parallel/a2a
 #                                           (when mpirun and mpicc are installed; --no-mpi skips it)
+#   plots/05-stability/stability.txt        build/chapters/05-stability/stability (fresh models:
+#                                           no checkpoint; --smoke: --layers 2 --width 32)
 # The checkpoints: runs/demo/ckpt.bin is what `make demo` trains (about 4 minutes);
 # runs/ch04-dense/ckpt.bin is the dense parent of chapter 4, made alone (about 2 minutes) with
 #   bash chapters/04-upcycling/ablate.sh --only dense
@@ -27,13 +29,13 @@ cd "$(dirname "$0")/.."
 smoke=0
 mpi=1
 only=()
-usage() { echo "usage: $0 [--smoke] [--no-mpi] [--only routing|capacity|upcycle|a2a]..." >&2; exit 2; }
+usage() { echo "usage: $0 [--smoke] [--no-mpi] [--only routing|capacity|upcycle|a2a|stability]..." >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) smoke=1 ;;
     --no-mpi) mpi=0 ;;
     --only)
-      case "${2:-}" in routing | capacity | upcycle | a2a) only+=("$2") ;; *) usage ;; esac
+      case "${2:-}" in routing | capacity | upcycle | a2a | stability) only+=("$2") ;; *) usage ;; esac
       shift ;;
     *) usage ;;
   esac
@@ -96,6 +98,12 @@ if wants upcycle; then
   need "$dense" "bash chapters/04-upcycling/ablate.sh --only dense"
   transcript "plots/04-upcycling$suffix/upcycle.txt" "$build/chapters/04-upcycling/upcycle" \
     --ckpt "$dense" --data data/corpus/val.bin
+fi
+if wants stability; then
+  stability=()
+  [ "$smoke" = 1 ] && stability=(--layers 2 --width 32)
+  transcript "plots/05-stability$suffix/stability.txt" "$build/chapters/05-stability/stability" \
+    ${stability[@]+"${stability[@]}"}
 fi
 if wants a2a && [ "$mpi" = 1 ]; then
   a2a=$mpi_build/chapters/03-expert-parallel/a2a
