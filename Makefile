@@ -379,7 +379,8 @@ book-check:
 # trains the same smoke runs and fails when a loss moved (an engine change that moves results),
 # until the ablations are rerun, `make book` has regenerated the numbers and this is run again.
 SMOKE_REF := 00-intro:chapters/00-intro/compare.sh 01-routing:chapters/01-routing/ablate.sh \
-             02-capacity:chapters/02-capacity/ablate.sh 04-upcycling:chapters/04-upcycling/ablate.sh
+             02-capacity:chapters/02-capacity/ablate.sh 04-upcycling:chapters/04-upcycling/ablate.sh \
+             05-stability:chapters/05-stability/ablate.sh
 .PHONY: smoke-reference
 smoke-reference: $(BUILD)/moe
 	@for pair in $(SMOKE_REF); do d=$${pair%%:*}; s=$${pair#*:}; \

@@ -10,8 +10,10 @@
 #      commits, checksums and threads of the runs; summary.md the provenance sentence; every
 #      PNG exists and is a PNG; the numbers the handbook quotes have their columns
 #   3. --summarize redoes the same summary.csv from the runs; bad options and missing runs exit 2
-#   4. chapters/transcripts.sh --smoke --no-mpi: routing.txt, capacity.txt, upcycle.txt with
-#      their command line and every numbered section
+#   2b. chapter 5's ablate.sh --smoke: nine arms of two seeds, the diverged runs those that
+#      exited with status 3, part 2's balance table, the figures, --summarize
+#   4. chapters/transcripts.sh --smoke --no-mpi: routing.txt, capacity.txt, upcycle.txt,
+#      stability.txt with their command line and every numbered section
 #   5. every loss of the smoke summaries equals the committed reference (plots/NN-name/smoke.csv,
 #      `make smoke-reference`): an engine change that moves results fails until the ablations
 #      are rerun and the book regenerated
@@ -157,6 +159,37 @@ bash chapters/04-upcycling/ablate.sh --smoke --only dense > "$tmp/dense.log" 2>&
     [ -f runs/ch04-dense-smoke/ckpt.bin ] && [ ! -e runs/ch04-copy-smoke ]
 check "ch04 --only dense: the dense parent alone" $? "$(tail -n 3 "$tmp/dense.log")"
 
+# chapter 5: seeds per arm, diverged runs counted, part 2's balance table
+echo "test_ablations: chapters/05-stability/ablate.sh --smoke"
+out5=plots/05-stability-smoke
+bash chapters/05-stability/ablate.sh --smoke > "$tmp/ch05.log" 2>&1
+check "ch05 --smoke exits 0" $? "$(tail -n 5 "$tmp/ch05.log")"
+awk -F, 'NR == 1 { ok = $1 == "arm" && $4 == "diverged_frac"; next }
+    { n++; if ($2 != 2 || $3 < 0 || $3 > 2 || $4 != $3 / 2) ok = 0
+      if ($3 < 2 && ($8 !~ /^[0-9.]+$/ || $11 !~ /^[0-9.]+$/)) ok = 0 }
+    END { exit !(ok && n == 9) }' "$out5/summary.csv"
+check "ch05: summary.csv has 9 arms of 2 seeds, the diverged share, a val loss and logits when one survived" $? \
+    "$(cat "$out5/summary.csv")"
+d_runs=$(awk -F, 'NR > 1 { n++; d += $3 } END { print n + 0, d + 0 }' "$out5/runs.csv")
+d_exit=$(grep -lx 3 runs/ch05-*-s[12]-smoke/exit_status 2> /dev/null | wc -l)
+[ "${d_runs%% *}" = 18 ] && [ "${d_runs#* }" = "$d_exit" ]
+check "ch05: runs.csv has 18 runs, its diverged ones those that exited with status 3 ($d_exit)" $? "$d_runs"
+awk -F, 'NR > 1 { n++; if ($3 !~ /^[0-9.]+$/ || $4 !~ /^[0-9.]+$/ || $4 > 1.7918) bad++ }
+    END { exit !(n == 3 && bad == 0) }' "$out5/balance.csv"
+check "ch05: balance.csv has micro, global and groups-2 with MaxVio and a mutual information <= ln 6" $? \
+    "$(cat "$out5/balance.csv")"
+grep -q "^runs = 21$" "$out5/provenance.txt" && grep -q 'Built from commit(s) .*dirty tree' "$out5/summary.md"
+check "ch05: provenance.txt of the 21 runs, and summary.md says where they come from" $? \
+    "$(head -n 3 "$out5/provenance.txt")"
+missing=""
+for p in stability.png logits.png balance.png; do is_png "$out5/$p" || missing="$missing $p"; done
+[ -z "$missing" ]
+check "ch05: the figures (stability.png logits.png balance.png)" $? "missing or not PNG:$missing"
+cp "$out5/summary.csv" "$tmp/ch05.csv"
+bash chapters/05-stability/ablate.sh --smoke --summarize > "$tmp/ch05s.log" 2>&1 &&
+    cmp -s "$tmp/ch05.csv" "$out5/summary.csv"
+check "ch05 --summarize: the same summary.csv from the runs" $? "$(tail -n 3 "$tmp/ch05s.log")"
+
 # ---- 3. bad options and missing runs -------------------------------------------------------
 echo "test_ablations: bad input"
 bash chapters/01-routing/ablate.sh --smoke --bogus > /dev/null 2> "$tmp/err"
@@ -189,6 +222,10 @@ t_ok plots/02-capacity-smoke/capacity.txt capacity "1. routing" "3. factor 1" "5
 check "capacity.txt: the command and sections 1-5" $? "$(head -n 3 plots/02-capacity-smoke/capacity.txt 2>&1)"
 t_ok plots/04-upcycling-smoke/upcycle.txt upcycle "1. the dense model" "4. the same function" "5. making the copies differ"
 check "upcycle.txt: the command and sections 1-5" $? "$(head -n 3 plots/04-upcycling-smoke/upcycle.txt 2>&1)"
+f=plots/05-stability-smoke/stability.txt
+head -n 1 "$f" | grep -q '^\$ .*stability --layers 2 --width 32$' && grep -q '^1\. the residual stream' "$f" &&
+    grep -q '^2\. what each block adds' "$f" && grep -q '^3\. the router logits' "$f" && grep -q '^4\. the z-loss' "$f"
+check "stability.txt: the command and sections 1-4" $? "$(head -n 3 "$f" 2>&1)"
 bash chapters/transcripts.sh --only nope > /dev/null 2>&1
 check "transcripts: an unknown program is exit 2" $(( $? == 2 ? 0 : 1 ))
 
@@ -210,7 +247,7 @@ same_losses() { # FRESH REFERENCE
               if (g == "" || r == "" || d > 2e-4) { print $1 " " name[i] ": " g " now, " r " in the reference"; bad++ } } }
         END { exit bad > 0 }' "$1" "$2"
 }
-for d in 00-intro 01-routing 02-capacity 04-upcycling; do
+for d in 00-intro 01-routing 02-capacity 04-upcycling 05-stability; do
     diffs=$(same_losses "plots/$d-smoke/summary.csv" "plots/$d/smoke.csv" 2>&1)
     check "$d: the smoke run's losses equal plots/$d/smoke.csv" $? \
         "$(printf '%s\n' "$diffs" | head -n 5); the engine's results moved: rerun the ablations, \

@@ -128,4 +128,26 @@ check "drop-upcycling similarity falls as (1 - r)^2" $? "$(grep 'drop-upcycling'
 [ $? -eq 2 ] && grep -q "already an MoE" "$tmp/err.txt"
 check "an MoE checkpoint: exit 2 and a message" $? "$(cat "$tmp/err.txt")"
 
+echo "test_chapters: 05-stability/stability"
+prog=$build/chapters/05-stability/stability
+"$prog" --layers 4 --width 32 --data "$tmp/data/val.bin" > "$tmp/out.txt" 2> "$tmp/err.txt"
+check "stability exits 0" $? "$(cat "$tmp/err.txt")"
+for section in "1. the residual stream" "2. what each block adds" "3. the router logits" \
+               "4. the z-loss"; do
+  grep -q "^$section" "$tmp/out.txt"
+  check "prints \"$section\"" $? "$(head -n 5 "$tmp/out.txt")"
+done
+# growth of the stream over the 4 blocks at init: sandwich's output norms make it grow most
+awk '$1 == "growth" { exit !($3 > $2 && $3 > $4 && $3 > 2) }' "$tmp/out.txt"
+check "at init the stream grows most under sandwich norms (gain 1)" $? "$(grep '^ *growth' "$tmp/out.txt")"
+# bf16 keeps 8 significant bits: every rounding's relative error is at most 2^-8
+awk '/^3\./ { in3 = 1 } /^4\./ { in3 = 0 }
+     in3 && /^   x1 |^   x10 |^   x100 / && $2 != "+" { n++; if ($5 > 0.00390625 || $5 <= 0) bad++ }
+     END { exit !(n >= 3 && bad == 0) }' "$tmp/out.txt"
+check "the logits' bf16 rounding: relative error in (0, 2^-8] at every scale" $? \
+  "$(grep -A 8 '^3\.' "$tmp/out.txt")"
+"$prog" --layers 0 > /dev/null 2> "$tmp/err.txt"
+[ $? -eq 2 ] && grep -q usage "$tmp/err.txt"
+check "--layers 0: exit 2 and the usage" $? "$(cat "$tmp/err.txt")"
+
 finish

@@ -25,7 +25,8 @@
 # expert).
 # Writes runs/ch05-NAME-sSEED[-quick|-smoke]/ and, in plots/05-stability[-quick|-smoke]/:
 # summary.csv and summary.md (part 1, one row per arm), balance.csv (part 2, one row per run),
-# runs.csv (part 1, one row per run), provenance.txt, stability.png (diverged runs and spikes per
+# runs.csv (part 1, one row per run), curves.csv (every run's validation loss at every
+# evaluation, the run named ARM-sSEED), provenance.txt, stability.png (diverged runs and spikes per
 # arm), logits.png (the largest router logit over training), balance.png (part 2).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -226,6 +227,7 @@ fi
   provenance_note "${all[@]}"
 } > "$out/summary.md"
 write_provenance "$out" "${all[@]}"
+write_curves "$out/curves.csv" "${all[@]}"
 
 # ---- figures ---------------------------------------------------------------------------------------
 data=$(mktemp -d)
@@ -251,4 +253,4 @@ awk -F, 'NR > 1 { print > (d "/" $1 ".bal") }' d="$data" "$out/balance.csv"
 scope_names=$(for v in "${SCOPES[@]}"; do printf '%s ' "${v%%|*}"; done)
 gnuplot -e "dir='$data'; names='${scope_names% }'; out='$out/balance.png'" $here/balance.gp
 cat "$out/summary.md"
-echo "wrote $out/: summary.csv summary.md runs.csv balance.csv provenance.txt stability.png logits.png balance.png"
+echo "wrote $out/: summary.csv summary.md runs.csv balance.csv curves.csv provenance.txt stability.png logits.png balance.png"
