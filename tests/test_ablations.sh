@@ -164,19 +164,21 @@ echo "test_ablations: chapters/05-stability/ablate.sh --smoke"
 out5=plots/05-stability-smoke
 bash chapters/05-stability/ablate.sh --smoke > "$tmp/ch05.log" 2>&1
 check "ch05 --smoke exits 0" $? "$(tail -n 5 "$tmp/ch05.log")"
-awk -F, 'NR == 1 { ok = $1 == "arm" && $4 == "diverged_frac"; next }
-    { n++; if ($2 != 2 || $3 < 0 || $3 > 2 || $4 != $3 / 2) ok = 0
-      if ($3 < 2 && ($8 !~ /^[0-9.]+$/ || $11 !~ /^[0-9.]+$/)) ok = 0 }
+awk -F, 'NR == 1 { ok = $1 == "arm" && $4 == "diverged_frac" && $6 == "p_vs_pre"; next }
+    { n++; if ($2 != 2 || $3 < 0 || $3 > 2 || $4 != $3 / 2 || $6 < 0 || $6 > 1) ok = 0
+      if ($1 == "pre" && $6 != 1) ok = 0   # the baseline against itself
+      if ($3 < 2 && ($9 !~ /^[0-9.]+$/ || $12 !~ /^[0-9.]+$/)) ok = 0 }
     END { exit !(ok && n == 9) }' "$out5/summary.csv"
-check "ch05: summary.csv has 9 arms of 2 seeds, the diverged share, a val loss and logits when one survived" $? \
+check "ch05: summary.csv has 9 arms of 2 seeds, the diverged share, Fisher's p against pre (1 for pre), a val loss and logits when one survived" $? \
     "$(cat "$out5/summary.csv")"
 d_runs=$(awk -F, 'NR > 1 { n++; d += $3 } END { print n + 0, d + 0 }' "$out5/runs.csv")
 d_exit=$(grep -lx 3 runs/ch05-*-s[12]-smoke/exit_status 2> /dev/null | wc -l)
 [ "${d_runs%% *}" = 18 ] && [ "${d_runs#* }" = "$d_exit" ]
 check "ch05: runs.csv has 18 runs, its diverged ones those that exited with status 3 ($d_exit)" $? "$d_runs"
-awk -F, 'NR > 1 { n++; if ($3 !~ /^[0-9.]+$/ || $4 !~ /^[0-9.]+$/ || $4 > 1.7918) bad++ }
-    END { exit !(n == 3 && bad == 0) }' "$out5/balance.csv"
-check "ch05: balance.csv has micro, global and groups-2 with MaxVio and a mutual information <= ln 6" $? \
+awk -F, 'NR == 1 { ok = $4 == "maxvio_group" && $5 == "domain_mi"; next }
+    { n++; if ($3 !~ /^[0-9.]+$/ || $4 !~ /^[0-9.]+$/ || $5 !~ /^[0-9.]+$/ || $5 > 1.7918) bad++ }
+    END { exit !(ok && n == 3 && bad == 0) }' "$out5/balance.csv"
+check "ch05: balance.csv has micro, global and groups-2 with both MaxVios and a mutual information <= ln 6" $? \
     "$(cat "$out5/balance.csv")"
 grep -q "^runs = 21$" "$out5/provenance.txt" && grep -q 'Built from commit(s) .*dirty tree' "$out5/summary.md"
 check "ch05: provenance.txt of the 21 runs, and summary.md says where they come from" $? \

@@ -2,7 +2,7 @@
 # Chapter 5: a model made to be fragile, trained under each stability method over several seeds,
 # and the balance loss's scope on a stable one.
 #
-#   bash chapters/05-stability/ablate.sh            # 300 steps, 10 seeds per arm (the handbook's numbers)
+#   bash chapters/05-stability/ablate.sh            # 300 steps, 20 seeds per arm (the handbook's numbers)
 #   bash chapters/05-stability/ablate.sh --quick    # 100 steps, 4 seeds per arm
 #   bash chapters/05-stability/ablate.sh --smoke    # 12 steps of a tiny model, 2 seeds (the test)
 #   bash chapters/05-stability/ablate.sh --summarize [--quick]   # only redo tables and figures
@@ -58,8 +58,8 @@ SCOPES=(
 
 ablate_args "$@"
 steps=$(by_mode 300 100 12)
-nseeds=$(by_mode 10 4 2)
-bseeds=$(by_mode 3 2 1)
+nseeds=$(by_mode 20 4 2)
+bseeds=$(by_mode 4 2 1)
 check_only $(for v in "${ARMS[@]}" "${SCOPES[@]}"; do echo "${v%%|*}"; done)
 ablate_build
 out=plots/05-stability$suffix
@@ -154,13 +154,22 @@ fi
   done
 } > "$out/runs.csv"
 
-# per arm: runs, diverged and their fraction, the median step of divergence; over the runs
-# that did not diverge: the mean spikes, the validation loss (mean, min, max) and the logits
+# per arm: runs, diverged and their fraction, the median step of divergence, and p_vs_pre: the
+# two-sided p-value of Fisher's exact test of its diverged count against pre's (how often
+# counts at least this far apart come from the same chance of diverging); over the runs that
+# did not diverge: the mean spikes, the validation loss (mean, min, max) and the logits
+ref_div=$(awk -F, '$1 == "pre" && $3 == 1 { d++ } END { print d + 0 }' "$out/runs.csv")
 {
-  echo "arm,runs,diverged,diverged_frac,diverged_step,loss_spikes,grad_spikes,val_loss,val_min,val_max,max_logit,lse_mean,settings"
+  echo "arm,runs,diverged,diverged_frac,diverged_step,p_vs_pre,loss_spikes,grad_spikes,val_loss,val_min,val_max,max_logit,lse_mean,settings"
   for v in "${ARMS[@]}"; do
     IFS='|' read -r name settings what <<<"$v"
-    awk -F, -v arm="$name" -v settings="$settings" '
+    awk -F, -v arm="$name" -v settings="$settings" -v rd="$ref_div" '
+      function lc(n, k,   i, s) { s = 0; for (i = 1; i <= k; i++) s += log(n - k + i) - log(i); return s }
+      function fisher(a, b, n,   K, x, lo, hi, p0, px, p) {  # a, b of n each; two-sided
+        K = a + b; lo = K > n ? K - n : 0; hi = K < n ? K : n
+        p0 = exp(lc(n, a) + lc(n, K - a) - lc(2 * n, K)); p = 0
+        for (x = lo; x <= hi; x++) { px = exp(lc(n, x) + lc(n, K - x) - lc(2 * n, K)); if (px <= p0 * (1 + 1e-7)) p += px }
+        return p > 1 ? 1 : p }
       $1 == arm { n++
         if ($3 == 1) { d++; ds[d] = $4; next }
         s++; ls += $5; gs += $6; vl += $7; ml += $8; lm += $9
@@ -168,9 +177,10 @@ fi
       END {
         for (i = 1; i <= d; i++) for (j = i + 1; j <= d; j++) if (ds[j] < ds[i]) { t = ds[i]; ds[i] = ds[j]; ds[j] = t }
         med = d ? ds[int((d + 1) / 2)] : "nan"
-        if (s) printf "%s,%d,%d,%.2f,%s,%.1f,%.1f,%.4f,%.4f,%.4f,%.2f,%.2f,%s\n", arm, n, d, d / n, med,
-                      ls / s, gs / s, vl / s, lo, hi, ml / s, lm / s, settings
-        else printf "%s,%d,%d,%.2f,%s,nan,nan,nan,nan,nan,nan,nan,%s\n", arm, n, d, d / n, med, settings }' \
+        p = fisher(d, rd, n)
+        if (s) printf "%s,%d,%d,%.2f,%s,%.3f,%.1f,%.1f,%.4f,%.4f,%.4f,%.2f,%.2f,%s\n", arm, n, d, d / n, med,
+                      p, ls / s, gs / s, vl / s, lo, hi, ml / s, lm / s, settings
+        else printf "%s,%d,%d,%.2f,%s,%.3f,nan,nan,nan,nan,nan,nan,nan,%s\n", arm, n, d, d / n, med, p, settings }' \
       "$out/runs.csv"
   done
 } > "$out/summary.csv"
@@ -181,13 +191,19 @@ fi
 # weighs the same: I = H(mean_d p_d) - mean_d H(p_d), 0 when every domain uses the experts alike,
 # ln 6 = 1.79 at most), and the final validation loss
 {
-  echo "arm,seed,maxvio,domain_mi,val_loss"
+  echo "arm,seed,maxvio,maxvio_group,domain_mi,val_loss"
   for v in "${SCOPES[@]}"; do
     name=${v%%|*}
     for seed in $(seq 1 "$bseeds"); do
       dir=runs/ch05-$name-s$seed$suffix
-      maxvio=$(awk -F, -v from=$((steps * 4 / 5)) 'NR > 1 && $1 > from { m += $3; n++ }
-                END { printf "%.3f", n ? m / n : 0 }' "$dir/router.csv")
+      # the groups' MaxVio from the loads (every arm's, not only groups-2's maxvio_group column):
+      # the first half of the experts against the second
+      read -r maxvio maxvio_g < <(awk -F, -v from=$((steps * 4 / 5)) '
+          NR == 1 { for (i = 1; i <= NF; i++) if ($i ~ /^load_/) { if (!first) first = i; last = i }; next }
+          $1 > from { m += $3; n++; a = 0; b = 0; half = (last - first + 1) / 2
+                      for (i = first; i <= last; i++) if (i < first + half) a += $i; else b += $i
+                      g += (a > b ? a : b) / ((a + b) / 2) - 1 }
+          END { printf "%.3f %.3f\n", n ? m / n : 0, n ? g / n : 0 }' "$dir/router.csv")
       mi=$(awk -F, 'NR > 1 { last = $1 } { row[NR] = $0 } END {
             for (r = 2; r <= NR; r++) { split(row[r], f, ","); if (f[1] != last) continue
               p[f[2], f[3], f[4]] = f[5]; L[f[2]] = 1; D[f[3]] = 1; E[f[4]] = 1 }
@@ -197,7 +213,7 @@ fi
               s += hm - hd / nd; nl++ }
             printf "%.4f", nl ? s / nl : 0 }' "$dir/domains.csv")
       val=$(awk -F, 'NR > 1 && $8 != "" { v = $8 } END { print v }' "$dir/train.csv")
-      echo "$name,$seed,$maxvio,$mi,$val"
+      echo "$name,$seed,$maxvio,$maxvio_g,$mi,$val"
     done
   done
 } > "$out/balance.csv"
@@ -205,24 +221,24 @@ fi
 {
   echo "### Part 1: stability of the fragile model ($nseeds seeds per arm, $steps steps)"
   echo
-  echo "| arm | settings | diverged | median step of divergence | loss spikes | grad-norm spikes | val loss (min-max) | max logit | mean lse |"
-  echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-  awk -F, 'NR > 1 { printf "| %s | `%s` | %d of %d | %s | %s | %s | %s (%s-%s) | %s | %s |\n", $1, $13, $3, $2, $5, $6, $7, $8, $9, $10, $11, $12 }' \
+  echo "| arm | settings | diverged | p vs pre | median step of divergence | loss spikes | grad-norm spikes | val loss (min-max) | max logit | mean lse |"
+  echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  awk -F, 'NR > 1 { printf "| %s | `%s` | %d of %d | %s | %s | %s | %s | %s (%s-%s) | %s | %s |\n", $1, $14, $3, $2, $6, $5, $7, $8, $9, $10, $11, $12, $13 }' \
     "$out/summary.csv"
   echo
-  echo "Diverged: the training loss went above 7 nats (moe train exit status 3). The other columns are over the runs that did not diverge: spikes per run (train.csv's flags: above the mean of the 20 steps before by 4 standard deviations), validation loss at step $steps (mean, and min-max over the seeds), and over the last 20% of the steps the largest |router logit| and the mean logsumexp, mean over the MoE blocks. runs.csv has every run."
+  echo "Diverged: the training loss went above 7 nats (moe train exit status 3). p vs pre: the two-sided p-value of Fisher's exact test of the arm's diverged count against pre's (below 0.05: a difference that chance alone would give less than once in 20 comparisons). The other columns are over the runs that did not diverge: spikes per run (train.csv's flags: above the mean of the 20 steps before by 4 standard deviations), validation loss at step $steps (mean, and min-max over the seeds), and over the last 20% of the steps the largest |router logit| and the mean logsumexp, mean over the MoE blocks. runs.csv has every run."
   echo
   echo "### Part 2: where the aux loss counts its fractions ($bseeds seeds, $steps steps, micro-batches of 2 sequences, 8 per step)"
   echo
-  echo "| arm | MaxVio of the step's batch | domain-expert information (nats) | val loss |"
-  echo "| --- | ---: | ---: | ---: |"
+  echo "| arm | MaxVio of the step's batch | MaxVio of 2 groups | domain-expert information (nats) | val loss |"
+  echo "| --- | ---: | ---: | ---: | ---: |"
   for v in "${SCOPES[@]}"; do
     name=${v%%|*}
-    awk -F, -v arm="$name" '$1 == arm { n++; m += $3; i += $4; l += $5 }
-      END { printf "| %s | %.3f | %.4f | %.4f |\n", arm, m / n, i / n, l / n }' "$out/balance.csv"
+    awk -F, -v arm="$name" '$1 == arm { n++; m += $3; g += $4; i += $5; l += $6 }
+      END { printf "| %s | %.3f | %.3f | %.4f | %.4f |\n", arm, m / n, g / n, i / n, l / n }' "$out/balance.csv"
   done
   echo
-  echo "Means over the seeds. MaxVio: over the last 20% of the steps, of the loads of each step's whole batch, mean over the blocks. Domain-expert information: the mutual information of the data domain and the expert chosen at the last evaluation, domains weighted alike, mean over the blocks (0: every domain spreads over the experts alike)."
+  echo "Means over the seeds. MaxVio: over the last 20% of the steps, of the loads of each step's whole batch, mean over the blocks; of 2 groups: the same of the summed loads of experts 0-3 and 4-7 (groups-2 balances these; router.csv's maxvio_group is this number for that arm). Domain-expert information: the mutual information of the data domain and the expert chosen at the last evaluation, domains weighted alike, mean over the blocks (0: every domain spreads over the experts alike)."
   echo
   provenance_note "${all[@]}"
 } > "$out/summary.md"
@@ -233,7 +249,7 @@ write_curves "$out/curves.csv" "${all[@]}"
 data=$(mktemp -d)
 trap 'rm -rf "$data"' EXIT
 # stability.png: per arm (row y, 1 at the top), the fraction diverged and the mean spikes
-awk -F, 'NR > 1 { printf "%d %s %s %s %s\n", NR - 1, $1, $4, ($6 == "nan" ? 0 : $6), ($7 == "nan" ? 0 : $7) }' \
+awk -F, 'NR > 1 { printf "%d %s %s %s %s\n", NR - 1, $1, $4, ($8 == "nan" ? 0 : $8), ($7 == "nan" ? 0 : $7) }' \
   "$out/summary.csv" > "$data/arms"
 gnuplot -e "data='$data/arms'; out='$out/stability.png'; n=$nseeds; steps=$steps; H=$((220 + 30 * ${#ARMS[@]}))" \
   $here/stability.gp
