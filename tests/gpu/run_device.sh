@@ -276,6 +276,14 @@ step train-aux-free 120 bash "$me" --fn train_pair aux-free --set moe.num_expert
     --set moe.score=sigmoid --set moe.balance=aux_free
 step train-seq-aux 120 bash "$me" --fn train_pair seq-aux --set moe.num_experts=8 --set moe.top_k=2 \
     --set moe.score=sigmoid --set moe.balance=seq_aux --set moe.num_shared=1
+# chapter 5's methods together: DSSN, TinyInit, a bf16 router, the aux loss over the step and
+# over groups (accumulation 2), and their replay
+step train-stability 120 bash "$me" --fn train_pair stability --set moe.num_experts=8 --set moe.top_k=2 \
+    --set model.norm=dssn --set model.init=tiny --set moe.router_precision=bf16 \
+    --set moe.balance_scope=global --set moe.balance_groups=2 --set train.accum=2
+step replay-stability 120 bash "$me" --fn replay_pair stability --set moe.num_experts=8 \
+    --set moe.top_k=2 --set model.norm=dssn --set model.init=tiny --set moe.router_precision=bf16 \
+    --set moe.balance_scope=global --set moe.balance_groups=2 --set train.accum=2
 # the CPU's routing replayed on the GPU: the flip rate, and the runs without flips
 step replay-moe 120 bash "$me" --fn replay_pair moe --set moe.num_experts=8 --set moe.top_k=2
 step replay-capacity 120 bash "$me" --fn replay_pair capacity --set moe.num_experts=8 \

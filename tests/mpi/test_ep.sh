@@ -7,7 +7,8 @@
 #      every step's loss, aux loss, gradient norm and validation loss agree to 1e-5 relative,
 #      and after the 6 steps every weight agrees to 1e-5 (dist.ep = 2 x 2, exported in one process);
 #      also with aux-loss-free balancing (its biases, from the loads of every process, agree)
-#      and with a per-sequence capacity (moe.capacity_scope=sequence, padded)
+#      and with a per-sequence capacity (moe.capacity_scope=sequence, padded), and with the aux
+#      loss over the step's two micro-batches and over two groups of experts (chapter 5)
 #   2. dist.csv: one row per step, process and MoE block (plus layer -1), and the bytes every
 #      process sent and received are the cost model's, row by row:
 #        2 C 4 (rows_out_remote + rows_in_remote) + 2 El 4 (P - 1)
@@ -79,7 +80,8 @@ for coll in mpi teach; do
     # ---- 1. the one-process result --------------------------------------------------------
     echo "test_ep: the same run over 1, 2 and 4 processes"
     for variant in "aux|" "aux_free|--set moe.balance=aux_free --set moe.bias_rate=0.05" \
-                   "capacity|--set moe.capacity_factor=1 --set moe.capacity_scope=sequence --set moe.padded=1"; do
+                   "capacity|--set moe.capacity_factor=1 --set moe.capacity_scope=sequence --set moe.padded=1" \
+                   "global|--set moe.balance_scope=global --set moe.balance_groups=2 --set train.accum=2"; do
         IFS='|' read -r vname vsets <<< "$variant"
         # shellcheck disable=SC2086 # vsets is a list of options
         run "one-$vname" 1 $vsets
