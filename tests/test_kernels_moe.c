@@ -35,6 +35,7 @@
 
 #include "backend/backend.h"
 #include "backend/kernels_moe.h"
+#include "backend/kernels_route.h"
 #include "base/util.h"
 #include "moe/moe_ops.h"
 #include "testutil.h"

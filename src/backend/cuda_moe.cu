@@ -12,10 +12,10 @@
  * a packed capacity plan (one int: the caller sizes the next ops by it). The random second
  * expert's uniforms go the other way: drawn on the host from the run's stream, one copy up.
  *
- * The arithmetic lives in kernels_moe.h (shared with the host test, which walks each grid in
- * the same order); here are only the launch shapes and the device's cooperation (ballots,
- * shuffles, shared memory, barriers). Every result is deterministic: no float atomics (the
- * only atomics are the radix select's integer bin counts, the same in any order), each output
+ * The arithmetic lives in kernels_moe.h and kernels_route.h (shared with the host test, which walks
+ * each grid in the same order); here are only the launch shapes and the device's cooperation
+ * (ballots, shuffles, shared memory, barriers). Every result is deterministic: no float atomics
+ * (the only atomics are the radix select's integer bin counts, the same in any order), each output
  * element has one owner thread, and every sum runs in a fixed order; the plans' integers equal
  * the CPU reference's (permute.c, capacity.c, expert_choice.c), ties in the top-k go to the
  * lower expert as in router.c, ties for a budget to the lower token as in the plans' sorts.
@@ -48,6 +48,7 @@
  */
 #include "backend/cuda.cuh"
 #include "backend/kernels_moe.h"
+#include "backend/kernels_route.h"
 
 #define FULL_MASK 0xffffffffu
 

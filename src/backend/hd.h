@@ -2,8 +2,8 @@
  * hd.h: MOE_HD marks a function both the host and a CUDA kernel may call.
  *
  * The CUDA backend's kernels (cuda_nn.cu, cuda_moe.cu, cuda_plans.cu) do their arithmetic in
- * small bodies of plain C (kernels_nn.h, kernels_moe.h): one element, one lane's share of a
- * row, one step of a reduction. nvcc compiles them for the device; gcc compiles the same text
+ * small bodies of plain C (kernels_nn.h, kernels_moe.h, kernels_route.h): one element, one
+ * lane's share of a row, one step of a reduction. nvcc compiles them for the device; gcc compiles the same text
  * for the host, where the tests (tests/test_kernels_*.c) run them in loops that walk the
  * kernel's grid in the kernel's order and compare the result with the reference ops. On a
  * machine without a GPU that is how a kernel's math is checked.
