@@ -49,7 +49,8 @@ static inline float nn_expf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     const float er = (p * r) * r + r + 1.0f;
-    const int32_t bits = ((int32_t)n + 127) << 23;
+    /* a NaN's n converts to no integer: 0 instead (er is already NaN, and so the result) */
+    const int32_t bits = ((int32_t)(n == n ? n : 0.0f) + 127) << 23;
     float two_n;
     memcpy(&two_n, &bits, sizeof two_n);
     float y = er * two_n;
