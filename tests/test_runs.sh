@@ -70,6 +70,12 @@ for i in $(seq 60); do
     rc=$?
     [ -n "$(find "$run" -name ckpt.bin.tmp -newer "$tmp/attempt" 2> /dev/null)" ] &&
         in_ckpt=$((in_ckpt + 1))
+    # a kill that lands after the last checkpoint, before the process exits, leaves a finished
+    # run: the next --resume says so (exit 2) and the loop is over
+    if [ $rc = 2 ] && grep -q "is already at step 500 of train.steps=500" "$tmp/crash.log"; then
+        finished=1
+        break
+    fi
     case $rc in
         0) finished=1; break ;;
         137) ;;
