@@ -399,7 +399,7 @@ FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 15
 FUZZ_BUILD := build-fuzz
 FUZZ_NAMES := config safetensors checkpoint shard
-FUZZ_LIB_SRC := src/base/util.c src/config/config.c src/config/config_check.c src/io/files.c src/io/json.c \
+FUZZ_LIB_SRC := src/base/util.c src/config/config.c src/config/config_check.c src/config/keys.c src/io/files.c src/io/json.c \
                 src/io/safetensors.c src/io/tensorfile.c src/io/shard.c src/io/loader.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer -Wall -Wextra \
