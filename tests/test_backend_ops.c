@@ -312,14 +312,13 @@ static void case_moe(const Backend *be, Outs *o, int variant) {
     /* what the decision did, as host numbers */
     RouteStats rs;
     route_stats_alloc(&rs, E);
-    be->route_stats(be, &rs, scores, idx, &p, N, &sp);
+    be->route_stats(be, &rs, scores, logits, lse, idx, &p, N, &sp);
     out_scalar(o, "route_stats drop", rs.drop);
     out_scalar(o, "route_stats pad", rs.pad);
     out_scalar(o, "route_stats entropy", rs.st.entropy);
     out_scalar(o, "route_stats maxvio", rs.st.maxvio);
-    be->router_logit_stats(be, &rs, logits, lse, N, E);
-    out_scalar(o, "router_logit_stats max_logit", rs.max_logit);
-    out_scalar(o, "router_logit_stats lse_mean", rs.lse_mean);
+    out_scalar(o, "route_stats max_logit", rs.max_logit);
+    out_scalar(o, "route_stats lse_mean", rs.lse_mean);
     float counts[2 * R_E];
     for (int e = 0; e < E; e++)
         counts[e] = (float)rs.routed[e], counts[E + e] = (float)rs.dropped[e];
@@ -386,8 +385,7 @@ static const Case CASES[] = {
      "router_scores_forward router_gate_forward router_gate_weights router_balance_loss "
      "router_z_loss "
      "dispatch_plan_build permute_forward experts_forward combine_forward combine_backward "
-     "experts_backward permute_backward router_gate_backward route_stats router_logit_stats "
-     "route_domains"},
+     "experts_backward permute_backward router_gate_backward route_stats route_domains"},
     {"moe capacity, padded, by score", case_moe_capacity, "capacity_plan_build"},
     {"moe expert choice", case_moe_expert_choice, "expert_choice_forward"},
     {"moe sigmoid, seq_aux", case_moe_sigmoid, "router_scores_forward"},
@@ -444,7 +442,6 @@ static const char *const ENTRIES[] = {"alloc",
                                       "experts_forward",
                                       "experts_backward",
                                       "route_stats",
-                                      "router_logit_stats",
                                       "route_domains",
                                       "gemm_seconds"};
 #define N_ENTRIES ((int)(sizeof ENTRIES / sizeof ENTRIES[0]))

@@ -50,15 +50,6 @@ static int table_differs(char *msg, const float *got, const float *want, int row
             ck_abort_msg("%s", m_);                                                                \
     } while (0)
 
-/* one number under the same rule */
-#define EXPECT_VALUE(got, want, what)                                                              \
-    do {                                                                                           \
-        float g_ = (got), w_ = (want);                                                             \
-        double e_;                                                                                 \
-        if (tol_worst(&g_, &w_, 1, TOL_F32_ATOL, TOL_F32_RTOL, &e_) >= 0)                          \
-            ck_abort_msg("%s: got %.7g, want %.7g", (what), (double)g_, (double)w_);               \
-    } while (0)
-
 /* "0.1 0.4 0.2 0.3": one token's scores, for messages */
 static const char *row_text(const float *row, int E) {
     static char buf[256];

@@ -87,15 +87,6 @@ static int table_differs(char *msg, const float *got, const float *want, int row
             ck_abort_msg("%s", m_);                                                                \
     } while (0)
 
-/* one number under the same rule */
-#define EXPECT_VALUE(got, want, what)                                                              \
-    do {                                                                                           \
-        float g_ = (got), w_ = (want);                                                             \
-        double e_;                                                                                 \
-        if (tol_worst(&g_, &w_, 1, TOL_F32_ATOL, TOL_F32_RTOL, &e_) >= 0)                          \
-            ck_abort_msg("%s: got %.7g, want %.7g", (what), (double)g_, (double)w_);               \
-    } while (0)
-
 /* gains near 1, as a trained norm's: 1 + uniform in [-0.5, 0.5) */
 static void fill_gain(float *w, int C, unsigned long long seed) {
     fill_uniform(w, (size_t)C, 0.5f, seed);

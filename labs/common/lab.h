@@ -42,6 +42,16 @@ typedef struct {
  * labs/Makefile) names the graded file. */
 #ifdef CHECK_H
 int lab_main(Suite *suite, const char *title, const LabTask *tasks, int ntasks);
+
+/* A grader's check of one number under the project's tolerance rule (tests/testutil.h):
+ * |got - want| <= TOL_F32_ATOL + TOL_F32_RTOL |want|, else the test fails naming both. */
+#define EXPECT_VALUE(got, want, what)                                                              \
+    do {                                                                                           \
+        float g_ = (got), w_ = (want);                                                             \
+        double e_;                                                                                 \
+        if (tol_worst(&g_, &w_, 1, TOL_F32_ATOL, TOL_F32_RTOL, &e_) >= 0)                          \
+            ck_abort_msg("%s: got %.7g, want %.7g", (what), (double)g_, (double)w_);               \
+    } while (0)
 #endif
 
 #endif

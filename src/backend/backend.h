@@ -160,12 +160,11 @@ struct Backend {
                              const int *counts, int E, int C, int F);
 
     /* what a routing decision did, as host numbers (router.csv, domains.csv): the trainer
-     * reads these, never the routing arrays */
+     * reads these, never the routing arrays. route_stats fills all of host_out: route_stats of
+     * the decision, and the router_logit_stats of its logits (N, E) and lse (N) */
     void (*route_stats)(const Backend *be, RouteStats *host_out, const float *scores,
-                        const int *idx, const DispatchPlan *p, int N, const MoeSpec *s);
-    /* the router's logits in numbers: host_out's max_logit and lse_mean (router_logit_stats) */
-    void (*router_logit_stats)(const Backend *be, RouteStats *host_out, const float *logits,
-                               const float *lse, int N, int E);
+                        const float *logits, const float *lse, const int *idx,
+                        const DispatchPlan *p, int N, const MoeSpec *s);
     void (*route_domains)(const Backend *be, double *host_counts, double *host_drops,
                           const unsigned char *host_domains, int n_domains, const int *idx,
                           const DispatchPlan *p, int N, const MoeSpec *s);

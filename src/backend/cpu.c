@@ -151,10 +151,6 @@ static float ref_router_balance_loss(const Backend *be, const float *scores, con
                                      const MoeSpec *s, const MoeCtx *x) {
     return (void)be, router_balance_loss(scores, idx, N, s, x);
 }
-static void ref_router_logit_stats(const Backend *be, RouteStats *out, const float *logits,
-                                   const float *lse, int N, int E) {
-    (void)be, router_logit_stats(out, logits, lse, N, E);
-}
 static float ref_router_z_loss(const Backend *be, const float *lse, int N) {
     return (void)be, router_z_loss(lse, N);
 }
@@ -208,9 +204,12 @@ static void ref_experts_backward(const Backend *be, float *dxe, float *dWg, floa
                                offsets, counts, E, C, F);
 }
 
-static void ref_route_stats(const Backend *be, RouteStats *out, const float *scores, const int *idx,
+static void ref_route_stats(const Backend *be, RouteStats *out, const float *scores,
+                            const float *logits, const float *lse, const int *idx,
                             const DispatchPlan *p, int N, const MoeSpec *s) {
-    (void)be, route_stats(out, scores, idx, p, N, s);
+    (void)be;
+    route_stats(out, scores, idx, p, N, s);
+    router_logit_stats(out, logits, lse, N, s->num_experts);
 }
 static void ref_route_domains(const Backend *be, double *counts, double *drops,
                               const unsigned char *domains, int n_domains, const int *idx,
@@ -279,8 +278,7 @@ static void sgemm_seconds(const Backend *be, int n, int reps, double *seconds) {
     .expert_choice_forward = ref_expert_choice_forward, .permute_forward = ref_permute_forward,    \
     .permute_backward = ref_permute_backward, .combine_forward = ref_combine_forward,              \
     .combine_backward = ref_combine_backward, .route_stats = ref_route_stats,                      \
-    .router_logit_stats = ref_router_logit_stats, .route_domains = ref_route_domains,              \
-    .gemm_seconds = sgemm_seconds
+    .route_domains = ref_route_domains, .gemm_seconds = sgemm_seconds
 
 const Backend backend_cpu_ref = {
     .name = "cpu-ref",

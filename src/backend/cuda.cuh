@@ -189,8 +189,6 @@ void cuda_coll_wait(const Backend *be, Dist *d, void *op);
 void cuda_router_gate_weights(const Backend *be, float *w, const int *idx, const float *scores,
                               const float *logits, int N, const MoeSpec *s);
 float cuda_router_z_loss(const Backend *be, const float *lse, int N);
-void cuda_router_logit_stats(const Backend *be, RouteStats *host_out, const float *logits,
-                             const float *lse, int N, int E);
 void cuda_dispatch_plan_build(const Backend *be, DispatchPlan *p, const int *idx, int N);
 void cuda_permute_forward(const Backend *be, float *xe, const float *x, const DispatchPlan *p,
                           int C);
@@ -206,8 +204,9 @@ void cuda_router_gate_backward(const Backend *be, float *dlogits, const float *d
                                const float *scores, const float *lse, const float *logits,
                                const int *idx, const float *w, int N, const MoeSpec *s,
                                const MoeCtx *x, float bal_scale, float z_scale);
-void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scores, const int *idx,
-                      const DispatchPlan *p, int N, const MoeSpec *s);
+void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scores,
+                      const float *logits, const float *lse, const int *idx, const DispatchPlan *p,
+                      int N, const MoeSpec *s);
 /* cuda_plans.cu: the plans that choose */
 void cuda_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
                               const float *scores, const float *w, int N, const MoeSpec *s,

@@ -25,7 +25,6 @@
  *   router_gate_forward    k_gate          kmoe_grid(N) x KMOE_THREADS, a thread per token
  *   router_gate_weights    k_gate_weights  kmoe_grid(N) x KMOE_THREADS, a thread per token
  *   router_z_loss          k_zloss         1 x KMOE_THREADS, then a copy of 8 bytes and a sync
- *   router_logit_stats     k_logit_stats   1 x KMOE_THREADS, then a copy of 16 bytes and a sync
  *   dispatch_plan_build    k_plan_rank     E x KMOE_THREADS, a block per expert
  *                          k_plan_offsets  1 x KMOE_THREADS
  *                          k_plan_place    kmoe_grid(N K) x KMOE_THREADS
@@ -44,7 +43,8 @@
  *                          k_gate_back     kmoe_grid(N) x KMOE_THREADS, a thread per token
  *   route_stats            k_stats_tokens  kmoe_grid(N) x KMOE_THREADS, a thread per token
  *                          k_expert_parts  as above, one row, hits and drops (token choice)
- *                          k_stats_final   1 x KMOE_THREADS, then one copy and a sync
+ *                          k_stats_final   1 x KMOE_THREADS
+ *                          k_logit_stats   1 x KMOE_THREADS, then one copy and a sync
  */
 #include "backend/cuda.cuh"
 #include "backend/kernels_moe.h"
@@ -138,7 +138,7 @@ float cuda_router_z_loss(const Backend *be, const float *lse, int N) {
 }
 
 /* One block, as k_zloss: each thread its tokens' largest |logit| and lse sum, then the shared
- * trees; thread 0 writes the maximum and the sum. */
+ * trees; thread 0 writes the maximum and the sum (into route_stats' head). */
 static __global__ void __launch_bounds__(KMOE_THREADS)
     k_logit_stats(float *largest, double *total, const float *logits, const float *lse, int N,
                   int E) {
@@ -152,23 +152,6 @@ static __global__ void __launch_bounds__(KMOE_THREADS)
         __syncthreads();
     }
     if (t == 0) *largest = shm[0], *total = shs[0];
-}
-
-void cuda_router_logit_stats(const Backend *be, RouteStats *host_out, const float *logits,
-                             const float *lse, int N, int E) {
-    host_out->max_logit = host_out->lse_mean = 0.0f;
-    if (N <= 0) return;
-    cudaStream_t st = cuda_stream(be);
-    struct {
-        double total;
-        float largest;
-    } *d = (decltype(d))cuda_scratch(be, sizeof *d), h;
-    k_logit_stats<<<1, KMOE_THREADS, 0, st>>>(&d->largest, &d->total, logits, lse, N, E);
-    CUDA_LAUNCHED();
-    CUDA_CHECK(cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    host_out->max_logit = h.largest;
-    host_out->lse_mean = (float)(h.total / N);
 }
 
 /* ---- dispatch plan ------------------------------------------------------------------------ */
@@ -553,8 +536,9 @@ static __global__ void __launch_bounds__(KMOE_THREADS)
     }
 }
 
-void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scores, const int *idx,
-                      const DispatchPlan *p, int N, const MoeSpec *s) {
+void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scores,
+                      const float *logits, const float *lse, const int *idx, const DispatchPlan *p,
+                      int N, const MoeSpec *s) {
     const int E = s->num_experts, K = s->top_k, ec = s->routing == MOE_ROUTING_EXPERT_CHOICE;
     /* expert choice reads its plan's tokens (expert_choice_stats), token choice the call's */
     const int Nc = ec ? p->N : N, Nt = Nc > 0 ? Nc : 0;
@@ -583,6 +567,10 @@ void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scor
     }
     k_stats_final<<<1, KMOE_THREADS, 0, st>>>(d_out, bent, btop, bun, nblk, ph, pd, nchunk,
                                               ec ? p->counts : NULL, E);
+    CUDA_LAUNCHED();
+    /* the logits' statistics into the same head: one copy and one wait for both */
+    k_logit_stats<<<1, KMOE_THREADS, 0, st>>>(&d_out->max_logit, &d_out->lse_sum, logits, lse,
+                                              N > 0 ? N : 0, E);
     CUDA_LAUNCHED();
     /* the few numbers in one copy to pinned staging, one wait, then the host's formulas */
     KmoeStatsHead *h = (KmoeStatsHead *)cuda_stage(be, out_bytes);

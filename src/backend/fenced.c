@@ -298,13 +298,10 @@ static void f_experts_backward(const Backend *be, float *dxe, float *dWg, float 
     FENCED(experts_backward(CPU, dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd,
                             offsets, counts, E, C, F));
 }
-static void f_route_stats(const Backend *be, RouteStats *out, const float *scores, const int *idx,
+static void f_route_stats(const Backend *be, RouteStats *out, const float *scores,
+                          const float *logits, const float *lse, const int *idx,
                           const DispatchPlan *p, int N, const MoeSpec *s) {
-    FENCED(route_stats(CPU, out, scores, idx, p, N, s));
-}
-static void f_router_logit_stats(const Backend *be, RouteStats *out, const float *logits,
-                                 const float *lse, int N, int E) {
-    FENCED(router_logit_stats(CPU, out, logits, lse, N, E));
+    FENCED(route_stats(CPU, out, scores, logits, lse, idx, p, N, s));
 }
 static void f_route_domains(const Backend *be, double *counts, double *drops,
                             const unsigned char *domains, int n_domains, const int *idx,
@@ -366,7 +363,6 @@ const Backend backend_cpu_fenced = {
     .experts_forward = f_experts_forward,
     .experts_backward = f_experts_backward,
     .route_stats = f_route_stats,
-    .router_logit_stats = f_router_logit_stats,
     .route_domains = f_route_domains,
     .gemm_seconds = f_gemm_seconds,
 };

@@ -211,8 +211,9 @@ MOE_HD int kmoe_tree_sum_int(int *v, int n) {
  * dropped (E) ints right after it. */
 typedef struct {
     double ent, top1; /* sums over the tokens of the entropy and of the top score */
+    double lse_sum;   /* the sum of the call's lse (router_logit_stats) */
+    float max_logit;  /* the call's largest |logit| (router_logit_stats) */
     int unpicked;     /* expert choice: the tokens no expert picked */
-    int unused;
 } KmoeStatsHead;
 
 /* The host's end of route_stats (not MOE_HD: it calls load_balance): r from the head and the
@@ -223,6 +224,8 @@ static inline void kmoe_route_stats_finish(RouteStats *r, const KmoeStatsHead *h
                                            const MoeSpec *s) {
     const int E = s->num_experts, K = s->top_k;
     RouterStats *st = &r->st;
+    r->max_logit = h->max_logit;
+    r->lse_mean = N > 0 ? (float)(h->lse_sum / N) : 0.0f;
     r->pad = 0.0;
     if (s->routing == MOE_ROUTING_EXPERT_CHOICE) {
         const int Np = p->N;

@@ -302,8 +302,8 @@ int train_run(Config *c, const TrainOptions *o) {
         const float norm = model_grad_norm(&m);
         if (!isfinite(loss) || (c->diverge_loss > 0.0f && loss > c->diverge_loss)) {
             /* the step is recorded, not taken: the run ends as diverged (exit status 3) */
-            fprintf(ftrain, "%d,%.6f,%.6f,%.6f,%.6g,%.6f,,,0,0\n", step + 1, loss, aux, z,
-                    lr_schedule(c, step), norm);
+            train_csv_row(ftrain, step + 1, loss, aux, z, lr_schedule(c, step), norm, NAN, NAN, 0,
+                          0);
             fclose(ftrain);
             fclose(frouter);
             if (root)
@@ -341,9 +341,7 @@ int train_run(Config *c, const TrainOptions *o) {
             fflush(fvalrouter);
             last_val = val_loss;
         }
-        fprintf(ftrain, "%d,%.6f,%.6f,%.6f,%.6g,%.6f,%.1f,", s, loss, aux, z, lr, norm, tok_s);
-        if (!isnan(val_loss)) fprintf(ftrain, "%.6f", val_loss);
-        fprintf(ftrain, ",%d,%d\n", loss_spike, grad_spike);
+        train_csv_row(ftrain, s, loss, aux, z, lr, norm, tok_s, val_loss, loss_spike, grad_spike);
         router_accum_write(&ra, &m, frouter, s);
         if (freplay) {
             fprintf(freplay, "%d,%lld,%lld\n", s, tape.choices - replay_choices,

@@ -58,6 +58,18 @@ static float group_maxvio(const float *load, int E, int G) {
     return maxvio;
 }
 
+/* ---- train.csv --------------------------------------------------------------------------------
+ */
+
+void train_csv_row(FILE *f, int step, double loss, double aux, double z, float lr, float norm,
+                   double tok_s, float val_loss, int loss_spike, int grad_spike) {
+    fprintf(f, "%d,%.6f,%.6f,%.6f,%.6g,%.6f,", step, loss, aux, z, lr, norm);
+    if (!isnan(tok_s)) fprintf(f, "%.1f", tok_s);
+    fputc(',', f);
+    if (!isnan(val_loss)) fprintf(f, "%.6f", val_loss);
+    fprintf(f, ",%d,%d\n", loss_spike, grad_spike);
+}
+
 /* ---- router.csv: the router statistics of one optimizer step ------------------------------ */
 
 void router_accum_reset(RouterAccum *r) {

@@ -48,6 +48,12 @@ void router_accum_share(RouterAccum *r, Dist *d);
 void router_csv_header(char *buf, size_t n, int E);
 void router_accum_write(const RouterAccum *r, const Model *m, FILE *f, int step);
 
+/* ---- train.csv ---------------------------------------------------------------------------------
+ * One row: step,loss,aux_loss,z_loss,lr,grad_norm,tok_per_s,val_loss,loss_spike,grad_spike;
+ * tok_s or val_loss NAN leaves its field empty (a step without an evaluation, a diverged step). */
+void train_csv_row(FILE *f, int step, double loss, double aux, double z, float lr, float norm,
+                   double tok_s, float val_loss, int loss_spike, int grad_spike);
+
 /* ---- domains.csv, val_router.csv (an evaluation's routing), dist.csv ---------------------------
  */
 void domains_csv_write(FILE *f, const DomainCounts *dc, const Model *m, const Shard *val, int step);
