@@ -71,5 +71,6 @@ void load_model(Model *m, Config *c, const char *path, int B, int T);
 int cmd_export(int argc, char **argv);
 int cmd_import(int argc, char **argv);
 int cmd_upcycle(int argc, char **argv);
+int cmd_doctor(int argc, char **argv); /* doctor.c */
 
 #endif

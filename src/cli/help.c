@@ -113,6 +113,14 @@ static const CmdHelp HELP[] = {
      "  --precision P         a GPU's products: fp32 (default), tf32 or bf16 (train.precision)\n"
      "  --reference-attention the loop attention instead of the GEMM one\n"
      "  --help                this text\n"},
+    {"doctor",
+     "usage: moe doctor RUN_DIR [options]\n"
+     "Diagnose a run directory: each finding with its evidence, causes, the settings to change\n"
+     "and the handbook section (chapter 6). Exit status 0 healthy, 1 a warning, 3 a failure.\n"
+     "  --json                the same report as JSON\n"
+     "  --threshold NAME=VALUE  change one threshold for this diagnosis; repeatable\n"
+     "  --thresholds          list the thresholds, their defaults and what each measures\n"
+     "  --help                this text\n"},
 };
 
 const char *cli_help(const char *cmd) {

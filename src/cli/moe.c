@@ -15,6 +15,7 @@
  *   moe bench   [--config NAME]... [--steps N] [--warmup N] [--threads N] [--json]
  *               [--profile] [--profile-out FILE.csv] [--device NAME] [--precision P]
  *               [--reference-attention]
+ *   moe doctor  RUN_DIR [--json] [--threshold NAME=VALUE]... | --thresholds   (doctor.c)
  *   moe help    [CMD]             (and moe CMD --help: each command's options, help.c)
  *
  * Every mistake on the command line, in a config, a data file or a checkpoint ends with a
@@ -59,6 +60,7 @@ const char *const USAGE =
     "          [--reference-attention]\n"
     "          NAME: tiny, tiny-dense, small, small-dense (default: all four), tiny-e64,\n"
     "          gpu-medium, gpu-medium-dense\n"
+    "  doctor  RUN_DIR [--json] [--threshold NAME=VALUE]... | --thresholds\n"
     "  help    [CMD]\n"
     "The key=value settings are listed by `moe info --keys`.\n";
 
@@ -603,10 +605,10 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         int (*fn)(int, char **);
-    } CMDS[] = {{"train", cmd_train},    {"eval", cmd_eval},   {"sample", cmd_sample},
-                {"export", cmd_export},  {"info", cmd_info},   {"corpus", cmd_corpus},
-                {"synth", cmd_synth},    {"bench", cmd_bench}, {"import", cmd_import},
-                {"upcycle", cmd_upcycle}};
+    } CMDS[] = {{"train", cmd_train},     {"eval", cmd_eval},    {"sample", cmd_sample},
+                {"export", cmd_export},   {"info", cmd_info},    {"corpus", cmd_corpus},
+                {"synth", cmd_synth},     {"bench", cmd_bench},  {"import", cmd_import},
+                {"upcycle", cmd_upcycle}, {"doctor", cmd_doctor}};
     for (size_t i = 0; i < sizeof CMDS / sizeof CMDS[0]; i++)
         if (strcmp(argv[1], CMDS[i].name) == 0) return CMDS[i].fn(argc - 2, argv + 2);
     fprintf(stderr, "error: unknown command '%s'\n\n%s", argv[1], USAGE);

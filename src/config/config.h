@@ -68,6 +68,7 @@ typedef struct {
     float jitter;               /* training: router input times U(1 - jitter, 1 + jitter) */
     float noise;                /* training: N(0, noise^2) added to the router logits */
     int num_shared;             /* always-on shared experts per MoE block (one SwiGLU) */
+    float router_init_std;      /* std of the router's init; 0: the matrices' (model.init) */
     int routing;                /* MOE_ROUTING_*: token choice or expert choice */
     float ec_capacity;          /* expert choice: cap = ceil(ec_capacity * N * top_k / E) */
     float capacity_factor;      /* token choice: per-expert capacity factor; 0 = dropless */

@@ -99,6 +99,9 @@ const Key CONFIG_KEYS[] = {
         "training only: add N(0, noise^2) to the router logits"),
     ROW(T_INT, "moe.num_shared", num_shared, "0", 0, 4096, K_SHAPE,
         "shared experts every token passes through (one SwiGLU of hidden num_shared * F)"),
+    ROW(T_FLOAT, "moe.router_init_std", router_init_std, "0", 0, NOMAX, 0,
+        "std of the router's init; 0: as every matrix (model.init, model.init_scale). A large "
+        "one makes the first routing choices stick (chapter 6's collapse)"),
     ENUM_ROW("moe.routing", routing, "token_choice", "token_choice|expert_choice",
              "each token picks its top_k experts, or each expert its best tokens of the "
              "micro-batch (sees later tokens: not causal)"),

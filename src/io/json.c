@@ -146,3 +146,17 @@ int json_uint_array(JsonReader *j, uint64_t *v, int max, int *count) {
     } while (json_take(j, ','));
     return json_expect(j, ']');
 }
+
+void json_write_string(FILE *out, const char *s) {
+    fputc('"', out);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(out, "\\%c", ch);
+        else if (ch < 0x20)
+            fprintf(out, "\\u%04x", ch);
+        else
+            fputc(ch, out);
+    }
+    fputc('"', out);
+}

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/util.h"
 
@@ -36,5 +37,9 @@ int json_string(JsonReader *j, char **out);
 int json_uint(JsonReader *j, uint64_t *v);
 /* [u, u, ...]: the first max values go to v; *count gets how many there were (may be > max). */
 int json_uint_array(JsonReader *j, uint64_t *v, int max, int *count);
+
+/* The writing side: s as a JSON string literal (quotes, backslashes and control characters
+ * escaped; other bytes as they are, so UTF-8 text stays UTF-8). */
+void json_write_string(FILE *out, const char *s);
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "io/json.h"
 
 /* One profile line: ms per step. total = fwd + bwd + time outside both passes. */
 typedef struct {
@@ -35,20 +36,6 @@ static int op_lines(OpLine *ln, const StepResult *r) {
     double ot = fmax(r->step_mean - all, of + ob);
     ln[n++] = (OpLine){"other", 1e3 * of, 1e3 * ob, 1e3 * ot};
     return n;
-}
-
-static void json_string(FILE *out, const char *s) {
-    fputc('"', out);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(out, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(out, "\\u%04x", ch);
-        else
-            fputc(ch, out);
-    }
-    fputc('"', out);
 }
 
 /* 1 when the steps ran the loop attention of cpu-ref: asked for, or the backend's own */
@@ -81,9 +68,9 @@ extern const char moe_git_commit[]; /* build/version.c: the commit this binary w
 void bench_print_json(FILE *out, const BenchOptions *o, const char *cpu, long cores,
                       const SgemmResult *sg, const Row *rows, int n) {
     fprintf(out, "{\n  \"commit\": ");
-    json_string(out, moe_git_commit);
+    json_write_string(out, moe_git_commit);
     fprintf(out, ",\n  \"machine\": {\"cpu\": ");
-    json_string(out, cpu);
+    json_write_string(out, cpu);
     fprintf(out,
             ", \"cores\": %ld, \"threads\": %d, \"blas_core\": \"%s\"},\n"
             "  \"sgemm\": {\"n\": %d, \"reps\": %d, \"gflops\": %.6g, \"gflops_median\": %.6g, "
@@ -102,7 +89,7 @@ void bench_print_json(FILE *out, const BenchOptions *o, const char *cpu, long co
         const Config *c = &w->c;
         const MemoryBreakdown *m = &w->mem;
         fprintf(out, "%s\n    {\"name\": ", i ? "," : "");
-        json_string(out, w->ref->name);
+        json_write_string(out, w->ref->name);
         fprintf(out,
                 ", \"moe\": %s, \"d_model\": %d, \"n_layer\": %d, \"n_head\": %d, "
                 "\"num_experts\": %d, \"top_k\": %d, \"d_expert\": %d, \"d_ff\": %d, "

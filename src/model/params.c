@@ -180,9 +180,11 @@ static float norm_gain(const ParamTensor *t, const Config *c) {
 
 /* The std a matrix is drawn with. default: init_std, output projections / sqrt(2 L).
  * tiny (TinyInit, Pangu Ultra): sqrt(1 / (2 C L)) for every matrix, the token embedding 0.5
- * (an embedding feeds a norm first, so its scale is free). init_scale multiplies both. */
+ * (an embedding feeds a norm first, so its scale is free). init_scale multiplies both.
+ * moe.router_init_std, when set, is the router's std itself. */
 float params_init_std(const ParamTensor *t, const Config *c) {
     const ParamSpec *s = spec_of(t);
+    if (c->router_init_std > 0.0f && strcmp(s->name, "moe.router") == 0) return c->router_init_std;
     float std;
     if (c->init == MOE_INIT_TINY)
         std = strcmp(s->name, "tok_emb") == 0

@@ -16,6 +16,7 @@
 #include "model/route_tape.h"
 #include "train/checkpoint.h"
 #include "train/run.h"
+#include "train/health.h"
 #include "train/train_log.h"
 
 /* ---- evaluation --------------------------------------------------------------------------- */
@@ -243,6 +244,12 @@ int train_run(Config *c, const TrainOptions *o) {
     spike_watch_init(&grad_spikes, c->spike_window, c->spike_k);
     if (keep > 0) spike_watch_refill(&loss_spikes, &grad_spikes, path, keep);
     int n_loss_spikes = 0, n_grad_spikes = 0;
+    /* the live warnings: starving experts, drop storms, a gradient that is not finite */
+    int *moe_layer = (int *)calloc_check((size_t)m.n_moe + 1, sizeof(int));
+    for (int l = 0, b = 0; l < c->n_layer; l++)
+        if (config_is_moe_layer(c, l)) moe_layer[b++] = l;
+    HealthWatch health;
+    health_watch_init(&health, m.n_moe, E, moe_layer);
     DomainCounts dc = {.n_moe = m.n_moe, .n_domains = (int)val.n_domains, .E = E};
     dc.counts = (double *)calloc_check((size_t)m.n_moe * val.n_domains * E + 1, sizeof(double));
     dc.drops = (double *)calloc_check((size_t)m.n_moe * 2 + 1, sizeof(double));
@@ -343,6 +350,8 @@ int train_run(Config *c, const TrainOptions *o) {
         }
         train_csv_row(ftrain, s, loss, aux, z, lr, norm, tok_s, val_loss, loss_spike, grad_spike);
         router_accum_write(&ra, &m, frouter, s);
+        if (root)
+            health_watch_step(&health, &ra, norm, s, stderr, tty && !o->quiet ? "\r\033[K" : "");
         if (freplay) {
             fprintf(freplay, "%d,%lld,%lld\n", s, tape.choices - replay_choices,
                     tape.flips - replay_flips);
@@ -403,6 +412,8 @@ int train_run(Config *c, const TrainOptions *o) {
     router_accum_free(&ra);
     spike_watch_free(&loss_spikes);
     spike_watch_free(&grad_spikes);
+    health_watch_free(&health);
+    free(moe_layer);
     free(dc.drops);
     free(dc.counts);
     model_free(&m);

@@ -1,0 +1,542 @@
+/*
+ * doctor.c: the rules of `moe doctor` (doctor.h), one function per finding, each reading the
+ * run's tables and writing its evidence when the run crosses a threshold of train/health.h.
+ *
+ * Two spans recur. The final window: the last TH_FINAL_WINDOW of the logged steps (at least
+ * 10), whose means say in what state the run ended. A streak: consecutive steps on which a
+ * condition holds (an expert starving, a layer dropping), which says for how long.
+ */
+#include "measure/doctor.h"
+#include "measure/doctor_run.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+
+/* ---- small helpers ------------------------------------------------------------------------------
+ */
+
+static void add(Finding *f, const char *fmt, ...) MOE_PRINTF(2, 3);
+static void add(Finding *f, const char *fmt, ...) {
+    size_t n = strlen(f->evidence);
+    if (n + 2 >= sizeof f->evidence) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->evidence + n, sizeof f->evidence - n - 1, fmt, ap);
+    va_end(ap);
+    n = strlen(f->evidence);
+    f->evidence[n] = '\n', f->evidence[n + 1] = '\0';
+}
+
+/* the report's finding `id`, opened (evidence empty) on first use */
+static Finding *finding(DoctorReport *r, FindingId id) {
+    for (int i = 0; i < r->n_found; i++)
+        if (r->found[i].id == id) return &r->found[i];
+    Finding *f = &r->found[r->n_found++];
+    memset(f, 0, sizeof *f);
+    f->id = id;
+    return f;
+}
+
+static double tcol(const Run *run, int row, int col) {
+    return col < 0 ? NAN : csv_at(&run->train, row, col);
+}
+
+/* router.csv's value of column `name` of MoE block b (its b-th layer) at row i of that block */
+static int rcol(const Run *run, const char *name) {
+    return csv_col(&run->router, name);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    if (n <= 0) return NAN;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* mean of train.csv column col over the rows with from <= step <= to (finite values only) */
+static double train_mean(const Run *run, int col, int from, int to) {
+    double s = 0.0;
+    int n = 0;
+    for (int i = 0; i < run->train.n_row; i++) {
+        const int step = (int)tcol(run, i, run->c_step);
+        const double v = tcol(run, i, col);
+        if (step < from || step > to || !isfinite(v)) continue;
+        s += v, n++;
+    }
+    return n ? s / n : NAN;
+}
+
+/* ---- the rules ----------------------------------------------------------------------------------
+ */
+
+static void rule_divergence(DoctorReport *r, const Run *run) {
+    const float cap = r->cfg.diverge_loss;
+    for (int i = 0; i < run->train.n_row; i++) {
+        const double loss = tcol(run, i, run->c_loss), g = tcol(run, i, run->c_grad);
+        const int step = (int)tcol(run, i, run->c_step);
+        const int bad_loss = isnan(loss) || isinf(loss) || (cap > 0.0f && loss > cap);
+        if (!bad_loss && isfinite(g)) continue;
+        Finding *f = finding(r, F_DIVERGENCE);
+        if (bad_loss)
+            add(f, "step %d: training loss %g (%s); the run ends there (exit status 3)", step, loss,
+                isfinite(loss) ? "above train.diverge_loss" : "not a finite number");
+        else
+            add(f, "step %d: gradient norm %g, not a finite number (loss %.4f)", step, g, loss);
+        const double before = train_mean(run, run->c_loss, step - 20, step - 1);
+        if (isfinite(before)) add(f, "mean training loss over the 20 steps before: %.4f", before);
+        return;
+    }
+}
+
+static void spike_rule(DoctorReport *r, const Run *run, int col, int value_col, double min_count,
+                       FindingId id, const char *what) {
+    if (col < 0) return;
+    int n = 0;
+    for (int i = 0; i < run->train.n_row; i++) n += tcol(run, i, col) == 1.0;
+    if (n == 0 || n < min_count) return;
+    Finding *f = finding(r, id);
+    char steps[1024] = "";
+    int shown = 0;
+    for (int i = 0; i < run->train.n_row && shown < 8; i++) {
+        if (tcol(run, i, col) != 1.0) continue;
+        const size_t len = strlen(steps);
+        snprintf(steps + len, sizeof steps - len, "%s%d (%.3g)", shown ? ", " : "",
+                 (int)tcol(run, i, run->c_step), tcol(run, i, value_col));
+        shown++;
+    }
+    add(f,
+        "%d %s spikes in %d steps (a value above the mean of the %d steps before it plus %g "
+        "standard deviations); at steps %s%s",
+        n, what, run->train.n_row, r->cfg.spike_window, (double)r->cfg.spike_k, steps,
+        n > shown ? ", ..." : "");
+}
+
+static void rule_loss_rising(DoctorReport *r, const Run *run, const double *th, int w) {
+    /* moving means of w steps after warm-up; the last against the lowest */
+    const int n = run->train.n_row;
+    double best = INFINITY, sum = 0.0;
+    int best_end = -1, first = -1, count = 0;
+    for (int i = 0; i < n; i++) {
+        if (tcol(run, i, run->c_step) <= r->cfg.warmup) continue;
+        if (first < 0) first = i;
+        const double v = tcol(run, i, run->c_loss);
+        if (!isfinite(v)) return; /* a divergence: its own finding */
+        sum += v, count++;
+        if (count > w) sum -= tcol(run, i - w, run->c_loss), count = w;
+        if (count == w && sum / w < best) best = sum / w, best_end = i;
+    }
+    if (best_end < 0 || count < w || best_end == n - 1) return;
+    const double last = sum / w;
+    if (last - best < th[TH_LR_RISE]) return;
+    Finding *f = finding(r, F_LOSS_RISING);
+    add(f,
+        "training loss (mean of %d steps): lowest %.4f at steps %d-%d, after warm-up (%d "
+        "steps); %.4f at steps %d-%d, %.3f nats higher",
+        w, best, (int)tcol(run, best_end - w + 1, run->c_step),
+        (int)tcol(run, best_end, run->c_step), r->cfg.warmup, last,
+        (int)tcol(run, n - w, run->c_step), (int)tcol(run, n - 1, run->c_step), last - best);
+    add(f, "peak learning rate train.lr=%g", (double)r->cfg.lr);
+}
+
+/* the mean load of each expert of block b over the final window, into load[E]; rows used */
+static int final_loads(const Run *run, int b, int from, double *load) {
+    const int c_step = rcol(run, "step"), c_load = rcol(run, "load_0");
+    int rows = 0;
+    memset(load, 0, (size_t)run->E * sizeof(double));
+    for (int i = 0; i < run->router.n_row; i++) {
+        if ((i % run->n_moe) != b || csv_at(&run->router, i, c_step) < from) continue;
+        for (int e = 0; e < run->E; e++) load[e] += csv_at(&run->router, i, c_load + e);
+        rows++;
+    }
+    for (int e = 0; e < run->E && rows; e++) load[e] /= rows;
+    return rows;
+}
+
+static double block_mean(const Run *run, int b, const char *col, int from) {
+    const int c = rcol(run, col), c_step = rcol(run, "step");
+    double s = 0.0;
+    int n = 0;
+    for (int i = b; c >= 0 && i < run->router.n_row; i += run->n_moe)
+        if (csv_at(&run->router, i, c_step) >= from && isfinite(csv_at(&run->router, i, c)))
+            s += csv_at(&run->router, i, c), n++;
+    return n ? s / n : NAN;
+}
+
+static int block_layer(const Run *run, int b) {
+    return (int)csv_at(&run->router, b, rcol(run, "layer"));
+}
+
+static void rule_collapse(DoctorReport *r, const Run *run, const double *th) {
+    if (r->cfg.routing == MOE_ROUTING_EXPERT_CHOICE) return; /* balanced by construction */
+    double load[MAX_E];
+    int order[MAX_E];
+    const int q = run->K > (run->E + 3) / 4 ? run->K : (run->E + 3) / 4; /* the busiest quarter */
+    if (q >= run->E) return;
+    for (int b = 0; b < run->n_moe; b++) {
+        if (!final_loads(run, b, r->win_from, load)) continue;
+        for (int e = 0; e < run->E; e++) order[e] = e;
+        for (int i = 0; i < q; i++) /* partial selection sort: the q busiest first */
+            for (int j = i + 1; j < run->E; j++)
+                if (load[order[j]] > load[order[i]]) {
+                    int t = order[i];
+                    order[i] = order[j], order[j] = t;
+                }
+        double share = 0.0;
+        for (int i = 0; i < q; i++) share += load[order[i]];
+        if (share < th[TH_COLLAPSE_SHARE]) continue;
+        char who[256] = "";
+        for (int i = 0; i < q && i < 8; i++) {
+            const size_t len = strlen(who);
+            snprintf(who + len, sizeof who - len, "%s%d", i ? ", " : "", order[i]);
+        }
+        add(finding(r, F_ROUTER_COLLAPSE),
+            "layer %d: experts %s take %.0f %% of the assignments over steps %d-%d (fair: %.0f "
+            "%%); MaxVio %.2f, CV %.2f, router entropy %.2f nats (uniform: %.2f)",
+            block_layer(run, b), who, 100.0 * share, r->win_from, r->last_step, 100.0 * q / run->E,
+            block_mean(run, b, "maxvio", r->win_from), block_mean(run, b, "cv", r->win_from),
+            block_mean(run, b, "entropy", r->win_from), log((double)run->E));
+    }
+}
+
+/* the longest streak of rows of block b on which column c is below (sign -1) or above (+1)
+ * level; its first and last step and the mean of the column over it */
+static int streak(const Run *run, int b, int c, double level, int sign, int *from, int *to,
+                  double *mean) {
+    const int c_step = rcol(run, "step");
+    int best = 0, cur = 0, start = 0;
+    double sum = 0.0;
+    for (int i = b; i < run->router.n_row; i += run->n_moe) {
+        const double v = csv_at(&run->router, i, c);
+        if (sign * (v - level) > 0.0) {
+            if (!cur) start = i, sum = 0.0;
+            cur++, sum += v;
+            if (cur > best) {
+                best = cur;
+                *from = (int)csv_at(&run->router, start, c_step);
+                *to = (int)csv_at(&run->router, i, c_step);
+                *mean = sum / cur;
+            }
+        } else {
+            cur = 0;
+        }
+    }
+    return best;
+}
+
+static void rule_starving(DoctorReport *r, const Run *run, const double *th) {
+    const int c_load = rcol(run, "load_0");
+    const double level = th[TH_STARVE_SHARE] / run->E;
+    int listed = 0, more = 0;
+    for (int b = 0; b < run->n_moe; b++)
+        for (int e = 0; e < run->E; e++) {
+            int from = 0, to = 0;
+            double mean = 0.0;
+            const int n = streak(run, b, c_load + e, level, -1, &from, &to, &mean);
+            if (n == 0 || n < th[TH_STARVE_STEPS]) continue;
+            if (listed++ >= 12) {
+                more++;
+                continue;
+            }
+            add(finding(r, F_STARVING_EXPERTS),
+                "layer %d expert %d: under %.2f %% of the assignments for %d steps (%d-%d), "
+                "%.3f %% on average%s",
+                block_layer(run, b), e, 100.0 * level, n, from, to, 100.0 * mean,
+                mean == 0.0 ? ": dead, no token at all" : "");
+        }
+    if (more) add(finding(r, F_STARVING_EXPERTS), "and %d more experts", more);
+}
+
+static void rule_drops(DoctorReport *r, const Run *run, const double *th) {
+    const int c = rcol(run, "drop_frac");
+    for (int b = 0; c >= 0 && b < run->n_moe; b++) {
+        int from = 0, to = 0;
+        double mean = 0.0;
+        const int n = streak(run, b, c, th[TH_DROP_FRAC], +1, &from, &to, &mean);
+        if (n == 0 || n < th[TH_DROP_STEPS]) continue;
+        add(finding(r, F_DROP_STORM),
+            "layer %d: dropped over %.0f %% of its assignments for %d steps (%d-%d), %.1f %% on "
+            "average; %.1f %% over the final window (moe.capacity_factor=%g)",
+            block_layer(run, b), 100.0 * th[TH_DROP_FRAC], n, from, to, 100.0 * mean,
+            100.0 * block_mean(run, b, "drop_frac", r->win_from), (double)r->cfg.capacity_factor);
+    }
+    const int vc = csv_col(&run->val_router, "drop_frac");
+    if (r->n_found && vc >= 0 && run->val_router.n_row >= run->n_moe &&
+        r->found[r->n_found - 1].id == F_DROP_STORM) {
+        const int last = run->val_router.n_row - run->n_moe;
+        double s = 0.0;
+        for (int b = 0; b < run->n_moe; b++) s += csv_at(&run->val_router, last + b, vc);
+        add(finding(r, F_DROP_STORM),
+            "validation at step %.0f: %.1f %% dropped (mean of the layers)",
+            csv_at(&run->val_router, last, 0), 100.0 * s / run->n_moe);
+    }
+}
+
+static void rule_balance_dominates(DoctorReport *r, const Run *run, const double *th) {
+    if ((r->cfg.balance != MOE_BALANCE_AUX && r->cfg.balance != MOE_BALANCE_SEQ_AUX) ||
+        r->cfg.aux_coef <= 0.0f || run->c_aux < 0)
+        return;
+    const double aux = train_mean(run, run->c_aux, r->win_from, r->last_step);
+    const double loss = train_mean(run, run->c_loss, r->win_from, r->last_step);
+    const double term = r->cfg.aux_coef * run->n_moe * aux;
+    if (!(term > th[TH_AUX_SHARE] * loss)) return;
+    Finding *f = finding(r, F_BALANCE_DOMINATES);
+    add(f,
+        "over steps %d-%d the balance term moe.aux_coef x %d blocks x aux_loss = %g x %d x "
+        "%.4f = %.3f, %.0f %% of the language-model loss %.4f",
+        r->win_from, r->last_step, run->n_moe, (double)r->cfg.aux_coef, run->n_moe, aux, term,
+        100.0 * term / loss, loss);
+    double mv = 0.0;
+    for (int b = 0; b < run->n_moe; b++) mv += block_mean(run, b, "maxvio", r->win_from);
+    add(f,
+        "the loads are near uniform (MaxVio %.3f, mean of the layers), bought with the "
+        "language model's share of the gradient",
+        mv / run->n_moe);
+}
+
+static void rule_logits(DoctorReport *r, const Run *run, const double *th) {
+    const int c = rcol(run, "max_logit");
+    if (c < 0) return;
+    const int early_from = r->cfg.warmup, early_to = r->cfg.warmup + (r->last_step - r->win_from);
+    if (early_to >= r->win_from) return; /* too short a run to see a trend */
+    for (int b = 0; b < run->n_moe; b++) {
+        double early = 0.0;
+        int n = 0;
+        for (int i = b; i < run->router.n_row; i += run->n_moe) {
+            const double step = csv_at(&run->router, i, 0);
+            if (step >= early_from && step <= early_to) early += csv_at(&run->router, i, c), n++;
+        }
+        if (!n) continue;
+        early /= n;
+        const double late = block_mean(run, b, "max_logit", r->win_from);
+        if (!(late > th[TH_LOGIT_MAX] && late > th[TH_LOGIT_GROWTH] * early)) continue;
+        add(finding(r, F_LOGIT_GROWTH),
+            "layer %d: largest |router logit| %.2f over steps %d-%d, %.1fx its %.2f at steps %d-%d "
+            "(moe.z_coef=%g)",
+            block_layer(run, b), late, r->win_from, r->last_step, late / early, early, early_from,
+            early_to, (double)r->cfg.z_coef);
+    }
+}
+
+static void rule_bias(DoctorReport *r, const Run *run, const double *th) {
+    if (r->cfg.balance != MOE_BALANCE_AUX_FREE) return;
+    const int c_load = rcol(run, "load_0"), c_bias = rcol(run, "bias_0"),
+              c_step = rcol(run, "step");
+    const int mid = r->last_step / 2;
+    for (int b = 0; b < run->n_moe; b++) {
+        double churn = 0.0, spread_mid = NAN, spread_end = NAN;
+        int n = 0;
+        for (int i = b; i < run->router.n_row; i += run->n_moe) {
+            const double step = csv_at(&run->router, i, c_step);
+            double lo = INFINITY, hi = -INFINITY;
+            for (int e = 0; e < run->E; e++) {
+                const double v = csv_at(&run->router, i, c_bias + e);
+                lo = v < lo ? v : lo, hi = v > hi ? v : hi;
+            }
+            if (step <= mid) spread_mid = hi - lo;
+            spread_end = hi - lo;
+            if (step < r->win_from || i < run->n_moe) continue;
+            double moved = 0.0;
+            for (int e = 0; e < run->E; e++)
+                moved += fabs(csv_at(&run->router, i, c_load + e) -
+                              csv_at(&run->router, i - run->n_moe, c_load + e));
+            churn += 0.5 * moved, n++;
+        }
+        if (n && churn / n > th[TH_LOAD_CHURN])
+            add(finding(r, F_BIAS_OSCILLATION),
+                "layer %d: %.0f %% of the load changes expert from one step to the next over steps "
+                "%d-%d (moe.bias_rate=%g, moe.bias_update=%s); MaxVio %.2f",
+                block_layer(run, b), 100.0 * churn / n, r->win_from, r->last_step,
+                (double)r->cfg.bias_rate,
+                r->cfg.bias_update == MOE_BIAS_SIGN ? "sign" : "proportional",
+                block_mean(run, b, "maxvio", r->win_from));
+        if (spread_end >= 10.0 * r->cfg.bias_rate && spread_end > th[TH_BIAS_GROWTH] * spread_mid)
+            add(finding(r, F_BIAS_DRIFT),
+                "layer %d: the biases span %.3f at step %d, %.2fx their %.3f at step %d: still "
+                "widening, at up to 2 x moe.bias_rate=%g a step",
+                block_layer(run, b), spread_end, r->last_step, spread_end / spread_mid, spread_mid,
+                mid, (double)r->cfg.bias_rate);
+    }
+}
+
+static void rule_overfitting(DoctorReport *r, const Run *run, const double *th) {
+    int best = -1, last = -1;
+    for (int i = 0; i < run->train.n_row; i++) {
+        const double v = tcol(run, i, run->c_val);
+        if (!isfinite(v)) continue;
+        if (best < 0 || v < tcol(run, best, run->c_val)) best = i;
+        last = i;
+    }
+    if (best < 0 || last == best) return;
+    const double vb = tcol(run, best, run->c_val), vl = tcol(run, last, run->c_val);
+    const int sb = (int)tcol(run, best, run->c_step), sl = (int)tcol(run, last, run->c_step);
+    const double tb = train_mean(run, run->c_loss, sb - 9, sb),
+                 tl = train_mean(run, run->c_loss, sl - 9, sl);
+    if (vl - vb < th[TH_VAL_RISE] || !(tl < tb)) return; /* overfitting: train falls, val rises */
+    Finding *f = finding(r, F_OVERFITTING);
+    add(f, "validation loss %.4f at step %d, %.3f nats above its lowest %.4f at step %d", vl, sl,
+        vl - vb, vb, sb);
+    add(f,
+        "training loss (10 steps) meanwhile fell from %.4f to %.4f: the gap grew from %.3f to "
+        "%.3f nats",
+        tb, tl, vb - tb, vl - tl);
+}
+
+/* provenance.txt: each segment's data lines; a change of shard between segments */
+static void rule_provenance(DoctorReport *r, const Run *run, const double *th) {
+    if (!run->prov) return;
+    const char *keys[2] = {"data.train = ", "data.val = "};
+    unsigned long long train_tokens = 0;
+    for (int k = 0; k < 2; k++) {
+        char first[512] = "", seg_at[32] = "0";
+        const char *p = run->prov;
+        while (p && *p) {
+            const char *eol = strchr(p, '\n');
+            const size_t len = eol ? (size_t)(eol - p) : strlen(p);
+            if (strncmp(p, "resumed_at_step = ", 18) == 0)
+                snprintf(seg_at, sizeof seg_at, "%.*s", (int)(len - 18), p + 18);
+            if (strncmp(p, keys[k], strlen(keys[k])) == 0 && len < sizeof first) {
+                char line[512];
+                snprintf(line, sizeof line, "%.*s", (int)(len - strlen(keys[k])),
+                         p + strlen(keys[k]));
+                const char *t = strstr(line, " tokens=");
+                if (k == 0 && t) train_tokens = strtoull(t + 8, NULL, 10);
+                if (!first[0])
+                    snprintf(first, sizeof first, "%s", line);
+                else if (strcmp(first, line) != 0)
+                    add(finding(r, F_DATA_CHANGED), "%.*s was %s; from step %s it is %s",
+                        (int)strlen(keys[k]) - 3, keys[k], first, seg_at, line);
+            }
+            p = eol ? eol + 1 : NULL;
+        }
+    }
+    if (!train_tokens) return;
+    const double tokens = (double)r->last_step * r->cfg.accum * r->cfg.batch * r->cfg.seq_len;
+    const double epochs = tokens / (double)train_tokens;
+    if (epochs > th[TH_EPOCHS])
+        add(finding(r, F_DATA_REPEATED),
+            "%d steps x %d x %d x %d tokens = %.0f tokens trained from a shard of %llu: %.1f "
+            "passes over the data",
+            r->last_step, r->cfg.accum, r->cfg.batch, r->cfg.seq_len, tokens, train_tokens, epochs);
+}
+
+static void rule_ep(DoctorReport *r, const Run *run, const double *th) {
+    const CsvTable *t = &run->dist;
+    const int c_step = csv_col(t, "step"), c_layer = csv_col(t, "layer"),
+              c_rank = csv_col(t, "rank");
+    const int c_rows = csv_col(t, "rows_in"), c_comm = csv_col(t, "comm_s");
+    if (c_step < 0 || c_layer < 0 || c_rank < 0 || c_rows < 0 || c_comm < 0) return;
+    int world = 0;
+    for (int i = 0; i < t->n_row; i++)
+        if ((int)csv_at(t, i, c_rank) + 1 > world) world = (int)csv_at(t, i, c_rank) + 1;
+    if (world < 2 || world > 1024) return;
+    double rows[1024], comm[1024];
+    for (int l = 0; l < r->cfg.n_layer; l++) {
+        memset(rows, 0, sizeof rows);
+        memset(comm, 0, sizeof comm);
+        int n = 0;
+        for (int i = 0; i < t->n_row; i++) {
+            if ((int)csv_at(t, i, c_layer) != l || csv_at(t, i, c_step) < r->win_from) continue;
+            const int k = (int)csv_at(t, i, c_rank);
+            rows[k] += csv_at(t, i, c_rows), comm[k] += csv_at(t, i, c_comm), n++;
+        }
+        if (!n) continue;
+        double total = 0.0, top = 0.0;
+        int busiest = 0;
+        for (int k = 0; k < world; k++) {
+            total += rows[k];
+            if (rows[k] > top) top = rows[k], busiest = k;
+        }
+        const double ratio = total > 0.0 ? top / (total / world) : 1.0;
+        if (ratio < th[TH_EP_IMBALANCE]) continue;
+        double others = 0.0;
+        for (int k = 0; k < world; k++) others += k == busiest ? 0.0 : comm[k];
+        const int steps = n / world;
+        add(finding(r, F_EP_IMBALANCE),
+            "layer %d: process %d's experts computed %.2fx the mean rows of the %d processes over "
+            "steps %d-%d; the others spent %.1f ms a step in the exchange, process %d %.1f ms",
+            l, busiest, ratio, world, r->win_from, r->last_step, 1e3 * others / (world - 1) / steps,
+            busiest, 1e3 * comm[busiest] / steps);
+    }
+}
+
+static void rule_throughput(DoctorReport *r, const Run *run, const double *th, int w) {
+    if (run->c_tok < 0 || run->train.n_row < 2 * w + 5) return;
+    double *early = (double *)calloc_check((size_t)w, sizeof(double));
+    double *late = (double *)calloc_check((size_t)w, sizeof(double));
+    int ne = 0, nl = 0;
+    for (int i = 5; i < run->train.n_row && ne < w; i++)
+        if (isfinite(tcol(run, i, run->c_tok))) early[ne++] = tcol(run, i, run->c_tok);
+    for (int i = run->train.n_row - w; i < run->train.n_row; i++)
+        if (isfinite(tcol(run, i, run->c_tok))) late[nl++] = tcol(run, i, run->c_tok);
+    const int s0 = (int)tcol(run, 5, run->c_step);
+    const double e = median(early, ne), l = median(late, nl);
+    free(early), free(late);
+    if (!(l < th[TH_THROUGHPUT_DROP] * e)) return;
+    add(finding(r, F_THROUGHPUT_DROP),
+        "%.0f tokens/s (median) over steps %d-%d against %.0f over steps %d-%d: %.0f %% of the "
+        "speed it started with",
+        l, r->win_from, r->last_step, e, s0, s0 + w - 1, 100.0 * l / e);
+}
+
+int doctor_run(DoctorReport *r, const char *dir, const double th[TH_COUNT], char *err, int errlen) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->dir, sizeof r->dir, "%s", dir);
+    Run run;
+    if (load_run(r, &run, dir, err, errlen) != 0) {
+        run_free(&run);
+        return -1;
+    }
+    const int n = run.train.n_row;
+    r->final_loss = r->final_val = NAN;
+    if (n > 0) {
+        r->last_step = (int)tcol(&run, n - 1, run.c_step);
+        r->final_loss = tcol(&run, n - 1, run.c_loss);
+        for (int i = 0; i < n; i++)
+            if (isfinite(tcol(&run, i, run.c_val))) r->final_val = tcol(&run, i, run.c_val);
+    }
+    int w = (int)ceil(th[TH_FINAL_WINDOW] * n);
+    w = w < 10 ? 10 : w;
+    w = w > n ? n : w;
+    r->win_from = n ? (int)tcol(&run, n - w, run.c_step) : 0;
+
+    rule_divergence(r, &run);
+    if (n >= 10) {
+        if (run.router.n_row && run.n_moe) rule_collapse(r, &run, th);
+        rule_loss_rising(r, &run, th, w);
+        spike_rule(r, &run, run.c_lspike, run.c_loss, th[TH_LOSS_SPIKES], F_LOSS_SPIKES, "loss");
+        spike_rule(r, &run, run.c_gspike, run.c_grad, th[TH_GRAD_SPIKES], F_GRAD_SPIKES,
+                   "gradient-norm");
+        if (run.router.n_row && run.n_moe) {
+            rule_starving(r, &run, th);
+            rule_drops(r, &run, th);
+            rule_logits(r, &run, th);
+            rule_bias(r, &run, th);
+        }
+        if (run.n_moe) rule_balance_dominates(r, &run, th);
+        rule_overfitting(r, &run, th);
+        rule_ep(r, &run, th);
+        rule_throughput(r, &run, th, w);
+    }
+    rule_provenance(r, &run, th);
+    int diverged = 0;
+    for (int i = 0; i < r->n_found; i++) diverged |= r->found[i].id == F_DIVERGENCE;
+    if (!diverged && r->last_step < r->cfg.steps)
+        add(finding(r, F_INCOMPLETE), "train.csv ends at step %d of train.steps=%d", r->last_step,
+            r->cfg.steps);
+    run_free(&run);
+    /* the report in the order of the findings' table */
+    for (int i = 1; i < r->n_found; i++)
+        for (int j = i; j > 0 && r->found[j].id < r->found[j - 1].id; j--) {
+            Finding t = r->found[j];
+            r->found[j] = r->found[j - 1], r->found[j - 1] = t;
+        }
+    return 0;
+}

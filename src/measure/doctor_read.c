@@ -1,0 +1,115 @@
+/*
+ * doctor_read.c: a run directory read for moe doctor (doctor_run.h): config.txt through the
+ * settings table (so a typo in it is named as in any config), every CSV file that exists, and
+ * provenance.txt; and the checks that the files belong together.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "io/files.h"
+#include "measure/doctor_run.h"
+
+/* ---- reading the run ----------------------------------------------------------------------------
+ */
+
+static int read_table(CsvTable *t, const char *dir, const char *name, char *files, char *err,
+                      int errlen) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    const int rc = csv_table_read(t, path, err, errlen);
+    if (rc > 0) {
+        const size_t n = strlen(files);
+        snprintf(files + n, 256 - n, "%s%s", n ? ", " : "", name);
+    }
+    return rc < 0 ? -1 : 0;
+}
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    char *text = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&text, &n);
+    char buf[4096];
+    size_t k;
+    while (m && (k = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, k, m);
+    if (m) fclose(m);
+    fclose(f);
+    return text;
+}
+
+void run_free(Run *run) {
+    csv_table_free(&run->train);
+    csv_table_free(&run->router);
+    csv_table_free(&run->val_router);
+    csv_table_free(&run->dist);
+    free(run->prov);
+}
+
+int load_run(DoctorReport *r, Run *run, const char *dir, char *err, int errlen) {
+    char path[1100];
+    memset(run, 0, sizeof *run);
+    snprintf(path, sizeof path, "%s/config.txt", dir);
+    if (!file_exists(dir))
+        return set_error(err, errlen, "no run directory '%s'; name one that moe train --out made",
+                         dir);
+    if (!file_exists(path))
+        return set_error(err, errlen,
+                         "'%s' is not a run directory: it has no config.txt; name a directory "
+                         "that moe train --out made",
+                         dir);
+    config_defaults(&r->cfg);
+    char cerr[512];
+    if (config_load_file(&r->cfg, path, cerr, sizeof cerr) != 0)
+        return set_error(err, errlen, "%s: %s", path, cerr);
+    snprintf(r->files, sizeof r->files, "config.txt");
+    if (read_table(&run->train, dir, "train.csv", r->files, err, errlen) ||
+        read_table(&run->router, dir, "router.csv", r->files, err, errlen) ||
+        read_table(&run->val_router, dir, "val_router.csv", r->files, err, errlen) ||
+        read_table(&run->dist, dir, "dist.csv", r->files, err, errlen))
+        return -1;
+    snprintf(path, sizeof path, "%s/provenance.txt", dir);
+    run->prov = read_text(path);
+    if (run->prov) {
+        const size_t n = strlen(r->files);
+        snprintf(r->files + n, sizeof r->files - n, ", provenance.txt");
+    }
+    const CsvTable *t = &run->train;
+    run->c_step = csv_col(t, "step"), run->c_loss = csv_col(t, "loss");
+    run->c_aux = csv_col(t, "aux_loss"), run->c_grad = csv_col(t, "grad_norm");
+    run->c_tok = csv_col(t, "tok_per_s"), run->c_val = csv_col(t, "val_loss");
+    run->c_lspike = csv_col(t, "loss_spike"), run->c_gspike = csv_col(t, "grad_spike");
+    if (t->n_col == 0 || run->c_step < 0 || run->c_loss < 0)
+        return set_error(err, errlen,
+                         "%s/train.csv is missing or has no step and loss columns: the run has "
+                         "not logged a step yet",
+                         dir);
+    run->E = r->cfg.num_experts, run->K = r->cfg.top_k;
+    for (int l = 0; l < r->cfg.n_layer; l++) run->n_moe += config_is_moe_layer(&r->cfg, l);
+    r->n_moe = run->n_moe;
+    if (run->router.n_col) { /* router.csv must match the config's experts and blocks */
+        const int c_load = csv_col(&run->router, "load_0");
+        char last[32];
+        snprintf(last, sizeof last, "load_%d", run->E - 1);
+        if (run->E <= 0 || run->E > MAX_E || run->n_moe <= 0 || c_load < 0 ||
+            csv_col(&run->router, "step") != 0 ||
+            csv_col(&run->router, last) != c_load + run->E - 1 ||
+            csv_col(&run->router, "bias_0") != c_load + run->E)
+            return set_error(err, errlen,
+                             "%s/router.csv does not match config.txt (%d MoE blocks of %d "
+                             "experts); was it copied from another run?",
+                             dir, run->n_moe, run->E);
+        /* a run still training may have written only some blocks of its last step */
+        run->router.n_row -= run->router.n_row % run->n_moe;
+        for (int i = 0; i < run->router.n_row; i++)
+            if ((int)csv_at(&run->router, i, 1) != (int)csv_at(&run->router, i % run->n_moe, 1))
+                return set_error(err, errlen,
+                                 "%s/router.csv: row %d is layer %.0f where layer %.0f belongs; "
+                                 "the file is damaged or was not written by moe train",
+                                 dir, i + 2, csv_at(&run->router, i, 1),
+                                 csv_at(&run->router, i % run->n_moe, 1));
+    }
+    return 0;
+}

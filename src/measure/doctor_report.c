@@ -1,0 +1,249 @@
+/*
+ * doctor_report.c: what each finding of `moe doctor` means (its causes, its fix, where the
+ * handbook explains it), and the report as text or JSON (doctor.h).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/json.h"
+#include "measure/doctor.h"
+
+/* The "read" column names sections of handbook.md's chapter 6 (tests/test_doctor.sh checks that
+ * each exists). */
+const FindingKind FINDINGS[F_COUNT] = {
+    [F_DIVERGENCE] = {"divergence", SEV_FAILURE,
+                      "the run diverged: the loss left the finite numbers",
+                      "a learning rate too high for the model's depth and init; no clipping; the "
+                      "router's logits overflowing in a low precision",
+                      "lower train.lr or raise train.warmup; keep train.clip at 1; try "
+                      "model.norm=dssn, model.init=tiny and moe.z_coef=1e-3 (chapter 5); resume "
+                      "from the last checkpoint with the change",
+                      "train.lr train.warmup train.clip model.norm model.init moe.z_coef",
+                      "6.1 Divergence and NaN"},
+    [F_ROUTER_COLLAPSE] = {"router_collapse", SEV_FAILURE,
+                           "router collapse: a few experts take most of the tokens",
+                           "no balancing or too weak a balance loss; a large router init that "
+                           "makes the first choices stick; too high a learning rate on the router",
+                           "moe.balance=aux with moe.aux_coef=1e-2 (or moe.balance=aux_free); "
+                           "moe.z_coef=1e-3; a smaller model.init_scale",
+                           "moe.balance moe.aux_coef moe.z_coef model.init_scale train.lr",
+                           "6.2 Router collapse"},
+    [F_LOSS_RISING] = {"loss_rising", SEV_WARNING,
+                       "the training loss rises after warm-up: the learning rate is too high",
+                       "a peak learning rate beyond what the model tolerates; too short a warm-up; "
+                       "no decay (train.min_lr=1)",
+                       "lower train.lr (by 2 to 4x); raise train.warmup; let train.min_lr decay",
+                       "train.lr train.warmup train.min_lr", "6.3 Loss rising after warm-up"},
+    [F_LOSS_SPIKES] = {"loss_spikes", SEV_WARNING, "loss spikes",
+                       "updates too large for a moment: a learning rate near the edge of "
+                       "stability, a router that flips many tokens at once, a bad batch",
+                       "lower train.lr; keep train.clip at 1; model.norm=dssn; moe.z_coef=1e-3",
+                       "train.lr train.clip model.norm moe.z_coef", "6.4 Loss and gradient spikes"},
+    [F_GRAD_SPIKES] = {"grad_spikes", SEV_WARNING, "gradient-norm spikes",
+                       "the same as loss spikes, one step earlier: updates that jump",
+                       "lower train.lr; keep train.clip at 1 (it bounds the step); model.norm=dssn",
+                       "train.lr train.clip model.norm", "6.4 Loss and gradient spikes"},
+    [F_STARVING_EXPERTS] = {"starving_experts", SEV_WARNING,
+                            "starving experts: some experts get almost no tokens for a long span",
+                            "no balancing or too weak a balance; experts that lost the race early "
+                            "and never get a gradient to recover",
+                            "moe.balance=aux or aux_free; raise moe.aux_coef; moe.jitter or "
+                            "moe.noise early on",
+                            "moe.balance moe.aux_coef moe.bias_rate", "6.5 Starving experts"},
+    [F_DROP_STORM] = {"drop_storm", SEV_WARNING,
+                      "drop storm: the capacity drops a large share of the assignments",
+                      "moe.capacity_factor too small for the router's imbalance; an imbalanced "
+                      "router (the busiest expert overflows first)",
+                      "raise moe.capacity_factor (1.25 to 2) or train dropless "
+                      "(moe.capacity_factor=0); balance the router",
+                      "moe.capacity_factor moe.min_capacity moe.drop_policy moe.balance",
+                      "6.6 Drop storms"},
+    [F_BALANCE_DOMINATES] = {"balance_dominates", SEV_WARNING,
+                             "the balancing loss dominates the language-model loss",
+                             "moe.aux_coef far above 1e-2: the router is trained to be uniform, "
+                             "not to route well",
+                             "moe.aux_coef=1e-2 or lower (1e-3); or moe.balance=aux_free, which "
+                             "adds no loss",
+                             "moe.balance moe.aux_coef", "6.7 A balance loss that dominates"},
+    [F_LOGIT_GROWTH] = {"logit_growth", SEV_WARNING, "the router's logits keep growing",
+                        "no z-loss (moe.z_coef=0) or too small a one, with a high learning rate: "
+                        "large logits make the softmax brittle and, in bf16, inexact",
+                        "moe.z_coef=1e-3; lower train.lr",
+                        "moe.z_coef train.lr moe.router_precision", "6.8 Growing router logits"},
+    [F_BIAS_OSCILLATION] = {"bias_oscillation", SEV_WARNING,
+                            "aux-free biases oscillate: the load swings between experts step to "
+                            "step",
+                            "moe.bias_rate too large for the spread of the router's scores: each "
+                            "update overshoots",
+                            "lower moe.bias_rate (1e-3); moe.bias_update=proportional",
+                            "moe.bias_rate moe.bias_update moe.score", "6.9 Aux-free biases"},
+    [F_BIAS_DRIFT] = {"bias_drift", SEV_WARNING, "aux-free biases drift without bound",
+                      "the router's logits run away from the biases (no z-loss, high learning "
+                      "rate), so the biases chase them",
+                      "moe.z_coef=1e-3; lower train.lr; moe.bias_update=proportional",
+                      "moe.bias_rate moe.bias_update moe.z_coef train.lr", "6.9 Aux-free biases"},
+    [F_OVERFITTING] = {"overfitting", SEV_WARNING,
+                       "overfitting: the validation loss rises while the training loss falls",
+                       "too little training data for the steps (see data_repeated); a model too "
+                       "large for the data",
+                       "more data (data.train); fewer train.steps; more train.weight_decay",
+                       "data.train train.steps train.weight_decay", "6.10 Train/validation gap"},
+    [F_DATA_CHANGED] = {"data_changed", SEV_WARNING, "the data changed during the run",
+                        "a resume with --allow-data-change, or a shard rebuilt in place: the "
+                        "run's steps before and after saw different data",
+                        "resume with the run's own shards; if the change was meant, start a new "
+                        "run (or say so where the run is reported)",
+                        "data.train data.val", "6.11 Data problems"},
+    [F_DATA_REPEATED] = {"data_repeated", SEV_WARNING, "the run repeats its training data",
+                         "a shard smaller than the tokens the run trains on",
+                         "a larger data.train (moe corpus, moe synth --tokens); fewer "
+                         "train.steps",
+                         "data.train train.steps train.batch model.seq_len", "6.11 Data problems"},
+    [F_EP_IMBALANCE] = {"ep_imbalance", SEV_WARNING,
+                        "expert-parallel imbalance: one process computes most rows, the others "
+                        "wait in the exchange",
+                        "an imbalanced router: the busiest experts' process sets every step's "
+                        "pace; with capacity dropping off, nothing bounds it",
+                        "balance the router (moe.balance, moe.aux_coef; moe.balance_groups=dist.ep "
+                        "balances the processes themselves); or moe.capacity_factor to bound "
+                        "the busiest",
+                        "dist.ep moe.balance moe.aux_coef moe.balance_groups moe.capacity_factor",
+                        "6.12 Expert-parallel imbalance"},
+    [F_THROUGHPUT_DROP] = {"throughput_drop", SEV_WARNING, "throughput fell during the run",
+                           "fewer threads or cores after a resume, another job on the machine, "
+                           "thermal throttling; a growing imbalance of the experts",
+                           "compare provenance.txt's segments (threads, host); give the run the "
+                           "machine (train.threads = the cores)",
+                           "train.threads", "6.13 Falling throughput"},
+    [F_INCOMPLETE] = {"incomplete", SEV_NOTE, "the run has not reached train.steps",
+                      "it was stopped (--until, a kill) or is still running",
+                      "moe train --resume RUN_DIR continues it", "train.steps",
+                      "6.14 Reading a report"},
+};
+
+static const char *const SEVERITY[3] = {"note", "warning", "failure"};
+
+int doctor_exit_status(const DoctorReport *r) {
+    Severity worst = SEV_NOTE;
+    for (int i = 0; i < r->n_found; i++)
+        if (FINDINGS[r->found[i].id].severity > worst) worst = FINDINGS[r->found[i].id].severity;
+    return worst == SEV_FAILURE ? 3 : worst == SEV_WARNING ? 1 : 0;
+}
+
+int doctor_has(const DoctorReport *r, const char *id) {
+    for (int i = 0; i < r->n_found; i++)
+        if (strcmp(FINDINGS[r->found[i].id].id, id) == 0) return 1;
+    return 0;
+}
+
+/* "key=value ..." of the finding's settings in this run, from config.txt's text */
+static void settings_of(const DoctorReport *r, const FindingKind *k, char *out, size_t n) {
+    char *text = config_to_text(&r->cfg);
+    out[0] = '\0';
+    const char *s = k->settings;
+    while (*s) {
+        const size_t len = strcspn(s, " ");
+        for (const char *line = text; line && *line;) {
+            const char *eol = strchr(line, '\n');
+            if (strncmp(line, s, len) == 0 && strncmp(line + len, " = ", 3) == 0) {
+                const size_t used = strlen(out);
+                snprintf(out + used, n - used, "%s%.*s=%.*s", used ? " " : "", (int)len, s,
+                         (int)((eol ? eol : line + strlen(line)) - line - len - 3), line + len + 3);
+                break;
+            }
+            line = eol ? eol + 1 : NULL;
+        }
+        s += len;
+        while (*s == ' ') s++;
+    }
+    free(text);
+}
+
+static int count(const DoctorReport *r, Severity s) {
+    int n = 0;
+    for (int i = 0; i < r->n_found; i++) n += FINDINGS[r->found[i].id].severity == s;
+    return n;
+}
+
+void doctor_print(const DoctorReport *r, FILE *f) {
+    fprintf(f, "moe doctor %s: step %d of %d; read %s\n", r->dir, r->last_step, r->cfg.steps,
+            r->files);
+    if (isfinite(r->final_loss))
+        fprintf(f, "last training loss %.4f%s", r->final_loss, isfinite(r->final_val) ? "" : "\n");
+    if (isfinite(r->final_val)) fprintf(f, ", last validation loss %.4f\n", r->final_val);
+    for (int i = 0; i < r->n_found; i++) {
+        const FindingKind *k = &FINDINGS[r->found[i].id];
+        char settings[1024];
+        settings_of(r, k, settings, sizeof settings);
+        fprintf(f, "\n%s %s: %s\n",
+                k->severity == SEV_FAILURE   ? "FAILURE"
+                : k->severity == SEV_WARNING ? "WARNING"
+                                             : "NOTE",
+                k->id, k->title);
+        for (const char *line = r->found[i].evidence; *line;) {
+            const char *eol = strchr(line, '\n');
+            fprintf(f, "  seen:     %.*s\n", (int)(eol - line), line);
+            line = eol + 1;
+        }
+        fprintf(f, "  causes:   %s\n  fix:      %s\n  settings: %s\n  read:     handbook %s\n",
+                k->causes, k->fix, settings, k->read);
+    }
+    const int fail = count(r, SEV_FAILURE), warn = count(r, SEV_WARNING);
+    fprintf(f, "\nverdict: %s (%d failure%s, %d warning%s); exit status %d\n",
+            fail   ? "failure"
+            : warn ? "warning"
+                   : "healthy",
+            fail, fail == 1 ? "" : "s", warn, warn == 1 ? "" : "s", doctor_exit_status(r));
+}
+
+static void json_number(FILE *f, double v) {
+    if (isfinite(v))
+        fprintf(f, "%.6g", v);
+    else
+        fputs("null", f);
+}
+
+void doctor_print_json(const DoctorReport *r, FILE *f) {
+    const int fail = count(r, SEV_FAILURE), warn = count(r, SEV_WARNING);
+    fputs("{\"run\": ", f);
+    json_write_string(f, r->dir);
+    fprintf(f, ", \"step\": %d, \"steps\": %d, \"final_loss\": ", r->last_step, r->cfg.steps);
+    json_number(f, r->final_loss);
+    fputs(", \"final_val_loss\": ", f);
+    json_number(f, r->final_val);
+    fprintf(f, ", \"verdict\": \"%s\", \"exit_status\": %d, \"findings\": [",
+            fail   ? "failure"
+            : warn ? "warning"
+                   : "healthy",
+            doctor_exit_status(r));
+    for (int i = 0; i < r->n_found; i++) {
+        const FindingKind *k = &FINDINGS[r->found[i].id];
+        char settings[1024];
+        settings_of(r, k, settings, sizeof settings);
+        fprintf(f, "%s\n  {\"id\": \"%s\", \"severity\": \"%s\", \"title\": ", i ? "," : "", k->id,
+                SEVERITY[k->severity]);
+        json_write_string(f, k->title);
+        fputs(", \"evidence\": [", f);
+        int first = 1;
+        for (const char *line = r->found[i].evidence; *line;) {
+            const char *eol = strchr(line, '\n');
+            char buf[DOCTOR_EVIDENCE];
+            snprintf(buf, sizeof buf, "%.*s", (int)(eol - line), line);
+            fputs(first ? "" : ", ", f);
+            json_write_string(f, buf);
+            first = 0;
+            line = eol + 1;
+        }
+        fputs("], \"causes\": ", f);
+        json_write_string(f, k->causes);
+        fputs(", \"fix\": ", f);
+        json_write_string(f, k->fix);
+        fputs(", \"settings\": ", f);
+        json_write_string(f, settings);
+        fputs(", \"read\": ", f);
+        json_write_string(f, k->read);
+        fputs("}", f);
+    }
+    fputs(r->n_found ? "\n]}\n" : "]}\n", f);
+}

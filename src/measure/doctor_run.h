@@ -1,0 +1,26 @@
+/*
+ * doctor_run.h: a run directory's files as moe doctor's rules read them (doctor.c), loaded by
+ * doctor_read.c. Private to the two.
+ */
+#ifndef MOE_MEASURE_DOCTOR_RUN_H
+#define MOE_MEASURE_DOCTOR_RUN_H
+
+#include "io/csv_table.h"
+#include "measure/doctor.h"
+
+#define MAX_E 4096
+
+/* the tables of one run directory */
+typedef struct {
+    CsvTable train, router, val_router, dist;
+    char *prov; /* provenance.txt, NULL when absent */
+    int E, K, n_moe;
+    /* train.csv's columns */
+    int c_step, c_loss, c_aux, c_grad, c_tok, c_val, c_lspike, c_gspike;
+} Run;
+
+/* read dir's config.txt (into r->cfg), CSV files and provenance.txt; 0, or -1 with a message */
+int load_run(DoctorReport *r, Run *run, const char *dir, char *err, int errlen);
+void run_free(Run *run);
+
+#endif

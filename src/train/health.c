@@ -1,0 +1,179 @@
+/*
+ * health.c: the thresholds of a healthy run, and the live warnings of moe train (health.h).
+ *
+ * The defaults are set between the gallery's healthy runs and its broken ones
+ * (chapters/06-troubleshooting/gallery.sh): every healthy run stays on the healthy side of
+ * every threshold, every broken run crosses the one its failure is about.
+ */
+#include "train/health.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+
+const HealthThreshold HEALTH_THRESHOLDS[TH_COUNT] = {
+    [TH_FINAL_WINDOW] = {"final_window", 0.2, "(all)",
+                         "the end of a run, whose state is judged: this fraction of its logged "
+                         "steps (at least 10)"},
+    [TH_LOSS_SPIKES] = {"loss_spikes", 2, "loss_spikes",
+                        "loss spikes (train.csv loss_spike) in a run that make a warning"},
+    [TH_GRAD_SPIKES] = {"grad_spikes", 10, "grad_spikes",
+                        "gradient-norm spikes (train.csv grad_spike) in a run that make a warning"},
+    [TH_LR_RISE] = {"lr_rise", 0.1, "loss_rising",
+                    "nats the training loss (a mean over the final window) ends above its lowest "
+                    "such mean after warm-up"},
+    [TH_COLLAPSE_SHARE] = {"collapse_share", 0.7, "router_collapse",
+                           "share of the assignments the busiest quarter of the experts (at least "
+                           "top_k of them) take over the final window"},
+    [TH_STARVE_SHARE] = {"starve_share", 0.1, "starving_experts",
+                         "an expert starves below this fraction of its fair share 1/E of the "
+                         "assignments"},
+    [TH_STARVE_STEPS] = {"starve_steps", 50, "starving_experts",
+                         "consecutive steps an expert starves before it is reported (live too)"},
+    [TH_DROP_FRAC] = {"drop_frac", 0.1, "drop_storm",
+                      "fraction of a layer's assignments dropped by the capacity"},
+    [TH_DROP_STEPS] = {"drop_steps", 20, "drop_storm",
+                       "consecutive steps over drop_frac before a layer is reported (live too)"},
+    [TH_AUX_SHARE] = {"aux_share", 0.1, "balance_dominates",
+                      "the balance term of the objective (aux_coef x MoE blocks x aux_loss) as a "
+                      "fraction of the language-model loss"},
+    [TH_LOGIT_MAX] = {"logit_max", 10, "logit_growth",
+                      "largest |router logit| (router.csv max_logit, final window) ..."},
+    [TH_LOGIT_GROWTH] = {"logit_growth", 2, "logit_growth",
+                         "... and this many times its value at the end of warm-up"},
+    [TH_LOAD_CHURN] = {"load_churn", 0.15, "bias_oscillation",
+                       "moe.balance=aux_free: share of the load that changes expert from one "
+                       "step to the next (final window)"},
+    [TH_BIAS_GROWTH] = {"bias_growth", 1.6, "bias_drift",
+                        "moe.balance=aux_free: the range of a layer's biases at the end over its "
+                        "range half-way (2 when it widens at a constant rate, about 1.4 for a "
+                        "random walk), the range at least 10 bias steps"},
+    [TH_VAL_RISE] = {"val_rise", 0.05, "overfitting",
+                     "nats the last validation loss lies above the lowest one"},
+    [TH_EPOCHS] = {"epochs", 1, "data_repeated",
+                   "passes over the training shard (tokens trained / tokens in the shard)"},
+    [TH_EP_IMBALANCE] = {"ep_imbalance", 1.5, "ep_imbalance",
+                         "rows the busiest process's experts compute over the mean of the "
+                         "processes (dist.csv rows_in, final window)"},
+    [TH_THROUGHPUT_DROP] = {"throughput_drop", 0.7, "throughput_drop",
+                            "tokens per second at the end (median of the final window) over "
+                            "those of the run's first steps after the fifth"},
+};
+
+void health_defaults(double th[TH_COUNT]) {
+    for (int i = 0; i < TH_COUNT; i++) th[i] = HEALTH_THRESHOLDS[i].value;
+}
+
+int health_set(double th[TH_COUNT], const char *assignment, char *err, int errlen) {
+    const char *eq = strchr(assignment, '=');
+    if (!eq || eq == assignment)
+        return set_error(err, errlen,
+                         "'%s' is not NAME=VALUE (moe doctor --thresholds lists "
+                         "the names)",
+                         assignment);
+    const size_t n = (size_t)(eq - assignment);
+    for (int i = 0; i < TH_COUNT; i++) {
+        if (strlen(HEALTH_THRESHOLDS[i].name) != n ||
+            strncmp(HEALTH_THRESHOLDS[i].name, assignment, n) != 0)
+            continue;
+        char *end = NULL;
+        double v = strtod(eq + 1, &end);
+        if (end == eq + 1 || *end || !isfinite(v) || v < 0.0)
+            return set_error(err, errlen, "threshold %.*s: '%s' is not a number >= 0", (int)n,
+                             assignment, eq + 1);
+        th[i] = v;
+        return 0;
+    }
+    return set_error(err, errlen, "no threshold named '%.*s'; moe doctor --thresholds lists them",
+                     (int)n, assignment);
+}
+
+void health_print(FILE *f) {
+    fprintf(f,
+            "| threshold | default | finding | what it measures |\n| --- | ---: | --- | --- |\n");
+    for (int i = 0; i < TH_COUNT; i++)
+        fprintf(f, "| `%s` | %g | %s | %s |\n", HEALTH_THRESHOLDS[i].name,
+                HEALTH_THRESHOLDS[i].value, HEALTH_THRESHOLDS[i].finding,
+                HEALTH_THRESHOLDS[i].help);
+}
+
+/* ---- live warnings -----------------------------------------------------------------------------
+ */
+
+void health_watch_init(HealthWatch *h, int n_moe, int E, const int *layer_of) {
+    memset(h, 0, sizeof *h);
+    h->n_moe = n_moe, h->E = E, h->layer_of = layer_of;
+    health_defaults(h->th);
+    h->starve_run =
+        (int *)calloc_check((size_t)(n_moe > 0 ? n_moe : 1) * (E > 0 ? E : 1), sizeof(int));
+    h->drop_run = (int *)calloc_check((size_t)(n_moe > 0 ? n_moe : 1), sizeof(int));
+}
+
+void health_watch_free(HealthWatch *h) {
+    free(h->starve_run);
+    free(h->drop_run);
+    memset(h, 0, sizeof *h);
+}
+
+enum { KIND_STARVE, KIND_DROP, KIND_GRAD };
+
+/* one warning line of a kind, or the line that silences the rest of it */
+static int say(HealthWatch *h, int kind, FILE *f, const char *lead, const char *line) {
+    if (h->lines[kind] > HEALTH_MAX_LINES) return 0;
+    if (h->lines[kind]++ == HEALTH_MAX_LINES) {
+        static const char *const what[3] = {"starving-expert", "drop", "gradient"};
+        fprintf(f,
+                "%swarning: further %s warnings are silenced; moe doctor RUN_DIR lists every "
+                "finding of the run\n",
+                lead, what[kind]);
+        return 1;
+    }
+    fprintf(f, "%swarning: %s\n", lead, line);
+    return 1;
+}
+
+int health_watch_step(HealthWatch *h, const RouterAccum *ra, float grad_norm, int step, FILE *f,
+                      const char *lead) {
+    char line[512];
+    int printed = 0;
+    const int starve_steps = (int)h->th[TH_STARVE_STEPS], drop_steps = (int)h->th[TH_DROP_STEPS];
+    const double fair = 1.0 / h->E;
+    for (int b = 0; b < h->n_moe && ra->micro > 0; b++) {
+        for (int e = 0; e < h->E; e++) {
+            const double load = ra->load[b * h->E + e] / ra->micro;
+            int *run = &h->starve_run[b * h->E + e];
+            *run = load < h->th[TH_STARVE_SHARE] * fair ? *run + 1 : 0;
+            if (*run != starve_steps) continue;
+            snprintf(line, sizeof line,
+                     "step %d: layer %d expert %d has had under %.2f %% of the assignments "
+                     "(%.0f %% of its fair share) for %d steps, now %.2f %%; raise moe.aux_coef "
+                     "or use moe.balance=aux_free (handbook 6.5)",
+                     step, h->layer_of[b], e, 100.0 * h->th[TH_STARVE_SHARE] * fair,
+                     100.0 * h->th[TH_STARVE_SHARE], starve_steps, 100.0 * load);
+            printed += say(h, KIND_STARVE, f, lead, line);
+        }
+        const double drop = ra->drop[b] / ra->micro;
+        int *run = &h->drop_run[b];
+        *run = drop > h->th[TH_DROP_FRAC] ? *run + 1 : 0;
+        if (*run == drop_steps) {
+            snprintf(
+                line, sizeof line,
+                "step %d: layer %d has dropped over %.0f %% of its assignments for %d steps "
+                "(now %.1f %%); raise moe.capacity_factor or balance the router (handbook 6.6)",
+                step, h->layer_of[b], 100.0 * h->th[TH_DROP_FRAC], drop_steps, 100.0 * drop);
+            printed += say(h, KIND_DROP, f, lead, line);
+        }
+    }
+    const int bad = !isfinite(grad_norm);
+    if (bad && !h->grad_bad) {
+        snprintf(line, sizeof line,
+                 "step %d: the gradient norm is %g: this step's update makes the weights %s; "
+                 "lower train.lr or keep train.clip > 0 (handbook 6.1)",
+                 step, grad_norm, "not finite");
+        printed += say(h, KIND_GRAD, f, lead, line);
+    }
+    h->grad_bad = bad;
+    return printed;
+}

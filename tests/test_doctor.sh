@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# test_doctor.sh: moe doctor and the live warnings of moe train (run by `make test`).
+#
+#   1. every rule on a made-up run directory: a healthy one (two MoE blocks of 8 experts, 100
+#      steps) gives exit 0 and no finding; each copy with one fault gives exactly the finding
+#      of that fault (no other) and the exit status of its severity (3 failure, 1 warning,
+#      0 for the note of an unfinished run); --threshold moves a rule's line
+#   2. --json: one JSON object with the same findings (python3 parses it when present)
+#   3. bad input, exit 2 with a message: no directory, no config.txt, a damaged CSV, a
+#      router.csv of another model, a bad --threshold, a stray argument
+#   4. --thresholds lists every threshold once; every handbook section a finding or a live
+#      warning names exists in handbook.md
+#   5. the live warnings of moe train: a run with a tiny capacity and no balancing warns of
+#      its drop storm once per layer, and never more than HEALTH_MAX_LINES lines a kind
+#   (the gallery's real runs: tests/test_gallery.sh)
+
+# shellcheck source=tests/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+moe=${MOE_BIN:-build/moe}
+[ -x "$moe" ] || { echo "test_doctor: no $moe; build it first (make)"; exit 1; }
+
+# mkrun DIR FAULT: a run directory written the way moe train writes one, 100 steps of a model
+# with 2 MoE blocks of 8 experts (top-2), healthy but for FAULT
+mkrun() {
+  local dir=$1 fault=$2 steps=100 balance=aux coef=0.01
+  mkdir -p "$dir"
+  case $fault in
+    balance_dominates) coef=1 ;;
+    bias_oscillation | bias_drift) balance=aux_free ;;
+    incomplete) steps=200 ;;
+  esac
+  printf 'model.n_layer = 2\nmoe.num_experts = 8\nmoe.top_k = 2\ntrain.steps = %s\ntrain.warmup = 10\nmoe.balance = %s\nmoe.aux_coef = %s\ntrain.batch = 16\nmodel.seq_len = 128\n' \
+    "$steps" "$balance" "$coef" > "$dir/config.txt"
+  local tokens=5000000 crc2=e88c0c75
+  [ "$fault" = data_repeated ] && tokens=100000
+  [ "$fault" = data_changed ] && crc2=12345678
+  {
+    printf 'started = 2026-01-01T00:00:00Z\ncommit = abc\ndata.train = d/train.bin crc32=e88c0c75 tokens=%s\n' "$tokens"
+    printf 'data.val = d/val.bin crc32=642c6adf tokens=276337\nthreads = 2\n\n'
+    printf 'started = 2026-01-01T01:00:00Z\nresumed_at_step = 50\ncommit = abc\n'
+    printf 'data.train = d/train.bin crc32=%s tokens=%s\ndata.val = d/val.bin crc32=642c6adf tokens=276337\n\n' "$crc2" "$tokens"
+  } > "$dir/provenance.txt"
+  awk -v N=100 -v fault="$fault" -v dir="$dir" 'BEGIN {
+    tr = dir "/train.csv"; ro = dir "/router.csv"
+    print "step,loss,aux_loss,z_loss,lr,grad_norm,tok_per_s,val_loss,loss_spike,grad_spike" > tr
+    h = "step,layer,maxvio,cv,entropy,drop_frac"
+    for (e = 0; e < 8; e++) h = h ",load_" e
+    for (e = 0; e < 8; e++) h = h ",bias_" e
+    h = h ",top1_score"
+    for (e = 0; e < 8; e++) h = h ",drop_" e
+    print h ",pad_frac,expert_sim,max_logit,lse_mean,maxvio_group" > ro
+    for (s = 1; s <= N; s++) {
+      loss = 3.0 - 0.8 * s / N + 0.01 * sin(s)
+      if (fault == "loss_rising" && s > 50) loss = 2.6 + 0.01 * (s - 50)
+      if (fault == "divergence" && s == N) loss = "nan"
+      val = ""
+      if (s % 20 == 0) {
+        val = loss + 0.05
+        if (fault == "overfitting") val = (s <= 40) ? 2.9 - 0.002 * s : 2.82 + 0.004 * (s - 40)
+      }
+      tok = (fault == "throughput_drop" && s > 50) ? 5000 : 10000 + 10 * sin(s)
+      ls = (fault == "loss_spikes" && (s == 30 || s == 60 || s == 90)) ? 1 : 0
+      gs = (fault == "grad_spikes" && s % 8 == 0) ? 1 : 0
+      printf "%d,%s,1.001,2.5,0.003,%.4f,%.1f,%s,%d,%d\n", s, loss, 0.5 + 0.01 * cos(s), tok, val, ls, gs > tr
+      for (l = 0; l < 2; l++) {
+        for (e = 0; e < 8; e++) { load[e] = 0.125 + 0.004 * sin(s + 3 * e + l); bias[e] = 0 }
+        if (fault == "router_collapse" && l == 1) {
+          load[0] = 0.45; load[1] = 0.35; for (e = 2; e < 8; e++) load[e] = 0.2 / 6 }
+        if (fault == "starving_experts" && l == 0 && s > 20 && s <= 80) {
+          load[3] = 0; for (e = 0; e < 8; e++) if (e != 3) load[e] = 1 / 7 }
+        if (fault == "bias_oscillation") {
+          for (e = 0; e < 8; e++) load[e] = ((e + s) % 2) ? 0.2 : 0.05 }
+        if (fault == "bias_drift") { bias[0] = 0.001 * s; bias[1] = -0.001 * s }
+        drop = (fault == "drop_storm" && l == 1 && s >= 30 && s < 80) ? 0.3 : 0
+        logit = (fault == "logit_growth") ? 2 + 0.2 * s : 3 + 0.01 * sin(s)
+        row = s "," l ",0.1,0.05,2.0," drop
+        for (e = 0; e < 8; e++) row = row "," load[e]
+        for (e = 0; e < 8; e++) row = row "," bias[e]
+        row = row ",0.2"
+        for (e = 0; e < 8; e++) row = row "," drop
+        print row ",0,0.01," logit ",2.2,0" > ro
+      }
+    } }'
+  if [ "$fault" = ep_imbalance ]; then
+    { echo "step,layer,rank,bytes_sent,bytes_recv,comm_s,expert_s,rows_in,rows_out_remote,rows_in_remote,sync_wait_s"
+      for s in $(seq 1 100); do for l in -1 0 1; do
+        echo "$s,$l,0,1000,1000,0.001,0.004,$([ $l -ge 0 ] && echo 3000 || echo 0),0,0,0"
+        echo "$s,$l,1,1000,1000,0.004,0.001,$([ $l -ge 0 ] && echo 1000 || echo 0),0,0,0"
+      done; done; } > "$dir/dist.csv"
+  fi
+}
+
+# found FILE: the findings a text report names, space-separated
+found() { sed -n 's/^\(FAILURE\|WARNING\|NOTE\) \([a-z_]*\):.*/\2/p' "$1" | tr '\n' ' ' | sed 's/ $//'; }
+
+echo "test_doctor: every rule on a made-up run"
+mkrun "$tmp/healthy" none
+"$moe" doctor "$tmp/healthy" > "$tmp/out" 2>&1
+rc=$?
+[ $rc = 0 ] && [ -z "$(found "$tmp/out")" ] && grep -q "^verdict: healthy" "$tmp/out"
+check "healthy run: exit 0, no finding, verdict healthy" $? "exit $rc: $(cat "$tmp/out")"
+for f in divergence:3 router_collapse:3 loss_rising:1 loss_spikes:1 grad_spikes:1 \
+         starving_experts:1 drop_storm:1 balance_dominates:1 logit_growth:1 bias_oscillation:1 \
+         bias_drift:1 overfitting:1 data_changed:1 data_repeated:1 ep_imbalance:1 \
+         throughput_drop:1 incomplete:0; do
+  name=${f%:*} want=${f#*:}
+  mkrun "$tmp/$name" "$name"
+  "$moe" doctor "$tmp/$name" > "$tmp/out" 2>&1
+  rc=$?
+  [ $rc = "$want" ] && [ "$(found "$tmp/out")" = "$name" ] && grep -q "^  seen: " "$tmp/out" &&
+    grep -q "^  fix: " "$tmp/out" && grep -q "^  read:     handbook 6\." "$tmp/out"
+  check "$name: exactly that finding, with evidence, fix and section; exit $want" $? \
+    "exit $rc, found '$(found "$tmp/out")': $(cat "$tmp/out")"
+done
+"$moe" doctor "$tmp/router_collapse" > "$tmp/out"
+grep -q "layer 1: experts 0, 1 take 80 % of the assignments" "$tmp/out"
+check "collapse names the layer, the experts and their share" $? "$(cat "$tmp/out")"
+"$moe" doctor "$tmp/starving_experts" > "$tmp/out"
+grep -q "layer 0 expert 3: .* for 60 steps (21-80), 0.000 % on average: dead" "$tmp/out"
+check "starving names the expert, the span and that it is dead" $? "$(cat "$tmp/out")"
+"$moe" doctor "$tmp/router_collapse" --threshold collapse_share=0.9 > "$tmp/out"
+check "--threshold collapse_share=0.9 moves the line past the run (exit 0)" $? "$(cat "$tmp/out")"
+"$moe" doctor "$tmp/healthy" --threshold drop_frac=0 --threshold drop_steps=0 > "$tmp/out" 2>&1
+rc=$?
+[ $rc = 0 ]
+check "drop_frac=0 still needs a drop above it (none in the healthy run)" $? "exit $rc: $(cat "$tmp/out")"
+
+echo "test_doctor: --json"
+"$moe" doctor "$tmp/router_collapse" --json > "$tmp/j.json" 2> "$tmp/err"
+rc=$?
+[ $rc = 3 ] && grep -q '"id": "router_collapse", "severity": "failure"' "$tmp/j.json" &&
+  grep -q '"exit_status": 3' "$tmp/j.json" && grep -q '"verdict": "failure"' "$tmp/j.json"
+check "--json: the finding, its severity, the verdict and exit 3" $? "exit $rc: $(cat "$tmp/j.json" "$tmp/err")"
+if command -v python3 > /dev/null 2>&1; then
+  for d in healthy router_collapse ep_imbalance; do
+    "$moe" doctor "$tmp/$d" --json > "$tmp/j.json"
+    python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert isinstance(r["findings"], list)' \
+      "$tmp/j.json" 2> "$tmp/py.err"
+    check "--json of $d parses (python3)" $? "$(cat "$tmp/py.err")"
+  done
+fi
+
+echo "test_doctor: bad input"
+expect_2() { # WHAT PATTERN ARGS...: exit 2 and PATTERN on stderr
+  local what=$1 pat=$2 rc
+  shift 2
+  "$moe" doctor "$@" > "$tmp/out" 2> "$tmp/err"
+  rc=$?
+  [ $rc = 2 ] && grep -q -- "$pat" "$tmp/err"
+  check "$what: exit 2, \"$pat\"" $? "exit $rc: $(cat "$tmp/err")"
+}
+expect_2 "no such directory" "no run directory '$tmp/nosuch'" "$tmp/nosuch"
+mkdir -p "$tmp/empty"
+expect_2 "no config.txt" "is not a run directory: it has no config.txt" "$tmp/empty"
+mkrun "$tmp/damaged" none
+sed -i '5s/^4,[^,]*,/4,oops,/' "$tmp/damaged/train.csv"
+expect_2 "a word in train.csv" "train.csv:5: column 'loss' holds 'oops', which is not a number" "$tmp/damaged"
+mkrun "$tmp/other" none
+sed -i 's/^moe.num_experts = 8/moe.num_experts = 16/' "$tmp/other/config.txt"
+expect_2 "router.csv of another model" "router.csv does not match config.txt (2 MoE blocks of 16 experts)" "$tmp/other"
+mkrun "$tmp/badcfg" none
+echo "moe.num_expert = 8" >> "$tmp/badcfg/config.txt"
+expect_2 "a config.txt with a typo" "moe.num_expert" "$tmp/badcfg"
+expect_2 "an unknown threshold" "no threshold named 'colapse_share'" "$tmp/healthy" --threshold colapse_share=1
+expect_2 "a threshold that is not a number" "is not a number >= 0" "$tmp/healthy" --threshold drop_frac=abc
+expect_2 "two directories" "one run directory, not also" "$tmp/healthy" "$tmp/healthy"
+expect_2 "no directory" "name the run directory" --json
+expect_2 "an unknown option" "unknown option '--bogus'" "$tmp/healthy" --bogus
+# a torn last line (a run killed mid-write) is dropped, not refused
+mkrun "$tmp/torn" none
+printf '101,2.1' >> "$tmp/torn/train.csv"
+"$moe" doctor "$tmp/torn" > "$tmp/out" 2>&1
+check "a torn last line of train.csv is dropped (exit 0)" $? "$(cat "$tmp/out")"
+
+echo "test_doctor: thresholds and handbook sections"
+"$moe" doctor --thresholds > "$tmp/th.md"
+n=$(grep -c '^| `' "$tmp/th.md")
+dup=$(grep -o '^| `[a-z_]*`' "$tmp/th.md" | sort | uniq -d)
+[ "$n" -ge 18 ] && [ -z "$dup" ]
+check "--thresholds lists $n thresholds, each once" $? "$(cat "$tmp/th.md")"
+missing=""
+for s in $(grep -oh 'handbook 6\.[0-9]*\|"6\.[0-9]* [A-Z]' src/measure/doctor_report.c src/train/health.c |
+           grep -o '6\.[0-9]*' | sort -u); do
+  grep -q "^### $s " handbook.md || missing="$missing $s"
+done
+[ -z "$missing" ]
+check "every handbook section the findings and warnings name is a heading of handbook.md" $? \
+  "missing:$missing"
+
+echo "test_doctor: the live warnings of moe train"
+"$moe" train --out "$tmp/live" --quiet --set model.d_model=32 --set model.n_layer=2 \
+  --set model.n_head=2 --set model.seq_len=32 --set moe.d_expert=32 --set train.batch=4 \
+  --set train.steps=60 --set train.warmup=2 --set train.eval_every=0 --set train.ckpt_every=0 \
+  --set moe.capacity_factor=0.25 --set moe.balance=none > "$tmp/live.out" 2> "$tmp/live.err"
+rc=$?
+check "the tiny-capacity run trains (exit 0)" $rc "$(cat "$tmp/live.err")"
+n=$(grep -c "^warning: step 20: layer [01] has dropped over 10 % of its assignments for 20 steps" "$tmp/live.err")
+[ "$n" = 2 ]
+check "one drop-storm warning per layer, at step 20 (found $n)" $? "$(cat "$tmp/live.err")"
+[ "$(grep -c "dropped over" "$tmp/live.err")" = 2 ]
+check "a drop storm that lasts is not repeated" $? "$(cat "$tmp/live.err")"
+"$moe" train --out "$tmp/live16" --quiet --set model.d_model=32 --set model.n_layer=2 \
+  --set model.n_head=2 --set model.seq_len=32 --set moe.d_expert=32 --set train.batch=2 \
+  --set moe.num_experts=64 --set moe.top_k=1 --set train.steps=60 --set train.warmup=2 \
+  --set train.eval_every=0 --set train.ckpt_every=0 --set moe.balance=none > /dev/null 2> "$tmp/live16.err"
+n=$(grep -c "^warning: step .* expert .* has had under" "$tmp/live16.err")
+s=$(grep -c "^warning: further starving-expert warnings are silenced" "$tmp/live16.err")
+[ "$n" = 3 ] && [ "$s" = 1 ]
+check "64 experts on 64 tokens a step: 3 starving lines, then one that silences the rest ($n, $s)" $? \
+  "$(cat "$tmp/live16.err")"
+finish
