@@ -43,14 +43,14 @@ const HealthThreshold HEALTH_THRESHOLDS[TH_COUNT] = {
                       "largest |router logit| (router.csv max_logit, final window) ..."},
     [TH_LOGIT_GROWTH] = {"logit_growth", 2, "logit_growth",
                          "... and this many times its value at the end of warm-up"},
-    [TH_LOAD_CHURN] = {"load_churn", 0.15, "bias_oscillation",
+    [TH_LOAD_CHURN] = {"load_churn", 0.25, "bias_oscillation",
                        "moe.balance=aux_free: share of the load that changes expert from one "
                        "step to the next (final window)"},
     [TH_BIAS_GROWTH] = {"bias_growth", 1.6, "bias_drift",
                         "moe.balance=aux_free: the range of a layer's biases at the end over its "
                         "range half-way (2 when it widens at a constant rate, about 1.4 for a "
                         "random walk), the range at least 10 bias steps"},
-    [TH_VAL_RISE] = {"val_rise", 0.05, "overfitting",
+    [TH_VAL_RISE] = {"val_rise", 0.1, "overfitting",
                      "nats the last validation loss lies above the lowest one"},
     [TH_EPOCHS] = {"epochs", 1, "data_repeated",
                    "passes over the training shard (tokens trained / tokens in the shard)"},
