@@ -17,8 +17,10 @@
 # Writes runs/ch06-gallery-NAME[-quick|-smoke]/ and, in plots/06-troubleshooting[-quick|-smoke]/:
 # gallery.csv and gallery.md (per arm: the findings it should provoke, those moe doctor named,
 # its exit status, the missed and the unexpected ones), reports/NAME.txt (the doctor's report),
-# NAME.png (the symptom against the healthy run), thresholds.md (moe doctor --thresholds) and
-# provenance.txt.
+# NAME.png (the symptom against the healthy run), thresholds.md (moe doctor --thresholds),
+# live.txt (the warnings moe train printed while the arms trained),
+# runs.tar.gz (the run directories without their checkpoints: tests/test_gallery.sh diagnoses
+# them again) and provenance.txt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=chapters/06-troubleshooting
@@ -29,16 +31,17 @@ ARMS=(
   "healthy||-|loss|the default settings"
   "healthy-aux-free|moe.balance=aux_free moe.bias_rate=1e-2|-|churn|aux-free balancing at a bias rate of 1e-2"
   "healthy-capacity|moe.capacity_factor=1.25|-|drop|a capacity factor of 1.25"
-  "divergence|train.lr=0.2 train.warmup=5 train.clip=0 train.diverge_loss=7|divergence|loss|a learning rate of 0.2 without clipping"
+  "divergence|train.lr=0.2 train.warmup=100 train.clip=0 train.diverge_loss=7|divergence|loss|a learning rate warming up to 0.2 without clipping"
   "loss-rising|train.lr=0.1 train.warmup=100 train.min_lr=1|loss_rising|loss|a peak learning rate of 0.1, held after 100 steps of warm-up"
   "collapse|moe.balance=none moe.z_coef=0 moe.router_init_std=1 train.lr=0.01|router_collapse|share|no balancing, no z-loss, a router drawn with std 1, a learning rate of 0.01"
   "starving|moe.balance=none moe.num_experts=16 moe.top_k=1|starving_experts|minload|no balancing, 16 experts, top-1"
+  "spikes|train.lr=0.05 train.warmup=0|grad_spikes|grad|a learning rate of 0.05 from the first step"
   "drop-storm|moe.capacity_factor=0.5|drop_storm|drop|a capacity factor of 0.5"
   "aux-dominates|moe.aux_coef=1|balance_dominates|aux|an aux-loss coefficient of 1"
   "logit-growth|moe.z_coef=0 train.lr=0.02|logit_growth|logit|no z-loss at a learning rate of 0.02"
   "bias-oscillation|moe.balance=aux_free moe.bias_rate=0.1|bias_oscillation|churn|an aux-free bias rate of 0.1"
   "bias-drift|moe.balance=aux_free moe.score=sigmoid moe.z_coef=0 train.lr=0.01|bias_drift|bias|aux-free sigmoid router without z-loss at a learning rate of 0.01"
-  "overfitting|TINY_DATA|overfitting data_repeated|gap|a training shard of 20,000 tokens"
+  "overfitting|TINY_DATA|overfitting data_repeated|gap|a training shard of 5,000 tokens"
   "data-change|RESUME data.train=data/corpus/val.bin|data_changed|loss|resumed half-way on another shard (--allow-data-change)"
   "throughput-drop|RESUME train.threads=1|throughput_drop|tok|resumed half-way with one thread instead of two"
   "ep-imbalance|MPI moe.balance=none moe.z_coef=0 moe.router_init_std=1|ep_imbalance|ep|two processes of 4 experts each, the router collapsed"
@@ -71,7 +74,7 @@ train() {
     case $kv in
       TINY_DATA) # a small shard of synthetic text, trained on for many passes
         rm -rf "runs/ch06-gallery-data$suffix"
-        "$moe" synth --out "runs/ch06-gallery-data$suffix" --tokens 20000 > /dev/null
+        "$moe" synth --out "runs/ch06-gallery-data$suffix" --tokens 5000 > /dev/null
         sets+=(--set data.train=runs/ch06-gallery-data$suffix/train.bin
                --set data.val=runs/ch06-gallery-data$suffix/val.bin) ;;
       RESUME) first=1 ;;
@@ -154,19 +157,36 @@ fi
 } > "$out/gallery.md"
 
 # ---- figures: each arm's symptom against the healthy run ---------------------------------------
-mkdir -p "$out/series"
+series=$(mktemp -d)
+trap 'rm -rf "$series"' EXIT
 for v in "${ARMS[@]}"; do
   IFS='|' read -r name settings expect metric what <<<"$v"
   [ "$name" = healthy ] && [ "$metric" = loss ] && continue
   dir=runs/ch06-gallery-$name$suffix
   [ -d "$dir" ] || continue
-  symptom "$metric" "$dir" > "$out/series/$name.dat"
-  symptom "$metric" "runs/ch06-gallery-healthy$suffix" > "$out/series/$name.healthy.dat"
-  gnuplot -e "dir='$out/series'; name='$name'; label='$(symptom_label "$metric")'; out='$out/$name.png'" \
+  symptom "$metric" "$dir" > "$series/$name.dat"
+  symptom "$metric" "runs/ch06-gallery-healthy$suffix" > "$series/$name.healthy.dat"
+  healthy=1
+  [ -s "$series/$name.healthy.dat" ] || healthy=0
+  gnuplot -e "dir='$series'; name='$name'; label='$(symptom_label "$metric")'; healthy=$healthy; out='$out/$name.png'" \
     $here/symptom.gp
 done
+# live.txt: the warnings moe train printed while each arm trained (its train.log)
+for d in "${dirs[@]}"; do
+  grep '^warning: ' "$d/train.log" 2> /dev/null | sed "s|^|${d#runs/ch06-gallery-}: |" || true
+done | sed "s|$suffix: |: |" > "$out/live.txt"
+# runs.tar.gz: every run directory without its checkpoint, the files moe doctor reads (and the
+# live warnings of train.log), so that the test diagnoses the handbook's runs again
+files=()
+for d in "${dirs[@]}"; do
+  for f in config.txt provenance.txt train.csv router.csv val_router.csv dist.csv train.log; do
+    [ -f "$d/$f" ] && files+=("$d/$f")
+  done
+done
+tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - "${files[@]}" |
+  gzip -n -9 > "$out/runs.tar.gz"
 all=()
 for d in "${dirs[@]}"; do all+=("${d#runs/ch06-gallery-}=$d"); done
 write_provenance "$out" "${all[@]}"
-echo "wrote $out/: gallery.csv, gallery.md, reports/, thresholds.md, provenance.txt and a figure per arm"
+echo "wrote $out/: gallery.csv, gallery.md, reports/, thresholds.md, runs.tar.gz, provenance.txt and a figure per arm"
 awk -F, 'NR > 1 { printf "  %-18s %-32s exit %s%s%s\n", $1, $3, $4, ($5 ? "  MISSED " $5 : ""), ($6 && $2 == "-" ? "  FALSE POSITIVE " $6 : "") }' "$out/gallery.csv"

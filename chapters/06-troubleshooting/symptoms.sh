@@ -4,6 +4,7 @@
 #
 #   loss     train.csv's training loss
 #   tok      train.csv's tokens per second
+#   grad     train.csv's gradient norm (before clipping)
 #   gap      validation loss minus the mean training loss of the 10 steps up to it
 #   aux      the balance term aux_coef x MoE blocks x aux_loss over the language-model loss
 #   share    router.csv: the assignments' share of the busiest quarter of the experts (at least
@@ -24,6 +25,7 @@ symptom_label() {
   case $1 in
     loss) echo "training loss (nats)" ;;
     tok) echo "tokens per second" ;;
+    grad) echo "gradient norm before clipping" ;;
     gap) echo "validation - training loss (nats)" ;;
     aux) echo "balance term / LM loss" ;;
     share) echo "share of the busiest quarter of experts" ;;
@@ -41,6 +43,7 @@ symptom() {
   case $m in
     loss) awk -F, 'NR > 1 && $2 != "" { print $1, $2 }' "$d/train.csv" ;;
     tok) awk -F, 'NR > 1 && $7 != "" { print $1, $7 }' "$d/train.csv" ;;
+    grad) awk -F, 'NR > 1 && $6 != "" { print $1, $6 }' "$d/train.csv" ;;
     gap) awk -F, 'NR > 1 { t[NR] = $2; s = 0; n = 0
                            for (i = NR; i > NR - 10 && i > 1; i--) { s += t[i]; n++ }
                            if ($8 != "") print $1, $8 - s / n }' "$d/train.csv" ;;

@@ -2,9 +2,11 @@
  * doctor.c: the rules of `moe doctor` (doctor.h), one function per finding, each reading the
  * run's tables and writing its evidence when the run crosses a threshold of train/health.h.
  *
- * Two spans recur. The final window: the last TH_FINAL_WINDOW of the logged steps (at least
- * 10), whose means say in what state the run ended. A streak: consecutive steps on which a
- * condition holds (an expert starving, a layer dropping), which says for how long.
+ * Three spans recur. The final window: the last TH_FINAL_WINDOW of the logged steps (at least
+ * 10), whose means say in what state the run ended. The settling start: the first TH_SETTLE of
+ * train.steps, while a fresh router finds its balance. A streak: consecutive steps after the
+ * settling start on which a condition holds (an expert starving, a layer dropping), which says
+ * for how long.
  */
 #include "measure/doctor.h"
 #include "measure/doctor_run.h"
@@ -90,8 +92,10 @@ static void rule_divergence(DoctorReport *r, const Run *run) {
                 isfinite(loss) ? "above train.diverge_loss" : "not a finite number");
         else
             add(f, "step %d: gradient norm %g, not a finite number (loss %.4f)", step, g, loss);
-        const double before = train_mean(run, run->c_loss, step - 20, step - 1);
-        if (isfinite(before)) add(f, "mean training loss over the 20 steps before: %.4f", before);
+        const int from = step - 20 > 1 ? step - 20 : 1;
+        const double before = train_mean(run, run->c_loss, from, step - 1);
+        if (isfinite(before))
+            add(f, "mean training loss over steps %d-%d, before it: %.4f", from, step - 1, before);
         return;
     }
 }
@@ -206,14 +210,15 @@ static void rule_collapse(DoctorReport *r, const Run *run, const double *th) {
     }
 }
 
-/* the longest streak of rows of block b on which column c is below (sign -1) or above (+1)
- * level; its first and last step and the mean of the column over it */
-static int streak(const Run *run, int b, int c, double level, int sign, int *from, int *to,
-                  double *mean) {
+/* the longest streak of rows of block b, after the settling start, on which column c is below
+ * (sign -1) or above (+1) level; its first and last step and the mean of the column over it */
+static int streak(const DoctorReport *r, const Run *run, int b, int c, double level, int sign,
+                  int *from, int *to, double *mean) {
     const int c_step = rcol(run, "step");
     int best = 0, cur = 0, start = 0;
     double sum = 0.0;
     for (int i = b; i < run->router.n_row; i += run->n_moe) {
+        if (csv_at(&run->router, i, c_step) <= r->settle_to) continue;
         const double v = csv_at(&run->router, i, c);
         if (sign * (v - level) > 0.0) {
             if (!cur) start = i, sum = 0.0;
@@ -239,7 +244,7 @@ static void rule_starving(DoctorReport *r, const Run *run, const double *th) {
         for (int e = 0; e < run->E; e++) {
             int from = 0, to = 0;
             double mean = 0.0;
-            const int n = streak(run, b, c_load + e, level, -1, &from, &to, &mean);
+            const int n = streak(r, run, b, c_load + e, level, -1, &from, &to, &mean);
             if (n == 0 || n < th[TH_STARVE_STEPS]) continue;
             if (listed++ >= 12) {
                 more++;
@@ -259,7 +264,7 @@ static void rule_drops(DoctorReport *r, const Run *run, const double *th) {
     for (int b = 0; c >= 0 && b < run->n_moe; b++) {
         int from = 0, to = 0;
         double mean = 0.0;
-        const int n = streak(run, b, c, th[TH_DROP_FRAC], +1, &from, &to, &mean);
+        const int n = streak(r, run, b, c, th[TH_DROP_FRAC], +1, &from, &to, &mean);
         if (n == 0 || n < th[TH_DROP_STEPS]) continue;
         add(finding(r, F_DROP_STORM),
             "layer %d: dropped over %.0f %% of its assignments for %d steps (%d-%d), %.1f %% on "
@@ -302,25 +307,26 @@ static void rule_balance_dominates(DoctorReport *r, const Run *run, const double
 }
 
 static void rule_logits(DoctorReport *r, const Run *run, const double *th) {
-    const int c = rcol(run, "max_logit");
-    if (c < 0) return;
-    const int early_from = r->cfg.warmup, early_to = r->cfg.warmup + (r->last_step - r->win_from);
+    const int c = rcol(run, "max_logit"), c_step = rcol(run, "step");
+    if (c < 0 || !run->router.n_row) return;
+    /* the run's first steps, as many as the final window */
+    const int first = (int)csv_at(&run->router, 0, c_step);
+    const int early_to = first + (r->last_step - r->win_from);
     if (early_to >= r->win_from) return; /* too short a run to see a trend */
     for (int b = 0; b < run->n_moe; b++) {
         double early = 0.0;
         int n = 0;
-        for (int i = b; i < run->router.n_row; i += run->n_moe) {
-            const double step = csv_at(&run->router, i, 0);
-            if (step >= early_from && step <= early_to) early += csv_at(&run->router, i, c), n++;
-        }
+        for (int i = b; i < run->router.n_row; i += run->n_moe)
+            if (csv_at(&run->router, i, c_step) <= early_to)
+                early += csv_at(&run->router, i, c), n++;
         if (!n) continue;
         early /= n;
         const double late = block_mean(run, b, "max_logit", r->win_from);
         if (!(late > th[TH_LOGIT_MAX] && late > th[TH_LOGIT_GROWTH] * early)) continue;
         add(finding(r, F_LOGIT_GROWTH),
-            "layer %d: largest |router logit| %.2f over steps %d-%d, %.1fx its %.2f at steps %d-%d "
-            "(moe.z_coef=%g)",
-            block_layer(run, b), late, r->win_from, r->last_step, late / early, early, early_from,
+            "layer %d: largest |router logit| %.2f over steps %d-%d, %.1fx its %.2f over steps "
+            "%d-%d (moe.z_coef=%g)",
+            block_layer(run, b), late, r->win_from, r->last_step, late / early, early, first,
             early_to, (double)r->cfg.z_coef);
     }
 }
@@ -357,12 +363,15 @@ static void rule_bias(DoctorReport *r, const Run *run, const double *th) {
                 (double)r->cfg.bias_rate,
                 r->cfg.bias_update == MOE_BIAS_SIGN ? "sign" : "proportional",
                 block_mean(run, b, "maxvio", r->win_from));
-        if (spread_end >= 10.0 * r->cfg.bias_rate && spread_end > th[TH_BIAS_GROWTH] * spread_mid)
+        /* the sign rule moves each bias by bias_rate a step: a range widens by 2 rates at most */
+        const double fastest = 2.0 * r->cfg.bias_rate * (r->last_step - mid);
+        const double pace = fastest > 0.0 ? (spread_end - spread_mid) / fastest : 0.0;
+        if (pace > th[TH_BIAS_DRIFT])
             add(finding(r, F_BIAS_DRIFT),
-                "layer %d: the biases span %.3f at step %d, %.2fx their %.3f at step %d: still "
-                "widening, at up to 2 x moe.bias_rate=%g a step",
-                block_layer(run, b), spread_end, r->last_step, spread_end / spread_mid, spread_mid,
-                mid, (double)r->cfg.bias_rate);
+                "layer %d: the biases span %.3f at step %d, up from %.3f at step %d: widening at "
+                "%.0f %% of the fastest the bias rule allows (2 x moe.bias_rate=%g a step)",
+                block_layer(run, b), spread_end, r->last_step, spread_mid, mid, 100.0 * pace,
+                (double)r->cfg.bias_rate);
     }
 }
 
@@ -506,6 +515,8 @@ int doctor_run(DoctorReport *r, const char *dir, const double th[TH_COUNT], char
     w = w < 10 ? 10 : w;
     w = w > n ? n : w;
     r->win_from = n ? (int)tcol(&run, n - w, run.c_step) : 0;
+    const int settle = (int)ceil(th[TH_SETTLE] * r->cfg.steps);
+    r->settle_to = settle > 0 ? settle : 0;
 
     rule_divergence(r, &run);
     if (n >= 10) {

@@ -67,6 +67,7 @@ typedef struct {
     int last_step, n_moe;         /* the last step train.csv records; MoE blocks */
     double final_loss, final_val; /* NAN when absent */
     int win_from;                 /* the first step of the final window */
+    int settle_to;                /* the last step of the settling start (not in streaks) */
     char files[256];              /* the files read, for the report's first lines */
     Finding found[F_COUNT];
     int n_found;

@@ -66,7 +66,7 @@ const FindingKind FINDINGS[F_COUNT] = {
                              "moe.aux_coef=1e-2 or lower (1e-3); or moe.balance=aux_free, which "
                              "adds no loss",
                              "moe.balance moe.aux_coef", "6.7 A balance loss that dominates"},
-    [F_LOGIT_GROWTH] = {"logit_growth", SEV_WARNING, "the router's logits keep growing",
+    [F_LOGIT_GROWTH] = {"logit_growth", SEV_WARNING, "the router's logits grew large",
                         "no z-loss (moe.z_coef=0) or too small a one, with a high learning rate: "
                         "large logits make the softmax brittle and, in bf16, inexact",
                         "moe.z_coef=1e-3; lower train.lr",

@@ -17,6 +17,9 @@ const HealthThreshold HEALTH_THRESHOLDS[TH_COUNT] = {
     [TH_FINAL_WINDOW] = {"final_window", 0.2, "(all)",
                          "the end of a run, whose state is judged: this fraction of its logged "
                          "steps (at least 10)"},
+    [TH_SETTLE] = {"settle", 0.2, "starving_experts, drop_storm",
+                   "the start of a run, while the router settles: this fraction of its steps is "
+                   "not judged for starving experts and drop storms (live too)"},
     [TH_LOSS_SPIKES] = {"loss_spikes", 2, "loss_spikes",
                         "loss spikes (train.csv loss_spike) in a run that make a warning"},
     [TH_GRAD_SPIKES] = {"grad_spikes", 10, "grad_spikes",
@@ -39,22 +42,24 @@ const HealthThreshold HEALTH_THRESHOLDS[TH_COUNT] = {
     [TH_AUX_SHARE] = {"aux_share", 0.1, "balance_dominates",
                       "the balance term of the objective (aux_coef x MoE blocks x aux_loss) as a "
                       "fraction of the language-model loss"},
-    [TH_LOGIT_MAX] = {"logit_max", 10, "logit_growth",
-                      "largest |router logit| (router.csv max_logit, final window) ..."},
-    [TH_LOGIT_GROWTH] = {"logit_growth", 2, "logit_growth",
-                         "... and this many times its value at the end of warm-up"},
+    [TH_LOGIT_MAX] = {"logit_max", 8, "logit_growth",
+                      "largest |router logit| (router.csv max_logit, mean over the final window) "
+                      "..."},
+    [TH_LOGIT_GROWTH] = {"logit_growth", 1.5, "logit_growth",
+                         "... and this many times its mean over the run's first steps (as many "
+                         "as the final window)"},
     [TH_LOAD_CHURN] = {"load_churn", 0.25, "bias_oscillation",
                        "moe.balance=aux_free: share of the load that changes expert from one "
                        "step to the next (final window)"},
-    [TH_BIAS_GROWTH] = {"bias_growth", 1.6, "bias_drift",
-                        "moe.balance=aux_free: the range of a layer's biases at the end over its "
-                        "range half-way (2 when it widens at a constant rate, about 1.4 for a "
-                        "random walk), the range at least 10 bias steps"},
+    [TH_BIAS_DRIFT] = {"bias_drift", 0.5, "bias_drift",
+                       "moe.balance=aux_free: how fast the range of a layer's biases widened over "
+                       "the second half of the run, as a fraction of the fastest the sign rule "
+                       "allows (2 x moe.bias_rate a step)"},
     [TH_VAL_RISE] = {"val_rise", 0.1, "overfitting",
                      "nats the last validation loss lies above the lowest one"},
     [TH_EPOCHS] = {"epochs", 1, "data_repeated",
                    "passes over the training shard (tokens trained / tokens in the shard)"},
-    [TH_EP_IMBALANCE] = {"ep_imbalance", 1.5, "ep_imbalance",
+    [TH_EP_IMBALANCE] = {"ep_imbalance", 1.3, "ep_imbalance",
                          "rows the busiest process's experts compute over the mean of the "
                          "processes (dist.csv rows_in, final window)"},
     [TH_THROUGHPUT_DROP] = {"throughput_drop", 0.7, "throughput_drop",
@@ -102,10 +107,11 @@ void health_print(FILE *f) {
 /* ---- live warnings -----------------------------------------------------------------------------
  */
 
-void health_watch_init(HealthWatch *h, int n_moe, int E, const int *layer_of) {
+void health_watch_init(HealthWatch *h, int n_moe, int E, const int *layer_of, int steps) {
     memset(h, 0, sizeof *h);
     h->n_moe = n_moe, h->E = E, h->layer_of = layer_of;
     health_defaults(h->th);
+    h->settle = (int)ceil(h->th[TH_SETTLE] * steps);
     h->starve_run =
         (int *)calloc_check((size_t)(n_moe > 0 ? n_moe : 1) * (E > 0 ? E : 1), sizeof(int));
     h->drop_run = (int *)calloc_check((size_t)(n_moe > 0 ? n_moe : 1), sizeof(int));
@@ -140,7 +146,7 @@ int health_watch_step(HealthWatch *h, const RouterAccum *ra, float grad_norm, in
     int printed = 0;
     const int starve_steps = (int)h->th[TH_STARVE_STEPS], drop_steps = (int)h->th[TH_DROP_STEPS];
     const double fair = 1.0 / h->E;
-    for (int b = 0; b < h->n_moe && ra->micro > 0; b++) {
+    for (int b = 0; b < h->n_moe && ra->micro > 0 && step > h->settle; b++) {
         for (int e = 0; e < h->E; e++) {
             const double load = ra->load[b * h->E + e] / ra->micro;
             int *run = &h->starve_run[b * h->E + e];

@@ -14,6 +14,7 @@
 
 typedef enum {
     TH_FINAL_WINDOW, /* the end of a run, whose state is judged: this fraction of its steps */
+    TH_SETTLE,       /* the start of a run, whose routing still settles: not judged for streaks */
     TH_LOSS_SPIKES,
     TH_GRAD_SPIKES,
     TH_LR_RISE,
@@ -26,7 +27,7 @@ typedef enum {
     TH_LOGIT_MAX,
     TH_LOGIT_GROWTH,
     TH_LOAD_CHURN,
-    TH_BIAS_GROWTH,
+    TH_BIAS_DRIFT,
     TH_VAL_RISE,
     TH_EPOCHS,
     TH_EP_IMBALANCE,
@@ -51,7 +52,8 @@ int health_set(double th[TH_COUNT], const char *assignment, char *err, int errle
 void health_print(FILE *f);
 
 /* ---- live warnings of moe train ----------------------------------------------------------------
- * After every optimizer step: an expert below TH_STARVE_SHARE of its fair share for
+ * After every optimizer step past the first TH_SETTLE of train.steps: an expert below
+ * TH_STARVE_SHARE of its fair share for
  * TH_STARVE_STEPS steps in a row, a layer dropping more than TH_DROP_FRAC of its assignments for
  * TH_DROP_STEPS steps in a row, a gradient norm that is not a finite number. One line on stderr
  * when a condition begins (not while it lasts), at most HEALTH_MAX_LINES lines of a kind, then
@@ -65,10 +67,12 @@ typedef struct {
     int *drop_run;       /* (n_moe) consecutive steps above the drop fraction */
     int lines[3];        /* lines printed of each kind: starving, drops, gradient */
     int grad_bad;        /* the previous step's gradient norm was not finite */
+    int settle;          /* the steps up to this one are not judged for starving and drops */
     const int *layer_of; /* (n_moe) the model layer of each MoE block (for the messages) */
 } HealthWatch;
 
-void health_watch_init(HealthWatch *h, int n_moe, int E, const int *layer_of);
+/* steps: train.steps, whose first TH_SETTLE are the routing's settling */
+void health_watch_init(HealthWatch *h, int n_moe, int E, const int *layer_of, int steps);
 void health_watch_free(HealthWatch *h);
 /* judge one optimizer step (its RouterAccum before the next reset); prints to f, each line
  * after `lead` ("\r\033[K" clears a live progress line first; "" otherwise). Returns the

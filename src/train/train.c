@@ -249,7 +249,7 @@ int train_run(Config *c, const TrainOptions *o) {
     for (int l = 0, b = 0; l < c->n_layer; l++)
         if (config_is_moe_layer(c, l)) moe_layer[b++] = l;
     HealthWatch health;
-    health_watch_init(&health, m.n_moe, E, moe_layer);
+    health_watch_init(&health, m.n_moe, E, moe_layer, c->steps);
     DomainCounts dc = {.n_moe = m.n_moe, .n_domains = (int)val.n_domains, .E = E};
     dc.counts = (double *)calloc_check((size_t)m.n_moe * val.n_domains * E + 1, sizeof(double));
     dc.drops = (double *)calloc_check((size_t)m.n_moe * 2 + 1, sizeof(double));
