@@ -22,7 +22,7 @@ echo "test_gallery: gallery.sh --smoke"
 MOE_BIN=$moe MOE_MPI_BIN= bash chapters/06-troubleshooting/gallery.sh --smoke > "$tmp/g.log" 2>&1
 check "gallery.sh --smoke exits 0" $? "$(tail -n 30 "$tmp/g.log")"
 arms=$(awk -F, 'NR > 1' "$out/gallery.csv" | wc -l)
-[ "$arms" = 16 ] && [ -s "$out/gallery.md" ] && [ -s "$out/thresholds.md" ] && [ -s "$out/runs.tar.gz" ]
+[ "$arms" = 17 ] && [ -s "$out/gallery.md" ] && [ -s "$out/thresholds.md" ] && [ -s "$out/runs.tar.gz" ]
 check "gallery.csv has every arm ($arms); gallery.md, thresholds.md, runs.tar.gz exist" $? "$(cat "$out/gallery.csv")"
 missing=""
 while IFS=, read -r arm expect found rc _; do
@@ -54,7 +54,7 @@ while IFS=, read -r arm expect found rc _; do
   done
   [ "$expect" = - ] && [ -n "${now// /}" ] && false_pos="$false_pos $arm($now)"
 done < <(tail -n +2 "$g/gallery.csv")
-[ "$n" = 16 ]
+[ "$n" = 17 ]
 check "gallery.csv has every arm ($n)" $? "$(cat "$g/gallery.csv")"
 [ -z "$differs" ]
 check "moe doctor now writes the committed report of every arm" $? "differ:$differs (rerun gallery.sh --summarize)"

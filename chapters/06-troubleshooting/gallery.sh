@@ -16,7 +16,8 @@
 # without MPI it is skipped, and the summary says so.
 # Writes runs/ch06-gallery-NAME[-quick|-smoke]/ and, in plots/06-troubleshooting[-quick|-smoke]/:
 # gallery.csv and gallery.md (per arm: the findings it should provoke, those moe doctor named,
-# its exit status, the missed and the unexpected ones), reports/NAME.txt (the doctor's report),
+# its exit status, the missed and the unexpected ones; the csv also its loss and gradient-norm
+# spikes, train.csv's flags), reports/NAME.txt (the doctor's report),
 # NAME.png (the symptom against the healthy run), thresholds.md (moe doctor --thresholds),
 # live.txt (the warnings moe train printed while the arms trained),
 # runs.tar.gz (the run directories without their checkpoints: tests/test_gallery.sh diagnoses
@@ -128,11 +129,11 @@ fi
 # ---- the diagnosis of every arm ------------------------------------------------------------------
 "$moe" doctor --thresholds > "$out/thresholds.md"
 {
-  echo "arm,expected,found,exit_status,missed,unexpected"
+  echo "arm,expected,found,exit_status,missed,unexpected,loss_spikes,grad_spikes"
   for v in "${ARMS[@]}"; do
     IFS='|' read -r name settings expect metric what <<<"$v"
     dir=runs/ch06-gallery-$name$suffix
-    if [ ! -d "$dir" ]; then echo "$name,$expect,skipped,,,"; continue; fi
+    if [ ! -d "$dir" ]; then echo "$name,$expect,skipped,,,,,"; continue; fi
     rc=0
     "$moe" doctor "$dir" > "$out/reports/$name.txt" || rc=$?
     [ "$rc" = 2 ] && { cat "$out/reports/$name.txt" >&2; exit 1; }
@@ -141,7 +142,8 @@ fi
     for f in $expect; do [ "$f" = - ] || case " $found " in *" $f "*) ;; *) missed="$missed $f" ;; esac; done
     for f in $found; do case " $expect " in *" $f "*) ;; *) unexpected="$unexpected $f" ;; esac; done
     found=${found% }
-    echo "$name,$expect,${found:--},$rc,${missed# },${unexpected# }"
+    spikes=$(awk -F, 'NR > 1 { l += $9; g += $10 } END { printf "%d,%d", l, g }' "$dir/train.csv")
+    echo "$name,$expect,${found:--},$rc,${missed# },${unexpected# },$spikes"
   done
 } > "$out/gallery.csv"
 

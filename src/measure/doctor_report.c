@@ -104,7 +104,7 @@ const FindingKind FINDINGS[F_COUNT] = {
                         "expert-parallel imbalance: one process computes most rows, the others "
                         "wait in the exchange",
                         "an imbalanced router: the busiest experts' process sets every step's "
-                        "pace; with capacity dropping off, nothing bounds it",
+                        "pace, and dropless training (moe.capacity_factor=0) puts no bound on it",
                         "balance the router (moe.balance, moe.aux_coef; moe.balance_groups=dist.ep "
                         "balances the processes themselves); or moe.capacity_factor to bound "
                         "the busiest",
