@@ -6,8 +6,9 @@
 #      of that fault (no other) and the exit status of its severity (3 failure, 1 warning,
 #      0 for the note of an unfinished run); --threshold moves a rule's line
 #   2. --json: one JSON object with the same findings (python3 parses it when present)
-#   3. bad input, exit 2 with a message: no directory, no config.txt, a damaged CSV, a
-#      router.csv of another model, a bad --threshold, a stray argument
+#   3. bad input, exit 2 with a message: no directory, no config.txt, a damaged CSV (a word,
+#      steps out of order, a row of the wrong layer), a router.csv of another model, a config
+#      typo, a bad --threshold, a stray argument; a torn last line is dropped instead
 #   4. --thresholds lists every threshold once; every handbook section a finding or a live
 #      warning names exists in handbook.md
 #   5. the live warnings of moe train: a run with a tiny capacity and no balancing warns of
@@ -158,6 +159,12 @@ expect_2 "a word in train.csv" "train.csv:5: column 'loss' holds 'oops', which i
 mkrun "$tmp/other" none
 sed -i 's/^moe.num_experts = 8/moe.num_experts = 16/' "$tmp/other/config.txt"
 expect_2 "router.csv of another model" "router.csv does not match config.txt (2 MoE blocks of 16 experts)" "$tmp/other"
+mkrun "$tmp/order" none
+sed -i '10s/^9,/8,/' "$tmp/order/train.csv"
+expect_2 "a step out of order in train.csv" "train.csv:10: step '8' is not a whole number after the step before it" "$tmp/order"
+mkrun "$tmp/layers" none
+sed -i '9s/^4,1,/4,0,/' "$tmp/layers/router.csv"
+expect_2 "a router.csv row of the wrong layer" "router.csv:9: step 4, layer 0 is not the layer of a row of its place" "$tmp/layers"
 mkrun "$tmp/badcfg" none
 echo "moe.num_expert = 8" >> "$tmp/badcfg/config.txt"
 expect_2 "a config.txt with a typo" "moe.num_expert" "$tmp/badcfg"

@@ -443,16 +443,19 @@ static void rule_ep(DoctorReport *r, const Run *run, const double *th) {
     const int c_rows = csv_col(t, "rows_in"), c_comm = csv_col(t, "comm_s");
     if (c_step < 0 || c_layer < 0 || c_rank < 0 || c_rows < 0 || c_comm < 0) return;
     int world = 0;
-    for (int i = 0; i < t->n_row; i++)
-        if ((int)csv_at(t, i, c_rank) + 1 > world) world = (int)csv_at(t, i, c_rank) + 1;
-    if (world < 2 || world > 1024) return;
+    for (int i = 0; i < t->n_row; i++) {
+        const double k = csv_at(t, i, c_rank);
+        if (!(k >= 0.0 && k < 1024.0)) return; /* not a process of a run moe train wrote */
+        if ((int)k + 1 > world) world = (int)k + 1;
+    }
+    if (world < 2) return;
     double rows[1024], comm[1024];
     for (int l = 0; l < r->cfg.n_layer; l++) {
         memset(rows, 0, sizeof rows);
         memset(comm, 0, sizeof comm);
         int n = 0;
         for (int i = 0; i < t->n_row; i++) {
-            if ((int)csv_at(t, i, c_layer) != l || csv_at(t, i, c_step) < r->win_from) continue;
+            if (csv_at(t, i, c_layer) != l || !(csv_at(t, i, c_step) >= r->win_from)) continue;
             const int k = (int)csv_at(t, i, c_rank);
             rows[k] += csv_at(t, i, c_rows), comm[k] += csv_at(t, i, c_comm), n++;
         }
@@ -467,7 +470,7 @@ static void rule_ep(DoctorReport *r, const Run *run, const double *th) {
         if (ratio < th[TH_EP_IMBALANCE]) continue;
         double others = 0.0;
         for (int k = 0; k < world; k++) others += k == busiest ? 0.0 : comm[k];
-        const int steps = n / world;
+        const int steps = n / world > 0 ? n / world : 1;
         add(finding(r, F_EP_IMBALANCE),
             "layer %d: process %d's experts computed %.2fx the mean rows of the %d processes over "
             "steps %d-%d; the others spent %.1f ms a step in the exchange, process %d %.1f ms",

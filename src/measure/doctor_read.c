@@ -3,6 +3,8 @@
  * settings table (so a typo in it is named as in any config), every CSV file that exists, and
  * provenance.txt; and the checks that the files belong together.
  */
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +48,11 @@ void run_free(Run *run) {
     csv_table_free(&run->val_router);
     csv_table_free(&run->dist);
     free(run->prov);
+}
+
+/* a whole number in [0, below) */
+static int whole(double v, double below) {
+    return v >= 0.0 && v < below && v == floor(v);
 }
 
 int load_run(DoctorReport *r, Run *run, const char *dir, char *err, int errlen) {
@@ -103,13 +110,25 @@ int load_run(DoctorReport *r, Run *run, const char *dir, char *err, int errlen) 
                              dir, run->n_moe, run->E);
         /* a run still training may have written only some blocks of its last step */
         run->router.n_row -= run->router.n_row % run->n_moe;
-        for (int i = 0; i < run->router.n_row; i++)
-            if ((int)csv_at(&run->router, i, 1) != (int)csv_at(&run->router, i % run->n_moe, 1))
+        for (int i = 0; i < run->router.n_row; i++) {
+            const double layer = csv_at(&run->router, i, 1);
+            if (!whole(layer, r->cfg.n_layer) || !whole(csv_at(&run->router, i, 0), INT_MAX) ||
+                layer != csv_at(&run->router, i % run->n_moe, 1))
                 return set_error(err, errlen,
-                                 "%s/router.csv: row %d is layer %.0f where layer %.0f belongs; "
-                                 "the file is damaged or was not written by moe train",
-                                 dir, i + 2, csv_at(&run->router, i, 1),
-                                 csv_at(&run->router, i % run->n_moe, 1));
+                                 "%s/router.csv:%d: step %g, layer %g is not the layer of a row "
+                                 "of its place; the file is damaged or was not written by moe "
+                                 "train",
+                                 dir, i + 2, csv_at(&run->router, i, 0), layer);
+        }
+    }
+    /* every step a whole number, in order: the rules index by them */
+    for (int i = 0; i < t->n_row; i++) {
+        const double step = csv_at(t, i, run->c_step);
+        if (!whole(step, INT_MAX) || (i > 0 && step <= csv_at(t, i - 1, run->c_step)))
+            return set_error(err, errlen,
+                             "%s/train.csv:%d: step '%g' is not a whole number after the step "
+                             "before it; the file is damaged or was not written by moe train",
+                             dir, i + 2, step);
     }
     return 0;
 }

@@ -57,7 +57,8 @@ void health_print(FILE *f);
  * TH_STARVE_STEPS steps in a row, a layer dropping more than TH_DROP_FRAC of its assignments for
  * TH_DROP_STEPS steps in a row, a gradient norm that is not a finite number. One line on stderr
  * when a condition begins (not while it lasts), at most HEALTH_MAX_LINES lines of a kind, then
- * one line saying the rest are silenced: a run never floods its terminal. */
+ * one line saying the rest are silenced: a run never floods its terminal. A resumed run counts
+ * its streaks from the step it resumes at. */
 #define HEALTH_MAX_LINES 3
 
 typedef struct {
