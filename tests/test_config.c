@@ -58,6 +58,7 @@ static const Field FIELDS[] = {
     F("moe.jitter", jitter, "0.01"),
     F("moe.noise", noise, "0.5"),
     F("moe.num_shared", num_shared, "2"),
+    F("moe.router_init_std", router_init_std, "0.5"),
     F("moe.routing", routing, "expert_choice"),
     F("moe.ec_capacity", ec_capacity, "1.25"),
     F("moe.capacity_factor", capacity_factor, "1.25"),

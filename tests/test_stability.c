@@ -2,8 +2,9 @@
  * test_stability.c: the settings of chapter 5 (stability), beyond the gradient checks of
  * tests/test_model.c (which cover sandwich norms and the group and step-wide balance loss):
  *
- *   - init: TinyInit's std from width and depth, the embedding's 0.5, init_scale exactly, the
- *     gains of sandwich and depth-scaled sandwich norms;
+ *   - init: TinyInit's std from width and depth, the embedding's 0.5, init_scale exactly,
+ *     moe.router_init_std (the router's std, nothing else changed), the gains of sandwich and
+ *     depth-scaled sandwich norms;
  *   - a bf16 router: every rounded tensor holds bf16 values, and the model stays close to the
  *     fp32 router's (the gradients pass straight through the roundings);
  *   - the balance loss over groups of experts and over the step's micro-batches, recomputed
@@ -79,6 +80,32 @@ START_TEST(test_tiny_init_and_scale) {
                           "%s[%zu] with init_scale 2", t->name, j);
     }
     model_free(&a), model_free(&b);
+
+    /* moe.router_init_std is the router's std itself: the same normal draws scaled by 0.5
+     * instead of init_std 0.02 (to rounding); every other tensor is drawn bit for bit as before */
+    Config r1 = small_config(4), r2 = r1;
+    r2.router_init_std = 0.5f;
+    Model p, q;
+    model_init(&p, &r1, 1, 16);
+    model_init(&q, &r2, 1, 16);
+    for (int i = 0; i < p.pt.n; i++) {
+        const ParamTensor *t = &p.pt.t[i];
+        const int router = strstr(t->name, "moe.router") != NULL;
+        if (router) {
+            const double s = std_of(q.params + t->offset, t->numel);
+            ck_assert_msg(fabs(s / 0.5 - 1.0) < 0.1, "%s: std %g with moe.router_init_std 0.5",
+                          t->name, s);
+            for (size_t j = 0; j < t->numel; j++)
+                ck_assert_msg(fabsf(q.params[t->offset + j] - 25.0f * p.params[t->offset + j]) <=
+                                  1e-6f * fabsf(q.params[t->offset + j]),
+                              "%s[%zu]: 0.5 / 0.02 times the default draw", t->name, j);
+        } else {
+            ck_assert_msg(
+                memcmp(q.params + t->offset, p.params + t->offset, t->numel * sizeof(float)) == 0,
+                "%s changed with moe.router_init_std", t->name);
+        }
+    }
+    model_free(&p), model_free(&q);
 }
 END_TEST
 
