@@ -7,7 +7,8 @@
 #      0 for the note of an unfinished run); --threshold moves a rule's line
 #   2. --json: one JSON object with the same findings (python3 parses it when present)
 #   3. bad input, exit 2 with a message: no directory, no config.txt, a damaged CSV (a word,
-#      steps out of order, a row of the wrong layer), a router.csv of another model, a config
+#      steps out of order, a row of the wrong layer, a domains.csv expert the model lacks), a
+#      router.csv of another model, a config
 #      typo, a bad --threshold, a stray argument; a torn last line is dropped instead
 #   4. --thresholds lists every threshold once; every handbook section a finding or a live
 #      warning names exists in handbook.md
@@ -82,6 +83,13 @@ mkrun() {
         print row ",0,0.01," logit ",2.2,0" > ro
       }
     } }'
+  if [ "$fault" = router_collapse ]; then # the validation text: both domains to experts 0 and 1
+    { echo "step,layer,domain,expert,fraction"
+      for d in en de; do for l in 0 1; do for e in 0 1 2 3 4 5 6 7; do
+        case $l$e in 10 | 11) f=0.44 ;; 1*) f=0.02 ;; *) f=0.125 ;; esac
+        echo "100,$l,$d,$e,$f"
+      done; done; done; } > "$dir/domains.csv"
+  fi
   if [ "$fault" = ep_imbalance ]; then
     { echo "step,layer,rank,bytes_sent,bytes_recv,comm_s,expert_s,rows_in,rows_out_remote,rows_in_remote,sync_wait_s"
       for s in $(seq 1 100); do for l in -1 0 1; do
@@ -116,6 +124,8 @@ done
 "$moe" doctor "$tmp/router_collapse" > "$tmp/out"
 grep -q "layer 1: experts 0, 1 take 80 % of the assignments" "$tmp/out"
 check "collapse names the layer, the experts and their share" $? "$(cat "$tmp/out")"
+grep -q "validation text at step 100: the busiest experts take 88 % of en's, 88 % of de's assignments: every domain is sent to them" "$tmp/out"
+check "collapse: domains.csv says every domain goes to the busiest experts" $? "$(cat "$tmp/out")"
 "$moe" doctor "$tmp/starving_experts" > "$tmp/out"
 grep -q "layer 0 expert 3: .* for 60 steps (21-80), 0.000 % on average: dead" "$tmp/out"
 check "starving names the expert, the span and that it is dead" $? "$(cat "$tmp/out")"
@@ -165,6 +175,9 @@ expect_2 "a step out of order in train.csv" "train.csv:10: step '8' is not a who
 mkrun "$tmp/layers" none
 sed -i '9s/^4,1,/4,0,/' "$tmp/layers/router.csv"
 expect_2 "a router.csv row of the wrong layer" "router.csv:9: step 4, layer 0 is not the layer of a row of its place" "$tmp/layers"
+mkrun "$tmp/baddom" router_collapse
+sed -i '3s/^100,0,en,1,/100,0,en,99,/' "$tmp/baddom/domains.csv"
+expect_2 "a domains.csv row of an expert the model lacks" "domains.csv:3: not a row of a domains.csv of this run" "$tmp/baddom"
 mkrun "$tmp/badcfg" none
 echo "moe.num_expert = 8" >> "$tmp/badcfg/config.txt"
 expect_2 "a config.txt with a typo" "moe.num_expert" "$tmp/badcfg"

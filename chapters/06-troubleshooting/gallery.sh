@@ -181,7 +181,7 @@ done | sed "s|$suffix: |: |" > "$out/live.txt"
 # live warnings of train.log), so that the test diagnoses the handbook's runs again
 files=()
 for d in "${dirs[@]}"; do
-  for f in config.txt provenance.txt train.csv router.csv val_router.csv dist.csv train.log; do
+  for f in config.txt provenance.txt train.csv router.csv val_router.csv domains.csv dist.csv train.log; do
     [ -f "$d/$f" ] && files+=("$d/$f")
   done
 done

@@ -178,6 +178,44 @@ static int block_layer(const Run *run, int b) {
     return (int)csv_at(&run->router, b, rcol(run, "layer"));
 }
 
+/* A collapsed block on the validation text (domains.csv): does every domain go to the busiest
+ * experts (a collapse), or do some go elsewhere (that part of the imbalance follows the data's
+ * domains)? */
+static void collapse_domains(DoctorReport *r, const Run *run, int b, const int *order, int q,
+                             const double *th) {
+    const Domains *d = &run->dom;
+    if (!d->step || !d->n_domains) return;
+    char line[1024], apart[512] = "";
+    int len = snprintf(line, sizeof line, "validation text at step %d: the busiest experts take",
+                       d->step);
+    int n_apart = 0;
+    for (int k = 0; k < d->n_domains && len < (int)sizeof line - 64; k++) {
+        double share = 0.0;
+        for (int i = 0; i < q; i++)
+            share += d->share[((size_t)b * MAX_DOMAINS + k) * run->E + order[i]];
+        len += snprintf(line + len, sizeof line - (size_t)len, "%s %.0f %% of %s's", k ? "," : "",
+                        100.0 * share, d->names[k]);
+        if (share >= th[TH_COLLAPSE_SHARE]) continue;
+        const size_t used = strlen(apart);
+        snprintf(apart + used, sizeof apart - used, "%s%s", n_apart++ ? ", " : "", d->names[k]);
+    }
+    if (!n_apart)
+        add(finding(r, F_ROUTER_COLLAPSE),
+            "%s assignments: every domain is sent to them, a collapse rather than a "
+            "specialisation",
+            line);
+    else if (2 * n_apart < d->n_domains)
+        add(finding(r, F_ROUTER_COLLAPSE),
+            "%s assignments: every domain is sent to them but %s, whose tokens go mostly to "
+            "other experts",
+            line, apart);
+    else
+        add(finding(r, F_ROUTER_COLLAPSE),
+            "%s assignments: %s go elsewhere, so much of this imbalance follows the data's "
+            "domains rather than a collapse",
+            line, apart);
+}
+
 static void rule_collapse(DoctorReport *r, const Run *run, const double *th) {
     if (r->cfg.routing == MOE_ROUTING_EXPERT_CHOICE) return; /* balanced by construction */
     double load[MAX_E];
@@ -207,6 +245,7 @@ static void rule_collapse(DoctorReport *r, const Run *run, const double *th) {
             block_layer(run, b), who, 100.0 * share, r->win_from, r->last_step, 100.0 * q / run->E,
             block_mean(run, b, "maxvio", r->win_from), block_mean(run, b, "cv", r->win_from),
             block_mean(run, b, "entropy", r->win_from), log((double)run->E));
+        collapse_domains(r, run, b, order, q, th);
     }
 }
 

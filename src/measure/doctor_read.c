@@ -42,7 +42,63 @@ static char *read_text(const char *path) {
     return text;
 }
 
+/* domains.csv: "step,layer,domain,expert,fraction" rows; the last step's are kept. The domain
+ * is a name, which the numeric table reader refuses, so the rows are read here. */
+static int read_domains(Run *run, const DoctorReport *r, const char *dir, char *files, char *err,
+                        int errlen) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/domains.csv", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int block_of[1024];
+    for (int l = 0, b = 0; l < r->cfg.n_layer && l < 1024; l++)
+        block_of[l] = config_is_moe_layer(&r->cfg, l) ? b++ : -1;
+    Domains *d = &run->dom;
+    d->share =
+        (double *)calloc_check((size_t)run->n_moe * MAX_DOMAINS * run->E + 1, sizeof(double));
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int rc = 0;
+    for (long lineno = 1; (len = getline(&line, &cap, f)) > 0; lineno++) {
+        if (line[len - 1] != '\n') break; /* a torn last line */
+        if (lineno == 1) continue;        /* the header */
+        char name[32];
+        int step, layer, e, used = 0;
+        double frac;
+        if (sscanf(line, "%d,%d,%31[^,],%d,%lf%n", &step, &layer, name, &e, &frac, &used) != 5 ||
+            line[used] != '\n' || layer < 0 || layer >= r->cfg.n_layer || layer >= 1024 ||
+            block_of[layer] < 0 || e < 0 || e >= run->E || step < d->step) {
+            rc = set_error(err, errlen,
+                           "%s:%ld: not a row of a domains.csv of this run (step,layer,domain,"
+                           "expert,fraction); the file is damaged or was not written by moe train",
+                           path, lineno);
+            break;
+        }
+        if (step > d->step) { /* a later evaluation: it replaces the one before */
+            d->step = step, d->n_domains = 0;
+            memset(d->share, 0, (size_t)run->n_moe * MAX_DOMAINS * run->E * sizeof(double));
+        }
+        int k = 0;
+        while (k < d->n_domains && strcmp(d->names[k], name) != 0) k++;
+        if (k == d->n_domains) {
+            if (k == MAX_DOMAINS) continue; /* more domains than a report lists */
+            snprintf(d->names[k], sizeof d->names[k], "%s", name);
+            d->n_domains++;
+        }
+        d->share[((size_t)block_of[layer] * MAX_DOMAINS + k) * run->E + e] = frac;
+    }
+    free(line);
+    fclose(f);
+    if (!rc && d->step) {
+        const size_t n = strlen(files);
+        snprintf(files + n, 256 - n, ", domains.csv");
+    }
+    return rc;
+}
+
 void run_free(Run *run) {
+    free(run->dom.share);
     csv_table_free(&run->train);
     csv_table_free(&run->router);
     csv_table_free(&run->val_router);
@@ -121,6 +177,7 @@ int load_run(DoctorReport *r, Run *run, const char *dir, char *err, int errlen) 
                                  dir, i + 2, csv_at(&run->router, i, 0), layer);
         }
     }
+    if (read_domains(run, r, dir, r->files, err, errlen) != 0) return -1;
     /* every step a whole number, in order: the rules index by them */
     for (int i = 0; i < t->n_row; i++) {
         const double step = csv_at(t, i, run->c_step);

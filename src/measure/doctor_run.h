@@ -9,11 +9,21 @@
 #include "measure/doctor.h"
 
 #define MAX_E 4096
+#define MAX_DOMAINS 64
+
+/* domains.csv at its last evaluation: which experts each domain of the validation text went to */
+typedef struct {
+    int step; /* the evaluation's step; 0 when the run has no domains.csv */
+    int n_domains;
+    char names[MAX_DOMAINS][32];
+    double *share; /* (n_moe, n_domains, E) share of a domain's assignments per expert */
+} Domains;
 
 /* the tables of one run directory */
 typedef struct {
     CsvTable train, router, val_router, dist;
     char *prov; /* provenance.txt, NULL when absent */
+    Domains dom;
     int E, K, n_moe;
     /* train.csv's columns */
     int c_step, c_loss, c_aux, c_grad, c_tok, c_val, c_lspike, c_gspike;
