@@ -339,10 +339,7 @@ static void rule_balance_dominates(DoctorReport *r, const Run *run, const double
         100.0 * term / loss, loss);
     double mv = 0.0;
     for (int b = 0; b < run->n_moe; b++) mv += block_mean(run, b, "maxvio", r->win_from);
-    add(f,
-        "the loads are near uniform (MaxVio %.3f, mean of the layers), bought with the "
-        "language model's share of the gradient",
-        mv / run->n_moe);
+    add(f, "MaxVio over the same steps: %.3f (mean of the layers)", mv / run->n_moe);
 }
 
 static void rule_logits(DoctorReport *r, const Run *run, const double *th) {

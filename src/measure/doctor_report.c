@@ -62,7 +62,8 @@ const FindingKind FINDINGS[F_COUNT] = {
     [F_BALANCE_DOMINATES] = {"balance_dominates", SEV_WARNING,
                              "the balancing loss dominates the language-model loss",
                              "moe.aux_coef far above 1e-2: the router is trained to be uniform, "
-                             "not to route well",
+                             "not to route well; or a language-model loss so small (a memorised "
+                             "training set) that even a usual coefficient outweighs it",
                              "moe.aux_coef=1e-2 or lower (1e-3); or moe.balance=aux_free, which "
                              "adds no loss",
                              "moe.balance moe.aux_coef", "6.7 A balance loss that dominates"},
