@@ -8,7 +8,7 @@
 #   2. --json: one JSON object with the same findings (python3 parses it when present)
 #   3. bad input, exit 2 with a message: no directory, no config.txt, a damaged CSV (a word,
 #      steps out of order, a row of the wrong layer, a domains.csv expert the model lacks), a
-#      router.csv of another model, a config
+#      router.csv of another model, a FIFO where provenance.txt belongs, a config
 #      typo, a bad --threshold, a stray argument; a torn last line is dropped instead
 #   4. --thresholds lists every threshold once; every handbook section a finding or a live
 #      warning names exists in handbook.md
@@ -178,6 +178,17 @@ expect_2 "a router.csv row of the wrong layer" "router.csv:9: step 4, layer 0 is
 mkrun "$tmp/baddom" router_collapse
 sed -i '3s/^100,0,en,1,/100,0,en,99,/' "$tmp/baddom/domains.csv"
 expect_2 "a domains.csv row of an expert the model lacks" "domains.csv:3: not a row of a domains.csv of this run" "$tmp/baddom"
+mkrun "$tmp/fifo" none
+rm "$tmp/fifo/provenance.txt" && mkfifo "$tmp/fifo/provenance.txt"
+"$moe" doctor "$tmp/fifo" > /dev/null 2> "$tmp/err" &
+pid=$!
+( sleep 10; kill $pid 2> /dev/null ) & # a reader that waited on the FIFO would hang here
+guard=$!
+wait $pid
+rc=$?
+kill $guard 2> /dev/null
+[ $rc = 2 ] && grep -q "provenance.txt' is a FIFO" "$tmp/err"
+check "a FIFO for provenance.txt: exit 2 at once, not a wait" $? "exit $rc: $(cat "$tmp/err")"
 mkrun "$tmp/badcfg" none
 echo "moe.num_expert = 8" >> "$tmp/badcfg/config.txt"
 expect_2 "a config.txt with a typo" "moe.num_expert" "$tmp/badcfg"

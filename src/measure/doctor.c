@@ -300,11 +300,13 @@ static void rule_starving(DoctorReport *r, const Run *run, const double *th) {
 
 static void rule_drops(DoctorReport *r, const Run *run, const double *th) {
     const int c = rcol(run, "drop_frac");
+    int storms = 0;
     for (int b = 0; c >= 0 && b < run->n_moe; b++) {
         int from = 0, to = 0;
         double mean = 0.0;
         const int n = streak(r, run, b, c, th[TH_DROP_FRAC], +1, &from, &to, &mean);
         if (n == 0 || n < th[TH_DROP_STEPS]) continue;
+        storms++;
         add(finding(r, F_DROP_STORM),
             "layer %d: dropped over %.0f %% of its assignments for %d steps (%d-%d), %.1f %% on "
             "average; %.1f %% over the final window (moe.capacity_factor=%g)",
@@ -312,8 +314,7 @@ static void rule_drops(DoctorReport *r, const Run *run, const double *th) {
             100.0 * block_mean(run, b, "drop_frac", r->win_from), (double)r->cfg.capacity_factor);
     }
     const int vc = csv_col(&run->val_router, "drop_frac");
-    if (r->n_found && vc >= 0 && run->val_router.n_row >= run->n_moe &&
-        r->found[r->n_found - 1].id == F_DROP_STORM) {
+    if (storms && vc >= 0 && run->val_router.n_row >= run->n_moe) {
         const int last = run->val_router.n_row - run->n_moe;
         double s = 0.0;
         for (int b = 0; b < run->n_moe; b++) s += csv_at(&run->val_router, last + b, vc);

@@ -5,6 +5,7 @@
  */
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,16 +29,33 @@ static int read_table(CsvTable *t, const char *dir, const char *name, char *file
     return rc < 0 ? -1 : 0;
 }
 
-static char *read_text(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) return NULL;
+static const FileSpec RUN_FILE = {
+    .what = "run file",
+    .hint = "moe doctor reads the files `moe train` writes into a run directory",
+    .in_dir = NULL,
+    .max_bytes = (uint64_t)1 << 32,
+};
+
+/* dir/name opened as every reader opens its input (open_regular: a FIFO or a directory is
+ * refused, never waited on); NULL with err empty when the run has no such file */
+static FILE *open_run_file(const char *dir, const char *name, char *path, size_t path_len,
+                           char *err, int errlen) {
+    snprintf(path, path_len, "%s/%s", dir, name);
+    err[0] = '\0';
+    if (!file_exists(path)) return NULL;
+    uint64_t size = 0;
+    return open_regular(path, &RUN_FILE, &size, err, errlen);
+}
+
+static char *read_text(FILE *f) {
     char *text = NULL;
     size_t n = 0;
     FILE *m = open_memstream(&text, &n);
+    if (!m) moe_fatal("out of memory");
     char buf[4096];
     size_t k;
-    while (m && (k = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, k, m);
-    if (m) fclose(m);
+    while ((k = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, k, m);
+    fclose(m);
     fclose(f);
     return text;
 }
@@ -47,9 +65,8 @@ static char *read_text(const char *path) {
 static int read_domains(Run *run, const DoctorReport *r, const char *dir, char *files, char *err,
                         int errlen) {
     char path[1100];
-    snprintf(path, sizeof path, "%s/domains.csv", dir);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
+    FILE *f = open_run_file(dir, "domains.csv", path, sizeof path, err, errlen);
+    if (!f) return err[0] ? -1 : 0;
     int block_of[1024];
     for (int l = 0, b = 0; l < r->cfg.n_layer && l < 1024; l++)
         block_of[l] = config_is_moe_layer(&r->cfg, l) ? b++ : -1;
@@ -133,8 +150,9 @@ int load_run(DoctorReport *r, Run *run, const char *dir, char *err, int errlen) 
         read_table(&run->val_router, dir, "val_router.csv", r->files, err, errlen) ||
         read_table(&run->dist, dir, "dist.csv", r->files, err, errlen))
         return -1;
-    snprintf(path, sizeof path, "%s/provenance.txt", dir);
-    run->prov = read_text(path);
+    FILE *prov = open_run_file(dir, "provenance.txt", path, sizeof path, err, errlen);
+    if (!prov && err[0]) return -1;
+    run->prov = prov ? read_text(prov) : NULL;
     if (run->prov) {
         const size_t n = strlen(r->files);
         snprintf(r->files + n, sizeof r->files - n, ", provenance.txt");

@@ -124,6 +124,7 @@ const FindingKind FINDINGS[F_COUNT] = {
 };
 
 static const char *const SEVERITY[3] = {"note", "warning", "failure"};
+static const char *const SEVERITY_HEAD[3] = {"NOTE", "WARNING", "FAILURE"}; /* the text report's */
 
 int doctor_exit_status(const DoctorReport *r) {
     Severity worst = SEV_NOTE;
@@ -138,9 +139,9 @@ int doctor_has(const DoctorReport *r, const char *id) {
     return 0;
 }
 
-/* "key=value ..." of the finding's settings in this run, from config.txt's text */
-static void settings_of(const DoctorReport *r, const FindingKind *k, char *out, size_t n) {
-    char *text = config_to_text(&r->cfg);
+/* "key=value ..." of the finding's settings in this run, from the text of its settings
+ * (config_to_text: "key = value" lines) */
+static void settings_of(const char *text, const FindingKind *k, char *out, size_t n) {
     out[0] = '\0';
     const char *s = k->settings;
     while (*s) {
@@ -158,7 +159,12 @@ static void settings_of(const DoctorReport *r, const FindingKind *k, char *out, 
         s += len;
         while (*s == ' ') s++;
     }
-    free(text);
+}
+
+/* the verdict's word, from the exit status */
+static const char *verdict(const DoctorReport *r) {
+    const int rc = doctor_exit_status(r);
+    return rc == 3 ? "failure" : rc == 1 ? "warning" : "healthy";
 }
 
 static int count(const DoctorReport *r, Severity s) {
@@ -173,15 +179,12 @@ void doctor_print(const DoctorReport *r, FILE *f) {
     if (isfinite(r->final_loss))
         fprintf(f, "last training loss %.4f%s", r->final_loss, isfinite(r->final_val) ? "" : "\n");
     if (isfinite(r->final_val)) fprintf(f, ", last validation loss %.4f\n", r->final_val);
+    char *text = config_to_text(&r->cfg);
     for (int i = 0; i < r->n_found; i++) {
         const FindingKind *k = &FINDINGS[r->found[i].id];
         char settings[1024];
-        settings_of(r, k, settings, sizeof settings);
-        fprintf(f, "\n%s %s: %s\n",
-                k->severity == SEV_FAILURE   ? "FAILURE"
-                : k->severity == SEV_WARNING ? "WARNING"
-                                             : "NOTE",
-                k->id, k->title);
+        settings_of(text, k, settings, sizeof settings);
+        fprintf(f, "\n%s %s: %s\n", SEVERITY_HEAD[k->severity], k->id, k->title);
         for (const char *line = r->found[i].evidence; *line;) {
             const char *eol = strchr(line, '\n');
             fprintf(f, "  seen:     %.*s\n", (int)(eol - line), line);
@@ -190,12 +193,10 @@ void doctor_print(const DoctorReport *r, FILE *f) {
         fprintf(f, "  causes:   %s\n  fix:      %s\n  settings: %s\n  read:     handbook %s\n",
                 k->causes, k->fix, settings, k->read);
     }
+    free(text);
     const int fail = count(r, SEV_FAILURE), warn = count(r, SEV_WARNING);
-    fprintf(f, "\nverdict: %s (%d failure%s, %d warning%s); exit status %d\n",
-            fail   ? "failure"
-            : warn ? "warning"
-                   : "healthy",
-            fail, fail == 1 ? "" : "s", warn, warn == 1 ? "" : "s", doctor_exit_status(r));
+    fprintf(f, "\nverdict: %s (%d failure%s, %d warning%s); exit status %d\n", verdict(r), fail,
+            fail == 1 ? "" : "s", warn, warn == 1 ? "" : "s", doctor_exit_status(r));
 }
 
 static void json_number(FILE *f, double v) {
@@ -206,22 +207,19 @@ static void json_number(FILE *f, double v) {
 }
 
 void doctor_print_json(const DoctorReport *r, FILE *f) {
-    const int fail = count(r, SEV_FAILURE), warn = count(r, SEV_WARNING);
     fputs("{\"run\": ", f);
     json_write_string(f, r->dir);
     fprintf(f, ", \"step\": %d, \"steps\": %d, \"final_loss\": ", r->last_step, r->cfg.steps);
     json_number(f, r->final_loss);
     fputs(", \"final_val_loss\": ", f);
     json_number(f, r->final_val);
-    fprintf(f, ", \"verdict\": \"%s\", \"exit_status\": %d, \"findings\": [",
-            fail   ? "failure"
-            : warn ? "warning"
-                   : "healthy",
+    fprintf(f, ", \"verdict\": \"%s\", \"exit_status\": %d, \"findings\": [", verdict(r),
             doctor_exit_status(r));
+    char *text = config_to_text(&r->cfg);
     for (int i = 0; i < r->n_found; i++) {
         const FindingKind *k = &FINDINGS[r->found[i].id];
         char settings[1024];
-        settings_of(r, k, settings, sizeof settings);
+        settings_of(text, k, settings, sizeof settings);
         fprintf(f, "%s\n  {\"id\": \"%s\", \"severity\": \"%s\", \"title\": ", i ? "," : "", k->id,
                 SEVERITY[k->severity]);
         json_write_string(f, k->title);
@@ -246,5 +244,6 @@ void doctor_print_json(const DoctorReport *r, FILE *f) {
         json_write_string(f, k->read);
         fputs("}", f);
     }
+    free(text);
     fputs(r->n_found ? "\n]}\n" : "]}\n", f);
 }
