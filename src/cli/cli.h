@@ -72,5 +72,6 @@ int cmd_export(int argc, char **argv);
 int cmd_import(int argc, char **argv);
 int cmd_upcycle(int argc, char **argv);
 int cmd_doctor(int argc, char **argv); /* doctor.c */
+int cmd_plan(int argc, char **argv);   /* plan.c */
 
 #endif

@@ -121,6 +121,24 @@ static const CmdHelp HELP[] = {
      "  --threshold NAME=VALUE  change one threshold for this diagnosis; repeatable\n"
      "  --thresholds          list the thresholds, their defaults and what each measures\n"
      "  --help                this text\n"},
+    {"plan",
+     "usage: moe plan [options]\n"
+     "The cost of training a model on a cluster, before it runs (chapter 7): parameters,\n"
+     "memory a GPU, the traffic of each parallel dimension, the pipeline bubble, the step time\n"
+     "and MFU, for one layout or every layout ranked. Exit status 0 it fits, 1 it does not.\n"
+     "  --run NAME            a published run: model, machine, layout and batch (--presets)\n"
+     "  --model NAME          a published model's shape (--presets)\n"
+     "  --config FILE         a moe.c config: its model, batch and dist.ep, the moe.c engine\n"
+     "  --cluster NAME        a machine: h100, h200, h800, gh200, laptop (--presets)\n"
+     "  --gpus N              GPUs (cluster.gpus)\n"
+     "  --set key=value       one setting (moe plan --keys); a layout.* key set here is kept\n"
+     "                        by --search; repeatable\n"
+     "  --search              every layout, ranked, each with the reason it loses\n"
+     "  --top N               layouts --search shows (default 10)\n"
+     "  --json                the plan as JSON\n"
+     "  --keys                list the settings\n"
+     "  --presets             list the presets, their settings and sources\n"
+     "  --help                this text\n"},
 };
 
 const char *cli_help(const char *cmd) {

@@ -16,6 +16,8 @@
  *               [--profile] [--profile-out FILE.csv] [--device NAME] [--precision P]
  *               [--reference-attention]
  *   moe doctor  RUN_DIR [--json] [--threshold NAME=VALUE]... | --thresholds   (doctor.c)
+ *   moe plan    [--run NAME | --model NAME | --config FILE] [--cluster NAME] [--gpus N]
+ *               [--set key=value]... [--search [--top N]] [--json] | --keys | --presets (plan.c)
  *   moe help    [CMD]             (and moe CMD --help: each command's options, help.c)
  *
  * Every mistake on the command line, in a config, a data file or a checkpoint ends with a
@@ -61,6 +63,8 @@ const char *const USAGE =
     "          NAME: tiny, tiny-dense, small, small-dense (default: all four), tiny-e64,\n"
     "          gpu-medium, gpu-medium-dense\n"
     "  doctor  RUN_DIR [--json] [--threshold NAME=VALUE]... | --thresholds\n"
+    "  plan    [--run NAME | --model NAME | --config FILE] [--cluster NAME] [--gpus N]\n"
+    "          [--set key=value]... [--search [--top N]] [--json] | --keys | --presets\n"
     "  help    [CMD]\n"
     "The key=value settings are listed by `moe info --keys`.\n";
 
@@ -608,7 +612,8 @@ int main(int argc, char **argv) {
     } CMDS[] = {{"train", cmd_train},     {"eval", cmd_eval},    {"sample", cmd_sample},
                 {"export", cmd_export},   {"info", cmd_info},    {"corpus", cmd_corpus},
                 {"synth", cmd_synth},     {"bench", cmd_bench},  {"import", cmd_import},
-                {"upcycle", cmd_upcycle}, {"doctor", cmd_doctor}};
+                {"upcycle", cmd_upcycle}, {"doctor", cmd_doctor},
+                {"plan", cmd_plan}};
     for (size_t i = 0; i < sizeof CMDS / sizeof CMDS[0]; i++)
         if (strcmp(argv[1], CMDS[i].name) == 0) return CMDS[i].fn(argc - 2, argv + 2);
     fprintf(stderr, "error: unknown command '%s'\n\n%s", argv[1], USAGE);

@@ -17,12 +17,16 @@
 #include "model/params.h"
 
 size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) {
+    return model_memory_process(c, B, T, 1, out);
+}
+
+size_t model_memory_process(const Config *c, int B, int T, int ep, MemoryBreakdown *out) {
     MemoryBreakdown m;
     memset(&m, 0, sizeof m);
 
     /* ---- parameters, gradients, AdamW moments: one buffer of P floats each ------------- */
     ParamTable pt;
-    params_table_build(&pt, c);
+    params_table_build_ep(&pt, c, ep);
     const size_t P = params_count_total(&pt);
     params_table_free(&pt);
     m.params = P;   /* params */
@@ -32,7 +36,7 @@ size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) 
     /* ---- activations, backward scratch, integer buffers: the table of one process ------- */
     ActTable t;
     acts_table_init(&t);
-    model_acts_table(&t, c, B, T, 1, NULL);
+    model_acts_table(&t, c, B, T, ep, NULL);
     size_t *field[ACT_KINDS] = {&m.acts_resid, &m.acts_attn, &m.acts_ffn,
                                 &m.acts_head,  &m.scratch,   &m.int_words};
     size_t bytes = 0;

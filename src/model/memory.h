@@ -50,6 +50,12 @@ typedef struct {
  * (Model.work_bytes) are not counted: they are a few KiB. */
 size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out);
 
+/* The same for one process of an expert-parallel group of ep (dist.ep): its num_experts / ep
+ * experts (params_table_build_ep) and its activation table with the expert exchange's buffers,
+ * for its B sequences of the batch; what model_init_dist allocates there. ep = 1 is
+ * model_memory_floats. */
+size_t model_memory_process(const Config *c, int B, int T, int ep, MemoryBreakdown *out);
+
 /* Before a model is built: 0 when model_init(c, B, T) fits in the memory this process may
  * still use (the memory available plus free swap, within any cgroup limit), else -1 with a
  * message giving both sizes and the settings to lower. ep > 1: each process holds

@@ -1,0 +1,203 @@
+/*
+ * plan.h: `moe plan`, the cost of training a model on a cluster, worked out before anyone
+ * launches it. Chapter 7 of the handbook derives every formula used here.
+ *
+ * Three descriptions go in, each a set of key=value settings (plan_keys.c lists them all;
+ * presets are such sets, plan_presets.c):
+ *   - the model (PlanModel): vocabulary, width, depth, attention (multi-head with grouped
+ *     key-value heads, or latent attention), dense layers first, experts, shared experts,
+ *     expert hidden size, top-k, sequence length;
+ *   - the cluster (PlanCluster): GPUs, GPUs per node, memory per GPU, peak FLOP/s of the
+ *     products, HBM bandwidth, bandwidth inside a node and between nodes, and the fraction of
+ *     peak the products reach;
+ *   - the training (PlanTrain): global and micro batch, the bytes of every kind of state, the
+ *     sharding of the optimizer (ZeRO stage), recomputation, the busiest expert's load, what
+ *     the expert exchange can hide, node-limited routing; and the engine that trains:
+ *     `moe.c` (this engine as built: fp32 everywhere, data and expert parallelism only, its
+ *     memory the exact table of model/memory.h) or `mixed` (a bf16 mixed-precision framework
+ *     at scale: tensor, pipeline, expert and data parallelism, flash attention).
+ * A layout (PlanLayout: tp, pp, ep, vpp; dp follows from the GPU count) gives one PlanResult:
+ * memory per GPU, the communication of each parallel dimension in bytes and seconds, the
+ * pipeline bubble, the step time and the MFU. plan_search ranks every valid layout.
+ *
+ * Units: counts are doubles (exact up to 2^53), bytes are bytes, memory is quoted in GB
+ * (10^9 bytes, as the vendors quote HBM), bandwidths in GB/s one direction per GPU, time in
+ * seconds.
+ */
+#ifndef MOE_PLAN_PLAN_H
+#define MOE_PLAN_PLAN_H
+
+#include <stdio.h>
+
+#include "config/config.h"
+
+#define MAX_PLAN_LAYERS 1024 /* and so at most as many pipeline stages */
+
+enum { PLAN_ATTN_MHA, PLAN_ATTN_MLA };                /* MHA covers GQA and MQA (kv_heads) */
+enum { PLAN_ENGINE_MOEC, PLAN_ENGINE_MIXED };         /* train.engine */
+/* layout.recompute: nothing; norms and activation functions (and latent attention's
+ * up-projections); that and the MoE blocks (their experts and exchange run again); whole
+ * layers */
+enum { PLAN_RC_NONE, PLAN_RC_SELECTIVE, PLAN_RC_EXPERTS, PLAN_RC_FULL };
+enum { PLAN_QKNORM_NONE, PLAN_QKNORM_HEAD, PLAN_QKNORM_FULL }; /* model.qk_norm: a gain per head
+                                                                 dimension, or over the width */
+
+typedef struct {
+    double vocab, d_model, n_layer, n_head, kv_heads, head_dim;
+    int attention, qk_norm, tied;
+    int post_norm; /* sandwich norms: each sublayer's output normed too (two more gains) */
+    double q_rank, kv_rank, rope_dim, nope_dim, v_dim; /* latent attention (MLA) */
+    double d_ff;                                       /* a dense layer's SwiGLU hidden size */
+    double first_dense, every;        /* dense layers first; then an MoE block every `every` */
+    double experts, shared, d_expert, top_k; /* experts = 0: a dense model */
+    double seq_len;
+} PlanModel;
+
+typedef struct {
+    double gpus, gpus_per_node, memory_gb;
+    double peak_tflops; /* dense products at the training precision, per GPU */
+    double efficiency;  /* the fraction of peak the products reach (a stated assumption) */
+    double hbm_tbs, intra_gbs, inter_gbs;
+} PlanCluster;
+
+typedef struct {
+    int engine;
+    double global_batch; /* sequences a step */
+    double accum;        /* the moe.c engine: micro-batches a step (train.accum); the mixed
+                            engine derives it from the micro-batch */
+    double weight_bytes, grad_bytes, master_bytes, moment_bytes, act_bytes, a2a_bytes;
+    int zero; /* 0 none; 1 optimizer state, 2 and gradients, 3 and weights sharded over the
+                 data-parallel ranks */
+    double imbalance;  /* the busiest expert-parallel rank's rows over the mean (>= 1) */
+    double overlap_ep; /* the fraction of the expert exchange hidden behind compute */
+    double node_limit; /* > 0: a token's experts on at most this many nodes, a row sent once a
+                          node (DeepSeek-V3's node-limited routing) */
+    double overlap_dp; /* 1: the gradients' sums run behind the last micro-batch's backward */
+} PlanTrain;
+
+/* One way to lay the run out: the parallel sizes (dp follows: gpus / (tp pp)), and the two
+ * choices that trade memory for time, searched with them. */
+typedef struct {
+    int tp, pp, ep, vpp; /* vpp: virtual stages a GPU holds (interleaved schedule) */
+    int micro_batch;     /* sequences a micro-batch */
+    int recompute;       /* PLAN_RC_* */
+} PlanLayout;
+
+/* the fields of a layout a search may vary, as bits of PlanInput.fixed when stated */
+enum { PLAN_FIX_TP = 1, PLAN_FIX_PP = 2, PLAN_FIX_EP = 4, PLAN_FIX_VPP = 8, PLAN_FIX_MB = 16,
+       PLAN_FIX_RC = 32 };
+
+/* Everything the key table can set: one plan's inputs. */
+typedef struct {
+    char model_name[64], cluster_name[64];
+    PlanModel m;
+    PlanCluster k;
+    PlanTrain t;
+    PlanLayout lay;  /* the layout to cost (defaults 1, micro-batch 1, no recomputation) */
+    unsigned fixed;  /* PLAN_FIX_* bits: the fields stated on the command line, which a search
+                        keeps */
+    int moec_config; /* the model came from a moe.c config (c below is valid) */
+    Config c;
+} PlanInput;
+
+/* The model's parameters, counted from its shape: per layer kind and in total. */
+typedef struct {
+    double embed, head, final_norm;
+    double attn, norms;                 /* one layer's attention (and q/k norms), its two norms */
+    double dense_ffn;                   /* one dense layer's SwiGLU */
+    double router, expert, shared;      /* one MoE layer: router, ONE routed expert, the shared */
+    double n_dense, n_moe;              /* layers of each kind */
+    double total, active, active_embed; /* active: what a token multiplies (the embedding is a
+                                           lookup, not counted); active_embed counts it too */
+    double flops_token;     /* model FLOPs per token, forward and backward (6 x active matmul
+                               + causal attention), the numerator of MFU */
+    double attn_flops_layer; /* forward FLOPs of one token's scores and weighted sum, a layer */
+} PlanCounts;
+
+/* One layout's cost. Per GPU, for the busiest pipeline stage (the one that sets the pace). */
+typedef struct {
+    PlanLayout lay;
+    int dp, edp;       /* data-parallel size of dense weights; replicas of each expert */
+    double micro;      /* micro-batches per step per pipeline (the accumulation) */
+    int valid;         /* the layout divides the model and the batch */
+    char invalid[200]; /* why not, when not */
+    int fits;          /* memory_total <= the GPU's memory */
+    /* memory, bytes */
+    double mem_weights, mem_grads, mem_optim, mem_acts, mem_total;
+    double busiest_rows; /* the busiest rank's expert rows a micro-batch and MoE layer */
+    /* communication a step: bytes a GPU sends, and seconds */
+    double tp_bytes, tp_s, ep_bytes, ep_inter_bytes, ep_s, pp_bytes, pp_s, dp_bytes, dp_s;
+    int tp_inter, dp_inter, pp_inter; /* the group crosses nodes */
+    /* time a step, seconds */
+    double compute_s, recompute_s, ep_exposed_s, dp_exposed_s, bubble_s, optim_s, step_s;
+    double tokens_per_s, mfu;
+    int stage;          /* the busiest stage in time (memory: mem_stage) */
+    int mem_stage;      /* the stage with the most memory, whose breakdown is above */
+    double inflight;    /* micro-batches whose activations that stage holds */
+    char loses[240];    /* why it ranks below the best (plan_search) */
+} PlanResult;
+
+/* ---- keys, presets ------------------------------------------------------------------------ */
+
+/* Defaults: the mixed engine's bytes (2, 4, 4, 4, 2, 2), ZeRO 1, no recomputation, imbalance
+ * 1, nothing overlapped but the gradients' sums; no model and no cluster yet (zeros). */
+void plan_defaults(PlanInput *in);
+
+/* Apply "key=value"; 0, or -1 with a message that names the key (and the nearest one for a
+ * typo) or says what the value must be. */
+int plan_set(PlanInput *in, const char *kv, char *err, int errlen);
+
+/* The same from the command line: a layout field set this way is kept by a search. */
+int plan_set_fixed(PlanInput *in, const char *kv, char *err, int errlen);
+
+/* Apply a preset's settings by name: a model (`--model`), a cluster (`--cluster`) or a
+ * published run (`--run`: model, cluster and layout together). 0, or -1 naming the
+ * presets of that kind. */
+int plan_preset(PlanInput *in, const char *kind, const char *name, char *err, int errlen);
+
+/* The model of a moe.c config (its own settings; vocabulary 256, no grouped heads), with the
+ * moe.c engine, batch and layout (dist.ep) of the config. */
+void plan_from_config(PlanInput *in, const Config *c);
+
+/* Every field given and consistent; -1 with a message that names the key. */
+int plan_validate(const PlanInput *in, char *err, int errlen);
+
+/* The keys with their help (moe plan --keys), and the presets with their settings and the
+ * sources of their numbers (moe plan --presets). */
+void plan_print_keys(FILE *f);
+void plan_print_presets(FILE *f);
+
+typedef struct {
+    const char *kind, *name, *what, *settings, *source;
+    double total, active; /* the published parameter counts (0: none published), and */
+    double round_to;      /* the unit of their last digit (1e9: "671B"); plan_count agrees when
+                             within one unit (a figure may be rounded or cut) */
+    int active_embed;     /* 1: the published active count includes the input embedding */
+    int counts_agree;     /* 1: plan_count gives the published counts to their rounding; 0: it
+                             does not, and handbook chapter 7 says why */
+} PlanPreset;
+extern const PlanPreset PLAN_PRESETS[];
+extern const int PLAN_N_PRESETS;
+
+/* ---- the cost model (plan_model.c, plan_cost.c) ------------------------------------------ */
+
+void plan_count(const PlanModel *m, PlanCounts *out);
+
+/* One layout. Never fails: an impossible layout comes back with valid = 0 and the reason. */
+void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r);
+
+/* The bytes one process of a moe.c expert-parallel group of P sends a step (chapter 3's
+ * formula): rows of C floats out and back, forward and backward, with uniform routing, and the
+ * counts. Exactly `model_bytes_per_step` of dist.csv's chapter. */
+double plan_moec_ep_bytes(const PlanModel *m, double tokens_per_process, double P);
+
+/* ---- search (plan_search.c) and report (plan_report.c) ----------------------------------- */
+
+/* Every valid layout of in (the fixed fields of in->lay kept), ranked fastest first among
+ * those that fit; each with the reason it loses to the first. Returns the count (up to max). */
+int plan_search(const PlanInput *in, PlanResult *out, int max);
+
+void plan_print(FILE *f, const PlanInput *in, const PlanResult *r, int n, int searched);
+void plan_print_json(FILE *f, const PlanInput *in, const PlanResult *r, int n);
+
+#endif

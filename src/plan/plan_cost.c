@@ -1,0 +1,322 @@
+/*
+ * plan_cost.c: one layout's memory, communication and time. See plan.h; each formula is
+ * derived in handbook chapter 7 ("Memory per GPU", "Communication", "Time").
+ *
+ * The grid. World = tp x dp x pp GPUs, numbered with tp innermost, then dp, then pp (so a
+ * tensor-parallel group is consecutive GPUs and stays inside a node). An MoE layer's experts
+ * are split over ep GPUs taken from the tp x dp GPUs of one pipeline stage (consecutive ones),
+ * each expert whole on its GPU; every expert has edp = tp dp / ep replicas, which sum its
+ * gradients. Tensor parallelism comes with sequence parallelism: between the products each
+ * of the tp GPUs holds 1/tp of the micro-batch's tokens, and an MoE layer routes those.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model/memory.h"
+#include "model/params.h"
+#include "plan/plan.h"
+
+#define MAX_STAGES MAX_PLAN_LAYERS
+
+typedef struct {
+    double n_dense, n_moe; /* layers of each kind on the stage */
+    int embed, head;       /* holds the embedding (first stage), the head (last stage) */
+} Stage;
+
+/* Layers to stages: pp x vpp chunks of consecutive layers as even as the count allows, chunk
+ * c on stage c mod pp (vpp > 1: the interleaved schedule's virtual stages). */
+static void split_stages(const PlanModel *m, int pp, int vpp, Stage *st) {
+    memset(st, 0, (size_t)pp * sizeof *st);
+    const double chunks = (double)pp * vpp;
+    for (double l = 0; l < m->n_layer; l++) {
+        const int s = (int)fmod(floor(l * chunks / m->n_layer), pp);
+        const int moe = m->experts > 0 && l >= m->first_dense &&
+                        fmod(l - m->first_dense, m->every > 0 ? m->every : 1) == 0;
+        if (moe)
+            st[s].n_moe++;
+        else
+            st[s].n_dense++;
+    }
+    st[0].embed = 1;
+    st[pp - 1].head = 1;
+}
+
+/* GPUs of a group of n members, `stride` ranks apart, that share one node of gpn. */
+static double in_node(double n, double stride, double gpn) {
+    if (stride >= gpn) return 1.0;
+    return fmin(n, floor(gpn / stride));
+}
+
+/* Seconds for `bytes` over a group's slowest link. */
+static double link_s(const PlanCluster *k, double bytes, int inter) {
+    return bytes / ((inter ? k->inter_gbs : k->intra_gbs) * 1e9);
+}
+
+/* Bytes one micro-batch leaves for the backward in one layer of the mixed engine (handbook
+ * 7, "Activations"): n tokens, nt = n / tp of them on this GPU between the products; rows:
+ * the expert rows this GPU computes (the busiest rank's). Full recomputation keeps only the
+ * layer's input (the rest is plan_layout's one working layer). */
+static double layer_acts(const PlanInput *in, const PlanCounts *c, double n, int tp, int moe,
+                         double rows, int rc) {
+    const PlanModel *m = &in->m;
+    const double a = in->t.act_bytes, d = m->d_model, h = m->n_head, nt = n / tp;
+    if (rc == PLAN_RC_FULL) return nt * d * a;
+    const int sel = rc != PLAN_RC_NONE; /* norms and activation functions recomputed */
+    (void)c;
+    /* attention: the norm's input and output, q, k, v, the output and its log-sum-exp (a
+     * flash kernel keeps no T x T probabilities) */
+    double x = nt * d * a * (sel ? 1 : 2);
+    if (m->attention == PLAN_ATTN_MLA) {
+        const double dqk = m->nope_dim + m->rope_dim;
+        /* the latents and their norms' outputs, on every tensor-parallel GPU */
+        const double lat = (m->q_rank > 0 ? m->q_rank : 0) + m->kv_rank + m->rope_dim;
+        x += n * lat * a * (sel ? 1 : 2);
+        x += n * h * (2 * dqk + 2 * m->v_dim) * a / tp; /* q, k, v, output */
+    } else {
+        const double hd = m->head_dim > 0 ? m->head_dim : d / h;
+        const double kv = m->kv_heads > 0 ? m->kv_heads : h;
+        x += n * (2 * h + 2 * kv) * hd * a / tp; /* q, k, v, output */
+    }
+    x += n * h * 4.0 / tp; /* log-sum-exp, fp32 */
+    /* the feed-forward: the norm's input and output, then a dense SwiGLU (gate and up, their
+     * product) or the router (logits and scores, fp32) and the expert rows (input, gate, up,
+     * product, output kept for the combine) plus the shared experts' SwiGLU */
+    x += nt * d * a * (sel ? 1 : 2);
+    if (!moe) return x + n * m->d_ff * a * (sel ? 2 : 3) / tp;
+    if (rc == PLAN_RC_EXPERTS) return x; /* the block runs again from its input */
+    x += nt * m->experts * 4.0 * 2;
+    x += rows * (2 * d + m->d_expert * (sel ? 2 : 3)) * a;
+    if (m->shared > 0) x += n * m->shared * m->d_expert * a * (sel ? 2 : 3) / tp;
+    return x;
+}
+
+/* A layout the moe.c engine cannot run, or 0. */
+static int moec_refuses(const PlanInput *in, const PlanLayout *l, PlanResult *r) {
+    if (l->tp != 1 || l->pp != 1 || l->vpp != 1 || l->recompute != PLAN_RC_NONE ||
+        in->t.zero != 0) {
+        snprintf(r->invalid, sizeof r->invalid,
+                 "the moe.c engine has data and expert parallelism only (tp = pp = vpp = 1, no "
+                 "recomputation, train.zero=0); train.engine=mixed plans the others");
+        return 1;
+    }
+    if (!in->moec_config) {
+        snprintf(r->invalid, sizeof r->invalid,
+                 "the moe.c engine plans moe.c's own models: give one with --config FILE");
+        return 1;
+    }
+    return 0;
+}
+
+void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
+    memset(r, 0, sizeof *r);
+    r->lay = *lay;
+    const PlanModel *m = &in->m;
+    const PlanCluster *k = &in->k;
+    const PlanTrain *t = &in->t;
+    const int tp = lay->tp, pp = lay->pp, ep = lay->ep, vpp = lay->vpp;
+    const int moec = t->engine == PLAN_ENGINE_MOEC;
+#define INVALID(...)                                               \
+    do {                                                           \
+        snprintf(r->invalid, sizeof r->invalid, __VA_ARGS__);      \
+        return;                                                    \
+    } while (0)
+    if (moec && moec_refuses(in, lay, r)) return;
+    const double G = k->gpus, gpn = k->gpus_per_node;
+    if (fmod(G, (double)tp * pp) != 0)
+        INVALID("tp x pp = %d does not divide the %.0f GPUs", tp * pp, G);
+    const double dp = G / ((double)tp * pp);
+    r->dp = (int)dp;
+    if (tp > gpn) INVALID("tp = %d spans nodes of %.0f GPUs", tp, gpn);
+    const double kv = m->attention == PLAN_ATTN_MLA ? m->n_head
+                                                    : (m->kv_heads > 0 ? m->kv_heads : m->n_head);
+    if (fmod(m->n_head, tp) != 0 || fmod(kv, tp) != 0)
+        INVALID("tp = %d does not divide the %.0f query and %.0f key-value heads", tp, m->n_head,
+                kv);
+    if (pp > m->n_layer || pp > MAX_STAGES)
+        INVALID("pp = %d stages for %.0f layers", pp, m->n_layer);
+    if (vpp > 1 && (pp == 1 || (double)pp * vpp > m->n_layer))
+        INVALID("vpp = %d virtual stages need pp > 1 and pp x vpp <= %.0f layers", vpp,
+                m->n_layer);
+    if (m->experts > 0 && (fmod(m->experts, ep) != 0 || fmod(dp * tp, ep) != 0))
+        INVALID("ep = %d divides neither the %.0f experts or the tp x dp = %.0f GPUs of a stage",
+                ep, m->experts, dp * tp);
+    if (m->experts <= 0 && ep != 1) INVALID("ep = %d for a dense model", ep);
+    r->edp = (int)(dp * tp / ep);
+    /* the batch: the mixed engine splits each data-parallel rank's share into micro-batches,
+     * the moe.c engine into train.accum of them */
+    double mb = lay->micro_batch, micro;
+    if (moec) {
+        micro = t->accum;
+        mb = t->global_batch / (micro * dp);
+        if (mb != floor(mb) || mb < 1)
+            INVALID("the batch of %.0f sequences does not split into %.0f micro-batches over "
+                    "%.0f processes",
+                    t->global_batch, micro, dp);
+        r->lay.micro_batch = (int)mb;
+    } else {
+        micro = t->global_batch / (dp * mb);
+        if (micro != floor(micro) || micro < 1)
+            INVALID("the global batch of %.0f sequences does not split into micro-batches of "
+                    "%.0f over dp = %.0f",
+                    t->global_batch, mb, dp);
+    }
+    r->micro = micro;
+    r->valid = 1;
+
+    PlanCounts c;
+    plan_count(m, &c);
+    Stage st[MAX_STAGES];
+    split_stages(m, pp, vpp, st);
+
+    const double T = m->seq_len, n = mb * T, nt = n / tp, d = m->d_model;
+    const double rows = nt * m->top_k * t->imbalance; /* the busiest rank's rows, a layer */
+    r->busiest_rows = m->experts > 0 ? rows : 0;
+    const double flops_s = k->peak_tflops * 1e12 * k->efficiency;
+    /* the groups: which cross nodes */
+    const double ep_node = in_node(ep, 1, gpn);
+    r->tp_inter = in_node(tp, 1, gpn) < tp;
+    r->dp_inter = in_node(dp, tp, gpn) < dp;
+    r->pp_inter = in_node(pp, tp * dp, gpn) < pp;
+    const int edp_inter = in_node(r->edp, ep, gpn) < r->edp;
+
+    double worst_t = 0, worst_mem = -1;
+    for (int s = 0; s < pp; s++) {
+        const Stage *S = &st[s];
+        const double Ls = S->n_dense + S->n_moe;
+        /* ---- parameters on one GPU of this stage: dense ones split over tp (norm gains and
+         * routers whole), experts E / ep whole ------------------------------------------- */
+        double split = Ls * c.attn + S->n_dense * c.dense_ffn + S->n_moe * c.shared;
+        double whole = Ls * c.norms + S->n_moe * c.router;
+        if (S->embed) split += c.embed;
+        if (S->head) split += c.head, whole += c.final_norm;
+        const double dense_p = split / tp + whole;
+        const double exp_p = S->n_moe * (m->experts / ep) * c.expert;
+
+        /* ---- memory -------------------------------------------------------------------- */
+        double w, g, o, acts, inflight;
+        if (moec) {
+            MemoryBreakdown mb_;
+            Config cc = in->c;
+            model_memory_process(&cc, (int)mb, (int)T, ep, &mb_);
+            w = 4.0 * mb_.params, g = 4.0 * mb_.grads, o = 4.0 * mb_.adam;
+            acts = 4.0 * (mb_.total_words - mb_.params - mb_.grads - mb_.adam) + mb_.pad_bytes;
+            inflight = 1;
+        } else {
+            const double zd = dp, ze = r->edp; /* the groups ZeRO shards over */
+            w = t->weight_bytes * (dense_p / (t->zero >= 3 ? zd : 1) + exp_p / (t->zero >= 3 ? ze : 1));
+            g = t->grad_bytes * (dense_p / (t->zero >= 2 ? zd : 1) + exp_p / (t->zero >= 2 ? ze : 1));
+            o = (t->master_bytes + 2 * t->moment_bytes) *
+                (dense_p / (t->zero >= 1 ? zd : 1) + exp_p / (t->zero >= 1 ? ze : 1));
+            /* 1F1B: the first stage starts pp micro-batches before its first backward, the
+             * last one; the interleaved schedule holds (pp - 1 - s) / vpp more */
+            inflight = fmin(micro, (double)(pp - s)) + (vpp > 1 ? (pp - 1.0 - s) / vpp : 0.0);
+            const double per_layer_d = layer_acts(in, &c, n, tp, 0, rows, lay->recompute);
+            const double per_layer_m = layer_acts(in, &c, n, tp, 1, rows, lay->recompute);
+            double per_micro = S->n_dense * per_layer_d + S->n_moe * per_layer_m;
+            if (S->embed) per_micro += n * 4.0; /* token ids */
+            if (S->head) /* the final norm's input and output, bf16 logits and their fp32 copy */
+                per_micro += 2 * nt * d * t->act_bytes + n * m->vocab * (t->act_bytes + 4) / tp;
+            acts = inflight * per_micro;
+            if (lay->recompute >= PLAN_RC_EXPERTS) /* the one layer being recomputed */
+                acts += layer_acts(in, &c, n, tp, S->n_moe > 0, rows, PLAN_RC_NONE);
+        }
+        const double total = w + g + o + acts;
+        if (total > worst_mem) {
+            worst_mem = total;
+            r->mem_stage = s;
+            r->mem_weights = w, r->mem_grads = g, r->mem_optim = o, r->mem_acts = acts;
+            r->mem_total = total;
+            r->inflight = inflight;
+        }
+
+        /* ---- time of one micro-batch on this stage -------------------------------------- */
+        /* the products: the dense ones split over tp, the experts' rows on the busiest rank */
+        double mm = (Ls * c.attn + S->n_dense * c.dense_ffn + S->n_moe * c.shared +
+                     (S->head ? m->vocab * d : 0)) *
+                    6.0 * n / tp;
+        mm += Ls * 3.0 * c.attn_flops_layer * n / tp;
+        mm += S->n_moe * (6.0 * c.router * nt + 6.0 * c.expert * rows);
+        const double comp = mm / flops_s;
+        double recomp = 0;
+        if (lay->recompute == PLAN_RC_FULL) recomp = comp / 3.0; /* the forward once more */
+        if (lay->recompute == PLAN_RC_EXPERTS) /* the MoE blocks' forward once more */
+            recomp = S->n_moe * (2.0 * c.router * nt + 2.0 * c.expert * rows +
+                                 2.0 * c.shared * n / tp) / flops_s;
+        /* tensor parallel (with sequence parallel): an all-gather before and a reduce-scatter
+         * after each split sublayer, forward and backward, of n d values */
+        double tpb = 0;
+        if (tp > 1) {
+            const double sub = 2.0 * Ls + S->n_dense + (m->shared > 0 ? S->n_moe : 0);
+            tpb = sub * (lay->recompute == PLAN_RC_FULL ? 6.0 : 4.0) * (tp - 1.0) / tp * n * d *
+                  t->act_bytes; /* a full recomputation gathers and scatters once more */
+        }
+        /* the expert exchange: each of nt tokens sends top_k rows, (ep - 1) / ep of them to
+         * other GPUs, out and back, forward and backward; the busiest receiver sets the pace */
+        double epb = 0, ep_inter = 0, ep_t = 0;
+        if (ep > 1 && S->n_moe > 0) {
+            /* recomputing the MoE blocks (or whole layers) sends the rows out and back again */
+            const double passes = (lay->recompute >= PLAN_RC_EXPERTS ? 6.0 : 4.0) * S->n_moe;
+            const double row = d * t->a2a_bytes;
+            double intra_rows = nt * m->top_k * (ep_node - 1) / ep;
+            double inter_rows = nt * m->top_k * (ep - ep_node) / ep;
+            if (t->node_limit > 0 && ep > ep_node) {
+                /* a row crosses to each of its nodes once, then is copied inside the node */
+                const double nodes = ep / ep_node;
+                const double touched = nodes * (1 - pow(1 - 1 / nodes, m->top_k));
+                const double remote = fmin(touched, t->node_limit) * (nodes - 1) / nodes;
+                inter_rows = nt * remote;
+                intra_rows += inter_rows * (ep_node - 1) / ep_node;
+            }
+            epb = passes * (intra_rows + inter_rows) * row;
+            ep_inter = passes * inter_rows * row;
+            const double counts = S->n_moe * 2.0 * (m->experts / ep) * 4.0 * (ep - 1);
+            epb += counts;
+            ep_t = t->imbalance * fmax(link_s(k, passes * intra_rows * row + counts, 0),
+                                       link_s(k, ep_inter, 1));
+            if (moec) { /* fp32 rows and the counts: chapter 3's formula (pp = 1) */
+                epb = plan_moec_ep_bytes(m, n, ep);
+                ep_inter = ep_node < ep ? epb : 0;
+                ep_t = t->imbalance * link_s(k, epb, ep_node < ep);
+            }
+        }
+        /* pipeline: the stage's output forward, its gradient backward, per virtual stage */
+        const double ppb = pp > 1 ? 2.0 * vpp * nt * d * t->act_bytes : 0;
+        const double tp_t = link_s(k, tpb, r->tp_inter), pp_t = link_s(k, ppb, r->pp_inter);
+        const double t_mb = comp + recomp + tp_t + ep_t * (1 - t->overlap_ep) + pp_t;
+        if (t_mb > worst_t) {
+            worst_t = t_mb;
+            r->stage = s;
+            r->compute_s = comp * micro, r->recompute_s = recomp * micro;
+            r->tp_bytes = tpb * micro, r->tp_s = tp_t * micro;
+            r->ep_bytes = epb * micro, r->ep_inter_bytes = ep_inter * micro;
+            r->ep_s = ep_t * micro, r->ep_exposed_s = ep_t * (1 - t->overlap_ep) * micro;
+            r->pp_bytes = ppb * micro, r->pp_s = pp_t * micro;
+            /* the gradients' sums, once a step: dense weights over dp, experts over edp; a
+             * reduce-scatter and an all-gather with ZeRO, an all-reduce (twice the bytes)
+             * without */
+            const double gb = t->grad_bytes, wb = t->weight_bytes;
+            const double per_d = t->zero >= 1 ? (gb + wb) : 2 * gb;
+            const double db = dp > 1 ? (dp - 1) / dp * dense_p * per_d : 0;
+            const double ebt = r->edp > 1 ? (r->edp - 1.0) / r->edp * exp_p * per_d : 0;
+            r->dp_bytes = db + ebt;
+            r->dp_s = link_s(k, db, r->dp_inter) + link_s(k, ebt, edp_inter);
+            /* the optimizer: its state read and written once, at HBM speed */
+            const double zd = t->zero >= 1 ? dp : 1, ze = t->zero >= 1 ? r->edp : 1;
+            const double state = dense_p / zd + exp_p / ze;
+            r->optim_s = state *
+                         (2 * wb + gb + 2 * t->master_bytes + 4 * t->moment_bytes) /
+                         (k->hbm_tbs * 1e12);
+            /* behind the last micro-batch's backward (two thirds of its compute) */
+            r->dp_exposed_s = t->overlap_dp ? fmax(0, r->dp_s - 2.0 / 3.0 * comp) : r->dp_s;
+        }
+    }
+    const double per_mb = worst_t;
+    r->bubble_s = (pp - 1.0) / vpp * per_mb;
+    r->step_s = micro * per_mb + r->bubble_s + r->dp_exposed_s + r->optim_s;
+    const double tokens = t->global_batch * T;
+    r->tokens_per_s = tokens / r->step_s;
+    r->mfu = c.flops_token * tokens / (G * k->peak_tflops * 1e12 * r->step_s);
+    r->fits = r->mem_total <= k->memory_gb * 1e9;
+#undef INVALID
+}

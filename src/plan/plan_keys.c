@@ -1,0 +1,289 @@
+/*
+ * plan_keys.c: ONE table of the settings `moe plan` reads (model, cluster, training, layout),
+ * with their checks; defaults; the presets by name (their settings are in plan_presets.c).
+ * The model keys a moe.c config also has keep its names (model.d_model, moe.top_k, ...).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "plan/plan.h"
+
+enum { K_NUM, K_INT, K_CHOICE }; /* a double, an int, an int chosen by name */
+
+typedef struct {
+    const char *name;
+    int type;
+    size_t off;        /* into PlanInput */
+    double lo, hi;     /* K_NUM, K_INT: the range */
+    int whole;         /* K_NUM: a whole number */
+    const char *names; /* K_CHOICE: "a|b|c", the values 0, 1, 2 */
+    unsigned fix;      /* the PLAN_FIX_* bit a command-line setting of it sets */
+    const char *help;
+} Key;
+
+#define M(f) offsetof(PlanInput, m.f)
+#define C(f) offsetof(PlanInput, k.f)
+#define T(f) offsetof(PlanInput, t.f)
+#define L(f) offsetof(PlanInput, lay.f)
+#define BIG 1e15
+
+static const Key KEYS[] = {
+    {"model.vocab", K_NUM, M(vocab), 1, BIG, 1, 0, 0, "V: vocabulary size"},
+    {"model.d_model", K_NUM, M(d_model), 1, BIG, 1, 0, 0, "d: width of the residual stream"},
+    {"model.n_layer", K_NUM, M(n_layer), 1, MAX_PLAN_LAYERS, 1, 0, 0, "L: transformer blocks"},
+    {"model.n_head", K_NUM, M(n_head), 1, BIG, 1, 0, 0, "h: query heads"},
+    {"model.kv_heads", K_NUM, M(kv_heads), 0, BIG, 1, 0, 0,
+     "key-value heads (grouped-query attention); 0: as many as query heads"},
+    {"model.head_dim", K_NUM, M(head_dim), 0, BIG, 1, 0, 0,
+     "width of one head; 0: d_model / n_head"},
+    {"model.attention", K_CHOICE, M(attention), 0, 0, 0, "mha|mla", 0,
+     "multi-head (with grouped key-value heads), or multi-head latent attention (mla.*)"},
+    {"model.qk_norm", K_CHOICE, M(qk_norm), 0, 0, 0, "none|head|full", 0,
+     "a norm on queries and keys: none, a gain per head dimension, or over the whole width"},
+    {"model.tied", K_INT, M(tied), 0, 1, 0, 0, 0, "1: the head is the embedding's transpose"},
+    {"model.post_norm", K_INT, M(post_norm), 0, 1, 0, 0, 0,
+     "1: sandwich norms (each sublayer's output normed too)"},
+    {"model.d_ff", K_NUM, M(d_ff), 0, BIG, 1, 0, 0, "hidden size of a dense layer's SwiGLU"},
+    {"model.seq_len", K_NUM, M(seq_len), 1, BIG, 1, 0, 0, "T: tokens a sequence"},
+    {"mla.q_rank", K_NUM, M(q_rank), 0, BIG, 1, 0, 0, "latent attention: queries' rank; 0: none"},
+    {"mla.kv_rank", K_NUM, M(kv_rank), 0, BIG, 1, 0, 0, "latent attention: keys' and values' rank"},
+    {"mla.rope_dim", K_NUM, M(rope_dim), 0, BIG, 1, 0, 0, "latent attention: rotary part of a head"},
+    {"mla.nope_dim", K_NUM, M(nope_dim), 0, BIG, 1, 0, 0, "latent attention: the rest of a head"},
+    {"mla.v_dim", K_NUM, M(v_dim), 0, BIG, 1, 0, 0, "latent attention: a head's value width"},
+    {"moe.num_experts", K_NUM, M(experts), 0, BIG, 1, 0, 0, "E: routed experts; 0: dense"},
+    {"moe.top_k", K_NUM, M(top_k), 0, BIG, 1, 0, 0, "K: experts a token"},
+    {"moe.d_expert", K_NUM, M(d_expert), 0, BIG, 1, 0, 0, "hidden size of one expert's SwiGLU"},
+    {"moe.num_shared", K_NUM, M(shared), 0, BIG, 1, 0, 0, "shared experts, each of d_expert"},
+    {"moe.first_dense", K_NUM, M(first_dense), 0, BIG, 1, 0, 0, "dense layers first"},
+    {"moe.every", K_NUM, M(every), 1, BIG, 1, 0, 0, "then an MoE block every this many layers"},
+    {"cluster.gpus", K_NUM, C(gpus), 1, BIG, 1, 0, 0, "GPUs in all"},
+    {"cluster.gpus_per_node", K_NUM, C(gpus_per_node), 1, BIG, 1, 0, 0,
+     "GPUs a node shares the fast link between"},
+    {"cluster.memory_gb", K_NUM, C(memory_gb), 0, BIG, 0, 0, 0, "memory a GPU, GB (10^9 bytes)"},
+    {"cluster.peak_tflops", K_NUM, C(peak_tflops), 0, BIG, 0, 0, 0,
+     "dense peak of the products at the training precision, TFLOP/s a GPU"},
+    {"cluster.efficiency", K_NUM, C(efficiency), 0, 1, 0, 0, 0,
+     "fraction of the peak the products reach (an assumption, stated)"},
+    {"cluster.hbm_tbs", K_NUM, C(hbm_tbs), 0, BIG, 0, 0, 0, "memory bandwidth, TB/s a GPU"},
+    {"cluster.intra_gbs", K_NUM, C(intra_gbs), 0, BIG, 0, 0, 0,
+     "bandwidth to the GPUs of the same node, GB/s one direction"},
+    {"cluster.inter_gbs", K_NUM, C(inter_gbs), 0, BIG, 0, 0, 0,
+     "bandwidth to other nodes, GB/s one direction a GPU"},
+    {"train.engine", K_CHOICE, T(engine), 0, 0, 0, "moe.c|mixed", 0,
+     "moe.c: this engine (fp32, data and expert parallel); mixed: bf16 mixed precision at scale"},
+    {"train.global_batch", K_NUM, T(global_batch), 1, BIG, 1, 0, 0, "sequences a step"},
+    {"train.accum", K_NUM, T(accum), 1, BIG, 1, 0, 0,
+     "the moe.c engine: micro-batches a step (train.accum)"},
+    {"train.weight_bytes", K_NUM, T(weight_bytes), 0, 16, 0, 0, 0, "bytes of a weight"},
+    {"train.grad_bytes", K_NUM, T(grad_bytes), 0, 16, 0, 0, 0, "bytes of a gradient"},
+    {"train.master_bytes", K_NUM, T(master_bytes), 0, 16, 0, 0, 0,
+     "bytes of a master copy of a weight; 0: none (the weights are fp32)"},
+    {"train.moment_bytes", K_NUM, T(moment_bytes), 0, 16, 0, 0, 0, "bytes of each AdamW moment"},
+    {"train.act_bytes", K_NUM, T(act_bytes), 0, 16, 0, 0, 0, "bytes of a kept activation"},
+    {"train.a2a_bytes", K_NUM, T(a2a_bytes), 0, 16, 0, 0, 0,
+     "bytes of a value the expert exchange sends"},
+    {"train.zero", K_INT, T(zero), 0, 3, 0, 0, 0,
+     "sharded over the data-parallel ranks: 1 optimizer state, 2 and gradients, 3 and weights"},
+    {"train.imbalance", K_NUM, T(imbalance), 1, BIG, 0, 0, 0,
+     "the busiest expert-parallel rank's rows over the mean"},
+    {"train.overlap_ep", K_NUM, T(overlap_ep), 0, 1, 0, 0, 0,
+     "fraction of the expert exchange hidden behind compute"},
+    {"train.overlap_dp", K_INT, T(overlap_dp), 0, 1, 0, 0, 0,
+     "1: the gradients' sums run behind the last micro-batch's backward"},
+    {"train.node_limit", K_NUM, T(node_limit), 0, BIG, 1, 0, 0,
+     "> 0: a token's experts on at most this many nodes, a row sent once a node"},
+    {"layout.tp", K_INT, L(tp), 1, 1 << 20, 0, 0, PLAN_FIX_TP, "tensor-parallel GPUs"},
+    {"layout.pp", K_INT, L(pp), 1, 1 << 20, 0, 0, PLAN_FIX_PP, "pipeline stages"},
+    {"layout.ep", K_INT, L(ep), 1, 1 << 20, 0, 0, PLAN_FIX_EP, "expert-parallel GPUs"},
+    {"layout.vpp", K_INT, L(vpp), 1, 1 << 20, 0, 0, PLAN_FIX_VPP,
+     "virtual stages a GPU (interleaved pipeline)"},
+    {"layout.micro_batch", K_INT, L(micro_batch), 1, 1 << 20, 0, 0, PLAN_FIX_MB,
+     "sequences a micro-batch (the mixed engine)"},
+    {"layout.recompute", K_CHOICE, L(recompute), 0, 0, 0, "none|selective|experts|full",
+     PLAN_FIX_RC,
+     "recomputed in the backward: nothing; norms and activation functions; and the MoE "
+     "blocks; whole layers"},
+};
+#define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
+
+void plan_defaults(PlanInput *in) {
+    memset(in, 0, sizeof *in);
+    in->m.every = 1;
+    in->k.efficiency = 0.7;
+    PlanTrain *t = &in->t;
+    t->engine = PLAN_ENGINE_MIXED;
+    t->accum = 1;
+    t->weight_bytes = 2, t->grad_bytes = 4, t->master_bytes = 4, t->moment_bytes = 4;
+    t->act_bytes = 2, t->a2a_bytes = 2;
+    t->zero = 1;
+    t->imbalance = 1;
+    t->overlap_dp = 1;
+    in->lay = (PlanLayout){1, 1, 1, 1, 1, PLAN_RC_NONE};
+}
+
+static const Key *find_key(const char *name, size_t len) {
+    for (int i = 0; i < N_KEYS; i++)
+        if (strlen(KEYS[i].name) == len && strncmp(KEYS[i].name, name, len) == 0) return &KEYS[i];
+    return NULL;
+}
+
+/* The index of word in "a|b|c", or -1. */
+static int choice_index(const char *names, const char *word) {
+    int i = 0;
+    for (const char *p = names;; i++) {
+        const char *bar = strchr(p, '|');
+        const size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        if (strlen(word) == n && strncmp(p, word, n) == 0) return i;
+        if (!bar) return -1;
+        p = bar + 1;
+    }
+}
+
+int plan_set(PlanInput *in, const char *kv, char *err, int errlen) {
+    const char *eq = strchr(kv, '=');
+    if (!eq || eq == kv) return set_error(err, errlen, "'%s' is not key=value", kv);
+    const Key *k = find_key(kv, (size_t)(eq - kv));
+    if (!k) {
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - kv), kv);
+        const char *best = NULL;
+        int bd = 4;
+        for (int i = 0; i < N_KEYS; i++) {
+            const int dd = levenshtein(name, KEYS[i].name);
+            if (dd < bd) bd = dd, best = KEYS[i].name;
+        }
+        return set_error(err, errlen, "unknown plan key '%s'%s%s%s (moe plan --keys lists them)",
+                         name, best ? "; did you mean '" : "", best ? best : "", best ? "'?" : "");
+    }
+    const char *v = eq + 1;
+    char *base = (char *)in;
+    if (k->type == K_CHOICE) {
+        const int i = choice_index(k->names, v);
+        if (i < 0) return set_error(err, errlen, "%s must be one of %s, not '%s'", k->name, k->names, v);
+        *(int *)(base + k->off) = i;
+        return 0;
+    }
+    char *end = NULL;
+    errno = 0;
+    const double x = strtod(v, &end);
+    if (!*v || *end || errno || !isfinite(x))
+        return set_error(err, errlen, "%s needs a number, not '%s'", k->name, v);
+    const int whole = k->type == K_INT || k->whole;
+    if (whole && x != floor(x))
+        return set_error(err, errlen, "%s needs a whole number, not '%s'", k->name, v);
+    if (x < k->lo || x > k->hi)
+        return set_error(err, errlen, "%s must be in [%g, %g], not %s", k->name, k->lo, k->hi, v);
+    if (k->type == K_INT)
+        *(int *)(base + k->off) = (int)x;
+    else
+        *(double *)(base + k->off) = x;
+    return 0;
+}
+
+int plan_set_fixed(PlanInput *in, const char *kv, char *err, int errlen) {
+    if (plan_set(in, kv, err, errlen) != 0) return -1;
+    const char *eq = strchr(kv, '=');
+    in->fixed |= find_key(kv, (size_t)(eq - kv))->fix;
+    return 0;
+}
+
+/* Apply a preset's settings, one blank-separated key=value at a time. */
+static int apply(PlanInput *in, const char *settings, const char *name, char *err, int errlen) {
+    char kv[160];
+    for (const char *p = settings; *p;) {
+        while (*p == ' ') p++;
+        const size_t n = strcspn(p, " ");
+        if (n == 0) break;
+        snprintf(kv, sizeof kv, "%.*s", (int)n, p);
+        if (kv[0] == '@') { /* @kind:name, another preset */
+            char *colon = strchr(kv, ':');
+            if (!colon) return set_error(err, errlen, "preset %s: bad reference %s", name, kv);
+            *colon = 0;
+            if (plan_preset(in, kv + 1, colon + 1, err, errlen) != 0) return -1;
+        } else if (plan_set(in, kv, err, errlen) != 0) {
+            return -1;
+        }
+        p += n;
+    }
+    return 0;
+}
+
+int plan_preset(PlanInput *in, const char *kind, const char *name, char *err, int errlen) {
+    for (int i = 0; i < PLAN_N_PRESETS; i++) {
+        const PlanPreset *p = &PLAN_PRESETS[i];
+        if (strcmp(p->kind, kind) != 0 || strcmp(p->name, name) != 0) continue;
+        if (strcmp(kind, "model") == 0) snprintf(in->model_name, sizeof in->model_name, "%s", name);
+        if (strcmp(kind, "cluster") == 0)
+            snprintf(in->cluster_name, sizeof in->cluster_name, "%s", name);
+        return apply(in, p->settings, name, err, errlen);
+    }
+    char list[512] = "";
+    for (int i = 0; i < PLAN_N_PRESETS; i++)
+        if (strcmp(PLAN_PRESETS[i].kind, kind) == 0 && strlen(list) + 40 < sizeof list) {
+            if (list[0]) strcat(list, ", ");
+            strcat(list, PLAN_PRESETS[i].name);
+        }
+    return set_error(err, errlen, "no %s preset '%s'; the %s presets: %s", kind, name, kind,
+                     list[0] ? list : "none");
+}
+
+int plan_validate(const PlanInput *in, char *err, int errlen) {
+    const PlanModel *m = &in->m;
+    const PlanCluster *k = &in->k;
+    if (m->d_model <= 0 || m->n_layer <= 0 || m->n_head <= 0 || m->vocab <= 0 || m->seq_len <= 0)
+        return set_error(err, errlen,
+                         "no model: give --model NAME (moe plan --presets), --config FILE or "
+                         "the model.* keys (model.vocab, model.d_model, model.n_layer, "
+                         "model.n_head, model.seq_len)");
+    if (k->gpus <= 0 || k->gpus_per_node <= 0 || k->memory_gb <= 0 || k->peak_tflops <= 0 ||
+        k->efficiency <= 0 || k->hbm_tbs <= 0 || k->intra_gbs <= 0 || k->inter_gbs <= 0)
+        return set_error(err, errlen,
+                         "no cluster: give --cluster NAME (moe plan --presets) and "
+                         "cluster.gpus, or every cluster.* key (moe plan --keys)");
+    if (in->t.global_batch <= 0)
+        return set_error(err, errlen, "train.global_batch: how many sequences a step?");
+    if (m->attention == PLAN_ATTN_MHA && m->head_dim == 0 && fmod(m->d_model, m->n_head) != 0)
+        return set_error(err, errlen, "model.n_head = %.0f does not divide model.d_model = %.0f; "
+                         "set model.head_dim", m->n_head, m->d_model);
+    if (m->attention == PLAN_ATTN_MHA && m->kv_heads > 0 && fmod(m->n_head, m->kv_heads) != 0)
+        return set_error(err, errlen, "model.kv_heads = %.0f does not divide model.n_head = %.0f",
+                         m->kv_heads, m->n_head);
+    if (m->attention == PLAN_ATTN_MLA &&
+        (m->kv_rank <= 0 || m->nope_dim + m->rope_dim <= 0 || m->v_dim <= 0))
+        return set_error(err, errlen, "model.attention=mla needs mla.kv_rank, mla.nope_dim (or "
+                         "mla.rope_dim) and mla.v_dim");
+    if (m->experts > 0 && (m->top_k < 1 || m->top_k > m->experts || m->d_expert <= 0))
+        return set_error(err, errlen, "an MoE model needs 1 <= moe.top_k <= moe.num_experts "
+                         "(%.0f, %.0f) and moe.d_expert > 0", m->top_k, m->experts);
+    if (m->experts == 0 && (m->shared > 0 || m->top_k > 0))
+        return set_error(err, errlen, "moe.num_shared and moe.top_k need moe.num_experts > 0");
+    if ((m->experts == 0 || m->first_dense > 0 || m->every > 1) && m->d_ff <= 0)
+        return set_error(err, errlen, "the model has dense layers: set model.d_ff");
+    return 0;
+}
+
+void plan_print_keys(FILE *f) {
+    for (int i = 0; i < N_KEYS; i++) {
+        const Key *k = &KEYS[i];
+        if (k->type == K_CHOICE)
+            fprintf(f, "%-22s %-20s %s\n", k->name, k->names, k->help);
+        else
+            fprintf(f, "%-22s %-20s %s\n", k->name, k->type == K_INT || k->whole ? "whole" : "number",
+                    k->help);
+    }
+}
+
+void plan_print_presets(FILE *f) {
+    for (int i = 0; i < PLAN_N_PRESETS; i++) {
+        const PlanPreset *p = &PLAN_PRESETS[i];
+        fprintf(f, "--%s %s: %s\n  %s\n", p->kind, p->name, p->what, p->settings);
+        if (p->total > 0)
+            fprintf(f, "  published: %.4g total, %.4g active parameters\n", p->total, p->active);
+        fprintf(f, "  source: %s\n", p->source);
+    }
+}

@@ -1,0 +1,125 @@
+/*
+ * plan_model.c: a model's parameters and FLOPs from its shape, the moe.c engine's exchange
+ * bytes, and a plan's inputs from a moe.c config. See plan.h; handbook chapter 7, "Counting
+ * parameters".
+ */
+#include <math.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "plan/plan.h"
+
+/* Layer l has an MoE block: the rule of moe.c's config_is_moe_layer, on a PlanModel. */
+static int is_moe_layer(const PlanModel *m, double l) {
+    return m->experts > 0 && l >= m->first_dense &&
+           fmod(l - m->first_dense, m->every > 0 ? m->every : 1) == 0;
+}
+
+/* The query-key and value widths of one head. */
+static double head_qk(const PlanModel *m) {
+    if (m->attention == PLAN_ATTN_MLA) return m->nope_dim + m->rope_dim;
+    return m->head_dim > 0 ? m->head_dim : m->d_model / m->n_head;
+}
+static double head_v(const PlanModel *m) {
+    if (m->attention == PLAN_ATTN_MLA) return m->v_dim;
+    return m->head_dim > 0 ? m->head_dim : m->d_model / m->n_head;
+}
+
+void plan_count(const PlanModel *m, PlanCounts *o) {
+    memset(o, 0, sizeof *o);
+    const double d = m->d_model, h = m->n_head, dqk = head_qk(m), dv = head_v(m);
+    o->embed = m->vocab * d;
+    o->head = m->tied ? 0.0 : m->vocab * d;
+    o->final_norm = d;
+
+    /* one layer's attention: the matrices, then the gains of its norms */
+    double gains = (m->post_norm ? 4.0 : 2.0) * d; /* pre-norms, and the sandwich's output norms */
+    if (m->attention == PLAN_ATTN_MLA) {
+        /* queries through a rank-q_rank bottleneck (or straight from d), keys and values
+         * from one shared latent of kv_rank plus the rotary part of the key */
+        const double q = m->q_rank > 0 ? d * m->q_rank + m->q_rank * h * dqk : d * h * dqk;
+        const double kv = d * (m->kv_rank + m->rope_dim) + m->kv_rank * h * (m->nope_dim + dv);
+        o->attn = q + kv + h * dv * d;
+        gains += (m->q_rank > 0 ? m->q_rank : 0.0) + m->kv_rank; /* the latents' norms */
+    } else {
+        const double kv = m->kv_heads > 0 ? m->kv_heads : h;
+        o->attn = d * h * dqk + 2.0 * d * kv * dqk + h * dv * d;
+        if (m->qk_norm == PLAN_QKNORM_HEAD) gains += 2.0 * dqk;
+        if (m->qk_norm == PLAN_QKNORM_FULL) gains += (h + kv) * dqk;
+    }
+    o->norms = gains;
+    o->dense_ffn = 3.0 * d * m->d_ff;
+    o->router = m->experts * d;
+    o->expert = 3.0 * d * m->d_expert;
+    o->shared = 3.0 * d * m->shared * m->d_expert;
+    for (double l = 0; l < m->n_layer; l++) {
+        if (is_moe_layer(m, l))
+            o->n_moe++;
+        else
+            o->n_dense++;
+    }
+
+    const double L = m->n_layer;
+    const double layers = L * (o->attn + o->norms) + o->n_dense * o->dense_ffn;
+    o->total = o->embed + o->head + o->final_norm + layers +
+               o->n_moe * (o->router + m->experts * o->expert + o->shared);
+    /* a token multiplies the head (tied or not), every attention, its dense FFNs, and in each
+     * MoE layer the router, top_k experts and the shared ones; its embedding is a lookup */
+    const double head_mm = m->vocab * d;
+    o->active = head_mm + o->final_norm + layers +
+                o->n_moe * (o->router + m->top_k * o->expert + o->shared);
+    if (m->tied) o->active -= head_mm; /* a tied head is the embedding, counted once ... */
+    o->active_embed = o->active + o->embed;
+    if (m->tied) o->active += head_mm; /* ... but multiplied by every token all the same */
+
+    /* FLOPs: 2 per multiply-add forward, twice that backward (the gradient of the input and
+     * of the weight); a causal kernel computes half of the T x T scores on average */
+    const double matmul = head_mm + L * o->attn + o->n_dense * o->dense_ffn +
+                          o->n_moe * (o->router + m->top_k * o->expert + o->shared);
+    o->attn_flops_layer = 2.0 * h * (dqk + dv) * (m->seq_len / 2.0);
+    o->flops_token = 6.0 * matmul + 3.0 * L * o->attn_flops_layer;
+}
+
+double plan_moec_ep_bytes(const PlanModel *m, double tokens, double P) {
+    if (P <= 1 || m->experts <= 0) return 0.0;
+    PlanCounts c;
+    plan_count(m, &c);
+    /* rows of C fp32 values: out to the experts and back, forward and backward; then the
+     * counts, two 4-byte ints per local expert and peer, once a forward */
+    const double rows = 4.0 * tokens * m->top_k * (P - 1) / P * 4.0 * m->d_model;
+    const double counts = 2.0 * (m->experts / P) * 4.0 * (P - 1);
+    return c.n_moe * (rows + counts);
+}
+
+void plan_from_config(PlanInput *in, const Config *c) {
+    PlanModel *m = &in->m;
+    memset(m, 0, sizeof *m);
+    m->vocab = MOE_VOCAB;
+    m->d_model = c->d_model;
+    m->n_layer = c->n_layer;
+    m->n_head = c->n_head;
+    m->kv_heads = c->n_head;
+    m->head_dim = (double)(c->d_model / c->n_head);
+    m->attention = PLAN_ATTN_MHA;
+    m->post_norm = c->norm != MOE_NORM_PRE;
+    m->d_ff = c->d_ff;
+    m->first_dense = c->first_dense;
+    m->every = c->every;
+    m->experts = c->num_experts;
+    m->shared = c->num_shared;
+    m->d_expert = config_expert_hidden(c);
+    m->top_k = c->num_experts > 0 ? c->top_k : 0;
+    m->seq_len = c->seq_len;
+    /* the moe.c engine: fp32 weights (their own master copy), gradients, moments, activations
+     * and exchanged rows; nothing sharded */
+    PlanTrain *t = &in->t;
+    t->engine = PLAN_ENGINE_MOEC;
+    t->weight_bytes = 4, t->grad_bytes = 4, t->master_bytes = 0, t->moment_bytes = 4;
+    t->act_bytes = 4, t->a2a_bytes = 4;
+    t->zero = 0;
+    in->t.global_batch = c->batch * (double)c->accum;
+    in->t.accum = c->accum;
+    in->lay.ep = c->ep;
+    in->moec_config = 1;
+    in->c = *c;
+}
