@@ -136,6 +136,8 @@ static const CmdHelp HELP[] = {
      "  --search              every layout, ranked, each with the reason it loses\n"
      "  --top N               layouts --search shows (default 10)\n"
      "  --json                the plan as JSON\n"
+     "  --csv                 the plan as CSV: a header, then a row a layout (GB, seconds)\n"
+     "  --csv-rows            the rows alone, to append to a file\n"
      "  --keys                list the settings\n"
      "  --presets             list the presets, their settings and sources\n"
      "  --help                this text\n"},

@@ -17,7 +17,7 @@
  *               [--reference-attention]
  *   moe doctor  RUN_DIR [--json] [--threshold NAME=VALUE]... | --thresholds   (doctor.c)
  *   moe plan    [--run NAME | --model NAME | --config FILE] [--cluster NAME] [--gpus N]
- *               [--set key=value]... [--search [--top N]] [--json] | --keys | --presets (plan.c)
+ *               [--set key=value]... [--search [--top N]] [--json | --csv] | --keys | --presets (plan.c)
  *   moe help    [CMD]             (and moe CMD --help: each command's options, help.c)
  *
  * Every mistake on the command line, in a config, a data file or a checkpoint ends with a
@@ -64,7 +64,7 @@ const char *const USAGE =
     "          gpu-medium, gpu-medium-dense\n"
     "  doctor  RUN_DIR [--json] [--threshold NAME=VALUE]... | --thresholds\n"
     "  plan    [--run NAME | --model NAME | --config FILE] [--cluster NAME] [--gpus N]\n"
-    "          [--set key=value]... [--search [--top N]] [--json] | --keys | --presets\n"
+    "          [--set key=value]... [--search [--top N]] [--json | --csv] | --keys | --presets\n"
     "  help    [CMD]\n"
     "The key=value settings are listed by `moe info --keys`.\n";
 

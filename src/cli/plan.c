@@ -2,7 +2,7 @@
  * plan.c: `moe plan`, the cost of a training run before it is launched (plan/plan.h).
  *
  *   moe plan [--run NAME | --model NAME | --config FILE] [--cluster NAME] [--gpus N]
- *            [--set key=value]... [--search [--top N]] [--json] | --keys | --presets
+ *            [--set key=value]... [--search [--top N]] [--json | --csv] | --keys | --presets
  *
  * The settings come in this order: a run preset (model, machine, layout and batch), a model
  * preset or a moe.c config, a machine preset, --gpus, then each --set. With --config, a --set
@@ -26,7 +26,7 @@ static void need(const char *opt, int i, int argc) {
 int cmd_plan(int argc, char **argv) {
     const char *run = NULL, *model = NULL, *cluster = NULL, *config = NULL, *gpus = NULL;
     const char *sets[128];
-    int n_sets = 0, search = 0, json = 0, top = 10;
+    int n_sets = 0, search = 0, json = 0, csv = 0, header = 1, top = 10, list_presets = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -39,8 +39,8 @@ int cmd_plan(int argc, char **argv) {
             return 0;
         }
         if (strcmp(a, "--presets") == 0) {
-            plan_print_presets(stdout);
-            return 0;
+            list_presets = 1;
+            continue;
         }
         if (strcmp(a, "--search") == 0) {
             search = 1;
@@ -48,6 +48,11 @@ int cmd_plan(int argc, char **argv) {
         }
         if (strcmp(a, "--json") == 0) {
             json = 1;
+            continue;
+        }
+        if (strcmp(a, "--csv") == 0 || strcmp(a, "--csv-rows") == 0) {
+            csv = 1;
+            header = strcmp(a, "--csv") == 0;
             continue;
         }
         need(a, i, argc);
@@ -69,6 +74,13 @@ int cmd_plan(int argc, char **argv) {
             sets[n_sets++] = v;
         }
     }
+    if (list_presets) {
+        if (csv)
+            plan_print_presets_csv(stdout);
+        else
+            plan_print_presets(stdout);
+        return 0;
+    }
     if (model && config)
         usage_error("plan", "a model preset or a moe.c config, not both (--config %s)", config);
 
@@ -82,7 +94,8 @@ int cmd_plan(int argc, char **argv) {
     if (config) { /* a moe.c model: its config, changed by the --set of moe.c keys */
         Config c;
         config_defaults(&c);
-        if (config_load_file(&c, config, err, sizeof err) != 0) moe_input_error("moe plan: %s", err);
+        if (config_load_file(&c, config, err, sizeof err) != 0)
+            moe_input_error("moe plan: %s", err);
         for (int s = 0; s < n_sets; s++) {
             char probe[512];
             Config t = c;
@@ -128,8 +141,11 @@ int cmd_plan(int argc, char **argv) {
         if (!r->valid) moe_input_error("moe plan: this layout cannot run: %s", r->invalid);
         n = 1;
     }
+    if (json && csv) usage_error("plan", "%s", "--json or --csv, not both");
     if (json)
         plan_print_json(stdout, &in, r, n);
+    else if (csv)
+        plan_print_csv(stdout, &in, r, n, header);
     else
         plan_print(stdout, &in, r, n, search);
     const int fits = r[0].fits;

@@ -33,14 +33,18 @@
 
 #define MAX_PLAN_LAYERS 1024 /* and so at most as many pipeline stages */
 
-enum { PLAN_ATTN_MHA, PLAN_ATTN_MLA };                /* MHA covers GQA and MQA (kv_heads) */
-enum { PLAN_ENGINE_MOEC, PLAN_ENGINE_MIXED };         /* train.engine */
+enum { PLAN_ATTN_MHA, PLAN_ATTN_MLA };        /* MHA covers GQA and MQA (kv_heads) */
+enum { PLAN_ENGINE_MOEC, PLAN_ENGINE_MIXED }; /* train.engine */
 /* layout.recompute: nothing; norms and activation functions (and latent attention's
  * up-projections); that and the MoE blocks (their experts and exchange run again); whole
  * layers */
 enum { PLAN_RC_NONE, PLAN_RC_SELECTIVE, PLAN_RC_EXPERTS, PLAN_RC_FULL };
-enum { PLAN_QKNORM_NONE, PLAN_QKNORM_HEAD, PLAN_QKNORM_FULL }; /* model.qk_norm: a gain per head
-                                                                 dimension, or over the width */
+enum {
+    PLAN_QKNORM_NONE,
+    PLAN_QKNORM_HEAD,
+    PLAN_QKNORM_FULL
+}; /* model.qk_norm: a gain per head
+     dimension, or over the width */
 
 typedef struct {
     double vocab, d_model, n_layer, n_head, kv_heads, head_dim;
@@ -48,7 +52,7 @@ typedef struct {
     int post_norm; /* sandwich norms: each sublayer's output normed too (two more gains) */
     double q_rank, kv_rank, rope_dim, nope_dim, v_dim; /* latent attention (MLA) */
     double d_ff;                                       /* a dense layer's SwiGLU hidden size */
-    double first_dense, every;        /* dense layers first; then an MoE block every `every` */
+    double first_dense, every; /* dense layers first; then an MoE block every `every` */
     double experts, shared, d_expert, top_k; /* experts = 0: a dense model */
     double seq_len;
 } PlanModel;
@@ -66,8 +70,8 @@ typedef struct {
     double accum;        /* the moe.c engine: micro-batches a step (train.accum); the mixed
                             engine derives it from the micro-batch */
     double weight_bytes, grad_bytes, master_bytes, moment_bytes, act_bytes, a2a_bytes;
-    int zero; /* 0 none; 1 optimizer state, 2 and gradients, 3 and weights sharded over the
-                 data-parallel ranks */
+    int zero;          /* 0 none; 1 optimizer state, 2 and gradients, 3 and weights sharded over the
+                          data-parallel ranks */
     double imbalance;  /* the busiest expert-parallel rank's rows over the mean (>= 1) */
     double overlap_ep; /* the fraction of the expert exchange hidden behind compute */
     double node_limit; /* > 0: a token's experts on at most this many nodes, a row sent once a
@@ -84,8 +88,14 @@ typedef struct {
 } PlanLayout;
 
 /* the fields of a layout a search may vary, as bits of PlanInput.fixed when stated */
-enum { PLAN_FIX_TP = 1, PLAN_FIX_PP = 2, PLAN_FIX_EP = 4, PLAN_FIX_VPP = 8, PLAN_FIX_MB = 16,
-       PLAN_FIX_RC = 32 };
+enum {
+    PLAN_FIX_TP = 1,
+    PLAN_FIX_PP = 2,
+    PLAN_FIX_EP = 4,
+    PLAN_FIX_VPP = 8,
+    PLAN_FIX_MB = 16,
+    PLAN_FIX_RC = 32
+};
 
 /* Everything the key table can set: one plan's inputs. */
 typedef struct {
@@ -109,8 +119,8 @@ typedef struct {
     double n_dense, n_moe;              /* layers of each kind */
     double total, active, active_embed; /* active: what a token multiplies (the embedding is a
                                            lookup, not counted); active_embed counts it too */
-    double flops_token;     /* model FLOPs per token, forward and backward (6 x active matmul
-                               + causal attention), the numerator of MFU */
+    double flops_token;      /* model FLOPs per token, forward and backward (6 x active matmul
+                                + causal attention), the numerator of MFU */
     double attn_flops_layer; /* forward FLOPs of one token's scores and weighted sum, a layer */
 } PlanCounts;
 
@@ -131,10 +141,10 @@ typedef struct {
     /* time a step, seconds */
     double compute_s, recompute_s, ep_exposed_s, dp_exposed_s, bubble_s, optim_s, step_s;
     double tokens_per_s, mfu;
-    int stage;          /* the busiest stage in time (memory: mem_stage) */
-    int mem_stage;      /* the stage with the most memory, whose breakdown is above */
-    double inflight;    /* micro-batches whose activations that stage holds */
-    char loses[240];    /* why it ranks below the best (plan_search) */
+    int stage;       /* the busiest stage in time (memory: mem_stage) */
+    int mem_stage;   /* the stage with the most memory, whose breakdown is above */
+    double inflight; /* micro-batches whose activations that stage holds */
+    char loses[240]; /* why it ranks below the best (plan_search) */
 } PlanResult;
 
 /* ---- keys, presets ------------------------------------------------------------------------ */
@@ -166,6 +176,8 @@ int plan_validate(const PlanInput *in, char *err, int errlen);
  * sources of their numbers (moe plan --presets). */
 void plan_print_keys(FILE *f);
 void plan_print_presets(FILE *f);
+/* The same as CSV, with what plan_count makes of each model's shape. */
+void plan_print_presets_csv(FILE *f);
 
 typedef struct {
     const char *kind, *name, *what, *settings, *source;
@@ -175,6 +187,9 @@ typedef struct {
     int active_embed;     /* 1: the published active count includes the input embedding */
     int counts_agree;     /* 1: plan_count gives the published counts to their rounding; 0: it
                              does not, and handbook chapter 7 says why */
+    /* a run's published results (0: not published): tokens/s a GPU, model TFLOP/s a GPU as
+     * its authors count them, seconds a step, GB of weights and gradients a GPU */
+    double tokens_gpu, tflops_gpu, step_s, states_gb;
 } PlanPreset;
 extern const PlanPreset PLAN_PRESETS[];
 extern const int PLAN_N_PRESETS;
@@ -199,5 +214,7 @@ int plan_search(const PlanInput *in, PlanResult *out, int max);
 
 void plan_print(FILE *f, const PlanInput *in, const PlanResult *r, int n, int searched);
 void plan_print_json(FILE *f, const PlanInput *in, const PlanResult *r, int n);
+/* One CSV row a layout (sizes in GB, times in seconds), after a header line when header. */
+void plan_print_csv(FILE *f, const PlanInput *in, const PlanResult *r, int n, int header);
 
 #endif

@@ -116,10 +116,10 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
     const PlanTrain *t = &in->t;
     const int tp = lay->tp, pp = lay->pp, ep = lay->ep, vpp = lay->vpp;
     const int moec = t->engine == PLAN_ENGINE_MOEC;
-#define INVALID(...)                                               \
-    do {                                                           \
-        snprintf(r->invalid, sizeof r->invalid, __VA_ARGS__);      \
-        return;                                                    \
+#define INVALID(...)                                                                               \
+    do {                                                                                           \
+        snprintf(r->invalid, sizeof r->invalid, __VA_ARGS__);                                      \
+        return;                                                                                    \
     } while (0)
     if (moec && moec_refuses(in, lay, r)) return;
     const double G = k->gpus, gpn = k->gpus_per_node;
@@ -128,16 +128,14 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
     const double dp = G / ((double)tp * pp);
     r->dp = (int)dp;
     if (tp > gpn) INVALID("tp = %d spans nodes of %.0f GPUs", tp, gpn);
-    const double kv = m->attention == PLAN_ATTN_MLA ? m->n_head
-                                                    : (m->kv_heads > 0 ? m->kv_heads : m->n_head);
+    const double kv =
+        m->attention == PLAN_ATTN_MLA ? m->n_head : (m->kv_heads > 0 ? m->kv_heads : m->n_head);
     if (fmod(m->n_head, tp) != 0 || fmod(kv, tp) != 0)
         INVALID("tp = %d does not divide the %.0f query and %.0f key-value heads", tp, m->n_head,
                 kv);
     if (pp > m->n_layer || pp > MAX_STAGES)
         INVALID("pp = %d stages for %.0f layers", pp, m->n_layer);
-    if (vpp > 1 && (pp == 1 || (double)pp * vpp > m->n_layer))
-        INVALID("vpp = %d virtual stages need pp > 1 and pp x vpp <= %.0f layers", vpp,
-                m->n_layer);
+    if (vpp > 1 && pp == 1) INVALID("vpp = %d virtual stages need pp > 1", vpp);
     if (m->experts > 0 && (fmod(m->experts, ep) != 0 || fmod(dp * tp, ep) != 0))
         INVALID("ep = %d divides neither the %.0f experts or the tp x dp = %.0f GPUs of a stage",
                 ep, m->experts, dp * tp);
@@ -204,8 +202,10 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
             inflight = 1;
         } else {
             const double zd = dp, ze = r->edp; /* the groups ZeRO shards over */
-            w = t->weight_bytes * (dense_p / (t->zero >= 3 ? zd : 1) + exp_p / (t->zero >= 3 ? ze : 1));
-            g = t->grad_bytes * (dense_p / (t->zero >= 2 ? zd : 1) + exp_p / (t->zero >= 2 ? ze : 1));
+            w = t->weight_bytes *
+                (dense_p / (t->zero >= 3 ? zd : 1) + exp_p / (t->zero >= 3 ? ze : 1));
+            g = t->grad_bytes *
+                (dense_p / (t->zero >= 2 ? zd : 1) + exp_p / (t->zero >= 2 ? ze : 1));
             o = (t->master_bytes + 2 * t->moment_bytes) *
                 (dense_p / (t->zero >= 1 ? zd : 1) + exp_p / (t->zero >= 1 ? ze : 1));
             /* 1F1B: the first stage starts pp micro-batches before its first backward, the
@@ -241,8 +241,9 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
         double recomp = 0;
         if (lay->recompute == PLAN_RC_FULL) recomp = comp / 3.0; /* the forward once more */
         if (lay->recompute == PLAN_RC_EXPERTS) /* the MoE blocks' forward once more */
-            recomp = S->n_moe * (2.0 * c.router * nt + 2.0 * c.expert * rows +
-                                 2.0 * c.shared * n / tp) / flops_s;
+            recomp = S->n_moe *
+                     (2.0 * c.router * nt + 2.0 * c.expert * rows + 2.0 * c.shared * n / tp) /
+                     flops_s;
         /* tensor parallel (with sequence parallel): an all-gather before and a reduce-scatter
          * after each split sublayer, forward and backward, of n d values */
         double tpb = 0;
@@ -272,8 +273,8 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
             ep_inter = passes * inter_rows * row;
             const double counts = S->n_moe * 2.0 * (m->experts / ep) * 4.0 * (ep - 1);
             epb += counts;
-            ep_t = t->imbalance * fmax(link_s(k, passes * intra_rows * row + counts, 0),
-                                       link_s(k, ep_inter, 1));
+            ep_t = t->imbalance *
+                   fmax(link_s(k, passes * intra_rows * row + counts, 0), link_s(k, ep_inter, 1));
             if (moec) { /* fp32 rows and the counts: chapter 3's formula (pp = 1) */
                 epb = plan_moec_ep_bytes(m, n, ep);
                 ep_inter = ep_node < ep ? epb : 0;
@@ -304,8 +305,7 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
             /* the optimizer: its state read and written once, at HBM speed */
             const double zd = t->zero >= 1 ? dp : 1, ze = t->zero >= 1 ? r->edp : 1;
             const double state = dense_p / zd + exp_p / ze;
-            r->optim_s = state *
-                         (2 * wb + gb + 2 * t->master_bytes + 4 * t->moment_bytes) /
+            r->optim_s = state * (2 * wb + gb + 2 * t->master_bytes + 4 * t->moment_bytes) /
                          (k->hbm_tbs * 1e12);
             /* behind the last micro-batch's backward (two thirds of its compute) */
             r->dp_exposed_s = t->overlap_dp ? fmax(0, r->dp_s - 2.0 / 3.0 * comp) : r->dp_s;

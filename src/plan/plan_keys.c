@@ -52,7 +52,8 @@ static const Key KEYS[] = {
     {"model.seq_len", K_NUM, M(seq_len), 1, BIG, 1, 0, 0, "T: tokens a sequence"},
     {"mla.q_rank", K_NUM, M(q_rank), 0, BIG, 1, 0, 0, "latent attention: queries' rank; 0: none"},
     {"mla.kv_rank", K_NUM, M(kv_rank), 0, BIG, 1, 0, 0, "latent attention: keys' and values' rank"},
-    {"mla.rope_dim", K_NUM, M(rope_dim), 0, BIG, 1, 0, 0, "latent attention: rotary part of a head"},
+    {"mla.rope_dim", K_NUM, M(rope_dim), 0, BIG, 1, 0, 0,
+     "latent attention: rotary part of a head"},
     {"mla.nope_dim", K_NUM, M(nope_dim), 0, BIG, 1, 0, 0, "latent attention: the rest of a head"},
     {"mla.v_dim", K_NUM, M(v_dim), 0, BIG, 1, 0, 0, "latent attention: a head's value width"},
     {"moe.num_experts", K_NUM, M(experts), 0, BIG, 1, 0, 0, "E: routed experts; 0: dense"},
@@ -164,7 +165,8 @@ int plan_set(PlanInput *in, const char *kv, char *err, int errlen) {
     char *base = (char *)in;
     if (k->type == K_CHOICE) {
         const int i = choice_index(k->names, v);
-        if (i < 0) return set_error(err, errlen, "%s must be one of %s, not '%s'", k->name, k->names, v);
+        if (i < 0)
+            return set_error(err, errlen, "%s must be one of %s, not '%s'", k->name, k->names, v);
         *(int *)(base + k->off) = i;
         return 0;
     }
@@ -248,18 +250,23 @@ int plan_validate(const PlanInput *in, char *err, int errlen) {
     if (in->t.global_batch <= 0)
         return set_error(err, errlen, "train.global_batch: how many sequences a step?");
     if (m->attention == PLAN_ATTN_MHA && m->head_dim == 0 && fmod(m->d_model, m->n_head) != 0)
-        return set_error(err, errlen, "model.n_head = %.0f does not divide model.d_model = %.0f; "
-                         "set model.head_dim", m->n_head, m->d_model);
+        return set_error(err, errlen,
+                         "model.n_head = %.0f does not divide model.d_model = %.0f; "
+                         "set model.head_dim",
+                         m->n_head, m->d_model);
     if (m->attention == PLAN_ATTN_MHA && m->kv_heads > 0 && fmod(m->n_head, m->kv_heads) != 0)
         return set_error(err, errlen, "model.kv_heads = %.0f does not divide model.n_head = %.0f",
                          m->kv_heads, m->n_head);
     if (m->attention == PLAN_ATTN_MLA &&
         (m->kv_rank <= 0 || m->nope_dim + m->rope_dim <= 0 || m->v_dim <= 0))
-        return set_error(err, errlen, "model.attention=mla needs mla.kv_rank, mla.nope_dim (or "
+        return set_error(err, errlen,
+                         "model.attention=mla needs mla.kv_rank, mla.nope_dim (or "
                          "mla.rope_dim) and mla.v_dim");
     if (m->experts > 0 && (m->top_k < 1 || m->top_k > m->experts || m->d_expert <= 0))
-        return set_error(err, errlen, "an MoE model needs 1 <= moe.top_k <= moe.num_experts "
-                         "(%.0f, %.0f) and moe.d_expert > 0", m->top_k, m->experts);
+        return set_error(err, errlen,
+                         "an MoE model needs 1 <= moe.top_k <= moe.num_experts "
+                         "(%.0f, %.0f) and moe.d_expert > 0",
+                         m->top_k, m->experts);
     if (m->experts == 0 && (m->shared > 0 || m->top_k > 0))
         return set_error(err, errlen, "moe.num_shared and moe.top_k need moe.num_experts > 0");
     if ((m->experts == 0 || m->first_dense > 0 || m->every > 1) && m->d_ff <= 0)
@@ -273,8 +280,8 @@ void plan_print_keys(FILE *f) {
         if (k->type == K_CHOICE)
             fprintf(f, "%-22s %-20s %s\n", k->name, k->names, k->help);
         else
-            fprintf(f, "%-22s %-20s %s\n", k->name, k->type == K_INT || k->whole ? "whole" : "number",
-                    k->help);
+            fprintf(f, "%-22s %-20s %s\n", k->name,
+                    k->type == K_INT || k->whole ? "whole" : "number", k->help);
     }
 }
 
@@ -285,5 +292,24 @@ void plan_print_presets(FILE *f) {
         if (p->total > 0)
             fprintf(f, "  published: %.4g total, %.4g active parameters\n", p->total, p->active);
         fprintf(f, "  source: %s\n", p->source);
+    }
+}
+
+void plan_print_presets_csv(FILE *f) {
+    fputs("kind,name,published_total,published_active,round_to,active_embed,counts_agree,"
+          "total,active,active_embed_count,tokens_gpu,tflops_gpu,step_s,states_gb\n",
+          f);
+    for (int i = 0; i < PLAN_N_PRESETS; i++) {
+        const PlanPreset *p = &PLAN_PRESETS[i];
+        PlanCounts c = {0};
+        if (strcmp(p->kind, "cluster") != 0) {
+            PlanInput in;
+            char err[256];
+            plan_defaults(&in);
+            if (plan_preset(&in, p->kind, p->name, err, sizeof err) == 0) plan_count(&in.m, &c);
+        }
+        fprintf(f, "%s,%s,%.0f,%.0f,%.0f,%d,%d,%.0f,%.0f,%.0f,%g,%g,%g,%g\n", p->kind, p->name,
+                p->total, p->active, p->round_to, p->active_embed, p->counts_agree, c.total,
+                c.active, c.active_embed, p->tokens_gpu, p->tflops_gpu, p->step_s, p->states_gb);
     }
 }

@@ -11,13 +11,15 @@ static const char *const RC_NAMES[] = {"none", "selective", "experts", "full"};
 
 static void print_model(FILE *f, const PlanInput *in, const PlanCounts *c) {
     const PlanModel *m = &in->m;
-    fprintf(f, "model %s: %.2f B parameters; active a token %.2f B with the embedding, %.2f B "
-               "without\n",
+    fprintf(f,
+            "model %s: %.2f B parameters; active a token %.2f B with the embedding, %.2f B "
+            "without\n",
             in->model_name[0] ? in->model_name : "(settings)", c->total / 1e9,
             c->active_embed / 1e9, c->active / 1e9);
     if (m->experts > 0)
-        fprintf(f, "  %.0f layers (%.0f dense, %.0f MoE: %.0f experts of hidden %.0f, top-%.0f, "
-                   "%.0f shared), d_model %.0f, %s attention, %.0f tokens a sequence\n",
+        fprintf(f,
+                "  %.0f layers (%.0f dense, %.0f MoE: %.0f experts of hidden %.0f, top-%.0f, "
+                "%.0f shared), d_model %.0f, %s attention, %.0f tokens a sequence\n",
                 m->n_layer, c->n_dense, c->n_moe, m->experts, m->d_expert, m->top_k, m->shared,
                 m->d_model, m->attention == PLAN_ATTN_MLA ? "latent" : "multi-head", m->seq_len);
     else
@@ -28,8 +30,9 @@ static void print_model(FILE *f, const PlanInput *in, const PlanCounts *c) {
 
 static void print_cluster(FILE *f, const PlanInput *in) {
     const PlanCluster *k = &in->k;
-    fprintf(f, "cluster %s: %.0f GPUs, %.0f a node, %.0f GB each, %.0f TFLOP/s peak (%.0f%% "
-               "reached), HBM %.2f TB/s, %.0f GB/s in a node, %.0f GB/s between nodes\n",
+    fprintf(f,
+            "cluster %s: %.0f GPUs, %.0f a node, %.0f GB each, %.0f TFLOP/s peak (%.0f%% "
+            "reached), HBM %.2f TB/s, %.0f GB/s in a node, %.0f GB/s between nodes\n",
             in->cluster_name[0] ? in->cluster_name : "(settings)", k->gpus, k->gpus_per_node,
             k->memory_gb, k->peak_tflops, 100 * k->efficiency, k->hbm_tbs, k->intra_gbs,
             k->inter_gbs);
@@ -39,8 +42,9 @@ static void print_cluster(FILE *f, const PlanInput *in) {
 }
 
 static void print_layout_line(FILE *f, const PlanResult *r) {
-    fprintf(f, "tp %d, pp %d, ep %d, dp %d (%d replicas of each expert), vpp %d, micro-batch %d, "
-               "%.0f micro-batches a step, recompute %s",
+    fprintf(f,
+            "tp %d, pp %d, ep %d, dp %d (%d replicas of each expert), vpp %d, micro-batch %d, "
+            "%.0f micro-batches a step, recompute %s",
             r->lay.tp, r->lay.pp, r->lay.ep, r->dp, r->edp, r->lay.vpp, r->lay.micro_batch,
             r->micro, RC_NAMES[r->lay.recompute]);
 }
@@ -68,12 +72,13 @@ static void print_one(FILE *f, const PlanInput *in, const PlanResult *r) {
             r->pp_inter ? " (across nodes)" : "");
     fprintf(f, "  gradient sums %.3g GB, %.3g s, %.3g s of it exposed%s\n", r->dp_bytes / GB,
             r->dp_s, r->dp_exposed_s, r->dp_inter ? " (across nodes)" : "");
-    fprintf(f, "time a step, s: compute %.3g, recomputation %.3g, tensor parallel %.3g, expert "
-               "exchange %.3g, pipeline %.3g, bubble %.3g, gradient sums %.3g, optimizer %.3g\n",
+    fprintf(f,
+            "time a step, s: compute %.3g, recomputation %.3g, tensor parallel %.3g, expert "
+            "exchange %.3g, pipeline %.3g, bubble %.3g, gradient sums %.3g, optimizer %.3g\n",
             r->compute_s, r->recompute_s, r->tp_s, r->ep_exposed_s, r->pp_s, r->bubble_s,
             r->dp_exposed_s, r->optim_s);
-    fprintf(f, "step %.4g s, %.4g tokens/s (%.4g a GPU), MFU %.1f%%\n", r->step_s,
-            r->tokens_per_s, r->tokens_per_s / in->k.gpus, 100 * r->mfu);
+    fprintf(f, "step %.4g s, %.4g tokens/s (%.4g a GPU), MFU %.1f%%\n", r->step_s, r->tokens_per_s,
+            r->tokens_per_s / in->k.gpus, 100 * r->mfu);
 }
 
 void plan_print(FILE *f, const PlanInput *in, const PlanResult *r, int n, int searched) {
@@ -128,8 +133,9 @@ void plan_print_json(FILE *f, const PlanInput *in, const PlanResult *r, int n) {
     fputs("}, \"layouts\": [", f);
     for (int i = 0; i < n; i++) {
         const PlanResult *x = &r[i];
-        fprintf(f, "%s\n {\"tp\": %d, \"pp\": %d, \"ep\": %d, \"dp\": %d, \"edp\": %d, "
-                   "\"vpp\": %d, \"micro_batch\": %d, \"recompute\": \"%s\", ",
+        fprintf(f,
+                "%s\n {\"tp\": %d, \"pp\": %d, \"ep\": %d, \"dp\": %d, \"edp\": %d, "
+                "\"vpp\": %d, \"micro_batch\": %d, \"recompute\": \"%s\", ",
                 i ? "," : "", x->lay.tp, x->lay.pp, x->lay.ep, x->dp, x->edp, x->lay.vpp,
                 x->lay.micro_batch, RC_NAMES[x->lay.recompute]);
         fprintf(f, "\"fits\": %s, ", x->fits ? "true" : "false");
@@ -163,4 +169,33 @@ void plan_print_json(FILE *f, const PlanInput *in, const PlanResult *r, int n) {
         fputs("}", f);
     }
     fputs("]}\n", f);
+}
+
+void plan_print_csv(FILE *f, const PlanInput *in, const PlanResult *r, int n, int header) {
+    PlanCounts c;
+    plan_count(&in->m, &c);
+    if (header)
+        fputs("model,cluster,gpus,tp,pp,ep,dp,edp,vpp,micro_batch,recompute,micro_batches,fits,"
+              "mem_weights_gb,mem_grads_gb,mem_optim_gb,mem_acts_gb,mem_total_gb,busiest_rows,"
+              "tp_gb,ep_gb,ep_inter_gb,pp_gb,dp_gb,compute_s,recompute_s,tp_s,ep_s,"
+              "ep_exposed_s,pp_s,bubble_s,dp_s,dp_exposed_s,optim_s,step_s,tokens_per_s,"
+              "tokens_per_s_gpu,mfu,params_total,params_active,params_active_embed,loses\n",
+              f);
+    const double GB = 1e9;
+    for (int i = 0; i < n; i++) {
+        const PlanResult *x = &r[i];
+        fprintf(f, "%s,%s,%.0f,%d,%d,%d,%d,%d,%d,%d,%s,%.0f,%d,", in->model_name, in->cluster_name,
+                in->k.gpus, x->lay.tp, x->lay.pp, x->lay.ep, x->dp, x->edp, x->lay.vpp,
+                x->lay.micro_batch, RC_NAMES[x->lay.recompute], x->micro, x->fits);
+        fprintf(f, "%.6g,%.6g,%.6g,%.6g,%.6g,%.0f,", x->mem_weights / GB, x->mem_grads / GB,
+                x->mem_optim / GB, x->mem_acts / GB, x->mem_total / GB, x->busiest_rows);
+        fprintf(f, "%.6g,%.6g,%.6g,%.6g,%.6g,", x->tp_bytes / GB, x->ep_bytes / GB,
+                x->ep_inter_bytes / GB, x->pp_bytes / GB, x->dp_bytes / GB);
+        fprintf(f, "%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,", x->compute_s,
+                x->recompute_s, x->tp_s, x->ep_s, x->ep_exposed_s, x->pp_s, x->bubble_s, x->dp_s,
+                x->dp_exposed_s, x->optim_s, x->step_s);
+        fprintf(f, "%.6g,%.6g,%.6g,%.0f,%.0f,%.0f,\"%s\"\n", x->tokens_per_s,
+                x->tokens_per_s / in->k.gpus, x->mfu, c.total, c.active, c.active_embed,
+                i == 0 && x->fits ? "" : x->loses);
+    }
 }

@@ -32,14 +32,13 @@ static int by_rank(const void *a, const void *b) {
 
 /* Why r is slower than best: the term of the step that grew the most. */
 static void why_slower(PlanResult *r, const PlanResult *best) {
-    static const char *const NAMES[] = {"compute",          "recomputation",
-                                        "tensor-parallel traffic", "expert exchange",
-                                        "pipeline traffic", "pipeline bubble",
-                                        "gradient sums",    "optimizer step"};
-    const double a[] = {r->compute_s,     r->recompute_s, r->tp_s,         r->ep_exposed_s,
-                        r->pp_s,          r->bubble_s,    r->dp_exposed_s, r->optim_s};
-    const double b[] = {best->compute_s,  best->recompute_s, best->tp_s,         best->ep_exposed_s,
-                        best->pp_s,       best->bubble_s,    best->dp_exposed_s, best->optim_s};
+    static const char *const NAMES[] = {
+        "compute",          "recomputation",   "tensor-parallel traffic", "expert exchange",
+        "pipeline traffic", "pipeline bubble", "gradient sums",           "optimizer step"};
+    const double a[] = {r->compute_s, r->recompute_s, r->tp_s,         r->ep_exposed_s,
+                        r->pp_s,      r->bubble_s,    r->dp_exposed_s, r->optim_s};
+    const double b[] = {best->compute_s, best->recompute_s, best->tp_s,         best->ep_exposed_s,
+                        best->pp_s,      best->bubble_s,    best->dp_exposed_s, best->optim_s};
     int worst = 0;
     for (int i = 1; i < 8; i++)
         if (a[i] - b[i] > a[worst] - b[worst]) worst = i;
