@@ -106,7 +106,9 @@ int cmd_plan(int argc, char **argv) {
         }
         if (config_validate(&c, err, sizeof err) != 0) moe_input_error("moe plan: %s", err);
         plan_from_config(&in, &c);
-        snprintf(in.model_name, sizeof in.model_name, "%s", config);
+        /* the model's name: the file's, without its folder and extension */
+        const char *base = strrchr(config, '/') ? strrchr(config, '/') + 1 : config;
+        snprintf(in.model_name, sizeof in.model_name, "%.*s", (int)strcspn(base, "."), base);
     }
     if (cluster && plan_preset(&in, "cluster", cluster, err, sizeof err) != 0)
         usage_error("plan", "%s", err);
