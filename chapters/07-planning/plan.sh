@@ -12,8 +12,10 @@
 # Writes, in plots/07-planning/:
 #   presets.csv      every preset: the published parameter counts and what plan_count makes of
 #                    the shapes; a run's published results
+#   counts.csv       the models' counts in billions against the published ones, and whether they
+#                    agree (within one unit of the published figure's last digit)
 #   runs.csv         each published run's layout as moe plan costs it (one row a run)
-#   validation.csv   each published result against the prediction: run, quantity, published,
+#   validation.csv   each published result against the prediction: run:quantity, run, quantity, published,
 #                    predicted, predicted / published, and for speeds the efficiency of the
 #                    products that would have made the prediction exact
 #   layouts.csv      Qwen3-235B on 256 H100: the four layouts measured side by side and the
@@ -22,7 +24,10 @@
 #                    to 32 (ep.png: memory falls, the exchange leaves the node)
 #   ladder.csv       from this book's laptop model to a 1T-class model on 384 GH200: the best
 #                    layout of each step up
-#   search.txt, jupiter.txt   two searches as the reader sees them
+#   search.txt, deepseek.txt, jupiter.txt   three searches as the reader sees them (deepseek.txt:
+#                    with the exchange hidden and node-limited routing, as DeepSeek-V3 ran)
+#   walk.txt         chapters/07-planning/walk.c: DeepSeek-V3's run worked out term by term
+#   counts.md, validation.md, ladder.md   the handbook's tables
 #   machine.csv      this machine: moe bench's measured step and sgemm, and the plan's step at
 #                    that sgemm (measured, so not compared by --check)
 #   provenance.txt   the commit and the command
@@ -37,12 +42,14 @@ case "${1:-}" in
     *) echo "usage: $0 [--check]" >&2; exit 2 ;;
 esac
 if [ -z "${MOE_BIN:-}" ]; then
-    make --no-print-directory build/moe > /dev/null
+    make --no-print-directory build/moe build/chapters/07-planning/walk > /dev/null
     moe=build/moe
 else
     moe=$MOE_BIN
     [ -x "$moe" ] || { echo "MOE_BIN=$moe is not an executable" >&2; exit 2; }
 fi
+walk=$(dirname "$moe")/chapters/07-planning/walk # built beside the moe it was given
+[ -x "$walk" ] || { echo "no $walk: make chapters builds it" >&2; exit 2; }
 dest=$out
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ch07.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -55,6 +62,15 @@ header() { "$moe" plan --run deepseek-v3 --csv | head -n 1; }
 
 # ---- the presets and the published runs ---------------------------------------------------
 "$moe" plan --presets --csv > "$dest/presets.csv"
+# counts.csv: each model's published counts against plan_count's, in billions; agrees: within
+# one unit of the published figure's last digit (the active count as the publisher counts it)
+awk -F, 'NR > 1 && $1 == "model" {
+    act = $6 ? $10 : $9
+    ok = ($8 - $3 < $5 && $3 - $8 < $5 && act - $4 < $5 && $4 - act < $5)
+    if (!hdr++) print "model,total_b,active_b,active_embed_b,published_total_b,published_active_b,active_counts_embedding,agrees"
+    printf "%s,%.2f,%.2f,%.2f,%g,%g,%s,%s\n", $2, $8 / 1e9, $9 / 1e9, $10 / 1e9, $3 / 1e9, $4 / 1e9,
+        $6 ? "yes" : "no", ok ? "yes" : "no"
+}' "$dest/presets.csv" > "$dest/counts.csv"
 runs=$(awk -F, '$1 == "run" { print $2 }' "$dest/presets.csv")
 {
     echo "run,$(header)"
@@ -84,7 +100,7 @@ awk -F, '
         mem[r] = $(col[FILENAME, "mem_total_gb"])
     }
     END {
-        print "run,quantity,published,predicted,ratio,implied_eff,fits,mem_total_gb"
+        print "key,run,quantity,published,predicted,ratio,implied_eff,fits,mem_total_gb"
         split("tokens_gpu tflops_gpu step_s states_gb", q, " ")
         for (i = 1; i <= n; i++)
             for (j = 1; j <= 4; j++) {
@@ -92,8 +108,8 @@ awk -F, '
                 if (pub[r, k] + 0 == 0) continue
                 ratio = (k == "step_s") ? pub[r, k] / got[r, k] : got[r, k] / pub[r, k]
                 eff = (k == "states_gb") ? "" : sprintf("%.3f", 0.7 / ratio)
-                printf "%s,%s,%g,%.4g,%.3f,%s,%d,%.1f\n", r, k, pub[r, k], got[r, k], ratio, eff,
-                    fits[r], mem[r]
+                printf "%s:%s,%s,%s,%g,%.4g,%.3f,%s,%d,%.1f\n", r, k, r, k, pub[r, k], got[r, k],
+                    ratio, eff, fits[r], mem[r]
             }
     }' "$dest/presets.csv" "$dest/runs.csv" > "$dest/validation.csv"
 
@@ -109,10 +125,10 @@ qwen=(--model qwen3-235b-a22b --cluster h100 --gpus 256 --set train.global_batch
     plan "${qwen[@]}" --search --top 4 | awk '{ printf "best-%d,,%s\n", NR, $0 }'
 } > "$dest/layouts.csv"
 {
-    echo "$(header)"
+    echo "ep_size,$(header)"
     for ep in 1 2 4 8 16 32; do
         plan "${qwen[@]}" --set layout.tp=2 --set layout.pp=8 --set layout.vpp=4 \
-            --set layout.ep="$ep" --set layout.recompute=selective
+            --set layout.ep="$ep" --set layout.recompute=selective | sed "s/^/$ep,/"
     done
 } > "$dest/ep.csv"
 
@@ -134,12 +150,44 @@ printf 'dist.ep=4\n' > "$tmp/ep4.conf"
     plan --model kimi-k2 --cluster gh200 --gpus 384 --set train.global_batch=1536 \
         --search --top 1 | sed 's/^/7,a 1T-class MoE on 96 JUPITER nodes,/'
 } > "$dest/ladder.csv"
+"$moe" plan --model deepseek-v3 --cluster h800 --gpus 2048 --set train.global_batch=15360 \
+    --set train.overlap_ep=1 --set train.node_limit=4 --search --top 6 > "$dest/deepseek.txt" ||
+    [ $? -eq 1 ]
 "$moe" plan --model kimi-k2 --cluster gh200 --gpus 384 --set train.global_batch=1536 --search \
     --top 8 > "$dest/jupiter.txt" || [ $? -eq 1 ]
 
+# ---- the handbook's tables, from the CSV files above --------------------------------------
+awk -F, 'NR > 1 {
+    if (!hdr++) {
+        print "| model | total (B) | active (B) | active with the embedding (B) | published total | published active | the published active counts the embedding | agrees |"
+        print "| --- | --- | --- | --- | --- | --- | --- | --- |"
+    }
+    printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8
+}' "$dest/counts.csv" > "$dest/counts.md"
+awk -F, 'NR > 1 {
+    if (!hdr++) {
+        print "| run | quantity | published | planned | ratio | implied efficiency | planned memory, GB |"
+        print "| --- | --- | --- | --- | --- | --- | --- |"
+    }
+    printf "| %s | %s | %s | %s | %s | %s | %s%s |\n", $2, $3, $4, $5, $6, ($7 == "" ? "-" : $7), $9,
+        ($8 == 1 ? "" : " (does not fit)")
+}' "$dest/validation.csv" > "$dest/validation.md"
+awk -F, 'FNR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+{
+    if (!hdr++) {
+        print "| step | what | GPUs | tp | pp | vpp | ep | dp | micro-batch | recompute | memory, GB | step, s | tokens/s a GPU | MFU % |"
+        print "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    }
+    printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.3g | %.3g | %.4g | %.1f |\n", $1, $2,
+        $c["gpus"], $c["tp"], $c["pp"], $c["vpp"], $c["ep"], $c["dp"], $c["micro_batch"],
+        $c["recompute"], $c["mem_total_gb"], $c["step_s"], $c["tokens_per_s_gpu"], 100 * $c["mfu"]
+}' "$dest/ladder.csv" > "$dest/ladder.md"
+"$walk" > "$dest/walk.txt"
+
 if [ "$check" = 1 ]; then
     status=0
-    for f in presets.csv runs.csv validation.csv layouts.csv ep.csv ladder.csv search.txt jupiter.txt; do
+    for f in presets.csv counts.csv counts.md runs.csv validation.csv validation.md layouts.csv \
+        ep.csv ladder.csv ladder.md search.txt deepseek.txt jupiter.txt walk.txt; do
         if ! cmp -s "$dest/$f" "$out/$f"; then
             echo "plots/07-planning/$f differs from what moe plan gives now:"
             diff "$out/$f" "$dest/$f" | head -n 10

@@ -239,16 +239,33 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
         mm += S->n_moe * (6.0 * c.router * nt + 6.0 * c.expert * rows);
         const double comp = mm / flops_s;
         double recomp = 0;
+        if (lay->recompute == PLAN_RC_SELECTIVE || lay->recompute == PLAN_RC_EXPERTS) {
+            /* the norms and activation functions again: memory-bound passes, each reading its
+             * input and writing its output at HBM speed (two norms a layer; a SwiGLU product
+             * reads gate and up, writes their product); latent attention's up-projections are
+             * products */
+            const double a = t->act_bytes;
+            double bytes = Ls * 4.0 * nt * d * a + S->n_dense * 3.0 * n * m->d_ff * a / tp;
+            if (lay->recompute == PLAN_RC_SELECTIVE)
+                bytes +=
+                    S->n_moe * 3.0 * (rows * m->d_expert + n * m->shared * m->d_expert / tp) * a;
+            recomp = bytes / (k->hbm_tbs * 1e12);
+            if (m->attention == PLAN_ATTN_MLA)
+                recomp +=
+                    Ls * 2.0 * n * m->kv_rank * m->n_head * (m->nope_dim + m->v_dim) / tp / flops_s;
+        }
         if (lay->recompute == PLAN_RC_FULL) recomp = comp / 3.0; /* the forward once more */
-        if (lay->recompute == PLAN_RC_EXPERTS) /* the MoE blocks' forward once more */
-            recomp = S->n_moe *
-                     (2.0 * c.router * nt + 2.0 * c.expert * rows + 2.0 * c.shared * n / tp) /
-                     flops_s;
+        if (lay->recompute == PLAN_RC_EXPERTS) /* and the MoE blocks' forward once more */
+            recomp += S->n_moe *
+                      (2.0 * c.router * nt + 2.0 * c.expert * rows + 2.0 * c.shared * n / tp) /
+                      flops_s;
         /* tensor parallel (with sequence parallel): an all-gather before and a reduce-scatter
-         * after each split sublayer, forward and backward, of n d values */
+         * after each split sublayer, forward and backward, of n d values. The split sublayers:
+         * every layer's attention, the dense SwiGLUs, the shared experts (the routed experts
+         * are whole on their GPU and route the nt tokens the GPU holds: no gather) */
         double tpb = 0;
         if (tp > 1) {
-            const double sub = 2.0 * Ls + S->n_dense + (m->shared > 0 ? S->n_moe : 0);
+            const double sub = Ls + S->n_dense + (m->shared > 0 ? S->n_moe : 0);
             tpb = sub * (lay->recompute == PLAN_RC_FULL ? 6.0 : 4.0) * (tp - 1.0) / tp * n * d *
                   t->act_bytes; /* a full recomputation gathers and scatters once more */
         }

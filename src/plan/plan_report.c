@@ -179,7 +179,8 @@ void plan_print_csv(FILE *f, const PlanInput *in, const PlanResult *r, int n, in
               "mem_weights_gb,mem_grads_gb,mem_optim_gb,mem_acts_gb,mem_total_gb,busiest_rows,"
               "tp_gb,ep_gb,ep_inter_gb,pp_gb,dp_gb,compute_s,recompute_s,tp_s,ep_s,"
               "ep_exposed_s,pp_s,bubble_s,dp_s,dp_exposed_s,optim_s,step_s,tokens_per_s,"
-              "tokens_per_s_gpu,mfu,tflops_gpu,params_total,params_active,params_active_embed,loses\n",
+              "tokens_per_s_gpu,mfu,tflops_gpu,params_total,params_active,params_active_embed,"
+              "loses\n",
               f);
     const double GB = 1e9;
     for (int i = 0; i < n; i++) {
@@ -195,8 +196,7 @@ void plan_print_csv(FILE *f, const PlanInput *in, const PlanResult *r, int n, in
                 x->recompute_s, x->tp_s, x->ep_s, x->ep_exposed_s, x->pp_s, x->bubble_s, x->dp_s,
                 x->dp_exposed_s, x->optim_s, x->step_s);
         fprintf(f, "%.6g,%.6g,%.6g,%.6g,%.0f,%.0f,%.0f,\"%s\"\n", x->tokens_per_s,
-                x->tokens_per_s / in->k.gpus, x->mfu, x->mfu * in->k.peak_tflops, c.total,
-                c.active, c.active_embed,
-                i == 0 && x->fits ? "" : x->loses);
+                x->tokens_per_s / in->k.gpus, x->mfu, x->mfu * in->k.peak_tflops, c.total, c.active,
+                c.active_embed, i == 0 && x->fits ? "" : x->loses);
     }
 }

@@ -42,8 +42,14 @@ static void why_slower(PlanResult *r, const PlanResult *best) {
     int worst = 0;
     for (int i = 1; i < 8; i++)
         if (a[i] - b[i] > a[worst] - b[worst]) worst = i;
-    snprintf(r->loses, sizeof r->loses, "%.0f%% slower: %s %+.3g s a step",
-             100.0 * (r->step_s / best->step_s - 1), NAMES[worst], a[worst] - b[worst]);
+    const double slower = r->step_s / best->step_s - 1;
+    if (slower < 0.005) /* a tie: what sets them apart is the memory left */
+        snprintf(r->loses, sizeof r->loses, "as fast to 0.5%%: %s %.1f GB a GPU against %.1f",
+                 r->mem_total < best->mem_total ? "less memory," : "more memory,",
+                 r->mem_total / 1e9, best->mem_total / 1e9);
+    else
+        snprintf(r->loses, sizeof r->loses, "%.0f%% slower: %s %+.3g s a step", 100.0 * slower,
+                 NAMES[worst], a[worst] - b[worst]);
 }
 
 /* The values one field of the layout takes: the stated one, or the candidates. */
