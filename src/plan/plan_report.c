@@ -43,10 +43,10 @@ static void print_cluster(FILE *f, const PlanInput *in) {
 
 static void print_layout_line(FILE *f, const PlanResult *r) {
     fprintf(f,
-            "tp %d, pp %d, ep %d, dp %d (%d replicas of each expert), vpp %d, micro-batch %d, "
-            "%.0f micro-batches a step, recompute %s",
-            r->lay.tp, r->lay.pp, r->lay.ep, r->dp, r->edp, r->lay.vpp, r->lay.micro_batch,
-            r->micro, RC_NAMES[r->lay.recompute]);
+            "tp %d, pp %d, ep %d, dp %d (each expert on %d GPU%s of a stage), vpp %d, "
+            "micro-batch %d, %.0f micro-batches a step, recompute %s",
+            r->lay.tp, r->lay.pp, r->lay.ep, r->dp, r->edp, r->edp > 1 ? "s" : "", r->lay.vpp,
+            r->lay.micro_batch, r->micro, RC_NAMES[r->lay.recompute]);
 }
 
 static void print_one(FILE *f, const PlanInput *in, const PlanResult *r) {
