@@ -43,6 +43,10 @@ check "build/moe plan --presets" $? "$(head -n 3 "$tmp/presets")"
 rc=$?
 [ $rc -eq 0 ] && grep -q "fits" "$tmp/run"
 check "build/moe plan --run deepseek-v3 fits (exit 0)" $? "status $rc: $(tail -n 3 "$tmp/run")"
+"$moe" plan --run deepseek-v3 --search > "$tmp/run" 2>&1
+rc=$?
+[ $rc -eq 0 ] && grep -q "(best)" "$tmp/run" && grep -q "slower" "$tmp/run"
+check "build/moe plan --run deepseek-v3 --search ranks the run's layouts" $? "status $rc: $(head -n 12 "$tmp/run")"
 "$moe" plan --run qwen3-235b-tp4 > "$tmp/run" 2>&1
 check "build/moe plan --run qwen3-235b-tp4" $? "$(tail -n 3 "$tmp/run")"
 "$moe" plan --model mixtral-8x7b --cluster h100 --gpus 64 --set train.global_batch=256 --search > "$tmp/search" 2>&1

@@ -17,8 +17,6 @@
 #include "cli/cli.h"
 #include "plan/plan.h"
 
-#define MAX_LAYOUTS 20000
-
 static void need(const char *opt, int i, int argc) {
     if (i + 1 >= argc) usage_error("plan", "%s needs a value", opt);
 }
@@ -65,8 +63,8 @@ int cmd_plan(int argc, char **argv) {
         if (strcmp(a, "--top") == 0) {
             char *end;
             top = (int)strtol(v, &end, 10);
-            if (*end || top < 1 || top > MAX_LAYOUTS)
-                usage_error("plan", "--top needs a count from 1 to 20000, not '%s'", v);
+            if (*end || top < 1 || top > 1000000)
+                usage_error("plan", "--top needs a count from 1 to 1000000, not '%s'", v);
         }
         if (strcmp(a, "--set") == 0) {
             if (n_sets == (int)(sizeof sets / sizeof sets[0]))
@@ -128,10 +126,16 @@ int cmd_plan(int argc, char **argv) {
     if (plan_validate(&in, err, sizeof err) != 0) moe_input_error("moe plan: %s", err);
 
     PlanResult *r;
-    int n;
+    int n, searched = 0;
     if (search) {
-        r = (PlanResult *)malloc_check(MAX_LAYOUTS * sizeof *r);
-        n = plan_search(&in, r, MAX_LAYOUTS);
+        int room = 4096;
+        r = (PlanResult *)malloc_check((size_t)room * sizeof *r);
+        while ((n = plan_search(&in, r, room)) > room) { /* more layouts than room: again */
+            free(r);
+            room = n;
+            r = (PlanResult *)malloc_check((size_t)room * sizeof *r);
+        }
+        searched = n;
         if (n == 0)
             moe_input_error("moe plan: no layout divides this model, batch and cluster (the "
                             "global batch must split over the data-parallel ranks: change "
@@ -149,7 +153,7 @@ int cmd_plan(int argc, char **argv) {
     else if (csv)
         plan_print_csv(stdout, &in, r, n, header);
     else
-        plan_print(stdout, &in, r, n, search);
+        plan_print(stdout, &in, r, n, searched);
     const int fits = r[0].fits;
     free(r);
     return fits ? 0 : 1;

@@ -208,10 +208,14 @@ double plan_moec_ep_bytes(const PlanModel *m, double tokens_per_process, double 
 
 /* ---- search (plan_search.c) and report (plan_report.c) ----------------------------------- */
 
-/* Every valid layout of in (the fixed fields of in->lay kept), ranked fastest first among
- * those that fit; each with the reason it loses to the first. Returns the count (up to max). */
+/* Every valid layout of in (the fields of in->fixed kept), ranked fastest first among those
+ * that fit, then the others by memory; each with the reason it loses to the first. Returns the
+ * count of valid layouts; when it exceeds max, out is not ranked and the caller asks again with
+ * room for that many. */
 int plan_search(const PlanInput *in, PlanResult *out, int max);
 
+/* searched: the count of layouts a search costed (r holds the best n of them), or 0 for one
+ * layout. */
 void plan_print(FILE *f, const PlanInput *in, const PlanResult *r, int n, int searched);
 void plan_print_json(FILE *f, const PlanInput *in, const PlanResult *r, int n);
 /* One CSV row a layout (sizes in GB, times in seconds), after a header line when header. */

@@ -91,7 +91,7 @@ void plan_print(FILE *f, const PlanInput *in, const PlanResult *r, int n, int se
         return;
     }
     if (searched) {
-        fprintf(f, "\n%d layouts; the best first:\n", n);
+        fprintf(f, "\n%d layouts costed; the best %d:\n", searched, n);
         fprintf(f, "%4s %3s %3s %4s %4s %3s %3s %-9s %9s %8s %6s  %s\n", "rank", "tp", "pp", "ep",
                 "dp", "vpp", "mb", "recompute", "memory_GB", "step_s", "MFU_%", "why it loses");
         for (int i = 0; i < n; i++)

@@ -83,6 +83,7 @@ int plan_search(const PlanInput *in, PlanResult *out, int max) {
     choose(&rc, fx & PLAN_FIX_RC, st->recompute, 0, moec ? 0 : PLAN_RC_FULL, 0);
     int n = 0;
     PlanLayout l;
+    PlanResult one;
     for (int a = 0; a < tp.n; a++)
         for (int b = 0; b < pp.n; b++) {
             l.tp = tp.v[a], l.pp = pp.v[b];
@@ -94,14 +95,16 @@ int plan_search(const PlanInput *in, PlanResult *out, int max) {
                     if (m->experts > 0 && (fmod(m->experts, x) != 0 || fmod(dp * l.tp, x) != 0))
                         continue;
                     for (int f = 0; f < mb.n; f++)
-                        for (int g = 0; g < rc.n && n < max; g++) {
+                        for (int g = 0; g < rc.n; g++) {
                             l.vpp = vpp.v[c], l.ep = ep.v[e];
                             l.micro_batch = mb.v[f], l.recompute = rc.v[g];
-                            plan_layout(in, &l, &out[n]);
-                            if (out[n].valid) n++;
+                            plan_layout(in, &l, &one);
+                            if (one.valid && n < max) out[n] = one;
+                            n += one.valid;
                         }
                 }
         }
+    if (n > max) return n; /* no room for them all: the caller asks again with more */
     qsort(out, (size_t)n, sizeof *out, by_rank);
     for (int i = 1; i < n; i++) {
         if (!out[i].fits)
