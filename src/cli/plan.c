@@ -15,7 +15,16 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "config/keys.h"
 #include "plan/plan.h"
+
+/* key=value names a setting of moe.c's config (moe info --keys). */
+static int is_config_key(const char *kv) {
+    const size_t n = strcspn(kv, "=");
+    for (int i = 0; i < CONFIG_NKEYS; i++)
+        if (strlen(CONFIG_KEYS[i].name) == n && strncmp(CONFIG_KEYS[i].name, kv, n) == 0) return 1;
+    return 0;
+}
 
 static void need(const char *opt, int i, int argc) {
     if (i + 1 >= argc) usage_error("plan", "%s needs a value", opt);
@@ -95,12 +104,10 @@ int cmd_plan(int argc, char **argv) {
         if (config_load_file(&c, config, err, sizeof err) != 0)
             moe_input_error("moe plan: %s", err);
         for (int s = 0; s < n_sets; s++) {
-            char probe[512];
-            Config t = c;
-            if (config_set(&t, sets[s], probe, sizeof probe) == 0) {
-                c = t;
-                moec_sets[s] = 1;
-            }
+            if (!is_config_key(sets[s])) continue; /* the planner's own key */
+            if (config_set(&c, sets[s], err, sizeof err) != 0)
+                usage_error("plan", "--set: %s", err);
+            moec_sets[s] = 1;
         }
         if (config_validate(&c, err, sizeof err) != 0) moe_input_error("moe plan: %s", err);
         plan_from_config(&in, &c);

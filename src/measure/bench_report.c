@@ -125,11 +125,11 @@ void bench_print_json(FILE *out, const BenchOptions *o, const char *cpu, long co
                 "\"rss_over_analytical\": %.6g,\n"
                 "     \"memory_floats\": {\"params\": %zu, \"grads\": %zu, \"adam\": %zu, "
                 "\"activations\": %zu, \"scratch\": %zu, \"int_words\": %zu, "
-                "\"total_words\": %zu}",
+                "\"total_words\": %zu, \"pad_bytes\": %zu}",
                 w->r.peak_rss_kib / 1024.0, 4.0 * m->total_words / MIB,
                 w->r.peak_rss_kib * 1024.0 / (4.0 * m->total_words), m->params, m->grads, m->adam,
                 m->acts_resid + m->acts_attn + m->acts_ffn + m->acts_head, m->scratch, m->int_words,
-                m->total_words);
+                m->total_words, m->pad_bytes);
         if (o->profile) {
             OpLine ln[PROF_COUNT + 1];
             int nl = op_lines(ln, &w->r);

@@ -20,9 +20,11 @@
  * memory per GPU, the communication of each parallel dimension in bytes and seconds, the
  * pipeline bubble, the step time and the MFU. plan_search ranks every valid layout.
  *
- * Units: counts are doubles (exact up to 2^53), bytes are bytes, memory is quoted in GB
- * (10^9 bytes, as the vendors quote HBM), bandwidths in GB/s one direction per GPU, time in
- * seconds.
+ * Units: counts are doubles (exact up to 2^53), bytes are bytes, memory in GB (10^9 bytes),
+ * bandwidths in GB/s one direction per GPU, time in seconds. A GPU sold as "80 GB" holds about
+ * 80 GiB (85.9e9 bytes); the planner lets a layout use 80e9 of them, and the 7 % left stands for
+ * what the runtime keeps (CUDA context, the communication library's buffers, the allocator's
+ * fragmentation).
  */
 #ifndef MOE_PLAN_PLAN_H
 #define MOE_PLAN_PLAN_H

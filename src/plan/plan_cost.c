@@ -137,7 +137,7 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
         INVALID("pp = %d stages for %.0f layers", pp, m->n_layer);
     if (vpp > 1 && pp == 1) INVALID("vpp = %d virtual stages need pp > 1", vpp);
     if (m->experts > 0 && (fmod(m->experts, ep) != 0 || fmod(dp * tp, ep) != 0))
-        INVALID("ep = %d divides neither the %.0f experts or the tp x dp = %.0f GPUs of a stage",
+        INVALID("ep = %d must divide both the %.0f experts and the tp x dp = %.0f GPUs of a stage",
                 ep, m->experts, dp * tp);
     if (m->experts <= 0 && ep != 1) INVALID("ep = %d for a dense model", ep);
     r->edp = (int)(dp * tp / ep);
@@ -160,12 +160,16 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
                     t->global_batch, mb, dp);
     }
     r->micro = micro;
-    r->valid = 1;
 
     PlanCounts c;
     plan_count(m, &c);
     Stage st[MAX_STAGES];
     split_stages(m, pp, vpp, st);
+    for (int s = 0; s < pp; s++) /* more chunks than layers can leave a stage idle */
+        if (st[s].n_dense + st[s].n_moe == 0)
+            INVALID("pp x vpp = %d chunks of %.0f layers leave stage %d without a layer", pp * vpp,
+                    m->n_layer, s);
+    r->valid = 1;
 
     const double T = m->seq_len, n = mb * T, nt = n / tp, d = m->d_model;
     const double rows = nt * m->top_k * t->imbalance; /* the busiest rank's rows, a layer */

@@ -2,7 +2,7 @@
  * plan_presets.c: published models, machines and runs as `moe plan` settings. Each preset is
  * a line of key=value settings (plan_keys.c), so `moe plan --presets` shows exactly what it
  * sets; `@kind:name` pulls in another preset. The published parameter counts are checked by
- * tests/test_plan.sh against what plan_count makes of the shapes.
+ * tests/test_plan.c against what plan_count makes of the shapes.
  *
  * The shapes are the models' released configurations; the machines' numbers are the vendors'
  * dense (not "with sparsity") peaks and their stated bandwidths; a run's layout, batch and

@@ -31,7 +31,7 @@ static void print_model(FILE *f, const PlanInput *in, const PlanCounts *c) {
 static void print_cluster(FILE *f, const PlanInput *in) {
     const PlanCluster *k = &in->k;
     fprintf(f,
-            "cluster %s: %.0f GPUs, %.0f a node, %.0f GB each, %.0f TFLOP/s peak (%.0f%% "
+            "cluster %s: %.0f GPUs, %.0f a node, %.0f GB each, %.3g TFLOP/s peak (%.0f%% "
             "reached), HBM %.2f TB/s, %.0f GB/s in a node, %.0f GB/s between nodes\n",
             in->cluster_name[0] ? in->cluster_name : "(settings)", k->gpus, k->gpus_per_node,
             k->memory_gb, k->peak_tflops, 100 * k->efficiency, k->hbm_tbs, k->intra_gbs,

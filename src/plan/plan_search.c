@@ -5,8 +5,8 @@
  * The fields stated on the command line (PlanInput.fixed) stay; the others range over:
  * tp a power of two up to a node and the heads; pp a divisor of the GPUs left, up to the
  * layers; vpp 1 or 2; ep a divisor of the experts and of a stage's tp x dp GPUs; micro-batches
- * of 1, 2, 4 or 8 sequences; no, selective or full recomputation. The moe.c engine has data and
- * expert parallelism only: its search is over ep.
+ * of 1, 2, 4 or 8 sequences; no, selective, experts or full recomputation. The moe.c engine has
+ * data and expert parallelism only: its search is over ep.
  */
 #include <math.h>
 #include <stdio.h>

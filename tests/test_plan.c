@@ -1,0 +1,595 @@
+/*
+ * test_plan.c: `moe plan`'s cost model (src/plan/) against moe.c, published shapes, and hand.
+ *   - plan_count of moe.c's configs (plan_from_config) = the engine's parameter table, total
+ *     and active with the embedding: defaults, dense, 2 shared experts, first_dense 1 with
+ *     every 2, model.norm=sandwich, d_expert 0;
+ *   - model presets: counts_agree = 1, total and active within round_to of the published
+ *     counts (the active also within its last digit's unit); counts_agree = 0, not;
+ *   - by hand: Mixtral 8x7B's attention, expert, total, active; DeepSeek-V3's latent
+ *     attention, norms, experts, dense and MoE layers;
+ *   - the moe.c engine's memory (ep 1, B = global_batch / accum / dp) = what model_init
+ *     allocates minus Model.work_bytes; plan_moec_ep_bytes = chapter 3's 8388736 (1024
+ *     tokens, P = 2), 6291648 (512, P = 4), 0 (P = 1);
+ *   - the mixed engine by hand (tiny MoE, 8 GPUs in nodes of 4, tp 2, ep 2, dp 4): memory for
+ *     ZeRO 0-3, tensor-parallel and exchange bytes and seconds, compute, gradient sums,
+ *     optimizer, step, tokens/s, MFU; pipelined: bubble = (pp - 1) / vpp x t_mb, step =
+ *     micro t_mb + bubble + dp_exposed + optim (rtol 1e-12);
+ *   - monotone: activations none > selective > experts > full as compute + recomputation
+ *     grows; ZeRO 0..3 never adds memory; imbalance adds busiest rows and exchange time;
+ *   - invalid layouts (tp vs heads, tp over a node, ep vs experts, pp over layers, batch not
+ *     splitting, moe.c engine with tp 2 or no config): valid = 0, the reason names the field;
+ *   - plan_search: all valid, fitting first by step time, then by memory; a fixed pp kept;
+ *     all but the first say why they lose; the first is plan_layout of its layout;
+ *   - plan_set: unknown key (nearest suggested), non-number, out of range, fraction for a
+ *     whole number, bad choice: -1 naming the key, nothing changed; good values set;
+ *     plan_set_fixed marks a layout field fixed, plan_set does not.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "model/memory.h"
+#include "model/model.h"
+#include "model/params.h"
+#include "plan/plan.h"
+#include "testutil.h"
+
+/* |got - want| <= rtol |want|, the message giving both */
+#define EXPECT_REL(got, want, rtol, what)                                                          \
+    do {                                                                                           \
+        const double g_ = (got), w_ = (want);                                                      \
+        ck_assert_msg(fabs(g_ - w_) <= (rtol)*fabs(w_), "%s: expected %.17g, got %.17g (rtol %g)", \
+                      (what), w_, g_, (double)(rtol));                                             \
+    } while (0)
+#define EXPECT_EQ(got, want, what) EXPECT_REL((got), (want), 0.0, (what))
+#define RTOL 1e-12
+
+/* ---- plan_count against the engine's parameter table ---------------------------------- */
+
+static const struct {
+    const char *what, *set[3];
+} CONFIGS[] = {
+    {"the defaults", {NULL}},
+    {"dense (moe.num_experts=0)", {"moe.num_experts=0", NULL}},
+    {"2 shared experts", {"moe.num_shared=2", NULL}},
+    {"first_dense 1, every 2", {"moe.first_dense=1", "moe.every=2", NULL}},
+    {"model.norm=sandwich", {"model.norm=sandwich", NULL}},
+    {"d_expert 0 (= d_ff)", {"moe.d_expert=0", NULL}},
+};
+#define N_CONFIGS ((int)(sizeof CONFIGS / sizeof CONFIGS[0]))
+
+static Config config_of(int i) {
+    Config c;
+    char err[256];
+    config_defaults(&c);
+    for (int s = 0; CONFIGS[i].set[s]; s++)
+        ck_assert_msg(config_set(&c, CONFIGS[i].set[s], err, sizeof err) == 0, "%s: %s",
+                      CONFIGS[i].set[s], err);
+    ck_assert_msg(config_validate(&c, err, sizeof err) == 0, "%s: %s", CONFIGS[i].what, err);
+    return c;
+}
+
+START_TEST(test_count_is_the_engines_table) {
+    Config c = config_of(_i);
+    static PlanInput in;
+    plan_defaults(&in);
+    plan_from_config(&in, &c);
+    PlanCounts k;
+    plan_count(&in.m, &k);
+    ParamTable pt;
+    params_table_build(&pt, &c);
+    const double total = (double)params_count_total(&pt);
+    const double active = (double)params_count_active(&pt, &c);
+    params_table_free(&pt);
+    ck_assert_msg(k.total == total && k.active_embed == active,
+                  "%s: expected the parameter table's %.0f total and %.0f active (with the "
+                  "embedding), got %.0f and %.0f",
+                  CONFIGS[_i].what, total, active, k.total, k.active_embed);
+}
+END_TEST
+
+/* the unit of the last digit of a published figure: 12.9e9 -> 1e8, 37e9 -> 1e9 */
+static double last_digit_unit(double x) {
+    double u = pow(10.0, floor(log10(x)));
+    while (u > 1 && fmod(x, u) != 0) u /= 10;
+    return u;
+}
+
+START_TEST(test_model_presets_published_counts) {
+    int models = 0;
+    for (int i = 0; i < PLAN_N_PRESETS; i++) {
+        const PlanPreset *p = &PLAN_PRESETS[i];
+        if (strcmp(p->kind, "model") != 0) continue;
+        models++;
+        static PlanInput in;
+        char err[512];
+        plan_defaults(&in);
+        ck_assert_msg(plan_preset(&in, "model", p->name, err, sizeof err) == 0, "%s: %s", p->name,
+                      err);
+        ck_assert_msg(p->total > 0 && p->active > 0 && p->round_to > 0,
+                      "%s: a model preset without published counts", p->name);
+        PlanCounts c;
+        plan_count(&in.m, &c);
+        const double act = p->active_embed ? c.active_embed : c.active;
+        const double unit = fmin(p->round_to, last_digit_unit(p->active));
+        const int total_ok = fabs(c.total - p->total) < p->round_to;
+        const int active_ok = fabs(act - p->active) < unit;
+        const int active_round = fabs(act - p->active) < p->round_to;
+        if (p->counts_agree) {
+            ck_assert_msg(total_ok, "%s: published %.4g total, plan_count %.6g (round_to %g)",
+                          p->name, p->total, c.total, p->round_to);
+            ck_assert_msg(active_ok, "%s: published %.4g active, plan_count %.6g (within %g)",
+                          p->name, p->active, act, unit);
+        } else {
+            ck_assert_msg(!(total_ok && active_round),
+                          "%s: counts_agree = 0, yet plan_count gives %.6g total and %.6g active "
+                          "for the published %.4g and %.4g: the handbook's statement is stale",
+                          p->name, c.total, act, p->total, p->active);
+        }
+    }
+    ck_assert_msg(models >= 5, "expected at least 5 model presets, found %d", models);
+}
+END_TEST
+
+static void preset_counts(const char *name, PlanCounts *c) {
+    static PlanInput in;
+    char err[512];
+    plan_defaults(&in);
+    ck_assert_msg(plan_preset(&in, "model", name, err, sizeof err) == 0, "%s: %s", name, err);
+    plan_count(&in.m, c);
+}
+
+START_TEST(test_counts_by_hand) {
+    PlanCounts c;
+    /* Mixtral 8x7B: d 4096, 32 query heads and 8 key-value heads of 128, 8 experts of 14336,
+     * vocabulary 32000, 32 layers, untied head */
+    preset_counts("mixtral-8x7b", &c);
+    /* q and o: 4096 x (32 x 128) each; k and v: 4096 x (8 x 128) each */
+    EXPECT_EQ(c.attn, 4096.0 * 4096 * 2 + 2.0 * 4096 * 1024, "Mixtral attention a layer");
+    EXPECT_EQ(c.expert, 3.0 * 4096 * 14336, "Mixtral one expert (gate, up, down)");
+    EXPECT_EQ(c.router, 8.0 * 4096, "Mixtral router");
+    /* a layer: attention, 2 norm gains, router, 8 experts; plus embedding, head, final norm */
+    const double layer =
+        4096.0 * 4096 * 2 + 2.0 * 4096 * 1024 + 2 * 4096 + 8 * 4096 + 8 * 3.0 * 4096 * 14336;
+    EXPECT_EQ(c.total, 32 * layer + 2.0 * 32000 * 4096 + 4096, "Mixtral total (46.7B)");
+    /* a token: the same with 2 experts, the embedding counted (the published 12.9B does) */
+    const double active_layer = layer - 6 * 3.0 * 4096 * 14336;
+    EXPECT_EQ(c.active_embed, 32 * active_layer + 2.0 * 32000 * 4096 + 4096,
+              "Mixtral active with the embedding (12.9B)");
+
+    /* DeepSeek-V3's latent attention, d 7168, 128 heads: queries down to 1536 and up to
+     * 128 heads x (128 + 64) = 192; keys and values down to one latent of 512 plus the
+     * 64-wide rotary key (576), up to 128 heads x (128 key + 128 value) = 256; the output
+     * from 128 heads x 128 back to 7168 */
+    preset_counts("deepseek-v3", &c);
+    EXPECT_EQ(c.attn,
+              7168.0 * 1536 + 1536.0 * 128 * 192 + 7168.0 * 576 + 512.0 * 128 * 256 +
+                  128.0 * 128 * 7168,
+              "DeepSeek-V3 latent attention a layer");
+    /* two norms of 7168 and the latents' norms of 1536 and 512 */
+    EXPECT_EQ(c.norms, 2 * 7168.0 + 1536 + 512, "DeepSeek-V3 norm gains a layer");
+    EXPECT_EQ(c.expert, 3.0 * 7168 * 2048, "DeepSeek-V3 one expert");
+    EXPECT_EQ(c.shared, 3.0 * 7168 * 2048, "DeepSeek-V3 the shared expert");
+    EXPECT_EQ(c.n_dense, 3, "DeepSeek-V3 dense layers");
+    EXPECT_EQ(c.n_moe, 58, "DeepSeek-V3 MoE layers");
+}
+END_TEST
+
+static const char *const BASE[6] = {"model.d_model=16", "model.n_layer=3", "model.n_head=2",
+                                    "model.d_ff=24",    "model.seq_len=8", "train.batch=4"};
+static const struct {
+    const char *what, *set[6];
+} SMALL[] = {
+    {"dense", {"moe.num_experts=0", NULL}},
+    {"MoE, top-2", {"moe.num_experts=4", "moe.d_expert=12", NULL}},
+    {"MoE, shared, first_dense 1, accum 2",
+     {"moe.num_experts=4", "moe.d_expert=12", "moe.num_shared=1", "moe.first_dense=1",
+      "train.accum=2", NULL}},
+};
+
+START_TEST(test_moec_memory_is_the_allocation) {
+    Config c;
+    char err[512];
+    config_defaults(&c);
+    for (int s = 0; s < 6; s++) ck_assert_int_eq(config_set(&c, BASE[s], err, sizeof err), 0);
+    for (int s = 0; SMALL[_i].set[s]; s++)
+        ck_assert_msg(config_set(&c, SMALL[_i].set[s], err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(config_validate(&c, err, sizeof err) == 0, "%s: %s", SMALL[_i].what, err);
+    static PlanInput in;
+    plan_defaults(&in);
+    plan_from_config(&in, &c);
+    ck_assert_int_eq(plan_preset(&in, "cluster", "laptop", err, sizeof err), 0);
+    in.k.gpus = 1;
+    PlanResult r;
+    plan_layout(&in, &in.lay, &r);
+    ck_assert_msg(r.valid, "%s: %s", SMALL[_i].what, r.invalid);
+    /* the micro-batch: global batch / accum / dp */
+    const int B = (int)(in.t.global_batch / in.t.accum / r.dp);
+    ck_assert_msg(B == c.batch && r.lay.micro_batch == B, "B %d, micro-batch %d, train.batch %d", B,
+                  r.lay.micro_batch, c.batch);
+
+    const size_t before = backend_bytes_allocated;
+    Model m;
+    model_init(&m, &c, B, c.seq_len);
+    const double allocated = (double)(backend_bytes_allocated - before - m.work_bytes);
+    model_free(&m);
+    const double planned = r.mem_weights + r.mem_grads + r.mem_optim + r.mem_acts;
+    ck_assert_msg(planned == allocated && r.mem_total == allocated,
+                  "%s: model_init allocated %.0f bytes (without its workspace), the plan gives "
+                  "%.0f (total %.0f)",
+                  SMALL[_i].what, allocated, planned, r.mem_total);
+}
+END_TEST
+
+START_TEST(test_moec_ep_bytes_chapter3) {
+    Config c;
+    config_defaults(&c);
+    static PlanInput in;
+    plan_defaults(&in);
+    plan_from_config(&in, &c);
+    /* L_moe [4 N K (P - 1) / P x 4 C + 2 (E / P) x 4 (P - 1)], C 128, K 2, E 8, 4 MoE blocks */
+    EXPECT_EQ(plan_moec_ep_bytes(&in.m, 1024, 2), 8388736, "P = 2, 1024 tokens a process");
+    EXPECT_EQ(plan_moec_ep_bytes(&in.m, 512, 4), 6291648, "P = 4, 512 tokens a process");
+    EXPECT_EQ(plan_moec_ep_bytes(&in.m, 1024, 1), 0, "P = 1: nothing is exchanged");
+}
+END_TEST
+
+/* ---- the mixed engine by hand ------------------------------------------------------------ */
+
+/* V 1000, d 64, 2 layers of 4 heads of 16; layer 0 dense (d_ff 128), layer 1 MoE: 4 experts of
+ * 32, top-2, 1 shared; T 16. 8 GPUs in nodes of 4, 100 TFLOP/s at 0.5, HBM 2 TB/s, 100 GB/s in
+ * a node, 10 between; bf16 weights, fp32 gradients, master and moments; global batch 16.
+ * Layout tp 2, pp 1, ep 2, micro-batch 2: dp 4, edp 2 x 4 / 2 = 4, 2 micro-batches a step. */
+static void hand_input(PlanInput *in) {
+    plan_defaults(in);
+    PlanModel *m = &in->m;
+    m->vocab = 1000, m->d_model = 64, m->n_layer = 2, m->n_head = 4, m->d_ff = 128;
+    m->first_dense = 1, m->every = 1, m->experts = 4, m->top_k = 2, m->d_expert = 32;
+    m->shared = 1, m->seq_len = 16;
+    PlanCluster *k = &in->k;
+    k->gpus = 8, k->gpus_per_node = 4, k->memory_gb = 80, k->peak_tflops = 100;
+    k->efficiency = 0.5, k->hbm_tbs = 2, k->intra_gbs = 100, k->inter_gbs = 10;
+    in->t.global_batch = 16;
+    in->t.overlap_dp = 0; /* the gradient sums all exposed */
+    in->lay = (PlanLayout){
+        .tp = 2, .pp = 1, .ep = 2, .vpp = 1, .micro_batch = 2, .recompute = PLAN_RC_NONE};
+    char err[512];
+    ck_assert_msg(plan_validate(in, err, sizeof err) == 0, "%s", err);
+}
+
+START_TEST(test_mixed_by_hand) {
+    static PlanInput in;
+    hand_input(&in);
+    /* parameters: attention 4 x 64 x 64 = 16384 a layer, 2 norm gains of 64, dense SwiGLU
+     * 3 x 64 x 128, router 4 x 64, an expert (and the shared one) 3 x 64 x 32, embedding and
+     * head 1000 x 64 each, final norm 64. Split over tp: attention, dense, shared, embedding,
+     * head; whole: norms, router, final norm; experts: 4 / ep = 2 whole on a GPU. */
+    const double attn = 4.0 * 64 * 64, dense = 3.0 * 64 * 128, expert = 3.0 * 64 * 32;
+    const double dense_p =
+        (2 * attn + dense + expert + 2 * 1000.0 * 64) / 2 + (2 * 2 * 64 + 4 * 64 + 64);
+    const double exp_p = 2 * expert;
+    const double dp = 4, edp = 4, micro = 16.0 / (dp * 2);
+    /* ZeRO shards over dp the dense parameters and over edp the experts: the optimizer state
+     * from stage 1, the gradients from 2, the weights at 3 */
+#define SHARDED(z, from) (dense_p / ((z) >= (from) ? dp : 1) + exp_p / ((z) >= (from) ? edp : 1))
+    for (int z = 0; z <= 3; z++) {
+        in.t.zero = z;
+        PlanResult r;
+        plan_layout(&in, &in.lay, &r);
+        ck_assert_msg(r.valid && r.dp == 4 && r.edp == 4, "ZeRO %d: dp %d edp %d %s", z, r.dp,
+                      r.edp, r.invalid);
+        EXPECT_EQ(r.micro, micro, "micro-batches a step");
+        const double w = 2 * SHARDED(z, 3), g = 4 * SHARDED(z, 2), o = (4 + 2 * 4) * SHARDED(z, 1);
+        ck_assert_msg(fabs(r.mem_weights / w - 1) < RTOL && fabs(r.mem_grads / g - 1) < RTOL &&
+                          fabs(r.mem_optim / o - 1) < RTOL,
+                      "ZeRO %d: expected weights %.17g (2 bytes), gradients %.17g (4), optimizer "
+                      "%.17g (master 4 + 2 moments of 4); got %.17g, %.17g, %.17g",
+                      z, w, g, o, r.mem_weights, r.mem_grads, r.mem_optim);
+    }
+#undef SHARDED
+    in.t.zero = 1;
+    PlanResult r;
+    plan_layout(&in, &in.lay, &r);
+    const double n = 2 * 16, nt = n / 2; /* tokens a micro-batch; a tp GPU's share */
+    /* tensor parallel with sequence parallel: an all-gather before and a reduce-scatter after
+     * each split sublayer (the 2 attentions, the dense SwiGLU, the shared expert), forward and
+     * backward: 4 x 4 collectives of (tp - 1) / tp x n x d bf16 values a micro-batch */
+    const double tp_mb = 4 * 4 * 0.5 * n * 64 * 2;
+    EXPECT_REL(r.tp_bytes, micro * tp_mb, RTOL, "tensor-parallel bytes a step");
+    EXPECT_REL(r.tp_s, micro * tp_mb / 100e9, RTOL, "tensor-parallel seconds (in a node)");
+    /* the exchange: nt tokens x top-2 rows, half of them to the other GPU of the group (same
+     * node), out and back, forward and backward: 4 x 16 rows of 64 bf16 values; the counts,
+     * 2 ints of 4 bytes per local expert (2) and peer (1) */
+    const double ep_mb = 4 * (nt * 2 * 0.5) * 64 * 2 + 2 * 2 * 4 * 1;
+    EXPECT_REL(r.ep_bytes, micro * ep_mb, RTOL, "expert-exchange bytes a step");
+    EXPECT_EQ(r.ep_inter_bytes, 0, "expert exchange across nodes (the group is in one node)");
+    EXPECT_REL(r.ep_s, micro * ep_mb / 100e9, RTOL, "expert-exchange seconds");
+    EXPECT_EQ(r.busiest_rows, nt * 2, "busiest rows (imbalance 1)");
+    /* compute: 6 FLOPs a parameter and token of the split products over tp (2 attentions,
+     * the dense SwiGLU, the shared expert, the head), the causal scores 3 x 2 h (dqk + dv)
+     * T / 2 a token and layer over tp, the router on nt tokens and 2 experts a row */
+    const double split_mm = 2 * attn + dense + expert + 1000.0 * 64;
+    const double scores = 2.0 * 4 * (16 + 16) * (16 / 2.0);
+    const double mm =
+        split_mm * 6 * n / 2 + 2 * 3 * scores * n / 2 + 6 * 4 * 64 * nt + 6 * expert * nt * 2;
+    const double comp = mm / (100e12 * 0.5);
+    EXPECT_REL(r.compute_s, micro * comp, RTOL, "compute seconds a step");
+    EXPECT_EQ(r.recompute_s, 0, "no recomputation");
+    /* gradient sums with ZeRO 1: a reduce-scatter of fp32 gradients and an all-gather of
+     * bf16 weights, (dp - 1) / dp of them; both groups (stride 2 and 2 in nodes of 4) cross
+     * nodes */
+    const double db = 0.75 * dense_p * (4 + 2), eb = 0.75 * exp_p * (4 + 2);
+    EXPECT_REL(r.dp_bytes, db + eb, RTOL, "gradient-sum bytes");
+    ck_assert_msg(r.dp_inter, "the dp group {0, 2, 4, 6} crosses nodes of 4");
+    EXPECT_REL(r.dp_s, db / 10e9 + eb / 10e9, RTOL, "gradient-sum seconds");
+    EXPECT_EQ(r.dp_exposed_s, r.dp_s, "overlap_dp 0: all exposed");
+    /* the optimizer reads and writes its quarter of the state: weights 2 x 2, gradients 4,
+     * master 2 x 4, moments 4 x 4 bytes a parameter, at 2 TB/s */
+    const double optim = (dense_p / dp + exp_p / edp) * (4 + 4 + 8 + 16) / 2e12;
+    EXPECT_REL(r.optim_s, optim, RTOL, "optimizer seconds");
+    const double t_mb = comp + tp_mb / 100e9 + ep_mb / 100e9;
+    EXPECT_EQ(r.bubble_s, 0, "pp 1: no bubble");
+    const double step = micro * t_mb + (db + eb) / 10e9 + optim;
+    EXPECT_REL(r.step_s, step, RTOL, "step seconds");
+    EXPECT_REL(r.tokens_per_s, 16 * 16 / step, RTOL, "tokens a second");
+    /* MFU: 6 x the active products (head, 2 attentions, the dense SwiGLU, router, 2 experts,
+     * the shared one) + 3 x the scores of 2 layers, per token */
+    const double flops_token =
+        6 * (1000.0 * 64 + 2 * attn + dense + 4 * 64 + 3 * expert) + 3 * 2 * scores;
+    EXPECT_REL(r.mfu, flops_token * 16 * 16 / (8 * 100e12 * step), RTOL, "MFU");
+}
+END_TEST
+
+static void run_preset(PlanInput *in, const char *name) {
+    char err[512];
+    plan_defaults(in);
+    ck_assert_msg(plan_preset(in, "run", name, err, sizeof err) == 0, "%s", err);
+}
+
+/* pipelined layouts: the bubble and the step from the per-step terms */
+START_TEST(test_bubble_and_step) {
+    static PlanInput in;
+    const char *runs[] = {"megatron-mixtral-8x7b", "deepseek-v3"};
+    for (int i = 0; i < 3; i++) {
+        if (i < 2) {
+            run_preset(&in, runs[i]);
+        } else { /* the hand model on 4 layers, pp 2 vpp 2, 8 GPUs */
+            hand_input(&in);
+            in.m.n_layer = 4;
+            in.lay.pp = 2, in.lay.vpp = 2, in.lay.tp = 1, in.lay.ep = 4;
+        }
+        PlanResult r;
+        plan_layout(&in, &in.lay, &r);
+        ck_assert_msg(r.valid, "layout %d: %s", i, r.invalid);
+        const double t_mb =
+            (r.compute_s + r.recompute_s + r.tp_s + r.ep_exposed_s + r.pp_s) / r.micro;
+        EXPECT_REL(r.bubble_s, (r.lay.pp - 1.0) / r.lay.vpp * t_mb, RTOL,
+                   "bubble = (pp - 1) / vpp x one micro-batch");
+        EXPECT_REL(r.step_s, r.micro * t_mb + r.bubble_s + r.dp_exposed_s + r.optim_s, RTOL,
+                   "step = micro x t_mb + bubble + exposed gradient sums + optimizer");
+        ck_assert_msg(r.lay.pp > 1 && r.pp_bytes > 0, "layout %d: pp %d, %g bytes between stages",
+                      i, r.lay.pp, r.pp_bytes);
+    }
+}
+END_TEST
+
+START_TEST(test_recompute_trades_memory_for_time) {
+    static PlanInput in;
+    run_preset(&in, "megatron-mixtral-8x7b");
+    PlanResult r[4];
+    static const char *const NAMES[] = {"none", "selective", "experts", "full"};
+    for (int rc = PLAN_RC_NONE; rc <= PLAN_RC_FULL; rc++) {
+        PlanLayout l = in.lay;
+        l.recompute = rc;
+        plan_layout(&in, &l, &r[rc]);
+        ck_assert_msg(r[rc].valid, "%s: %s", NAMES[rc], r[rc].invalid);
+    }
+    for (int rc = 1; rc <= PLAN_RC_FULL; rc++) {
+        ck_assert_msg(r[rc].mem_acts < r[rc - 1].mem_acts,
+                      "activations: expected %s (%.6g) < %s (%.6g)", NAMES[rc], r[rc].mem_acts,
+                      NAMES[rc - 1], r[rc - 1].mem_acts);
+        const double a = r[rc - 1].compute_s + r[rc - 1].recompute_s;
+        const double b = r[rc].compute_s + r[rc].recompute_s;
+        /* selective recomputation's norms and activation functions cost no products */
+        ck_assert_msg(rc == PLAN_RC_SELECTIVE ? b >= a : b > a,
+                      "compute + recomputation: expected %s (%.6g) %s %s (%.6g)", NAMES[rc], b,
+                      rc == PLAN_RC_SELECTIVE ? ">=" : ">", NAMES[rc - 1], a);
+    }
+}
+END_TEST
+
+START_TEST(test_zero_never_adds_memory) {
+    static PlanInput in;
+    run_preset(&in, "megatron-mixtral-8x7b");
+    double prev = INFINITY, prev_w = INFINITY, prev_g = INFINITY, prev_o = INFINITY;
+    for (int zero = 0; zero <= 3; zero++) {
+        in.t.zero = zero;
+        PlanResult r;
+        plan_layout(&in, &in.lay, &r);
+        ck_assert_msg(r.valid, "%s", r.invalid);
+        /* the kind it shards gets smaller (dp 16, edp 2), the others stay */
+        ck_assert_msg(r.mem_total <= prev &&
+                          (zero == 1 ? r.mem_optim < prev_o : r.mem_optim <= prev_o) &&
+                          (zero == 2 ? r.mem_grads < prev_g : r.mem_grads <= prev_g) &&
+                          (zero == 3 ? r.mem_weights < prev_w : r.mem_weights <= prev_w),
+                      "ZeRO %d after %d: total %.6g after %.6g, optimizer %.6g after %.6g, "
+                      "gradients %.6g after %.6g, weights %.6g after %.6g",
+                      zero, zero - 1, r.mem_total, prev, r.mem_optim, prev_o, r.mem_grads, prev_g,
+                      r.mem_weights, prev_w);
+        prev = r.mem_total, prev_w = r.mem_weights, prev_g = r.mem_grads, prev_o = r.mem_optim;
+    }
+}
+END_TEST
+
+START_TEST(test_imbalance_costs_rows_and_exchange) {
+    static PlanInput in;
+    run_preset(&in, "megatron-mixtral-8x7b");
+    double rows = 0, ep_s = 0;
+    for (double imb = 1; imb <= 2.01; imb += 0.5) {
+        in.t.imbalance = imb;
+        PlanResult r;
+        plan_layout(&in, &in.lay, &r);
+        ck_assert_msg(r.valid, "%s", r.invalid);
+        ck_assert_msg(r.busiest_rows > rows, "imbalance %.1f: busiest rows %.6g, not above %.6g",
+                      imb, r.busiest_rows, rows);
+        ck_assert_msg(r.ep_s > ep_s, "imbalance %.1f: exchange %.6g s, not above %.6g s", imb,
+                      r.ep_s, ep_s);
+        rows = r.busiest_rows, ep_s = r.ep_s;
+    }
+}
+END_TEST
+
+static void expect_invalid(const PlanInput *in, PlanLayout l, const char *field, const char *what) {
+    PlanResult r;
+    plan_layout(in, &l, &r);
+    ck_assert_msg(!r.valid, "%s: expected valid = 0, got a valid layout", what);
+    ck_assert_msg(strstr(r.invalid, field) != NULL, "%s: expected a reason naming '%s', got '%s'",
+                  what, field, r.invalid);
+}
+
+#define LAY(tp, pp, ep) ((PlanLayout){tp, pp, ep, 1, 1, PLAN_RC_NONE})
+
+START_TEST(test_invalid_layouts) {
+    static PlanInput in;
+    hand_input(&in); /* 4 heads, 4 experts, 2 layers, 8 GPUs in nodes of 4 */
+    expect_invalid(&in, LAY(8, 1, 1), "tp = 8", "tp 8 over nodes of 4");
+    in.t.global_batch = 12;
+    expect_invalid(&in, LAY(1, 1, 1), "global batch", "12 sequences over dp 8");
+    in.k.gpus = 6, in.t.global_batch = 6;
+    expect_invalid(&in, LAY(1, 1, 3), "ep = 3", "ep 3 of 4 experts");
+    in.k.gpus_per_node = 8;
+    expect_invalid(&in, LAY(3, 1, 1), "tp = 3", "tp 3 of 4 heads");
+    in.k.gpus = 4;
+    expect_invalid(&in, LAY(1, 4, 1), "pp = 4", "pp 4 of 2 layers");
+
+    /* the moe.c engine: data and expert parallelism only, and moe.c's own models only */
+    Config c;
+    char err[512];
+    config_defaults(&c);
+    plan_defaults(&in);
+    plan_from_config(&in, &c);
+    ck_assert_int_eq(plan_preset(&in, "cluster", "laptop", err, sizeof err), 0);
+    in.k.gpus = 2;
+    expect_invalid(&in, LAY(2, 1, 1), "tp", "the moe.c engine with tp 2");
+    plan_defaults(&in);
+    ck_assert_int_eq(plan_preset(&in, "model", "mixtral-8x7b", err, sizeof err), 0);
+    ck_assert_int_eq(plan_preset(&in, "cluster", "h100", err, sizeof err), 0);
+    in.t.engine = PLAN_ENGINE_MOEC, in.t.zero = 0, in.t.global_batch = 8;
+    expect_invalid(&in, LAY(1, 1, 8), "--config", "the moe.c engine without a moe.c config");
+    /* and the same layouts are valid where they divide (so each refusal above is its own) */
+    hand_input(&in);
+    PlanResult r;
+    plan_layout(&in, &in.lay, &r);
+    ck_assert_msg(r.valid, "the hand layout: %s", r.invalid);
+}
+END_TEST
+
+#define MAX_RESULTS 20000
+
+START_TEST(test_search) {
+    static PlanInput in;
+    static PlanResult out[MAX_RESULTS];
+    char err[512];
+    plan_defaults(&in);
+    ck_assert_int_eq(plan_preset(&in, "model", "mixtral-8x7b", err, sizeof err), 0);
+    ck_assert_int_eq(plan_preset(&in, "cluster", "h100", err, sizeof err), 0);
+    in.k.gpus = 32, in.t.global_batch = 64;
+    for (int fixed = 0; fixed <= 1; fixed++) {
+        if (fixed) in.fixed |= PLAN_FIX_PP, in.lay.pp = 1;
+        const int n = plan_search(&in, out, MAX_RESULTS);
+        ck_assert_msg(n > 1 && n < MAX_RESULTS, "expected some layouts, got %d", n);
+        ck_assert_msg(out[0].fits, "the best layout of Mixtral on 32 H100 should fit");
+        int unfit = 0;
+        for (int i = 0; i < n; i++) {
+            const PlanResult *x = &out[i], *y = &out[i > 0 ? i - 1 : 0];
+            ck_assert_msg(x->valid && (!fixed || x->lay.pp == 1) && (i == 0 || x->loses[0]),
+                          "result %d: expected valid%s and why it loses; valid %d, pp %d, '%s'", i,
+                          fixed ? ", pp 1" : "", x->valid, x->lay.pp, x->loses);
+            /* fitting ones by step time, then the others by memory */
+            const int ordered = x->fits    ? y->fits && x->step_s >= y->step_s
+                                : !y->fits ? x->mem_total >= y->mem_total
+                                           : 1;
+            ck_assert_msg(i == 0 || ordered,
+                          "result %d (fits %d, %.6g s, %.6g B) ranked after one that fits %d, "
+                          "%.6g s, %.6g B",
+                          i, x->fits, x->step_s, x->mem_total, y->fits, y->step_s, y->mem_total);
+            unfit += !x->fits;
+        }
+        ck_assert_msg(fixed || unfit, "expected some layouts of 32 GPUs not to fit");
+        PlanResult again;
+        plan_layout(&in, &out[0].lay, &again);
+        EXPECT_REL(out[0].step_s, again.step_s, RTOL, "the best's step_s against plan_layout");
+        EXPECT_REL(out[0].mem_total, again.mem_total, RTOL, "the best's memory");
+    }
+}
+END_TEST
+
+static void expect_refused(PlanInput *in, const char *kv, const char *a, const char *b) {
+    char err[512] = "";
+    static PlanInput before;
+    memcpy(&before, in, sizeof before);
+    ck_assert_msg(plan_set(in, kv, err, sizeof err) == -1, "%s: expected -1, got 0", kv);
+    ck_assert_msg(strstr(err, a) != NULL, "%s: expected a message naming '%s', got '%s'", kv, a,
+                  err);
+    ck_assert_msg(!b || strstr(err, b) != NULL, "%s: expected '%s' in the message, got '%s'", kv, b,
+                  err);
+    ck_assert_msg(memcmp(&before, in, sizeof before) == 0,
+                  "%s: a refused setting changed the input", kv);
+}
+
+START_TEST(test_set) {
+    static PlanInput in;
+    char err[512];
+    plan_defaults(&in);
+    expect_refused(&in, "model.d_modle=3", "model.d_modle", "did you mean 'model.d_model'");
+    expect_refused(&in, "model.d_model=abc", "model.d_model", "abc");
+    expect_refused(&in, "model.d_model=", "model.d_model", "number");
+    expect_refused(&in, "cluster.efficiency=2", "cluster.efficiency", "[0, 1]");
+    expect_refused(&in, "train.zero=4", "train.zero", "[0, 3]");
+    expect_refused(&in, "model.n_layer=2.5", "model.n_layer", "whole");
+    expect_refused(&in, "layout.tp=1.5", "layout.tp", "whole");
+    expect_refused(&in, "model.attention=gqa", "model.attention", "mha|mla");
+    expect_refused(&in, "layout.recompute=some", "layout.recompute", "selective");
+    expect_refused(&in, "model.d_model", "model.d_model", "key=value");
+
+    const char *good[] = {"model.d_model=512",  "cluster.efficiency=0.45", "model.attention=mla",
+                          "train.engine=moe.c", "layout.recompute=full",   "layout.tp=4"};
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(plan_set(&in, good[i], err, sizeof err) == 0, "%s: %s", good[i], err);
+    ck_assert_msg(in.m.d_model == 512 && in.k.efficiency == 0.45 &&
+                      in.m.attention == PLAN_ATTN_MLA && in.t.engine == PLAN_ENGINE_MOEC &&
+                      in.lay.recompute == PLAN_RC_FULL && in.lay.tp == 4,
+                  "expected 512 0.45 mla moe.c full 4, got %g %g %d %d %d %d", in.m.d_model,
+                  in.k.efficiency, in.m.attention, in.t.engine, in.lay.recompute, in.lay.tp);
+    ck_assert_msg(in.fixed == 0, "plan_set fixed a field (%u)", in.fixed);
+    ck_assert_int_eq(plan_set_fixed(&in, "layout.pp=2", err, sizeof err), 0);
+    ck_assert_int_eq(in.lay.pp, 2);
+    ck_assert_msg(in.fixed == PLAN_FIX_PP, "plan_set_fixed layout.pp: expected PLAN_FIX_PP, got %u",
+                  in.fixed);
+    ck_assert_int_eq(plan_set_fixed(&in, "model.n_layer=8", err, sizeof err), 0);
+    ck_assert_msg(in.fixed == PLAN_FIX_PP, "a model key fixed a layout field (%u)", in.fixed);
+}
+END_TEST
+
+static Suite *plan_suite(void) {
+    Suite *s = suite_create("plan");
+    TCase *tc = tcase_create("plan");
+    tcase_add_loop_test(tc, test_count_is_the_engines_table, 0, N_CONFIGS);
+    tcase_add_test(tc, test_model_presets_published_counts);
+    tcase_add_test(tc, test_counts_by_hand);
+    tcase_add_loop_test(tc, test_moec_memory_is_the_allocation, 0,
+                        (int)(sizeof SMALL / sizeof SMALL[0]));
+    tcase_add_test(tc, test_moec_ep_bytes_chapter3);
+    tcase_add_test(tc, test_mixed_by_hand);
+    tcase_add_test(tc, test_bubble_and_step);
+    tcase_add_test(tc, test_recompute_trades_memory_for_time);
+    tcase_add_test(tc, test_zero_never_adds_memory);
+    tcase_add_test(tc, test_imbalance_costs_rows_and_exchange);
+    tcase_add_test(tc, test_invalid_layouts);
+    tcase_add_test(tc, test_search);
+    tcase_add_test(tc, test_set);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TEST_MAIN(plan_suite)
