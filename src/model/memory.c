@@ -101,13 +101,8 @@ int memory_check(const Config *c, int B, int T, int ep, char *err, int errlen) {
     const double GiB = 1024.0 * 1024.0 * 1024.0;
     double need = rough, state = 16.0 * P;
     if (rough < 64.0 * 1024 * GiB && N <= 2147483647.0) {
-        Config cc = *c;
-        if (ep > 1 && cc.num_experts > 0) {
-            cc.num_experts /= ep;
-            if (cc.top_k > cc.num_experts) cc.top_k = cc.num_experts;
-        }
-        MemoryBreakdown mb;
-        model_memory_floats(&cc, B, T, &mb);
+        MemoryBreakdown mb; /* one process's share: its experts and the exchange's buffers */
+        model_memory_process(c, B, T, ep > 1 ? ep : 1, &mb);
         need = 4.0 * (double)mb.total_words + (double)mb.pad_bytes;
         state = 4.0 * (double)(mb.params + mb.grads + mb.adam);
     }
