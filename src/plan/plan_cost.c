@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "model/memory.h"
-#include "model/params.h"
 #include "plan/plan.h"
 
 #define MAX_STAGES MAX_PLAN_LAYERS
@@ -54,16 +53,14 @@ static double link_s(const PlanCluster *k, double bytes, int inter) {
 }
 
 /* Bytes one micro-batch leaves for the backward in one layer of the mixed engine (handbook
- * 7, "Activations"): n tokens, nt = n / tp of them on this GPU between the products; rows:
+ * 7, "Memory per GPU"): n tokens, nt = n / tp of them on this GPU between the products; rows:
  * the expert rows this GPU computes (the busiest rank's). Full recomputation keeps only the
  * layer's input (the rest is plan_layout's one working layer). */
-static double layer_acts(const PlanInput *in, const PlanCounts *c, double n, int tp, int moe,
-                         double rows, int rc) {
+static double layer_acts(const PlanInput *in, double n, int tp, int moe, double rows, int rc) {
     const PlanModel *m = &in->m;
     const double a = in->t.act_bytes, d = m->d_model, h = m->n_head, nt = n / tp;
     if (rc == PLAN_RC_FULL) return nt * d * a;
     const int sel = rc != PLAN_RC_NONE; /* norms and activation functions recomputed */
-    (void)c;
     /* attention: the norm's input and output, q, k, v, the output and its log-sum-exp (a
      * flash kernel keeps no T x T probabilities) */
     double x = nt * d * a * (sel ? 1 : 2);
@@ -215,15 +212,15 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
             /* 1F1B: the first stage starts pp micro-batches before its first backward, the
              * last one; the interleaved schedule holds (pp - 1 - s) / vpp more */
             inflight = fmin(micro, (double)(pp - s)) + (vpp > 1 ? (pp - 1.0 - s) / vpp : 0.0);
-            const double per_layer_d = layer_acts(in, &c, n, tp, 0, rows, lay->recompute);
-            const double per_layer_m = layer_acts(in, &c, n, tp, 1, rows, lay->recompute);
+            const double per_layer_d = layer_acts(in, n, tp, 0, rows, lay->recompute);
+            const double per_layer_m = layer_acts(in, n, tp, 1, rows, lay->recompute);
             double per_micro = S->n_dense * per_layer_d + S->n_moe * per_layer_m;
             if (S->embed) per_micro += n * 4.0; /* token ids */
             if (S->head) /* the final norm's input and output, bf16 logits and their fp32 copy */
                 per_micro += 2 * nt * d * t->act_bytes + n * m->vocab * (t->act_bytes + 4) / tp;
             acts = inflight * per_micro;
             if (lay->recompute >= PLAN_RC_EXPERTS) /* the one layer being recomputed */
-                acts += layer_acts(in, &c, n, tp, S->n_moe > 0, rows, PLAN_RC_NONE);
+                acts += layer_acts(in, n, tp, S->n_moe > 0, rows, PLAN_RC_NONE);
         }
         const double total = w + g + o + acts;
         if (total > worst_mem) {
