@@ -16,13 +16,8 @@
  *     micro t_mb + bubble + dp_exposed + optim (rtol 1e-12);
  *   - monotone: activations none > selective > experts > full as compute + recomputation
  *     grows; ZeRO 0..3 never adds memory; imbalance adds busiest rows and exchange time;
- *   - invalid layouts (tp vs heads, tp over a node, ep vs experts, pp over layers, batch not
- *     splitting, moe.c engine with tp 2 or no config): valid = 0, the reason names the field;
- *   - plan_search: all valid, fitting first by step time, then by memory; a fixed pp kept;
- *     all but the first say why they lose; the first is plan_layout of its layout;
- *   - plan_set: unknown key (nearest suggested), non-number, out of range, fraction for a
- *     whole number, bad choice: -1 naming the key, nothing changed; good values set;
- *     plan_set_fixed marks a layout field fixed, plan_set does not.
+ *   - the products' precision picks the peak: fp8 halves bf16's compute, memory unchanged.
+ * The search, the keys and the layouts refused: tests/test_plan_search.c.
  */
 #include <math.h>
 #include <string.h>
@@ -32,17 +27,8 @@
 #include "model/model.h"
 #include "model/params.h"
 #include "plan/plan.h"
+#include "plan_util.h"
 #include "testutil.h"
-
-/* |got - want| <= rtol |want|, the message giving both */
-#define EXPECT_REL(got, want, rtol, what)                                                          \
-    do {                                                                                           \
-        const double g_ = (got), w_ = (want);                                                      \
-        ck_assert_msg(fabs(g_ - w_) <= (rtol)*fabs(w_), "%s: expected %.17g, got %.17g (rtol %g)", \
-                      (what), w_, g_, (double)(rtol));                                             \
-    } while (0)
-#define EXPECT_EQ(got, want, what) EXPECT_REL((got), (want), 0.0, (what))
-#define RTOL 1e-12
 
 /* ---- plan_count against the engine's parameter table ---------------------------------- */
 
@@ -240,23 +226,6 @@ END_TEST
  * 32, top-2, 1 shared; T 16. 8 GPUs in nodes of 4, 100 TFLOP/s at 0.5, HBM 2 TB/s, 100 GB/s in
  * a node, 10 between; bf16 weights, fp32 gradients, master and moments; global batch 16.
  * Layout tp 2, pp 1, ep 2, micro-batch 2: dp 4, edp 2 x 4 / 2 = 4, 2 micro-batches a step. */
-static void hand_input(PlanInput *in) {
-    plan_defaults(in);
-    PlanModel *m = &in->m;
-    m->vocab = 1000, m->d_model = 64, m->n_layer = 2, m->n_head = 4, m->d_ff = 128;
-    m->first_dense = 1, m->every = 1, m->experts = 4, m->top_k = 2, m->d_expert = 32;
-    m->shared = 1, m->seq_len = 16;
-    PlanCluster *k = &in->k;
-    k->gpus = 8, k->gpus_per_node = 4, k->memory_gb = 80, k->peak_tflops = 100;
-    k->efficiency = 0.5, k->hbm_tbs = 2, k->intra_gbs = 100, k->inter_gbs = 10;
-    in->t.global_batch = 16;
-    in->t.overlap_dp = 0; /* the gradient sums all exposed */
-    in->lay = (PlanLayout){
-        .tp = 2, .pp = 1, .ep = 2, .vpp = 1, .micro_batch = 2, .recompute = PLAN_RC_NONE};
-    char err[512];
-    ck_assert_msg(plan_validate(in, err, sizeof err) == 0, "%s", err);
-}
-
 START_TEST(test_mixed_by_hand) {
     static PlanInput in;
     hand_input(&in);
@@ -339,12 +308,6 @@ START_TEST(test_mixed_by_hand) {
     EXPECT_REL(r.mfu, flops_token * 16 * 16 / (8 * 100e12 * step), RTOL, "MFU");
 }
 END_TEST
-
-static void run_preset(PlanInput *in, const char *name) {
-    char err[512];
-    plan_defaults(in);
-    ck_assert_msg(plan_preset(in, "run", name, err, sizeof err) == 0, "%s", err);
-}
 
 /* pipelined layouts: the bubble and the step from the per-step terms */
 START_TEST(test_bubble_and_step) {
@@ -439,135 +402,24 @@ START_TEST(test_imbalance_costs_rows_and_exchange) {
 }
 END_TEST
 
-static void expect_invalid(const PlanInput *in, PlanLayout l, const char *field, const char *what) {
-    PlanResult r;
-    plan_layout(in, &l, &r);
-    ck_assert_msg(!r.valid, "%s: expected valid = 0, got a valid layout", what);
-    ck_assert_msg(strstr(r.invalid, field) != NULL, "%s: expected a reason naming '%s', got '%s'",
-                  what, field, r.invalid);
-}
-
-#define LAY(tp, pp, ep) ((PlanLayout){tp, pp, ep, 1, 1, PLAN_RC_NONE})
-
-START_TEST(test_invalid_layouts) {
+/* The products' precision picks the peak: fp8's twice bf16's halves the compute and leaves the
+ * MFU's denominator at fp8's peak; the memory does not change. */
+START_TEST(test_precision_picks_the_peak) {
     static PlanInput in;
-    hand_input(&in); /* 4 heads, 4 experts, 2 layers, 8 GPUs in nodes of 4 */
-    expect_invalid(&in, LAY(8, 1, 1), "tp = 8", "tp 8 over nodes of 4");
-    in.t.global_batch = 12;
-    expect_invalid(&in, LAY(1, 1, 1), "global batch", "12 sequences over dp 8");
-    in.k.gpus = 6, in.t.global_batch = 6;
-    expect_invalid(&in, LAY(1, 1, 3), "ep = 3", "ep 3 of 4 experts");
-    in.k.gpus_per_node = 8;
-    expect_invalid(&in, LAY(3, 1, 1), "tp = 3", "tp 3 of 4 heads");
-    in.k.gpus = 4;
-    expect_invalid(&in, LAY(1, 4, 1), "pp = 4", "pp 4 of 2 layers");
-
-    /* the moe.c engine: data and expert parallelism only, and moe.c's own models only */
-    Config c;
-    char err[512];
-    config_defaults(&c);
-    plan_defaults(&in);
-    plan_from_config(&in, &c);
-    ck_assert_int_eq(plan_preset(&in, "cluster", "laptop", err, sizeof err), 0);
-    in.k.gpus = 2;
-    expect_invalid(&in, LAY(2, 1, 1), "tp", "the moe.c engine with tp 2");
-    plan_defaults(&in);
-    ck_assert_int_eq(plan_preset(&in, "model", "mixtral-8x7b", err, sizeof err), 0);
-    ck_assert_int_eq(plan_preset(&in, "cluster", "h100", err, sizeof err), 0);
-    in.t.engine = PLAN_ENGINE_MOEC, in.t.zero = 0, in.t.global_batch = 8;
-    expect_invalid(&in, LAY(1, 1, 8), "--config", "the moe.c engine without a moe.c config");
-    /* and the same layouts are valid where they divide (so each refusal above is its own) */
-    hand_input(&in);
-    PlanResult r;
-    plan_layout(&in, &in.lay, &r);
-    ck_assert_msg(r.valid, "the hand layout: %s", r.invalid);
-}
-END_TEST
-
-#define MAX_RESULTS 20000
-
-START_TEST(test_search) {
-    static PlanInput in;
-    static PlanResult out[MAX_RESULTS];
-    char err[512];
-    plan_defaults(&in);
-    ck_assert_int_eq(plan_preset(&in, "model", "mixtral-8x7b", err, sizeof err), 0);
-    ck_assert_int_eq(plan_preset(&in, "cluster", "h100", err, sizeof err), 0);
-    in.k.gpus = 32, in.t.global_batch = 64;
-    for (int fixed = 0; fixed <= 1; fixed++) {
-        if (fixed) in.fixed |= PLAN_FIX_PP, in.lay.pp = 1;
-        const int n = plan_search(&in, out, MAX_RESULTS);
-        ck_assert_msg(n > 1 && n < MAX_RESULTS, "expected some layouts, got %d", n);
-        ck_assert_msg(out[0].fits, "the best layout of Mixtral on 32 H100 should fit");
-        int unfit = 0;
-        for (int i = 0; i < n; i++) {
-            const PlanResult *x = &out[i], *y = &out[i > 0 ? i - 1 : 0];
-            ck_assert_msg(x->valid && (!fixed || x->lay.pp == 1) && (i == 0 || x->loses[0]),
-                          "result %d: expected valid%s and why it loses; valid %d, pp %d, '%s'", i,
-                          fixed ? ", pp 1" : "", x->valid, x->lay.pp, x->loses);
-            /* fitting ones by step time, then the others by memory */
-            const int ordered = x->fits    ? y->fits && x->step_s >= y->step_s
-                                : !y->fits ? x->mem_total >= y->mem_total
-                                           : 1;
-            ck_assert_msg(i == 0 || ordered,
-                          "result %d (fits %d, %.6g s, %.6g B) ranked after one that fits %d, "
-                          "%.6g s, %.6g B",
-                          i, x->fits, x->step_s, x->mem_total, y->fits, y->step_s, y->mem_total);
-            unfit += !x->fits;
-        }
-        ck_assert_msg(fixed || unfit, "expected some layouts of 32 GPUs not to fit");
-        PlanResult again;
-        plan_layout(&in, &out[0].lay, &again);
-        EXPECT_REL(out[0].step_s, again.step_s, RTOL, "the best's step_s against plan_layout");
-        EXPECT_REL(out[0].mem_total, again.mem_total, RTOL, "the best's memory");
-    }
-}
-END_TEST
-
-static void expect_refused(PlanInput *in, const char *kv, const char *a, const char *b) {
-    char err[512] = "";
-    static PlanInput before;
-    memcpy(&before, in, sizeof before);
-    ck_assert_msg(plan_set(in, kv, err, sizeof err) == -1, "%s: expected -1, got 0", kv);
-    ck_assert_msg(strstr(err, a) != NULL, "%s: expected a message naming '%s', got '%s'", kv, a,
-                  err);
-    ck_assert_msg(!b || strstr(err, b) != NULL, "%s: expected '%s' in the message, got '%s'", kv, b,
-                  err);
-    ck_assert_msg(memcmp(&before, in, sizeof before) == 0,
-                  "%s: a refused setting changed the input", kv);
-}
-
-START_TEST(test_set) {
-    static PlanInput in;
-    char err[512];
-    plan_defaults(&in);
-    expect_refused(&in, "model.d_modle=3", "model.d_modle", "did you mean 'model.d_model'");
-    expect_refused(&in, "model.d_model=abc", "model.d_model", "abc");
-    expect_refused(&in, "model.d_model=", "model.d_model", "number");
-    expect_refused(&in, "cluster.efficiency=2", "cluster.efficiency", "[0, 1]");
-    expect_refused(&in, "train.zero=4", "train.zero", "[0, 3]");
-    expect_refused(&in, "model.n_layer=2.5", "model.n_layer", "whole");
-    expect_refused(&in, "layout.tp=1.5", "layout.tp", "whole");
-    expect_refused(&in, "model.attention=gqa", "model.attention", "mha|mla");
-    expect_refused(&in, "layout.recompute=some", "layout.recompute", "selective");
-    expect_refused(&in, "model.d_model", "model.d_model", "key=value");
-
-    const char *good[] = {"model.d_model=512",  "cluster.efficiency=0.45", "model.attention=mla",
-                          "train.engine=moe.c", "layout.recompute=full",   "layout.tp=4"};
-    for (int i = 0; i < 6; i++)
-        ck_assert_msg(plan_set(&in, good[i], err, sizeof err) == 0, "%s: %s", good[i], err);
-    ck_assert_msg(in.m.d_model == 512 && in.k.efficiency == 0.45 &&
-                      in.m.attention == PLAN_ATTN_MLA && in.t.engine == PLAN_ENGINE_MOEC &&
-                      in.lay.recompute == PLAN_RC_FULL && in.lay.tp == 4,
-                  "expected 512 0.45 mla moe.c full 4, got %g %g %d %d %d %d", in.m.d_model,
-                  in.k.efficiency, in.m.attention, in.t.engine, in.lay.recompute, in.lay.tp);
-    ck_assert_msg(in.fixed == 0, "plan_set fixed a field (%u)", in.fixed);
-    ck_assert_int_eq(plan_set_fixed(&in, "layout.pp=2", err, sizeof err), 0);
-    ck_assert_int_eq(in.lay.pp, 2);
-    ck_assert_msg(in.fixed == PLAN_FIX_PP, "plan_set_fixed layout.pp: expected PLAN_FIX_PP, got %u",
-                  in.fixed);
-    ck_assert_int_eq(plan_set_fixed(&in, "model.n_layer=8", err, sizeof err), 0);
-    ck_assert_msg(in.fixed == PLAN_FIX_PP, "a model key fixed a layout field (%u)", in.fixed);
+    run_preset(&in, "megatron-mixtral-8x7b");
+    PlanResult b, e;
+    plan_layout(&in, &in.lay, &b);
+    in.t.precision = PLAN_PREC_FP8;
+    plan_layout(&in, &in.lay, &e);
+    const double ratio = in.k.peak_tflops[PLAN_PREC_BF16] / in.k.peak_tflops[PLAN_PREC_FP8];
+    ck_assert_msg(fabs(e.compute_s / b.compute_s - ratio) < 1e-12,
+                  "fp8 compute %.6g s over bf16's %.6g s: %.6g, expected the peaks' ratio %.6g",
+                  e.compute_s, b.compute_s, e.compute_s / b.compute_s, ratio);
+    ck_assert_msg(e.mem_total == b.mem_total, "memory %.6g at fp8, %.6g at bf16", e.mem_total,
+                  b.mem_total);
+    ck_assert_msg(fabs(e.mfu * e.step_s / (b.mfu * b.step_s) - ratio) < 1e-12,
+                  "MFU x step at fp8 over bf16: %.6g, expected %.6g",
+                  e.mfu * e.step_s / (b.mfu * b.step_s), ratio);
 }
 END_TEST
 
@@ -585,9 +437,7 @@ static Suite *plan_suite(void) {
     tcase_add_test(tc, test_recompute_trades_memory_for_time);
     tcase_add_test(tc, test_zero_never_adds_memory);
     tcase_add_test(tc, test_imbalance_costs_rows_and_exchange);
-    tcase_add_test(tc, test_invalid_layouts);
-    tcase_add_test(tc, test_search);
-    tcase_add_test(tc, test_set);
+    tcase_add_test(tc, test_precision_picks_the_peak);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -127,6 +127,11 @@ expect_2 "an unknown --set key" "unknown plan key 'model.d_modle'; did you mean 
     --model mixtral-8x7b --cluster h100 --set model.d_modle=4096
 expect_2 "a --set value out of range" "train.zero must be in \[0, 3\]" \
     --model mixtral-8x7b --cluster h100 --set train.zero=5
+printf 'model.d_model = 128\n' > "$tmp/c.txt"
+expect_2 "a precision the cluster has no peak for" "the cluster has no fp8 peak: set cluster.peak_fp8_tflops" \
+    --model olmoe-1b-7b --cluster laptop --set train.global_batch=8 --set train.precision=fp8
+expect_2 "a moe.c key the config refuses" "model.d_model must be <= 65536" \
+    --config "$tmp/c.txt" --cluster laptop --set model.d_model=70000
 expect_2 "no model" "no model: give --model" --cluster h100
 expect_2 "a model, no cluster" "no cluster: give --cluster" --model mixtral-8x7b
 expect_2 "--config of a missing file" "cannot open config file '$tmp/nosuch.txt'" \

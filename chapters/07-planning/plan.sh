@@ -208,7 +208,7 @@ gflops=$(printf '%s\n' "$bench" | awk -F'"gflops": ' '/"sgemm"/ { split($2, a, /
 step=$(printf '%s\n' "$bench" | awk -F'"step_ms": ' 'NF > 1 { split($2, a, /[,}]/); print a[1] / 1000; exit }')
 [ -n "$gflops" ] && [ -n "$step" ] || { echo "moe bench --json gave no sgemm gflops or step_ms" >&2; exit 1; }
 planned=$(plan --config "$tmp/tiny.conf" --cluster laptop \
-    --set cluster.peak_tflops="$(awk -v g="$gflops" 'BEGIN { print g / 1000 }')" \
+    --set cluster.peak_fp32_tflops="$(awk -v g="$gflops" 'BEGIN { print g / 1000 }')" \
     --set cluster.efficiency=1 | awk -F, '{ print $35 }')
 {
     echo "config,sgemm_gflops,measured_step_s,planned_step_s,products_share"

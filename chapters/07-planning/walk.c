@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
     const double tokens = in.t.global_batch * m->seq_len;
     printf("  %-44s %16.6g\n", "tokens a step", tokens);
     printf("  %-44s %16.6g s\n", "the step at peak x efficiency, all GPUs",
-           flops * tokens / (in.k.gpus * in.k.peak_tflops * 1e12 * in.k.efficiency));
+           flops * tokens / (in.k.gpus * plan_peak(&in) * 1e12 * in.k.efficiency));
 
     printf("\n3. Memory of the busiest GPU (stage %d), weights and state\n", r.mem_stage);
     printf("  (its share: dense weights over tp, E / ep experts of its layers; ZeRO %d shards\n"

@@ -35,7 +35,13 @@
 
 #define MAX_PLAN_LAYERS 1024 /* and so at most as many pipeline stages */
 
-enum { PLAN_ATTN_MHA, PLAN_ATTN_MLA };        /* MHA covers GQA and MQA (kv_heads) */
+enum { PLAN_ATTN_MHA, PLAN_ATTN_MLA };
+enum {
+    PLAN_PREC_FP32,
+    PLAN_PREC_BF16,
+    PLAN_PREC_FP8
+};
+    /* train.precision: of the products */    /* MHA covers GQA and MQA (kv_heads) */
 enum { PLAN_ENGINE_MOEC, PLAN_ENGINE_MIXED }; /* train.engine */
 /* layout.recompute: nothing; norms and activation functions (and latent attention's
  * up-projections); that and the MoE blocks (their experts and exchange run again); whole
@@ -61,13 +67,14 @@ typedef struct {
 
 typedef struct {
     double gpus, gpus_per_node, memory_gb;
-    double peak_tflops; /* dense products at the training precision, per GPU */
-    double efficiency;  /* the fraction of peak the products reach (a stated assumption) */
+    double peak_tflops[3]; /* dense products a GPU, TFLOP/s, at each PLAN_PREC_* */
+    double efficiency;     /* the fraction of peak the products reach (a stated assumption) */
     double hbm_tbs, intra_gbs, inter_gbs;
 } PlanCluster;
 
 typedef struct {
     int engine;
+    int precision;       /* PLAN_PREC_*: the products' precision, whose peak the time and MFU use */
     double global_batch; /* sequences a step */
     double accum;        /* the moe.c engine: micro-batches a step (train.accum); the mixed
                             engine derives it from the micro-batch */
@@ -199,6 +206,9 @@ extern const int PLAN_N_PRESETS;
 /* ---- the cost model (plan_model.c, plan_cost.c) ------------------------------------------ */
 
 void plan_count(const PlanModel *m, PlanCounts *out);
+
+/* The peak of the products at the training's precision, TFLOP/s a GPU. */
+double plan_peak(const PlanInput *in);
 
 /* One layout. Never fails: an impossible layout comes back with valid = 0 and the reason. */
 void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r);

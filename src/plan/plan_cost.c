@@ -171,7 +171,7 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
     const double T = m->seq_len, n = mb * T, nt = n / tp, d = m->d_model;
     const double rows = nt * m->top_k * t->imbalance; /* the busiest rank's rows, a layer */
     r->busiest_rows = m->experts > 0 ? rows : 0;
-    const double flops_s = k->peak_tflops * 1e12 * k->efficiency;
+    const double flops_s = plan_peak(in) * 1e12 * k->efficiency;
     /* the groups: which cross nodes */
     const double ep_node = in_node(ep, 1, gpn);
     r->tp_inter = in_node(tp, 1, gpn) < tp;
@@ -334,7 +334,7 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
     r->step_s = micro * per_mb + r->bubble_s + r->dp_exposed_s + r->optim_s;
     const double tokens = t->global_batch * T;
     r->tokens_per_s = tokens / r->step_s;
-    r->mfu = c.flops_token * tokens / (G * k->peak_tflops * 1e12 * r->step_s);
+    r->mfu = c.flops_token * tokens / (G * plan_peak(in) * 1e12 * r->step_s);
     r->fits = r->mem_total <= k->memory_gb * 1e9;
 #undef INVALID
 }

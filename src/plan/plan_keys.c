@@ -66,8 +66,12 @@ static const Key KEYS[] = {
     {"cluster.gpus_per_node", K_NUM, C(gpus_per_node), 1, BIG, 1, 0, 0,
      "GPUs a node shares the fast link between"},
     {"cluster.memory_gb", K_NUM, C(memory_gb), 0, BIG, 0, 0, 0, "memory a GPU, GB (10^9 bytes)"},
-    {"cluster.peak_tflops", K_NUM, C(peak_tflops), 0, BIG, 0, 0, 0,
-     "dense peak of the products at the training precision, TFLOP/s a GPU"},
+    {"cluster.peak_fp32_tflops", K_NUM, C(peak_tflops[PLAN_PREC_FP32]), 0, BIG, 0, 0, 0,
+     "dense peak of fp32 products, TFLOP/s a GPU"},
+    {"cluster.peak_bf16_tflops", K_NUM, C(peak_tflops[PLAN_PREC_BF16]), 0, BIG, 0, 0, 0,
+     "dense peak of bf16 products, TFLOP/s a GPU"},
+    {"cluster.peak_fp8_tflops", K_NUM, C(peak_tflops[PLAN_PREC_FP8]), 0, BIG, 0, 0, 0,
+     "dense peak of fp8 products, TFLOP/s a GPU; 0: none"},
     {"cluster.efficiency", K_NUM, C(efficiency), 0, 1, 0, 0, 0,
      "fraction of the peak the products reach (an assumption, stated)"},
     {"cluster.hbm_tbs", K_NUM, C(hbm_tbs), 0, BIG, 0, 0, 0, "memory bandwidth, TB/s a GPU"},
@@ -77,6 +81,8 @@ static const Key KEYS[] = {
      "bandwidth to other nodes, GB/s one direction a GPU"},
     {"train.engine", K_CHOICE, T(engine), 0, 0, 0, "moe.c|mixed", 0,
      "moe.c: this engine (fp32, data and expert parallel); mixed: bf16 mixed precision at scale"},
+    {"train.precision", K_CHOICE, T(precision), 0, 0, 0, "fp32|bf16|fp8", 0,
+     "the products' precision: its peak sets their time and the MFU"},
     {"train.global_batch", K_NUM, T(global_batch), 1, BIG, 1, 0, 0, "sequences a step"},
     {"train.accum", K_NUM, T(accum), 1, BIG, 1, 0, 0,
      "the moe.c engine: micro-batches a step (train.accum)"},
@@ -118,6 +124,7 @@ void plan_defaults(PlanInput *in) {
     in->k.efficiency = 0.7;
     PlanTrain *t = &in->t;
     t->engine = PLAN_ENGINE_MIXED;
+    t->precision = PLAN_PREC_BF16;
     t->accum = 1;
     t->weight_bytes = 2, t->grad_bytes = 4, t->master_bytes = 4, t->moment_bytes = 4;
     t->act_bytes = 2, t->a2a_bytes = 2;
@@ -242,11 +249,18 @@ int plan_validate(const PlanInput *in, char *err, int errlen) {
                          "no model: give --model NAME (moe plan --presets), --config FILE or "
                          "the model.* keys (model.vocab, model.d_model, model.n_layer, "
                          "model.n_head, model.seq_len)");
-    if (k->gpus <= 0 || k->gpus_per_node <= 0 || k->memory_gb <= 0 || k->peak_tflops <= 0 ||
-        k->efficiency <= 0 || k->hbm_tbs <= 0 || k->intra_gbs <= 0 || k->inter_gbs <= 0)
+    if (k->gpus <= 0 || k->gpus_per_node <= 0 || k->memory_gb <= 0 || k->efficiency <= 0 ||
+        k->hbm_tbs <= 0 || k->intra_gbs <= 0 || k->inter_gbs <= 0)
         return set_error(err, errlen,
                          "no cluster: give --cluster NAME (moe plan --presets) and "
                          "cluster.gpus, or every cluster.* key (moe plan --keys)");
+    if (plan_peak(in) <= 0) {
+        static const char *const P[] = {"fp32", "bf16", "fp8"};
+        return set_error(err, errlen,
+                         "the cluster has no %s peak: set cluster.peak_%s_tflops, or another "
+                         "train.precision",
+                         P[in->t.precision], P[in->t.precision]);
+    }
     if (in->t.global_batch <= 0)
         return set_error(err, errlen, "train.global_batch: how many sequences a step?");
     if (m->attention == PLAN_ATTN_MHA && m->head_dim == 0 && fmod(m->d_model, m->n_head) != 0)

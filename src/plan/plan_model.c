@@ -80,6 +80,10 @@ void plan_count(const PlanModel *m, PlanCounts *o) {
     o->flops_token = 6.0 * matmul + 3.0 * L * o->attn_flops_layer;
 }
 
+double plan_peak(const PlanInput *in) {
+    return in->k.peak_tflops[in->t.precision];
+}
+
 double plan_moec_ep_bytes(const PlanModel *m, double tokens, double P) {
     if (P <= 1 || m->experts <= 0) return 0.0;
     PlanCounts c;
@@ -117,6 +121,7 @@ void plan_from_config(PlanInput *in, const Config *c) {
     t->weight_bytes = 4, t->grad_bytes = 4, t->master_bytes = 0, t->moment_bytes = 4;
     t->act_bytes = 4, t->a2a_bytes = 4;
     t->zero = 0;
+    t->precision = PLAN_PREC_FP32;
     in->t.global_batch = c->batch * (double)c->accum;
     in->t.accum = c->accum;
     in->lay.ep = c->ep;

@@ -19,7 +19,8 @@
 /* a DGX-class node of eight Hopper GPUs: the dense bf16 peak, NVLink 4 through NVSwitch (900
  * GB/s both ways), a 400 Gb/s network adapter a GPU */
 #define HOPPER_NODE                                                                                \
-    "cluster.gpus_per_node=8 cluster.peak_tflops=989 cluster.efficiency=0.7 "                      \
+    "cluster.gpus_per_node=8 cluster.peak_fp32_tflops=67 cluster.peak_bf16_tflops=989 "            \
+    "cluster.peak_fp8_tflops=1979 cluster.efficiency=0.7 "                                         \
     "cluster.intra_gbs=450 cluster.inter_gbs=50"
 
 const PlanPreset PLAN_PRESETS[] = {
@@ -82,13 +83,14 @@ const PlanPreset PLAN_PRESETS[] = {
      0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"cluster", "gh200", "JUPITER's nodes: 4 GH200 (96 GB, 4 TB/s), 150 GB/s between GPU pairs",
      "cluster.gpus_per_node=4 cluster.gpus=4 cluster.memory_gb=96 cluster.hbm_tbs=4 "
-     "cluster.peak_tflops=989 cluster.efficiency=0.7 cluster.intra_gbs=150 cluster.inter_gbs=25",
+     "cluster.peak_fp32_tflops=67 cluster.peak_bf16_tflops=989 cluster.peak_fp8_tflops=1979 "
+     "cluster.efficiency=0.7 cluster.intra_gbs=150 cluster.inter_gbs=25",
      "Juelich Supercomputing Centre, JUPITER configuration: 4 GH200 a node, 96 GB HBM3 at 4 TB/s, "
      "150 GB/s a direction between pairs of GPUs, 4 InfiniBand NDR200 a node; the Hopper peak",
      0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"cluster", "laptop",
      "a laptop CPU: 16 GB, fp32 products at 0.5 TFLOP/s; up to 8 processes share it",
-     "cluster.gpus=1 cluster.gpus_per_node=8 cluster.memory_gb=16 cluster.peak_tflops=0.5 "
+     "cluster.gpus=1 cluster.gpus_per_node=8 cluster.memory_gb=16 cluster.peak_fp32_tflops=0.5 "
      "cluster.efficiency=0.6 cluster.hbm_tbs=0.05 cluster.intra_gbs=10 cluster.inter_gbs=1",
      "a typical 8-core laptop (an assumption: measure yours with moe bench)", 0, 0, 0, 0, 0, 0, 0,
      0, 0},

@@ -8,6 +8,7 @@
 #include "plan/plan.h"
 
 static const char *const RC_NAMES[] = {"none", "selective", "experts", "full"};
+static const char *const PREC_NAMES[] = {"fp32", "bf16", "fp8"};
 
 static void print_model(FILE *f, const PlanInput *in, const PlanCounts *c) {
     const PlanModel *m = &in->m;
@@ -31,11 +32,11 @@ static void print_model(FILE *f, const PlanInput *in, const PlanCounts *c) {
 static void print_cluster(FILE *f, const PlanInput *in) {
     const PlanCluster *k = &in->k;
     fprintf(f,
-            "cluster %s: %.0f GPUs, %.0f a node, %.0f GB each, %.3g TFLOP/s peak (%.0f%% "
+            "cluster %s: %.0f GPUs, %.0f a node, %.0f GB each, %.3g TFLOP/s %s peak (%.0f%% "
             "reached), HBM %.2f TB/s, %.0f GB/s in a node, %.0f GB/s between nodes\n",
             in->cluster_name[0] ? in->cluster_name : "(settings)", k->gpus, k->gpus_per_node,
-            k->memory_gb, k->peak_tflops, 100 * k->efficiency, k->hbm_tbs, k->intra_gbs,
-            k->inter_gbs);
+            k->memory_gb, plan_peak(in), PREC_NAMES[in->t.precision], 100 * k->efficiency,
+            k->hbm_tbs, k->intra_gbs, k->inter_gbs);
     fprintf(f, "engine %s, %.0f sequences a step, ZeRO %d, imbalance %.2f\n",
             in->t.engine == PLAN_ENGINE_MOEC ? "moe.c" : "mixed", in->t.global_batch, in->t.zero,
             in->t.imbalance);
@@ -196,7 +197,7 @@ void plan_print_csv(FILE *f, const PlanInput *in, const PlanResult *r, int n, in
                 x->recompute_s, x->tp_s, x->ep_s, x->ep_exposed_s, x->pp_s, x->bubble_s, x->dp_s,
                 x->dp_exposed_s, x->optim_s, x->step_s);
         fprintf(f, "%.6g,%.6g,%.6g,%.6g,%.0f,%.0f,%.0f,\"%s\"\n", x->tokens_per_s,
-                x->tokens_per_s / in->k.gpus, x->mfu, x->mfu * in->k.peak_tflops, c.total, c.active,
+                x->tokens_per_s / in->k.gpus, x->mfu, x->mfu * plan_peak(in), c.total, c.active,
                 c.active_embed, i == 0 && x->fits ? "" : x->loses);
     }
 }

@@ -1,0 +1,162 @@
+/*
+ * test_plan_search.c: `moe plan`'s search, its keys and the layouts it refuses (src/plan/).
+ *   - invalid layouts (tp vs heads, tp over a node, ep vs experts, pp over layers, a stage left
+ *     without a layer, batch not splitting, moe.c engine with tp 2 or no config): valid = 0,
+ *     the reason names the field;
+ *   - plan_search: all valid, fitting first by step time, then by memory; a fixed pp kept;
+ *     all but the first say why they lose; the first is plan_layout of its layout;
+ *   - plan_set: unknown key (nearest suggested), non-number, out of range, fraction for a
+ *     whole number, bad choice: -1 naming the key, nothing changed; good values set;
+ *     plan_set_fixed marks a layout field fixed, plan_set does not.
+ * The cost model's formulas: tests/test_plan.c.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "plan/plan.h"
+#include "plan_util.h"
+#include "testutil.h"
+
+static void expect_invalid(const PlanInput *in, PlanLayout l, const char *field, const char *what) {
+    PlanResult r;
+    plan_layout(in, &l, &r);
+    ck_assert_msg(!r.valid, "%s: expected valid = 0, got a valid layout", what);
+    ck_assert_msg(strstr(r.invalid, field) != NULL, "%s: expected a reason naming '%s', got '%s'",
+                  what, field, r.invalid);
+}
+
+#define LAY(tp, pp, ep) ((PlanLayout){tp, pp, ep, 1, 1, PLAN_RC_NONE})
+
+START_TEST(test_invalid_layouts) {
+    static PlanInput in;
+    hand_input(&in); /* 4 heads, 4 experts, 2 layers, 8 GPUs in nodes of 4 */
+    expect_invalid(&in, LAY(8, 1, 1), "tp = 8", "tp 8 over nodes of 4");
+    in.t.global_batch = 12;
+    expect_invalid(&in, LAY(1, 1, 1), "global batch", "12 sequences over dp 8");
+    in.k.gpus = 6, in.t.global_batch = 6;
+    expect_invalid(&in, LAY(1, 1, 3), "ep = 3", "ep 3 of 4 experts");
+    in.k.gpus_per_node = 8;
+    expect_invalid(&in, LAY(3, 1, 1), "tp = 3", "tp 3 of 4 heads");
+    in.k.gpus = 4;
+    expect_invalid(&in, LAY(1, 4, 1), "pp = 4", "pp 4 of 2 layers");
+
+    /* the moe.c engine: data and expert parallelism only, and moe.c's own models only */
+    Config c;
+    char err[512];
+    config_defaults(&c);
+    plan_defaults(&in);
+    plan_from_config(&in, &c);
+    ck_assert_int_eq(plan_preset(&in, "cluster", "laptop", err, sizeof err), 0);
+    in.k.gpus = 2;
+    expect_invalid(&in, LAY(2, 1, 1), "tp", "the moe.c engine with tp 2");
+    plan_defaults(&in);
+    ck_assert_int_eq(plan_preset(&in, "model", "mixtral-8x7b", err, sizeof err), 0);
+    ck_assert_int_eq(plan_preset(&in, "cluster", "h100", err, sizeof err), 0);
+    in.t.engine = PLAN_ENGINE_MOEC, in.t.zero = 0, in.t.global_batch = 8;
+    expect_invalid(&in, LAY(1, 1, 8), "--config", "the moe.c engine without a moe.c config");
+    /* and the same layouts are valid where they divide (so each refusal above is its own) */
+    hand_input(&in);
+    PlanResult r;
+    plan_layout(&in, &in.lay, &r);
+    ck_assert_msg(r.valid, "the hand layout: %s", r.invalid);
+}
+END_TEST
+
+#define MAX_RESULTS 20000
+
+START_TEST(test_search) {
+    static PlanInput in;
+    static PlanResult out[MAX_RESULTS];
+    char err[512];
+    plan_defaults(&in);
+    ck_assert_int_eq(plan_preset(&in, "model", "mixtral-8x7b", err, sizeof err), 0);
+    ck_assert_int_eq(plan_preset(&in, "cluster", "h100", err, sizeof err), 0);
+    in.k.gpus = 32, in.t.global_batch = 64;
+    for (int fixed = 0; fixed <= 1; fixed++) {
+        if (fixed) in.fixed |= PLAN_FIX_PP, in.lay.pp = 1;
+        const int n = plan_search(&in, out, MAX_RESULTS);
+        ck_assert_msg(n > 1 && n < MAX_RESULTS, "expected some layouts, got %d", n);
+        ck_assert_msg(out[0].fits, "the best layout of Mixtral on 32 H100 should fit");
+        int unfit = 0;
+        for (int i = 0; i < n; i++) {
+            const PlanResult *x = &out[i], *y = &out[i > 0 ? i - 1 : 0];
+            ck_assert_msg(x->valid && (!fixed || x->lay.pp == 1) && (i == 0 || x->loses[0]),
+                          "result %d: expected valid%s and why it loses; valid %d, pp %d, '%s'", i,
+                          fixed ? ", pp 1" : "", x->valid, x->lay.pp, x->loses);
+            /* fitting ones by step time, then the others by memory */
+            const int ordered = x->fits    ? y->fits && x->step_s >= y->step_s
+                                : !y->fits ? x->mem_total >= y->mem_total
+                                           : 1;
+            ck_assert_msg(i == 0 || ordered,
+                          "result %d (fits %d, %.6g s, %.6g B) ranked after one that fits %d, "
+                          "%.6g s, %.6g B",
+                          i, x->fits, x->step_s, x->mem_total, y->fits, y->step_s, y->mem_total);
+            unfit += !x->fits;
+        }
+        ck_assert_msg(fixed || unfit, "expected some layouts of 32 GPUs not to fit");
+        PlanResult again;
+        plan_layout(&in, &out[0].lay, &again);
+        EXPECT_REL(out[0].step_s, again.step_s, RTOL, "the best's step_s against plan_layout");
+        EXPECT_REL(out[0].mem_total, again.mem_total, RTOL, "the best's memory");
+    }
+}
+END_TEST
+
+static void expect_refused(PlanInput *in, const char *kv, const char *a, const char *b) {
+    char err[512] = "";
+    static PlanInput before;
+    memcpy(&before, in, sizeof before);
+    ck_assert_msg(plan_set(in, kv, err, sizeof err) == -1, "%s: expected -1, got 0", kv);
+    ck_assert_msg(strstr(err, a) != NULL, "%s: expected a message naming '%s', got '%s'", kv, a,
+                  err);
+    ck_assert_msg(!b || strstr(err, b) != NULL, "%s: expected '%s' in the message, got '%s'", kv, b,
+                  err);
+    ck_assert_msg(memcmp(&before, in, sizeof before) == 0,
+                  "%s: a refused setting changed the input", kv);
+}
+
+START_TEST(test_set) {
+    static PlanInput in;
+    char err[512];
+    plan_defaults(&in);
+    expect_refused(&in, "model.d_modle=3", "model.d_modle", "did you mean 'model.d_model'");
+    expect_refused(&in, "model.d_model=abc", "model.d_model", "abc");
+    expect_refused(&in, "model.d_model=", "model.d_model", "number");
+    expect_refused(&in, "cluster.efficiency=2", "cluster.efficiency", "[0, 1]");
+    expect_refused(&in, "train.zero=4", "train.zero", "[0, 3]");
+    expect_refused(&in, "model.n_layer=2.5", "model.n_layer", "whole");
+    expect_refused(&in, "layout.tp=1.5", "layout.tp", "whole");
+    expect_refused(&in, "model.attention=gqa", "model.attention", "mha|mla");
+    expect_refused(&in, "layout.recompute=some", "layout.recompute", "selective");
+    expect_refused(&in, "model.d_model", "model.d_model", "key=value");
+
+    const char *good[] = {"model.d_model=512",  "cluster.efficiency=0.45", "model.attention=mla",
+                          "train.engine=moe.c", "layout.recompute=full",   "layout.tp=4"};
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(plan_set(&in, good[i], err, sizeof err) == 0, "%s: %s", good[i], err);
+    ck_assert_msg(in.m.d_model == 512 && in.k.efficiency == 0.45 &&
+                      in.m.attention == PLAN_ATTN_MLA && in.t.engine == PLAN_ENGINE_MOEC &&
+                      in.lay.recompute == PLAN_RC_FULL && in.lay.tp == 4,
+                  "expected 512 0.45 mla moe.c full 4, got %g %g %d %d %d %d", in.m.d_model,
+                  in.k.efficiency, in.m.attention, in.t.engine, in.lay.recompute, in.lay.tp);
+    ck_assert_msg(in.fixed == 0, "plan_set fixed a field (%u)", in.fixed);
+    ck_assert_int_eq(plan_set_fixed(&in, "layout.pp=2", err, sizeof err), 0);
+    ck_assert_int_eq(in.lay.pp, 2);
+    ck_assert_msg(in.fixed == PLAN_FIX_PP, "plan_set_fixed layout.pp: expected PLAN_FIX_PP, got %u",
+                  in.fixed);
+    ck_assert_int_eq(plan_set_fixed(&in, "model.n_layer=8", err, sizeof err), 0);
+    ck_assert_msg(in.fixed == PLAN_FIX_PP, "a model key fixed a layout field (%u)", in.fixed);
+}
+END_TEST
+
+static Suite *plan_search_suite(void) {
+    Suite *s = suite_create("plan_search");
+    TCase *tc = tcase_create("plan_search");
+    tcase_add_test(tc, test_invalid_layouts);
+    tcase_add_test(tc, test_search);
+    tcase_add_test(tc, test_set);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TEST_MAIN(plan_search_suite)
