@@ -164,7 +164,12 @@ awk -F, 'NR > 1 {
     }
     printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8
 }' "$dest/counts.csv" > "$dest/counts.md"
-awk -F, 'NR > 1 {
+awk -F, 'BEGIN {
+    name["tokens_gpu"] = "tokens/s a GPU"; name["tflops_gpu"] = "TFLOP/s a GPU"
+    name["step_s"] = "seconds a step"; name["states_gb"] = "GB of weights and gradients a GPU"
+}
+NR > 1 {
+    $3 = name[$3]
     if (!hdr++) {
         print "| run | quantity | published | planned | ratio | implied efficiency | planned memory, GB |"
         print "| --- | --- | --- | --- | --- | --- | --- |"
