@@ -35,6 +35,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=chapters/07-planning
 out=plots/07-planning
+# the tree the numbers come from (its own output folder aside, which this script rewrites)
+commit=$(git rev-parse --short=12 HEAD 2> /dev/null || echo unknown)
+git diff --quiet HEAD -- . ":(exclude)$out" 2> /dev/null || commit=$commit-dirty
 check=0
 case "${1:-}" in
     --check) check=1 ;;
@@ -230,7 +233,7 @@ else
 fi
 {
     echo "# plots/07-planning, written by chapters/07-planning/plan.sh"
-    echo "commit = $(git rev-parse --short=12 HEAD 2> /dev/null || echo unknown)$(git diff --quiet 2> /dev/null || echo -dirty)"
+    echo "commit = $commit"
     echo "machine.csv: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
 } > "$dest/provenance.txt"
 echo "wrote $dest: $(cd "$dest" && ls | tr '\n' ' ')"
