@@ -8,10 +8,10 @@
  *     key-value heads, or latent attention), dense layers first, experts, shared experts,
  *     expert hidden size, top-k, sequence length;
  *   - the cluster (PlanCluster): GPUs, GPUs per node, memory per GPU, peak FLOP/s of the
- *     products, HBM bandwidth, bandwidth inside a node and between nodes, and the fraction of
- *     peak the products reach;
- *   - the training (PlanTrain): global and micro batch, the bytes of every kind of state, the
- *     sharding of the optimizer (ZeRO stage), recomputation, the busiest expert's load, what
+ *     products in fp32, bf16 and fp8, HBM bandwidth, bandwidth inside a node and between
+ *     nodes, and the fraction of peak the products reach;
+ *   - the training (PlanTrain): the products' precision, the global batch, the bytes of every
+ *     kind of state, the sharding of the optimizer (ZeRO stage), the busiest expert's load, what
  *     the expert exchange can hide, node-limited routing; and the engine that trains:
  *     `moe.c` (this engine as built: fp32 everywhere, data and expert parallelism only, its
  *     memory the exact table of model/memory.h) or `mixed` (a bf16 mixed-precision framework
@@ -35,24 +35,18 @@
 
 #define MAX_PLAN_LAYERS 1024 /* and so at most as many pipeline stages */
 
+/* model.attention: multi-head (grouped-query and multi-query too, by kv_heads), or latent */
 enum { PLAN_ATTN_MHA, PLAN_ATTN_MLA };
-enum {
-    PLAN_PREC_FP32,
-    PLAN_PREC_BF16,
-    PLAN_PREC_FP8
-};
-    /* train.precision: of the products */    /* MHA covers GQA and MQA (kv_heads) */
-enum { PLAN_ENGINE_MOEC, PLAN_ENGINE_MIXED }; /* train.engine */
+/* train.precision: the products' */
+enum { PLAN_PREC_FP32, PLAN_PREC_BF16, PLAN_PREC_FP8 };
+/* train.engine */
+enum { PLAN_ENGINE_MOEC, PLAN_ENGINE_MIXED };
 /* layout.recompute: nothing; norms and activation functions (and latent attention's
  * up-projections); that and the MoE blocks (their experts and exchange run again); whole
  * layers */
 enum { PLAN_RC_NONE, PLAN_RC_SELECTIVE, PLAN_RC_EXPERTS, PLAN_RC_FULL };
-enum {
-    PLAN_QKNORM_NONE,
-    PLAN_QKNORM_HEAD,
-    PLAN_QKNORM_FULL
-}; /* model.qk_norm: a gain per head
-     dimension, or over the width */
+/* model.qk_norm: none, a gain per head dimension, or over the whole width */
+enum { PLAN_QKNORM_NONE, PLAN_QKNORM_HEAD, PLAN_QKNORM_FULL };
 
 typedef struct {
     double vocab, d_model, n_layer, n_head, kv_heads, head_dim;
@@ -85,7 +79,7 @@ typedef struct {
     double overlap_ep; /* the fraction of the expert exchange hidden behind compute */
     double node_limit; /* > 0: a token's experts on at most this many nodes, a row sent once a
                           node (DeepSeek-V3's node-limited routing) */
-    double overlap_dp; /* 1: the gradients' sums run behind the last micro-batch's backward */
+    int overlap_dp;    /* 1: the gradients' sums run behind the last micro-batch's backward */
 } PlanTrain;
 
 /* One way to lay the run out: the parallel sizes (dp follows: gpus / (tp pp)), and the two

@@ -18,7 +18,7 @@ enum { K_NUM, K_INT, K_CHOICE }; /* a double, an int, an int chosen by name */
 typedef struct {
     const char *name;
     int type;
-    size_t off;        /* into PlanInput */
+    size_t off, size;  /* the field: its offset into PlanInput and its size */
     double lo, hi;     /* K_NUM, K_INT: the range */
     int whole;         /* K_NUM: a whole number */
     const char *names; /* K_CHOICE: "a|b|c", the values 0, 1, 2 */
@@ -26,10 +26,11 @@ typedef struct {
     const char *help;
 } Key;
 
-#define M(f) offsetof(PlanInput, m.f)
-#define C(f) offsetof(PlanInput, k.f)
-#define T(f) offsetof(PlanInput, t.f)
-#define L(f) offsetof(PlanInput, lay.f)
+#define FIELD(f) offsetof(PlanInput, f), sizeof(((PlanInput *)0)->f)
+#define M(f) FIELD(m.f)
+#define C(f) FIELD(k.f)
+#define T(f) FIELD(t.f)
+#define L(f) FIELD(lay.f)
 #define BIG 1e15
 
 static const Key KEYS[] = {
@@ -170,6 +171,9 @@ int plan_set(PlanInput *in, const char *kv, char *err, int errlen) {
     }
     const char *v = eq + 1;
     char *base = (char *)in;
+    if (k->size != (k->type == K_NUM ? sizeof(double) : sizeof(int)))
+        return set_error(err, errlen, "%s: internal error, the key's type is not its field's",
+                         k->name);
     if (k->type == K_CHOICE) {
         const int i = choice_index(k->names, v);
         if (i < 0)
