@@ -364,6 +364,21 @@ bench-peer: need-openblas $(BUILD)/moe
 	fi
 	MOE_BIN=$(BUILD)/moe PYTHON=$(PEER_VENV)/bin/python bash plots/bench/peer.sh
 
+# moe export --format hf and moe import --format hf against transformers itself, on the same
+# weights and tokens (plots/hf/compare.sh; plots/hf/compare.{csv,md}): torch and transformers go
+# into the same developer environment, never into the build or the tests.
+.PHONY: hf-compare
+hf-compare: need-openblas $(BUILD)/moe
+	@if ! $(PEER_VENV)/bin/python -c 'import torch, transformers' 2>/dev/null; then \
+	  echo "hf-compare: installing PyTorch and transformers into $(PEER_VENV) (a developer tool)"; \
+	  python3 -m venv $(PEER_VENV) && \
+	  { $(PEER_VENV)/bin/python -c 'import torch' 2>/dev/null || \
+	    $(PEER_VENV)/bin/pip install --timeout 20 torch --index-url https://download.pytorch.org/whl/cpu || \
+	    $(PEER_VENV)/bin/pip install torch; } && $(PEER_VENV)/bin/pip install transformers safetensors || \
+	  { echo "hf-compare: pip could not install torch and transformers"; exit 2; }; \
+	fi
+	PYTHON=$(PEER_VENV)/bin/python bash plots/hf/compare.sh
+
 # The numbers the handbook quotes, against the files under plots/ (chapters/README.md, "Numbers
 # in the handbook"): book-check checks (make test runs it, tests/test_book.sh); book rewrites
 # each marked number that moved at its quoted precision and refreshes the copied tables and

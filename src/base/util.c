@@ -55,6 +55,13 @@ void *calloc_check_at(size_t n, size_t size, const char *file, int line) {
     return p;
 }
 
+void *realloc_check_at(void *p, size_t size, const char *file, int line) {
+    void *q = realloc(p, size ? size : 1);
+    if (!q)
+        moe_fatal_at(file, line, "out of memory growing a buffer to %zu bytes", size);
+    return q;
+}
+
 FILE *fopen_check_at(const char *path, const char *mode, const char *file, int line) {
     FILE *f = fopen(path, mode);
     if (!f) moe_fatal_at(file, line, "cannot open '%s' (mode %s): %s", path, mode, strerror(errno));

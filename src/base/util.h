@@ -38,9 +38,11 @@ int set_error(char *err, int errlen, const char *fmt, ...) MOE_PRINTF(3, 4);
 
 void *malloc_check_at(size_t size, const char *file, int line);
 void *calloc_check_at(size_t n, size_t size, const char *file, int line);
+void *realloc_check_at(void *p, size_t size, const char *file, int line);
 FILE *fopen_check_at(const char *path, const char *mode, const char *file, int line);
 #define malloc_check(size) malloc_check_at((size), __FILE__, __LINE__)
 #define calloc_check(n, size) calloc_check_at((n), (size), __FILE__, __LINE__)
+#define realloc_check(p, size) realloc_check_at((p), (size), __FILE__, __LINE__)
 #define fopen_check(path, mode) fopen_check_at((path), (mode), __FILE__, __LINE__)
 
 /* 64-byte aligned, zeroed float buffer (for sgemm operands); free with free().

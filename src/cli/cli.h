@@ -19,6 +19,8 @@ extern const char *const USAGE;
 /* Options of all commands; each command accepts its own subset. */
 typedef struct {
     const char *config, *out, *resume, *ckpt, *prompt, *init, *from;
+    int format_hf;         /* export, import: --format hf (the Hugging Face layout) */
+    const char *logits_out; /* eval --logits FILE */
     const char *sets[128];
     int n_sets;
     long long tokens;
@@ -73,5 +75,7 @@ int cmd_import(int argc, char **argv);
 int cmd_upcycle(int argc, char **argv);
 int cmd_doctor(int argc, char **argv); /* doctor.c */
 int cmd_plan(int argc, char **argv);   /* plan.c */
+int cmd_eval(int argc, char **argv);   /* eval.c */
+int cmd_sample(int argc, char **argv); /* eval.c */
 
 #endif

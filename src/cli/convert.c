@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "convert/hf.h"
 #include "convert/import.h"
 #include "convert/upcycle.h"
 #include "io/files.h"
@@ -64,14 +65,25 @@ int cmd_export(int argc, char **argv) {
     Opts o;
     parse_opts(&o, "export", argc, argv);
     if (!o.ckpt || !o.out) usage_error("export", "%s", "--ckpt PATH and --out FILE are required");
-    refuse_existing("export", o.out); /* also an --out that is the --ckpt itself */
+    if (!o.format_hf) refuse_existing("export", o.out); /* also an --out that is the --ckpt */
     refuse_input_as_output("export", o.out, o.ckpt);
     Config c;
     load_ckpt_config(&c, o.ckpt);
     on_host(&c);
+    char err[1024];
+    if (o.format_hf && hf_export_check(&c, err, sizeof err) != 0) /* before loading anything */
+        moe_input_error("export --format hf: %s (nothing was written)", err);
     Model m;
     load_model(&m, &c, o.ckpt, 1, 1);
-    char err[1024];
+    if (o.format_hf) {
+        if (hf_export(&m, o.out, err, sizeof err) != 0)
+            moe_input_error("export --format hf: %s", err);
+        printf("wrote %s: config.json (%s), model.safetensors (%zu parameters), tokenizer.json, "
+               "tokenizer_config.json\n",
+               o.out, c.num_experts > 0 ? "MixtralForCausalLM" : "LlamaForCausalLM", m.pt.total);
+        model_free(&m);
+        return 0;
+    }
     if (model_export(&m, o.out, err, sizeof err) != 0) moe_input_error("export: %s", err);
     printf("wrote %s: %d tensors, %zu parameters%s\n", o.out, m.pt.n, m.pt.total,
            c.balance == MOE_BALANCE_AUX_FREE && m.n_moe ? ", and the aux-free router biases" : "");
@@ -108,7 +120,9 @@ int cmd_import(int argc, char **argv) {
     refuse_input_as_output("import", o.out, o.from);
     char err[1024];
     SafeTensors st;
-    if (safetensors_read(&st, o.from, err, sizeof err) != 0) moe_input_error("import: %s", err);
+    if (o.format_hf ? hf_read(&st, o.from, err, sizeof err)
+                    : safetensors_read(&st, o.from, err, sizeof err))
+        moe_input_error("import%s: %s", o.format_hf ? " --format hf" : "", err);
     if (!st.checksum)
         fprintf(stderr,
                 "note: %s has no moe.crc32 checksum (it was not written by `moe export`): its "

@@ -5,8 +5,9 @@
  *               [--init CKPT] [--allow-data-change] [--quiet]
  *   moe eval    --ckpt PATH [--set key=value]... [--batches N]
  *   moe sample  --ckpt PATH [--prompt TEXT] [--tokens N] [--temperature X] [--seed N]
- *   moe export  --ckpt PATH --out FILE.safetensors
- *   moe import  --from FILE.safetensors --out CKPT [--config FILE] [--set key=value]...
+ *   moe export  --ckpt PATH --out FILE.safetensors | --format hf --out DIR
+ *   moe import  --from FILE.safetensors | --format hf --from DIR  --out CKPT [--config FILE]
+ *               [--set key=value]...
  *   moe upcycle --from DENSE_CKPT --out MOE_CKPT [--config FILE] [--set key=value]...
  *               [--noise X] [--drop-ratio R] [--split G] [--router-std S] [--seed N]
  *   moe info    --ckpt PATH | --keys
@@ -50,8 +51,9 @@ const char *const USAGE =
     "          [--init CKPT] [--allow-data-change] [--quiet]\n"
     "  eval    --ckpt PATH [--set key=value]... [--batches N]\n"
     "  sample  --ckpt PATH [--prompt TEXT] [--tokens N] [--temperature X] [--seed N]\n"
-    "  export  --ckpt PATH --out FILE.safetensors\n"
-    "  import  --from FILE.safetensors --out CKPT [--config FILE] [--set key=value]...\n"
+    "  export  --ckpt PATH --out FILE.safetensors | --format hf --out DIR\n"
+    "  import  --from FILE.safetensors | --format hf --from DIR  --out CKPT [--config FILE]\n"
+    "          [--set key=value]...\n"
     "  upcycle --from DENSE_CKPT --out MOE_CKPT [--config FILE] [--set key=value]...\n"
     "          [--noise X] [--drop-ratio R] [--split G] [--router-std S] [--seed N]\n"
     "  info    --ckpt PATH | --keys\n"
@@ -124,7 +126,7 @@ static MOE_NORETURN void unknown_option(const char *cmd, const char *a) {
 static int is_path_option(const char *a) {
     static const char *const PATHS[] = {
         "--config", "--out",         "--resume",         "--init",          "--from",
-        "--ckpt",   "--profile-out", "--record-routing", "--replay-routing"};
+        "--ckpt",   "--profile-out", "--record-routing", "--replay-routing", "--logits"};
     for (size_t i = 0; i < sizeof PATHS / sizeof PATHS[0]; i++)
         if (strcmp(a, PATHS[i]) == 0) return 1;
     return 0;
@@ -201,6 +203,15 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
             o->init = v;
         else if (strcmp(a, "--from") == 0)
             o->from = v;
+        else if (strcmp(a, "--logits") == 0)
+            o->logits_out = v;
+        else if (strcmp(a, "--format") == 0) {
+            if (strcmp(v, "safetensors") != 0 && strcmp(v, "hf") != 0)
+                usage_error(cmd, "--format is safetensors (moe.c's names) or hf (the Hugging Face "
+                                 "layout), not '%s'",
+                            v);
+            o->format_hf = strcmp(v, "hf") == 0;
+        }
         else if (strcmp(a, "--noise") == 0)
             o->noise = parse_double(cmd, a, v, 0.0, 10.0);
         else if (strcmp(a, "--drop-ratio") == 0)
@@ -358,98 +369,6 @@ static int cmd_train(int argc, char **argv) {
     int rc = train_run(&c, &to);
     dist_finalize(&d);
     return rc;
-}
-
-static int cmd_eval(int argc, char **argv) {
-    Opts o;
-    parse_opts(&o, "eval", argc, argv);
-    if (!o.ckpt) usage_error("eval", "%s", "--ckpt PATH is required");
-    Config c;
-    load_ckpt_config(&c, o.ckpt);
-    build_config(&c, &o, "eval");
-    char err[1024];
-    Shard val;
-    if (shard_load(&val, c.val, err, sizeof err) != 0 ||
-        shard_check_window(&val, c.seq_len, err, sizeof err) != 0)
-        moe_input_error("data.val: %s", err);
-    Model m;
-    load_model(&m, &c, o.ckpt, c.batch, c.seq_len);
-    backend_set_threads(c.threads);
-    int batches = o.batches > 0 ? (int)o.batches : c.eval_batches;
-    float loss = evaluate(&m, &val, batches, NULL);
-    printf("val_loss %.6f (%d batches of %d x %d tokens from %s)\n", loss, batches, c.batch,
-           c.seq_len, c.val);
-    model_free(&m);
-    shard_free(&val);
-    return 0;
-}
-
-static int cmd_sample(int argc, char **argv) {
-    Opts o;
-    parse_opts(&o, "sample", argc, argv);
-    if (!o.ckpt) usage_error("sample", "%s", "--ckpt PATH is required");
-    Config c;
-    load_ckpt_config(&c, o.ckpt);
-    const int T = c.seq_len;
-    Model m;
-    load_model(&m, &c, o.ckpt, 1, T);
-    backend_set_threads(c.threads);
-    const char *prompt = o.prompt && o.prompt[0] ? o.prompt : "\n";
-    const long long n_new = o.tokens > 0 ? o.tokens : 200;
-    /* The model sees the last T tokens, so only a window of 2 T is kept: when it is full, its
-     * second half moves to the front. The count of sampled tokens is a long long loop bound,
-     * never an index, so no --tokens value can wrap around. */
-    int *win = (int *)malloc_check((size_t)2 * T * sizeof(int));
-    int len = 0;
-    for (const char *p = prompt; *p; p++) {
-        if (len == 2 * T) {
-            memmove(win, win + T, (size_t)T * sizeof(int));
-            len = T;
-        }
-        win[len++] = (unsigned char)*p;
-    }
-    Rng r;
-    rng_seed(&r, o.seed_given ? (uint64_t)o.seed : c.seed);
-    fputs(prompt, stdout);
-    double probs[MOE_VOCAB];
-    float logits[MOE_VOCAB];
-    for (long long i = 0; i < n_new; i++) {
-        /* the next token's logits are the last row (brought to the host: the backend's memory
-         * may be a device's) */
-        const int start = len > T ? len - T : 0, n = len - start;
-        model_forward(&m, win + start, NULL, 1, n);
-        m.be->to_host(m.be, logits, m.logits + (size_t)(n - 1) * MOE_VOCAB, sizeof logits);
-        int next = 0;
-        if (o.temperature <= 0.0) {
-            for (int v = 1; v < MOE_VOCAB; v++)
-                if (logits[v] > logits[next]) next = v;
-        } else {
-            /* softmax(logits / t) in double, shifted by the max: the largest term is exp(0) =
-             * 1 whatever t, so a tiny temperature (1e-50) gives the greedy byte instead of
-             * 0 / 0, and nothing overflows for any t in (0, 100] */
-            double max = logits[0], sum = 0.0;
-            for (int v = 1; v < MOE_VOCAB; v++) max = logits[v] > max ? logits[v] : max;
-            for (int v = 0; v < MOE_VOCAB; v++) {
-                probs[v] = exp(((double)logits[v] - max) / o.temperature);
-                sum += probs[v];
-            }
-            double u = rng_uniform(&r) * sum, acc = 0.0;
-            for (next = 0; next < MOE_VOCAB - 1; next++) {
-                acc += probs[next];
-                if (acc > u) break;
-            }
-        }
-        if (len == 2 * T) {
-            memmove(win, win + T, (size_t)T * sizeof(int));
-            len = T;
-        }
-        win[len++] = next;
-        putchar(next);
-    }
-    putchar('\n');
-    free(win);
-    model_free(&m);
-    return 0;
 }
 
 static int cmd_info(int argc, char **argv) {

@@ -448,3 +448,22 @@ int config_same_shape(const Config *a, const Config *b, char *err, int errlen) {
     }
     return 1;
 }
+
+int config_apply_text(Config *c, const char *text, int *bad_line, char *err, int errlen) {
+    char *copy = strdup(text);
+    if (!copy) moe_fatal("out of memory");
+    int rc = 0, line_no = 0;
+    *bad_line = 0;
+    for (char *save = NULL, *line = strtok_r(copy, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        line_no++;
+        if (line[0] == '#' || line[0] == '\0') continue;
+        if (config_set(c, line, err, errlen) != 0) {
+            *bad_line = line_no;
+            rc = -1;
+            break;
+        }
+    }
+    free(copy);
+    return rc;
+}

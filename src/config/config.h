@@ -131,6 +131,10 @@ int config_set(Config *c, const char *assignment, char *err, int errlen);
 #define MOE_CONFIG_MAX_BYTES (1u << 20)
 int config_load_file(Config *c, const char *path, char *err, int errlen);
 
+/* Apply every "key = value" line of text (blank lines and # comments skipped), config_write's
+ * format; -1 at the first line refused, its number in *bad_line and config_set's message in err. */
+int config_apply_text(Config *c, const char *text, int *bad_line, char *err, int errlen);
+
 /* Cross-field checks (top_k <= num_experts, d_model % n_head == 0, positive sizes, ...). */
 int config_validate(const Config *c, char *err, int errlen);
 

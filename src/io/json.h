@@ -38,6 +38,30 @@ int json_uint(JsonReader *j, uint64_t *v);
 /* [u, u, ...]: the first max values go to v; *count gets how many there were (may be > max). */
 int json_uint_array(JsonReader *j, uint64_t *v, int max, int *count);
 
+/* ---- a whole JSON document as a tree (json_value.c): for config files such as a Hugging Face
+ * config.json. Numbers are RFC 8259's (sign, fraction, exponent) read as double; objects keep
+ * their keys in order, and a key twice is refused; nesting deeper than JSON_MAX_DEPTH is
+ * refused. */
+typedef enum { JSON_NULL, JSON_BOOL, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT } JsonType;
+#define JSON_MAX_DEPTH 32
+
+typedef struct JsonValue {
+    JsonType type;
+    double number;            /* JSON_NUMBER; JSON_BOOL: 0 or 1 */
+    char *string;             /* JSON_STRING */
+    int n;                    /* JSON_ARRAY, JSON_OBJECT: how many items */
+    char **keys;              /* JSON_OBJECT: (n) */
+    struct JsonValue *items;  /* JSON_ARRAY, JSON_OBJECT: (n) */
+} JsonValue;
+
+/* One value (after whitespace) into *v; on failure -1, v holds nothing to free. */
+int json_value(JsonReader *j, JsonValue *v);
+/* A whole document: one value and nothing after it but whitespace. */
+int json_document(JsonReader *j, JsonValue *v);
+void json_value_free(JsonValue *v);
+/* The value of key in an object, or NULL (also when obj is not an object). */
+const JsonValue *json_get(const JsonValue *obj, const char *key);
+
 /* The writing side: s as a JSON string literal (quotes, backslashes and control characters
  * escaped; other bytes as they are, so UTF-8 text stays UTF-8). */
 void json_write_string(FILE *out, const char *s);

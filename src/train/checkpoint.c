@@ -104,25 +104,13 @@ int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, cha
 
 static int parse_config_text(const char *text, const char *path, Config *c, char *err, int errlen) {
     config_defaults(c);
-    char *copy = strdup(text);
-    if (!copy) moe_fatal("out of memory");
-    int rc = 0, line_no = 0;
-    for (char *save = NULL, *line = strtok_r(copy, "\n", &save); line;
-         line = strtok_r(NULL, "\n", &save)) {
-        line_no++;
-        if (line[0] == '#' || line[0] == '\0') continue;
-        char msg[512];
-        if (config_set(c, line, msg, sizeof msg) != 0) {
-            snprintf(err, (size_t)errlen,
+    char msg[512];
+    int line_no;
+    if (config_apply_text(c, text, &line_no, msg, sizeof msg) == 0) return 0;
+    return set_error(err, errlen,
                      "checkpoint %s: stored setting %d is not valid in this build (%s); "
                      "was it written by another version of moe.c?",
                      path, line_no, msg);
-            rc = -1;
-            break;
-        }
-    }
-    free(copy);
-    return rc;
 }
 
 /* The file (ckpt_read checks its format) and its stored settings; a run saves at most at its

@@ -1,0 +1,265 @@
+/*
+ * hf.c: the Hugging Face layout, out and in. See hf.h; src/README.md, "The Hugging Face
+ * layout", has the correspondence as a table.
+ *
+ * One table (MAP) pairs each tensor of moe.c's parameter table with its Hugging Face name, and
+ * both directions walk moe.c's parameter table through it: export writes each tensor under its
+ * other name, import fills each from its other name and then refuses any tensor of the folder
+ * that nothing read. Two tensors change layout on the way: the query and key matrices, whose
+ * rows moe.c pairs (2i, 2i+1) within a head for the rotation and Hugging Face pairs (i, i + D/2)
+ * (hf_rope_rows), and the experts, stacked (E, ...) in moe.c and one tensor each there. The
+ * reading side is hf_read.c.
+ */
+#include "convert/hf.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/util.h"
+#include "io/files.h"
+#include "io/json.h"
+#include "model/params.h"
+#include "moe/moe_ops.h"
+
+#define HF_CONFIG_MAX (1u << 20) /* a config.json is a few KiB */
+
+/* ---- names ----------------------------------------------------------------------------------- */
+
+/* moe.c's name after "layers.L." and the Hugging Face one after "model.layers.L."; %d: expert */
+static const char *const MAP[][2] = {
+    {"attn_norm", "input_layernorm.weight"},
+    {"attn.wq", "self_attn.q_proj.weight"},
+    {"attn.wk", "self_attn.k_proj.weight"},
+    {"attn.wv", "self_attn.v_proj.weight"},
+    {"attn.wo", "self_attn.o_proj.weight"},
+    {"ffn_norm", "post_attention_layernorm.weight"},
+    {"ffn.w_gate", "mlp.gate_proj.weight"},
+    {"ffn.w_up", "mlp.up_proj.weight"},
+    {"ffn.w_down", "mlp.down_proj.weight"},
+    {"moe.router", "block_sparse_moe.gate.weight"},
+    {"moe.w_gate", "block_sparse_moe.experts.%d.w1.weight"},
+    {"moe.w_up", "block_sparse_moe.experts.%d.w3.weight"},
+    {"moe.w_down", "block_sparse_moe.experts.%d.w2.weight"},
+};
+static const char *const GLOBAL[][2] = {{"tok_emb", "model.embed_tokens.weight"},
+                                        {"final_norm", "model.norm.weight"},
+                                        {"head", "lm_head.weight"}};
+
+int hf_tensor_name(const char *name, int e, char *out, size_t n, int *rope) {
+    *rope = 0;
+    for (size_t i = 0; i < sizeof GLOBAL / sizeof GLOBAL[0]; i++)
+        if (strcmp(name, GLOBAL[i][0]) == 0) return snprintf(out, n, "%s", GLOBAL[i][1]), 0;
+    int l, k = 0;
+    if (sscanf(name, "layers.%d.%n", &l, &k) != 1 || k == 0) return -1;
+    for (size_t i = 0; i < sizeof MAP / sizeof MAP[0]; i++)
+        if (strcmp(name + k, MAP[i][0]) == 0) {
+            char rest[64];
+            snprintf(rest, sizeof rest, MAP[i][1], e);
+            snprintf(out, n, "model.layers.%d.%s", l, rest);
+            *rope = strcmp(MAP[i][0], "attn.wq") == 0 || strcmp(MAP[i][0], "attn.wk") == 0;
+            return 0;
+        }
+    return -1;
+}
+
+/* The same permutation of q and k leaves every q.k, so every attention weight, as it was. */
+void hf_rope_rows(float *dst, const float *src, int C, int H, int to_hf) {
+    const int D = C / H;
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < D / 2; i++)
+            for (int half = 0; half < 2; half++) {
+                const size_t moec = (size_t)h * D + 2 * i + half;
+                const size_t hf = (size_t)h * D + (size_t)half * (D / 2) + i;
+                memcpy(dst + (to_hf ? hf : moec) * C, src + (to_hf ? moec : hf) * C,
+                       (size_t)C * sizeof(float));
+            }
+}
+
+/* ---- export ---------------------------------------------------------------------------------- */
+
+int hf_export_check(const Config *c, char *err, int errlen) {
+    static const char *const HOW = "; the Hugging Face layout (Mixtral, Llama) has no such model, "
+                                   "and moe.c does not export one approximately";
+    if (c->norm != MOE_NORM_PRE)
+        return set_error(err, errlen, "model.norm=%s puts a second norm on each sublayer's output%s",
+                         c->norm == MOE_NORM_SANDWICH ? "sandwich" : "dssn", HOW);
+    if (c->num_experts == 0) return 0;
+    const float eval_cap = c->eval_capacity_factor < 0 ? c->capacity_factor : c->eval_capacity_factor;
+    const char *why = c->score != MOE_SCORE_SOFTMAX ? "moe.score=sigmoid scores each expert alone"
+                      : !c->norm_topk ? "moe.norm_topk=0 leaves the gate weights unnormalised"
+                      : c->route_scale != 1.0f ? "moe.route_scale scales the gate weights"
+                      : c->balance == MOE_BALANCE_AUX_FREE
+                          ? "moe.balance=aux_free adds its biases to the scores for the top-k"
+                      : c->routing == MOE_ROUTING_EXPERT_CHOICE
+                          ? "moe.routing=expert_choice lets each expert choose its tokens"
+                      : c->num_shared > 0 ? "moe.num_shared adds always-on shared experts"
+                      : c->first_dense > 0 || c->every > 1
+                          ? "moe.first_dense or moe.every mix dense and MoE blocks"
+                      : eval_cap > 0 ? "a capacity at evaluation (moe.capacity_factor, "
+                                       "moe.eval_capacity_factor) drops assignments"
+                      : c->router_precision != MOE_ROUTER_FP32
+                          ? "moe.router_precision rounds the router to bfloat16"
+                          : NULL;
+    return why ? set_error(err, errlen, "%s%s", why, HOW) : 0;
+}
+
+/* config.json: what transformers reads, and moe_c_config, what moe import reads back. */
+static char *config_json(const Config *c) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) moe_fatal("out of memory");
+    const int moe = c->num_experts > 0;
+    fprintf(f, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n",
+            moe ? "MixtralForCausalLM" : "LlamaForCausalLM", moe ? "mixtral" : "llama");
+    fprintf(f, "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n",
+            MOE_VOCAB, c->d_model, moe ? config_expert_hidden(c) : c->d_ff);
+    fprintf(f, "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n", c->n_layer,
+            c->n_head);
+    fprintf(f, "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n", c->n_head,
+            c->d_model / c->n_head);
+    fprintf(f, "  \"hidden_act\": \"silu\",\n  \"max_position_embeddings\": %d,\n", c->seq_len);
+    fprintf(f, "  \"rms_norm_eps\": 1e-05,\n  \"rope_theta\": %.9g,\n  \"rope_scaling\": null,\n",
+            (double)c->rope_theta);
+    fprintf(f, "  \"attention_dropout\": 0.0,\n  \"tie_word_embeddings\": false,\n");
+    fprintf(f, "  \"initializer_range\": %.9g,\n", (double)c->init_std);
+    if (moe)
+        fprintf(f,
+                "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n"
+                "  \"router_aux_loss_coef\": %.9g,\n  \"router_jitter_noise\": 0.0,\n"
+                "  \"output_router_logits\": false,\n  \"sliding_window\": null,\n",
+                c->num_experts, c->top_k, (double)c->aux_coef);
+    else
+        fprintf(f, "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
+                   "  \"pretraining_tp\": 1,\n");
+    fprintf(f, "  \"bos_token_id\": null,\n  \"eos_token_id\": null,\n");
+    fprintf(f, "  \"torch_dtype\": \"float32\",\n  \"use_cache\": true,\n");
+    char *settings = config_to_text(c);
+    fputs("  \"moe_c_config\": ", f);
+    json_write_string(f, settings);
+    fputs("\n}\n", f);
+    free(settings);
+    fclose(f);
+    return text;
+}
+
+/* GPT-2's byte-to-character table: the printable bytes stand for themselves, the others for
+ * the characters from U+0100 on, in order. Byte b's character into out (UTF-8). */
+static void byte_char(int b, char *out) {
+    const int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+    int cp = b;
+    if (!printable) {
+        cp = 256;
+        for (int x = 0; x < b; x++)
+            cp += !((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174);
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp, out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | cp >> 6), out[1] = (char)(0x80 | (cp & 0x3F)), out[2] = 0;
+    }
+}
+
+/* tokenizer.json: byte-level, no merges, so a text's tokens are its bytes, token i = byte i. */
+static char *tokenizer_json(void) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) moe_fatal("out of memory");
+    const char *bl = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": "
+                     "false, \"use_regex\": false}";
+    fprintf(f, "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n");
+    fprintf(f, "  \"added_tokens\": [],\n  \"normalizer\": null,\n  \"pre_tokenizer\": %s,\n", bl);
+    fprintf(f, "  \"post_processor\": null,\n  \"decoder\": %s,\n", bl);
+    fprintf(f, "  \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, "
+               "\"continuing_subword_prefix\": null, \"end_of_word_suffix\": null, "
+               "\"fuse_unk\": false, \"byte_fallback\": false, \"ignore_merges\": false,\n"
+               "    \"vocab\": {");
+    for (int b = 0; b < MOE_VOCAB; b++) {
+        char ch[4];
+        byte_char(b, ch);
+        fputs(b ? ", " : "", f);
+        json_write_string(f, ch);
+        fprintf(f, ": %d", b);
+    }
+    fprintf(f, "},\n    \"merges\": []}\n}\n");
+    fclose(f);
+    return text;
+}
+
+static int write_text(const char *dir, const char *name, const char *text, char *err, int errlen) {
+    char path[MOE_PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    const void *buf[1] = {text};
+    const size_t len[1] = {strlen(text)};
+    return write_atomic(path, buf, len, 1, err, errlen);
+}
+
+static const char *const FILES[] = {"config.json", "model.safetensors", "tokenizer.json",
+                                    "tokenizer_config.json"};
+
+int hf_export(const Model *m, const char *dir, char *err, int errlen) {
+    const Config *c = &m->cfg;
+    if (hf_export_check(c, err, errlen)) return -1;
+    for (size_t i = 0; i < sizeof FILES / sizeof FILES[0]; i++) {
+        char path[MOE_PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, FILES[i]);
+        if (file_exists(path))
+            return set_error(err, errlen,
+                             "%s already exists; choose another --out or remove it first "
+                             "(nothing was changed)",
+                             path);
+    }
+    /* the entries: one a tensor, one an expert of a stacked tensor; rotary rows permuted */
+    int n = 0;
+    for (int i = 0; i < m->pt.n; i++) n += m->pt.t[i].ndim == 3 ? m->pt.t[i].shape[0] : 1;
+    TensorRef *e = (TensorRef *)calloc_check((size_t)n, sizeof *e);
+    float **copies = (float **)calloc_check((size_t)n, sizeof *copies);
+    int k = 0, rc = 0;
+    for (int i = 0; i < m->pt.n && rc == 0; i++) {
+        const ParamTensor *t = &m->pt.t[i];
+        const int stacked = t->ndim == 3, parts = stacked ? t->shape[0] : 1;
+        const size_t each = t->numel / (size_t)parts;
+        for (int x = 0; x < parts; x++, k++) {
+            int rope;
+            if (hf_tensor_name(t->name, x, e[k].name, sizeof e[k].name, &rope) != 0) {
+                rc = set_error(err, errlen, "tensor '%s' has no place in the Hugging Face layout",
+                               t->name);
+                break;
+            }
+            e[k].dtype = TENSOR_F32;
+            e[k].ndim = stacked ? 2 : t->ndim;
+            for (int d = 0; d < e[k].ndim; d++) e[k].shape[d] = t->shape[d + stacked];
+            e[k].nbytes = each * sizeof(float);
+            const float *src = m->params + t->offset + (size_t)x * each;
+            if (rope) {
+                copies[k] = (float *)malloc_check(e[k].nbytes);
+                hf_rope_rows(copies[k], src, c->d_model, c->n_head, 1);
+                src = copies[k];
+            }
+            e[k].data = src;
+        }
+    }
+    if (rc == 0) rc = make_dirs(dir, err, errlen);
+    char path[MOE_PATH_MAX];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    const char *keys[] = {"format"}, *vals[] = {"pt"};
+    if (rc == 0) rc = safetensors_write_checksummed(path, e, n, keys, vals, 1, err, errlen);
+    char *cfg = config_json(c), *tok = tokenizer_json(), tcfg[256];
+    snprintf(tcfg, sizeof tcfg,
+             "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n  \"model_max_length\": "
+             "%d,\n  \"clean_up_tokenization_spaces\": false\n}\n",
+             c->seq_len);
+    if (rc == 0) rc = write_text(dir, "config.json", cfg, err, errlen);
+    if (rc == 0) rc = write_text(dir, "tokenizer.json", tok, err, errlen);
+    if (rc == 0) rc = write_text(dir, "tokenizer_config.json", tcfg, err, errlen);
+    free(cfg);
+    free(tok);
+    for (int i = 0; i < n; i++) free(copies[i]);
+    free(copies);
+    free(e);
+    return rc;
+}

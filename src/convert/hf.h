@@ -1,0 +1,51 @@
+/*
+ * hf.h: models in the Hugging Face layout, out (`moe export --format hf`) and in (`moe import
+ * --format hf`). An MoE model of moe.c's default kind is a Mixtral (MixtralForCausalLM), a
+ * dense one a Llama (LlamaForCausalLM): the same RMSNorm, rotary attention, SwiGLU, softmax
+ * router with its top-k renormalised, untied head and no biases. The correspondence, tensor by
+ * tensor and setting by setting, is src/README.md's "The Hugging Face layout".
+ *
+ * A folder holds config.json (the architecture and every size that changes the function, plus
+ * "moe_c_config", every moe.c setting, so that an export imports back to the same checkpoint),
+ * model.safetensors (float32, the Hugging Face tensor names; queries and keys with their rows
+ * permuted from moe.c's interleaved rotary pairs to the rotate-half pairs), tokenizer.json and
+ * tokenizer_config.json (a byte-level tokenizer: token i is byte i) and
+ * generation_config.json.
+ */
+#ifndef MOE_CONVERT_HF_H
+#define MOE_CONVERT_HF_H
+
+#include "config/config.h"
+#include "io/tensorfile.h"
+#include "model/model.h"
+
+/* 0 when a model of settings c can be written in the Hugging Face layout without changing what
+ * it computes; else -1 and a message naming the first setting that cannot (sigmoid scores,
+ * unnormalised or scaled gate weights, aux-free biases, expert choice, shared experts, dense
+ * blocks among MoE ones, a capacity at evaluation, a bf16 router, sandwich norms). */
+int hf_export_check(const Config *c, char *err, int errlen);
+
+/* Write m as a Hugging Face folder dir (made when missing). Refuses, before writing anything,
+ * a folder that already holds one of the files it writes. Returns 0, or -1 with a message. */
+int hf_export(const Model *m, const char *dir, char *err, int errlen);
+
+/* Read the Hugging Face folder dir (Mixtral or Llama layout, one model.safetensors) into st as
+ * if it were a `moe export` file: moe.c's tensor names and layouts (rotary rows permuted back,
+ * experts stacked), and the settings in the metadata "config" (moe_c_config when the folder has
+ * it, else worked out from config.json), for import_config and import_weights (import.h).
+ * What moe.c cannot represent is refused with a message that names it: another vocabulary than
+ * 256 bytes, grouped-query attention, attention or MLP biases, another activation or norm
+ * epsilon, rotary scaling, a sliding window shorter than the context, a sharded or
+ * non-safetensors checkpoint, tensors missing, misshapen or extra. A tied head is copied into
+ * moe.c's head (the same function; the note says so on stderr). Returns 0, or -1. */
+int hf_read(SafeTensors *st, const char *dir, char *err, int errlen);
+
+/* The Hugging Face name of moe.c's tensor name (expert e of a stacked one) into out; *rope: its
+ * rows are a query or key matrix's. 0, or -1 for a tensor the layout has no place for. */
+int hf_tensor_name(const char *name, int e, char *out, size_t n, int *rope);
+
+/* The rows of a (C, C) query or key matrix from moe.c's rotary pairs (2i, 2i+1) of each head of
+ * D = C / H to Hugging Face's (i, i + D/2) (to_hf = 1), or back (to_hf = 0). */
+void hf_rope_rows(float *dst, const float *src, int C, int H, int to_hf);
+
+#endif

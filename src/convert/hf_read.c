@@ -1,0 +1,320 @@
+/*
+ * hf_read.c: a Hugging Face folder (Mixtral or Llama layout) read as moe.c tensors and settings.
+ * See hf.h.
+ *
+ * config.json says what the model is; every field that changes what it computes is either
+ * mapped to a moe.c setting or checked to be one moe.c computes (the vocabulary of 256 bytes,
+ * one key-value head a query head, no biases, SiLU, RMSNorm's 1e-5, plain rotary positions,
+ * full attention), and anything else is refused by name. A folder written by `moe export
+ * --format hf` also carries moe_c_config, every moe.c setting: those are taken, after checking
+ * that config.json still says the same sizes.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/util.h"
+#include "convert/hf.h"
+#include "io/files.h"
+#include "io/json.h"
+#include "model/params.h"
+
+#define HF_CONFIG_MAX (1u << 20) /* a config.json is a few KiB */
+
+typedef struct {
+    const JsonValue *root;
+    const char *path; /* config.json's, for messages */
+    char *err;
+    int errlen;
+} Fields;
+
+/* A number field: 0 and *v, or -1 with a message (missing when required, not a number, not a
+ * whole number in [lo, hi] when whole). A missing optional field leaves *v and returns 0. */
+static int num(const Fields *f, const char *key, double *v, int required, int whole, double lo,
+               double hi) {
+    const JsonValue *x = json_get(f->root, key);
+    if (!x || x->type == JSON_NULL) {
+        if (!required) return 0;
+        return set_error(f->err, f->errlen, "%s has no \"%s\", which a model of its kind needs",
+                         f->path, key);
+    }
+    if (x->type != JSON_NUMBER)
+        return set_error(f->err, f->errlen, "%s: \"%s\" is not a number", f->path, key);
+    if (whole && (x->number != floor(x->number) || x->number < lo || x->number > hi))
+        return set_error(f->err, f->errlen, "%s: \"%s\" is %g, not a whole number in [%g, %g]",
+                         f->path, key, x->number, lo, hi);
+    *v = x->number;
+    return 0;
+}
+
+/* 1 when key is there as true (a bool field), else 0. */
+static int flag(const Fields *f, const char *key) {
+    const JsonValue *x = json_get(f->root, key);
+    return x && x->type == JSON_BOOL && x->number != 0;
+}
+
+/* A string field, or NULL. */
+static const char *str(const Fields *f, const char *key) {
+    const JsonValue *x = json_get(f->root, key);
+    return x && x->type == JSON_STRING ? x->string : NULL;
+}
+
+/* What moe.c computes, checked; then the settings as key=value lines into *text. */
+static int settings_of(const Fields *f, char **text, int *moe, int *tied) {
+    const char *type = str(f, "model_type");
+    if (!type || (strcmp(type, "mixtral") != 0 && strcmp(type, "llama") != 0))
+        return set_error(f->err, f->errlen,
+                         "%s: model_type \"%s\": moe.c reads the Mixtral (MoE) and Llama (dense) "
+                         "layouts",
+                         f->path, type ? type : "(none)");
+    *moe = strcmp(type, "mixtral") == 0;
+    double V, C, L, H, F, T, kv = -1, hd = -1, eps = 1e-5, window = -1;
+    double theta = *moe ? 1e6 : 1e4; /* transformers' defaults for each */
+    const double BIG = 1 << 20;
+    if (num(f, "vocab_size", &V, 1, 1, 1, BIG) || num(f, "hidden_size", &C, 1, 1, 1, 65536) ||
+        num(f, "num_hidden_layers", &L, 1, 1, 1, 1024) ||
+        num(f, "num_attention_heads", &H, 1, 1, 1, 1024) ||
+        num(f, "intermediate_size", &F, 1, 1, 1, BIG) ||
+        num(f, "max_position_embeddings", &T, 1, 1, 1, BIG) ||
+        num(f, "num_key_value_heads", &kv, 0, 1, 1, 1024) || num(f, "head_dim", &hd, 0, 1, 1, BIG) ||
+        num(f, "rms_norm_eps", &eps, 0, 0, 0, 1) || num(f, "rope_theta", &theta, 0, 0, 0, 1e30) ||
+        num(f, "sliding_window", &window, 0, 1, 0, 1e18))
+        return -1;
+    const char *act = str(f, "hidden_act");
+    const JsonValue *scaling = json_get(f->root, "rope_scaling");
+    const char *why = V != MOE_VOCAB ? "its vocabulary is not moe.c's 256 bytes (vocab_size)"
+                      : kv > 0 && kv != H
+                          ? "grouped-query attention (num_key_value_heads below "
+                            "num_attention_heads): moe.c has one key-value head a query head"
+                      : hd > 0 && hd * H != C ? "head_dim x num_attention_heads is not hidden_size"
+                      : act && strcmp(act, "silu") != 0 ? "hidden_act is not silu (SwiGLU's)"
+                      : fabs(eps - 1e-5) > 1e-12 ? "rms_norm_eps is not moe.c's 1e-5"
+                      : scaling && scaling->type != JSON_NULL
+                          ? "rope_scaling changes the rotary positions"
+                      : flag(f, "attention_bias") ? "attention_bias: moe.c's products have no bias"
+                      : flag(f, "mlp_bias")       ? "mlp_bias: moe.c's products have no bias"
+                      : window >= 0 && window < T
+                          ? "sliding_window limits attention to fewer positions than the context"
+                          : NULL;
+    if (why)
+        return set_error(f->err, f->errlen, "%s: %s; moe.c cannot represent this model", f->path,
+                         why);
+    double E = 0, K = 0, aux = 0.01, std = 0.02;
+    if (*moe && (num(f, "num_local_experts", &E, 1, 1, 1, 4096) ||
+                 num(f, "num_experts_per_tok", &K, 1, 1, 1, 4096) ||
+                 num(f, "router_aux_loss_coef", &aux, 0, 0, 0, 1e9)))
+        return -1;
+    if (num(f, "initializer_range", &std, 0, 0, 0, 1)) return -1;
+    *tied = flag(f, "tie_word_embeddings");
+    char *t = NULL;
+    size_t len = 0;
+    FILE *o = open_memstream(&t, &len);
+    if (!o) moe_fatal("out of memory");
+    fprintf(o, "model.d_model=%.0f\nmodel.n_layer=%.0f\nmodel.n_head=%.0f\nmodel.seq_len=%.0f\n",
+            C, L, H, T);
+    fprintf(o, "model.rope_theta=%.9g\nmodel.d_ff=%.0f\nmodel.norm=pre\nmodel.init_std=%.9g\n",
+            theta, F, std > 0 ? std : 0.02);
+    if (*moe)
+        fprintf(o,
+                "moe.num_experts=%.0f\nmoe.top_k=%.0f\nmoe.d_expert=%.0f\nmoe.first_dense=0\n"
+                "moe.every=1\nmoe.num_shared=0\nmoe.score=softmax\nmoe.norm_topk=1\n"
+                "moe.route_scale=1\nmoe.balance=aux\nmoe.aux_coef=%.9g\nmoe.routing=token_choice\n"
+                "moe.capacity_factor=0\nmoe.eval_capacity_factor=-1\nmoe.router_precision=fp32\n",
+                E, K, F, aux);
+    else
+        fprintf(o, "moe.num_experts=0\n");
+    fclose(o);
+    *text = t;
+    return 0;
+}
+
+/* The settings: config.json's, or (a folder of moe export) moe_c_config's, which must agree
+ * with config.json on every size. */
+static int hf_config(Config *c, const Fields *f, int *tied) {
+    char *text = NULL, msg[512];
+    int moe = 0, line;
+    if (settings_of(f, &text, &moe, tied)) return -1;
+    Config mapped;
+    config_defaults(&mapped);
+    int rc = config_apply_text(&mapped, text, &line, msg, sizeof msg);
+    free(text);
+    if (rc) return set_error(f->err, f->errlen, "%s: %s", f->path, msg);
+    *c = mapped;
+    const char *own = str(f, "moe_c_config");
+    if (!own) return 0;
+    config_defaults(c);
+    if (config_apply_text(c, own, &line, msg, sizeof msg))
+        return set_error(f->err, f->errlen, "%s: moe_c_config line %d: %s", f->path, line, msg);
+    const int same = c->d_model == mapped.d_model && c->n_layer == mapped.n_layer &&
+                     c->n_head == mapped.n_head && c->seq_len == mapped.seq_len &&
+                     c->rope_theta == mapped.rope_theta && c->num_experts == mapped.num_experts &&
+                     (moe ? c->top_k == mapped.top_k &&
+                                config_expert_hidden(c) == mapped.d_expert
+                          : c->d_ff == mapped.d_ff);
+    if (!same)
+        return set_error(f->err, f->errlen,
+                         "%s: its moe_c_config (the settings moe export wrote) and its sizes "
+                         "disagree: the file was edited; remove moe_c_config to import the model "
+                         "as config.json describes it",
+                         f->path);
+    return 0;
+}
+
+/* The folder's config.json, parsed. */
+static int read_config_json(JsonValue *root, const char *path, char *err, int errlen) {
+    const FileSpec spec = {"Hugging Face config",
+                           "pass a folder written by save_pretrained or moe export --format hf",
+                           NULL, HF_CONFIG_MAX};
+    uint64_t size;
+    FILE *in = open_regular(path, &spec, &size, err, errlen);
+    if (!in) return -1;
+    char *text = (char *)malloc_check((size_t)size + 1);
+    const size_t got = fread(text, 1, (size_t)size, in);
+    fclose(in);
+    if (got != size) {
+        free(text);
+        return set_error(err, errlen, "%s: could not read it whole", path);
+    }
+    JsonReader j = {text, (size_t)size, 0, ""};
+    const int rc = json_document(&j, root);
+    free(text);
+    if (rc) return set_error(err, errlen, "%s is not valid JSON: %s (byte %zu)", path, j.msg, j.i);
+    if (root->type != JSON_OBJECT) {
+        json_value_free(root);
+        return set_error(err, errlen, "%s is not a JSON object", path);
+    }
+    return 0;
+}
+
+/* The folder's weights: model.safetensors, with a message for the other ways to save them. */
+static int read_weights(SafeTensors *hf, const char *dir, char *err, int errlen) {
+    char path[MOE_PATH_MAX];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (!file_exists(path)) {
+        char other[MOE_PATH_MAX];
+        snprintf(other, sizeof other, "%s/model.safetensors.index.json", dir);
+        if (file_exists(other))
+            return set_error(err, errlen,
+                             "%s holds a model split over several safetensors files; moe.c reads "
+                             "one model.safetensors: save it again with a max_shard_size larger "
+                             "than the model",
+                             dir);
+        return set_error(err, errlen,
+                         "%s has no model.safetensors; moe.c reads safetensors only (save the "
+                         "model with safe_serialization=True)",
+                         dir);
+    }
+    return safetensors_read(hf, path, err, errlen);
+}
+
+/* moe.c's tensors from the Hugging Face ones into st (entries and one buffer), marking each
+ * tensor of hf that was read. */
+static int gather(SafeTensors *st, const SafeTensors *hf, const Config *c, int tied, char *used,
+                  const char *dir, char *err, int errlen) {
+    ParamTable pt;
+    params_table_build(&pt, c);
+    st->entries = (TensorRef *)calloc_check((size_t)pt.n, sizeof *st->entries);
+    st->buffer = malloc_check(pt.total * sizeof(float));
+    float *buf = (float *)st->buffer;
+    int rc = 0;
+    for (int i = 0; i < pt.n && rc == 0; i++, st->n++) {
+        const ParamTensor *t = &pt.t[i];
+        TensorRef *e = &st->entries[i];
+        snprintf(e->name, sizeof e->name, "%s", t->name);
+        e->dtype = TENSOR_F32;
+        e->ndim = t->ndim;
+        memcpy(e->shape, t->shape, sizeof t->shape);
+        e->nbytes = t->numel * sizeof(float);
+        e->data = buf + t->offset;
+        const int stacked = t->ndim == 3, parts = stacked ? t->shape[0] : 1;
+        const size_t each = t->numel / (size_t)parts;
+        for (int x = 0; x < parts && rc == 0; x++) {
+            char name[TENSOR_NAME_MAX];
+            int rope;
+            hf_tensor_name(t->name, x, name, sizeof name, &rope);
+            const TensorRef *h = safetensors_find(hf, name);
+            if (!h && tied && strcmp(t->name, "head") == 0) /* the embedding is the head */
+                h = safetensors_find(hf, "model.embed_tokens.weight");
+            if (!h) {
+                rc = set_error(err, errlen,
+                               "%s/model.safetensors has no tensor '%s', which this model (as "
+                               "config.json describes it) has",
+                               dir, name);
+                break;
+            }
+            int same = h->ndim == t->ndim - stacked;
+            for (int d = 0; same && d < h->ndim; d++) same = h->shape[d] == t->shape[d + stacked];
+            if (!same) {
+                rc = set_error(err, errlen,
+                               "%s/model.safetensors: tensor '%s' is not shaped as config.json "
+                               "says this model's is (moe.c's '%s')",
+                               dir, name, t->name);
+                break;
+            }
+            used[h - hf->entries] = 1;
+            float *dst = buf + t->offset + (size_t)x * each;
+            if (rope)
+                hf_rope_rows(dst, (const float *)h->data, c->d_model, c->n_head, 0);
+            else
+                memcpy(dst, h->data, each * sizeof(float));
+        }
+    }
+    params_table_free(&pt);
+    return rc;
+}
+
+int hf_read(SafeTensors *st, const char *dir, char *err, int errlen) {
+    memset(st, 0, sizeof *st);
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return set_error(err, errlen,
+                         "%s is not a folder: a Hugging Face model is a folder holding "
+                         "config.json and model.safetensors",
+                         dir);
+    char path[MOE_PATH_MAX];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    JsonValue root;
+    if (read_config_json(&root, path, err, errlen)) return -1;
+    Fields f = {&root, path, err, errlen};
+    Config c;
+    int tied = 0;
+    int rc = hf_config(&c, &f, &tied);
+    if (rc == 0) rc = config_validate(&c, err, errlen) ? -1 : 0;
+    json_value_free(&root);
+    if (rc) return -1;
+    SafeTensors hf;
+    if (read_weights(&hf, dir, err, errlen)) return -1;
+    char *used = (char *)calloc_check((size_t)hf.n + 1, 1);
+    rc = gather(st, &hf, &c, tied, used, dir, err, errlen);
+    for (int i = 0; i < hf.n && rc == 0; i++) {
+        const char *name = hf.entries[i].name;
+        const size_t n = strlen(name), k = strlen("rotary_emb.inv_freq");
+        if (used[i] || (n >= k && strcmp(name + n - k, "rotary_emb.inv_freq") == 0)) continue;
+        rc = set_error(err, errlen,
+                       "%s/model.safetensors has a tensor '%s' that a moe.c model of these "
+                       "settings does not have (config.json and the weights disagree, or the "
+                       "model has a part moe.c lacks)",
+                       dir, name);
+    }
+    free(used);
+    if (tied && rc == 0)
+        fprintf(stderr, "note: %s ties its head to its embedding; moe.c keeps the head as its own "
+                        "tensor, a copy (the same function; training will untie them)\n",
+                dir);
+    if (rc == 0) {
+        st->checksum = hf.checksum;
+        st->path = strdup(dir);
+        st->n_meta = 1;
+        st->meta_keys = (char **)malloc_check(sizeof(char *));
+        st->meta_values = (char **)malloc_check(sizeof(char *));
+        st->meta_keys[0] = strdup("config");
+        st->meta_values[0] = config_to_text(&c);
+        if (!st->path || !st->meta_keys[0]) moe_fatal("out of memory");
+    } else {
+        safetensors_free(st);
+    }
+    safetensors_free(&hf);
+    return rc;
+}

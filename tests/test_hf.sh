@@ -1,0 +1,292 @@
+#!/usr/bin/env bash
+# test_hf.sh: models in the Hugging Face layout, out and back (moe export --format hf, moe
+# import --format hf; src/convert/hf.c, hf_read.c), with no Python package beyond the standard
+# library (the comparison with transformers itself is plots/hf/compare.sh, a developer tool).
+#
+#   1. round trip, an MoE (Mixtral) and a dense model (Llama): export --format hf, import
+#      --format hf gives, bit for bit, the checkpoint that export and import in moe.c's own
+#      safetensors give; its tensors are the original's, byte for byte; the folder holds
+#      config.json (the architecture, the sizes, no grouped heads), model.safetensors with the
+#      Hugging Face names (experts one tensor each, queries and keys with their rotary rows
+#      permuted), a byte-level tokenizer.json whose vocabulary maps token i to byte i
+#   2. the same weights without moe_c_config (a folder transformers wrote): the settings come
+#      from config.json alone, and the validation loss is the original's
+#   3. a tied head (tie_word_embeddings, no lm_head): imported as a copy of the embedding, a note
+#      on stderr
+#   4. export refuses, exit 2, nothing written, naming the setting: sigmoid scores,
+#      unnormalised or scaled gates, aux-free biases, expert choice, shared experts, dense
+#      blocks among MoE ones, a capacity at evaluation, a bf16 router, sandwich norms; and a
+#      folder that already holds its files
+#   5. import refuses, exit 2, nothing written, naming what it cannot represent: another
+#      vocabulary, grouped-query attention, biases, another activation or epsilon, rotary
+#      scaling, a short sliding window, another model type, a moe_c_config that disagrees with
+#      config.json, a missing or extra tensor, a sharded or missing model.safetensors, bad JSON,
+#      a file given as the folder
+#   6. eval --logits writes the first batch's tokens, targets and logits, and its loss is the
+#      first batch's; an existing file is refused
+
+# shellcheck source=tests/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+echo "test_hf: the Hugging Face layout, out and back"
+moe=$(executable "${MOE_BIN:-build/moe}" "make build/moe (or set MOE_BIN)") || exit 1
+command -v python3 > /dev/null || { bad "python3 (its standard library) reads the files here"; finish; }
+export OMP_NUM_THREADS=1
+
+data="$tmp/data"
+"$moe" synth --out "$data" --tokens 30000 --seed 5 > /dev/null
+base=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=4 --set model.seq_len=32
+      --set model.d_ff=48 --set moe.d_expert=24 --set train.batch=4 --set train.eval_every=0
+      --set train.steps=4 --set train.warmup=1 --set "data.train=$data/train.bin"
+      --set "data.val=$data/val.bin")
+train() { # NAME SETTINGS...: a tiny run in $tmp/NAME
+    local name=$1
+    shift
+    "$moe" train --out "$tmp/$name" "${base[@]}" "$@" --quiet > "$tmp/$name.log" 2>&1
+}
+val_of() { "$moe" eval --ckpt "$1" --batches 2 2>&1 | sed -n 's/^val_loss \([0-9.]*\).*/\1/p'; }
+
+# py SCRIPT ARGS...: python3's standard library on the files (safetensors header, JSON)
+cat > "$tmp/st.py" << 'PY'
+import json, struct, sys
+
+def read(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = json.loads(f.read(n))
+        data = f.read()
+    meta = head.pop("__metadata__", {})
+    return head, meta, data
+
+def tensor(head, data, name):
+    a, b = head[name]["data_offsets"]
+    return data[a:b]
+
+def write(path, head, meta, data_of):
+    # tensors in the order given, offsets recomputed
+    out, blobs, off = {"__metadata__": meta} if meta else {}, [], 0
+    for name, (info, blob) in data_of.items():
+        out[name] = {"dtype": info["dtype"], "shape": info["shape"], "data_offsets": [off, off + len(blob)]}
+        blobs.append(blob)
+        off += len(blob)
+    text = json.dumps(out).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+cmd = sys.argv[1]
+if cmd == "same-tensors":  # A B: every tensor of A is in B with the same bytes, and no other
+    ha, _, da = read(sys.argv[2]); hb, _, db = read(sys.argv[3])
+    bad = [n for n in ha if n not in hb or tensor(ha, da, n) != tensor(hb, db, n)] + [n for n in hb if n not in ha]
+    print("ok" if not bad else "differ: " + ", ".join(bad[:5]))
+elif cmd == "names":  # FILE: the tensor names, sorted
+    print("\n".join(sorted(read(sys.argv[2])[0])))
+elif cmd == "rope":  # MOEC.safetensors HF.safetensors C H: layer 0's q rows permuted as documented
+    hm, _, dm = read(sys.argv[2]); hh, _, dh = read(sys.argv[3]); C, H = int(sys.argv[4]), int(sys.argv[5])
+    D, row = C // H, 4 * C
+    q, qh = tensor(hm, dm, "layers.0.attn.wq"), tensor(hh, dh, "model.layers.0.self_attn.q_proj.weight")
+    ok = all(qh[(h * D + half * D // 2 + i) * row:(h * D + half * D // 2 + i + 1) * row] ==
+             q[(h * D + 2 * i + half) * row:(h * D + 2 * i + half + 1) * row]
+             for h in range(H) for i in range(D // 2) for half in range(2))
+    v, vh = tensor(hm, dm, "layers.0.attn.wv"), tensor(hh, dh, "model.layers.0.self_attn.v_proj.weight")
+    e1, w1 = tensor(hm, dm, "layers.0.moe.w_gate"), tensor(hh, dh, "model.layers.0.block_sparse_moe.experts.1.w1.weight")
+    E = hm["layers.0.moe.w_gate"]["shape"][0]
+    ok = ok and v == vh and e1[len(e1) // E:2 * len(e1) // E] == w1 and q != qh
+    print("ok" if ok else "not the documented permutation")
+elif cmd == "tokenizer":  # tokenizer.json: token i is byte i's character (GPT-2's table)
+    vocab = json.load(open(sys.argv[2]))["model"]["vocab"]
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b); cs.append(256 + n); n += 1
+    want = {chr(c): b for b, c in zip(bs, cs)}
+    print("ok" if vocab == want else "not the byte table")
+elif cmd == "edit":  # config.json KEY JSON-VALUE (null deletes)
+    path, key, value = sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+    c = json.load(open(path))
+    if value is None: c.pop(key, None)
+    else: c[key] = value
+    json.dump(c, open(path, "w"), indent=1)
+elif cmd == "drop":  # FILE NAME: the file without tensor NAME (and without its checksum)
+    h, meta, d = read(sys.argv[2])
+    keep = {n: (h[n], tensor(h, d, n)) for n in h if n != sys.argv[3]}
+    write(sys.argv[2], h, {"format": "pt"}, keep)
+elif cmd == "add":  # FILE NAME: the file with one more (4,) tensor NAME
+    h, meta, d = read(sys.argv[2])
+    keep = {n: (h[n], tensor(h, d, n)) for n in h}
+    keep[sys.argv[3]] = ({"dtype": "F32", "shape": [4]}, b"\0" * 16)
+    write(sys.argv[2], h, {"format": "pt"}, keep)
+PY
+py() { python3 "$tmp/st.py" "$@"; }
+
+# ---- 1. round trip ---------------------------------------------------------------------
+echo "test_hf: round trip"
+train moe
+train dense --set moe.num_experts=0
+for kind in moe dense; do
+    arch=MixtralForCausalLM
+    [ $kind = dense ] && arch=LlamaForCausalLM
+    "$moe" export --ckpt "$tmp/$kind/ckpt.bin" --format hf --out "$tmp/hf-$kind" > "$tmp/out" 2>&1 &&
+        "$moe" import --format hf --from "$tmp/hf-$kind" --out "$tmp/$kind-hf.bin" > "$tmp/out2" 2>&1 &&
+        "$moe" export --ckpt "$tmp/$kind/ckpt.bin" --out "$tmp/$kind.st" > /dev/null 2>&1 &&
+        "$moe" import --from "$tmp/$kind.st" --out "$tmp/$kind-st.bin" > /dev/null 2>&1 &&
+        cmp -s "$tmp/$kind-hf.bin" "$tmp/$kind-st.bin"
+    check "$kind: export --format hf then import --format hf = export then import, bit for bit" $? \
+        "$(cat "$tmp/out" "$tmp/out2")"
+    "$moe" export --ckpt "$tmp/$kind-hf.bin" --out "$tmp/$kind-back.st" > /dev/null 2>&1
+    got=$(py same-tensors "$tmp/$kind.st" "$tmp/$kind-back.st" 2>&1)
+    [ "$got" = ok ]
+    check "$kind: the imported tensors are the original's, byte for byte" $? "$got"
+    grep -q "\"architectures\": \[\"$arch\"\]" "$tmp/hf-$kind/config.json" &&
+        grep -q '"vocab_size": 256,' "$tmp/hf-$kind/config.json" &&
+        grep -q '"num_key_value_heads": 4,' "$tmp/hf-$kind/config.json" &&
+        grep -q '"tie_word_embeddings": false,' "$tmp/hf-$kind/config.json"
+    check "$kind: config.json says $arch, 256 bytes, 4 key-value heads, an untied head" $? \
+        "$(head -n 12 "$tmp/hf-$kind/config.json")"
+    got=$(py tokenizer "$tmp/hf-$kind/tokenizer.json" 2>&1)
+    [ "$got" = ok ]
+    check "$kind: tokenizer.json maps token i to byte i (GPT-2's byte table, no merges)" $? "$got"
+done
+names=$(py names "$tmp/hf-moe/model.safetensors")
+grep -qx 'model.layers.1.block_sparse_moe.experts.7.w2.weight' <<< "$names" &&
+    grep -qx 'model.layers.0.block_sparse_moe.gate.weight' <<< "$names" &&
+    grep -qx 'lm_head.weight' <<< "$names" && [ "$(wc -l <<< "$names")" -eq $((3 + 2 * (2 + 4 + 1 + 3 * 8))) ]
+check "the MoE's tensors under Hugging Face names: 3 + 2 x (2 norms, 4 attention, router, 24 experts)" \
+    $? "$(head -n 5 <<< "$names")"
+got=$(py rope "$tmp/moe.st" "$tmp/hf-moe/model.safetensors" 32 4 2>&1)
+[ "$got" = ok ]
+check "queries' rows permuted from pairs (2i, 2i+1) to (i, i + D/2); values and experts as they are" $? "$got"
+
+# ---- 2. without moe_c_config -----------------------------------------------------------
+echo "test_hf: a folder without moe.c's settings"
+for kind in moe dense; do
+    cp -r "$tmp/hf-$kind" "$tmp/bare-$kind"
+    py edit "$tmp/bare-$kind/config.json" moe_c_config null
+    "$moe" import --format hf --from "$tmp/bare-$kind" --out "$tmp/bare-$kind.bin" --set "data.val=$data/val.bin" \
+        --set train.batch=4 > "$tmp/out" 2>&1
+    rc=$?
+    a=$(val_of "$tmp/$kind/ckpt.bin")
+    b=$(val_of "$tmp/bare-$kind.bin")
+    [ $rc -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ]
+    check "$kind: from config.json alone, the validation loss is the original's ($a = $b)" $? \
+        "status $rc: $(cat "$tmp/out")"
+done
+
+# ---- 3. a tied head ---------------------------------------------------------------------
+cp -r "$tmp/bare-dense" "$tmp/tied"
+py edit "$tmp/tied/config.json" tie_word_embeddings true
+py drop "$tmp/tied/model.safetensors" lm_head.weight
+"$moe" import --format hf --from "$tmp/tied" --out "$tmp/tied.bin" > "$tmp/out" 2>&1
+rc=$?
+"$moe" export --ckpt "$tmp/tied.bin" --out "$tmp/tied.st" > /dev/null 2>&1
+same=$(python3 - "$tmp/tied.st" << 'PY'
+import json, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); d = f.read()
+t = lambda k: d[h[k]["data_offsets"][0]:h[k]["data_offsets"][1]]
+print(t("head") == t("tok_emb"))
+PY
+)
+[ $rc -eq 0 ] && [ "$same" = True ] && grep -q "ties its head to its embedding" "$tmp/out"
+check "a tied head (no lm_head) is imported as a copy of the embedding, with a note" $? \
+    "status $rc: $(cat "$tmp/out")"
+
+# ---- 4. export refusals -------------------------------------------------------------------
+echo "test_hf: what the layout cannot express is refused"
+refuse_export() { # WHAT PATTERN SETTINGS...
+    local what=$1 pat=$2 rc
+    shift 2
+    train "x" "$@" || { bad "$what: training the model failed: $(tail -n 3 "$tmp/x.log")"; return; }
+    "$moe" export --ckpt "$tmp/x/ckpt.bin" --format hf --out "$tmp/refused" > "$tmp/out" 2>&1
+    rc=$?
+    [ $rc -eq 2 ] && grep -q -- "$pat" "$tmp/out" && [ ! -e "$tmp/refused" ]
+    check "export of $what: exit 2, names $pat, no folder" $? "status $rc: $(cat "$tmp/out")"
+    rm -rf "$tmp/x" "$tmp/refused"
+}
+refuse_export "sigmoid scores" "moe.score=sigmoid" --set moe.score=sigmoid
+refuse_export "unnormalised gates" "moe.norm_topk=0" --set moe.norm_topk=0
+refuse_export "scaled gates" "moe.route_scale" --set moe.route_scale=2
+refuse_export "aux-free biases" "moe.balance=aux_free" --set moe.balance=aux_free
+refuse_export "expert choice" "moe.routing=expert_choice" --set moe.routing=expert_choice \
+    --set moe.balance=none
+refuse_export "shared experts" "moe.num_shared" --set moe.num_shared=1
+refuse_export "a dense block first" "moe.first_dense" --set moe.first_dense=1
+refuse_export "a capacity at evaluation" "moe.capacity_factor" --set moe.capacity_factor=1.25
+refuse_export "a bf16 router" "moe.router_precision" --set moe.router_precision=bf16
+refuse_export "sandwich norms" "model.norm=sandwich" --set model.norm=sandwich --set moe.num_experts=0
+before=$(cksum < "$tmp/hf-moe/model.safetensors")
+"$moe" export --ckpt "$tmp/dense/ckpt.bin" --format hf --out "$tmp/hf-moe" > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "already exists" "$tmp/out" && [ "$(cksum < "$tmp/hf-moe/model.safetensors")" = "$before" ]
+check "export into a folder that holds its files: exit 2, nothing changed" $? "status $rc: $(cat "$tmp/out")"
+
+# ---- 5. import refusals -----------------------------------------------------------------
+echo "test_hf: what moe.c cannot represent is refused"
+refuse_import() { # WHAT PATTERN KEY JSON-VALUE (KEY "" for none; the folder prepared by the caller)
+    local what=$1 pat=$2 key=$3 value=$4 rc
+    [ -d "$tmp/case" ] || cp -r "$tmp/bare-moe" "$tmp/case"
+    [ -n "$key" ] && py edit "$tmp/case/config.json" "$key" "$value"
+    "$moe" import --format hf --from "$tmp/case" --out "$tmp/refused.bin" > "$tmp/out" 2>&1
+    rc=$?
+    [ $rc -eq 2 ] && grep -q -- "$pat" "$tmp/out" && [ ! -e "$tmp/refused.bin" ]
+    check "import of $what: exit 2, says \"$pat\", nothing written" $? "status $rc: $(cat "$tmp/out")"
+    rm -rf "$tmp/case"
+}
+refuse_import "another vocabulary" "vocab_size" vocab_size 300
+refuse_import "grouped-query attention" "grouped-query attention" num_key_value_heads 2
+refuse_import "attention biases" "attention_bias" attention_bias true
+refuse_import "MLP biases" "mlp_bias" mlp_bias true
+refuse_import "another activation" "hidden_act is not silu" hidden_act '"gelu"'
+refuse_import "another norm epsilon" "rms_norm_eps" rms_norm_eps 1e-6
+refuse_import "rotary scaling" "rope_scaling" rope_scaling '{"type": "linear", "factor": 2.0}'
+refuse_import "a short sliding window" "sliding_window" sliding_window 8
+refuse_import "another model type" "model_type \"qwen2\"" model_type '"qwen2"'
+refuse_import "a head_dim that does not divide" "head_dim" head_dim 6
+refuse_import "a missing size" "has no \"hidden_size\"" hidden_size null
+refuse_import "a layer more than the weights" "has no tensor 'model.layers.2" num_hidden_layers 3
+refuse_import "a layer less than the weights" "has a tensor 'model.layers.1" num_hidden_layers 1
+cp -r "$tmp/hf-moe" "$tmp/case"
+refuse_import "moe_c_config against config.json" "disagree" max_position_embeddings 64
+cp -r "$tmp/bare-moe" "$tmp/case"
+py add "$tmp/case/model.safetensors" model.layers.0.self_attn.q_proj.bias
+refuse_import "an extra tensor (a bias)" "q_proj.bias" "" ""
+cp -r "$tmp/bare-moe" "$tmp/case"
+mv "$tmp/case/model.safetensors" "$tmp/case/model-00001-of-00002.safetensors"
+echo '{}' > "$tmp/case/model.safetensors.index.json"
+refuse_import "a sharded model" "split over several safetensors files" "" ""
+cp -r "$tmp/bare-moe" "$tmp/case"
+rm "$tmp/case/model.safetensors"
+refuse_import "no model.safetensors" "has no model.safetensors" "" ""
+cp -r "$tmp/bare-moe" "$tmp/case"
+printf '{"model_type": "mixtral",, }' > "$tmp/case/config.json"
+refuse_import "a config.json that is not JSON" "is not valid JSON" "" ""
+mkdir -p "$tmp/case"
+cp "$tmp/hf-moe/config.json" "$tmp/case/x"
+"$moe" import --format hf --from "$tmp/case/x" --out "$tmp/refused.bin" > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "is not a folder" "$tmp/out" && [ ! -e "$tmp/refused.bin" ]
+check "import --format hf of a file: exit 2, says it is not a folder" $? "status $rc: $(cat "$tmp/out")"
+"$moe" import --format onnx --from "$tmp/hf-moe" --out "$tmp/refused.bin" > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "safetensors (moe.c's names) or hf" "$tmp/out"
+check "--format onnx: exit 2, the formats named" $? "status $rc: $(head -n 2 "$tmp/out")"
+
+# ---- 6. eval --logits ---------------------------------------------------------------------
+echo "test_hf: eval --logits"
+"$moe" eval --ckpt "$tmp/moe/ckpt.bin" --batches 1 --logits "$tmp/l.st" > "$tmp/out" 2>&1
+rc=$?
+loss=$(sed -n 's/^val_loss \([0-9.]*\).*/\1/p' "$tmp/out")
+got=$(python3 - "$tmp/l.st" << 'PY'
+import json, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+print(h["logits"]["shape"], h["tokens"]["shape"], h["__metadata__"]["loss"])
+PY
+)
+[ $rc -eq 0 ] && [ -n "$loss" ] && grep -q '^\[4, 32, 256\] \[4, 32\] ' <<< "$got" &&
+    float_cmp "(${got##* } - $loss)^2" "<" "1e-12"
+check "eval --logits: (4, 32, 256) logits, (4, 32) tokens, the batch's loss $loss" $? \
+    "status $rc: $got $(cat "$tmp/out")"
+"$moe" eval --ckpt "$tmp/moe/ckpt.bin" --batches 1 --logits "$tmp/l.st" > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "already exists" "$tmp/out"
+check "eval --logits of an existing file: exit 2" $? "status $rc: $(cat "$tmp/out")"
+finish
