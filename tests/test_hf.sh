@@ -10,7 +10,8 @@
 #      Hugging Face names (experts one tensor each, queries and keys with their rotary rows
 #      permuted), a byte-level tokenizer.json whose vocabulary maps token i to byte i
 #   2. the same weights without moe_c_config (a folder transformers wrote): the settings come
-#      from config.json alone, and the validation loss is the original's
+#      from config.json alone, and the validation loss is the original's; also with the rotary
+#      base in rope_parameters only (transformers 5's config.json)
 #   3. a tied head (tie_word_embeddings, no lm_head): imported as a copy of the embedding, a note
 #      on stderr
 #   4. export refuses, exit 2, nothing written, naming the setting: sigmoid scores,
@@ -19,7 +20,7 @@
 #      folder that already holds its files
 #   5. import refuses, exit 2, nothing written, naming what it cannot represent: another
 #      vocabulary, grouped-query attention, biases, another activation or epsilon, rotary
-#      scaling, a short sliding window, another model type, a moe_c_config that disagrees with
+#      scaling (rope_scaling or a rope_type), no rotary base stated, a short sliding window, another model type, a moe_c_config that disagrees with
 #      config.json, a missing or extra tensor, a sharded or missing model.safetensors, bad JSON,
 #      a file given as the folder
 #   6. eval --logits writes the first batch's tokens, targets and logits, and its loss is the
@@ -172,6 +173,16 @@ for kind in moe dense; do
         "status $rc: $(cat "$tmp/out")"
 done
 
+cp -r "$tmp/bare-moe" "$tmp/v5"
+py edit "$tmp/v5/config.json" rope_theta null
+"$moe" import --format hf --from "$tmp/v5" --out "$tmp/v5.bin" --set "data.val=$data/val.bin" \
+    --set train.batch=4 > "$tmp/out" 2>&1
+rc=$?
+b=$(val_of "$tmp/v5.bin")
+[ $rc -eq 0 ] && [ -n "$b" ] && [ "$b" = "$(val_of "$tmp/moe/ckpt.bin")" ]
+check "the rotary base from rope_parameters alone (transformers 5's spelling): the same loss" $? \
+    "status $rc: $b $(cat "$tmp/out")"
+
 # ---- 3. a tied head ---------------------------------------------------------------------
 cp -r "$tmp/bare-dense" "$tmp/tied"
 py edit "$tmp/tied/config.json" tie_word_embeddings true
@@ -239,6 +250,11 @@ refuse_import "another activation" "hidden_act is not silu" hidden_act '"gelu"'
 refuse_import "another norm epsilon" "rms_norm_eps" rms_norm_eps 1e-6
 refuse_import "rotary scaling" "rope_scaling" rope_scaling '{"type": "linear", "factor": 2.0}'
 refuse_import "a short sliding window" "sliding_window" sliding_window 8
+cp -r "$tmp/v5" "$tmp/case"
+refuse_import "no rotary base at all" "states no rope_theta" rope_parameters null
+cp -r "$tmp/v5" "$tmp/case"
+refuse_import "a rotary type other than default" "rope_type is not default" rope_parameters \
+    '{"rope_theta": 10000.0, "rope_type": "yarn"}'
 refuse_import "another model type" "model_type \"qwen2\"" model_type '"qwen2"'
 refuse_import "a head_dim that does not divide" "head_dim" head_dim 6
 refuse_import "a missing size" "has no \"hidden_size\"" hidden_size null

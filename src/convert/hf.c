@@ -122,7 +122,10 @@ static char *config_json(const Config *c) {
     fprintf(f, "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n", c->n_head,
             c->d_model / c->n_head);
     fprintf(f, "  \"hidden_act\": \"silu\",\n  \"max_position_embeddings\": %d,\n", c->seq_len);
+    /* the rotary base both ways transformers has spelt it (4: rope_theta; 5: rope_parameters) */
     fprintf(f, "  \"rms_norm_eps\": 1e-05,\n  \"rope_theta\": %.9g,\n  \"rope_scaling\": null,\n",
+            (double)c->rope_theta);
+    fprintf(f, "  \"rope_parameters\": {\"rope_theta\": %.9g, \"rope_type\": \"default\"},\n",
             (double)c->rope_theta);
     fprintf(f, "  \"attention_dropout\": 0.0,\n  \"tie_word_embeddings\": false,\n");
     fprintf(f, "  \"initializer_range\": %.9g,\n", (double)c->init_std);

@@ -70,8 +70,7 @@ static int settings_of(const Fields *f, char **text, int *moe, int *tied) {
                          "layouts",
                          f->path, type ? type : "(none)");
     *moe = strcmp(type, "mixtral") == 0;
-    double V, C, L, H, F, T, kv = -1, hd = -1, eps = 1e-5, window = -1;
-    double theta = *moe ? 1e6 : 1e4; /* transformers' defaults for each */
+    double V, C, L, H, F, T, kv = -1, hd = -1, eps = 1e-5, window = -1, theta = -1;
     const double BIG = 1 << 20;
     if (num(f, "vocab_size", &V, 1, 1, 1, BIG) || num(f, "hidden_size", &C, 1, 1, 1, 65536) ||
         num(f, "num_hidden_layers", &L, 1, 1, 1, 1024) ||
@@ -82,6 +81,20 @@ static int settings_of(const Fields *f, char **text, int *moe, int *tied) {
         num(f, "rms_norm_eps", &eps, 0, 0, 0, 1) || num(f, "rope_theta", &theta, 0, 0, 0, 1e30) ||
         num(f, "sliding_window", &window, 0, 1, 0, 1e18))
         return -1;
+    /* the rotary base: rope_theta, or (transformers 5) rope_parameters {rope_theta, rope_type};
+     * never a default, which differs between versions and models */
+    const JsonValue *rp = json_get(f->root, "rope_parameters");
+    const char *rope_type = NULL;
+    if (rp && rp->type == JSON_OBJECT) {
+        const Fields g = {rp, f->path, f->err, f->errlen};
+        if (num(&g, "rope_theta", &theta, 0, 0, 0, 1e30)) return -1;
+        rope_type = str(&g, "rope_type");
+    }
+    if (theta <= 0)
+        return set_error(f->err, f->errlen,
+                         "%s states no rope_theta (nor rope_parameters.rope_theta): the rotary "
+                         "base changes what the model computes, and moe.c will not guess it",
+                         f->path);
     const char *act = str(f, "hidden_act");
     const JsonValue *scaling = json_get(f->root, "rope_scaling");
     const char *why = V != MOE_VOCAB ? "its vocabulary is not moe.c's 256 bytes (vocab_size)"
@@ -93,6 +106,9 @@ static int settings_of(const Fields *f, char **text, int *moe, int *tied) {
                       : fabs(eps - 1e-5) > 1e-12 ? "rms_norm_eps is not moe.c's 1e-5"
                       : scaling && scaling->type != JSON_NULL
                           ? "rope_scaling changes the rotary positions"
+                      : rope_type && strcmp(rope_type, "default") != 0
+                          ? "rope_parameters.rope_type is not default: it changes the rotary "
+                            "positions"
                       : flag(f, "attention_bias") ? "attention_bias: moe.c's products have no bias"
                       : flag(f, "mlp_bias")       ? "mlp_bias: moe.c's products have no bias"
                       : window >= 0 && window < T
