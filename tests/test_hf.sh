@@ -12,6 +12,7 @@
 #   2. the same weights without moe_c_config (a folder transformers wrote): the settings come
 #      from config.json alone, and the validation loss is the original's; also with the rotary
 #      base in rope_parameters only (transformers 5's config.json)
+#      and a Llama folder, imported and upcycled into 8 experts, keeps the dense model's loss
 #   3. a tied head (tie_word_embeddings, no lm_head): imported as a copy of the embedding, a note
 #      on stderr
 #   4. export refuses, exit 2, nothing written, naming the setting: sigmoid scores,
@@ -182,6 +183,15 @@ b=$(val_of "$tmp/v5.bin")
 [ $rc -eq 0 ] && [ -n "$b" ] && [ "$b" = "$(val_of "$tmp/moe/ckpt.bin")" ]
 check "the rotary base from rope_parameters alone (transformers 5's spelling): the same loss" $? \
     "status $rc: $b $(cat "$tmp/out")"
+
+# a dense model from the Hugging Face layout, upcycled into an MoE
+"$moe" import --format hf --from "$tmp/bare-dense" --out "$tmp/llama.bin" \
+    --set "data.val=$data/val.bin" --set train.batch=4 > /dev/null 2>&1 &&
+    "$moe" upcycle --from "$tmp/llama.bin" --out "$tmp/llama-moe.bin" --set moe.num_experts=8 \
+        --set moe.d_expert=48 > "$tmp/out" 2>&1 &&
+    [ "$(val_of "$tmp/llama-moe.bin")" = "$(val_of "$tmp/dense/ckpt.bin")" ]
+check "a Llama folder imported and upcycled (moe.num_experts=8): the dense model's loss" $? \
+    "$(cat "$tmp/out")"
 
 # ---- 3. a tied head ---------------------------------------------------------------------
 cp -r "$tmp/bare-dense" "$tmp/tied"
