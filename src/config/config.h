@@ -109,6 +109,10 @@ typedef struct {
     /* data.* */
     char train[MOE_PATH_MAX]; /* training shard */
     char val[MOE_PATH_MAX];   /* validation shard */
+    char mix[MOE_PATH_MAX];   /* the domains' shares of the training windows (io/mix.h) */
+    float mix_temperature;    /* > 0: shares proportional to size^(1 / mix_temperature) */
+    char mix_end[MOE_PATH_MAX]; /* the mix of the last mix_end_frac of the steps, or none */
+    float mix_end_frac;
 
     /* dist.* (src/parallel/dist.h): how a run is spread over processes. Not shape keys: a
      * checkpoint holds every expert and loads at any dist.ep. */

@@ -6,11 +6,36 @@
 #include "config/config.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "base/util.h"
+#include "io/mix.h"
 #include "moe/moe_ops.h"
 
+/* data.mix, data.mix_temperature, data.mix_end: their syntax, and that they go together (the
+ * names are checked against the shard when training starts, io/mix.h). */
+static int check_mix(const Config *c, char *err, int errlen) {
+    MixSpec m;
+    if (mix_parse(c->mix, &m, err, errlen)) return -1;
+    if (c->mix_temperature > 0 && m.kind != MIX_NATURAL)
+        return set_error(err, errlen,
+                         "data.mix=%s and data.mix_temperature=%g both set the shares; use one "
+                         "(data.mix=natural with a temperature)",
+                         c->mix, (double)c->mix_temperature);
+    const int end = strcmp(c->mix_end, "none") != 0;
+    char msg[400];
+    if (end && mix_parse(c->mix_end, &m, msg, sizeof msg))
+        return set_error(err, errlen, "data.mix_end: %s", msg);
+    if (end != (c->mix_end_frac > 0))
+        return set_error(err, errlen,
+                         "data.mix_end and data.mix_end_frac go together: the mix of the last "
+                         "fraction of the steps, and that fraction (e.g. data.mix_end=uniform "
+                         "data.mix_end_frac=0.2)");
+    return 0;
+}
+
 int config_check_combinations(const Config *c, char *err, int errlen) {
+    if (check_mix(c, err, errlen)) return -1;
     /* a suggestion that also passes the next check: a multiple of 2 * n_head */
     int even_mult = (c->d_model / (2 * c->n_head)) * 2 * c->n_head;
     if (even_mult == 0) even_mult = 2 * c->n_head;

@@ -171,6 +171,17 @@ const Key CONFIG_KEYS[] = {
 
     ROW(T_STR, "data.train", train, "data/corpus/train.bin", 0, 0, 0, "training shard"),
     ROW(T_STR, "data.val", val, "data/corpus/val.bin", 0, 0, 0, "validation shard"),
+    ROW(T_STR, "data.mix", mix, "natural", 0, 0, 0,
+        "each domain's share of the training windows: natural (the shard as it is), uniform, or "
+        "name:weight,... (en:0.4,code:0.2: the domains not named share the rest by size; "
+        "name:0 leaves one out)"),
+    ROW(T_FLOAT, "data.mix_temperature", mix_temperature, "0", 0, NOMAX, 0,
+        "> 0: each domain's share proportional to its size^(1/T) (1 natural, large nearly "
+        "uniform), with data.mix=natural; 0: data.mix decides"),
+    ROW(T_STR, "data.mix_end", mix_end, "none", 0, 0, 0,
+        "the mix of the last data.mix_end_frac of train.steps (as data.mix), or none"),
+    ROW(T_FLOAT, "data.mix_end_frac", mix_end_frac, "0", 0, 1, K_OPEN_MAX,
+        "the fraction of train.steps at the end drawn with data.mix_end"),
 
     ROW(T_INT, "dist.ep", ep, "1", 1, 4096, 0,
         "expert parallelism: processes that share one copy of the experts (divides the "

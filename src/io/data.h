@@ -82,6 +82,17 @@ typedef struct {
     const Shard *shard;
     int B, T;
     Rng rng;
+    /* a domain mix (loader_set_mix, io/mix.h); mixed = 0: windows anywhere in the shard, the
+     * natural mix, drawn exactly as without one */
+    int mixed;
+    double cum[2][SHARD_MAX_DOMAINS]; /* the mix's cumulative shares, and the end mix's */
+    int end_step, step;               /* from step end_step on, the end mix (loader_set_step) */
+    uint64_t size[SHARD_MAX_DOMAINS]; /* window starts inside each domain's runs */
+    int n_runs[SHARD_MAX_DOMAINS];
+    uint64_t *run_first[SHARD_MAX_DOMAINS], *run_cum[SHARD_MAX_DOMAINS]; /* a domain's runs of
+                                          consecutive documents: first token, starts up to it */
+    uint64_t drawn[SHARD_MAX_DOMAINS]; /* windows drawn of each domain (of its first token
+                                          without a mix) since loader_take_drawn */
 } Loader;
 
 /* 0 when s holds at least one window of T + 1 tokens, else -1 with a message (naming the
@@ -90,6 +101,21 @@ int shard_check_window(const Shard *s, int T, char *err, int errlen);
 
 void loader_init(Loader *l, const Shard *s, int B, int T, uint64_t seed);
 void loader_next(Loader *l, int *inputs, int *targets, uint8_t *domains);
+void loader_free(Loader *l);
+
+/* The window starts of each domain of s for windows of T + 1 tokens that stay inside it (inside
+ * one run of its consecutive documents): the sizes a mix is worked out from (io/mix.h). */
+void shard_domain_starts(const Shard *s, int T, uint64_t *size);
+
+/* Draw from now on by domain: each window's domain from share (n_domains, summing to 1), then
+ * a start inside that domain's runs, both from the loader's RNG (so a resume restores the
+ * stream); from step end_step on (loader_set_step) by end_share instead (NULL: none). */
+void loader_set_mix(Loader *l, const double *share, const double *end_share, int end_step);
+/* The optimizer step the next windows are for (the end mix starts at end_step). */
+void loader_set_step(Loader *l, int step);
+/* The windows drawn of each domain since the last call, into drawn (n_domains); counting
+ * starts again. */
+void loader_take_drawn(Loader *l, uint64_t *drawn);
 void loader_val_batch(const Shard *s, int B, int T, int batch_index, int n_batches, int *inputs,
                       int *targets, uint8_t *domains);
 

@@ -13,6 +13,10 @@
  */
 #include "io/data.h"
 
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
 /* inputs/targets (T), domains (T): one window starting at token `start`. */
 static void fill_window(const Shard *s, uint64_t start, int T, int *inputs, int *targets,
                         uint8_t *domains) {
@@ -41,17 +45,114 @@ static void check_fits(const Shard *s, int T) {
 
 void loader_init(Loader *l, const Shard *s, int B, int T, uint64_t seed) {
     check_fits(s, T);
+    memset(l, 0, sizeof *l);
     l->shard = s;
     l->B = B;
     l->T = T;
     rng_seed(&l->rng, seed);
 }
 
+void loader_free(Loader *l) {
+    for (int d = 0; d < SHARD_MAX_DOMAINS; d++) free(l->run_first[d]), free(l->run_cum[d]);
+    memset(l, 0, sizeof *l);
+}
+
+/* The runs of s: the maximal stretches of consecutive documents of one domain. A run of len
+ * tokens holds len - T window starts whose T + 1 tokens stay inside it. Fills dom, first,
+ * starts (each n_docs long at most) and returns the count. */
+static uint32_t shard_runs(const Shard *s, int T, uint32_t *dom, uint64_t *first,
+                           uint64_t *starts) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s->n_docs; n++) {
+        const uint32_t d = s->docs[i].domain;
+        uint64_t len = 0;
+        dom[n] = d;
+        first[n] = s->docs[i].start;
+        while (i < s->n_docs && s->docs[i].domain == d) len += s->docs[i++].length;
+        starts[n] = len > (uint64_t)T ? len - (uint64_t)T : 0;
+    }
+    return n;
+}
+
+void shard_domain_starts(const Shard *s, int T, uint64_t *size) {
+    uint32_t *dom = (uint32_t *)calloc_check(s->n_docs, sizeof *dom);
+    uint64_t *first = (uint64_t *)calloc_check(s->n_docs, sizeof *first);
+    uint64_t *starts = (uint64_t *)calloc_check(s->n_docs, sizeof *starts);
+    for (uint32_t d = 0; d < s->n_domains; d++) size[d] = 0;
+    const uint32_t n = shard_runs(s, T, dom, first, starts);
+    for (uint32_t r = 0; r < n; r++) size[dom[r]] += starts[r];
+    free(dom), free(first), free(starts);
+}
+
+void loader_set_mix(Loader *l, const double *share, const double *end_share, int end_step) {
+    const Shard *s = l->shard;
+    const int D = (int)s->n_domains;
+    uint32_t *dom = (uint32_t *)calloc_check(s->n_docs, sizeof *dom);
+    uint64_t *first = (uint64_t *)calloc_check(s->n_docs, sizeof *first);
+    uint64_t *starts = (uint64_t *)calloc_check(s->n_docs, sizeof *starts);
+    const uint32_t n = shard_runs(s, l->T, dom, first, starts);
+    for (int d = 0; d < D; d++) { /* each domain's runs with a window, and the starts up to each */
+        free(l->run_first[d]), free(l->run_cum[d]);
+        l->run_first[d] = (uint64_t *)calloc_check(n, sizeof(uint64_t));
+        l->run_cum[d] = (uint64_t *)calloc_check(n, sizeof(uint64_t));
+        l->n_runs[d] = 0;
+        l->size[d] = 0;
+    }
+    for (uint32_t r = 0; r < n; r++) {
+        const uint32_t d = dom[r];
+        if (!starts[r]) continue;
+        const int k = l->n_runs[d]++;
+        l->run_first[d][k] = first[r];
+        l->run_cum[d][k] = l->size[d] += starts[r];
+    }
+    free(dom), free(first), free(starts);
+    for (int phase = 0; phase < 2; phase++) {
+        const double *sh = phase == 0 || !end_share ? share : end_share;
+        double c = 0.0;
+        for (int d = 0; d < D; d++) l->cum[phase][d] = c += sh[d];
+    }
+    l->end_step = end_share ? end_step : INT_MAX;
+    l->mixed = 1;
+}
+
+void loader_set_step(Loader *l, int step) {
+    l->step = step;
+}
+
+void loader_take_drawn(Loader *l, uint64_t *drawn) {
+    for (uint32_t d = 0; d < l->shard->n_domains; d++) drawn[d] = l->drawn[d], l->drawn[d] = 0;
+}
+
+/* A window start of domain d: the r-th start of its runs, r drawn uniformly. */
+static uint64_t domain_start(Loader *l, int d) {
+    const uint64_t r = rng_below(&l->rng, l->size[d]);
+    int lo = 0, hi = l->n_runs[d] - 1; /* the first run whose cumulative starts exceed r */
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (l->run_cum[d][mid] > r)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return l->run_first[d][lo] + r - (lo ? l->run_cum[d][lo - 1] : 0);
+}
+
 void loader_next(Loader *l, int *inputs, int *targets, uint8_t *domains) {
     const Shard *s = l->shard;
     uint64_t n_starts = s->n_tokens - (uint64_t)l->T;
+    const double *cum = l->cum[l->step >= l->end_step];
     for (int b = 0; b < l->B; b++) {
-        uint64_t start = rng_below(&l->rng, n_starts);
+        uint64_t start;
+        if (l->mixed) { /* a domain by its share, then a start inside it */
+            const double u = rng_uniform(&l->rng);
+            int d = 0;
+            while (d + 1 < (int)s->n_domains && (u >= cum[d] || l->size[d] == 0)) d++;
+            while (l->size[d] == 0) d--; /* rounding at the top end: the last domain drawn */
+            start = domain_start(l, d);
+        } else {
+            start = rng_below(&l->rng, n_starts);
+        }
+        l->drawn[s->tok_domain[start]]++;
         size_t row = (size_t)b * (size_t)l->T;
         fill_window(s, start, l->T, inputs + row, targets + row, domains + row);
     }

@@ -1,6 +1,7 @@
 /* train.c: see train.h. */
 #include "train/train.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #endif
 
 #include "base/util.h"
+#include "io/mix.h"
 #include "model/ep.h"
 #include "model/grad_sync.h"
 #include "model/memory.h"
@@ -33,12 +35,20 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
     int *targets = (int *)malloc_check(NW * sizeof(int));
     uint8_t *all_domains = (uint8_t *)malloc_check(NW);
     const uint8_t *domains = all_domains + mine;
+    float *token_loss = (float *)malloc_check((size_t)N * sizeof(float));
     double total = 0.0;
     for (int i = 0; i < eval_batches; i++) {
         loader_val_batch(val, B * world, T, i, eval_batches, inputs, targets, all_domains);
         model_forward(m, inputs + mine, targets + mine, B, T);
         total += m->loss;
         if (!dc) continue;
+        if (dc->loss_sum) { /* each token's loss to its domain */
+            m->be->to_host(m->be, token_loss, m->losses, (size_t)N * sizeof(float));
+            for (int t = 0; t < N; t++) {
+                dc->loss_sum[domains[t]] += token_loss[t];
+                dc->tokens[domains[t]] += 1.0;
+            }
+        }
         for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
             const MoeActs *a = m->blocks[l].moe;
             if (!a) continue;
@@ -57,11 +67,16 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
                                  (size_t)dc->n_moe * dc->n_domains * dc->E);
             if (dc->drops)
                 dist_allreduce_sum_d(m->dist, DIST_WORLD, dc->drops, 2 * (size_t)dc->n_moe);
+            if (dc->loss_sum) {
+                dist_allreduce_sum_d(m->dist, DIST_WORLD, dc->loss_sum, (size_t)dc->n_domains);
+                dist_allreduce_sum_d(m->dist, DIST_WORLD, dc->tokens, (size_t)dc->n_domains);
+            }
         }
     }
     free(inputs);
     free(targets);
     free(all_domains);
+    free(token_loss);
     m->training = training;
     return (float)(total / eval_batches);
 }
@@ -100,6 +115,40 @@ static void load_shard_or_exit(Shard *s, const char *path, const char *key, int 
     char err[1024];
     if (shard_load(s, path, err, sizeof err) != 0 || shard_check_window(s, T, err, sizeof err) != 0)
         moe_input_error("%s: %s", key, err);
+}
+
+/* The domain mix of the training windows (data.mix, data.mix_temperature, data.mix_end;
+ * io/mix.h), set on the loader; nothing for the natural mix, which draws as it always has.
+ * target gets the shares of the mix in force at each step's start (its end mix from end_step);
+ * a name the shard lacks, or shares that leave nothing to draw, exit 2. */
+static void setup_mix(Loader *l, const Config *c, const Shard *train,
+                      double target[2][SHARD_MAX_DOMAINS], int *end_step) {
+    char err[1024];
+    MixSpec m, me;
+    uint64_t size[SHARD_MAX_DOMAINS];
+    shard_domain_starts(train, c->seq_len, size);
+    const int end = strcmp(c->mix_end, "none") != 0;
+    *end_step = end ? c->steps - (int)lround(c->mix_end_frac * c->steps) : INT_MAX;
+    if (mix_parse(c->mix, &m, err, sizeof err) ||
+        mix_resolve(&m, c->mix_temperature, train, size, target[0], err, sizeof err))
+        moe_input_error("%s", err);
+    memcpy(target[1], target[0], sizeof target[1]);
+    if (end && (mix_parse(c->mix_end, &me, err, sizeof err) ||
+                mix_resolve(&me, 0.0, train, size, target[1], err, sizeof err)))
+        moe_input_error("data.mix_end: %s", err);
+    if (m.kind == MIX_NATURAL && c->mix_temperature <= 0 && !end) return; /* as it always was */
+    loader_set_mix(l, target[0], end ? target[1] : NULL, *end_step);
+}
+
+/* mix.csv: the windows drawn of each domain since the last row, against the mix's share. */
+static void mix_csv_write(FILE *f, Loader *l, const Shard *train, const double *target, int from,
+                          int step) {
+    uint64_t drawn[SHARD_MAX_DOMAINS], total = 0;
+    loader_take_drawn(l, drawn);
+    for (uint32_t d = 0; d < train->n_domains; d++) total += drawn[d];
+    for (uint32_t d = 0; d < train->n_domains && total; d++)
+        fprintf(f, "%d,%d,%s,%llu,%.6f,%.6f\n", step, from, train->domain[d],
+                (unsigned long long)drawn[d], (double)drawn[d] / (double)total, target[d]);
 }
 
 /* The run directory's CSV files are written by the first process only; the others write to
@@ -180,6 +229,9 @@ int train_run(Config *c, const TrainOptions *o) {
     model_init_dist(&m, c, B, T, o->dist); /* it keeps one process's dist only for NCCL */
     Loader loader;
     loader_init(&loader, &train, c->batch, T, c->seed);
+    double mix_target[2][SHARD_MAX_DOMAINS];
+    int mix_end_step;
+    setup_mix(&loader, c, &train, mix_target, &mix_end_step);
     if (o->resume && checkpoint_load(&m, &loader.rng, ckpt_path, 1, err, sizeof err) != 0)
         moe_input_error("%s", err);
     /* --init: the weights (and aux-free biases) of another run, a fresh optimizer at step 0 */
@@ -223,6 +275,10 @@ int train_run(Config *c, const TrainOptions *o) {
         hl += snprintf(header + hl, sizeof header - (size_t)hl, ",load_%d", e);
     snprintf(header + hl, sizeof header - (size_t)hl, ",drop_frac");
     FILE *fvalrouter = run_csv(d, o->out_dir, "val_router.csv", header, keep);
+    FILE *fmix =
+        run_csv(d, o->out_dir, "mix.csv", "step,from_step,domain,windows,share,target", keep);
+    FILE *fvaldom = run_csv(d, o->out_dir, "val_domains.csv", "step,domain,val_loss,tokens", keep);
+    int mix_from = start_step;
     FILE *fdist = d ? run_csv(d, o->out_dir, "dist.csv",
                               "step,layer,rank,bytes_sent,bytes_recv,comm_s,expert_s,rows_in,"
                               "rows_out_remote,rows_in_remote,sync_wait_s",
@@ -253,6 +309,8 @@ int train_run(Config *c, const TrainOptions *o) {
     DomainCounts dc = {.n_moe = m.n_moe, .n_domains = (int)val.n_domains, .E = E};
     dc.counts = (double *)calloc_check((size_t)m.n_moe * val.n_domains * E + 1, sizeof(double));
     dc.drops = (double *)calloc_check((size_t)m.n_moe * 2 + 1, sizeof(double));
+    dc.loss_sum = (double *)calloc_check((size_t)val.n_domains, sizeof(double));
+    dc.tokens = (double *)calloc_check((size_t)val.n_domains, sizeof(double));
 
     /* the whole batch (every process draws it), of which this process trains its share */
     int *inputs = (int *)malloc_check((size_t)c->batch * T * sizeof(int));
@@ -282,6 +340,7 @@ int train_run(Config *c, const TrainOptions *o) {
         router_accum_reset(&ra);
         double loss = 0.0, aux = 0.0, z = 0.0;
         for (int micro = 0; micro < c->accum; micro++) {
+            loader_set_step(&loader, step);
             loader_next(&loader, inputs, targets, domains);
             m.micro = micro;
             model_forward(&m, inputs + mine, targets + mine, B, T);
@@ -341,12 +400,26 @@ int train_run(Config *c, const TrainOptions *o) {
         if (c->eval_every > 0 && (s % c->eval_every == 0 || s == c->steps)) {
             memset(dc.counts, 0, (size_t)m.n_moe * val.n_domains * E * sizeof(double));
             memset(dc.drops, 0, (size_t)m.n_moe * 2 * sizeof(double));
+            memset(dc.loss_sum, 0, (size_t)val.n_domains * sizeof(double));
+            memset(dc.tokens, 0, (size_t)val.n_domains * sizeof(double));
             val_loss = evaluate(&m, &val, c->eval_batches, &dc);
+            for (uint32_t v = 0; v < val.n_domains; v++)
+                if (dc.tokens[v] > 0)
+                    fprintf(fvaldom, "%d,%s,%.6f,%.0f\n", s, val.domain[v],
+                            dc.loss_sum[v] / dc.tokens[v], dc.tokens[v]);
+            fflush(fvaldom);
             domains_csv_write(fdomains, &dc, &m, &val, s);
             fflush(fdomains);
             val_router_csv_write(fvalrouter, &dc, &m, ra.tmp, s);
             fflush(fvalrouter);
             last_val = val_loss;
+        }
+        /* the windows drawn since the last row: at each evaluation, where the end mix takes
+         * over, and at the end, so that every row lies inside one mix */
+        if (!isnan(val_loss) || s == mix_end_step || s == last) {
+            mix_csv_write(fmix, &loader, &train, mix_target[mix_from >= mix_end_step], mix_from, s);
+            fflush(fmix);
+            mix_from = s;
         }
         train_csv_row(ftrain, s, loss, aux, z, lr, norm, tok_s, val_loss, loss_spike, grad_spike);
         router_accum_write(&ra, &m, frouter, s);
@@ -375,6 +448,11 @@ int train_run(Config *c, const TrainOptions *o) {
     fclose(ftrain);
     fclose(frouter);
     fclose(fdomains);
+    fclose(fmix);
+    fclose(fvaldom);
+    free(dc.loss_sum);
+    free(dc.tokens);
+    loader_free(&loader);
     fclose(fvalrouter);
     if (fdist) fclose(fdist);
     if (freplay) fclose(freplay);

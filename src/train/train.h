@@ -41,6 +41,8 @@ typedef struct {
     int n_moe, n_domains, E;
     double *counts;
     double *drops;
+    double *loss_sum, *tokens; /* (n_domains) cross-entropy summed over each domain's tokens, and
+                                  their count; NULL: not gathered */
 } DomainCounts;
 
 /* Mean cross-entropy over eval_batches validation batches; routing by domain is added to dc
