@@ -122,7 +122,7 @@ refuse() { # WHAT PATTERN SETTINGS...
 refuse "a domain the shard lacks" "names 'en', which .* does not have; its domains: syn0, syn1, syn2" \
     --set data.mix=en:0.5
 refuse "a negative weight" "not a number >= 0" --set data.mix=syn0:-1
-refuse "all weights 0" "a weight of 0" --set data.mix=syn0:0,syn1:0
+refuse "all weights 0" "every domain has a share of 0" --set data.mix=syn0:0,syn1:0,syn2:0
 refuse "name=weight" "is not name:weight" --set data.mix=syn0=1
 refuse "a mix and a temperature" "both set the shares" --set data.mix=uniform --set data.mix_temperature=2
 refuse "an end mix without its fraction" "go together" --set data.mix_end=uniform

@@ -44,10 +44,7 @@ int mix_parse(const char *text, MixSpec *m, char *err, int errlen) {
         if (!p[len]) break;
         p += len + 1;
     }
-    if (total == 0.0)
-        return set_error(err, errlen,
-                         "data.mix gives every domain it names a weight of 0; give one a "
-                         "weight above 0, or write natural");
+    (void)total; /* all 0 is judged against the shard (mix_resolve): the unnamed share the rest */
     return 0;
 }
 
@@ -103,8 +100,9 @@ int mix_resolve(const MixSpec *m, double temperature, const Shard *s, const uint
     }
     if (total <= 0.0)
         return set_error(err, errlen,
-                         "data.mix gives a share only to domains of %s that hold no window of "
-                         "model.seq_len + 1 tokens; give a share to another domain",
+                         "data.mix leaves nothing to draw from %s: every domain has a share of 0, "
+                         "or only domains without a window of model.seq_len + 1 tokens have "
+                         "one; give a domain with windows a share above 0",
                          s->path);
     for (int d = 0; d < D; d++) share[d] /= total;
     return 0;

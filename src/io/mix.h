@@ -33,14 +33,14 @@ typedef struct {
 
 /* The text of a mix (above) into m; -1 with a message naming the entry when it is not one: an
  * empty or long name, a name twice, a weight that is not a finite number >= 0, more than
- * SHARD_MAX_DOMAINS entries, all weights 0. */
+ * SHARD_MAX_DOMAINS entries. (Weights all 0 are judged against the shard, by mix_resolve.) */
 int mix_parse(const char *text, MixSpec *m, char *err, int errlen);
 
 /* The share of each of the shard's domains, summing to 1, into share[0 .. n_domains): from the
  * spec, or with temperature > 0 from the sizes (the spec must then be natural). size[d]: each
  * domain's window starts. -1 with a message for a name the shard does not have (the message
- * lists its domains), named shares above 1 with domains left unnamed, or a mix that gives
- * every domain with windows a share of 0. */
+ * lists its domains), named shares above 1 with domains left unnamed, or a mix that leaves no
+ * domain with windows a share above 0 (all weights 0). */
 int mix_resolve(const MixSpec *m, double temperature, const Shard *s, const uint64_t *size,
                 double *share, char *err, int errlen);
 
