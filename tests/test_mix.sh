@@ -15,6 +15,7 @@
 #      checkpoint and the losses of 24 steps straight
 #   5. val_domains.csv: each evaluation's per-domain losses, weighted by their tokens, are the
 #      val_loss of train.csv
+#   and the handbook's four commands run at a tiny size
 #   6. bad mixes exit 2 with a message and write nothing: a name the shard lacks (the message
 #      lists its domains), a negative weight, all weights 0, name=weight, a mix and a
 #      temperature together, an end mix without its fraction, named shares over 1 with a
@@ -109,6 +110,14 @@ got=$(awk -F, 'FNR == 1 { next } FILENAME ~ /val_domains/ { s[$1] += $3 * $4; n[
       "$tmp/mix/val_domains.csv" "$tmp/mix/train.csv")
 [ "$got" = ok ]
 check "the per-domain validation losses, weighted by tokens, are val_loss at all 3 evaluations" $? "$got"
+
+# ---- the handbook's commands, on the synthetic shard (its domains are syn0..syn2) -------------
+hb=(--set train.steps=3 --set train.eval_every=0)
+"$moe" train --out "$tmp/hb1" "${base[@]}" "${hb[@]}" --set data.mix=syn2:0.2 --quiet > /dev/null 2>&1 &&
+    "$moe" train --out "$tmp/hb2" "${base[@]}" "${hb[@]}" --set data.mix_temperature=2 --quiet > /dev/null 2>&1 &&
+    "$moe" train --out "$tmp/hb3" "${base[@]}" "${hb[@]}" --set data.mix=syn1:0 --quiet > /dev/null 2>&1 &&
+    "$moe" train --out "$tmp/hb4" "${base[@]}" "${hb[@]}" --set data.mix_end=uniform --set data.mix_end_frac=0.2 --quiet > /dev/null 2>&1
+check "the handbook's four mix commands run (one domain a fifth, a temperature, one left out, an end mix)" $?
 
 # ---- 6. bad mixes ---------------------------------------------------------------------------
 refuse() { # WHAT PATTERN SETTINGS...
