@@ -24,6 +24,7 @@
 #   write_curves FILE NAME=DIR...      FILE (csv): arm,step,val_loss at every evaluation
 #   seed_spread FILE REF [COL]        "n min max" of column COL (val_loss) over the rows REF and
 #                                     REF-seedN of a summary.csv (its header names the columns)
+#   domain_mi CSV                     the domain-expert mutual information of a domains.csv
 #   final_loss_figure PNG TITLE REF COL CSV NAME...   the dot chart of the final losses of the
 #                                     arms NAME... (chapters/final_loss.gp) with REF's seed spread
 #   seed_note REF COL CSV             the sentence summary.md says about that spread
@@ -233,6 +234,19 @@ seed_note() { # REF COL CSV: what summary.md says about the seed spread
     else
         echo "Seed spread: not measured (only one seed of $1 here; train $1-seed2 and $1-seed3 with --only): read differences under about 0.01 nats as noise."
     fi
+}
+
+domain_mi() { # DOMAINS_CSV: the mutual information of domain and expert at the last evaluation
+    # (nats, mean over the MoE blocks; each domain weighs the same: I = H(mean_d p_d) -
+    # mean_d H(p_d), 0 when every domain uses the experts alike, ln D at most)
+    awk -F, 'NR > 1 { last = $1 } { row[NR] = $0 } END {
+          for (r = 2; r <= NR; r++) { split(row[r], f, ","); if (f[1] != last) continue
+            p[f[2], f[3], f[4]] = f[5]; L[f[2]] = 1; D[f[3]] = 1; E[f[4]] = 1 }
+          for (l in L) { nd = 0; hd = 0; for (e in E) m[e] = 0
+            for (d in D) { nd++; for (e in E) { q = p[l, d, e]; m[e] += q; if (q > 0) hd -= q * log(q) } }
+            hm = 0; for (e in E) { q = m[e] / nd; if (q > 0) hm -= q * log(q) }
+            s += hm - hd / nd; nl++ }
+          printf "%.4f", nl ? s / nl : 0 }' "$1"
 }
 
 final_loss_figure() { # PNG TITLE REF COL CSV NAME...

@@ -204,14 +204,7 @@ ref_div=$(awk -F, '$1 == "pre" && $3 == 1 { d++ } END { print d + 0 }' "$out/run
                       for (i = first; i <= last; i++) if (i < first + half) a += $i; else b += $i
                       g += (a > b ? a : b) / ((a + b) / 2) - 1 }
           END { printf "%.3f %.3f\n", n ? m / n : 0, n ? g / n : 0 }' "$dir/router.csv")
-      mi=$(awk -F, 'NR > 1 { last = $1 } { row[NR] = $0 } END {
-            for (r = 2; r <= NR; r++) { split(row[r], f, ","); if (f[1] != last) continue
-              p[f[2], f[3], f[4]] = f[5]; L[f[2]] = 1; D[f[3]] = 1; E[f[4]] = 1 }
-            for (l in L) { nd = 0; hd = 0; for (e in E) m[e] = 0
-              for (d in D) { nd++; for (e in E) { q = p[l, d, e]; m[e] += q; if (q > 0) hd -= q * log(q) } }
-              hm = 0; for (e in E) { q = m[e] / nd; if (q > 0) hm -= q * log(q) }
-              s += hm - hd / nd; nl++ }
-            printf "%.4f", nl ? s / nl : 0 }' "$dir/domains.csv")
+      mi=$(domain_mi "$dir/domains.csv")
       val=$(awk -F, 'NR > 1 && $8 != "" { v = $8 } END { print v }' "$dir/train.csv")
       echo "$name,$seed,$maxvio,$maxvio_g,$mi,$val"
     done

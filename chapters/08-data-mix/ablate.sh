@@ -104,14 +104,7 @@ fi
             "$dir/mix.csv")
     maxvio=$(awk -F, -v from=$((steps * 4 / 5)) 'NR > 1 && $1 > from { m += $3; n++ }
              END { printf "%.3f", n ? m / n : 0 }' "$dir/router.csv")
-    mi=$(awk -F, 'NR > 1 { last = $1 } { row[NR] = $0 } END {
-          for (r = 2; r <= NR; r++) { split(row[r], f, ","); if (f[1] != last) continue
-            p[f[2], f[3], f[4]] = f[5]; L[f[2]] = 1; D[f[3]] = 1; E[f[4]] = 1 }
-          for (l in L) { nd = 0; hd = 0; for (e in E) m[e] = 0
-            for (d in D) { nd++; for (e in E) { q = p[l, d, e]; m[e] += q; if (q > 0) hd -= q * log(q) } }
-            hm = 0; for (e in E) { q = m[e] / nd; if (q > 0) hm -= q * log(q) }
-            s += hm - hd / nd; nl++ }
-          printf "%.4f", nl ? s / nl : 0 }' "$dir/domains.csv")
+    mi=$(domain_mi "$dir/domains.csv")
     echo "$name,$val$per$drawn,$maxvio,$mi,$settings"
   done
 } > "$out/summary.csv"
