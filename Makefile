@@ -417,7 +417,7 @@ FUZZ_BUILD := build-fuzz
 FUZZ_NAMES := config safetensors checkpoint shard csv json
 FUZZ_LIB_SRC := src/base/util.c src/config/config.c src/config/config_check.c src/config/keys.c src/io/files.c src/io/json.c \
                 src/io/safetensors.c src/io/tensorfile.c src/io/shard.c src/io/loader.c src/io/csv_table.c \
-                src/io/json_value.c
+                src/io/json_value.c src/io/mix.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer -Wall -Wextra \
                -Wno-unused-parameter -Isrc -Itests/fuzz -DMOE_HAVE_OPENMP=0 -DMOE_HAVE_MPI=0 \
