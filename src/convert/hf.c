@@ -12,19 +12,15 @@
  */
 #include "convert/hf.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "base/util.h"
 #include "io/files.h"
 #include "io/json.h"
 #include "model/params.h"
 #include "moe/moe_ops.h"
-
-#define HF_CONFIG_MAX (1u << 20) /* a config.json is a few KiB */
 
 /* ---- names ----------------------------------------------------------------------------------- */
 

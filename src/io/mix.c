@@ -14,7 +14,6 @@ int mix_parse(const char *text, MixSpec *m, char *err, int errlen) {
     if (strcmp(text, "natural") == 0) return m->kind = MIX_NATURAL, 0;
     if (strcmp(text, "uniform") == 0) return m->kind = MIX_UNIFORM, 0;
     m->kind = MIX_WEIGHTS;
-    double total = 0.0;
     for (const char *p = text;;) {
         const size_t len = strcspn(p, ",");
         char entry[96];
@@ -40,12 +39,10 @@ int mix_parse(const char *text, MixSpec *m, char *err, int errlen) {
             if (strcmp(m->name[i], m->name[m->n]) == 0)
                 return set_error(err, errlen, "data.mix names '%s' twice", m->name[i]);
         m->weight[m->n++] = w;
-        total += w;
         if (!p[len]) break;
         p += len + 1;
     }
-    (void)total; /* all 0 is judged against the shard (mix_resolve): the unnamed share the rest */
-    return 0;
+    return 0; /* weights all 0 are judged against the shard (mix_resolve) */
 }
 
 int mix_resolve(const MixSpec *m, double temperature, const Shard *s, const uint64_t *size,

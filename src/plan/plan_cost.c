@@ -271,7 +271,9 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
                   t->act_bytes; /* a full recomputation gathers and scatters once more */
         }
         /* the expert exchange: each of nt tokens sends top_k rows, (ep - 1) / ep of them to
-         * other GPUs, out and back, forward and backward; the busiest receiver sets the pace */
+         * other GPUs, out and back, forward and backward; the busiest receiver sets the pace.
+         * For the moe.c engine (fp32 rows, tp = pp = 1) this is chapter 3's formula,
+         * plan_moec_ep_bytes */
         double epb = 0, ep_inter = 0, ep_t = 0;
         if (ep > 1 && S->n_moe > 0) {
             /* recomputing the MoE blocks (or whole layers) sends the rows out and back again */
@@ -293,11 +295,6 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
             epb += counts;
             ep_t = t->imbalance *
                    fmax(link_s(k, passes * intra_rows * row + counts, 0), link_s(k, ep_inter, 1));
-            if (moec) { /* fp32 rows and the counts: chapter 3's formula (pp = 1) */
-                epb = plan_moec_ep_bytes(m, n, ep);
-                ep_inter = ep_node < ep ? epb : 0;
-                ep_t = t->imbalance * link_s(k, epb, ep_node < ep);
-            }
         }
         /* pipeline: the stage's output forward, its gradient backward, per virtual stage */
         const double ppb = pp > 1 ? 2.0 * vpp * nt * d * t->act_bytes : 0;

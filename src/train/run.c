@@ -11,7 +11,6 @@
 
 #include "backend/backend.h"
 #include "base/util.h"
-#include "io/mix.h"
 #include "io/files.h"
 #include "model/model.h"
 
@@ -73,7 +72,8 @@ static int ends_in_newline(const char *path) {
 }
 
 void run_write_provenance(const char *dir, const Config *c, const Shard *train, const Shard *val,
-                          int threads, int resumed_at, const char *init_from, const Dist *d) {
+                          const char *mix_lines, int threads, int resumed_at, const char *init_from,
+                          const Dist *d) {
     char path[MOE_PATH_MAX + 32];
     run_path(path, sizeof path, dir, "provenance.txt");
     struct utsname u;
@@ -99,24 +99,7 @@ void run_write_provenance(const char *dir, const Config *c, const Shard *train, 
     fprintf(f, "data.val = %s crc32=%08x tokens=%llu\n", val->path, val->crc32,
             (unsigned long long)val->n_tokens);
     fprintf(f, "data.train_unigram_entropy = %.4f\n", shard_unigram_entropy(train));
-    /* the shares the mix gives this shard's domains (io/mix.h), when it is not the natural one */
-    MixSpec mix;
-    char err[256], shares[512];
-    double share[SHARD_MAX_DOMAINS];
-    uint64_t size[SHARD_MAX_DOMAINS];
-    shard_domain_starts(train, c->seq_len, size);
-    for (int phase = 0; phase < 2; phase++) {
-        const char *spec = phase ? c->mix_end : c->mix;
-        if (phase ? strcmp(spec, "none") == 0
-                  : strcmp(spec, "natural") == 0 && c->mix_temperature <= 0)
-            continue;
-        if (mix_parse(spec, &mix, err, sizeof err) == 0 &&
-            mix_resolve(&mix, phase ? 0.0 : c->mix_temperature, train, size, share, err,
-                        sizeof err) == 0) {
-            mix_format(train, share, shares, sizeof shares);
-            fprintf(f, "%s = %s\n", phase ? "data.mix_end_shares" : "data.mix_shares", shares);
-        }
-    }
+    if (mix_lines) fputs(mix_lines, f);
     fprintf(f, "seed = %llu\n", (unsigned long long)c->seed);
     fprintf(f, "threads = %d\n", threads);
     if (d) fprintf(f, "processes = %d (dist.ep = %d x data-parallel %d)\n", d->world, d->ep, d->dp);

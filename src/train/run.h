@@ -27,11 +27,13 @@ void run_path(char *out, size_t n, const char *dir, const char *file);
 /* Write config.txt (every setting of c), atomically; exits 2 with a message when it cannot. */
 void run_write_config(const char *dir, const Config *c);
 
-/* Write provenance.txt: commit, shard paths and CRC-32s, seed, threads, host and CPU, the
+/* Write provenance.txt: commit, shard paths and CRC-32s, the shares of a domain mix (mix_lines:
+ * "key = value" lines the trainer resolved, or NULL), seed, threads, host and CPU, the
  * checkpoint whose weights the run started from (init_from, `moe train --init`; NULL: none)
  * and the processes of a run spread over several (d; NULL: one). */
 void run_write_provenance(const char *dir, const Config *c, const Shard *train, const Shard *val,
-                          int threads, int resumed_at, const char *init_from, const Dist *d);
+                          const char *mix_lines, int threads, int resumed_at, const char *init_from,
+                          const Dist *d);
 
 /* The data check of a resume: 0 when the shards' payload CRC-32s are those that the last
  * data.train / data.val lines of dir/provenance.txt record (or nothing is recorded); -1 with a

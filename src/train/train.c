@@ -119,10 +119,11 @@ static void load_shard_or_exit(Shard *s, const char *path, const char *key, int 
 
 /* The domain mix of the training windows (data.mix, data.mix_temperature, data.mix_end;
  * io/mix.h), set on the loader; nothing for the natural mix, which draws as it always has.
- * target gets the shares of the mix in force at each step's start (its end mix from end_step);
- * a name the shard lacks, or shares that leave nothing to draw, exit 2. */
+ * target gets the shares of the mix in force at each step's start (its end mix from end_step),
+ * lines the resolved shares for provenance.txt ("" for the natural mix alone); a name the shard
+ * lacks, or shares that leave nothing to draw, exit 2. */
 static void setup_mix(Loader *l, const Config *c, const Shard *train,
-                      double target[2][SHARD_MAX_DOMAINS], int *end_step) {
+                      double target[2][SHARD_MAX_DOMAINS], int *end_step, char *lines, size_t n) {
     char err[1024];
     MixSpec m, me;
     uint64_t size[SHARD_MAX_DOMAINS];
@@ -136,7 +137,14 @@ static void setup_mix(Loader *l, const Config *c, const Shard *train,
     if (end && (mix_parse(c->mix_end, &me, err, sizeof err) ||
                 mix_resolve(&me, 0.0, train, size, target[1], err, sizeof err)))
         moe_input_error("data.mix_end: %s", err);
-    if (m.kind == MIX_NATURAL && c->mix_temperature <= 0 && !end) return; /* as it always was */
+    const int mixed = m.kind != MIX_NATURAL || c->mix_temperature > 0;
+    char shares[2][512];
+    mix_format(train, target[0], shares[0], sizeof shares[0]);
+    mix_format(train, target[1], shares[1], sizeof shares[1]);
+    snprintf(lines, n, "%s%s%s%s%s%s", mixed ? "data.mix_shares = " : "", mixed ? shares[0] : "",
+             mixed ? "\n" : "", end ? "data.mix_end_shares = " : "", end ? shares[1] : "",
+             end ? "\n" : "");
+    if (!mixed && !end) return; /* as it always was */
     loader_set_mix(l, target[0], end ? target[1] : NULL, *end_step);
 }
 
@@ -231,7 +239,8 @@ int train_run(Config *c, const TrainOptions *o) {
     loader_init(&loader, &train, c->batch, T, c->seed);
     double mix_target[2][SHARD_MAX_DOMAINS];
     int mix_end_step;
-    setup_mix(&loader, c, &train, mix_target, &mix_end_step);
+    char mix_lines[1200];
+    setup_mix(&loader, c, &train, mix_target, &mix_end_step, mix_lines, sizeof mix_lines);
     if (o->resume && checkpoint_load(&m, &loader.rng, ckpt_path, 1, err, sizeof err) != 0)
         moe_input_error("%s", err);
     /* --init: the weights (and aux-free biases) of another run, a fresh optimizer at step 0 */
@@ -258,7 +267,7 @@ int train_run(Config *c, const TrainOptions *o) {
         run_write_config(o->out_dir, c);
     }
     if (root)
-        run_write_provenance(o->out_dir, c, &train, &val, threads, start_step,
+        run_write_provenance(o->out_dir, c, &train, &val, mix_lines, threads, start_step,
                              o->resume ? NULL : o->init, d);
 
     const int keep = o->resume ? start_step : -1;
