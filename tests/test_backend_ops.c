@@ -187,6 +187,26 @@ static void case_attention_blocks(const Backend *be, Outs *o) {
     attention_at(be, o, 150);
 }
 
+/* decoding: three sequences at positions 0, 5 and 10 of an 11-position cache */
+static void case_decode(const Backend *be, Outs *o) {
+    enum { N = 3, H = 3, D = 8, C = H * D, TC = 11 };
+    const int pos_h[N] = {0, 5, 10}, lens_h[N] = {1, 6, 11};
+    float cs_h[TC * D];
+    rope_table(cs_h, TC, D, 10000.0f);
+    float *cs = dev_copy(be, cs_h, TC * D), *q = dev_rand(be, N * C, 1.0f, 40);
+    float *kc = dev_rand(be, (size_t)N * TC * C, 1.0f, 41);
+    float *vc = dev_rand(be, (size_t)N * TC * C, 1.0f, 42);
+    float *out = be_floats(be, N * C), *att = dev_rand(be, (size_t)N * H * TC, 1.0f, 43);
+    int *pos = dev_copy_i(be, pos_h, N), *lens = dev_copy_i(be, lens_h, N);
+    be->rope_forward_at(be, q, cs, pos, N, H, D);
+    out_f(o, be, "rope_forward_at (in place)", q, N * C);
+    be->attention_decode(be, out, att, q, kc, vc, lens, N, C, H, TC);
+    out_f(o, be, "attention_decode out", out, N * C);
+    out_f(o, be, "attention_decode probabilities", att, (size_t)N * H * TC);
+    void *all[] = {cs, q, kc, vc, out, att, pos, lens};
+    for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) release(be, all[j]);
+}
+
 static void case_loss_adamw(const Backend *be, Outs *o) {
     enum { N = 11, V = 256 };
     int tg[N];
@@ -380,6 +400,7 @@ static const Case CASES[] = {
     {"attention", case_attention, "attention_forward attention_backward"},
     {"attention over several blocks", case_attention_blocks,
      "attention_forward attention_backward"},
+    {"decoding", case_decode, "rope_forward_at attention_decode"},
     {"loss and adamw", case_loss_adamw, "crossentropy_forward crossentropy_backward adamw_update"},
     {"moe dropless", case_moe_dropless,
      "router_scores_forward router_gate_forward router_gate_weights router_balance_loss "
@@ -426,6 +447,8 @@ static const char *const ENTRIES[] = {"alloc",
                                       "crossentropy_forward",
                                       "crossentropy_backward",
                                       "adamw_update",
+                                      "rope_forward_at",
+                                      "attention_decode",
                                       "router_scores_forward",
                                       "router_gate_forward",
                                       "router_gate_weights",

@@ -116,6 +116,15 @@ struct Backend {
     void (*adamw_update)(const Backend *be, float *p, float *g, float *m, float *v, size_t n,
                          const AdamwStep *s);
 
+    /* ---- decoding (src/infer/decode.c): one new token per sequence; nothing trains, so these
+     * have no backward. nn/ops.h's rope_forward_at and attention_decode, with pos and lens
+     * (N) in the backend's memory. */
+    void (*rope_forward_at)(const Backend *be, float *x, const float *cs, const int *pos, int N,
+                            int H, int D);
+    void (*attention_decode)(const Backend *be, float *out, float *att, const float *q,
+                             const float *kc, const float *vc, const int *lens, int N, int C,
+                             int H, int Tc);
+
     /* ---- the MoE ops (moe/moe_ops.h, same arguments) ------------------------------------ */
     void (*router_scores_forward)(const Backend *be, float *scores, float *lse, const float *logits,
                                   int N, const MoeSpec *s);

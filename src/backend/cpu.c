@@ -113,6 +113,15 @@ static void ref_attention_backward(const Backend *be, float *dq, float *dk, floa
                                    int n_ws) {
     (void)be, attention_backward(dq, dk, dv, ws, dout, att, q, k, v, B, T, C, H, n_ws);
 }
+static void ref_rope_forward_at(const Backend *be, float *x, const float *cs, const int *pos,
+                               int N, int H, int D) {
+    (void)be, rope_forward_at(x, cs, pos, N, H, D);
+}
+static void ref_attention_decode(const Backend *be, float *out, float *att, const float *q,
+                                 const float *kc, const float *vc, const int *lens, int N, int C,
+                                 int H, int Tc) {
+    (void)be, attention_decode(out, att, q, kc, vc, lens, N, C, H, Tc);
+}
 static void ref_swiglu_forward(const Backend *be, float *h, const float *g, const float *u, int N,
                                int F) {
     (void)be, swiglu_forward(h, g, u, N, F);
@@ -265,6 +274,7 @@ static void sgemm_seconds(const Backend *be, int n, int reps, double *seconds) {
     .embed_backward = ref_embed_backward, .permute_rows = ref_permute_rows,                        \
     .rmsnorm_forward = ref_rmsnorm_forward, .rmsnorm_backward = ref_rmsnorm_backward,              \
     .rope_forward = ref_rope_forward, .rope_backward = ref_rope_backward,                          \
+    .rope_forward_at = ref_rope_forward_at, .attention_decode = ref_attention_decode,              \
     .swiglu_forward = ref_swiglu_forward, .swiglu_backward = ref_swiglu_backward,                  \
     .crossentropy_forward = ref_crossentropy_forward,                                              \
     .crossentropy_backward = ref_crossentropy_backward, .adamw_update = ref_adamw_update,          \

@@ -184,6 +184,7 @@ static void fill_table(Backend *b) {
     b->rope_forward = cuda_rope_forward, b->rope_backward = cuda_rope_backward;
     b->attention_forward = cuda_attention_forward;
     b->attention_backward = cuda_attention_backward;
+    b->rope_forward_at = cuda_rope_forward_at, b->attention_decode = cuda_attention_decode;
     b->swiglu_forward = cuda_swiglu_forward, b->swiglu_backward = cuda_swiglu_backward;
     b->crossentropy_forward = cuda_crossentropy_forward;
     b->crossentropy_backward = cuda_crossentropy_backward;

@@ -156,6 +156,34 @@ void cuda_attention_forward(const Backend *be, float *out, float *att, const flo
     }
 }
 
+/* Decoding: one warp per (sequence, head) row of att (N H, Tc): scores, softmax over the first
+ * lens[n] keys, then the weighted sum of the values (kernels_att.h). The row is a few hundred
+ * keys at most in this engine, so one warp reads it whole; no product library is needed. */
+__global__ static void decode_attention_kernel(float *out, float *att, const float *q,
+                                               const float *kc, const float *vc, const int *lens,
+                                               int N, int C, int H, int Tc, float scale) {
+    int r = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / MOE_WARP, lane = threadIdx.x % MOE_WARP;
+    if (r >= N * H) return; /* whole warps leave together */
+    const int n = r / H, h = r % H, D = C / H, len = lens[n];
+    float *p = att + (size_t)r * Tc;
+    const size_t head = (size_t)n * Tc * C + (size_t)h * D;
+    float max = warp_max(katt_dec_lane_scores(p, q + (size_t)n * C + (size_t)h * D, kc + head,
+                                              len, C, D, scale, lane));
+    float sum = warp_sum(katt_lane_exp(p, len - 1, lane, max));
+    katt_lane_normalise(p, len - 1, Tc, lane, 1.0f / sum);
+    __syncwarp();
+    katt_dec_lane_out(out + (size_t)n * C + (size_t)h * D, p, vc + head, len, C, D, lane);
+}
+
+void cuda_attention_decode(const Backend *be, float *out, float *att, const float *q,
+                           const float *kc, const float *vc, const int *lens, int N, int C, int H,
+                           int Tc) {
+    if (N <= 0) return;
+    decode_attention_kernel<<<row_blocks(N * H), CUDA_THREADS, 0, cuda_stream(be)>>>(
+        out, att, q, kc, vc, lens, N, C, H, Tc, 1.0f / sqrtf((float)(C / H)));
+    CUDA_LAUNCHED();
+}
+
 void cuda_attention_backward(const Backend *be, float *dq, float *dk, float *dv, float *ws,
                              const float *dout, const float *att, const float *q, const float *k,
                              const float *v, int B, int T, int C, int H, int n_ws) {

@@ -291,6 +291,19 @@ void cuda_rope_backward(const Backend *be, float *dx, const float *cs, int B, in
     rope_launch(be, dx, cs, B, T, H, D, -1.0f); /* the rotation by -a: R(a)^T */
 }
 
+static __global__ void k_rope_at(float *x, const float *cs, const int *pos, int H, int D,
+                                 size_t n_pairs) {
+    knn_rope_at_share(x, cs, pos, H, D, n_pairs, thread_first(), thread_stride());
+}
+void cuda_rope_forward_at(const Backend *be, float *x, const float *cs, const int *pos, int N,
+                          int H, int D) {
+    const size_t n_pairs = (size_t)N * H * (D / 2);
+    if (n_pairs == 0) return;
+    k_rope_at<<<cuda_blocks(n_pairs), CUDA_THREADS, 0, cuda_stream(be)>>>(x, cs, pos, H, D,
+                                                                          n_pairs);
+    CUDA_LAUNCHED();
+}
+
 /* ---- swiglu: elementwise --------------------------------------------------------------------- */
 
 static __global__ void k_swiglu_forward(float *h, const float *g, const float *u, size_t n) {

@@ -211,6 +211,15 @@ static void f_attention_backward(const Backend *be, float *dq, float *dk, float 
                                  int n_ws) {
     FENCED(attention_backward(CPU, dq, dk, dv, ws, dout, att, q, k, v, B, T, C, H, n_ws));
 }
+static void f_rope_forward_at(const Backend *be, float *x, const float *cs, const int *pos, int N,
+                             int H, int D) {
+    FENCED(rope_forward_at(CPU, x, cs, pos, N, H, D));
+}
+static void f_attention_decode(const Backend *be, float *out, float *att, const float *q,
+                               const float *kc, const float *vc, const int *lens, int N, int C,
+                               int H, int Tc) {
+    FENCED(attention_decode(CPU, out, att, q, kc, vc, lens, N, C, H, Tc));
+}
 static void f_swiglu_forward(const Backend *be, float *h, const float *g, const float *u, int N,
                              int F) {
     FENCED(swiglu_forward(CPU, h, g, u, N, F));
@@ -342,6 +351,8 @@ const Backend backend_cpu_fenced = {
     .rope_backward = f_rope_backward,
     .attention_forward = f_attention_forward,
     .attention_backward = f_attention_backward,
+    .rope_forward_at = f_rope_forward_at,
+    .attention_decode = f_attention_decode,
     .swiglu_forward = f_swiglu_forward,
     .swiglu_backward = f_swiglu_backward,
     .crossentropy_forward = f_crossentropy_forward,

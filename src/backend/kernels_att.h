@@ -51,6 +51,31 @@ MOE_HD void katt_lane_jacobian(float *dp, const float *p, int t, int T, int lane
     for (int j = lane; j < T; j += MOE_WARP) dp[j] = j <= t ? p[j] * (dp[j] - pdp) * scale : 0.0f;
 }
 
+/* Decoding (attention_decode): one warp per (sequence, head), its row p (Tc) of probabilities.
+ * Lane l scores the cached keys j = l, l + 32, ... < len: p_j = scale q . k_j, the dot in
+ * channel order; k is the head's first key (a row every C floats). Returns the lane's max. */
+MOE_HD float katt_dec_lane_scores(float *p, const float *q, const float *k, int len, int C, int D,
+                                  float scale, int lane) {
+    float m = -INFINITY;
+    for (int j = lane; j < len; j += MOE_WARP) {
+        const float *kj = k + (size_t)j * C;
+        float dot = 0.0f;
+        for (int d = 0; d < D; d++) dot += q[d] * kj[d];
+        p[j] = dot * scale;
+        m = p[j] > m ? p[j] : m;
+    }
+    return m;
+}
+/* lane's channels d = l, l + 32, ... < D of out = sum_{j < len} p_j v_j, summed in j order */
+MOE_HD void katt_dec_lane_out(float *out, const float *p, const float *v, int len, int C, int D,
+                              int lane) {
+    for (int d = lane; d < D; d += MOE_WARP) {
+        float acc = 0.0f;
+        for (int j = 0; j < len; j++) acc += p[j] * v[(size_t)j * C + d];
+        out[d] = acc;
+    }
+}
+
 /* The device's warp combine, on the host: v (32 lanes) after the butterfly of op (0 sum, 1 max);
  * every lane holds the result, v[0] is returned. */
 static inline float katt_butterfly(float *v, int op) {

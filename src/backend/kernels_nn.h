@@ -321,6 +321,21 @@ MOE_HD void knn_rope_share(float *x, const float *cs, int T, int H, int D, float
     }
 }
 
+/* Decoding: pair p of x (N, H, D) as (N H, D/2) pairs, its row's token at position
+ * pos[row / H] (rope_forward_at). */
+MOE_HD void knn_rope_at_share(float *x, const float *cs, const int *pos, int H, int D,
+                              size_t n_pairs, size_t first, size_t stride) {
+    const size_t half = (size_t)(D / 2);
+    for (size_t p = first; p < n_pairs; p += stride) {
+        const size_t i = p % half, row = p / half, t = (size_t)pos[row / (size_t)H];
+        const float c = cs[(t * half + i) * 2], s = cs[(t * half + i) * 2 + 1];
+        float *q = x + row * (size_t)D + 2 * i;
+        const float x0 = q[0], x1 = q[1];
+        q[0] = knn_fsub(knn_fmul(x0, c), knn_fmul(x1, s));
+        q[1] = knn_fadd(knn_fmul(x0, s), knn_fmul(x1, c));
+    }
+}
+
 /* ---- swiglu ------------------------------------------------------------------------------ */
 
 MOE_HD float knn_sigmoid(float g) {

@@ -21,6 +21,8 @@ typedef struct {
     const char *config, *out, *resume, *ckpt, *prompt, *init, *from;
     int format_hf;         /* export, import: --format hf (the Hugging Face layout) */
     const char *logits_out; /* eval --logits FILE */
+    const char *prompts;    /* sample --prompts FILE */
+    int no_cache;           /* sample --no-cache */
     const char *sets[128];
     int n_sets;
     long long tokens;

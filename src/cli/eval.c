@@ -1,7 +1,7 @@
 /*
  * eval.c: the commands that run a trained model: `moe eval` (the validation loss, and with
  * --logits the first batch's logits for another framework to compare with) and `moe sample`
- * (text, one byte at a time).
+ * (text, one byte at a time, from a key-value cache: infer/decode.h).
  */
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +13,7 @@
 #include "io/data.h"
 #include "io/files.h"
 #include "io/tensorfile.h"
+#include "infer/decode.h"
 #include "train/train.h"
 
 /* eval --logits: the first validation batch evaluate() reads, its logits before the softmax
@@ -79,70 +80,169 @@ int cmd_eval(int argc, char **argv) {
     return 0;
 }
 
+/* The prompts of moe sample: --prompts FILE, one a line (an empty line is a newline), or the
+ * one --prompt (default a newline). Each as bytes, its length in len. */
+enum { SAMPLE_MAX_PROMPTS = 256 };
+static int read_prompts(const Opts *o, char ***out, int **len) {
+    char **p = (char **)calloc_check(SAMPLE_MAX_PROMPTS, sizeof(char *));
+    int *n = (int *)calloc_check(SAMPLE_MAX_PROMPTS, sizeof(int)), count = 0;
+    if (!o->prompts) {
+        const char *t = o->prompt && o->prompt[0] ? o->prompt : "\n";
+        n[0] = (int)strlen(t);
+        p[0] = (char *)malloc_check((size_t)n[0] + 1);
+        memcpy(p[0], t, (size_t)n[0] + 1);
+        count = 1;
+    } else {
+        uint64_t size = 0;
+        char err[1024];
+        const FileSpec spec = {"prompts file", "write one prompt a line in a text file", NULL,
+                               1 << 24};
+        FILE *f = open_regular(o->prompts, &spec, &size, err, sizeof err);
+        if (!f) moe_input_error("--prompts: %s", err);
+        const size_t bytes = (size_t)size;
+        char *text = (char *)malloc_check(bytes + 1);
+        if (fread(text, 1, bytes, f) != bytes) moe_input_error("--prompts %s: read failed", o->prompts);
+        fclose(f);
+        for (size_t at = 0; at < bytes;) {
+            if (count == SAMPLE_MAX_PROMPTS)
+                moe_input_error("--prompts %s: more than %d lines; sample them in parts",
+                                o->prompts, SAMPLE_MAX_PROMPTS);
+            size_t end = at;
+            while (end < bytes && text[end] != '\n') end++;
+            const size_t k = end - at;
+            p[count] = (char *)malloc_check(k + 2);
+            memcpy(p[count], text + at, k);
+            if (k == 0) p[count][0] = '\n';
+            n[count] = k ? (int)k : 1;
+            p[count][n[count]] = 0;
+            count++;
+            at = end + 1;
+        }
+        free(text);
+        if (count == 0) moe_input_error("--prompts %s: the file is empty; write one prompt a line",
+                                        o->prompts);
+    }
+    *out = p;
+    *len = n;
+    return count;
+}
+
+/* The next byte from logits (V): the most likely one at temperature 0, else a draw from
+ * softmax(logits / t) in double, shifted by the max: the largest term is exp(0) = 1 whatever t,
+ * so a tiny temperature (1e-50) gives the greedy byte instead of 0 / 0, and nothing overflows
+ * for any t in (0, 100]. */
+static int pick_byte(const float *logits, double temperature, Rng *r) {
+    int next = 0;
+    if (temperature <= 0.0) {
+        for (int v = 1; v < MOE_VOCAB; v++)
+            if (logits[v] > logits[next]) next = v;
+        return next;
+    }
+    double probs[MOE_VOCAB], max = logits[0], sum = 0.0;
+    for (int v = 1; v < MOE_VOCAB; v++) max = logits[v] > max ? logits[v] : max;
+    for (int v = 0; v < MOE_VOCAB; v++) {
+        probs[v] = exp(((double)logits[v] - max) / temperature);
+        sum += probs[v];
+    }
+    double u = rng_uniform(r) * sum, acc = 0.0;
+    for (next = 0; next < MOE_VOCAB - 1; next++) {
+        acc += probs[next];
+        if (acc > u) break;
+    }
+    return next;
+}
+
+/* moe sample: S prompts decoded together. Each sequence's context is a window of at most T
+ * (seq_len) tokens: the last T of its prompt, then every byte sampled; when it is full, it
+ * starts again from its last T / 2 tokens. With the key-value cache (the default) a new byte
+ * costs one decoding step and a restart one prefill; --no-cache computes the same window with
+ * a full forward at every byte (the reference: the same bytes at temperature 0). */
 int cmd_sample(int argc, char **argv) {
     Opts o;
     parse_opts(&o, "sample", argc, argv);
     if (!o.ckpt) usage_error("sample", "%s", "--ckpt PATH is required");
+    if (o.prompt && o.prompts)
+        usage_error("sample", "%s: one prompt, or a file of them; not both",
+                    "--prompt and --prompts");
     Config c;
     load_ckpt_config(&c, o.ckpt);
-    const int T = c.seq_len;
-    Model m;
-    load_model(&m, &c, o.ckpt, 1, T);
-    backend_set_threads(c.threads);
-    const char *prompt = o.prompt && o.prompt[0] ? o.prompt : "\n";
+    char **prompt;
+    int *plen;
+    const int S = read_prompts(&o, &prompt, &plen), T = c.seq_len, keep = T / 2;
     const long long n_new = o.tokens > 0 ? o.tokens : 200;
-    /* The model sees the last T tokens, so only a window of 2 T is kept: when it is full, its
-     * second half moves to the front. The count of sampled tokens is a long long loop bound,
-     * never an index, so no --tokens value can wrap around. */
-    int *win = (int *)malloc_check((size_t)2 * T * sizeof(int));
-    int len = 0;
-    for (const char *p = prompt; *p; p++) {
-        if (len == 2 * T) {
-            memmove(win, win + T, (size_t)T * sizeof(int));
-            len = T;
-        }
-        win[len++] = (unsigned char)*p;
+    if (S > 1 && n_new > 1000000)
+        usage_error("sample", "--tokens %s: with --prompts each sample is kept until the end; "
+                              "at most 1000000 bytes each",
+                    "N");
+    Model m;
+    load_model(&m, &c, o.ckpt, S, T);
+    backend_set_threads(c.threads);
+    Decoder d = {0};
+    char err[512];
+    if (!o.no_cache && decoder_init(&d, &m, err, sizeof err) != 0)
+        moe_input_error("sample: %s", err);
+    m.spec.eval_capacity_factor = 0.0f; /* both ways route dropless, as the decoder does */
+
+    /* win (S, T): each sequence's context, wlen its length */
+    int *win = (int *)malloc_check((size_t)S * T * sizeof(int));
+    int *wlen = (int *)malloc_check((size_t)S * sizeof(int));
+    int *next = (int *)malloc_check((size_t)S * sizeof(int));
+    float *logits = floats_alloc((size_t)S * MOE_VOCAB);
+    Rng *rng = (Rng *)malloc_check((size_t)S * sizeof(Rng));
+    unsigned char **text = (unsigned char **)calloc_check((size_t)S, sizeof(unsigned char *));
+    for (int s = 0; s < S; s++) {
+        const int from = plen[s] > T ? plen[s] - T : 0;
+        wlen[s] = plen[s] - from;
+        for (int t = 0; t < wlen[s]; t++) win[(size_t)s * T + t] = (unsigned char)prompt[s][from + t];
+        rng_seed(&rng[s], (o.seed_given ? (uint64_t)o.seed : c.seed) + (uint64_t)s);
+        if (S > 1) text[s] = (unsigned char *)malloc_check((size_t)n_new);
     }
-    Rng r;
-    rng_seed(&r, o.seed_given ? (uint64_t)o.seed : c.seed);
-    fputs(prompt, stdout);
-    double probs[MOE_VOCAB];
-    float logits[MOE_VOCAB];
-    for (long long i = 0; i < n_new; i++) {
-        /* the next token's logits are the last row (brought to the host: the backend's memory
-         * may be a device's) */
-        const int start = len > T ? len - T : 0, n = len - start;
-        model_forward(&m, win + start, NULL, 1, n);
-        m.be->to_host(m.be, logits, m.logits + (size_t)(n - 1) * MOE_VOCAB, sizeof logits);
-        int next = 0;
-        if (o.temperature <= 0.0) {
-            for (int v = 1; v < MOE_VOCAB; v++)
-                if (logits[v] > logits[next]) next = v;
-        } else {
-            /* softmax(logits / t) in double, shifted by the max: the largest term is exp(0) =
-             * 1 whatever t, so a tiny temperature (1e-50) gives the greedy byte instead of
-             * 0 / 0, and nothing overflows for any t in (0, 100] */
-            double max = logits[0], sum = 0.0;
-            for (int v = 1; v < MOE_VOCAB; v++) max = logits[v] > max ? logits[v] : max;
-            for (int v = 0; v < MOE_VOCAB; v++) {
-                probs[v] = exp(((double)logits[v] - max) / o.temperature);
-                sum += probs[v];
-            }
-            double u = rng_uniform(&r) * sum, acc = 0.0;
-            for (next = 0; next < MOE_VOCAB - 1; next++) {
-                acc += probs[next];
-                if (acc > u) break;
-            }
-        }
-        if (len == 2 * T) {
-            memmove(win, win + T, (size_t)T * sizeof(int));
-            len = T;
-        }
-        win[len++] = next;
-        putchar(next);
+    /* the logits after each window: one prefill, or one full forward per sequence */
+    if (!o.no_cache) {
+        int Tp = 0;
+        for (int s = 0; s < S; s++) Tp = wlen[s] > Tp ? wlen[s] : Tp;
+        int *pad = (int *)calloc_check((size_t)S * Tp, sizeof(int));
+        for (int s = 0; s < S; s++)
+            memcpy(pad + (size_t)s * Tp, win + (size_t)s * T, (size_t)wlen[s] * sizeof(int));
+        decoder_prefill(&d, 0, S, pad, Tp, wlen);
+        free(pad);
     }
-    putchar('\n');
-    free(win);
+    if (S == 1) fputs(prompt[0], stdout);
+    for (long long i = 0; i <= n_new; i++) {
+        if (o.no_cache)
+            for (int s = 0; s < S; s++) { /* the last row's logits, brought to the host */
+                model_forward(&m, win + (size_t)s * T, NULL, 1, wlen[s]);
+                m.be->to_host(m.be, logits + (size_t)s * MOE_VOCAB,
+                              m.logits + (size_t)(wlen[s] - 1) * MOE_VOCAB,
+                              MOE_VOCAB * sizeof(float));
+            }
+        else
+            memcpy(logits, d.logits, (size_t)S * MOE_VOCAB * sizeof(float));
+        if (i == n_new) break;
+        for (int s = 0; s < S; s++) {
+            next[s] = pick_byte(logits + (size_t)s * MOE_VOCAB, o.temperature, &rng[s]);
+            if (S == 1) putchar(next[s]);
+            else text[s][i] = (unsigned char)next[s];
+            int *w = win + (size_t)s * T;
+            if (wlen[s] == T) { /* full: start again from the last T / 2 tokens */
+                memmove(w, w + T - keep, (size_t)keep * sizeof(int));
+                wlen[s] = keep;
+                if (!o.no_cache && keep > 0) decoder_prefill(&d, s, 1, w, keep, &wlen[s]);
+                if (!o.no_cache && keep == 0) d.len[s] = 0;
+            }
+            w[wlen[s]++] = next[s];
+        }
+        if (!o.no_cache) decoder_step(&d, next);
+    }
+    if (S == 1) putchar('\n');
+    for (int s = 0; S > 1 && s < S; s++) {
+        printf("--- sample %d of %d ---\n%s", s + 1, S, prompt[s]);
+        fwrite(text[s], 1, (size_t)n_new, stdout);
+        putchar('\n');
+    }
+    for (int s = 0; s < S; s++) free(prompt[s]), free(text[s]);
+    free(prompt), free(plen), free(text), free(rng), free(logits), free(next), free(wlen), free(win);
+    decoder_free(&d);
     model_free(&m);
     return 0;
 }

@@ -4,7 +4,8 @@
  *   moe train   [--config FILE] [--set key=value]... [--out DIR] [--resume DIR] [--until STEP]
  *               [--init CKPT] [--allow-data-change] [--quiet]
  *   moe eval    --ckpt PATH [--set key=value]... [--batches N]
- *   moe sample  --ckpt PATH [--prompt TEXT] [--tokens N] [--temperature X] [--seed N]
+ *   moe sample  --ckpt PATH [--prompt TEXT | --prompts FILE] [--tokens N] [--temperature X]
+ *               [--seed N] [--no-cache]
  *   moe export  --ckpt PATH --out FILE.safetensors | --format hf --out DIR
  *   moe import  --from FILE.safetensors | --format hf --from DIR  --out CKPT [--config FILE]
  *               [--set key=value]...
@@ -50,7 +51,8 @@ const char *const USAGE =
     "  train   [--config FILE] [--set key=value]... [--out DIR] [--resume DIR] [--until STEP]\n"
     "          [--init CKPT] [--allow-data-change] [--quiet]\n"
     "  eval    --ckpt PATH [--set key=value]... [--batches N]\n"
-    "  sample  --ckpt PATH [--prompt TEXT] [--tokens N] [--temperature X] [--seed N]\n"
+    "  sample  --ckpt PATH [--prompt TEXT | --prompts FILE] [--tokens N] [--temperature X]\n"
+    "          [--seed N] [--no-cache]\n"
     "  export  --ckpt PATH --out FILE.safetensors | --format hf --out DIR\n"
     "  import  --from FILE.safetensors | --format hf --from DIR  --out CKPT [--config FILE]\n"
     "          [--set key=value]...\n"
@@ -126,7 +128,8 @@ static MOE_NORETURN void unknown_option(const char *cmd, const char *a) {
 static int is_path_option(const char *a) {
     static const char *const PATHS[] = {
         "--config", "--out",         "--resume",         "--init",          "--from",
-        "--ckpt",   "--profile-out", "--record-routing", "--replay-routing", "--logits"};
+        "--ckpt",   "--profile-out", "--record-routing", "--replay-routing", "--logits",
+        "--prompts"};
     for (size_t i = 0; i < sizeof PATHS / sizeof PATHS[0]; i++)
         if (strcmp(a, PATHS[i]) == 0) return 1;
     return 0;
@@ -171,6 +174,10 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
         }
         if (strcmp(a, "--profile") == 0) {
             o->profile = 1;
+            continue;
+        }
+        if (strcmp(a, "--no-cache") == 0) {
+            o->no_cache = 1;
             continue;
         }
         if (strcmp(a, "--reference-attention") == 0) {
@@ -224,6 +231,8 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
             o->ckpt = v;
         else if (strcmp(a, "--prompt") == 0)
             o->prompt = v;
+        else if (strcmp(a, "--prompts") == 0)
+            o->prompts = v;
         else if (strcmp(a, "--set") == 0) {
             if (o->n_sets >= 128) usage_error(cmd, "too many --set options (%s)", "max 128");
             o->sets[o->n_sets++] = v;

@@ -195,7 +195,10 @@ static MoeCtx block_ctx(Model *m, int T) {
     return x;
 }
 
-static void block_forward(Model *m, int l, float *out, const float *in, int B, int T) {
+/* Block l over B sequences of T tokens, or with kv (a decoding step: B sequences of one new
+ * token each, T 1) over the new tokens against kv's cache of the earlier ones. */
+static void block_forward(Model *m, int l, float *out, const float *in, int B, int T,
+                          const KvStep *kv) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     const int C = c->d_model, H = c->n_head, F = c->d_ff, N = B * T;
@@ -207,9 +210,19 @@ static void block_forward(Model *m, int l, float *out, const float *in, int B, i
     PROF(PROF_ATTN_PROJ, be->matmul_forward(be, a->q, a->ln1, lw->wq, N, C, C));
     PROF(PROF_ATTN_PROJ, be->matmul_forward(be, a->k, a->ln1, lw->wk, N, C, C));
     PROF(PROF_ATTN_PROJ, be->matmul_forward(be, a->v, a->ln1, lw->wv, N, C, C));
-    PROF(PROF_ROPE, be->rope_forward(be, a->q, m->rope_cs, B, T, H, C / H));
-    PROF(PROF_ROPE, be->rope_forward(be, a->k, m->rope_cs, B, T, H, C / H));
-    PROF(PROF_ATTN, be->attention_forward(be, a->atty, a->att, a->q, a->k, a->v, B, T, C, H));
+    if (kv) { /* each new token at its own position, appended to its sequence's cache, then
+                 attending to the whole cache */
+        PROF(PROF_ROPE, be->rope_forward_at(be, a->q, m->rope_cs, kv->pos, N, H, C / H));
+        PROF(PROF_ROPE, be->rope_forward_at(be, a->k, m->rope_cs, kv->pos, N, H, C / H));
+        PROF(PROF_ATTN, be->permute_rows(be, kv->k[l], a->k, kv->rows, N, C, 0));
+        PROF(PROF_ATTN, be->permute_rows(be, kv->v[l], a->v, kv->rows, N, C, 0));
+        PROF(PROF_ATTN, be->attention_decode(be, a->atty, kv->att, a->q, kv->k[l], kv->v[l],
+                                             kv->lens, N, C, H, kv->Tc));
+    } else {
+        PROF(PROF_ROPE, be->rope_forward(be, a->q, m->rope_cs, B, T, H, C / H));
+        PROF(PROF_ROPE, be->rope_forward(be, a->k, m->rope_cs, B, T, H, C / H));
+        PROF(PROF_ATTN, be->attention_forward(be, a->atty, a->att, a->q, a->k, a->v, B, T, C, H));
+    }
     /* dtmp is free scratch during the forward pass. Sandwich norms: the sublayer's output
      * goes to attn_out, and its norm into dtmp */
     float *ao = a->attn_out ? a->attn_out : m->dtmp;
@@ -226,7 +239,10 @@ static void block_forward(Model *m, int l, float *out, const float *in, int B, i
     if (a->moe) {
         MoeWeights wt = moe_weights(lw);
         if (m->spec.balance == MOE_BALANCE_AUX_FREE) wt.bias = a->router_bias;
-        const MoeCtx x = block_ctx(m, T);
+        wt.source = m->expert_source;
+        wt.layer = l;
+        MoeCtx x = block_ctx(m, T);
+        if (kv) x.capacity_factor = 0.0f; /* decoding keeps every token (dropless) */
         moe_block_forward(be, fo, a->moe, a->ln2, &wt, &m->spec, &x, N);
         if (a->sg) { /* shared experts: one dense SwiGLU, weight 1; dln is free scratch here */
             const int Fs = c->num_shared * m->spec.d_expert;
@@ -259,9 +275,9 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
     m->N_last = N;
     be->to_device(be, m->inputs, inputs, (size_t)N * sizeof(int));
 
-    PROF(PROF_EMBED, be->embed_forward(be, m->resid[0], inputs, m->w.tok_emb, N, C));
+    PROF(PROF_EMBED, be->embed_forward(be, m->resid[0], m->inputs, m->w.tok_emb, N, C));
 
-    for (int l = 0; l < L; l++) block_forward(m, l, m->resid[l + 1], m->resid[l], B, T);
+    for (int l = 0; l < L; l++) block_forward(m, l, m->resid[l + 1], m->resid[l], B, T, NULL);
 
     PROF(PROF_NORM, be->rmsnorm_forward(be, m->lnf, m->rstdf, m->resid[L], m->w.final_norm, N, C));
     PROF(PROF_HEAD, be->matmul_forward(be, m->logits, m->lnf, m->w.head, N, C, MOE_VOCAB));
@@ -283,9 +299,23 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
     }
     be->to_device(be, m->targets, targets, (size_t)N * sizeof(int));
     PROF(PROF_LOSS,
-         be->crossentropy_forward(be, m->losses, m->logits, m->logits, targets, N, MOE_VOCAB));
+         be->crossentropy_forward(be, m->losses, m->logits, m->logits, m->targets, N, MOE_VOCAB));
     m->loss = (float)(be->sum(be, m->losses, (size_t)N) / N); /* in token order: deterministic */
     return m->loss + moe_balance_coef(&m->spec) * aux_sum + c->z_coef * z_sum;
+}
+
+void model_forward_cached(Model *m, const int *tokens, int N, const KvStep *kv) {
+    const Backend *be = m->be;
+    const int C = m->cfg.d_model, L = m->cfg.n_layer;
+    if (N > m->B * m->T) moe_fatal("model_forward_cached: %d tokens exceed the allocated %d", N,
+                                   m->B * m->T);
+    m->B_last = N, m->T_last = 1, m->N_last = N;
+    be->to_device(be, m->inputs, tokens, (size_t)N * sizeof(int));
+    PROF(PROF_EMBED, be->embed_forward(be, m->resid[0], m->inputs, m->w.tok_emb, N, C));
+    for (int l = 0; l < L; l++) block_forward(m, l, m->resid[l + 1], m->resid[l], N, 1, kv);
+    PROF(PROF_NORM, be->rmsnorm_forward(be, m->lnf, m->rstdf, m->resid[L], m->w.final_norm, N, C));
+    PROF(PROF_HEAD, be->matmul_forward(be, m->logits, m->lnf, m->w.head, N, C, MOE_VOCAB));
+    m->loss = NAN;
 }
 
 /* ---- backward ----------------------------------------------------------------------------- */

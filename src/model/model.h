@@ -19,6 +19,17 @@
 #include "model/params.h"
 #include "parallel/dist.h"
 
+/* One decoding step's view of a key-value cache (src/infer/decode.h keeps one): N sequences,
+ * one new token each. Buffers of the model's backend. */
+typedef struct {
+    float **k, **v;  /* (L) x (N, Tc, C): each layer's keys (after RoPE) and values */
+    int Tc;          /* positions each sequence's cache holds */
+    const int *pos;  /* (N) the new token's position in its sequence */
+    const int *rows; /* (N) n Tc + pos[n]: its row of k[l] and v[l] */
+    const int *lens; /* (N) pos[n] + 1: the positions it attends to */
+    float *att;      /* (N, H, Tc) the step's attention probabilities */
+} KvStep;
+
 /* Activations of one block, kept from forward for backward. */
 typedef struct {
     float *ln1;          /* (N, C) rmsnorm of the block input */
@@ -63,6 +74,9 @@ typedef struct Model {
     /* training: the micro-batch of the optimizer step the next forward runs (0 the first): the
      * MoE blocks' step-wide balance count (moe.balance_scope=global) starts again at 0 */
     int micro;
+    /* inference with the experts held elsewhere (src/infer/: quantized, or loaded on demand);
+     * NULL: the weights above. Forward only: owned by its caller. */
+    ExpertSource *expert_source;
     /* a routing recording to write or replay in training's forward passes (route_tape.h; set
      * by the trainer, owned by it); NULL: none */
     struct RouteTape *route_tape;
@@ -131,6 +145,13 @@ void model_free(Model *m);
  * the logits. Returns the objective: loss + aux_coef * sum aux + z_coef * sum z (the aux term
  * only for moe.balance=aux or seq_aux). */
 float model_forward(Model *m, const int *inputs, const int *targets, int B, int T);
+
+/* A decoding step: tokens (N) the new token of each of N sequences whose earlier tokens are in
+ * kv's cache (model_forward_cached appends each one's key and value there). Leaves the N
+ * next-token logits in logits (N, V). The MoE blocks route dropless (every token kept), so for
+ * a token-choice model whose evaluation is dropless the logits are those model_forward gives
+ * the same position of the whole sequence. N <= B T of model_init. */
+void model_forward_cached(Model *m, const int *tokens, int N, const KvStep *kv);
 
 /* Backward of the last forward (which must have had targets); gradients are ADDED to m->grads,
  * with every loss term scaled by loss_scale (1 / accum for gradient accumulation). */

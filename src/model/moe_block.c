@@ -322,6 +322,9 @@ void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
     if (a->ep) /* the experts live on the members of the expert-parallel group */
         PROF(PROF_EXPERTS, ep_experts_forward(be, a->ye, a->ep, a->xe, &a->plan, wt->Wg, wt->Wu,
                                               wt->Wd, cw.dist));
+    else if (wt->source) /* weights held elsewhere: quantized, or loaded on demand */
+        PROF(PROF_EXPERTS, wt->source->forward(wt->source, wt->layer, be, a->ye, a->xe,
+                                               a->plan.offsets, a->plan.counts, E, C, F));
     else
         PROF(PROF_EXPERTS, be->experts_forward(be, a->ye, a->g, a->u, a->h, a->xe, wt->Wg, wt->Wu,
                                                wt->Wd, a->plan.offsets, a->plan.counts, E, C, F));

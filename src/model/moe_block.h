@@ -20,12 +20,25 @@ void moe_spec_from_config(MoeSpec *s, const Config *c, int seq_len);
 
 /* ---- the block's weights, activations and scratch -------------------------------------------- */
 
+/* Where an inference's experts come from when they are not the model's resident fp32 tensors
+ * (src/infer/: quantized, or loaded on demand from a file). forward writes ye (S, C), every
+ * expert e's slice [offsets[e], offsets[e + 1]) of xe (S, C) through expert e of MoE layer
+ * `layer` (the model's block index), as the backend's experts_forward does (counts: its
+ * meaning there). Evaluation only: a block run with a source has no backward. */
+typedef struct ExpertSource ExpertSource;
+struct ExpertSource {
+    void (*forward)(ExpertSource *src, int layer, const Backend *be, float *ye, const float *xe,
+                    const int *offsets, const int *counts, int E, int C, int F);
+};
+
 typedef struct {
     const float *router; /* (E, C) */
     const float *Wg;     /* (E, F, C) */
     const float *Wu;     /* (E, F, C) */
     const float *Wd;     /* (E, C, F) */
     const float *bias;   /* (E) aux-free selection bias, or NULL: no gradient */
+    ExpertSource *source; /* NULL: the experts are Wg, Wu, Wd; else this source's (layer) */
+    int layer;
 } MoeWeights;
 
 typedef struct {

@@ -70,6 +70,46 @@ void attention_forward(float *out, float *att, const float *q, const float *k, c
     }
 }
 
+/* One query row per sequence against its cache: the loop body of attention_forward for row
+ * t = lens[n] - 1, reading the keys and values from the cache. */
+void attention_decode(float *out, float *att, const float *q, const float *kc, const float *vc,
+                      const int *lens, int N, int C, int H, int Tc) {
+    /* out (N, C), att (N, H, Tc), q (N, C), kc, vc (N, Tc, C) */
+    int D = C / H;
+    float scale = 1.0f / sqrtf((float)D);
+#pragma omp parallel for collapse(2)
+    for (int n = 0; n < N; n++) {
+        for (int h = 0; h < H; h++) {
+            const int len = lens[n];
+            const float *qt = q + (size_t)n * C + (size_t)h * D;
+            const float *kb = kc + (size_t)n * Tc * C + (size_t)h * D;
+            const float *vb = vc + (size_t)n * Tc * C + (size_t)h * D;
+            float *p = att + ((size_t)n * H + h) * Tc;
+            float maxv = -INFINITY;
+            for (int j = 0; j < len; j++) {
+                const float *kj = kb + (size_t)j * C;
+                float dot = 0.0f;
+                for (int d = 0; d < D; d++) dot += qt[d] * kj[d];
+                p[j] = dot * scale;
+                if (p[j] > maxv) maxv = p[j];
+            }
+#pragma omp simd
+            for (int j = 0; j < len; j++) p[j] = nn_expf(p[j] - maxv);
+            float sum = 0.0f;
+            for (int j = 0; j < len; j++) sum += p[j];
+            float inv = 1.0f / sum;
+            for (int j = 0; j < len; j++) p[j] *= inv;
+            for (int j = len; j < Tc; j++) p[j] = 0.0f;
+            float *ot = out + (size_t)n * C + (size_t)h * D;
+            for (int d = 0; d < D; d++) ot[d] = 0.0f;
+            for (int j = 0; j < len; j++) {
+                const float *vj = vb + (size_t)j * C;
+                for (int d = 0; d < D; d++) ot[d] += p[j] * vj[d];
+            }
+        }
+    }
+}
+
 void attention_backward(float *dq, float *dk, float *dv, float *ws, const float *dout,
                         const float *att, const float *q, const float *k, const float *v, int B,
                         int T, int C, int H, int n_ws) {

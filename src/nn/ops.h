@@ -59,6 +59,10 @@ void rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, con
 void rope_table(float *cs, int T_max, int D, float theta);
 void rope_forward(float *x, const float *cs, int B, int T, int H, int D);
 void rope_backward(float *dx, const float *cs, int B, int T, int H, int D);
+/* Decoding (src/infer/decode.c): one new token per sequence, each at its own position. x (N,
+ * H, D), row n rotated by a(pos[n], i): the rotation rope_forward gives token pos[n] of a
+ * sequence. */
+void rope_forward_at(float *x, const float *cs, const int *pos, int N, int H, int D);
 
 /* ---- causal self-attention on projected, rotated q, k, v (each (B, T, C), heads (H, D)) -----
  * out (B, T, C) = softmax(q k^T / sqrt(D) + causal mask) v, head by head.
@@ -72,6 +76,13 @@ void attention_forward(float *out, float *att, const float *q, const float *k, c
 void attention_backward(float *dq, float *dk, float *dv, float *ws, const float *dout,
                         const float *att, const float *q, const float *k, const float *v, int B,
                         int T, int C, int H, int n_ws);
+/* Decoding's attention: the new token of each of N sequences against that sequence's cache.
+ * q, out (N, C); kc, vc (N, Tc, C): sequence n's keys and values at positions 0 .. Tc - 1, of
+ * which the first lens[n] (>= 1, the new token's own included) are attended to; att (N, H, Tc)
+ * the probabilities (0 past lens[n]). Row t of attention_forward's output, given the first
+ * t + 1 keys and values, in the same arithmetic order. No backward: nothing trains here. */
+void attention_decode(float *out, float *att, const float *q, const float *kc, const float *vc,
+                      const int *lens, int N, int C, int H, int Tc);
 /* ---- SwiGLU activation: h (N, F) = silu(g) * u, silu(g) = g * sigmoid(g) ------------------ */
 void swiglu_forward(float *h, const float *g, const float *u, int N, int F);
 void swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u, int N,

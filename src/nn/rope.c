@@ -67,3 +67,21 @@ void rope_backward(float *dx, const float *cs, int B, int T, int H, int D) {
      * forward: x' = R(a) x, so dx = R(a)^T dx' = R(-a) dx' -- written (overwritten in place) */
     rope_rotate(dx, cs, B, T, H, D, -1.0f);
 }
+
+void rope_forward_at(float *x, const float *cs, const int *pos, int N, int H, int D) {
+    /* x (N, H, D): row n holds the heads of one token at position pos[n] */
+    const int half = D / 2;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *cst = cs + (size_t)pos[n] * half * 2;
+        for (int h = 0; h < H; h++) {
+            float *p = x + ((size_t)n * H + h) * D;
+            for (int i = 0; i < half; i++) {
+                float c = cst[2 * i], s = cst[2 * i + 1];
+                float x0 = p[2 * i], x1 = p[2 * i + 1];
+                p[2 * i] = x0 * c - x1 * s;
+                p[2 * i + 1] = x0 * s + x1 * c;
+            }
+        }
+    }
+}

@@ -1,0 +1,124 @@
+/*
+ * decode.c: incremental decoding with a key-value cache. See decode.h.
+ *
+ * Like model.c, this file never touches a tensor element: the cache is the model's backend's
+ * memory, the copies into it are the backend's permute_rows, and the step is
+ * model_forward_cached, so the same decoder runs on every backend.
+ */
+#include "infer/decode.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+
+int decoder_init(Decoder *d, Model *m, char *err, int errlen) {
+    memset(d, 0, sizeof(*d));
+    const Config *c = &m->cfg;
+    if (m->n_moe > 0 && c->routing == MOE_ROUTING_EXPERT_CHOICE) {
+        set_error(err, errlen,
+                  "moe.routing=expert_choice: each expert picks among the tokens of a whole "
+                  "batch, so a token's output depends on the tokens after it and a key-value "
+                  "cache cannot reproduce it; decode with the full forward instead (moe sample "
+                  "--no-cache)");
+        return -1;
+    }
+    if (m->dist) {
+        set_error(err, errlen, "decoding runs in one process (this model is spread over %d)",
+                  m->dist->world);
+        return -1;
+    }
+    const Backend *be = m->be;
+    const int L = c->n_layer, C = c->d_model, H = c->n_head, B = m->B, T = m->T;
+    d->m = m;
+    d->B = B;
+    d->T = T;
+    /* a server keeps every token: the prefill's forward routes dropless too */
+    m->spec.eval_capacity_factor = 0.0f;
+    d->kv.k = (float **)calloc_check((size_t)L, sizeof(float *));
+    d->kv.v = (float **)calloc_check((size_t)L, sizeof(float *));
+    for (int l = 0; l < L; l++) {
+        d->kv.k[l] = be_floats(be, (size_t)B * T * C);
+        d->kv.v[l] = be_floats(be, (size_t)B * T * C);
+    }
+    d->cache_bytes = (size_t)2 * L * B * T * C * sizeof(float);
+    d->kv.Tc = T;
+    d->kv.att = be_floats(be, (size_t)B * H * T);
+    d->len = (int *)calloc_check((size_t)B, sizeof(int));
+    d->host_idx = (int *)calloc_check((size_t)3 * B * T, sizeof(int));
+    d->rows = be_ints(be, (size_t)B * T);
+    d->pos = be_ints(be, (size_t)B);
+    d->step_rows = be_ints(be, (size_t)B);
+    d->lens = be_ints(be, (size_t)B);
+    d->kv.pos = d->pos, d->kv.rows = d->step_rows, d->kv.lens = d->lens;
+    d->logits = floats_alloc((size_t)B * MOE_VOCAB);
+    return 0;
+}
+
+void decoder_free(Decoder *d) {
+    if (!d->m) return;
+    const Backend *be = d->m->be;
+    for (int l = 0; l < d->m->cfg.n_layer; l++) {
+        be->free(be, d->kv.k[l]);
+        be->free(be, d->kv.v[l]);
+    }
+    free(d->kv.k);
+    free(d->kv.v);
+    be->free(be, d->kv.att);
+    be->free(be, d->rows);
+    be->free(be, d->pos);
+    be->free(be, d->step_rows);
+    be->free(be, d->lens);
+    free(d->len);
+    free(d->host_idx);
+    free(d->logits);
+    memset(d, 0, sizeof(*d));
+}
+
+void decoder_prefill(Decoder *d, int first, int n, const int *tokens, int Tp, const int *lens) {
+    Model *m = d->m;
+    const Backend *be = m->be;
+    const int L = m->cfg.n_layer, C = m->cfg.d_model, T = d->T;
+    if (first < 0 || n < 1 || first + n > d->B || Tp < 1 || Tp > T)
+        moe_fatal("decoder_prefill: sequences %d..%d of %d, %d positions of %d", first,
+                  first + n - 1, d->B, Tp, T);
+    for (int i = 0; i < n; i++)
+        if (lens[i] < 1 || lens[i] > Tp)
+            moe_fatal("decoder_prefill: prompt %d has %d tokens (1 to %d)", i, lens[i], Tp);
+    model_forward(m, tokens, NULL, n, Tp);
+    /* row i Tp + t of the forward's keys and values is position t of sequence first + i */
+    int *rows = d->host_idx;
+    for (int i = 0; i < n; i++)
+        for (int t = 0; t < Tp; t++) rows[i * Tp + t] = (first + i) * T + t;
+    be->to_device(be, d->rows, rows, (size_t)n * Tp * sizeof(int));
+    for (int l = 0; l < L; l++) {
+        be->permute_rows(be, d->kv.k[l], m->blocks[l].k, d->rows, n * Tp, C, 0);
+        be->permute_rows(be, d->kv.v[l], m->blocks[l].v, d->rows, n * Tp, C, 0);
+    }
+    for (int i = 0; i < n; i++) {
+        d->len[first + i] = lens[i];
+        be->to_host(be, d->logits + (size_t)(first + i) * MOE_VOCAB,
+                    m->logits + ((size_t)i * Tp + lens[i] - 1) * MOE_VOCAB,
+                    MOE_VOCAB * sizeof(float));
+    }
+}
+
+void decoder_step(Decoder *d, const int *tokens) {
+    Model *m = d->m;
+    const Backend *be = m->be;
+    const int B = d->B, T = d->T;
+    int *pos = d->host_idx, *rows = pos + B, *lens = rows + B;
+    for (int b = 0; b < B; b++) {
+        if (d->len[b] >= T)
+            moe_fatal("decoder_step: sequence %d's cache is full (%d positions)", b, T);
+        pos[b] = d->len[b];
+        rows[b] = b * T + d->len[b];
+        lens[b] = d->len[b] + 1;
+    }
+    be->to_device(be, d->pos, pos, (size_t)B * sizeof(int));
+    be->to_device(be, d->step_rows, rows, (size_t)B * sizeof(int));
+    be->to_device(be, d->lens, lens, (size_t)B * sizeof(int));
+    model_forward_cached(m, tokens, B, &d->kv);
+    be->to_host(be, d->logits, m->logits, (size_t)B * MOE_VOCAB * sizeof(float));
+    for (int b = 0; b < B; b++) d->len[b]++;
+}

@@ -1,0 +1,267 @@
+/*
+ * test_decode.c: incremental decoding (src/infer/decode.h) computes what the full forward does.
+ *
+ *   - the decoding ops: rope_forward_at rotates a row as rope_forward rotates that position,
+ *     attention_decode gives row t of attention_forward from a cache of t + 1 keys; and the
+ *     CUDA kernels' bodies (kernels_nn.h, kernels_att.h), run on the host in the kernels'
+ *     order, give the same;
+ *   - the model: three sequences decoded together from prompts of 1, 2 and 5 tokens to the
+ *     end of the context, on every backend, for a dense model and MoE models of several
+ *     kinds; the logits at every position the cache produced equal those of one full forward
+ *     over each finished sequence; and a context restarted with a prefill equals a fresh one;
+ *   - expert-choice routing is refused with a message that names the way out.
+ */
+#include <string.h>
+
+#include "backend/kernels_att.h"
+#include "backend/kernels_nn.h"
+#include "backend_util.h"
+#include "infer/decode.h"
+#include "nn/ops.h"
+
+/* ---- the ops ------------------------------------------------------------------------------- */
+
+START_TEST(test_rope_at_is_rope_at_that_position) {
+    enum { B = 2, T = 9, H = 3, D = 6, C = H * D, N = B * T };
+    float cs[T * D], x[N * C], want[N * C], got[N * C], kern[N * C];
+    rope_table(cs, T, D, 500.0f);
+    fill_uniform(x, N * C, 1.0f, 1);
+    memcpy(want, x, sizeof x);
+    rope_forward(want, cs, B, T, H, D);
+    int pos[N];
+    for (int n = 0; n < N; n++) pos[n] = n % T; /* row b T + t is token t of sequence b */
+    memcpy(got, x, sizeof x);
+    rope_forward_at(got, cs, pos, N, H, D);
+    expect_close_arrays(got, want, N * C, 0.0f, 0.0f, "rope_forward_at against rope_forward");
+    memcpy(kern, x, sizeof x);
+    const size_t pairs = (size_t)N * H * (D / 2);
+    for (size_t t = 0; t < 7; t++) knn_rope_at_share(kern, cs, pos, H, D, pairs, t, 7);
+    expect_close_arrays(kern, want, N * C, 0.0f, 0.0f, "the CUDA body of rope_forward_at");
+}
+END_TEST
+
+/* The device kernel of attention_decode on the host: a warp per (n, h), its lanes in turn,
+ * the warp's max and sum in the butterfly order. */
+static void decode_kernel_on_host(float *out, float *att, const float *q, const float *kc,
+                                  const float *vc, const int *lens, int N, int C, int H, int Tc) {
+    const int D = C / H;
+    const float scale = 1.0f / sqrtf((float)D);
+    float lane_v[MOE_WARP];
+    for (int r = 0; r < N * H; r++) {
+        const int n = r / H, h = r % H, len = lens[n];
+        float *p = att + (size_t)r * Tc;
+        const size_t head = (size_t)n * Tc * C + (size_t)h * D;
+        const float *qh = q + (size_t)n * C + (size_t)h * D;
+        for (int l = 0; l < MOE_WARP; l++)
+            lane_v[l] = katt_dec_lane_scores(p, qh, kc + head, len, C, D, scale, l);
+        const float max = katt_butterfly(lane_v, 1);
+        for (int l = 0; l < MOE_WARP; l++) lane_v[l] = katt_lane_exp(p, len - 1, l, max);
+        const float sum = katt_butterfly(lane_v, 0);
+        for (int l = 0; l < MOE_WARP; l++) katt_lane_normalise(p, len - 1, Tc, l, 1.0f / sum);
+        for (int l = 0; l < MOE_WARP; l++)
+            katt_dec_lane_out(out + (size_t)n * C + (size_t)h * D, p, vc + head, len, C, D, l);
+    }
+}
+
+START_TEST(test_attention_decode_is_a_row_of_attention) {
+    /* T = 40: more keys than a warp has lanes */
+    enum { T = 40, H = 2, D = 8, C = H * D };
+    float *q = floats_alloc(T * C), *k = floats_alloc(T * C), *v = floats_alloc(T * C);
+    fill_uniform(q, T * C, 1.5f, 2), fill_uniform(k, T * C, 1.5f, 3), fill_uniform(v, T * C, 1.0f, 4);
+    float *out = floats_alloc(T * C), *att = floats_alloc((size_t)H * T * T);
+    attention_forward(out, att, q, k, v, 1, T, C, H);
+    /* row t: one sequence whose cache is the first t + 1 keys and values (the whole k, v as
+     * its cache, lens t + 1) */
+    float got[C], att_got[H * T], kern[C], att_kern[H * T];
+    for (int t = 0; t < T; t++) {
+        const int len = t + 1;
+        attention_decode(got, att_got, q + (size_t)t * C, k, v, &len, 1, C, H, T);
+        CLOSE_ARRAYS(got, out + (size_t)t * C, C, "attention_decode against attention_forward");
+        for (int h = 0; h < H; h++)
+            CLOSE_ARRAYS(att_got + (size_t)h * T, att + ((size_t)h * T + t) * T, T,
+                         "attention_decode's probabilities");
+        decode_kernel_on_host(kern, att_kern, q + (size_t)t * C, k, v, &len, 1, C, H, T);
+        CLOSE_ARRAYS(kern, got, C, "the CUDA kernel of attention_decode");
+        CLOSE_ARRAYS(att_kern, att_got, (size_t)H * T, "its probabilities");
+    }
+    free(q), free(k), free(v), free(out), free(att);
+}
+END_TEST
+
+/* ---- the model ------------------------------------------------------------------------------ */
+
+enum { SEQ = 3, CTX = 12 };
+
+static Config model_config(int variant) {
+    Config c;
+    config_defaults(&c);
+    c.d_model = 16;
+    c.n_layer = 2;
+    c.n_head = 2;
+    c.seq_len = CTX;
+    c.d_ff = 24;
+    c.init_std = 0.2f; /* livelier than training's, so that attention is not uniform */
+    c.seed = 11;
+    if (variant == 0) return c; /* dense */
+    c.num_experts = 4;
+    c.top_k = 2;
+    c.d_expert = 12;
+    switch (variant) {
+    case 1: /* softmax top-2, a dense first block, a capacity in training */
+        c.first_dense = 1;
+        c.capacity_factor = 1.0f;
+        break;
+    case 2: /* sigmoid scores, aux-free bias, a shared expert, sandwich norms */
+        c.score = MOE_SCORE_SIGMOID;
+        c.balance = MOE_BALANCE_AUX_FREE;
+        c.num_shared = 1;
+        c.norm = MOE_NORM_SANDWICH;
+        break;
+    default: /* Mixtral's top-k before the softmax, 8 experts, a bf16 router */
+        c.num_experts = 8;
+        c.topk_before_softmax = 1;
+        c.router_precision = MOE_ROUTER_BF16;
+        break;
+    }
+    return c;
+}
+
+/* Decode SEQ sequences to the end of the context; compare every position's cached logits with
+ * one full forward over each finished sequence. Returns the largest difference. */
+static double decode_against_full(const Config *c, const Backend *be, const char *what) {
+    Model m;
+    model_init_backend(&m, c, SEQ, CTX, NULL, be);
+    if (m.router_bias) { /* aux-free: a bias that changes choices, as training leaves one */
+        const size_t n = (size_t)m.n_moe * c->num_experts;
+        float *bias = floats_alloc(n);
+        fill_uniform(bias, n, 0.3f, 5);
+        be->to_device(be, m.router_bias, bias, n * sizeof(float));
+        free(bias);
+    }
+    Decoder d;
+    char err[512];
+    ck_assert_msg(decoder_init(&d, &m, err, sizeof err) == 0, "%s: %s", what, err);
+    const int plen[SEQ] = {1, 2, 5}, Tp = 5;
+    int seq[SEQ][CTX], unused[SEQ * CTX], prompts[SEQ * 5] = {0};
+    random_tokens(&seq[0][0], unused, SEQ * CTX, 21);
+    for (int b = 0; b < SEQ; b++)
+        for (int t = 0; t < plen[b]; t++) prompts[b * Tp + t] = seq[b][t];
+    /* cached[b][t]: the logits after token t of sequence b, as the decoder gave them */
+    float *cached = floats_alloc((size_t)SEQ * CTX * MOE_VOCAB);
+    decoder_prefill(&d, 0, SEQ, prompts, Tp, plen);
+    for (int b = 0; b < SEQ; b++)
+        memcpy(cached + ((size_t)b * CTX + plen[b] - 1) * MOE_VOCAB,
+               d.logits + (size_t)b * MOE_VOCAB, MOE_VOCAB * sizeof(float));
+    /* the step appends each sequence's next token; the longest stops the batch at CTX */
+    for (int s = 0; s < CTX - plen[SEQ - 1]; s++) {
+        int next[SEQ];
+        for (int b = 0; b < SEQ; b++) next[b] = seq[b][d.len[b]];
+        decoder_step(&d, next);
+        for (int b = 0; b < SEQ; b++)
+            memcpy(cached + ((size_t)b * CTX + d.len[b] - 1) * MOE_VOCAB,
+                   d.logits + (size_t)b * MOE_VOCAB, MOE_VOCAB * sizeof(float));
+    }
+    ck_assert_int_eq(d.len[SEQ - 1], CTX);
+    double worst = 0.0;
+    float *full = floats_alloc((size_t)CTX * MOE_VOCAB);
+    for (int b = 0; b < SEQ; b++) {
+        const int len = d.len[b];
+        model_forward(&m, seq[b], NULL, 1, len);
+        be->to_host(be, full, m.logits, (size_t)len * MOE_VOCAB * sizeof(float));
+        for (int t = plen[b] - 1; t < len; t++) {
+            const float *got = cached + ((size_t)b * CTX + t) * MOE_VOCAB;
+            const float *want = full + (size_t)t * MOE_VOCAB;
+            char at[160];
+            snprintf(at, sizeof at, "%s on %s: sequence %d, position %d", what, be->name, b, t);
+            CLOSE_ARRAYS(got, want, MOE_VOCAB, at);
+            for (int v = 0; v < MOE_VOCAB; v++) {
+                const double e = fabs((double)got[v] - want[v]);
+                worst = e > worst ? e : worst;
+            }
+        }
+    }
+    free(full);
+    free(cached);
+    decoder_free(&d);
+    model_free(&m);
+    return worst;
+}
+
+static const char *const VARIANTS[] = {"dense", "moe softmax top-2 (capacity in training)",
+                                       "moe sigmoid, aux-free bias, shared expert, sandwich",
+                                       "moe top-k before softmax, bf16 router"};
+
+START_TEST(test_cached_logits_equal_the_full_forward) {
+    const Config c = model_config(_i);
+    for (int b = 0; b < N_BACKENDS; b++) {
+        const double worst = decode_against_full(&c, BACKENDS[b], VARIANTS[_i]);
+        /* the reference loops compute each row alone, in the same order whatever the rows
+         * around it: there the cache changes no bit */
+        if (BACKENDS[b] == &backend_cpu_ref)
+            ck_assert_msg(worst == 0.0, "%s on cpu-ref: cached logits differ by %g", VARIANTS[_i],
+                          worst);
+        printf("  %-52s %-10s largest |cached - full| logit difference %.2g\n", VARIANTS[_i],
+               BACKENDS[b]->name, worst);
+    }
+}
+END_TEST
+
+/* A sequence whose context restarts (a prefill of its recent tokens, as moe sample does when
+ * the cache is full) decodes as a fresh sequence given those tokens, while its neighbours in
+ * the batch carry on. */
+START_TEST(test_restart_one_sequence) {
+    const Config c = model_config(1);
+    Model m;
+    model_init_backend(&m, &c, SEQ, CTX, NULL, &backend_cpu);
+    Decoder d;
+    char err[512];
+    ck_assert(decoder_init(&d, &m, err, sizeof err) == 0);
+    int toks[SEQ * 4], unused[SEQ * 4], lens[SEQ] = {4, 4, 4};
+    random_tokens(toks, unused, SEQ * 4, 31);
+    decoder_prefill(&d, 0, SEQ, toks, 4, lens);
+    int next[SEQ] = {65, 66, 67};
+    decoder_step(&d, next);
+    /* sequence 1 restarts from 3 tokens of sequence 2's prompt */
+    decoder_prefill(&d, 1, 1, toks + 8, 3, (int[]){3});
+    ck_assert_int_eq(d.len[1], 3);
+    int next2[SEQ] = {68, toks[11], 69};
+    decoder_step(&d, next2);
+    float got[MOE_VOCAB], want[MOE_VOCAB];
+    memcpy(got, d.logits + MOE_VOCAB, sizeof got);
+    model_forward(&m, toks + 8, NULL, 1, 4); /* sequence 2's prompt itself */
+    memcpy(want, m.logits + 3 * MOE_VOCAB, sizeof want);
+    CLOSE_ARRAYS(got, want, MOE_VOCAB, "a restarted sequence");
+    decoder_free(&d);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(test_expert_choice_refused) {
+    Config c = model_config(1);
+    c.routing = MOE_ROUTING_EXPERT_CHOICE;
+    c.capacity_factor = 0.0f;
+    Model m;
+    model_init_backend(&m, &c, 1, CTX, NULL, &backend_cpu);
+    Decoder d;
+    char err[512] = "";
+    ck_assert_int_eq(decoder_init(&d, &m, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "expert_choice") && strstr(err, "--no-cache"), "message: %s", err);
+    model_free(&m);
+}
+END_TEST
+
+static Suite *decode_suite(void) {
+    Suite *s = suite_create("decode");
+    TCase *tc = tcase_create("decode");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_rope_at_is_rope_at_that_position);
+    tcase_add_test(tc, test_attention_decode_is_a_row_of_attention);
+    tcase_add_loop_test(tc, test_cached_logits_equal_the_full_forward, 0,
+                        (int)(sizeof VARIANTS / sizeof VARIANTS[0]));
+    tcase_add_test(tc, test_restart_one_sequence);
+    tcase_add_test(tc, test_expert_choice_refused);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TEST_MAIN(decode_suite)
