@@ -23,6 +23,11 @@ typedef struct {
     const char *logits_out; /* eval --logits FILE */
     const char *prompts;    /* sample --prompts FILE */
     int no_cache;           /* sample --no-cache */
+    int decode, csv;        /* bench --decode, --csv */
+    const char *batch_list; /* bench --batch 1,4,16,64 */
+    const char *ckpts[BENCH_MAX_CONFIGS]; /* every --ckpt (bench --decode takes several) */
+    int n_ckpts;
+    int steps_given;
     const char *sets[128];
     int n_sets;
     long long tokens;

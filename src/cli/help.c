@@ -125,6 +125,12 @@ static const CmdHelp HELP[] = {
      "                        (train.device)\n"
      "  --precision P         a GPU's products: fp32 (default), tf32 or bf16 (train.precision)\n"
      "  --reference-attention the loop attention instead of the GEMM one\n"
+     "  --decode              decoding speed instead (chapter 9): prefill and decode tokens/s\n"
+     "                        at each batch, experts touched, bytes a token, the memory bound;\n"
+     "                        default configs tiny and tiny-dense, 16 timed steps\n"
+     "  --batch LIST          --decode: batch sizes, such as 1,4,16,64 (the default)\n"
+     "  --ckpt PATH           --decode: a trained model, prompts from its data.val; repeatable\n"
+     "  --csv                 --decode: the rows as CSV\n"
      "  --help                this text\n"},
     {"doctor",
      "usage: moe doctor RUN_DIR [options]\n"

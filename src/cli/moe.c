@@ -64,6 +64,7 @@ const char *const USAGE =
     "  bench   [--config NAME]... [--steps N] [--warmup N] [--threads N] [--json]\n"
     "          [--profile] [--profile-out FILE.csv] [--device NAME] [--precision P]\n"
     "          [--reference-attention]\n"
+    "  bench   --decode [--config NAME | --ckpt PATH]... [--batch 1,4,16,64] [--csv | --json]\n"
     "          NAME: tiny, tiny-dense, small, small-dense (default: all four), tiny-e64,\n"
     "          gpu-medium, gpu-medium-dense\n"
     "  doctor  RUN_DIR [--json] [--threshold NAME=VALUE]... | --thresholds\n"
@@ -176,6 +177,10 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
             o->profile = 1;
             continue;
         }
+        if (strcmp(a, "--decode") == 0 || strcmp(a, "--csv") == 0) {
+            *(a[2] == 'd' ? &o->decode : &o->csv) = 1;
+            continue;
+        }
         if (strcmp(a, "--no-cache") == 0) {
             o->no_cache = 1;
             continue;
@@ -227,8 +232,13 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
             o->router_std = parse_double(cmd, a, v, 0.0, 10.0);
         else if (strcmp(a, "--split") == 0)
             o->split = parse_int(cmd, a, v, 1, 1 << 16);
-        else if (strcmp(a, "--ckpt") == 0)
+        else if (strcmp(a, "--ckpt") == 0) {
             o->ckpt = v;
+            if (o->n_ckpts >= BENCH_MAX_CONFIGS)
+                usage_error(cmd, "too many --ckpt options (%s)", "max 16");
+            o->ckpts[o->n_ckpts++] = v;
+        } else if (strcmp(a, "--batch") == 0)
+            o->batch_list = v;
         else if (strcmp(a, "--prompt") == 0)
             o->prompt = v;
         else if (strcmp(a, "--prompts") == 0)
@@ -251,8 +261,10 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
             o->doc_len = parse_int(cmd, a, v, 2, 1 << 24);
         else if (strcmp(a, "--temperature") == 0)
             o->temperature = parse_double(cmd, a, v, 0.0, 100.0);
-        else if (strcmp(a, "--steps") == 0)
+        else if (strcmp(a, "--steps") == 0) {
             o->steps = parse_int(cmd, a, v, 1, 1 << 20);
+            o->steps_given = 1;
+        }
         else if (strcmp(a, "--warmup") == 0)
             o->warmup = parse_int(cmd, a, v, 0, 1 << 20);
         else if (strcmp(a, "--rounds") == 0)
@@ -469,6 +481,34 @@ static int cmd_bench(int argc, char **argv) {
     bo.profile_out =
         o.profile_out ? o.profile_out : (bo.profile ? "build/bench_profile.csv" : NULL);
     char err[1024];
+    if (!o.decode && (o.csv || o.batch_list || o.n_ckpts))
+        usage_error("bench", "%s are options of the decoding benchmark: add --decode",
+                    "--csv, --batch and --ckpt");
+    if (o.decode && (o.profile || o.profile_out || o.rounds > 1 || o.reference_attention))
+        usage_error("bench", "%s time the training step: drop them with --decode",
+                    "--profile, --rounds and --reference-attention");
+    if (o.decode && o.csv && o.json) usage_error("bench", "%s: choose one", "--csv and --json");
+    if (o.decode) {
+        bo.decode = 1, bo.csv = o.csv, bo.n_ckpts = o.n_ckpts;
+        for (int i = 0; i < o.n_ckpts; i++) {
+            Config probe;
+            load_ckpt_config(&probe, o.ckpts[i]); /* exit 2 on a missing or bad checkpoint */
+            bo.ckpts[i] = o.ckpts[i];
+        }
+        if (!o.steps_given) bo.steps = 16;
+        for (const char *p = o.batch_list; p && *p;) {
+            char *end;
+            const long b = strtol(p, &end, 10);
+            if (end == p || b < 1 || b > 256 || (*end && *end != ','))
+                usage_error("bench", "--batch is a list of batch sizes from 1 to 256 separated "
+                                     "by commas (1,4,16,64), not '%s'",
+                            o.batch_list);
+            if (bo.n_batches == BENCH_MAX_BATCHES)
+                usage_error("bench", "--batch %s: at most 8 batch sizes", o.batch_list);
+            bo.batches[bo.n_batches++] = (int)b;
+            p = *end ? end + 1 : end;
+        }
+    }
     if (o.device && !backend_in_build(o.device, err, sizeof err))
         usage_error("bench", "--device: %s", err);
     if (o.precision) {
@@ -487,7 +527,9 @@ static int cmd_bench(int argc, char **argv) {
             usage_error("bench", "--config: %s", err);
         bo.configs[i] = o.configs[i];
     }
-    if (bench_run(&bo, stdout, err, sizeof err) != 0) moe_input_error("bench: %s", err);
+    if ((o.decode ? bench_decode_run(&bo, stdout, err, sizeof err)
+                  : bench_run(&bo, stdout, err, sizeof err)) != 0)
+        moe_input_error("bench: %s", err);
     return 0;
 }
 

@@ -43,6 +43,7 @@
 #define BENCH_GPU_GEMM_N 8192 /* the square cuBLAS product that measures a GPU */
 #define BENCH_SGEMM_REPS 5 /* timed products after one warm-up; the best one is reported */
 #define BENCH_MAX_ROUNDS 50
+#define BENCH_MAX_BATCHES 8
 
 typedef struct {
     int steps;               /* timed steps per config; the median is reported */
@@ -57,6 +58,13 @@ typedef struct {
     const char *profile_out; /* CSV of the per-op times (with profile); NULL = none */
     int n_configs;           /* 0 = the four reference configs */
     const char *configs[BENCH_MAX_CONFIGS];
+    /* --decode (bench_decode.c): the serving benchmark instead of the training step */
+    int decode;
+    int csv;                                 /* a CSV table instead of the text table */
+    int n_batches;                           /* 0: batches 1, 4, 16, 64 */
+    int batches[BENCH_MAX_BATCHES];
+    int n_ckpts;                             /* trained models to serve, besides configs */
+    const char *ckpts[BENCH_MAX_CONFIGS];
 } BenchOptions;
 
 /* The reference config named name: the model in c (defaults for everything else), the
@@ -67,5 +75,14 @@ int bench_config(Config *c, int *B, int *T, const char *name, char *err, int err
  * bad options (an unknown config name, a profile CSV that cannot be written); nothing is
  * measured then. A child process that fails is an internal error (moe_fatal). */
 int bench_run(const BenchOptions *o, FILE *out, char *err, int errlen);
+
+/* `moe bench --decode`: decoding speed (bench_decode.c). For each batch size, each model in
+ * turn (checkpoints, then configs; default the tiny MoE and its dense twin): a prefill of B
+ * prompts of T / 2 tokens, warmup steps, then steps timed one by one (the median reported):
+ * prefill and decode tokens/s, the distinct experts a step touches against the uniform
+ * expectation, the weight bytes read per token, and the step against the memory bound (the
+ * read bandwidth measured in the same run). A table, or CSV, or one JSON object per row. Runs
+ * in this process. Returns 0, or -1 with a message in err. */
+int bench_decode_run(const BenchOptions *o, FILE *out, char *err, int errlen);
 
 #endif

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# test_serve.sh: serving a trained model from the command line (handbook chapter 9).
+#
+#   1. moe sample decodes from a key-value cache: at temperature 0 its bytes are those of the
+#      full forward (--no-cache) over 150 bytes of a 32-token context, which restarts the
+#      context several times; the same at temperature 0.8 with one seed; a batch of prompts
+#      (--prompts FILE) gives each prompt the bytes it gets alone
+#   2. bad sample options exit 2 with a message: --prompt and --prompts together, a missing
+#      prompts file, an empty one, a file of more than 256 lines
+#   3. moe bench --decode: a CSV row per model and batch; the MoE's experts touched per step
+#      lie between k and E and near E (1 - (1 - k/E)^batch); tokens/s and the bytes a token
+#      positive; the dense twin touches none; a trained checkpoint is served with prompts from
+#      its validation shard
+#   4. bad bench options exit 2 with a message: --csv without --decode, a bad --batch list,
+#      a missing --ckpt, --profile with --decode
+
+# shellcheck source=tests/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+echo "test_serve: decoding from a cache, and its benchmark"
+moe=$(executable "${MOE_BIN:-build/moe}" "make build/moe (or set MOE_BIN)") || exit 1
+export OMP_NUM_THREADS=1
+
+"$moe" synth --out "$tmp/d" --tokens 60000 --seed 3 > /dev/null
+run=$tmp/run
+"$moe" train --out "$run" --set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 \
+    --set model.seq_len=32 --set model.d_ff=64 --set moe.num_experts=4 --set moe.top_k=2 \
+    --set moe.d_expert=32 --set train.batch=4 --set train.steps=40 --set train.warmup=4 --set train.lr=1e-2 \
+    --set "data.train=$tmp/d/train.bin" --set "data.val=$tmp/d/val.bin" --quiet > /dev/null 2>&1
+check "a tiny MoE trains" $? "see moe train"
+ckpt=$run/ckpt.bin
+
+# 1. the cache against the full forward
+sample() { "$moe" sample --ckpt "$ckpt" "$@" 2> "$tmp/sample.err"; }
+sample --prompt "the " --tokens 150 --temperature 0 > "$tmp/cached"
+sample --prompt "the " --tokens 150 --temperature 0 --no-cache > "$tmp/full"
+n=$(wc -c < "$tmp/cached")
+[ "$n" -eq 155 ] && cmp -s "$tmp/cached" "$tmp/full"
+check "temperature 0: the cache gives the full forward's 150 bytes (several context restarts)" \
+    $? "$n bytes; $(cmp "$tmp/cached" "$tmp/full" 2>&1)"
+sample --prompt "a" --tokens 150 --temperature 0.8 --seed 5 > "$tmp/cached"
+sample --prompt "a" --tokens 150 --temperature 0.8 --seed 5 --no-cache > "$tmp/full"
+cmp -s "$tmp/cached" "$tmp/full"
+check "temperature 0.8, one seed: the same bytes both ways" $? "$(cmp "$tmp/cached" "$tmp/full" 2>&1)"
+printf 'the \n\nand a much longer prompt than the others, longer than the 32-token context\n' \
+    > "$tmp/prompts"
+sample --prompts "$tmp/prompts" --tokens 60 --temperature 0 > "$tmp/batch"
+status=0
+for i in 1 2 3; do
+    line=$(sed -n "${i}p" "$tmp/prompts")
+    [ -n "$line" ] || line=$'\n'
+    alone=$(sample --prompt "$line" --tokens 60 --temperature 0; echo x)
+    alone=${alone%x}
+    # the batch's sample i: the text between its header and the next one
+    got=$(awk -v i="$i" '/^--- sample [0-9]+ of 3 ---$/ { on = ($3 == i); next } on' "$tmp/batch"; echo x)
+    got=${got%x}
+    [ "$got" = "$alone" ] || { status=1; echo "    prompt $i: batch '$got' alone '$alone'"; }
+done
+[ "$(grep -c '^--- sample [0-9] of 3 ---$' "$tmp/batch")" -eq 3 ] || status=1
+check "--prompts: three prompts decoded together, each as it decodes alone" $status
+
+# 2. bad sample options
+bad_sample() { # LABEL EXPECTED-WORDS ARGS...
+    local label=$1 words=$2
+    shift 2
+    "$moe" sample --ckpt "$ckpt" "$@" > "$tmp/out" 2>&1
+    local rc=$?
+    [ $rc -eq 2 ] && grep -q -- "$words" "$tmp/out"
+    check "$label: exit 2 naming it" $? "status $rc: $(head -c 300 "$tmp/out")"
+}
+bad_sample "--prompt with --prompts" "not both" --prompt a --prompts "$tmp/prompts"
+bad_sample "a missing prompts file" "$tmp/nope" --prompts "$tmp/nope"
+: > "$tmp/empty"
+bad_sample "an empty prompts file" "empty" --prompts "$tmp/empty"
+seq 1 300 > "$tmp/many"
+bad_sample "more than 256 prompts" "more than 256" --prompts "$tmp/many"
+
+# 3. the decoding benchmark
+"$moe" bench --decode --config test --config test-dense --batch 1,4,16 --steps 4 --csv \
+    > "$tmp/bench.csv" 2> "$tmp/bench.err"
+check "bench --decode --csv runs" $? "$(head -c 300 "$tmp/bench.err")"
+head -1 "$tmp/bench.csv" | grep -q '^model,moe,experts,top_k,batch,'
+check "its CSV has a header" $? "$(head -1 "$tmp/bench.csv")"
+[ "$(wc -l < "$tmp/bench.csv")" -eq 7 ]
+check "one row per model and batch (2 x 3)" $? "$(wc -l < "$tmp/bench.csv") lines"
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+    { moe = $col["moe"]; t = $col["experts_touched"]; x = $col["experts_expected"]
+      k = $col["top_k"]; E = $col["experts"]
+      if ($col["decode_tok_s"] <= 0 || $col["prefill_tok_s"] <= 0 || $col["weight_bytes_token"] <= 0) bad = 1
+      if (moe == 1 && (t < k || t > E || t < 0.8 * x || t > 1.2 * x)) bad = 1
+      if (moe == 0 && t != "nan") bad = 1 }  # a dense row touches no expert
+    END { exit bad }' "$tmp/bench.csv"
+check "experts touched between k and E, within 20% of E (1 - (1 - k/E)^B); speeds positive" $? \
+    "$(cat "$tmp/bench.csv")"
+"$moe" bench --decode --ckpt "$ckpt" --batch 2 --steps 3 > "$tmp/bench.txt" 2>&1
+rc=$?
+[ $rc -eq 0 ] && grep -q "ckpt.bin *2 " "$tmp/bench.txt"
+check "bench --decode --ckpt serves a trained model" $? "status $rc: $(head -c 400 "$tmp/bench.txt")"
+
+# 4. bad bench options
+bad_bench() { # LABEL EXPECTED-WORDS ARGS...
+    local label=$1 words=$2
+    shift 2
+    "$moe" bench "$@" > "$tmp/out" 2>&1
+    local rc=$?
+    [ $rc -eq 2 ] && grep -q -- "$words" "$tmp/out"
+    check "$label: exit 2 naming it" $? "status $rc: $(head -c 300 "$tmp/out")"
+}
+bad_bench "--csv without --decode" "add --decode" --csv
+bad_bench "a bad --batch list" "batch sizes" --decode --batch 1,x
+bad_bench "a batch of 0" "batch sizes" --decode --batch 0
+bad_bench "a missing checkpoint" "no checkpoint" --decode --ckpt "$tmp/none.bin"
+bad_bench "--profile with --decode" "drop them" --decode --profile
+
+finish
