@@ -67,7 +67,8 @@ START_TEST(test_attention_decode_is_a_row_of_attention) {
     /* T = 40: more keys than a warp has lanes */
     enum { T = 40, H = 2, D = 8, C = H * D };
     float *q = floats_alloc(T * C), *k = floats_alloc(T * C), *v = floats_alloc(T * C);
-    fill_uniform(q, T * C, 1.5f, 2), fill_uniform(k, T * C, 1.5f, 3), fill_uniform(v, T * C, 1.0f, 4);
+    fill_uniform(q, T * C, 1.5f, 2), fill_uniform(k, T * C, 1.5f, 3),
+        fill_uniform(v, T * C, 1.0f, 4);
     float *out = floats_alloc(T * C), *att = floats_alloc((size_t)H * T * T);
     attention_forward(out, att, q, k, v, 1, T, C, H);
     /* row t: one sequence whose cache is the first t + 1 keys and values (the whole k, v as

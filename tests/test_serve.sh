@@ -13,6 +13,12 @@
 #      its validation shard
 #   4. bad bench options exit 2 with a message: --csv without --decode, a bad --batch list,
 #      a missing --ckpt, --profile with --decode
+#   5. the experts served otherwise: moe eval --offload gives the resident model's loss to the
+#      last digit whatever the cache's size, and reports its hits; --quant int8 moves the loss
+#      by less than 0.01 and int4 by less than 0.1, each reporting a smaller size than fp32;
+#      moe sample --offload 1 gives the resident model's bytes; bench --decode --quant int8
+#      reads fewer bytes a token than fp32; --quant with --offload, an unknown format and a
+#      cache of 0 exit 2 naming the mistake
 
 # shellcheck source=tests/lib/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -110,5 +116,41 @@ bad_bench "a bad --batch list" "batch sizes" --decode --batch 1,x
 bad_bench "a batch of 0" "batch sizes" --decode --batch 0
 bad_bench "a missing checkpoint" "no checkpoint" --decode --ckpt "$tmp/none.bin"
 bad_bench "--profile with --decode" "drop them" --decode --profile
+
+# 5. quantized and offloaded experts
+loss_of() { awk '/^val_loss/ { print $2 }' "$1"; }
+"$moe" eval --ckpt "$ckpt" > "$tmp/e.fp32" 2>&1
+status=0
+for slots in 1 3 8; do
+    "$moe" eval --ckpt "$ckpt" --offload $slots > "$tmp/e.off" 2>&1 || status=1
+    [ "$(loss_of "$tmp/e.off")" = "$(loss_of "$tmp/e.fp32")" ] || status=1
+    grep -q "experts through a cache of $slots, [0-9.]*% hits" "$tmp/e.off" || status=1
+done
+check "eval --offload 1, 3, 8: the resident loss to the last digit, with the cache's hits" $status \
+    "$(cat "$tmp/e.fp32" "$tmp/e.off")"
+for q in int8:0.01 int4:0.1; do
+    "$moe" eval --ckpt "$ckpt" --quant "${q%%:*}" > "$tmp/e.q" 2>&1
+    a=$(loss_of "$tmp/e.q") b=$(loss_of "$tmp/e.fp32")
+    float_cmp "($a - $b) * ($a - $b)" "<" "${q#*:} * ${q#*:}" &&
+        grep -q "experts ${q%%:*}, [0-9.]* MB against [0-9.]* in fp32" "$tmp/e.q" &&
+        awk '{ for (i = 1; i <= NF; i++) if ($(i + 1) == "MB") { a = $i; b = $(i + 3) } }
+             END { exit !(a < b) }' "$tmp/e.q"
+    check "eval --quant ${q%%:*}: the loss within ${q#*:} of fp32's ($a against $b), fewer bytes" $? \
+        "$(cat "$tmp/e.q")"
+done
+sample --prompt "the " --tokens 80 --temperature 0 > "$tmp/resident"
+sample --prompt "the " --tokens 80 --temperature 0 --offload 1 > "$tmp/offloaded"
+cmp -s "$tmp/resident" "$tmp/offloaded"
+check "sample --offload 1: the resident model's bytes" $? "$(cmp "$tmp/resident" "$tmp/offloaded" 2>&1)"
+"$moe" bench --decode --config test --batch 4 --steps 3 --csv > "$tmp/b.fp32" 2>&1
+"$moe" bench --decode --config test --batch 4 --steps 3 --csv --quant int8 > "$tmp/b.int8" 2>&1
+col() { awk -F, -v c="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == c) k = i; next } { print $k }' "$1"; }
+[ "$(col "$tmp/b.int8" experts_as)" = int8 ] &&
+    float_cmp "$(col "$tmp/b.int8" weight_bytes_token)" "<" "$(col "$tmp/b.fp32" weight_bytes_token)"
+check "bench --decode --quant int8 reads fewer weight bytes a token than fp32" $? \
+    "$(cat "$tmp/b.fp32" "$tmp/b.int8")"
+bad_sample "--quant with --offload" "not both" --quant int8 --offload 2
+bad_sample "an unknown format" "int8 (per output channel)" --quant int3
+bad_sample "a cache of 0 experts" "--offload" --offload 0
 
 finish

@@ -122,8 +122,8 @@ struct Backend {
     void (*rope_forward_at)(const Backend *be, float *x, const float *cs, const int *pos, int N,
                             int H, int D);
     void (*attention_decode)(const Backend *be, float *out, float *att, const float *q,
-                             const float *kc, const float *vc, const int *lens, int N, int C,
-                             int H, int Tc);
+                             const float *kc, const float *vc, const int *lens, int N, int C, int H,
+                             int Tc);
 
     /* ---- the MoE ops (moe/moe_ops.h, same arguments) ------------------------------------ */
     void (*router_scores_forward)(const Backend *be, float *scores, float *lse, const float *logits,

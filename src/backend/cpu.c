@@ -113,8 +113,8 @@ static void ref_attention_backward(const Backend *be, float *dq, float *dk, floa
                                    int n_ws) {
     (void)be, attention_backward(dq, dk, dv, ws, dout, att, q, k, v, B, T, C, H, n_ws);
 }
-static void ref_rope_forward_at(const Backend *be, float *x, const float *cs, const int *pos,
-                               int N, int H, int D) {
+static void ref_rope_forward_at(const Backend *be, float *x, const float *cs, const int *pos, int N,
+                                int H, int D) {
     (void)be, rope_forward_at(x, cs, pos, N, H, D);
 }
 static void ref_attention_decode(const Backend *be, float *out, float *att, const float *q,

@@ -19,8 +19,22 @@
 /* last: through <complex.h> it defines the macro I, so no declaration below may use that name */
 #include <cblas.h>
 
+/* Up to this many rows, a product is one matrix-vector product per row. Such a product reads
+ * the whole weight matrix for a handful of rows (a decoding step: one row per sequence), so its
+ * speed is the memory's; sgemm packs W into tiles first, which reads and writes it again, and
+ * ran at half of sgemv's speed at 1 to 4 rows on a 2-core machine (512 x 1024 weights, 2 MB,
+ * beyond the caches). Each output is still one dot product summed by one thread, so the
+ * results are repeatable for any thread count, though not the bits sgemm gives. */
+#define MATMUL_GEMV_ROWS 4
+
 void cpu_matmul_forward(float *y, const float *x, const float *W, int N, int IN, int OUT) {
     /* y (N, OUT) = x (N, IN) . W^T (IN, OUT) */
+    if (N <= MATMUL_GEMV_ROWS) {
+        for (int n = 0; n < N; n++)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, OUT, IN, 1.0f, W, IN, x + (size_t)n * IN, 1,
+                        0.0f, y + (size_t)n * OUT, 1);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OUT, IN, 1.0f, x, IN, W, IN, 0.0f, y,
                 OUT);
 }

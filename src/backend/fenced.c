@@ -212,7 +212,7 @@ static void f_attention_backward(const Backend *be, float *dq, float *dk, float 
     FENCED(attention_backward(CPU, dq, dk, dv, ws, dout, att, q, k, v, B, T, C, H, n_ws));
 }
 static void f_rope_forward_at(const Backend *be, float *x, const float *cs, const int *pos, int N,
-                             int H, int D) {
+                              int H, int D) {
     FENCED(rope_forward_at(CPU, x, cs, pos, N, H, D));
 }
 static void f_attention_decode(const Backend *be, float *out, float *att, const float *q,

@@ -19,7 +19,7 @@ extern const char *const USAGE;
 /* Options of all commands; each command accepts its own subset. */
 typedef struct {
     const char *config, *out, *resume, *ckpt, *prompt, *init, *from;
-    int format_hf;         /* export, import: --format hf (the Hugging Face layout) */
+    int format_hf;          /* export, import: --format hf (the Hugging Face layout) */
     const char *logits_out; /* eval --logits FILE */
     const char *prompts;    /* sample --prompts FILE */
     int no_cache;           /* sample --no-cache */
@@ -28,6 +28,8 @@ typedef struct {
     const char *ckpts[BENCH_MAX_CONFIGS]; /* every --ckpt (bench --decode takes several) */
     int n_ckpts;
     int steps_given;
+    const char *quant; /* eval, sample, bench --decode: --quant int8 | int4 */
+    long offload;      /* the same: --offload SLOTS (0: the experts resident) */
     const char *sets[128];
     int n_sets;
     long long tokens;

@@ -14,6 +14,7 @@
 #include "io/files.h"
 #include "io/tensorfile.h"
 #include "infer/decode.h"
+#include "infer/serve.h"
 #include "train/train.h"
 
 /* eval --logits: the first validation batch evaluate() reads, its logits before the softmax
@@ -36,8 +37,12 @@ static void write_eval_logits(Model *m, const Shard *val, int batches, const cha
     for (int i = 0; i < N; i++) tok[i] = (float)inputs[i], tok[N + i] = (float)targets[i];
     TensorRef e[3] = {{"tokens", TENSOR_F32, 2, {B, T, 0}, (size_t)N * sizeof(float), tok},
                       {"targets", TENSOR_F32, 2, {B, T, 0}, (size_t)N * sizeof(float), tok + N},
-                      {"logits", TENSOR_F32, 3, {B, T, MOE_VOCAB},
-                       (size_t)N * MOE_VOCAB * sizeof(float), logits}};
+                      {"logits",
+                       TENSOR_F32,
+                       3,
+                       {B, T, MOE_VOCAB},
+                       (size_t)N * MOE_VOCAB * sizeof(float),
+                       logits}};
     char v[32], err[1024];
     snprintf(v, sizeof v, "%.9g", (double)loss);
     const char *keys[] = {"loss", "format"}, *vals[] = {v, "moe.c eval logits"};
@@ -70,11 +75,24 @@ int cmd_eval(int argc, char **argv) {
     Model m;
     load_model(&m, &c, o.ckpt, c.batch, c.seq_len);
     backend_set_threads(c.threads);
+    ServedExperts sx;
+    if (served_experts_attach(&sx, &m, o.quant ? quant_format_parse(o.quant) : QUANT_FP32,
+                              (int)o.offload, err, sizeof err) != 0)
+        moe_input_error("eval: %s", err);
     int batches = o.batches > 0 ? (int)o.batches : c.eval_batches;
     if (o.logits_out) write_eval_logits(&m, &val, batches, o.logits_out);
     float loss = evaluate(&m, &val, batches, NULL);
-    printf("val_loss %.6f (%d batches of %d x %d tokens from %s)\n", loss, batches, c.batch,
-           c.seq_len, c.val);
+    printf("val_loss %.6f (%d batches of %d x %d tokens from %s", loss, batches, c.batch, c.seq_len,
+           c.val);
+    if (o.quant)
+        printf("; experts %s, %.2f MB against %.2f in fp32", o.quant,
+               served_experts_bytes(&sx, &m) / 1e6,
+               3.0 * c.d_model * m.spec.d_expert * 4.0 * m.n_moe * c.num_experts / 1e6);
+    if (o.offload)
+        printf("; experts through a cache of %d, %.1f%% hits", sx.cache.slots,
+               100.0 * expert_cache_hit_rate(&sx.cache));
+    printf(")\n");
+    served_experts_detach(&sx, &m);
     model_free(&m);
     shard_free(&val);
     return 0;
@@ -101,7 +119,8 @@ static int read_prompts(const Opts *o, char ***out, int **len) {
         if (!f) moe_input_error("--prompts: %s", err);
         const size_t bytes = (size_t)size;
         char *text = (char *)malloc_check(bytes + 1);
-        if (fread(text, 1, bytes, f) != bytes) moe_input_error("--prompts %s: read failed", o->prompts);
+        if (fread(text, 1, bytes, f) != bytes)
+            moe_input_error("--prompts %s: read failed", o->prompts);
         fclose(f);
         for (size_t at = 0; at < bytes;) {
             if (count == SAMPLE_MAX_PROMPTS)
@@ -119,8 +138,8 @@ static int read_prompts(const Opts *o, char ***out, int **len) {
             at = end + 1;
         }
         free(text);
-        if (count == 0) moe_input_error("--prompts %s: the file is empty; write one prompt a line",
-                                        o->prompts);
+        if (count == 0)
+            moe_input_error("--prompts %s: the file is empty; write one prompt a line", o->prompts);
     }
     *out = p;
     *len = n;
@@ -171,15 +190,20 @@ int cmd_sample(int argc, char **argv) {
     const int S = read_prompts(&o, &prompt, &plen), T = c.seq_len, keep = T / 2;
     const long long n_new = o.tokens > 0 ? o.tokens : 200;
     if (S > 1 && n_new > 1000000)
-        usage_error("sample", "--tokens %s: with --prompts each sample is kept until the end; "
-                              "at most 1000000 bytes each",
+        usage_error("sample",
+                    "--tokens %s: with --prompts each sample is kept until the end; "
+                    "at most 1000000 bytes each",
                     "N");
     Model m;
     load_model(&m, &c, o.ckpt, S, T);
     backend_set_threads(c.threads);
     Decoder d = {0};
-    char err[512];
+    char err[1024];
     if (!o.no_cache && decoder_init(&d, &m, err, sizeof err) != 0)
+        moe_input_error("sample: %s", err);
+    ServedExperts sx;
+    if (served_experts_attach(&sx, &m, o.quant ? quant_format_parse(o.quant) : QUANT_FP32,
+                              (int)o.offload, err, sizeof err) != 0)
         moe_input_error("sample: %s", err);
     m.spec.eval_capacity_factor = 0.0f; /* both ways route dropless, as the decoder does */
 
@@ -193,7 +217,8 @@ int cmd_sample(int argc, char **argv) {
     for (int s = 0; s < S; s++) {
         const int from = plen[s] > T ? plen[s] - T : 0;
         wlen[s] = plen[s] - from;
-        for (int t = 0; t < wlen[s]; t++) win[(size_t)s * T + t] = (unsigned char)prompt[s][from + t];
+        for (int t = 0; t < wlen[s]; t++)
+            win[(size_t)s * T + t] = (unsigned char)prompt[s][from + t];
         rng_seed(&rng[s], (o.seed_given ? (uint64_t)o.seed : c.seed) + (uint64_t)s);
         if (S > 1) text[s] = (unsigned char *)malloc_check((size_t)n_new);
     }
@@ -221,8 +246,10 @@ int cmd_sample(int argc, char **argv) {
         if (i == n_new) break;
         for (int s = 0; s < S; s++) {
             next[s] = pick_byte(logits + (size_t)s * MOE_VOCAB, o.temperature, &rng[s]);
-            if (S == 1) putchar(next[s]);
-            else text[s][i] = (unsigned char)next[s];
+            if (S == 1)
+                putchar(next[s]);
+            else
+                text[s][i] = (unsigned char)next[s];
             int *w = win + (size_t)s * T;
             if (wlen[s] == T) { /* full: start again from the last T / 2 tokens */
                 memmove(w, w + T - keep, (size_t)keep * sizeof(int));
@@ -241,7 +268,9 @@ int cmd_sample(int argc, char **argv) {
         putchar('\n');
     }
     for (int s = 0; s < S; s++) free(prompt[s]), free(text[s]);
-    free(prompt), free(plen), free(text), free(rng), free(logits), free(next), free(wlen), free(win);
+    free(prompt), free(plen), free(text), free(rng), free(logits), free(next), free(wlen),
+        free(win);
+    served_experts_detach(&sx, &m);
     decoder_free(&d);
     model_free(&m);
     return 0;

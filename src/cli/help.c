@@ -41,6 +41,10 @@ static const CmdHelp HELP[] = {
              "  --batches N           validation batches (default train.eval_batches)\n"
              "  --logits FILE         also write the first batch's tokens, targets and logits\n"
              "                        (safetensors, float32) to compare with another framework\n"
+             "  --quant F             the experts quantized: int8 (a scale per output channel)\n"
+             "                        or int4 (a scale per 32 inputs); the rest stays fp32\n"
+             "  --offload SLOTS       the experts in a file, SLOTS of them resident in a cache\n"
+             "                        (loaded on demand, least recently used out)\n"
              "  --help                this text\n"},
     {"sample", "usage: moe sample --ckpt PATH [options]\n"
                "Text from a checkpoint, one byte at a time, from a key-value cache.\n"
@@ -55,6 +59,8 @@ static const CmdHelp HELP[] = {
                "                        prompt on line i draws from seed + i - 1)\n"
                "  --no-cache            a full forward for every byte (the reference: the same\n"
                "                        bytes at temperature 0, much slower)\n"
+               "  --quant F             the experts quantized: int8 or int4 (moe eval --help)\n"
+               "  --offload SLOTS       the experts in a file, SLOTS of them resident\n"
                "  --help                this text\n"},
     {"export", "usage: moe export --ckpt PATH --out FILE.safetensors | --format hf --out DIR\n"
                "A checkpoint's weights as a safetensors file (names: src/README.md), or as a\n"
@@ -131,6 +137,8 @@ static const CmdHelp HELP[] = {
      "  --batch LIST          --decode: batch sizes, such as 1,4,16,64 (the default)\n"
      "  --ckpt PATH           --decode: a trained model, prompts from its data.val; repeatable\n"
      "  --csv                 --decode: the rows as CSV\n"
+     "  --quant F             --decode: the experts quantized, int8 or int4\n"
+     "  --offload SLOTS       --decode: the experts in a file, SLOTS of them resident\n"
      "  --help                this text\n"},
     {"doctor",
      "usage: moe doctor RUN_DIR [options]\n"

@@ -3,9 +3,10 @@
  *
  *   moe train   [--config FILE] [--set key=value]... [--out DIR] [--resume DIR] [--until STEP]
  *               [--init CKPT] [--allow-data-change] [--quiet]
- *   moe eval    --ckpt PATH [--set key=value]... [--batches N]
+ *   moe eval    --ckpt PATH [--set key=value]... [--batches N] [--logits FILE]
+ *               [--quant int8|int4 | --offload SLOTS]
  *   moe sample  --ckpt PATH [--prompt TEXT | --prompts FILE] [--tokens N] [--temperature X]
- *               [--seed N] [--no-cache]
+ *               [--seed N] [--no-cache] [--quant int8|int4 | --offload SLOTS]
  *   moe export  --ckpt PATH --out FILE.safetensors | --format hf --out DIR
  *   moe import  --from FILE.safetensors | --format hf --from DIR  --out CKPT [--config FILE]
  *               [--set key=value]...
@@ -19,8 +20,8 @@
  *               [--reference-attention]
  *   moe doctor  RUN_DIR [--json] [--threshold NAME=VALUE]... | --thresholds   (doctor.c)
  *   moe plan    [--run NAME | --model NAME | --config FILE] [--cluster NAME] [--gpus N]
- *               [--set key=value]... [--search [--top N]] [--json | --csv] | --keys | --presets (plan.c)
- *   moe help    [CMD]             (and moe CMD --help: each command's options, help.c)
+ *               [--set key=value]... [--search [--top N]] [--json | --csv] | --keys | --presets
+ * (plan.c) moe help    [CMD]             (and moe CMD --help: each command's options, help.c)
  *
  * Every mistake on the command line, in a config, a data file or a checkpoint ends with a
  * message on stderr and exit status 2; nothing is written before the inputs have been checked.
@@ -39,6 +40,7 @@
 #include "cli/cli.h"
 #include "io/data.h"
 #include "io/files.h"
+#include "infer/quant.h"
 #include "io/tensorfile.h"
 #include "measure/bench.h"
 #include "model/memory.h"
@@ -50,9 +52,10 @@ const char *const USAGE =
     "usage: moe <command> [options]   (moe help CMD or moe CMD --help: its options)\n"
     "  train   [--config FILE] [--set key=value]... [--out DIR] [--resume DIR] [--until STEP]\n"
     "          [--init CKPT] [--allow-data-change] [--quiet]\n"
-    "  eval    --ckpt PATH [--set key=value]... [--batches N]\n"
+    "  eval    --ckpt PATH [--set key=value]... [--batches N] [--logits FILE]\n"
+    "          [--quant int8|int4 | --offload SLOTS]\n"
     "  sample  --ckpt PATH [--prompt TEXT | --prompts FILE] [--tokens N] [--temperature X]\n"
-    "          [--seed N] [--no-cache]\n"
+    "          [--seed N] [--no-cache] [--quant int8|int4 | --offload SLOTS]\n"
     "  export  --ckpt PATH --out FILE.safetensors | --format hf --out DIR\n"
     "  import  --from FILE.safetensors | --format hf --from DIR  --out CKPT [--config FILE]\n"
     "          [--set key=value]...\n"
@@ -65,6 +68,7 @@ const char *const USAGE =
     "          [--profile] [--profile-out FILE.csv] [--device NAME] [--precision P]\n"
     "          [--reference-attention]\n"
     "  bench   --decode [--config NAME | --ckpt PATH]... [--batch 1,4,16,64] [--csv | --json]\n"
+    "          [--quant int8|int4 | --offload SLOTS]\n"
     "          NAME: tiny, tiny-dense, small, small-dense (default: all four), tiny-e64,\n"
     "          gpu-medium, gpu-medium-dense\n"
     "  doctor  RUN_DIR [--json] [--threshold NAME=VALUE]... | --thresholds\n"
@@ -128,9 +132,9 @@ static MOE_NORETURN void unknown_option(const char *cmd, const char *a) {
 /* Options that name a file or folder: an empty one would mean the current folder or nothing */
 static int is_path_option(const char *a) {
     static const char *const PATHS[] = {
-        "--config", "--out",         "--resume",         "--init",          "--from",
-        "--ckpt",   "--profile-out", "--record-routing", "--replay-routing", "--logits",
-        "--prompts"};
+        "--config",         "--out",    "--resume",      "--init",
+        "--from",           "--ckpt",   "--profile-out", "--record-routing",
+        "--replay-routing", "--logits", "--prompts"};
     for (size_t i = 0; i < sizeof PATHS / sizeof PATHS[0]; i++)
         if (strcmp(a, PATHS[i]) == 0) return 1;
     return 0;
@@ -219,12 +223,12 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
             o->logits_out = v;
         else if (strcmp(a, "--format") == 0) {
             if (strcmp(v, "safetensors") != 0 && strcmp(v, "hf") != 0)
-                usage_error(cmd, "--format is safetensors (moe.c's names) or hf (the Hugging Face "
-                                 "layout), not '%s'",
+                usage_error(cmd,
+                            "--format is safetensors (moe.c's names) or hf (the Hugging Face "
+                            "layout), not '%s'",
                             v);
             o->format_hf = strcmp(v, "hf") == 0;
-        }
-        else if (strcmp(a, "--noise") == 0)
+        } else if (strcmp(a, "--noise") == 0)
             o->noise = parse_double(cmd, a, v, 0.0, 10.0);
         else if (strcmp(a, "--drop-ratio") == 0)
             o->drop_ratio = parse_double(cmd, a, v, 0.0, 1.0);
@@ -239,6 +243,15 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
             o->ckpts[o->n_ckpts++] = v;
         } else if (strcmp(a, "--batch") == 0)
             o->batch_list = v;
+        else if (strcmp(a, "--quant") == 0) {
+            if (quant_format_parse(v) < 0)
+                usage_error(cmd,
+                            "--quant is fp32, int8 (per output channel) or int4 (groups of "
+                            "32), not '%s'",
+                            v);
+            o->quant = v;
+        } else if (strcmp(a, "--offload") == 0)
+            o->offload = parse_int(cmd, a, v, 1, 1 << 20);
         else if (strcmp(a, "--prompt") == 0)
             o->prompt = v;
         else if (strcmp(a, "--prompts") == 0)
@@ -264,8 +277,7 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
         else if (strcmp(a, "--steps") == 0) {
             o->steps = parse_int(cmd, a, v, 1, 1 << 20);
             o->steps_given = 1;
-        }
-        else if (strcmp(a, "--warmup") == 0)
+        } else if (strcmp(a, "--warmup") == 0)
             o->warmup = parse_int(cmd, a, v, 0, 1 << 20);
         else if (strcmp(a, "--rounds") == 0)
             o->rounds = parse_int(cmd, a, v, 1, BENCH_MAX_ROUNDS);
@@ -481,15 +493,17 @@ static int cmd_bench(int argc, char **argv) {
     bo.profile_out =
         o.profile_out ? o.profile_out : (bo.profile ? "build/bench_profile.csv" : NULL);
     char err[1024];
-    if (!o.decode && (o.csv || o.batch_list || o.n_ckpts))
+    if (!o.decode && (o.csv || o.batch_list || o.n_ckpts || o.quant || o.offload))
         usage_error("bench", "%s are options of the decoding benchmark: add --decode",
-                    "--csv, --batch and --ckpt");
+                    "--csv, --batch, --ckpt, --quant and --offload");
     if (o.decode && (o.profile || o.profile_out || o.rounds > 1 || o.reference_attention))
         usage_error("bench", "%s time the training step: drop them with --decode",
                     "--profile, --rounds and --reference-attention");
     if (o.decode && o.csv && o.json) usage_error("bench", "%s: choose one", "--csv and --json");
     if (o.decode) {
         bo.decode = 1, bo.csv = o.csv, bo.n_ckpts = o.n_ckpts;
+        bo.quant = o.quant ? quant_format_parse(o.quant) : QUANT_FP32;
+        bo.offload = (int)o.offload;
         for (int i = 0; i < o.n_ckpts; i++) {
             Config probe;
             load_ckpt_config(&probe, o.ckpts[i]); /* exit 2 on a missing or bad checkpoint */
@@ -500,8 +514,9 @@ static int cmd_bench(int argc, char **argv) {
             char *end;
             const long b = strtol(p, &end, 10);
             if (end == p || b < 1 || b > 256 || (*end && *end != ','))
-                usage_error("bench", "--batch is a list of batch sizes from 1 to 256 separated "
-                                     "by commas (1,4,16,64), not '%s'",
+                usage_error("bench",
+                            "--batch is a list of batch sizes from 1 to 256 separated "
+                            "by commas (1,4,16,64), not '%s'",
                             o.batch_list);
             if (bo.n_batches == BENCH_MAX_BATCHES)
                 usage_error("bench", "--batch %s: at most 8 batch sizes", o.batch_list);
@@ -536,18 +551,30 @@ static int cmd_bench(int argc, char **argv) {
 /* Two settings that libraries read once, when they load, so the only way to change them from
  * inside is to run ourselves again with them set (one exec, before anything else happens; a
  * setting already in the environment is respected):
- *   - OMP_WAIT_POLICY=passive. OpenMP threads that wait actively spin on their core. Our
+ *   - OMP_WAIT_POLICY. OpenMP threads that wait actively spin on their core. Training's
  *     parallel regions are short and many, and OpenBLAS (the OpenMP build) shares the pool,
  *     so when anything else runs on the machine the spinning threads steal the cores the
  *     working ones need: a step measured 20x slower on a busy 2-core machine, and no faster
- *     when idle.
+ *     when idle. So passive, except for decoding (moe sample, moe bench --decode): a decoding
+ *     step is a few hundred regions of microseconds each, and a sleeping thread takes longer
+ *     than that to wake: a step of the small reference MoE at batch 1 took 6.8 ms passive and
+ *     1.7 ms active on a quiet 2-core machine (handbook chapter 9).
  *   - OPENBLAS_CORETYPE, when OpenBLAS took this CPU for an older one and chose kernels
  *     without AVX2 (backend.h, backend_blas_better_core): the sgemm of a 2-core Xeon with
  *     AVX-512 measured 65 GFLOP/s so, 315 with the SkylakeX kernels. */
+static int decodes(char **argv) {
+    if (!argv[1]) return 0;
+    if (strcmp(argv[1], "sample") == 0) return 1;
+    if (strcmp(argv[1], "bench") != 0) return 0;
+    for (int i = 2; argv[i]; i++)
+        if (strcmp(argv[i], "--decode") == 0) return 1;
+    return 0;
+}
+
 static void prepare_environment(char **argv) {
     int again = 0;
     if (!getenv("OMP_WAIT_POLICY")) {
-        setenv("OMP_WAIT_POLICY", "passive", 1);
+        setenv("OMP_WAIT_POLICY", decodes(argv) ? "active" : "passive", 1);
         again = 1;
     }
     const char *core = getenv("OPENBLAS_CORETYPE") ? NULL : backend_blas_better_core();
@@ -579,11 +606,10 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         int (*fn)(int, char **);
-    } CMDS[] = {{"train", cmd_train},     {"eval", cmd_eval},    {"sample", cmd_sample},
-                {"export", cmd_export},   {"info", cmd_info},    {"corpus", cmd_corpus},
-                {"synth", cmd_synth},     {"bench", cmd_bench},  {"import", cmd_import},
-                {"upcycle", cmd_upcycle}, {"doctor", cmd_doctor},
-                {"plan", cmd_plan}};
+    } CMDS[] = {{"train", cmd_train},     {"eval", cmd_eval},     {"sample", cmd_sample},
+                {"export", cmd_export},   {"info", cmd_info},     {"corpus", cmd_corpus},
+                {"synth", cmd_synth},     {"bench", cmd_bench},   {"import", cmd_import},
+                {"upcycle", cmd_upcycle}, {"doctor", cmd_doctor}, {"plan", cmd_plan}};
     for (size_t i = 0; i < sizeof CMDS / sizeof CMDS[0]; i++)
         if (strcmp(argv[1], CMDS[i].name) == 0) return CMDS[i].fn(argc - 2, argv + 2);
     fprintf(stderr, "error: unknown command '%s'\n\n%s", argv[1], USAGE);

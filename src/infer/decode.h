@@ -35,8 +35,8 @@ typedef struct {
     int *host_idx; /* (3 B T) host scratch: positions, rows and lengths before they move */
     int *rows;     /* (B T) backend: the cache rows of a prefill's tokens */
     int *pos, *step_rows, *lens; /* (B) backend: kv.pos, kv.rows, kv.lens */
-    float *logits; /* (B, V) host: each sequence's next-token logits, after its last prefill or
-                      step */
+    float *logits;      /* (B, V) host: each sequence's next-token logits, after its last prefill or
+                           step */
     size_t cache_bytes; /* the cache's bytes: 2 L B T C floats */
 } Decoder;
 

@@ -39,9 +39,9 @@
 #include "config/config.h"
 
 #define BENCH_MAX_CONFIGS 16
-#define BENCH_SGEMM_N 2048 /* the square sgemm that measures the machine */
+#define BENCH_SGEMM_N 2048    /* the square sgemm that measures the machine */
 #define BENCH_GPU_GEMM_N 8192 /* the square cuBLAS product that measures a GPU */
-#define BENCH_SGEMM_REPS 5 /* timed products after one warm-up; the best one is reported */
+#define BENCH_SGEMM_REPS 5    /* timed products after one warm-up; the best one is reported */
 #define BENCH_MAX_ROUNDS 50
 #define BENCH_MAX_BATCHES 8
 
@@ -60,10 +60,12 @@ typedef struct {
     const char *configs[BENCH_MAX_CONFIGS];
     /* --decode (bench_decode.c): the serving benchmark instead of the training step */
     int decode;
-    int csv;                                 /* a CSV table instead of the text table */
-    int n_batches;                           /* 0: batches 1, 4, 16, 64 */
+    int csv;       /* a CSV table instead of the text table */
+    int n_batches; /* 0: batches 1, 4, 16, 64 */
     int batches[BENCH_MAX_BATCHES];
-    int n_ckpts;                             /* trained models to serve, besides configs */
+    int quant;   /* QUANT_*: the experts' format (infer/quant.h) */
+    int offload; /* > 0: experts through a cache of this many */
+    int n_ckpts; /* trained models to serve, besides configs */
     const char *ckpts[BENCH_MAX_CONFIGS];
 } BenchOptions;
 
@@ -81,7 +83,8 @@ int bench_run(const BenchOptions *o, FILE *out, char *err, int errlen);
  * prompts of T / 2 tokens, warmup steps, then steps timed one by one (the median reported):
  * prefill and decode tokens/s, the distinct experts a step touches against the uniform
  * expectation, the weight bytes read per token, and the step against the memory bound (the
- * read bandwidth measured in the same run). A table, or CSV, or one JSON object per row. Runs
+ * memory bandwidth measured in the same run: a copy within the backend's memory). A table, or
+ * CSV, or one JSON object per row. --quant and --offload serve the experts so (infer/serve.h). Runs
  * in this process. Returns 0, or -1 with a message in err. */
 int bench_decode_run(const BenchOptions *o, FILE *out, char *err, int errlen);
 

@@ -18,8 +18,8 @@
  * step reads all of its (E / k times larger) expert weights, where the dense twin reads its
  * own once. The benchmark measures both models at each batch, counts the experts each step
  * touched, and sets the step time against the memory bound: the bytes it read (weights, and
- * the key-value cache) over the read bandwidth measured in the same run, on the same backend
- * (its sum of squares over 256 MiB, the best of 5).
+ * the key-value cache) over the memory bandwidth measured in the same run, on the same backend
+ * (a copy of 256 MiB, bytes read and written, the best of 5).
  *
  * The models are the reference configs (random weights, random prompts: routing close to
  * uniform, as the formula assumes), or trained checkpoints (--ckpt; prompts from their
@@ -33,6 +33,7 @@
 
 #include "base/util.h"
 #include "infer/decode.h"
+#include "infer/serve.h"
 #include "io/data.h"
 #include "measure/bench_report.h"
 #include "model/model.h"
@@ -51,6 +52,10 @@ typedef struct {
     double bytes_per_token;             /* weights read a step / B */
     double bound_s, roof;               /* (weights + cache) / bandwidth; bound_s / step_s */
     double resident_bytes, cache_bytes; /* every weight held; the key-value cache */
+    const char *experts;                /* how the experts were served: fp32, int8, int4, or
+                                           offloaded ("offload") */
+    int slots;                          /* offloaded: experts resident */
+    double hit_rate, loaded_bytes;      /* offloaded: the steps' cache hits, bytes copied a step */
 } DecodeRow;
 
 static double median(double *x, int n) {
@@ -62,23 +67,23 @@ static double median(double *x, int n) {
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
-/* The backend's read bandwidth, bytes/s: its sum of squares over 256 MiB, the best of 5. */
-static double read_bandwidth(const Backend *be) {
-    const size_t n = (size_t)64 << 20;
-    float *x = be_floats(be, n);
-    be->zero(be, x, n * sizeof(float));
-    double *partial = (double *)be->alloc(be, vec_chunks(n) * sizeof(double));
+/* The backend's memory bandwidth, bytes/s: a copy of 256 MiB within its memory (the bytes
+ * read plus the bytes written, as STREAM's copy counts them), the best of 5 after one warm-up
+ * (the first copy maps the pages). */
+static double memory_bandwidth(const Backend *be) {
+    const size_t bytes = (size_t)256 << 20;
+    void *a = be->alloc(be, bytes), *b = be->alloc(be, bytes);
     double best = 0.0;
     for (int r = 0; r < 6; r++) {
         be->sync(be);
         const double t0 = now_seconds();
-        (void)be->sum_squares(be, partial, x, n);
+        be->copy(be, b, a, bytes);
         be->sync(be);
-        const double bw = (double)n * sizeof(float) / (now_seconds() - t0);
-        if (r > 0 && bw > best) best = bw; /* the first pass maps the pages */
+        const double bw = 2.0 * bytes / (now_seconds() - t0);
+        if (r > 0 && bw > best) best = bw;
     }
-    be->free(be, partial);
-    be->free(be, x);
+    be->free(be, a);
+    be->free(be, b);
     return best;
 }
 
@@ -103,9 +108,10 @@ static void prompts_for(int *tokens, int B, int P, const Shard *val, Rng *r) {
     }
 }
 
-/* One model at one batch: prefill, warm-up steps, timed steps (each appends the greedy byte). */
-static void measure(DecodeRow *row, Model *m, const BenchOptions *o, const Shard *val,
-                    double bandwidth) {
+/* One model at one batch: prefill, warm-up steps, timed steps (each appends the greedy byte).
+ * The experts served as sx says. */
+static void measure(DecodeRow *row, Model *m, ServedExperts *sx, const BenchOptions *o,
+                    const Shard *val, double bandwidth) {
     const Config *c = &m->cfg;
     const int B = m->B, T = m->T, L = c->n_layer, C = c->d_model;
     const int warm = o->warmup, steps = o->steps;
@@ -141,6 +147,7 @@ static void measure(DecodeRow *row, Model *m, const BenchOptions *o, const Shard
         t0 = now_seconds();
         decoder_step(&d, next);
         m->be->sync(m->be);
+        if (s + 1 == warm && sx->slots) expert_cache_reset_stats(&sx->cache);
         if (s < warm) continue;
         times[s - warm] = now_seconds() - t0;
         kv += 2.0 * L * (cached + B) * C * sizeof(float); /* keys and values read, new written */
@@ -154,18 +161,27 @@ static void measure(DecodeRow *row, Model *m, const BenchOptions *o, const Shard
     row->step_s = median(times, steps);
     row->prefill_tok_s = (double)B * P / row->prefill_s;
     row->decode_tok_s = B / row->step_s;
-    const double expert_bytes = 3.0 * C * m->spec.d_expert * sizeof(float);
+    /* an expert's bytes as served: a step reads each touched one whole */
+    const double expert_bytes =
+        m->n_moe ? served_experts_bytes(sx, m) /
+                       (sx->slots ? sx->cache.slots : (double)m->n_moe * c->num_experts)
+                 : 0.0;
     row->touched = row->moe ? touched / ((double)steps * m->n_moe) : NAN;
-    row->expected = row->moe ? c->num_experts * (1.0 - pow(1.0 - (double)c->top_k / c->num_experts,
-                                                           B))
-                             : NAN;
+    row->expected =
+        row->moe ? c->num_experts * (1.0 - pow(1.0 - (double)c->top_k / c->num_experts, B)) : NAN;
     row->weight_bytes = dense_floats(m, B) * sizeof(float) +
                         (row->moe ? row->touched * m->n_moe * expert_bytes : 0.0);
     row->kv_bytes = kv / steps;
     row->bytes_per_token = row->weight_bytes / B;
-    row->bound_s = (row->weight_bytes + row->kv_bytes) / bandwidth;
+    row->experts = sx->slots ? "offload" : quant_format_name(sx->format);
+    row->slots = sx->slots ? sx->cache.slots : 0;
+    row->hit_rate = sx->slots ? expert_cache_hit_rate(&sx->cache) : NAN;
+    row->loaded_bytes = sx->slots ? (double)sx->cache.bytes_loaded / steps : 0.0;
+    /* a miss reads its record and writes it into a slot */
+    row->bound_s = (row->weight_bytes + row->kv_bytes + 2.0 * row->loaded_bytes) / bandwidth;
     row->roof = row->bound_s / row->step_s;
-    row->resident_bytes = (double)m->pt.total * sizeof(float);
+    row->resident_bytes = (dense_floats(m, 0) + (double)MOE_VOCAB * C) * sizeof(float) +
+                          (m->n_moe ? served_experts_bytes(sx, m) : 0.0);
     row->cache_bytes = (double)d.cache_bytes;
     free(times);
     free(prompts);
@@ -178,9 +194,12 @@ static void measure(DecodeRow *row, Model *m, const BenchOptions *o, const Shard
 
 static void write_table(FILE *out, const DecodeRow *rows, int n, double bandwidth,
                         const char *device, int threads) {
-    fprintf(out, "moe bench --decode on %s, %d threads: read bandwidth %.1f GB/s (sum of squares "
-                 "over 256 MiB, best of 5)\n\n",
-            device, threads, bandwidth / 1e9);
+    fprintf(out,
+            "moe bench --decode on %s, %d threads: memory bandwidth %.1f GB/s (a copy of "
+            "256 MiB, bytes read + written, best of 5); experts %s",
+            device, threads, bandwidth / 1e9, n ? rows[0].experts : "fp32");
+    if (n && rows[0].slots) fprintf(out, " through a cache of %d", rows[0].slots);
+    fprintf(out, "\n\n");
     fprintf(out, "%-14s %5s %9s %9s %8s %8s %7s %10s %8s %8s\n", "model", "batch", "prefill",
             "decode", "step", "experts", "expect", "MB/token", "bound", "of bound");
     fprintf(out, "%-14s %5s %9s %9s %8s %8s %7s %10s %8s %8s\n", "", "", "tok/s", "tok/s", "ms",
@@ -192,28 +211,33 @@ static void write_table(FILE *out, const DecodeRow *rows, int n, double bandwidt
             snprintf(touched, sizeof touched, "%.2f", r->touched);
             snprintf(expect, sizeof expect, "%.2f", r->expected);
         }
-        fprintf(out, "%-14s %5d %9.0f %9.1f %8.2f %8s %7s %10.3f %8.2f %7.0f%%\n", r->name, r->B,
+        fprintf(out, "%-14s %5d %9.0f %9.1f %8.2f %8s %7s %10.3f %8.2f %7.0f%%", r->name, r->B,
                 r->prefill_tok_s, r->decode_tok_s, r->step_s * 1e3, touched, expect,
                 r->bytes_per_token / 1e6, r->bound_s * 1e3, 100.0 * r->roof);
+        if (r->slots) fprintf(out, "  hits %.0f%%", 100.0 * r->hit_rate);
+        fprintf(out, "\n");
     }
     fprintf(out, "\nexperts touched: distinct experts a step's MoE layer reads (of E), against "
                  "E (1 - (1 - k/E)^batch) for independent uniform routing.\nbound: the step's "
-                 "bytes (weights read, key-value cache) over the read bandwidth; of bound: how "
-                 "close the step comes to it (over 100%%: the\nbytes sat in a cache faster than memory, as a small model's do).\n");
+                 "bytes (weights read, key-value cache) over the memory bandwidth; of bound: how "
+                 "close the step comes to it (over 100%%: the\nbytes sat in a cache faster than "
+                 "memory, as a small model's do).\n");
 }
 
 static const char *const CSV_HEADER =
     "model,moe,experts,top_k,batch,prompt,steps,prefill_s,step_s,prefill_tok_s,decode_tok_s,"
     "experts_touched,experts_expected,weight_bytes_step,kv_bytes_step,weight_bytes_token,"
-    "bound_s,of_bound,resident_bytes,cache_bytes,bandwidth_bytes_s";
+    "bound_s,of_bound,resident_bytes,cache_bytes,bandwidth_bytes_s,experts_as,slots,hit_rate,"
+    "loaded_bytes_step";
 
 static void write_csv_row(FILE *out, const DecodeRow *r, double bandwidth) {
-    fprintf(out, "%s,%d,%d,%d,%d,%d,%d,%.6g,%.6g,%.6g,%.6g,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g,%.4f,%.6g,"
-                 "%.6g,%.6g\n",
+    fprintf(out,
+            "%s,%d,%d,%d,%d,%d,%d,%.6g,%.6g,%.6g,%.6g,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g,%.4f,%.6g,"
+            "%.6g,%.6g,%s,%d,%.4f,%.6g\n",
             r->name, r->moe, r->E, r->K, r->B, r->P, r->steps, r->prefill_s, r->step_s,
             r->prefill_tok_s, r->decode_tok_s, r->touched, r->expected, r->weight_bytes,
-            r->kv_bytes, r->bytes_per_token, r->bound_s, r->roof, r->resident_bytes,
-            r->cache_bytes, bandwidth);
+            r->kv_bytes, r->bytes_per_token, r->bound_s, r->roof, r->resident_bytes, r->cache_bytes,
+            bandwidth, r->experts, r->slots, r->hit_rate, r->loaded_bytes);
 }
 
 static void write_json_row(FILE *out, const DecodeRow *r, double bandwidth, const char *device,
@@ -232,9 +256,14 @@ static void write_json_row(FILE *out, const DecodeRow *r, double bandwidth, cons
     fprintf(out,
             "\"weight_bytes_step\": %.6g, \"kv_bytes_step\": %.6g, \"weight_bytes_token\": %.6g, "
             "\"bound_s\": %.6g, \"of_bound\": %.4f, \"resident_bytes\": %.6g, \"cache_bytes\": "
-            "%.6g, \"bandwidth_bytes_s\": %.6g}\n",
+            "%.6g, \"bandwidth_bytes_s\": %.6g, \"experts_as\": \"%s\", \"slots\": %d, ",
             r->weight_bytes, r->kv_bytes, r->bytes_per_token, r->bound_s, r->roof,
-            r->resident_bytes, r->cache_bytes, bandwidth);
+            r->resident_bytes, r->cache_bytes, bandwidth, r->experts, r->slots);
+    if (r->slots)
+        fprintf(out, "\"hit_rate\": %.4f, \"loaded_bytes_step\": %.6g}\n", r->hit_rate,
+                r->loaded_bytes);
+    else
+        fprintf(out, "\"hit_rate\": null, \"loaded_bytes_step\": 0}\n");
 }
 
 /* ---- the run -------------------------------------------------------------------------------- */
@@ -292,7 +321,7 @@ int bench_decode_run(const BenchOptions *o, FILE *out, char *err, int errlen) {
     const int threads = backend_set_threads(o->threads);
     const Backend *be = backend_get(o->device ? o->device : "cpu", o->precision, err, errlen);
     if (!be) return -1;
-    const double bandwidth = read_bandwidth(be);
+    const double bandwidth = memory_bandwidth(be);
     DecodeRow *rows = (DecodeRow *)calloc_check((size_t)n_models * n_batches, sizeof(DecodeRow));
     int n = 0;
     if (o->csv) fprintf(out, "%s\n", CSV_HEADER);
@@ -305,7 +334,13 @@ int bench_decode_run(const BenchOptions *o, FILE *out, char *err, int errlen) {
             load_decode_model(&m, &models[mi], o, batches[bi], &val, &have_val);
             DecodeRow *r = &rows[n++];
             snprintf(r->name, sizeof r->name, "%s", models[mi].name);
-            measure(r, &m, o, have_val ? &val : NULL, bandwidth);
+            ServedExperts sx;
+            char why[1024];
+            const int slots = m.n_moe ? o->offload : 0, fmt = m.n_moe ? o->quant : QUANT_FP32;
+            if (served_experts_attach(&sx, &m, fmt, slots, why, sizeof why) != 0)
+                moe_input_error("bench --decode: %s", why);
+            measure(r, &m, &sx, o, have_val ? &val : NULL, bandwidth);
+            served_experts_detach(&sx, &m);
             if (o->csv) write_csv_row(out, r, bandwidth);
             if (o->json) write_json_row(out, r, bandwidth, be->name, threads);
             fflush(out);

@@ -307,8 +307,8 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
 void model_forward_cached(Model *m, const int *tokens, int N, const KvStep *kv) {
     const Backend *be = m->be;
     const int C = m->cfg.d_model, L = m->cfg.n_layer;
-    if (N > m->B * m->T) moe_fatal("model_forward_cached: %d tokens exceed the allocated %d", N,
-                                   m->B * m->T);
+    if (N > m->B * m->T)
+        moe_fatal("model_forward_cached: %d tokens exceed the allocated %d", N, m->B * m->T);
     m->B_last = N, m->T_last = 1, m->N_last = N;
     be->to_device(be, m->inputs, tokens, (size_t)N * sizeof(int));
     PROF(PROF_EMBED, be->embed_forward(be, m->resid[0], m->inputs, m->w.tok_emb, N, C));

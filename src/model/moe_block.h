@@ -32,11 +32,11 @@ struct ExpertSource {
 };
 
 typedef struct {
-    const float *router; /* (E, C) */
-    const float *Wg;     /* (E, F, C) */
-    const float *Wu;     /* (E, F, C) */
-    const float *Wd;     /* (E, C, F) */
-    const float *bias;   /* (E) aux-free selection bias, or NULL: no gradient */
+    const float *router;  /* (E, C) */
+    const float *Wg;      /* (E, F, C) */
+    const float *Wu;      /* (E, F, C) */
+    const float *Wd;      /* (E, C, F) */
+    const float *bias;    /* (E) aux-free selection bias, or NULL: no gradient */
     ExpertSource *source; /* NULL: the experts are Wg, Wu, Wd; else this source's (layer) */
     int layer;
 } MoeWeights;
