@@ -5,17 +5,18 @@
  *     row; dequantize(quantize(W)) within half a scale of W, element by element, per row
  *     (int8) and per group (int4), with a row of zeros (exact zeros back), maxima on either
  *     side of a group boundary, and inputs not a multiple of 32;
- *   - the product: qmatrix_matmul gives matmul_forward's bits on the dequantized weights, for
- *     1, 3 and 17 input rows and odd sizes, in every format;
+ *   - the product: qmatrix_matmul equals matmul_forward on the dequantized weights (to float
+ *     rounding: it sums in partial sums), for 1, 3 and 17 input rows, odd sizes and inputs past
+ *     a whole number of lanes and groups, in every format; the same bits for 1 and 2 threads;
  *   - the bytes: the exact formulas, for one matrix and for a model's experts;
  *   - the source: its forward against experts_forward on the dequantized weights, with a
  *     padded plan's zero rows; in a model, the logits equal those of the model whose expert
- *     tensors were replaced by their dequantized values (bit for bit on cpu-ref, within the
- *     tolerance on cpu); int8 moves the loss by little, int4's weights err more than int8's;
- *     decoding from a cache with the source gives the full forward's logits; a model on a
- *     backend whose memory is not the host's is refused;
+ *     tensors were replaced by their dequantized values (within the tolerance); int8 moves the loss
+ * by little, int4's weights err more than int8's; decoding from a cache with the source gives the
+ * full forward's logits; a model on a backend whose memory is not the host's is refused;
  *   - the error table: every expert's relative error within the bounds normal weights give.
  */
+#include <omp.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -117,27 +118,40 @@ END_TEST
 
 START_TEST(test_matmul_is_the_reference_on_dequantized_weights) {
     const int format = FORMATS[_i];
-    enum { OUT = 13, IN = 45, NMAX = 17 }; /* a partial tile of output rows, a short group */
-    /* got: one row more than N can fill, to see that nothing past N rows is written */
-    float W[OUT * IN], Wq[OUT * IN], x[NMAX * IN], got[(NMAX + 1) * OUT], want[NMAX * OUT];
-    fill_uniform(W, OUT * IN, 0.7f, 3);
-    fill_uniform(x, NMAX * IN, 1.0f, 4);
-    QMatrix q;
-    qmatrix_quantize(&q, W, OUT, IN, format);
-    qmatrix_dequantize(&q, Wq);
-    const int Ns[] = {1, 3, 17};
-    for (int k = 0; k < 3; k++) {
-        const int N = Ns[k];
-        for (int j = 0; j < (NMAX + 1) * OUT; j++) got[j] = NAN;
-        qmatrix_matmul(got, x, &q, N);
-        matmul_forward(want, x, Wq, N, IN, OUT);
-        char what[64];
-        snprintf(what, sizeof what, "%s, N %d", quant_format_name(format), N);
-        /* the same terms in the same order: no tolerance at all */
-        expect_close_arrays(got, want, (size_t)N * OUT, 0.0f, 0.0f, what);
-        ck_assert_msg(isnan(got[N * OUT]), "%s: wrote past N rows", what);
+    /* 45 inputs: fewer than the partial sums, a short group; 77: two whole rounds of lanes and
+     * two whole int4 groups, then 13 more */
+    enum { OUT = 13, INMAX = 77, NMAX = 17 };
+    const int INS[] = {45, 77};
+    for (int a = 0; a < 2; a++) {
+        const int IN = INS[a];
+        /* got: one row more than N can fill, to see that nothing past N rows is written */
+        float W[OUT * INMAX], Wq[OUT * INMAX], x[NMAX * INMAX], got[(NMAX + 1) * OUT];
+        float want[NMAX * OUT], one[NMAX * OUT];
+        fill_uniform(W, (size_t)OUT * IN, 0.7f, 3);
+        fill_uniform(x, (size_t)NMAX * IN, 1.0f, 4);
+        QMatrix q;
+        qmatrix_quantize(&q, W, OUT, IN, format);
+        qmatrix_dequantize(&q, Wq);
+        const int Ns[] = {1, 3, 17};
+        for (int k = 0; k < 3; k++) {
+            const int N = Ns[k];
+            for (int j = 0; j < (NMAX + 1) * OUT; j++) got[j] = NAN;
+            qmatrix_matmul(got, x, &q, N);
+            matmul_forward(want, x, Wq, N, IN, OUT);
+            char what[64];
+            snprintf(what, sizeof what, "%s, %d inputs, N %d", quant_format_name(format), IN, N);
+            CLOSE_ARRAYS(got, want, (size_t)N * OUT, what);
+            ck_assert_msg(isnan(got[N * OUT]), "%s: wrote past N rows", what);
+            /* one thread gives the same bits: each output is summed by one thread */
+            const int threads = omp_get_max_threads();
+            omp_set_num_threads(1);
+            qmatrix_matmul(one, x, &q, N);
+            omp_set_num_threads(threads);
+            ck_assert_msg(memcmp(one, got, (size_t)N * OUT * sizeof(float)) == 0,
+                          "%s: one thread and %d differ", what, threads);
+        }
+        qmatrix_free(&q);
     }
-    qmatrix_free(&q);
 }
 END_TEST
 
@@ -240,7 +254,7 @@ START_TEST(test_source_forward_against_experts_forward) {
                     for (int i = 0; i < C; i++)
                         ck_assert_msg(ye[r * C + i] == 0.0f, "%s: padding not zero", what);
                 } else {
-                    expect_close_arrays(ye + r * C, want + r * C, C, 0.0f, 0.0f, what);
+                    CLOSE_ARRAYS(ye + r * C, want + r * C, C, what);
                 }
             }
     }
@@ -281,16 +295,14 @@ START_TEST(test_model_logits_are_the_dequantized_models) {
     forward_logits(&m, got, tokens);
     char what[96];
     snprintf(what, sizeof what, "%s source on %s", quant_format_name(format), be->name);
-    if (be == &backend_cpu_ref) /* the reference loops and qmatrix_matmul add alike */
-        expect_close_arrays(got, deq, nl, 0.0f, 0.0f, what);
-    else /* sgemm sums the fp32 experts in its own order */
-        CLOSE_ARRAYS(got, deq, nl, what);
+    CLOSE_ARRAYS(got, deq, nl, what); /* the two sum in their own orders */
     /* and the quantized weights are in effect: the logits moved (fp32: they did not) */
     double moved = 0.0;
     for (size_t j = 0; j < nl; j++) moved = fmax(moved, fabs((double)got[j] - orig[j]));
-    if (format == QUANT_FP32 && be == &backend_cpu_ref)
-        ck_assert_msg(moved == 0.0, "fp32 source moved a logit by %g", moved);
-    if (format != QUANT_FP32) ck_assert_msg(moved > 0.0, "%s: no logit moved", what);
+    printf("  %-30s largest logit change from the fp32 model %.3g\n", what, moved);
+    /* fp32 codes: float rounding only; int8 and int4: the weights' error, far above it */
+    if (format == QUANT_FP32) ck_assert_msg(moved < 1e-5, "fp32 source moved a logit by %g", moved);
+    if (format != QUANT_FP32) ck_assert_msg(moved > 1e-4, "%s: logits moved by %g only", what, moved);
     free(saved), free(orig), free(deq), free(got);
     quant_experts_free(&qe);
     model_free(&m);

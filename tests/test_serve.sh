@@ -149,6 +149,9 @@ col() { awk -F, -v c="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == c) k = 
     float_cmp "$(col "$tmp/b.int8" weight_bytes_token)" "<" "$(col "$tmp/b.fp32" weight_bytes_token)"
 check "bench --decode --quant int8 reads fewer weight bytes a token than fp32" $? \
     "$(cat "$tmp/b.fp32" "$tmp/b.int8")"
+"$moe" sample --ckpt "$ckpt" --prompts "$tmp/prompts" --quant int8 --tokens 10 > "$tmp/q" 2>&1
+[ $? -eq 0 ] && [ "$(grep -c '^--- sample [0-9] of 3 ---$' "$tmp/q")" -eq 3 ]
+check "sample --prompts with int8 experts: three samples" $? "$(head -c 300 "$tmp/q")"
 bad_sample "--quant with --offload" "not both" --quant int8 --offload 2
 bad_sample "an unknown format" "int8 (per output channel)" --quant int3
 bad_sample "a cache of 0 experts" "--offload" --offload 0

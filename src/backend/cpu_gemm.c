@@ -19,24 +19,32 @@
 /* last: through <complex.h> it defines the macro I, so no declaration below may use that name */
 #include <cblas.h>
 
-/* Up to this many rows, a product is one matrix-vector product per row. Such a product reads
- * the whole weight matrix for a handful of rows (a decoding step: one row per sequence), so its
- * speed is the memory's; sgemm packs W into tiles first, which reads and writes it again, and
- * ran at half of sgemv's speed at 1 to 4 rows on a 2-core machine (512 x 1024 weights, 2 MB,
- * beyond the caches). Each output is still one dot product summed by one thread, so the
- * results are repeatable for any thread count, though not the bits sgemm gives. */
+/* y (N, OUT) = x (N, IN) . W^T (IN, OUT), one sgemm */
+static void gemm_forward(float *y, const float *x, const float *W, int N, int IN, int OUT) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OUT, IN, 1.0f, x, IN, W, IN, 0.0f, y,
+                OUT);
+}
+
+/* Up to this many rows, a linear layer is one matrix-vector product per row. Such a product
+ * reads the whole weight matrix for a handful of rows (a decoding step: one row per sequence),
+ * so its speed is the memory's; sgemm packs W into tiles first, which reads and writes it
+ * again, and ran at half of sgemv's speed at 1 to 4 rows on a 2-core machine (512 x 1024
+ * weights, 2 MB, beyond the caches). Each output is still one dot product summed by one
+ * thread, so the results are repeatable for any thread count, though not the bits sgemm
+ * gives. A training step's linear layers have B T rows, far more; the experts' slices, which
+ * can be this small in training too, keep sgemm (slice_forward), so that no training result
+ * moves. */
 #define MATMUL_GEMV_ROWS 4
 
 void cpu_matmul_forward(float *y, const float *x, const float *W, int N, int IN, int OUT) {
     /* y (N, OUT) = x (N, IN) . W^T (IN, OUT) */
-    if (N <= MATMUL_GEMV_ROWS) {
-        for (int n = 0; n < N; n++)
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, OUT, IN, 1.0f, W, IN, x + (size_t)n * IN, 1,
-                        0.0f, y + (size_t)n * OUT, 1);
+    if (N > MATMUL_GEMV_ROWS) {
+        gemm_forward(y, x, W, N, IN, OUT);
         return;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OUT, IN, 1.0f, x, IN, W, IN, 0.0f, y,
-                OUT);
+    for (int n = 0; n < N; n++)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, OUT, IN, 1.0f, W, IN, x + (size_t)n * IN, 1, 0.0f,
+                    y + (size_t)n * OUT, 1);
 }
 
 /* dx (N, in) = dy (N, out) . W (out, in), written (beta 0) or added to (beta 1) */
@@ -64,10 +72,10 @@ static void slice_forward(float *ye, float *g, float *u, float *h, const float *
                           const float *Wu, const float *Wd, int e, int r0, int Se, int C, int F) {
     if (Se <= 0) return;
     size_t rc = (size_t)r0 * C, rf = (size_t)r0 * F, wo = (size_t)e * F * C;
-    cpu_matmul_forward(g + rf, xe + rc, Wg + wo, Se, C, F);
-    cpu_matmul_forward(u + rf, xe + rc, Wu + wo, Se, C, F);
+    gemm_forward(g + rf, xe + rc, Wg + wo, Se, C, F);
+    gemm_forward(u + rf, xe + rc, Wu + wo, Se, C, F);
     swiglu_forward(h + rf, g + rf, u + rf, Se, F);
-    cpu_matmul_forward(ye + rc, h + rf, Wd + wo, Se, F, C);
+    gemm_forward(ye + rc, h + rf, Wd + wo, Se, F, C);
 }
 
 /* ---- which thread runs which expert ------------------------------------------------------

@@ -1,13 +1,15 @@
 /*
  * quant.c: int8 and int4 weights, their product, and a model's experts quantized. See quant.h.
  *
- * The product decodes a tile of QUANT_TILE output rows at a time into a small float buffer,
- * interleaved (input i of the tile's row r at i QUANT_TILE + r), and then, for each input row
- * x, runs QUANT_TILE dot products side by side: one accumulator per output row, each adding its
- * terms in input order. The order is the reference's (matmul_forward), so the bits are too,
- * and the QUANT_TILE independent sums sit in the lanes of one vector register, which the
- * compiler fills without intrinsics. The tile's codes are decoded once and reused by all N
- * input rows (decoding: N = the handful of tokens an expert gets in a step).
+ * The product is a dot product per output row and input row, read straight from the codes: a
+ * decoding step reads each weight once, so what it costs is the bytes of the codes and the
+ * work of turning each into a float. Each dot keeps QUANT_LANES partial sums (input i adds to
+ * sum i mod QUANT_LANES), added together in a fixed order at the end: several vector registers'
+ * worth of independent sums, so the additions need not wait on each other, and the same bits
+ * for any thread count. int8 multiplies the row's sum by its scale once; int4 multiplies each
+ * group's partial sums by the group's scale as it adds them in. The dot products are compiled
+ * for AVX-512, AVX2 and the baseline (GCC's target_clones: the processor picks at load time),
+ * since a portable build's baseline has no instruction that widens 16 int8 at once.
  */
 #include "infer/quant.h"
 
@@ -18,7 +20,15 @@
 #include "base/util.h"
 #include "nn/ops.h"
 
-#define QUANT_TILE 8 /* output rows decoded and dotted together */
+#define QUANT_LANES 32 /* partial sums of a dot product */
+
+/* GCC picks the best of these for the processor when the program loads; other compilers get
+ * the portable version */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define QUANT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define QUANT_CLONES
+#endif
 
 static const char *const FORMAT_NAMES[] = {"fp32", "int8", "int4"};
 
@@ -166,31 +176,79 @@ void qmatrix_free(QMatrix *q) {
     memset(q, 0, sizeof(*q));
 }
 
+/* sum_i c[i] x[i] over n inputs (c: fp32 or int8 codes), QUANT_LANES partial sums */
+QUANT_CLONES static float dot_f32(const float *c, const float *x, int n) {
+    float acc[QUANT_LANES] = {0.0f};
+    int i = 0;
+    for (; i + QUANT_LANES <= n; i += QUANT_LANES)
+        for (int k = 0; k < QUANT_LANES; k++) acc[k] += c[i + k] * x[i + k];
+    for (int k = 0; i < n; i++, k++) acc[k] += c[i] * x[i];
+    float s = 0.0f;
+    for (int k = 0; k < QUANT_LANES; k++) s += acc[k];
+    return s;
+}
+QUANT_CLONES static float dot_i8(const int8_t *c, const float *x, int n) {
+    float acc[QUANT_LANES] = {0.0f};
+    int i = 0;
+    for (; i + QUANT_LANES <= n; i += QUANT_LANES)
+        for (int k = 0; k < QUANT_LANES; k++) acc[k] += (float)c[i + k] * x[i + k];
+    for (int k = 0; i < n; i++, k++) acc[k] += (float)c[i] * x[i];
+    float s = 0.0f;
+    for (int k = 0; k < QUANT_LANES; k++) s += acc[k];
+    return s;
+}
+/* An int4 row against x split into its even and odd inputs (xe[j] = x[2j], xo[j] = x[2j + 1]):
+ * byte j holds inputs 2j (low nibble) and 2j + 1 (high nibble), a group is 16 bytes. */
+QUANT_CLONES static float dot_i4(const uint8_t *c, const float *scale, const float *xe,
+                                 const float *xo, int cols) {
+    enum { BYTES = QUANT_GROUP / 2 };
+    float acc[BYTES] = {0.0f};
+    const int full = cols / QUANT_GROUP;
+    for (int g = 0; g < full; g++) {
+        const uint8_t *b = c + (size_t)g * BYTES;
+        const float *e = xe + (size_t)g * BYTES, *o = xo + (size_t)g * BYTES, s = scale[g];
+        for (int k = 0; k < BYTES; k++)
+            acc[k] += s * ((float)((b[k] & 15) - 8) * e[k] + (float)((b[k] >> 4) - 8) * o[k]);
+    }
+    float sum = 0.0f;
+    for (int k = 0; k < BYTES; k++) sum += acc[k];
+    /* a last, shorter group */
+    float tail = 0.0f;
+    for (int i = full * QUANT_GROUP; i < cols; i++) {
+        const int b = c[i >> 1], code = (i & 1 ? b >> 4 : b & 15) - 8;
+        tail += (float)code * (i & 1 ? xo[i >> 1] : xe[i >> 1]);
+    }
+    return full * QUANT_GROUP < cols ? sum + scale[full] * tail : sum;
+}
+
 void qmatrix_matmul(float *y, const float *x, const QMatrix *q, int N) {
     /* y (N, rows), x (N, cols); y[n, o] = sum_i x[n, i] W'[o, i], W' = dequantized q */
-    const int rows = q->rows, cols = q->cols, tiles = (rows + QUANT_TILE - 1) / QUANT_TILE;
+    const int rows = q->rows, cols = q->cols, half = (cols + 1) / 2;
     if (N <= 0 || rows <= 0) return;
-#pragma omp parallel
-    {
-        /* the tile: input i of its row r at wt[i QUANT_TILE + r]; rows past the matrix zero */
-        float *wt = floats_alloc((size_t)cols * QUANT_TILE + 1);
-#pragma omp for schedule(static)
-        for (int t = 0; t < tiles; t++) {
-            const int o0 = t * QUANT_TILE;
-            const int nr = rows - o0 < QUANT_TILE ? rows - o0 : QUANT_TILE;
-            for (int r = 0; r < nr; r++) decode_row(wt + r, QUANT_TILE, q, o0 + r);
-            for (int n = 0; n < N; n++) {
-                const float *xn = x + (size_t)n * cols;
-                float acc[QUANT_TILE] = {0.0f};
-                for (int i = 0; i < cols; i++) {
-                    const float xi = xn[i], *wi = wt + (size_t)i * QUANT_TILE;
-                    for (int r = 0; r < QUANT_TILE; r++) acc[r] += xi * wi[r];
-                }
-                for (int r = 0; r < nr; r++) y[(size_t)n * rows + o0 + r] = acc[r];
-            }
-        }
-        free(wt);
+    /* int4: each input row split into its even and odd inputs, (N, 2, half) */
+    float *split = NULL;
+    if (q->format == QUANT_INT4) {
+        split = floats_alloc((size_t)N * 2 * half + 1);
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < cols; i++)
+                split[((size_t)n * 2 + (i & 1)) * half + (i >> 1)] = x[(size_t)n * cols + i];
     }
+#pragma omp parallel for schedule(static)
+    for (int o = 0; o < rows; o++)
+        for (int n = 0; n < N; n++) {
+            const float *xn = x + (size_t)n * cols;
+            float v;
+            if (q->format == QUANT_FP32)
+                v = dot_f32((const float *)q->q + (size_t)o * cols, xn, cols);
+            else if (q->format == QUANT_INT8)
+                v = q->scale[o] * dot_i8((const int8_t *)q->q + (size_t)o * cols, xn, cols);
+            else
+                v = dot_i4((const uint8_t *)q->q + (size_t)o * half,
+                           q->scale + (size_t)o * int4_groups(cols), split + (size_t)n * 2 * half,
+                           split + ((size_t)n * 2 + 1) * half, cols);
+            y[(size_t)n * rows + o] = v;
+        }
+    free(split);
 }
 
 /* ---- a model's experts ----------------------------------------------------------------------- */
@@ -226,7 +284,17 @@ static void quant_experts_forward(ExpertSource *src, int layer, const Backend *b
             moe_fatal("quantized experts: expert %d keeps %d of its %d rows", e, kept, rows);
         float *ys = ye + (size_t)r0 * C;
         const float *xs = xe + (size_t)r0 * C;
-        if (kept > 0) {
+        if (kept > QUANT_DEQUANT_ROWS) { /* many rows: decode once, the backend's products */
+            scratch_reserve(qe, kept);
+            float *wg = qe->w32, *wu = wg + (size_t)F * C, *wd = wu + (size_t)F * C;
+            qmatrix_dequantize(&w[e * 3 + QUANT_GATE], wg);
+            qmatrix_dequantize(&w[e * 3 + QUANT_UP], wu);
+            qmatrix_dequantize(&w[e * 3 + QUANT_DOWN], wd);
+            be->matmul_forward(be, qe->g, xs, wg, kept, C, F);
+            be->matmul_forward(be, qe->u, xs, wu, kept, C, F);
+            swiglu_forward(qe->h, qe->g, qe->u, kept, F);
+            be->matmul_forward(be, ys, qe->h, wd, kept, F, C);
+        } else if (kept > 0) { /* a few rows (decoding): straight from the codes */
             scratch_reserve(qe, kept);
             qmatrix_matmul(qe->g, xs, &w[e * 3 + QUANT_GATE], kept);
             qmatrix_matmul(qe->u, xs, &w[e * 3 + QUANT_UP], kept);
@@ -256,6 +324,7 @@ void quant_experts_init(QuantExperts *qe, const Model *m, int format, int rows_m
     qe->n_layer = m->cfg.n_layer;
     qe->E = m->cfg.num_experts, qe->C = m->cfg.d_model, qe->F = m->spec.d_expert;
     const int E = qe->E, C = qe->C, F = qe->F;
+    qe->w32 = floats_alloc((size_t)3 * F * C + 1);
     qe->moe_of = (int *)malloc_check((size_t)qe->n_layer * sizeof(int) + 1);
     for (int l = 0; l < qe->n_layer; l++) qe->moe_of[l] = m->blocks[l].moe ? qe->n_moe++ : -1;
     qe->w = (QMatrix *)calloc_check((size_t)qe->n_moe * E * 3 + 1, sizeof(QMatrix));
@@ -279,7 +348,7 @@ void quant_experts_free(QuantExperts *qe) {
     for (size_t i = 0; i < (size_t)qe->n_moe * qe->E * 3; i++) qmatrix_free(&qe->w[i]);
     free(qe->w);
     free(qe->moe_of);
-    free(qe->g), free(qe->u), free(qe->h);
+    free(qe->g), free(qe->u), free(qe->h), free(qe->w32);
     memset(qe, 0, sizeof(*qe));
 }
 

@@ -20,10 +20,11 @@
  * zeros gets scale 0 and codes 0, and reads back as exact zeros. Smaller groups cost more
  * scales but follow the weights more closely, which 4 bits need (15 levels).
  *
- * The product y = x W^T (qmatrix_matmul) decodes each row of W to floats once (q s, the very
- * value qmatrix_dequantize gives) and dots it with every input row in input order: the result
- * is, bit for bit, matmul_forward (nn/ops.h) on the dequantized W. All of the error is in the
- * weights, none in the arithmetic, and it can be studied on W alone (quant_experts_error).
+ * The product y = x W^T (qmatrix_matmul) reads the codes directly: a dot product per output row
+ * and input row, in partial sums added in a fixed order (the same bits for any thread count),
+ * times the row's scale (int8) or each group's (int4). It equals matmul_forward (nn/ops.h) on
+ * the dequantized W to float rounding: the error that matters is in the weights, and it can
+ * be studied on W alone (quant_experts_error).
  *
  * Only the experts are quantized (QuantExperts, an ExpertSource the model's MoE blocks call
  * instead of their fp32 experts): the router, attention, norms, embedding, head and any shared
@@ -42,6 +43,10 @@
 
 enum { QUANT_FP32 = 0, QUANT_INT8 = 1, QUANT_INT4 = 2 };
 #define QUANT_GROUP 32 /* inputs per scale of the int4 format */
+/* An expert's slice of more rows than this (a prompt's prefill) is computed on its matrices
+ * dequantized to fp32, by the backend's products: reading the codes once per row costs more
+ * than decoding them once for all rows. */
+#define QUANT_DEQUANT_ROWS 16
 
 /* "fp32", "int8", "int4" ("?" for anything else); the format of a name, or -1. */
 const char *quant_format_name(int format);
@@ -71,10 +76,11 @@ void qmatrix_dequantize(const QMatrix *q, float *w);
  *   int4  rows ceil(cols / 2) + 4 rows ceil(cols / 32) */
 size_t qmatrix_bytes(const QMatrix *q);
 void qmatrix_free(QMatrix *q);
-/* y (N, rows) (written) = x (N, cols) W^T, each row of W decoded once to floats (the values of
- * qmatrix_dequantize) and dotted with every row of x, summed in float in input order: the same
- * bits as matmul_forward(y, x, dequantized W, N, cols, rows), for any thread count. Output
- * rows are spread over the OpenMP threads. */
+/* y (N, rows) (written) = x (N, cols) W^T, W the dequantized q: each output a dot product of
+ * the row's codes with x, in QUANT_LANES partial sums (quant.c), times the scales; repeatable
+ * for any thread count, and equal to matmul_forward(y, x, dequantized W, N, cols, rows) to
+ * float rounding. Output rows are spread over the OpenMP threads. int4 allocates a copy of x
+ * split into even and odd inputs for the call. */
 void qmatrix_matmul(float *y, const float *x, const QMatrix *q, int N);
 
 /* ---- a model's experts, quantized ----------------------------------------------------------
@@ -91,6 +97,8 @@ typedef struct {
     int E, C, F;              /* experts per block, d_model, d_expert */
     QMatrix *w;               /* (n_moe, E, 3) as above */
     float *g, *u, *h;         /* (rows_max, F) scratch of one expert's slice */
+    float *w32;               /* (3 F C) one expert's matrices dequantized, for a slice of more
+                                 than QUANT_DEQUANT_ROWS rows (a prefill) */
     int rows_max;             /* rows the scratch holds; a larger slice grows it */
     size_t bytes, fp32_bytes; /* the experts' bytes quantized (qmatrix_bytes), and in fp32 */
 } QuantExperts;
