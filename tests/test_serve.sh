@@ -142,6 +142,11 @@ sample --prompt "the " --tokens 80 --temperature 0 > "$tmp/resident"
 sample --prompt "the " --tokens 80 --temperature 0 --offload 1 > "$tmp/offloaded"
 cmp -s "$tmp/resident" "$tmp/offloaded"
 check "sample --offload 1: the resident model's bytes" $? "$(cmp "$tmp/resident" "$tmp/offloaded" 2>&1)"
+"$moe" sample --ckpt "$ckpt" --prompts "$tmp/prompts" --offload 8 --tokens 30 --temperature 0 > "$tmp/po" 2>&1
+sample --prompts "$tmp/prompts" --tokens 30 --temperature 0 > "$tmp/pr"
+cmp -s "$tmp/po" "$tmp/pr"
+check "sample --prompts --offload 8: a batch from the cache of experts, the resident bytes" $? \
+    "$(cmp "$tmp/po" "$tmp/pr" 2>&1)"
 "$moe" bench --decode --config test --batch 4 --steps 3 --csv > "$tmp/b.fp32" 2>&1
 "$moe" bench --decode --config test --batch 4 --steps 3 --csv --quant int8 > "$tmp/b.int8" 2>&1
 col() { awk -F, -v c="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == c) k = i; next } { print $k }' "$1"; }

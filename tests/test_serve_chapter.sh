@@ -79,8 +79,12 @@ awk -F, 'NR == 2 { if ($3 != 0 || $4 != 0) bad = 1 }
 check "hit rates: 0 with one slot, never falling as the cache grows, 1 with every expert" $? \
     "$(cat "$out/offload.csv")"
 
-# 3. the program's bad input
+# 3. the program alone, and its bad input
 ckpt=runs/ch09-moe-smoke/ckpt.bin
+"$prog" --ckpt "$ckpt" --tokens 6 --batches 1 > "$tmp/serve.txt" 2>&1
+[ $? -eq 0 ] && grep -q "^1. one sequence" "$tmp/serve.txt" && grep -q "^2. the experts quantized" "$tmp/serve.txt" &&
+    grep -q "^3. the experts in a file" "$tmp/serve.txt"
+check "the program alone prints its three parts" $? "$(head -c 400 "$tmp/serve.txt")"
 bad_prog() { # LABEL WORDS ARGS...
     local label=$1 words=$2
     shift 2

@@ -99,8 +99,8 @@ static int by_rows_descending(const void *a, const void *b) {
 }
 
 /* order[0 .. E): the experts by slice rows, largest first. Returns 1 when they are to run
- * across the threads (see above), 0 when in turn: the loops below then run on one thread as an
- * inactive OpenMP region, and sgemm uses every thread for each product. */
+ * across the threads (see above), 0 when in turn: the loops below then run on the calling
+ * thread, and sgemm uses every thread for each product. */
 static int expert_schedule(ExpertLoad *order, const int *offsets, int E) {
     for (int e = 0; e < E; e++) order[e] = (ExpertLoad){offsets[e + 1] - offsets[e], e};
     qsort(order, (size_t)E, sizeof *order, by_rows_descending);
@@ -128,8 +128,16 @@ void cpu_experts_forward(float *ye, float *g, float *u, float *h, const float *x
                          const float *Wu, const float *Wd, const int *offsets, const int *counts,
                          int E, int C, int F) {
     ExpertLoad order[E];
-    const int across = expert_schedule(order, offsets, E);
-#pragma omp parallel for schedule(dynamic, 1) if (across)
+    if (expert_schedule(order, offsets, E)) {
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int i = 0; i < E; i++)
+            expert_forward(ye, g, u, h, xe, Wg, Wu, Wd, offsets, counts, order[i].e, C, F);
+        return;
+    }
+    /* in turn, outside any OpenMP region: sgemm's own threads are then the pool's. (Inside an
+     * inactive region, `if (0)`, each product's threads form a nested team of new threads,
+     * which spin beside the pool's on the same cores: decoding through an expert cache, one
+     * expert a call, ran 50 times slower so.) */
     for (int i = 0; i < E; i++)
         expert_forward(ye, g, u, h, xe, Wg, Wu, Wd, offsets, counts, order[i].e, C, F);
 }
@@ -173,9 +181,14 @@ void cpu_experts_backward(float *dxe, float *dWg, float *dWu, float *dWd, float 
     /* each expert writes its own rows of dxe, dg, du, dh and its own weight gradients: no two
      * threads touch the same element */
     ExpertLoad order[E];
-    const int across = expert_schedule(order, offsets, E);
-#pragma omp parallel for schedule(dynamic, 1) if (across)
-    for (int i = 0; i < E; i++)
+    if (expert_schedule(order, offsets, E)) {
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int i = 0; i < E; i++)
+            expert_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, offsets,
+                            counts, order[i].e, C, F);
+        return;
+    }
+    for (int i = 0; i < E; i++) /* in turn, outside any region (cpu_experts_forward) */
         expert_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, offsets,
                         counts, order[i].e, C, F);
 }

@@ -28,9 +28,11 @@
 #            the expert exchange and the gradients' sums staged through the host: the losses of
 #            the 1-process GPU run within 2e-3
 #   resume   a GPU checkpoint continues on the CPU
+#   decode   the key-value cache's decoding on the GPU against the full forward at every
+#            position (tests/test_decode.c, the GPU among its backends)
 #   bench    moe bench --device cuda: tiny, small and gpu-medium (with its dense twin) in fp32,
-#            gpu-medium with the experts' loop, gpu-medium in tf32 and bf16; each JSON in
-#            OUT/bench-*.log
+#            gpu-medium with the experts' loop, gpu-medium in tf32 and bf16; moe bench --decode
+#            of small and gpu-medium with their dense twins; each JSON in OUT/bench-*.log
 # It needs what `make test` needs (OpenBLAS, Check) and the CUDA toolkit; a step whose
 # prerequisite is missing is reported as skipped, never as passed. A machine without OpenBLAS
 # or Check and without a way to install them takes them from .gpu-deps/ (Debian packages that
@@ -246,12 +248,13 @@ fi
 step build 300 make -j"$(nproc)" cuda CUDA_ARCH="${arch:-90}" || exit 1
 step build-tests 120 make -j"$(nproc)" CUDA=1 CUDA_ARCH="${arch:-90}" \
     build-cuda/tests/test_backend_ops build-cuda/tests/test_backend_grad \
-    build-cuda/tests/test_backend_coll || exit 1
+    build-cuda/tests/test_backend_coll build-cuda/tests/test_decode || exit 1
 
 need=$([ "$gpu" = cuda ] && echo 1 || echo 0)
 MOE_TEST_CUDA=$need step ops 120 build-cuda/tests/test_backend_ops
 MOE_TEST_CUDA=$need step grad 120 build-cuda/tests/test_backend_grad
 MOE_TEST_CUDA=$need step coll 60 build-cuda/tests/test_backend_coll
+MOE_TEST_CUDA=$need step decode 120 build-cuda/tests/test_decode
 
 if [ "$gpu" != cuda ]; then
     say "sanitize: skipped (rehearsal)"
@@ -330,8 +333,14 @@ if [ "$gpu" = cuda ]; then
         step "bench-$p" 120 $moe bench --device cuda --precision $p --config gpu-medium \
             --config gpu-medium-dense --json
     done
+    step bench-decode 200 $moe bench --decode --device cuda --config small --config small-dense \
+        --json
+    step bench-decode-medium 200 $moe bench --decode --device cuda --config gpu-medium \
+        --config gpu-medium-dense --batch 1,4,16 --json
 else # the rehearsal's stand-in is slow: the bench's smallest config, one step
     step bench 240 $moe bench --device "$gpu" --config test --steps 1 --warmup 0 --json
+    step bench-decode 120 $moe bench --decode --device "$gpu" --config test --batch 1,4 \
+        --steps 2 --json
 fi
 say "done: $(grep -c ': pass' "$summary") passed, $(grep -c ': FAIL' "$summary") failed"
 ! grep -q ': FAIL' "$summary"
