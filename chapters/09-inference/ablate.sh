@@ -157,7 +157,12 @@ write_provenance "$out" "moe=$dir"
 # ---- figures ---------------------------------------------------------------------------------
 big=small little=tiny
 [ "$mode" != smoke ] || big=test little=test
-gnuplot -e "data='$out/decode.csv'; big='$big'; little='$little'; out='$out/decode.png'" $here/decode.gp
+tmpd=$(mktemp -d)
+trap 'rm -rf "$tmpd"' EXIT
+for m in $(awk -F, 'NR > 1 { print $1 }' "$out/decode.csv" | sort -u); do
+  awk -F, -v m="$m" 'NR > 1 && $1 == m { print $5, $11, $16 }' "$out/decode.csv" > "$tmpd/$m.dat"
+done
+gnuplot -e "dir='$tmpd'; big='$big'; little='$little'; out='$out/decode.png'" $here/decode.gp
 gnuplot -e "random='$out/decode.csv'; model='$big'; trained='$out/decode_trained.csv'; out='$out/experts.png'" $here/experts.gp
 gnuplot -e "data='$out/offload.csv'; out='$out/offload.png'" $here/offload.gp
 gnuplot -e "data='$out/quant_experts.csv'; out='$out/quant.png'" $here/quant.gp

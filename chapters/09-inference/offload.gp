@@ -17,6 +17,6 @@ set ylabel "hit rate (%)"
 set yrange [0:105]
 set xrange [0:*]
 set title "Chapter 9: experts off the chip, a bounded cache of them (LRU, batch 1)"
-plot data using 1:(100 * $3) with linespoints lt 1 lw 2 pt 7 title "the cache, decoding", \
+plot data using 1:(100 * $3) with points lt 1 pt 6 ps 2.2 lw 2 title "the cache, decoding", \
      data using 1:(100 * $4) with linespoints lt 3 lw 2 pt 5 title "replayed, tokens in order", \
      data using 1:(100 * $5) with linespoints lt 8 lw 2 dt 2 pt 4 title "replayed, tokens shuffled"
