@@ -12,7 +12,7 @@
 #      positive; the dense twin touches none; a trained checkpoint is served with prompts from
 #      its validation shard
 #   4. bad bench options exit 2 with a message: --csv without --decode, a bad --batch list,
-#      a missing --ckpt, --profile with --decode
+#      a missing --ckpt, --profile with --decode, more steps than a context holds
 #   5. the experts served otherwise: moe eval --offload gives the resident model's loss to the
 #      last digit whatever the cache's size, and reports its hits; --quant int8 moves the loss
 #      by less than 0.01 and int4 by less than 0.1, each reporting a smaller size than fp32;
@@ -116,6 +116,7 @@ bad_bench "a bad --batch list" "batch sizes" --decode --batch 1,x
 bad_bench "a batch of 0" "batch sizes" --decode --batch 0
 bad_bench "a missing checkpoint" "no checkpoint" --decode --ckpt "$tmp/none.bin"
 bad_bench "--profile with --decode" "drop them" --decode --profile
+bad_bench "more steps than the context holds" "do not fit" --decode --config test --steps 40
 
 # 5. quantized and offloaded experts
 loss_of() { awk '/^val_loss/ { print $2 }' "$1"; }

@@ -115,6 +115,11 @@ static void measure(DecodeRow *row, Model *m, ServedExperts *sx, const BenchOpti
     const Config *c = &m->cfg;
     const int B = m->B, T = m->T, L = c->n_layer, C = c->d_model;
     const int warm = o->warmup, steps = o->steps;
+    if (warm + steps > T - 1)
+        moe_input_error("bench --decode: %d warm-up and %d timed steps do not fit %s's context of "
+                        "%d (each step adds a token to a prompt of at least one); lower --steps or "
+                        "--warmup",
+                        warm, steps, row->name, T);
     Decoder d;
     char err[512];
     if (decoder_init(&d, m, err, sizeof err) != 0) moe_input_error("bench --decode: %s", err);

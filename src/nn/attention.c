@@ -27,6 +27,34 @@
 
 #include "nn/exp.h"
 
+/* One query of one head: ot (D) = sum_{j < n} p[j] v_j, p (Tp) = softmax_j(s q . k_j) over the
+ * first n keys, 0 for the rest of the row (the causal mask). q, ot are the head's D channels;
+ * k, v its first key and value, each next one C floats further. */
+static void attend_row(float *ot, float *p, const float *q, const float *k, const float *v, int n,
+                       int Tp, int C, int D, float scale) {
+    /* scores, then subtract the row max so exp() cannot overflow */
+    float maxv = -INFINITY;
+    for (int j = 0; j < n; j++) {
+        const float *kj = k + (size_t)j * C;
+        float dot = 0.0f;
+        for (int d = 0; d < D; d++) dot += q[d] * kj[d];
+        p[j] = dot * scale;
+        if (p[j] > maxv) maxv = p[j];
+    }
+#pragma omp simd
+    for (int j = 0; j < n; j++) p[j] = nn_expf(p[j] - maxv);
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) sum += p[j]; /* in order */
+    float inv = 1.0f / sum;
+    for (int j = 0; j < n; j++) p[j] *= inv;
+    for (int j = n; j < Tp; j++) p[j] = 0.0f;
+    for (int d = 0; d < D; d++) ot[d] = 0.0f;
+    for (int j = 0; j < n; j++) {
+        const float *vj = v + (size_t)j * C;
+        for (int d = 0; d < D; d++) ot[d] += p[j] * vj[d];
+    }
+}
+
 void attention_forward(float *out, float *att, const float *q, const float *k, const float *v,
                        int B, int T, int C, int H) {
     /* out (B, T, C), att (B, H, T, T), q (B, T, C), k (B, T, C), v (B, T, C) */
@@ -35,79 +63,29 @@ void attention_forward(float *out, float *att, const float *q, const float *k, c
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < H; h++) {
-            const float *qb = q + (size_t)b * T * C + (size_t)h * D;
-            const float *kb = k + (size_t)b * T * C + (size_t)h * D;
-            const float *vb = v + (size_t)b * T * C + (size_t)h * D;
-            float *ob = out + (size_t)b * T * C + (size_t)h * D;
+            const size_t head = (size_t)b * T * C + (size_t)h * D;
             float *ab = att + ((size_t)b * H + h) * T * T;
-            for (int t = 0; t < T; t++) {
-                const float *qt = qb + (size_t)t * C;
-                float *p = ab + (size_t)t * T;
-                /* scores, then subtract the row max so exp() cannot overflow */
-                float maxv = -INFINITY;
-                for (int j = 0; j <= t; j++) {
-                    const float *kj = kb + (size_t)j * C;
-                    float dot = 0.0f;
-                    for (int d = 0; d < D; d++) dot += qt[d] * kj[d];
-                    p[j] = dot * scale;
-                    if (p[j] > maxv) maxv = p[j];
-                }
-#pragma omp simd
-                for (int j = 0; j <= t; j++) p[j] = nn_expf(p[j] - maxv);
-                float sum = 0.0f;
-                for (int j = 0; j <= t; j++) sum += p[j]; /* in order */
-                float inv = 1.0f / sum;
-                for (int j = 0; j <= t; j++) p[j] *= inv;
-                for (int j = t + 1; j < T; j++) p[j] = 0.0f; /* the causal mask */
-                float *ot = ob + (size_t)t * C;
-                for (int d = 0; d < D; d++) ot[d] = 0.0f;
-                for (int j = 0; j <= t; j++) {
-                    const float *vj = vb + (size_t)j * C;
-                    for (int d = 0; d < D; d++) ot[d] += p[j] * vj[d];
-                }
-            }
+            for (int t = 0; t < T; t++) /* row t sees keys 0 .. t */
+                attend_row(out + head + (size_t)t * C, ab + (size_t)t * T, q + head + (size_t)t * C,
+                           k + head, v + head, t + 1, T, C, D, scale);
         }
     }
 }
 
-/* One query row per sequence against its cache: the loop body of attention_forward for row
- * t = lens[n] - 1, reading the keys and values from the cache. */
+/* One query row per sequence against its cache: attention_forward's row t = lens[n] - 1, the
+ * keys and values read from the cache. */
 void attention_decode(float *out, float *att, const float *q, const float *kc, const float *vc,
                       const int *lens, int N, int C, int H, int Tc) {
     /* out (N, C), att (N, H, Tc), q (N, C), kc, vc (N, Tc, C) */
     int D = C / H;
     float scale = 1.0f / sqrtf((float)D);
 #pragma omp parallel for collapse(2)
-    for (int n = 0; n < N; n++) {
+    for (int n = 0; n < N; n++)
         for (int h = 0; h < H; h++) {
-            const int len = lens[n];
-            const float *qt = q + (size_t)n * C + (size_t)h * D;
-            const float *kb = kc + (size_t)n * Tc * C + (size_t)h * D;
-            const float *vb = vc + (size_t)n * Tc * C + (size_t)h * D;
-            float *p = att + ((size_t)n * H + h) * Tc;
-            float maxv = -INFINITY;
-            for (int j = 0; j < len; j++) {
-                const float *kj = kb + (size_t)j * C;
-                float dot = 0.0f;
-                for (int d = 0; d < D; d++) dot += qt[d] * kj[d];
-                p[j] = dot * scale;
-                if (p[j] > maxv) maxv = p[j];
-            }
-#pragma omp simd
-            for (int j = 0; j < len; j++) p[j] = nn_expf(p[j] - maxv);
-            float sum = 0.0f;
-            for (int j = 0; j < len; j++) sum += p[j];
-            float inv = 1.0f / sum;
-            for (int j = 0; j < len; j++) p[j] *= inv;
-            for (int j = len; j < Tc; j++) p[j] = 0.0f;
-            float *ot = out + (size_t)n * C + (size_t)h * D;
-            for (int d = 0; d < D; d++) ot[d] = 0.0f;
-            for (int j = 0; j < len; j++) {
-                const float *vj = vb + (size_t)j * C;
-                for (int d = 0; d < D; d++) ot[d] += p[j] * vj[d];
-            }
+            const size_t head = (size_t)n * Tc * C + (size_t)h * D, row = (size_t)n * C + h * D;
+            attend_row(out + row, att + ((size_t)n * H + h) * Tc, q + row, kc + head, vc + head,
+                       lens[n], Tc, C, D, scale);
         }
-    }
 }
 
 void attention_backward(float *dq, float *dk, float *dv, float *ws, const float *dout,
