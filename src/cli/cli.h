@@ -86,5 +86,6 @@ int cmd_doctor(int argc, char **argv); /* doctor.c */
 int cmd_plan(int argc, char **argv);   /* plan.c */
 int cmd_eval(int argc, char **argv);   /* eval.c */
 int cmd_sample(int argc, char **argv); /* eval.c */
+int cmd_bench(int argc, char **argv);  /* bench.c */
 
 #endif
