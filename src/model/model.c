@@ -404,6 +404,9 @@ void model_backward(Model *m, float loss_scale) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     const int C = c->d_model, L = c->n_layer, N = m->N_last;
+    if (m->expert_source)
+        moe_fatal("model_backward: the experts are served by an inference source (quantized or "
+                  "offloaded), which has no backward; detach it to train");
 
     prof_backward = 1;
     /* loss = mean_n CE_n, so dlogits carries 1/N; loss_scale adds 1/accum */
