@@ -206,12 +206,8 @@ static void shuffle_steps(int *out, const int *trace, size_t n, size_t per) {
 static void offload_study(Model *m, const Shard *val, int tokens, FILE *f) {
     const int E = m->cfg.num_experts, K = m->cfg.top_k, keys = m->n_moe * E, T = m->T;
     char path[MOE_PATH_MAX], err[1024];
-    snprintf(path, sizeof path, "%s/moe-ch09-experts-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    const int fd = mkstemp(path);
-    if (fd < 0) moe_input_error("cannot make a temporary file %s", path);
-    close(fd);
-    if (expert_file_write(m, path, err, sizeof err) != 0) moe_input_error("%s", err);
+    if (expert_file_write_temp(m, path, sizeof path, err, sizeof err) != 0)
+        moe_input_error("%s", err);
     const int P = T / 2 < T - tokens ? T / 2 : T - tokens;
     if (P < 1) moe_input_error("--tokens %d leaves no room for a prompt in %d", tokens, T);
     printf("3. the experts in a file, a cache of some resident (LRU), batch 1: %d prompts of %d "

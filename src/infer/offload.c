@@ -8,9 +8,11 @@
 #include "infer/offload.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/util.h"
 #include "io/files.h"
@@ -63,6 +65,21 @@ int expert_file_write(const Model *m, const char *path, char *err, int errlen) {
 }
 
 /* The header's field against the model's: a message naming it when they differ. */
+int expert_file_write_temp(const Model *m, char *path, size_t len, char *err, int errlen) {
+    const char *dir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
+    snprintf(path, len, "%s/moe-experts-XXXXXX", dir);
+    const int fd = mkstemp(path);
+    if (fd < 0)
+        return set_error(err, errlen,
+                         "cannot make a temporary expert file in %s (set TMPDIR to a writable "
+                         "folder)",
+                         dir);
+    close(fd);
+    if (expert_file_write(m, path, err, errlen) == 0) return 0;
+    unlink(path);
+    return -1;
+}
+
 static int check_field(const char *path, const char *name, uint32_t file, int model, char *err,
                        int errlen) {
     if (file == (uint32_t)model) return 0;

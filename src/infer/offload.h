@@ -54,6 +54,11 @@
  * over processes, a failing write). */
 int expert_file_write(const Model *m, const char *path, char *err, int errlen);
 
+/* The same into a new temporary file, $TMPDIR/moe-experts-XXXXXX (/tmp without TMPDIR), its
+ * name in path (len bytes): the caller removes it (an open mapping keeps it readable). 0, or
+ * -1 and a message. */
+int expert_file_write_temp(const Model *m, char *path, size_t len, char *err, int errlen);
+
 /* An expert file, memory-mapped read-only. */
 typedef struct {
     const unsigned char *map; /* the whole file; NULL when closed */

@@ -126,16 +126,16 @@ void qmatrix_quantize(QMatrix *q, const float *w, int rows, int cols, int format
                   cols);
 }
 
-/* Row o of q as floats, out[i stride] for i < cols: each code times its scale. */
-static void decode_row(float *out, int stride, const QMatrix *q, int o) {
+/* Row o of q as floats, out[i] for i < cols: each code times its scale. */
+static void decode_row(float *out, const QMatrix *q, int o) {
     const int cols = q->cols;
     if (q->format == QUANT_FP32) {
         const float *wr = (const float *)q->q + (size_t)o * cols;
-        for (int i = 0; i < cols; i++) out[(size_t)i * stride] = wr[i];
+        for (int i = 0; i < cols; i++) out[i] = wr[i];
     } else if (q->format == QUANT_INT8) {
         const int8_t *cr = (const int8_t *)q->q + (size_t)o * cols;
         const float s = q->scale[o];
-        for (int i = 0; i < cols; i++) out[(size_t)i * stride] = (float)cr[i] * s;
+        for (int i = 0; i < cols; i++) out[i] = (float)cr[i] * s;
     } else {
         const uint8_t *cr = (const uint8_t *)q->q + (size_t)o * int4_row_bytes(cols);
         const float *sr = q->scale + (size_t)o * int4_groups(cols);
@@ -145,17 +145,17 @@ static void decode_row(float *out, int stride, const QMatrix *q, int o) {
             int i = i0;
             for (; i + 1 < end; i += 2) { /* a byte: its low nibble, then its high one */
                 const int b = cr[i >> 1];
-                out[(size_t)i * stride] = (float)((b & 15) - 8) * s;
-                out[(size_t)(i + 1) * stride] = (float)((b >> 4) - 8) * s;
+                out[i] = (float)((b & 15) - 8) * s;
+                out[i + 1] = (float)((b >> 4) - 8) * s;
             }
-            if (i < end) out[(size_t)i * stride] = (float)((cr[i >> 1] & 15) - 8) * s;
+            if (i < end) out[i] = (float)((cr[i >> 1] & 15) - 8) * s;
         }
     }
 }
 
 void qmatrix_dequantize(const QMatrix *q, float *w) {
 #pragma omp parallel for schedule(static)
-    for (int o = 0; o < q->rows; o++) decode_row(w + (size_t)o * q->cols, 1, q, o);
+    for (int o = 0; o < q->rows; o++) decode_row(w + (size_t)o * q->cols, q, o);
 }
 
 size_t qmatrix_bytes(const QMatrix *q) {
@@ -375,7 +375,7 @@ void quant_experts_error(const QuantExperts *qe, const Model *m, double *err) {
             for (int k = 0; k < 3; k++) {
                 const float *w = orig[k] + (size_t)e * F * C;
                 const QMatrix *q = &qe->w[(size_t)je * 3 + k];
-                for (int o = 0; o < q->rows; o++) decode_row(wq + (size_t)o * q->cols, 1, q, o);
+                for (int o = 0; o < q->rows; o++) decode_row(wq + (size_t)o * q->cols, q, o);
                 for (size_t i = 0; i < (size_t)F * C; i++) {
                     const double d = (double)w[i] - wq[i];
                     diff += d * d;

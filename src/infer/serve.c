@@ -34,17 +34,8 @@ int served_experts_attach(ServedExperts *s, Model *m, int format, int slots, cha
         m->expert_source = &s->quant.src;
         return 0;
     }
-    const char *dir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
     char path[MOE_PATH_MAX];
-    snprintf(path, sizeof path, "%s/moe-experts-XXXXXX", dir);
-    const int fd = mkstemp(path);
-    if (fd < 0)
-        return set_error(err, errlen,
-                         "--offload: cannot make a temporary expert file in %s "
-                         "(set TMPDIR to a writable folder)",
-                         dir);
-    close(fd);
-    int rc = expert_file_write(m, path, err, errlen);
+    int rc = expert_file_write_temp(m, path, sizeof path, err, errlen);
     if (rc == 0) rc = expert_cache_open(&s->cache, m, path, slots, rows_max, err, errlen);
     unlink(path); /* the mapping keeps it readable */
     if (rc != 0) return -1;

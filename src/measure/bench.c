@@ -134,8 +134,8 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Median of n values (sorts them). */
-static double median(double *x, int n) {
+/* Median of n values (sorts them); bench_report.h. */
+double bench_median(double *x, int n) {
     qsort(x, (size_t)n, sizeof *x, cmp_double);
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
@@ -163,7 +163,7 @@ static void sgemm_child(void *result, const void *arg) {
     r->n = n;
     double t[BENCH_SGEMM_REPS];
     be->gemm_seconds(be, n, BENCH_SGEMM_REPS, t);
-    const double flops = 2.0 * n * (double)n * n, med = median(t, BENCH_SGEMM_REPS);
+    const double flops = 2.0 * n * (double)n * n, med = bench_median(t, BENCH_SGEMM_REPS);
     double best = t[0];
     for (int i = 1; i < BENCH_SGEMM_REPS; i++) best = t[i] < best ? t[i] : best;
     r->gflops_best = flops / best / 1e9;
@@ -239,7 +239,7 @@ static void step_child(void *result, const void *arg) {
     r->step_mean = sum / steps;
     r->fwd_mean = fwd / steps;
     r->bwd_mean = bwd / steps;
-    r->step_median = median(times, steps); /* sorts times */
+    r->step_median = bench_median(times, steps); /* sorts times */
     r->step_min = times[0];
     r->step_max = times[steps - 1];
     for (int op = 0; op < PROF_COUNT; op++) {
@@ -272,8 +272,8 @@ static SgemmResult combine_sgemm(const SgemmResult *sg, int R) {
         out.gflops_low = fmin(out.gflops_low, best[r]);
         out.gflops_high = fmax(out.gflops_high, best[r]);
     }
-    out.gflops_best = median(best, R);
-    out.gflops_median = median(med, R);
+    out.gflops_best = bench_median(best, R);
+    out.gflops_median = bench_median(med, R);
     return out;
 }
 
@@ -314,12 +314,12 @@ static void combine_rows(Row *rows, int n, int i, const StepResult *step, const 
             c->op_bwd[op] += s->op_bwd[op] / R;
         }
     }
-    c->step_median = median(med, R);
+    c->step_median = bench_median(med, R);
     w->tokens_per_s = tokens / c->step_median;
     w->gflops = w->flops_per_token * tokens / c->step_median / 1e9;
-    w->sgemm_frac = median(frac, R);
-    w->moe_over_dense = twin >= 0 ? median(dense, R) : NAN;
-    w->over_fewer = fewer >= 0 ? median(few, R) : NAN;
+    w->sgemm_frac = bench_median(frac, R);
+    w->moe_over_dense = twin >= 0 ? bench_median(dense, R) : NAN;
+    w->over_fewer = fewer >= 0 ? bench_median(few, R) : NAN;
 }
 
 /* The CPU model, from /proc/cpuinfo (or "unknown CPU"). */

@@ -58,15 +58,6 @@ typedef struct {
     double hit_rate, loaded_bytes;      /* offloaded: the steps' cache hits, bytes copied a step */
 } DecodeRow;
 
-static double median(double *x, int n) {
-    for (int i = 1; i < n; i++) /* insertion sort: a handful of steps */
-        for (int j = i; j > 0 && x[j] < x[j - 1]; j--) {
-            double t = x[j];
-            x[j] = x[j - 1], x[j - 1] = t;
-        }
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 /* The backend's memory bandwidth, bytes/s: a copy of 256 MiB within its memory (the bytes
  * read plus the bytes written, as STREAM's copy counts them), the best of 5 after one warm-up
  * (the first copy maps the pages). */
@@ -163,7 +154,7 @@ static void measure(DecodeRow *row, Model *m, ServedExperts *sx, const BenchOpti
     }
     row->B = B, row->P = P, row->steps = steps;
     row->moe = m->n_moe > 0, row->E = c->num_experts, row->K = c->top_k;
-    row->step_s = median(times, steps);
+    row->step_s = bench_median(times, steps);
     row->prefill_tok_s = (double)B * P / row->prefill_s;
     row->decode_tok_s = B / row->step_s;
     /* an expert's bytes as served: a step reads each touched one whole */

@@ -21,13 +21,16 @@ typedef struct {
     int listed; /* run when no --config is given */
 } RefConfig;
 
+/* The median of n values (sorts x in place). */
+double bench_median(double *x, int n);
+
 /* The reference config named name, or NULL. */
 const RefConfig *bench_find_ref(const char *name);
 
 typedef struct {
     int threads;
-    int n;     /* the square product's size */
-    int ok;    /* the backend opened (the first child reports it; else err says why) */
+    int n;  /* the square product's size */
+    int ok; /* the backend opened (the first child reports it; else err says why) */
     char err[512];
     char gpu[256]; /* a GPU's name, SMs and precision; "" on the CPU */
     double gflops_best, gflops_median;
