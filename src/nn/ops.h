@@ -28,8 +28,9 @@
  * baseline's 4 (SwiGLU's pass in half the time on an AVX-512 Xeon). The bits are the same in
  * every version: the build never fuses a multiply and an add (-std=c11 keeps contraction off),
  * +, -, *, / and the comparisons are exact in every lane, and no loop so marked reduces over
- * lanes. Loops bound by memory traffic, or by sums kept in order, gain nothing from it (AdamW,
- * rmsnorm and attention's softmax measured none). */
+ * its lanes except to a maximum, which no order of comparisons changes. Loops bound by memory
+ * traffic gain nothing from it (AdamW and rmsnorm measured none); attention's softmax gains
+ * once its in-order sums run several rows side by side (backend/attention_gemm.c). */
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
 #define NN_WIDE_LANES __attribute__((target_clones("default", "avx2", "avx512f")))
 #else
