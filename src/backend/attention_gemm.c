@@ -18,8 +18,7 @@
  * Between the products, the softmax and its backward add up each row's terms in column order,
  * but eight rows side by side (row_sums), and the softmax's other loops run in the widest
  * vector lanes the CPU has (NN_WIDE_LANES). The bits are those of one row at a time (the
- * smoke references of tests/test_ablations.sh compare training losses exactly); the time of
- * the forward's softmax is about halved.
+ * smoke references of tests/test_ablations.sh compare training losses exactly), sooner.
  *
  * The (b, h) pairs are independent; an OpenMP loop hands each to one thread, and each thread's
  * sgemm calls run single-threaded (the OpenMP build of OpenBLAS detects the parallel region),
