@@ -4,7 +4,8 @@
 #   1. training: a tiny MoE run on synthetic data writes the whole run directory; the loss
 #      falls well below the first step's and below the unigram entropy; router.csv has one
 #      row per step and MoE layer with loads summing to 1; provenance.txt names the commit,
-#      the shards' CRC-32s (checked against gzip's) and the threads; config.txt round-trips
+#      the shards' CRC-32s (checked against gzip's) and the threads; config.txt round-trips;
+#      with OMP_PROC_BIND set, the threads keep every CPU as a place through moe's exec
 #   2. resume is bit-exact: 24 steps straight == 12 steps (--until) + --resume to 24, for
 #      ckpt.bin (cmp) and the loss columns of train.csv, even with stale rows after the
 #      checkpoint left behind as by a crash; also with aux-free balancing (its biases are in
@@ -71,6 +72,17 @@ grep -Eq '^commit = [^ ]+' "$prov" && grep -q "crc32=$crc_train" "$prov" &&
     grep -Eq '^blas = OpenBLAS, [A-Za-z0-9_]+ kernels' "$prov"
 check "provenance.txt: commit, crc32=$crc_train and crc32=$crc_val of the shards, threads = 1, OpenBLAS's kernels" \
     $? "$(tr '\n' '|' < "$prov")"
+
+# threads bound to places (OMP_PROC_BIND, as chapter 3's Slurm scripts set): libgomp binds the
+# first thread as it loads, and moe's exec of itself (OMP_WAIT_POLICY) must not leave the new
+# process only that thread's one CPU to place its threads on. On a machine of one CPU both
+# give 1, and the check cannot tell
+env -u OMP_WAIT_POLICY OMP_PROC_BIND=true OMP_PLACES=threads "$moe" train --out "$tmp/bound" \
+    "${tiny[@]}" --set train.steps=2 --set train.warmup=1 --set train.eval_every=2 --quiet > /dev/null 2>&1
+cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+grep -qx "omp_places = $cpus" "$tmp/bound/provenance.txt"
+check "OMP_PROC_BIND=true OMP_PLACES=threads: the run's threads have all $cpus CPUs as places" $? \
+    "$(grep -E '^(threads|omp_places) ' "$tmp/bound/provenance.txt" 2>&1)"
 
 # train.csv: 40 rows, steps 1..40, val_loss exactly at the eval steps 10 20 30 40
 shape=$(awk -F, 'NR > 1 { n++; if ($1 != n) bad = 1; if ($8 != "") v = v $1 " " }

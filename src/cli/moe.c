@@ -29,11 +29,16 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "backend/backend.h"
 #include "base/util.h"
@@ -501,6 +506,30 @@ static int decodes(char **argv) {
     return 0;
 }
 
+/* With OMP_PROC_BIND or OMP_PLACES set (chapter 3's Slurm scripts set both), libgomp binds
+ * the first thread to its first place as it loads, and an exec keeps that narrowed affinity:
+ * the new process would see a single place and run every thread on one core (the tiny bench
+ * step took 1.8 times as long on 2 cores). So before the exec the process gets back the union
+ * of its places, which libgomp computed from the CPUs the process was given (by taskset,
+ * srun or mpirun): the binding then happens again, in the new process, over all of them. */
+static void unbind_before_exec(void) {
+#ifdef _OPENMP
+    const int n_places = omp_get_num_places();
+    if (n_places <= 0) return;
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    for (int p = 0; p < n_places; p++) {
+        const int n = omp_get_place_num_procs(p);
+        int *ids = malloc_check((size_t)(n > 0 ? n : 1) * sizeof(int));
+        omp_get_place_proc_ids(p, ids);
+        for (int i = 0; i < n; i++)
+            if (ids[i] >= 0 && ids[i] < CPU_SETSIZE) CPU_SET(ids[i], &cpus);
+        free(ids);
+    }
+    if (CPU_COUNT(&cpus) > 0) sched_setaffinity(0, sizeof cpus, &cpus);
+#endif
+}
+
 static void prepare_environment(char **argv) {
     int again = 0;
     if (!getenv("OMP_WAIT_POLICY")) {
@@ -512,7 +541,10 @@ static void prepare_environment(char **argv) {
         setenv("OPENBLAS_CORETYPE", core, 1);
         again = 1;
     }
-    if (again) execv("/proc/self/exe", argv);
+    if (again) {
+        unbind_before_exec();
+        execv("/proc/self/exe", argv);
+    }
     /* exec failed (no /proc): carry on with the library defaults */
 }
 

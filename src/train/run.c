@@ -9,6 +9,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "backend/backend.h"
 #include "base/util.h"
 #include "io/files.h"
@@ -102,6 +106,10 @@ void run_write_provenance(const char *dir, const Config *c, const Shard *train, 
     if (mix_lines) fputs(mix_lines, f);
     fprintf(f, "seed = %llu\n", (unsigned long long)c->seed);
     fprintf(f, "threads = %d\n", threads);
+#ifdef _OPENMP
+    /* the places the threads are bound to (OMP_PLACES, OMP_PROC_BIND); 0: not bound */
+    fprintf(f, "omp_places = %d\n", omp_get_num_places());
+#endif
     if (d) fprintf(f, "processes = %d (dist.ep = %d x data-parallel %d)\n", d->world, d->ep, d->dp);
     /* the training FLOPs of one token (model.h): the x axis of compute-matched comparisons */
     fprintf(f, "flops_per_token = %.6g\n", model_flops_per_token(c, c->seq_len));
