@@ -35,7 +35,8 @@ SANFLAGS :=
 # -O3 over -O2: GCC's vectorizer at full strength (the elementwise loops of rmsnorm, RoPE, the
 # residual adds). It never reorders a float sum without -ffast-math and never fuses a multiply
 # and an add under -std=c11, so the bits are -O2's (the smoke references of
-# tests/test_ablations.sh compare every loss exactly); the tiny bench step ran 3-4 % faster.
+# tests/test_ablations.sh compare every loss exactly). `moe bench --config tiny`, the two
+# builds run side by side on a 2-core AVX-512 Xeon: 269 ms a step at -O3, 280 ms at -O2.
 OPT := -O3 -g
 endif
 # MPI=1: the same sources through mpicc with MOE_HAVE_MPI=1 (src/parallel/dist_mpi.c), in their

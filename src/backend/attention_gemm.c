@@ -48,7 +48,7 @@
  * p_i's columns. A sum kept in order is a chain of additions each waiting on the last; eight
  * rows' chains are independent, so they advance side by side over the columns every row has,
  * then each row adds its own last columns. Every sum sees its terms in the same order as one
- * row's loop would, so the bits are the same, in a fraction of the time. */
+ * row's loop would, so the bits are the same, sooner. */
 static void row_sums(float *sum, const float *p, const float *d, int n, int len0, int T) {
 #define TERM(i, j) (d ? p[(size_t)(i) * T + (j)] * d[(size_t)(i) * T + (j)] : p[(size_t)(i) * T + (j)])
     if (n < SOFTMAX_ROWS) { /* the last rows of a block: one at a time */
