@@ -22,8 +22,11 @@
  *     P, moments 2P, the fields add up to the total;
  *   - the integer words of one small MoE model match a count done by hand, for token choice and for
  * expert choice (every (token, expert) pair a candidate, E * cap slots) and for a padded capacity
- * plan (E * cap slot rows).
+ * plan (E * cap slot rows);
+ *   - the CPU backends' blocks are zeroed and writable, and one of 2 MiB or more starts on a
+ *     2 MiB boundary (offered for transparent huge pages).
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -441,6 +444,24 @@ START_TEST(test_attention_is_quadratic_in_T) {
 }
 END_TEST
 
+/* The CPU backends' memory: zeroed; a block of 2 MiB or more starts on a 2 MiB boundary (it
+ * is offered for transparent huge pages, backend/cpu.c), a smaller one is an ordinary block */
+START_TEST(test_host_blocks) {
+    const size_t sizes[] = {100, (size_t)2 << 20, ((size_t)5 << 20) + 12};
+    for (int i = 0; i < 3; i++) {
+        unsigned char *p = backend_cpu.alloc(&backend_cpu, sizes[i]);
+        size_t nonzero = 0;
+        for (size_t j = 0; j < sizes[i]; j++) nonzero += p[j] != 0;
+        ck_assert_msg(nonzero == 0, "%zu bytes: %zu not zero", sizes[i], nonzero);
+        if (sizes[i] >= ((size_t)2 << 20))
+            ck_assert_msg((uintptr_t)p % ((size_t)2 << 20) == 0, "%zu bytes at %p", sizes[i],
+                          (void *)p);
+        memset(p, 1, sizes[i]); /* the whole block is writable */
+        backend_cpu.free(&backend_cpu, p);
+    }
+}
+END_TEST
+
 static Suite *memory_suite(void) {
     Suite *s = suite_create("memory");
     TCase *tc = tcase_create("formula");
@@ -453,6 +474,7 @@ static Suite *memory_suite(void) {
     tcase_add_loop_test(tc, test_breakdown_consistent, 0, n);
     tcase_add_test(tc, test_int_words_by_hand);
     tcase_add_test(tc, test_attention_is_quadratic_in_T);
+    tcase_add_test(tc, test_host_blocks);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -64,7 +64,6 @@ int expert_file_write(const Model *m, const char *path, char *err, int errlen) {
     return rc;
 }
 
-/* The header's field against the model's: a message naming it when they differ. */
 int expert_file_write_temp(const Model *m, char *path, size_t len, char *err, int errlen) {
     const char *dir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
     snprintf(path, len, "%s/moe-experts-XXXXXX", dir);
@@ -80,6 +79,7 @@ int expert_file_write_temp(const Model *m, char *path, size_t len, char *err, in
     return -1;
 }
 
+/* The header's field against the model's: a message naming it when they differ. */
 static int check_field(const char *path, const char *name, uint32_t file, int model, char *err,
                        int errlen) {
     if (file == (uint32_t)model) return 0;
