@@ -6,9 +6,11 @@
 #      numbers agree with each other (tokens/s x step time = B x T tokens, GFLOP/s =
 #      FLOPs per token x tokens/s); peak RSS is within a factor of the analytical memory
 #   2. text with --profile on the small hidden test shapes (an MoE config and its dense
-#      twin): the table has both rows and the MoE/dense column; the CSV has a header and
-#      one row per op and config, and each config's percentages add up to 100;
-#      plots/bench_profile.gp draws it (when gnuplot is installed)
+#      twin): the table has both rows and the MoE/dense column; each op with model FLOPs
+#      shows its GFLOP/s and share of the sgemm, the others a dash, and "all products" adds
+#      up their times; the CSV has a header and one row per op and config, and each config's
+#      percentages add up to 100; plots/bench_profile.gp draws it (when gnuplot is installed);
+#      in the JSON, the ops' FLOPs add up to the step's and each rate is FLOPs over time
 #   --rounds 3 measures the sgemm and every config three times in turn, and reports the
 #      medians with the sgemm's range
 #   3. bad options exit 2 with a message and print nothing on stdout
@@ -94,6 +96,15 @@ awk '$1 == "test" && $2 == "2x32" && $8 + 0 > 0 { a = 1 }
 check "rows for test (with an MoE/dense ratio) and test-dense" $? "$(cat "$tmp/b.txt")"
 grep -q '^profile test: ms per step' "$tmp/b.txt" && grep -q '^  experts ' "$tmp/b.txt"
 check "per-op profile tables" $? "$(cat "$tmp/b.txt")"
+# each op's GFLOP/s: the ops with model FLOPs show a rate and a share of the sgemm, the others
+# a dash; "all products" is the time of the ops with a rate, added up
+awk '/^profile test(-dense)?:/ { cfg = $2 }
+     cfg != "" && $1 ~ /^(attn_proj|attention|head)$/ { if ($6 + 0 > 0 && $7 ~ /%$/) ok[cfg]++; else bad = 1 }
+     cfg != "" && $1 ~ /^(embedding|rmsnorm|rope|residual|swiglu|permute|loss|optimizer|other)$/ { if ($6 != "-") bad = 1 }
+     cfg != "" && $1 ~ /^(attn_proj|attention|dense_ffn|router|experts|head)$/ && $6 != "-" { sum[cfg] += $4 }
+     cfg != "" && $1 == "all" && $2 == "products" { seen[cfg] = 1; d = $3 - sum[cfg]; if (d < -0.03 || d > 0.03) bad = 1 }
+     END { exit !(ok["test:"] == 3 && ok["test-dense:"] == 3 && seen["test:"] && seen["test-dense:"] && !bad) }' "$tmp/b.txt"
+check "profile: GFLOP/s and %sgemm for the ops with model FLOPs, and all products added up" $? "$(cat "$tmp/b.txt")"
 nops=$(awk -F, 'NR > 1 && $1 == "test" { n++ } END { print n + 0 }' "$csv" 2> /dev/null)
 [ "$(head -n 1 "$csv" 2> /dev/null)" = "config,op,fwd_ms,bwd_ms,total_ms,percent" ] &&
     [ "${nops:-0}" -ge 10 ] && [ "$(awk 'END { print NR }' "$csv")" -eq $((2 * nops + 1)) ]
@@ -113,6 +124,29 @@ if command -v gnuplot > /dev/null 2>&1; then
         [ "$(wc -c < "$tmp/prof.png")" -gt 10000 ]
     check "plots/bench_profile.gp draws a PNG" $? "exit $rc: $(cat "$tmp/gp.err")"
 fi
+
+# ---- the per-op FLOPs in the JSON add up to the step's, and each op's rate is its FLOPs over its time
+"$moe" bench --config test --steps 1 --warmup 0 --json --profile > "$tmp/pj.json" 2> /dev/null
+rc=$?
+if [ $rc -eq 0 ] && command -v python3 > /dev/null 2>&1; then
+    python3 - "$tmp/pj.json" > "$tmp/pj.err" 2>&1 << 'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))["configs"][0]
+tokens = c["batch"] * c["seq_len"]
+ops = {p["op"]: p for p in c["profile"]}
+total = sum(p["flops_per_token"] for p in c["profile"])
+assert abs(total / c["flops_per_token"] - 1) < 1e-9, (total, c["flops_per_token"])
+for name in ("attn_proj", "attention", "router", "experts", "head"):
+    p = ops[name]
+    assert p["flops_per_token"] > 0 and p["gflops"] > 0, p
+    rate = p["flops_per_token"] * tokens / (p["total_ms"] / 1e3) / 1e9
+    assert abs(p["gflops"] / rate - 1) < 1e-4, (name, p["gflops"], rate)
+for name in ("embedding", "rmsnorm", "dense_ffn", "permute", "optimizer", "other"):
+    assert ops[name]["gflops"] is None and ops[name]["flops_per_token"] == 0, ops[name]
+PY
+    rc=$?
+fi
+check "JSON profile: the ops' FLOPs add up to flops_per_token, gflops = FLOPs / time" $rc "$(cat "$tmp/pj.err" 2> /dev/null)"
 
 # ---- the reference attention can be timed too, and says so
 "$moe" bench --config test --steps 1 --warmup 0 --json --reference-attention > "$tmp/ref.json" 2> /dev/null

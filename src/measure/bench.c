@@ -384,7 +384,7 @@ int bench_run(const BenchOptions *o, FILE *out, char *err, int errlen) {
         w->params_total = params_count_total(&pt);
         w->params_active = params_count_active(&pt, &w->c);
         params_table_free(&pt);
-        w->flops_per_token = model_flops_per_token(&w->c, w->T);
+        w->flops_per_token = model_flops_by_op(&w->c, w->T, w->op_flops);
         model_memory_floats(&w->c, w->B, w->T, &w->mem);
     }
     const int R = o->rounds > 1 ? o->rounds : 1;

@@ -10,31 +10,36 @@
 #include "backend/backend.h"
 #include "io/json.h"
 
-/* One profile line: ms per step. total = fwd + bwd + time outside both passes. */
+/* One profile line: ms per step. total = fwd + bwd + time outside both passes. gflops: the
+ * op's model FLOPs (model_flops_by_op) over its total time, NAN for an op with none counted. */
 typedef struct {
     const char *op;
-    double fwd, bwd, total;
+    double fwd, bwd, total, gflops;
 } OpLine;
 
 /* The ops, then "other": time of the step that no op accounts for (forward and backward
  * bookkeeping, zero_grad). The optimizer runs outside both passes: its time is in total. */
-static int op_lines(OpLine *ln, const StepResult *r) {
+static int op_lines(OpLine *ln, const Row *w) {
+    const StepResult *r = &w->r;
+    const double tokens = (double)w->B * w->T;
     double fsum = 0.0, bsum = 0.0, all = 0.0;
     int n = 0;
     for (int op = 0; op < PROF_COUNT; op++) {
         double f = r->op_fwd[op], b = r->op_bwd[op];
+        double gf =
+            w->op_flops[op] > 0.0 && f + b > 0.0 ? w->op_flops[op] * tokens / (f + b) / 1e9 : NAN;
         all += f + b;
         if (op == PROF_OPTIMIZER) {
-            ln[n++] = (OpLine){prof_name((ProfOp)op), 0.0, 0.0, 1e3 * (f + b)};
+            ln[n++] = (OpLine){prof_name((ProfOp)op), 0.0, 0.0, 1e3 * (f + b), NAN};
             continue;
         }
         fsum += f;
         bsum += b;
-        ln[n++] = (OpLine){prof_name((ProfOp)op), 1e3 * f, 1e3 * b, 1e3 * (f + b)};
+        ln[n++] = (OpLine){prof_name((ProfOp)op), 1e3 * f, 1e3 * b, 1e3 * (f + b), gf};
     }
     double of = fmax(r->fwd_mean - fsum, 0.0), ob = fmax(r->bwd_mean - bsum, 0.0);
     double ot = fmax(r->step_mean - all, of + ob);
-    ln[n++] = (OpLine){"other", 1e3 * of, 1e3 * ob, 1e3 * ot};
+    ln[n++] = (OpLine){"other", 1e3 * of, 1e3 * ob, 1e3 * ot, NAN};
     return n;
 }
 
@@ -132,14 +137,21 @@ void bench_print_json(FILE *out, const BenchOptions *o, const char *cpu, long co
                 m->total_words, m->pad_bytes);
         if (o->profile) {
             OpLine ln[PROF_COUNT + 1];
-            int nl = op_lines(ln, &w->r);
+            int nl = op_lines(ln, w);
             fprintf(out, ",\n     \"profile\": [");
-            for (int j = 0; j < nl; j++)
+            for (int j = 0; j < nl; j++) {
                 fprintf(out,
                         "%s\n       {\"op\": \"%s\", \"fwd_ms\": %.6g, \"bwd_ms\": %.6g, "
-                        "\"total_ms\": %.6g, \"percent\": %.6g}",
+                        "\"total_ms\": %.6g, \"percent\": %.6g, \"flops_per_token\": %.6g, "
+                        "\"gflops\": ",
                         j ? "," : "", ln[j].op, ln[j].fwd, ln[j].bwd, ln[j].total,
-                        100.0 * ln[j].total / (1e3 * w->r.step_mean));
+                        100.0 * ln[j].total / (1e3 * w->r.step_mean),
+                        j < PROF_COUNT ? w->op_flops[j] : 0.0);
+                if (isnan(ln[j].gflops))
+                    fprintf(out, "null}");
+                else
+                    fprintf(out, "%.6g}", ln[j].gflops);
+            }
             fprintf(out, "]");
         }
         fprintf(out, "}");
@@ -223,21 +235,44 @@ void bench_print_text(FILE *out, const BenchOptions *o, const char *cpu, long co
     for (int i = 0; i < n; i++) {
         const Row *w = &rows[i];
         OpLine ln[PROF_COUNT + 1];
-        int nl = op_lines(ln, &w->r);
+        int nl = op_lines(ln, w);
         fprintf(out, "\nprofile %s: ms per step, mean of %d steps (%.1f ms)\n", w->ref->name,
                 o->steps, 1e3 * w->r.step_mean);
-        fprintf(out, "  %-12s %9s %9s %9s %7s\n", "op", "fwd ms", "bwd ms", "total ms", "% step");
-        for (int j = 0; j < nl; j++)
-            fprintf(out, "  %-12s %9.2f %9.2f %9.2f %6.1f%%\n", ln[j].op, ln[j].fwd, ln[j].bwd,
+        fprintf(out, "  %-12s %9s %9s %9s %7s %8s %7s\n", "op", "fwd ms", "bwd ms", "total ms",
+                "% step", "GFLOP/s", gpu ? "%cuBLAS" : "%sgemm");
+        for (int j = 0; j < nl; j++) {
+            fprintf(out, "  %-12s %9.2f %9.2f %9.2f %6.1f%%", ln[j].op, ln[j].fwd, ln[j].bwd,
                     ln[j].total, 100.0 * ln[j].total / (1e3 * w->r.step_mean));
+            if (isnan(ln[j].gflops))
+                fprintf(out, " %8s %7s\n", "-", "-");
+            else
+                fprintf(out, " %8.1f %6.1f%%\n", ln[j].gflops,
+                        100.0 * ln[j].gflops / sg->gflops_best);
+        }
+        /* the ops that run the model's FLOPs, together: every FLOP over their time alone */
+        double ms = 0.0;
+        for (int j = 0; j < nl; j++)
+            if (!isnan(ln[j].gflops)) ms += ln[j].total;
+        if (ms > 0.0) {
+            double gf = w->flops_per_token * w->B * w->T / (1e-3 * ms) / 1e9;
+            fprintf(out, "  %-12s %29.2f %7.1f%% %8.1f %6.1f%%\n", "all products", ms,
+                    100.0 * ms / (1e3 * w->r.step_mean), gf, 100.0 * gf / sg->gflops_best);
+        }
     }
+    fprintf(out,
+            "\nGFLOP/s of an op: the model FLOPs it runs (model_flops_by_op: attn_proj, attention, "
+            "dense_ffn,\nrouter, experts, head) over its time, the elementwise work it does "
+            "between its products included\n(the experts' SwiGLU, attention's softmax). all "
+            "products: those ops together, every model FLOP\nover their time alone: the step, "
+            "which also runs the others, cannot reach a higher share of the %s.\n",
+            gpu ? "cuBLAS product" : "sgemm");
 }
 
 void bench_write_profile_csv(FILE *f, const Row *rows, int n) {
     fprintf(f, "config,op,fwd_ms,bwd_ms,total_ms,percent\n");
     for (int i = 0; i < n; i++) {
         OpLine ln[PROF_COUNT + 1];
-        int nl = op_lines(ln, &rows[i].r);
+        int nl = op_lines(ln, &rows[i]);
         for (int j = 0; j < nl; j++)
             fprintf(f, "%s,%s,%.4f,%.4f,%.4f,%.3f\n", rows[i].ref->name, ln[j].op, ln[j].fwd,
                     ln[j].bwd, ln[j].total, 100.0 * ln[j].total / (1e3 * rows[i].r.step_mean));

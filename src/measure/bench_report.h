@@ -51,7 +51,8 @@ typedef struct {
     Config c;
     int B, T;
     size_t params_total, params_active;
-    double flops_per_token; /* model_flops_per_token: forward + backward matrix products */
+    double flops_per_token;      /* model_flops_per_token: forward + backward matrix products */
+    double op_flops[PROF_COUNT]; /* the same, by the op that runs them (model_flops_by_op) */
     MemoryBreakdown mem;
     StepResult r;
     double gflops, tokens_per_s, sgemm_frac;

@@ -514,7 +514,7 @@ float lr_schedule(const Config *c, int step) {
     return c->lr * (c->min_lr + (1.0f - c->min_lr) * cosine);
 }
 
-double model_flops_per_token(const Config *c, int T) {
+double model_flops_by_op(const Config *c, int T, double per_op[PROF_COUNT]) {
     /* Model FLOPs: the matrix products a training step needs, counted as useful work only.
      * Forward = 2 x multiply-adds; backward = 2 x forward (one product for the input
      * gradient, one for the weight gradient), so a step = 6 x multiply-adds.
@@ -522,19 +522,32 @@ double model_flops_per_token(const Config *c, int T) {
      * a token at position t attends to t + 1 positions, (t + 1) C each for q.k and for p.v,
      * which averages to (T + 1) C over a sequence (the GEMM attention computes the blocks on
      * and below the diagonal and masks the upper half of the diagonal blocks; what it masks is
-     * not counted); FFN 3 C F, or in an MoE
-     * block 3 C F_e for each of the top_k experts and of the num_shared shared experts, plus
-     * the router E C. Head: V C. */
+     * not counted); FFN 3 C F, or in an MoE block 3 C F_e for each of the top_k experts, the
+     * router E C, and 3 C F_e for each of the num_shared shared experts (one dense SwiGLU,
+     * timed as the dense FFN). Head: V C. Each term goes to the op that profile.h times it
+     * under. */
     double C = c->d_model, F = c->d_ff, FE = config_expert_hidden(c);
-    double per_token_macs = 0.0;
+    double macs[PROF_COUNT] = {0};
     for (int l = 0; l < c->n_layer; l++) {
-        per_token_macs += 4.0 * C * C + (double)(T + 1) * C;
-        if (config_is_moe_layer(c, l))
-            per_token_macs +=
-                3.0 * C * FE * (c->top_k + c->num_shared) + (double)c->num_experts * C;
-        else
-            per_token_macs += 3.0 * C * F;
+        macs[PROF_ATTN_PROJ] += 4.0 * C * C;
+        macs[PROF_ATTN] += (double)(T + 1) * C;
+        if (config_is_moe_layer(c, l)) {
+            macs[PROF_EXPERTS] += 3.0 * C * FE * c->top_k;
+            macs[PROF_ROUTER] += (double)c->num_experts * C;
+            macs[PROF_DENSE_FFN] += 3.0 * C * FE * c->num_shared;
+        } else {
+            macs[PROF_DENSE_FFN] += 3.0 * C * F;
+        }
     }
-    per_token_macs += (double)MOE_VOCAB * C;
-    return 6.0 * per_token_macs;
+    macs[PROF_HEAD] += (double)MOE_VOCAB * C;
+    double total = 0.0;
+    for (int op = 0; op < PROF_COUNT; op++) {
+        if (per_op) per_op[op] = 6.0 * macs[op];
+        total += 6.0 * macs[op];
+    }
+    return total;
+}
+
+double model_flops_per_token(const Config *c, int T) {
+    return model_flops_by_op(c, T, NULL);
 }

@@ -17,6 +17,7 @@
 #include "config/config.h"
 #include "model/moe_block.h"
 #include "model/params.h"
+#include "model/profile.h"
 #include "parallel/dist.h"
 
 /* One decoding step's view of a key-value cache (src/infer/decode.h keeps one): N sequences,
@@ -192,5 +193,9 @@ float lr_schedule(const Config *c, int step);
 /* Model FLOPs per token of one training step (forward + backward matrix products, useful
  * causal work only; the formula is written out in model.c). */
 double model_flops_per_token(const Config *c, int T);
+/* The same FLOPs split by the op that profile.h times them under (attention projections,
+ * attention, dense FFN, router, experts, head; 0 for the others): per_op[PROF_COUNT] when not
+ * NULL. Returns their sum, model_flops_per_token. */
+double model_flops_by_op(const Config *c, int T, double per_op[PROF_COUNT]);
 
 #endif
