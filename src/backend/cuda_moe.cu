@@ -12,7 +12,7 @@
  * a packed capacity plan (one int: the caller sizes the next ops by it). The random second
  * expert's uniforms go the other way: drawn on the host from the run's stream, one copy up.
  *
- * The arithmetic lives in kernels_moe.h and kernels_route.h (shared with the host test, which walks
+ * The arithmetic lives in kernels_moe.h and kernels_route.h (shared with the host tests, which walk
  * each grid in the same order); here are only the launch shapes and the device's cooperation
  * (ballots, shuffles, shared memory, barriers). Every result is deterministic: no float atomics
  * (the only atomics are the radix select's integer bin counts, the same in any order), each output

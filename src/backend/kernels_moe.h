@@ -1,9 +1,9 @@
 /*
  * kernels_moe.h: the arithmetic of the CUDA backend's MoE kernels (cuda_moe.cu, cuda_plans.cu),
  * written as plain C bodies that nvcc compiles for the device and gcc for the host. The host
- * test (tests/test_kernels_moe.c) runs them in loops that walk each kernel's grid in the
- * kernel's order and compares the results with the reference ops of src/moe (router.c,
- * permute.c, router_balance.c, capacity.c, expert_choice.c).
+ * tests (tests/test_kernels_route.c, test_kernels_plan.c, test_kernels_capacity.c) run them in
+ * loops that walk each kernel's grid in the kernel's order and compare the results with the
+ * reference ops of src/moe (router.c, permute.c, router_balance.c, capacity.c, expert_choice.c).
  *
  * What each kernel does with them (launch shapes in cuda_moe.cu and cuda_plans.cu):
  *

@@ -1,7 +1,7 @@
 /*
  * kernels_route.h: the arithmetic of the CUDA backend's routing statistics (cuda_moe.cu): the
  * balance loss, the router's backward, route_stats and router_logit_stats, as plain C bodies
- * that nvcc compiles for the device and gcc for the host (tests/test_kernels_moe.c walks each
+ * that nvcc compiles for the device and gcc for the host (tests/test_kernels_route.c walks each
  * kernel's grid on the host against router.c and router_balance.c). kernels_moe.h holds the
  * rest of the MoE kernels and what both share (KMOE_THREADS, kmoe_tree_sum).
  *
