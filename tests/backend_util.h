@@ -1,6 +1,7 @@
 /*
  * backend_util.h: what the backend tests share (test_backend_ops.c, test_backend_grad.c,
- * test_backend_coll.c): the backends under test, and device buffers made from host data.
+ * test_backend_coll.c, test_backend_cpu.c): the backends under test, and device buffers made
+ * from host data.
  */
 #ifndef MOE_TEST_BACKEND_UTIL_H
 #define MOE_TEST_BACKEND_UTIL_H
