@@ -278,8 +278,8 @@ START_TEST(test_expert_without_tokens) {
     float dye[S * C], dxe[S * C], dg[S * F], du[S * F], dh[S * F];
     float dWg[E * F * C] = {0}, dWu[E * F * C] = {0}, dWd[E * C * F] = {0};
     fill_uniform(dye, S * C, 1.0f, 5);
-    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, p.offsets, NULL, E, C,
-                     F);
+    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, p.offsets, NULL,
+                     E, C, F);
     for (int i = 0; i < F * C; i++) {
         ck_assert_float_eq(dWg[1 * F * C + i], 0.0f);
         ck_assert_float_eq(dWu[1 * F * C + i], 0.0f);
@@ -381,8 +381,8 @@ typedef struct {
 
 static double experts_loss(void *vc) { /* L = sum ye * R */
     ExpertsCtx *c = vc;
-    experts_forward(c->ye, c->g, c->u, c->h, c->xe, c->Wg, c->Wu, c->Wd, c->offsets, NULL, c->E, c->C,
-                    c->F);
+    experts_forward(c->ye, c->g, c->u, c->h, c->xe, c->Wg, c->Wu, c->Wd, c->offsets, NULL, c->E,
+                    c->C, c->F);
     return dot_d(c->ye, c->R, (size_t)c->S * c->C);
 }
 
@@ -397,7 +397,8 @@ START_TEST(test_experts_gradcheck) {
     fill_uniform(R, S * C, 1.0f, 45);
     ExpertsCtx c = {offsets, E, C, F, S, xe, Wg, Wu, Wd, ye, g, u, h, R};
     experts_loss(&c);
-    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, R, xe, g, u, h, Wg, Wu, Wd, offsets, NULL, E, C, F);
+    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, R, xe, g, u, h, Wg, Wu, Wd, offsets, NULL, E,
+                     C, F);
     gradcheck(experts_loss, &c, xe, dxe, S * C, EPS, S * C, "experts dxe");
     gradcheck(experts_loss, &c, Wg, dWg, E * F * C, EPS, E * F * C, "experts dWg");
     gradcheck(experts_loss, &c, Wu, dWu, E * F * C, EPS, E * F * C, "experts dWu");
@@ -408,7 +409,8 @@ START_TEST(test_experts_gradcheck) {
     memcpy(once, dWg, sizeof(once));
     memcpy(dxe1, dxe, sizeof(dxe1));
     experts_loss(&c);
-    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, R, xe, g, u, h, Wg, Wu, Wd, offsets, NULL, E, C, F);
+    experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, R, xe, g, u, h, Wg, Wu, Wd, offsets, NULL, E,
+                     C, F);
     for (int i = 0; i < E * F * C; i++) once[i] *= 2.0f;
     CLOSE_ARRAYS(dWg, once, E * F * C, "dWg accumulates");
     ck_assert(memcmp(dxe, dxe1, sizeof(dxe)) == 0); /* dxe is written, not accumulated */
