@@ -351,7 +351,7 @@ static void check_block_gradient(MoeSpec sp, const float *bias) {
     float dx[N * C], y2[N * C];
     int idx0[N * K];
     fill_uniform(x, N * C, 1.0f, 51);
-    fill_uniform(Wr, E * C, 1.5f, 60); /* spread logits: see test_moe.c, test_block_gradcheck */
+    fill_uniform(Wr, E * C, 1.5f, 60); /* spread logits: test_moe_block.c, test_block_gradcheck */
     fill_uniform(Wg, (size_t)E * F * C, 0.5f, 53);
     fill_uniform(Wu, (size_t)E * F * C, 0.5f, 54);
     fill_uniform(Wd, (size_t)E * C * F, 0.5f, 55);
