@@ -261,6 +261,8 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_UTIL_OBJ) $(BUILD)/libmoe.a $(BU
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(CHECK_LIBS) $(LDLIBS)
 
 $(BUILD)/obj/tests/%.o: CPPFLAGS += $(CHECK_CFLAGS) -Itests
+# the tests' shared headers (ops_util.h, kernels_moe_util.h, ...): a change rebuilds every test
+$(TEST_SRC:%.c=$(BUILD)/obj/%.o): $(wildcard tests/*.h)
 
 test: deps
 	@$(MAKE) --no-print-directory test-run
