@@ -1,7 +1,7 @@
 /*
- * moe_util.h: what the tests of the MoE block share (test_moe.c, test_moe_block.c): the
- * finite-difference step, expert weights, and the smallest gap between a token's logits, which
- * a gradient check through top-k asserts up front.
+ * moe_util.h: what the tests of the MoE block share (test_moe.c, test_moe_block.c,
+ * test_router.c): the finite-difference step, expert weights, and the smallest gap between a
+ * token's logits, which a gradient check through top-k asserts up front.
  */
 #ifndef MOE_TEST_MOE_UTIL_H
 #define MOE_TEST_MOE_UTIL_H

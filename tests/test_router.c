@@ -12,21 +12,9 @@
 
 #include "base/util.h"
 #include "model/moe_block.h"
+#include "moe_util.h"
 #include "nn/ops.h"
 #include "testutil.h"
-
-#define EPS 1e-3f
-
-static float min_logit_gap(const float *logits, int N, int E) {
-    float gap = INFINITY;
-    for (int n = 0; n < N; n++)
-        for (int i = 0; i < E; i++)
-            for (int j = i + 1; j < E; j++) {
-                float d = fabsf(logits[n * E + i] - logits[n * E + j]);
-                gap = d < gap ? d : gap;
-            }
-    return gap;
-}
 
 static MoeSpec spec_of(int E, int K, int score, int topk_first, int renorm, float rs, int balance) {
     MoeSpec sp = {.num_experts = E, .top_k = K, .norm_topk = renorm};
@@ -365,7 +353,7 @@ static void check_block_gradient(MoeSpec sp, const float *bias) {
     rng_seed(&rng, 77);
     MoeCtx cx;
     moe_ctx_train(&cx, &sp, 3, sp.jitter > 0.0f || sp.noise > 0.0f ? &rng : NULL);
-    MoeWeights wt = {Wr, Wg, Wu, Wd, bias};
+    MoeWeights wt = {.router = Wr, .Wg = Wg, .Wu = Wu, .Wd = Wd, .bias = bias};
     MoeActs a;
     MoeScratch s;
     moe_acts_alloc(&backend_cpu, &a, &sp, NULL, N);
