@@ -300,7 +300,7 @@ static void combine_rows(Row *rows, int n, int i, const StepResult *step, const 
     for (int r = 0; r < R; r++) {
         const StepResult *s = &step[(size_t)r * n + i];
         med[r] = s->step_median;
-        frac[r] = w->flops_per_token * tokens / s->step_median / 1e9 / sg[r].gflops_best;
+        frac[r] = bench_gflops(w->flops_per_token, tokens, s->step_median) / sg[r].gflops_best;
         if (twin >= 0) dense[r] = s->step_median / step[(size_t)r * n + twin].step_median;
         if (fewer >= 0) few[r] = step[(size_t)r * n + fewer].step_median / s->step_median;
         c->step_min = fmin(c->step_min, s->step_min);
@@ -316,7 +316,7 @@ static void combine_rows(Row *rows, int n, int i, const StepResult *step, const 
     }
     c->step_median = bench_median(med, R);
     w->tokens_per_s = tokens / c->step_median;
-    w->gflops = w->flops_per_token * tokens / c->step_median / 1e9;
+    w->gflops = bench_gflops(w->flops_per_token, tokens, c->step_median);
     w->sgemm_frac = bench_median(frac, R);
     w->moe_over_dense = twin >= 0 ? bench_median(dense, R) : NAN;
     w->over_fewer = fewer >= 0 ? bench_median(few, R) : NAN;

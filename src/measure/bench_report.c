@@ -10,11 +10,12 @@
 #include "backend/backend.h"
 #include "io/json.h"
 
-/* One profile line: ms per step. total = fwd + bwd + time outside both passes. gflops: the
- * op's model FLOPs (model_flops_by_op) over its total time, NAN for an op with none counted. */
+/* One profile line: ms per step. total = fwd + bwd + time outside both passes. flops: the
+ * op's model FLOPs per token (model_flops_by_op; 0 for most ops); gflops: those over its total
+ * time, NAN for an op with none counted. */
 typedef struct {
     const char *op;
-    double fwd, bwd, total, gflops;
+    double fwd, bwd, total, flops, gflops;
 } OpLine;
 
 /* The ops, then "other": time of the step that no op accounts for (forward and backward
@@ -25,21 +26,20 @@ static int op_lines(OpLine *ln, const Row *w) {
     double fsum = 0.0, bsum = 0.0, all = 0.0;
     int n = 0;
     for (int op = 0; op < PROF_COUNT; op++) {
-        double f = r->op_fwd[op], b = r->op_bwd[op];
-        double gf =
-            w->op_flops[op] > 0.0 && f + b > 0.0 ? w->op_flops[op] * tokens / (f + b) / 1e9 : NAN;
+        double f = r->op_fwd[op], b = r->op_bwd[op], fl = w->op_flops[op];
+        double gf = fl > 0.0 && f + b > 0.0 ? bench_gflops(fl, tokens, f + b) : NAN;
         all += f + b;
         if (op == PROF_OPTIMIZER) {
-            ln[n++] = (OpLine){prof_name((ProfOp)op), 0.0, 0.0, 1e3 * (f + b), NAN};
+            ln[n++] = (OpLine){prof_name((ProfOp)op), 0.0, 0.0, 1e3 * (f + b), fl, gf};
             continue;
         }
         fsum += f;
         bsum += b;
-        ln[n++] = (OpLine){prof_name((ProfOp)op), 1e3 * f, 1e3 * b, 1e3 * (f + b), gf};
+        ln[n++] = (OpLine){prof_name((ProfOp)op), 1e3 * f, 1e3 * b, 1e3 * (f + b), fl, gf};
     }
     double of = fmax(r->fwd_mean - fsum, 0.0), ob = fmax(r->bwd_mean - bsum, 0.0);
     double ot = fmax(r->step_mean - all, of + ob);
-    ln[n++] = (OpLine){"other", 1e3 * of, 1e3 * ob, 1e3 * ot, NAN};
+    ln[n++] = (OpLine){"other", 1e3 * of, 1e3 * ob, 1e3 * ot, 0.0, NAN};
     return n;
 }
 
@@ -145,8 +145,7 @@ void bench_print_json(FILE *out, const BenchOptions *o, const char *cpu, long co
                         "\"total_ms\": %.6g, \"percent\": %.6g, \"flops_per_token\": %.6g, "
                         "\"gflops\": ",
                         j ? "," : "", ln[j].op, ln[j].fwd, ln[j].bwd, ln[j].total,
-                        100.0 * ln[j].total / (1e3 * w->r.step_mean),
-                        j < PROF_COUNT ? w->op_flops[j] : 0.0);
+                        100.0 * ln[j].total / (1e3 * w->r.step_mean), ln[j].flops);
                 if (isnan(ln[j].gflops))
                     fprintf(out, "null}");
                 else
@@ -252,9 +251,9 @@ void bench_print_text(FILE *out, const BenchOptions *o, const char *cpu, long co
         /* the ops that run the model's FLOPs, together: every FLOP over their time alone */
         double ms = 0.0;
         for (int j = 0; j < nl; j++)
-            if (!isnan(ln[j].gflops)) ms += ln[j].total;
+            if (ln[j].flops > 0.0) ms += ln[j].total;
         if (ms > 0.0) {
-            double gf = w->flops_per_token * w->B * w->T / (1e-3 * ms) / 1e9;
+            double gf = bench_gflops(w->flops_per_token, (double)w->B * w->T, 1e-3 * ms);
             fprintf(out, "  %-12s %29.2f %7.1f%% %8.1f %6.1f%%\n", "all products", ms,
                     100.0 * ms / (1e3 * w->r.step_mean), gf, 100.0 * gf / sg->gflops_best);
         }

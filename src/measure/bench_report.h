@@ -24,6 +24,11 @@ typedef struct {
 /* The median of n values (sorts x in place). */
 double bench_median(double *x, int n);
 
+/* GFLOP/s of work worth flops_per_token over tokens tokens, done in seconds. */
+static inline double bench_gflops(double flops_per_token, double tokens, double seconds) {
+    return flops_per_token * tokens / seconds / 1e9;
+}
+
 /* The reference config named name, or NULL. */
 const RefConfig *bench_find_ref(const char *name);
 
