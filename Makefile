@@ -241,10 +241,10 @@ deps-cross:
 	$(call apt_install,gcc-aarch64-linux-gnu)
 
 # The C for 64-bit Arm (Grace-Hopper nodes): every file compiled by the cross compiler with the
-# warnings as errors, without and with MPI (tests/cross_aarch64.sh; compiling only).
+# warnings as errors, without and with MPI (tests/lib/cross_aarch64.sh; compiling only).
 .PHONY: cross deps-cross
 cross: deps deps-cross
-	@bash tests/cross_aarch64.sh build-aarch64
+	@bash tests/lib/cross_aarch64.sh build-aarch64
 
 # ---- data -----------------------------------------------------------------------------------
 CORPUS := data/corpus
@@ -264,10 +264,13 @@ $(BUILD)/obj/tests/%.o: CPPFLAGS += $(CHECK_CFLAGS) -Itests
 # the tests' shared headers (ops_util.h, kernels_moe_util.h, ...): a change rebuilds every test
 $(TEST_SRC:%.c=$(BUILD)/obj/%.o): $(wildcard tests/*.h)
 
+# The single-process suites, then the MPI ones whatever the first found (a failure in one set
+# never hides the other's results); the status is non-zero when either failed.
 test: deps
-	@$(MAKE) --no-print-directory test-run
-	@if command -v mpicc >/dev/null 2>&1; then $(MAKE) --no-print-directory MPI=1 test-run-mpi; \
-	 else echo "test: no MPI (mpicc): the multi-process tests are skipped; make deps installs it"; fi
+	@status=0; $(MAKE) --no-print-directory test-run || status=1; \
+	 if command -v mpicc >/dev/null 2>&1; then $(MAKE) --no-print-directory MPI=1 test-run-mpi || status=1; \
+	 else echo "test: skipped: the multi-process suites (tests/mpi/) need Open MPI; install it with make deps"; fi; \
+	 exit $$status
 
 # ---- MPI: expert parallelism across processes ------------------------------------------------
 # mpirun refuses to run as root and to start more processes than cores unless told; the tests
@@ -285,32 +288,12 @@ test-mpi: deps
 # Open MPI's own allocations look like leaks to AddressSanitizer, so leak checking is off here
 # (the single-process suites check ours).
 test-run-mpi: need-openblas $(BUILD)/moe $(TEST_BIN) $(CHAPTER_BIN)
-	@passed=0; failed=0; failed_names=""; \
-	for t in tests/mpi/*.sh; do \
-	  [ -e "$$t" ] || continue; echo "== $$t"; \
-	  if env $(MPIRUN_ENV) ASAN_OPTIONS=detect_leaks=0 MOE_BIN=$(BUILD)/moe MOE_BUILD=$(BUILD) \
-	       OMP_WAIT_POLICY=passive bash $$t; then passed=$$((passed+1)); \
-	  else failed=$$((failed+1)); failed_names="$$failed_names $$t"; fi; \
-	done; \
-	[ -z "$$failed_names" ] || echo "failed MPI suites:$$failed_names"; \
-	echo "MPI: $$passed passed, $$failed failed"; \
-	[ $$failed = 0 ]
+	@env $(MPIRUN_ENV) ASAN_OPTIONS=detect_leaks=0 MOE_BIN=$(BUILD)/moe MOE_BUILD=$(BUILD) \
+	  OMP_WAIT_POLICY=passive bash tests/lib/run_suites.sh "test (MPI)" tests/mpi/*.sh
 
 test-run: need-openblas $(BUILD)/moe $(TEST_BIN) $(CHAPTER_BIN)
-	@passed=0; failed=0; failed_names=""; \
-	for t in $(TEST_BIN); do \
-	  echo "== $$t"; \
-	  if MOE_BIN=$(BUILD)/moe OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive CK_DEFAULT_TIMEOUT=600 CK_TIMEOUT_MULTIPLIER=5 $$t; then passed=$$((passed+1)); \
-	  else failed=$$((failed+1)); failed_names="$$failed_names $$t"; fi; \
-	done; \
-	for t in tests/*.sh; do \
-	  [ -e "$$t" ] || continue; echo "== $$t"; \
-	  if MOE_BIN=$(BUILD)/moe MOE_BUILD=$(BUILD) bash $$t; then passed=$$((passed+1)); \
-	  else failed=$$((failed+1)); failed_names="$$failed_names $$t"; fi; \
-	done; \
-	[ -z "$$failed_names" ] || echo "failed suites:$$failed_names"; \
-	echo "$$passed passed, $$failed failed"; \
-	[ $$failed = 0 ]
+	@MOE_BIN=$(BUILD)/moe MOE_BUILD=$(BUILD) OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive \
+	  CK_DEFAULT_TIMEOUT=600 CK_TIMEOUT_MULTIPLIER=5 bash tests/lib/run_suites.sh test $(TEST_BIN) tests/*.sh
 
 # ---- demo -----------------------------------------------------------------------------------
 demo: deps
@@ -404,7 +387,9 @@ book-check:
 	@bash tests/book/book.sh
 
 # The engine's results as of the committed book, at a size make test can afford: each
-# ablation's --smoke summary, one thread, kept as plots/NN-name/smoke.csv. tests/test_ablations.sh
+# ablation's --smoke summary, one thread, OpenBLAS's Haswell kernels (any x86 with AVX2 and FMA
+# has them, so every such machine trains these runs bit for bit alike), kept as
+# plots/NN-name/smoke.csv. tests/test_ablations.sh
 # trains the same smoke runs and fails when a loss moved (an engine change that moves results),
 # until the ablations are rerun, `make book` has regenerated the numbers and this is run again.
 SMOKE_REF := 00-intro:chapters/00-intro/compare.sh 01-routing:chapters/01-routing/ablate.sh \
@@ -413,7 +398,7 @@ SMOKE_REF := 00-intro:chapters/00-intro/compare.sh 01-routing:chapters/01-routin
 .PHONY: smoke-reference
 smoke-reference: $(BUILD)/moe
 	@for pair in $(SMOKE_REF); do d=$${pair%%:*}; s=$${pair#*:}; \
-	  OMP_NUM_THREADS=1 MOE_BIN=$(BUILD)/moe bash $$s --smoke > /dev/null || exit 1; \
+	  OMP_NUM_THREADS=1 OPENBLAS_CORETYPE=Haswell MOE_BIN=$(BUILD)/moe bash $$s --smoke > /dev/null || exit 1; \
 	  cp plots/$$d-smoke/summary.csv plots/$$d/smoke.csv && echo "wrote plots/$$d/smoke.csv"; done
 
 # ---- fuzzing: the file readers under libFuzzer (tests/fuzz/) ---------------------------------
@@ -491,15 +476,8 @@ test-cuda: cuda
 	@$(MAKE) --no-print-directory CUDA=1 test-units
 
 test-units: need-openblas $(TEST_BIN)
-	@passed=0; failed=0; failed_names=""; \
-	for t in $(TEST_BIN); do \
-	  echo "== $$t"; \
-	  if OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive CK_DEFAULT_TIMEOUT=600 CK_TIMEOUT_MULTIPLIER=5 $$t; then passed=$$((passed+1)); \
-	  else failed=$$((failed+1)); failed_names="$$failed_names $$t"; fi; \
-	done; \
-	[ -z "$$failed_names" ] || echo "failed suites:$$failed_names"; \
-	echo "$$passed passed, $$failed failed"; \
-	[ $$failed = 0 ]
+	@OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive CK_DEFAULT_TIMEOUT=600 CK_TIMEOUT_MULTIPLIER=5 \
+	  bash tests/lib/run_suites.sh "test (units)" $(TEST_BIN)
 
 # The commit a build records (GIT_COMMIT; tests/test_build.sh checks when it says -dirty).
 .PHONY: commit

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_cross.sh: the C builds clean for 64-bit Arm (tests/cross_aarch64.sh: every file of the
+# test_cross.sh: the C builds clean for 64-bit Arm (tests/lib/cross_aarch64.sh: every file of the
 # engine, the chapters and the labs, without and with MPI, every warning an error), when
 # Debian's aarch64 cross compiler is here (`make deps-cross`; CI installs it). And the
 # compiler really targets Arm: x86-only code fails there and its objects are aarch64 ELF.
@@ -9,11 +9,10 @@
 echo "test_cross: the C for aarch64"
 cc=${CROSS_CC:-aarch64-linux-gnu-gcc}
 if ! command -v "$cc" > /dev/null 2>&1; then
-    echo "  skipped: no $cc here (make deps-cross installs it)"
-    finish
+    skip "no aarch64 cross compiler ($cc)" "make deps-cross"
 fi
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
-bash tests/cross_aarch64.sh "$tmp/out" > "$tmp/log" 2>&1
+bash tests/lib/cross_aarch64.sh "$tmp/out" > "$tmp/log" 2>&1
 check "every file compiles for aarch64 with -Werror, without and with MPI" $? \
     "$(grep -E 'error|cross_aarch64' "$tmp/log" | head -n 8)"
 file "$tmp/out/mpi1/src_parallel_dist_mpi.c.o" 2> /dev/null | grep -q "ARM aarch64"

@@ -10,8 +10,7 @@
 build=${MOE_BUILD:-build}
 case ${build%/} in build-san | */build-san) san=1 ;; *) san=0 ;; esac
 if ! command -v gnuplot > /dev/null 2>&1 || [ ! -d /usr/share/games/fortunes/de ]; then
-    echo "test_demo: gnuplot or the fortunes packages are missing (make deps): skipped"
-    exit 0
+    skip "gnuplot or the fortunes packages are missing" "make deps"
 fi
 # run from `make test`: its jobserver and command-line variables are not for this make
 unset MAKEFLAGS MFLAGS MAKELEVEL

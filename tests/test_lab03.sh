@@ -13,12 +13,12 @@
 #      (task4_pack), an all-to-all whose counts are rows, not floats (task5_dispatch)
 #   5. make -C labs list names the lab and its five tasks
 # Checks 1-3 and 5 are the ones every lab has, in tests/lib/lab_harness.sh, which also says
-# which build (MOE_BUILD, MOE_BIN) the grader runs against. Skipped (exit 0) without mpicc and
+# which build (MOE_BUILD, MOE_BIN) the grader runs against. Skipped (exit 77) without mpicc and
 # mpirun.
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
 if ! command -v mpicc > /dev/null 2>&1 || ! command -v mpirun > /dev/null 2>&1; then
-    echo "test_lab03: skipped: labs/03-all-to-all needs MPI (mpicc, mpirun); make deps installs it"
-    exit 0
+    echo "test_lab03: skipped: labs/03-all-to-all needs MPI (mpicc, mpirun); install it with: make deps"
+    exit 77
 fi
 lab=03-all-to-all
 solution=labs/$lab/solution/alltoall_lab.c

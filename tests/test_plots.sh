@@ -25,8 +25,8 @@ ok() { echo "  ok   $*"; }
 bad() { echo "  FAIL $*"; fails=$((fails + 1)); }
 
 if ! command -v gnuplot >/dev/null 2>&1; then
-    echo "test_plots: gnuplot is not installed (run \`make deps\`): skipping"
-    exit 0
+    echo "test_plots: skipped: gnuplot is not installed; install it with: make deps"
+    exit 77
 fi
 
 # make_run DIR STEPS LAYERS E DOMAINS EVAL_EVERY: a run directory with the CSV layout of

@@ -21,8 +21,7 @@ moe=$(executable "${MOE_BIN:-build/moe}" "make build/moe (or set MOE_BIN)") || e
 build=${MOE_BUILD:-build}
 prog=$(executable "$build/chapters/09-inference/serve" "make chapters") || exit 1
 if ! command -v gnuplot > /dev/null 2>&1; then
-    echo "test_serve_chapter: gnuplot is not installed (run \`make deps\`): skipping"
-    exit 0
+    skip "gnuplot is not installed" "make deps"
 fi
 export OMP_NUM_THREADS=1 MOE_BIN=$moe
 

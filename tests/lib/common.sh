@@ -54,7 +54,7 @@ executable() {
     echo "$path"
 }
 
-# need_mpirun skip|required: without mpirun the script stops here, skipped (exit 0) or failed
+# need_mpirun skip|required: without mpirun the script stops here, skipped (exit 77) or failed
 # (exit 1); with it, mpirun may run as root and start more ranks than there are cores (the
 # Makefile sets these too; values the caller set are kept)
 need_mpirun() {
@@ -63,12 +63,19 @@ need_mpirun() {
             echo "$test_name: no mpirun; install Open MPI (make deps)"
             exit 1
         fi
-        echo "$test_name: no mpirun (Open MPI): skipped; make deps installs it"
-        exit 0
+        skip "no mpirun (Open MPI)" "make deps"
     fi
     export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1}
     export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
     export OMPI_MCA_rmaps_base_oversubscribe=${OMPI_MCA_rmaps_base_oversubscribe:-1}
+}
+
+# skip WHY INSTALL: this suite cannot run here: print "skipped", why, and the command that installs
+# what is missing, and stop with status 77, which make test (tests/lib/run_suites.sh) counts as
+# skipped, neither passed nor failed
+skip() {
+    echo "$test_name: skipped: $1; install it with: $2"
+    exit 77
 }
 
 # finish: the summary line; the status (the script's last command) is non-zero when a check

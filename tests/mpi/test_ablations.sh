@@ -20,8 +20,7 @@ need_mpirun skip
 moe=$(executable "${MOE_BIN:-build-mpi/moe}" "make mpi (or set MOE_BIN)") || exit 1
 build=${MOE_BUILD:-build-mpi}
 if ! command -v gnuplot > /dev/null 2>&1; then
-    echo "test_ablations: gnuplot is not installed (run \`make deps\`): skipping"
-    exit 0
+    skip "gnuplot is not installed" "make deps"
 fi
 export MOE_BIN=$moe
 

@@ -8,7 +8,7 @@
 # Exits 0 when every file compiles clean, 1 with the compiler's words otherwise, 2 when there
 # is no cross compiler.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${1:-build-aarch64}
 cc=${CROSS_CC:-aarch64-linux-gnu-gcc}
 command -v "$cc" > /dev/null 2>&1 ||
