@@ -1,8 +1,11 @@
 # moe.c: build, test and demo.
 #
 #   make demo          install what is missing, build, make the corpus, train, plot, sample
-#   make test          install what is missing, build and run every test suite
+#   make test          install what is missing, build and run every test suite (MOE_TEST_JOBS
+#                      of them at a time, default 3; each one's seconds, the slowest listed)
 #   make test SANITIZE=1   the same under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make test-slow     the slow variants make test leaves out, and the C for Arm (CI runs it)
+#   make test-full     make test, make test-slow and make test SANITIZE=1
 #   make mpi           build build-mpi/moe with mpicc: expert parallelism across processes
 #   make cuda          build build-cuda/moe with the CUDA backend (train.device=cuda; nvcc, cuBLAS)
 #   make cuda MPI=1    build build-cuda-mpi/moe: one process per GPU (NCCL where the toolkit has it)
@@ -211,34 +214,52 @@ $(BUILD)/chapters/%: chapters/%.c chapters/chapter.h $(HEADERS) $(BUILD)/libmoe.
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) $< $(BUILD)/version.c $(BUILD)/libmoe.a -o $@ $(LDLIBS)
 
 # ---- Debian packages ----------------------------------------------------------------------
-APT_PKGS := libopenblas-dev libopenblas-openmp-dev check pkg-config gnuplot-nox \
-            fortunes fortunes-de fortunes-es fortunes-it fortunes-ru openmpi-bin libopenmpi-dev
+# Required: what `make demo` and the single-process suites of `make test` cannot do without
+# (OpenBLAS, Check, gnuplot, the corpus's fortunes; a C compiler and make are assumed).
+# Optional: Open MPI, for expert parallelism and the multi-process suites; without it they are
+# skipped. make deps installs both where it can (root, or password-less sudo); where it cannot,
+# a missing required package stops it (exit 2, with the command to run) and a missing optional
+# one is reported and skipped. The CUDA toolkit (make cuda) and the aarch64 cross compiler
+# (make deps-cross, for make cross) are optional too and never installed by make deps.
+APT_REQUIRED := libopenblas-dev libopenblas-openmp-dev check pkg-config gnuplot-nox \
+                fortunes fortunes-de fortunes-es fortunes-it fortunes-ru
+APT_OPTIONAL := openmpi-bin libopenmpi-dev
+APT_PKGS := $(APT_REQUIRED) $(APT_OPTIONAL)
 
 # The fuzzers' compiler and libFuzzer runtime (make fuzz installs them through deps-fuzz).
 FUZZ_PKGS := clang libclang-rt-14-dev
 
-# $(call apt_install,PACKAGES): install those of PACKAGES that are missing (apt-get, as root or
-# through password-less sudo); the target's name starts each message.
+# $(call apt_install,REQUIRED,OPTIONAL,WHAT THE OPTIONAL ONES ARE FOR): install those of the
+# packages that are missing (apt-get, as root or through password-less sudo); the target's name
+# starts each message. Without a way to install: exit 2 when a required package is missing,
+# else say which optional ones are and go on.
 define apt_install
-@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-if [ -z "$$missing" ]; then echo "$@: all packages present"; exit 0; fi; \
-echo "$@: installing$$missing"; \
-cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends$$missing"; \
-if [ "$$(id -u)" = 0 ]; then bash -c "$$cmd"; \
-elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo bash -c "$$cmd"; \
-else echo "$@: cannot install packages (not root, no password-less sudo). Run as root:"; \
-     echo "  $$cmd"; exit 2; fi
+@missing=""; optional=""; \
+for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+for p in $(2); do dpkg -s $$p >/dev/null 2>&1 || optional="$$optional $$p"; done; \
+if [ -z "$$missing$$optional" ]; then echo "$@: all packages present"; exit 0; fi; \
+cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends$$missing$$optional"; \
+if [ "$$(id -u)" = 0 ]; then echo "$@: installing$$missing$$optional"; bash -c "$$cmd"; \
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+  echo "$@: installing$$missing$$optional"; sudo bash -c "$$cmd"; \
+elif [ -n "$$missing" ]; then \
+  echo "$@: required packages missing:$$missing"; \
+  echo "$@: cannot install them (not root, no password-less sudo). Run as root:"; \
+  echo "  $$cmd"; exit 2; \
+else echo "$@: optional packages missing:$$optional ($(3)); to install them, as root:"; \
+  echo "  $$cmd"; echo "$@: going on without them"; fi
 endef
 
 deps:
-	$(call apt_install,$(APT_PKGS))
+	$(call apt_install,$(APT_REQUIRED),$(APT_OPTIONAL),Open MPI: expert parallelism and the multi-process tests)
+	@[ "$(HAVE_CUDA)" = 1 ] || echo "deps: optional: no CUDA toolkit (nvcc), so make cuda is not available; install it from https://developer.nvidia.com/cuda-downloads"
 
 deps-fuzz:
-	$(call apt_install,$(FUZZ_PKGS))
+	$(call apt_install,$(FUZZ_PKGS),,)
 
 # The aarch64 cross compiler for `make cross` (tests/test_cross.sh runs it when it is here).
 deps-cross:
-	$(call apt_install,gcc-aarch64-linux-gnu)
+	$(call apt_install,gcc-aarch64-linux-gnu,,)
 
 # The C for 64-bit Arm (Grace-Hopper nodes): every file compiled by the cross compiler with the
 # warnings as errors, without and with MPI (tests/lib/cross_aarch64.sh; compiling only).
@@ -272,6 +293,20 @@ test: deps
 	 else echo "test: skipped: the multi-process suites (tests/mpi/) need Open MPI; install it with make deps"; fi; \
 	 exit $$status
 
+# The slow variants make test leaves out to stay within three minutes, and the C for Arm: the
+# CUDA build for Hopper and Ampere with every unit suite on it and the GPU build across
+# processes (tests/test_cuda_build.sh with MOE_TEST_FULL=1), and every C file through the aarch64
+# cross compiler, which make deps-cross installs (tests/test_cross.sh). CI runs it after make
+# test; make test-full runs make test, this, and make test SANITIZE=1.
+.PHONY: test-slow test-full
+test-slow: deps deps-cross need-openblas $(BUILD)/moe
+	@MOE_BIN=$(BUILD)/moe MOE_BUILD=$(BUILD) MOE_TEST_FULL=1 OMP_WAIT_POLICY=passive \
+	  bash tests/lib/run_suites.sh "test (slow)" tests/test_cuda_build.sh tests/test_cross.sh
+
+test-full:
+	@$(MAKE) --no-print-directory test && $(MAKE) --no-print-directory test-slow && \
+	 $(MAKE) --no-print-directory test SANITIZE=1
+
 # ---- MPI: expert parallelism across processes ------------------------------------------------
 # mpirun refuses to run as root and to start more processes than cores unless told; the tests
 # and scripts say so with these variables (Open MPI), so they run the same in a container.
@@ -287,7 +322,7 @@ test-mpi: deps
 # Every tests/mpi/*.sh, each starting its own mpirun (MOE_BIN, MOE_BUILD and MPIRUN_ENV set).
 # Open MPI's own allocations look like leaks to AddressSanitizer, so leak checking is off here
 # (the single-process suites check ours).
-test-run-mpi: need-openblas $(BUILD)/moe $(TEST_BIN) $(CHAPTER_BIN)
+test-run-mpi: need-openblas $(BUILD)/moe $(filter $(BUILD)/tests/mpi/%,$(TEST_BIN)) $(CHAPTER_BIN)
 	@env $(MPIRUN_ENV) ASAN_OPTIONS=detect_leaks=0 MOE_BIN=$(BUILD)/moe MOE_BUILD=$(BUILD) \
 	  OMP_WAIT_POLICY=passive bash tests/lib/run_suites.sh "test (MPI)" tests/mpi/*.sh
 

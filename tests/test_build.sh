@@ -44,4 +44,25 @@ if git rev-parse --git-dir > /dev/null 2>&1; then
     "clean '$clean', after plots '$after_plots', after src '$after_src'"
 fi
 
+# make deps as a user who cannot install: a missing optional package (here a made-up one in
+# APT_OPTIONAL) is reported with its install command and make goes on (exit 0, so make demo
+# and make test go on too); a missing required one stops it with exit 2 and the command.
+if [ "$(id -u)" = 0 ] && command -v setpriv > /dev/null 2>&1; then
+  as_user() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+  out=$(as_user make -s --no-print-directory deps APT_OPTIONAL=moe-no-such-package 2>&1)
+  rc=$?
+  [ $rc = 0 ] && grep -q "optional packages missing: moe-no-such-package" <<< "$out" &&
+    grep -q "apt-get install .*moe-no-such-package" <<< "$out" && grep -q "going on" <<< "$out"
+  check "make deps without root: a missing optional package is named, with its command, and make goes on" \
+    $? "exit $rc: $out"
+  out=$(as_user make -s --no-print-directory deps APT_REQUIRED=moe-no-such-package 2>&1)
+  rc=$?
+  [ $rc = 2 ] && grep -q "required packages missing: moe-no-such-package" <<< "$out" &&
+    grep -q "apt-get install .*moe-no-such-package" <<< "$out"
+  check "make deps without root: a missing required package stops it with exit 2 and the command" \
+    $? "exit $rc: $out"
+else
+  echo "  skip make deps as a user without root: needs root and setpriv to become one"
+fi
+
 finish

@@ -2,17 +2,22 @@
 # test_cuda_build.sh: the CUDA build, on a machine with the CUDA toolkit and with or without a
 # GPU (tests/gpu/run_device.sh checks the GPU half).
 #
-#   1. `make cuda CUDA_ARCH="90 80"` builds build-cuda/moe (Hopper and Ampere): nvcc with every
-#      warning an error, and ptxas reports no register spill and no local memory (stack
+#   1. `make cuda` builds build-cuda/moe for Hopper (CUDA_ARCH=90; with MOE_TEST_FULL=1, as
+#      `make test-full` and CI's extra pass set it, for Hopper and Ampere, "90 80"): nvcc with
+#      every warning an error, and ptxas reports no register spill and no local memory (stack
 #      frame) in any kernel of any .cu file.
-#   2. The unit suites linked against the CUDA build's library pass (make test-units CUDA=1):
-#      the cuda backend in the binary changes nothing on the CPU.
+#   2. The unit suites of the backends (test_backend_ops, test_cuda_gemm) linked against the
+#      CUDA build's library pass: the cuda backend in the binary changes nothing on the CPU.
+#      With MOE_TEST_FULL=1, every unit suite (make test-units CUDA=1).
 #   3. A CPU training run of build-cuda/moe writes the same checkpoint, byte for byte, as
 #      build/moe's.
 #   4. train.device=cuda without a GPU (or its driver) exits 2 with the driver's words and a
 #      hint, and writes no run; the CPU-only build/moe names `make cuda` instead.
-#   5. `make cuda MPI=1` builds build-cuda-mpi/moe (the GPU build across processes, its
-#      exchanges staged through the host), which trains over 2 processes on the CPU.
+#   5. With MOE_TEST_FULL=1: `make cuda MPI=1` builds build-cuda-mpi/moe (the GPU build across
+#      processes, its exchanges staged through the host), which trains over 2 processes on the
+#      CPU.
+# The slow parts (a second architecture, every unit suite again, a second full build) wait for
+# MOE_TEST_FULL=1, so that `make test` stays within its three minutes.
 # Skipped (exit 77: reported, neither passed nor failed) where nvcc is absent.
 
 # shellcheck source=tests/lib/common.sh
@@ -20,6 +25,8 @@
 echo "test_cuda_build: make cuda, its ptxas report, the CPU suites on it, train.device=cuda"
 moe=$(executable "${MOE_BIN:-build/moe}" "make build/moe") || exit 1
 export OMP_NUM_THREADS=2
+full=${MOE_TEST_FULL:-0}
+if [ "$full" = 1 ]; then archs="90 80"; else archs=90; fi
 
 nvcc=$(make -s --no-print-directory -f Makefile features 2> /dev/null | grep -c '^HAVE_CUDA=1')
 if [ "$nvcc" != 1 ]; then
@@ -27,18 +34,20 @@ if [ "$nvcc" != 1 ]; then
         "the CUDA toolkit (https://developer.nvidia.com/cuda-downloads), or set CUDA_HOME"
 fi
 
-# 1. the build, for both architectures. SANITIZE=0 and MPI=0 whatever make test was given: the
-# CUDA build is build-cuda/ (make test SANITIZE=1 runs this script too)
+# 1. the build. SANITIZE=0 and MPI=0 whatever make test was given: the CUDA build is
+# build-cuda/ (make test SANITIZE=1 runs this script too)
 make_plain() { make --no-print-directory SANITIZE=0 MPI=0 "$@"; }
 log=$tmp/make.log
-make_plain cuda CUDA_ARCH="90 80" > "$log" 2>&1
-check "make cuda CUDA_ARCH=\"90 80\" builds build-cuda/moe" $? "$(grep -E 'error|warning' "$log" | head -n 5)"
+make_plain cuda CUDA_ARCH="$archs" > "$log" 2>&1
+check "make cuda CUDA_ARCH=\"$archs\" builds build-cuda/moe" $? "$(grep -E 'error|warning' "$log" | head -n 5)"
 reports=(build-cuda/obj/src/backend/*.cu.ptxas)
 [ -e "${reports[0]}" ]
 check "ptxas reports exist for every .cu file (${#reports[@]})" $?
 kernels=$(cat "${reports[@]}" | grep -c 'Compiling entry function')
-[ "$kernels" -gt 10 ] && grep -q "sm_80" <(cat "${reports[@]}") && grep -q "sm_90" <(cat "${reports[@]}")
-check "ptxas compiled $kernels kernels for sm_80 and sm_90" $?
+all_archs=1
+for a in $archs; do grep -q "sm_$a" <(cat "${reports[@]}") || all_archs=0; done
+[ "$kernels" -gt 10 ] && [ $all_archs = 1 ]
+check "ptxas compiled $kernels kernels for sm_${archs// /, sm_}" $?
 spills=$(cat "${reports[@]}" | grep -E 'bytes spill (stores|loads)' | grep -vc ' 0 bytes spill stores, 0 bytes spill loads')
 stack=$(cat "${reports[@]}" | grep -E 'bytes stack frame' | grep -vc '^ *0 bytes stack frame')
 [ "$kernels" -gt 10 ] && [ "$spills" = 0 ] && [ "$stack" = 0 ]
@@ -47,8 +56,15 @@ check "no kernel spills registers or uses a stack frame" $? \
 [ -x build-cuda/moe ] && ldd build-cuda/moe | grep -q libcublas
 check "build-cuda/moe links cuBLAS" $?
 
-# 2. the unit suites on the CUDA build's library
-make_plain CUDA=1 CUDA_ARCH="90 80" test-units > "$tmp/units.log" 2>&1
+# 2. the unit suites on the CUDA build's library: the backends' (every one with MOE_TEST_FULL=1)
+if [ "$full" = 1 ]; then
+    make_plain CUDA=1 CUDA_ARCH="$archs" test-units > "$tmp/units.log" 2>&1
+else
+    make_plain CUDA=1 CUDA_ARCH="$archs" build-cuda/tests/test_backend_ops build-cuda/tests/test_cuda_gemm \
+        > "$tmp/units.log" 2>&1 &&
+        OMP_WAIT_POLICY=passive bash tests/lib/run_suites.sh "test (units)" build-cuda/tests/test_backend_ops \
+            build-cuda/tests/test_cuda_gemm >> "$tmp/units.log" 2>&1
+fi
 rc=$?
 check "the unit suites pass on the CUDA build ($(grep -E 'passed, [0-9]+ failed' "$tmp/units.log" | tail -n 1))" $rc \
     "$(grep -E 'FAIL|failed|Failures: [1-9]' "$tmp/units.log" | head -n 5)"
@@ -89,7 +105,9 @@ check "build/moe: train.device=cuda exits 2 and names make cuda" $? "exit $rc: $
 
 # 5. the GPU build across processes (mpicc for the C, nvcc for the kernels): it builds, and its
 # CPU run over 2 processes trains
-if command -v mpicc > /dev/null 2>&1 && command -v mpirun > /dev/null 2>&1; then
+if [ "$full" != 1 ]; then
+    echo "  skip make cuda MPI=1: a second full build, checked by make test-full (MOE_TEST_FULL=1)"
+elif command -v mpicc > /dev/null 2>&1 && command -v mpirun > /dev/null 2>&1; then
     make --no-print-directory SANITIZE=0 cuda MPI=1 CUDA_ARCH=90 > "$tmp/mpi.log" 2>&1 &&
         [ -x build-cuda-mpi/moe ] && ldd build-cuda-mpi/moe | grep -q libmpi
     check "make cuda MPI=1 builds build-cuda-mpi/moe (cuBLAS and MPI)" $? \
