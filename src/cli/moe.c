@@ -296,6 +296,12 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
         } else
             moe_fatal("option %s is in the help of moe %s but not parsed", a, cmd);
     }
+    /* infer/serve.h would refuse it too, but only once the model is built */
+    if (o->quant && quant_format_parse(o->quant) != QUANT_FP32 && o->offload)
+        usage_error(cmd,
+                    "%s: the expert file holds fp32 experts; serve them quantized or offloaded, "
+                    "not both",
+                    "--quant and --offload");
 }
 
 /* Settings: defaults (or a checkpoint's), then --config, then each --set; then validated. */
