@@ -9,17 +9,18 @@
 #      data.mix=natural), a large one the uniform shares to 1e-3, 0.25 shares in proportion to
 #      size^4 (the synthetic domains' sizes differ a little); provenance.txt records the
 #      resolved shares (and nothing for the natural mix)
-#   3. an end mix: from step steps x (1 - frac) on, the windows follow data.mix_end, and a
-#      mix.csv row ends where it takes over
+#   3. an end mix: from step steps - round(frac x steps) on, the windows follow data.mix_end,
+#      and a mix.csv row ends where it takes over; the smallest frac that gives it one step
 #   4. a resume under a mix is bit for bit: 12 steps, then 12 more after --resume, give the
 #      checkpoint and the losses of 24 steps straight
 #   5. val_domains.csv: each evaluation's per-domain losses, weighted by their tokens, are the
 #      val_loss of train.csv
 #   and the handbook's four commands run at a tiny size
 #   6. bad mixes exit 2 with a message and write nothing: a name the shard lacks (the message
-#      lists its domains), a negative weight, all weights 0, name=weight, a mix and a
-#      temperature together, an end mix without its fraction, named shares over 1 with a
-#      domain unnamed
+#      lists its domains), a negative weight, a weight that is not a number, one below the
+#      smallest normal double or past the largest, an empty mix or end mix, an end mix of no
+#      step, all weights 0, name=weight, a mix and a temperature together, an end mix without
+#      its fraction, named shares over 1 with a domain unnamed
 
 # shellcheck source=tests/lib/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -89,6 +90,15 @@ awk -F, 'NR > 1 { if ($1 <= 30 && $3 == "syn0" && ($4 == 0 || $6 != 1)) bad = 1
      END { exit bad || !edge }' "$tmp/end/mix.csv"
 check "data.mix_end takes over at step 30 of 40 (a mix.csv row ends there)" $? "$(cat "$tmp/end/mix.csv")"
 
+# the smallest fraction the refusal below suggests for 4 steps: one step of the end mix
+run endmin --set data.mix=syn0:1,syn1:0,syn2:0 --set data.mix_end=syn0:0,syn1:0,syn2:1 \
+    --set data.mix_end_frac=0.125 --set train.steps=4 --set train.eval_every=0
+awk -F, 'NR > 1 && $1 == 3 && $3 == "syn0" && $4 > 0 { a = 1 }
+         NR > 1 && $1 == 4 && $2 == 3 && $3 == "syn2" && $4 > 0 { b = 1 } END { exit !(a && b) }' \
+    "$tmp/endmin/mix.csv"
+check "data.mix_end_frac=0.125 of 4 steps: the end mix has the last step" $? \
+    "$(cat "$tmp/endmin/mix.csv" "$tmp/endmin.log" 2> /dev/null)"
+
 # ---- 4. resume under a mix ----------------------------------------------------------------
 mixed=(--set data.mix=syn0:0.2,syn1:0.5 --set train.steps=24 --set train.eval_every=12
        --set train.ckpt_every=12)
@@ -130,7 +140,16 @@ refuse() { # WHAT PATTERN SETTINGS...
 }
 refuse "a domain the shard lacks" "names 'en', which .* does not have; its domains: syn0, syn1, syn2" \
     --set data.mix=en:0.5
-refuse "a negative weight" "not a number >= 0" --set data.mix=syn0:-1
+refuse "a negative weight" "the weight of 'syn0' is -1, below 0" --set data.mix=syn0:-1
+refuse "a weight that is not a number" "the weight of 'syn0' is 'x', not a number" --set data.mix=syn0:x
+refuse "a weight below the smallest normal double" \
+    "the weight of 'syn0', 1e-320, is above 0 but below the smallest normal double" --set data.mix=syn0:1e-320
+refuse "a weight past the largest double" "1e400, is too large" --set data.mix=syn0:1e400
+refuse "an empty mix" "data.mix is empty; write e.g. data.mix=natural" --set data.mix=
+refuse "an empty end mix" "data.mix_end is empty; write e.g. data.mix_end=none" --set data.mix_end=
+refuse "an end mix with no step" \
+    "data.mix_end_frac=0.01 of train.steps=4 gives data.mix_end no step .* data.mix_end_frac=0.125 or more" \
+    --set data.mix_end=uniform --set data.mix_end_frac=0.01 --set train.steps=4
 refuse "all weights 0" "every domain has a share of 0" --set data.mix=syn0:0,syn1:0,syn2:0
 refuse "name=weight" "is not name:weight" --set data.mix=syn0=1
 refuse "a mix and a temperature" "both set the shares" --set data.mix=uniform --set data.mix_temperature=2

@@ -5,7 +5,12 @@
 #      every command (exit 0); every option a help lists is one the command accepts, and an
 #      unknown command of `moe help` exits 2
 #   2. malformed options exit 2 with a message: an option with a space in it ("--ckpt --set"
-#      passed as one word), --out=DIR, an empty path (--out ""), an option of another command
+#      passed as one word), an empty path (--out "", --out=), an option of another command
+#   2b. --opt=value is --opt value for every option of every command that takes a value (the
+#      same answer to the same mistake, the same samples and losses when it runs; --set=k=v
+#      splits at the first '='; a value that looks like --a=b stays whole); an option without
+#      a value given one (--json=1) is refused by name
+#   2c. moe version = moe --version: the commit provenance.txt records and the build's features
 #   3. whole numbers are range-checked in full (one parser for every integer option): no
 #      wrap-around (sample --tokens 4294967299 samples more than 3 tokens, 2147483647 does not
 #      overflow), values past the range, past 64 bits, with trailing text or spaces exit 2
@@ -76,8 +81,6 @@ refuse "moe help of an unknown command" "unknown command 'frobnicate'" "$moe" he
 echo "test_options: malformed options"
 refuse "an option with a space in it is refused, not ignored" "unknown option '--ckpt --set'" \
     "$moe" sample --ckpt "$ckpt" "--ckpt --set" model.d_model=64
-refuse "--out=DIR is refused with the right spelling" "'--out=x'.*after a space" \
-    "$moe" synth --out=x
 refuse "train --out '' is refused (empty path)" "--out needs a path" "$moe" train --out ""
 refuse "synth --out '' is refused" "--out needs a path" "$moe" synth --out ""
 refuse "eval --ckpt '' is refused" "--ckpt needs a path" "$moe" eval --ckpt ""
@@ -86,6 +89,66 @@ refuse "--allow-data-change without --resume" "allow-data-change" \
     "$moe" train --out "$tmp/never" --allow-data-change
 [ ! -e "$tmp/never" ] && [ ! -e x ]
 check "the refused commands created nothing" $? "$tmp/never or ./x exists"
+
+# ---- 2b. --opt=value ------------------------------------------------------------------------
+echo "test_options: --opt=value"
+# a value option: the help line names its value (--out DIR, --set key=value); a flag does not
+for c in $cmds doctor plan; do
+    help=$("$moe" help "$c")
+    values=" $(sed -n 's/^  \(--[a-z-]*\) \([A-Z][A-Z0-9_=]*\|[a-z]*=[a-z]*\)\( .*\)\?$/\1/p' <<< "$help" | tr '\n' ' ')"
+    differ=""
+    for opt in $(sed -n 's/^  \(--[a-z-]*\).*/\1/p' <<< "$help"); do
+        [ "$opt" = --help ] && continue
+        # the trailing unknown --zzz stops every command before it runs
+        "$moe" "$c" "$opt=zzz" --zzz --zzz < /dev/null > /dev/null 2> "$tmp/eq"
+        req=$?
+        if [[ "$values" == *" $opt "* ]]; then
+            "$moe" "$c" "$opt" zzz --zzz --zzz < /dev/null > /dev/null 2> "$tmp/sp"
+            rsp=$?
+            [ $req -eq 2 ] && [ $rsp -eq 2 ] && cmp -s "$tmp/eq" "$tmp/sp" || differ="$differ $opt"
+        else
+            [ $req -eq 2 ] && grep -q "^error: moe $c: $opt takes no value; write $opt alone, not '$opt=zzz'" "$tmp/eq" ||
+                differ="$differ $opt"
+        fi
+    done
+    check "moe $c: every --opt=zzz answers as --opt zzz; a flag=zzz is refused by name" \
+        "$([ -z "$differ" ]; echo $?)" "differ:$differ: $(head -n 1 "$tmp/eq")"
+done
+"$moe" sample --ckpt "$ckpt" --tokens 20 --seed 5 --prompt "ab" > "$tmp/s_space" 2>&1
+"$moe" sample --ckpt="$ckpt" --tokens=20 --seed=5 --prompt=ab > "$tmp/s_eq" 2>&1
+rc=$?
+[ $rc -eq 0 ] && [ "$(wc -c < "$tmp/s_eq")" -eq 23 ] && cmp -s "$tmp/s_space" "$tmp/s_eq"
+check "sample --ckpt=PATH --tokens=20 --seed=5 --prompt=ab samples what the spaced form does" $? \
+    "exit $rc: $(head -c 200 "$tmp/s_eq")"
+"$moe" eval --ckpt "$ckpt" --set train.eval_batches=1 --batches 1 > "$tmp/e_space" 2>&1
+"$moe" eval --ckpt="$ckpt" --set=train.eval_batches=1 --batches=1 > "$tmp/e_eq" 2>&1
+rc=$?
+[ $rc -eq 0 ] && grep -q "^val_loss " "$tmp/e_eq" && cmp -s "$tmp/e_space" "$tmp/e_eq"
+check "eval --set=train.eval_batches=1: the value is all after the first '='" $? \
+    "exit $rc: $(head -c 200 "$tmp/e_eq")"
+out=$("$moe" sample --ckpt "$ckpt" --prompt --a=b --tokens 1 2>&1)
+rc=$?
+[ $rc -eq 0 ] && [ "${out:0:5}" = "--a=b" ]
+check "a value that looks like an option (--prompt --a=b) stays whole" $? "exit $rc: $out"
+refuse "--out= is an empty path" "--out needs a path" "$moe" synth --out=
+refuse "an option of another command, with =" "unknown option '--tokens=5'" \
+    "$moe" eval --ckpt "$ckpt" --tokens=5
+refuse "a flag given a value" "--quiet takes no value" "$moe" train --out "$tmp/never" --quiet=1
+[ ! -e "$tmp/never" ] && [ ! -e zzz ]
+check "the refused --opt=value commands created nothing" $? "$tmp/never or ./zzz exists"
+
+# ---- 2c. version --------------------------------------------------------------------------
+echo "test_options: version"
+a=$("$moe" --version 2>&1); ra=$?
+b=$("$moe" version 2>&1); rb=$?
+commit=$(sed -n 's/^commit = //p' "$tmp/run/provenance.txt" | head -n 1)
+[ $ra -eq 0 ] && [ $rb -eq 0 ] && [ "$a" = "$b" ] && [ -n "$commit" ] &&
+    [ "$(head -n 1 <<< "$a")" = "moe.c $commit" ] &&
+    grep -Eq '^features: backends cpu cpu-ref cpu-fenced( cuda)?; CUDA (yes|no); NCCL (yes|no); MPI (yes|no); OpenMP (yes|no)' <<< "$a" &&
+    [ "$(wc -l <<< "$a")" -eq 2 ]
+check "moe --version = moe version: the commit of provenance.txt ($commit) and the features" $? \
+    "exit $ra/$rb: $a"
+refuse "moe version takes no argument" "unknown option 'x'" "$moe" version x
 
 # ---- 3. whole numbers ---------------------------------------------------------------------
 echo "test_options: whole numbers"

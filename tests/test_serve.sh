@@ -6,13 +6,15 @@
 #      context several times; the same at temperature 0.8 with one seed; a batch of prompts
 #      (--prompts FILE) gives each prompt the bytes it gets alone
 #   2. bad sample options exit 2 with a message: --prompt and --prompts together, a missing
-#      prompts file, an empty one, a file of more than 256 lines
+#      prompts file, an empty one, a file of more than 256 lines, --tokens over 10^6 with
+#      --prompts (of one line too)
 #   3. moe bench --decode: a CSV row per model and batch; the MoE's experts touched per step
 #      lie between k and E and near E (1 - (1 - k/E)^batch); tokens/s and the bytes a token
 #      positive; the dense twin touches none; a trained checkpoint is served with prompts from
 #      its validation shard
-#   4. bad bench options exit 2 with a message: --csv without --decode, a bad --batch list,
-#      a missing --ckpt, --profile with --decode, more steps than a context holds
+#   4. bad bench options exit 2 with a message: --csv without --decode, a bad --batch list
+#      (an empty one, a trailing comma), a missing --ckpt, --profile with --decode, more steps
+#      than a context holds, --quant with --offload (before any model is built)
 #   5. the experts served otherwise: moe eval --offload gives the resident model's loss to the
 #      last digit whatever the cache's size, and reports its hits; --quant int8 moves the loss
 #      by less than 0.01 and int4 by less than 0.1, each reporting a smaller size than fp32;
@@ -79,6 +81,9 @@ bad_sample "a missing prompts file" "$tmp/nope" --prompts "$tmp/nope"
 bad_sample "an empty prompts file" "empty" --prompts "$tmp/empty"
 seq 1 300 > "$tmp/many"
 bad_sample "more than 256 prompts" "more than 256" --prompts "$tmp/many"
+echo "one prompt" > "$tmp/one"
+bad_sample "--prompts of one line, --tokens over 10^6" "--tokens 1000001: with --prompts .* at most 1000000" \
+    --prompts "$tmp/one" --tokens 1000001
 
 # 3. the decoding benchmark
 "$moe" bench --decode --config test --config test-dense --batch 1,4,16 --steps 4 --csv \
@@ -114,6 +119,12 @@ bad_bench() { # LABEL EXPECTED-WORDS ARGS...
 bad_bench "--csv without --decode" "add --decode" --csv
 bad_bench "a bad --batch list" "batch sizes" --decode --batch 1,x
 bad_bench "a batch of 0" "batch sizes" --decode --batch 0
+bad_bench "an empty --batch list" "lists no batch size" --decode --batch ""
+bad_bench "a --batch list ending in a comma" "batch sizes" --decode --batch 1,4,
+# checked with the options, before any model is read or built: the missing checkpoint is not
+# what stops it
+bad_bench "--quant with --offload" "quantized or offloaded, not both" --decode --ckpt "$tmp/none.bin" \
+    --quant int4 --offload 2
 bad_bench "a missing checkpoint" "no checkpoint" --decode --ckpt "$tmp/none.bin"
 bad_bench "--profile with --decode" "drop them" --decode --profile
 bad_bench "more steps than the context holds" "do not fit" --decode --config test --steps 40

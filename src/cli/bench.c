@@ -43,10 +43,16 @@ int cmd_bench(int argc, char **argv) {
             bo.ckpts[i] = o.ckpts[i];
         }
         if (!o.steps_given) bo.steps = 16;
+        if (o.batch_list && !o.batch_list[0])
+            usage_error("bench",
+                        "--batch '%s' lists no batch size: give some (1,4,16,64), or "
+                        "drop --batch for those",
+                        o.batch_list);
         for (const char *p = o.batch_list; p && *p;) {
             char *end;
             const long b = strtol(p, &end, 10);
-            if (end == p || b < 1 || b > 256 || (*end && *end != ','))
+            /* a size after every comma: "1,4," is a mistake, not 1,4 */
+            if (end == p || b < 1 || b > 256 || (*end && (*end != ',' || !end[1])))
                 usage_error("bench",
                             "--batch is a list of batch sizes from 1 to 256 separated "
                             "by commas (1,4,16,64), not '%s'",

@@ -183,17 +183,21 @@ int cmd_sample(int argc, char **argv) {
     if (o.prompt && o.prompts)
         usage_error("sample", "%s: one prompt, or a file of them; not both",
                     "--prompt and --prompts");
+    /* one line or many: each sample is kept in memory until the end */
+    if (o.prompts && o.tokens > 1000000) {
+        char n[32];
+        snprintf(n, sizeof n, "%lld", o.tokens);
+        usage_error("sample",
+                    "--tokens %s: with --prompts each sample is kept until the end; "
+                    "at most 1000000 bytes each (--prompt has no such limit)",
+                    n);
+    }
     Config c;
     load_ckpt_config(&c, o.ckpt);
     char **prompt;
     int *plen;
     const int S = read_prompts(&o, &prompt, &plen), T = c.seq_len, keep = T / 2;
     const long long n_new = o.tokens > 0 ? o.tokens : 200;
-    if (S > 1 && n_new > 1000000)
-        usage_error("sample",
-                    "--tokens %s: with --prompts each sample is kept until the end; "
-                    "at most 1000000 bytes each",
-                    "N");
     Model m;
     load_model(&m, &c, o.ckpt, S, T);
     backend_set_threads(c.threads);

@@ -168,6 +168,10 @@ static const CmdHelp HELP[] = {
      "  --keys                list the settings\n"
      "  --presets             list the presets, their settings and sources\n"
      "  --help                this text\n"},
+    {"version", "usage: moe version (or moe --version)\n"
+                "The commit this binary was built from (-dirty: with changes not committed) and\n"
+                "what the build has: its backends, CUDA, NCCL, MPI and OpenMP.\n"
+                "  --help                this text\n"},
 };
 
 const char *cli_help(const char *cmd) {

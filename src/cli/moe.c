@@ -22,6 +22,10 @@
  *   moe plan    [--run NAME | --model NAME | --config FILE] [--cluster NAME] [--gpus N]
  *               [--set key=value]... [--search [--top N]] [--json | --csv] | --keys | --presets
  * (plan.c) moe help    [CMD]             (and moe CMD --help: each command's options, help.c)
+ *   moe version                         (or moe --version: the commit and the build's features)
+ *
+ * Every option that takes a value takes it after a space or an '=' (--out DIR, --out=DIR):
+ * cli_split_values turns the second form into the first before any command parses it.
  *
  * Every mistake on the command line, in a config, a data file or a checkpoint ends with a
  * message on stderr and exit status 2; nothing is written before the inputs have been checked.
@@ -80,6 +84,8 @@ const char *const USAGE =
     "  plan    [--run NAME | --model NAME | --config FILE] [--cluster NAME] [--gpus N]\n"
     "          [--set key=value]... [--search [--top N]] [--json | --csv] | --keys | --presets\n"
     "  help    [CMD]\n"
+    "  version (or --version: the commit built from, the backends, CUDA, MPI)\n"
+    "An option's value follows a space or an '=' (--out DIR, --out=DIR).\n"
     "The key=value settings are listed by `moe info --keys`.\n";
 
 MOE_NORETURN void usage_error(const char *cmd, const char *fmt, const char *arg) {
@@ -122,13 +128,6 @@ static double parse_double(const char *cmd, const char *opt, const char *s, doub
 
 /* An option this command does not take: say why when the mistake is a common one. */
 static MOE_NORETURN void unknown_option(const char *cmd, const char *a) {
-    char opt[64];
-    const char *eq = strchr(a, '=');
-    if (strncmp(a, "--", 2) == 0 && eq && (size_t)(eq - a) < sizeof opt) {
-        snprintf(opt, sizeof opt, "%.*s", (int)(eq - a), a);
-        if (cli_option_allowed(cmd, opt))
-            usage_error(cmd, "unknown option '%s': write the value after a space (--out DIR)", a);
-    }
     if (strchr(a, ' '))
         usage_error(cmd, "unknown option '%s': an option is one word; is a quote around two?", a);
     usage_error(cmd, "unknown option '%s' (the options of this command are below)", a);
@@ -143,6 +142,51 @@ static int is_path_option(const char *a) {
     for (size_t i = 0; i < sizeof PATHS / sizeof PATHS[0]; i++)
         if (strcmp(a, PATHS[i]) == 0) return 1;
     return 0;
+}
+
+/* The options of every command that take no value: the others take one (help.c). */
+static int is_flag(const char *opt) {
+    static const char FLAGS[] = " --help --quiet --allow-data-change --keys --json --profile "
+                                "--decode --csv --no-cache --reference-attention --presets "
+                                "--search --csv-rows --thresholds ";
+    const size_t n = strlen(opt);
+    for (const char *p = strstr(FLAGS, opt); p; p = strstr(p + 1, opt))
+        if (p[-1] == ' ' && p[n] == ' ') return 1;
+    return 0;
+}
+
+char **cli_split_values(const char *cmd, int *argc, char **argv) {
+    /* out (at most 2 argc + 1): each word, or an --opt=value as its two */
+    char **out = (char **)malloc_check((size_t)(2 * *argc + 1) * sizeof(char *));
+    int n = 0;
+    for (int i = 0; i < *argc; i++) {
+        char *a = argv[i], *eq = strchr(a, '=');
+        const size_t len = eq ? (size_t)(eq - a) : 0;
+        char name[64];
+        if (strncmp(a, "--", 2) != 0 || len >= sizeof name) {
+            out[n++] = a;
+            continue;
+        }
+        snprintf(name, sizeof name, "%.*s", (int)len, a);
+        if (!eq || !cli_option_allowed(cmd, name)) {
+            out[n++] = a;
+            /* the value that follows is taken as it is, even --like=this */
+            if (!eq && !is_flag(a) && cli_option_allowed(cmd, a) && i + 1 < *argc)
+                out[n++] = argv[++i];
+            continue; /* an unknown option is the parser's to name */
+        }
+        if (is_flag(name)) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s takes no value; write %s alone, not '%%s'", name, name);
+            usage_error(cmd, msg, a);
+        }
+        out[n] = (char *)malloc_check(len + 1); /* the name alone; kept as long as argv */
+        memcpy(out[n++], name, len + 1);
+        out[n++] = eq + 1; /* all after the first '=': --set=train.steps=4 */
+    }
+    out[n] = NULL;
+    *argc = n;
+    return out;
 }
 
 /* The options a command takes are those its help text lists (help.c). */
@@ -296,6 +340,12 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
         } else
             moe_fatal("option %s is in the help of moe %s but not parsed", a, cmd);
     }
+    /* infer/serve.h would refuse it too, but only once the model is built */
+    if (o->quant && quant_format_parse(o->quant) != QUANT_FP32 && o->offload)
+        usage_error(cmd,
+                    "%s: the expert file holds fp32 experts; serve them quantized or offloaded, "
+                    "not both",
+                    "--quant and --offload");
 }
 
 /* Settings: defaults (or a checkpoint's), then --config, then each --set; then validated. */
@@ -548,6 +598,23 @@ static void prepare_environment(char **argv) {
     /* exec failed (no /proc): carry on with the library defaults */
 }
 
+extern const char moe_git_commit[]; /* build/version.c (Makefile): the commit, -dirty if changed */
+
+/* moe version, moe --version: what this binary is, for a bug report or a run's comparison */
+static int cmd_version(int argc, char **argv) {
+    Opts o;
+    parse_opts(&o, "version", argc, argv);
+    static const char *const BACKENDS[] = {"cpu", "cpu-ref", "cpu-fenced", "cuda"};
+    char err[512];
+    printf("moe.c %s\nfeatures: backends", moe_git_commit);
+    for (size_t i = 0; i < sizeof BACKENDS / sizeof BACKENDS[0]; i++)
+        if (backend_in_build(BACKENDS[i], err, sizeof err)) printf(" %s", BACKENDS[i]);
+    printf("; CUDA %s; NCCL %s; MPI %s; OpenMP %s; BLAS OpenBLAS\n", MOE_HAVE_CUDA ? "yes" : "no",
+           MOE_HAVE_NCCL ? "yes" : "no", MOE_HAVE_MPI ? "yes" : "no",
+           MOE_HAVE_OPENMP ? "yes" : "no");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     prepare_environment(argv);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
@@ -571,9 +638,15 @@ int main(int argc, char **argv) {
     } CMDS[] = {{"train", cmd_train},     {"eval", cmd_eval},     {"sample", cmd_sample},
                 {"export", cmd_export},   {"info", cmd_info},     {"corpus", cmd_corpus},
                 {"synth", cmd_synth},     {"bench", cmd_bench},   {"import", cmd_import},
-                {"upcycle", cmd_upcycle}, {"doctor", cmd_doctor}, {"plan", cmd_plan}};
+                {"upcycle", cmd_upcycle}, {"doctor", cmd_doctor}, {"plan", cmd_plan},
+                {"version", cmd_version}};
+    const char *cmd = strcmp(argv[1], "--version") == 0 ? "version" : argv[1];
     for (size_t i = 0; i < sizeof CMDS / sizeof CMDS[0]; i++)
-        if (strcmp(argv[1], CMDS[i].name) == 0) return CMDS[i].fn(argc - 2, argv + 2);
+        if (strcmp(cmd, CMDS[i].name) == 0) {
+            int n = argc - 2;
+            char **args = cli_split_values(cmd, &n, argv + 2);
+            return CMDS[i].fn(n, args);
+        }
     fprintf(stderr, "error: unknown command '%s'\n\n%s", argv[1], USAGE);
     return MOE_EXIT_INPUT;
 }

@@ -154,6 +154,16 @@ static int check_range(const Key *k, double v, const char *shown, char *err, int
     return 0;
 }
 
+/* A text key set to "": a path, or a text that has a default to show (data.mix=natural). */
+static int empty_text(const Key *k, char *err, int errlen) {
+    if (k->flags & K_PATH)
+        return set_error(err, errlen, "%s is empty; give a path, e.g. %s=%s", k->name, k->name,
+                         k->def);
+    return set_error(err, errlen,
+                     "%s is empty; write e.g. %s=%s (the default), or leave the key out. %s: %s",
+                     k->name, k->name, k->def, k->name, k->help);
+}
+
 /* Parse `text` for key k and store it in c; on any error c is untouched. */
 static int parse_value(const Key *k, const char *text, Config *c, char *err, int errlen) {
     char *end = NULL;
@@ -229,9 +239,7 @@ static int parse_value(const Key *k, const char *text, Config *c, char *err, int
     }
     case T_STR: {
         size_t n = strlen(text);
-        if (n == 0)
-            return set_error(err, errlen, "%s is empty; give a path, e.g. %s=%s", k->name, k->name,
-                             k->def);
+        if (n == 0) return empty_text(k, err, errlen);
         if (n >= MOE_PATH_MAX)
             return set_error(err, errlen,
                              "%s is %zu characters long; at most %d fit, use a shorter "
@@ -366,9 +374,7 @@ int config_validate(const Config *c, char *err, int errlen) {
             if (memchr(s, '\0', MOE_PATH_MAX) == NULL)
                 return set_error(err, errlen, "%s is not terminated within %d characters", k->name,
                                  MOE_PATH_MAX);
-            if (s[0] == '\0')
-                return set_error(err, errlen, "%s is empty; give a path, e.g. %s=%s", k->name,
-                                 k->name, k->def);
+            if (s[0] == '\0') return empty_text(k, err, errlen);
             continue;
         }
         if (k->type == T_U64) continue;

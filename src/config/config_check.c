@@ -5,7 +5,9 @@
  */
 #include "config/config.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -31,6 +33,21 @@ static int check_mix(const Config *c, char *err, int errlen) {
                          "data.mix_end and data.mix_end_frac go together: the mix of the last "
                          "fraction of the steps, and that fraction (e.g. data.mix_end=uniform "
                          "data.mix_end_frac=0.2)");
+    /* the end mix takes the last round(frac * steps) updates, in float as setup_mix
+     * (train/train.c) computes them; none would leave it unused without a word */
+    if (end && lround(c->mix_end_frac * c->steps) < 1) {
+        char least[32];
+        for (double f = 0.5 / c->steps;; f *= 1.01) { /* the smallest, as written, that works */
+            snprintf(least, sizeof least, "%.3g", f);
+            if (lround(strtof(least, NULL) * c->steps) >= 1) break;
+        }
+        return set_error(err, errlen,
+                         "data.mix_end_frac=%g of train.steps=%d gives data.mix_end no step (it "
+                         "takes the last round(%g x %d) = 0); set data.mix_end_frac=%s or more "
+                         "for one step, or data.mix_end=none",
+                         (double)c->mix_end_frac, c->steps, (double)c->mix_end_frac, c->steps,
+                         least);
+    }
     return 0;
 }
 

@@ -169,8 +169,8 @@ const Key CONFIG_KEYS[] = {
         "a training loss above this ends the run as diverged (exit status 3); 0: only a loss "
         "that is not a finite number"),
 
-    ROW(T_STR, "data.train", train, "data/corpus/train.bin", 0, 0, 0, "training shard"),
-    ROW(T_STR, "data.val", val, "data/corpus/val.bin", 0, 0, 0, "validation shard"),
+    ROW(T_STR, "data.train", train, "data/corpus/train.bin", 0, 0, K_PATH, "training shard"),
+    ROW(T_STR, "data.val", val, "data/corpus/val.bin", 0, 0, K_PATH, "validation shard"),
     ROW(T_STR, "data.mix", mix, "natural", 0, 0, 0,
         "each domain's share of the training windows: natural (the shard as it is), uniform, or "
         "name:weight,... (en:0.4,code:0.2: the domains not named share the rest by size; "

@@ -12,7 +12,8 @@ typedef enum { T_INT, T_FLOAT, T_U64, T_BOOL, T_STR, T_ENUM } KeyType;
 enum {
     K_SHAPE = 1,    /* fixes parameter shapes: checkpoints need equal values */
     K_OPEN_MIN = 2, /* the lower bound is exclusive (value must be > min) */
-    K_OPEN_MAX = 4  /* the upper bound is exclusive (value must be < max) */
+    K_OPEN_MAX = 4, /* the upper bound is exclusive (value must be < max) */
+    K_PATH = 8      /* T_STR: a file's path (the others hold a text such as a mix) */
 };
 
 typedef struct {

@@ -4,6 +4,7 @@
 #include "io/mix.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,10 +31,32 @@ int mix_parse(const char *text, MixSpec *m, char *err, int errlen) {
         char *end = NULL;
         errno = 0;
         const double w = strtod(colon + 1, &end);
-        if (!colon[1] || *end || errno || !isfinite(w) || w < 0)
+        const int nl = (int)(colon - entry);
+        if (!colon[1] || *end || isnan(w))
             return set_error(err, errlen,
-                             "data.mix: the weight of '%.*s' is '%s', not a number >= 0",
-                             (int)(colon - entry), entry, colon + 1);
+                             "data.mix: the weight of '%.*s' is '%s', not a number; write a "
+                             "weight >= 0 (en:0.4)",
+                             nl, entry, colon + 1);
+        if (w < 0)
+            return set_error(err, errlen,
+                             "data.mix: the weight of '%.*s' is %s, below 0; write a weight >= 0 "
+                             "(0 leaves the domain out)",
+                             nl, entry, colon + 1);
+        /* strtod's ERANGE: past DBL_MAX, or below the smallest normal double, where a weight
+         * keeps too few bits to be compared with the others */
+        if (!isfinite(w) || (errno == ERANGE && fabs(w) > 1.0))
+            return set_error(err, errlen,
+                             "data.mix: the weight of '%.*s', %s, is too large for a double; a "
+                             "weight is a share (at most 1), or with every domain named a "
+                             "ratio: scale them all down",
+                             nl, entry, colon + 1);
+        if (errno == ERANGE || (w > 0 && w < DBL_MIN))
+            return set_error(err, errlen,
+                             "data.mix: the weight of '%.*s', %s, is above 0 but below the "
+                             "smallest normal double (%g); write 0 to leave the domain out, or "
+                             "a larger weight (with every domain named only the ratios matter, "
+                             "so all may be scaled up)",
+                             nl, entry, colon + 1, DBL_MIN);
         snprintf(m->name[m->n], SHARD_DOMAIN_NAME, "%.*s", (int)(colon - entry), entry);
         for (int i = 0; i < m->n; i++)
             if (strcmp(m->name[i], m->name[m->n]) == 0)
