@@ -241,6 +241,7 @@ void plan_print_counts(FILE *f, const PlanInput *in);
 /* searched: the count of layouts a search costed (r holds the best n of them), or 0 for one
  * layout. */
 void plan_print(FILE *f, const PlanInput *in, const PlanResult *r, int n, int searched);
+/* n = 0 (r may be NULL): the model's counts and its weights' bytes, no layout. */
 void plan_print_json(FILE *f, const PlanInput *in, const PlanResult *r, int n);
 /* One CSV row a layout (sizes in GB, times in seconds), after a header line when header. */
 void plan_print_csv(FILE *f, const PlanInput *in, const PlanResult *r, int n, int header);
