@@ -4,7 +4,8 @@
  *     and active with the embedding: defaults, dense, 2 shared experts, first_dense 1 with
  *     every 2, model.norm=sandwich, d_expert 0;
  *   - model presets: counts_agree = 1, total and active within round_to of the published
- *     counts (the active also within its last digit's unit); counts_agree = 0, not;
+ *     counts (the active also within its last digit's unit); counts_agree = 0, not; round_to
+ *     the published total's last digit, and both figures of two significant digits or more;
  *   - by hand: Mixtral 8x7B's attention, expert, total, active; DeepSeek-V3's latent
  *     attention, norms, experts, dense and MoE layers;
  *   - the moe.c engine's memory (ep 1, B = global_batch / accum / dp) = what model_init
@@ -94,6 +95,16 @@ START_TEST(test_model_presets_published_counts) {
                       err);
         ck_assert_msg(p->total > 0 && p->active > 0 && p->round_to > 0,
                       "%s: a model preset without published counts", p->name);
+        /* round_to is the published total's last digit, and a figure of one significant digit
+         * ("1 trillion") agrees with any count within a factor of two: it tests nothing, so
+         * the reference must be a figure of two digits or more (the report's, not a rounding) */
+        ck_assert_msg(p->round_to == last_digit_unit(p->total),
+                      "%s: round_to %g is not the last digit of the published %.4g", p->name,
+                      p->round_to, p->total);
+        ck_assert_msg(p->total / p->round_to >= 10 && p->active / last_digit_unit(p->active) >= 10,
+                      "%s: the published %.4g total and %.4g active must have two significant "
+                      "digits or more to test the counts",
+                      p->name, p->total, p->active);
         PlanCounts c;
         plan_count(&in.m, &c);
         const double act = p->active_embed ? c.active_embed : c.active;

@@ -10,8 +10,14 @@
 #   3. a layout that does not fit (DeepSeek-V3 on 8 H100): exit 1, "DOES NOT FIT"
 #   4. mistakes exit 2 with a message naming them and nothing on stdout: an unknown option,
 #      an unknown model, cluster or run preset (the message lists the presets of that kind),
-#      an unknown --set key (the nearest suggested), no model, no cluster, a missing --config,
-#      --config with --model, a layout that cannot run (tp 3 of 32 heads), --top 0
+#      an unknown --set key (the nearest suggested), no model, --search or --csv without a
+#      cluster, a cluster given in part, a missing --config, --config with --model, a layout
+#      that cannot run (tp 3 of 32 heads), --top 0; a count above the planner's bound (GPUs,
+#      batch, tp, layers: the key and the bound named), a byte size of 0, a cluster.* key of
+#      0 on a run (its reason said); at the bounds, a plan with no negative number
+#   4b. a model without a cluster or a batch: exit 0, its parameters in all, a token's and by
+#      part (adding up to the total), the weights' memory at train.weight_bytes, what to add;
+#      --json: params, weights_bytes, no layout
 #   5. --search: a ranking with "(best)" and the reasons the others are "slower"; with
 #      --set layout.pp=1 --json, only layouts of pp 1
 #   6. chapter 3: the default config with dist.ep = 2 on 2 processes (and 4 on 4), as
@@ -133,7 +139,62 @@ expect_2 "a precision the cluster has no peak for" "the cluster has no fp8 peak:
 expect_2 "a moe.c key the config refuses" "model.d_model must be <= 65536" \
     --config "$tmp/c.txt" --cluster laptop --set model.d_model=70000
 expect_2 "no model" "no model: give --model" --cluster h100
-expect_2 "a model, no cluster" "no cluster: give --cluster" --model mixtral-8x7b
+expect_2 "a model, no cluster, --search" "no cluster: give --cluster" --model mixtral-8x7b --search
+expect_2 "a model and a batch, no cluster, --csv" "no cluster: give --cluster" --model mixtral-8x7b \
+    --set train.global_batch=8 --csv
+expect_2 "a cluster given in part" "cluster.memory_gb is not set" --model mixtral-8x7b \
+    --set cluster.gpus_per_node=8 --set train.global_batch=8
+# counts beyond any real cluster are refused by name and bound, never wrapped into an int
+expect_2 "--gpus 2^40" "cluster.gpus must be in \[1, 1048576\], not 1099511627776" \
+    --run deepseek-v3 --gpus 1099511627776 --set train.global_batch=1099511627776
+expect_2 "a batch of 2^40 sequences" "train.global_batch must be in \[1, 16777216\]" \
+    --run deepseek-v3 --set train.global_batch=1099511627776
+expect_2 "tp 2^40" "layout.tp must be in \[1, 1048576\]" --run deepseek-v3 --set layout.tp=1099511627776
+expect_2 "more layers than the planner's bound" "model.n_layer must be in \[1, 1024\]" \
+    --model mixtral-8x7b --set model.n_layer=5000
+for k in weight_bytes grad_bytes moment_bytes act_bytes a2a_bytes; do
+    expect_2 "train.$k=0" "train.$k must be in \[0.125, 16\], not 0: a stored value takes at least one bit" \
+        --run deepseek-v3 --set "train.$k=0"
+done
+for k in memory_gb efficiency hbm_tbs intra_gbs inter_gbs; do
+    expect_2 "cluster.$k=0 on a run" "cluster.$k must be more than 0" --run deepseek-v3 --set "cluster.$k=0"
+done
+# at the bounds every count is exact: no negative number anywhere in the plan
+"$moe" plan --model mixtral-8x7b --cluster h100 --gpus 1048576 --set train.global_batch=16777216 \
+    --set layout.ep=8 > "$tmp/out" 2> "$tmp/err"
+rc=$?
+[ $rc -le 1 ] && grep -q "dp 1048576 (each expert on 131072 GPUs" "$tmp/out" &&
+    ! grep -Eq '(^|[ ,(])-[0-9]' "$tmp/out"
+check "1048576 GPUs and 16777216 sequences: dp 1048576, nothing negative" $? \
+    "exit $rc: $(grep -E 'layout|(^|[ ,(])-[0-9]' "$tmp/out") $(cat "$tmp/err")"
+
+echo "test_plan: the counts alone, without a cluster or a batch"
+"$moe" plan --model deepseek-v3 > "$tmp/out" 2> "$tmp/err"
+rc=$?
+[ $rc = 0 ] && grep -q "^model deepseek-v3: 671.03 B parameters; active a token 37.55 B" "$tmp/out" &&
+    grep -q "^  routed experts  *653.909 B  (58 layers of 256 experts" "$tmp/out" &&
+    grep -q "^  total  *671.026 B" "$tmp/out" &&
+    grep -q "^weights alone: 1342.05 GB at 2 bytes a parameter" "$tmp/out" &&
+    grep -q "add a cluster (--cluster NAME --gpus N) and a batch (--set train.global_batch=N)" "$tmp/out"
+check "--model deepseek-v3 alone: exit 0, 671.03 B, by part, 1342.05 GB of bf16 weights, what to add" $? \
+    "exit $rc: $(cat "$tmp/out" "$tmp/err")"
+# the parts add up to the total the planner reports
+got=$(awk '/^parameters by part:/ { on = 1; next } on && $1 == "total" { t = $2; next }
+    on && / B/ { for (i = 1; i <= NF; i++) if ($(i + 1) == "B") { s += $i; break } }
+    END { printf "%.3f %.3f", s, t }' "$tmp/out")
+[ "$(echo "$got" | awk '{ print ($1 - $2 < 0.002 && $2 - $1 < 0.002) }')" = 1 ]
+check "the parts add up to the total" $? "parts, total: $got"
+"$moe" plan --model deepseek-v3 --set train.weight_bytes=1 --cluster h800 > "$tmp/out" 2> "$tmp/err"
+rc=$?
+[ $rc = 0 ] && grep -q "^weights alone: 671.03 GB at 1 bytes a parameter" "$tmp/out" &&
+    grep -q "add a batch (--set train.global_batch=N)" "$tmp/out" && ! grep -q "add a cluster" "$tmp/out"
+check "--model deepseek-v3 --cluster h800 at 1 byte a weight: 671.03 GB, only the batch to add" $? \
+    "exit $rc: $(cat "$tmp/out" "$tmp/err")"
+"$moe" plan --model mixtral-8x7b --json > "$tmp/j.json" 2> "$tmp/err"
+rc=$?
+got=$(jget "$tmp/j.json" '"%s %s %d" % (46.70e9 < j["params"]["total"] < 46.71e9, abs(j["weights_bytes"] / j["params"]["total"] - 2) < 1e-9, len(j["layouts"]))' 2>&1)
+[ $rc = 0 ] && [ "$got" = "True True 0" ]
+check "--model mixtral-8x7b --json alone: params, weights_bytes = 2 x total, no layout" $? "exit $rc: $got"
 expect_2 "--config of a missing file" "cannot open config file '$tmp/nosuch.txt'" \
     --config "$tmp/nosuch.txt" --cluster laptop
 printf 'model.d_model = 128\n' > "$tmp/c.txt"

@@ -7,7 +7,12 @@
  *     all but the first say why they lose; the first is plan_layout of its layout;
  *   - plan_set: unknown key (nearest suggested), non-number, out of range, fraction for a
  *     whole number, bad choice: -1 naming the key, nothing changed; good values set;
- *     plan_set_fixed marks a layout field fixed, plan_set does not.
+ *     plan_set_fixed marks a layout field fixed, plan_set does not; a count above the
+ *     planner's bound (GPUs, batch, layout sizes, experts, vocabulary) names the bound; a
+ *     byte size of 0 and a cluster's memory, efficiency or bandwidth of 0 are refused with
+ *     the reason;
+ *   - at the bounds (2^20 GPUs, 2^24 sequences) dp, the replicas and the micro-batches are
+ *     exact and no term is negative.
  * The cost model's formulas: tests/test_plan.c.
  */
 #include <math.h>
@@ -159,7 +164,33 @@ START_TEST(test_set) {
     expect_refused(&in, "model.d_modle=3", "model.d_modle", "did you mean 'model.d_model'");
     expect_refused(&in, "model.d_model=abc", "model.d_model", "abc");
     expect_refused(&in, "model.d_model=", "model.d_model", "number");
-    expect_refused(&in, "cluster.efficiency=2", "cluster.efficiency", "[0, 1]");
+    expect_refused(&in, "cluster.efficiency=2", "cluster.efficiency", "more than 0 and at most 1");
+    /* counts above the planner's bounds: the key and the bound named */
+    expect_refused(&in, "cluster.gpus=1099511627776", "cluster.gpus", "[1, 1048576]");
+    expect_refused(&in, "cluster.gpus_per_node=1099511627776", "cluster.gpus_per_node", "1048576]");
+    expect_refused(&in, "train.global_batch=1099511627776", "train.global_batch", "[1, 16777216]");
+    expect_refused(&in, "train.accum=1099511627776", "train.accum", "16777216]");
+    expect_refused(&in, "layout.ep=1099511627776", "layout.ep", "1048576]");
+    expect_refused(&in, "layout.pp=2048", "layout.pp", "[1, 1024]");
+    expect_refused(&in, "layout.micro_batch=1099511627776", "layout.micro_batch", "16777216]");
+    expect_refused(&in, "moe.num_experts=1099511627776", "moe.num_experts", "1048576]");
+    expect_refused(&in, "model.vocab=1e15", "model.vocab", "16777216]");
+    /* sizes of nothing, and settings of the cluster at zero: refused with their reason */
+    const char *bytes[] = {"weight", "grad", "moment", "act", "a2a"};
+    for (int i = 0; i < 5; i++) {
+        char kv[80], key[64];
+        snprintf(key, sizeof key, "train.%s_bytes", bytes[i]);
+        snprintf(kv, sizeof kv, "%s=0", key);
+        expect_refused(&in, kv, key, "[0.125, 16], not 0: a stored value takes at least one bit");
+    }
+    const char *cluster[] = {"memory_gb", "efficiency", "hbm_tbs", "intra_gbs", "inter_gbs"};
+    for (int i = 0; i < 5; i++) {
+        char kv[80], key[64];
+        snprintf(key, sizeof key, "cluster.%s", cluster[i]);
+        snprintf(kv, sizeof kv, "%s=0", key);
+        expect_refused(&in, kv, key, "must be more than 0");
+    }
+    ck_assert_int_eq(plan_set(&in, "train.master_bytes=0", err, sizeof err), 0); /* none */
     expect_refused(&in, "train.zero=4", "train.zero", "[0, 3]");
     expect_refused(&in, "model.n_layer=2.5", "model.n_layer", "whole");
     expect_refused(&in, "layout.tp=1.5", "layout.tp", "whole");
@@ -186,6 +217,31 @@ START_TEST(test_set) {
 }
 END_TEST
 
+/* At the planner's bounds every size of a layout is exact: dp the GPUs, each expert's replicas
+ * dp / ep, the micro-batches batch / dp, and no memory, traffic or time below zero. */
+START_TEST(test_bounds_are_exact) {
+    static PlanInput in;
+    char err[512];
+    plan_defaults(&in);
+    const char *set[] = {"cluster.gpus=1048576", "train.global_batch=16777216"};
+    ck_assert_msg(plan_preset(&in, "model", "mixtral-8x7b", err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(plan_preset(&in, "cluster", "h100", err, sizeof err) == 0, "%s", err);
+    for (int i = 0; i < 2; i++)
+        ck_assert_msg(plan_set(&in, set[i], err, sizeof err) == 0, "%s: %s", set[i], err);
+    ck_assert_msg(plan_validate(&in, err, sizeof err) == 0, "%s", err);
+    PlanResult r;
+    plan_layout(&in, &LAY(1, 1, 8), &r);
+    ck_assert_msg(r.valid, "%s", r.invalid);
+    ck_assert_int_eq(r.dp, PLAN_MAX_GPUS);
+    ck_assert_int_eq(r.edp, PLAN_MAX_GPUS / 8);
+    EXPECT_EQ(r.micro, (double)PLAN_MAX_BATCH / PLAN_MAX_GPUS, "micro-batches a step");
+    const double terms[] = {r.mem_weights, r.mem_grads, r.mem_optim, r.mem_acts,
+                            r.dp_bytes,    r.ep_bytes,  r.compute_s, r.optim_s};
+    for (int i = 0; i < 8; i++) ck_assert_msg(terms[i] > 0, "term %d: %g", i, terms[i]);
+    ck_assert_msg(r.step_s > 0 && r.mfu > 0 && r.mfu < 1, "step %g s, MFU %g", r.step_s, r.mfu);
+}
+END_TEST
+
 static Suite *plan_search_suite(void) {
     Suite *s = suite_create("plan_search");
     TCase *tc = tcase_create("plan_search");
@@ -193,6 +249,7 @@ static Suite *plan_search_suite(void) {
     tcase_add_test(tc, test_search);
     tcase_add_test(tc, test_set);
     tcase_add_test(tc, test_every_key_sets);
+    tcase_add_test(tc, test_bounds_are_exact);
     suite_add_tcase(s, tc);
     return s;
 }

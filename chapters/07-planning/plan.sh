@@ -26,6 +26,8 @@
 #                    layout of each step up
 #   search.txt, deepseek.txt, jupiter.txt   three searches as the reader sees them (deepseek.txt:
 #                    with the exchange hidden and node-limited routing, as DeepSeek-V3 ran)
+#   deepseek_pp.csv  deepseek.txt's search at each pp from 1 to 16, with its bytes (default-ppN)
+#                    and with those of the run preset (run-ppN): why the two pick different pp
 #   walk.txt         chapters/07-planning/walk.c: DeepSeek-V3's run worked out term by term
 #   counts.md, validation.md, ladder.md   the handbook's tables
 #   machine.csv      this machine: moe bench's measured step and sgemm, and the plan's step at
@@ -67,9 +69,15 @@ header() { "$moe" plan --run deepseek-v3 --csv | head -n 1; }
 "$moe" plan --presets --csv > "$dest/presets.csv"
 # counts.csv: each model's published counts against plan_count's, in billions; agrees: within
 # one unit of the published figure's last digit (the active count as the publisher counts it)
-awk -F, 'NR > 1 && $1 == "model" {
+# (round_to for the total; the active's own last digit when finer, as tests/test_plan.c checks)
+awk -F, 'function unit(x, u) { # the last digit of a published figure: 32e9 -> 1e9, 12.9e9 -> 1e8
+    for (u = 10 ^ (int(log(x) / log(10)) + 1); u > 1 && x % u != 0; u /= 10);
+    return u
+}
+NR > 1 && $1 == "model" {
     act = $6 ? $10 : $9
-    ok = ($8 - $3 < $5 && $3 - $8 < $5 && act - $4 < $5 && $4 - act < $5)
+    au = unit($4) < $5 ? unit($4) : $5
+    ok = ($8 - $3 < $5 && $3 - $8 < $5 && act - $4 < au && $4 - act < au)
     if (!hdr++) print "model,total_b,active_b,active_embed_b,published_total_b,published_active_b,active_counts_embedding,agrees"
     printf "%s,%.2f,%.2f,%.2f,%g,%g,%s,%s\n", $2, $8 / 1e9, $9 / 1e9, $10 / 1e9, $3 / 1e9, $4 / 1e9,
         $6 ? "yes" : "no", ok ? "yes" : "no"
@@ -153,9 +161,19 @@ printf 'dist.ep=4\n' > "$tmp/ep4.conf"
     plan --model kimi-k2 --cluster gh200 --gpus 384 --set train.global_batch=1536 \
         --search --top 1 | sed 's/^/7,a 1T-class MoE on 96 JUPITER nodes,/'
 } > "$dest/ladder.csv"
-"$moe" plan --model deepseek-v3 --cluster h800 --gpus 2048 --set train.global_batch=15360 \
-    --set train.overlap_ep=1 --set train.node_limit=4 --search --top 6 > "$dest/deepseek.txt" ||
-    [ $? -eq 1 ]
+dsv3=(--model deepseek-v3 --cluster h800 --gpus 2048 --set train.global_batch=15360
+    --set train.overlap_ep=1 --set train.node_limit=4)
+"$moe" plan "${dsv3[@]}" --search --top 6 > "$dest/deepseek.txt" || [ $? -eq 1 ]
+# the same search one pipeline depth at a time, with deepseek.txt's bytes (the mixed engine's)
+# and with the run preset's (--run deepseek-v3: FP8 cached activations, BF16 moments, FP8
+# dispatch; otherwise the same model, machine, batch, overlap and routing)
+{
+    echo "key,$(header)"
+    for pp in 1 2 4 8 16; do
+        plan "${dsv3[@]}" --set layout.pp="$pp" --search --top 1 | sed "s/^/default-pp$pp,/"
+        plan --run deepseek-v3 --set layout.pp="$pp" --search --top 1 | sed "s/^/run-pp$pp,/"
+    done
+} > "$dest/deepseek_pp.csv"
 "$moe" plan --model kimi-k2 --cluster gh200 --gpus 384 --set train.global_batch=1536 --search \
     --top 8 > "$dest/jupiter.txt" || [ $? -eq 1 ]
 
@@ -195,7 +213,7 @@ awk -F, 'FNR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
 if [ "$check" = 1 ]; then
     status=0
     for f in presets.csv counts.csv counts.md runs.csv validation.csv validation.md layouts.csv \
-        ep.csv ladder.csv ladder.md search.txt deepseek.txt jupiter.txt walk.txt; do
+        ep.csv ladder.csv ladder.md search.txt deepseek.txt deepseek_pp.csv jupiter.txt walk.txt; do
         if ! cmp -s "$dest/$f" "$out/$f"; then
             echo "plots/07-planning/$f differs from what moe plan gives now:"
             diff "$out/$f" "$dest/$f" | head -n 10

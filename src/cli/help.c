@@ -153,6 +153,7 @@ static const CmdHelp HELP[] = {
      "The cost of training a model on a cluster, before it runs (chapter 7): parameters,\n"
      "memory a GPU, the traffic of each parallel dimension, the pipeline bubble, the step time\n"
      "and MFU, for one layout or every layout ranked. Exit status 0 it fits, 1 it does not.\n"
+     "A model without a cluster or a batch: its parameters and the weights' memory alone.\n"
      "  --run NAME            a published run: model, machine, layout and batch (--presets)\n"
      "  --model NAME          a published model's shape (--presets)\n"
      "  --config FILE         a moe.c config: its model, batch and dist.ep, the moe.c engine\n"

@@ -130,6 +130,22 @@ int cmd_plan(int argc, char **argv) {
     for (int s = 0; s < n_sets; s++)
         if (!moec_sets[s] && plan_set_fixed(&in, sets[s], err, sizeof err) != 0)
             usage_error("plan", "--set: %s", err);
+    if (plan_validate_model(&in, err, sizeof err) != 0) moe_input_error("moe plan: %s", err);
+    /* the counts need the model alone: without a cluster or a batch, they are the answer */
+    if (!plan_has_cluster(&in) || in.t.global_batch <= 0) {
+        const char *missing = !plan_has_cluster(&in) ? "no cluster: give --cluster NAME (moe "
+                                                       "plan --presets) and --gpus N"
+                                                     : "no batch: give --set train.global_batch=N";
+        if (search) moe_input_error("moe plan: --search ranks layouts on a cluster; %s", missing);
+        if (csv) moe_input_error("moe plan: --csv writes a row a layout; %s", missing);
+        if (plan_has_cluster(&in) && plan_validate_cluster(&in, err, sizeof err) != 0)
+            moe_input_error("moe plan: %s", err); /* a cluster given in part */
+        if (json)
+            plan_print_json(stdout, &in, NULL, 0);
+        else
+            plan_print_counts(stdout, &in);
+        return 0;
+    }
     if (plan_validate(&in, err, sizeof err) != 0) moe_input_error("moe plan: %s", err);
 
     PlanResult *r;

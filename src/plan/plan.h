@@ -34,6 +34,15 @@
 #include "config/config.h"
 
 #define MAX_PLAN_LAYERS 1024 /* and so at most as many pipeline stages */
+/* The planner's bounds on counts (plan_keys.c refuses a setting above them): beyond any real
+ * cluster or model, and low enough that a layout's sizes (dp, the replicas of an expert, a
+ * micro-batch) are exact ints and no product of them wraps. */
+#define PLAN_MAX_GPUS 1048576    /* 2^20 GPUs in all, and so in a node or a parallel group */
+#define PLAN_MAX_BATCH 16777216  /* 2^24 sequences a step */
+#define PLAN_MAX_WIDTH 1048576   /* 2^20: a width, hidden size, rank or head dimension */
+#define PLAN_MAX_TOKENS 16777216 /* 2^24: a vocabulary, or the tokens of a sequence */
+#define PLAN_MAX_HEADS 65536     /* 2^16 heads */
+#define PLAN_MAX_EXPERTS 1048576 /* 2^20 experts (and so top-k) */
 
 /* model.attention: multi-head (grouped-query and multi-query too, by kv_heads), or latent */
 enum { PLAN_ATTN_MHA, PLAN_ATTN_MLA };
@@ -174,6 +183,12 @@ void plan_from_config(PlanInput *in, const Config *c);
 
 /* Every field given and consistent; -1 with a message that names the key. */
 int plan_validate(const PlanInput *in, char *err, int errlen);
+/* The model alone (what plan_count needs), or the cluster alone (every key a plan reads, and
+ * a peak at the training's precision), given and consistent; -1 with a message. */
+int plan_validate_model(const PlanInput *in, char *err, int errlen);
+int plan_validate_cluster(const PlanInput *in, char *err, int errlen);
+/* Some cluster.* key but cluster.gpus is given (a preset, or a key of one): 1, else 0. */
+int plan_has_cluster(const PlanInput *in);
 
 /* The keys with their help (moe plan --keys), and the presets with their settings and the
  * sources of their numbers (moe plan --presets). */
@@ -220,9 +235,13 @@ double plan_moec_ep_bytes(const PlanModel *m, double tokens_per_process, double 
  * room for that many. */
 int plan_search(const PlanInput *in, PlanResult *out, int max);
 
+/* The model alone, when no cluster or batch is given: its parameters (total, active a token,
+ * by part), the memory of its weights at train.weight_bytes, and what to add for a plan. */
+void plan_print_counts(FILE *f, const PlanInput *in);
 /* searched: the count of layouts a search costed (r holds the best n of them), or 0 for one
  * layout. */
 void plan_print(FILE *f, const PlanInput *in, const PlanResult *r, int n, int searched);
+/* n = 0 (r may be NULL): the model's counts and its weights' bytes, no layout. */
 void plan_print_json(FILE *f, const PlanInput *in, const PlanResult *r, int n);
 /* One CSV row a layout (sizes in GB, times in seconds), after a header line when header. */
 void plan_print_csv(FILE *f, const PlanInput *in, const PlanResult *r, int n, int header);

@@ -24,6 +24,8 @@ typedef struct {
     const char *names; /* K_CHOICE: "a|b|c", the values 0, 1, 2 */
     unsigned fix;      /* the PLAN_FIX_* bit a command-line setting of it sets */
     const char *help;
+    int above;       /* 1: the value must be more than lo (lo itself is refused) */
+    const char *why; /* why the range is what it is, said when a value falls outside it */
 } Key;
 
 #define FIELD(f) offsetof(PlanInput, f), sizeof(((PlanInput *)0)->f)
@@ -31,91 +33,125 @@ typedef struct {
 #define C(f) FIELD(k.f)
 #define T(f) FIELD(t.f)
 #define L(f) FIELD(lay.f)
-#define BIG 1e15
+/* the reasons of the ranges */
+#define W_COUNT "more than any real cluster or model has (the planner's bound, plan.h)"
+#define W_LAYERS "the planner's bound on layers, and so on stages"
+#define W_BYTES "a stored value takes at least one bit (0.125 bytes) and at most 16 bytes"
+#define W_LINK "a link of 0 GB/s never delivers: every transfer over it would take forever"
 
 static const Key KEYS[] = {
-    {"model.vocab", K_NUM, M(vocab), 1, BIG, 1, 0, 0, "V: vocabulary size"},
-    {"model.d_model", K_NUM, M(d_model), 1, BIG, 1, 0, 0, "d: width of the residual stream"},
-    {"model.n_layer", K_NUM, M(n_layer), 1, MAX_PLAN_LAYERS, 1, 0, 0, "L: transformer blocks"},
-    {"model.n_head", K_NUM, M(n_head), 1, BIG, 1, 0, 0, "h: query heads"},
-    {"model.kv_heads", K_NUM, M(kv_heads), 0, BIG, 1, 0, 0,
-     "key-value heads (grouped-query attention); 0: as many as query heads"},
-    {"model.head_dim", K_NUM, M(head_dim), 0, BIG, 1, 0, 0,
-     "width of one head; 0: d_model / n_head"},
+    {"model.vocab", K_NUM, M(vocab), 1, PLAN_MAX_TOKENS, 1, 0, 0, "V: vocabulary size", 0, W_COUNT},
+    {"model.d_model", K_NUM, M(d_model), 1, PLAN_MAX_WIDTH, 1, 0, 0,
+     "d: width of the residual stream", 0, W_COUNT},
+    {"model.n_layer", K_NUM, M(n_layer), 1, MAX_PLAN_LAYERS, 1, 0, 0, "L: transformer blocks", 0,
+     W_LAYERS},
+    {"model.n_head", K_NUM, M(n_head), 1, PLAN_MAX_HEADS, 1, 0, 0, "h: query heads", 0, W_COUNT},
+    {"model.kv_heads", K_NUM, M(kv_heads), 0, PLAN_MAX_HEADS, 1, 0, 0,
+     "key-value heads (grouped-query attention); 0: as many as query heads", 0, W_COUNT},
+    {"model.head_dim", K_NUM, M(head_dim), 0, PLAN_MAX_WIDTH, 1, 0, 0,
+     "width of one head; 0: d_model / n_head", 0, W_COUNT},
     {"model.attention", K_CHOICE, M(attention), 0, 0, 0, "mha|mla", 0,
-     "multi-head (with grouped key-value heads), or multi-head latent attention (mla.*)"},
+     "multi-head (with grouped key-value heads), or multi-head latent attention (mla.*)", 0, NULL},
     {"model.qk_norm", K_CHOICE, M(qk_norm), 0, 0, 0, "none|head|full", 0,
-     "a norm on queries and keys: none, a gain per head dimension, or over the whole width"},
-    {"model.tied", K_INT, M(tied), 0, 1, 0, 0, 0, "1: the head is the embedding's transpose"},
+     "a norm on queries and keys: none, a gain per head dimension, or over the whole width", 0,
+     NULL},
+    {"model.tied", K_INT, M(tied), 0, 1, 0, 0, 0, "1: the head is the embedding's transpose", 0,
+     NULL},
     {"model.post_norm", K_INT, M(post_norm), 0, 1, 0, 0, 0,
-     "1: sandwich norms (each sublayer's output normed too)"},
-    {"model.d_ff", K_NUM, M(d_ff), 0, BIG, 1, 0, 0, "hidden size of a dense layer's SwiGLU"},
-    {"model.seq_len", K_NUM, M(seq_len), 1, BIG, 1, 0, 0, "T: tokens a sequence"},
-    {"mla.q_rank", K_NUM, M(q_rank), 0, BIG, 1, 0, 0, "latent attention: queries' rank; 0: none"},
-    {"mla.kv_rank", K_NUM, M(kv_rank), 0, BIG, 1, 0, 0, "latent attention: keys' and values' rank"},
-    {"mla.rope_dim", K_NUM, M(rope_dim), 0, BIG, 1, 0, 0,
-     "latent attention: rotary part of a head"},
-    {"mla.nope_dim", K_NUM, M(nope_dim), 0, BIG, 1, 0, 0, "latent attention: the rest of a head"},
-    {"mla.v_dim", K_NUM, M(v_dim), 0, BIG, 1, 0, 0, "latent attention: a head's value width"},
-    {"moe.num_experts", K_NUM, M(experts), 0, BIG, 1, 0, 0, "E: routed experts; 0: dense"},
-    {"moe.top_k", K_NUM, M(top_k), 0, BIG, 1, 0, 0, "K: experts a token"},
-    {"moe.d_expert", K_NUM, M(d_expert), 0, BIG, 1, 0, 0, "hidden size of one expert's SwiGLU"},
-    {"moe.num_shared", K_NUM, M(shared), 0, BIG, 1, 0, 0, "shared experts, each of d_expert"},
-    {"moe.first_dense", K_NUM, M(first_dense), 0, BIG, 1, 0, 0, "dense layers first"},
-    {"moe.every", K_NUM, M(every), 1, BIG, 1, 0, 0, "then an MoE block every this many layers"},
-    {"cluster.gpus", K_NUM, C(gpus), 1, BIG, 1, 0, 0, "GPUs in all"},
-    {"cluster.gpus_per_node", K_NUM, C(gpus_per_node), 1, BIG, 1, 0, 0,
-     "GPUs a node shares the fast link between"},
-    {"cluster.memory_gb", K_NUM, C(memory_gb), 0, BIG, 0, 0, 0, "memory a GPU, GB (10^9 bytes)"},
-    {"cluster.peak_fp32_tflops", K_NUM, C(peak_tflops[PLAN_PREC_FP32]), 0, BIG, 0, 0, 0,
-     "dense peak of fp32 products, TFLOP/s a GPU"},
-    {"cluster.peak_bf16_tflops", K_NUM, C(peak_tflops[PLAN_PREC_BF16]), 0, BIG, 0, 0, 0,
-     "dense peak of bf16 products, TFLOP/s a GPU"},
-    {"cluster.peak_fp8_tflops", K_NUM, C(peak_tflops[PLAN_PREC_FP8]), 0, BIG, 0, 0, 0,
-     "dense peak of fp8 products, TFLOP/s a GPU; 0: none"},
+     "1: sandwich norms (each sublayer's output normed too)", 0, NULL},
+    {"model.d_ff", K_NUM, M(d_ff), 0, PLAN_MAX_WIDTH, 1, 0, 0,
+     "hidden size of a dense layer's SwiGLU", 0, W_COUNT},
+    {"model.seq_len", K_NUM, M(seq_len), 1, PLAN_MAX_TOKENS, 1, 0, 0, "T: tokens a sequence", 0,
+     W_COUNT},
+    {"mla.q_rank", K_NUM, M(q_rank), 0, PLAN_MAX_WIDTH, 1, 0, 0,
+     "latent attention: queries' rank; 0: none", 0, W_COUNT},
+    {"mla.kv_rank", K_NUM, M(kv_rank), 0, PLAN_MAX_WIDTH, 1, 0, 0,
+     "latent attention: keys' and values' rank", 0, W_COUNT},
+    {"mla.rope_dim", K_NUM, M(rope_dim), 0, PLAN_MAX_WIDTH, 1, 0, 0,
+     "latent attention: rotary part of a head", 0, W_COUNT},
+    {"mla.nope_dim", K_NUM, M(nope_dim), 0, PLAN_MAX_WIDTH, 1, 0, 0,
+     "latent attention: the rest of a head", 0, W_COUNT},
+    {"mla.v_dim", K_NUM, M(v_dim), 0, PLAN_MAX_WIDTH, 1, 0, 0,
+     "latent attention: a head's value width", 0, W_COUNT},
+    {"moe.num_experts", K_NUM, M(experts), 0, PLAN_MAX_EXPERTS, 1, 0, 0,
+     "E: routed experts; 0: dense", 0, W_COUNT},
+    {"moe.top_k", K_NUM, M(top_k), 0, PLAN_MAX_EXPERTS, 1, 0, 0, "K: experts a token", 0, W_COUNT},
+    {"moe.d_expert", K_NUM, M(d_expert), 0, PLAN_MAX_WIDTH, 1, 0, 0,
+     "hidden size of one expert's SwiGLU", 0, W_COUNT},
+    {"moe.num_shared", K_NUM, M(shared), 0, PLAN_MAX_EXPERTS, 1, 0, 0,
+     "shared experts, each of d_expert", 0, W_COUNT},
+    {"moe.first_dense", K_NUM, M(first_dense), 0, MAX_PLAN_LAYERS, 1, 0, 0, "dense layers first", 0,
+     W_LAYERS},
+    {"moe.every", K_NUM, M(every), 1, MAX_PLAN_LAYERS, 1, 0, 0,
+     "then an MoE block every this many layers", 0, W_LAYERS},
+    {"cluster.gpus", K_NUM, C(gpus), 1, PLAN_MAX_GPUS, 1, 0, 0, "GPUs in all", 0, W_COUNT},
+    {"cluster.gpus_per_node", K_NUM, C(gpus_per_node), 1, PLAN_MAX_GPUS, 1, 0, 0,
+     "GPUs a node shares the fast link between", 0, W_COUNT},
+    {"cluster.memory_gb", K_NUM, C(memory_gb), 0, 1e15, 0, 0, 0, "memory a GPU, GB (10^9 bytes)", 1,
+     "a GPU without memory holds no weight"},
+    {"cluster.peak_fp32_tflops", K_NUM, C(peak_tflops[PLAN_PREC_FP32]), 0, 1e15, 0, 0, 0,
+     "dense peak of fp32 products, TFLOP/s a GPU", 0, NULL},
+    {"cluster.peak_bf16_tflops", K_NUM, C(peak_tflops[PLAN_PREC_BF16]), 0, 1e15, 0, 0, 0,
+     "dense peak of bf16 products, TFLOP/s a GPU", 0, NULL},
+    {"cluster.peak_fp8_tflops", K_NUM, C(peak_tflops[PLAN_PREC_FP8]), 0, 1e15, 0, 0, 0,
+     "dense peak of fp8 products, TFLOP/s a GPU; 0: none", 0, NULL},
     {"cluster.efficiency", K_NUM, C(efficiency), 0, 1, 0, 0, 0,
-     "fraction of the peak the products reach (an assumption, stated)"},
-    {"cluster.hbm_tbs", K_NUM, C(hbm_tbs), 0, BIG, 0, 0, 0, "memory bandwidth, TB/s a GPU"},
-    {"cluster.intra_gbs", K_NUM, C(intra_gbs), 0, BIG, 0, 0, 0,
-     "bandwidth to the GPUs of the same node, GB/s one direction"},
-    {"cluster.inter_gbs", K_NUM, C(inter_gbs), 0, BIG, 0, 0, 0,
-     "bandwidth to other nodes, GB/s one direction a GPU"},
+     "fraction of the peak the products reach (an assumption, stated)", 1,
+     "the products reach some part of the peak, at most all of it; at 0 they never finish"},
+    {"cluster.hbm_tbs", K_NUM, C(hbm_tbs), 0, 1e15, 0, 0, 0, "memory bandwidth, TB/s a GPU", 1,
+     "the optimizer step and the recomputed passes read memory at this rate: at 0 they never "
+     "finish"},
+    {"cluster.intra_gbs", K_NUM, C(intra_gbs), 0, 1e15, 0, 0, 0,
+     "bandwidth to the GPUs of the same node, GB/s one direction", 1, W_LINK},
+    {"cluster.inter_gbs", K_NUM, C(inter_gbs), 0, 1e15, 0, 0, 0,
+     "bandwidth to other nodes, GB/s one direction a GPU", 1, W_LINK},
     {"train.engine", K_CHOICE, T(engine), 0, 0, 0, "moe.c|mixed", 0,
-     "moe.c: this engine (fp32, data and expert parallel); mixed: bf16 mixed precision at scale"},
+     "moe.c: this engine (fp32, data and expert parallel); mixed: bf16 mixed precision at scale", 0,
+     NULL},
     {"train.precision", K_CHOICE, T(precision), 0, 0, 0, "fp32|bf16|fp8", 0,
-     "the products' precision: its peak sets their time and the MFU"},
-    {"train.global_batch", K_NUM, T(global_batch), 1, BIG, 1, 0, 0, "sequences a step"},
-    {"train.accum", K_NUM, T(accum), 1, BIG, 1, 0, 0,
-     "the moe.c engine: micro-batches a step (train.accum)"},
-    {"train.weight_bytes", K_NUM, T(weight_bytes), 0, 16, 0, 0, 0, "bytes of a weight"},
-    {"train.grad_bytes", K_NUM, T(grad_bytes), 0, 16, 0, 0, 0, "bytes of a gradient"},
+     "the products' precision: its peak sets their time and the MFU", 0, NULL},
+    {"train.global_batch", K_NUM, T(global_batch), 1, PLAN_MAX_BATCH, 1, 0, 0, "sequences a step",
+     0, W_COUNT},
+    {"train.accum", K_NUM, T(accum), 1, PLAN_MAX_BATCH, 1, 0, 0,
+     "the moe.c engine: micro-batches a step (train.accum)", 0, W_COUNT},
+    {"train.weight_bytes", K_NUM, T(weight_bytes), 0.125, 16, 0, 0, 0, "bytes of a weight", 0,
+     W_BYTES},
+    {"train.grad_bytes", K_NUM, T(grad_bytes), 0.125, 16, 0, 0, 0, "bytes of a gradient", 0,
+     W_BYTES},
     {"train.master_bytes", K_NUM, T(master_bytes), 0, 16, 0, 0, 0,
-     "bytes of a master copy of a weight; 0: none (the weights are fp32)"},
-    {"train.moment_bytes", K_NUM, T(moment_bytes), 0, 16, 0, 0, 0, "bytes of each AdamW moment"},
-    {"train.act_bytes", K_NUM, T(act_bytes), 0, 16, 0, 0, 0, "bytes of a kept activation"},
-    {"train.a2a_bytes", K_NUM, T(a2a_bytes), 0, 16, 0, 0, 0,
-     "bytes of a value the expert exchange sends"},
+     "bytes of a master copy of a weight; 0: none (the weights are fp32)", 0, W_BYTES},
+    {"train.moment_bytes", K_NUM, T(moment_bytes), 0.125, 16, 0, 0, 0, "bytes of each AdamW moment",
+     0, W_BYTES},
+    {"train.act_bytes", K_NUM, T(act_bytes), 0.125, 16, 0, 0, 0, "bytes of a kept activation", 0,
+     W_BYTES},
+    {"train.a2a_bytes", K_NUM, T(a2a_bytes), 0.125, 16, 0, 0, 0,
+     "bytes of a value the expert exchange sends", 0, W_BYTES},
     {"train.zero", K_INT, T(zero), 0, 3, 0, 0, 0,
-     "sharded over the data-parallel ranks: 1 optimizer state, 2 and gradients, 3 and weights"},
-    {"train.imbalance", K_NUM, T(imbalance), 1, BIG, 0, 0, 0,
-     "the busiest expert-parallel rank's rows over the mean"},
+     "sharded over the data-parallel ranks: 1 optimizer state, 2 and gradients, 3 and weights", 0,
+     NULL},
+    {"train.imbalance", K_NUM, T(imbalance), 1, 1e15, 0, 0, 0,
+     "the busiest expert-parallel rank's rows over the mean", 0, NULL},
     {"train.overlap_ep", K_NUM, T(overlap_ep), 0, 1, 0, 0, 0,
-     "fraction of the expert exchange hidden behind compute"},
+     "fraction of the expert exchange hidden behind compute", 0, NULL},
     {"train.overlap_dp", K_INT, T(overlap_dp), 0, 1, 0, 0, 0,
-     "1: the gradients' sums run behind the last micro-batch's backward"},
-    {"train.node_limit", K_NUM, T(node_limit), 0, BIG, 1, 0, 0,
-     "> 0: a token's experts on at most this many nodes, a row sent once a node"},
-    {"layout.tp", K_INT, L(tp), 1, 1 << 20, 0, 0, PLAN_FIX_TP, "tensor-parallel GPUs"},
-    {"layout.pp", K_INT, L(pp), 1, 1 << 20, 0, 0, PLAN_FIX_PP, "pipeline stages"},
-    {"layout.ep", K_INT, L(ep), 1, 1 << 20, 0, 0, PLAN_FIX_EP, "expert-parallel GPUs"},
-    {"layout.vpp", K_INT, L(vpp), 1, 1 << 20, 0, 0, PLAN_FIX_VPP,
-     "virtual stages a GPU (interleaved pipeline)"},
-    {"layout.micro_batch", K_INT, L(micro_batch), 1, 1 << 20, 0, 0, PLAN_FIX_MB,
-     "sequences a micro-batch (the mixed engine)"},
+     "1: the gradients' sums run behind the last micro-batch's backward", 0, NULL},
+    {"train.node_limit", K_NUM, T(node_limit), 0, PLAN_MAX_GPUS, 1, 0, 0,
+     "> 0: a token's experts on at most this many nodes, a row sent once a node", 0, W_COUNT},
+    {"layout.tp", K_INT, L(tp), 1, PLAN_MAX_GPUS, 0, 0, PLAN_FIX_TP, "tensor-parallel GPUs", 0,
+     W_COUNT},
+    {"layout.pp", K_INT, L(pp), 1, MAX_PLAN_LAYERS, 0, 0, PLAN_FIX_PP, "pipeline stages", 0,
+     W_LAYERS},
+    {"layout.ep", K_INT, L(ep), 1, PLAN_MAX_GPUS, 0, 0, PLAN_FIX_EP, "expert-parallel GPUs", 0,
+     W_COUNT},
+    {"layout.vpp", K_INT, L(vpp), 1, MAX_PLAN_LAYERS, 0, 0, PLAN_FIX_VPP,
+     "virtual stages a GPU (interleaved pipeline)", 0, W_LAYERS},
+    {"layout.micro_batch", K_INT, L(micro_batch), 1, PLAN_MAX_BATCH, 0, 0, PLAN_FIX_MB,
+     "sequences a micro-batch (the mixed engine)", 0, W_COUNT},
     {"layout.recompute", K_CHOICE, L(recompute), 0, 0, 0, "none|selective|experts|full",
      PLAN_FIX_RC,
      "recomputed in the backward: nothing; norms and activation functions; and the MoE "
-     "blocks; whole layers"},
+     "blocks; whole layers",
+     0, NULL},
 };
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 
@@ -189,8 +225,15 @@ int plan_set(PlanInput *in, const char *kv, char *err, int errlen) {
     const int whole = k->type == K_INT || k->whole;
     if (whole && x != floor(x))
         return set_error(err, errlen, "%s needs a whole number, not '%s'", k->name, v);
+    if (k->above && (x <= k->lo || x > k->hi)) {
+        char hi[48] = ""; /* a bound of 1e15 stands for none */
+        if (k->hi < 1e15) snprintf(hi, sizeof hi, " and at most %.15g", k->hi);
+        return set_error(err, errlen, "%s must be more than %.15g%s, not %s%s%s", k->name, k->lo,
+                         hi, v, k->why ? ": " : "", k->why ? k->why : "");
+    }
     if (x < k->lo || x > k->hi)
-        return set_error(err, errlen, "%s must be in [%g, %g], not %s", k->name, k->lo, k->hi, v);
+        return set_error(err, errlen, "%s must be in [%.15g, %.15g], not %s%s%s", k->name, k->lo,
+                         k->hi, v, k->why ? ": " : "", k->why ? k->why : "");
     if (k->type == K_INT)
         *(int *)(base + k->off) = (int)x;
     else
@@ -245,28 +288,33 @@ int plan_preset(PlanInput *in, const char *kind, const char *name, char *err, in
                      list[0] ? list : "none");
 }
 
-int plan_validate(const PlanInput *in, char *err, int errlen) {
-    const PlanModel *m = &in->m;
+/* The cluster's keys a plan needs, in the order a message names the first one missing. */
+static const char *const CLUSTER_KEYS[] = {"cluster.gpus_per_node", "cluster.memory_gb",
+                                           "cluster.efficiency",    "cluster.hbm_tbs",
+                                           "cluster.intra_gbs",     "cluster.inter_gbs"};
+
+static double key_value(const PlanInput *in, const char *name) {
+    const Key *k = find_key(name, strlen(name));
+    return *(const double *)((const char *)in + k->off);
+}
+
+int plan_has_cluster(const PlanInput *in) {
     const PlanCluster *k = &in->k;
+    if (k->peak_tflops[0] > 0 || k->peak_tflops[1] > 0 || k->peak_tflops[2] > 0) return 1;
+    for (int i = 0; i < (int)(sizeof CLUSTER_KEYS / sizeof CLUSTER_KEYS[0]); i++)
+        if (strcmp(CLUSTER_KEYS[i], "cluster.efficiency") != 0 &&
+            key_value(in, CLUSTER_KEYS[i]) > 0)
+            return 1;
+    return 0;
+}
+
+int plan_validate_model(const PlanInput *in, char *err, int errlen) {
+    const PlanModel *m = &in->m;
     if (m->d_model <= 0 || m->n_layer <= 0 || m->n_head <= 0 || m->vocab <= 0 || m->seq_len <= 0)
         return set_error(err, errlen,
                          "no model: give --model NAME (moe plan --presets), --config FILE or "
                          "the model.* keys (model.vocab, model.d_model, model.n_layer, "
                          "model.n_head, model.seq_len)");
-    if (k->gpus <= 0 || k->gpus_per_node <= 0 || k->memory_gb <= 0 || k->efficiency <= 0 ||
-        k->hbm_tbs <= 0 || k->intra_gbs <= 0 || k->inter_gbs <= 0)
-        return set_error(err, errlen,
-                         "no cluster: give --cluster NAME (moe plan --presets) and "
-                         "cluster.gpus, or every cluster.* key (moe plan --keys)");
-    if (plan_peak(in) <= 0) {
-        static const char *const P[] = {"fp32", "bf16", "fp8"};
-        return set_error(err, errlen,
-                         "the cluster has no %s peak: set cluster.peak_%s_tflops, or another "
-                         "train.precision",
-                         P[in->t.precision], P[in->t.precision]);
-    }
-    if (in->t.global_batch <= 0)
-        return set_error(err, errlen, "train.global_batch: how many sequences a step?");
     if (m->attention == PLAN_ATTN_MHA && m->head_dim == 0 && fmod(m->d_model, m->n_head) != 0)
         return set_error(err, errlen,
                          "model.n_head = %.0f does not divide model.d_model = %.0f; "
@@ -289,6 +337,38 @@ int plan_validate(const PlanInput *in, char *err, int errlen) {
         return set_error(err, errlen, "moe.num_shared and moe.top_k need moe.num_experts > 0");
     if ((m->experts == 0 || m->first_dense > 0 || m->every > 1) && m->d_ff <= 0)
         return set_error(err, errlen, "the model has dense layers: set model.d_ff");
+    return 0;
+}
+
+int plan_validate_cluster(const PlanInput *in, char *err, int errlen) {
+    if (!plan_has_cluster(in))
+        return set_error(err, errlen,
+                         "no cluster: give --cluster NAME (moe plan --presets) and "
+                         "cluster.gpus, or every cluster.* key (moe plan --keys)");
+    /* a cluster given in part: the first key it lacks (a zero set on purpose is refused by
+     * plan_set with its reason) */
+    for (int i = 0; i < (int)(sizeof CLUSTER_KEYS / sizeof CLUSTER_KEYS[0]); i++)
+        if (key_value(in, CLUSTER_KEYS[i]) <= 0)
+            return set_error(err, errlen,
+                             "%s is not set, and a plan needs it above 0: give --cluster NAME "
+                             "(moe plan --presets) or --set %s=VALUE (moe plan --keys)",
+                             CLUSTER_KEYS[i], CLUSTER_KEYS[i]);
+    if (in->k.gpus <= 0) return set_error(err, errlen, "cluster.gpus is not set: give --gpus N");
+    if (plan_peak(in) <= 0) {
+        static const char *const P[] = {"fp32", "bf16", "fp8"};
+        return set_error(err, errlen,
+                         "the cluster has no %s peak: set cluster.peak_%s_tflops, or another "
+                         "train.precision",
+                         P[in->t.precision], P[in->t.precision]);
+    }
+    return 0;
+}
+
+int plan_validate(const PlanInput *in, char *err, int errlen) {
+    if (plan_validate_model(in, err, errlen) != 0) return -1;
+    if (plan_validate_cluster(in, err, errlen) != 0) return -1;
+    if (in->t.global_batch <= 0)
+        return set_error(err, errlen, "train.global_batch: how many sequences a step?");
     return 0;
 }
 

@@ -38,9 +38,9 @@ const PlanPreset PLAN_PRESETS[] = {
      671e9, 37e9, 1e9, 0, 1, 0, 0, 0, 0},
     {"model", "kimi-k2", "Kimi K2, a 1T-class MoE: 384 experts and 1 shared, top-8",
      "model.vocab=163840 model.n_head=64 moe.num_experts=384 moe.first_dense=1 " DSV3_SHAPE,
-     "MoonshotAI/Kimi-K2 README: \"1 trillion total parameters\", \"32 billion activated "
-     "parameters\" (the report, arXiv 2507.20534, says 1.04 trillion)",
-     1e12, 32e9, 1e12, 0, 1, 0, 0, 0, 0},
+     "the Kimi K2 report (arXiv 2507.20534): 1.04 trillion total parameters; MoonshotAI/Kimi-K2 "
+     "README: \"32 billion activated parameters\" (and \"1 trillion total\", rounded)",
+     1.04e12, 32e9, 0.01e12, 0, 0, 0, 0, 0, 0},
     {"model", "olmoe-1b-7b", "OLMoE-1B-7B: 64 experts, top-8, norms on queries and keys",
      "model.vocab=50304 model.d_model=2048 model.n_layer=16 model.n_head=16 model.qk_norm=full "
      "moe.num_experts=64 moe.top_k=8 moe.d_expert=1024 model.seq_len=4096",

@@ -105,6 +105,46 @@ void plan_print(FILE *f, const PlanInput *in, const PlanResult *r, int n, int se
     print_one(f, in, &r[0]);
 }
 
+/* One part's parameters in billions, and the layers (of `each`) it is made of. */
+static void print_part(FILE *f, const char *what, double total, double layers, const char *each) {
+    if (total <= 0) return;
+    fprintf(f, "  %-15s %12.6g B", what, total / 1e9);
+    if (layers > 0) fprintf(f, "  (%.0f layer%s of %s)", layers, layers > 1 ? "s" : "", each);
+    fputs("\n", f);
+}
+
+void plan_print_counts(FILE *f, const PlanInput *in) {
+    const PlanModel *m = &in->m;
+    PlanCounts c;
+    plan_count(m, &c);
+    print_model(f, in, &c);
+    fputs("parameters by part:\n", f);
+    char each[5][80];
+    snprintf(each[0], sizeof each[0], "%.4g B", c.attn / 1e9);
+    snprintf(each[1], sizeof each[1], "%.4g B", c.dense_ffn / 1e9);
+    snprintf(each[2], sizeof each[2], "%.4g B", c.router / 1e9);
+    snprintf(each[3], sizeof each[3], "%.0f experts of %.4g B", m->experts, c.expert / 1e9);
+    snprintf(each[4], sizeof each[4], "%.4g B", c.shared / 1e9);
+    print_part(f, "embedding", c.embed, 0, "");
+    print_part(f, "head", c.head, 0, "");
+    print_part(f, "attention", m->n_layer * c.attn, m->n_layer, each[0]);
+    print_part(f, "dense SwiGLUs", c.n_dense * c.dense_ffn, c.n_dense, each[1]);
+    print_part(f, "routers", c.n_moe * c.router, c.n_moe, each[2]);
+    print_part(f, "routed experts", c.n_moe * m->experts * c.expert, c.n_moe, each[3]);
+    print_part(f, "shared experts", c.n_moe * c.shared, c.n_moe, each[4]);
+    print_part(f, "norms", m->n_layer * c.norms + c.final_norm, 0, "");
+    print_part(f, "total", c.total, 0, "");
+    fprintf(f, "weights alone: %.2f GB at %g bytes a parameter (train.weight_bytes)\n",
+            c.total * in->t.weight_bytes / 1e9, in->t.weight_bytes);
+    fprintf(f,
+            "for the memory a GPU, the traffic, the step time and the MFU, add %s%s (or plan a "
+            "published run: --run NAME, moe plan --presets)\n",
+            plan_has_cluster(in) ? "" : "a cluster (--cluster NAME --gpus N)",
+            in->t.global_batch > 0 ? ""
+            : plan_has_cluster(in) ? "a batch (--set train.global_batch=N)"
+                                   : " and a batch (--set train.global_batch=N)");
+}
+
 static void json_num(FILE *f, const char *key, double v, int last) {
     fprintf(f, "\"%s\": %.10g%s", key, v, last ? "" : ", ");
 }
@@ -131,7 +171,9 @@ void plan_print_json(FILE *f, const PlanInput *in, const PlanResult *r, int n) {
     json_num(f, "dense_layers", c.n_dense, 0);
     json_num(f, "moe_layers", c.n_moe, 0);
     json_num(f, "flops_token", c.flops_token, 1);
-    fputs("}, \"layouts\": [", f);
+    fputs("}, ", f);
+    json_num(f, "weights_bytes", c.total * in->t.weight_bytes, 0);
+    fputs("\"layouts\": [", f);
     for (int i = 0; i < n; i++) {
         const PlanResult *x = &r[i];
         fprintf(f,
