@@ -89,6 +89,9 @@ HAVE_GNUPLOT := $(shell command -v gnuplot >/dev/null 2>&1 && echo 1 || echo 0)
 HAVE_CUDA := $(shell [ -x "$(NVCC)" ] && echo 1 || echo 0)
 HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && echo 1 || echo 0)
 
+# the compilers make demo and make test run side by side: one a core
+JOBS ?= $(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)
+
 mark = $(if $(filter 1,$(1)),✓,✗)
 space := $(subst ,, )
 ifeq ($(MAKELEVEL),0)
@@ -158,7 +161,8 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_UTIL_OBJ := $(BUILD)/obj/tests/testutil.o
 
 .SECONDARY:
-.PHONY: FORCE features chapters all deps need-openblas data demo demo-run test test-run plots clean help
+.PHONY: FORCE features chapters all deps need-openblas data demo demo-run test test-run test-build \
+        test-build-mpi plots clean help
 .DEFAULT_GOAL := all
 
 all: need-openblas $(BUILD)/moe
@@ -287,9 +291,12 @@ $(TEST_SRC:%.c=$(BUILD)/obj/%.o): $(wildcard tests/*.h)
 
 # The single-process suites, then the MPI ones whatever the first found (a failure in one set
 # never hides the other's results); the status is non-zero when either failed.
+# The binaries are built first with a job per core (JOBS), then the suites run.
 test: deps
-	@status=0; $(MAKE) --no-print-directory test-run || status=1; \
-	 if command -v mpicc >/dev/null 2>&1; then $(MAKE) --no-print-directory MPI=1 test-run-mpi || status=1; \
+	@status=0; $(MAKE) --no-print-directory -j$(JOBS) test-build && \
+	 $(MAKE) --no-print-directory test-run || status=1; \
+	 if command -v mpicc >/dev/null 2>&1; then $(MAKE) --no-print-directory -j$(JOBS) MPI=1 test-build-mpi && \
+	   $(MAKE) --no-print-directory MPI=1 test-run-mpi || status=1; \
 	 else echo "test: skipped: the multi-process suites (tests/mpi/) need Open MPI; install it with make deps"; fi; \
 	 exit $$status
 
@@ -317,22 +324,24 @@ mpi:
 	@$(MAKE) --no-print-directory MPI=1 all
 
 test-mpi: deps
-	@$(MAKE) --no-print-directory MPI=1 test-run-mpi
+	@$(MAKE) --no-print-directory -j$(JOBS) MPI=1 test-build-mpi && $(MAKE) --no-print-directory MPI=1 test-run-mpi
 
 # Every tests/mpi/*.sh, each starting its own mpirun (MOE_BIN, MOE_BUILD and MPIRUN_ENV set).
 # Open MPI's own allocations look like leaks to AddressSanitizer, so leak checking is off here
 # (the single-process suites check ours).
-test-run-mpi: need-openblas $(BUILD)/moe $(filter $(BUILD)/tests/mpi/%,$(TEST_BIN)) $(CHAPTER_BIN)
+test-build-mpi: need-openblas $(BUILD)/moe $(filter $(BUILD)/tests/mpi/%,$(TEST_BIN)) $(CHAPTER_BIN)
+test-run-mpi: test-build-mpi
 	@env $(MPIRUN_ENV) ASAN_OPTIONS=detect_leaks=0 MOE_BIN=$(BUILD)/moe MOE_BUILD=$(BUILD) \
 	  OMP_WAIT_POLICY=passive bash tests/lib/run_suites.sh "test (MPI)" tests/mpi/*.sh
 
-test-run: need-openblas $(BUILD)/moe $(TEST_BIN) $(CHAPTER_BIN)
+test-build: need-openblas $(BUILD)/moe $(TEST_BIN) $(CHAPTER_BIN)
+test-run: test-build
 	@MOE_BIN=$(BUILD)/moe MOE_BUILD=$(BUILD) OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive \
 	  CK_DEFAULT_TIMEOUT=600 CK_TIMEOUT_MULTIPLIER=5 bash tests/lib/run_suites.sh test $(TEST_BIN) tests/*.sh
 
 # ---- demo -----------------------------------------------------------------------------------
 demo: deps
-	@$(MAKE) --no-print-directory demo-run
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/moe && $(MAKE) --no-print-directory demo-run
 
 # The demo trains the embedded default model (build/moe info --keys lists it) and replaces any
 # earlier demo run. DEMO_OUT, DEMO_SET (extra --set options) and CORPUS let tests/test_demo.sh
