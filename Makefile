@@ -261,9 +261,11 @@ deps:
 deps-fuzz:
 	$(call apt_install,$(FUZZ_PKGS),,)
 
-# The aarch64 cross compiler for `make cross` (tests/test_cross.sh runs it when it is here).
+# The aarch64 cross compiler and its C library's headers (a recommendation of the compiler's
+# package, which --no-install-recommends leaves out) for `make cross` (tests/test_cross.sh runs
+# it when it is here).
 deps-cross:
-	$(call apt_install,gcc-aarch64-linux-gnu,,)
+	$(call apt_install,gcc-aarch64-linux-gnu libc6-dev-arm64-cross,,)
 
 # The C for 64-bit Arm (Grace-Hopper nodes): every file compiled by the cross compiler with the
 # warnings as errors, without and with MPI (tests/lib/cross_aarch64.sh; compiling only).

@@ -11,6 +11,10 @@ cc=${CROSS_CC:-aarch64-linux-gnu-gcc}
 if ! command -v "$cc" > /dev/null 2>&1; then
     skip "no aarch64 cross compiler ($cc)" "make deps-cross"
 fi
+printf '#include <stdio.h>\nint main(void) { return puts("arm") < 0; }\n' > "$tmp/hello.c"
+if ! "$cc" -c "$tmp/hello.c" -o "$tmp/hello.o" > /dev/null 2>&1; then
+    skip "$cc is here but not the C library's headers for aarch64 (libc6-dev-arm64-cross)" "make deps-cross"
+fi
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 bash tests/lib/cross_aarch64.sh "$tmp/out" > "$tmp/log" 2>&1
 check "every file compiles for aarch64 with -Werror, without and with MPI" $? \

@@ -29,7 +29,7 @@ for with_mpi in 0 1; do
     flags=(-std=c11 -D_GNU_SOURCE -O2 -fno-math-errno -fno-trapping-math -Wall -Wextra -Wshadow
            -Wno-unused-parameter -Werror -fopenmp -Isrc -Ilabs/common -Itests $blas
            -idirafter /usr/include
-           -DMOE_HAVE_OPENMP=1 -DMOE_HAVE_MPI=$with_mpi -DMOE_HAVE_CUDA=0)
+           -DMOE_HAVE_OPENMP=1 -DMOE_HAVE_MPI=$with_mpi -DMOE_HAVE_CUDA=0 -DMOE_HAVE_NCCL=0)
     [ $with_mpi = 1 ] && read -r -a extra <<< "$mpi" && flags+=("${extra[@]}")
     # two compilers at a time; each object named after its path
     if ! printf '%s\n' "${files[@]}" |
