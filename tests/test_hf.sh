@@ -14,7 +14,8 @@
 #      base in rope_parameters only (transformers 5's config.json)
 #      and a Llama folder, imported and upcycled into 8 experts, keeps the dense model's loss
 #   3. a tied head (tie_word_embeddings, no lm_head): imported as a copy of the embedding, a note
-#      on stderr
+#      on stderr; with an lm_head.weight equal to the embedding the same checkpoint, with one
+#      that differs refused (exit 2)
 #   4. export refuses, exit 2, nothing written, naming the setting: sigmoid scores,
 #      unnormalised or scaled gates, aux-free biases, expert choice, shared experts, dense
 #      blocks among MoE ones, a capacity at evaluation, a bf16 router, sandwich norms; and a
@@ -22,7 +23,9 @@
 #   5. import refuses, exit 2, nothing written, naming what it cannot represent: another
 #      vocabulary, grouped-query attention, biases, another activation or epsilon, rotary
 #      scaling (rope_scaling or a rope_type), no rotary base stated, a short sliding window, another model type, a moe_c_config that disagrees with
-#      config.json, a missing or extra tensor, a sharded or missing model.safetensors, bad JSON,
+#      config.json or is not a string, a field of another type (tie_word_embeddings in quotes),
+#      more key-value heads than heads (each message states the relation its numbers have), a
+#      missing or extra tensor, a sharded or missing model.safetensors, bad JSON,
 #      a file given as the folder
 #   6. eval --logits writes the first batch's tokens, targets and logits, and its loss is the
 #      first batch's; an existing file is refused
@@ -112,6 +115,10 @@ elif cmd == "edit":  # config.json KEY JSON-VALUE (null deletes)
 elif cmd == "drop":  # FILE NAME: the file without tensor NAME (and without its checksum)
     h, meta, d = read(sys.argv[2])
     keep = {n: (h[n], tensor(h, d, n)) for n in h if n != sys.argv[3]}
+    write(sys.argv[2], h, {"format": "pt"}, keep)
+elif cmd == "copy":  # FILE SRC DST: tensor DST holds SRC's bytes (the same shape)
+    h, meta, d = read(sys.argv[2])
+    keep = {n: (h[n], tensor(h, d, sys.argv[3] if n == sys.argv[4] else n)) for n in h}
     write(sys.argv[2], h, {"format": "pt"}, keep)
 elif cmd == "add":  # FILE NAME: the file with one more (4,) tensor NAME
     h, meta, d = read(sys.argv[2])
@@ -210,6 +217,25 @@ PY
 [ $rc -eq 0 ] && [ "$same" = True ] && grep -q "ties its head to its embedding" "$tmp/out"
 check "a tied head (no lm_head) is imported as a copy of the embedding, with a note" $? \
     "status $rc: $(cat "$tmp/out")"
+# tied, and an lm_head.weight as well: transformers computes with the embedding, so the file's
+# lm_head.weight is taken when it is the embedding, and refused when it differs
+cp -r "$tmp/bare-dense" "$tmp/tied-same"
+py edit "$tmp/tied-same/config.json" tie_word_embeddings true
+py copy "$tmp/tied-same/model.safetensors" model.embed_tokens.weight lm_head.weight
+"$moe" import --format hf --from "$tmp/tied-same" --out "$tmp/tied-same.bin" > "$tmp/out" 2>&1
+rc=$?
+"$moe" import --format hf --from "$tmp/tied" --out "$tmp/tied-again.bin" > /dev/null 2>&1
+[ $rc -eq 0 ] && cmp -s "$tmp/tied.bin" "$tmp/tied-same.bin" && cmp -s "$tmp/tied.bin" "$tmp/tied-again.bin"
+check "tied, with an lm_head.weight equal to the embedding: the same checkpoint as without it" $? \
+    "status $rc: $(cat "$tmp/out")"
+cp -r "$tmp/bare-dense" "$tmp/tied-other"
+py edit "$tmp/tied-other/config.json" tie_word_embeddings true
+"$moe" import --format hf --from "$tmp/tied-other" --out "$tmp/tied-other.bin" > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "lm_head.weight that differs" "$tmp/out" &&
+    grep -q "tie_word_embeddings to false" "$tmp/out" && [ ! -e "$tmp/tied-other.bin" ]
+check "tied, with an lm_head.weight that is not the embedding: exit 2, says so and what to do, nothing written" \
+    $? "status $rc: $(cat "$tmp/out")"
 
 # ---- 4. export refusals -------------------------------------------------------------------
 echo "test_hf: what the layout cannot express is refused"
@@ -250,28 +276,42 @@ refuse_import() { # WHAT PATTERN KEY JSON-VALUE (KEY "" for none; the folder pre
     rc=$?
     [ $rc -eq 2 ] && grep -q -- "$pat" "$tmp/out" && [ ! -e "$tmp/refused.bin" ]
     check "import of $what: exit 2, says \"$pat\", nothing written" $? "status $rc: $(cat "$tmp/out")"
-    rm -rf "$tmp/case"
+    rm -rf "$tmp/case" "$tmp/refused.bin" # a failed check leaves no file to fail the next
 }
 refuse_import "another vocabulary" "vocab_size" vocab_size 300
-refuse_import "grouped-query attention" "grouped-query attention" num_key_value_heads 2
+refuse_import "grouped-query attention" \
+    "grouped-query attention: num_key_value_heads (2) is below num_attention_heads (4)" \
+    num_key_value_heads 2
+refuse_import "more key-value heads than heads" \
+    "num_key_value_heads (5) is above num_attention_heads (4)" num_key_value_heads 5
 refuse_import "attention biases" "attention_bias" attention_bias true
 refuse_import "MLP biases" "mlp_bias" mlp_bias true
 refuse_import "another activation" "hidden_act is not silu" hidden_act '"gelu"'
 refuse_import "another norm epsilon" "rms_norm_eps" rms_norm_eps 1e-6
 refuse_import "rotary scaling" "rope_scaling" rope_scaling '{"type": "linear", "factor": 2.0}'
-refuse_import "a short sliding window" "sliding_window" sliding_window 8
+refuse_import "a short sliding window" "sliding_window (8) is below max_position_embeddings (32)" \
+    sliding_window 8
 cp -r "$tmp/v5" "$tmp/case"
 refuse_import "no rotary base at all" "states no rope_theta" rope_parameters null
 cp -r "$tmp/v5" "$tmp/case"
 refuse_import "a rotary type other than default" "rope_type is not default" rope_parameters \
     '{"rope_theta": 10000.0, "rope_type": "yarn"}'
 refuse_import "another model type" "model_type \"qwen2\"" model_type '"qwen2"'
-refuse_import "a head_dim that does not divide" "head_dim" head_dim 6
+refuse_import "a head_dim that does not divide" \
+    "head_dim (6) x num_attention_heads (4) is 24, not hidden_size (32)" head_dim 6
+refuse_import "tie_word_embeddings in quotes" '"tie_word_embeddings" is a string; it must be true or false' \
+    tie_word_embeddings '"true"'
 refuse_import "a missing size" "has no \"hidden_size\"" hidden_size null
 refuse_import "a layer more than the weights" "has no tensor 'model.layers.2" num_hidden_layers 3
 refuse_import "a layer less than the weights" "has a tensor 'model.layers.1" num_hidden_layers 1
 cp -r "$tmp/hf-moe" "$tmp/case"
 refuse_import "moe_c_config against config.json" "disagree" max_position_embeddings 64
+cp -r "$tmp/hf-moe" "$tmp/case"
+refuse_import "a moe_c_config that is a number" '"moe_c_config" is a number; it must be a string' \
+    moe_c_config 42
+cp -r "$tmp/hf-moe" "$tmp/case"
+refuse_import "a moe_c_config that is an array" '"moe_c_config" is an array; it must be a string' \
+    moe_c_config '["model.d_model = 32"]'
 cp -r "$tmp/bare-moe" "$tmp/case"
 py add "$tmp/case/model.safetensors" model.layers.0.self_attn.q_proj.bias
 refuse_import "an extra tensor (a bias)" "q_proj.bias" "" ""

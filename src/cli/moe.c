@@ -384,6 +384,31 @@ void load_model(Model *m, Config *c, const char *path, int B, int T) {
     if (checkpoint_load(m, NULL, path, 0, err, sizeof err) != 0) moe_input_error("%s", err);
 }
 
+/* What every process of a multi-process run must share, as "key = value" lines for dist_init
+ * to compare across the ranks: every setting but train.threads (each machine may give its
+ * process its own share of cores; a thread count changes no shape, batch or step of the
+ * training), and the options that decide what a process loads and how far it trains. */
+static char *job_settings(const Config *c, const Opts *o) {
+    Config same = *c;
+    same.threads = 0;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) moe_fatal("out of memory");
+    config_write(&same, f);
+    const char *none = "(not given)";
+    fprintf(f, "--resume = %s\n", o->resume ? o->resume : none);
+    fprintf(f, "--init = %s\n", o->init ? o->init : none);
+    if (o->until > 0)
+        fprintf(f, "--until = %ld\n", o->until);
+    else
+        fprintf(f, "--until = %s\n", none);
+    fprintf(f, "--replay-routing = %s\n", o->replay_routing ? o->replay_routing : none);
+    fprintf(f, "--allow-data-change = %s\n", o->allow_data_change ? "given" : none);
+    fclose(f);
+    return text;
+}
+
 static int cmd_train(int argc, char **argv) {
     Opts o;
     parse_opts(&o, "train", argc, argv);
@@ -442,8 +467,12 @@ static int cmd_train(int argc, char **argv) {
                        (int)MOE_COLLECTIVES_TEACH == (int)DIST_COLL_TEACH &&
                        (int)MOE_COLLECTIVES_NCCL == (int)DIST_COLL_NCCL,
                    "dist.collectives and DistCollectives");
-    if (dist_init(&d, NULL, NULL, c.ep, c.collectives, c.timeout, err, sizeof err) != 0)
-        moe_input_error("%s", err);
+    char *settings = job_settings(&c, &o);
+    const int refused =
+        dist_init(&d, NULL, NULL, c.ep, c.collectives, c.timeout, settings, err, sizeof err);
+    free(settings);
+    if (refused && err[0]) moe_input_error("%s", err);
+    if (refused) exit(MOE_EXIT_INPUT); /* settings that differ: rank 0 has said which */
     TrainOptions to = {.out_dir = dir,
                        .resume = o.resume != NULL && !restart,
                        .restart = restart,

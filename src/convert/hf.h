@@ -36,8 +36,11 @@ int hf_export(const Model *m, const char *dir, char *err, int errlen);
  * What moe.c cannot represent is refused with a message that names it: another vocabulary than
  * 256 bytes, grouped-query attention, attention or MLP biases, another activation or norm
  * epsilon, rotary scaling, a sliding window shorter than the context, a sharded or
- * non-safetensors checkpoint, tensors missing, misshapen or extra. A tied head is copied into
- * moe.c's head (the same function; the note says so on stderr). Returns 0, or -1. */
+ * non-safetensors checkpoint, tensors missing, misshapen or extra, a field of config.json of
+ * another JSON type than it must have (moe_c_config a string, tie_word_embeddings true or
+ * false, ...). A tied head is copied into moe.c's head (the same function; the note says so on
+ * stderr); an lm_head.weight beside it must hold the embedding's values (one that differs is
+ * refused: loaders disagree on which of the two is the head). Returns 0, or -1. */
 int hf_read(SafeTensors *st, const char *dir, char *err, int errlen);
 
 /* The Hugging Face name of moe.c's tensor name (expert e of a stacked one) into out; *rope: its

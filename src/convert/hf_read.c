@@ -61,8 +61,50 @@ static const char *str(const Fields *f, const char *key) {
     return x && x->type == JSON_STRING ? x->string : NULL;
 }
 
+/* A JSON type in words, for messages. */
+static const char *kind_of(JsonType t) {
+    return t == JSON_BOOL     ? "true or false"
+           : t == JSON_NUMBER ? "a number"
+           : t == JSON_STRING ? "a string"
+           : t == JSON_ARRAY  ? "an array"
+           : t == JSON_OBJECT ? "an object"
+                              : "null";
+}
+
+/* A field read as other than a number, and the type it must have. */
+typedef struct {
+    const char *key;
+    JsonType type;
+    const char *hint; /* what to do, after the message */
+} Typed;
+
+/* flag() and str() pass over a field of another type as if it were missing: a "true" in
+ * quotes would not be true, a moe_c_config that is a number would be ignored. So each field
+ * they read is checked first, and one of another type is refused by name (null counts as
+ * missing, as in num()). */
+static int check_types(const Fields *f, const Typed *t, int n, const char *in) {
+    for (int i = 0; i < n; i++) {
+        const JsonValue *x = json_get(f->root, t[i].key);
+        if (x && x->type != JSON_NULL && x->type != t[i].type)
+            return set_error(f->err, f->errlen, "%s: \"%s%s\" is %s; it must be %s%s", f->path, in,
+                             t[i].key, kind_of(x->type), kind_of(t[i].type), t[i].hint);
+    }
+    return 0;
+}
+
 /* What moe.c computes, checked; then the settings as key=value lines into *text. */
 static int settings_of(const Fields *f, char **text, int *moe, int *tied) {
+    static const Typed TYPED[] = {
+        {"model_type", JSON_STRING, ""},
+        {"hidden_act", JSON_STRING, ""},
+        {"tie_word_embeddings", JSON_BOOL, ""},
+        {"attention_bias", JSON_BOOL, ""},
+        {"mlp_bias", JSON_BOOL, ""},
+        {"rope_parameters", JSON_OBJECT, ""},
+        {"moe_c_config", JSON_STRING,
+         " (the \"key = value\" lines of every moe.c setting, as moe export writes it); remove "
+         "it to import the model as the rest of config.json describes it"}};
+    if (check_types(f, TYPED, (int)(sizeof TYPED / sizeof *TYPED), "")) return -1;
     const char *type = str(f, "model_type");
     if (!type || (strcmp(type, "mixtral") != 0 && strcmp(type, "llama") != 0))
         return set_error(f->err, f->errlen,
@@ -87,7 +129,10 @@ static int settings_of(const Fields *f, char **text, int *moe, int *tied) {
     const char *rope_type = NULL;
     if (rp && rp->type == JSON_OBJECT) {
         const Fields g = {rp, f->path, f->err, f->errlen};
-        if (num(&g, "rope_theta", &theta, 0, 0, 0, 1e30)) return -1;
+        static const Typed NESTED[] = {{"rope_type", JSON_STRING, ""}};
+        if (check_types(&g, NESTED, 1, "rope_parameters.") ||
+            num(&g, "rope_theta", &theta, 0, 0, 0, 1e30))
+            return -1;
         rope_type = str(&g, "rope_type");
     }
     if (theta <= 0)
@@ -97,11 +142,30 @@ static int settings_of(const Fields *f, char **text, int *moe, int *tied) {
                          f->path);
     const char *act = str(f, "hidden_act");
     const JsonValue *scaling = json_get(f->root, "rope_scaling");
+    /* the messages with numbers: each states the relation the numbers have */
+    char heads[256] = "", dims[256] = "", span[256] = "";
+    if (kv > 0 && kv < H)
+        snprintf(heads, sizeof heads,
+                 "grouped-query attention: num_key_value_heads (%.0f) is below "
+                 "num_attention_heads (%.0f), and moe.c has one key-value head a query head",
+                 kv, H);
+    else if (kv > H)
+        snprintf(heads, sizeof heads,
+                 "num_key_value_heads (%.0f) is above num_attention_heads (%.0f): moe.c has one "
+                 "key-value head a query head, so the two must be equal",
+                 kv, H);
+    if (hd > 0 && hd * H != C)
+        snprintf(dims, sizeof dims,
+                 "head_dim (%.0f) x num_attention_heads (%.0f) is %.0f, not hidden_size (%.0f)", hd,
+                 H, hd * H, C);
+    if (window >= 0 && window < T)
+        snprintf(span, sizeof span,
+                 "sliding_window (%.0f) is below max_position_embeddings (%.0f): it limits "
+                 "attention to fewer positions than the context",
+                 window, T);
     const char *why = V != MOE_VOCAB ? "its vocabulary is not moe.c's 256 bytes (vocab_size)"
-                      : kv > 0 && kv != H
-                          ? "grouped-query attention (num_key_value_heads below "
-                            "num_attention_heads): moe.c has one key-value head a query head"
-                      : hd > 0 && hd * H != C ? "head_dim x num_attention_heads is not hidden_size"
+                      : heads[0]     ? heads
+                      : dims[0]      ? dims
                       : act && strcmp(act, "silu") != 0 ? "hidden_act is not silu (SwiGLU's)"
                       : fabs(eps - 1e-5) > 1e-12 ? "rms_norm_eps is not moe.c's 1e-5"
                       : scaling && scaling->type != JSON_NULL
@@ -111,9 +175,7 @@ static int settings_of(const Fields *f, char **text, int *moe, int *tied) {
                             "positions"
                       : flag(f, "attention_bias") ? "attention_bias: moe.c's products have no bias"
                       : flag(f, "mlp_bias")       ? "mlp_bias: moe.c's products have no bias"
-                      : window >= 0 && window < T
-                          ? "sliding_window limits attention to fewer positions than the context"
-                          : NULL;
+                      : span[0] ? span : NULL;
     if (why)
         return set_error(f->err, f->errlen, "%s: %s; moe.c cannot represent this model", f->path,
                          why);
@@ -225,6 +287,31 @@ static int read_weights(SafeTensors *hf, const char *dir, char *err, int errlen)
     return safetensors_read(hf, path, err, errlen);
 }
 
+/* A tied head (tie_word_embeddings: true) is the embedding: transformers makes lm_head the
+ * embedding's own tensor, and a file saved so often holds a copy of it as lm_head.weight too.
+ * *h (the file's lm_head.weight, or NULL) becomes the embedding; an lm_head.weight that is
+ * there must hold the embedding's bytes (then it is read, and marked so). One that differs
+ * makes the folder say two things at once, and loaders resolve that differently (transformers
+ * has tied over it in some versions, kept it with a warning in others), so it is refused
+ * rather than guessed. */
+static int tied_head(const SafeTensors *hf, const TensorRef **h, char *used, const char *dir,
+                     char *err, int errlen) {
+    const TensorRef *emb = safetensors_find(hf, "model.embed_tokens.weight");
+    if (!emb) return 0; /* the embedding's own lookup says it is missing */
+    if (*h && ((*h)->nbytes != emb->nbytes || memcmp((*h)->data, emb->data, emb->nbytes) != 0))
+        return set_error(err, errlen,
+                         "%s: config.json ties the head to the embedding (tie_word_embeddings: "
+                         "true), but model.safetensors also holds an lm_head.weight that differs "
+                         "from model.embed_tokens.weight, and which of the two is the head "
+                         "depends on the loader (transformers versions differ); moe.c will not "
+                         "guess: set tie_word_embeddings to false to import that lm_head.weight "
+                         "as the head, or remove it to import the tied model",
+                         dir);
+    if (*h) used[*h - hf->entries] = 1;
+    *h = emb;
+    return 0;
+}
+
 /* moe.c's tensors from the Hugging Face ones into st (entries and one buffer), marking each
  * tensor of hf that was read. */
 static int gather(SafeTensors *st, const SafeTensors *hf, const Config *c, int tied, char *used,
@@ -251,8 +338,9 @@ static int gather(SafeTensors *st, const SafeTensors *hf, const Config *c, int t
             int rope;
             hf_tensor_name(t->name, x, name, sizeof name, &rope);
             const TensorRef *h = safetensors_find(hf, name);
-            if (!h && tied && strcmp(t->name, "head") == 0) /* the embedding is the head */
-                h = safetensors_find(hf, "model.embed_tokens.weight");
+            if (tied && strcmp(t->name, "head") == 0 &&
+                (rc = tied_head(hf, &h, used, dir, err, errlen)))
+                break;
             if (!h) {
                 rc = set_error(err, errlen,
                                "%s/model.safetensors has no tensor '%s', which this model (as "

@@ -77,11 +77,18 @@ typedef struct Dist {
 
 /* Start (MPI_Init when built with MPI) and build the grid. ep must divide the world size;
  * collectives (DistCollectives) chooses the engine.
+ * settings (or NULL: nothing to compare) is what every process must agree on, as lines
+ * "key = value" (config_write's format): before the grid is built, rank 0's text goes to every
+ * rank, and when any rank's differs the job is refused on every rank: rank 0 prints a message
+ * naming each key that differs, its values and the ranks that hold them ("train.lr is 0.003 on
+ * rank 0 and 0.01 on rank 1"), and every rank gets -1 with an empty err (rank 0 has spoken for
+ * the job). A process started with other settings (mpirun's `-np 1 moe ... : -np 1 moe ...`)
+ * would otherwise train on with other numbers, or end in a message about truncated exchanges.
  * Returns 0, or -1 with a message (e.g. "dist.ep=3 does not divide the 4 processes: run with
  * mpirun -np 3 or 6, or set dist.ep to a divisor of 4"). Without MPI, only ep = 1 is valid
  * unless the world is 1 and ep is 1. */
 int dist_init(Dist *d, int *argc, char ***argv, int ep, int collectives, double timeout_s,
-              char *err, int errlen);
+              const char *settings, char *err, int errlen);
 void dist_finalize(Dist *d);
 
 /* 1 when this build can run more than one process (MOE_HAVE_MPI). */

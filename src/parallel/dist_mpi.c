@@ -32,6 +32,7 @@
 #if MOE_HAVE_MPI
 #include "parallel/dist_mpi.h"
 
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -285,8 +286,159 @@ static void startup_done(void) {
     sigaction(SIGALRM, &startup_old, NULL);
 }
 
+/* ---- the same settings on every rank ------------------------------------------------------ */
+
+/* A settings text cut into its lines "key = value": key[i] and val[i] point into the text,
+ * which is changed in place. Lines without " = " are skipped. */
+typedef struct {
+    int n;
+    char **key, **val; /* n each */
+} Settings;
+
+static void settings_parse(Settings *s, char *text) {
+    int cap = 1;
+    for (const char *p = text; *p; p++) cap += *p == '\n';
+    s->key = malloc_check((size_t)cap * sizeof *s->key);
+    s->val = malloc_check((size_t)cap * sizeof *s->val);
+    s->n = 0;
+    for (char *line = text; line && *line;) {
+        char *next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        char *eq = strstr(line, " = ");
+        if (eq) {
+            *eq = '\0';
+            s->key[s->n] = line;
+            s->val[s->n++] = eq + 3;
+        }
+        line = next;
+    }
+}
+
+/* key's value in s, or NULL; the line at hint is tried first (every rank writes the same keys
+ * in the same order, so a lookup is one comparison unless the binaries differ) */
+static const char *settings_value(const Settings *s, const char *key, int hint) {
+    if (hint < s->n && strcmp(s->key[hint], key) == 0) return s->val[hint];
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->key[i], key) == 0) return s->val[i];
+    return NULL;
+}
+
+static int same_value(const char *a, const char *b) {
+    return (a == NULL && b == NULL) || (a && b && strcmp(a, b) == 0);
+}
+
+/* Append "KEY is V on ranks 0, 2 and W on rank 1" for a key whose values (val[r] of rank r,
+ * NULL when a rank lacks the key) differ; the ranks with the same value are listed together. */
+static void describe_key(char *err, int errlen, size_t *used, const char *key, const char **val,
+                         int world) {
+    size_t u = *used;
+#define PUT(...)                                                                                   \
+    do {                                                                                           \
+        if (u < (size_t)errlen) u += (size_t)snprintf(err + u, (size_t)errlen - u, __VA_ARGS__);   \
+    } while (0)
+    PUT("%s%s is ", u > 0 ? "; " : "", key);
+    for (int r = 0, groups = 0; r < world; r++) {
+        int first = 1, count = 0;
+        for (int q = 0; q < r && first; q++) first = !same_value(val[q], val[r]);
+        if (!first) continue;
+        for (int q = r; q < world; q++) count += same_value(val[q], val[r]);
+        PUT("%s%s on rank%s", groups++ ? " and " : "", val[r] ? val[r] : "(no such setting)",
+            count > 1 ? "s" : "");
+        for (int q = r, n = 0; q < world; q++)
+            if (same_value(val[q], val[r])) PUT("%s %d", n++ ? "," : "", q);
+    }
+#undef PUT
+    *used = u;
+}
+
+/* Rank 0's message for texts (world of them, rank order) that are not all the same: each key
+ * that differs, rank 0's keys first, then any that only other ranks have (another build). */
+static void describe_differences(char **texts, int world, char *err, int errlen) {
+    Settings *s = malloc_check((size_t)world * sizeof *s);
+    const char **val = malloc_check((size_t)world * sizeof *val);
+    for (int r = 0; r < world; r++) settings_parse(&s[r], texts[r]);
+    size_t used = 0;
+    for (int r = 0; r < world && used + 1 < (size_t)errlen; r++)
+        for (int i = 0; i < s[r].n && used + 1 < (size_t)errlen; i++) {
+            const char *key = s[r].key[i];
+            int seen = 0; /* described already, from an earlier rank's keys */
+            for (int q = 0; q < r && !seen; q++) seen = settings_value(&s[q], key, i) != NULL;
+            if (seen) continue;
+            int differ = 0;
+            for (int q = 0; q < world; q++) {
+                val[q] = settings_value(&s[q], key, i);
+                differ |= !same_value(val[q], val[0]);
+            }
+            if (differ) describe_key(err, errlen, &used, key, val, world);
+        }
+    if (used + 1 >= (size_t)errlen && errlen > 4) strcpy(err + errlen - 4, "...");
+    for (int r = 0; r < world; r++) {
+        free(s[r].key);
+        free(s[r].val);
+    }
+    free(s);
+    free(val);
+}
+
+/* 1 when the ranks' settings differ (rank 0 has printed which), 0 when all are rank 0's.
+ * Blocking collectives on the world, bounded like MPI_Init by startup_watch. A text is a few
+ * KiB, so rank 0's goes whole to every rank and each compares it exactly; the texts travel to
+ * rank 0 only when they differ, for the message. Rank 0 prints it here, before the barrier
+ * that lets the others leave: the first process to exit non-zero makes mpirun end the job,
+ * which could otherwise cut rank 0 off before it speaks. */
+static int settings_differ(const Dist *d, int world, const char *mine) {
+    const int rank = d->rank;
+    int len = (int)strlen(mine) + 1, root_len = len;
+    mpi_check(d, MPI_Bcast(&root_len, 1, MPI_INT, 0, MPI_COMM_WORLD), "comparison of settings");
+    char *root = malloc_check((size_t)root_len);
+    if (rank == 0) memcpy(root, mine, (size_t)len);
+    mpi_check(d, MPI_Bcast(root, root_len, MPI_CHAR, 0, MPI_COMM_WORLD), "comparison of settings");
+    int differ = strcmp(root, mine) != 0, any = 0;
+    free(root);
+    mpi_check(d, MPI_Allreduce(&differ, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD),
+              "comparison of settings");
+    if (!any) return 0;
+    int *lens = NULL, *displs = NULL;
+    char *all = NULL;
+    if (rank == 0) {
+        lens = malloc_check((size_t)world * sizeof *lens);
+        displs = malloc_check((size_t)world * sizeof *displs);
+    }
+    mpi_check(d, MPI_Gather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD),
+              "comparison of settings");
+    if (rank == 0) {
+        size_t total = 0;
+        for (int r = 0; r < world; r++) {
+            if (total + (size_t)lens[r] > (size_t)INT_MAX)
+                moe_fatal("dist_init: the settings of %d ranks exceed 2 GiB", world);
+            displs[r] = (int)total;
+            total += (size_t)lens[r];
+        }
+        all = malloc_check(total);
+    }
+    mpi_check(d, MPI_Gatherv(mine, len, MPI_CHAR, all, lens, displs, MPI_CHAR, 0, MPI_COMM_WORLD),
+              "comparison of settings");
+    if (rank == 0) {
+        char **texts = malloc_check((size_t)world * sizeof *texts), what[2048];
+        for (int r = 0; r < world; r++) texts[r] = all + displs[r];
+        describe_differences(texts, world, what, (int)sizeof what);
+        fprintf(stderr,
+                "error: the %d processes of the job were started with different settings: %s; "
+                "every process must train the same model the same way: start them all with "
+                "the same --config, --set and options\n",
+                world, what);
+        fflush(stderr);
+        free(texts);
+    }
+    free(lens);
+    free(displs);
+    free(all);
+    mpi_check(d, MPI_Barrier(MPI_COMM_WORLD), "comparison of settings");
+    return 1;
+}
+
 int dist_init(Dist *d, int *argc, char ***argv, int ep, int collectives, double timeout_s,
-              char *err, int errlen) {
+              const char *settings, char *err, int errlen) {
     memset(d, 0, sizeof *d);
     int inited = 0, owns = 0, provided = 0;
     if (timeout_s <= 0) timeout_s = 60.0;
@@ -306,6 +458,15 @@ int dist_init(Dist *d, int *argc, char ***argv, int ep, int collectives, double 
     int world = 1, rank = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    d->rank = rank;
+    /* first the settings, ep among them: with the grid built from two values of dist.ep the
+     * splits below would not match */
+    if (settings && world > 1 && settings_differ(d, world, settings)) {
+        if (owns) MPI_Finalize();
+        startup_done();
+        if (errlen > 0) err[0] = '\0'; /* rank 0 has said what differs */
+        return -1;
+    }
     if (ep < 1 || world % ep != 0) {
         /* Every rank reaches the same verdict from the same numbers, so each can end MPI
          * cleanly and exit with the message, without waiting on the others. */

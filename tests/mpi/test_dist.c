@@ -111,10 +111,12 @@ END_TEST
 START_TEST(test_init_rejects_bad_ep) {
     Dist bad;
     char err[256] = "", want[64];
-    ck_assert_int_eq(dist_init(&bad, NULL, NULL, 0, g_d.collectives, 1.0, err, sizeof err), -1);
+    ck_assert_int_eq(dist_init(&bad, NULL, NULL, 0, g_d.collectives, 1.0, NULL, err, sizeof err),
+                     -1);
     ck_assert_msg(strstr(err, "dist.ep=0") != NULL, "message: %s", err);
     int ep = g_d.world + 1; /* never divides the world */
-    ck_assert_int_eq(dist_init(&bad, NULL, NULL, ep, g_d.collectives, 1.0, err, sizeof err), -1);
+    ck_assert_int_eq(dist_init(&bad, NULL, NULL, ep, g_d.collectives, 1.0, NULL, err, sizeof err),
+                     -1);
     snprintf(want, sizeof want, "mpirun -np %d", ep);
     ck_assert_msg(strstr(err, want) != NULL, "message '%s' lacks '%s'", err, want);
     snprintf(want, sizeof want, "dist.ep=%d", ep);
@@ -539,8 +541,8 @@ int main(int argc, char **argv) {
     }
     const char *coll = getenv("MOE_TEST_COLLECTIVES");
     const int collectives = coll && strcmp(coll, "mpi") == 0 ? DIST_COLL_MPI : DIST_COLL_TEACH;
-    if (dist_init(&g_d, &argc, &argv, ep, collectives, env_number("MOE_TEST_TIMEOUT", 30), err,
-                  sizeof err)) {
+    if (dist_init(&g_d, &argc, &argv, ep, collectives, env_number("MOE_TEST_TIMEOUT", 30), NULL,
+                  err, sizeof err)) {
         fprintf(stderr, "test_dist: %s\n", err);
         return 2;
     }

@@ -31,6 +31,9 @@
 #   8. host staging: train.device=cpu-fenced (cpu's ops on memory the host cannot read, as a
 #      GPU's) across 4 processes gives cpu's run bit for bit in four modes (aux, aux-free,
 #      capacity, dense), and resumes
+#   9. processes started with different settings (mpirun's `-np 1 moe ... : -np 1 moe ...`):
+#      train.lr, or model.d_model and dist.ep, that differ are refused at the start with exit 2
+#      and one message naming each key, its values and ranks; train.threads may differ
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
 
 # shellcheck source=tests/lib/common.sh
@@ -346,5 +349,37 @@ rc=$?
 cmp -s <(cut -d, -f1-6,8 "$tmp/st-cpu-aux/train.csv") <(cut -d, -f1-6,8 "$tmp/st-fenced-half/train.csv")
 check "[teach] cpu-fenced across 4 processes, saved at step 3 and resumed: the unbroken cpu run" $? \
     "exit $rc: $(tail -n 2 "$tmp/st-fenced-half.log")"
+
+# ---- 9. processes started with different settings ---------------------------------------------
+# mpirun's multiple-program form starts processes with their own command lines: settings that
+# differ are refused at the start on every rank (exit 2), rank 0 alone naming each key, its
+# values and ranks; train.threads alone may differ
+echo "test_ep: processes started with different settings"
+tmp=$top/mpi
+# mpmd NAME NP_A "SETS_A" NP_B "SETS_B": NP_A processes with SETS_A and NP_B with SETS_B
+mpmd() {
+    local name=$1
+    # shellcheck disable=SC2086 # SETS_A and SETS_B are lists of options
+    timeout -k 10 60 mpirun -np "$2" "$moe" train --out "$tmp/$name" "${tiny[@]}" $3 \
+        : -np "$4" "$moe" train --out "$tmp/$name" "${tiny[@]}" $5 > "$tmp/$name.log" 2>&1
+}
+start=$(date +%s)
+mpmd mix-lr 1 "--set train.lr=0.003" 1 "--set train.lr=0.01"
+rc=$?
+took=$(($(date +%s) - start))
+[ $rc -eq 2 ] && [ "$took" -lt 20 ] && [ ! -e "$tmp/mix-lr" ] &&
+    [ "$(grep -c "^error: " "$tmp/mix-lr.log")" = 1 ] &&
+    grep -q "train.lr is 0.003 on rank 0 and 0.01 on rank 1" "$tmp/mix-lr.log"
+check "train.lr=0.003 on rank 0, 0.01 on rank 1: exit 2 after ${took} s, one message naming both, nothing written" \
+    $? "exit $rc: $(grep -v '^-' "$tmp/mix-lr.log" | head -n 3)"
+mpmd mix-shape 3 "--set dist.ep=2" 1 "--set dist.ep=1 --set model.d_model=64"
+rc=$?
+[ $rc -eq 2 ] && [ ! -e "$tmp/mix-shape" ] && [ "$(grep -c "^error: " "$tmp/mix-shape.log")" = 1 ] &&
+    grep -q "model.d_model is 32 on ranks 0, 1, 2 and 64 on rank 3; dist.ep is 2 on ranks 0, 1, 2 and 1 on rank 3" \
+        "$tmp/mix-shape.log"
+check "model.d_model and dist.ep differing on rank 3 of 4: exit 2, both keys named with their ranks" \
+    $? "exit $rc: $(grep -v '^-' "$tmp/mix-shape.log" | head -n 3)"
+mpmd mix-threads 1 "--set train.threads=1 --set train.steps=2" 1 "--set train.threads=2 --set train.steps=2"
+check "train.threads=1 on rank 0, 2 on rank 1: trains" $? "$(tail -n 3 "$tmp/mix-threads.log")"
 
 finish
