@@ -172,12 +172,13 @@ echo "test_ablations: chapters/05-stability/ablate.sh --smoke"
 out5=plots/05-stability-smoke
 bash chapters/05-stability/ablate.sh --smoke > "$tmp/ch05.log" 2>&1
 check "ch05 --smoke exits 0" $? "$(tail -n 5 "$tmp/ch05.log")"
-awk -F, 'NR == 1 { ok = $1 == "arm" && $4 == "diverged_frac" && $6 == "p_vs_pre"; next }
+awk -F, 'NR == 1 { ok = $1 == "arm" && $4 == "diverged_frac" && $6 == "p_vs_pre" && $15 == "p_bonferroni"; next }
     { n++; if ($2 != 2 || $3 < 0 || $3 > 2 || $4 != $3 / 2 || $6 < 0 || $6 > 1) ok = 0
+      if ($15 < $6 || $15 > 1 || ($6 * 8 > 1.01 && $15 != 1)) ok = 0   # Bonferroni: p times 8 arms, at most 1
       if ($1 == "pre" && $6 != 1) ok = 0   # the baseline against itself
       if ($3 < 2 && ($9 !~ /^[0-9.]+$/ || $12 !~ /^[0-9.]+$/)) ok = 0 }
     END { exit !(ok && n == 9) }' "$out5/summary.csv"
-check "ch05: summary.csv has 9 arms of 2 seeds, the diverged share, Fisher's p against pre (1 for pre), a val loss and logits when one survived" $? \
+check "ch05: summary.csv has 9 arms of 2 seeds, the diverged share, Fisher's p against pre (1 for pre) and it times 8 (at most 1), a val loss and logits when one survived" $? \
     "$(cat "$out5/summary.csv")"
 d_runs=$(awk -F, 'NR > 1 { n++; d += $3 } END { print n + 0, d + 0 }' "$out5/runs.csv")
 d_exit=$(grep -lx 3 runs/ch05-*-s[12]-smoke/exit_status 2> /dev/null | wc -l)

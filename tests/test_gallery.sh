@@ -22,8 +22,9 @@ echo "test_gallery: gallery.sh --smoke"
 MOE_BIN=$moe MOE_MPI_BIN= bash chapters/06-troubleshooting/gallery.sh --smoke > "$tmp/g.log" 2>&1
 check "gallery.sh --smoke exits 0" $? "$(tail -n 30 "$tmp/g.log")"
 arms=$(awk -F, 'NR > 1' "$out/gallery.csv" | wc -l)
-[ "$arms" = 17 ] && [ -s "$out/gallery.md" ] && [ -s "$out/thresholds.md" ] && [ -s "$out/runs.tar.gz" ]
-check "gallery.csv has every arm ($arms); gallery.md, thresholds.md, runs.tar.gz exist" $? "$(cat "$out/gallery.csv")"
+[ "$arms" = 17 ] && [ -s "$out/gallery.md" ] && [ -s "$out/thresholds.md" ] && [ -s "$out/runs.tar.gz" ] &&
+  [ -s "$out/divergence.csv" ]
+check "gallery.csv has every arm ($arms); gallery.md, thresholds.md, runs.tar.gz, divergence.csv exist" $? "$(cat "$out/gallery.csv")"
 missing=""
 while IFS=, read -r arm expect found rc _; do
   [ "$found" = skipped ] && continue
@@ -41,6 +42,12 @@ g=plots/06-troubleshooting
 mkdir -p "$tmp/g"
 tar -xzf "$g/runs.tar.gz" -C "$tmp/g"
 check "runs.tar.gz unpacks" $? ""
+# divergence.csv (what 6.1 quotes): the run's train.csv, columns step, lr, loss and grad_norm
+head -n 1 "$tmp/g/runs/ch06-gallery-divergence/train.csv" | grep -q '^step,loss,aux_loss,z_loss,lr,grad_norm,' &&
+  awk -F, '{ print $1 "," $5 "," $2 "," $6 }' "$tmp/g/runs/ch06-gallery-divergence/train.csv" |
+  sed '1s/.*/step,lr,loss,grad_norm/' | cmp -s - "$g/divergence.csv"
+check "divergence.csv is the divergence run's learning rate, loss and gradient norm at every step" $? \
+  "$(cat "$g/divergence.csv")"
 differs="" missed="" false_pos="" n=0
 while IFS=, read -r arm expect found rc _; do
   n=$((n + 1))

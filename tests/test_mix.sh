@@ -9,8 +9,9 @@
 #      data.mix=natural), a large one the uniform shares to 1e-3, 0.25 shares in proportion to
 #      size^4 (the synthetic domains' sizes differ a little); provenance.txt records the
 #      resolved shares (and nothing for the natural mix)
-#   3. an end mix: from step steps - round(frac x steps) on, the windows follow data.mix_end,
-#      and a mix.csv row ends where it takes over; the smallest frac that gives it one step
+#   3. an end mix: after step steps - lround(frac x steps), the windows follow data.mix_end, and
+#      a mix.csv row ends where it takes over (1.3 end steps round to 1, not up to 2); the
+#      smallest frac that gives it one step
 #   4. a resume under a mix is bit for bit: 12 steps, then 12 more after --resume, give the
 #      checkpoint and the losses of 24 steps straight
 #   5. val_domains.csv: each evaluation's per-domain losses, weighted by their tokens, are the
@@ -89,6 +90,14 @@ awk -F, 'NR > 1 { if ($1 <= 30 && $3 == "syn0" && ($4 == 0 || $6 != 1)) bad = 1
                   if ($1 == 30) edge = 1 }
      END { exit bad || !edge }' "$tmp/end/mix.csv"
 check "data.mix_end takes over at step 30 of 40 (a mix.csv row ends there)" $? "$(cat "$tmp/end/mix.csv")"
+# the end mix's steps are lround(frac * steps), the nearest count: 1.3 rounds to 1, so the last
+# step only (from step 10 of 10, the last mix.csv row before it at step 9; src/README.md)
+run end13 --set data.mix=syn0:1,syn1:0,syn2:0 --set data.mix_end=syn0:0,syn1:0,syn2:1 \
+    --set data.mix_end_frac=0.13 --set train.steps=10 --set train.eval_every=0
+awk -F, 'NR > 1 && $4 > 0 { last[$3] = $1; from[$3] = $2 }
+     END { exit !(last["syn0"] == 9 && from["syn2"] == 9 && last["syn2"] == 10) }' "$tmp/end13/mix.csv"
+check "data.mix_end_frac=0.13 of 10 steps: the end mix draws step 10 alone (lround of 1.3)" $? \
+    "$(cat "$tmp/end13/mix.csv")"
 
 # the smallest fraction the refusal below suggests for 4 steps: one step of the end mix
 run endmin --set data.mix=syn0:1,syn1:0,syn2:0 --set data.mix_end=syn0:0,syn1:0,syn2:1 \

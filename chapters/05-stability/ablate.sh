@@ -157,13 +157,15 @@ fi
 # per arm: runs, diverged and their fraction, the median step of divergence, and p_vs_pre: the
 # two-sided p-value of Fisher's exact test of its diverged count against pre's (how often
 # counts at least this far apart come from the same chance of diverging); over the runs that
-# did not diverge: the mean spikes, the validation loss (mean, min, max) and the logits
+# did not diverge: the mean spikes, the validation loss (mean, min, max) and the logits; last,
+# p_bonferroni: p_vs_pre times the number of arms compared with pre (at most 1), so that the
+# chance that any of them reads below 0.05 by chance alone is at most 0.05 (Bonferroni)
 ref_div=$(awk -F, '$1 == "pre" && $3 == 1 { d++ } END { print d + 0 }' "$out/runs.csv")
 {
-  echo "arm,runs,diverged,diverged_frac,diverged_step,p_vs_pre,loss_spikes,grad_spikes,val_loss,val_min,val_max,max_logit,lse_mean,settings"
+  echo "arm,runs,diverged,diverged_frac,diverged_step,p_vs_pre,loss_spikes,grad_spikes,val_loss,val_min,val_max,max_logit,lse_mean,settings,p_bonferroni"
   for v in "${ARMS[@]}"; do
     IFS='|' read -r name settings what <<<"$v"
-    awk -F, -v arm="$name" -v settings="$settings" -v rd="$ref_div" '
+    awk -F, -v arm="$name" -v settings="$settings" -v rd="$ref_div" -v m=$((${#ARMS[@]} - 1)) '
       function lc(n, k,   i, s) { s = 0; for (i = 1; i <= k; i++) s += log(n - k + i) - log(i); return s }
       function fisher(a, b, n,   K, x, lo, hi, p0, px, p) {  # a, b of n each; two-sided
         K = a + b; lo = K > n ? K - n : 0; hi = K < n ? K : n
@@ -177,10 +179,10 @@ ref_div=$(awk -F, '$1 == "pre" && $3 == 1 { d++ } END { print d + 0 }' "$out/run
       END {
         for (i = 1; i <= d; i++) for (j = i + 1; j <= d; j++) if (ds[j] < ds[i]) { t = ds[i]; ds[i] = ds[j]; ds[j] = t }
         med = d ? ds[int((d + 1) / 2)] : "nan"
-        p = fisher(d, rd, n)
-        if (s) printf "%s,%d,%d,%.2f,%s,%.3f,%.1f,%.1f,%.4f,%.4f,%.4f,%.2f,%.2f,%s\n", arm, n, d, d / n, med,
-                      p, ls / s, gs / s, vl / s, lo, hi, ml / s, lm / s, settings
-        else printf "%s,%d,%d,%.2f,%s,%.3f,nan,nan,nan,nan,nan,nan,nan,%s\n", arm, n, d, d / n, med, p, settings }' \
+        p = fisher(d, rd, n); pb = p * m > 1 ? 1 : p * m
+        if (s) printf "%s,%d,%d,%.2f,%s,%.3f,%.1f,%.1f,%.4f,%.4f,%.4f,%.2f,%.2f,%s,%.3f\n", arm, n, d, d / n, med,
+                      p, ls / s, gs / s, vl / s, lo, hi, ml / s, lm / s, settings, pb
+        else printf "%s,%d,%d,%.2f,%s,%.3f,nan,nan,nan,nan,nan,nan,nan,%s,%.3f\n", arm, n, d, d / n, med, p, settings, pb }' \
       "$out/runs.csv"
   done
 } > "$out/summary.csv"
@@ -214,12 +216,12 @@ ref_div=$(awk -F, '$1 == "pre" && $3 == 1 { d++ } END { print d + 0 }' "$out/run
 {
   echo "### Part 1: stability of the fragile model ($nseeds seeds per arm, $steps steps)"
   echo
-  echo "| arm | settings | diverged | p vs pre | median step of divergence | loss spikes | grad-norm spikes | val loss (min-max) | max logit | mean lse |"
-  echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-  awk -F, 'NR > 1 { printf "| %s | `%s` | %d of %d | %s | %s | %s | %s | %s (%s-%s) | %s | %s |\n", $1, $14, $3, $2, $6, $5, $7, $8, $9, $10, $11, $12, $13 }' \
+  echo "| arm | settings | diverged | p vs pre | p vs pre, Bonferroni | median step of divergence | loss spikes | grad-norm spikes | val loss (min-max) | max logit | mean lse |"
+  echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  awk -F, 'NR > 1 { printf "| %s | `%s` | %d of %d | %s | %s | %s | %s | %s | %s (%s-%s) | %s | %s |\n", $1, $14, $3, $2, $6, $15, $5, $7, $8, $9, $10, $11, $12, $13 }' \
     "$out/summary.csv"
   echo
-  echo "Diverged: the training loss went above 7 nats (moe train exit status 3). p vs pre: the two-sided p-value of Fisher's exact test of the arm's diverged count against pre's (below 0.05: a difference that chance alone would give less than once in 20 comparisons). The other columns are over the runs that did not diverge: spikes per run (train.csv's flags: above the mean of the 20 steps before by 4 standard deviations), validation loss at step $steps (mean, and min-max over the seeds), and over the last 20% of the steps the largest |router logit| and the mean logsumexp, mean over the MoE blocks. runs.csv has every run."
+  echo "Diverged: the training loss went above 7 nats (moe train exit status 3). p vs pre: the two-sided p-value of Fisher's exact test of the arm's diverged count against pre's (below 0.05: a difference that chance alone would give less than once in 20 comparisons). Bonferroni: that p times the $((${#ARMS[@]} - 1)) arms compared with pre, at most 1 (below 0.05: chance alone would give any of the $((${#ARMS[@]} - 1)) such a difference less than once in 20 sets of comparisons). The other columns are over the runs that did not diverge: spikes per run (train.csv's flags: above the mean of the 20 steps before by 4 standard deviations), validation loss at step $steps (mean, and min-max over the seeds), and over the last 20% of the steps the largest |router logit| and the mean logsumexp, mean over the MoE blocks. runs.csv has every run."
   echo
   echo "### Part 2: where the aux loss counts its fractions ($bseeds seeds, $steps steps, micro-batches of 2 sequences, 8 per step)"
   echo

@@ -17,7 +17,8 @@
 # Writes runs/ch06-gallery-NAME[-quick|-smoke]/ and, in plots/06-troubleshooting[-quick|-smoke]/:
 # gallery.csv and gallery.md (per arm: the findings it should provoke, those moe doctor named,
 # its exit status, the missed and the unexpected ones; the csv also its loss and gradient-norm
-# spikes, train.csv's flags), reports/NAME.txt (the doctor's report),
+# spikes, train.csv's flags), divergence.csv (the divergence arm's learning rate, loss and
+# gradient norm at each of its steps), reports/NAME.txt (the doctor's report),
 # NAME.png (the symptom against the healthy run), thresholds.md (moe doctor --thresholds),
 # live.txt (the warnings moe train printed while the arms trained),
 # runs.tar.gz (the run directories without their checkpoints: tests/test_gallery.sh diagnoses
@@ -158,6 +159,12 @@ fi
   done
 } > "$out/gallery.md"
 
+# divergence.csv: the divergence arm's steps up to the one it stopped at, with the learning rate,
+# loss and gradient norm of each (the handbook reads the run's last steps from it, 6.1)
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; print "step,lr,loss,grad_norm"; next }
+  { print $1 "," $c["lr"] "," $c["loss"] "," $c["grad_norm"] }' \
+  "runs/ch06-gallery-divergence$suffix/train.csv" > "$out/divergence.csv"
+
 # ---- figures: each arm's symptom against the healthy run ---------------------------------------
 series=$(mktemp -d)
 trap 'rm -rf "$series"' EXIT
@@ -190,5 +197,5 @@ tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - "${files[@]
 all=()
 for d in "${dirs[@]}"; do all+=("${d#runs/ch06-gallery-}=$d"); done
 write_provenance "$out" "${all[@]}"
-echo "wrote $out/: gallery.csv, gallery.md, reports/, thresholds.md, runs.tar.gz, provenance.txt and a figure per arm"
+echo "wrote $out/: gallery.csv, gallery.md, divergence.csv, reports/, thresholds.md, runs.tar.gz, provenance.txt and a figure per arm"
 awk -F, 'NR > 1 { printf "  %-18s %-32s exit %s%s%s\n", $1, $3, $4, ($5 ? "  MISSED " $5 : ""), ($6 && $2 == "-" ? "  FALSE POSITIVE " $6 : "") }' "$out/gallery.csv"
