@@ -100,6 +100,31 @@ static void rule_divergence(DoctorReport *r, const Run *run) {
     }
 }
 
+/* A byte-level model that guesses every byte uniformly has a loss of ln 256 = 5.545 nats, and a
+ * fresh one starts there; a run whose final window is no lower never learned. (A loss far
+ * above it, 1e23 at every step, is no damaged file: moe train can write it from weights with
+ * enormous logits, so it is reported with the values seen, not refused.) */
+static void rule_no_learning(DoctorReport *r, const Run *run) {
+    const int n = run->train.n_row;
+    if (r->last_step <= r->cfg.warmup) return; /* the learning rate has not reached its peak */
+    const double uniform = log((double)MOE_VOCAB),
+                 late = train_mean(run, run->c_loss, r->win_from, r->last_step);
+    if (!(late >= uniform)) return;
+    int low = 0;
+    for (int i = 1; i < n; i++)
+        if (tcol(run, i, run->c_loss) < tcol(run, low, run->c_loss)) low = i;
+    Finding *f = finding(r, F_NO_LEARNING);
+    add(f,
+        "training loss %.4g (mean of steps %d-%d), at least ln %d = %.3f, the loss of a uniform "
+        "guess over the bytes, which a fresh model starts at",
+        late, r->win_from, r->last_step, MOE_VOCAB, uniform);
+    add(f,
+        "its lowest: %.4g at step %d of %d logged (peak learning rate train.lr=%g after %d "
+        "steps of warm-up)",
+        tcol(run, low, run->c_loss), (int)tcol(run, low, run->c_step), n, (double)r->cfg.lr,
+        r->cfg.warmup);
+}
+
 static void spike_rule(DoctorReport *r, const Run *run, int col, int value_col, double min_count,
                        FindingId id, const char *what) {
     if (col < 0) return;
@@ -560,6 +585,7 @@ int doctor_run(DoctorReport *r, const char *dir, const double th[TH_COUNT], char
 
     rule_divergence(r, &run);
     if (n >= 10) {
+        if (!r->n_found) rule_no_learning(r, &run); /* a divergence is its own finding */
         if (run.router.n_row && run.n_moe) rule_collapse(r, &run, th);
         rule_loss_rising(r, &run, th, w);
         spike_rule(r, &run, run.c_lspike, run.c_loss, th[TH_LOSS_SPIKES], F_LOSS_SPIKES, "loss");

@@ -23,6 +23,7 @@ typedef enum { SEV_NOTE, SEV_WARNING, SEV_FAILURE } Severity;
 /* What moe doctor can find. The order is the report's. */
 typedef enum {
     F_DIVERGENCE,
+    F_NO_LEARNING,
     F_ROUTER_COLLAPSE,
     F_LOSS_RISING,
     F_LOSS_SPIKES,

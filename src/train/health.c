@@ -71,6 +71,24 @@ void health_defaults(double th[TH_COUNT]) {
     for (int i = 0; i < TH_COUNT; i++) th[i] = HEALTH_THRESHOLDS[i].value;
 }
 
+/* the values threshold i can take, as a phrase for the message; 1 when v is one of them. A
+ * fraction of the run or of the assignments is at most 1, a final window of nothing judges
+ * nothing, and a number of steps is whole. */
+static int threshold_in_range(int i, double v, const char **range) {
+    switch (i) {
+    case TH_FINAL_WINDOW: *range = "a fraction above 0 and at most 1"; return v > 0.0 && v <= 1.0;
+    case TH_SETTLE: *range = "a fraction from 0 to below 1"; return v >= 0.0 && v < 1.0;
+    case TH_COLLAPSE_SHARE:
+    case TH_DROP_FRAC:
+    case TH_LOAD_CHURN: *range = "a fraction from 0 to 1"; return v >= 0.0 && v <= 1.0;
+    case TH_STARVE_STEPS:
+    case TH_DROP_STEPS:
+        *range = "a whole number of steps >= 0";
+        return v >= 0.0 && v == floor(v) && v < 1e9;
+    default: *range = "a number >= 0"; return v >= 0.0;
+    }
+}
+
 int health_set(double th[TH_COUNT], const char *assignment, char *err, int errlen) {
     const char *eq = strchr(assignment, '=');
     if (!eq || eq == assignment)
@@ -85,9 +103,11 @@ int health_set(double th[TH_COUNT], const char *assignment, char *err, int errle
             continue;
         char *end = NULL;
         double v = strtod(eq + 1, &end);
-        if (end == eq + 1 || *end || !isfinite(v) || v < 0.0)
-            return set_error(err, errlen, "threshold %.*s: '%s' is not a number >= 0", (int)n,
-                             assignment, eq + 1);
+        const char *range = "";
+        const int in_range = threshold_in_range(i, v, &range);
+        if (end == eq + 1 || *end || !isfinite(v) || !in_range)
+            return set_error(err, errlen, "threshold %.*s: '%s' is not %s", (int)n, assignment,
+                             eq + 1, range);
         th[i] = v;
         return 0;
     }
