@@ -63,8 +63,12 @@ mkrun() {
       }
       tok = (fault == "throughput_drop" && s > 50) ? 5000 : 10000 + 10 * sin(s)
       ls = (fault == "loss_spikes" && (s == 30 || s == 60 || s == 90)) ? 1 : 0
-      gs = (fault == "grad_spikes" && s % 8 == 0) ? 1 : 0
-      printf "%d,%s,1.001,2.5,0.003,%.4f,%.1f,%s,%d,%d\n", s, loss, 0.5 + 0.01 * cos(s), tok, val, ls, gs > tr
+      g = 0.5 + 0.01 * cos(s); gs = 0
+      # spikes: 6 times the usual norm every 8 steps; bumps: like the healthy demo, isolated steps
+      # of 1.5 to 2 times it, which train.csv flags (4 std of a steady window) by the dozen
+      if (fault == "grad_spikes" && s % 8 == 0) { g = 3; gs = 1 }
+      if (fault == "grad_bumps" && s % 8 == 0) { g = 0.75 + 0.002 * s; gs = 1 }
+      printf "%d,%s,1.001,2.5,0.003,%.4f,%.1f,%s,%d,%d\n", s, loss, g, tok, val, ls, gs > tr
       for (l = 0; l < 2; l++) {
         for (e = 0; e < 8; e++) { load[e] = 0.125 + 0.004 * sin(s + 3 * e + l); bias[e] = 0 }
         if (fault == "router_collapse" && l == 1) {
@@ -130,6 +134,23 @@ check "collapse: domains.csv says every domain goes to the busiest experts" $? "
 "$moe" doctor "$tmp/starving_experts" > "$tmp/out"
 grep -q "layer 0 expert 3: .* for 60 steps (21-80), 0.000 % on average: dead" "$tmp/out"
 check "starving names the expert, the span and that it is dead" $? "$(cat "$tmp/out")"
+mkrun "$tmp/grad_bumps" grad_bumps
+"$moe" doctor "$tmp/grad_bumps" > "$tmp/out" 2>&1
+rc=$?
+[ $rc = 0 ] && [ -z "$(found "$tmp/out")" ] && [ "$(awk -F, 'NR > 1 { n += $10 } END { print n }' "$tmp/grad_bumps/train.csv")" = 12 ]
+check "12 flagged steps of 1.5-2x the usual gradient norm (a healthy run's): no grad_spikes" $? "exit $rc: $(cat "$tmp/out")"
+"$moe" doctor "$tmp/grad_spikes" > "$tmp/out" 2>&1
+grep -q "10 gradient-norm spikes in 80 steps judged (21-100, after the settling start and the warm-up): a norm above 3 times the median of the 20 steps before it; at steps 24 (3, 6.0x)" "$tmp/out"
+check "grad_spikes: the steps judged, the rule and each spike's ratio to the median" $? "$(cat "$tmp/out")"
+"$moe" doctor "$tmp/grad_spikes" --threshold grad_spike_ratio=7 > "$tmp/out" 2>&1
+check "--threshold grad_spike_ratio=7 moves the line past 6x spikes (exit 0)" $? "$(cat "$tmp/out")"
+# the default model's demo (make demo): its gradient norm has isolated steps of 1.5 to 7 times
+# its level, which train.csv flags (6 to 10 in 600 steps); none is a finding
+demo=tests/doctor/demo
+"$moe" doctor "$demo" > "$tmp/out" 2>&1
+rc=$?
+[ $rc = 0 ] && [ -z "$(found "$tmp/out")" ] && [ "$(awk -F, 'NR > 1 { n += $10 } END { print n }' "$demo/train.csv")" -ge 6 ]
+check "the demo's run (tests/doctor/demo, 600 steps of the default model): healthy, exit 0" $? "exit $rc: $(cat "$tmp/out")"
 "$moe" doctor "$tmp/router_collapse" --threshold collapse_share=0.9 > "$tmp/out"
 check "--threshold collapse_share=0.9 moves the line past the run (exit 0)" $? "$(cat "$tmp/out")"
 "$moe" doctor "$tmp/healthy" --threshold drop_frac=0 --threshold drop_steps=0 > "$tmp/out" 2>&1

@@ -28,7 +28,7 @@ const FindingKind FINDINGS[F_COUNT] = {
                        "train.csv that another program wrote",
                        "check train.lr and train.warmup; start from a fresh init or an earlier "
                        "checkpoint; set train.diverge_loss so such a run stops at once",
-                       "train.lr train.warmup train.diverge_loss", "6.1 Divergence and NaN"},
+                       "train.lr train.warmup train.diverge_loss", "6.14 Reading a report"},
     [F_ROUTER_COLLAPSE] = {"router_collapse", SEV_FAILURE,
                            "router collapse: a few experts take most of the tokens",
                            "no balancing or too weak a balance loss; a large router init that "

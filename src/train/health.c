@@ -22,8 +22,12 @@ const HealthThreshold HEALTH_THRESHOLDS[TH_COUNT] = {
                    "not judged for starving experts and drop storms (live too)"},
     [TH_LOSS_SPIKES] = {"loss_spikes", 2, "loss_spikes",
                         "loss spikes (train.csv loss_spike) in a run that make a warning"},
-    [TH_GRAD_SPIKES] = {"grad_spikes", 10, "grad_spikes",
-                        "gradient-norm spikes (train.csv grad_spike) in a run that make a warning"},
+    [TH_GRAD_SPIKES] = {"grad_spikes", 3, "grad_spikes",
+                        "gradient-norm spikes per 100 steps judged (after the settling start and "
+                        "the warm-up; fewer steps count as 100) that make a warning"},
+    [TH_GRAD_SPIKE_RATIO] = {"grad_spike_ratio", 3, "grad_spikes",
+                             "a gradient-norm spike: a gradient norm above this many times the "
+                             "median of the train.spike_window steps before it"},
     [TH_LR_RISE] = {"lr_rise", 0.1, "loss_rising",
                     "nats the training loss (a mean over the final window) ends above its lowest "
                     "such mean after warm-up"},
