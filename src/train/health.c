@@ -17,9 +17,10 @@ const HealthThreshold HEALTH_THRESHOLDS[TH_COUNT] = {
     [TH_FINAL_WINDOW] = {"final_window", 0.2, "(all)",
                          "the end of a run, whose state is judged: this fraction of its logged "
                          "steps (at least 10)"},
-    [TH_SETTLE] = {"settle", 0.2, "starving_experts, drop_storm",
+    [TH_SETTLE] = {"settle", 0.2, "starving_experts, drop_storm, grad_spikes",
                    "the start of a run, while the router settles: this fraction of its steps is "
-                   "not judged for starving experts and drop storms (live too)"},
+                   "not judged for starving experts and drop storms (live too) nor for "
+                   "gradient-norm spikes"},
     [TH_LOSS_SPIKES] = {"loss_spikes", 2, "loss_spikes",
                         "loss spikes (train.csv loss_spike) in a run that make a warning"},
     [TH_GRAD_SPIKES] = {"grad_spikes", 3, "grad_spikes",
