@@ -4,12 +4,19 @@
 #   1. every rule on a made-up run directory: a healthy one (two MoE blocks of 8 experts, 100
 #      steps) gives exit 0 and no finding; each copy with one fault gives exactly the finding
 #      of that fault (no other) and the exit status of its severity (3 failure, 1 warning,
-#      0 for the note of an unfinished run); --threshold moves a rule's line
+#      0 for the note of an unfinished run; no_learning: a loss of 1e23 at every step);
+#      --threshold moves a rule's line; gradient-norm steps of 1.5-2x the usual, which
+#      train.csv flags, are no grad_spikes, and the demo's run (tests/doctor/demo, a copy of
+#      moe train's output) is healthy
 #   2. --json: one JSON object with the same findings (python3 parses it when present)
 #   3. bad input, exit 2 with a message: no directory, no config.txt, a damaged CSV (a word,
 #      steps out of order, a row of the wrong layer, a domains.csv expert the model lacks), a
 #      router.csv of another model, a FIFO where provenance.txt belongs, a config
-#      typo, a bad --threshold, a stray argument; a torn last line is dropped instead
+#      typo, a bad --threshold (or one out of its range), a stray argument; values moe train
+#      cannot write (nan or inf val_loss, drop_frac, dist.csv; a negative grad_norm, load,
+#      val_loss; an empty grad_norm; train.csv cut to three columns), an empty config.txt,
+#      random bytes for each file, control characters (quoted escaped, never raw); a torn
+#      last line is dropped instead, as is a torn provenance.txt line before a new segment
 #   4. --thresholds lists every threshold once; every handbook section a finding or a live
 #      warning names exists in handbook.md
 #   5. the live warnings of moe train: a run with a tiny capacity and no balancing warns of
