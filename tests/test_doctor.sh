@@ -235,12 +235,12 @@ bad_value() { # WHAT FILE LINE SED PATTERN [FAULT]: line LINE of FILE edited by 
 }
 bad_value "val_loss nan" train.csv 21 's/,[0-9.]*,0,0$/,nan,0,0/' "train.csv:21: column 'val_loss' holds nan, not a finite number"
 bad_value "val_loss inf" train.csv 21 's/,[0-9.]*,0,0$/,inf,0,0/' "train.csv:21: column 'val_loss' holds inf, not a finite number"
-bad_value "val_loss negative" train.csv 21 's/,[0-9.]*,0,0$/,-2.5,0,0/' "train.csv:21: column 'val_loss' holds -2.5, below the least 0"
-bad_value "grad_norm negative" train.csv 30 's/^\(29,[^,]*,[^,]*,[^,]*,[^,]*,\)[^,]*,/\1-0.5,/' "train.csv:30: column 'grad_norm' holds -0.5, below the least 0"
+bad_value "val_loss negative" train.csv 21 's/,[0-9.]*,0,0$/,-2.5,0,0/' "train.csv:21: column 'val_loss' holds -2.5: it is never below 0"
+bad_value "grad_norm negative" train.csv 30 's/^\(29,[^,]*,[^,]*,[^,]*,[^,]*,\)[^,]*,/\1-0.5,/' "train.csv:30: column 'grad_norm' holds -0.5: it is never below 0"
 bad_value "grad_norm empty" train.csv 30 's/^\(29,[^,]*,[^,]*,[^,]*,[^,]*,\)[^,]*,/\1,/' "train.csv:30: column 'grad_norm' is empty"
 bad_value "drop_frac nan" router.csv 40 's/^\([^,]*,[^,]*,[^,]*,[^,]*,[^,]*,\)[^,]*,/\1nan,/' "router.csv:40: column 'drop_frac' holds nan, not a finite number"
 bad_value "drop_frac inf" router.csv 40 's/^\([^,]*,[^,]*,[^,]*,[^,]*,[^,]*,\)[^,]*,/\1inf,/' "router.csv:40: column 'drop_frac' holds inf, not a finite number"
-bad_value "a negative load" router.csv 40 's/^\([^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,\)[^,]*,/\1-0.3,/' "router.csv:40: column 'load_0' holds -0.3, below the least 0"
+bad_value "a negative load" router.csv 40 's/^\([^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,\)[^,]*,/\1-0.3,/' "router.csv:40: column 'load_0' holds -0.3: it is never below 0"
 bad_value "dist.csv nan" dist.csv 5 's/,0.004,/,nan,/' "dist.csv:5: column 'comm_s' holds nan, not a finite number" ep_imbalance
 bad_value "dist.csv inf" dist.csv 4 's/,3000,/,inf,/' "dist.csv:4: column 'rows_in' holds inf, not a finite number" ep_imbalance
 mkrun "$tmp/cut" none # train.csv cut to three columns: no gradient norm to read, not a divergence

@@ -233,10 +233,10 @@ static int check_table(const CsvTable *t, const ColumnRule *rules, int n_rules, 
                                  "%s:%ld: column '%s' holds %g, not a finite number; %s", t->path,
                                  t->line[i], t->names[c], v, DAMAGED);
             if (v < rule->lo || v > rule->hi)
-                return set_error(
-                    err, errlen, "%s:%ld: column '%s' holds %g, %s %g it cannot be; %s", t->path,
-                    t->line[i], t->names[c], v, v < rule->lo ? "below the least" : "above the most",
-                    v < rule->lo ? rule->lo : rule->hi, DAMAGED);
+                return set_error(err, errlen, "%s:%ld: column '%s' holds %g: it is never %s %g; %s",
+                                 t->path, t->line[i], t->names[c], v,
+                                 v < rule->lo ? "below" : "above",
+                                 v < rule->lo ? rule->lo : rule->hi, DAMAGED);
         }
     }
     return 0;
@@ -265,7 +265,8 @@ static int check_provenance(const char *text, size_t n, const char *path, char *
         const size_t len = eol ? (size_t)(eol - p) : strlen(p);
         const size_t key = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_.");
         int bad = lineno == 1 && strncmp(p, "started = ", 10) != 0;
-        for (size_t i = 0; i < len && !bad; i++) bad = (unsigned char)p[i] < 0x20 || p[i] == 0x7f;
+        for (size_t i = 0; i < len && !bad; i++) /* a tab may be in a CPU's name */
+            bad = ((unsigned char)p[i] < 0x20 && p[i] != '\t') || p[i] == 0x7f;
         const int torn = !eol || strncmp(eol + 1, "started = ", 10) == 0;
         if (!bad && len && !torn) bad = key == 0 || strncmp(p + key, " = ", 3) != 0;
         if (bad)
