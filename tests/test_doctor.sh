@@ -273,6 +273,11 @@ sed -i '4s/,3000,/,\x1b[31m\x07red,/' "$tmp/esc/dist.csv"
 expect_2 "a dist.csv field with control characters" "dist.csv:4: column 'rows_in' holds '\\\\x1b\[31m\\\\x07red'" "$tmp/esc"
 no_raw_controls
 check "... quoted escaped, never raw" $? "$(od -c "$tmp/err" | head)"
+mkrun "$tmp/esccfg" none
+printf 'model.n_layer = 2\x1b[31m\n' >> "$tmp/esccfg/config.txt"
+expect_2 "a control character in config.txt" "model.n_layer expects an integer, got '2\\\\x1b\[31m'" "$tmp/esccfg"
+no_raw_controls
+check "... quoted escaped, never raw" $? "$(od -c "$tmp/err" | head)"
 mkrun "$tmp/prov" none
 printf 'started = 2026-01-01T00:00:00Z\nthreads = 2\x1b[2J\n' > "$tmp/prov/provenance.txt"
 expect_2 "a control character in provenance.txt" "provenance.txt:2: 'threads = 2\\\\x1b\[2J' is not a" "$tmp/prov"

@@ -323,9 +323,10 @@ int load_run(DoctorReport *r, Run *run, const char *dir, char *err, int errlen) 
                          "that moe train --out made",
                          dir);
     config_defaults(&r->cfg);
-    char cerr[512];
-    if (config_load_file(&r->cfg, path, cerr, sizeof cerr) != 0)
-        return set_error(err, errlen, "%s: %s", path, cerr);
+    char cerr[512], shown[1024];
+    if (config_load_file(&r->cfg, path, cerr, sizeof cerr) != 0) /* it may quote the file */
+        return set_error(err, errlen, "%s: %s", path,
+                         escape_text(shown, sizeof shown, cerr, strlen(cerr)));
     if (!has_setting(dir))
         return set_error(err, errlen,
                          "%s holds no setting: moe train writes every setting of a run there, "
