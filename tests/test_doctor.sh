@@ -4,12 +4,19 @@
 #   1. every rule on a made-up run directory: a healthy one (two MoE blocks of 8 experts, 100
 #      steps) gives exit 0 and no finding; each copy with one fault gives exactly the finding
 #      of that fault (no other) and the exit status of its severity (3 failure, 1 warning,
-#      0 for the note of an unfinished run); --threshold moves a rule's line
+#      0 for the note of an unfinished run; no_learning: a loss of 1e23 at every step);
+#      --threshold moves a rule's line; gradient-norm steps of 1.5-2x the usual, which
+#      train.csv flags, are no grad_spikes, and the demo's run (tests/doctor/demo, a copy of
+#      moe train's output) is healthy
 #   2. --json: one JSON object with the same findings (python3 parses it when present)
 #   3. bad input, exit 2 with a message: no directory, no config.txt, a damaged CSV (a word,
 #      steps out of order, a row of the wrong layer, a domains.csv expert the model lacks), a
 #      router.csv of another model, a FIFO where provenance.txt belongs, a config
-#      typo, a bad --threshold, a stray argument; a torn last line is dropped instead
+#      typo, a bad --threshold (or one out of its range), a stray argument; values moe train
+#      cannot write (nan or inf val_loss, drop_frac, dist.csv; a negative grad_norm, load,
+#      val_loss; an empty grad_norm; train.csv cut to three columns), an empty config.txt,
+#      random bytes for each file, control characters (quoted escaped, never raw); a torn
+#      last line is dropped instead, as is a torn provenance.txt line before a new segment
 #   4. --thresholds lists every threshold once; every handbook section a finding or a live
 #      warning names exists in handbook.md
 #   5. the live warnings of moe train: a run with a tiny capacity and no balancing warns of
@@ -55,15 +62,20 @@ mkrun() {
       loss = 3.0 - 0.8 * s / N + 0.01 * sin(s)
       if (fault == "loss_rising" && s > 50) loss = 2.6 + 0.01 * (s - 50)
       if (fault == "divergence" && s == N) loss = "nan"
+      if (fault == "no_learning") loss = 1e23 # never below ln 256: nothing learned
       val = ""
-      if (s % 20 == 0) {
+      if (s % 20 == 0 && loss != "nan") { # a diverged step is not evaluated
         val = loss + 0.05
         if (fault == "overfitting") val = (s <= 40) ? 2.9 - 0.002 * s : 2.82 + 0.004 * (s - 40)
       }
       tok = (fault == "throughput_drop" && s > 50) ? 5000 : 10000 + 10 * sin(s)
       ls = (fault == "loss_spikes" && (s == 30 || s == 60 || s == 90)) ? 1 : 0
-      gs = (fault == "grad_spikes" && s % 8 == 0) ? 1 : 0
-      printf "%d,%s,1.001,2.5,0.003,%.4f,%.1f,%s,%d,%d\n", s, loss, 0.5 + 0.01 * cos(s), tok, val, ls, gs > tr
+      g = 0.5 + 0.01 * cos(s); gs = 0
+      # spikes: 6 times the usual norm every 8 steps; bumps: like the healthy demo, isolated steps
+      # of 1.5 to 2 times it, which train.csv flags (4 std of a steady window) by the dozen
+      if (fault == "grad_spikes" && s % 8 == 0) { g = 3; gs = 1 }
+      if (fault == "grad_bumps" && s % 8 == 0) { g = 0.75 + 0.002 * s; gs = 1 }
+      printf "%d,%s,1.001,2.5,0.003,%.4f,%.1f,%s,%d,%d\n", s, loss, g, tok, val, ls, gs > tr
       for (l = 0; l < 2; l++) {
         for (e = 0; e < 8; e++) { load[e] = 0.125 + 0.004 * sin(s + 3 * e + l); bias[e] = 0 }
         if (fault == "router_collapse" && l == 1) {
@@ -111,7 +123,7 @@ check "healthy run: exit 0, no finding, verdict healthy" $? "exit $rc: $(cat "$t
 for f in divergence:3 router_collapse:3 loss_rising:1 loss_spikes:1 grad_spikes:1 \
          starving_experts:1 drop_storm:1 balance_dominates:1 logit_growth:1 bias_oscillation:1 \
          bias_drift:1 overfitting:1 data_changed:1 data_repeated:1 ep_imbalance:1 \
-         throughput_drop:1 incomplete:0; do
+         throughput_drop:1 incomplete:0 no_learning:3; do
   name=${f%:*} want=${f#*:}
   mkrun "$tmp/$name" "$name"
   "$moe" doctor "$tmp/$name" > "$tmp/out" 2>&1
@@ -129,6 +141,23 @@ check "collapse: domains.csv says every domain goes to the busiest experts" $? "
 "$moe" doctor "$tmp/starving_experts" > "$tmp/out"
 grep -q "layer 0 expert 3: .* for 60 steps (21-80), 0.000 % on average: dead" "$tmp/out"
 check "starving names the expert, the span and that it is dead" $? "$(cat "$tmp/out")"
+mkrun "$tmp/grad_bumps" grad_bumps
+"$moe" doctor "$tmp/grad_bumps" > "$tmp/out" 2>&1
+rc=$?
+[ $rc = 0 ] && [ -z "$(found "$tmp/out")" ] && [ "$(awk -F, 'NR > 1 { n += $10 } END { print n }' "$tmp/grad_bumps/train.csv")" = 12 ]
+check "12 flagged steps of 1.5-2x the usual gradient norm (a healthy run's): no grad_spikes" $? "exit $rc: $(cat "$tmp/out")"
+"$moe" doctor "$tmp/grad_spikes" > "$tmp/out" 2>&1
+grep -q "10 gradient-norm spikes in 80 steps judged (21-100, after the settling start and the warm-up): a norm above 3 times the median of the 20 steps before it; at steps 24 (3, 6.0x)" "$tmp/out"
+check "grad_spikes: the steps judged, the rule and each spike's ratio to the median" $? "$(cat "$tmp/out")"
+"$moe" doctor "$tmp/grad_spikes" --threshold grad_spike_ratio=7 > "$tmp/out" 2>&1
+check "--threshold grad_spike_ratio=7 moves the line past 6x spikes (exit 0)" $? "$(cat "$tmp/out")"
+# the default model's demo (make demo): its gradient norm has isolated steps of 1.5 to 7 times
+# its level, which train.csv flags (6 to 10 in 600 steps); none is a finding
+demo=tests/doctor/demo
+"$moe" doctor "$demo" > "$tmp/out" 2>&1
+rc=$?
+[ $rc = 0 ] && [ -z "$(found "$tmp/out")" ] && [ "$(awk -F, 'NR > 1 { n += $10 } END { print n }' "$demo/train.csv")" -ge 6 ]
+check "the demo's run (tests/doctor/demo, 600 steps of the default model): healthy, exit 0" $? "exit $rc: $(cat "$tmp/out")"
 "$moe" doctor "$tmp/router_collapse" --threshold collapse_share=0.9 > "$tmp/out"
 check "--threshold collapse_share=0.9 moves the line past the run (exit 0)" $? "$(cat "$tmp/out")"
 "$moe" doctor "$tmp/healthy" --threshold drop_frac=0 --threshold drop_steps=0 > "$tmp/out" 2>&1
@@ -177,7 +206,7 @@ sed -i '9s/^4,1,/4,0,/' "$tmp/layers/router.csv"
 expect_2 "a router.csv row of the wrong layer" "router.csv:9: step 4, layer 0 is not the layer of a row of its place" "$tmp/layers"
 mkrun "$tmp/baddom" router_collapse
 sed -i '3s/^100,0,en,1,/100,0,en,99,/' "$tmp/baddom/domains.csv"
-expect_2 "a domains.csv row of an expert the model lacks" "domains.csv:3: not a row of a domains.csv of this run" "$tmp/baddom"
+expect_2 "a domains.csv row of an expert the model lacks" "domains.csv:3: '100,0,en,99,0.125' is not a row of a domains.csv of this run" "$tmp/baddom"
 mkrun "$tmp/fifo" none
 rm "$tmp/fifo/provenance.txt" && mkfifo "$tmp/fifo/provenance.txt"
 "$moe" doctor "$tmp/fifo" > /dev/null 2> "$tmp/err" &
@@ -193,10 +222,72 @@ mkrun "$tmp/badcfg" none
 echo "moe.num_expert = 8" >> "$tmp/badcfg/config.txt"
 expect_2 "a config.txt with a typo" "moe.num_expert" "$tmp/badcfg"
 expect_2 "an unknown threshold" "no threshold named 'colapse_share'" "$tmp/healthy" --threshold colapse_share=1
-expect_2 "a threshold that is not a number" "is not a number >= 0" "$tmp/healthy" --threshold drop_frac=abc
+expect_2 "a threshold that is not a number" "'abc' is not a fraction from 0 to 1" "$tmp/healthy" --threshold drop_frac=abc
 expect_2 "two directories" "one run directory, not also" "$tmp/healthy" "$tmp/healthy"
 expect_2 "no directory" "name the run directory" --json
 expect_2 "an unknown option" "unknown option '--bogus'" "$tmp/healthy" --bogus
+# values moe train cannot write: each names its file, line and column (exit 2), none is read
+# as a finding (a nan as a divergence, a negative load as a collapse)
+bad_value() { # WHAT FILE LINE SED PATTERN [FAULT]: line LINE of FILE edited by SED
+  mkrun "$tmp/val" "${6:-none}"
+  sed -i "$3$4" "$tmp/val/$2"
+  expect_2 "$1" "$5" "$tmp/val"
+}
+bad_value "val_loss nan" train.csv 21 's/,[0-9.]*,0,0$/,nan,0,0/' "train.csv:21: column 'val_loss' holds nan, not a finite number"
+bad_value "val_loss inf" train.csv 21 's/,[0-9.]*,0,0$/,inf,0,0/' "train.csv:21: column 'val_loss' holds inf, not a finite number"
+bad_value "val_loss negative" train.csv 21 's/,[0-9.]*,0,0$/,-2.5,0,0/' "train.csv:21: column 'val_loss' holds -2.5: it is never below 0"
+bad_value "grad_norm negative" train.csv 30 's/^\(29,[^,]*,[^,]*,[^,]*,[^,]*,\)[^,]*,/\1-0.5,/' "train.csv:30: column 'grad_norm' holds -0.5: it is never below 0"
+bad_value "grad_norm empty" train.csv 30 's/^\(29,[^,]*,[^,]*,[^,]*,[^,]*,\)[^,]*,/\1,/' "train.csv:30: column 'grad_norm' is empty"
+bad_value "drop_frac nan" router.csv 40 's/^\([^,]*,[^,]*,[^,]*,[^,]*,[^,]*,\)[^,]*,/\1nan,/' "router.csv:40: column 'drop_frac' holds nan, not a finite number"
+bad_value "drop_frac inf" router.csv 40 's/^\([^,]*,[^,]*,[^,]*,[^,]*,[^,]*,\)[^,]*,/\1inf,/' "router.csv:40: column 'drop_frac' holds inf, not a finite number"
+bad_value "a negative load" router.csv 40 's/^\([^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,\)[^,]*,/\1-0.3,/' "router.csv:40: column 'load_0' holds -0.3: it is never below 0"
+bad_value "dist.csv nan" dist.csv 5 's/,0.004,/,nan,/' "dist.csv:5: column 'comm_s' holds nan, not a finite number" ep_imbalance
+bad_value "dist.csv inf" dist.csv 4 's/,3000,/,inf,/' "dist.csv:4: column 'rows_in' holds inf, not a finite number" ep_imbalance
+mkrun "$tmp/cut" none # train.csv cut to three columns: no gradient norm to read, not a divergence
+cut -d, -f1-3 "$tmp/cut/train.csv" > "$tmp/cut/t" && mv "$tmp/cut/t" "$tmp/cut/train.csv"
+expect_2 "train.csv cut to three columns" "train.csv: the header has no column 'grad_norm'" "$tmp/cut"
+mkrun "$tmp/cutrows" none # the header whole, the rows cut
+awk -F, -v OFS=, 'NR > 1 { NF = 3 } 1' "$tmp/cutrows/train.csv" > "$tmp/cutrows/t" && mv "$tmp/cutrows/t" "$tmp/cutrows/train.csv"
+expect_2 "train.csv rows cut to three fields" "train.csv:2: column 'grad_norm' is empty" "$tmp/cutrows"
+mkrun "$tmp/nocfg" none
+: > "$tmp/nocfg/config.txt"
+expect_2 "an empty config.txt (not the defaults)" "config.txt holds no setting" "$tmp/nocfg"
+printf '# a comment\n\n' > "$tmp/nocfg/config.txt"
+expect_2 "a config.txt of comments only" "config.txt holds no setting" "$tmp/nocfg"
+expect_2 "final_window=0 (a window of no steps)" "threshold final_window: '0' is not a fraction above 0" "$tmp/healthy" --threshold final_window=0
+expect_2 "settle=1 (nothing left to judge)" "threshold settle: '1' is not a fraction from 0 to below 1" "$tmp/healthy" --threshold settle=1
+expect_2 "starve_steps=2.5" "threshold starve_steps: '2.5' is not a whole number of steps" "$tmp/healthy" --threshold starve_steps=2.5
+# random bytes where a file belongs: refused by name, and the message quotes them escaped
+junk() { LC_ALL=C awk -v seed="$1" 'BEGIN { srand(seed); for (i = 0; i < 3000; i++) printf "%c", int(rand() * 256) }'; }
+no_raw_controls() { ! tr -d '\n' < "$tmp/err" | LC_ALL=C grep -q '[[:cntrl:]]'; }
+for f in val_router.csv domains.csv provenance.txt router.csv dist.csv train.csv; do
+  mkrun "$tmp/junk" none
+  junk ${#f} > "$tmp/junk/$f"
+  expect_2 "random bytes for $f" "junk/$f:1: " "$tmp/junk"
+  no_raw_controls
+  check "random bytes for $f: no raw control character in the message" $? "$(od -c "$tmp/err" | head)"
+  rm -rf "$tmp/junk"
+done
+mkrun "$tmp/esc" ep_imbalance
+sed -i '4s/,3000,/,\x1b[31m\x07red,/' "$tmp/esc/dist.csv"
+expect_2 "a dist.csv field with control characters" "dist.csv:4: column 'rows_in' holds '\\\\x1b\[31m\\\\x07red'" "$tmp/esc"
+no_raw_controls
+check "... quoted escaped, never raw" $? "$(od -c "$tmp/err" | head)"
+mkrun "$tmp/esccfg" none
+printf 'model.n_layer = 2\x1b[31m\n' >> "$tmp/esccfg/config.txt"
+expect_2 "a control character in config.txt" "model.n_layer expects an integer, got '2\\\\x1b\[31m'" "$tmp/esccfg"
+no_raw_controls
+check "... quoted escaped, never raw" $? "$(od -c "$tmp/err" | head)"
+mkrun "$tmp/prov" none
+printf 'started = 2026-01-01T00:00:00Z\nthreads = 2\x1b[2J\n' > "$tmp/prov/provenance.txt"
+expect_2 "a control character in provenance.txt" "provenance.txt:2: 'threads = 2\\\\x1b\[2J' is not a" "$tmp/prov"
+printf 'started = 2026-01-01T00:00:00Z\nthreads = 2\n\nstar\nstarted = 2026-01-01T01:00:00Z\nresumed_at_step = 50\n\n' > "$tmp/prov/provenance.txt"
+"$moe" doctor "$tmp/prov" > "$tmp/out" 2>&1
+check "a torn line of provenance.txt before the next segment is stepped over (exit 0)" $? "$(cat "$tmp/out")"
+mkrun "$tmp/nan_sim" none # expert_sim is nan under expert parallelism: a value, not damage
+sed -i '2,$s/,0,0.01,\([^,]*\),2.2,0$/,0,nan,\1,2.2,0/' "$tmp/nan_sim/router.csv"
+"$moe" doctor "$tmp/nan_sim" > "$tmp/out" 2>&1
+check "router.csv's expert_sim nan (dist.ep > 1) is read (exit 0)" $? "$(cat "$tmp/out")"
 # a torn last line (a run killed mid-write) is dropped, not refused
 mkrun "$tmp/torn" none
 printf '101,2.1' >> "$tmp/torn/train.csv"

@@ -173,3 +173,18 @@ int levenshtein(const char *a, const char *b) {
     free(row);
     return d;
 }
+
+char *escape_text(char *out, size_t out_len, const char *s, size_t len) {
+    if (out_len == 0) return out;
+    size_t o = 0, i = 0;
+    for (; i < len && o + 8 < out_len; i++) { /* room for one \xNN, "..." and the NUL */
+        const unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c < 0x7f && c != '\\')
+            out[o++] = (char)c;
+        else
+            o += (size_t)snprintf(out + o, out_len - o, "\\x%02x", c);
+    }
+    out[o] = '\0';
+    if (i < len && o + 4 <= out_len) memcpy(out + o, "...", 4);
+    return out;
+}

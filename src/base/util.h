@@ -68,5 +68,9 @@ uint64_t rng_below(Rng *r, uint64_t n); /* uniform integer in [0, n), n > 0 */
 double now_seconds(void); /* monotonic clock */
 uint32_t crc32_update(uint32_t crc, const void *data, size_t n);
 int levenshtein(const char *a, const char *b);
+/* s[0..len) made safe to print in a message: printable ASCII as it is, every other byte (a
+ * control character, a byte of a binary file) as \xNN, so a damaged file cannot drive the
+ * terminal; cut to fit out_len with "..." at the end. Returns out. */
+char *escape_text(char *out, size_t out_len, const char *s, size_t len);
 
 #endif

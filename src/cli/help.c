@@ -143,7 +143,8 @@ static const CmdHelp HELP[] = {
     {"doctor",
      "usage: moe doctor RUN_DIR [options]\n"
      "Diagnose a run directory: each finding with its evidence, causes, the settings to change\n"
-     "and the handbook section (chapter 6). Exit status 0 healthy, 1 a warning, 3 a failure.\n"
+     "and the handbook section (chapter 6). Exit status 0 healthy, 1 a warning, 3 a failure;\n"
+     "2 when the run cannot be read or a file in it is damaged (the message names the file).\n"
      "  --json                the same report as JSON\n"
      "  --threshold NAME=VALUE  change one threshold for this diagnosis; repeatable\n"
      "  --thresholds          list the thresholds, their defaults and what each measures\n"

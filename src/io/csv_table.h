@@ -3,8 +3,9 @@
  * for `moe doctor`. The first line names the columns; every later line is one row of numbers,
  * an empty field standing for a missing value (NAN). A last line without its newline (a run
  * killed in the middle of a write) is dropped, as a resume drops it. Anything else that is
- * not a number (a field that is text, a row with too many fields) is refused with the file,
- * line and column, so a damaged file is named instead of misread.
+ * not a number (a field that is text, a row with too many fields, a header name that is not a
+ * word) is refused with the file, line and column, so a damaged file is named instead of
+ * misread; the text it quotes is escaped (escape_text), never printed raw.
  */
 #ifndef MOE_IO_CSV_TABLE_H
 #define MOE_IO_CSV_TABLE_H
@@ -14,8 +15,11 @@
 typedef struct {
     char path[1024];
     int n_col, n_row;
-    char **names; /* (n_col) */
-    double *v;    /* (n_row, n_col) row-major; NAN where the field was empty or missing */
+    char **names;         /* (n_col) */
+    double *v;            /* (n_row, n_col) row-major; NAN where the field was empty or missing */
+    unsigned char *empty; /* (n_row, n_col) 1 where the field was empty or missing: a written
+                           * "nan" (a diverged step) is a value, an empty field is none */
+    long *line;           /* (n_row) the file's line of each row, for messages */
 } CsvTable;
 
 /* Read path into t. Returns 1 when read, 0 when the file does not exist (t left empty), -1

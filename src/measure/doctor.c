@@ -100,6 +100,31 @@ static void rule_divergence(DoctorReport *r, const Run *run) {
     }
 }
 
+/* A byte-level model that guesses every byte uniformly has a loss of ln 256 = 5.545 nats, and a
+ * fresh one starts there; a run whose final window is no lower never learned. (A loss far
+ * above it, 1e23 at every step, is no damaged file: moe train can write it from weights with
+ * enormous logits, so it is reported with the values seen, not refused.) */
+static void rule_no_learning(DoctorReport *r, const Run *run) {
+    const int n = run->train.n_row;
+    if (r->last_step <= r->cfg.warmup) return; /* the learning rate has not reached its peak */
+    const double uniform = log((double)MOE_VOCAB),
+                 late = train_mean(run, run->c_loss, r->win_from, r->last_step);
+    if (!(late >= uniform)) return;
+    int low = 0;
+    for (int i = 1; i < n; i++)
+        if (tcol(run, i, run->c_loss) < tcol(run, low, run->c_loss)) low = i;
+    Finding *f = finding(r, F_NO_LEARNING);
+    add(f,
+        "training loss %.4g (mean of steps %d-%d), at least ln %d = %.3f, the loss of a uniform "
+        "guess over the bytes, which a fresh model starts at",
+        late, r->win_from, r->last_step, MOE_VOCAB, uniform);
+    add(f,
+        "its lowest: %.4g at step %d of %d logged (peak learning rate train.lr=%g after %d "
+        "steps of warm-up)",
+        tcol(run, low, run->c_loss), (int)tcol(run, low, run->c_step), n, (double)r->cfg.lr,
+        r->cfg.warmup);
+}
+
 static void spike_rule(DoctorReport *r, const Run *run, int col, int value_col, double min_count,
                        FindingId id, const char *what) {
     if (col < 0) return;
@@ -121,6 +146,52 @@ static void spike_rule(DoctorReport *r, const Run *run, int col, int value_col, 
         "standard deviations); at steps %s%s",
         n, what, run->train.n_row, r->cfg.spike_window, (double)r->cfg.spike_k, steps,
         n > shown ? ", ..." : "");
+}
+
+/* Gradient-norm spikes, judged on train.csv's grad_norm itself rather than its grad_spike flags:
+ * a healthy run's gradient norm falls to a low, steady level, where a step of 1.5 to 2 times
+ * the usual is four of the window's small standard deviations, so a long healthy run collects
+ * flags by the dozen (the demo's 600 steps: about ten, every one back to its level the next
+ * step). A spike here is a norm above TH_GRAD_SPIKE_RATIO times the median of the
+ * train.spike_window steps before it, which a noisy window does not widen; the steps up to the
+ * settling start and the warm-up, where the norm falls from its start, are not judged; and the
+ * warning is a rate, TH_GRAD_SPIKES per 100 steps judged, so a longer run is not held to more. */
+static void rule_grad_spikes(DoctorReport *r, const Run *run, const double *th) {
+    const int w = r->cfg.spike_window > 0 ? r->cfg.spike_window : 20;
+    const int from = r->settle_to > r->cfg.warmup ? r->settle_to : r->cfg.warmup;
+    double *window = (double *)calloc_check((size_t)w, sizeof(double));
+    char steps[1024] = "";
+    int n = 0, judged = 0, first = 0, last = 0, shown = 0;
+    for (int i = w; i < run->train.n_row; i++) {
+        const int step = (int)tcol(run, i, run->c_step);
+        const double g = tcol(run, i, run->c_grad);
+        if (step <= from || !isfinite(g)) continue;
+        int k = 0;
+        for (int j = i - w; j < i; j++)
+            if (isfinite(tcol(run, j, run->c_grad))) window[k++] = tcol(run, j, run->c_grad);
+        const double med = median(window, k);
+        if (!(med > 0.0)) continue;
+        if (!judged++) first = step;
+        last = step;
+        if (g <= th[TH_GRAD_SPIKE_RATIO] * med) continue;
+        n++;
+        if (shown < 8) {
+            const size_t len = strlen(steps);
+            snprintf(steps + len, sizeof steps - len, "%s%d (%.3g, %.1fx)", shown++ ? ", " : "",
+                     step, g, g / med);
+        }
+    }
+    free(window);
+    const double per_100 = th[TH_GRAD_SPIKES] * (judged > 100 ? judged : 100) / 100.0;
+    if (n == 0 || n < per_100) return;
+    add(finding(r, F_GRAD_SPIKES),
+        "%d gradient-norm spikes in %d steps judged (%d-%d, after the settling start and the "
+        "warm-up): a norm above %g times the median of the %d steps before it; at steps %s%s",
+        n, judged, first, last, th[TH_GRAD_SPIKE_RATIO], w, steps, n > shown ? ", ..." : "");
+    add(finding(r, F_GRAD_SPIKES),
+        "%.1f spikes per 100 steps judged: a warning from grad_spikes=%g per 100 (%.1f in these "
+        "%d steps)",
+        100.0 * n / (judged > 100 ? judged : 100), th[TH_GRAD_SPIKES], per_100, judged);
 }
 
 static void rule_loss_rising(DoctorReport *r, const Run *run, const double *th, int w) {
@@ -560,11 +631,11 @@ int doctor_run(DoctorReport *r, const char *dir, const double th[TH_COUNT], char
 
     rule_divergence(r, &run);
     if (n >= 10) {
+        if (!r->n_found) rule_no_learning(r, &run); /* a divergence is its own finding */
         if (run.router.n_row && run.n_moe) rule_collapse(r, &run, th);
         rule_loss_rising(r, &run, th, w);
         spike_rule(r, &run, run.c_lspike, run.c_loss, th[TH_LOSS_SPIKES], F_LOSS_SPIKES, "loss");
-        spike_rule(r, &run, run.c_gspike, run.c_grad, th[TH_GRAD_SPIKES], F_GRAD_SPIKES,
-                   "gradient-norm");
+        rule_grad_spikes(r, &run, th);
         if (run.router.n_row && run.n_moe) {
             rule_starving(r, &run, th);
             rule_drops(r, &run, th);

@@ -8,7 +8,8 @@
  * doctor.c; the findings' texts and the report's two forms (text, JSON) in doctor_report.c.
  *
  * Exit status: 0 healthy (notes only), 1 a warning, 3 a failure; 2 when the directory cannot
- * be read as a run (the message says why).
+ * be read as a run or a file in it holds what moe train cannot have written (the message names
+ * the file and line, and quotes it escaped).
  */
 #ifndef MOE_MEASURE_DOCTOR_H
 #define MOE_MEASURE_DOCTOR_H
@@ -23,6 +24,7 @@ typedef enum { SEV_NOTE, SEV_WARNING, SEV_FAILURE } Severity;
 /* What moe doctor can find. The order is the report's. */
 typedef enum {
     F_DIVERGENCE,
+    F_NO_LEARNING,
     F_ROUTER_COLLAPSE,
     F_LOSS_RISING,
     F_LOSS_SPIKES,

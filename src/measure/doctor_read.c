@@ -47,7 +47,8 @@ static FILE *open_run_file(const char *dir, const char *name, char *path, size_t
     return open_regular(path, &RUN_FILE, &size, err, errlen);
 }
 
-static char *read_text(FILE *f) {
+/* the whole of f (closed), and its length in *n: a NUL inside it is the caller's to see */
+static char *read_text(FILE *f, size_t *len) {
     char *text = NULL;
     size_t n = 0;
     FILE *m = open_memstream(&text, &n);
@@ -57,7 +58,16 @@ static char *read_text(FILE *f) {
     while ((k = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, k, m);
     fclose(m);
     fclose(f);
+    *len = n;
     return text;
+}
+
+/* a domain's name: text without a control character or a comma (the shard allows UTF-8) */
+static int is_domain_name(const char *s) {
+    if (!*s) return 0;
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f || *s == ',') return 0;
+    return 1;
 }
 
 /* domains.csv: "step,layer,domain,expert,fraction" rows; the last step's are kept. The domain
@@ -77,19 +87,30 @@ static int read_domains(Run *run, const DoctorReport *r, const char *dir, char *
     size_t cap = 0;
     ssize_t len;
     int rc = 0;
+    static const char HEADER[] = "step,layer,domain,expert,fraction\n";
+    char shown[128];
     for (long lineno = 1; (len = getline(&line, &cap, f)) > 0; lineno++) {
+        if (lineno == 1) { /* the header, written whole when the file is made */
+            if (strcmp(line, HEADER) == 0) continue;
+            rc = set_error(err, errlen,
+                           "%s:1: the header is '%s', not step,layer,domain,expert,fraction; the "
+                           "file is damaged or was not written by moe train",
+                           path, escape_text(shown, sizeof shown, line, (size_t)len));
+            break;
+        }
         if (line[len - 1] != '\n') break; /* a torn last line */
-        if (lineno == 1) continue;        /* the header */
         char name[32];
         int step, layer, e, used = 0;
         double frac;
         if (sscanf(line, "%d,%d,%31[^,],%d,%lf%n", &step, &layer, name, &e, &frac, &used) != 5 ||
             line[used] != '\n' || layer < 0 || layer >= r->cfg.n_layer || layer >= 1024 ||
-            block_of[layer] < 0 || e < 0 || e >= run->E || step < d->step) {
+            block_of[layer] < 0 || e < 0 || e >= run->E || step < d->step ||
+            !(frac >= 0.0 && frac <= 1.0) || !is_domain_name(name)) {
             rc = set_error(err, errlen,
-                           "%s:%ld: not a row of a domains.csv of this run (step,layer,domain,"
-                           "expert,fraction); the file is damaged or was not written by moe train",
-                           path, lineno);
+                           "%s:%ld: '%s' is not a row of a domains.csv of this run (step,layer,"
+                           "domain,expert,fraction, a fraction from 0 to 1); the file is damaged "
+                           "or was not written by moe train",
+                           path, lineno, escape_text(shown, sizeof shown, line, (size_t)len - 1));
             break;
         }
         if (step > d->step) { /* a later evaluation: it replaces the one before */
@@ -114,6 +135,150 @@ static int read_domains(Run *run, const DoctorReport *r, const char *dir, char *
     return rc;
 }
 
+/* ---- what the files may hold -------------------------------------------------------------------
+ * A value moe train cannot have written (a negative load or gradient norm, a validation loss
+ * that is not a finite number, an empty gradient norm) means a damaged file: the rules would
+ * read it as a finding (a nan as a divergence, a huge load as a collapse), so it is refused
+ * with its file, line and column instead. */
+
+enum {
+    COL_REQUIRED = 1, /* the header must name it: a rule reads it */
+    COL_NEEDED = 2,   /* every row has a value (moe train never leaves it empty) */
+    COL_NAN = 4,      /* nan is a value: a diverged step's, or expert_sim under dist.ep */
+    COL_INF = 8,      /* +inf is a value: a diverged step's */
+};
+#define COL_DIVERGES (COL_NAN | COL_INF)
+
+typedef struct {
+    const char *name; /* a column, or a prefix ending in '_' ("load_") of one per expert */
+    unsigned what;    /* COL_* */
+    double lo, hi;    /* the range of its finite values */
+} ColumnRule;
+
+#define ANY -INFINITY, INFINITY
+#define NONNEG 0.0, INFINITY
+#define SHARE 0.0, 1.0
+
+static const ColumnRule TRAIN_COLUMNS[] = {
+    {"step", COL_REQUIRED | COL_NEEDED, NONNEG},
+    {"loss", COL_REQUIRED | COL_NEEDED | COL_DIVERGES, NONNEG},
+    {"aux_loss", COL_DIVERGES, NONNEG},
+    {"z_loss", COL_DIVERGES, NONNEG},
+    {"lr", 0, NONNEG},
+    {"grad_norm", COL_REQUIRED | COL_NEEDED | COL_DIVERGES, NONNEG},
+    {"tok_per_s", 0, NONNEG},
+    {"val_loss", 0, NONNEG},
+    {"loss_spike", 0, SHARE},
+    {"grad_spike", 0, SHARE},
+};
+
+/* router.csv and val_router.csv */
+static const ColumnRule ROUTER_COLUMNS[] = {
+    {"step", COL_NEEDED, NONNEG}, {"layer", COL_NEEDED, NONNEG},
+    {"maxvio", 0, NONNEG},        {"cv", 0, NONNEG},
+    {"entropy", 0, NONNEG},       {"drop_frac", 0, SHARE},
+    {"load_", COL_NEEDED, SHARE}, {"bias_", 0, ANY},
+    {"top1_score", 0, ANY},       {"drop_", 0, NONNEG},
+    {"pad_frac", 0, SHARE},       {"expert_sim", COL_NAN, ANY},
+    {"max_logit", 0, NONNEG},     {"lse_mean", 0, ANY},
+    {"maxvio_group", 0, NONNEG},
+};
+
+/* dist.csv: every other column is bytes, rows or seconds, none negative */
+static const ColumnRule DIST_COLUMNS[] = {
+    {"step", COL_NEEDED, NONNEG},
+    {"layer", COL_NEEDED, -1.0, INFINITY}, /* -1: the step's gradient synchronisation */
+    {"rank", COL_NEEDED, NONNEG},
+};
+
+/* the rule of column `name` (a prefix rule matches name_0, name_1, ...), or NULL */
+static const ColumnRule *column_rule(const ColumnRule *rules, int n, const char *name) {
+    for (int i = 0; i < n; i++) {
+        const size_t len = strlen(rules[i].name);
+        if (rules[i].name[len - 1] != '_') {
+            if (strcmp(rules[i].name, name) == 0) return &rules[i];
+        } else if (strncmp(rules[i].name, name, len) == 0 && name[len] &&
+                   strspn(name + len, "0123456789") == strlen(name + len)) {
+            return &rules[i];
+        }
+    }
+    return NULL;
+}
+
+/* every value of t against its column's rule; a column without one holds finite numbers in
+ * [lo, hi]. 0, or -1 naming the file, line and column. */
+static int check_table(const CsvTable *t, const ColumnRule *rules, int n_rules, double lo,
+                       double hi, char *err, int errlen) {
+    static const char *const DAMAGED = "the file is damaged or was not written by moe train";
+    if (!t->n_col) return 0; /* no such file */
+    for (int i = 0; i < n_rules; i++)
+        if ((rules[i].what & COL_REQUIRED) && csv_col(t, rules[i].name) < 0)
+            return set_error(err, errlen, "%s: the header has no column '%s'; %s", t->path,
+                             rules[i].name, DAMAGED);
+    for (int c = 0; c < t->n_col; c++) {
+        const ColumnRule fallback = {t->names[c], 0, lo, hi};
+        const ColumnRule *rule = column_rule(rules, n_rules, t->names[c]);
+        if (!rule) rule = &fallback;
+        for (int i = 0; i < t->n_row; i++) {
+            const double v = csv_at(t, i, c);
+            if (t->empty[(size_t)i * t->n_col + c]) {
+                if (!(rule->what & COL_NEEDED)) continue;
+                return set_error(err, errlen, "%s:%ld: column '%s' is empty; %s", t->path,
+                                 t->line[i], t->names[c], DAMAGED);
+            }
+            if (((rule->what & COL_NAN) && isnan(v)) || ((rule->what & COL_INF) && v == INFINITY))
+                continue;
+            if (!isfinite(v))
+                return set_error(err, errlen,
+                                 "%s:%ld: column '%s' holds %g, not a finite number; %s", t->path,
+                                 t->line[i], t->names[c], v, DAMAGED);
+            if (v < rule->lo || v > rule->hi)
+                return set_error(err, errlen, "%s:%ld: column '%s' holds %g: it is never %s %g; %s",
+                                 t->path, t->line[i], t->names[c], v,
+                                 v < rule->lo ? "below" : "above",
+                                 v < rule->lo ? rule->lo : rule->hi, DAMAGED);
+        }
+    }
+    return 0;
+}
+
+#undef ANY
+#undef NONNEG
+#undef SHARE
+
+/* provenance.txt: sections of "key = value" lines, each ended by an empty line. A kill while a
+ * section was written leaves one torn line, which the next section (its "started = " line)
+ * or the end of the file follows; anything else, or a control character, is a damaged file. */
+static int check_provenance(const char *text, size_t n, const char *path, char *err, int errlen) {
+    char shown[128];
+    const char *nul = (const char *)memchr(text, '\0', n);
+    if (nul) {
+        int line = 1;
+        for (const char *p = text; p < nul; p++) line += *p == '\n';
+        return set_error(err, errlen,
+                         "%s:%d: a NUL byte: not the text moe train writes; the file is damaged",
+                         path, line);
+    }
+    int lineno = 1;
+    for (const char *p = text; *p; lineno++) {
+        const char *eol = strchr(p, '\n');
+        const size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        const size_t key = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_.");
+        int bad = lineno == 1 && strncmp(p, "started = ", 10) != 0;
+        for (size_t i = 0; i < len && !bad; i++) /* a tab may be in a CPU's name */
+            bad = ((unsigned char)p[i] < 0x20 && p[i] != '\t') || p[i] == 0x7f;
+        const int torn = !eol || strncmp(eol + 1, "started = ", 10) == 0;
+        if (!bad && len && !torn) bad = key == 0 || strncmp(p + key, " = ", 3) != 0;
+        if (bad)
+            return set_error(err, errlen,
+                             "%s:%d: '%s' is not a \"key = value\" line of a run's provenance; "
+                             "the file is damaged or was not written by moe train",
+                             path, lineno, escape_text(shown, sizeof shown, p, len));
+        p = eol ? eol + 1 : p + len;
+    }
+    return 0;
+}
+
 void run_free(Run *run) {
     free(run->dom.share);
     csv_table_free(&run->train);
@@ -121,6 +286,23 @@ void run_free(Run *run) {
     csv_table_free(&run->val_router);
     csv_table_free(&run->dist);
     free(run->prov);
+}
+
+/* does dir's config.txt (read by config_load_file already) set anything? */
+static int has_setting(const char *dir) {
+    char path[1100], err[256];
+    FILE *f = open_run_file(dir, "config.txt", path, sizeof path, err, sizeof err);
+    if (!f) return 0;
+    size_t n = 0;
+    char *text = read_text(f, &n);
+    int found = 0;
+    for (const char *p = text; *p && !found;) {
+        p += strspn(p, " \t\r\n");
+        found = *p && *p != '#';
+        p += strcspn(p, "\n");
+    }
+    free(text);
+    return found;
 }
 
 /* a whole number in [0, below) */
@@ -141,18 +323,37 @@ int load_run(DoctorReport *r, Run *run, const char *dir, char *err, int errlen) 
                          "that moe train --out made",
                          dir);
     config_defaults(&r->cfg);
-    char cerr[512];
-    if (config_load_file(&r->cfg, path, cerr, sizeof cerr) != 0)
-        return set_error(err, errlen, "%s: %s", path, cerr);
+    char cerr[512], shown[1024];
+    if (config_load_file(&r->cfg, path, cerr, sizeof cerr) != 0) /* it may quote the file */
+        return set_error(err, errlen, "%s: %s", path,
+                         escape_text(shown, sizeof shown, cerr, strlen(cerr)));
+    if (!has_setting(dir))
+        return set_error(err, errlen,
+                         "%s holds no setting: moe train writes every setting of a run there, "
+                         "and the defaults need not be the run's; the file is damaged (copy "
+                         "the settings the run was trained with back into it)",
+                         path);
     snprintf(r->files, sizeof r->files, "config.txt");
     if (read_table(&run->train, dir, "train.csv", r->files, err, errlen) ||
         read_table(&run->router, dir, "router.csv", r->files, err, errlen) ||
         read_table(&run->val_router, dir, "val_router.csv", r->files, err, errlen) ||
         read_table(&run->dist, dir, "dist.csv", r->files, err, errlen))
         return -1;
+#define N_RULES(a) (int)(sizeof a / sizeof a[0])
+    if (check_table(&run->train, TRAIN_COLUMNS, N_RULES(TRAIN_COLUMNS), 0.0, INFINITY, err,
+                    errlen) ||
+        check_table(&run->router, ROUTER_COLUMNS, N_RULES(ROUTER_COLUMNS), -INFINITY, INFINITY, err,
+                    errlen) ||
+        check_table(&run->val_router, ROUTER_COLUMNS, N_RULES(ROUTER_COLUMNS), -INFINITY, INFINITY,
+                    err, errlen) ||
+        check_table(&run->dist, DIST_COLUMNS, N_RULES(DIST_COLUMNS), 0.0, INFINITY, err, errlen))
+        return -1;
+#undef N_RULES
     FILE *prov = open_run_file(dir, "provenance.txt", path, sizeof path, err, errlen);
     if (!prov && err[0]) return -1;
-    run->prov = prov ? read_text(prov) : NULL;
+    size_t prov_len = 0;
+    run->prov = prov ? read_text(prov, &prov_len) : NULL;
+    if (run->prov && check_provenance(run->prov, prov_len, path, err, errlen) != 0) return -1;
     if (run->prov) {
         const size_t n = strlen(r->files);
         snprintf(r->files + n, sizeof r->files - n, ", provenance.txt");

@@ -21,6 +21,14 @@ const FindingKind FINDINGS[F_COUNT] = {
                       "from the last checkpoint with the change",
                       "train.lr train.warmup train.clip model.norm model.init moe.z_coef",
                       "6.1 Divergence and NaN"},
+    [F_NO_LEARNING] = {"no_learning", SEV_FAILURE,
+                       "the model learned nothing: its loss is no better than a uniform guess",
+                       "a learning rate of 0 or a schedule that never leaves it; a checkpoint "
+                       "(--resume, --init) whose weights are broken (enormous logits); a "
+                       "train.csv that another program wrote",
+                       "check train.lr and train.warmup; start from a fresh init or an earlier "
+                       "checkpoint; set train.diverge_loss so such a run stops at once",
+                       "train.lr train.warmup train.diverge_loss", "6.14 Reading a report"},
     [F_ROUTER_COLLAPSE] = {"router_collapse", SEV_FAILURE,
                            "router collapse: a few experts take most of the tokens",
                            "no balancing or too weak a balance loss; a large router init that "

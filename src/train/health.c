@@ -17,13 +17,18 @@ const HealthThreshold HEALTH_THRESHOLDS[TH_COUNT] = {
     [TH_FINAL_WINDOW] = {"final_window", 0.2, "(all)",
                          "the end of a run, whose state is judged: this fraction of its logged "
                          "steps (at least 10)"},
-    [TH_SETTLE] = {"settle", 0.2, "starving_experts, drop_storm",
+    [TH_SETTLE] = {"settle", 0.2, "starving_experts, drop_storm, grad_spikes",
                    "the start of a run, while the router settles: this fraction of its steps is "
-                   "not judged for starving experts and drop storms (live too)"},
+                   "not judged for starving experts and drop storms (live too) nor for "
+                   "gradient-norm spikes"},
     [TH_LOSS_SPIKES] = {"loss_spikes", 2, "loss_spikes",
                         "loss spikes (train.csv loss_spike) in a run that make a warning"},
-    [TH_GRAD_SPIKES] = {"grad_spikes", 10, "grad_spikes",
-                        "gradient-norm spikes (train.csv grad_spike) in a run that make a warning"},
+    [TH_GRAD_SPIKES] = {"grad_spikes", 3, "grad_spikes",
+                        "gradient-norm spikes per 100 steps judged (after the settling start and "
+                        "the warm-up; fewer steps count as 100) that make a warning"},
+    [TH_GRAD_SPIKE_RATIO] = {"grad_spike_ratio", 3, "grad_spikes",
+                             "a gradient-norm spike: a gradient norm above this many times the "
+                             "median of the train.spike_window steps before it"},
     [TH_LR_RISE] = {"lr_rise", 0.1, "loss_rising",
                     "nats the training loss (a mean over the final window) ends above its lowest "
                     "such mean after warm-up"},
@@ -71,6 +76,24 @@ void health_defaults(double th[TH_COUNT]) {
     for (int i = 0; i < TH_COUNT; i++) th[i] = HEALTH_THRESHOLDS[i].value;
 }
 
+/* the values threshold i can take, as a phrase for the message; 1 when v is one of them. A
+ * fraction of the run or of the assignments is at most 1, a final window of nothing judges
+ * nothing, and a number of steps is whole. */
+static int threshold_in_range(int i, double v, const char **range) {
+    switch (i) {
+    case TH_FINAL_WINDOW: *range = "a fraction above 0 and at most 1"; return v > 0.0 && v <= 1.0;
+    case TH_SETTLE: *range = "a fraction from 0 to below 1"; return v >= 0.0 && v < 1.0;
+    case TH_COLLAPSE_SHARE:
+    case TH_DROP_FRAC:
+    case TH_LOAD_CHURN: *range = "a fraction from 0 to 1"; return v >= 0.0 && v <= 1.0;
+    case TH_STARVE_STEPS:
+    case TH_DROP_STEPS:
+        *range = "a whole number of steps >= 0";
+        return v >= 0.0 && v == floor(v) && v < 1e9;
+    default: *range = "a number >= 0"; return v >= 0.0;
+    }
+}
+
 int health_set(double th[TH_COUNT], const char *assignment, char *err, int errlen) {
     const char *eq = strchr(assignment, '=');
     if (!eq || eq == assignment)
@@ -85,9 +108,11 @@ int health_set(double th[TH_COUNT], const char *assignment, char *err, int errle
             continue;
         char *end = NULL;
         double v = strtod(eq + 1, &end);
-        if (end == eq + 1 || *end || !isfinite(v) || v < 0.0)
-            return set_error(err, errlen, "threshold %.*s: '%s' is not a number >= 0", (int)n,
-                             assignment, eq + 1);
+        const char *range = "";
+        const int in_range = threshold_in_range(i, v, &range);
+        if (end == eq + 1 || *end || !isfinite(v) || !in_range)
+            return set_error(err, errlen, "threshold %.*s: '%s' is not %s", (int)n, assignment,
+                             eq + 1, range);
         th[i] = v;
         return 0;
     }

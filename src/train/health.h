@@ -17,6 +17,7 @@ typedef enum {
     TH_SETTLE,       /* the start of a run, whose routing still settles: not judged for streaks */
     TH_LOSS_SPIKES,
     TH_GRAD_SPIKES,
+    TH_GRAD_SPIKE_RATIO,
     TH_LR_RISE,
     TH_COLLAPSE_SHARE,
     TH_STARVE_SHARE,
