@@ -14,9 +14,9 @@
 const FindingKind FINDINGS[F_COUNT] = {
     [F_DIVERGENCE] = {"divergence", SEV_FAILURE,
                       "the run diverged: the loss left the finite numbers",
-                      "a learning rate too high for the model's depth and init; no clipping; the "
-                      "router's logits overflowing in a low precision",
-                      "lower train.lr or raise train.warmup; keep train.clip at 1; try "
+                      "a learning rate too high for the model's depth and init, or reached too "
+                      "fast (a short warm-up); the router's logits overflowing in a low precision",
+                      "lower train.lr or raise train.warmup; try "
                       "model.norm=dssn, model.init=tiny and moe.z_coef=1e-3 (chapter 5); resume "
                       "from the last checkpoint with the change",
                       "train.lr train.warmup train.clip model.norm model.init moe.z_coef",
@@ -50,7 +50,8 @@ const FindingKind FINDINGS[F_COUNT] = {
                        "train.lr train.clip model.norm moe.z_coef", "6.4 Loss and gradient spikes"},
     [F_GRAD_SPIKES] = {"grad_spikes", SEV_WARNING, "gradient-norm spikes",
                        "the same as loss spikes, one step earlier: updates that jump",
-                       "lower train.lr; keep train.clip at 1 (it bounds the step); model.norm=dssn",
+                       "lower train.lr; keep train.clip at 1 (an outlying gradient then weighs no "
+                       "more in AdamW's running means than one of norm 1); model.norm=dssn",
                        "train.lr train.clip model.norm", "6.4 Loss and gradient spikes"},
     [F_STARVING_EXPERTS] = {"starving_experts", SEV_WARNING,
                             "starving experts: some experts get almost no tokens for a long span",
