@@ -515,13 +515,14 @@ int train_run(Config *c, const TrainOptions *o) {
         }
         if (stop && s < last) {
             if (root) {
-                char dir[MOE_PATH_MAX + 8];
+                char dir[MOE_PATH_MAX + 8], mpirun[32] = "";
                 shell_word(dir, sizeof dir, o->out_dir);
+                if (d) snprintf(mpirun, sizeof mpirun, "mpirun -np %d ", world);
                 fprintf(stderr,
                         "%sstopped by %s after step %d of %d: the checkpoint %s holds it. "
                         "Continue with: %smoe train --resume %s\n",
                         tty ? "\n" : "", stop == SIGINT ? "SIGINT" : "SIGTERM", s, last, ckpt_path,
-                        d ? "mpirun ... " : "", dir);
+                        mpirun, dir);
             }
             /* every file is flushed; the exit status says which signal it was (128 + N) */
             if (o->dist) dist_finalize(o->dist);
