@@ -292,7 +292,7 @@ pair="$tmp/pair"
 p1=$!
 "$moe" train --out "$pair" "${long[@]}" > "$tmp/pair2.log" 2>&1 &
 p2=$!
-for _ in $(seq 500); do kill -0 $p1 2> /dev/null && kill -0 $p2 2> /dev/null || break; sleep 0.02; done
+for _ in $(seq 500); do { kill -0 $p1 && kill -0 $p2; } 2> /dev/null || break; sleep 0.02; done
 if kill -0 $p1 2> /dev/null; then first=$p2 second=$p1 log="$tmp/pair2.log"; else first=$p1 second=$p2 log="$tmp/pair1.log"; fi
 kill -9 $first 2> /dev/null # both train: neither was refused
 wait $first 2> /dev/null
