@@ -216,7 +216,8 @@ void run_lock(const char *dir) {
     run_path(path, sizeof path, dir, "lock");
     const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
-        moe_input_error("--out %s: cannot create %s: %s; choose a folder that is writable", dir,
+        moe_input_error("cannot open %s for its lock: %s; a run directory must be writable "
+                        "(fix its permissions, or choose another --out)",
                         path, strerror(errno));
     /* an fcntl lock belongs to the process and goes with it: a run killed with kill -9 leaves
      * the file, never the lock. The holder's pid comes from the kernel (F_GETLK), so nothing is
@@ -312,7 +313,7 @@ int run_check_config(const char *dir, const Config *stored, const Config *now, c
             char *na = strchr(a, '\n'), *nb = strchr(b, '\n');
             if (!na || !nb) break;
             *na = '\0', *nb = '\0';
-            size_t ka, kb;
+            size_t ka, kb; /* the keys' lengths: equal, as the keys are */
             const char *va = line_value(a, &ka), *vb = line_value(b, &kb);
             if (strcmp(a, b) != 0 && n++ < 4 && dl < sizeof diffs && sl < sizeof sets) {
                 dl += (size_t)snprintf(diffs + dl, sizeof diffs - dl,
