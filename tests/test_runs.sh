@@ -19,6 +19,16 @@
 #      an upcycle: exit 2 with a message saying to free space, no .tmp or partial file left,
 #      and the run resumes afterwards
 #   6. an --out that cannot be written, a model too large for memory: exit 2, nothing written
+#   7. one command at a time: while a run trains, `train --resume` and `train --out` on its
+#      directory exit 2 naming the process; of two `train --out` started together one is
+#      refused; SIGINT and SIGTERM stop a run after its step with a checkpoint (exit 130, 143)
+#      and print the command that continues it, which does, from that step
+#   8. a missing or damaged provenance.txt (no data check possible) is refused, naming the
+#      file and --allow-data-change, which then continues
+#   9. hand edits to config.txt (a setting, or a line that is none) are refused on resume,
+#      naming the key and both values, or the line, and saying how to change a setting
+#  10. a train.csv replaced by junk, or cut short, and a lost ckpt.bin (train.csv past the
+#      first checkpoint) are refused, naming the file, the run directory unchanged
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
 
 # shellcheck source=tests/lib/common.sh
@@ -96,6 +106,10 @@ check "the killed and continued run equals the unbroken one bit for bit (ckpt.bi
 left=$(find "$run" -name '*.tmp')
 [ -z "$left" ]
 check "no .tmp file is left in the run directory" $? "$left"
+# each killed process held the directory's lock; the kernel released it with the process
+[ -e "$run/lock" ] && [ -z "$bad_rc" ]
+check "the lock file stayed after every kill -9, and no continuation was refused by it" $? \
+    "$(ls "$run")"
 
 # ---- 2. killed before the first evaluation and checkpoint ------------------------------------
 echo "test_runs: a run killed before its first checkpoint"
@@ -224,5 +238,157 @@ out=$("$moe" eval --ckpt "$tmp/full/ckpt.bin" --set train.batch=1048576 2>&1)
 rc=$?
 [ $rc -eq 2 ] && grep -q "GiB of memory" <<< "$out" && grep -q "train.batch" <<< "$out"
 check "eval with a batch too large for memory: exit 2 before allocating" $? "exit $rc: $out"
+
+# ---- 7. one command at a time; stopping on a signal -----------------------------------------
+echo "test_runs: a run in use, SIGINT and SIGTERM"
+long=("${tiny[@]}" --set train.steps=100000 --set train.eval_every=100000 --set train.ckpt_every=0)
+# a script's background job starts with SIGINT ignored; moe catches it all the same, so the
+# SIGINT below stops it as Ctrl-C does in a terminal
+busy="$tmp/busy"
+"$moe" train --out "$busy" "${long[@]}" > "$tmp/busy.log" 2>&1 &
+pid=$!
+# rows_of FILE: the complete rows of a CSV (its lines but the header)
+rows_of() { echo $(($( { wc -l < "$1"; } 2> /dev/null || echo 1) - 1)); }
+for _ in $(seq 200); do [ "$(rows_of "$busy/train.csv")" -ge 2 ] && break; sleep 0.02; done
+# (a command that is let in trains on: timeout ends it, and the check fails)
+out=$(timeout 10 "$moe" train --resume "$busy" 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q "$busy is in use by process $pid" <<< "$out"
+check "--resume of a directory a run is training in: exit 2, 'in use by process $pid'" $? \
+    "exit $rc: $out"
+out=$(timeout 10 "$moe" train --out "$busy" "${tiny[@]}" 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q "$busy is in use by process $pid" <<< "$out"
+check "train --out into it: exit 2, 'in use by process $pid'" $? "exit $rc: $out"
+# stop_with SIGNAL PID: send it and wait up to 10 s for the process to end; rc is its status,
+# or "running" (after a kill -9) when it did not end
+stop_with() {
+    kill "-$1" "$2"
+    for _ in $(seq 500); do kill -0 "$2" 2> /dev/null || break; sleep 0.02; done
+    local alive=0
+    if kill -0 "$2" 2> /dev/null; then
+        alive=1
+        kill -9 "$2"
+    fi
+    wait "$2" 2> /dev/null
+    rc=$?
+    [ $alive = 0 ] || rc=running
+}
+stop_with INT $pid
+at=$(sed -n 's/^step //p' < <("$moe" info --ckpt "$busy/ckpt.bin" 2> /dev/null))
+[ "$rc" = 130 ] && [ -n "$at" ] && [ "$at" -ge 2 ] &&
+    grep -q "Continue with: moe train --resume $busy\$" "$tmp/busy.log"
+check "SIGINT: exit 130, a checkpoint of step ${at:-?}, and the command that continues" $? \
+    "exit $rc: $(tail -n 2 "$tmp/busy.log")"
+out=$("$moe" train --resume "$busy" --until $((${at:-0} + 3)) 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -q "(resumed)" <<< "$out" &&
+    [ "$(cut -d, -f1 "$busy/train.csv" | tail -n +2 | tr '\n' ' ')" = "$(seq -s ' ' $((${at:-0} + 3))) " ]
+check "--resume continues from step ${at:-?}: train.csv holds steps 1..$((${at:-0} + 3)) once each" $? \
+    "exit $rc: $out $(cut -d, -f1 "$busy/train.csv" | tail -n 5 | tr '\n' ' ')"
+# two new runs into one folder, started together: one trains, the other is refused
+pair="$tmp/pair"
+"$moe" train --out "$pair" "${long[@]}" > "$tmp/pair1.log" 2>&1 &
+p1=$!
+"$moe" train --out "$pair" "${long[@]}" > "$tmp/pair2.log" 2>&1 &
+p2=$!
+for _ in $(seq 500); do { kill -0 $p1 && kill -0 $p2; } 2> /dev/null || break; sleep 0.02; done
+if kill -0 $p1 2> /dev/null; then first=$p2 second=$p1 log="$tmp/pair2.log"; else first=$p1 second=$p2 log="$tmp/pair1.log"; fi
+kill -9 $first 2> /dev/null # both train: neither was refused
+wait $first 2> /dev/null
+rc=$?
+[ $rc -eq 2 ] && grep -q "in use by process $second" "$log"
+check "two train --out into one folder at once: one is refused, 'in use by process N'" $? \
+    "exit $rc: $(cat "$tmp/pair1.log" "$tmp/pair2.log")"
+for _ in $(seq 200); do [ "$(rows_of "$pair/train.csv")" -ge 1 ] && break; sleep 0.02; done
+stop_with TERM $second
+[ "$rc" = 143 ] && [ -e "$pair/ckpt.bin" ] && cat "$tmp"/pair*.log | grep -q "stopped by SIGTERM"
+check "SIGTERM: exit 143 and a checkpoint" $? "exit $rc: $(cat "$tmp"/pair*.log)"
+
+# ---- 8. provenance.txt missing or damaged -------------------------------------------------
+echo "test_runs: provenance.txt missing or damaged"
+"$moe" train --out "$tmp/prov" "${torn_cfg[@]}" --until 4 > /dev/null 2>&1
+mv "$tmp/prov/provenance.txt" "$tmp/prov.txt"
+before=$(snapshot "$tmp/prov")
+out=$("$moe" train --resume "$tmp/prov" --quiet 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q "provenance.txt is missing" <<< "$out" &&
+    grep -q -- "--allow-data-change" <<< "$out" && [ "$before" = "$(snapshot "$tmp/prov")" ]
+check "--resume without provenance.txt: exit 2, naming it and --allow-data-change" $? \
+    "exit $rc: $out"
+head -c 2000 /dev/urandom > "$tmp/prov/provenance.txt"
+before=$(snapshot "$tmp/prov")
+out=$("$moe" train --resume "$tmp/prov" --quiet 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q "provenance.txt records no data.train line" <<< "$out" &&
+    [ "$before" = "$(snapshot "$tmp/prov")" ]
+check "--resume with a provenance.txt of junk: exit 2, saying what it lacks" $? "exit $rc: $out"
+out=$("$moe" train --resume "$tmp/prov" --allow-data-change --quiet 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -q "^data.train = .* crc32=" "$tmp/prov/provenance.txt"
+check "with --allow-data-change it continues and records the data anew" $? "exit $rc: $out"
+
+# ---- 9. config.txt edited by hand -------------------------------------------------------------
+echo "test_runs: config.txt edited by hand"
+"$moe" train --out "$tmp/cfg" "${torn_cfg[@]}" --until 4 > /dev/null 2>&1
+cp "$tmp/cfg/config.txt" "$tmp/config.orig"
+bad_edit=""
+for edit in "train.lr = 0.5" "train.steps = 99" "train.seed = 7" "model.d_model = 64" \
+    "data.train = $data/val.bin" "data.mix = uniform"; do
+    key=${edit%% = *}
+    sed "s|^$key = .*|$edit|" "$tmp/config.orig" > "$tmp/cfg/config.txt"
+    was=$(grep "^$key = " "$tmp/config.orig" | sed 's/^[^=]*= //')
+    before=$(snapshot "$tmp/cfg")
+    out=$("$moe" train --resume "$tmp/cfg" --quiet 2>&1)
+    rc=$?
+    [ $rc -eq 2 ] && grep -qF "$edit in config.txt, $was in the checkpoint" <<< "$out" &&
+        grep -qF -- "--set $key=" <<< "$out" && [ "$before" = "$(snapshot "$tmp/cfg")" ] ||
+        bad_edit="$bad_edit [$edit] exit $rc: $out"
+done
+[ -z "$bad_edit" ]
+check "six hand edits (lr, steps, seed, d_model, data.train, data.mix): exit 2 naming the key, both values, --set" \
+    $? "$bad_edit"
+{ cat "$tmp/config.orig"; echo "this is no setting"; } > "$tmp/cfg/config.txt"
+before=$(snapshot "$tmp/cfg")
+out=$("$moe" train --resume "$tmp/cfg" --quiet 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q "config.txt:$(($(wc -l < "$tmp/config.orig") + 1)): .*this is no setting" <<< "$out" &&
+    [ "$before" = "$(snapshot "$tmp/cfg")" ]
+check "a line that is no setting: exit 2 naming the file, line and text" $? "exit $rc: $out"
+sed "s|^train.steps = .*|train.steps = 12|" "$tmp/config.orig" > "$tmp/cfg/config.txt"
+out=$("$moe" train --resume "$tmp/cfg" --set train.steps=12 --quiet 2>&1)
+rc=$?
+[ $rc -eq 0 ] && [ "$(tail -n 1 "$tmp/cfg/train.csv" | cut -d, -f1)" = 12 ]
+check "the change given as the message says (--set train.steps=12 on resume) is taken" $? \
+    "exit $rc: $out"
+
+# ---- 10. damaged logs, a lost checkpoint ------------------------------------------------------
+echo "test_runs: damaged train.csv, lost ckpt.bin"
+dmg=("${tiny[@]}" --set train.steps=16 --set train.eval_every=4 --set train.ckpt_every=4)
+"$moe" train --out "$tmp/junk" "${dmg[@]}" --until 8 > /dev/null 2>&1
+head -c 3000 /dev/urandom > "$tmp/junk/train.csv"
+before=$(snapshot "$tmp/junk")
+out=$("$moe" train --resume "$tmp/junk" 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q "train.csv is damaged" <<< "$out" && [ "$before" = "$(snapshot "$tmp/junk")" ]
+check "--resume onto a train.csv of junk: exit 2, naming it (nothing changed)" $? "exit $rc: $out"
+"$moe" train --out "$tmp/cut" "${dmg[@]}" --until 8 > /dev/null 2>&1
+head -n 4 "$tmp/cut/train.csv" > "$tmp/cut.csv" && mv "$tmp/cut.csv" "$tmp/cut/train.csv"
+before=$(snapshot "$tmp/cut")
+out=$("$moe" train --resume "$tmp/cut" 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q "train.csv has no row of that step" <<< "$out" &&
+    [ "$before" = "$(snapshot "$tmp/cut")" ]
+check "--resume onto a train.csv cut short of the checkpoint: exit 2, naming it" $? \
+    "exit $rc: $out"
+"$moe" train --out "$tmp/lost" "${dmg[@]}" --until 8 > /dev/null 2>&1
+rm "$tmp/lost/ckpt.bin"
+before=$(snapshot "$tmp/lost")
+out=$("$moe" train --resume "$tmp/lost" 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q "no checkpoint .*ckpt.bin, but the run had one" <<< "$out" &&
+    [ "$before" = "$(snapshot "$tmp/lost")" ]
+check "--resume without ckpt.bin, train.csv past the first checkpoint: exit 2 (no restart)" $? \
+    "exit $rc: $out"
 
 finish

@@ -424,7 +424,7 @@ static int cmd_train(int argc, char **argv) {
     if (o.allow_data_change && !o.resume)
         usage_error("train", "%s: a new run has no data to compare with; drop it",
                     "--allow-data-change is for --resume");
-    Config c;
+    Config c, stored; /* stored: a resumed checkpoint's settings, before --set */
     char dir[MOE_PATH_MAX];
     int restart = 0;
     if (o.resume) {
@@ -437,6 +437,7 @@ static int cmd_train(int argc, char **argv) {
                                 "no run to resume; start one with `moe train --out %s`",
                                 o.resume, ckpt, o.resume);
             load_ckpt_config(&c, ckpt);
+            stored = c;
         } else {
             /* stopped before its first checkpoint: the run starts again from step 0 with the
              * settings it was started with (config.txt is written before anything else) */
@@ -477,6 +478,7 @@ static int cmd_train(int argc, char **argv) {
                        .resume = o.resume != NULL && !restart,
                        .restart = restart,
                        .allow_data_change = o.allow_data_change,
+                       .stored = o.resume && !restart ? &stored : NULL,
                        .quiet = o.quiet,
                        .until = (int)o.until,
                        .init = o.init,

@@ -1,7 +1,9 @@
 /* run.c: see run.h. */
 #include "train/run.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -132,11 +134,12 @@ void run_write_provenance(const char *dir, const Config *c, const Shard *train, 
 }
 
 /* The CRC-32 the last complete "KEY = PATH crc32=XXXXXXXX ..." line of provenance.txt
- * records; 0 when there is none (a run from before the checksums), 1 when found. */
+ * records: 2 when found, 1 when the KEY lines carry no checksum (a run from before the
+ * checksums), 0 when there is no KEY line at all (a damaged file), -1 when there is no file. */
 static int recorded_crc(const char *prov, const char *key, uint32_t *crc, char *shard,
                         size_t shard_len) {
     FILE *f = fopen(prov, "r");
-    if (!f) return 0;
+    if (!f) return -1;
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
@@ -145,6 +148,7 @@ static int recorded_crc(const char *prov, const char *key, uint32_t *crc, char *
     while ((len = getline(&line, &cap, f)) > 0) {
         if (line[len - 1] != '\n') break; /* a torn last line records nothing */
         if (strncmp(line, key, klen) != 0 || strncmp(line + klen, " = ", 3) != 0) continue;
+        if (!found) found = 1;
         char *at = strstr(line, " crc32=");
         char *end = NULL;
         if (!at) continue;
@@ -153,7 +157,7 @@ static int recorded_crc(const char *prov, const char *key, uint32_t *crc, char *
         *crc = (uint32_t)v;
         *at = '\0';
         snprintf(shard, shard_len, "%s", line + klen + 3);
-        found = 1;
+        found = 2;
     }
     free(line);
     fclose(f);
@@ -168,8 +172,20 @@ int run_check_data(const char *dir, const Shard *train, const Shard *val, char *
     for (int i = 0; i < 2; i++) {
         uint32_t crc = 0;
         char was[1024];
-        if (!recorded_crc(prov, keys[i], &crc, was, sizeof was) || crc == shards[i]->crc32)
-            continue;
+        const int found = recorded_crc(prov, keys[i], &crc, was, sizeof was);
+        /* without the record there is nothing to compare with: resuming would train on
+         * whatever data.train names now, unnoticed */
+        if (found <= 0)
+            return set_error(err, errlen,
+                             "%s %s, so the data this run trained on cannot be checked. Put the "
+                             "file back as it was, or pass --allow-data-change to continue on "
+                             "the data given (%s; a new section of provenance.txt records it)",
+                             prov,
+                             found < 0 ? "is missing"
+                                       : (i == 0 ? "records no data.train line (it is damaged)"
+                                                 : "records no data.val line (it is damaged)"),
+                             shards[i]->path);
+        if (found == 1 || crc == shards[i]->crc32) continue;
         return set_error(err, errlen,
                          "%s: %s (crc32=%08x) is not the data this run trained on: %s records "
                          "%s crc32=%08x. Resume with that data (--set %s=PATH), or pass "
@@ -187,6 +203,258 @@ static long row_step(const char *line) {
     long v = strtol(line, &end, 10);
     if (errno || end == line || (*end != ',' && *end != '\n')) return -1;
     return v;
+}
+
+/* ---- the lock, and the checks of a resume ------------------------------------------------- */
+
+/* the descriptor that holds the run directory's lock, open until the process ends */
+static int run_lock_fd = -1;
+
+void run_lock(const char *dir) {
+    if (run_lock_fd >= 0) return; /* held already */
+    char path[MOE_PATH_MAX + 32];
+    run_path(path, sizeof path, dir, "lock");
+    const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        moe_input_error("cannot open %s for its lock: %s; a run directory must be writable "
+                        "(fix its permissions, or choose another --out)",
+                        path, strerror(errno));
+    /* an fcntl lock belongs to the process and goes with it: a run killed with kill -9 leaves
+     * the file, never the lock. The holder's pid comes from the kernel (F_GETLK), so nothing is
+     * written into the file and it never goes stale. */
+    for (int attempt = 0; attempt < 3; attempt++) {
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        if (fcntl(fd, F_SETLK, &fl) == 0) {
+            run_lock_fd = fd;
+            return;
+        }
+        if (errno != EACCES && errno != EAGAIN) { /* a file system without locks */
+            fprintf(stderr,
+                    "warning: cannot lock %s (%s): nothing stops a second `moe train` "
+                    "on %s while this one runs\n",
+                    path, strerror(errno), dir);
+            close(fd);
+            return;
+        }
+        struct flock who = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        if (fcntl(fd, F_GETLK, &who) == 0 && who.l_type != F_UNLCK) {
+            close(fd);
+            moe_input_error("%s is in use by process %ld (a `moe train` on it); wait for it to "
+                            "end, or stop it (kill -INT %ld saves a checkpoint), then run the "
+                            "command again (nothing was changed)",
+                            dir, (long)who.l_pid, (long)who.l_pid);
+        }
+        /* the holder ended between the two calls: try again */
+    }
+    close(fd);
+    moe_input_error("%s is in use by another process; run the command again when it has ended "
+                    "(nothing was changed)",
+                    dir);
+}
+
+void shell_word(char *out, size_t n, const char *s) {
+    int safe = *s != '\0';
+    for (const char *p = s; *p && safe; p++)
+        safe = isalnum((unsigned char)*p) || strchr("/._-+=:,@%", *p) != NULL;
+    if (safe) {
+        snprintf(out, n, "%s", s);
+        return;
+    }
+    /* 'it'\''s': a quote inside closes the quotes, adds an escaped one and opens them again */
+    if (n < 3) {
+        if (n) out[0] = '\0';
+        return;
+    }
+    size_t k = 0;
+    out[k++] = '\'';
+    for (const char *p = s; *p && k + 6 < n; p++) {
+        if (*p == '\'') {
+            memcpy(out + k, "'\\''", 4);
+            k += 4;
+        } else
+            out[k++] = *p;
+    }
+    out[k++] = '\'';
+    out[k] = '\0';
+}
+
+/* The value of a "key = value" line of config_to_text, and the key's length. */
+static const char *line_value(const char *line, size_t *klen) {
+    const char *eq = strstr(line, " = ");
+    *klen = eq ? (size_t)(eq - line) : strlen(line);
+    return eq ? eq + 3 : "";
+}
+
+int run_check_config(const char *dir, const Config *stored, const Config *now, char *err,
+                     int errlen) {
+    char path[MOE_PATH_MAX + 32], why[1024];
+    run_path(path, sizeof path, dir, "config.txt");
+    if (!file_exists(path)) return 0; /* written again from the checkpoint's settings */
+    Config file;
+    config_defaults(&file);
+    if (config_load_file(&file, path, why, sizeof why) != 0)
+        return set_error(err, errlen,
+                         "%s. config.txt records the run's settings and a resume keeps them: "
+                         "put the file back as it was, or delete it to have it written again "
+                         "from the checkpoint's settings (`moe info --ckpt %s/ckpt.bin` lists "
+                         "them; nothing was changed)",
+                         why, dir);
+    char *text = config_to_text(&file), *was = config_to_text(stored);
+    char *wanted = config_to_text(now);
+    int rc = 0;
+    /* equal to the checkpoint's, or to what this command resolved: a resume with --set that
+     * was killed before its first checkpoint left config.txt ahead of ckpt.bin */
+    if (strcmp(text, was) != 0 && strcmp(text, wanted) != 0) {
+        /* every key is on one line, in the same order, in both texts */
+        char diffs[640] = "", sets[640] = "", word[320], arg[300];
+        int n = 0;
+        size_t dl = 0, sl = 0;
+        for (char *a = text, *b = was; *a && *b;) {
+            char *na = strchr(a, '\n'), *nb = strchr(b, '\n');
+            if (!na || !nb) break;
+            *na = '\0', *nb = '\0';
+            size_t ka, kb; /* the keys' lengths: equal, as the keys are */
+            const char *va = line_value(a, &ka), *vb = line_value(b, &kb);
+            if (strcmp(a, b) != 0 && n++ < 4 && dl < sizeof diffs && sl < sizeof sets) {
+                dl += (size_t)snprintf(diffs + dl, sizeof diffs - dl,
+                                       "%s%.*s = %s in config.txt, %s in the checkpoint",
+                                       dl ? "; " : "", (int)ka, a, va, vb);
+                snprintf(arg, sizeof arg, "%.*s=%s", (int)ka, a, va);
+                shell_word(word, sizeof word, arg);
+                if (sl < sizeof sets)
+                    sl += (size_t)snprintf(sets + sl, sizeof sets - sl, " --set %s", word);
+            }
+            a = na + 1, b = nb + 1;
+        }
+        char cmd_dir[MOE_PATH_MAX + 8];
+        shell_word(cmd_dir, sizeof cmd_dir, dir);
+        rc = set_error(err, errlen,
+                       "%s disagrees with the checkpoint's settings (%d key(s)): %s%s. A resume "
+                       "trains with the checkpoint's settings and ignores edits to config.txt; "
+                       "to change a setting, give it on the command line: moe train --resume "
+                       "%s%s (a setting of the model's shape cannot change: start a new run with "
+                       "--init %s/ckpt.bin), or put config.txt back (nothing was changed)",
+                       path, n, diffs, n > 4 ? "; ..." : "", cmd_dir, sets, dir);
+    }
+    free(text);
+    free(was);
+    free(wanted);
+    return rc;
+}
+
+/* The CSV files of a run directory (train.c writes them; dist.csv and replay.csv only when
+ * their runs have them). */
+static const char *const RUN_CSVS[] = {"train.csv",      "router.csv", "domains.csv",
+                                       "val_router.csv", "mix.csv",    "val_domains.csv",
+                                       "dist.csv",       "replay.csv"};
+
+/* Is the first line of a CSV (len bytes, complete when it ends in a newline) a header of ours,
+ * "step,..." of lowercase names, or the start of one torn by a kill? Binary junk, or another
+ * file put in its place, is not. */
+static int csv_header_ok(const char *line, size_t len) {
+    const int complete = len > 0 && line[len - 1] == '\n';
+    const size_t n = complete ? len - 1 : len;
+    for (size_t i = 0; i < n; i++)
+        if (!(islower((unsigned char)line[i]) || isdigit((unsigned char)line[i]) ||
+              line[i] == '_' || line[i] == ','))
+            return 0;
+    return strncmp(line, "step,", n < 5 ? n : 5) == 0 && (!complete || n >= 5);
+}
+
+/* Read dir/file: 0 when it is missing, else 1 with *header_ok (csv_header_ok of its first line)
+ * and *last_step / *has_step: the largest step of its complete rows (-1: none) and whether one
+ * of them is of step want. */
+static int csv_scan(const char *path, int want, int *header_ok, long *last_step, int *has_step) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    *header_ok = 1, *last_step = -1, *has_step = 0;
+    for (int first = 1; (len = getline(&line, &cap, f)) > 0; first = 0) {
+        if (first) {
+            *header_ok = csv_header_ok(line, (size_t)len);
+            continue;
+        }
+        if (line[len - 1] != '\n') break; /* a torn last row: cut on resume */
+        const long s = row_step(line);
+        if (s > *last_step) *last_step = s;
+        if (s == want) *has_step = 1;
+    }
+    free(line);
+    fclose(f);
+    return 1;
+}
+
+int run_check_logs(const char *dir, int step, char *err, int errlen) {
+    char path[MOE_PATH_MAX + 32];
+    for (size_t i = 0; i < sizeof RUN_CSVS / sizeof RUN_CSVS[0]; i++) {
+        run_path(path, sizeof path, dir, RUN_CSVS[i]);
+        int header_ok, has_step;
+        long last;
+        const int exists = csv_scan(path, step, &header_ok, &last, &has_step);
+        const char *wrong = NULL;
+        if (exists && !header_ok)
+            wrong = "is damaged: its first line is not the file's header (step,...)";
+        else if (i == 0 && (!exists || !has_step))
+            wrong = exists ? "has no row of that step: it is damaged, cut short or was replaced "
+                             "(a step's rows are written before its checkpoint)"
+                           : "is missing";
+        if (!wrong) continue;
+        /* appending to it would leave a log that no longer tells the run's story */
+        return set_error(err, errlen,
+                         "--resume %s: the checkpoint holds step %d, but %s %s. Restore the file "
+                         "from a copy, or start a new run from the checkpoint's weights: moe "
+                         "train --init %s/ckpt.bin --out NEW_DIR (nothing was changed)",
+                         dir, step, path, wrong, dir);
+    }
+    return 0;
+}
+
+int run_check_restart(const char *dir, char *err, int errlen) {
+    char path[MOE_PATH_MAX + 32], prov[MOE_PATH_MAX + 32], cfg[MOE_PATH_MAX + 32];
+    run_path(path, sizeof path, dir, "train.csv");
+    run_path(prov, sizeof prov, dir, "provenance.txt");
+    run_path(cfg, sizeof cfg, dir, "config.txt");
+    /* the settings the run had (not this command's --set): where its first checkpoint fell */
+    Config c;
+    config_defaults(&c);
+    if (config_load_file(&c, cfg, err, errlen) != 0) return -1;
+    int header_ok = 1, has_step;
+    long last = -1;
+    if (csv_scan(path, -2, &header_ok, &last, &has_step) && !header_ok)
+        return set_error(err, errlen,
+                         "--resume %s: %s is damaged (its first line is not the file's header) "
+                         "and there is no ckpt.bin: what the run had done cannot be told, and "
+                         "starting it again would overwrite its files. Restore them, or start a "
+                         "new run with another --out (nothing was changed)",
+                         dir, path);
+    /* the first checkpoint is saved right after its step's rows: a row past that step means
+     * it was written, and so does a resumed segment */
+    const long first = c.ckpt_every > 0 && c.ckpt_every < c.steps ? c.ckpt_every : c.steps;
+    int resumed = 0;
+    FILE *f = fopen(prov, "r");
+    if (f) {
+        char line[256];
+        while (!resumed && fgets(line, sizeof line, f))
+            resumed = strncmp(line, "resumed_at_step = ", 18) == 0;
+        fclose(f);
+    }
+    if (last <= first && !resumed) return 0;
+    char why[160];
+    if (last > first)
+        snprintf(why, sizeof why,
+                 "train.csv has rows up to step %ld, past its first checkpoint "
+                 "(step %ld)",
+                 last, first);
+    else
+        snprintf(why, sizeof why, "provenance.txt records a resumed segment");
+    return set_error(err, errlen,
+                     "--resume %s: there is no checkpoint %s/ckpt.bin, but the run had one (%s): "
+                     "it was deleted or lost. Starting again from step 0 would overwrite the "
+                     "run's logs; put ckpt.bin back, or start a new run with another --out "
+                     "(nothing was changed)",
+                     dir, dir, why);
 }
 
 FILE *csv_open(const char *dir, const char *file, const char *header, int keep_until_step) {

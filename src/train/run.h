@@ -10,6 +10,7 @@
  *   runs/NAME/val_router.csv  step,layer,maxvio,cv,load_*,drop_frac (at every evaluation)
  *   runs/NAME/domains.csv     step,layer,domain,expert,fraction (at every evaluation)
  *   runs/NAME/ckpt.bin        the last checkpoint
+ *   runs/NAME/lock            empty; `moe train` holds a lock on it while it runs
  * src/README.md ("Run directory") defines every column.
  */
 #ifndef MOE_RUN_H
@@ -36,9 +37,37 @@ void run_write_provenance(const char *dir, const Config *c, const Shard *train, 
                           const Dist *d);
 
 /* The data check of a resume: 0 when the shards' payload CRC-32s are those that the last
- * data.train / data.val lines of dir/provenance.txt record (or nothing is recorded); -1 with a
- * message naming the file that changed, and the flag that allows it, when one differs. */
+ * data.train / data.val lines of dir/provenance.txt record (or its lines predate the
+ * checksums); -1 with a message naming the file that changed, and the flag that allows it,
+ * when one differs, or when provenance.txt is missing or records no data at all. */
 int run_check_data(const char *dir, const Shard *train, const Shard *val, char *err, int errlen);
+
+/* Lock the run directory for this process, or exit 2 with "DIR is in use by process N" when
+ * another process holds it. The lock (fcntl, on DIR/lock) lasts until the process ends, however
+ * it ends: the kernel releases it, so a killed run leaves no stale lock behind. A second call
+ * does nothing. */
+void run_lock(const char *dir);
+
+/* The settings check of a resume: 0 when dir/config.txt (when there is one) holds the settings
+ * of the checkpoint (stored) or those this command resolved (now: stored and its --set);
+ * -1 with a message naming each key that differs and both values, or the line that is not a
+ * setting. */
+int run_check_config(const char *dir, const Config *stored, const Config *now, char *err,
+                     int errlen);
+
+/* The logs check of a resume from the checkpoint of step: every CSV of dir starts with its
+ * header line, and train.csv holds the row of that step (the rows of a step are on disk
+ * before its checkpoint); -1 with a message naming the damaged file otherwise. */
+int run_check_logs(const char *dir, int step, char *err, int errlen);
+
+/* The check of a run without ckpt.bin that --resume would start again from step 0 with its
+ * config.txt: -1 with a message when its logs show it had a checkpoint (train.csv rows past
+ * the step of its first one, or a resumed segment in provenance.txt), or train.csv is
+ * damaged: the checkpoint was lost, and starting again would overwrite the logs. */
+int run_check_restart(const char *dir, char *err, int errlen);
+
+/* s as one word of a shell command: as it is when it is safe, else in single quotes. */
+void shell_word(char *out, size_t n, const char *s);
 
 /* Open a CSV for appending. When keep_until_step >= 0 the existing file is first cut back to
  * its header and the complete rows whose first field (the step) is <= keep_until_step (a

@@ -3,6 +3,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -194,6 +195,58 @@ static RouteTape *open_route_tape(RouteTape *t, const Model *m, const Config *c,
     return t;
 }
 
+/* ---- stopping on a signal ------------------------------------------------------------------ */
+
+/* The signal (SIGINT, SIGTERM) that asked the run to stop, 0 for none. The handler only sets
+ * it (all a handler may safely do); the loop looks at it after each step. */
+static volatile sig_atomic_t stop_signal = 0;
+
+static void on_stop_signal(int sig) {
+    stop_signal = sig;
+}
+
+/* Ctrl-C and kill stop the run at the end of its step, with a checkpoint. Caught even where a
+ * script's shell started the run in the background with SIGINT ignored, so that `kill -INT`
+ * stops it the same way. */
+static void catch_stop_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    /* SA_RESETHAND: a second Ctrl-C finds the default action and ends the process at once;
+     * SA_RESTART: a system call the signal lands in carries on instead of failing */
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* The signal on which every process stops after this step, or 0: one process's signal stops
+ * them all, at the same step. */
+static int stop_requested(Dist *d) {
+    const int sig = stop_signal;
+    if (!d) return sig;
+    double v[2] = {sig == SIGINT, sig == SIGTERM};
+    dist_allreduce_sum_d(d, DIST_WORLD, v, 2);
+    return v[0] > 0 ? SIGINT : v[1] > 0 ? SIGTERM : 0;
+}
+
+/* A new run (not --resume) is refused where one exists, before and again once it holds the
+ * directory's lock (another command may have started one there in between). */
+static void refuse_existing_run(const TrainOptions *o, const char *ckpt_path, const char *csv) {
+    if (o->resume || o->restart) return;
+    if (file_exists(ckpt_path))
+        moe_input_error("%s already holds a run; continue it with `moe train --resume %s`, or "
+                        "choose another --out (nothing was changed)",
+                        o->out_dir, o->out_dir);
+    /* a run stopped before its first checkpoint has CSV files but nothing to resume from:
+     * `--resume` starts it again from step 0 with its config.txt (o->restart) */
+    if (file_exists(csv))
+        moe_input_error("%s holds a run that stopped before its first checkpoint; start it again "
+                        "from step 0 with `moe train --resume %s` (its config.txt), or choose "
+                        "another --out (nothing was changed)",
+                        o->out_dir, o->out_dir);
+}
+
 int train_run(Config *c, const TrainOptions *o) {
     char err[1024], ckpt_path[MOE_PATH_MAX + 32], path[MOE_PATH_MAX + 32];
     Dist *d = o->dist && o->dist->world > 1 ? o->dist : NULL;
@@ -201,21 +254,21 @@ int train_run(Config *c, const TrainOptions *o) {
     if (d && config_check_dist(c, world, err, sizeof err) != 0) moe_input_error("%s", err);
     run_path(ckpt_path, sizeof ckpt_path, o->out_dir, "ckpt.bin");
     run_path(path, sizeof path, o->out_dir, "train.csv");
-    if (!o->resume && file_exists(ckpt_path))
-        moe_input_error("%s already holds a run; continue it with `moe train --resume %s`, or "
-                        "choose another --out (nothing was changed)",
-                        o->out_dir, o->out_dir);
-    /* a run stopped before its first checkpoint has CSV files but nothing to resume from:
-     * `--resume` starts it again from step 0 with its config.txt (o->restart) */
-    if (!o->resume && !o->restart && file_exists(path))
-        moe_input_error("%s holds a run that stopped before its first checkpoint; start it again "
-                        "from step 0 with `moe train --resume %s` (its config.txt), or choose "
-                        "another --out (nothing was changed)",
-                        o->out_dir, o->out_dir);
+    /* one command at a time on a run directory: the first process, which writes it, holds its
+     * lock. A directory that has a lock file (or a run to continue) is locked before it is
+     * read; a new one once its folder exists, so that a refused command creates nothing. */
+    char lock_path[MOE_PATH_MAX + 32];
+    run_path(lock_path, sizeof lock_path, o->out_dir, "lock");
+    if (root && (o->resume || o->restart || file_exists(lock_path))) run_lock(o->out_dir);
+    refuse_existing_run(o, ckpt_path, path);
     if (o->resume && !file_exists(ckpt_path))
         moe_input_error("--resume %s: no checkpoint %s to resume from; start the run without "
                         "--resume",
                         o->out_dir, ckpt_path);
+    if (o->resume && o->stored && run_check_config(o->out_dir, o->stored, c, err, sizeof err) != 0)
+        moe_input_error("%s", err);
+    if (o->restart && run_check_restart(o->out_dir, err, sizeof err) != 0)
+        moe_input_error("%s", err);
 
     /* train.batch is the whole batch; each process trains on its equal share of it, drawn by
      * the same loader on every process (the one-process sequences, whatever the world) */
@@ -243,6 +296,9 @@ int train_run(Config *c, const TrainOptions *o) {
     setup_mix(&loader, c, &train, mix_target, &mix_end_step, mix_lines, sizeof mix_lines);
     if (o->resume && checkpoint_load(&m, &loader.rng, ckpt_path, 1, err, sizeof err) != 0)
         moe_input_error("%s", err);
+    /* the CSVs are cut back to the checkpoint and appended to: they must be the run's own */
+    if (o->resume && run_check_logs(o->out_dir, m.step, err, sizeof err) != 0)
+        moe_input_error("%s", err);
     /* --init: the weights (and aux-free biases) of another run, a fresh optimizer at step 0 */
     if (!o->resume && o->init && checkpoint_load(&m, NULL, o->init, 0, err, sizeof err) != 0)
         moe_input_error("--init: %s", err);
@@ -264,6 +320,8 @@ int train_run(Config *c, const TrainOptions *o) {
                o->out_dir);
     if (root) {
         if (make_dirs(o->out_dir, err, sizeof err) != 0) moe_input_error("--out: %s", err);
+        run_lock(o->out_dir);
+        refuse_existing_run(o, ckpt_path, path);
         run_write_config(o->out_dir, c);
     }
     if (root)
@@ -338,6 +396,7 @@ int train_run(Config *c, const TrainOptions *o) {
 
     const double t_start = now_seconds();
     float last_loss = NAN, last_val = NAN;
+    catch_stop_signals();
     model_zero_grad(&m);
     for (int step = start_step; step < last; step++) {
         const double t0 = now_seconds();
@@ -445,13 +504,29 @@ int train_run(Config *c, const TrainOptions *o) {
             progress(c, s, last_loss, tty ? last_val : val_loss, tok_s, now_seconds() - t_start,
                      start_step, tty);
 
-        if ((c->ckpt_every > 0 && s % c->ckpt_every == 0) || s == last) {
+        const int stop = stop_requested(d);
+        if ((c->ckpt_every > 0 && s % c->ckpt_every == 0) || s == last || stop) {
             fflush(ftrain);
             fflush(frouter);
             if (fdist) fflush(fdist);
             if (freplay) fflush(freplay);
             if (checkpoint_save(&m, &loader.rng, ckpt_path, err, sizeof err) != 0)
                 moe_fatal("saving the checkpoint failed: %s", err);
+        }
+        if (stop && s < last) {
+            if (root) {
+                char dir[MOE_PATH_MAX + 8], mpirun[32] = "";
+                shell_word(dir, sizeof dir, o->out_dir);
+                if (d) snprintf(mpirun, sizeof mpirun, "mpirun -np %d ", world);
+                fprintf(stderr,
+                        "%sstopped by %s after step %d of %d: the checkpoint %s holds it. "
+                        "Continue with: %smoe train --resume %s\n",
+                        tty ? "\n" : "", stop == SIGINT ? "SIGINT" : "SIGTERM", s, last, ckpt_path,
+                        mpirun, dir);
+            }
+            /* every file is flushed; the exit status says which signal it was (128 + N) */
+            if (o->dist) dist_finalize(o->dist);
+            exit(128 + stop);
         }
     }
     fclose(ftrain);

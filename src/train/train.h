@@ -25,6 +25,7 @@ typedef struct {
     int restart;           /* out_dir holds a run stopped before its first checkpoint: start it
                               again from step 0, replacing its files (`moe train --resume`) */
     int allow_data_change; /* resume even when the data's CRC-32 differs from provenance.txt's */
+    const Config *stored;  /* resume: the checkpoint's settings, which config.txt must hold */
     /* the routing of this run's MoE blocks: written to record_routing, or replayed from
      * replay_routing (src/model/route_tape.h); NULL: neither. A run from step 0 on one process. */
     const char *record_routing, *replay_routing;

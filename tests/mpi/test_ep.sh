@@ -17,7 +17,8 @@
 #      continued steps equal the one-process run's; the checkpoint evaluates in one process
 #   4. bad input: dist.ep not dividing the processes, or a batch that does not split, exits 2
 #      with a message; a killed process ends the job non-zero within 30 s and the run resumes
-#      from its last checkpoint; a process that stops answering (one of 4) is named by every
+#      from its last checkpoint; SIGINT to one process stops every one after the same step,
+#      with a checkpoint of it; a process that stops answering (one of 4) is named by every
 #      message of the others (with MPI's collectives, which cannot tell, the collective and
 #      its group are), which end the job within 30 s (dist.timeout=3)
 # 1-4 run with each engine of collectives (dist.collectives=mpi, then teach), then:
@@ -200,6 +201,26 @@ for coll in mpi teach; do
     [ -n "$at" ] && [ $rc -eq 0 ] && [ "$last" = $((at + 2)) ]
     check "[$coll] the killed run resumes from its checkpoint (step ${at:-?}) to step $((${at:-0} + 2))" $? \
         "exit $rc, last row $last: $(tail -n 3 "$tmp/kill-resume.log")"
+    # SIGINT to one process: every process stops after the same step, which the checkpoint
+    # (the only one, at train.ckpt_every=0) and train.csv's last row both hold
+    timeout -k 10 90 mpirun -np 2 "$moe" train --resume "$tmp/kill" --set train.ckpt_every=0 \
+        > "$tmp/int.log" 2>&1 &
+    job=$!
+    for _ in $(seq 100); do
+        [ "$(awk -F, 'END { print $1 + 0 }' "$tmp/kill/train.csv")" -ge $((${at:-0} + 6)) ] && break
+        sleep 0.1
+    done
+    victim=$(pgrep -f "^$moe train --resume $tmp/kill" | tail -n 1)
+    [ -n "$victim" ] && kill -INT "$victim"
+    wait "$job"
+    rc=$?
+    stopped=$("$moe" info --ckpt "$tmp/kill/ckpt.bin" 2>/dev/null | awk '/^step / { print $2 }')
+    last=$(awk -F, 'END { print $1 }' "$tmp/kill/train.csv")
+    [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$stopped" = "$last" ] &&
+        [ "$stopped" -gt $((${at:-0} + 2)) ] &&
+        grep -q "stopped by SIGINT after step $stopped .*mpirun -np 2 moe train --resume $tmp/kill" "$tmp/int.log"
+    check "[$coll] SIGINT to one process stops all after step ${stopped:-?}, with a checkpoint of it" $? \
+        "exit $rc, checkpoint ${stopped:-?}, last row $last: $(tail -n 5 "$tmp/int.log")"
     # a process that stops answering: the others name it after dist.timeout. Over 4 processes
     # the ranks that wait for rank 0 (which waits for the stopped one) must not blame rank 0:
     # every message names the stopped rank (read from its environment, as mpirun numbered it),
