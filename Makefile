@@ -291,16 +291,24 @@ $(BUILD)/obj/tests/%.o: CPPFLAGS += $(CHECK_CFLAGS) -Itests
 # the tests' shared headers (ops_util.h, kernels_moe_util.h, ...): a change rebuilds every test
 $(TEST_SRC:%.c=$(BUILD)/obj/%.o): $(wildcard tests/*.h)
 
-# The single-process suites, then the MPI ones whatever the first found (a failure in one set
-# never hides the other's results); the status is non-zero when either failed.
-# The binaries are built first with a job per core (JOBS), then the suites run.
+# make test: the binaries first, a compiler a core (JOBS), the one-process build and, with Open
+# MPI, the MPI one ($(BUILD)-mpi); then every suite, the single-process ones and the MPI ones
+# (tests/mpi/, which run $(BUILD)-mpi's binaries) side by side in one queue
+# (tests/lib/run_suites.sh), the slowest first (SLOW_FIRST: the queue's length is about the
+# longest suite's, not the sum of two queues').
+MPI_BUILD := $(BUILD)-mpi
+HAVE_MPIRUN := $(shell command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 && echo 1 || echo 0)
+SLOW_FIRST := tests/mpi/test_ep.sh tests/test_ablations.sh tests/test_cuda_build.sh tests/mpi/test_dist.sh \
+              tests/test_lab03.sh tests/test_bench.sh tests/test_gallery.sh
+SHELL_SUITES := $(wildcard tests/*.sh) $(if $(filter 1,$(HAVE_MPIRUN)),$(wildcard tests/mpi/*.sh))
+SUITES := $(filter $(SHELL_SUITES),$(SLOW_FIRST)) $(filter-out $(SLOW_FIRST),$(SHELL_SUITES)) $(TEST_BIN)
 test: deps
-	@status=0; $(MAKE) --no-print-directory -j$(JOBS) test-build && \
-	 $(MAKE) --no-print-directory test-run || status=1; \
-	 if command -v mpicc >/dev/null 2>&1; then $(MAKE) --no-print-directory -j$(JOBS) MPI=1 test-build-mpi && \
-	   $(MAKE) --no-print-directory MPI=1 test-run-mpi || status=1; \
-	 else echo "test: skipped: the multi-process suites (tests/mpi/) need Open MPI; install it with make deps"; fi; \
-	 exit $$status
+	@$(MAKE) --no-print-directory -j$(JOBS) test-build
+	@if [ "$(HAVE_MPIRUN)" = 1 ]; then $(MAKE) --no-print-directory -j$(JOBS) MPI=1 test-build-mpi; \
+	 else echo "test: skipped: the multi-process suites (tests/mpi/) need Open MPI (mpicc, mpirun); install it with make deps"; fi
+	@env $(MPIRUN_ENV) MOE_BIN=$(BUILD)/moe MOE_BUILD=$(BUILD) MOE_MPI_BIN=$(MPI_BUILD)/moe MOE_MPI_BUILD=$(MPI_BUILD) \
+	  OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive CK_DEFAULT_TIMEOUT=600 CK_TIMEOUT_MULTIPLIER=5 \
+	  bash tests/lib/run_suites.sh test $(SUITES)
 
 # The slow variants make test leaves out to stay within three minutes, and the C for Arm: the
 # CUDA build for Hopper and Ampere with every unit suite on it and the GPU build across

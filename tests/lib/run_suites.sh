@@ -7,12 +7,15 @@
 # says what it found: 0 passed, 77 skipped (an optional tool is missing: the suite has said which
 # and how to install it), anything else failed. Exits 0 when none failed; a skipped suite
 # neither passes nor fails. The environment (MOE_BIN, MOE_BUILD, OMP_NUM_THREADS, ...) is the
-# caller's.
+# caller's, but for the multi-process suites (tests/mpi/): they run MOE_MPI_BIN and
+# MOE_MPI_BUILD (the MPI build) as their MOE_BIN and MOE_BUILD, where those are set, and
+# without leak checking (Open MPI's own allocations look like leaks to AddressSanitizer; the
+# single-process suites check ours).
 #
 # Why several at a time on a 2-core machine: most suites spend much of their time waiting
 # (processes starting, mpirun, a timeout they test), so their CPU seconds add up to about half
-# their seconds; two or three side by side fill the cores. The shell suites, the long ones,
-# start first. MOE_TEST_JOBS=1 runs one at a time, in the order given.
+# their seconds; two or three side by side fill the cores. Suites start in the order given, so
+# the caller lists the longest first. MOE_TEST_JOBS=1 runs one at a time.
 set -u
 label=$1
 shift
@@ -27,18 +30,16 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/moe_suites.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 suites=()
-if [ "$jobs" -gt 1 ]; then
-    for t in "$@"; do case $t in *.sh) [ -e "$t" ] && suites+=("$t") ;; esac; done
-    for t in "$@"; do case $t in *.sh) ;; *) [ -e "$t" ] && suites+=("$t") ;; esac; done
-else
-    for t in "$@"; do [ -e "$t" ] && suites+=("$t"); done
-fi
+for t in "$@"; do [ -e "$t" ] && suites+=("$t"); done
 
 # run_one I SUITE: run it, its output to $work/I.log; then "STATUS SECONDS CPU" to $work/I.done
 run_one() {
     local start end
     start=$(date +%s.%N)
     case $2 in
+    tests/mpi/*.sh)
+        MOE_BIN=${MOE_MPI_BIN:-${MOE_BIN:-}} MOE_BUILD=${MOE_MPI_BUILD:-${MOE_BUILD:-}} \
+            ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 bash "$2" ;;
     *.sh) bash "$2" ;;
     *) "$2" ;;
     esac > "$work/$1.log" 2>&1 < /dev/null
