@@ -124,6 +124,15 @@ bash chapters/01-routing/ablate.sh --smoke --summarize > "$tmp/ch01s.log" 2>&1 &
     cmp -s "$tmp/ch01.csv" plots/01-routing-smoke/summary.csv
 check "ch01 --summarize: the same summary.csv from the runs" $? "$(tail -n 3 "$tmp/ch01s.log")"
 
+# chapters/series.gp: the i-th of many unrelated series (chapter 1's eleven arms) takes line
+# type distinct(i); each of the first sixteen has a colour of its own
+gnuplot -e "out='/dev/null'; load 'plots/style.gp'; load 'chapters/series.gp'; \
+            do for [i = 1:16] { print sprintf('type %d', distinct(i)) }; show linetype" > "$tmp/lt.txt" 2>&1
+awk '$1 == "type" { want[++n] = $2 } $1 == "linetype" { sub(",", "", $2); c[$2] = $5 }
+     END { for (i = 1; i <= n; i++) { k = c[want[i]]; if (k == "" || k in seen) exit 1; seen[k] = 1 }
+           exit n != 16 }' "$tmp/lt.txt"
+check "series.gp: distinct(1..16), sixteen line types of sixteen colours" $? "$(cat "$tmp/lt.txt")"
+
 smoke_ok ch02 chapters/02-capacity/ablate.sh plots/02-capacity-smoke 20 \
     "val_loss.png loss_time.png drops.png padding.png final_loss.png" val_loss
 # dropped fraction after step steps/6 for every arm, a fraction; dropless arms drop nothing

@@ -11,6 +11,8 @@
 #      committed report, names the failure each broken arm provokes (none missed) and nothing on
 #      the three healthy arms (the false positives are counted, and must be 0); thresholds.md is
 #      the table moe doctor prints now (a changed threshold is a rerun of the gallery)
+#   3. symptom.gp: an arm that stops early (a divergence) gets a second panel on the steps it
+#      ran; an arm as long as the healthy run keeps the one
 
 # shellcheck source=tests/lib/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -74,4 +76,19 @@ check "three healthy arms" $? "$(cat "$g/gallery.csv")"
 "$moe" doctor --thresholds | cmp -s - "$g/thresholds.md"
 check "thresholds.md is the table moe doctor prints now" $? \
   "$("$moe" doctor --thresholds | diff - "$g/thresholds.md")"
+
+echo "test_gallery: symptom.gp on an arm that stops early"
+# png_width FILE: the width in the PNG header (IHDR, bytes 16-19, big-endian)
+png_width() { od -An -tu1 -j16 -N4 "$1" | awk '{ print ((($1 * 256) + $2) * 256 + $3) * 256 + $4 }'; }
+awk 'BEGIN { for (s = 1; s <= 300; s++) print s, 5 - s / 100 }' > "$tmp/short.healthy.dat"
+awk 'BEGIN { for (s = 1; s <= 8; s++) print s, (s < 8 ? 5 - s / 4 : 9) }' > "$tmp/short.dat"
+cp "$tmp/short.healthy.dat" "$tmp/long.healthy.dat"
+cp "$tmp/short.healthy.dat" "$tmp/long.dat"
+for arm in short long; do
+  gnuplot -e "dir='$tmp'; name='$arm'; label='loss'; healthy=1; out='$tmp/$arm.png'" \
+    chapters/06-troubleshooting/symptom.gp > "$tmp/$arm.log" 2>&1 || echo "gnuplot failed" >> "$tmp/$arm.log"
+done
+[ "$(png_width "$tmp/short.png")" = 1200 ] && [ "$(png_width "$tmp/long.png")" = 720 ]
+check "an arm of 8 steps against 300 gets its zoomed panel (1200 pixels wide), one of 300 not (720)" $? \
+  "widths $(png_width "$tmp/short.png") and $(png_width "$tmp/long.png"); $(cat "$tmp/short.log" "$tmp/long.log")"
 finish

@@ -2,7 +2,8 @@
 # Chapter 1: the same model trained under every routing and balancing method.
 #
 #   bash chapters/01-routing/ablate.sh            # 600 steps per variant (the handbook's numbers)
-#   bash chapters/01-routing/ablate.sh --quick    # 100 steps per variant, a few minutes
+#   bash chapters/01-routing/ablate.sh --quick    # 100 steps per variant, about 5 minutes of CPU time
+#                                                 # (a check: its differences are within the seed noise)
 #   bash chapters/01-routing/ablate.sh --summarize [--quick]   # only redo tables and figures
 #   bash chapters/01-routing/ablate.sh --only NAME [--quick]   # (re)train one variant, then summarise
 #   bash chapters/01-routing/ablate.sh --smoke    # every variant for 12 steps of a tiny model (the test)

@@ -12,9 +12,9 @@ set key outside right top
 set ylabel 'MaxVio (10-step average)'
 set yrange [0:*]
 plot for [i = 1:words(names)] sprintf('%s/%s.bal', dir, word(names, i)) \
-     using 1:4 with lines lt i lw 2 title word(names, i)
+     using 1:4 with lines lt distinct(i) lw 2 title word(names, i)
 set ylabel 'CV of expert loads (10-step average)'
 set xlabel 'optimizer step'
 plot for [i = 1:words(names)] sprintf('%s/%s.bal', dir, word(names, i)) \
-     using 1:5 with lines lt i lw 2 title word(names, i)
+     using 1:5 with lines lt distinct(i) lw 2 title word(names, i)
 unset multiplot

@@ -8,4 +8,4 @@ set xlabel 'optimizer step'
 set ylabel 'validation loss (nats/byte)'
 set key outside right top
 plot for [i = 1:words(names)] sprintf('%s/%s.val', dir, word(names, i)) \
-     using 1:2 with linespoints lt i lw 2 title word(names, i)
+     using 1:2 with linespoints lt distinct(i) lw 2 title word(names, i)

@@ -2,7 +2,8 @@
 # Chapter 2: the same model trained with a fixed expert capacity, from starving to dropless.
 #
 #   bash chapters/02-capacity/ablate.sh            # 600 steps per variant (the handbook's numbers)
-#   bash chapters/02-capacity/ablate.sh --quick    # 100 steps per variant, about 10 minutes
+#   bash chapters/02-capacity/ablate.sh --quick    # 100 steps per variant, about 8 minutes of CPU time
+#                                                 # (a check: only the largest differences pass the seed noise)
 #   bash chapters/02-capacity/ablate.sh --summarize [--quick]   # only redo tables and figures
 #   bash chapters/02-capacity/ablate.sh --only NAME [--quick]   # (re)train one variant, then summarise
 #   bash chapters/02-capacity/ablate.sh --smoke    # every variant for 12 steps of a tiny model (the test)

@@ -3,7 +3,7 @@
 # processes (expert parallelism, MPI), with and without load balancing.
 #
 #   bash chapters/03-expert-parallel/ablate.sh            # 200 steps per run (the handbook's numbers)
-#   bash chapters/03-expert-parallel/ablate.sh --quick    # 30 steps per run, about 2 minutes
+#   bash chapters/03-expert-parallel/ablate.sh --quick    # 30 steps per run, under a minute of CPU time
 #   bash chapters/03-expert-parallel/ablate.sh --summarize [--quick]   # only redo tables and figures
 #   bash chapters/03-expert-parallel/ablate.sh --smoke    # every run for 6 steps of a tiny model (the test)
 #   bash chapters/03-expert-parallel/ablate.sh --only ep2-none   # (re)train one run, then summarise

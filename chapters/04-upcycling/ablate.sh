@@ -2,7 +2,7 @@
 # Chapter 4: upcycling a trained dense model into an MoE, against training the MoE from scratch.
 #
 #   bash chapters/04-upcycling/ablate.sh            # 600 + 600 steps (the handbook's numbers)
-#   bash chapters/04-upcycling/ablate.sh --quick    # 100 + 100 steps, a few minutes
+#   bash chapters/04-upcycling/ablate.sh --quick    # 100 + 100 steps, about 6 minutes of CPU time
 #   bash chapters/04-upcycling/ablate.sh --summarize [--quick]   # only redo tables and figures
 #   bash chapters/04-upcycling/ablate.sh --only NAME [--quick]   # (re)train one arm, then summarise
 #   bash chapters/04-upcycling/ablate.sh --smoke    # every arm, 12 + 12 steps of a tiny model (the test)

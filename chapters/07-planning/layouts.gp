@@ -6,12 +6,14 @@
 #      out   PNG path
 #   gnuplot -e "data='plots/07-planning/layouts.csv'; out='x.png'" chapters/07-planning/layouts.gp
 #
-# Left: the memory of the busiest GPU, stacked (weights, gradients, optimizer state,
-# activations), against the GPU's 80 GB. Right: the step, stacked by where its time goes, with
-# the published step time of the layouts measured side by side as a black diamond.
+# Top: the memory of the busiest GPU, stacked (weights, gradients, optimizer state,
+# activations), against the GPU's 80 GB. Bottom: the step, stacked by where its time goes, with
+# the published step time of the layouts measured side by side as a black diamond. The panels
+# are stacked, each the canvas's width, so that every bar's four-line label fits under it
+# unrotated; the keys stand right of the bars, clear of them.
 
-W = 1280
-H = 560
+W = 1200
+H = 900
 load 'plots/style.gp'
 set datafile separator comma
 set datafile columnheaders
@@ -20,11 +22,17 @@ set style histogram rowstacked
 set style fill solid 0.9 border rgb "#555555"
 set boxwidth 0.7
 set grid noxtics
-set xtics rotate by -35 scale 0 font ",9"
-set key top right font ",9" opaque
-tic = 'sprintf("%s\ntp%d pp%d vpp%d ep%d\nmb%d %s", strcol("label"), column("tp"), column("pp"), column("vpp"), column("ep"), column("micro_batch"), strcol("recompute"))'
-set multiplot layout 1, 2 title "Qwen3-235B on 256 H100 (moe plan): four layouts measured side by side, and the planner's four best" font ",12"
+set xtics scale 0 font ",9"
+set key outside right top font ",9"
+set lmargin at screen 0.07
+set rmargin at screen 0.85
+stats data using 0 nooutput
+set xrange [-0.6:STATS_records - 0.4]
+tic = 'sprintf("%s\ntp%d pp%d\nvpp%d ep%d\nmb%d %s", strcol("label"), column("tp"), column("pp"), column("vpp"), column("ep"), column("micro_batch"), strcol("recompute"))'
+set multiplot title "Qwen3-235B on 256 H100 (moe plan): four layouts measured side by side, and the planner's four best" font ",12"
 
+set tmargin at screen 0.91
+set bmargin at screen 0.6
 set title "memory of the busiest GPU"
 set ylabel "GB"
 set yrange [0:110]
@@ -37,6 +45,8 @@ plot data using (column("mem_weights_gb")):xtic(@tic) lt 1 title "weights", \
 
 unset arrow 1
 unset label 1
+set tmargin at screen 0.44
+set bmargin at screen 0.13
 set title "time of a step"
 set ylabel "seconds"
 set yrange [0:40]
