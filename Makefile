@@ -298,7 +298,7 @@ $(TEST_SRC:%.c=$(BUILD)/obj/%.o): $(wildcard tests/*.h)
 # longest suite's, not the sum of two queues').
 MPI_BUILD := $(BUILD)-mpi
 HAVE_MPIRUN := $(shell command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 && echo 1 || echo 0)
-SLOW_FIRST := tests/mpi/test_ep.sh tests/test_ablations.sh tests/test_cuda_build.sh tests/mpi/test_dist.sh \
+SLOW_FIRST := tests/mpi/test_ep.sh tests/mpi/test_ep_teach.sh tests/test_ablations.sh tests/test_cuda_build.sh tests/mpi/test_dist.sh \
               tests/test_lab03.sh tests/test_bench.sh tests/test_gallery.sh
 SHELL_SUITES := $(wildcard tests/*.sh) $(if $(filter 1,$(HAVE_MPIRUN)),$(wildcard tests/mpi/*.sh))
 SUITES := $(filter $(SHELL_SUITES),$(SLOW_FIRST)) $(filter-out $(SLOW_FIRST),$(SHELL_SUITES)) $(TEST_BIN)
