@@ -46,7 +46,7 @@ set border 15
 set tics front
 
 set multiplot layout rows, cols \
-    title sprintf("%s: share of each domain's tokens per expert at step %d%s", title_run, \
+    title sprintf("%s: share of each domain's top-k assignments by expert at step %d%s", title_run, \
                   dom_step, title_model eq "" ? "" : "  (".title_model.")") font ",12"
 do for [i = 1:nl] {
     f = sprintf("%s/dom_%s.dat", data, word(dom_layers, i))
