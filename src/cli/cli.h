@@ -61,7 +61,7 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv);
 /* argv (argc words) with every --opt=value of an option cmd takes as the two words --opt value
  * (the value: all after the first '='), so each parser reads one form; a word that is an
  * option's value stays whole. --flag=x of an option without a value ends in usage_error. A
- * new array (argc updated); the words are argv's. */
+ * new array (argc updated), one block to free; the words are argv's, or held in it. */
 char **cli_split_values(const char *cmd, int *argc, char **argv);
 
 /* The help text of a command (usage, then one line per option); NULL for an unknown one. */

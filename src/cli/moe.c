@@ -156,8 +156,13 @@ static int is_flag(const char *opt) {
 }
 
 char **cli_split_values(const char *cmd, int *argc, char **argv) {
-    /* out (at most 2 argc + 1): each word, or an --opt=value as its two */
-    char **out = (char **)malloc_check((size_t)(2 * *argc + 1) * sizeof(char *));
+    /* one block, freed whole: out (at most 2 argc + 1 pointers), each word or an --opt=value as
+     * its two, then the split names' characters */
+    size_t chars = 0;
+    for (int i = 0; i < *argc; i++) chars += strlen(argv[i]) + 1;
+    const size_t n_ptrs = (size_t)(2 * *argc + 1);
+    char **out = (char **)malloc_check(n_ptrs * sizeof(char *) + chars);
+    char *names = (char *)(out + n_ptrs);
     int n = 0;
     for (int i = 0; i < *argc; i++) {
         char *a = argv[i], *eq = strchr(a, '=');
@@ -180,8 +185,8 @@ char **cli_split_values(const char *cmd, int *argc, char **argv) {
             snprintf(msg, sizeof msg, "%s takes no value; write %s alone, not '%%s'", name, name);
             usage_error(cmd, msg, a);
         }
-        out[n] = (char *)malloc_check(len + 1); /* the name alone; kept as long as argv */
-        memcpy(out[n++], name, len + 1);
+        out[n++] = memcpy(names, name, len + 1); /* the name alone */
+        names += len + 1;
         out[n++] = eq + 1; /* all after the first '=': --set=train.steps=4 */
     }
     out[n] = NULL;
@@ -676,7 +681,9 @@ int main(int argc, char **argv) {
         if (strcmp(cmd, CMDS[i].name) == 0) {
             int n = argc - 2;
             char **args = cli_split_values(cmd, &n, argv + 2);
-            return CMDS[i].fn(n, args);
+            const int status = CMDS[i].fn(n, args);
+            free(args);
+            return status;
         }
     fprintf(stderr, "error: unknown command '%s'\n\n%s", argv[1], USAGE);
     return MOE_EXIT_INPUT;
