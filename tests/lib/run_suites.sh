@@ -32,9 +32,13 @@ trap 'rm -rf "$work"' EXIT
 suites=()
 for t in "$@"; do [ -e "$t" ] && suites+=("$t"); done
 
-# run_one I SUITE: run it, its output to $work/I.log; then "STATUS SECONDS CPU" to $work/I.done
+# run_one I SUITE: run it, its output to $work/I.log; then "STATUS SECONDS CPU" to $work/I.done.
+# Each suite has a TMPDIR of its own: Open MPI keeps its session files under it, and two mpirun
+# jobs of two suites side by side must not share (and remove) one session folder.
 run_one() {
     local start end
+    mkdir -p "$work/$1.tmpdir"
+    export TMPDIR=$work/$1.tmpdir
     start=$(date +%s.%N)
     case $2 in
     tests/mpi/*.sh)
