@@ -88,7 +88,7 @@ for i in "${!suites[@]}"; do
         running=$((i - $(find "$work" -name '*.reported' | wc -l)))
     done
     if [ "$jobs" = 1 ]; then
-        run_one "$i" "${suites[$i]}"
+        (run_one "$i" "${suites[$i]}") # a subshell: its `times` are this suite's alone
         report "$i"
     else
         run_one "$i" "${suites[$i]}" &
