@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# test_checks.sh: every check of the test scripts can fail.
+# test_checks.sh: every check of the test scripts can fail, and make test's runner counts
+# each suite by its status.
 #
 # A script's `check "WHAT" $? ...` reads the status of the command before it. A command
 # substitution in WHAT ("... $(cat f) ...") runs first and replaces that status with its own,
@@ -57,5 +58,34 @@ PROBE
 got=$(masked "$tmp/probe.sh" | sed 's/.*://' | tr '\n' ' ')
 [ "$got" = "2 9 " ]
 check "the scan finds the masked checks of a probe (lines 2 and 9) and no safe one" $? "found lines: $got"
+
+# make test's runner (tests/lib/run_suites.sh): 0 passes, 77 is skipped, anything else fails
+# the run; each suite's output is printed whole with its seconds; every suite has a TMPDIR of
+# its own; one at a time the same
+echo "test_checks: the suite runner"
+mkdir -p "$tmp/s"
+printf 'echo "pass: one"\nsleep 0.2\necho "pass: two"\necho "$TMPDIR" > %q\n' "$tmp/tmp1" > "$tmp/s/pass.sh"
+printf 'echo "$TMPDIR" > %q\nexit 77\n' "$tmp/tmp2" > "$tmp/s/skip.sh"
+printf 'echo "fail: here"\nexit 3\n' > "$tmp/s/fail.sh"
+for jobs in 3 1; do
+    out=$(MOE_TEST_JOBS=$jobs bash tests/lib/run_suites.sh probe "$tmp/s/pass.sh" "$tmp/s/skip.sh" \
+              "$tmp/s/fail.sh" "$tmp/s/absent.sh" 2>&1)
+    rc=$?
+    [ $rc = 1 ] && grep -q "probe: 1 passed, 1 failed, 1 skipped" <<< "$out" &&
+        grep -q "pass.sh: passed in [0-9.]* s (CPU [0-9.]* s)" <<< "$out" &&
+        grep -q "fail.sh: FAILED (exit 3)" <<< "$out" && grep -q "skip.sh: skipped" <<< "$out" &&
+        [ "$(grep -A 2 "^== $tmp/s/pass.sh\$" <<< "$out" | tail -n 2 | tr '\n' ' ')" = "pass: one pass: two " ] &&
+        [ -s "$tmp/tmp1" ] && [ "$(cat "$tmp/tmp1")" != "$(cat "$tmp/tmp2")" ]
+    check "$jobs at a time: a pass, a skip (77) and a failure (3) counted as such, exit 1, output whole, a TMPDIR each" \
+        $? "exit $rc: $out"
+done
+MOE_TEST_JOBS=2 bash tests/lib/run_suites.sh probe "$tmp/s/pass.sh" "$tmp/s/skip.sh" > "$tmp/out2" 2>&1
+rc=$?
+[ $rc = 0 ] && grep -q "probe: 1 passed, 0 failed, 1 skipped" "$tmp/out2"
+check "a pass and a skip: exit 0 (a skip neither passes nor fails)" $? "exit $rc: $(cat "$tmp/out2")"
+MOE_TEST_JOBS=0 bash tests/lib/run_suites.sh probe "$tmp/s/pass.sh" > "$tmp/out3" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q "MOE_TEST_JOBS=0" "$tmp/out3"
+check "MOE_TEST_JOBS=0: exit 2, naming it" $? "exit $rc: $(cat "$tmp/out3")"
 
 finish
