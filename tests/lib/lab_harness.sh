@@ -146,7 +146,8 @@ lab_list_check() {
 # a non-empty folder; and grade there alone: the starter fails as a starter does, the solution
 # copied in passes. Its engine is the objects of the build under test copied over (tar keeps
 # the times, and the handout's sources keep the checkout's, so make finds them up to date)
-# without libmoe.a, which the first grade makes.
+# without libmoe.a, which the first grade makes: "labs: building the engine" must show then,
+# and not on the next grade, when the library is up to date.
 lab_handout_checks() {
     local h=$tmp/handout bdir=build missing="" leak="" d f s
     [ "$san" = 1 ] && bdir=build-san
@@ -206,11 +207,16 @@ lab_handout_checks() {
     [ $rc -ne 0 ] && grep -q "^Tasks passed: 0 of $ntasks\. Not implemented yet: $tasks\.$" <<< "$out"
     check "in the handout, make -C labs start, then grade: the starter fails every task" $? \
         "exit $rc: $out"
+    grep -q "^labs: building the engine (once, about a minute)$" <<< "$out" &&
+        grep -q "^  ar $bdir/libmoe.a$" <<< "$out"
+    check "with libmoe.a missing, grade says it builds the engine, and shows the steps" $? "$out"
     cp "$solution" "$h/labs/$lab/"
     out=$(make -C "$h/labs" grade LAB="$lab" SANITIZE=$san 2>&1)
     rc=$?
     [ $rc -eq 0 ] && grep -q "^Tasks passed: $ntasks of $ntasks\.$" <<< "$out"
     check "in the handout, the reference solution copied in passes every task" $? "exit $rc: $out"
+    ! grep -q "building the engine" <<< "$out"
+    check "with libmoe.a up to date, grade says nothing of the engine" $? "$out"
 }
 
 # the summary line; the status is non-zero when a check failed
