@@ -23,8 +23,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 cd "$root"
 
 die() { echo "handout: $1" >&2; exit 2; }
-[ $# -eq 1 ] && [ -n "$1" ] ||
+if [ $# -ne 1 ] || [ -z "$1" ]; then
     die "name the folder to write, outside the repository: make -C labs handout OUT=/tmp/moe-labs"
+fi
 
 # abs_path PATH: PATH made absolute, symbolic links resolved, also when it does not exist yet
 abs_path() {
@@ -48,6 +49,15 @@ commit=$(git rev-parse HEAD 2> /dev/null) ||
 
 paths=(Makefile .gitignore src tests/testutil.c tests/testutil.h labs)
 git diff --quiet HEAD -- "${paths[@]}" || commit=$commit-dirty
+# from here a failure leaves OUT as it was: gone, or an empty folder
+[ -d "$out" ] && existed=1 || existed=0
+made=0
+undo() {
+    if [ "$made" = 0 ]; then
+        if [ "$existed" = 1 ]; then find "$out" -mindepth 1 -delete; else rm -rf "$out"; fi
+    fi
+}
+trap undo EXIT
 mkdir -p "$out"
 # tar keeps the files' times, so that an engine built here and copied over stays up to date
 git ls-files -z -- "${paths[@]}" ':(exclude)labs/*/solution/*' ':(exclude)labs/handout.sh' |
@@ -91,9 +101,9 @@ for s in labs/*/solution/*; do
         -exec cmp -s "$s" {} \; -print -quit)
 done
 if [ -n "$leak" ]; then
-    rm -rf "$out"
     echo "handout: the handout still holds or names a solution ($leak); nothing was written" >&2
     exit 1
 fi
+made=1
 echo "handout: $out, made from $commit: $(find "$out" -type f | wc -l) files, no solutions"
 echo "handout: students run make -C labs start LAB=01-router, then make -C labs grade LAB=01-router, in it"

@@ -150,7 +150,7 @@ lab_list_check() {
 # and not on the next grade, when the library is up to date.
 lab_handout_checks() {
     local h=$tmp/handout bdir=build missing="" leak="" d f s
-    [ "$san" = 1 ] && bdir=build-san
+    [ "$san" = 1 ] && bdir="build-san"
     out=$(make -s -C labs handout OUT="$h" 2>&1)
     rc=$?
     for d in labs/*/grader.c; do
@@ -170,9 +170,7 @@ lab_handout_checks() {
 
     leak=$(find "$h" -name solution)$(grep -rlE -e 'grade-solution' -e '(^|[/` ])solution/' "$h")
     for s in labs/*/solution/*; do
-        for f in $(find "$h" -type f -name "$(basename "$s")"); do
-            cmp -s "$s" "$f" && leak="$leak $f"
-        done
+        leak=$leak$(find "$h" -type f -name "$(basename "$s")" -exec cmp -s "$s" {} \; -print)
     done
     [ -z "$leak" ]
     check "the handout holds no solution: no solution folder or copy, no mention of one" $? "$leak"
