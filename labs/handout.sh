@@ -15,7 +15,7 @@
 #                            labs/README.md without its sections for teachers and instructors
 #   COMMIT, README.md        the commit the handout was made from ("-dirty" when the working
 #                            tree had changes to these files), and what the tree is
-# A handout that still names a solution, or holds a copy of one, is removed and the script
+# A handout that still names a solution, or holds a copy of one, is undone and the script
 # fails: the check is here, not only in the tests, because a lab added later may put one where
 # the filters above do not look.
 set -euo pipefail
@@ -97,7 +97,7 @@ leak=$(find "$out" -name solution -print -quit)
 [ -z "$leak" ] || leak="a solution folder: $leak"
 [ -n "$leak" ] || leak=$(grep -rlE -e 'grade-solution' -e '(^|[/` ])solution/' "$out" | head -n 1 || true)
 for s in labs/*/solution/*; do
-    [ -n "$leak" ] || [ ! -f "$s" ] || leak=$(find "$out" -type f -size "$(wc -c < "$s")c" \
+    [ -n "$leak" ] || [ ! -f "$s" ] || leak=$(find "$out" -type f -size "$(($(wc -c < "$s")))c" \
         -exec cmp -s "$s" {} \; -print -quit)
 done
 if [ -n "$leak" ]; then
