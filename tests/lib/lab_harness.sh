@@ -174,7 +174,7 @@ lab_handout_checks() {
     done
     [ -z "$leak" ]
     check "the handout holds no solution: no solution folder or copy, no mention of one" $? "$leak"
-    out=$(make -s -C "$h/labs" grade-solution LAB="$lab" 2>&1)
+    out=$(LC_ALL=C make -s -C "$h/labs" grade-solution LAB="$lab" 2>&1)
     rc=$?
     [ $rc -ne 0 ] && grep -q "No rule to make target 'grade-solution'" <<< "$out"
     check "the handout's labs/Makefile has no grade-solution target" $? "exit $rc: $out"
