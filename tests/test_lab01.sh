@@ -8,6 +8,8 @@
 #   4. the grader catches a real bug: the solution with ties sent to the higher index fails
 #      task2_topk and nothing else
 #   5. a student file that calls the engine's router is refused, naming the function
+#   6. make -C labs handout: the students' tree, without the solutions, grades on its own, and
+#      the first grade there says that it builds the engine (tests/lib/lab_harness.sh)
 # Checks 1-3 are the ones every lab has, in tests/lib/lab_harness.sh, which also says which
 # build (MOE_BUILD, MOE_BIN) the grader runs against.
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
@@ -43,4 +45,5 @@ void lab_router_backward(float *dlogits, const float *dw, const float *scores, c
 C
 refused router_aux_loss
 
+lab_handout_checks
 lab_finish

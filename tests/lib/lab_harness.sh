@@ -16,7 +16,8 @@
 #
 # The script then calls lab_common_checks (the checks every lab has), its own checks (mutants
 # with mutant and only_fails, a file calling the engine with refused), lab_list_check when it
-# checks `make -C labs list`, and lab_finish last (the summary line and the exit status).
+# checks `make -C labs list`, lab_handout_checks for make -C labs handout (one lab's test is
+# enough), and lab_finish last (the summary line and the exit status).
 # shellcheck disable=SC2154 # lab, solution, tasks, ...: set by the sourcing script
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
@@ -138,6 +139,82 @@ lab_list_check() {
     out=$(make -s -C labs list 2>&1)
     grep -q "^$lab: $tasks$" <<< "$out"
     check "make -C labs list names $lab and its tasks" $? "$out"
+}
+
+# make -C labs handout: the tree for students. It must hold every lab's starter, assignment and
+# grader, labs/common and the engine, and no solution; be refused inside the repository or over
+# a non-empty folder; and grade there alone: the starter fails as a starter does, the solution
+# copied in passes. Its engine is the objects of the build under test copied over (tar keeps
+# the times, and the handout's sources keep the checkout's, so make finds them up to date)
+# without libmoe.a, which the first grade makes: "labs: building the engine" must show then,
+# and not on the next grade, when the library is up to date.
+lab_handout_checks() {
+    local h=$tmp/handout bdir=build missing="" leak="" d f s
+    [ "$san" = 1 ] && bdir="build-san"
+    out=$(make -s -C labs handout OUT="$h" 2>&1)
+    rc=$?
+    for d in labs/*/grader.c; do
+        d=$(dirname "$d")
+        for f in "$d/README.md" "$d/grader.c" "$d"/*.h "$d"/starter/*.c; do
+            [ -f "$h/$f" ] || missing="$missing $f"
+        done
+    done
+    for f in labs/Makefile labs/common/lab.c labs/common/lab.h tests/testutil.c tests/testutil.h \
+        Makefile $(git ls-files src); do
+        [ -f "$h/$f" ] || missing="$missing $f"
+    done
+    [ $rc -eq 0 ] && [ -z "$missing" ]
+    check "make -C labs handout writes every lab's starter, README and grader, and the engine" $? \
+        "exit $rc, missing:$missing; $out"
+    [ -d "$h" ] || return
+
+    leak=$(find "$h" -name solution)$(grep -rlE -e 'grade-solution' -e '(^|[/` ])solution/' "$h")
+    for s in labs/*/solution/*; do
+        leak=$leak$(find "$h" -type f -name "$(basename "$s")" -exec cmp -s "$s" {} \; -print)
+    done
+    [ -z "$leak" ]
+    check "the handout holds no solution: no solution folder or copy, no mention of one" $? "$leak"
+    out=$(LC_ALL=C make -s -C "$h/labs" grade-solution LAB="$lab" 2>&1)
+    rc=$?
+    [ $rc -ne 0 ] && grep -q "No rule to make target 'grade-solution'" <<< "$out"
+    check "the handout's labs/Makefile has no grade-solution target" $? "exit $rc: $out"
+    grep -Eq "^$(git rev-parse HEAD)(-dirty)?$" "$h/COMMIT"
+    check "the handout's COMMIT names the commit it was made from" $? "$(cat "$h/COMMIT" 2>&1)"
+
+    out=$(make -s -C labs handout OUT=labs/handout.tmp 2>&1)
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "inside the repository" <<< "$out" && [ ! -e labs/handout.tmp ]
+    check "a handout inside the repository is refused (exit 2), nothing written" $? "exit $rc: $out"
+    rm -rf labs/handout.tmp
+    f=$(cat "$h/COMMIT")
+    echo "the instructor's notes" > "$h/COMMIT.notes"
+    out=$(make -s -C labs handout OUT="$h" 2>&1)
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "is not empty" <<< "$out" && [ "$(cat "$h/COMMIT")" = "$f" ] &&
+        [ -f "$h/COMMIT.notes" ]
+    check "a handout over a non-empty folder is refused (exit 2), the folder left as it was" $? \
+        "exit $rc: $out"
+    rm -f "$h/COMMIT.notes"
+
+    if [ -d "$bdir/obj/src" ]; then
+        mkdir -p "$h/$bdir" && tar -C "$bdir" -cf - cc.flags obj/src | tar -xf - -C "$h/$bdir"
+    fi
+    make -s -C "$h/labs" start LAB="$lab" > /dev/null 2>&1
+    out=$(make -C "$h/labs" grade LAB="$lab" SANITIZE=$san 2>&1)
+    rc=$?
+    [ $rc -ne 0 ] && grep -q "^Tasks passed: 0 of $ntasks\. Not implemented yet: $tasks\.$" <<< "$out"
+    check "in the handout, make -C labs start, then grade: the starter fails every task" $? \
+        "exit $rc: $out"
+    grep -q "^labs: building the engine (once, about a minute)$" <<< "$out" &&
+        grep -q "^  ar $bdir/libmoe.a$" <<< "$out"
+    check "with libmoe.a missing, grade says it builds the engine, and shows the steps" $? "$out"
+    cp "$solution" "$h/labs/$lab/"
+    out=$(make -C "$h/labs" grade LAB="$lab" SANITIZE=$san 2>&1)
+    rc=$?
+    [ $rc -eq 0 ] && grep -q "^Tasks passed: $ntasks of $ntasks\.$" <<< "$out"
+    check "in the handout, the reference solution copied in passes every task" $? "exit $rc: $out"
+    ! grep -q "building the engine" <<< "$out"
+    check "with libmoe.a up to date, grade says nothing of the engine" $? "$out"
 }
 
 # the summary line; the status is non-zero when a check failed
