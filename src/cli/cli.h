@@ -97,5 +97,7 @@ int cmd_plan(int argc, char **argv);   /* plan.c */
 int cmd_eval(int argc, char **argv);   /* eval.c */
 int cmd_sample(int argc, char **argv); /* eval.c */
 int cmd_bench(int argc, char **argv);  /* bench.c */
+/* compare.c */
+int cmd_compare(int argc, char **argv);
 
 #endif

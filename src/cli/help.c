@@ -161,6 +161,16 @@ static const CmdHelp HELP[] = {
      "  --threshold NAME=VALUE  change one threshold for this diagnosis; repeatable\n"
      "  --thresholds          list the thresholds, their defaults and what each measures\n"
      "  --help                this text\n"},
+    {"compare",
+     "usage: moe compare RUN_DIR RUN_DIR... [options]\n"
+     "Runs side by side (at most 16): steps, the training loss (the mean of the last N = 10\n"
+     "steps, or fewer), the last validation loss, balance (maxvio, cv) and drops (drop_frac) of\n"
+     "router.csv over the same steps and every MoE block, the median tokens/s, and every\n"
+     "setting whose value is not the same in all of them. A missing or damaged run is\n"
+     "refused as moe doctor refuses it (exit 2).\n"
+     "  --csv                 the same as CSV: a header, then a row a run (empty: no value)\n"
+     "  --plot FILE.png       also draw their loss curves into FILE.png (gnuplot)\n"
+     "  --help                this text\n"},
     {"plan",
      "usage: moe plan [options]\n"
      "The cost of training a model on a cluster, before it runs (chapter 7): parameters,\n"

@@ -19,6 +19,7 @@
  *               [--profile] [--profile-out FILE.csv] [--device NAME] [--precision P]
  *               [--reference-attention]
  *   moe doctor  RUN_DIR [--json] [--threshold NAME=VALUE]... | --thresholds   (doctor.c)
+ *   moe compare RUN_DIR RUN_DIR... [--csv] [--plot FILE.png]                   (compare.c)
  *   moe plan    [--run NAME | --model NAME | --config FILE] [--cluster NAME] [--gpus N]
  *               [--set key=value]... [--search [--top N]] [--json | --csv] | --keys | --presets
  * (plan.c) moe help    [CMD]             (and moe CMD --help: each command's options, help.c)
@@ -81,6 +82,7 @@ const char *const USAGE =
     "          NAME: tiny, tiny-dense, small, small-dense (default: all four), tiny-e64,\n"
     "          gpu-medium, gpu-medium-dense\n"
     "  doctor  RUN_DIR [--json] [--threshold NAME=VALUE]... | --thresholds\n"
+    "  compare RUN_DIR RUN_DIR... [--csv] [--plot FILE.png]\n"
     "  plan    [--run NAME | --model NAME | --config FILE] [--cluster NAME] [--gpus N]\n"
     "          [--set key=value]... [--search [--top N]] [--json | --csv] | --keys | --presets\n"
     "  help    [CMD]\n"
@@ -700,11 +702,11 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         int (*fn)(int, char **);
-    } CMDS[] = {{"train", cmd_train},     {"eval", cmd_eval},     {"sample", cmd_sample},
-                {"export", cmd_export},   {"info", cmd_info},     {"corpus", cmd_corpus},
-                {"synth", cmd_synth},     {"bench", cmd_bench},   {"import", cmd_import},
-                {"upcycle", cmd_upcycle}, {"doctor", cmd_doctor}, {"plan", cmd_plan},
-                {"version", cmd_version}};
+    } CMDS[] = {{"train", cmd_train},     {"eval", cmd_eval},      {"sample", cmd_sample},
+                {"export", cmd_export},   {"info", cmd_info},      {"corpus", cmd_corpus},
+                {"synth", cmd_synth},     {"bench", cmd_bench},    {"import", cmd_import},
+                {"upcycle", cmd_upcycle}, {"doctor", cmd_doctor},  {"plan", cmd_plan},
+                {"compare", cmd_compare}, {"version", cmd_version}};
     const char *cmd = strcmp(argv[1], "--version") == 0 ? "version" : argv[1];
     for (size_t i = 0; i < sizeof CMDS / sizeof CMDS[0]; i++)
         if (strcmp(cmd, CMDS[i].name) == 0) {
