@@ -11,6 +11,11 @@
 #                         tiny model of --smoke, empty otherwise (full mode trains exactly the
 #                         settings the script lists)
 #       TRAIN_SETS        --set options of the batch and evaluation size (--smoke only)
+#       EXTRA_SETS        --set options of $EXTRA_SET (extra_sets), which every run gets last
+#   extra_sets            the settings of the environment's EXTRA_SET="key=value ..." as
+#                         EXTRA_SETS; with some, suffix gains -with-KEY-VALUE... (or
+#                         -$EXTRA_TAG) so that the runs and figures are not the stock ones
+#   extra_note            the sentence summary.md says about them (nothing without any)
 #   ablate_build [mpi]    build what the runs need (unless MOE_BIN names a binary); sets $moe
 #   check_only NAME...    every --only name must be one of NAME..., else exit 2 with the list
 #   wants NAME            true when NAME is to be trained now
@@ -72,12 +77,54 @@ ablate_args() {
         exit 2
     fi
     [ "$mode" = full ] || suffix=-$mode
+    extra_sets
     if [ "$mode" = smoke ]; then
         MODEL_SETS=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2
                     --set model.seq_len=32 --set model.d_ff=64 --set moe.d_expert=32)
         TRAIN_SETS=(--set train.batch=4 --set train.eval_batches=2 --set train.ckpt_every=0)
     fi
     return 0
+}
+
+# EXTRA_SET="train.device=cuda model.d_model=512": settings for every run of the script, after
+# its own (the same rehearsal on a GPU or a bigger model). Their runs and figures go to folders
+# of their own, named after the settings (runs/ch01-aux-with-device-cuda-d_model-512) or
+# EXTRA_TAG (runs/ch01-aux-gpu), never over the stock ones.
+extra_sets() {
+    local kv key tag="" words=()
+    EXTRA_SETS=()
+    read -ra words <<< "${EXTRA_SET:-}"
+    for kv in ${words[@]+"${words[@]}"}; do
+        case $kv in
+            [a-z]*.*=?*) ;;
+            *) echo "$0: EXTRA_SET: '$kv' is not a key=value setting (moe info --keys lists the keys)" >&2
+               exit 2 ;;
+        esac
+        EXTRA_SETS+=(--set "$kv")
+        key=${kv%%=*}
+        tag="$tag-${key##*.}-${kv#*=}" # model.d_model=512: -d_model-512
+    done
+    [ ${#EXTRA_SETS[@]} -gt 0 ] || return 0
+    tag=$(printf '%s' "$tag" | tr -c 'A-Za-z0-9._-' '_')
+    # a long list: its checksum instead (the same settings, the same folders)
+    [ ${#tag} -le 48 ] || tag=-$(printf '%s' "${words[*]}" | cksum | cut -d' ' -f1)
+    if [ -n "${EXTRA_TAG:-}" ]; then
+        case $EXTRA_TAG in
+            *[!A-Za-z0-9._-]* | .*) echo "$0: EXTRA_TAG '$EXTRA_TAG': letters, digits, '.', '_', '-' only" >&2
+                                    exit 2 ;;
+        esac
+        tag=-$EXTRA_TAG
+    else
+        tag=-with$tag
+    fi
+    suffix="${suffix:-}$tag"
+}
+
+extra_note() {
+    local words=()
+    read -ra words <<< "${EXTRA_SET:-}"
+    [ ${#words[@]} -gt 0 ] || return 0
+    printf 'Extra settings (EXTRA_SET), applied to every run after its own: %s.\n' "${words[*]}"
 }
 
 # by_mode FULL QUICK SMOKE: the value of the three for this run's $mode (set by ablate_args).
@@ -182,6 +229,7 @@ write_provenance() { # OUT NAME=DIR...
         echo "cores_online = $(distinct cores_online "$@")"
         echo "threads = $(distinct threads "$@")"
         echo "summarised_with = $here_commit"
+        echo "extra_set = ${EXTRA_SET:-(none)}"
         echo
         echo "# run: commit, threads, started, seed"
         pairs "$@" | while read -r name dir; do
@@ -203,6 +251,7 @@ provenance_note() { # NAME=DIR...
     else
         printf ' No run was built from a dirty tree.\n'
     fi
+    extra_note
 }
 
 write_curves() { # FILE NAME=DIR...: the validation loss of every arm at every evaluation

@@ -9,6 +9,8 @@
 #      arm with a finite validation loss; curves.csv every arm's evaluations; provenance.txt the
 #      commits, checksums and threads of the runs; summary.md the provenance sentence; every
 #      PNG exists and is a PNG; the numbers the handbook quotes have their columns
+#   2a. EXTRA_SET="model.d_model=16" compare.sh --smoke: every run has it, in folders of its own,
+#      the summary says it; a word that is not key=value exits 2
 #   3. --summarize redoes the same summary.csv from the runs; bad options and missing runs exit 2
 #   2b. chapter 5's ablate.sh --smoke: nine arms of two seeds, the diverged runs those that
 #      exited with status 3, part 2's balance table, the figures, --summarize
@@ -114,6 +116,34 @@ smoke_ok ch00 chapters/00-intro/compare.sh plots/00-intro-smoke 2 \
 grep -cE '^\| (3|6|9|12) \| [0-9.]+ \| [0-9.]+ \| [-+][0-9.]+ \|$' plots/00-intro-smoke/summary.md | grep -qx 4
 check "ch00: val loss of both models and the difference at every evaluation" $? \
     "$(grep -A 6 'every evaluation' plots/00-intro-smoke/summary.md)"
+
+# EXTRA_SET: the user's settings after the script's own, in every run, in folders of their own
+# (the stock smoke runs and summary untouched), and the summary says them
+echo "test_ablations: EXTRA_SET"
+cp plots/00-intro-smoke/summary.csv "$tmp/ch00.csv"
+xs=-smoke-with-d_model-16
+rm -rf runs/ch00-*"$xs" plots/00-intro"$xs"
+EXTRA_SET="model.d_model=16" bash chapters/00-intro/compare.sh --smoke > "$tmp/ch00x.log" 2>&1
+rc=$?
+n=0 missing=""
+for d in runs/ch00-*"$xs"; do
+    n=$((n + 1))
+    grep -qx 'model.d_model = 16' "$d/config.txt" || missing="$missing $d"
+done
+[ $rc -eq 0 ] && [ $n -eq 2 ] && [ -z "$missing" ] && rows_ok plots/00-intro"$xs"/summary.csv val_loss 2 &&
+    grep -qx 'model.d_model = 32' runs/ch00-moe-smoke/config.txt &&
+    cmp -s "$tmp/ch00.csv" plots/00-intro-smoke/summary.csv
+check "EXTRA_SET=model.d_model=16: both runs' config.txt have it, in runs/ch00-*$xs (stock untouched)" \
+    $? "exit $rc, $n runs, without it:$missing; $(tail -n 3 "$tmp/ch00x.log")"
+grep -qx 'Extra settings (EXTRA_SET), applied to every run after its own: model.d_model=16.' \
+    plots/00-intro"$xs"/summary.md && grep -qx 'extra_set = model.d_model=16' plots/00-intro"$xs"/provenance.txt
+check "EXTRA_SET: summary.md and provenance.txt say the extra settings" $? \
+    "$(tail -n 2 plots/00-intro"$xs"/summary.md)"
+rm -rf runs/ch00-*"$xs" plots/00-intro"$xs"
+EXTRA_SET="model.d_model=16 d_model16" bash chapters/00-intro/compare.sh --smoke > /dev/null 2> "$tmp/err"
+[ $? -eq 2 ] && grep -q "EXTRA_SET: 'd_model16' is not a key=value setting" "$tmp/err" &&
+    ! ls -d runs/ch00-*-with-* > /dev/null 2>&1
+check "EXTRA_SET with a word that is not key=value: exit 2 before any run" $? "$(cat "$tmp/err")"
 
 smoke_ok ch01 chapters/01-routing/ablate.sh plots/01-routing-smoke 13 \
     "val_loss.png balance.png final_loss.png load_aux-1e-2.png domains_aux-1e-2.png" val_loss

@@ -13,7 +13,8 @@
 #   3. bad input (command line, config, data, checkpoint) exits 2 with a message naming the
 #      problem, and writes nothing: a new --out is not created, an existing run directory
 #      keeps every file byte-identical (sha256sum before and after)
-#   4. eval, sample, export (safetensors header), info --ckpt and info --keys
+#   4. eval, sample, export (safetensors header), info --ckpt and info --keys; --config NAME
+#      of a preset (train, upcycle, import), a file of that name winning, info --presets
 #   5. a dense model (moe.num_experts=0) trains and its router.csv holds only the header
 #   6. shared experts (moe.num_shared=1): their tensors are in the checkpoint, all active
 #   7. expert-choice routing (moe.routing=expert_choice) trains with equal loads in router.csv,
@@ -415,6 +416,63 @@ nkeys=$(grep -c = "$run/config.txt")
     grep -q 'train\.ckpt_every' <<< "$keys"
 check "info --keys lists every key of config.txt ($nkeys keys)" $? \
     "exit $rc, missing:$missing"
+
+# --config NAME: a preset's settings when no file NAME exists; the file when one does
+echo "test_cli: presets"
+pre="$tmp/preset"
+small_over=(--set model.d_model=32 --set model.n_head=2 --set model.seq_len=32
+            --set moe.d_expert=32 --set train.steps=1 --set train.warmup=0
+            --set "data.train=$data/train.bin" --set "data.val=$data/val.bin" --quiet)
+out=$("$moe" train --config tiny "${small_over[@]}" --out "$pre" 2>&1)
+rc=$?
+# tiny's own d_ff and batch (not the defaults 512 and 16), the --set after it winning
+[ $rc -eq 0 ] && grep -qx 'model.d_ff = 1024' "$pre/config.txt" &&
+    grep -qx 'train.batch = 8' "$pre/config.txt" && grep -qx 'model.n_layer = 4' "$pre/config.txt" &&
+    grep -qx 'moe.num_experts = 8' "$pre/config.txt" && grep -qx 'model.d_model = 32' "$pre/config.txt"
+check "train --config tiny: config.txt has the preset's d_ff 1024 and batch 8, --set on top" $? \
+    "exit $rc: $out"
+mkdir -p "$tmp/cwd" && printf 'model.n_layer = 1\n' > "$tmp/cwd/tiny"
+out=$(cd "$tmp/cwd" && "$moe" train --config tiny "${small_over[@]}" --out "$pre-file" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -qx 'model.n_layer = 1' "$pre-file/config.txt" &&
+    grep -qx 'train.batch = 16' "$pre-file/config.txt"
+check "train --config tiny with a file tiny in the current folder reads the file" $? "exit $rc: $out"
+out=$("$moe" train --config tinyy "${small_over[@]}" --out "$pre-bad" 2>&1)
+rc=$?
+[ $rc -eq 2 ] && [ ! -e "$pre-bad" ] &&
+    grep -q 'no file tinyy and no preset tinyy; the presets are: tiny, tiny-dense, small' <<< "$out" &&
+    grep -q 'gpu-medium' <<< "$out"
+check "train --config of neither a file nor a preset: exit 2, the presets listed, nothing written" \
+    $? "exit $rc: $out"
+out=$("$moe" info --presets 2>&1)
+rc=$?
+missing=""
+for p in tiny tiny-dense small small-dense tiny-e64 gpu-medium gpu-medium-dense; do
+    grep -q "^$p " <<< "$out" || missing="$missing $p"
+done
+# tiny: d_model 256, 4 layers, 8 experts, top-2; its parameters as moe info counts a model
+[ $rc -eq 0 ] && [ -z "$missing" ] &&
+    grep -Eq '^tiny +256 +4 +8 +2 +[0-9]+ ' <<< "$out" && grep -Eq '^tiny-dense +256 +4 +0 ' <<< "$out"
+check "info --presets lists every preset with d_model, layers, experts, top-k, parameters" $? \
+    "exit $rc, missing:$missing: $out"
+test_params=$(awk '$1 == "test" { print $6 }' <<< "$out")
+out=$("$moe" train --config test --set train.steps=1 --set train.warmup=0 --quiet \
+      --set "data.train=$data/train.bin" --set "data.val=$data/val.bin" --out "$pre-test" 2>&1 &&
+      "$moe" info --ckpt "$pre-test/ckpt.bin" 2>&1)
+grep -q "^parameters: ${test_params:-none} total" <<< "$out"
+check "info --presets counts a preset's parameters as info --ckpt does (test: ${test_params:-?})" \
+    $? "$out"
+
+# upcycle and import take the presets too: test-dense upcycled by --config test-e16 is test-e16
+e16_params=$(awk '$1 == "test-e16" { print $6 }' <<< "$("$moe" info --presets)")
+out=$("$moe" train --config test-dense --set train.steps=1 --set train.warmup=0 --quiet \
+      --set "data.train=$data/train.bin" --set "data.val=$data/val.bin" --out "$pre-dense" 2>&1 &&
+      "$moe" upcycle --from "$pre-dense/ckpt.bin" --out "$pre-up.bin" --config test-e16 --split 2 \
+          2>&1 && "$moe" export --ckpt "$pre-up.bin" --out "$pre-up.st" 2>&1 &&
+      "$moe" import --from "$pre-up.st" --out "$pre-im.bin" --config test-e16 2>&1 &&
+      "$moe" info --ckpt "$pre-im.bin" 2>&1)
+grep -q "^parameters: ${e16_params:-none} total" <<< "$out"
+check "upcycle and import --config test-e16: the preset's ${e16_params:-?} parameters" $? "$out"
 
 # ---- 5. a dense model ---------------------------------------------------------------------
 echo "test_cli: dense model"

@@ -21,6 +21,7 @@
 #      warning names exists in handbook.md
 #   5. the live warnings of moe train: a run with a tiny capacity and no balancing warns of
 #      its drop storm once per layer, and never more than HEALTH_MAX_LINES lines a kind
+#   6. a dense run (router.csv: the header alone) is diagnosed; with a routing row it is refused
 #   (the gallery's real runs: tests/test_gallery.sh)
 
 # shellcheck source=tests/lib/common.sh
@@ -330,4 +331,20 @@ s=$(grep -c "^warning: further starving-expert warnings are silenced" "$tmp/live
 [ "$n" = 3 ] && [ "$s" = 1 ]
 check "64 experts on 64 tokens a step: 3 starving lines, then one that silences the rest ($n, $s)" $? \
   "$(cat "$tmp/live16.err")"
+
+echo "test_doctor: a dense run"
+# its router.csv is the header alone (no load_ columns: nothing is routed), not another run's
+"$moe" train --out "$tmp/dense" --quiet --set model.d_model=32 --set model.n_layer=2 \
+  --set model.n_head=2 --set model.seq_len=32 --set model.d_ff=64 --set moe.num_experts=0 \
+  --set train.batch=4 --set train.steps=6 --set train.warmup=1 --set train.ckpt_every=0 > /dev/null 2>&1
+out=$("$moe" doctor "$tmp/dense" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -q '^verdict: healthy' <<< "$out"
+check "a dense run (moe.num_experts=0) is diagnosed, not refused for its router.csv" $? "exit $rc: $out"
+cp -r "$tmp/dense" "$tmp/dense_rows"
+echo "1,0,0,0,0,0,0,0,0,0,0,0" >> "$tmp/dense_rows/router.csv"
+out=$("$moe" doctor "$tmp/dense_rows" 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q 'router.csv does not match config.txt' <<< "$out"
+check "a dense run's router.csv with a row of routing: exit 2" $? "exit $rc: $out"
 finish

@@ -33,7 +33,7 @@ train() { # name, extra settings...
   rm -rf "$dir"
   # shellcheck disable=SC2046 # warmup_sets prints options (quick and smoke only)
   "$moe" train --out "$dir" --quiet "${MODEL_SETS[@]}" "${TRAIN_SETS[@]}" "${extra[@]}" \
-    $(warmup_sets $steps) --set train.steps=$steps "$@"
+    $(warmup_sets $steps) --set train.steps=$steps "$@" "${EXTRA_SETS[@]}"
   bash plots/plot_run.sh "$dir" >/dev/null
 }
 train dense --set moe.num_experts=0

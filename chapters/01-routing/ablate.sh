@@ -66,7 +66,7 @@ for v in "${VARIANTS[@]}" "${SEEDS[@]}"; do
     echo "== $name: $what"
     # shellcheck disable=SC2046 # warmup_sets prints options (quick and smoke only)
     "$moe" train --out "$dir" --quiet "${MODEL_SETS[@]}" "${TRAIN_SETS[@]}" $(warmup_sets $steps) \
-      --set train.steps=$steps --set train.eval_every=$((steps / 6)) "${sets[@]}"
+      --set train.steps=$steps --set train.eval_every=$((steps / 6)) "${sets[@]}" "${EXTRA_SETS[@]}"
     # smoke: the per-run figures of the reference arm only (tests/test_plots.sh tests them)
     if [ "$mode" != smoke ] || [ "$name" = "$REF" ]; then bash plots/plot_run.sh "$dir" >/dev/null; fi
   fi

@@ -72,7 +72,7 @@ for v in "${VARIANTS[@]}" "${SEEDS[@]}"; do
     echo "== $name: $what"
     # shellcheck disable=SC2046 # warmup_sets prints options (quick and smoke only)
     "$moe" train --out "$dir" --quiet "${MODEL_SETS[@]}" "${TRAIN_SETS[@]}" $(warmup_sets $steps) \
-      --set train.steps=$steps --set train.eval_every=$((steps / 6)) "${sets[@]}"
+      --set train.steps=$steps --set train.eval_every=$((steps / 6)) "${sets[@]}" "${EXTRA_SETS[@]}"
     # the same checkpoint with room for everything: factor 2, and no capacity at all
     "$moe" eval --ckpt "$dir/ckpt.bin" --set moe.eval_capacity_factor=2 |
       awk '{ print $2 }' > "$dir/eval_cf2.txt"

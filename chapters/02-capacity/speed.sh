@@ -27,6 +27,7 @@ case "${1:-}" in
 esac
 [ $# -le 1 ] || { echo "$0: one option at most" >&2; ablate_usage; }
 suffix=""; [ "$mode" = full ] || suffix=-$mode
+extra_sets
 steps=$([ "$mode" = full ] && echo 30 || echo 6)
 ROUNDS=3
 sets=()
@@ -49,7 +50,8 @@ measure() { # NAME SETTINGS ROUND
   local dir=$tmp/$1-$3 kv s=()
   for kv in $2; do s+=(--set "$kv"); done
   "$moe" train --out "$dir" --quiet "${sets[@]}" --set moe.balance=aux --set train.steps=$steps \
-    --set train.warmup=$((steps / 3)) --set train.eval_every=0 --set train.ckpt_every=0 "${s[@]}" > /dev/null
+    --set train.warmup=$((steps / 3)) --set train.eval_every=0 --set train.ckpt_every=0 "${s[@]}" \
+    "${EXTRA_SETS[@]}" > /dev/null
   awk -F, -v skip=$((steps / 3)) 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "tok_per_s") c = i; next }
     $1 > skip { print $c }' "$dir/train.csv" | sort -n | awk '{ a[NR] = $1 } END { printf "%.0f", a[int((NR + 1) / 2)] }'
   [ -f "$tmp/provenance.txt" ] || cp "$dir/provenance.txt" "$tmp/provenance.txt"
@@ -87,6 +89,7 @@ threads=$(prov "$tmp" threads)
   awk -F, 'NR > 1 { printf "| %s | %s | %s |\n", $1, ($2 == 0 ? "dropless" : $2), $NF }' "$out/speed.csv"
   echo
   echo "Side by side: the five variants interleaved over $ROUNDS rounds of $steps steps each (aux loss, keep by position, capacity runs padded); per variant the median over rounds of each round's median tokens/s after the first $((steps / 3)) steps. Machine: $cpu, $threads threads; built from commit $commit."
+  extra_note
 } > "$out/speed.md"
 cat "$out/speed.md"
 echo "wrote $out/: speed.csv speed.md"

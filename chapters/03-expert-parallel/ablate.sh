@@ -70,7 +70,7 @@ for name in "${names[@]}"; do
     "${MODEL_SETS[@]}" "${TRAIN_SETS[@]}" \
     --set dist.ep=$ep --set dist.collectives=teach --set moe.balance=$balance --set train.steps=$steps \
     --set train.eval_every=0 --set train.warmup=$((steps / 5)) \
-    --set train.threads=$((ep == 1 ? 2 : 1))
+    --set train.threads=$((ep == 1 ? 2 : 1)) "${EXTRA_SETS[@]}"
   [ "$ep" = 1 ] && profile_ep1 "$dir"
 done
 all=()

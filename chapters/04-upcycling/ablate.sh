@@ -96,7 +96,7 @@ if [ "$summarize_only" = 0 ]; then
     echo "== dense: the model to upcycle, $P steps"
     # shellcheck disable=SC2046 # warmup_sets prints options (quick and smoke only)
     "$moe" train --out "$dense" "${common[@]}" "${MODEL_SETS[@]}" $(warmup_sets $P) --set train.steps=$P \
-      --set moe.num_experts=0 --set model.d_ff=256
+      --set moe.num_experts=0 --set model.d_ff=256 "${EXTRA_SETS[@]}"
     "$moe" eval --ckpt "$dense/ckpt.bin" | awk '{ print $2 }' > "$dense/eval_end.txt"
   elif [ ${#todo[@]} -gt 0 ] && [ ! -f "$dense/ckpt.bin" ]; then
     echo "no dense checkpoint $dense/ckpt.bin to continue: train it first (--only dense)" >&2
@@ -106,7 +106,7 @@ fi
 if [ "$summarize_only" = 0 ] && [ ${#todo[@]} -gt 0 ]; then
   # the MoE's FLOPs per token, from an upcycled checkpoint's settings
   probe=$(mktemp -u).bin
-  "$moe" upcycle --from "$dense/ckpt.bin" --out "$probe" "${MOE_SETS[@]}" >/dev/null
+  "$moe" upcycle --from "$dense/ckpt.bin" --out "$probe" "${MOE_SETS[@]}" "${EXTRA_SETS[@]}" >/dev/null
   f_moe=$("$moe" info --ckpt "$probe" | awk '/^training FLOPs per token/ { print $5 }')
   rm -f "$probe"
   f_dense=$(prov "$dense" flops_per_token)
@@ -124,18 +124,19 @@ if [ "$summarize_only" = 0 ] && [ ${#todo[@]} -gt 0 ]; then
         cp "$dense/ckpt.bin" "$dir.bin"
         # shellcheck disable=SC2046 # warmup_sets prints options (quick and smoke only)
         "$moe" train --init "$dir.bin" --out "$dir" "${common[@]}" $(warmup_sets $steps) \
-          --set train.steps=$steps "${extra[@]}" ;;
+          --set train.steps=$steps "${extra[@]}" "${EXTRA_SETS[@]}" ;;
       scratch*)
         steps=$(awk -v s=$cont -v p=$P -v fm="$f_moe" -v fd="$f_dense" 'BEGIN { printf "%d", s + p * fd / fm + 0.5 }')
         # shellcheck disable=SC2046
         "$moe" train --out "$dir" "${common[@]}" "${MODEL_SETS[@]}" $(warmup_sets $steps) \
-          --set train.steps=$steps "${MOE_SETS[@]}" ;;
+          --set train.steps=$steps "${MOE_SETS[@]}" "${EXTRA_SETS[@]}" ;;
       *)
         # shellcheck disable=SC2086 # opts is a list of options
-        "$moe" upcycle --from "$dense/ckpt.bin" --out "$dir.bin" "${MOE_SETS[@]}" $opts --seed 1
+        "$moe" upcycle --from "$dense/ckpt.bin" --out "$dir.bin" "${MOE_SETS[@]}" "${EXTRA_SETS[@]}" \
+          $opts --seed 1
         # shellcheck disable=SC2046
         "$moe" train --init "$dir.bin" --out "$dir" "${common[@]}" $(warmup_sets $cont) \
-          --set train.steps=$cont "${extra[@]}" ;;
+          --set train.steps=$cont "${extra[@]}" "${EXTRA_SETS[@]}" ;;
     esac
     # the validation loss where the run starts (at conversion, for the upcycled ones)
     if [ -f "$dir.bin" ]; then

@@ -78,7 +78,8 @@ train() {
   for kv in "$@"; do sets+=(--set "$kv"); done
   rm -rf "$dir"
   "$moe" train --out "$dir" --quiet "${sets[@]}" --set train.steps=$steps \
-    --set train.eval_every=$((steps / 6)) --set train.seed=$seed > "$dir.log" 2>&1 || rc=$?
+    --set train.eval_every=$((steps / 6)) --set train.seed=$seed "${EXTRA_SETS[@]}" > "$dir.log" 2>&1 ||
+    rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 3 ] || { cat "$dir.log" >&2; echo "$dir: exit $rc" >&2; exit 1; }
   echo "$rc" > "$dir/exit_status"
   rm -f "$dir.log"

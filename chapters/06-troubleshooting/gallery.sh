@@ -92,15 +92,15 @@ train() {
   rm -rf "$dir"
   if [ -n "$first" ]; then # half the steps, then the rest with the change
     "$moe" train --out "$dir" --quiet "${BASE[@]}" ${SMALL[@]+"${SMALL[@]}"} "${sets[@]}" \
-      --until $((steps / 2)) > "$dir.log" 2>&1 || rc=$?
+      "${EXTRA_SETS[@]}" --until $((steps / 2)) > "$dir.log" 2>&1 || rc=$?
     [ "$rc" = 0 ] && { "$moe" train --resume "$dir" --quiet --allow-data-change "${resume[@]}" \
       >> "$dir.log" 2>&1 || rc=$?; }
   elif [ ${#mpi[@]} -gt 0 ]; then
     "${mpi[@]}" train --out "$dir" --quiet "${BASE[@]}" ${SMALL[@]+"${SMALL[@]}"} "${sets[@]}" \
-      > "$dir.log" 2>&1 || rc=$?
+      "${EXTRA_SETS[@]}" > "$dir.log" 2>&1 || rc=$?
   else
     "$moe" train --out "$dir" --quiet "${BASE[@]}" ${SMALL[@]+"${SMALL[@]}"} "${sets[@]}" \
-      > "$dir.log" 2>&1 || rc=$?
+      "${EXTRA_SETS[@]}" > "$dir.log" 2>&1 || rc=$?
   fi
   [ "$rc" = 0 ] || [ "$rc" = 3 ] || { cat "$dir.log" >&2; echo "$dir: exit $rc" >&2; exit 1; }
   mv "$dir.log" "$dir/train.log" # the live warnings are in it
@@ -157,6 +157,7 @@ fi
     IFS=, read -r _ _ found rc _ _ < <(awk -F, -v a="$name" '$1 == a' "$out/gallery.csv")
     echo "| $name | $what | ${expect//_/\\_} | ${found//_/\\_} | ${rc:-skipped} |"
   done
+  [ -z "${EXTRA_SET:-}" ] || { echo; extra_note; }
 } > "$out/gallery.md"
 
 # divergence.csv: the divergence arm's steps up to the one it stopped at, with the learning rate,

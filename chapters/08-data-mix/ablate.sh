@@ -69,7 +69,7 @@ for v in "${ARMS[@]}"; do
     # shellcheck disable=SC2046 # warmup_sets prints options (quick and smoke only)
     "$moe" train --out "$dir" --quiet "${MODEL_SETS[@]}" "${TRAIN_SETS[@]}" $(warmup_sets $steps) \
       --set "data.train=$data/train.bin" --set data.val=data/corpus/val.bin \
-      --set train.steps=$steps --set train.eval_every=$((steps / 6)) "${sets[@]}"
+      --set train.steps=$steps --set train.eval_every=$((steps / 6)) "${sets[@]}" "${EXTRA_SETS[@]}"
     if [ "$mode" != smoke ] || [ "$name" = natural ]; then bash plots/plot_run.sh "$dir" > /dev/null; fi
   fi
   all+=("$name=$dir")

@@ -44,7 +44,7 @@ if [ "$summarize_only" = 0 ]; then
   echo "== training $dir ($steps steps)"
   # shellcheck disable=SC2046 # warmup_sets prints options (quick and smoke only)
   "$moe" train --out "$dir" --quiet "${MODEL_SETS[@]}" "${TRAIN_SETS[@]}" $(warmup_sets $steps) \
-    --set train.steps=$steps --set train.eval_every=$((steps / 6))
+    --set train.steps=$steps --set train.eval_every=$((steps / 6)) "${EXTRA_SETS[@]}"
   if [ "$mode" = smoke ]; then
     configs=(--config test --config test-dense)
     pair=(--config test --config test-dense)

@@ -36,7 +36,7 @@ typedef struct {
     long batches, domains, doc_len, until;
     double temperature, val_frac;
     long long seed;
-    int seed_given, quiet, keys, allow_data_change;
+    int seed_given, quiet, keys, presets, allow_data_change;
     /* bench: --config may repeat there (reference config names) */
     const char *configs[BENCH_MAX_CONFIGS];
     int n_configs, json, profile, reference_attention;
@@ -75,8 +75,12 @@ int cli_option_allowed(const char *cmd, const char *opt);
 void require_memory(const Config *c, int B, int T);
 
 /* Settings: c as given (defaults, or a checkpoint's), then --config, then each --set; then
- * validated. */
+ * validated. --config NAME is a settings file, or when no file NAME exists a preset's name
+ * (bench.h, moe info --presets); neither is exit 2 with the presets' names. */
 void build_config(Config *c, const Opts *o, const char *cmd);
+
+/* 1 when --config name means a preset: no file of that name, and a preset's name. */
+int config_is_preset(const char *name);
 
 /* The settings stored in a checkpoint; exits 2 with a message when it is missing or bad. */
 void load_ckpt_config(Config *c, const char *path);
@@ -93,5 +97,7 @@ int cmd_plan(int argc, char **argv);   /* plan.c */
 int cmd_eval(int argc, char **argv);   /* eval.c */
 int cmd_sample(int argc, char **argv); /* eval.c */
 int cmd_bench(int argc, char **argv);  /* bench.c */
+/* compare.c */
+int cmd_compare(int argc, char **argv);
 
 #endif

@@ -98,8 +98,12 @@ static char *given_text(const Opts *o) {
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     if (!f) moe_fatal("out of memory");
-    FILE *in = o->config ? fopen(o->config, "r") : NULL;
-    if (o->config && !in) moe_input_error("--config: cannot open %s; check the path", o->config);
+    char preset[512]; /* a preset's settings are given as its text */
+    const int is_preset = o->config && config_is_preset(o->config);
+    if (is_preset && bench_preset_text(o->config, preset, sizeof preset) == 0) fputs(preset, f);
+    FILE *in = o->config && !is_preset ? fopen(o->config, "r") : NULL;
+    if (o->config && !is_preset && !in)
+        moe_input_error("--config: cannot open %s; check the path", o->config);
     for (int ch; in && (ch = fgetc(in)) != EOF;) fputc(ch, f);
     if (in) fclose(in);
     fputc('\n', f);

@@ -20,7 +20,9 @@ static const CmdHelp HELP[] = {
      "Train a model into a run directory (src/README.md, \"Run directory\").\n"
      "  --out DIR             the run directory (default runs/run-DATE-TIME); refused when it\n"
      "                        holds a run already\n"
-     "  --config FILE         settings, one key = value a line (a run's config.txt works)\n"
+     "  --config FILE         settings, one key = value a line (a run's config.txt works), or\n"
+     "                        a preset's name: tiny, small, gpu-medium, ... (moe info --presets;\n"
+     "                        a file of that name in the current folder is read instead)\n"
      "  --set KEY=VALUE       one setting, after --config; repeatable (moe info --keys)\n"
      "  --resume DIR          continue the run in DIR from its checkpoint, bit-exact, with its\n"
      "                        settings (config.txt must hold them; --set changes one); a run\n"
@@ -83,7 +85,8 @@ static const CmdHelp HELP[] = {
      "  --from FILE           the safetensors file, or with --format hf the folder (required)\n"
      "  --format F            safetensors (moe.c's names, the default) or hf\n"
      "  --out CKPT            the checkpoint to write; refused when it exists (required)\n"
-     "  --config FILE         settings the file's metadata does not give\n"
+     "  --config FILE         settings the file's metadata does not give (or a preset's name:\n"
+     "                        moe info --presets; a file of that name is read instead)\n"
      "  --set KEY=VALUE       one setting; repeatable\n"
      "  --help                this text\n"},
     {"upcycle",
@@ -91,7 +94,8 @@ static const CmdHelp HELP[] = {
      "A dense checkpoint turned into an MoE one (experts copied from its feed-forward layers).\n"
      "  --from CKPT           the dense checkpoint (required)\n"
      "  --out CKPT            the MoE checkpoint to write; refused when it exists (required)\n"
-     "  --config FILE         settings of the MoE (moe.num_experts, moe.top_k, ...)\n"
+     "  --config FILE         settings of the MoE (moe.num_experts, moe.top_k, ...), or a\n"
+     "                        preset's name (moe info --presets; a file of that name wins)\n"
      "  --set KEY=VALUE       one setting; repeatable\n"
      "  --noise X             noise on the copies, relative to std(W), 0 to 10 (default 0)\n"
      "  --drop-ratio R        drop-upcycling: share of each expert's hidden units re-drawn, 0-1\n"
@@ -99,10 +103,12 @@ static const CmdHelp HELP[] = {
      "  --router-std S        std of the new router weights, 0 to 10 (0: zeros)\n"
      "  --seed N              the seed of noise and re-initialisation\n"
      "  --help                this text\n"},
-    {"info", "usage: moe info --ckpt PATH | --keys\n"
-             "A checkpoint's settings, parameter counts and tensors, or every setting there is.\n"
+    {"info", "usage: moe info --ckpt PATH | --keys | --presets\n"
+             "A checkpoint's settings, parameter counts and tensors, every setting there is, or\n"
+             "the presets of --config NAME.\n"
              "  --ckpt PATH           the checkpoint\n"
              "  --keys                every setting: key, default, range, meaning\n"
+             "  --presets             the presets: d_model, layers, experts, top-k, parameters\n"
              "  --help                this text\n"},
     {"corpus", "usage: moe corpus [options]\n"
                "Build the multi-domain corpus (train.bin, val.bin) from Debian text packages.\n"
@@ -154,6 +160,16 @@ static const CmdHelp HELP[] = {
      "  --json                the same report as JSON\n"
      "  --threshold NAME=VALUE  change one threshold for this diagnosis; repeatable\n"
      "  --thresholds          list the thresholds, their defaults and what each measures\n"
+     "  --help                this text\n"},
+    {"compare",
+     "usage: moe compare RUN_DIR RUN_DIR... [options]\n"
+     "Runs side by side (at most 16): steps, the training loss (the mean of the last N = 10\n"
+     "steps, or fewer), the last validation loss, balance (maxvio, cv) and drops (drop_frac) of\n"
+     "router.csv over the same steps and every MoE block, the median tokens/s, and every\n"
+     "setting whose value is not the same in all of them. A missing or damaged run is\n"
+     "refused as moe doctor refuses it (exit 2).\n"
+     "  --csv                 the same as CSV: a header, then a row a run (empty: no value)\n"
+     "  --plot FILE.png       also draw their loss curves into FILE.png (gnuplot)\n"
      "  --help                this text\n"},
     {"plan",
      "usage: moe plan [options]\n"

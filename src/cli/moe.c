@@ -1,8 +1,8 @@
 /*
  * moe: the command line.
  *
- *   moe train   [--config FILE] [--set key=value]... [--out DIR] [--resume DIR] [--until STEP]
- *               [--init CKPT] [--allow-data-change] [--quiet]
+ *   moe train   [--config FILE|PRESET] [--set key=value]... [--out DIR] [--resume DIR]
+ *               [--until STEP] [--init CKPT] [--allow-data-change] [--quiet]
  *   moe eval    --ckpt PATH [--set key=value]... [--batches N] [--logits FILE]
  *               [--quant int8|int4 | --offload SLOTS]
  *   moe sample  --ckpt PATH [--prompt TEXT | --prompts FILE] [--tokens N] [--temperature X]
@@ -12,13 +12,14 @@
  *               [--set key=value]...
  *   moe upcycle --from DENSE_CKPT --out MOE_CKPT [--config FILE] [--set key=value]...
  *               [--noise X] [--drop-ratio R] [--split G] [--router-std S] [--seed N]
- *   moe info    --ckpt PATH | --keys
+ *   moe info    --ckpt PATH | --keys | --presets
  *   moe corpus  [--out DIR] [--seed N] [--val-frac X]
  *   moe synth   --out DIR [--domains N] [--tokens N] [--doc-len N] [--seed N]
  *   moe bench   [--config NAME]... [--steps N] [--warmup N] [--threads N] [--json]
  *               [--profile] [--profile-out FILE.csv] [--device NAME] [--precision P]
  *               [--reference-attention]
  *   moe doctor  RUN_DIR [--json] [--threshold NAME=VALUE]... | --thresholds   (doctor.c)
+ *   moe compare RUN_DIR RUN_DIR... [--csv] [--plot FILE.png]                   (compare.c)
  *   moe plan    [--run NAME | --model NAME | --config FILE] [--cluster NAME] [--gpus N]
  *               [--set key=value]... [--search [--top N]] [--json | --csv] | --keys | --presets
  * (plan.c) moe help    [CMD]             (and moe CMD --help: each command's options, help.c)
@@ -59,8 +60,8 @@
 
 const char *const USAGE =
     "usage: moe <command> [options]   (moe help CMD or moe CMD --help: its options)\n"
-    "  train   [--config FILE] [--set key=value]... [--out DIR] [--resume DIR] [--until STEP]\n"
-    "          [--init CKPT] [--allow-data-change] [--quiet]\n"
+    "  train   [--config FILE|PRESET] [--set key=value]... [--out DIR] [--resume DIR]\n"
+    "          [--until STEP] [--init CKPT] [--allow-data-change] [--quiet]\n"
     "  eval    --ckpt PATH [--set key=value]... [--batches N] [--logits FILE]\n"
     "          [--quant int8|int4 | --offload SLOTS]\n"
     "  sample  --ckpt PATH [--prompt TEXT | --prompts FILE] [--tokens N] [--temperature X]\n"
@@ -70,7 +71,7 @@ const char *const USAGE =
     "          [--set key=value]...\n"
     "  upcycle --from DENSE_CKPT --out MOE_CKPT [--config FILE] [--set key=value]...\n"
     "          [--noise X] [--drop-ratio R] [--split G] [--router-std S] [--seed N]\n"
-    "  info    --ckpt PATH | --keys\n"
+    "  info    --ckpt PATH | --keys | --presets\n"
     "  corpus  [--out DIR] [--seed N] [--val-frac X]\n"
     "  synth   --out DIR [--domains N] [--tokens N] [--doc-len N] [--seed N]\n"
     "  bench   [--config NAME]... [--steps N] [--warmup N] [--threads N] [--json]\n"
@@ -81,6 +82,7 @@ const char *const USAGE =
     "          NAME: tiny, tiny-dense, small, small-dense (default: all four), tiny-e64,\n"
     "          gpu-medium, gpu-medium-dense\n"
     "  doctor  RUN_DIR [--json] [--threshold NAME=VALUE]... | --thresholds\n"
+    "  compare RUN_DIR RUN_DIR... [--csv] [--plot FILE.png]\n"
     "  plan    [--run NAME | --model NAME | --config FILE] [--cluster NAME] [--gpus N]\n"
     "          [--set key=value]... [--search [--top N]] [--json | --csv] | --keys | --presets\n"
     "  help    [CMD]\n"
@@ -223,8 +225,8 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
             o->allow_data_change = 1;
             continue;
         }
-        if (strcmp(a, "--keys") == 0) {
-            o->keys = 1;
+        if (strcmp(a, "--keys") == 0 || strcmp(a, "--presets") == 0) {
+            *(a[2] == 'k' ? &o->keys : &o->presets) = 1;
             continue;
         }
         if (strcmp(a, "--json") == 0) {
@@ -353,11 +355,32 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
                     "--quant and --offload");
 }
 
+int config_is_preset(const char *name) {
+    char text[512];
+    return !file_exists(name) && bench_preset_text(name, text, sizeof text) == 0;
+}
+
+/* --config NAME: the file NAME; when there is none, the preset NAME (bench.h); else neither. */
+static void apply_config_option(Config *c, const char *name) {
+    char err[1024];
+    if (config_is_preset(name)) {
+        if (bench_preset_apply(c, name, err, sizeof err) != 0) moe_fatal("%s", err);
+        return;
+    }
+    if (!file_exists(name) && !strchr(name, '/')) {
+        char names[256];
+        bench_preset_names(names, sizeof names);
+        moe_input_error("--config: no file %s and no preset %s; the presets are: %s (moe info "
+                        "--presets)",
+                        name, name, names);
+    }
+    if (config_load_file(c, name, err, sizeof err) != 0) moe_input_error("--config: %s", err);
+}
+
 /* Settings: defaults (or a checkpoint's), then --config, then each --set; then validated. */
 void build_config(Config *c, const Opts *o, const char *cmd) {
     char err[1024];
-    if (o->config && config_load_file(c, o->config, err, sizeof err) != 0)
-        moe_input_error("--config: %s", err);
+    if (o->config) apply_config_option(c, o->config);
     for (int i = 0; i < o->n_sets; i++)
         if (config_set(c, o->sets[i], err, sizeof err) != 0) moe_input_error("--set: %s", err);
     if (config_validate(c, err, sizeof err) != 0) moe_input_error("%s", err);
@@ -502,7 +525,15 @@ static int cmd_info(int argc, char **argv) {
         config_print_keys(stdout);
         return 0;
     }
-    if (!o.ckpt) usage_error("info", "%s", "--ckpt PATH or --keys is required");
+    if (o.presets) {
+        bench_presets_print(stdout);
+        printf(
+            "\nmoe train, import and upcycle take a preset as --config NAME: its model shape and\n"
+            "batch over the settings they start from (moe info --keys); a file NAME in the\n"
+            "current folder is read instead. moe bench --config NAME measures one.\n");
+        return 0;
+    }
+    if (!o.ckpt) usage_error("info", "%s", "--ckpt PATH, --keys or --presets is required");
     Config c;
     load_ckpt_config(&c, o.ckpt);
     char err[1024];
@@ -671,11 +702,11 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         int (*fn)(int, char **);
-    } CMDS[] = {{"train", cmd_train},     {"eval", cmd_eval},     {"sample", cmd_sample},
-                {"export", cmd_export},   {"info", cmd_info},     {"corpus", cmd_corpus},
-                {"synth", cmd_synth},     {"bench", cmd_bench},   {"import", cmd_import},
-                {"upcycle", cmd_upcycle}, {"doctor", cmd_doctor}, {"plan", cmd_plan},
-                {"version", cmd_version}};
+    } CMDS[] = {{"train", cmd_train},     {"eval", cmd_eval},      {"sample", cmd_sample},
+                {"export", cmd_export},   {"info", cmd_info},      {"corpus", cmd_corpus},
+                {"synth", cmd_synth},     {"bench", cmd_bench},    {"import", cmd_import},
+                {"upcycle", cmd_upcycle}, {"doctor", cmd_doctor},  {"plan", cmd_plan},
+                {"compare", cmd_compare}, {"version", cmd_version}};
     const char *cmd = strcmp(argv[1], "--version") == 0 ? "version" : argv[1];
     for (size_t i = 0; i < sizeof CMDS / sizeof CMDS[0]; i++)
         if (strcmp(cmd, CMDS[i].name) == 0) {

@@ -56,28 +56,79 @@ const RefConfig *bench_find_ref(const char *name) {
     return NULL;
 }
 
-int bench_config(Config *c, int *B, int *T, const char *name, char *err, int errlen) {
+/* What each reference config is for, in the order of REFS: moe info --presets. */
+static const char *const REF_ABOUT[] = {
+    "the CPU reference MoE: 8 experts, top-2",
+    "tiny's dense twin (the FLOPs of its two experts)",
+    "a wider CPU MoE",
+    "small's dense twin",
+    "tiny with 64 experts of the same size (fine-grained)",
+    "shapes small enough for the tests",
+    "test's dense twin",
+    "test with 16 experts",
+    "a GPU's size: 16k tokens a step",
+    "gpu-medium's dense twin",
+};
+_Static_assert(sizeof REF_ABOUT / sizeof REF_ABOUT[0] == sizeof REFS / sizeof REFS[0],
+               "a description for every reference config");
+
+void bench_preset_names(char *out, size_t len) {
+    size_t n = 0;
+    out[0] = '\0';
+    for (int i = 0; i < N_REFS && n < len; i++)
+        n += (size_t)snprintf(out + n, len - n, "%s%s", i ? ", " : "", REFS[i].name);
+}
+
+/* The settings are text, config_write's lines, so that a command can also show them or hand
+ * them on as the settings it was given (moe import). */
+int bench_preset_text(const char *name, char *text, size_t len) {
     const RefConfig *r = bench_find_ref(name);
-    if (!r)
-        return set_error(err, errlen,
-                         "unknown config '%s': the reference configs are tiny, tiny-dense, "
-                         "small, small-dense, tiny-e64 (tiny with 64 experts) and gpu-medium, "
-                         "gpu-medium-dense (a GPU's size)",
-                         name);
+    if (!r) return -1;
+    snprintf(text, len,
+             "model.d_model = %d\nmodel.n_layer = %d\nmodel.n_head = %d\nmodel.d_ff = %d\n"
+             "moe.num_experts = %d\nmoe.top_k = 2\nmoe.d_expert = %d\nmoe.every = 1\n"
+             "moe.first_dense = 0\nmodel.seq_len = %d\ntrain.batch = %d\n",
+             r->d_model, r->n_layer, r->n_head, r->d_ff, r->num_experts, r->d_expert, r->T, r->B);
+    return 0;
+}
+
+int bench_preset_apply(Config *c, const char *name, char *err, int errlen) {
+    char text[512];
+    int line = 0;
+    if (bench_preset_text(name, text, sizeof text) != 0) {
+        char names[256];
+        bench_preset_names(names, sizeof names);
+        return set_error(err, errlen, "unknown config '%s': the presets are %s", name, names);
+    }
+    if (config_apply_text(c, text, &line, err, errlen) != 0)
+        moe_fatal("preset %s, line %d: %s", name, line, err);
+    return 0;
+}
+
+void bench_presets_print(FILE *f) {
+    fprintf(f, "%-17s %7s %6s %7s %5s %11s %7s  %s\n", "preset", "d_model", "layers", "experts",
+            "top-k", "parameters", "B x T", "about");
+    for (int i = 0; i < N_REFS; i++) {
+        Config c;
+        int B, T;
+        char err[512];
+        if (bench_config(&c, &B, &T, REFS[i].name, err, sizeof err) != 0) moe_fatal("%s", err);
+        ParamTable pt;
+        params_table_build(&pt, &c);
+        char bt[32];
+        snprintf(bt, sizeof bt, "%dx%d", B, T);
+        fprintf(f, "%-17s %7d %6d %7d %5d %11zu %7s  %s\n", REFS[i].name, c.d_model, c.n_layer,
+                c.num_experts, c.num_experts ? c.top_k : 0, params_count_total(&pt), bt,
+                REF_ABOUT[i]);
+        params_table_free(&pt);
+    }
+}
+
+int bench_config(Config *c, int *B, int *T, const char *name, char *err, int errlen) {
     config_defaults(c);
-    c->d_model = r->d_model;
-    c->n_layer = r->n_layer;
-    c->n_head = r->n_head;
-    c->d_ff = r->d_ff;
-    c->num_experts = r->num_experts;
-    c->top_k = 2;
-    c->d_expert = r->d_expert;
-    c->every = 1;
-    c->first_dense = 0;
-    c->seq_len = r->T;
-    c->batch = r->B;
-    *B = r->B;
-    *T = r->T;
+    if (bench_preset_apply(c, name, err, errlen) != 0) return -1;
+    *B = c->batch;
+    *T = c->seq_len;
     char why[512];
     if (config_validate(c, why, sizeof why) != 0)
         moe_fatal("bench: reference config %s is invalid: %s", name, why);

@@ -73,6 +73,22 @@ typedef struct {
  * batch in B x T. Returns 0, or -1 with a message listing the names in err. */
 int bench_config(Config *c, int *B, int *T, const char *name, char *err, int errlen);
 
+/* The reference configs are also presets of `moe train --config NAME` (and of every command
+ * whose --config names a settings file): the model's shape and the batch, over the settings c
+ * holds. Returns 0, or -1 with a message that lists the names in err. */
+int bench_preset_apply(Config *c, const char *name, char *err, int errlen);
+
+/* The same settings as "key = value" lines (config_write's format) in text; -1 for an unknown
+ * name. */
+int bench_preset_text(const char *name, char *text, size_t len);
+
+/* The names, separated by ", ", in out (truncated to len). */
+void bench_preset_names(char *out, size_t len);
+
+/* A table of the presets: name, d_model, layers, experts, top-k, parameters, batch, and what
+ * each is for (moe info --presets). */
+void bench_presets_print(FILE *f);
+
 /* Run the benchmark and write the report to out. Returns 0, or -1 with a message in err on
  * bad options (an unknown config name, a profile CSV that cannot be written); nothing is
  * measured then. A child process that fails is an internal error (moe_fatal). */

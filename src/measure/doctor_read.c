@@ -371,6 +371,10 @@ int load_run(DoctorReport *r, Run *run, const char *dir, char *err, int errlen) 
     run->E = r->cfg.num_experts, run->K = r->cfg.top_k;
     for (int l = 0; l < r->cfg.n_layer; l++) run->n_moe += config_is_moe_layer(&r->cfg, l);
     r->n_moe = run->n_moe;
+    if (run->router.n_col && run->n_moe == 0 && run->router.n_row == 0) {
+        /* a dense model's: the header alone, no load_ columns (it routes nothing) */
+        csv_table_free(&run->router);
+    }
     if (run->router.n_col) { /* router.csv must match the config's experts and blocks */
         const int c_load = csv_col(&run->router, "load_0");
         char last[32];

@@ -1,6 +1,7 @@
 /*
  * doctor_run.h: a run directory's files as moe doctor's rules read them (doctor.c), loaded by
- * doctor_read.c. Private to the two.
+ * doctor_read.c. Private to the two and to `moe compare` (cli/compare.c), which reads its runs
+ * the same way.
  */
 #ifndef MOE_MEASURE_DOCTOR_RUN_H
 #define MOE_MEASURE_DOCTOR_RUN_H
