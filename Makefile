@@ -173,11 +173,12 @@ need-openblas:
 	  exit 2; fi
 
 # the C compiler's flags as a file that changes only when they do, so that a new OPT or
-# EXTRA_CFLAGS rebuilds the objects (as nvcc.flags below does the .cu ones)
+# EXTRA_CFLAGS rebuilds the objects (as nvcc.flags below does the .cu ones). Written to a name
+# of this shell's own and renamed, as version.c and nvcc.flags are: two makes side by side (the
+# suites of make test that run make) never remove each other's file.
 $(BUILD)/cc.flags: FORCE
 	@mkdir -p $(dir $@)
-	@echo '$(CC) $(CFLAGS)' > $@.new
-	@cmp -s $@.new $@ && rm $@.new || mv $@.new $@
+	@new=$@.new.$$$$; echo '$(CC) $(CFLAGS)' > $$new; cmp -s $$new $@ && rm $$new || mv $$new $@
 
 $(BUILD)/obj/%.o: %.c $(HEADERS) tests/testutil.h $(BUILD)/cc.flags
 	@mkdir -p $(dir $@)
@@ -187,8 +188,7 @@ $(BUILD)/obj/%.o: %.c $(HEADERS) tests/testutil.h $(BUILD)/cc.flags
 # that a new CUDA_ARCH rebuilds the .cu objects
 $(BUILD)/nvcc.flags: FORCE
 	@mkdir -p $(dir $@)
-	@echo '$(NVCC) $(CPPFLAGS) $(NVCCFLAGS)' > $@.new
-	@cmp -s $@.new $@ && rm $@.new || mv $@.new $@
+	@new=$@.new.$$$$; echo '$(NVCC) $(CPPFLAGS) $(NVCCFLAGS)' > $$new; cmp -s $$new $@ && rm $$new || mv $$new $@
 
 # ptxas's report (registers, spills, stack) of each .cu goes beside its object, .ptxas
 $(BUILD)/obj/%.cu.o: %.cu $(HEADERS) $(wildcard src/*/*.cuh) $(BUILD)/nvcc.flags
@@ -202,8 +202,7 @@ $(BUILD)/libmoe.a: $(LIB_OBJ) $(CU_OBJ)
 
 $(BUILD)/version.c: FORCE
 	@mkdir -p $(dir $@)
-	@echo 'const char moe_git_commit[] = "$(GIT_COMMIT)";' > $@.new
-	@cmp -s $@.new $@ && rm $@.new || mv $@.new $@
+	@new=$@.new.$$$$; echo 'const char moe_git_commit[] = "$(GIT_COMMIT)";' > $$new; cmp -s $$new $@ && rm $$new || mv $$new $@
 
 $(BUILD)/moe: $(CLI_OBJ) $(BUILD)/libmoe.a $(BUILD)/version.c
 	$(CC) $(CFLAGS) $(LDFLAGS) $(CLI_OBJ) $(BUILD)/version.c $(BUILD)/libmoe.a -o $@ $(LDLIBS)
