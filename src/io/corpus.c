@@ -585,8 +585,8 @@ static int read_from_file(FromDomains *fd, const char *spec, uint8_t **buf, size
     uint64_t size;
     FILE *f = open_regular(path, &fspec, &size, why, sizeof why);
     if (!f) return set_error(err, errlen, "corpus: %s (nothing was written)", why);
-    if (size > *cap) {
-        *cap = (size_t)size;
+    if (size >= *cap) { /* one byte more: never a NULL buffer, even for an empty file */
+        *cap = (size_t)size + 1;
         *buf = (uint8_t *)realloc_check(*buf, *cap);
     }
     size_t n = size ? fread(*buf, 1, (size_t)size, f) : 0;
