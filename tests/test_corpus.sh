@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_corpus.sh: the corpus from your own text (moe corpus --from) and make data's fallback
 # corpus (run by `make test`):
-#   1. --from with two text files, a NAME=FILE and a JSONL file writes train.bin and val.bin
+#   1. --from with two text files, a NAME=FILE, a JSONL file and a long paragraph writes train.bin and val.bin
 #      whose domains are the files' (in order of appearance, a JSONL "domain" field honoured)
 #      and whose tokens, train and val together, are every byte of each domain's text; the same
 #      seed gives the same shards, and a tiny model trains on them
@@ -55,6 +55,10 @@ for i in $(seq 1 40); do
     printf 'Deutscher Absatz %d über Bäume.\n\n\n' "$i" >> "$texts/de.txt"
     printf 'static int f%d(int x) {\n    return x + %d;\n}\n\n' "$i" "$i" >> "$texts/mycode.c"
 done
+# a paragraph of 200 lines of 100 bytes is cut at line boundaries into pieces of at most
+# 8192 bytes (81, 81 and 38 lines), then 30 short paragraphs
+for i in $(seq 1 200); do printf '%099d\n' "$i"; done > "$texts/long.txt"
+for i in $(seq 1 30); do printf '\nshort %d\n' "$i"; done >> "$texts/long.txt"
 en_jsonl='an English record'
 note='a note with an escape: caf\u00e9'
 {
@@ -67,26 +71,27 @@ notes_bytes=0
 for i in $(seq 1 30); do notes_bytes=$((notes_bytes + $(printf 'a note with an escape: caf\303\251 %d' "$i" | wc -c))); done
 out="$tmp/mine"
 "$moe" corpus --from "$texts/en.txt" "$texts/de.txt" code="$texts/mycode.c" "$texts/notes.jsonl" --out "$out" \
-    > "$tmp/good.txt" 2>&1
+    --from "$texts/long.txt" > "$tmp/good.txt" 2>&1
 rc=$?
 [ $rc -eq 0 ] && [ -s "$out/train.bin" ] && [ -s "$out/val.bin" ]
-check "--from two text files, NAME=FILE and a JSONL file: exit 0, train.bin and val.bin" $? \
+check "--from two text files, NAME=FILE and a JSONL file, --from again: exit 0, train.bin and val.bin" $? \
     "exit $rc: $(cat "$tmp/good.txt")"
 want="en $(($(sizes "$texts/en.txt") + ${#en_jsonl})) 41
 de $(sizes "$texts/de.txt") 40
 code $(sizes "$texts/mycode.c") 40
-notes $notes_bytes 30"
+notes $notes_bytes 30
+long $(sizes "$texts/long.txt") 33"
 got=$(corpus_table "$out" 2>&1)
 [ "$got" = "$want" ]
-check "domains en de code notes, in order, each with every byte and paragraph of its text" $? \
+check "domains en de code notes long, in order, each with every byte and paragraph of its text, a long paragraph in 8 KiB pieces" $? \
     "want: $(echo "$want" | tr '\n' '|') got: $(echo "$got" | tr '\n' '|')"
-[ "$(shard_table "$out/train.bin" | cut -d' ' -f1 | tr '\n' ' ')" = "en de code notes " ] &&
-    [ "$(shard_table "$out/val.bin" | cut -d' ' -f1 | tr '\n' ' ')" = "en de code notes " ] &&
+[ "$(shard_table "$out/train.bin" | cut -d' ' -f1 | tr '\n' ' ')" = "en de code notes long " ] &&
+    [ "$(shard_table "$out/val.bin" | cut -d' ' -f1 | tr '\n' ' ')" = "en de code notes long " ] &&
     [ "$(shard_table "$out/val.bin" | awk '{ s += $2 } END { print (s > 0) }')" = 1 ]
-check "train.bin and val.bin both name the four domains, and val.bin holds tokens" $? \
+check "train.bin and val.bin both name the five domains, and val.bin holds tokens" $? \
     "$(shard_table "$out/val.bin" | tr '\n' '|')"
 "$moe" corpus --from "$texts/en.txt" "$texts/de.txt" code="$texts/mycode.c" "$texts/notes.jsonl" \
-    --out "$tmp/again" > /dev/null 2>&1 && cmp -s "$out/train.bin" "$tmp/again/train.bin" &&
+    --out "$tmp/again" --from "$texts/long.txt" > /dev/null 2>&1 && cmp -s "$out/train.bin" "$tmp/again/train.bin" &&
     cmp -s "$out/val.bin" "$tmp/again/val.bin"
 check "the same files and seed give byte-identical shards" $?
 out_train=$("$moe" train --out "$tmp/run" --set model.d_model=32 --set model.n_layer=2 \
