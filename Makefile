@@ -283,8 +283,8 @@ cross: deps deps-cross
 CORPUS := data/corpus
 FORTUNES_DIR := /usr/share/games/fortunes
 CORPUS_KIND := $(if $(filter 4,$(words $(wildcard $(addprefix $(FORTUNES_DIR)/,de es it ru)))),debian,fallback)
-# the Debian corpus's order of domains, less ru
-FALLBACK_FROM := $(addprefix data/fallback/,en.txt de.txt es.txt it.txt) \
+# the Debian corpus's order of domains
+FALLBACK_FROM := $(addprefix data/fallback/,en.txt de.txt es.txt it.txt ru.txt) \
                  $(addprefix code=,$(sort $(wildcard src/*/*.h)))
 data: deps
 	@$(MAKE) --no-print-directory $(CORPUS)/train.bin
