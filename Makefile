@@ -286,13 +286,15 @@ CORPUS_KIND := $(if $(filter 4,$(words $(wildcard $(addprefix $(FORTUNES_DIR)/,d
 # the Debian corpus's order of domains
 FALLBACK_FROM := $(addprefix data/fallback/,en.txt de.txt es.txt it.txt ru.txt) \
                  $(addprefix code=,$(sort $(wildcard src/*/*.h)))
-data: deps
+# make deps (apt-get: the fortunes, for the Debian corpus) where dpkg is; elsewhere (macOS, other
+# distributions) straight to the fallback
+data: $(if $(shell command -v dpkg 2> /dev/null),deps)
 	@$(MAKE) --no-print-directory $(CORPUS)/train.bin
 
+# (a temporary name of its own per shell: two makes side by side never take each other's)
 $(CORPUS)/source.txt: FORCE
 	@mkdir -p $(dir $@)
-	@echo '$(CORPUS_KIND)' > $@.new
-	@cmp -s $@.new $@ && rm $@.new || mv $@.new $@
+	@echo '$(CORPUS_KIND)' > $@.$$$$; cmp -s $@.$$$$ $@ && rm -f $@.$$$$ || mv -f $@.$$$$ $@
 
 # rebuilt when the corpus builder (or the fallback's text) changes, not whenever the binary
 # relinks

@@ -24,19 +24,18 @@ export OMP_NUM_THREADS=1
 # shard_table FILE: "DOMAIN TOKENS DOCUMENTS" for each domain of a shard, read from its header
 # (n_docs at byte 24, n_domains at 28, the names from 32) and its 16-byte document records
 shard_table() {
-    local f=$1 n_docs n_dom k
+    local f=$1 n_docs n_dom k names=""
     n_docs=$(od -An -tu4 -j24 -N4 "$f" | tr -d ' ')
     n_dom=$(od -An -tu4 -j28 -N4 "$f" | tr -d ' ')
     for ((k = 0; k < n_dom; k++)); do
-        dd if="$f" bs=1 skip=$((32 + 16 * k)) count=16 2> /dev/null | tr -d '\0'
-        echo
-    done > "$tmp/names"
-    od -An -v -tu4 -j256 -N$((16 * n_docs)) "$f" | awk -v names="$tmp/names" '
-        BEGIN { while ((getline l < names) > 0) name[n++] = l }
+        names="$names $(dd if="$f" bs=1 skip=$((32 + 16 * k)) count=16 2> /dev/null | tr -d '\0')"
+    done
+    od -An -v -tu4 -j256 -N$((16 * n_docs)) "$f" | awk -v names="$names" '
+        BEGIN { n = split(names, name, " ") }
         { for (i = 1; i <= NF; i++) w[c++] = $i }
         END {
             for (r = 0; r < c / 4; r++) { tok[w[4 * r + 3]] += w[4 * r + 2]; docs[w[4 * r + 3]]++ }
-            for (d = 0; d < n; d++) print name[d], tok[d] + 0, docs[d] + 0
+            for (d = 0; d < n; d++) print name[d + 1], tok[d] + 0, docs[d] + 0
         }'
 }
 # corpus_table DIR: shard_table of train.bin and val.bin summed, one line per domain
