@@ -9,9 +9,9 @@
 #      "text" string, a bad "domain", a file without text, a ninth domain, a split that leaves
 #      val.bin empty, a file name that is no domain name) is exit 2 with a message naming the
 #      file (and line), and the shards already in --out are left as they were
-#   3. make data with the fortune folder made to look absent (FORTUNES_DIR) builds the fallback
-#      corpus of data/fallback/ and the project's headers, and says so; with the fortunes
-#      present it rebuilds the Debian corpus over it
+#   3. make data's corpus target with the fortune folder made to look absent (FORTUNES_DIR)
+#      builds the fallback corpus of data/fallback/ and the project's headers, and says so; with
+#      the fortunes present it rebuilds the Debian corpus over it
 # A few seconds: text files of a few KB, and the fallback corpus is under 1 MB.
 
 # shellcheck source=tests/lib/common.sh
@@ -152,16 +152,17 @@ check "a refusal into a new --out creates nothing" $? "$(ls -la "$tmp/fresh" 2>&
 
 # ---- 3. make data's fallback ---------------------------------------------------------------
 echo "test_corpus: make data without the fortunes builds the fallback corpus"
-# run from `make test`: its jobserver and command-line variables are not for this make; -o:
-# the binary is taken as built, so that this make never relinks it (nor rewrites version.c)
-# under another suite running at the same time
+# run from `make test`: its jobserver and command-line variables are not for this make. The
+# target is the one make data makes after make deps (in a make of its own, which -o would not
+# reach), $(CORPUS)/train.bin; -o takes the binary as built, so that this make never touches
+# the build folder (cc.flags, version.c) under another suite's make running at the same time
 unset MAKEFLAGS MFLAGS MAKELEVEL
 fb="$tmp/fallback"
-make -s --no-print-directory data SANITIZE=$san FORTUNES_DIR=/nonexistent CORPUS="$fb" -o "$build/moe" \
-    > "$tmp/make.txt" 2>&1
+make -s --no-print-directory -o "$build/moe" SANITIZE=$san FORTUNES_DIR=/nonexistent CORPUS="$fb" \
+    "$fb/train.bin" > "$tmp/make.txt" 2>&1
 rc=$?
 [ $rc -eq 0 ] && grep -q "data: no fortunes in /nonexistent .*: the fallback corpus" "$tmp/make.txt"
-check "make data FORTUNES_DIR=/nonexistent: exit 0, and it says it built the fallback" $? \
+check "make data's corpus with FORTUNES_DIR=/nonexistent: exit 0, and it says it built the fallback" $? \
     "exit $rc: $(tail -n 15 "$tmp/make.txt")"
 want="en $(sizes data/fallback/en.txt)
 de $(sizes data/fallback/de.txt)
@@ -175,7 +176,8 @@ check "the fallback: en de es it ru code, every byte of data/fallback/*.txt and 
     $? "want: $(echo "$want" | tr '\n' '|') got: $(echo "$got" | tr '\n' '|')"
 if [ -d /usr/share/games/fortunes/ru ] && [ -d /usr/share/games/fortunes/de ] &&
     [ -d /usr/share/games/fortunes/es ] && [ -d /usr/share/games/fortunes/it ]; then
-    make -s --no-print-directory data SANITIZE=$san CORPUS="$fb" -o "$build/moe" > "$tmp/make2.txt" 2>&1
+    make -s --no-print-directory -o "$build/moe" SANITIZE=$san CORPUS="$fb" "$fb/train.bin" \
+        > "$tmp/make2.txt" 2>&1
     rc=$?
     [ $rc -eq 0 ] && grep -q "data: the Debian corpus" "$tmp/make2.txt" &&
         [ "$(cat "$fb/source.txt")" = debian ] &&
