@@ -273,13 +273,39 @@ cross: deps deps-cross
 	@bash tests/lib/cross_aarch64.sh build-aarch64
 
 # ---- data -----------------------------------------------------------------------------------
+# The Debian corpus (moe corpus: the fortunes under /usr/share/games/fortunes and libc6-dev's
+# headers; the handbook's numbers come from it) when FORTUNES_DIR holds the four language
+# folders, else the fallback corpus (data/fallback/README.md): the texts in data/fallback/ and
+# the project's own headers, through moe corpus --from. FORTUNES_DIR only decides which one;
+# point it at a folder that does not exist to build the fallback on Debian too.
+# $(CORPUS)/source.txt names the kind built, so that a change of kind rebuilds the shards.
 CORPUS := data/corpus
-data: deps
+FORTUNES_DIR := /usr/share/games/fortunes
+CORPUS_KIND := $(if $(filter 4,$(words $(wildcard $(addprefix $(FORTUNES_DIR)/,de es it ru)))),debian,fallback)
+# the Debian corpus's order of domains
+FALLBACK_FROM := $(addprefix data/fallback/,en.txt de.txt es.txt it.txt ru.txt) \
+                 $(addprefix code=,$(sort $(wildcard src/*/*.h)))
+# make deps (apt-get: the fortunes, for the Debian corpus) where dpkg is; elsewhere (macOS, other
+# distributions) straight to the fallback
+data: $(if $(shell command -v dpkg 2> /dev/null),deps)
 	@$(MAKE) --no-print-directory $(CORPUS)/train.bin
 
-# rebuilt when the corpus builder changes, not whenever the binary relinks
-$(CORPUS)/train.bin: src/io/corpus.c src/io/shard.c | $(BUILD)/moe
+# (a temporary name of its own per shell: two makes side by side never take each other's)
+$(CORPUS)/source.txt: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(CORPUS_KIND)' > $@.$$$$; cmp -s $@.$$$$ $@ && rm -f $@.$$$$ || mv -f $@.$$$$ $@
+
+# rebuilt when the corpus builder (or the fallback's text) changes, not whenever the binary
+# relinks
+$(CORPUS)/train.bin: src/io/corpus.c src/io/shard.c $(CORPUS)/source.txt \
+                     $(if $(filter fallback,$(CORPUS_KIND)),$(subst code=,,$(FALLBACK_FROM))) | $(BUILD)/moe
+ifeq ($(CORPUS_KIND),debian)
+	@echo "data: the Debian corpus (the fortunes in $(FORTUNES_DIR), libc6-dev's headers)"
 	$(BUILD)/moe corpus --out $(CORPUS)
+else
+	@echo "data: no fortunes in $(FORTUNES_DIR) (de, es, it, ru): the fallback corpus (data/fallback/README.md)"
+	$(BUILD)/moe corpus --from $(FALLBACK_FROM) --out $(CORPUS)
+endif
 
 # ---- tests ----------------------------------------------------------------------------------
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_UTIL_OBJ) $(BUILD)/libmoe.a $(BUILD)/version.c

@@ -110,12 +110,19 @@ static const CmdHelp HELP[] = {
              "  --keys                every setting: key, default, range, meaning\n"
              "  --presets             the presets: d_model, layers, experts, top-k, parameters\n"
              "  --help                this text\n"},
-    {"corpus", "usage: moe corpus [options]\n"
-               "Build the multi-domain corpus (train.bin, val.bin) from Debian text packages.\n"
-               "  --out DIR             where to write it (default data/corpus)\n"
-               "  --seed N              the shuffling seed (default 1234)\n"
-               "  --val-frac X          share of documents held out for validation, 0.001 to 0.5\n"
-               "  --help                this text\n"},
+    {"corpus",
+     "usage: moe corpus [--from [NAME=]FILE...] [options]\n"
+     "Build the multi-domain corpus (train.bin, val.bin) from Debian text packages,\n"
+     "or with --from from your own files.\n"
+     "  --from FILES          your text instead, one or more files up to the next option:\n"
+     "                        X.txt (any name but .jsonl) is plain text cut into\n"
+     "                        paragraphs, domain X; X.jsonl holds one {\"text\": ...,\n"
+     "                        \"domain\": ...} object a line (domain optional, default X);\n"
+     "                        NAME=FILE names the domain; at most 8 domains\n"
+     "  --out DIR             where to write it (default data/corpus)\n"
+     "  --seed N              the shuffling seed (default 1234)\n"
+     "  --val-frac X          share of documents held out for validation, 0.001 to 0.5\n"
+     "  --help                this text\n"},
     {"synth", "usage: moe synth --out DIR [options]\n"
               "Synthetic data: documents from random Markov sources, one domain per source.\n"
               "  --out DIR             where to write train.bin and val.bin (required)\n"

@@ -13,7 +13,7 @@
  *   moe upcycle --from DENSE_CKPT --out MOE_CKPT [--config FILE] [--set key=value]...
  *               [--noise X] [--drop-ratio R] [--split G] [--router-std S] [--seed N]
  *   moe info    --ckpt PATH | --keys | --presets
- *   moe corpus  [--out DIR] [--seed N] [--val-frac X]
+ *   moe corpus  [--from [NAME=]FILE...] [--out DIR] [--seed N] [--val-frac X]
  *   moe synth   --out DIR [--domains N] [--tokens N] [--doc-len N] [--seed N]
  *   moe bench   [--config NAME]... [--steps N] [--warmup N] [--threads N] [--json]
  *               [--profile] [--profile-out FILE.csv] [--device NAME] [--precision P]
@@ -72,7 +72,7 @@ const char *const USAGE =
     "  upcycle --from DENSE_CKPT --out MOE_CKPT [--config FILE] [--set key=value]...\n"
     "          [--noise X] [--drop-ratio R] [--split G] [--router-std S] [--seed N]\n"
     "  info    --ckpt PATH | --keys | --presets\n"
-    "  corpus  [--out DIR] [--seed N] [--val-frac X]\n"
+    "  corpus  [--from [NAME=]FILE...] [--out DIR] [--seed N] [--val-frac X]\n"
     "  synth   --out DIR [--domains N] [--tokens N] [--doc-len N] [--seed N]\n"
     "  bench   [--config NAME]... [--steps N] [--warmup N] [--threads N] [--json]\n"
     "          [--profile] [--profile-out FILE.csv] [--device NAME] [--precision P]\n"
@@ -562,13 +562,38 @@ static int cmd_info(int argc, char **argv) {
     return 0;
 }
 
+/* --from FILE [FILE]...: every word after --from up to the next option is one more file, so
+ * a shell's glob of files works after it. They go to files; the other words to rest. */
+static int take_from_files(int argc, char **argv, const char **files, char **rest, int *n_rest) {
+    int n = 0;
+    *n_rest = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--from") != 0) {
+            rest[(*n_rest)++] = argv[i];
+            continue;
+        }
+        if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)
+            usage_error("corpus", "%s needs at least one file", "--from");
+        while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) files[n++] = argv[++i];
+    }
+    return n;
+}
+
 static int cmd_corpus(int argc, char **argv) {
+    /* one block: the files and the other words, each at most argc */
+    const char **files = (const char **)malloc_check(2 * (size_t)(argc + 1) * sizeof(char *));
+    char **rest = (char **)(files + argc + 1);
+    int n_rest;
+    int n_files = take_from_files(argc, argv, files, rest, &n_rest);
     Opts o;
-    parse_opts(&o, "corpus", argc, argv);
-    char err[1024];
+    parse_opts(&o, "corpus", n_rest, rest);
+    char err[1536];
     const char *out = o.out ? o.out : "data/corpus";
-    if (corpus_build(out, o.seed_given ? (uint64_t)o.seed : 1234, o.val_frac, err, sizeof err) != 0)
-        moe_input_error("corpus: %s", err);
+    uint64_t seed = o.seed_given ? (uint64_t)o.seed : 1234;
+    int rc = n_files ? corpus_build_from(out, files, n_files, seed, o.val_frac, err, sizeof err)
+                     : corpus_build(out, seed, o.val_frac, err, sizeof err);
+    free(files);
+    if (rc != 0) moe_input_error("%s", err);
     return 0;
 }
 

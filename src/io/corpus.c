@@ -1,5 +1,6 @@
 /*
- * corpus.c: the multi-domain corpus (train.bin, val.bin) from Debian text packages.
+ * corpus.c: the multi-domain corpus (train.bin, val.bin) from Debian text packages, or from the
+ * user's own files.
  *
  * Six domains, in this order (the order fixes the domain indices in the shards):
  *   en    regular files directly in /usr/share/games/fortunes/   (package fortunes)
@@ -27,9 +28,13 @@
  * Split: document i of domain d goes to val when u(seed, d, i) < val_frac, u a hash mapped to
  * [0, 1); i counts all documents of the domain, so the split of a document does not move
  * when the budget changes.
+ *
+ * corpus_build_from (moe corpus --from) builds the same shards from the user's files: plain
+ * text cut into paragraphs, or JSONL records, every document kept (no budget), the same split.
  */
 #include "io/data.h"
 #include "io/files.h"
+#include "io/json.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -141,11 +146,16 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* 1 when the n bytes at p are all spaces, tabs and line ends (or n is 0). */
+static int blank_bytes(const uint8_t *p, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        if (!(p[k] == ' ' || (p[k] >= '\t' && p[k] <= '\r'))) return 0;
+    return 1;
+}
+
 /* Document [off, off + len) of file; empty or blank ones are dropped. */
 static void add_doc(Domain *d, uint32_t file, const uint8_t *b, size_t off, size_t len) {
-    size_t k = 0;
-    while (k < len && (b[off + k] == ' ' || (b[off + k] >= '\t' && b[off + k] <= '\r'))) k++;
-    if (k == len) return;
+    if (blank_bytes(b + off, len)) return;
     if (d->n_docs == d->cap_docs) {
         d->cap_docs = d->cap_docs ? 2 * d->cap_docs : 1024;
         d->docs = (Span *)realloc(d->docs, sizeof(Span) * d->cap_docs);
@@ -178,29 +188,62 @@ static long read_file(const char *path, uint8_t **buf, size_t *cap) {
     return bad ? -1 : (long)n;
 }
 
-/* Cut file `file` of d into documents. */
-static void split_file(Domain *d, uint32_t file, const uint8_t *b, size_t n, int headers) {
+/* How a file is cut into documents. */
+typedef enum {
+    CUT_FORTUNES,   /* at lines holding only "%" */
+    CUT_HEADERS,    /* at line boundaries into pieces of at most CORPUS_MAX_DOC bytes */
+    CUT_PARAGRAPHS, /* before a line that follows a blank line, and as CUT_HEADERS */
+} CutMode;
+
+typedef void (*EmitDoc)(void *ctx, const uint8_t *b, size_t off, size_t len);
+
+/* Cut b (n bytes) into documents, each passed to emit; they tile b except for the fortune
+ * separators. A paragraph keeps the blank lines after it, so its text reads as in the file. */
+static void cut_docs(const uint8_t *b, size_t n, CutMode mode, EmitDoc emit, void *ctx) {
     size_t doc = 0, line = 0;
+    int after_blank = 0;
     while (line < n) {
         const uint8_t *nl = memchr(b + line, '\n', n - line);
         size_t end = nl ? (size_t)(nl - b) + 1 : n; /* one past this line's '\n' */
-        if (!headers) {
+        if (mode == CUT_FORTUNES) {
             size_t body = end - line - (nl ? 1 : 0);
             if (body && b[line + body - 1] == '\r') body--;
             if (body == 1 && b[line] == '%') { /* separator: close the fortune before it */
-                add_doc(d, file, b, doc, line - doc);
+                emit(ctx, b, doc, line - doc);
                 doc = end;
             }
         } else {
+            int blank = blank_bytes(b + line, end - line);
+            if (mode == CUT_PARAGRAPHS && !blank && after_blank && line > doc) {
+                emit(ctx, b, doc, line - doc);
+                doc = line;
+            }
+            after_blank = blank;
             while (end - doc > CORPUS_MAX_DOC) { /* this line would overflow the document */
                 size_t cut = line > doc ? line : doc + CORPUS_MAX_DOC; /* long lines are cut */
-                add_doc(d, file, b, doc, cut - doc);
+                emit(ctx, b, doc, cut - doc);
                 doc = cut;
             }
         }
         line = end;
     }
-    add_doc(d, file, b, doc, n - doc);
+    emit(ctx, b, doc, n - doc);
+}
+
+typedef struct {
+    Domain *d;
+    uint32_t file;
+} FileCut;
+
+static void emit_span(void *ctx, const uint8_t *b, size_t off, size_t len) {
+    FileCut *c = (FileCut *)ctx;
+    add_doc(c->d, c->file, b, off, len);
+}
+
+/* Cut file `file` of d into documents. */
+static void split_file(Domain *d, uint32_t file, const uint8_t *b, size_t n, int headers) {
+    FileCut c = {d, file};
+    cut_docs(b, n, headers ? CUT_HEADERS : CUT_FORTUNES, emit_span, &c);
 }
 
 static uint64_t mix(uint64_t z) {
@@ -359,6 +402,288 @@ done:
         free(dom[di].files);
         free(dom[di].docs);
         free(dom[di].take);
+    }
+    for (int k = 0; k < 2; k++) {
+        free(out[k].tokens);
+        free(out[k].docs);
+    }
+    free(buf);
+    return rc;
+}
+
+/* ---- the corpus from the user's own files (moe corpus --from) ------------------------------
+ * Every input is read, cut and checked before anything is written, so a refusal leaves the
+ * output folder as it was. Each domain collects its documents in a pool (their text back to
+ * back, in the order of the files and lines); the split then copies them into train or val. */
+
+typedef struct {
+    char names[SHARD_MAX_DOMAINS][SHARD_DOMAIN_NAME];
+    int n;
+    Out pool[SHARD_MAX_DOMAINS]; /* each domain's documents (the ShardDoc domain unused) */
+    int files[SHARD_MAX_DOMAINS];
+} FromDomains;
+
+/* A domain name: 1 to SHARD_DOMAIN_NAME - 1 letters, digits, '_', '-' or '.'. */
+static int valid_domain_name(const char *s, size_t len) {
+    if (len == 0 || len >= SHARD_DOMAIN_NAME) return 0;
+    for (size_t k = 0; k < len; k++) {
+        char c = s[k];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.'))
+            return 0;
+    }
+    return 1;
+}
+
+/* The index of domain `name`, added when new; -1 when it would be one too many. */
+static int from_domain(FromDomains *fd, const char *name) {
+    for (int k = 0; k < fd->n; k++)
+        if (strcmp(fd->names[k], name) == 0) return k;
+    if (fd->n == SHARD_MAX_DOMAINS) return -1;
+    snprintf(fd->names[fd->n], SHARD_DOMAIN_NAME, "%s", name);
+    return fd->n++;
+}
+
+static int too_many_domains(char *err, int errlen, const char *where, const char *name,
+                            const FromDomains *fd) {
+    char have[SHARD_MAX_DOMAINS * (SHARD_DOMAIN_NAME + 2)] = "";
+    for (int k = 0; k < fd->n; k++)
+        snprintf(have + strlen(have), sizeof have - strlen(have), "%s%s", k ? ", " : "",
+                 fd->names[k]);
+    return set_error(err, errlen,
+                     "corpus: %s: domain '%s' would be one more than the %d a shard holds "
+                     "(%s); merge domains with NAME=PATH or the \"domain\" fields (nothing was "
+                     "written)",
+                     where, name, SHARD_MAX_DOMAINS, have);
+}
+
+typedef struct {
+    Out *pool;
+    uint32_t docs; /* documents this file gave */
+} PoolCut;
+
+static void emit_pool(void *ctx, const uint8_t *b, size_t off, size_t len) {
+    PoolCut *c = (PoolCut *)ctx;
+    if (blank_bytes(b + off, len)) return;
+    out_add(c->pool, b + off, (uint32_t)len, 0);
+    c->docs++;
+}
+
+/* One input argument, "[NAME=]PATH": *path and the domain name (NAME, else the file's name
+ * without its last extension). "./a=b.txt" is a path: NAME must be a valid domain name. */
+static int parse_from_spec(const char *spec, const char **path, char *name, char *err, int errlen) {
+    const char *eq = strchr(spec, '=');
+    if (eq && valid_domain_name(spec, (size_t)(eq - spec))) {
+        snprintf(name, SHARD_DOMAIN_NAME, "%.*s", (int)(eq - spec), spec);
+        *path = eq + 1;
+        return 0;
+    }
+    *path = spec;
+    const char *base = strrchr(spec, '/');
+    base = base ? base + 1 : spec;
+    const char *dot = strrchr(base, '.');
+    size_t len = dot && dot != base ? (size_t)(dot - base) : strlen(base);
+    if (!valid_domain_name(base, len))
+        return set_error(err, errlen,
+                         "corpus: the file name '%s' does not make a domain name (1 to %d "
+                         "letters, digits, '_', '-' or '.' before the extension); name its "
+                         "domain: --from NAME=%s (nothing was written)",
+                         spec, SHARD_DOMAIN_NAME - 1, spec);
+    snprintf(name, SHARD_DOMAIN_NAME, "%.*s", (int)len, base);
+    return 0;
+}
+
+/* The 1-based line of byte `at` of b. */
+static size_t line_of(const uint8_t *b, size_t at) {
+    size_t line = 1;
+    for (size_t k = 0; k < at; k++) line += b[k] == '\n';
+    return line;
+}
+
+static const char *json_type_name(JsonType t) {
+    static const char *const names[] = {"null",   "true/false", "number",
+                                        "string", "array",      "object"};
+    return names[t];
+}
+
+/* One JSONL file: each non-blank line an object with a "text" string and an optional "domain"
+ * string (else `name`); every blank text is dropped. *records counts the documents kept and
+ * *touched gets a bit for each domain that received one. */
+static int read_jsonl(FromDomains *fd, const char *path, const char *name, const uint8_t *b,
+                      size_t n, uint32_t *records, unsigned *touched, char *err, int errlen) {
+    size_t lineno = 0;
+    for (size_t line = 0; line < n;) {
+        const uint8_t *nl = memchr(b + line, '\n', n - line);
+        size_t end = nl ? (size_t)(nl - b) : n;
+        lineno++;
+        if (!blank_bytes(b + line, end - line)) {
+            JsonReader j = {(const char *)b + line, end - line, 0, ""};
+            JsonValue v;
+            if (json_document(&j, &v) != 0)
+                return set_error(err, errlen,
+                                 "corpus: %s:%zu: not a JSON object (%s, at column %zu); each "
+                                 "line of a .jsonl file is one object such as {\"text\": "
+                                 "\"...\"} (nothing was written)",
+                                 path, lineno, j.msg, j.i + 1);
+            const JsonValue *text = json_get(&v, "text"), *dom = json_get(&v, "domain");
+            char why[160] = "";
+            if (v.type != JSON_OBJECT)
+                snprintf(why, sizeof why, "is a JSON %s, not an object", json_type_name(v.type));
+            else if (!text)
+                snprintf(why, sizeof why, "has no \"text\" field");
+            else if (text->type != JSON_STRING)
+                snprintf(why, sizeof why, "has a \"text\" that is a JSON %s, not a string",
+                         json_type_name(text->type));
+            else if (dom && dom->type != JSON_STRING)
+                snprintf(why, sizeof why, "has a \"domain\" that is a JSON %s, not a string",
+                         json_type_name(dom->type));
+            else if (dom && !valid_domain_name(dom->string, strlen(dom->string)))
+                snprintf(why, sizeof why,
+                         "has the \"domain\" '%.40s', not a domain name (1 to %d letters, "
+                         "digits, '_', '-' or '.')",
+                         dom->string, SHARD_DOMAIN_NAME - 1);
+            if (why[0]) {
+                set_error(err, errlen,
+                          "corpus: %s:%zu: the line %s; each line of a .jsonl file is one "
+                          "object with a \"text\" string and an optional \"domain\" string "
+                          "(nothing was written)",
+                          path, lineno, why);
+                json_value_free(&v);
+                return -1;
+            }
+            const char *dname = dom ? dom->string : name;
+            int di = from_domain(fd, dname);
+            if (di < 0) {
+                char where[600];
+                snprintf(where, sizeof where, "%s:%zu", path, lineno);
+                too_many_domains(err, errlen, where, dname, fd);
+                json_value_free(&v);
+                return -1;
+            }
+            size_t len = strlen(text->string);
+            if (!blank_bytes((const uint8_t *)text->string, len)) {
+                out_add(&fd->pool[di], (const uint8_t *)text->string, (uint32_t)len, 0);
+                (*records)++;
+                *touched |= 1u << di;
+            }
+            json_value_free(&v);
+        }
+        line = end + 1;
+    }
+    return 0;
+}
+
+/* Read one input into its domains' pools; -1 with a message naming the file (and line). */
+static int read_from_file(FromDomains *fd, const char *spec, uint8_t **buf, size_t *cap, char *err,
+                          int errlen) {
+    const char *path;
+    char name[SHARD_DOMAIN_NAME];
+    if (parse_from_spec(spec, &path, name, err, errlen) != 0) return -1;
+    static const FileSpec fspec = {"corpus file", "pass a text file or a .jsonl file", NULL,
+                                   UINT32_MAX};
+    char why[768];
+    uint64_t size;
+    FILE *f = open_regular(path, &fspec, &size, why, sizeof why);
+    if (!f) return set_error(err, errlen, "corpus: %s (nothing was written)", why);
+    if (size >= *cap) { /* one byte more: never a NULL buffer, even for an empty file */
+        *cap = (size_t)size + 1;
+        *buf = (uint8_t *)realloc_check(*buf, *cap);
+    }
+    size_t n = size ? fread(*buf, 1, (size_t)size, f) : 0;
+    int bad = ferror(f) || n != size;
+    fclose(f);
+    if (bad)
+        return set_error(err, errlen, "corpus: cannot read '%s' (%s) (nothing was written)", path,
+                         strerror(errno));
+    const uint8_t *nul = memchr(*buf, 0, n);
+    if (nul)
+        return set_error(err, errlen,
+                         "corpus: %s:%zu: a NUL byte (byte %zu of the file); --from takes text "
+                         "(UTF-8), and this looks like a binary file (nothing was written)",
+                         path, line_of(*buf, (size_t)(nul - *buf)), (size_t)(nul - *buf) + 1);
+    uint32_t docs = 0;
+    if (ends_with(path, ".jsonl")) {
+        unsigned touched = 0;
+        if (read_jsonl(fd, path, name, *buf, n, &docs, &touched, err, errlen) != 0) return -1;
+        for (int di = 0; di < fd->n; di++) fd->files[di] += (touched >> di) & 1u;
+    } else {
+        int di = from_domain(fd, name);
+        if (di < 0) return too_many_domains(err, errlen, path, name, fd);
+        PoolCut c = {&fd->pool[di], 0};
+        cut_docs(*buf, n, CUT_PARAGRAPHS, emit_pool, &c);
+        docs = c.docs;
+        fd->files[di]++;
+    }
+    if (docs == 0)
+        return set_error(err, errlen,
+                         "corpus: %s holds no text (it is empty or blank%s); give it text or "
+                         "leave it out (nothing was written)",
+                         path, ends_with(path, ".jsonl") ? ", or every \"text\" is" : "");
+    return 0;
+}
+
+int corpus_build_from(const char *out_dir, const char *const *specs, int n_specs, uint64_t seed,
+                      double val_frac, char *err, int errlen) {
+    if (!(val_frac > 0.0 && val_frac < 1.0))
+        return set_error(err, errlen, "corpus: val_frac is %g, must be in (0, 1), e.g. 0.05",
+                         val_frac);
+    if (n_specs < 1) return set_error(err, errlen, "corpus: --from needs at least one file");
+    double t0 = now_seconds();
+    FromDomains fd;
+    memset(&fd, 0, sizeof fd);
+    Out out[2]; /* train, val */
+    memset(out, 0, sizeof out);
+    uint64_t split[SHARD_MAX_DOMAINS][2] = {{0}}; /* tokens of each domain in train, val */
+    uint8_t *buf = NULL;
+    size_t cap = 0;
+    int rc = -1;
+    for (int k = 0; k < n_specs; k++)
+        if (read_from_file(&fd, specs[k], &buf, &cap, err, errlen) != 0) goto done;
+
+    /* document i of domain d goes to val when u(seed, d, i) < val_frac, as in corpus_build */
+    for (int di = 0; di < fd.n; di++) {
+        const Out *p = &fd.pool[di];
+        for (uint32_t i = 0; i < p->n_docs; i++) {
+            int val = split_u(seed, di, i) < val_frac;
+            out_add(&out[val], p->tokens + p->docs[i].start, p->docs[i].length, di);
+            split[di][val] += p->docs[i].length;
+        }
+    }
+    if (out[0].n_docs == 0 || out[1].n_docs == 0) {
+        set_error(err, errlen,
+                  "corpus: %u documents, and the split (--val-frac %g) left %s empty; give more "
+                  "text (more paragraphs or records)%s (nothing was written)",
+                  out[0].n_docs + out[1].n_docs, val_frac,
+                  out[1].n_docs == 0 ? "the validation shard" : "the training shard",
+                  out[1].n_docs == 0 ? ", a larger --val-frac or another --seed" : "");
+        goto done;
+    }
+    char path[1100];
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof(path), "%s/%s", out_dir, k ? "val.bin" : "train.bin");
+        if (shard_write(path, out[k].tokens, out[k].n, out[k].docs, out[k].n_docs,
+                        (const char(*)[SHARD_DOMAIN_NAME])fd.names, (uint32_t)fd.n, err,
+                        errlen) != 0)
+            goto done;
+    }
+
+    printf("corpus: %d domain%s from %d file%s, every document kept, seed %llu, val_frac %.3f\n",
+           fd.n, fd.n == 1 ? "" : "s", n_specs, n_specs == 1 ? "" : "s", (unsigned long long)seed,
+           val_frac);
+    printf("  %-15s %7s %10s %14s %12s\n", "domain", "files", "documents", "train tokens",
+           "val tokens");
+    for (int di = 0; di < fd.n; di++)
+        printf("  %-15s %7d %10u %14llu %12llu\n", fd.names[di], fd.files[di], fd.pool[di].n_docs,
+               (unsigned long long)split[di][0], (unsigned long long)split[di][1]);
+    printf("  %-15s %7s %10u %14llu %12llu\n", "total", "", out[0].n_docs + out[1].n_docs,
+           (unsigned long long)out[0].n, (unsigned long long)out[1].n);
+    printf("corpus: wrote %s/train.bin and %s/val.bin in %.2f s\n", out_dir, out_dir,
+           now_seconds() - t0);
+    rc = 0;
+done:
+    for (int di = 0; di < SHARD_MAX_DOMAINS; di++) {
+        free(fd.pool[di].tokens);
+        free(fd.pool[di].docs);
     }
     for (int k = 0; k < 2; k++) {
         free(out[k].tokens);

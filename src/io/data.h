@@ -127,6 +127,19 @@ void loader_val_batch(const Shard *s, int B, int T, int batch_index, int n_batch
  * split is deterministic. Prints a table of documents and tokens per domain. */
 int corpus_build(const char *out_dir, uint64_t seed, double val_frac, char *err, int errlen);
 
+/* Build train.bin and val.bin in out_dir from the user's files (moe corpus --from), each spec
+ * "[NAME=]PATH": a PATH ending in .jsonl holds one JSON object per line with a "text" string
+ * (one document) and an optional "domain" string; any other file is plain text, cut into
+ * paragraphs (at blank lines; longer ones at line boundaries into pieces of at most 8 KiB).
+ * A document's domain is its "domain", else NAME, else the file's name without its extension;
+ * domains are numbered in the order they first appear, at most SHARD_MAX_DOMAINS. Every
+ * document is kept (no balancing); the split is corpus_build's. Every file is read and
+ * checked first: a missing or unreadable file, a NUL byte, a bad JSONL line, a file without
+ * text, a ninth domain or an empty split returns -1 with a message naming the file (and line)
+ * before anything is written. */
+int corpus_build_from(const char *out_dir, const char *const *specs, int n_specs, uint64_t seed,
+                      double val_frac, char *err, int errlen);
+
 /* Write a synthetic shard of n_tokens from n_domains Markov sources (one per domain, each a
  * random sparse first-order chain over its own part of the byte alphabet) in documents of
  * doc_len tokens. The chains are drawn from seed, the token stream from stream_seed: a train
