@@ -244,9 +244,34 @@ else echo "$@: optional packages missing:$$optional ($(3)); to install them, as 
   echo "  $$cmd"; echo "$@: going on without them"; fi
 endef
 
+# macOS: Homebrew's formulas, which install as the user, so make deps names the missing ones
+# in one brew command and leaves running it to them. Required: Check and pkg-config (the unit
+# tests), gnuplot (the plots). Optional: openblas (else Apple's Accelerate is the BLAS), libomp
+# (else the elementwise ops run on one thread), open-mpi. The corpus has no Homebrew
+# equivalent: it is read from Debian's fortunes packages and libc6-dev's headers (src/io/corpus.c),
+# under /usr/share/games/fortunes and /usr/include, which macOS has not (Homebrew's fortune
+# has the English ones alone, under its own prefix).
+BREW_REQUIRED := check pkg-config gnuplot
+BREW_OPTIONAL := openblas libomp open-mpi
+ifeq ($(UNAME_S),Darwin)
+deps:
+	@if ! command -v brew >/dev/null 2>&1; then \
+	  echo "deps: macOS without Homebrew: install it from https://brew.sh, then run make deps again"; exit 2; fi; \
+	missing=""; optional=""; \
+	for p in $(BREW_REQUIRED); do brew list --versions $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	for p in $(BREW_OPTIONAL); do brew list --versions $$p >/dev/null 2>&1 || optional="$$optional $$p"; done; \
+	if [ -z "$$missing$$optional" ]; then echo "deps: all Homebrew formulas present"; \
+	else echo "deps: macOS: Homebrew formulas missing:$$missing$$optional; install them with:"; \
+	  echo "  brew install$$missing$$optional"; fi; \
+	if [ ! -f $(CORPUS)/train.bin ]; then \
+	  echo "deps: macOS has no Debian fortunes (fortunes, fortunes-de, -es, -it, -ru) nor libc6-dev's headers," \
+	       "which the corpus is built from: run make data on Debian and copy $(CORPUS)/ here"; fi; \
+	if [ -n "$$missing" ]; then echo "deps: required:$$missing (Check, pkg-config: the unit tests; gnuplot: the plots)"; exit 2; fi
+else
 deps:
 	$(call apt_install,$(APT_REQUIRED),$(APT_OPTIONAL),Open MPI: expert parallelism and the multi-process tests)
 	@[ "$(HAVE_CUDA)" = 1 ] || echo "deps: optional: no CUDA toolkit (nvcc), so make cuda is not available; install it from https://developer.nvidia.com/cuda-downloads"
+endif
 
 deps-fuzz:
 	$(call apt_install,$(FUZZ_PKGS),,)

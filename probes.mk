@@ -42,7 +42,8 @@ ifeq ($(HAVE_OPENMP),1)
 OMP_CFLAGS ?= -fopenmp
 OMP_LDFLAGS ?= -fopenmp
 else
-override OMP_CFLAGS :=
+# the #pragma omp lines are the serial code as written: GCC need not name each one
+override OMP_CFLAGS := -Wno-unknown-pragmas
 override OMP_LDFLAGS :=
 endif
 
