@@ -96,6 +96,12 @@ mac_link=$(on_mac -n BUILD="$tmp/mac-build" "$tmp/mac-build/moe" | grep -E -- "-
 grep -q -- "-framework Accelerate" <<< "$mac_link" && grep -q -- "-lomp" <<< "$mac_link" &&
   ! grep -q -- "-lopenblas" <<< "$mac_link"
 check "macOS: build/moe links Accelerate and libomp" $? "link: ${mac_link:-none}"
+# labs/Makefile has the same probes: its grader is built for Accelerate and libomp as well
+lab_cc=$(on_mac -n -C labs grade-solution LAB=01-router | grep -E -- '-o [^ ]*/grader( |$)')
+grep -q -- "-Xpreprocessor -fopenmp" <<< "$lab_cc" && grep -q -- "-lomp" <<< "$lab_cc" &&
+  grep -q -- "-framework Accelerate" <<< "$lab_cc" &&
+  ! sed 's/-Xpreprocessor -fopenmp//g' <<< "$lab_cc" | grep -q -- -fopenmp
+check "macOS: labs/Makefile's grader too (no -fopenmp that Apple's clang refuses)" $? "grader: ${lab_cc:-none}"
 mkdir -p "$mac/brew/opt/openblas/lib" "$mac/brew/opt/openblas/include"
 touch "$mac/brew/opt/openblas/lib/libopenblas.dylib"
 mac_features=$(on_mac -s features)
