@@ -17,9 +17,11 @@
 #   make book-check    check every number handbook.md and README.md quote against plots/
 #   make book          rewrite those numbers (and the copied tables) from plots/ after a rerun
 #   make               build build/moe
+#   make HAVE_OPENMP=0 build build-noomp/moe without OpenMP (make CC=clang HAVE_OPENMP=0: a laptop's
+#                      compiler without an OpenMP runtime; macOS: README.md, "Platforms")
 #
 # The probes below print one line per optional feature; the CPU build needs only a C
-# compiler and OpenBLAS.
+# compiler and a BLAS (OpenBLAS; on macOS Apple's Accelerate where OpenBLAS is absent).
 
 SHELL := /bin/bash
 CC ?= cc
