@@ -296,8 +296,20 @@ data: deps
 	@$(MAKE) --no-print-directory $(CORPUS)/train.bin
 
 # rebuilt when the corpus builder changes, not whenever the binary relinks
-$(CORPUS)/train.bin: src/io/corpus.c src/io/shard.c | $(BUILD)/moe
+$(CORPUS)/train.bin: src/io/corpus.c src/io/shard.c | corpus-sources $(BUILD)/moe
 	$(BUILD)/moe corpus --out $(CORPUS)
+
+# The corpus is read from Debian's packages (src/io/corpus.c: the fortunes under
+# /usr/share/games/fortunes, libc6-dev's headers under /usr/include), which macOS has no
+# counterpart for: there make demo and make data stop before building, saying where to get it.
+.PHONY: corpus-sources
+corpus-sources:
+ifeq ($(UNAME_S),Darwin)
+	@echo "data: macOS has no Debian fortunes (fortunes, fortunes-de, -es, -it, -ru) nor libc6-dev's headers," \
+	     "which the corpus is built from: run make data on a Debian machine and copy its $(CORPUS)/ here"; exit 2
+else
+	@:
+endif
 
 # ---- tests ----------------------------------------------------------------------------------
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_UTIL_OBJ) $(BUILD)/libmoe.a $(BUILD)/version.c

@@ -84,7 +84,9 @@ printf '#!/bin/sh\necho Darwin\n' > "$mac/bin/uname"
 printf '#!/bin/sh\ncase "$1" in --prefix) echo "%s/brew" ;; *) exit 1 ;; esac\n' "$mac" > "$mac/bin/brew"
 printf '#!/bin/sh\nprev=\nfor a in "$@"; do\n  [ "$a" = -fopenmp ] && [ "$prev" != -Xpreprocessor ] && exit 1\n  prev=$a\ndone\nexit 0\n' > "$mac/bin/cc"
 chmod +x "$mac/bin/"*
-on_mac() { PATH="$mac/bin:$PATH" make --no-print-directory CC="$mac/bin/cc" "$@" 2>&1; }
+# (one job at a time whatever make runs the suite: the corpus check relies on the order of its
+# prerequisites)
+on_mac() { PATH="$mac/bin:$PATH" MAKEFLAGS= make -j1 --no-print-directory CC="$mac/bin/cc" "$@" 2>&1; }
 mac_features=$(on_mac -s features)
 grep -qx "UNAME_S=Darwin" <<< "$mac_features" && grep -qx "BLAS=Accelerate" <<< "$mac_features" &&
   grep -qx "BLAS_LIBS=-framework Accelerate" <<< "$mac_features" &&
@@ -113,6 +115,9 @@ out=$(on_mac -s deps); rc=$?
 [ $rc = 2 ] && grep -q "brew install check pkg-config gnuplot openblas libomp open-mpi" <<< "$out" &&
   ! grep -q "apt-get" <<< "$out"
 check "macOS: make deps names the one brew command, no apt-get (exit 2 while Check is missing)" $? "exit $rc: $out"
+out=$(on_mac -s CORPUS="$tmp/corpus" BUILD="$tmp/mac-build" "$tmp/corpus/train.bin"); rc=$?
+[ $rc = 2 ] && grep -q "run make data on a Debian machine and copy" <<< "$out" && ! grep -q "apt-get" <<< "$out"
+check "macOS: the corpus (make demo, make data) stops before building, naming where to get it" $? "exit $rc: $out"
 
 # The Accelerate build calls nothing of OpenBLAS's own: every file that includes the BLAS or
 # calls OpenBLAS, compiled against a stand-in for <Accelerate/Accelerate.h>
