@@ -68,9 +68,10 @@ endif
 # and the BLAS (OpenBLAS; Accelerate on macOS without it) and Check: probes.mk, which
 # labs/Makefile shares.
 include probes.mk
-# HAVE_OPENMP=0 given (make CC=clang HAVE_OPENMP=0: a laptop's compiler without an OpenMP
-# runtime): its own build folder, so its objects never mix with the default build's
-ifeq ($(origin HAVE_OPENMP)$(HAVE_OPENMP),command line0)
+# HAVE_OPENMP=0 given, on the command line or in the environment (make CC=clang HAVE_OPENMP=0:
+# a laptop's compiler without an OpenMP runtime): its own build folder, so that its objects
+# never mix with the default build's
+ifneq ($(filter command0 environment0,$(firstword $(origin HAVE_OPENMP))$(HAVE_OPENMP)),)
 BUILD := $(BUILD)-noomp
 endif
 HAVE_GNUPLOT := $(shell command -v gnuplot >/dev/null 2>&1 && echo 1 || echo 0)

@@ -4,7 +4,8 @@
 #   UNAME_S                      the system (uname -s): Linux, or Darwin (macOS)
 #   HAVE_OPENMP                  1 when $(CC) builds OpenMP code; HAVE_OPENMP=0 on the command
 #                                line (or in the environment) builds without it
-#   OMP_CFLAGS, OMP_LDFLAGS      the compiler's and the linker's OpenMP flags (empty without)
+#   OMP_CFLAGS, OMP_LDFLAGS      the compiler's and the linker's OpenMP flags (without OpenMP: no
+#                                link flag, and -Wno-unknown-pragmas for the #pragma omp lines)
 #   BLAS_NAME                    OpenBLAS or Accelerate (macOS without OpenBLAS); none when absent
 #   BLAS_CPPFLAGS, BLAS_LIBS     its header path and MOE_BLAS_OPENBLAS=1|0, and its libraries
 #   HAVE_BLAS, HAVE_OPENBLAS     1 when there is a BLAS at all, and when it is OpenBLAS
