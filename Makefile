@@ -218,7 +218,9 @@ $(BUILD)/chapters/%: chapters/%.c chapters/chapter.h $(HEADERS) $(BUILD)/libmoe.
 # a missing required package stops it (exit 2, with the command to run) and a missing optional
 # one is reported and skipped. The CUDA toolkit (make cuda) and the aarch64 cross compiler
 # (make deps-cross, for make cross) are optional too and never installed by make deps.
-APT_REQUIRED := libopenblas-dev libopenblas-openmp-dev check pkg-config gnuplot-nox \
+# (libopenblas0-pthread: the OpenBLAS of a build without OpenMP, make HAVE_OPENMP=0, which apt
+# may leave out when it installs the OpenMP build alongside libopenblas-dev)
+APT_REQUIRED := libopenblas-dev libopenblas-openmp-dev libopenblas0-pthread check pkg-config gnuplot-nox \
                 fortunes fortunes-de fortunes-es fortunes-it fortunes-ru
 APT_OPTIONAL := openmpi-bin libopenmpi-dev
 APT_PKGS := $(APT_REQUIRED) $(APT_OPTIONAL)
