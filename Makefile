@@ -17,9 +17,11 @@
 #   make book-check    check every number handbook.md and README.md quote against plots/
 #   make book          rewrite those numbers (and the copied tables) from plots/ after a rerun
 #   make               build build/moe
+#   make HAVE_OPENMP=0 build build-noomp/moe without OpenMP (make CC=clang HAVE_OPENMP=0: a laptop's
+#                      compiler without an OpenMP runtime; macOS: README.md, "Platforms")
 #
 # The probes below print one line per optional feature; the CPU build needs only a C
-# compiler and OpenBLAS.
+# compiler and a BLAS (OpenBLAS; on macOS Apple's Accelerate where OpenBLAS is absent).
 
 SHELL := /bin/bash
 CC ?= cc
@@ -62,29 +64,16 @@ BUILD := $(BUILD:build%=build-cuda%)
 endif
 
 # ---- dependency probes ------------------------------------------------------------------
-# Each probe is a cheap shell test; the result turns into a -D flag and one ✓/✗ line.
-# OpenBLAS built for OpenMP (Debian: libopenblas-openmp-dev) shares one thread pool with our
-# own OpenMP loops; the pthreads build spins its own threads against ours and runs about half
-# as fast on 2 cores. Prefer the OpenMP build and pin it with an rpath, since the system-wide
-# libopenblas.so.0 may point at the pthreads build.
-# DEPS_ROOT: a folder the packages were unpacked into instead of / (tests/gpu/run_device.sh on a
-# machine without them, with PKG_CONFIG_SYSROOT_DIR and PKG_CONFIG_LIBDIR pointing there).
-OPENBLAS_OMP_PC := $(firstword $(wildcard $(DEPS_ROOT)/usr/lib/*/openblas-openmp/pkgconfig/openblas.pc))
-ifneq ($(OPENBLAS_OMP_PC),)
-OPENBLAS_CFLAGS := $(shell PKG_CONFIG_PATH=$(dir $(OPENBLAS_OMP_PC)) pkg-config --cflags openblas)
-OPENBLAS_LIBDIR := $(shell PKG_CONFIG_PATH=$(dir $(OPENBLAS_OMP_PC)) pkg-config --variable=libdir openblas)
-OPENBLAS_LIBS := -L$(OPENBLAS_LIBDIR) -Wl,-rpath,$(OPENBLAS_LIBDIR) -lopenblas
-OPENBLAS_KIND := OpenMP build
-else
-OPENBLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
-OPENBLAS_LIBS := $(shell pkg-config --libs openblas 2>/dev/null)
-OPENBLAS_KIND := pthreads build: slower, run make deps for the OpenMP build
+# Each probe is a cheap shell test; the result turns into a -D flag and one ✓/✗ line. OpenMP
+# and the BLAS (OpenBLAS; Accelerate on macOS without it) and Check: probes.mk, which
+# labs/Makefile shares.
+include probes.mk
+# HAVE_OPENMP=0 given, on the command line or in the environment (make CC=clang HAVE_OPENMP=0:
+# a laptop's compiler without an OpenMP runtime): its own build folder, so that its objects
+# never mix with the default build's
+ifneq ($(filter command0 environment0,$(firstword $(origin HAVE_OPENMP))$(HAVE_OPENMP)),)
+BUILD := $(BUILD)-noomp
 endif
-HAVE_OPENBLAS := $(if $(OPENBLAS_LIBS),1,0)
-HAVE_OPENMP := $(shell echo 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo 1 || echo 0)
-CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
-CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
-HAVE_CHECK := $(if $(CHECK_LIBS),1,0)
 HAVE_GNUPLOT := $(shell command -v gnuplot >/dev/null 2>&1 && echo 1 || echo 0)
 HAVE_CUDA := $(shell [ -x "$(NVCC)" ] && echo 1 || echo 0)
 HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && echo 1 || echo 0)
@@ -97,7 +86,7 @@ space := $(subst ,, )
 ifeq ($(MAKELEVEL),0)
 ifeq ($(filter deps deps-fuzz deps-cross clean help features commit book book-check,$(MAKECMDGOALS)),)
 $(info moe.c features:)
-$(info $(space) $(call mark,$(HAVE_OPENBLAS)) OpenBLAS   (required: matrix products; $(OPENBLAS_KIND)))
+$(info $(space) $(call mark,$(HAVE_BLAS)) $(if $(filter Accelerate,$(BLAS_NAME)),Accelerate (required: matrix products; no OpenBLAS: brew install openblas),OpenBLAS   (required: matrix products; $(OPENBLAS_KIND))))
 $(info $(space) $(call mark,$(HAVE_OPENMP)) OpenMP     (threads for the elementwise ops))
 $(info $(space) $(call mark,$(HAVE_CHECK)) Check      (unit tests))
 $(info $(space) $(call mark,$(HAVE_GNUPLOT)) gnuplot    (plots))
@@ -106,8 +95,7 @@ $(info $(space) $(call mark,$(HAVE_MPI)) MPI        (expert parallelism across p
 endif
 endif
 
-OMPFLAGS := $(if $(filter 1,$(HAVE_OPENMP)),-fopenmp,)
-CPPFLAGS := -Isrc $(OPENBLAS_CFLAGS) -DMOE_HAVE_OPENMP=$(HAVE_OPENMP) -DMOE_HAVE_MPI=$(MPI) \
+CPPFLAGS := -Isrc $(BLAS_CPPFLAGS) -DMOE_HAVE_OPENMP=$(HAVE_OPENMP) -DMOE_HAVE_MPI=$(MPI) \
             -DMOE_HAVE_CUDA=$(CUDA)
 # The commit a binary was built from (with -dirty for uncommitted changes), for provenance.txt.
 # Changes under plots/ and to the Markdown files do not count: they are what the ablation
@@ -119,10 +107,15 @@ GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 # path for errno, which stops the vectorizer (AdamW). -fno-trapping-math: no code here traps on
 # floating-point exceptions, and without it a comparison may not become a lane select, which
 # stops the vectorizer in loops with a branch (nn/exp.h). Neither changes a result's bits.
-CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) -fno-math-errno -fno-trapping-math -Wall -Wextra -Wshadow \
-          -Wno-unused-parameter $(OMPFLAGS) $(SANFLAGS) $(EXTRA_CFLAGS)
-LDLIBS := $(OPENBLAS_LIBS) -lm
-LDFLAGS := $(OMPFLAGS) $(SANFLAGS)
+# -ffp-contract=off: GCC's rule under -std=c11 said for every compiler. clang fuses a * b + c
+# within an expression by default, and folds such a constant with one rounding where the
+# running code (no FMA in the baseline instruction set) makes two: the same expression then
+# gives two floats (tests/test_ops.c, adamw_grad_scale, failed so under clang).
+CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) -fno-math-errno -fno-trapping-math -ffp-contract=off \
+          -Wall -Wextra -Wshadow \
+          -Wno-unused-parameter $(OMP_CFLAGS) $(SANFLAGS) $(EXTRA_CFLAGS)
+LDLIBS := $(BLAS_LIBS) -lm
+LDFLAGS := $(OMP_LDFLAGS) $(SANFLAGS)
 
 # nvcc for the .cu files: C++17, every warning an error, and ptxas reports any register spill
 # or local-memory use (tests/test_cuda_build.sh fails on one). No fast-math: the kernels round
@@ -168,7 +161,7 @@ TEST_UTIL_OBJ := $(BUILD)/obj/tests/testutil.o
 all: need-openblas $(BUILD)/moe
 
 need-openblas:
-	@if [ "$(HAVE_OPENBLAS)" != 1 ]; then \
+	@if [ "$(HAVE_BLAS)" != 1 ]; then \
 	  echo "error: OpenBLAS not found (pkg-config openblas). Run 'make deps' or: sudo apt-get install libopenblas-dev pkg-config"; \
 	  exit 2; fi
 
@@ -224,7 +217,9 @@ $(BUILD)/chapters/%: chapters/%.c chapters/chapter.h $(HEADERS) $(BUILD)/libmoe.
 # a missing required package stops it (exit 2, with the command to run) and a missing optional
 # one is reported and skipped. The CUDA toolkit (make cuda) and the aarch64 cross compiler
 # (make deps-cross, for make cross) are optional too and never installed by make deps.
-APT_REQUIRED := libopenblas-dev libopenblas-openmp-dev check pkg-config gnuplot-nox \
+# (libopenblas0-pthread: the OpenBLAS of a build without OpenMP, make HAVE_OPENMP=0, which apt
+# may leave out when it installs the OpenMP build alongside libopenblas-dev)
+APT_REQUIRED := libopenblas-dev libopenblas-openmp-dev libopenblas0-pthread check pkg-config gnuplot-nox \
                 fortunes fortunes-de fortunes-es fortunes-it fortunes-ru
 APT_OPTIONAL := openmpi-bin libopenmpi-dev
 APT_PKGS := $(APT_REQUIRED) $(APT_OPTIONAL)
@@ -253,9 +248,34 @@ else echo "$@: optional packages missing:$$optional ($(3)); to install them, as 
   echo "  $$cmd"; echo "$@: going on without them"; fi
 endef
 
+# macOS: Homebrew's formulas, which install as the user, so make deps names the missing ones
+# in one brew command and leaves running it to them. Required: Check and pkg-config (the unit
+# tests), gnuplot (the plots). Optional: openblas (else Apple's Accelerate is the BLAS), libomp
+# (else the elementwise ops run on one thread), open-mpi. The corpus has no Homebrew
+# equivalent: it is read from Debian's fortunes packages and libc6-dev's headers (src/io/corpus.c),
+# under /usr/share/games/fortunes and /usr/include, which macOS has not (Homebrew's fortune
+# has the English ones alone, under its own prefix).
+BREW_REQUIRED := check pkg-config gnuplot
+BREW_OPTIONAL := openblas libomp open-mpi
+ifeq ($(UNAME_S),Darwin)
+deps:
+	@if ! command -v brew >/dev/null 2>&1; then \
+	  echo "deps: macOS without Homebrew: install it from https://brew.sh, then run make deps again"; exit 2; fi; \
+	missing=""; optional=""; \
+	for p in $(BREW_REQUIRED); do brew list --versions $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	for p in $(BREW_OPTIONAL); do brew list --versions $$p >/dev/null 2>&1 || optional="$$optional $$p"; done; \
+	if [ -z "$$missing$$optional" ]; then echo "deps: all Homebrew formulas present"; \
+	else echo "deps: macOS: Homebrew formulas missing:$$missing$$optional; install them with:"; \
+	  echo "  brew install$$missing$$optional"; fi; \
+	if [ ! -f $(CORPUS)/train.bin ]; then \
+	  echo "deps: macOS has no Debian fortunes (fortunes, fortunes-de, -es, -it, -ru) nor libc6-dev's headers," \
+	       "which the corpus is built from: run make data on Debian and copy $(CORPUS)/ here"; fi; \
+	if [ -n "$$missing" ]; then echo "deps: required:$$missing (Check, pkg-config: the unit tests; gnuplot: the plots)"; exit 2; fi
+else
 deps:
 	$(call apt_install,$(APT_REQUIRED),$(APT_OPTIONAL),Open MPI: expert parallelism and the multi-process tests)
 	@[ "$(HAVE_CUDA)" = 1 ] || echo "deps: optional: no CUDA toolkit (nvcc), so make cuda is not available; install it from https://developer.nvidia.com/cuda-downloads"
+endif
 
 deps-fuzz:
 	$(call apt_install,$(FUZZ_PKGS),,)
@@ -338,12 +358,15 @@ test: deps
 # The slow variants make test leaves out to stay within three minutes, and the C for Arm: the
 # CUDA build for Hopper and Ampere with every unit suite on it and the GPU build across
 # processes (tests/test_cuda_build.sh with MOE_TEST_FULL=1), and every C file through the aarch64
-# cross compiler, which make deps-cross installs (tests/test_cross.sh). CI runs it after make
-# test; make test-full runs make test, this, and make test SANITIZE=1.
+# cross compiler, which make deps-cross installs (tests/test_cross.sh); then a laptop's build:
+# clang without OpenMP (the pthreads OpenBLAS, build-noomp/) and every unit suite on it (clang
+# from make deps-fuzz). CI runs it after make test; make test-full runs make test, this, and
+# make test SANITIZE=1.
 .PHONY: test-slow test-full
-test-slow: deps deps-cross need-openblas $(BUILD)/moe
+test-slow: deps deps-cross deps-fuzz need-openblas $(BUILD)/moe
 	@MOE_BIN=$(BUILD)/moe MOE_BUILD=$(BUILD) MOE_TEST_FULL=1 OMP_WAIT_POLICY=passive \
 	  bash tests/lib/run_suites.sh "test (slow)" tests/test_cuda_build.sh tests/test_cross.sh
+	@$(MAKE) --no-print-directory -j$(JOBS) CC=clang HAVE_OPENMP=0 test-units
 
 test-full:
 	@$(MAKE) --no-print-directory test && $(MAKE) --no-print-directory test-slow && \
@@ -536,7 +559,7 @@ fuzz-seeds: $(BUILD)/libmoe.a $(BUILD)/version.c
 	$(BUILD)/fuzz/make_seeds tests/fuzz/seeds
 
 clean:
-	rm -rf build build-san build-mpi build-san-mpi build-fuzz build-cuda build-cuda-mpi build-cuda-san \
+	rm -rf build build-san build-mpi build-san-mpi build-noomp build-san-noomp build-fuzz build-cuda build-cuda-mpi build-cuda-san \
 	  build-cuda-san-mpi build-aarch64
 
 # ---- CUDA: the GPU backend -------------------------------------------------------------------
@@ -567,7 +590,10 @@ commit:
 features:
 	@echo HAVE_OPENBLAS=$(HAVE_OPENBLAS); echo HAVE_OPENMP=$(HAVE_OPENMP); \
 	 echo HAVE_CHECK=$(HAVE_CHECK); echo HAVE_GNUPLOT=$(HAVE_GNUPLOT); \
-	 echo HAVE_CUDA=$(HAVE_CUDA); echo HAVE_MPI=$(HAVE_MPI); echo OPENBLAS_LIBS=$(OPENBLAS_LIBS)
+	 echo HAVE_CUDA=$(HAVE_CUDA); echo HAVE_MPI=$(HAVE_MPI); echo OPENBLAS_LIBS=$(OPENBLAS_LIBS); \
+	 echo UNAME_S=$(UNAME_S); echo BUILD=$(BUILD); echo BLAS=$(BLAS_NAME); echo BLAS_CPPFLAGS=$(BLAS_CPPFLAGS); \
+	 echo BLAS_LIBS=$(BLAS_LIBS); echo OMP_CFLAGS=$(OMP_CFLAGS); echo OMP_LDFLAGS=$(OMP_LDFLAGS); \
+	 echo CHECK_LIBS=$(CHECK_LIBS)
 
 help:
 	@sed -n '1,/^$$/p' Makefile

@@ -7,7 +7,7 @@
 #define MOE_TEST_OPS_UTIL_H
 
 #include <math.h>
-#include <omp.h>
+#include "base/omp_compat.h"
 #include <stddef.h>
 
 #include "base/util.h"

@@ -11,7 +11,7 @@
  *   - bit-identical results across runs and across workspace sizes (thread counts).
  */
 #include <math.h>
-#include <omp.h>
+#include "base/omp_compat.h"
 #include <stdlib.h>
 #include <string.h>
 

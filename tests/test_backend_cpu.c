@@ -2,7 +2,8 @@
  * test_backend_cpu.c: what the CPU backends promise beyond the results of the reference
  * (test_backend_ops.c compares every entry of every backend with cpu-ref):
  *
- *   - threads: the cpu backend's experts give the same bits whatever the thread count;
+ *   - threads: the cpu backend's experts give the same bits whatever the thread count, and
+ *     the count sizes the BLAS's pool with OpenMP and without;
  *   - the fence: cpu-fenced's memory is closed to the host, so a direct read stops the program.
  */
 #include <signal.h>
@@ -52,6 +53,17 @@ START_TEST(test_experts_any_thread_count) {
 }
 END_TEST
 
+/* train.threads sizes the BLAS's pool with OpenMP and without: a build without OpenMP (make
+ * HAVE_OPENMP=0) runs its own loops on one thread but once held OpenBLAS to one as well. */
+START_TEST(test_threads_size_the_blas_pool) {
+    const int before = backend_set_threads(0);
+    ck_assert_int_eq(backend_set_threads(3), 3);
+    ck_assert_int_eq(backend_set_threads(0), 3); /* 0 keeps the count set last */
+    ck_assert_int_eq(backend_set_threads(1), 1);
+    backend_set_threads(before);
+}
+END_TEST
+
 /* cpu-fenced's memory is closed to the host: a direct read stops the program (SIGSEGV), which
  * is what makes its training runs (tests/test_backends.sh) a proof that the engine reads a
  * device's memory only through to_host. Open through an entry, the same bytes read back. */
@@ -71,6 +83,7 @@ static Suite *backend_cpu_suite(void) {
     Suite *s = suite_create("backend_cpu");
     TCase *tc = tcase_create("cpu");
     tcase_add_test(tc, test_experts_any_thread_count);
+    tcase_add_test(tc, test_threads_size_the_blas_pool);
     tcase_add_test_raise_signal(tc, test_fence_stops_a_host_read, SIGSEGV);
     suite_add_tcase(s, tc);
     return s;

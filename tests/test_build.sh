@@ -65,4 +65,81 @@ else
   echo "  skip make deps as a user without root: needs root and setpriv to become one"
 fi
 
+# A laptop's builds. clang without OpenMP (make CC=clang HAVE_OPENMP=0, in build-noomp/) links
+# the pthreads OpenBLAS: the OpenMP build needs libgomp, which that link does not name.
+noomp=$(make -n --no-print-directory CC=clang HAVE_OPENMP=0 BUILD="$tmp/noomp" "$tmp/noomp/moe" 2>&1 |
+  grep -E -- "-o $tmp/noomp/moe( |$)")
+[ -n "$noomp" ] && ! grep -Eq -- '-fopenmp|gomp|openblas-openmp' <<< "$noomp"
+check "make CC=clang HAVE_OPENMP=0: the link names no OpenMP runtime" $? "link: ${noomp:-none}"
+make -s --no-print-directory CC=clang HAVE_OPENMP=0 features | grep -qx BUILD=build-noomp
+check "make CC=clang HAVE_OPENMP=0 builds in build-noomp/, apart from build/" $?
+
+# macOS, as this machine can show it: a uname that answers Darwin, a brew whose prefix is a
+# scratch folder holding libomp (keg-only, found under opt/), and a compiler that refuses a bare
+# -fopenmp as Apple's clang does but takes -Xpreprocessor -fopenmp.
+mac=$tmp/mac
+mkdir -p "$mac/bin" "$mac/brew/opt/libomp/include" "$mac/brew/opt/libomp/lib"
+touch "$mac/brew/opt/libomp/include/omp.h"
+printf '#!/bin/sh\necho Darwin\n' > "$mac/bin/uname"
+printf '#!/bin/sh\ncase "$1" in --prefix) echo "%s/brew" ;; *) exit 1 ;; esac\n' "$mac" > "$mac/bin/brew"
+printf '#!/bin/sh\nprev=\nfor a in "$@"; do\n  [ "$a" = -fopenmp ] && [ "$prev" != -Xpreprocessor ] && exit 1\n  prev=$a\ndone\nexit 0\n' > "$mac/bin/cc"
+chmod +x "$mac/bin/"*
+# (one job at a time whatever make runs the suite: the corpus check relies on the order of its
+# prerequisites)
+on_mac() { PATH="$mac/bin:$PATH" MAKEFLAGS= make -j1 --no-print-directory CC="$mac/bin/cc" "$@" 2>&1; }
+mac_features=$(on_mac -s features)
+grep -qx "UNAME_S=Darwin" <<< "$mac_features" && grep -qx "BLAS=Accelerate" <<< "$mac_features" &&
+  grep -qx "BLAS_LIBS=-framework Accelerate" <<< "$mac_features" &&
+  grep -q -- "-DMOE_BLAS_OPENBLAS=0" <<< "$mac_features" && grep -qx "HAVE_OPENMP=1" <<< "$mac_features" &&
+  grep -qx "OMP_CFLAGS=-Xpreprocessor -fopenmp -I$mac/brew/opt/libomp/include" <<< "$mac_features" &&
+  grep -qx "OMP_LDFLAGS=-L$mac/brew/opt/libomp/lib -lomp" <<< "$mac_features"
+check "macOS without OpenBLAS: Accelerate, and OpenMP through Homebrew's libomp" $? "$mac_features"
+mac_link=$(on_mac -n BUILD="$tmp/mac-build" "$tmp/mac-build/moe" | grep -E -- "-o $tmp/mac-build/moe( |$)")
+grep -q -- "-framework Accelerate" <<< "$mac_link" && grep -q -- "-lomp" <<< "$mac_link" &&
+  ! grep -q -- "-lopenblas" <<< "$mac_link"
+check "macOS: build/moe links Accelerate and libomp" $? "link: ${mac_link:-none}"
+# labs/Makefile has the same probes: its grader is built for Accelerate and libomp as well
+lab_cc=$(on_mac -n -C labs grade-solution LAB=01-router | grep -E -- '-o [^ ]*/grader( |$)')
+grep -q -- "-Xpreprocessor -fopenmp" <<< "$lab_cc" && grep -q -- "-lomp" <<< "$lab_cc" &&
+  grep -q -- "-framework Accelerate" <<< "$lab_cc" &&
+  ! sed 's/-Xpreprocessor -fopenmp//g' <<< "$lab_cc" | grep -q -- -fopenmp
+check "macOS: labs/Makefile's grader too (no -fopenmp that Apple's clang refuses)" $? "grader: ${lab_cc:-none}"
+mkdir -p "$mac/brew/opt/openblas/lib" "$mac/brew/opt/openblas/include"
+touch "$mac/brew/opt/openblas/lib/libopenblas.dylib"
+mac_features=$(on_mac -s features)
+grep -qx "BLAS=OpenBLAS" <<< "$mac_features" &&
+  grep -qx "BLAS_LIBS=-L$mac/brew/opt/openblas/lib -Wl,-rpath,$mac/brew/opt/openblas/lib -lopenblas" <<< "$mac_features" &&
+  grep -q -- "-I$mac/brew/opt/openblas/include -DMOE_BLAS_OPENBLAS=1" <<< "$mac_features"
+check "macOS with Homebrew's openblas (keg-only): its prefix, found through brew" $? "$mac_features"
+out=$(on_mac -s deps); rc=$?
+[ $rc = 2 ] && grep -q "brew install check pkg-config gnuplot openblas libomp open-mpi" <<< "$out" &&
+  ! grep -q "apt-get" <<< "$out"
+check "macOS: make deps names the one brew command, no apt-get (exit 2 while Check is missing)" $? "exit $rc: $out"
+# no fortunes there (FORTUNES_DIR as on a Mac): the fallback corpus, through moe corpus --from
+out=$(on_mac -n CORPUS="$tmp/corpus" BUILD="$tmp/mac-build" FORTUNES_DIR="$tmp/no-fortunes" \
+        "$tmp/corpus/train.bin"); rc=$?
+[ $rc = 0 ] && grep -q "moe corpus --from data/fallback/en.txt" <<< "$out" && ! grep -q "apt-get" <<< "$out"
+check "macOS: the corpus (make demo, make data) is the fallback one, no apt-get" $? "exit $rc: $out"
+
+# The Accelerate build calls nothing of OpenBLAS's own: every file that includes the BLAS or
+# calls OpenBLAS, compiled against a stand-in for <Accelerate/Accelerate.h>
+# (tests/macos/Accelerate/) without OpenMP, an undeclared function an error; the objects then
+# need cblas_sgemm and nothing named openblas_ or omp_, and no cblas.h was read.
+acc=$tmp/accelerate
+mkdir -p "$acc"
+acc_fail=""
+for f in src/backend/*.c $(grep -l 'openblas_[a-z_]*(' src/*/*.c); do
+  o=$acc/$(basename "$f" .c).o
+  gcc -std=c11 -D_GNU_SOURCE -O0 -Wall -Werror=implicit-function-declaration -Wno-unused-parameter \
+    -Wno-unknown-pragmas -Isrc -Itests/macos -DMOE_BLAS_OPENBLAS=0 -DACCELERATE_NEW_LAPACK \
+    -DMOE_HAVE_OPENMP=0 -DMOE_HAVE_MPI=0 -DMOE_HAVE_CUDA=0 -DMOE_HAVE_NCCL=0 -MD -MF "$o.d" \
+    -c "$f" -o "$o" > "$acc/log" 2>&1 || acc_fail="$acc_fail $f: $(head -c 600 "$acc/log")"
+done
+undefined=$(nm -u "$acc"/*.o 2> /dev/null | awk '{ print $NF }' | sort -u)
+read_headers=$(cat "$acc"/*.d 2> /dev/null | tr ' ' '\n' | grep cblas | sort -u | tr '\n' ' ')
+[ -z "$acc_fail" ] && grep -qx cblas_sgemm <<< "$undefined" &&
+  ! grep -Eq '^(openblas_|omp_)' <<< "$undefined" && [ -z "$read_headers" ]
+check "the Accelerate build (MOE_BLAS_OPENBLAS=0) calls no OpenBLAS-only function" $? \
+  "${acc_fail:-needs $(grep -E '^(openblas_|omp_)' <<< "$undefined" | tr '\n' ' ')read $read_headers}"
+
 finish

@@ -14,7 +14,7 @@
  * No GPU is needed: what cuBLAS and the kernels add on a GPU is checked there
  * (tests/gpu/run_device.sh).
  */
-#include <cblas.h>
+#include "backend/blas.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

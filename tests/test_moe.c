@@ -12,7 +12,7 @@
  */
 #include <string.h>
 
-#include <omp.h>
+#include "base/omp_compat.h"
 
 #include "base/util.h"
 #include "model/moe_block.h"

@@ -11,7 +11,7 @@
  * Attention has its own file, test_attention.c.
  */
 #include <math.h>
-#include <omp.h>
+#include "base/omp_compat.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -16,7 +16,7 @@
  * full forward's logits; a model on a backend whose memory is not the host's is refused;
  *   - the error table: every expert's relative error within the bounds normal weights give.
  */
-#include <omp.h>
+#include "base/omp_compat.h"
 #include <string.h>
 
 #include "backend/backend.h"

@@ -30,9 +30,10 @@
  */
 #include "backend/cpu.h"
 
-#include <cblas.h>
 #include <math.h>
-#include <omp.h>
+
+#include "base/omp_compat.h"
+#include "backend/blas.h" /* last: its macro I */
 
 #include "nn/exp.h"
 
@@ -130,6 +131,7 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, float *ws, const fl
     /* one dS slice per thread: no more threads than slices (each (b, h) is computed whole by
      * one thread whatever the count, so the count never changes a result) */
     const int n_threads = omp_get_max_threads() < n_ws ? omp_get_max_threads() : n_ws;
+    (void)n_threads; /* read by the pragma alone, which a build without OpenMP ignores */
 #pragma omp parallel for collapse(2) schedule(static) num_threads(n_threads)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < H; h++) {

@@ -231,7 +231,8 @@ const char *backend_cuda_describe(void);
 extern size_t backend_bytes_allocated;
 
 /* Threads of the CPU backends (OpenMP, and OpenBLAS's own pool): threads > 0 sets them, 0
- * keeps OpenMP's default. Returns the number in use. */
+ * keeps OpenMP's default. Returns the number in use. A build without OpenMP runs its own loops
+ * on one thread and sets only the BLAS's pool (OpenBLAS's; Accelerate sizes its own). */
 int backend_set_threads(int threads);
 
 /* OpenBLAS picks its kernels once, when it loads, by the CPU it recognises. A CPU newer than
@@ -243,6 +244,9 @@ int backend_set_threads(int threads);
  * and runs itself again (src/cli/moe.c). */
 const char *backend_blas_core(void);
 const char *backend_blas_better_core(void);
+/* The BLAS the build links: "OpenBLAS", or "Accelerate" (macOS without OpenBLAS; its core is
+ * "vecLib" and it has no better one). */
+const char *backend_blas_library(void);
 
 /* Allocation helpers: n elements of a type, zeroed. */
 static inline float *be_floats(const Backend *be, size_t n) {

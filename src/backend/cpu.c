@@ -20,10 +20,8 @@
 #include "base/util.h"
 #include "config/config.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-#include <cblas.h> /* openblas_set_num_threads; last, for its macro I */
+#include "base/omp_compat.h"
+#include "backend/blas.h" /* openblas_set_num_threads; last, for its macro I */
 
 size_t backend_bytes_allocated = 0;
 
@@ -376,22 +374,38 @@ const Backend *backend_of_config(const Config *c, char *err, int errlen) {
     return backend_get(NAMES[c->device], c->precision, err, errlen);
 }
 
+/* OpenBLAS's pool follows OpenMP's count. Without OpenMP the elementwise loops run on one
+ * thread and BLAS keeps a pool of its own, which threads > 0 sizes where the library can be told
+ * (OpenBLAS; Accelerate decides for itself). */
 int backend_set_threads(int threads) {
 #ifdef _OPENMP
     if (threads > 0) omp_set_num_threads(threads);
-    int n = omp_get_max_threads();
-#else
-    int n = 1;
-#endif
+    const int n = omp_get_max_threads();
+#if MOE_BLAS_OPENBLAS
     openblas_set_num_threads(n);
+#endif
     return n;
+#elif MOE_BLAS_OPENBLAS
+    if (threads > 0) openblas_set_num_threads(threads);
+    return openblas_get_num_threads();
+#else
+    return threads > 0 ? threads : 1;
+#endif
+}
+
+const char *backend_blas_library(void) {
+    return MOE_BLAS_OPENBLAS ? "OpenBLAS" : "Accelerate";
 }
 
 const char *backend_blas_core(void) {
+#if MOE_BLAS_OPENBLAS
     return openblas_get_corename();
+#else
+    return "vecLib"; /* Accelerate's BLAS, which picks its kernels without telling */
+#endif
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if MOE_BLAS_OPENBLAS && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 /* The kernel sets of OpenBLAS's runtime choice (its dynamic.c) that have no AVX2 code: on a
  * CPU with AVX2 and FMA, the library fell back to one of them because it did not know the
  * model. (An x86 question: other processors keep the library's own choice.) */
@@ -402,7 +416,7 @@ static const char *const PRE_AVX2_CORES[] = {
 #endif
 
 const char *backend_blas_better_core(void) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if MOE_BLAS_OPENBLAS && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     const char *core = openblas_get_corename();
     int fallback = 0;
     for (size_t i = 0; core && i < sizeof PRE_AVX2_CORES / sizeof PRE_AVX2_CORES[0]; i++)

@@ -12,12 +12,10 @@
 #include <stdlib.h>
 #include <time.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "base/omp_compat.h"
 
 /* last: through <complex.h> it defines the macro I, so no declaration below may use that name */
-#include <cblas.h>
+#include "backend/blas.h"
 
 /* y (N, OUT) = x (N, IN) . W^T (IN, OUT), one sgemm */
 static void gemm_forward(float *y, const float *x, const float *W, int N, int IN, int OUT) {

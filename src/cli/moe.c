@@ -41,9 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "base/omp_compat.h"
 
 #include "backend/backend.h"
 #include "base/util.h"
@@ -655,7 +653,7 @@ static int decodes(char **argv) {
  * of its places, which libgomp computed from the CPUs the process was given (by taskset,
  * srun or mpirun): the binding then happens again, in the new process, over all of them. */
 static void unbind_before_exec(void) {
-#ifdef _OPENMP
+#if defined(_OPENMP) && defined(__linux__) /* cpu_set_t is Linux's; macOS binds no threads */
     const int n_places = omp_get_num_places();
     if (n_places <= 0) return;
     cpu_set_t cpus;
@@ -701,9 +699,9 @@ static int cmd_version(int argc, char **argv) {
     printf("moe.c %s\nfeatures: backends", moe_git_commit);
     for (size_t i = 0; i < sizeof BACKENDS / sizeof BACKENDS[0]; i++)
         if (backend_in_build(BACKENDS[i], err, sizeof err)) printf(" %s", BACKENDS[i]);
-    printf("; CUDA %s; NCCL %s; MPI %s; OpenMP %s; BLAS OpenBLAS\n", MOE_HAVE_CUDA ? "yes" : "no",
+    printf("; CUDA %s; NCCL %s; MPI %s; OpenMP %s; BLAS %s\n", MOE_HAVE_CUDA ? "yes" : "no",
            MOE_HAVE_NCCL ? "yes" : "no", MOE_HAVE_MPI ? "yes" : "no",
-           MOE_HAVE_OPENMP ? "yes" : "no");
+           MOE_HAVE_OPENMP ? "yes" : "no", backend_blas_library());
     return 0;
 }
 

@@ -165,9 +165,9 @@ void bench_print_text(FILE *out, const BenchOptions *o, const char *cpu, long co
         fprintf(out, "gpu: %s; %s products; cuBLAS %dx%dx%d: %.1f GFLOP/s ", sg->gpu,
                 PRECISIONS[o->precision], sg->n, sg->n, sg->n, sg->gflops_best);
     else
-        fprintf(out,
-                "machine: %s, %ld cores; %d threads; OpenBLAS %s; sgemm %dx%dx%d: %.1f GFLOP/s ",
-                cpu, cores, sg->threads, backend_blas_core(), sg->n, sg->n, sg->n, sg->gflops_best);
+        fprintf(out, "machine: %s, %ld cores; %d threads; %s %s; sgemm %dx%dx%d: %.1f GFLOP/s ",
+                cpu, cores, sg->threads, backend_blas_library(), backend_blas_core(), sg->n, sg->n,
+                sg->n, sg->gflops_best);
     if (R == 1)
         fprintf(out, "(best of %d; median %.1f)\n", BENCH_SGEMM_REPS, sg->gflops_median);
     else

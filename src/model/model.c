@@ -11,7 +11,7 @@
 #include "model/model.h"
 
 #include <math.h>
-#include <omp.h>
+#include "base/omp_compat.h"
 #include <stdlib.h>
 #include <string.h>
 

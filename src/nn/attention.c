@@ -22,7 +22,7 @@
 #include "nn/ops.h"
 
 #include <math.h>
-#include <omp.h>
+#include "base/omp_compat.h"
 #include <string.h>
 
 #include "nn/exp.h"
@@ -104,6 +104,7 @@ void attention_backward(float *dq, float *dk, float *dv, float *ws, const float 
     int D = C / H;
     float scale = 1.0f / sqrtf((float)D);
     const int n_threads = omp_get_max_threads() < n_ws ? omp_get_max_threads() : n_ws;
+    (void)n_threads; /* read by the pragma alone, which a build without OpenMP ignores */
 #pragma omp parallel for collapse(2) num_threads(n_threads)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < H; h++) {

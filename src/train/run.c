@@ -11,9 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "base/omp_compat.h"
 
 #include "backend/backend.h"
 #include "base/util.h"
@@ -118,7 +116,7 @@ void run_write_provenance(const char *dir, const Config *c, const Shard *train, 
     fprintf(f, "host = %s %s %s %s\n", u.nodename, u.sysname, u.release, u.machine);
     fprintf(f, "cpu = %s\n", cpu);
     /* the sgemm kernels sum in their own order: a run repeats bit for bit on the same set */
-    fprintf(f, "blas = OpenBLAS, %s kernels%s\n", backend_blas_core(),
+    fprintf(f, "blas = %s, %s kernels%s\n", backend_blas_library(), backend_blas_core(),
             getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "");
     fprintf(f, "cores_online = %ld\n\n", sysconf(_SC_NPROCESSORS_ONLN));
     fclose(f);

@@ -7,9 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "base/omp_compat.h"
 
 #include "base/util.h"
 #include "io/mix.h"
