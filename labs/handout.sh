@@ -7,7 +7,8 @@
 #
 # DIR gets the project's files of this checkout (tracked by git, as they are in the working
 # tree) that a student needs to build the engine and grade a lab, and nothing else:
-#   Makefile, .gitignore     the project's, for `make deps` and the engine's library
+#   Makefile, probes.mk,     the project's, for `make deps` and the engine's library (probes.mk: the
+#   .gitignore               compiler, OpenMP and BLAS probes both Makefiles share)
 #   src/                     the engine, which the graders link for their reference results
 #   tests/testutil.{c,h}     the graders' tolerance rule
 #   labs/                    the assignments, starters, graders and labs/common, less every
@@ -47,7 +48,7 @@ fi
 commit=$(git rev-parse HEAD 2> /dev/null) ||
     die "$root is not a git checkout: the handout is made from the project's tracked files"
 
-paths=(Makefile .gitignore src tests/testutil.c tests/testutil.h labs)
+paths=(Makefile probes.mk .gitignore src tests/testutil.c tests/testutil.h labs)
 git diff --quiet HEAD -- "${paths[@]}" || commit=$commit-dirty
 # from here a failure leaves OUT as it was: gone, or an empty folder
 [ -d "$out" ] && existed=1 || existed=0
