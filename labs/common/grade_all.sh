@@ -41,7 +41,7 @@ zero() {
 
 # grade_one NAME FILE: compiles, checks, links and grades one submission; prints its row
 grade_one() {
-    local name=$1 src=$2 s="$WORK/subs/$1" used engine err out
+    local name=$1 src=$2 s="$WORK/subs/$1" used err out
     if ! rm -rf "$s" || ! mkdir -p "$s"; then
         zero "$name" "grade-all: cannot make $s"
         return
@@ -52,8 +52,7 @@ grade_one() {
         zero "$name" "does not compile: ${err#"$src":}"
         return
     fi
-    engine=$(nm -g --defined-only "$LIBMOE" 2> /dev/null | awk 'NF == 3 { print $3 }' | sort -u)
-    used=$(comm -12 <(nm -u "$s/student.o" | awk '{ print $NF }' | sort -u) <(echo "$engine"))
+    used=$(comm -12 <(nm -u "$s/student.o" | awk '{ print $NF }' | sort -u) "$WORK/engine.txt")
     if [ -n "$used" ]; then
         zero "$name" "calls the engine (${used//$'\n'/ }): refused"
         return
@@ -71,7 +70,7 @@ grade_one() {
         return
     fi
     # the rows are read from the grader's stdout, never from a file the submission could write
-    out=$(cd "$s" && LAB_SOLUTION="$src" GRADE_FORMAT=csv OMP_NUM_THREADS=1 ./grader \
+    out=$(cd "$s" && env -u CK_FORK LAB_SOLUTION="$src" GRADE_FORMAT=csv OMP_NUM_THREADS=1 ./grader \
         2> report.txt < /dev/null)
     local points=0 seconds=0 message="" results=() t line result p secs msg
     for t in "${task_list[@]}"; do
@@ -104,6 +103,8 @@ TASKS=$(cut -d, -f1 <<< "$probe" | tr '\n' ' ')
 MAX=$(awk -F, '{ s += $4 } END { print s }' <<< "$probe")
 read -ra task_list <<< "$TASKS"
 (cd "$WORK/objs" && sha256sum ./*.o > objs.sha256)
+# the engine's symbols, which a submission may not use
+nm -g --defined-only "$LIBMOE" 2> /dev/null | awk 'NF == 3 { print $3 }' | sort -u > "$WORK/engine.txt"
 
 # the submissions: NAME and FILE, each ended by a NUL (xargs -0)
 subs=$WORK/submissions

@@ -545,6 +545,10 @@ static void print_task(const LabTask *task, const Outcome *o, int pass, FILE *to
 }
 
 int lab_main(Suite *suite, const char *title, const LabTask *tasks, int ntasks) {
+    /* CK_FORK=no, to run the tests under a debugger: every task in this process, as before */
+    const char *fork_mode = getenv("CK_FORK");
+    if (fork_mode && strcmp(fork_mode, "no") == 0)
+        return lab_main_inline(suite, title, tasks, ntasks);
     Limits lim = {(int)env_long("LAB_TIME_LIMIT", 10), env_long("LAB_MEMORY_LIMIT_MB", 2048), 0};
     const char *format = getenv("GRADE_FORMAT");
     lim.csv = format && strcmp(format, "csv") == 0;
