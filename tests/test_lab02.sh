@@ -16,7 +16,8 @@
 #   6. make -C labs list names the lab and its four tasks
 #   7. submissions that try to pass without the work (exit, abort, an endless loop, a huge
 #      allocation, a printed pass, forged files), one missing a function and one that does not
-#      compile, graded by grade-all: each fails its own task alone, in grades.csv
+#      compile, graded by grade-all: each fails its own task alone, in grades.csv (under
+#      SANITIZE=1 a leak instead of the huge allocation)
 # Checks 1-3 and 6 are the ones every lab has, in tests/lib/lab_harness.sh, which also says
 # which build (MOE_BUILD, MOE_BIN) the grader runs against.
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.

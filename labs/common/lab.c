@@ -173,17 +173,16 @@ int lab_main_inline(Suite *suite, const char *title, const LabTask *tasks, int n
     return tasks_passed == tasks_run ? 0 : 1;
 }
 
-/* ---- lab_main: one process per task -----------------------------------------------------------
- */
+/* ---- lab_main: one process per task --------------------------------------------------------- */
 
 /* What a task's child sends its parent down the pipe: fixed-size records, each written whole in
  * one write() (under PIPE_BUF, so never interleaved), the last one the end record. */
 #define RECORD_TEXT 1000
 typedef struct {
-    char kind;              /* 'R' a test's result, 'T' a stub reached, 'E' the end of the report */
-    int rtype;              /* R: Check's result type; T: the task number */
-    int line;               /* R: the line of the failure in its file */
-    char where[64];         /* R: the base name of that file */
+    char kind;      /* 'R' a test's result, 'L' memory leaked, 'T' a stub reached, 'E' the end */
+    int rtype;      /* R: Check's result type; T: the task number */
+    int line;       /* R: the line of the failure in its file */
+    char where[64]; /* R: the base name of that file */
     char text[RECORD_TEXT]; /* R: Check's message; T: the function; E: the nonce */
 } Record;
 
@@ -192,6 +191,7 @@ typedef struct {
     int finished;    /* the end record arrived with the task's nonce, and the child exited 0 */
     int run, passed; /* tests run and passed, when finished */
     int todo;        /* failed tests that reached a stub */
+    int leaked;      /* LeakSanitizer found memory leaked (SANITIZE=1) */
     double seconds;
     char message[RECORD_TEXT + 128]; /* the first failure, "" when the task passed */
     Record *results;                 /* the records before the end, when finished */
@@ -286,7 +286,7 @@ static void run_child(Suite *suite, const LabTask *task, int report, int output,
 #ifdef LAB_ASAN
     /* _exit() below skips LeakSanitizer's check at exit: run it here */
     if (__lsan_do_recoverable_leak_check()) {
-        Record r = {.kind = 'R', .rtype = CK_FAILURE};
+        Record r = {.kind = 'L'};
         snprintf(r.text, sizeof r.text,
                  "memory leaked: LeakSanitizer's report, in your output below, says where");
         send_record(report, &r);
@@ -316,8 +316,9 @@ static const char *signal_name(int sig) {
     return "a signal";
 }
 
-/* Records from `fd` into *buf, until the end record or the pipe's end; returns 1 on the end
- * record with `nonce`. A record after the end, or an end with another number, is not trusted. */
+/* Reads what `fd` holds now into *buf, record by record (a partial one kept in *cur); returns -1
+ * when the pipe has ended, 0 otherwise. *ended becomes 1 at the end record carrying `nonce`, -1
+ * at one carrying another number; nothing after an end record is kept. */
 static int read_records(int fd, Record **buf, int *n, int *cap, size_t *partial, Record *cur,
                         const char *nonce, int *ended) {
     for (;;) {
@@ -448,6 +449,8 @@ static void run_task(Suite *suite, const LabTask *task, const Limits *lim, Outco
         o->results = recs;
         o->nresults = nrec;
         for (int i = 0; i < nrec; i++) {
+            if (recs[i].kind == 'L' && !o->leaked++ && !o->message[0])
+                snprintf(o->message, sizeof o->message, "%s", recs[i].text);
             if (recs[i].kind != 'R') continue;
             o->run++;
             if (recs[i].rtype == CK_PASS)
@@ -533,6 +536,7 @@ static void print_task(const LabTask *task, const Outcome *o, int pass, FILE *to
                 task->function, o->passed, o->run, todo_only ? ": not implemented yet" : "");
         for (int i = 0; i < o->nresults && !todo_only; i++) {
             const Record *r = &o->results[i];
+            if (r->kind == 'L') fprintf(to, "          %s\n", r->text);
             if (r->kind != 'R' || r->rtype == CK_PASS) continue;
             /* the test's line in grader.c; a shared helper's line would not help */
             if (strcmp(r->where, "grader.c") == 0)
@@ -602,7 +606,7 @@ int lab_main(Suite *suite, const char *title, const LabTask *tasks, int ntasks) 
     for (int t = 0; t < ntasks; t++) {
         if (want && *want && strcmp(want, tasks[t].tcase) != 0) continue;
         Outcome *o = &outcomes[t];
-        int pass = o->finished && o->run > 0 && o->passed == o->run;
+        int pass = o->finished && o->run > 0 && o->passed == o->run && !o->leaked;
         tasks_run++;
         tasks_passed += pass;
         max_points += tasks[t].points;
