@@ -584,12 +584,12 @@ int lab_main(Suite *suite, const char *title, const LabTask *tasks, int ntasks) 
     FILE *report = lim.csv ? stderr : stdout; /* the human report; stdout is the CSV's */
     fprintf(report, "Grading %s (%s)\n", file ? file : "the linked solution", title);
     if (lim.memory_mb)
-        fprintf(report, "Each task runs alone, within %d s and %ld MiB of memory.\n\n", lim.seconds,
+        fprintf(report, "Each task runs alone, within %d s and %ld MiB of memory.\n", lim.seconds,
                 lim.memory_mb);
     else
         fprintf(report,
                 "Each task runs alone, within %d s (no memory limit under "
-                "AddressSanitizer).\n\n",
+                "AddressSanitizer).\n",
                 lim.seconds);
 
     /* Every task first, the report after: nothing is printed while the student's code runs,
@@ -600,9 +600,20 @@ int lab_main(Suite *suite, const char *title, const LabTask *tasks, int ntasks) 
         if (!want || !*want || strcmp(want, tasks[t].tcase) == 0)
             run_task(suite, &tasks[t], &lim, &outcomes[t]);
 
+    /* the stubs the tasks reached: their TODO lines, each once, before the tasks' lines */
+    unsigned long long todo_said = 0;
+    for (int t = 0; t < ntasks; t++)
+        for (int i = 0; i < outcomes[t].nresults; i++) {
+            const Record *r = &outcomes[t].results[i];
+            if (r->kind != 'T' || (todo_said & (1ull << (r->rtype & 63)))) continue;
+            todo_said |= 1ull << (r->rtype & 63);
+            fprintf(stderr, "TODO: task %d (%s) is not implemented\n", r->rtype, r->text);
+        }
+    fflush(stderr);
+    fprintf(report, "\n");
+
     int tasks_run = 0, tasks_passed = 0, points = 0, max_points = 0;
     char todo_list[1024] = "";
-    unsigned long long todo_said = 0;
     for (int t = 0; t < ntasks; t++) {
         if (want && *want && strcmp(want, tasks[t].tcase) != 0) continue;
         Outcome *o = &outcomes[t];
@@ -611,13 +622,6 @@ int lab_main(Suite *suite, const char *title, const LabTask *tasks, int ntasks) 
         tasks_passed += pass;
         max_points += tasks[t].points;
         points += pass ? tasks[t].points : 0;
-        /* the stubs the task reached: their TODO lines, each once */
-        for (int i = 0; i < o->nresults; i++) {
-            const Record *r = &o->results[i];
-            if (r->kind != 'T' || (todo_said & (1ull << (r->rtype & 63)))) continue;
-            todo_said |= 1ull << (r->rtype & 63);
-            fprintf(stderr, "TODO: task %d (%s) is not implemented\n", r->rtype, r->text);
-        }
         print_task(&tasks[t], o, pass, report);
         if (o->finished && o->todo > 0 && o->todo == o->run - o->passed) {
             size_t len = strlen(todo_list);
