@@ -14,6 +14,10 @@
 # submission (for a closer look) is in WORK/subs/NAME/report.txt.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2 # labs/
+if [ ! -w "$DIR" ]; then
+    echo "grade-all: cannot write $DIR/grades.csv: the folder is not writable"
+    exit 2
+fi
 
 # csv_quote TEXT: TEXT as one CSV field, its quotes doubled, its line breaks made spaces
 csv_quote() {
@@ -110,8 +114,14 @@ nm -g --defined-only "$LIBMOE" 2> /dev/null | awk 'NF == 3 { print $3 }' | sort 
 subs=$WORK/submissions
 skipped=()
 count=0
+declare -A seen
 : > "$subs"
 add() {
+    if [ -n "${seen[$1]:-}" ]; then
+        skipped+=("$2 (a submission named $1 already: ${seen[$1]})")
+        return
+    fi
+    seen[$1]=$2
     printf '%s\0%s\0' "$1" "$(cd "$(dirname "$2")" && pwd)/$(basename "$2")" >> "$subs"
     count=$((count + 1))
 }
@@ -125,7 +135,7 @@ for d in "$DIR"/*/; do
     if [ ${#files[@]} -eq 1 ]; then
         add "$(basename "$d")" "${files[0]}"
     else
-        skipped+=("$(basename "$d")/ (${#files[@]} .c files, not one)")
+        skipped+=("$d (${#files[@]} .c files, not one)")
     fi
 done
 if [ "$count" -eq 0 ]; then
@@ -144,8 +154,11 @@ header="submission"
 for t in "${task_list[@]}"; do header+=",$t"; done
 header+=",points,max_points,seconds,message"
 # written whole, after every submission's processes are gone
-printf '%s\n%s\n' "$header" "$rows" > "$DIR/grades.csv.tmp" &&
-    mv -f "$DIR/grades.csv.tmp" "$DIR/grades.csv"
+if ! { printf '%s\n%s\n' "$header" "$rows" > "$DIR/grades.csv.tmp" &&
+    mv -f "$DIR/grades.csv.tmp" "$DIR/grades.csv"; }; then
+    echo "grade-all: cannot write $DIR/grades.csv (see above)"
+    exit 2
+fi
 
 # the summary: the mean over every submission (one that does not compile scores 0)
 graded=0 sum=0 broken=()

@@ -178,6 +178,7 @@ int lab_main_inline(Suite *suite, const char *title, const LabTask *tasks, int n
 /* What a task's child sends its parent down the pipe: fixed-size records, each written whole in
  * one write() (under PIPE_BUF, so never interleaved), the last one the end record. */
 #define RECORD_TEXT 1000
+#define OUTPUT_LIMIT_MB 64 /* the most a task may write, its output included */
 typedef struct {
     char kind;      /* 'R' a test's result, 'L' memory leaked, 'T' a stub reached, 'E' the end */
     int rtype;      /* R: Check's result type; T: the task number */
@@ -205,15 +206,16 @@ typedef struct {
     int csv;
 } Limits;
 
-static long env_long(const char *name, long fallback) {
+/* a positive whole number from the environment, `fallback` when unset, -1 (said) when bad */
+static long env_long(const char *name, long fallback, long most, const char *unit) {
     const char *v = getenv(name);
     char *end;
     long x = v ? strtol(v, &end, 10) : 0;
     if (!v || !*v) return fallback;
-    if (*end || x <= 0) {
-        fprintf(stderr, "grader: %s=%s is not a positive whole number; using %ld\n", name, v,
-                fallback);
-        return fallback;
+    if (*end || x <= 0 || x > most) {
+        fprintf(stderr, "grader: %s=%s is not a whole number of %s from 1 to %ld (unset, %ld)\n",
+                name, v, unit, most, fallback);
+        return -1;
     }
     return x;
 }
@@ -259,6 +261,10 @@ static void run_child(Suite *suite, const LabTask *task, int report, int output,
     setrlimit(RLIMIT_CPU, &cpu);
     struct rlimit core = {0, 0};
     setrlimit(RLIMIT_CORE, &core);
+    /* the student's output goes to a temporary file: a print in an endless loop must not fill
+     * the disk */
+    struct rlimit fsize = {(rlim_t)OUTPUT_LIMIT_MB << 20, (rlim_t)OUTPUT_LIMIT_MB << 20};
+    setrlimit(RLIMIT_FSIZE, &fsize);
     if (lim->memory_mb > 0) {
         struct rlimit as = {(rlim_t)lim->memory_mb << 20, (rlim_t)lim->memory_mb << 20};
         setrlimit(RLIMIT_AS, &as);
@@ -310,7 +316,8 @@ static const char *signal_name(int sig) {
     } names[] = {{SIGSEGV, "SIGSEGV"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
                  {SIGILL, "SIGILL"},   {SIGABRT, "SIGABRT"}, {SIGKILL, "SIGKILL"},
                  {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"}, {SIGPIPE, "SIGPIPE"},
-                 {SIGTRAP, "SIGTRAP"}, {SIGALRM, "SIGALRM"}, {SIGINT, "SIGINT"}};
+                 {SIGXFSZ, "SIGXFSZ"}, {SIGTRAP, "SIGTRAP"}, {SIGALRM, "SIGALRM"},
+                 {SIGINT, "SIGINT"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (names[i].sig == sig) return names[i].name;
     return "a signal";
@@ -473,6 +480,10 @@ static void run_task(Suite *suite, const LabTask *task, const Limits *lim, Outco
     int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     if (timed_out || sig == SIGXCPU)
         snprintf(o->message, sizeof o->message, "took over %d s: an endless loop?", lim->seconds);
+    else if (sig == SIGXFSZ)
+        snprintf(o->message, sizeof o->message,
+                 "wrote more than %d MiB (its output, or a file): printing in a loop?",
+                 OUTPUT_LIMIT_MB);
     else if (sig)
         snprintf(o->message, sizeof o->message,
                  "crashed: %s (%s) (to find where: README.md, \"When the grader crashes\")",
@@ -553,7 +564,9 @@ int lab_main(Suite *suite, const char *title, const LabTask *tasks, int ntasks) 
     const char *fork_mode = getenv("CK_FORK");
     if (fork_mode && strcmp(fork_mode, "no") == 0)
         return lab_main_inline(suite, title, tasks, ntasks);
-    Limits lim = {(int)env_long("LAB_TIME_LIMIT", 10), env_long("LAB_MEMORY_LIMIT_MB", 2048), 0};
+    Limits lim = {(int)env_long("LAB_TIME_LIMIT", 10, 3600, "seconds"),
+                  env_long("LAB_MEMORY_LIMIT_MB", 2048, 1 << 20, "MiB"), 0};
+    if (lim.seconds < 0 || lim.memory_mb < 0) return 2;
     const char *format = getenv("GRADE_FORMAT");
     lim.csv = format && strcmp(format, "csv") == 0;
     if (format && *format && !lim.csv && strcmp(format, "text") != 0) {

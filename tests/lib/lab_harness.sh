@@ -257,6 +257,18 @@ lab_cheat_checks() {
     check "a file that does not compile scores 0, with the compiler's first error" $? \
         "$(cat "$tmp/class/grades.csv")"
 
+    # a folder that is not there, a bad JOBS: said, exit 2, nothing written
+    out=$(make -s -C labs grade-all LAB="$lab" DIR="$tmp/nothing" 2>&1)
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "^grade-all: DIR=$tmp/nothing is not a folder" <<< "$out"
+    check "grade-all with a DIR that is not a folder says so (exit 2)" $? "exit $rc: $out"
+    cp "$tmp/class/grades.csv" "$tmp/grades_before.csv"
+    out=$(make -s -C labs grade-all LAB="$lab" DIR="$tmp/class" JOBS=0 2>&1)
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "^grade-all: JOBS=0 is not a number" <<< "$out" &&
+        cmp -s "$tmp/class/grades.csv" "$tmp/grades_before.csv"
+    check "grade-all with JOBS=0 says so (exit 2), grades.csv left as it was" $? "exit $rc: $out"
+
     # GRADE_FORMAT=csv: one CSV line per task on stdout, nothing else there
     out=$(cd "$tmp/class" && GRADE_FORMAT=csv make -s -C "$root/labs" grade LAB="$lab" \
         SOLUTION="$tmp/class/exits.c" SANITIZE=$san 2> /dev/null)
