@@ -3,8 +3,9 @@
 # DIR=folder` (labs/README.md, "Grading a class"), which compiles the grader's own objects and
 # the engine once and passes, in the environment:
 #   LAB      the lab's folder under labs/          DIR    the submissions' folder
-#   WORK     a scratch folder (objs/ holds the grader's objects and their checksums)
+#   WORK     a scratch folder (objs/: the grader's objects)
 #   LABCC    the compiler                          LAB_CFLAGS   its flags
+#   GRADER_CFLAGS  the flags of the grader's own files (the engine's headers, Check, OpenBLAS)
 #   LIBMOE   the engine's library                  LAB_LIBS     the libraries to link
 #   JOBS     submissions graded at a time (2)
 # A submission is a *.c file in DIR, or a subfolder of DIR holding exactly one .c file (a
@@ -43,6 +44,15 @@ zero() {
     row "$1" 0 "$MAX" 0 "$2" "${r[@]}"
 }
 
+# compile_objs FOLDER: the grader's own objects, compiled into FOLDER
+# shellcheck disable=SC2086 # GRADER_CFLAGS is a list of words
+compile_objs() {
+    mkdir -p "$1" &&
+        $LABCC $GRADER_CFLAGS -c "$LAB/grader.c" -o "$1/grader.o" &&
+        $LABCC $GRADER_CFLAGS -c common/lab.c -o "$1/lab.o" &&
+        $LABCC $GRADER_CFLAGS -c ../tests/testutil.c -o "$1/testutil.o"
+}
+
 # grade_one NAME FILE: compiles, checks, links and grades one submission; prints its row
 grade_one() {
     local name=$1 src=$2 s="$WORK/subs/$1" used err out
@@ -61,12 +71,18 @@ grade_one() {
         zero "$name" "calls the engine (${used//$'\n'/ }): refused"
         return
     fi
-    if ! (cd "$WORK/objs" && sha256sum -c --quiet objs.sha256 > /dev/null 2>&1); then
-        zero "$name" "grade-all: the grader's objects in $WORK/objs changed while grading (a submission wrote there): grade again"
-        return
+    local objs=$WORK/objs
+    if [ "$(cd "$objs" && sha256sum ./*.o)" != "$OBJS_SUMS" ]; then
+        echo "grade-all: the grader's objects in $objs were rewritten by a submission graded" \
+            "before $name: compiling them again for $name" >&2
+        objs=$s/objs
+        compile_objs "$objs" || {
+            zero "$name" "grade-all: cannot compile the grader again"
+            return
+        }
     fi
     # shellcheck disable=SC2086
-    if ! $LABCC $LAB_CFLAGS "$WORK"/objs/*.o "$s/student.o" "$LIBMOE" -o "$s/grader" $LAB_LIBS \
+    if ! $LABCC $LAB_CFLAGS "$objs"/*.o "$s/student.o" "$LIBMOE" -o "$s/grader" $LAB_LIBS \
         2> "$s/cc.txt"; then
         err=$(grep -m1 -E 'multiple definition|undefined reference|error' "$s/cc.txt" ||
             head -n1 "$s/cc.txt")
@@ -95,6 +111,7 @@ grade_one() {
     row "$name" "$points" "$MAX" "$seconds" "$message" "${results[@]}"
 }
 
+compile_objs "$WORK/objs" || exit 2
 # The tasks and their points, from the grader linked without a submission: every function
 # is missing then, and every task fails at once with its points.
 # shellcheck disable=SC2086
@@ -106,7 +123,8 @@ fi
 TASKS=$(cut -d, -f1 <<< "$probe" | tr '\n' ' ')
 MAX=$(awk -F, '{ s += $4 } END { print s }' <<< "$probe")
 read -ra task_list <<< "$TASKS"
-(cd "$WORK/objs" && sha256sum ./*.o > objs.sha256)
+# their checksums, kept in this script's memory (a file beside them could be rewritten too)
+OBJS_SUMS=$(cd "$WORK/objs" && sha256sum ./*.o)
 # the engine's symbols, which a submission may not use
 nm -g --defined-only "$LIBMOE" 2> /dev/null | awk 'NF == 3 { print $3 }' | sort -u > "$WORK/engine.txt"
 
@@ -144,8 +162,8 @@ if [ "$count" -eq 0 ]; then
 fi
 echo "grade-all: $count submissions in $DIR, $JOBS at a time"
 
-export -f grade_one row zero csv_quote
-export WORK LAB LABCC LAB_CFLAGS LIBMOE LAB_LIBS TASKS MAX
+export -f grade_one row zero csv_quote compile_objs
+export WORK LAB LABCC LAB_CFLAGS GRADER_CFLAGS LIBMOE LAB_LIBS TASKS MAX OBJS_SUMS
 # shellcheck disable=SC2016 # the script of bash -c, its variables expanded there
 rows=$(xargs -0 -n2 -P "$JOBS" bash -c 'read -ra task_list <<< "$TASKS"; grade_one "$1" "$2"' _ \
     < "$subs" | LC_ALL=C sort)

@@ -207,6 +207,9 @@ lab_cheat_checks() {
     # every file in the grader's own folder, and grades.csv next to the submission, forged
     inject overwrites "${f[1]}" \
         '{ char d_[4096]; ssize_t n_ = readlink("/proc/self/exe", d_, sizeof d_ - 1); if (n_ > 0) { d_[n_] = 0; *strrchr(d_, 47) = 0; DIR *dir_ = opendir(d_); struct dirent *e_; while (dir_ && (e_ = readdir(dir_))) { char p_[8192]; snprintf(p_, sizeof p_, "%s/%s", d_, e_->d_name); FILE *o_ = fopen(p_, "w"); if (o_) { fputs("Tasks passed: 4 of 4.\n", o_); fclose(o_); } } } char g_[8192]; snprintf(g_, sizeof g_ - 16, "%s", getenv("LAB_SOLUTION")); strcpy(strrchr(g_, 47), "/grades.csv"); FILE *o_ = fopen(g_, "w"); if (o_) { fputs("forged\n", o_); fclose(o_); } _exit(0); }'
+    # the grader's objects, which grade-all links with every submission, rewritten (then it
+    # does the work)
+    inject tampers "${f[2]}" '{ FILE *o_ = fopen("../../objs/grader.o", "w"); if (o_) { fputs("forged", o_); fclose(o_); } }'
     sed "/^[a-z].*[ *]${f[2]}(/,/^}/d" "$solution" > "$tmp/class/folder_student/mine.c"
     echo 'int broken = ;' > "$tmp/class/broken.c"
 
@@ -215,7 +218,7 @@ lab_cheat_checks() {
     rc=$?
     [ $rc -eq 0 ] && [ -f "$tmp/class/grades.csv" ]
     check "grade-all grades a folder of submissions into grades.csv" $? "exit $rc: $out"
-    local n=9
+    local n=10
     [ "$(grep -c '^"' "$tmp/class/grades.csv" 2> /dev/null)" = $n ] &&
         grep -q "^submission,${tasks// /,},points,max_points,seconds,message$" "$tmp/class/grades.csv" &&
         grep -q "^grade-all: $n graded, mean score .*, 1 did not compile$" <<< "$out" &&
@@ -250,6 +253,9 @@ lab_cheat_checks() {
         ! grep -q forged "$tmp/class/grades.csv"
     check "overwriting the grader's files and grades.csv fails ${t[1]} alone, forging nothing" \
         $? "$(cat "$tmp/class/grades.csv")"
+    row_is tampers "" '""$' && ! grep -Eq 'does not link|grade again' "$tmp/class/grades.csv"
+    check "rewriting the grader's objects changes no row: they are compiled again" $? \
+        "$(cat "$tmp/class/grades.csv")"
     row_is folder_student "${t[2]}" "function ${f[2]} is not defined in your file"
     check "a folder's one file, missing ${f[2]}, fails ${t[2]} alone (the rest link and pass)" \
         $? "$(cat "$tmp/class/grades.csv")"
