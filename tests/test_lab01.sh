@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_lab01.sh: the grader of labs/01-router (run by `make test`).
 #
-#   1. the reference solution passes every task (exit 0, "Tasks passed: 4 of 4")
+#   1. the reference solution passes every task (exit 0, "Tasks passed: 4 of 4") and scores
+#      the points of the README's table
 #   2. the untouched starter fails (exit non-zero) and names each unimplemented task: its
 #      TODO line on stderr and the task in the summary, with no numerical noise
 #   3. TASK=task2_topk grades that task alone; an unknown TASK lists the tasks
@@ -10,6 +11,10 @@
 #   5. a student file that calls the engine's router is refused, naming the function
 #   6. make -C labs handout: the students' tree, without the solutions, grades on its own, and
 #      the first grade there says that it builds the engine (tests/lib/lab_harness.sh)
+#   7. submissions that try to pass without the work (exit, abort, an endless loop, a huge
+#      allocation, a printed pass, forged files), one missing a function and one that does not
+#      compile, graded by grade-all: each fails its own task alone, in grades.csv (under
+#      SANITIZE=1 a leak instead of the huge allocation)
 # Checks 1-3 are the ones every lab has, in tests/lib/lab_harness.sh, which also says which
 # build (MOE_BUILD, MOE_BIN) the grader runs against.
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
@@ -46,4 +51,5 @@ C
 refused router_aux_loss
 
 lab_handout_checks
+lab_cheat_checks
 lab_finish

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_lab02.sh: the grader of labs/02-capacity (run by `make test`).
 #
-#   1. the reference solution passes every task (exit 0, "Tasks passed: 4 of 4")
+#   1. the reference solution passes every task (exit 0, "Tasks passed: 4 of 4") and scores
+#      the points of the README's table
 #   2. the untouched starter fails (exit non-zero) and names each unimplemented task: its
 #      TODO line on stderr and the task in the summary, with no numerical noise
 #   3. TASK=task3_score grades that task alone, TASK=task1_capacity on the starter fails that
@@ -13,6 +14,10 @@
 #      (task1_capacity), a combine that reads dropped assignments (task4_combine)
 #   5. a student file that calls the engine's dispatch plan is refused, naming the function
 #   6. make -C labs list names the lab and its four tasks
+#   7. submissions that try to pass without the work (exit, abort, an endless loop, a huge
+#      allocation, a printed pass, forged files), one missing a function and one that does not
+#      compile, graded by grade-all: each fails its own task alone, in grades.csv (under
+#      SANITIZE=1 a leak instead of the huge allocation)
 # Checks 1-3 and 6 are the ones every lab has, in tests/lib/lab_harness.sh, which also says
 # which build (MOE_BUILD, MOE_BIN) the grader runs against.
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
@@ -89,5 +94,6 @@ void lab_combine(float *y, const float *ye, const int *slot, const int *idx, con
 C
 refused dispatch_plan_build
 
+lab_cheat_checks
 lab_list_check
 lab_finish

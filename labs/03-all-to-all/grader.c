@@ -78,11 +78,11 @@ static void note(int line, const char *fmt, ...) {
         if (lab_todo_task && !todo_task) todo_task = lab_todo_task;                                \
     } while (0)
 
-static const LabTask tasks[] = {{"task1_counts", "lab_send_counts"},
-                                {"task2_displs", "lab_displacements"},
-                                {"task3_exchange", "lab_exchange_counts"},
-                                {"task4_pack", "lab_pack"},
-                                {"task5_dispatch", "lab_dispatch"}};
+static const LabTask tasks[] = {LAB_TASK("task1_counts", lab_send_counts, 2),
+                                LAB_TASK("task2_displs", lab_displacements, 2),
+                                LAB_TASK("task3_exchange", lab_exchange_counts, 2),
+                                LAB_TASK("task4_pack", lab_pack, 2),
+                                LAB_TASK("task5_dispatch", lab_dispatch, 2)};
 enum { NTASKS = sizeof tasks / sizeof tasks[0] };
 
 /* The end of every test, on every rank: a lab_todo() anywhere, or the first rank with a failed
@@ -798,7 +798,7 @@ int main(int argc, char **argv) {
     char title[64];
     snprintf(title, sizeof title, "lab 03: all-to-all, %d rank%s", world_size,
              world_size == 1 ? "" : "s");
-    const int rc = lab_main(alltoall_lab_suite(), title, tasks, NTASKS);
+    const int rc = lab_main_inline(alltoall_lab_suite(), title, tasks, NTASKS);
     alarm(0);
     if (captured) {
         replay(captured);

@@ -39,6 +39,14 @@
 #include "model/params.h"
 #include "upcycle_lab.h"
 
+/* Weak: a function missing from the student's file is NULL, and fails its task alone (lab_main)
+ * instead of the link. */
+#pragma weak lab_copy_experts
+#pragma weak lab_stats
+#pragma weak lab_choose_units
+#pragma weak lab_drop_units
+#pragma weak lab_split_experts
+
 /* ---- reference logic --------------------------------------------------------------------- */
 
 /* e_gate, e_up (E, F, C), e_down (E, C, F) = the dense matrices, element by element */
@@ -675,10 +683,9 @@ static Suite *upcycle_lab_suite(void) {
 }
 
 int main(void) {
-    static const LabTask tasks[] = {{"task1_copy", "lab_copy_experts"},
-                                    {"task2_stats", "lab_stats"},
-                                    {"task3_choose", "lab_choose_units"},
-                                    {"task4_drop", "lab_drop_units"},
-                                    {"task5_split", "lab_split_experts"}};
+    static const LabTask tasks[] = {
+        LAB_TASK("task1_copy", lab_copy_experts, 2), LAB_TASK("task2_stats", lab_stats, 2),
+        LAB_TASK("task3_choose", lab_choose_units, 2), LAB_TASK("task4_drop", lab_drop_units, 2),
+        LAB_TASK("task5_split", lab_split_experts, 2)};
     return lab_main(upcycle_lab_suite(), "lab 04: upcycling", tasks, 5);
 }

@@ -5,8 +5,12 @@
  *     "TODO: task N (function) is not implemented" and makes the grader fail that task with a
  *     message saying so, instead of a confusing numerical mismatch.
  *   - LAB_CALL(): how a grader calls the student's code, so that a lab_todo() fails the test.
- *   - lab_main(): the grader's main(). It runs the Check suite (one TCase per task, so
- *     CK_RUN_CASE=task2_topk runs one task) and prints one line per task.
+ *   - lab_main(): the grader's main(). It runs each task (one Check TCase) in a process of its
+ *     own under a time and memory limit, counts a task only when the grader's own code in that
+ *     process reports its end, and prints one line per task and the score (or CSV lines).
+ *     CK_RUN_CASE=task2_topk runs one task.
+ *   - lab_main_inline(): the older runner, every task in the grader's own process (Check's
+ *     CK_FORK=no), for the MPI lab, whose ranks cannot fork per task.
  */
 #ifndef LAB_H
 #define LAB_H
@@ -30,18 +34,40 @@ extern const char *lab_todo_function;
                          lab_todo_task, lab_todo_function);                                        \
     } while (0)
 
-/* One graded task: the Check TCase that tests it and the function the student writes. */
+/* The address of a student's function, NULL when the file lacks it: graders declare the lab's
+ * functions weak (#pragma weak lab_softmax_forward), so that a missing one fails its task with
+ * "function X is not defined in your file" instead of failing the link. */
+typedef void (*LabFunction)(void);
+
+/* One graded task: the Check TCase that tests it, the function the student writes and its
+ * points (the table in the lab's README.md). */
 typedef struct {
     const char *tcase;    /* e.g. "task1_softmax" */
     const char *function; /* e.g. "lab_softmax_forward" */
+    LabFunction address;  /* the student's function, NULL when the file does not define it */
+    int points;
 } LabTask;
+#define LAB_TASK(tcase, function, points)                                                          \
+    { tcase, #function, (LabFunction)(function), points }
 
 /* The grader's main(): runs `suite` (honouring CK_RUN_CASE), prints each task's result and the
  * failures, and returns 0 when every task that ran passed, 1 otherwise, 2 when CK_RUN_CASE
  * names no task. `title` names the lab; the environment variable LAB_SOLUTION (set by
- * labs/Makefile) names the graded file. */
+ * labs/Makefile) names the graded file.
+ *
+ * Each task runs in a child process of its own (fork), under RLIMIT_CPU and a wall-clock limit
+ * of LAB_TIME_LIMIT seconds (10 unless set) and RLIMIT_AS of LAB_MEMORY_LIMIT_MB (2048 unless
+ * set; none under AddressSanitizer, which reserves terabytes of address space). The child runs
+ * the task's tests with Check in its own process (CK_NOFORK), then the grader's code, never the
+ * student's, writes the results and a random number drawn by the parent for this task down a
+ * pipe. A task passes only when that report arrives whole with the right number and every test
+ * passed: a child that exits, aborts, crashes or runs out of time before the report fails the
+ * task, saying which. The student's output is kept apart and shown under the task's line.
+ * GRADE_FORMAT=csv prints one CSV line per task instead: task,pass|fail,points,max_points,
+ * seconds,message. */
 #ifdef CHECK_H
 int lab_main(Suite *suite, const char *title, const LabTask *tasks, int ntasks);
+int lab_main_inline(Suite *suite, const char *title, const LabTask *tasks, int ntasks);
 
 /* A grader's check of one number under the project's tolerance rule (tests/testutil.h):
  * |got - want| <= TOL_F32_ATOL + TOL_F32_RTOL |want|, else the test fails naming both. */

@@ -15,9 +15,10 @@
 # folder, removed at exit.
 #
 # The script then calls lab_common_checks (the checks every lab has), its own checks (mutants
-# with mutant and only_fails, a file calling the engine with refused), lab_list_check when it
-# checks `make -C labs list`, lab_handout_checks for make -C labs handout (one lab's test is
-# enough), and lab_finish last (the summary line and the exit status).
+# with mutant and only_fails, a file calling the engine with refused), lab_cheat_checks when
+# it checks the grader against submissions that try to pass without the work (and grade-all),
+# lab_list_check when it checks `make -C labs list`, lab_handout_checks for make -C labs handout
+# (one lab's test is enough), and lab_finish last (the summary line and the exit status).
 # shellcheck disable=SC2154 # lab, solution, tasks, ...: set by the sourcing script
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
@@ -79,6 +80,12 @@ lab_common_checks() {
     grade grade-solution
     [ $rc -eq 0 ] && grep -q "^Tasks passed: $ntasks of $ntasks\.$" <<< "$out"
     check "the reference solution passes all $ntasks tasks" $? "exit $rc: $out"
+    readme_points
+    local total=0 t
+    for t in $tasks; do total=$((total + ${points[$t]:-0})); done
+    [ ${#points[@]} -eq "$ntasks" ] && grep -q "^Score: $total of $total points\.$" <<< "$out"
+    check "labs/$lab/README.md gives each task its points, and the solution scores them all" \
+        $? "README's points: ${points[*]}; grader: $out"
 
     grade grade-starter
     [ $rc -ne 0 ] &&
@@ -96,7 +103,7 @@ lab_common_checks() {
     ! grep -Eq 'got |want |nan' <<< "$out"
     check "the starter's report holds no numerical mismatch, only 'not implemented'" $? "$out"
 
-    local others="" t
+    local others=""
     for t in $tasks; do [ "$t" = "$single_task" ] || others="${others:+$others|}$t"; done
     grade grade-solution TASK="$single_task"
     [ $rc -eq 0 ] && grep -q '^Tasks passed: 1 of 1\.$' <<< "$out" &&
@@ -132,6 +139,164 @@ lab_common_checks() {
     [ $rc -ne 0 ] && grep -q "^Tasks passed: 0 of $ntasks\. Not implemented yet: $tasks\.$" <<< "$out"
     check "make -C labs grade LAB=$lab grades the working copy (the starter: nothing done yet)" $? \
         "exit $rc: $out"
+}
+
+# readme_points: points[TASK], the points labs/LAB/README.md's table gives each task
+declare -A points
+readme_points() {
+    local task pts
+    points=()
+    while IFS='|' read -r _ task _ pts _; do
+        task=${task//[\` ]/}
+        pts=${pts// /}
+        [[ $task == task* && $pts =~ ^[0-9]+$ ]] && points[$task]=$pts
+    done < <(grep '^| `task' "labs/$lab/README.md")
+}
+
+# inject NAME FUNCTION CODE: the solution with CODE first in FUNCTION's body, in $tmp/class/NAME.c
+inject() {
+    code="$3" fn="$2" awk 'NR == 1 {
+            print "#include <dirent.h>\n#include <stdio.h>\n#include <stdlib.h>"
+            print "#include <string.h>\n#include <unistd.h>" }
+        { print }
+        $0 ~ "^[a-z].*[ *]" ENVIRON["fn"] "\\(" { f = 1 }
+        f && /\{$/ { print "    " ENVIRON["code"]; f = 0 }' "$solution" > "$tmp/class/$1.c"
+    grep -qF -- "$3" "$tmp/class/$1.c" ||
+        bad "the $1 submission lacks its code (the function $2 was not found)"
+}
+
+# row_is NAME FAILED-TASKS MESSAGE-PATTERN: grades.csv's row of NAME fails exactly the tasks
+# FAILED-TASKS (a space-separated list, "" for none), scores the others' points, and its
+# message matches the extended regular expression
+row_is() {
+    local name=$1 want="" t total=0 got
+    for t in $tasks; do
+        if [[ " $2 " == *" $t "* ]]; then want+=",fail"; else
+            want+=",pass"
+            total=$((total + ${points[$t]:-0}))
+        fi
+    done
+    [ -f "$tmp/class/grades.csv" ] || return 1
+    got=$(grep "^\"$name\"," "$tmp/class/grades.csv")
+    [ "$(grep -c "^\"$name\"," "$tmp/class/grades.csv")" -eq 1 ] &&
+        [[ $got == "\"$name\"$want,$total,"* ]] && grep -Eq "$3" <<< "$got"
+}
+
+# lab_cheat_checks: submissions made from the solution that try to pass a task without doing
+# its work, graded together by grade-all (LAB_TIME_LIMIT=1 for the endless loop): each fails
+# its own task and nothing else, and grades.csv says why. The functions attacked are the
+# lab's first four.
+lab_cheat_checks() {
+    local f t
+    read -ra f <<< "$functions"
+    read -ra t <<< "$tasks"
+    rm -rf "$tmp/class" && mkdir -p "$tmp/class/folder_student"
+    cp "$solution" "$tmp/class/copied.c"
+    inject exits "${f[1]}" '_exit(0);'
+    inject aborts "${f[2]}" 'abort();'
+    inject loops "${f[0]}" 'for (volatile int spin_ = 1; spin_;) {}'
+    # a memory limit needs RLIMIT_AS, which AddressSanitizer's shadow memory rules out; there,
+    # LeakSanitizer checks each task instead
+    if [ "$san" = 1 ]; then
+        inject leaks "${f[3]}" '{ char *volatile p_ = malloc(100); p_[0] = 1; p_ = NULL; }'
+    else
+        inject allocates "${f[3]}" \
+            '{ size_t n_ = (size_t)3 << 30; char *p_ = malloc(n_); if (!p_) abort(); memset(p_, 1, n_); free(p_); }'
+    fi
+    inject forges "${f[0]}" 'printf("Tasks passed: '"$ntasks of $ntasks"'.\nScore: 10 of 10 points.\n'"${t[0]}"',pass,2,2,0.01,\"\"\n"); fflush(stdout); _exit(0);'
+    # every file in the grader's own folder, and grades.csv next to the submission, forged
+    inject overwrites "${f[1]}" \
+        '{ char d_[4096]; ssize_t n_ = readlink("/proc/self/exe", d_, sizeof d_ - 1); if (n_ > 0) { d_[n_] = 0; *strrchr(d_, 47) = 0; DIR *dir_ = opendir(d_); struct dirent *e_; while (dir_ && (e_ = readdir(dir_))) { char p_[8192]; snprintf(p_, sizeof p_, "%s/%s", d_, e_->d_name); FILE *o_ = fopen(p_, "w"); if (o_) { fputs("Tasks passed: 4 of 4.\n", o_); fclose(o_); } } } char g_[8192]; snprintf(g_, sizeof g_ - 16, "%s", getenv("LAB_SOLUTION")); strcpy(strrchr(g_, 47), "/grades.csv"); FILE *o_ = fopen(g_, "w"); if (o_) { fputs("forged\n", o_); fclose(o_); } _exit(0); }'
+    # the grader's objects, which grade-all links with every submission, rewritten (then it
+    # does the work)
+    inject tampers "${f[2]}" '{ FILE *o_ = fopen("../../objs/grader.o", "w"); if (o_) { fputs("forged", o_); fclose(o_); } }'
+    sed "/^[a-z].*[ *]${f[2]}(/,/^}/d" "$solution" > "$tmp/class/folder_student/mine.c"
+    echo 'int broken = ;' > "$tmp/class/broken.c"
+
+    out=$(LAB_TIME_LIMIT=1 make -s -C labs grade-all LAB="$lab" DIR="$tmp/class" \
+        SANITIZE=$san 2>&1)
+    rc=$?
+    [ $rc -eq 0 ] && [ -f "$tmp/class/grades.csv" ]
+    check "grade-all grades a folder of submissions into grades.csv" $? "exit $rc: $out"
+    local n=10
+    [ "$(grep -c '^"' "$tmp/class/grades.csv" 2> /dev/null)" = $n ] &&
+        grep -q "^submission,${tasks// /,},points,max_points,seconds,message$" "$tmp/class/grades.csv" &&
+        grep -q "^grade-all: $n graded, mean score .*, 1 did not compile$" <<< "$out" &&
+        grep -q '^  broken: does not compile: .*error' <<< "$out"
+    check "grades.csv has its header and one row per submission; the summary counts them" $? \
+        "$out: $(cat "$tmp/class/grades.csv")"
+
+    row_is copied "" '""$'
+    check "a copy of the solution passes every task" $? "$(cat "$tmp/class/grades.csv")"
+    row_is exits "${t[1]}" 'exited before the task finished \(exit status 0\)'
+    check "_exit(0) in ${f[1]} fails ${t[1]} alone, as exited before the task finished" $? \
+        "$(cat "$tmp/class/grades.csv")"
+    row_is aborts "${t[2]}" 'crashed: SIGABRT'
+    check "abort() in ${f[2]} fails ${t[2]} alone, as crashed with SIGABRT" $? \
+        "$(cat "$tmp/class/grades.csv")"
+    row_is loops "${t[0]}" 'took over 1 s'
+    check "an endless loop in ${f[0]} fails ${t[0]} alone, as over the time limit" $? \
+        "$(cat "$tmp/class/grades.csv")"
+    if [ "$san" = 1 ]; then
+        row_is leaks "${t[3]}" 'memory leaked'
+        check "memory leaked in ${f[3]} fails ${t[3]} alone under SANITIZE=1" $? \
+            "$(cat "$tmp/class/grades.csv")"
+    else
+        row_is allocates "${t[3]}" 'crashed: SIGABRT'
+        check "3 GiB allocated in ${f[3]} fails ${t[3]} alone, over the memory limit" $? \
+            "$(cat "$tmp/class/grades.csv")"
+    fi
+    row_is forges "${t[0]}" 'exited before the task finished'
+    check "printing a pass (text and CSV) then exiting fails ${t[0]} alone" $? \
+        "$(cat "$tmp/class/grades.csv")"
+    row_is overwrites "${t[1]}" 'exited before the task finished' &&
+        ! grep -q forged "$tmp/class/grades.csv"
+    check "overwriting the grader's files and grades.csv fails ${t[1]} alone, forging nothing" \
+        $? "$(cat "$tmp/class/grades.csv")"
+    row_is tampers "" '""$' && ! grep -Eq 'does not link|grade again' "$tmp/class/grades.csv"
+    check "rewriting the grader's objects changes no row: they are compiled again" $? \
+        "$(cat "$tmp/class/grades.csv")"
+    row_is folder_student "${t[2]}" "function ${f[2]} is not defined in your file"
+    check "a folder's one file, missing ${f[2]}, fails ${t[2]} alone (the rest link and pass)" \
+        $? "$(cat "$tmp/class/grades.csv")"
+    row_is broken "$tasks" '"does not compile: .*error'
+    check "a file that does not compile scores 0, with the compiler's first error" $? \
+        "$(cat "$tmp/class/grades.csv")"
+
+    # a folder that is not there, a bad JOBS: said, exit 2, nothing written
+    out=$(make -s -C labs grade-all LAB="$lab" DIR="$tmp/nothing" 2>&1)
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "^grade-all: DIR=$tmp/nothing is not a folder" <<< "$out"
+    check "grade-all with a DIR that is not a folder says so (exit 2)" $? "exit $rc: $out"
+    cp "$tmp/class/grades.csv" "$tmp/grades_before.csv"
+    out=$(make -s -C labs grade-all LAB="$lab" DIR="$tmp/class" JOBS=0 2>&1)
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "^grade-all: JOBS=0 is not a number" <<< "$out" &&
+        cmp -s "$tmp/class/grades.csv" "$tmp/grades_before.csv"
+    check "grade-all with JOBS=0 says so (exit 2), grades.csv left as it was" $? "exit $rc: $out"
+
+    # GRADE_FORMAT=csv: one CSV line per task on stdout, nothing else there
+    out=$(cd "$tmp/class" && GRADE_FORMAT=csv make -s -C "$root/labs" grade LAB="$lab" \
+        SOLUTION="$tmp/class/exits.c" SANITIZE=$san 2> /dev/null)
+    local want_csv="" i
+    for i in "${!t[@]}"; do
+        if [ "$i" -eq 1 ]; then
+            want_csv+="${t[$i]},fail,0,${points[${t[$i]}]},[0-9.]+,\"exited before the task finished \(exit status 0\)[^\"]*\""$'\n'
+        else
+            want_csv+="${t[$i]},pass,${points[${t[$i]}]},${points[${t[$i]}]},[0-9.]+,\"\""$'\n'
+        fi
+    done
+    [[ $out$'\n' =~ ^$want_csv$ ]]
+    check "GRADE_FORMAT=csv prints task,pass|fail,points,max_points,seconds,message per task" $? \
+        "$out"
+
+    # the report of one such file: its printed pass is marked as its output, the score is real
+    grade grade SOLUTION="$tmp/class/forges.c"
+    [ $rc -ne 0 ] && [ "$(grep -c '^Tasks passed' <<< "$out")" -eq 1 ] &&
+        grep -q "^Tasks passed: $((ntasks - 1)) of $ntasks\.$" <<< "$out" &&
+        grep -q "^          | Tasks passed: $ntasks of $ntasks\.$" <<< "$out"
+    check "a file printing 'Tasks passed: $ntasks of $ntasks' is shown as its output, not a pass" \
+        $? "exit $rc: $out"
 }
 
 # make -C labs list: one line per lab, its name and its tasks
