@@ -71,7 +71,7 @@ noomp=$(make -n --no-print-directory CC=clang HAVE_OPENMP=0 BUILD="$tmp/noomp" "
   grep -E -- "-o $tmp/noomp/moe( |$)")
 [ -n "$noomp" ] && ! grep -Eq -- '-fopenmp|gomp|openblas-openmp' <<< "$noomp"
 check "make CC=clang HAVE_OPENMP=0: the link names no OpenMP runtime" $? "link: ${noomp:-none}"
-make -s --no-print-directory CC=clang HAVE_OPENMP=0 features | grep -qx BUILD=build-noomp
+MAKEFLAGS= make -s --no-print-directory CC=clang HAVE_OPENMP=0 SANITIZE=0 features | grep -qx BUILD=build-noomp
 check "make CC=clang HAVE_OPENMP=0 builds in build-noomp/, apart from build/" $?
 
 # macOS, as this machine can show it: a uname that answers Darwin, a brew whose prefix is a
