@@ -71,11 +71,14 @@ grade_one() {
         zero "$name" "calls the engine (${used//$'\n'/ }): refused"
         return
     fi
-    local objs=$WORK/objs
-    if [ "$(cd "$objs" && sha256sum ./*.o)" != "$OBJS_SUMS" ]; then
-        echo "grade-all: the grader's objects in $objs were rewritten by a submission graded" \
-            "before $name: compiling them again for $name" >&2
-        objs=$s/objs
+    # the grader's objects, copied into this submission's own folder and checked there: a
+    # submission graded beside this one may be rewriting the shared ones while this links
+    local objs=$s/objs
+    mkdir -p "$objs" && cp "$WORK"/objs/*.o "$objs/" 2> /dev/null
+    if [ "$(cd "$objs" && sha256sum ./*.o 2> /dev/null)" != "$OBJS_SUMS" ]; then
+        echo "grade-all: the grader's objects in $WORK/objs were rewritten by a submission:" \
+            "compiling them again for $name" >&2
+        rm -rf "$objs"
         compile_objs "$objs" || {
             zero "$name" "grade-all: cannot compile the grader again"
             return
