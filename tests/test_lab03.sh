@@ -11,8 +11,9 @@
 #      (task1_counts), an inclusive prefix sum (task2_displs), a count exchange of one count
 #      per rank instead of E / P (task3_exchange), a pack in token order inside each rank
 #      (task4_pack), an all-to-all whose counts are rows, not floats (task5_dispatch)
-#   5. make -C labs list names the lab and its five tasks
-# Checks 1-3 and 5 are the ones every lab has, in tests/lib/lab_harness.sh, which also says
+#   5. a file that lacks one function fails that task alone (the link does not fail)
+#   6. make -C labs list names the lab and its five tasks
+# Checks 1-3 and 6 are the ones every lab has, in tests/lib/lab_harness.sh, which also says
 # which build (MOE_BUILD, MOE_BIN) the grader runs against. Skipped (exit 77) without mpicc and
 # mpirun.
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
@@ -89,6 +90,14 @@ if mutant rows_not_floats '/for (int i = 0; i < 4 \* P; i++) scount\[i\] \*= C;/
     only_fails task5_dispatch && grep -q "the README's example, .*: recv row" <<< "$out"
     check "an all-to-all counting rows instead of floats fails task5_dispatch and nothing else" \
         $? "exit $rc: $out"
+fi
+
+# a file without lab_displacements: the grader's functions are weak, so only task2 fails
+if mutant no_displs '/^int lab_displacements/,/^}/d'; then
+    grade grade SOLUTION="$tmp/no_displs.c" NP=2
+    only_fails task2_displs &&
+        grep -q "function lab_displacements is not defined in your file" <<< "$out"
+    check "a missing lab_displacements fails task2_displs and nothing else" $? "exit $rc: $out"
 fi
 
 lab_list_check
