@@ -11,7 +11,12 @@
 #      (task1_counts), an inclusive prefix sum (task2_displs), a count exchange of one count
 #      per rank instead of E / P (task3_exchange), a pack in token order inside each rank
 #      (task4_pack), an all-to-all whose counts are rows, not floats (task5_dispatch)
-#   5. a file that lacks one function fails that task alone (the link does not fail)
+#   5. submissions that try to pass without the work, graded by grade-all (each task its own
+#      MPI job): every rank exiting, aborting, looping or allocating too much, a printed pass,
+#      forged files, one missing a function, one that does not compile; and the ways of MPI:
+#      one rank leaving (_exit on rank 1 alone), MPI_Abort, a rank waiting for a message that
+#      never comes (the ranks' watchdog ends the job). Each fails its own task alone, in
+#      grades.csv
 #   6. make -C labs list names the lab and its five tasks
 # Checks 1-3 and 6 are the ones every lab has, in tests/lib/lab_harness.sh, which also says
 # which build (MOE_BUILD, MOE_BIN) the grader runs against. Skipped (exit 77) without mpicc and
@@ -27,6 +32,13 @@ tasks="task1_counts task2_displs task3_exchange task4_pack task5_dispatch"
 functions="lab_send_counts lab_displacements lab_exchange_counts lab_pack lab_dispatch"
 single_task=task3_exchange
 starter_task=task5_dispatch
+# an early exit ends a rank: mpirun ends the job, and rank 0's report never comes
+exit_pattern='exited before the task finished \(a rank ended without the grader.s report'
+# Open MPI's own allocations look like leaks to LeakSanitizer: the MPI lab does not look for
+# leaks (labs/Makefile sets ASAN_OPTIONS=detect_leaks=0)
+leak_check=0
+# the time limit of the submissions that loop: 4 ranks on 2 busy cores start slowly
+cheat_seconds=4
 # shellcheck source-path=SCRIPTDIR source=lib/lab_harness.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/lab_harness.sh" || exit 1
 
@@ -92,13 +104,39 @@ if mutant rows_not_floats '/for (int i = 0; i < 4 \* P; i++) scount\[i\] \*= C;/
         $? "exit $rc: $out"
 fi
 
-# a file without lab_displacements: the grader's functions are weak, so only task2 fails
-if mutant no_displs '/^int lab_displacements/,/^}/d'; then
-    grade grade SOLUTION="$tmp/no_displs.c" NP=2
-    only_fails task2_displs &&
-        grep -q "function lab_displacements is not defined in your file" <<< "$out"
-    check "a missing lab_displacements fails task2_displs and nothing else" $? "exit $rc: $out"
-fi
+# the ways of MPI to leave a task early, graded with lab_cheat_checks' submissions
+lab_more_cheats() {
+    inject rank_exits lab_exchange_counts \
+        '{ int r_; MPI_Comm_rank(comm, &r_); if (r_ == 1) _exit(0); }'
+    inject mpi_aborts lab_pack 'MPI_Abort(MPI_COMM_WORLD, 0);'
+    # the grader's own report, called by the student: the number is right, the tests' results
+    # are not there yet
+    inject reports lab_send_counts \
+        '{ void lab_rank_end(void); lab_rank_end(); MPI_Finalize(); _exit(0); }'
+    inject deadlocks lab_exchange_counts \
+        '{ int r_, x_; MPI_Comm_rank(comm, &r_); if (r_ == 0) MPI_Recv(&x_, 1, MPI_INT, MPI_ANY_SOURCE, 999, comm, MPI_STATUS_IGNORE); }'
+    more_cheats=4
+}
+lab_more_cheat_checks() {
+    row_is rank_exits task3_exchange "$exit_pattern"
+    check "_exit(0) on rank 1 alone in lab_exchange_counts fails task3_exchange alone" $? \
+        "$(cat "$tmp/class/grades.csv")"
+    row_is mpi_aborts task4_pack "$exit_pattern"
+    check "MPI_Abort in lab_pack fails task4_pack alone, as exited before the task finished" $? \
+        "$(cat "$tmp/class/grades.csv")"
+    row_is reports "$tasks" '"calls the grader \(lab_rank_end\): refused"$'
+    check "a file calling the grader's lab_rank_end is refused, scoring 0" $? \
+        "$(cat "$tmp/class/grades.csv")"
+    row_is deadlocks task3_exchange "took over $cheat_seconds s \(rank [0-9]+'s watchdog\): some rank waits in an MPI call"
+    check "a rank waiting for a message never sent fails task3_exchange alone, by the watchdog" \
+        $? "$(cat "$tmp/class/grades.csv")"
+}
+lab_cheat_checks
+grade grade SOLUTION="$tmp/class/reports.c"
+[ $rc -eq 2 ] && grep -q "calls the grader (lab_rank_end): only lab_todo() is yours to call" <<< "$out" &&
+    ! grep -q '^Grading' <<< "$out"
+check "make -C labs grade refuses a file calling the grader's lab_rank_end before grading" $? \
+    "exit $rc: $out"
 
 lab_list_check
 lab_finish

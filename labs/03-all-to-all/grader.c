@@ -1,6 +1,6 @@
 /*
  * grader.c: the automatic grader of lab 03 (the dispatch of expert parallelism), an MPI
- * program run under mpirun (labs/Makefile: make -C labs grade LAB=03-all-to-all [NP=2]
+ * program whose tasks each run under mpirun (labs/Makefile: make -C labs grade LAB=03-all-to-all [NP=2]
  * [TASK=task3_exchange]). One Check TCase per task:
  *
  *   task1_counts    lab_send_counts      the README's example (both ranks' routings), outputs
@@ -21,29 +21,27 @@
  * below (no MPI, independent of the solution). Every task takes its inputs from the grader,
  * never from the student's other tasks, so one unfinished task fails only itself.
  *
- * MPI and fork do not mix, so the tests run in one process per rank (CK_FORK=no). A test never
- * stops half-way on one rank (the others could wait for it in a collective forever): checks
- * only note their first failure, and the test's last line, VERDICT(), agrees over all ranks,
- * so a failure on any rank fails the test on every rank, with the first failing rank's
- * message. Only rank 0 prints the report; the others' stdout is discarded and their stderr
- * (TODO lines removed) comes after it. A test that has not finished after WATCH_S seconds
- * (a rank stuck in an MPI call) ends the job with a message.
+ * MPI and fork do not mix, so each task runs as an MPI job of its own (lab_main_mpi, in
+ * labs/common/lab.h): this program, started by the Makefile, starts mpirun once per task with
+ * itself as the ranks (--lab-task TASK), and counts a task only when rank 0 reports its end with
+ * the number the grader gave it. A test never stops half-way on one rank (the others could wait
+ * for it in a collective forever): checks only note their first failure, and the test's last
+ * line, VERDICT(), agrees over all ranks, so a failure on any rank fails the test on every rank,
+ * with the first failing rank's message. Rank 0 reports; every rank's output is the task's
+ * output. A job that has not finished after LAB_TIME_LIMIT seconds (a rank stuck in an MPI
+ * call) is ended by its ranks' watchdog, which says so.
  */
 #include "testutil.h"
 
-#include <signal.h>
 #include <stdarg.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "alltoall_lab.h"
 #include "lab.h"
 #include "moe/moe_ops.h"
 
-enum { WATCH_S = 60 };
-static int world_rank, world_size, real_stderr = 2;
+static int world_rank, world_size;
 
 /* ---- agreeing on a verdict over every rank ------------------------------------------------ */
 
@@ -114,47 +112,11 @@ static void verdict(void) {
     }
 }
 
-/* the watchdog: a test stuck in MPI (a rank waiting for a call another never makes) */
-static const char *running_task = "";
-static void on_alarm(int sig) {
-    (void)sig;
-    char line[400];
-    int n = snprintf(line, sizeof line,
-                     "grader: rank %d: a test of %s has not finished after %d s. Most likely "
-                     "some rank waits in an MPI call that another rank never makes, or makes "
-                     "with other counts. Ending the job.\n",
-                     world_rank, running_task, WATCH_S);
-    if (n > 0 && write(real_stderr, line, (size_t)n) < 0) _exit(3);
-    _exit(3);
+/* Before each test: a fresh verdict. (A function missing from the student's file fails its
+ * task before any job starts: lab_main_mpi.) */
+static void setup(void) {
+    failed = todo_task = 0;
 }
-/* a crash in one rank: say where, then die of the signal (mpirun ends the others). Under
- * AddressSanitizer its own report says more, so this is left out there. */
-static void on_crash(int sig) {
-    char line[400];
-    int n = snprintf(line, sizeof line,
-                     "grader: rank %d crashed (signal %d, %s) in a test of %s: an array read or "
-                     "written out of its bounds? To see where: README.md, \"When the grader "
-                     "crashes\".\n",
-                     world_rank, sig, strsignal(sig), running_task);
-    if (n > 0 && write(real_stderr, line, (size_t)n) < 0) n = 0;
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-/* Before each test: a function missing from the student's file (weak, so NULL) fails its task
- * on every rank alike, with no collective left waiting, instead of the link. */
-#define TASK_SETUP(n, name)                                                                        \
-    static void setup_##n(void) {                                                                  \
-        if (!tasks[n - 1].address)                                                                 \
-            ck_abort_msg("function %s is not defined in your file", tasks[n - 1].function);        \
-        running_task = name;                                                                       \
-        failed = todo_task = 0;                                                                    \
-        alarm(WATCH_S);                                                                            \
-    }
-TASK_SETUP(1, "task1_counts")
-TASK_SETUP(2, "task2_displs")
-TASK_SETUP(3, "task3_exchange")
-TASK_SETUP(4, "task4_pack")
-TASK_SETUP(5, "task5_dispatch")
 
 /* ---- comparisons (each notes the first difference) ---------------------------------------- */
 
@@ -734,31 +696,31 @@ END_TEST
 static Suite *alltoall_lab_suite(void) {
     Suite *s = suite_create("lab 03: all-to-all");
     TCase *t1 = tcase_create("task1_counts");
-    tcase_add_checked_fixture(t1, setup_1, NULL);
+    tcase_add_checked_fixture(t1, setup, NULL);
     tcase_add_test(t1, counts_readme_example);
     tcase_add_test(t1, counts_old_contents_idle_rank);
     tcase_add_test(t1, counts_random);
     suite_add_tcase(s, t1);
     TCase *t2 = tcase_create("task2_displs");
-    tcase_add_checked_fixture(t2, setup_2, NULL);
+    tcase_add_checked_fixture(t2, setup, NULL);
     tcase_add_test(t2, displs_readme_example);
     tcase_add_test(t2, displs_zero_counts_and_one_rank);
     tcase_add_test(t2, displs_random);
     suite_add_tcase(s, t2);
     TCase *t3 = tcase_create("task3_exchange");
-    tcase_add_checked_fixture(t3, setup_3, NULL);
+    tcase_add_checked_fixture(t3, setup, NULL);
     tcase_add_test(t3, exchange_readme_example);
     tcase_add_test(t3, exchange_random);
     tcase_add_test(t3, exchange_empty_and_skewed);
     suite_add_tcase(s, t3);
     TCase *t4 = tcase_create("task4_pack");
-    tcase_add_checked_fixture(t4, setup_4, NULL);
+    tcase_add_checked_fixture(t4, setup, NULL);
     tcase_add_test(t4, pack_readme_example);
     tcase_add_test(t4, pack_random);
     tcase_add_test(t4, pack_matches_engine_plan);
     suite_add_tcase(s, t4);
     TCase *t5 = tcase_create("task5_dispatch");
-    tcase_add_checked_fixture(t5, setup_5, NULL);
+    tcase_add_checked_fixture(t5, setup, NULL);
     tcase_add_test(t5, dispatch_readme_example);
     tcase_add_test(t5, dispatch_random);
     tcase_add_test(t5, dispatch_empty_and_skewed);
@@ -766,56 +728,21 @@ static Suite *alltoall_lab_suite(void) {
     return s;
 }
 
-#ifdef __SANITIZE_ADDRESS__
-void __sanitizer_set_report_fd(void *fd);
-#endif
-
-/* a rank's captured stderr after the report, without the TODO lines rank 0 already printed */
-static void replay(FILE *f) {
-    char line[4096];
-    rewind(f);
-    fflush(stderr);
-    FILE *out = fdopen(real_stderr, "w");
-    if (!out) return;
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, "TODO: ", 6) != 0) fprintf(out, "[rank %d] %s", world_rank, line);
-    fflush(out);
-}
-
+/* The grader (no --lab-task: labs/Makefile runs it), or one rank of a task's job. */
 int main(int argc, char **argv) {
+    const char *task = lab_rank_task(argc, argv);
+    if (!task) return lab_main_mpi(argv[0], "lab 03: all-to-all", tasks, NTASKS);
+
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    setenv("CK_FORK", "no", 1); /* MPI and fork do not mix */
-    FILE *captured = NULL;
-    if (world_rank != 0) {
-        /* one report, from rank 0: the others' stdout is dropped, their stderr kept aside */
-        real_stderr = dup(2);
-        if (!freopen("/dev/null", "w", stdout)) return 1;
-        captured = tmpfile();
-        fflush(stderr);
-        if (captured && real_stderr >= 0)
-            dup2(fileno(captured), 2);
-        else
-            real_stderr = 2;
-#ifdef __SANITIZE_ADDRESS__
-        __sanitizer_set_report_fd((void *)(intptr_t)real_stderr);
-#endif
-    }
-    signal(SIGALRM, on_alarm);
-#ifndef __SANITIZE_ADDRESS__
-    const int crashes[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
-    for (int i = 0; i < 5; i++) signal(crashes[i], on_crash);
-#endif
-    char title[64];
-    snprintf(title, sizeof title, "lab 03: all-to-all, %d rank%s", world_size,
-             world_size == 1 ? "" : "s");
-    const int rc = lab_main_inline(alltoall_lab_suite(), title, tasks, NTASKS);
-    alarm(0);
-    if (captured) {
-        replay(captured);
-        fclose(captured);
-    }
+    char nonce[LAB_NONCE_SIZE] = "";
+    if (world_rank == 0) lab_rank_read_nonce(nonce);
+    MPI_Bcast(nonce, LAB_NONCE_SIZE, MPI_CHAR, 0, MPI_COMM_WORLD);
+    lab_rank_begin(world_rank, nonce);
+    lab_rank_run(alltoall_lab_suite(), task, world_rank == 0);
+    MPI_Barrier(MPI_COMM_WORLD); /* the end is reported only once every rank reached it */
+    if (world_rank == 0) lab_rank_end();
     MPI_Finalize();
-    return rc;
+    return 0;
 }

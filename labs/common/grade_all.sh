@@ -4,7 +4,7 @@
 # the engine once and passes, in the environment:
 #   LAB      the lab's folder under labs/          DIR    the submissions' folder
 #   WORK     a scratch folder (objs/: the grader's objects)
-#   LABCC    the compiler                          LAB_CFLAGS   its flags
+#   LABCC    the compiler (and variables before it) LAB_CFLAGS   its flags
 #   GRADER_CFLAGS  the flags of the grader's own files (the engine's headers, Check, OpenBLAS)
 #   LIBMOE   the engine's library                  LAB_LIBS     the libraries to link
 #   JOBS     submissions graded at a time (2)
@@ -48,9 +48,10 @@ zero() {
 # shellcheck disable=SC2086 # GRADER_CFLAGS is a list of words
 compile_objs() {
     mkdir -p "$1" &&
-        $LABCC $GRADER_CFLAGS -c "$LAB/grader.c" -o "$1/grader.o" &&
-        $LABCC $GRADER_CFLAGS -c common/lab.c -o "$1/lab.o" &&
-        $LABCC $GRADER_CFLAGS -c ../tests/testutil.c -o "$1/testutil.o"
+        env $LABCC $GRADER_CFLAGS -c "$LAB/grader.c" -o "$1/grader.o" &&
+        env $LABCC $GRADER_CFLAGS -c common/lab.c -o "$1/lab.o" &&
+        env $LABCC $GRADER_CFLAGS -c common/lab_task.c -o "$1/lab_task.o" &&
+        env $LABCC $GRADER_CFLAGS -c ../tests/testutil.c -o "$1/testutil.o"
 }
 
 # grade_one NAME FILE: compiles, checks, links and grades one submission; prints its row
@@ -61,7 +62,7 @@ grade_one() {
         return
     fi
     # shellcheck disable=SC2086 # LAB_CFLAGS and LAB_LIBS are lists of words
-    if ! $LABCC $LAB_CFLAGS -I"$LAB" -Icommon -c "$src" -o "$s/student.o" 2> "$s/cc.txt"; then
+    if ! env $LABCC $LAB_CFLAGS -I"$LAB" -Icommon -c "$src" -o "$s/student.o" 2> "$s/cc.txt"; then
         err=$(grep -m1 -E 'error|Error' "$s/cc.txt" || head -n1 "$s/cc.txt")
         zero "$name" "does not compile: ${err#"$src":}"
         return
@@ -69,6 +70,11 @@ grade_one() {
     used=$(comm -12 <(nm -u "$s/student.o" | awk '{ print $NF }' | sort -u) "$WORK/engine.txt")
     if [ -n "$used" ]; then
         zero "$name" "calls the engine (${used//$'\n'/ }): refused"
+        return
+    fi
+    used=$(nm -u "$s/student.o" | awk '$NF ~ /^lab_/ && $NF != "lab_todo" { print $NF }')
+    if [ -n "$used" ]; then
+        zero "$name" "calls the grader (${used//$'\n'/ }): refused"
         return
     fi
     # the grader's objects, copied into this submission's own folder and checked there: a
@@ -85,7 +91,7 @@ grade_one() {
         }
     fi
     # shellcheck disable=SC2086
-    if ! $LABCC $LAB_CFLAGS "$objs"/*.o "$s/student.o" "$LIBMOE" -o "$s/grader" $LAB_LIBS \
+    if ! env $LABCC $LAB_CFLAGS "$objs"/*.o "$s/student.o" "$LIBMOE" -o "$s/grader" $LAB_LIBS \
         2> "$s/cc.txt"; then
         err=$(grep -m1 -E 'multiple definition|undefined reference|error' "$s/cc.txt" ||
             head -n1 "$s/cc.txt")
@@ -118,7 +124,7 @@ compile_objs "$WORK/objs" || exit 2
 # The tasks and their points, from the grader linked without a submission: every function
 # is missing then, and every task fails at once with its points.
 # shellcheck disable=SC2086
-if ! $LABCC $LAB_CFLAGS "$WORK"/objs/*.o "$LIBMOE" -o "$WORK/probe" $LAB_LIBS ||
+if ! env $LABCC $LAB_CFLAGS "$WORK"/objs/*.o "$LIBMOE" -o "$WORK/probe" $LAB_LIBS ||
     ! probe=$(GRADE_FORMAT=csv "$WORK/probe" 2> /dev/null; [ $? -le 1 ]); then
     echo "grade-all: the grader of $LAB does not build or run on its own (see above)"
     exit 2

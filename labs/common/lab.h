@@ -9,8 +9,10 @@
  *     own under a time and memory limit, counts a task only when the grader's own code in that
  *     process reports its end, and prints one line per task and the score (or CSV lines).
  *     CK_RUN_CASE=task2_topk runs one task.
- *   - lab_main_inline(): the older runner, every task in the grader's own process (Check's
- *     CK_FORK=no), for the MPI lab, whose ranks cannot fork per task.
+ *   - lab_main_mpi() and lab_rank_*(): the same for a lab that is an MPI program, whose ranks
+ *     cannot fork per task: each task runs as an MPI job of its own.
+ *   - lab_main_inline(): every task in the grader's own process (Check's CK_FORK=no), for a
+ *     debugger; it guards against nothing.
  */
 #ifndef LAB_H
 #define LAB_H
@@ -68,6 +70,32 @@ typedef struct {
 #ifdef CHECK_H
 int lab_main(Suite *suite, const char *title, const LabTask *tasks, int ntasks);
 int lab_main_inline(Suite *suite, const char *title, const LabTask *tasks, int ntasks);
+
+/* An MPI lab's grader runs in two roles, told apart by lab_rank_task():
+ *
+ *   - Started by the Makefile, without mpirun, it grades (lab_main_mpi): each task is one job,
+ *     `$LAB_MPIRUN -np $LAB_NP SELF --lab-task TASK` (LAB_MPIRUN "mpirun -q" and LAB_NP 4
+ *     unless set), its own process group, ended after LAB_TIME_LIMIT seconds and the ranks'
+ *     start. A random number drawn for the task goes to the job's stdin, which mpirun hands to
+ *     rank 0 alone. The job's stdout carries the report, its stderr the student's output. The
+ *     task passes only when rank 0's report ends with that number (after every rank reached
+ *     the end) and mpirun exits 0; the report, the score and GRADE_FORMAT=csv are lab_main's.
+ *     `self` is argv[0]; `title` gets ", N ranks" appended.
+ *   - Run by that job as one rank (argv holds --lab-task TASK), main() calls MPI_Init, then:
+ *     rank 0 lab_rank_read_nonce(), every rank the number broadcast and lab_rank_begin()
+ *     (the limits; stdout kept for the report, the student's output sent to stderr; a
+ *     watchdog of LAB_TIME_LIMIT seconds and crash handlers that report before the rank
+ *     dies), lab_rank_run() (rank 0 reports the results, which its tests agree on over every
+ *     rank), a barrier, lab_rank_end() on rank 0, MPI_Finalize. */
+int lab_main_mpi(const char *self, const char *title, const LabTask *tasks, int ntasks);
+#endif
+#define LAB_NONCE_SIZE 33 /* 32 hex digits and the end */
+const char *lab_rank_task(int argc, char **argv); /* the task of --lab-task, NULL for none */
+void lab_rank_read_nonce(char *nonce /* LAB_NONCE_SIZE */);
+void lab_rank_begin(int rank, const char *nonce);
+void lab_rank_end(void);
+#ifdef CHECK_H
+void lab_rank_run(Suite *suite, const char *tcase, int report);
 
 /* A grader's check of one number under the project's tolerance rule (tests/testutil.h):
  * |got - want| <= TOL_F32_ATOL + TOL_F32_RTOL |want|, else the test fails naming both. */

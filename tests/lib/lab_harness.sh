@@ -183,11 +183,16 @@ row_is() {
 }
 
 # lab_cheat_checks: submissions made from the solution that try to pass a task without doing
-# its work, graded together by grade-all (LAB_TIME_LIMIT=1 for the endless loop): each fails
-# its own task and nothing else, and grades.csv says why. The functions attacked are the
-# lab's first four.
+# its work, graded together by grade-all (LAB_TIME_LIMIT=$cheat_seconds, 1 unless set, for the
+# endless loop): each fails its own task and nothing else, and grades.csv says why. The
+# functions attacked are the lab's first four. The sourcing script may set exit_pattern, the
+# message of an early exit (an extended regular expression), leak_check=0 when LeakSanitizer
+# cannot look for a submission's leaks (SANITIZE=1), and define lab_more_cheats (more
+# submissions written into $tmp/class, their count in more_cheats) and lab_more_cheat_checks
+# (their rows checked).
 lab_cheat_checks() {
-    local f t
+    local f t exited=${exit_pattern:-'exited before the task finished \(exit status 0\)'}
+    local seconds=${cheat_seconds:-1}
     read -ra f <<< "$functions"
     read -ra t <<< "$tasks"
     rm -rf "$tmp/class" && mkdir -p "$tmp/class/folder_student"
@@ -196,8 +201,11 @@ lab_cheat_checks() {
     inject aborts "${f[2]}" 'abort();'
     inject loops "${f[0]}" 'for (volatile int spin_ = 1; spin_;) {}'
     # a memory limit needs RLIMIT_AS, which AddressSanitizer's shadow memory rules out; there,
-    # LeakSanitizer checks each task instead
-    if [ "$san" = 1 ]; then
+    # LeakSanitizer checks each task instead (unless the sourcing script set leak_check=0)
+    local n=10
+    if [ "$san" = 1 ] && [ "${leak_check:-1}" = 0 ]; then
+        n=9
+    elif [ "$san" = 1 ]; then
         inject leaks "${f[3]}" '{ char *volatile p_ = malloc(100); p_[0] = 1; p_ = NULL; }'
     else
         inject allocates "${f[3]}" \
@@ -212,13 +220,17 @@ lab_cheat_checks() {
     inject tampers "${f[2]}" '{ FILE *o_ = fopen("../../objs/grader.o", "w"); if (o_) { fputs("forged", o_); fclose(o_); } }'
     sed "/^[a-z].*[ *]${f[2]}(/,/^}/d" "$solution" > "$tmp/class/folder_student/mine.c"
     echo 'int broken = ;' > "$tmp/class/broken.c"
+    more_cheats=0
+    if declare -F lab_more_cheats > /dev/null; then
+        lab_more_cheats
+        n=$((n + more_cheats))
+    fi
 
-    out=$(LAB_TIME_LIMIT=1 make -s -C labs grade-all LAB="$lab" DIR="$tmp/class" \
+    out=$(LAB_TIME_LIMIT=$seconds make -s -C labs grade-all LAB="$lab" DIR="$tmp/class" \
         SANITIZE=$san 2>&1)
     rc=$?
     [ $rc -eq 0 ] && [ -f "$tmp/class/grades.csv" ]
     check "grade-all grades a folder of submissions into grades.csv" $? "exit $rc: $out"
-    local n=10
     [ "$(grep -c '^"' "$tmp/class/grades.csv" 2> /dev/null)" = $n ] &&
         grep -q "^submission,${tasks// /,},points,max_points,seconds,message$" "$tmp/class/grades.csv" &&
         grep -q "^grade-all: $n graded, mean score .*, 1 did not compile$" <<< "$out" &&
@@ -228,16 +240,18 @@ lab_cheat_checks() {
 
     row_is copied "" '""$'
     check "a copy of the solution passes every task" $? "$(cat "$tmp/class/grades.csv")"
-    row_is exits "${t[1]}" 'exited before the task finished \(exit status 0\)'
+    row_is exits "${t[1]}" "$exited"
     check "_exit(0) in ${f[1]} fails ${t[1]} alone, as exited before the task finished" $? \
         "$(cat "$tmp/class/grades.csv")"
     row_is aborts "${t[2]}" 'crashed: SIGABRT'
     check "abort() in ${f[2]} fails ${t[2]} alone, as crashed with SIGABRT" $? \
         "$(cat "$tmp/class/grades.csv")"
-    row_is loops "${t[0]}" 'took over 1 s'
+    row_is loops "${t[0]}" "took over $seconds s"
     check "an endless loop in ${f[0]} fails ${t[0]} alone, as over the time limit" $? \
         "$(cat "$tmp/class/grades.csv")"
-    if [ "$san" = 1 ]; then
+    if [ "$san" = 1 ] && [ "${leak_check:-1}" = 0 ]; then
+        : # no leak is looked for
+    elif [ "$san" = 1 ]; then
         row_is leaks "${t[3]}" 'memory leaked'
         check "memory leaked in ${f[3]} fails ${t[3]} alone under SANITIZE=1" $? \
             "$(cat "$tmp/class/grades.csv")"
@@ -262,6 +276,7 @@ lab_cheat_checks() {
     row_is broken "$tasks" '"does not compile: .*error'
     check "a file that does not compile scores 0, with the compiler's first error" $? \
         "$(cat "$tmp/class/grades.csv")"
+    if declare -F lab_more_cheat_checks > /dev/null; then lab_more_cheat_checks; fi
 
     # a folder that is not there, a bad JOBS: said, exit 2, nothing written
     out=$(make -s -C labs grade-all LAB="$lab" DIR="$tmp/nothing" 2>&1)
@@ -281,7 +296,7 @@ lab_cheat_checks() {
     local want_csv="" i
     for i in "${!t[@]}"; do
         if [ "$i" -eq 1 ]; then
-            want_csv+="${t[$i]},fail,0,${points[${t[$i]}]},[0-9.]+,\"exited before the task finished \(exit status 0\)[^\"]*\""$'\n'
+            want_csv+="${t[$i]},fail,0,${points[${t[$i]}]},[0-9.]+,\"$exited[^\"]*\""$'\n'
         else
             want_csv+="${t[$i]},pass,${points[${t[$i]}]},${points[${t[$i]}]},[0-9.]+,\"\""$'\n'
         fi
@@ -324,7 +339,7 @@ lab_handout_checks() {
             [ -f "$h/$f" ] || missing="$missing $f"
         done
     done
-    for f in labs/Makefile labs/common/lab.c labs/common/lab.h tests/testutil.c tests/testutil.h \
+    for f in labs/Makefile labs/common/lab.c labs/common/lab_task.c labs/common/lab_task.h labs/common/lab.h tests/testutil.c tests/testutil.h \
         Makefile $(git ls-files src); do
         [ -f "$h/$f" ] || missing="$missing $f"
     done
