@@ -4,10 +4,14 @@
  *
  *   - threads: the cpu backend's experts give the same bits whatever the thread count, and
  *     the count sizes the BLAS's pool with OpenMP and without;
- *   - the fence: cpu-fenced's memory is closed to the host, so a direct read stops the program.
+ *   - the fence: cpu-fenced's memory is closed to the host, so a direct read stops the program;
+ *     and each entry checks its pointers against backend.h (the device's memory, or the host's),
+ *     so a pointer of the wrong kind stops it too, naming the entry and the argument.
  */
 #include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "backend_util.h"
 
@@ -79,12 +83,104 @@ START_TEST(test_fence_stops_a_host_read) {
 }
 END_TEST
 
+/* cpu-fenced's other half: each entry checks its pointers against backend.h before it opens the
+ * fence (an entry may read the backend's memory, so a pointer of the wrong kind would pass
+ * unseen). Each misuse below runs in a child process, which must end with MOE_EXIT_FATAL and
+ * a message naming the entry and the argument. */
+typedef struct {
+    const char *what;
+    const char *says; /* what the message must hold */
+    void (*misuse)(const Backend *be);
+} Misuse;
+
+/* the aux loss's f in host memory, where the balance loss reads the backend's */
+static void global_f_on_the_host(const Backend *be) {
+    MoeSpec sp = {.d_model = 4, .num_experts = 4, .top_k = 2, .d_expert = 4};
+    moe_spec_defaults(&sp);
+    sp.seq_len = 4;
+    MoeCtx cx;
+    moe_ctx_train(&cx, &sp, 4, NULL);
+    static const float f[4] = {0.25f, 0.25f, 0.25f, 0.25f};
+    const int idx_h[8] = {0, 1, 2, 3, 0, 1, 2, 3};
+    float *scores = dev_rand(be, 16, 1.0f, 84);
+    int *idx = dev_copy_i(be, idx_h, 8);
+    cx.global_f = f;
+    be->router_balance_loss(be, scores, idx, 4, &sp, &cx);
+}
+/* a device buffer as to_host's destination */
+static void device_as_host_dst(const Backend *be) {
+    float *a = be_floats(be, 4), *b = be_floats(be, 4);
+    be->to_host(be, b, a, 4 * sizeof(float));
+}
+/* a host array as an operand */
+static void host_as_operand(const Backend *be) {
+    float a_h[4] = {1, 2, 3, 4};
+    float *y = be_floats(be, 4);
+    be->add(be, y, a_h, y, 4);
+}
+/* the host numbers of route_stats in the backend's memory */
+static void route_stats_in_device_memory(const Backend *be) {
+    MoeSpec sp = {.d_model = 4, .num_experts = 4, .top_k = 1, .d_expert = 4};
+    moe_spec_defaults(&sp);
+    const int idx_h[4] = {0, 1, 2, 3};
+    float *scores = dev_rand(be, 16, 1.0f, 85), *logits = dev_rand(be, 16, 1.0f, 86);
+    float *lse = be_floats(be, 4);
+    int *idx = dev_copy_i(be, idx_h, 4);
+    DispatchPlan p = {.N = 4, .E = 4, .K = 1};
+    p.counts = be_ints(be, 4), p.offsets = be_ints(be, 5), p.slot = be_ints(be, 4);
+    p.slot_token = be_ints(be, 4);
+    be->dispatch_plan_build(be, &p, idx, 4);
+    RouteStats rs;
+    route_stats_alloc(&rs, 4);
+    rs.load = be_floats(be, 4);
+    be->route_stats(be, &rs, scores, logits, lse, idx, &p, 4, &sp);
+}
+
+static const Misuse MISUSES[] = {
+    {"MoeCtx.global_f in host memory", "router_balance_loss: x->global_f", global_f_on_the_host},
+    {"a device buffer as to_host's destination", "to_host: host_dst", device_as_host_dst},
+    {"a host array as add's operand", "add: a (", host_as_operand},
+    {"RouteStats.load in the backend's memory", "route_stats: out->load",
+     route_stats_in_device_memory},
+};
+
+START_TEST(test_fence_checks_each_pointer) {
+    const Misuse *m = &MISUSES[_i];
+    int fd[2];
+    ck_assert_int_eq(pipe(fd), 0);
+    fflush(NULL);
+    const pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], STDERR_FILENO);
+        m->misuse(&backend_cpu_fenced);
+        _exit(0); /* went through: the check is missing */
+    }
+    close(fd[1]);
+    char err[1024] = {0};
+    size_t got = 0;
+    for (ssize_t r; got < sizeof err - 1 && (r = read(fd[0], err + got, sizeof err - 1 - got)) > 0;)
+        got += (size_t)r;
+    close(fd[0]);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == MOE_EXIT_FATAL,
+                  "%s: cpu-fenced went on (status %d), want exit %d", m->what, status,
+                  MOE_EXIT_FATAL);
+    ck_assert_msg(strstr(err, "cpu-fenced: ") && strstr(err, m->says),
+                  "%s: the message does not name '%s': %s", m->what, m->says, err);
+}
+END_TEST
+
 static Suite *backend_cpu_suite(void) {
     Suite *s = suite_create("backend_cpu");
     TCase *tc = tcase_create("cpu");
     tcase_add_test(tc, test_experts_any_thread_count);
     tcase_add_test(tc, test_threads_size_the_blas_pool);
     tcase_add_test_raise_signal(tc, test_fence_stops_a_host_read, SIGSEGV);
+    tcase_add_loop_test(tc, test_fence_checks_each_pointer, 0,
+                        (int)(sizeof MISUSES / sizeof MISUSES[0]));
     suite_add_tcase(s, tc);
     return s;
 }

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "backend_util.h"
+#include "model/route_tape.h"
 #include "nn/ops.h"
 
 /* ---- what a case hands back ----------------------------------------------------------------- */
@@ -259,9 +260,23 @@ static MoeSpec router_spec(int variant) {
 
 static void case_moe(const Backend *be, Outs *o, int variant) {
     const MoeSpec sp = router_spec(variant);
-    MoeCtx cx; /* sequences of seq_len = 8 tokens, no noise */
-    moe_ctx_train(&cx, &sp, sp.seq_len, NULL);
     const int N = R_N, C = R_C, E = R_E, F = R_F, A = moe_assignments_per_token(&sp);
+    /* sequences of seq_len = 8 tokens, and every other field of the context set, each in the
+     * memory backend.h gives it (cpu-fenced checks them all): a stream (host), one process
+     * (host), a tape (host; the block applies it, no op reads it), micro-batch 1 of a step,
+     * the block's scratch (device) and the aux loss's f from outside (device), skewed so that
+     * a backend that did not read it would give another balance loss than cpu-ref's */
+    MoeCtx cx;
+    Rng rng;
+    rng_seed(&rng, 36);
+    moe_ctx_train(&cx, &sp, sp.seq_len, &rng);
+    Dist one = {.rank = 0, .world = 1, .ep = 1, .dp = 1, .timeout_s = 10.0};
+    RouteTape tape = {0};
+    float f_h[R_E];
+    for (int e = 0; e < E; e++) f_h[e] = (float)(e + 1) / (float)(E * (E + 1) / 2);
+    float *gf = dev_copy(be, f_h, E);
+    cx.dist = &one, cx.tape = &tape, cx.micro = 1, cx.global_f = gf;
+    cx.work_bytes = moe_work_bytes(&sp, N), cx.work = be->alloc(be, cx.work_bytes);
     const size_t S = moe_slots_max(&sp, N), NA = (size_t)N * A;
     float *x = dev_rand(be, (size_t)N * C, 1.0f, 30), *Wr = dev_rand(be, (size_t)E * C, 1.0f, 31);
     float *logits = be_floats(be, (size_t)N * E), *scores = be_floats(be, (size_t)N * E);
@@ -362,7 +377,7 @@ static void case_moe(const Backend *be, Outs *o, int variant) {
     o->len[o->n++] = 3 * (size_t)R_E + 2;
     void *all[] = {x,  Wr,  logits, scores, lse, w,  idx, p.counts, p.offsets, p.slot, p.slot_token,
                    xe, ye,  y,      g,      u,   h,  Wg,  Wu,       Wd,        dy,     dye,
-                   dw, dxe, dx,     dg,     du,  dh, dW,  dl};
+                   dw, dxe, dx,     dg,     du,  dh, dW,  dl,       gf,        cx.work};
     for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) release(be, all[j]);
 }
 static void case_moe_dropless(const Backend *be, Outs *o) {

@@ -6,8 +6,10 @@
 #      `make test-full` and CI's extra pass set it, for Hopper and Ampere, "90 80"): nvcc with
 #      every warning an error, and ptxas reports no register spill and no local memory (stack
 #      frame) in any kernel of any .cu file.
-#   2. The unit suites of the backends (test_backend_ops, test_cuda_gemm) linked against the
-#      CUDA build's library pass: the cuda backend in the binary changes nothing on the CPU.
+#   2. The unit suites of the backends (test_backend_ops, test_cuda_gemm: the experts' cuBLAS
+#      types at every precision; test_backend_cpu: cpu-fenced's pointer checks;
+#      test_backend_coll: NCCL's start across ranks) linked against the CUDA build's library
+#      pass: the cuda backend in the binary changes nothing on the CPU.
 #      With MOE_TEST_FULL=1, every unit suite (make test-units CUDA=1).
 #   3. A CPU training run of build-cuda/moe writes the same checkpoint, byte for byte, as
 #      build/moe's.
@@ -61,9 +63,10 @@ if [ "$full" = 1 ]; then
     make_plain CUDA=1 CUDA_ARCH="$archs" test-units > "$tmp/units.log" 2>&1
 else
     make_plain CUDA=1 CUDA_ARCH="$archs" build-cuda/tests/test_backend_ops build-cuda/tests/test_cuda_gemm \
-        > "$tmp/units.log" 2>&1 &&
+        build-cuda/tests/test_backend_cpu build-cuda/tests/test_backend_coll > "$tmp/units.log" 2>&1 &&
         OMP_WAIT_POLICY=passive bash tests/lib/run_suites.sh "test (units)" build-cuda/tests/test_backend_ops \
-            build-cuda/tests/test_cuda_gemm >> "$tmp/units.log" 2>&1
+            build-cuda/tests/test_cuda_gemm build-cuda/tests/test_backend_cpu \
+            build-cuda/tests/test_backend_coll >> "$tmp/units.log" 2>&1
 fi
 rc=$?
 check "the unit suites pass on the CUDA build ($(grep -E 'passed, [0-9]+ failed' "$tmp/units.log" | tail -n 1))" $rc \

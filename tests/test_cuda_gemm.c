@@ -10,7 +10,9 @@
  *   - the GPU attention's whole algorithm on the host, in the order cuda_gemm.cu runs it: the
  *     strided-batched tuples per batch row, the softmax and its backward from the bodies of
  *     backend/kernels_att.h walked lane by lane with the warp's butterfly, the heads of the
- *     backward in groups as small as the workspace allows; against nn/attention.c.
+ *     backward in groups as small as the workspace allows; against nn/attention.c;
+ *   - the data and compute types of the experts' call at every train.precision, against the
+ *     combinations cuBLAS documents for cublasGemmGroupedBatchedEx and cublasGemmEx.
  * No GPU is needed: what cuBLAS and the kernels add on a GPU is checked there
  * (tests/gpu/run_device.sh).
  */
@@ -247,6 +249,67 @@ START_TEST(test_butterfly) {
 }
 END_TEST
 
+/* ---- the types of each call, against cuBLAS's tables -------------------------------------
+ * The combinations of data and compute types cuBLAS documents for its calls (the cuBLAS
+ * Library documentation, CUDA 12.5 on: "cublasGemmGroupedBatchedEx" and "cublasGemmEx"), as
+ * gemm_args.h numbers them; scale type fp32 in every row. The grouped call: */
+static const GemmTypes GROUPED_TABLE[] = {
+    {GEMM_TYPE_16BF, GEMM_TYPE_16BF, GEMM_TYPE_16BF, GEMM_COMPUTE_32F},
+    {GEMM_TYPE_16F, GEMM_TYPE_16F, GEMM_TYPE_16F, GEMM_COMPUTE_32F},
+    {GEMM_TYPE_32F, GEMM_TYPE_32F, GEMM_TYPE_32F, GEMM_COMPUTE_32F},
+    {GEMM_TYPE_32F, GEMM_TYPE_32F, GEMM_TYPE_32F, GEMM_COMPUTE_32F_FAST_TF32},
+};
+/* cublasGemmEx's rows whose compute type gemm_args.h names (it has more: fp16 compute, fp64,
+ * integers, complex) */
+static const GemmTypes GEMMEX_TABLE[] = {
+    {GEMM_TYPE_16BF, GEMM_TYPE_16BF, GEMM_TYPE_16BF, GEMM_COMPUTE_32F},
+    {GEMM_TYPE_16BF, GEMM_TYPE_16BF, GEMM_TYPE_32F, GEMM_COMPUTE_32F},
+    {GEMM_TYPE_16F, GEMM_TYPE_16F, GEMM_TYPE_16F, GEMM_COMPUTE_32F},
+    {GEMM_TYPE_16F, GEMM_TYPE_16F, GEMM_TYPE_32F, GEMM_COMPUTE_32F},
+    {GEMM_TYPE_32F, GEMM_TYPE_32F, GEMM_TYPE_32F, GEMM_COMPUTE_32F},
+    {GEMM_TYPE_32F, GEMM_TYPE_32F, GEMM_TYPE_32F, GEMM_COMPUTE_32F_FAST_16BF},
+    {GEMM_TYPE_32F, GEMM_TYPE_32F, GEMM_TYPE_32F, GEMM_COMPUTE_32F_FAST_TF32},
+};
+
+static int in_table(const GemmTypes *t, const GemmTypes *table, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (t->a == table[i].a && t->b == table[i].b && t->c == table[i].c &&
+            t->compute == table[i].compute)
+            return 1;
+    return 0;
+}
+
+/* Every train.precision: the experts' call takes a combination its cuBLAS call documents, on
+ * the engine's fp32 data, at the precision's own arithmetic (bf16 is not quietly made tf32) */
+START_TEST(test_experts_call_types) {
+    static const struct {
+        int precision;
+        const char *name;
+        int compute;
+    } P[] = {{MOE_PRECISION_FP32, "fp32", GEMM_COMPUTE_32F},
+             {MOE_PRECISION_TF32, "tf32", GEMM_COMPUTE_32F_FAST_TF32},
+             {MOE_PRECISION_BF16, "bf16", GEMM_COMPUTE_32F_FAST_16BF}};
+    for (size_t i = 0; i < sizeof P / sizeof P[0]; i++) {
+        const GemmExpertsCall c = gemm_experts_call(P[i].precision);
+        const GemmTypes *t = &c.types;
+        ck_assert_int_eq(gemm_compute(P[i].precision), P[i].compute);
+        ck_assert_msg(t->compute == P[i].compute, "train.precision=%s: the experts compute in %d",
+                      P[i].name, t->compute);
+        ck_assert_msg(t->a == GEMM_TYPE_32F && t->b == GEMM_TYPE_32F && t->c == GEMM_TYPE_32F,
+                      "train.precision=%s: the experts' data are not the engine's fp32", P[i].name);
+        const int grouped = c.call == GEMM_GROUPED;
+        ck_assert_msg(grouped ? in_table(t, GROUPED_TABLE, sizeof GROUPED_TABLE / sizeof *t)
+                              : in_table(t, GEMMEX_TABLE, sizeof GEMMEX_TABLE / sizeof *t),
+                      "train.precision=%s: %s has no A %d, B %d, C %d with compute type %d",
+                      P[i].name, grouped ? "cublasGemmGroupedBatchedEx" : "cublasGemmEx", t->a,
+                      t->b, t->c, t->compute);
+    }
+    /* fp32 and tf32 keep the grouped call (one launch a pass) */
+    ck_assert_int_eq(gemm_experts_call(MOE_PRECISION_FP32).call, GEMM_GROUPED);
+    ck_assert_int_eq(gemm_experts_call(MOE_PRECISION_TF32).call, GEMM_GROUPED);
+}
+END_TEST
+
 Suite *cuda_gemm_suite(void) {
     Suite *s = suite_create("cuda_gemm");
     TCase *tc = tcase_create("cuda_gemm");
@@ -254,6 +317,7 @@ Suite *cuda_gemm_suite(void) {
     tcase_add_test(tc, test_attention_algorithm);
     tcase_add_test(tc, test_experts_grouped_lists);
     tcase_add_test(tc, test_butterfly);
+    tcase_add_test(tc, test_experts_call_types);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -27,6 +27,20 @@
  * weights, then dimensions; row-major float32; parameter gradients are ADDED to, activation
  * gradients WRITTEN; a NULL gradient pointer means "not wanted". Pointers are the backend's
  * memory (alloc): on the CPU backends that is host memory, so data moves with plain copies.
+ *
+ * Which memory each pointer is in, for a backend whose memory is not the host's (a GPU):
+ *   device (the backend's: alloc, filled with to_device): every array argument (float *,
+ *            int *, double *) unless named below, also an offset into such a buffer; the
+ *            arrays of a DispatchPlan (counts, offsets, slot, slot_token); and of a MoeCtx,
+ *            global_f (the aux loss's f, E floats) and work (the ops' scratch). An op reads
+ *            them where it runs: a GPU's kernels read them in place, never copy them up.
+ *   host:    the structures passed by pointer (MoeSpec, MoeCtx, DispatchPlan, AdamwStep,
+ *            RouteStats, Dist), a MoeCtx's rng, dist and tape; to_device's host_src and
+ *            to_host's host_dst; route_stats' host_out with its arrays (load, routed,
+ *            dropped); route_domains' host_counts, host_drops and host_domains;
+ *            gemm_seconds' seconds; and the collectives' counts and displacements.
+ * cpu-fenced checks every pointer of every call against this list and stops, naming the op
+ * and the argument, at one in the other memory (fenced.c).
  */
 #ifndef MOE_BACKEND_H
 #define MOE_BACKEND_H
@@ -125,7 +139,9 @@ struct Backend {
                              const float *kc, const float *vc, const int *lens, int N, int C, int H,
                              int Tc);
 
-    /* ---- the MoE ops (moe/moe_ops.h, same arguments) ------------------------------------ */
+    /* ---- the MoE ops (moe/moe_ops.h, same arguments) ------------------------------------
+     * s, x and p are host structs; a plan's arrays, x->global_f and x->work are device memory,
+     * x->rng, x->dist and x->tape host memory (the list at the top of this file) */
     void (*router_scores_forward)(const Backend *be, float *scores, float *lse, const float *logits,
                                   int N, const MoeSpec *s);
     void (*router_gate_forward)(const Backend *be, int *idx, float *w, const float *scores,
@@ -169,8 +185,10 @@ struct Backend {
                              const int *counts, int E, int C, int F);
 
     /* what a routing decision did, as host numbers (router.csv, domains.csv): the trainer
-     * reads these, never the routing arrays. route_stats fills all of host_out: route_stats of
-     * the decision, and the router_logit_stats of its logits (N, E) and lse (N) */
+     * reads these, never the routing arrays. route_stats fills all of host_out (a host struct
+     * with host arrays): route_stats of the decision, and the router_logit_stats of its logits
+     * (N, E) and lse (N); route_domains adds to host_counts and host_drops by host_domains (N),
+     * all three host arrays */
     void (*route_stats)(const Backend *be, RouteStats *host_out, const float *scores,
                         const float *logits, const float *lse, const int *idx,
                         const DispatchPlan *p, int N, const MoeSpec *s);
@@ -180,8 +198,8 @@ struct Backend {
 
     /* ---- measurement ------------------------------------------------------------------------
      * The backend's own square product C (n, n) = A B (2 n^3 FLOPs), timed: one warm-up, then
-     * reps products, seconds[r] the wall time of each. The yardstick `moe bench` measures a
-     * training step against. */
+     * reps products, seconds[r] (host memory) the wall time of each. The yardstick `moe bench`
+     * measures a training step against. */
     void (*gemm_seconds)(const Backend *be, int n, int reps, double *seconds);
 
     /* ---- collectives on the backend's own memory, across processes (dist.collectives=nccl)

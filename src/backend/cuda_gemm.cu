@@ -11,19 +11,33 @@
  * round as fp32 FMAs, within the tolerance of the CPU); tf32 CUBLAS_COMPUTE_32F_FAST_TF32
  * (tensor cores, operands rounded to 10 mantissa bits); bf16 CUBLAS_COMPUTE_32F_FAST_16BF
  * (tensor cores, operands rounded to bf16 inside cuBLAS, fp32 accumulation and output). The
- * weights, gradients and AdamW moments stay fp32 in every mode.
+ * weights, gradients and AdamW moments stay fp32 in every mode. gemm_args.h chooses them
+ * (gemm_compute, gemm_experts_call: cublasGemmGroupedBatchedEx has no bf16 compute on fp32
+ * data, so the experts' products at bf16 run one cublasGemmEx each).
  */
 #include "backend/cuda.cuh"
 
 #include "backend/gemm_args.h"
 #include "backend/kernels_att.h"
 
-static cublasComputeType_t compute_type(const Backend *be) {
-    switch (cuda_ctx(be)->precision) {
-    case MOE_PRECISION_TF32: return CUBLAS_COMPUTE_32F_FAST_TF32;
-    case MOE_PRECISION_BF16: return CUBLAS_COMPUTE_32F_FAST_16BF;
+/* gemm_args.h's numbers as cuBLAS's types */
+static cublasComputeType_t cublas_compute(int compute) {
+    switch (compute) {
+    case GEMM_COMPUTE_32F_FAST_TF32: return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case GEMM_COMPUTE_32F_FAST_16BF: return CUBLAS_COMPUTE_32F_FAST_16BF;
     default: return CUBLAS_COMPUTE_32F;
     }
+}
+static cudaDataType_t cuda_type(int type) {
+    switch (type) {
+    case GEMM_TYPE_16F: return CUDA_R_16F;
+    case GEMM_TYPE_16BF: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+    }
+}
+
+static cublasComputeType_t compute_type(const Backend *be) {
+    return cublas_compute(gemm_compute(cuda_ctx(be)->precision));
 }
 
 static void gemm_run_as(const Backend *be, const GemmArgs *a, cublasComputeType_t type);
@@ -296,10 +310,18 @@ static Groups groups_room(const Backend *be, int E, int passes) {
 }
 
 /* One grouped call: the problems args[0 .. cnt) of one pass, whose A, B and C pointers are at
- * dA, dB, dC on the device. Every problem is a group of one. */
+ * dA, dB, dC on the device. Every problem is a group of one. Where cuBLAS's grouped call has no
+ * such combination of types (bf16 arithmetic on fp32 data: gemm_experts_call), the same
+ * problems run one cublasGemmEx each, in order. */
 static void gemm_grouped(const Backend *be, Groups *g, const GemmArgs *args, int cnt,
                          const void *const *dA, const void *const *dB, void *const *dC) {
     if (cnt <= 0) return;
+    const GemmExpertsCall call = gemm_experts_call(cuda_ctx(be)->precision);
+    const GemmTypes *t = &call.types;
+    if (call.call == GEMM_EACH) {
+        for (int i = 0; i < cnt; i++) gemm_run_as(be, &args[i], cublas_compute(t->compute));
+        return;
+    }
     for (int i = 0; i < cnt; i++) {
         const GemmArgs *a = &args[i];
         g->ta[i] = a->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -309,8 +331,9 @@ static void gemm_grouped(const Backend *be, Groups *g, const GemmArgs *args, int
         g->alpha[i] = a->alpha, g->beta[i] = a->beta, g->group_size[i] = 1;
     }
     CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
-        cuda_ctx(be)->blas, g->ta, g->tb, g->m, g->n, g->k, g->alpha, dA, CUDA_R_32F, g->lda, dB,
-        CUDA_R_32F, g->ldb, g->beta, dC, CUDA_R_32F, g->ldc, cnt, g->group_size, compute_type(be)));
+        cuda_ctx(be)->blas, g->ta, g->tb, g->m, g->n, g->k, g->alpha, dA, cuda_type(t->a), g->lda,
+        dB, cuda_type(t->b), g->ldb, g->beta, dC, cuda_type(t->c), g->ldc, cnt, g->group_size,
+        cublas_compute(t->compute)));
 }
 
 /* Every pass of passes[0 .. np) over the n slices: the argument lists built, the pointer arrays

@@ -378,23 +378,18 @@ float cuda_router_balance_loss(const Backend *be, const float *scores, const int
     int Tr;
     const int rows = kmoe_bal_rows(seq, N, x->T, &Tr), nchunk = kmoe_chunks(Tr);
     const size_t nparts = (size_t)rows * nchunk * E;
-    /* aux, aux_free and none: the Switch value, f from outside when given; seq_aux: its own */
-    const float *host_gf = seq ? NULL : x->global_f;
+    /* aux, aux_free and none: the Switch value, f from outside when given; seq_aux: its own.
+     * MoeCtx.global_f is the backend's memory (backend.h): the kernels read it in place */
+    const float *gf = seq ? NULL : x->global_f;
     Carve c = cuda_carve_begin(
         be, x,
         carve_round(sig ? (size_t)N * sizeof(double) : 0) + carve_round(nparts * sizeof(double)) +
-            carve_round(host_gf ? 0 : nparts * sizeof(int)) +
-            carve_round(host_gf ? (size_t)E * sizeof(float) : 0) + carve_round(sizeof(double)));
+            carve_round(gf ? 0 : nparts * sizeof(int)) + carve_round(sizeof(double)));
     double *ssum = (double *)carve(&c, sig ? (size_t)N * sizeof(double) : 0);
     double *pq = (double *)carve(&c, nparts * sizeof(double));
-    int *ph = (int *)carve(&c, host_gf ? 0 : nparts * sizeof(int));
-    float *gf = (float *)carve(&c, host_gf ? (size_t)E * sizeof(float) : 0);
+    int *ph = (int *)carve(&c, gf ? 0 : nparts * sizeof(int));
     double *d_total = (double *)carve(&c, sizeof(double));
     cudaStream_t st = cuda_stream(be);
-    /* from pageable memory: the copy has read global_f when the call returns */
-    if (host_gf)
-        CUDA_CHECK(
-            cudaMemcpyAsync(gf, host_gf, (size_t)E * sizeof(float), cudaMemcpyHostToDevice, st));
     if (sig) {
         k_score_sums<<<kmoe_grid((size_t)N), KMOE_THREADS, 0, st>>>(ssum, scores, N, E);
         CUDA_LAUNCHED();
@@ -451,18 +446,13 @@ void cuda_router_gate_backward(const Backend *be, float *dlogits, const float *d
         rows = kmoe_bal_rows(seq, N, x->T, &Tr);
         const int nchunk = kmoe_chunks(Tr);
         const size_t nparts = (size_t)rows * nchunk * E, ncoef = (size_t)rows * E;
-        const float *host_gf = seq ? NULL : x->global_f;
-        Carve c = cuda_carve_begin(be, x,
-                                   carve_round(ncoef * sizeof(float)) +
-                                       carve_round(host_gf ? 0 : nparts * sizeof(int)) +
-                                       carve_round(host_gf ? (size_t)E * sizeof(float) : 0));
+        /* f from outside (the backend's memory, read in place), else counted here from idx */
+        const float *gf = seq ? NULL : x->global_f;
+        Carve c = cuda_carve_begin(
+            be, x, carve_round(ncoef * sizeof(float)) + carve_round(gf ? 0 : nparts * sizeof(int)));
         coef = (float *)carve(&c, ncoef * sizeof(float));
-        int *ph = (int *)carve(&c, host_gf ? 0 : nparts * sizeof(int));
-        float *gf = (float *)carve(&c, host_gf ? (size_t)E * sizeof(float) : 0);
-        if (host_gf) {
-            CUDA_CHECK(cudaMemcpyAsync(gf, host_gf, (size_t)E * sizeof(float),
-                                       cudaMemcpyHostToDevice, st));
-        } else {
+        int *ph = (int *)carve(&c, gf ? 0 : nparts * sizeof(int));
+        if (!gf) {
             k_expert_parts<<<kmoe_grid(nparts), KMOE_THREADS, 0, st>>>(
                 NULL, ph, NULL, NULL, NULL, idx, NULL, nparts, Tr, nchunk, E, K);
             CUDA_LAUNCHED();

@@ -5,10 +5,11 @@
  * processes stages its buffers through the host (model/ep.c, model/grad_sync.c).
  *
  * Start-up (coll_open): rank 0 draws NCCL's unique id, every rank gets it over MPI
- * (dist_broadcast_bytes), and together they make a communicator of the world, split like d's
- * grid into the expert-parallel rows (colour dp_rank, key ep_rank) and the data-parallel
- * columns (colour ep_rank, key dp_rank), so a member's index in a communicator is its index in
- * d's group.
+ * (dist_broadcast_bytes; with rank 0's status, so that a failed draw ends every rank with its
+ * message instead of leaving them in the broadcast: nccl_start.h), and together they make a
+ * communicator of the world, split like d's grid into the expert-parallel rows (colour
+ * dp_rank, key ep_rank) and the data-parallel columns (colour ep_rank, key dp_rank), so a
+ * member's index in a communicator is its index in d's group.
  *
  * A collective is enqueued on the backend's stream, behind the kernels that made its input and
  * before those that read its output, and an event is recorded after it: the start costs the
@@ -31,6 +32,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/nccl_start.h"
 #include "base/util.h"
 
 /* One collective in flight: the event after it, and what it will add to d->stats. */
@@ -65,20 +67,31 @@ static void nccl_check(Dist *d, ncclResult_t r, const char *what) {
     abort_all(d, why);
 }
 
+static_assert(sizeof(ncclUniqueId) == NCCL_START_ID_BYTES, "nccl_start.h: the size of an id");
+
+/* nccl_start_share's two halves: rank 0's draw, and the broadcast over MPI */
+static int draw_id(void *ctx, char *id, char *why, size_t whylen) {
+    (void)ctx;
+    ncclUniqueId u;
+    const ncclResult_t r = ncclGetUniqueId(&u);
+    if (r != ncclSuccess) {
+        snprintf(why, whylen, "%s", ncclGetErrorString(r));
+        return (int)r;
+    }
+    memcpy(id, &u, sizeof u);
+    return 0;
+}
+static void broadcast_start(void *ctx, void *buf, size_t n) {
+    dist_broadcast_bytes((Dist *)ctx, buf, n);
+}
+
 int cuda_coll_open(const Backend *be, Dist *d, char *err, int errlen) {
     if (nccl.open) return 0;
+    /* rank 0's id, or its failure, reaches every rank (nccl_start.h), so that all return */
+    NcclStart start;
+    if (nccl_start_share(d->rank, &start, draw_id, broadcast_start, d, err, errlen) != 0) return -1;
     ncclUniqueId id;
-    memset(&id, 0, sizeof id);
-    if (d->rank == 0) {
-        ncclResult_t r = ncclGetUniqueId(&id);
-        if (r != ncclSuccess)
-            return set_error(err, errlen,
-                             "dist.collectives=nccl: NCCL could not start (it says: %s); use "
-                             "dist.collectives=mpi, which stages the GPU's buffers through the "
-                             "host",
-                             ncclGetErrorString(r));
-    }
-    dist_broadcast_bytes(d, &id, sizeof id);
+    memcpy(&id, start.id, sizeof id);
     CUDA_CHECK(cudaSetDevice(cuda_ctx(be)->device));
     ncclResult_t r = ncclCommInitRank(&nccl.comm[DIST_WORLD], d->world, id, d->rank);
     if (r != ncclSuccess)

@@ -9,7 +9,10 @@
  * table is the cpu backend's, each entry opening the pages, calling the cpu entry and closing
  * them again; host_memory is 0, so the engine moves data with to_host and to_device, as it must
  * for a GPU. A read or write of a closed page stops the program with a message naming the
- * address (SIGSEGV).
+ * address (SIGSEGV). An entry itself runs with the pages open, so before it does, it checks each
+ * of its pointers against backend.h's list of device and host memory: a host array passed as a
+ * device buffer (or the reverse) stops the program with a message naming the entry and the
+ * argument ("the contract" below).
  *
  * The results are the cpu backend's, bit for bit (the same operations in the same order):
  * tests/test_backends.sh trains on both and compares. Slower, by a pair of mprotect calls per
@@ -80,6 +83,56 @@ static void install_handler(void) {
     sigaction(SIGSEGV, &sa, NULL);
 }
 
+/* ---- the contract: which pointers are the device's ------------------------------------------
+ * The fence stops a host read of the backend's memory between operations, but an operation
+ * runs with the pages open: one handed a device pointer where backend.h says host memory (or
+ * the reverse) would run here and fail on a GPU, where the two are different address spaces
+ * (a cudaMemcpy of the wrong kind). So every entry first checks each pointer argument, and
+ * each pointer field of the structures it takes, against backend.h: the device's memory lies
+ * in one of the fence's regions, the host's in none. NULL passes (an optional argument). A
+ * violation ends the program naming the operation and the argument. */
+
+static int in_regions(const void *p) {
+    const char *a = (const char *)p;
+    for (int i = 0; i < n_regions; i++)
+        if (a >= regions[i].p && a < regions[i].p + regions[i].len) return 1;
+    return 0;
+}
+static void want_device(const char *op, const char *arg, const void *p) {
+    if (p && !in_regions(p))
+        moe_fatal("cpu-fenced: %s: %s (%p) is host memory, but backend.h has it in the "
+                  "backend's memory: allocate it with alloc and fill it with to_device",
+                  op, arg, p);
+}
+static void want_host(const char *op, const char *arg, const void *p) {
+    if (p && in_regions(p))
+        moe_fatal("cpu-fenced: %s: %s (%p) is the backend's memory, but backend.h has it in "
+                  "host memory: copy it to the host with to_host",
+                  op, arg, p);
+}
+/* A plan: the struct on the host, its arrays the device's. */
+static void want_plan(const char *op, const DispatchPlan *p) {
+    want_host(op, "p (DispatchPlan)", p);
+    if (!p) return;
+    want_device(op, "p->counts", p->counts), want_device(op, "p->offsets", p->offsets);
+    want_device(op, "p->slot", p->slot), want_device(op, "p->slot_token", p->slot_token);
+}
+/* A call's context: the struct, its stream, processes and tape on the host; f and the scratch
+ * the device's. */
+static void want_ctx(const char *op, const MoeCtx *x) {
+    want_host(op, "x (MoeCtx)", x);
+    if (!x) return;
+    want_host(op, "x->rng", x->rng), want_host(op, "x->dist", x->dist);
+    want_host(op, "x->tape", x->tape);
+    want_device(op, "x->global_f", x->global_f), want_device(op, "x->work", x->work);
+}
+/* Each entry below is f_ and its operation's name (__func__ names it in the message). */
+#define OP (__func__ + 2)
+#define DEV(p) want_device(OP, #p, (p))
+#define HOST(p) want_host(OP, #p, (p))
+#define PLAN(p) want_plan(OP, (p))
+#define CTX(x) want_ctx(OP, (x))
+
 /* ---- memory -----------------------------------------------------------------------------------
  */
 
@@ -126,6 +179,24 @@ static void fenced_sync(const Backend *be) {
     (void)be;
 }
 
+/* zero, copy, to_device and to_host behind their contracts (the memory moves above) */
+static void f_zero(const Backend *be, void *p, size_t bytes) {
+    DEV(p);
+    fenced_zero(be, p, bytes);
+}
+static void f_copy(const Backend *be, void *dst, const void *src, size_t bytes) {
+    DEV(dst), DEV(src);
+    fenced_copy(be, dst, src, bytes);
+}
+static void f_to_device(const Backend *be, void *dst, const void *host_src, size_t bytes) {
+    DEV(dst), HOST(host_src);
+    fenced_copy(be, dst, host_src, bytes);
+}
+static void f_to_host(const Backend *be, void *host_dst, const void *src, size_t bytes) {
+    HOST(host_dst), DEV(src);
+    fenced_copy(be, host_dst, src, bytes);
+}
+
 /* ---- the entries: the cpu backend's, inside the fence ----------------------------------------
  * FENCED(call) runs a cpu entry with the pages open; FENCED_VALUE for one that returns. */
 static const Backend *const CPU = &backend_cpu;
@@ -140,163 +211,205 @@ static const Backend *const CPU = &backend_cpu;
     } while (0)
 
 static void f_add(const Backend *be, float *y, const float *a, const float *b, size_t n) {
+    DEV(y), DEV(a), DEV(b);
     FENCED(add(CPU, y, a, b, n));
 }
 static void f_mul(const Backend *be, float *y, const float *a, const float *b, size_t n) {
+    DEV(y), DEV(a), DEV(b);
     FENCED(mul(CPU, y, a, b, n));
 }
 static void f_scale(const Backend *be, float *x, float s, size_t n) {
+    DEV(x);
     FENCED(scale(CPU, x, s, n));
 }
 static void f_round_bf16(const Backend *be, float *y, const float *x, size_t n) {
+    DEV(y), DEV(x);
     FENCED(round_bf16(CPU, y, x, n));
 }
 static double f_sum(const Backend *be, const float *x, size_t n) {
+    DEV(x);
     FENCED_VALUE(double, sum(CPU, x, n));
 }
 static double f_sum_squares(const Backend *be, double *partial, const float *x, size_t n) {
+    DEV(partial), DEV(x);
     FENCED_VALUE(double, sum_squares(CPU, partial, x, n));
 }
 static void f_embed_forward(const Backend *be, float *x, const int *tokens, const float *emb, int N,
                             int C) {
+    DEV(x), DEV(tokens), DEV(emb);
     FENCED(embed_forward(CPU, x, tokens, emb, N, C));
 }
 static void f_embed_backward(const Backend *be, float *demb, const float *dx, const int *tokens,
                              int N, int C) {
+    DEV(demb), DEV(dx), DEV(tokens);
     FENCED(embed_backward(CPU, demb, dx, tokens, N, C));
 }
 static void f_permute_rows(const Backend *be, float *out, const float *in, const int *to, int n,
                            int C, int back) {
+    DEV(out), DEV(in), DEV(to);
     FENCED(permute_rows(CPU, out, in, to, n, C, back));
 }
 static void f_matmul_forward(const Backend *be, float *y, const float *x, const float *W, int N,
                              int IN, int OUT) {
+    DEV(y), DEV(x), DEV(W);
     FENCED(matmul_forward(CPU, y, x, W, N, IN, OUT));
 }
 static void f_matmul_backward(const Backend *be, float *dx, float *dW, const float *dy,
                               const float *x, const float *W, int N, int IN, int OUT) {
+    DEV(dx), DEV(dW), DEV(dy), DEV(x), DEV(W);
     FENCED(matmul_backward(CPU, dx, dW, dy, x, W, N, IN, OUT));
 }
 static void f_router_logits_forward(const Backend *be, float *logits, const float *x,
                                     const float *Wr, int N, int C, int E) {
+    DEV(logits), DEV(x), DEV(Wr);
     FENCED(router_logits_forward(CPU, logits, x, Wr, N, C, E));
 }
 static void f_router_logits_backward(const Backend *be, float *dx, float *dWr, const float *dlogits,
                                      const float *x, const float *Wr, int N, int C, int E) {
+    DEV(dx), DEV(dWr), DEV(dlogits), DEV(x), DEV(Wr);
     FENCED(router_logits_backward(CPU, dx, dWr, dlogits, x, Wr, N, C, E));
 }
 static void f_rmsnorm_forward(const Backend *be, float *y, float *rstd, const float *x,
                               const float *w, int N, int C) {
+    DEV(y), DEV(rstd), DEV(x), DEV(w);
     FENCED(rmsnorm_forward(CPU, y, rstd, x, w, N, C));
 }
 static void f_rmsnorm_backward(const Backend *be, float *dx, float *dw, const float *dy,
                                const float *x, const float *w, const float *rstd, int N, int C) {
+    DEV(dx), DEV(dw), DEV(dy), DEV(x), DEV(w), DEV(rstd);
     FENCED(rmsnorm_backward(CPU, dx, dw, dy, x, w, rstd, N, C));
 }
 static void f_rope_forward(const Backend *be, float *x, const float *cs, int B, int T, int H,
                            int D) {
+    DEV(x), DEV(cs);
     FENCED(rope_forward(CPU, x, cs, B, T, H, D));
 }
 static void f_rope_backward(const Backend *be, float *dx, const float *cs, int B, int T, int H,
                             int D) {
+    DEV(dx), DEV(cs);
     FENCED(rope_backward(CPU, dx, cs, B, T, H, D));
 }
 static void f_attention_forward(const Backend *be, float *out, float *att, const float *q,
                                 const float *k, const float *v, int B, int T, int C, int H) {
+    DEV(out), DEV(att), DEV(q), DEV(k), DEV(v);
     FENCED(attention_forward(CPU, out, att, q, k, v, B, T, C, H));
 }
 static void f_attention_backward(const Backend *be, float *dq, float *dk, float *dv, float *ws,
                                  const float *dout, const float *att, const float *q,
                                  const float *k, const float *v, int B, int T, int C, int H,
                                  int n_ws) {
+    DEV(dq), DEV(dk), DEV(dv), DEV(ws), DEV(dout), DEV(att), DEV(q), DEV(k), DEV(v);
     FENCED(attention_backward(CPU, dq, dk, dv, ws, dout, att, q, k, v, B, T, C, H, n_ws));
 }
 static void f_rope_forward_at(const Backend *be, float *x, const float *cs, const int *pos, int N,
                               int H, int D) {
+    DEV(x), DEV(cs), DEV(pos);
     FENCED(rope_forward_at(CPU, x, cs, pos, N, H, D));
 }
 static void f_attention_decode(const Backend *be, float *out, float *att, const float *q,
                                const float *kc, const float *vc, const int *lens, int N, int C,
                                int H, int Tc) {
+    DEV(out), DEV(att), DEV(q), DEV(kc), DEV(vc), DEV(lens);
     FENCED(attention_decode(CPU, out, att, q, kc, vc, lens, N, C, H, Tc));
 }
 static void f_swiglu_forward(const Backend *be, float *h, const float *g, const float *u, int N,
                              int F) {
+    DEV(h), DEV(g), DEV(u);
     FENCED(swiglu_forward(CPU, h, g, u, N, F));
 }
 static void f_swiglu_backward(const Backend *be, float *dg, float *du, const float *dh,
                               const float *g, const float *u, int N, int F) {
+    DEV(dg), DEV(du), DEV(dh), DEV(g), DEV(u);
     FENCED(swiglu_backward(CPU, dg, du, dh, g, u, N, F));
 }
 static void f_crossentropy_forward(const Backend *be, float *losses, float *probs,
                                    const float *logits, const int *targets, int N, int V) {
+    DEV(losses), DEV(probs), DEV(logits), DEV(targets);
     FENCED(crossentropy_forward(CPU, losses, probs, logits, targets, N, V));
 }
 static void f_crossentropy_backward(const Backend *be, float *dlogits, const float *probs,
                                     const int *targets, float scale, int N, int V) {
+    DEV(dlogits), DEV(probs), DEV(targets);
     FENCED(crossentropy_backward(CPU, dlogits, probs, targets, scale, N, V));
 }
 static void f_adamw_update(const Backend *be, float *p, float *g, float *m, float *v, size_t n,
                            const AdamwStep *s) {
+    DEV(p), DEV(g), DEV(m), DEV(v), HOST(s);
     FENCED(adamw_update(CPU, p, g, m, v, n, s));
 }
 static void f_router_scores_forward(const Backend *be, float *scores, float *lse,
                                     const float *logits, int N, const MoeSpec *s) {
+    DEV(scores), DEV(lse), DEV(logits), HOST(s);
     FENCED(router_scores_forward(CPU, scores, lse, logits, N, s));
 }
 static void f_router_gate_forward(const Backend *be, int *idx, float *w, const float *scores,
                                   const float *logits, const float *bias, int N, const MoeSpec *s) {
+    DEV(idx), DEV(w), DEV(scores), DEV(logits), DEV(bias), HOST(s);
     FENCED(router_gate_forward(CPU, idx, w, scores, logits, bias, N, s));
 }
 static void f_router_gate_weights(const Backend *be, float *w, const int *idx, const float *scores,
                                   const float *logits, int N, const MoeSpec *s) {
+    DEV(w), DEV(idx), DEV(scores), DEV(logits), HOST(s);
     FENCED(router_gate_weights(CPU, w, idx, scores, logits, N, s));
 }
 static float f_router_balance_loss(const Backend *be, const float *scores, const int *idx, int N,
                                    const MoeSpec *s, const MoeCtx *x) {
+    DEV(scores), DEV(idx), HOST(s), CTX(x);
     FENCED_VALUE(float, router_balance_loss(CPU, scores, idx, N, s, x));
 }
 static float f_router_z_loss(const Backend *be, const float *lse, int N) {
+    DEV(lse);
     FENCED_VALUE(float, router_z_loss(CPU, lse, N));
 }
 static void f_router_gate_backward(const Backend *be, float *dlogits, const float *dw,
                                    const float *scores, const float *lse, const float *logits,
                                    const int *idx, const float *w, int N, const MoeSpec *s,
                                    const MoeCtx *x, float bal_scale, float z_scale) {
+    DEV(dlogits), DEV(dw), DEV(scores), DEV(lse), DEV(logits), DEV(idx), DEV(w);
+    HOST(s), CTX(x);
     FENCED(router_gate_backward(CPU, dlogits, dw, scores, lse, logits, idx, w, N, s, x, bal_scale,
                                 z_scale));
 }
 static void f_dispatch_plan_build(const Backend *be, DispatchPlan *p, const int *idx, int N) {
+    PLAN(p), DEV(idx);
     FENCED(dispatch_plan_build(CPU, p, idx, N));
 }
 static void f_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
                                   const float *scores, const float *w, int N, const MoeSpec *s,
                                   const MoeCtx *x) {
+    PLAN(p), DEV(idx), DEV(scores), DEV(w), HOST(s), CTX(x);
     FENCED(capacity_plan_build(CPU, p, idx, scores, w, N, s, x));
 }
 static void f_expert_choice_forward(const Backend *be, int *idx, float *w, DispatchPlan *p,
                                     const float *scores, int N, const MoeSpec *s, const MoeCtx *x) {
+    DEV(idx), DEV(w), PLAN(p), DEV(scores), HOST(s), CTX(x);
     FENCED(expert_choice_forward(CPU, idx, w, p, scores, N, s, x));
 }
 static void f_permute_forward(const Backend *be, float *xe, const float *x, const DispatchPlan *p,
                               int C) {
+    DEV(xe), DEV(x), PLAN(p);
     FENCED(permute_forward(CPU, xe, x, p, C));
 }
 static void f_permute_backward(const Backend *be, float *dx, const float *dxe,
                                const DispatchPlan *p, int C) {
+    DEV(dx), DEV(dxe), PLAN(p);
     FENCED(permute_backward(CPU, dx, dxe, p, C));
 }
 static void f_combine_forward(const Backend *be, float *y, const float *ye, const float *w,
                               const DispatchPlan *p, int C) {
+    DEV(y), DEV(ye), DEV(w), PLAN(p);
     FENCED(combine_forward(CPU, y, ye, w, p, C));
 }
 static void f_combine_backward(const Backend *be, float *dye, float *dw, const float *dy,
                                const float *ye, const float *w, const DispatchPlan *p, int C) {
+    DEV(dye), DEV(dw), DEV(dy), DEV(ye), DEV(w), PLAN(p);
     FENCED(combine_backward(CPU, dye, dw, dy, ye, w, p, C));
 }
 static void f_experts_forward(const Backend *be, float *ye, float *g, float *u, float *h,
                               const float *xe, const float *Wg, const float *Wu, const float *Wd,
                               const int *offsets, const int *counts, int E, int C, int F) {
+    DEV(ye), DEV(g), DEV(u), DEV(h), DEV(xe), DEV(Wg), DEV(Wu), DEV(Wd);
+    DEV(offsets), DEV(counts);
     FENCED(experts_forward(CPU, ye, g, u, h, xe, Wg, Wu, Wd, offsets, counts, E, C, F));
 }
 static void f_experts_backward(const Backend *be, float *dxe, float *dWg, float *dWu, float *dWd,
@@ -304,20 +417,26 @@ static void f_experts_backward(const Backend *be, float *dxe, float *dWg, float 
                                const float *g, const float *u, const float *h, const float *Wg,
                                const float *Wu, const float *Wd, const int *offsets,
                                const int *counts, int E, int C, int F) {
+    DEV(dxe), DEV(dWg), DEV(dWu), DEV(dWd), DEV(dg), DEV(du), DEV(dh), DEV(dye);
+    DEV(xe), DEV(g), DEV(u), DEV(h), DEV(Wg), DEV(Wu), DEV(Wd), DEV(offsets), DEV(counts);
     FENCED(experts_backward(CPU, dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd,
                             offsets, counts, E, C, F));
 }
 static void f_route_stats(const Backend *be, RouteStats *out, const float *scores,
                           const float *logits, const float *lse, const int *idx,
                           const DispatchPlan *p, int N, const MoeSpec *s) {
+    HOST(out), DEV(scores), DEV(logits), DEV(lse), DEV(idx), PLAN(p), HOST(s);
+    if (out) HOST(out->load), HOST(out->routed), HOST(out->dropped);
     FENCED(route_stats(CPU, out, scores, logits, lse, idx, p, N, s));
 }
 static void f_route_domains(const Backend *be, double *counts, double *drops,
                             const unsigned char *domains, int n_domains, const int *idx,
                             const DispatchPlan *p, int N, const MoeSpec *s) {
+    HOST(counts), HOST(drops), HOST(domains), DEV(idx), PLAN(p), HOST(s);
     FENCED(route_domains(CPU, counts, drops, domains, n_domains, idx, p, N, s));
 }
 static void f_gemm_seconds(const Backend *be, int n, int reps, double *seconds) {
+    HOST(seconds);
     (void)be, CPU->gemm_seconds(CPU, n, reps, seconds);
 }
 
@@ -327,10 +446,10 @@ const Backend backend_cpu_fenced = {
     .host_memory = 0,
     .alloc = fenced_alloc,
     .free = fenced_free,
-    .zero = fenced_zero,
-    .copy = fenced_copy,
-    .to_device = fenced_copy,
-    .to_host = fenced_copy,
+    .zero = f_zero,
+    .copy = f_copy,
+    .to_device = f_to_device,
+    .to_host = f_to_host,
     .sync = fenced_sync,
     .add = f_add,
     .mul = f_mul,

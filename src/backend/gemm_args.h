@@ -28,6 +28,8 @@
 
 #include <stddef.h>
 
+#include "config/config.h" /* MOE_PRECISION_* */
+
 /* C (m, n) = alpha op(A) op(B) + beta C, column-major; op transposes when trans is set.
  * A batched call adds `batch` products, the i-th with its operands at A + i strideA etc. */
 typedef struct {
@@ -158,6 +160,52 @@ static inline GemmArgs gemm_expert(const ExpertBuffers *b, int pass, ExpertSlice
     case EXPERT_DWU: return gemm_linear_dw(b->dWu + wo, b->du + rf, b->xe + rc, n, C, F);
     default: return gemm_linear_dx(b->dxe + rc, b->du + rf, b->Wu + wo, n, C, F, 1);
     }
+}
+
+/* ---- the arithmetic of each call, by train.precision -----------------------------------------
+ * cuBLAS's data and compute types as plain numbers (cuda_gemm.cu turns them into its
+ * cudaDataType_t and cublasComputeType_t), so that the host tests can check the choice against
+ * cuBLAS's tables of supported combinations. */
+enum { GEMM_TYPE_32F, GEMM_TYPE_16F, GEMM_TYPE_16BF };
+enum { GEMM_COMPUTE_32F, GEMM_COMPUTE_32F_FAST_TF32, GEMM_COMPUTE_32F_FAST_16BF };
+typedef struct {
+    int a, b, c; /* GEMM_TYPE_*: A's, B's and C's data type */
+    int compute; /* GEMM_COMPUTE_* */
+} GemmTypes;
+
+/* The large products' compute type at a train.precision (MOE_PRECISION_*): fp32 as fp32 FMAs,
+ * tf32 and bf16 on tensor cores with the fp32 operands rounded inside cuBLAS. The data stay
+ * fp32 (the engine's buffers). */
+static inline int gemm_compute(int precision) {
+    switch (precision) {
+    case MOE_PRECISION_TF32: return GEMM_COMPUTE_32F_FAST_TF32;
+    case MOE_PRECISION_BF16: return GEMM_COMPUTE_32F_FAST_16BF;
+    default: return GEMM_COMPUTE_32F;
+    }
+}
+
+/* How the experts' products of one pass run (cuda_gemm.cu), and with which types:
+ *
+ *   GEMM_GROUPED  one cublasGemmGroupedBatchedEx call over the pass's problems;
+ *   GEMM_EACH     one cublasGemmEx per problem, in the list's order, on the same stream.
+ *
+ * cuBLAS's table for the grouped call takes fp32 A, B and C with CUBLAS_COMPUTE_32F and
+ * CUBLAS_COMPUTE_32F_FAST_TF32 only; its bf16 rows want bf16 operands AND a bf16 C, which
+ * would round the experts' outputs and the weight gradients they accumulate into to bf16.
+ * cublasGemmEx takes fp32 data with CUBLAS_COMPUTE_32F_FAST_16BF. So at bf16 the products run
+ * one by one through cublasGemmEx, as bf16 products with fp32 data like every other product
+ * of the step (more launches, the same arithmetic); at fp32 and tf32 they are grouped. */
+enum { GEMM_GROUPED, GEMM_EACH };
+typedef struct {
+    int call; /* GEMM_GROUPED or GEMM_EACH */
+    GemmTypes types;
+} GemmExpertsCall;
+
+static inline GemmExpertsCall gemm_experts_call(int precision) {
+    const int compute = gemm_compute(precision);
+    GemmExpertsCall c = {GEMM_GROUPED, {GEMM_TYPE_32F, GEMM_TYPE_32F, GEMM_TYPE_32F, compute}};
+    if (compute == GEMM_COMPUTE_32F_FAST_16BF) c.call = GEMM_EACH;
+    return c;
 }
 
 #endif

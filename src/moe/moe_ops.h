@@ -112,15 +112,17 @@ typedef struct {
      * this member's E / ep experts. */
     struct Dist *dist;
     /* the aux loss's f (E) from outside (the whole batch across processes, the step's batch,
-     * groups of experts: model/moe_block.c); NULL: from idx */
+     * groups of experts: model/moe_block.c), in the memory the ops run on (a Backend's:
+     * device memory on a GPU, backend.h); NULL: from idx */
     const float *global_f;
     /* moe.balance_scope=global: this call's micro-batch of the optimizer step (0: the first,
      * whose count starts the step's again) */
     int micro;
     /* scratch of the ops that need some (the balance loss, the router's backward, the
      * capacity and expert-choice plans): work_bytes >= moe_work_bytes(s, N) bytes, which the
-     * MoE block allocates once so that a training step allocates nothing. NULL: each such op
-     * allocates its own for the call (tests, one-off callers). */
+     * MoE block allocates once (a Backend's memory, as global_f) so that a training step
+     * allocates nothing. NULL: each such op allocates its own for the call (tests, one-off
+     * callers). */
     void *work;
     size_t work_bytes;
     /* a recording of the routing to write, or to replay instead of the block's own top-k
