@@ -15,6 +15,7 @@
 #      allocation, a printed pass, forged files), one missing a function and one that does not
 #      compile, graded by grade-all: each fails its own task alone, in grades.csv (under
 #      SANITIZE=1 a leak instead of the huge allocation)
+#   8. make -C labs bench-grade-all at N=3 writes its file (not under SANITIZE=1)
 # Checks 1-3 are the ones every lab has, in tests/lib/lab_harness.sh, which also says which
 # build (MOE_BUILD, MOE_BIN) the grader runs against.
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
@@ -52,4 +53,15 @@ refused router_aux_loss
 
 lab_handout_checks
 lab_cheat_checks
+
+# make -C labs bench-grade-all, at a tiny size: its file has the machine, the header and a row
+if [ "$san" = 0 ]; then
+    out=$(N=3 BENCH_LABS=$lab BENCH_OUT="$tmp/grade_all.txt" make -s -C labs bench-grade-all 2>&1)
+    rc=$?
+    [ $rc -eq 0 ] && grep -q '^# make -C labs bench-grade-all N=3: .*, [0-9]* cores, ' "$tmp/grade_all.txt" &&
+        grep -q '^lab submissions jobs seconds seconds_per_submission$' "$tmp/grade_all.txt" &&
+        grep -Eq "^$lab 3 2 [0-9]+\.[0-9] [0-9]+\.[0-9]{2}$" "$tmp/grade_all.txt"
+    check "make -C labs bench-grade-all times grade-all over N submissions into its file" $? \
+        "exit $rc: $out $(cat "$tmp/grade_all.txt" 2>&1)"
+fi
 lab_finish
