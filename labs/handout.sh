@@ -12,7 +12,8 @@
 #   src/                     the engine, which the graders link for their reference results
 #   tests/testutil.{c,h}     the graders' tolerance rule
 #   labs/                    the assignments, starters, graders and labs/common, less every
-#                            solution/ folder; the Makefile without grade-solution and handout,
+#                            solution/ folder and bench_grade_all.sh; the Makefile without
+#                            grade-solution, handout and bench-grade-all,
 #                            labs/README.md without its sections for teachers and instructors
 #   COMMIT, README.md        the commit the handout was made from ("-dirty" when the working
 #                            tree had changes to these files), and what the tree is
@@ -61,7 +62,8 @@ undo() {
 trap undo EXIT
 mkdir -p "$out"
 # tar keeps the files' times, so that an engine built here and copied over stays up to date
-git ls-files -z -- "${paths[@]}" ':(exclude)labs/*/solution/*' ':(exclude)labs/handout.sh' |
+git ls-files -z -- "${paths[@]}" ':(exclude)labs/*/solution/*' ':(exclude)labs/handout.sh' \
+    ':(exclude)labs/bench_grade_all.sh' |
     tar -cf - --null -T - | tar -xf - -C "$out"
 
 # drop_target NAME < Makefile: the rule NAME (its paragraph: comments and recipe up to the next
@@ -70,7 +72,8 @@ drop_target() {
     sed -e "/^# $1:/,/^\$/d" -e "/^$1:/,/^\$/d" -e "/^#.*labs $1 /d" \
         -e "/^\\.PHONY:/s/ $1 / /" -e "/^\\.PHONY:/s/ $1\$//"
 }
-drop_target grade-solution < labs/Makefile | drop_target handout > "$out/labs/Makefile"
+drop_target grade-solution < labs/Makefile | drop_target handout |
+    drop_target bench-grade-all > "$out/labs/Makefile"
 # labs/README.md: the introduction and "For students"; the other sections are for teachers
 awk 'BEGIN { keep = 1 } /^## / { keep = ($0 == "## For students") } keep' \
     labs/README.md > "$out/labs/README.md"

@@ -37,8 +37,10 @@ exit_pattern='exited before the task finished \(a rank ended without the grader.
 # Open MPI's own allocations look like leaks to LeakSanitizer: the MPI lab does not look for
 # leaks (labs/Makefile sets ASAN_OPTIONS=detect_leaks=0)
 leak_check=0
-# the time limit of the submissions that loop: 4 ranks on 2 busy cores start slowly
-cheat_seconds=4
+# the class is graded with 2 ranks a task (the solution and the starter are graded with 4 above),
+# each task within 6 s: enough for a task on 2 busy cores, and the time the loops take
+cheat_np=2
+cheat_seconds=6
 # shellcheck source-path=SCRIPTDIR source=lib/lab_harness.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/lab_harness.sh" || exit 1
 
@@ -65,7 +67,7 @@ check "with 4 ranks, the starter's report and each TODO line are printed once" $
 
 # the destination rank as e % P (round-robin experts) instead of e / (E / P) (blocks)
 if mutant modulo 's|send_counts\[e / El\]++;|send_counts[e % P]++;|'; then
-    grade grade SOLUTION="$tmp/modulo.c"
+    grade grade SOLUTION="$tmp/modulo.c" NP=2
     only_fails task1_counts &&
         grep -q "the README's example, rank 1's routing: send_counts\[0\]: got 5, want 2" <<< "$out"
     check "the destination rank as e % P fails task1_counts and nothing else" $? "exit $rc: $out"
@@ -73,7 +75,7 @@ fi
 
 # an inclusive prefix sum: each block would start where it ends
 if mutant inclusive '/^int lab_displacements/,/^}/s|displs\[p\] = total;|displs[p] = total + counts[p];|'; then
-    grade grade SOLUTION="$tmp/inclusive.c"
+    grade grade SOLUTION="$tmp/inclusive.c" NP=2
     only_fails task2_displs &&
         grep -q "the README's example, rank 0's send_counts: displs\[0\]: got 3, want 0" <<< "$out"
     check "an inclusive prefix sum fails task2_displs and nothing else" $? "exit $rc: $out"
@@ -89,7 +91,7 @@ fi
 
 # inside each destination rank, assignments in token order instead of by local expert
 if mutant token_order 's|int r = next\[e\]++;|int r = next[e / (E / P) * (E / P)]++;|'; then
-    grade grade SOLUTION="$tmp/token_order.c"
+    grade grade SOLUTION="$tmp/token_order.c" NP=2
     only_fails task4_pack &&
         grep -q "the README's example, rank 0's tokens: row\[" <<< "$out"
     check "a pack in token order inside each rank fails task4_pack and nothing else" $? \
@@ -98,7 +100,7 @@ fi
 
 # counts and displacements of rows handed to MPI_Alltoallv, which counts floats
 if mutant rows_not_floats '/for (int i = 0; i < 4 \* P; i++) scount\[i\] \*= C;/d'; then
-    grade grade SOLUTION="$tmp/rows_not_floats.c"
+    grade grade SOLUTION="$tmp/rows_not_floats.c" NP=2
     only_fails task5_dispatch && grep -q "the README's example, .*: recv row" <<< "$out"
     check "an all-to-all counting rows instead of floats fails task5_dispatch and nothing else" \
         $? "exit $rc: $out"

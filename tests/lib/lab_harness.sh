@@ -186,10 +186,10 @@ row_is() {
 # its work, graded together by grade-all (LAB_TIME_LIMIT=$cheat_seconds, 1 unless set, for the
 # endless loop): each fails its own task and nothing else, and grades.csv says why. The
 # functions attacked are the lab's first four. The sourcing script may set exit_pattern, the
-# message of an early exit (an extended regular expression), leak_check=0 when LeakSanitizer
-# cannot look for a submission's leaks (SANITIZE=1), and define lab_more_cheats (more
-# submissions written into $tmp/class, their count in more_cheats) and lab_more_cheat_checks
-# (their rows checked).
+# message of an early exit (an extended regular expression), cheat_np, the ranks of an MPI
+# lab's tasks there, leak_check=0 when LeakSanitizer cannot look for a submission's leaks
+# (SANITIZE=1), and define lab_more_cheats (more submissions written into $tmp/class, their
+# count in more_cheats) and lab_more_cheat_checks (their rows checked).
 lab_cheat_checks() {
     local f t exited=${exit_pattern:-'exited before the task finished \(exit status 0\)'}
     local seconds=${cheat_seconds:-1}
@@ -226,7 +226,7 @@ lab_cheat_checks() {
         n=$((n + more_cheats))
     fi
 
-    out=$(LAB_TIME_LIMIT=$seconds make -s -C labs grade-all LAB="$lab" DIR="$tmp/class" \
+    out=$(LAB_TIME_LIMIT=$seconds make -s -C labs grade-all LAB="$lab" DIR="$tmp/class" ${cheat_np:+NP=$cheat_np} \
         SANITIZE=$san 2>&1)
     rc=$?
     [ $rc -eq 0 ] && [ -f "$tmp/class/grades.csv" ]
