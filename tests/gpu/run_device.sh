@@ -480,9 +480,6 @@ if { [ $deps_ok = 0 ] || [ $mpi_ok = 0 ]; } && ls .gpu-deps/*.deb > /dev/null 2>
     export PATH=$root/usr/bin:$PATH
     export LD_LIBRARY_PATH=$lib/openblas-openmp:$lib/openmpi/lib:$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     if [ $deps_ok = 0 ]; then
-        # Debian's pkg-config is pkgconf under another name, a link the package leaves to
-        # the alternatives system, which an unpacked tree does not run
-        [ -e "$root/usr/bin/pkg-config" ] || ln -sf pkgconf "$root/usr/bin/pkg-config"
         export DEPS_ROOT=$root PKG_CONFIG_SYSROOT_DIR=$root
         export PKG_CONFIG_LIBDIR=$lib/openblas-openmp/pkgconfig:$lib/pkgconfig:$root/usr/share/pkgconfig
         say "deps: OpenBLAS and Check from .gpu-deps, unpacked in $root"
