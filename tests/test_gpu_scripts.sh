@@ -94,7 +94,7 @@ rehearse() {
 rehearse "$tmp/r"
 rc=$?
 tar -tzf "$tmp/r/logs.tar.gz" > "$tmp/tarlist" 2> /dev/null
-unreported= nolog=
+unreported='' nolog=''
 for s in $steps; do
     grep -q "^$s: \(pass\|skipped\)" "$tmp/r/summary.txt" 2> /dev/null || unreported="$unreported $s"
     grep -q "^$s: pass" "$tmp/r/summary.txt" 2> /dev/null && ! grep -qx "logs/$s.log" "$tmp/tarlist" &&

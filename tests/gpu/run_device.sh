@@ -411,7 +411,9 @@ rerun() {
         san=("$sanitizer" --tool memcheck --target-processes all --error-exitcode 1 --print-limit 20)
         how="$how under compute-sanitizer memcheck"
     fi
-    CUDA_LAUNCH_BLOCKING=1 timeout -k 10 "$left" ${san[@]+"${san[@]}"} "$@" > "$logs/$name.rerun.log" 2>&1
+    # CK_FORK=no: the op suites' tests in the one process the sanitizer watches from the start
+    CUDA_LAUNCH_BLOCKING=1 CK_FORK=no timeout -k 10 "$left" ${san[@]+"${san[@]}"} "$@" \
+        > "$logs/$name.rerun.log" 2>&1
     local rc=$?
     say "    rerun with $how: $([ $rc = 0 ] && echo "pass (the failure did not repeat)" || echo "FAIL (exit $rc)") in $((SECONDS - t0)) s"
     if [ $rc != 0 ]; then
@@ -567,12 +569,12 @@ run_named() {
         repeat | resume) need_data; step "$name" "$limit" bash "$me" --fn "$name" ;;
         build-mpi)
             if ! have_mpi; then skipped "$name" "$limit" "no MPI here"; return 0; fi
-            step build-mpi "$limit" bash "$me" --fn build_mpi "$arch" ;;
+            step build-mpi "$limit" bash "$me" --fn build_mpi "$arch" || mpi_failed=1 ;;
         # two processes sharing the GPU, the expert exchange and the gradients' sums staged
         # through the host (NCCL refuses two ranks on one GPU)
         staged-2proc)
-            if ! have_mpi || [ ! -x "$mpi_bin" ]; then
-                skipped "$name" "$limit" "no MPI here, or no $mpi_bin"
+            if ! have_mpi || [ ! -x "$mpi_bin" ] || [ "${mpi_failed:-0}" = 1 ]; then
+                skipped "$name" "$limit" "no MPI here, or no $mpi_bin built"
                 return 0
             fi
             need_data
@@ -586,7 +588,7 @@ run_named() {
             step "$name" "$limit" bash "$me" --fn nccl_pair 1 ;;
         nccl-2proc)
             if [ "$gpu" != cuda ] || [ "$(nvidia-smi -L | wc -l)" -lt 2 ] || ! have_mpi ||
-                [ ! -x "$mpi_bin" ] || ! ldd "$mpi_bin" | grep -q libnccl; then
+                [ ! -x "$mpi_bin" ] || [ "${mpi_failed:-0}" = 1 ] || ! ldd "$mpi_bin" | grep -q libnccl; then
                 skipped "$name" "$limit" "it needs 2 GPUs, MPI and build-cuda-mpi/moe with NCCL; NCCL refuses two processes on one GPU"
                 return 0
             fi
