@@ -2,9 +2,10 @@
 # pack_deps.sh [DIR]: the Debian packages that building and testing moe.c needs beyond a
 # compiler (OpenBLAS for OpenMP with its Fortran runtime, Check, pkg-config, Open MPI),
 # downloaded here into DIR (default .gpu-deps, which git ignores), for a GPU machine that has
-# no network or no package manager: copy DIR there with the working tree, and run_device.sh
-# unpacks the packages under /tmp/moe-deps (nothing under /) when the machine lacks OpenBLAS,
-# Check or MPI.
+# no network or no package manager: copy DIR there with the working tree (a copy of the tracked
+# files alone leaves it out: name it), and run_device.sh unpacks the packages under
+# /tmp/moe-deps (nothing under /) when the machine lacks OpenBLAS, Check or MPI. About 20 MiB
+# (Debian 12's packages); the packages of a newer system may not load on an older one.
 set -eu
 cd "$(dirname "$0")/../.."
 dir=${1:-.gpu-deps}
@@ -22,4 +23,4 @@ if ! apt-get download "${pkgs[@]}" > /dev/null 2>&1; then
     apt-get update > /dev/null
     apt-get download "${pkgs[@]}" > /dev/null
 fi
-echo "pack_deps: $(ls ./*.deb | wc -l) packages, $(du -sh . | cut -f1), in $dir"
+echo "pack_deps: $(ls ./*.deb | wc -l) packages, $(($(cat ./*.deb | wc -c) / 1048576)) MiB, in $dir"

@@ -30,8 +30,11 @@ export OMP_NUM_THREADS=1
 mkdir -p "$tmp/bin"
 cat > "$tmp/bin/srun" << 'EOF'
 #!/usr/bin/env bash
-# srun OPTIONS... PROGRAM ARGS...: the job's tasks through mpirun; Slurm's options dropped
-while [ $# -gt 0 ] && [ "${1#--}" != "$1" ]; do shift; done
+# srun OPTIONS... PROGRAM ARGS...: the job's tasks through mpirun; Slurm's options dropped,
+# recorded in SRUN_LOG with the NCCL settings the tasks inherit
+opts=
+while [ $# -gt 0 ] && [ "${1#--}" != "$1" ]; do opts="$opts $1"; shift; done
+echo "$opts | $(env | grep '^NCCL_' | sort | tr '\n' ' ')" >> "${SRUN_LOG:-/dev/null}"
 exec mpirun -np "${SLURM_NTASKS:-1}" "$@"
 EOF
 cat > "$tmp/bin/sbatch" << 'EOF'
@@ -57,7 +60,7 @@ job() {
     env SLURM_JOB_ID=$((RANDOM + 1)) SLURM_NTASKS=2 SLURM_NTASKS_PER_NODE=2 SLURM_JOB_NUM_NODES=1 \
         SLURM_CPUS_PER_TASK=1 SLURM_SUBMIT_DIR="$root" MOE="$moe" RUN_DIR="$run" EP=2 \
         STEPS=6 STEPS_PER_JOB=3 CKPT_EVERY=1 EXTRA="$tiny" DEVICE=cpu-fenced PRECISION=fp32 \
-        COLLECTIVES=mpi \
+        COLLECTIVES=mpi SRUN_LOG="$tmp/srun-$script.log" \
         "$@" timeout -k 10 120 bash "$root/chapters/03-expert-parallel/$script"
 }
 no_speed() { cut -d, -f1-6,8 "$1"; }
@@ -94,6 +97,14 @@ done
 grep -q '^train.device = cpu-fenced$' "$tmp/run-slurm-gpu.sbatch/config.txt"
 check "slurm-gpu.sbatch: the run's device is the one it was given (cpu-fenced standing in for cuda)" \
     $? "$(grep device "$tmp/run-slurm-gpu.sbatch/config.txt")"
+# one task per GPU, each seeing all of its node's GPUs (NCCL reaches its peers through NVLink
+# only where it sees them) and taking the one of its local rank; NCCL told its network
+srun_line=$(head -n 1 "$tmp/srun-slurm-gpu.sbatch.log" 2> /dev/null)
+[[ $srun_line == *" --ntasks-per-node=2 "* ]] && [[ $srun_line == *" --gpus-per-node=2 "* ]] &&
+    [[ $srun_line == *" --gpu-bind=none "* ]] && [[ $srun_line != *--gpus-per-task* ]] &&
+    [[ $srun_line == *"NCCL_DEBUG=WARN "* ]] && [[ $srun_line == *"NCCL_SOCKET_IFNAME="* ]]
+check "slurm-gpu.sbatch: srun starts a task per GPU and shows each all of its node's GPUs, with NCCL's network settings" \
+    $? "srun${srun_line:-: not run}"
 
 # ---- 2. a lost node ------------------------------------------------------------------------
 echo "test_slurm: a lost node"
