@@ -30,10 +30,11 @@ static inline void run_preset(PlanInput *in, const char *name) {
  * nodes of 4, laid out tp 2, ep 2, dp 4, micro-batches of 2 out of 16 sequences. */
 static inline void hand_input(PlanInput *in) {
     plan_defaults(in);
-    PlanModel *m = &in->m;
-    m->vocab = 1000, m->d_model = 64, m->n_layer = 2, m->n_head = 4, m->d_ff = 128;
-    m->first_dense = 1, m->every = 1, m->experts = 4, m->top_k = 2, m->d_expert = 32;
-    m->shared = 1, m->seq_len = 16;
+    in->m.vocab = 1000;
+    Config *m = &in->m.c; /* the engine's keys of the model */
+    m->d_model = 64, m->n_layer = 2, m->n_head = 4, m->d_ff = 128;
+    m->first_dense = 1, m->every = 1, m->num_experts = 4, m->top_k = 2, m->d_expert = 32;
+    m->num_shared = 1, m->seq_len = 16;
     PlanCluster *k = &in->k;
     k->gpus = 8, k->gpus_per_node = 4, k->memory_gb = 80, k->peak_tflops[PLAN_PREC_BF16] = 100;
     k->efficiency = 0.5, k->hbm_tbs = 2, k->intra_gbs = 100, k->inter_gbs = 10;

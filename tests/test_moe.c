@@ -37,18 +37,18 @@ START_TEST(test_topk_order_ties_renorm) {
 
     router_topk_forward(idx, w, scores, N, E, 3, 0);
     for (int j = 0; j < N * 3; j++) ck_assert_int_eq(idx[j], want3[j]);
-    for (int j = 0; j < N * 3; j++) /* without renorm the weights are the scores */
+    for (int j = 0; j < N * 3; j++) /* without norm_topk the weights are the scores */
         ck_assert_float_eq(w[j], scores[(j / 3) * E + idx[j]]);
 
     router_topk_forward(idx, w, scores, N, E, 3, 1);
     for (int j = 0; j < N * 3; j++) ck_assert_int_eq(idx[j], want3[j]);
     for (int n = 0; n < N; n++)
         CLOSE(w[n * 3] + w[n * 3 + 1] + w[n * 3 + 2], 1.0f, "renormalised weights sum to 1");
-    CLOSE(w[2], 0.25f / 0.85f, "renorm weight of expert 3");
+    CLOSE(w[2], 0.25f / 0.85f, "norm_topk weight of expert 3");
 
     router_topk_forward(idx, w, scores, N, E, 2, 1);
     for (int j = 0; j < N * 2; j++) ck_assert_int_eq(idx[j], want2[j]);
-    CLOSE(w[6], 0.4f / 0.7f, "renorm weight, last row");
+    CLOSE(w[6], 0.4f / 0.7f, "norm_topk weight, last row");
 }
 END_TEST
 
@@ -271,7 +271,7 @@ END_TEST
 /* ---- gradient checks -------------------------------------------------------------------- */
 
 typedef struct {
-    int N, E, K, renorm;
+    int N, E, K, norm_topk;
     float *logits, *scores, *lse, *w, *dw;
     int *idx, *idx0;
     float aux_scale, z_scale;
@@ -281,7 +281,7 @@ typedef struct {
 static double router_loss(void *vc) {
     RouterCtx *c = vc;
     router_softmax_forward(c->scores, c->lse, c->logits, c->N, c->E);
-    router_topk_forward(c->idx, c->w, c->scores, c->N, c->E, c->K, c->renorm);
+    router_topk_forward(c->idx, c->w, c->scores, c->N, c->E, c->K, c->norm_topk);
     for (int j = 0; j < c->N * c->K; j++)
         ck_assert_msg(c->idx[j] == c->idx0[j], "routing changed under perturbation");
     return dot_d(c->dw, c->w, (size_t)c->N * c->K) +
@@ -300,13 +300,13 @@ START_TEST(test_router_backward_gradcheck) {
             logits[n * E + e] = 0.6f * ((2 * e + n) % E) - 1.2f + noise[n * E + e];
     ck_assert(min_logit_gap(logits, N, E) > 0.3f);
     fill_uniform(dw, N * K, 1.0f, 22);
-    for (int renorm = 0; renorm <= 1; renorm++) {
-        RouterCtx c = {N, E, K, renorm, logits, scores, lse, w, dw, idx, idx0, 0.7f, 0.3f};
+    for (int norm_topk = 0; norm_topk <= 1; norm_topk++) {
+        RouterCtx c = {N, E, K, norm_topk, logits, scores, lse, w, dw, idx, idx0, 0.7f, 0.3f};
         router_softmax_forward(scores, lse, logits, N, E);
-        router_topk_forward(idx0, w, scores, N, E, K, renorm);
-        router_backward(dl, dw, scores, lse, idx0, w, N, E, K, renorm, c.aux_scale, c.z_scale);
+        router_topk_forward(idx0, w, scores, N, E, K, norm_topk);
+        router_backward(dl, dw, scores, lse, idx0, w, N, E, K, norm_topk, c.aux_scale, c.z_scale);
         gradcheck(router_loss, &c, logits, dl, N * E, EPS, N * E,
-                  renorm ? "router dlogits (renorm)" : "router dlogits (no renorm)");
+                  norm_topk ? "router dlogits (norm_topk)" : "router dlogits (no norm_topk)");
     }
 }
 END_TEST

@@ -50,10 +50,10 @@ START_TEST(test_block_gradcheck) {
     fill_uniform(Wr, E * C, 1.5f, 60);
     fill_experts(Wg, Wu, Wd, E, F, C, 53);
     fill_uniform(R, N * C, 1.0f, 56);
-    for (int renorm = 0; renorm <= 1; renorm++) {
+    for (int norm_topk = 0; norm_topk <= 1; norm_topk++) {
         MoeSpec sp = {.d_model = C, .num_experts = E, .top_k = K, .d_expert = F, .seq_len = N};
         moe_spec_defaults(&sp);
-        sp.norm_topk = renorm, sp.aux_coef = 0.5f, sp.z_coef = 0.2f;
+        sp.norm_topk = norm_topk, sp.aux_coef = 0.5f, sp.z_coef = 0.2f;
         MoeCtx cx; /* one sequence of N tokens */
         moe_ctx_train(&cx, &sp, N, NULL);
         MoeWeights wt = {.router = Wr, .Wg = Wg, .Wu = Wu, .Wd = Wd};
@@ -84,7 +84,7 @@ START_TEST(test_block_gradcheck) {
                       {Wd, gWd, E * C * F, "dWd"}};
         for (int i = 0; i < 5; i++) {
             char what[64];
-            snprintf(what, sizeof(what), "block %s (renorm %d)", checks[i].name, renorm);
+            snprintf(what, sizeof(what), "block %s (norm_topk %d)", checks[i].name, norm_topk);
             gradcheck(block_loss, &c, checks[i].v, checks[i].grad, (size_t)checks[i].n, EPS,
                       (size_t)checks[i].n, what);
         }
@@ -135,17 +135,18 @@ START_TEST(test_block_all_experts_reference) {
         }
         for (int c = 0; c < C; c++) want[n * C + c] = (float)out[c];
     }
-    for (int renorm = 0; renorm <= 1; renorm++) {
+    for (int norm_topk = 0; norm_topk <= 1; norm_topk++) {
         MoeSpec sp = {.d_model = C, .num_experts = E, .top_k = K, .d_expert = F, .seq_len = N};
         moe_spec_defaults(&sp);
-        sp.norm_topk = renorm, sp.aux_coef = 0.01f, sp.z_coef = 0.001f;
+        sp.norm_topk = norm_topk, sp.aux_coef = 0.01f, sp.z_coef = 0.001f;
         MoeCtx cx;
         moe_ctx_train(&cx, &sp, N, NULL);
         MoeWeights wt = {.router = Wr, .Wg = Wg, .Wu = Wu, .Wd = Wd};
         MoeActs a;
         moe_acts_alloc(&backend_cpu, &a, &sp, NULL, N);
         moe_block_forward(&backend_cpu, y, &a, x, &wt, &sp, &cx, N);
-        CLOSE_ARRAYS(y, want, N * C, renorm ? "K = E block, renorm" : "K = E block, no renorm");
+        CLOSE_ARRAYS(y, want, N * C,
+                     norm_topk ? "K = E block, norm_topk" : "K = E block, no norm_topk");
         for (int e = 0; e < E; e++) ck_assert_int_eq(a.plan.counts[e], N);
         /* every expert sees every token, so f is uniform and aux = 1 */
         CLOSE(a.aux_loss, 1.0f, "aux loss with K = E");

@@ -329,7 +329,7 @@ START_TEST(test_bubble_and_step) {
             run_preset(&in, runs[i]);
         } else { /* the hand model on 4 layers, pp 2 vpp 2, 8 GPUs */
             hand_input(&in);
-            in.m.n_layer = 4;
+            in.m.c.n_layer = 4;
             in.lay.pp = 2, in.lay.vpp = 2, in.lay.tp = 1, in.lay.ep = 4;
         }
         PlanResult r;

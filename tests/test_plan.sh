@@ -2,8 +2,10 @@
 # test_plan.sh: `moe plan` end to end (run by `make test` with MOE_BIN set; the cost model's
 # formulas are tests/test_plan.c's).
 #
-#   1. --help and `moe help plan` list every option; --keys lists the keys; --presets lists
-#      every preset of src/plan/plan_presets.c, no more, no fewer
+#   1. --help and `moe help plan` list every option; --keys lists the keys (model.norm, not
+#      the former model.post_norm), the model keys the engine has with the help of its own
+#      rows (moe info --keys); --presets lists every preset of src/plan/plan_presets.c, no
+#      more, no fewer
 #   2. every run preset plans a layout that fits (exit 0, "fits") but the two the handbook says
 #      do not (beyond_memory below: exit 1, "DOES NOT FIT"); its --json parses and has
 #      params.total, layouts[0].mem_total, step_s and mfu, and says fits as the exit status does
@@ -13,8 +15,10 @@
 #      an unknown --set key (the nearest suggested), no model, --search or --csv without a
 #      cluster, a cluster given in part, a missing --config, --config with --model, a layout
 #      that cannot run (tp 3 of 32 heads), --top 0; a count above the planner's bound (GPUs,
-#      batch, tp, layers: the key and the bound named), a byte size of 0, a cluster.* key of
-#      0 on a run (its reason said); at the bounds, a plan with no negative number
+#      batch, tp: the key and the bound named) or a model key above the engine's (layers,
+#      width: the engine's message), the former name model.post_norm (the new one named), a
+#      byte size of 0, a cluster.* key of 0 on a run (its reason said); at the bounds, a plan
+#      with no negative number
 #   4b. a model without a cluster or a batch: exit 0, its parameters in all, a token's and by
 #      part (adding up to the total), the weights' memory at train.weight_bytes, what to add;
 #      --json: params, weights_bytes, no layout
@@ -63,12 +67,25 @@ check "--help and moe help plan: exit 0, every option listed" $? "exit $rc, $rc2
 "$moe" plan --keys > "$tmp/keys" 2> "$tmp/err"
 rc=$?
 missing=""
-for k in model.d_model model.attention mla.kv_rank moe.num_experts cluster.gpus train.zero \
-         train.engine layout.tp layout.pp layout.ep layout.vpp layout.recompute; do
+for k in model.d_model model.norm model.attention mla.kv_rank moe.num_experts moe.top_k \
+         cluster.gpus train.zero train.engine layout.tp layout.pp layout.ep layout.vpp \
+         layout.recompute; do
     grep -q "^$k " "$tmp/keys" || missing="$missing $k"
 done
-[ $rc = 0 ] && [ -z "$missing" ]
-check "--keys: exit 0, the keys listed" $? "exit $rc; missing:$missing"
+[ $rc = 0 ] && [ -z "$missing" ] && ! grep -q "^model.post_norm " "$tmp/keys"
+check "--keys: exit 0, the keys listed (model.norm, not model.post_norm)" $? "exit $rc; missing:$missing"
+# the model keys the engine has: the help of its own rows (moe info --keys), one name each
+"$moe" info --keys > "$tmp/info_keys" 2> "$tmp/err"
+differ=$(python3 - "$tmp/keys" "$tmp/info_keys" << 'PY'
+import sys
+plan = {l.split()[0]: l.split(None, 2)[2].strip() for l in open(sys.argv[1]) if l.strip()}
+info = {l.split()[0]: l for l in open(sys.argv[2]) if l.strip()}
+keys = ("model.d_model", "model.n_layer", "model.norm", "moe.num_experts", "moe.top_k", "moe.d_expert")
+print(" ".join(k for k in keys if k not in plan or k not in info or plan[k] not in info[k]))
+PY
+)
+[ -z "$differ" ]
+check "--keys: the engine's model keys carry its own help (moe info --keys)" $? "differ:$differ"
 
 # the presets the source defines: {"kind", "name", ... at the start of an entry
 grep -o '{"\(model\|cluster\|run\)", "[^"]*"' "$presets_c" | sed 's/{"\([a-z]*\)", "\([^"]*\)"/\1 \2/' |
@@ -150,8 +167,15 @@ expect_2 "--gpus 2^40" "cluster.gpus must be in \[1, 1048576\], not 109951162777
 expect_2 "a batch of 2^40 sequences" "train.global_batch must be in \[1, 16777216\]" \
     --run deepseek-v3 --set train.global_batch=1099511627776
 expect_2 "tp 2^40" "layout.tp must be in \[1, 1048576\]" --run deepseek-v3 --set layout.tp=1099511627776
-expect_2 "more layers than the planner's bound" "model.n_layer must be in \[1, 1024\]" \
+# a model key the engine has is read through the engine's row: its bound and its message, with
+# or without --config
+expect_2 "more layers than the engine's bound" "model.n_layer must be <= 1024" \
     --model mixtral-8x7b --set model.n_layer=5000
+expect_2 "a width above the engine's bound, no --config" "model.d_model must be <= 65536" \
+    --model mixtral-8x7b --set model.d_model=70000
+expect_2 "model.post_norm, the planner's former name" \
+    "model.post_norm is now model.norm, the engine's key: model.post_norm=1 is model.norm=sandwich" \
+    --model pangu-ultra-moe --set model.post_norm=1
 for k in weight_bytes grad_bytes moment_bytes act_bytes a2a_bytes; do
     expect_2 "train.$k=0" "train.$k must be in \[0.125, 16\], not 0: a stored value takes at least one bit" \
         --run deepseek-v3 --set "train.$k=0"

@@ -8,9 +8,10 @@
  *   - plan_set: unknown key (nearest suggested), non-number, out of range, fraction for a
  *     whole number, bad choice: -1 naming the key, nothing changed; good values set;
  *     plan_set_fixed marks a layout field fixed, plan_set does not; a count above the
- *     planner's bound (GPUs, batch, layout sizes, experts, vocabulary) names the bound; a
- *     byte size of 0 and a cluster's memory, efficiency or bandwidth of 0 are refused with
- *     the reason;
+ *     planner's bound (GPUs, batch, layout sizes, vocabulary) names the bound; a model key
+ *     the engine has (moe.num_experts, model.d_model, ...) is refused with the engine's bound
+ *     and message, and model.post_norm with its new name model.norm; a byte size of 0 and a
+ *     cluster's memory, efficiency or bandwidth of 0 are refused with the reason;
  *   - at the bounds (2^20 GPUs, 2^24 sequences) dp, the replicas and the micro-batches are
  *     exact and no term is negative.
  * The cost model's formulas: tests/test_plan.c.
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/keys.h"
 #include "plan/plan.h"
 #include "plan_util.h"
 #include "testutil.h"
@@ -125,7 +127,9 @@ static void expect_refused(PlanInput *in, const char *kv, const char *a, const c
 /* Every key of `moe plan --keys` takes a value and sets its field: 1 for a number, a choice's
  * first name; a key whose type disagrees with its field's (an int written into a double) is
  * refused by plan_set, so it fails here. The value read back through the CSV of a plan would
- * need a model and a cluster; the fields are checked through plan_set's own answer. */
+ * need a model and a cluster; the fields are checked through plan_set's own answer. One name,
+ * one row: a key is listed once, and a model key the engine has comes with its row's help (the
+ * planner reads it through that row, and has none of its own). */
 START_TEST(test_every_key_sets) {
     char *text = NULL;
     size_t len = 0;
@@ -133,6 +137,9 @@ START_TEST(test_every_key_sets) {
     ck_assert_ptr_nonnull(f);
     plan_print_keys(f);
     fclose(f);
+    char *all = malloc(len + 2); /* the listing after a newline: every name follows one */
+    ck_assert_ptr_nonnull(all);
+    snprintf(all, len + 2, "\n%s", text);
     int n = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"), n++) {
         char name[64], kind[64], kv[160], err[512];
@@ -144,8 +151,19 @@ START_TEST(test_every_key_sets) {
         static PlanInput in;
         plan_defaults(&in);
         ck_assert_msg(plan_set(&in, kv, err, sizeof err) == 0, "%s: %s", kv, err);
+        char spaced[80];
+        snprintf(spaced, sizeof spaced, "\n%s ", name);
+        const char *first = strstr(all, spaced);
+        ck_assert_msg(first && !strstr(first + 1, spaced), "%s listed twice", name);
+        const int model_key = strncmp(name, "model.", 6) == 0 || strncmp(name, "moe.", 4) == 0;
+        for (int i = 0; i < CONFIG_NKEYS && model_key; i++)
+            if (strcmp(CONFIG_KEYS[i].name, name) == 0)
+                ck_assert_msg(strstr(line, CONFIG_KEYS[i].help) != NULL,
+                              "%s is the engine's key, but its line is not the engine's row: %s",
+                              name, line);
     }
     free(text);
+    free(all);
     ck_assert_msg(n >= 50, "moe plan --keys listed %d keys", n);
     /* an int field read back: train.overlap_dp=0 turns the overlap off */
     static PlanInput in;
@@ -163,7 +181,7 @@ START_TEST(test_set) {
     plan_defaults(&in);
     expect_refused(&in, "model.d_modle=3", "model.d_modle", "did you mean 'model.d_model'");
     expect_refused(&in, "model.d_model=abc", "model.d_model", "abc");
-    expect_refused(&in, "model.d_model=", "model.d_model", "number");
+    expect_refused(&in, "model.d_model=", "model.d_model", "no value");
     expect_refused(&in, "cluster.efficiency=2", "cluster.efficiency", "more than 0 and at most 1");
     /* counts above the planner's bounds: the key and the bound named */
     expect_refused(&in, "cluster.gpus=1099511627776", "cluster.gpus", "[1, 1048576]");
@@ -173,7 +191,14 @@ START_TEST(test_set) {
     expect_refused(&in, "layout.ep=1099511627776", "layout.ep", "1048576]");
     expect_refused(&in, "layout.pp=2048", "layout.pp", "[1, 1024]");
     expect_refused(&in, "layout.micro_batch=1099511627776", "layout.micro_batch", "16777216]");
-    expect_refused(&in, "moe.num_experts=1099511627776", "moe.num_experts", "1048576]");
+    /* a key the engine has: its row's bound and message (config/keys.c), not the planner's */
+    expect_refused(&in, "moe.num_experts=1099511627776", "moe.num_experts", "<= 4096");
+    expect_refused(&in, "model.d_model=70000", "model.d_model", "<= 65536");
+    expect_refused(&in, "moe.top_k=0", "moe.top_k", ">= 1");
+    expect_refused(&in, "model.norm=post", "model.norm", "pre|sandwich|dssn");
+    /* a former name of the planner's: refused with the engine's */
+    expect_refused(&in, "model.post_norm=1", "model.post_norm is now model.norm",
+                   "model.norm=sandwich");
     expect_refused(&in, "model.vocab=1e15", "model.vocab", "16777216]");
     /* sizes of nothing, and settings of the cluster at zero: refused with their reason */
     const char *bytes[] = {"weight", "grad", "moment", "act", "a2a"};
@@ -192,7 +217,7 @@ START_TEST(test_set) {
     }
     ck_assert_int_eq(plan_set(&in, "train.master_bytes=0", err, sizeof err), 0); /* none */
     expect_refused(&in, "train.zero=4", "train.zero", "[0, 3]");
-    expect_refused(&in, "model.n_layer=2.5", "model.n_layer", "whole");
+    expect_refused(&in, "model.n_layer=2.5", "model.n_layer", "expects an integer");
     expect_refused(&in, "layout.tp=1.5", "layout.tp", "whole");
     expect_refused(&in, "model.attention=gqa", "model.attention", "mha|mla");
     expect_refused(&in, "layout.recompute=some", "layout.recompute", "selective");
@@ -202,10 +227,10 @@ START_TEST(test_set) {
                           "train.engine=moe.c", "layout.recompute=full",   "layout.tp=4"};
     for (int i = 0; i < 6; i++)
         ck_assert_msg(plan_set(&in, good[i], err, sizeof err) == 0, "%s: %s", good[i], err);
-    ck_assert_msg(in.m.d_model == 512 && in.k.efficiency == 0.45 &&
+    ck_assert_msg(in.m.c.d_model == 512 && in.k.efficiency == 0.45 &&
                       in.m.attention == PLAN_ATTN_MLA && in.t.engine == PLAN_ENGINE_MOEC &&
                       in.lay.recompute == PLAN_RC_FULL && in.lay.tp == 4,
-                  "expected 512 0.45 mla moe.c full 4, got %g %g %d %d %d %d", in.m.d_model,
+                  "expected 512 0.45 mla moe.c full 4, got %d %g %d %d %d %d", in.m.c.d_model,
                   in.k.efficiency, in.m.attention, in.t.engine, in.lay.recompute, in.lay.tp);
     ck_assert_msg(in.fixed == 0, "plan_set fixed a field (%u)", in.fixed);
     ck_assert_int_eq(plan_set_fixed(&in, "layout.pp=2", err, sizeof err), 0);

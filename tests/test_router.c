@@ -16,8 +16,9 @@
 #include "nn/ops.h"
 #include "testutil.h"
 
-static MoeSpec spec_of(int E, int K, int score, int topk_first, int renorm, float rs, int balance) {
-    MoeSpec sp = {.num_experts = E, .top_k = K, .norm_topk = renorm};
+static MoeSpec spec_of(int E, int K, int score, int topk_first, int norm_topk, float rs,
+                       int balance) {
+    MoeSpec sp = {.num_experts = E, .top_k = K, .norm_topk = norm_topk};
     moe_spec_defaults(&sp);
     sp.score = score;
     sp.topk_before_softmax = topk_first;
@@ -44,8 +45,8 @@ START_TEST(test_sigmoid_scores_and_weights) {
     ck_assert_int_eq(idx[1], 0);
     ck_assert_int_eq(idx[2], 0);
     ck_assert_int_eq(idx[3], 2);
-    CLOSE(w[0], 0.75f, "sigmoid weight, no renorm");
-    CLOSE(w[1], 0.5f, "sigmoid weight, no renorm");
+    CLOSE(w[0], 0.75f, "sigmoid weight, no norm_topk");
+    CLOSE(w[1], 0.5f, "sigmoid weight, no norm_topk");
     sp.norm_topk = 1;
     sp.route_scale = 2.5f;
     router_gate_forward(idx, w, s, logits, NULL, N, &sp);
@@ -84,9 +85,9 @@ START_TEST(test_gate_weights_of_a_given_choice) {
     fill_uniform(logits, N * E, 2.0f, 11);
     for (int mode = 0; mode < 6; mode++) {
         const int score = mode & 1 ? MOE_SCORE_SIGMOID : MOE_SCORE_SOFTMAX;
-        const int topk_first = mode == 4, renorm = mode >= 2;
+        const int topk_first = mode == 4, norm_topk = mode >= 2;
         MoeSpec sp =
-            spec_of(E, K, score, topk_first, renorm, mode == 5 ? 2.5f : 1.0f, MOE_BALANCE_AUX);
+            spec_of(E, K, score, topk_first, norm_topk, mode == 5 ? 2.5f : 1.0f, MOE_BALANCE_AUX);
         router_scores_forward(p, lse, logits, N, &sp);
         router_gate_forward(idx, w, p, logits, NULL, N, &sp);
         router_gate_weights(w2, idx, p, logits, N, &sp);
@@ -108,7 +109,7 @@ START_TEST(test_gate_weights_of_a_given_choice) {
             if (topk_first) {
                 wa = 1.0f / (1.0f + expf(ln[b] - ln[a]));
                 wb = 1.0f - wa;
-            } else if (renorm) {
+            } else if (norm_topk) {
                 float z = wa + wb;
                 wa /= z, wb /= z;
             }
@@ -263,7 +264,7 @@ static void check_gate_gradient(MoeSpec sp, const float *bias) {
     router_gate_backward(dl, dw, scores, lse, logits, idx0, w, N, &sp, &cx, c.bal_scale, c.z_scale);
     char what[160];
     snprintf(what, sizeof what,
-             "gate dlogits: score %d topk_first %d renorm %d scale %g balance %d", sp.score,
+             "gate dlogits: score %d topk_first %d norm_topk %d scale %g balance %d", sp.score,
              sp.topk_before_softmax, sp.norm_topk, (double)sp.route_scale, sp.balance);
     gradcheck(gate_loss, &c, logits, dl, N * E, EPS, N * E, what);
     ck_assert(max_abs(dl, N * E) > 1e-3f);
@@ -278,11 +279,11 @@ START_TEST(test_gate_backward_every_mode) {
     const float scales[] = {1.0f, 2.5f};
     for (int score = 0; score <= 1; score++)
         for (int first = 0; first <= (score == MOE_SCORE_SOFTMAX); first++)
-            for (int renorm = first; renorm <= 1; renorm++)
+            for (int norm_topk = first; norm_topk <= 1; norm_topk++)
                 for (int si = 0; si < 2; si++)
                     for (int b = 0; b < 4; b++)
                         check_gate_gradient(
-                            spec_of(5, 2, score, first, renorm, scales[si], balances[b]),
+                            spec_of(5, 2, score, first, norm_topk, scales[si], balances[b]),
                             balances[b] == MOE_BALANCE_AUX_FREE ? bias : NULL);
 }
 END_TEST
@@ -375,7 +376,7 @@ static void check_block_gradient(MoeSpec sp, const float *bias) {
     BlockCtx c = {sp, cx, wt, &a, N, x, y2, R, idx0, rng0};
     char what[160];
     snprintf(what, sizeof what,
-             "block dx: score %d topk_first %d renorm %d scale %g balance %d jitter %g noise %g",
+             "block dx: score %d topk_first %d norm_topk %d scale %g balance %d jitter %g noise %g",
              sp.score, sp.topk_before_softmax, sp.norm_topk, (double)sp.route_scale, sp.balance,
              (double)sp.jitter, (double)sp.noise);
     gradcheck(block_loss, &c, x, dx, N * C, EPS, N * C, what);

@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
     PlanResult r;
     plan_layout(&in, &in.lay, &r);
     if (!r.valid) moe_input_error("the run's layout cannot run: %s", r.invalid);
-    const double d = m->d_model, h = m->n_head, V = m->vocab, L = m->n_layer;
+    const double d = m->c.d_model, h = m->c.n_head, V = m->vocab, L = m->c.n_layer;
 
     printf("Run %s: %s on %.0f GPUs, tp %d pp %d ep %d\n\n", run, in.model_name, in.k.gpus,
            in.lay.tp, in.lay.pp, in.lay.ep);
@@ -67,28 +67,30 @@ int main(int argc, char **argv) {
         attn = 2 * d * h * hd + 2 * d * kv * hd; /* q and output, k and v */
         line("attention 2 d h hd + 2 d kv hd, a layer", attn, c.attn);
     }
-    const double expert = 3 * d * m->d_expert;
+    const double expert = 3 * d * m->c.d_expert;
     line("one expert 3 d F_e (gate, up, down)", expert, c.expert);
-    const double moe_layer = m->experts * d + m->experts * expert + m->shared * expert;
+    const double moe_layer =
+        m->c.num_experts * d + m->c.num_experts * expert + m->c.num_shared * expert;
     line("an MoE layer's FFN E d + E 3dF_e + shared", moe_layer,
-         c.router + m->experts * c.expert + c.shared);
+         c.router + m->c.num_experts * c.expert + c.shared);
     const double total = c.embed + c.head + c.final_norm + L * (attn + c.norms) +
-                         c.n_dense * 3 * d * m->d_ff + c.n_moe * moe_layer;
+                         c.n_dense * 3 * d * m->c.d_ff + c.n_moe * moe_layer;
     line("total", total, c.total);
-    const double active = c.head + c.final_norm + L * (attn + c.norms) +
-                          c.n_dense * 3 * d * m->d_ff +
-                          c.n_moe * (m->experts * d + (m->top_k + m->shared) * expert);
+    const double active =
+        c.head + c.final_norm + L * (attn + c.norms) + c.n_dense * 3 * d * m->c.d_ff +
+        c.n_moe * (m->c.num_experts * d + (m->c.top_k + m->c.num_shared) * expert);
     line("a token's (top_k of E, the embedding a lookup)", active, c.active);
 
     printf("\n2. FLOPs and compute\n");
-    const double matmul = V * d + L * attn + c.n_dense * 3 * d * m->d_ff +
-                          c.n_moe * (m->experts * d + (m->top_k + m->shared) * expert);
+    const double matmul =
+        V * d + L * attn + c.n_dense * 3 * d * m->c.d_ff +
+        c.n_moe * (m->c.num_experts * d + (m->c.top_k + m->c.num_shared) * expert);
     const double dqk = m->attention == PLAN_ATTN_MLA ? m->nope_dim + m->rope_dim
                                                      : (m->head_dim > 0 ? m->head_dim : d / h);
     const double dv = m->attention == PLAN_ATTN_MLA ? m->v_dim : dqk;
-    const double flops = 6 * matmul + 3 * L * 2 * h * (dqk + dv) * m->seq_len / 2;
+    const double flops = 6 * matmul + 3 * L * 2 * h * (dqk + dv) * m->c.seq_len / 2;
     line("6 x products + causal attention, a token", flops, c.flops_token);
-    const double tokens = in.t.global_batch * m->seq_len;
+    const double tokens = in.t.global_batch * m->c.seq_len;
     printf("  %-44s %16.6g\n", "tokens a step", tokens);
     printf("  %-44s %16.6g s\n", "the step at peak x efficiency, all GPUs",
            flops * tokens / (in.k.gpus * plan_peak(&in) * 1e12 * in.k.efficiency));
@@ -104,10 +106,10 @@ int main(int argc, char **argv) {
     printf("  %-44s %16.3f TB\n", "every weight and gradient of the model", c.total * bpp / 1e12);
     printf("  %-44s %16.3f GB\n", "activations (the planner's table)", r.mem_acts / 1e9);
 
-    if (m->experts > 0 && in.lay.ep > 1) {
+    if (m->c.num_experts > 0 && in.lay.ep > 1) {
         printf("\n4. The expert exchange, one MoE layer and micro-batch\n");
-        const double nt = in.lay.micro_batch * m->seq_len / in.lay.tp;
-        const double rows = nt * m->top_k;
+        const double nt = in.lay.micro_batch * (double)m->c.seq_len / in.lay.tp;
+        const double rows = nt * m->c.top_k;
         printf("  %-44s %16.6g\n", "rows a GPU routes: tokens x top_k", rows);
         printf("  %-44s %16.6g\n", "of them to other GPUs: x (ep - 1) / ep",
                rows * (in.lay.ep - 1) / in.lay.ep);

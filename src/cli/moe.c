@@ -225,10 +225,6 @@ static int cmd_train(int argc, char **argv) {
      * the process grid (dist.ep) */
     Dist d;
     char err[1024];
-    _Static_assert((int)MOE_COLLECTIVES_MPI == (int)DIST_COLL_MPI &&
-                       (int)MOE_COLLECTIVES_TEACH == (int)DIST_COLL_TEACH &&
-                       (int)MOE_COLLECTIVES_NCCL == (int)DIST_COLL_NCCL,
-                   "dist.collectives and DistCollectives");
     char *settings = job_settings(&c, &o);
     const int refused =
         dist_init(&d, NULL, NULL, c.ep, c.collectives, c.timeout, settings, err, sizeof err);

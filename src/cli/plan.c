@@ -7,8 +7,9 @@
  * The settings come in this order: a run preset (model, machine, layout and batch), a model
  * preset or a moe.c config, a machine preset, --gpus, then each --set. With --config, a --set
  * of a moe.c key (moe info --keys) changes the config, whose exact memory the moe.c engine
- * plans; the other keys are the planner's (moe plan --keys). Exit status: 0 the layout (or the
- * search's best) fits in memory, 1 it does not, 2 a mistake in the input.
+ * plans; the other keys are the planner's (moe plan --keys). Without it, the model's keys
+ * moe.c has are read through the same rows (plan/plan_keys.c). Exit status: 0 the layout (or
+ * the search's best) fits in memory, 1 it does not, 2 a mistake in the input.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,7 +120,7 @@ int cmd_plan(int argc, char **argv) {
         usage_error("plan", "%s", err);
     if (config && !gpus) { /* as many processes as the config's expert group, unless told */
         char kv[64];
-        snprintf(kv, sizeof kv, "cluster.gpus=%d", in.c.ep);
+        snprintf(kv, sizeof kv, "cluster.gpus=%d", in.m.c.ep);
         plan_set(&in, kv, err, sizeof err);
     }
     if (gpus) {

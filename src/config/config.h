@@ -22,10 +22,6 @@ enum { MOE_DEVICE_CPU = 0, MOE_DEVICE_CPU_REF = 1, MOE_DEVICE_CUDA = 2, MOE_DEVI
  * gradients and AdamW moments stay fp32 in every mode, and the CPU backends compute in fp32
  * whatever it says. Not a setting of the model either. */
 enum { MOE_PRECISION_FP32 = 0, MOE_PRECISION_TF32 = 1, MOE_PRECISION_BF16 = 2 };
-/* dist.collectives: MPI's own collectives, the hand-built ones of chapter 3 (bit for bit
- * repeatable), or NCCL on a GPU's memory; the same numbers as DistCollectives
- * (parallel/dist.h). */
-enum { MOE_COLLECTIVES_MPI = 0, MOE_COLLECTIVES_TEACH = 1, MOE_COLLECTIVES_NCCL = 2 };
 /* model.norm: where each block's RMSNorms sit (model.c). pre: one norm before each sublayer;
  * sandwich: a second one on the sublayer's output, before the residual add; dssn: sandwich
  * with that second norm's gain initialised to a depth-scaled constant (Pangu Ultra). */
@@ -118,7 +114,7 @@ typedef struct {
      * checkpoint holds every expert and loads at any dist.ep. */
     int ep;          /* processes per expert-parallel group (each holds E / ep experts) */
     float timeout;   /* longest wait for a peer, seconds */
-    int collectives; /* MOE_COLLECTIVES_*: the engine of the collectives (parallel/dist.h) */
+    int collectives; /* DIST_COLL_*: the engine of the collectives (parallel/dist.h) */
     int overlap;     /* 1: a block's gradient sums start when its backward is done */
     float bucket_mb; /* the largest bucket of gradients summed as one (MiB; 0: one tensor) */
 } Config;

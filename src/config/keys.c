@@ -13,13 +13,14 @@
 
 #include "config/config.h"
 #include "moe/moe_ops.h"
+#include "parallel/dist.h"
 
 /* The enum keys store the index of their name in the row's choices: keep the orders equal. */
 _Static_assert(MOE_SCORE_SOFTMAX == 0 && MOE_SCORE_SIGMOID == 1, "moe.score choices");
 _Static_assert(MOE_DEVICE_CPU == 0 && MOE_DEVICE_CPU_REF == 1 && MOE_DEVICE_CUDA == 2 &&
                    MOE_DEVICE_CPU_FENCED == 3,
                "train.device choices");
-_Static_assert(MOE_COLLECTIVES_MPI == 0 && MOE_COLLECTIVES_TEACH == 1 && MOE_COLLECTIVES_NCCL == 2,
+_Static_assert(DIST_COLL_MPI == 0 && DIST_COLL_TEACH == 1 && DIST_COLL_NCCL == 2,
                "dist.collectives choices");
 _Static_assert(MOE_PRECISION_FP32 == 0 && MOE_PRECISION_TF32 == 1 && MOE_PRECISION_BF16 == 2,
                "train.precision choices");

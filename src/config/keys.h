@@ -1,6 +1,7 @@
 /*
- * keys.h: the row of the table of settings (keys.c), shared by config.c, which reads it.
- * Private to src/config/.
+ * keys.h: the row of the table of settings (keys.c), shared by config.c, which reads it, and
+ * by `moe plan` (cli/plan.c, plan/plan_keys.c), which reads a model's keys through the same
+ * rows. Nothing else includes it.
  */
 #ifndef MOE_CONFIG_KEYS_H
 #define MOE_CONFIG_KEYS_H

@@ -225,8 +225,9 @@ void router_bias_update(float *bias, const double *count, int E, int rule, float
  *
  * Top-k per token: idx (N, K) the chosen experts in descending score order (ties go to the
  * lower expert index, so routing is deterministic); w (N, K) their weights: the scores
- * themselves, or renormalised to sum to 1 over the k chosen when renorm is non-zero. */
-void router_topk_forward(int *idx, float *w, const float *scores, int N, int E, int K, int renorm);
+ * themselves, or renormalised to sum to 1 over the k chosen when norm_topk is non-zero. */
+void router_topk_forward(int *idx, float *w, const float *scores, int N, int E, int K,
+                         int norm_topk);
 
 /* Switch load-balancing loss, unscaled: E * sum_i f_i * P_i, with f_i the fraction of the N*K
  * assignments that went to expert i and P_i the mean score of expert i over the N tokens.
@@ -242,7 +243,7 @@ float router_z_loss(const float *lse, int N);
  * aux_scale and z_scale are the loss coefficients times any loss scaling (1 / accum).
  * f_i in the aux loss is treated as a constant (it counts discrete choices). */
 void router_backward(float *dlogits, const float *dw, const float *scores, const float *lse,
-                     const int *idx, const float *w, int N, int E, int K, int renorm,
+                     const int *idx, const float *w, int N, int E, int K, int norm_topk,
                      float aux_scale, float z_scale);
 
 /* Balance statistics of one routing decision (docs: src/README.md, "router.csv"):

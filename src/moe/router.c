@@ -204,14 +204,15 @@ void router_gate_forward(int *idx, float *w, const float *scores, const float *l
 }
 
 /* The plain router's settings as a MoeSpec (softmax, Switch aux, route_scale 1). */
-static MoeSpec plain_spec(int E, int K, int renorm) {
-    MoeSpec s = {.num_experts = E, .top_k = K, .norm_topk = renorm};
+static MoeSpec plain_spec(int E, int K, int norm_topk) {
+    MoeSpec s = {.num_experts = E, .top_k = K, .norm_topk = norm_topk};
     moe_spec_defaults(&s);
     return s;
 }
 
-void router_topk_forward(int *idx, float *w, const float *scores, int N, int E, int K, int renorm) {
-    MoeSpec s = plain_spec(E, K, renorm);
+void router_topk_forward(int *idx, float *w, const float *scores, int N, int E, int K,
+                         int norm_topk) {
+    MoeSpec s = plain_spec(E, K, norm_topk);
     router_gate_forward(idx, w, scores, NULL, NULL, N, &s);
 }
 
@@ -312,9 +313,9 @@ void router_gate_backward(float *dlogits, const float *dw, const float *scores, 
 }
 
 void router_backward(float *dlogits, const float *dw, const float *scores, const float *lse,
-                     const int *idx, const float *w, int N, int E, int K, int renorm,
+                     const int *idx, const float *w, int N, int E, int K, int norm_topk,
                      float aux_scale, float z_scale) {
-    MoeSpec s = plain_spec(E, K, renorm);
+    MoeSpec s = plain_spec(E, K, norm_topk);
     MoeCtx x;
     moe_ctx_train(&x, &s, N, NULL);
     router_gate_backward(dlogits, dw, scores, lse, NULL, idx, w, N, &s, &x, aux_scale, z_scale);

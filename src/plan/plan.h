@@ -3,7 +3,8 @@
  * launches it. Chapter 7 of the handbook derives every formula used here.
  *
  * Three descriptions go in, each a set of key=value settings (plan_keys.c lists them all;
- * presets are such sets, plan_presets.c):
+ * the model's keys the engine also has are the engine's own, config/keys.c; presets are such
+ * sets, plan_presets.c):
  *   - the model (PlanModel): vocabulary, width, depth, attention (multi-head with grouped
  *     key-value heads, or latent attention), dense layers first, experts, shared experts,
  *     expert hidden size, top-k, sequence length;
@@ -34,15 +35,15 @@
 #include "config/config.h"
 
 #define MAX_PLAN_LAYERS 1024 /* and so at most as many pipeline stages */
-/* The planner's bounds on counts (plan_keys.c refuses a setting above them): beyond any real
- * cluster or model, and low enough that a layout's sizes (dp, the replicas of an expert, a
- * micro-batch) are exact ints and no product of them wraps. */
+/* The planner's bounds on counts (plan_keys.c refuses a setting above them; the engine's keys
+ * keep the engine's own, lower bounds): beyond any real cluster or model, and low enough that
+ * a layout's sizes (dp, the replicas of an expert, a micro-batch) are exact ints and no
+ * product of them wraps. */
 #define PLAN_MAX_GPUS 1048576    /* 2^20 GPUs in all, and so in a node or a parallel group */
 #define PLAN_MAX_BATCH 16777216  /* 2^24 sequences a step */
 #define PLAN_MAX_WIDTH 1048576   /* 2^20: a width, hidden size, rank or head dimension */
 #define PLAN_MAX_TOKENS 16777216 /* 2^24: a vocabulary, or the tokens of a sequence */
 #define PLAN_MAX_HEADS 65536     /* 2^16 heads */
-#define PLAN_MAX_EXPERTS 1048576 /* 2^20 experts (and so top-k) */
 
 /* model.attention: multi-head (grouped-query and multi-query too, by kv_heads), or latent */
 enum { PLAN_ATTN_MHA, PLAN_ATTN_MLA };
@@ -58,14 +59,19 @@ enum { PLAN_RC_NONE, PLAN_RC_SELECTIVE, PLAN_RC_EXPERTS, PLAN_RC_FULL };
 enum { PLAN_QKNORM_NONE, PLAN_QKNORM_HEAD, PLAN_QKNORM_FULL };
 
 typedef struct {
-    double vocab, d_model, n_layer, n_head, kv_heads, head_dim;
+    /* The keys the engine has, in its own Config, with its names and types, read and checked
+     * through its table (config/keys.c, config_set): model.d_model, model.n_layer,
+     * model.n_head, model.d_ff, model.seq_len, model.norm, moe.num_experts, moe.top_k,
+     * moe.d_expert (0: model.d_ff), moe.num_shared, moe.first_dense, moe.every. A model not
+     * given has them at 0 (dense, every 1). With --config it is the whole config, whose
+     * exact memory the moe.c engine plans. */
+    Config c;
+    /* The keys the engine does not have yet (plan_keys.c, "the planner's own model keys"),
+     * named as it will name them: */
+    double vocab; /* the engine's is MOE_VOCAB */
+    double kv_heads, head_dim;
     int attention, qk_norm, tied;
-    int post_norm; /* sandwich norms: each sublayer's output normed too (two more gains) */
     double q_rank, kv_rank, rope_dim, nope_dim, v_dim; /* latent attention (MLA) */
-    double d_ff;                                       /* a dense layer's SwiGLU hidden size */
-    double first_dense, every; /* dense layers first; then an MoE block every `every` */
-    double experts, shared, d_expert, top_k; /* experts = 0: a dense model */
-    double seq_len;
 } PlanModel;
 
 typedef struct {
@@ -118,8 +124,7 @@ typedef struct {
     PlanLayout lay;  /* the layout to cost (defaults 1, micro-batch 1, no recomputation) */
     unsigned fixed;  /* PLAN_FIX_* bits: the fields stated on the command line, which a search
                         keeps */
-    int moec_config; /* the model came from a moe.c config (c below is valid) */
-    Config c;
+    int moec_config; /* the model came from a moe.c config (m.c holds all of it) */
 } PlanInput;
 
 /* The model's parameters, counted from its shape: per layer kind and in total. */

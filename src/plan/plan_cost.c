@@ -28,11 +28,10 @@ typedef struct {
 static void split_stages(const PlanModel *m, int pp, int vpp, Stage *st) {
     memset(st, 0, (size_t)pp * sizeof *st);
     const double chunks = (double)pp * vpp;
-    for (double l = 0; l < m->n_layer; l++) {
-        const int s = (int)fmod(floor(l * chunks / m->n_layer), pp);
-        const int moe = m->experts > 0 && l >= m->first_dense &&
-                        fmod(l - m->first_dense, m->every > 0 ? m->every : 1) == 0;
-        if (moe)
+    const double L = m->c.n_layer;
+    for (int l = 0; l < m->c.n_layer; l++) {
+        const int s = (int)fmod(floor(l * chunks / L), pp);
+        if (config_is_moe_layer(&m->c, l))
             st[s].n_moe++;
         else
             st[s].n_dense++;
@@ -58,7 +57,8 @@ static double link_s(const PlanCluster *k, double bytes, int inter) {
  * layer's input (the rest is plan_layout's one working layer). */
 static double layer_acts(const PlanInput *in, double n, int tp, int moe, double rows, int rc) {
     const PlanModel *m = &in->m;
-    const double a = in->t.act_bytes, d = m->d_model, h = m->n_head, nt = n / tp;
+    const double a = in->t.act_bytes, d = m->c.d_model, h = m->c.n_head, nt = n / tp;
+    const double F = config_expert_hidden(&m->c), shared = m->c.num_shared;
     if (rc == PLAN_RC_FULL) return nt * d * a;
     const int sel = rc != PLAN_RC_NONE; /* norms and activation functions recomputed */
     /* attention: the norm's input and output, q, k, v, the output and its log-sum-exp (a
@@ -80,11 +80,11 @@ static double layer_acts(const PlanInput *in, double n, int tp, int moe, double 
      * product) or the router (logits and scores, fp32) and the expert rows (input, gate, up,
      * product, output kept for the combine) plus the shared experts' SwiGLU */
     x += nt * d * a * (sel ? 1 : 2);
-    if (!moe) return x + n * m->d_ff * a * (sel ? 2 : 3) / tp;
+    if (!moe) return x + n * m->c.d_ff * a * (sel ? 2 : 3) / tp;
     if (rc == PLAN_RC_EXPERTS) return x; /* the block runs again from its input */
-    x += nt * m->experts * 4.0 * 2;
-    x += rows * (2 * d + m->d_expert * (sel ? 2 : 3)) * a;
-    if (m->shared > 0) x += n * m->shared * m->d_expert * a * (sel ? 2 : 3) / tp;
+    x += nt * m->c.num_experts * 4.0 * 2;
+    x += rows * (2 * d + F * (sel ? 2 : 3)) * a;
+    if (shared > 0) x += n * shared * F * a * (sel ? 2 : 3) / tp;
     return x;
 }
 
@@ -111,6 +111,9 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
     const PlanModel *m = &in->m;
     const PlanCluster *k = &in->k;
     const PlanTrain *t = &in->t;
+    /* the engine's keys of the model, as doubles: products of them overflow an int */
+    const double L = m->c.n_layer, H = m->c.n_head, E = m->c.num_experts, K = m->c.top_k;
+    const double F = config_expert_hidden(&m->c), shared = m->c.num_shared;
     const int tp = lay->tp, pp = lay->pp, ep = lay->ep, vpp = lay->vpp;
     const int moec = t->engine == PLAN_ENGINE_MOEC;
 #define INVALID(...)                                                                               \
@@ -125,18 +128,15 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
     const double dp = G / ((double)tp * pp);
     r->dp = (int)dp;
     if (tp > gpn) INVALID("tp = %d spans nodes of %.0f GPUs", tp, gpn);
-    const double kv =
-        m->attention == PLAN_ATTN_MLA ? m->n_head : (m->kv_heads > 0 ? m->kv_heads : m->n_head);
-    if (fmod(m->n_head, tp) != 0 || fmod(kv, tp) != 0)
-        INVALID("tp = %d does not divide the %.0f query and %.0f key-value heads", tp, m->n_head,
-                kv);
-    if (pp > m->n_layer || pp > MAX_STAGES)
-        INVALID("pp = %d stages for %.0f layers", pp, m->n_layer);
+    const double kv = m->attention == PLAN_ATTN_MLA ? H : (m->kv_heads > 0 ? m->kv_heads : H);
+    if (fmod(H, tp) != 0 || fmod(kv, tp) != 0)
+        INVALID("tp = %d does not divide the %.0f query and %.0f key-value heads", tp, H, kv);
+    if (pp > L || pp > MAX_STAGES) INVALID("pp = %d stages for %.0f layers", pp, L);
     if (vpp > 1 && pp == 1) INVALID("vpp = %d virtual stages need pp > 1", vpp);
-    if (m->experts > 0 && (fmod(m->experts, ep) != 0 || fmod(dp * tp, ep) != 0))
+    if (E > 0 && (fmod(E, ep) != 0 || fmod(dp * tp, ep) != 0))
         INVALID("ep = %d must divide both the %.0f experts and the tp x dp = %.0f GPUs of a stage",
-                ep, m->experts, dp * tp);
-    if (m->experts <= 0 && ep != 1) INVALID("ep = %d for a dense model", ep);
+                ep, E, dp * tp);
+    if (E <= 0 && ep != 1) INVALID("ep = %d for a dense model", ep);
     r->edp = (int)(dp * tp / ep);
     /* the batch: the mixed engine splits each data-parallel rank's share into micro-batches,
      * the moe.c engine into train.accum of them */
@@ -165,12 +165,12 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
     for (int s = 0; s < pp; s++) /* more chunks than layers can leave a stage idle */
         if (st[s].n_dense + st[s].n_moe == 0)
             INVALID("pp x vpp = %d chunks of %.0f layers leave stage %d without a layer", pp * vpp,
-                    m->n_layer, s);
+                    L, s);
     r->valid = 1;
 
-    const double T = m->seq_len, n = mb * T, nt = n / tp, d = m->d_model;
-    const double rows = nt * m->top_k * t->imbalance; /* the busiest rank's rows, a layer */
-    r->busiest_rows = m->experts > 0 ? rows : 0;
+    const double T = m->c.seq_len, n = mb * T, nt = n / tp, d = m->c.d_model;
+    const double rows = nt * K * t->imbalance; /* the busiest rank's rows, a layer */
+    r->busiest_rows = E > 0 ? rows : 0;
     const double flops_s = plan_peak(in) * 1e12 * k->efficiency;
     /* the groups: which cross nodes */
     const double ep_node = in_node(ep, 1, gpn);
@@ -190,13 +190,13 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
         if (S->embed) split += c.embed;
         if (S->head) split += c.head, whole += c.final_norm;
         const double dense_p = split / tp + whole;
-        const double exp_p = S->n_moe * (m->experts / ep) * c.expert;
+        const double exp_p = S->n_moe * (E / ep) * c.expert;
 
         /* ---- memory -------------------------------------------------------------------- */
         double w, g, o, acts, inflight;
         if (moec) {
             MemoryBreakdown mb_;
-            Config cc = in->c;
+            Config cc = m->c;
             model_memory_process(&cc, (int)mb, (int)T, ep, &mb_);
             w = 4.0 * mb_.params, g = 4.0 * mb_.grads, o = 4.0 * mb_.adam;
             acts = 4.0 * (mb_.total_words - mb_.params - mb_.grads - mb_.adam) + mb_.pad_bytes;
@@ -246,14 +246,12 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
              * reads gate and up, writes their product); latent attention's up-projections are
              * products */
             const double a = t->act_bytes;
-            double bytes = Ls * 4.0 * nt * d * a + S->n_dense * 3.0 * n * m->d_ff * a / tp;
+            double bytes = Ls * 4.0 * nt * d * a + S->n_dense * 3.0 * n * m->c.d_ff * a / tp;
             if (lay->recompute == PLAN_RC_SELECTIVE)
-                bytes +=
-                    S->n_moe * 3.0 * (rows * m->d_expert + n * m->shared * m->d_expert / tp) * a;
+                bytes += S->n_moe * 3.0 * (rows * F + n * shared * F / tp) * a;
             recomp = bytes / (k->hbm_tbs * 1e12);
             if (m->attention == PLAN_ATTN_MLA)
-                recomp +=
-                    Ls * 2.0 * n * m->kv_rank * m->n_head * (m->nope_dim + m->v_dim) / tp / flops_s;
+                recomp += Ls * 2.0 * n * m->kv_rank * H * (m->nope_dim + m->v_dim) / tp / flops_s;
         }
         if (lay->recompute == PLAN_RC_FULL) recomp = comp / 3.0; /* the forward once more */
         if (lay->recompute == PLAN_RC_EXPERTS) /* and the MoE blocks' forward once more */
@@ -266,7 +264,7 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
          * are whole on their GPU and route the nt tokens the GPU holds: no gather) */
         double tpb = 0;
         if (tp > 1) {
-            const double sub = Ls + S->n_dense + (m->shared > 0 ? S->n_moe : 0);
+            const double sub = Ls + S->n_dense + (shared > 0 ? S->n_moe : 0);
             tpb = sub * (lay->recompute == PLAN_RC_FULL ? 6.0 : 4.0) * (tp - 1.0) / tp * n * d *
                   t->act_bytes; /* a full recomputation gathers and scatters once more */
         }
@@ -279,19 +277,19 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
             /* recomputing the MoE blocks (or whole layers) sends the rows out and back again */
             const double passes = (lay->recompute >= PLAN_RC_EXPERTS ? 6.0 : 4.0) * S->n_moe;
             const double row = d * t->a2a_bytes;
-            double intra_rows = nt * m->top_k * (ep_node - 1) / ep;
-            double inter_rows = nt * m->top_k * (ep - ep_node) / ep;
+            double intra_rows = nt * K * (ep_node - 1) / ep;
+            double inter_rows = nt * K * (ep - ep_node) / ep;
             if (t->node_limit > 0 && ep > ep_node) {
                 /* a row crosses to each of its nodes once, then is copied inside the node */
                 const double nodes = ep / ep_node;
-                const double touched = nodes * (1 - pow(1 - 1 / nodes, m->top_k));
+                const double touched = nodes * (1 - pow(1 - 1 / nodes, K));
                 const double remote = fmin(touched, t->node_limit) * (nodes - 1) / nodes;
                 inter_rows = nt * remote;
                 intra_rows += inter_rows * (ep_node - 1) / ep_node;
             }
             epb = passes * (intra_rows + inter_rows) * row;
             ep_inter = passes * inter_rows * row;
-            const double counts = S->n_moe * 2.0 * (m->experts / ep) * 4.0 * (ep - 1);
+            const double counts = S->n_moe * 2.0 * (E / ep) * 4.0 * (ep - 1);
             epb += counts;
             ep_t = t->imbalance *
                    fmax(link_s(k, passes * intra_rows * row + counts, 0), link_s(k, ep_inter, 1));

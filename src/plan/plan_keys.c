@@ -1,7 +1,12 @@
 /*
- * plan_keys.c: ONE table of the settings `moe plan` reads (model, cluster, training, layout),
- * with their checks; defaults; the presets by name (their settings are in plan_presets.c).
- * The model keys a moe.c config also has keep its names (model.d_model, moe.top_k, ...).
+ * plan_keys.c: the settings `moe plan` reads (model, cluster, training, layout), with their
+ * checks; defaults; the presets by name (their settings are in plan_presets.c).
+ *
+ * A model key the engine has is the engine's: its row of config/keys.c (name, type, range,
+ * message) reads it into PlanModel.c through config_set, and nothing here repeats it
+ * (ENGINE_KEYS lists which). The table below holds the rest: the model keys the engine does
+ * not have yet, in one marked block and named as it will name them, then the cluster, the
+ * training and the layout, which are the planner's alone.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -11,6 +16,8 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "config/keys.h"
+#include "moe/moe_ops.h"
 #include "plan/plan.h"
 
 enum { K_NUM, K_INT, K_CHOICE }; /* a double, an int, an int chosen by name */
@@ -26,7 +33,24 @@ typedef struct {
     const char *help;
     int above;       /* 1: the value must be more than lo (lo itself is refused) */
     const char *why; /* why the range is what it is, said when a value falls outside it */
-} Key;
+} PlanKey;
+
+/* The keys of a model's shape the engine has: read through its own rows (config/keys.c) into
+ * PlanModel.c, listed first by --keys, in this order. */
+static const char *const ENGINE_KEYS[] = {"model.d_model",   "model.n_layer",   "model.n_head",
+                                          "model.d_ff",      "model.seq_len",   "model.norm",
+                                          "moe.num_experts", "moe.top_k",       "moe.d_expert",
+                                          "moe.num_shared",  "moe.first_dense", "moe.every"};
+#define N_ENGINE_KEYS ((int)(sizeof ENGINE_KEYS / sizeof ENGINE_KEYS[0]))
+
+/* The planner's former names of keys the engine has under its own: refused with the new one. */
+static const struct {
+    const char *old, *now, *how;
+} RENAMED[] = {
+    {"model.post_norm", "model.norm",
+     "model.post_norm=1 is model.norm=sandwich (or dssn: the same parameters), "
+     "model.post_norm=0 is model.norm=pre"},
+};
 
 #define FIELD(f) offsetof(PlanInput, f), sizeof(((PlanInput *)0)->f)
 #define M(f) FIELD(m.f)
@@ -39,13 +63,12 @@ typedef struct {
 #define W_BYTES "a stored value takes at least one bit (0.125 bytes) and at most 16 bytes"
 #define W_LINK "a link of 0 GB/s never delivers: every transfer over it would take forever"
 
-static const Key KEYS[] = {
+static const PlanKey KEYS[] = {
+    /* ---- the planner's own model keys: what the engine does not have yet (a vocabulary of
+     * its own, grouped key-value heads, a head width apart from d_model / n_head, latent
+     * attention, norms on queries and keys, a tied head), named as it will name them. When
+     * the engine gains one, its row moves to config/keys.c and its name to ENGINE_KEYS. -- */
     {"model.vocab", K_NUM, M(vocab), 1, PLAN_MAX_TOKENS, 1, 0, 0, "V: vocabulary size", 0, W_COUNT},
-    {"model.d_model", K_NUM, M(d_model), 1, PLAN_MAX_WIDTH, 1, 0, 0,
-     "d: width of the residual stream", 0, W_COUNT},
-    {"model.n_layer", K_NUM, M(n_layer), 1, MAX_PLAN_LAYERS, 1, 0, 0, "L: transformer blocks", 0,
-     W_LAYERS},
-    {"model.n_head", K_NUM, M(n_head), 1, PLAN_MAX_HEADS, 1, 0, 0, "h: query heads", 0, W_COUNT},
     {"model.kv_heads", K_NUM, M(kv_heads), 0, PLAN_MAX_HEADS, 1, 0, 0,
      "key-value heads (grouped-query attention); 0: as many as query heads", 0, W_COUNT},
     {"model.head_dim", K_NUM, M(head_dim), 0, PLAN_MAX_WIDTH, 1, 0, 0,
@@ -57,12 +80,6 @@ static const Key KEYS[] = {
      NULL},
     {"model.tied", K_INT, M(tied), 0, 1, 0, 0, 0, "1: the head is the embedding's transpose", 0,
      NULL},
-    {"model.post_norm", K_INT, M(post_norm), 0, 1, 0, 0, 0,
-     "1: sandwich norms (each sublayer's output normed too)", 0, NULL},
-    {"model.d_ff", K_NUM, M(d_ff), 0, PLAN_MAX_WIDTH, 1, 0, 0,
-     "hidden size of a dense layer's SwiGLU", 0, W_COUNT},
-    {"model.seq_len", K_NUM, M(seq_len), 1, PLAN_MAX_TOKENS, 1, 0, 0, "T: tokens a sequence", 0,
-     W_COUNT},
     {"mla.q_rank", K_NUM, M(q_rank), 0, PLAN_MAX_WIDTH, 1, 0, 0,
      "latent attention: queries' rank; 0: none", 0, W_COUNT},
     {"mla.kv_rank", K_NUM, M(kv_rank), 0, PLAN_MAX_WIDTH, 1, 0, 0,
@@ -73,17 +90,7 @@ static const Key KEYS[] = {
      "latent attention: the rest of a head", 0, W_COUNT},
     {"mla.v_dim", K_NUM, M(v_dim), 0, PLAN_MAX_WIDTH, 1, 0, 0,
      "latent attention: a head's value width", 0, W_COUNT},
-    {"moe.num_experts", K_NUM, M(experts), 0, PLAN_MAX_EXPERTS, 1, 0, 0,
-     "E: routed experts; 0: dense", 0, W_COUNT},
-    {"moe.top_k", K_NUM, M(top_k), 0, PLAN_MAX_EXPERTS, 1, 0, 0, "K: experts a token", 0, W_COUNT},
-    {"moe.d_expert", K_NUM, M(d_expert), 0, PLAN_MAX_WIDTH, 1, 0, 0,
-     "hidden size of one expert's SwiGLU", 0, W_COUNT},
-    {"moe.num_shared", K_NUM, M(shared), 0, PLAN_MAX_EXPERTS, 1, 0, 0,
-     "shared experts, each of d_expert", 0, W_COUNT},
-    {"moe.first_dense", K_NUM, M(first_dense), 0, MAX_PLAN_LAYERS, 1, 0, 0, "dense layers first", 0,
-     W_LAYERS},
-    {"moe.every", K_NUM, M(every), 1, MAX_PLAN_LAYERS, 1, 0, 0,
-     "then an MoE block every this many layers", 0, W_LAYERS},
+    /* ---- the planner's alone ------------------------------------------------------------ */
     {"cluster.gpus", K_NUM, C(gpus), 1, PLAN_MAX_GPUS, 1, 0, 0, "GPUs in all", 0, W_COUNT},
     {"cluster.gpus_per_node", K_NUM, C(gpus_per_node), 1, PLAN_MAX_GPUS, 1, 0, 0,
      "GPUs a node shares the fast link between", 0, W_COUNT},
@@ -157,7 +164,14 @@ static const Key KEYS[] = {
 
 void plan_defaults(PlanInput *in) {
     memset(in, 0, sizeof *in);
-    in->m.every = 1;
+    /* the engine's keys of a model: none given yet, a shape of zeros and no experts; its other
+     * settings at their defaults (a --config replaces them all) */
+    Config *c = &in->m.c;
+    config_defaults(c);
+    c->d_model = c->n_layer = c->n_head = c->d_ff = c->seq_len = 0;
+    c->num_experts = c->top_k = c->d_expert = c->num_shared = c->first_dense = 0;
+    c->every = 1;
+    c->norm = MOE_NORM_PRE;
     in->k.efficiency = 0.7;
     PlanTrain *t = &in->t;
     t->engine = PLAN_ENGINE_MIXED;
@@ -171,9 +185,22 @@ void plan_defaults(PlanInput *in) {
     in->lay = (PlanLayout){1, 1, 1, 1, 1, PLAN_RC_NONE};
 }
 
-static const Key *find_key(const char *name, size_t len) {
+static int same_name(const char *key, const char *name, size_t len) {
+    return strlen(key) == len && strncmp(key, name, len) == 0;
+}
+
+static const PlanKey *find_key(const char *name, size_t len) {
     for (int i = 0; i < N_KEYS; i++)
-        if (strlen(KEYS[i].name) == len && strncmp(KEYS[i].name, name, len) == 0) return &KEYS[i];
+        if (same_name(KEYS[i].name, name, len)) return &KEYS[i];
+    return NULL;
+}
+
+/* The engine's row of a key of ENGINE_KEYS, or NULL. */
+static const Key *engine_row(const char *name, size_t len) {
+    for (int i = 0; i < N_ENGINE_KEYS; i++)
+        if (same_name(ENGINE_KEYS[i], name, len))
+            for (int j = 0; j < CONFIG_NKEYS; j++)
+                if (strcmp(CONFIG_KEYS[j].name, ENGINE_KEYS[i]) == 0) return &CONFIG_KEYS[j];
     return NULL;
 }
 
@@ -192,15 +219,22 @@ static int choice_index(const char *names, const char *word) {
 int plan_set(PlanInput *in, const char *kv, char *err, int errlen) {
     const char *eq = strchr(kv, '=');
     if (!eq || eq == kv) return set_error(err, errlen, "'%s' is not key=value", kv);
-    const Key *k = find_key(kv, (size_t)(eq - kv));
+    const size_t len = (size_t)(eq - kv);
+    if (engine_row(kv, len)) return config_set(&in->m.c, kv, err, errlen);
+    for (int i = 0; i < (int)(sizeof RENAMED / sizeof RENAMED[0]); i++)
+        if (same_name(RENAMED[i].old, kv, len))
+            return set_error(err, errlen, "%s is now %s, the engine's key: %s (moe plan --keys)",
+                             RENAMED[i].old, RENAMED[i].now, RENAMED[i].how);
+    const PlanKey *k = find_key(kv, len);
     if (!k) {
         char name[128];
-        snprintf(name, sizeof name, "%.*s", (int)(eq - kv), kv);
+        snprintf(name, sizeof name, "%.*s", (int)len, kv);
         const char *best = NULL;
         int bd = 4;
-        for (int i = 0; i < N_KEYS; i++) {
-            const int dd = levenshtein(name, KEYS[i].name);
-            if (dd < bd) bd = dd, best = KEYS[i].name;
+        for (int i = 0; i < N_ENGINE_KEYS + N_KEYS; i++) {
+            const char *other = i < N_ENGINE_KEYS ? ENGINE_KEYS[i] : KEYS[i - N_ENGINE_KEYS].name;
+            const int dd = levenshtein(name, other);
+            if (dd < bd) bd = dd, best = other;
         }
         return set_error(err, errlen, "unknown plan key '%s'%s%s%s (moe plan --keys lists them)",
                          name, best ? "; did you mean '" : "", best ? best : "", best ? "'?" : "");
@@ -243,8 +277,8 @@ int plan_set(PlanInput *in, const char *kv, char *err, int errlen) {
 
 int plan_set_fixed(PlanInput *in, const char *kv, char *err, int errlen) {
     if (plan_set(in, kv, err, errlen) != 0) return -1;
-    const char *eq = strchr(kv, '=');
-    in->fixed |= find_key(kv, (size_t)(eq - kv))->fix;
+    const PlanKey *k = find_key(kv, strcspn(kv, "=")); /* NULL: a key of the engine */
+    if (k) in->fixed |= k->fix;
     return 0;
 }
 
@@ -294,7 +328,7 @@ static const char *const CLUSTER_KEYS[] = {"cluster.gpus_per_node", "cluster.mem
                                            "cluster.intra_gbs",     "cluster.inter_gbs"};
 
 static double key_value(const PlanInput *in, const char *name) {
-    const Key *k = find_key(name, strlen(name));
+    const PlanKey *k = find_key(name, strlen(name));
     return *(const double *)((const char *)in + k->off);
 }
 
@@ -310,32 +344,34 @@ int plan_has_cluster(const PlanInput *in) {
 
 int plan_validate_model(const PlanInput *in, char *err, int errlen) {
     const PlanModel *m = &in->m;
-    if (m->d_model <= 0 || m->n_layer <= 0 || m->n_head <= 0 || m->vocab <= 0 || m->seq_len <= 0)
+    const Config *c = &m->c;
+    if (c->d_model <= 0 || c->n_layer <= 0 || c->n_head <= 0 || m->vocab <= 0 || c->seq_len <= 0)
         return set_error(err, errlen,
                          "no model: give --model NAME (moe plan --presets), --config FILE or "
                          "the model.* keys (model.vocab, model.d_model, model.n_layer, "
                          "model.n_head, model.seq_len)");
-    if (m->attention == PLAN_ATTN_MHA && m->head_dim == 0 && fmod(m->d_model, m->n_head) != 0)
+    if (m->attention == PLAN_ATTN_MHA && m->head_dim == 0 && c->d_model % c->n_head != 0)
         return set_error(err, errlen,
-                         "model.n_head = %.0f does not divide model.d_model = %.0f; "
+                         "model.n_head = %d does not divide model.d_model = %d; "
                          "set model.head_dim",
-                         m->n_head, m->d_model);
-    if (m->attention == PLAN_ATTN_MHA && m->kv_heads > 0 && fmod(m->n_head, m->kv_heads) != 0)
-        return set_error(err, errlen, "model.kv_heads = %.0f does not divide model.n_head = %.0f",
-                         m->kv_heads, m->n_head);
+                         c->n_head, c->d_model);
+    if (m->attention == PLAN_ATTN_MHA && m->kv_heads > 0 && fmod(c->n_head, m->kv_heads) != 0)
+        return set_error(err, errlen, "model.kv_heads = %.0f does not divide model.n_head = %d",
+                         m->kv_heads, c->n_head);
     if (m->attention == PLAN_ATTN_MLA &&
         (m->kv_rank <= 0 || m->nope_dim + m->rope_dim <= 0 || m->v_dim <= 0))
         return set_error(err, errlen,
                          "model.attention=mla needs mla.kv_rank, mla.nope_dim (or "
                          "mla.rope_dim) and mla.v_dim");
-    if (m->experts > 0 && (m->top_k < 1 || m->top_k > m->experts || m->d_expert <= 0))
+    /* as in the engine, a dense model (moe.num_experts=0) ignores the other moe.* keys */
+    if (c->num_experts > 0 &&
+        (c->top_k < 1 || c->top_k > c->num_experts || config_expert_hidden(c) <= 0))
         return set_error(err, errlen,
                          "an MoE model needs 1 <= moe.top_k <= moe.num_experts "
-                         "(%.0f, %.0f) and moe.d_expert > 0",
-                         m->top_k, m->experts);
-    if (m->experts == 0 && (m->shared > 0 || m->top_k > 0))
-        return set_error(err, errlen, "moe.num_shared and moe.top_k need moe.num_experts > 0");
-    if ((m->experts == 0 || m->first_dense > 0 || m->every > 1) && m->d_ff <= 0)
+                         "(%d, %d) and moe.d_expert > 0 (or model.d_ff, which moe.d_expert=0 "
+                         "stands for)",
+                         c->top_k, c->num_experts);
+    if ((c->num_experts == 0 || c->first_dense > 0 || c->every > 1) && c->d_ff <= 0)
         return set_error(err, errlen, "the model has dense layers: set model.d_ff");
     return 0;
 }
@@ -373,8 +409,16 @@ int plan_validate(const PlanInput *in, char *err, int errlen) {
 }
 
 void plan_print_keys(FILE *f) {
+    for (int i = 0; i < N_ENGINE_KEYS; i++) { /* the engine's rows, as `moe info --keys` */
+        const Key *k = engine_row(ENGINE_KEYS[i], strlen(ENGINE_KEYS[i]));
+        const char *kind = k->type == T_ENUM   ? k->choices
+                           : k->type == T_INT  ? "whole"
+                           : k->type == T_BOOL ? "0|1"
+                                               : "number";
+        fprintf(f, "%-22s %-20s %s\n", k->name, kind, k->help);
+    }
     for (int i = 0; i < N_KEYS; i++) {
-        const Key *k = &KEYS[i];
+        const PlanKey *k = &KEYS[i];
         if (k->type == K_CHOICE)
             fprintf(f, "%-22s %-20s %s\n", k->name, k->names, k->help);
         else

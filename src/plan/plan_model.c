@@ -9,31 +9,28 @@
 #include "base/util.h"
 #include "plan/plan.h"
 
-/* Layer l has an MoE block: the rule of moe.c's config_is_moe_layer, on a PlanModel. */
-static int is_moe_layer(const PlanModel *m, double l) {
-    return m->experts > 0 && l >= m->first_dense &&
-           fmod(l - m->first_dense, m->every > 0 ? m->every : 1) == 0;
-}
-
 /* The query-key and value widths of one head. */
 static double head_qk(const PlanModel *m) {
     if (m->attention == PLAN_ATTN_MLA) return m->nope_dim + m->rope_dim;
-    return m->head_dim > 0 ? m->head_dim : m->d_model / m->n_head;
+    return m->head_dim > 0 ? m->head_dim : (double)m->c.d_model / m->c.n_head;
 }
 static double head_v(const PlanModel *m) {
     if (m->attention == PLAN_ATTN_MLA) return m->v_dim;
-    return m->head_dim > 0 ? m->head_dim : m->d_model / m->n_head;
+    return m->head_dim > 0 ? m->head_dim : (double)m->c.d_model / m->c.n_head;
 }
 
 void plan_count(const PlanModel *m, PlanCounts *o) {
     memset(o, 0, sizeof *o);
-    const double d = m->d_model, h = m->n_head, dqk = head_qk(m), dv = head_v(m);
+    const Config *c = &m->c;
+    const double d = c->d_model, h = c->n_head, dqk = head_qk(m), dv = head_v(m);
+    const double E = c->num_experts, K = c->top_k, F = config_expert_hidden(c);
     o->embed = m->vocab * d;
     o->head = m->tied ? 0.0 : m->vocab * d;
     o->final_norm = d;
 
     /* one layer's attention: the matrices, then the gains of its norms */
-    double gains = (m->post_norm ? 4.0 : 2.0) * d; /* pre-norms, and the sandwich's output norms */
+    /* pre-norms, and a sandwich's output norms (model.norm=sandwich or dssn) */
+    double gains = (c->norm != MOE_NORM_PRE ? 4.0 : 2.0) * d;
     if (m->attention == PLAN_ATTN_MLA) {
         /* queries through a rank-q_rank bottleneck (or straight from d), keys and values
          * from one shared latent of kv_rank plus the rotary part of the key */
@@ -48,26 +45,26 @@ void plan_count(const PlanModel *m, PlanCounts *o) {
         if (m->qk_norm == PLAN_QKNORM_FULL) gains += (h + kv) * dqk;
     }
     o->norms = gains;
-    o->dense_ffn = 3.0 * d * m->d_ff;
-    o->router = m->experts * d;
-    o->expert = 3.0 * d * m->d_expert;
-    o->shared = 3.0 * d * m->shared * m->d_expert;
-    for (double l = 0; l < m->n_layer; l++) {
-        if (is_moe_layer(m, l))
+    o->dense_ffn = 3.0 * d * c->d_ff;
+    o->router = E * d;
+    o->expert = 3.0 * d * F;
+    o->shared = 3.0 * d * c->num_shared * F;
+    for (int l = 0; l < c->n_layer; l++) {
+        if (config_is_moe_layer(c, l))
             o->n_moe++;
         else
             o->n_dense++;
     }
 
-    const double L = m->n_layer;
+    const double L = c->n_layer;
     const double layers = L * (o->attn + o->norms) + o->n_dense * o->dense_ffn;
     o->total = o->embed + o->head + o->final_norm + layers +
-               o->n_moe * (o->router + m->experts * o->expert + o->shared);
+               o->n_moe * (o->router + E * o->expert + o->shared);
     /* a token multiplies the head (tied or not), every attention, its dense FFNs, and in each
      * MoE layer the router, top_k experts and the shared ones; its embedding is a lookup */
     const double head_mm = m->vocab * d;
-    o->active = head_mm + o->final_norm + layers +
-                o->n_moe * (o->router + m->top_k * o->expert + o->shared);
+    o->active =
+        head_mm + o->final_norm + layers + o->n_moe * (o->router + K * o->expert + o->shared);
     if (m->tied) o->active -= head_mm; /* a tied head is the embedding, counted once ... */
     o->active_embed = o->active + o->embed;
     if (m->tied) o->active += head_mm; /* ... but multiplied by every token all the same */
@@ -75,8 +72,8 @@ void plan_count(const PlanModel *m, PlanCounts *o) {
     /* FLOPs: 2 per multiply-add forward, twice that backward (the gradient of the input and
      * of the weight); a causal kernel computes half of the T x T scores on average */
     const double matmul = head_mm + L * o->attn + o->n_dense * o->dense_ffn +
-                          o->n_moe * (o->router + m->top_k * o->expert + o->shared);
-    o->attn_flops_layer = 2.0 * h * (dqk + dv) * (m->seq_len / 2.0);
+                          o->n_moe * (o->router + K * o->expert + o->shared);
+    o->attn_flops_layer = 2.0 * h * (dqk + dv) * (c->seq_len / 2.0);
     o->flops_token = 6.0 * matmul + 3.0 * L * o->attn_flops_layer;
 }
 
@@ -85,35 +82,24 @@ double plan_peak(const PlanInput *in) {
 }
 
 double plan_moec_ep_bytes(const PlanModel *m, double tokens, double P) {
-    if (P <= 1 || m->experts <= 0) return 0.0;
+    if (P <= 1 || m->c.num_experts <= 0) return 0.0;
     PlanCounts c;
     plan_count(m, &c);
     /* rows of C fp32 values: out to the experts and back, forward and backward; then the
      * counts, two 4-byte ints per local expert and peer, once a forward */
-    const double rows = 4.0 * tokens * m->top_k * (P - 1) / P * 4.0 * m->d_model;
-    const double counts = 2.0 * (m->experts / P) * 4.0 * (P - 1);
+    const double rows = 4.0 * tokens * m->c.top_k * (P - 1) / P * 4.0 * m->c.d_model;
+    const double counts = 2.0 * (m->c.num_experts / P) * 4.0 * (P - 1);
     return c.n_moe * (rows + counts);
 }
 
 void plan_from_config(PlanInput *in, const Config *c) {
     PlanModel *m = &in->m;
     memset(m, 0, sizeof *m);
+    m->c = *c; /* the engine's keys, and every other setting for its exact memory */
     m->vocab = MOE_VOCAB;
-    m->d_model = c->d_model;
-    m->n_layer = c->n_layer;
-    m->n_head = c->n_head;
     m->kv_heads = c->n_head;
     m->head_dim = (double)(c->d_model / c->n_head);
     m->attention = PLAN_ATTN_MHA;
-    m->post_norm = c->norm != MOE_NORM_PRE;
-    m->d_ff = c->d_ff;
-    m->first_dense = c->first_dense;
-    m->every = c->every;
-    m->experts = c->num_experts;
-    m->shared = c->num_shared;
-    m->d_expert = config_expert_hidden(c);
-    m->top_k = c->num_experts > 0 ? c->top_k : 0;
-    m->seq_len = c->seq_len;
     /* the moe.c engine: fp32 weights (their own master copy), gradients, moments, activations
      * and exchanged rows; nothing sharded */
     PlanTrain *t = &in->t;
@@ -126,5 +112,4 @@ void plan_from_config(PlanInput *in, const Config *c) {
     in->t.accum = c->accum;
     in->lay.ep = c->ep;
     in->moec_config = 1;
-    in->c = *c;
 }

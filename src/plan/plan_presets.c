@@ -64,7 +64,7 @@ const PlanPreset PLAN_PRESETS[] = {
      "model.vocab=153600 model.d_model=7680 model.n_layer=61 model.n_head=128 model.attention=mla "
      "mla.q_rank=1536 mla.kv_rank=512 mla.rope_dim=64 mla.nope_dim=128 mla.v_dim=128 "
      "model.d_ff=18432 moe.num_experts=256 moe.num_shared=1 moe.top_k=8 moe.d_expert=2048 "
-     "moe.first_dense=3 model.post_norm=1 model.seq_len=4096",
+     "moe.first_dense=3 model.norm=dssn model.seq_len=4096",
      "openPangu-Ultra-MoE-718B configuration; \"718B total, 39B activated\" (its README)", 718e9,
      39e9, 1e9, 0, 0, 0, 0, 0, 0},
     /* ---- machines ----------------------------------------------------------------------- */

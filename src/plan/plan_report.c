@@ -12,20 +12,22 @@ static const char *const PREC_NAMES[] = {"fp32", "bf16", "fp8"};
 
 static void print_model(FILE *f, const PlanInput *in, const PlanCounts *c) {
     const PlanModel *m = &in->m;
+    const Config *mc = &m->c;
     fprintf(f,
             "model %s: %.2f B parameters; active a token %.2f B with the embedding, %.2f B "
             "without\n",
             in->model_name[0] ? in->model_name : "(settings)", c->total / 1e9,
             c->active_embed / 1e9, c->active / 1e9);
-    if (m->experts > 0)
+    if (mc->num_experts > 0)
         fprintf(f,
-                "  %.0f layers (%.0f dense, %.0f MoE: %.0f experts of hidden %.0f, top-%.0f, "
-                "%.0f shared), d_model %.0f, %s attention, %.0f tokens a sequence\n",
-                m->n_layer, c->n_dense, c->n_moe, m->experts, m->d_expert, m->top_k, m->shared,
-                m->d_model, m->attention == PLAN_ATTN_MLA ? "latent" : "multi-head", m->seq_len);
+                "  %d layers (%.0f dense, %.0f MoE: %d experts of hidden %d, top-%d, %d "
+                "shared), d_model %d, %s attention, %d tokens a sequence\n",
+                mc->n_layer, c->n_dense, c->n_moe, mc->num_experts, config_expert_hidden(mc),
+                mc->top_k, mc->num_shared, mc->d_model,
+                m->attention == PLAN_ATTN_MLA ? "latent" : "multi-head", mc->seq_len);
     else
-        fprintf(f, "  %.0f dense layers, d_model %.0f, %.0f tokens a sequence\n", m->n_layer,
-                m->d_model, m->seq_len);
+        fprintf(f, "  %d dense layers, d_model %d, %d tokens a sequence\n", mc->n_layer,
+                mc->d_model, mc->seq_len);
     fprintf(f, "  %.3g FLOPs a token, forward and backward\n", c->flops_token);
 }
 
@@ -123,16 +125,16 @@ void plan_print_counts(FILE *f, const PlanInput *in) {
     snprintf(each[0], sizeof each[0], "%.4g B", c.attn / 1e9);
     snprintf(each[1], sizeof each[1], "%.4g B", c.dense_ffn / 1e9);
     snprintf(each[2], sizeof each[2], "%.4g B", c.router / 1e9);
-    snprintf(each[3], sizeof each[3], "%.0f experts of %.4g B", m->experts, c.expert / 1e9);
+    snprintf(each[3], sizeof each[3], "%d experts of %.4g B", m->c.num_experts, c.expert / 1e9);
     snprintf(each[4], sizeof each[4], "%.4g B", c.shared / 1e9);
     print_part(f, "embedding", c.embed, 0, "");
     print_part(f, "head", c.head, 0, "");
-    print_part(f, "attention", m->n_layer * c.attn, m->n_layer, each[0]);
+    print_part(f, "attention", m->c.n_layer * c.attn, m->c.n_layer, each[0]);
     print_part(f, "dense SwiGLUs", c.n_dense * c.dense_ffn, c.n_dense, each[1]);
     print_part(f, "routers", c.n_moe * c.router, c.n_moe, each[2]);
-    print_part(f, "routed experts", c.n_moe * m->experts * c.expert, c.n_moe, each[3]);
+    print_part(f, "routed experts", c.n_moe * m->c.num_experts * c.expert, c.n_moe, each[3]);
     print_part(f, "shared experts", c.n_moe * c.shared, c.n_moe, each[4]);
-    print_part(f, "norms", m->n_layer * c.norms + c.final_norm, 0, "");
+    print_part(f, "norms", m->c.n_layer * c.norms + c.final_norm, 0, "");
     print_part(f, "total", c.total, 0, "");
     fprintf(f, "weights alone: %.2f GB at %g bytes a parameter (train.weight_bytes)\n",
             c.total * in->t.weight_bytes / 1e9, in->t.weight_bytes);

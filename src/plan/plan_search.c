@@ -69,16 +69,15 @@ static void choose(Choices *c, int fixed, int stated, int lo, int hi, int doubli
 }
 
 int plan_search(const PlanInput *in, PlanResult *out, int max) {
-    const PlanModel *m = &in->m;
-    const double G = in->k.gpus;
+    const double G = in->k.gpus, E = in->m.c.num_experts, L = in->m.c.n_layer;
     const int moec = in->t.engine == PLAN_ENGINE_MOEC;
     const unsigned fx = in->fixed;
     const PlanLayout *st = &in->lay;
     static Choices tp, pp, vpp, ep, mb, rc; /* 24 KB: not on the stack */
     choose(&tp, fx & PLAN_FIX_TP, st->tp, 1, moec ? 1 : (int)in->k.gpus_per_node, 1);
-    choose(&pp, fx & PLAN_FIX_PP, st->pp, 1, moec ? 1 : (int)fmin(m->n_layer, MAX_PLAN_LAYERS), 0);
+    choose(&pp, fx & PLAN_FIX_PP, st->pp, 1, moec ? 1 : (int)fmin(L, MAX_PLAN_LAYERS), 0);
     choose(&vpp, fx & PLAN_FIX_VPP, st->vpp, 1, moec ? 1 : 2, 0);
-    choose(&ep, fx & PLAN_FIX_EP, st->ep, 1, m->experts > 0 ? (int)fmin(m->experts, G) : 1, 0);
+    choose(&ep, fx & PLAN_FIX_EP, st->ep, 1, E > 0 ? (int)fmin(E, G) : 1, 0);
     choose(&mb, fx & PLAN_FIX_MB, st->micro_batch, 1, moec ? 1 : 8, 1);
     choose(&rc, fx & PLAN_FIX_RC, st->recompute, 0, moec ? 0 : PLAN_RC_FULL, 0);
     int n = 0;
@@ -92,8 +91,7 @@ int plan_search(const PlanInput *in, PlanResult *out, int max) {
                 for (int e = 0; e < ep.n; e++) {
                     const double dp = G / ((double)l.tp * l.pp);
                     const int x = ep.v[e]; /* what plan_layout would refuse, skipped quietly */
-                    if (m->experts > 0 && (fmod(m->experts, x) != 0 || fmod(dp * l.tp, x) != 0))
-                        continue;
+                    if (E > 0 && (fmod(E, x) != 0 || fmod(dp * l.tp, x) != 0)) continue;
                     for (int f = 0; f < mb.n; f++)
                         for (int g = 0; g < rc.n; g++) {
                             l.vpp = vpp.v[c], l.ep = ep.v[e];
