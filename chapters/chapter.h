@@ -1,12 +1,11 @@
 /*
  * chapter.h: what the chapter programs share (each program is one file that includes this).
+ * Like every chapter program it reads the engine through src/moe.h alone.
  */
 #ifndef MOE_CHAPTER_H
 #define MOE_CHAPTER_H
 
-#include "base/util.h"
-#include "io/files.h"
-#include "train/checkpoint.h"
+#include "moe.h"
 
 /* The settings of the model a program looks at: the checkpoint's when ckpt exists (returns 1,
  * a trained model), else the defaults (returns 0: the program runs on a fresh model and says

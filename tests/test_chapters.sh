@@ -150,4 +150,26 @@ check "the logits' bf16 rounding: relative error in (0, 2^-8] at every scale" $?
 [ $? -eq 2 ] && grep -q usage "$tmp/err.txt"
 check "--layers 0: exit 2 and the usage" $? "$(cat "$tmp/err.txt")"
 
+
+echo "test_chapters: the public header"
+# every chapter program includes src/moe.h (directly or through chapter.h) and, of src/, only
+# the headers that src/README.md's table of exceptions ("The public header") lists for it
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bad=""
+for f in "$root"/chapters/*/*.c "$root"/chapters/chapter.h; do
+  rel=${f#"$root"/chapters/}
+  row=$(grep "^| \`$rel\` |" "$root/src/README.md")
+  public=0
+  for h in $(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$f"); do
+    case $h in
+      moe.h | ../chapter.h) public=1 ;;
+      *) [[ "$row" == *"\`$h\`"* ]] || bad="$bad $rel:$h" ;;
+    esac
+  done
+  [ $public = 1 ] || bad="$bad $rel:(no moe.h)"
+done
+[ -z "$bad" ]
+check "the chapter programs include moe.h and only the exceptions src/README.md lists" $? \
+  "not in src/README.md's table:$bad"
+
 finish

@@ -292,6 +292,35 @@ START_TEST(test_loader_val) {
 }
 END_TEST
 
+/* One row per domain: the first document long enough, skipping shorter ones and other
+ * domains; with targets one token more is needed. */
+START_TEST(test_domain_batch) {
+    /* en "ab" (2), code "{int}" (5), en "hello" (5), code "x;" (2), en "byebye" (6), code
+     * "f(a,b)" (6) */
+    const uint8_t toks[26] = "ab{int}hellox;byebyef(a,b)";
+    const ShardDoc docs[6] = {{0, 2, 0}, {2, 5, 1}, {7, 5, 0}, {12, 2, 1}, {14, 6, 0}, {20, 6, 1}};
+    ck_assert_int_eq(shard_write(tmp_path("d.bin"), toks, 26, docs, 6, NAMES, 2, err, sizeof(err)),
+                     0);
+    Shard s;
+    ck_assert_msg(shard_load(&s, tmp_path("d.bin"), err, sizeof(err)) == 0, "%s", err);
+    int in[2 * 6], tg[2 * 6];
+    ck_assert_int_eq(shard_domain_batch(&s, 5, in, NULL, err, sizeof(err)), 0);
+    for (int i = 0; i < 10; i++) ck_assert_int_eq(in[i], "hello{int}"[i]);
+    /* with targets a row of 5 needs 6 tokens: the later documents */
+    ck_assert_int_eq(shard_domain_batch(&s, 5, in, tg, err, sizeof(err)), 0);
+    for (int i = 0; i < 10; i++) {
+        ck_assert_int_eq(in[i], "byebyf(a,b"[i]);
+        ck_assert_int_eq(tg[i], "yebye(a,b)"[i]);
+    }
+    /* rows of 6 with targets: no document of 7 tokens */
+    err[0] = 0;
+    ck_assert_int_eq(shard_domain_batch(&s, 6, in, tg, err, sizeof(err)), -1);
+    ck_assert_msg(strstr(err, "domain en has no document of 7 tokens") && strstr(err, "d.bin"),
+                  "%s", err);
+    shard_free(&s);
+}
+END_TEST
+
 /* ---- synthetic data ------------------------------------------------------------------------ */
 
 START_TEST(test_synth) {
@@ -537,6 +566,7 @@ Suite *io_suite(void) {
     tcase_add_test(tc, test_loader_windows);
     tcase_add_test(tc, test_loader_determinism);
     tcase_add_test(tc, test_loader_val);
+    tcase_add_test(tc, test_domain_batch);
     tcase_add_test(tc, test_synth);
     tcase_add_test(tc, test_ckpt_round_trip);
     tcase_add_test(tc, test_ckpt_rejects_damage);

@@ -6,13 +6,16 @@
  *   - the parameter table: names, shapes, counts, one contiguous layout;
  *   - gradient accumulation: two half-batches accumulate to the full batch's gradient;
  *   - checkpoints: save + load restores the state exactly; a model of another shape is
- *     refused with a message naming the difference.
+ *     refused with a message naming the difference;
+ *   - what a forward computed, as model/inspect.h gives it (the chapter programs' view).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "model/inspect.h"
 #include "model/model.h"
 #include "testutil.h"
 #include "train/checkpoint.h"
@@ -368,6 +371,71 @@ START_TEST(test_router_noise_training_only) {
 }
 END_TEST
 
+/* model/inspect.h, what the chapter programs read of a forward: the blocks' views chain into
+ * one another, the routing view agrees with itself and with the router's own product, and the
+ * weights are the parameter table's tensors. */
+static const float *param(const Model *m, const char *name) {
+    const int i = params_find(&m->pt, name);
+    ck_assert_msg(i >= 0, "no tensor %s", name);
+    return m->params + m->pt.t[i].offset;
+}
+
+START_TEST(test_model_inspect) {
+    enum { B = 2, T = 6, N = B * T, E = 4, K = 2, C = 8 };
+    Config c = tiny_config(E); /* block 0 dense, block 1 MoE */
+    c.balance = MOE_BALANCE_AUX_FREE;
+    Model m;
+    model_init(&m, &c, B, T);
+    int in[N], tg[N];
+    random_tokens(in, tg, N, 3);
+    model_forward(&m, in, tg, B, T);
+
+    ck_assert(!model_is_moe(&m, 0) && model_is_moe(&m, 1));
+    ck_assert(!model_is_moe(&m, -1) && !model_is_moe(&m, 2));
+
+    const BlockView b0 = model_block_view(&m, 0), b1 = model_block_view(&m, 1);
+    ck_assert_ptr_eq(b0.output, b1.input);
+    ck_assert_ptr_null(b1.attn_out); /* model.norm=pre */
+    for (int n = 0; n < N; n++) {    /* the FFN's input is rmsnorm(mid), gains 1 at init */
+        double ms = 0.0;
+        for (int i = 0; i < C; i++) ms += (double)b1.ffn_in[n * C + i] * b1.ffn_in[n * C + i];
+        ck_assert_double_eq_tol(ms / C, 1.0, 1e-3);
+    }
+
+    const RouteView dense = model_route_view(&m, 0), r = model_route_view(&m, 1);
+    ck_assert(dense.N == 0 && dense.idx == NULL && dense.routed == NULL);
+    ck_assert(r.N == N && r.E == E && r.A == K);
+    int count[E] = {0};
+    float max = 0.0f;
+    for (int j = 0; j < N * K; j++) {
+        ck_assert(r.idx[j] >= 0 && r.idx[j] < E);
+        count[r.idx[j]]++;
+    }
+    for (int e = 0; e < E; e++) ck_assert_int_eq(r.routed[e], count[e]);
+    for (int j = 0; j < N * E; j++) max = fabsf(r.logits[j]) > max ? fabsf(r.logits[j]) : max;
+    ck_assert_float_eq(r.max_logit, max);
+    float logits[N * E]; /* an fp32 router without noise: the block's own logits, bit for bit */
+    model_router_logits(&m, 1, logits);
+    ck_assert_int_eq(memcmp(logits, r.logits, sizeof logits), 0);
+
+    const MoeWeights w = model_moe_weights(&m, 1);
+    ck_assert_ptr_eq(w.router, param(&m, "layers.1.moe.router"));
+    ck_assert_ptr_eq(w.Wg, param(&m, "layers.1.moe.w_gate"));
+    ck_assert_ptr_eq(w.Wu, param(&m, "layers.1.moe.w_up"));
+    ck_assert_ptr_eq(w.Wd, param(&m, "layers.1.moe.w_down"));
+    ck_assert_ptr_eq(w.bias, m.router_bias); /* aux_free: the only MoE block's bias */
+    ck_assert_double_eq(model_expert_similarity(&m, 0), 0.0);
+    ck_assert_double_eq(model_expert_similarity(&m, 1),
+                        experts_similarity(w.Wg, w.Wu, w.Wd, E, C, c.d_expert));
+    model_free(&m);
+
+    c.balance = MOE_BALANCE_AUX; /* no bias to add to the choice */
+    model_init(&m, &c, B, T);
+    ck_assert_ptr_null(model_moe_weights(&m, 1).bias);
+    model_free(&m);
+}
+END_TEST
+
 START_TEST(test_lr_schedule) {
     Config c;
     config_defaults(&c);
@@ -399,6 +467,7 @@ static Suite *model_suite(void) {
     tcase_add_test(tc, test_router_bias_update_and_checkpoint);
     tcase_add_test(tc, test_router_noise_training_only);
     tcase_add_test(tc, test_lr_schedule);
+    tcase_add_test(tc, test_model_inspect);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -18,6 +18,10 @@
  *
  * Without a checkpoint the model is freshly initialised (run `make demo` first to see a
  * trained router). Every function it calls is the engine's own (src/moe/router*.c).
+ *
+ * Besides src/moe.h (through ../chapter.h) it includes src/moe/moe_ops.h, the router's own
+ * pieces, because calling them one at a time is what this program shows; the model itself it
+ * reads through moe.h (model_is_moe, model_router_logits).
  */
 #include <math.h>
 #include <stdio.h>
@@ -25,12 +29,7 @@
 #include <string.h>
 
 #include "../chapter.h"
-#include "base/util.h"
-#include "io/data.h"
-#include "model/model.h"
-#include "moe/moe_ops.h"
-#include "nn/ops.h"
-#include "train/checkpoint.h"
+#include "moe/moe_ops.h" /* the router's pieces, which this program calls one by one */
 
 enum { T = 32, SHOW = 6 }; /* bytes per sequence; tokens shown per sequence */
 
@@ -79,8 +78,8 @@ int main(int argc, char **argv) {
         moe_input_error("%s", err);
     if (layer < 0)
         for (int l = 0; l < c.n_layer; l++)
-            if (m.blocks[l].moe) layer = l;
-    if (layer >= c.n_layer || !m.blocks[layer].moe)
+            if (model_is_moe(&m, l)) layer = l;
+    if (!model_is_moe(&m, layer))
         moe_input_error("--layer %d is not an MoE block of this model", layer);
     printf("model: %s, %d blocks, %d experts, top-%d; router of block %d\n\n",
            trained ? ckpt : "freshly initialised (no checkpoint: run `make demo` first)", c.n_layer,
@@ -88,14 +87,7 @@ int main(int argc, char **argv) {
 
     /* ---- the batch: the first T bytes of the first document of every domain -------------- */
     int *tokens = (int *)calloc_check((size_t)N, sizeof(int));
-    for (int d = 0; d < B; d++) {
-        uint32_t doc = 0;
-        while (doc < s.n_docs && (s.docs[doc].domain != (uint32_t)d || s.docs[doc].length < T))
-            doc++;
-        if (doc == s.n_docs)
-            moe_input_error("no document of %d bytes in domain %s", T, s.domain[d]);
-        for (int t = 0; t < T; t++) tokens[d * T + t] = s.tokens[s.docs[doc].start + (uint64_t)t];
-    }
+    if (shard_domain_batch(&s, T, tokens, NULL, err, sizeof err) != 0) moe_input_error("%s", err);
     printf("1. the batch: %d sequences of %d bytes, one per domain\n", B, T);
     for (int d = 0; d < B; d++) {
         printf("   %-5s \"", s.domain[d]);
@@ -105,8 +97,6 @@ int main(int argc, char **argv) {
 
     /* the model's forward pass gives the router's input: the normalised residual stream */
     model_forward(&m, tokens, NULL, B, T);
-    const float *x = m.blocks[layer].ln2;       /* (N, C) */
-    const float *Wr = m.w.layers[layer].router; /* (E, C) */
     const MoeSpec *spec = &m.spec;
     MoeCtx ctx; /* one evaluation call on sequences of T bytes */
     moe_ctx_eval(&ctx, spec, T);
@@ -114,7 +104,7 @@ int main(int argc, char **argv) {
     /* ---- 1. logits and scores ---------------------------------------------------------------- */
     float *logits = floats_alloc((size_t)N * E), *scores = floats_alloc((size_t)N * E);
     float *lse = floats_alloc((size_t)N);
-    m.be->matmul_forward(m.be, logits, x, Wr, N, c.d_model, E); /* as the block computes them */
+    model_router_logits(&m, layer, logits); /* x W_r^T, as the block computes them */
     router_scores_forward(scores, lse, logits, N, spec);
     int *idx = (int *)calloc_check((size_t)N * K, sizeof(int));
     float *w = floats_alloc((size_t)N * K);

@@ -17,6 +17,11 @@
  * Without a checkpoint the model is freshly initialised (run `make demo` first to see a
  * trained router). Every function it calls is the engine's own: moe_capacity and
  * capacity_plan_build (src/moe/capacity.c), moe_block_forward (src/model/moe_block.c).
+ *
+ * Besides src/moe.h (through ../chapter.h) it includes src/model/moe_block.h and
+ * src/moe/moe_ops.h: it runs the MoE block on its own at other capacities and reads its
+ * dispatch plan, the pieces this chapter takes apart; the model itself it reads through moe.h
+ * (model_block_view, model_moe_weights).
  */
 #include <math.h>
 #include <stdio.h>
@@ -24,11 +29,8 @@
 #include <string.h>
 
 #include "../chapter.h"
-#include "base/util.h"
-#include "io/data.h"
-#include "model/model.h"
-#include "moe/moe_ops.h"
-#include "train/checkpoint.h"
+#include "model/moe_block.h" /* the MoE block, run here on its own at other capacities */
+#include "moe/moe_ops.h"     /* its capacity and dispatch plan */
 
 enum { T = 32, LIST = 5, NF = 4 }; /* bytes per sequence; dropped tokens listed; factors */
 static const float factors[NF] = {0.5f, 1.0f, 1.25f, 2.0f};
@@ -123,8 +125,8 @@ int main(int argc, char **argv) {
         moe_input_error("%s", err);
     if (layer < 0)
         for (int l = 0; l < c.n_layer; l++)
-            if (m.blocks[l].moe) layer = l;
-    if (layer >= c.n_layer || !m.blocks[layer].moe)
+            if (model_is_moe(&m, l)) layer = l;
+    if (!model_is_moe(&m, layer))
         moe_input_error("--layer %d is not an MoE block of this model", layer);
     printf("model: %s, %d blocks, %d experts, top-%d; MoE block %d\n",
            trained ? ckpt : "freshly initialised (no checkpoint: run `make demo` first)", c.n_layer,
@@ -132,25 +134,17 @@ int main(int argc, char **argv) {
 
     /* ---- the batch: the first T bytes of the first document of every domain -------------- */
     int *tokens = (int *)calloc_check((size_t)N, sizeof(int));
-    for (int d = 0; d < B; d++) {
-        uint32_t doc = 0;
-        while (doc < s.n_docs && (s.docs[doc].domain != (uint32_t)d || s.docs[doc].length < T))
-            doc++;
-        if (doc == s.n_docs)
-            moe_input_error("no document of %d bytes in domain %s", T, s.domain[d]);
-        for (int t = 0; t < T; t++) tokens[d * T + t] = s.tokens[s.docs[doc].start + (uint64_t)t];
-    }
+    if (shard_domain_batch(&s, T, tokens, NULL, err, sizeof err) != 0) moe_input_error("%s", err);
     printf("batch: %d sequences of %d bytes, one per domain: N = %d tokens, N x K = %d "
            "assignments\n",
            B, T, N, N * K);
 
     /* the model's forward pass gives the block's input, the normalised residual stream */
     model_forward(&m, tokens, NULL, B, T);
-    const float *x = m.blocks[layer].ln2;               /* (N, C) */
-    const float *resid_mid = m.blocks[layer].resid_mid; /* (N, C) */
-    const LayerView *lw = &m.w.layers[layer];
-    MoeWeights wt = {.router = lw->router, .Wg = lw->e_gate, .Wu = lw->e_up, .Wd = lw->e_down};
-    if (m.spec.balance == MOE_BALANCE_AUX_FREE) wt.bias = m.blocks[layer].router_bias;
+    const BlockView view = model_block_view(&m, layer);
+    const float *x = view.ffn_in;      /* (N, C) */
+    const float *resid_mid = view.mid; /* (N, C) */
+    const MoeWeights wt = model_moe_weights(&m, layer);
     const MoeSpec base = m.spec; /* sequences of T tokens (seq_len) */
 
     /* ---- 1. routing and demand: the block run dropless ----------------------------------- */

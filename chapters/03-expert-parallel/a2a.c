@@ -23,17 +23,21 @@
  * collectives (src/parallel/dist.h; the hand-built ones the chapter explains,
  * dist.collectives=teach), the router, dispatch plan, permutation, experts and combine
  * (src/moe/moe_ops.h), ep_experts_forward (src/model/ep.h).
+ *
+ * Besides src/moe.h it includes those three headers (and through them the backend's table of
+ * ops, whose products it calls): the exchange inside one MoE block, step by step, is what this
+ * program shows, and no model-level function runs it a piece at a time.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/util.h"
-#include "model/ep.h"
-#include "moe/moe_ops.h"
-#include "nn/ops.h"
-#include "parallel/dist.h"
+#include "moe.h"
+
+#include "model/ep.h"      /* the expert exchange: counts, rows out, experts, rows back */
+#include "moe/moe_ops.h"   /* the router, dispatch plan, permutation and combine */
+#include "parallel/dist.h" /* the process grid and the collectives */
 
 enum { E = 8, K = 2, C = 16, F = 32, N = 12 }; /* experts, top-k, channels, hidden, tokens */
 #define WEIGHT_SEED 1234u                      /* the same on every process */

@@ -19,14 +19,18 @@
  * dist.csv counts them (the teaching collectives count what they send; MPI's are counted as
  * the ring's cost model, since the library does not report its traffic). The sums are checked
  * against the exact result on every process, the exchange against the values sent.
+ *
+ * Besides src/moe.h it includes src/parallel/dist.h: the collectives themselves are what it
+ * measures, and training reaches them only from inside a step.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/util.h"
-#include "parallel/dist.h"
+#include "moe.h"
+
+#include "parallel/dist.h" /* the collectives this program measures */
 
 enum { REPS = 7 };
 static const size_t SIZES[] = {(size_t)1 << 10, (size_t)1 << 16, (size_t)1 << 20, (size_t)1 << 22};

@@ -25,9 +25,6 @@
 #include <string.h>
 
 #include "../chapter.h"
-#include "config/config.h"
-#include "model/profile.h"
-#include "train/train.h"
 
 static void usage(void) {
     fprintf(stderr, "usage: step_profile --run RUN_DIR --out NEW_RUN_DIR [--steps N]\n");

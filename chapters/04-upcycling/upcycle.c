@@ -16,8 +16,8 @@
  *                                           drop-upcycling and fine-grained splitting
  *
  * Every function it calls is the engine's own: upcycle_check, upcycle_model
- * (src/convert/upcycle.c), experts_similarity (src/moe/experts.c), model_forward
- * (src/model/model.c).
+ * (src/convert/upcycle.c), model_expert_similarity (src/model/inspect.c, experts_similarity of
+ * src/moe/experts.c), model_forward (src/model/model.c), all of them declared by src/moe.h.
  */
 #include <math.h>
 #include <stdio.h>
@@ -25,12 +25,6 @@
 #include <string.h>
 
 #include "../chapter.h"
-#include "base/util.h"
-#include "convert/upcycle.h"
-#include "io/data.h"
-#include "model/model.h"
-#include "moe/moe_ops.h"
-#include "train/checkpoint.h"
 
 enum { B = 4, T_MAX = 64 }; /* the batch: 4 sequences of up to 64 bytes */
 static int T;               /* min(T_MAX, model.seq_len) */
@@ -74,10 +68,8 @@ static double mean_similarity(const Model *m) {
     double s = 0.0;
     int n = 0;
     for (int l = 0; l < m->cfg.n_layer; l++) {
-        const LayerView *w = &m->w.layers[l];
-        if (!w->e_gate) continue;
-        s += experts_similarity(w->e_gate, w->e_up, w->e_down, m->cfg.num_experts, m->cfg.d_model,
-                                config_expert_hidden(&m->cfg));
+        if (!model_is_moe(m, l)) continue;
+        s += model_expert_similarity(m, l);
         n++;
     }
     return n ? s / n : 0.0;

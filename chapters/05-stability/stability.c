@@ -23,6 +23,11 @@
  * model.init, model.init_scale: src/model/params.c, model.c), router_scores_forward,
  * router_gate_forward and router_z_loss (src/moe/router.c), vec_round_bf16 (src/nn/vec.c,
  * what moe.router_precision uses). Only the statistics (RMS, quantiles) are computed here.
+ *
+ * Besides src/moe.h (through ../chapter.h) it includes src/moe/moe_ops.h and src/nn/ops.h: it
+ * routes rounded copies of the logits through the router's own pieces, rounded as
+ * moe.router_precision rounds them, the study this chapter makes; the models themselves it
+ * reads through moe.h (model_block_view, model_route_view).
  */
 #include <errno.h>
 #include <math.h>
@@ -31,11 +36,8 @@
 #include <string.h>
 
 #include "../chapter.h"
-#include "base/util.h"
-#include "io/data.h"
-#include "model/model.h"
-#include "moe/moe_ops.h"
-#include "nn/ops.h"
+#include "moe/moe_ops.h" /* the router's pieces, run on rounded copies of the logits */
+#include "nn/ops.h"      /* vec_round_bf16, the rounding of moe.router_precision; RMSNORM_EPS */
 
 enum { T = 32, HEADS = 4, EXPERTS = 8, TOP_K = 2, MAX_LAYERS = 256 }; /* the fixed shape */
 
@@ -116,16 +118,17 @@ static void arm_run(Arm *r, const Config *c, int B, const int *inputs, const int
     model_forward(&m, inputs, targets, B, T);
     const int L = c->n_layer;
     const size_t n = (size_t)B * T * c->d_model;
-    for (int l = 0; l <= L; l++) r->resid_rms[l] = rms(m.resid[l], n);
+    for (int l = 0; l < L; l++) r->resid_rms[l] = rms(model_block_view(&m, l).input, n);
+    r->resid_rms[L] = rms(model_block_view(&m, L - 1).output, n);
     r->raw_attn = r->raw_ffn = r->out_attn = r->out_ffn = 0.0;
     for (int l = 0; l < L; l++) {
-        const BlockActs *a = &m.blocks[l];
-        r->update[l] = rms_diff(m.resid[l + 1], m.resid[l], n) / r->resid_rms[l];
-        if (!a->attn_out) continue;
-        r->raw_attn += rms(a->attn_out, n) / L;
-        r->raw_ffn += rms(a->ffn_out, n) / L;
-        r->out_attn += rms_diff(a->resid_mid, m.resid[l], n) / L;
-        r->out_ffn += rms_diff(m.resid[l + 1], a->resid_mid, n) / L;
+        const BlockView a = model_block_view(&m, l);
+        r->update[l] = rms_diff(a.output, a.input, n) / r->resid_rms[l];
+        if (!a.attn_out) continue;
+        r->raw_attn += rms(a.attn_out, n) / L;
+        r->raw_ffn += rms(a.ffn_out, n) / L;
+        r->out_attn += rms_diff(a.mid, a.input, n) / L;
+        r->out_ffn += rms_diff(a.output, a.mid, n) / L;
     }
     r->loss = m.loss;
     model_free(&m);
@@ -229,17 +232,8 @@ int main(int argc, char **argv) {
     const int B = (int)s.n_domains, N = B * T;
     int *inputs = (int *)calloc_check((size_t)N, sizeof(int));
     int *targets = (int *)calloc_check((size_t)N, sizeof(int));
-    for (int d = 0; d < B; d++) {
-        uint32_t doc = 0;
-        while (doc < s.n_docs && (s.docs[doc].domain != (uint32_t)d || s.docs[doc].length < T + 1))
-            doc++;
-        if (doc == s.n_docs)
-            moe_input_error("no document of %d bytes in domain %s of %s", T + 1, s.domain[d], data);
-        for (int t = 0; t < T; t++) {
-            inputs[d * T + t] = s.tokens[s.docs[doc].start + (uint64_t)t];
-            targets[d * T + t] = s.tokens[s.docs[doc].start + (uint64_t)t + 1];
-        }
-    }
+    if (shard_domain_batch(&s, T, inputs, targets, err, sizeof err) != 0)
+        moe_input_error("%s", err);
     printf("model: %d blocks of width %d, %d heads, %d experts top-%d of hidden %d in every "
            "block, seed %llu\n",
            L, C, HEADS, EXPERTS, TOP_K, C, (unsigned long long)seed);
@@ -340,17 +334,17 @@ int main(int argc, char **argv) {
     model_forward(&m, inputs, targets, B, T);
     int last = -1;
     for (int l = 0; l < L; l++)
-        if (m.blocks[l].moe) last = l;
-    const MoeActs *ma = m.blocks[last].moe;
+        if (model_is_moe(&m, l)) last = l;
+    const RouteView ma = model_route_view(&m, last);
     const size_t nl = (size_t)N * EXPERTS;
     float *mag = floats_alloc(nl), *x = floats_alloc(nl);
-    for (size_t i = 0; i < nl; i++) mag[i] = fabsf(ma->logits[i]);
+    for (size_t i = 0; i < nl; i++) mag[i] = fabsf(ma.logits[i]);
     qsort(mag, nl, sizeof(float), cmp_float);
     printf("\n3. the router logits of block %d (the last MoE block) of the pre-norm model: "
            "%d tokens x %d experts\n",
            last, N, EXPERTS);
     printf("   |logit|: max %.4f (RouteStats.max_logit %.4f), p99 %.4f, median %.4f\n",
-           (double)mag[nl - 1], (double)ma->route.max_logit, (double)mag[(nl - 1) * 99 / 100],
+           (double)mag[nl - 1], (double)ma.max_logit, (double)mag[(nl - 1) * 99 / 100],
            (double)mag[(nl - 1) / 2]);
     printf("   a copy rounded to bf16 (vec_round_bf16, what moe.router_precision=bf16_logits "
            "does); both routed\n   top-%d by the model's router (router_scores_forward, "
@@ -372,7 +366,7 @@ int main(int argc, char **argv) {
     enum { NV = sizeof v / sizeof v[0] };
     Rounding r[NV];
     for (int i = 0; i < NV; i++) {
-        for (size_t j = 0; j < nl; j++) x[j] = ma->logits[j] * v[i].scale + v[i].shift;
+        for (size_t j = 0; j < nl; j++) x[j] = ma.logits[j] * v[i].scale + v[i].shift;
         r[i] = compare_bf16(x, N, &m.spec);
         printf("   %-10s %10.3f %10.4g %12.3g %12.3g %6d / %-3d %6d / %-3d\n", v[i].name,
                r[i].max_abs, r[i].ulp_max, r[i].err_abs, r[i].err_rel, r[i].set_changed, N,
@@ -399,9 +393,9 @@ int main(int argc, char **argv) {
         Model mp;
         model_init(&mp, &cp, B, T);
         model_forward(&mp, inputs, targets, B, T);
+        const int *idx = model_route_view(&mp, last).idx;
         int changed = 0;
-        for (int t = 0; t < N; t++)
-            changed += !same_set(ma->idx, mp.blocks[last].moe->idx, t, TOP_K);
+        for (int t = 0; t < N; t++) changed += !same_set(ma.idx, idx, t, TOP_K);
         printf("     %-12s loss %.6f, block %d's top-2 set changed for %d / %d tokens\n", PREC[p],
                (double)mp.loss, last, changed, N);
         model_free(&mp);

@@ -14,13 +14,18 @@
  *   4. the expert exchange of one MoE layer and micro-batch: rows, bytes, where they go.
  * Each result is printed beside what the planner (src/plan/) computes; a term that differs
  * ends the program with status 1, so the text of the chapter and the code cannot drift apart.
+ *
+ * Besides src/moe.h it includes src/plan/plan.h: the planner's own terms (PlanCounts,
+ * PlanResult) are what each formula is checked against; the planner is `moe plan`'s, not the
+ * training engine's, and moe.h leaves it out.
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "base/util.h"
-#include "plan/plan.h"
+#include "moe.h"
+
+#include "plan/plan.h" /* the planner, whose terms each formula is checked against */
 
 static int failures = 0;
 

@@ -13,16 +13,14 @@
  *       a corpus whose domains are as uneven as real data (chapters/08-data-mix/ablate.sh)
  *
  * Every function it calls is the engine's: shard_load, shard_domain_starts and the loader
- * (src/io/data.h), mix_parse and mix_resolve (src/io/mix.h).
+ * (src/io/data.h), mix_parse and mix_resolve (src/io/mix.h), all of them declared by src/moe.h.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/util.h"
-#include "io/data.h"
-#include "io/mix.h"
+#include "moe.h"
 
 enum { T = 128, B = 16, STEPS = 600, DRAWN = 60000 };
 

@@ -23,8 +23,9 @@
  *
  * Every function it calls is the engine's: model_forward and the decoder (src/infer/decode.h),
  * evaluate (src/train/train.h), quant_experts_* (src/infer/quant.h), expert_file_write,
- * expert_cache_* and lru_hit_rate (src/infer/offload.h). Only the timing and the shuffle are
- * here.
+ * expert_cache_* and lru_hit_rate (src/infer/offload.h), each expert's assignments
+ * (model_route_view, src/model/inspect.h), all of them declared by src/moe.h. Only the timing
+ * and the shuffle are here.
  */
 #include <errno.h>
 #include <math.h>
@@ -34,12 +35,6 @@
 #include <unistd.h>
 
 #include "../chapter.h"
-#include "infer/decode.h"
-#include "infer/offload.h"
-#include "infer/quant.h"
-#include "io/data.h"
-#include "model/model.h"
-#include "train/train.h"
 
 enum { PROMPTS = 8 };
 
@@ -132,8 +127,9 @@ static void expert_shares(Model *m, const Shard *val, int batches, double *share
         loader_val_batch(val, m->B, m->T, b, batches, in, tg, dm);
         model_forward(m, in, NULL, m->B, m->T);
         for (int l = 0, j = 0; l < m->cfg.n_layer; l++)
-            if (m->blocks[l].moe) {
-                for (int e = 0; e < E; e++) share[j * E + e] += m->blocks[l].moe->route.routed[e];
+            if (model_is_moe(m, l)) {
+                const int *routed = model_route_view(m, l).routed;
+                for (int e = 0; e < E; e++) share[j * E + e] += routed[e];
                 j++;
             }
     }

@@ -6,8 +6,9 @@
  *     prints what is wrong and what to do and exits with status 2;
  *   - an internal or system failure (out of memory, a failing write): moe_fatal() prints the
  *     place and exits with status 1.
- * Library code that tests want to exercise without exiting reports through MoeStatus instead
- * (see moe.h); these helpers are for the places where stopping is the only sensible answer.
+ * Library code that tests want to exercise without exiting returns -1 with its message in the
+ * caller's err buffer instead (set_error below); these helpers are for the places where
+ * stopping is the only sensible answer.
  */
 #ifndef MOE_UTIL_H
 #define MOE_UTIL_H

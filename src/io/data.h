@@ -119,6 +119,13 @@ void loader_take_drawn(Loader *l, uint64_t *drawn);
 void loader_val_batch(const Shard *s, int B, int T, int batch_index, int n_batches, int *inputs,
                       int *targets, uint8_t *domains);
 
+/* One sequence of each domain of s, to look at what a model does by domain (the chapter
+ * programs' batch): row d of inputs (n_domains, T) holds the first T tokens of the first
+ * document of domain d with at least T tokens, or T + 1 when targets (n_domains, T) is not
+ * NULL, which gets the same tokens shifted by one. Returns 0, or -1 with a message naming the
+ * domain that has no such document in err. */
+int shard_domain_batch(const Shard *s, int T, int *inputs, int *targets, char *err, int errlen);
+
 /* ---- corpus and synthetic data ------------------------------------------------------------- */
 
 /* Build train.bin and val.bin in out_dir from the Debian text packages (fortunes in English,

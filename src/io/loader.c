@@ -171,3 +171,23 @@ void loader_val_batch(const Shard *s, int B, int T, int batch_index, int n_batch
         fill_window(s, start, T, inputs + row, targets + row, domains + row);
     }
 }
+
+int shard_domain_batch(const Shard *s, int T, int *inputs, int *targets, char *err, int errlen) {
+    /* a document long enough for its row: T inputs, and the target after the last */
+    const uint32_t need = (uint32_t)T + (targets != NULL);
+    for (uint32_t d = 0; d < s->n_domains; d++) {
+        uint32_t doc = 0;
+        while (doc < s->n_docs && (s->docs[doc].domain != d || s->docs[doc].length < need)) doc++;
+        if (doc == s->n_docs)
+            return set_error(err, errlen,
+                             "%s: domain %s has no document of %u tokens or more: use a shard "
+                             "with longer documents in every domain (make data builds the corpus)",
+                             s->path, s->domain[d], need);
+        const uint8_t *w = s->tokens + s->docs[doc].start;
+        for (int t = 0; t < T; t++) {
+            inputs[(size_t)d * T + t] = w[t];
+            if (targets) targets[(size_t)d * T + t] = w[t + 1];
+        }
+    }
+    return 0;
+}
