@@ -22,6 +22,9 @@ enum { MOE_DEVICE_CPU = 0, MOE_DEVICE_CPU_REF = 1, MOE_DEVICE_CUDA = 2, MOE_DEVI
  * gradients and AdamW moments stay fp32 in every mode, and the CPU backends compute in fp32
  * whatever it says. Not a setting of the model either. */
 enum { MOE_PRECISION_FP32 = 0, MOE_PRECISION_TF32 = 1, MOE_PRECISION_BF16 = 2 };
+/* dist.collectives: the engine that carries the collectives of a multi-process run (each is
+ * described in src/parallel/dist.h, which uses this enum). */
+typedef enum { DIST_COLL_MPI = 0, DIST_COLL_TEACH = 1, DIST_COLL_NCCL = 2 } DistCollectives;
 /* model.norm: where each block's RMSNorms sit (model.c). pre: one norm before each sublayer;
  * sandwich: a second one on the sublayer's output, before the residual add; dssn: sandwich
  * with that second norm's gain initialised to a depth-scaled constant (Pangu Ultra). */
@@ -114,7 +117,7 @@ typedef struct {
      * checkpoint holds every expert and loads at any dist.ep. */
     int ep;          /* processes per expert-parallel group (each holds E / ep experts) */
     float timeout;   /* longest wait for a peer, seconds */
-    int collectives; /* DIST_COLL_*: the engine of the collectives (parallel/dist.h) */
+    int collectives; /* DistCollectives: the engine of the collectives (parallel/dist.h) */
     int overlap;     /* 1: a block's gradient sums start when its backward is done */
     float bucket_mb; /* the largest bucket of gradients summed as one (MiB; 0: one tensor) */
 } Config;

@@ -13,7 +13,6 @@
 
 #include "config/config.h"
 #include "moe/moe_ops.h"
-#include "parallel/dist.h"
 
 /* The enum keys store the index of their name in the row's choices: keep the orders equal. */
 _Static_assert(MOE_SCORE_SOFTMAX == 0 && MOE_SCORE_SIGMOID == 1, "moe.score choices");

@@ -56,8 +56,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config/config.h" /* DistCollectives, the values of dist.collectives */
+
 typedef enum { DIST_WORLD = 0, DIST_EP = 1, DIST_DP = 2 } DistGroup;
-typedef enum { DIST_COLL_MPI = 0, DIST_COLL_TEACH = 1, DIST_COLL_NCCL = 2 } DistCollectives;
 
 typedef struct {
     uint64_t bytes_sent, bytes_recv; /* payload bytes (counts included), summed over calls */
