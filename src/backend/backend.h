@@ -230,6 +230,11 @@ const char *backend_cuda_describe(void);
  * tests compare it with the memory formula (model/memory.c). */
 extern size_t backend_bytes_allocated;
 
+/* The times cpu-fenced has made the host wait as a GPU would (fenced.c, "host reads"): its
+ * to_host calls and the entries whose CUDA versions wait for the device. Never decremented;
+ * the other backends leave it alone. */
+extern long long backend_host_reads;
+
 /* Threads of the CPU backends (OpenMP, and OpenBLAS's own pool): threads > 0 sets them, 0
  * keeps OpenMP's default. Returns the number in use. A build without OpenMP runs its own loops
  * on one thread and sets only the BLAS's pool (OpenBLAS's; Accelerate sizes its own). */

@@ -321,6 +321,63 @@ static void f_gemm_seconds(const Backend *be, int n, int reps, double *seconds) 
     (void)be, CPU->gemm_seconds(CPU, n, reps, seconds);
 }
 
+/* ---- host reads: the waits a GPU would make --------------------------------------------------
+ * Each entry below is one whose CUDA version makes the host wait for the device: a copy down
+ * (to_host), a value returned (the sums and the router's losses), host arrays filled (the
+ * statistics), or the slice sizes that the experts' grouped products take from the host (and
+ * an unpadded capacity plan's row count). Each call adds one to backend_host_reads, then runs
+ * the fenced entry, so that a training step's count on this backend is the number of times
+ * the same step waits on a GPU: tests/test_backends.sh bounds it on every machine. */
+long long backend_host_reads;
+
+static void r_to_host(const Backend *be, void *dst, const void *src, size_t bytes) {
+    backend_host_reads++, fenced_copy(be, dst, src, bytes);
+}
+static double r_sum(const Backend *be, const float *x, size_t n) {
+    return backend_host_reads++, f_sum(be, x, n);
+}
+static double r_sum_squares(const Backend *be, double *partial, const float *x, size_t n) {
+    return backend_host_reads++, f_sum_squares(be, partial, x, n);
+}
+static float r_router_balance_loss(const Backend *be, const float *scores, const int *idx, int N,
+                                   const MoeSpec *s, const MoeCtx *x) {
+    return backend_host_reads++, f_router_balance_loss(be, scores, idx, N, s, x);
+}
+static float r_router_z_loss(const Backend *be, const float *lse, int N) {
+    return backend_host_reads++, f_router_z_loss(be, lse, N);
+}
+static void r_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
+                                  const float *scores, const float *w, int N, const MoeSpec *s,
+                                  const MoeCtx *x) {
+    backend_host_reads += !s->padded; /* a padded plan's size follows from the capacity */
+    f_capacity_plan_build(be, p, idx, scores, w, N, s, x);
+}
+static void r_experts_forward(const Backend *be, float *ye, float *g, float *u, float *h,
+                              const float *xe, const float *Wg, const float *Wu, const float *Wd,
+                              const int *offsets, const int *counts, int E, int C, int F) {
+    backend_host_reads++;
+    f_experts_forward(be, ye, g, u, h, xe, Wg, Wu, Wd, offsets, counts, E, C, F);
+}
+static void r_experts_backward(const Backend *be, float *dxe, float *dWg, float *dWu, float *dWd,
+                               float *dg, float *du, float *dh, const float *dye, const float *xe,
+                               const float *g, const float *u, const float *h, const float *Wg,
+                               const float *Wu, const float *Wd, const int *offsets,
+                               const int *counts, int E, int C, int F) {
+    backend_host_reads++;
+    f_experts_backward(be, dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, offsets,
+                       counts, E, C, F);
+}
+static void r_route_stats(const Backend *be, RouteStats *out, const float *scores,
+                          const float *logits, const float *lse, const int *idx,
+                          const DispatchPlan *p, int N, const MoeSpec *s) {
+    backend_host_reads++, f_route_stats(be, out, scores, logits, lse, idx, p, N, s);
+}
+static void r_route_domains(const Backend *be, double *counts, double *drops,
+                            const unsigned char *domains, int n_domains, const int *idx,
+                            const DispatchPlan *p, int N, const MoeSpec *s) {
+    backend_host_reads++, f_route_domains(be, counts, drops, domains, n_domains, idx, p, N, s);
+}
+
 const Backend backend_cpu_fenced = {
     .name = "cpu-fenced",
     .about = "the cpu backend's ops with a device's memory: the host may not read it directly",
@@ -330,14 +387,14 @@ const Backend backend_cpu_fenced = {
     .zero = fenced_zero,
     .copy = fenced_copy,
     .to_device = fenced_copy,
-    .to_host = fenced_copy,
+    .to_host = r_to_host,
     .sync = fenced_sync,
     .add = f_add,
     .mul = f_mul,
     .scale = f_scale,
     .round_bf16 = f_round_bf16,
-    .sum = f_sum,
-    .sum_squares = f_sum_squares,
+    .sum = r_sum,
+    .sum_squares = r_sum_squares,
     .embed_forward = f_embed_forward,
     .embed_backward = f_embed_backward,
     .permute_rows = f_permute_rows,
@@ -361,19 +418,19 @@ const Backend backend_cpu_fenced = {
     .router_scores_forward = f_router_scores_forward,
     .router_gate_forward = f_router_gate_forward,
     .router_gate_weights = f_router_gate_weights,
-    .router_balance_loss = f_router_balance_loss,
-    .router_z_loss = f_router_z_loss,
+    .router_balance_loss = r_router_balance_loss,
+    .router_z_loss = r_router_z_loss,
     .router_gate_backward = f_router_gate_backward,
     .dispatch_plan_build = f_dispatch_plan_build,
-    .capacity_plan_build = f_capacity_plan_build,
+    .capacity_plan_build = r_capacity_plan_build,
     .expert_choice_forward = f_expert_choice_forward,
     .permute_forward = f_permute_forward,
     .permute_backward = f_permute_backward,
     .combine_forward = f_combine_forward,
     .combine_backward = f_combine_backward,
-    .experts_forward = f_experts_forward,
-    .experts_backward = f_experts_backward,
-    .route_stats = f_route_stats,
-    .route_domains = f_route_domains,
+    .experts_forward = r_experts_forward,
+    .experts_backward = r_experts_backward,
+    .route_stats = r_route_stats,
+    .route_domains = r_route_domains,
     .gemm_seconds = f_gemm_seconds,
 };

@@ -394,11 +394,16 @@ int train_run(Config *c, const TrainOptions *o) {
 
     const double t_start = now_seconds();
     float last_loss = NAN, last_val = NAN;
+    /* MOE_HOST_READS=1: each step's host reads on stderr (a count only cpu-fenced keeps:
+     * backend_host_reads), its evaluation's apart; tests/test_backends.sh bounds them */
+    const int show_reads = getenv("MOE_HOST_READS") && strcmp(getenv("MOE_HOST_READS"), "1") == 0;
     catch_stop_signals();
     model_zero_grad(&m);
     for (int step = start_step; step < last; step++) {
         const double t0 = now_seconds();
         const DistStats step_start = d ? d->stats : (DistStats){0};
+        const long long reads_start = backend_host_reads;
+        long long eval_reads = 0;
         for (int l = 0; l < c->n_layer; l++)
             if (m.blocks[l].moe && m.blocks[l].moe->ep) ep_stats_reset(m.blocks[l].moe->ep);
         /* the gradients are zero here: model_zero_grad before the first step, and after each
@@ -468,7 +473,9 @@ int train_run(Config *c, const TrainOptions *o) {
             memset(dc.drops, 0, (size_t)m.n_moe * 2 * sizeof(double));
             memset(dc.loss_sum, 0, (size_t)val.n_domains * sizeof(double));
             memset(dc.tokens, 0, (size_t)val.n_domains * sizeof(double));
+            eval_reads = backend_host_reads;
             val_loss = evaluate(&m, &val, c->eval_batches, &dc);
+            eval_reads = backend_host_reads - eval_reads;
             for (uint32_t v = 0; v < val.n_domains; v++)
                 if (dc.tokens[v] > 0)
                     fprintf(fvaldom, "%d,%s,%.6f,%.0f\n", s, val.domain[v],
@@ -491,6 +498,9 @@ int train_run(Config *c, const TrainOptions *o) {
         router_accum_write(&ra, &m, frouter, s);
         if (root)
             health_watch_step(&health, &ra, norm, s, stderr, tty && !o->quiet ? "\r\033[K" : "");
+        if (show_reads)
+            fprintf(stderr, "host reads: step %d: %lld, evaluation %lld\n", s,
+                    backend_host_reads - reads_start - eval_reads, eval_reads);
         if (freplay) {
             fprintf(freplay, "%d,%lld,%lld\n", s, tape.choices - replay_choices,
                     tape.flips - replay_flips);
