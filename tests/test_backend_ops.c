@@ -75,7 +75,10 @@ static void case_vec(const Backend *be, Outs *o) {
     be->round_bf16(be, y, a, n);
     out_f(o, be, "round_bf16", y, n);
     double *partial = (double *)be->alloc(be, vec_chunks(n) * sizeof(double));
-    out_scalar(o, "sum", be->sum(be, a, n));
+    be->sum(be, partial, a, n); /* written where the backend keeps it */
+    double sum = 0.0;
+    be->to_host(be, &sum, partial, sizeof sum);
+    out_scalar(o, "sum", sum);
     out_scalar(o, "sum_squares", be->sum_squares(be, partial, a, n));
     release(be, partial), release(be, a), release(be, b), release(be, y);
 }
@@ -267,6 +270,7 @@ static void case_moe(const Backend *be, Outs *o, int variant) {
     float *logits = be_floats(be, (size_t)N * E), *scores = be_floats(be, (size_t)N * E);
     float *lse = be_floats(be, N), *w = be_floats(be, NA);
     int *idx = be_ints(be, NA);
+    float *loss = be_floats(be, 1); /* the balance and z losses, where the backend writes them */
     DispatchPlan p = {.E = E, .K = A};
     p.counts = be_ints(be, E), p.offsets = be_ints(be, E + 1);
     p.slot = be_ints(be, NA + 1), p.slot_token = be_ints(be, S + 1);
@@ -289,13 +293,15 @@ static void case_moe(const Backend *be, Outs *o, int variant) {
         be->router_gate_weights(be, fw, fidx, scores, logits, N, &sp);
         out_f(o, be, "gate weights of a forced choice", fw, NA);
         release(be, fidx), release(be, fw);
-        out_scalar(o, "balance loss", be->router_balance_loss(be, scores, idx, N, &sp, &cx));
+        be->router_balance_loss(be, loss, scores, idx, N, &sp, &cx);
+        out_f(o, be, "balance loss", loss, 1);
         if (cx.capacity_factor > 0.0f)
             be->capacity_plan_build(be, &p, idx, scores, w, N, &sp, &cx);
         else
             be->dispatch_plan_build(be, &p, idx, N);
     }
-    out_scalar(o, "z loss", be->router_z_loss(be, lse, N));
+    be->router_z_loss(be, loss, lse, N);
+    out_f(o, be, "z loss", loss, 1);
     out_i(o, be, "routing idx", idx, NA);
     out_f(o, be, "gate weights", w, NA);
     out_i(o, be, "plan slot", p.slot, NA);
@@ -362,7 +368,7 @@ static void case_moe(const Backend *be, Outs *o, int variant) {
     o->len[o->n++] = 3 * (size_t)R_E + 2;
     void *all[] = {x,  Wr,  logits, scores, lse, w,  idx, p.counts, p.offsets, p.slot, p.slot_token,
                    xe, ye,  y,      g,      u,   h,  Wg,  Wu,       Wd,        dy,     dye,
-                   dw, dxe, dx,     dg,     du,  dh, dW,  dl};
+                   dw, dxe, dx,     dg,     du,  dh, dW,  dl,       loss};
     for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) release(be, all[j]);
 }
 static void case_moe_dropless(const Backend *be, Outs *o) {

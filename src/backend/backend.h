@@ -66,8 +66,10 @@ struct Backend {
     /* y = x rounded to the nearest bfloat16, kept in float (vec_round_bf16): a bf16 router
      * emulated on any backend (moe.router_precision) */
     void (*round_bf16)(const Backend *be, float *y, const float *x, size_t n);
-    /* sum of x[0 .. n) in index order, in double (the loss over the tokens) */
-    double (*sum)(const Backend *be, const float *x, size_t n);
+    /* *out (one double of the backend's memory) = the sum of x[0 .. n) in index order, in
+     * double (the loss over the tokens): left where it is, so that a training step reads its
+     * micro-batches' losses with one copy (model_read_step), not one wait each */
+    void (*sum)(const Backend *be, double *out, const float *x, size_t n);
     /* sum of squares, deterministic for any thread count: fixed chunks of VEC_CHUNK into
      * partial (vec_chunks(n) doubles of the backend's memory), then the chunks in order */
     double (*sum_squares)(const Backend *be, double *partial, const float *x, size_t n);
@@ -133,9 +135,11 @@ struct Backend {
     /* the gate weights of experts already chosen (a replay of recorded routing) */
     void (*router_gate_weights)(const Backend *be, float *w, const int *idx, const float *scores,
                                 const float *logits, int N, const MoeSpec *s);
-    float (*router_balance_loss)(const Backend *be, const float *scores, const int *idx, int N,
-                                 const MoeSpec *s, const MoeCtx *x);
-    float (*router_z_loss)(const Backend *be, const float *lse, int N);
+    /* the balance and z losses into *out, one float of the backend's memory (read with the
+     * step's other numbers: model_read_step) */
+    void (*router_balance_loss)(const Backend *be, float *out, const float *scores, const int *idx,
+                                int N, const MoeSpec *s, const MoeCtx *x);
+    void (*router_z_loss)(const Backend *be, float *out, const float *lse, int N);
     void (*router_gate_backward)(const Backend *be, float *dlogits, const float *dw,
                                  const float *scores, const float *lse, const float *logits,
                                  const int *idx, const float *w, int N, const MoeSpec *s,

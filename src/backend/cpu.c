@@ -76,8 +76,8 @@ static void ref_scale(const Backend *be, float *x, float s, size_t n) {
 static void ref_round_bf16(const Backend *be, float *y, const float *x, size_t n) {
     (void)be, vec_round_bf16(y, x, n);
 }
-static double ref_sum(const Backend *be, const float *x, size_t n) {
-    return (void)be, vec_sum(x, n);
+static void ref_sum(const Backend *be, double *out, const float *x, size_t n) {
+    (void)be, *out = vec_sum(x, n);
 }
 static double ref_sum_squares(const Backend *be, double *partial, const float *x, size_t n) {
     return (void)be, vec_sum_squares(partial, x, n);
@@ -171,12 +171,12 @@ static void ref_router_gate_weights(const Backend *be, float *w, const int *idx,
                                     const MoeSpec *s) {
     (void)be, router_gate_weights(w, idx, scores, logits, N, s);
 }
-static float ref_router_balance_loss(const Backend *be, const float *scores, const int *idx, int N,
-                                     const MoeSpec *s, const MoeCtx *x) {
-    return (void)be, router_balance_loss(scores, idx, N, s, x);
+static void ref_router_balance_loss(const Backend *be, float *out, const float *scores,
+                                    const int *idx, int N, const MoeSpec *s, const MoeCtx *x) {
+    (void)be, *out = router_balance_loss(scores, idx, N, s, x);
 }
-static float ref_router_z_loss(const Backend *be, const float *lse, int N) {
-    return (void)be, router_z_loss(lse, N);
+static void ref_router_z_loss(const Backend *be, float *out, const float *lse, int N) {
+    (void)be, *out = router_z_loss(lse, N);
 }
 static void ref_router_gate_backward(const Backend *be, float *dlogits, const float *dw,
                                      const float *scores, const float *lse, const float *logits,

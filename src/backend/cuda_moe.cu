@@ -24,7 +24,7 @@
  *   router_scores_forward  k_scores        kmoe_grid(N) x KMOE_THREADS, a thread per token
  *   router_gate_forward    k_gate          kmoe_grid(N) x KMOE_THREADS, a thread per token
  *   router_gate_weights    k_gate_weights  kmoe_grid(N) x KMOE_THREADS, a thread per token
- *   router_z_loss          k_zloss         1 x KMOE_THREADS, then a copy of 8 bytes and a sync
+ *   router_z_loss          k_zloss         1 x KMOE_THREADS, the float left in the GPU's memory
  *   dispatch_plan_build    k_plan_rank     E x KMOE_THREADS, a block per expert
  *                          k_plan_offsets  1 x KMOE_THREADS
  *                          k_plan_place    kmoe_grid(N K) x KMOE_THREADS
@@ -37,7 +37,7 @@
  *   router_balance_loss    k_score_sums    kmoe_grid(N) x KMOE_THREADS (sigmoid only)
  *                          k_expert_parts  kmoe_grid(P) x KMOE_THREADS, a thread per part,
  *                                          P = rows x chunks x E
- *                          k_bal_loss      1 x KMOE_THREADS, then a copy of 8 bytes and a sync
+ *                          k_bal_loss      1 x KMOE_THREADS, the float left in the GPU's memory
  *   router_gate_backward   k_expert_parts  as above, hits only (aux and seq_aux, no global f)
  *                          k_bal_coef      kmoe_grid(rows E) x KMOE_THREADS (aux and seq_aux)
  *                          k_gate_back     kmoe_grid(N) x KMOE_THREADS, a thread per token
@@ -110,9 +110,9 @@ void cuda_router_gate_weights(const Backend *be, float *w, const int *idx, const
 }
 
 /* One block: per-thread strided sums in double, then the shared-memory tree (kmoe_tree_sum's
- * pairing); thread 0 writes the total. */
+ * pairing); thread 0 writes the loss (kmoe_zloss_final of the total). */
 static __global__ void __launch_bounds__(KMOE_THREADS)
-    k_zloss(double *total, const float *lse, int N) {
+    k_zloss(float *out, const float *lse, int N) {
     __shared__ double sh[KMOE_THREADS];
     const int t = threadIdx.x;
     sh[t] = kmoe_zloss_part(lse, N, t, KMOE_THREADS);
@@ -121,20 +121,19 @@ static __global__ void __launch_bounds__(KMOE_THREADS)
         if (t < off) sh[t] += sh[t + off];
         __syncthreads();
     }
-    if (t == 0) *total = sh[0];
+    if (t == 0) *out = kmoe_zloss_final(sh[0], N);
 }
 
-float cuda_router_z_loss(const Backend *be, const float *lse, int N) {
-    if (N <= 0) return 0.0f;
+/* The loss stays in the GPU's memory (out): nothing waits here; the trainer reads the step's
+ * losses with one copy at its end (model_read_step). */
+void cuda_router_z_loss(const Backend *be, float *out, const float *lse, int N) {
     cudaStream_t st = cuda_stream(be);
-    double *d_total = (double *)cuda_scratch(be, sizeof(double));
-    k_zloss<<<1, KMOE_THREADS, 0, st>>>(d_total, lse, N);
+    if (N <= 0) {
+        CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float), st));
+        return;
+    }
+    k_zloss<<<1, KMOE_THREADS, 0, st>>>(out, lse, N);
     CUDA_LAUNCHED();
-    /* one value: a pageable copy on the stream, then the one sync this entry allows itself */
-    double total = 0.0;
-    CUDA_CHECK(cudaMemcpyAsync(&total, d_total, sizeof total, cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    return kmoe_zloss_final(total, N);
 }
 
 /* One block, as k_zloss: each thread its tokens' largest |logit| and lse sum, then the shared
@@ -356,7 +355,7 @@ static __global__ void __launch_bounds__(KMOE_THREADS)
 /* One block: thread t's (row, expert) pairs in double (kmoe_bal_part), then the shared tree
  * (kmoe_tree_sum's pairing); thread 0 writes the total. */
 static __global__ void __launch_bounds__(KMOE_THREADS)
-    k_bal_loss(double *total, const double *pq, const int *ph, const float *gf, int rows, int Tr,
+    k_bal_loss(float *out, const double *pq, const int *ph, const float *gf, int rows, int Tr,
                int nchunk, int E, int K) {
     __shared__ double sh[KMOE_THREADS];
     const int t = threadIdx.x;
@@ -366,12 +365,16 @@ static __global__ void __launch_bounds__(KMOE_THREADS)
         if (t < off) sh[t] += sh[t + off];
         __syncthreads();
     }
-    if (t == 0) *total = sh[0];
+    if (t == 0) *out = kmoe_bal_final(sh[0], rows, E);
 }
 
-float cuda_router_balance_loss(const Backend *be, const float *scores, const int *idx, int N,
-                               const MoeSpec *s, const MoeCtx *x) {
-    if (N <= 0) return 0.0f;
+/* The loss stays in the GPU's memory (out), as router_z_loss's. */
+void cuda_router_balance_loss(const Backend *be, float *out, const float *scores, const int *idx,
+                              int N, const MoeSpec *s, const MoeCtx *x) {
+    if (N <= 0) {
+        CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float), cuda_stream(be)));
+        return;
+    }
     const int E = s->num_experts, K = s->top_k, sig = s->score == MOE_SCORE_SIGMOID;
     const int seq = s->balance == MOE_BALANCE_SEQ_AUX;
     if (seq) check_sequences(x, N);
@@ -384,12 +387,11 @@ float cuda_router_balance_loss(const Backend *be, const float *scores, const int
         be, x,
         carve_round(sig ? (size_t)N * sizeof(double) : 0) + carve_round(nparts * sizeof(double)) +
             carve_round(host_gf ? 0 : nparts * sizeof(int)) +
-            carve_round(host_gf ? (size_t)E * sizeof(float) : 0) + carve_round(sizeof(double)));
+            carve_round(host_gf ? (size_t)E * sizeof(float) : 0));
     double *ssum = (double *)carve(&c, sig ? (size_t)N * sizeof(double) : 0);
     double *pq = (double *)carve(&c, nparts * sizeof(double));
     int *ph = (int *)carve(&c, host_gf ? 0 : nparts * sizeof(int));
     float *gf = (float *)carve(&c, host_gf ? (size_t)E * sizeof(float) : 0);
-    double *d_total = (double *)carve(&c, sizeof(double));
     cudaStream_t st = cuda_stream(be);
     /* from pageable memory: the copy has read global_f when the call returns */
     if (host_gf)
@@ -402,12 +404,8 @@ float cuda_router_balance_loss(const Backend *be, const float *scores, const int
     k_expert_parts<<<kmoe_grid(nparts), KMOE_THREADS, 0, st>>>(pq, ph, NULL, scores, ssum, idx,
                                                                NULL, nparts, Tr, nchunk, E, K);
     CUDA_LAUNCHED();
-    k_bal_loss<<<1, KMOE_THREADS, 0, st>>>(d_total, pq, ph, gf, rows, Tr, nchunk, E, K);
+    k_bal_loss<<<1, KMOE_THREADS, 0, st>>>(out, pq, ph, gf, rows, Tr, nchunk, E, K);
     CUDA_LAUNCHED();
-    double total = 0.0;
-    CUDA_CHECK(cudaMemcpyAsync(&total, d_total, sizeof total, cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    return kmoe_bal_final(total, rows, E);
 }
 
 /* a thread per (row, expert): router_balance_coef's coefficient */

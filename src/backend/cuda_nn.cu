@@ -98,15 +98,15 @@ static __global__ void k_sum(double *out, const float *x, size_t n) {
     if (threadIdx.x == 0) *out = s;
 }
 
-double cuda_sum(const Backend *be, const float *x, size_t n) {
-    if (n == 0) return 0.0;
-    double *d = (double *)cuda_scratch(be, sizeof(double));
-    double s = 0.0;
-    k_sum<<<1, CUDA_THREADS, 0, cuda_stream(be)>>>(d, x, n);
+/* The total stays in the GPU's memory (out): nothing waits here; the trainer reads a step's
+ * sums with one copy at its end (model_read_step). */
+void cuda_sum(const Backend *be, double *out, const float *x, size_t n) {
+    if (n == 0) {
+        CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), cuda_stream(be)));
+        return;
+    }
+    k_sum<<<1, CUDA_THREADS, 0, cuda_stream(be)>>>(out, x, n);
     CUDA_LAUNCHED();
-    CUDA_CHECK(cudaMemcpyAsync(&s, d, sizeof s, cudaMemcpyDeviceToHost, cuda_stream(be)));
-    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
-    return s;
 }
 
 /* sum_squares: vec_sum_squares' order exactly, so its bits: a thread per running sum (eight per

@@ -151,8 +151,8 @@ static void f_scale(const Backend *be, float *x, float s, size_t n) {
 static void f_round_bf16(const Backend *be, float *y, const float *x, size_t n) {
     FENCED(round_bf16(CPU, y, x, n));
 }
-static double f_sum(const Backend *be, const float *x, size_t n) {
-    FENCED_VALUE(double, sum(CPU, x, n));
+static void f_sum(const Backend *be, double *out, const float *x, size_t n) {
+    FENCED(sum(CPU, out, x, n));
 }
 static double f_sum_squares(const Backend *be, double *partial, const float *x, size_t n) {
     FENCED_VALUE(double, sum_squares(CPU, partial, x, n));
@@ -252,12 +252,12 @@ static void f_router_gate_weights(const Backend *be, float *w, const int *idx, c
                                   const float *logits, int N, const MoeSpec *s) {
     FENCED(router_gate_weights(CPU, w, idx, scores, logits, N, s));
 }
-static float f_router_balance_loss(const Backend *be, const float *scores, const int *idx, int N,
-                                   const MoeSpec *s, const MoeCtx *x) {
-    FENCED_VALUE(float, router_balance_loss(CPU, scores, idx, N, s, x));
+static void f_router_balance_loss(const Backend *be, float *out, const float *scores,
+                                  const int *idx, int N, const MoeSpec *s, const MoeCtx *x) {
+    FENCED(router_balance_loss(CPU, out, scores, idx, N, s, x));
 }
-static float f_router_z_loss(const Backend *be, const float *lse, int N) {
-    FENCED_VALUE(float, router_z_loss(CPU, lse, N));
+static void f_router_z_loss(const Backend *be, float *out, const float *lse, int N) {
+    FENCED(router_z_loss(CPU, out, lse, N));
 }
 static void f_router_gate_backward(const Backend *be, float *dlogits, const float *dw,
                                    const float *scores, const float *lse, const float *logits,
@@ -323,7 +323,7 @@ static void f_gemm_seconds(const Backend *be, int n, int reps, double *seconds) 
 
 /* ---- host reads: the waits a GPU would make --------------------------------------------------
  * Each entry below is one whose CUDA version makes the host wait for the device: a copy down
- * (to_host), a value returned (the sums and the router's losses), host arrays filled (the
+ * (to_host), a value returned (the gradient's sum of squares), host arrays filled (the
  * statistics), or the slice sizes that the experts' grouped products take from the host (and
  * an unpadded capacity plan's row count). Each call adds one to backend_host_reads, then runs
  * the fenced entry, so that a training step's count on this backend is the number of times
@@ -333,18 +333,8 @@ long long backend_host_reads;
 static void r_to_host(const Backend *be, void *dst, const void *src, size_t bytes) {
     backend_host_reads++, fenced_copy(be, dst, src, bytes);
 }
-static double r_sum(const Backend *be, const float *x, size_t n) {
-    return backend_host_reads++, f_sum(be, x, n);
-}
 static double r_sum_squares(const Backend *be, double *partial, const float *x, size_t n) {
     return backend_host_reads++, f_sum_squares(be, partial, x, n);
-}
-static float r_router_balance_loss(const Backend *be, const float *scores, const int *idx, int N,
-                                   const MoeSpec *s, const MoeCtx *x) {
-    return backend_host_reads++, f_router_balance_loss(be, scores, idx, N, s, x);
-}
-static float r_router_z_loss(const Backend *be, const float *lse, int N) {
-    return backend_host_reads++, f_router_z_loss(be, lse, N);
 }
 static void r_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
                                   const float *scores, const float *w, int N, const MoeSpec *s,
@@ -393,7 +383,7 @@ const Backend backend_cpu_fenced = {
     .mul = f_mul,
     .scale = f_scale,
     .round_bf16 = f_round_bf16,
-    .sum = r_sum,
+    .sum = f_sum,
     .sum_squares = r_sum_squares,
     .embed_forward = f_embed_forward,
     .embed_backward = f_embed_backward,
@@ -418,8 +408,8 @@ const Backend backend_cpu_fenced = {
     .router_scores_forward = f_router_scores_forward,
     .router_gate_forward = f_router_gate_forward,
     .router_gate_weights = f_router_gate_weights,
-    .router_balance_loss = r_router_balance_loss,
-    .router_z_loss = r_router_z_loss,
+    .router_balance_loss = f_router_balance_loss,
+    .router_z_loss = f_router_z_loss,
     .router_gate_backward = f_router_gate_backward,
     .dispatch_plan_build = f_dispatch_plan_build,
     .capacity_plan_build = r_capacity_plan_build,

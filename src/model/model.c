@@ -134,6 +134,13 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
     m->n_att_ws = omp_get_max_threads();
     m->att_ws = dev(m, (size_t)m->n_att_ws * T * T);
     m->norm_partial = (double *)be->alloc(be, vec_chunks(m->pt.total) * sizeof(double));
+    /* the step record: one allocation, so that one copy reads it (model_read_step) */
+    m->rec_slots = c->accum > 1 ? c->accum : 1;
+    const size_t rec_moe = (size_t)m->rec_slots * m->n_moe * 2;
+    m->rec_loss = (double *)be->alloc(be, m->rec_slots * sizeof(double) + rec_moe * sizeof(float));
+    m->rec_moe = (float *)(m->rec_loss + m->rec_slots);
+    for (int l = 0, b = 0; l < L; l++)
+        if (m->blocks[l].moe) m->blocks[l].moe->losses = m->rec_moe + (size_t)b++ * 2;
     m->work_bytes = backend_bytes_allocated - before;
 }
 
@@ -161,6 +168,7 @@ void model_free(Model *m) {
     release(m, m->rope_cs);
     release(m, m->att_ws);
     release(m, m->norm_partial);
+    release(m, m->rec_loss);
     params_view_free(&m->w);
     params_view_free(&m->g);
     params_table_free(&m->pt);
@@ -277,12 +285,32 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
 
     PROF(PROF_EMBED, be->embed_forward(be, m->resid[0], m->inputs, m->w.tok_emb, N, C));
 
+    /* each MoE block's losses into the step record: the micro-batch's slot while the step reads
+     * them at its end (defer_reads), else slot 0, read at once */
+    const int slot = m->defer_reads ? m->micro : 0;
+    if (slot < 0 || slot >= m->rec_slots)
+        moe_fatal("model_forward: micro-batch %d of a step record of %d", slot, m->rec_slots);
+    for (int l = 0, b = 0; l < L; l++)
+        if (m->blocks[l].moe) {
+            m->blocks[l].moe->losses = m->rec_moe + ((size_t)slot * m->n_moe + b++) * 2;
+            m->blocks[l].moe->defer_losses = m->defer_reads;
+        }
     for (int l = 0; l < L; l++) block_forward(m, l, m->resid[l + 1], m->resid[l], B, T, NULL);
 
     PROF(PROF_NORM, be->rmsnorm_forward(be, m->lnf, m->rstdf, m->resid[L], m->w.final_norm, N, C));
     PROF(PROF_HEAD, be->matmul_forward(be, m->logits, m->lnf, m->w.head, N, C, MOE_VOCAB));
 
     m->aux_loss = m->z_loss = 0.0f;
+    if (m->defer_reads) { /* model_read_step computes them */
+        m->loss = NAN;
+        if (targets) {
+            be->to_device(be, m->targets, targets, (size_t)N * sizeof(int));
+            PROF(PROF_LOSS, be->crossentropy_forward(be, m->losses, m->logits, m->logits,
+                                                     m->targets, N, MOE_VOCAB));
+            be->sum(be, m->rec_loss + slot, m->losses, (size_t)N);
+        }
+        return NAN;
+    }
     float aux_sum = 0.0f, z_sum = 0.0f;
     for (int l = 0; l < L; l++)
         if (m->blocks[l].moe) {
@@ -300,8 +328,35 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
     be->to_device(be, m->targets, targets, (size_t)N * sizeof(int));
     PROF(PROF_LOSS,
          be->crossentropy_forward(be, m->losses, m->logits, m->logits, m->targets, N, MOE_VOCAB));
-    m->loss = (float)(be->sum(be, m->losses, (size_t)N) / N); /* in token order: deterministic */
+    double sum = 0.0; /* in token order: deterministic */
+    be->sum(be, m->rec_loss, m->losses, (size_t)N);
+    be->to_host(be, &sum, m->rec_loss, sizeof sum);
+    m->loss = (float)(sum / N);
     return m->loss + moe_balance_coef(&m->spec) * aux_sum + c->z_coef * z_sum;
+}
+
+void model_read_step(Model *m, int micro_batches, double *loss, double *aux, double *z) {
+    const Backend *be = m->be;
+    const int A = micro_batches, nb = m->n_moe;
+    if (A < 1 || A > m->rec_slots)
+        moe_fatal("model_read_step: %d micro-batches of a step record of %d", A, m->rec_slots);
+    const size_t bytes = (size_t)m->rec_slots * sizeof(double) + (size_t)A * nb * 2 * sizeof(float);
+    double *h = (double *)malloc_check(bytes);
+    be->to_host(be, h, m->rec_loss, bytes); /* the step's one copy of its losses */
+    const float *moe = (const float *)(h + m->rec_slots);
+    *loss = *aux = *z = 0.0;
+    for (int i = 0; i < A; i++) { /* model_forward's arithmetic, micro-batch by micro-batch */
+        float aux_sum = 0.0f, z_sum = 0.0f;
+        for (int b = 0; b < nb; b++) {
+            aux_sum += moe[((size_t)i * nb + b) * 2];
+            z_sum += moe[((size_t)i * nb + b) * 2 + 1];
+        }
+        m->aux_loss = nb > 0 ? aux_sum / (float)nb : 0.0f;
+        m->z_loss = nb > 0 ? z_sum / (float)nb : 0.0f;
+        m->loss = (float)(h[i] / m->N_last);
+        *loss += m->loss, *aux += m->aux_loss, *z += m->z_loss;
+    }
+    free(h);
 }
 
 void model_forward_cached(Model *m, const int *tokens, int N, const KvStep *kv) {

@@ -112,6 +112,15 @@ typedef struct Model {
     int n_att_ws;
     double *norm_partial;
     size_t work_bytes;
+    /* the step record, part of the workspace: rec_loss (rec_slots) each micro-batch's sum of
+     * token losses, rec_moe (rec_slots, n_moe, 2) each MoE block's balance and z loss, written
+     * by the ops where they run. A GPU would wait for each value it returned; so while
+     * defer_reads is 1 (the training loop) model_forward leaves them there, in slot micro, and
+     * the step reads them all with one copy (model_read_step). Else model_forward reads them
+     * at once (slot 0) into loss, aux_loss and z_loss. rec_slots = train.accum. */
+    double *rec_loss;
+    float *rec_moe;
+    int rec_slots, defer_reads;
 
     /* results of the last forward */
     int N_last, B_last, T_last;
@@ -146,6 +155,11 @@ void model_free(Model *m);
  * the logits. Returns the objective: loss + aux_coef * sum aux + z_coef * sum z (the aux term
  * only for moe.balance=aux or seq_aux). */
 float model_forward(Model *m, const int *inputs, const int *targets, int B, int T);
+/* The step's losses after micro_batches forwards with defer_reads set (one copy from the step
+ * record): *loss, *aux, *z (written) = the sums over the micro-batches of what Model.loss,
+ * aux_loss and z_loss would have been after each, in the same float arithmetic, so that the
+ * numbers are the ones an immediate read gives. */
+void model_read_step(Model *m, int micro_batches, double *loss, double *aux, double *z);
 
 /* A decoding step: tokens (N) the new token of each of N sequences whose earlier tokens are in
  * kv's cache (model_forward_cached appends each one's key and value there). Leaves the N

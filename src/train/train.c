@@ -28,8 +28,9 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
      * its own B of them: the same windows as one process would */
     const int world = m->dist ? m->dist->world : 1, rank = m->dist ? m->dist->rank : 0;
     const size_t NW = (size_t)N * world, mine = (size_t)rank * N;
-    const int training = m->training;
+    const int training = m->training, defer = m->defer_reads;
     m->training = 0; /* no exploration noise: evaluation sees the router as it is */
+    m->defer_reads = 0; /* each batch's loss is read as it comes */
     int *inputs = (int *)malloc_check(NW * sizeof(int));
     int *targets = (int *)malloc_check(NW * sizeof(int));
     uint8_t *all_domains = (uint8_t *)malloc_check(NW);
@@ -77,6 +78,7 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
     free(all_domains);
     free(token_loss);
     m->training = training;
+    m->defer_reads = defer;
     return (float)(total / eval_batches);
 }
 
@@ -399,6 +401,7 @@ int train_run(Config *c, const TrainOptions *o) {
     const int show_reads = getenv("MOE_HOST_READS") && strcmp(getenv("MOE_HOST_READS"), "1") == 0;
     catch_stop_signals();
     model_zero_grad(&m);
+    m.defer_reads = 1; /* the losses stay on the backend until the step's end */
     for (int step = start_step; step < last; step++) {
         const double t0 = now_seconds();
         const DistStats step_start = d ? d->stats : (DistStats){0};
@@ -419,11 +422,9 @@ int train_run(Config *c, const TrainOptions *o) {
             m.sync_in_backward = m.dist && c->overlap && micro == c->accum - 1;
             /* each process's mean over its share, 1 / world of the batch's mean */
             model_backward(&m, 1.0f / (float)(c->accum * world));
-            loss += m.loss;
-            aux += m.aux_loss;
-            z += m.z_loss;
             router_accum_add(&ra, &m);
         }
+        model_read_step(&m, c->accum, &loss, &aux, &z); /* one copy for the step's losses */
         loss /= c->accum;
         aux /= c->accum;
         z /= c->accum;
