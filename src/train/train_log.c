@@ -130,6 +130,8 @@ void router_accum_share(RouterAccum *r, Dist *d) {
  * the mean cosine similarity of the block's experts after the step (how far upcycled copies
  * have moved apart). */
 void router_accum_write(const RouterAccum *r, const Model *m, FILE *f, int step) {
+    /* every block's biases in one copy (they lie together: Model.router_bias) */
+    float *biases = m->n_moe ? model_host_copy(m, m->router_bias, (size_t)m->n_moe * r->E) : NULL;
     for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
         if (!m->blocks[l].moe) continue;
         for (int e = 0; e < r->E; e++) r->tmp[e] = (float)(r->load[b * r->E + e] / r->micro);
@@ -138,10 +140,8 @@ void router_accum_write(const RouterAccum *r, const Model *m, FILE *f, int step)
         fprintf(f, "%d,%d,%.6f,%.6f,%.6f,%.6f", step, l, maxvio, cv, r->entropy[b] / r->micro,
                 r->drop[b] / r->micro);
         for (int e = 0; e < r->E; e++) fprintf(f, ",%.6f", r->tmp[e]);
-        float *bias = model_host_copy(m, m->blocks[l].router_bias, (size_t)r->E);
-        for (int e = 0; e < r->E; e++)
-            fprintf(f, ",%.6g", (bias ? bias : m->blocks[l].router_bias)[e]);
-        free(bias);
+        const float *bias = biases ? biases + (size_t)b * r->E : m->blocks[l].router_bias;
+        for (int e = 0; e < r->E; e++) fprintf(f, ",%.6g", bias[e]);
         fprintf(f, ",%.6f", r->top1[b] / r->micro);
         for (int e = 0; e < r->E; e++) fprintf(f, ",%.6f", r->edrop[b * r->E + e] / r->micro);
         /* with expert parallelism no process holds all the experts: nan */
@@ -160,6 +160,7 @@ void router_accum_write(const RouterAccum *r, const Model *m, FILE *f, int step)
                 group_maxvio(r->tmp, r->E, r->groups));
         b++;
     }
+    free(biases);
 }
 
 void domains_csv_write(FILE *f, const DomainCounts *dc, const Model *m, const Shard *val,
