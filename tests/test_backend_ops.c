@@ -354,6 +354,26 @@ static void case_moe(const Backend *be, Outs *o, int variant) {
     o->f[o->n] = (float *)malloc_check(sizeof counts);
     memcpy(o->f[o->n], counts, sizeof counts);
     o->len[o->n++] = 2 * (size_t)E;
+    /* the same numbers through a record left in the backend's memory (a training step's way),
+     * copied down and read: route_stats' own, bit for bit, on every backend */
+    const size_t rb = route_record_bytes(E);
+    void *rec = be->alloc(be, rb);
+    char *hrec = (char *)malloc_check(rb);
+    be->route_stats_record(be, rec, scores, logits, lse, idx, &p, N, &sp);
+    be->to_host(be, hrec, rec, rb);
+    RouteStats rr;
+    route_stats_alloc(&rr, E);
+    be->route_stats_read(be, &rr, hrec, &sp);
+    ck_assert_msg(rr.drop == rs.drop && rr.pad == rs.pad && rr.max_logit == rs.max_logit &&
+                      rr.lse_mean == rs.lse_mean && memcmp(&rr.st, &rs.st, sizeof rs.st) == 0 &&
+                      memcmp(rr.load, rs.load, (size_t)E * sizeof(float)) == 0 &&
+                      memcmp(rr.routed, rs.routed, (size_t)E * sizeof(int)) == 0 &&
+                      memcmp(rr.dropped, rs.dropped, (size_t)E * sizeof(int)) == 0,
+                  "%s, variant %d: route_stats_record then route_stats_read differ from route_stats",
+                  be->name, variant);
+    route_stats_free(&rr);
+    free(hrec);
+    release(be, rec);
     route_stats_free(&rs);
     unsigned char dom[R_N];
     for (int n = 0; n < N; n++) dom[n] = (unsigned char)(n % 3);
@@ -413,7 +433,8 @@ static const Case CASES[] = {
      "router_scores_forward router_gate_forward router_gate_weights router_balance_loss "
      "router_z_loss "
      "dispatch_plan_build permute_forward experts_forward combine_forward combine_backward "
-     "experts_backward permute_backward router_gate_backward route_stats route_domains"},
+     "experts_backward permute_backward router_gate_backward route_stats route_stats_record "
+     "route_stats_read route_domains"},
     {"moe capacity, padded, by score", case_moe_capacity, "capacity_plan_build"},
     {"moe expert choice", case_moe_expert_choice, "expert_choice_forward"},
     {"moe sigmoid, seq_aux", case_moe_sigmoid, "router_scores_forward"},
@@ -472,6 +493,8 @@ static const char *const ENTRIES[] = {"alloc",
                                       "experts_forward",
                                       "experts_backward",
                                       "route_stats",
+                                      "route_stats_record",
+                                      "route_stats_read",
                                       "route_domains",
                                       "gemm_seconds"};
 #define N_ENTRIES ((int)(sizeof ENTRIES / sizeof ENTRIES[0]))

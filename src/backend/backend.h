@@ -178,6 +178,16 @@ struct Backend {
     void (*route_stats)(const Backend *be, RouteStats *host_out, const float *scores,
                         const float *logits, const float *lse, const int *idx,
                         const DispatchPlan *p, int N, const MoeSpec *s);
+    /* route_stats left in the backend's memory, for a training step to read with its losses
+     * in one copy (model_read_step): route_stats_record writes what route_stats would report
+     * into rec (route_record_bytes(E) bytes of the backend's memory, in the backend's own
+     * layout); route_stats_read turns a host copy of such a record into host_out, the numbers
+     * route_stats fills, bit for bit. */
+    void (*route_stats_record)(const Backend *be, void *rec, const float *scores,
+                               const float *logits, const float *lse, const int *idx,
+                               const DispatchPlan *p, int N, const MoeSpec *s);
+    void (*route_stats_read)(const Backend *be, RouteStats *host_out, const void *host_rec,
+                             const MoeSpec *s);
     void (*route_domains)(const Backend *be, double *host_counts, double *host_drops,
                           const unsigned char *host_domains, int n_domains, const int *idx,
                           const DispatchPlan *p, int N, const MoeSpec *s);
@@ -256,6 +266,12 @@ const char *backend_blas_better_core(void);
 /* The BLAS the build links: "OpenBLAS", or "Accelerate" (macOS without OpenBLAS; its core is
  * "vecLib" and it has no better one). */
 const char *backend_blas_library(void);
+
+/* The bytes of one route_stats_record for E experts, in any backend's layout (a head of at
+ * most 64 bytes, then at most three ints or floats per expert and three ints), whole 8-byte words. */
+static inline size_t route_record_bytes(int E) {
+    return (64 + (3 * (size_t)E + 3) * 4 + 7) / 8 * 8;
+}
 
 /* Allocation helpers: n elements of a type, zeroed. */
 static inline float *be_floats(const Backend *be, size_t n) {

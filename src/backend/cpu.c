@@ -235,6 +235,41 @@ static void ref_route_stats(const Backend *be, RouteStats *out, const float *sco
     route_stats(out, scores, idx, p, N, s);
     router_logit_stats(out, logits, lse, N, s->num_experts);
 }
+/* The CPU's record: route_stats' numbers themselves, so that reading them back is a copy. */
+typedef struct {
+    RouterStats st;
+    float max_logit, lse_mean;
+    double drop, pad;
+} CpuRouteHead;
+_Static_assert(sizeof(CpuRouteHead) <= 64, "route_record_bytes' head");
+static RouteStats cpu_route_view(const void *rec, int E) {
+    char *base = (char *)rec + 64;
+    return (RouteStats){.E = E,
+                        .load = (float *)base,
+                        .routed = (int *)(base + (size_t)E * 4),
+                        .dropped = (int *)(base + (size_t)E * 8)};
+}
+static void ref_route_stats_record(const Backend *be, void *rec, const float *scores,
+                                   const float *logits, const float *lse, const int *idx,
+                                   const DispatchPlan *p, int N, const MoeSpec *s) {
+    RouteStats r = cpu_route_view(rec, s->num_experts);
+    ref_route_stats(be, &r, scores, logits, lse, idx, p, N, s);
+    *(CpuRouteHead *)rec =
+        (CpuRouteHead){.st = r.st, .max_logit = r.max_logit, .lse_mean = r.lse_mean,
+                       .drop = r.drop, .pad = r.pad};
+}
+static void ref_route_stats_read(const Backend *be, RouteStats *out, const void *rec,
+                                 const MoeSpec *s) {
+    (void)be;
+    const int E = s->num_experts;
+    const CpuRouteHead *h = (const CpuRouteHead *)rec;
+    const RouteStats r = cpu_route_view(rec, E);
+    out->st = h->st, out->max_logit = h->max_logit, out->lse_mean = h->lse_mean;
+    out->drop = h->drop, out->pad = h->pad;
+    memcpy(out->load, r.load, (size_t)E * sizeof(float));
+    memcpy(out->routed, r.routed, (size_t)E * sizeof(int));
+    memcpy(out->dropped, r.dropped, (size_t)E * sizeof(int));
+}
 static void ref_route_domains(const Backend *be, double *counts, double *drops,
                               const unsigned char *domains, int n_domains, const int *idx,
                               const DispatchPlan *p, int N, const MoeSpec *s) {
@@ -303,6 +338,7 @@ static void sgemm_seconds(const Backend *be, int n, int reps, double *seconds) {
     .expert_choice_forward = ref_expert_choice_forward, .permute_forward = ref_permute_forward,    \
     .permute_backward = ref_permute_backward, .combine_forward = ref_combine_forward,              \
     .combine_backward = ref_combine_backward, .route_stats = ref_route_stats,                      \
+    .route_stats_record = ref_route_stats_record, .route_stats_read = ref_route_stats_read,        \
     .route_domains = ref_route_domains, .gemm_seconds = sgemm_seconds
 
 const Backend backend_cpu_ref = {

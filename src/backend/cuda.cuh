@@ -212,6 +212,11 @@ void cuda_router_gate_backward(const Backend *be, float *dlogits, const float *d
 void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scores,
                       const float *logits, const float *lse, const int *idx, const DispatchPlan *p,
                       int N, const MoeSpec *s);
+void cuda_route_stats_record(const Backend *be, void *rec, const float *scores,
+                             const float *logits, const float *lse, const int *idx,
+                             const DispatchPlan *p, int N, const MoeSpec *s);
+void cuda_route_stats_read(const Backend *be, RouteStats *host_out, const void *rec,
+                           const MoeSpec *s);
 /* cuda_plans.cu: the plans that choose */
 void cuda_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
                               const float *scores, const float *w, int N, const MoeSpec *s,

@@ -534,9 +534,11 @@ static __global__ void __launch_bounds__(KMOE_THREADS)
     }
 }
 
-void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scores,
-                      const float *logits, const float *lse, const int *idx, const DispatchPlan *p,
-                      int N, const MoeSpec *s) {
+/* route_stats' kernels: the head and the per-expert counts into out (in the GPU's memory, or
+ * carved here when out is NULL); returns where they are. */
+static KmoeStatsHead *route_stats_issue(const Backend *be, KmoeStatsHead *out, const float *scores,
+                                        const float *logits, const float *lse, const int *idx,
+                                        const DispatchPlan *p, int N, const MoeSpec *s) {
     const int E = s->num_experts, K = s->top_k, ec = s->routing == MOE_ROUTING_EXPERT_CHOICE;
     /* expert choice reads its plan's tokens (expert_choice_stats), token choice the call's */
     const int Nc = ec ? p->N : N, Nt = Nc > 0 ? Nc : 0;
@@ -547,13 +549,14 @@ void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scor
     Carve c = cuda_carve_begin(be, NULL,
                                2 * carve_round((size_t)nblk * sizeof(double)) +
                                    carve_round((size_t)nblk * sizeof(int)) +
-                                   2 * carve_round(nparts * sizeof(int)) + carve_round(out_bytes));
+                                   2 * carve_round(nparts * sizeof(int)) +
+                                   carve_round(out ? 0 : out_bytes));
     double *bent = (double *)carve(&c, (size_t)nblk * sizeof(double));
     double *btop = (double *)carve(&c, (size_t)nblk * sizeof(double));
     int *bun = (int *)carve(&c, (size_t)nblk * sizeof(int));
     int *ph = (int *)carve(&c, nparts * sizeof(int));
     int *pd = (int *)carve(&c, nparts * sizeof(int));
-    KmoeStatsHead *d_out = (KmoeStatsHead *)carve(&c, out_bytes);
+    KmoeStatsHead *d_out = out ? out : (KmoeStatsHead *)carve(&c, out_bytes);
     cudaStream_t st = cuda_stream(be);
     k_stats_tokens<<<nblk, KMOE_THREADS, 0, st>>>(bent, btop, bun, scores, ec ? p->slot : NULL, Nt,
                                                   E, p->K);
@@ -570,10 +573,46 @@ void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scor
     k_logit_stats<<<1, KMOE_THREADS, 0, st>>>(&d_out->max_logit, &d_out->lse_sum, logits, lse,
                                               N > 0 ? N : 0, E);
     CUDA_LAUNCHED();
+    return d_out;
+}
+
+void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scores,
+                      const float *logits, const float *lse, const int *idx, const DispatchPlan *p,
+                      int N, const MoeSpec *s) {
+    const int E = s->num_experts;
+    const size_t out_bytes = sizeof(KmoeStatsHead) + 2 * (size_t)E * sizeof(int);
+    cudaStream_t st = cuda_stream(be);
+    KmoeStatsHead *d_out = route_stats_issue(be, NULL, scores, logits, lse, idx, p, N, s);
     /* the few numbers in one copy to pinned staging, one wait, then the host's formulas */
     KmoeStatsHead *h = (KmoeStatsHead *)cuda_stage(be, out_bytes);
     CUDA_CHECK(cudaMemcpyAsync(h, d_out, out_bytes, cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
     const int *routed = (const int *)(h + 1);
     kmoe_route_stats_finish(host_out, h, routed, routed + E, p, N, s);
+}
+
+/* The record: the head and the counts as route_stats copies them down, then the three sizes
+ * the host's formulas need (the call's tokens, the plan's rows and, for expert choice, its
+ * tokens), which the host knows now. Nothing waits: the trainer reads a step's records with
+ * its losses in one copy, and route_stats_read finishes them there. */
+void cuda_route_stats_record(const Backend *be, void *rec, const float *scores,
+                             const float *logits, const float *lse, const int *idx,
+                             const DispatchPlan *p, int N, const MoeSpec *s) {
+    const int E = s->num_experts;
+    route_stats_issue(be, (KmoeStatsHead *)rec, scores, logits, lse, idx, p, N, s);
+    const int sizes[3] = {N, p->S, p->N};
+    char *tail = (char *)rec + sizeof(KmoeStatsHead) + 2 * (size_t)E * sizeof(int);
+    /* from pageable memory: the copy has read sizes when the call returns */
+    CUDA_CHECK(cudaMemcpyAsync(tail, sizes, sizeof sizes, cudaMemcpyHostToDevice, cuda_stream(be)));
+}
+
+void cuda_route_stats_read(const Backend *be, RouteStats *host_out, const void *rec,
+                           const MoeSpec *s) {
+    (void)be;
+    const int E = s->num_experts;
+    const KmoeStatsHead *h = (const KmoeStatsHead *)rec;
+    const int *routed = (const int *)(h + 1), *sizes = routed + 2 * (size_t)E;
+    DispatchPlan hp = {.E = E, .K = s->top_k};
+    hp.S = sizes[1], hp.N = sizes[2];
+    kmoe_route_stats_finish(host_out, h, routed, routed + E, &hp, sizes[0], s);
 }

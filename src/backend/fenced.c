@@ -312,6 +312,16 @@ static void f_route_stats(const Backend *be, RouteStats *out, const float *score
                           const DispatchPlan *p, int N, const MoeSpec *s) {
     FENCED(route_stats(CPU, out, scores, logits, lse, idx, p, N, s));
 }
+static void f_route_stats_record(const Backend *be, void *rec, const float *scores,
+                                 const float *logits, const float *lse, const int *idx,
+                                 const DispatchPlan *p, int N, const MoeSpec *s) {
+    FENCED(route_stats_record(CPU, rec, scores, logits, lse, idx, p, N, s));
+}
+/* the host's copy of a record: nothing of the backend's memory is touched */
+static void f_route_stats_read(const Backend *be, RouteStats *out, const void *rec,
+                               const MoeSpec *s) {
+    (void)be, CPU->route_stats_read(CPU, out, rec, s);
+}
 static void f_route_domains(const Backend *be, double *counts, double *drops,
                             const unsigned char *domains, int n_domains, const int *idx,
                             const DispatchPlan *p, int N, const MoeSpec *s) {
@@ -421,6 +431,8 @@ const Backend backend_cpu_fenced = {
     .experts_forward = r_experts_forward,
     .experts_backward = r_experts_backward,
     .route_stats = r_route_stats,
+    .route_stats_record = f_route_stats_record,
+    .route_stats_read = f_route_stats_read,
     .route_domains = r_route_domains,
     .gemm_seconds = f_gemm_seconds,
 };

@@ -137,8 +137,12 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
     /* the step record: one allocation, so that one copy reads it (model_read_step) */
     m->rec_slots = c->accum > 1 ? c->accum : 1;
     const size_t rec_moe = (size_t)m->rec_slots * m->n_moe * 2;
-    m->rec_loss = (double *)be->alloc(be, m->rec_slots * sizeof(double) + rec_moe * sizeof(float));
+    const size_t rec_route = (m->rec_slots * sizeof(double) + rec_moe * sizeof(float) + 7) / 8 * 8;
+    m->rec_bytes = rec_route + (size_t)m->rec_slots * m->n_moe * route_record_bytes(c->num_experts);
+    m->rec_loss = (double *)be->alloc(be, m->rec_bytes);
     m->rec_moe = (float *)(m->rec_loss + m->rec_slots);
+    m->rec_route = (char *)m->rec_loss + rec_route;
+    m->rec_host = (char *)malloc_check(m->rec_bytes);
     for (int l = 0, b = 0; l < L; l++)
         if (m->blocks[l].moe) m->blocks[l].moe->losses = m->rec_moe + (size_t)b++ * 2;
     m->work_bytes = backend_bytes_allocated - before;
@@ -169,6 +173,7 @@ void model_free(Model *m) {
     release(m, m->att_ws);
     release(m, m->norm_partial);
     release(m, m->rec_loss);
+    free(m->rec_host);
     params_view_free(&m->w);
     params_view_free(&m->g);
     params_table_free(&m->pt);
@@ -292,8 +297,12 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
         moe_fatal("model_forward: micro-batch %d of a step record of %d", slot, m->rec_slots);
     for (int l = 0, b = 0; l < L; l++)
         if (m->blocks[l].moe) {
-            m->blocks[l].moe->losses = m->rec_moe + ((size_t)slot * m->n_moe + b++) * 2;
-            m->blocks[l].moe->defer_losses = m->defer_reads;
+            MoeActs *a = m->blocks[l].moe;
+            a->losses = m->rec_moe + ((size_t)slot * m->n_moe + b) * 2;
+            a->stats_rec =
+                m->rec_route + ((size_t)slot * m->n_moe + b) * route_record_bytes(c->num_experts);
+            a->defer_losses = m->defer_reads;
+            b++;
         }
     for (int l = 0; l < L; l++) block_forward(m, l, m->resid[l + 1], m->resid[l], B, T, NULL);
 
@@ -340,9 +349,8 @@ void model_read_step(Model *m, int micro_batches, double *loss, double *aux, dou
     const int A = micro_batches, nb = m->n_moe;
     if (A < 1 || A > m->rec_slots)
         moe_fatal("model_read_step: %d micro-batches of a step record of %d", A, m->rec_slots);
-    const size_t bytes = (size_t)m->rec_slots * sizeof(double) + (size_t)A * nb * 2 * sizeof(float);
-    double *h = (double *)malloc_check(bytes);
-    be->to_host(be, h, m->rec_loss, bytes); /* the step's one copy of its losses */
+    double *h = (double *)m->rec_host;
+    be->to_host(be, h, m->rec_loss, m->rec_bytes); /* the step's one copy of its numbers */
     const float *moe = (const float *)(h + m->rec_slots);
     *loss = *aux = *z = 0.0;
     for (int i = 0; i < A; i++) { /* model_forward's arithmetic, micro-batch by micro-batch */
@@ -356,7 +364,15 @@ void model_read_step(Model *m, int micro_batches, double *loss, double *aux, dou
         m->loss = (float)(h[i] / m->N_last);
         *loss += m->loss, *aux += m->aux_loss, *z += m->z_loss;
     }
-    free(h);
+}
+
+void model_step_route(Model *m, int micro) {
+    const char *rec = m->rec_host + (m->rec_route - (char *)m->rec_loss);
+    const size_t rb = route_record_bytes(m->cfg.num_experts);
+    for (int l = 0, b = 0; l < m->cfg.n_layer; l++)
+        if (m->blocks[l].moe)
+            m->be->route_stats_read(m->be, &m->blocks[l].moe->route,
+                                    rec + ((size_t)micro * m->n_moe + b++) * rb, &m->spec);
 }
 
 void model_forward_cached(Model *m, const int *tokens, int N, const KvStep *kv) {

@@ -117,9 +117,13 @@ typedef struct Model {
      * by the ops where they run. A GPU would wait for each value it returned; so while
      * defer_reads is 1 (the training loop) model_forward leaves them there, in slot micro, and
      * the step reads them all with one copy (model_read_step). Else model_forward reads them
-     * at once (slot 0) into loss, aux_loss and z_loss. rec_slots = train.accum. */
+     * at once (slot 0) into loss, aux_loss and z_loss. rec_slots = train.accum. rec_route
+     * (rec_slots, n_moe) the blocks' routing statistics (route_stats_record, route_record_bytes
+     * each), read in the same copy (rec_bytes in all) into rec_host (model_step_route). */
     double *rec_loss;
     float *rec_moe;
+    char *rec_route, *rec_host;
+    size_t rec_bytes;
     int rec_slots, defer_reads;
 
     /* results of the last forward */
@@ -160,6 +164,9 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
  * aux_loss and z_loss would have been after each, in the same float arithmetic, so that the
  * numbers are the ones an immediate read gives. */
 void model_read_step(Model *m, int micro_batches, double *loss, double *aux, double *z);
+/* After model_read_step: each MoE block's MoeActs.route = what its forward of micro-batch
+ * micro routed (route_stats_read of the copy), as route_stats would have filled it then. */
+void model_step_route(Model *m, int micro);
 
 /* A decoding step: tokens (N) the new token of each of N sequences whose earlier tokens are in
  * kv's cache (model_forward_cached appends each one's key and value there). Leaves the N

@@ -62,6 +62,9 @@ typedef struct {
      * model_read_step) and aux_loss, z_loss are not updated. */
     float *losses, loss_here[2];
     int defer_losses;
+    /* with defer_losses: where the forward records its routing statistics instead of filling
+     * route (route_stats_record, route_record_bytes of the backend's memory; model.h) */
+    void *stats_rec;
     int T;                  /* MoeCtx.T of the last forward (seq_aux backward) */
     /* jitter (allocated when s->jitter > 0): the router reads xj = x * jit instead of x */
     float *jit, *xj; /* (N, C) the factors drawn, the jittered input */

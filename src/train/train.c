@@ -422,9 +422,13 @@ int train_run(Config *c, const TrainOptions *o) {
             m.sync_in_backward = m.dist && c->overlap && micro == c->accum - 1;
             /* each process's mean over its share, 1 / world of the batch's mean */
             model_backward(&m, 1.0f / (float)(c->accum * world));
+        }
+        /* one copy for the step's losses and routing statistics */
+        model_read_step(&m, c->accum, &loss, &aux, &z);
+        for (int micro = 0; micro < c->accum; micro++) {
+            model_step_route(&m, micro);
             router_accum_add(&ra, &m);
         }
-        model_read_step(&m, c->accum, &loss, &aux, &z); /* one copy for the step's losses */
         loss /= c->accum;
         aux /= c->accum;
         z /= c->accum;
