@@ -70,9 +70,12 @@ struct Backend {
      * double (the loss over the tokens): left where it is, so that a training step reads its
      * micro-batches' losses with one copy (model_read_step), not one wait each */
     void (*sum)(const Backend *be, double *out, const float *x, size_t n);
-    /* sum of squares, deterministic for any thread count: fixed chunks of VEC_CHUNK into
-     * partial (vec_chunks(n) doubles of the backend's memory), then the chunks in order */
-    double (*sum_squares)(const Backend *be, double *partial, const float *x, size_t n);
+    /* *out (one double of the backend's memory) = the sum of squares, deterministic for any
+     * thread count: fixed chunks of VEC_CHUNK into partial (vec_chunks(n) doubles of the
+     * backend's memory), then the chunks in order. Left there, as sum's: the gradient norm
+     * comes down with the step's other numbers (model_read_step) */
+    void (*sum_squares)(const Backend *be, double *out, double *partial, const float *x,
+                        size_t n);
     /* x (N, C): x[n] = emb[tokens[n]]; backward demb (V, C) += dx scattered by token */
     void (*embed_forward)(const Backend *be, float *x, const int *tokens, const float *emb, int N,
                           int C);

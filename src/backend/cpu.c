@@ -79,8 +79,9 @@ static void ref_round_bf16(const Backend *be, float *y, const float *x, size_t n
 static void ref_sum(const Backend *be, double *out, const float *x, size_t n) {
     (void)be, *out = vec_sum(x, n);
 }
-static double ref_sum_squares(const Backend *be, double *partial, const float *x, size_t n) {
-    return (void)be, vec_sum_squares(partial, x, n);
+static void ref_sum_squares(const Backend *be, double *out, double *partial, const float *x,
+                            size_t n) {
+    (void)be, *out = vec_sum_squares(partial, x, n);
 }
 static void ref_embed_forward(const Backend *be, float *x, const int *tokens, const float *emb,
                               int N, int C) {

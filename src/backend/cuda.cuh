@@ -151,7 +151,7 @@ void cuda_mul(const Backend *be, float *y, const float *a, const float *b, size_
 void cuda_scale(const Backend *be, float *x, float s, size_t n);
 void cuda_round_bf16(const Backend *be, float *y, const float *x, size_t n);
 void cuda_sum(const Backend *be, double *out, const float *x, size_t n);
-double cuda_sum_squares(const Backend *be, double *partial, const float *x, size_t n);
+void cuda_sum_squares(const Backend *be, double *out, double *partial, const float *x, size_t n);
 void cuda_embed_forward(const Backend *be, float *x, const int *tokens, const float *emb, int N,
                         int C);
 void cuda_embed_backward(const Backend *be, float *demb, const float *dx, const int *tokens, int N,

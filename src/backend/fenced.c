@@ -154,8 +154,9 @@ static void f_round_bf16(const Backend *be, float *y, const float *x, size_t n) 
 static void f_sum(const Backend *be, double *out, const float *x, size_t n) {
     FENCED(sum(CPU, out, x, n));
 }
-static double f_sum_squares(const Backend *be, double *partial, const float *x, size_t n) {
-    FENCED_VALUE(double, sum_squares(CPU, partial, x, n));
+static void f_sum_squares(const Backend *be, double *out, double *partial, const float *x,
+                          size_t n) {
+    FENCED(sum_squares(CPU, out, partial, x, n));
 }
 static void f_embed_forward(const Backend *be, float *x, const int *tokens, const float *emb, int N,
                             int C) {
@@ -333,7 +334,7 @@ static void f_gemm_seconds(const Backend *be, int n, int reps, double *seconds) 
 
 /* ---- host reads: the waits a GPU would make --------------------------------------------------
  * Each entry below is one whose CUDA version makes the host wait for the device: a copy down
- * (to_host), a value returned (the gradient's sum of squares), host arrays filled (the
+ * (to_host), host arrays filled (the
  * statistics), or the slice sizes that the experts' grouped products take from the host (and
  * an unpadded capacity plan's row count). Each call adds one to backend_host_reads, then runs
  * the fenced entry, so that a training step's count on this backend is the number of times
@@ -342,9 +343,6 @@ long long backend_host_reads;
 
 static void r_to_host(const Backend *be, void *dst, const void *src, size_t bytes) {
     backend_host_reads++, fenced_copy(be, dst, src, bytes);
-}
-static double r_sum_squares(const Backend *be, double *partial, const float *x, size_t n) {
-    return backend_host_reads++, f_sum_squares(be, partial, x, n);
 }
 static void r_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
                                   const float *scores, const float *w, int N, const MoeSpec *s,
@@ -394,7 +392,7 @@ const Backend backend_cpu_fenced = {
     .scale = f_scale,
     .round_bf16 = f_round_bf16,
     .sum = f_sum,
-    .sum_squares = r_sum_squares,
+    .sum_squares = f_sum_squares,
     .embed_forward = f_embed_forward,
     .embed_backward = f_embed_backward,
     .permute_rows = f_permute_rows,

@@ -136,11 +136,13 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
     m->norm_partial = (double *)be->alloc(be, vec_chunks(m->pt.total) * sizeof(double));
     /* the step record: one allocation, so that one copy reads it (model_read_step) */
     m->rec_slots = c->accum > 1 ? c->accum : 1;
+    const size_t rec_doubles = (size_t)m->rec_slots + m->pt.n; /* the losses, the norm's parts */
     const size_t rec_moe = (size_t)m->rec_slots * m->n_moe * 2;
-    const size_t rec_route = (m->rec_slots * sizeof(double) + rec_moe * sizeof(float) + 7) / 8 * 8;
+    const size_t rec_route = (rec_doubles * sizeof(double) + rec_moe * sizeof(float) + 7) / 8 * 8;
     m->rec_bytes = rec_route + (size_t)m->rec_slots * m->n_moe * route_record_bytes(c->num_experts);
     m->rec_loss = (double *)be->alloc(be, m->rec_bytes);
-    m->rec_moe = (float *)(m->rec_loss + m->rec_slots);
+    m->rec_norm = m->rec_loss + m->rec_slots;
+    m->rec_moe = (float *)(m->rec_loss + rec_doubles);
     m->rec_route = (char *)m->rec_loss + rec_route;
     m->rec_host = (char *)malloc_check(m->rec_bytes);
     for (int l = 0, b = 0; l < L; l++)
@@ -351,7 +353,7 @@ void model_read_step(Model *m, int micro_batches, double *loss, double *aux, dou
         moe_fatal("model_read_step: %d micro-batches of a step record of %d", A, m->rec_slots);
     double *h = (double *)m->rec_host;
     be->to_host(be, h, m->rec_loss, m->rec_bytes); /* the step's one copy of its numbers */
-    const float *moe = (const float *)(h + m->rec_slots);
+    const float *moe = (const float *)(m->rec_host + ((char *)m->rec_moe - (char *)m->rec_loss));
     *loss = *aux = *z = 0.0;
     for (int i = 0; i < A; i++) { /* model_forward's arithmetic, micro-batch by micro-batch */
         float aux_sum = 0.0f, z_sum = 0.0f;
@@ -528,20 +530,35 @@ void model_zero_grad(Model *m) {
     m->be->zero(m->be, m->grads, m->pt.total * sizeof(float));
 }
 
+void model_grad_norm_record(const Model *m) {
+    const Backend *be = m->be;
+    if (!m->dist) {
+        be->sum_squares(be, m->rec_norm, m->norm_partial, m->grads, m->pt.total);
+        return;
+    }
+    /* a tensor at a time: whether its squares add up over the processes depends on which */
+    for (int i = 0; i < m->pt.n; i++)
+        be->sum_squares(be, m->rec_norm + i, m->norm_partial, m->grads + m->pt.t[i].offset,
+                        m->pt.t[i].numel);
+}
+
 float model_grad_norm(const Model *m) {
     double t0 = prof_clock();
     double ss = 0.0;
+    /* the squares, from the step's copy (defer_reads), else summed and copied down now */
+    const double *sq = (const double *)(m->rec_host + ((char *)m->rec_norm - (char *)m->rec_loss));
+    if (!m->defer_reads) {
+        model_grad_norm_record(m);
+        m->be->to_host(m->be, (void *)sq, m->rec_norm,
+                       (size_t)(m->dist ? m->pt.n : 1) * sizeof(double));
+    }
     if (!m->dist) {
-        ss = m->be->sum_squares(m->be, m->norm_partial, m->grads, m->pt.total);
+        ss = sq[0];
     } else {
         /* every process holds the same (summed) non-expert gradients; each expert lives on one
          * member of an expert-parallel group: their squares add up over the group */
         double part[2] = {0.0, 0.0}; /* non-expert, this member's experts */
-        for (int i = 0; i < m->pt.n; i++) {
-            const ParamTensor *t = &m->pt.t[i];
-            part[t->expert_dim] +=
-                m->be->sum_squares(m->be, m->norm_partial, m->grads + t->offset, t->numel);
-        }
+        for (int i = 0; i < m->pt.n; i++) part[m->pt.t[i].expert_dim] += sq[i];
         dist_allreduce_sum_d(m->dist, DIST_EP, &part[1], 1);
         ss = part[0] + part[1];
     }

@@ -120,7 +120,7 @@ typedef struct Model {
      * at once (slot 0) into loss, aux_loss and z_loss. rec_slots = train.accum. rec_route
      * (rec_slots, n_moe) the blocks' routing statistics (route_stats_record, route_record_bytes
      * each), read in the same copy (rec_bytes in all) into rec_host (model_step_route). */
-    double *rec_loss;
+    double *rec_loss, *rec_norm; /* rec_norm (pt.n): model_grad_norm_record's sums */
     float *rec_moe;
     char *rec_route, *rec_host;
     size_t rec_bytes;
@@ -195,6 +195,9 @@ void model_update_router_bias(Model *m, const double *count);
 /* Global L2 norm of the gradients (summed in a fixed order: deterministic). Across processes,
  * after model_sync_grads: the norm of the whole model's gradient. */
 float model_grad_norm(const Model *m);
+/* The squares model_grad_norm adds, summed into the step record (before model_read_step, which
+ * copies them down with the losses; model_grad_norm then reads that copy when defer_reads). */
+void model_grad_norm_record(const Model *m);
 
 /* Across processes: sum every gradient over the processes that hold a copy of its tensor
  * (non-expert tensors: all; expert tensors: the data-parallel replicas of the same experts):

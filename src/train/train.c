@@ -423,7 +423,9 @@ int train_run(Config *c, const TrainOptions *o) {
             /* each process's mean over its share, 1 / world of the batch's mean */
             model_backward(&m, 1.0f / (float)(c->accum * world));
         }
-        /* one copy for the step's losses and routing statistics */
+        model_sync_grads(&m); /* across processes (or through NCCL alone); else nothing */
+        model_grad_norm_record(&m);
+        /* one copy for the step's losses, routing statistics and gradient norm */
         model_read_step(&m, c->accum, &loss, &aux, &z);
         for (int micro = 0; micro < c->accum; micro++) {
             model_step_route(&m, micro);
@@ -440,8 +442,7 @@ int train_run(Config *c, const TrainOptions *o) {
             z = v[2] / world;
             router_accum_share(&ra, d);
         }
-        model_sync_grads(&m); /* across processes (or through NCCL alone); else nothing */
-        const float norm = model_grad_norm(&m);
+        const float norm = model_grad_norm(&m); /* from the step's copy */
         if (!isfinite(loss) || (c->diverge_loss > 0.0f && loss > c->diverge_loss)) {
             /* the step is recorded, not taken: the run ends as diverged (exit status 3) */
             train_csv_row(ftrain, step + 1, loss, aux, z, lr_schedule(c, step), norm, NAN, NAN, 0,
