@@ -368,13 +368,14 @@ static void case_moe(const Backend *be, Outs *o, int variant) {
     RouteStats rr;
     route_stats_alloc(&rr, E);
     be->route_stats_read(be, &rr, hrec, &sp);
-    ck_assert_msg(rr.drop == rs.drop && rr.pad == rs.pad && rr.max_logit == rs.max_logit &&
-                      rr.lse_mean == rs.lse_mean && memcmp(&rr.st, &rs.st, sizeof rs.st) == 0 &&
-                      memcmp(rr.load, rs.load, (size_t)E * sizeof(float)) == 0 &&
-                      memcmp(rr.routed, rs.routed, (size_t)E * sizeof(int)) == 0 &&
-                      memcmp(rr.dropped, rs.dropped, (size_t)E * sizeof(int)) == 0,
-                  "%s, variant %d: route_stats_record then route_stats_read differ from route_stats",
-                  be->name, variant);
+    ck_assert_msg(
+        rr.drop == rs.drop && rr.pad == rs.pad && rr.max_logit == rs.max_logit &&
+            rr.lse_mean == rs.lse_mean && memcmp(&rr.st, &rs.st, sizeof rs.st) == 0 &&
+            memcmp(rr.load, rs.load, (size_t)E * sizeof(float)) == 0 &&
+            memcmp(rr.routed, rs.routed, (size_t)E * sizeof(int)) == 0 &&
+            memcmp(rr.dropped, rs.dropped, (size_t)E * sizeof(int)) == 0,
+        "%s, variant %d: route_stats_record then route_stats_read differ from route_stats",
+        be->name, variant);
     route_stats_free(&rr);
     free(hrec);
     release(be, rec);
@@ -406,6 +407,29 @@ static void case_moe_expert_choice(const Backend *be, Outs *o) {
 }
 static void case_moe_sigmoid(const Backend *be, Outs *o) {
     case_moe(be, o, 3);
+}
+
+/* router.csv's expert_sim, where the weights are: random experts, then every expert a copy of
+ * the first (1, whatever the backend) */
+static void case_experts_similarity(const Backend *be, Outs *o) {
+    enum { E = 5, C = 6, F = 7 };
+    const size_t n = (size_t)E * F * C;
+    float *Wg = dev_rand(be, n, 1.0f, 40), *Wu = dev_rand(be, n, 1.0f, 41);
+    float *Wd = dev_rand(be, n, 1.0f, 42);
+    double *sim = (double *)be->alloc(be, sizeof(double)), got = 0.0;
+    be->experts_similarity(be, sim, Wg, Wu, Wd, E, C, F);
+    be->to_host(be, &got, sim, sizeof got);
+    out_scalar(o, "expert similarity, random experts", got);
+    for (int e = 1; e < E; e++)
+        for (int t = 0; t < 3; t++) {
+            float *w = t == 0 ? Wg : t == 1 ? Wu : Wd;
+            be->copy(be, w + (size_t)e * F * C, w, (size_t)F * C * sizeof(float));
+        }
+    be->experts_similarity(be, sim, Wg, Wu, Wd, E, C, F);
+    be->to_host(be, &got, sim, sizeof got);
+    ck_assert_msg(fabs(got - 1.0) < 1e-6, "%s: copies of one expert have similarity %g, not 1",
+                  be->name, got);
+    release(be, sim), release(be, Wg), release(be, Wu), release(be, Wd);
 }
 
 static void case_gemm_seconds(const Backend *be, Outs *o) {
@@ -442,6 +466,7 @@ static const Case CASES[] = {
     {"moe capacity, padded, by score", case_moe_capacity, "capacity_plan_build"},
     {"moe expert choice", case_moe_expert_choice, "expert_choice_forward"},
     {"moe sigmoid, seq_aux", case_moe_sigmoid, "router_scores_forward"},
+    {"experts_similarity", case_experts_similarity, "experts_similarity"},
     {"gemm_seconds", case_gemm_seconds, "gemm_seconds"},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
@@ -500,6 +525,7 @@ static const char *const ENTRIES[] = {"alloc",
                                       "route_stats_record",
                                       "route_stats_read",
                                       "route_domains",
+                                      "experts_similarity",
                                       "gemm_seconds"};
 #define N_ENTRIES ((int)(sizeof ENTRIES / sizeof ENTRIES[0]))
 

@@ -74,8 +74,7 @@ struct Backend {
      * thread count: fixed chunks of VEC_CHUNK into partial (vec_chunks(n) doubles of the
      * backend's memory), then the chunks in order. Left there, as sum's: the gradient norm
      * comes down with the step's other numbers (model_read_step) */
-    void (*sum_squares)(const Backend *be, double *out, double *partial, const float *x,
-                        size_t n);
+    void (*sum_squares)(const Backend *be, double *out, double *partial, const float *x, size_t n);
     /* x (N, C): x[n] = emb[tokens[n]]; backward demb (V, C) += dx scattered by token */
     void (*embed_forward)(const Backend *be, float *x, const int *tokens, const float *emb, int N,
                           int C);
@@ -195,6 +194,12 @@ struct Backend {
                           const unsigned char *host_domains, int n_domains, const int *idx,
                           const DispatchPlan *p, int N, const MoeSpec *s);
 
+    /* router.csv's expert_sim of one MoE block into *out (one double of the backend's memory):
+     * moe/experts.c's experts_similarity of Wg, Wu (E, F, C) and Wd (E, C, F), computed where
+     * the weights are, so that a step does not copy every expert down to log one number */
+    void (*experts_similarity)(const Backend *be, double *out, const float *Wg, const float *Wu,
+                               const float *Wd, int E, int C, int F);
+
     /* ---- measurement ------------------------------------------------------------------------
      * The backend's own square product C (n, n) = A B (2 n^3 FLOPs), timed: one warm-up, then
      * reps products, seconds[r] the wall time of each. The yardstick `moe bench` measures a
@@ -271,7 +276,7 @@ const char *backend_blas_better_core(void);
 const char *backend_blas_library(void);
 
 /* The bytes of one route_stats_record for E experts, in any backend's layout (a head of at
- * most 64 bytes, then at most three ints or floats per expert and three ints), whole 8-byte words. */
+ * most 64 bytes, then at most three ints or floats per expert, and three ints): whole words. */
 static inline size_t route_record_bytes(int E) {
     return (64 + (3 * (size_t)E + 3) * 4 + 7) / 8 * 8;
 }

@@ -255,9 +255,8 @@ static void ref_route_stats_record(const Backend *be, void *rec, const float *sc
                                    const DispatchPlan *p, int N, const MoeSpec *s) {
     RouteStats r = cpu_route_view(rec, s->num_experts);
     ref_route_stats(be, &r, scores, logits, lse, idx, p, N, s);
-    *(CpuRouteHead *)rec =
-        (CpuRouteHead){.st = r.st, .max_logit = r.max_logit, .lse_mean = r.lse_mean,
-                       .drop = r.drop, .pad = r.pad};
+    *(CpuRouteHead *)rec = (CpuRouteHead){
+        .st = r.st, .max_logit = r.max_logit, .lse_mean = r.lse_mean, .drop = r.drop, .pad = r.pad};
 }
 static void ref_route_stats_read(const Backend *be, RouteStats *out, const void *rec,
                                  const MoeSpec *s) {
@@ -270,6 +269,10 @@ static void ref_route_stats_read(const Backend *be, RouteStats *out, const void 
     memcpy(out->load, r.load, (size_t)E * sizeof(float));
     memcpy(out->routed, r.routed, (size_t)E * sizeof(int));
     memcpy(out->dropped, r.dropped, (size_t)E * sizeof(int));
+}
+static void ref_experts_similarity(const Backend *be, double *out, const float *Wg, const float *Wu,
+                                   const float *Wd, int E, int C, int F) {
+    (void)be, *out = experts_similarity(Wg, Wu, Wd, E, C, F);
 }
 static void ref_route_domains(const Backend *be, double *counts, double *drops,
                               const unsigned char *domains, int n_domains, const int *idx,
@@ -340,7 +343,8 @@ static void sgemm_seconds(const Backend *be, int n, int reps, double *seconds) {
     .permute_backward = ref_permute_backward, .combine_forward = ref_combine_forward,              \
     .combine_backward = ref_combine_backward, .route_stats = ref_route_stats,                      \
     .route_stats_record = ref_route_stats_record, .route_stats_read = ref_route_stats_read,        \
-    .route_domains = ref_route_domains, .gemm_seconds = sgemm_seconds
+    .route_domains = ref_route_domains, .experts_similarity = ref_experts_similarity,              \
+    .gemm_seconds = sgemm_seconds
 
 const Backend backend_cpu_ref = {
     .name = "cpu-ref",

@@ -203,6 +203,7 @@ static void fill_table(Backend *b) {
     b->experts_forward = cuda_experts_forward, b->experts_backward = cuda_experts_backward;
     b->route_stats = cuda_route_stats, b->route_domains = host_route_domains;
     b->route_stats_record = cuda_route_stats_record, b->route_stats_read = cuda_route_stats_read;
+    b->experts_similarity = cuda_experts_similarity;
     b->gemm_seconds = cuda_gemm_seconds;
 #if MOE_HAVE_NCCL
     b->coll_open = cuda_coll_open;

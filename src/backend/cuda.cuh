@@ -212,11 +212,13 @@ void cuda_router_gate_backward(const Backend *be, float *dlogits, const float *d
 void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scores,
                       const float *logits, const float *lse, const int *idx, const DispatchPlan *p,
                       int N, const MoeSpec *s);
-void cuda_route_stats_record(const Backend *be, void *rec, const float *scores,
-                             const float *logits, const float *lse, const int *idx,
-                             const DispatchPlan *p, int N, const MoeSpec *s);
+void cuda_route_stats_record(const Backend *be, void *rec, const float *scores, const float *logits,
+                             const float *lse, const int *idx, const DispatchPlan *p, int N,
+                             const MoeSpec *s);
 void cuda_route_stats_read(const Backend *be, RouteStats *host_out, const void *rec,
                            const MoeSpec *s);
+void cuda_experts_similarity(const Backend *be, double *out, const float *Wg, const float *Wu,
+                             const float *Wd, int E, int C, int F);
 /* cuda_plans.cu: the plans that choose */
 void cuda_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
                               const float *scores, const float *w, int N, const MoeSpec *s,

@@ -383,11 +383,11 @@ void cuda_router_balance_loss(const Backend *be, float *out, const float *scores
     const size_t nparts = (size_t)rows * nchunk * E;
     /* aux, aux_free and none: the Switch value, f from outside when given; seq_aux: its own */
     const float *host_gf = seq ? NULL : x->global_f;
-    Carve c = cuda_carve_begin(
-        be, x,
-        carve_round(sig ? (size_t)N * sizeof(double) : 0) + carve_round(nparts * sizeof(double)) +
-            carve_round(host_gf ? 0 : nparts * sizeof(int)) +
-            carve_round(host_gf ? (size_t)E * sizeof(float) : 0));
+    Carve c = cuda_carve_begin(be, x,
+                               carve_round(sig ? (size_t)N * sizeof(double) : 0) +
+                                   carve_round(nparts * sizeof(double)) +
+                                   carve_round(host_gf ? 0 : nparts * sizeof(int)) +
+                                   carve_round(host_gf ? (size_t)E * sizeof(float) : 0));
     double *ssum = (double *)carve(&c, sig ? (size_t)N * sizeof(double) : 0);
     double *pq = (double *)carve(&c, nparts * sizeof(double));
     int *ph = (int *)carve(&c, host_gf ? 0 : nparts * sizeof(int));
@@ -546,11 +546,10 @@ static KmoeStatsHead *route_stats_issue(const Backend *be, KmoeStatsHead *out, c
     const int nchunk = ec || Nt == 0 ? 0 : kmoe_chunks(Nt);
     const size_t nparts = (size_t)nchunk * E;
     const size_t out_bytes = sizeof(KmoeStatsHead) + 2 * (size_t)E * sizeof(int);
-    Carve c = cuda_carve_begin(be, NULL,
-                               2 * carve_round((size_t)nblk * sizeof(double)) +
-                                   carve_round((size_t)nblk * sizeof(int)) +
-                                   2 * carve_round(nparts * sizeof(int)) +
-                                   carve_round(out ? 0 : out_bytes));
+    Carve c = cuda_carve_begin(
+        be, NULL,
+        2 * carve_round((size_t)nblk * sizeof(double)) + carve_round((size_t)nblk * sizeof(int)) +
+            2 * carve_round(nparts * sizeof(int)) + carve_round(out ? 0 : out_bytes));
     double *bent = (double *)carve(&c, (size_t)nblk * sizeof(double));
     double *btop = (double *)carve(&c, (size_t)nblk * sizeof(double));
     int *bun = (int *)carve(&c, (size_t)nblk * sizeof(int));
@@ -595,9 +594,9 @@ void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scor
  * the host's formulas need (the call's tokens, the plan's rows and, for expert choice, its
  * tokens), which the host knows now. Nothing waits: the trainer reads a step's records with
  * its losses in one copy, and route_stats_read finishes them there. */
-void cuda_route_stats_record(const Backend *be, void *rec, const float *scores,
-                             const float *logits, const float *lse, const int *idx,
-                             const DispatchPlan *p, int N, const MoeSpec *s) {
+void cuda_route_stats_record(const Backend *be, void *rec, const float *scores, const float *logits,
+                             const float *lse, const int *idx, const DispatchPlan *p, int N,
+                             const MoeSpec *s) {
     const int E = s->num_experts;
     route_stats_issue(be, (KmoeStatsHead *)rec, scores, logits, lse, idx, p, N, s);
     const int sizes[3] = {N, p->S, p->N};
@@ -612,7 +611,66 @@ void cuda_route_stats_read(const Backend *be, RouteStats *host_out, const void *
     const int E = s->num_experts;
     const KmoeStatsHead *h = (const KmoeStatsHead *)rec;
     const int *routed = (const int *)(h + 1), *sizes = routed + 2 * (size_t)E;
-    DispatchPlan hp = {.E = E, .K = s->top_k};
-    hp.S = sizes[1], hp.N = sizes[2];
+    DispatchPlan hp;
+    memset(&hp, 0, sizeof hp);
+    hp.E = E, hp.K = s->top_k, hp.S = sizes[1], hp.N = sizes[2];
     kmoe_route_stats_finish(host_out, h, routed, routed + E, &hp, sizes[0], s);
+}
+
+/* ---- router.csv's expert_sim ---------------------------------------------------------------
+ * Block j of pairs + E: one dot product of two experts' vectors (their rows of the three
+ * matrices end to end), pairs in experts_similarity's order; j >= pairs an expert's norm.
+ * Per-thread strided sums in double, then the shared tree. One thread then adds the cosines
+ * in experts_similarity's order: the number stays in the GPU's memory, no expert comes down. */
+static __global__ void __launch_bounds__(KMOE_THREADS)
+    k_expert_dots(double *dots, const float *Wg, const float *Wu, const float *Wd, int E,
+                  size_t n) {
+    __shared__ double sh[KMOE_THREADS];
+    const int pairs = E * (E - 1) / 2, j = blockIdx.x, t = threadIdx.x;
+    int a = j - pairs, b = a;
+    if (j < pairs) { /* pair j in the order (0,1), (0,2) .. (0,E-1), (1,2) .. */
+        int r = j;
+        a = 0;
+        while (r >= E - 1 - a) r -= E - 1 - a++;
+        b = a + 1 + r;
+    }
+    double s = 0.0;
+    for (int m = 0; m < 3; m++) {
+        const float *w = m == 0 ? Wg : m == 1 ? Wu : Wd;
+        const float *x = w + (size_t)a * n, *y = w + (size_t)b * n;
+        for (size_t i = (size_t)t; i < n; i += KMOE_THREADS) s += (double)x[i] * y[i];
+    }
+    sh[t] = s;
+    __syncthreads();
+    for (int off = KMOE_THREADS / 2; off > 0; off /= 2) {
+        if (t < off) sh[t] += sh[t + off];
+        __syncthreads();
+    }
+    if (t == 0) dots[j] = j >= pairs ? sqrt(sh[0]) : sh[0];
+}
+static __global__ void k_expert_sim(double *out, const double *dots, int E) {
+    const int pairs = E * (E - 1) / 2;
+    const double *norms = dots + pairs;
+    double sum = 0.0;
+    for (int a = 0, j = 0; a < E; a++)
+        for (int b = a + 1; b < E; b++, j++) {
+            const double den = norms[a] * norms[b];
+            sum += den > 0.0 ? dots[j] / den : 0.0;
+        }
+    *out = sum / pairs;
+}
+
+void cuda_experts_similarity(const Backend *be, double *out, const float *Wg, const float *Wu,
+                             const float *Wd, int E, int C, int F) {
+    cudaStream_t st = cuda_stream(be);
+    if (E < 2) {
+        CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), st));
+        return;
+    }
+    const int pairs = E * (E - 1) / 2;
+    double *dots = (double *)cuda_scratch(be, (size_t)(pairs + E) * sizeof(double));
+    k_expert_dots<<<pairs + E, KMOE_THREADS, 0, st>>>(dots, Wg, Wu, Wd, E, (size_t)F * C);
+    CUDA_LAUNCHED();
+    k_expert_sim<<<1, 1, 0, st>>>(out, dots, E);
+    CUDA_LAUNCHED();
 }

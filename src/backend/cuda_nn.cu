@@ -113,8 +113,8 @@ void cuda_sum(const Backend *be, double *out, const float *x, size_t n) {
  * chunk of KNN_CHUNK, each a dependent chain of KNN_CHUNK / 8 adds, its loads batched), the
  * eight paired in shared memory by the chunk's first thread into partial[ch]; then one thread
  * adds the chunks in order into the spare slot partial[n_chunks] (vec_chunks(n) = n_chunks +
- * 1), then copied into out (in the GPU's memory: nothing waits). Every chunk runs at once, so the time is one chunk's chain (a
- * fraction of a millisecond) for any n. */
+ * 1), then copied into out (in the GPU's memory: nothing waits). Every chunk runs at once, so the
+ * time is one chunk's chain (a fraction of a millisecond) for any n. */
 static __global__ void k_sumsq_chunks(double *partial, const float *x, size_t n, size_t n_chunks) {
     __shared__ double lanes[KNN_THREADS];
     const size_t t = thread_first(), ch = t / KNN_SUMSQ_LANES;

@@ -328,6 +328,10 @@ static void f_route_domains(const Backend *be, double *counts, double *drops,
                             const DispatchPlan *p, int N, const MoeSpec *s) {
     FENCED(route_domains(CPU, counts, drops, domains, n_domains, idx, p, N, s));
 }
+static void f_experts_similarity(const Backend *be, double *out, const float *Wg, const float *Wu,
+                                 const float *Wd, int E, int C, int F) {
+    FENCED(experts_similarity(CPU, out, Wg, Wu, Wd, E, C, F));
+}
 static void f_gemm_seconds(const Backend *be, int n, int reps, double *seconds) {
     (void)be, CPU->gemm_seconds(CPU, n, reps, seconds);
 }
@@ -432,5 +436,6 @@ const Backend backend_cpu_fenced = {
     .route_stats_record = f_route_stats_record,
     .route_stats_read = f_route_stats_read,
     .route_domains = r_route_domains,
+    .experts_similarity = f_experts_similarity,
     .gemm_seconds = f_gemm_seconds,
 };

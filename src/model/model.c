@@ -145,6 +145,8 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
     m->rec_moe = (float *)(m->rec_loss + rec_doubles);
     m->rec_route = (char *)m->rec_loss + rec_route;
     m->rec_host = (char *)malloc_check(m->rec_bytes);
+    m->log_rec = (double *)be->alloc(
+        be, (size_t)m->n_moe * (sizeof(double) + (size_t)c->num_experts * sizeof(float)));
     for (int l = 0, b = 0; l < L; l++)
         if (m->blocks[l].moe) m->blocks[l].moe->losses = m->rec_moe + (size_t)b++ * 2;
     m->work_bytes = backend_bytes_allocated - before;
@@ -176,6 +178,7 @@ void model_free(Model *m) {
     release(m, m->norm_partial);
     release(m, m->rec_loss);
     free(m->rec_host);
+    release(m, m->log_rec);
     params_view_free(&m->w);
     params_view_free(&m->g);
     params_table_free(&m->pt);

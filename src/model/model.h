@@ -123,6 +123,10 @@ typedef struct Model {
     double *rec_loss, *rec_norm; /* rec_norm (pt.n): model_grad_norm_record's sums */
     float *rec_moe;
     char *rec_route, *rec_host;
+    /* router.csv's numbers after a step, read with one copy (router_accum_write): log_rec
+     * (n_moe) each block's expert_sim (the backend's experts_similarity), then (n_moe, E) the
+     * aux-free biases copied beside them */
+    double *log_rec;
     size_t rec_bytes;
     int rec_slots, defer_reads;
 

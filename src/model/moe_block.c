@@ -323,8 +323,8 @@ void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
         PROF(PROF_ROUTER, be->route_stats_record(be, a->stats_rec, a->scores, a->logits, a->lse,
                                                  a->idx, &a->plan, N, s));
     else
-        PROF(PROF_ROUTER, be->route_stats(be, &a->route, a->scores, a->logits, a->lse, a->idx,
-                                          &a->plan, N, s));
+        PROF(PROF_ROUTER,
+             be->route_stats(be, &a->route, a->scores, a->logits, a->lse, a->idx, &a->plan, N, s));
     PROF(PROF_PERMUTE, be->permute_forward(be, a->xe, x, &a->plan, C));
     /* each slice: its counts[e] kept rows, then any padding rows (a padded capacity plan; for
      * every other plan counts[e] is the whole slice) */
