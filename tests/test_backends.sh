@@ -127,7 +127,7 @@ rc=$?
 L=3 A=3
 bound=$((2 * L * A + 2))
 [ $rc -eq 0 ] && [ "$(grep -c '^host reads: step [0-9]*: ' "$tmp/reads.log")" = 4 ] &&
-    awk -v b=$bound '/^host reads: step/ { n = $4 + 0; if (n > b || n < 1) bad = 1; seen++ }
+    awk -v b=$bound '/^host reads: step/ { n = $5 + 0; if (n > b || n < 1) bad = 1; seen++ }
                      END { exit bad || seen != 4 }' "$tmp/reads.log" &&
     grep -q '^host reads: step 4: [0-9]*, evaluation [1-9]' "$tmp/reads.log" &&
     [ "$(tail -n +2 "$tmp/reads/router.csv" | wc -l)" = $((4 * L)) ] &&
