@@ -6,10 +6,12 @@
  * cuda_plans.cu.
  *
  * The routing decision never leaves the device: scores, idx, w and the plan's arrays are
- * written by kernels and read by kernels, in stream order. Only what the caller wants on the
- * host waits for the stream, once per call: the two losses (a double each), the
- * statistics (a few sums and two ints per expert, finished on the host) and the slot rows of
- * a packed capacity plan (one int: the caller sizes the next ops by it). The random second
+ * written by kernels and read by kernels, in stream order. The two losses stay in the GPU's
+ * memory (a float each, where the caller says), and so do the statistics in training
+ * (route_stats_record: a few sums and two ints per expert, finished on the host when the
+ * trainer copies a step's numbers down at once, route_stats_read). Only route_stats, which
+ * fills host numbers at once, and the slot rows of a packed capacity plan (one int: the caller
+ * sizes the next ops by it) wait for the stream, once per call. The random second
  * expert's uniforms go the other way: drawn on the host from the run's stream, one copy up.
  *
  * The arithmetic lives in kernels_moe.h and kernels_route.h (shared with the host tests, which walk
