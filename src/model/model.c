@@ -519,10 +519,12 @@ void model_update_router_bias(Model *m, const double *count) {
     const int E = m->cfg.num_experts;
     const Backend *be = m->be;
     const size_t n = (size_t)m->n_moe * E;
-    /* E floats per block, updated on the host (a GPU's come down into router_bias_host and go
-     * back up) */
+    /* E floats per block, updated on the host (a GPU's go up from router_bias_host, which
+     * only the update writes: they come down once, after the start or a checkpoint's load) */
     float *bias = m->router_bias_host ? m->router_bias_host : m->router_bias;
-    if (bias != m->router_bias) be->to_host(be, bias, m->router_bias, n * sizeof(float));
+    if (bias != m->router_bias && !m->router_bias_host_fresh)
+        be->to_host(be, bias, m->router_bias, n * sizeof(float));
+    m->router_bias_host_fresh = 1;
     for (int b = 0; b < m->n_moe; b++)
         router_bias_update(bias + (size_t)b * E, count + (size_t)b * E, E, m->cfg.bias_update,
                            m->cfg.bias_rate);

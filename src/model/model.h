@@ -67,6 +67,8 @@ typedef struct Model {
     float *router_bias;      /* (n_moe, E) */
     float *router_bias_host; /* its host copy for the update, when the backend's memory is not
                                 the host's (a GPU's); else NULL */
+    int router_bias_host_fresh; /* 1: router_bias_host holds router_bias (the update keeps it
+                                   so; a checkpoint's load writes the biases and sets 0) */
     /* exploration noise (moe.jitter, moe.noise): drawn only while training is 1, from a stream
      * of its own seeded by train.seed and saved in checkpoints ("rng/router"). model_init
      * leaves training 0 (evaluation, sampling); the training loop turns it on. */
