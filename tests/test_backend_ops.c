@@ -76,8 +76,15 @@ static void case_vec(const Backend *be, Outs *o) {
     be->round_bf16(be, y, a, n);
     out_f(o, be, "round_bf16", y, n);
     double *partial = (double *)be->alloc(be, vec_chunks(n) * sizeof(double));
-    out_scalar(o, "sum", be->sum(be, a, n));
-    out_scalar(o, "sum_squares", be->sum_squares(be, partial, a, n));
+    be->sum(be, partial, a, n); /* written where the backend keeps it */
+    double sum = 0.0;
+    be->to_host(be, &sum, partial, sizeof sum);
+    out_scalar(o, "sum", sum);
+    double *ss = (double *)be->alloc(be, sizeof(double));
+    be->sum_squares(be, ss, partial, a, n);
+    be->to_host(be, &sum, ss, sizeof sum);
+    out_scalar(o, "sum_squares", sum);
+    release(be, ss);
     release(be, partial), release(be, a), release(be, b), release(be, y);
 }
 
@@ -282,6 +289,7 @@ static void case_moe(const Backend *be, Outs *o, int variant) {
     float *logits = be_floats(be, (size_t)N * E), *scores = be_floats(be, (size_t)N * E);
     float *lse = be_floats(be, N), *w = be_floats(be, NA);
     int *idx = be_ints(be, NA);
+    float *loss = be_floats(be, 1); /* the balance and z losses, where the backend writes them */
     DispatchPlan p = {.E = E, .K = A};
     p.counts = be_ints(be, E), p.offsets = be_ints(be, E + 1);
     p.slot = be_ints(be, NA + 1), p.slot_token = be_ints(be, S + 1);
@@ -304,13 +312,15 @@ static void case_moe(const Backend *be, Outs *o, int variant) {
         be->router_gate_weights(be, fw, fidx, scores, logits, N, &sp);
         out_f(o, be, "gate weights of a forced choice", fw, NA);
         release(be, fidx), release(be, fw);
-        out_scalar(o, "balance loss", be->router_balance_loss(be, scores, idx, N, &sp, &cx));
+        be->router_balance_loss(be, loss, scores, idx, N, &sp, &cx);
+        out_f(o, be, "balance loss", loss, 1);
         if (cx.capacity_factor > 0.0f)
             be->capacity_plan_build(be, &p, idx, scores, w, N, &sp, &cx);
         else
             be->dispatch_plan_build(be, &p, idx, N);
     }
-    out_scalar(o, "z loss", be->router_z_loss(be, lse, N));
+    be->router_z_loss(be, loss, lse, N);
+    out_f(o, be, "z loss", loss, 1);
     out_i(o, be, "routing idx", idx, NA);
     out_f(o, be, "gate weights", w, NA);
     out_i(o, be, "plan slot", p.slot, NA);
@@ -363,6 +373,27 @@ static void case_moe(const Backend *be, Outs *o, int variant) {
     o->f[o->n] = (float *)malloc_check(sizeof counts);
     memcpy(o->f[o->n], counts, sizeof counts);
     o->len[o->n++] = 2 * (size_t)E;
+    /* the same numbers through a record left in the backend's memory (a training step's way),
+     * copied down and read: route_stats' own, bit for bit, on every backend */
+    const size_t rb = route_record_bytes(E);
+    void *rec = be->alloc(be, rb);
+    char *hrec = (char *)malloc_check(rb);
+    be->route_stats_record(be, rec, scores, logits, lse, idx, &p, N, &sp);
+    be->to_host(be, hrec, rec, rb);
+    RouteStats rr;
+    route_stats_alloc(&rr, E);
+    be->route_stats_read(be, &rr, hrec, &sp);
+    ck_assert_msg(
+        rr.drop == rs.drop && rr.pad == rs.pad && rr.max_logit == rs.max_logit &&
+            rr.lse_mean == rs.lse_mean && memcmp(&rr.st, &rs.st, sizeof rs.st) == 0 &&
+            memcmp(rr.load, rs.load, (size_t)E * sizeof(float)) == 0 &&
+            memcmp(rr.routed, rs.routed, (size_t)E * sizeof(int)) == 0 &&
+            memcmp(rr.dropped, rs.dropped, (size_t)E * sizeof(int)) == 0,
+        "%s, variant %d: route_stats_record then route_stats_read differ from route_stats",
+        be->name, variant);
+    route_stats_free(&rr);
+    free(hrec);
+    release(be, rec);
     route_stats_free(&rs);
     unsigned char dom[R_N];
     for (int n = 0; n < N; n++) dom[n] = (unsigned char)(n % 3);
@@ -377,7 +408,8 @@ static void case_moe(const Backend *be, Outs *o, int variant) {
     o->len[o->n++] = 3 * (size_t)R_E + 2;
     void *all[] = {x,  Wr,  logits, scores, lse, w,  idx, p.counts, p.offsets, p.slot, p.slot_token,
                    xe, ye,  y,      g,      u,   h,  Wg,  Wu,       Wd,        dy,     dye,
-                   dw, dxe, dx,     dg,     du,  dh, dW,  dl,       gf,        cx.work};
+                   dw, dxe, dx,     dg,     du,  dh, dW,  dl,       gf,        cx.work,
+                   loss};
     for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) release(be, all[j]);
 }
 static void case_moe_dropless(const Backend *be, Outs *o) {
@@ -391,6 +423,29 @@ static void case_moe_expert_choice(const Backend *be, Outs *o) {
 }
 static void case_moe_sigmoid(const Backend *be, Outs *o) {
     case_moe(be, o, 3);
+}
+
+/* router.csv's expert_sim, where the weights are: random experts, then every expert a copy of
+ * the first (1, whatever the backend) */
+static void case_experts_similarity(const Backend *be, Outs *o) {
+    enum { E = 5, C = 6, F = 7 };
+    const size_t n = (size_t)E * F * C;
+    float *Wg = dev_rand(be, n, 1.0f, 40), *Wu = dev_rand(be, n, 1.0f, 41);
+    float *Wd = dev_rand(be, n, 1.0f, 42);
+    double *sim = (double *)be->alloc(be, sizeof(double)), got = 0.0;
+    be->experts_similarity(be, sim, Wg, Wu, Wd, E, C, F);
+    be->to_host(be, &got, sim, sizeof got);
+    out_scalar(o, "expert similarity, random experts", got);
+    for (int e = 1; e < E; e++)
+        for (int t = 0; t < 3; t++) {
+            float *w = t == 0 ? Wg : t == 1 ? Wu : Wd;
+            be->copy(be, w + (size_t)e * F * C, w, (size_t)F * C * sizeof(float));
+        }
+    be->experts_similarity(be, sim, Wg, Wu, Wd, E, C, F);
+    be->to_host(be, &got, sim, sizeof got);
+    ck_assert_msg(fabs(got - 1.0) < 1e-6, "%s: copies of one expert have similarity %g, not 1",
+                  be->name, got);
+    release(be, sim), release(be, Wg), release(be, Wu), release(be, Wd);
 }
 
 static void case_gemm_seconds(const Backend *be, Outs *o) {
@@ -422,10 +477,12 @@ static const Case CASES[] = {
      "router_scores_forward router_gate_forward router_gate_weights router_balance_loss "
      "router_z_loss "
      "dispatch_plan_build permute_forward experts_forward combine_forward combine_backward "
-     "experts_backward permute_backward router_gate_backward route_stats route_domains"},
+     "experts_backward permute_backward router_gate_backward route_stats route_stats_record "
+     "route_stats_read route_domains"},
     {"moe capacity, padded, by score", case_moe_capacity, "capacity_plan_build"},
     {"moe expert choice", case_moe_expert_choice, "expert_choice_forward"},
     {"moe sigmoid, seq_aux", case_moe_sigmoid, "router_scores_forward"},
+    {"experts_similarity", case_experts_similarity, "experts_similarity"},
     {"gemm_seconds", case_gemm_seconds, "gemm_seconds"},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
@@ -481,7 +538,10 @@ static const char *const ENTRIES[] = {"alloc",
                                       "experts_forward",
                                       "experts_backward",
                                       "route_stats",
+                                      "route_stats_record",
+                                      "route_stats_read",
                                       "route_domains",
+                                      "experts_similarity",
                                       "gemm_seconds"};
 #define N_ENTRIES ((int)(sizeof ENTRIES / sizeof ENTRIES[0]))
 

@@ -113,6 +113,29 @@ check "a cpu-fenced run resumes from its checkpoint as cpu's does" $? "$(tail -n
 check "moe export of a cpu-fenced checkpoint writes cpu's file (conversions run on the CPU)" $? \
     "$(tail -n 2 "$tmp/f.log")"
 
+# The host's waits a GPU would make (cpu-fenced counts them: MOE_HOST_READS=1 prints each
+# step's): three MoE blocks, three micro-batches. A step needs the slice sizes of each block's
+# experts in both passes (the grouped products take them from the host); everything else it
+# reports comes down in two copies: the losses, routing statistics and gradient norm before
+# the update, expert_sim and the biases after it. An evaluation's reads are counted apart.
+# router.csv and train.csv still hold every number: one row per step and block, every step's
+# losses.
+reads=(--set model.n_layer=3 --set train.accum=3 --set train.batch=2 --set train.steps=4
+       --set train.eval_every=4 --set train.device=cpu-fenced)
+MOE_HOST_READS=1 "$moe" train --out "$tmp/reads" "${tiny[@]}" "${reads[@]}" > "$tmp/reads.log" 2>&1
+rc=$?
+L=3 A=3
+bound=$((2 * L * A + 2))
+[ $rc -eq 0 ] && [ "$(grep -c '^host reads: step [0-9]*: ' "$tmp/reads.log")" = 4 ] &&
+    awk -v b=$bound '/^host reads: step/ { n = $5 + 0; if (n > b || n < 1) bad = 1; seen++ }
+                     END { exit bad || seen != 4 }' "$tmp/reads.log" &&
+    grep -q '^host reads: step 4: [0-9]*, evaluation [1-9]' "$tmp/reads.log" &&
+    [ "$(tail -n +2 "$tmp/reads/router.csv" | wc -l)" = $((4 * L)) ] &&
+    awk -F, 'NR > 1 && ($3 == "" || $4 == "" || $6 == "") { bad = 1 } END { exit bad || NR != 5 }' \
+        "$tmp/reads/train.csv"
+check "cpu-fenced: at most $bound host reads a training step (3 MoE blocks x 3 micro-batches x 2 passes: the experts' slice sizes; then one copy before the update, one after); train.csv and router.csv complete" \
+    $? "exit $rc: $(grep '^host reads' "$tmp/reads.log" | tr '\n' ' ')"
+
 # ---- 5. routing recorded on one backend, replayed on another -----------------------------------
 # The comparison a GPU's device script makes (tests/gpu/run_device.sh), here between the CPU
 # backends: the replaying run counts where its own top-k differs (replay.csv), then routes as

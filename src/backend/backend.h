@@ -80,11 +80,15 @@ struct Backend {
     /* y = x rounded to the nearest bfloat16, kept in float (vec_round_bf16): a bf16 router
      * emulated on any backend (moe.router_precision) */
     void (*round_bf16)(const Backend *be, float *y, const float *x, size_t n);
-    /* sum of x[0 .. n) in index order, in double (the loss over the tokens) */
-    double (*sum)(const Backend *be, const float *x, size_t n);
-    /* sum of squares, deterministic for any thread count: fixed chunks of VEC_CHUNK into
-     * partial (vec_chunks(n) doubles of the backend's memory), then the chunks in order */
-    double (*sum_squares)(const Backend *be, double *partial, const float *x, size_t n);
+    /* *out (one double of the backend's memory) = the sum of x[0 .. n) in index order, in
+     * double (the loss over the tokens): left where it is, so that a training step reads its
+     * micro-batches' losses with one copy (model_read_step), not one wait each */
+    void (*sum)(const Backend *be, double *out, const float *x, size_t n);
+    /* *out (one double of the backend's memory) = the sum of squares, deterministic for any
+     * thread count: fixed chunks of VEC_CHUNK into partial (vec_chunks(n) doubles of the
+     * backend's memory), then the chunks in order. Left there, as sum's: the gradient norm
+     * comes down with the step's other numbers (model_read_step) */
+    void (*sum_squares)(const Backend *be, double *out, double *partial, const float *x, size_t n);
     /* x (N, C): x[n] = emb[tokens[n]]; backward demb (V, C) += dx scattered by token */
     void (*embed_forward)(const Backend *be, float *x, const int *tokens, const float *emb, int N,
                           int C);
@@ -149,9 +153,11 @@ struct Backend {
     /* the gate weights of experts already chosen (a replay of recorded routing) */
     void (*router_gate_weights)(const Backend *be, float *w, const int *idx, const float *scores,
                                 const float *logits, int N, const MoeSpec *s);
-    float (*router_balance_loss)(const Backend *be, const float *scores, const int *idx, int N,
-                                 const MoeSpec *s, const MoeCtx *x);
-    float (*router_z_loss)(const Backend *be, const float *lse, int N);
+    /* the balance and z losses into *out, one float of the backend's memory (read with the
+     * step's other numbers: model_read_step) */
+    void (*router_balance_loss)(const Backend *be, float *out, const float *scores, const int *idx,
+                                int N, const MoeSpec *s, const MoeCtx *x);
+    void (*router_z_loss)(const Backend *be, float *out, const float *lse, int N);
     void (*router_gate_backward)(const Backend *be, float *dlogits, const float *dw,
                                  const float *scores, const float *lse, const float *logits,
                                  const int *idx, const float *w, int N, const MoeSpec *s,
@@ -192,9 +198,25 @@ struct Backend {
     void (*route_stats)(const Backend *be, RouteStats *host_out, const float *scores,
                         const float *logits, const float *lse, const int *idx,
                         const DispatchPlan *p, int N, const MoeSpec *s);
+    /* route_stats left in the backend's memory, for a training step to read with its losses
+     * in one copy (model_read_step): route_stats_record writes what route_stats would report
+     * into rec (route_record_bytes(E) bytes of the backend's memory, in the backend's own
+     * layout); route_stats_read turns a host copy of such a record into host_out, the numbers
+     * route_stats fills, bit for bit. */
+    void (*route_stats_record)(const Backend *be, void *rec, const float *scores,
+                               const float *logits, const float *lse, const int *idx,
+                               const DispatchPlan *p, int N, const MoeSpec *s);
+    void (*route_stats_read)(const Backend *be, RouteStats *host_out, const void *host_rec,
+                             const MoeSpec *s);
     void (*route_domains)(const Backend *be, double *host_counts, double *host_drops,
                           const unsigned char *host_domains, int n_domains, const int *idx,
                           const DispatchPlan *p, int N, const MoeSpec *s);
+
+    /* router.csv's expert_sim of one MoE block into *out (one double of the backend's memory):
+     * moe/experts.c's experts_similarity of Wg, Wu (E, F, C) and Wd (E, C, F), computed where
+     * the weights are, so that a step does not copy every expert down to log one number */
+    void (*experts_similarity)(const Backend *be, double *out, const float *Wg, const float *Wu,
+                               const float *Wd, int E, int C, int F);
 
     /* ---- measurement ------------------------------------------------------------------------
      * The backend's own square product C (n, n) = A B (2 n^3 FLOPs), timed: one warm-up, then
@@ -248,6 +270,11 @@ const char *backend_cuda_describe(void);
  * tests compare it with the memory formula (model/memory.c). */
 extern size_t backend_bytes_allocated;
 
+/* The times cpu-fenced has made the host wait as a GPU would (fenced.c, "host reads"): its
+ * to_host calls and the entries whose CUDA versions wait for the device. Never decremented;
+ * the other backends leave it alone. */
+extern long long backend_host_reads;
+
 /* Threads of the CPU backends (OpenMP, and OpenBLAS's own pool): threads > 0 sets them, 0
  * keeps OpenMP's default. Returns the number in use. A build without OpenMP runs its own loops
  * on one thread and sets only the BLAS's pool (OpenBLAS's; Accelerate sizes its own). */
@@ -265,6 +292,12 @@ const char *backend_blas_better_core(void);
 /* The BLAS the build links: "OpenBLAS", or "Accelerate" (macOS without OpenBLAS; its core is
  * "vecLib" and it has no better one). */
 const char *backend_blas_library(void);
+
+/* The bytes of one route_stats_record for E experts, in any backend's layout (a head of at
+ * most 64 bytes, then at most three ints or floats per expert, and three ints): whole words. */
+static inline size_t route_record_bytes(int E) {
+    return (64 + (3 * (size_t)E + 3) * 4 + 7) / 8 * 8;
+}
 
 /* Allocation helpers: n elements of a type, zeroed. */
 static inline float *be_floats(const Backend *be, size_t n) {

@@ -76,11 +76,12 @@ static void ref_scale(const Backend *be, float *x, float s, size_t n) {
 static void ref_round_bf16(const Backend *be, float *y, const float *x, size_t n) {
     (void)be, vec_round_bf16(y, x, n);
 }
-static double ref_sum(const Backend *be, const float *x, size_t n) {
-    return (void)be, vec_sum(x, n);
+static void ref_sum(const Backend *be, double *out, const float *x, size_t n) {
+    (void)be, *out = vec_sum(x, n);
 }
-static double ref_sum_squares(const Backend *be, double *partial, const float *x, size_t n) {
-    return (void)be, vec_sum_squares(partial, x, n);
+static void ref_sum_squares(const Backend *be, double *out, double *partial, const float *x,
+                            size_t n) {
+    (void)be, *out = vec_sum_squares(partial, x, n);
 }
 static void ref_embed_forward(const Backend *be, float *x, const int *tokens, const float *emb,
                               int N, int C) {
@@ -171,12 +172,12 @@ static void ref_router_gate_weights(const Backend *be, float *w, const int *idx,
                                     const MoeSpec *s) {
     (void)be, router_gate_weights(w, idx, scores, logits, N, s);
 }
-static float ref_router_balance_loss(const Backend *be, const float *scores, const int *idx, int N,
-                                     const MoeSpec *s, const MoeCtx *x) {
-    return (void)be, router_balance_loss(scores, idx, N, s, x);
+static void ref_router_balance_loss(const Backend *be, float *out, const float *scores,
+                                    const int *idx, int N, const MoeSpec *s, const MoeCtx *x) {
+    (void)be, *out = router_balance_loss(scores, idx, N, s, x);
 }
-static float ref_router_z_loss(const Backend *be, const float *lse, int N) {
-    return (void)be, router_z_loss(lse, N);
+static void ref_router_z_loss(const Backend *be, float *out, const float *lse, int N) {
+    (void)be, *out = router_z_loss(lse, N);
 }
 static void ref_router_gate_backward(const Backend *be, float *dlogits, const float *dw,
                                      const float *scores, const float *lse, const float *logits,
@@ -234,6 +235,44 @@ static void ref_route_stats(const Backend *be, RouteStats *out, const float *sco
     (void)be;
     route_stats(out, scores, idx, p, N, s);
     router_logit_stats(out, logits, lse, N, s->num_experts);
+}
+/* The CPU's record: route_stats' numbers themselves, so that reading them back is a copy. */
+typedef struct {
+    RouterStats st;
+    float max_logit, lse_mean;
+    double drop, pad;
+} CpuRouteHead;
+_Static_assert(sizeof(CpuRouteHead) <= 64, "route_record_bytes' head");
+static RouteStats cpu_route_view(const void *rec, int E) {
+    char *base = (char *)rec + 64;
+    return (RouteStats){.E = E,
+                        .load = (float *)base,
+                        .routed = (int *)(base + (size_t)E * 4),
+                        .dropped = (int *)(base + (size_t)E * 8)};
+}
+static void ref_route_stats_record(const Backend *be, void *rec, const float *scores,
+                                   const float *logits, const float *lse, const int *idx,
+                                   const DispatchPlan *p, int N, const MoeSpec *s) {
+    RouteStats r = cpu_route_view(rec, s->num_experts);
+    ref_route_stats(be, &r, scores, logits, lse, idx, p, N, s);
+    *(CpuRouteHead *)rec = (CpuRouteHead){
+        .st = r.st, .max_logit = r.max_logit, .lse_mean = r.lse_mean, .drop = r.drop, .pad = r.pad};
+}
+static void ref_route_stats_read(const Backend *be, RouteStats *out, const void *rec,
+                                 const MoeSpec *s) {
+    (void)be;
+    const int E = s->num_experts;
+    const CpuRouteHead *h = (const CpuRouteHead *)rec;
+    const RouteStats r = cpu_route_view(rec, E);
+    out->st = h->st, out->max_logit = h->max_logit, out->lse_mean = h->lse_mean;
+    out->drop = h->drop, out->pad = h->pad;
+    memcpy(out->load, r.load, (size_t)E * sizeof(float));
+    memcpy(out->routed, r.routed, (size_t)E * sizeof(int));
+    memcpy(out->dropped, r.dropped, (size_t)E * sizeof(int));
+}
+static void ref_experts_similarity(const Backend *be, double *out, const float *Wg, const float *Wu,
+                                   const float *Wd, int E, int C, int F) {
+    (void)be, *out = experts_similarity(Wg, Wu, Wd, E, C, F);
 }
 static void ref_route_domains(const Backend *be, double *counts, double *drops,
                               const unsigned char *domains, int n_domains, const int *idx,
@@ -303,7 +342,9 @@ static void sgemm_seconds(const Backend *be, int n, int reps, double *seconds) {
     .expert_choice_forward = ref_expert_choice_forward, .permute_forward = ref_permute_forward,    \
     .permute_backward = ref_permute_backward, .combine_forward = ref_combine_forward,              \
     .combine_backward = ref_combine_backward, .route_stats = ref_route_stats,                      \
-    .route_domains = ref_route_domains, .gemm_seconds = sgemm_seconds
+    .route_stats_record = ref_route_stats_record, .route_stats_read = ref_route_stats_read,        \
+    .route_domains = ref_route_domains, .experts_similarity = ref_experts_similarity,              \
+    .gemm_seconds = sgemm_seconds
 
 const Backend backend_cpu_ref = {
     .name = "cpu-ref",

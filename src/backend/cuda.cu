@@ -12,9 +12,10 @@
  *   cuda_nccl.cu  NCCL on the GPU's memory across processes (dist.collectives=nccl)
  *
  * Which routing entries run where. Every routing decision is made on the device: scores,
- * top-k and gate weights, the balance and z losses (their values come back as a float each),
+ * top-k and gate weights, the balance and z losses (a float each, left in the GPU's memory),
  * the router's backward, the three dispatch plans (dropless, capacity, expert choice), gather,
- * combine and the statistics for router.csv (a few numbers per expert come back) are kernels,
+ * combine and the statistics for router.csv (a few numbers per expert, read with the step's
+ * losses in one copy: model_read_step) are kernels,
  * and no routing array goes through the host (the experts' products take their slice sizes
  * from the host, one small copy per call: cuda_gemm.cu; an unpadded capacity plan brings its
  * row count back). Only domains.csv's per-domain counts, read once per evaluation, run here
@@ -202,6 +203,8 @@ static void fill_table(Backend *b) {
     b->combine_forward = cuda_combine_forward, b->combine_backward = cuda_combine_backward;
     b->experts_forward = cuda_experts_forward, b->experts_backward = cuda_experts_backward;
     b->route_stats = cuda_route_stats, b->route_domains = host_route_domains;
+    b->route_stats_record = cuda_route_stats_record, b->route_stats_read = cuda_route_stats_read;
+    b->experts_similarity = cuda_experts_similarity;
     b->gemm_seconds = cuda_gemm_seconds;
 #if MOE_HAVE_NCCL
     b->coll_open = cuda_coll_open;

@@ -150,8 +150,8 @@ void cuda_add(const Backend *be, float *y, const float *a, const float *b, size_
 void cuda_mul(const Backend *be, float *y, const float *a, const float *b, size_t n);
 void cuda_scale(const Backend *be, float *x, float s, size_t n);
 void cuda_round_bf16(const Backend *be, float *y, const float *x, size_t n);
-double cuda_sum(const Backend *be, const float *x, size_t n);
-double cuda_sum_squares(const Backend *be, double *partial, const float *x, size_t n);
+void cuda_sum(const Backend *be, double *out, const float *x, size_t n);
+void cuda_sum_squares(const Backend *be, double *out, double *partial, const float *x, size_t n);
 void cuda_embed_forward(const Backend *be, float *x, const int *tokens, const float *emb, int N,
                         int C);
 void cuda_embed_backward(const Backend *be, float *demb, const float *dx, const int *tokens, int N,
@@ -193,7 +193,7 @@ void *cuda_coll_alltoallv_f_start(const Backend *be, Dist *d, const float *send,
 void cuda_coll_wait(const Backend *be, Dist *d, void *op);
 void cuda_router_gate_weights(const Backend *be, float *w, const int *idx, const float *scores,
                               const float *logits, int N, const MoeSpec *s);
-float cuda_router_z_loss(const Backend *be, const float *lse, int N);
+void cuda_router_z_loss(const Backend *be, float *out, const float *lse, int N);
 void cuda_dispatch_plan_build(const Backend *be, DispatchPlan *p, const int *idx, int N);
 void cuda_permute_forward(const Backend *be, float *xe, const float *x, const DispatchPlan *p,
                           int C);
@@ -203,8 +203,8 @@ void cuda_combine_forward(const Backend *be, float *y, const float *ye, const fl
                           const DispatchPlan *p, int C);
 void cuda_combine_backward(const Backend *be, float *dye, float *dw, const float *dy,
                            const float *ye, const float *w, const DispatchPlan *p, int C);
-float cuda_router_balance_loss(const Backend *be, const float *scores, const int *idx, int N,
-                               const MoeSpec *s, const MoeCtx *x);
+void cuda_router_balance_loss(const Backend *be, float *out, const float *scores, const int *idx,
+                              int N, const MoeSpec *s, const MoeCtx *x);
 void cuda_router_gate_backward(const Backend *be, float *dlogits, const float *dw,
                                const float *scores, const float *lse, const float *logits,
                                const int *idx, const float *w, int N, const MoeSpec *s,
@@ -212,6 +212,13 @@ void cuda_router_gate_backward(const Backend *be, float *dlogits, const float *d
 void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scores,
                       const float *logits, const float *lse, const int *idx, const DispatchPlan *p,
                       int N, const MoeSpec *s);
+void cuda_route_stats_record(const Backend *be, void *rec, const float *scores, const float *logits,
+                             const float *lse, const int *idx, const DispatchPlan *p, int N,
+                             const MoeSpec *s);
+void cuda_route_stats_read(const Backend *be, RouteStats *host_out, const void *rec,
+                           const MoeSpec *s);
+void cuda_experts_similarity(const Backend *be, double *out, const float *Wg, const float *Wu,
+                             const float *Wd, int E, int C, int F);
 /* cuda_plans.cu: the plans that choose */
 void cuda_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
                               const float *scores, const float *w, int N, const MoeSpec *s,

@@ -6,10 +6,12 @@
  * cuda_plans.cu.
  *
  * The routing decision never leaves the device: scores, idx, w and the plan's arrays are
- * written by kernels and read by kernels, in stream order. Only what the caller wants on the
- * host waits for the stream, once per call: the two losses (a double each), the
- * statistics (a few sums and two ints per expert, finished on the host) and the slot rows of
- * a packed capacity plan (one int: the caller sizes the next ops by it). The random second
+ * written by kernels and read by kernels, in stream order. The two losses stay in the GPU's
+ * memory (a float each, where the caller says), and so do the statistics in training
+ * (route_stats_record: a few sums and two ints per expert, finished on the host when the
+ * trainer copies a step's numbers down at once, route_stats_read). Only route_stats, which
+ * fills host numbers at once, and the slot rows of a packed capacity plan (one int: the caller
+ * sizes the next ops by it) wait for the stream, once per call. The random second
  * expert's uniforms go the other way: drawn on the host from the run's stream, one copy up.
  *
  * The arithmetic lives in kernels_moe.h and kernels_route.h (shared with the host tests, which walk
@@ -24,7 +26,7 @@
  *   router_scores_forward  k_scores        kmoe_grid(N) x KMOE_THREADS, a thread per token
  *   router_gate_forward    k_gate          kmoe_grid(N) x KMOE_THREADS, a thread per token
  *   router_gate_weights    k_gate_weights  kmoe_grid(N) x KMOE_THREADS, a thread per token
- *   router_z_loss          k_zloss         1 x KMOE_THREADS, then a copy of 8 bytes and a sync
+ *   router_z_loss          k_zloss         1 x KMOE_THREADS, the float left in the GPU's memory
  *   dispatch_plan_build    k_plan_rank     E x KMOE_THREADS, a block per expert
  *                          k_plan_offsets  1 x KMOE_THREADS
  *                          k_plan_place    kmoe_grid(N K) x KMOE_THREADS
@@ -37,7 +39,7 @@
  *   router_balance_loss    k_score_sums    kmoe_grid(N) x KMOE_THREADS (sigmoid only)
  *                          k_expert_parts  kmoe_grid(P) x KMOE_THREADS, a thread per part,
  *                                          P = rows x chunks x E
- *                          k_bal_loss      1 x KMOE_THREADS, then a copy of 8 bytes and a sync
+ *                          k_bal_loss      1 x KMOE_THREADS, the float left in the GPU's memory
  *   router_gate_backward   k_expert_parts  as above, hits only (aux and seq_aux, no global f)
  *                          k_bal_coef      kmoe_grid(rows E) x KMOE_THREADS (aux and seq_aux)
  *                          k_gate_back     kmoe_grid(N) x KMOE_THREADS, a thread per token
@@ -110,9 +112,9 @@ void cuda_router_gate_weights(const Backend *be, float *w, const int *idx, const
 }
 
 /* One block: per-thread strided sums in double, then the shared-memory tree (kmoe_tree_sum's
- * pairing); thread 0 writes the total. */
+ * pairing); thread 0 writes the loss (kmoe_zloss_final of the total). */
 static __global__ void __launch_bounds__(KMOE_THREADS)
-    k_zloss(double *total, const float *lse, int N) {
+    k_zloss(float *out, const float *lse, int N) {
     __shared__ double sh[KMOE_THREADS];
     const int t = threadIdx.x;
     sh[t] = kmoe_zloss_part(lse, N, t, KMOE_THREADS);
@@ -121,20 +123,19 @@ static __global__ void __launch_bounds__(KMOE_THREADS)
         if (t < off) sh[t] += sh[t + off];
         __syncthreads();
     }
-    if (t == 0) *total = sh[0];
+    if (t == 0) *out = kmoe_zloss_final(sh[0], N);
 }
 
-float cuda_router_z_loss(const Backend *be, const float *lse, int N) {
-    if (N <= 0) return 0.0f;
+/* The loss stays in the GPU's memory (out): nothing waits here; the trainer reads the step's
+ * losses with one copy at its end (model_read_step). */
+void cuda_router_z_loss(const Backend *be, float *out, const float *lse, int N) {
     cudaStream_t st = cuda_stream(be);
-    double *d_total = (double *)cuda_scratch(be, sizeof(double));
-    k_zloss<<<1, KMOE_THREADS, 0, st>>>(d_total, lse, N);
+    if (N <= 0) {
+        CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float), st));
+        return;
+    }
+    k_zloss<<<1, KMOE_THREADS, 0, st>>>(out, lse, N);
     CUDA_LAUNCHED();
-    /* one value: a pageable copy on the stream, then the one sync this entry allows itself */
-    double total = 0.0;
-    CUDA_CHECK(cudaMemcpyAsync(&total, d_total, sizeof total, cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    return kmoe_zloss_final(total, N);
 }
 
 /* One block, as k_zloss: each thread its tokens' largest |logit| and lse sum, then the shared
@@ -356,7 +357,7 @@ static __global__ void __launch_bounds__(KMOE_THREADS)
 /* One block: thread t's (row, expert) pairs in double (kmoe_bal_part), then the shared tree
  * (kmoe_tree_sum's pairing); thread 0 writes the total. */
 static __global__ void __launch_bounds__(KMOE_THREADS)
-    k_bal_loss(double *total, const double *pq, const int *ph, const float *gf, int rows, int Tr,
+    k_bal_loss(float *out, const double *pq, const int *ph, const float *gf, int rows, int Tr,
                int nchunk, int E, int K) {
     __shared__ double sh[KMOE_THREADS];
     const int t = threadIdx.x;
@@ -366,12 +367,16 @@ static __global__ void __launch_bounds__(KMOE_THREADS)
         if (t < off) sh[t] += sh[t + off];
         __syncthreads();
     }
-    if (t == 0) *total = sh[0];
+    if (t == 0) *out = kmoe_bal_final(sh[0], rows, E);
 }
 
-float cuda_router_balance_loss(const Backend *be, const float *scores, const int *idx, int N,
-                               const MoeSpec *s, const MoeCtx *x) {
-    if (N <= 0) return 0.0f;
+/* The loss stays in the GPU's memory (out), as router_z_loss's. */
+void cuda_router_balance_loss(const Backend *be, float *out, const float *scores, const int *idx,
+                              int N, const MoeSpec *s, const MoeCtx *x) {
+    if (N <= 0) {
+        CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float), cuda_stream(be)));
+        return;
+    }
     const int E = s->num_experts, K = s->top_k, sig = s->score == MOE_SCORE_SIGMOID;
     const int seq = s->balance == MOE_BALANCE_SEQ_AUX;
     if (seq) check_sequences(x, N);
@@ -384,11 +389,10 @@ float cuda_router_balance_loss(const Backend *be, const float *scores, const int
     Carve c = cuda_carve_begin(
         be, x,
         carve_round(sig ? (size_t)N * sizeof(double) : 0) + carve_round(nparts * sizeof(double)) +
-            carve_round(gf ? 0 : nparts * sizeof(int)) + carve_round(sizeof(double)));
+            carve_round(gf ? 0 : nparts * sizeof(int)));
     double *ssum = (double *)carve(&c, sig ? (size_t)N * sizeof(double) : 0);
     double *pq = (double *)carve(&c, nparts * sizeof(double));
     int *ph = (int *)carve(&c, gf ? 0 : nparts * sizeof(int));
-    double *d_total = (double *)carve(&c, sizeof(double));
     cudaStream_t st = cuda_stream(be);
     if (sig) {
         k_score_sums<<<kmoe_grid((size_t)N), KMOE_THREADS, 0, st>>>(ssum, scores, N, E);
@@ -397,12 +401,8 @@ float cuda_router_balance_loss(const Backend *be, const float *scores, const int
     k_expert_parts<<<kmoe_grid(nparts), KMOE_THREADS, 0, st>>>(pq, ph, NULL, scores, ssum, idx,
                                                                NULL, nparts, Tr, nchunk, E, K);
     CUDA_LAUNCHED();
-    k_bal_loss<<<1, KMOE_THREADS, 0, st>>>(d_total, pq, ph, gf, rows, Tr, nchunk, E, K);
+    k_bal_loss<<<1, KMOE_THREADS, 0, st>>>(out, pq, ph, gf, rows, Tr, nchunk, E, K);
     CUDA_LAUNCHED();
-    double total = 0.0;
-    CUDA_CHECK(cudaMemcpyAsync(&total, d_total, sizeof total, cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    return kmoe_bal_final(total, rows, E);
 }
 
 /* a thread per (row, expert): router_balance_coef's coefficient */
@@ -526,9 +526,11 @@ static __global__ void __launch_bounds__(KMOE_THREADS)
     }
 }
 
-void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scores,
-                      const float *logits, const float *lse, const int *idx, const DispatchPlan *p,
-                      int N, const MoeSpec *s) {
+/* route_stats' kernels: the head and the per-expert counts into out (in the GPU's memory, or
+ * carved here when out is NULL); returns where they are. */
+static KmoeStatsHead *route_stats_issue(const Backend *be, KmoeStatsHead *out, const float *scores,
+                                        const float *logits, const float *lse, const int *idx,
+                                        const DispatchPlan *p, int N, const MoeSpec *s) {
     const int E = s->num_experts, K = s->top_k, ec = s->routing == MOE_ROUTING_EXPERT_CHOICE;
     /* expert choice reads its plan's tokens (expert_choice_stats), token choice the call's */
     const int Nc = ec ? p->N : N, Nt = Nc > 0 ? Nc : 0;
@@ -536,16 +538,16 @@ void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scor
     const int nchunk = ec || Nt == 0 ? 0 : kmoe_chunks(Nt);
     const size_t nparts = (size_t)nchunk * E;
     const size_t out_bytes = sizeof(KmoeStatsHead) + 2 * (size_t)E * sizeof(int);
-    Carve c = cuda_carve_begin(be, NULL,
-                               2 * carve_round((size_t)nblk * sizeof(double)) +
-                                   carve_round((size_t)nblk * sizeof(int)) +
-                                   2 * carve_round(nparts * sizeof(int)) + carve_round(out_bytes));
+    Carve c = cuda_carve_begin(
+        be, NULL,
+        2 * carve_round((size_t)nblk * sizeof(double)) + carve_round((size_t)nblk * sizeof(int)) +
+            2 * carve_round(nparts * sizeof(int)) + carve_round(out ? 0 : out_bytes));
     double *bent = (double *)carve(&c, (size_t)nblk * sizeof(double));
     double *btop = (double *)carve(&c, (size_t)nblk * sizeof(double));
     int *bun = (int *)carve(&c, (size_t)nblk * sizeof(int));
     int *ph = (int *)carve(&c, nparts * sizeof(int));
     int *pd = (int *)carve(&c, nparts * sizeof(int));
-    KmoeStatsHead *d_out = (KmoeStatsHead *)carve(&c, out_bytes);
+    KmoeStatsHead *d_out = out ? out : (KmoeStatsHead *)carve(&c, out_bytes);
     cudaStream_t st = cuda_stream(be);
     k_stats_tokens<<<nblk, KMOE_THREADS, 0, st>>>(bent, btop, bun, scores, ec ? p->slot : NULL, Nt,
                                                   E, p->K);
@@ -562,10 +564,105 @@ void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scor
     k_logit_stats<<<1, KMOE_THREADS, 0, st>>>(&d_out->max_logit, &d_out->lse_sum, logits, lse,
                                               N > 0 ? N : 0, E);
     CUDA_LAUNCHED();
+    return d_out;
+}
+
+void cuda_route_stats(const Backend *be, RouteStats *host_out, const float *scores,
+                      const float *logits, const float *lse, const int *idx, const DispatchPlan *p,
+                      int N, const MoeSpec *s) {
+    const int E = s->num_experts;
+    const size_t out_bytes = sizeof(KmoeStatsHead) + 2 * (size_t)E * sizeof(int);
+    cudaStream_t st = cuda_stream(be);
+    KmoeStatsHead *d_out = route_stats_issue(be, NULL, scores, logits, lse, idx, p, N, s);
     /* the few numbers in one copy to pinned staging, one wait, then the host's formulas */
     KmoeStatsHead *h = (KmoeStatsHead *)cuda_stage(be, out_bytes);
     CUDA_CHECK(cudaMemcpyAsync(h, d_out, out_bytes, cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
     const int *routed = (const int *)(h + 1);
     kmoe_route_stats_finish(host_out, h, routed, routed + E, p, N, s);
+}
+
+/* The record: the head and the counts as route_stats copies them down, then the three sizes
+ * the host's formulas need (the call's tokens, the plan's rows and, for expert choice, its
+ * tokens), which the host knows now. Nothing waits: the trainer reads a step's records with
+ * its losses in one copy, and route_stats_read finishes them there. */
+void cuda_route_stats_record(const Backend *be, void *rec, const float *scores, const float *logits,
+                             const float *lse, const int *idx, const DispatchPlan *p, int N,
+                             const MoeSpec *s) {
+    const int E = s->num_experts;
+    route_stats_issue(be, (KmoeStatsHead *)rec, scores, logits, lse, idx, p, N, s);
+    const int sizes[3] = {N, p->S, p->N};
+    char *tail = (char *)rec + sizeof(KmoeStatsHead) + 2 * (size_t)E * sizeof(int);
+    /* from pageable memory: the copy has read sizes when the call returns */
+    CUDA_CHECK(cudaMemcpyAsync(tail, sizes, sizeof sizes, cudaMemcpyHostToDevice, cuda_stream(be)));
+}
+
+void cuda_route_stats_read(const Backend *be, RouteStats *host_out, const void *rec,
+                           const MoeSpec *s) {
+    (void)be;
+    const int E = s->num_experts;
+    const KmoeStatsHead *h = (const KmoeStatsHead *)rec;
+    const int *routed = (const int *)(h + 1), *sizes = routed + 2 * (size_t)E;
+    DispatchPlan hp;
+    memset(&hp, 0, sizeof hp);
+    hp.E = E, hp.K = s->top_k, hp.S = sizes[1], hp.N = sizes[2];
+    kmoe_route_stats_finish(host_out, h, routed, routed + E, &hp, sizes[0], s);
+}
+
+/* ---- router.csv's expert_sim ---------------------------------------------------------------
+ * Block j of pairs + E: one dot product of two experts' vectors (their rows of the three
+ * matrices end to end), pairs in experts_similarity's order; j >= pairs an expert's norm.
+ * Per-thread strided sums in double, then the shared tree. One thread then adds the cosines
+ * in experts_similarity's order: the number stays in the GPU's memory, no expert comes down. */
+static __global__ void __launch_bounds__(KMOE_THREADS)
+    k_expert_dots(double *dots, const float *Wg, const float *Wu, const float *Wd, int E,
+                  size_t n) {
+    __shared__ double sh[KMOE_THREADS];
+    const int pairs = E * (E - 1) / 2, j = blockIdx.x, t = threadIdx.x;
+    int a = j - pairs, b = a;
+    if (j < pairs) { /* pair j in the order (0,1), (0,2) .. (0,E-1), (1,2) .. */
+        int r = j;
+        a = 0;
+        while (r >= E - 1 - a) r -= E - 1 - a++;
+        b = a + 1 + r;
+    }
+    double s = 0.0;
+    for (int m = 0; m < 3; m++) {
+        const float *w = m == 0 ? Wg : m == 1 ? Wu : Wd;
+        const float *x = w + (size_t)a * n, *y = w + (size_t)b * n;
+        for (size_t i = (size_t)t; i < n; i += KMOE_THREADS) s += (double)x[i] * y[i];
+    }
+    sh[t] = s;
+    __syncthreads();
+    for (int off = KMOE_THREADS / 2; off > 0; off /= 2) {
+        if (t < off) sh[t] += sh[t + off];
+        __syncthreads();
+    }
+    if (t == 0) dots[j] = j >= pairs ? sqrt(sh[0]) : sh[0];
+}
+static __global__ void k_expert_sim(double *out, const double *dots, int E) {
+    const int pairs = E * (E - 1) / 2;
+    const double *norms = dots + pairs;
+    double sum = 0.0;
+    for (int a = 0, j = 0; a < E; a++)
+        for (int b = a + 1; b < E; b++, j++) {
+            const double den = norms[a] * norms[b];
+            sum += den > 0.0 ? dots[j] / den : 0.0;
+        }
+    *out = sum / pairs;
+}
+
+void cuda_experts_similarity(const Backend *be, double *out, const float *Wg, const float *Wu,
+                             const float *Wd, int E, int C, int F) {
+    cudaStream_t st = cuda_stream(be);
+    if (E < 2) {
+        CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), st));
+        return;
+    }
+    const int pairs = E * (E - 1) / 2;
+    double *dots = (double *)cuda_scratch(be, (size_t)(pairs + E) * sizeof(double));
+    k_expert_dots<<<pairs + E, KMOE_THREADS, 0, st>>>(dots, Wg, Wu, Wd, E, (size_t)F * C);
+    CUDA_LAUNCHED();
+    k_expert_sim<<<1, 1, 0, st>>>(out, dots, E);
+    CUDA_LAUNCHED();
 }

@@ -11,9 +11,18 @@
  * dp_rank, key ep_rank) and the data-parallel columns (colour ep_rank, key dp_rank), so a
  * member's index in a communicator is its index in d's group.
  *
- * A collective is enqueued on the backend's stream, behind the kernels that made its input and
+ * An exchange is enqueued on the backend's stream, behind the kernels that made its input and
  * before those that read its output, and an event is recorded after it: the start costs the
- * host nothing, and the wait polls the event. A sum is ncclAllReduce in place; an exchange
+ * host nothing, and the wait polls the event. A sum (the gradients' buckets, started while the
+ * backward goes on: model/grad_sync.c) runs on a stream of its own, so that it overlaps the
+ * backward's later kernels as the MPI path's sums overlap it on the host: an event recorded on
+ * the backend's stream at the start (the bucket's gradients are complete there: the backward
+ * has finished the blocks that write them, and nothing later writes them until the update)
+ * orders the sum after them, and at the wait the backend's stream is made to wait for the
+ * sum's own event, so that the optimizer and anything after it read the summed values. The
+ * two streams are ordered only by these events; every process issues its sums and exchanges
+ * in the same program order, as NCCL requires of several communicators in use at once. A
+ * sum is ncclAllReduce in place; an exchange
  * (counts that differ per peer) is one group of ncclSend / ncclRecv to and from every other
  * member, its own block copied on the stream. While it waits, the host asks every communicator
  * for an asynchronous error (a peer's connection lost); an error, or dist.timeout seconds
@@ -35,10 +44,11 @@
 #include "backend/nccl_start.h"
 #include "base/util.h"
 
-/* One collective in flight: the event after it, and what it will add to d->stats. */
+/* One collective in flight: the event after it (ready: for a sum, where its input was complete
+ * on the backend's stream), and what it will add to d->stats. */
 typedef struct {
     int busy;
-    cudaEvent_t done;
+    cudaEvent_t ready, done;
     const char *name;
     DistGroup g;
     double seconds;
@@ -48,6 +58,7 @@ typedef struct {
 static struct {
     int open;
     ncclComm_t comm[3]; /* indexed by DistGroup */
+    cudaStream_t sums;  /* the gradients' sums, beside the backend's stream */
     NcclOp ops[DIST_MAX_IN_FLIGHT];
 } nccl;
 
@@ -106,8 +117,11 @@ int cuda_coll_open(const Backend *be, Dist *d, char *err, int errlen) {
     nccl_check(
         d, ncclCommSplit(nccl.comm[DIST_WORLD], d->ep_rank, d->dp_rank, &nccl.comm[DIST_DP], NULL),
         "ncclCommSplit (data-parallel columns)");
-    for (int i = 0; i < DIST_MAX_IN_FLIGHT; i++)
+    for (int i = 0; i < DIST_MAX_IN_FLIGHT; i++) {
+        CUDA_CHECK(cudaEventCreateWithFlags(&nccl.ops[i].ready, cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&nccl.ops[i].done, cudaEventDisableTiming));
+    }
+    CUDA_CHECK(cudaStreamCreateWithFlags(&nccl.sums, cudaStreamNonBlocking));
     nccl.open = 1;
     return 0;
 }
@@ -128,10 +142,13 @@ void *cuda_coll_allreduce_sum_f_start(const Backend *be, Dist *d, DistGroup g, f
     const double t0 = now_seconds();
     NcclOp *op = op_begin("allreduce_sum_f", g);
     const int P = dist_group_size(d, g);
+    /* after the kernels issued so far on the backend's stream, on the sums' own */
+    CUDA_CHECK(cudaEventRecord(op->ready, cuda_stream(be)));
+    CUDA_CHECK(cudaStreamWaitEvent(nccl.sums, op->ready, 0));
     if (n > 0)
-        nccl_check(d, ncclAllReduce(x, x, n, ncclFloat32, ncclSum, nccl.comm[g], cuda_stream(be)),
+        nccl_check(d, ncclAllReduce(x, x, n, ncclFloat32, ncclSum, nccl.comm[g], nccl.sums),
                    "ncclAllReduce");
-    CUDA_CHECK(cudaEventRecord(op->done, cuda_stream(be)));
+    CUDA_CHECK(cudaEventRecord(op->done, nccl.sums));
     op->sent = op->recvd =
         P > 1 ? (uint64_t)(2.0 * (P - 1) / P * (double)n * sizeof(float) + 0.5) : 0;
     op->seconds = now_seconds() - t0;
@@ -174,7 +191,6 @@ void *cuda_coll_alltoallv_f_start(const Backend *be, Dist *d, const float *send,
 }
 
 void cuda_coll_wait(const Backend *be, Dist *d, void *handle) {
-    (void)be;
     NcclOp *op = (NcclOp *)handle;
     if (!op || !op->busy) moe_fatal("NCCL: a wait for a collective that is not in flight");
     const struct timespec nap = {0, 100000}; /* 100 us */
@@ -207,6 +223,9 @@ void cuda_coll_wait(const Backend *be, Dist *d, void *handle) {
         }
         nanosleep(&nap, NULL);
     }
+    /* what the backend's stream runs from now on comes after the collective (a sum ran on the
+     * sums' stream: the update reads its result) */
+    CUDA_CHECK(cudaStreamWaitEvent(cuda_stream(be), op->done, 0));
     op->seconds += now_seconds() - start;
     d->stats.bytes_sent += op->sent;
     d->stats.bytes_recv += op->recvd;

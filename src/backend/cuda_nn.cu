@@ -98,23 +98,23 @@ static __global__ void k_sum(double *out, const float *x, size_t n) {
     if (threadIdx.x == 0) *out = s;
 }
 
-double cuda_sum(const Backend *be, const float *x, size_t n) {
-    if (n == 0) return 0.0;
-    double *d = (double *)cuda_scratch(be, sizeof(double));
-    double s = 0.0;
-    k_sum<<<1, CUDA_THREADS, 0, cuda_stream(be)>>>(d, x, n);
+/* The total stays in the GPU's memory (out): nothing waits here; the trainer reads a step's
+ * sums with one copy at its end (model_read_step). */
+void cuda_sum(const Backend *be, double *out, const float *x, size_t n) {
+    if (n == 0) {
+        CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), cuda_stream(be)));
+        return;
+    }
+    k_sum<<<1, CUDA_THREADS, 0, cuda_stream(be)>>>(out, x, n);
     CUDA_LAUNCHED();
-    CUDA_CHECK(cudaMemcpyAsync(&s, d, sizeof s, cudaMemcpyDeviceToHost, cuda_stream(be)));
-    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
-    return s;
 }
 
 /* sum_squares: vec_sum_squares' order exactly, so its bits: a thread per running sum (eight per
  * chunk of KNN_CHUNK, each a dependent chain of KNN_CHUNK / 8 adds, its loads batched), the
  * eight paired in shared memory by the chunk's first thread into partial[ch]; then one thread
  * adds the chunks in order into the spare slot partial[n_chunks] (vec_chunks(n) = n_chunks +
- * 1), which is copied back. Every chunk runs at once, so the time is one chunk's chain (a
- * fraction of a millisecond) for any n. */
+ * 1), then copied into out (in the GPU's memory: nothing waits). Every chunk runs at once, so the
+ * time is one chunk's chain (a fraction of a millisecond) for any n. */
 static __global__ void k_sumsq_chunks(double *partial, const float *x, size_t n, size_t n_chunks) {
     __shared__ double lanes[KNN_THREADS];
     const size_t t = thread_first(), ch = t / KNN_SUMSQ_LANES;
@@ -127,9 +127,8 @@ static __global__ void k_sum_partials(double *partial, size_t n_chunks) {
     partial[n_chunks] = knn_sum_partials(partial, n_chunks);
 }
 
-double cuda_sum_squares(const Backend *be, double *partial, const float *x, size_t n) {
+void cuda_sum_squares(const Backend *be, double *out, double *partial, const float *x, size_t n) {
     const size_t n_chunks = (n + KNN_CHUNK - 1) / KNN_CHUNK;
-    double ss = 0.0;
     if (n_chunks > 0) {
         k_sumsq_chunks<<<cuda_blocks(n_chunks * KNN_SUMSQ_LANES), CUDA_THREADS, 0,
                          cuda_stream(be)>>>(partial, x, n, n_chunks);
@@ -137,10 +136,8 @@ double cuda_sum_squares(const Backend *be, double *partial, const float *x, size
     }
     k_sum_partials<<<1, 1, 0, cuda_stream(be)>>>(partial, n_chunks);
     CUDA_LAUNCHED();
-    CUDA_CHECK(cudaMemcpyAsync(&ss, partial + n_chunks, sizeof ss, cudaMemcpyDeviceToHost,
+    CUDA_CHECK(cudaMemcpyAsync(out, partial + n_chunks, sizeof(double), cudaMemcpyDeviceToDevice,
                                cuda_stream(be)));
-    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
-    return ss;
 }
 
 /* ---- vec: embedding and row permutation -------------------------------------------------- */

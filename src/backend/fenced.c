@@ -226,13 +226,14 @@ static void f_round_bf16(const Backend *be, float *y, const float *x, size_t n) 
     DEV(y), DEV(x);
     FENCED(round_bf16(CPU, y, x, n));
 }
-static double f_sum(const Backend *be, const float *x, size_t n) {
-    DEV(x);
-    FENCED_VALUE(double, sum(CPU, x, n));
+static void f_sum(const Backend *be, double *out, const float *x, size_t n) {
+    DEV(out), DEV(x);
+    FENCED(sum(CPU, out, x, n));
 }
-static double f_sum_squares(const Backend *be, double *partial, const float *x, size_t n) {
-    DEV(partial), DEV(x);
-    FENCED_VALUE(double, sum_squares(CPU, partial, x, n));
+static void f_sum_squares(const Backend *be, double *out, double *partial, const float *x,
+                          size_t n) {
+    DEV(out), DEV(partial), DEV(x);
+    FENCED(sum_squares(CPU, out, partial, x, n));
 }
 static void f_embed_forward(const Backend *be, float *x, const int *tokens, const float *emb, int N,
                             int C) {
@@ -352,14 +353,14 @@ static void f_router_gate_weights(const Backend *be, float *w, const int *idx, c
     DEV(w), DEV(idx), DEV(scores), DEV(logits), HOST(s);
     FENCED(router_gate_weights(CPU, w, idx, scores, logits, N, s));
 }
-static float f_router_balance_loss(const Backend *be, const float *scores, const int *idx, int N,
-                                   const MoeSpec *s, const MoeCtx *x) {
-    DEV(scores), DEV(idx), HOST(s), CTX(x);
-    FENCED_VALUE(float, router_balance_loss(CPU, scores, idx, N, s, x));
+static void f_router_balance_loss(const Backend *be, float *out, const float *scores,
+                                  const int *idx, int N, const MoeSpec *s, const MoeCtx *x) {
+    DEV(out), DEV(scores), DEV(idx), HOST(s), CTX(x);
+    FENCED(router_balance_loss(CPU, out, scores, idx, N, s, x));
 }
-static float f_router_z_loss(const Backend *be, const float *lse, int N) {
-    DEV(lse);
-    FENCED_VALUE(float, router_z_loss(CPU, lse, N));
+static void f_router_z_loss(const Backend *be, float *out, const float *lse, int N) {
+    DEV(out), DEV(lse);
+    FENCED(router_z_loss(CPU, out, lse, N));
 }
 static void f_router_gate_backward(const Backend *be, float *dlogits, const float *dw,
                                    const float *scores, const float *lse, const float *logits,
@@ -429,15 +430,77 @@ static void f_route_stats(const Backend *be, RouteStats *out, const float *score
     if (out) HOST(out->load), HOST(out->routed), HOST(out->dropped);
     FENCED(route_stats(CPU, out, scores, logits, lse, idx, p, N, s));
 }
+static void f_route_stats_record(const Backend *be, void *rec, const float *scores,
+                                 const float *logits, const float *lse, const int *idx,
+                                 const DispatchPlan *p, int N, const MoeSpec *s) {
+    DEV(rec), DEV(scores), DEV(logits), DEV(lse), DEV(idx), PLAN(p), HOST(s);
+    FENCED(route_stats_record(CPU, rec, scores, logits, lse, idx, p, N, s));
+}
+/* the host's copy of a record: nothing of the backend's memory is touched */
+static void f_route_stats_read(const Backend *be, RouteStats *out, const void *rec,
+                               const MoeSpec *s) {
+    HOST(out), HOST(rec), HOST(s);
+    if (out) HOST(out->load), HOST(out->routed), HOST(out->dropped);
+    (void)be, CPU->route_stats_read(CPU, out, rec, s);
+}
 static void f_route_domains(const Backend *be, double *counts, double *drops,
                             const unsigned char *domains, int n_domains, const int *idx,
                             const DispatchPlan *p, int N, const MoeSpec *s) {
     HOST(counts), HOST(drops), HOST(domains), DEV(idx), PLAN(p), HOST(s);
     FENCED(route_domains(CPU, counts, drops, domains, n_domains, idx, p, N, s));
 }
+static void f_experts_similarity(const Backend *be, double *out, const float *Wg, const float *Wu,
+                                 const float *Wd, int E, int C, int F) {
+    DEV(out), DEV(Wg), DEV(Wu), DEV(Wd);
+    FENCED(experts_similarity(CPU, out, Wg, Wu, Wd, E, C, F));
+}
 static void f_gemm_seconds(const Backend *be, int n, int reps, double *seconds) {
     HOST(seconds);
     (void)be, CPU->gemm_seconds(CPU, n, reps, seconds);
+}
+
+/* ---- host reads: the waits a GPU would make --------------------------------------------------
+ * Each entry below is one whose CUDA version makes the host wait for the device: a copy down
+ * (to_host), host arrays filled (the
+ * statistics), or the slice sizes that the experts' grouped products take from the host (and
+ * an unpadded capacity plan's row count). Each call adds one to backend_host_reads, then runs
+ * the fenced entry, so that a training step's count on this backend is the number of times
+ * the same step waits on a GPU: tests/test_backends.sh bounds it on every machine. */
+long long backend_host_reads;
+
+static void r_to_host(const Backend *be, void *dst, const void *src, size_t bytes) {
+    backend_host_reads++, f_to_host(be, dst, src, bytes);
+}
+static void r_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
+                                  const float *scores, const float *w, int N, const MoeSpec *s,
+                                  const MoeCtx *x) {
+    backend_host_reads += !s->padded; /* a padded plan's size follows from the capacity */
+    f_capacity_plan_build(be, p, idx, scores, w, N, s, x);
+}
+static void r_experts_forward(const Backend *be, float *ye, float *g, float *u, float *h,
+                              const float *xe, const float *Wg, const float *Wu, const float *Wd,
+                              const int *offsets, const int *counts, int E, int C, int F) {
+    backend_host_reads++;
+    f_experts_forward(be, ye, g, u, h, xe, Wg, Wu, Wd, offsets, counts, E, C, F);
+}
+static void r_experts_backward(const Backend *be, float *dxe, float *dWg, float *dWu, float *dWd,
+                               float *dg, float *du, float *dh, const float *dye, const float *xe,
+                               const float *g, const float *u, const float *h, const float *Wg,
+                               const float *Wu, const float *Wd, const int *offsets,
+                               const int *counts, int E, int C, int F) {
+    backend_host_reads++;
+    f_experts_backward(be, dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, offsets,
+                       counts, E, C, F);
+}
+static void r_route_stats(const Backend *be, RouteStats *out, const float *scores,
+                          const float *logits, const float *lse, const int *idx,
+                          const DispatchPlan *p, int N, const MoeSpec *s) {
+    backend_host_reads++, f_route_stats(be, out, scores, logits, lse, idx, p, N, s);
+}
+static void r_route_domains(const Backend *be, double *counts, double *drops,
+                            const unsigned char *domains, int n_domains, const int *idx,
+                            const DispatchPlan *p, int N, const MoeSpec *s) {
+    backend_host_reads++, f_route_domains(be, counts, drops, domains, n_domains, idx, p, N, s);
 }
 
 const Backend backend_cpu_fenced = {
@@ -449,7 +512,7 @@ const Backend backend_cpu_fenced = {
     .zero = f_zero,
     .copy = f_copy,
     .to_device = f_to_device,
-    .to_host = f_to_host,
+    .to_host = r_to_host,
     .sync = fenced_sync,
     .add = f_add,
     .mul = f_mul,
@@ -484,15 +547,18 @@ const Backend backend_cpu_fenced = {
     .router_z_loss = f_router_z_loss,
     .router_gate_backward = f_router_gate_backward,
     .dispatch_plan_build = f_dispatch_plan_build,
-    .capacity_plan_build = f_capacity_plan_build,
+    .capacity_plan_build = r_capacity_plan_build,
     .expert_choice_forward = f_expert_choice_forward,
     .permute_forward = f_permute_forward,
     .permute_backward = f_permute_backward,
     .combine_forward = f_combine_forward,
     .combine_backward = f_combine_backward,
-    .experts_forward = f_experts_forward,
-    .experts_backward = f_experts_backward,
-    .route_stats = f_route_stats,
-    .route_domains = f_route_domains,
+    .experts_forward = r_experts_forward,
+    .experts_backward = r_experts_backward,
+    .route_stats = r_route_stats,
+    .route_stats_record = f_route_stats_record,
+    .route_stats_read = f_route_stats_read,
+    .route_domains = r_route_domains,
+    .experts_similarity = f_experts_similarity,
     .gemm_seconds = f_gemm_seconds,
 };

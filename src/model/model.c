@@ -134,6 +134,21 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
     m->n_att_ws = omp_get_max_threads();
     m->att_ws = dev(m, (size_t)m->n_att_ws * T * T);
     m->norm_partial = (double *)be->alloc(be, vec_chunks(m->pt.total) * sizeof(double));
+    /* the step record: one allocation, so that one copy reads it (model_read_step) */
+    m->rec_slots = c->accum > 1 ? c->accum : 1;
+    const size_t rec_doubles = (size_t)m->rec_slots + m->pt.n; /* the losses, the norm's parts */
+    const size_t rec_moe = (size_t)m->rec_slots * m->n_moe * 2;
+    const size_t rec_route = (rec_doubles * sizeof(double) + rec_moe * sizeof(float) + 7) / 8 * 8;
+    m->rec_bytes = rec_route + (size_t)m->rec_slots * m->n_moe * route_record_bytes(c->num_experts);
+    m->rec_loss = (double *)be->alloc(be, m->rec_bytes);
+    m->rec_norm = m->rec_loss + m->rec_slots;
+    m->rec_moe = (float *)(m->rec_loss + rec_doubles);
+    m->rec_route = (char *)m->rec_loss + rec_route;
+    m->rec_host = (char *)malloc_check(m->rec_bytes);
+    m->log_rec = (double *)be->alloc(
+        be, (size_t)m->n_moe * (sizeof(double) + (size_t)c->num_experts * sizeof(float)));
+    for (int l = 0, b = 0; l < L; l++)
+        if (m->blocks[l].moe) m->blocks[l].moe->losses = m->rec_moe + (size_t)b++ * 2;
     m->work_bytes = backend_bytes_allocated - before;
 }
 
@@ -161,6 +176,9 @@ void model_free(Model *m) {
     release(m, m->rope_cs);
     release(m, m->att_ws);
     release(m, m->norm_partial);
+    release(m, m->rec_loss);
+    free(m->rec_host);
+    release(m, m->log_rec);
     params_view_free(&m->w);
     params_view_free(&m->g);
     params_table_free(&m->pt);
@@ -277,12 +295,36 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
 
     PROF(PROF_EMBED, be->embed_forward(be, m->resid[0], m->inputs, m->w.tok_emb, N, C));
 
+    /* each MoE block's losses into the step record: the micro-batch's slot while the step reads
+     * them at its end (defer_reads), else slot 0, read at once */
+    const int slot = m->defer_reads ? m->micro : 0;
+    if (slot < 0 || slot >= m->rec_slots)
+        moe_fatal("model_forward: micro-batch %d of a step record of %d", slot, m->rec_slots);
+    for (int l = 0, b = 0; l < L; l++)
+        if (m->blocks[l].moe) {
+            MoeActs *a = m->blocks[l].moe;
+            a->losses = m->rec_moe + ((size_t)slot * m->n_moe + b) * 2;
+            a->stats_rec =
+                m->rec_route + ((size_t)slot * m->n_moe + b) * route_record_bytes(c->num_experts);
+            a->defer_losses = m->defer_reads;
+            b++;
+        }
     for (int l = 0; l < L; l++) block_forward(m, l, m->resid[l + 1], m->resid[l], B, T, NULL);
 
     PROF(PROF_NORM, be->rmsnorm_forward(be, m->lnf, m->rstdf, m->resid[L], m->w.final_norm, N, C));
     PROF(PROF_HEAD, be->matmul_forward(be, m->logits, m->lnf, m->w.head, N, C, MOE_VOCAB));
 
     m->aux_loss = m->z_loss = 0.0f;
+    if (m->defer_reads) { /* model_read_step computes them */
+        m->loss = NAN;
+        if (targets) {
+            be->to_device(be, m->targets, targets, (size_t)N * sizeof(int));
+            PROF(PROF_LOSS, be->crossentropy_forward(be, m->losses, m->logits, m->logits,
+                                                     m->targets, N, MOE_VOCAB));
+            be->sum(be, m->rec_loss + slot, m->losses, (size_t)N);
+        }
+        return NAN;
+    }
     float aux_sum = 0.0f, z_sum = 0.0f;
     for (int l = 0; l < L; l++)
         if (m->blocks[l].moe) {
@@ -300,8 +342,42 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
     be->to_device(be, m->targets, targets, (size_t)N * sizeof(int));
     PROF(PROF_LOSS,
          be->crossentropy_forward(be, m->losses, m->logits, m->logits, m->targets, N, MOE_VOCAB));
-    m->loss = (float)(be->sum(be, m->losses, (size_t)N) / N); /* in token order: deterministic */
+    double sum = 0.0; /* in token order: deterministic */
+    be->sum(be, m->rec_loss, m->losses, (size_t)N);
+    be->to_host(be, &sum, m->rec_loss, sizeof sum);
+    m->loss = (float)(sum / N);
     return m->loss + moe_balance_coef(&m->spec) * aux_sum + c->z_coef * z_sum;
+}
+
+void model_read_step(Model *m, int micro_batches, double *loss, double *aux, double *z) {
+    const Backend *be = m->be;
+    const int A = micro_batches, nb = m->n_moe;
+    if (A < 1 || A > m->rec_slots)
+        moe_fatal("model_read_step: %d micro-batches of a step record of %d", A, m->rec_slots);
+    double *h = (double *)m->rec_host;
+    be->to_host(be, h, m->rec_loss, m->rec_bytes); /* the step's one copy of its numbers */
+    const float *moe = (const float *)(m->rec_host + ((char *)m->rec_moe - (char *)m->rec_loss));
+    *loss = *aux = *z = 0.0;
+    for (int i = 0; i < A; i++) { /* model_forward's arithmetic, micro-batch by micro-batch */
+        float aux_sum = 0.0f, z_sum = 0.0f;
+        for (int b = 0; b < nb; b++) {
+            aux_sum += moe[((size_t)i * nb + b) * 2];
+            z_sum += moe[((size_t)i * nb + b) * 2 + 1];
+        }
+        m->aux_loss = nb > 0 ? aux_sum / (float)nb : 0.0f;
+        m->z_loss = nb > 0 ? z_sum / (float)nb : 0.0f;
+        m->loss = (float)(h[i] / m->N_last);
+        *loss += m->loss, *aux += m->aux_loss, *z += m->z_loss;
+    }
+}
+
+void model_step_route(Model *m, int micro) {
+    const char *rec = m->rec_host + (m->rec_route - (char *)m->rec_loss);
+    const size_t rb = route_record_bytes(m->cfg.num_experts);
+    for (int l = 0, b = 0; l < m->cfg.n_layer; l++)
+        if (m->blocks[l].moe)
+            m->be->route_stats_read(m->be, &m->blocks[l].moe->route,
+                                    rec + ((size_t)micro * m->n_moe + b++) * rb, &m->spec);
 }
 
 void model_forward_cached(Model *m, const int *tokens, int N, const KvStep *kv) {
@@ -443,10 +519,12 @@ void model_update_router_bias(Model *m, const double *count) {
     const int E = m->cfg.num_experts;
     const Backend *be = m->be;
     const size_t n = (size_t)m->n_moe * E;
-    /* E floats per block, updated on the host (a GPU's come down into router_bias_host and go
-     * back up) */
+    /* E floats per block, updated on the host (a GPU's go up from router_bias_host, which
+     * only the update writes: they come down once, after the start or a checkpoint's load) */
     float *bias = m->router_bias_host ? m->router_bias_host : m->router_bias;
-    if (bias != m->router_bias) be->to_host(be, bias, m->router_bias, n * sizeof(float));
+    if (bias != m->router_bias && !m->router_bias_host_fresh)
+        be->to_host(be, bias, m->router_bias, n * sizeof(float));
+    m->router_bias_host_fresh = 1;
     for (int b = 0; b < m->n_moe; b++)
         router_bias_update(bias + (size_t)b * E, count + (size_t)b * E, E, m->cfg.bias_update,
                            m->cfg.bias_rate);
@@ -457,20 +535,35 @@ void model_zero_grad(Model *m) {
     m->be->zero(m->be, m->grads, m->pt.total * sizeof(float));
 }
 
+void model_grad_norm_record(const Model *m) {
+    const Backend *be = m->be;
+    if (!m->dist) {
+        be->sum_squares(be, m->rec_norm, m->norm_partial, m->grads, m->pt.total);
+        return;
+    }
+    /* a tensor at a time: whether its squares add up over the processes depends on which */
+    for (int i = 0; i < m->pt.n; i++)
+        be->sum_squares(be, m->rec_norm + i, m->norm_partial, m->grads + m->pt.t[i].offset,
+                        m->pt.t[i].numel);
+}
+
 float model_grad_norm(const Model *m) {
     double t0 = prof_clock();
     double ss = 0.0;
+    /* the squares, from the step's copy (defer_reads), else summed and copied down now */
+    const double *sq = (const double *)(m->rec_host + ((char *)m->rec_norm - (char *)m->rec_loss));
+    if (!m->defer_reads) {
+        model_grad_norm_record(m);
+        m->be->to_host(m->be, (void *)sq, m->rec_norm,
+                       (size_t)(m->dist ? m->pt.n : 1) * sizeof(double));
+    }
     if (!m->dist) {
-        ss = m->be->sum_squares(m->be, m->norm_partial, m->grads, m->pt.total);
+        ss = sq[0];
     } else {
         /* every process holds the same (summed) non-expert gradients; each expert lives on one
          * member of an expert-parallel group: their squares add up over the group */
         double part[2] = {0.0, 0.0}; /* non-expert, this member's experts */
-        for (int i = 0; i < m->pt.n; i++) {
-            const ParamTensor *t = &m->pt.t[i];
-            part[t->expert_dim] +=
-                m->be->sum_squares(m->be, m->norm_partial, m->grads + t->offset, t->numel);
-        }
+        for (int i = 0; i < m->pt.n; i++) part[m->pt.t[i].expert_dim] += sq[i];
         dist_allreduce_sum_d(m->dist, DIST_EP, &part[1], 1);
         ss = part[0] + part[1];
     }

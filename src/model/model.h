@@ -67,6 +67,8 @@ typedef struct Model {
     float *router_bias;      /* (n_moe, E) */
     float *router_bias_host; /* its host copy for the update, when the backend's memory is not
                                 the host's (a GPU's); else NULL */
+    int router_bias_host_fresh; /* 1: router_bias_host holds router_bias (the update keeps it
+                                   so; a checkpoint's load writes the biases and sets 0) */
     /* exploration noise (moe.jitter, moe.noise): drawn only while training is 1, from a stream
      * of its own seeded by train.seed and saved in checkpoints ("rng/router"). model_init
      * leaves training 0 (evaluation, sampling); the training loop turns it on. */
@@ -112,6 +114,23 @@ typedef struct Model {
     int n_att_ws;
     double *norm_partial;
     size_t work_bytes;
+    /* the step record, part of the workspace: rec_loss (rec_slots) each micro-batch's sum of
+     * token losses, rec_moe (rec_slots, n_moe, 2) each MoE block's balance and z loss, written
+     * by the ops where they run. A GPU would wait for each value it returned; so while
+     * defer_reads is 1 (the training loop) model_forward leaves them there, in slot micro, and
+     * the step reads them all with one copy (model_read_step). Else model_forward reads them
+     * at once (slot 0) into loss, aux_loss and z_loss. rec_slots = train.accum. rec_route
+     * (rec_slots, n_moe) the blocks' routing statistics (route_stats_record, route_record_bytes
+     * each), read in the same copy (rec_bytes in all) into rec_host (model_step_route). */
+    double *rec_loss, *rec_norm; /* rec_norm (pt.n): model_grad_norm_record's sums */
+    float *rec_moe;
+    char *rec_route, *rec_host;
+    /* router.csv's numbers after a step, read with one copy (router_accum_write): log_rec
+     * (n_moe) each block's expert_sim (the backend's experts_similarity), then (n_moe, E) the
+     * aux-free biases copied beside them */
+    double *log_rec;
+    size_t rec_bytes;
+    int rec_slots, defer_reads;
 
     /* results of the last forward */
     int N_last, B_last, T_last;
@@ -146,6 +165,14 @@ void model_free(Model *m);
  * the logits. Returns the objective: loss + aux_coef * sum aux + z_coef * sum z (the aux term
  * only for moe.balance=aux or seq_aux). */
 float model_forward(Model *m, const int *inputs, const int *targets, int B, int T);
+/* The step's losses after micro_batches forwards with defer_reads set (one copy from the step
+ * record): *loss, *aux, *z (written) = the sums over the micro-batches of what Model.loss,
+ * aux_loss and z_loss would have been after each, in the same float arithmetic, so that the
+ * numbers are the ones an immediate read gives. */
+void model_read_step(Model *m, int micro_batches, double *loss, double *aux, double *z);
+/* After model_read_step: each MoE block's MoeActs.route = what its forward of micro-batch
+ * micro routed (route_stats_read of the copy), as route_stats would have filled it then. */
+void model_step_route(Model *m, int micro);
 
 /* A decoding step: tokens (N) the new token of each of N sequences whose earlier tokens are in
  * kv's cache (model_forward_cached appends each one's key and value there). Leaves the N
@@ -174,6 +201,9 @@ void model_update_router_bias(Model *m, const double *count);
 /* Global L2 norm of the gradients (summed in a fixed order: deterministic). Across processes,
  * after model_sync_grads: the norm of the whole model's gradient. */
 float model_grad_norm(const Model *m);
+/* The squares model_grad_norm adds, summed into the step record (before model_read_step, which
+ * copies them down with the losses; model_grad_norm then reads that copy when defer_reads). */
+void model_grad_norm_record(const Model *m);
 
 /* Across processes: sum every gradient over the processes that hold a copy of its tensor
  * (non-expert tensors: all; expert tensors: the data-parallel replicas of the same experts):

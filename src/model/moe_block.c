@@ -256,6 +256,10 @@ void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
     cw.work = a->work, cw.work_bytes = a->work_bytes;
     Rng *rng = cw.rng;
     const size_t NC = (size_t)N * C, NE = (size_t)N * E;
+    /* the balance and z losses: where the backend writes them (aux, z) */
+    float *out = a->losses ? a->losses : a->loss_here;
+    if (!a->losses && !be->host_memory)
+        moe_fatal("moe_block_forward: a block on %s needs MoeActs.losses in its memory", be->name);
     a->N = N;
     a->T = cw.T;
     a->jittered = rng && s->jitter > 0.0f;
@@ -286,8 +290,8 @@ void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
          * is no balance loss (aux_loss 0) */
         PROF(PROF_ROUTER,
              be->expert_choice_forward(be, a->idx, a->w, &a->plan, a->scores, N, s, &cw));
-        a->aux_loss = 0.0f;
-        PROF(PROF_ROUTER, a->z_loss = be->router_z_loss(be, a->lse, N));
+        be->zero(be, out, sizeof(float));
+        PROF(PROF_ROUTER, be->router_z_loss(be, out + 1, a->lse, N));
     } else {
         PROF(PROF_ROUTER,
              be->router_gate_forward(be, a->idx, a->w, a->scores, a->logits, wt->bias, N, s));
@@ -305,17 +309,22 @@ void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
                 be->to_device(be, a->global_f, a->global_f_host, (size_t)E * sizeof(float));
             cw.global_f = a->global_f;
         }
-        PROF(PROF_ROUTER, a->aux_loss = be->router_balance_loss(be, a->scores, a->idx, N, s, &cw));
-        PROF(PROF_ROUTER, a->z_loss = be->router_z_loss(be, a->lse, N));
+        PROF(PROF_ROUTER, be->router_balance_loss(be, out, a->scores, a->idx, N, s, &cw));
+        PROF(PROF_ROUTER, be->router_z_loss(be, out + 1, a->lse, N));
         if (cw.capacity_factor > 0.0f) /* capacity.c: drops (slot -1), maybe padding */
             PROF(PROF_PERMUTE,
                  be->capacity_plan_build(be, &a->plan, a->idx, a->scores, a->w, N, s, &cw));
         else
             PROF(PROF_PERMUTE, be->dispatch_plan_build(be, &a->plan, a->idx, N));
     }
-    /* what the routing did, for the trainer's router.csv (a few numbers per expert) */
-    PROF(PROF_ROUTER,
-         be->route_stats(be, &a->route, a->scores, a->logits, a->lse, a->idx, &a->plan, N, s));
+    /* what the routing did, for the trainer's router.csv (a few numbers per expert): left in
+     * the step record while the step's numbers are read at its end */
+    if (a->defer_losses && a->stats_rec)
+        PROF(PROF_ROUTER, be->route_stats_record(be, a->stats_rec, a->scores, a->logits, a->lse,
+                                                 a->idx, &a->plan, N, s));
+    else
+        PROF(PROF_ROUTER,
+             be->route_stats(be, &a->route, a->scores, a->logits, a->lse, a->idx, &a->plan, N, s));
     PROF(PROF_PERMUTE, be->permute_forward(be, a->xe, x, &a->plan, C));
     /* each slice: its counts[e] kept rows, then any padding rows (a padded capacity plan; for
      * every other plan counts[e] is the whole slice) */
@@ -329,6 +338,10 @@ void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
         PROF(PROF_EXPERTS, be->experts_forward(be, a->ye, a->g, a->u, a->h, a->xe, wt->Wg, wt->Wu,
                                                wt->Wd, a->plan.offsets, a->plan.counts, E, C, F));
     PROF(PROF_PERMUTE, be->combine_forward(be, y, a->ye, a->w, &a->plan, C));
+    if (a->defer_losses) return; /* read with the step's other numbers (model_read_step) */
+    float l[2];
+    be->to_host(be, l, out, sizeof l);
+    a->aux_loss = l[0], a->z_loss = l[1];
 }
 
 void moe_block_backward(const Backend *be, float *dx, MoeGrads *gr, const float *dy,

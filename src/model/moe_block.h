@@ -55,7 +55,16 @@ typedef struct {
     DispatchPlan plan;      /* its K is A */
     float *xe, *ye;         /* (S, C), S = moe_slots_max: N*K, or E*cap (expert choice) */
     float *g, *u, *h;       /* (S, F) */
-    float aux_loss, z_loss; /* unscaled values of the last forward */
+    float aux_loss, z_loss; /* unscaled values of the last forward (unless defer_losses) */
+    /* where the forward writes them, aux then z: two floats of the model's step record (the
+     * backend's memory), or NULL: loss_here (a block on its own, on a backend whose memory is
+     * the host's). With defer_losses set they stay there (the model reads them once a step:
+     * model_read_step) and aux_loss, z_loss are not updated. */
+    float *losses, loss_here[2];
+    int defer_losses;
+    /* with defer_losses: where the forward records its routing statistics instead of filling
+     * route (route_stats_record, route_record_bytes of the backend's memory; model.h) */
+    void *stats_rec;
     int T;                  /* MoeCtx.T of the last forward (seq_aux backward) */
     /* jitter (allocated when s->jitter > 0): the router reads xj = x * jit instead of x */
     float *jit, *xj; /* (N, C) the factors drawn, the jittered input */

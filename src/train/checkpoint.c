@@ -206,6 +206,7 @@ int checkpoint_load(Model *m, Rng *loader_rng, const char *path, int with_optimi
             break;
         }
         m->be->to_device(m->be, bias, e->data, e->nbytes);
+        m->router_bias_host_fresh = 0; /* the update copies them down again */
     }
     if (!with_optimizer) m->step = 0;
     ckpt_free(&ck);

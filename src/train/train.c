@@ -28,8 +28,9 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
      * its own B of them: the same windows as one process would */
     const int world = m->dist ? m->dist->world : 1, rank = m->dist ? m->dist->rank : 0;
     const size_t NW = (size_t)N * world, mine = (size_t)rank * N;
-    const int training = m->training;
+    const int training = m->training, defer = m->defer_reads;
     m->training = 0; /* no exploration noise: evaluation sees the router as it is */
+    m->defer_reads = 0; /* each batch's loss is read as it comes */
     int *inputs = (int *)malloc_check(NW * sizeof(int));
     int *targets = (int *)malloc_check(NW * sizeof(int));
     uint8_t *all_domains = (uint8_t *)malloc_check(NW);
@@ -77,6 +78,7 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
     free(all_domains);
     free(token_loss);
     m->training = training;
+    m->defer_reads = defer;
     return (float)(total / eval_batches);
 }
 
@@ -394,11 +396,17 @@ int train_run(Config *c, const TrainOptions *o) {
 
     const double t_start = now_seconds();
     float last_loss = NAN, last_val = NAN;
+    /* MOE_HOST_READS=1: each step's host reads on stderr (a count only cpu-fenced keeps:
+     * backend_host_reads), its evaluation's apart; tests/test_backends.sh bounds them */
+    const int show_reads = getenv("MOE_HOST_READS") && strcmp(getenv("MOE_HOST_READS"), "1") == 0;
     catch_stop_signals();
     model_zero_grad(&m);
+    m.defer_reads = 1; /* the losses stay on the backend until the step's end */
     for (int step = start_step; step < last; step++) {
         const double t0 = now_seconds();
         const DistStats step_start = d ? d->stats : (DistStats){0};
+        const long long reads_start = backend_host_reads;
+        long long eval_reads = 0;
         for (int l = 0; l < c->n_layer; l++)
             if (m.blocks[l].moe && m.blocks[l].moe->ep) ep_stats_reset(m.blocks[l].moe->ep);
         /* the gradients are zero here: model_zero_grad before the first step, and after each
@@ -414,9 +422,13 @@ int train_run(Config *c, const TrainOptions *o) {
             m.sync_in_backward = m.dist && c->overlap && micro == c->accum - 1;
             /* each process's mean over its share, 1 / world of the batch's mean */
             model_backward(&m, 1.0f / (float)(c->accum * world));
-            loss += m.loss;
-            aux += m.aux_loss;
-            z += m.z_loss;
+        }
+        model_sync_grads(&m); /* across processes (or through NCCL alone); else nothing */
+        model_grad_norm_record(&m);
+        /* one copy for the step's losses, routing statistics and gradient norm */
+        model_read_step(&m, c->accum, &loss, &aux, &z);
+        for (int micro = 0; micro < c->accum; micro++) {
+            model_step_route(&m, micro);
             router_accum_add(&ra, &m);
         }
         loss /= c->accum;
@@ -430,8 +442,7 @@ int train_run(Config *c, const TrainOptions *o) {
             z = v[2] / world;
             router_accum_share(&ra, d);
         }
-        model_sync_grads(&m); /* across processes (or through NCCL alone); else nothing */
-        const float norm = model_grad_norm(&m);
+        const float norm = model_grad_norm(&m); /* from the step's copy */
         if (!isfinite(loss) || (c->diverge_loss > 0.0f && loss > c->diverge_loss)) {
             /* the step is recorded, not taken: the run ends as diverged (exit status 3) */
             train_csv_row(ftrain, step + 1, loss, aux, z, lr_schedule(c, step), norm, NAN, NAN, 0,
@@ -468,7 +479,9 @@ int train_run(Config *c, const TrainOptions *o) {
             memset(dc.drops, 0, (size_t)m.n_moe * 2 * sizeof(double));
             memset(dc.loss_sum, 0, (size_t)val.n_domains * sizeof(double));
             memset(dc.tokens, 0, (size_t)val.n_domains * sizeof(double));
+            eval_reads = backend_host_reads;
             val_loss = evaluate(&m, &val, c->eval_batches, &dc);
+            eval_reads = backend_host_reads - eval_reads;
             for (uint32_t v = 0; v < val.n_domains; v++)
                 if (dc.tokens[v] > 0)
                     fprintf(fvaldom, "%d,%s,%.6f,%.0f\n", s, val.domain[v],
@@ -491,6 +504,9 @@ int train_run(Config *c, const TrainOptions *o) {
         router_accum_write(&ra, &m, frouter, s);
         if (root)
             health_watch_step(&health, &ra, norm, s, stderr, tty && !o->quiet ? "\r\033[K" : "");
+        if (show_reads)
+            fprintf(stderr, "host reads: step %d: %lld, evaluation %lld\n", s,
+                    backend_host_reads - reads_start - eval_reads, eval_reads);
         if (freplay) {
             fprintf(freplay, "%d,%lld,%lld\n", s, tape.choices - replay_choices,
                     tape.flips - replay_flips);

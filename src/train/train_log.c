@@ -130,6 +130,25 @@ void router_accum_share(RouterAccum *r, Dist *d) {
  * the mean cosine similarity of the block's experts after the step (how far upcycled copies
  * have moved apart). */
 void router_accum_write(const RouterAccum *r, const Model *m, FILE *f, int step) {
+    /* each block's expert_sim computed where the experts are, the biases copied beside them,
+     * then one copy down for all (Model.log_rec); with expert parallelism no process holds all
+     * the experts: nan */
+    const Backend *be = m->be;
+    const size_t nb = (size_t)m->n_moe, E = (size_t)r->E;
+    const size_t bytes = nb * (sizeof(double) + E * sizeof(float));
+    const int ep = m->dist && m->dist->ep > 1, F = config_expert_hidden(&m->cfg);
+    for (int l = 0, b = 0; l < m->cfg.n_layer && !ep; l++)
+        if (m->blocks[l].moe) {
+            const LayerView *w = &m->w.layers[l];
+            be->experts_similarity(be, m->log_rec + b++, w->e_gate, w->e_up, w->e_down, r->E,
+                                   m->cfg.d_model, F);
+        }
+    double *sims = (double *)malloc_check(bytes + 1);
+    if (nb) {
+        be->copy(be, m->log_rec + nb, m->router_bias, nb * E * sizeof(float));
+        be->to_host(be, sims, m->log_rec, bytes);
+    }
+    const float *biases = (const float *)(sims + nb);
     for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
         if (!m->blocks[l].moe) continue;
         for (int e = 0; e < r->E; e++) r->tmp[e] = (float)(r->load[b * r->E + e] / r->micro);
@@ -138,28 +157,15 @@ void router_accum_write(const RouterAccum *r, const Model *m, FILE *f, int step)
         fprintf(f, "%d,%d,%.6f,%.6f,%.6f,%.6f", step, l, maxvio, cv, r->entropy[b] / r->micro,
                 r->drop[b] / r->micro);
         for (int e = 0; e < r->E; e++) fprintf(f, ",%.6f", r->tmp[e]);
-        float *bias = model_host_copy(m, m->blocks[l].router_bias, (size_t)r->E);
-        for (int e = 0; e < r->E; e++)
-            fprintf(f, ",%.6g", (bias ? bias : m->blocks[l].router_bias)[e]);
-        free(bias);
+        for (int e = 0; e < r->E; e++) fprintf(f, ",%.6g", biases[(size_t)b * E + e]);
         fprintf(f, ",%.6f", r->top1[b] / r->micro);
         for (int e = 0; e < r->E; e++) fprintf(f, ",%.6f", r->edrop[b * r->E + e] / r->micro);
-        /* with expert parallelism no process holds all the experts: nan */
-        const LayerView *w = &m->w.layers[l];
-        const size_t ne = (size_t)r->E * m->cfg.d_model * config_expert_hidden(&m->cfg);
-        float *hg = model_host_copy(m, w->e_gate, ne), *hu = model_host_copy(m, w->e_up, ne);
-        float *hd = model_host_copy(m, w->e_down, ne);
-        const double sim =
-            m->dist && m->dist->ep > 1
-                ? NAN
-                : experts_similarity(hg ? hg : w->e_gate, hu ? hu : w->e_up, hd ? hd : w->e_down,
-                                     r->E, m->cfg.d_model, config_expert_hidden(&m->cfg));
-        free(hg), free(hu), free(hd);
-        fprintf(f, ",%.6f,%.6f", r->pad[b] / r->micro, sim);
+        fprintf(f, ",%.6f,%.6f", r->pad[b] / r->micro, ep ? NAN : sims[b]);
         fprintf(f, ",%.6f,%.6f,%.6f\n", r->max_logit[b] / r->micro, r->lse[b] / r->micro,
                 group_maxvio(r->tmp, r->E, r->groups));
         b++;
     }
+    free(sims);
 }
 
 void domains_csv_write(FILE *f, const DomainCounts *dc, const Model *m, const Shard *val,
