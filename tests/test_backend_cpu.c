@@ -104,8 +104,9 @@ static void global_f_on_the_host(const Backend *be) {
     const int idx_h[8] = {0, 1, 2, 3, 0, 1, 2, 3};
     float *scores = dev_rand(be, 16, 1.0f, 84);
     int *idx = dev_copy_i(be, idx_h, 8);
+    float *loss = be_floats(be, 1);
     cx.global_f = f;
-    be->router_balance_loss(be, scores, idx, 4, &sp, &cx);
+    be->router_balance_loss(be, loss, scores, idx, 4, &sp, &cx);
 }
 /* a device buffer as to_host's destination */
 static void device_as_host_dst(const Backend *be) {
