@@ -84,11 +84,13 @@ if [ ! -x "$build/moe" ] || [ ! -x "$build/tests/test_backend_ops" ] || [ ! -x "
     exit
 fi
 echo "test_gpu_scripts: the smoke rehearsed (REHEARSE=1, cpu-ref for cuda)"
-# rehearse OUT [VAR=VALUE...]: the smoke profile on this build's binaries
+# rehearse OUT [VAR=VALUE...]: the smoke profile on this build's binaries, each step with ten
+# times its limit (cpu-ref stands in for a GPU, under the sanitizers with make test SANITIZE=1,
+# on a machine running other suites: the script is under test here, not the speed)
 rehearse() {
     local o=$1
     shift
-    env REHEARSE=1 RD_BUILD="$build" RD_WORK="$tmp/work" OMP_NUM_THREADS=2 "$@" \
+    env REHEARSE=1 RD_BUILD="$build" RD_WORK="$tmp/work" OMP_NUM_THREADS=2 RD_TIME_SCALE=10 "$@" \
         bash "$script" --smoke "$o" > "$tmp/rehearse.out" 2>&1
 }
 rehearse "$tmp/r"

@@ -59,8 +59,12 @@
 # (and the GPU-only steps skipped): a check of the script itself, before a GPU's time is spent.
 # RD_BUILD=DIR (with REHEARSE=1) takes the binaries already built in DIR (build, build-san)
 # instead of making build-cuda/; RD_FAIL=STEP makes that step's first run fail, so that its
-# rerun is seen. ONLY='ops|train-.*' runs only the steps of the profile whose
-# names match (an extended regular expression, whole names).
+# rerun is seen; RD_TIME_SCALE=N (with REHEARSE=1) gives every step N times its limit, for a
+# slow stand-in (cpu-ref under the sanitizers). ONLY='ops|train-.*' runs only the steps of the
+# profile whose names match (an extended regular expression, whole names).
+# A step over its limit is killed with its every process (SIGKILL to its process group: a
+# training run sent SIGTERM would write its checkpoint first, into the folder its rerun starts
+# again).
 # Exit status: 0 every step passed or was skipped, 1 a step failed, 2 a usage error or no GPU.
 set -u
 me=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
@@ -210,9 +214,14 @@ fi
 
 # ---- the folders and the device ----------------------------------------------------------------
 if [ $fn_mode = 0 ]; then
-    gpu=cuda arch=
+    gpu=cuda arch= scale=1
     if [ "${REHEARSE:-0}" = 1 ]; then
-        gpu=cpu-ref arch=90
+        gpu=cpu-ref arch=90 scale=${RD_TIME_SCALE:-1}
+        if ! [[ $scale =~ ^[1-9][0-9]*$ ]]; then
+            echo "run_device.sh: RD_TIME_SCALE=$scale is not a whole number from 1 (each step's" \
+                "limit is multiplied by it in a rehearsal)" >&2
+            exit 2
+        fi
     elif ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi -L > /dev/null 2>&1; then
         # before OUT is touched: a summary of an earlier run stays as it was
         echo "run_device.sh: no GPU here (nvidia-smi finds none), so nothing is checked and" \
@@ -382,10 +391,10 @@ step() {
         echo "RD_FAIL=$name: this run made to fail" > "$logs/$name.log"
         false
     else
-        timeout -k 10 "$limit" "$@" > "$logs/$name.log" 2>&1
+        timeout -s KILL "$((limit * scale))" "$@" > "$logs/$name.log" 2>&1
     fi
     local rc=$?
-    say "$name: $([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc$([ $rc = 124 ] && echo ": over its $limit s"))") in $((SECONDS - t0)) s"
+    say "$name: $([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc$([ $rc = 137 ] && echo ": over its $limit s"))") in $((SECONDS - t0)) s"
     grep '^= ' "$logs/$name.log" | sed 's/^= /    /' | tee -a "$summary"
     if [ $rc != 0 ]; then
         tail -n 15 "$logs/$name.log" | sed 's/^/    /' | tee -a "$summary"
@@ -412,7 +421,7 @@ rerun() {
         how="$how under compute-sanitizer memcheck"
     fi
     # CK_FORK=no: the op suites' tests in the one process the sanitizer watches from the start
-    CUDA_LAUNCH_BLOCKING=1 CK_FORK=no timeout -k 10 "$left" ${san[@]+"${san[@]}"} "$@" \
+    CUDA_LAUNCH_BLOCKING=1 CK_FORK=no timeout -s KILL "$((left * scale))" ${san[@]+"${san[@]}"} "$@" \
         > "$logs/$name.rerun.log" 2>&1
     local rc=$?
     say "    rerun with $how: $([ $rc = 0 ] && echo "pass (the failure did not repeat)" || echo "FAIL (exit $rc)") in $((SECONDS - t0)) s"

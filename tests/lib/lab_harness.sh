@@ -183,8 +183,8 @@ row_is() {
 }
 
 # lab_cheat_checks: submissions made from the solution that try to pass a task without doing
-# its work, graded together by grade-all (LAB_TIME_LIMIT=$cheat_seconds, 1 unless set, for the
-# endless loop): each fails its own task and nothing else, and grades.csv says why. The
+# its work, graded together by grade-all (LAB_TIME_LIMIT=$cheat_seconds, 2 unless set, 4 under
+# SANITIZE=1, for the endless loop): each fails its own task and nothing else, and grades.csv says why. The
 # functions attacked are the lab's first four. The sourcing script may set exit_pattern, the
 # message of an early exit (an extended regular expression), cheat_np, the ranks of an MPI
 # lab's tasks there, leak_check=0 when LeakSanitizer cannot look for a submission's leaks
@@ -192,7 +192,9 @@ row_is() {
 # count in more_cheats) and lab_more_cheat_checks (their rows checked).
 lab_cheat_checks() {
     local f t exited=${exit_pattern:-'exited before the task finished \(exit status 0\)'}
-    local seconds=${cheat_seconds:-1}
+    # the loop's limit, with room for a task under the sanitizers on a machine running other
+    # suites (LeakSanitizer's check alone takes a good part of a second)
+    local seconds=${cheat_seconds:-$([ "$san" = 1 ] && echo 4 || echo 2)}
     read -ra f <<< "$functions"
     read -ra t <<< "$tasks"
     rm -rf "$tmp/class" && mkdir -p "$tmp/class/folder_student"
