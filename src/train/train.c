@@ -28,8 +28,7 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
      * its own B of them: the same windows as one process would */
     const int world = m->dist ? m->dist->world : 1, rank = m->dist ? m->dist->rank : 0;
     const size_t NW = (size_t)N * world, mine = (size_t)rank * N;
-    const int training = m->training, defer = m->defer_reads;
-    m->training = 0; /* no exploration noise: evaluation sees the router as it is */
+    const int defer = m->defer_reads;
     m->defer_reads = 0; /* each batch's loss is read as it comes */
     int *inputs = (int *)malloc_check(NW * sizeof(int));
     int *targets = (int *)malloc_check(NW * sizeof(int));
@@ -39,7 +38,8 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
     double total = 0.0;
     for (int i = 0; i < eval_batches; i++) {
         loader_val_batch(val, B * world, T, i, eval_batches, inputs, targets, all_domains);
-        model_forward(m, inputs + mine, targets + mine, B, T);
+        /* no context: no exploration noise, evaluation sees the router as it is */
+        model_forward(m, inputs + mine, targets + mine, B, T, NULL);
         total += m->loss;
         if (!dc) continue;
         if (dc->loss_sum) { /* each token's loss to its domain */
@@ -77,7 +77,6 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
     free(targets);
     free(all_domains);
     free(token_loss);
-    m->training = training;
     m->defer_reads = defer;
     return (float)(total / eval_batches);
 }
@@ -303,14 +302,16 @@ int train_run(Config *c, const TrainOptions *o) {
     if (!o->resume && o->init && checkpoint_load(&m, NULL, o->init, 0, err, sizeof err) != 0)
         moe_input_error("--init: %s", err);
     const int start_step = m.step;
-    m.training = 1; /* exploration noise on (moe.jitter, moe.noise); evaluate() turns it off */
     const int last = o->until > 0 && o->until < c->steps ? o->until : c->steps;
     if (start_step >= last)
         moe_input_error("%s is already at step %d of train.steps=%d; to train further, raise it "
                         "(--set train.steps=N)",
                         o->out_dir, start_step, c->steps);
     RouteTape tape;
-    m.route_tape = open_route_tape(&tape, &m, c, o, world, start_step, last);
+    /* exploration noise on (moe.jitter, moe.noise) in the step's passes; evaluate() runs
+     * without it */
+    StepCtx ctx = {.training = 1};
+    ctx.route_tape = open_route_tape(&tape, &m, c, o, world, start_step, last);
 
     /* every process has checked its inputs; only now does the first one write */
     if (d) dist_barrier(d);
@@ -416,12 +417,12 @@ int train_run(Config *c, const TrainOptions *o) {
         for (int micro = 0; micro < c->accum; micro++) {
             loader_set_step(&loader, step);
             loader_next(&loader, inputs, targets, domains);
-            m.micro = micro;
-            model_forward(&m, inputs + mine, targets + mine, B, T);
+            ctx.micro = micro;
+            model_forward(&m, inputs + mine, targets + mine, B, T, &ctx);
             /* the step's last backward starts the gradients' sums block by block */
-            m.sync_in_backward = m.dist && c->overlap && micro == c->accum - 1;
+            ctx.sync_in_backward = m.dist && c->overlap && micro == c->accum - 1;
             /* each process's mean over its share, 1 / world of the batch's mean */
-            model_backward(&m, 1.0f / (float)(c->accum * world));
+            model_backward(&m, 1.0f / (float)(c->accum * world), &ctx);
         }
         model_sync_grads(&m); /* across processes (or through NCCL alone); else nothing */
         model_grad_norm_record(&m);
@@ -554,7 +555,7 @@ int train_run(Config *c, const TrainOptions *o) {
     fclose(fvalrouter);
     if (fdist) fclose(fdist);
     if (freplay) fclose(freplay);
-    if (m.route_tape) {
+    if (ctx.route_tape) {
         if (o->replay_routing)
             printf("routing replayed from %s: this run's own top-k differed in %lld of %lld "
                    "choices (%.4f %%); replay.csv has them by step\n",
@@ -563,7 +564,6 @@ int train_run(Config *c, const TrainOptions *o) {
         else
             printf("routing recorded in %s: %lld MoE block calls\n", o->record_routing, tape.calls);
         route_tape_close(&tape);
-        m.route_tape = NULL;
     }
     if (root) {
         char val_text[96];
