@@ -327,8 +327,8 @@ START_TEST(test_router_bias_update_and_checkpoint) {
 }
 END_TEST
 
-/* moe.jitter and moe.noise act only in a training forward (StepCtx.training), draw from the model's own
- * stream (same seed, same noise), and that stream is restored by a checkpoint. */
+/* moe.jitter and moe.noise act only in a training forward (StepCtx.training), draw from the model's
+ * own stream (same seed, same noise), and that stream is restored by a checkpoint. */
 START_TEST(test_router_noise_training_only) {
     Config c = tiny_config(4), quiet = tiny_config(4);
     c.jitter = 0.1f;
@@ -342,7 +342,7 @@ START_TEST(test_router_noise_training_only) {
     const StepCtx eval = {.training = 0}, train = {.training = 1};
     Rng start = a.router_rng;
     float clean = model_forward(&q, in, tg, 2, 6, NULL);
-    ck_assert(model_forward(&a, in, tg, 2, 6, NULL) == clean); /* bit for bit: no noise at all */
+    ck_assert(model_forward(&a, in, tg, 2, 6, NULL) == clean);  /* bit for bit: no noise at all */
     ck_assert(model_forward(&a, in, tg, 2, 6, &eval) == clean); /* no context: evaluation mode */
     ck_assert(memcmp(&start, &a.router_rng, sizeof start) == 0);
 

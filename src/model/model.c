@@ -311,8 +311,7 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
             a->defer_losses = m->defer_reads;
             b++;
         }
-    for (int l = 0; l < L; l++)
-        block_forward(m, l, m->resid[l + 1], m->resid[l], B, T, NULL, ctx);
+    for (int l = 0; l < L; l++) block_forward(m, l, m->resid[l + 1], m->resid[l], B, T, NULL, ctx);
 
     PROF(PROF_NORM, be->rmsnorm_forward(be, m->lnf, m->rstdf, m->resid[L], m->w.final_norm, N, C));
     PROF(PROF_HEAD, be->matmul_forward(be, m->logits, m->lnf, m->w.head, N, C, MOE_VOCAB));

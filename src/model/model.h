@@ -109,11 +109,11 @@ typedef struct Model {
     /* the step record, part of the workspace: rec_loss (rec_slots) each micro-batch's sum of
      * token losses, rec_moe (rec_slots, n_moe, 2) each MoE block's balance and z loss, written
      * by the ops where they run. A GPU would wait for each value it returned; so while
-     * defer_reads is 1 (the training loop) model_forward leaves them there, in slot StepCtx.micro, and
-     * the step reads them all with one copy (model_read_step). Else model_forward reads them
-     * at once (slot 0) into loss, aux_loss and z_loss. rec_slots = train.accum. rec_route
-     * (rec_slots, n_moe) the blocks' routing statistics (route_stats_record, route_record_bytes
-     * each), read in the same copy (rec_bytes in all) into rec_host (model_step_route). */
+     * defer_reads is 1 (the training loop) model_forward leaves them there, in slot StepCtx.micro,
+     * and the step reads them all with one copy (model_read_step). Else model_forward reads them at
+     * once (slot 0) into loss, aux_loss and z_loss. rec_slots = train.accum. rec_route (rec_slots,
+     * n_moe) the blocks' routing statistics (route_stats_record, route_record_bytes each), read in
+     * the same copy (rec_bytes in all) into rec_host (model_step_route). */
     double *rec_loss, *rec_norm; /* rec_norm (pt.n): model_grad_norm_record's sums */
     float *rec_moe;
     char *rec_route, *rec_host;
