@@ -354,6 +354,12 @@ static void trainer_open(Trainer *t, const Config *c, const TrainOptions *o) {
     t->targets = (int *)malloc_check((size_t)c->batch * t->T * sizeof(int));
     t->domains = (uint8_t *)malloc_check((size_t)c->batch * t->T);
     t->tty = t->root && !o->quiet && isatty(STDERR_FILENO);
+}
+
+/* What the run trains, once its files are open. */
+static void print_banner(const Trainer *t) {
+    const Config *c = t->c;
+    const TrainOptions *o = t->o;
     if (!t->root) return;
     printf("training %s: %d steps of %d micro-batch(es) of %d x %d tokens, %d threads%s\n",
            o->out_dir, c->steps, c->accum, c->batch, t->T, t->threads,
@@ -522,6 +528,7 @@ int train_run(Config *c, const TrainOptions *o) {
     run_log_open(&log, &spec, c, m);
     RunWatch watch;
     run_watch_init(&watch, c, m->n_moe, t.csv_path, spec.keep, t.root, t.tty && !o->quiet);
+    print_banner(&t);
 
     const double t_start = now_seconds();
     float last_loss = NAN, last_val = NAN;
