@@ -16,7 +16,8 @@
  *                      of training (loader_*) and validation (loader_val_batch), one sequence
  *                      of each domain (shard_domain_batch)
  *   io/mix.h           a domain mix (data.mix): mix_parse, mix_resolve
- *   model/model.h      Model: model_init, model_forward, model_backward, model_free. Its
+ *   model/model.h      Model: model_init, model_forward, model_backward (a StepCtx, the
+ *                      mode of the pass: NULL for evaluation), model_free. Its
  *                      public fields: cfg, spec (the MoE blocks' MoeSpec), B and T (the sizes
  *                      of model_init), n_moe, pt (the parameter table: names and shapes,
  *                      params_find, params_count_total, params_count_active), the results of

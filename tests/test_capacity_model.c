@@ -40,11 +40,10 @@ static float model_loss(const Config *c, int training, Model *keep) {
     ck_assert_msg(config_validate(c, err, sizeof err) == 0, "%s", err);
     Model m;
     model_init(&m, c, MB, MT);
-    m.training = training;
     int in[MB * MT], tg[MB * MT];
     for (int i = 0; i < MB * MT; i++)
         in[i] = (31 * i + 7) % MOE_VOCAB, tg[i] = (in[i] + 1) % MOE_VOCAB;
-    float loss = model_forward(&m, in, tg, MB, MT);
+    float loss = model_forward(&m, in, tg, MB, MT, &(StepCtx){.training = training});
     if (keep)
         *keep = m;
     else

@@ -167,7 +167,7 @@ static double decode_against_full(const Config *c, const Backend *be, const char
     float *full = floats_alloc((size_t)CTX * MOE_VOCAB);
     for (int b = 0; b < SEQ; b++) {
         const int len = d.len[b];
-        model_forward(&m, seq[b], NULL, 1, len);
+        model_forward(&m, seq[b], NULL, 1, len, NULL);
         be->to_host(be, full, m.logits, (size_t)len * MOE_VOCAB * sizeof(float));
         for (int t = plen[b] - 1; t < len; t++) {
             const float *got = cached + ((size_t)b * CTX + t) * MOE_VOCAB;
@@ -229,7 +229,7 @@ START_TEST(test_restart_one_sequence) {
     decoder_step(&d, next2);
     float got[MOE_VOCAB], want[MOE_VOCAB];
     memcpy(got, d.logits + MOE_VOCAB, sizeof got);
-    model_forward(&m, toks + 8, NULL, 1, 4); /* sequence 2's prompt itself */
+    model_forward(&m, toks + 8, NULL, 1, 4, NULL); /* sequence 2's prompt itself */
     memcpy(want, m.logits + 3 * MOE_VOCAB, sizeof want);
     CLOSE_ARRAYS(got, want, MOE_VOCAB, "a restarted sequence");
     decoder_free(&d);

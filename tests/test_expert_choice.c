@@ -278,12 +278,12 @@ static int earlier_changes(int routing) {
     for (int t = 0; t < T; t++) in[t] = (37 * t + 11) % MOE_VOCAB;
     const size_t NV = (size_t)T * MOE_VOCAB, earlier = (size_t)(T - 1) * MOE_VOCAB;
     float *base = malloc(NV * sizeof(float));
-    model_forward(&m, in, NULL, 1, T);
+    model_forward(&m, in, NULL, 1, T, NULL);
     memcpy(base, m.logits, NV * sizeof(float));
     int changed = 0, last_changed = 0;
     for (int r = 1; r <= 16; r++) {
         in[T - 1] = (in[T - 1] + 13 * r) % MOE_VOCAB;
-        model_forward(&m, in, NULL, 1, T);
+        model_forward(&m, in, NULL, 1, T, NULL);
         /* beyond rounding: an expert's product sums each row the same way whatever the other
          * rows of its slice, but sgemm may pick another kernel for a slice of another height,
          * so a row's last bits can move with its neighbours; a leak moves far more */

@@ -46,6 +46,16 @@ layers src src/README.md > "$tmp/out" 2>&1
 check "every include of src/ points to its own folder or one listed before it in src/README.md" $? \
     "$(head -n 20 "$tmp/out")"
 
+# the training loop reads the model's routing through the model's functions (model/inspect.h,
+# model/route_face.h): src/train/ includes neither the MoE block's pieces (moe/) nor the expert
+# exchange (model/ep.h), and reaches into no block of the model (Model.blocks)
+grep -rnE '^#include "(moe/|model/ep\.h)' src/train > "$tmp/out"
+[ ! -s "$tmp/out" ]
+check "src/train/ includes neither moe/ nor model/ep.h" $? "$(head -n 20 "$tmp/out")"
+grep -rnE 'blocks\[' src/train > "$tmp/out"
+[ ! -s "$tmp/out" ]
+check "src/train/ reads no Model.blocks (the routing through model functions)" $? "$(head -n 20 "$tmp/out")"
+
 # the check on a scratch tree: base <- model; model including base passes, base including
 # model fails with the arrow named
 mkdir -p "$tmp/src/base" "$tmp/src/model"

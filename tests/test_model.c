@@ -49,7 +49,7 @@ typedef struct {
 
 static double objective(void *p) {
     ObjCtx *o = (ObjCtx *)p;
-    return model_forward(o->m, o->in, o->tg, o->B, o->T);
+    return model_forward(o->m, o->in, o->tg, o->B, o->T, NULL);
 }
 
 /* Same routing as the unperturbed forward? Finite differences are only meaningful where the
@@ -67,8 +67,8 @@ static void check_model_gradients_eps(Config c, float eps) {
     int in[12], tg[12];
     random_tokens(in, tg, N, 3);
     model_zero_grad(&m);
-    model_forward(&m, in, tg, B, T);
-    model_backward(&m, 1.0f);
+    model_forward(&m, in, tg, B, T, NULL);
+    model_backward(&m, 1.0f, NULL);
     float *analytic = floats_alloc(m.pt.total);
     memcpy(analytic, m.grads, m.pt.total * sizeof(float));
 
@@ -223,12 +223,12 @@ START_TEST(test_accumulation_matches_full_batch) {
     int in[12], tg[12];
     random_tokens(in, tg, 12, 11);
     model_zero_grad(&full);
-    model_forward(&full, in, tg, 2, 6);
-    model_backward(&full, 1.0f);
+    model_forward(&full, in, tg, 2, 6, NULL);
+    model_backward(&full, 1.0f, NULL);
     model_zero_grad(&half);
     for (int b = 0; b < 2; b++) {
-        model_forward(&half, in + 6 * b, tg + 6 * b, 1, 6);
-        model_backward(&half, 0.5f);
+        model_forward(&half, in + 6 * b, tg + 6 * b, 1, 6, NULL);
+        model_backward(&half, 0.5f, NULL);
     }
     expect_close_arrays(half.grads, full.grads, full.pt.total, TOL_F32_ATOL, 1e-3f,
                         "accumulated gradient vs full batch");
@@ -248,8 +248,8 @@ START_TEST(test_checkpoint_round_trip_and_shape_check) {
     int in[12], tg[12];
     random_tokens(in, tg, 12, 5);
     model_zero_grad(&a);
-    model_forward(&a, in, tg, 2, 6);
-    model_backward(&a, 1.0f);
+    model_forward(&a, in, tg, 2, 6, NULL);
+    model_backward(&a, 1.0f, NULL);
     size_t before = 0, after = 0;
     for (size_t i = 0; i < a.pt.total; i++) before += a.grads[i] != 0.0f;
     model_adamw_step(&a, 1e-3f, 1.0f);
@@ -327,8 +327,8 @@ START_TEST(test_router_bias_update_and_checkpoint) {
 }
 END_TEST
 
-/* moe.jitter and moe.noise act only while Model.training is 1, draw from the model's own
- * stream (same seed, same noise), and that stream is restored by a checkpoint. */
+/* moe.jitter and moe.noise act only in a training forward (StepCtx.training), draw from the model's
+ * own stream (same seed, same noise), and that stream is restored by a checkpoint. */
 START_TEST(test_router_noise_training_only) {
     Config c = tiny_config(4), quiet = tiny_config(4);
     c.jitter = 0.1f;
@@ -339,18 +339,18 @@ START_TEST(test_router_noise_training_only) {
     model_init(&q, &quiet, 2, 6);
     int in[12], tg[12];
     random_tokens(in, tg, 12, 9);
-    ck_assert_int_eq(a.training, 0); /* model_init: evaluation mode */
+    const StepCtx eval = {.training = 0}, train = {.training = 1};
     Rng start = a.router_rng;
-    float clean = model_forward(&q, in, tg, 2, 6);
-    ck_assert(model_forward(&a, in, tg, 2, 6) == clean); /* bit for bit: no noise at all */
+    float clean = model_forward(&q, in, tg, 2, 6, NULL);
+    ck_assert(model_forward(&a, in, tg, 2, 6, NULL) == clean);  /* bit for bit: no noise at all */
+    ck_assert(model_forward(&a, in, tg, 2, 6, &eval) == clean); /* no context: evaluation mode */
     ck_assert(memcmp(&start, &a.router_rng, sizeof start) == 0);
 
-    a.training = b.training = 1;
-    float noisy = model_forward(&a, in, tg, 2, 6);
+    float noisy = model_forward(&a, in, tg, 2, 6, &train);
     ck_assert_msg(noisy != clean, "training forward ignored moe.jitter / moe.noise");
     ck_assert(memcmp(&start, &a.router_rng, sizeof start) != 0);
-    ck_assert(model_forward(&b, in, tg, 2, 6) == noisy); /* same stream, same noise */
-    float second = model_forward(&a, in, tg, 2, 6);
+    ck_assert(model_forward(&b, in, tg, 2, 6, &train) == noisy); /* same stream, same noise */
+    float second = model_forward(&a, in, tg, 2, 6, &train);
     ck_assert(second != noisy); /* the stream moves on: fresh noise each forward */
 
     char dir[] = "/tmp/moe_test_noise_XXXXXX", path[256], err[1024];
@@ -361,8 +361,7 @@ START_TEST(test_router_noise_training_only) {
     model_init(&b, &c, 2, 6);
     ck_assert_int_eq(checkpoint_load(&b, NULL, path, 1, err, sizeof err), 0);
     ck_assert(memcmp(&a.router_rng, &b.router_rng, sizeof(Rng)) == 0);
-    a.training = b.training = 1;
-    ck_assert(model_forward(&a, in, tg, 2, 6) == model_forward(&b, in, tg, 2, 6));
+    ck_assert(model_forward(&a, in, tg, 2, 6, &train) == model_forward(&b, in, tg, 2, 6, &train));
     unlink(path);
     rmdir(dir);
     model_free(&a);
@@ -388,7 +387,7 @@ START_TEST(test_model_inspect) {
     model_init(&m, &c, B, T);
     int in[N], tg[N];
     random_tokens(in, tg, N, 3);
-    model_forward(&m, in, tg, B, T);
+    model_forward(&m, in, tg, B, T, NULL);
 
     ck_assert(!model_is_moe(&m, 0) && model_is_moe(&m, 1));
     ck_assert(!model_is_moe(&m, -1) && !model_is_moe(&m, 2));

@@ -188,7 +188,7 @@ START_TEST(test_cache_gives_the_resident_logits) {
     random_tokens(in, unused, BATCH * CTX, 3);
     const size_t nl = (size_t)BATCH * CTX * MOE_VOCAB;
     float *want = floats_alloc(nl);
-    model_forward(&m, in, NULL, BATCH, CTX);
+    model_forward(&m, in, NULL, BATCH, CTX, NULL);
     memcpy(want, m.logits, nl * sizeof(float));
     const long long touches = touches_of_last_forward(&m);
     ck_assert(touches > 0);
@@ -205,7 +205,7 @@ START_TEST(test_cache_gives_the_resident_logits) {
         /* twice: a cold cache, then one holding what the first forward left */
         for (int pass = 0; pass < 2; pass++) {
             memset(m.logits, 0, nl * sizeof(float));
-            model_forward(&m, in, NULL, BATCH, CTX);
+            model_forward(&m, in, NULL, BATCH, CTX, NULL);
             char what[96];
             snprintf(what, sizeof what, "%s, %d slots, pass %d: logits through the cache", be->name,
                      slot_counts[k], pass);

@@ -267,7 +267,7 @@ END_TEST
 
 /* Logits of one forward over tokens (B, T), copied out. */
 static void forward_logits(Model *m, float *out, const int *tokens) {
-    model_forward(m, tokens, NULL, B, T);
+    model_forward(m, tokens, NULL, B, T, NULL);
     m->be->to_host(m->be, out, m->logits, (size_t)B * T * MOE_VOCAB * sizeof(float));
 }
 
@@ -323,16 +323,16 @@ START_TEST(test_loss_and_error_order) {
     model_init_backend(&m, &c, B, T, NULL, &backend_cpu);
     int tokens[B * T], targets[B * T];
     random_tokens(tokens, targets, B * T, 19);
-    model_forward(&m, tokens, targets, B, T);
+    model_forward(&m, tokens, targets, B, T, NULL);
     const float loss = m.loss;
     QuantExperts q8, q4;
     quant_experts_init(&q8, &m, QUANT_INT8, B * T);
     quant_experts_init(&q4, &m, QUANT_INT4, B * T);
     m.expert_source = &q8.src;
-    model_forward(&m, tokens, targets, B, T);
+    model_forward(&m, tokens, targets, B, T, NULL);
     const float d8 = m.loss - loss;
     m.expert_source = &q4.src;
-    model_forward(&m, tokens, targets, B, T);
+    model_forward(&m, tokens, targets, B, T, NULL);
     const float d4 = m.loss - loss;
     m.expert_source = NULL;
     const int n = q8.n_moe * q8.E;
@@ -381,7 +381,7 @@ START_TEST(test_decoding_with_the_source) {
             memcpy(cached + ((size_t)b * T + t) * MOE_VOCAB, d.logits + (size_t)b * MOE_VOCAB,
                    MOE_VOCAB * sizeof(float));
     }
-    model_forward(&m, seq, NULL, B, T);
+    model_forward(&m, seq, NULL, B, T, NULL);
     for (int b = 0; b < B; b++)
         for (int t = 3; t < T; t++) {
             char what[64];

@@ -158,8 +158,8 @@ static float router_run(int precision, float *grad_router, size_t n) {
     int in[B * T], tg[B * T];
     random_tokens(in, tg, B * T, 5);
     model_zero_grad(&m);
-    const float loss = model_forward(&m, in, tg, B, T);
-    model_backward(&m, 1.0f);
+    const float loss = model_forward(&m, in, tg, B, T, NULL);
+    model_backward(&m, 1.0f, NULL);
     const MoeActs *a = m.blocks[1].moe;
     if (precision != MOE_ROUTER_FP32)
         ck_assert_msg(all_bf16(a->logits, (size_t)B * T * 4), "logits not rounded to bf16");
@@ -222,14 +222,12 @@ START_TEST(test_balance_groups_and_global_scope) {
             c.balance_scope = scope;
             Model m;
             model_init(&m, &c, B, T);
-            m.training = 1;
             const MoeActs *a = m.blocks[2].moe;
             double step_count[E] = {0};
             for (int micro = 0; micro < 3; micro++) {
                 int in[N], tg[N];
                 random_tokens(in, tg, N, 20 + micro);
-                m.micro = micro;
-                model_forward(&m, in, tg, B, T);
+                model_forward(&m, in, tg, B, T, &(StepCtx){.training = 1, .micro = micro});
                 double count[E] = {0};
                 count_idx(count, a->idx, N * K);
                 count_idx(step_count, a->idx, N * K);

@@ -69,7 +69,7 @@ static void batch_tokens(int *in, int *tg) {
 static float loss_of(Model *m) {
     int in[UB * UT], tg[UB * UT];
     batch_tokens(in, tg);
-    model_forward(m, in, tg, UB, UT);
+    model_forward(m, in, tg, UB, UT, NULL);
     return m->loss;
 }
 

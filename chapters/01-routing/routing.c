@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
     }
 
     /* the model's forward pass gives the router's input: the normalised residual stream */
-    model_forward(&m, tokens, NULL, B, T);
+    model_forward(&m, tokens, NULL, B, T, NULL);
     const MoeSpec *spec = &m.spec;
     MoeCtx ctx; /* one evaluation call on sequences of T bytes */
     moe_ctx_eval(&ctx, spec, T);

@@ -140,7 +140,7 @@ int main(int argc, char **argv) {
            B, T, N, N * K);
 
     /* the model's forward pass gives the block's input, the normalised residual stream */
-    model_forward(&m, tokens, NULL, B, T);
+    model_forward(&m, tokens, NULL, B, T, NULL);
     const BlockView view = model_block_view(&m, layer);
     const float *x = view.ffn_in;      /* (N, C) */
     const float *resid_mid = view.mid; /* (N, C) */

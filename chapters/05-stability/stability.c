@@ -115,7 +115,7 @@ typedef struct {
 static void arm_run(Arm *r, const Config *c, int B, const int *inputs, const int *targets) {
     Model m;
     model_init(&m, c, B, T);
-    model_forward(&m, inputs, targets, B, T);
+    model_forward(&m, inputs, targets, B, T, NULL);
     const int L = c->n_layer;
     const size_t n = (size_t)B * T * c->d_model;
     for (int l = 0; l < L; l++) r->resid_rms[l] = rms(model_block_view(&m, l).input, n);
@@ -331,7 +331,7 @@ int main(int argc, char **argv) {
      */
     Model m;
     model_init(&m, &c, B, T);
-    model_forward(&m, inputs, targets, B, T);
+    model_forward(&m, inputs, targets, B, T, NULL);
     int last = -1;
     for (int l = 0; l < L; l++)
         if (model_is_moe(&m, l)) last = l;
@@ -392,7 +392,7 @@ int main(int argc, char **argv) {
         cp.router_precision = p;
         Model mp;
         model_init(&mp, &cp, B, T);
-        model_forward(&mp, inputs, targets, B, T);
+        model_forward(&mp, inputs, targets, B, T, NULL);
         const int *idx = model_route_view(&mp, last).idx;
         int changed = 0;
         for (int t = 0; t < N; t++) changed += !same_set(ma.idx, idx, t, TOP_K);

@@ -93,7 +93,7 @@ static void cache_demo(Model *m, FILE *f) {
     int same = 1;
     t0 = now_seconds();
     for (int t = 0; t < T; t++) {
-        model_forward(m, seq, NULL, 1, t + 1);
+        model_forward(m, seq, NULL, 1, t + 1, NULL);
         const float *row = m->logits + (size_t)t * MOE_VOCAB;
         if (t + 1 < T && greedy(row) != seq[t + 1]) same = 0;
         for (int v = 0; v < MOE_VOCAB; v++) {
@@ -125,7 +125,7 @@ static void expert_shares(Model *m, const Shard *val, int batches, double *share
     uint8_t *dm = (uint8_t *)malloc_check((size_t)N);
     for (int b = 0; b < batches; b++) {
         loader_val_batch(val, m->B, m->T, b, batches, in, tg, dm);
-        model_forward(m, in, NULL, m->B, m->T);
+        model_forward(m, in, NULL, m->B, m->T, NULL);
         for (int l = 0, j = 0; l < m->cfg.n_layer; l++)
             if (model_is_moe(m, l)) {
                 const int *routed = model_route_view(m, l).routed;

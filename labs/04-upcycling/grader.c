@@ -211,7 +211,7 @@ static float batch_loss(Model *m) {
         inputs[i] = (37 * i + 11) % MOE_VOCAB;
         targets[i] = (53 * i + 7) % MOE_VOCAB;
     }
-    model_forward(m, inputs, targets, MB, MT);
+    model_forward(m, inputs, targets, MB, MT, NULL);
     return m->loss;
 }
 

@@ -27,11 +27,10 @@ static void write_eval_logits(Model *m, const Shard *val, int batches, const cha
     int *targets = (int *)malloc_check((size_t)N * sizeof(int));
     uint8_t *domains = (uint8_t *)malloc_check((size_t)N);
     loader_val_batch(val, B, T, 0, batches, inputs, targets, domains);
-    m->training = 0;
-    model_forward(m, inputs, NULL, B, T);
+    model_forward(m, inputs, NULL, B, T, NULL); /* no context: evaluation */
     float *logits = (float *)malloc_check((size_t)N * MOE_VOCAB * sizeof(float));
     m->be->to_host(m->be, logits, m->logits, (size_t)N * MOE_VOCAB * sizeof(float));
-    model_forward(m, inputs, targets, B, T);
+    model_forward(m, inputs, targets, B, T, NULL);
     const float loss = m->loss; /* the cross-entropy, as evaluate() sums it */
     float *tok = (float *)malloc_check((size_t)N * sizeof(float) * 2);
     for (int i = 0; i < N; i++) tok[i] = (float)inputs[i], tok[N + i] = (float)targets[i];
@@ -240,7 +239,7 @@ int cmd_sample(int argc, char **argv) {
     for (long long i = 0; i <= n_new; i++) {
         if (o.no_cache)
             for (int s = 0; s < S; s++) { /* the last row's logits, brought to the host */
-                model_forward(&m, win + (size_t)s * T, NULL, 1, wlen[s]);
+                model_forward(&m, win + (size_t)s * T, NULL, 1, wlen[s], NULL);
                 m.be->to_host(m.be, logits + (size_t)s * MOE_VOCAB,
                               m.logits + (size_t)(wlen[s] - 1) * MOE_VOCAB,
                               MOE_VOCAB * sizeof(float));

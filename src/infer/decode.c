@@ -85,7 +85,7 @@ void decoder_prefill(Decoder *d, int first, int n, const int *tokens, int Tp, co
     for (int i = 0; i < n; i++)
         if (lens[i] < 1 || lens[i] > Tp)
             moe_fatal("decoder_prefill: prompt %d has %d tokens (1 to %d)", i, lens[i], Tp);
-    model_forward(m, tokens, NULL, n, Tp);
+    model_forward(m, tokens, NULL, n, Tp, NULL);
     /* row i Tp + t of the forward's keys and values is position t of sequence first + i */
     int *rows = d->host_idx;
     for (int i = 0; i < n; i++)

@@ -267,9 +267,9 @@ static void step_child(void *result, const void *arg) {
         /* the gradients are zero here: model_init allocates them zeroed, and each AdamW step
          * clears them in the pass that reads them (model.h), as in training */
         double t0 = now_seconds();
-        float obj = model_forward(&m, in, tg, B, T);
+        float obj = model_forward(&m, in, tg, B, T, NULL);
         double t2 = now_seconds();
-        model_backward(&m, 1.0f);
+        model_backward(&m, 1.0f, NULL);
         be.sync(&be); /* a GPU's work is queued: time it done (on the CPU, nothing to wait for) */
         double t3 = now_seconds();
         float norm = model_grad_norm(&m);

@@ -47,3 +47,7 @@ double model_expert_similarity(const Model *m, int layer) {
     return experts_similarity(w->e_gate, w->e_up, w->e_down, m->cfg.num_experts, m->cfg.d_model,
                               config_expert_hidden(&m->cfg));
 }
+
+float *model_router_bias(const Model *m, int layer) {
+    return layer >= 0 && layer < m->cfg.n_layer ? m->blocks[layer].router_bias : NULL;
+}

@@ -48,6 +48,10 @@ void model_router_logits(const Model *m, int layer, float *logits);
  * moe.balance=aux_free), to run the block again on its input at other settings. */
 MoeWeights model_moe_weights(const Model *m, int layer);
 
+/* MoE block `layer`'s aux-free bias (E) in the backend's memory (moe.balance=aux_free; else,
+ * and for a dense block, NULL): what checkpoints save and load. */
+float *model_router_bias(const Model *m, int layer);
+
 /* The mean cosine similarity of MoE block `layer`'s experts (experts_similarity): 1 for
  * copies of one FFN; 0 for a dense block. */
 double model_expert_similarity(const Model *m, int layer);

@@ -198,25 +198,26 @@ static MoeWeights moe_weights(const LayerView *lw) {
 /* The MoE blocks' context of one call on sequences of T tokens: while training, the
  * exploration stream (when the spec draws any noise), training's capacity and the routing
  * tape; else no noise and evaluation's capacity. */
-static MoeCtx block_ctx(Model *m, int T) {
+static MoeCtx block_ctx(Model *m, const StepCtx *ctx, int T) {
     const MoeSpec *s = &m->spec;
+    const int training = ctx && ctx->training;
     MoeCtx x;
-    if (m->training) {
+    if (training) {
         const int draws = s->jitter > 0.0f || s->noise > 0.0f || s->second_expert_random;
         moe_ctx_train(&x, s, T, draws ? &m->router_rng : NULL);
     } else {
         moe_ctx_eval(&x, s, T);
     }
     x.dist = m->dist;
-    x.tape = m->training ? m->route_tape : NULL; /* training's forward passes only */
-    x.micro = m->training ? m->micro : 0;
+    x.tape = training ? ctx->route_tape : NULL; /* training's forward passes only */
+    x.micro = training ? ctx->micro : 0;
     return x;
 }
 
 /* Block l over B sequences of T tokens, or with kv (a decoding step: B sequences of one new
  * token each, T 1) over the new tokens against kv's cache of the earlier ones. */
 static void block_forward(Model *m, int l, float *out, const float *in, int B, int T,
-                          const KvStep *kv) {
+                          const KvStep *kv, const StepCtx *ctx) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     const int C = c->d_model, H = c->n_head, F = c->d_ff, N = B * T;
@@ -259,7 +260,7 @@ static void block_forward(Model *m, int l, float *out, const float *in, int B, i
         if (m->spec.balance == MOE_BALANCE_AUX_FREE) wt.bias = a->router_bias;
         wt.source = m->expert_source;
         wt.layer = l;
-        MoeCtx x = block_ctx(m, T);
+        MoeCtx x = block_ctx(m, ctx, T);
         if (kv) x.capacity_factor = 0.0f; /* decoding keeps every token (dropless) */
         moe_block_forward(be, fo, a->moe, a->ln2, &wt, &m->spec, &x, N);
         if (a->sg) { /* shared experts: one dense SwiGLU, weight 1; dln is free scratch here */
@@ -282,7 +283,8 @@ static void block_forward(Model *m, int l, float *out, const float *in, int B, i
     PROF(PROF_RESIDUAL, be->add(be, out, a->resid_mid, m->dtmp, (size_t)N * C));
 }
 
-float model_forward(Model *m, const int *inputs, const int *targets, int B, int T) {
+float model_forward(Model *m, const int *inputs, const int *targets, int B, int T,
+                    const StepCtx *ctx) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     const int C = c->d_model, L = c->n_layer, N = B * T;
@@ -297,7 +299,7 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
 
     /* each MoE block's losses into the step record: the micro-batch's slot while the step reads
      * them at its end (defer_reads), else slot 0, read at once */
-    const int slot = m->defer_reads ? m->micro : 0;
+    const int slot = m->defer_reads && ctx ? ctx->micro : 0;
     if (slot < 0 || slot >= m->rec_slots)
         moe_fatal("model_forward: micro-batch %d of a step record of %d", slot, m->rec_slots);
     for (int l = 0, b = 0; l < L; l++)
@@ -309,7 +311,7 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
             a->defer_losses = m->defer_reads;
             b++;
         }
-    for (int l = 0; l < L; l++) block_forward(m, l, m->resid[l + 1], m->resid[l], B, T, NULL);
+    for (int l = 0; l < L; l++) block_forward(m, l, m->resid[l + 1], m->resid[l], B, T, NULL, ctx);
 
     PROF(PROF_NORM, be->rmsnorm_forward(be, m->lnf, m->rstdf, m->resid[L], m->w.final_norm, N, C));
     PROF(PROF_HEAD, be->matmul_forward(be, m->logits, m->lnf, m->w.head, N, C, MOE_VOCAB));
@@ -388,7 +390,7 @@ void model_forward_cached(Model *m, const int *tokens, int N, const KvStep *kv) 
     m->B_last = N, m->T_last = 1, m->N_last = N;
     be->to_device(be, m->inputs, tokens, (size_t)N * sizeof(int));
     PROF(PROF_EMBED, be->embed_forward(be, m->resid[0], m->inputs, m->w.tok_emb, N, C));
-    for (int l = 0; l < L; l++) block_forward(m, l, m->resid[l + 1], m->resid[l], N, 1, kv);
+    for (int l = 0; l < L; l++) block_forward(m, l, m->resid[l + 1], m->resid[l], N, 1, kv, NULL);
     PROF(PROF_NORM, be->rmsnorm_forward(be, m->lnf, m->rstdf, m->resid[L], m->w.final_norm, N, C));
     PROF(PROF_HEAD, be->matmul_forward(be, m->logits, m->lnf, m->w.head, N, C, MOE_VOCAB));
     m->loss = NAN;
@@ -399,7 +401,7 @@ void model_forward_cached(Model *m, const int *tokens, int N, const KvStep *kv) 
 /* dx (N, C) = d/d(in) of block l, given dout (N, C) the gradient of its output. dx may be
  * dout itself: dout is last read before dmid is formed, and dx is written at the very end. */
 static void block_backward(Model *m, int l, float *dx, const float *dout, const float *in,
-                           float loss_scale) {
+                           float loss_scale, const StepCtx *ctx) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     const int C = c->d_model, H = c->n_head, F = c->d_ff;
@@ -421,7 +423,7 @@ static void block_backward(Model *m, int l, float *dx, const float *dout, const 
     if (a->moe) {
         MoeWeights wt = moe_weights(lw);
         MoeGrads gr = {.router = gw->router, .Wg = gw->e_gate, .Wu = gw->e_up, .Wd = gw->e_down};
-        const MoeCtx x = block_ctx(m, T);
+        const MoeCtx x = block_ctx(m, ctx, T);
         moe_block_backward(be, m->dln, &gr, dffn, a->moe, a->ln2, &wt, &m->spec, &x,
                            &m->moe_scratch, loss_scale);
         if (a->sg) { /* + (silu(ln2 Wsg^T) * ln2 Wsu^T) Wsd^T: its input gradients add to dln */
@@ -476,7 +478,7 @@ static void block_backward(Model *m, int l, float *dx, const float *dout, const 
     PROF(PROF_RESIDUAL, be->add(be, dx, m->dmid, m->dtmp, (size_t)N * C));
 }
 
-void model_backward(Model *m, float loss_scale) {
+void model_backward(Model *m, float loss_scale, const StepCtx *ctx) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     const int C = c->d_model, L = c->n_layer, N = m->N_last;
@@ -494,12 +496,12 @@ void model_backward(Model *m, float loss_scale) {
                                          m->w.final_norm, m->rstdf, N, C));
     /* the last micro-batch of a step across processes: each stage's gradients are final when
      * it is done, and their sums start at once (grad_sync.h) */
-    GradSync *sync = m->sync_in_backward ? m->sync : NULL;
+    GradSync *sync = ctx && ctx->sync_in_backward ? m->sync : NULL;
     if (sync) grad_sync_ready(sync, m->dist, m->grads, 0);
 
     /* dresid holds d/d(resid[l+1]); each block turns it into d/d(resid[l]) in place */
     for (int l = L - 1; l >= 0; l--) {
-        block_backward(m, l, m->dresid, m->dresid, m->resid[l], loss_scale);
+        block_backward(m, l, m->dresid, m->dresid, m->resid[l], loss_scale, ctx);
         if (sync) grad_sync_ready(sync, m->dist, m->grads, L - l);
     }
 

@@ -69,21 +69,13 @@ typedef struct Model {
                                 the host's (a GPU's); else NULL */
     int router_bias_host_fresh; /* 1: router_bias_host holds router_bias (the update keeps it
                                    so; a checkpoint's load writes the biases and sets 0) */
-    /* exploration noise (moe.jitter, moe.noise): drawn only while training is 1, from a stream
-     * of its own seeded by train.seed and saved in checkpoints ("rng/router"). model_init
-     * leaves training 0 (evaluation, sampling); the training loop turns it on. */
-    int training;
+    /* exploration noise (moe.jitter, moe.noise): drawn only in a training forward
+     * (StepCtx.training), from a stream of its own seeded by train.seed and saved in
+     * checkpoints ("rng/router") */
     Rng router_rng;
-    /* training: the micro-batch of the optimizer step the next forward runs (0 the first): the
-     * MoE blocks' step-wide balance count (moe.balance_scope=global) starts again at 0 */
-    int micro;
     /* inference with the experts held elsewhere (src/infer/: quantized, or loaded on demand);
      * NULL: the weights above. Forward only: owned by its caller. */
     ExpertSource *expert_source;
-    /* a routing recording to write or replay in training's forward passes (route_tape.h; set
-     * by the trainer, owned by it); NULL: none */
-    struct RouteTape *route_tape;
-
     /* activations and backward scratch: the entries of the model's table (acts.h:
      * model_acts_table), all in one allocation of the backend, the arena */
     ActTable acts;
@@ -117,11 +109,11 @@ typedef struct Model {
     /* the step record, part of the workspace: rec_loss (rec_slots) each micro-batch's sum of
      * token losses, rec_moe (rec_slots, n_moe, 2) each MoE block's balance and z loss, written
      * by the ops where they run. A GPU would wait for each value it returned; so while
-     * defer_reads is 1 (the training loop) model_forward leaves them there, in slot micro, and
-     * the step reads them all with one copy (model_read_step). Else model_forward reads them
-     * at once (slot 0) into loss, aux_loss and z_loss. rec_slots = train.accum. rec_route
-     * (rec_slots, n_moe) the blocks' routing statistics (route_stats_record, route_record_bytes
-     * each), read in the same copy (rec_bytes in all) into rec_host (model_step_route). */
+     * defer_reads is 1 (the training loop) model_forward leaves them there, in slot StepCtx.micro,
+     * and the step reads them all with one copy (model_read_step). Else model_forward reads them at
+     * once (slot 0) into loss, aux_loss and z_loss. rec_slots = train.accum. rec_route (rec_slots,
+     * n_moe) the blocks' routing statistics (route_stats_record, route_record_bytes each), read in
+     * the same copy (rec_bytes in all) into rec_host (model_step_route). */
     double *rec_loss, *rec_norm; /* rec_norm (pt.n): model_grad_norm_record's sums */
     float *rec_moe;
     char *rec_route, *rec_host;
@@ -143,11 +135,27 @@ typedef struct Model {
      * expert tensors hold this member's num_experts / ep experts (params_table_build_ep). */
     Dist *dist;
     /* the gradients' sums over the processes, in buckets (grad_sync.h; NULL in one process).
-     * While sync_in_backward is 1 (the trainer sets it for the last micro-batch of a step with
-     * dist.overlap=1), model_backward starts each block's sums as soon as it is done. */
+     * A backward with StepCtx.sync_in_backward starts each block's sums as soon as it is done. */
     struct GradSync *sync;
-    int sync_in_backward;
 } Model;
+
+/* The mode of one forward or backward: what the caller is doing with the model, not the
+ * model's state, passed with each call. NULL (or all zero): evaluation and inference: no
+ * exploration noise, evaluation's capacity, no tape. A training loop passes its own. */
+typedef struct StepCtx {
+    /* a training pass: exploration noise (moe.jitter, moe.noise) and training's capacity */
+    int training;
+    /* the micro-batch of the optimizer step (0 the first): its slot of the step record while
+     * defer_reads, and where the MoE blocks' step-wide balance count (moe.balance_scope=global)
+     * starts again at 0 */
+    int micro;
+    /* backward: start each block's gradient sums as soon as it is done (grad_sync.h); the
+     * trainer sets it for the last micro-batch of a step with dist.overlap=1 */
+    int sync_in_backward;
+    /* a routing recording to write or replay in training passes (route_tape.h, owned by the
+     * caller); NULL: none */
+    struct RouteTape *route_tape;
+} StepCtx;
 
 /* Allocate a model for config c with activations for B x T tokens; weights initialised from
  * the config seed. */
@@ -160,11 +168,12 @@ void model_init_dist(Model *m, const Config *c, int B, int T, Dist *d);
 void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const Backend *be);
 void model_free(Model *m);
 
-/* Forward over inputs (B, T) (T <= the T of model_init). With targets, computes the loss
- * (Model.loss, aux_loss, z_loss) and leaves probabilities in logits; with targets NULL, leaves
- * the logits. Returns the objective: loss + aux_coef * sum aux + z_coef * sum z (the aux term
- * only for moe.balance=aux or seq_aux). */
-float model_forward(Model *m, const int *inputs, const int *targets, int B, int T);
+/* Forward over inputs (B, T) (T <= the T of model_init) in the mode of ctx (NULL: evaluation).
+ * With targets, computes the loss (Model.loss, aux_loss, z_loss) and leaves probabilities in
+ * logits; with targets NULL, leaves the logits. Returns the objective: loss + aux_coef * sum aux
+ * + z_coef * sum z (the aux term only for moe.balance=aux or seq_aux). */
+float model_forward(Model *m, const int *inputs, const int *targets, int B, int T,
+                    const StepCtx *ctx);
 /* The step's losses after micro_batches forwards with defer_reads set (one copy from the step
  * record): *loss, *aux, *z (written) = the sums over the micro-batches of what Model.loss,
  * aux_loss and z_loss would have been after each, in the same float arithmetic, so that the
@@ -181,9 +190,10 @@ void model_step_route(Model *m, int micro);
  * the same position of the whole sequence. N <= B T of model_init. */
 void model_forward_cached(Model *m, const int *tokens, int N, const KvStep *kv);
 
-/* Backward of the last forward (which must have had targets); gradients are ADDED to m->grads,
- * with every loss term scaled by loss_scale (1 / accum for gradient accumulation). */
-void model_backward(Model *m, float loss_scale);
+/* Backward of the last forward (which must have had targets), in the mode ctx that forward
+ * ran in (NULL: evaluation's); gradients are ADDED to m->grads, with every loss term scaled by
+ * loss_scale (1 / accum for gradient accumulation). */
+void model_backward(Model *m, float loss_scale, const StepCtx *ctx);
 
 void model_zero_grad(Model *m);
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "io/tensorfile.h"
+#include "model/inspect.h"
 
 static const char *const KINDS[3] = {"param", "adam_m", "adam_v"};
 
@@ -18,13 +19,13 @@ static int expert_share(const Model *m) {
     return m->dist ? m->dist->ep : 1;
 }
 
-int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, char *err,
-                    int errlen) {
+/* Expert parallelism: each stacked expert tensor is gathered, in member order, from the
+ * expert-parallel group, so the file holds all E experts as one process would write them;
+ * every process takes part, the first one writes. Returns (3, pt.n) the gathered tensors of
+ * each kind (NULL where a tensor is not gathered, and everywhere on the other members). */
+static float **gather_experts(const Model *m) {
     const ParamTable *pt = &m->pt;
     const int share = expert_share(m);
-    /* expert parallelism: each stacked expert tensor is gathered, in member order, from the
-     * expert-parallel group, so the file holds all E experts as one process would write them;
-     * every process takes part, the first one writes */
     float **gathered = (float **)calloc_check((size_t)3 * pt->n + 1, sizeof(float *));
     if (share > 1)
         for (int kind = 0; kind < 3; kind++)
@@ -38,6 +39,24 @@ int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, cha
                 free(down);
                 gathered[kind * pt->n + i] = full;
             }
+    return gathered;
+}
+
+/* A byte tensor of the file: an RNG's state. */
+static void rng_entry(TensorRef *e, const char *name, const Rng *rng) {
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->dtype = TENSOR_U8;
+    e->ndim = 1;
+    e->shape[0] = (int)sizeof(Rng);
+    e->nbytes = sizeof(Rng);
+    e->data = rng;
+}
+
+int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, char *err,
+                    int errlen) {
+    const ParamTable *pt = &m->pt;
+    const int share = expert_share(m);
+    float **gathered = gather_experts(m);
     if (m->dist && m->dist->rank != 0) {
         for (int j = 0; j < 3 * pt->n; j++) free(gathered[j]);
         free(gathered);
@@ -63,31 +82,20 @@ int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, cha
         }
     }
     Rng zero = {{0, 0, 0, 0}};
-    snprintf(e[k].name, sizeof e[k].name, "rng/loader");
-    e[k].dtype = TENSOR_U8;
-    e[k].ndim = 1;
-    e[k].shape[0] = (int)sizeof(Rng);
-    e[k].nbytes = sizeof(Rng);
-    e[k].data = loader_rng ? loader_rng : &zero;
-    k++;
-    snprintf(e[k].name, sizeof e[k].name, "rng/router");
-    e[k].dtype = TENSOR_U8;
-    e[k].ndim = 1;
-    e[k].shape[0] = (int)sizeof(Rng);
-    e[k].nbytes = sizeof(Rng);
-    e[k].data = &m->router_rng;
-    k++;
+    rng_entry(&e[k++], "rng/loader", loader_rng ? loader_rng : &zero);
+    rng_entry(&e[k++], "rng/router", &m->router_rng);
     float *biases[m->cfg.n_layer + 1];
     for (int l = 0; l < m->cfg.n_layer; l++) {
         biases[l] = NULL;
-        if (!m->blocks[l].router_bias) continue;
-        biases[l] = model_host_copy(m, m->blocks[l].router_bias, (size_t)m->cfg.num_experts);
+        const float *bias = model_router_bias(m, l);
+        if (!bias) continue;
+        biases[l] = model_host_copy(m, bias, (size_t)m->cfg.num_experts);
         snprintf(e[k].name, sizeof e[k].name, "router_bias/layers.%d", l);
         e[k].dtype = TENSOR_F32;
         e[k].ndim = 1;
         e[k].shape[0] = m->cfg.num_experts;
         e[k].nbytes = (size_t)m->cfg.num_experts * sizeof(float);
-        e[k].data = biases[l] ? biases[l] : m->blocks[l].router_bias;
+        e[k].data = biases[l] ? biases[l] : bias;
         k++;
     }
 
@@ -191,7 +199,7 @@ int checkpoint_load(Model *m, Rng *loader_rng, const char *path, int with_optimi
      * checkpoint without them (written before aux-free balancing existed) leaves them 0,
      * which is where an aux-free run starts. */
     for (int l = 0; rc == 0 && l < m->cfg.n_layer; l++) {
-        float *bias = m->blocks[l].router_bias;
+        float *bias = model_router_bias(m, l);
         if (!bias) continue;
         char name[TENSOR_NAME_MAX];
         snprintf(name, sizeof name, "router_bias/layers.%d", l);

@@ -11,14 +11,13 @@
 
 #include "base/util.h"
 #include "io/mix.h"
-#include "model/ep.h"
-#include "model/grad_sync.h"
+#include "model/inspect.h"
 #include "model/memory.h"
+#include "model/route_face.h"
 #include "model/route_tape.h"
 #include "train/checkpoint.h"
 #include "train/run.h"
-#include "train/health.h"
-#include "train/train_log.h"
+#include "train/run_log.h"
 
 /* ---- evaluation --------------------------------------------------------------------------- */
 
@@ -28,8 +27,7 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
      * its own B of them: the same windows as one process would */
     const int world = m->dist ? m->dist->world : 1, rank = m->dist ? m->dist->rank : 0;
     const size_t NW = (size_t)N * world, mine = (size_t)rank * N;
-    const int training = m->training, defer = m->defer_reads;
-    m->training = 0; /* no exploration noise: evaluation sees the router as it is */
+    const int defer = m->defer_reads;
     m->defer_reads = 0; /* each batch's loss is read as it comes */
     int *inputs = (int *)malloc_check(NW * sizeof(int));
     int *targets = (int *)malloc_check(NW * sizeof(int));
@@ -39,7 +37,8 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
     double total = 0.0;
     for (int i = 0; i < eval_batches; i++) {
         loader_val_batch(val, B * world, T, i, eval_batches, inputs, targets, all_domains);
-        model_forward(m, inputs + mine, targets + mine, B, T);
+        /* no context: no exploration noise, evaluation sees the router as it is */
+        model_forward(m, inputs + mine, targets + mine, B, T, NULL);
         total += m->loss;
         if (!dc) continue;
         if (dc->loss_sum) { /* each token's loss to its domain */
@@ -50,11 +49,10 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
             }
         }
         for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
-            const MoeActs *a = m->blocks[l].moe;
-            if (!a) continue;
+            if (!model_is_moe(m, l)) continue;
             double drops[2] = {0.0, 0.0};
-            m->be->route_domains(m->be, dc->counts + (size_t)b * dc->n_domains * dc->E, drops,
-                                 domains, dc->n_domains, a->idx, &a->plan, N, &m->spec);
+            model_route_domains(m, l, dc->counts + (size_t)b * dc->n_domains * dc->E, drops,
+                                domains, dc->n_domains);
             if (dc->drops) dc->drops[2 * b] += drops[0], dc->drops[2 * b + 1] += drops[1];
             b++;
         }
@@ -77,7 +75,6 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
     free(targets);
     free(all_domains);
     free(token_loss);
-    m->training = training;
     m->defer_reads = defer;
     return (float)(total / eval_batches);
 }
@@ -147,25 +144,6 @@ static void setup_mix(Loader *l, const Config *c, const Shard *train,
              end ? "\n" : "");
     if (!mixed && !end) return; /* as it always was */
     loader_set_mix(l, target[0], end ? target[1] : NULL, *end_step);
-}
-
-/* mix.csv: the windows drawn of each domain since the last row, against the mix's share. */
-static void mix_csv_write(FILE *f, Loader *l, const Shard *train, const double *target, int from,
-                          int step) {
-    uint64_t drawn[SHARD_MAX_DOMAINS], total = 0;
-    loader_take_drawn(l, drawn);
-    for (uint32_t d = 0; d < train->n_domains; d++) total += drawn[d];
-    for (uint32_t d = 0; d < train->n_domains && total; d++)
-        fprintf(f, "%d,%d,%s,%llu,%.6f,%.6f\n", step, from, train->domain[d],
-                (unsigned long long)drawn[d], (double)drawn[d] / (double)total, target[d]);
-}
-
-/* The run directory's CSV files are written by the first process only; the others write to
- * /dev/null, so the code that fills them is the same everywhere. */
-static FILE *run_csv(const Dist *d, const char *dir, const char *file, const char *header,
-                     int keep) {
-    if (d && d->rank != 0) return fopen_check("/dev/null", "w");
-    return csv_open(dir, file, header, keep);
 }
 
 /* --record-routing / --replay-routing: open the tape for the steps [start, last) of a run from
@@ -247,152 +225,310 @@ static void refuse_existing_run(const TrainOptions *o, const char *ckpt_path, co
                         o->out_dir, o->out_dir);
 }
 
-int train_run(Config *c, const TrainOptions *o) {
-    char err[1024], ckpt_path[MOE_PATH_MAX + 32], path[MOE_PATH_MAX + 32];
-    Dist *d = o->dist && o->dist->world > 1 ? o->dist : NULL;
-    const int root = !d || d->rank == 0, world = d ? d->world : 1;
-    if (d && config_check_dist(c, world, err, sizeof err) != 0) moe_input_error("%s", err);
-    run_path(ckpt_path, sizeof ckpt_path, o->out_dir, "ckpt.bin");
-    run_path(path, sizeof path, o->out_dir, "train.csv");
+/* ---- a run's state ------------------------------------------------------------------------ */
+
+/* Everything one command's run holds: its settings, its data and model, where it writes, and
+ * the context of its training passes. */
+typedef struct {
+    const Config *c;
+    const TrainOptions *o;
+    Dist *d; /* more than one process; else NULL */
+    int root, world, B, T, threads;
+    int tty;     /* the live progress line on a terminal */
+    size_t mine; /* this process's first token of the whole batch */
+    char ckpt_path[MOE_PATH_MAX + 32], csv_path[MOE_PATH_MAX + 32];
+    Shard train, val;
+    Model m;
+    Loader loader;
+    double mix_target[2][SHARD_MAX_DOMAINS];
+    int mix_end_step;
+    char mix_lines[1200];
+    RouteTape tape;
+    StepCtx ctx;           /* the training passes' mode, and the tape */
+    int start_step, last;  /* the steps [start_step, last) this command trains */
+    int *inputs, *targets; /* (batch, T) the whole batch (every process draws it) */
+    uint8_t *domains;      /* (batch, T) */
+} Trainer;
+
+/* The run directory before anything is read: its lock, and what a new run or a resume
+ * requires of it (exit 2 when it does not fit). */
+static void check_run_dir(Trainer *t) {
+    const Config *c = t->c;
+    const TrainOptions *o = t->o;
+    char err[1024];
+    if (t->d && config_check_dist(c, t->world, err, sizeof err) != 0) moe_input_error("%s", err);
+    run_path(t->ckpt_path, sizeof t->ckpt_path, o->out_dir, "ckpt.bin");
+    run_path(t->csv_path, sizeof t->csv_path, o->out_dir, "train.csv");
     /* one command at a time on a run directory: the first process, which writes it, holds its
      * lock. A directory that has a lock file (or a run to continue) is locked before it is
      * read; a new one once its folder exists, so that a refused command creates nothing. */
     char lock_path[MOE_PATH_MAX + 32];
     run_path(lock_path, sizeof lock_path, o->out_dir, "lock");
-    if (root && (o->resume || o->restart || file_exists(lock_path))) run_lock(o->out_dir);
-    refuse_existing_run(o, ckpt_path, path);
-    if (o->resume && !file_exists(ckpt_path))
+    if (t->root && (o->resume || o->restart || file_exists(lock_path))) run_lock(o->out_dir);
+    refuse_existing_run(o, t->ckpt_path, t->csv_path);
+    if (o->resume && !file_exists(t->ckpt_path))
         moe_input_error("--resume %s: no checkpoint %s to resume from; start the run without "
                         "--resume",
-                        o->out_dir, ckpt_path);
+                        o->out_dir, t->ckpt_path);
     if (o->resume && o->stored && run_check_config(o->out_dir, o->stored, c, err, sizeof err) != 0)
         moe_input_error("%s", err);
     if (o->restart && run_check_restart(o->out_dir, err, sizeof err) != 0)
         moe_input_error("%s", err);
+}
 
+/* The data, the model (from the checkpoint on resume, or --init's weights), the loader and
+ * its mix, and the steps to train; exit 2 on any of them that does not fit. */
+static void load_run(Trainer *t) {
+    const Config *c = t->c;
+    const TrainOptions *o = t->o;
+    char err[1024];
     /* train.batch is the whole batch; each process trains on its equal share of it, drawn by
      * the same loader on every process (the one-process sequences, whatever the world) */
-    const int B = c->batch / world, T = c->seq_len;
-    const size_t mine = (d ? (size_t)d->rank : 0) * B * T;
-    Shard train, val;
-    load_shard_or_exit(&train, c->train, "data.train", T);
-    load_shard_or_exit(&val, c->val, "data.val", T);
+    t->B = c->batch / t->world, t->T = c->seq_len;
+    t->mine = (t->d ? (size_t)t->d->rank : 0) * t->B * t->T;
+    load_shard_or_exit(&t->train, c->train, "data.train", t->T);
+    load_shard_or_exit(&t->val, c->val, "data.val", t->T);
     /* a resumed run continues on the data it trained on, unless told otherwise */
     if (o->resume && !o->allow_data_change &&
-        run_check_data(o->out_dir, &train, &val, err, sizeof err) != 0)
+        run_check_data(o->out_dir, &t->train, &t->val, err, sizeof err) != 0)
         moe_input_error("%s", err);
     /* the whole model fits in this machine's memory (memory.h), or nothing is allocated */
-    if (memory_check(c, B, T, d ? d->ep : 1, err, sizeof err) != 0) moe_input_error("%s", err);
+    if (memory_check(c, t->B, t->T, t->d ? t->d->ep : 1, err, sizeof err) != 0)
+        moe_input_error("%s", err);
 
     /* the thread count first: the model sizes its per-thread buffers by it */
-    const int threads = backend_set_threads(c->threads);
-    Model m;
-    model_init_dist(&m, c, B, T, o->dist); /* it keeps one process's dist only for NCCL */
-    Loader loader;
-    loader_init(&loader, &train, c->batch, T, c->seed);
-    double mix_target[2][SHARD_MAX_DOMAINS];
-    int mix_end_step;
-    char mix_lines[1200];
-    setup_mix(&loader, c, &train, mix_target, &mix_end_step, mix_lines, sizeof mix_lines);
-    if (o->resume && checkpoint_load(&m, &loader.rng, ckpt_path, 1, err, sizeof err) != 0)
+    t->threads = backend_set_threads(c->threads);
+    Model *m = &t->m;
+    model_init_dist(m, c, t->B, t->T, o->dist); /* it keeps one process's dist only for NCCL */
+    loader_init(&t->loader, &t->train, c->batch, t->T, c->seed);
+    setup_mix(&t->loader, c, &t->train, t->mix_target, &t->mix_end_step, t->mix_lines,
+              sizeof t->mix_lines);
+    if (o->resume && checkpoint_load(m, &t->loader.rng, t->ckpt_path, 1, err, sizeof err) != 0)
         moe_input_error("%s", err);
     /* the CSVs are cut back to the checkpoint and appended to: they must be the run's own */
-    if (o->resume && run_check_logs(o->out_dir, m.step, err, sizeof err) != 0)
+    if (o->resume && run_check_logs(o->out_dir, m->step, err, sizeof err) != 0)
         moe_input_error("%s", err);
     /* --init: the weights (and aux-free biases) of another run, a fresh optimizer at step 0 */
-    if (!o->resume && o->init && checkpoint_load(&m, NULL, o->init, 0, err, sizeof err) != 0)
+    if (!o->resume && o->init && checkpoint_load(m, NULL, o->init, 0, err, sizeof err) != 0)
         moe_input_error("--init: %s", err);
-    const int start_step = m.step;
-    m.training = 1; /* exploration noise on (moe.jitter, moe.noise); evaluate() turns it off */
-    const int last = o->until > 0 && o->until < c->steps ? o->until : c->steps;
-    if (start_step >= last)
+    t->start_step = m->step;
+    t->last = o->until > 0 && o->until < c->steps ? o->until : c->steps;
+    if (t->start_step >= t->last)
         moe_input_error("%s is already at step %d of train.steps=%d; to train further, raise it "
                         "(--set train.steps=N)",
-                        o->out_dir, start_step, c->steps);
-    RouteTape tape;
-    m.route_tape = open_route_tape(&tape, &m, c, o, world, start_step, last);
+                        o->out_dir, t->start_step, c->steps);
+    /* exploration noise on (moe.jitter, moe.noise) in the step's passes; evaluate() runs
+     * without it */
+    t->ctx = (StepCtx){.training = 1};
+    t->ctx.route_tape = open_route_tape(&t->tape, m, c, o, t->world, t->start_step, t->last);
+}
 
-    /* every process has checked its inputs; only now does the first one write */
-    if (d) dist_barrier(d);
-    if (root && o->restart)
+/* Every process has checked its inputs; only now does the first one write: the folder, its
+ * lock, config.txt and provenance.txt. */
+static void claim_run_dir(Trainer *t) {
+    const TrainOptions *o = t->o;
+    char err[1024];
+    if (t->d) dist_barrier(t->d);
+    if (!t->root) return;
+    if (o->restart)
         printf("%s has no checkpoint yet (the run stopped before its first one): starting it "
                "again from step 0 with its config.txt\n",
                o->out_dir);
-    if (root) {
-        if (make_dirs(o->out_dir, err, sizeof err) != 0) moe_input_error("--out: %s", err);
-        run_lock(o->out_dir);
-        refuse_existing_run(o, ckpt_path, path);
-        run_write_config(o->out_dir, c);
+    if (make_dirs(o->out_dir, err, sizeof err) != 0) moe_input_error("--out: %s", err);
+    run_lock(o->out_dir);
+    refuse_existing_run(o, t->ckpt_path, t->csv_path);
+    run_write_config(o->out_dir, t->c);
+    run_write_provenance(o->out_dir, t->c, &t->train, &t->val, t->mix_lines, t->threads,
+                         t->start_step, o->resume ? NULL : o->init, t->d);
+}
+
+static void trainer_open(Trainer *t, const Config *c, const TrainOptions *o) {
+    memset(t, 0, sizeof *t);
+    t->c = c, t->o = o;
+    t->d = o->dist && o->dist->world > 1 ? o->dist : NULL;
+    t->root = !t->d || t->d->rank == 0, t->world = t->d ? t->d->world : 1;
+    check_run_dir(t);
+    load_run(t);
+    claim_run_dir(t);
+    t->inputs = (int *)malloc_check((size_t)c->batch * t->T * sizeof(int));
+    t->targets = (int *)malloc_check((size_t)c->batch * t->T * sizeof(int));
+    t->domains = (uint8_t *)malloc_check((size_t)c->batch * t->T);
+    t->tty = t->root && !o->quiet && isatty(STDERR_FILENO);
+}
+
+/* What the run trains, once its files are open. */
+static void print_banner(const Trainer *t) {
+    const Config *c = t->c;
+    const TrainOptions *o = t->o;
+    if (!t->root) return;
+    printf("training %s: %d steps of %d micro-batch(es) of %d x %d tokens, %d threads%s\n",
+           o->out_dir, c->steps, c->accum, c->batch, t->T, t->threads,
+           o->resume ? " (resumed)" : "");
+    if (t->d)
+        printf("  %d processes: dist.ep=%d (each holds %d of %d experts) x %d data-parallel, "
+               "%d sequences each\n",
+               t->world, t->d->ep, c->num_experts / t->d->ep, c->num_experts, t->d->dp, t->B);
+    fflush(stdout);
+}
+
+/* ---- one optimizer step ------------------------------------------------------------------- */
+
+/* The step's micro-batches forward and backward, the gradients summed over the processes, and
+ * the step's values: the batch's mean losses, the gradient norm, router.csv's statistics in
+ * ra (shared over the processes). */
+static void step_passes(Trainer *t, int step, RouterAccum *ra, StepValues *v) {
+    const Config *c = t->c;
+    Model *m = &t->m;
+    model_comm_stats_reset(m);
+    /* the gradients are zero here: model_zero_grad before the first step, and after each
+     * step model_adamw_step has cleared them in the pass that read them */
+    router_accum_reset(ra);
+    double loss = 0.0, aux = 0.0, z = 0.0;
+    for (int micro = 0; micro < c->accum; micro++) {
+        loader_set_step(&t->loader, step);
+        loader_next(&t->loader, t->inputs, t->targets, t->domains);
+        t->ctx.micro = micro;
+        model_forward(m, t->inputs + t->mine, t->targets + t->mine, t->B, t->T, &t->ctx);
+        /* the step's last backward starts the gradients' sums block by block */
+        t->ctx.sync_in_backward = m->dist && c->overlap && micro == c->accum - 1;
+        /* each process's mean over its share, 1 / world of the batch's mean */
+        model_backward(m, 1.0f / (float)(c->accum * t->world), &t->ctx);
     }
-    if (root)
-        run_write_provenance(o->out_dir, c, &train, &val, mix_lines, threads, start_step,
-                             o->resume ? NULL : o->init, d);
-
-    const int keep = o->resume ? start_step : -1;
-    FILE *ftrain = run_csv(
-        d, o->out_dir, "train.csv",
-        "step,loss,aux_loss,z_loss,lr,grad_norm,tok_per_s,val_loss,loss_spike,grad_spike", keep);
-    char header[8192];
-    router_csv_header(header, sizeof header, c->num_experts);
-    FILE *frouter = run_csv(d, o->out_dir, "router.csv", header, keep);
-    FILE *fdomains =
-        run_csv(d, o->out_dir, "domains.csv", "step,layer,domain,expert,fraction", keep);
-    int hl = snprintf(header, sizeof header, "step,layer,maxvio,cv");
-    for (int e = 0; e < c->num_experts && hl < (int)sizeof header - 16; e++)
-        hl += snprintf(header + hl, sizeof header - (size_t)hl, ",load_%d", e);
-    snprintf(header + hl, sizeof header - (size_t)hl, ",drop_frac");
-    FILE *fvalrouter = run_csv(d, o->out_dir, "val_router.csv", header, keep);
-    FILE *fmix =
-        run_csv(d, o->out_dir, "mix.csv", "step,from_step,domain,windows,share,target", keep);
-    FILE *fvaldom = run_csv(d, o->out_dir, "val_domains.csv", "step,domain,val_loss,tokens", keep);
-    int mix_from = start_step;
-    FILE *fdist = d ? run_csv(d, o->out_dir, "dist.csv",
-                              "step,layer,rank,bytes_sent,bytes_recv,comm_s,expert_s,rows_in,"
-                              "rows_out_remote,rows_in_remote,sync_wait_s",
-                              keep)
-                    : NULL;
-
-    /* a replay's flips per step: the choices this run's own top-k would have made otherwise */
-    FILE *freplay = o->replay_routing
-                        ? run_csv(d, o->out_dir, "replay.csv", "step,choices,flipped", keep)
-                        : NULL;
-    long long replay_choices = 0, replay_flips = 0;
-
-    const int E = c->num_experts > 0 ? c->num_experts : 1;
-    RouterAccum ra;
-    router_accum_init(&ra, m.n_moe, E, c->balance_groups > 0 ? c->balance_groups : c->ep);
-    /* the spikes of train.csv; a resumed run judges its first steps against the rows it keeps */
-    SpikeWatch loss_spikes, grad_spikes;
-    spike_watch_init(&loss_spikes, c->spike_window, c->spike_k);
-    spike_watch_init(&grad_spikes, c->spike_window, c->spike_k);
-    if (keep > 0) spike_watch_refill(&loss_spikes, &grad_spikes, path, keep);
-    int n_loss_spikes = 0, n_grad_spikes = 0;
-    /* the live warnings: starving experts, drop storms, a gradient that is not finite */
-    int *moe_layer = (int *)calloc_check((size_t)m.n_moe + 1, sizeof(int));
-    for (int l = 0, b = 0; l < c->n_layer; l++)
-        if (config_is_moe_layer(c, l)) moe_layer[b++] = l;
-    HealthWatch health;
-    health_watch_init(&health, m.n_moe, E, moe_layer, c->steps);
-    DomainCounts dc = {.n_moe = m.n_moe, .n_domains = (int)val.n_domains, .E = E};
-    dc.counts = (double *)calloc_check((size_t)m.n_moe * val.n_domains * E + 1, sizeof(double));
-    dc.drops = (double *)calloc_check((size_t)m.n_moe * 2 + 1, sizeof(double));
-    dc.loss_sum = (double *)calloc_check((size_t)val.n_domains, sizeof(double));
-    dc.tokens = (double *)calloc_check((size_t)val.n_domains, sizeof(double));
-
-    /* the whole batch (every process draws it), of which this process trains its share */
-    int *inputs = (int *)malloc_check((size_t)c->batch * T * sizeof(int));
-    int *targets = (int *)malloc_check((size_t)c->batch * T * sizeof(int));
-    uint8_t *domains = (uint8_t *)malloc_check((size_t)c->batch * T);
-    const int tty = root && !o->quiet && isatty(STDERR_FILENO);
-    if (root) {
-        printf("training %s: %d steps of %d micro-batch(es) of %d x %d tokens, %d threads%s\n",
-               o->out_dir, c->steps, c->accum, c->batch, T, threads, o->resume ? " (resumed)" : "");
-        if (d)
-            printf("  %d processes: dist.ep=%d (each holds %d of %d experts) x %d data-parallel, "
-                   "%d sequences each\n",
-                   world, d->ep, c->num_experts / d->ep, c->num_experts, d->dp, B);
-        fflush(stdout);
+    model_sync_grads(m); /* across processes (or through NCCL alone); else nothing */
+    model_grad_norm_record(m);
+    /* one copy for the step's losses, routing statistics and gradient norm */
+    model_read_step(m, c->accum, &loss, &aux, &z);
+    for (int micro = 0; micro < c->accum; micro++) {
+        model_step_route(m, micro);
+        router_accum_add(ra, m);
     }
+    loss /= c->accum;
+    aux /= c->accum;
+    z /= c->accum;
+    if (t->d) { /* the batch's values: the mean over the processes' equal shares */
+        double s[3] = {loss, aux, z};
+        dist_allreduce_sum_d(t->d, DIST_WORLD, s, 3);
+        loss = s[0] / t->world;
+        aux = s[1] / t->world;
+        z = s[2] / t->world;
+        router_accum_share(ra, t->d);
+    }
+    *v = (StepValues){.step = step + 1,
+                      .loss = loss,
+                      .aux = aux,
+                      .z = z,
+                      .lr = lr_schedule(c, step),
+                      .norm = model_grad_norm(m), /* the step's copy */
+                      .tok_s = NAN,
+                      .val_loss = NAN};
+}
+
+/* One optimizer step: its passes, then the update (clipped to train.clip), unless the loss
+ * diverged: then its row is recorded and the run ends (exit 3). */
+static StepValues train_step(Trainer *t, int step, RunLog *log) {
+    const Config *c = t->c;
+    const double t0 = now_seconds();
+    StepValues v;
+    step_passes(t, step, &log->ra, &v);
+    if (!isfinite(v.loss) || (c->diverge_loss > 0.0f && v.loss > c->diverge_loss))
+        run_log_diverged(log, &v, t->root);
+    const float scale = (c->clip > 0.0f && v.norm > c->clip) ? c->clip / v.norm : 1.0f;
+    model_adamw_step(&t->m, v.lr, scale);
+    model_update_router_bias(&t->m, log->ra.count); /* aux-free balancing; else nothing */
+    v.step = t->m.step;
+    /* the whole batch's tokens (every process's share): the run's speed */
+    v.tok_s = (double)c->accum * c->batch * t->T / (now_seconds() - t0);
+    return v;
+}
+
+/* A checkpoint at its cadence, at the last step and when a signal asks the run to stop; then,
+ * on a signal, the run ends (exit 128 + N) saying how to continue it. */
+static void checkpoint_or_stop(Trainer *t, RunLog *log, int s) {
+    const Config *c = t->c;
+    char err[1024];
+    const int stop = stop_requested(t->d);
+    if ((c->ckpt_every > 0 && s % c->ckpt_every == 0) || s == t->last || stop) {
+        run_log_flush(log);
+        if (checkpoint_save(&t->m, &t->loader.rng, t->ckpt_path, err, sizeof err) != 0)
+            moe_fatal("saving the checkpoint failed: %s", err);
+    }
+    if (!stop || s >= t->last) return;
+    if (t->root) {
+        char dir[MOE_PATH_MAX + 8], mpirun[32] = "";
+        shell_word(dir, sizeof dir, t->o->out_dir);
+        if (t->d) snprintf(mpirun, sizeof mpirun, "mpirun -np %d ", t->world);
+        fprintf(stderr,
+                "%sstopped by %s after step %d of %d: the checkpoint %s holds it. "
+                "Continue with: %smoe train --resume %s\n",
+                t->tty ? "\n" : "", stop == SIGINT ? "SIGINT" : "SIGTERM", s, t->last, t->ckpt_path,
+                mpirun, dir);
+    }
+    /* every file is flushed; the exit status says which signal it was (128 + N) */
+    if (t->o->dist) dist_finalize(t->o->dist);
+    exit(128 + stop);
+}
+
+/* ---- the end ------------------------------------------------------------------------------ */
+
+static void close_route_tape(Trainer *t) {
+    const TrainOptions *o = t->o;
+    const RouteTape *tape = &t->tape;
+    if (!t->ctx.route_tape) return;
+    if (o->replay_routing)
+        printf("routing replayed from %s: this run's own top-k differed in %lld of %lld "
+               "choices (%.4f %%); replay.csv has them by step\n",
+               o->replay_routing, tape->flips, tape->choices,
+               tape->choices ? 100.0 * (double)tape->flips / (double)tape->choices : 0.0);
+    else
+        printf("routing recorded in %s: %lld MoE block calls\n", o->record_routing, tape->calls);
+    route_tape_close(&t->tape);
+    t->ctx.route_tape = NULL;
+}
+
+static void report_done(const Trainer *t, float last_loss, float last_val, double seconds) {
+    char val_text[96];
+    if (isnan(last_val))
+        snprintf(val_text, sizeof val_text, "no evaluation ran at train.eval_every=%d",
+                 t->c->eval_every);
+    else
+        snprintf(val_text, sizeof val_text, "val loss %.4f", last_val);
+    printf("done: step %d, train loss %.4f, %s (unigram entropy of the training data %.4f "
+           "nats), %.1f s; run directory %s\n",
+           t->m.step, last_loss, val_text, shard_unigram_entropy(&t->train), seconds,
+           t->o->out_dir);
+}
+
+static void trainer_free(Trainer *t) {
+    free(t->inputs);
+    free(t->targets);
+    free(t->domains);
+    model_free(&t->m);
+    shard_free(&t->train);
+    shard_free(&t->val);
+}
+
+/* ---- the loop ----------------------------------------------------------------------------- */
+
+int train_run(Config *c, const TrainOptions *o) {
+    Trainer t;
+    trainer_open(&t, c, o);
+    Model *m = &t.m;
+    const RunLogSpec spec = {.out_dir = o->out_dir,
+                             .d = t.d,
+                             .keep = o->resume ? t.start_step : -1,
+                             .start = t.start_step,
+                             .last = t.last,
+                             .train = &t.train,
+                             .val = &t.val,
+                             .loader = &t.loader,
+                             .mix_target = (const double(*)[SHARD_MAX_DOMAINS])t.mix_target,
+                             .mix_end_step = t.mix_end_step,
+                             .replay = o->replay_routing ? &t.tape : NULL};
+    RunLog log;
+    run_log_open(&log, &spec, c, m);
+    RunWatch watch;
+    run_watch_init(&watch, c, m->n_moe, t.csv_path, spec.keep, t.root, t.tty && !o->quiet);
+    print_banner(&t);
 
     const double t_start = now_seconds();
     float last_loss = NAN, last_val = NAN;
@@ -400,200 +536,45 @@ int train_run(Config *c, const TrainOptions *o) {
      * backend_host_reads), its evaluation's apart; tests/test_backends.sh bounds them */
     const int show_reads = getenv("MOE_HOST_READS") && strcmp(getenv("MOE_HOST_READS"), "1") == 0;
     catch_stop_signals();
-    model_zero_grad(&m);
-    m.defer_reads = 1; /* the losses stay on the backend until the step's end */
-    for (int step = start_step; step < last; step++) {
-        const double t0 = now_seconds();
-        const DistStats step_start = d ? d->stats : (DistStats){0};
+    model_zero_grad(m);
+    m->defer_reads = 1; /* the losses stay on the backend until the step's end */
+    for (int step = t.start_step; step < t.last; step++) {
+        const DistStats step_start = t.d ? t.d->stats : (DistStats){0};
         const long long reads_start = backend_host_reads;
         long long eval_reads = 0;
-        for (int l = 0; l < c->n_layer; l++)
-            if (m.blocks[l].moe && m.blocks[l].moe->ep) ep_stats_reset(m.blocks[l].moe->ep);
-        /* the gradients are zero here: model_zero_grad before the first step, and after each
-         * step model_adamw_step has cleared them in the pass that read them */
-        router_accum_reset(&ra);
-        double loss = 0.0, aux = 0.0, z = 0.0;
-        for (int micro = 0; micro < c->accum; micro++) {
-            loader_set_step(&loader, step);
-            loader_next(&loader, inputs, targets, domains);
-            m.micro = micro;
-            model_forward(&m, inputs + mine, targets + mine, B, T);
-            /* the step's last backward starts the gradients' sums block by block */
-            m.sync_in_backward = m.dist && c->overlap && micro == c->accum - 1;
-            /* each process's mean over its share, 1 / world of the batch's mean */
-            model_backward(&m, 1.0f / (float)(c->accum * world));
-        }
-        model_sync_grads(&m); /* across processes (or through NCCL alone); else nothing */
-        model_grad_norm_record(&m);
-        /* one copy for the step's losses, routing statistics and gradient norm */
-        model_read_step(&m, c->accum, &loss, &aux, &z);
-        for (int micro = 0; micro < c->accum; micro++) {
-            model_step_route(&m, micro);
-            router_accum_add(&ra, &m);
-        }
-        loss /= c->accum;
-        aux /= c->accum;
-        z /= c->accum;
-        if (d) { /* the batch's values: the mean over the processes' equal shares */
-            double v[3] = {loss, aux, z};
-            dist_allreduce_sum_d(d, DIST_WORLD, v, 3);
-            loss = v[0] / world;
-            aux = v[1] / world;
-            z = v[2] / world;
-            router_accum_share(&ra, d);
-        }
-        const float norm = model_grad_norm(&m); /* from the step's copy */
-        if (!isfinite(loss) || (c->diverge_loss > 0.0f && loss > c->diverge_loss)) {
-            /* the step is recorded, not taken: the run ends as diverged (exit status 3) */
-            train_csv_row(ftrain, step + 1, loss, aux, z, lr_schedule(c, step), norm, NAN, NAN, 0,
-                          0);
-            fclose(ftrain);
-            fclose(frouter);
-            if (root)
-                fprintf(stderr,
-                        "diverged: the training loss is %g at step %d (%s); train.csv records "
-                        "it, the checkpoint in %s holds the last step saved. Lower train.lr, "
-                        "raise train.warmup or try the methods of chapter 5\n",
-                        loss, step + 1,
-                        isfinite(loss) ? "above train.diverge_loss" : "not a finite number",
-                        o->out_dir);
-            exit(MOE_EXIT_DIVERGED);
-        }
+        StepValues v = train_step(&t, step, &log);
         /* a spike is judged on the step's values before this step's update */
-        const int loss_spike = spike_watch_push(&loss_spikes, loss);
-        const int grad_spike = spike_watch_push(&grad_spikes, norm);
-        n_loss_spikes += loss_spike, n_grad_spikes += grad_spike;
-        const float scale = (c->clip > 0.0f && norm > c->clip) ? c->clip / norm : 1.0f;
-        const float lr = lr_schedule(c, step);
-        model_adamw_step(&m, lr, scale);
-        model_update_router_bias(&m, ra.count); /* aux-free balancing; else nothing */
-        const int s = m.step;
-        /* the whole batch's tokens (every process's share): the run's speed */
-        const double tok_s = (double)c->accum * c->batch * T / (now_seconds() - t0);
-
-        /* the step's traffic, before an evaluation adds its own */
-        if (d) dist_csv_write(fdist, &m, d, &step_start, s);
-        float val_loss = NAN;
+        run_watch_spikes(&watch, &v);
+        const int s = v.step;
+        run_log_traffic(&log, m, &step_start, s); /* before an evaluation adds its own */
         if (c->eval_every > 0 && (s % c->eval_every == 0 || s == c->steps)) {
-            memset(dc.counts, 0, (size_t)m.n_moe * val.n_domains * E * sizeof(double));
-            memset(dc.drops, 0, (size_t)m.n_moe * 2 * sizeof(double));
-            memset(dc.loss_sum, 0, (size_t)val.n_domains * sizeof(double));
-            memset(dc.tokens, 0, (size_t)val.n_domains * sizeof(double));
+            DomainCounts *dc = run_log_domains(&log);
             eval_reads = backend_host_reads;
-            val_loss = evaluate(&m, &val, c->eval_batches, &dc);
+            v.val_loss = evaluate(m, &t.val, c->eval_batches, dc);
             eval_reads = backend_host_reads - eval_reads;
-            for (uint32_t v = 0; v < val.n_domains; v++)
-                if (dc.tokens[v] > 0)
-                    fprintf(fvaldom, "%d,%s,%.6f,%.0f\n", s, val.domain[v],
-                            dc.loss_sum[v] / dc.tokens[v], dc.tokens[v]);
-            fflush(fvaldom);
-            domains_csv_write(fdomains, &dc, &m, &val, s);
-            fflush(fdomains);
-            val_router_csv_write(fvalrouter, &dc, &m, ra.tmp, s);
-            fflush(fvalrouter);
-            last_val = val_loss;
+            run_log_eval(&log, m, s);
+            last_val = v.val_loss;
         }
-        /* the windows drawn since the last row: at each evaluation, where the end mix takes
-         * over, and at the end, so that every row lies inside one mix */
-        if (!isnan(val_loss) || s == mix_end_step || s == last) {
-            mix_csv_write(fmix, &loader, &train, mix_target[mix_from >= mix_end_step], mix_from, s);
-            fflush(fmix);
-            mix_from = s;
-        }
-        train_csv_row(ftrain, s, loss, aux, z, lr, norm, tok_s, val_loss, loss_spike, grad_spike);
-        router_accum_write(&ra, &m, frouter, s);
-        if (root)
-            health_watch_step(&health, &ra, norm, s, stderr, tty && !o->quiet ? "\r\033[K" : "");
+        run_log_step(&log, m, &v);
+        run_watch_health(&watch, &log.ra, v.norm, s);
         if (show_reads)
             fprintf(stderr, "host reads: step %d: %lld, evaluation %lld\n", s,
                     backend_host_reads - reads_start - eval_reads, eval_reads);
-        if (freplay) {
-            fprintf(freplay, "%d,%lld,%lld\n", s, tape.choices - replay_choices,
-                    tape.flips - replay_flips);
-            replay_choices = tape.choices, replay_flips = tape.flips;
-        }
-        last_loss = (float)loss;
-        if (root && !o->quiet)
+        last_loss = (float)v.loss;
+        if (t.root && !o->quiet)
             /* the live line keeps showing the last validation loss; plain lines show it once */
-            progress(c, s, last_loss, tty ? last_val : val_loss, tok_s, now_seconds() - t_start,
-                     start_step, tty);
-
-        const int stop = stop_requested(d);
-        if ((c->ckpt_every > 0 && s % c->ckpt_every == 0) || s == last || stop) {
-            fflush(ftrain);
-            fflush(frouter);
-            if (fdist) fflush(fdist);
-            if (freplay) fflush(freplay);
-            if (checkpoint_save(&m, &loader.rng, ckpt_path, err, sizeof err) != 0)
-                moe_fatal("saving the checkpoint failed: %s", err);
-        }
-        if (stop && s < last) {
-            if (root) {
-                char dir[MOE_PATH_MAX + 8], mpirun[32] = "";
-                shell_word(dir, sizeof dir, o->out_dir);
-                if (d) snprintf(mpirun, sizeof mpirun, "mpirun -np %d ", world);
-                fprintf(stderr,
-                        "%sstopped by %s after step %d of %d: the checkpoint %s holds it. "
-                        "Continue with: %smoe train --resume %s\n",
-                        tty ? "\n" : "", stop == SIGINT ? "SIGINT" : "SIGTERM", s, last, ckpt_path,
-                        mpirun, dir);
-            }
-            /* every file is flushed; the exit status says which signal it was (128 + N) */
-            if (o->dist) dist_finalize(o->dist);
-            exit(128 + stop);
-        }
+            progress(c, s, last_loss, t.tty ? last_val : v.val_loss, v.tok_s,
+                     now_seconds() - t_start, t.start_step, t.tty);
+        checkpoint_or_stop(&t, &log, s);
     }
-    fclose(ftrain);
-    fclose(frouter);
-    fclose(fdomains);
-    fclose(fmix);
-    fclose(fvaldom);
-    free(dc.loss_sum);
-    free(dc.tokens);
-    loader_free(&loader);
-    fclose(fvalrouter);
-    if (fdist) fclose(fdist);
-    if (freplay) fclose(freplay);
-    if (m.route_tape) {
-        if (o->replay_routing)
-            printf("routing replayed from %s: this run's own top-k differed in %lld of %lld "
-                   "choices (%.4f %%); replay.csv has them by step\n",
-                   o->replay_routing, tape.flips, tape.choices,
-                   tape.choices ? 100.0 * (double)tape.flips / (double)tape.choices : 0.0);
-        else
-            printf("routing recorded in %s: %lld MoE block calls\n", o->record_routing, tape.calls);
-        route_tape_close(&tape);
-        m.route_tape = NULL;
+    run_log_close(&log);
+    loader_free(&t.loader);
+    close_route_tape(&t);
+    if (t.root) {
+        report_done(&t, last_loss, last_val, now_seconds() - t_start);
+        run_watch_report(&watch, c);
     }
-    if (root) {
-        char val_text[96];
-        if (isnan(last_val))
-            snprintf(val_text, sizeof val_text, "no evaluation ran at train.eval_every=%d",
-                     c->eval_every);
-        else
-            snprintf(val_text, sizeof val_text, "val loss %.4f", last_val);
-        printf("done: step %d, train loss %.4f, %s (unigram entropy of the training data %.4f "
-               "nats), %.1f s; run directory %s\n",
-               m.step, last_loss, val_text, shard_unigram_entropy(&train), now_seconds() - t_start,
-               o->out_dir);
-        printf("spikes in the steps this command trained (a value above the mean of the %d "
-               "steps before it plus %g std): %d of the loss, %d of the gradient norm; train.csv "
-               "marks them\n",
-               c->spike_window, (double)c->spike_k, n_loss_spikes, n_grad_spikes);
-    }
-
-    free(inputs);
-    free(targets);
-    free(domains);
-    router_accum_free(&ra);
-    spike_watch_free(&loss_spikes);
-    spike_watch_free(&grad_spikes);
-    health_watch_free(&health);
-    free(moe_layer);
-    free(dc.drops);
-    free(dc.counts);
-    model_free(&m);
-    shard_free(&train);
-    shard_free(&val);
+    run_watch_free(&watch);
+    trainer_free(&t);
     return 0;
 }

@@ -6,9 +6,8 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "model/ep.h"
-#include "model/grad_sync.h"
-#include "moe/moe_ops.h"
+#include "model/inspect.h"
+#include "model/route_face.h"
 
 void router_accum_init(RouterAccum *r, int n_moe, int E, int groups) {
     memset(r, 0, sizeof *r);
@@ -54,7 +53,7 @@ static float group_maxvio(const float *load, int E, int G) {
         gload[g] = 0.0f;
         for (int e = g * per; e < (g + 1) * per; e++) gload[g] += load[e];
     }
-    load_balance(&maxvio, &cv, gload, G);
+    model_load_balance(&maxvio, &cv, gload, G);
     return maxvio;
 }
 
@@ -86,11 +85,10 @@ void router_accum_reset(RouterAccum *r) {
 }
 
 void router_accum_add(RouterAccum *r, const Model *m) {
-    const int ec = m->spec.routing == MOE_ROUTING_EXPERT_CHOICE;
     for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
-        const MoeActs *a = m->blocks[l].moe;
-        if (!a) continue;
-        const RouteStats *rs = &a->route; /* what the block's last forward routed */
+        if (!model_is_moe(m, l)) continue;
+        const RouteStatsView s = model_route_stats(m, l), *rs = &s;
+        const int ec = rs->expert_choice;
         r->drop[b] += rs->drop;
         if (!ec) r->pad[b] += rs->pad;
         for (int e = 0; e < r->E; e++) {
@@ -99,8 +97,8 @@ void router_accum_add(RouterAccum *r, const Model *m) {
                 r->edrop[b * r->E + e] += (double)rs->dropped[e] / rs->routed[e];
             r->load[b * r->E + e] += rs->load[e];
         }
-        r->entropy[b] += rs->st.entropy;
-        r->top1[b] += rs->st.top1;
+        r->entropy[b] += rs->entropy;
+        r->top1[b] += rs->top1;
         r->max_logit[b] += rs->max_logit;
         r->lse[b] += rs->lse_mean;
         b++;
@@ -130,30 +128,16 @@ void router_accum_share(RouterAccum *r, Dist *d) {
  * the mean cosine similarity of the block's experts after the step (how far upcycled copies
  * have moved apart). */
 void router_accum_write(const RouterAccum *r, const Model *m, FILE *f, int step) {
-    /* each block's expert_sim computed where the experts are, the biases copied beside them,
-     * then one copy down for all (Model.log_rec); with expert parallelism no process holds all
-     * the experts: nan */
-    const Backend *be = m->be;
+    /* with expert parallelism no process holds all the experts: expert_sim is nan */
     const size_t nb = (size_t)m->n_moe, E = (size_t)r->E;
-    const size_t bytes = nb * (sizeof(double) + E * sizeof(float));
-    const int ep = m->dist && m->dist->ep > 1, F = config_expert_hidden(&m->cfg);
-    for (int l = 0, b = 0; l < m->cfg.n_layer && !ep; l++)
-        if (m->blocks[l].moe) {
-            const LayerView *w = &m->w.layers[l];
-            be->experts_similarity(be, m->log_rec + b++, w->e_gate, w->e_up, w->e_down, r->E,
-                                   m->cfg.d_model, F);
-        }
-    double *sims = (double *)malloc_check(bytes + 1);
-    if (nb) {
-        be->copy(be, m->log_rec + nb, m->router_bias, nb * E * sizeof(float));
-        be->to_host(be, sims, m->log_rec, bytes);
-    }
+    const int ep = m->dist && m->dist->ep > 1;
+    double *sims = model_router_record(m);
     const float *biases = (const float *)(sims + nb);
     for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
-        if (!m->blocks[l].moe) continue;
+        if (!model_is_moe(m, l)) continue;
         for (int e = 0; e < r->E; e++) r->tmp[e] = (float)(r->load[b * r->E + e] / r->micro);
         float maxvio, cv;
-        load_balance(&maxvio, &cv, r->tmp, r->E);
+        model_load_balance(&maxvio, &cv, r->tmp, r->E);
         fprintf(f, "%d,%d,%.6f,%.6f,%.6f,%.6f", step, l, maxvio, cv, r->entropy[b] / r->micro,
                 r->drop[b] / r->micro);
         for (int e = 0; e < r->E; e++) fprintf(f, ",%.6f", r->tmp[e]);
@@ -171,7 +155,7 @@ void router_accum_write(const RouterAccum *r, const Model *m, FILE *f, int step)
 void domains_csv_write(FILE *f, const DomainCounts *dc, const Model *m, const Shard *val,
                        int step) {
     for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
-        if (!m->blocks[l].moe) continue;
+        if (!model_is_moe(m, l)) continue;
         for (int d = 0; d < dc->n_domains; d++) {
             const double *row = &dc->counts[((size_t)b * dc->n_domains + d) * dc->E];
             double total = 0.0;
@@ -190,7 +174,7 @@ void domains_csv_write(FILE *f, const DomainCounts *dc, const Model *m, const Sh
  * the dropped assignments (expert choice: unpicked tokens) of all batches by their total. */
 void val_router_csv_write(FILE *f, const DomainCounts *dc, const Model *m, float *load, int step) {
     for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
-        if (!m->blocks[l].moe) continue;
+        if (!model_is_moe(m, l)) continue;
         double total = 0.0;
         for (int e = 0; e < dc->E; e++) {
             double s = 0.0;
@@ -201,7 +185,7 @@ void val_router_csv_write(FILE *f, const DomainCounts *dc, const Model *m, float
         }
         for (int e = 0; e < dc->E; e++) load[e] = total > 0.0 ? (float)(load[e] / total) : 0.0f;
         float maxvio, cv;
-        load_balance(&maxvio, &cv, load, dc->E);
+        model_load_balance(&maxvio, &cv, load, dc->E);
         fprintf(f, "%d,%d,%.6f,%.6f", step, l, maxvio, cv);
         for (int e = 0; e < dc->E; e++) fprintf(f, ",%.6f", load[e]);
         const double *dr = dc->drops + 2 * b;
@@ -226,17 +210,9 @@ void dist_csv_write(FILE *f, const Model *m, Dist *d, const DistStats *step_star
     double *mine = all + (size_t)d->rank * nb * DIST_COLS;
     double ep_sent = 0.0, ep_recv = 0.0, ep_comm = 0.0;
     for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
-        const MoeActs *a = m->blocks[l].moe;
-        if (!a) continue;
+        if (!model_is_moe(m, l)) continue;
         double *row = mine + (size_t)(b + 1) * DIST_COLS;
-        if (a->ep) {
-            row[0] = a->ep->stats.bytes_sent;
-            row[1] = a->ep->stats.bytes_recv;
-            row[2] = a->ep->stats.comm_seconds;
-            row[3] = a->ep->stats.expert_seconds;
-            row[4] = a->ep->stats.rows_in;
-            row[5] = a->ep->stats.rows_out_remote;
-            row[6] = a->ep->stats.rows_in_remote;
+        if (model_comm_stats(m, l, row)) {
             ep_sent += row[0];
             ep_recv += row[1];
             ep_comm += row[2];
@@ -247,11 +223,11 @@ void dist_csv_write(FILE *f, const Model *m, Dist *d, const DistStats *step_star
     mine[0] = (double)(d->stats.bytes_sent - step_start->bytes_sent) - ep_sent;
     mine[1] = (double)(d->stats.bytes_recv - step_start->bytes_recv) - ep_recv;
     mine[2] = (d->stats.seconds - step_start->seconds) - ep_comm;
-    mine[7] = m->sync->wait_s; /* what of the gradients' sums the backward did not hide */
+    mine[7] = model_sync_wait_s(m); /* what of the gradients' sums the backward did not hide */
     dist_allreduce_sum_d(d, DIST_WORLD, all, (size_t)W * nb * DIST_COLS);
     for (int r = 0; r < W; r++)
         for (int l = -1, b = 0; l < m->cfg.n_layer; l++) {
-            if (l >= 0 && !m->blocks[l].moe) continue;
+            if (l >= 0 && !model_is_moe(m, l)) continue;
             const double *row = all + ((size_t)r * nb + b) * DIST_COLS;
             fprintf(f, "%d,%d,%d,%.0f,%.0f,%.6f,%.6f,%.0f,%.0f,%.0f,%.6f\n", step, l, r, row[0],
                     row[1], row[2], row[3], row[4], row[5], row[6], row[7]);

@@ -39,7 +39,7 @@ typedef struct {
 void router_accum_init(RouterAccum *r, int n_moe, int E, int groups);
 void router_accum_free(RouterAccum *r);
 void router_accum_reset(RouterAccum *r);
-/* what every MoE block of m's last forward routed (MoeActs.route) */
+/* what every MoE block of m's last forward routed (model_route_stats, route_face.h) */
 void router_accum_add(RouterAccum *r, const Model *m);
 /* across processes: every statistic becomes the mean over the processes (equal shares of the
  * batch), the counts their sum */

@@ -1,0 +1,78 @@
+/* route_face.c: the model's routing as a training loop reads it (see route_face.h). */
+#include "model/route_face.h"
+
+#include <stdlib.h>
+
+#include "base/util.h"
+#include "model/ep.h"
+#include "model/grad_sync.h"
+
+RouteStatsView model_route_stats(const Model *m, int layer) {
+    const RouteStats *rs = &m->blocks[layer].moe->route; /* what the block's last forward routed */
+    return (RouteStatsView){.E = rs->E,
+                            .expert_choice = m->spec.routing == MOE_ROUTING_EXPERT_CHOICE,
+                            .load = rs->load,
+                            .routed = rs->routed,
+                            .dropped = rs->dropped,
+                            .drop = rs->drop,
+                            .pad = rs->pad,
+                            .entropy = rs->st.entropy,
+                            .top1 = rs->st.top1,
+                            .max_logit = rs->max_logit,
+                            .lse_mean = rs->lse_mean};
+}
+
+void model_load_balance(float *maxvio, float *cv, const float *load, int E) {
+    load_balance(maxvio, cv, load, E);
+}
+
+void model_route_domains(const Model *m, int layer, double *counts, double *drops,
+                         const uint8_t *domains, int n_domains) {
+    const MoeActs *a = m->blocks[layer].moe;
+    m->be->route_domains(m->be, counts, drops, domains, n_domains, a->idx, &a->plan, m->N_last,
+                         &m->spec);
+}
+
+void model_comm_stats_reset(Model *m) {
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        if (m->blocks[l].moe && m->blocks[l].moe->ep) ep_stats_reset(m->blocks[l].moe->ep);
+}
+
+int model_comm_stats(const Model *m, int layer, double row[7]) {
+    const MoeActs *a = m->blocks[layer].moe;
+    if (!a || !a->ep) return 0;
+    const EpStats *s = &a->ep->stats;
+    row[0] = s->bytes_sent;
+    row[1] = s->bytes_recv;
+    row[2] = s->comm_seconds;
+    row[3] = s->expert_seconds;
+    row[4] = s->rows_in;
+    row[5] = s->rows_out_remote;
+    row[6] = s->rows_in_remote;
+    return 1;
+}
+
+double model_sync_wait_s(const Model *m) {
+    return m->sync->wait_s;
+}
+
+double *model_router_record(const Model *m) {
+    /* each block's expert_sim computed where the experts are, the biases copied beside them,
+     * then one copy down for all (Model.log_rec) */
+    const Backend *be = m->be;
+    const size_t nb = (size_t)m->n_moe, E = (size_t)m->cfg.num_experts;
+    const size_t bytes = nb * (sizeof(double) + E * sizeof(float));
+    const int ep = m->dist && m->dist->ep > 1, F = config_expert_hidden(&m->cfg);
+    for (int l = 0, b = 0; l < m->cfg.n_layer && !ep; l++)
+        if (m->blocks[l].moe) {
+            const LayerView *w = &m->w.layers[l];
+            be->experts_similarity(be, m->log_rec + b++, w->e_gate, w->e_up, w->e_down, (int)E,
+                                   m->cfg.d_model, F);
+        }
+    double *rec = (double *)malloc_check(bytes + 1);
+    if (nb) {
+        be->copy(be, m->log_rec + nb, m->router_bias, nb * E * sizeof(float));
+        be->to_host(be, rec, m->log_rec, bytes);
+    }
+    return rec;
+}
