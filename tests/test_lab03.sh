@@ -17,7 +17,7 @@
 #      one rank leaving (_exit on rank 1 alone), MPI_Abort, a rank waiting for a message that
 #      never comes (the ranks' watchdog ends the job). Each fails its own task alone, in
 #      grades.csv
-#   6. make -C labs list names the lab and its five tasks
+#   6. make -C labs list names the lab and its five tasks; each task's job has a TMPDIR of its own
 # Checks 1-3 and 6 are the ones every lab has, in tests/lib/lab_harness.sh, which also says
 # which build (MOE_BUILD, MOE_BIN) the grader runs against. Skipped (exit 77) without mpicc and
 # mpirun.
@@ -139,6 +139,19 @@ grade grade SOLUTION="$tmp/class/reports.c"
     ! grep -q '^Grading' <<< "$out"
 check "make -C labs grade refuses a file calling the grader's lab_rank_end before grading" $? \
     "exit $rc: $out"
+
+# each task's job has a TMPDIR of its own, removed after it: Open MPI keeps its session files
+# there, and a job ending removes the folder it shares with a job starting beside it
+inject tmpdir lab_send_counts \
+    '{ static int said_; if (!said_++) printf("TMPDIR=%s\n", getenv("TMPDIR")); }'
+mkdir -p "$tmp/jobs"
+out=$(TMPDIR=$tmp/jobs make -s -C labs grade LAB="$lab" SOLUTION="$tmp/class/tmpdir.c" \
+    TASK=task1_counts NP=2 SANITIZE=$san 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -q "^          | TMPDIR=$tmp/jobs/moe_lab_job\.[A-Za-z0-9]*$" <<< "$out" &&
+    [ -z "$(ls -A "$tmp/jobs")" ]
+check "each task's MPI job runs in a TMPDIR of its own, removed after it" $? \
+    "exit $rc: $out; left: $(ls -A "$tmp/jobs")"
 
 lab_list_check
 lab_finish

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -171,8 +172,12 @@ static void reap_strays(void) {
 /* The child of an MPI lab's task: mpirun, which starts the ranks (this program with
  * --lab-task), the nonce on its stdin (rank 0's), its stdout the report stream, its stderr the
  * output. */
-static void exec_job(const Runner *rn, const LabTask *task, int report, int output, int nonce_in) {
+static void exec_job(const Runner *rn, const LabTask *task, int report, int output, int nonce_in,
+                     const char *tmpdir) {
     setpgid(0, 0);
+    /* Open MPI keeps a job's session files under TMPDIR, and a job that ends removes the
+     * folder it shares with one starting beside it (grade-all grades several at a time) */
+    if (tmpdir[0]) setenv("TMPDIR", tmpdir, 1);
     dup2(nonce_in, 0);
     dup2(report, 1);
     dup2(output, 2);
@@ -184,6 +189,16 @@ static void exec_job(const Runner *rn, const LabTask *task, int report, int outp
     execl("/bin/sh", "sh", "-c", script, np, rn->self, task->tcase, (char *)NULL);
     fprintf(stderr, "grader: cannot run /bin/sh (%s)\n", strerror(errno));
     _exit(127);
+}
+
+/* A job's TMPDIR, made before it starts and removed, whole, after it ended. */
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+static void remove_tree(const char *dir) {
+    if (dir[0]) nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* Ends a task's process group: mpirun is asked first (SIGTERM), so that it ends its ranks. */
@@ -297,12 +312,18 @@ static void run_task(const Runner *rn, const LabTask *task, const Limits *lim, O
                  task->function);
         return;
     }
-    char nonce[NONCE_HEX + 1];
+    char nonce[NONCE_HEX + 1], tmpdir[4096] = "";
     int fds[2], in[2] = {-1, -1};
+    if (!rn->suite) {
+        const char *base = getenv("TMPDIR");
+        snprintf(tmpdir, sizeof tmpdir, "%s/moe_lab_job.XXXXXX", base && *base ? base : "/tmp");
+        if (!mkdtemp(tmpdir)) tmpdir[0] = '\0'; /* then the job shares the caller's */
+    }
     o->output = tmpfile();
     if (!draw_nonce(nonce) || !o->output || pipe(fds) != 0 || (!rn->suite && pipe(in) != 0)) {
         snprintf(o->message, sizeof o->message, "grader: cannot start the task (%s)",
                  strerror(errno));
+        remove_tree(tmpdir);
         return;
     }
     fflush(stdout);
@@ -312,13 +333,14 @@ static void run_task(const Runner *rn, const LabTask *task, const Limits *lim, O
         snprintf(o->message, sizeof o->message, "grader: cannot fork (%s)", strerror(errno));
         close(fds[0]);
         close(fds[1]);
+        remove_tree(tmpdir);
         return;
     }
     if (pid == 0) {
         close(fds[0]);
         if (rn->suite) lab_run_child(rn->suite, task, fds[1], fileno(o->output), nonce, lim);
         close(in[1]);
-        exec_job(rn, task, fds[1], fileno(o->output), in[0]);
+        exec_job(rn, task, fds[1], fileno(o->output), in[0], tmpdir);
     }
     close(fds[1]);
     setpgid(pid, pid);
@@ -354,6 +376,7 @@ static void run_task(const Runner *rn, const LabTask *task, const Limits *lim, O
     }
     kill(-pid, SIGKILL); /* whatever the student's code left running */
     reap_strays();
+    remove_tree(tmpdir);
     if (open_pipe) read_lines(fds[0], &lb, o, nonce); /* what its writers, all gone, left */
     close(fds[0]);
     o->seconds = now_seconds() - t0;
