@@ -8,15 +8,15 @@
  *
  *   cpu-ref  the plain reference of every op (nn/, moe/): loops a reader can follow line by
  *            line, the version the tests check gradients on. Slow, and runnable end to end.
- *   cpu      the fast CPU versions (this folder: sgemm-based products and attention, the
+ *   cpu      the fast CPU versions (cpu/: sgemm-based products and attention, the
  *            experts as GEMMs over their slices) and, where an op has a single CPU version,
  *            the reference one.
  *
  *   cpu-fenced  cpu's operations on memory the host cannot read (mprotect) except through
  *            to_host / to_device, as a GPU's: a program that reads a device's memory directly
- *            stops here, on any machine, instead of on a GPU (fenced.c).
- *   cuda     one NVIDIA GPU (a build of `make cuda`: cuda*.cu): cuBLAS for the products,
- *            CUDA kernels for the rest; its memory is the GPU's (host_memory 0).
+ *            stops here, on any machine, instead of on a GPU (cpu/fenced.c).
+ *   cuda     one NVIDIA GPU (a build of `make cuda`: the .cu files of cuda/): cuBLAS for the
+ *            products, CUDA kernels for the rest; its memory is the GPU's (host_memory 0).
  *
  * tests/test_backend_ops.c runs every op of every backend against cpu-ref with one tolerance
  * rule, forward and backward, and tests/test_backend_grad.c checks the gradients of each
@@ -40,7 +40,7 @@
  *            dropped); route_domains' host_counts, host_drops and host_domains;
  *            gemm_seconds' seconds; and the collectives' counts and displacements.
  * cpu-fenced checks every pointer of every call against this list and stops, naming the op
- * and the argument, at one in the other memory (fenced.c).
+ * and the argument, at one in the other memory (cpu/fenced.c).
  */
 #ifndef MOE_BACKEND_H
 #define MOE_BACKEND_H
@@ -257,8 +257,8 @@ int backend_in_build(const char *name, char *err, int errlen);
 /* The backend of a config: its train.device at its train.precision (backend_get). */
 const Backend *backend_of_config(const Config *c, char *err, int errlen);
 
-/* The CUDA backend (backend/cuda.cu), in a build of `make cuda` (MOE_HAVE_CUDA): the GPU is
- * opened on the first call (device 0, one stream, one cuBLAS handle), NULL and the driver's
+/* The CUDA backend (backend/cuda/cuda.cu), in a build of `make cuda` (MOE_HAVE_CUDA): the GPU
+ * is opened on the first call (device 0, one stream, one cuBLAS handle), NULL and the driver's
  * message when it cannot be; later calls set the precision and return the same table.
  * backend_cuda_describe: the GPU's name, SMs and precision once opened, else NULL. */
 #if MOE_HAVE_CUDA
@@ -270,7 +270,7 @@ const char *backend_cuda_describe(void);
  * tests compare it with the memory formula (model/memory.c). */
 extern size_t backend_bytes_allocated;
 
-/* The times cpu-fenced has made the host wait as a GPU would (fenced.c, "host reads"): its
+/* The times cpu-fenced has made the host wait as a GPU would (cpu/fenced.c, "host reads"): its
  * to_host calls and the entries whose CUDA versions wait for the device. Never decremented;
  * the other backends leave it alone. */
 extern long long backend_host_reads;

@@ -23,7 +23,7 @@
  *
  * Nothing of this file has run on a GPU yet (src/README.md, "The CUDA backend").
  */
-#include "backend/cuda.cuh"
+#include "backend/cuda/cuda.cuh"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -37,7 +37,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "backend/hd.h"
+#include "backend/cuda/hd.h"
 
 /* Threads per block of every kernel of cuda_nn.cu (CUDA_THREADS of cuda.cuh, checked there);
  * the warp-per-row kernels run KNN_ROWS_PER_BLOCK rows (warps) a block. */

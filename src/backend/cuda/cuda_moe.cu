@@ -48,9 +48,9 @@
  *                          k_stats_final   1 x KMOE_THREADS
  *                          k_logit_stats   1 x KMOE_THREADS, then one copy and a sync
  */
-#include "backend/cuda.cuh"
-#include "backend/kernels_moe.h"
-#include "backend/kernels_route.h"
+#include "backend/cuda/cuda.cuh"
+#include "backend/cuda/kernels_moe.h"
+#include "backend/cuda/kernels_route.h"
 
 #define FULL_MASK 0xffffffffu
 

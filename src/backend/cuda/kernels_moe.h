@@ -48,7 +48,7 @@
 #include <stddef.h>
 #include <string.h> /* memcpy: a float's bits on the host */
 
-#include "backend/hd.h"
+#include "backend/cuda/hd.h"
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -16,12 +16,12 @@
 #include <strings.h>
 #include <sys/mman.h>
 
-#include "backend/cpu.h"
+#include "backend/cpu/cpu.h"
 #include "base/util.h"
 #include "config/config.h"
 
 #include "base/omp_compat.h"
-#include "backend/blas.h" /* openblas_set_num_threads; last, for its macro I */
+#include "backend/cpu/blas.h" /* openblas_set_num_threads; last, for its macro I */
 
 size_t backend_bytes_allocated = 0;
 
