@@ -241,14 +241,14 @@ struct Backend {
     void (*coll_wait)(const Backend *be, Dist *d, void *op);
 };
 
-/* The CPU backends (backend/cpu.c), and cpu's operations behind a device's fence
- * (backend/fenced.c). */
+/* The CPU backends (backend/cpu/cpu.c), and cpu's operations behind a device's fence
+ * (backend/cpu/fenced.c). */
 extern const Backend backend_cpu, backend_cpu_ref, backend_cpu_fenced;
 
-/* The backend train.device names ("cpu", "cpu-ref", "cpu-fenced", "cuda"), its products at
- * precision (MOE_PRECISION_*: a GPU's; the CPU backends compute fp32 whatever it says), or NULL
- * with a message: an unknown name (listing the backends), cuda in a build without it (naming make
- * cuda), or no GPU to open (the driver's words). */
+/* The registry (registry.c). The backend train.device names ("cpu", "cpu-ref", "cpu-fenced",
+ * "cuda"), its products at precision (MOE_PRECISION_*: a GPU's; the CPU backends compute fp32
+ * whatever it says), or NULL with a message: an unknown name (listing the backends), cuda in a
+ * build without it (naming make cuda), or no GPU to open (the driver's words). */
 const Backend *backend_get(const char *name, int precision, char *err, int errlen);
 /* 1 when this build has the backend train.device names, without opening it (a GPU is not
  * touched: a process that forks must not start CUDA before it does); else 0 and backend_get's

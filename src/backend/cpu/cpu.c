@@ -1,5 +1,5 @@
 /*
- * cpu.c: the two CPU backends' tables, and the backend registry (backend.h).
+ * cpu.c: the two CPU backends' tables, and the CPU's threads and BLAS (backend.h).
  *
  *   cpu-ref  every entry is the reference of nn/ or moe/: plain loops.
  *   cpu      the same table with the fast versions of this folder where one exists (matmul,
@@ -373,47 +373,6 @@ const Backend backend_cpu = {
     .experts_forward = fast_experts_forward,
     .experts_backward = fast_experts_backward,
 };
-
-/* ---- the registry --------------------------------------------------------------------------- */
-
-static const Backend *const BACKENDS[] = {&backend_cpu, &backend_cpu_ref, &backend_cpu_fenced};
-#define N_BACKENDS ((int)(sizeof BACKENDS / sizeof BACKENDS[0]))
-
-const Backend *backend_get(const char *name, int precision, char *err, int errlen) {
-    for (int i = 0; i < N_BACKENDS; i++)
-        if (strcmp(BACKENDS[i]->name, name) == 0) return BACKENDS[i];
-    if (strcmp(name, "cuda") == 0) {
-#if MOE_HAVE_CUDA
-        return backend_cuda_open(precision, err, errlen);
-#else
-        set_error(
-            err, errlen,
-            "train.device=cuda: this binary was built without CUDA. Build the GPU one with "
-            "`make cuda` (it needs the CUDA toolkit: nvcc and cuBLAS) and run build-cuda/moe");
-        return NULL;
-#endif
-    }
-    set_error(err, errlen,
-              "no backend '%s': the backends are cpu (the default), cpu-ref, cpu-fenced and cuda",
-              name);
-    return NULL;
-}
-
-int backend_in_build(const char *name, char *err, int errlen) {
-    for (int i = 0; i < N_BACKENDS; i++)
-        if (strcmp(BACKENDS[i]->name, name) == 0) return 1;
-    if (MOE_HAVE_CUDA && strcmp(name, "cuda") == 0) return 1;
-    return backend_get(name, MOE_PRECISION_FP32, err, errlen) != NULL; /* its message */
-}
-
-const Backend *backend_of_config(const Config *c, char *err, int errlen) {
-    static const char *const NAMES[] = {"cpu", "cpu-ref", "cuda", "cpu-fenced"};
-    if (c->device < 0 || c->device > MOE_DEVICE_CPU_FENCED) {
-        set_error(err, errlen, "train.device: no such backend (%d)", c->device);
-        return NULL;
-    }
-    return backend_get(NAMES[c->device], c->precision, err, errlen);
-}
 
 /* OpenBLAS's pool follows OpenMP's count. Without OpenMP the elementwise loops run on one
  * thread and BLAS keeps a pool of its own, which threads > 0 sizes where the library can be told
