@@ -42,9 +42,9 @@ static void emu_gate(int *idx, float *w, const float *scores, const float *logit
         for (int t = 0; t < KMOE_THREADS; t++) {
             int n = b * KMOE_THREADS + t;
             if (n >= N) continue;
-            kmoe_gate_row(idx + (size_t)n * K, w + (size_t)n * K, scores + (size_t)n * E,
-                          tf ? logits + (size_t)n * E : NULL, bias, E, K, tf, s->norm_topk,
-                          s->route_scale);
+            router_gate_row(idx + (size_t)n * K, w + (size_t)n * K, scores + (size_t)n * E,
+                            tf ? logits + (size_t)n * E : NULL, bias, E, K, tf, s->norm_topk,
+                            s->route_scale);
         }
 }
 

@@ -78,9 +78,9 @@ static __global__ void __launch_bounds__(KMOE_THREADS)
     int n = blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
     /* the logits row only exists for topk_first (the caller may pass NULL otherwise) */
-    kmoe_gate_row(idx + (size_t)n * K, w + (size_t)n * K, scores + (size_t)n * E,
-                  topk_first ? logits + (size_t)n * E : NULL, bias, E, K, topk_first, norm_topk,
-                  rs);
+    router_gate_row(idx + (size_t)n * K, w + (size_t)n * K, scores + (size_t)n * E,
+                    topk_first ? logits + (size_t)n * E : NULL, bias, E, K, topk_first, norm_topk,
+                    rs);
 }
 
 void cuda_router_gate_forward(const Backend *be, int *idx, float *w, const float *scores,
@@ -98,8 +98,9 @@ static __global__ void __launch_bounds__(KMOE_THREADS)
                    int K, int topk_first, int norm_topk, float rs) {
     int n = blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
-    kmoe_gate_weights_row(w + (size_t)n * K, idx + (size_t)n * K, scores + (size_t)n * E,
-                          topk_first ? logits + (size_t)n * E : NULL, K, topk_first, norm_topk, rs);
+    router_gate_weights_row(w + (size_t)n * K, idx + (size_t)n * K, scores + (size_t)n * E,
+                            topk_first ? logits + (size_t)n * E : NULL, K, topk_first, norm_topk,
+                            rs);
 }
 
 void cuda_router_gate_weights(const Backend *be, float *w, const int *idx, const float *scores,
