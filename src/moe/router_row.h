@@ -51,8 +51,8 @@ MOE_HD void router_topk_row(int *in, const float *key, const float *bias, int E,
  *   topk_first  rs * softmax over the K chosen logits (shifted by their maximum; no bias);
  *   otherwise   rs * the chosen scores, renormalised to sum 1 over the K when norm_topk.
  * The normalising sums run in double in k order. */
-MOE_HD void router_gate_weights_row(float *wn, const int *in, const float *p, const float *l,
-                                    int K, int topk_first, int norm_topk, float rs) {
+MOE_HD void router_gate_weights_row(float *wn, const int *in, const float *p, const float *l, int K,
+                                    int topk_first, int norm_topk, float rs) {
     if (topk_first) {
         float m = l[in[0]];
         for (int k = 1; k < K; k++) m = l[in[k]] > m ? l[in[k]] : m;
