@@ -305,7 +305,7 @@ FORTUNES_DIR := /usr/share/games/fortunes
 CORPUS_KIND := $(if $(filter 4,$(words $(wildcard $(addprefix $(FORTUNES_DIR)/,de es it ru)))),debian,fallback)
 # the Debian corpus's order of domains
 FALLBACK_FROM := $(addprefix data/fallback/,en.txt de.txt es.txt it.txt ru.txt) \
-                 $(addprefix code=,$(sort $(wildcard src/*/*.h)))
+                 $(addprefix code=,$(sort $(wildcard src/*/*.h src/*/*/*.h)))
 # make deps (apt-get: the fortunes, for the Debian corpus) where dpkg is; elsewhere (macOS, other
 # distributions) straight to the fallback
 data: $(if $(shell command -v dpkg 2> /dev/null),deps)
