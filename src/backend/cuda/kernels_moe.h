@@ -8,8 +8,9 @@
  * What each kernel does with them (launch shapes in cuda_moe.cu and cuda_plans.cu):
  *
  *   scores, gate   one thread per token: the token's row exactly as router.c walks it (the same
- *                  loops, sums in double in expert order), so the top-k, its ties (to the lower
- *                  expert) and the chosen experts are the reference's integers;
+ *                  loops, sums in double in expert order; the gate's are router.c's own rows,
+ *                  moe/router_row.h), so the top-k, its ties (to the lower expert) and the
+ *                  chosen experts are the reference's integers;
  *   z-loss         one block: thread t sums lse^2 over n = t, t + KMOE_THREADS, ... in double,
  *                  then the block's tree (kmoe_tree_sum) in a fixed pairing;
  *   dispatch plan  (a) one block per expert e walks the N K assignments in chunks of
