@@ -51,7 +51,7 @@ ifeq ($(MPI),1)
 BUILD := $(BUILD)-mpi
 CC := mpicc
 endif
-# CUDA=1 (make cuda): the same sources plus the CUDA backend (src/backend/cuda*.cu, nvcc) in
+# CUDA=1 (make cuda): the same sources plus the CUDA backend (src/backend/cuda/*.cu, nvcc) in
 # build-cuda/, one binary holding every backend: train.device=cuda runs on the GPU, cpu stays
 # the default. CUDA_ARCH lists the GPU generations to build for (90 Hopper, 80 Ampere, ...):
 # each gets its SASS and PTX, so a later GPU runs the PTX.
@@ -140,13 +140,14 @@ endif
 CPPFLAGS += -DMOE_HAVE_NCCL=$(if $(filter 1,$(HAVE_NCCL)),1,0)
 
 # ---- sources ----------------------------------------------------------------------------
-LIB_SRC := $(filter-out src/cli/%,$(wildcard src/*/*.c))
-CU_SRC := $(if $(filter 1,$(CUDA)),$(wildcard src/*/*.cu),)
+# (src/backend/ keeps its CPU tables in cpu/ and the CUDA backend, the .cu files, in cuda/)
+LIB_SRC := $(filter-out src/cli/%,$(wildcard src/*/*.c src/*/*/*.c))
+CU_SRC := $(if $(filter 1,$(CUDA)),$(wildcard src/backend/cuda/*.cu),)
 CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 CLI_SRC := $(wildcard src/cli/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
-HEADERS := $(wildcard src/*.h src/*/*.h)
+HEADERS := $(wildcard src/*.h src/*/*.h src/*/*/*.h)
 CHAPTER_SRC := $(wildcard chapters/*/*.c)
 CHAPTER_BIN := $(CHAPTER_SRC:chapters/%.c=$(BUILD)/chapters/%)
 TEST_SRC := $(wildcard tests/test_*.c tests/mpi/test_*.c)
@@ -184,7 +185,7 @@ $(BUILD)/nvcc.flags: FORCE
 	@new=$@.new.$$$$; echo '$(NVCC) $(CPPFLAGS) $(NVCCFLAGS)' > $$new; cmp -s $$new $@ && rm $$new || mv $$new $@
 
 # ptxas's report (registers, spills, stack) of each .cu goes beside its object, .ptxas
-$(BUILD)/obj/%.cu.o: %.cu $(HEADERS) $(wildcard src/*/*.cuh) $(BUILD)/nvcc.flags
+$(BUILD)/obj/%.cu.o: %.cu $(HEADERS) $(wildcard src/backend/cuda/*.cuh) $(BUILD)/nvcc.flags
 	@mkdir -p $(dir $@)
 	@[ -x "$(NVCC)" ] || { echo "error: no nvcc at $(NVCC): install the CUDA toolkit or set CUDA_HOME"; exit 2; }
 	$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -c $< -o $@ 2> $(@:.o=.ptxas) || { cat $(@:.o=.ptxas); exit 1; }
@@ -304,7 +305,7 @@ FORTUNES_DIR := /usr/share/games/fortunes
 CORPUS_KIND := $(if $(filter 4,$(words $(wildcard $(addprefix $(FORTUNES_DIR)/,de es it ru)))),debian,fallback)
 # the Debian corpus's order of domains
 FALLBACK_FROM := $(addprefix data/fallback/,en.txt de.txt es.txt it.txt ru.txt) \
-                 $(addprefix code=,$(sort $(wildcard src/*/*.h)))
+                 $(addprefix code=,$(sort $(wildcard src/*/*.h src/*/*/*.h)))
 # make deps (apt-get: the fortunes, for the Debian corpus) where dpkg is; elsewhere (macOS, other
 # distributions) straight to the fallback
 data: $(if $(shell command -v dpkg 2> /dev/null),deps)

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "backend/kernels_moe.h"
+#include "backend/cuda/kernels_moe.h"
 #include "base/util.h"
 #include "moe/moe_ops.h"
 #include "testutil.h"

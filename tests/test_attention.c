@@ -1,6 +1,6 @@
 /*
  * test_attention.c: causal self-attention, the reference loops of src/nn/attention.c and the
- * cpu backend's blocked products of src/backend/attention_gemm.c.
+ * cpu backend's blocked products of src/backend/cpu/attention_gemm.c.
  *
  *   - the backward of both against central finite differences of L = sum(out * R), alone and
  *     behind RoPE on q and k;
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu.h"
+#include "backend/cpu/cpu.h"
 #include "ops_util.h"
 
 /* ---- attention (optionally behind rope on q and k) ------------------------------------- */

@@ -9,13 +9,13 @@
  * and no bytes. On a machine without a GPU only the first half runs; tests/gpu/run_device.sh
  * runs this suite's binary on a GPU.
  *
- * NCCL's start (backend/nccl_start.h), over a world of three ranks played in turn: rank 0's id
+ * NCCL's start (backend/cuda/nccl_start.h), over a world of three ranks played in turn: rank 0's id
  * reaches every rank, and so does a failure of its draw, each rank returning the message
  * instead of waiting in a broadcast rank 0 never made.
  */
 #include <stdio.h>
 
-#include "backend/nccl_start.h"
+#include "backend/cuda/nccl_start.h"
 #include "backend_util.h"
 
 START_TEST(test_device_collectives) {
@@ -53,7 +53,7 @@ START_TEST(test_device_collectives) {
 }
 END_TEST
 
-/* ---- NCCL's start (backend/nccl_start.h), its ranks played in turn ---------------------------
+/* ---- NCCL's start (backend/cuda/nccl_start.h), its ranks played in turn ---------------------
  * A world of three ranks in one process: rank 0 runs first and its broadcast puts the bytes on
  * the wire, then ranks 1 and 2 run and theirs take them from it. A rank 0 that did not
  * broadcast leaves the wire empty: the others would wait there forever, which the fake

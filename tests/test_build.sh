@@ -128,7 +128,7 @@ check "macOS: the corpus (make demo, make data) is the fallback one, no apt-get"
 acc=$tmp/accelerate
 mkdir -p "$acc"
 acc_fail=""
-for f in src/backend/*.c $(grep -l 'openblas_[a-z_]*(' src/*/*.c); do
+for f in src/backend/cpu/*.c $(grep -l 'openblas_[a-z_]*(' src/*/*.c src/*/*/*.c); do
   o=$acc/$(basename "$f" .c).o
   gcc -std=c11 -D_GNU_SOURCE -O0 -Wall -Werror=implicit-function-declaration -Wno-unused-parameter \
     -Wno-unknown-pragmas -Isrc -Itests/macos -DMOE_BLAS_OPENBLAS=0 -DACCELERATE_NEW_LAPACK \

@@ -169,10 +169,10 @@ de $(sizes data/fallback/de.txt)
 es $(sizes data/fallback/es.txt)
 it $(sizes data/fallback/it.txt)
 ru $(sizes data/fallback/ru.txt)
-code $(sizes src/*/*.h)"
+code $(sizes src/*/*.h src/*/*/*.h)"
 got=$(corpus_table "$fb" 2>&1 | cut -d' ' -f1,2)
 [ "$got" = "$want" ] && [ "$(cat "$fb/source.txt")" = fallback ]
-check "the fallback: en de es it ru code, every byte of data/fallback/*.txt and src/*/*.h; source.txt fallback" \
+check "the fallback: en de es it ru code, every byte of data/fallback/*.txt and src/*/*.h, src/*/*/*.h; source.txt fallback" \
     $? "want: $(echo "$want" | tr '\n' '|') got: $(echo "$got" | tr '\n' '|')"
 if [ -d /usr/share/games/fortunes/ru ] && [ -d /usr/share/games/fortunes/de ] &&
     [ -d /usr/share/games/fortunes/es ] && [ -d /usr/share/games/fortunes/it ]; then

@@ -42,7 +42,7 @@ make_plain() { make --no-print-directory SANITIZE=0 MPI=0 "$@"; }
 log=$tmp/make.log
 make_plain cuda CUDA_ARCH="$archs" > "$log" 2>&1
 check "make cuda CUDA_ARCH=\"$archs\" builds build-cuda/moe" $? "$(grep -E 'error|warning' "$log" | head -n 5)"
-reports=(build-cuda/obj/src/backend/*.cu.ptxas)
+reports=(build-cuda/obj/src/backend/cuda/*.cu.ptxas)
 [ -e "${reports[0]}" ]
 check "ptxas reports exist for every .cu file (${#reports[@]})" $?
 kernels=$(cat "${reports[@]}" | grep -c 'Compiling entry function')

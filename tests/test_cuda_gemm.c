@@ -1,7 +1,7 @@
 /*
  * test_cuda_gemm.c: the CUDA backend's products, checked on the CPU.
  *
- *   - every GemmArgs tuple of backend/gemm_args.h (the column-major arguments cuda_gemm.cu
+ *   - every GemmArgs tuple of backend/cuda/gemm_args.h (the column-major arguments cuda_gemm.cu
  *     hands to cuBLAS) run through cblas_sgemm(CblasColMajor, ...): the linear layer's
  *     forward, dx (written and added) and dW (accumulated) against the reference matmul;
  *   - the experts' grouped products: the slice lists of a dropless and a padded plan, every pass
@@ -9,20 +9,20 @@
  *     cuda_gemm.cu runs them, against experts_forward / experts_backward;
  *   - the GPU attention's whole algorithm on the host, in the order cuda_gemm.cu runs it: the
  *     strided-batched tuples per batch row, the softmax and its backward from the bodies of
- *     backend/kernels_att.h walked lane by lane with the warp's butterfly, the heads of the
+ *     backend/cuda/kernels_att.h walked lane by lane with the warp's butterfly, the heads of the
  *     backward in groups as small as the workspace allows; against nn/attention.c;
  *   - the data and compute types of the experts' call at every train.precision, against the
  *     combinations cuBLAS documents for cublasGemmGroupedBatchedEx and cublasGemmEx.
  * No GPU is needed: what cuBLAS and the kernels add on a GPU is checked there
  * (tests/gpu/run_device.sh).
  */
-#include "backend/blas.h"
+#include "backend/cpu/blas.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/gemm_args.h"
-#include "backend/kernels_att.h"
+#include "backend/cuda/gemm_args.h"
+#include "backend/cuda/kernels_att.h"
 #include "moe/moe_ops.h"
 #include "ops_util.h"
 

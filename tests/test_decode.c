@@ -13,8 +13,8 @@
  */
 #include <string.h>
 
-#include "backend/kernels_att.h"
-#include "backend/kernels_nn.h"
+#include "backend/cuda/kernels_att.h"
+#include "backend/cuda/kernels_nn.h"
 #include "backend_util.h"
 #include "infer/decode.h"
 #include "nn/ops.h"

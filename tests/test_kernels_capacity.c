@@ -1,6 +1,6 @@
 /*
  * test_kernels_capacity.c: the CUDA kernels of the capacity and expert-choice plans
- * (backend/kernels_moe.h's radix select), run on the host.
+ * (backend/cuda/kernels_moe.h's radix select), run on the host.
  *
  * Each emu_* function below is one entry of cuda_plans.cu whose kernels are loops that walk the
  * grid in the kernel's order (tests/kernels_moe_util.h), compared with capacity.c and

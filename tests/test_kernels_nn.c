@@ -1,6 +1,6 @@
 /*
- * test_kernels_nn.c: the CUDA backend's dense-op kernels (src/backend/cuda_nn.cu), checked on
- * the host through their bodies (src/backend/kernels_nn.h).
+ * test_kernels_nn.c: the CUDA backend's dense-op kernels (src/backend/cuda/cuda_nn.cu), checked on
+ * the host through their bodies (src/backend/cuda/kernels_nn.h).
  *
  * Each test runs the bodies in loops that walk the kernel's grid in the kernel's order (its
  * blocks, threads, warps and lanes, the butterfly reductions replayed over 32 values, the same
@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/kernels_nn.h"
+#include "backend/cuda/kernels_nn.h"
 #include "base/util.h"
 #include "config/config.h"
 #include "ops_util.h"

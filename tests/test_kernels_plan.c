@@ -1,6 +1,6 @@
 /*
  * test_kernels_plan.c: the CUDA kernels of the dropless dispatch plan, permute and combine
- * (backend/kernels_moe.h), run on the host.
+ * (backend/cuda/kernels_moe.h), run on the host.
  *
  * The emu_* functions (here and in tests/kernels_moe_util.h) are entries of cuda_moe.cu whose
  * kernels are loops that walk the grid in the kernel's order, compared with permute.c: the

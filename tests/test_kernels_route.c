@@ -1,6 +1,6 @@
 /*
- * test_kernels_route.c: the CUDA router kernels' arithmetic (backend/kernels_moe.h,
- * backend/kernels_route.h), run on the host: scores and lse, the gate's top-k and weights, the
+ * test_kernels_route.c: the CUDA router kernels' arithmetic (backend/cuda/kernels_moe.h,
+ * backend/cuda/kernels_route.h), run on the host: scores and lse, the gate's top-k and weights, the
  * z-loss, the logit statistics, the balance loss, the router's backward and route_stats.
  *
  * Each emu_* function below is one entry of cuda_moe.cu whose kernels are loops that walk the
@@ -17,7 +17,7 @@
  * block's expert-choice backward; route_stats runs on dropless, capacity, padded and
  * expert-choice plans: routed and dropped counts exactly, the rest under the tolerance.
  */
-#include "backend/kernels_route.h"
+#include "backend/cuda/kernels_route.h"
 #include "kernels_moe_util.h"
 
 /* ---- the kernels, on the host ---------------------------------------------------------------- */
@@ -42,9 +42,9 @@ static void emu_gate(int *idx, float *w, const float *scores, const float *logit
         for (int t = 0; t < KMOE_THREADS; t++) {
             int n = b * KMOE_THREADS + t;
             if (n >= N) continue;
-            kmoe_gate_row(idx + (size_t)n * K, w + (size_t)n * K, scores + (size_t)n * E,
-                          tf ? logits + (size_t)n * E : NULL, bias, E, K, tf, s->norm_topk,
-                          s->route_scale);
+            router_gate_row(idx + (size_t)n * K, w + (size_t)n * K, scores + (size_t)n * E,
+                            tf ? logits + (size_t)n * E : NULL, bias, E, K, tf, s->norm_topk,
+                            s->route_scale);
         }
 }
 

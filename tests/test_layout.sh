@@ -3,10 +3,10 @@
 #
 # src/README.md's map lists the folders in order; a file may include headers of its own folder
 # and of the folders listed before it, never after (no arrow back up, so no circle); a header
-# at the top of src/ (moe.h, the public one) stands above them all and may include any. Every
-# #include "..." of every file under src/ is checked against that order, and every folder of
-# src/ must be in the map. Then the check itself on a scratch tree: an include that points up
-# fails, naming the file and the arrow.
+# at the top of src/ (moe.h, the public one) stands above them all and may include any; a
+# subfolder (backend/cpu/) is part of its folder. Every #include "..." of every file under src/
+# is checked against that order, and every folder of src/ must be in the map. Then the check
+# itself on a scratch tree: an include that points up fails, naming the file and the arrow.
 # Needs only bash, awk and grep: no build.
 
 # shellcheck source=tests/lib/common.sh
@@ -72,6 +72,18 @@ layers "$tmp/src" "$tmp/README.md" > "$tmp/out" 2>&1
 rc=$?
 [ $rc -eq 1 ] && grep -q "src/base/util.h includes model/model.h: base/ may not depend on model/" "$tmp/out"
 check "an include that points up fails, naming the file and the arrow" $? "status $rc: $(cat "$tmp/out")"
+# a subfolder (backend/cpu/, backend/cuda/) is its folder's: its files may include what the
+# folder may, and an include of it from a folder listed before is an arrow up like any other
+mkdir -p "$tmp/src/model/sub"
+printf '#include "base/util.h"\n' > "$tmp/src/model/sub/part.c"
+printf '#include "model/sub/part.h"\n' > "$tmp/src/base/util.h"
+layers "$tmp/src" "$tmp/README.md" > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "src/base/util.h includes model/sub/part.h: base/ may not depend on model/" "$tmp/out" &&
+    ! grep -q "model.sub.part\.c" "$tmp/out"
+check "a subfolder counts as its folder: model/sub/ includes base/, base/ may not include model/sub/" $? \
+    "status $rc: $(cat "$tmp/out")"
+rm -r "$tmp/src/model/sub"
 mkdir -p "$tmp/src/extra"
 rm "$tmp/src/base/util.h"
 layers "$tmp/src" "$tmp/README.md" > "$tmp/out" 2>&1

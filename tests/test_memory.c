@@ -445,7 +445,7 @@ START_TEST(test_attention_is_quadratic_in_T) {
 END_TEST
 
 /* The CPU backends' memory: zeroed; a block of 2 MiB or more starts on a 2 MiB boundary (it
- * is offered for transparent huge pages, backend/cpu.c), a smaller one is an ordinary block */
+ * is offered for transparent huge pages, backend/cpu/cpu.c), a smaller one is an ordinary block */
 START_TEST(test_host_blocks) {
     const size_t sizes[] = {100, (size_t)2 << 20, ((size_t)5 << 20) + 12};
     for (int i = 0; i < 3; i++) {

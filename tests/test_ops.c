@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "backend/cpu.h"
+#include "backend/cpu/cpu.h"
 #include "nn/exp.h"
 #include "ops_util.h"
 

@@ -8,15 +8,15 @@
  *
  *   cpu-ref  the plain reference of every op (nn/, moe/): loops a reader can follow line by
  *            line, the version the tests check gradients on. Slow, and runnable end to end.
- *   cpu      the fast CPU versions (this folder: sgemm-based products and attention, the
+ *   cpu      the fast CPU versions (cpu/: sgemm-based products and attention, the
  *            experts as GEMMs over their slices) and, where an op has a single CPU version,
  *            the reference one.
  *
  *   cpu-fenced  cpu's operations on memory the host cannot read (mprotect) except through
  *            to_host / to_device, as a GPU's: a program that reads a device's memory directly
- *            stops here, on any machine, instead of on a GPU (fenced.c).
- *   cuda     one NVIDIA GPU (a build of `make cuda`: cuda*.cu): cuBLAS for the products,
- *            CUDA kernels for the rest; its memory is the GPU's (host_memory 0).
+ *            stops here, on any machine, instead of on a GPU (cpu/fenced.c).
+ *   cuda     one NVIDIA GPU (a build of `make cuda`: the .cu files of cuda/): cuBLAS for the
+ *            products, CUDA kernels for the rest; its memory is the GPU's (host_memory 0).
  *
  * tests/test_backend_ops.c runs every op of every backend against cpu-ref with one tolerance
  * rule, forward and backward, and tests/test_backend_grad.c checks the gradients of each
@@ -40,7 +40,7 @@
  *            dropped); route_domains' host_counts, host_drops and host_domains;
  *            gemm_seconds' seconds; and the collectives' counts and displacements.
  * cpu-fenced checks every pointer of every call against this list and stops, naming the op
- * and the argument, at one in the other memory (fenced.c).
+ * and the argument, at one in the other memory (cpu/fenced.c).
  */
 #ifndef MOE_BACKEND_H
 #define MOE_BACKEND_H
@@ -53,6 +53,10 @@
 #include "parallel/dist.h"
 
 typedef struct Backend Backend;
+
+/* BACKEND_PARAMS (a, b, c) is a, b, c: an operation's parenthesised arguments in
+ * backend_ops.h, opened after the backend */
+#define BACKEND_PARAMS(...) __VA_ARGS__
 
 struct Backend {
     const char *name;  /* as train.device spells it */
@@ -73,156 +77,10 @@ struct Backend {
     void (*to_host)(const Backend *be, void *host_dst, const void *src, size_t bytes);
     void (*sync)(const Backend *be);
 
-    /* ---- elementwise steps and sums (nn/vec.c) ----------------------------------------- */
-    void (*add)(const Backend *be, float *y, const float *a, const float *b, size_t n);
-    void (*mul)(const Backend *be, float *y, const float *a, const float *b, size_t n);
-    void (*scale)(const Backend *be, float *x, float s, size_t n);
-    /* y = x rounded to the nearest bfloat16, kept in float (vec_round_bf16): a bf16 router
-     * emulated on any backend (moe.router_precision) */
-    void (*round_bf16)(const Backend *be, float *y, const float *x, size_t n);
-    /* *out (one double of the backend's memory) = the sum of x[0 .. n) in index order, in
-     * double (the loss over the tokens): left where it is, so that a training step reads its
-     * micro-batches' losses with one copy (model_read_step), not one wait each */
-    void (*sum)(const Backend *be, double *out, const float *x, size_t n);
-    /* *out (one double of the backend's memory) = the sum of squares, deterministic for any
-     * thread count: fixed chunks of VEC_CHUNK into partial (vec_chunks(n) doubles of the
-     * backend's memory), then the chunks in order. Left there, as sum's: the gradient norm
-     * comes down with the step's other numbers (model_read_step) */
-    void (*sum_squares)(const Backend *be, double *out, double *partial, const float *x, size_t n);
-    /* x (N, C): x[n] = emb[tokens[n]]; backward demb (V, C) += dx scattered by token */
-    void (*embed_forward)(const Backend *be, float *x, const int *tokens, const float *emb, int N,
-                          int C);
-    void (*embed_backward)(const Backend *be, float *demb, const float *dx, const int *tokens,
-                           int N, int C);
-    /* rows (n, C): out[to[i]] = in[i], or out[i] = in[to[i]] when back is set */
-    void (*permute_rows)(const Backend *be, float *out, const float *in, const int *to, int n,
-                         int C, int back);
-
-    /* ---- the dense ops (nn/ops.h, same arguments) ----------------------------------------- */
-    void (*matmul_forward)(const Backend *be, float *y, const float *x, const float *W, int N,
-                           int IN, int OUT);
-    void (*matmul_backward)(const Backend *be, float *dx, float *dW, const float *dy,
-                            const float *x, const float *W, int N, int IN, int OUT);
-    /* The router's product, logits (N, E) = x (N, C) Wr (E, C)^T, and its backward: matmul's
-     * arguments, kept apart so that a backend computing the large products at a lower
-     * precision (a GPU's tf32, bf16) computes this one in fp32 (selective precision: top-k is
-     * decided on these logits). The CPU backends run their matmul. */
-    void (*router_logits_forward)(const Backend *be, float *logits, const float *x, const float *Wr,
-                                  int N, int C, int E);
-    void (*router_logits_backward)(const Backend *be, float *dx, float *dWr, const float *dlogits,
-                                   const float *x, const float *Wr, int N, int C, int E);
-    void (*rmsnorm_forward)(const Backend *be, float *y, float *rstd, const float *x,
-                            const float *w, int N, int C);
-    void (*rmsnorm_backward)(const Backend *be, float *dx, float *dw, const float *dy,
-                             const float *x, const float *w, const float *rstd, int N, int C);
-    void (*rope_forward)(const Backend *be, float *x, const float *cs, int B, int T, int H, int D);
-    void (*rope_backward)(const Backend *be, float *dx, const float *cs, int B, int T, int H,
-                          int D);
-    void (*attention_forward)(const Backend *be, float *out, float *att, const float *q,
-                              const float *k, const float *v, int B, int T, int C, int H);
-    void (*attention_backward)(const Backend *be, float *dq, float *dk, float *dv, float *ws,
-                               const float *dout, const float *att, const float *q, const float *k,
-                               const float *v, int B, int T, int C, int H, int n_ws);
-    void (*swiglu_forward)(const Backend *be, float *h, const float *g, const float *u, int N,
-                           int F);
-    void (*swiglu_backward)(const Backend *be, float *dg, float *du, const float *dh,
-                            const float *g, const float *u, int N, int F);
-    void (*crossentropy_forward)(const Backend *be, float *losses, float *probs,
-                                 const float *logits, const int *targets, int N, int V);
-    void (*crossentropy_backward)(const Backend *be, float *dlogits, const float *probs,
-                                  const int *targets, float scale, int N, int V);
-    void (*adamw_update)(const Backend *be, float *p, float *g, float *m, float *v, size_t n,
-                         const AdamwStep *s);
-
-    /* ---- decoding (src/infer/decode.c): one new token per sequence; nothing trains, so these
-     * have no backward. nn/ops.h's rope_forward_at and attention_decode, with pos and lens
-     * (N) in the backend's memory. */
-    void (*rope_forward_at)(const Backend *be, float *x, const float *cs, const int *pos, int N,
-                            int H, int D);
-    void (*attention_decode)(const Backend *be, float *out, float *att, const float *q,
-                             const float *kc, const float *vc, const int *lens, int N, int C, int H,
-                             int Tc);
-
-    /* ---- the MoE ops (moe/moe_ops.h, same arguments) ------------------------------------
-     * s, x and p are host structs; a plan's arrays, x->global_f and x->work are device memory,
-     * x->rng, x->dist and x->tape host memory (the list at the top of this file) */
-    void (*router_scores_forward)(const Backend *be, float *scores, float *lse, const float *logits,
-                                  int N, const MoeSpec *s);
-    void (*router_gate_forward)(const Backend *be, int *idx, float *w, const float *scores,
-                                const float *logits, const float *bias, int N, const MoeSpec *s);
-    /* the gate weights of experts already chosen (a replay of recorded routing) */
-    void (*router_gate_weights)(const Backend *be, float *w, const int *idx, const float *scores,
-                                const float *logits, int N, const MoeSpec *s);
-    /* the balance and z losses into *out, one float of the backend's memory (read with the
-     * step's other numbers: model_read_step) */
-    void (*router_balance_loss)(const Backend *be, float *out, const float *scores, const int *idx,
-                                int N, const MoeSpec *s, const MoeCtx *x);
-    void (*router_z_loss)(const Backend *be, float *out, const float *lse, int N);
-    void (*router_gate_backward)(const Backend *be, float *dlogits, const float *dw,
-                                 const float *scores, const float *lse, const float *logits,
-                                 const int *idx, const float *w, int N, const MoeSpec *s,
-                                 const MoeCtx *x, float bal_scale, float z_scale);
-    /* the dispatch plan: dropless, with a capacity, or chosen by the experts */
-    void (*dispatch_plan_build)(const Backend *be, DispatchPlan *p, const int *idx, int N);
-    void (*capacity_plan_build)(const Backend *be, DispatchPlan *p, const int *idx,
-                                const float *scores, const float *w, int N, const MoeSpec *s,
-                                const MoeCtx *x);
-    void (*expert_choice_forward)(const Backend *be, int *idx, float *w, DispatchPlan *p,
-                                  const float *scores, int N, const MoeSpec *s, const MoeCtx *x);
-    void (*permute_forward)(const Backend *be, float *xe, const float *x, const DispatchPlan *p,
-                            int C);
-    void (*permute_backward)(const Backend *be, float *dx, const float *dxe, const DispatchPlan *p,
-                             int C);
-    void (*combine_forward)(const Backend *be, float *y, const float *ye, const float *w,
-                            const DispatchPlan *p, int C);
-    void (*combine_backward)(const Backend *be, float *dye, float *dw, const float *dy,
-                             const float *ye, const float *w, const DispatchPlan *p, int C);
-    /* All E experts' SwiGLU over their slices of the slot buffer, as one operation: expert e
-     * owns rows [offsets[e], offsets[e + 1]); counts (E), when not NULL, is the number of kept
-     * rows at the start of each slice (a padded plan: the rest are padding rows, computed as
-     * their own product so that the kept rows round exactly as in an unpadded plan). */
-    void (*experts_forward)(const Backend *be, float *ye, float *g, float *u, float *h,
-                            const float *xe, const float *Wg, const float *Wu, const float *Wd,
-                            const int *offsets, const int *counts, int E, int C, int F);
-    void (*experts_backward)(const Backend *be, float *dxe, float *dWg, float *dWu, float *dWd,
-                             float *dg, float *du, float *dh, const float *dye, const float *xe,
-                             const float *g, const float *u, const float *h, const float *Wg,
-                             const float *Wu, const float *Wd, const int *offsets,
-                             const int *counts, int E, int C, int F);
-
-    /* what a routing decision did, as host numbers (router.csv, domains.csv): the trainer
-     * reads these, never the routing arrays. route_stats fills all of host_out (a host struct
-     * with host arrays): route_stats of the decision, and the router_logit_stats of its logits
-     * (N, E) and lse (N); route_domains adds to host_counts and host_drops by host_domains (N),
-     * all three host arrays */
-    void (*route_stats)(const Backend *be, RouteStats *host_out, const float *scores,
-                        const float *logits, const float *lse, const int *idx,
-                        const DispatchPlan *p, int N, const MoeSpec *s);
-    /* route_stats left in the backend's memory, for a training step to read with its losses
-     * in one copy (model_read_step): route_stats_record writes what route_stats would report
-     * into rec (route_record_bytes(E) bytes of the backend's memory, in the backend's own
-     * layout); route_stats_read turns a host copy of such a record into host_out, the numbers
-     * route_stats fills, bit for bit. */
-    void (*route_stats_record)(const Backend *be, void *rec, const float *scores,
-                               const float *logits, const float *lse, const int *idx,
-                               const DispatchPlan *p, int N, const MoeSpec *s);
-    void (*route_stats_read)(const Backend *be, RouteStats *host_out, const void *host_rec,
-                             const MoeSpec *s);
-    void (*route_domains)(const Backend *be, double *host_counts, double *host_drops,
-                          const unsigned char *host_domains, int n_domains, const int *idx,
-                          const DispatchPlan *p, int N, const MoeSpec *s);
-
-    /* router.csv's expert_sim of one MoE block into *out (one double of the backend's memory):
-     * moe/experts.c's experts_similarity of Wg, Wu (E, F, C) and Wd (E, C, F), computed where
-     * the weights are, so that a step does not copy every expert down to log one number */
-    void (*experts_similarity)(const Backend *be, double *out, const float *Wg, const float *Wu,
-                               const float *Wd, int E, int C, int F);
-
-    /* ---- measurement ------------------------------------------------------------------------
-     * The backend's own square product C (n, n) = A B (2 n^3 FLOPs), timed: one warm-up, then
-     * reps products, seconds[r] (host memory) the wall time of each. The yardstick `moe bench`
-     * measures a training step against. */
-    void (*gemm_seconds)(const Backend *be, int n, int reps, double *seconds);
+    /* ---- the operations, from the one list of them (backend_ops.h), in its order */
+#define BACKEND_OP(name, params) void (*name)(const Backend *be, BACKEND_PARAMS params);
+#include "backend/backend_ops.h"
+#undef BACKEND_OP
 
     /* ---- collectives on the backend's own memory, across processes (dist.collectives=nccl)
      * NULL where the backend has none (every CPU table): a device's buffers are then staged
@@ -241,14 +99,14 @@ struct Backend {
     void (*coll_wait)(const Backend *be, Dist *d, void *op);
 };
 
-/* The CPU backends (backend/cpu.c), and cpu's operations behind a device's fence
- * (backend/fenced.c). */
+/* The CPU backends (backend/cpu/cpu.c), and cpu's operations behind a device's fence
+ * (backend/cpu/fenced.c). */
 extern const Backend backend_cpu, backend_cpu_ref, backend_cpu_fenced;
 
-/* The backend train.device names ("cpu", "cpu-ref", "cpu-fenced", "cuda"), its products at
- * precision (MOE_PRECISION_*: a GPU's; the CPU backends compute fp32 whatever it says), or NULL
- * with a message: an unknown name (listing the backends), cuda in a build without it (naming make
- * cuda), or no GPU to open (the driver's words). */
+/* The registry (registry.c). The backend train.device names ("cpu", "cpu-ref", "cpu-fenced",
+ * "cuda"), its products at precision (MOE_PRECISION_*: a GPU's; the CPU backends compute fp32
+ * whatever it says), or NULL with a message: an unknown name (listing the backends), cuda in a
+ * build without it (naming make cuda), or no GPU to open (the driver's words). */
 const Backend *backend_get(const char *name, int precision, char *err, int errlen);
 /* 1 when this build has the backend train.device names, without opening it (a GPU is not
  * touched: a process that forks must not start CUDA before it does); else 0 and backend_get's
@@ -257,8 +115,8 @@ int backend_in_build(const char *name, char *err, int errlen);
 /* The backend of a config: its train.device at its train.precision (backend_get). */
 const Backend *backend_of_config(const Config *c, char *err, int errlen);
 
-/* The CUDA backend (backend/cuda.cu), in a build of `make cuda` (MOE_HAVE_CUDA): the GPU is
- * opened on the first call (device 0, one stream, one cuBLAS handle), NULL and the driver's
+/* The CUDA backend (backend/cuda/cuda.cu), in a build of `make cuda` (MOE_HAVE_CUDA): the GPU
+ * is opened on the first call (device 0, one stream, one cuBLAS handle), NULL and the driver's
  * message when it cannot be; later calls set the precision and return the same table.
  * backend_cuda_describe: the GPU's name, SMs and precision once opened, else NULL. */
 #if MOE_HAVE_CUDA
@@ -270,7 +128,7 @@ const char *backend_cuda_describe(void);
  * tests compare it with the memory formula (model/memory.c). */
 extern size_t backend_bytes_allocated;
 
-/* The times cpu-fenced has made the host wait as a GPU would (fenced.c, "host reads"): its
+/* The times cpu-fenced has made the host wait as a GPU would (cpu/fenced.c, "host reads"): its
  * to_host calls and the entries whose CUDA versions wait for the device. Never decremented;
  * the other backends leave it alone. */
 extern long long backend_host_reads;

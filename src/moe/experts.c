@@ -14,7 +14,7 @@
  * after each expert's kept rows; with counts given, the two parts are separate products.
  *
  * This is the reference, on the plain loops of nn/matmul.c (the cpu-ref backend's); the cpu
- * backend runs the same slices on sgemm (src/backend/cpu_gemm.c).
+ * backend runs the same slices on sgemm (src/backend/cpu/cpu_gemm.c).
  *
  * Accumulation rule (nn/ops.h): dWg, dWu, dWd are added to (+=); dxe is written (=).
  */

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "moe/router_row.h"
 #include "nn/exp.h"
 
 size_t moe_work_bytes(const MoeSpec *s, int N) {
@@ -143,63 +144,21 @@ void router_gate_weights(float *w, const int *idx, const float *scores, const fl
     const int E = s->num_experts, K = s->top_k;
     const float rs = s->route_scale;
 #pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        const float *p = scores + (size_t)n * E;
-        const int *in = idx + (size_t)n * K;
-        float *wn = w + (size_t)n * K;
-        if (s->topk_before_softmax) {
-            /* softmax over the K chosen logits, shifted by their maximum */
-            const float *l = logits + (size_t)n * E;
-            float m = l[in[0]];
-            for (int k = 1; k < K; k++) m = l[in[k]] > m ? l[in[k]] : m;
-            double z = 0.0;
-            for (int k = 0; k < K; k++) {
-                wn[k] = nn_expf(l[in[k]] - m);
-                z += wn[k];
-            }
-            float inv = (float)(1.0 / z);
-            for (int k = 0; k < K; k++) wn[k] = wn[k] * inv * rs;
-            continue;
-        }
-        double z = 0.0;
-        for (int k = 0; k < K; k++) {
-            wn[k] = p[in[k]];
-            z += p[in[k]];
-        }
-        if (s->norm_topk) {
-            float inv = (float)(1.0 / z);
-            for (int k = 0; k < K; k++) wn[k] *= inv;
-        }
-        for (int k = 0; k < K; k++) wn[k] *= rs;
-    }
+    for (int n = 0; n < N; n++)
+        router_gate_weights_row(w + (size_t)n * K, idx + (size_t)n * K, scores + (size_t)n * E,
+                                s->topk_before_softmax ? logits + (size_t)n * E : NULL, K,
+                                s->topk_before_softmax, s->norm_topk, rs);
 }
 
 void router_gate_forward(int *idx, float *w, const float *scores, const float *logits,
                          const float *bias, int N, const MoeSpec *s) {
     /* idx (N, K), w (N, K), scores (N, E), logits (N, E) (topk_before_softmax), bias (E) or
-     * NULL. K passes of "largest key not yet taken" per token: K is small (1..8), and scanning
-     * experts in increasing order with a strict > makes a tie go to the lower index. */
+     * NULL: the top-k of each row (router_row.h: ties to the lower expert) */
     const int E = s->num_experts, K = s->top_k;
 #pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        const float *key = (s->topk_before_softmax ? logits : scores) + (size_t)n * E;
-        int *in = idx + (size_t)n * K;
-        for (int k = 0; k < K; k++) {
-            int best = -1;
-            float best_key = 0.0f;
-            for (int e = 0; e < E; e++) {
-                int taken = 0;
-                for (int j = 0; j < k; j++) taken |= in[j] == e;
-                if (taken) continue;
-                float ke = bias ? key[e] + bias[e] : key[e];
-                if (best < 0 || ke > best_key) {
-                    best = e;
-                    best_key = ke;
-                }
-            }
-            in[k] = best;
-        }
-    }
+    for (int n = 0; n < N; n++)
+        router_topk_row(idx + (size_t)n * K,
+                        (s->topk_before_softmax ? logits : scores) + (size_t)n * E, bias, E, K);
     router_gate_weights(w, idx, scores, logits, N, s);
 }
 

@@ -1,6 +1,6 @@
 /*
  * attention.c: causal multi-head self-attention on already projected (and rotated) q, k, v:
- * the plain reference, loop by loop (the cpu-ref backend's). src/backend/attention_gemm.c
+ * the plain reference, loop by loop (the cpu-ref backend's). src/backend/cpu/attention_gemm.c
  * computes the same with matrix products (the cpu backend's) and is tested against this one.
  *
  * Layout: q, k, v, out are (B, T, C) with C = H * D; head h owns channels [h*D, (h+1)*D) of

@@ -1,6 +1,6 @@
 /*
  * matmul.c: the linear layer without bias, y = x W^T, as plain loops (the reference; the cpu
- * backend runs the same products on sgemm, src/backend/cpu_gemm.c).
+ * backend runs the same products on sgemm, src/backend/cpu/cpu_gemm.c).
  *
  * Shapes: x (N, IN), W (OUT, IN), y (N, OUT). Storing W as (out, in) makes every weight read
  * along its rows in the forward pass and matches PyTorch's nn.Linear, so exported tensors

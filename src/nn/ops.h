@@ -30,7 +30,7 @@
  * +, -, *, / and the comparisons are exact in every lane, and no loop so marked reduces over
  * its lanes except to a maximum, which no order of comparisons changes. Loops bound by memory
  * traffic gain nothing from it (AdamW and rmsnorm measured none); attention's softmax gains
- * once its in-order sums run several rows side by side (backend/attention_gemm.c). */
+ * once its in-order sums run several rows side by side (backend/cpu/attention_gemm.c). */
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
 #define NN_WIDE_LANES __attribute__((target_clones("default", "avx2", "avx512f")))
 #else
@@ -73,7 +73,7 @@ void attention_forward(float *out, float *att, const float *q, const float *k, c
 /* ws (n_ws, T, T) is workspace, one T x T slice per thread: the backward pass runs on at most
  * n_ws threads (fewer slices only cost speed, never change a result). A model sizes it once for
  * omp_get_max_threads() threads. These are the loop-by-loop reference; the cpu backend's
- * version (src/backend/attention_gemm.c) is built on sgemm and tested against them. */
+ * version (src/backend/cpu/attention_gemm.c) is built on sgemm and tested against them. */
 void attention_backward(float *dq, float *dk, float *dv, float *ws, const float *dout,
                         const float *att, const float *q, const float *k, const float *v, int B,
                         int T, int C, int H, int n_ws);

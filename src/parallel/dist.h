@@ -31,7 +31,7 @@
  *                    fix, so a run repeats bit for bit at a given process count; what chapter 3
  *                    and lab 03 explain.
  *   DIST_COLL_NCCL   the GPU's buffers (the expert exchange, the gradients' sums) through
- *                    NCCL, by the CUDA backend (Backend.coll_*, backend/cuda_nccl.cu); every
+ *                    NCCL, by the CUDA backend (Backend.coll_*, backend/cuda/cuda_nccl.cu); every
  *                    collective of this file, on host buffers, is MPI's own as with
  *                    DIST_COLL_MPI.
  *

@@ -21,7 +21,7 @@ mpi=$(mpicc --showme:compile 2> /dev/null) ||
     { echo "cross_aarch64: no mpicc for MPI's headers: make deps" >&2; exit 2; }
 status=0
 for with_mpi in 0 1; do
-    files=(src/*/*.c chapters/*/*.c labs/*/*.c)
+    files=(src/*/*.c src/*/*/*.c chapters/*/*.c labs/*/*.c)
     # lab 03's grader is an MPI program only
     [ $with_mpi = 0 ] && mapfile -t files < <(printf '%s\n' "${files[@]}" | grep -v '^labs/03-')
     dir=$out/mpi$with_mpi

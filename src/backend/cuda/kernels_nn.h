@@ -3,7 +3,7 @@
  * that both sides compile: nvcc for the kernels, gcc for tests/test_kernels_nn.c, which runs
  * them on the host in loops that walk each kernel's grid in the kernel's order and compares
  * the result with the reference ops of nn/. On a machine without a GPU that is how the
- * kernels' math is checked (backend/hd.h).
+ * kernels' math is checked (base/hd.h).
  *
  * Three kinds of body:
  *   - one thread's share of an elementwise op over a flat index (knn_*_share): the elements
@@ -37,7 +37,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "backend/hd.h"
+#include "base/hd.h"
 
 /* Threads per block of every kernel of cuda_nn.cu (CUDA_THREADS of cuda.cuh, checked there);
  * the warp-per-row kernels run KNN_ROWS_PER_BLOCK rows (warps) a block. */

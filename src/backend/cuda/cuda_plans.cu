@@ -18,8 +18,8 @@
  *   expert_choice_forward  k_ec_fill       kmoe_grid(N E) x KMOE_THREADS, a thread per (n, e)
  *                          k_ec_select     E x KMOE_THREADS, a block per expert
  */
-#include "backend/cuda.cuh"
-#include "backend/kernels_moe.h"
+#include "backend/cuda/cuda.cuh"
+#include "backend/cuda/kernels_moe.h"
 
 #define FULL_MASK 0xffffffffu
 

@@ -19,7 +19,7 @@
 #ifndef MOE_BACKEND_KERNELS_ROUTE_H
 #define MOE_BACKEND_KERNELS_ROUTE_H
 
-#include "backend/kernels_moe.h"
+#include "backend/cuda/kernels_moe.h"
 
 /* ---- balance loss, the router's backward, route statistics ---------------------------------
  * The balance loss needs, per row of tokens (the batch, or each sequence of seq_aux) and per

@@ -14,8 +14,8 @@
  * Everything is issued on the backend's stream, in program order. No float atomics: every sum
  * runs in an order fixed by the sizes alone, so a result repeats bit for bit.
  */
-#include "backend/cuda.cuh"
-#include "backend/kernels_nn.h"
+#include "backend/cuda/cuda.cuh"
+#include "backend/cuda/kernels_nn.h"
 
 extern "C" {
 #include "config/config.h" /* MOE_VOCAB: the rows of the token embedding */

@@ -33,7 +33,7 @@
  * Bytes are counted as dist.h counts MPI's own: an exchange's payload, a sum's ring
  * 2 (P - 1) / P n each way.
  */
-#include "backend/cuda.cuh"
+#include "backend/cuda/cuda.cuh"
 
 #if MOE_HAVE_NCCL
 #include <nccl.h>
@@ -41,7 +41,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend/nccl_start.h"
+#include "backend/cuda/nccl_start.h"
 #include "base/util.h"
 
 /* One collective in flight: the event after it (ready: for a sum, where its input was complete

@@ -126,8 +126,12 @@ static void want_ctx(const char *op, const MoeCtx *x) {
     want_host(op, "x->tape", x->tape);
     want_device(op, "x->global_f", x->global_f), want_device(op, "x->work", x->work);
 }
-/* Each entry below is f_ and its operation's name (__func__ names it in the message). */
-#define OP (__func__ + 2)
+/* Each entry below is f_ (or checked_, for the five a host read's count wraps: "host reads"
+ * below) and its operation's name; __func__ after the prefix names it in the message. */
+static const char *op_name(const char *func) {
+    return strchr(func, '_') + 1;
+}
+#define OP op_name(__func__)
 #define DEV(p) want_device(OP, #p, (p))
 #define HOST(p) want_host(OP, #p, (p))
 #define PLAN(p) want_plan(OP, (p))
@@ -375,9 +379,9 @@ static void f_dispatch_plan_build(const Backend *be, DispatchPlan *p, const int 
     PLAN(p), DEV(idx);
     FENCED(dispatch_plan_build(CPU, p, idx, N));
 }
-static void f_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
-                                  const float *scores, const float *w, int N, const MoeSpec *s,
-                                  const MoeCtx *x) {
+static void checked_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
+                                        const float *scores, const float *w, int N,
+                                        const MoeSpec *s, const MoeCtx *x) {
     PLAN(p), DEV(idx), DEV(scores), DEV(w), HOST(s), CTX(x);
     FENCED(capacity_plan_build(CPU, p, idx, scores, w, N, s, x));
 }
@@ -406,26 +410,28 @@ static void f_combine_backward(const Backend *be, float *dye, float *dw, const f
     DEV(dye), DEV(dw), DEV(dy), DEV(ye), DEV(w), PLAN(p);
     FENCED(combine_backward(CPU, dye, dw, dy, ye, w, p, C));
 }
-static void f_experts_forward(const Backend *be, float *ye, float *g, float *u, float *h,
-                              const float *xe, const float *Wg, const float *Wu, const float *Wd,
-                              const int *offsets, const int *counts, int E, int C, int F) {
+static void checked_experts_forward(const Backend *be, float *ye, float *g, float *u, float *h,
+                                    const float *xe, const float *Wg, const float *Wu,
+                                    const float *Wd, const int *offsets, const int *counts, int E,
+                                    int C, int F) {
     DEV(ye), DEV(g), DEV(u), DEV(h), DEV(xe), DEV(Wg), DEV(Wu), DEV(Wd);
     DEV(offsets), DEV(counts);
     FENCED(experts_forward(CPU, ye, g, u, h, xe, Wg, Wu, Wd, offsets, counts, E, C, F));
 }
-static void f_experts_backward(const Backend *be, float *dxe, float *dWg, float *dWu, float *dWd,
-                               float *dg, float *du, float *dh, const float *dye, const float *xe,
-                               const float *g, const float *u, const float *h, const float *Wg,
-                               const float *Wu, const float *Wd, const int *offsets,
-                               const int *counts, int E, int C, int F) {
+static void checked_experts_backward(const Backend *be, float *dxe, float *dWg, float *dWu,
+                                     float *dWd, float *dg, float *du, float *dh, const float *dye,
+                                     const float *xe, const float *g, const float *u,
+                                     const float *h, const float *Wg, const float *Wu,
+                                     const float *Wd, const int *offsets, const int *counts, int E,
+                                     int C, int F) {
     DEV(dxe), DEV(dWg), DEV(dWu), DEV(dWd), DEV(dg), DEV(du), DEV(dh), DEV(dye);
     DEV(xe), DEV(g), DEV(u), DEV(h), DEV(Wg), DEV(Wu), DEV(Wd), DEV(offsets), DEV(counts);
     FENCED(experts_backward(CPU, dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd,
                             offsets, counts, E, C, F));
 }
-static void f_route_stats(const Backend *be, RouteStats *out, const float *scores,
-                          const float *logits, const float *lse, const int *idx,
-                          const DispatchPlan *p, int N, const MoeSpec *s) {
+static void checked_route_stats(const Backend *be, RouteStats *out, const float *scores,
+                                const float *logits, const float *lse, const int *idx,
+                                const DispatchPlan *p, int N, const MoeSpec *s) {
     HOST(out), DEV(scores), DEV(logits), DEV(lse), DEV(idx), PLAN(p), HOST(s);
     if (out) HOST(out->load), HOST(out->routed), HOST(out->dropped);
     FENCED(route_stats(CPU, out, scores, logits, lse, idx, p, N, s));
@@ -443,9 +449,9 @@ static void f_route_stats_read(const Backend *be, RouteStats *out, const void *r
     if (out) HOST(out->load), HOST(out->routed), HOST(out->dropped);
     (void)be, CPU->route_stats_read(CPU, out, rec, s);
 }
-static void f_route_domains(const Backend *be, double *counts, double *drops,
-                            const unsigned char *domains, int n_domains, const int *idx,
-                            const DispatchPlan *p, int N, const MoeSpec *s) {
+static void checked_route_domains(const Backend *be, double *counts, double *drops,
+                                  const unsigned char *domains, int n_domains, const int *idx,
+                                  const DispatchPlan *p, int N, const MoeSpec *s) {
     HOST(counts), HOST(drops), HOST(domains), DEV(idx), PLAN(p), HOST(s);
     FENCED(route_domains(CPU, counts, drops, domains, n_domains, idx, p, N, s));
 }
@@ -471,36 +477,37 @@ long long backend_host_reads;
 static void r_to_host(const Backend *be, void *dst, const void *src, size_t bytes) {
     backend_host_reads++, f_to_host(be, dst, src, bytes);
 }
-static void r_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
+static void f_capacity_plan_build(const Backend *be, DispatchPlan *p, const int *idx,
                                   const float *scores, const float *w, int N, const MoeSpec *s,
                                   const MoeCtx *x) {
     backend_host_reads += !s->padded; /* a padded plan's size follows from the capacity */
-    f_capacity_plan_build(be, p, idx, scores, w, N, s, x);
+    checked_capacity_plan_build(be, p, idx, scores, w, N, s, x);
 }
-static void r_experts_forward(const Backend *be, float *ye, float *g, float *u, float *h,
+static void f_experts_forward(const Backend *be, float *ye, float *g, float *u, float *h,
                               const float *xe, const float *Wg, const float *Wu, const float *Wd,
                               const int *offsets, const int *counts, int E, int C, int F) {
     backend_host_reads++;
-    f_experts_forward(be, ye, g, u, h, xe, Wg, Wu, Wd, offsets, counts, E, C, F);
+    checked_experts_forward(be, ye, g, u, h, xe, Wg, Wu, Wd, offsets, counts, E, C, F);
 }
-static void r_experts_backward(const Backend *be, float *dxe, float *dWg, float *dWu, float *dWd,
+static void f_experts_backward(const Backend *be, float *dxe, float *dWg, float *dWu, float *dWd,
                                float *dg, float *du, float *dh, const float *dye, const float *xe,
                                const float *g, const float *u, const float *h, const float *Wg,
                                const float *Wu, const float *Wd, const int *offsets,
                                const int *counts, int E, int C, int F) {
     backend_host_reads++;
-    f_experts_backward(be, dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd, offsets,
-                       counts, E, C, F);
+    checked_experts_backward(be, dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd,
+                             offsets, counts, E, C, F);
 }
-static void r_route_stats(const Backend *be, RouteStats *out, const float *scores,
+static void f_route_stats(const Backend *be, RouteStats *out, const float *scores,
                           const float *logits, const float *lse, const int *idx,
                           const DispatchPlan *p, int N, const MoeSpec *s) {
-    backend_host_reads++, f_route_stats(be, out, scores, logits, lse, idx, p, N, s);
+    backend_host_reads++, checked_route_stats(be, out, scores, logits, lse, idx, p, N, s);
 }
-static void r_route_domains(const Backend *be, double *counts, double *drops,
+static void f_route_domains(const Backend *be, double *counts, double *drops,
                             const unsigned char *domains, int n_domains, const int *idx,
                             const DispatchPlan *p, int N, const MoeSpec *s) {
-    backend_host_reads++, f_route_domains(be, counts, drops, domains, n_domains, idx, p, N, s);
+    backend_host_reads++,
+        checked_route_domains(be, counts, drops, domains, n_domains, idx, p, N, s);
 }
 
 const Backend backend_cpu_fenced = {
@@ -514,51 +521,7 @@ const Backend backend_cpu_fenced = {
     .to_device = f_to_device,
     .to_host = r_to_host,
     .sync = fenced_sync,
-    .add = f_add,
-    .mul = f_mul,
-    .scale = f_scale,
-    .round_bf16 = f_round_bf16,
-    .sum = f_sum,
-    .sum_squares = f_sum_squares,
-    .embed_forward = f_embed_forward,
-    .embed_backward = f_embed_backward,
-    .permute_rows = f_permute_rows,
-    .matmul_forward = f_matmul_forward,
-    .matmul_backward = f_matmul_backward,
-    .router_logits_forward = f_router_logits_forward,
-    .router_logits_backward = f_router_logits_backward,
-    .rmsnorm_forward = f_rmsnorm_forward,
-    .rmsnorm_backward = f_rmsnorm_backward,
-    .rope_forward = f_rope_forward,
-    .rope_backward = f_rope_backward,
-    .attention_forward = f_attention_forward,
-    .attention_backward = f_attention_backward,
-    .rope_forward_at = f_rope_forward_at,
-    .attention_decode = f_attention_decode,
-    .swiglu_forward = f_swiglu_forward,
-    .swiglu_backward = f_swiglu_backward,
-    .crossentropy_forward = f_crossentropy_forward,
-    .crossentropy_backward = f_crossentropy_backward,
-    .adamw_update = f_adamw_update,
-    .router_scores_forward = f_router_scores_forward,
-    .router_gate_forward = f_router_gate_forward,
-    .router_gate_weights = f_router_gate_weights,
-    .router_balance_loss = f_router_balance_loss,
-    .router_z_loss = f_router_z_loss,
-    .router_gate_backward = f_router_gate_backward,
-    .dispatch_plan_build = f_dispatch_plan_build,
-    .capacity_plan_build = r_capacity_plan_build,
-    .expert_choice_forward = f_expert_choice_forward,
-    .permute_forward = f_permute_forward,
-    .permute_backward = f_permute_backward,
-    .combine_forward = f_combine_forward,
-    .combine_backward = f_combine_backward,
-    .experts_forward = r_experts_forward,
-    .experts_backward = r_experts_backward,
-    .route_stats = r_route_stats,
-    .route_stats_record = f_route_stats_record,
-    .route_stats_read = f_route_stats_read,
-    .route_domains = r_route_domains,
-    .experts_similarity = f_experts_similarity,
-    .gemm_seconds = f_gemm_seconds,
+#define BACKEND_OP(name, params) .name = f_##name,
+#include "backend/backend_ops.h"
+#undef BACKEND_OP
 };

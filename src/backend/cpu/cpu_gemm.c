@@ -7,7 +7,7 @@
  *
  * Accumulation rule (nn/ops.h): weight gradients are added to (+=); dx, dxe are written (=).
  */
-#include "backend/cpu.h"
+#include "backend/cpu/cpu.h"
 
 #include <stdlib.h>
 #include <time.h>
@@ -15,7 +15,7 @@
 #include "base/omp_compat.h"
 
 /* last: through <complex.h> it defines the macro I, so no declaration below may use that name */
-#include "backend/blas.h"
+#include "backend/cpu/blas.h"
 
 /* y (N, OUT) = x (N, IN) . W^T (IN, OUT), one sgemm */
 static void gemm_forward(float *y, const float *x, const float *W, int N, int IN, int OUT) {

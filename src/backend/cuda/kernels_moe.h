@@ -8,8 +8,9 @@
  * What each kernel does with them (launch shapes in cuda_moe.cu and cuda_plans.cu):
  *
  *   scores, gate   one thread per token: the token's row exactly as router.c walks it (the same
- *                  loops, sums in double in expert order), so the top-k, its ties (to the lower
- *                  expert) and the chosen experts are the reference's integers;
+ *                  loops, sums in double in expert order; the gate's are router.c's own rows,
+ *                  moe/router_row.h), so the top-k, its ties (to the lower expert) and the
+ *                  chosen experts are the reference's integers;
  *   z-loss         one block: thread t sums lse^2 over n = t, t + KMOE_THREADS, ... in double,
  *                  then the block's tree (kmoe_tree_sum) in a fixed pairing;
  *   dispatch plan  (a) one block per expert e walks the N K assignments in chunks of
@@ -39,7 +40,8 @@
  * No float atomics anywhere: every sum has one owner and a fixed order, so a result repeats
  * bit for bit (the radix select's integer bin counts are the only atomics: a count is the
  * same in any order). expf and log are the C library's (CUDA's on the device), not nn_expf: the
- * scores agree with the reference's to the float tolerance, the integers exactly.
+ * scores agree with the reference's to the float tolerance, the integers exactly. The gate's
+ * rows (top-k and weights) are the reference's own, moe/router_row.h.
  */
 #ifndef MOE_BACKEND_KERNELS_MOE_H
 #define MOE_BACKEND_KERNELS_MOE_H
@@ -48,7 +50,8 @@
 #include <stddef.h>
 #include <string.h> /* memcpy: a float's bits on the host */
 
-#include "backend/hd.h"
+#include "base/hd.h"
+#include "moe/router_row.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -94,67 +97,8 @@ MOE_HD void kmoe_scores_row(float *sn, float *lse_n, const float *l, int E, int 
     if (lse_n) *lse_n = m + (float)log(sum);
 }
 
-/* One token's top-k: in (K) the K largest of key + bias (bias may be NULL), in descending order,
- * ties to the lower expert. K passes of "largest key not yet taken", scanning the experts in
- * increasing order with a strict >, as router.c does. The taken set is read back from in[0..k)
- * (the row this thread has just written) rather than held in a per-thread array: nothing
- * indexed at run time lives in registers, so nothing spills to local memory, and the choice
- * stays the reference's even for keys that do not order (NaN). */
-MOE_HD void kmoe_topk_row(int *in, const float *key, const float *bias, int E, int K) {
-    for (int k = 0; k < K; k++) {
-        int best = -1;
-        float best_key = 0.0f;
-        for (int e = 0; e < E; e++) {
-            int taken = 0;
-            for (int j = 0; j < k; j++) taken |= in[j] == e;
-            if (taken) continue;
-            float ke = bias ? key[e] + bias[e] : key[e];
-            if (best < 0 || ke > best_key) {
-                best = e;
-                best_key = ke;
-            }
-        }
-        in[k] = best;
-    }
-}
-
-/* One token's gate weights wn (K) for its chosen experts in (K), scores row p (E), logits row
- * l (E, read only when topk_first):
- *   topk_first  rs * softmax over the K chosen logits (shifted by their maximum; no bias);
- *   otherwise   rs * the chosen scores, renormalised to sum 1 over the K when norm_topk.
- * The normalising sums run in double in k order, as in router.c. */
-MOE_HD void kmoe_gate_weights_row(float *wn, const int *in, const float *p, const float *l, int K,
-                                  int topk_first, int norm_topk, float rs) {
-    if (topk_first) {
-        float m = l[in[0]];
-        for (int k = 1; k < K; k++) m = l[in[k]] > m ? l[in[k]] : m;
-        double z = 0.0;
-        for (int k = 0; k < K; k++) {
-            wn[k] = expf(l[in[k]] - m);
-            z += wn[k];
-        }
-        float inv = (float)(1.0 / z);
-        for (int k = 0; k < K; k++) wn[k] = wn[k] * inv * rs;
-        return;
-    }
-    if (norm_topk) {
-        double z = 0.0;
-        for (int k = 0; k < K; k++) z += p[in[k]];
-        float inv = (float)(1.0 / z);
-        for (int k = 0; k < K; k++) wn[k] = p[in[k]] * inv;
-    } else {
-        for (int k = 0; k < K; k++) wn[k] = p[in[k]];
-    }
-    for (int k = 0; k < K; k++) wn[k] *= rs;
-}
-
-/* The whole gate of one token: top-k over scores + bias (logits + bias when topk_first), then
- * the weights. p, l: the token's scores and logits rows; l may be NULL unless topk_first. */
-MOE_HD void kmoe_gate_row(int *in, float *wn, const float *p, const float *l, const float *bias,
-                          int E, int K, int topk_first, int norm_topk, float rs) {
-    kmoe_topk_row(in, topk_first ? l : p, bias, E, K);
-    kmoe_gate_weights_row(wn, in, p, l, K, topk_first, norm_topk, rs);
-}
+/* One token's top-k and gate weights: moe/router_row.h (router_gate_row), the reference's own
+ * rows, which router.c runs per token and k_gate per thread. */
 
 /* Thread t's share of the z-loss's sum over lse (N): lse[n]^2 for n = t, t + nt, ..., in
  * double. */
@@ -211,7 +155,7 @@ MOE_HD int kmoe_scan_addend(const int *v, int t, int d) {
     return t >= d ? v[t - d] : 0;
 }
 /* Assignment j's final slot, from its rank in slot[j] and its expert's offset, and the slot's
- * token j / K. An expert id outside [0, E) (never from kmoe_topk_row) is marked dropped
+ * token j / K. An expert id outside [0, E) (never from router_topk_row) is marked dropped
  * rather than written out of bounds. */
 MOE_HD void kmoe_plan_place(int *slot, int *slot_token, const int *idx, const int *offsets,
                             size_t j, int E, int K) {

@@ -48,9 +48,9 @@
  *                          k_stats_final   1 x KMOE_THREADS
  *                          k_logit_stats   1 x KMOE_THREADS, then one copy and a sync
  */
-#include "backend/cuda.cuh"
-#include "backend/kernels_moe.h"
-#include "backend/kernels_route.h"
+#include "backend/cuda/cuda.cuh"
+#include "backend/cuda/kernels_moe.h"
+#include "backend/cuda/kernels_route.h"
 
 #define FULL_MASK 0xffffffffu
 
@@ -78,9 +78,9 @@ static __global__ void __launch_bounds__(KMOE_THREADS)
     int n = blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
     /* the logits row only exists for topk_first (the caller may pass NULL otherwise) */
-    kmoe_gate_row(idx + (size_t)n * K, w + (size_t)n * K, scores + (size_t)n * E,
-                  topk_first ? logits + (size_t)n * E : NULL, bias, E, K, topk_first, norm_topk,
-                  rs);
+    router_gate_row(idx + (size_t)n * K, w + (size_t)n * K, scores + (size_t)n * E,
+                    topk_first ? logits + (size_t)n * E : NULL, bias, E, K, topk_first, norm_topk,
+                    rs);
 }
 
 void cuda_router_gate_forward(const Backend *be, int *idx, float *w, const float *scores,
@@ -98,8 +98,9 @@ static __global__ void __launch_bounds__(KMOE_THREADS)
                    int K, int topk_first, int norm_topk, float rs) {
     int n = blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
-    kmoe_gate_weights_row(w + (size_t)n * K, idx + (size_t)n * K, scores + (size_t)n * E,
-                          topk_first ? logits + (size_t)n * E : NULL, K, topk_first, norm_topk, rs);
+    router_gate_weights_row(w + (size_t)n * K, idx + (size_t)n * K, scores + (size_t)n * E,
+                            topk_first ? logits + (size_t)n * E : NULL, K, topk_first, norm_topk,
+                            rs);
 }
 
 void cuda_router_gate_weights(const Backend *be, float *w, const int *idx, const float *scores,

@@ -17,7 +17,7 @@
 
 #include <math.h>
 
-#include "backend/hd.h"
+#include "base/hd.h"
 
 /* lane's max of row[j], j = lane, lane + 32, ... <= t (-INFINITY when it has none) */
 MOE_HD float katt_lane_max(const float *row, int t, int lane) {

@@ -23,7 +23,7 @@
  *
  * Nothing of this file has run on a GPU yet (src/README.md, "The CUDA backend").
  */
-#include "backend/cuda.cuh"
+#include "backend/cuda/cuda.cuh"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,7 +146,7 @@ static void plan_down(const Backend *be, DispatchPlan *h, const DispatchPlan *p,
         CUDA_CHECK(cudaMemcpyAsync(h->slot_token, p->slot_token, (size_t)p->S * sizeof(int),
                                    cudaMemcpyDeviceToHost, cuda_stream(be)));
 }
-static void host_route_domains(const Backend *be, double *counts, double *drops,
+static void cuda_route_domains(const Backend *be, double *counts, double *drops,
                                const unsigned char *domains, int n_domains, const int *idx,
                                const DispatchPlan *p, int N, const MoeSpec *s) {
     const int E = s->num_experts, A = moe_assignments_per_token(s);
@@ -173,39 +173,11 @@ static void fill_table(Backend *b) {
     b->host_memory = 0;
     b->alloc = cu_alloc, b->free = cu_free, b->zero = cu_zero, b->copy = cu_copy;
     b->to_device = cu_to_device, b->to_host = cu_to_host, b->sync = cu_sync;
-    b->add = cuda_add, b->mul = cuda_mul, b->scale = cuda_scale, b->sum = cuda_sum;
-    b->round_bf16 = cuda_round_bf16;
-    b->sum_squares = cuda_sum_squares;
-    b->embed_forward = cuda_embed_forward, b->embed_backward = cuda_embed_backward;
-    b->permute_rows = cuda_permute_rows;
-    b->matmul_forward = cuda_matmul_forward, b->matmul_backward = cuda_matmul_backward;
-    b->router_logits_forward = cuda_router_logits_forward;
-    b->router_logits_backward = cuda_router_logits_backward;
-    b->rmsnorm_forward = cuda_rmsnorm_forward, b->rmsnorm_backward = cuda_rmsnorm_backward;
-    b->rope_forward = cuda_rope_forward, b->rope_backward = cuda_rope_backward;
-    b->attention_forward = cuda_attention_forward;
-    b->attention_backward = cuda_attention_backward;
-    b->rope_forward_at = cuda_rope_forward_at, b->attention_decode = cuda_attention_decode;
-    b->swiglu_forward = cuda_swiglu_forward, b->swiglu_backward = cuda_swiglu_backward;
-    b->crossentropy_forward = cuda_crossentropy_forward;
-    b->crossentropy_backward = cuda_crossentropy_backward;
-    b->adamw_update = cuda_adamw_update;
-    b->router_scores_forward = cuda_router_scores_forward;
-    b->router_gate_forward = cuda_router_gate_forward;
-    b->router_gate_weights = cuda_router_gate_weights;
-    b->router_balance_loss = cuda_router_balance_loss;
-    b->router_z_loss = cuda_router_z_loss;
-    b->router_gate_backward = cuda_router_gate_backward;
-    b->dispatch_plan_build = cuda_dispatch_plan_build;
-    b->capacity_plan_build = cuda_capacity_plan_build;
-    b->expert_choice_forward = cuda_expert_choice_forward;
-    b->permute_forward = cuda_permute_forward, b->permute_backward = cuda_permute_backward;
-    b->combine_forward = cuda_combine_forward, b->combine_backward = cuda_combine_backward;
-    b->experts_forward = cuda_experts_forward, b->experts_backward = cuda_experts_backward;
-    b->route_stats = cuda_route_stats, b->route_domains = host_route_domains;
-    b->route_stats_record = cuda_route_stats_record, b->route_stats_read = cuda_route_stats_read;
-    b->experts_similarity = cuda_experts_similarity;
-    b->gemm_seconds = cuda_gemm_seconds;
+    /* every operation of backend/backend_ops.h: cuda_NAME (cuda_gemm.cu, cuda_nn.cu, cuda_moe.cu,
+     * cuda_plans.cu; route_domains, the host entry, above) */
+#define BACKEND_OP(name, params) b->name = cuda_##name;
+#include "backend/backend_ops.h"
+#undef BACKEND_OP
 #if MOE_HAVE_NCCL
     b->coll_open = cuda_coll_open;
     b->coll_allreduce_sum_f_start = cuda_coll_allreduce_sum_f_start;

@@ -15,10 +15,10 @@
  * (gemm_compute, gemm_experts_call: cublasGemmGroupedBatchedEx has no bf16 compute on fp32
  * data, so the experts' products at bf16 run one cublasGemmEx each).
  */
-#include "backend/cuda.cuh"
+#include "backend/cuda/cuda.cuh"
 
-#include "backend/gemm_args.h"
-#include "backend/kernels_att.h"
+#include "backend/cuda/gemm_args.h"
+#include "backend/cuda/kernels_att.h"
 
 /* gemm_args.h's numbers as cuBLAS's types */
 static cublasComputeType_t cublas_compute(int compute) {

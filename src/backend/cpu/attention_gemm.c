@@ -28,12 +28,12 @@
  *
  * Accumulation rule (ops.h): no parameters; dq, dk, dv are written.
  */
-#include "backend/cpu.h"
+#include "backend/cpu/cpu.h"
 
 #include <math.h>
 
 #include "base/omp_compat.h"
-#include "backend/blas.h" /* last: its macro I */
+#include "backend/cpu/blas.h" /* last: its macro I */
 
 #include "nn/exp.h"
 

@@ -1,5 +1,5 @@
 /*
- * cpu.c: the two CPU backends' tables, and the backend registry (backend.h).
+ * cpu.c: the two CPU backends' tables, and the CPU's threads and BLAS (backend.h).
  *
  *   cpu-ref  every entry is the reference of nn/ or moe/: plain loops.
  *   cpu      the same table with the fast versions of this folder where one exists (matmul,
@@ -16,12 +16,12 @@
 #include <strings.h>
 #include <sys/mman.h>
 
-#include "backend/cpu.h"
+#include "backend/cpu/cpu.h"
 #include "base/util.h"
 #include "config/config.h"
 
 #include "base/omp_compat.h"
-#include "backend/blas.h" /* openblas_set_num_threads; last, for its macro I */
+#include "backend/cpu/blas.h" /* openblas_set_num_threads; last, for its macro I */
 
 size_t backend_bytes_allocated = 0;
 
@@ -102,6 +102,16 @@ static void ref_matmul_forward(const Backend *be, float *y, const float *x, cons
 static void ref_matmul_backward(const Backend *be, float *dx, float *dW, const float *dy,
                                 const float *x, const float *W, int N, int IN, int OUT) {
     (void)be, matmul_backward(dx, dW, dy, x, W, N, IN, OUT);
+}
+/* the router's product: matmul's, in fp32 as every CPU product */
+static void ref_router_logits_forward(const Backend *be, float *logits, const float *x,
+                                      const float *Wr, int N, int C, int E) {
+    ref_matmul_forward(be, logits, x, Wr, N, C, E);
+}
+static void ref_router_logits_backward(const Backend *be, float *dx, float *dWr,
+                                       const float *dlogits, const float *x, const float *Wr, int N,
+                                       int C, int E) {
+    ref_matmul_backward(be, dx, dWr, dlogits, x, Wr, N, C, E);
 }
 static void ref_rmsnorm_forward(const Backend *be, float *y, float *rstd, const float *x,
                                 const float *w, int N, int C) {
@@ -313,57 +323,37 @@ static void fast_experts_backward(const Backend *be, float *dxe, float *dWg, flo
     (void)be, cpu_experts_backward(dxe, dWg, dWu, dWd, dg, du, dh, dye, xe, g, u, h, Wg, Wu, Wd,
                                    offsets, counts, E, C, F);
 }
-static void sgemm_seconds(const Backend *be, int n, int reps, double *seconds) {
+/* the yardstick of both tables: sgemm, whichever table runs the products */
+static void ref_gemm_seconds(const Backend *be, int n, int reps, double *seconds) {
     (void)be, cpu_sgemm_seconds(n, reps, seconds);
 }
 
 /* ---- the tables ----------------------------------------------------------------------------- */
 
-/* the entries both CPU tables share: memory, and every op with one CPU version */
-#define CPU_SHARED                                                                                 \
+/* memory, the host's, in both CPU tables */
+#define CPU_MEMORY                                                                                 \
     .host_memory = 1, .alloc = host_alloc, .free = host_free, .zero = host_zero,                   \
-    .copy = host_copy, .to_device = host_copy, .to_host = host_copy, .sync = host_sync,            \
-    .add = ref_add, .mul = ref_mul, .scale = ref_scale, .round_bf16 = ref_round_bf16,              \
-    .sum = ref_sum, .sum_squares = ref_sum_squares, .embed_forward = ref_embed_forward,            \
-    .embed_backward = ref_embed_backward, .permute_rows = ref_permute_rows,                        \
-    .rmsnorm_forward = ref_rmsnorm_forward, .rmsnorm_backward = ref_rmsnorm_backward,              \
-    .rope_forward = ref_rope_forward, .rope_backward = ref_rope_backward,                          \
-    .rope_forward_at = ref_rope_forward_at, .attention_decode = ref_attention_decode,              \
-    .swiglu_forward = ref_swiglu_forward, .swiglu_backward = ref_swiglu_backward,                  \
-    .crossentropy_forward = ref_crossentropy_forward,                                              \
-    .crossentropy_backward = ref_crossentropy_backward, .adamw_update = ref_adamw_update,          \
-    .router_scores_forward = ref_router_scores_forward,                                            \
-    .router_gate_forward = ref_router_gate_forward,                                                \
-    .router_gate_weights = ref_router_gate_weights,                                                \
-    .router_balance_loss = ref_router_balance_loss, .router_z_loss = ref_router_z_loss,            \
-    .router_gate_backward = ref_router_gate_backward,                                              \
-    .dispatch_plan_build = ref_dispatch_plan_build,                                                \
-    .capacity_plan_build = ref_capacity_plan_build,                                                \
-    .expert_choice_forward = ref_expert_choice_forward, .permute_forward = ref_permute_forward,    \
-    .permute_backward = ref_permute_backward, .combine_forward = ref_combine_forward,              \
-    .combine_backward = ref_combine_backward, .route_stats = ref_route_stats,                      \
-    .route_stats_record = ref_route_stats_record, .route_stats_read = ref_route_stats_read,        \
-    .route_domains = ref_route_domains, .experts_similarity = ref_experts_similarity,              \
-    .gemm_seconds = sgemm_seconds
+    .copy = host_copy, .to_device = host_copy, .to_host = host_copy, .sync = host_sync
+
+/* every operation of backend_ops.h as its reference, ref_NAME */
+#define BACKEND_OP(name, params) .name = ref_##name,
 
 const Backend backend_cpu_ref = {
     .name = "cpu-ref",
     .about = "the plain reference loops of every op (slow; the teaching version)",
-    CPU_SHARED,
-    .matmul_forward = ref_matmul_forward,
-    .matmul_backward = ref_matmul_backward,
-    .router_logits_forward = ref_matmul_forward,
-    .router_logits_backward = ref_matmul_backward,
-    .attention_forward = ref_attention_forward,
-    .attention_backward = ref_attention_backward,
-    .experts_forward = ref_experts_forward,
-    .experts_backward = ref_experts_backward,
+    CPU_MEMORY,
+#include "backend/backend_ops.h"
 };
 
+/* cpu: the reference's entries, then the fast versions over the eight that have one (a later
+ * designator of the same member wins, C11 6.7.9: the warning for it is off here alone) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Woverride-init"
 const Backend backend_cpu = {
     .name = "cpu",
     .about = "the CPU with OpenBLAS sgemm for the products and attention",
-    CPU_SHARED,
+    CPU_MEMORY,
+#include "backend/backend_ops.h"
     .matmul_forward = fast_matmul_forward,
     .matmul_backward = fast_matmul_backward,
     .router_logits_forward = fast_matmul_forward,
@@ -373,47 +363,8 @@ const Backend backend_cpu = {
     .experts_forward = fast_experts_forward,
     .experts_backward = fast_experts_backward,
 };
-
-/* ---- the registry --------------------------------------------------------------------------- */
-
-static const Backend *const BACKENDS[] = {&backend_cpu, &backend_cpu_ref, &backend_cpu_fenced};
-#define N_BACKENDS ((int)(sizeof BACKENDS / sizeof BACKENDS[0]))
-
-const Backend *backend_get(const char *name, int precision, char *err, int errlen) {
-    for (int i = 0; i < N_BACKENDS; i++)
-        if (strcmp(BACKENDS[i]->name, name) == 0) return BACKENDS[i];
-    if (strcmp(name, "cuda") == 0) {
-#if MOE_HAVE_CUDA
-        return backend_cuda_open(precision, err, errlen);
-#else
-        set_error(
-            err, errlen,
-            "train.device=cuda: this binary was built without CUDA. Build the GPU one with "
-            "`make cuda` (it needs the CUDA toolkit: nvcc and cuBLAS) and run build-cuda/moe");
-        return NULL;
-#endif
-    }
-    set_error(err, errlen,
-              "no backend '%s': the backends are cpu (the default), cpu-ref, cpu-fenced and cuda",
-              name);
-    return NULL;
-}
-
-int backend_in_build(const char *name, char *err, int errlen) {
-    for (int i = 0; i < N_BACKENDS; i++)
-        if (strcmp(BACKENDS[i]->name, name) == 0) return 1;
-    if (MOE_HAVE_CUDA && strcmp(name, "cuda") == 0) return 1;
-    return backend_get(name, MOE_PRECISION_FP32, err, errlen) != NULL; /* its message */
-}
-
-const Backend *backend_of_config(const Config *c, char *err, int errlen) {
-    static const char *const NAMES[] = {"cpu", "cpu-ref", "cuda", "cpu-fenced"};
-    if (c->device < 0 || c->device > MOE_DEVICE_CPU_FENCED) {
-        set_error(err, errlen, "train.device: no such backend (%d)", c->device);
-        return NULL;
-    }
-    return backend_get(NAMES[c->device], c->precision, err, errlen);
-}
+#pragma GCC diagnostic pop
+#undef BACKEND_OP
 
 /* OpenBLAS's pool follows OpenMP's count. Without OpenMP the elementwise loops run on one
  * thread and BLAS keeps a pool of its own, which threads > 0 sizes where the library can be told
