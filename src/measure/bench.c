@@ -286,6 +286,46 @@ static void cpu_model(char *buf, size_t n) {
     fclose(f);
 }
 
+/* A row's figures from its config alone: parameters, FLOPs and the memory formula. */
+static void count_row(Row *w) {
+    ParamTable pt;
+    params_table_build(&pt, &w->c);
+    w->params_total = params_count_total(&pt);
+    w->params_active = params_count_active(&pt, &w->c);
+    params_table_free(&pt);
+    w->flops_per_token = model_flops_by_op(&w->c, w->T, w->op_flops);
+    model_memory_floats(&w->c, w->B, w->T, &w->mem);
+}
+
+/* R rounds, each the sgemm then every row's steps, in children: sg_r (R) and step_r (R, n)
+ * filled. -1 with err set when the backend did not open. */
+static int run_rounds(const BenchOptions *o, const Row *rows, int n, int R, SgemmResult *sg_r,
+                      StepResult *step_r, char *err, int errlen) {
+    for (int r = 0; r < R; r++) {
+        char round[48] = "";
+        if (R > 1) snprintf(round, sizeof round, "round %d of %d: ", r + 1, R);
+        const int on_gpu = o->device && strcmp(o->device, "cuda") == 0;
+        const int gn = on_gpu ? BENCH_GPU_GEMM_N : BENCH_SGEMM_N;
+        fprintf(stderr, "bench: %s%s %dx%dx%d ...\n", round, on_gpu ? "cuBLAS" : "sgemm", gn, gn,
+                gn);
+        in_child(sgemm_child, o, &sg_r[r], sizeof sg_r[r], "sgemm");
+        if (!sg_r[r].ok)
+            return set_error(err, errlen, "--device %s: %s", o->device ? o->device : "cpu",
+                             sg_r[r].err);
+        for (int i = 0; i < n; i++) {
+            const Row *w = &rows[i];
+            fprintf(stderr, "bench: %s%s: %d warm-up + %d timed steps of %d x %d tokens ...\n",
+                    round, w->ref->name, o->warmup, o->steps, w->B, w->T);
+            StepArg arg = {.o = o, .name = w->ref->name, .c = w->c, .B = w->B, .T = w->T};
+            StepResult *res = &step_r[(size_t)r * n + i];
+            in_child(step_child, &arg, res, sizeof *res, w->ref->name);
+            fprintf(stderr, "bench: %s%s: %.1f ms per step\n", round, w->ref->name,
+                    1e3 * res->step_median);
+        }
+    }
+    return 0;
+}
+
 int bench_run(const BenchOptions *o, FILE *out, char *err, int errlen) {
     const char *names[BENCH_MAX_CONFIGS];
     int n = 0;
@@ -323,43 +363,14 @@ int bench_run(const BenchOptions *o, FILE *out, char *err, int errlen) {
     char cpu[256];
     cpu_model(cpu, sizeof cpu);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    for (int i = 0; i < n; i++) {
-        Row *w = &rows[i];
-        ParamTable pt;
-        params_table_build(&pt, &w->c);
-        w->params_total = params_count_total(&pt);
-        w->params_active = params_count_active(&pt, &w->c);
-        params_table_free(&pt);
-        w->flops_per_token = model_flops_by_op(&w->c, w->T, w->op_flops);
-        model_memory_floats(&w->c, w->B, w->T, &w->mem);
-    }
+    for (int i = 0; i < n; i++) count_row(&rows[i]);
     const int R = o->rounds > 1 ? o->rounds : 1;
     SgemmResult *sg_r = (SgemmResult *)calloc_check((size_t)R, sizeof(SgemmResult));
     StepResult *step_r = (StepResult *)calloc_check((size_t)R * n, sizeof(StepResult));
-    for (int r = 0; r < R; r++) {
-        char round[48] = "";
-        if (R > 1) snprintf(round, sizeof round, "round %d of %d: ", r + 1, R);
-        const int on_gpu = o->device && strcmp(o->device, "cuda") == 0;
-        const int gn = on_gpu ? BENCH_GPU_GEMM_N : BENCH_SGEMM_N;
-        fprintf(stderr, "bench: %s%s %dx%dx%d ...\n", round, on_gpu ? "cuBLAS" : "sgemm", gn, gn,
-                gn);
-        in_child(sgemm_child, o, &sg_r[r], sizeof sg_r[r], "sgemm");
-        if (!sg_r[r].ok) {
-            set_error(err, errlen, "--device %s: %s", o->device ? o->device : "cpu", sg_r[r].err);
-            free(sg_r), free(step_r), free(rows);
-            if (csv) fclose(csv);
-            return -1;
-        }
-        for (int i = 0; i < n; i++) {
-            Row *w = &rows[i];
-            fprintf(stderr, "bench: %s%s: %d warm-up + %d timed steps of %d x %d tokens ...\n",
-                    round, w->ref->name, o->warmup, o->steps, w->B, w->T);
-            StepArg arg = {.o = o, .name = w->ref->name, .c = w->c, .B = w->B, .T = w->T};
-            StepResult *res = &step_r[(size_t)r * n + i];
-            in_child(step_child, &arg, res, sizeof *res, w->ref->name);
-            fprintf(stderr, "bench: %s%s: %.1f ms per step\n", round, w->ref->name,
-                    1e3 * res->step_median);
-        }
+    if (run_rounds(o, rows, n, R, sg_r, step_r, err, errlen) != 0) {
+        free(sg_r), free(step_r), free(rows);
+        if (csv) fclose(csv);
+        return -1;
     }
     SgemmResult sg = combine_sgemm(sg_r, R);
     for (int i = 0; i < n; i++) combine_rows(rows, n, i, step_r, sg_r, R);
