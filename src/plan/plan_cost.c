@@ -342,23 +342,18 @@ static void step_sums(const Grid *x, PlanResult *r, double dense_p, double exp_p
     r->dp_exposed_s = t->overlap_dp ? fmax(0, r->dp_s - 2.0 / 3.0 * comp) : r->dp_s;
 }
 
-void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
-    memset(r, 0, sizeof *r);
-    r->lay = *lay;
-    Stage st[MAX_STAGES];
-    double mb, micro;
-    if (layout_invalid(in, lay, r, &mb, &micro, st)) return;
-    r->valid = 1;
+/* The quantities every stage of a valid layout shares, and into r the busiest rank's rows and
+ * which groups cross nodes. */
+static Grid grid_of(const PlanInput *in, const PlanLayout *lay, PlanResult *r, double mb,
+                    double micro) {
     const PlanModel *m = &in->m;
     const PlanCluster *k = &in->k;
     const PlanTrain *t = &in->t;
     const double K = m->c.top_k, E = m->c.num_experts, G = k->gpus, gpn = k->gpus_per_node;
-    const int tp = lay->tp, pp = lay->pp, ep = lay->ep, vpp = lay->vpp;
+    const int tp = lay->tp, pp = lay->pp, ep = lay->ep;
     const double dp = G / ((double)tp * pp);
     Grid x = {.in = in, .lay = lay, .dp = dp, .mb = mb, .micro = micro};
     plan_count(m, &x.c);
-    const PlanCounts c = x.c;
-
     const double T = m->c.seq_len, n = mb * T, nt = n / tp, d = m->c.d_model;
     const double rows = nt * K * t->imbalance; /* the busiest rank's rows, a layer */
     r->busiest_rows = E > 0 ? rows : 0;
@@ -371,6 +366,24 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
     const int edp_inter = in_node(r->edp, ep, gpn) < r->edp;
     x.T = T, x.n = n, x.nt = nt, x.d = d, x.rows = rows, x.flops_s = flops_s;
     x.ep_node = ep_node, x.edp_inter = edp_inter;
+    return x;
+}
+
+void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
+    memset(r, 0, sizeof *r);
+    r->lay = *lay;
+    Stage st[MAX_STAGES];
+    double mb, micro;
+    if (layout_invalid(in, lay, r, &mb, &micro, st)) return;
+    r->valid = 1;
+    const Grid x = grid_of(in, lay, r, mb, micro);
+    const PlanModel *m = &in->m;
+    const PlanCluster *k = &in->k;
+    const PlanTrain *t = &in->t;
+    const double E = m->c.num_experts, G = k->gpus;
+    const int tp = lay->tp, pp = lay->pp, ep = lay->ep, vpp = lay->vpp;
+    const PlanCounts c = x.c;
+    const double T = x.T, n = x.n, nt = x.nt, d = x.d, rows = x.rows, flops_s = x.flops_s;
 
     double worst_t = 0, worst_mem = -1;
     for (int s = 0; s < pp; s++) {
