@@ -15,6 +15,13 @@
 # second file to the first; data symbols are not counted); a circle fails, named arrow by arrow
 # with the function each arrow calls. Then the same on scratch files: a one-way pair passes, a
 # pair that calls each other (or headers that include each other) fails.
+#
+# And every function of src/ (its .c and .cu files) is at most FUNCTION_MAX = 80 lines, from the
+# first line of its signature to its closing brace, but for the few in LONG_FUNCTIONS below,
+# each named with the reason it is still longer; a listed function that is no longer over the
+# limit fails too, so that the list only shrinks. The functions are found by the layout
+# clang-format gives them: a signature starting in column 0, the body's closing brace alone in
+# column 0 (a struct or an initializer, closed by "};" or "} Name;", is no function).
 # Needs bash, awk, grep, nm and a C compiler, and the objects of `make` (MOE_BUILD, default
 # build/).
 
@@ -192,5 +199,93 @@ include_arrows "$tmp/csrc" | cycles > "$tmp/out" 2>&1
 rc=$?
 [ $rc -eq 1 ] && grep -qx 'lib/: a.h -(#include)-> b.h -(#include)-> c.h -(#include)-> a.h' "$tmp/out"
 check "headers that include each other through a third fail, the circle named" $? "status $rc: $(cat "$tmp/out")"
+
+# ---- no function over FUNCTION_MAX lines ---------------------------------------------------
+
+FUNCTION_MAX=80
+# FILE FUNCTION: why it is still longer
+LONG_FUNCTIONS='
+src/train/train.c train_run: the training loop, restructured on its own with model_forward and model_backward
+src/train/checkpoint.c checkpoint_save: train/, restructured with the loop
+src/model/model_acts.c model_acts_table: one list of every buffer of a model, read top to bottom like the struct it fills
+src/model/moe_block.c moe_block_forward: the block forward, restructured with model_forward
+src/model/model.c model_init_backend: model.c, restructured with model_forward and model_backward
+src/parallel/dist_mpi.c dist_init: the MPI start-up, in order (a folder outside this pass)
+'
+
+# functions FILE...: "LINES FILE:LINE NAME" for every function of the files
+functions() {
+    awk '
+    FNR == 1 { state = 0 }
+    state == 0 && /^[A-Za-z_]/ && !/^extern "C" \{/ { state = 1; start = FNR; head = "" }
+    state == 1 {
+        head = head " " $0
+        if (/;[ \t]*(\/\*.*)?$/ && !/\{[ \t]*$/) { state = 0; next }   # a declaration
+        if (/\{[ \t]*$/) {
+            state = 2
+            name = head; sub(/\(.*/, "", name); sub(/.*[^A-Za-z0-9_]/, "", name)
+        }
+        next
+    }
+    state == 2 && /^}$/ { print FNR - start + 1, FILENAME ":" start, name; state = 0; next }
+    state == 2 && /^}/ { state = 0 }   # a struct, an enum or an initializer
+    ' "$@"
+}
+
+# long_functions MAX LIST FILE...: every function over MAX lines that LIST does not name, and
+# every entry of LIST that is no longer over MAX; status 1 if any
+long_functions() {
+    local max=$1 list=$2
+    shift 2
+    functions "$@" | awk -v max="$max" -v list="$list" '
+    BEGIN {
+        n = split(list, rows, "\n")
+        for (i = 1; i <= n; i++) if (split(rows[i], f, /[ :]/) >= 2) listed[f[1] " " f[2]] = 1
+    }
+    {
+        split($2, at, ":"); key = at[1] " " $3
+        if ($1 > max && !(key in listed)) { print $2 ": " $3 " is " $1 " lines, over " max; bad = 1 }
+        if ($1 > max) seen[key] = 1
+    }
+    END {
+        for (k in listed) if (!(k in seen)) { print k ": listed as longer than " max " but is not (or is gone); take it off the list"; bad = 1 }
+        exit bad
+    }'
+}
+
+mapfile -t c_files < <(find src -name '*.c' -o -name '*.cu' | sort)
+long_functions $FUNCTION_MAX "$LONG_FUNCTIONS" "${c_files[@]}" > "$tmp/out" 2>&1
+rc=$?
+check "every function of src/ is at most $FUNCTION_MAX lines, but for the $(grep -c . <<< "$LONG_FUNCTIONS") listed" $rc \
+    "$(head -n 20 "$tmp/out")"
+# a "}" alone in column 0 closes a function or an extern "C" { block: none is missed
+functions "${c_files[@]}" > "$tmp/fns"
+closing=$(cat "${c_files[@]}" | grep -c '^}$')
+blocks=$(cat "${c_files[@]}" | grep -c '^extern "C" {')
+[ "$(wc -l < "$tmp/fns")" -eq $((closing - blocks)) ]
+check "every closing brace in column 0 of src/ ends a function the scan found" $? \
+    "$(wc -l < "$tmp/fns") functions, $closing closing braces, $blocks extern \"C\" blocks"
+
+# the scan on a scratch file: a function of 4 lines (a label in column 0 inside it), a
+# prototype, a struct and an initializer that are none, one over the limit
+{
+    printf 'static int f(int a);\ntypedef struct {\n    int x;\n} S;\nstatic const int T[] = {\n    1,\n};\n'
+    printf 'static int f(int a,\n             int b) {\ndone:\n    return a + b;\n}\n'
+    printf 'int g(void) {\n'
+    for i in 1 2 3 4 5; do printf '    int v%d = %d;\n' "$i" "$i"; done
+    printf '    return 0;\n}\n'
+} > "$tmp/fn.c"
+[ "$(functions "$tmp/fn.c" | awk '{ print $1, $3 }' | tr '\n' ' ')" = "5 f 8 g " ]
+check "the scan finds the functions and their lengths, and nothing else" $? "$(functions "$tmp/fn.c")"
+long_functions 7 "" "$tmp/fn.c" > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "fn.c:13: g is 8 lines, over 7" "$tmp/out"
+check "a function over the limit fails, named with its length" $? "status $rc: $(cat "$tmp/out")"
+long_functions 7 "$tmp/fn.c g: a reason" "$tmp/fn.c" > "$tmp/out" 2>&1
+check "a listed function over the limit passes" $? "$(cat "$tmp/out")"
+long_functions 8 "$tmp/fn.c g: a reason" "$tmp/fn.c" > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "fn.c g: listed as longer than 8 but is not" "$tmp/out"
+check "a listed function no longer over the limit fails: the list only shrinks" $? "status $rc: $(cat "$tmp/out")"
 
 finish
