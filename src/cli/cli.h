@@ -1,7 +1,7 @@
 /*
- * cli.h: what the command files of `moe` share (moe.c: the option parser and the settings;
- * help.c: every command's help text, which lists its options; convert.c: the commands that
- * turn one model file into another).
+ * cli.h: what the command files of `moe` share (options.c: the option parser; settings.c: the
+ * settings and a checkpoint's model; help.c: every command's help text, which lists its
+ * options; convert.c: the commands that turn one model file into another).
  *
  * Every mistake on the command line ends in usage_error or moe_input_error: a message on
  * stderr and exit status 2, before anything is written.

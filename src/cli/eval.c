@@ -170,6 +170,46 @@ static int pick_byte(const float *logits, double temperature, Rng *r) {
     return next;
 }
 
+/* sample's options that go together: --ckpt given, one of --prompt and --prompts, and a
+ * bounded --tokens with --prompts. */
+static void sample_check(const Opts *o) {
+    if (!o->ckpt) usage_error("sample", "%s", "--ckpt PATH is required");
+    if (o->prompt && o->prompts)
+        usage_error("sample", "%s: one prompt, or a file of them; not both",
+                    "--prompt and --prompts");
+    /* one line or many: each sample is kept in memory until the end */
+    if (o->prompts && o->tokens > 1000000) {
+        char n[32];
+        snprintf(n, sizeof n, "%lld", o->tokens);
+        usage_error("sample",
+                    "--tokens %s: with --prompts each sample is kept until the end; "
+                    "at most 1000000 bytes each (--prompt has no such limit)",
+                    n);
+    }
+}
+
+/* The decoder's cache filled with each sequence's window: win (S, T), wlen (S) its lengths,
+ * prefilled together (padded to the longest). */
+static void prefill_windows(Decoder *d, const int *win, const int *wlen, int S, int T) {
+    int Tp = 0;
+    for (int s = 0; s < S; s++) Tp = wlen[s] > Tp ? wlen[s] : Tp;
+    int *pad = (int *)calloc_check((size_t)S * Tp, sizeof(int));
+    for (int s = 0; s < S; s++)
+        memcpy(pad + (size_t)s * Tp, win + (size_t)s * T, (size_t)wlen[s] * sizeof(int));
+    decoder_prefill(d, 0, S, pad, Tp, wlen);
+    free(pad);
+}
+
+/* logits (S, MOE_VOCAB) = the last row's logits of a full forward over each window, brought to
+ * the host (--no-cache: the reference). */
+static void window_logits(float *logits, Model *m, const int *win, const int *wlen, int S, int T) {
+    for (int s = 0; s < S; s++) { /* the last row's logits, brought to the host */
+        model_forward(m, win + (size_t)s * T, NULL, 1, wlen[s], NULL);
+        m->be->to_host(m->be, logits + (size_t)s * MOE_VOCAB,
+                       m->logits + (size_t)(wlen[s] - 1) * MOE_VOCAB, MOE_VOCAB * sizeof(float));
+    }
+}
+
 /* moe sample: S prompts decoded together. Each sequence's context is a window of at most T
  * (seq_len) tokens: the last T of its prompt, then every byte sampled; when it is full, it
  * starts again from its last T / 2 tokens. With the key-value cache (the default) a new byte
@@ -178,19 +218,7 @@ static int pick_byte(const float *logits, double temperature, Rng *r) {
 int cmd_sample(int argc, char **argv) {
     Opts o;
     parse_opts(&o, "sample", argc, argv);
-    if (!o.ckpt) usage_error("sample", "%s", "--ckpt PATH is required");
-    if (o.prompt && o.prompts)
-        usage_error("sample", "%s: one prompt, or a file of them; not both",
-                    "--prompt and --prompts");
-    /* one line or many: each sample is kept in memory until the end */
-    if (o.prompts && o.tokens > 1000000) {
-        char n[32];
-        snprintf(n, sizeof n, "%lld", o.tokens);
-        usage_error("sample",
-                    "--tokens %s: with --prompts each sample is kept until the end; "
-                    "at most 1000000 bytes each (--prompt has no such limit)",
-                    n);
-    }
+    sample_check(&o);
     Config c;
     load_ckpt_config(&c, o.ckpt);
     char **prompt;
@@ -226,24 +254,11 @@ int cmd_sample(int argc, char **argv) {
         if (S > 1) text[s] = (unsigned char *)malloc_check((size_t)n_new);
     }
     /* the logits after each window: one prefill, or one full forward per sequence */
-    if (!o.no_cache) {
-        int Tp = 0;
-        for (int s = 0; s < S; s++) Tp = wlen[s] > Tp ? wlen[s] : Tp;
-        int *pad = (int *)calloc_check((size_t)S * Tp, sizeof(int));
-        for (int s = 0; s < S; s++)
-            memcpy(pad + (size_t)s * Tp, win + (size_t)s * T, (size_t)wlen[s] * sizeof(int));
-        decoder_prefill(&d, 0, S, pad, Tp, wlen);
-        free(pad);
-    }
+    if (!o.no_cache) prefill_windows(&d, win, wlen, S, T);
     if (S == 1) fputs(prompt[0], stdout);
     for (long long i = 0; i <= n_new; i++) {
         if (o.no_cache)
-            for (int s = 0; s < S; s++) { /* the last row's logits, brought to the host */
-                model_forward(&m, win + (size_t)s * T, NULL, 1, wlen[s], NULL);
-                m.be->to_host(m.be, logits + (size_t)s * MOE_VOCAB,
-                              m.logits + (size_t)(wlen[s] - 1) * MOE_VOCAB,
-                              MOE_VOCAB * sizeof(float));
-            }
+            window_logits(logits, &m, win, wlen, S, T);
         else
             memcpy(logits, d.logits, (size_t)S * MOE_VOCAB * sizeof(float));
         if (i == n_new) break;

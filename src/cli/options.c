@@ -123,8 +123,8 @@ char **cli_split_values(const char *cmd, int *argc, char **argv) {
     return out;
 }
 
-/* The options a command takes are those its help text lists (help.c). */
-void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
+/* The options' values when not given. */
+static void opts_defaults(Opts *o) {
     memset(o, 0, sizeof(*o));
     o->tokens = 0; /* 0: the command's own default */
     o->temperature = 0.8;
@@ -137,6 +137,154 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
     o->rounds = 1;
     o->router_std = -1.0; /* the upcycle default */
     o->split = 1;
+}
+
+/* Option a when it takes no value: set it, 1; else 0. */
+static int take_flag(Opts *o, const char *a) {
+    if (strcmp(a, "--quiet") == 0) {
+        o->quiet = 1;
+        return 1;
+    }
+    if (strcmp(a, "--allow-data-change") == 0) {
+        o->allow_data_change = 1;
+        return 1;
+    }
+    if (strcmp(a, "--keys") == 0 || strcmp(a, "--presets") == 0) {
+        *(a[2] == 'k' ? &o->keys : &o->presets) = 1;
+        return 1;
+    }
+    if (strcmp(a, "--json") == 0) {
+        o->json = 1;
+        return 1;
+    }
+    if (strcmp(a, "--profile") == 0) {
+        o->profile = 1;
+        return 1;
+    }
+    if (strcmp(a, "--decode") == 0 || strcmp(a, "--csv") == 0) {
+        *(a[2] == 'd' ? &o->decode : &o->csv) = 1;
+        return 1;
+    }
+    if (strcmp(a, "--no-cache") == 0) {
+        o->no_cache = 1;
+        return 1;
+    }
+    if (strcmp(a, "--reference-attention") == 0) {
+        o->reference_attention = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* The value v of option a when a takes a name, a path or a word: 1 when a is one of those. */
+static int take_text(Opts *o, const char *cmd, const char *a, const char *v) {
+    if (strcmp(a, "--config") == 0) {
+        o->config = v;
+        if (o->n_configs >= BENCH_MAX_CONFIGS)
+            usage_error(cmd, "too many --config options (%s)", "max 16");
+        o->configs[o->n_configs++] = v;
+    } else if (strcmp(a, "--profile-out") == 0)
+        o->profile_out = v;
+    else if (strcmp(a, "--device") == 0)
+        o->device = v;
+    else if (strcmp(a, "--precision") == 0)
+        o->precision = v;
+    else if (strcmp(a, "--record-routing") == 0)
+        o->record_routing = v;
+    else if (strcmp(a, "--replay-routing") == 0)
+        o->replay_routing = v;
+    else if (strcmp(a, "--out") == 0)
+        o->out = v;
+    else if (strcmp(a, "--resume") == 0)
+        o->resume = v;
+    else if (strcmp(a, "--init") == 0)
+        o->init = v;
+    else if (strcmp(a, "--from") == 0)
+        o->from = v;
+    else if (strcmp(a, "--logits") == 0)
+        o->logits_out = v;
+    else if (strcmp(a, "--format") == 0) {
+        if (strcmp(v, "safetensors") != 0 && strcmp(v, "hf") != 0)
+            usage_error(cmd,
+                        "--format is safetensors (moe.c's names) or hf (the Hugging Face "
+                        "layout), not '%s'",
+                        v);
+        o->format_hf = strcmp(v, "hf") == 0;
+    } else if (strcmp(a, "--ckpt") == 0) {
+        o->ckpt = v;
+        if (o->n_ckpts >= BENCH_MAX_CONFIGS)
+            usage_error(cmd, "too many --ckpt options (%s)", "max 16");
+        o->ckpts[o->n_ckpts++] = v;
+    } else if (strcmp(a, "--batch") == 0)
+        o->batch_list = v;
+    else if (strcmp(a, "--quant") == 0) {
+        if (quant_format_parse(v) < 0)
+            usage_error(cmd,
+                        "--quant is fp32, int8 (per output channel) or int4 (groups of "
+                        "32), not '%s'",
+                        v);
+        o->quant = v;
+    } else if (strcmp(a, "--prompt") == 0)
+        o->prompt = v;
+    else if (strcmp(a, "--prompts") == 0)
+        o->prompts = v;
+    else if (strcmp(a, "--set") == 0) {
+        if (o->n_sets >= 128) usage_error(cmd, "too many --set options (%s)", "max 128");
+        o->sets[o->n_sets++] = v;
+    } else
+        return 0;
+    return 1;
+}
+
+/* The value v of option a when a takes a number (range-checked): 1 when a is one of those. */
+static int take_number(Opts *o, const char *cmd, const char *a, const char *v) {
+    if (strcmp(a, "--noise") == 0)
+        o->noise = parse_double(cmd, a, v, 0.0, 10.0);
+    else if (strcmp(a, "--drop-ratio") == 0)
+        o->drop_ratio = parse_double(cmd, a, v, 0.0, 1.0);
+    else if (strcmp(a, "--router-std") == 0)
+        o->router_std = parse_double(cmd, a, v, 0.0, 10.0);
+    else if (strcmp(a, "--split") == 0)
+        o->split = parse_int(cmd, a, v, 1, 1 << 16);
+    else if (strcmp(a, "--offload") == 0)
+        o->offload = parse_int(cmd, a, v, 1, 1 << 20);
+    else if (strcmp(a, "--tokens") == 0)
+        /* sample keeps a window of the context, so its count is only a loop bound; synth
+         * writes that many tokens to disk */
+        o->tokens =
+            parse_int(cmd, a, v, 1, strcmp(cmd, "sample") == 0 ? 1000000000000LL : 1LL << 40);
+    else if (strcmp(a, "--until") == 0)
+        o->until = parse_int(cmd, a, v, 1, 1 << 30);
+    else if (strcmp(a, "--batches") == 0)
+        o->batches = parse_int(cmd, a, v, 1, 1 << 20);
+    else if (strcmp(a, "--domains") == 0)
+        o->domains = parse_int(cmd, a, v, 1, SHARD_MAX_DOMAINS);
+    else if (strcmp(a, "--doc-len") == 0)
+        o->doc_len = parse_int(cmd, a, v, 2, 1 << 24);
+    else if (strcmp(a, "--temperature") == 0)
+        o->temperature = parse_double(cmd, a, v, 0.0, 100.0);
+    else if (strcmp(a, "--steps") == 0) {
+        o->steps = parse_int(cmd, a, v, 1, 1 << 20);
+        o->steps_given = 1;
+    } else if (strcmp(a, "--warmup") == 0)
+        o->warmup = parse_int(cmd, a, v, 0, 1 << 20);
+    else if (strcmp(a, "--rounds") == 0)
+        o->rounds = parse_int(cmd, a, v, 1, BENCH_MAX_ROUNDS);
+    else if (strcmp(a, "--threads") == 0)
+        o->threads = parse_int(cmd, a, v, 0, 4096);
+    else if (strcmp(a, "--val-frac") == 0)
+        o->val_frac = parse_double(cmd, a, v, 0.001, 0.5);
+    else if (strcmp(a, "--seed") == 0) {
+        o->seed = parse_int(cmd, a, v, 0, 0x7fffffffL);
+        o->seed_given = 1;
+    } else
+        return 0;
+    return 1;
+}
+
+/* The options a command takes are those its help text lists (help.c). */
+void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
+    opts_defaults(o);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -144,134 +292,11 @@ void parse_opts(Opts *o, const char *cmd, int argc, char **argv) {
             exit(0);
         }
         if (!cli_option_allowed(cmd, a)) unknown_option(cmd, a);
-        if (strcmp(a, "--quiet") == 0) {
-            o->quiet = 1;
-            continue;
-        }
-        if (strcmp(a, "--allow-data-change") == 0) {
-            o->allow_data_change = 1;
-            continue;
-        }
-        if (strcmp(a, "--keys") == 0 || strcmp(a, "--presets") == 0) {
-            *(a[2] == 'k' ? &o->keys : &o->presets) = 1;
-            continue;
-        }
-        if (strcmp(a, "--json") == 0) {
-            o->json = 1;
-            continue;
-        }
-        if (strcmp(a, "--profile") == 0) {
-            o->profile = 1;
-            continue;
-        }
-        if (strcmp(a, "--decode") == 0 || strcmp(a, "--csv") == 0) {
-            *(a[2] == 'd' ? &o->decode : &o->csv) = 1;
-            continue;
-        }
-        if (strcmp(a, "--no-cache") == 0) {
-            o->no_cache = 1;
-            continue;
-        }
-        if (strcmp(a, "--reference-attention") == 0) {
-            o->reference_attention = 1;
-            continue;
-        }
+        if (take_flag(o, a)) continue;
         if (i + 1 >= argc) usage_error(cmd, "%s needs a value", a);
         const char *v = argv[++i];
         if (is_path_option(a) && v[0] == '\0') usage_error(cmd, "%s needs a path, not ''", a);
-        if (strcmp(a, "--config") == 0) {
-            o->config = v;
-            if (o->n_configs >= BENCH_MAX_CONFIGS)
-                usage_error(cmd, "too many --config options (%s)", "max 16");
-            o->configs[o->n_configs++] = v;
-        } else if (strcmp(a, "--profile-out") == 0)
-            o->profile_out = v;
-        else if (strcmp(a, "--device") == 0)
-            o->device = v;
-        else if (strcmp(a, "--precision") == 0)
-            o->precision = v;
-        else if (strcmp(a, "--record-routing") == 0)
-            o->record_routing = v;
-        else if (strcmp(a, "--replay-routing") == 0)
-            o->replay_routing = v;
-        else if (strcmp(a, "--out") == 0)
-            o->out = v;
-        else if (strcmp(a, "--resume") == 0)
-            o->resume = v;
-        else if (strcmp(a, "--init") == 0)
-            o->init = v;
-        else if (strcmp(a, "--from") == 0)
-            o->from = v;
-        else if (strcmp(a, "--logits") == 0)
-            o->logits_out = v;
-        else if (strcmp(a, "--format") == 0) {
-            if (strcmp(v, "safetensors") != 0 && strcmp(v, "hf") != 0)
-                usage_error(cmd,
-                            "--format is safetensors (moe.c's names) or hf (the Hugging Face "
-                            "layout), not '%s'",
-                            v);
-            o->format_hf = strcmp(v, "hf") == 0;
-        } else if (strcmp(a, "--noise") == 0)
-            o->noise = parse_double(cmd, a, v, 0.0, 10.0);
-        else if (strcmp(a, "--drop-ratio") == 0)
-            o->drop_ratio = parse_double(cmd, a, v, 0.0, 1.0);
-        else if (strcmp(a, "--router-std") == 0)
-            o->router_std = parse_double(cmd, a, v, 0.0, 10.0);
-        else if (strcmp(a, "--split") == 0)
-            o->split = parse_int(cmd, a, v, 1, 1 << 16);
-        else if (strcmp(a, "--ckpt") == 0) {
-            o->ckpt = v;
-            if (o->n_ckpts >= BENCH_MAX_CONFIGS)
-                usage_error(cmd, "too many --ckpt options (%s)", "max 16");
-            o->ckpts[o->n_ckpts++] = v;
-        } else if (strcmp(a, "--batch") == 0)
-            o->batch_list = v;
-        else if (strcmp(a, "--quant") == 0) {
-            if (quant_format_parse(v) < 0)
-                usage_error(cmd,
-                            "--quant is fp32, int8 (per output channel) or int4 (groups of "
-                            "32), not '%s'",
-                            v);
-            o->quant = v;
-        } else if (strcmp(a, "--offload") == 0)
-            o->offload = parse_int(cmd, a, v, 1, 1 << 20);
-        else if (strcmp(a, "--prompt") == 0)
-            o->prompt = v;
-        else if (strcmp(a, "--prompts") == 0)
-            o->prompts = v;
-        else if (strcmp(a, "--set") == 0) {
-            if (o->n_sets >= 128) usage_error(cmd, "too many --set options (%s)", "max 128");
-            o->sets[o->n_sets++] = v;
-        } else if (strcmp(a, "--tokens") == 0)
-            /* sample keeps a window of the context, so its count is only a loop bound; synth
-             * writes that many tokens to disk */
-            o->tokens =
-                parse_int(cmd, a, v, 1, strcmp(cmd, "sample") == 0 ? 1000000000000LL : 1LL << 40);
-        else if (strcmp(a, "--until") == 0)
-            o->until = parse_int(cmd, a, v, 1, 1 << 30);
-        else if (strcmp(a, "--batches") == 0)
-            o->batches = parse_int(cmd, a, v, 1, 1 << 20);
-        else if (strcmp(a, "--domains") == 0)
-            o->domains = parse_int(cmd, a, v, 1, SHARD_MAX_DOMAINS);
-        else if (strcmp(a, "--doc-len") == 0)
-            o->doc_len = parse_int(cmd, a, v, 2, 1 << 24);
-        else if (strcmp(a, "--temperature") == 0)
-            o->temperature = parse_double(cmd, a, v, 0.0, 100.0);
-        else if (strcmp(a, "--steps") == 0) {
-            o->steps = parse_int(cmd, a, v, 1, 1 << 20);
-            o->steps_given = 1;
-        } else if (strcmp(a, "--warmup") == 0)
-            o->warmup = parse_int(cmd, a, v, 0, 1 << 20);
-        else if (strcmp(a, "--rounds") == 0)
-            o->rounds = parse_int(cmd, a, v, 1, BENCH_MAX_ROUNDS);
-        else if (strcmp(a, "--threads") == 0)
-            o->threads = parse_int(cmd, a, v, 0, 4096);
-        else if (strcmp(a, "--val-frac") == 0)
-            o->val_frac = parse_double(cmd, a, v, 0.001, 0.5);
-        else if (strcmp(a, "--seed") == 0) {
-            o->seed = parse_int(cmd, a, v, 0, 0x7fffffffL);
-            o->seed_given = 1;
-        } else
+        if (!take_text(o, cmd, a, v) && !take_number(o, cmd, a, v))
             moe_fatal("option %s is in the help of moe %s but not parsed", a, cmd);
     }
     /* infer/serve.h would refuse it too, but only once the model is built */

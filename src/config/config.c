@@ -164,6 +164,49 @@ static int empty_text(const Key *k, char *err, int errlen) {
                      k->name, k->name, k->def, k->name, k->help);
 }
 
+/* A T_FLOAT value: a finite number a 32-bit float holds (not rounded to 0), in range. */
+static int parse_float(const Key *k, const char *text, Config *c, char *err, int errlen) {
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || *end != '\0')
+        return set_error(err, errlen, "%s expects a number, got '%s'", k->name, text);
+    if (isnan(v) || isinf(v) || fabs(v) > FLT_MAX) {
+        if (isnan(v))
+            return set_error(err, errlen, "%s must be a finite number, got '%s'", k->name, text);
+        return set_error(err, errlen, "%s: '%s' is too large for a 32-bit float", k->name, text);
+    }
+    if (v != 0.0 && (float)v == 0.0f)
+        return set_error(err, errlen,
+                         "%s: '%s' is too small for a 32-bit float; use 0 or a "
+                         "magnitude >= 1e-38",
+                         k->name, text);
+    if (check_range(k, v, text, err, errlen)) return -1;
+    *(float *)field(k, c) = (float)v;
+    return 0;
+}
+
+/* A T_STR value (a path): not empty, fits MOE_PATH_MAX, and nothing a config file cannot hold. */
+static int parse_text(const Key *k, const char *text, Config *c, char *err, int errlen) {
+    size_t n = strlen(text);
+    if (n == 0) return empty_text(k, err, errlen);
+    if (n >= MOE_PATH_MAX)
+        return set_error(err, errlen,
+                         "%s is %zu characters long; at most %d fit, use a shorter "
+                         "path (or a symlink)",
+                         k->name, n, MOE_PATH_MAX - 1);
+    for (size_t i = 0; i < n; i++)
+        if (text[i] == '#' || iscntrl((unsigned char)text[i]))
+            return set_error(err, errlen,
+                             "%s: the path contains '#' or a control character, "
+                             "which a config file cannot hold; rename the file or use a symlink",
+                             k->name);
+    char *dst = (char *)field(k, c);
+    memset(dst, 0, MOE_PATH_MAX);
+    memcpy(dst, text, n);
+    return 0;
+}
+
 /* Parse `text` for key k and store it in c; on any error c is untouched. */
 static int parse_value(const Key *k, const char *text, Config *c, char *err, int errlen) {
     char *end = NULL;
@@ -201,27 +244,7 @@ static int parse_value(const Key *k, const char *text, Config *c, char *err, int
         *(int *)field(k, c) = v;
         return 0;
     }
-    case T_FLOAT: {
-        errno = 0;
-        double v = strtod(text, &end);
-        if (end == text || *end != '\0')
-            return set_error(err, errlen, "%s expects a number, got '%s'", k->name, text);
-        if (isnan(v) || isinf(v) || fabs(v) > FLT_MAX) {
-            if (isnan(v))
-                return set_error(err, errlen, "%s must be a finite number, got '%s'", k->name,
-                                 text);
-            return set_error(err, errlen, "%s: '%s' is too large for a 32-bit float", k->name,
-                             text);
-        }
-        if (v != 0.0 && (float)v == 0.0f)
-            return set_error(err, errlen,
-                             "%s: '%s' is too small for a 32-bit float; use 0 or a "
-                             "magnitude >= 1e-38",
-                             k->name, text);
-        if (check_range(k, v, text, err, errlen)) return -1;
-        *(float *)field(k, c) = (float)v;
-        return 0;
-    }
+    case T_FLOAT: return parse_float(k, text, c, err, errlen);
     case T_U64: {
         if (!isdigit((unsigned char)text[0]))
             return set_error(err, errlen, "%s expects a non-negative integer, got '%s'", k->name,
@@ -237,26 +260,7 @@ static int parse_value(const Key *k, const char *text, Config *c, char *err, int
         *(uint64_t *)field(k, c) = (uint64_t)v;
         return 0;
     }
-    case T_STR: {
-        size_t n = strlen(text);
-        if (n == 0) return empty_text(k, err, errlen);
-        if (n >= MOE_PATH_MAX)
-            return set_error(err, errlen,
-                             "%s is %zu characters long; at most %d fit, use a shorter "
-                             "path (or a symlink)",
-                             k->name, n, MOE_PATH_MAX - 1);
-        for (size_t i = 0; i < n; i++)
-            if (text[i] == '#' || iscntrl((unsigned char)text[i]))
-                return set_error(
-                    err, errlen,
-                    "%s: the path contains '#' or a control character, "
-                    "which a config file cannot hold; rename the file or use a symlink",
-                    k->name);
-        char *dst = (char *)field(k, c);
-        memset(dst, 0, MOE_PATH_MAX);
-        memcpy(dst, text, n);
-        return 0;
-    }
+    case T_STR: return parse_text(k, text, c, err, errlen);
     }
     return set_error(err, errlen, "%s: internal error, unknown key type", k->name);
 }

@@ -51,8 +51,8 @@ static int check_mix(const Config *c, char *err, int errlen) {
     return 0;
 }
 
-int config_check_combinations(const Config *c, char *err, int errlen) {
-    if (check_mix(c, err, errlen)) return -1;
+/* The attention heads: d_model splits into n_head heads of an even size (RoPE's pairs). */
+static int check_heads(const Config *c, char *err, int errlen) {
     /* a suggestion that also passes the next check: a multiple of 2 * n_head */
     int even_mult = (c->d_model / (2 * c->n_head)) * 2 * c->n_head;
     if (even_mult == 0) even_mult = 2 * c->n_head;
@@ -67,6 +67,11 @@ int config_check_combinations(const Config *c, char *err, int errlen) {
                          "RoPE rotates pairs of channels; choose model.d_model and model.n_head so "
                          "the head size is even (e.g. model.d_model=%d)",
                          c->d_model, c->n_head, c->d_model / c->n_head, even_mult);
+    return 0;
+}
+
+/* The routing and its balancing: which settings of moe. go together. */
+static int check_routing(const Config *c, char *err, int errlen) {
     if (c->num_experts == 1)
         return set_error(
             err, errlen,
@@ -109,6 +114,11 @@ int config_check_combinations(const Config *c, char *err, int errlen) {
                          "moe.balance_groups=%d must be 0 (every expert) or a divisor >= 2 of "
                          "moe.num_experts=%d (groups of equal size)",
                          c->balance_groups, c->num_experts);
+    return 0;
+}
+
+/* The capacity settings: what each routing and capacity mode can take. */
+static int check_capacity(const Config *c, char *err, int errlen) {
     if (c->eval_capacity_factor < 0.0f && c->eval_capacity_factor != -1.0f)
         return set_error(err, errlen,
                          "moe.eval_capacity_factor=%g: use -1 (the training capacity_factor), 0 "
@@ -134,6 +144,13 @@ int config_check_combinations(const Config *c, char *err, int errlen) {
                          "moe.capacity_factor and moe.eval_capacity_factor apply to token "
                          "choice; expert choice sizes its experts with moe.ec_capacity: set "
                          "them to 0 and -1 (or moe.routing=token_choice)");
+    return 0;
+}
+
+int config_check_combinations(const Config *c, char *err, int errlen) {
+    if (check_mix(c, err, errlen) || check_heads(c, err, errlen) || check_routing(c, err, errlen) ||
+        check_capacity(c, err, errlen))
+        return -1;
     if (c->num_experts > 0 && c->first_dense >= c->n_layer)
         return set_error(err, errlen,
                          "moe.first_dense=%d leaves no MoE block among model.n_layer=%d "

@@ -92,8 +92,55 @@ static int check_types(const Fields *f, const Typed *t, int n, const char *in) {
     return 0;
 }
 
-/* What moe.c computes, checked; then the settings as key=value lines into *text. */
-static int settings_of(const Fields *f, char **text, int *moe, int *tied) {
+/* The rotary base into *theta: rope_theta (read already), or (transformers 5) rope_parameters
+ * {rope_theta, rope_type}; never a default, which differs between versions and models. */
+static int rope_of(const Fields *f, double *theta, const char **rope_type) {
+    const JsonValue *rp = json_get(f->root, "rope_parameters");
+    if (rp && rp->type == JSON_OBJECT) {
+        const Fields g = {rp, f->path, f->err, f->errlen};
+        static const Typed NESTED[] = {{"rope_type", JSON_STRING, ""}};
+        if (check_types(&g, NESTED, 1, "rope_parameters.") ||
+            num(&g, "rope_theta", theta, 0, 0, 0, 1e30))
+            return -1;
+        *rope_type = str(&g, "rope_type");
+    }
+    if (*theta <= 0)
+        return set_error(f->err, f->errlen,
+                         "%s states no rope_theta (nor rope_parameters.rope_theta): the rotary "
+                         "base changes what the model computes, and moe.c will not guess it",
+                         f->path);
+    return 0;
+}
+
+/* The messages with numbers, each of RELATION_MAX bytes ("" when the relation holds): each
+ * states the relation the numbers have (key-value heads, head size, sliding window). */
+#define RELATION_MAX 256
+static void relations(char *heads, char *dims, char *span, double kv, double H, double hd, double C,
+                      double window, double T) {
+    if (kv > 0 && kv < H)
+        snprintf(heads, RELATION_MAX,
+                 "grouped-query attention: num_key_value_heads (%.0f) is below "
+                 "num_attention_heads (%.0f), and moe.c has one key-value head a query head",
+                 kv, H);
+    else if (kv > H)
+        snprintf(heads, RELATION_MAX,
+                 "num_key_value_heads (%.0f) is above num_attention_heads (%.0f): moe.c has one "
+                 "key-value head a query head, so the two must be equal",
+                 kv, H);
+    if (hd > 0 && hd * H != C)
+        snprintf(dims, RELATION_MAX,
+                 "head_dim (%.0f) x num_attention_heads (%.0f) is %.0f, not hidden_size (%.0f)", hd,
+                 H, hd * H, C);
+    if (window >= 0 && window < T)
+        snprintf(span, RELATION_MAX,
+                 "sliding_window (%.0f) is below max_position_embeddings (%.0f): it limits "
+                 "attention to fewer positions than the context",
+                 window, T);
+}
+
+/* The fields read as other than numbers checked, and the layout: *moe is 1 for Mixtral, 0 for
+ * Llama; any other model_type is refused. */
+static int layout_of(const Fields *f, int *moe) {
     static const Typed TYPED[] = {
         {"model_type", JSON_STRING, ""},
         {"hidden_act", JSON_STRING, ""},
@@ -112,6 +159,12 @@ static int settings_of(const Fields *f, char **text, int *moe, int *tied) {
                          "layouts",
                          f->path, type ? type : "(none)");
     *moe = strcmp(type, "mixtral") == 0;
+    return 0;
+}
+
+/* What moe.c computes, checked; then the settings as key=value lines into *text. */
+static int settings_of(const Fields *f, char **text, int *moe, int *tied) {
+    if (layout_of(f, moe)) return -1;
     double V, C, L, H, F, T, kv = -1, hd = -1, eps = 1e-5, window = -1, theta = -1;
     const double BIG = 1 << 20;
     if (num(f, "vocab_size", &V, 1, 1, 1, BIG) || num(f, "hidden_size", &C, 1, 1, 1, 65536) ||
@@ -123,46 +176,13 @@ static int settings_of(const Fields *f, char **text, int *moe, int *tied) {
         num(f, "rms_norm_eps", &eps, 0, 0, 0, 1) || num(f, "rope_theta", &theta, 0, 0, 0, 1e30) ||
         num(f, "sliding_window", &window, 0, 1, 0, 1e18))
         return -1;
-    /* the rotary base: rope_theta, or (transformers 5) rope_parameters {rope_theta, rope_type};
-     * never a default, which differs between versions and models */
-    const JsonValue *rp = json_get(f->root, "rope_parameters");
     const char *rope_type = NULL;
-    if (rp && rp->type == JSON_OBJECT) {
-        const Fields g = {rp, f->path, f->err, f->errlen};
-        static const Typed NESTED[] = {{"rope_type", JSON_STRING, ""}};
-        if (check_types(&g, NESTED, 1, "rope_parameters.") ||
-            num(&g, "rope_theta", &theta, 0, 0, 0, 1e30))
-            return -1;
-        rope_type = str(&g, "rope_type");
-    }
-    if (theta <= 0)
-        return set_error(f->err, f->errlen,
-                         "%s states no rope_theta (nor rope_parameters.rope_theta): the rotary "
-                         "base changes what the model computes, and moe.c will not guess it",
-                         f->path);
+    if (rope_of(f, &theta, &rope_type)) return -1;
     const char *act = str(f, "hidden_act");
     const JsonValue *scaling = json_get(f->root, "rope_scaling");
     /* the messages with numbers: each states the relation the numbers have */
-    char heads[256] = "", dims[256] = "", span[256] = "";
-    if (kv > 0 && kv < H)
-        snprintf(heads, sizeof heads,
-                 "grouped-query attention: num_key_value_heads (%.0f) is below "
-                 "num_attention_heads (%.0f), and moe.c has one key-value head a query head",
-                 kv, H);
-    else if (kv > H)
-        snprintf(heads, sizeof heads,
-                 "num_key_value_heads (%.0f) is above num_attention_heads (%.0f): moe.c has one "
-                 "key-value head a query head, so the two must be equal",
-                 kv, H);
-    if (hd > 0 && hd * H != C)
-        snprintf(dims, sizeof dims,
-                 "head_dim (%.0f) x num_attention_heads (%.0f) is %.0f, not hidden_size (%.0f)", hd,
-                 H, hd * H, C);
-    if (window >= 0 && window < T)
-        snprintf(span, sizeof span,
-                 "sliding_window (%.0f) is below max_position_embeddings (%.0f): it limits "
-                 "attention to fewer positions than the context",
-                 window, T);
+    char heads[RELATION_MAX] = "", dims[RELATION_MAX] = "", span[RELATION_MAX] = "";
+    relations(heads, dims, span, kv, H, hd, C, window, T);
     const char *why = V != MOE_VOCAB ? "its vocabulary is not moe.c's 256 bytes (vocab_size)"
                       : heads[0]     ? heads
                       : dims[0]      ? dims

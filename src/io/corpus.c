@@ -301,6 +301,57 @@ static void out_add(Out *o, const uint8_t *p, uint32_t len, int domain) {
     o->n += len;
 }
 
+/* Step 1 for domain di: list its files and cut each into documents (buf, cap: the reading
+ * buffer, grown as needed). */
+static int cut_domain(Domain *d, int di, uint8_t **buf, size_t *cap, char *err, int errlen) {
+    if (!SPECS[di].headers || list_package_headers(d, SPECS[di].package) != 0)
+        list_files(d, SPECS[di].dir, SPECS[di].headers);
+    if (d->n_files == 0)
+        return set_error(
+            err, errlen,
+            "corpus: no %s files for domain '%s' in %s; install the Debian "
+            "package %s (`make deps` installs everything, or: sudo apt-get install %s)",
+            SPECS[di].headers ? "header" : "fortune", SPECS[di].name, SPECS[di].dir,
+            SPECS[di].package, SPECS[di].package);
+    qsort(d->files, (size_t)d->n_files, sizeof(char *), cmp_str);
+    for (int f = 0; f < d->n_files; f++) {
+        long n = read_file(d->files[f], buf, cap);
+        if (n < 0)
+            return set_error(err, errlen,
+                             "corpus: cannot read '%s' (%s); check its permissions or "
+                             "reinstall %s",
+                             d->files[f], strerror(errno), SPECS[di].package);
+        split_file(d, (uint32_t)f, *buf, (size_t)n, SPECS[di].headers);
+    }
+    return 0;
+}
+
+/* Step 2 for domain di: choose its documents within budget, then copy them in file order into
+ * out[0] (train) or out[1] (val). */
+static int copy_domain(Domain *d, int di, uint64_t seed, uint64_t budget, double val_frac, Out *out,
+                       uint8_t **buf, size_t *cap, char *err, int errlen) {
+    choose_docs(d, di, seed, budget);
+    int loaded = -1;
+    for (uint32_t i = 0; i < d->n_docs; i++) {
+        if (!d->take[i]) continue;
+        Span s = d->docs[i];
+        if ((int)s.file != loaded) {
+            if (read_file(d->files[s.file], buf, cap) < 0)
+                return set_error(err, errlen,
+                                 "corpus: cannot reread '%s'; was it changed during the "
+                                 "build? Run `make data` again",
+                                 d->files[s.file]);
+            loaded = (int)s.file;
+            d->files_used++;
+        }
+        int val = split_u(seed, di, i) < val_frac;
+        out_add(&out[val], *buf + s.off, s.len, di);
+        d->docs_used++;
+        *(val ? &d->val_tokens : &d->train_tokens) += s.len;
+    }
+    return 0;
+}
+
 int corpus_build(const char *out_dir, uint64_t seed, double val_frac, char *err, int errlen) {
     if (!(val_frac > 0.0 && val_frac < 1.0))
         return set_error(err, errlen, "corpus: val_frac is %g, must be in (0, 1), e.g. 0.05",
@@ -319,55 +370,14 @@ int corpus_build(const char *out_dir, uint64_t seed, double val_frac, char *err,
     int smallest = -1;
     for (int di = 0; di < N_DOMAINS; di++) {
         Domain *d = &dom[di];
-        if (!SPECS[di].headers || list_package_headers(d, SPECS[di].package) != 0)
-            list_files(d, SPECS[di].dir, SPECS[di].headers);
-        if (d->n_files == 0) {
-            set_error(err, errlen,
-                      "corpus: no %s files for domain '%s' in %s; install the Debian "
-                      "package %s (`make deps` installs everything, or: sudo apt-get install %s)",
-                      SPECS[di].headers ? "header" : "fortune", SPECS[di].name, SPECS[di].dir,
-                      SPECS[di].package, SPECS[di].package);
-            goto done;
-        }
-        qsort(d->files, (size_t)d->n_files, sizeof(char *), cmp_str);
-        for (int f = 0; f < d->n_files; f++) {
-            long n = read_file(d->files[f], &buf, &cap);
-            if (n < 0) {
-                set_error(err, errlen,
-                          "corpus: cannot read '%s' (%s); check its permissions or "
-                          "reinstall %s",
-                          d->files[f], strerror(errno), SPECS[di].package);
-                goto done;
-            }
-            split_file(d, (uint32_t)f, buf, (size_t)n, SPECS[di].headers);
-        }
+        if (cut_domain(d, di, &buf, &cap, err, errlen) != 0) goto done;
         if (d->total < budget) budget = d->total, smallest = di;
     }
 
     /* 2. choose each domain's documents, then copy them in file order into train or val. */
     for (int di = 0; di < N_DOMAINS; di++) {
-        Domain *d = &dom[di];
-        choose_docs(d, di, seed, budget);
-        int loaded = -1;
-        for (uint32_t i = 0; i < d->n_docs; i++) {
-            if (!d->take[i]) continue;
-            Span s = d->docs[i];
-            if ((int)s.file != loaded) {
-                if (read_file(d->files[s.file], &buf, &cap) < 0) {
-                    set_error(err, errlen,
-                              "corpus: cannot reread '%s'; was it changed during the "
-                              "build? Run `make data` again",
-                              d->files[s.file]);
-                    goto done;
-                }
-                loaded = (int)s.file;
-                d->files_used++;
-            }
-            int val = split_u(seed, di, i) < val_frac;
-            out_add(&out[val], buf + s.off, s.len, di);
-            d->docs_used++;
-            *(val ? &d->val_tokens : &d->train_tokens) += s.len;
-        }
+        if (copy_domain(&dom[di], di, seed, budget, val_frac, out, &buf, &cap, err, errlen) != 0)
+            goto done;
     }
 
     char names[SHARD_MAX_DOMAINS][SHARD_DOMAIN_NAME] = {{0}};

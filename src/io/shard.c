@@ -41,6 +41,109 @@ enum {
 
 /* ---- reading ------------------------------------------------------------------------------- */
 
+/* The header h checked (magic, version, its checksum, 1-byte tokens, the domains, the reserved
+ * bytes) and its counts and domain names read into s. */
+static int check_header(Shard *s, const uint8_t *h, const char *path, char *err, int errlen) {
+    if (memcmp(h + HDR_MAGIC, SHARD_MAGIC, sizeof(SHARD_MAGIC)) != 0) {
+        return set_error(err, errlen,
+                         "'%s' is not a moe.c token shard (bad magic, expected \"%s\"); pass a "
+                         "shard written by `make data` or `moe synth`",
+                         path, SHARD_MAGIC);
+    }
+    uint32_t version = le_get_u32(h + HDR_VERSION), token_bytes = le_get_u32(h + HDR_TOKEN_BYTES);
+    if (version != SHARD_VERSION) {
+        return set_error(
+            err, errlen,
+            "shard '%s' has format version %u but this program reads version %d%s; " REBUILD, path,
+            version, SHARD_VERSION,
+            version < SHARD_VERSION ? " (older shards carry no checksums)" : "");
+    }
+    /* the header's own checksum before any field is believed */
+    uint32_t hcrc = crc32_with_hole(h, SHARD_HEADER_BYTES, HDR_HEADER_CRC);
+    if (hcrc != le_get_u32(h + HDR_HEADER_CRC)) {
+        return set_error(err, errlen,
+                         "shard '%s' is corrupt (header checksum mismatch: stored %08x, computed "
+                         "%08x); " REBUILD,
+                         path, le_get_u32(h + HDR_HEADER_CRC), hcrc);
+    }
+    if (token_bytes != 1) {
+        return set_error(err, errlen,
+                         "shard '%s' stores %u-byte tokens but moe.c uses 1-byte (byte-level) "
+                         "tokens; " REBUILD,
+                         path, token_bytes);
+    }
+    s->n_tokens = le_get_u64(h + HDR_N_TOKENS);
+    s->n_docs = le_get_u32(h + HDR_N_DOCS);
+    s->n_domains = le_get_u32(h + HDR_N_DOMAINS);
+    if (s->n_domains < 1 || s->n_domains > SHARD_MAX_DOMAINS) {
+        return set_error(err, errlen, "shard '%s' declares %u domains, expected 1..%d; " REBUILD,
+                         path, s->n_domains, SHARD_MAX_DOMAINS);
+    }
+    for (uint32_t d = 0; d < SHARD_MAX_DOMAINS; d++) {
+        const uint8_t *name = h + HDR_DOMAINS + d * SHARD_DOMAIN_NAME;
+        int used = d < s->n_domains;
+        if (used && (name[0] == 0 || name[SHARD_DOMAIN_NAME - 1] != 0)) {
+            return set_error(err, errlen,
+                             "shard '%s': domain name %u is empty or not NUL-terminated; " REBUILD,
+                             path, d);
+        }
+        for (int i = 0; i < SHARD_DOMAIN_NAME; i++) {
+            if (!used && name[i] != 0) {
+                return set_error(err, errlen,
+                                 "shard '%s': unused domain slot %u is not zero (the header is "
+                                 "damaged); " REBUILD,
+                                 path, d);
+            }
+        }
+        memcpy(s->domain[d], name, SHARD_DOMAIN_NAME);
+    }
+    for (int i = HDR_RESERVED; i < SHARD_HEADER_BYTES; i++) {
+        if (h[i] != 0) {
+            return set_error(err, errlen,
+                             "shard '%s': reserved header byte %d is %u, not zero (damaged, or "
+                             "written by a newer program); " REBUILD,
+                             path, i, h[i]);
+        }
+    }
+    return 0;
+}
+
+/* s's document records from docbuf: they tile the tokens, each of a domain the shard has;
+ * each token's domain into s->tok_domain. */
+static int read_docs(Shard *s, const uint8_t *docbuf, const char *path, char *err, int errlen) {
+    /* Documents tile the tokens: doc i starts where doc i-1 ended, the last ends at n_tokens. */
+    uint64_t next = 0;
+    for (uint32_t i = 0; i < s->n_docs; i++) {
+        ShardDoc *d = &s->docs[i];
+        d->start = le_get_u64(docbuf + (size_t)i * DOC_BYTES);
+        d->length = le_get_u32(docbuf + (size_t)i * DOC_BYTES + 8);
+        d->domain = le_get_u32(docbuf + (size_t)i * DOC_BYTES + 12);
+        if (d->start != next || d->length > s->n_tokens - next) {
+            return set_error(
+                err, errlen,
+                "shard '%s': document %u covers tokens [%llu, %llu) but should start "
+                "at %llu and stay within %llu tokens (records do not tile the tokens); " REBUILD,
+                path, i, (unsigned long long)d->start, (unsigned long long)(d->start + d->length),
+                (unsigned long long)next, (unsigned long long)s->n_tokens);
+        }
+        if (d->domain >= s->n_domains) {
+            return set_error(err, errlen,
+                             "shard '%s': document %u has domain %u but the shard has only %u "
+                             "domains; " REBUILD,
+                             path, i, d->domain, s->n_domains);
+        }
+        memset(s->tok_domain + next, (int)d->domain, d->length);
+        next += d->length;
+    }
+    if (next != s->n_tokens) {
+        return set_error(err, errlen,
+                         "shard '%s': documents cover %llu of its %llu tokens (records do not "
+                         "tile the tokens); " REBUILD,
+                         path, (unsigned long long)next, (unsigned long long)s->n_tokens);
+    }
+    return 0;
+}
+
 int shard_load(Shard *s, const char *path, char *err, int errlen) {
     memset(s, 0, sizeof(*s));
     snprintf(s->path, sizeof(s->path), "%s", path);
@@ -61,74 +164,7 @@ int shard_load(Shard *s, const char *path, char *err, int errlen) {
     }
     int rc = -1;
     uint8_t *docbuf = NULL;
-    if (memcmp(h + HDR_MAGIC, SHARD_MAGIC, sizeof(SHARD_MAGIC)) != 0) {
-        set_error(err, errlen,
-                  "'%s' is not a moe.c token shard (bad magic, expected \"%s\"); pass a "
-                  "shard written by `make data` or `moe synth`",
-                  path, SHARD_MAGIC);
-        goto done;
-    }
-    uint32_t version = le_get_u32(h + HDR_VERSION), token_bytes = le_get_u32(h + HDR_TOKEN_BYTES);
-    if (version != SHARD_VERSION) {
-        set_error(err, errlen,
-                  "shard '%s' has format version %u but this program reads version %d%s; " REBUILD,
-                  path, version, SHARD_VERSION,
-                  version < SHARD_VERSION ? " (older shards carry no checksums)" : "");
-        goto done;
-    }
-    /* the header's own checksum before any field is believed */
-    uint32_t hcrc = crc32_with_hole(h, sizeof h, HDR_HEADER_CRC);
-    if (hcrc != le_get_u32(h + HDR_HEADER_CRC)) {
-        set_error(err, errlen,
-                  "shard '%s' is corrupt (header checksum mismatch: stored %08x, computed %08x); "
-                  REBUILD,
-                  path, le_get_u32(h + HDR_HEADER_CRC), hcrc);
-        goto done;
-    }
-    if (token_bytes != 1) {
-        set_error(err, errlen,
-                  "shard '%s' stores %u-byte tokens but moe.c uses 1-byte (byte-level) "
-                  "tokens; " REBUILD,
-                  path, token_bytes);
-        goto done;
-    }
-    s->n_tokens = le_get_u64(h + HDR_N_TOKENS);
-    s->n_docs = le_get_u32(h + HDR_N_DOCS);
-    s->n_domains = le_get_u32(h + HDR_N_DOMAINS);
-    if (s->n_domains < 1 || s->n_domains > SHARD_MAX_DOMAINS) {
-        set_error(err, errlen, "shard '%s' declares %u domains, expected 1..%d; " REBUILD, path,
-                  s->n_domains, SHARD_MAX_DOMAINS);
-        goto done;
-    }
-    for (uint32_t d = 0; d < SHARD_MAX_DOMAINS; d++) {
-        const uint8_t *name = h + HDR_DOMAINS + d * SHARD_DOMAIN_NAME;
-        int used = d < s->n_domains;
-        if (used && (name[0] == 0 || name[SHARD_DOMAIN_NAME - 1] != 0)) {
-            set_error(err, errlen,
-                      "shard '%s': domain name %u is empty or not NUL-terminated; " REBUILD, path,
-                      d);
-            goto done;
-        }
-        for (int i = 0; i < SHARD_DOMAIN_NAME; i++) {
-            if (!used && name[i] != 0) {
-                set_error(err, errlen,
-                          "shard '%s': unused domain slot %u is not zero (the header is "
-                          "damaged); " REBUILD,
-                          path, d);
-                goto done;
-            }
-        }
-        memcpy(s->domain[d], name, SHARD_DOMAIN_NAME);
-    }
-    for (int i = HDR_RESERVED; i < SHARD_HEADER_BYTES; i++) {
-        if (h[i] != 0) {
-            set_error(err, errlen,
-                      "shard '%s': reserved header byte %d is %u, not zero (damaged, or "
-                      "written by a newer program); " REBUILD,
-                      path, i, h[i]);
-            goto done;
-        }
-    }
+    if (check_header(s, h, path, err, errlen) != 0) goto done;
     /* Exact size: compare piece by piece so a huge n_tokens cannot overflow the sum. */
     uint64_t docs_bytes = (uint64_t)s->n_docs * DOC_BYTES;
     uint64_t body = file_bytes - SHARD_HEADER_BYTES;
@@ -160,39 +196,7 @@ int shard_load(Shard *s, const char *path, char *err, int errlen) {
                   path, le_get_u32(h + HDR_PAYLOAD_CRC), s->crc32);
         goto done;
     }
-    /* Documents tile the tokens: doc i starts where doc i-1 ended, the last ends at n_tokens. */
-    uint64_t next = 0;
-    for (uint32_t i = 0; i < s->n_docs; i++) {
-        ShardDoc *d = &s->docs[i];
-        d->start = le_get_u64(docbuf + (size_t)i * DOC_BYTES);
-        d->length = le_get_u32(docbuf + (size_t)i * DOC_BYTES + 8);
-        d->domain = le_get_u32(docbuf + (size_t)i * DOC_BYTES + 12);
-        if (d->start != next || d->length > s->n_tokens - next) {
-            set_error(
-                err, errlen,
-                "shard '%s': document %u covers tokens [%llu, %llu) but should start "
-                "at %llu and stay within %llu tokens (records do not tile the tokens); " REBUILD,
-                path, i, (unsigned long long)d->start, (unsigned long long)(d->start + d->length),
-                (unsigned long long)next, (unsigned long long)s->n_tokens);
-            goto done;
-        }
-        if (d->domain >= s->n_domains) {
-            set_error(err, errlen,
-                      "shard '%s': document %u has domain %u but the shard has only %u "
-                      "domains; " REBUILD,
-                      path, i, d->domain, s->n_domains);
-            goto done;
-        }
-        memset(s->tok_domain + next, (int)d->domain, d->length);
-        next += d->length;
-    }
-    if (next != s->n_tokens) {
-        set_error(err, errlen,
-                  "shard '%s': documents cover %llu of its %llu tokens (records do not "
-                  "tile the tokens); " REBUILD,
-                  path, (unsigned long long)next, (unsigned long long)s->n_tokens);
-        goto done;
-    }
+    if (read_docs(s, docbuf, path, err, errlen) != 0) goto done;
     rc = 0;
 done:
     free(docbuf);

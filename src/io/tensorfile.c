@@ -117,7 +117,7 @@ int ckpt_write(const char *path, uint64_t step, const char *config_text, const T
     le_put_u64(h + H_CONFIG, config_bytes);
     le_put_u64(h + H_PAYLOAD, offset);
     le_put_u32(h + H_CRC, crc);
-    le_put_u32(h + H_HEADER_CRC, crc32_with_hole(h, sizeof h, H_HEADER_CRC));
+    le_put_u32(h + H_HEADER_CRC, crc32_with_hole(h, CKPT_HEADER_BYTES, H_HEADER_CRC));
 
     const void **bufs = (const void **)malloc_check(sizeof(void *) * ((size_t)n + 3));
     size_t *lens = (size_t *)malloc_check(sizeof(size_t) * ((size_t)n + 3));
@@ -166,6 +166,118 @@ static const char *parse_entry(TensorRef *e, const uint8_t *r, uint64_t *offset,
     return NULL;
 }
 
+/* The header h of a checkpoint of file_bytes bytes checked (magic, version, checksum, reserved
+ * bytes, every field within its bound, the sizes tiling the file) into *hd. */
+typedef struct {
+    uint32_t n; /* entries */
+    uint64_t config_bytes, payload, step;
+} CkptHeader;
+
+static int check_header(CkptHeader *hd, const uint8_t *h, uint64_t file_bytes, const char *path,
+                        char *err, int errlen) {
+    if (memcmp(h + H_MAGIC, CKPT_MAGIC, sizeof(CKPT_MAGIC)) != 0)
+        return set_error(err, errlen,
+                         "'%s' is not a moe.c checkpoint (bad magic, expected \"%s\"); " CK_FOREIGN,
+                         path, CKPT_MAGIC);
+    uint32_t version = le_get_u32(h + H_VERSION);
+    if (version != CKPT_VERSION && version != 1)
+        return set_error(err, errlen,
+                         "checkpoint '%s' has format version %u but this program reads versions 1 "
+                         "and %d; use the moe.c version that wrote it, or retrain",
+                         path, version, CKPT_VERSION);
+    /* the header's own checksum first, so damage anywhere in it (the step included) is
+     * reported as damage rather than read as a strange value */
+    uint32_t hcrc = crc32_with_hole(h, CKPT_HEADER_BYTES, H_HEADER_CRC);
+    if (version == CKPT_VERSION && hcrc != le_get_u32(h + H_HEADER_CRC))
+        return set_error(
+            err, errlen,
+            "checkpoint '%s' is corrupt (header checksum mismatch: stored %08x, computed "
+            "%08x): " CK_CORRUPT,
+            path, le_get_u32(h + H_HEADER_CRC), hcrc);
+    for (int i = version == 1 ? H_RESERVED_V1 : H_RESERVED; i < CKPT_HEADER_BYTES; i++) {
+        if (h[i])
+            return set_error(
+                err, errlen,
+                "checkpoint '%s' is corrupt (reserved header byte %d is not zero): " CK_CORRUPT,
+                path, i);
+    }
+    const uint32_t n = le_get_u32(h + H_N_ENTRIES);
+    const uint64_t config_bytes = le_get_u64(h + H_CONFIG), payload = le_get_u64(h + H_PAYLOAD);
+    const uint64_t step = le_get_u64(h + H_STEP);
+    /* every field within its bound before any size is computed from it */
+    const struct {
+        const char *name;
+        uint64_t value, limit;
+    } field[3] = {{"step", step, CKPT_MAX_STEP},
+                  {"n_entries", n, CKPT_MAX_ENTRIES},
+                  {"config_bytes", config_bytes, CKPT_MAX_CONFIG_BYTES}};
+    for (int i = 0; i < 3; i++)
+        if (field[i].value > field[i].limit)
+            return set_error(err, errlen,
+                             "checkpoint '%s' is corrupt (header field %s is %llu, above its limit "
+                             "%llu): " CK_CORRUPT,
+                             path, field[i].name, (unsigned long long)field[i].value,
+                             (unsigned long long)field[i].limit);
+    uint64_t body = file_bytes - CKPT_HEADER_BYTES, dir_bytes = (uint64_t)n * CKPT_ENTRY_BYTES;
+    /* body == config + dir + payload, compared without overflowing on absurd header values */
+    int short_file = body < config_bytes || body - config_bytes < dir_bytes ||
+                     body - config_bytes - dir_bytes < payload;
+    if (short_file || body - config_bytes - dir_bytes != payload)
+        return set_error(
+            err, errlen,
+            "checkpoint '%s' is %s: the header promises %llu bytes of config, %u "
+            "entries and %llu payload bytes, but the file has %llu bytes after the header; %s",
+            path, short_file ? "truncated" : "too long (extra bytes at the end)",
+            (unsigned long long)config_bytes, n, (unsigned long long)payload,
+            (unsigned long long)body,
+            short_file ? "the save was cut short; use an earlier checkpoint or retrain"
+                       : CK_CORRUPT);
+    *hd = (CkptHeader){.n = n, .config_bytes = config_bytes, .payload = payload, .step = step};
+    return 0;
+}
+
+/* ck's n entries from the directory dir (each checked, no name twice, together tiling the
+ * payload), their payload offsets into offs; then, when a float tensor sits at an offset that is
+ * not a multiple of 4, the payload copied so that every entry starts 64-byte aligned. */
+static int read_entries(Ckpt *ck, const uint8_t *dir, uint64_t payload, uint64_t *offs,
+                        const char *path, char *err, int errlen) {
+    const uint32_t n = (uint32_t)ck->n;
+    uint64_t offset = 0;
+    int misaligned = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const char *bad = parse_entry(&ck->entries[i], dir + (size_t)i * CKPT_ENTRY_BYTES, &offset,
+                                      payload, &offs[i]);
+        if (!bad)
+            for (uint32_t j = 0; j < i && !bad; j++)
+                if (strcmp(ck->entries[j].name, ck->entries[i].name) == 0) bad = "duplicate name";
+        if (bad)
+            return set_error(err, errlen,
+                             "checkpoint '%s' is malformed (entry %u: %s); " CK_FOREIGN, path, i,
+                             bad);
+        misaligned |= ck->entries[i].dtype == TENSOR_F32 && offs[i] % 4 != 0;
+    }
+    if (offset != payload)
+        return set_error(err, errlen,
+                         "checkpoint '%s' is malformed (entries cover %llu of %llu payload "
+                         "bytes); " CK_FOREIGN,
+                         path, (unsigned long long)offset, (unsigned long long)payload);
+    if (misaligned) {
+        /* Back-to-back storage can leave a float tensor at an odd offset; give every entry a
+         * 64-byte aligned home so callers may read entries as float arrays. */
+        uint64_t total = 0;
+        for (uint32_t i = 0; i < n; i++) total += (ck->entries[i].nbytes + 63) / 64 * 64;
+        uint8_t *aligned = (uint8_t *)floats_alloc(total / 4 + 1), *p = aligned;
+        for (uint32_t i = 0; i < n; i++) {
+            memcpy(p, (uint8_t *)ck->buffer + offs[i], ck->entries[i].nbytes);
+            offs[i] = (uint64_t)(p - aligned);
+            p += (ck->entries[i].nbytes + 63) / 64 * 64;
+        }
+        free(ck->buffer);
+        ck->buffer = aligned;
+    }
+    return 0;
+}
+
 static const FileSpec CKPT_FILE = {"checkpoint", CK_FOREIGN, "ckpt.bin", 0};
 
 int ckpt_read(Ckpt *ck, const char *path, char *err, int errlen) {
@@ -184,74 +296,11 @@ int ckpt_read(Ckpt *ck, const char *path, char *err, int errlen) {
                   path, (unsigned long long)file_bytes, CKPT_HEADER_BYTES);
         goto done;
     }
-    if (memcmp(h + H_MAGIC, CKPT_MAGIC, sizeof(CKPT_MAGIC)) != 0) {
-        set_error(err, errlen,
-                  "'%s' is not a moe.c checkpoint (bad magic, expected \"%s\"); " CK_FOREIGN, path,
-                  CKPT_MAGIC);
-        goto done;
-    }
-    uint32_t version = le_get_u32(h + H_VERSION);
-    if (version != CKPT_VERSION && version != 1) {
-        set_error(err, errlen,
-                  "checkpoint '%s' has format version %u but this program reads versions 1 "
-                  "and %d; use the moe.c version that wrote it, or retrain",
-                  path, version, CKPT_VERSION);
-        goto done;
-    }
-    /* the header's own checksum first, so damage anywhere in it (the step included) is
-     * reported as damage rather than read as a strange value */
-    uint32_t hcrc = crc32_with_hole(h, sizeof h, H_HEADER_CRC);
-    if (version == CKPT_VERSION && hcrc != le_get_u32(h + H_HEADER_CRC)) {
-        set_error(err, errlen,
-                  "checkpoint '%s' is corrupt (header checksum mismatch: stored %08x, computed "
-                  "%08x): " CK_CORRUPT,
-                  path, le_get_u32(h + H_HEADER_CRC), hcrc);
-        goto done;
-    }
-    for (int i = version == 1 ? H_RESERVED_V1 : H_RESERVED; i < CKPT_HEADER_BYTES; i++) {
-        if (h[i]) {
-            set_error(
-                err, errlen,
-                "checkpoint '%s' is corrupt (reserved header byte %d is not zero): " CK_CORRUPT,
-                path, i);
-            goto done;
-        }
-    }
-    uint32_t n = le_get_u32(h + H_N_ENTRIES);
-    uint64_t config_bytes = le_get_u64(h + H_CONFIG), payload = le_get_u64(h + H_PAYLOAD);
-    uint64_t step = le_get_u64(h + H_STEP);
-    /* every field within its bound before any size is computed from it */
-    const struct {
-        const char *name;
-        uint64_t value, limit;
-    } field[3] = {{"step", step, CKPT_MAX_STEP},
-                  {"n_entries", n, CKPT_MAX_ENTRIES},
-                  {"config_bytes", config_bytes, CKPT_MAX_CONFIG_BYTES}};
-    for (int i = 0; i < 3; i++)
-        if (field[i].value > field[i].limit) {
-            set_error(err, errlen,
-                      "checkpoint '%s' is corrupt (header field %s is %llu, above its limit "
-                      "%llu): " CK_CORRUPT,
-                      path, field[i].name, (unsigned long long)field[i].value,
-                      (unsigned long long)field[i].limit);
-            goto done;
-        }
-    uint64_t body = file_bytes - CKPT_HEADER_BYTES, dir_bytes = (uint64_t)n * CKPT_ENTRY_BYTES;
-    /* body == config + dir + payload, compared without overflowing on absurd header values */
-    int short_file = body < config_bytes || body - config_bytes < dir_bytes ||
-                     body - config_bytes - dir_bytes < payload;
-    if (short_file || body - config_bytes - dir_bytes != payload) {
-        set_error(
-            err, errlen,
-            "checkpoint '%s' is %s: the header promises %llu bytes of config, %u "
-            "entries and %llu payload bytes, but the file has %llu bytes after the header; %s",
-            path, short_file ? "truncated" : "too long (extra bytes at the end)",
-            (unsigned long long)config_bytes, n, (unsigned long long)payload,
-            (unsigned long long)body,
-            short_file ? "the save was cut short; use an earlier checkpoint or retrain"
-                       : CK_CORRUPT);
-        goto done;
-    }
+    CkptHeader hd = {0};
+    if (check_header(&hd, h, file_bytes, path, err, errlen) != 0) goto done;
+    const uint32_t n = hd.n;
+    const uint64_t config_bytes = hd.config_bytes, payload = hd.payload, step = hd.step;
+    const uint64_t dir_bytes = (uint64_t)n * CKPT_ENTRY_BYTES;
     ck->config_text = (char *)malloc_check(config_bytes + 1);
     dir = (uint8_t *)malloc_check(dir_bytes);
     ck->buffer = floats_alloc((payload + 3) / 4); /* 64-byte aligned */
@@ -282,42 +331,7 @@ int ckpt_read(Ckpt *ck, const char *path, char *err, int errlen) {
     ck->n = (int)n;
     ck->entries = (TensorRef *)calloc_check(n, sizeof(TensorRef));
     offs = (uint64_t *)malloc_check(sizeof(uint64_t) * (n + 1));
-    uint64_t offset = 0;
-    int misaligned = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        const char *bad = parse_entry(&ck->entries[i], dir + (size_t)i * CKPT_ENTRY_BYTES, &offset,
-                                      payload, &offs[i]);
-        if (!bad)
-            for (uint32_t j = 0; j < i && !bad; j++)
-                if (strcmp(ck->entries[j].name, ck->entries[i].name) == 0) bad = "duplicate name";
-        if (bad) {
-            set_error(err, errlen, "checkpoint '%s' is malformed (entry %u: %s); " CK_FOREIGN, path,
-                      i, bad);
-            goto done;
-        }
-        misaligned |= ck->entries[i].dtype == TENSOR_F32 && offs[i] % 4 != 0;
-    }
-    if (offset != payload) {
-        set_error(err, errlen,
-                  "checkpoint '%s' is malformed (entries cover %llu of %llu payload "
-                  "bytes); " CK_FOREIGN,
-                  path, (unsigned long long)offset, (unsigned long long)payload);
-        goto done;
-    }
-    if (misaligned) {
-        /* Back-to-back storage can leave a float tensor at an odd offset; give every entry a
-         * 64-byte aligned home so callers may read entries as float arrays. */
-        uint64_t total = 0;
-        for (uint32_t i = 0; i < n; i++) total += (ck->entries[i].nbytes + 63) / 64 * 64;
-        uint8_t *aligned = (uint8_t *)floats_alloc(total / 4 + 1), *p = aligned;
-        for (uint32_t i = 0; i < n; i++) {
-            memcpy(p, (uint8_t *)ck->buffer + offs[i], ck->entries[i].nbytes);
-            offs[i] = (uint64_t)(p - aligned);
-            p += (ck->entries[i].nbytes + 63) / 64 * 64;
-        }
-        free(ck->buffer);
-        ck->buffer = aligned;
-    }
+    if (read_entries(ck, dir, payload, offs, path, err, errlen) != 0) goto done;
     for (uint32_t i = 0; i < n; i++) ck->entries[i].data = (uint8_t *)ck->buffer + offs[i];
     rc = 0;
 done:

@@ -33,110 +33,6 @@
 #include "model/profile.h"
 #include "train/train.h"
 
-static const RefConfig REFS[] = {
-    {"tiny", "tiny-dense", NULL, 256, 4, 4, 1024, 8, 512, 8, 256, 1},
-    {"tiny-dense", NULL, NULL, 256, 4, 4, 1024, 0, 0, 8, 256, 1},
-    {"small", "small-dense", NULL, 512, 4, 8, 2048, 8, 1024, 8, 256, 1},
-    {"small-dense", NULL, NULL, 512, 4, 8, 2048, 0, 0, 8, 256, 1},
-    /* tiny with 64 experts of the same size: the same active compute per token, 8 times the
-     * expert parameters (where fine-grained MoEs go); run it with --config */
-    {"tiny-e64", "tiny-dense", "tiny", 256, 4, 4, 1024, 64, 512, 8, 256, 0},
-    {"test", "test-dense", NULL, 32, 2, 2, 64, 4, 32, 2, 32, 0},
-    {"test-dense", NULL, NULL, 32, 2, 2, 64, 0, 0, 2, 32, 0},
-    {"test-e16", "test-dense", "test", 32, 2, 2, 64, 16, 32, 2, 32, 0},
-    /* a GPU's size: 16k tokens a step, about 36 TFLOP of products; run it with --config */
-    {"gpu-medium", "gpu-medium-dense", NULL, 2048, 8, 16, 4096, 8, 2048, 8, 2048, 0},
-    {"gpu-medium-dense", NULL, NULL, 2048, 8, 16, 4096, 0, 0, 8, 2048, 0},
-};
-#define N_REFS ((int)(sizeof REFS / sizeof REFS[0]))
-
-const RefConfig *bench_find_ref(const char *name) {
-    for (int i = 0; i < N_REFS; i++)
-        if (strcmp(REFS[i].name, name) == 0) return &REFS[i];
-    return NULL;
-}
-
-/* What each reference config is for, in the order of REFS: moe info --presets. */
-static const char *const REF_ABOUT[] = {
-    "the CPU reference MoE: 8 experts, top-2",
-    "tiny's dense twin (the FLOPs of its two experts)",
-    "a wider CPU MoE",
-    "small's dense twin",
-    "tiny with 64 experts of the same size (fine-grained)",
-    "shapes small enough for the tests",
-    "test's dense twin",
-    "test with 16 experts",
-    "a GPU's size: 16k tokens a step",
-    "gpu-medium's dense twin",
-};
-_Static_assert(sizeof REF_ABOUT / sizeof REF_ABOUT[0] == sizeof REFS / sizeof REFS[0],
-               "a description for every reference config");
-
-void bench_preset_names(char *out, size_t len) {
-    size_t n = 0;
-    out[0] = '\0';
-    for (int i = 0; i < N_REFS && n < len; i++)
-        n += (size_t)snprintf(out + n, len - n, "%s%s", i ? ", " : "", REFS[i].name);
-}
-
-/* The settings are text, config_write's lines, so that a command can also show them or hand
- * them on as the settings it was given (moe import). */
-int bench_preset_text(const char *name, char *text, size_t len) {
-    const RefConfig *r = bench_find_ref(name);
-    if (!r) return -1;
-    snprintf(text, len,
-             "model.d_model = %d\nmodel.n_layer = %d\nmodel.n_head = %d\nmodel.d_ff = %d\n"
-             "moe.num_experts = %d\nmoe.top_k = 2\nmoe.d_expert = %d\nmoe.every = 1\n"
-             "moe.first_dense = 0\nmodel.seq_len = %d\ntrain.batch = %d\n",
-             r->d_model, r->n_layer, r->n_head, r->d_ff, r->num_experts, r->d_expert, r->T, r->B);
-    return 0;
-}
-
-int bench_preset_apply(Config *c, const char *name, char *err, int errlen) {
-    char text[512];
-    int line = 0;
-    if (bench_preset_text(name, text, sizeof text) != 0) {
-        char names[256];
-        bench_preset_names(names, sizeof names);
-        return set_error(err, errlen, "unknown config '%s': the presets are %s", name, names);
-    }
-    if (config_apply_text(c, text, &line, err, errlen) != 0)
-        moe_fatal("preset %s, line %d: %s", name, line, err);
-    return 0;
-}
-
-void bench_presets_print(FILE *f) {
-    fprintf(f, "%-17s %7s %6s %7s %5s %11s %7s  %s\n", "preset", "d_model", "layers", "experts",
-            "top-k", "parameters", "B x T", "about");
-    for (int i = 0; i < N_REFS; i++) {
-        Config c;
-        int B, T;
-        char err[512];
-        if (bench_config(&c, &B, &T, REFS[i].name, err, sizeof err) != 0) moe_fatal("%s", err);
-        ParamTable pt;
-        params_table_build(&pt, &c);
-        char bt[32];
-        snprintf(bt, sizeof bt, "%dx%d", B, T);
-        fprintf(f, "%-17s %7d %6d %7d %5d %11zu %7s  %s\n", REFS[i].name, c.d_model, c.n_layer,
-                c.num_experts, c.num_experts ? c.top_k : 0, params_count_total(&pt), bt,
-                REF_ABOUT[i]);
-        params_table_free(&pt);
-    }
-}
-
-int bench_config(Config *c, int *B, int *T, const char *name, char *err, int errlen) {
-    config_defaults(c);
-    if (bench_preset_apply(c, name, err, errlen) != 0) return -1;
-    *B = c->batch;
-    *T = c->seq_len;
-    char why[512];
-    if (config_validate(c, why, sizeof why) != 0)
-        moe_fatal("bench: reference config %s is invalid: %s", name, why);
-    return 0;
-}
-
-/* ---- child processes --------------------------------------------------------------------- */
-
 typedef void (*ChildFn)(void *result, const void *arg);
 
 /* Run fn(result, arg) in a forked child and copy its result (size bytes) back. */
@@ -390,6 +286,46 @@ static void cpu_model(char *buf, size_t n) {
     fclose(f);
 }
 
+/* A row's figures from its config alone: parameters, FLOPs and the memory formula. */
+static void count_row(Row *w) {
+    ParamTable pt;
+    params_table_build(&pt, &w->c);
+    w->params_total = params_count_total(&pt);
+    w->params_active = params_count_active(&pt, &w->c);
+    params_table_free(&pt);
+    w->flops_per_token = model_flops_by_op(&w->c, w->T, w->op_flops);
+    model_memory_floats(&w->c, w->B, w->T, &w->mem);
+}
+
+/* R rounds, each the sgemm then every row's steps, in children: sg_r (R) and step_r (R, n)
+ * filled. -1 with err set when the backend did not open. */
+static int run_rounds(const BenchOptions *o, const Row *rows, int n, int R, SgemmResult *sg_r,
+                      StepResult *step_r, char *err, int errlen) {
+    for (int r = 0; r < R; r++) {
+        char round[48] = "";
+        if (R > 1) snprintf(round, sizeof round, "round %d of %d: ", r + 1, R);
+        const int on_gpu = o->device && strcmp(o->device, "cuda") == 0;
+        const int gn = on_gpu ? BENCH_GPU_GEMM_N : BENCH_SGEMM_N;
+        fprintf(stderr, "bench: %s%s %dx%dx%d ...\n", round, on_gpu ? "cuBLAS" : "sgemm", gn, gn,
+                gn);
+        in_child(sgemm_child, o, &sg_r[r], sizeof sg_r[r], "sgemm");
+        if (!sg_r[r].ok)
+            return set_error(err, errlen, "--device %s: %s", o->device ? o->device : "cpu",
+                             sg_r[r].err);
+        for (int i = 0; i < n; i++) {
+            const Row *w = &rows[i];
+            fprintf(stderr, "bench: %s%s: %d warm-up + %d timed steps of %d x %d tokens ...\n",
+                    round, w->ref->name, o->warmup, o->steps, w->B, w->T);
+            StepArg arg = {.o = o, .name = w->ref->name, .c = w->c, .B = w->B, .T = w->T};
+            StepResult *res = &step_r[(size_t)r * n + i];
+            in_child(step_child, &arg, res, sizeof *res, w->ref->name);
+            fprintf(stderr, "bench: %s%s: %.1f ms per step\n", round, w->ref->name,
+                    1e3 * res->step_median);
+        }
+    }
+    return 0;
+}
+
 int bench_run(const BenchOptions *o, FILE *out, char *err, int errlen) {
     const char *names[BENCH_MAX_CONFIGS];
     int n = 0;
@@ -398,8 +334,7 @@ int bench_run(const BenchOptions *o, FILE *out, char *err, int errlen) {
     if (o->n_configs > 0)
         for (int i = 0; i < o->n_configs; i++) names[n++] = o->configs[i];
     else
-        for (int i = 0; i < N_REFS; i++)
-            if (REFS[i].listed) names[n++] = REFS[i].name;
+        n = bench_listed_refs(names);
     if (o->steps < 1 || o->warmup < 0 || o->threads < 0)
         return set_error(err, errlen, "steps must be >= 1, warmup and threads >= 0");
 
@@ -428,43 +363,14 @@ int bench_run(const BenchOptions *o, FILE *out, char *err, int errlen) {
     char cpu[256];
     cpu_model(cpu, sizeof cpu);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    for (int i = 0; i < n; i++) {
-        Row *w = &rows[i];
-        ParamTable pt;
-        params_table_build(&pt, &w->c);
-        w->params_total = params_count_total(&pt);
-        w->params_active = params_count_active(&pt, &w->c);
-        params_table_free(&pt);
-        w->flops_per_token = model_flops_by_op(&w->c, w->T, w->op_flops);
-        model_memory_floats(&w->c, w->B, w->T, &w->mem);
-    }
+    for (int i = 0; i < n; i++) count_row(&rows[i]);
     const int R = o->rounds > 1 ? o->rounds : 1;
     SgemmResult *sg_r = (SgemmResult *)calloc_check((size_t)R, sizeof(SgemmResult));
     StepResult *step_r = (StepResult *)calloc_check((size_t)R * n, sizeof(StepResult));
-    for (int r = 0; r < R; r++) {
-        char round[48] = "";
-        if (R > 1) snprintf(round, sizeof round, "round %d of %d: ", r + 1, R);
-        const int on_gpu = o->device && strcmp(o->device, "cuda") == 0;
-        const int gn = on_gpu ? BENCH_GPU_GEMM_N : BENCH_SGEMM_N;
-        fprintf(stderr, "bench: %s%s %dx%dx%d ...\n", round, on_gpu ? "cuBLAS" : "sgemm", gn, gn,
-                gn);
-        in_child(sgemm_child, o, &sg_r[r], sizeof sg_r[r], "sgemm");
-        if (!sg_r[r].ok) {
-            set_error(err, errlen, "--device %s: %s", o->device ? o->device : "cpu", sg_r[r].err);
-            free(sg_r), free(step_r), free(rows);
-            if (csv) fclose(csv);
-            return -1;
-        }
-        for (int i = 0; i < n; i++) {
-            Row *w = &rows[i];
-            fprintf(stderr, "bench: %s%s: %d warm-up + %d timed steps of %d x %d tokens ...\n",
-                    round, w->ref->name, o->warmup, o->steps, w->B, w->T);
-            StepArg arg = {.o = o, .name = w->ref->name, .c = w->c, .B = w->B, .T = w->T};
-            StepResult *res = &step_r[(size_t)r * n + i];
-            in_child(step_child, &arg, res, sizeof *res, w->ref->name);
-            fprintf(stderr, "bench: %s%s: %.1f ms per step\n", round, w->ref->name,
-                    1e3 * res->step_median);
-        }
+    if (run_rounds(o, rows, n, R, sg_r, step_r, err, errlen) != 0) {
+        free(sg_r), free(step_r), free(rows);
+        if (csv) fclose(csv);
+        return -1;
     }
     SgemmResult sg = combine_sgemm(sg_r, R);
     for (int i = 0; i < n; i++) combine_rows(rows, n, i, step_r, sg_r, R);

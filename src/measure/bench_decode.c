@@ -99,6 +99,16 @@ static void prompts_for(int *tokens, int B, int P, const Shard *val, Rng *r) {
     }
 }
 
+/* next (B) = the most likely byte after each sequence, from logits (B, MOE_VOCAB). */
+static void greedy_bytes(int *next, const float *logits, int B) {
+    for (int b = 0; b < B; b++) {
+        const float *lg = logits + (size_t)b * MOE_VOCAB;
+        int best = 0;
+        for (int v = 1; v < MOE_VOCAB; v++) best = lg[v] > lg[best] ? v : best;
+        next[b] = best;
+    }
+}
+
 /* One model at one batch: prefill, warm-up steps, timed steps (each appends the greedy byte).
  * The experts served as sx says. */
 static void measure(DecodeRow *row, Model *m, ServedExperts *sx, const BenchOptions *o,
@@ -131,12 +141,7 @@ static void measure(DecodeRow *row, Model *m, ServedExperts *sx, const BenchOpti
     double *times = (double *)malloc_check((size_t)steps * sizeof(double));
     double touched = 0.0, kv = 0.0;
     for (int s = 0; s < warm + steps; s++) {
-        for (int b = 0; b < B; b++) { /* the most likely byte after each sequence */
-            const float *lg = d.logits + (size_t)b * MOE_VOCAB;
-            int best = 0;
-            for (int v = 1; v < MOE_VOCAB; v++) best = lg[v] > lg[best] ? v : best;
-            next[b] = best;
-        }
+        greedy_bytes(next, d.logits, B);
         double cached = 0.0; /* positions each sequence's step reads: its cache and itself */
         for (int b = 0; b < B; b++) cached += d.len[b] + 1;
         m->be->sync(m->be);

@@ -70,6 +70,26 @@ static const double MIB = 1024.0 * 1024.0;
 
 extern const char moe_git_commit[]; /* build/version.c: the commit this binary was built from */
 
+/* A config's "profile" member: one object per op line. */
+static void json_profile(FILE *out, const Row *w) {
+    OpLine ln[PROF_COUNT + 1];
+    int nl = op_lines(ln, w);
+    fprintf(out, ",\n     \"profile\": [");
+    for (int j = 0; j < nl; j++) {
+        fprintf(out,
+                "%s\n       {\"op\": \"%s\", \"fwd_ms\": %.6g, \"bwd_ms\": %.6g, "
+                "\"total_ms\": %.6g, \"percent\": %.6g, \"flops_per_token\": %.6g, "
+                "\"gflops\": ",
+                j ? "," : "", ln[j].op, ln[j].fwd, ln[j].bwd, ln[j].total,
+                100.0 * ln[j].total / (1e3 * w->r.step_mean), ln[j].flops);
+        if (isnan(ln[j].gflops))
+            fprintf(out, "null}");
+        else
+            fprintf(out, "%.6g}", ln[j].gflops);
+    }
+    fprintf(out, "]");
+}
+
 void bench_print_json(FILE *out, const BenchOptions *o, const char *cpu, long cores,
                       const SgemmResult *sg, const Row *rows, int n) {
     fprintf(out, "{\n  \"commit\": ");
@@ -135,32 +155,15 @@ void bench_print_json(FILE *out, const BenchOptions *o, const char *cpu, long co
                 w->r.peak_rss_kib * 1024.0 / (4.0 * m->total_words), m->params, m->grads, m->adam,
                 m->acts_resid + m->acts_attn + m->acts_ffn + m->acts_head, m->scratch, m->int_words,
                 m->total_words, m->pad_bytes);
-        if (o->profile) {
-            OpLine ln[PROF_COUNT + 1];
-            int nl = op_lines(ln, w);
-            fprintf(out, ",\n     \"profile\": [");
-            for (int j = 0; j < nl; j++) {
-                fprintf(out,
-                        "%s\n       {\"op\": \"%s\", \"fwd_ms\": %.6g, \"bwd_ms\": %.6g, "
-                        "\"total_ms\": %.6g, \"percent\": %.6g, \"flops_per_token\": %.6g, "
-                        "\"gflops\": ",
-                        j ? "," : "", ln[j].op, ln[j].fwd, ln[j].bwd, ln[j].total,
-                        100.0 * ln[j].total / (1e3 * w->r.step_mean), ln[j].flops);
-                if (isnan(ln[j].gflops))
-                    fprintf(out, "null}");
-                else
-                    fprintf(out, "%.6g}", ln[j].gflops);
-            }
-            fprintf(out, "]");
-        }
+        if (o->profile) json_profile(out, w);
         fprintf(out, "}");
     }
     fprintf(out, "\n  ]\n}\n");
 }
 
-void bench_print_text(FILE *out, const BenchOptions *o, const char *cpu, long cores,
-                      const SgemmResult *sg, const Row *rows, int n) {
-    const int R = o->rounds > 1 ? o->rounds : 1;
+/* The first line: the machine (or the GPU) and its sgemm (or cuBLAS) GFLOP/s over R rounds. */
+static void text_machine(FILE *out, const BenchOptions *o, const char *cpu, long cores,
+                         const SgemmResult *sg, int R) {
     if (sg->gpu[0])
         fprintf(out, "gpu: %s; %s products; cuBLAS %dx%dx%d: %.1f GFLOP/s ", sg->gpu,
                 PRECISIONS[o->precision], sg->n, sg->n, sg->n, sg->gflops_best);
@@ -173,6 +176,41 @@ void bench_print_text(FILE *out, const BenchOptions *o, const char *cpu, long co
     else
         fprintf(out, "(median over %d rounds of the best of %d; %.1f to %.1f)\n", R,
                 BENCH_SGEMM_REPS, sg->gflops_low, sg->gflops_high);
+}
+
+/* The profile table of one config: each op's share of the step and its GFLOP/s, then the
+ * products together. */
+static void text_profile(FILE *out, const BenchOptions *o, const SgemmResult *sg, const Row *w,
+                         int gpu) {
+    OpLine ln[PROF_COUNT + 1];
+    int nl = op_lines(ln, w);
+    fprintf(out, "\nprofile %s: ms per step, mean of %d steps (%.1f ms)\n", w->ref->name, o->steps,
+            1e3 * w->r.step_mean);
+    fprintf(out, "  %-12s %9s %9s %9s %7s %8s %7s\n", "op", "fwd ms", "bwd ms", "total ms",
+            "% step", "GFLOP/s", gpu ? "%cuBLAS" : "%sgemm");
+    for (int j = 0; j < nl; j++) {
+        fprintf(out, "  %-12s %9.2f %9.2f %9.2f %6.1f%%", ln[j].op, ln[j].fwd, ln[j].bwd,
+                ln[j].total, 100.0 * ln[j].total / (1e3 * w->r.step_mean));
+        if (isnan(ln[j].gflops))
+            fprintf(out, " %8s %7s\n", "-", "-");
+        else
+            fprintf(out, " %8.1f %6.1f%%\n", ln[j].gflops, 100.0 * ln[j].gflops / sg->gflops_best);
+    }
+    /* the ops that run the model's FLOPs, together: every FLOP over their time alone */
+    double ms = 0.0;
+    for (int j = 0; j < nl; j++)
+        if (ln[j].flops > 0.0) ms += ln[j].total;
+    if (ms > 0.0) {
+        double gf = bench_gflops(w->flops_per_token, (double)w->B * w->T, 1e-3 * ms);
+        fprintf(out, "  %-12s %29.2f %7.1f%% %8.1f %6.1f%%\n", "all products", ms,
+                100.0 * ms / (1e3 * w->r.step_mean), gf, 100.0 * gf / sg->gflops_best);
+    }
+}
+
+void bench_print_text(FILE *out, const BenchOptions *o, const char *cpu, long cores,
+                      const SgemmResult *sg, const Row *rows, int n) {
+    const int R = o->rounds > 1 ? o->rounds : 1;
+    text_machine(out, o, cpu, cores, sg, R);
     char rounds[64] = "";
     if (R > 1) snprintf(rounds, sizeof rounds, ", the median over %d interleaved rounds", R);
     fprintf(out,
@@ -231,33 +269,7 @@ void bench_print_text(FILE *out, const BenchOptions *o, const char *cpu, long co
                     rows[i].ref->name, rows[i].over_fewer, rows[i].ref->fewer,
                     rows[i].c.num_experts, bench_find_ref(rows[i].ref->fewer)->num_experts);
     if (!o->profile) return;
-    for (int i = 0; i < n; i++) {
-        const Row *w = &rows[i];
-        OpLine ln[PROF_COUNT + 1];
-        int nl = op_lines(ln, w);
-        fprintf(out, "\nprofile %s: ms per step, mean of %d steps (%.1f ms)\n", w->ref->name,
-                o->steps, 1e3 * w->r.step_mean);
-        fprintf(out, "  %-12s %9s %9s %9s %7s %8s %7s\n", "op", "fwd ms", "bwd ms", "total ms",
-                "% step", "GFLOP/s", gpu ? "%cuBLAS" : "%sgemm");
-        for (int j = 0; j < nl; j++) {
-            fprintf(out, "  %-12s %9.2f %9.2f %9.2f %6.1f%%", ln[j].op, ln[j].fwd, ln[j].bwd,
-                    ln[j].total, 100.0 * ln[j].total / (1e3 * w->r.step_mean));
-            if (isnan(ln[j].gflops))
-                fprintf(out, " %8s %7s\n", "-", "-");
-            else
-                fprintf(out, " %8.1f %6.1f%%\n", ln[j].gflops,
-                        100.0 * ln[j].gflops / sg->gflops_best);
-        }
-        /* the ops that run the model's FLOPs, together: every FLOP over their time alone */
-        double ms = 0.0;
-        for (int j = 0; j < nl; j++)
-            if (ln[j].flops > 0.0) ms += ln[j].total;
-        if (ms > 0.0) {
-            double gf = bench_gflops(w->flops_per_token, (double)w->B * w->T, 1e-3 * ms);
-            fprintf(out, "  %-12s %29.2f %7.1f%% %8.1f %6.1f%%\n", "all products", ms,
-                    100.0 * ms / (1e3 * w->r.step_mean), gf, 100.0 * gf / sg->gflops_best);
-        }
-    }
+    for (int i = 0; i < n; i++) text_profile(out, o, sg, &rows[i], gpu);
     fprintf(out,
             "\nGFLOP/s of an op: the model FLOPs it runs (model_flops_by_op: attn_proj, attention, "
             "dense_ffn,\nrouter, experts, head) over its time, the elementwise work it does "

@@ -1,7 +1,7 @@
 /*
- * bench_report.h: what the two halves of the benchmark share (bench.c: the reference configs,
- * the child processes, the measurement and the rounds; bench_report.c: the table, the JSON and
- * the profile CSV). Private to src/measure/: the rest of the engine sees bench.h only.
+ * bench_report.h: what the parts of the benchmark share (bench_refs.c: the reference configs;
+ * bench.c: the child processes, the measurement and the rounds; bench_report.c: the table, the
+ * JSON and the profile CSV). Private to src/measure/: the rest of the engine sees bench.h only.
  */
 #ifndef MOE_BENCH_REPORT_H
 #define MOE_BENCH_REPORT_H
@@ -29,8 +29,11 @@ static inline double bench_gflops(double flops_per_token, double tokens, double 
     return flops_per_token * tokens / seconds / 1e9;
 }
 
-/* The reference config named name, or NULL. */
+/* The reference configs (bench_refs.c): the one named name, or NULL; and the names of those run
+ * when no --config is given, written to names (room for BENCH_MAX_CONFIGS), their count
+ * returned. */
 const RefConfig *bench_find_ref(const char *name);
+int bench_listed_refs(const char **names);
 
 typedef struct {
     int threads;

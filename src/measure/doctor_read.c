@@ -310,6 +310,54 @@ static int whole(double v, double below) {
     return v >= 0.0 && v < below && v == floor(v);
 }
 
+/* The run's CSV files read (their names appended to files) and their columns checked. */
+static int read_tables(Run *run, const char *dir, char *files, char *err, int errlen) {
+    if (read_table(&run->train, dir, "train.csv", files, err, errlen) ||
+        read_table(&run->router, dir, "router.csv", files, err, errlen) ||
+        read_table(&run->val_router, dir, "val_router.csv", files, err, errlen) ||
+        read_table(&run->dist, dir, "dist.csv", files, err, errlen))
+        return -1;
+#define N_RULES(a) (int)(sizeof a / sizeof a[0])
+    if (check_table(&run->train, TRAIN_COLUMNS, N_RULES(TRAIN_COLUMNS), 0.0, INFINITY, err,
+                    errlen) ||
+        check_table(&run->router, ROUTER_COLUMNS, N_RULES(ROUTER_COLUMNS), -INFINITY, INFINITY, err,
+                    errlen) ||
+        check_table(&run->val_router, ROUTER_COLUMNS, N_RULES(ROUTER_COLUMNS), -INFINITY, INFINITY,
+                    err, errlen) ||
+        check_table(&run->dist, DIST_COLUMNS, N_RULES(DIST_COLUMNS), 0.0, INFINITY, err, errlen))
+        return -1;
+#undef N_RULES
+    return 0;
+}
+
+/* router.csv against the config: its load_ and bias_ columns for E experts, and every row's
+ * layer that of its place among the n_moe blocks of a step (a last step cut short dropped). */
+static int check_router(Run *run, const Config *cfg, const char *dir, char *err, int errlen) {
+    const int c_load = csv_col(&run->router, "load_0");
+    char last[32];
+    snprintf(last, sizeof last, "load_%d", run->E - 1);
+    if (run->E <= 0 || run->E > MAX_E || run->n_moe <= 0 || c_load < 0 ||
+        csv_col(&run->router, "step") != 0 || csv_col(&run->router, last) != c_load + run->E - 1 ||
+        csv_col(&run->router, "bias_0") != c_load + run->E)
+        return set_error(err, errlen,
+                         "%s/router.csv does not match config.txt (%d MoE blocks of %d "
+                         "experts); was it copied from another run?",
+                         dir, run->n_moe, run->E);
+    /* a run still training may have written only some blocks of its last step */
+    run->router.n_row -= run->router.n_row % run->n_moe;
+    for (int i = 0; i < run->router.n_row; i++) {
+        const double layer = csv_at(&run->router, i, 1);
+        if (!whole(layer, cfg->n_layer) || !whole(csv_at(&run->router, i, 0), INT_MAX) ||
+            layer != csv_at(&run->router, i % run->n_moe, 1))
+            return set_error(err, errlen,
+                             "%s/router.csv:%d: step %g, layer %g is not the layer of a row "
+                             "of its place; the file is damaged or was not written by moe "
+                             "train",
+                             dir, i + 2, csv_at(&run->router, i, 0), layer);
+    }
+    return 0;
+}
+
 int load_run(DoctorReport *r, Run *run, const char *dir, char *err, int errlen) {
     char path[1100];
     memset(run, 0, sizeof *run);
@@ -334,21 +382,7 @@ int load_run(DoctorReport *r, Run *run, const char *dir, char *err, int errlen) 
                          "the settings the run was trained with back into it)",
                          path);
     snprintf(r->files, sizeof r->files, "config.txt");
-    if (read_table(&run->train, dir, "train.csv", r->files, err, errlen) ||
-        read_table(&run->router, dir, "router.csv", r->files, err, errlen) ||
-        read_table(&run->val_router, dir, "val_router.csv", r->files, err, errlen) ||
-        read_table(&run->dist, dir, "dist.csv", r->files, err, errlen))
-        return -1;
-#define N_RULES(a) (int)(sizeof a / sizeof a[0])
-    if (check_table(&run->train, TRAIN_COLUMNS, N_RULES(TRAIN_COLUMNS), 0.0, INFINITY, err,
-                    errlen) ||
-        check_table(&run->router, ROUTER_COLUMNS, N_RULES(ROUTER_COLUMNS), -INFINITY, INFINITY, err,
-                    errlen) ||
-        check_table(&run->val_router, ROUTER_COLUMNS, N_RULES(ROUTER_COLUMNS), -INFINITY, INFINITY,
-                    err, errlen) ||
-        check_table(&run->dist, DIST_COLUMNS, N_RULES(DIST_COLUMNS), 0.0, INFINITY, err, errlen))
-        return -1;
-#undef N_RULES
+    if (read_tables(run, dir, r->files, err, errlen) != 0) return -1;
     FILE *prov = open_run_file(dir, "provenance.txt", path, sizeof path, err, errlen);
     if (!prov && err[0]) return -1;
     size_t prov_len = 0;
@@ -375,31 +409,8 @@ int load_run(DoctorReport *r, Run *run, const char *dir, char *err, int errlen) 
         /* a dense model's: the header alone, no load_ columns (it routes nothing) */
         csv_table_free(&run->router);
     }
-    if (run->router.n_col) { /* router.csv must match the config's experts and blocks */
-        const int c_load = csv_col(&run->router, "load_0");
-        char last[32];
-        snprintf(last, sizeof last, "load_%d", run->E - 1);
-        if (run->E <= 0 || run->E > MAX_E || run->n_moe <= 0 || c_load < 0 ||
-            csv_col(&run->router, "step") != 0 ||
-            csv_col(&run->router, last) != c_load + run->E - 1 ||
-            csv_col(&run->router, "bias_0") != c_load + run->E)
-            return set_error(err, errlen,
-                             "%s/router.csv does not match config.txt (%d MoE blocks of %d "
-                             "experts); was it copied from another run?",
-                             dir, run->n_moe, run->E);
-        /* a run still training may have written only some blocks of its last step */
-        run->router.n_row -= run->router.n_row % run->n_moe;
-        for (int i = 0; i < run->router.n_row; i++) {
-            const double layer = csv_at(&run->router, i, 1);
-            if (!whole(layer, r->cfg.n_layer) || !whole(csv_at(&run->router, i, 0), INT_MAX) ||
-                layer != csv_at(&run->router, i % run->n_moe, 1))
-                return set_error(err, errlen,
-                                 "%s/router.csv:%d: step %g, layer %g is not the layer of a row "
-                                 "of its place; the file is damaged or was not written by moe "
-                                 "train",
-                                 dir, i + 2, csv_at(&run->router, i, 0), layer);
-        }
-    }
+    /* router.csv must match the config's experts and blocks */
+    if (run->router.n_col && check_router(run, &r->cfg, dir, err, errlen) != 0) return -1;
     if (read_domains(run, r, dir, r->files, err, errlen) != 0) return -1;
     /* every step a whole number, in order: the rules index by them */
     for (int i = 0; i < t->n_row; i++) {

@@ -1,22 +1,8 @@
 /*
  * acts.c: the table of a model's activation and scratch buffers, and its arena. See acts.h.
  *
- * model_acts_table below lists every buffer of a model, in the order the arena holds them;
- * the MoE block adds its own (moe_acts_entries, moe_scratch_entries: moe_block.c) and, with
- * expert parallelism, those of the expert exchange (ep_acts_entries: ep.c). Letters: N = B * T
- * tokens, C channels, H heads, V vocabulary, F the dense hidden size, FE the expert hidden
- * size, E experts, K experts per token, A assignments per token (K, or E for expert choice:
- * every (token, expert) pair is a candidate), S expert slots (moe_slots_max: N * K dropless;
- * E * cap for expert choice, cap = ceil(ec_capacity * N * K / E); for a padded capacity plan
- * E * the rows per expert (moe_expert_rows) when that exceeds N * K, at the larger of the
- * training and evaluation factors), Fs = num_shared * FE the shared experts' hidden size.
- *
- * What the table says about an MoE step: the parameters of an MoE block grow with E (every
- * expert is stored, trained and has AdamW moments) but its activations grow with K only
- * (each token visits K experts), so at equal active FLOPs (K * FE = F) an MoE model holds
- * about the activations of its dense twin plus the permuted copies xe, ye (2 S C) and the
- * router's (N, E) logits and scores, and E / K times the feed-forward parameters, times 4
- * with gradients and moments.
+ * The table itself (entries, layout, one arena): a leaf, which the MoE block (moe_block.c),
+ * the expert exchange (ep.c) and the model's own list (model_acts.c) fill.
  */
 #include "model/acts.h"
 
@@ -24,8 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "model/model.h"
 
 void acts_table_init(ActTable *t) {
     memset(t, 0, sizeof(*t));
@@ -86,112 +70,4 @@ void *acts_alloc(const Backend *be, ActTable *t) {
         if (t->e[i].field) memcpy(t->e[i].field, &p, sizeof p);
     }
     return arena;
-}
-
-void model_acts_table(ActTable *t, const Config *c, int B, int T, int ep, Model *m) {
-    const int L = c->n_layer;
-    const size_t C = (size_t)c->d_model, H = (size_t)c->n_head, V = MOE_VOCAB;
-    const size_t F = (size_t)c->d_ff, E = (size_t)c->num_experts, N = (size_t)B * T;
-    const size_t FS = (size_t)c->num_shared * config_expert_hidden(c);
-    MoeSpec spec; /* the spec model_init builds: the table sizes what the block uses */
-    moe_spec_from_config(&spec, c, T);
-    int n_moe = 0;
-    for (int l = 0; l < L; l++) n_moe += config_is_moe_layer(c, l);
-
-    /* ---- activations kept from forward for backward ------------------------------------- */
-    /* token ids, 4-byte ints (the targets stay for the loss's backward) */
-    acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(m, inputs), "inputs");
-    acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(m, targets), "targets");
-    /* resid[0..L]: the residual stream, the embedding output and every block output */
-    for (int l = 0; l <= L; l++)
-        acts_add(t, ACT_FLOAT, ACT_RESID, N * C, ACT_FIELD(m, resid[l]), "resid.%d", l);
-
-    for (int l = 0; l < L; l++) {
-        BlockActs *a = m ? &m->blocks[l] : NULL;
-        /* the attention half of the block */
-        /* ln1, rstd1: the rmsnorm of the block input and its 1 / rms per token */
-        acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, ln1), "blocks.%d.ln1", l);
-        acts_add(t, ACT_FLOAT, ACT_ATTN, N, ACT_FIELD(a, rstd1), "blocks.%d.rstd1", l);
-        /* q, k, v (q and k after RoPE) */
-        acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, q), "blocks.%d.q", l);
-        acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, k), "blocks.%d.k", l);
-        acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, v), "blocks.%d.v", l);
-        /* att: the softmax probabilities, the full T x T square per (batch row, head): the one
-         * activation quadratic in T */
-        acts_add(t, ACT_FLOAT, ACT_ATTN, (size_t)B * H * T * T, ACT_FIELD(a, att), "blocks.%d.att",
-                 l);
-        /* atty: the attention output before wo; resid_mid: block input + attention branch */
-        acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, atty), "blocks.%d.atty", l);
-        acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, resid_mid), "blocks.%d.resid_mid", l);
-        /* ln2, rstd2: the rmsnorm of resid_mid, the feed-forward branch's input */
-        acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, ln2), "blocks.%d.ln2", l);
-        acts_add(t, ACT_FLOAT, ACT_ATTN, N, ACT_FIELD(a, rstd2), "blocks.%d.rstd2", l);
-        if (c->norm != MOE_NORM_PRE) {
-            /* sandwich norms: each sublayer's output before its output norm, and the norm's
-             * 1 / rms per token */
-            acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, attn_out), "blocks.%d.attn_out",
-                     l);
-            acts_add(t, ACT_FLOAT, ACT_ATTN, N, ACT_FIELD(a, rstd_attn_out),
-                     "blocks.%d.rstd_attn_out", l);
-            acts_add(t, ACT_FLOAT, ACT_FFN, N * C, ACT_FIELD(a, ffn_out), "blocks.%d.ffn_out", l);
-            acts_add(t, ACT_FLOAT, ACT_FFN, N, ACT_FIELD(a, rstd_ffn_out), "blocks.%d.rstd_ffn_out",
-                     l);
-        }
-
-        if (config_is_moe_layer(c, l)) {
-            /* MoeActs: the router, then the tokens in expert order and the experts' SwiGLU */
-            char pre[ACT_NAME_MAX];
-            snprintf(pre, sizeof pre, "blocks.%d.moe", l);
-            moe_acts_entries(t, pre, &spec, ep, (int)N, a ? a->moe : NULL);
-            /* sg, su, sh: the shared experts' SwiGLU (gate, up, silu(gate) * up) */
-            if (FS > 0) {
-                acts_add(t, ACT_FLOAT, ACT_FFN, N * FS, ACT_FIELD(a, sg), "blocks.%d.sg", l);
-                acts_add(t, ACT_FLOAT, ACT_FFN, N * FS, ACT_FIELD(a, su), "blocks.%d.su", l);
-                acts_add(t, ACT_FLOAT, ACT_FFN, N * FS, ACT_FIELD(a, sh), "blocks.%d.sh", l);
-            }
-        } else {
-            /* fg, fu, fh: the dense SwiGLU, gate, up, silu(gate) * up */
-            acts_add(t, ACT_FLOAT, ACT_FFN, N * F, ACT_FIELD(a, fg), "blocks.%d.fg", l);
-            acts_add(t, ACT_FLOAT, ACT_FFN, N * F, ACT_FIELD(a, fu), "blocks.%d.fu", l);
-            acts_add(t, ACT_FLOAT, ACT_FFN, N * F, ACT_FIELD(a, fh), "blocks.%d.fh", l);
-        }
-    }
-    /* router_bias (n_moe, E): the aux-free biases, Model state kept next to the blocks (no
-     * gradient, no moments; in checkpoints), counted with the MoE blocks' activations */
-    if (n_moe > 0)
-        acts_add(t, ACT_FLOAT, ACT_FFN, (size_t)n_moe * E, ACT_FIELD(m, router_bias),
-                 "router_bias");
-
-    /* the head: final rmsnorm, logits (N, V) (probabilities after the loss), per-token loss */
-    acts_add(t, ACT_FLOAT, ACT_HEAD, N * C, ACT_FIELD(m, lnf), "lnf");
-    acts_add(t, ACT_FLOAT, ACT_HEAD, N, ACT_FIELD(m, rstdf), "rstdf");
-    acts_add(t, ACT_FLOAT, ACT_HEAD, N * V, ACT_FIELD(m, logits), "logits");
-    acts_add(t, ACT_FLOAT, ACT_HEAD, N, ACT_FIELD(m, losses), "losses");
-
-    /* ---- backward scratch: one set, reused by every block ------------------------------- */
-    /* (N, C) gradients: the residual stream, resid_mid, a norm's input, a spare, q, k, v, atty */
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dresid), "scratch.dresid");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dmid), "scratch.dmid");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dln), "scratch.dln");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dtmp), "scratch.dtmp");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dq), "scratch.dq");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dk), "scratch.dk");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dv), "scratch.dv");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, datty), "scratch.datty");
-    /* dfg, dfu, dfh: the dense SwiGLU's gradients, only when a dense block exists */
-    if (n_moe < L) {
-        acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * F, ACT_FIELD(m, dfg), "scratch.dfg");
-        acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * F, ACT_FIELD(m, dfu), "scratch.dfu");
-        acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * F, ACT_FIELD(m, dfh), "scratch.dfh");
-    }
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * V, ACT_FIELD(m, dlogits), "scratch.dlogits");
-    if (n_moe > 0) { /* MoeScratch, shared by the MoE blocks */
-        moe_scratch_entries(t, "scratch.moe", &spec, (int)N, m ? &m->moe_scratch : NULL);
-        /* dsg, dsu, dsh: the shared experts' SwiGLU */
-        if (FS > 0) {
-            acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * FS, ACT_FIELD(m, dsg), "scratch.dsg");
-            acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * FS, ACT_FIELD(m, dsu), "scratch.dsu");
-            acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * FS, ACT_FIELD(m, dsh), "scratch.dsh");
-        }
-    }
 }

@@ -74,7 +74,8 @@ void *acts_alloc(const Backend *be, ActTable *t);
 /* The table of a model for B x T tokens of config c, its MoE blocks' experts spread over ep
  * processes (1: one process, no expert exchange). m NULL: a table that only counts; else the
  * entries fill m's fields, whose host structs (the resid and blocks arrays, each MoE block's
- * MoeActs and EpActs) model_init has allocated first. Defined in acts.c. */
+ * MoeActs and EpActs) model_init has allocated first. Defined in model_acts.c, above the MoE
+ * block (moe_block.c) whose entries it adds. */
 struct Model;
 void model_acts_table(ActTable *t, const Config *c, int B, int T, int ep, struct Model *m);
 

@@ -148,8 +148,8 @@ void moe_ctx_eval(MoeCtx *x, const MoeSpec *s, int T);
  * s->seq_len (the largest of router_balance_loss, router_gate_backward, capacity_plan_build
  * and expert_choice_forward). */
 size_t moe_work_bytes(const MoeSpec *s, int N);
-/* The scratch of one op: x->work when set (it must hold bytes: a smaller one is a bug in the
- * caller), else a fresh zeroed allocation that *owned keeps for moe_work_done. */
+/* The scratch of one op (scratch.c): x->work when set (it must hold bytes: a smaller one is a
+ * bug in the caller), else a fresh zeroed allocation that *owned keeps for moe_work_done. */
 void *moe_work(const MoeCtx *x, size_t bytes, void **owned);
 void moe_work_done(void *owned);
 /* What each of those needs (moe_work_bytes is the largest); T is the tokens per sequence. */
@@ -254,7 +254,8 @@ typedef struct {
     float maxvio, cv, entropy, drop_frac;
     float top1; /* mean over tokens of the highest score: how sure the router is */
 } RouterStats;
-/* maxvio and cv of a load vector (E) (fractions; an average of several batches' loads works) */
+/* maxvio and cv of a load vector (E) (fractions; an average of several batches' loads works);
+ * with router_mean_top1, in balance_stats.c */
 void load_balance(float *maxvio, float *cv, const float *load, int E);
 /* Mean over the N tokens of the highest of each token's E scores (router.csv top1_score). */
 float router_mean_top1(const float *scores, int N, int E);

@@ -36,23 +36,6 @@ size_t moe_work_bytes(const MoeSpec *s, int N) {
     return x > b ? x : b;
 }
 
-void *moe_work(const MoeCtx *x, size_t bytes, void **owned) {
-    *owned = NULL;
-    if (x->work) {
-        if (x->work_bytes < bytes)
-            moe_fatal("MoE scratch of %zu bytes, %zu needed: size MoeCtx.work with "
-                      "moe_work_bytes",
-                      x->work_bytes, bytes);
-        memset(x->work, 0, bytes);
-        return x->work;
-    }
-    return *owned = calloc_check(bytes ? bytes : 1, 1);
-}
-
-void moe_work_done(void *owned) {
-    free(owned);
-}
-
 void moe_spec_defaults(MoeSpec *s) {
     s->score = MOE_SCORE_SOFTMAX;
     s->topk_before_softmax = 0;

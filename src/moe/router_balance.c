@@ -17,7 +17,8 @@
  * s[n, i] / sum_e s[n, e], so that P is a distribution over experts in both cases.
  * f counts discrete choices: it is a constant for the gradient.
  *
- * The statistics (router.csv) also live here: per-expert load, MaxVio, CV, score entropy.
+ * The statistics (router.csv) also live here: per-expert load, MaxVio, CV, score entropy; MaxVio,
+ * CV and the top-1 score come from balance_stats.c, which expert choice's statistics share.
  */
 #include "moe/moe_ops.h"
 
@@ -144,33 +145,6 @@ void router_bias_update(float *bias, const double *count, int E, int rule, float
         else
             bias[e] += rate * (float)(excess / total); /* (1/E - load_e) / (1/E) */
     }
-}
-
-void load_balance(float *maxvio, float *cv, const float *load, int E) {
-    /* load (E). mean = 1/E when the loads are fractions of all assignments; computed here so
-     * that an average of several batches' loads works the same way. */
-    double mean = 0.0, maxl = load[0], var = 0.0;
-    for (int e = 0; e < E; e++) {
-        mean += load[e];
-        if (load[e] > maxl) maxl = load[e];
-    }
-    mean /= E;
-    for (int e = 0; e < E; e++) var += ((double)load[e] - mean) * ((double)load[e] - mean);
-    var /= E; /* population variance: the E experts are the whole population */
-    *maxvio = mean > 0.0 ? (float)((maxl - mean) / mean) : 0.0f;
-    *cv = mean > 0.0 ? (float)(sqrt(var) / mean) : 0.0f;
-}
-
-float router_mean_top1(const float *scores, int N, int E) {
-    /* scores (N, E): mean over tokens of max_e scores[n, e] */
-    double sum = 0.0;
-    for (int n = 0; n < N; n++) {
-        float best = scores[(size_t)n * E];
-        for (int e = 1; e < E; e++)
-            best = scores[(size_t)n * E + e] > best ? scores[(size_t)n * E + e] : best;
-        sum += best;
-    }
-    return N > 0 ? (float)(sum / N) : 0.0f;
 }
 
 void router_stats(RouterStats *st, float *load, const float *scores, const int *idx, int N, int E,

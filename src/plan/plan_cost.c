@@ -105,23 +105,37 @@ static int moec_refuses(const PlanInput *in, const PlanLayout *l, PlanResult *r)
     return 0;
 }
 
-void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
-    memset(r, 0, sizeof *r);
-    r->lay = *lay;
+/* What a layout's stages share once it is valid: the batch's split, the sizes of a
+ * micro-batch and the speeds (plan_layout works them out; each stage's costs read them). */
+typedef struct {
+    const PlanInput *in;
+    const PlanLayout *lay;
+    PlanCounts c;
+    double dp, mb, micro; /* data-parallel ranks, sequences a micro-batch, micro-batches */
+    double T, n, nt, d;   /* tokens a sequence, a micro-batch, on one GPU; d_model */
+    double rows;          /* the busiest rank's expert rows, a layer */
+    double flops_s;       /* a GPU's FLOP/s at the cluster's efficiency */
+    double ep_node;       /* GPUs of an expert-parallel group in one node */
+    int edp_inter;        /* the experts' replicas span nodes */
+} Grid;
+
+/* The layout checked against the model, the cluster and the batch: 1 with r->invalid saying
+ * why it cannot run; else 0 with r's dp, edp, micro (and the moe.c engine's micro-batch), the
+ * micro-batch's sequences *mb_out, the micro-batches *micro_out and the stages st filled. */
+static int layout_invalid(const PlanInput *in, const PlanLayout *lay, PlanResult *r, double *mb_out,
+                          double *micro_out, Stage *st) {
     const PlanModel *m = &in->m;
     const PlanCluster *k = &in->k;
     const PlanTrain *t = &in->t;
-    /* the engine's keys of the model, as doubles: products of them overflow an int */
-    const double L = m->c.n_layer, H = m->c.n_head, E = m->c.num_experts, K = m->c.top_k;
-    const double F = config_expert_hidden(&m->c), shared = m->c.num_shared;
+    const double L = m->c.n_layer, H = m->c.n_head, E = m->c.num_experts;
     const int tp = lay->tp, pp = lay->pp, ep = lay->ep, vpp = lay->vpp;
     const int moec = t->engine == PLAN_ENGINE_MOEC;
 #define INVALID(...)                                                                               \
     do {                                                                                           \
         snprintf(r->invalid, sizeof r->invalid, __VA_ARGS__);                                      \
-        return;                                                                                    \
+        return 1;                                                                                  \
     } while (0)
-    if (moec && moec_refuses(in, lay, r)) return;
+    if (moec && moec_refuses(in, lay, r)) return 1;
     const double G = k->gpus, gpn = k->gpus_per_node;
     if (fmod(G, (double)tp * pp) != 0)
         INVALID("tp x pp = %d does not divide the %.0f GPUs", tp * pp, G);
@@ -158,16 +172,188 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
     }
     r->micro = micro;
 
-    PlanCounts c;
-    plan_count(m, &c);
-    Stage st[MAX_STAGES];
     split_stages(m, pp, vpp, st);
     for (int s = 0; s < pp; s++) /* more chunks than layers can leave a stage idle */
         if (st[s].n_dense + st[s].n_moe == 0)
             INVALID("pp x vpp = %d chunks of %.0f layers leave stage %d without a layer", pp * vpp,
                     L, s);
-    r->valid = 1;
+#undef INVALID
+    *mb_out = mb, *micro_out = micro;
+    return 0;
+}
 
+/* One GPU of stage s: weights w, gradients g, optimizer state o, activations acts (bytes), and
+ * the micro-batches in flight; dense_p, exp_p its dense and expert parameters. */
+typedef struct {
+    double w, g, o, acts, inflight;
+} StageMemory;
+
+static StageMemory stage_memory(const Grid *x, const Stage *S, int s, double dense_p, double exp_p,
+                                const PlanResult *r) {
+    const PlanInput *in = x->in;
+    const PlanLayout *lay = x->lay;
+    const PlanModel *m = &in->m;
+    const PlanTrain *t = &in->t;
+    const int tp = lay->tp, pp = lay->pp, ep = lay->ep, vpp = lay->vpp;
+    const int moec = t->engine == PLAN_ENGINE_MOEC;
+    const double mb = x->mb, micro = x->micro, T = x->T, n = x->n, nt = x->nt, d = x->d;
+    const double rows = x->rows, dp = x->dp;
+    double w, g, o, acts, inflight;
+    if (moec) {
+        MemoryBreakdown mb_;
+        Config cc = m->c;
+        model_memory_process(&cc, (int)mb, (int)T, ep, &mb_);
+        w = 4.0 * mb_.params, g = 4.0 * mb_.grads, o = 4.0 * mb_.adam;
+        acts = 4.0 * (mb_.total_words - mb_.params - mb_.grads - mb_.adam) + mb_.pad_bytes;
+        inflight = 1;
+    } else {
+        const double zd = dp, ze = r->edp; /* the groups ZeRO shards over */
+        w = t->weight_bytes * (dense_p / (t->zero >= 3 ? zd : 1) + exp_p / (t->zero >= 3 ? ze : 1));
+        g = t->grad_bytes * (dense_p / (t->zero >= 2 ? zd : 1) + exp_p / (t->zero >= 2 ? ze : 1));
+        o = (t->master_bytes + 2 * t->moment_bytes) *
+            (dense_p / (t->zero >= 1 ? zd : 1) + exp_p / (t->zero >= 1 ? ze : 1));
+        /* 1F1B: the first stage starts pp micro-batches before its first backward, the
+         * last one; the interleaved schedule holds (pp - 1 - s) / vpp more */
+        inflight = fmin(micro, (double)(pp - s)) + (vpp > 1 ? (pp - 1.0 - s) / vpp : 0.0);
+        const double per_layer_d = layer_acts(in, n, tp, 0, rows, lay->recompute);
+        const double per_layer_m = layer_acts(in, n, tp, 1, rows, lay->recompute);
+        double per_micro = S->n_dense * per_layer_d + S->n_moe * per_layer_m;
+        if (S->embed) per_micro += n * 4.0; /* token ids */
+        if (S->head) /* the final norm's input and output, bf16 logits and their fp32 copy */
+            per_micro += 2 * nt * d * t->act_bytes + n * m->vocab * (t->act_bytes + 4) / tp;
+        acts = inflight * per_micro;
+        if (lay->recompute >= PLAN_RC_EXPERTS) /* the one layer being recomputed */
+            acts += layer_acts(in, n, tp, S->n_moe > 0, rows, PLAN_RC_NONE);
+    }
+    return (StageMemory){w, g, o, acts, inflight};
+}
+
+/* Seconds a micro-batch of stage S spends recomputing (Ls layers; comp its products'). */
+static double stage_recompute(const Grid *x, const Stage *S, double Ls, double comp) {
+    const PlanInput *in = x->in;
+    const PlanLayout *lay = x->lay;
+    const PlanModel *m = &in->m;
+    const PlanCluster *k = &in->k;
+    const PlanTrain *t = &in->t;
+    const PlanCounts c = x->c;
+    const int tp = lay->tp;
+    const double H = m->c.n_head, F = config_expert_hidden(&m->c), shared = m->c.num_shared;
+    const double n = x->n, nt = x->nt, d = x->d, rows = x->rows, flops_s = x->flops_s;
+    double recomp = 0;
+    if (lay->recompute == PLAN_RC_SELECTIVE || lay->recompute == PLAN_RC_EXPERTS) {
+        /* the norms and activation functions again: memory-bound passes, each reading its
+         * input and writing its output at HBM speed (two norms a layer; a SwiGLU product
+         * reads gate and up, writes their product); latent attention's up-projections are
+         * products */
+        const double a = t->act_bytes;
+        double bytes = Ls * 4.0 * nt * d * a + S->n_dense * 3.0 * n * m->c.d_ff * a / tp;
+        if (lay->recompute == PLAN_RC_SELECTIVE)
+            bytes += S->n_moe * 3.0 * (rows * F + n * shared * F / tp) * a;
+        recomp = bytes / (k->hbm_tbs * 1e12);
+        if (m->attention == PLAN_ATTN_MLA)
+            recomp += Ls * 2.0 * n * m->kv_rank * H * (m->nope_dim + m->v_dim) / tp / flops_s;
+    }
+    if (lay->recompute == PLAN_RC_FULL) recomp = comp / 3.0; /* the forward once more */
+    if (lay->recompute == PLAN_RC_EXPERTS) /* and the MoE blocks' forward once more */
+        recomp += S->n_moe *
+                  (2.0 * c.router * nt + 2.0 * c.expert * rows + 2.0 * c.shared * n / tp) / flops_s;
+    return recomp;
+}
+
+/* Bytes of tensor parallel (with sequence parallel) for a micro-batch of stage S (Ls layers):
+ * an all-gather before and a reduce-scatter after each split sublayer, forward and backward,
+ * of n d values. The split sublayers: every layer's attention, the dense SwiGLUs, the shared
+ * experts (the routed experts are whole on their GPU and route the nt tokens the GPU holds: no
+ * gather). */
+static double stage_tp_bytes(const Grid *x, const Stage *S, double Ls) {
+    const PlanLayout *lay = x->lay;
+    const PlanTrain *t = &x->in->t;
+    const int tp = lay->tp;
+    const double shared = x->in->m.c.num_shared, n = x->n, d = x->d;
+    double tpb = 0;
+    if (tp > 1) {
+        const double sub = Ls + S->n_dense + (shared > 0 ? S->n_moe : 0);
+        tpb = sub * (lay->recompute == PLAN_RC_FULL ? 6.0 : 4.0) * (tp - 1.0) / tp * n * d *
+              t->act_bytes; /* a full recomputation gathers and scatters once more */
+    }
+    return tpb;
+}
+
+/* The expert exchange of a micro-batch of stage S: each of nt tokens sends top_k rows,
+ * (ep - 1) / ep of them to other GPUs, out and back, forward and backward; the busiest receiver
+ * sets the pace. For the moe.c engine (fp32 rows, tp = pp = 1) this is chapter 3's formula,
+ * plan_moec_ep_bytes. Its bytes into *epb_out (*ep_inter_out of them across nodes); its
+ * seconds returned. */
+static double stage_ep(const Grid *x, const Stage *S, double *epb_out, double *ep_inter_out) {
+    const PlanLayout *lay = x->lay;
+    const PlanCluster *k = &x->in->k;
+    const PlanTrain *t = &x->in->t;
+    const int ep = lay->ep;
+    const double E = x->in->m.c.num_experts, K = x->in->m.c.top_k;
+    const double nt = x->nt, d = x->d, ep_node = x->ep_node;
+    double epb = 0, ep_inter = 0, ep_t = 0;
+    if (ep > 1 && S->n_moe > 0) {
+        /* recomputing the MoE blocks (or whole layers) sends the rows out and back again */
+        const double passes = (lay->recompute >= PLAN_RC_EXPERTS ? 6.0 : 4.0) * S->n_moe;
+        const double row = d * t->a2a_bytes;
+        double intra_rows = nt * K * (ep_node - 1) / ep;
+        double inter_rows = nt * K * (ep - ep_node) / ep;
+        if (t->node_limit > 0 && ep > ep_node) {
+            /* a row crosses to each of its nodes once, then is copied inside the node */
+            const double nodes = ep / ep_node;
+            const double touched = nodes * (1 - pow(1 - 1 / nodes, K));
+            const double remote = fmin(touched, t->node_limit) * (nodes - 1) / nodes;
+            inter_rows = nt * remote;
+            intra_rows += inter_rows * (ep_node - 1) / ep_node;
+        }
+        epb = passes * (intra_rows + inter_rows) * row;
+        ep_inter = passes * inter_rows * row;
+        const double counts = S->n_moe * 2.0 * (E / ep) * 4.0 * (ep - 1);
+        epb += counts;
+        ep_t = t->imbalance *
+               fmax(link_s(k, passes * intra_rows * row + counts, 0), link_s(k, ep_inter, 1));
+    }
+    *epb_out = epb, *ep_inter_out = ep_inter;
+    return ep_t;
+}
+
+/* Once a step, for the slowest stage (comp: its products' seconds a micro-batch; dense_p,
+ * exp_p: a GPU's dense and expert parameters) into r: the gradients' sums and the optimizer. */
+static void step_sums(const Grid *x, PlanResult *r, double dense_p, double exp_p, double comp) {
+    const PlanCluster *k = &x->in->k;
+    const PlanTrain *t = &x->in->t;
+    const double dp = x->dp;
+    const int edp_inter = x->edp_inter;
+    /* the gradients' sums, once a step: dense weights over dp, experts over edp; a
+     * reduce-scatter and an all-gather with ZeRO, an all-reduce (twice the bytes)
+     * without */
+    const double gb = t->grad_bytes, wb = t->weight_bytes;
+    const double per_d = t->zero >= 1 ? (gb + wb) : 2 * gb;
+    const double db = dp > 1 ? (dp - 1) / dp * dense_p * per_d : 0;
+    const double ebt = r->edp > 1 ? (r->edp - 1.0) / r->edp * exp_p * per_d : 0;
+    r->dp_bytes = db + ebt;
+    r->dp_s = link_s(k, db, r->dp_inter) + link_s(k, ebt, edp_inter);
+    /* the optimizer: its state read and written once, at HBM speed */
+    const double zd = t->zero >= 1 ? dp : 1, ze = t->zero >= 1 ? r->edp : 1;
+    const double state = dense_p / zd + exp_p / ze;
+    r->optim_s =
+        state * (2 * wb + gb + 2 * t->master_bytes + 4 * t->moment_bytes) / (k->hbm_tbs * 1e12);
+    /* behind the last micro-batch's backward (two thirds of its compute) */
+    r->dp_exposed_s = t->overlap_dp ? fmax(0, r->dp_s - 2.0 / 3.0 * comp) : r->dp_s;
+}
+
+/* The quantities every stage of a valid layout shares, and into r the busiest rank's rows and
+ * which groups cross nodes. */
+static Grid grid_of(const PlanInput *in, const PlanLayout *lay, PlanResult *r, double mb,
+                    double micro) {
+    const PlanModel *m = &in->m;
+    const PlanCluster *k = &in->k;
+    const PlanTrain *t = &in->t;
+    const double K = m->c.top_k, E = m->c.num_experts, G = k->gpus, gpn = k->gpus_per_node;
+    const int tp = lay->tp, pp = lay->pp, ep = lay->ep;
+    const double dp = G / ((double)tp * pp);
+    Grid x = {.in = in, .lay = lay, .dp = dp, .mb = mb, .micro = micro};
+    plan_count(m, &x.c);
     const double T = m->c.seq_len, n = mb * T, nt = n / tp, d = m->c.d_model;
     const double rows = nt * K * t->imbalance; /* the busiest rank's rows, a layer */
     r->busiest_rows = E > 0 ? rows : 0;
@@ -178,6 +364,26 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
     r->dp_inter = in_node(dp, tp, gpn) < dp;
     r->pp_inter = in_node(pp, tp * dp, gpn) < pp;
     const int edp_inter = in_node(r->edp, ep, gpn) < r->edp;
+    x.T = T, x.n = n, x.nt = nt, x.d = d, x.rows = rows, x.flops_s = flops_s;
+    x.ep_node = ep_node, x.edp_inter = edp_inter;
+    return x;
+}
+
+void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
+    memset(r, 0, sizeof *r);
+    r->lay = *lay;
+    Stage st[MAX_STAGES];
+    double mb, micro;
+    if (layout_invalid(in, lay, r, &mb, &micro, st)) return;
+    r->valid = 1;
+    const Grid x = grid_of(in, lay, r, mb, micro);
+    const PlanModel *m = &in->m;
+    const PlanCluster *k = &in->k;
+    const PlanTrain *t = &in->t;
+    const double E = m->c.num_experts, G = k->gpus;
+    const int tp = lay->tp, pp = lay->pp, ep = lay->ep, vpp = lay->vpp;
+    const PlanCounts c = x.c;
+    const double T = x.T, n = x.n, nt = x.nt, d = x.d, rows = x.rows, flops_s = x.flops_s;
 
     double worst_t = 0, worst_mem = -1;
     for (int s = 0; s < pp; s++) {
@@ -193,42 +399,14 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
         const double exp_p = S->n_moe * (E / ep) * c.expert;
 
         /* ---- memory -------------------------------------------------------------------- */
-        double w, g, o, acts, inflight;
-        if (moec) {
-            MemoryBreakdown mb_;
-            Config cc = m->c;
-            model_memory_process(&cc, (int)mb, (int)T, ep, &mb_);
-            w = 4.0 * mb_.params, g = 4.0 * mb_.grads, o = 4.0 * mb_.adam;
-            acts = 4.0 * (mb_.total_words - mb_.params - mb_.grads - mb_.adam) + mb_.pad_bytes;
-            inflight = 1;
-        } else {
-            const double zd = dp, ze = r->edp; /* the groups ZeRO shards over */
-            w = t->weight_bytes *
-                (dense_p / (t->zero >= 3 ? zd : 1) + exp_p / (t->zero >= 3 ? ze : 1));
-            g = t->grad_bytes *
-                (dense_p / (t->zero >= 2 ? zd : 1) + exp_p / (t->zero >= 2 ? ze : 1));
-            o = (t->master_bytes + 2 * t->moment_bytes) *
-                (dense_p / (t->zero >= 1 ? zd : 1) + exp_p / (t->zero >= 1 ? ze : 1));
-            /* 1F1B: the first stage starts pp micro-batches before its first backward, the
-             * last one; the interleaved schedule holds (pp - 1 - s) / vpp more */
-            inflight = fmin(micro, (double)(pp - s)) + (vpp > 1 ? (pp - 1.0 - s) / vpp : 0.0);
-            const double per_layer_d = layer_acts(in, n, tp, 0, rows, lay->recompute);
-            const double per_layer_m = layer_acts(in, n, tp, 1, rows, lay->recompute);
-            double per_micro = S->n_dense * per_layer_d + S->n_moe * per_layer_m;
-            if (S->embed) per_micro += n * 4.0; /* token ids */
-            if (S->head) /* the final norm's input and output, bf16 logits and their fp32 copy */
-                per_micro += 2 * nt * d * t->act_bytes + n * m->vocab * (t->act_bytes + 4) / tp;
-            acts = inflight * per_micro;
-            if (lay->recompute >= PLAN_RC_EXPERTS) /* the one layer being recomputed */
-                acts += layer_acts(in, n, tp, S->n_moe > 0, rows, PLAN_RC_NONE);
-        }
-        const double total = w + g + o + acts;
+        const StageMemory sm = stage_memory(&x, S, s, dense_p, exp_p, r);
+        const double total = sm.w + sm.g + sm.o + sm.acts;
         if (total > worst_mem) {
             worst_mem = total;
             r->mem_stage = s;
-            r->mem_weights = w, r->mem_grads = g, r->mem_optim = o, r->mem_acts = acts;
+            r->mem_weights = sm.w, r->mem_grads = sm.g, r->mem_optim = sm.o, r->mem_acts = sm.acts;
             r->mem_total = total;
-            r->inflight = inflight;
+            r->inflight = sm.inflight;
         }
 
         /* ---- time of one micro-batch on this stage -------------------------------------- */
@@ -239,61 +417,10 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
         mm += Ls * 3.0 * c.attn_flops_layer * n / tp;
         mm += S->n_moe * (6.0 * c.router * nt + 6.0 * c.expert * rows);
         const double comp = mm / flops_s;
-        double recomp = 0;
-        if (lay->recompute == PLAN_RC_SELECTIVE || lay->recompute == PLAN_RC_EXPERTS) {
-            /* the norms and activation functions again: memory-bound passes, each reading its
-             * input and writing its output at HBM speed (two norms a layer; a SwiGLU product
-             * reads gate and up, writes their product); latent attention's up-projections are
-             * products */
-            const double a = t->act_bytes;
-            double bytes = Ls * 4.0 * nt * d * a + S->n_dense * 3.0 * n * m->c.d_ff * a / tp;
-            if (lay->recompute == PLAN_RC_SELECTIVE)
-                bytes += S->n_moe * 3.0 * (rows * F + n * shared * F / tp) * a;
-            recomp = bytes / (k->hbm_tbs * 1e12);
-            if (m->attention == PLAN_ATTN_MLA)
-                recomp += Ls * 2.0 * n * m->kv_rank * H * (m->nope_dim + m->v_dim) / tp / flops_s;
-        }
-        if (lay->recompute == PLAN_RC_FULL) recomp = comp / 3.0; /* the forward once more */
-        if (lay->recompute == PLAN_RC_EXPERTS) /* and the MoE blocks' forward once more */
-            recomp += S->n_moe *
-                      (2.0 * c.router * nt + 2.0 * c.expert * rows + 2.0 * c.shared * n / tp) /
-                      flops_s;
-        /* tensor parallel (with sequence parallel): an all-gather before and a reduce-scatter
-         * after each split sublayer, forward and backward, of n d values. The split sublayers:
-         * every layer's attention, the dense SwiGLUs, the shared experts (the routed experts
-         * are whole on their GPU and route the nt tokens the GPU holds: no gather) */
-        double tpb = 0;
-        if (tp > 1) {
-            const double sub = Ls + S->n_dense + (shared > 0 ? S->n_moe : 0);
-            tpb = sub * (lay->recompute == PLAN_RC_FULL ? 6.0 : 4.0) * (tp - 1.0) / tp * n * d *
-                  t->act_bytes; /* a full recomputation gathers and scatters once more */
-        }
-        /* the expert exchange: each of nt tokens sends top_k rows, (ep - 1) / ep of them to
-         * other GPUs, out and back, forward and backward; the busiest receiver sets the pace.
-         * For the moe.c engine (fp32 rows, tp = pp = 1) this is chapter 3's formula,
-         * plan_moec_ep_bytes */
-        double epb = 0, ep_inter = 0, ep_t = 0;
-        if (ep > 1 && S->n_moe > 0) {
-            /* recomputing the MoE blocks (or whole layers) sends the rows out and back again */
-            const double passes = (lay->recompute >= PLAN_RC_EXPERTS ? 6.0 : 4.0) * S->n_moe;
-            const double row = d * t->a2a_bytes;
-            double intra_rows = nt * K * (ep_node - 1) / ep;
-            double inter_rows = nt * K * (ep - ep_node) / ep;
-            if (t->node_limit > 0 && ep > ep_node) {
-                /* a row crosses to each of its nodes once, then is copied inside the node */
-                const double nodes = ep / ep_node;
-                const double touched = nodes * (1 - pow(1 - 1 / nodes, K));
-                const double remote = fmin(touched, t->node_limit) * (nodes - 1) / nodes;
-                inter_rows = nt * remote;
-                intra_rows += inter_rows * (ep_node - 1) / ep_node;
-            }
-            epb = passes * (intra_rows + inter_rows) * row;
-            ep_inter = passes * inter_rows * row;
-            const double counts = S->n_moe * 2.0 * (E / ep) * 4.0 * (ep - 1);
-            epb += counts;
-            ep_t = t->imbalance *
-                   fmax(link_s(k, passes * intra_rows * row + counts, 0), link_s(k, ep_inter, 1));
-        }
+        const double recomp = stage_recompute(&x, S, Ls, comp);
+        const double tpb = stage_tp_bytes(&x, S, Ls);
+        double epb, ep_inter;
+        const double ep_t = stage_ep(&x, S, &epb, &ep_inter);
         /* pipeline: the stage's output forward, its gradient backward, per virtual stage */
         const double ppb = pp > 1 ? 2.0 * vpp * nt * d * t->act_bytes : 0;
         const double tp_t = link_s(k, tpb, r->tp_inter), pp_t = link_s(k, ppb, r->pp_inter);
@@ -306,22 +433,7 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
             r->ep_bytes = epb * micro, r->ep_inter_bytes = ep_inter * micro;
             r->ep_s = ep_t * micro, r->ep_exposed_s = ep_t * (1 - t->overlap_ep) * micro;
             r->pp_bytes = ppb * micro, r->pp_s = pp_t * micro;
-            /* the gradients' sums, once a step: dense weights over dp, experts over edp; a
-             * reduce-scatter and an all-gather with ZeRO, an all-reduce (twice the bytes)
-             * without */
-            const double gb = t->grad_bytes, wb = t->weight_bytes;
-            const double per_d = t->zero >= 1 ? (gb + wb) : 2 * gb;
-            const double db = dp > 1 ? (dp - 1) / dp * dense_p * per_d : 0;
-            const double ebt = r->edp > 1 ? (r->edp - 1.0) / r->edp * exp_p * per_d : 0;
-            r->dp_bytes = db + ebt;
-            r->dp_s = link_s(k, db, r->dp_inter) + link_s(k, ebt, edp_inter);
-            /* the optimizer: its state read and written once, at HBM speed */
-            const double zd = t->zero >= 1 ? dp : 1, ze = t->zero >= 1 ? r->edp : 1;
-            const double state = dense_p / zd + exp_p / ze;
-            r->optim_s = state * (2 * wb + gb + 2 * t->master_bytes + 4 * t->moment_bytes) /
-                         (k->hbm_tbs * 1e12);
-            /* behind the last micro-batch's backward (two thirds of its compute) */
-            r->dp_exposed_s = t->overlap_dp ? fmax(0, r->dp_s - 2.0 / 3.0 * comp) : r->dp_s;
+            step_sums(&x, r, dense_p, exp_p, comp);
         }
     }
     const double per_mb = worst_t;
@@ -331,5 +443,4 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
     r->tokens_per_s = tokens / r->step_s;
     r->mfu = c.flops_token * tokens / (G * plan_peak(in) * 1e12 * r->step_s);
     r->fits = r->mem_total <= k->memory_gb * 1e9;
-#undef INVALID
 }
