@@ -148,7 +148,7 @@ cycles() {
 # whose SRC_DIR/FOLDER/NAME.c exists: an object left from a removed file is not read)
 call_arrows() {
     local obj=$1 src=$2 o objs=()
-    for o in "$obj"/*/*.o; do
+    for o in "$obj"/*/*.o "$obj"/*/*/*.o; do # a subfolder (backend/cpu/) is part of its folder
         [ -e "$o" ] || continue
         o=${o#"$obj"/}
         [ -e "$src/${o%.o}.c" ] && objs+=("$obj/$o")
