@@ -146,7 +146,6 @@ CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 CLI_SRC := $(wildcard src/cli/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
-HEADERS := $(wildcard src/*.h src/*/*.h)
 CHAPTER_SRC := $(wildcard chapters/*/*.c)
 CHAPTER_BIN := $(CHAPTER_SRC:chapters/%.c=$(BUILD)/chapters/%)
 TEST_SRC := $(wildcard tests/test_*.c tests/mpi/test_*.c)
@@ -173,9 +172,14 @@ $(BUILD)/cc.flags: FORCE
 	@mkdir -p $(dir $@)
 	@new=$@.new.$$$$; echo '$(CC) $(CFLAGS)' > $$new; cmp -s $$new $@ && rm $$new || mv $$new $@
 
-$(BUILD)/obj/%.o: %.c $(HEADERS) tests/testutil.h $(BUILD)/cc.flags
+# Each object's headers are those the compiler read: -MMD writes them to a .d beside the object
+# (-MP: a phony target for each, so a header deleted or moved is no error), and make reads every
+# .d there is (the -include lines below). A change to a header rebuilds the objects that include
+# it, directly or not, and no other; a first build has no .d and builds everything.
+DEPFLAGS = -MMD -MP -MF $(@:.o=.d)
+$(BUILD)/obj/%.o: %.c $(BUILD)/cc.flags
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
 # nvcc's flags (the architectures among them) as a file that changes only when they do, so
 # that a new CUDA_ARCH rebuilds the .cu objects
@@ -184,10 +188,12 @@ $(BUILD)/nvcc.flags: FORCE
 	@new=$@.new.$$$$; echo '$(NVCC) $(CPPFLAGS) $(NVCCFLAGS)' > $$new; cmp -s $$new $@ && rm $$new || mv $$new $@
 
 # ptxas's report (registers, spills, stack) of each .cu goes beside its object, .ptxas
-$(BUILD)/obj/%.cu.o: %.cu $(HEADERS) $(wildcard src/*/*.cuh) $(BUILD)/nvcc.flags
+# (nvcc takes -MMD -MP -MF as gcc does: its .d, build/obj/src/.../NAME.cu.d, names the .cuh and
+# .h files the .cu includes)
+$(BUILD)/obj/%.cu.o: %.cu $(BUILD)/nvcc.flags
 	@mkdir -p $(dir $@)
 	@[ -x "$(NVCC)" ] || { echo "error: no nvcc at $(NVCC): install the CUDA toolkit or set CUDA_HOME"; exit 2; }
-	$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -c $< -o $@ 2> $(@:.o=.ptxas) || { cat $(@:.o=.ptxas); exit 1; }
+	$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) $(DEPFLAGS) -c $< -o $@ 2> $(@:.o=.ptxas) || { cat $(@:.o=.ptxas); exit 1; }
 
 $(BUILD)/libmoe.a: $(LIB_OBJ) $(CU_OBJ)
 	@rm -f $@
@@ -202,12 +208,18 @@ $(BUILD)/moe: $(CLI_OBJ) $(BUILD)/libmoe.a $(BUILD)/version.c
 
 FORCE:
 
+# the headers each object read, from its last compile (DEPFLAGS above)
+-include $(patsubst %.o,%.d,$(LIB_OBJ) $(CU_OBJ) $(CLI_OBJ) $(TEST_UTIL_OBJ) \
+           $(TEST_SRC:%.c=$(BUILD)/obj/%.o) $(CHAPTER_SRC:%.c=$(BUILD)/obj/%.o))
+
 # ---- chapter programs: build/chapters/NN-name/prog -----------------------------------------
 chapters: $(CHAPTER_BIN)
 
-$(BUILD)/chapters/%: chapters/%.c chapters/chapter.h $(HEADERS) $(BUILD)/libmoe.a $(BUILD)/version.c
+# (compiled to build/obj/chapters/NN-name/prog.o first, by the rule of every object, so that
+# its .d names the headers it reads)
+$(BUILD)/chapters/%: $(BUILD)/obj/chapters/%.o $(BUILD)/libmoe.a $(BUILD)/version.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) $< $(BUILD)/version.c $(BUILD)/libmoe.a -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) $< $(BUILD)/version.c $(BUILD)/libmoe.a -o $@ $(LDLIBS)
 
 # ---- Debian packages ----------------------------------------------------------------------
 # Required: what `make demo` and the single-process suites of `make test` cannot do without
@@ -333,8 +345,6 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_UTIL_OBJ) $(BUILD)/libmoe.a $(BU
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(CHECK_LIBS) $(LDLIBS)
 
 $(BUILD)/obj/tests/%.o: CPPFLAGS += $(CHECK_CFLAGS) -Itests
-# the tests' shared headers (ops_util.h, kernels_moe_util.h, ...): a change rebuilds every test
-$(TEST_SRC:%.c=$(BUILD)/obj/%.o): $(wildcard tests/*.h)
 
 # make test: the binaries first, a compiler a core (JOBS), the one-process build and, with Open
 # MPI, the MPI one ($(BUILD)-mpi); then every suite, the single-process ones and the MPI ones
@@ -528,9 +538,10 @@ FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer -Wall -Wext
 fuzz: deps-fuzz
 	@$(MAKE) --no-print-directory fuzz-run
 
-$(FUZZ_BUILD)/obj/%.o: %.c $(HEADERS)
+$(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined $(DEPFLAGS) -c $< -o $@
+-include $(FUZZ_LIB_OBJ:.o=.d)
 
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_LIB_OBJ)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined $< $(FUZZ_LIB_OBJ) -lm -o $@
