@@ -348,22 +348,15 @@ $(BUILD)/obj/tests/%.o: CPPFLAGS += $(CHECK_CFLAGS) -Itests
 
 # make test: the binaries first, a compiler a core (JOBS), the one-process build and, with Open
 # MPI, the MPI one ($(BUILD)-mpi); then every suite, the single-process ones and the MPI ones
-# (tests/mpi/, which run $(BUILD)-mpi's binaries) side by side in one queue
-# (tests/lib/run_suites.sh), the slowest first (SLOW_FIRST: the queue's length is about the
-# longest suite's, not the sum of two queues').
-MPI_BUILD := $(BUILD)-mpi
+# (tests/mpi/, which run $(BUILD)-mpi's binaries) side by side in one queue, the slowest first.
+# The suites, their order and their environment, for this target and the others below:
+# tests/lib/make_test.sh (which runs them through tests/lib/run_suites.sh).
 HAVE_MPIRUN := $(shell command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 && echo 1 || echo 0)
-SLOW_FIRST := tests/mpi/test_ep.sh tests/mpi/test_ep_teach.sh tests/test_ablations.sh tests/test_cuda_build.sh tests/mpi/test_dist.sh \
-              tests/test_lab03.sh tests/test_bench.sh tests/test_gallery.sh
-SHELL_SUITES := $(wildcard tests/*.sh) $(if $(filter 1,$(HAVE_MPIRUN)),$(wildcard tests/mpi/*.sh))
-SUITES := $(filter $(SHELL_SUITES),$(SLOW_FIRST)) $(filter-out $(SLOW_FIRST),$(SHELL_SUITES)) $(TEST_BIN)
 test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) test-build
 	@if [ "$(HAVE_MPIRUN)" = 1 ]; then $(MAKE) --no-print-directory -j$(JOBS) MPI=1 test-build-mpi; \
 	 else echo "test: skipped: the multi-process suites (tests/mpi/) need Open MPI (mpicc, mpirun); install it with make deps"; fi
-	@env $(MPIRUN_ENV) MOE_BIN=$(BUILD)/moe MOE_BUILD=$(BUILD) MOE_MPI_BIN=$(MPI_BUILD)/moe MOE_MPI_BUILD=$(MPI_BUILD) \
-	  OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive CK_DEFAULT_TIMEOUT=600 CK_TIMEOUT_MULTIPLIER=5 \
-	  bash tests/lib/run_suites.sh test $(SUITES)
+	@bash tests/lib/make_test.sh test $(BUILD)
 
 # The slow variants make test leaves out to stay within three minutes, and the C for Arm: the
 # CUDA build for Hopper and Ampere with every unit suite on it and the GPU build across
@@ -374,8 +367,7 @@ test: deps
 # make test SANITIZE=1.
 .PHONY: test-slow test-full
 test-slow: deps deps-cross deps-fuzz need-openblas $(BUILD)/moe
-	@MOE_BIN=$(BUILD)/moe MOE_BUILD=$(BUILD) MOE_TEST_FULL=1 OMP_WAIT_POLICY=passive \
-	  bash tests/lib/run_suites.sh "test (slow)" tests/test_cuda_build.sh tests/test_cross.sh
+	@bash tests/lib/make_test.sh test-slow $(BUILD)
 	@$(MAKE) --no-print-directory -j$(JOBS) CC=clang HAVE_OPENMP=0 test-units
 
 test-full:
@@ -383,9 +375,6 @@ test-full:
 	 $(MAKE) --no-print-directory test SANITIZE=1
 
 # ---- MPI: expert parallelism across processes ------------------------------------------------
-# mpirun refuses to run as root and to start more processes than cores unless told; the tests
-# and scripts say so with these variables (Open MPI), so they run the same in a container.
-MPIRUN_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 .PHONY: mpi test-mpi test-run-mpi
 mpi:
 	@command -v mpicc >/dev/null 2>&1 || { echo "error: no mpicc: run make deps (Open MPI) first"; exit 2; }
@@ -394,18 +383,15 @@ mpi:
 test-mpi: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) MPI=1 test-build-mpi && $(MAKE) --no-print-directory MPI=1 test-run-mpi
 
-# Every tests/mpi/*.sh, each starting its own mpirun (MOE_BIN, MOE_BUILD and MPIRUN_ENV set).
-# Open MPI's own allocations look like leaks to AddressSanitizer, so leak checking is off here
-# (the single-process suites check ours).
+# Every tests/mpi/*.sh, each starting its own mpirun (tests/lib/make_test.sh: without leak
+# checking, and with what mpirun needs to run as root or on more processes than cores).
 test-build-mpi: need-openblas $(BUILD)/moe $(filter $(BUILD)/tests/mpi/%,$(TEST_BIN)) $(CHAPTER_BIN)
 test-run-mpi: test-build-mpi
-	@env $(MPIRUN_ENV) ASAN_OPTIONS=detect_leaks=0 MOE_BIN=$(BUILD)/moe MOE_BUILD=$(BUILD) \
-	  OMP_WAIT_POLICY=passive bash tests/lib/run_suites.sh "test (MPI)" tests/mpi/*.sh
+	@bash tests/lib/make_test.sh test-run-mpi $(BUILD)
 
 test-build: need-openblas $(BUILD)/moe $(TEST_BIN) $(CHAPTER_BIN)
 test-run: test-build
-	@MOE_BIN=$(BUILD)/moe MOE_BUILD=$(BUILD) OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive \
-	  CK_DEFAULT_TIMEOUT=600 CK_TIMEOUT_MULTIPLIER=5 bash tests/lib/run_suites.sh test $(TEST_BIN) tests/*.sh
+	@bash tests/lib/make_test.sh test-run $(BUILD)
 
 # ---- demo -----------------------------------------------------------------------------------
 demo: deps
@@ -589,8 +575,7 @@ test-cuda: cuda
 	@$(MAKE) --no-print-directory CUDA=1 test-units
 
 test-units: need-openblas $(TEST_BIN)
-	@OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive CK_DEFAULT_TIMEOUT=600 CK_TIMEOUT_MULTIPLIER=5 \
-	  bash tests/lib/run_suites.sh "test (units)" $(TEST_BIN)
+	@bash tests/lib/make_test.sh test-units $(BUILD)
 
 # The commit a build records (GIT_COMMIT; tests/test_build.sh checks when it says -dirty).
 .PHONY: commit
