@@ -40,8 +40,10 @@ SANFLAGS :=
 # -O3 over -O2: GCC's vectorizer at full strength (the elementwise loops of rmsnorm, RoPE, the
 # residual adds). It never reorders a float sum without -ffast-math and never fuses a multiply
 # and an add under -std=c11, so the bits are -O2's (the smoke references of
-# tests/test_ablations.sh compare every loss exactly). `moe bench --config tiny`, the two
-# builds run side by side on a 2-core AVX-512 Xeon: 269 ms a step at -O3, 280 ms at -O2.
+# tests/test_ablations.sh compare every loss exactly). What it buys on a machine, the two builds
+# one after the other (the milliseconds a step, each the median of three rounds):
+#   make && make BUILD=build/O2 OPT="-O2 -g"
+#   for b in build build/O2; do $b/moe bench --config tiny --rounds 3; done
 OPT := -O3 -g
 endif
 # MPI=1: the same sources through mpicc with MOE_HAVE_MPI=1 (src/parallel/dist_mpi.c), in their
