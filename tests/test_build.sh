@@ -145,22 +145,23 @@ check "the Accelerate build (MOE_BLAS_OPENBLAS=0) calls no OpenBLAS-only functio
 # An object's prerequisites are the headers its compiler read (-MMD -MP, the .d beside it), not
 # every header: two objects in a scratch build, then make as if a header had changed (-W, which
 # touches nothing on disk, so the suites beside this one see no change). src/io/json.h rebuilds
-# src/io/json.o and not src/base/util.o, which never includes it; src/base/util.h, which both
-# reach, rebuilds both; a new compiler flag (cc.flags) rebuilds both too.
+# the object of src/io/json.c and not that of src/base/util.c, which never includes it;
+# src/base/util.h, which both reach, rebuilds both; a new compiler flag (cc.flags) rebuilds both
+# too. (The objects are named as under obj/src/: io/json.o, base/util.o.)
 deps=$tmp/deps
 objs="$deps/obj/src/io/json.o $deps/obj/src/base/util.o"
 dmake() { MAKEFLAGS= make --no-print-directory BUILD="$deps" OPT=-O0 "$@" $objs 2>&1; }
-rebuilt() { grep -Eo -- "-o $deps/obj/[^ ]*\.o" <<< "$1" | sed "s|-o $deps/obj/||" | sort | tr '\n' ' '; }
+rebuilt() { grep -Eo -- "-o $deps/obj/[^ ]*\.o" <<< "$1" | sed "s|-o $deps/obj/src/||" | sort | tr '\n' ' '; }
 dmake > "$tmp/deps.log"
 check "a scratch build of two objects" $? "$(tail -n 5 "$tmp/deps.log")"
 after_json=$(rebuilt "$(dmake -W src/io/json.h)")
 after_util=$(rebuilt "$(dmake -W src/base/util.h)")
 after_flag=$(rebuilt "$(dmake EXTRA_CFLAGS=-DMOE_TEST_FLAG)")
 after_none=$(rebuilt "$(dmake EXTRA_CFLAGS=-DMOE_TEST_FLAG)")
-[ "$after_json" = "src/io/json.o " ]
+[ "$after_json" = "io/json.o " ]
 check "a header's change rebuilds the objects that include it, and no other (-MMD)" $? \
-  "src/io/json.h rebuilt: '$after_json' (expected src/io/json.o alone)"
-[ "$after_util" = "src/base/util.o src/io/json.o " ] && [ "$after_flag" = "$after_util" ] && [ -z "$after_none" ]
+  "src/io/json.h rebuilt: '$after_json' (expected io/json.o alone)"
+[ "$after_util" = "base/util.o io/json.o " ] && [ "$after_flag" = "$after_util" ] && [ -z "$after_none" ]
 check "a header both include rebuilds both, and so does a new flag, once" $? \
   "util.h: '$after_util'; a new flag: '$after_flag', then '$after_none'"
 
