@@ -29,7 +29,8 @@ while [ $# -gt 0 ]; do
     shift
 done
 [ ${#docs[@]} -gt 0 ] || docs=(handbook.md README.md chapters/README.md labs/README.md labs/*/README.md \
-                               data/README.md data/fallback/README.md src/README.md tests/gpu/README.md)
+                               data/README.md data/fallback/README.md src/README.md src/REFERENCE.md src/BACKENDS.md \
+                               tests/gpu/README.md)
 for d in "${docs[@]}" "$registry"; do [ -f "$d" ] || { echo "commands.sh: no file $d" >&2; exit 2; }; done
 
 # the shown commands, one a line: DOC:LINE<tab>COMMAND
