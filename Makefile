@@ -6,9 +6,9 @@
 #   make test SANITIZE=1   the same under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make test-slow     the slow variants make test leaves out, and the C for Arm (CI runs it)
 #   make test-full     make test, make test-slow and make test SANITIZE=1
-#   make mpi           build build-mpi/moe with mpicc: expert parallelism across processes
-#   make cuda          build build-cuda/moe with the CUDA backend (train.device=cuda; nvcc, cuBLAS)
-#   make cuda MPI=1    build build-cuda-mpi/moe: one process per GPU (NCCL where the toolkit has it)
+#   make mpi           build build/mpi/moe with mpicc: expert parallelism across processes
+#   make cuda          build build/cuda/moe with the CUDA backend (train.device=cuda; nvcc, cuBLAS)
+#   make cuda MPI=1    build build/cuda-mpi/moe: one process per GPU (NCCL where the toolkit has it)
 #   make cross         compile every C file for 64-bit Arm (aarch64 cross compiler, make deps-cross)
 #   make test-mpi      build with MPI and run the multi-process tests under mpirun
 #   make deps          install the Debian packages the project needs (apt-get / sudo)
@@ -17,7 +17,7 @@
 #   make book-check    check every number handbook.md and README.md quote against plots/
 #   make book          rewrite those numbers (and the copied tables) from plots/ after a rerun
 #   make               build build/moe
-#   make HAVE_OPENMP=0 build build-noomp/moe without OpenMP (make CC=clang HAVE_OPENMP=0: a laptop's
+#   make HAVE_OPENMP=0 build build/noomp/moe without OpenMP (make CC=clang HAVE_OPENMP=0: a laptop's
 #                      compiler without an OpenMP runtime; macOS: README.md, "Platforms")
 #
 # The probes below print one line per optional feature; the CPU build needs only a C
@@ -29,13 +29,16 @@ ifeq ($(CC),cc)
 CC := gcc
 endif
 
+# Each variant of the build (SANITIZE=1, MPI=1, CUDA=1, HAVE_OPENMP=0, and their combinations)
+# has a folder of its own under build/, named by its words in this order: build/san,
+# build/mpi, build/cuda-san-mpi, build/noomp, ...; the default build is build/ itself.
 SANITIZE ?= 0
 ifeq ($(SANITIZE),1)
-BUILD := build-san
+VARIANT := san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 OPT := -O1 -g
 else
-BUILD := build
+VARIANT :=
 SANFLAGS :=
 # -O3 over -O2: GCC's vectorizer at full strength (the elementwise loops of rmsnorm, RoPE, the
 # residual adds). It never reorders a float sum without -ffast-math and never fuses a multiply
@@ -50,11 +53,11 @@ endif
 # own build folder; the default build has no MPI dependency.
 MPI ?= 0
 ifeq ($(MPI),1)
-BUILD := $(BUILD)-mpi
+VARIANT += mpi
 CC := mpicc
 endif
 # CUDA=1 (make cuda): the same sources plus the CUDA backend (src/backend/cuda*.cu, nvcc) in
-# build-cuda/, one binary holding every backend: train.device=cuda runs on the GPU, cpu stays
+# build/cuda/, one binary holding every backend: train.device=cuda runs on the GPU, cpu stays
 # the default. CUDA_ARCH lists the GPU generations to build for (90 Hopper, 80 Ampere, ...):
 # each gets its SASS and PTX, so a later GPU runs the PTX.
 CUDA ?= 0
@@ -62,7 +65,7 @@ CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda) $(patsubst %/bin/nvcc,%,$(s
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 CUDA_ARCH ?= 90
 ifeq ($(CUDA),1)
-BUILD := $(BUILD:build%=build-cuda%)
+VARIANT := cuda $(VARIANT)
 endif
 
 # ---- dependency probes ------------------------------------------------------------------
@@ -74,8 +77,9 @@ include probes.mk
 # a laptop's compiler without an OpenMP runtime): its own build folder, so that its objects
 # never mix with the default build's
 ifneq ($(filter command0 environment0,$(firstword $(origin HAVE_OPENMP))$(HAVE_OPENMP)),)
-BUILD := $(BUILD)-noomp
+VARIANT += noomp
 endif
+BUILD := build$(if $(strip $(VARIANT)),/$(subst $() ,-,$(strip $(VARIANT))))
 HAVE_GNUPLOT := $(shell command -v gnuplot >/dev/null 2>&1 && echo 1 || echo 0)
 HAVE_CUDA := $(shell [ -x "$(NVCC)" ] && echo 1 || echo 0)
 HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && echo 1 || echo 0)
@@ -304,7 +308,7 @@ deps-cross:
 # warnings as errors, without and with MPI (tests/lib/cross_aarch64.sh; compiling only).
 .PHONY: cross deps-cross
 cross: deps deps-cross
-	@bash tests/lib/cross_aarch64.sh build-aarch64
+	@bash tests/lib/cross_aarch64.sh build/aarch64
 
 # ---- data -----------------------------------------------------------------------------------
 # The Debian corpus (moe corpus: the fortunes under /usr/share/games/fortunes and libc6-dev's
@@ -349,8 +353,9 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_UTIL_OBJ) $(BUILD)/libmoe.a $(BU
 $(BUILD)/obj/tests/%.o: CPPFLAGS += $(CHECK_CFLAGS) -Itests
 
 # make test: the binaries first, a compiler a core (JOBS), the one-process build and, with Open
-# MPI, the MPI one ($(BUILD)-mpi); then every suite, the single-process ones and the MPI ones
-# (tests/mpi/, which run $(BUILD)-mpi's binaries) side by side in one queue, the slowest first.
+# MPI, its MPI variant (build/mpi; build/san-mpi with SANITIZE=1); then every suite, the
+# single-process ones and the MPI ones (tests/mpi/, which run the MPI variant's binaries) side by
+# side in one queue, the slowest first.
 # The suites, their order and their environment, for this target and the others below:
 # tests/lib/make_test.sh (which runs them through tests/lib/run_suites.sh).
 HAVE_MPIRUN := $(shell command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 && echo 1 || echo 0)
@@ -364,7 +369,7 @@ test: deps
 # CUDA build for Hopper and Ampere with every unit suite on it and the GPU build across
 # processes (tests/test_cuda_build.sh with MOE_TEST_FULL=1), and every C file through the aarch64
 # cross compiler, which make deps-cross installs (tests/test_cross.sh); then a laptop's build:
-# clang without OpenMP (the pthreads OpenBLAS, build-noomp/) and every unit suite on it (clang
+# clang without OpenMP (the pthreads OpenBLAS, build/noomp/) and every unit suite on it (clang
 # from make deps-fuzz). CI runs it after make test; make test-full runs make test, this, and
 # make test SANITIZE=1.
 .PHONY: test-slow test-full
@@ -508,11 +513,11 @@ smoke-reference: $(BUILD)/moe
 # under -fsanitize=fuzzer,address,undefined (no OpenMP, no OpenBLAS: the readers need neither).
 # `make fuzz` runs each for FUZZ_SECONDS from its committed seeds (tests/fuzz/seeds/NAME/);
 # any crash, leak, sanitizer report or slow input fails it. New inputs go to
-# build-fuzz/corpus/NAME/, a failing input to build-fuzz/fuzz_NAME-crash-* (replay it with
-# build-fuzz/fuzz_NAME FILE). `make fuzz-seeds` rewrites the seeds with the current writers.
+# build/fuzz/corpus/NAME/, a failing input to build/fuzz/fuzz_NAME-crash-* (replay it with
+# build/fuzz/fuzz_NAME FILE). `make fuzz-seeds` rewrites the seeds with the current writers.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 15
-FUZZ_BUILD := build-fuzz
+FUZZ_BUILD := build/fuzz
 FUZZ_NAMES := config safetensors checkpoint shard csv json
 FUZZ_LIB_SRC := src/base/util.c src/config/config.c src/config/config_check.c src/config/keys.c src/io/files.c src/io/json.c \
                 src/io/safetensors.c src/io/tensorfile.c src/io/shard.c src/io/loader.c src/io/csv_table.c \
@@ -558,11 +563,10 @@ fuzz-seeds: $(BUILD)/libmoe.a $(BUILD)/version.c
 	$(BUILD)/fuzz/make_seeds tests/fuzz/seeds
 
 clean:
-	rm -rf build build-san build-mpi build-san-mpi build-noomp build-san-noomp build-fuzz build-cuda build-cuda-mpi build-cuda-san \
-	  build-cuda-san-mpi build-aarch64
+	rm -rf build
 
 # ---- CUDA: the GPU backend -------------------------------------------------------------------
-# make cuda builds build-cuda/moe (and its chapter programs); make test-cuda runs the unit
+# make cuda builds build/cuda/moe (and its chapter programs); make test-cuda runs the unit
 # suites on that build's binaries, where the cuda backend is in the table but no GPU need be
 # there (tests/test_cuda_build.sh checks what a machine without one can).
 .PHONY: cuda test-cuda test-units

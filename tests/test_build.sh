@@ -65,14 +65,14 @@ else
   echo "  skip make deps as a user without root: needs root and setpriv to become one"
 fi
 
-# A laptop's builds. clang without OpenMP (make CC=clang HAVE_OPENMP=0, in build-noomp/) links
+# A laptop's builds. clang without OpenMP (make CC=clang HAVE_OPENMP=0, in build/noomp/) links
 # the pthreads OpenBLAS: the OpenMP build needs libgomp, which that link does not name.
 noomp=$(make -n --no-print-directory CC=clang HAVE_OPENMP=0 BUILD="$tmp/noomp" "$tmp/noomp/moe" 2>&1 |
   grep -E -- "-o $tmp/noomp/moe( |$)")
 [ -n "$noomp" ] && ! grep -Eq -- '-fopenmp|gomp|openblas-openmp' <<< "$noomp"
 check "make CC=clang HAVE_OPENMP=0: the link names no OpenMP runtime" $? "link: ${noomp:-none}"
-MAKEFLAGS= make -s --no-print-directory CC=clang HAVE_OPENMP=0 SANITIZE=0 features | grep -qx BUILD=build-noomp
-check "make CC=clang HAVE_OPENMP=0 builds in build-noomp/, apart from build/" $?
+MAKEFLAGS= make -s --no-print-directory CC=clang HAVE_OPENMP=0 SANITIZE=0 features | grep -qx BUILD=build/noomp
+check "make CC=clang HAVE_OPENMP=0 builds in build/noomp/, apart from build/" $?
 
 # macOS, as this machine can show it: a uname that answers Darwin, a brew whose prefix is a
 # scratch folder holding libomp (keg-only, found under opt/), and a compiler that refuses a bare

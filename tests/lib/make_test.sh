@@ -2,11 +2,12 @@
 # make_test.sh TARGET BUILD: the suites of one of the Makefile's test targets, run by
 # tests/lib/run_suites.sh (its summary lines and exit status: 0 when no suite failed; a suite
 # that exits 77 is skipped). The Makefile builds what the suites need and then calls this with
-# its build folder (build, build-san, build-cuda, ...); the suites and the order they run in,
+# its build folder (build, build/san, build/cuda, ...); the suites and the order they run in,
 # and the environment each target gives them, are here.
 #
-#   test          every shell suite, the multi-process ones (tests/mpi/, on BUILD-mpi's
-#                 binaries) where Open MPI is, and every unit suite: make test
+#   test          every shell suite, the multi-process ones (tests/mpi/, on the binaries of
+#                 BUILD's MPI variant: build/mpi, build/san-mpi) where Open MPI is, and every
+#                 unit suite: make test
 #   test-run      every unit suite, then every single-process shell suite
 #   test-units    the unit suites (Check) alone: make test-units, make test-cuda
 #   test-run-mpi  the multi-process shell suites, on BUILD's binaries (an MPI build): make test-mpi
@@ -40,8 +41,10 @@ test)
     suites=()
     for s in "${slow_first[@]}"; do [[ " ${shell_suites[*]} " == *" $s "* ]] && suites+=("$s"); done
     for s in "${shell_suites[@]}"; do [[ " ${slow_first[*]} " == *" $s "* ]] || suites+=("$s"); done
-    env "${mpirun_env[@]}" MOE_BIN="$build/moe" MOE_BUILD="$build" MOE_MPI_BIN="$build-mpi/moe" \
-        MOE_MPI_BUILD="$build-mpi" "${unit_env[@]}" \
+    # the MPI variant of build is build/mpi, of build/san build/san-mpi (the Makefile's names)
+    case ${build%/} in build) mpi_build=build/mpi ;; *) mpi_build=${build%/}-mpi ;; esac
+    env "${mpirun_env[@]}" MOE_BIN="$build/moe" MOE_BUILD="$build" MOE_MPI_BIN="$mpi_build/moe" \
+        MOE_MPI_BUILD="$mpi_build" "${unit_env[@]}" \
         bash tests/lib/run_suites.sh test "${suites[@]}" "${unit_bins[@]}" ;;
 test-run)
     env MOE_BIN="$build/moe" MOE_BUILD="$build" "${unit_env[@]}" \
