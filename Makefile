@@ -6,9 +6,9 @@
 #   make test SANITIZE=1   the same under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make test-slow     the slow variants make test leaves out, and the C for Arm (CI runs it)
 #   make test-full     make test, make test-slow and make test SANITIZE=1
-#   make mpi           build build-mpi/moe with mpicc: expert parallelism across processes
-#   make cuda          build build-cuda/moe with the CUDA backend (train.device=cuda; nvcc, cuBLAS)
-#   make cuda MPI=1    build build-cuda-mpi/moe: one process per GPU (NCCL where the toolkit has it)
+#   make mpi           build build/mpi/moe with mpicc: expert parallelism across processes
+#   make cuda          build build/cuda/moe with the CUDA backend (train.device=cuda; nvcc, cuBLAS)
+#   make cuda MPI=1    build build/cuda-mpi/moe: one process per GPU (NCCL where the toolkit has it)
 #   make cross         compile every C file for 64-bit Arm (aarch64 cross compiler, make deps-cross)
 #   make test-mpi      build with MPI and run the multi-process tests under mpirun
 #   make deps          install the Debian packages the project needs (apt-get / sudo)
@@ -17,7 +17,7 @@
 #   make book-check    check every number handbook.md and README.md quote against plots/
 #   make book          rewrite those numbers (and the copied tables) from plots/ after a rerun
 #   make               build build/moe
-#   make HAVE_OPENMP=0 build build-noomp/moe without OpenMP (make CC=clang HAVE_OPENMP=0: a laptop's
+#   make HAVE_OPENMP=0 build build/noomp/moe without OpenMP (make CC=clang HAVE_OPENMP=0: a laptop's
 #                      compiler without an OpenMP runtime; macOS: README.md, "Platforms")
 #
 # The probes below print one line per optional feature; the CPU build needs only a C
@@ -29,30 +29,35 @@ ifeq ($(CC),cc)
 CC := gcc
 endif
 
+# Each variant of the build (SANITIZE=1, MPI=1, CUDA=1, HAVE_OPENMP=0, and their combinations)
+# has a folder of its own under build/, named by its words in this order: build/san,
+# build/mpi, build/cuda-san-mpi, build/noomp, ...; the default build is build/ itself.
 SANITIZE ?= 0
 ifeq ($(SANITIZE),1)
-BUILD := build-san
+VARIANT := san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 OPT := -O1 -g
 else
-BUILD := build
+VARIANT :=
 SANFLAGS :=
 # -O3 over -O2: GCC's vectorizer at full strength (the elementwise loops of rmsnorm, RoPE, the
 # residual adds). It never reorders a float sum without -ffast-math and never fuses a multiply
 # and an add under -std=c11, so the bits are -O2's (the smoke references of
-# tests/test_ablations.sh compare every loss exactly). `moe bench --config tiny`, the two
-# builds run side by side on a 2-core AVX-512 Xeon: 269 ms a step at -O3, 280 ms at -O2.
+# tests/test_ablations.sh compare every loss exactly). What it buys on a machine, the two builds
+# one after the other (the milliseconds a step, each the median of three rounds):
+#   make && make BUILD=build/O2 OPT="-O2 -g"
+#   for b in build build/O2; do $b/moe bench --config tiny --rounds 3; done
 OPT := -O3 -g
 endif
 # MPI=1: the same sources through mpicc with MOE_HAVE_MPI=1 (src/parallel/dist_mpi.c), in their
 # own build folder; the default build has no MPI dependency.
 MPI ?= 0
 ifeq ($(MPI),1)
-BUILD := $(BUILD)-mpi
+VARIANT += mpi
 CC := mpicc
 endif
 # CUDA=1 (make cuda): the same sources plus the CUDA backend (src/backend/cuda/*.cu, nvcc) in
-# build-cuda/, one binary holding every backend: train.device=cuda runs on the GPU, cpu stays
+# build/cuda/, one binary holding every backend: train.device=cuda runs on the GPU, cpu stays
 # the default. CUDA_ARCH lists the GPU generations to build for (90 Hopper, 80 Ampere, ...):
 # each gets its SASS and PTX, so a later GPU runs the PTX.
 CUDA ?= 0
@@ -60,7 +65,7 @@ CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda) $(patsubst %/bin/nvcc,%,$(s
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 CUDA_ARCH ?= 90
 ifeq ($(CUDA),1)
-BUILD := $(BUILD:build%=build-cuda%)
+VARIANT := cuda $(VARIANT)
 endif
 
 # ---- dependency probes ------------------------------------------------------------------
@@ -72,8 +77,9 @@ include probes.mk
 # a laptop's compiler without an OpenMP runtime): its own build folder, so that its objects
 # never mix with the default build's
 ifneq ($(filter command0 environment0,$(firstword $(origin HAVE_OPENMP))$(HAVE_OPENMP)),)
-BUILD := $(BUILD)-noomp
+VARIANT += noomp
 endif
+BUILD := build$(if $(strip $(VARIANT)),/$(subst $() ,-,$(strip $(VARIANT))))
 HAVE_GNUPLOT := $(shell command -v gnuplot >/dev/null 2>&1 && echo 1 || echo 0)
 HAVE_CUDA := $(shell [ -x "$(NVCC)" ] && echo 1 || echo 0)
 HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && echo 1 || echo 0)
@@ -147,7 +153,6 @@ CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 CLI_SRC := $(wildcard src/cli/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
-HEADERS := $(wildcard src/*.h src/*/*.h src/*/*/*.h)
 CHAPTER_SRC := $(wildcard chapters/*/*.c)
 CHAPTER_BIN := $(CHAPTER_SRC:chapters/%.c=$(BUILD)/chapters/%)
 TEST_SRC := $(wildcard tests/test_*.c tests/mpi/test_*.c)
@@ -174,9 +179,14 @@ $(BUILD)/cc.flags: FORCE
 	@mkdir -p $(dir $@)
 	@new=$@.new.$$$$; echo '$(CC) $(CFLAGS)' > $$new; cmp -s $$new $@ && rm $$new || mv $$new $@
 
-$(BUILD)/obj/%.o: %.c $(HEADERS) tests/testutil.h $(BUILD)/cc.flags
+# Each object's headers are those the compiler read: -MMD writes them to a .d beside the object
+# (-MP: a phony target for each, so a header deleted or moved is no error), and make reads every
+# .d there is (the -include lines below). A change to a header rebuilds the objects that include
+# it, directly or not, and no other; a first build has no .d and builds everything.
+DEPFLAGS = -MMD -MP -MF $(@:.o=.d)
+$(BUILD)/obj/%.o: %.c $(BUILD)/cc.flags
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
 # nvcc's flags (the architectures among them) as a file that changes only when they do, so
 # that a new CUDA_ARCH rebuilds the .cu objects
@@ -185,10 +195,12 @@ $(BUILD)/nvcc.flags: FORCE
 	@new=$@.new.$$$$; echo '$(NVCC) $(CPPFLAGS) $(NVCCFLAGS)' > $$new; cmp -s $$new $@ && rm $$new || mv $$new $@
 
 # ptxas's report (registers, spills, stack) of each .cu goes beside its object, .ptxas
-$(BUILD)/obj/%.cu.o: %.cu $(HEADERS) $(wildcard src/backend/cuda/*.cuh) $(BUILD)/nvcc.flags
+# (nvcc takes -MMD -MP -MF as gcc does: its .d, build/obj/src/.../NAME.cu.d, names the .cuh and
+# .h files the .cu includes)
+$(BUILD)/obj/%.cu.o: %.cu $(BUILD)/nvcc.flags
 	@mkdir -p $(dir $@)
 	@[ -x "$(NVCC)" ] || { echo "error: no nvcc at $(NVCC): install the CUDA toolkit or set CUDA_HOME"; exit 2; }
-	$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -c $< -o $@ 2> $(@:.o=.ptxas) || { cat $(@:.o=.ptxas); exit 1; }
+	$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) $(DEPFLAGS) -c $< -o $@ 2> $(@:.o=.ptxas) || { cat $(@:.o=.ptxas); exit 1; }
 
 $(BUILD)/libmoe.a: $(LIB_OBJ) $(CU_OBJ)
 	@rm -f $@
@@ -203,12 +215,18 @@ $(BUILD)/moe: $(CLI_OBJ) $(BUILD)/libmoe.a $(BUILD)/version.c
 
 FORCE:
 
+# the headers each object read, from its last compile (DEPFLAGS above)
+-include $(patsubst %.o,%.d,$(LIB_OBJ) $(CU_OBJ) $(CLI_OBJ) $(TEST_UTIL_OBJ) \
+           $(TEST_SRC:%.c=$(BUILD)/obj/%.o) $(CHAPTER_SRC:%.c=$(BUILD)/obj/%.o))
+
 # ---- chapter programs: build/chapters/NN-name/prog -----------------------------------------
 chapters: $(CHAPTER_BIN)
 
-$(BUILD)/chapters/%: chapters/%.c chapters/chapter.h $(HEADERS) $(BUILD)/libmoe.a $(BUILD)/version.c
+# (compiled to build/obj/chapters/NN-name/prog.o first, by the rule of every object, so that
+# its .d names the headers it reads)
+$(BUILD)/chapters/%: $(BUILD)/obj/chapters/%.o $(BUILD)/libmoe.a $(BUILD)/version.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) $< $(BUILD)/version.c $(BUILD)/libmoe.a -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) $< $(BUILD)/version.c $(BUILD)/libmoe.a -o $@ $(LDLIBS)
 
 # ---- Debian packages ----------------------------------------------------------------------
 # Required: what `make demo` and the single-process suites of `make test` cannot do without
@@ -291,7 +309,7 @@ deps-cross:
 # warnings as errors, without and with MPI (tests/lib/cross_aarch64.sh; compiling only).
 .PHONY: cross deps-cross
 cross: deps deps-cross
-	@bash tests/lib/cross_aarch64.sh build-aarch64
+	@bash tests/lib/cross_aarch64.sh build/aarch64
 
 # ---- data -----------------------------------------------------------------------------------
 # The Debian corpus (moe corpus: the fortunes under /usr/share/games/fortunes and libc6-dev's
@@ -334,39 +352,30 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_UTIL_OBJ) $(BUILD)/libmoe.a $(BU
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(CHECK_LIBS) $(LDLIBS)
 
 $(BUILD)/obj/tests/%.o: CPPFLAGS += $(CHECK_CFLAGS) -Itests
-# the tests' shared headers (ops_util.h, kernels_moe_util.h, ...): a change rebuilds every test
-$(TEST_SRC:%.c=$(BUILD)/obj/%.o): $(wildcard tests/*.h)
 
 # make test: the binaries first, a compiler a core (JOBS), the one-process build and, with Open
-# MPI, the MPI one ($(BUILD)-mpi); then every suite, the single-process ones and the MPI ones
-# (tests/mpi/, which run $(BUILD)-mpi's binaries) side by side in one queue
-# (tests/lib/run_suites.sh), the slowest first (SLOW_FIRST: the queue's length is about the
-# longest suite's, not the sum of two queues').
-MPI_BUILD := $(BUILD)-mpi
+# MPI, its MPI variant (build/mpi; build/san-mpi with SANITIZE=1); then every suite, the
+# single-process ones and the MPI ones (tests/mpi/, which run the MPI variant's binaries) side by
+# side in one queue, the slowest first.
+# The suites, their order and their environment, for this target and the others below:
+# tests/lib/make_test.sh (which runs them through tests/lib/run_suites.sh).
 HAVE_MPIRUN := $(shell command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 && echo 1 || echo 0)
-SLOW_FIRST := tests/mpi/test_ep.sh tests/mpi/test_ep_teach.sh tests/test_ablations.sh tests/test_cuda_build.sh tests/mpi/test_dist.sh \
-              tests/test_lab03.sh tests/test_bench.sh tests/test_gallery.sh
-SHELL_SUITES := $(wildcard tests/*.sh) $(if $(filter 1,$(HAVE_MPIRUN)),$(wildcard tests/mpi/*.sh))
-SUITES := $(filter $(SHELL_SUITES),$(SLOW_FIRST)) $(filter-out $(SLOW_FIRST),$(SHELL_SUITES)) $(TEST_BIN)
 test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) test-build
 	@if [ "$(HAVE_MPIRUN)" = 1 ]; then $(MAKE) --no-print-directory -j$(JOBS) MPI=1 test-build-mpi; \
 	 else echo "test: skipped: the multi-process suites (tests/mpi/) need Open MPI (mpicc, mpirun); install it with make deps"; fi
-	@env $(MPIRUN_ENV) MOE_BIN=$(BUILD)/moe MOE_BUILD=$(BUILD) MOE_MPI_BIN=$(MPI_BUILD)/moe MOE_MPI_BUILD=$(MPI_BUILD) \
-	  OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive CK_DEFAULT_TIMEOUT=600 CK_TIMEOUT_MULTIPLIER=5 \
-	  bash tests/lib/run_suites.sh test $(SUITES)
+	@bash tests/lib/make_test.sh test $(BUILD)
 
 # The slow variants make test leaves out to stay within three minutes, and the C for Arm: the
 # CUDA build for Hopper and Ampere with every unit suite on it and the GPU build across
 # processes (tests/test_cuda_build.sh with MOE_TEST_FULL=1), and every C file through the aarch64
 # cross compiler, which make deps-cross installs (tests/test_cross.sh); then a laptop's build:
-# clang without OpenMP (the pthreads OpenBLAS, build-noomp/) and every unit suite on it (clang
+# clang without OpenMP (the pthreads OpenBLAS, build/noomp/) and every unit suite on it (clang
 # from make deps-fuzz). CI runs it after make test; make test-full runs make test, this, and
 # make test SANITIZE=1.
 .PHONY: test-slow test-full
 test-slow: deps deps-cross deps-fuzz need-openblas $(BUILD)/moe
-	@MOE_BIN=$(BUILD)/moe MOE_BUILD=$(BUILD) MOE_TEST_FULL=1 OMP_WAIT_POLICY=passive \
-	  bash tests/lib/run_suites.sh "test (slow)" tests/test_cuda_build.sh tests/test_cross.sh
+	@bash tests/lib/make_test.sh test-slow $(BUILD)
 	@$(MAKE) --no-print-directory -j$(JOBS) CC=clang HAVE_OPENMP=0 test-units
 
 test-full:
@@ -374,9 +383,6 @@ test-full:
 	 $(MAKE) --no-print-directory test SANITIZE=1
 
 # ---- MPI: expert parallelism across processes ------------------------------------------------
-# mpirun refuses to run as root and to start more processes than cores unless told; the tests
-# and scripts say so with these variables (Open MPI), so they run the same in a container.
-MPIRUN_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 .PHONY: mpi test-mpi test-run-mpi
 mpi:
 	@command -v mpicc >/dev/null 2>&1 || { echo "error: no mpicc: run make deps (Open MPI) first"; exit 2; }
@@ -385,18 +391,15 @@ mpi:
 test-mpi: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) MPI=1 test-build-mpi && $(MAKE) --no-print-directory MPI=1 test-run-mpi
 
-# Every tests/mpi/*.sh, each starting its own mpirun (MOE_BIN, MOE_BUILD and MPIRUN_ENV set).
-# Open MPI's own allocations look like leaks to AddressSanitizer, so leak checking is off here
-# (the single-process suites check ours).
+# Every tests/mpi/*.sh, each starting its own mpirun (tests/lib/make_test.sh: without leak
+# checking, and with what mpirun needs to run as root or on more processes than cores).
 test-build-mpi: need-openblas $(BUILD)/moe $(filter $(BUILD)/tests/mpi/%,$(TEST_BIN)) $(CHAPTER_BIN)
 test-run-mpi: test-build-mpi
-	@env $(MPIRUN_ENV) ASAN_OPTIONS=detect_leaks=0 MOE_BIN=$(BUILD)/moe MOE_BUILD=$(BUILD) \
-	  OMP_WAIT_POLICY=passive bash tests/lib/run_suites.sh "test (MPI)" tests/mpi/*.sh
+	@bash tests/lib/make_test.sh test-run-mpi $(BUILD)
 
 test-build: need-openblas $(BUILD)/moe $(TEST_BIN) $(CHAPTER_BIN)
 test-run: test-build
-	@MOE_BIN=$(BUILD)/moe MOE_BUILD=$(BUILD) OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive \
-	  CK_DEFAULT_TIMEOUT=600 CK_TIMEOUT_MULTIPLIER=5 bash tests/lib/run_suites.sh test $(TEST_BIN) tests/*.sh
+	@bash tests/lib/make_test.sh test-run $(BUILD)
 
 # ---- demo -----------------------------------------------------------------------------------
 demo: deps
@@ -511,11 +514,11 @@ smoke-reference: $(BUILD)/moe
 # under -fsanitize=fuzzer,address,undefined (no OpenMP, no OpenBLAS: the readers need neither).
 # `make fuzz` runs each for FUZZ_SECONDS from its committed seeds (tests/fuzz/seeds/NAME/);
 # any crash, leak, sanitizer report or slow input fails it. New inputs go to
-# build-fuzz/corpus/NAME/, a failing input to build-fuzz/fuzz_NAME-crash-* (replay it with
-# build-fuzz/fuzz_NAME FILE). `make fuzz-seeds` rewrites the seeds with the current writers.
+# build/fuzz/corpus/NAME/, a failing input to build/fuzz/fuzz_NAME-crash-* (replay it with
+# build/fuzz/fuzz_NAME FILE). `make fuzz-seeds` rewrites the seeds with the current writers.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 15
-FUZZ_BUILD := build-fuzz
+FUZZ_BUILD := build/fuzz
 FUZZ_NAMES := config safetensors checkpoint shard csv json
 FUZZ_LIB_SRC := src/base/util.c src/config/config.c src/config/config_check.c src/config/keys.c src/io/files.c src/io/json.c \
                 src/io/safetensors.c src/io/tensorfile.c src/io/shard.c src/io/loader.c src/io/csv_table.c \
@@ -529,9 +532,10 @@ FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer -Wall -Wext
 fuzz: deps-fuzz
 	@$(MAKE) --no-print-directory fuzz-run
 
-$(FUZZ_BUILD)/obj/%.o: %.c $(HEADERS)
+$(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined $(DEPFLAGS) -c $< -o $@
+-include $(FUZZ_LIB_OBJ:.o=.d)
 
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_LIB_OBJ)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined $< $(FUZZ_LIB_OBJ) -lm -o $@
@@ -560,11 +564,10 @@ fuzz-seeds: $(BUILD)/libmoe.a $(BUILD)/version.c
 	$(BUILD)/fuzz/make_seeds tests/fuzz/seeds
 
 clean:
-	rm -rf build build-san build-mpi build-san-mpi build-noomp build-san-noomp build-fuzz build-cuda build-cuda-mpi build-cuda-san \
-	  build-cuda-san-mpi build-aarch64
+	rm -rf build
 
 # ---- CUDA: the GPU backend -------------------------------------------------------------------
-# make cuda builds build-cuda/moe (and its chapter programs); make test-cuda runs the unit
+# make cuda builds build/cuda/moe (and its chapter programs); make test-cuda runs the unit
 # suites on that build's binaries, where the cuda backend is in the table but no GPU need be
 # there (tests/test_cuda_build.sh checks what a machine without one can).
 .PHONY: cuda test-cuda test-units
@@ -579,8 +582,7 @@ test-cuda: cuda
 	@$(MAKE) --no-print-directory CUDA=1 test-units
 
 test-units: need-openblas $(TEST_BIN)
-	@OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive CK_DEFAULT_TIMEOUT=600 CK_TIMEOUT_MULTIPLIER=5 \
-	  bash tests/lib/run_suites.sh "test (units)" $(TEST_BIN)
+	@bash tests/lib/make_test.sh test-units $(BUILD)
 
 # The commit a build records (GIT_COMMIT; tests/test_build.sh checks when it says -dirty).
 .PHONY: commit

@@ -137,7 +137,7 @@ ablate_build() {
         if [ "${1:-}" = mpi ]; then
             command -v mpicc > /dev/null || { echo "no mpicc: run make deps (Open MPI) first" >&2; exit 2; }
             make --no-print-directory mpi data/corpus/train.bin > /dev/null
-            moe=build-mpi/moe
+            moe=build/mpi/moe
         else
             make --no-print-directory build/moe data/corpus/train.bin > /dev/null
             moe=build/moe

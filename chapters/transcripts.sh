@@ -11,7 +11,7 @@
 #   plots/01-routing/routing.txt            build/chapters/01-routing/routing on runs/demo/ckpt.bin
 #   plots/02-capacity/capacity.txt          build/chapters/02-capacity/capacity on runs/demo/ckpt.bin
 #   plots/04-upcycling/upcycle.txt          build/chapters/04-upcycling/upcycle on runs/ch04-dense/ckpt.bin
-#   plots/03-expert-parallel/a2a.txt        mpirun -np 4 build-mpi/chapters/03-expert-parallel/a2a
+#   plots/03-expert-parallel/a2a.txt        mpirun -np 4 build/mpi/chapters/03-expert-parallel/a2a
 #                                           (when mpirun and mpicc are installed; --no-mpi skips it)
 #   plots/05-stability/stability.txt        build/chapters/05-stability/stability (fresh models:
 #                                           no checkpoint; --smoke: --layers 2 --width 32)
@@ -22,7 +22,7 @@
 # The programs read data/corpus/val.bin. --smoke trains a tiny MoE and a tiny dense model into
 # runs/transcripts-smoke/ and writes plots/NN-name-smoke/ instead; MOE_BIN (moe) and MOE_BUILD
 # (the chapter programs' build folder, default build) choose other builds, MOE_MPI_BUILD
-# (default build-mpi) the one of a2a.
+# (default build/mpi) the one of a2a.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,7 +44,7 @@ done
 wants() { [ ${#only[@]} -eq 0 ] && return 0; local o; for o in "${only[@]}"; do [ "$o" = "$1" ] && return 0; done; return 1; }
 
 build=${MOE_BUILD:-build}
-mpi_build=${MOE_MPI_BUILD:-build-mpi}
+mpi_build=${MOE_MPI_BUILD:-build/mpi}
 if [ -z "${MOE_BUILD:-}" ]; then
   make --no-print-directory build/moe chapters data/corpus/train.bin > /dev/null
 fi

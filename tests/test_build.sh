@@ -65,14 +65,14 @@ else
   echo "  skip make deps as a user without root: needs root and setpriv to become one"
 fi
 
-# A laptop's builds. clang without OpenMP (make CC=clang HAVE_OPENMP=0, in build-noomp/) links
+# A laptop's builds. clang without OpenMP (make CC=clang HAVE_OPENMP=0, in build/noomp/) links
 # the pthreads OpenBLAS: the OpenMP build needs libgomp, which that link does not name.
 noomp=$(make -n --no-print-directory CC=clang HAVE_OPENMP=0 BUILD="$tmp/noomp" "$tmp/noomp/moe" 2>&1 |
   grep -E -- "-o $tmp/noomp/moe( |$)")
 [ -n "$noomp" ] && ! grep -Eq -- '-fopenmp|gomp|openblas-openmp' <<< "$noomp"
 check "make CC=clang HAVE_OPENMP=0: the link names no OpenMP runtime" $? "link: ${noomp:-none}"
-MAKEFLAGS= make -s --no-print-directory CC=clang HAVE_OPENMP=0 SANITIZE=0 features | grep -qx BUILD=build-noomp
-check "make CC=clang HAVE_OPENMP=0 builds in build-noomp/, apart from build/" $?
+MAKEFLAGS= make -s --no-print-directory CC=clang HAVE_OPENMP=0 SANITIZE=0 features | grep -qx BUILD=build/noomp
+check "make CC=clang HAVE_OPENMP=0 builds in build/noomp/, apart from build/" $?
 
 # macOS, as this machine can show it: a uname that answers Darwin, a brew whose prefix is a
 # scratch folder holding libomp (keg-only, found under opt/), and a compiler that refuses a bare
@@ -141,5 +141,28 @@ read_headers=$(cat "$acc"/*.d 2> /dev/null | tr ' ' '\n' | grep cblas | sort -u 
   ! grep -Eq '^(openblas_|omp_)' <<< "$undefined" && [ -z "$read_headers" ]
 check "the Accelerate build (MOE_BLAS_OPENBLAS=0) calls no OpenBLAS-only function" $? \
   "${acc_fail:-needs $(grep -E '^(openblas_|omp_)' <<< "$undefined" | tr '\n' ' ')read $read_headers}"
+
+# An object's prerequisites are the headers its compiler read (-MMD -MP, the .d beside it), not
+# every header: two objects in a scratch build, then make as if a header had changed (-W, which
+# touches nothing on disk, so the suites beside this one see no change). src/io/json.h rebuilds
+# the object of src/io/json.c and not that of src/base/util.c, which never includes it;
+# src/base/util.h, which both reach, rebuilds both; a new compiler flag (cc.flags) rebuilds both
+# too. (The objects are named as under obj/src/: io/json.o, base/util.o.)
+deps=$tmp/deps
+objs="$deps/obj/src/io/json.o $deps/obj/src/base/util.o"
+dmake() { MAKEFLAGS= make --no-print-directory BUILD="$deps" OPT=-O0 "$@" $objs 2>&1; }
+rebuilt() { grep -Eo -- "-o $deps/obj/[^ ]*\.o" <<< "$1" | sed "s|-o $deps/obj/src/||" | sort | tr '\n' ' '; }
+dmake > "$tmp/deps.log"
+check "a scratch build of two objects" $? "$(tail -n 5 "$tmp/deps.log")"
+after_json=$(rebuilt "$(dmake -W src/io/json.h)")
+after_util=$(rebuilt "$(dmake -W src/base/util.h)")
+after_flag=$(rebuilt "$(dmake EXTRA_CFLAGS=-DMOE_TEST_FLAG)")
+after_none=$(rebuilt "$(dmake EXTRA_CFLAGS=-DMOE_TEST_FLAG)")
+[ "$after_json" = "io/json.o " ]
+check "a header's change rebuilds the objects that include it, and no other (-MMD)" $? \
+  "src/io/json.h rebuilt: '$after_json' (expected io/json.o alone)"
+[ "$after_util" = "base/util.o io/json.o " ] && [ "$after_flag" = "$after_util" ] && [ -z "$after_none" ]
+check "a header both include rebuilds both, and so does a new flag, once" $? \
+  "util.h: '$after_util'; a new flag: '$after_flag', then '$after_none'"
 
 finish

@@ -88,4 +88,29 @@ rc=$?
 [ $rc = 2 ] && grep -q "MOE_TEST_JOBS=0" "$tmp/out3"
 check "MOE_TEST_JOBS=0: exit 2, naming it" $? "exit $rc: $(cat "$tmp/out3")"
 
+# the Makefile's test targets hand their suites to tests/lib/make_test.sh: make test-units on a
+# scratch build whose unit suites are stand-ins, one failing, one skipping, the rest passing
+# (with the environment make test gives them); an unknown target is refused
+units=(tests/test_*.c tests/mpi/test_*.c)
+for c in "${units[@]}"; do
+    mkdir -p "$(dirname "$tmp/b/$c")"
+    printf '#!/bin/sh\n[ "$OMP_NUM_THREADS$CK_DEFAULT_TIMEOUT" = 2600 ] || exit 5\nexit %s\n' \
+        "$([ "$c" = "${units[0]}" ] && echo 4 || { [ "$c" = "${units[1]}" ] && echo 77 || echo 0; })" > "$tmp/b/${c%.c}"
+    chmod +x "$tmp/b/${c%.c}"
+done
+out=$(MOE_TEST_JOBS=3 bash tests/lib/make_test.sh test-units "$tmp/b" 2>&1)
+rc=$?
+[ $rc = 1 ] && grep -q "test (units): $((${#units[@]} - 2)) passed, 1 failed, 1 skipped" <<< "$out" &&
+    grep -q "test (units): failed suites: $tmp/b/${units[0]%.c}\$" <<< "$out"
+check "make_test.sh test-units: every unit suite of the build, a failure failing it (exit 1)" $? "exit $rc: $out"
+rm "$tmp/b/${units[0]%.c}"
+out=$(MOE_TEST_JOBS=3 bash tests/lib/make_test.sh test-units "$tmp/b" 2>&1)
+rc=$?
+[ $rc = 0 ] && grep -q "test (units): $((${#units[@]} - 2)) passed, 0 failed, 1 skipped" <<< "$out"
+check "make_test.sh test-units: passes and a skip (77) pass it" $? "exit $rc: $out"
+out=$(bash tests/lib/make_test.sh tests "$tmp/b" 2>&1)
+rc=$?
+[ $rc = 2 ] && grep -q "no target 'tests'" <<< "$out"
+check "make_test.sh with an unknown target: exit 2, naming it" $? "exit $rc: $out"
+
 finish

@@ -18,7 +18,7 @@
 . "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 moe=$(executable "${MOE_BIN:-build/moe}" "make build/moe (or set MOE_BIN)") || exit 1
 build=${MOE_BUILD:-build}
-case ${build%/} in build-san | */build-san) san=1 ;; *) san=0 ;; esac
+case ${build%/} in build/san | */build/san) san=1 ;; *) san=0 ;; esac
 export OMP_NUM_THREADS=1
 
 # shard_table FILE: "DOMAIN TOKENS DOCUMENTS" for each domain of a shard, read from its header

@@ -8,7 +8,7 @@
 # shellcheck source=tests/lib/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 build=${MOE_BUILD:-build}
-case ${build%/} in build-san | */build-san) san=1 ;; *) san=0 ;; esac
+case ${build%/} in build/san | */build/san) san=1 ;; *) san=0 ;; esac
 if ! command -v gnuplot > /dev/null 2>&1 || [ ! -d /usr/share/games/fortunes/de ]; then
     skip "gnuplot or the fortunes packages are missing" "make deps"
 fi

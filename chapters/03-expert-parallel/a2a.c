@@ -1,7 +1,7 @@
 /*
  * Chapter 3, a2a.c: one dispatch and combine of an MoE block across processes.
  *
- *   make MPI=1 chapters && mpirun -np 4 build-mpi/chapters/03-expert-parallel/a2a
+ *   make MPI=1 chapters && mpirun -np 4 build/mpi/chapters/03-expert-parallel/a2a
  *   make chapters && build/chapters/03-expert-parallel/a2a      (one process: P = 1)
  *
  * Every process is one member of a single expert-parallel group (dist.ep = the number of
@@ -202,7 +202,7 @@ int main(int argc, char **argv) {
                P, P == 1 ? "" : "es", E, K, C, F, N);
         if (P == 1)
             printf("one process: nothing leaves it. To see the exchange: make MPI=1 chapters && "
-                   "mpirun -np 4 build-mpi/chapters/03-expert-parallel/a2a\n");
+                   "mpirun -np 4 build/mpi/chapters/03-expert-parallel/a2a\n");
         printf("\n");
     }
 

@@ -40,11 +40,11 @@ ablate_build mpi
 profiler=$(dirname "$moe")/chapters/03-expert-parallel/step_profile
 if [ ! -x "$profiler" ]; then
   case $(dirname "$moe") in
-    build-mpi) make --no-print-directory MPI=1 "$profiler" > /dev/null ;;
+    build/mpi) make --no-print-directory MPI=1 "$profiler" > /dev/null ;;
     build) make --no-print-directory "$profiler" > /dev/null ;;
   esac
 fi
-[ -x "$profiler" ] || { echo "no $profiler: make chapters (make MPI=1 chapters for build-mpi) first" >&2; exit 2; }
+[ -x "$profiler" ] || { echo "no $profiler: make chapters (make MPI=1 chapters for build/mpi) first" >&2; exit 2; }
 out=plots/03-expert-parallel$suffix
 mkdir -p "$out"
 # Open MPI: allow root and more processes than cores (a laptop, a container)

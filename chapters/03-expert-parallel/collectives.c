@@ -1,7 +1,7 @@
 /*
  * Chapter 3, collectives.c: the hand-built collectives against MPI's own, side by side.
  *
- *   make MPI=1 chapters && mpirun -np 4 build-mpi/chapters/03-expert-parallel/collectives
+ *   make MPI=1 chapters && mpirun -np 4 build/mpi/chapters/03-expert-parallel/collectives
  *   ... collectives --csv            (one line per measurement, for collectives.sh)
  *
  * Every process takes part in two sums of gradient-sized buffers and two exchanges, once over

@@ -3,7 +3,7 @@
 #
 #   bash chapters/03-expert-parallel/collectives.sh           # the handbook's numbers
 #   bash chapters/03-expert-parallel/collectives.sh --smoke   # 2 processes only (the test)
-#   MOE_BUILD=build-mpi bash chapters/03-expert-parallel/collectives.sh
+#   MOE_BUILD=build/mpi bash chapters/03-expert-parallel/collectives.sh
 #
 # Runs collectives (this folder; mpirun -np P, one thread each) for P = 2, 4 and 8, then the
 # overlap of the gradients' sums: chapter 0's MoE data-parallel over 4 processes for 30 steps
@@ -33,7 +33,7 @@ case ${1:-} in
     "") ;;
     *) echo "usage: $0 [--smoke]" >&2; exit 2 ;;
 esac
-build=${MOE_BUILD:-build-mpi}
+build=${MOE_BUILD:-build/mpi}
 bin=$build/chapters/03-expert-parallel/collectives
 if [ -z "${MOE_BUILD:-}" ]; then make --no-print-directory MPI=1 "$bin" > /dev/null; fi
 [ -x "$bin" ] || { echo "$0: no $bin: make MPI=1 chapters first" >&2; exit 2; }

@@ -12,7 +12,7 @@
 #   MOE_BIN=path/to/moe bash chapters/06-troubleshooting/gallery.sh   # with another build of moe
 #
 # The ep-imbalance arm trains with two processes (dist.ep=2) under mpirun, with MOE_MPI_BIN
-# (default: build-mpi/moe, made by make mpi when mpicc exists); with MOE_MPI_BIN= (empty) or
+# (default: build/mpi/moe, made by make mpi when mpicc exists); with MOE_MPI_BIN= (empty) or
 # without MPI it is skipped, and the summary says so.
 # Writes runs/ch06-gallery-NAME[-quick|-smoke]/ and, in plots/06-troubleshooting[-quick|-smoke]/:
 # gallery.csv and gallery.md (per arm: the findings it should provoke, those moe doctor named,
@@ -60,11 +60,11 @@ BASE=(--set train.steps=$steps --set train.warmup=$((steps / 12)) --set train.ev
 SMALL=()
 [ "$mode" = smoke ] && SMALL=("${MODEL_SETS[@]}" "${TRAIN_SETS[@]}" --set train.eval_batches=2)
 
-# the MPI build of the ep-imbalance arm: MOE_MPI_BIN, else build-mpi/moe when mpicc exists
+# the MPI build of the ep-imbalance arm: MOE_MPI_BIN, else build/mpi/moe when mpicc exists
 mpi_bin() {
   if [ -n "${MOE_MPI_BIN+set}" ]; then echo "$MOE_MPI_BIN"; return; fi
   command -v mpicc > /dev/null && command -v mpirun > /dev/null || return 0
-  make --no-print-directory mpi > /dev/null && echo build-mpi/moe
+  make --no-print-directory mpi > /dev/null && echo build/mpi/moe
 }
 
 # train NAME SETTINGS: one arm into runs/ch06-gallery-NAME$suffix (exit status 3, a divergence,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # plots/hf/compare.sh: moe.c's Hugging Face export and import checked against transformers
-# itself, on the same weights and tokens (src/README.md, "The Hugging Face layout").
+# itself, on the same weights and tokens (src/REFERENCE.md, "The Hugging Face layout").
 #
 #   make hf-compare                        # installs torch and transformers into build/venv-torch
 #                                          # (a developer tool, never a dependency), then runs this

@@ -23,7 +23,7 @@ const Backend *backend_get(const char *name, int precision, char *err, int errle
         set_error(
             err, errlen,
             "train.device=cuda: this binary was built without CUDA. Build the GPU one with "
-            "`make cuda` (it needs the CUDA toolkit: nvcc and cuBLAS) and run build-cuda/moe");
+            "`make cuda` (it needs the CUDA toolkit: nvcc and cuBLAS) and run build/cuda/moe");
         return NULL;
 #endif
     }

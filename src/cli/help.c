@@ -71,8 +71,8 @@ static const CmdHelp HELP[] = {
                "  --offload SLOTS       the experts in a file, SLOTS of them resident\n"
                "  --help                this text\n"},
     {"export", "usage: moe export --ckpt PATH --out FILE.safetensors | --format hf --out DIR\n"
-               "A checkpoint's weights as a safetensors file (names: src/README.md), or as a\n"
-               "folder that Hugging Face transformers loads (Mixtral or Llama).\n"
+               "A checkpoint's weights as a safetensors file (names: src/REFERENCE.md), or as\n"
+               "a folder that Hugging Face transformers loads (Mixtral or Llama).\n"
                "  --ckpt PATH           the checkpoint (required)\n"
                "  --out FILE            the safetensors file, or with --format hf the folder, to\n"
                "                        write (required; nothing existing is overwritten)\n"

@@ -1,5 +1,5 @@
 /*
- * hf.c: the Hugging Face layout, out and in. See hf.h; src/README.md, "The Hugging Face
+ * hf.c: the Hugging Face layout, out and in. See hf.h; src/REFERENCE.md, "The Hugging Face
  * layout", has the correspondence as a table.
  *
  * One table (MAP) pairs each tensor of moe.c's parameter table with its Hugging Face name, and

@@ -3,7 +3,7 @@
  * --format hf`). An MoE model of moe.c's default kind is a Mixtral (MixtralForCausalLM), a
  * dense one a Llama (LlamaForCausalLM): the same RMSNorm, rotary attention, SwiGLU, softmax
  * router with its top-k renormalised, untied head and no biases. The correspondence, tensor by
- * tensor and setting by setting, is src/README.md's "The Hugging Face layout".
+ * tensor and setting by setting, is src/REFERENCE.md's "The Hugging Face layout".
  *
  * A folder holds config.json (the architecture and every size that changes the function, plus
  * "moe_c_config", every moe.c setting, so that an export imports back to the same checkpoint),

@@ -67,9 +67,9 @@ static char *trim(char *s) {
 }
 
 /* Besides model.* and moe.*, the keys that decide which validation windows `moe eval` and the
- * in-training evaluation read (src/README.md, "Reproducing a run exactly"): with them the imported
- * model evaluates on the same tokens as the exported one. train.batch is also N of the capacity and
- * expert-choice formulas, so it changes what a capacity-bound model computes. */
+ * in-training evaluation read (src/REFERENCE.md, "Reproducing a run exactly"): with them the
+ * imported model evaluates on the same tokens as the exported one. train.batch is also N of the
+ * capacity and expert-choice formulas, so it changes what a capacity-bound model computes. */
 static const char *const EVAL_KEYS[] = {"train.batch", "train.eval_batches", "data.val"};
 
 /* The part of a "key = value" line before the '=', trimmed, into key ("" when none). */

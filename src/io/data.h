@@ -1,7 +1,7 @@
 /*
  * data.h: byte-token shards, the batch loader, the corpus builder and synthetic data.
  *
- * Shard file format (little-endian), version 2 (src/README.md, "Token shards", has the same
+ * Shard file format (little-endian), version 2 (src/REFERENCE.md, "Token shards", has the same
  * table):
  *   header, 256 bytes:
  *     off  type         field

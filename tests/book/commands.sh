@@ -4,8 +4,8 @@
 #   bash tests/book/commands.sh [--registry FILE] [DOC...]
 #
 # A shown command is a line of a ```sh block (a trailing "\" joins the next line; a "  # ..."
-# comment is dropped) or a line of an indented code block that starts with build/, build-mpi/,
-# make, bash or mpirun. Each must be an entry of the registry (default tests/doc_commands.txt),
+# comment is dropped) or a line of an indented code block that starts with build/ (a
+# build folder or a variant's under it), make, bash or mpirun. Each must be an entry of the registry (default tests/doc_commands.txt),
 # compared with runs of blanks collapsed:
 #
 #   COMMAND => TEST_FILE                 the test file contains COMMAND itself
@@ -29,7 +29,8 @@ while [ $# -gt 0 ]; do
     shift
 done
 [ ${#docs[@]} -gt 0 ] || docs=(handbook.md README.md chapters/README.md labs/README.md labs/*/README.md \
-                               data/README.md data/fallback/README.md src/README.md tests/gpu/README.md)
+                               data/README.md data/fallback/README.md src/README.md src/REFERENCE.md src/BACKENDS.md \
+                               tests/gpu/README.md)
 for d in "${docs[@]}" "$registry"; do [ -f "$d" ] || { echo "commands.sh: no file $d" >&2; exit 2; }; done
 
 # the shown commands, one a line: DOC:LINE<tab>COMMAND
@@ -68,7 +69,7 @@ FNR == 1 { fence = ""; indent = 0; prevblank = 1; pend = "" }
     if (line ~ /^    / && (prevblank || indent)) {
         indent = 1
         s = line; sub(/^[ \t]+/, "", s)
-        if (s ~ /^(build\/|build-mpi\/|make( |$)|bash |mpirun )/) emit(FILENAME ":" FNR, uncomment(s))
+        if (s ~ /^(build\/|make( |$)|bash |mpirun )/) emit(FILENAME ":" FNR, uncomment(s))
     } else if (!blank) indent = 0
     prevblank = blank
 }' "${docs[@]}" > "${TMPDIR:-/tmp}/commands.$$"

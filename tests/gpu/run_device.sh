@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # run_device.sh [--smoke | --part NAME] [--list] [OUT]: the CUDA backend's checks on a machine
 # with an NVIDIA GPU. Every step has its own time limit; the results go to two files in OUT
-# (default $OUT, else build-cuda/gpu-check): summary.txt (a line per step, with the tail of a
+# (default $OUT, else build/cuda/gpu-check): summary.txt (a line per step, with the tail of a
 # failed step's log) and logs.tar.gz (every step's log and the runs' CSV files). The runs and
-# logs themselves are written to RD_WORK (default build-cuda/gpu-work), emptied at the start.
+# logs themselves are written to RD_WORK (default build/cuda/gpu-work), emptied at the start.
 #
 #   --smoke      the first check on a GPU, within 8 minutes of step limits, the build included:
 #                the build for this GPU's architecture alone, the ops and the gradients against
@@ -57,8 +57,8 @@
 #
 # REHEARSE=1 runs the same steps on a machine without a GPU, with cpu-ref standing in for cuda
 # (and the GPU-only steps skipped): a check of the script itself, before a GPU's time is spent.
-# RD_BUILD=DIR (with REHEARSE=1) takes the binaries already built in DIR (build, build-san)
-# instead of making build-cuda/; RD_FAIL=STEP makes that step's first run fail, so that its
+# RD_BUILD=DIR (with REHEARSE=1) takes the binaries already built in DIR (build, build/san)
+# instead of making build/cuda/; RD_FAIL=STEP makes that step's first run fail, so that its
 # rerun is seen; RD_TIME_SCALE=N (with REHEARSE=1) gives every step N times its limit, for a
 # slow stand-in (cpu-ref under the sanitizers). ONLY='ops|train-.*' runs only the steps of the
 # profile whose names match (an extended regular expression, whole names).
@@ -232,11 +232,11 @@ if [ $fn_mode = 0 ]; then
         # compute_cap (9.0) is the build's CUDA_ARCH (90); drivers before 510 lack the field
         arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2> /dev/null | head -n 1 | tr -d ' .')
     fi
-    out=${outarg:-${OUT:-build-cuda/gpu-check}}
+    out=${outarg:-${OUT:-build/cuda/gpu-check}}
     case $out in /*) ;; *) out=$start_dir/$out ;; esac
-    work=${RD_WORK:-build-cuda/gpu-work}
+    work=${RD_WORK:-build/cuda/gpu-work}
     case $work in /*) ;; *) work=$PWD/$work ;; esac
-    bdir=${RD_BUILD:-build-cuda}
+    bdir=${RD_BUILD:-build/cuda}
     export RD_OUT=$out RD_WORK=$work RD_GPU=$gpu RD_BIN=$bdir/moe RD_MPI_BIN=$bdir-mpi/moe
     mkdir -p "$out" "$work" || exit 2
     rm -rf "$work/logs" "$work/runs" "$out/summary.txt" "$out/logs.tar.gz"
@@ -352,7 +352,7 @@ precision_pair() { # P: 50 steps at precision P against fp32: the last loss with
     echo "last loss: fp32 $a, $p $b"
     awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.02 * a) }'
 }
-build_all() { # make cuda for ARCH and the unit suites the steps run (MPI=1: build-cuda-mpi)
+build_all() { # make cuda for ARCH and the unit suites the steps run (MPI=1: build/cuda-mpi)
     local arch=$1; shift
     if [ -n "${RD_BUILD:-}" ]; then # the rehearsal's binaries, built already
         local f
@@ -363,9 +363,9 @@ build_all() { # make cuda for ARCH and the unit suites the steps run (MPI=1: bui
         return 0
     fi
     make -j"$(nproc)" cuda CUDA_ARCH="$arch" "$@" &&
-        make -j"$(nproc)" CUDA=1 CUDA_ARCH="$arch" "$@" build-cuda/tests/test_backend_ops \
-            build-cuda/tests/test_backend_grad build-cuda/tests/test_backend_coll \
-            build-cuda/tests/test_decode
+        make -j"$(nproc)" CUDA=1 CUDA_ARCH="$arch" "$@" build/cuda/tests/test_backend_ops \
+            build/cuda/tests/test_backend_grad build/cuda/tests/test_backend_coll \
+            build/cuda/tests/test_decode
 }
 build_mpi() {
     if [ -n "${RD_BUILD:-}" ]; then
@@ -598,7 +598,7 @@ run_named() {
         nccl-2proc)
             if [ "$gpu" != cuda ] || [ "$(nvidia-smi -L | wc -l)" -lt 2 ] || ! have_mpi ||
                 [ ! -x "$mpi_bin" ] || [ "${mpi_failed:-0}" = 1 ] || ! ldd "$mpi_bin" | grep -q libnccl; then
-                skipped "$name" "$limit" "it needs 2 GPUs, MPI and build-cuda-mpi/moe with NCCL; NCCL refuses two processes on one GPU"
+                skipped "$name" "$limit" "it needs 2 GPUs, MPI and build/cuda-mpi/moe with NCCL; NCCL refuses two processes on one GPU"
                 return 0
             fi
             need_data

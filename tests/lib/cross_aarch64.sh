@@ -4,12 +4,12 @@
 # project's flags and every warning an error: the engine, the command line, the chapters'
 # programs and the labs' graders, once without MPI and once with it. Compiling only: a link
 # needs OpenBLAS and MPI built for aarch64, which such a node has; their headers here are this
-# machine's (the interfaces are the same on both). Objects go to OUT (default build-aarch64).
+# machine's (the interfaces are the same on both). Objects go to OUT (default build/aarch64).
 # Exits 0 when every file compiles clean, 1 with the compiler's words otherwise, 2 when there
 # is no cross compiler.
 set -u
 cd "$(dirname "$0")/../.."
-out=${1:-build-aarch64}
+out=${1:-build/aarch64}
 cc=${CROSS_CC:-aarch64-linux-gnu-gcc}
 command -v "$cc" > /dev/null 2>&1 ||
     { echo "cross_aarch64: no $cc: install it with make deps-cross" >&2; exit 2; }

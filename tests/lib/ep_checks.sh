@@ -3,7 +3,7 @@
 # by tests/mpi/test_ep.sh (engines=mpi: MPI's own collectives) and tests/mpi/test_ep_teach.sh
 # (engines=teach: the hand-built ones of chapter 3), two suites so that `make test` runs them
 # side by side; each has sourced tests/lib/common.sh and set $engines. They run with
-# MOE_BIN=build-mpi/moe (`make test-mpi`, `make test`) and need mpirun.
+# MOE_BIN=build/mpi/moe (`make test-mpi`, `make test`) and need mpirun.
 #
 #   1. the same tiny MoE trained 6 steps in one process and with dist.ep = 2 (2 processes),
 #      dist.ep = 4 (4), dist.ep = 2 x data-parallel 2 (4) and data-parallel 2 (2, dist.ep = 1):
@@ -47,7 +47,7 @@ fi
 # uses ENGINE: this suite runs the checks of ENGINE's collectives
 uses() { [[ " $engines " == *" $1 "* ]]; }
 need_mpirun skip
-moe=$(executable "${MOE_BIN:-build-mpi/moe}" "make mpi (or set MOE_BIN)") || exit 1
+moe=$(executable "${MOE_BIN:-build/mpi/moe}" "make mpi (or set MOE_BIN)") || exit 1
 export OMP_NUM_THREADS=1
 
 top=$tmp # one folder per engine below; all of it removed at exit

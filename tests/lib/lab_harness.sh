@@ -10,8 +10,8 @@
 #   single_task   a task that TASK= grades alone on the solution
 #   starter_task  (optional) a task that TASK= grades alone on the starter
 # Sourcing moves to the repository root and picks the build under test: the engine library is
-# the one of MOE_BUILD, else of the folder of MOE_BIN; build-san (make test SANITIZE=1) grades
-# under the sanitizers against build-san/libmoe.a, anything else uses build/. $tmp is a scratch
+# the one of MOE_BUILD, else of the folder of MOE_BIN; build/san (make test SANITIZE=1) grades
+# under the sanitizers against build/san/libmoe.a, anything else uses build/. $tmp is a scratch
 # folder, removed at exit.
 #
 # The script then calls lab_common_checks (the checks every lab has), its own checks (mutants
@@ -31,7 +31,7 @@ name=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root" || exit 1
 build=${MOE_BUILD:-$(dirname "${MOE_BIN:-build/moe}")}
-case ${build%/} in build-san | */build-san) san=1 ;; *) san=0 ;; esac
+case ${build%/} in build/san | */build/san) san=1 ;; *) san=0 ;; esac
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe_$name.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 # run from `make test`: its jobserver and command-line variables are not for this make
@@ -332,7 +332,7 @@ lab_list_check() {
 # and not on the next grade, when the library is up to date.
 lab_handout_checks() {
     local h=$tmp/handout bdir=build missing="" leak="" d f s
-    [ "$san" = 1 ] && bdir="build-san"
+    [ "$san" = 1 ] && bdir="build/san"
     out=$(make -s -C labs handout OUT="$h" 2>&1)
     rc=$?
     for d in labs/*/grader.c; do

@@ -18,7 +18,7 @@
 # shellcheck source=tests/lib/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 need_mpirun skip
-bin=$(executable "${MOE_BUILD:-build-mpi}/chapters/03-expert-parallel/a2a" \
+bin=$(executable "${MOE_BUILD:-build/mpi}/chapters/03-expert-parallel/a2a" \
       "make MPI=1 chapters (or set MOE_BUILD)") || exit 1
 export OMP_NUM_THREADS=1
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_ablations.sh (MPI): chapter 3's ablation and the a2a transcript in their smoke modes, run
-# by `make test-mpi` / `make test` with MOE_BIN=build-mpi/moe and MOE_BUILD=build-mpi (the other
+# by `make test-mpi` / `make test` with MOE_BIN=build/mpi/moe and MOE_BUILD=build/mpi (the other
 # chapters: tests/test_ablations.sh).
 #
 #   1. chapters/03-expert-parallel/ablate.sh --smoke (6 runs of 6 steps of a tiny model over 1, 2
@@ -17,8 +17,8 @@
 # shellcheck source=tests/lib/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 need_mpirun skip
-moe=$(executable "${MOE_BIN:-build-mpi/moe}" "make mpi (or set MOE_BIN)") || exit 1
-build=${MOE_BUILD:-build-mpi}
+moe=$(executable "${MOE_BIN:-build/mpi/moe}" "make mpi (or set MOE_BIN)") || exit 1
+build=${MOE_BUILD:-build/mpi}
 if ! command -v gnuplot > /dev/null 2>&1; then
     skip "gnuplot is not installed" "make deps"
 fi

@@ -26,7 +26,7 @@
 
 # shellcheck source=tests/lib/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
-build=${MOE_BUILD:-build-mpi}
+build=${MOE_BUILD:-build/mpi}
 bin=$(executable "$build/tests/mpi/test_dist" \
       "make MPI=1 $build/tests/mpi/test_dist (or set MOE_BUILD)") || exit 1
 need_mpirun required

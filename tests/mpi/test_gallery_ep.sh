@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_gallery_ep.sh (MPI): chapter 6's ep-imbalance arm in its smoke form, run by
-# `make test-mpi` / `make test` with MOE_BIN=build-mpi/moe (the other arms: tests/test_gallery.sh).
+# `make test-mpi` / `make test` with MOE_BIN=build/mpi/moe (the other arms: tests/test_gallery.sh).
 #
 #   chapters/06-troubleshooting/gallery.sh --smoke --only ep-imbalance trains two processes of
 #   4 experts each with a collapsed router; its dist.csv has both processes' rows, and
@@ -10,7 +10,7 @@
 # shellcheck source=tests/lib/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 need_mpirun skip
-moe=$(executable "${MOE_BIN:-build-mpi/moe}" "make mpi (or set MOE_BIN)") || exit 1
+moe=$(executable "${MOE_BIN:-build/mpi/moe}" "make mpi (or set MOE_BIN)") || exit 1
 
 echo "test_gallery_ep: gallery.sh --smoke --only ep-imbalance"
 dir=runs/ch06-gallery-ep-imbalance-smoke

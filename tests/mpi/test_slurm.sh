@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_slurm.sh: chapter 3's batch jobs (slurm.sbatch on CPUs, slurm-gpu.sbatch on GPUs) and
 # the hostfile recipe, on this machine, with Slurm's two commands stood in for (run by
-# `make test` with MOE_BIN=build-mpi/moe; needs mpirun).
+# `make test` with MOE_BIN=build/mpi/moe; needs mpirun).
 #
 # A stand-in srun starts the job's tasks with mpirun (-np SLURM_NTASKS, Slurm's options
 # dropped) and a stand-in sbatch records the next job instead of queueing it; the job runs with
@@ -21,7 +21,7 @@
 # shellcheck source=tests/lib/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 need_mpirun skip
-moe=$(executable "${MOE_BIN:-build-mpi/moe}" "make mpi (or set MOE_BIN)") || exit 1
+moe=$(executable "${MOE_BIN:-build/mpi/moe}" "make mpi (or set MOE_BIN)") || exit 1
 moe=$(cd "$(dirname "$moe")" && pwd)/$(basename "$moe")
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export OMP_NUM_THREADS=1

@@ -21,7 +21,7 @@
  * row count back). Only domains.csv's per-domain counts, read once per evaluation, run here
  * as the CPU's own function between a download and the host arrays it fills (a "host entry").
  *
- * Nothing of this file has run on a GPU yet (src/README.md, "The CUDA backend").
+ * Nothing of this file has run on a GPU yet (src/BACKENDS.md, "The CUDA backend").
  */
 #include "backend/cuda/cuda.cuh"
 
