@@ -24,11 +24,99 @@
 
 #include "model/model.h"
 
+/* block_attn_entries: the attention half of block l, the feed-forward branch's input norm and,
+ * with sandwich norms, both sublayers' output norms */
+static void block_attn_entries(ActTable *t, const Config *c, int B, int T, int l, BlockActs *a) {
+    const size_t C = (size_t)c->d_model, H = (size_t)c->n_head, N = (size_t)B * T;
+    /* ln1, rstd1: the rmsnorm of the block input and its 1 / rms per token */
+    acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, ln1), "blocks.%d.ln1", l);
+    acts_add(t, ACT_FLOAT, ACT_ATTN, N, ACT_FIELD(a, rstd1), "blocks.%d.rstd1", l);
+    /* q, k, v (q and k after RoPE) */
+    acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, q), "blocks.%d.q", l);
+    acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, k), "blocks.%d.k", l);
+    acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, v), "blocks.%d.v", l);
+    /* att: the softmax probabilities, the full T x T square per (batch row, head): the one
+     * activation quadratic in T */
+    acts_add(t, ACT_FLOAT, ACT_ATTN, (size_t)B * H * T * T, ACT_FIELD(a, att), "blocks.%d.att", l);
+    /* atty: the attention output before wo; resid_mid: block input + attention branch */
+    acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, atty), "blocks.%d.atty", l);
+    acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, resid_mid), "blocks.%d.resid_mid", l);
+    /* ln2, rstd2: the rmsnorm of resid_mid, the feed-forward branch's input */
+    acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, ln2), "blocks.%d.ln2", l);
+    acts_add(t, ACT_FLOAT, ACT_ATTN, N, ACT_FIELD(a, rstd2), "blocks.%d.rstd2", l);
+    if (c->norm != MOE_NORM_PRE) {
+        /* sandwich norms: each sublayer's output before its output norm, and the norm's
+         * 1 / rms per token */
+        acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, attn_out), "blocks.%d.attn_out", l);
+        acts_add(t, ACT_FLOAT, ACT_ATTN, N, ACT_FIELD(a, rstd_attn_out), "blocks.%d.rstd_attn_out",
+                 l);
+        acts_add(t, ACT_FLOAT, ACT_FFN, N * C, ACT_FIELD(a, ffn_out), "blocks.%d.ffn_out", l);
+        acts_add(t, ACT_FLOAT, ACT_FFN, N, ACT_FIELD(a, rstd_ffn_out), "blocks.%d.rstd_ffn_out", l);
+    }
+}
+
+/* block_ffn_entries: the feed-forward half of block l, the MoE block's buffers and the shared
+ * experts' for an MoE layer, the dense SwiGLU's otherwise */
+static void block_ffn_entries(ActTable *t, const Config *c, const MoeSpec *spec, int ep, size_t N,
+                              int l, BlockActs *a) {
+    const size_t F = (size_t)c->d_ff;
+    const size_t FS = (size_t)c->num_shared * config_expert_hidden(c);
+    if (config_is_moe_layer(c, l)) {
+        /* MoeActs: the router, then the tokens in expert order and the experts' SwiGLU */
+        char pre[ACT_NAME_MAX];
+        snprintf(pre, sizeof pre, "blocks.%d.moe", l);
+        moe_acts_entries(t, pre, spec, ep, (int)N, a ? a->moe : NULL);
+        /* sg, su, sh: the shared experts' SwiGLU (gate, up, silu(gate) * up) */
+        if (FS > 0) {
+            acts_add(t, ACT_FLOAT, ACT_FFN, N * FS, ACT_FIELD(a, sg), "blocks.%d.sg", l);
+            acts_add(t, ACT_FLOAT, ACT_FFN, N * FS, ACT_FIELD(a, su), "blocks.%d.su", l);
+            acts_add(t, ACT_FLOAT, ACT_FFN, N * FS, ACT_FIELD(a, sh), "blocks.%d.sh", l);
+        }
+    } else {
+        /* fg, fu, fh: the dense SwiGLU, gate, up, silu(gate) * up */
+        acts_add(t, ACT_FLOAT, ACT_FFN, N * F, ACT_FIELD(a, fg), "blocks.%d.fg", l);
+        acts_add(t, ACT_FLOAT, ACT_FFN, N * F, ACT_FIELD(a, fu), "blocks.%d.fu", l);
+        acts_add(t, ACT_FLOAT, ACT_FFN, N * F, ACT_FIELD(a, fh), "blocks.%d.fh", l);
+    }
+}
+
+/* scratch_entries: the backward scratch, one set reused by every block; the dense SwiGLU's
+ * gradients only when a dense block exists, the MoE scratch only when an MoE block does */
+static void scratch_entries(ActTable *t, const Config *c, const MoeSpec *spec, size_t N, int n_moe,
+                            Model *m) {
+    const size_t C = (size_t)c->d_model, V = MOE_VOCAB, F = (size_t)c->d_ff;
+    const size_t FS = (size_t)c->num_shared * config_expert_hidden(c);
+    /* (N, C) gradients: the residual stream, resid_mid, a norm's input, a spare, q, k, v, atty */
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dresid), "scratch.dresid");
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dmid), "scratch.dmid");
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dln), "scratch.dln");
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dtmp), "scratch.dtmp");
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dq), "scratch.dq");
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dk), "scratch.dk");
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dv), "scratch.dv");
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, datty), "scratch.datty");
+    /* dfg, dfu, dfh: the dense SwiGLU's gradients, only when a dense block exists */
+    if (n_moe < c->n_layer) {
+        acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * F, ACT_FIELD(m, dfg), "scratch.dfg");
+        acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * F, ACT_FIELD(m, dfu), "scratch.dfu");
+        acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * F, ACT_FIELD(m, dfh), "scratch.dfh");
+    }
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * V, ACT_FIELD(m, dlogits), "scratch.dlogits");
+    if (n_moe > 0) { /* MoeScratch, shared by the MoE blocks */
+        moe_scratch_entries(t, "scratch.moe", spec, (int)N, m ? &m->moe_scratch : NULL);
+        /* dsg, dsu, dsh: the shared experts' SwiGLU */
+        if (FS > 0) {
+            acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * FS, ACT_FIELD(m, dsg), "scratch.dsg");
+            acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * FS, ACT_FIELD(m, dsu), "scratch.dsu");
+            acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * FS, ACT_FIELD(m, dsh), "scratch.dsh");
+        }
+    }
+}
+
 void model_acts_table(ActTable *t, const Config *c, int B, int T, int ep, Model *m) {
     const int L = c->n_layer;
-    const size_t C = (size_t)c->d_model, H = (size_t)c->n_head, V = MOE_VOCAB;
-    const size_t F = (size_t)c->d_ff, E = (size_t)c->num_experts, N = (size_t)B * T;
-    const size_t FS = (size_t)c->num_shared * config_expert_hidden(c);
+    const size_t C = (size_t)c->d_model, V = MOE_VOCAB;
+    const size_t E = (size_t)c->num_experts, N = (size_t)B * T;
     MoeSpec spec; /* the spec model_init builds: the table sizes what the block uses */
     moe_spec_from_config(&spec, c, T);
     int n_moe = 0;
@@ -44,53 +132,8 @@ void model_acts_table(ActTable *t, const Config *c, int B, int T, int ep, Model 
 
     for (int l = 0; l < L; l++) {
         BlockActs *a = m ? &m->blocks[l] : NULL;
-        /* the attention half of the block */
-        /* ln1, rstd1: the rmsnorm of the block input and its 1 / rms per token */
-        acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, ln1), "blocks.%d.ln1", l);
-        acts_add(t, ACT_FLOAT, ACT_ATTN, N, ACT_FIELD(a, rstd1), "blocks.%d.rstd1", l);
-        /* q, k, v (q and k after RoPE) */
-        acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, q), "blocks.%d.q", l);
-        acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, k), "blocks.%d.k", l);
-        acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, v), "blocks.%d.v", l);
-        /* att: the softmax probabilities, the full T x T square per (batch row, head): the one
-         * activation quadratic in T */
-        acts_add(t, ACT_FLOAT, ACT_ATTN, (size_t)B * H * T * T, ACT_FIELD(a, att), "blocks.%d.att",
-                 l);
-        /* atty: the attention output before wo; resid_mid: block input + attention branch */
-        acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, atty), "blocks.%d.atty", l);
-        acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, resid_mid), "blocks.%d.resid_mid", l);
-        /* ln2, rstd2: the rmsnorm of resid_mid, the feed-forward branch's input */
-        acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, ln2), "blocks.%d.ln2", l);
-        acts_add(t, ACT_FLOAT, ACT_ATTN, N, ACT_FIELD(a, rstd2), "blocks.%d.rstd2", l);
-        if (c->norm != MOE_NORM_PRE) {
-            /* sandwich norms: each sublayer's output before its output norm, and the norm's
-             * 1 / rms per token */
-            acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, attn_out), "blocks.%d.attn_out",
-                     l);
-            acts_add(t, ACT_FLOAT, ACT_ATTN, N, ACT_FIELD(a, rstd_attn_out),
-                     "blocks.%d.rstd_attn_out", l);
-            acts_add(t, ACT_FLOAT, ACT_FFN, N * C, ACT_FIELD(a, ffn_out), "blocks.%d.ffn_out", l);
-            acts_add(t, ACT_FLOAT, ACT_FFN, N, ACT_FIELD(a, rstd_ffn_out), "blocks.%d.rstd_ffn_out",
-                     l);
-        }
-
-        if (config_is_moe_layer(c, l)) {
-            /* MoeActs: the router, then the tokens in expert order and the experts' SwiGLU */
-            char pre[ACT_NAME_MAX];
-            snprintf(pre, sizeof pre, "blocks.%d.moe", l);
-            moe_acts_entries(t, pre, &spec, ep, (int)N, a ? a->moe : NULL);
-            /* sg, su, sh: the shared experts' SwiGLU (gate, up, silu(gate) * up) */
-            if (FS > 0) {
-                acts_add(t, ACT_FLOAT, ACT_FFN, N * FS, ACT_FIELD(a, sg), "blocks.%d.sg", l);
-                acts_add(t, ACT_FLOAT, ACT_FFN, N * FS, ACT_FIELD(a, su), "blocks.%d.su", l);
-                acts_add(t, ACT_FLOAT, ACT_FFN, N * FS, ACT_FIELD(a, sh), "blocks.%d.sh", l);
-            }
-        } else {
-            /* fg, fu, fh: the dense SwiGLU, gate, up, silu(gate) * up */
-            acts_add(t, ACT_FLOAT, ACT_FFN, N * F, ACT_FIELD(a, fg), "blocks.%d.fg", l);
-            acts_add(t, ACT_FLOAT, ACT_FFN, N * F, ACT_FIELD(a, fu), "blocks.%d.fu", l);
-            acts_add(t, ACT_FLOAT, ACT_FFN, N * F, ACT_FIELD(a, fh), "blocks.%d.fh", l);
-        }
+        block_attn_entries(t, c, B, T, l, a);
+        block_ffn_entries(t, c, &spec, ep, N, l, a);
     }
     /* router_bias (n_moe, E): the aux-free biases, Model state kept next to the blocks (no
      * gradient, no moments; in checkpoints), counted with the MoE blocks' activations */
@@ -105,29 +148,5 @@ void model_acts_table(ActTable *t, const Config *c, int B, int T, int ep, Model 
     acts_add(t, ACT_FLOAT, ACT_HEAD, N, ACT_FIELD(m, losses), "losses");
 
     /* ---- backward scratch: one set, reused by every block ------------------------------- */
-    /* (N, C) gradients: the residual stream, resid_mid, a norm's input, a spare, q, k, v, atty */
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dresid), "scratch.dresid");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dmid), "scratch.dmid");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dln), "scratch.dln");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dtmp), "scratch.dtmp");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dq), "scratch.dq");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dk), "scratch.dk");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dv), "scratch.dv");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, datty), "scratch.datty");
-    /* dfg, dfu, dfh: the dense SwiGLU's gradients, only when a dense block exists */
-    if (n_moe < L) {
-        acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * F, ACT_FIELD(m, dfg), "scratch.dfg");
-        acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * F, ACT_FIELD(m, dfu), "scratch.dfu");
-        acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * F, ACT_FIELD(m, dfh), "scratch.dfh");
-    }
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * V, ACT_FIELD(m, dlogits), "scratch.dlogits");
-    if (n_moe > 0) { /* MoeScratch, shared by the MoE blocks */
-        moe_scratch_entries(t, "scratch.moe", &spec, (int)N, m ? &m->moe_scratch : NULL);
-        /* dsg, dsu, dsh: the shared experts' SwiGLU */
-        if (FS > 0) {
-            acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * FS, ACT_FIELD(m, dsg), "scratch.dsg");
-            acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * FS, ACT_FIELD(m, dsu), "scratch.dsu");
-            acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * FS, ACT_FIELD(m, dsh), "scratch.dsh");
-        }
-    }
+    scratch_entries(t, c, &spec, N, n_moe, m);
 }
