@@ -248,21 +248,13 @@ static void balance_fractions(MoeActs *a, const int *idx, int N, const MoeSpec *
     }
 }
 
-void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
-                       const MoeWeights *wt, const MoeSpec *s, const MoeCtx *ctx, int N) {
-    /* y (N, C) written, x (N, C); a holds every intermediate for the backward pass. */
-    const int C = s->d_model, E = s->num_experts, F = s->d_expert;
-    MoeCtx cw = *ctx; /* with the block's scratch: the routing ops allocate nothing */
-    cw.work = a->work, cw.work_bytes = a->work_bytes;
-    Rng *rng = cw.rng;
+/* router_forward: the router's logits (N, E) and scores (N, E) for x (N, C), with the
+ * training-time jitter on its input and noise on its logits, and the bf16 rounding of
+ * moe.router_precision; rng is NULL outside training (no jitter, no noise). */
+static void router_forward(const Backend *be, MoeActs *a, const float *x, const MoeWeights *wt,
+                           const MoeSpec *s, Rng *rng, int N) {
+    const int C = s->d_model, E = s->num_experts;
     const size_t NC = (size_t)N * C, NE = (size_t)N * E;
-    /* the balance and z losses: where the backend writes them (aux, z) */
-    float *out = a->losses ? a->losses : a->loss_here;
-    if (!a->losses && !be->host_memory)
-        moe_fatal("moe_block_forward: a block on %s needs MoeActs.losses in its memory", be->name);
-    a->N = N;
-    a->T = cw.T;
-    a->jittered = rng && s->jitter > 0.0f;
     /* jitter (Switch Transformer): xj = x * jit, jit ~ U(1 - jitter, 1 + jitter) elementwise;
      * the router sees a slightly different input each step, the experts do not */
     if (a->jittered)
@@ -285,6 +277,71 @@ void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
     PROF(PROF_ROUTER, be->router_scores_forward(be, a->scores, a->lse, a->logits, N, s));
     if (s->router_precision == MOE_ROUTER_BF16)
         PROF(PROF_ROUTER, be->round_bf16(be, a->scores, a->scores, NE));
+}
+
+/* token_choice_forward: each token picks its experts (idx, w), the balance and z losses land
+ * in out[0], out[1], and the plan is built, with drops under a capacity; cw->global_f is set
+ * when the balance loss counts its fractions outside the call (balance_fractions). */
+static void token_choice_forward(const Backend *be, MoeActs *a, float *out, const MoeWeights *wt,
+                                 const MoeSpec *s, MoeCtx *cw, int N) {
+    const int E = s->num_experts;
+    PROF(PROF_ROUTER,
+         be->router_gate_forward(be, a->idx, a->w, a->scores, a->logits, wt->bias, N, s));
+    if (cw->tape) /* record the choice, or replace it with the recorded one */
+        PROF(PROF_ROUTER, route_tape_apply(cw->tape, be, a->idx, a->w, a->scores, a->logits, N, s));
+    if (a->global_f) { /* counted on the host, from a device's idx copied down */
+        const int *idx = a->idx;
+        if (a->idx_host) {
+            be->to_host(be, a->idx_host, a->idx, (size_t)N * s->top_k * sizeof(int));
+            idx = a->idx_host;
+        }
+        PROF(PROF_ROUTER, balance_fractions(a, idx, N, s, cw));
+        if (a->global_f != a->global_f_host)
+            be->to_device(be, a->global_f, a->global_f_host, (size_t)E * sizeof(float));
+        cw->global_f = a->global_f;
+    }
+    PROF(PROF_ROUTER, be->router_balance_loss(be, out, a->scores, a->idx, N, s, cw));
+    PROF(PROF_ROUTER, be->router_z_loss(be, out + 1, a->lse, N));
+    if (cw->capacity_factor > 0.0f) /* capacity.c: drops (slot -1), maybe padding */
+        PROF(PROF_PERMUTE,
+             be->capacity_plan_build(be, &a->plan, a->idx, a->scores, a->w, N, s, cw));
+    else
+        PROF(PROF_PERMUTE, be->dispatch_plan_build(be, &a->plan, a->idx, N));
+}
+
+/* block_experts_forward: ye (S, C) = each expert's SwiGLU of its slice of xe (S, C), on the
+ * members of the expert-parallel group, through a weight source, or here. Each slice: its
+ * counts[e] kept rows, then any padding rows (a padded capacity plan; for every other plan
+ * counts[e] is the whole slice). */
+static void block_experts_forward(const Backend *be, MoeActs *a, const MoeWeights *wt,
+                                  const MoeSpec *s, const MoeCtx *cw) {
+    const int C = s->d_model, E = s->num_experts, F = s->d_expert;
+    if (a->ep) /* the experts live on the members of the expert-parallel group */
+        PROF(PROF_EXPERTS, ep_experts_forward(be, a->ye, a->ep, a->xe, &a->plan, wt->Wg, wt->Wu,
+                                              wt->Wd, cw->dist));
+    else if (wt->source) /* weights held elsewhere: quantized, or loaded on demand */
+        PROF(PROF_EXPERTS, wt->source->forward(wt->source, wt->layer, be, a->ye, a->xe,
+                                               a->plan.offsets, a->plan.counts, E, C, F));
+    else
+        PROF(PROF_EXPERTS, be->experts_forward(be, a->ye, a->g, a->u, a->h, a->xe, wt->Wg, wt->Wu,
+                                               wt->Wd, a->plan.offsets, a->plan.counts, E, C, F));
+}
+
+void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
+                       const MoeWeights *wt, const MoeSpec *s, const MoeCtx *ctx, int N) {
+    /* y (N, C) written, x (N, C); a holds every intermediate for the backward pass. */
+    const int C = s->d_model;
+    MoeCtx cw = *ctx; /* with the block's scratch: the routing ops allocate nothing */
+    cw.work = a->work, cw.work_bytes = a->work_bytes;
+    Rng *rng = cw.rng;
+    /* the balance and z losses: where the backend writes them (aux, z) */
+    float *out = a->losses ? a->losses : a->loss_here;
+    if (!a->losses && !be->host_memory)
+        moe_fatal("moe_block_forward: a block on %s needs MoeActs.losses in its memory", be->name);
+    a->N = N;
+    a->T = cw.T;
+    a->jittered = rng && s->jitter > 0.0f;
+    router_forward(be, a, x, wt, s, rng, N);
     if (s->routing == MOE_ROUTING_EXPERT_CHOICE) {
         /* the experts choose, and the choice is the plan; balanced by construction, so there
          * is no balance loss (aux_loss 0) */
@@ -293,29 +350,7 @@ void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
         be->zero(be, out, sizeof(float));
         PROF(PROF_ROUTER, be->router_z_loss(be, out + 1, a->lse, N));
     } else {
-        PROF(PROF_ROUTER,
-             be->router_gate_forward(be, a->idx, a->w, a->scores, a->logits, wt->bias, N, s));
-        if (cw.tape) /* record the choice, or replace it with the recorded one */
-            PROF(PROF_ROUTER,
-                 route_tape_apply(cw.tape, be, a->idx, a->w, a->scores, a->logits, N, s));
-        if (a->global_f) { /* counted on the host, from a device's idx copied down */
-            const int *idx = a->idx;
-            if (a->idx_host) {
-                be->to_host(be, a->idx_host, a->idx, (size_t)N * s->top_k * sizeof(int));
-                idx = a->idx_host;
-            }
-            PROF(PROF_ROUTER, balance_fractions(a, idx, N, s, &cw));
-            if (a->global_f != a->global_f_host)
-                be->to_device(be, a->global_f, a->global_f_host, (size_t)E * sizeof(float));
-            cw.global_f = a->global_f;
-        }
-        PROF(PROF_ROUTER, be->router_balance_loss(be, out, a->scores, a->idx, N, s, &cw));
-        PROF(PROF_ROUTER, be->router_z_loss(be, out + 1, a->lse, N));
-        if (cw.capacity_factor > 0.0f) /* capacity.c: drops (slot -1), maybe padding */
-            PROF(PROF_PERMUTE,
-                 be->capacity_plan_build(be, &a->plan, a->idx, a->scores, a->w, N, s, &cw));
-        else
-            PROF(PROF_PERMUTE, be->dispatch_plan_build(be, &a->plan, a->idx, N));
+        token_choice_forward(be, a, out, wt, s, &cw, N);
     }
     /* what the routing did, for the trainer's router.csv (a few numbers per expert): left in
      * the step record while the step's numbers are read at its end */
@@ -326,17 +361,7 @@ void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
         PROF(PROF_ROUTER,
              be->route_stats(be, &a->route, a->scores, a->logits, a->lse, a->idx, &a->plan, N, s));
     PROF(PROF_PERMUTE, be->permute_forward(be, a->xe, x, &a->plan, C));
-    /* each slice: its counts[e] kept rows, then any padding rows (a padded capacity plan; for
-     * every other plan counts[e] is the whole slice) */
-    if (a->ep) /* the experts live on the members of the expert-parallel group */
-        PROF(PROF_EXPERTS, ep_experts_forward(be, a->ye, a->ep, a->xe, &a->plan, wt->Wg, wt->Wu,
-                                              wt->Wd, cw.dist));
-    else if (wt->source) /* weights held elsewhere: quantized, or loaded on demand */
-        PROF(PROF_EXPERTS, wt->source->forward(wt->source, wt->layer, be, a->ye, a->xe,
-                                               a->plan.offsets, a->plan.counts, E, C, F));
-    else
-        PROF(PROF_EXPERTS, be->experts_forward(be, a->ye, a->g, a->u, a->h, a->xe, wt->Wg, wt->Wu,
-                                               wt->Wd, a->plan.offsets, a->plan.counts, E, C, F));
+    block_experts_forward(be, a, wt, s, &cw);
     PROF(PROF_PERMUTE, be->combine_forward(be, y, a->ye, a->w, &a->plan, C));
     if (a->defer_losses) return; /* read with the step's other numbers (model_read_step) */
     float l[2];
