@@ -66,19 +66,10 @@ void model_init_dist(Model *m, const Config *c, int B, int T, Dist *d) {
     model_init_backend(m, c, B, T, d, be);
 }
 
-void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const Backend *be) {
-    memset(m, 0, sizeof(*m));
-    m->cfg = *c;
-    m->be = be;
-    m->B = B;
-    m->T = T;
-    /* one process: exactly the one-process model, unless NCCL is to carry its (trivial) sums,
-     * the check of NCCL a single GPU allows */
-    m->dist = d && (d->world > 1 || d->collectives == DIST_COLL_NCCL) ? d : NULL;
-    const int L = c->n_layer, C = c->d_model, H = c->n_head;
-    const size_t N = (size_t)B * T;
-    const int ep = m->dist ? m->dist->ep : 1;
-
+/* params_alloc: the parameter table of this member's experts, the gradient buckets of a
+ * distributed run, the parameters, gradients and AdamW moments, and the initial weights */
+static void params_alloc(Model *m, const Config *c, int ep) {
+    const Backend *be = m->be;
     params_table_build_ep(&m->pt, c, ep);
     if (m->dist) {
         m->sync = calloc_check(1, sizeof *m->sync);
@@ -98,14 +89,14 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
         be->to_device(be, m->params, host, m->pt.total * sizeof(float));
         free(host);
     }
+}
 
-    /* the MoE blocks' fixed settings; T sizes the padded per-sequence buffers */
-    moe_spec_from_config(&m->spec, c, T);
-    /* a stream apart from the init and data streams, so turning noise on changes nothing else */
-    rng_seed(&m->router_rng, c->seed ^ 0x6e6f697365524e47ull);
-
-    /* the host structs the table's entries point into, then every activation and scratch
-     * buffer in one arena (acts.h) */
+/* acts_arena_alloc: the host structs the table's entries point into, then every activation and
+ * scratch buffer in one arena (acts.h) */
+static void acts_arena_alloc(Model *m, const Config *c, int B, int T, int ep) {
+    const Backend *be = m->be;
+    const int L = c->n_layer;
+    const size_t N = (size_t)B * T;
     m->resid = (float **)calloc_check((size_t)L + 1, sizeof(float *));
     m->blocks = (BlockActs *)calloc_check((size_t)L, sizeof(BlockActs));
     for (int l = 0; l < L; l++)
@@ -122,19 +113,13 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
             m->blocks[l].router_bias = m->router_bias + (size_t)b++ * c->num_experts;
     if (!be->host_memory && m->spec.balance == MOE_BALANCE_AUX_FREE && m->n_moe)
         m->router_bias_host = floats_alloc((size_t)m->n_moe * c->num_experts);
+}
 
-    /* the workspace of the ops, outside the analytic memory of memory.c (work_bytes) */
-    const size_t before = backend_bytes_allocated;
-    const int D = C / H;
-    float *cs = (float *)malloc_check((size_t)T * D * sizeof(float)); /* (T, D/2, 2) */
-    rope_table(cs, T, D, c->rope_theta);
-    m->rope_cs = dev(m, (size_t)T * D);
-    be->to_device(be, m->rope_cs, cs, (size_t)T * D * sizeof(float));
-    free(cs);
-    m->n_att_ws = omp_get_max_threads();
-    m->att_ws = dev(m, (size_t)m->n_att_ws * T * T);
-    m->norm_partial = (double *)be->alloc(be, vec_chunks(m->pt.total) * sizeof(double));
-    /* the step record: one allocation, so that one copy reads it (model_read_step) */
+/* step_record_alloc: the step record, one allocation, so that one copy reads it
+ * (model_read_step): the losses, the norm's parts, each MoE block's two losses a micro-batch,
+ * and its routing record; each block's losses point into it */
+static void step_record_alloc(Model *m, const Config *c) {
+    const Backend *be = m->be;
     m->rec_slots = c->accum > 1 ? c->accum : 1;
     const size_t rec_doubles = (size_t)m->rec_slots + m->pt.n; /* the losses, the norm's parts */
     const size_t rec_moe = (size_t)m->rec_slots * m->n_moe * 2;
@@ -147,8 +132,43 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
     m->rec_host = (char *)malloc_check(m->rec_bytes);
     m->log_rec = (double *)be->alloc(
         be, (size_t)m->n_moe * (sizeof(double) + (size_t)c->num_experts * sizeof(float)));
-    for (int l = 0, b = 0; l < L; l++)
+    for (int l = 0, b = 0; l < c->n_layer; l++)
         if (m->blocks[l].moe) m->blocks[l].moe->losses = m->rec_moe + (size_t)b++ * 2;
+}
+
+void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const Backend *be) {
+    memset(m, 0, sizeof(*m));
+    m->cfg = *c;
+    m->be = be;
+    m->B = B;
+    m->T = T;
+    /* one process: exactly the one-process model, unless NCCL is to carry its (trivial) sums,
+     * the check of NCCL a single GPU allows */
+    m->dist = d && (d->world > 1 || d->collectives == DIST_COLL_NCCL) ? d : NULL;
+    const int C = c->d_model, H = c->n_head;
+    const int ep = m->dist ? m->dist->ep : 1;
+
+    params_alloc(m, c, ep);
+
+    /* the MoE blocks' fixed settings; T sizes the padded per-sequence buffers */
+    moe_spec_from_config(&m->spec, c, T);
+    /* a stream apart from the init and data streams, so turning noise on changes nothing else */
+    rng_seed(&m->router_rng, c->seed ^ 0x6e6f697365524e47ull);
+
+    acts_arena_alloc(m, c, B, T, ep);
+
+    /* the workspace of the ops, outside the analytic memory of memory.c (work_bytes) */
+    const size_t before = backend_bytes_allocated;
+    const int D = C / H;
+    float *cs = (float *)malloc_check((size_t)T * D * sizeof(float)); /* (T, D/2, 2) */
+    rope_table(cs, T, D, c->rope_theta);
+    m->rope_cs = dev(m, (size_t)T * D);
+    be->to_device(be, m->rope_cs, cs, (size_t)T * D * sizeof(float));
+    free(cs);
+    m->n_att_ws = omp_get_max_threads();
+    m->att_ws = dev(m, (size_t)m->n_att_ws * T * T);
+    m->norm_partial = (double *)be->alloc(be, vec_chunks(m->pt.total) * sizeof(double));
+    step_record_alloc(m, c);
     m->work_bytes = backend_bytes_allocated - before;
 }
 
