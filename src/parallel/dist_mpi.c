@@ -437,6 +437,40 @@ static int settings_differ(const Dist *d, int world, const char *mine) {
     return 1;
 }
 
+/* comms_create: the job's communicators, a duplicate of MPI_COMM_WORLD and its EP rows and DP
+ * columns, each checked against the grid d describes */
+static void comms_create(const Dist *d, DistMpi *m) {
+    mpi_check(d, MPI_Comm_dup(MPI_COMM_WORLD, &m->comm[DIST_WORLD]), "dist_init");
+    mpi_check(d, MPI_Comm_set_errhandler(m->comm[DIST_WORLD], MPI_ERRORS_RETURN), "dist_init");
+    mpi_check(d, MPI_Comm_split(m->comm[DIST_WORLD], d->dp_rank, d->ep_rank, &m->comm[DIST_EP]),
+              "dist_init");
+    mpi_check(d, MPI_Comm_split(m->comm[DIST_WORLD], d->ep_rank, d->dp_rank, &m->comm[DIST_DP]),
+              "dist_init");
+    for (int g = DIST_EP; g <= DIST_DP; g++) {
+        mpi_check(d, MPI_Comm_set_errhandler(m->comm[g], MPI_ERRORS_RETURN), "dist_init");
+        int size = 0, r = 0;
+        MPI_Comm_size(m->comm[g], &size);
+        MPI_Comm_rank(m->comm[g], &r);
+        if (size != dist_group_size(d, (DistGroup)g) || r != dist_group_rank(d, (DistGroup)g))
+            moe_fatal("dist_init: group %d has size %d rank %d, the grid says %d and %d", g, size,
+                      r, dist_group_size(d, (DistGroup)g), dist_group_rank(d, (DistGroup)g));
+    }
+}
+
+/* ops_alloc: the request arrays of each of the collectives that can be in flight at once,
+ * 2 world + 2 entries each */
+static void ops_alloc(DistMpi *m, int world) {
+    size_t cap = 2 * (size_t)world + 2;
+    for (int i = 0; i < DIST_MAX_IN_FLIGHT; i++) {
+        DistOp *op = &m->ops[i];
+        op->req = malloc_check(cap * sizeof *op->req);
+        op->st = malloc_check(cap * sizeof *op->st);
+        op->peer = malloc_check(cap * sizeof *op->peer);
+        op->want = malloc_check(cap * sizeof *op->want);
+        op->done_idx = malloc_check(cap * sizeof *op->done_idx);
+    }
+}
+
 int dist_init(Dist *d, int *argc, char ***argv, int ep, int collectives, double timeout_s,
               const char *settings, char *err, int errlen) {
     memset(d, 0, sizeof *d);
@@ -493,30 +527,8 @@ int dist_init(Dist *d, int *argc, char ***argv, int ep, int collectives, double 
 
     DistMpi *m = calloc_check(1, sizeof *m);
     m->owns_mpi = owns;
-    mpi_check(d, MPI_Comm_dup(MPI_COMM_WORLD, &m->comm[DIST_WORLD]), "dist_init");
-    mpi_check(d, MPI_Comm_set_errhandler(m->comm[DIST_WORLD], MPI_ERRORS_RETURN), "dist_init");
-    mpi_check(d, MPI_Comm_split(m->comm[DIST_WORLD], d->dp_rank, d->ep_rank, &m->comm[DIST_EP]),
-              "dist_init");
-    mpi_check(d, MPI_Comm_split(m->comm[DIST_WORLD], d->ep_rank, d->dp_rank, &m->comm[DIST_DP]),
-              "dist_init");
-    for (int g = DIST_EP; g <= DIST_DP; g++) {
-        mpi_check(d, MPI_Comm_set_errhandler(m->comm[g], MPI_ERRORS_RETURN), "dist_init");
-        int size = 0, r = 0;
-        MPI_Comm_size(m->comm[g], &size);
-        MPI_Comm_rank(m->comm[g], &r);
-        if (size != dist_group_size(d, (DistGroup)g) || r != dist_group_rank(d, (DistGroup)g))
-            moe_fatal("dist_init: group %d has size %d rank %d, the grid says %d and %d", g, size,
-                      r, dist_group_size(d, (DistGroup)g), dist_group_rank(d, (DistGroup)g));
-    }
-    size_t cap = 2 * (size_t)world + 2;
-    for (int i = 0; i < DIST_MAX_IN_FLIGHT; i++) {
-        DistOp *op = &m->ops[i];
-        op->req = malloc_check(cap * sizeof *op->req);
-        op->st = malloc_check(cap * sizeof *op->st);
-        op->peer = malloc_check(cap * sizeof *op->peer);
-        op->want = malloc_check(cap * sizeof *op->want);
-        op->done_idx = malloc_check(cap * sizeof *op->done_idx);
-    }
+    comms_create(d, m);
+    ops_alloc(m, world);
     d->impl = m;
     startup_done(); /* from here on every wait has its own deadline */
     return 0;
