@@ -23,7 +23,8 @@
 # clang-format gives them: a signature starting in column 0, the body's closing brace alone in
 # column 0 (a struct or an initializer, closed by "};" or "} Name;", is no function).
 # Needs bash, awk, grep, nm and a C compiler, and the objects of `make` (MOE_BUILD, default
-# build/).
+# build/); the calls of the MPI build's objects (MOE_MPI_BUILD, default build/mpi) are checked
+# too where they exist, and skipped where they do not.
 
 # shellcheck source=tests/lib/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -188,6 +189,17 @@ if [ -d "$build/obj/src" ]; then
         $? "$(head -n 20 "$tmp/out")"
 else
     check "the objects of $build/obj/src to read the calls from" 1 "none: build them with make"
+fi
+# the MPI build's too (MOE_MPI_BUILD, as make test names it, default build/mpi): its files of
+# parallel/ (dist_mpi*.c) compile empty in the build above, so their calls are read here, where
+# there is one
+mpi_build=${MOE_MPI_BUILD:-build/mpi}
+if [ -d "$mpi_build/obj/src" ]; then
+    call_arrows "$mpi_build/obj/src" src | cycles > "$tmp/out" 2>&1
+    check "no .c file of a folder calls, through the others, back into itself (the objects of $mpi_build)" \
+        $? "$(head -n 20 "$tmp/out")"
+else
+    echo "  skip the circles of the MPI build: no $mpi_build/obj/src (make mpi builds it)"
 fi
 include_arrows src | cycles > "$tmp/out" 2>&1
 check "no header of a folder includes, through the others, itself" $? "$(head -n 20 "$tmp/out")"

@@ -1,7 +1,7 @@
 /*
- * dist_mpi.h: what the two halves of the MPI build share (dist_mpi.c: the grid, the requests
- * and their wait loop, start and end; dist_mpi_ops.c: the collectives). Private to
- * src/parallel/: the rest of the engine sees dist.h only.
+ * dist_mpi.h: what the files of the MPI build share (dist_mpi_core.c: the requests and their
+ * wait loop; dist_mpi.c: the grid, start and end; dist_mpi_ops.c and dist_mpi_lib.c: the
+ * collectives). Private to src/parallel/: the rest of the engine sees dist.h only.
  */
 #ifndef MOE_DIST_MPI_H
 #define MOE_DIST_MPI_H
@@ -95,6 +95,9 @@ void dm_post_send(Dist *d, DistOp *op, DistGroup g, const void *buf, int n, int 
 
 /* Wait for every request op has posted, with patience x timeout_s of silence at most. */
 void dm_wait_for(Dist *d, DistOp *op, double patience);
+/* The whole wait of an op posted at its start (not a sum): dm_wait_for with its own patience,
+ * then dm_op_end. */
+void dm_wait(Dist *d, DistOp *op);
 
 /* The communicator of group g; an MPI return code checked (an error ends the job, naming op). */
 MPI_Comm dm_comm(const Dist *d, DistGroup g);

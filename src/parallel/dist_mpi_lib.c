@@ -3,7 +3,7 @@
  * the default of a multi-process run).
  *
  * Each collective is a single request of the library (MPI_Iallreduce, MPI_Ialltoallv, ...),
- * tested by the wait loop of dist_mpi.c, so it keeps the deadline of every wait: a group
+ * tested by the wait loop of dist_mpi_core.c, so it keeps the deadline of every wait: a group
  * that does not complete within dist.timeout ends the job, naming the collective and the
  * group (the library cannot say which member is missing; the hand-built collectives of
  * dist_mpi_ops.c can, peer by peer). What the library gains over those: it chooses the
@@ -83,7 +83,7 @@ void lib_alltoall_i(Dist *d, const int *send, int *recv, int count) {
                              &op->req[0]));
     op->sent = op->recvd = (uint64_t)(d->ep - 1) * (uint64_t)count * sizeof(int);
     op->seconds += now_seconds() - t0;
-    dist_wait(d, op);
+    dm_wait(d, op);
 }
 
 void lib_broadcast(Dist *d, DistGroup g, void *x, int n, MPI_Datatype type, size_t elem,
@@ -97,7 +97,7 @@ void lib_broadcast(Dist *d, DistGroup g, void *x, int n, MPI_Datatype type, size
     else
         op->recvd = bytes;
     op->seconds += now_seconds() - t0;
-    dist_wait(d, op);
+    dm_wait(d, op);
 }
 
 void lib_gather_f(Dist *d, const float *x, int n, float *out) {
@@ -112,7 +112,7 @@ void lib_gather_f(Dist *d, const float *x, int n, float *out) {
     else
         op->sent = bytes;
     op->seconds += now_seconds() - t0;
-    dist_wait(d, op);
+    dm_wait(d, op);
 }
 
 void lib_barrier(Dist *d) {
@@ -120,7 +120,7 @@ void lib_barrier(Dist *d) {
     DistOp *op = dm_op_begin(d, DIST_WORLD, "barrier", MPI_BYTE);
     lib_posted(d, op, MPI_Ibarrier(dm_comm(d, DIST_WORLD), &op->req[0]));
     op->seconds += now_seconds() - t0;
-    dist_wait(d, op);
+    dm_wait(d, op);
 }
 
 #endif /* MOE_HAVE_MPI */

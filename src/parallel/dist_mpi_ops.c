@@ -1,9 +1,9 @@
 /*
  * dist_mpi_ops.c: the collectives of the MPI build (dist.h), on the requests and the wait loop
- * of dist_mpi.c (read its opening comment first: why point-to-point, the deadlines, the
- * reduction order, the tags). These are dist.collectives=teach, built by hand; each entry
- * hands the other engines (mpi, and nccl for host buffers) to MPI's own collectives
- * (dist_mpi_lib.c) first.
+ * of dist_mpi_core.c (read dist_mpi.c's opening comment first: why point-to-point, the
+ * deadlines, the reduction order, the tags). These are dist.collectives=teach, built by hand;
+ * each entry hands the other engines (mpi, and nccl for host buffers) to MPI's own
+ * collectives (dist_mpi_lib.c) first.
  */
 #if MOE_HAVE_MPI
 #include "parallel/dist_mpi.h"
@@ -208,11 +208,12 @@ void dist_progress(Dist *d) {
 
 void dist_wait(Dist *d, DistOp *op) {
     if (!op || !op->busy) moe_fatal("dist_wait: a collective that is not in flight");
+    if (op->kind != OP_SUM) {
+        dm_wait(d, op);
+        return;
+    }
     const double t0 = now_seconds();
-    if (op->kind == OP_SUM)
-        sum_finish(d, op);
-    else
-        dm_wait_for(d, op, op->patience);
+    sum_finish(d, op);
     op->seconds += now_seconds() - t0;
     dm_op_end(d, op);
 }
