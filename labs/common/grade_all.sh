@@ -5,7 +5,8 @@
 #   LAB      the lab's folder under labs/          DIR    the submissions' folder
 #   WORK     a scratch folder (objs/: the grader's objects)
 #   LABCC    the compiler (and variables before it) LAB_CFLAGS   its flags
-#   GRADER_CFLAGS  the flags of the grader's own files (the engine's headers, Check, OpenBLAS)
+#   GRADER_SRC     the grader's own files (relative to labs/)
+#   GRADER_CFLAGS  their flags (the engine's headers, Check, OpenBLAS)
 #   LIBMOE   the engine's library                  LAB_LIBS     the libraries to link
 #   JOBS     submissions graded at a time (2)
 # A submission is a *.c file in DIR, or a subfolder of DIR holding exactly one .c file (a
@@ -44,14 +45,15 @@ zero() {
     row "$1" 0 "$MAX" 0 "$2" "${r[@]}"
 }
 
-# compile_objs FOLDER: the grader's own objects, compiled into FOLDER
+# compile_objs FOLDER: the grader's own objects (GRADER_SRC), compiled into FOLDER
 # shellcheck disable=SC2086 # GRADER_CFLAGS is a list of words
 compile_objs() {
-    mkdir -p "$1" &&
-        env $LABCC $GRADER_CFLAGS -c "$LAB/grader.c" -o "$1/grader.o" &&
-        env $LABCC $GRADER_CFLAGS -c common/lab.c -o "$1/lab.o" &&
-        env $LABCC $GRADER_CFLAGS -c common/lab_task.c -o "$1/lab_task.o" &&
-        env $LABCC $GRADER_CFLAGS -c ../tests/testutil.c -o "$1/testutil.o"
+    local src o
+    mkdir -p "$1" || return
+    for src in $GRADER_SRC; do
+        o=$(basename "$src" .c).o
+        env $LABCC $GRADER_CFLAGS -c "$src" -o "$1/$o" || return
+    done
 }
 
 # grade_one NAME FILE: compiles, checks, links and grades one submission; prints its row
@@ -172,7 +174,7 @@ fi
 echo "grade-all: $count submissions in $DIR, $JOBS at a time"
 
 export -f grade_one row zero csv_quote compile_objs
-export WORK LAB LABCC LAB_CFLAGS GRADER_CFLAGS LIBMOE LAB_LIBS TASKS MAX OBJS_SUMS
+export WORK LAB LABCC LAB_CFLAGS GRADER_SRC GRADER_CFLAGS LIBMOE LAB_LIBS TASKS MAX OBJS_SUMS
 # shellcheck disable=SC2016 # the script of bash -c, its variables expanded there
 rows=$(xargs -0 -n2 -P "$JOBS" bash -c 'read -ra task_list <<< "$TASKS"; grade_one "$1" "$2"' _ \
     < "$subs" | LC_ALL=C sort)

@@ -29,6 +29,7 @@ typedef struct {
     int todo;        /* failed tests that reached a stub */
     int leaked;      /* LeakSanitizer found memory leaked (SANITIZE=1) */
     int ended;       /* 1: the end record with the nonce came; -1: one with another number */
+    int rank_ended;  /* a rank's watchdog or crash record came: its job is over */
     double seconds;
     char message[RECORD_TEXT + 200]; /* the first failure, "" when the task passed */
     Record *results;                 /* the records before the end */
@@ -94,6 +95,7 @@ static void take_line(Outcome *o, const char *line, const char *nonce) {
         if (!o->results) abort();
     }
     o->results[o->nresults++] = r;
+    o->rank_ended |= r.kind == 'W' || r.kind == 'C';
 }
 
 /* The lines `fd` holds now, each to take_line (a partial one kept in buf); -1 once the stream
@@ -296,13 +298,6 @@ static void tally(Outcome *o, const LabTask *task) {
         snprintf(o->message, sizeof o->message, "not implemented yet");
 }
 
-/* a rank's watchdog or crash record: the job is over */
-static int rank_said_why(const Outcome *o) {
-    for (int i = 0; i < o->nresults; i++)
-        if (o->results[i].kind == 'W' || o->results[i].kind == 'C') return 1;
-    return 0;
-}
-
 /* Runs one task, in a child or an MPI job, and judges it from its report and how it ended. */
 static void run_task(const Runner *rn, const LabTask *task, const Limits *lim, Outcome *o) {
     memset(o, 0, sizeof *o);
@@ -368,8 +363,8 @@ static void run_task(const Runner *rn, const LabTask *task, const Limits *lim, O
             usleep(20000);
         }
         reaped = waitpid(pid, &status, WNOHANG) == pid;
-        if (!reaped && (now_seconds() > deadline || rank_said_why(o))) {
-            timed_out = !rank_said_why(o);
+        if (!reaped && (now_seconds() > deadline || o->rank_ended)) {
+            timed_out = !o->rank_ended;
             end_group(pid, &status, !rn->suite);
             reaped = 1;
         }
