@@ -216,8 +216,13 @@ $(BUILD)/moe: $(CLI_OBJ) $(BUILD)/libmoe.a $(BUILD)/version.c
 FORCE:
 
 # the headers each object read, from its last compile (DEPFLAGS above)
--include $(patsubst %.o,%.d,$(LIB_OBJ) $(CU_OBJ) $(CLI_OBJ) $(TEST_UTIL_OBJ) \
-           $(TEST_SRC:%.c=$(BUILD)/obj/%.o) $(CHAPTER_SRC:%.c=$(BUILD)/obj/%.o))
+ALL_OBJ := $(LIB_OBJ) $(CU_OBJ) $(CLI_OBJ) $(TEST_UTIL_OBJ) $(TEST_SRC:%.c=$(BUILD)/obj/%.o) \
+           $(CHAPTER_SRC:%.c=$(BUILD)/obj/%.o)
+-include $(ALL_OBJ:.o=.d)
+# An object with no .d beside it (compiled by a Makefile of before -MMD, or its .d lost) would
+# never see a header change: it is rebuilt once, and has its .d from then on.
+without_deps = $(foreach o,$(wildcard $(1)),$(if $(wildcard $(o:.o=.d)),,$(o)))
+$(call without_deps,$(ALL_OBJ)): FORCE
 
 # ---- chapter programs: build/chapters/NN-name/prog -----------------------------------------
 chapters: $(CHAPTER_BIN)
@@ -536,6 +541,7 @@ $(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined $(DEPFLAGS) -c $< -o $@
 -include $(FUZZ_LIB_OBJ:.o=.d)
+$(call without_deps,$(FUZZ_LIB_OBJ)): FORCE
 
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_LIB_OBJ)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined $< $(FUZZ_LIB_OBJ) -lm -o $@

@@ -164,5 +164,12 @@ check "a header's change rebuilds the objects that include it, and no other (-MM
 [ "$after_util" = "base/util.o io/json.o " ] && [ "$after_flag" = "$after_util" ] && [ -z "$after_none" ]
 check "a header both include rebuilds both, and so does a new flag, once" $? \
   "util.h: '$after_util'; a new flag: '$after_flag', then '$after_none'"
+# An object without its .d (built before the Makefile wrote them) is rebuilt once, not trusted.
+rm "$deps/obj/src/io/json.d"
+after_lost=$(rebuilt "$(dmake EXTRA_CFLAGS=-DMOE_TEST_FLAG)")
+after_back=$(rebuilt "$(dmake EXTRA_CFLAGS=-DMOE_TEST_FLAG -W src/io/json.h)")
+[ "$after_lost" = "io/json.o " ] && [ "$after_back" = "io/json.o " ] && [ -f "$deps/obj/src/io/json.d" ]
+check "an object whose .d is missing is rebuilt, and then follows its headers again" $? \
+  "no .d: '$after_lost' (expected io/json.o); then json.h: '$after_back'"
 
 finish
