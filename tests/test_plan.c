@@ -9,7 +9,7 @@
  *   - by hand: Mixtral 8x7B's attention, expert, total, active; DeepSeek-V3's latent
  *     attention, norms, experts, dense and MoE layers;
  *   - the moe.c engine's memory (ep 1, B = global_batch / accum / dp) = what model_init
- *     allocates minus Model.work_bytes; plan_moec_ep_bytes = chapter 3's 8388736 (1024
+ *     allocates minus Model.state.work_bytes; plan_moec_ep_bytes = chapter 3's 8388736 (1024
  *     tokens, P = 2), 6291648 (512, P = 4), 0 (P = 1);
  *   - the mixed engine by hand (tiny MoE, 8 GPUs in nodes of 4, tp 2, ep 2, dp 4): memory for
  *     ZeRO 0-3, tensor-parallel and exchange bytes and seconds, compute, gradient sums,
@@ -201,14 +201,14 @@ START_TEST(test_moec_memory_is_the_allocation) {
     plan_layout(&in, &in.lay, &r);
     ck_assert_msg(r.valid, "%s: %s", SMALL[_i].what, r.invalid);
     /* the micro-batch: global batch / accum / dp */
-    const int B = (int)(in.t.global_batch / in.t.accum / r.dp);
+    const int B = (int)(in.t.global_batch / in.m.c.accum / r.dp);
     ck_assert_msg(B == c.batch && r.lay.micro_batch == B, "B %d, micro-batch %d, train.batch %d", B,
                   r.lay.micro_batch, c.batch);
 
     const size_t before = backend_bytes_allocated;
     Model m;
     model_init(&m, &c, B, c.seq_len);
-    const double allocated = (double)(backend_bytes_allocated - before - m.work_bytes);
+    const double allocated = (double)(backend_bytes_allocated - before - m.state.work_bytes);
     model_free(&m);
     const double planned = r.mem_weights + r.mem_grads + r.mem_optim + r.mem_acts;
     ck_assert_msg(planned == allocated && r.mem_total == allocated,

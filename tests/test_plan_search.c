@@ -187,7 +187,7 @@ START_TEST(test_set) {
     expect_refused(&in, "cluster.gpus=1099511627776", "cluster.gpus", "[1, 1048576]");
     expect_refused(&in, "cluster.gpus_per_node=1099511627776", "cluster.gpus_per_node", "1048576]");
     expect_refused(&in, "train.global_batch=1099511627776", "train.global_batch", "[1, 16777216]");
-    expect_refused(&in, "train.accum=1099511627776", "train.accum", "16777216]");
+    expect_refused(&in, "train.accum=1099511627776", "train.accum", "<= 1048576");
     expect_refused(&in, "layout.ep=1099511627776", "layout.ep", "1048576]");
     expect_refused(&in, "layout.pp=2048", "layout.pp", "[1, 1024]");
     expect_refused(&in, "layout.micro_batch=1099511627776", "layout.micro_batch", "16777216]");

@@ -85,8 +85,6 @@ typedef struct {
     int engine;
     int precision;       /* PLAN_PREC_*: the products' precision, whose peak the time and MFU use */
     double global_batch; /* sequences a step */
-    double accum;        /* the moe.c engine: micro-batches a step (train.accum); the mixed
-                            engine derives it from the micro-batch */
     double weight_bytes, grad_bytes, master_bytes, moment_bytes, act_bytes, a2a_bytes;
     int zero;          /* 0 none; 1 optimizer state, 2 and gradients, 3 and weights sharded over the
                           data-parallel ranks */

@@ -156,7 +156,7 @@ static int layout_invalid(const PlanInput *in, const PlanLayout *lay, PlanResult
      * the moe.c engine into train.accum of them */
     double mb = lay->micro_batch, micro;
     if (moec) {
-        micro = t->accum;
+        micro = in->m.c.accum; /* the engine's train.accum */
         mb = t->global_batch / (micro * dp);
         if (mb != floor(mb) || mb < 1)
             INVALID("the batch of %.0f sequences does not split into %.0f micro-batches over "

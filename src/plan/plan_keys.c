@@ -2,11 +2,14 @@
  * plan_keys.c: the settings `moe plan` reads (model, cluster, training, layout), with their
  * checks; defaults; the presets by name (their settings are in plan_presets.c).
  *
- * A model key the engine has is the engine's: its row of config/keys.c (name, type, range,
- * message) reads it into PlanModel.c through config_set, and nothing here repeats it
- * (ENGINE_KEYS lists which). The table below holds the rest: the model keys the engine does
- * not have yet, in one marked block and named as it will name them, then the cluster, the
- * training and the layout, which are the planner's alone.
+ * A key the engine has is the engine's: its row of config/keys.c (name, type, range, message)
+ * reads it into PlanModel.c through config_set, and nothing here repeats it (ENGINE_KEYS lists
+ * which: the model's shape, and train.accum). The table below holds the rest: the model keys
+ * the engine does not have yet, in one marked block and named as it will name them, then the
+ * cluster, the training and the layout, which are the planner's alone. train.precision is the
+ * planner's own row under the engine's name: the same setting (the products' precision), with
+ * the values a plan at scale needs (fp8, which the engine does not train; not tf32, whose peak
+ * no preset gives).
  */
 #include <ctype.h>
 #include <errno.h>
@@ -35,12 +38,12 @@ typedef struct {
     const char *why; /* why the range is what it is, said when a value falls outside it */
 } PlanKey;
 
-/* The keys of a model's shape the engine has: read through its own rows (config/keys.c) into
- * PlanModel.c, listed first by --keys, in this order. */
-static const char *const ENGINE_KEYS[] = {"model.d_model",   "model.n_layer",   "model.n_head",
-                                          "model.d_ff",      "model.seq_len",   "model.norm",
-                                          "moe.num_experts", "moe.top_k",       "moe.d_expert",
-                                          "moe.num_shared",  "moe.first_dense", "moe.every"};
+/* The keys the engine has: read through its own rows (config/keys.c) into PlanModel.c, listed
+ * first by --keys, in this order. */
+static const char *const ENGINE_KEYS[] = {
+    "model.d_model",   "model.n_layer",   "model.n_head", "model.d_ff",   "model.seq_len",
+    "model.norm",      "moe.num_experts", "moe.top_k",    "moe.d_expert", "moe.num_shared",
+    "moe.first_dense", "moe.every",       "train.accum"};
 #define N_ENGINE_KEYS ((int)(sizeof ENGINE_KEYS / sizeof ENGINE_KEYS[0]))
 
 /* The planner's former names of keys the engine has under its own: refused with the new one. */
@@ -119,8 +122,6 @@ static const PlanKey KEYS[] = {
      "the products' precision: its peak sets their time and the MFU", 0, NULL},
     {"train.global_batch", K_NUM, T(global_batch), 1, PLAN_MAX_BATCH, 1, 0, 0, "sequences a step",
      0, W_COUNT},
-    {"train.accum", K_NUM, T(accum), 1, PLAN_MAX_BATCH, 1, 0, 0,
-     "the moe.c engine: micro-batches a step (train.accum)", 0, W_COUNT},
     {"train.weight_bytes", K_NUM, T(weight_bytes), 0.125, 16, 0, 0, 0, "bytes of a weight", 0,
      W_BYTES},
     {"train.grad_bytes", K_NUM, T(grad_bytes), 0.125, 16, 0, 0, 0, "bytes of a gradient", 0,
@@ -176,7 +177,6 @@ void plan_defaults(PlanInput *in) {
     PlanTrain *t = &in->t;
     t->engine = PLAN_ENGINE_MIXED;
     t->precision = PLAN_PREC_BF16;
-    t->accum = 1;
     t->weight_bytes = 2, t->grad_bytes = 4, t->master_bytes = 4, t->moment_bytes = 4;
     t->act_bytes = 2, t->a2a_bytes = 2;
     t->zero = 1;

@@ -109,7 +109,6 @@ void plan_from_config(PlanInput *in, const Config *c) {
     t->zero = 0;
     t->precision = PLAN_PREC_FP32;
     in->t.global_batch = c->batch * (double)c->accum;
-    in->t.accum = c->accum;
     in->lay.ep = c->ep;
     in->moec_config = 1;
 }
