@@ -55,7 +55,7 @@ static float model_loss(const Config *c, int training, Model *keep) {
 static int model_dropped(const Model *m) {
     int dropped = 0;
     for (int l = 0; l < m->cfg.n_layer; l++) {
-        const MoeActs *a = m->blocks[l].moe;
+        const MoeActs *a = m->state.blocks[l].moe;
         if (!a) continue;
         for (int j = 0; j < a->N * m->cfg.top_k; j++) dropped += a->plan.slot[j] < 0;
     }
@@ -84,14 +84,14 @@ START_TEST(test_model_dropped_token_is_residual) {
     int all_dropped = 0;
     const int K = c.top_k, C = c.d_model;
     for (int l = 0; l < c.n_layer; l++) {
-        const MoeActs *a = m.blocks[l].moe;
+        const MoeActs *a = m.state.blocks[l].moe;
         for (int n = 0; n < MB * MT; n++) {
             int kept = 0;
             for (int k = 0; k < K; k++) kept += a->plan.slot[n * K + k] >= 0;
             if (kept) continue;
             all_dropped++;
-            ck_assert_msg(memcmp(m.resid[l + 1] + (size_t)n * C,
-                                 m.blocks[l].resid_mid + (size_t)n * C,
+            ck_assert_msg(memcmp(m.state.resid[l + 1] + (size_t)n * C,
+                                 m.state.blocks[l].resid_mid + (size_t)n * C,
                                  (size_t)C * sizeof(float)) == 0,
                           "layer %d token %d: output is not its residual", l, n);
         }
@@ -144,7 +144,8 @@ START_TEST(test_model_second_expert_random) {
     ck_assert(drops > 0);
     /* each dropped assignment is a second choice */
     for (int l = 0; l < c.n_layer; l++)
-        for (int n = 0; n < MB * MT; n++) ck_assert_int_ge(m.blocks[l].moe->plan.slot[n * 2], 0);
+        for (int n = 0; n < MB * MT; n++)
+            ck_assert_int_ge(m.state.blocks[l].moe->plan.slot[n * 2], 0);
     model_free(&m);
 }
 END_TEST

@@ -279,7 +279,7 @@ static int earlier_changes(int routing) {
     const size_t NV = (size_t)T * MOE_VOCAB, earlier = (size_t)(T - 1) * MOE_VOCAB;
     float *base = malloc(NV * sizeof(float));
     model_forward(&m, in, NULL, 1, T, NULL);
-    memcpy(base, m.logits, NV * sizeof(float));
+    memcpy(base, m.state.logits, NV * sizeof(float));
     int changed = 0, last_changed = 0;
     for (int r = 1; r <= 16; r++) {
         in[T - 1] = (in[T - 1] + 13 * r) % MOE_VOCAB;
@@ -288,8 +288,9 @@ static int earlier_changes(int routing) {
          * rows of its slice, but sgemm may pick another kernel for a slice of another height,
          * so a row's last bits can move with its neighbours; a leak moves far more */
         double ex;
-        changed += tol_worst(m.logits, base, earlier, TOL_F32_ATOL, TOL_F32_RTOL, &ex) >= 0;
-        last_changed += memcmp(m.logits + earlier, base + earlier, MOE_VOCAB * sizeof(float)) != 0;
+        changed += tol_worst(m.state.logits, base, earlier, TOL_F32_ATOL, TOL_F32_RTOL, &ex) >= 0;
+        last_changed +=
+            memcmp(m.state.logits + earlier, base + earlier, MOE_VOCAB * sizeof(float)) != 0;
     }
     ck_assert_msg(last_changed > 0, "changing the last token never changed its own logits");
     free(base);

@@ -29,7 +29,9 @@
 
 static char err[1024];
 
-static void tmp_setup(void) { tmp_dir_make("import"); }
+static void tmp_setup(void) {
+    tmp_dir_make("import");
+}
 
 static void set(Config *c, const char *assignment) {
     ck_assert_msg(config_set(c, assignment, err, sizeof err) == 0, "%s: %s", assignment, err);
@@ -115,7 +117,7 @@ static float fixed_loss(Model *m) {
     for (int i = 0; i < 16; i++)
         in[i] = (i * 37 + 11) % MOE_VOCAB, tg[i] = (i * 53 + 5) % MOE_VOCAB;
     model_forward(m, in, tg, 2, 8, NULL);
-    return m->loss;
+    return m->state.loss;
 }
 
 static void expect_weights_refused(const char *path, const Config *c, const char *want,

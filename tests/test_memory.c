@@ -4,7 +4,7 @@
  *
  *   - for dense, all-MoE and mixed models (first_dense, every) and several B x T, model_init
  *     allocates from its backend exactly the four parameter-shaped buffers, the arena of its
- *     table and the ops' workspace (Model.work_bytes): 4 * total_words + pad_bytes of the
+ *     table and the ops' workspace (Model.state.work_bytes): 4 * total_words + pad_bytes of the
  *     formula plus the workspace, so no buffer is allocated outside the table;
  *   - the arena: every entry starts at a multiple of ACTS_ALIGN, after the end of the one
  *     before, with less than ACTS_ALIGN bytes of padding between them and at the end (the
@@ -113,8 +113,8 @@ START_TEST(test_formula_matches_allocation) {
     size_t before = backend_bytes_allocated;
     Model m;
     model_init(&m, &c, s->B, s->T);
-    size_t allocated = backend_bytes_allocated - before - m.work_bytes;
-    size_t arena = m.acts.bytes;
+    size_t allocated = backend_bytes_allocated - before - m.state.work_bytes;
+    size_t arena = m.state.acts.bytes;
     model_free(&m);
     MemoryBreakdown mb;
     size_t formula = model_memory_floats(&c, s->B, s->T, &mb);
@@ -134,7 +134,7 @@ START_TEST(test_arena_layout) {
     Config c = shape_config(s);
     Model m;
     model_init(&m, &c, s->B, s->T);
-    const ActTable *t = &m.acts;
+    const ActTable *t = &m.state.acts;
     ck_assert_int_gt(t->n, 0);
     size_t end = 0, bytes = 0;
     for (int i = 0; i < t->n; i++) {
@@ -146,7 +146,7 @@ START_TEST(test_arena_layout) {
         bytes += acts_entry_bytes(e);
         void *p;
         memcpy(&p, e->field, sizeof p);
-        ck_assert_msg(p == (char *)m.arena + e->offset, "%s: %s does not point at its entry",
+        ck_assert_msg(p == (char *)m.state.arena + e->offset, "%s: %s does not point at its entry",
                       s->what, e->name);
         ck_assert_msg((e->type == ACT_INT) == (e->kind == ACT_INT_WORDS), "%s: %s", s->what,
                       e->name);
@@ -208,11 +208,11 @@ START_TEST(test_every_pointer_is_an_entry) {
     int n_moe = 0;
     for (int l = 0; l < c.n_layer; l++) n_moe += config_is_moe_layer(&c, l);
     const int dense = n_moe<c.n_layer, shared = s->num_shared> 0;
-    FIELD(&f, w, "inputs", m.inputs, 1);
-    FIELD(&f, w, "targets", m.targets, 1);
-    for (int l = 0; l <= c.n_layer; l++) FIELD(&f, w, "resid", m.resid[l], 1);
+    FIELD(&f, w, "inputs", m.state.inputs, 1);
+    FIELD(&f, w, "targets", m.state.targets, 1);
+    for (int l = 0; l <= c.n_layer; l++) FIELD(&f, w, "resid", m.state.resid[l], 1);
     for (int l = 0; l < c.n_layer; l++) {
-        BlockActs *a = &m.blocks[l];
+        BlockActs *a = &m.state.blocks[l];
         const int moe = config_is_moe_layer(&c, l);
         FIELD(&f, w, "ln1", a->ln1, 1);
         FIELD(&f, w, "rstd1", a->rstd1, 1);
@@ -257,26 +257,26 @@ START_TEST(test_every_pointer_is_an_entry) {
         FIELD(&f, w, "work", x->work, 1);
     }
     FIELD(&f, w, "router_bias", m.router_bias, n_moe > 0);
-    FIELD(&f, w, "lnf", m.lnf, 1);
-    FIELD(&f, w, "rstdf", m.rstdf, 1);
-    FIELD(&f, w, "logits", m.logits, 1);
-    FIELD(&f, w, "losses", m.losses, 1);
-    FIELD(&f, w, "dresid", m.dresid, 1);
-    FIELD(&f, w, "dmid", m.dmid, 1);
-    FIELD(&f, w, "dln", m.dln, 1);
-    FIELD(&f, w, "dtmp", m.dtmp, 1);
-    FIELD(&f, w, "dq", m.dq, 1);
-    FIELD(&f, w, "dk", m.dk, 1);
-    FIELD(&f, w, "dv", m.dv, 1);
-    FIELD(&f, w, "datty", m.datty, 1);
-    FIELD(&f, w, "dfg", m.dfg, dense);
-    FIELD(&f, w, "dfu", m.dfu, dense);
-    FIELD(&f, w, "dfh", m.dfh, dense);
-    FIELD(&f, w, "dlogits", m.dlogits, 1);
-    FIELD(&f, w, "dsg", m.dsg, n_moe > 0 && shared);
-    FIELD(&f, w, "dsu", m.dsu, n_moe > 0 && shared);
-    FIELD(&f, w, "dsh", m.dsh, n_moe > 0 && shared);
-    MoeScratch *r = &m.moe_scratch;
+    FIELD(&f, w, "lnf", m.state.lnf, 1);
+    FIELD(&f, w, "rstdf", m.state.rstdf, 1);
+    FIELD(&f, w, "logits", m.state.logits, 1);
+    FIELD(&f, w, "losses", m.state.losses, 1);
+    FIELD(&f, w, "dresid", m.state.dresid, 1);
+    FIELD(&f, w, "dmid", m.state.dmid, 1);
+    FIELD(&f, w, "dln", m.state.dln, 1);
+    FIELD(&f, w, "dtmp", m.state.dtmp, 1);
+    FIELD(&f, w, "dq", m.state.dq, 1);
+    FIELD(&f, w, "dk", m.state.dk, 1);
+    FIELD(&f, w, "dv", m.state.dv, 1);
+    FIELD(&f, w, "datty", m.state.datty, 1);
+    FIELD(&f, w, "dfg", m.state.dfg, dense);
+    FIELD(&f, w, "dfu", m.state.dfu, dense);
+    FIELD(&f, w, "dfh", m.state.dfh, dense);
+    FIELD(&f, w, "dlogits", m.state.dlogits, 1);
+    FIELD(&f, w, "dsg", m.state.dsg, n_moe > 0 && shared);
+    FIELD(&f, w, "dsu", m.state.dsu, n_moe > 0 && shared);
+    FIELD(&f, w, "dsh", m.state.dsh, n_moe > 0 && shared);
+    MoeScratch *r = &m.state.moe_scratch;
     FIELD(&f, w, "scratch dlogits", r->dlogits, n_moe > 0);
     FIELD(&f, w, "scratch dw", r->dw, n_moe > 0);
     FIELD(&f, w, "scratch dxe", r->dxe, n_moe > 0);
@@ -289,10 +289,10 @@ START_TEST(test_every_pointer_is_an_entry) {
     /* each pointer set is one entry (its field), and no entry is left over */
     for (int i = 0; i < f.n; i++) {
         int hits = 0;
-        for (int j = 0; j < m.acts.n; j++) hits += m.acts.e[j].field == f.field[i];
+        for (int j = 0; j < m.state.acts.n; j++) hits += m.state.acts.e[j].field == f.field[i];
         ck_assert_msg(hits == 1, "%s: pointer %d of the list is %d entries", w, i, hits);
     }
-    ck_assert_int_eq(f.n, m.acts.n);
+    ck_assert_int_eq(f.n, m.state.acts.n);
     model_free(&m);
 }
 END_TEST

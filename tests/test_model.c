@@ -315,7 +315,7 @@ START_TEST(test_router_bias_update_and_checkpoint) {
     model_update_router_bias(&a, count);
     const float want[8] = {-0.5f, 0.0f, 0.0f, 0.5f, 0.5f, 0.5f, -0.5f, -0.5f};
     expect_close_arrays(a.router_bias, want, 8, TOL_F32_ATOL, TOL_F32_RTOL, "sign rule per block");
-    ck_assert_ptr_eq(a.blocks[1].router_bias, a.router_bias + 4);
+    ck_assert_ptr_eq(a.state.blocks[1].router_bias, a.router_bias + 4);
     ck_assert_int_eq(checkpoint_save(&a, NULL, path, err, sizeof err), 0);
     model_init(&b, &c, 2, 6);
     ck_assert_int_eq(checkpoint_load(&b, NULL, path, 0, err, sizeof err), 0);

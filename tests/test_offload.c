@@ -165,7 +165,7 @@ END_TEST
 static long long touches_of_last_forward(const Model *m) {
     long long n = 0;
     for (int l = 0; l < m->cfg.n_layer; l++) {
-        const MoeActs *a = m->blocks[l].moe;
+        const MoeActs *a = m->state.blocks[l].moe;
         if (!a) continue;
         for (int e = 0; e < m->cfg.num_experts; e++)
             n += a->plan.offsets[e + 1] > a->plan.offsets[e];
@@ -189,7 +189,7 @@ START_TEST(test_cache_gives_the_resident_logits) {
     const size_t nl = (size_t)BATCH * CTX * MOE_VOCAB;
     float *want = floats_alloc(nl);
     model_forward(&m, in, NULL, BATCH, CTX, NULL);
-    memcpy(want, m.logits, nl * sizeof(float));
+    memcpy(want, m.state.logits, nl * sizeof(float));
     const long long touches = touches_of_last_forward(&m);
     ck_assert(touches > 0);
     const size_t record = (size_t)3 * c.d_expert * c.d_model * sizeof(float);
@@ -204,15 +204,16 @@ START_TEST(test_cache_gives_the_resident_logits) {
         m.expert_source = &ec.src;
         /* twice: a cold cache, then one holding what the first forward left */
         for (int pass = 0; pass < 2; pass++) {
-            memset(m.logits, 0, nl * sizeof(float));
+            memset(m.state.logits, 0, nl * sizeof(float));
             model_forward(&m, in, NULL, BATCH, CTX, NULL);
             char what[96];
             snprintf(what, sizeof what, "%s, %d slots, pass %d: logits through the cache", be->name,
                      slot_counts[k], pass);
             if (be == &backend_cpu_ref)
-                ck_assert_msg(memcmp(m.logits, want, nl * sizeof(float)) == 0, "%s differ", what);
+                ck_assert_msg(memcmp(m.state.logits, want, nl * sizeof(float)) == 0, "%s differ",
+                              what);
             else
-                CLOSE_ARRAYS(m.logits, want, nl, what);
+                CLOSE_ARRAYS(m.state.logits, want, nl, what);
             /* a forward calls each MoE layer once, so its touches are distinct keys: a cold
              * cache misses every one */
             ck_assert_int_eq(ec.hits + ec.misses, touches * (pass + 1));

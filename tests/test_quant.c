@@ -268,7 +268,7 @@ END_TEST
 /* Logits of one forward over tokens (B, T), copied out. */
 static void forward_logits(Model *m, float *out, const int *tokens) {
     model_forward(m, tokens, NULL, B, T, NULL);
-    m->be->to_host(m->be, out, m->logits, (size_t)B * T * MOE_VOCAB * sizeof(float));
+    m->be->to_host(m->be, out, m->state.logits, (size_t)B * T * MOE_VOCAB * sizeof(float));
 }
 
 /* (a) for every format, on cpu-ref and cpu: the logits with the source are those of the model
@@ -302,7 +302,8 @@ START_TEST(test_model_logits_are_the_dequantized_models) {
     printf("  %-30s largest logit change from the fp32 model %.3g\n", what, moved);
     /* fp32 codes: float rounding only; int8 and int4: the weights' error, far above it */
     if (format == QUANT_FP32) ck_assert_msg(moved < 1e-5, "fp32 source moved a logit by %g", moved);
-    if (format != QUANT_FP32) ck_assert_msg(moved > 1e-4, "%s: logits moved by %g only", what, moved);
+    if (format != QUANT_FP32)
+        ck_assert_msg(moved > 1e-4, "%s: logits moved by %g only", what, moved);
     free(saved), free(orig), free(deq), free(got);
     quant_experts_free(&qe);
     model_free(&m);
@@ -324,16 +325,16 @@ START_TEST(test_loss_and_error_order) {
     int tokens[B * T], targets[B * T];
     random_tokens(tokens, targets, B * T, 19);
     model_forward(&m, tokens, targets, B, T, NULL);
-    const float loss = m.loss;
+    const float loss = m.state.loss;
     QuantExperts q8, q4;
     quant_experts_init(&q8, &m, QUANT_INT8, B * T);
     quant_experts_init(&q4, &m, QUANT_INT4, B * T);
     m.expert_source = &q8.src;
     model_forward(&m, tokens, targets, B, T, NULL);
-    const float d8 = m.loss - loss;
+    const float d8 = m.state.loss - loss;
     m.expert_source = &q4.src;
     model_forward(&m, tokens, targets, B, T, NULL);
-    const float d4 = m.loss - loss;
+    const float d4 = m.state.loss - loss;
     m.expert_source = NULL;
     const int n = q8.n_moe * q8.E;
     double e8[64], e4[64];
@@ -387,7 +388,7 @@ START_TEST(test_decoding_with_the_source) {
             char what[64];
             snprintf(what, sizeof what, "sequence %d, position %d", b, t);
             const size_t at = ((size_t)b * T + t) * MOE_VOCAB;
-            expect_close_arrays(cached + at, m.logits + at, MOE_VOCAB, 0.0f, 0.0f, what);
+            expect_close_arrays(cached + at, m.state.logits + at, MOE_VOCAB, 0.0f, 0.0f, what);
         }
     free(cached);
     decoder_free(&d);

@@ -160,7 +160,7 @@ static float router_run(int precision, float *grad_router, size_t n) {
     model_zero_grad(&m);
     const float loss = model_forward(&m, in, tg, B, T, NULL);
     model_backward(&m, 1.0f, NULL);
-    const MoeActs *a = m.blocks[1].moe;
+    const MoeActs *a = m.state.blocks[1].moe;
     if (precision != MOE_ROUTER_FP32)
         ck_assert_msg(all_bf16(a->logits, (size_t)B * T * 4), "logits not rounded to bf16");
     if (precision == MOE_ROUTER_BF16) {
@@ -222,7 +222,7 @@ START_TEST(test_balance_groups_and_global_scope) {
             c.balance_scope = scope;
             Model m;
             model_init(&m, &c, B, T);
-            const MoeActs *a = m.blocks[2].moe;
+            const MoeActs *a = m.state.blocks[2].moe;
             double step_count[E] = {0};
             for (int micro = 0; micro < 3; micro++) {
                 int in[N], tg[N];

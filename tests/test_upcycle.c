@@ -70,7 +70,7 @@ static float loss_of(Model *m) {
     int in[UB * UT], tg[UB * UT];
     batch_tokens(in, tg);
     model_forward(m, in, tg, UB, UT, NULL);
-    return m->loss;
+    return m->state.loss;
 }
 
 /* dst = upcycle(dense model of dense_config) into config mc with options o. */
@@ -97,7 +97,7 @@ static float upcycled_loss(const Config *mc, const UpcycleOptions *o, float *den
     float loss = loss_of(&dst);
     if (experts_used) { /* distinct experts chosen in the first MoE block */
         const MoeActs *a = NULL;
-        for (int l = 0; l < mc->n_layer && !a; l++) a = dst.blocks[l].moe;
+        for (int l = 0; l < mc->n_layer && !a; l++) a = dst.state.blocks[l].moe;
         int used[64] = {0};
         *experts_used = 0;
         for (int i = 0; i < a->N * mc->top_k; i++)

@@ -60,7 +60,7 @@ static void describe_source(char *out, size_t n, const ParamTensor *t, const Par
 /* Mean cross-entropy of m on the batch. */
 static float batch_loss(Model *m, const int *inputs, const int *targets) {
     model_forward(m, inputs, targets, B, T, NULL);
-    return m->loss;
+    return m->state.loss;
 }
 
 /* Mean expert similarity over the MoE blocks of m. */

@@ -130,7 +130,7 @@ static void arm_run(Arm *r, const Config *c, int B, const int *inputs, const int
         r->out_attn += rms_diff(a.mid, a.input, n) / L;
         r->out_ffn += rms_diff(a.output, a.mid, n) / L;
     }
-    r->loss = m.loss;
+    r->loss = m.state.loss;
     model_free(&m);
 }
 
@@ -397,7 +397,7 @@ int main(int argc, char **argv) {
         int changed = 0;
         for (int t = 0; t < N; t++) changed += !same_set(ma.idx, idx, t, TOP_K);
         printf("     %-12s loss %.6f, block %d's top-2 set changed for %d / %d tokens\n", PREC[p],
-               (double)mp.loss, last, changed, N);
+               (double)mp.state.loss, last, changed, N);
         model_free(&mp);
     }
 

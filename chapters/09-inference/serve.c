@@ -71,7 +71,7 @@ static int greedy(const float *logits) {
 /* ---- 1. the cache against the full forward ------------------------------------------------- */
 
 static void cache_demo(Model *m, FILE *f) {
-    const int T = m->T;
+    const int T = m->state.T;
     Decoder d;
     char err[512];
     if (decoder_init(&d, m, err, sizeof err) != 0) moe_input_error("%s", err);
@@ -94,7 +94,7 @@ static void cache_demo(Model *m, FILE *f) {
     t0 = now_seconds();
     for (int t = 0; t < T; t++) {
         model_forward(m, seq, NULL, 1, t + 1, NULL);
-        const float *row = m->logits + (size_t)t * MOE_VOCAB;
+        const float *row = m->state.logits + (size_t)t * MOE_VOCAB;
         if (t + 1 < T && greedy(row) != seq[t + 1]) same = 0;
         for (int v = 0; v < MOE_VOCAB; v++) {
             const double e = fabs((double)row[v] - cached[(size_t)t * MOE_VOCAB + v]);
@@ -117,15 +117,16 @@ static void cache_demo(Model *m, FILE *f) {
 
 /* each expert's share of the assignments of a validation pass, (n_moe, E) */
 static void expert_shares(Model *m, const Shard *val, int batches, double *share) {
+    RunState *rs = &m->state;
     const int E = m->cfg.num_experts;
     memset(share, 0, sizeof(double) * (size_t)m->n_moe * E);
-    const int N = m->B * m->T;
+    const int N = rs->B * rs->T;
     int *in = (int *)malloc_check((size_t)N * sizeof(int));
     int *tg = (int *)malloc_check((size_t)N * sizeof(int));
     uint8_t *dm = (uint8_t *)malloc_check((size_t)N);
     for (int b = 0; b < batches; b++) {
-        loader_val_batch(val, m->B, m->T, b, batches, in, tg, dm);
-        model_forward(m, in, NULL, m->B, m->T, NULL);
+        loader_val_batch(val, rs->B, rs->T, b, batches, in, tg, dm);
+        model_forward(m, in, NULL, rs->B, rs->T, NULL);
         for (int l = 0, j = 0; l < m->cfg.n_layer; l++)
             if (model_is_moe(m, l)) {
                 const int *routed = model_route_view(m, l).routed;
@@ -152,7 +153,7 @@ static void quant_study(Model *m, const Shard *val, int batches, FILE *f, FILE *
            "error: mean", "largest");
     for (int fmt = QUANT_FP32; fmt <= QUANT_INT4; fmt++) {
         QuantExperts qe;
-        quant_experts_init(&qe, m, fmt, m->B * m->T);
+        quant_experts_init(&qe, m, fmt, m->state.B * m->state.T);
         err[fmt] = (double *)malloc_check(sizeof(double) * (size_t)n);
         quant_experts_error(&qe, m, err[fmt]);
         m->expert_source = &qe.src;
@@ -172,7 +173,7 @@ static void quant_study(Model *m, const Shard *val, int batches, FILE *f, FILE *
     }
     printf("   (validation loss over %d batches of %d x %d tokens; error: ||W - W'|| / ||W|| of "
            "each expert's three matrices)\n\n",
-           batches, m->B, m->T);
+           batches, m->state.B, m->state.T);
     for (int i = 0; fe && i < n; i++)
         fprintf(fe, "%d,%d,%.6f,%.6f,%.6f\n", i / E, i % E, share[i], err[QUANT_INT8][i],
                 err[QUANT_INT4][i]);
@@ -200,7 +201,7 @@ static void shuffle_steps(int *out, const int *trace, size_t n, size_t per) {
 }
 
 static void offload_study(Model *m, const Shard *val, int tokens, FILE *f) {
-    const int E = m->cfg.num_experts, K = m->cfg.top_k, keys = m->n_moe * E, T = m->T;
+    const int E = m->cfg.num_experts, K = m->cfg.top_k, keys = m->n_moe * E, T = m->state.T;
     char path[MOE_PATH_MAX], err[1024];
     if (expert_file_write_temp(m, path, sizeof path, err, sizeof err) != 0)
         moe_input_error("%s", err);
@@ -216,7 +217,7 @@ static void offload_study(Model *m, const Shard *val, int tokens, FILE *f) {
         const int slots = sizes[si] < keys ? sizes[si] : keys;
         if (si > 0 && slots == (sizes[si - 1] < keys ? sizes[si - 1] : keys)) break;
         ExpertCache ec;
-        if (expert_cache_open(&ec, m, path, slots, m->B * m->T, err, sizeof err) != 0)
+        if (expert_cache_open(&ec, m, path, slots, m->state.B * m->state.T, err, sizeof err) != 0)
             moe_input_error("%s", err);
         m->expert_source = &ec.src;
         Decoder d;

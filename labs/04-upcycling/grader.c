@@ -212,7 +212,7 @@ static float batch_loss(Model *m) {
         targets[i] = (53 * i + 7) % MOE_VOCAB;
     }
     model_forward(m, inputs, targets, MB, MT, NULL);
-    return m->loss;
+    return m->state.loss;
 }
 
 /* ---- task 1: copy ------------------------------------------------------------------------ */

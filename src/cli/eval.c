@@ -22,16 +22,16 @@
  * byte values as floats, "logits" (B, T, V), metadata "loss". Another framework given the same
  * weights compares its own logits and loss with these (plots/hf/compare.py). */
 static void write_eval_logits(Model *m, const Shard *val, int batches, const char *path) {
-    const int B = m->B, T = m->T, N = B * T;
+    const int B = m->state.B, T = m->state.T, N = B * T;
     int *inputs = (int *)malloc_check((size_t)N * sizeof(int));
     int *targets = (int *)malloc_check((size_t)N * sizeof(int));
     uint8_t *domains = (uint8_t *)malloc_check((size_t)N);
     loader_val_batch(val, B, T, 0, batches, inputs, targets, domains);
     model_forward(m, inputs, NULL, B, T, NULL); /* no context: evaluation */
     float *logits = (float *)malloc_check((size_t)N * MOE_VOCAB * sizeof(float));
-    m->be->to_host(m->be, logits, m->logits, (size_t)N * MOE_VOCAB * sizeof(float));
+    m->be->to_host(m->be, logits, m->state.logits, (size_t)N * MOE_VOCAB * sizeof(float));
     model_forward(m, inputs, targets, B, T, NULL);
-    const float loss = m->loss; /* the cross-entropy, as evaluate() sums it */
+    const float loss = m->state.loss; /* the cross-entropy, as evaluate() sums it */
     float *tok = (float *)malloc_check((size_t)N * sizeof(float) * 2);
     for (int i = 0; i < N; i++) tok[i] = (float)inputs[i], tok[N + i] = (float)targets[i];
     TensorRef e[3] = {{"tokens", TENSOR_F32, 2, {B, T, 0}, (size_t)N * sizeof(float), tok},
@@ -206,7 +206,8 @@ static void window_logits(float *logits, Model *m, const int *win, const int *wl
     for (int s = 0; s < S; s++) { /* the last row's logits, brought to the host */
         model_forward(m, win + (size_t)s * T, NULL, 1, wlen[s], NULL);
         m->be->to_host(m->be, logits + (size_t)s * MOE_VOCAB,
-                       m->logits + (size_t)(wlen[s] - 1) * MOE_VOCAB, MOE_VOCAB * sizeof(float));
+                       m->state.logits + (size_t)(wlen[s] - 1) * MOE_VOCAB,
+                       MOE_VOCAB * sizeof(float));
     }
 }
 

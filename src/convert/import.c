@@ -378,7 +378,7 @@ static void bias_name(char *name, size_t n, int l) {
 static int is_bias(const Model *m, const char *name) {
     const char *rest;
     int l = layer_of(name, &rest);
-    return l >= 0 && l < m->cfg.n_layer && m->blocks[l].router_bias &&
+    return l >= 0 && l < m->cfg.n_layer && m->state.blocks[l].router_bias &&
            strcmp(rest, "moe.router_bias") == 0;
 }
 
@@ -386,7 +386,7 @@ static int is_bias(const Model *m, const char *name) {
 static int check_biases(const Model *m, const SafeTensors *st, char *err, int errlen) {
     const int aux_free = m->cfg.balance == MOE_BALANCE_AUX_FREE, E = m->cfg.num_experts;
     for (int l = 0; l < m->cfg.n_layer; l++) {
-        if (!m->blocks[l].router_bias) continue;
+        if (!m->state.blocks[l].router_bias) continue;
         char name[TENSOR_NAME_MAX], s[64];
         bias_name(name, sizeof name, l);
         const TensorRef *e = safetensors_find(st, name);
@@ -451,10 +451,10 @@ int import_weights(Model *m, const SafeTensors *st, char *err, int errlen) {
     for (int l = 0; l < m->cfg.n_layer; l++) {
         char name[TENSOR_NAME_MAX];
         bias_name(name, sizeof name, l);
-        const TensorRef *e = m->blocks[l].router_bias ? safetensors_find(st, name) : NULL;
-        if (m->blocks[l].router_bias)
-            memset(m->blocks[l].router_bias, 0, (size_t)m->cfg.num_experts * sizeof(float));
-        if (e) memcpy(m->blocks[l].router_bias, e->data, e->nbytes);
+        const TensorRef *e = m->state.blocks[l].router_bias ? safetensors_find(st, name) : NULL;
+        if (m->state.blocks[l].router_bias)
+            memset(m->state.blocks[l].router_bias, 0, (size_t)m->cfg.num_experts * sizeof(float));
+        if (e) memcpy(m->state.blocks[l].router_bias, e->data, e->nbytes);
     }
     return 0;
 }
@@ -476,13 +476,13 @@ int model_export(const Model *m, const char *path, char *err, int errlen) {
         e[n].data = m->params + t->offset;
     }
     for (int l = 0; l < c->n_layer && aux_free; l++) {
-        if (!m->blocks[l].router_bias) continue;
+        if (!m->state.blocks[l].router_bias) continue;
         bias_name(e[n].name, sizeof e[n].name, l);
         e[n].dtype = TENSOR_F32;
         e[n].ndim = 1;
         e[n].shape[0] = c->num_experts;
         e[n].nbytes = (size_t)c->num_experts * sizeof(float);
-        e[n].data = m->blocks[l].router_bias;
+        e[n].data = m->state.blocks[l].router_bias;
         n++;
     }
     char v[7][32];

@@ -29,7 +29,7 @@ int decoder_init(Decoder *d, Model *m, char *err, int errlen) {
         return -1;
     }
     const Backend *be = m->be;
-    const int L = c->n_layer, C = c->d_model, H = c->n_head, B = m->B, T = m->T;
+    const int L = c->n_layer, C = c->d_model, H = c->n_head, B = m->state.B, T = m->state.T;
     d->m = m;
     d->B = B;
     d->T = T;
@@ -92,13 +92,13 @@ void decoder_prefill(Decoder *d, int first, int n, const int *tokens, int Tp, co
         for (int t = 0; t < Tp; t++) rows[i * Tp + t] = (first + i) * T + t;
     be->to_device(be, d->rows, rows, (size_t)n * Tp * sizeof(int));
     for (int l = 0; l < L; l++) {
-        be->permute_rows(be, d->kv.k[l], m->blocks[l].k, d->rows, n * Tp, C, 0);
-        be->permute_rows(be, d->kv.v[l], m->blocks[l].v, d->rows, n * Tp, C, 0);
+        be->permute_rows(be, d->kv.k[l], m->state.blocks[l].k, d->rows, n * Tp, C, 0);
+        be->permute_rows(be, d->kv.v[l], m->state.blocks[l].v, d->rows, n * Tp, C, 0);
     }
     for (int i = 0; i < n; i++) {
         d->len[first + i] = lens[i];
         be->to_host(be, d->logits + (size_t)(first + i) * MOE_VOCAB,
-                    m->logits + ((size_t)i * Tp + lens[i] - 1) * MOE_VOCAB,
+                    m->state.logits + ((size_t)i * Tp + lens[i] - 1) * MOE_VOCAB,
                     MOE_VOCAB * sizeof(float));
     }
 }
@@ -119,6 +119,6 @@ void decoder_step(Decoder *d, const int *tokens) {
     be->to_device(be, d->step_rows, rows, (size_t)B * sizeof(int));
     be->to_device(be, d->lens, lens, (size_t)B * sizeof(int));
     model_forward_cached(m, tokens, B, &d->kv);
-    be->to_host(be, d->logits, m->logits, (size_t)B * MOE_VOCAB * sizeof(float));
+    be->to_host(be, d->logits, m->state.logits, (size_t)B * MOE_VOCAB * sizeof(float));
     for (int b = 0; b < B; b++) d->len[b]++;
 }

@@ -46,7 +46,7 @@ int expert_file_write(const Model *m, const char *path, char *err, int errlen) {
     buf[0] = header, len[0] = sizeof header;
     int k = 1, i = 0;
     for (int l = 0; l < m->cfg.n_layer; l++) {
-        if (!m->blocks[l].moe) continue;
+        if (!m->state.blocks[l].moe) continue;
         const float *w[3] = {m->w.layers[l].e_gate, m->w.layers[l].e_up, m->w.layers[l].e_down};
         for (int t = 0; t < 3; t++) {
             copies[3 * i + t] = model_host_copy(m, w[t], stacked);
@@ -236,7 +236,8 @@ int expert_cache_open(ExpertCache *ec, const Model *m, const char *path, int slo
     const int keys = ec->n_moe * ec->E;
     ec->slots = slots < 1 ? 1 : slots > keys ? keys : slots;
     ec->moe_index = (int *)malloc_check((size_t)m->cfg.n_layer * sizeof(int));
-    for (int l = 0, i = 0; l < m->cfg.n_layer; l++) ec->moe_index[l] = m->blocks[l].moe ? i++ : -1;
+    for (int l = 0, i = 0; l < m->cfg.n_layer; l++)
+        ec->moe_index[l] = m->state.blocks[l].moe ? i++ : -1;
     ec->slot_w = floats_alloc((size_t)ec->slots * ec->file.record_floats);
     ec->slot_key = (int *)malloc_check((size_t)ec->slots * sizeof(int));
     ec->slot_use = (long long *)malloc_check((size_t)ec->slots * sizeof(long long));

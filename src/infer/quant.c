@@ -326,7 +326,7 @@ void quant_experts_init(QuantExperts *qe, const Model *m, int format, int rows_m
     const int E = qe->E, C = qe->C, F = qe->F;
     qe->w32 = floats_alloc((size_t)3 * F * C + 1);
     qe->moe_of = (int *)malloc_check((size_t)qe->n_layer * sizeof(int) + 1);
-    for (int l = 0; l < qe->n_layer; l++) qe->moe_of[l] = m->blocks[l].moe ? qe->n_moe++ : -1;
+    for (int l = 0; l < qe->n_layer; l++) qe->moe_of[l] = m->state.blocks[l].moe ? qe->n_moe++ : -1;
     qe->w = (QMatrix *)calloc_check((size_t)qe->n_moe * E * 3 + 1, sizeof(QMatrix));
     for (int l = 0; l < qe->n_layer; l++) {
         if (qe->moe_of[l] < 0) continue;

@@ -106,8 +106,8 @@ typedef struct {
 /* Quantize every MoE block's experts of m in format (QUANT_FP32 too: a copy, the control that
  * runs the same path with the original weights). m must be on a backend whose memory is the
  * host's (m->be->host_memory) and in one process (m->dist NULL); else moe_fatal. rows_max: the
- * most rows one expert's slice may bring (m->B m->T, every token to one expert, is safe; a
- * larger slice grows the scratch). The model's weights are copied: qe does not borrow m.
+ * most rows one expert's slice may bring (m->state.B m->state.T, every token to one expert, is
+ * safe; a larger slice grows the scratch). The model's weights are copied: qe does not borrow m.
  * Plug it in with m->expert_source = &qe->src; its forward then runs inside model_forward and
  * model_forward_cached. One forward at a time per QuantExperts (its scratch is shared). */
 void quant_experts_init(QuantExperts *qe, const Model *m, int format, int rows_max);

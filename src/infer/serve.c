@@ -28,7 +28,7 @@ int served_experts_attach(ServedExperts *s, Model *m, int format, int slots, cha
                          "%s runs on the CPU backends (train.device=%s keeps its weights in a "
                          "device's memory); serve with train.device=cpu",
                          slots ? "--offload" : "--quant", m->be->name);
-    const int rows_max = m->B * m->T;
+    const int rows_max = m->state.B * m->state.T;
     if (slots == 0) {
         quant_experts_init(&s->quant, m, format, rows_max);
         m->expert_source = &s->quant.src;

@@ -114,7 +114,7 @@ static void greedy_bytes(int *next, const float *logits, int B) {
 static void measure(DecodeRow *row, Model *m, ServedExperts *sx, const BenchOptions *o,
                     const Shard *val, double bandwidth) {
     const Config *c = &m->cfg;
-    const int B = m->B, T = m->T, L = c->n_layer, C = c->d_model;
+    const int B = m->state.B, T = m->state.T, L = c->n_layer, C = c->d_model;
     const int warm = o->warmup, steps = o->steps;
     if (warm + steps > T - 1)
         moe_input_error("bench --decode: %d warm-up and %d timed steps do not fit %s's context of "
@@ -153,9 +153,9 @@ static void measure(DecodeRow *row, Model *m, ServedExperts *sx, const BenchOpti
         times[s - warm] = now_seconds() - t0;
         kv += 2.0 * L * (cached + B) * C * sizeof(float); /* keys and values read, new written */
         for (int l = 0; l < L; l++)
-            if (m->blocks[l].moe)
+            if (m->state.blocks[l].moe)
                 for (int e = 0; e < c->num_experts; e++)
-                    touched += m->blocks[l].moe->route.routed[e] > 0;
+                    touched += m->state.blocks[l].moe->route.routed[e] > 0;
     }
     row->B = B, row->P = P, row->steps = steps;
     row->moe = m->n_moe > 0, row->E = c->num_experts, row->K = c->top_k;

@@ -16,7 +16,7 @@
  * the memory formula runs with no model. Parameters, gradients and AdamW moments are not in
  * it (the parameter table, params.h, lays out those four buffers), nor the host-side arrays of
  * the MoE block (routing statistics, the noise staging, the expert exchange's metadata), nor
- * the ops' workspace (Model.work_bytes).
+ * the ops' workspace (Model.state.work_bytes).
  */
 #ifndef MOE_MODEL_ACTS_H
 #define MOE_MODEL_ACTS_H

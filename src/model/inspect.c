@@ -4,22 +4,22 @@
 #include "model/inspect.h"
 
 int model_is_moe(const Model *m, int layer) {
-    return layer >= 0 && layer < m->cfg.n_layer && m->blocks[layer].moe != NULL;
+    return layer >= 0 && layer < m->cfg.n_layer && m->state.blocks[layer].moe != NULL;
 }
 
 BlockView model_block_view(const Model *m, int layer) {
-    const BlockActs *a = &m->blocks[layer];
-    return (BlockView){.input = m->resid[layer],
+    const BlockActs *a = &m->state.blocks[layer];
+    return (BlockView){.input = m->state.resid[layer],
                        .mid = a->resid_mid,
                        .ffn_in = a->ln2,
-                       .output = m->resid[layer + 1],
+                       .output = m->state.resid[layer + 1],
                        .attn_out = a->attn_out,
                        .ffn_out = a->ffn_out};
 }
 
 RouteView model_route_view(const Model *m, int layer) {
     if (!model_is_moe(m, layer)) return (RouteView){0};
-    const MoeActs *a = m->blocks[layer].moe;
+    const MoeActs *a = m->state.blocks[layer].moe;
     return (RouteView){.N = a->N,
                        .E = m->spec.num_experts,
                        .A = moe_assignments_per_token(&m->spec),
@@ -30,14 +30,14 @@ RouteView model_route_view(const Model *m, int layer) {
 }
 
 void model_router_logits(const Model *m, int layer, float *logits) {
-    m->be->matmul_forward(m->be, logits, m->blocks[layer].ln2, m->w.layers[layer].router, m->N_last,
-                          m->cfg.d_model, m->cfg.num_experts);
+    m->be->matmul_forward(m->be, logits, m->state.blocks[layer].ln2, m->w.layers[layer].router,
+                          m->state.N_last, m->cfg.d_model, m->cfg.num_experts);
 }
 
 MoeWeights model_moe_weights(const Model *m, int layer) {
     const LayerView *lw = &m->w.layers[layer];
     MoeWeights wt = {.router = lw->router, .Wg = lw->e_gate, .Wu = lw->e_up, .Wd = lw->e_down};
-    if (m->spec.balance == MOE_BALANCE_AUX_FREE) wt.bias = m->blocks[layer].router_bias;
+    if (m->spec.balance == MOE_BALANCE_AUX_FREE) wt.bias = m->state.blocks[layer].router_bias;
     return wt;
 }
 
@@ -49,5 +49,5 @@ double model_expert_similarity(const Model *m, int layer) {
 }
 
 float *model_router_bias(const Model *m, int layer) {
-    return layer >= 0 && layer < m->cfg.n_layer ? m->blocks[layer].router_bias : NULL;
+    return layer >= 0 && layer < m->cfg.n_layer ? m->state.blocks[layer].router_bias : NULL;
 }

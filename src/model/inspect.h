@@ -1,6 +1,6 @@
 /*
  * inspect.h: what a model's last forward computed, block by block, read through functions
- * instead of the model's own fields (Model.blocks, Model.resid, Model.w), which are its
+ * instead of the model's own fields (Model.state.blocks, Model.state.resid, Model.w), which are its
  * orchestration's to change. The public way to look inside a forward (src/moe.h): the chapter
  * programs read the router's input, logits and choices, the residual stream and the expert
  * weights through these.

@@ -47,7 +47,7 @@ typedef struct {
  * backward scratch); the breakdown, with the integer words and the arena's padding, goes to
  * *out when out is not NULL. Metadata (the parameter and activation tables, pointer arrays,
  * struct headers, the MoE blocks' host-side statistics) and the ops' workspace
- * (Model.work_bytes) are not counted: they are a few KiB. */
+ * (Model.state.work_bytes) are not counted: they are a few KiB. */
 size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out);
 
 /* The same for one process of an expert-parallel group of ep (dist.ep): its num_experts / ep

@@ -94,23 +94,24 @@ static void params_alloc(Model *m, const Config *c, int ep) {
 /* acts_arena_alloc: the host structs the table's entries point into, then every activation and
  * scratch buffer in one arena (acts.h) */
 static void acts_arena_alloc(Model *m, const Config *c, int B, int T, int ep) {
+    RunState *rs = &m->state;
     const Backend *be = m->be;
     const int L = c->n_layer;
     const size_t N = (size_t)B * T;
-    m->resid = (float **)calloc_check((size_t)L + 1, sizeof(float *));
-    m->blocks = (BlockActs *)calloc_check((size_t)L, sizeof(BlockActs));
+    rs->resid = (float **)calloc_check((size_t)L + 1, sizeof(float *));
+    rs->blocks = (BlockActs *)calloc_check((size_t)L, sizeof(BlockActs));
     for (int l = 0; l < L; l++)
         if (config_is_moe_layer(c, l)) {
-            m->blocks[l].moe = (MoeActs *)calloc_check(1, sizeof(MoeActs));
-            moe_acts_host_alloc(be, m->blocks[l].moe, &m->spec, m->dist, (int)N);
+            rs->blocks[l].moe = (MoeActs *)calloc_check(1, sizeof(MoeActs));
+            moe_acts_host_alloc(be, rs->blocks[l].moe, &m->spec, m->dist, (int)N);
             m->n_moe++;
         }
-    acts_table_init(&m->acts);
-    model_acts_table(&m->acts, c, B, T, ep, m);
-    m->arena = acts_alloc(be, &m->acts);
+    acts_table_init(&rs->acts);
+    model_acts_table(&rs->acts, c, B, T, ep, m);
+    rs->arena = acts_alloc(be, &rs->acts);
     for (int l = 0, b = 0; l < L; l++)
-        if (m->blocks[l].moe)
-            m->blocks[l].router_bias = m->router_bias + (size_t)b++ * c->num_experts;
+        if (rs->blocks[l].moe)
+            rs->blocks[l].router_bias = m->router_bias + (size_t)b++ * c->num_experts;
     if (!be->host_memory && m->spec.balance == MOE_BALANCE_AUX_FREE && m->n_moe)
         m->router_bias_host = floats_alloc((size_t)m->n_moe * c->num_experts);
 }
@@ -119,29 +120,32 @@ static void acts_arena_alloc(Model *m, const Config *c, int B, int T, int ep) {
  * (model_read_step): the losses, the norm's parts, each MoE block's two losses a micro-batch,
  * and its routing record; each block's losses point into it */
 static void step_record_alloc(Model *m, const Config *c) {
+    RunState *rs = &m->state;
     const Backend *be = m->be;
-    m->rec_slots = c->accum > 1 ? c->accum : 1;
-    const size_t rec_doubles = (size_t)m->rec_slots + m->pt.n; /* the losses, the norm's parts */
-    const size_t rec_moe = (size_t)m->rec_slots * m->n_moe * 2;
+    rs->rec_slots = c->accum > 1 ? c->accum : 1;
+    const size_t rec_doubles = (size_t)rs->rec_slots + m->pt.n; /* the losses, the norm's parts */
+    const size_t rec_moe = (size_t)rs->rec_slots * m->n_moe * 2;
     const size_t rec_route = (rec_doubles * sizeof(double) + rec_moe * sizeof(float) + 7) / 8 * 8;
-    m->rec_bytes = rec_route + (size_t)m->rec_slots * m->n_moe * route_record_bytes(c->num_experts);
-    m->rec_loss = (double *)be->alloc(be, m->rec_bytes);
-    m->rec_norm = m->rec_loss + m->rec_slots;
-    m->rec_moe = (float *)(m->rec_loss + rec_doubles);
-    m->rec_route = (char *)m->rec_loss + rec_route;
-    m->rec_host = (char *)malloc_check(m->rec_bytes);
-    m->log_rec = (double *)be->alloc(
+    rs->rec_bytes =
+        rec_route + (size_t)rs->rec_slots * m->n_moe * route_record_bytes(c->num_experts);
+    rs->rec_loss = (double *)be->alloc(be, rs->rec_bytes);
+    rs->rec_norm = rs->rec_loss + rs->rec_slots;
+    rs->rec_moe = (float *)(rs->rec_loss + rec_doubles);
+    rs->rec_route = (char *)rs->rec_loss + rec_route;
+    rs->rec_host = (char *)malloc_check(rs->rec_bytes);
+    rs->log_rec = (double *)be->alloc(
         be, (size_t)m->n_moe * (sizeof(double) + (size_t)c->num_experts * sizeof(float)));
     for (int l = 0, b = 0; l < c->n_layer; l++)
-        if (m->blocks[l].moe) m->blocks[l].moe->losses = m->rec_moe + (size_t)b++ * 2;
+        if (rs->blocks[l].moe) rs->blocks[l].moe->losses = rs->rec_moe + (size_t)b++ * 2;
 }
 
 void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const Backend *be) {
+    RunState *rs = &m->state;
     memset(m, 0, sizeof(*m));
     m->cfg = *c;
     m->be = be;
-    m->B = B;
-    m->T = T;
+    rs->B = B;
+    rs->T = T;
     /* one process: exactly the one-process model, unless NCCL is to carry its (trivial) sums,
      * the check of NCCL a single GPU allows */
     m->dist = d && (d->world > 1 || d->collectives == DIST_COLL_NCCL) ? d : NULL;
@@ -162,14 +166,14 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
     const int D = C / H;
     float *cs = (float *)malloc_check((size_t)T * D * sizeof(float)); /* (T, D/2, 2) */
     rope_table(cs, T, D, c->rope_theta);
-    m->rope_cs = dev(m, (size_t)T * D);
-    be->to_device(be, m->rope_cs, cs, (size_t)T * D * sizeof(float));
+    rs->rope_cs = dev(m, (size_t)T * D);
+    be->to_device(be, rs->rope_cs, cs, (size_t)T * D * sizeof(float));
     free(cs);
-    m->n_att_ws = omp_get_max_threads();
-    m->att_ws = dev(m, (size_t)m->n_att_ws * T * T);
-    m->norm_partial = (double *)be->alloc(be, vec_chunks(m->pt.total) * sizeof(double));
+    rs->n_att_ws = omp_get_max_threads();
+    rs->att_ws = dev(m, (size_t)rs->n_att_ws * T * T);
+    rs->norm_partial = (double *)be->alloc(be, vec_chunks(m->pt.total) * sizeof(double));
     step_record_alloc(m, c);
-    m->work_bytes = backend_bytes_allocated - before;
+    rs->work_bytes = backend_bytes_allocated - before;
 }
 
 /* a buffer of the model's backend back to it */
@@ -178,27 +182,28 @@ static void release(const Model *m, void *p) {
 }
 
 void model_free(Model *m) {
+    RunState *rs = &m->state;
     const int L = m->cfg.n_layer;
     for (int l = 0; l < L; l++) {
-        MoeActs *a = m->blocks[l].moe;
+        MoeActs *a = rs->blocks[l].moe;
         if (a) { /* its host arrays; its backend buffers are in the model's arena */
             moe_acts_free(m->be, a);
             free(a);
         }
     }
-    free(m->resid);
-    free(m->blocks);
+    free(rs->resid);
+    free(rs->blocks);
     free(m->router_bias_host);
     if (m->sync) grad_sync_free(m->sync);
     free(m->sync);
-    release(m, m->arena);
-    acts_table_free(&m->acts);
-    release(m, m->rope_cs);
-    release(m, m->att_ws);
-    release(m, m->norm_partial);
-    release(m, m->rec_loss);
-    free(m->rec_host);
-    release(m, m->log_rec);
+    release(m, rs->arena);
+    acts_table_free(&rs->acts);
+    release(m, rs->rope_cs);
+    release(m, rs->att_ws);
+    release(m, rs->norm_partial);
+    release(m, rs->rec_loss);
+    free(rs->rec_host);
+    release(m, rs->log_rec);
     params_view_free(&m->w);
     params_view_free(&m->g);
     params_table_free(&m->pt);
@@ -238,11 +243,12 @@ static MoeCtx block_ctx(Model *m, const StepCtx *ctx, int T) {
  * token each, T 1) over the new tokens against kv's cache of the earlier ones. */
 static void block_forward(Model *m, int l, float *out, const float *in, int B, int T,
                           const KvStep *kv, const StepCtx *ctx) {
+    RunState *rs = &m->state;
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     const int C = c->d_model, H = c->n_head, F = c->d_ff, N = B * T;
     const LayerView *lw = &m->w.layers[l];
-    BlockActs *a = &m->blocks[l];
+    BlockActs *a = &rs->blocks[l];
 
     /* attention branch: resid_mid = in + attention(rmsnorm(in)) wo^T */
     PROF(PROF_NORM, be->rmsnorm_forward(be, a->ln1, a->rstd1, in, lw->attn_norm, N, C));
@@ -251,29 +257,29 @@ static void block_forward(Model *m, int l, float *out, const float *in, int B, i
     PROF(PROF_ATTN_PROJ, be->matmul_forward(be, a->v, a->ln1, lw->wv, N, C, C));
     if (kv) { /* each new token at its own position, appended to its sequence's cache, then
                  attending to the whole cache */
-        PROF(PROF_ROPE, be->rope_forward_at(be, a->q, m->rope_cs, kv->pos, N, H, C / H));
-        PROF(PROF_ROPE, be->rope_forward_at(be, a->k, m->rope_cs, kv->pos, N, H, C / H));
+        PROF(PROF_ROPE, be->rope_forward_at(be, a->q, rs->rope_cs, kv->pos, N, H, C / H));
+        PROF(PROF_ROPE, be->rope_forward_at(be, a->k, rs->rope_cs, kv->pos, N, H, C / H));
         PROF(PROF_ATTN, be->permute_rows(be, kv->k[l], a->k, kv->rows, N, C, 0));
         PROF(PROF_ATTN, be->permute_rows(be, kv->v[l], a->v, kv->rows, N, C, 0));
         PROF(PROF_ATTN, be->attention_decode(be, a->atty, kv->att, a->q, kv->k[l], kv->v[l],
                                              kv->lens, N, C, H, kv->Tc));
     } else {
-        PROF(PROF_ROPE, be->rope_forward(be, a->q, m->rope_cs, B, T, H, C / H));
-        PROF(PROF_ROPE, be->rope_forward(be, a->k, m->rope_cs, B, T, H, C / H));
+        PROF(PROF_ROPE, be->rope_forward(be, a->q, rs->rope_cs, B, T, H, C / H));
+        PROF(PROF_ROPE, be->rope_forward(be, a->k, rs->rope_cs, B, T, H, C / H));
         PROF(PROF_ATTN, be->attention_forward(be, a->atty, a->att, a->q, a->k, a->v, B, T, C, H));
     }
     /* dtmp is free scratch during the forward pass. Sandwich norms: the sublayer's output
      * goes to attn_out, and its norm into dtmp */
-    float *ao = a->attn_out ? a->attn_out : m->dtmp;
+    float *ao = a->attn_out ? a->attn_out : rs->dtmp;
     PROF(PROF_ATTN_PROJ, be->matmul_forward(be, ao, a->atty, lw->wo, N, C, C));
     if (a->attn_out)
         PROF(PROF_NORM,
-             be->rmsnorm_forward(be, m->dtmp, a->rstd_attn_out, ao, lw->attn_post_norm, N, C));
-    PROF(PROF_RESIDUAL, be->add(be, a->resid_mid, in, m->dtmp, (size_t)N * C));
+             be->rmsnorm_forward(be, rs->dtmp, a->rstd_attn_out, ao, lw->attn_post_norm, N, C));
+    PROF(PROF_RESIDUAL, be->add(be, a->resid_mid, in, rs->dtmp, (size_t)N * C));
 
     /* feed-forward branch: out = resid_mid + FFN(rmsnorm(resid_mid)), the FFN's output normed
      * again with sandwich norms (from ffn_out into dtmp) */
-    float *fo = a->ffn_out ? a->ffn_out : m->dtmp;
+    float *fo = a->ffn_out ? a->ffn_out : rs->dtmp;
     PROF(PROF_NORM, be->rmsnorm_forward(be, a->ln2, a->rstd2, a->resid_mid, lw->ffn_norm, N, C));
     if (a->moe) {
         MoeWeights wt = moe_weights(lw);
@@ -288,8 +294,8 @@ static void block_forward(Model *m, int l, float *out, const float *in, int B, i
             PROF(PROF_DENSE_FFN, be->matmul_forward(be, a->sg, a->ln2, lw->s_gate, N, C, Fs));
             PROF(PROF_DENSE_FFN, be->matmul_forward(be, a->su, a->ln2, lw->s_up, N, C, Fs));
             PROF(PROF_SWIGLU, be->swiglu_forward(be, a->sh, a->sg, a->su, N, Fs));
-            PROF(PROF_DENSE_FFN, be->matmul_forward(be, m->dln, a->sh, lw->s_down, N, Fs, C));
-            PROF(PROF_RESIDUAL, be->add(be, fo, fo, m->dln, (size_t)N * C));
+            PROF(PROF_DENSE_FFN, be->matmul_forward(be, rs->dln, a->sh, lw->s_down, N, Fs, C));
+            PROF(PROF_RESIDUAL, be->add(be, fo, fo, rs->dln, (size_t)N * C));
         }
     } else {
         PROF(PROF_DENSE_FFN, be->matmul_forward(be, a->fg, a->ln2, lw->w_gate, N, C, F));
@@ -299,86 +305,90 @@ static void block_forward(Model *m, int l, float *out, const float *in, int B, i
     }
     if (a->ffn_out)
         PROF(PROF_NORM,
-             be->rmsnorm_forward(be, m->dtmp, a->rstd_ffn_out, fo, lw->ffn_post_norm, N, C));
-    PROF(PROF_RESIDUAL, be->add(be, out, a->resid_mid, m->dtmp, (size_t)N * C));
+             be->rmsnorm_forward(be, rs->dtmp, a->rstd_ffn_out, fo, lw->ffn_post_norm, N, C));
+    PROF(PROF_RESIDUAL, be->add(be, out, a->resid_mid, rs->dtmp, (size_t)N * C));
 }
 
 float model_forward(Model *m, const int *inputs, const int *targets, int B, int T,
                     const StepCtx *ctx) {
+    RunState *rs = &m->state;
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     const int C = c->d_model, L = c->n_layer, N = B * T;
-    if (B > m->B || T > m->T || B * T > m->B * m->T)
-        moe_fatal("model_forward: batch %dx%d exceeds the allocated %dx%d", B, T, m->B, m->T);
-    m->B_last = B;
-    m->T_last = T;
-    m->N_last = N;
-    be->to_device(be, m->inputs, inputs, (size_t)N * sizeof(int));
+    if (B > rs->B || T > rs->T || B * T > rs->B * rs->T)
+        moe_fatal("model_forward: batch %dx%d exceeds the allocated %dx%d", B, T, rs->B, rs->T);
+    rs->B_last = B;
+    rs->T_last = T;
+    rs->N_last = N;
+    be->to_device(be, rs->inputs, inputs, (size_t)N * sizeof(int));
 
-    PROF(PROF_EMBED, be->embed_forward(be, m->resid[0], m->inputs, m->w.tok_emb, N, C));
+    PROF(PROF_EMBED, be->embed_forward(be, rs->resid[0], rs->inputs, m->w.tok_emb, N, C));
 
     /* each MoE block's losses into the step record: the micro-batch's slot while the step reads
      * them at its end (defer_reads), else slot 0, read at once */
-    const int slot = m->defer_reads && ctx ? ctx->micro : 0;
-    if (slot < 0 || slot >= m->rec_slots)
-        moe_fatal("model_forward: micro-batch %d of a step record of %d", slot, m->rec_slots);
+    const int slot = rs->defer_reads && ctx ? ctx->micro : 0;
+    if (slot < 0 || slot >= rs->rec_slots)
+        moe_fatal("model_forward: micro-batch %d of a step record of %d", slot, rs->rec_slots);
     for (int l = 0, b = 0; l < L; l++)
-        if (m->blocks[l].moe) {
-            MoeActs *a = m->blocks[l].moe;
-            a->losses = m->rec_moe + ((size_t)slot * m->n_moe + b) * 2;
+        if (rs->blocks[l].moe) {
+            MoeActs *a = rs->blocks[l].moe;
+            a->losses = rs->rec_moe + ((size_t)slot * m->n_moe + b) * 2;
             a->stats_rec =
-                m->rec_route + ((size_t)slot * m->n_moe + b) * route_record_bytes(c->num_experts);
-            a->defer_losses = m->defer_reads;
+                rs->rec_route + ((size_t)slot * m->n_moe + b) * route_record_bytes(c->num_experts);
+            a->defer_losses = rs->defer_reads;
             b++;
         }
-    for (int l = 0; l < L; l++) block_forward(m, l, m->resid[l + 1], m->resid[l], B, T, NULL, ctx);
+    for (int l = 0; l < L; l++)
+        block_forward(m, l, rs->resid[l + 1], rs->resid[l], B, T, NULL, ctx);
 
-    PROF(PROF_NORM, be->rmsnorm_forward(be, m->lnf, m->rstdf, m->resid[L], m->w.final_norm, N, C));
-    PROF(PROF_HEAD, be->matmul_forward(be, m->logits, m->lnf, m->w.head, N, C, MOE_VOCAB));
+    PROF(PROF_NORM,
+         be->rmsnorm_forward(be, rs->lnf, rs->rstdf, rs->resid[L], m->w.final_norm, N, C));
+    PROF(PROF_HEAD, be->matmul_forward(be, rs->logits, rs->lnf, m->w.head, N, C, MOE_VOCAB));
 
-    m->aux_loss = m->z_loss = 0.0f;
-    if (m->defer_reads) { /* model_read_step computes them */
-        m->loss = NAN;
+    rs->aux_loss = rs->z_loss = 0.0f;
+    if (rs->defer_reads) { /* model_read_step computes them */
+        rs->loss = NAN;
         if (targets) {
-            be->to_device(be, m->targets, targets, (size_t)N * sizeof(int));
-            PROF(PROF_LOSS, be->crossentropy_forward(be, m->losses, m->logits, m->logits,
-                                                     m->targets, N, MOE_VOCAB));
-            be->sum(be, m->rec_loss + slot, m->losses, (size_t)N);
+            be->to_device(be, rs->targets, targets, (size_t)N * sizeof(int));
+            PROF(PROF_LOSS, be->crossentropy_forward(be, rs->losses, rs->logits, rs->logits,
+                                                     rs->targets, N, MOE_VOCAB));
+            be->sum(be, rs->rec_loss + slot, rs->losses, (size_t)N);
         }
         return NAN;
     }
     float aux_sum = 0.0f, z_sum = 0.0f;
     for (int l = 0; l < L; l++)
-        if (m->blocks[l].moe) {
-            aux_sum += m->blocks[l].moe->aux_loss;
-            z_sum += m->blocks[l].moe->z_loss;
+        if (rs->blocks[l].moe) {
+            aux_sum += rs->blocks[l].moe->aux_loss;
+            z_sum += rs->blocks[l].moe->z_loss;
         }
     if (m->n_moe > 0) {
-        m->aux_loss = aux_sum / (float)m->n_moe;
-        m->z_loss = z_sum / (float)m->n_moe;
+        rs->aux_loss = aux_sum / (float)m->n_moe;
+        rs->z_loss = z_sum / (float)m->n_moe;
     }
     if (!targets) {
-        m->loss = NAN;
+        rs->loss = NAN;
         return NAN;
     }
-    be->to_device(be, m->targets, targets, (size_t)N * sizeof(int));
-    PROF(PROF_LOSS,
-         be->crossentropy_forward(be, m->losses, m->logits, m->logits, m->targets, N, MOE_VOCAB));
+    be->to_device(be, rs->targets, targets, (size_t)N * sizeof(int));
+    PROF(PROF_LOSS, be->crossentropy_forward(be, rs->losses, rs->logits, rs->logits, rs->targets, N,
+                                             MOE_VOCAB));
     double sum = 0.0; /* in token order: deterministic */
-    be->sum(be, m->rec_loss, m->losses, (size_t)N);
-    be->to_host(be, &sum, m->rec_loss, sizeof sum);
-    m->loss = (float)(sum / N);
-    return m->loss + moe_balance_coef(&m->spec) * aux_sum + c->z_coef * z_sum;
+    be->sum(be, rs->rec_loss, rs->losses, (size_t)N);
+    be->to_host(be, &sum, rs->rec_loss, sizeof sum);
+    rs->loss = (float)(sum / N);
+    return rs->loss + moe_balance_coef(&m->spec) * aux_sum + c->z_coef * z_sum;
 }
 
 void model_read_step(Model *m, int micro_batches, double *loss, double *aux, double *z) {
+    RunState *rs = &m->state;
     const Backend *be = m->be;
     const int A = micro_batches, nb = m->n_moe;
-    if (A < 1 || A > m->rec_slots)
-        moe_fatal("model_read_step: %d micro-batches of a step record of %d", A, m->rec_slots);
-    double *h = (double *)m->rec_host;
-    be->to_host(be, h, m->rec_loss, m->rec_bytes); /* the step's one copy of its numbers */
-    const float *moe = (const float *)(m->rec_host + ((char *)m->rec_moe - (char *)m->rec_loss));
+    if (A < 1 || A > rs->rec_slots)
+        moe_fatal("model_read_step: %d micro-batches of a step record of %d", A, rs->rec_slots);
+    double *h = (double *)rs->rec_host;
+    be->to_host(be, h, rs->rec_loss, rs->rec_bytes); /* the step's one copy of its numbers */
+    const float *moe = (const float *)(rs->rec_host + ((char *)rs->rec_moe - (char *)rs->rec_loss));
     *loss = *aux = *z = 0.0;
     for (int i = 0; i < A; i++) { /* model_forward's arithmetic, micro-batch by micro-batch */
         float aux_sum = 0.0f, z_sum = 0.0f;
@@ -386,134 +396,156 @@ void model_read_step(Model *m, int micro_batches, double *loss, double *aux, dou
             aux_sum += moe[((size_t)i * nb + b) * 2];
             z_sum += moe[((size_t)i * nb + b) * 2 + 1];
         }
-        m->aux_loss = nb > 0 ? aux_sum / (float)nb : 0.0f;
-        m->z_loss = nb > 0 ? z_sum / (float)nb : 0.0f;
-        m->loss = (float)(h[i] / m->N_last);
-        *loss += m->loss, *aux += m->aux_loss, *z += m->z_loss;
+        rs->aux_loss = nb > 0 ? aux_sum / (float)nb : 0.0f;
+        rs->z_loss = nb > 0 ? z_sum / (float)nb : 0.0f;
+        rs->loss = (float)(h[i] / rs->N_last);
+        *loss += rs->loss, *aux += rs->aux_loss, *z += rs->z_loss;
     }
 }
 
 void model_step_route(Model *m, int micro) {
-    const char *rec = m->rec_host + (m->rec_route - (char *)m->rec_loss);
+    RunState *rs = &m->state;
+    const char *rec = rs->rec_host + (rs->rec_route - (char *)rs->rec_loss);
     const size_t rb = route_record_bytes(m->cfg.num_experts);
     for (int l = 0, b = 0; l < m->cfg.n_layer; l++)
-        if (m->blocks[l].moe)
-            m->be->route_stats_read(m->be, &m->blocks[l].moe->route,
+        if (rs->blocks[l].moe)
+            m->be->route_stats_read(m->be, &rs->blocks[l].moe->route,
                                     rec + ((size_t)micro * m->n_moe + b++) * rb, &m->spec);
 }
 
 void model_forward_cached(Model *m, const int *tokens, int N, const KvStep *kv) {
+    RunState *rs = &m->state;
     const Backend *be = m->be;
     const int C = m->cfg.d_model, L = m->cfg.n_layer;
-    if (N > m->B * m->T)
-        moe_fatal("model_forward_cached: %d tokens exceed the allocated %d", N, m->B * m->T);
-    m->B_last = N, m->T_last = 1, m->N_last = N;
-    be->to_device(be, m->inputs, tokens, (size_t)N * sizeof(int));
-    PROF(PROF_EMBED, be->embed_forward(be, m->resid[0], m->inputs, m->w.tok_emb, N, C));
-    for (int l = 0; l < L; l++) block_forward(m, l, m->resid[l + 1], m->resid[l], N, 1, kv, NULL);
-    PROF(PROF_NORM, be->rmsnorm_forward(be, m->lnf, m->rstdf, m->resid[L], m->w.final_norm, N, C));
-    PROF(PROF_HEAD, be->matmul_forward(be, m->logits, m->lnf, m->w.head, N, C, MOE_VOCAB));
-    m->loss = NAN;
+    if (N > rs->B * rs->T)
+        moe_fatal("model_forward_cached: %d tokens exceed the allocated %d", N, rs->B * rs->T);
+    rs->B_last = N, rs->T_last = 1, rs->N_last = N;
+    be->to_device(be, rs->inputs, tokens, (size_t)N * sizeof(int));
+    PROF(PROF_EMBED, be->embed_forward(be, rs->resid[0], rs->inputs, m->w.tok_emb, N, C));
+    for (int l = 0; l < L; l++) block_forward(m, l, rs->resid[l + 1], rs->resid[l], N, 1, kv, NULL);
+    PROF(PROF_NORM,
+         be->rmsnorm_forward(be, rs->lnf, rs->rstdf, rs->resid[L], m->w.final_norm, N, C));
+    PROF(PROF_HEAD, be->matmul_forward(be, rs->logits, rs->lnf, m->w.head, N, C, MOE_VOCAB));
+    rs->loss = NAN;
 }
 
 /* ---- backward ----------------------------------------------------------------------------- */
+
+/* The gradient of block l's feed-forward input (ln2) into dln, given dffn that of its output:
+ * the MoE block and its shared experts, or the dense SwiGLU. */
+static void ffn_backward(Model *m, int l, const float *dffn, float loss_scale, const StepCtx *ctx) {
+    RunState *rs = &m->state;
+    const Backend *be = m->be;
+    const Config *c = &m->cfg;
+    const int C = c->d_model, F = c->d_ff, T = rs->T_last, N = rs->N_last;
+    const LayerView *lw = &m->w.layers[l];
+    LayerView *gw = &m->g.layers[l];
+    BlockActs *a = &rs->blocks[l];
+    if (a->moe) {
+        MoeWeights wt = moe_weights(lw);
+        MoeGrads gr = {.router = gw->router, .Wg = gw->e_gate, .Wu = gw->e_up, .Wd = gw->e_down};
+        const MoeCtx x = block_ctx(m, ctx, T);
+        moe_block_backward(be, rs->dln, &gr, dffn, a->moe, a->ln2, &wt, &m->spec, &x,
+                           &rs->moe_scratch, loss_scale);
+        if (a->sg) { /* + (silu(ln2 Wsg^T) * ln2 Wsu^T) Wsd^T: its input gradients add to dln */
+            const int Fs = c->num_shared * m->spec.d_expert;
+            PROF(PROF_DENSE_FFN,
+                 be->matmul_backward(be, rs->dsh, gw->s_down, dffn, a->sh, lw->s_down, N, Fs, C));
+            PROF(PROF_SWIGLU,
+                 be->swiglu_backward(be, rs->dsg, rs->dsu, rs->dsh, a->sg, a->su, N, Fs));
+            PROF(PROF_DENSE_FFN, be->matmul_backward(be, rs->dtmp, gw->s_gate, rs->dsg, a->ln2,
+                                                     lw->s_gate, N, C, Fs));
+            PROF(PROF_RESIDUAL, be->add(be, rs->dln, rs->dln, rs->dtmp, (size_t)N * C));
+            PROF(PROF_DENSE_FFN,
+                 be->matmul_backward(be, rs->dtmp, gw->s_up, rs->dsu, a->ln2, lw->s_up, N, C, Fs));
+            PROF(PROF_RESIDUAL, be->add(be, rs->dln, rs->dln, rs->dtmp, (size_t)N * C));
+        }
+    } else {
+        PROF(PROF_DENSE_FFN,
+             be->matmul_backward(be, rs->dfh, gw->w_down, dffn, a->fh, lw->w_down, N, F, C));
+        PROF(PROF_SWIGLU, be->swiglu_backward(be, rs->dfg, rs->dfu, rs->dfh, a->fg, a->fu, N, F));
+        PROF(PROF_DENSE_FFN,
+             be->matmul_backward(be, rs->dln, gw->w_gate, rs->dfg, a->ln2, lw->w_gate, N, C, F));
+        PROF(PROF_DENSE_FFN,
+             be->matmul_backward(be, rs->dtmp, gw->w_up, rs->dfu, a->ln2, lw->w_up, N, C, F));
+        PROF(PROF_RESIDUAL, be->add(be, rs->dln, rs->dln, rs->dtmp, (size_t)N * C));
+    }
+}
 
 /* dx (N, C) = d/d(in) of block l, given dout (N, C) the gradient of its output. dx may be
  * dout itself: dout is last read before dmid is formed, and dx is written at the very end. */
 static void block_backward(Model *m, int l, float *dx, const float *dout, const float *in,
                            float loss_scale, const StepCtx *ctx) {
+    RunState *rs = &m->state;
     const Backend *be = m->be;
     const Config *c = &m->cfg;
-    const int C = c->d_model, H = c->n_head, F = c->d_ff;
-    const int B = m->B_last, T = m->T_last, N = m->N_last;
+    const int C = c->d_model, H = c->n_head;
+    const int B = rs->B_last, T = rs->T_last, N = rs->N_last;
     const LayerView *lw = &m->w.layers[l];
     LayerView *gw = &m->g.layers[l];
-    BlockActs *a = &m->blocks[l];
+    BlockActs *a = &rs->blocks[l];
 
     /* out = resid_mid + post(FFN(ln2)), post the output norm of sandwich norms (else none):
      * dffn, the gradient of the FFN's output, is dout or, through the norm, dmid (free until
      * the FFN's backward is done) */
     const float *dffn = dout;
     if (a->ffn_out) {
-        PROF(PROF_NORM, be->rmsnorm_backward(be, m->dmid, gw->ffn_post_norm, dout, a->ffn_out,
+        PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dmid, gw->ffn_post_norm, dout, a->ffn_out,
                                              lw->ffn_post_norm, a->rstd_ffn_out, N, C));
-        dffn = m->dmid;
+        dffn = rs->dmid;
     }
     /* the FFN's gradient into dln */
-    if (a->moe) {
-        MoeWeights wt = moe_weights(lw);
-        MoeGrads gr = {.router = gw->router, .Wg = gw->e_gate, .Wu = gw->e_up, .Wd = gw->e_down};
-        const MoeCtx x = block_ctx(m, ctx, T);
-        moe_block_backward(be, m->dln, &gr, dffn, a->moe, a->ln2, &wt, &m->spec, &x,
-                           &m->moe_scratch, loss_scale);
-        if (a->sg) { /* + (silu(ln2 Wsg^T) * ln2 Wsu^T) Wsd^T: its input gradients add to dln */
-            const int Fs = c->num_shared * m->spec.d_expert;
-            PROF(PROF_DENSE_FFN,
-                 be->matmul_backward(be, m->dsh, gw->s_down, dffn, a->sh, lw->s_down, N, Fs, C));
-            PROF(PROF_SWIGLU, be->swiglu_backward(be, m->dsg, m->dsu, m->dsh, a->sg, a->su, N, Fs));
-            PROF(PROF_DENSE_FFN, be->matmul_backward(be, m->dtmp, gw->s_gate, m->dsg, a->ln2,
-                                                     lw->s_gate, N, C, Fs));
-            PROF(PROF_RESIDUAL, be->add(be, m->dln, m->dln, m->dtmp, (size_t)N * C));
-            PROF(PROF_DENSE_FFN,
-                 be->matmul_backward(be, m->dtmp, gw->s_up, m->dsu, a->ln2, lw->s_up, N, C, Fs));
-            PROF(PROF_RESIDUAL, be->add(be, m->dln, m->dln, m->dtmp, (size_t)N * C));
-        }
-    } else {
-        PROF(PROF_DENSE_FFN,
-             be->matmul_backward(be, m->dfh, gw->w_down, dffn, a->fh, lw->w_down, N, F, C));
-        PROF(PROF_SWIGLU, be->swiglu_backward(be, m->dfg, m->dfu, m->dfh, a->fg, a->fu, N, F));
-        PROF(PROF_DENSE_FFN,
-             be->matmul_backward(be, m->dln, gw->w_gate, m->dfg, a->ln2, lw->w_gate, N, C, F));
-        PROF(PROF_DENSE_FFN,
-             be->matmul_backward(be, m->dtmp, gw->w_up, m->dfu, a->ln2, lw->w_up, N, C, F));
-        PROF(PROF_RESIDUAL, be->add(be, m->dln, m->dln, m->dtmp, (size_t)N * C));
-    }
+    ffn_backward(m, l, dffn, loss_scale, ctx);
     /* ln2 = rmsnorm(resid_mid); dmid = dout (residual path) + d(ln2)/d(resid_mid) */
-    PROF(PROF_NORM, be->rmsnorm_backward(be, m->dtmp, gw->ffn_norm, m->dln, a->resid_mid,
+    PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dtmp, gw->ffn_norm, rs->dln, a->resid_mid,
                                          lw->ffn_norm, a->rstd2, N, C));
-    PROF(PROF_RESIDUAL, be->add(be, m->dmid, dout, m->dtmp, (size_t)N * C));
+    PROF(PROF_RESIDUAL, be->add(be, rs->dmid, dout, rs->dtmp, (size_t)N * C));
 
     /* resid_mid = in + post(atty wo^T): the gradient of the product's output is dmid, or
      * through the output norm of sandwich norms, dtmp (free here) */
-    const float *dao = m->dmid;
+    const float *dao = rs->dmid;
     if (a->attn_out) {
-        PROF(PROF_NORM, be->rmsnorm_backward(be, m->dtmp, gw->attn_post_norm, m->dmid, a->attn_out,
-                                             lw->attn_post_norm, a->rstd_attn_out, N, C));
-        dao = m->dtmp;
+        PROF(PROF_NORM,
+             be->rmsnorm_backward(be, rs->dtmp, gw->attn_post_norm, rs->dmid, a->attn_out,
+                                  lw->attn_post_norm, a->rstd_attn_out, N, C));
+        dao = rs->dtmp;
     }
-    PROF(PROF_ATTN_PROJ, be->matmul_backward(be, m->datty, gw->wo, dao, a->atty, lw->wo, N, C, C));
-    PROF(PROF_ATTN, be->attention_backward(be, m->dq, m->dk, m->dv, m->att_ws, m->datty, a->att,
-                                           a->q, a->k, a->v, B, T, C, H, m->n_att_ws));
-    PROF(PROF_ROPE, be->rope_backward(be, m->dq, m->rope_cs, B, T, H, C / H));
-    PROF(PROF_ROPE, be->rope_backward(be, m->dk, m->rope_cs, B, T, H, C / H));
+    PROF(PROF_ATTN_PROJ, be->matmul_backward(be, rs->datty, gw->wo, dao, a->atty, lw->wo, N, C, C));
+    PROF(PROF_ATTN, be->attention_backward(be, rs->dq, rs->dk, rs->dv, rs->att_ws, rs->datty,
+                                           a->att, a->q, a->k, a->v, B, T, C, H, rs->n_att_ws));
+    PROF(PROF_ROPE, be->rope_backward(be, rs->dq, rs->rope_cs, B, T, H, C / H));
+    PROF(PROF_ROPE, be->rope_backward(be, rs->dk, rs->rope_cs, B, T, H, C / H));
     /* q, k, v = ln1 Wq^T, ln1 Wk^T, ln1 Wv^T: their input gradients add up in dln */
-    PROF(PROF_ATTN_PROJ, be->matmul_backward(be, m->dln, gw->wq, m->dq, a->ln1, lw->wq, N, C, C));
-    PROF(PROF_ATTN_PROJ, be->matmul_backward(be, m->dtmp, gw->wk, m->dk, a->ln1, lw->wk, N, C, C));
-    PROF(PROF_RESIDUAL, be->add(be, m->dln, m->dln, m->dtmp, (size_t)N * C));
-    PROF(PROF_ATTN_PROJ, be->matmul_backward(be, m->dtmp, gw->wv, m->dv, a->ln1, lw->wv, N, C, C));
-    PROF(PROF_RESIDUAL, be->add(be, m->dln, m->dln, m->dtmp, (size_t)N * C));
+    PROF(PROF_ATTN_PROJ, be->matmul_backward(be, rs->dln, gw->wq, rs->dq, a->ln1, lw->wq, N, C, C));
+    PROF(PROF_ATTN_PROJ,
+         be->matmul_backward(be, rs->dtmp, gw->wk, rs->dk, a->ln1, lw->wk, N, C, C));
+    PROF(PROF_RESIDUAL, be->add(be, rs->dln, rs->dln, rs->dtmp, (size_t)N * C));
+    PROF(PROF_ATTN_PROJ,
+         be->matmul_backward(be, rs->dtmp, gw->wv, rs->dv, a->ln1, lw->wv, N, C, C));
+    PROF(PROF_RESIDUAL, be->add(be, rs->dln, rs->dln, rs->dtmp, (size_t)N * C));
     /* ln1 = rmsnorm(in); dx = dmid (residual path) + d(ln1)/d(in) */
-    PROF(PROF_NORM, be->rmsnorm_backward(be, m->dtmp, gw->attn_norm, m->dln, in, lw->attn_norm,
+    PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dtmp, gw->attn_norm, rs->dln, in, lw->attn_norm,
                                          a->rstd1, N, C));
-    PROF(PROF_RESIDUAL, be->add(be, dx, m->dmid, m->dtmp, (size_t)N * C));
+    PROF(PROF_RESIDUAL, be->add(be, dx, rs->dmid, rs->dtmp, (size_t)N * C));
 }
 
 void model_backward(Model *m, float loss_scale, const StepCtx *ctx) {
+    RunState *rs = &m->state;
     const Backend *be = m->be;
     const Config *c = &m->cfg;
-    const int C = c->d_model, L = c->n_layer, N = m->N_last;
+    const int C = c->d_model, L = c->n_layer, N = rs->N_last;
     if (m->expert_source)
         moe_fatal("model_backward: the experts are served by an inference source (quantized or "
                   "offloaded), which has no backward; detach it to train");
 
     prof_backward = 1;
     /* loss = mean_n CE_n, so dlogits carries 1/N; loss_scale adds 1/accum */
-    PROF(PROF_LOSS, be->crossentropy_backward(be, m->dlogits, m->logits, m->targets,
+    PROF(PROF_LOSS, be->crossentropy_backward(be, rs->dlogits, rs->logits, rs->targets,
                                               loss_scale / (float)N, N, MOE_VOCAB));
-    PROF(PROF_HEAD, be->matmul_backward(be, m->dln, m->g.head, m->dlogits, m->lnf, m->w.head, N, C,
-                                        MOE_VOCAB));
-    PROF(PROF_NORM, be->rmsnorm_backward(be, m->dresid, m->g.final_norm, m->dln, m->resid[L],
-                                         m->w.final_norm, m->rstdf, N, C));
+    PROF(PROF_HEAD, be->matmul_backward(be, rs->dln, m->g.head, rs->dlogits, rs->lnf, m->w.head, N,
+                                        C, MOE_VOCAB));
+    PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dresid, m->g.final_norm, rs->dln, rs->resid[L],
+                                         m->w.final_norm, rs->rstdf, N, C));
     /* the last micro-batch of a step across processes: each stage's gradients are final when
      * it is done, and their sums start at once (grad_sync.h) */
     GradSync *sync = ctx && ctx->sync_in_backward ? m->sync : NULL;
@@ -521,11 +553,11 @@ void model_backward(Model *m, float loss_scale, const StepCtx *ctx) {
 
     /* dresid holds d/d(resid[l+1]); each block turns it into d/d(resid[l]) in place */
     for (int l = L - 1; l >= 0; l--) {
-        block_backward(m, l, m->dresid, m->dresid, m->resid[l], loss_scale, ctx);
+        block_backward(m, l, rs->dresid, rs->dresid, rs->resid[l], loss_scale, ctx);
         if (sync) grad_sync_ready(sync, m->dist, m->grads, L - l);
     }
 
-    PROF(PROF_EMBED, be->embed_backward(be, m->g.tok_emb, m->dresid, m->inputs, N, C));
+    PROF(PROF_EMBED, be->embed_backward(be, m->g.tok_emb, rs->dresid, rs->inputs, N, C));
     prof_backward = 0;
 }
 
@@ -560,23 +592,25 @@ void model_zero_grad(Model *m) {
 void model_grad_norm_record(const Model *m) {
     const Backend *be = m->be;
     if (!m->dist) {
-        be->sum_squares(be, m->rec_norm, m->norm_partial, m->grads, m->pt.total);
+        be->sum_squares(be, m->state.rec_norm, m->state.norm_partial, m->grads, m->pt.total);
         return;
     }
     /* a tensor at a time: whether its squares add up over the processes depends on which */
     for (int i = 0; i < m->pt.n; i++)
-        be->sum_squares(be, m->rec_norm + i, m->norm_partial, m->grads + m->pt.t[i].offset,
-                        m->pt.t[i].numel);
+        be->sum_squares(be, m->state.rec_norm + i, m->state.norm_partial,
+                        m->grads + m->pt.t[i].offset, m->pt.t[i].numel);
 }
 
 float model_grad_norm(const Model *m) {
+    const RunState *rs = &m->state;
     double t0 = prof_clock();
     double ss = 0.0;
     /* the squares, from the step's copy (defer_reads), else summed and copied down now */
-    const double *sq = (const double *)(m->rec_host + ((char *)m->rec_norm - (char *)m->rec_loss));
-    if (!m->defer_reads) {
+    const double *sq =
+        (const double *)(rs->rec_host + ((char *)rs->rec_norm - (char *)rs->rec_loss));
+    if (!rs->defer_reads) {
         model_grad_norm_record(m);
-        m->be->to_host(m->be, (void *)sq, m->rec_norm,
+        m->be->to_host(m->be, (void *)sq, rs->rec_norm,
                        (size_t)(m->dist ? m->pt.n : 1) * sizeof(double));
     }
     if (!m->dist) {

@@ -52,30 +52,12 @@ typedef struct {
     float *ffn_out, *rstd_ffn_out;
 } BlockActs;
 
-typedef struct Model {
-    Config cfg;
-    const Backend *be; /* every buffer below is its memory; every op runs on it */
-    ParamTable pt;
-    float *params, *grads, *m, *v; /* (pt.total) each; m, v are the AdamW moments */
-    ParamView w, g;                /* named views into params and grads */
-    int B, T;                      /* capacity of the activation buffers */
-    int n_moe;                     /* MoE blocks */
-    MoeSpec spec;                  /* the MoE blocks' specification (moe_spec_from_config) */
-    /* aux-free balancing state (moe.balance=aux_free): one bias per expert and MoE block,
-     * added to the scores for the top-k choice only. Not a parameter: no gradient, no AdamW;
-     * updated by model_update_router_bias and saved in checkpoints ("router_bias/layers.L"). */
-    float *router_bias;      /* (n_moe, E) */
-    float *router_bias_host; /* its host copy for the update, when the backend's memory is not
-                                the host's (a GPU's); else NULL */
-    int router_bias_host_fresh; /* 1: router_bias_host holds router_bias (the update keeps it
-                                   so; a checkpoint's load writes the biases and sets 0) */
-    /* exploration noise (moe.jitter, moe.noise): drawn only in a training forward
-     * (StepCtx.training), from a stream of its own seeded by train.seed and saved in
-     * checkpoints ("rng/router") */
-    Rng router_rng;
-    /* inference with the experts held elsewhere (src/infer/: quantized, or loaded on demand);
-     * NULL: the weights above. Forward only: owned by its caller. */
-    ExpertSource *expert_source;
+/* What one forward and backward of up to B x T tokens write: the activations kept for backward,
+ * the backward's scratch, the ops' workspace, the step record and the last forward's results.
+ * llama2.c's RunState: the model's weights are apart from it (Model), and so is its
+ * configuration (Config). */
+typedef struct RunState {
+    int B, T; /* capacity of the activation buffers */
     /* activations and backward scratch: the entries of the model's table (acts.h:
      * model_acts_table), all in one allocation of the backend, the arena */
     ActTable acts;
@@ -129,7 +111,39 @@ typedef struct Model {
     float loss;     /* mean cross-entropy (the language-model loss) */
     float aux_loss; /* mean over MoE blocks of the unscaled Switch loss (1 = balanced) */
     float z_loss;   /* mean over MoE blocks of the unscaled z-loss */
-    int step;       /* optimizer steps taken */
+} RunState;
+
+/* A model: its configuration, its weights (the parameters with their gradients and AdamW
+ * moments, laid out by the parameter table, and the state saved beside them) and its run state. */
+typedef struct Model {
+    Config cfg;
+    const Backend *be; /* every buffer below is its memory; every op runs on it */
+    int n_moe;         /* MoE blocks */
+    MoeSpec spec;      /* the MoE blocks' specification (moe_spec_from_config) */
+
+    /* the weights */
+    ParamTable pt;
+    float *params, *grads, *m, *v; /* (pt.total) each; m, v are the AdamW moments */
+    ParamView w, g;                /* named views into params and grads */
+    /* aux-free balancing state (moe.balance=aux_free): one bias per expert and MoE block,
+     * added to the scores for the top-k choice only. Not a parameter: no gradient, no AdamW;
+     * updated by model_update_router_bias and saved in checkpoints ("router_bias/layers.L"). */
+    float *router_bias;         /* (n_moe, E) */
+    float *router_bias_host;    /* its host copy for the update, when the backend's memory is not
+                                   the host's (a GPU's); else NULL */
+    int router_bias_host_fresh; /* 1: router_bias_host holds router_bias (the update keeps it
+                                   so; a checkpoint's load writes the biases and sets 0) */
+    /* exploration noise (moe.jitter, moe.noise): drawn only in a training forward
+     * (StepCtx.training), from a stream of its own seeded by train.seed and saved in
+     * checkpoints ("rng/router") */
+    Rng router_rng;
+    int step; /* optimizer steps taken */
+    /* inference with the experts held elsewhere (src/infer/: quantized, or loaded on demand);
+     * NULL: the weights above. Forward only: owned by its caller. */
+    ExpertSource *expert_source;
+
+    /* the run state of up to B x T tokens */
+    RunState state;
 
     /* more than one process (model_init_dist; NULL: one). With dist->ep > 1 the stacked
      * expert tensors hold this member's num_experts / ep experts (params_table_build_ep). */
@@ -169,13 +183,13 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
 void model_free(Model *m);
 
 /* Forward over inputs (B, T) (T <= the T of model_init) in the mode of ctx (NULL: evaluation).
- * With targets, computes the loss (Model.loss, aux_loss, z_loss) and leaves probabilities in
+ * With targets, computes the loss (Model.state.loss, aux_loss, z_loss) and leaves probabilities in
  * logits; with targets NULL, leaves the logits. Returns the objective: loss + aux_coef * sum aux
  * + z_coef * sum z (the aux term only for moe.balance=aux or seq_aux). */
 float model_forward(Model *m, const int *inputs, const int *targets, int B, int T,
                     const StepCtx *ctx);
 /* The step's losses after micro_batches forwards with defer_reads set (one copy from the step
- * record): *loss, *aux, *z (written) = the sums over the micro-batches of what Model.loss,
+ * record): *loss, *aux, *z (written) = the sums over the micro-batches of what Model.state.loss,
  * aux_loss and z_loss would have been after each, in the same float arithmetic, so that the
  * numbers are the ones an immediate read gives. */
 void model_read_step(Model *m, int micro_batches, double *loss, double *aux, double *z);

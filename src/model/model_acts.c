@@ -83,7 +83,7 @@ static void block_ffn_entries(ActTable *t, const Config *c, const MoeSpec *spec,
 /* scratch_entries: the backward scratch, one set reused by every block; the dense SwiGLU's
  * gradients only when a dense block exists, the MoE scratch only when an MoE block does */
 static void scratch_entries(ActTable *t, const Config *c, const MoeSpec *spec, size_t N, int n_moe,
-                            Model *m) {
+                            RunState *m) {
     const size_t C = (size_t)c->d_model, V = MOE_VOCAB, F = (size_t)c->d_ff;
     const size_t FS = (size_t)c->num_shared * config_expert_hidden(c);
     /* (N, C) gradients: the residual stream, resid_mid, a norm's input, a spare, q, k, v, atty */
@@ -121,17 +121,18 @@ void model_acts_table(ActTable *t, const Config *c, int B, int T, int ep, Model 
     moe_spec_from_config(&spec, c, T);
     int n_moe = 0;
     for (int l = 0; l < L; l++) n_moe += config_is_moe_layer(c, l);
+    RunState *rs = m ? &m->state : NULL; /* the buffers are the run state's, but router_bias */
 
     /* ---- activations kept from forward for backward ------------------------------------- */
     /* token ids, 4-byte ints (the targets stay for the loss's backward) */
-    acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(m, inputs), "inputs");
-    acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(m, targets), "targets");
+    acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(rs, inputs), "inputs");
+    acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(rs, targets), "targets");
     /* resid[0..L]: the residual stream, the embedding output and every block output */
     for (int l = 0; l <= L; l++)
-        acts_add(t, ACT_FLOAT, ACT_RESID, N * C, ACT_FIELD(m, resid[l]), "resid.%d", l);
+        acts_add(t, ACT_FLOAT, ACT_RESID, N * C, ACT_FIELD(rs, resid[l]), "resid.%d", l);
 
     for (int l = 0; l < L; l++) {
-        BlockActs *a = m ? &m->blocks[l] : NULL;
+        BlockActs *a = rs ? &rs->blocks[l] : NULL;
         block_attn_entries(t, c, B, T, l, a);
         block_ffn_entries(t, c, &spec, ep, N, l, a);
     }
@@ -142,11 +143,11 @@ void model_acts_table(ActTable *t, const Config *c, int B, int T, int ep, Model 
                  "router_bias");
 
     /* the head: final rmsnorm, logits (N, V) (probabilities after the loss), per-token loss */
-    acts_add(t, ACT_FLOAT, ACT_HEAD, N * C, ACT_FIELD(m, lnf), "lnf");
-    acts_add(t, ACT_FLOAT, ACT_HEAD, N, ACT_FIELD(m, rstdf), "rstdf");
-    acts_add(t, ACT_FLOAT, ACT_HEAD, N * V, ACT_FIELD(m, logits), "logits");
-    acts_add(t, ACT_FLOAT, ACT_HEAD, N, ACT_FIELD(m, losses), "losses");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, N * C, ACT_FIELD(rs, lnf), "lnf");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, N, ACT_FIELD(rs, rstdf), "rstdf");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, N * V, ACT_FIELD(rs, logits), "logits");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, N, ACT_FIELD(rs, losses), "losses");
 
     /* ---- backward scratch: one set, reused by every block ------------------------------- */
-    scratch_entries(t, c, &spec, N, n_moe, m);
+    scratch_entries(t, c, &spec, N, n_moe, rs);
 }

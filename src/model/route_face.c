@@ -8,7 +8,8 @@
 #include "model/grad_sync.h"
 
 RouteStatsView model_route_stats(const Model *m, int layer) {
-    const RouteStats *rs = &m->blocks[layer].moe->route; /* what the block's last forward routed */
+    const RouteStats *rs =
+        &m->state.blocks[layer].moe->route; /* what the block's last forward routed */
     return (RouteStatsView){.E = rs->E,
                             .expert_choice = m->spec.routing == MOE_ROUTING_EXPERT_CHOICE,
                             .load = rs->load,
@@ -28,18 +29,19 @@ void model_load_balance(float *maxvio, float *cv, const float *load, int E) {
 
 void model_route_domains(const Model *m, int layer, double *counts, double *drops,
                          const uint8_t *domains, int n_domains) {
-    const MoeActs *a = m->blocks[layer].moe;
-    m->be->route_domains(m->be, counts, drops, domains, n_domains, a->idx, &a->plan, m->N_last,
-                         &m->spec);
+    const MoeActs *a = m->state.blocks[layer].moe;
+    m->be->route_domains(m->be, counts, drops, domains, n_domains, a->idx, &a->plan,
+                         m->state.N_last, &m->spec);
 }
 
 void model_comm_stats_reset(Model *m) {
     for (int l = 0; l < m->cfg.n_layer; l++)
-        if (m->blocks[l].moe && m->blocks[l].moe->ep) ep_stats_reset(m->blocks[l].moe->ep);
+        if (m->state.blocks[l].moe && m->state.blocks[l].moe->ep)
+            ep_stats_reset(m->state.blocks[l].moe->ep);
 }
 
 int model_comm_stats(const Model *m, int layer, double row[7]) {
-    const MoeActs *a = m->blocks[layer].moe;
+    const MoeActs *a = m->state.blocks[layer].moe;
     if (!a || !a->ep) return 0;
     const EpStats *s = &a->ep->stats;
     row[0] = s->bytes_sent;
@@ -58,21 +60,21 @@ double model_sync_wait_s(const Model *m) {
 
 double *model_router_record(const Model *m) {
     /* each block's expert_sim computed where the experts are, the biases copied beside them,
-     * then one copy down for all (Model.log_rec) */
+     * then one copy down for all (Model.state.log_rec) */
     const Backend *be = m->be;
     const size_t nb = (size_t)m->n_moe, E = (size_t)m->cfg.num_experts;
     const size_t bytes = nb * (sizeof(double) + E * sizeof(float));
     const int ep = m->dist && m->dist->ep > 1, F = config_expert_hidden(&m->cfg);
     for (int l = 0, b = 0; l < m->cfg.n_layer && !ep; l++)
-        if (m->blocks[l].moe) {
+        if (m->state.blocks[l].moe) {
             const LayerView *w = &m->w.layers[l];
-            be->experts_similarity(be, m->log_rec + b++, w->e_gate, w->e_up, w->e_down, (int)E,
-                                   m->cfg.d_model, F);
+            be->experts_similarity(be, m->state.log_rec + b++, w->e_gate, w->e_up, w->e_down,
+                                   (int)E, m->cfg.d_model, F);
         }
     double *rec = (double *)malloc_check(bytes + 1);
     if (nb) {
-        be->copy(be, m->log_rec + nb, m->router_bias, nb * E * sizeof(float));
-        be->to_host(be, rec, m->log_rec, bytes);
+        be->copy(be, m->state.log_rec + nb, m->router_bias, nb * E * sizeof(float));
+        be->to_host(be, rec, m->state.log_rec, bytes);
     }
     return rec;
 }

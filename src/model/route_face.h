@@ -1,10 +1,10 @@
 /*
  * route_face.h: the model's routing as a training loop reads it, through functions rather
- * than the MoE blocks' own fields (Model.blocks[l].moe, the expert exchange's counters), so that
- * train/ needs neither moe/ nor model/ep.h: each block's routing statistics of a step,
- * an evaluation's routing by domain, the expert exchange's traffic, the experts' similarity and
- * the aux-free biases after a step. Blocks are named by their layer (inspect.h's
- * model_is_moe says which layers are MoE blocks).
+ * than the MoE blocks' own fields (Model.state.blocks[l].moe, the expert exchange's counters), so
+ * that train/ needs neither moe/ nor model/ep.h: each block's routing statistics of a step, an
+ * evaluation's routing by domain, the expert exchange's traffic, the experts' similarity and the
+ * aux-free biases after a step. Blocks are named by their layer (inspect.h's model_is_moe says
+ * which layers are MoE blocks).
  */
 #ifndef MOE_MODEL_ROUTE_FACE_H
 #define MOE_MODEL_ROUTE_FACE_H

@@ -22,13 +22,14 @@
 /* ---- evaluation --------------------------------------------------------------------------- */
 
 float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
-    const int B = m->B, T = m->T, N = B * T;
+    RunState *rs = &m->state;
+    const int B = rs->B, T = rs->T, N = B * T;
     /* across processes every one draws the whole batch (world x B sequences) and evaluates
      * its own B of them: the same windows as one process would */
     const int world = m->dist ? m->dist->world : 1, rank = m->dist ? m->dist->rank : 0;
     const size_t NW = (size_t)N * world, mine = (size_t)rank * N;
-    const int defer = m->defer_reads;
-    m->defer_reads = 0; /* each batch's loss is read as it comes */
+    const int defer = rs->defer_reads;
+    rs->defer_reads = 0; /* each batch's loss is read as it comes */
     int *inputs = (int *)malloc_check(NW * sizeof(int));
     int *targets = (int *)malloc_check(NW * sizeof(int));
     uint8_t *all_domains = (uint8_t *)malloc_check(NW);
@@ -39,10 +40,10 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
         loader_val_batch(val, B * world, T, i, eval_batches, inputs, targets, all_domains);
         /* no context: no exploration noise, evaluation sees the router as it is */
         model_forward(m, inputs + mine, targets + mine, B, T, NULL);
-        total += m->loss;
+        total += rs->loss;
         if (!dc) continue;
         if (dc->loss_sum) { /* each token's loss to its domain */
-            m->be->to_host(m->be, token_loss, m->losses, (size_t)N * sizeof(float));
+            m->be->to_host(m->be, token_loss, rs->losses, (size_t)N * sizeof(float));
             for (int t = 0; t < N; t++) {
                 dc->loss_sum[domains[t]] += token_loss[t];
                 dc->tokens[domains[t]] += 1.0;
@@ -75,7 +76,7 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
     free(targets);
     free(all_domains);
     free(token_loss);
-    m->defer_reads = defer;
+    rs->defer_reads = defer;
     return (float)(total / eval_batches);
 }
 
@@ -167,8 +168,8 @@ static RouteTape *open_route_tape(RouteTape *t, const Model *m, const Config *c,
         moe_input_error("%s: it records token-choice routing, and this model has %s", opt,
                         m->n_moe == 0 ? "no MoE block" : "moe.routing=expert_choice");
     const long long calls = (long long)(last - start) * c->accum * m->n_moe;
-    if (route_tape_open(t, path, o->replay_routing != NULL, c->num_experts, c->top_k, m->B * m->T,
-                        m->n_moe, calls, err, sizeof err) != 0)
+    if (route_tape_open(t, path, o->replay_routing != NULL, c->num_experts, c->top_k,
+                        m->state.B * m->state.T, m->n_moe, calls, err, sizeof err) != 0)
         moe_input_error("%s", err);
     return t;
 }
@@ -537,7 +538,7 @@ int train_run(Config *c, const TrainOptions *o) {
     const int show_reads = getenv("MOE_HOST_READS") && strcmp(getenv("MOE_HOST_READS"), "1") == 0;
     catch_stop_signals();
     model_zero_grad(m);
-    m->defer_reads = 1; /* the losses stay on the backend until the step's end */
+    m->state.defer_reads = 1; /* the losses stay on the backend until the step's end */
     for (int step = t.start_step; step < t.last; step++) {
         const DistStats step_start = t.d ? t.d->stats : (DistStats){0};
         const long long reads_start = backend_host_reads;
