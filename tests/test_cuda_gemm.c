@@ -79,11 +79,12 @@ static void softmax_rows(float *P, int rows, int T) {
     for (int r = 0; r < rows; r++) {
         float *row = P + (size_t)r * T, v[MOE_WARP];
         int t = r % T;
-        for (int l = 0; l < MOE_WARP; l++) v[l] = katt_lane_max(row, t, l);
+        for (int l = 0; l < MOE_WARP; l++) v[l] = att_row_max(row, t + 1, l, MOE_WARP);
         float max = katt_butterfly(v, 1);
-        for (int l = 0; l < MOE_WARP; l++) v[l] = katt_lane_exp(row, t, l, max);
+        for (int l = 0; l < MOE_WARP; l++) att_row_exp(row, t + 1, max, l, MOE_WARP);
+        for (int l = 0; l < MOE_WARP; l++) v[l] = att_row_sum(row, t + 1, l, MOE_WARP);
         float inv = 1.0f / katt_butterfly(v, 0);
-        for (int l = 0; l < MOE_WARP; l++) katt_lane_normalise(row, t, T, l, inv);
+        for (int l = 0; l < MOE_WARP; l++) att_row_normalise(row, t + 1, T, inv, l, MOE_WARP);
     }
 }
 static void softmax_backward_rows(float *dP, const float *P, int rows, int T, float scale) {
@@ -91,10 +92,11 @@ static void softmax_backward_rows(float *dP, const float *P, int rows, int T, fl
         size_t off = (size_t)r * T;
         float v[MOE_WARP];
         int t = r % T;
-        for (int l = 0; l < MOE_WARP; l++) v[l] = katt_lane_dot(P + off, dP + off, t, l);
+        for (int l = 0; l < MOE_WARP; l++)
+            v[l] = att_row_dot(P + off, dP + off, t + 1, l, MOE_WARP);
         float pdp = katt_butterfly(v, 0);
         for (int l = 0; l < MOE_WARP; l++)
-            katt_lane_jacobian(dP + off, P + off, t, T, l, pdp, scale);
+            att_row_jacobian(dP + off, P + off, t + 1, T, pdp, scale, l, MOE_WARP);
     }
 }
 

@@ -53,11 +53,12 @@ static void decode_kernel_on_host(float *out, float *att, const float *q, const 
         const size_t head = (size_t)n * Tc * C + (size_t)h * D;
         const float *qh = q + (size_t)n * C + (size_t)h * D;
         for (int l = 0; l < MOE_WARP; l++)
-            lane_v[l] = katt_dec_lane_scores(p, qh, kc + head, len, C, D, scale, l);
+            lane_v[l] = att_row_scores(p, qh, kc + head, len, C, D, scale, l, MOE_WARP);
         const float max = katt_butterfly(lane_v, 1);
-        for (int l = 0; l < MOE_WARP; l++) lane_v[l] = katt_lane_exp(p, len - 1, l, max);
+        for (int l = 0; l < MOE_WARP; l++) att_row_exp(p, len, max, l, MOE_WARP);
+        for (int l = 0; l < MOE_WARP; l++) lane_v[l] = att_row_sum(p, len, l, MOE_WARP);
         const float sum = katt_butterfly(lane_v, 0);
-        for (int l = 0; l < MOE_WARP; l++) katt_lane_normalise(p, len - 1, Tc, l, 1.0f / sum);
+        for (int l = 0; l < MOE_WARP; l++) att_row_normalise(p, len, Tc, 1.0f / sum, l, MOE_WARP);
         for (int l = 0; l < MOE_WARP; l++)
             katt_dec_lane_out(out + (size_t)n * C + (size_t)h * D, p, vc + head, len, C, D, l);
     }
@@ -168,7 +169,7 @@ static double decode_against_full(const Config *c, const Backend *be, const char
     for (int b = 0; b < SEQ; b++) {
         const int len = d.len[b];
         model_forward(&m, seq[b], NULL, 1, len, NULL);
-        be->to_host(be, full, m.logits, (size_t)len * MOE_VOCAB * sizeof(float));
+        be->to_host(be, full, m.state.logits, (size_t)len * MOE_VOCAB * sizeof(float));
         for (int t = plen[b] - 1; t < len; t++) {
             const float *got = cached + ((size_t)b * CTX + t) * MOE_VOCAB;
             const float *want = full + (size_t)t * MOE_VOCAB;
@@ -230,7 +231,7 @@ START_TEST(test_restart_one_sequence) {
     float got[MOE_VOCAB], want[MOE_VOCAB];
     memcpy(got, d.logits + MOE_VOCAB, sizeof got);
     model_forward(&m, toks + 8, NULL, 1, 4, NULL); /* sequence 2's prompt itself */
-    memcpy(want, m.logits + 3 * MOE_VOCAB, sizeof want);
+    memcpy(want, m.state.logits + 3 * MOE_VOCAB, sizeof want);
     CLOSE_ARRAYS(got, want, MOE_VOCAB, "a restarted sequence");
     decoder_free(&d);
     model_free(&m);

@@ -8,7 +8,8 @@
  * them in loops that walk the kernel's grid in the kernel's order and compare the result with
  * the reference ops. On a machine without a GPU that is how a kernel's math is checked. A row
  * the reference computes the same way lives once, in the reference's own folder (moe/router_row.h:
- * a token's top-k and gate weights), and both sides include it: so the mark lives here, in
+ * a token's top-k and gate weights; nn/attention_row.h: an attention row's softmax), and both
+ * sides include it: so the mark lives here, in
  * base/, below every folder of src/README.md's map.
  */
 #ifndef MOE_BASE_HD_H

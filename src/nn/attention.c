@@ -25,29 +25,18 @@
 #include "base/omp_compat.h"
 #include <string.h>
 
-#include "nn/exp.h"
+#include "nn/attention_row.h"
 
 /* One query of one head: ot (D) = sum_{j < n} p[j] v_j, p (Tp) = softmax_j(s q . k_j) over the
  * first n keys, 0 for the rest of the row (the causal mask). q, ot are the head's D channels;
  * k, v its first key and value, each next one C floats further. */
 static void attend_row(float *ot, float *p, const float *q, const float *k, const float *v, int n,
                        int Tp, int C, int D, float scale) {
-    /* scores, then subtract the row max so exp() cannot overflow */
-    float maxv = -INFINITY;
-    for (int j = 0; j < n; j++) {
-        const float *kj = k + (size_t)j * C;
-        float dot = 0.0f;
-        for (int d = 0; d < D; d++) dot += q[d] * kj[d];
-        p[j] = dot * scale;
-        if (p[j] > maxv) maxv = p[j];
-    }
-#pragma omp simd
-    for (int j = 0; j < n; j++) p[j] = nn_expf(p[j] - maxv);
-    float sum = 0.0f;
-    for (int j = 0; j < n; j++) sum += p[j]; /* in order */
-    float inv = 1.0f / sum;
-    for (int j = 0; j < n; j++) p[j] *= inv;
-    for (int j = n; j < Tp; j++) p[j] = 0.0f;
+    /* the softmax row (attention_row.h): scores, less their max so exp() cannot overflow */
+    const float max = att_row_scores(p, q, k, n, C, D, scale, 0, 1);
+    att_row_exp(p, n, max, 0, 1);
+    att_row_normalise(p, n, Tp, 1.0f / att_row_sum(p, n, 0, 1), 0, 1);
+    /* the values weighted by p, a value row at a time (each channel summed in key order) */
     for (int d = 0; d < D; d++) ot[d] = 0.0f;
     for (int j = 0; j < n; j++) {
         const float *vj = v + (size_t)j * C;
@@ -128,15 +117,15 @@ void attention_backward(float *dq, float *dk, float *dv, float *ws, const float 
                     }
                 }
                 if (!dq && !dk) continue;
-                float pdp = 0.0f; /* sum_i p[t][i] dp[t][i] */
-                for (int j = 0; j <= t; j++) {
+                for (int j = 0; j <= t; j++) { /* dp[t][j] */
                     const float *vj = vb + (size_t)j * C;
                     float dp = 0.0f;
                     for (int d = 0; d < D; d++) dp += gt[d] * vj[d];
                     ds[j] = dp;
-                    pdp += p[j] * dp;
                 }
-                for (int j = 0; j <= t; j++) ds[j] = p[j] * (ds[j] - pdp) * scale;
+                /* the softmax's Jacobian (attention_row.h), pdp = sum_i p[t][i] dp[t][i] */
+                const float pdp = att_row_dot(p, ds, t + 1, 0, 1);
+                att_row_jacobian(ds, p, t + 1, t + 1, pdp, scale, 0, 1);
                 if (dq) {
                     float *dqt = dq + head + (size_t)t * C;
                     for (int d = 0; d < D; d++) dqt[d] = 0.0f;

@@ -134,9 +134,10 @@ __global__ static void causal_softmax_kernel(float *P, int rows, int T) {
     if (r >= rows) return; /* whole warps leave together: r is the same across a warp */
     float *row = P + (size_t)r * T;
     int t = r % T;
-    float max = warp_max(katt_lane_max(row, t, lane));
-    float sum = warp_sum(katt_lane_exp(row, t, lane, max));
-    katt_lane_normalise(row, t, T, lane, 1.0f / sum);
+    float max = warp_max(att_row_max(row, t + 1, lane, MOE_WARP));
+    att_row_exp(row, t + 1, max, lane, MOE_WARP);
+    float sum = warp_sum(att_row_sum(row, t + 1, lane, MOE_WARP));
+    att_row_normalise(row, t + 1, T, 1.0f / sum, lane, MOE_WARP);
 }
 
 /* dS (rows, T) = P (dP - rowsum(P dP)) scale in place of dP, 0 above the diagonal */
@@ -146,8 +147,8 @@ __global__ static void causal_softmax_backward_kernel(float *dP, const float *P,
     if (r >= rows) return;
     size_t off = (size_t)r * T;
     int t = r % T;
-    float pdp = warp_sum(katt_lane_dot(P + off, dP + off, t, lane));
-    katt_lane_jacobian(dP + off, P + off, t, T, lane, pdp, scale);
+    float pdp = warp_sum(att_row_dot(P + off, dP + off, t + 1, lane, MOE_WARP));
+    att_row_jacobian(dP + off, P + off, t + 1, T, pdp, scale, lane, MOE_WARP);
 }
 
 static unsigned row_blocks(int rows) {
@@ -181,10 +182,11 @@ __global__ static void decode_attention_kernel(float *out, float *att, const flo
     const int n = r / H, h = r % H, D = C / H, len = lens[n];
     float *p = att + (size_t)r * Tc;
     const size_t head = (size_t)n * Tc * C + (size_t)h * D;
-    float max = warp_max(katt_dec_lane_scores(p, q + (size_t)n * C + (size_t)h * D, kc + head,
-                                              len, C, D, scale, lane));
-    float sum = warp_sum(katt_lane_exp(p, len - 1, lane, max));
-    katt_lane_normalise(p, len - 1, Tc, lane, 1.0f / sum);
+    float max = warp_max(att_row_scores(p, q + (size_t)n * C + (size_t)h * D, kc + head, len, C,
+                                        D, scale, lane, MOE_WARP));
+    att_row_exp(p, len, max, lane, MOE_WARP);
+    float sum = warp_sum(att_row_sum(p, len, lane, MOE_WARP));
+    att_row_normalise(p, len, Tc, 1.0f / sum, lane, MOE_WARP);
     __syncwarp();
     katt_dec_lane_out(out + (size_t)n * C + (size_t)h * D, p, vc + head, len, C, D, lane);
 }
