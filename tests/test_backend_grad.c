@@ -23,7 +23,9 @@ typedef struct {
 } GradCtx;
 
 /* T = 70: two blocks of query rows in attention_gemm.c (ATT_BLOCK 64), the second partial */
-enum { GA_B = 1, GA_T = 70, GA_H = 2, GA_D = 4, GA_C = GA_H * GA_D, GA_N = GA_B * GA_T };
+/* attention: 4 query heads on 2 key-value heads (grouped-query), q (N, GA_QW), k, v (N, GA_KW) */
+enum { GA_B = 1, GA_T = 70, GA_H = 4, GA_HKV = 2, GA_D = 4, GA_N = GA_B * GA_T };
+enum { GA_QW = GA_H * GA_D, GA_KW = GA_HKV * GA_D };
 /* five experts: with two threads the cpu backend runs them across the threads, each whole on
  * one (cpu_gemm.c), the path of the training runs */
 enum { GE_E = 5, GE_C = 5, GE_F = 4 };
@@ -39,9 +41,9 @@ static void grad_forward(const GradCtx *g, float *out) {
         be->matmul_forward(be, y, x, x + nin, MM_N, MM_IN, MM_OUT);
     } else if (g->op == 1) {
         /* x holds q, k, v */
-        const size_t n = (size_t)GA_N * GA_C;
+        const size_t nq = (size_t)GA_N * GA_QW, nk = (size_t)GA_N * GA_KW;
         float *att = be_floats(be, (size_t)GA_B * GA_H * GA_T * GA_T);
-        be->attention_forward(be, y, att, x, x + n, x + 2 * n, GA_B, GA_T, GA_C, GA_H);
+        be->attention_forward(be, y, att, x, x + nq, x + nq + nk, GA_B, GA_T, GA_H, GA_HKV, GA_D);
         release(be, att);
     } else {
         /* x holds xe (S, C) then Wg, Wu (E, F, C) and Wd (E, C, F) */
@@ -75,12 +77,13 @@ static void grad_backward(const GradCtx *g, float *grad) {
         const size_t nin = (size_t)MM_N * MM_IN;
         be->matmul_backward(be, dx, dx + nin, R, x, x + nin, MM_N, MM_IN, MM_OUT);
     } else if (g->op == 1) {
-        const size_t n = (size_t)GA_N * GA_C;
-        float *out = be_floats(be, n), *att = be_floats(be, (size_t)GA_B * GA_H * GA_T * GA_T);
+        const size_t nq = (size_t)GA_N * GA_QW, nk = (size_t)GA_N * GA_KW;
+        float *out = be_floats(be, nq), *att = be_floats(be, (size_t)GA_B * GA_H * GA_T * GA_T);
         float *ws = be_floats(be, (size_t)GA_T * GA_T);
-        be->attention_forward(be, out, att, x, x + n, x + 2 * n, GA_B, GA_T, GA_C, GA_H);
-        be->attention_backward(be, dx, dx + n, dx + 2 * n, ws, R, att, x, x + n, x + 2 * n, GA_B,
-                               GA_T, GA_C, GA_H, 1);
+        const float *k = x + nq, *v = x + nq + nk;
+        be->attention_forward(be, out, att, x, k, v, GA_B, GA_T, GA_H, GA_HKV, GA_D);
+        be->attention_backward(be, dx, dx + nq, dx + nq + nk, ws, R, att, x, k, v, GA_B, GA_T, GA_H,
+                               GA_HKV, GA_D, 1);
         release(be, out), release(be, att), release(be, ws);
     } else {
         const int S = GE_OFF[GE_E];
@@ -115,7 +118,7 @@ START_TEST(test_faster_versions_gradcheck) {
             if (op == 0)
                 g.nx = (size_t)MM_N * MM_IN + (size_t)MM_OUT * MM_IN, g.ny = (size_t)MM_N * MM_OUT;
             else if (op == 1)
-                g.nx = 3 * (size_t)GA_N * GA_C, g.ny = (size_t)GA_N * GA_C;
+                g.nx = (size_t)GA_N * (GA_QW + 2 * GA_KW), g.ny = (size_t)GA_N * GA_QW;
             else
                 g.nx = (size_t)GE_OFF[GE_E] * GE_C + 3 * (size_t)GE_E * GE_F * GE_C,
                 g.ny = (size_t)GE_OFF[GE_E] * GE_C;

@@ -170,47 +170,52 @@ static void case_norm_rope_swiglu(const Backend *be, Outs *o) {
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) release(be, all[k]);
 }
 
-/* T = 19, and T = 150: three blocks of query rows in attention_gemm.c, the last partial */
-static void attention_at(const Backend *be, Outs *o, const int T) {
-    enum { B = 2, H = 3, D = 8, C = H * D, NWS = 4 };
-    const int N = B * T;
-    float *q = dev_rand(be, N * C, 1.0f, 17), *k = dev_rand(be, N * C, 1.0f, 18);
-    float *v = dev_rand(be, N * C, 1.0f, 19), *dout = dev_rand(be, N * C, 1.0f, 20);
-    float *out = be_floats(be, N * C), *att = be_floats(be, (size_t)B * H * T * T);
+/* T = 19, and T = 150: three blocks of query rows in attention_gemm.c, the last partial; 3 heads
+ * of their own, or 6 query heads in 3 groups of 2 */
+static void attention_at(const Backend *be, Outs *o, const int T, const int H, const int Hkv) {
+    enum { B = 2, D = 8, NWS = 4 };
+    const int N = B * T, QW = H * D, KW = Hkv * D;
+    float *q = dev_rand(be, N * QW, 1.0f, 17), *k = dev_rand(be, N * KW, 1.0f, 18);
+    float *v = dev_rand(be, N * KW, 1.0f, 19), *dout = dev_rand(be, N * QW, 1.0f, 20);
+    float *out = be_floats(be, N * QW), *att = be_floats(be, (size_t)B * H * T * T);
     float *ws = be_floats(be, (size_t)NWS * T * T);
-    float *dq = be_floats(be, N * C), *dk = be_floats(be, N * C), *dv = be_floats(be, N * C);
-    be->attention_forward(be, out, att, q, k, v, B, T, C, H);
-    out_f(o, be, "attention out", out, N * C);
+    float *dq = be_floats(be, N * QW), *dk = be_floats(be, N * KW), *dv = be_floats(be, N * KW);
+    be->attention_forward(be, out, att, q, k, v, B, T, H, Hkv, D);
+    out_f(o, be, "attention out", out, N * QW);
     out_f(o, be, "attention probabilities", att, (size_t)B * H * T * T);
-    be->attention_backward(be, dq, dk, dv, ws, dout, att, q, k, v, B, T, C, H, NWS);
-    out_f(o, be, "attention dq", dq, N * C);
-    out_f(o, be, "attention dk", dk, N * C);
-    out_f(o, be, "attention dv", dv, N * C);
+    be->attention_backward(be, dq, dk, dv, ws, dout, att, q, k, v, B, T, H, Hkv, D, NWS);
+    out_f(o, be, "attention dq", dq, N * QW);
+    out_f(o, be, "attention dk", dk, N * KW);
+    out_f(o, be, "attention dv", dv, N * KW);
     void *all[] = {q, k, v, dout, out, att, ws, dq, dk, dv};
     for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) release(be, all[j]);
 }
 static void case_attention(const Backend *be, Outs *o) {
-    attention_at(be, o, 19);
+    attention_at(be, o, 19, 3, 3);
 }
 static void case_attention_blocks(const Backend *be, Outs *o) {
-    attention_at(be, o, 150);
+    attention_at(be, o, 150, 3, 3);
+}
+static void case_attention_grouped(const Backend *be, Outs *o) {
+    attention_at(be, o, 70, 6, 3);
 }
 
-/* decoding: three sequences at positions 0, 5 and 10 of an 11-position cache */
+/* decoding: three sequences at positions 0, 5 and 10 of an 11-position cache, 6 query heads on
+ * 2 key-value heads */
 static void case_decode(const Backend *be, Outs *o) {
-    enum { N = 3, H = 3, D = 8, C = H * D, TC = 11 };
+    enum { N = 3, H = 6, HKV = 2, D = 8, QW = H * D, KW = HKV * D, TC = 11 };
     const int pos_h[N] = {0, 5, 10}, lens_h[N] = {1, 6, 11};
     float cs_h[TC * D];
     rope_table(cs_h, TC, D, 10000.0f);
-    float *cs = dev_copy(be, cs_h, TC * D), *q = dev_rand(be, N * C, 1.0f, 40);
-    float *kc = dev_rand(be, (size_t)N * TC * C, 1.0f, 41);
-    float *vc = dev_rand(be, (size_t)N * TC * C, 1.0f, 42);
-    float *out = be_floats(be, N * C), *att = dev_rand(be, (size_t)N * H * TC, 1.0f, 43);
+    float *cs = dev_copy(be, cs_h, TC * D), *q = dev_rand(be, N * QW, 1.0f, 40);
+    float *kc = dev_rand(be, (size_t)N * TC * KW, 1.0f, 41);
+    float *vc = dev_rand(be, (size_t)N * TC * KW, 1.0f, 42);
+    float *out = be_floats(be, N * QW), *att = dev_rand(be, (size_t)N * H * TC, 1.0f, 43);
     int *pos = dev_copy_i(be, pos_h, N), *lens = dev_copy_i(be, lens_h, N);
     be->rope_forward_at(be, q, cs, pos, N, H, D);
-    out_f(o, be, "rope_forward_at (in place)", q, N * C);
-    be->attention_decode(be, out, att, q, kc, vc, lens, N, C, H, TC);
-    out_f(o, be, "attention_decode out", out, N * C);
+    out_f(o, be, "rope_forward_at (in place)", q, N * QW);
+    be->attention_decode(be, out, att, q, kc, vc, lens, N, H, HKV, D, TC);
+    out_f(o, be, "attention_decode out", out, N * QW);
     out_f(o, be, "attention_decode probabilities", att, (size_t)N * H * TC);
     void *all[] = {cs, q, kc, vc, out, att, pos, lens};
     for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) release(be, all[j]);
@@ -406,10 +411,10 @@ static void case_moe(const Backend *be, Outs *o, int variant) {
     o->f[o->n] = (float *)malloc_check(sizeof dc);
     memcpy(o->f[o->n], dc, sizeof dc);
     o->len[o->n++] = 3 * (size_t)R_E + 2;
-    void *all[] = {x,  Wr,  logits, scores, lse, w,  idx, p.counts, p.offsets, p.slot, p.slot_token,
-                   xe, ye,  y,      g,      u,   h,  Wg,  Wu,       Wd,        dy,     dye,
-                   dw, dxe, dx,     dg,     du,  dh, dW,  dl,       gf,        cx.work,
-                   loss};
+    void *all[] = {x,      Wr,           logits, scores, lse,     w,   idx, p.counts, p.offsets,
+                   p.slot, p.slot_token, xe,     ye,     y,       g,   u,   h,        Wg,
+                   Wu,     Wd,           dy,     dye,    dw,      dxe, dx,  dg,       du,
+                   dh,     dW,           dl,     gf,     cx.work, loss};
     for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) release(be, all[j]);
 }
 static void case_moe_dropless(const Backend *be, Outs *o) {
@@ -470,6 +475,8 @@ static const Case CASES[] = {
      "rmsnorm_forward rmsnorm_backward rope_forward rope_backward swiglu_forward swiglu_backward"},
     {"attention", case_attention, "attention_forward attention_backward"},
     {"attention over several blocks", case_attention_blocks,
+     "attention_forward attention_backward"},
+    {"attention, grouped-query heads", case_attention_grouped,
      "attention_forward attention_backward"},
     {"decoding", case_decode, "rope_forward_at attention_decode"},
     {"loss and adamw", case_loss_adamw, "crossentropy_forward crossentropy_backward adamw_update"},

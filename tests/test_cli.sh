@@ -277,6 +277,11 @@ reject "topk_before_softmax with sigmoid scores" "moe\.topk_before_softmax;moe\.
     "$moe" "${T[@]}" --set moe.score=sigmoid --set moe.topk_before_softmax=1
 reject "d_model not divisible by n_head" "model\.d_model;model\.n_head" \
     "$moe" "${T[@]}" --set model.n_head=3
+reject "kv_heads not dividing n_head" "model\.kv_heads=3;model\.n_head" \
+    "$moe" "${T[@]}" --set model.kv_heads=3
+reject "an odd head_dim" "model\.head_dim=7;RoPE" "$moe" "${T[@]}" --set model.head_dim=7
+reject "unknown qk_norm lists the choices" "model\.qk_norm;none\|head\|full" \
+    "$moe" "${T[@]}" --set model.qk_norm=layer
 reject "missing data file" "/nonexistent;make data" \
     "$moe" "${T[@]}" --set data.train=/nonexistent
 head -c 30000 "$data/train.bin" > "$tmp/cut.bin"

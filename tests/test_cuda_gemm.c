@@ -100,70 +100,52 @@ static void softmax_backward_rows(float *dP, const float *P, int rows, int T, fl
     }
 }
 
-static void gpu_attention_forward(float *out, float *att, const float *q, const float *k,
-                                  const float *v, int B, int T, int C, int H) {
-    const int D = C / H;
-    const float scale = 1.0f / sqrtf((float)D);
-    for (int b = 0; b < B; b++) {
-        size_t row0 = (size_t)b * T * C;
-        float *P = att + (size_t)b * H * T * T;
-        GemmArgs s = gemm_att_scores(P, q + row0, k + row0, T, C, D, H, scale);
-        gemm_cblas(&s);
-        softmax_rows(P, H * T, T);
-        GemmArgs o = gemm_att_pv(out + row0, P, v + row0, T, C, D, H);
-        gemm_cblas(&o);
-    }
+/* the host's attention steps: the device's order (gemm_args.h), cuBLAS's tuples through cblas,
+ * the kernels' bodies a warp at a time */
+static void host_gemm(void *ctx, const GemmArgs *a) {
+    (void)ctx, gemm_cblas(a);
 }
-
-static void gpu_attention_backward(float *dq, float *dk, float *dv, float *ws, const float *dout,
-                                   const float *att, const float *q, const float *k, const float *v,
-                                   int B, int T, int C, int H, int n_ws) {
-    const int D = C / H;
-    const float scale = 1.0f / sqrtf((float)D);
-    const int group = n_ws < H ? n_ws : H;
-    for (int b = 0; b < B; b++) {
-        size_t row0 = (size_t)b * T * C;
-        const float *P = att + (size_t)b * H * T * T;
-        GemmArgs a = gemm_att_ptdo(dv + row0, P, dout + row0, T, C, D, H);
-        gemm_cblas(&a);
-        for (int h0 = 0; h0 < H; h0 += group) {
-            const int G = H - h0 < group ? H - h0 : group;
-            size_t col = row0 + (size_t)h0 * D;
-            GemmArgs dp = gemm_att_scores(ws, dout + col, v + col, T, C, D, G, 1.0f);
-            gemm_cblas(&dp);
-            softmax_backward_rows(ws, P + (size_t)h0 * T * T, G * T, T, scale);
-            GemmArgs gq = gemm_att_pv(dq + col, ws, k + col, T, C, D, G);
-            GemmArgs gk = gemm_att_ptdo(dk + col, ws, q + col, T, C, D, G);
-            gemm_cblas(&gq), gemm_cblas(&gk);
-        }
-    }
+static void host_softmax(void *ctx, float *P, int rows, int T) {
+    (void)ctx, softmax_rows(P, rows, T);
 }
+static void host_softmax_backward(void *ctx, float *dP, const float *P, int rows, int T,
+                                  float scale) {
+    (void)ctx, softmax_backward_rows(dP, P, rows, T, scale);
+}
+static const AttSteps HOST_STEPS = {host_gemm, host_softmax, host_softmax_backward, NULL};
 
 START_TEST(test_attention_algorithm) {
-    /* T above a warp's 32 columns and not a multiple of it; heads in groups of 1, 2 and all */
-    const int cases[][4] = {{2, 45, 24, 3}, {1, 7, 8, 2}, {3, 33, 16, 4}};
+    /* T above a warp's 32 columns and not a multiple of it; the backward's heads in chunks of
+     * 1, 2, ... all; heads of their own, in groups of 2 and 3, and one key-value head for all */
+    const int cases[][5] = {{2, 45, 3, 3, 8}, {1, 7, 2, 2, 4},  {3, 33, 4, 4, 4},
+                            {2, 37, 4, 2, 6}, {1, 40, 6, 2, 4}, {2, 9, 3, 1, 8}};
     for (size_t cs = 0; cs < sizeof cases / sizeof cases[0]; cs++) {
-        int B = cases[cs][0], T = cases[cs][1], C = cases[cs][2], H = cases[cs][3];
-        size_t n = (size_t)B * T * C, na = (size_t)B * H * T * T;
-        float *q = rand_floats(n, 1.0f, 10 + cs), *k = rand_floats(n, 1.0f, 20 + cs);
-        float *v = rand_floats(n, 1.0f, 30 + cs), *dout = rand_floats(n, 1.0f, 40 + cs);
-        float *out = garbage_floats(n), *att = garbage_floats(na);
-        float *out_ref = floats_alloc(n), *att_ref = floats_alloc(na);
-        gpu_attention_forward(out, att, q, k, v, B, T, C, H);
-        attention_forward(out_ref, att_ref, q, k, v, B, T, C, H);
+        const int B = cases[cs][0], T = cases[cs][1], H = cases[cs][2], Hkv = cases[cs][3];
+        const int D = cases[cs][4];
+        const float scale = 1.0f / sqrtf((float)D);
+        size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D;
+        size_t na = (size_t)B * H * T * T;
+        float *q = rand_floats(nq, 1.0f, 10 + cs), *k = rand_floats(nk, 1.0f, 20 + cs);
+        float *v = rand_floats(nk, 1.0f, 30 + cs), *dout = rand_floats(nq, 1.0f, 40 + cs);
+        float *out = garbage_floats(nq), *att = garbage_floats(na);
+        float *out_ref = floats_alloc(nq), *att_ref = floats_alloc(na);
+        att_forward_steps(&HOST_STEPS, out, att, q, k, v, B, T, H, Hkv, D, scale);
+        attention_forward(out_ref, att_ref, q, k, v, B, T, H, Hkv, D);
         CLOSE_ARRAYS(att, att_ref, na, "attention probabilities");
-        CLOSE_ARRAYS(out, out_ref, n, "attention output");
+        CLOSE_ARRAYS(out, out_ref, nq, "attention output");
 
-        float *dq_ref = floats_alloc(n), *dk_ref = floats_alloc(n), *dv_ref = floats_alloc(n);
+        float *dq_ref = floats_alloc(nq), *dk_ref = floats_alloc(nk), *dv_ref = floats_alloc(nk);
         float *ws_ref = attn_ws_alloc(T, 1);
-        attention_backward(dq_ref, dk_ref, dv_ref, ws_ref, dout, att_ref, q, k, v, B, T, C, H, 1);
+        attention_backward(dq_ref, dk_ref, dv_ref, ws_ref, dout, att_ref, q, k, v, B, T, H, Hkv, D,
+                           1);
         for (int n_ws = 1; n_ws <= H; n_ws++) {
-            float *dq = garbage_floats(n), *dk = garbage_floats(n), *dv = garbage_floats(n);
+            float *dq = garbage_floats(nq), *dk = garbage_floats(nk), *dv = garbage_floats(nk);
             float *ws = garbage_floats((size_t)n_ws * T * T);
-            gpu_attention_backward(dq, dk, dv, ws, dout, att, q, k, v, B, T, C, H, n_ws);
-            expect_close_arrays(dq, dq_ref, n, TOL_F32_ATOL, TOL_F32_RTOL, "attention dq");
-            expect_close_arrays(dk, dk_ref, n, TOL_F32_ATOL, TOL_F32_RTOL, "attention dk");
-            expect_close_arrays(dv, dv_ref, n, TOL_F32_ATOL, TOL_F32_RTOL, "attention dv");
+            att_backward_steps(&HOST_STEPS, dq, dk, dv, ws, dout, att, q, k, v, B, T, H, Hkv, D,
+                               n_ws, scale);
+            expect_close_arrays(dq, dq_ref, nq, TOL_F32_ATOL, TOL_F32_RTOL, "attention dq");
+            expect_close_arrays(dk, dk_ref, nk, TOL_F32_ATOL, TOL_F32_RTOL, "attention dk");
+            expect_close_arrays(dv, dv_ref, nk, TOL_F32_ATOL, TOL_F32_RTOL, "attention dv");
             free(dq), free(dk), free(dv), free(ws);
         }
         free(q), free(k), free(v), free(dout), free(out), free(att), free(out_ref);

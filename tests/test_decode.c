@@ -43,50 +43,57 @@ END_TEST
 /* The device kernel of attention_decode on the host: a warp per (n, h), its lanes in turn,
  * the warp's max and sum in the butterfly order. */
 static void decode_kernel_on_host(float *out, float *att, const float *q, const float *kc,
-                                  const float *vc, const int *lens, int N, int C, int H, int Tc) {
-    const int D = C / H;
+                                  const float *vc, const int *lens, int N, int H, int Hkv, int D,
+                                  int Tc) {
     const float scale = 1.0f / sqrtf((float)D);
+    const int KW = Hkv * D;
     float lane_v[MOE_WARP];
     for (int r = 0; r < N * H; r++) {
         const int n = r / H, h = r % H, len = lens[n];
         float *p = att + (size_t)r * Tc;
-        const size_t head = (size_t)n * Tc * C + (size_t)h * D;
-        const float *qh = q + (size_t)n * C + (size_t)h * D;
+        const size_t head = (size_t)n * Tc * KW + (size_t)(h / (H / Hkv)) * D;
+        const size_t row = (size_t)n * H * D + (size_t)h * D;
         for (int l = 0; l < MOE_WARP; l++)
-            lane_v[l] = att_row_scores(p, qh, kc + head, len, C, D, scale, l, MOE_WARP);
+            lane_v[l] = att_row_scores(p, q + row, kc + head, len, KW, D, scale, l, MOE_WARP);
         const float max = katt_butterfly(lane_v, 1);
         for (int l = 0; l < MOE_WARP; l++) att_row_exp(p, len, max, l, MOE_WARP);
         for (int l = 0; l < MOE_WARP; l++) lane_v[l] = att_row_sum(p, len, l, MOE_WARP);
         const float sum = katt_butterfly(lane_v, 0);
         for (int l = 0; l < MOE_WARP; l++) att_row_normalise(p, len, Tc, 1.0f / sum, l, MOE_WARP);
         for (int l = 0; l < MOE_WARP; l++)
-            katt_dec_lane_out(out + (size_t)n * C + (size_t)h * D, p, vc + head, len, C, D, l);
+            katt_dec_lane_out(out + row, p, vc + head, len, KW, D, l);
     }
 }
 
 START_TEST(test_attention_decode_is_a_row_of_attention) {
-    /* T = 40: more keys than a warp has lanes */
-    enum { T = 40, H = 2, D = 8, C = H * D };
-    float *q = floats_alloc(T * C), *k = floats_alloc(T * C), *v = floats_alloc(T * C);
-    fill_uniform(q, T * C, 1.5f, 2), fill_uniform(k, T * C, 1.5f, 3),
-        fill_uniform(v, T * C, 1.0f, 4);
-    float *out = floats_alloc(T * C), *att = floats_alloc((size_t)H * T * T);
-    attention_forward(out, att, q, k, v, 1, T, C, H);
-    /* row t: one sequence whose cache is the first t + 1 keys and values (the whole k, v as
-     * its cache, lens t + 1) */
-    float got[C], att_got[H * T], kern[C], att_kern[H * T];
-    for (int t = 0; t < T; t++) {
-        const int len = t + 1;
-        attention_decode(got, att_got, q + (size_t)t * C, k, v, &len, 1, C, H, T);
-        CLOSE_ARRAYS(got, out + (size_t)t * C, C, "attention_decode against attention_forward");
-        for (int h = 0; h < H; h++)
-            CLOSE_ARRAYS(att_got + (size_t)h * T, att + ((size_t)h * T + t) * T, T,
-                         "attention_decode's probabilities");
-        decode_kernel_on_host(kern, att_kern, q + (size_t)t * C, k, v, &len, 1, C, H, T);
-        CLOSE_ARRAYS(kern, got, C, "the CUDA kernel of attention_decode");
-        CLOSE_ARRAYS(att_kern, att_got, (size_t)H * T, "its probabilities");
+    /* T = 40: more keys than a warp has lanes; heads of their own, then 4 query heads in 2
+     * groups */
+    enum { T = 40, D = 8, HMAX = 4 };
+    const int heads[2][2] = {{2, 2}, {4, 2}};
+    for (int s = 0; s < 2; s++) {
+        const int H = heads[s][0], Hkv = heads[s][1], QW = H * D, KW = Hkv * D;
+        float *q = floats_alloc(T * QW), *k = floats_alloc(T * KW), *v = floats_alloc(T * KW);
+        fill_uniform(q, T * QW, 1.5f, 2), fill_uniform(k, T * KW, 1.5f, 3),
+            fill_uniform(v, T * KW, 1.0f, 4);
+        float *out = floats_alloc(T * QW), *att = floats_alloc((size_t)H * T * T);
+        attention_forward(out, att, q, k, v, 1, T, H, Hkv, D);
+        /* row t: one sequence whose cache is the first t + 1 keys and values (the whole k, v
+         * as its cache, lens t + 1) */
+        float got[HMAX * D], att_got[HMAX * T], kern[HMAX * D], att_kern[HMAX * T];
+        for (int t = 0; t < T; t++) {
+            const int len = t + 1;
+            attention_decode(got, att_got, q + (size_t)t * QW, k, v, &len, 1, H, Hkv, D, T);
+            CLOSE_ARRAYS(got, out + (size_t)t * QW, QW,
+                         "attention_decode against attention_forward");
+            for (int h = 0; h < H; h++)
+                CLOSE_ARRAYS(att_got + (size_t)h * T, att + ((size_t)h * T + t) * T, T,
+                             "attention_decode's probabilities");
+            decode_kernel_on_host(kern, att_kern, q + (size_t)t * QW, k, v, &len, 1, H, Hkv, D, T);
+            CLOSE_ARRAYS(kern, got, QW, "the CUDA kernel of attention_decode");
+            CLOSE_ARRAYS(att_kern, att_got, (size_t)H * T, "its probabilities");
+        }
+        free(q), free(k), free(v), free(out), free(att);
     }
-    free(q), free(k), free(v), free(out), free(att);
 }
 END_TEST
 
@@ -119,10 +126,17 @@ static Config model_config(int variant) {
         c.num_shared = 1;
         c.norm = MOE_NORM_SANDWICH;
         break;
-    default: /* Mixtral's top-k before the softmax, 8 experts, a bf16 router */
+    case 3: /* Mixtral's top-k before the softmax, 8 experts, a bf16 router */
         c.num_experts = 8;
         c.topk_before_softmax = 1;
         c.router_precision = MOE_ROUTER_BF16;
+        break;
+    default: /* Qwen3's attention: 4 query heads on 2 key-value heads of their own width, normed
+                per head */
+        c.n_head = 4;
+        c.kv_heads = 2;
+        c.head_dim = 6;
+        c.qk_norm = MOE_QK_NORM_HEAD;
         break;
     }
     return c;
@@ -191,7 +205,8 @@ static double decode_against_full(const Config *c, const Backend *be, const char
 
 static const char *const VARIANTS[] = {"dense", "moe softmax top-2 (capacity in training)",
                                        "moe sigmoid, aux-free bias, shared expert, sandwich",
-                                       "moe top-k before softmax, bf16 router"};
+                                       "moe top-k before softmax, bf16 router",
+                                       "moe, grouped-query heads of 6, qk-norm per head"};
 
 START_TEST(test_cached_logits_equal_the_full_forward) {
     const Config c = model_config(_i);

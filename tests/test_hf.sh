@@ -6,9 +6,10 @@
 #   1. round trip, an MoE (Mixtral) and a dense model (Llama): export --format hf, import
 #      --format hf gives, bit for bit, the checkpoint that export and import in moe.c's own
 #      safetensors give; its tensors are the original's, byte for byte; the folder holds
-#      config.json (the architecture, the sizes, no grouped heads), model.safetensors with the
+#      config.json (the architecture, the sizes, the key-value heads), model.safetensors with the
 #      Hugging Face names (experts one tensor each, queries and keys with their rotary rows
-#      permuted), a byte-level tokenizer.json whose vocabulary maps token i to byte i
+#      permuted), a byte-level tokenizer.json whose vocabulary maps token i to byte i; grouped-
+#      query heads of their own width out and back the same way, read from config.json alone
 #   2. the same weights without moe_c_config (a folder transformers wrote): the settings come
 #      from config.json alone, and the validation loss is the original's; also with the rotary
 #      base in rope_parameters only (transformers 5's config.json)
@@ -21,10 +22,11 @@
 #      blocks among MoE ones, a capacity at evaluation, a bf16 router, sandwich norms; and a
 #      folder that already holds its files
 #   5. import refuses, exit 2, nothing written, naming what it cannot represent: another
-#      vocabulary, grouped-query attention, biases, another activation or epsilon, rotary
+#      vocabulary, key-value heads the weights lack or that do not divide the heads, an odd
+#      head_dim, biases, another activation or epsilon, rotary
 #      scaling (rope_scaling or a rope_type), no rotary base stated, a short sliding window, another model type, a moe_c_config that disagrees with
 #      config.json or is not a string, a field of another type (tie_word_embeddings in quotes),
-#      more key-value heads than heads (each message states the relation its numbers have), a
+#      (each message states the relation its numbers have), a
 #      missing or extra tensor, a sharded or missing model.safetensors, bad JSON,
 #      a file given as the folder
 #   6. eval --logits writes the first batch's tokens, targets and logits, and its loss is the
@@ -85,13 +87,18 @@ if cmd == "same-tensors":  # A B: every tensor of A is in B with the same bytes,
     print("ok" if not bad else "differ: " + ", ".join(bad[:5]))
 elif cmd == "names":  # FILE: the tensor names, sorted
     print("\n".join(sorted(read(sys.argv[2])[0])))
-elif cmd == "rope":  # MOEC.safetensors HF.safetensors C H: layer 0's q rows permuted as documented
+elif cmd == "rope":  # MOEC.safetensors HF.safetensors C H [HKV D]: layer 0's q and k rows permuted as documented
     hm, _, dm = read(sys.argv[2]); hh, _, dh = read(sys.argv[3]); C, H = int(sys.argv[4]), int(sys.argv[5])
-    D, row = C // H, 4 * C
+    HKV = int(sys.argv[6]) if len(sys.argv) > 6 else H
+    D, row = (int(sys.argv[7]) if len(sys.argv) > 7 else C // H), 4 * C
+    def permuted(ours, theirs, heads):
+        m, h_ = tensor(hm, dm, "layers.0.attn." + ours), tensor(hh, dh, "model.layers.0.self_attn." + theirs)
+        return m != h_ and len(m) == heads * D * row and all(
+            h_[(h * D + half * D // 2 + i) * row:(h * D + half * D // 2 + i + 1) * row] ==
+            m[(h * D + 2 * i + half) * row:(h * D + 2 * i + half + 1) * row]
+            for h in range(heads) for i in range(D // 2) for half in range(2))
     q, qh = tensor(hm, dm, "layers.0.attn.wq"), tensor(hh, dh, "model.layers.0.self_attn.q_proj.weight")
-    ok = all(qh[(h * D + half * D // 2 + i) * row:(h * D + half * D // 2 + i + 1) * row] ==
-             q[(h * D + 2 * i + half) * row:(h * D + 2 * i + half + 1) * row]
-             for h in range(H) for i in range(D // 2) for half in range(2))
+    ok = permuted("wq", "q_proj.weight", H) and permuted("wk", "k_proj.weight", HKV)
     v, vh = tensor(hm, dm, "layers.0.attn.wv"), tensor(hh, dh, "model.layers.0.self_attn.v_proj.weight")
     e1, w1 = tensor(hm, dm, "layers.0.moe.w_gate"), tensor(hh, dh, "model.layers.0.block_sparse_moe.experts.1.w1.weight")
     E = hm["layers.0.moe.w_gate"]["shape"][0]
@@ -165,6 +172,30 @@ check "the MoE's tensors under Hugging Face names: 3 + 2 x (2 norms, 4 attention
 got=$(py rope "$tmp/moe.st" "$tmp/hf-moe/model.safetensors" 32 4 2>&1)
 [ "$got" = ok ]
 check "queries' rows permuted from pairs (2i, 2i+1) to (i, i + D/2); values and experts as they are" $? "$got"
+
+# grouped-query attention (Mixtral's 8 key-value heads for 32 query heads, in small): 4 query
+# heads on 2 key-value heads, heads of 12 channels (not d_model / n_head = 8)
+train gqa --set model.kv_heads=2 --set model.head_dim=12
+"$moe" export --ckpt "$tmp/gqa/ckpt.bin" --format hf --out "$tmp/hf-gqa" > "$tmp/out" 2>&1 &&
+    "$moe" import --format hf --from "$tmp/hf-gqa" --out "$tmp/gqa-hf.bin" > "$tmp/out2" 2>&1 &&
+    "$moe" export --ckpt "$tmp/gqa/ckpt.bin" --out "$tmp/gqa.st" > /dev/null 2>&1 &&
+    "$moe" import --from "$tmp/gqa.st" --out "$tmp/gqa-st.bin" > /dev/null 2>&1 &&
+    cmp -s "$tmp/gqa-hf.bin" "$tmp/gqa-st.bin" &&
+    grep -q '"num_key_value_heads": 2,' "$tmp/hf-gqa/config.json" &&
+    grep -q '"head_dim": 12,' "$tmp/hf-gqa/config.json"
+check "grouped-query heads of 12: out and back bit for bit; config.json says 2 key-value heads of 12" \
+    $? "$(cat "$tmp/out" "$tmp/out2")"
+got=$(py rope "$tmp/gqa.st" "$tmp/hf-gqa/model.safetensors" 32 4 2 12 2>&1)
+[ "$got" = ok ]
+check "grouped-query heads: the 4 query heads' and the 2 key heads' rotary rows permuted" $? "$got"
+cp -r "$tmp/hf-gqa" "$tmp/bare-gqa"
+py edit "$tmp/bare-gqa/config.json" moe_c_config null
+"$moe" import --format hf --from "$tmp/bare-gqa" --out "$tmp/bare-gqa.bin" --set "data.val=$data/val.bin" \
+    --set train.batch=4 > "$tmp/out" 2>&1 &&
+    [ "$(val_of "$tmp/bare-gqa.bin")" = "$(val_of "$tmp/gqa/ckpt.bin")" ] &&
+    "$moe" info --ckpt "$tmp/bare-gqa.bin" 2>&1 | grep -q "kv_heads.*2"
+check "grouped-query heads from config.json alone: model.kv_heads 2, the same validation loss" $? \
+    "$(cat "$tmp/out")"
 
 # ---- 2. without moe_c_config -----------------------------------------------------------
 echo "test_hf: a folder without moe.c's settings"
@@ -279,11 +310,13 @@ refuse_import() { # WHAT PATTERN KEY JSON-VALUE (KEY "" for none; the folder pre
     rm -rf "$tmp/case" "$tmp/refused.bin" # a failed check leaves no file to fail the next
 }
 refuse_import "another vocabulary" "vocab_size" vocab_size 300
-refuse_import "grouped-query attention" \
-    "grouped-query attention: num_key_value_heads (2) is below num_attention_heads (4)" \
+refuse_import "key-value heads that the weights do not have" \
+    "tensor 'model.layers.0.self_attn.k_proj.weight' is not shaped as config.json says" \
     num_key_value_heads 2
 refuse_import "more key-value heads than heads" \
-    "num_key_value_heads (5) is above num_attention_heads (4)" num_key_value_heads 5
+    "num_key_value_heads (5) does not divide num_attention_heads (4)" num_key_value_heads 5
+refuse_import "key-value heads that do not divide the heads" \
+    "num_key_value_heads (3) does not divide num_attention_heads (4)" num_key_value_heads 3
 refuse_import "attention biases" "attention_bias" attention_bias true
 refuse_import "MLP biases" "mlp_bias" mlp_bias true
 refuse_import "another activation" "hidden_act is not silu" hidden_act '"gelu"'
@@ -297,8 +330,7 @@ cp -r "$tmp/v5" "$tmp/case"
 refuse_import "a rotary type other than default" "rope_type is not default" rope_parameters \
     '{"rope_theta": 10000.0, "rope_type": "yarn"}'
 refuse_import "another model type" "model_type \"qwen2\"" model_type '"qwen2"'
-refuse_import "a head_dim that does not divide" \
-    "head_dim (6) x num_attention_heads (4) is 24, not hidden_size (32)" head_dim 6
+refuse_import "an odd head_dim" "head_dim (7) is odd" head_dim 7
 refuse_import "tie_word_embeddings in quotes" '"tie_word_embeddings" is a string; it must be true or false' \
     tie_word_embeddings '"true"'
 refuse_import "a missing size" "has no \"hidden_size\"" hidden_size null

@@ -156,6 +156,32 @@ START_TEST(test_moe_model_gradients_balance_groups) {
 }
 END_TEST
 
+/* the attention's variants (chapter 10): grouped-query heads (4 query heads on 2 key-value
+ * heads, and one key-value head for all), a head width apart from d_model / n_head, and the
+ * norms on queries and keys, per head and over the whole projection; on the reference
+ * backend and on cpu (its products and blocked attention) */
+START_TEST(test_model_gradients_attention_variants) {
+    static const int devices[] = {MOE_DEVICE_CPU_REF, MOE_DEVICE_CPU};
+    for (int d = 0; d < 2; d++) {
+        Config c = tiny_config(0);
+        c.device = devices[d];
+        c.n_head = 4;
+        c.kv_heads = 2;
+        c.head_dim = 6;
+        check_model_gradients_of(c);
+        c.kv_heads = 1;
+        c.qk_norm = MOE_QK_NORM_HEAD;
+        check_model_gradients_of(c);
+        c = tiny_config(4);
+        c.device = devices[d];
+        c.n_head = 4;
+        c.kv_heads = 2;
+        c.qk_norm = MOE_QK_NORM_FULL;
+        check_model_gradients_of(c);
+    }
+}
+END_TEST
+
 /* shared experts: three tensors per MoE block of hidden num_shared * d_expert, all active */
 START_TEST(test_param_table_shared) {
     Config c = tiny_config(4);
@@ -459,6 +485,7 @@ static Suite *model_suite(void) {
     tcase_add_test(tc, test_moe_model_gradients_sigmoid_seq_aux);
     tcase_add_test(tc, test_moe_model_gradients_shared);
     tcase_add_test(tc, test_model_gradients_sandwich);
+    tcase_add_test(tc, test_model_gradients_attention_variants);
     tcase_add_test(tc, test_moe_model_gradients_balance_groups);
     tcase_add_test(tc, test_param_table_shared);
     tcase_add_test(tc, test_accumulation_matches_full_batch);

@@ -42,6 +42,9 @@ static const struct {
     {"first_dense 1, every 2", {"moe.first_dense=1", "moe.every=2", NULL}},
     {"model.norm=sandwich", {"model.norm=sandwich", NULL}},
     {"d_expert 0 (= d_ff)", {"moe.d_expert=0", NULL}},
+    {"grouped-query heads of 48", {"model.kv_heads=2", "model.head_dim=48", NULL}},
+    {"multi-query, qk-norm per head", {"model.kv_heads=1", "model.qk_norm=head", NULL}},
+    {"qk-norm over the projection", {"model.kv_heads=2", "model.qk_norm=full", NULL}},
 };
 #define N_CONFIGS ((int)(sizeof CONFIGS / sizeof CONFIGS[0]))
 
@@ -182,6 +185,9 @@ static const struct {
     {"MoE, shared, first_dense 1, accum 2",
      {"moe.num_experts=4", "moe.d_expert=12", "moe.num_shared=1", "moe.first_dense=1",
       "train.accum=2", NULL}},
+    {"MoE, grouped-query heads of 6, qk-norm",
+     {"moe.num_experts=4", "moe.d_expert=12", "model.kv_heads=1", "model.head_dim=6",
+      "model.qk_norm=head", NULL}},
 };
 
 START_TEST(test_moec_memory_is_the_allocation) {

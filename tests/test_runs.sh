@@ -43,6 +43,8 @@ tiny=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set mo
       --set train.batch=4 --set "data.train=$data/train.bin" --set "data.val=$data/val.bin"
       --set train.warmup=4 --set train.eval_batches=2 --quiet)
 snapshot() { (cd "$1" && find . -type f -exec sha256sum {} + | sort -k2); }
+# rows_of FILE: the complete rows of a CSV (its lines but the header)
+rows_of() { echo $(($( { wc -l < "$1"; } 2> /dev/null || echo 1) - 1)); }
 # same_run A B: the run directories hold the same training, bit for bit (tok_per_s aside)
 same_run() {
     cmp -s "$1/ckpt.bin" "$2/ckpt.bin" && cmp -s "$1/router.csv" "$2/router.csv" &&
@@ -143,6 +145,17 @@ rc=$?
 [ $rc -eq 0 ] && grep -q "no checkpoint yet.*from step 0" <<< "$out" && same_run "$tmp/early_ref" "$early"
 check "--resume starts it again from step 0 (saying so) and equals an unbroken run" $? \
     "exit $rc: $out"
+
+# the attention's variants keep their state in the checkpoint too: grouped key-value heads of
+# their own width with norms on queries and keys, stopped at step 6 (--until) and resumed
+att=("${tiny[@]}" --set model.n_head=4 --set model.kv_heads=2 --set model.head_dim=12
+     --set model.qk_norm=head --set train.steps=12 --set train.eval_every=4 --set train.ckpt_every=0)
+"$moe" train --out "$tmp/att_ref" "${att[@]}" > /dev/null 2>&1
+"$moe" train --out "$tmp/att" "${att[@]}" --until 6 > "$tmp/att.log" 2>&1 &&
+    [ "$(rows_of "$tmp/att/train.csv")" = 6 ] &&
+    "$moe" train --resume "$tmp/att" --quiet >> "$tmp/att.log" 2>&1 && same_run "$tmp/att_ref" "$tmp/att"
+check "grouped-query heads with qk-norm: stopped at step 6 and resumed, the unbroken run bit for bit" \
+    $? "$(tail -n 3 "$tmp/att.log")"
 
 # ---- 3. torn rows -----------------------------------------------------------------------------
 echo "test_runs: torn rows"
@@ -247,8 +260,6 @@ long=("${tiny[@]}" --set train.steps=100000 --set train.eval_every=100000 --set 
 busy="$tmp/busy"
 "$moe" train --out "$busy" "${long[@]}" > "$tmp/busy.log" 2>&1 &
 pid=$!
-# rows_of FILE: the complete rows of a CSV (its lines but the header)
-rows_of() { echo $(($( { wc -l < "$1"; } 2> /dev/null || echo 1) - 1)); }
 for _ in $(seq 200); do [ "$(rows_of "$busy/train.csv")" -ge 2 ] && break; sleep 0.02; done
 # (a command that is let in trains on: timeout ends it, and the check fails)
 out=$(timeout 10 "$moe" train --resume "$busy" 2>&1)

@@ -67,8 +67,8 @@ int main(int argc, char **argv) {
                + h * m->v_dim * d;                         /* output */
         line("latent attention, a layer", attn, c.attn);
     } else {
-        const double hd = m->head_dim > 0 ? m->head_dim : d / h;
-        const double kv = m->kv_heads > 0 ? m->kv_heads : h;
+        const double hd = m->c.head_dim > 0 ? m->c.head_dim : d / h;
+        const double kv = m->c.kv_heads > 0 ? m->c.kv_heads : h;
         attn = 2 * d * h * hd + 2 * d * kv * hd; /* q and output, k and v */
         line("attention 2 d h hd + 2 d kv hd, a layer", attn, c.attn);
     }
@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
         V * d + L * attn + c.n_dense * 3 * d * m->c.d_ff +
         c.n_moe * (m->c.num_experts * d + (m->c.top_k + m->c.num_shared) * expert);
     const double dqk = m->attention == PLAN_ATTN_MLA ? m->nope_dim + m->rope_dim
-                                                     : (m->head_dim > 0 ? m->head_dim : d / h);
+                                                     : (m->c.head_dim > 0 ? m->c.head_dim : d / h);
     const double dv = m->attention == PLAN_ATTN_MLA ? m->v_dim : dqk;
     const double flops = 6 * matmul + 3 * L * 2 * h * (dqk + dv) * m->c.seq_len / 2;
     line("6 x products + causal attention, a token", flops, c.flops_token);

@@ -441,6 +441,14 @@ int config_expert_hidden(const Config *c) {
     return c->d_expert ? c->d_expert : c->d_ff;
 }
 
+int config_kv_heads(const Config *c) {
+    return c->kv_heads ? c->kv_heads : c->n_head;
+}
+
+int config_head_dim(const Config *c) {
+    return c->head_dim ? c->head_dim : c->d_model / c->n_head;
+}
+
 int config_same_shape(const Config *a, const Config *b, char *err, int errlen) {
     for (int i = 0; i < NKEYS; i++) {
         const Key *k = &KEYS[i];

@@ -29,6 +29,9 @@ typedef enum { DIST_COLL_MPI = 0, DIST_COLL_TEACH = 1, DIST_COLL_NCCL = 2 } Dist
  * sandwich: a second one on the sublayer's output, before the residual add; dssn: sandwich
  * with that second norm's gain initialised to a depth-scaled constant (Pangu Ultra). */
 enum { MOE_NORM_PRE = 0, MOE_NORM_SANDWICH = 1, MOE_NORM_DSSN = 2 };
+/* model.qk_norm: an RMSNorm with a gain on the queries and keys before RoPE, over each head's
+ * channels (Qwen3) or over the whole projection (OLMoE) */
+enum { MOE_QK_NORM_NONE = 0, MOE_QK_NORM_HEAD = 1, MOE_QK_NORM_FULL = 2 };
 /* model.init: the std of the matrices (params.c). default: model.init_std, the output
  * projections divided by sqrt(2 L); tiny: TinyInit, sqrt(1 / (2 C L)) for every matrix and 0.5
  * for the token embedding (Pangu Ultra). model.init_scale multiplies either. */
@@ -38,7 +41,10 @@ typedef struct {
     /* model.* */
     int d_model;      /* C: channels of the residual stream */
     int n_layer;      /* L: transformer blocks */
-    int n_head;       /* H: attention heads; head size D = C / H */
+    int n_head;       /* H: query heads */
+    int kv_heads;     /* Hkv: key-value heads, dividing H (grouped-query attention); 0: H */
+    int head_dim;     /* D: channels of a head; 0: C / H (config_head_dim) */
+    int qk_norm;      /* MOE_QK_NORM_*: an RMSNorm on queries and keys before RoPE */
     int seq_len;      /* T: context length in tokens */
     int d_ff;         /* hidden size of a dense SwiGLU feed-forward */
     float rope_theta; /* RoPE base */
@@ -106,10 +112,10 @@ typedef struct {
                            a loss that is not finite */
 
     /* data.* */
-    char train[MOE_PATH_MAX]; /* training shard */
-    char val[MOE_PATH_MAX];   /* validation shard */
-    char mix[MOE_PATH_MAX];   /* the domains' shares of the training windows (io/mix.h) */
-    float mix_temperature;    /* > 0: shares proportional to size^(1 / mix_temperature) */
+    char train[MOE_PATH_MAX];   /* training shard */
+    char val[MOE_PATH_MAX];     /* validation shard */
+    char mix[MOE_PATH_MAX];     /* the domains' shares of the training windows (io/mix.h) */
+    float mix_temperature;      /* > 0: shares proportional to size^(1 / mix_temperature) */
     char mix_end[MOE_PATH_MAX]; /* the mix of the last mix_end_frac of the steps, or none */
     float mix_end_frac;
 
@@ -159,6 +165,8 @@ char *config_to_text(const Config *c);
 /* Derived quantities. */
 int config_is_moe_layer(const Config *c, int layer);
 int config_expert_hidden(const Config *c); /* d_expert, or d_ff when d_expert is 0 */
+int config_kv_heads(const Config *c);      /* kv_heads, or n_head when kv_heads is 0 */
+int config_head_dim(const Config *c);      /* head_dim, or d_model / n_head when it is 0 */
 
 /* Settings that fix the shapes of the parameters: two configs with equal shapes can share
  * checkpoints. Returns 1 when equal, otherwise 0 and a message naming the first difference. */

@@ -51,8 +51,23 @@ static int check_mix(const Config *c, char *err, int errlen) {
     return 0;
 }
 
-/* The attention heads: d_model splits into n_head heads of an even size (RoPE's pairs). */
+/* The attention heads: n_head query heads in kv_heads groups, each head of an even size
+ * (RoPE's pairs): model.head_dim, or d_model split into n_head heads. */
 static int check_heads(const Config *c, char *err, int errlen) {
+    if (c->kv_heads > c->n_head || (c->kv_heads > 0 && c->n_head % c->kv_heads != 0))
+        return set_error(err, errlen,
+                         "model.kv_heads=%d does not divide model.n_head=%d: each key-value head "
+                         "serves an equal group of query heads; choose a divisor of n_head (1 "
+                         "for multi-query, 0 or %d for multi-head)",
+                         c->kv_heads, c->n_head, c->n_head);
+    if (c->head_dim > 0) {
+        if (c->head_dim % 2 != 0)
+            return set_error(err, errlen,
+                             "model.head_dim=%d is odd, but RoPE rotates pairs of channels; "
+                             "choose an even head size (e.g. model.head_dim=%d)",
+                             c->head_dim, c->head_dim + 1);
+        return 0;
+    }
     /* a suggestion that also passes the next check: a multiple of 2 * n_head */
     int even_mult = (c->d_model / (2 * c->n_head)) * 2 * c->n_head;
     if (even_mult == 0) even_mult = 2 * c->n_head;

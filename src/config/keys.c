@@ -31,6 +31,8 @@ _Static_assert(MOE_ROUTING_TOKEN_CHOICE == 0 && MOE_ROUTING_EXPERT_CHOICE == 1,
                "moe.routing choices");
 _Static_assert(MOE_CAP_BATCH == 0 && MOE_CAP_SEQUENCE == 1, "moe.capacity_scope choices");
 _Static_assert(MOE_DROP_POSITION == 0 && MOE_DROP_SCORE == 1, "moe.drop_policy choices");
+_Static_assert(MOE_QK_NORM_NONE == 0 && MOE_QK_NORM_HEAD == 1 && MOE_QK_NORM_FULL == 2,
+               "model.qk_norm choices");
 _Static_assert(MOE_NORM_PRE == 0 && MOE_NORM_SANDWICH == 1 && MOE_NORM_DSSN == 2,
                "model.norm choices");
 _Static_assert(MOE_INIT_DEFAULT == 0 && MOE_INIT_TINY == 1, "model.init choices");
@@ -48,8 +50,17 @@ const Key CONFIG_KEYS[] = {
     ROW(T_INT, "model.d_model", d_model, "128", 1, 65536, K_SHAPE,
         "C: channels of the residual stream"),
     ROW(T_INT, "model.n_layer", n_layer, "4", 1, 1024, K_SHAPE, "L: transformer blocks"),
-    ROW(T_INT, "model.n_head", n_head, "4", 1, 1024, K_SHAPE,
-        "H: attention heads; head size D = d_model / n_head (must be even)"),
+    ROW(T_INT, "model.n_head", n_head, "4", 1, 1024, K_SHAPE, "H: attention (query) heads"),
+    ROW(T_INT, "model.kv_heads", kv_heads, "0", 0, 1024, K_SHAPE,
+        "key-value heads, dividing n_head: grouped-query attention (1: multi-query); 0: as many "
+        "as n_head (multi-head)"),
+    ROW(T_INT, "model.head_dim", head_dim, "0", 0, 65536, K_SHAPE,
+        "D: channels of a head (even: RoPE rotates pairs); 0: d_model / n_head"),
+    {"model.qk_norm", T_ENUM, offsetof(Config, qk_norm), "none", 0, 0, K_SHAPE,
+     "an RMSNorm with a gain on queries and keys before RoPE: none, head (over each head's "
+     "channels, one gain of head_dim shared by the heads: Qwen3) or full (over the whole "
+     "projection: OLMoE)",
+     "none|head|full"},
     ROW(T_INT, "model.seq_len", seq_len, "128", 1, 1 << 20, 0, "T: context length in tokens"),
     ROW(T_INT, "model.d_ff", d_ff, "512", 1, 1 << 20, K_SHAPE,
         "hidden size of a dense SwiGLU feed-forward"),

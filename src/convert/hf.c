@@ -55,15 +55,16 @@ int hf_tensor_name(const char *name, int e, char *out, size_t n, int *rope) {
             char rest[64];
             snprintf(rest, sizeof rest, MAP[i][1], e);
             snprintf(out, n, "model.layers.%d.%s", l, rest);
-            *rope = strcmp(MAP[i][0], "attn.wq") == 0 || strcmp(MAP[i][0], "attn.wk") == 0;
+            *rope = strcmp(MAP[i][0], "attn.wq") == 0   ? HF_ROPE_QUERY
+                    : strcmp(MAP[i][0], "attn.wk") == 0 ? HF_ROPE_KEY
+                                                        : 0;
             return 0;
         }
     return -1;
 }
 
 /* The same permutation of q and k leaves every q.k, so every attention weight, as it was. */
-void hf_rope_rows(float *dst, const float *src, int C, int H, int to_hf) {
-    const int D = C / H;
+void hf_rope_rows(float *dst, const float *src, int H, int D, int C, int to_hf) {
     for (int h = 0; h < H; h++)
         for (int i = 0; i < D / 2; i++)
             for (int half = 0; half < 2; half++) {
@@ -80,10 +81,15 @@ int hf_export_check(const Config *c, char *err, int errlen) {
     static const char *const HOW = "; the Hugging Face layout (Mixtral, Llama) has no such model, "
                                    "and moe.c does not export one approximately";
     if (c->norm != MOE_NORM_PRE)
-        return set_error(err, errlen, "model.norm=%s puts a second norm on each sublayer's output%s",
+        return set_error(err, errlen,
+                         "model.norm=%s puts a second norm on each sublayer's output%s",
                          c->norm == MOE_NORM_SANDWICH ? "sandwich" : "dssn", HOW);
+    if (c->qk_norm != MOE_QK_NORM_NONE)
+        return set_error(err, errlen, "model.qk_norm=%s puts norms on the queries and keys%s",
+                         c->qk_norm == MOE_QK_NORM_HEAD ? "head" : "full", HOW);
     if (c->num_experts == 0) return 0;
-    const float eval_cap = c->eval_capacity_factor < 0 ? c->capacity_factor : c->eval_capacity_factor;
+    const float eval_cap =
+        c->eval_capacity_factor < 0 ? c->capacity_factor : c->eval_capacity_factor;
     const char *why = c->score != MOE_SCORE_SOFTMAX ? "moe.score=sigmoid scores each expert alone"
                       : !c->norm_topk ? "moe.norm_topk=0 leaves the gate weights unnormalised"
                       : c->route_scale != 1.0f ? "moe.route_scale scales the gate weights"
@@ -115,8 +121,8 @@ static char *config_json(const Config *c) {
             MOE_VOCAB, c->d_model, moe ? config_expert_hidden(c) : c->d_ff);
     fprintf(f, "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n", c->n_layer,
             c->n_head);
-    fprintf(f, "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n", c->n_head,
-            c->d_model / c->n_head);
+    fprintf(f, "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n", config_kv_heads(c),
+            config_head_dim(c));
     fprintf(f, "  \"hidden_act\": \"silu\",\n  \"max_position_embeddings\": %d,\n", c->seq_len);
     /* the rotary base both ways transformers has spelt it (4: rope_theta; 5: rope_parameters) */
     fprintf(f, "  \"rms_norm_eps\": 1e-05,\n  \"rope_theta\": %.9g,\n  \"rope_scaling\": null,\n",
@@ -236,7 +242,8 @@ int hf_export(const Model *m, const char *dir, char *err, int errlen) {
             const float *src = m->params + t->offset + (size_t)x * each;
             if (rope) {
                 copies[k] = (float *)malloc_check(e[k].nbytes);
-                hf_rope_rows(copies[k], src, c->d_model, c->n_head, 1);
+                hf_rope_rows(copies[k], src, hf_rope_heads(c, rope), config_head_dim(c), c->d_model,
+                             1);
                 src = copies[k];
             }
             e[k].data = src;

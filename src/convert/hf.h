@@ -44,11 +44,18 @@ int hf_export(const Model *m, const char *dir, char *err, int errlen);
 int hf_read(SafeTensors *st, const char *dir, char *err, int errlen);
 
 /* The Hugging Face name of moe.c's tensor name (expert e of a stacked one) into out; *rope: its
- * rows are a query or key matrix's. 0, or -1 for a tensor the layout has no place for. */
+ * rows are a query matrix's (HF_ROPE_QUERY) or a key matrix's (HF_ROPE_KEY), else 0. 0, or -1
+ * for a tensor the layout has no place for. */
+enum { HF_ROPE_QUERY = 1, HF_ROPE_KEY = 2 };
 int hf_tensor_name(const char *name, int e, char *out, size_t n, int *rope);
 
-/* The rows of a (C, C) query or key matrix from moe.c's rotary pairs (2i, 2i+1) of each head of
- * D = C / H to Hugging Face's (i, i + D/2) (to_hf = 1), or back (to_hf = 0). */
-void hf_rope_rows(float *dst, const float *src, int C, int H, int to_hf);
+/* The heads of the matrix *rope names: the query heads, or the key-value heads. */
+static inline int hf_rope_heads(const Config *c, int rope) {
+    return rope == HF_ROPE_KEY ? config_kv_heads(c) : c->n_head;
+}
+
+/* The rows of an (H D, C) query or key matrix from moe.c's rotary pairs (2i, 2i+1) of each of
+ * its H heads of D channels to Hugging Face's (i, i + D/2) (to_hf = 1), or back (to_hf = 0). */
+void hf_rope_rows(float *dst, const float *src, int H, int D, int C, int to_hf);
 
 #endif

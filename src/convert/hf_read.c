@@ -117,20 +117,19 @@ static int rope_of(const Fields *f, double *theta, const char **rope_type) {
 #define RELATION_MAX 256
 static void relations(char *heads, char *dims, char *span, double kv, double H, double hd, double C,
                       double window, double T) {
-    if (kv > 0 && kv < H)
+    if (kv > H || (kv > 0 && fmod(H, kv) != 0))
         snprintf(heads, RELATION_MAX,
-                 "grouped-query attention: num_key_value_heads (%.0f) is below "
-                 "num_attention_heads (%.0f), and moe.c has one key-value head a query head",
+                 "num_key_value_heads (%.0f) does not divide num_attention_heads (%.0f): each "
+                 "key-value head serves an equal group of query heads",
                  kv, H);
-    else if (kv > H)
-        snprintf(heads, RELATION_MAX,
-                 "num_key_value_heads (%.0f) is above num_attention_heads (%.0f): moe.c has one "
-                 "key-value head a query head, so the two must be equal",
-                 kv, H);
-    if (hd > 0 && hd * H != C)
+    if (hd > 0 && fmod(hd, 2) != 0)
         snprintf(dims, RELATION_MAX,
-                 "head_dim (%.0f) x num_attention_heads (%.0f) is %.0f, not hidden_size (%.0f)", hd,
-                 H, hd * H, C);
+                 "head_dim (%.0f) is odd: the rotary embedding turns pairs of channels", hd);
+    else if (hd <= 0 && (fmod(C, H) != 0 || fmod(C / H, 2) != 0))
+        snprintf(dims, RELATION_MAX,
+                 "hidden_size (%.0f) / num_attention_heads (%.0f) is no even head size, and no "
+                 "head_dim is given",
+                 C, H);
     if (window >= 0 && window < T)
         snprintf(span, RELATION_MAX,
                  "sliding_window (%.0f) is below max_position_embeddings (%.0f): it limits "
@@ -172,8 +171,9 @@ static int settings_of(const Fields *f, char **text, int *moe, int *tied) {
         num(f, "num_attention_heads", &H, 1, 1, 1, 1024) ||
         num(f, "intermediate_size", &F, 1, 1, 1, BIG) ||
         num(f, "max_position_embeddings", &T, 1, 1, 1, BIG) ||
-        num(f, "num_key_value_heads", &kv, 0, 1, 1, 1024) || num(f, "head_dim", &hd, 0, 1, 1, BIG) ||
-        num(f, "rms_norm_eps", &eps, 0, 0, 0, 1) || num(f, "rope_theta", &theta, 0, 0, 0, 1e30) ||
+        num(f, "num_key_value_heads", &kv, 0, 1, 1, 1024) ||
+        num(f, "head_dim", &hd, 0, 1, 1, BIG) || num(f, "rms_norm_eps", &eps, 0, 0, 0, 1) ||
+        num(f, "rope_theta", &theta, 0, 0, 0, 1e30) ||
         num(f, "sliding_window", &window, 0, 1, 0, 1e18))
         return -1;
     const char *rope_type = NULL;
@@ -187,7 +187,7 @@ static int settings_of(const Fields *f, char **text, int *moe, int *tied) {
                       : heads[0]     ? heads
                       : dims[0]      ? dims
                       : act && strcmp(act, "silu") != 0 ? "hidden_act is not silu (SwiGLU's)"
-                      : fabs(eps - 1e-5) > 1e-12 ? "rms_norm_eps is not moe.c's 1e-5"
+                      : fabs(eps - 1e-5) > 1e-12        ? "rms_norm_eps is not moe.c's 1e-5"
                       : scaling && scaling->type != JSON_NULL
                           ? "rope_scaling changes the rotary positions"
                       : rope_type && strcmp(rope_type, "default") != 0
@@ -195,7 +195,8 @@ static int settings_of(const Fields *f, char **text, int *moe, int *tied) {
                             "positions"
                       : flag(f, "attention_bias") ? "attention_bias: moe.c's products have no bias"
                       : flag(f, "mlp_bias")       ? "mlp_bias: moe.c's products have no bias"
-                      : span[0] ? span : NULL;
+                      : span[0]                   ? span
+                                                  : NULL;
     if (why)
         return set_error(f->err, f->errlen, "%s: %s; moe.c cannot represent this model", f->path,
                          why);
@@ -210,8 +211,12 @@ static int settings_of(const Fields *f, char **text, int *moe, int *tied) {
     size_t len = 0;
     FILE *o = open_memstream(&t, &len);
     if (!o) moe_fatal("out of memory");
-    fprintf(o, "model.d_model=%.0f\nmodel.n_layer=%.0f\nmodel.n_head=%.0f\nmodel.seq_len=%.0f\n",
-            C, L, H, T);
+    fprintf(o, "model.d_model=%.0f\nmodel.n_layer=%.0f\nmodel.n_head=%.0f\nmodel.seq_len=%.0f\n", C,
+            L, H, T);
+    /* grouped key-value heads and a head size of their own, or 0: moe.c's defaults (as many
+     * key-value heads as query heads, hidden_size / num_attention_heads) */
+    fprintf(o, "model.kv_heads=%.0f\nmodel.head_dim=%.0f\n", kv > 0 && kv < H ? kv : 0,
+            hd > 0 && hd * H != C ? hd : 0);
     fprintf(o, "model.rope_theta=%.9g\nmodel.d_ff=%.0f\nmodel.norm=pre\nmodel.init_std=%.9g\n",
             theta, F, std > 0 ? std : 0.02);
     if (*moe)
@@ -247,9 +252,10 @@ static int hf_config(Config *c, const Fields *f, int *tied) {
         return set_error(f->err, f->errlen, "%s: moe_c_config line %d: %s", f->path, line, msg);
     const int same = c->d_model == mapped.d_model && c->n_layer == mapped.n_layer &&
                      c->n_head == mapped.n_head && c->seq_len == mapped.seq_len &&
+                     config_kv_heads(c) == config_kv_heads(&mapped) &&
+                     config_head_dim(c) == config_head_dim(&mapped) &&
                      c->rope_theta == mapped.rope_theta && c->num_experts == mapped.num_experts &&
-                     (moe ? c->top_k == mapped.top_k &&
-                                config_expert_hidden(c) == mapped.d_expert
+                     (moe ? c->top_k == mapped.top_k && config_expert_hidden(c) == mapped.d_expert
                           : c->d_ff == mapped.d_ff);
     if (!same)
         return set_error(f->err, f->errlen,
@@ -380,7 +386,8 @@ static int gather(SafeTensors *st, const SafeTensors *hf, const Config *c, int t
             used[h - hf->entries] = 1;
             float *dst = buf + t->offset + (size_t)x * each;
             if (rope)
-                hf_rope_rows(dst, (const float *)h->data, c->d_model, c->n_head, 0);
+                hf_rope_rows(dst, (const float *)h->data, hf_rope_heads(c, rope),
+                             config_head_dim(c), c->d_model, 0);
             else
                 memcpy(dst, h->data, each * sizeof(float));
         }
@@ -424,8 +431,9 @@ int hf_read(SafeTensors *st, const char *dir, char *err, int errlen) {
     }
     free(used);
     if (tied && rc == 0)
-        fprintf(stderr, "note: %s ties its head to its embedding; moe.c keeps the head as its own "
-                        "tensor, a copy (the same function; training will untie them)\n",
+        fprintf(stderr,
+                "note: %s ties its head to its embedding; moe.c keeps the head as its own "
+                "tensor, a copy (the same function; training will untie them)\n",
                 dir);
     if (rc == 0) {
         st->checksum = hf.checksum;

@@ -93,9 +93,12 @@ int memory_check(const Config *c, int B, int T, int ep, char *err, int errlen) {
     const double L = c->n_layer, C = c->d_model, F = c->d_ff, FE = config_expert_hidden(c);
     const double E = c->num_experts / (ep > 1 ? ep : 1), K = c->top_k > 0 ? c->top_k : 1;
     const double N = (double)B * T, V = MOE_VOCAB;
-    const double P = 2.0 * V * C + L * (4.0 * C * C + 3.0 * C * (E * FE + F + c->num_shared * FE));
+    const double QW = (double)c->n_head * config_head_dim(c);
+    const double KW = (double)config_kv_heads(c) * config_head_dim(c);
+    const double P =
+        2.0 * V * C + L * (2.0 * C * (QW + KW) + 3.0 * C * (E * FE + F + c->num_shared * FE));
     const double acts =
-        L * ((double)B * c->n_head * T * T + 12.0 * N * C + 6.0 * N * K * FE) + 2.0 * N * V;
+        L * ((double)B * c->n_head * T * T + 12.0 * N * (C + QW) + 6.0 * N * K * FE) + 2.0 * N * V;
     const double rough = 4.0 * (4.0 * P + acts);
     const double have = available_bytes();
     const double GiB = 1024.0 * 1024.0 * 1024.0;

@@ -23,7 +23,7 @@
 /* One decoding step's view of a key-value cache (src/infer/decode.h keeps one): N sequences,
  * one new token each. Buffers of the model's backend. */
 typedef struct {
-    float **k, **v;  /* (L) x (N, Tc, C): each layer's keys (after RoPE) and values */
+    float **k, **v;  /* (L) x (N, Tc, Hkv D): each layer's keys (after RoPE) and values */
     int Tc;          /* positions each sequence's cache holds */
     const int *pos;  /* (N) the new token's position in its sequence */
     const int *rows; /* (N) n Tc + pos[n]: its row of k[l] and v[l] */
@@ -33,16 +33,18 @@ typedef struct {
 
 /* Activations of one block, kept from forward for backward. */
 typedef struct {
-    float *ln1;          /* (N, C) rmsnorm of the block input */
-    float *rstd1;        /* (N) */
-    float *q, *k, *v;    /* (N, C) after RoPE (q, k) */
-    float *att;          /* (B, H, T, T) attention probabilities */
-    float *atty;         /* (N, C) attention output before wo */
-    float *resid_mid;    /* (N, C) block input + attention branch */
-    float *ln2;          /* (N, C) */
-    float *rstd2;        /* (N) */
-    float *fg, *fu, *fh; /* (N, F) dense SwiGLU: gate, up, silu(gate) * up; NULL in MoE blocks */
-    MoeActs *moe;        /* MoE block activations; NULL in dense blocks */
+    float *ln1;             /* (N, C) rmsnorm of the block input */
+    float *rstd1;           /* (N) */
+    float *q, *k, *v;       /* q (N, H D), k, v (N, Hkv D); q and k after their norm and RoPE */
+    float *qr, *kr;         /* model.qk_norm: q and k before their norm (else NULL) */
+    float *rstd_q, *rstd_k; /* model.qk_norm: the norm's 1 / rms a row (a head, or a token) */
+    float *att;             /* (B, H, T, T) attention probabilities */
+    float *atty;            /* (N, H D) attention output before wo */
+    float *resid_mid;       /* (N, C) block input + attention branch */
+    float *ln2;             /* (N, C) */
+    float *rstd2;           /* (N) */
+    float *fg, *fu, *fh;    /* (N, F) dense SwiGLU: gate, up, silu(gate) * up; NULL in MoE blocks */
+    MoeActs *moe;           /* MoE block activations; NULL in dense blocks */
     float *router_bias;  /* (E) this MoE block's aux-free bias, in Model.router_bias; else NULL */
     float *sg, *su, *sh; /* (N, Fs) shared experts of an MoE block (gate, up, silu(gate) * up),
                             Fs = num_shared * F; NULL without shared experts */
@@ -72,9 +74,11 @@ typedef struct RunState {
     float *losses;         /* (N) per-token cross-entropy */
 
     /* backward scratch */
-    float *dresid, *dmid, *dln, *dtmp, *dq, *dk, *dv, *datty; /* (N, C) */
-    float *dfg, *dfu, *dfh;                                   /* (N, F) */
-    float *dlogits;                                           /* (N, V) */
+    float *dresid, *dmid, *dln, *dtmp; /* (N, C) */
+    float *dq, *datty;                 /* (N, H D) */
+    float *dk, *dv;                    /* (N, Hkv D) */
+    float *dfg, *dfu, *dfh;            /* (N, F) */
+    float *dlogits;                    /* (N, V) */
     /* the shared experts' SwiGLU, (N, Fs) each; NULL without shared experts */
     float *dsg, *dsu, *dsh;
     MoeScratch moe_scratch;

@@ -4,8 +4,9 @@
  * model_acts_table lists every buffer of a model, in the order the arena holds them;
  * the MoE block adds its own (moe_acts_entries, moe_scratch_entries: moe_block.c) and, with
  * expert parallelism, those of the expert exchange (ep_acts_entries: ep.c). Letters: N = B * T
- * tokens, C channels, H heads, V vocabulary, F the dense hidden size, FE the expert hidden
- * size, E experts, K experts per token, A assignments per token (K, or E for expert choice:
+ * tokens, C channels, H query heads and Hkv key-value heads of D channels (QW = H D and
+ * KW = Hkv D the widths of q and of k, v), V vocabulary, F the dense hidden size, FE the expert
+ * hidden size, E experts, K experts per token, A assignments per token (K, or E for expert choice:
  * every (token, expert) pair is a candidate), S expert slots (moe_slots_max: N * K dropless;
  * E * cap for expert choice, cap = ceil(ec_capacity * N * K / E); for a padded capacity plan
  * E * the rows per expert (moe_expert_rows) when that exceeds N * K, at the larger of the
@@ -28,18 +29,29 @@
  * with sandwich norms, both sublayers' output norms */
 static void block_attn_entries(ActTable *t, const Config *c, int B, int T, int l, BlockActs *a) {
     const size_t C = (size_t)c->d_model, H = (size_t)c->n_head, N = (size_t)B * T;
+    const size_t QW = H * config_head_dim(c), KW = (size_t)config_kv_heads(c) * config_head_dim(c);
     /* ln1, rstd1: the rmsnorm of the block input and its 1 / rms per token */
     acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, ln1), "blocks.%d.ln1", l);
     acts_add(t, ACT_FLOAT, ACT_ATTN, N, ACT_FIELD(a, rstd1), "blocks.%d.rstd1", l);
-    /* q, k, v (q and k after RoPE) */
-    acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, q), "blocks.%d.q", l);
-    acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, k), "blocks.%d.k", l);
-    acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, v), "blocks.%d.v", l);
+    /* q (N, QW), k, v (N, KW) (q and k after RoPE) */
+    acts_add(t, ACT_FLOAT, ACT_ATTN, N * QW, ACT_FIELD(a, q), "blocks.%d.q", l);
+    acts_add(t, ACT_FLOAT, ACT_ATTN, N * KW, ACT_FIELD(a, k), "blocks.%d.k", l);
+    acts_add(t, ACT_FLOAT, ACT_ATTN, N * KW, ACT_FIELD(a, v), "blocks.%d.v", l);
+    if (c->qk_norm != MOE_QK_NORM_NONE) {
+        /* the projections before their norm, and the norm's 1 / rms per row: a row is a head
+         * (model.qk_norm=head) or a token (full) */
+        const size_t qrows = c->qk_norm == MOE_QK_NORM_HEAD ? N * H : N;
+        const size_t krows = c->qk_norm == MOE_QK_NORM_HEAD ? N * config_kv_heads(c) : N;
+        acts_add(t, ACT_FLOAT, ACT_ATTN, N * QW, ACT_FIELD(a, qr), "blocks.%d.qr", l);
+        acts_add(t, ACT_FLOAT, ACT_ATTN, N * KW, ACT_FIELD(a, kr), "blocks.%d.kr", l);
+        acts_add(t, ACT_FLOAT, ACT_ATTN, qrows, ACT_FIELD(a, rstd_q), "blocks.%d.rstd_q", l);
+        acts_add(t, ACT_FLOAT, ACT_ATTN, krows, ACT_FIELD(a, rstd_k), "blocks.%d.rstd_k", l);
+    }
     /* att: the softmax probabilities, the full T x T square per (batch row, head): the one
      * activation quadratic in T */
     acts_add(t, ACT_FLOAT, ACT_ATTN, (size_t)B * H * T * T, ACT_FIELD(a, att), "blocks.%d.att", l);
-    /* atty: the attention output before wo; resid_mid: block input + attention branch */
-    acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, atty), "blocks.%d.atty", l);
+    /* atty (N, QW): the attention output before wo; resid_mid: block input + attention branch */
+    acts_add(t, ACT_FLOAT, ACT_ATTN, N * QW, ACT_FIELD(a, atty), "blocks.%d.atty", l);
     acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, resid_mid), "blocks.%d.resid_mid", l);
     /* ln2, rstd2: the rmsnorm of resid_mid, the feed-forward branch's input */
     acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, ln2), "blocks.%d.ln2", l);
@@ -86,15 +98,18 @@ static void scratch_entries(ActTable *t, const Config *c, const MoeSpec *spec, s
                             RunState *m) {
     const size_t C = (size_t)c->d_model, V = MOE_VOCAB, F = (size_t)c->d_ff;
     const size_t FS = (size_t)c->num_shared * config_expert_hidden(c);
-    /* (N, C) gradients: the residual stream, resid_mid, a norm's input, a spare, q, k, v, atty */
+    const size_t QW = (size_t)c->n_head * config_head_dim(c);
+    const size_t KW = (size_t)config_kv_heads(c) * config_head_dim(c);
+    /* (N, C) gradients: the residual stream, resid_mid, a norm's input, a spare; then those of
+     * q (N, QW), k, v (N, KW) and atty (N, QW) */
     acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dresid), "scratch.dresid");
     acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dmid), "scratch.dmid");
     acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dln), "scratch.dln");
     acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dtmp), "scratch.dtmp");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dq), "scratch.dq");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dk), "scratch.dk");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dv), "scratch.dv");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, datty), "scratch.datty");
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * QW, ACT_FIELD(m, dq), "scratch.dq");
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * KW, ACT_FIELD(m, dk), "scratch.dk");
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * KW, ACT_FIELD(m, dv), "scratch.dv");
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * QW, ACT_FIELD(m, datty), "scratch.datty");
     /* dfg, dfu, dfh: the dense SwiGLU's gradients, only when a dense block exists */
     if (n_moe < c->n_layer) {
         acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * F, ACT_FIELD(m, dfg), "scratch.dfg");

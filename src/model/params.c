@@ -16,7 +16,23 @@
 /* Symbolic dimensions. */
 /* DIM_E: all experts (the router scores them all); DIM_EL: the experts this process holds
  * (all of them unless expert parallelism spreads them: num_experts / ep). */
-enum { DIM_NONE = 0, DIM_V, DIM_C, DIM_F, DIM_E, DIM_EL, DIM_FE, DIM_FS };
+/* DIM_Q: the query heads' channels (n_head head_dim), DIM_KV: the key-value heads'
+ * (kv_heads head_dim); DIM_QN, DIM_KN: the gains of model.qk_norm (head_dim, shared by the
+ * heads, or the whole DIM_Q / DIM_KV). */
+enum {
+    DIM_NONE = 0,
+    DIM_V,
+    DIM_C,
+    DIM_F,
+    DIM_E,
+    DIM_EL,
+    DIM_FE,
+    DIM_FS,
+    DIM_Q,
+    DIM_KV,
+    DIM_QN,
+    DIM_KN
+};
 
 /* Which blocks have the tensor. */
 enum {
@@ -25,8 +41,9 @@ enum {
     IN_EVERY_LAYER,
     IN_DENSE_LAYER,
     IN_MOE_LAYER,
-    IN_SHARED_LAYER,  /* MoE blocks with moe.num_shared > 0 */
-    IN_SANDWICH_LAYER /* every block of model.norm=sandwich or dssn */
+    IN_SHARED_LAYER,   /* MoE blocks with moe.num_shared > 0 */
+    IN_SANDWICH_LAYER, /* every block of model.norm=sandwich or dssn */
+    IN_QK_NORM_LAYER   /* every block of model.qk_norm=head or full */
 };
 
 typedef struct {
@@ -44,10 +61,12 @@ typedef struct {
 static const ParamSpec SPECS[] = {
     {"tok_emb", IN_GLOBAL_FIRST, {DIM_V, DIM_C}, 1, 0, PV(tok_emb)},
     {"attn_norm", IN_EVERY_LAYER, {DIM_C}, 0, 0, LV(attn_norm)},
-    {"attn.wq", IN_EVERY_LAYER, {DIM_C, DIM_C}, 1, 0, LV(wq)},
-    {"attn.wk", IN_EVERY_LAYER, {DIM_C, DIM_C}, 1, 0, LV(wk)},
-    {"attn.wv", IN_EVERY_LAYER, {DIM_C, DIM_C}, 1, 0, LV(wv)},
-    {"attn.wo", IN_EVERY_LAYER, {DIM_C, DIM_C}, 1, 1, LV(wo)},
+    {"attn.wq", IN_EVERY_LAYER, {DIM_Q, DIM_C}, 1, 0, LV(wq)},
+    {"attn.wk", IN_EVERY_LAYER, {DIM_KV, DIM_C}, 1, 0, LV(wk)},
+    {"attn.wv", IN_EVERY_LAYER, {DIM_KV, DIM_C}, 1, 0, LV(wv)},
+    {"attn.q_norm", IN_QK_NORM_LAYER, {DIM_QN}, 0, 0, LV(q_norm)},
+    {"attn.k_norm", IN_QK_NORM_LAYER, {DIM_KN}, 0, 0, LV(k_norm)},
+    {"attn.wo", IN_EVERY_LAYER, {DIM_C, DIM_Q}, 1, 1, LV(wo)},
     {"attn_post_norm", IN_SANDWICH_LAYER, {DIM_C}, 0, 0, LV(attn_post_norm)},
     {"ffn_norm", IN_EVERY_LAYER, {DIM_C}, 0, 0, LV(ffn_norm)},
     {"ffn.w_gate", IN_DENSE_LAYER, {DIM_F, DIM_C}, 1, 0, LV(w_gate)},
@@ -75,6 +94,12 @@ static int resolve_dim(int d, const Config *c, int ep) {
     case DIM_EL: return c->num_experts / ep;
     case DIM_FE: return config_expert_hidden(c);
     case DIM_FS: return c->num_shared * config_expert_hidden(c);
+    case DIM_Q: return c->n_head * config_head_dim(c);
+    case DIM_KV: return config_kv_heads(c) * config_head_dim(c);
+    case DIM_QN:
+        return c->qk_norm == MOE_QK_NORM_HEAD ? config_head_dim(c) : resolve_dim(DIM_Q, c, ep);
+    case DIM_KN:
+        return c->qk_norm == MOE_QK_NORM_HEAD ? config_head_dim(c) : resolve_dim(DIM_KV, c, ep);
     default: return 0;
     }
 }
@@ -86,6 +111,7 @@ static int spec_in_layer(const ParamSpec *s, const Config *c, int layer) {
     case IN_MOE_LAYER: return config_is_moe_layer(c, layer);
     case IN_SHARED_LAYER: return config_is_moe_layer(c, layer) && c->num_shared > 0;
     case IN_SANDWICH_LAYER: return c->norm != MOE_NORM_PRE;
+    case IN_QK_NORM_LAYER: return c->qk_norm != MOE_QK_NORM_NONE;
     default: return 0;
     }
 }

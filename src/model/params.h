@@ -31,9 +31,12 @@ typedef struct {
 /* Pointers into one parameter-shaped buffer (weights, gradients or a moment). NULL for the
  * tensors a block does not have (a dense block has no router). */
 typedef struct {
-    float *attn_norm;         /* (C) */
-    float *wq, *wk, *wv, *wo; /* (C, C) */
-    float *ffn_norm;          /* (C) */
+    float *attn_norm;       /* (C) */
+    float *wq;              /* (H D, C): n_head query heads of head_dim D */
+    float *wk, *wv;         /* (Hkv D, C): kv_heads key-value heads */
+    float *q_norm, *k_norm; /* model.qk_norm: (D) shared by the heads, or (H D), (Hkv D) */
+    float *wo;              /* (C, H D) */
+    float *ffn_norm;        /* (C) */
     /* model.norm=sandwich or dssn: the norms on the attention's and the feed-forward's
      * outputs, before each residual add */
     float *attn_post_norm, *ffn_post_norm; /* (C) */

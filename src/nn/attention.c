@@ -3,8 +3,11 @@
  * the plain reference, loop by loop (the cpu-ref backend's). src/backend/cpu/attention_gemm.c
  * computes the same with matrix products (the cpu backend's) and is tested against this one.
  *
- * Layout: q, k, v, out are (B, T, C) with C = H * D; head h owns channels [h*D, (h+1)*D) of
- * every token. For one batch row b and head h, with s = 1 / sqrt(D):
+ * Layout: H query heads and Hkv key-value heads of D channels each. q and out are (B, T, H D),
+ * k and v (B, T, Hkv D); head h owns channels [h D, (h + 1) D) of its rows. Query head h reads
+ * key-value head g = h / (H / Hkv): Hkv = H is multi-head attention, Hkv = 1 multi-query,
+ * anything between grouped-query attention (the H / Hkv heads of a group share one key and one
+ * value). For one batch row b and head h, with s = 1 / sqrt(D):
  *
  *   score[t][j] = s * q_t . k_j                 for j <= t (a token sees only its past)
  *   p[t][j]     = softmax_j(score[t][j])        over j = 0..t
@@ -14,8 +17,10 @@
  * The 1/sqrt(D) keeps the scores' variance near 1 whatever the head size, so the softmax
  * does not saturate at initialization.
  *
- * Every (b, h) pair is independent and writes its own slice of out, att and the gradients,
- * so the OpenMP loop runs over (b, h) and each sum is done by one thread in a fixed order.
+ * The forward's (b, h) pairs are independent, each writing its own slice of out and att. In
+ * the backward the heads of a group add into the same dk and dv, so the OpenMP loop runs over
+ * (b, g) and a group's heads go in order inside it: each sum is done by one thread in a fixed
+ * order.
  *
  * Accumulation rule (ops.h): attention has no parameters; dq, dk, dv are written.
  */
@@ -45,18 +50,19 @@ static void attend_row(float *ot, float *p, const float *q, const float *k, cons
 }
 
 void attention_forward(float *out, float *att, const float *q, const float *k, const float *v,
-                       int B, int T, int C, int H) {
-    /* out (B, T, C), att (B, H, T, T), q (B, T, C), k (B, T, C), v (B, T, C) */
-    int D = C / H;
-    float scale = 1.0f / sqrtf((float)D);
+                       int B, int T, int H, int Hkv, int D) {
+    /* out (B, T, H D), att (B, H, T, T), q (B, T, H D), k, v (B, T, Hkv D) */
+    const int QW = H * D, KW = Hkv * D, group = H / Hkv;
+    const float scale = 1.0f / sqrtf((float)D);
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < H; h++) {
-            const size_t head = (size_t)b * T * C + (size_t)h * D;
+            const size_t qh = (size_t)b * T * QW + (size_t)h * D;
+            const size_t kh = (size_t)b * T * KW + (size_t)(h / group) * D;
             float *ab = att + ((size_t)b * H + h) * T * T;
             for (int t = 0; t < T; t++) /* row t sees keys 0 .. t */
-                attend_row(out + head + (size_t)t * C, ab + (size_t)t * T, q + head + (size_t)t * C,
-                           k + head, v + head, t + 1, T, C, D, scale);
+                attend_row(out + qh + (size_t)t * QW, ab + (size_t)t * T, q + qh + (size_t)t * QW,
+                           k + kh, v + kh, t + 1, T, KW, D, scale);
         }
     }
 }
@@ -64,83 +70,94 @@ void attention_forward(float *out, float *att, const float *q, const float *k, c
 /* One query row per sequence against its cache: attention_forward's row t = lens[n] - 1, the
  * keys and values read from the cache. */
 void attention_decode(float *out, float *att, const float *q, const float *kc, const float *vc,
-                      const int *lens, int N, int C, int H, int Tc) {
-    /* out (N, C), att (N, H, Tc), q (N, C), kc, vc (N, Tc, C) */
-    int D = C / H;
-    float scale = 1.0f / sqrtf((float)D);
+                      const int *lens, int N, int H, int Hkv, int D, int Tc) {
+    /* out (N, H D), att (N, H, Tc), q (N, H D), kc, vc (N, Tc, Hkv D) */
+    const int QW = H * D, KW = Hkv * D, group = H / Hkv;
+    const float scale = 1.0f / sqrtf((float)D);
 #pragma omp parallel for collapse(2)
     for (int n = 0; n < N; n++)
         for (int h = 0; h < H; h++) {
-            const size_t head = (size_t)n * Tc * C + (size_t)h * D, row = (size_t)n * C + h * D;
-            attend_row(out + row, att + ((size_t)n * H + h) * Tc, q + row, kc + head, vc + head,
-                       lens[n], Tc, C, D, scale);
+            const size_t kh = (size_t)n * Tc * KW + (size_t)(h / group) * D;
+            const size_t row = (size_t)n * QW + (size_t)h * D;
+            attend_row(out + row, att + ((size_t)n * H + h) * Tc, q + row, kc + kh, vc + kh,
+                       lens[n], Tc, KW, D, scale);
         }
+}
+
+/* The backward of query head h of batch row b, its dq written, its dk and dv (those of its
+ * key-value head) added to. qh, kh: the offsets of (b, t = 0, h) in q and of its key-value head
+ * in k; ds (T) the thread's row of workspace. */
+static void head_backward(float *dq, float *dk, float *dv, float *ds, const float *dout,
+                          const float *ab, const float *q, const float *k, const float *v,
+                          size_t qh, size_t kh, int T, int QW, int KW, int D, float scale) {
+    const float *qb = q + qh, *kb = k + kh, *vb = v + kh, *gb = dout + qh;
+    for (int t = 0; t < T; t++) {
+        const float *p = ab + (size_t)t * T;
+        const float *gt = gb + (size_t)t * QW;
+        const float *qt = qb + (size_t)t * QW;
+        if (dv) {
+            for (int j = 0; j <= t; j++) {
+                float *dvj = dv + kh + (size_t)j * KW;
+                for (int d = 0; d < D; d++) dvj[d] += p[j] * gt[d];
+            }
+        }
+        if (!dq && !dk) continue;
+        for (int j = 0; j <= t; j++) { /* dp[t][j] */
+            const float *vj = vb + (size_t)j * KW;
+            float dp = 0.0f;
+            for (int d = 0; d < D; d++) dp += gt[d] * vj[d];
+            ds[j] = dp;
+        }
+        /* the softmax's Jacobian (attention_row.h), pdp = sum_i p[t][i] dp[t][i] */
+        const float pdp = att_row_dot(p, ds, t + 1, 0, 1);
+        att_row_jacobian(ds, p, t + 1, t + 1, pdp, scale, 0, 1);
+        if (dq) {
+            float *dqt = dq + qh + (size_t)t * QW;
+            for (int d = 0; d < D; d++) dqt[d] = 0.0f;
+            for (int j = 0; j <= t; j++) {
+                const float *kj = kb + (size_t)j * KW;
+                for (int d = 0; d < D; d++) dqt[d] += ds[j] * kj[d];
+            }
+        }
+        if (dk) {
+            for (int j = 0; j <= t; j++) {
+                float *dkj = dk + kh + (size_t)j * KW;
+                for (int d = 0; d < D; d++) dkj[d] += ds[j] * qt[d];
+            }
+        }
+    }
 }
 
 void attention_backward(float *dq, float *dk, float *dv, float *ws, const float *dout,
                         const float *att, const float *q, const float *k, const float *v, int B,
-                        int T, int C, int H, int n_ws) {
-    /* dq, dk, dv (B, T, C), ws (n_ws, T, T) workspace (a row of its slice per thread is used),
-     * dout (B, T, C), att (B, H, T, T), q, k, v (B, T, C)
+                        int T, int H, int Hkv, int D, int n_ws) {
+    /* dq (B, T, H D), dk, dv (B, T, Hkv D), ws (n_ws, T, T) workspace (a row of its slice per
+     * thread is used), dout (B, T, H D), att (B, H, T, T), q (B, T, H D), k, v (B, T, Hkv D)
      *
      * forward: out_t = sum_j p[t][j] v_j,  p[t] = softmax(score[t]),  score[t][j] = s q_t . k_j
-     *   dv_j        = sum_{t>=j} p[t][j] dout_t
+     *   dv_j        = sum_{t>=j} p[t][j] dout_t          (and over the heads of v's group)
      *   dp[t][j]    = dout_t . v_j
      *   dscore[t][j] = p[t][j] (dp[t][j] - sum_i p[t][i] dp[t][i])    (softmax Jacobian)
      *   dq_t        = s sum_{j<=t} dscore[t][j] k_j
-     *   dk_j        = s sum_{t>=j} dscore[t][j] q_t
+     *   dk_j        = s sum_{t>=j} dscore[t][j] q_t      (and over the heads of k's group)
      * Masked entries have p = 0, hence dscore = 0: the mask needs no extra term. */
-    int D = C / H;
-    float scale = 1.0f / sqrtf((float)D);
+    const int QW = H * D, KW = Hkv * D, group = H / Hkv;
+    const float scale = 1.0f / sqrtf((float)D);
     const int n_threads = omp_get_max_threads() < n_ws ? omp_get_max_threads() : n_ws;
     (void)n_threads; /* read by the pragma alone, which a build without OpenMP ignores */
 #pragma omp parallel for collapse(2) num_threads(n_threads)
     for (int b = 0; b < B; b++) {
-        for (int h = 0; h < H; h++) {
-            size_t head = (size_t)b * T * C + (size_t)h * D; /* offset of (b, t=0, h) */
-            const float *qb = q + head, *kb = k + head, *vb = v + head, *gb = dout + head;
-            const float *ab = att + ((size_t)b * H + h) * T * T;
-            /* dk and dv sum over later queries t, so their head slices start at zero */
+        for (int g = 0; g < Hkv; g++) {
+            const size_t kh = (size_t)b * T * KW + (size_t)g * D; /* (b, t = 0, g) */
+            /* dk and dv sum over later queries t and the group's heads: they start at zero */
             for (int t = 0; t < T; t++) {
-                if (dk) memset(dk + head + (size_t)t * C, 0, (size_t)D * sizeof(float));
-                if (dv) memset(dv + head + (size_t)t * C, 0, (size_t)D * sizeof(float));
+                if (dk) memset(dk + kh + (size_t)t * KW, 0, (size_t)D * sizeof(float));
+                if (dv) memset(dv + kh + (size_t)t * KW, 0, (size_t)D * sizeof(float));
             }
             float *ds = ws + (size_t)omp_get_thread_num() * T * T; /* dscore[t][0..t] */
-            for (int t = 0; t < T; t++) {
-                const float *p = ab + (size_t)t * T;
-                const float *gt = gb + (size_t)t * C;
-                const float *qt = qb + (size_t)t * C;
-                if (dv) {
-                    for (int j = 0; j <= t; j++) {
-                        float *dvj = dv + head + (size_t)j * C;
-                        for (int d = 0; d < D; d++) dvj[d] += p[j] * gt[d];
-                    }
-                }
-                if (!dq && !dk) continue;
-                for (int j = 0; j <= t; j++) { /* dp[t][j] */
-                    const float *vj = vb + (size_t)j * C;
-                    float dp = 0.0f;
-                    for (int d = 0; d < D; d++) dp += gt[d] * vj[d];
-                    ds[j] = dp;
-                }
-                /* the softmax's Jacobian (attention_row.h), pdp = sum_i p[t][i] dp[t][i] */
-                const float pdp = att_row_dot(p, ds, t + 1, 0, 1);
-                att_row_jacobian(ds, p, t + 1, t + 1, pdp, scale, 0, 1);
-                if (dq) {
-                    float *dqt = dq + head + (size_t)t * C;
-                    for (int d = 0; d < D; d++) dqt[d] = 0.0f;
-                    for (int j = 0; j <= t; j++) {
-                        const float *kj = kb + (size_t)j * C;
-                        for (int d = 0; d < D; d++) dqt[d] += ds[j] * kj[d];
-                    }
-                }
-                if (dk) {
-                    for (int j = 0; j <= t; j++) {
-                        float *dkj = dk + head + (size_t)j * C;
-                        for (int d = 0; d < D; d++) dkj[d] += ds[j] * qt[d];
-                    }
-                }
-            }
+            for (int h = g * group; h < (g + 1) * group; h++)
+                head_backward(dq, dk, dv, ds, dout, att + ((size_t)b * H + h) * T * T, q, k, v,
+                              (size_t)b * T * QW + (size_t)h * D, kh, T, QW, KW, D, scale);
         }
     }
 }

@@ -71,8 +71,8 @@ static double layer_acts(const PlanInput *in, double n, int tp, int moe, double 
         x += n * lat * a * (sel ? 1 : 2);
         x += n * h * (2 * dqk + 2 * m->v_dim) * a / tp; /* q, k, v, output */
     } else {
-        const double hd = m->head_dim > 0 ? m->head_dim : d / h;
-        const double kv = m->kv_heads > 0 ? m->kv_heads : h;
+        const double hd = m->c.head_dim > 0 ? m->c.head_dim : d / h;
+        const double kv = m->c.kv_heads > 0 ? m->c.kv_heads : h;
         x += n * (2 * h + 2 * kv) * hd * a / tp; /* q, k, v, output */
     }
     x += n * h * 4.0 / tp; /* log-sum-exp, fp32 */
@@ -142,7 +142,7 @@ static int layout_invalid(const PlanInput *in, const PlanLayout *lay, PlanResult
     const double dp = G / ((double)tp * pp);
     r->dp = (int)dp;
     if (tp > gpn) INVALID("tp = %d spans nodes of %.0f GPUs", tp, gpn);
-    const double kv = m->attention == PLAN_ATTN_MLA ? H : (m->kv_heads > 0 ? m->kv_heads : H);
+    const double kv = m->attention == PLAN_ATTN_MLA ? H : (m->c.kv_heads > 0 ? m->c.kv_heads : H);
     if (fmod(H, tp) != 0 || fmod(kv, tp) != 0)
         INVALID("tp = %d does not divide the %.0f query and %.0f key-value heads", tp, H, kv);
     if (pp > L || pp > MAX_STAGES) INVALID("pp = %d stages for %.0f layers", pp, L);

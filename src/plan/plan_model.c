@@ -12,11 +12,11 @@
 /* The query-key and value widths of one head. */
 static double head_qk(const PlanModel *m) {
     if (m->attention == PLAN_ATTN_MLA) return m->nope_dim + m->rope_dim;
-    return m->head_dim > 0 ? m->head_dim : (double)m->c.d_model / m->c.n_head;
+    return m->c.head_dim > 0 ? m->c.head_dim : (double)m->c.d_model / m->c.n_head;
 }
 static double head_v(const PlanModel *m) {
     if (m->attention == PLAN_ATTN_MLA) return m->v_dim;
-    return m->head_dim > 0 ? m->head_dim : (double)m->c.d_model / m->c.n_head;
+    return m->c.head_dim > 0 ? m->c.head_dim : (double)m->c.d_model / m->c.n_head;
 }
 
 void plan_count(const PlanModel *m, PlanCounts *o) {
@@ -39,10 +39,10 @@ void plan_count(const PlanModel *m, PlanCounts *o) {
         o->attn = q + kv + h * dv * d;
         gains += (m->q_rank > 0 ? m->q_rank : 0.0) + m->kv_rank; /* the latents' norms */
     } else {
-        const double kv = m->kv_heads > 0 ? m->kv_heads : h;
+        const double kv = m->c.kv_heads > 0 ? m->c.kv_heads : h;
         o->attn = d * h * dqk + 2.0 * d * kv * dqk + h * dv * d;
-        if (m->qk_norm == PLAN_QKNORM_HEAD) gains += 2.0 * dqk;
-        if (m->qk_norm == PLAN_QKNORM_FULL) gains += (h + kv) * dqk;
+        if (m->c.qk_norm == MOE_QK_NORM_HEAD) gains += 2.0 * dqk;
+        if (m->c.qk_norm == MOE_QK_NORM_FULL) gains += (h + kv) * dqk;
     }
     o->norms = gains;
     o->dense_ffn = 3.0 * d * c->d_ff;
@@ -97,8 +97,6 @@ void plan_from_config(PlanInput *in, const Config *c) {
     memset(m, 0, sizeof *m);
     m->c = *c; /* the engine's keys, and every other setting for its exact memory */
     m->vocab = MOE_VOCAB;
-    m->kv_heads = c->n_head;
-    m->head_dim = (double)(c->d_model / c->n_head);
     m->attention = PLAN_ATTN_MHA;
     /* the moe.c engine: fp32 weights (their own master copy), gradients, moments, activations
      * and exchanged rows; nothing sharded */

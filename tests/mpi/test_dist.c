@@ -494,6 +494,11 @@ static int run_drill(Dist *d, int hang_rank, int kill_rank) {
         }
         dist_alltoallv_f(d, send, sc, sd, recv, rc, rd);
     }
+    /* The ranks of the other exchange groups finish their rounds and wait at the barrier, on a
+     * clock of their own: they start it half a deadline late, so that the stopped rank's own
+     * group, waiting since round 2, is the first to report (on a busy machine the two clocks
+     * could otherwise run out together, and either message end the job) */
+    if (hang_rank >= 0 && d->rank / P != hang_rank / P) usleep((useconds_t)(d->timeout_s * 5e5));
     dist_barrier(d);
     if (d->rank == 0)
         fprintf(stderr, "test_dist: the drill finished: the stopped rank was not noticed\n");

@@ -2,8 +2,9 @@
  * attention_gemm.c: causal self-attention as matrix products, the cpu backend's version.
  *
  * The same math as the reference loops in src/nn/attention.c (read that file first), reorganised so
- * that almost all the work is done by sgemm. For one batch row b and head h, with Q, K, V the
- * (T, D) slices of q, k, v (rows C floats apart) and s = 1 / sqrt(D):
+ * that almost all the work is done by sgemm. For one batch row b and query head h, with Q the
+ * (T, D) slice of q (rows H D floats apart), K, V those of its key-value head in k, v (rows
+ * Hkv D apart) and s = 1 / sqrt(D):
  *
  *   forward:   S = s Q K^T (T, T)        P = causal_softmax(S)        O = P V (T, D)
  *   backward:  dV = P^T dO               dP = dO V^T (T, T)
@@ -20,11 +21,12 @@
  * vector lanes the CPU has (NN_WIDE_LANES). The bits are those of one row at a time (the
  * smoke references of tests/test_ablations.sh compare training losses exactly), sooner.
  *
- * The (b, h) pairs are independent; an OpenMP loop hands each to one thread, and each thread's
- * sgemm calls run single-threaded (the OpenMP build of OpenBLAS detects the parallel region),
- * so results do not depend on scheduling. tests/test_backend_ops.c checks this file against
- * the reference within float tolerance, and tests/test_attention.c its gradients by finite
- * differences.
+ * The forward's (b, h) pairs are independent, and so are the backward's (b, g) pairs (a
+ * key-value head with its group of query heads, which add into its dK and dV); an OpenMP loop
+ * hands each to one thread, and each thread's sgemm calls run single-threaded (the OpenMP build of
+ * OpenBLAS detects the parallel region), so results do not depend on scheduling.
+ * tests/test_backend_ops.c checks this file against the reference within float tolerance, and
+ * tests/test_attention.c its gradients by finite differences.
  *
  * Accumulation rule (ops.h): no parameters; dq, dk, dv are written.
  */
@@ -51,7 +53,7 @@
  * then each row adds its own last columns. Every sum sees its terms in the same order as one
  * row's loop would, so the bits are the same, sooner. */
 static void row_sums(float *sum, const float *p, const float *d, int n, int len0, int T) {
-#define TERM(i, j) (d ? p[(size_t)(i) * T + (j)] * d[(size_t)(i) * T + (j)] : p[(size_t)(i) * T + (j)])
+#define TERM(i, j) (d ? p[(size_t)(i)*T + (j)] * d[(size_t)(i)*T + (j)] : p[(size_t)(i)*T + (j)])
     if (n < SOFTMAX_ROWS) { /* the last rows of a block: one at a time */
         for (int i = 0; i < n; i++) {
             float s = 0.0f;
@@ -96,14 +98,15 @@ NN_WIDE_LANES static void causal_softmax_block(float *P, int t0, int R, int T) {
 }
 
 void cpu_attention_forward(float *out, float *att, const float *q, const float *k, const float *v,
-                           int B, int T, int C, int H) {
-    /* out (B, T, C), att (B, H, T, T), q, k, v (B, T, C) */
-    const int D = C / H;
+                           int B, int T, int H, int Hkv, int D) {
+    /* out (B, T, H D), att (B, H, T, T), q (B, T, H D), k, v (B, T, Hkv D) */
+    const int QW = H * D, KW = Hkv * D, group = H / Hkv;
     const float scale = 1.0f / sqrtf((float)D);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < H; h++) {
-            size_t head = (size_t)b * T * C + (size_t)h * D; /* (b, t = 0, h) */
+            const size_t qh = (size_t)b * T * QW + (size_t)h * D;           /* (b, t = 0, h) */
+            const size_t kh = (size_t)b * T * KW + (size_t)(h / group) * D; /* its kv head */
             float *P = att + ((size_t)b * H + h) * T * T;
             /* per block of query rows [t0, t0 + R): only the keys [0, t0 + R) it can see */
             for (int t0 = 0; t0 < T; t0 += ATT_BLOCK) {
@@ -111,75 +114,86 @@ void cpu_attention_forward(float *out, float *att, const float *q, const float *
                 float *Pb = P + (size_t)t0 * T;
                 /* S = s Q K^T */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, J, D, scale,
-                            q + head + (size_t)t0 * C, C, k + head, C, 0.0f, Pb, T);
+                            q + qh + (size_t)t0 * QW, QW, k + kh, KW, 0.0f, Pb, T);
                 causal_softmax_block(Pb, t0, R, T);
                 /* O = P V */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, D, J, 1.0f, Pb, T,
-                            v + head, C, 0.0f, out + head + (size_t)t0 * C, C);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, D, J, 1.0f, Pb, T, v + kh,
+                            KW, 0.0f, out + qh + (size_t)t0 * QW, QW);
             }
+        }
+    }
+}
+
+/* dS (T, T) = P (dP - rowsum(P dP)) s, dP = dO V^T, for one head: per block of query rows, over
+ * the keys it sees. dO's rows are QW floats apart, V's KW. */
+static void head_dscores(float *dS, const float *P, const float *dO, const float *V, int T, int QW,
+                         int KW, int D, float scale) {
+    for (int t0 = 0; t0 < T; t0 += ATT_BLOCK) {
+        const int R = T - t0 < ATT_BLOCK ? T - t0 : ATT_BLOCK, J = t0 + R;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, J, D, 1.0f, dO + (size_t)t0 * QW,
+                    QW, V, KW, 0.0f, dS + (size_t)t0 * T, T);
+    }
+    for (int t0 = 0; t0 < T; t0 += SOFTMAX_ROWS) {
+        const int n = T - t0 < SOFTMAX_ROWS ? T - t0 : SOFTMAX_ROWS;
+        float pdp[SOFTMAX_ROWS]; /* sum over j <= t of P[t, j] dP[t, j] */
+        row_sums(pdp, P + (size_t)t0 * T, dS + (size_t)t0 * T, n, t0 + 1, T);
+        for (int i = 0; i < n; i++) {
+            const int t = t0 + i;
+            const float *p = P + (size_t)t * T;
+            float *ds = dS + (size_t)t * T;
+            for (int j = 0; j <= t; j++) ds[j] = p[j] * (ds[j] - pdp[i]) * scale;
+            for (int j = t + 1; j < T; j++) ds[j] = 0.0f;
         }
     }
 }
 
 void cpu_attention_backward(float *dq, float *dk, float *dv, float *ws, const float *dout,
                             const float *att, const float *q, const float *k, const float *v, int B,
-                            int T, int C, int H, int n_ws) {
-    /* dq, dk, dv (B, T, C) written (any may be NULL), ws (n_ws, T, T) workspace,
-     * dout (B, T, C), att (B, H, T, T), q, k, v (B, T, C) */
-    const int D = C / H;
+                            int T, int H, int Hkv, int D, int n_ws) {
+    /* dq (B, T, H D), dk, dv (B, T, Hkv D) written (any may be NULL), ws (n_ws, T, T)
+     * workspace, dout (B, T, H D), att (B, H, T, T), q (B, T, H D), k, v (B, T, Hkv D) */
+    const int QW = H * D, KW = Hkv * D, group = H / Hkv;
     const float scale = 1.0f / sqrtf((float)D);
-    /* one dS slice per thread: no more threads than slices (each (b, h) is computed whole by
+    /* one dS slice per thread: no more threads than slices (each (b, g) is computed whole by
      * one thread whatever the count, so the count never changes a result) */
     const int n_threads = omp_get_max_threads() < n_ws ? omp_get_max_threads() : n_ws;
     (void)n_threads; /* read by the pragma alone, which a build without OpenMP ignores */
+    /* the heads of a group add into one dk and dv: a thread takes a (b, g) pair whole and its
+     * heads in order, the first writing (beta 0) and the others adding (beta 1) */
 #pragma omp parallel for collapse(2) schedule(static) num_threads(n_threads)
     for (int b = 0; b < B; b++) {
-        for (int h = 0; h < H; h++) {
-            size_t head = (size_t)b * T * C + (size_t)h * D;
-            const float *P = att + ((size_t)b * H + h) * T * T;
-            const float *dO = dout + head;
-            /* forward: O = P V  ->  dV = P^T dO; the keys [j0, j0 + R) are seen by the query
-             * rows [j0, T) only */
-            for (int j0 = 0; dv && j0 < T; j0 += ATT_BLOCK) {
-                const int R = T - j0 < ATT_BLOCK ? T - j0 : ATT_BLOCK;
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, R, D, T - j0, 1.0f,
-                            P + (size_t)j0 * T + j0, T, dO + (size_t)j0 * C, C, 0.0f,
-                            dv + head + (size_t)j0 * C, C);
-            }
-            if (!dq && !dk) continue;
-            /* dP = dO V^T, then dS = P (dP - rowsum(P dP)) s, in this thread's slice: per block
-             * of query rows, over the keys it sees */
+        for (int g = 0; g < Hkv; g++) {
+            const size_t kh = (size_t)b * T * KW + (size_t)g * D; /* (b, t = 0, g) */
             float *dS = ws + (size_t)omp_get_thread_num() * T * T;
-            for (int t0 = 0; t0 < T; t0 += ATT_BLOCK) {
-                const int R = T - t0 < ATT_BLOCK ? T - t0 : ATT_BLOCK, J = t0 + R;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, J, D, 1.0f,
-                            dO + (size_t)t0 * C, C, v + head, C, 0.0f, dS + (size_t)t0 * T, T);
-            }
-            for (int t0 = 0; t0 < T; t0 += SOFTMAX_ROWS) {
-                const int n = T - t0 < SOFTMAX_ROWS ? T - t0 : SOFTMAX_ROWS;
-                float pdp[SOFTMAX_ROWS]; /* sum over j <= t of P[t, j] dP[t, j] */
-                row_sums(pdp, P + (size_t)t0 * T, dS + (size_t)t0 * T, n, t0 + 1, T);
-                for (int i = 0; i < n; i++) {
-                    const int t = t0 + i;
-                    const float *p = P + (size_t)t * T;
-                    float *ds = dS + (size_t)t * T;
-                    for (int j = 0; j <= t; j++) ds[j] = p[j] * (ds[j] - pdp[i]) * scale;
-                    for (int j = t + 1; j < T; j++) ds[j] = 0.0f;
+            for (int h = g * group; h < (g + 1) * group; h++) {
+                const size_t qh = (size_t)b * T * QW + (size_t)h * D;
+                const float *P = att + ((size_t)b * H + h) * T * T;
+                const float *dO = dout + qh;
+                const float beta = h == g * group ? 0.0f : 1.0f;
+                /* forward: O = P V  ->  dV = P^T dO; the keys [j0, j0 + R) are seen by the
+                 * query rows [j0, T) only */
+                for (int j0 = 0; dv && j0 < T; j0 += ATT_BLOCK) {
+                    const int R = T - j0 < ATT_BLOCK ? T - j0 : ATT_BLOCK;
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, R, D, T - j0, 1.0f,
+                                P + (size_t)j0 * T + j0, T, dO + (size_t)j0 * QW, QW, beta,
+                                dv + kh + (size_t)j0 * KW, KW);
                 }
-            }
-            /* forward: S = s Q K^T (s is folded into dS)  ->  dQ = dS K (query rows over the
-             * keys they see), dK = dS^T Q (keys over the query rows that see them) */
-            for (int t0 = 0; dq && t0 < T; t0 += ATT_BLOCK) {
-                const int R = T - t0 < ATT_BLOCK ? T - t0 : ATT_BLOCK;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, D, t0 + R, 1.0f,
-                            dS + (size_t)t0 * T, T, k + head, C, 0.0f, dq + head + (size_t)t0 * C,
-                            C);
-            }
-            for (int j0 = 0; dk && j0 < T; j0 += ATT_BLOCK) {
-                const int R = T - j0 < ATT_BLOCK ? T - j0 : ATT_BLOCK;
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, R, D, T - j0, 1.0f,
-                            dS + (size_t)j0 * T + j0, T, q + head + (size_t)j0 * C, C, 0.0f,
-                            dk + head + (size_t)j0 * C, C);
+                if (!dq && !dk) continue;
+                head_dscores(dS, P, dO, v + kh, T, QW, KW, D, scale);
+                /* forward: S = s Q K^T (s is folded into dS)  ->  dQ = dS K (query rows over
+                 * the keys they see), dK = dS^T Q (keys over the query rows that see them) */
+                for (int t0 = 0; dq && t0 < T; t0 += ATT_BLOCK) {
+                    const int R = T - t0 < ATT_BLOCK ? T - t0 : ATT_BLOCK;
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, D, t0 + R, 1.0f,
+                                dS + (size_t)t0 * T, T, k + kh, KW, 0.0f, dq + qh + (size_t)t0 * QW,
+                                QW);
+                }
+                for (int j0 = 0; dk && j0 < T; j0 += ATT_BLOCK) {
+                    const int R = T - j0 < ATT_BLOCK ? T - j0 : ATT_BLOCK;
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, R, D, T - j0, 1.0f,
+                                dS + (size_t)j0 * T + j0, T, q + qh + (size_t)j0 * QW, QW, beta,
+                                dk + kh + (size_t)j0 * KW, KW);
+                }
             }
         }
     }

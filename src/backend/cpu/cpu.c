@@ -130,23 +130,24 @@ static void ref_rope_backward(const Backend *be, float *dx, const float *cs, int
     (void)be, rope_backward(dx, cs, B, T, H, D);
 }
 static void ref_attention_forward(const Backend *be, float *out, float *att, const float *q,
-                                  const float *k, const float *v, int B, int T, int C, int H) {
-    (void)be, attention_forward(out, att, q, k, v, B, T, C, H);
+                                  const float *k, const float *v, int B, int T, int H, int Hkv,
+                                  int D) {
+    (void)be, attention_forward(out, att, q, k, v, B, T, H, Hkv, D);
 }
 static void ref_attention_backward(const Backend *be, float *dq, float *dk, float *dv, float *ws,
                                    const float *dout, const float *att, const float *q,
-                                   const float *k, const float *v, int B, int T, int C, int H,
-                                   int n_ws) {
-    (void)be, attention_backward(dq, dk, dv, ws, dout, att, q, k, v, B, T, C, H, n_ws);
+                                   const float *k, const float *v, int B, int T, int H, int Hkv,
+                                   int D, int n_ws) {
+    (void)be, attention_backward(dq, dk, dv, ws, dout, att, q, k, v, B, T, H, Hkv, D, n_ws);
 }
 static void ref_rope_forward_at(const Backend *be, float *x, const float *cs, const int *pos, int N,
                                 int H, int D) {
     (void)be, rope_forward_at(x, cs, pos, N, H, D);
 }
 static void ref_attention_decode(const Backend *be, float *out, float *att, const float *q,
-                                 const float *kc, const float *vc, const int *lens, int N, int C,
-                                 int H, int Tc) {
-    (void)be, attention_decode(out, att, q, kc, vc, lens, N, C, H, Tc);
+                                 const float *kc, const float *vc, const int *lens, int N, int H,
+                                 int Hkv, int D, int Tc) {
+    (void)be, attention_decode(out, att, q, kc, vc, lens, N, H, Hkv, D, Tc);
 }
 static void ref_swiglu_forward(const Backend *be, float *h, const float *g, const float *u, int N,
                                int F) {
@@ -301,14 +302,15 @@ static void fast_matmul_backward(const Backend *be, float *dx, float *dW, const 
     (void)be, cpu_matmul_backward(dx, dW, dy, x, W, N, IN, OUT);
 }
 static void fast_attention_forward(const Backend *be, float *out, float *att, const float *q,
-                                   const float *k, const float *v, int B, int T, int C, int H) {
-    (void)be, cpu_attention_forward(out, att, q, k, v, B, T, C, H);
+                                   const float *k, const float *v, int B, int T, int H, int Hkv,
+                                   int D) {
+    (void)be, cpu_attention_forward(out, att, q, k, v, B, T, H, Hkv, D);
 }
 static void fast_attention_backward(const Backend *be, float *dq, float *dk, float *dv, float *ws,
                                     const float *dout, const float *att, const float *q,
-                                    const float *k, const float *v, int B, int T, int C, int H,
-                                    int n_ws) {
-    (void)be, cpu_attention_backward(dq, dk, dv, ws, dout, att, q, k, v, B, T, C, H, n_ws);
+                                    const float *k, const float *v, int B, int T, int H, int Hkv,
+                                    int D, int n_ws) {
+    (void)be, cpu_attention_backward(dq, dk, dv, ws, dout, att, q, k, v, B, T, H, Hkv, D, n_ws);
 }
 static void fast_experts_forward(const Backend *be, float *ye, float *g, float *u, float *h,
                                  const float *xe, const float *Wg, const float *Wu, const float *Wd,

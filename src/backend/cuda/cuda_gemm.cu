@@ -155,84 +155,68 @@ static unsigned row_blocks(int rows) {
     return (unsigned)((rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
 }
 
-void cuda_attention_forward(const Backend *be, float *out, float *att, const float *q,
-                            const float *k, const float *v, int B, int T, int C, int H) {
-    const int D = C / H;
-    const float scale = 1.0f / sqrtf((float)D);
-    for (int b = 0; b < B; b++) {
-        size_t row0 = (size_t)b * T * C;
-        float *P = att + (size_t)b * H * T * T;
-        GemmArgs s = gemm_att_scores(P, q + row0, k + row0, T, C, D, H, scale);
-        gemm_run(be, &s);
-        causal_softmax_kernel<<<row_blocks(H * T), CUDA_THREADS, 0, cuda_stream(be)>>>(P, H * T, T);
-        CUDA_LAUNCHED();
-        GemmArgs o = gemm_att_pv(out + row0, P, v + row0, T, C, D, H);
-        gemm_run(be, &o);
-    }
+/* the device's attention steps (gemm_args.h: att_forward_steps, att_backward_steps) */
+static void att_gemm(void *ctx, const GemmArgs *a) {
+    gemm_run((const Backend *)ctx, a);
+}
+static void att_softmax(void *ctx, float *P, int rows, int T) {
+    causal_softmax_kernel<<<row_blocks(rows), CUDA_THREADS, 0, cuda_stream((const Backend *)ctx)>>>(
+        P, rows, T);
+    CUDA_LAUNCHED();
+}
+static void att_softmax_backward(void *ctx, float *dP, const float *P, int rows, int T,
+                                 float scale) {
+    causal_softmax_backward_kernel<<<row_blocks(rows), CUDA_THREADS, 0,
+                                     cuda_stream((const Backend *)ctx)>>>(dP, P, rows, T, scale);
+    CUDA_LAUNCHED();
+}
+static AttSteps att_steps(const Backend *be) {
+    AttSteps s = {att_gemm, att_softmax, att_softmax_backward, (void *)be};
+    return s;
 }
 
-/* Decoding: one warp per (sequence, head) row of att (N H, Tc): scores, softmax over the first
- * lens[n] keys, then the weighted sum of the values (kernels_att.h). The row is a few hundred
- * keys at most in this engine, so one warp reads it whole; no product library is needed. */
+void cuda_attention_forward(const Backend *be, float *out, float *att, const float *q,
+                            const float *k, const float *v, int B, int T, int H, int Hkv, int D) {
+    const AttSteps s = att_steps(be);
+    att_forward_steps(&s, out, att, q, k, v, B, T, H, Hkv, D, 1.0f / sqrtf((float)D));
+}
+
+/* Decoding: one warp per (sequence, query head) row of att (N H, Tc): scores, softmax over the
+ * first lens[n] keys, then the weighted sum of the values (attention_row.h, kernels_att.h). The
+ * row is a few hundred keys at most in this engine, so one warp reads it whole; no product
+ * library is needed. */
 __global__ static void decode_attention_kernel(float *out, float *att, const float *q,
                                                const float *kc, const float *vc, const int *lens,
-                                               int N, int C, int H, int Tc, float scale) {
+                                               int N, int H, int Hkv, int D, int Tc, float scale) {
     int r = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / MOE_WARP, lane = threadIdx.x % MOE_WARP;
     if (r >= N * H) return; /* whole warps leave together */
-    const int n = r / H, h = r % H, D = C / H, len = lens[n];
+    const int n = r / H, h = r % H, len = lens[n], KW = Hkv * D;
     float *p = att + (size_t)r * Tc;
-    const size_t head = (size_t)n * Tc * C + (size_t)h * D;
-    float max = warp_max(att_row_scores(p, q + (size_t)n * C + (size_t)h * D, kc + head, len, C,
-                                        D, scale, lane, MOE_WARP));
+    const size_t head = (size_t)n * Tc * KW + (size_t)(h / (H / Hkv)) * D;
+    const size_t row = (size_t)n * H * D + (size_t)h * D;
+    float max = warp_max(att_row_scores(p, q + row, kc + head, len, KW, D, scale, lane, MOE_WARP));
     att_row_exp(p, len, max, lane, MOE_WARP);
     float sum = warp_sum(att_row_sum(p, len, lane, MOE_WARP));
     att_row_normalise(p, len, Tc, 1.0f / sum, lane, MOE_WARP);
     __syncwarp();
-    katt_dec_lane_out(out + (size_t)n * C + (size_t)h * D, p, vc + head, len, C, D, lane);
+    katt_dec_lane_out(out + row, p, vc + head, len, KW, D, lane);
 }
 
 void cuda_attention_decode(const Backend *be, float *out, float *att, const float *q,
-                           const float *kc, const float *vc, const int *lens, int N, int C, int H,
-                           int Tc) {
+                           const float *kc, const float *vc, const int *lens, int N, int H, int Hkv,
+                           int D, int Tc) {
     if (N <= 0) return;
     decode_attention_kernel<<<row_blocks(N * H), CUDA_THREADS, 0, cuda_stream(be)>>>(
-        out, att, q, kc, vc, lens, N, C, H, Tc, 1.0f / sqrtf((float)(C / H)));
+        out, att, q, kc, vc, lens, N, H, Hkv, D, Tc, 1.0f / sqrtf((float)D));
     CUDA_LAUNCHED();
 }
 
 void cuda_attention_backward(const Backend *be, float *dq, float *dk, float *dv, float *ws,
                              const float *dout, const float *att, const float *q, const float *k,
-                             const float *v, int B, int T, int C, int H, int n_ws) {
-    const int D = C / H;
-    const float scale = 1.0f / sqrtf((float)D);
-    const int group = n_ws < H ? n_ws : H; /* heads whose dS fit in ws at once */
-    for (int b = 0; b < B; b++) {
-        size_t row0 = (size_t)b * T * C;
-        const float *P = att + (size_t)b * H * T * T;
-        if (dv) {
-            GemmArgs a = gemm_att_ptdo(dv + row0, P, dout + row0, T, C, D, H);
-            gemm_run(be, &a);
-        }
-        if (!dq && !dk) continue;
-        for (int h0 = 0; h0 < H; h0 += group) {
-            const int G = H - h0 < group ? H - h0 : group;
-            size_t col = row0 + (size_t)h0 * D;
-            const float *Ph = P + (size_t)h0 * T * T;
-            GemmArgs dp = gemm_att_scores(ws, dout + col, v + col, T, C, D, G, 1.0f);
-            gemm_run(be, &dp);
-            causal_softmax_backward_kernel<<<row_blocks(G * T), CUDA_THREADS, 0, cuda_stream(be)>>>(
-                ws, Ph, G * T, T, scale);
-            CUDA_LAUNCHED();
-            if (dq) {
-                GemmArgs a = gemm_att_pv(dq + col, ws, k + col, T, C, D, G);
-                gemm_run(be, &a);
-            }
-            if (dk) {
-                GemmArgs a = gemm_att_ptdo(dk + col, ws, q + col, T, C, D, G);
-                gemm_run(be, &a);
-            }
-        }
-    }
+                             const float *v, int B, int T, int H, int Hkv, int D, int n_ws) {
+    const AttSteps s = att_steps(be);
+    att_backward_steps(&s, dq, dk, dv, ws, dout, att, q, k, v, B, T, H, Hkv, D, n_ws,
+                       1.0f / sqrtf((float)D));
 }
 
 /* ---- the experts ----------------------------------------------------------------------------

@@ -70,33 +70,118 @@ static inline GemmArgs gemm_linear_dw(float *dW, const float *dy, const float *x
     return gemm_args(0, 1, IN, OUT, N, 1.0f, x, IN, dy, OUT, 1.0f, dW, IN);
 }
 
-/* ---- attention, one batch row b: the H heads as one strided batch ---------------------------
- * q, k, v, out (T, C) rows of the batch row, head h at column h D (stride D between heads, rows
- * C apart); P (H, T, T) one (T, T) matrix per head, row-major. Row-major products:
- *   S = s Q K^T      O = P V      dV = P^T dO      dP = dO V^T      dQ = dS K      dK = dS^T Q */
+/* ---- attention: strided batches of heads --------------------------------------------------
+ * q, out, dout: rows of H query heads (QW = H D floats a row); k, v: rows of Hkv key-value heads
+ * (KW = Hkv D); query head h reads key-value head h / (H / Hkv). P (T, T) one row-major matrix
+ * per head. Row-major products, per head:
+ *   S = s Q K^T      O = P V      dV = P^T dO      dP = dO V^T      dQ = dS K      dK = dS^T Q
+ * A batch runs `heads` query heads side by side, their Q D floats apart in a row; kstride is how
+ * far apart their key-value heads are: D when each has its own (multi-head), 0 when they share
+ * one (the heads of one group). */
 
 /* P (T, T) = scale Q K^T, per head */
-static inline GemmArgs gemm_att_scores(float *P, const float *q, const float *k, int T, int C,
-                                       int D, int heads, float scale) {
-    GemmArgs a = gemm_args(1, 0, T, T, D, scale, k, C, q, C, 0.0f, P, T);
-    a.batch = heads, a.strideA = D, a.strideB = D, a.strideC = (long long)T * T;
+static inline GemmArgs gemm_att_scores(float *P, const float *q, int ldq, const float *k, int ldk,
+                                       long long kstride, int T, int D, int heads, float scale) {
+    GemmArgs a = gemm_args(1, 0, T, T, D, scale, k, ldk, q, ldq, 0.0f, P, T);
+    a.batch = heads, a.strideA = kstride, a.strideB = D, a.strideC = (long long)T * T;
     return a;
 }
 /* O (T, D) = P (T, T) V (T, D), per head (also dQ = dS K: P = dS, V = k) */
-static inline GemmArgs gemm_att_pv(float *out, const float *P, const float *v, int T, int C, int D,
-                                   int heads) {
-    GemmArgs a = gemm_args(0, 0, D, T, T, 1.0f, v, C, P, T, 0.0f, out, C);
+static inline GemmArgs gemm_att_pv(float *out, int ldo, const float *P, const float *v, int ldv,
+                                   long long vstride, int T, int D, int heads) {
+    GemmArgs a = gemm_args(0, 0, D, T, T, 1.0f, v, ldv, P, T, 0.0f, out, ldo);
+    a.batch = heads, a.strideA = vstride, a.strideB = (long long)T * T, a.strideC = D;
+    return a;
+}
+/* dV (T, D) = P (T, T)^T dO (T, D) + beta dV, per head, each head its own dV D floats after the
+ * last (also dK = dS^T Q: P = dS, dO = q) */
+static inline GemmArgs gemm_att_ptdo(float *dv, int lddv, const float *P, const float *dout,
+                                     int ldo, int T, int D, int heads, float beta) {
+    GemmArgs a = gemm_args(0, 1, D, T, T, 1.0f, dout, ldo, P, T, beta, dv, lddv);
     a.batch = heads, a.strideA = D, a.strideB = (long long)T * T, a.strideC = D;
     return a;
 }
-/* dV (T, D) = P (T, T)^T dO (T, D), per head (also dK = dS^T Q: P = dS, dO = q) */
-static inline GemmArgs gemm_att_ptdo(float *dv, const float *P, const float *dout, int T, int C,
-                                     int D, int heads) {
-    GemmArgs a = gemm_args(0, 1, D, T, T, 1.0f, dout, C, P, T, 0.0f, dv, C);
-    a.batch = heads, a.strideA = D, a.strideB = (long long)T * T, a.strideC = D;
-    return a;
+
+/* The attention's products and the softmax steps between them, in the order the CUDA backend
+ * runs them (cuda_gemm.cu gives the device's calls, tests/test_cuda_gemm.c the host's): gemm
+ * runs one tuple; softmax makes rows rows of T scores probabilities (row r is query r % T);
+ * softmax_backward turns rows rows of dP into dS in place. */
+typedef struct {
+    void (*gemm)(void *ctx, const GemmArgs *a);
+    void (*softmax)(void *ctx, float *P, int rows, int T);
+    void (*softmax_backward)(void *ctx, float *dP, const float *P, int rows, int T, float scale);
+    void *ctx;
+} AttSteps;
+
+/* The heads a batch takes: all H with a key-value head each (kstride D), else one group's
+ * H / Hkv (kstride 0). */
+static inline int att_span(int H, int Hkv) {
+    return H == Hkv ? H : H / Hkv;
 }
-/* dP (T, T) = dO (T, D) V (T, D)^T, per head: gemm_att_scores with scale 1 */
+
+/* out (B, T, H D), att (B, H, T, T) from q (B, T, H D), k, v (B, T, Hkv D) */
+static inline void att_forward_steps(const AttSteps *s, float *out, float *att, const float *q,
+                                     const float *k, const float *v, int B, int T, int H, int Hkv,
+                                     int D, float scale) {
+    const int QW = H * D, KW = Hkv * D, grp = H / Hkv, span = att_span(H, Hkv);
+    const long long kstride = grp == 1 ? D : 0;
+    for (int b = 0; b < B; b++)
+        for (int h0 = 0; h0 < H; h0 += span) {
+            const size_t qc = (size_t)b * T * QW + (size_t)h0 * D;
+            const size_t kc = (size_t)b * T * KW + (size_t)(h0 / grp) * D;
+            float *P = att + ((size_t)b * H + h0) * T * T;
+            GemmArgs sc = gemm_att_scores(P, q + qc, QW, k + kc, KW, kstride, T, D, span, scale);
+            s->gemm(s->ctx, &sc);
+            s->softmax(s->ctx, P, span * T, T);
+            GemmArgs o = gemm_att_pv(out + qc, QW, P, v + kc, KW, kstride, T, D, span);
+            s->gemm(s->ctx, &o);
+        }
+}
+
+/* The backward: dq (B, T, H D) written, dk, dv (B, T, Hkv D) written as the sums over each
+ * group's heads (any may be NULL); ws (n_ws, T, T) holds the dS of n_ws heads at a time. A
+ * group's heads add into its dk and dv one product after another (beta 1 after the first):
+ * products of one batch may run at once, and so never write the same output. */
+static inline void att_backward_steps(const AttSteps *s, float *dq, float *dk, float *dv, float *ws,
+                                      const float *dout, const float *att, const float *q,
+                                      const float *k, const float *v, int B, int T, int H, int Hkv,
+                                      int D, int n_ws, float scale) {
+    const int QW = H * D, KW = Hkv * D, grp = H / Hkv, span = att_span(H, Hkv);
+    const long long kstride = grp == 1 ? D : 0;
+    const int chunk = n_ws < span ? n_ws : span; /* heads whose dS fit in ws at once */
+    for (int b = 0; b < B; b++)
+        for (int h0 = 0; h0 < H; h0 += span) {
+            const float *P = att + ((size_t)b * H + h0) * T * T;
+            const size_t qc = (size_t)b * T * QW + (size_t)h0 * D;
+            const size_t kc = (size_t)b * T * KW + (size_t)(h0 / grp) * D;
+            for (int j = 0; dv && j < (grp == 1 ? 1 : span); j++) {
+                GemmArgs a =
+                    gemm_att_ptdo(dv + kc, KW, P + (size_t)j * T * T, dout + qc + (size_t)j * D, QW,
+                                  T, D, grp == 1 ? span : 1, j ? 1.0f : 0.0f);
+                s->gemm(s->ctx, &a);
+            }
+            if (!dq && !dk) continue;
+            for (int c0 = 0; c0 < span; c0 += chunk) {
+                const int G = span - c0 < chunk ? span - c0 : chunk;
+                const size_t qh = qc + (size_t)c0 * D, kh = kc + (size_t)(grp == 1 ? c0 * D : 0);
+                GemmArgs dp =
+                    gemm_att_scores(ws, dout + qh, QW, v + kh, KW, kstride, T, D, G, 1.0f);
+                s->gemm(s->ctx, &dp);
+                s->softmax_backward(s->ctx, ws, P + (size_t)c0 * T * T, G * T, T, scale);
+                if (dq) {
+                    GemmArgs a = gemm_att_pv(dq + qh, QW, ws, k + kh, KW, kstride, T, D, G);
+                    s->gemm(s->ctx, &a);
+                }
+                for (int j = 0; dk && j < (grp == 1 ? 1 : G); j++) {
+                    GemmArgs a =
+                        gemm_att_ptdo(dk + kh, KW, ws + (size_t)j * T * T, q + qh + (size_t)j * D,
+                                      QW, T, D, grp == 1 ? G : 1, c0 + j ? 1.0f : 0.0f);
+                    if (grp == 1) a.beta = 0.0f; /* its own key-value heads: written */
+                    s->gemm(s->ctx, &a);
+                }
+            }
+        }
+}
 
 /* ---- the experts: one problem per slice ------------------------------------------------------
  * A plan's slot buffer holds expert e's rows [offsets[e], offsets[e + 1]); in a padded plan the
