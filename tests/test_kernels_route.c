@@ -43,8 +43,8 @@ static void emu_gate(int *idx, float *w, const float *scores, const float *logit
             int n = b * KMOE_THREADS + t;
             if (n >= N) continue;
             router_gate_row(idx + (size_t)n * K, w + (size_t)n * K, scores + (size_t)n * E,
-                            tf ? logits + (size_t)n * E : NULL, bias, E, K, tf, s->norm_topk,
-                            s->route_scale);
+                            tf ? logits + (size_t)n * E : NULL, bias, E, K, s->n_group,
+                            s->topk_group, tf, s->norm_topk, s->route_scale);
         }
 }
 
