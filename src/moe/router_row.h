@@ -1,5 +1,6 @@
 /*
- * router_row.h: one token's top-k and gate weights, written once.
+ * router_row.h: one token's top-k (in its best groups of experts with moe.n_group) and gate
+ * weights, written once.
  *
  * router.c runs these rows in a loop over the tokens (the reference, every CPU backend's), and
  * the CUDA backend's gate kernels (backend/cuda/cuda_moe.cu) run one per thread: nvcc compiles
