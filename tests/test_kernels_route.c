@@ -320,7 +320,11 @@ START_TEST(test_gate_groups) {
      * comparison would only be the plain top-k's) */
     enum { N = 777 };
     const int cases[][4] = {/* E, G, KG, K */
-                            {8, 2, 1, 2}, {8, 4, 2, 2}, {64, 8, 4, 8}, {64, 8, 1, 4}, {64, 16, 3, 6}};
+                            {8, 2, 1, 2},
+                            {8, 4, 2, 2},
+                            {64, 8, 4, 8},
+                            {64, 8, 1, 4},
+                            {64, 16, 3, 6}};
     long moved = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int E = cases[c][0], G = cases[c][1], KG = cases[c][2], K = cases[c][3];
@@ -342,15 +346,15 @@ START_TEST(test_gate_groups) {
             fill_nan(wg, (size_t)N * K);
             emu_gate(ig, wg, p, l, b, N, &s);
             char what[96];
-            snprintf(what, sizeof what, "E %d G %d KG %d K %d score %d bias %d", E, G, KG, K,
-                     score, b != NULL);
+            snprintf(what, sizeof what, "E %d G %d KG %d K %d score %d bias %d", E, G, KG, K, score,
+                     b != NULL);
             expect_ints(ig, iw, (size_t)N * K, what);
             expect_close_arrays(wg, ww, (size_t)N * K, TOL_F32_ATOL, TOL_F32_RTOL, what);
             for (int n = 0; n < N; n++) {
                 unsigned long long groups = 0;
                 for (int k = 0; k < K; k++) groups |= 1ull << (ig[n * K + k] / (E / G));
-                ck_assert_msg(__builtin_popcountll(groups) <= KG, "%s: token %d in %d groups",
-                              what, n, __builtin_popcountll(groups));
+                ck_assert_msg(__builtin_popcountll(groups) <= KG, "%s: token %d in %d groups", what,
+                              n, __builtin_popcountll(groups));
                 moved += memcmp(ig + n * K, flat + n * K, (size_t)K * sizeof(int)) != 0;
             }
         }

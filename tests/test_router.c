@@ -1,12 +1,15 @@
 /*
  * test_router.c: every routing and balancing mode of the router (moe.score, moe.norm_topk,
- * moe.topk_before_softmax, moe.route_scale, moe.balance).
+ * moe.topk_before_softmax, moe.route_scale, moe.balance, moe.n_group with moe.topk_group).
  *
  * Hand cases pin down the forward values of each mode (sigmoid scores and weights, the
  * Mixtral top-k-then-softmax weights, route_scale, the sigmoid aux loss with per-token
  * normalised scores); finite-difference checks cover router_gate_backward in every
- * combination, and the whole block in a few of them. As in test_moe.c, a gradient check
- * through top-k uses well-separated logits and asserts that the routing did not change.
+ * combination, and the whole block in a few of them. Group-limited routing is checked against a
+ * brute force of its rule written from its definition (keys on a grid, so that experts and
+ * groups tie), and with every group kept against the plain top-k, bit for bit. As in test_moe.c, a
+ * gradient check through top-k uses well-separated logits and asserts that the routing did not
+ * change.
  */
 #include <string.h>
 
@@ -361,9 +364,9 @@ START_TEST(test_group_topk_brute_force) {
      * in a kept group, and the weights are router_gate_weights' of that choice */
     enum { N = 200 };
     const int cases[][4] = {/* E, G, KG, K */
-                            {4, 2, 1, 2},  {8, 4, 1, 2},  {8, 4, 2, 3},  {8, 2, 1, 1},
-                            {12, 3, 2, 4}, {16, 8, 3, 4}, {16, 4, 1, 4}, {64, 8, 4, 8},
-                            {64, 32, 5, 6}};
+                            {4, 2, 1, 2},  {8, 4, 1, 2},  {8, 4, 2, 3},
+                            {8, 2, 1, 1},  {12, 3, 2, 4}, {16, 8, 3, 4},
+                            {16, 4, 1, 4}, {64, 8, 4, 8}, {64, 32, 5, 6}};
     long group_ties = 0, moved = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int E = cases[c][0], G = cases[c][1], KG = cases[c][2], K = cases[c][3];
