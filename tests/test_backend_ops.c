@@ -267,6 +267,8 @@ static MoeSpec router_spec(int variant) {
     if (variant == 1) sp.capacity_factor = 1.0f, sp.padded = 1, sp.drop_policy = MOE_DROP_SCORE;
     if (variant == 2) sp.routing = MOE_ROUTING_EXPERT_CHOICE, sp.balance = MOE_BALANCE_NONE;
     if (variant == 3) sp.score = MOE_SCORE_SIGMOID, sp.balance = MOE_BALANCE_SEQ_AUX;
+    if (variant == 4) /* DeepSeek-V3's group-limited routing: 3 groups of 2, 1 kept */
+        sp.score = MOE_SCORE_SIGMOID, sp.n_group = 3, sp.topk_group = 1;
     return sp;
 }
 
@@ -429,6 +431,9 @@ static void case_moe_expert_choice(const Backend *be, Outs *o) {
 static void case_moe_sigmoid(const Backend *be, Outs *o) {
     case_moe(be, o, 3);
 }
+static void case_moe_groups(const Backend *be, Outs *o) {
+    case_moe(be, o, 4);
+}
 
 /* router.csv's expert_sim, where the weights are: random experts, then every expert a copy of
  * the first (1, whatever the backend) */
@@ -489,6 +494,7 @@ static const Case CASES[] = {
     {"moe capacity, padded, by score", case_moe_capacity, "capacity_plan_build"},
     {"moe expert choice", case_moe_expert_choice, "expert_choice_forward"},
     {"moe sigmoid, seq_aux", case_moe_sigmoid, "router_scores_forward"},
+    {"moe group-limited routing", case_moe_groups, "router_gate_forward"},
     {"experts_similarity", case_experts_similarity, "experts_similarity"},
     {"gemm_seconds", case_gemm_seconds, "gemm_seconds"},
 };

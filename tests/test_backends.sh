@@ -4,7 +4,8 @@
 #   1. a tiny MoE (jitter and logit noise on, so the host-drawn noise reaches the backend's
 #      buffers) trains 30 steps on train.device=cpu and on cpu-ref: the losses, aux and
 #      z-losses and gradient norms of every step agree within 2e-3 (relative), the validation
-#      loss too; the two differ only in the rounding of the products' sums
+#      loss too; the two differ only in the rounding of the products' sums; and the same with
+#      group-limited routing (moe.n_group=2, moe.topk_group=1)
 #   2. a run started on cpu continues on cpu-ref from its checkpoint (--resume with the device
 #      changed): the device is not a setting of the model, and the resumed losses agree with
 #      the run that stayed on cpu within the same tolerance
@@ -42,6 +43,29 @@ out=$(csv_close "$tmp/cpu/train.csv" "$tmp/cpu-ref/train.csv")
 check "every step's losses, aux, z and grad norm agree within 2e-3" $? "$out"
 ! cmp -s <(cut -d, -f2 "$tmp/cpu/train.csv") <(cut -d, -f2 "$tmp/cpu-ref/train.csv")
 check "and the two are not the same run twice (their roundings differ)" $? "identical losses"
+
+# group-limited routing (DeepSeek-V3's: sigmoid scores, aux-free biases, each token's two
+# experts from the best of two groups): the same run on both, and its routing is the groups'
+grouped=(--set moe.score=sigmoid --set moe.balance=aux_free --set moe.n_group=2
+         --set moe.topk_group=1 --set train.steps=10 --set train.eval_every=5)
+for dev in cpu cpu-ref; do
+    "$moe" train --out "$tmp/g-$dev" "${tiny[@]}" "${grouped[@]}" --set train.device=$dev \
+        --record-routing "$tmp/g-$dev.route" > "$tmp/g-$dev.log" 2>&1
+done
+out=$(csv_close "$tmp/g-cpu/train.csv" "$tmp/g-cpu-ref/train.csv")
+check "moe.n_group=2 moe.topk_group=1 trains 10 steps on cpu and cpu-ref, every step within 2e-3" \
+    $? "$out $(tail -n 2 "$tmp/g-cpu.log" "$tmp/g-cpu-ref.log")"
+# the recordings (8 bytes of magic, six int32, then each call's N x 2 experts): every token's
+# two experts in one group of {0, 1} and {2, 3}, and both groups chosen
+for dev in cpu cpu-ref; do
+    od -An -v -t d4 -j 32 "$tmp/g-$dev.route" | tr -s ' ' '\n' | sed '/^$/d' |
+        awk 'NR % 2 == 1 { a = $1; next }
+             { pairs++; g = int(a / 2); if (g != int($1 / 2) || a == $1) bad++; seen[g] = 1 }
+             END { print pairs " pairs, " bad + 0 " across groups"
+                   exit !(pairs > 1000 && bad == 0 && (0 in seen) && (1 in seen)) }' \
+        > "$tmp/g.out"
+    check "$dev: every token's two experts are one group's" $? "$(cat "$tmp/g.out")"
+done
 
 # ---- 2. a checkpoint moves between backends -------------------------------------------------
 echo "test_backends: a run moves from cpu to cpu-ref"

@@ -275,6 +275,20 @@ reject "unknown balance method lists the choices" "moe\.balance;aux\|seq_aux\|au
     "$moe" "${T[@]}" --set moe.balance=switch
 reject "topk_before_softmax with sigmoid scores" "moe\.topk_before_softmax;moe\.score=softmax" \
     "$moe" "${T[@]}" --set moe.score=sigmoid --set moe.topk_before_softmax=1
+reject "moe.n_group not dividing the experts" "moe\.n_group=3;divisor;moe\.num_experts=4" \
+    "$moe" "${T[@]}" --set moe.n_group=3
+reject "moe.n_group of one expert a group" "moe\.n_group=4;two best;moe\.n_group=2" \
+    "$moe" "${T[@]}" --set moe.n_group=4
+reject "moe.topk_group above moe.n_group" "moe\.topk_group=3;moe\.n_group=2" \
+    "$moe" "${T[@]}" --set moe.n_group=2 --set moe.topk_group=3
+reject "moe.topk_group without moe.n_group" "moe\.topk_group=1;moe\.n_group" \
+    "$moe" "${T[@]}" --set moe.topk_group=1
+reject "moe.top_k more than the kept groups hold" "moe\.top_k=3;moe\.topk_group=1;2 in all" \
+    "$moe" "${T[@]}" --set moe.n_group=2 --set moe.topk_group=1 --set moe.top_k=3
+reject "moe.n_group with expert choice" "moe\.n_group;moe\.routing=expert_choice" \
+    "$moe" "${T[@]}" --set moe.n_group=2 --set moe.routing=expert_choice --set moe.balance=none
+reject "moe.n_group not a multiple of dist.ep" "moe\.n_group=3;dist\.ep=2;multiple of dist\.ep" \
+    "$moe" "${T[@]}" --set moe.num_experts=6 --set moe.n_group=3 --set dist.ep=2
 reject "d_model not divisible by n_head" "model\.d_model;model\.n_head" \
     "$moe" "${T[@]}" --set model.n_head=3
 reject "kv_heads not dividing n_head" "model\.kv_heads=3;model\.n_head" \

@@ -74,6 +74,8 @@ static const Field FIELDS[] = {
     F("moe.router_precision", router_precision, "bf16_logits"),
     F("moe.balance_scope", balance_scope, "global"),
     F("moe.balance_groups", balance_groups, "4"),
+    F("moe.n_group", n_group, "8"),
+    F("moe.topk_group", topk_group, "3"),
     F("train.batch", batch, "3"),
     F("train.accum", accum, "5"),
     F("train.steps", steps, "1234"),

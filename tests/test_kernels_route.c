@@ -9,7 +9,8 @@
  * lower expert), floats under the one tolerance rule (TOL_F32_ATOL, TOL_F32_RTOL): the bodies
  * use expf where the reference uses nn_expf, and the z-loss sum in another order.
  *
- * Sizes: E in {4, 8, 64}, K in {1, 2, 4}, N not a multiple of the block (300, 777).
+ * Sizes: E in {4, 8, 64}, K in {1, 2, 4}, N not a multiple of the block (300, 777); the
+ * gate also with group-limited routing (moe.n_group, moe.topk_group).
  *
  * The balance loss and the router's backward run every balance (aux, seq_aux over several
  * sequences, one not a multiple of the chunk, aux_free, none), softmax and sigmoid, with and
@@ -43,8 +44,8 @@ static void emu_gate(int *idx, float *w, const float *scores, const float *logit
             int n = b * KMOE_THREADS + t;
             if (n >= N) continue;
             router_gate_row(idx + (size_t)n * K, w + (size_t)n * K, scores + (size_t)n * E,
-                            tf ? logits + (size_t)n * E : NULL, bias, E, K, tf, s->norm_topk,
-                            s->route_scale);
+                            tf ? logits + (size_t)n * E : NULL, bias, E, K, s->n_group,
+                            s->topk_group, tf, s->norm_topk, s->route_scale);
         }
 }
 
@@ -312,6 +313,57 @@ START_TEST(test_gate_all_equal_row) {
 }
 END_TEST
 
+START_TEST(test_gate_groups) {
+    /* group-limited routing (moe.n_group, moe.topk_group) in k_gate's order against the
+     * reference: idx exactly (tied keys, tied group scores), w under the tolerance; every
+     * token's experts in at most topk_group groups, and the groups move some choices (else the
+     * comparison would only be the plain top-k's) */
+    enum { N = 777 };
+    const int cases[][4] = {/* E, G, KG, K */
+                            {8, 2, 1, 2},
+                            {8, 4, 2, 2},
+                            {64, 8, 4, 8},
+                            {64, 8, 1, 4},
+                            {64, 16, 3, 6}};
+    long moved = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int E = cases[c][0], G = cases[c][1], KG = cases[c][2], K = cases[c][3];
+        float *l = floats((size_t)N * E), *p = floats((size_t)N * E), *bias = floats(E);
+        float *ww = floats((size_t)N * K), *wg = floats((size_t)N * K);
+        int *iw = ints((size_t)N * K), *ig = ints((size_t)N * K), *flat = ints((size_t)N * K);
+        fill_tied_logits(l, N, E, 500 + c);
+        fill_uniform(bias, (size_t)E, 0.5f, 600 + c);
+        for (int e = 0; e < E; e++) bias[e] = roundf(bias[e] * 4.0f) / 4.0f;
+        for (int mode = 0; mode < 4; mode++) {
+            const int score = mode & 1;
+            const float *b = mode >> 1 ? bias : NULL;
+            MoeSpec s = spec_of(E, K, score, 0, 1, 2.5f);
+            router_scores_forward(p, NULL, l, N, &s);
+            router_gate_forward(flat, ww, p, l, b, N, &s);
+            s.n_group = G, s.topk_group = KG;
+            router_gate_forward(iw, ww, p, l, b, N, &s);
+            memset(ig, 0xff, (size_t)N * K * sizeof(int));
+            fill_nan(wg, (size_t)N * K);
+            emu_gate(ig, wg, p, l, b, N, &s);
+            char what[96];
+            snprintf(what, sizeof what, "E %d G %d KG %d K %d score %d bias %d", E, G, KG, K, score,
+                     b != NULL);
+            expect_ints(ig, iw, (size_t)N * K, what);
+            expect_close_arrays(wg, ww, (size_t)N * K, TOL_F32_ATOL, TOL_F32_RTOL, what);
+            for (int n = 0; n < N; n++) {
+                unsigned long long groups = 0;
+                for (int k = 0; k < K; k++) groups |= 1ull << (ig[n * K + k] / (E / G));
+                ck_assert_msg(__builtin_popcountll(groups) <= KG, "%s: token %d in %d groups", what,
+                              n, __builtin_popcountll(groups));
+                moved += memcmp(ig + n * K, flat + n * K, (size_t)K * sizeof(int)) != 0;
+            }
+        }
+        free(l), free(p), free(bias), free(ww), free(wg), free(iw), free(ig), free(flat);
+    }
+    ck_assert_msg(moved > 1000, "grouping changed only %ld tokens' choices", moved);
+}
+END_TEST
+
 START_TEST(test_z_loss) {
     const int Ns[] = {1, 255, 300, 1000};
     for (int i = 0; i < 4; i++) {
@@ -570,6 +622,7 @@ static Suite *kernels_route_suite(void) {
     tcase_add_test(tc, test_scores_and_lse);
     tcase_add_test(tc, test_gate_every_mode);
     tcase_add_test(tc, test_gate_all_equal_row);
+    tcase_add_test(tc, test_gate_groups);
     tcase_add_test(tc, test_z_loss);
     tcase_add_test(tc, test_logit_stats);
     tcase_add_test(tc, test_balance_loss);

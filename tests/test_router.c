@@ -1,17 +1,21 @@
 /*
  * test_router.c: every routing and balancing mode of the router (moe.score, moe.norm_topk,
- * moe.topk_before_softmax, moe.route_scale, moe.balance).
+ * moe.topk_before_softmax, moe.route_scale, moe.balance, moe.n_group with moe.topk_group).
  *
  * Hand cases pin down the forward values of each mode (sigmoid scores and weights, the
  * Mixtral top-k-then-softmax weights, route_scale, the sigmoid aux loss with per-token
  * normalised scores); finite-difference checks cover router_gate_backward in every
- * combination, and the whole block in a few of them. As in test_moe.c, a gradient check
- * through top-k uses well-separated logits and asserts that the routing did not change.
+ * combination, and the whole block in a few of them. Group-limited routing is checked against a
+ * brute force of its rule written from its definition (keys on a grid, so that experts and
+ * groups tie), and with every group kept against the plain top-k, bit for bit. As in test_moe.c, a
+ * gradient check through top-k uses well-separated logits and asserts that the routing did not
+ * change.
  */
 #include <string.h>
 
 #include "base/util.h"
 #include "model/moe_block.h"
+#include "moe/router_row.h"
 #include "moe_util.h"
 #include "nn/ops.h"
 #include "testutil.h"
@@ -309,6 +313,165 @@ START_TEST(test_plain_router_is_the_default_mode) {
 }
 END_TEST
 
+/* ---- group-limited routing (moe.n_group, moe.topk_group) ------------------------------------ */
+
+/* The rule of group-limited routing, written from its definition rather than from router_row.h:
+ * keys v = key + bias; each group of E / G consecutive experts scores the sum of its two largest
+ * keys (its keys sorted); the groups sorted by score, ties to the lower group, and the first KG
+ * kept; then the experts of the kept groups sorted by key, ties to the lower expert, and the
+ * first K chosen. Returns the kept groups as bits. */
+static unsigned long long brute_group_topk(int *in, const float *key, const float *bias, int E,
+                                           int K, int G, int KG) {
+    const int per = E / G;
+    float v[64], gs[64];
+    int order[64];
+    for (int e = 0; e < E; e++) v[e] = bias ? key[e] + bias[e] : key[e];
+    for (int g = 0; g < G; g++) {
+        float sorted[64];
+        memcpy(sorted, v + g * per, (size_t)per * sizeof(float));
+        for (int i = 1; i < per; i++) /* insertion sort, descending */
+            for (int j = i; j > 0 && sorted[j] > sorted[j - 1]; j--) {
+                float t = sorted[j];
+                sorted[j] = sorted[j - 1], sorted[j - 1] = t;
+            }
+        gs[g] = sorted[0] + sorted[1];
+    }
+    /* the groups by (score descending, index ascending): a stable insertion sort */
+    for (int g = 0; g < G; g++) order[g] = g;
+    for (int i = 1; i < G; i++)
+        for (int j = i; j > 0 && gs[order[j]] > gs[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+    unsigned long long kept = 0;
+    for (int j = 0; j < KG; j++) kept |= 1ull << order[j];
+    int cand[64], n = 0;
+    for (int e = 0; e < E; e++)
+        if ((kept >> (e / per)) & 1u) cand[n++] = e;
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[cand[j]] > v[cand[j - 1]]; j--) {
+            int t = cand[j];
+            cand[j] = cand[j - 1], cand[j - 1] = t;
+        }
+    for (int k = 0; k < K; k++) in[k] = cand[k];
+    return kept;
+}
+
+START_TEST(test_group_topk_brute_force) {
+    /* random keys on a grid of quarter steps (ties between experts, and between groups' sums,
+     * are frequent), with and without an aux-free bias (also quarter steps), softmax and
+     * sigmoid scores: router_gate_forward's choice equals the rule's, every chosen expert is
+     * in a kept group, and the weights are router_gate_weights' of that choice */
+    enum { N = 200 };
+    const int cases[][4] = {/* E, G, KG, K */
+                            {4, 2, 1, 2},  {8, 4, 1, 2},  {8, 4, 2, 3},
+                            {8, 2, 1, 1},  {12, 3, 2, 4}, {16, 8, 3, 4},
+                            {16, 4, 1, 4}, {64, 8, 4, 8}, {64, 32, 5, 6}};
+    long group_ties = 0, moved = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int E = cases[c][0], G = cases[c][1], KG = cases[c][2], K = cases[c][3];
+        float *l = malloc_check((size_t)N * E * sizeof(float));
+        float *p = malloc_check((size_t)N * E * sizeof(float)), bias[64];
+        fill_uniform(l, (size_t)N * E, 2.0f, 300 + c);
+        for (int i = 0; i < N * E; i++) l[i] = roundf(l[i] * 4.0f) / 4.0f;
+        fill_uniform(bias, (size_t)E, 0.5f, 400 + c);
+        for (int e = 0; e < E; e++) bias[e] = roundf(bias[e] * 4.0f) / 4.0f;
+        for (int mode = 0; mode < 4; mode++) {
+            const int score = mode & 1, with_bias = mode >> 1;
+            const float *b = with_bias ? bias : NULL;
+            MoeSpec sp = spec_of(E, K, score, 0, 1, 1.0f, MOE_BALANCE_AUX_FREE);
+            sp.n_group = G, sp.topk_group = KG;
+            /* the quarter-step logits themselves as keys: sigmoid scores of equal logits tie */
+            router_scores_forward(p, NULL, l, N, &sp);
+            int idx[N * 8], want[8], plain[N * 8];
+            float w[N * 8], w2[N * 8];
+            router_gate_forward(idx, w, p, l, b, N, &sp);
+            router_gate_weights(w2, idx, p, l, N, &sp);
+            ck_assert(memcmp(w, w2, (size_t)N * K * sizeof(float)) == 0);
+            MoeSpec flat = sp;
+            flat.n_group = 0;
+            router_gate_forward(plain, w2, p, l, b, N, &flat);
+            for (int n = 0; n < N; n++) {
+                const float *key = p + (size_t)n * E;
+                unsigned long long kept = brute_group_topk(want, key, b, E, K, G, KG);
+                for (int k = 0; k < K; k++) {
+                    ck_assert_msg(idx[n * K + k] == want[k],
+                                  "E %d G %d KG %d K %d mode %d token %d: choice %d is expert "
+                                  "%d, the rule's %d",
+                                  E, G, KG, K, mode, n, k, idx[n * K + k], want[k]);
+                    ck_assert(((kept >> (idx[n * K + k] / (E / G))) & 1u) != 0);
+                }
+                moved += memcmp(idx + n * K, plain + n * K, (size_t)K * sizeof(int)) != 0;
+                /* two groups with the same score: the tie rule decides */
+                for (int g = 0; g < G; g++)
+                    for (int h = g + 1; h < G; h++)
+                        group_ties += router_group_score(key, b, g * (E / G), E / G) ==
+                                      router_group_score(key, b, h * (E / G), E / G);
+            }
+        }
+        free(l), free(p);
+    }
+    /* the comparison proves the tie rule and the masking only if both happened */
+    ck_assert_msg(group_ties > 1000, "only %ld tied pairs of groups", group_ties);
+    ck_assert_msg(moved > 1000, "grouping changed only %ld tokens' choices", moved);
+}
+END_TEST
+
+START_TEST(test_group_all_kept_is_plain_topk) {
+    /* topk_group = n_group keeps every group: idx and w bit for bit those of no groups, in
+     * every gate mode, with and without bias */
+    enum { N = 300, E = 16 };
+    float l[N * E], p[N * E], bias[E];
+    fill_uniform(l, (size_t)N * E, 2.0f, 91);
+    for (int i = 0; i < N * E; i++) l[i] = roundf(l[i] * 4.0f) / 4.0f;
+    fill_uniform(bias, E, 0.5f, 92);
+    const int Gs[] = {2, 4, 8};
+    for (int mode = 0; mode < 16; mode++) {
+        const int score = mode & 1, tf = (mode >> 1) & 1, norm = (mode >> 2) & 1;
+        const float *b = (mode >> 3) & 1 ? bias : NULL;
+        if (tf && (score == MOE_SCORE_SIGMOID || !norm)) continue;
+        for (int ig = 0; ig < 3; ig++) {
+            MoeSpec sp = spec_of(E, 4, score, tf, norm, 2.5f, MOE_BALANCE_AUX_FREE);
+            router_scores_forward(p, NULL, l, N, &sp);
+            int i1[N * 4], i2[N * 4];
+            float w1[N * 4], w2[N * 4];
+            router_gate_forward(i1, w1, p, l, b, N, &sp);
+            sp.n_group = Gs[ig], sp.topk_group = Gs[ig];
+            router_gate_forward(i2, w2, p, l, b, N, &sp);
+            ck_assert_msg(memcmp(i1, i2, sizeof i1) == 0 && memcmp(w1, w2, sizeof w1) == 0,
+                          "mode %d G %d", mode, Gs[ig]);
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_group_score_hand) {
+    /* a group's score is the sum of its two best keys, not its best one: group 0 has the best
+     * expert (0.9), group 1 the better pair (0.5 + 0.5 > 0.9 + 0.05) */
+    enum { E = 4, K = 2 };
+    const float p[E] = {0.9f, 0.05f, 0.5f, 0.5f};
+    int idx[K];
+    float w[K];
+    MoeSpec sp = spec_of(E, K, MOE_SCORE_SIGMOID, 0, 1, 1.0f, MOE_BALANCE_AUX_FREE);
+    sp.n_group = 2, sp.topk_group = 1;
+    router_gate_forward(idx, w, p, NULL, NULL, 1, &sp);
+    ck_assert_int_eq(idx[0], 2);
+    ck_assert_int_eq(idx[1], 3);
+    CLOSE(w[0], 0.5f, "renormalised over the chosen pair");
+    /* the aux-free bias counts in the group's score: +0.2 on expert 1 lifts group 0 to 1.15 */
+    const float bias[E] = {0.0f, 0.2f, 0.0f, 0.0f};
+    router_gate_forward(idx, w, p, NULL, bias, 1, &sp);
+    ck_assert_int_eq(idx[0], 0);
+    ck_assert_int_eq(idx[1], 1);
+    CLOSE(w[0], 0.9f / 0.95f, "the weights use the unbiased scores");
+    /* equal group scores: the lower group */
+    const float tie[E] = {0.6f, 0.4f, 0.5f, 0.5f};
+    router_gate_forward(idx, w, tie, NULL, NULL, 1, &sp);
+    ck_assert_int_eq(idx[0], 0);
+    ck_assert_int_eq(idx[1], 1);
+}
+END_TEST
+
 /* ---- the whole block in other modes -------------------------------------------------------- */
 
 typedef struct {
@@ -400,6 +563,24 @@ START_TEST(test_block_gradients_other_modes) {
 }
 END_TEST
 
+/* Group-limited routing: the choice is a constant of the backward, so the gradients are those
+ * of the chosen experts, and the balance losses count only them (their f) while P keeps every
+ * expert's score. Two groups of two experts, one kept: each token's pair is its best group. */
+START_TEST(test_block_gradients_groups) {
+    const int balances[] = {MOE_BALANCE_AUX, MOE_BALANCE_SEQ_AUX};
+    for (int score = 0; score < 2; score++)
+        for (int ib = 0; ib < 2; ib++) {
+            MoeSpec sp = spec_of(4, 2, score, 0, 1, 1.0f, balances[ib]);
+            sp.n_group = 2, sp.topk_group = 1;
+            check_block_gradient(sp, NULL);
+        }
+    const float bias[4] = {0.3f, -0.2f, 0.0f, 0.1f};
+    MoeSpec sp = spec_of(4, 2, MOE_SCORE_SIGMOID, 0, 1, 2.5f, MOE_BALANCE_AUX_FREE);
+    sp.n_group = 2, sp.topk_group = 1;
+    check_block_gradient(sp, bias);
+}
+END_TEST
+
 /* Exploration noise, fixed: jitter scales the router's input gradient by the same factors,
  * logit noise is a constant. */
 START_TEST(test_block_gradients_with_noise) {
@@ -429,11 +610,15 @@ static Suite *router_suite(void) {
     tcase_add_test(fwd, test_bias_moves_choice_not_weights);
     tcase_add_test(fwd, test_bias_update_rules);
     tcase_add_test(fwd, test_bias_update_exact_fair_share);
+    tcase_add_test(fwd, test_group_score_hand);
+    tcase_add_test(fwd, test_group_topk_brute_force);
+    tcase_add_test(fwd, test_group_all_kept_is_plain_topk);
     suite_add_tcase(s, fwd);
     TCase *grads = tcase_create("gradients");
     tcase_add_test(grads, test_gate_backward_every_mode);
     tcase_add_test(grads, test_block_gradients_other_modes);
     tcase_add_test(grads, test_block_gradients_with_noise);
+    tcase_add_test(grads, test_block_gradients_groups);
     tcase_set_timeout(grads, 60);
     suite_add_tcase(s, grads);
     return s;

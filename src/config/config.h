@@ -87,6 +87,8 @@ typedef struct {
     int balance_scope;          /* MOE_SCOPE_*: the aux loss's f over the micro-batch or the
                                    optimizer step's whole batch */
     int balance_groups;         /* 0: the aux loss balances each expert; G: G groups of E / G */
+    int n_group;                /* 0: no routing groups; G: the experts in G groups of E / G */
+    int topk_group;             /* n_group: the groups a token may choose from; 0 = all */
 
     /* train.* */
     int batch;    /* B: sequences per micro-batch */

@@ -132,6 +132,49 @@ static int check_routing(const Config *c, char *err, int errlen) {
     return 0;
 }
 
+/* Group-limited routing (moe.n_group, moe.topk_group): groups of equal size, each with the two
+ * scores its group score sums, and enough experts in the groups a token keeps for its top-k. */
+static int check_groups(const Config *c, char *err, int errlen) {
+    const int G = c->n_group, E = c->num_experts;
+    if (G == 0) {
+        if (c->topk_group > 0)
+            return set_error(err, errlen,
+                             "moe.topk_group=%d limits a token to its best groups of experts, but "
+                             "moe.n_group is 0 (no groups); set moe.n_group (e.g. moe.n_group=%d) "
+                             "or moe.topk_group=0",
+                             c->topk_group, c->topk_group > 1 ? c->topk_group : 2);
+        return 0;
+    }
+    if (E == 0) return 0; /* a dense model routes nothing */
+    if (G == 1 || E % G != 0)
+        return set_error(err, errlen,
+                         "moe.n_group=%d must be 0 (no groups) or a divisor >= 2 of "
+                         "moe.num_experts=%d (groups of equal size)",
+                         G, E);
+    if (E / G < 2)
+        return set_error(err, errlen,
+                         "moe.n_group=%d leaves %d expert a group, but a group's score is the "
+                         "sum of its two best scores; use at most moe.n_group=%d groups",
+                         G, E / G, E / 2);
+    if (c->topk_group > G)
+        return set_error(err, errlen,
+                         "moe.topk_group=%d exceeds moe.n_group=%d; a token keeps 1 to %d groups "
+                         "(0: all)",
+                         c->topk_group, G, G);
+    const int kept = (c->topk_group > 0 ? c->topk_group : G) * (E / G);
+    if (c->top_k > kept)
+        return set_error(err, errlen,
+                         "moe.top_k=%d experts cannot be chosen from moe.topk_group=%d groups of "
+                         "%d experts (%d in all); raise moe.topk_group or lower moe.top_k",
+                         c->top_k, c->topk_group, E / G, kept);
+    if (c->routing == MOE_ROUTING_EXPERT_CHOICE)
+        return set_error(err, errlen,
+                         "moe.n_group limits the experts each token picks, but "
+                         "moe.routing=expert_choice lets the experts pick the tokens; set "
+                         "moe.n_group=0 (or moe.routing=token_choice)");
+    return 0;
+}
+
 /* The capacity settings: what each routing and capacity mode can take. */
 static int check_capacity(const Config *c, char *err, int errlen) {
     if (c->eval_capacity_factor < 0.0f && c->eval_capacity_factor != -1.0f)
@@ -164,7 +207,7 @@ static int check_capacity(const Config *c, char *err, int errlen) {
 
 int config_check_combinations(const Config *c, char *err, int errlen) {
     if (check_mix(c, err, errlen) || check_heads(c, err, errlen) || check_routing(c, err, errlen) ||
-        check_capacity(c, err, errlen))
+        check_groups(c, err, errlen) || check_capacity(c, err, errlen))
         return -1;
     if (c->num_experts > 0 && c->first_dense >= c->n_layer)
         return set_error(err, errlen,
@@ -201,6 +244,14 @@ int config_check_dist(const Config *c, int world, char *err, int errlen) {
                          "train.batch=%d sequences cannot be split evenly over %d processes "
                          "(train.batch is the global batch); use a multiple of %d",
                          c->batch, world, world);
+    if (c->ep > 1 && c->num_experts > 0 && c->n_group > 0 && c->n_group % c->ep != 0)
+        return set_error(err, errlen,
+                         "moe.n_group=%d groups do not line up with the dist.ep=%d processes that "
+                         "hold the experts (each holds moe.num_experts / dist.ep consecutive "
+                         "ones); choose moe.n_group a multiple of dist.ep, so that each process "
+                         "holds whole groups and a token's rows go to at most moe.topk_group "
+                         "processes",
+                         c->n_group, c->ep);
     if (world == 1 || c->num_experts == 0) return 0;
     /* the settings whose result would depend on how the batch is split */
     if (c->routing == MOE_ROUTING_EXPERT_CHOICE)

@@ -142,6 +142,14 @@ const Key CONFIG_KEYS[] = {
     ROW(T_INT, "moe.balance_groups", balance_groups, "0", 0, 4096, 0,
         "0: the aux loss balances every expert; G >= 2: it balances G groups of num_experts / "
         "G consecutive experts (as G devices hold them), free inside a group"),
+    ROW(T_INT, "moe.n_group", n_group, "0", 0, 64, 0,
+        "group-limited routing (DeepSeek-V3): 0 = none; G >= 2 splits the experts into G "
+        "groups of num_experts / G consecutive ones, each scored by the sum of its two best "
+        "scores (aux_free bias included), and a token picks its top_k only in its "
+        "moe.topk_group best groups"),
+    ROW(T_INT, "moe.topk_group", topk_group, "0", 0, 64, 0,
+        "with moe.n_group: the groups each token may pick its experts from, 1 to n_group "
+        "(n_group: ordinary top-k); 0 = all"),
 
     ROW(T_INT, "train.batch", batch, "16", 1, 1 << 20, 0, "B: sequences per micro-batch"),
     ROW(T_INT, "train.accum", accum, "1", 1, 1 << 20, 0, "micro-batches per optimizer step"),

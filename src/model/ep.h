@@ -20,7 +20,9 @@
  * Bytes per block and direction: every routed row (S rows, padding rows of a padded plan
  * included) of C floats leaves for its expert's member unless that member is the process
  * itself, plus 2 El ints of counts per peer; the cost model in the handbook (chapter 3) and
- * tests/mpi check this.
+ * tests/mpi check this. A row goes per (token, expert), not per (token, member): a token whose
+ * experts share a member (as group-limited routing, moe.n_group, arranges) sends it one row
+ * for each of them, so grouping bounds the members a token reaches but not the bytes.
  */
 #ifndef MOE_DIST_EP_H
 #define MOE_DIST_EP_H

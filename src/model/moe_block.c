@@ -58,6 +58,9 @@ void moe_spec_from_config(MoeSpec *s, const Config *c, int seq_len) {
                    .router_precision = c->router_precision,
                    .balance_scope = c->balance_scope,
                    .balance_groups = c->balance_groups,
+                   .n_group = c->n_group,
+                   /* 0: every group, the ordinary top-k */
+                   .topk_group = c->topk_group > 0 ? c->topk_group : c->n_group,
                    .seq_len = seq_len};
 }
 

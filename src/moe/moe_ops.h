@@ -96,6 +96,10 @@ typedef struct {
     int router_precision;       /* MOE_ROUTER_*: fp32, or a bf16 router emulated (moe_block.c) */
     int balance_scope;          /* MOE_SCOPE_*: the aux loss's f over the micro-batch or the step */
     int balance_groups;         /* 0: balance each expert; G: G groups of E / G experts */
+    /* group-limited routing (DeepSeek-V3): 0, or n_group groups of E / n_group consecutive
+     * experts, of which each token keeps its topk_group best (1..n_group) for its top-k */
+    int n_group;
+    int topk_group;
     int seq_len; /* the T the buffers are sized for (moe_slots_max, moe_work_bytes): the
                     longest sequence a call may bring */
 } MoeSpec;
@@ -131,7 +135,7 @@ typedef struct {
 } MoeCtx;
 
 /* The defaults of the method fields: softmax scores (not topk_before_softmax), the Switch aux
- * loss, route_scale 1, token choice (ec_capacity 1), dropless (capacity_factor 0, min_capacity
+ * loss, route_scale 1, token choice (ec_capacity 1) without routing groups, dropless (capacity_factor 0, min_capacity
  * 4, eval_capacity_factor -1, no padding, no random second expert). The sizes, norm_topk, the
  * coefficients, jitter, noise and seq_len are left as they are. */
 void moe_spec_defaults(MoeSpec *s);
@@ -171,7 +175,11 @@ void router_scores_forward(float *scores, float *lse, const float *logits, int N
 
 /* Top-k choice and gate weights, every mode: idx (N, K) the K largest of key = scores + bias
  * (logits + bias when s->topk_before_softmax), in descending key order, ties to the lower index;
- * bias (E) may be NULL (aux-free balancing: it moves the choice, never the weights).
+ * bias (E) may be NULL (aux-free balancing: it moves the choice, never the weights). With
+ * s->n_group = G >= 2 (DeepSeek-V3's group-limited routing) the K come from the token's
+ * s->topk_group best of G groups of E / G consecutive experts, a group scored by the sum of its
+ * two largest keys (ties to the lower group); topk_group = G is the ordinary top-k, bit for bit.
+ * The weights are computed from the chosen experts as without groups.
  * w (N, K) = route_scale * the chosen scores (renormalised to sum 1 over the K when
  * norm_topk), or route_scale * softmax over the K chosen logits when topk_before_softmax.
  * logits (N, E) is read only when topk_before_softmax. */

@@ -3,7 +3,8 @@
  *
  *   logits l (N, E) --scores--> softmax p = softmax(l)          (moe.score=softmax)
  *                               or sigmoid s_e = 1/(1 + e^-l_e) (moe.score=sigmoid, DeepSeek-V3)
- *   --top-k on scores + bias--> idx (N, K)      (bias: aux-free balancing, router_balance.c)
+ *   --top-k on scores + bias--> idx (N, K)      (bias: aux-free balancing, router_balance.c;
+ *                                                with moe.n_group, in the token's best groups)
  *   --gate weights--> w (N, K) = route_scale * g_k with
  *     g_k = score_{i_k}                                   (norm_topk = 0)
  *     g_k = score_{i_k} / sum_j score_{i_j}               (norm_topk = 1)
@@ -53,6 +54,8 @@ void moe_spec_defaults(MoeSpec *s) {
     s->router_precision = MOE_ROUTER_FP32;
     s->balance_scope = MOE_SCOPE_MICRO;
     s->balance_groups = 0;
+    s->n_group = 0;
+    s->topk_group = 0;
 }
 
 void moe_ctx_train(MoeCtx *x, const MoeSpec *s, int T, Rng *rng) {
@@ -136,12 +139,14 @@ void router_gate_weights(float *w, const int *idx, const float *scores, const fl
 void router_gate_forward(int *idx, float *w, const float *scores, const float *logits,
                          const float *bias, int N, const MoeSpec *s) {
     /* idx (N, K), w (N, K), scores (N, E), logits (N, E) (topk_before_softmax), bias (E) or
-     * NULL: the top-k of each row (router_row.h: ties to the lower expert) */
+     * NULL: the top-k of each row, in its best groups with moe.n_group (router_row.h: ties to
+     * the lower group and the lower expert) */
     const int E = s->num_experts, K = s->top_k;
 #pragma omp parallel for
     for (int n = 0; n < N; n++)
-        router_topk_row(idx + (size_t)n * K,
-                        (s->topk_before_softmax ? logits : scores) + (size_t)n * E, bias, E, K);
+        router_group_topk_row(idx + (size_t)n * K,
+                              (s->topk_before_softmax ? logits : scores) + (size_t)n * E, bias, E,
+                              K, s->n_group, s->topk_group);
     router_gate_weights(w, idx, scores, logits, N, s);
 }
 

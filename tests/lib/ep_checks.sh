@@ -16,6 +16,10 @@
 #      process sent and received are the cost model's, row by row:
 #        2 C 4 (rows_out_remote + rows_in_remote) + 2 El 4 (P - 1)
 #      (rows out and back, forward and backward, 4-byte floats; El counts of 2 ints per peer)
+#      with group-limited routing (moe.n_group=2, moe.topk_group=1, dist.ep=2: a group is one
+#      process's experts) the one-process curve again, every token's two experts in one group
+#      (the one-process run's recorded routing), each process's remote rows in dist.csv 2 x
+#      its tokens routed to the other's group, and the same bytes formula
 #   3. a checkpoint written at dist.ep = 4 resumes in one process and at dist.ep = 2 and the
 #      continued steps equal the one-process run's; the checkpoint evaluates in one process
 #   4. bad input: dist.ep not dividing the processes, or a batch that does not split, exits 2
@@ -149,6 +153,48 @@ for coll in $engines; do
         END { exit !(rows == 6 * 4 * 3 && bad == 0 && out == inn && moved > 0) }' "$d"
     check "[$coll] dist.csv: 72 rows; bytes sent and received = 2 C 4 (rows out + rows in) + 2 El 4 (P - 1), rows out = rows in over the group" \
         $? "$(head -n 5 "$d")"
+
+    # group-limited routing (moe.n_group=2, moe.topk_group=1: a token's two experts from one
+    # group of two, and at dist.ep=2 a group is one process's experts): one process's curve;
+    # its recorded routing keeps every token in one group; and each process's rows_out_remote
+    # in dist.csv is, step by step and block by block, 2 x its tokens whose group the other
+    # process holds, counted from that recording (rank r trains tokens [64 r, 64 r + 64) of
+    # the 128): so in the run over two processes too, each token's rows went to one process.
+    # The exchange sends a row per (token, expert), so the bytes stay 2 C 4 a row
+    gsets=(--set moe.score=sigmoid --set moe.balance=aux_free --set moe.bias_rate=0.05
+           --set moe.n_group=2 --set moe.topk_group=1)
+    rm -f "$tmp/groups.route"
+    run one-groups 1 "${gsets[@]}" --record-routing "$tmp/groups.route"
+    check "[$coll] groups: one process trains and records its routing" $? \
+        "$(tail -n 3 "$tmp/one-groups.log")"
+    run groups-np2-ep2 2 --set dist.ep=2 "${gsets[@]}"
+    rc=$?
+    same_curves "$tmp/one-groups" "$tmp/groups-np2-ep2"
+    check "[$coll] groups: 2 processes, dist.ep=2: every step's loss, aux, z, grad norm, val loss = one process's" \
+        $? "exit $rc: $(tail -n 3 "$tmp/groups-np2-ep2.log")"
+    od -An -v -t d4 -j 32 "$tmp/groups.route" | tr -s ' ' '\n' | sed '/^$/d' |
+        awk -v N=128 -v K=2 '{ i = NR - 1; call = int(i / (N * K)); n = int((i % (N * K)) / K)
+                                r = int(n / 64); key = (int(call / 2) + 1) "," (call % 2) "," r
+                                if (int($1 / 2) != r) remote[key]++
+                                if (i % K == 0) first = $1; else if (int(first / 2) != int($1 / 2)) split_ = 1 }
+                              END { if (split_ || NR != 6 * 2 * N * K) exit 1
+                                    for (k in remote) print k "," remote[k] }' > "$tmp/groups.want"
+    recorded=$?
+    awk -F, 'NR == FNR { want[$1 "," $2 "," $3] = $4; next }
+             FNR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+             $2 >= 0 { rows++; k = $1 "," $2 "," $3; if ($c["rows_out_remote"] != want[k] + 0) bad++
+                       if ($c["rows_out_remote"] > 0) moved++ }
+             END { exit !(rows == 6 * 2 * 2 && bad == 0 && moved > 0) }' \
+        "$tmp/groups.want" "$tmp/groups-np2-ep2/dist.csv"
+    [ $? -eq 0 ] && [ $recorded -eq 0 ]
+    check "[$coll] groups: every token's experts in one group, and each process's remote rows (dist.csv) = 2 x its tokens routed to the other's group" \
+        $? "$(head -n 4 "$tmp/groups.want") / $(sed -n 2,4p "$tmp/groups-np2-ep2/dist.csv")"
+    awk -F, -v C=32 -v El=2 -v P=2 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+        $2 >= 0 { want = 2 * C * 4 * ($c["rows_out_remote"] + $c["rows_in_remote"]) + 2 * El * 4 * (P - 1)
+                  if ($c["bytes_sent"] != want || $c["bytes_recv"] != want) bad++ }
+        END { exit bad > 0 }' "$tmp/groups-np2-ep2/dist.csv"
+    check "[$coll] groups: dist.csv bytes = 2 C 4 (rows out + rows in) + 2 El 4 (P - 1), a row per (token, expert)" \
+        $? "$(head -n 5 "$tmp/groups-np2-ep2/dist.csv")"
 
     # ---- 3. checkpoints independent of the process count ----------------------------------
     echo "$test_name: checkpoints"

@@ -74,21 +74,21 @@ void cuda_router_scores_forward(const Backend *be, float *scores, float *lse, co
 
 static __global__ void __launch_bounds__(KMOE_THREADS)
     k_gate(int *idx, float *w, const float *scores, const float *logits, const float *bias, int N,
-           int E, int K, int topk_first, int norm_topk, float rs) {
+           int E, int K, int G, int KG, int topk_first, int norm_topk, float rs) {
     int n = blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
     /* the logits row only exists for topk_first (the caller may pass NULL otherwise) */
     router_gate_row(idx + (size_t)n * K, w + (size_t)n * K, scores + (size_t)n * E,
-                    topk_first ? logits + (size_t)n * E : NULL, bias, E, K, topk_first, norm_topk,
-                    rs);
+                    topk_first ? logits + (size_t)n * E : NULL, bias, E, K, G, KG, topk_first,
+                    norm_topk, rs);
 }
 
 void cuda_router_gate_forward(const Backend *be, int *idx, float *w, const float *scores,
                               const float *logits, const float *bias, int N, const MoeSpec *s) {
     if (N <= 0) return;
     k_gate<<<kmoe_grid((size_t)N), KMOE_THREADS, 0, cuda_stream(be)>>>(
-        idx, w, scores, logits, bias, N, s->num_experts, s->top_k, s->topk_before_softmax,
-        s->norm_topk, s->route_scale);
+        idx, w, scores, logits, bias, N, s->num_experts, s->top_k, s->n_group, s->topk_group,
+        s->topk_before_softmax, s->norm_topk, s->route_scale);
     CUDA_LAUNCHED();
 }
 
