@@ -61,8 +61,9 @@ enum { PLAN_QKNORM_NONE, PLAN_QKNORM_HEAD, PLAN_QKNORM_FULL };
 typedef struct {
     /* The keys the engine has, in its own Config, with its names and types, read and checked
      * through its table (config/keys.c, config_set): model.d_model, model.n_layer,
-     * model.n_head, model.d_ff, model.seq_len, model.norm, moe.num_experts, moe.top_k,
-     * moe.d_expert (0: model.d_ff), moe.num_shared, moe.first_dense, moe.every. A model not
+     * model.n_head, model.d_ff, model.seq_len, model.norm, model.tied, moe.num_experts,
+     * moe.top_k, moe.d_expert (0: model.d_ff), moe.num_shared, moe.first_dense, moe.every. A
+     * model not
      * given has them at 0 (dense, every 1). With --config it is the whole config, whose
      * exact memory the moe.c engine plans. */
     Config c;
@@ -70,7 +71,7 @@ typedef struct {
      * named as it will name them: */
     double vocab; /* the engine's is MOE_VOCAB */
     double kv_heads, head_dim;
-    int attention, qk_norm, tied;
+    int attention, qk_norm;
     double q_rank, kv_rank, rope_dim, nope_dim, v_dim; /* latent attention (MLA) */
 } PlanModel;
 

@@ -41,9 +41,9 @@ typedef struct {
 /* The keys the engine has: read through its own rows (config/keys.c) into PlanModel.c, listed
  * first by --keys, in this order. */
 static const char *const ENGINE_KEYS[] = {
-    "model.d_model",   "model.n_layer",   "model.n_head", "model.d_ff",   "model.seq_len",
-    "model.norm",      "moe.num_experts", "moe.top_k",    "moe.d_expert", "moe.num_shared",
-    "moe.first_dense", "moe.every",       "train.accum"};
+    "model.d_model",  "model.n_layer",   "model.n_head",    "model.d_ff", "model.seq_len",
+    "model.norm",     "model.tied",      "moe.num_experts", "moe.top_k",  "moe.d_expert",
+    "moe.num_shared", "moe.first_dense", "moe.every",       "train.accum"};
 #define N_ENGINE_KEYS ((int)(sizeof ENGINE_KEYS / sizeof ENGINE_KEYS[0]))
 
 /* The planner's former names of keys the engine has under its own: refused with the new one. */
@@ -69,8 +69,8 @@ static const struct {
 static const PlanKey KEYS[] = {
     /* ---- the planner's own model keys: what the engine does not have yet (a vocabulary of
      * its own, grouped key-value heads, a head width apart from d_model / n_head, latent
-     * attention, norms on queries and keys, a tied head), named as it will name them. When
-     * the engine gains one, its row moves to config/keys.c and its name to ENGINE_KEYS. -- */
+     * attention, norms on queries and keys), named as it will name them. When the engine
+     * gains one, its row moves to config/keys.c and its name to ENGINE_KEYS. ------------ */
     {"model.vocab", K_NUM, M(vocab), 1, PLAN_MAX_TOKENS, 1, 0, 0, "V: vocabulary size", 0, W_COUNT},
     {"model.kv_heads", K_NUM, M(kv_heads), 0, PLAN_MAX_HEADS, 1, 0, 0,
      "key-value heads (grouped-query attention); 0: as many as query heads", 0, W_COUNT},
@@ -80,8 +80,6 @@ static const PlanKey KEYS[] = {
      "multi-head (with grouped key-value heads), or multi-head latent attention (mla.*)", 0, NULL},
     {"model.qk_norm", K_CHOICE, M(qk_norm), 0, 0, 0, "none|head|full", 0,
      "a norm on queries and keys: none, a gain per head dimension, or over the whole width", 0,
-     NULL},
-    {"model.tied", K_INT, M(tied), 0, 1, 0, 0, 0, "1: the head is the embedding's transpose", 0,
      NULL},
     {"mla.q_rank", K_NUM, M(q_rank), 0, PLAN_MAX_WIDTH, 1, 0, 0,
      "latent attention: queries' rank; 0: none", 0, W_COUNT},
