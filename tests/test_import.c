@@ -5,7 +5,8 @@
  *     expert) written by model_export (`moe export`) come back bit-identical, checksum
  *     verified, with the evaluation settings of the file, and give the same loss on a fixed
  *     batch; an aux_free model's router biases come back too (and the loss depends on them);
- *   - import_config recovers every shape setting from the tensors alone (no metadata), takes
+ *   - import_config recovers every shape setting from the tensors alone (no metadata; a file
+ *     without a head tensor is a tied model, model.tied), takes
  *     model.n_head from the metadata or the caller, refuses each setting that changes the
  *     function when neither the file nor the caller states it (naming it and its --set), and
  *     refuses MoE layer patterns that moe.every / moe.first_dense cannot express;
@@ -212,6 +213,15 @@ START_TEST(test_config_from_shapes) {
     ck_assert_int_eq(c.num_shared, 1);
     ck_assert_int_eq(c.every, 2);
     ck_assert_int_eq(c.first_dense, 1);
+    ck_assert_int_eq(c.tied, 0); /* a head tensor: its own head, whatever the caller said */
+    Config claims_tied;
+    config_defaults(&claims_tied);
+    set(&claims_tied, "model.n_head=4");
+    set(&claims_tied, "model.tied=1");
+    const int claimed =
+        import_config(&claims_tied, &st, MOE_GIVEN "model.n_head=4\n", err, sizeof err);
+    ck_assert_msg(claimed == 0, "%s", err);
+    ck_assert_int_eq(claims_tied.tied, 0);
     /* a head count that does not divide d_model = 16 is refused, naming model.n_head */
     Config bad;
     config_defaults(&bad);
@@ -230,6 +240,22 @@ START_TEST(test_config_from_shapes) {
     ck_assert_msg(import_config(&c, &st, MOE_GIVEN, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(config_same_shape(&ca, &c, why, sizeof why), "%s", why);
     ck_assert_int_eq(c.top_k, 2);
+    safetensors_free(&st);
+    model_free(&a);
+
+    /* no head tensor: a tied model (model.tied), its logits from the embedding */
+    Config ct = small_config(1);
+    set(&ct, "model.tied=1");
+    model_init(&a, &ct, 2, 8);
+    export_model(&a, path, 0);
+    ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_ptr_null(safetensors_find(&st, "head"));
+    config_defaults(&c);
+    set(&c, "model.n_head=2");
+    ck_assert_msg(import_config(&c, &st, MOE_GIVEN "model.n_head=2\n", err, sizeof err) == 0, "%s",
+                  err);
+    ck_assert_int_eq(c.tied, 1);
+    ck_assert_msg(config_same_shape(&ct, &c, why, sizeof why), "%s", why);
     safetensors_free(&st);
     model_free(&a);
 

@@ -123,7 +123,8 @@ static char *config_json(const Config *c) {
             (double)c->rope_theta);
     fprintf(f, "  \"rope_parameters\": {\"rope_theta\": %.9g, \"rope_type\": \"default\"},\n",
             (double)c->rope_theta);
-    fprintf(f, "  \"attention_dropout\": 0.0,\n  \"tie_word_embeddings\": false,\n");
+    fprintf(f, "  \"attention_dropout\": 0.0,\n  \"tie_word_embeddings\": %s,\n",
+            c->tied ? "true" : "false"); /* tied: no lm_head.weight, the table has no head */
     fprintf(f, "  \"initializer_range\": %.9g,\n", (double)c->init_std);
     if (moe)
         fprintf(f,

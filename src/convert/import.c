@@ -218,8 +218,10 @@ static int infer_shapes(Config *c, const SafeTensors *st, char *err, int errlen)
                          "blocks under moe.c's names (`moe info` lists them)",
                          path);
     const char *from = "the tensor shapes";
+    /* a model without a head tensor computes its logits with the embedding (model.tied) */
     if (set_value(c, path, from, err, errlen, "model.d_model=%d", emb->shape[1]) ||
-        set_value(c, path, from, err, errlen, "model.n_layer=%d", L))
+        set_value(c, path, from, err, errlen, "model.n_layer=%d", L) ||
+        set_value(c, path, from, err, errlen, "model.tied=%d", !safetensors_find(st, "head")))
         return -1;
     int *is_moe = (int *)calloc_check((size_t)L, sizeof(int));
     for (int i = 0; i < st->n; i++) {
