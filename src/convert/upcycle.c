@@ -148,7 +148,8 @@ int upcycle_check(const Config *dense, const Config *moe, const UpcycleOptions *
     } shape[] = {{"model.d_model", offsetof(Config, d_model)},
                  {"model.n_layer", offsetof(Config, n_layer)},
                  {"model.n_head", offsetof(Config, n_head)},
-                 {"model.d_ff", offsetof(Config, d_ff)}};
+                 {"model.d_ff", offsetof(Config, d_ff)},
+                 {"model.tied", offsetof(Config, tied)}};
     for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++) {
         int a = *(const int *)((const char *)dense + shape[i].off);
         int b = *(const int *)((const char *)moe + shape[i].off);
