@@ -397,6 +397,7 @@ check "--resume without ckpt.bin, train.csv past the first checkpoint: exit 2 (n
 # ---- 11. a tied head ---------------------------------------------------------------------------
 echo "test_runs: a tied head (model.tied=1)"
 tied=("${tiny[@]}" --set model.tied=1 --set train.steps=8 --set train.eval_every=4 --set train.ckpt_every=0)
+out=""
 "$moe" train --out "$tmp/tied_ref" "${tied[@]}" > /dev/null 2>&1 &&
     "$moe" train --out "$tmp/tied" "${tied[@]}" --until 4 > /dev/null 2>&1 &&
     out=$("$moe" train --resume "$tmp/tied" --quiet 2>&1)
