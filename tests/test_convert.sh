@@ -134,7 +134,8 @@ check "a file without metadata: exit 2, names the settings it lacks and their --
 fn_set=(--set model.n_head=2 --set model.seq_len=32 --set model.rope_theta=10000 --set moe.top_k=2
         --set moe.norm_topk=1 --set moe.score=softmax --set moe.topk_before_softmax=0
         --set moe.route_scale=1 --set moe.balance=aux --set moe.routing=token_choice
-        --set moe.capacity_factor=0 --set moe.eval_capacity_factor=-1)
+        --set moe.capacity_factor=0 --set moe.eval_capacity_factor=-1 --set moe.n_group=0
+        --set moe.topk_group=0)
 out=$("$moe" import --from "$tmp/bare.safetensors" --out "$tmp/bare.bin" "${fn_set[@]}" 2>&1)
 rc=$?
 bare_val=$(val_of "$("$moe" eval --ckpt "$tmp/bare.bin" --batches 4 --set "data.val=$data/val.bin" \

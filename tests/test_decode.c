@@ -7,8 +7,9 @@
  *     order, give the same;
  *   - the model: three sequences decoded together from prompts of 1, 2 and 5 tokens to the
  *     end of the context, on every backend, for a dense model and MoE models of several
- *     kinds; the logits at every position the cache produced equal those of one full forward
- *     over each finished sequence; and a context restarted with a prefill equals a fresh one;
+ *     kinds (one with a tied head); the logits at every position the cache produced equal
+ *     those of one full forward over each finished sequence; and a context restarted with a
+ *     prefill equals a fresh one;
  *   - expert-choice routing is refused with a message that names the way out.
  */
 #include <string.h>
@@ -120,7 +121,8 @@ static Config model_config(int variant) {
         c.first_dense = 1;
         c.capacity_factor = 1.0f;
         break;
-    case 2: /* sigmoid scores, aux-free bias, a shared expert, sandwich norms */
+    case 2: /* sigmoid scores, aux-free bias, a shared expert, sandwich norms, a tied head */
+        c.tied = 1;
         c.score = MOE_SCORE_SIGMOID;
         c.balance = MOE_BALANCE_AUX_FREE;
         c.num_shared = 1;
@@ -204,7 +206,7 @@ static double decode_against_full(const Config *c, const Backend *be, const char
 }
 
 static const char *const VARIANTS[] = {"dense", "moe softmax top-2 (capacity in training)",
-                                       "moe sigmoid, aux-free bias, shared expert, sandwich",
+                                       "moe sigmoid, aux-free, shared, sandwich, tied head",
                                        "moe top-k before softmax, bf16 router",
                                        "moe, grouped-query heads of 6, qk-norm per head"};
 

@@ -5,7 +5,8 @@
  *
  *   - every bucket list covers the gradient buffer once, each bucket whole tensors of one
  *     block (or of the head side, or the embedding) and one group, in the backward's order:
- *     head and final norm, the blocks from the last, the embedding;
+ *     head and final norm, the blocks from the last, the embedding; with a tied head, the
+ *     embedding (the head's gradient with its own) once, over the world, last;
  *   - dist.bucket_mb = 0 gives a bucket per tensor; a large one merges every run of
  *     neighbouring tensors of a stage and group; a cap in between is never exceeded by a merge;
  *   - during the backward, stage s has started exactly the buckets of the stages up to s, at
@@ -18,8 +19,9 @@
 #include "model/grad_sync.h"
 #include "testutil.h"
 
-/* An MoE model with a dense first block and shared experts: every kind of tensor and group. */
-static void table(ParamTable *pt) {
+/* An MoE model with a dense first block and shared experts: every kind of tensor and group
+ * (tied: its head is the embedding, model.tied). */
+static void table_of(ParamTable *pt, int tied) {
     Config c;
     config_defaults(&c);
     const char *sets[] = {"model.n_layer=3", "model.d_model=16",  "model.n_head=2",
@@ -28,7 +30,12 @@ static void table(ParamTable *pt) {
     char err[256];
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
         ck_assert_msg(config_set(&c, sets[i], err, sizeof err) == 0, "%s: %s", sets[i], err);
+    c.tied = tied;
     params_table_build(pt, &c);
+}
+
+static void table(ParamTable *pt) {
+    table_of(pt, 0);
 }
 
 /* The tensors of bucket b: those inside its range, which must tile it exactly. */
@@ -92,6 +99,25 @@ START_TEST(test_buckets) {
 }
 END_TEST
 
+/* model.tied: the head's gradient is the embedding's, summed once with it, over the world, after
+ * the embedding's own part (the last stage); the head side holds the final norm alone */
+START_TEST(test_buckets_tied) {
+    ParamTable pt;
+    table_of(&pt, 1);
+    GradSync s;
+    grad_sync_init(&s, &pt, pt.total, &backend_cpu, 0);
+    check_buckets(&pt, &s, pt.total);
+    ck_assert_int_eq(s.n, 2 + 1 + 2 * 3); /* as untied: the head side is the final norm alone */
+    const ParamTensor *emb = &pt.t[params_find(&pt, "tok_emb")];
+    const GradBucket *last = &s.b[s.n - 1], *first = &s.b[0];
+    ck_assert(last->offset == emb->offset && last->numel == emb->numel);
+    ck_assert_int_eq(last->group, DIST_WORLD);
+    ck_assert_uint_eq(first->numel, (size_t)pt.t[params_find(&pt, "final_norm")].numel);
+    grad_sync_free(&s);
+    params_table_free(&pt);
+}
+END_TEST
+
 START_TEST(test_start_order) {
     ParamTable pt;
     table(&pt);
@@ -133,6 +159,7 @@ static Suite *grad_sync_suite(void) {
     Suite *s = suite_create("grad_sync");
     TCase *tc = tcase_create("buckets");
     tcase_add_test(tc, test_buckets);
+    tcase_add_test(tc, test_buckets_tied);
     tcase_add_test(tc, test_start_order);
     suite_add_tcase(s, tc);
     return s;

@@ -3,7 +3,8 @@
 # import --format hf; src/convert/hf.c, hf_read.c), with no Python package beyond the standard
 # library (the comparison with transformers itself is plots/hf/compare.sh, a developer tool).
 #
-#   1. round trip, an MoE (Mixtral) and a dense model (Llama): export --format hf, import
+#   1. round trip, an MoE (Mixtral), a dense model (Llama) and an MoE with a tied head
+#      (model.tied=1: tie_word_embeddings true, no lm_head.weight): export --format hf, import
 #      --format hf gives, bit for bit, the checkpoint that export and import in moe.c's own
 #      safetensors give; its tensors are the original's, byte for byte; the folder holds
 #      config.json (the architecture, the sizes, the key-value heads), model.safetensors with the
@@ -14,9 +15,10 @@
 #      from config.json alone, and the validation loss is the original's; also with the rotary
 #      base in rope_parameters only (transformers 5's config.json)
 #      and a Llama folder, imported and upcycled into 8 experts, keeps the dense model's loss
-#   3. a tied head (tie_word_embeddings, no lm_head): imported as a copy of the embedding, a note
-#      on stderr; with an lm_head.weight equal to the embedding the same checkpoint, with one
-#      that differs refused (exit 2)
+#   3. tie_word_embeddings false with an lm_head.weight gives an untied model; a tied head
+#      (tie_word_embeddings, no lm_head) a tied model (model.tied = 1, no head tensor, the
+#      embedding's bytes); with an lm_head.weight equal to the embedding the same checkpoint,
+#      with one that differs refused (exit 2)
 #   4. export refuses, exit 2, nothing written, naming the setting: sigmoid scores,
 #      unnormalised or scaled gates, aux-free biases, expert choice, shared experts, dense
 #      blocks among MoE ones, a capacity at evaluation, a bf16 router, sandwich norms; and a
@@ -139,9 +141,11 @@ py() { python3 "$tmp/st.py" "$@"; }
 echo "test_hf: round trip"
 train moe
 train dense --set moe.num_experts=0
-for kind in moe dense; do
-    arch=MixtralForCausalLM
+train moe-tied --set model.tied=1
+for kind in moe dense moe-tied; do
+    arch=MixtralForCausalLM tie=false head="an untied head"
     [ $kind = dense ] && arch=LlamaForCausalLM
+    [ $kind = moe-tied ] && tie=true head="a tied head"
     "$moe" export --ckpt "$tmp/$kind/ckpt.bin" --format hf --out "$tmp/hf-$kind" > "$tmp/out" 2>&1 &&
         "$moe" import --format hf --from "$tmp/hf-$kind" --out "$tmp/$kind-hf.bin" > "$tmp/out2" 2>&1 &&
         "$moe" export --ckpt "$tmp/$kind/ckpt.bin" --out "$tmp/$kind.st" > /dev/null 2>&1 &&
@@ -156,8 +160,8 @@ for kind in moe dense; do
     grep -q "\"architectures\": \[\"$arch\"\]" "$tmp/hf-$kind/config.json" &&
         grep -q '"vocab_size": 256,' "$tmp/hf-$kind/config.json" &&
         grep -q '"num_key_value_heads": 4,' "$tmp/hf-$kind/config.json" &&
-        grep -q '"tie_word_embeddings": false,' "$tmp/hf-$kind/config.json"
-    check "$kind: config.json says $arch, 256 bytes, 4 key-value heads, an untied head" $? \
+        grep -q "\"tie_word_embeddings\": $tie," "$tmp/hf-$kind/config.json"
+    check "$kind: config.json says $arch, 256 bytes, 4 key-value heads, $head" $? \
         "$(head -n 12 "$tmp/hf-$kind/config.json")"
     got=$(py tokenizer "$tmp/hf-$kind/tokenizer.json" 2>&1)
     [ "$got" = ok ]
@@ -169,6 +173,12 @@ grep -qx 'model.layers.1.block_sparse_moe.experts.7.w2.weight' <<< "$names" &&
     grep -qx 'lm_head.weight' <<< "$names" && [ "$(wc -l <<< "$names")" -eq $((3 + 2 * (2 + 4 + 1 + 3 * 8))) ]
 check "the MoE's tensors under Hugging Face names: 3 + 2 x (2 norms, 4 attention, router, 24 experts)" \
     $? "$(head -n 5 <<< "$names")"
+names=$(py names "$tmp/hf-moe-tied/model.safetensors")
+"$moe" info --ckpt "$tmp/moe-tied-hf.bin" > "$tmp/info" 2>&1
+! grep -qx 'lm_head.weight' <<< "$names" && [ "$(wc -l <<< "$names")" -eq $((2 + 2 * (2 + 4 + 1 + 3 * 8))) ] &&
+    grep -qx 'model.tied = 1' "$tmp/info" && ! grep -q '^head ' "$tmp/info"
+check "a tied MoE: no lm_head.weight written, and imported back as a tied model (model.tied = 1, no head)" \
+    $? "$(grep -c . <<< "$names") tensors; $(grep -e tied -e '^head' "$tmp/info")"
 got=$(py rope "$tmp/moe.st" "$tmp/hf-moe/model.safetensors" 32 4 2>&1)
 [ "$got" = ok ]
 check "queries' rows permuted from pairs (2i, 2i+1) to (i, i + D/2); values and experts as they are" $? "$got"
@@ -232,22 +242,30 @@ check "a Llama folder imported and upcycled (moe.num_experts=8): the dense model
     "$(cat "$tmp/out")"
 
 # ---- 3. a tied head ---------------------------------------------------------------------
+"$moe" info --ckpt "$tmp/bare-dense.bin" > "$tmp/info" 2>&1
+grep -qx 'model.tied = 0' "$tmp/info" && grep -q '^head  *256 x 32 ' "$tmp/info"
+check "tie_word_embeddings false with an lm_head.weight: an untied model (model.tied = 0, its head)" $? \
+    "$(grep -e tied -e '^head' "$tmp/info")"
 cp -r "$tmp/bare-dense" "$tmp/tied"
 py edit "$tmp/tied/config.json" tie_word_embeddings true
 py drop "$tmp/tied/model.safetensors" lm_head.weight
 "$moe" import --format hf --from "$tmp/tied" --out "$tmp/tied.bin" > "$tmp/out" 2>&1
 rc=$?
 "$moe" export --ckpt "$tmp/tied.bin" --out "$tmp/tied.st" > /dev/null 2>&1
-same=$(python3 - "$tmp/tied.st" << 'PY'
+"$moe" info --ckpt "$tmp/tied.bin" > "$tmp/info" 2>&1
+same=$(python3 - "$tmp/tied.st" "$tmp/tied/model.safetensors" << 'PY'
 import json, struct, sys
-f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); d = f.read()
-t = lambda k: d[h[k]["data_offsets"][0]:h[k]["data_offsets"][1]]
-print(t("head") == t("tok_emb"))
+def read(path):
+    f = open(path, "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); d = f.read()
+    return h, lambda k: d[h[k]["data_offsets"][0]:h[k]["data_offsets"][1]]
+h, t = read(sys.argv[1])
+hf, thf = read(sys.argv[2])
+print("head" not in h and t("tok_emb") == thf("model.embed_tokens.weight"))
 PY
 )
-[ $rc -eq 0 ] && [ "$same" = True ] && grep -q "ties its head to its embedding" "$tmp/out"
-check "a tied head (no lm_head) is imported as a copy of the embedding, with a note" $? \
-    "status $rc: $(cat "$tmp/out")"
+[ $rc -eq 0 ] && [ "$same" = True ] && grep -qx 'model.tied = 1' "$tmp/info"
+check "a tied head (no lm_head) is imported as a tied model: model.tied = 1, no head, the embedding's bytes" $? \
+    "status $rc: $same $(cat "$tmp/out") $(grep tied "$tmp/info")"
 # tied, and an lm_head.weight as well: transformers computes with the embedding, so the file's
 # lm_head.weight is taken when it is the embedding, and refused when it differs
 cp -r "$tmp/bare-dense" "$tmp/tied-same"
@@ -291,6 +309,8 @@ refuse_export "a dense block first" "moe.first_dense" --set moe.first_dense=1
 refuse_export "a capacity at evaluation" "moe.capacity_factor" --set moe.capacity_factor=1.25
 refuse_export "a bf16 router" "moe.router_precision" --set moe.router_precision=bf16
 refuse_export "sandwich norms" "model.norm=sandwich" --set model.norm=sandwich --set moe.num_experts=0
+refuse_export "norms on queries and keys" "model.qk_norm=head" --set model.qk_norm=head
+refuse_export "group-limited routing" "moe.n_group" --set moe.n_group=2 --set moe.topk_group=1
 before=$(cksum < "$tmp/hf-moe/model.safetensors")
 "$moe" export --ckpt "$tmp/dense/ckpt.bin" --format hf --out "$tmp/hf-moe" > "$tmp/out" 2>&1
 rc=$?
@@ -338,6 +358,9 @@ refuse_import "a layer more than the weights" "has no tensor 'model.layers.2" nu
 refuse_import "a layer less than the weights" "has a tensor 'model.layers.1" num_hidden_layers 1
 cp -r "$tmp/hf-moe" "$tmp/case"
 refuse_import "moe_c_config against config.json" "disagree" max_position_embeddings 64
+cp -r "$tmp/hf-moe-tied" "$tmp/case"
+refuse_import "a tied moe_c_config against tie_word_embeddings false" "disagree" \
+    tie_word_embeddings false
 cp -r "$tmp/hf-moe" "$tmp/case"
 refuse_import "a moe_c_config that is a number" '"moe_c_config" is a number; it must be a string' \
     moe_c_config 42

@@ -5,7 +5,8 @@
  *     expert) written by model_export (`moe export`) come back bit-identical, checksum
  *     verified, with the evaluation settings of the file, and give the same loss on a fixed
  *     batch; an aux_free model's router biases come back too (and the loss depends on them);
- *   - import_config recovers every shape setting from the tensors alone (no metadata), takes
+ *   - import_config recovers every shape setting from the tensors alone (no metadata; a file
+ *     without a head tensor is a tied model, model.tied), takes
  *     model.n_head from the metadata or the caller, refuses each setting that changes the
  *     function when neither the file nor the caller states it (naming it and its --set), and
  *     refuses MoE layer patterns that moe.every / moe.first_dense cannot express;
@@ -64,7 +65,8 @@ enum { META_BARE = 1, META_CONFIG = 2 };
 #define MOE_GIVEN                                                                                  \
     "model.seq_len=8\nmodel.rope_theta=10000\nmoe.top_k=2\nmoe.norm_topk=1\n"                      \
     "moe.score=softmax\nmoe.topk_before_softmax=0\nmoe.route_scale=1\nmoe.balance=aux\n"           \
-    "moe.routing=token_choice\nmoe.capacity_factor=0\nmoe.eval_capacity_factor=-1\n"
+    "moe.routing=token_choice\nmoe.capacity_factor=0\nmoe.eval_capacity_factor=-1\n"               \
+    "moe.n_group=0\nmoe.topk_group=0\n"
 
 /* The parameters of m as `moe export` names them, leaving out the tensor named skip. Returns
  * the count; e has room for one more entry. */
@@ -184,6 +186,45 @@ END_TEST
 
 /* ---- settings from shapes alone ------------------------------------------------------------- */
 
+/* The attention's heads from the shapes, n_head given: grouped key-value heads of their own
+ * width with a gain over each head (or over the projection, or none), and the defaults as 0. */
+START_TEST(test_heads_from_shapes) {
+    static const struct {
+        const char *kv, *dim, *norm;
+        int want_kv, want_dim, want_norm;
+    } CASES[] = {
+        {"model.kv_heads=2", "model.head_dim=6", "model.qk_norm=head", 2, 6, MOE_QK_NORM_HEAD},
+        {"model.kv_heads=1", "model.head_dim=0", "model.qk_norm=full", 1, 0, MOE_QK_NORM_FULL},
+        {"model.kv_heads=4", "model.head_dim=0", "model.qk_norm=none", 0, 0, MOE_QK_NORM_NONE},
+    };
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        Config ca = small_config(0);
+        set(&ca, "model.n_head=4");
+        set(&ca, CASES[i].kv), set(&ca, CASES[i].dim), set(&ca, CASES[i].norm);
+        Model a;
+        model_init(&a, &ca, 2, 8);
+        const char *path = tmp_path("heads.safetensors");
+        export_model(&a, path, 0);
+        model_free(&a);
+        SafeTensors st;
+        ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
+        Config c;
+        config_defaults(&c);
+        set(&c, "model.n_head=4");
+        ck_assert_msg(import_config(&c, &st, MOE_GIVEN "model.n_head=4\n", err, sizeof err) == 0,
+                      "%s", err);
+        ck_assert_int_eq(c.kv_heads, CASES[i].want_kv);
+        ck_assert_int_eq(c.head_dim, CASES[i].want_dim);
+        ck_assert_int_eq(c.qk_norm, CASES[i].want_norm);
+        Model b;
+        model_init(&b, &c, 2, 8);
+        ck_assert_msg(import_weights(&b, &st, err, sizeof err) == 0, "%s", err);
+        model_free(&b);
+        safetensors_free(&st);
+    }
+}
+END_TEST
+
 START_TEST(test_config_from_shapes) {
     Config ca = small_config(1);
     Model a;
@@ -212,6 +253,15 @@ START_TEST(test_config_from_shapes) {
     ck_assert_int_eq(c.num_shared, 1);
     ck_assert_int_eq(c.every, 2);
     ck_assert_int_eq(c.first_dense, 1);
+    ck_assert_int_eq(c.tied, 0); /* a head tensor: its own head, whatever the caller said */
+    Config claims_tied;
+    config_defaults(&claims_tied);
+    set(&claims_tied, "model.n_head=4");
+    set(&claims_tied, "model.tied=1");
+    const int claimed =
+        import_config(&claims_tied, &st, MOE_GIVEN "model.n_head=4\n", err, sizeof err);
+    ck_assert_msg(claimed == 0, "%s", err);
+    ck_assert_int_eq(claims_tied.tied, 0);
     /* a head count that does not divide d_model = 16 is refused, naming model.n_head */
     Config bad;
     config_defaults(&bad);
@@ -230,6 +280,22 @@ START_TEST(test_config_from_shapes) {
     ck_assert_msg(import_config(&c, &st, MOE_GIVEN, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(config_same_shape(&ca, &c, why, sizeof why), "%s", why);
     ck_assert_int_eq(c.top_k, 2);
+    safetensors_free(&st);
+    model_free(&a);
+
+    /* no head tensor: a tied model (model.tied), its logits from the embedding */
+    Config ct = small_config(1);
+    set(&ct, "model.tied=1");
+    model_init(&a, &ct, 2, 8);
+    export_model(&a, path, 0);
+    ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_ptr_null(safetensors_find(&st, "head"));
+    config_defaults(&c);
+    set(&c, "model.n_head=2");
+    ck_assert_msg(import_config(&c, &st, MOE_GIVEN "model.n_head=2\n", err, sizeof err) == 0, "%s",
+                  err);
+    ck_assert_int_eq(c.tied, 1);
+    ck_assert_msg(config_same_shape(&ct, &c, why, sizeof why), "%s", why);
     safetensors_free(&st);
     model_free(&a);
 
@@ -256,21 +322,12 @@ END_TEST
  * bare keys), is refused by name with the --set that supplies it; given by the caller it is
  * accepted. A capacity-bound expert-choice model needs its extra keys too. */
 START_TEST(test_config_function_keys) {
-    static const char *const keys[] = {"model.n_head",
-                                       "model.seq_len",
-                                       "model.rope_theta",
-                                       "moe.top_k",
-                                       "moe.norm_topk",
-                                       "moe.score",
-                                       "moe.topk_before_softmax",
-                                       "moe.route_scale",
-                                       "moe.balance",
-                                       "moe.routing",
-                                       "moe.capacity_factor",
-                                       "moe.eval_capacity_factor",
-                                       "moe.capacity_scope",
-                                       "moe.min_capacity",
-                                       "moe.drop_policy"};
+    static const char *const keys[] = {
+        "model.n_head",   "model.seq_len",  "model.rope_theta",        "moe.top_k",
+        "moe.norm_topk",  "moe.score",      "moe.topk_before_softmax", "moe.route_scale",
+        "moe.balance",    "moe.routing",    "moe.capacity_factor",     "moe.eval_capacity_factor",
+        "moe.n_group",    "moe.topk_group", "moe.capacity_scope",      "moe.min_capacity",
+        "moe.drop_policy"};
     Config ca = small_config(1);
     set(&ca, "moe.capacity_factor=1.25"); /* so the capacity keys apply */
     Model a;
@@ -484,6 +541,7 @@ Suite *import_suite(void) {
     tcase_add_test(tc, test_round_trip_dense);
     tcase_add_test(tc, test_round_trip_moe);
     tcase_add_test(tc, test_config_from_shapes);
+    tcase_add_test(tc, test_heads_from_shapes);
     tcase_add_test(tc, test_config_function_keys);
     tcase_add_test(tc, test_router_bias_round_trip);
     tcase_add_test(tc, test_config_pattern_refused);

@@ -2,10 +2,10 @@
  * test_memory.c: the table of activations and scratch (acts.h), its arena, and the analytical
  * memory formula (memory.c) that sums it.
  *
- *   - for dense, all-MoE and mixed models (first_dense, every) and several B x T, model_init
- *     allocates from its backend exactly the four parameter-shaped buffers, the arena of its
- *     table and the ops' workspace (Model.state.work_bytes): 4 * total_words + pad_bytes of the
- *     formula plus the workspace, so no buffer is allocated outside the table;
+ *   - for dense, all-MoE and mixed models (first_dense, every; a tied head) and several B x T,
+ *     model_init allocates from its backend exactly the four parameter-shaped buffers, the
+ *     arena of its table and the ops' workspace (Model.state.work_bytes): 4 * total_words +
+ *     pad_bytes of the formula plus the workspace, so no buffer is allocated outside the table;
  *   - the arena: every entry starts at a multiple of ACTS_ALIGN, after the end of the one
  *     before, with less than ACTS_ALIGN bytes of padding between them and at the end (the
  *     entries do not overlap and cover it), each field points at its entry, names are unique,
@@ -18,8 +18,9 @@
  *   - the formula's categories for a dense and an MoE model match a count done by hand;
  *   - a block's own arena (moe_acts_alloc, with an expert exchange of two members) holds the
  *     expert exchange's buffers, counted by hand;
- *   - the breakdown is consistent: parameters equal the parameter table's count, gradients
- *     P, moments 2P, the fields add up to the total;
+ *   - the breakdown is consistent: parameters equal the parameter table's count (with a tied
+ *     head, the untied model's less the head's V C), gradients P, moments 2P, the fields add
+ *     up to the total;
  *   - the integer words of one small MoE model match a count done by hand, for token choice and for
  * expert choice (every (token, expert) pair a candidate, E * cap slots) and for a padded capacity
  * plan (E * cap slot rows);
@@ -49,6 +50,7 @@ typedef struct {
     float capacity_factor;
     int padded, cap_scope;
     float eval_capacity_factor; /* 0 here: leave the default (-1, the training factor) */
+    int tied;                   /* model.tied: no head tensor */
 } Shape;
 
 static Config shape_config(const Shape *s) {
@@ -76,11 +78,12 @@ static Config shape_config(const Shape *s) {
     c.padded = s->padded;
     c.capacity_scope = s->cap_scope;
     if (s->eval_capacity_factor > 0.0f) c.eval_capacity_factor = s->eval_capacity_factor;
+    c.tied = s->tied;
     return c;
 }
 
-/* the capacity fields of a dropless shape */
-#define DROPLESS 0.0f, 0, MOE_CAP_BATCH, 0.0f
+/* the capacity fields of a dropless shape, and an untied head */
+#define DROPLESS 0.0f, 0, MOE_CAP_BATCH, 0.0f, 0
 
 static const Shape SHAPES[] = {
     {"dense", 0, 2, 0, 0, 1, 2, 8, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f, DROPLESS},
@@ -99,12 +102,14 @@ static const Shape SHAPES[] = {
      1.5f, DROPLESS},
     /* cap = 16 per expert: E cap = 64 padded rows for N K = 32 assignments */
     {"padded capacity 2", 4, 2, 12, 1, 1, 2, 8, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f, 2.0f, 1,
-     MOE_CAP_BATCH, 0.0f},
+     MOE_CAP_BATCH, 0.0f, 0},
     /* training: 2 sequences x cap 4 (min_capacity) = N K; evaluation at 3: 2 x 8 per expert */
     {"padded per sequence, eval factor 3", 4, 2, 12, 0, 1, 2, 8, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE,
-     0.0f, 0.5f, 1, MOE_CAP_SEQUENCE, 3.0f},
+     0.0f, 0.5f, 1, MOE_CAP_SEQUENCE, 3.0f, 0},
     {"capacity 1.25 unpadded", 4, 2, 12, 0, 1, 2, 8, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f, 1.25f,
-     0, MOE_CAP_BATCH, 0.0f},
+     0, MOE_CAP_BATCH, 0.0f, 0},
+    {"tied head", 4, 2, 12, 1, 1, 2, 8, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f, 0.0f, 0,
+     MOE_CAP_BATCH, 0.0f, 1},
 };
 
 START_TEST(test_formula_matches_allocation) {
@@ -391,6 +396,14 @@ START_TEST(test_breakdown_consistent) {
     params_table_build(&pt, &c);
     ck_assert_uint_eq(mb.params, params_count_total(&pt));
     params_table_free(&pt);
+    if (c.tied) {
+        Config untied = c;
+        untied.tied = 0;
+        MemoryBreakdown u;
+        model_memory_floats(&untied, s->B, s->T, &u);
+        ck_assert_uint_eq(mb.params, u.params - (size_t)MOE_VOCAB * c.d_model);
+        ck_assert_uint_eq(mb.acts_head, u.acts_head); /* the logits are computed all the same */
+    }
     ck_assert_uint_eq(mb.grads, mb.params);
     ck_assert_uint_eq(mb.adam, 2 * mb.params);
     ck_assert_uint_eq(mb.floats, total);

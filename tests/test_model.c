@@ -7,6 +7,9 @@
  *   - gradient accumulation: two half-batches accumulate to the full batch's gradient;
  *   - checkpoints: save + load restores the state exactly; a model of another shape is
  *     refused with a message naming the difference;
+ *   - model.tied (the head is the embedding's transpose): no head tensor, the gradients
+ *     (the embedding's rows of input tokens carry the head's part and the embedding's), the
+ *     CPU backends agree, and a checkpoint round trip, refused by an untied model and back;
  *   - what a forward computed, as model/inspect.h gives it (the chapter programs' view).
  */
 #include <math.h>
@@ -182,6 +185,103 @@ START_TEST(test_model_gradients_attention_variants) {
 }
 END_TEST
 
+/* model.tied: the head is tok_emb's transpose. The loop checks tok_emb's gradient at probes
+ * spread over its rows, most of them rows of no input token (the head's part alone); the rows
+ * of the input tokens carry both parts, the head's and the embedding's, and are checked whole. */
+static void check_tied_gradients(Config c) {
+    c.tied = 1;
+    check_model_gradients_of(c);
+    const int B = 2, T = 6, C = c.d_model;
+    Model m;
+    model_init(&m, &c, B, T);
+    int in[12], tg[12];
+    random_tokens(in, tg, B * T, 3);
+    model_zero_grad(&m);
+    model_forward(&m, in, tg, B, T, NULL);
+    model_backward(&m, 1.0f, NULL);
+    ObjCtx ctx = {&m, in, tg, B, T};
+    for (int n = 0; n < 3; n++) {
+        char what[96];
+        snprintf(what, sizeof what, "tied %s model, d objective / d tok_emb row %d (an input)",
+                 c.num_experts ? "MoE" : "dense", in[n]);
+        float row[64];
+        memcpy(row, m.grads + (size_t)in[n] * C, (size_t)C * sizeof(float));
+        gradcheck(objective, &ctx, m.params + (size_t)in[n] * C, row, (size_t)C, 1e-2f, 64, what);
+    }
+    model_free(&m);
+}
+
+START_TEST(test_tied_model_gradients) {
+    check_tied_gradients(tiny_config(0));
+    check_tied_gradients(tiny_config(4));
+}
+END_TEST
+
+/* model.tied: no head tensor (V C fewer parameters), the embedding first in the table as ever */
+START_TEST(test_param_table_tied) {
+    Config c = tiny_config(4);
+    ParamTable untied, pt;
+    params_table_build(&untied, &c);
+    c.tied = 1;
+    params_table_build(&pt, &c);
+    ck_assert_int_ge(params_find(&untied, "head"), 0);
+    ck_assert_int_lt(params_find(&pt, "head"), 0);
+    ck_assert_int_eq(params_find(&pt, "tok_emb"), 0);
+    ck_assert_str_eq(pt.t[pt.n - 1].name, "final_norm");
+    ck_assert_uint_eq(params_count_total(&pt), params_count_total(&untied) - 256 * 8);
+    ck_assert_uint_eq(params_count_active(&pt, &c), params_count_active(&untied, &c) - 256 * 8);
+    ParamView v;
+    float *buf = floats_alloc(pt.total);
+    params_view(&v, &pt, buf);
+    ck_assert_ptr_null(v.head);
+    ck_assert_ptr_eq(v.tok_emb, buf);
+    params_view_free(&v);
+    free(buf);
+    params_table_free(&untied);
+    params_table_free(&pt);
+}
+END_TEST
+
+/* A tied model's objective and gradients on each CPU backend: cpu-ref (the reference loops) and
+ * cpu (sgemm) within the float32 tolerance, cpu-fenced (cpu's ops on memory the host reads only
+ * through to_host) bit for bit cpu's. */
+static float tied_pass(int device, float *grads) {
+    Config c = tiny_config(4);
+    c.tied = 1;
+    c.device = device;
+    Model m;
+    model_init(&m, &c, 2, 6);
+    int in[12], tg[12];
+    random_tokens(in, tg, 12, 13);
+    model_zero_grad(&m);
+    const float obj = model_forward(&m, in, tg, 2, 6, NULL);
+    model_backward(&m, 1.0f, NULL);
+    float *host = model_host_copy(&m, m.grads, m.pt.total);
+    memcpy(grads, host ? host : m.grads, m.pt.total * sizeof(float));
+    free(host);
+    model_free(&m);
+    return obj;
+}
+
+START_TEST(test_tied_backends_agree) {
+    Config c = tiny_config(4);
+    c.tied = 1;
+    ParamTable pt;
+    params_table_build(&pt, &c);
+    float *ref = floats_alloc(pt.total), *cpu = floats_alloc(pt.total);
+    float *fenced = floats_alloc(pt.total);
+    const float o_ref = tied_pass(MOE_DEVICE_CPU_REF, ref);
+    const float o_cpu = tied_pass(MOE_DEVICE_CPU, cpu);
+    const float o_fenced = tied_pass(MOE_DEVICE_CPU_FENCED, fenced);
+    CLOSE(o_cpu, o_ref, "tied model: objective on cpu vs cpu-ref");
+    CLOSE_ARRAYS(cpu, ref, pt.total, "tied model: gradients on cpu vs cpu-ref");
+    ck_assert(o_fenced == o_cpu);
+    ck_assert_int_eq(memcmp(fenced, cpu, pt.total * sizeof(float)), 0);
+    free(ref), free(cpu), free(fenced);
+    params_table_free(&pt);
+}
+END_TEST
+
 /* shared experts: three tensors per MoE block of hidden num_shared * d_expert, all active */
 START_TEST(test_param_table_shared) {
     Config c = tiny_config(4);
@@ -313,6 +413,51 @@ START_TEST(test_checkpoint_round_trip_and_shape_check) {
     model_free(&b);
     model_free(&a);
     unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+/* A tied model's checkpoint loads back bit for bit; loaded into an untied model (and an untied
+ * model's into a tied one) it is refused, the message naming model.tied. */
+START_TEST(test_checkpoint_tied) {
+    char dir[] = "/tmp/moe_test_tied_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char tied_path[256], untied_path[256], err[1024];
+    snprintf(tied_path, sizeof tied_path, "%s/tied.bin", dir);
+    snprintf(untied_path, sizeof untied_path, "%s/untied.bin", dir);
+    Config c = tiny_config(4), u = tiny_config(4);
+    c.tied = 1;
+    Model a, b;
+    model_init(&a, &c, 2, 6);
+    int in[12], tg[12];
+    random_tokens(in, tg, 12, 5);
+    model_zero_grad(&a);
+    model_forward(&a, in, tg, 2, 6, NULL);
+    model_backward(&a, 1.0f, NULL);
+    model_adamw_step(&a, 1e-3f, 1.0f);
+    ck_assert_int_eq(checkpoint_save(&a, NULL, tied_path, err, sizeof err), 0);
+    Config stored;
+    ck_assert_int_eq(checkpoint_config(tied_path, &stored, err, sizeof err), 0);
+    ck_assert_int_eq(stored.tied, 1);
+    model_init(&b, &stored, 2, 6);
+    ck_assert_int_eq(checkpoint_load(&b, NULL, tied_path, 1, err, sizeof err), 0);
+    ck_assert_int_eq(memcmp(a.params, b.params, a.pt.total * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(a.m, b.m, a.pt.total * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(a.v, b.v, a.pt.total * sizeof(float)), 0);
+    model_free(&b);
+
+    model_init(&b, &u, 2, 6);
+    ck_assert_int_eq(checkpoint_load(&b, NULL, tied_path, 0, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "model.tied=1") && strstr(err, "config has 0"),
+                  "a tied checkpoint into an untied model: %s", err);
+    ck_assert_int_eq(checkpoint_save(&b, NULL, untied_path, err, sizeof err), 0);
+    model_free(&b);
+    ck_assert_int_eq(checkpoint_load(&a, NULL, untied_path, 0, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "model.tied=0") && strstr(err, "config has 1"),
+                  "an untied checkpoint into a tied model: %s", err);
+    model_free(&a);
+    unlink(tied_path);
+    unlink(untied_path);
     rmdir(dir);
 }
 END_TEST
@@ -488,6 +633,10 @@ static Suite *model_suite(void) {
     tcase_add_test(tc, test_model_gradients_attention_variants);
     tcase_add_test(tc, test_moe_model_gradients_balance_groups);
     tcase_add_test(tc, test_param_table_shared);
+    tcase_add_test(tc, test_param_table_tied);
+    tcase_add_test(tc, test_tied_model_gradients);
+    tcase_add_test(tc, test_tied_backends_agree);
+    tcase_add_test(tc, test_checkpoint_tied);
     tcase_add_test(tc, test_accumulation_matches_full_batch);
     tcase_add_test(tc, test_checkpoint_round_trip_and_shape_check);
     tcase_add_test(tc, test_router_bias_update_and_checkpoint);

@@ -3,9 +3,9 @@
 # formulas are tests/test_plan.c's).
 #
 #   1. --help and `moe help plan` list every option; --keys lists the keys (model.norm, not
-#      the former model.post_norm), the model keys the engine has with the help of its own
-#      rows (moe info --keys); --presets lists every preset of src/plan/plan_presets.c, no
-#      more, no fewer
+#      the former model.post_norm; model.tied), the model keys the engine has with the help of
+#      its own rows (moe info --keys); --presets lists every preset of
+#      src/plan/plan_presets.c, no more, no fewer
 #   2. every run preset plans a layout that fits (exit 0, "fits") but the two the handbook says
 #      do not (beyond_memory below: exit 1, "DOES NOT FIT"); its --json parses and has
 #      params.total, layouts[0].mem_total, step_s and mfu, and says fits as the exit status does
@@ -30,7 +30,8 @@
 #   7. moe bench's analytical memory: bench's tiny config, written as a config file, plans
 #      weights, gradients and optimizer of exactly 4 x bench's params, grads and adam floats,
 #      and activations of exactly 4 x its activations + scratch + integer words plus the
-#      arena's alignment padding (pad_bytes): the same bytes to the byte
+#      arena's alignment padding (pad_bytes): the same bytes to the byte; with model.tied = 1,
+#      256 x d_model parameters fewer (no head) in the count and in the weights' bytes alike
 
 # shellcheck source=tests/lib/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -67,7 +68,7 @@ check "--help and moe help plan: exit 0, every option listed" $? "exit $rc, $rc2
 "$moe" plan --keys > "$tmp/keys" 2> "$tmp/err"
 rc=$?
 missing=""
-for k in model.d_model model.norm model.attention mla.kv_rank moe.num_experts moe.top_k \
+for k in model.d_model model.norm model.tied model.attention mla.kv_rank moe.num_experts moe.top_k \
          cluster.gpus train.zero train.engine layout.tp layout.pp layout.ep layout.vpp \
          layout.recompute; do
     grep -q "^$k " "$tmp/keys" || missing="$missing $k"
@@ -80,7 +81,8 @@ differ=$(python3 - "$tmp/keys" "$tmp/info_keys" << 'PY'
 import sys
 plan = {l.split()[0]: l.split(None, 2)[2].strip() for l in open(sys.argv[1]) if l.strip()}
 info = {l.split()[0]: l for l in open(sys.argv[2]) if l.strip()}
-keys = ("model.d_model", "model.n_layer", "model.norm", "moe.num_experts", "moe.top_k", "moe.d_expert")
+keys = ("model.d_model", "model.n_layer", "model.norm", "model.tied", "moe.num_experts", "moe.top_k",
+        "moe.d_expert")
 print(" ".join(k for k in keys if k not in plan or k not in info or plan[k] not in info[k]))
 PY
 )
@@ -299,5 +301,24 @@ PY
 got=$(python3 "$tmp/cmp.py" "$tmp/b.json" "$tmp/p.json" 2>&1)
 [ "$got" = ok ]
 check "plan's moe.c memory is bench's to the byte: weights, gradients, moments, activations" $? "$got"
+
+# model.tied (the engine's row): no head tensor, so 256 x d_model = 65536 parameters fewer, in
+# the planner's count and in the engine's table it plans the memory of, alike
+cp "$tmp/tiny.txt" "$tmp/tied.txt"
+echo "model.tied = 1" >> "$tmp/tied.txt"
+"$moe" plan --config "$tmp/tied.txt" --cluster laptop --json > "$tmp/pt.json" 2> "$tmp/err"
+rc=$?
+got=$(python3 - "$tmp/p.json" "$tmp/pt.json" << 'PY' 2>&1
+import json, sys
+u, t = (json.load(open(f)) for f in sys.argv[1:3])
+d = u["params"]["total"] - t["params"]["total"]
+w = t["layouts"][0]["mem_weights"]
+print("ok" if d == 65536 and t["params"]["head"] == 0 and w == 4 * t["params"]["total"] and
+      u["layouts"][0]["mem_weights"] - w == 4 * 65536
+      else "%.0f fewer, head %.0f, weights %.0f bytes of %.0f" % (d, t["params"]["head"], w, t["params"]["total"]))
+PY
+)
+[ $rc = 0 ] && [ "$got" = ok ]
+check "--config with model.tied = 1: 65536 parameters fewer (no head), its moe.c weights 4 bytes each" $? "exit $rc: $got $(cat "$tmp/err")"
 
 finish

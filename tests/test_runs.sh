@@ -29,6 +29,9 @@
 #      naming the key and both values, or the line, and saying how to change a setting
 #  10. a train.csv replaced by junk, or cut short, and a lost ckpt.bin (train.csv past the
 #      first checkpoint) are refused, naming the file, the run directory unchanged
+#  11. a tied head (model.tied=1): resumed, it equals an unbroken run bit for bit; `moe info`
+#      lists no head and counts the untied model's parameters less 256 x d_model; --resume with
+#      model.tied=0 is refused, naming it, the run directory unchanged
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
 
 # shellcheck source=tests/lib/common.sh
@@ -400,6 +403,36 @@ rc=$?
 [ $rc -eq 2 ] && grep -q "no checkpoint .*ckpt.bin, but the run had one" <<< "$out" &&
     [ "$before" = "$(snapshot "$tmp/lost")" ]
 check "--resume without ckpt.bin, train.csv past the first checkpoint: exit 2 (no restart)" $? \
+    "exit $rc: $out"
+
+# ---- 11. a tied head ---------------------------------------------------------------------------
+echo "test_runs: a tied head (model.tied=1)"
+tied=("${tiny[@]}" --set model.tied=1 --set train.steps=8 --set train.eval_every=4 --set train.ckpt_every=0)
+out=""
+"$moe" train --out "$tmp/tied_ref" "${tied[@]}" > /dev/null 2>&1 &&
+    "$moe" train --out "$tmp/tied" "${tied[@]}" --until 4 > /dev/null 2>&1 &&
+    out=$("$moe" train --resume "$tmp/tied" --quiet 2>&1)
+rc=$?
+[ $rc -eq 0 ] && same_run "$tmp/tied_ref" "$tmp/tied"
+check "a tied model trained 4 steps and resumed to 8 equals an unbroken run, bit for bit" $? \
+    "exit $rc: $out"
+"$moe" info --ckpt "$tmp/tied/ckpt.bin" > "$tmp/tied.info" 2>&1
+"$moe" train --out "$tmp/untied" "${tiny[@]}" --set train.steps=1 --set train.warmup=0 > /dev/null 2>&1
+"$moe" info --ckpt "$tmp/untied/ckpt.bin" > "$tmp/untied.info" 2>&1
+# parameters: the untied model's less the head's 256 x 32, and the sum of the tensors listed
+got=$(awk 'FNR == 1 { t = 0 } /^parameters:/ { p[FILENAME] = $2 } /^\[tensors\]/ { t = 1; next }
+           t && /\(/ { gsub(/[()]/, "", $NF); s[FILENAME] += $NF } /^head / { h[FILENAME]++ }
+           END { for (f in p) printf "%s %s %s %d\n", f ~ /untied/ ? "untied" : "tied", p[f], s[f], h[f] }' \
+          "$tmp/tied.info" "$tmp/untied.info" | sort)
+awk '$1 == "tied" { tp = $2; ts = $3; th = $4 } $1 == "untied" { up = $2; uh = $4 }
+     END { exit !(tp == ts && tp == up - 256 * 32 && th == 0 && uh == 1) }' <<< "$got"
+check "moe info of a tied run: no head tensor, its parameters the untied model's less 256 x 32" $? "$got"
+before=$(snapshot "$tmp/tied")
+out=$("$moe" train --resume "$tmp/tied" --set model.tied=0 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q "checkpoint has model.tied=1, config has 0" <<< "$out" &&
+    [ "$before" = "$(snapshot "$tmp/tied")" ]
+check "--resume of a tied run with --set model.tied=0: exit 2, naming model.tied (nothing changed)" $? \
     "exit $rc: $out"
 
 finish

@@ -429,6 +429,9 @@ START_TEST(test_bad_inputs) {
     bad = mc;
     bad.num_shared = 1;
     expect_refused(&dc, &bad, &o, "moe.num_shared");
+    bad = mc;
+    bad.tied = 1; /* the dense model's head is its own */
+    expect_refused(&dc, &bad, &o, "model.tied");
     o.split = 2; /* experts of d_ff, not d_ff / 2 */
     expect_refused(&dc, &mc, &o, "moe.d_expert");
     bad = moe_config(3, 2, UF / 2); /* 3 experts, 2 slices */

@@ -52,6 +52,7 @@ typedef struct {
     int norm;         /* MOE_NORM_*: pre-norm, sandwich or depth-scaled sandwich */
     int init;         /* MOE_INIT_*: the default init or TinyInit */
     float init_scale; /* multiplies the std of every matrix (Switch-style init sweeps) */
+    int tied;         /* 1: the head is the embedding's transpose, no tensor of its own */
 
     /* moe.* */
     int num_experts; /* E: experts per MoE block; 0 makes every block dense */

@@ -77,6 +77,9 @@ const Key CONFIG_KEYS[] = {
              "or tiny (TinyInit: std sqrt(1 / (2 d_model L)) for all, 0.5 for the embedding)"),
     ROW(T_FLOAT, "model.init_scale", init_scale, "1", 0, NOMAX, K_OPEN_MIN,
         "multiplies the init std of every matrix (Switch Transformer's init-scale sweep)"),
+    ROW(T_BOOL, "model.tied", tied, "0", 0, 1, K_SHAPE,
+        "1: the head is the embedding's transpose (logits = lnf tok_emb^T; no head tensor, the "
+        "embedding's gradient gets the head's too); 0: a head of its own (V, C)"),
 
     ROW(T_INT, "moe.num_experts", num_experts, "8", 0, 4096, K_SHAPE,
         "E: experts per MoE block; 0 makes every block dense"),

@@ -98,6 +98,8 @@ int hf_export_check(const Config *c, char *err, int errlen) {
                       : c->routing == MOE_ROUTING_EXPERT_CHOICE
                           ? "moe.routing=expert_choice lets each expert choose its tokens"
                       : c->num_shared > 0 ? "moe.num_shared adds always-on shared experts"
+                      : c->n_group > 0    ? "moe.n_group limits each token's experts to its best "
+                                            "groups"
                       : c->first_dense > 0 || c->every > 1
                           ? "moe.first_dense or moe.every mix dense and MoE blocks"
                       : eval_cap > 0 ? "a capacity at evaluation (moe.capacity_factor, "
@@ -129,7 +131,8 @@ static char *config_json(const Config *c) {
             (double)c->rope_theta);
     fprintf(f, "  \"rope_parameters\": {\"rope_theta\": %.9g, \"rope_type\": \"default\"},\n",
             (double)c->rope_theta);
-    fprintf(f, "  \"attention_dropout\": 0.0,\n  \"tie_word_embeddings\": false,\n");
+    fprintf(f, "  \"attention_dropout\": 0.0,\n  \"tie_word_embeddings\": %s,\n",
+            c->tied ? "true" : "false"); /* tied: no lm_head.weight, the table has no head */
     fprintf(f, "  \"initializer_range\": %.9g,\n", (double)c->init_std);
     if (moe)
         fprintf(f,

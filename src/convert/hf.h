@@ -2,8 +2,10 @@
  * hf.h: models in the Hugging Face layout, out (`moe export --format hf`) and in (`moe import
  * --format hf`). An MoE model of moe.c's default kind is a Mixtral (MixtralForCausalLM), a
  * dense one a Llama (LlamaForCausalLM): the same RMSNorm, rotary attention, SwiGLU, softmax
- * router with its top-k renormalised, untied head and no biases. The correspondence, tensor by
- * tensor and setting by setting, is src/REFERENCE.md's "The Hugging Face layout".
+ * router with its top-k renormalised and no biases; a head of its own (lm_head.weight) or, with
+ * model.tied, the embedding's (tie_word_embeddings: true, no lm_head.weight). The
+ * correspondence, tensor by tensor and setting by setting, is src/REFERENCE.md's "The Hugging
+ * Face layout".
  *
  * A folder holds config.json (the architecture and every size that changes the function, plus
  * "moe_c_config", every moe.c setting, so that an export imports back to the same checkpoint),
@@ -38,9 +40,9 @@ int hf_export(const Model *m, const char *dir, char *err, int errlen);
  * epsilon, rotary scaling, a sliding window shorter than the context, a sharded or
  * non-safetensors checkpoint, tensors missing, misshapen or extra, a field of config.json of
  * another JSON type than it must have (moe_c_config a string, tie_word_embeddings true or
- * false, ...). A tied head is copied into moe.c's head (the same function; the note says so on
- * stderr); an lm_head.weight beside it must hold the embedding's values (one that differs is
- * refused: loaders disagree on which of the two is the head). Returns 0, or -1. */
+ * false, ...). A tied head (tie_word_embeddings: true) gives a model of model.tied=1; an
+ * lm_head.weight beside it must hold the embedding's values (one that differs is refused:
+ * loaders disagree on which of the two is the head). Returns 0, or -1. */
 int hf_read(SafeTensors *st, const char *dir, char *err, int errlen);
 
 /* The Hugging Face name of moe.c's tensor name (expert e of a stacked one) into out; *rope: its

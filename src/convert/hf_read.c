@@ -219,6 +219,7 @@ static int settings_of(const Fields *f, char **text, int *moe, int *tied) {
             hd > 0 && hd * H != C ? hd : 0);
     fprintf(o, "model.rope_theta=%.9g\nmodel.d_ff=%.0f\nmodel.norm=pre\nmodel.init_std=%.9g\n",
             theta, F, std > 0 ? std : 0.02);
+    fprintf(o, "model.tied=%d\n", *tied);
     if (*moe)
         fprintf(o,
                 "moe.num_experts=%.0f\nmoe.top_k=%.0f\nmoe.d_expert=%.0f\nmoe.first_dense=0\n"
@@ -253,7 +254,7 @@ static int hf_config(Config *c, const Fields *f, int *tied) {
     const int same = c->d_model == mapped.d_model && c->n_layer == mapped.n_layer &&
                      c->n_head == mapped.n_head && c->seq_len == mapped.seq_len &&
                      config_kv_heads(c) == config_kv_heads(&mapped) &&
-                     config_head_dim(c) == config_head_dim(&mapped) &&
+                     config_head_dim(c) == config_head_dim(&mapped) && c->tied == mapped.tied &&
                      c->rope_theta == mapped.rope_theta && c->num_experts == mapped.num_experts &&
                      (moe ? c->top_k == mapped.top_k && config_expert_hidden(c) == mapped.d_expert
                           : c->d_ff == mapped.d_ff);
@@ -314,17 +315,16 @@ static int read_weights(SafeTensors *hf, const char *dir, char *err, int errlen)
 }
 
 /* A tied head (tie_word_embeddings: true) is the embedding: transformers makes lm_head the
- * embedding's own tensor, and a file saved so often holds a copy of it as lm_head.weight too.
- * *h (the file's lm_head.weight, or NULL) becomes the embedding; an lm_head.weight that is
- * there must hold the embedding's bytes (then it is read, and marked so). One that differs
- * makes the folder say two things at once, and loaders resolve that differently (transformers
- * has tied over it in some versions, kept it with a warning in others), so it is refused
- * rather than guessed. */
-static int tied_head(const SafeTensors *hf, const TensorRef **h, char *used, const char *dir,
-                     char *err, int errlen) {
+ * embedding's own tensor, and moe.c's model.tied has no head tensor either. A file saved so
+ * often holds a copy of it as lm_head.weight too, which must hold the embedding's bytes (then
+ * it is marked read). One that differs makes the folder say two things at once, and loaders
+ * resolve that differently (transformers has tied over it in some versions, kept it with a
+ * warning in others), so it is refused rather than guessed. */
+static int tied_head(const SafeTensors *hf, char *used, const char *dir, char *err, int errlen) {
     const TensorRef *emb = safetensors_find(hf, "model.embed_tokens.weight");
-    if (!emb) return 0; /* the embedding's own lookup says it is missing */
-    if (*h && ((*h)->nbytes != emb->nbytes || memcmp((*h)->data, emb->data, emb->nbytes) != 0))
+    const TensorRef *h = safetensors_find(hf, "lm_head.weight");
+    if (!emb || !h) return 0; /* a missing embedding is named by its own lookup */
+    if (h->nbytes != emb->nbytes || memcmp(h->data, emb->data, emb->nbytes) != 0)
         return set_error(err, errlen,
                          "%s: config.json ties the head to the embedding (tie_word_embeddings: "
                          "true), but model.safetensors also holds an lm_head.weight that differs "
@@ -333,8 +333,7 @@ static int tied_head(const SafeTensors *hf, const TensorRef **h, char *used, con
                          "guess: set tie_word_embeddings to false to import that lm_head.weight "
                          "as the head, or remove it to import the tied model",
                          dir);
-    if (*h) used[*h - hf->entries] = 1;
-    *h = emb;
+    used[h - hf->entries] = 1;
     return 0;
 }
 
@@ -364,9 +363,6 @@ static int gather(SafeTensors *st, const SafeTensors *hf, const Config *c, int t
             int rope;
             hf_tensor_name(t->name, x, name, sizeof name, &rope);
             const TensorRef *h = safetensors_find(hf, name);
-            if (tied && strcmp(t->name, "head") == 0 &&
-                (rc = tied_head(hf, &h, used, dir, err, errlen)))
-                break;
             if (!h) {
                 rc = set_error(err, errlen,
                                "%s/model.safetensors has no tensor '%s', which this model (as "
@@ -393,7 +389,7 @@ static int gather(SafeTensors *st, const SafeTensors *hf, const Config *c, int t
         }
     }
     params_table_free(&pt);
-    return rc;
+    return rc == 0 && tied ? tied_head(hf, used, dir, err, errlen) : rc;
 }
 
 int hf_read(SafeTensors *st, const char *dir, char *err, int errlen) {
@@ -430,11 +426,6 @@ int hf_read(SafeTensors *st, const char *dir, char *err, int errlen) {
                        dir, name);
     }
     free(used);
-    if (tied && rc == 0)
-        fprintf(stderr,
-                "note: %s ties its head to its embedding; moe.c keeps the head as its own "
-                "tensor, a copy (the same function; training will untie them)\n",
-                dir);
     if (rc == 0) {
         st->checksum = hf.checksum;
         st->path = strdup(dir);

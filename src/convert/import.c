@@ -191,6 +191,29 @@ static int infer_pattern(Config *c, const int *is_moe, int L, const char *path, 
                      path, list, L);
 }
 
+/* The attention's heads from layer 0's projections, model.n_head given (the metadata or the
+ * caller): head_dim = wq's rows / n_head, kv_heads = wk's rows / head_dim (each 0 where it is
+ * the default, d_model / n_head and n_head), and qk_norm from the gain attn.q_norm: none
+ * without one, head when it spans one head, else full. Shapes that fit no head count are left
+ * to the weights' own check, which names the tensor. */
+static int infer_heads(Config *c, const SafeTensors *st, const char *from, char *err, int errlen) {
+    const TensorRef *q = layer_tensor(st, 0, "attn.wq"), *k = layer_tensor(st, 0, "attn.wk");
+    const TensorRef *qn = layer_tensor(st, 0, "attn.q_norm");
+    const int H = c->n_head;
+    if (!q || !k || q->ndim != 2 || k->ndim != 2 || H <= 0 || q->shape[0] % H != 0) return 0;
+    const int D = q->shape[0] / H;
+    if (D == 0 || k->shape[0] % D != 0) return 0;
+    const int Hkv = k->shape[0] / D;
+    const int norm = !qn                                  ? MOE_QK_NORM_NONE
+                     : qn->ndim == 1 && qn->shape[0] == D ? MOE_QK_NORM_HEAD
+                                                          : MOE_QK_NORM_FULL;
+    static const char *const NORMS[] = {"none", "head", "full"};
+    const int default_width = c->d_model % H == 0 && D == c->d_model / H;
+    return set_value(c, st->path, from, err, errlen, "model.head_dim=%d", default_width ? 0 : D) ||
+           set_value(c, st->path, from, err, errlen, "model.kv_heads=%d", Hkv == H ? 0 : Hkv) ||
+           set_value(c, st->path, from, err, errlen, "model.qk_norm=%s", NORMS[norm]);
+}
+
 static int infer_shapes(Config *c, const SafeTensors *st, char *err, int errlen) {
     const char *path = st->path;
     const TensorRef *emb = safetensors_find(st, "tok_emb");
@@ -218,8 +241,11 @@ static int infer_shapes(Config *c, const SafeTensors *st, char *err, int errlen)
                          "blocks under moe.c's names (`moe info` lists them)",
                          path);
     const char *from = "the tensor shapes";
+    /* a model without a head tensor computes its logits with the embedding (model.tied) */
     if (set_value(c, path, from, err, errlen, "model.d_model=%d", emb->shape[1]) ||
-        set_value(c, path, from, err, errlen, "model.n_layer=%d", L))
+        set_value(c, path, from, err, errlen, "model.n_layer=%d", L) ||
+        set_value(c, path, from, err, errlen, "model.tied=%d", !safetensors_find(st, "head")) ||
+        infer_heads(c, st, from, err, errlen))
         return -1;
     int *is_moe = (int *)calloc_check((size_t)L, sizeof(int));
     for (int i = 0; i < st->n; i++) {
@@ -282,7 +308,9 @@ static int function_keys(const Config *c, const char **keys) {
                          "moe.balance",
                          "moe.routing",
                          "moe.capacity_factor",
-                         "moe.eval_capacity_factor"};
+                         "moe.eval_capacity_factor",
+                         "moe.n_group",
+                         "moe.topk_group"};
     for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) keys[n++] = moe[i];
     if (c->routing == MOE_ROUTING_EXPERT_CHOICE) keys[n++] = "moe.ec_capacity";
     if (c->capacity_factor > 0.0f || c->eval_capacity_factor > 0.0f) {

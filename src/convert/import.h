@@ -18,7 +18,8 @@
  *   layers.L.ffn.{w_gate,w_up} (F, C), layers.L.ffn.w_down (C, F) in dense blocks,
  *   layers.L.moe.router (E, C), layers.L.moe.{w_gate,w_up} (E, F, C),
  *   layers.L.moe.w_down (E, C, F), layers.L.moe.shared_{gate,up} (Fs, C),
- *   layers.L.moe.shared_down (C, Fs) in MoE blocks, final_norm (C), head (V, C);
+ *   layers.L.moe.shared_down (C, Fs) in MoE blocks, final_norm (C), head (V, C) (none with
+ *   model.tied: the embedding is the head);
  *   and, with moe.balance=aux_free only, layers.L.moe.router_bias (E) in MoE blocks: the
  *   aux-free biases (Model.router_bias; not parameters, but they steer the top-k choice).
  */
@@ -37,7 +38,8 @@
  *     (train.batch, train.eval_batches, data.val), so that the imported model evaluates as the
  *     exported one did; the other training and data settings belong to the importing run;
  *   - the shapes of the tensors override the shape keys: model.d_model from tok_emb (V, C),
- *     model.n_layer from the highest layer index, model.d_ff from a dense block's ffn.w_gate,
+ *     model.n_layer from the highest layer index, model.tied from whether there is a head,
+ *     model.d_ff from a dense block's ffn.w_gate,
  *     moe.num_experts and moe.d_expert from moe.w_gate (E, F, C), moe.num_shared from
  *     moe.shared_gate (num_shared * F, C), moe.every and moe.first_dense from which layers
  *     have moe.* tensors (an error when moe.c cannot place MoE blocks that way).

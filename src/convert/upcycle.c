@@ -104,6 +104,16 @@ void upcycle_ffn(float *e_gate, float *e_up, float *e_down, const float *w_gate,
     }
 }
 
+/* The settings of the model's shape, which the MoE keeps from the dense model (int fields). */
+static const struct {
+    const char *key;
+    size_t off;
+} shape[] = {{"model.d_model", offsetof(Config, d_model)},
+             {"model.n_layer", offsetof(Config, n_layer)},
+             {"model.n_head", offsetof(Config, n_head)},
+             {"model.d_ff", offsetof(Config, d_ff)},
+             {"model.tied", offsetof(Config, tied)}};
+
 int upcycle_check(const Config *dense, const Config *moe, const UpcycleOptions *o, char *err,
                   int errlen) {
     /* !(x >= 0) also refuses NaN */
@@ -142,13 +152,6 @@ int upcycle_check(const Config *dense, const Config *moe, const UpcycleOptions *
                          "moe.num_shared=%d: upcycling makes routed experts only; "
                          "set moe.num_shared=0",
                          moe->num_shared);
-    static const struct {
-        const char *key;
-        size_t off;
-    } shape[] = {{"model.d_model", offsetof(Config, d_model)},
-                 {"model.n_layer", offsetof(Config, n_layer)},
-                 {"model.n_head", offsetof(Config, n_head)},
-                 {"model.d_ff", offsetof(Config, d_ff)}};
     for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++) {
         int a = *(const int *)((const char *)dense + shape[i].off);
         int b = *(const int *)((const char *)moe + shape[i].off);

@@ -335,6 +335,16 @@ static void block_forward(Model *m, int l, float *out, const float *in, int B, i
     PROF(PROF_RESIDUAL, be->add(be, out, a->resid_mid, rs->dtmp, (size_t)N * C));
 }
 
+/* The head's (V, C) weights and gradient: its own tensor, or with model.tied the embedding's,
+ * so that the head's weight gradient adds into tok_emb's, before the embedding's own in the
+ * backward (the same order every step, on every backend). */
+static const float *head_weights(const Model *m) {
+    return m->cfg.tied ? m->w.tok_emb : m->w.head;
+}
+static float *head_grads(const Model *m) {
+    return m->cfg.tied ? m->g.tok_emb : m->g.head;
+}
+
 float model_forward(Model *m, const int *inputs, const int *targets, int B, int T,
                     const StepCtx *ctx) {
     RunState *rs = &m->state;
@@ -369,7 +379,7 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
 
     PROF(PROF_NORM,
          be->rmsnorm_forward(be, rs->lnf, rs->rstdf, rs->resid[L], m->w.final_norm, N, C));
-    PROF(PROF_HEAD, be->matmul_forward(be, rs->logits, rs->lnf, m->w.head, N, C, MOE_VOCAB));
+    PROF(PROF_HEAD, be->matmul_forward(be, rs->logits, rs->lnf, head_weights(m), N, C, MOE_VOCAB));
 
     rs->aux_loss = rs->z_loss = 0.0f;
     if (rs->defer_reads) { /* model_read_step computes them */
@@ -451,7 +461,7 @@ void model_forward_cached(Model *m, const int *tokens, int N, const KvStep *kv) 
     for (int l = 0; l < L; l++) block_forward(m, l, rs->resid[l + 1], rs->resid[l], N, 1, kv, NULL);
     PROF(PROF_NORM,
          be->rmsnorm_forward(be, rs->lnf, rs->rstdf, rs->resid[L], m->w.final_norm, N, C));
-    PROF(PROF_HEAD, be->matmul_forward(be, rs->logits, rs->lnf, m->w.head, N, C, MOE_VOCAB));
+    PROF(PROF_HEAD, be->matmul_forward(be, rs->logits, rs->lnf, head_weights(m), N, C, MOE_VOCAB));
     rs->loss = NAN;
 }
 
@@ -599,8 +609,8 @@ void model_backward(Model *m, float loss_scale, const StepCtx *ctx) {
     /* loss = mean_n CE_n, so dlogits carries 1/N; loss_scale adds 1/accum */
     PROF(PROF_LOSS, be->crossentropy_backward(be, rs->dlogits, rs->logits, rs->targets,
                                               loss_scale / (float)N, N, MOE_VOCAB));
-    PROF(PROF_HEAD, be->matmul_backward(be, rs->dln, m->g.head, rs->dlogits, rs->lnf, m->w.head, N,
-                                        C, MOE_VOCAB));
+    PROF(PROF_HEAD, be->matmul_backward(be, rs->dln, head_grads(m), rs->dlogits, rs->lnf,
+                                        head_weights(m), N, C, MOE_VOCAB));
     PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dresid, m->g.final_norm, rs->dln, rs->resid[L],
                                          m->w.final_norm, rs->rstdf, N, C));
     /* the last micro-batch of a step across processes: each stage's gradients are final when

@@ -38,6 +38,7 @@ enum {
 enum {
     IN_GLOBAL_FIRST,
     IN_GLOBAL_LAST,
+    IN_UNTIED_LAST, /* after the last block, unless model.tied makes the embedding the head */
     IN_EVERY_LAYER,
     IN_DENSE_LAYER,
     IN_MOE_LAYER,
@@ -81,7 +82,7 @@ static const ParamSpec SPECS[] = {
     {"moe.shared_down", IN_SHARED_LAYER, {DIM_C, DIM_FS}, 1, 1, LV(s_down)},
     {"ffn_post_norm", IN_SANDWICH_LAYER, {DIM_C}, 0, 0, LV(ffn_post_norm)},
     {"final_norm", IN_GLOBAL_LAST, {DIM_C}, 0, 0, PV(final_norm)},
-    {"head", IN_GLOBAL_LAST, {DIM_V, DIM_C}, 1, 0, PV(head)},
+    {"head", IN_UNTIED_LAST, {DIM_V, DIM_C}, 1, 0, PV(head)},
 };
 #define N_SPECS ((int)(sizeof(SPECS) / sizeof(SPECS[0])))
 
@@ -154,7 +155,8 @@ void params_table_build_ep(ParamTable *pt, const Config *c, int ep) {
         for (int i = 0; i < N_SPECS; i++)
             if (spec_in_layer(&SPECS[i], c, l)) add_tensor(pt, cap, &SPECS[i], c, l, ep);
     for (int i = 0; i < N_SPECS; i++)
-        if (SPECS[i].where == IN_GLOBAL_LAST) add_tensor(pt, cap, &SPECS[i], c, -1, ep);
+        if (SPECS[i].where == IN_GLOBAL_LAST || (SPECS[i].where == IN_UNTIED_LAST && !c->tied))
+            add_tensor(pt, cap, &SPECS[i], c, -1, ep);
 }
 
 void params_table_free(ParamTable *pt) {

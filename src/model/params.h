@@ -55,7 +55,7 @@ typedef struct {
 typedef struct {
     float *tok_emb;    /* (V, C) */
     float *final_norm; /* (C) */
-    float *head;       /* (V, C) */
+    float *head;       /* (V, C); NULL with model.tied (the head is tok_emb) */
     LayerView *layers; /* (L) */
 } ParamView;
 

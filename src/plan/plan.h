@@ -60,15 +60,15 @@ typedef struct {
     /* The keys the engine has, in its own Config, with its names and types, read and checked
      * through its table (config/keys.c, config_set): model.d_model, model.n_layer,
      * model.n_head, model.kv_heads, model.head_dim, model.qk_norm, model.d_ff, model.seq_len,
-     * model.norm, moe.num_experts, moe.top_k, moe.d_expert (0: model.d_ff), moe.num_shared,
-     * moe.first_dense, moe.every, train.accum. A model not
+     * model.norm, model.tied, moe.num_experts, moe.top_k, moe.d_expert (0: model.d_ff),
+     * moe.num_shared, moe.first_dense, moe.every, train.accum. A model not
      * given has them at 0 (dense, every 1). With --config it is the whole config, whose
      * exact memory the moe.c engine plans. */
     Config c;
     /* The keys the engine does not have yet (plan_keys.c, "the planner's own model keys"),
      * named as it will name them: */
     double vocab; /* the engine's is MOE_VOCAB */
-    int attention, tied;
+    int attention;
     double q_rank, kv_rank, rope_dim, nope_dim, v_dim; /* latent attention (MLA) */
 } PlanModel;
 

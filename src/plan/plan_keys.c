@@ -41,10 +41,10 @@ typedef struct {
 /* The keys the engine has: read through its own rows (config/keys.c) into PlanModel.c, listed
  * first by --keys, in this order. */
 static const char *const ENGINE_KEYS[] = {
-    "model.d_model",  "model.n_layer",  "model.n_head",    "model.d_ff",
-    "model.seq_len",  "model.norm",     "moe.num_experts", "moe.top_k",
-    "moe.d_expert",   "moe.num_shared", "moe.first_dense", "moe.every",
-    "model.kv_heads", "model.head_dim", "model.qk_norm",   "train.accum"};
+    "model.d_model",   "model.n_layer",   "model.n_head",   "model.d_ff",     "model.seq_len",
+    "model.norm",      "moe.num_experts", "moe.top_k",      "moe.d_expert",   "moe.num_shared",
+    "moe.first_dense", "moe.every",       "model.kv_heads", "model.head_dim", "model.qk_norm",
+    "model.tied",      "train.accum"};
 #define N_ENGINE_KEYS ((int)(sizeof ENGINE_KEYS / sizeof ENGINE_KEYS[0]))
 
 /* The planner's former names of keys the engine has under its own: refused with the new one. */
@@ -69,13 +69,11 @@ static const struct {
 
 static const PlanKey KEYS[] = {
     /* ---- the planner's own model keys: what the engine does not have yet (a vocabulary of
-     * its own, latent attention, a tied head), named as it will name them. When
-     * the engine gains one, its row moves to config/keys.c and its name to ENGINE_KEYS. -- */
+     * its own, latent attention), named as it will name them. When the engine gains one,
+     * its row moves to config/keys.c and its name to ENGINE_KEYS. ----------------------- */
     {"model.vocab", K_NUM, M(vocab), 1, PLAN_MAX_TOKENS, 1, 0, 0, "V: vocabulary size", 0, W_COUNT},
     {"model.attention", K_CHOICE, M(attention), 0, 0, 0, "mha|mla", 0,
      "multi-head (with grouped key-value heads), or multi-head latent attention (mla.*)", 0, NULL},
-    {"model.tied", K_INT, M(tied), 0, 1, 0, 0, 0, "1: the head is the embedding's transpose", 0,
-     NULL},
     {"mla.q_rank", K_NUM, M(q_rank), 0, PLAN_MAX_WIDTH, 1, 0, 0,
      "latent attention: queries' rank; 0: none", 0, W_COUNT},
     {"mla.kv_rank", K_NUM, M(kv_rank), 0, PLAN_MAX_WIDTH, 1, 0, 0,

@@ -25,7 +25,7 @@ void plan_count(const PlanModel *m, PlanCounts *o) {
     const double d = c->d_model, h = c->n_head, dqk = head_qk(m), dv = head_v(m);
     const double E = c->num_experts, K = c->top_k, F = config_expert_hidden(c);
     o->embed = m->vocab * d;
-    o->head = m->tied ? 0.0 : m->vocab * d;
+    o->head = c->tied ? 0.0 : m->vocab * d;
     o->final_norm = d;
 
     /* one layer's attention: the matrices, then the gains of its norms */
@@ -65,9 +65,9 @@ void plan_count(const PlanModel *m, PlanCounts *o) {
     const double head_mm = m->vocab * d;
     o->active =
         head_mm + o->final_norm + layers + o->n_moe * (o->router + K * o->expert + o->shared);
-    if (m->tied) o->active -= head_mm; /* a tied head is the embedding, counted once ... */
+    if (c->tied) o->active -= head_mm; /* a tied head is the embedding, counted once ... */
     o->active_embed = o->active + o->embed;
-    if (m->tied) o->active += head_mm; /* ... but multiplied by every token all the same */
+    if (c->tied) o->active += head_mm; /* ... but multiplied by every token all the same */
 
     /* FLOPs: 2 per multiply-add forward, twice that backward (the gradient of the input and
      * of the weight); a causal kernel computes half of the T x T scores on average */

@@ -11,7 +11,8 @@
 #      and after the 6 steps every weight agrees to 1e-5 (dist.ep = 2 x 2, exported in one process);
 #      also with aux-loss-free balancing (its biases, from the loads of every process, agree)
 #      and with a per-sequence capacity (moe.capacity_scope=sequence, padded), and with the aux
-#      loss over the step's two micro-batches and over two groups of experts (chapter 5)
+#      loss over the step's two micro-batches and over two groups of experts (chapter 5); a
+#      tied head (model.tied=1) at dist.ep = 2 x 2 too
 #   2. dist.csv: one row per step, process and MoE block (plus layer -1), and the bytes every
 #      process sent and received are the cost model's, row by row:
 #        2 C 4 (rows_out_remote + rows_in_remote) + 2 El 4 (P - 1)
@@ -112,6 +113,14 @@ for coll in $engines; do
                 $? "exit $rc: $(tail -n 3 "$tmp/$name.log"); $(paste -d' ' "$tmp/one-$vname/train.csv" "$tmp/$name/train.csv" | head -n 4)"
         done
     done
+    # a tied head: the embedding's gradient (the head's part and its own) is summed once over the
+    # world, as any replicated tensor; twice or not at all, the gradient norm would say so
+    run one-tied 1 --set model.tied=1
+    run tied-np4-ep2 4 --set dist.ep=2 --set model.tied=1
+    rc=$?
+    same_curves "$tmp/one-tied" "$tmp/tied-np4-ep2"
+    check "[$coll] tied head: 4 processes, dist.ep=2: every step's loss, aux, z, grad norm, val loss = one process's" \
+        $? "exit $rc: $(tail -n 3 "$tmp/tied-np4-ep2.log"); $(paste -d' ' "$tmp/one-tied/train.csv" "$tmp/tied-np4-ep2/train.csv" | head -n 4)"
     # the weights after 6 steps, every tensor (exported in one process): the gradients of every
     # step were the one-process gradients, or Adam would have moved the weights elsewhere. The
     # steps move weights by up to about 0.06 (lr 1e-2); where a gradient is near 0, Adam's m / sqrt(v)
