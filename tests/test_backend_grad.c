@@ -43,7 +43,8 @@ static void grad_forward(const GradCtx *g, float *out) {
         /* x holds q, k, v */
         const size_t nq = (size_t)GA_N * GA_QW, nk = (size_t)GA_N * GA_KW;
         float *att = be_floats(be, (size_t)GA_B * GA_H * GA_T * GA_T);
-        be->attention_forward(be, y, att, x, x + nq, x + nq + nk, GA_B, GA_T, GA_H, GA_HKV, GA_D);
+        be->attention_forward(be, y, att, x, x + nq, x + nq + nk, GA_B, GA_T, GA_H, GA_HKV, GA_D,
+                              GA_D);
         release(be, att);
     } else {
         /* x holds xe (S, C) then Wg, Wu (E, F, C) and Wd (E, C, F) */
@@ -81,9 +82,9 @@ static void grad_backward(const GradCtx *g, float *grad) {
         float *out = be_floats(be, nq), *att = be_floats(be, (size_t)GA_B * GA_H * GA_T * GA_T);
         float *ws = be_floats(be, (size_t)GA_T * GA_T);
         const float *k = x + nq, *v = x + nq + nk;
-        be->attention_forward(be, out, att, x, k, v, GA_B, GA_T, GA_H, GA_HKV, GA_D);
+        be->attention_forward(be, out, att, x, k, v, GA_B, GA_T, GA_H, GA_HKV, GA_D, GA_D);
         be->attention_backward(be, dx, dx + nq, dx + nq + nk, ws, R, att, x, k, v, GA_B, GA_T, GA_H,
-                               GA_HKV, GA_D, 1);
+                               GA_HKV, GA_D, GA_D, 1);
         release(be, out), release(be, att), release(be, ws);
     } else {
         const int S = GE_OFF[GE_E];

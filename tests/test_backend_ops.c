@@ -172,32 +172,37 @@ static void case_norm_rope_swiglu(const Backend *be, Outs *o) {
 
 /* T = 19, and T = 150: three blocks of query rows in attention_gemm.c, the last partial; 3 heads
  * of their own, or 6 query heads in 3 groups of 2 */
-static void attention_at(const Backend *be, Outs *o, const int T, const int H, const int Hkv) {
+static void attention_at(const Backend *be, Outs *o, const int T, const int H, const int Hkv,
+                         const int Dv) {
     enum { B = 2, D = 8, NWS = 4 };
-    const int N = B * T, QW = H * D, KW = Hkv * D;
+    const int N = B * T, QW = H * D, KW = Hkv * D, VW = Hkv * Dv, OW = H * Dv;
     float *q = dev_rand(be, N * QW, 1.0f, 17), *k = dev_rand(be, N * KW, 1.0f, 18);
-    float *v = dev_rand(be, N * KW, 1.0f, 19), *dout = dev_rand(be, N * QW, 1.0f, 20);
-    float *out = be_floats(be, N * QW), *att = be_floats(be, (size_t)B * H * T * T);
+    float *v = dev_rand(be, N * VW, 1.0f, 19), *dout = dev_rand(be, N * OW, 1.0f, 20);
+    float *out = be_floats(be, N * OW), *att = be_floats(be, (size_t)B * H * T * T);
     float *ws = be_floats(be, (size_t)NWS * T * T);
-    float *dq = be_floats(be, N * QW), *dk = be_floats(be, N * KW), *dv = be_floats(be, N * KW);
-    be->attention_forward(be, out, att, q, k, v, B, T, H, Hkv, D);
-    out_f(o, be, "attention out", out, N * QW);
+    float *dq = be_floats(be, N * QW), *dk = be_floats(be, N * KW), *dv = be_floats(be, N * VW);
+    be->attention_forward(be, out, att, q, k, v, B, T, H, Hkv, D, Dv);
+    out_f(o, be, "attention out", out, N * OW);
     out_f(o, be, "attention probabilities", att, (size_t)B * H * T * T);
-    be->attention_backward(be, dq, dk, dv, ws, dout, att, q, k, v, B, T, H, Hkv, D, NWS);
+    be->attention_backward(be, dq, dk, dv, ws, dout, att, q, k, v, B, T, H, Hkv, D, Dv, NWS);
     out_f(o, be, "attention dq", dq, N * QW);
     out_f(o, be, "attention dk", dk, N * KW);
-    out_f(o, be, "attention dv", dv, N * KW);
+    out_f(o, be, "attention dv", dv, N * VW);
     void *all[] = {q, k, v, dout, out, att, ws, dq, dk, dv};
     for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) release(be, all[j]);
 }
 static void case_attention(const Backend *be, Outs *o) {
-    attention_at(be, o, 19, 3, 3);
+    attention_at(be, o, 19, 3, 3, 8);
 }
 static void case_attention_blocks(const Backend *be, Outs *o) {
-    attention_at(be, o, 150, 3, 3);
+    attention_at(be, o, 150, 3, 3, 8);
 }
 static void case_attention_grouped(const Backend *be, Outs *o) {
-    attention_at(be, o, 70, 6, 3);
+    attention_at(be, o, 70, 6, 3, 8);
+}
+/* latent attention's heads: values narrower than queries and keys */
+static void case_attention_narrow_values(const Backend *be, Outs *o) {
+    attention_at(be, o, 41, 3, 3, 6);
 }
 
 /* decoding: three sequences at positions 0, 5 and 10 of an 11-position cache, 6 query heads on
@@ -214,7 +219,7 @@ static void case_decode(const Backend *be, Outs *o) {
     int *pos = dev_copy_i(be, pos_h, N), *lens = dev_copy_i(be, lens_h, N);
     be->rope_forward_at(be, q, cs, pos, N, H, D);
     out_f(o, be, "rope_forward_at (in place)", q, N * QW);
-    be->attention_decode(be, out, att, q, kc, vc, lens, N, H, HKV, D, TC);
+    be->attention_decode(be, out, att, q, kc, vc, lens, N, H, HKV, D, D, TC);
     out_f(o, be, "attention_decode out", out, N * QW);
     out_f(o, be, "attention_decode probabilities", att, (size_t)N * H * TC);
     void *all[] = {cs, q, kc, vc, out, att, pos, lens};
@@ -482,6 +487,8 @@ static const Case CASES[] = {
     {"attention over several blocks", case_attention_blocks,
      "attention_forward attention_backward"},
     {"attention, grouped-query heads", case_attention_grouped,
+     "attention_forward attention_backward"},
+    {"attention, values narrower than keys", case_attention_narrow_values,
      "attention_forward attention_backward"},
     {"decoding", case_decode, "rope_forward_at attention_decode"},
     {"loss and adamw", case_loss_adamw, "crossentropy_forward crossentropy_backward adamw_update"},

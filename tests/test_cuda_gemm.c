@@ -116,36 +116,39 @@ static const AttSteps HOST_STEPS = {host_gemm, host_softmax, host_softmax_backwa
 
 START_TEST(test_attention_algorithm) {
     /* T above a warp's 32 columns and not a multiple of it; the backward's heads in chunks of
-     * 1, 2, ... all; heads of their own, in groups of 2 and 3, and one key-value head for all */
-    const int cases[][5] = {{2, 45, 3, 3, 8}, {1, 7, 2, 2, 4},  {3, 33, 4, 4, 4},
-                            {2, 37, 4, 2, 6}, {1, 40, 6, 2, 4}, {2, 9, 3, 1, 8}};
+     * 1, 2, ... all; heads of their own, in groups of 2 and 3, and one key-value head for all;
+     * values narrower and wider than the queries and keys */
+    const int cases[][6] = {{2, 45, 3, 3, 8, 8},  {1, 7, 2, 2, 4, 4},  {3, 33, 4, 4, 4, 4},
+                            {2, 37, 4, 2, 6, 6},  {1, 40, 6, 2, 4, 4}, {2, 9, 3, 1, 8, 8},
+                            {2, 35, 3, 3, 10, 6}, {1, 12, 4, 2, 4, 6}};
     for (size_t cs = 0; cs < sizeof cases / sizeof cases[0]; cs++) {
         const int B = cases[cs][0], T = cases[cs][1], H = cases[cs][2], Hkv = cases[cs][3];
-        const int D = cases[cs][4];
+        const int D = cases[cs][4], Dv = cases[cs][5];
         const float scale = 1.0f / sqrtf((float)D);
         size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D;
+        size_t nv = (size_t)B * T * Hkv * Dv, no = (size_t)B * T * H * Dv;
         size_t na = (size_t)B * H * T * T;
         float *q = rand_floats(nq, 1.0f, 10 + cs), *k = rand_floats(nk, 1.0f, 20 + cs);
-        float *v = rand_floats(nk, 1.0f, 30 + cs), *dout = rand_floats(nq, 1.0f, 40 + cs);
-        float *out = garbage_floats(nq), *att = garbage_floats(na);
-        float *out_ref = floats_alloc(nq), *att_ref = floats_alloc(na);
-        att_forward_steps(&HOST_STEPS, out, att, q, k, v, B, T, H, Hkv, D, scale);
-        attention_forward(out_ref, att_ref, q, k, v, B, T, H, Hkv, D);
+        float *v = rand_floats(nv, 1.0f, 30 + cs), *dout = rand_floats(no, 1.0f, 40 + cs);
+        float *out = garbage_floats(no), *att = garbage_floats(na);
+        float *out_ref = floats_alloc(no), *att_ref = floats_alloc(na);
+        att_forward_steps(&HOST_STEPS, out, att, q, k, v, B, T, H, Hkv, D, Dv, scale);
+        attention_forward(out_ref, att_ref, q, k, v, B, T, H, Hkv, D, Dv);
         CLOSE_ARRAYS(att, att_ref, na, "attention probabilities");
-        CLOSE_ARRAYS(out, out_ref, nq, "attention output");
+        CLOSE_ARRAYS(out, out_ref, no, "attention output");
 
-        float *dq_ref = floats_alloc(nq), *dk_ref = floats_alloc(nk), *dv_ref = floats_alloc(nk);
+        float *dq_ref = floats_alloc(nq), *dk_ref = floats_alloc(nk), *dv_ref = floats_alloc(nv);
         float *ws_ref = attn_ws_alloc(T, 1);
         attention_backward(dq_ref, dk_ref, dv_ref, ws_ref, dout, att_ref, q, k, v, B, T, H, Hkv, D,
-                           1);
+                           Dv, 1);
         for (int n_ws = 1; n_ws <= H; n_ws++) {
-            float *dq = garbage_floats(nq), *dk = garbage_floats(nk), *dv = garbage_floats(nk);
+            float *dq = garbage_floats(nq), *dk = garbage_floats(nk), *dv = garbage_floats(nv);
             float *ws = garbage_floats((size_t)n_ws * T * T);
-            att_backward_steps(&HOST_STEPS, dq, dk, dv, ws, dout, att, q, k, v, B, T, H, Hkv, D,
+            att_backward_steps(&HOST_STEPS, dq, dk, dv, ws, dout, att, q, k, v, B, T, H, Hkv, D, Dv,
                                n_ws, scale);
             expect_close_arrays(dq, dq_ref, nq, TOL_F32_ATOL, TOL_F32_RTOL, "attention dq");
             expect_close_arrays(dk, dk_ref, nk, TOL_F32_ATOL, TOL_F32_RTOL, "attention dk");
-            expect_close_arrays(dv, dv_ref, nk, TOL_F32_ATOL, TOL_F32_RTOL, "attention dv");
+            expect_close_arrays(dv, dv_ref, nv, TOL_F32_ATOL, TOL_F32_RTOL, "attention dv");
             free(dq), free(dk), free(dv), free(ws);
         }
         free(q), free(k), free(v), free(dout), free(out), free(att), free(out_ref);

@@ -47,7 +47,7 @@ static void decode_kernel_on_host(float *out, float *att, const float *q, const 
                                   const float *vc, const int *lens, int N, int H, int Hkv, int D,
                                   int Tc) {
     const float scale = 1.0f / sqrtf((float)D);
-    const int KW = Hkv * D;
+    const int KW = Hkv * D; /* values as wide as the keys here */
     float lane_v[MOE_WARP];
     for (int r = 0; r < N * H; r++) {
         const int n = r / H, h = r % H, len = lens[n];
@@ -77,13 +77,13 @@ START_TEST(test_attention_decode_is_a_row_of_attention) {
         fill_uniform(q, T * QW, 1.5f, 2), fill_uniform(k, T * KW, 1.5f, 3),
             fill_uniform(v, T * KW, 1.0f, 4);
         float *out = floats_alloc(T * QW), *att = floats_alloc((size_t)H * T * T);
-        attention_forward(out, att, q, k, v, 1, T, H, Hkv, D);
+        attention_forward(out, att, q, k, v, 1, T, H, Hkv, D, D);
         /* row t: one sequence whose cache is the first t + 1 keys and values (the whole k, v
          * as its cache, lens t + 1) */
         float got[HMAX * D], att_got[HMAX * T], kern[HMAX * D], att_kern[HMAX * T];
         for (int t = 0; t < T; t++) {
             const int len = t + 1;
-            attention_decode(got, att_got, q + (size_t)t * QW, k, v, &len, 1, H, Hkv, D, T);
+            attention_decode(got, att_got, q + (size_t)t * QW, k, v, &len, 1, H, Hkv, D, D, T);
             CLOSE_ARRAYS(got, out + (size_t)t * QW, QW,
                          "attention_decode against attention_forward");
             for (int h = 0; h < H; h++)

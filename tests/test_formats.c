@@ -34,7 +34,6 @@ static void tmp_setup(void) {
     alarm(60); /* a reader that blocks fails the test instead of hanging the suite */
 }
 
-
 static void expect_in(const char *what) {
     ck_assert_msg(strstr(err, what) != NULL, "expected '%s' in: %s", what, err);
 }
@@ -65,7 +64,9 @@ static void reseal_shard(uint8_t *b, long n) {
     le_put_u32(b + 160, crc32_update(0, b + 256, (size_t)n - 256));
     le_put_u32(b + 164, crc32_with_hole(b, 256, 164));
 }
-static void reseal_ckpt(uint8_t *b) { le_put_u32(b + 44, crc32_with_hole(b, 256, 44)); }
+static void reseal_ckpt(uint8_t *b) {
+    le_put_u32(b + 44, crc32_with_hole(b, 256, 44));
+}
 
 static int shard_refused(const char *path) {
     Shard s;
@@ -98,8 +99,8 @@ START_TEST(test_shard_header_sweep) {
             b[i] ^= masks[m];
             ck_assert_msg(shard_refused(bad), "byte %d ^ 0x%02x accepted", i, masks[m]);
             ck_assert_msg(strstr(err, bad) && (strstr(err, "make data") || strstr(err, "synth")),
-                          "byte %d ^ 0x%02x: message lacks the file or the remedy: %s", i,
-                          masks[m], err);
+                          "byte %d ^ 0x%02x: message lacks the file or the remedy: %s", i, masks[m],
+                          err);
             ck_assert_msg(strstr(err, "magic") || strstr(err, "version") ||
                               strstr(err, "header checksum mismatch"),
                           "byte %d ^ 0x%02x: unclear message: %s", i, masks[m], err);
@@ -151,12 +152,12 @@ START_TEST(test_shard_fields) {
         {32 + 1 * 16, 0, 1, "domain name 1 is empty"},
         {168, 1, 1, "reserved header byte 168"},
         {255, 1, 1, "reserved header byte 255"},
-        {16, 1ull << 62, 8, "truncated"},      /* n_tokens */
-        {24, 0xFFFFFFFFu, 4, "truncated"},     /* n_docs */
-        {16, 15, 8, "too long"},               /* one token fewer than the file holds */
-        {256 + 16, 6, 8, "do not tile"},       /* doc 1 starts at 6, not 5 */
-        {256 + 32 + 8, 3, 4, "do not tile"},   /* last doc ends at 15 of 16 */
-        {256 + 16 + 12, 2, 4, "domain 2"},     /* doc 1 in domain 2 of 2 */
+        {16, 1ull << 62, 8, "truncated"},    /* n_tokens */
+        {24, 0xFFFFFFFFu, 4, "truncated"},   /* n_docs */
+        {16, 15, 8, "too long"},             /* one token fewer than the file holds */
+        {256 + 16, 6, 8, "do not tile"},     /* doc 1 starts at 6, not 5 */
+        {256 + 32 + 8, 3, 4, "do not tile"}, /* last doc ends at 15 of 16 */
+        {256 + 16 + 12, 2, 4, "domain 2"},   /* doc 1 in domain 2 of 2 */
     };
     const char *path = tmp_path("f.bin");
     write_shard(path);
@@ -251,8 +252,12 @@ END_TEST
 
 typedef int (*Reader)(const char *path);
 
-static int read_ckpt(const char *p) { return ckpt_refused(p) ? -1 : 0; }
-static int read_shard(const char *p) { return shard_refused(p) ? -1 : 0; }
+static int read_ckpt(const char *p) {
+    return ckpt_refused(p) ? -1 : 0;
+}
+static int read_shard(const char *p) {
+    return shard_refused(p) ? -1 : 0;
+}
 static int read_st(const char *p) {
     SafeTensors st;
     err[0] = 0;

@@ -27,7 +27,9 @@
 
 static char err[1024];
 
-static void tmp_setup(void) { tmp_dir_make("st"); }
+static void tmp_setup(void) {
+    tmp_dir_make("st");
+}
 
 static void set(Config *c, const char *assignment) {
     ck_assert_msg(config_set(c, assignment, err, sizeof err) == 0, "%s: %s", assignment, err);

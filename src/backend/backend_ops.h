@@ -53,10 +53,10 @@ BACKEND_OP(rmsnorm_backward, (float *dx, float *dw, const float *dy, const float
 BACKEND_OP(rope_forward, (float *x, const float *cs, int B, int T, int H, int D))
 BACKEND_OP(rope_backward, (float *dx, const float *cs, int B, int T, int H, int D))
 BACKEND_OP(attention_forward, (float *out, float *att, const float *q, const float *k,
-                               const float *v, int B, int T, int H, int Hkv, int D))
+                               const float *v, int B, int T, int H, int Hkv, int D, int Dv))
 BACKEND_OP(attention_backward, (float *dq, float *dk, float *dv, float *ws, const float *dout,
                                 const float *att, const float *q, const float *k, const float *v,
-                                int B, int T, int H, int Hkv, int D, int n_ws))
+                                int B, int T, int H, int Hkv, int D, int Dv, int n_ws))
 BACKEND_OP(swiglu_forward, (float *h, const float *g, const float *u, int N, int F))
 BACKEND_OP(swiglu_backward,
            (float *dg, float *du, const float *dh, const float *g, const float *u, int N, int F))
@@ -72,7 +72,7 @@ BACKEND_OP(adamw_update, (float *p, float *g, float *m, float *v, size_t n, cons
 BACKEND_OP(rope_forward_at, (float *x, const float *cs, const int *pos, int N, int H, int D))
 BACKEND_OP(attention_decode, (float *out, float *att, const float *q, const float *kc,
                               const float *vc, const int *lens, int N, int H, int Hkv, int D,
-                              int Tc))
+                              int Dv, int Tc))
 
 /* ---- the MoE ops (moe/moe_ops.h, same arguments) ------------------------------------
  * s, x and p are host structs; a plan's arrays, x->global_f and x->work are device memory,

@@ -287,12 +287,12 @@ static void block_forward(Model *m, int l, float *out, const float *in, int B, i
         PROF(PROF_ATTN, be->permute_rows(be, kv->k[l], a->k, kv->rows, N, Hkv * D, 0));
         PROF(PROF_ATTN, be->permute_rows(be, kv->v[l], a->v, kv->rows, N, Hkv * D, 0));
         PROF(PROF_ATTN, be->attention_decode(be, a->atty, kv->att, a->q, kv->k[l], kv->v[l],
-                                             kv->lens, N, H, Hkv, D, kv->Tc));
+                                             kv->lens, N, H, Hkv, D, D, kv->Tc));
     } else {
         PROF(PROF_ROPE, be->rope_forward(be, a->q, rs->rope_cs, B, T, H, D));
         PROF(PROF_ROPE, be->rope_forward(be, a->k, rs->rope_cs, B, T, Hkv, D));
         PROF(PROF_ATTN,
-             be->attention_forward(be, a->atty, a->att, a->q, a->k, a->v, B, T, H, Hkv, D));
+             be->attention_forward(be, a->atty, a->att, a->q, a->k, a->v, B, T, H, Hkv, D, D));
     }
     /* dtmp is free scratch during the forward pass. Sandwich norms: the sublayer's output
      * goes to attn_out, and its norm into dtmp */
@@ -586,7 +586,7 @@ static void block_backward(Model *m, int l, float *dx, const float *dout, const 
          be->matmul_backward(be, rs->datty, gw->wo, dao, a->atty, lw->wo, N, H * D, C));
     PROF(PROF_ATTN,
          be->attention_backward(be, rs->dq, rs->dk, rs->dv, rs->att_ws, rs->datty, a->att, a->q,
-                                a->k, a->v, B, T, H, Hkv, D, rs->n_att_ws));
+                                a->k, a->v, B, T, H, Hkv, D, D, rs->n_att_ws));
     PROF(PROF_ROPE, be->rope_backward(be, rs->dq, rs->rope_cs, B, T, H, D));
     PROF(PROF_ROPE, be->rope_backward(be, rs->dk, rs->rope_cs, B, T, Hkv, D));
     qkv_backward(m, a, lw, gw, N);

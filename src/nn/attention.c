@@ -32,37 +32,39 @@
 
 #include "nn/attention_row.h"
 
-/* One query of one head: ot (D) = sum_{j < n} p[j] v_j, p (Tp) = softmax_j(s q . k_j) over the
- * first n keys, 0 for the rest of the row (the causal mask). q, ot are the head's D channels;
- * k, v its first key and value, each next one C floats further. */
+/* One query of one head: ot (Dv) = sum_{j < n} p[j] v_j, p (Tp) = softmax_j(s q . k_j) over the
+ * first n keys, 0 for the rest of the row (the causal mask). q is the head's D channels, ot its
+ * Dv; k, v its first key and value, each next one KW and VW floats further. */
 static void attend_row(float *ot, float *p, const float *q, const float *k, const float *v, int n,
-                       int Tp, int C, int D, float scale) {
+                       int Tp, int KW, int VW, int D, int Dv, float scale) {
     /* the softmax row (attention_row.h): scores, less their max so exp() cannot overflow */
-    const float max = att_row_scores(p, q, k, n, C, D, scale, 0, 1);
+    const float max = att_row_scores(p, q, k, n, KW, D, scale, 0, 1);
     att_row_exp(p, n, max, 0, 1);
     att_row_normalise(p, n, Tp, 1.0f / att_row_sum(p, n, 0, 1), 0, 1);
     /* the values weighted by p, a value row at a time (each channel summed in key order) */
-    for (int d = 0; d < D; d++) ot[d] = 0.0f;
+    for (int d = 0; d < Dv; d++) ot[d] = 0.0f;
     for (int j = 0; j < n; j++) {
-        const float *vj = v + (size_t)j * C;
-        for (int d = 0; d < D; d++) ot[d] += p[j] * vj[d];
+        const float *vj = v + (size_t)j * VW;
+        for (int d = 0; d < Dv; d++) ot[d] += p[j] * vj[d];
     }
 }
 
 void attention_forward(float *out, float *att, const float *q, const float *k, const float *v,
-                       int B, int T, int H, int Hkv, int D) {
-    /* out (B, T, H D), att (B, H, T, T), q (B, T, H D), k, v (B, T, Hkv D) */
-    const int QW = H * D, KW = Hkv * D, group = H / Hkv;
+                       int B, int T, int H, int Hkv, int D, int Dv) {
+    /* out (B, T, H Dv), att (B, H, T, T), q (B, T, H D), k (B, T, Hkv D), v (B, T, Hkv Dv) */
+    const int QW = H * D, KW = Hkv * D, VW = Hkv * Dv, OW = H * Dv, group = H / Hkv;
     const float scale = 1.0f / sqrtf((float)D);
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < H; h++) {
             const size_t qh = (size_t)b * T * QW + (size_t)h * D;
+            const size_t oh = (size_t)b * T * OW + (size_t)h * Dv;
             const size_t kh = (size_t)b * T * KW + (size_t)(h / group) * D;
+            const size_t vh = (size_t)b * T * VW + (size_t)(h / group) * Dv;
             float *ab = att + ((size_t)b * H + h) * T * T;
             for (int t = 0; t < T; t++) /* row t sees keys 0 .. t */
-                attend_row(out + qh + (size_t)t * QW, ab + (size_t)t * T, q + qh + (size_t)t * QW,
-                           k + kh, v + kh, t + 1, T, KW, D, scale);
+                attend_row(out + oh + (size_t)t * OW, ab + (size_t)t * T, q + qh + (size_t)t * QW,
+                           k + kh, v + vh, t + 1, T, KW, VW, D, Dv, scale);
         }
     }
 }
@@ -70,42 +72,52 @@ void attention_forward(float *out, float *att, const float *q, const float *k, c
 /* One query row per sequence against its cache: attention_forward's row t = lens[n] - 1, the
  * keys and values read from the cache. */
 void attention_decode(float *out, float *att, const float *q, const float *kc, const float *vc,
-                      const int *lens, int N, int H, int Hkv, int D, int Tc) {
-    /* out (N, H D), att (N, H, Tc), q (N, H D), kc, vc (N, Tc, Hkv D) */
-    const int QW = H * D, KW = Hkv * D, group = H / Hkv;
+                      const int *lens, int N, int H, int Hkv, int D, int Dv, int Tc) {
+    /* out (N, H Dv), att (N, H, Tc), q (N, H D), kc (N, Tc, Hkv D), vc (N, Tc, Hkv Dv) */
+    const int QW = H * D, KW = Hkv * D, VW = Hkv * Dv, group = H / Hkv;
     const float scale = 1.0f / sqrtf((float)D);
 #pragma omp parallel for collapse(2)
     for (int n = 0; n < N; n++)
         for (int h = 0; h < H; h++) {
             const size_t kh = (size_t)n * Tc * KW + (size_t)(h / group) * D;
-            const size_t row = (size_t)n * QW + (size_t)h * D;
-            attend_row(out + row, att + ((size_t)n * H + h) * Tc, q + row, kc + kh, vc + kh,
-                       lens[n], Tc, KW, D, scale);
+            const size_t vh = (size_t)n * Tc * VW + (size_t)(h / group) * Dv;
+            attend_row(out + (size_t)n * H * Dv + (size_t)h * Dv, att + ((size_t)n * H + h) * Tc,
+                       q + (size_t)n * QW + (size_t)h * D, kc + kh, vc + vh, lens[n], Tc, KW, VW, D,
+                       Dv, scale);
         }
 }
 
+/* The shape of one backward: rows of q, k, v, out QW, KW, VW, OW floats; heads of D channels
+ * (queries and keys) and Dv (values and outputs). */
+typedef struct {
+    int T, QW, KW, VW, OW, D, Dv;
+    float scale;
+} AttShape;
+
 /* The backward of query head h of batch row b, its dq written, its dk and dv (those of its
- * key-value head) added to. qh, kh: the offsets of (b, t = 0, h) in q and of its key-value head
- * in k; ds (T) the thread's row of workspace. */
+ * key-value head) added to. qh, oh, kh, vh: the offsets of (b, t = 0, h) in q and out and of its
+ * key-value head in k and v; ds (T) the thread's row of workspace. */
 static void head_backward(float *dq, float *dk, float *dv, float *ds, const float *dout,
                           const float *ab, const float *q, const float *k, const float *v,
-                          size_t qh, size_t kh, int T, int QW, int KW, int D, float scale) {
-    const float *qb = q + qh, *kb = k + kh, *vb = v + kh, *gb = dout + qh;
+                          size_t qh, size_t oh, size_t kh, size_t vh, const AttShape *s) {
+    const int T = s->T, QW = s->QW, KW = s->KW, VW = s->VW, OW = s->OW, D = s->D, Dv = s->Dv;
+    const float scale = s->scale;
+    const float *qb = q + qh, *kb = k + kh, *vb = v + vh, *gb = dout + oh;
     for (int t = 0; t < T; t++) {
         const float *p = ab + (size_t)t * T;
-        const float *gt = gb + (size_t)t * QW;
+        const float *gt = gb + (size_t)t * OW;
         const float *qt = qb + (size_t)t * QW;
         if (dv) {
             for (int j = 0; j <= t; j++) {
-                float *dvj = dv + kh + (size_t)j * KW;
-                for (int d = 0; d < D; d++) dvj[d] += p[j] * gt[d];
+                float *dvj = dv + vh + (size_t)j * VW;
+                for (int d = 0; d < Dv; d++) dvj[d] += p[j] * gt[d];
             }
         }
         if (!dq && !dk) continue;
         for (int j = 0; j <= t; j++) { /* dp[t][j] */
-            const float *vj = vb + (size_t)j * KW;
+            const float *vj = vb + (size_t)j * VW;
             float dp = 0.0f;
-            for (int d = 0; d < D; d++) dp += gt[d] * vj[d];
+            for (int d = 0; d < Dv; d++) dp += gt[d] * vj[d];
             ds[j] = dp;
         }
         /* the softmax's Jacobian (attention_row.h), pdp = sum_i p[t][i] dp[t][i] */
@@ -130,9 +142,10 @@ static void head_backward(float *dq, float *dk, float *dv, float *ds, const floa
 
 void attention_backward(float *dq, float *dk, float *dv, float *ws, const float *dout,
                         const float *att, const float *q, const float *k, const float *v, int B,
-                        int T, int H, int Hkv, int D, int n_ws) {
-    /* dq (B, T, H D), dk, dv (B, T, Hkv D), ws (n_ws, T, T) workspace (a row of its slice per
-     * thread is used), dout (B, T, H D), att (B, H, T, T), q (B, T, H D), k, v (B, T, Hkv D)
+                        int T, int H, int Hkv, int D, int Dv, int n_ws) {
+    /* dq (B, T, H D), dk (B, T, Hkv D), dv (B, T, Hkv Dv), ws (n_ws, T, T) workspace (a row of
+     * its slice per thread is used), dout (B, T, H Dv), att (B, H, T, T), q (B, T, H D), k
+     * (B, T, Hkv D), v (B, T, Hkv Dv)
      *
      * forward: out_t = sum_j p[t][j] v_j,  p[t] = softmax(score[t]),  score[t][j] = s q_t . k_j
      *   dv_j        = sum_{t>=j} p[t][j] dout_t          (and over the heads of v's group)
@@ -141,23 +154,25 @@ void attention_backward(float *dq, float *dk, float *dv, float *ws, const float 
      *   dq_t        = s sum_{j<=t} dscore[t][j] k_j
      *   dk_j        = s sum_{t>=j} dscore[t][j] q_t      (and over the heads of k's group)
      * Masked entries have p = 0, hence dscore = 0: the mask needs no extra term. */
-    const int QW = H * D, KW = Hkv * D, group = H / Hkv;
-    const float scale = 1.0f / sqrtf((float)D);
+    const int group = H / Hkv;
+    const AttShape s = {T, H * D, Hkv * D, Hkv * Dv, H * Dv, D, Dv, 1.0f / sqrtf((float)D)};
     const int n_threads = omp_get_max_threads() < n_ws ? omp_get_max_threads() : n_ws;
     (void)n_threads; /* read by the pragma alone, which a build without OpenMP ignores */
 #pragma omp parallel for collapse(2) num_threads(n_threads)
     for (int b = 0; b < B; b++) {
         for (int g = 0; g < Hkv; g++) {
-            const size_t kh = (size_t)b * T * KW + (size_t)g * D; /* (b, t = 0, g) */
+            const size_t kh = (size_t)b * T * s.KW + (size_t)g * D; /* (b, t = 0, g) */
+            const size_t vh = (size_t)b * T * s.VW + (size_t)g * Dv;
             /* dk and dv sum over later queries t and the group's heads: they start at zero */
             for (int t = 0; t < T; t++) {
-                if (dk) memset(dk + kh + (size_t)t * KW, 0, (size_t)D * sizeof(float));
-                if (dv) memset(dv + kh + (size_t)t * KW, 0, (size_t)D * sizeof(float));
+                if (dk) memset(dk + kh + (size_t)t * s.KW, 0, (size_t)D * sizeof(float));
+                if (dv) memset(dv + vh + (size_t)t * s.VW, 0, (size_t)Dv * sizeof(float));
             }
             float *ds = ws + (size_t)omp_get_thread_num() * T * T; /* dscore[t][0..t] */
             for (int h = g * group; h < (g + 1) * group; h++)
                 head_backward(dq, dk, dv, ds, dout, att + ((size_t)b * H + h) * T * T, q, k, v,
-                              (size_t)b * T * QW + (size_t)h * D, kh, T, QW, KW, D, scale);
+                              (size_t)b * T * s.QW + (size_t)h * D,
+                              (size_t)b * T * s.OW + (size_t)h * Dv, kh, vh, &s);
         }
     }
 }

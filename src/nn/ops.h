@@ -66,13 +66,14 @@ void rope_backward(float *dx, const float *cs, int B, int T, int H, int D);
 void rope_forward_at(float *x, const float *cs, const int *pos, int N, int H, int D);
 
 /* ---- causal self-attention on projected, rotated q, k, v ----------------------------------
- * H query heads and Hkv key-value heads (Hkv divides H) of D channels: q, out (B, T, H D);
- * k, v (B, T, Hkv D). Query head h attends with key-value head h / (H / Hkv): Hkv = H is
- * multi-head, Hkv < H grouped-query (Hkv = 1 multi-query) attention.
+ * H query heads and Hkv key-value heads (Hkv divides H); queries and keys of D channels, values
+ * and outputs of Dv (latent attention's differ; else Dv = D): q (B, T, H D), k (B, T, Hkv D),
+ * v (B, T, Hkv Dv), out (B, T, H Dv). Query head h attends with key-value head h / (H / Hkv):
+ * Hkv = H is multi-head, Hkv < H grouped-query (Hkv = 1 multi-query) attention.
  * out = softmax(q k^T / sqrt(D) + causal mask) v, head by head.
  * att (B, H, T, T) keeps the softmax probabilities for the backward pass (upper triangle 0). */
 void attention_forward(float *out, float *att, const float *q, const float *k, const float *v,
-                       int B, int T, int H, int Hkv, int D);
+                       int B, int T, int H, int Hkv, int D, int Dv);
 /* ws (n_ws, T, T) is workspace, one T x T slice per thread: the backward pass runs on at most
  * n_ws threads (fewer slices only cost speed, never change a result). A model sizes it once for
  * omp_get_max_threads() threads. These are the loop-by-loop reference; the cpu backend's
@@ -80,14 +81,15 @@ void attention_forward(float *out, float *att, const float *q, const float *k, c
  * dk and dv sum over the heads of each group. */
 void attention_backward(float *dq, float *dk, float *dv, float *ws, const float *dout,
                         const float *att, const float *q, const float *k, const float *v, int B,
-                        int T, int H, int Hkv, int D, int n_ws);
+                        int T, int H, int Hkv, int D, int Dv, int n_ws);
 /* Decoding's attention: the new token of each of N sequences against that sequence's cache.
- * q, out (N, H D); kc, vc (N, Tc, Hkv D): sequence n's keys and values at positions 0 .. Tc - 1,
+ * q (N, H D), out (N, H Dv); kc (N, Tc, Hkv D), vc (N, Tc, Hkv Dv): sequence n's keys and
+ * values at positions 0 .. Tc - 1,
  * of which the first lens[n] (>= 1, the new token's own included) are attended to; att (N, H,
  * Tc) the probabilities (0 past lens[n]). Row t of attention_forward's output, given the first
  * t + 1 keys and values, in the same arithmetic order. No backward: nothing trains here. */
 void attention_decode(float *out, float *att, const float *q, const float *kc, const float *vc,
-                      const int *lens, int N, int H, int Hkv, int D, int Tc);
+                      const int *lens, int N, int H, int Hkv, int D, int Dv, int Tc);
 /* ---- SwiGLU activation: h (N, F) = silu(g) * u, silu(g) = g * sigmoid(g) ------------------ */
 void swiglu_forward(float *h, const float *g, const float *u, int N, int F);
 void swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u, int N,

@@ -6,7 +6,7 @@
  * (T, D) slice of q (rows H D floats apart), K, V those of its key-value head in k, v (rows
  * Hkv D apart) and s = 1 / sqrt(D):
  *
- *   forward:   S = s Q K^T (T, T)        P = causal_softmax(S)        O = P V (T, D)
+ *   forward:   S = s Q K^T (T, T)        P = causal_softmax(S)        O = P V (T, Dv)
  *   backward:  dV = P^T dO               dP = dO V^T (T, T)
  *              dS = P * (dP - rowsum(P * dP)) * s                     (softmax Jacobian)
  *              dQ = dS K                 dK = dS^T Q
@@ -98,15 +98,17 @@ NN_WIDE_LANES static void causal_softmax_block(float *P, int t0, int R, int T) {
 }
 
 void cpu_attention_forward(float *out, float *att, const float *q, const float *k, const float *v,
-                           int B, int T, int H, int Hkv, int D) {
-    /* out (B, T, H D), att (B, H, T, T), q (B, T, H D), k, v (B, T, Hkv D) */
-    const int QW = H * D, KW = Hkv * D, group = H / Hkv;
+                           int B, int T, int H, int Hkv, int D, int Dv) {
+    /* out (B, T, H Dv), att (B, H, T, T), q (B, T, H D), k (B, T, Hkv D), v (B, T, Hkv Dv) */
+    const int QW = H * D, KW = Hkv * D, VW = Hkv * Dv, OW = H * Dv, group = H / Hkv;
     const float scale = 1.0f / sqrtf((float)D);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < H; h++) {
             const size_t qh = (size_t)b * T * QW + (size_t)h * D;           /* (b, t = 0, h) */
             const size_t kh = (size_t)b * T * KW + (size_t)(h / group) * D; /* its kv head */
+            const size_t vh = (size_t)b * T * VW + (size_t)(h / group) * Dv;
+            const size_t oh = (size_t)b * T * OW + (size_t)h * Dv;
             float *P = att + ((size_t)b * H + h) * T * T;
             /* per block of query rows [t0, t0 + R): only the keys [0, t0 + R) it can see */
             for (int t0 = 0; t0 < T; t0 += ATT_BLOCK) {
@@ -117,21 +119,21 @@ void cpu_attention_forward(float *out, float *att, const float *q, const float *
                             q + qh + (size_t)t0 * QW, QW, k + kh, KW, 0.0f, Pb, T);
                 causal_softmax_block(Pb, t0, R, T);
                 /* O = P V */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, D, J, 1.0f, Pb, T, v + kh,
-                            KW, 0.0f, out + qh + (size_t)t0 * QW, QW);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, Dv, J, 1.0f, Pb, T,
+                            v + vh, VW, 0.0f, out + oh + (size_t)t0 * OW, OW);
             }
         }
     }
 }
 
-/* dS (T, T) = P (dP - rowsum(P dP)) s, dP = dO V^T, for one head: per block of query rows, over
- * the keys it sees. dO's rows are QW floats apart, V's KW. */
-static void head_dscores(float *dS, const float *P, const float *dO, const float *V, int T, int QW,
-                         int KW, int D, float scale) {
+/* dS (T, T) = P (dP - rowsum(P dP)) s, dP = dO V^T, for one head of Dv value channels: per
+ * block of query rows, over the keys it sees. dO's rows are OW floats apart, V's VW. */
+static void head_dscores(float *dS, const float *P, const float *dO, const float *V, int T, int OW,
+                         int VW, int Dv, float scale) {
     for (int t0 = 0; t0 < T; t0 += ATT_BLOCK) {
         const int R = T - t0 < ATT_BLOCK ? T - t0 : ATT_BLOCK, J = t0 + R;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, J, D, 1.0f, dO + (size_t)t0 * QW,
-                    QW, V, KW, 0.0f, dS + (size_t)t0 * T, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, J, Dv, 1.0f, dO + (size_t)t0 * OW,
+                    OW, V, VW, 0.0f, dS + (size_t)t0 * T, T);
     }
     for (int t0 = 0; t0 < T; t0 += SOFTMAX_ROWS) {
         const int n = T - t0 < SOFTMAX_ROWS ? T - t0 : SOFTMAX_ROWS;
@@ -149,10 +151,11 @@ static void head_dscores(float *dS, const float *P, const float *dO, const float
 
 void cpu_attention_backward(float *dq, float *dk, float *dv, float *ws, const float *dout,
                             const float *att, const float *q, const float *k, const float *v, int B,
-                            int T, int H, int Hkv, int D, int n_ws) {
-    /* dq (B, T, H D), dk, dv (B, T, Hkv D) written (any may be NULL), ws (n_ws, T, T)
-     * workspace, dout (B, T, H D), att (B, H, T, T), q (B, T, H D), k, v (B, T, Hkv D) */
-    const int QW = H * D, KW = Hkv * D, group = H / Hkv;
+                            int T, int H, int Hkv, int D, int Dv, int n_ws) {
+    /* dq (B, T, H D), dk (B, T, Hkv D), dv (B, T, Hkv Dv) written (any may be NULL), ws (n_ws,
+     * T, T) workspace, dout (B, T, H Dv), att (B, H, T, T), q (B, T, H D), k (B, T, Hkv D), v
+     * (B, T, Hkv Dv) */
+    const int QW = H * D, KW = Hkv * D, VW = Hkv * Dv, OW = H * Dv, group = H / Hkv;
     const float scale = 1.0f / sqrtf((float)D);
     /* one dS slice per thread: no more threads than slices (each (b, g) is computed whole by
      * one thread whatever the count, so the count never changes a result) */
@@ -164,22 +167,23 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, float *ws, const fl
     for (int b = 0; b < B; b++) {
         for (int g = 0; g < Hkv; g++) {
             const size_t kh = (size_t)b * T * KW + (size_t)g * D; /* (b, t = 0, g) */
+            const size_t vh = (size_t)b * T * VW + (size_t)g * Dv;
             float *dS = ws + (size_t)omp_get_thread_num() * T * T;
             for (int h = g * group; h < (g + 1) * group; h++) {
                 const size_t qh = (size_t)b * T * QW + (size_t)h * D;
                 const float *P = att + ((size_t)b * H + h) * T * T;
-                const float *dO = dout + qh;
+                const float *dO = dout + (size_t)b * T * OW + (size_t)h * Dv;
                 const float beta = h == g * group ? 0.0f : 1.0f;
                 /* forward: O = P V  ->  dV = P^T dO; the keys [j0, j0 + R) are seen by the
                  * query rows [j0, T) only */
                 for (int j0 = 0; dv && j0 < T; j0 += ATT_BLOCK) {
                     const int R = T - j0 < ATT_BLOCK ? T - j0 : ATT_BLOCK;
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, R, D, T - j0, 1.0f,
-                                P + (size_t)j0 * T + j0, T, dO + (size_t)j0 * QW, QW, beta,
-                                dv + kh + (size_t)j0 * KW, KW);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, R, Dv, T - j0, 1.0f,
+                                P + (size_t)j0 * T + j0, T, dO + (size_t)j0 * OW, OW, beta,
+                                dv + vh + (size_t)j0 * VW, VW);
                 }
                 if (!dq && !dk) continue;
-                head_dscores(dS, P, dO, v + kh, T, QW, KW, D, scale);
+                head_dscores(dS, P, dO, v + vh, T, OW, VW, Dv, scale);
                 /* forward: S = s Q K^T (s is folded into dS)  ->  dQ = dS K (query rows over
                  * the keys they see), dK = dS^T Q (keys over the query rows that see them) */
                 for (int t0 = 0; dq && t0 < T; t0 += ATT_BLOCK) {

@@ -131,14 +131,14 @@ static void ref_rope_backward(const Backend *be, float *dx, const float *cs, int
 }
 static void ref_attention_forward(const Backend *be, float *out, float *att, const float *q,
                                   const float *k, const float *v, int B, int T, int H, int Hkv,
-                                  int D) {
-    (void)be, attention_forward(out, att, q, k, v, B, T, H, Hkv, D);
+                                  int D, int Dv) {
+    (void)be, attention_forward(out, att, q, k, v, B, T, H, Hkv, D, Dv);
 }
 static void ref_attention_backward(const Backend *be, float *dq, float *dk, float *dv, float *ws,
                                    const float *dout, const float *att, const float *q,
                                    const float *k, const float *v, int B, int T, int H, int Hkv,
-                                   int D, int n_ws) {
-    (void)be, attention_backward(dq, dk, dv, ws, dout, att, q, k, v, B, T, H, Hkv, D, n_ws);
+                                   int D, int Dv, int n_ws) {
+    (void)be, attention_backward(dq, dk, dv, ws, dout, att, q, k, v, B, T, H, Hkv, D, Dv, n_ws);
 }
 static void ref_rope_forward_at(const Backend *be, float *x, const float *cs, const int *pos, int N,
                                 int H, int D) {
@@ -146,8 +146,8 @@ static void ref_rope_forward_at(const Backend *be, float *x, const float *cs, co
 }
 static void ref_attention_decode(const Backend *be, float *out, float *att, const float *q,
                                  const float *kc, const float *vc, const int *lens, int N, int H,
-                                 int Hkv, int D, int Tc) {
-    (void)be, attention_decode(out, att, q, kc, vc, lens, N, H, Hkv, D, Tc);
+                                 int Hkv, int D, int Dv, int Tc) {
+    (void)be, attention_decode(out, att, q, kc, vc, lens, N, H, Hkv, D, Dv, Tc);
 }
 static void ref_swiglu_forward(const Backend *be, float *h, const float *g, const float *u, int N,
                                int F) {
@@ -303,14 +303,14 @@ static void fast_matmul_backward(const Backend *be, float *dx, float *dW, const 
 }
 static void fast_attention_forward(const Backend *be, float *out, float *att, const float *q,
                                    const float *k, const float *v, int B, int T, int H, int Hkv,
-                                   int D) {
-    (void)be, cpu_attention_forward(out, att, q, k, v, B, T, H, Hkv, D);
+                                   int D, int Dv) {
+    (void)be, cpu_attention_forward(out, att, q, k, v, B, T, H, Hkv, D, Dv);
 }
 static void fast_attention_backward(const Backend *be, float *dq, float *dk, float *dv, float *ws,
                                     const float *dout, const float *att, const float *q,
                                     const float *k, const float *v, int B, int T, int H, int Hkv,
-                                    int D, int n_ws) {
-    (void)be, cpu_attention_backward(dq, dk, dv, ws, dout, att, q, k, v, B, T, H, Hkv, D, n_ws);
+                                    int D, int Dv, int n_ws) {
+    (void)be, cpu_attention_backward(dq, dk, dv, ws, dout, att, q, k, v, B, T, H, Hkv, D, Dv, n_ws);
 }
 static void fast_experts_forward(const Backend *be, float *ye, float *g, float *u, float *h,
                                  const float *xe, const float *Wg, const float *Wu, const float *Wd,

@@ -29,9 +29,9 @@ void cpu_sgemm_seconds(int n, int reps, double *seconds);
 
 /* attention_gemm.c: causal attention as strided products, one (batch row, head) per thread */
 void cpu_attention_forward(float *out, float *att, const float *q, const float *k, const float *v,
-                           int B, int T, int H, int Hkv, int D);
+                           int B, int T, int H, int Hkv, int D, int Dv);
 void cpu_attention_backward(float *dq, float *dk, float *dv, float *ws, const float *dout,
                             const float *att, const float *q, const float *k, const float *v, int B,
-                            int T, int H, int Hkv, int D, int n_ws);
+                            int T, int H, int Hkv, int D, int Dv, int n_ws);
 
 #endif

@@ -295,17 +295,17 @@ static void f_rope_backward(const Backend *be, float *dx, const float *cs, int B
     FENCED(rope_backward(CPU, dx, cs, B, T, H, D));
 }
 static void f_attention_forward(const Backend *be, float *out, float *att, const float *q,
-                                const float *k, const float *v, int B, int T, int H, int Hkv,
-                                int D) {
+                                const float *k, const float *v, int B, int T, int H, int Hkv, int D,
+                                int Dv) {
     DEV(out), DEV(att), DEV(q), DEV(k), DEV(v);
-    FENCED(attention_forward(CPU, out, att, q, k, v, B, T, H, Hkv, D));
+    FENCED(attention_forward(CPU, out, att, q, k, v, B, T, H, Hkv, D, Dv));
 }
 static void f_attention_backward(const Backend *be, float *dq, float *dk, float *dv, float *ws,
                                  const float *dout, const float *att, const float *q,
                                  const float *k, const float *v, int B, int T, int H, int Hkv,
-                                 int D, int n_ws) {
+                                 int D, int Dv, int n_ws) {
     DEV(dq), DEV(dk), DEV(dv), DEV(ws), DEV(dout), DEV(att), DEV(q), DEV(k), DEV(v);
-    FENCED(attention_backward(CPU, dq, dk, dv, ws, dout, att, q, k, v, B, T, H, Hkv, D, n_ws));
+    FENCED(attention_backward(CPU, dq, dk, dv, ws, dout, att, q, k, v, B, T, H, Hkv, D, Dv, n_ws));
 }
 static void f_rope_forward_at(const Backend *be, float *x, const float *cs, const int *pos, int N,
                               int H, int D) {
@@ -314,9 +314,9 @@ static void f_rope_forward_at(const Backend *be, float *x, const float *cs, cons
 }
 static void f_attention_decode(const Backend *be, float *out, float *att, const float *q,
                                const float *kc, const float *vc, const int *lens, int N, int H,
-                               int Hkv, int D, int Tc) {
+                               int Hkv, int D, int Dv, int Tc) {
     DEV(out), DEV(att), DEV(q), DEV(kc), DEV(vc), DEV(lens);
-    FENCED(attention_decode(CPU, out, att, q, kc, vc, lens, N, H, Hkv, D, Tc));
+    FENCED(attention_decode(CPU, out, att, q, kc, vc, lens, N, H, Hkv, D, Dv, Tc));
 }
 static void f_swiglu_forward(const Backend *be, float *h, const float *g, const float *u, int N,
                              int F) {

@@ -131,10 +131,11 @@ void cuda_router_logits_forward(const Backend *be, float *logits, const float *x
 void cuda_router_logits_backward(const Backend *be, float *dx, float *dWr, const float *dlogits,
                                  const float *x, const float *Wr, int N, int C, int E);
 void cuda_attention_forward(const Backend *be, float *out, float *att, const float *q,
-                            const float *k, const float *v, int B, int T, int H, int Hkv, int D);
+                            const float *k, const float *v, int B, int T, int H, int Hkv, int D,
+                            int Dv);
 void cuda_attention_backward(const Backend *be, float *dq, float *dk, float *dv, float *ws,
                              const float *dout, const float *att, const float *q, const float *k,
-                             const float *v, int B, int T, int H, int Hkv, int D, int n_ws);
+                             const float *v, int B, int T, int H, int Hkv, int D, int Dv, int n_ws);
 void cuda_experts_forward(const Backend *be, float *ye, float *g, float *u, float *h,
                           const float *xe, const float *Wg, const float *Wu, const float *Wd,
                           const int *offsets, const int *counts, int E, int C, int F);
@@ -168,7 +169,7 @@ void cuda_rope_forward_at(const Backend *be, float *x, const float *cs, const in
                           int H, int D);
 void cuda_attention_decode(const Backend *be, float *out, float *att, const float *q,
                            const float *kc, const float *vc, const int *lens, int N, int H, int Hkv,
-                           int D, int Tc);
+                           int D, int Dv, int Tc);
 void cuda_swiglu_forward(const Backend *be, float *h, const float *g, const float *u, int N, int F);
 void cuda_swiglu_backward(const Backend *be, float *dg, float *du, const float *dh, const float *g,
                           const float *u, int N, int F);

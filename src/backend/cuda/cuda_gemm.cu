@@ -176,9 +176,10 @@ static AttSteps att_steps(const Backend *be) {
 }
 
 void cuda_attention_forward(const Backend *be, float *out, float *att, const float *q,
-                            const float *k, const float *v, int B, int T, int H, int Hkv, int D) {
+                            const float *k, const float *v, int B, int T, int H, int Hkv, int D,
+                            int Dv) {
     const AttSteps s = att_steps(be);
-    att_forward_steps(&s, out, att, q, k, v, B, T, H, Hkv, D, 1.0f / sqrtf((float)D));
+    att_forward_steps(&s, out, att, q, k, v, B, T, H, Hkv, D, Dv, 1.0f / sqrtf((float)D));
 }
 
 /* Decoding: one warp per (sequence, query head) row of att (N H, Tc): scores, softmax over the
@@ -187,35 +188,38 @@ void cuda_attention_forward(const Backend *be, float *out, float *att, const flo
  * library is needed. */
 __global__ static void decode_attention_kernel(float *out, float *att, const float *q,
                                                const float *kc, const float *vc, const int *lens,
-                                               int N, int H, int Hkv, int D, int Tc, float scale) {
+                                               int N, int H, int Hkv, int D, int Dv, int Tc,
+                                               float scale) {
     int r = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / MOE_WARP, lane = threadIdx.x % MOE_WARP;
     if (r >= N * H) return; /* whole warps leave together */
-    const int n = r / H, h = r % H, len = lens[n], KW = Hkv * D;
+    const int n = r / H, h = r % H, len = lens[n], KW = Hkv * D, VW = Hkv * Dv;
     float *p = att + (size_t)r * Tc;
-    const size_t head = (size_t)n * Tc * KW + (size_t)(h / (H / Hkv)) * D;
-    const size_t row = (size_t)n * H * D + (size_t)h * D;
-    float max = warp_max(att_row_scores(p, q + row, kc + head, len, KW, D, scale, lane, MOE_WARP));
+    const size_t kh = (size_t)n * Tc * KW + (size_t)(h / (H / Hkv)) * D;
+    const size_t vh = (size_t)n * Tc * VW + (size_t)(h / (H / Hkv)) * Dv;
+    float max = warp_max(att_row_scores(p, q + (size_t)n * H * D + (size_t)h * D, kc + kh, len, KW,
+                                        D, scale, lane, MOE_WARP));
     att_row_exp(p, len, max, lane, MOE_WARP);
     float sum = warp_sum(att_row_sum(p, len, lane, MOE_WARP));
     att_row_normalise(p, len, Tc, 1.0f / sum, lane, MOE_WARP);
     __syncwarp();
-    katt_dec_lane_out(out + row, p, vc + head, len, KW, D, lane);
+    katt_dec_lane_out(out + (size_t)n * H * Dv + (size_t)h * Dv, p, vc + vh, len, VW, Dv, lane);
 }
 
 void cuda_attention_decode(const Backend *be, float *out, float *att, const float *q,
                            const float *kc, const float *vc, const int *lens, int N, int H, int Hkv,
-                           int D, int Tc) {
+                           int D, int Dv, int Tc) {
     if (N <= 0) return;
     decode_attention_kernel<<<row_blocks(N * H), CUDA_THREADS, 0, cuda_stream(be)>>>(
-        out, att, q, kc, vc, lens, N, H, Hkv, D, Tc, 1.0f / sqrtf((float)D));
+        out, att, q, kc, vc, lens, N, H, Hkv, D, Dv, Tc, 1.0f / sqrtf((float)D));
     CUDA_LAUNCHED();
 }
 
 void cuda_attention_backward(const Backend *be, float *dq, float *dk, float *dv, float *ws,
                              const float *dout, const float *att, const float *q, const float *k,
-                             const float *v, int B, int T, int H, int Hkv, int D, int n_ws) {
+                             const float *v, int B, int T, int H, int Hkv, int D, int Dv,
+                             int n_ws) {
     const AttSteps s = att_steps(be);
-    att_backward_steps(&s, dq, dk, dv, ws, dout, att, q, k, v, B, T, H, Hkv, D, n_ws,
+    att_backward_steps(&s, dq, dk, dv, ws, dout, att, q, k, v, B, T, H, Hkv, D, Dv, n_ws,
                        1.0f / sqrtf((float)D));
 }
 

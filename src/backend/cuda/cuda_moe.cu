@@ -387,10 +387,10 @@ void cuda_router_balance_loss(const Backend *be, float *out, const float *scores
     /* aux, aux_free and none: the Switch value, f from outside when given; seq_aux: its own.
      * MoeCtx.global_f is the backend's memory (backend.h): the kernels read it in place */
     const float *gf = seq ? NULL : x->global_f;
-    Carve c = cuda_carve_begin(
-        be, x,
-        carve_round(sig ? (size_t)N * sizeof(double) : 0) + carve_round(nparts * sizeof(double)) +
-            carve_round(gf ? 0 : nparts * sizeof(int)));
+    Carve c = cuda_carve_begin(be, x,
+                               carve_round(sig ? (size_t)N * sizeof(double) : 0) +
+                                   carve_round(nparts * sizeof(double)) +
+                                   carve_round(gf ? 0 : nparts * sizeof(int)));
     double *ssum = (double *)carve(&c, sig ? (size_t)N * sizeof(double) : 0);
     double *pq = (double *)carve(&c, nparts * sizeof(double));
     int *ph = (int *)carve(&c, gf ? 0 : nparts * sizeof(int));

@@ -71,9 +71,10 @@ static inline GemmArgs gemm_linear_dw(float *dW, const float *dy, const float *x
 }
 
 /* ---- attention: strided batches of heads --------------------------------------------------
- * q, out, dout: rows of H query heads (QW = H D floats a row); k, v: rows of Hkv key-value heads
- * (KW = Hkv D); query head h reads key-value head h / (H / Hkv). P (T, T) one row-major matrix
- * per head. Row-major products, per head:
+ * q: rows of H query heads of D channels (QW = H D floats a row); k: rows of Hkv key-value
+ * heads (KW = Hkv D); v: Hkv heads of Dv (VW = Hkv Dv); out, dout: H heads of Dv (OW = H Dv);
+ * query head h reads key-value head h / (H / Hkv). P (T, T) one row-major matrix per head.
+ * Row-major products, per head:
  *   S = s Q K^T      O = P V      dV = P^T dO      dP = dO V^T      dQ = dS K      dK = dS^T Q
  * A batch runs `heads` query heads side by side, their Q D floats apart in a row; kstride is how
  * far apart their key-value heads are: D when each has its own (multi-head), 0 when they share
@@ -119,64 +120,86 @@ static inline int att_span(int H, int Hkv) {
     return H == Hkv ? H : H / Hkv;
 }
 
-/* out (B, T, H D), att (B, H, T, T) from q (B, T, H D), k, v (B, T, Hkv D) */
+/* Where the heads of one batch start: q's (head h0), out's, and those of its key-value head in
+ * k and v, in batch row b. */
+typedef struct {
+    size_t q, o, k, v;
+} AttAt;
+static inline AttAt att_at(int b, int h0, int T, int H, int Hkv, int D, int Dv) {
+    const int grp = H / Hkv;
+    AttAt a = {(size_t)b * T * H * D + (size_t)h0 * D, (size_t)b * T * H * Dv + (size_t)h0 * Dv,
+               (size_t)b * T * Hkv * D + (size_t)(h0 / grp) * D,
+               (size_t)b * T * Hkv * Dv + (size_t)(h0 / grp) * Dv};
+    return a;
+}
+
+/* out (B, T, H Dv), att (B, H, T, T) from q (B, T, H D), k (B, T, Hkv D), v (B, T, Hkv Dv) */
 static inline void att_forward_steps(const AttSteps *s, float *out, float *att, const float *q,
                                      const float *k, const float *v, int B, int T, int H, int Hkv,
-                                     int D, float scale) {
-    const int QW = H * D, KW = Hkv * D, grp = H / Hkv, span = att_span(H, Hkv);
-    const long long kstride = grp == 1 ? D : 0;
+                                     int D, int Dv, float scale) {
+    const int QW = H * D, KW = Hkv * D, VW = Hkv * Dv, OW = H * Dv, span = att_span(H, Hkv);
+    const int own = H == Hkv; /* a key-value head each: the batch's heads step through k, v */
     for (int b = 0; b < B; b++)
         for (int h0 = 0; h0 < H; h0 += span) {
-            const size_t qc = (size_t)b * T * QW + (size_t)h0 * D;
-            const size_t kc = (size_t)b * T * KW + (size_t)(h0 / grp) * D;
+            const AttAt at = att_at(b, h0, T, H, Hkv, D, Dv);
             float *P = att + ((size_t)b * H + h0) * T * T;
-            GemmArgs sc = gemm_att_scores(P, q + qc, QW, k + kc, KW, kstride, T, D, span, scale);
+            GemmArgs sc =
+                gemm_att_scores(P, q + at.q, QW, k + at.k, KW, own ? D : 0, T, D, span, scale);
             s->gemm(s->ctx, &sc);
             s->softmax(s->ctx, P, span * T, T);
-            GemmArgs o = gemm_att_pv(out + qc, QW, P, v + kc, KW, kstride, T, D, span);
+            GemmArgs o = gemm_att_pv(out + at.o, OW, P, v + at.v, VW, own ? Dv : 0, T, Dv, span);
             s->gemm(s->ctx, &o);
         }
 }
 
-/* The backward: dq (B, T, H D) written, dk, dv (B, T, Hkv D) written as the sums over each
- * group's heads (any may be NULL); ws (n_ws, T, T) holds the dS of n_ws heads at a time. A
- * group's heads add into its dk and dv one product after another (beta 1 after the first):
- * products of one batch may run at once, and so never write the same output. */
+/* dV = P^T dO for the heads [h0, h0 + span) of batch row b: one batch when each has its own
+ * value head, else a product a head, the group's first writing and the others adding (products
+ * of one batch may run at once, and so never write the same output) */
+static inline void att_dv_steps(const AttSteps *s, float *dv, const float *P, const float *dout,
+                                const AttAt *at, int T, int H, int Hkv, int Dv, int span) {
+    const int own = H == Hkv;
+    for (int j = 0; j < (own ? 1 : span); j++) {
+        GemmArgs a = gemm_att_ptdo(dv + at->v, Hkv * Dv, P + (size_t)j * T * T,
+                                   dout + at->o + (size_t)j * Dv, H * Dv, T, Dv, own ? span : 1,
+                                   j ? 1.0f : 0.0f);
+        s->gemm(s->ctx, &a);
+    }
+}
+
+/* The backward: dq (B, T, H D) written, dk (B, T, Hkv D) and dv (B, T, Hkv Dv) written as the
+ * sums over each group's heads (any may be NULL); ws (n_ws, T, T) holds the dS of n_ws heads at
+ * a time. A group's heads add into its dk and dv one product after another (beta 1 after the
+ * first). */
 static inline void att_backward_steps(const AttSteps *s, float *dq, float *dk, float *dv, float *ws,
                                       const float *dout, const float *att, const float *q,
                                       const float *k, const float *v, int B, int T, int H, int Hkv,
-                                      int D, int n_ws, float scale) {
-    const int QW = H * D, KW = Hkv * D, grp = H / Hkv, span = att_span(H, Hkv);
-    const long long kstride = grp == 1 ? D : 0;
+                                      int D, int Dv, int n_ws, float scale) {
+    const int QW = H * D, KW = Hkv * D, VW = Hkv * Dv, OW = H * Dv, span = att_span(H, Hkv);
+    const int own = H == Hkv;
     const int chunk = n_ws < span ? n_ws : span; /* heads whose dS fit in ws at once */
     for (int b = 0; b < B; b++)
         for (int h0 = 0; h0 < H; h0 += span) {
             const float *P = att + ((size_t)b * H + h0) * T * T;
-            const size_t qc = (size_t)b * T * QW + (size_t)h0 * D;
-            const size_t kc = (size_t)b * T * KW + (size_t)(h0 / grp) * D;
-            for (int j = 0; dv && j < (grp == 1 ? 1 : span); j++) {
-                GemmArgs a =
-                    gemm_att_ptdo(dv + kc, KW, P + (size_t)j * T * T, dout + qc + (size_t)j * D, QW,
-                                  T, D, grp == 1 ? span : 1, j ? 1.0f : 0.0f);
-                s->gemm(s->ctx, &a);
-            }
+            const AttAt at = att_at(b, h0, T, H, Hkv, D, Dv);
+            if (dv) att_dv_steps(s, dv, P, dout, &at, T, H, Hkv, Dv, span);
             if (!dq && !dk) continue;
             for (int c0 = 0; c0 < span; c0 += chunk) {
                 const int G = span - c0 < chunk ? span - c0 : chunk;
-                const size_t qh = qc + (size_t)c0 * D, kh = kc + (size_t)(grp == 1 ? c0 * D : 0);
+                const size_t qh = at.q + (size_t)c0 * D, oh = at.o + (size_t)c0 * Dv;
+                const size_t kh = at.k + (size_t)(own ? c0 * D : 0);
+                const size_t vh = at.v + (size_t)(own ? c0 * Dv : 0);
                 GemmArgs dp =
-                    gemm_att_scores(ws, dout + qh, QW, v + kh, KW, kstride, T, D, G, 1.0f);
+                    gemm_att_scores(ws, dout + oh, OW, v + vh, VW, own ? Dv : 0, T, Dv, G, 1.0f);
                 s->gemm(s->ctx, &dp);
                 s->softmax_backward(s->ctx, ws, P + (size_t)c0 * T * T, G * T, T, scale);
                 if (dq) {
-                    GemmArgs a = gemm_att_pv(dq + qh, QW, ws, k + kh, KW, kstride, T, D, G);
+                    GemmArgs a = gemm_att_pv(dq + qh, QW, ws, k + kh, KW, own ? D : 0, T, D, G);
                     s->gemm(s->ctx, &a);
                 }
-                for (int j = 0; dk && j < (grp == 1 ? 1 : G); j++) {
+                for (int j = 0; dk && j < (own ? 1 : G); j++) {
                     GemmArgs a =
                         gemm_att_ptdo(dk + kh, KW, ws + (size_t)j * T * T, q + qh + (size_t)j * D,
-                                      QW, T, D, grp == 1 ? G : 1, c0 + j ? 1.0f : 0.0f);
-                    if (grp == 1) a.beta = 0.0f; /* its own key-value heads: written */
+                                      QW, T, D, own ? G : 1, own || c0 + j == 0 ? 0.0f : 1.0f);
                     s->gemm(s->ctx, &a);
                 }
             }

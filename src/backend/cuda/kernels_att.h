@@ -22,12 +22,13 @@
 #include "base/hd.h"
 #include "nn/attention_row.h"
 
-/* lane's channels d = l, l + 32, ... < D of out = sum_{j < len} p_j v_j, summed in j order */
-MOE_HD void katt_dec_lane_out(float *out, const float *p, const float *v, int len, int C, int D,
+/* decoding: lane's channels d = l, l + 32, ... < Dv of out = sum_{j < len} p_j v_j, summed in j
+ * order; v is the head's first value, each next one VW floats further */
+MOE_HD void katt_dec_lane_out(float *out, const float *p, const float *v, int len, int VW, int Dv,
                               int lane) {
-    for (int d = lane; d < D; d += MOE_WARP) {
+    for (int d = lane; d < Dv; d += MOE_WARP) {
         float acc = 0.0f;
-        for (int j = 0; j < len; j++) acc += p[j] * v[(size_t)j * C + d];
+        for (int j = 0; j < len; j++) acc += p[j] * v[(size_t)j * VW + d];
         out[d] = acc;
     }
 }
