@@ -104,8 +104,14 @@ static void case_embed_rows(const Backend *be, Outs *o) {
     out_f(o, be, "permute_rows", r, (size_t)N * C);
     be->permute_rows(be, r, dx, dto, N, C, 1);
     out_f(o, be, "permute_rows back", r, (size_t)N * C);
+    /* a 5-wide block from rows of 12 into rows of 7, written, then added to */
+    float *blk = dev_rand(be, (size_t)N * 7, 1.0f, 6);
+    be->copy_block(be, blk + 1, 7, dx + 3, C, N, 5, 0);
+    out_f(o, be, "copy_block", blk, (size_t)N * 7);
+    be->copy_block(be, blk + 2, 7, emb + 4, C, N, 5, 1);
+    out_f(o, be, "copy_block (added)", blk, (size_t)N * 7);
     release(be, dtok), release(be, dto), release(be, emb), release(be, x), release(be, dx);
-    release(be, demb), release(be, r);
+    release(be, demb), release(be, r), release(be, blk);
 }
 
 /* odd sizes, so that no product is a multiple of a vector width */
@@ -478,7 +484,7 @@ typedef struct {
 
 static const Case CASES[] = {
     {"vec", case_vec, "alloc free to_device to_host add mul scale round_bf16 sum sum_squares"},
-    {"embed and rows", case_embed_rows, "embed_forward embed_backward permute_rows"},
+    {"embed and rows", case_embed_rows, "embed_forward embed_backward permute_rows copy_block"},
     {"matmul", case_matmul, "matmul_forward matmul_backward"},
     {"router logits", case_router_logits, "router_logits_forward router_logits_backward"},
     {"norm, rope, swiglu", case_norm_rope_swiglu,
@@ -525,6 +531,7 @@ static const char *const ENTRIES[] = {"alloc",
                                       "embed_forward",
                                       "embed_backward",
                                       "permute_rows",
+                                      "copy_block",
                                       "matmul_forward",
                                       "matmul_backward",
                                       "router_logits_forward",

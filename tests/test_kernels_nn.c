@@ -98,6 +98,35 @@ END_TEST
 
 /* ---- vec: elementwise -------------------------------------------------------------------- */
 
+/* copy_block's body over the grid against the reference: a 5-wide block between rows of 12 and
+ * of 7 floats, written and added, checked against a loop written here */
+START_TEST(test_copy_block) {
+    enum { R = 41, LDS = 12, LDD = 7, W = 5 };
+    float *src = rand_floats((size_t)R * LDS, 1.0f, 301);
+    float *prior = rand_floats((size_t)R * LDD, 1.0f, 302);
+    float *want = copy_floats(prior, (size_t)R * LDD), *got = floats_alloc((size_t)R * LDD);
+    for (int add = 0; add < 2; add++) {
+        memcpy(want, prior, (size_t)R * LDD * sizeof(float));
+        for (int r = 0; r < R; r++)
+            for (int j = 0; j < W; j++) {
+                float *d = want + r * LDD + 1 + j;
+                *d = add ? *d + src[r * LDS + 2 + j] : src[r * LDS + 2 + j];
+            }
+        memcpy(got, prior, (size_t)R * LDD * sizeof(float));
+        copy_block(got + 1, LDD, src + 2, LDS, R, W, add);
+        expect_same_floats(got, want, (size_t)R * LDD, "copy_block (reference)");
+        for (int grid = 0; grid < 2; grid++) {
+            const size_t T = grid ? SMALL_GRID : grid_threads((size_t)R * W);
+            memcpy(got, prior, (size_t)R * LDD * sizeof(float));
+            for (size_t t = 0; t < T; t++)
+                knn_copy_block_share(got + 1, LDD, src + 2, LDS, W, add, (size_t)R * W, t, T);
+            expect_same_floats(got, want, (size_t)R * LDD, "copy_block (kernel body)");
+        }
+    }
+    free(src), free(prior), free(want), free(got);
+}
+END_TEST
+
 START_TEST(test_vec_elementwise) {
     const size_t sizes[] = {1, 255, 256, 257, 1000, 4099};
     for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
@@ -547,6 +576,7 @@ Suite *kernels_nn_suite(void) {
     TCase *tc = tcase_create("bodies");
     tcase_add_test(tc, test_butterfly_order);
     tcase_add_test(tc, test_vec_elementwise);
+    tcase_add_test(tc, test_copy_block);
     tcase_add_test(tc, test_vec_round_bf16_special);
     tcase_add_test(tc, test_sum);
     tcase_add_test(tc, test_sum_squares);

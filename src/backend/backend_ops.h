@@ -34,6 +34,10 @@ BACKEND_OP(embed_forward, (float *x, const int *tokens, const float *emb, int N,
 BACKEND_OP(embed_backward, (float *demb, const float *dx, const int *tokens, int N, int C))
 /* rows (n, C): out[to[i]] = in[i], or out[i] = in[to[i]] when back is set */
 BACKEND_OP(permute_rows, (float *out, const float *in, const int *to, int n, int C, int back))
+/* a block of rows x width: dst[r ldd + j] = src[r lds + j], or += when add is set (latent
+ * attention's heads assembled from, and their gradients returned to, the parts they share) */
+BACKEND_OP(copy_block,
+           (float *dst, int ldd, const float *src, int lds, int rows, int width, int add))
 
 /* ---- the dense ops (nn/ops.h, same arguments) ----------------------------------------- */
 BACKEND_OP(matmul_forward, (float *y, const float *x, const float *W, int N, int IN, int OUT))
@@ -70,9 +74,9 @@ BACKEND_OP(adamw_update, (float *p, float *g, float *m, float *v, size_t n, cons
  * have no backward. nn/ops.h's rope_forward_at and attention_decode, with pos and lens
  * (N) in the backend's memory. */
 BACKEND_OP(rope_forward_at, (float *x, const float *cs, const int *pos, int N, int H, int D))
-BACKEND_OP(attention_decode, (float *out, float *att, const float *q, const float *kc,
-                              const float *vc, const int *lens, int N, int H, int Hkv, int D,
-                              int Dv, int Tc))
+BACKEND_OP(attention_decode,
+           (float *out, float *att, const float *q, const float *kc, const float *vc,
+            const int *lens, int N, int H, int Hkv, int D, int Dv, int Tc))
 
 /* ---- the MoE ops (moe/moe_ops.h, same arguments) ------------------------------------
  * s, x and p are host structs; a plan's arrays, x->global_f and x->work are device memory,

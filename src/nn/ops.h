@@ -143,5 +143,8 @@ void embed_forward(float *x, const int *tokens, const float *emb, int N, int C);
 void embed_backward(float *demb, const float *dx, const int *tokens, int N, int C);
 /* Rows (n, C): out[to[i]] = in[i], or out[i] = in[to[i]] when back is set (to a permutation). */
 void permute_rows(float *out, const float *in, const int *to, int n, int C, int back);
+/* A block of rows x width between buffers whose rows are ldd and lds floats apart:
+ * dst[r ldd + j] = src[r lds + j], or dst[r ldd + j] += src[r lds + j] when add is set. */
+void copy_block(float *dst, int ldd, const float *src, int lds, int rows, int width, int add);
 
 #endif

@@ -88,6 +88,15 @@ void embed_backward(float *demb, const float *dx, const int *tokens, int N, int 
         for (int n = 0; n < N; n++) demb[(size_t)tokens[n] * C + ch] += dx[(size_t)n * C + ch];
 }
 
+void copy_block(float *dst, int ldd, const float *src, int lds, int rows, int width, int add) {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        float *d = dst + (size_t)r * ldd;
+        const float *s = src + (size_t)r * lds;
+        for (int j = 0; j < width; j++) d[j] = add ? d[j] + s[j] : s[j];
+    }
+}
+
 void permute_rows(float *out, const float *in, const int *to, int n, int C, int back) {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++) {

@@ -91,6 +91,10 @@ static void ref_embed_backward(const Backend *be, float *demb, const float *dx, 
                                int N, int C) {
     (void)be, embed_backward(demb, dx, tokens, N, C);
 }
+static void ref_copy_block(const Backend *be, float *dst, int ldd, const float *src, int lds,
+                           int rows, int width, int add) {
+    (void)be, copy_block(dst, ldd, src, lds, rows, width, add);
+}
 static void ref_permute_rows(const Backend *be, float *out, const float *in, const int *to, int n,
                              int C, int back) {
     (void)be, permute_rows(out, in, to, n, C, back);

@@ -249,6 +249,11 @@ static void f_embed_backward(const Backend *be, float *demb, const float *dx, co
     DEV(demb), DEV(dx), DEV(tokens);
     FENCED(embed_backward(CPU, demb, dx, tokens, N, C));
 }
+static void f_copy_block(const Backend *be, float *dst, int ldd, const float *src, int lds,
+                         int rows, int width, int add) {
+    DEV(dst), DEV(src);
+    FENCED(copy_block(CPU, dst, ldd, src, lds, rows, width, add));
+}
 static void f_permute_rows(const Backend *be, float *out, const float *in, const int *to, int n,
                            int C, int back) {
     DEV(out), DEV(in), DEV(to);

@@ -189,6 +189,20 @@ void cuda_embed_backward(const Backend *be, float *demb, const float *dx, const 
     CUDA_LAUNCHED();
 }
 
+static __global__ void k_copy_block(float *dst, int ldd, const float *src, int lds, int width,
+                                    int add, size_t n_elems) {
+    knn_copy_block_share(dst, ldd, src, lds, width, add, n_elems, thread_first(), thread_stride());
+}
+
+void cuda_copy_block(const Backend *be, float *dst, int ldd, const float *src, int lds, int rows,
+                     int width, int add) {
+    const size_t ne = (size_t)rows * width;
+    if (ne == 0) return;
+    k_copy_block<<<cuda_blocks(ne), CUDA_THREADS, 0, cuda_stream(be)>>>(dst, ldd, src, lds, width,
+                                                                        add, ne);
+    CUDA_LAUNCHED();
+}
+
 static __global__ void k_permute_rows(float *out, const float *in, const int *to, size_t n_elems,
                                       int C, int back) {
     knn_permute_share(out, in, to, n_elems, C, back, thread_first(), thread_stride());

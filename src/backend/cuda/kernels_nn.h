@@ -228,6 +228,16 @@ MOE_HD void knn_embed_share(float *x, const int *tokens, const float *emb, size_
         x[i] = emb[(size_t)tokens[row] * C + c];
     }
 }
+/* copy_block: element i of the rows x width block, row i / width, column i % width */
+MOE_HD void knn_copy_block_share(float *dst, int ldd, const float *src, int lds, int width, int add,
+                                 size_t n_elems, size_t first, size_t stride) {
+    for (size_t i = first; i < n_elems; i += stride) {
+        const size_t r = i / (size_t)width, j = i % (size_t)width;
+        float *d = dst + r * (size_t)ldd + j;
+        const float s = src[r * (size_t)lds + j];
+        *d = add ? knn_fadd(*d, s) : s;
+    }
+}
 MOE_HD void knn_permute_share(float *out, const float *in, const int *to, size_t n_elems, int C,
                               int back, size_t first, size_t stride) {
     for (size_t i = first; i < n_elems; i += stride) {
