@@ -104,7 +104,8 @@ fenced_modes=("dropless softmax, aux:"
               "padded capacity, drop by score:--set moe.capacity_factor=1.0 --set moe.padded=1 --set moe.drop_policy=score"
               "expert choice:--set moe.routing=expert_choice --set moe.balance=none"
               "seq_aux, top-k before softmax, a shared expert:--set moe.balance=seq_aux --set moe.topk_before_softmax=1 --set moe.num_shared=1"
-              "grouped-query heads of their own width, qk-norm over the projection:--set model.n_head=4 --set model.kv_heads=2 --set model.head_dim=12 --set model.qk_norm=full")
+              "grouped-query heads of their own width, qk-norm over the projection:--set model.n_head=4 --set model.kv_heads=2 --set model.head_dim=12 --set model.qk_norm=full"
+              "latent attention:--set model.attention=mla --set mla.q_rank=16 --set mla.kv_rank=12 --set mla.rope_dim=4 --set mla.nope_dim=8 --set mla.v_dim=10")
 for entry in "${fenced_modes[@]}"; do
     what=${entry%%:*}; read -r -a mode <<< "${entry#*:}"
     rm -rf "$tmp/f-cpu" "$tmp/f-fenced"

@@ -294,6 +294,13 @@ reject "d_model not divisible by n_head" "model\.d_model;model\.n_head" \
 reject "kv_heads not dividing n_head" "model\.kv_heads=3;model\.n_head" \
     "$moe" "${T[@]}" --set model.kv_heads=3
 reject "an odd head_dim" "model\.head_dim=7;RoPE" "$moe" "${T[@]}" --set model.head_dim=7
+reject "latent widths without latent attention" "mla\.\*;model\.attention=mla" \
+    "$moe" "${T[@]}" --set mla.kv_rank=8
+reject "latent attention without its widths" "model\.attention=mla;mla\.kv_rank" \
+    "$moe" "${T[@]}" --set model.attention=mla
+reject "latent attention with grouped heads" "model\.attention=mla;model\.kv_heads" \
+    "$moe" "${T[@]}" --set model.attention=mla --set mla.kv_rank=8 --set mla.rope_dim=4 \
+    --set mla.v_dim=8 --set model.kv_heads=1
 reject "unknown qk_norm lists the choices" "model\.qk_norm;none\|head\|full" \
     "$moe" "${T[@]}" --set model.qk_norm=layer
 reject "missing data file" "/nonexistent;make data" \

@@ -133,12 +133,21 @@ static Config model_config(int variant) {
         c.topk_before_softmax = 1;
         c.router_precision = MOE_ROUTER_BF16;
         break;
-    default: /* Qwen3's attention: 4 query heads on 2 key-value heads of their own width, normed
-                per head */
+    case 4: /* Qwen3's attention: 4 query heads on 2 key-value heads of their own width, normed
+               per head */
         c.n_head = 4;
         c.kv_heads = 2;
         c.head_dim = 6;
         c.qk_norm = MOE_QK_NORM_HEAD;
+        break;
+    default: /* DeepSeek's latent attention, the queries through a latent too */
+        c.attention = MOE_ATTN_MLA;
+        c.n_head = 2;
+        c.mla_q_rank = 8;
+        c.mla_kv_rank = 6;
+        c.mla_rope_dim = 4;
+        c.mla_nope_dim = 4;
+        c.mla_v_dim = 6;
         break;
     }
     return c;
@@ -208,7 +217,8 @@ static double decode_against_full(const Config *c, const Backend *be, const char
 static const char *const VARIANTS[] = {"dense", "moe softmax top-2 (capacity in training)",
                                        "moe sigmoid, aux-free, shared, sandwich, tied head",
                                        "moe top-k before softmax, bf16 router",
-                                       "moe, grouped-query heads of 6, qk-norm per head"};
+                                       "moe, grouped-query heads of 6, qk-norm per head",
+                                       "moe, latent attention"};
 
 START_TEST(test_cached_logits_equal_the_full_forward) {
     const Config c = model_config(_i);

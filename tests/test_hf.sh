@@ -310,6 +310,8 @@ refuse_export "a capacity at evaluation" "moe.capacity_factor" --set moe.capacit
 refuse_export "a bf16 router" "moe.router_precision" --set moe.router_precision=bf16
 refuse_export "sandwich norms" "model.norm=sandwich" --set model.norm=sandwich --set moe.num_experts=0
 refuse_export "norms on queries and keys" "model.qk_norm=head" --set model.qk_norm=head
+refuse_export "latent attention" "model.attention=mla" --set model.attention=mla --set mla.kv_rank=8 \
+    --set mla.rope_dim=4 --set mla.nope_dim=4 --set mla.v_dim=8
 refuse_export "group-limited routing" "moe.n_group" --set moe.n_group=2 --set moe.topk_group=1
 before=$(cksum < "$tmp/hf-moe/model.safetensors")
 "$moe" export --ckpt "$tmp/dense/ckpt.bin" --format hf --out "$tmp/hf-moe" > "$tmp/out" 2>&1

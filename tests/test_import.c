@@ -197,6 +197,28 @@ START_TEST(test_heads_from_shapes) {
         {"model.kv_heads=1", "model.head_dim=0", "model.qk_norm=full", 1, 0, MOE_QK_NORM_FULL},
         {"model.kv_heads=4", "model.head_dim=0", "model.qk_norm=none", 0, 0, MOE_QK_NORM_NONE},
     };
+    /* latent attention: its widths from its tensors, with and without the queries' latent */
+    for (int qr = 0; qr < 2; qr++) {
+        Config ca = small_config(0);
+        set(&ca, "model.n_head=4"), set(&ca, "model.attention=mla"), set(&ca, "mla.kv_rank=6");
+        set(&ca, "mla.rope_dim=4"), set(&ca, "mla.nope_dim=2"), set(&ca, "mla.v_dim=3");
+        set(&ca, qr ? "mla.q_rank=5" : "mla.q_rank=0");
+        Model a;
+        model_init(&a, &ca, 2, 8);
+        const char *path = tmp_path("mla.safetensors");
+        export_model(&a, path, 0);
+        model_free(&a);
+        SafeTensors st;
+        ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
+        Config c;
+        config_defaults(&c);
+        set(&c, "model.n_head=4");
+        ck_assert_msg(import_config(&c, &st, MOE_GIVEN "model.n_head=4\n", err, sizeof err) == 0,
+                      "%s", err);
+        char why[256];
+        ck_assert_msg(config_same_shape(&ca, &c, why, sizeof why) == 0, "%s", why);
+        safetensors_free(&st);
+    }
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
         Config ca = small_config(0);
         set(&ca, "model.n_head=4");

@@ -163,6 +163,27 @@ END_TEST
  * heads, and one key-value head for all), a head width apart from d_model / n_head, and the
  * norms on queries and keys, per head and over the whole projection; on the reference
  * backend and on cpu (its products and blocked attention) */
+/* multi-head latent attention: queries straight from the stream or through a latent, a dense
+ * and an MoE model, values narrower than the queries and keys; on cpu-ref and cpu */
+START_TEST(test_model_gradients_latent_attention) {
+    static const int devices[] = {MOE_DEVICE_CPU_REF, MOE_DEVICE_CPU};
+    for (int d = 0; d < 2; d++) {
+        for (int moe = 0; moe < 2; moe++) {
+            Config c = tiny_config(moe ? 4 : 0);
+            c.device = devices[d];
+            c.attention = MOE_ATTN_MLA;
+            c.n_head = 3;
+            c.mla_kv_rank = 5;
+            c.mla_rope_dim = 2;
+            c.mla_nope_dim = 4;
+            c.mla_v_dim = 3;
+            c.mla_q_rank = moe ? 0 : 6;
+            check_model_gradients_of(c);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_model_gradients_attention_variants) {
     static const int devices[] = {MOE_DEVICE_CPU_REF, MOE_DEVICE_CPU};
     for (int d = 0; d < 2; d++) {
@@ -631,6 +652,7 @@ static Suite *model_suite(void) {
     tcase_add_test(tc, test_moe_model_gradients_shared);
     tcase_add_test(tc, test_model_gradients_sandwich);
     tcase_add_test(tc, test_model_gradients_attention_variants);
+    tcase_add_test(tc, test_model_gradients_latent_attention);
     tcase_add_test(tc, test_moe_model_gradients_balance_groups);
     tcase_add_test(tc, test_param_table_shared);
     tcase_add_test(tc, test_param_table_tied);

@@ -34,7 +34,7 @@
 /* ---- plan_count against the engine's parameter table ---------------------------------- */
 
 static const struct {
-    const char *what, *set[3];
+    const char *what, *set[8];
 } CONFIGS[] = {
     {"the defaults", {NULL}},
     {"dense (moe.num_experts=0)", {"moe.num_experts=0", NULL}},
@@ -45,6 +45,12 @@ static const struct {
     {"grouped-query heads of 48", {"model.kv_heads=2", "model.head_dim=48", NULL}},
     {"multi-query, qk-norm per head", {"model.kv_heads=1", "model.qk_norm=head", NULL}},
     {"qk-norm over the projection", {"model.kv_heads=2", "model.qk_norm=full", NULL}},
+    {"latent attention, queries through a latent",
+     {"model.attention=mla", "mla.q_rank=48", "mla.kv_rank=32", "mla.rope_dim=8", "mla.nope_dim=16",
+      "mla.v_dim=24", NULL}},
+    {"latent attention, queries from the stream",
+     {"model.attention=mla", "mla.kv_rank=32", "mla.rope_dim=8", "mla.nope_dim=0", "mla.v_dim=16",
+      NULL}},
 };
 #define N_CONFIGS ((int)(sizeof CONFIGS / sizeof CONFIGS[0]))
 
@@ -178,13 +184,16 @@ END_TEST
 static const char *const BASE[6] = {"model.d_model=16", "model.n_layer=3", "model.n_head=2",
                                     "model.d_ff=24",    "model.seq_len=8", "train.batch=4"};
 static const struct {
-    const char *what, *set[6];
+    const char *what, *set[8];
 } SMALL[] = {
     {"dense", {"moe.num_experts=0", NULL}},
     {"MoE, top-2", {"moe.num_experts=4", "moe.d_expert=12", NULL}},
     {"MoE, shared, first_dense 1, accum 2",
      {"moe.num_experts=4", "moe.d_expert=12", "moe.num_shared=1", "moe.first_dense=1",
       "train.accum=2", NULL}},
+    {"MoE, latent attention",
+     {"moe.num_experts=4", "moe.d_expert=12", "model.attention=mla", "mla.q_rank=6",
+      "mla.kv_rank=5", "mla.rope_dim=4", "mla.v_dim=3", NULL}},
     {"MoE, grouped-query heads of 6, qk-norm",
      {"moe.num_experts=4", "moe.d_expert=12", "model.kv_heads=1", "model.head_dim=6",
       "model.qk_norm=head", NULL}},

@@ -228,10 +228,10 @@ START_TEST(test_set) {
     for (int i = 0; i < 6; i++)
         ck_assert_msg(plan_set(&in, good[i], err, sizeof err) == 0, "%s: %s", good[i], err);
     ck_assert_msg(in.m.c.d_model == 512 && in.k.efficiency == 0.45 &&
-                      in.m.attention == PLAN_ATTN_MLA && in.t.engine == PLAN_ENGINE_MOEC &&
+                      in.m.c.attention == MOE_ATTN_MLA && in.t.engine == PLAN_ENGINE_MOEC &&
                       in.lay.recompute == PLAN_RC_FULL && in.lay.tp == 4,
                   "expected 512 0.45 mla moe.c full 4, got %d %g %d %d %d %d", in.m.c.d_model,
-                  in.k.efficiency, in.m.attention, in.t.engine, in.lay.recompute, in.lay.tp);
+                  in.k.efficiency, in.m.c.attention, in.t.engine, in.lay.recompute, in.lay.tp);
     ck_assert_msg(in.fixed == 0, "plan_set fixed a field (%u)", in.fixed);
     ck_assert_int_eq(plan_set_fixed(&in, "layout.pp=2", err, sizeof err), 0);
     ck_assert_int_eq(in.lay.pp, 2);

@@ -159,6 +159,15 @@ att=("${tiny[@]}" --set model.n_head=4 --set model.kv_heads=2 --set model.head_d
     "$moe" train --resume "$tmp/att" --quiet >> "$tmp/att.log" 2>&1 && same_run "$tmp/att_ref" "$tmp/att"
 check "grouped-query heads with qk-norm: stopped at step 6 and resumed, the unbroken run bit for bit" \
     $? "$(tail -n 3 "$tmp/att.log")"
+mla=("${tiny[@]}" --set model.attention=mla --set mla.q_rank=16 --set mla.kv_rank=12
+     --set mla.rope_dim=4 --set mla.nope_dim=8 --set mla.v_dim=10 --set train.steps=12
+     --set train.eval_every=4 --set train.ckpt_every=0)
+"$moe" train --out "$tmp/mla_ref" "${mla[@]}" > /dev/null 2>&1
+"$moe" train --out "$tmp/mla" "${mla[@]}" --until 6 > "$tmp/mla.log" 2>&1 &&
+    [ "$(rows_of "$tmp/mla/train.csv")" = 6 ] &&
+    "$moe" train --resume "$tmp/mla" --quiet >> "$tmp/mla.log" 2>&1 && same_run "$tmp/mla_ref" "$tmp/mla"
+check "latent attention: stopped at step 6 and resumed, the unbroken run bit for bit" $? \
+    "$(tail -n 3 "$tmp/mla.log")"
 
 # ---- 3. torn rows -----------------------------------------------------------------------------
 echo "test_runs: torn rows"

@@ -59,12 +59,12 @@ int main(int argc, char **argv) {
     printf("1. Parameters\n");
     line("embedding V d", V * d, c.embed);
     double attn;
-    if (m->attention == PLAN_ATTN_MLA) {
-        const double dqk = m->nope_dim + m->rope_dim;
-        attn = d * m->q_rank + m->q_rank * h * dqk         /* q down, q up */
-               + d * (m->kv_rank + m->rope_dim)            /* kv down, rotary key */
-               + m->kv_rank * h * (m->nope_dim + m->v_dim) /* k and v up */
-               + h * m->v_dim * d;                         /* output */
+    if (m->c.attention == MOE_ATTN_MLA) {
+        const double dqk = m->c.mla_nope_dim + m->c.mla_rope_dim;
+        attn = d * m->c.mla_q_rank + m->c.mla_q_rank * h * dqk /* q down, q up */
+               + d * (m->c.mla_kv_rank + m->c.mla_rope_dim)    /* kv down, rotary key */
+               + m->c.mla_kv_rank * h * (m->c.mla_nope_dim + m->c.mla_v_dim) /* k and v up */
+               + h * m->c.mla_v_dim * d;                                     /* output */
         line("latent attention, a layer", attn, c.attn);
     } else {
         const double hd = m->c.head_dim > 0 ? m->c.head_dim : d / h;
@@ -90,9 +90,9 @@ int main(int argc, char **argv) {
     const double matmul =
         V * d + L * attn + c.n_dense * 3 * d * m->c.d_ff +
         c.n_moe * (m->c.num_experts * d + (m->c.top_k + m->c.num_shared) * expert);
-    const double dqk = m->attention == PLAN_ATTN_MLA ? m->nope_dim + m->rope_dim
-                                                     : (m->c.head_dim > 0 ? m->c.head_dim : d / h);
-    const double dv = m->attention == PLAN_ATTN_MLA ? m->v_dim : dqk;
+    const double dqk = m->c.attention == MOE_ATTN_MLA ? m->c.mla_nope_dim + m->c.mla_rope_dim
+                                                      : (m->c.head_dim > 0 ? m->c.head_dim : d / h);
+    const double dv = m->c.attention == MOE_ATTN_MLA ? m->c.mla_v_dim : dqk;
     const double flops = 6 * matmul + 3 * L * 2 * h * (dqk + dv) * m->c.seq_len / 2;
     line("6 x products + causal attention, a token", flops, c.flops_token);
     const double tokens = in.t.global_batch * m->c.seq_len;

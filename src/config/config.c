@@ -442,11 +442,20 @@ int config_expert_hidden(const Config *c) {
 }
 
 int config_kv_heads(const Config *c) {
-    return c->kv_heads ? c->kv_heads : c->n_head;
+    return c->kv_heads && c->attention != MOE_ATTN_MLA ? c->kv_heads : c->n_head;
 }
 
 int config_head_dim(const Config *c) {
+    if (c->attention == MOE_ATTN_MLA) return c->mla_nope_dim + c->mla_rope_dim;
     return c->head_dim ? c->head_dim : c->d_model / c->n_head;
+}
+
+int config_value_dim(const Config *c) {
+    return c->attention == MOE_ATTN_MLA ? c->mla_v_dim : config_head_dim(c);
+}
+
+int config_rope_dim(const Config *c) {
+    return c->attention == MOE_ATTN_MLA ? c->mla_rope_dim : config_head_dim(c);
 }
 
 int config_same_shape(const Config *a, const Config *b, char *err, int errlen) {

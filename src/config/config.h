@@ -32,6 +32,9 @@ enum { MOE_NORM_PRE = 0, MOE_NORM_SANDWICH = 1, MOE_NORM_DSSN = 2 };
 /* model.qk_norm: an RMSNorm with a gain on the queries and keys before RoPE, over each head's
  * channels (Qwen3) or over the whole projection (OLMoE) */
 enum { MOE_QK_NORM_NONE = 0, MOE_QK_NORM_HEAD = 1, MOE_QK_NORM_FULL = 2 };
+/* model.attention: multi-head (with grouped key-value heads by model.kv_heads), or DeepSeek's
+ * multi-head latent attention (mla.*) */
+enum { MOE_ATTN_MHA = 0, MOE_ATTN_MLA = 1 };
 /* model.init: the std of the matrices (params.c). default: model.init_std, the output
  * projections divided by sqrt(2 L); tiny: TinyInit, sqrt(1 / (2 C L)) for every matrix and 0.5
  * for the token embedding (Pangu Ultra). model.init_scale multiplies either. */
@@ -39,12 +42,18 @@ enum { MOE_INIT_DEFAULT = 0, MOE_INIT_TINY = 1 };
 
 typedef struct {
     /* model.* */
-    int d_model;      /* C: channels of the residual stream */
-    int n_layer;      /* L: transformer blocks */
-    int n_head;       /* H: query heads */
-    int kv_heads;     /* Hkv: key-value heads, dividing H (grouped-query attention); 0: H */
-    int head_dim;     /* D: channels of a head; 0: C / H (config_head_dim) */
-    int qk_norm;      /* MOE_QK_NORM_*: an RMSNorm on queries and keys before RoPE */
+    int d_model;   /* C: channels of the residual stream */
+    int n_layer;   /* L: transformer blocks */
+    int n_head;    /* H: query heads */
+    int kv_heads;  /* Hkv: key-value heads, dividing H (grouped-query attention); 0: H */
+    int head_dim;  /* D: channels of a head; 0: C / H (config_head_dim) */
+    int qk_norm;   /* MOE_QK_NORM_*: an RMSNorm on queries and keys before RoPE */
+    int attention; /* MOE_ATTN_*: multi-head or multi-head latent attention */
+    /* mla.*: latent attention's widths. Queries through a latent of q_rank (0: straight from
+     * the stream), keys and values from one latent of kv_rank shared by the heads; a head's
+     * query and key are nope_dim channels without rotation and rope_dim rotated (the rotated
+     * key shared by the heads), its value v_dim. */
+    int mla_q_rank, mla_kv_rank, mla_rope_dim, mla_nope_dim, mla_v_dim;
     int seq_len;      /* T: context length in tokens */
     int d_ff;         /* hidden size of a dense SwiGLU feed-forward */
     float rope_theta; /* RoPE base */
@@ -168,8 +177,14 @@ char *config_to_text(const Config *c);
 /* Derived quantities. */
 int config_is_moe_layer(const Config *c, int layer);
 int config_expert_hidden(const Config *c); /* d_expert, or d_ff when d_expert is 0 */
-int config_kv_heads(const Config *c);      /* kv_heads, or n_head when kv_heads is 0 */
-int config_head_dim(const Config *c);      /* head_dim, or d_model / n_head when it is 0 */
+/* The attention's widths a head: key-value heads (kv_heads, or n_head when it is 0 or under
+ * latent attention), query and key channels (head_dim, or d_model / n_head when it is 0;
+ * nope_dim + rope_dim under latent attention), value channels (the same, v_dim under latent
+ * attention) and rotated channels (all of a head's, rope_dim under latent attention). */
+int config_kv_heads(const Config *c);
+int config_head_dim(const Config *c);
+int config_value_dim(const Config *c);
+int config_rope_dim(const Config *c);
 
 /* Settings that fix the shapes of the parameters: two configs with equal shapes can share
  * checkpoints. Returns 1 when equal, otherwise 0 and a message naming the first difference. */

@@ -53,7 +53,34 @@ static int check_mix(const Config *c, char *err, int errlen) {
 
 /* The attention heads: n_head query heads in kv_heads groups, each head of an even size
  * (RoPE's pairs): model.head_dim, or d_model split into n_head heads. */
+/* Latent attention's widths, and none of multi-head attention's own settings beside them. */
+static int check_latent(const Config *c, char *err, int errlen) {
+    const int mla = c->attention == MOE_ATTN_MLA;
+    const int set =
+        c->mla_q_rank || c->mla_kv_rank || c->mla_rope_dim || c->mla_nope_dim || c->mla_v_dim;
+    if (!mla)
+        return set ? set_error(err, errlen,
+                               "mla.* is set but model.attention=mha: the latent widths are "
+                               "latent attention's; set model.attention=mla, or leave mla.* at 0")
+                   : 0;
+    if (c->kv_heads || c->head_dim || c->qk_norm != MOE_QK_NORM_NONE)
+        return set_error(err, errlen,
+                         "model.attention=mla with model.kv_heads, model.head_dim or "
+                         "model.qk_norm: latent attention's heads take their widths from mla.* "
+                         "and share one latent (normed) for keys and values; leave those at 0 "
+                         "and none");
+    if (c->mla_kv_rank < 1 || c->mla_v_dim < 1 || c->mla_rope_dim < 2 || c->mla_rope_dim % 2)
+        return set_error(err, errlen,
+                         "model.attention=mla needs mla.kv_rank >= 1, mla.v_dim >= 1 and an even "
+                         "mla.rope_dim >= 2 (RoPE rotates pairs; got kv_rank %d, v_dim %d, "
+                         "rope_dim %d)",
+                         c->mla_kv_rank, c->mla_v_dim, c->mla_rope_dim);
+    return 0;
+}
+
 static int check_heads(const Config *c, char *err, int errlen) {
+    if (c->attention == MOE_ATTN_MLA) return check_latent(c, err, errlen);
+    if (check_latent(c, err, errlen)) return -1;
     if (c->kv_heads > c->n_head || (c->kv_heads > 0 && c->n_head % c->kv_heads != 0))
         return set_error(err, errlen,
                          "model.kv_heads=%d does not divide model.n_head=%d: each key-value head "

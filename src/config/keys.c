@@ -31,6 +31,7 @@ _Static_assert(MOE_ROUTING_TOKEN_CHOICE == 0 && MOE_ROUTING_EXPERT_CHOICE == 1,
                "moe.routing choices");
 _Static_assert(MOE_CAP_BATCH == 0 && MOE_CAP_SEQUENCE == 1, "moe.capacity_scope choices");
 _Static_assert(MOE_DROP_POSITION == 0 && MOE_DROP_SCORE == 1, "moe.drop_policy choices");
+_Static_assert(MOE_ATTN_MHA == 0 && MOE_ATTN_MLA == 1, "model.attention choices");
 _Static_assert(MOE_QK_NORM_NONE == 0 && MOE_QK_NORM_HEAD == 1 && MOE_QK_NORM_FULL == 2,
                "model.qk_norm choices");
 _Static_assert(MOE_NORM_PRE == 0 && MOE_NORM_SANDWICH == 1 && MOE_NORM_DSSN == 2,
@@ -61,6 +62,23 @@ const Key CONFIG_KEYS[] = {
      "channels, one gain of head_dim shared by the heads: Qwen3) or full (over the whole "
      "projection: OLMoE)",
      "none|head|full"},
+    {"model.attention", T_ENUM, offsetof(Config, attention), "mha", 0, 0, K_SHAPE,
+     "mha: multi-head attention (grouped key-value heads with model.kv_heads); mla: DeepSeek's "
+     "multi-head latent attention (mla.*): keys and values from one latent shared by the heads",
+     "mha|mla"},
+    ROW(T_INT, "mla.q_rank", mla_q_rank, "0", 0, 65536, K_SHAPE,
+        "latent attention: the queries' latent width (an RMSNorm on it); 0: queries straight from "
+        "the stream"),
+    ROW(T_INT, "mla.kv_rank", mla_kv_rank, "0", 0, 65536, K_SHAPE,
+        "latent attention: the keys' and values' latent width, shared by the heads (an RMSNorm on "
+        "it); what decoding caches, with mla.rope_dim"),
+    ROW(T_INT, "mla.rope_dim", mla_rope_dim, "0", 0, 65536, K_SHAPE,
+        "latent attention: a head's rotated query and key channels (even); the rotated key is one, "
+        "shared by the heads"),
+    ROW(T_INT, "mla.nope_dim", mla_nope_dim, "0", 0, 65536, K_SHAPE,
+        "latent attention: a head's query and key channels without rotation"),
+    ROW(T_INT, "mla.v_dim", mla_v_dim, "0", 0, 65536, K_SHAPE,
+        "latent attention: a head's value channels"),
     ROW(T_INT, "model.seq_len", seq_len, "128", 1, 1 << 20, 0, "T: context length in tokens"),
     ROW(T_INT, "model.d_ff", d_ff, "512", 1, 1 << 20, K_SHAPE,
         "hidden size of a dense SwiGLU feed-forward"),

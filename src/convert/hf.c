@@ -84,6 +84,11 @@ int hf_export_check(const Config *c, char *err, int errlen) {
         return set_error(err, errlen,
                          "model.norm=%s puts a second norm on each sublayer's output%s",
                          c->norm == MOE_NORM_SANDWICH ? "sandwich" : "dssn", HOW);
+    if (c->attention == MOE_ATTN_MLA)
+        return set_error(err, errlen,
+                         "model.attention=mla computes keys and values from a latent shared by "
+                         "the heads%s",
+                         HOW);
     if (c->qk_norm != MOE_QK_NORM_NONE)
         return set_error(err, errlen, "model.qk_norm=%s puts norms on the queries and keys%s",
                          c->qk_norm == MOE_QK_NORM_HEAD ? "head" : "full", HOW);

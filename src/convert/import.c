@@ -196,7 +196,28 @@ static int infer_pattern(Config *c, const int *is_moe, int L, const char *path, 
  * the default, d_model / n_head and n_head), and qk_norm from the gain attn.q_norm: none
  * without one, head when it spans one head, else full. Shapes that fit no head count are left
  * to the weights' own check, which names the tensor. */
+/* Latent attention's widths from layer 0's latent tensors, n_head given: q_rank from wq_a (0
+ * without), kv_rank from wkv_a, rope_dim from wk_rope, nope_dim from the queries' rows (wq or
+ * wq_b: n_head (nope_dim + rope_dim)) and v_dim from wkv_b's (n_head (nope_dim + v_dim)). */
+static int infer_latent(Config *c, const SafeTensors *st, const char *from, char *err, int errlen) {
+    const TensorRef *kva = layer_tensor(st, 0, "attn.wkv_a"),
+                    *kr = layer_tensor(st, 0, "attn.wk_rope");
+    const TensorRef *kvb = layer_tensor(st, 0, "attn.wkv_b"),
+                    *qa = layer_tensor(st, 0, "attn.wq_a");
+    const TensorRef *q = qa ? layer_tensor(st, 0, "attn.wq_b") : layer_tensor(st, 0, "attn.wq");
+    const int H = c->n_head;
+    if (!kr || !kvb || !q || H <= 0 || q->shape[0] % H || kvb->shape[0] % H) return 0;
+    const int R = kr->shape[0], NOPE = q->shape[0] / H - R, DV = kvb->shape[0] / H - NOPE;
+    return set_value(c, st->path, from, err, errlen, "model.attention=mla") ||
+           set_value(c, st->path, from, err, errlen, "mla.q_rank=%d", qa ? qa->shape[0] : 0) ||
+           set_value(c, st->path, from, err, errlen, "mla.kv_rank=%d", kva->shape[0]) ||
+           set_value(c, st->path, from, err, errlen, "mla.rope_dim=%d", R) ||
+           set_value(c, st->path, from, err, errlen, "mla.nope_dim=%d", NOPE) ||
+           set_value(c, st->path, from, err, errlen, "mla.v_dim=%d", DV);
+}
+
 static int infer_heads(Config *c, const SafeTensors *st, const char *from, char *err, int errlen) {
+    if (layer_tensor(st, 0, "attn.wkv_a")) return infer_latent(c, st, from, err, errlen);
     const TensorRef *q = layer_tensor(st, 0, "attn.wq"), *k = layer_tensor(st, 0, "attn.wk");
     const TensorRef *qn = layer_tensor(st, 0, "attn.q_norm");
     const int H = c->n_head;

@@ -30,7 +30,8 @@ int decoder_init(Decoder *d, Model *m, char *err, int errlen) {
     }
     const Backend *be = m->be;
     const int L = c->n_layer, H = c->n_head, B = m->state.B, T = m->state.T;
-    const int KW = config_kv_heads(c) * config_head_dim(c); /* a token's key (or value) */
+    const int KW = config_kv_heads(c) * config_head_dim(c);  /* a token's key */
+    const int VW = config_kv_heads(c) * config_value_dim(c); /* and its value */
     d->m = m;
     d->B = B;
     d->T = T;
@@ -40,9 +41,9 @@ int decoder_init(Decoder *d, Model *m, char *err, int errlen) {
     d->kv.v = (float **)calloc_check((size_t)L, sizeof(float *));
     for (int l = 0; l < L; l++) {
         d->kv.k[l] = be_floats(be, (size_t)B * T * KW);
-        d->kv.v[l] = be_floats(be, (size_t)B * T * KW);
+        d->kv.v[l] = be_floats(be, (size_t)B * T * VW);
     }
-    d->cache_bytes = (size_t)2 * L * B * T * KW * sizeof(float);
+    d->cache_bytes = (size_t)L * B * T * (KW + VW) * sizeof(float);
     d->kv.Tc = T;
     d->kv.att = be_floats(be, (size_t)B * H * T);
     d->len = (int *)calloc_check((size_t)B, sizeof(int));
@@ -81,6 +82,7 @@ void decoder_prefill(Decoder *d, int first, int n, const int *tokens, int Tp, co
     const Backend *be = m->be;
     const int L = m->cfg.n_layer, T = d->T;
     const int KW = config_kv_heads(&m->cfg) * config_head_dim(&m->cfg);
+    const int VW = config_kv_heads(&m->cfg) * config_value_dim(&m->cfg);
     if (first < 0 || n < 1 || first + n > d->B || Tp < 1 || Tp > T)
         moe_fatal("decoder_prefill: sequences %d..%d of %d, %d positions of %d", first,
                   first + n - 1, d->B, Tp, T);
@@ -95,7 +97,7 @@ void decoder_prefill(Decoder *d, int first, int n, const int *tokens, int Tp, co
     be->to_device(be, d->rows, rows, (size_t)n * Tp * sizeof(int));
     for (int l = 0; l < L; l++) {
         be->permute_rows(be, d->kv.k[l], m->state.blocks[l].k, d->rows, n * Tp, KW, 0);
-        be->permute_rows(be, d->kv.v[l], m->state.blocks[l].v, d->rows, n * Tp, KW, 0);
+        be->permute_rows(be, d->kv.v[l], m->state.blocks[l].v, d->rows, n * Tp, VW, 0);
     }
     for (int i = 0; i < n; i++) {
         d->len[first + i] = lens[i];

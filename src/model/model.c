@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "model/attn_block.h"
 #include "model/grad_sync.h"
 #include "model/profile.h"
 #include "nn/ops.h"
@@ -162,7 +163,7 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
 
     /* the workspace of the ops, outside the analytic memory of memory.c (work_bytes) */
     const size_t before = backend_bytes_allocated;
-    const int D = config_head_dim(c);
+    const int D = config_rope_dim(c); /* the rotated channels of a head */
     float *cs = (float *)malloc_check((size_t)T * D * sizeof(float)); /* (T, D/2, 2) */
     rope_table(cs, T, D, c->rope_theta);
     rs->rope_cs = dev(m, (size_t)T * D);
@@ -238,33 +239,6 @@ static MoeCtx block_ctx(Model *m, const StepCtx *ctx, int T) {
     return x;
 }
 
-/* The rows and width of model.qk_norm's RMSNorm on a projection of heads heads of D channels:
- * each head of each token (head), or each token's whole projection (full). */
-static void qk_norm_rows(const Config *c, int N, int heads, int *rows, int *width) {
-    const int D = config_head_dim(c);
-    const int per_head = c->qk_norm == MOE_QK_NORM_HEAD;
-    *rows = per_head ? N * heads : N;
-    *width = per_head ? D : heads * D;
-}
-
-/* q (N, H D), k, v (N, Hkv D) = ln1 Wq^T, ln1 Wk^T, ln1 Wv^T; with model.qk_norm, q and k
- * are the RMSNorms (with their gains) of those products, kept in qr and kr. RoPE follows. */
-static void qkv_forward(Model *m, BlockActs *a, const LayerView *lw, int N) {
-    const Backend *be = m->be;
-    const Config *c = &m->cfg;
-    const int C = c->d_model, H = c->n_head, Hkv = config_kv_heads(c), D = config_head_dim(c);
-    PROF(PROF_ATTN_PROJ, be->matmul_forward(be, a->qr ? a->qr : a->q, a->ln1, lw->wq, N, C, H * D));
-    PROF(PROF_ATTN_PROJ,
-         be->matmul_forward(be, a->kr ? a->kr : a->k, a->ln1, lw->wk, N, C, Hkv * D));
-    PROF(PROF_ATTN_PROJ, be->matmul_forward(be, a->v, a->ln1, lw->wv, N, C, Hkv * D));
-    if (c->qk_norm == MOE_QK_NORM_NONE) return;
-    int rows, width;
-    qk_norm_rows(c, N, H, &rows, &width);
-    PROF(PROF_NORM, be->rmsnorm_forward(be, a->q, a->rstd_q, a->qr, lw->q_norm, rows, width));
-    qk_norm_rows(c, N, Hkv, &rows, &width);
-    PROF(PROF_NORM, be->rmsnorm_forward(be, a->k, a->rstd_k, a->kr, lw->k_norm, rows, width));
-}
-
 /* Block l over B sequences of T tokens, or with kv (a decoding step: B sequences of one new
  * token each, T 1) over the new tokens against kv's cache of the earlier ones. */
 static void block_forward(Model *m, int l, float *out, const float *in, int B, int T,
@@ -273,31 +247,17 @@ static void block_forward(Model *m, int l, float *out, const float *in, int B, i
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     const int C = c->d_model, H = c->n_head, F = c->d_ff, N = B * T;
-    const int Hkv = config_kv_heads(c), D = config_head_dim(c);
     const LayerView *lw = &m->w.layers[l];
     BlockActs *a = &rs->blocks[l];
 
-    /* attention branch: resid_mid = in + attention(rmsnorm(in)) wo^T */
+    /* attention branch: resid_mid = in + attention(rmsnorm(in)) wo^T (attn_block.c) */
     PROF(PROF_NORM, be->rmsnorm_forward(be, a->ln1, a->rstd1, in, lw->attn_norm, N, C));
-    qkv_forward(m, a, lw, N);
-    if (kv) { /* each new token at its own position, appended to its sequence's cache, then
-                 attending to the whole cache */
-        PROF(PROF_ROPE, be->rope_forward_at(be, a->q, rs->rope_cs, kv->pos, N, H, D));
-        PROF(PROF_ROPE, be->rope_forward_at(be, a->k, rs->rope_cs, kv->pos, N, Hkv, D));
-        PROF(PROF_ATTN, be->permute_rows(be, kv->k[l], a->k, kv->rows, N, Hkv * D, 0));
-        PROF(PROF_ATTN, be->permute_rows(be, kv->v[l], a->v, kv->rows, N, Hkv * D, 0));
-        PROF(PROF_ATTN, be->attention_decode(be, a->atty, kv->att, a->q, kv->k[l], kv->v[l],
-                                             kv->lens, N, H, Hkv, D, D, kv->Tc));
-    } else {
-        PROF(PROF_ROPE, be->rope_forward(be, a->q, rs->rope_cs, B, T, H, D));
-        PROF(PROF_ROPE, be->rope_forward(be, a->k, rs->rope_cs, B, T, Hkv, D));
-        PROF(PROF_ATTN,
-             be->attention_forward(be, a->atty, a->att, a->q, a->k, a->v, B, T, H, Hkv, D, D));
-    }
+    attn_block_forward(m, l, B, T, kv);
     /* dtmp is free scratch during the forward pass. Sandwich norms: the sublayer's output
      * goes to attn_out, and its norm into dtmp */
     float *ao = a->attn_out ? a->attn_out : rs->dtmp;
-    PROF(PROF_ATTN_PROJ, be->matmul_forward(be, ao, a->atty, lw->wo, N, H * D, C));
+    PROF(PROF_ATTN_PROJ,
+         be->matmul_forward(be, ao, a->atty, lw->wo, N, H * config_value_dim(c), C));
     if (a->attn_out)
         PROF(PROF_NORM,
              be->rmsnorm_forward(be, rs->dtmp, a->rstd_attn_out, ao, lw->attn_post_norm, N, C));
@@ -508,42 +468,6 @@ static void ffn_backward(Model *m, int l, const float *dffn, float loss_scale, c
     }
 }
 
-/* model.qk_norm's backward on a projection of heads heads: dx = the gradient of the product
- * before the norm from dy that of its output (its gain's gradient added to dw); returns dx, or
- * dy itself without the norm. */
-static const float *qk_norm_backward(Model *m, float *dx, float *dw, const float *dy,
-                                     const float *x, const float *w, const float *rstd, int heads,
-                                     int N) {
-    if (m->cfg.qk_norm == MOE_QK_NORM_NONE) return dy;
-    int rows, width;
-    qk_norm_rows(&m->cfg, N, heads, &rows, &width);
-    PROF(PROF_NORM, m->be->rmsnorm_backward(m->be, dx, dw, dy, x, w, rstd, rows, width));
-    return dx;
-}
-
-/* qkv_forward's backward: from dq, dk, dv (the gradients of q and k before RoPE, of v) into
- * dln, the gradient of ln1; the weights' gradients added. With model.qk_norm, datty (free once
- * the attention's backward has read it) and then dq take the gradients of the products. */
-static void qkv_backward(Model *m, const BlockActs *a, const LayerView *lw, LayerView *gw, int N) {
-    RunState *rs = &m->state;
-    const Backend *be = m->be;
-    const Config *c = &m->cfg;
-    const int C = c->d_model, H = c->n_head, Hkv = config_kv_heads(c), D = config_head_dim(c);
-    /* q, k, v = ln1 Wq^T, ln1 Wk^T, ln1 Wv^T: their input gradients add up in dln */
-    const float *dqr =
-        qk_norm_backward(m, rs->datty, gw->q_norm, rs->dq, a->qr, lw->q_norm, a->rstd_q, H, N);
-    PROF(PROF_ATTN_PROJ,
-         be->matmul_backward(be, rs->dln, gw->wq, dqr, a->ln1, lw->wq, N, C, H * D));
-    const float *dkr =
-        qk_norm_backward(m, rs->dq, gw->k_norm, rs->dk, a->kr, lw->k_norm, a->rstd_k, Hkv, N);
-    PROF(PROF_ATTN_PROJ,
-         be->matmul_backward(be, rs->dtmp, gw->wk, dkr, a->ln1, lw->wk, N, C, Hkv * D));
-    PROF(PROF_RESIDUAL, be->add(be, rs->dln, rs->dln, rs->dtmp, (size_t)N * C));
-    PROF(PROF_ATTN_PROJ,
-         be->matmul_backward(be, rs->dtmp, gw->wv, rs->dv, a->ln1, lw->wv, N, C, Hkv * D));
-    PROF(PROF_RESIDUAL, be->add(be, rs->dln, rs->dln, rs->dtmp, (size_t)N * C));
-}
-
 /* dx (N, C) = d/d(in) of block l, given dout (N, C) the gradient of its output. dx may be
  * dout itself: dout is last read before dmid is formed, and dx is written at the very end. */
 static void block_backward(Model *m, int l, float *dx, const float *dout, const float *in,
@@ -551,8 +475,7 @@ static void block_backward(Model *m, int l, float *dx, const float *dout, const 
     RunState *rs = &m->state;
     const Backend *be = m->be;
     const Config *c = &m->cfg;
-    const int C = c->d_model, H = c->n_head, Hkv = config_kv_heads(c), D = config_head_dim(c);
-    const int B = rs->B_last, T = rs->T_last, N = rs->N_last;
+    const int C = c->d_model, H = c->n_head, N = rs->N_last;
     const LayerView *lw = &m->w.layers[l];
     LayerView *gw = &m->g.layers[l];
     BlockActs *a = &rs->blocks[l];
@@ -582,14 +505,9 @@ static void block_backward(Model *m, int l, float *dx, const float *dout, const 
                                   lw->attn_post_norm, a->rstd_attn_out, N, C));
         dao = rs->dtmp;
     }
-    PROF(PROF_ATTN_PROJ,
-         be->matmul_backward(be, rs->datty, gw->wo, dao, a->atty, lw->wo, N, H * D, C));
-    PROF(PROF_ATTN,
-         be->attention_backward(be, rs->dq, rs->dk, rs->dv, rs->att_ws, rs->datty, a->att, a->q,
-                                a->k, a->v, B, T, H, Hkv, D, D, rs->n_att_ws));
-    PROF(PROF_ROPE, be->rope_backward(be, rs->dq, rs->rope_cs, B, T, H, D));
-    PROF(PROF_ROPE, be->rope_backward(be, rs->dk, rs->rope_cs, B, T, Hkv, D));
-    qkv_backward(m, a, lw, gw, N);
+    PROF(PROF_ATTN_PROJ, be->matmul_backward(be, rs->datty, gw->wo, dao, a->atty, lw->wo, N,
+                                             H * config_value_dim(c), C));
+    attn_block_backward(m, l); /* from datty into dln */
     /* ln1 = rmsnorm(in); dx = dmid (residual path) + d(ln1)/d(in) */
     PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dtmp, gw->attn_norm, rs->dln, in, lw->attn_norm,
                                          a->rstd1, N, C));
@@ -730,15 +648,29 @@ float lr_schedule(const Config *c, int step) {
     return c->lr * (c->min_lr + (1.0f - c->min_lr) * cosine);
 }
 
+/* The attention's projections, multiply-adds a token and block: q, k, v and the output, or
+ * latent attention's (the latents, their up-projections, the rotated key, the output). */
+static double attn_proj_macs(const Config *c) {
+    const double C = c->d_model, H = c->n_head, D = config_head_dim(c);
+    const double O = H * config_value_dim(c) * C;
+    if (c->attention != MOE_ATTN_MLA) return C * (H * D + 2.0 * config_kv_heads(c) * D) + O;
+    const double QR = c->mla_q_rank, KR = c->mla_kv_rank;
+    const double q = QR > 0 ? C * QR + QR * H * D : C * H * D;
+    const double kv = C * (KR + c->mla_rope_dim) + KR * H * (c->mla_nope_dim + c->mla_v_dim);
+    return q + kv + O;
+}
+
 double model_flops_by_op(const Config *c, int T, double per_op[PROF_COUNT]) {
     /* Model FLOPs: the matrix products a training step needs, counted as useful work only.
      * Forward = 2 x multiply-adds; backward = 2 x forward (one product for the input
      * gradient, one for the weight gradient), so a step = 6 x multiply-adds.
      * Per token and block, with QW = n_head head_dim the queries' width and KW = kv_heads
      * head_dim the keys' and values': q, k, v, o projections C (QW + 2 KW) + QW C (4 C^2 for
-     * multi-head attention of C / H channels a head); attention scores and weighted sum: a
-     * token at position t attends to t + 1 positions, (t + 1) QW each for q.k and for p.v,
-     * which averages to (T + 1) QW over a sequence (the GEMM attention computes the blocks on
+     * multi-head attention of C / H channels a head; latent attention's: attn_proj_macs);
+     * attention scores and weighted sum: a token at position t attends to t + 1 positions,
+     * (t + 1) QW for q.k and (t + 1) OW for p.v (OW = n_head times the value width: QW but
+     * under latent attention), which averages to (T + 1) (QW + OW) / 2 over a sequence (the
+     * GEMM attention computes the blocks on
      * and below the diagonal and masks the upper half of the diagonal blocks; what it masks is
      * not counted); FFN 3 C F, or in an MoE block 3 C F_e for each of the top_k experts, the
      * router E C, and 3 C F_e for each of the num_shared shared experts (one dense SwiGLU,
@@ -746,11 +678,11 @@ double model_flops_by_op(const Config *c, int T, double per_op[PROF_COUNT]) {
      * under. */
     double C = c->d_model, F = c->d_ff, FE = config_expert_hidden(c);
     double QW = (double)c->n_head * config_head_dim(c);
-    double KW = (double)config_kv_heads(c) * config_head_dim(c);
+    double OW = (double)c->n_head * config_value_dim(c);
     double macs[PROF_COUNT] = {0};
     for (int l = 0; l < c->n_layer; l++) {
-        macs[PROF_ATTN_PROJ] += C * (QW + 2.0 * KW) + QW * C;
-        macs[PROF_ATTN] += (double)(T + 1) * QW;
+        macs[PROF_ATTN_PROJ] += attn_proj_macs(c);
+        macs[PROF_ATTN] += (double)(T + 1) / 2.0 * (QW + OW);
         if (config_is_moe_layer(c, l)) {
             macs[PROF_EXPERTS] += 3.0 * C * FE * c->top_k;
             macs[PROF_ROUTER] += (double)c->num_experts * C;

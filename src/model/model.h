@@ -23,7 +23,8 @@
 /* One decoding step's view of a key-value cache (src/infer/decode.h keeps one): N sequences,
  * one new token each. Buffers of the model's backend. */
 typedef struct {
-    float **k, **v;  /* (L) x (N, Tc, Hkv D): each layer's keys (after RoPE) and values */
+    float **k, **v;  /* (L) x (N, Tc, Hkv D) and (N, Tc, Hkv Dv): each layer's keys (after RoPE)
+                        and values */
     int Tc;          /* positions each sequence's cache holds */
     const int *pos;  /* (N) the new token's position in its sequence */
     const int *rows; /* (N) n Tc + pos[n]: its row of k[l] and v[l] */
@@ -38,13 +39,19 @@ typedef struct {
     float *q, *k, *v;       /* q (N, H D), k, v (N, Hkv D); q and k after their norm and RoPE */
     float *qr, *kr;         /* model.qk_norm: q and k before their norm (else NULL) */
     float *rstd_q, *rstd_k; /* model.qk_norm: the norm's 1 / rms a row (a head, or a token) */
-    float *att;             /* (B, H, T, T) attention probabilities */
-    float *atty;            /* (N, H D) attention output before wo */
-    float *resid_mid;       /* (N, C) block input + attention branch */
-    float *ln2;             /* (N, C) */
-    float *rstd2;           /* (N) */
-    float *fg, *fu, *fh;    /* (N, F) dense SwiGLU: gate, up, silu(gate) * up; NULL in MoE blocks */
-    MoeActs *moe;           /* MoE block activations; NULL in dense blocks */
+    /* model.attention=mla (else NULL): the queries' latent (N, q_rank) before and after its norm
+     * and the norm's 1 / rms (mla.q_rank > 0); the keys' and values' latent (N, kv_rank) before
+     * and after its norm, its 1 / rms; the shared rotated key (N, rope_dim) after RoPE; the
+     * heads' keys without rotation and values (N, H (nope_dim + v_dim)), before q, k and v are
+     * assembled from them */
+    float *qlat, *qlatn, *rstd_qlat, *lat, *latn, *rstd_lat, *krope, *kvb;
+    float *att;          /* (B, H, T, T) attention probabilities */
+    float *atty;         /* (N, H D) attention output before wo */
+    float *resid_mid;    /* (N, C) block input + attention branch */
+    float *ln2;          /* (N, C) */
+    float *rstd2;        /* (N) */
+    float *fg, *fu, *fh; /* (N, F) dense SwiGLU: gate, up, silu(gate) * up; NULL in MoE blocks */
+    MoeActs *moe;        /* MoE block activations; NULL in dense blocks */
     float *router_bias;  /* (E) this MoE block's aux-free bias, in Model.router_bias; else NULL */
     float *sg, *su, *sh; /* (N, Fs) shared experts of an MoE block (gate, up, silu(gate) * up),
                             Fs = num_shared * F; NULL without shared experts */
@@ -75,10 +82,15 @@ typedef struct RunState {
 
     /* backward scratch */
     float *dresid, *dmid, *dln, *dtmp; /* (N, C) */
-    float *dq, *datty;                 /* (N, H D) */
-    float *dk, *dv;                    /* (N, Hkv D) */
-    float *dfg, *dfu, *dfh;            /* (N, F) */
-    float *dlogits;                    /* (N, V) */
+    float *dq;                         /* (N, H D) */
+    float *datty;                      /* (N, H Dv) */
+    float *dk;                         /* (N, Hkv D) */
+    float *dv;                         /* (N, Hkv Dv) */
+    /* latent attention (else NULL): kvb's gradient, the rotated parts' of q (N H, rope_dim) and
+     * of the shared key (N, rope_dim), two latents' (N, max(q_rank, kv_rank)) */
+    float *dkvb, *drope, *dkrope, *dlat, *dlatn;
+    float *dfg, *dfu, *dfh; /* (N, F) */
+    float *dlogits;         /* (N, V) */
     /* the shared experts' SwiGLU, (N, Fs) each; NULL without shared experts */
     float *dsg, *dsu, *dsh;
     MoeScratch moe_scratch;

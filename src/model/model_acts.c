@@ -25,18 +25,40 @@
 
 #include "model/model.h"
 
+/* block_mla_entries: latent attention's own activations in block l: the queries' latent
+ * (mla.q_rank > 0) with its norm, the keys' and values' latent with its norm, the rotated key
+ * the heads share, and the heads' keys without rotation and values before they are assembled */
+static void block_mla_entries(ActTable *t, const Config *c, size_t N, int l, BlockActs *a) {
+    const size_t QR = (size_t)c->mla_q_rank, KR = (size_t)c->mla_kv_rank;
+    const size_t KVB = (size_t)c->n_head * (c->mla_nope_dim + c->mla_v_dim);
+    if (QR > 0) {
+        acts_add(t, ACT_FLOAT, ACT_ATTN, N * QR, ACT_FIELD(a, qlat), "blocks.%d.qlat", l);
+        acts_add(t, ACT_FLOAT, ACT_ATTN, N * QR, ACT_FIELD(a, qlatn), "blocks.%d.qlatn", l);
+        acts_add(t, ACT_FLOAT, ACT_ATTN, N, ACT_FIELD(a, rstd_qlat), "blocks.%d.rstd_qlat", l);
+    }
+    acts_add(t, ACT_FLOAT, ACT_ATTN, N * KR, ACT_FIELD(a, lat), "blocks.%d.lat", l);
+    acts_add(t, ACT_FLOAT, ACT_ATTN, N * KR, ACT_FIELD(a, latn), "blocks.%d.latn", l);
+    acts_add(t, ACT_FLOAT, ACT_ATTN, N, ACT_FIELD(a, rstd_lat), "blocks.%d.rstd_lat", l);
+    acts_add(t, ACT_FLOAT, ACT_ATTN, N * (size_t)c->mla_rope_dim, ACT_FIELD(a, krope),
+             "blocks.%d.krope", l);
+    acts_add(t, ACT_FLOAT, ACT_ATTN, N * KVB, ACT_FIELD(a, kvb), "blocks.%d.kvb", l);
+}
+
 /* block_attn_entries: the attention half of block l, the feed-forward branch's input norm and,
  * with sandwich norms, both sublayers' output norms */
 static void block_attn_entries(ActTable *t, const Config *c, int B, int T, int l, BlockActs *a) {
     const size_t C = (size_t)c->d_model, H = (size_t)c->n_head, N = (size_t)B * T;
     const size_t QW = H * config_head_dim(c), KW = (size_t)config_kv_heads(c) * config_head_dim(c);
+    const size_t VW = (size_t)config_kv_heads(c) * config_value_dim(c);
+    const size_t OW = H * config_value_dim(c);
     /* ln1, rstd1: the rmsnorm of the block input and its 1 / rms per token */
     acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, ln1), "blocks.%d.ln1", l);
     acts_add(t, ACT_FLOAT, ACT_ATTN, N, ACT_FIELD(a, rstd1), "blocks.%d.rstd1", l);
-    /* q (N, QW), k, v (N, KW) (q and k after RoPE) */
+    /* q (N, QW), k (N, KW) and v (N, VW) (q and k after RoPE) */
     acts_add(t, ACT_FLOAT, ACT_ATTN, N * QW, ACT_FIELD(a, q), "blocks.%d.q", l);
     acts_add(t, ACT_FLOAT, ACT_ATTN, N * KW, ACT_FIELD(a, k), "blocks.%d.k", l);
-    acts_add(t, ACT_FLOAT, ACT_ATTN, N * KW, ACT_FIELD(a, v), "blocks.%d.v", l);
+    acts_add(t, ACT_FLOAT, ACT_ATTN, N * VW, ACT_FIELD(a, v), "blocks.%d.v", l);
+    if (c->attention == MOE_ATTN_MLA) block_mla_entries(t, c, N, l, a);
     if (c->qk_norm != MOE_QK_NORM_NONE) {
         /* the projections before their norm, and the norm's 1 / rms per row: a row is a head
          * (model.qk_norm=head) or a token (full) */
@@ -50,8 +72,8 @@ static void block_attn_entries(ActTable *t, const Config *c, int B, int T, int l
     /* att: the softmax probabilities, the full T x T square per (batch row, head): the one
      * activation quadratic in T */
     acts_add(t, ACT_FLOAT, ACT_ATTN, (size_t)B * H * T * T, ACT_FIELD(a, att), "blocks.%d.att", l);
-    /* atty (N, QW): the attention output before wo; resid_mid: block input + attention branch */
-    acts_add(t, ACT_FLOAT, ACT_ATTN, N * QW, ACT_FIELD(a, atty), "blocks.%d.atty", l);
+    /* atty (N, OW): the attention output before wo; resid_mid: block input + attention branch */
+    acts_add(t, ACT_FLOAT, ACT_ATTN, N * OW, ACT_FIELD(a, atty), "blocks.%d.atty", l);
     acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, resid_mid), "blocks.%d.resid_mid", l);
     /* ln2, rstd2: the rmsnorm of resid_mid, the feed-forward branch's input */
     acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, ln2), "blocks.%d.ln2", l);
@@ -100,16 +122,31 @@ static void scratch_entries(ActTable *t, const Config *c, const MoeSpec *spec, s
     const size_t FS = (size_t)c->num_shared * config_expert_hidden(c);
     const size_t QW = (size_t)c->n_head * config_head_dim(c);
     const size_t KW = (size_t)config_kv_heads(c) * config_head_dim(c);
+    const size_t VW = (size_t)config_kv_heads(c) * config_value_dim(c);
+    const size_t OW = (size_t)c->n_head * config_value_dim(c);
     /* (N, C) gradients: the residual stream, resid_mid, a norm's input, a spare; then those of
-     * q (N, QW), k, v (N, KW) and atty (N, QW) */
+     * q (N, QW), k (N, KW), v (N, VW) and atty (N, OW) */
     acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dresid), "scratch.dresid");
     acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dmid), "scratch.dmid");
     acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dln), "scratch.dln");
     acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dtmp), "scratch.dtmp");
     acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * QW, ACT_FIELD(m, dq), "scratch.dq");
     acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * KW, ACT_FIELD(m, dk), "scratch.dk");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * KW, ACT_FIELD(m, dv), "scratch.dv");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * QW, ACT_FIELD(m, datty), "scratch.datty");
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * VW, ACT_FIELD(m, dv), "scratch.dv");
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * OW, ACT_FIELD(m, datty), "scratch.datty");
+    if (c->attention == MOE_ATTN_MLA) {
+        /* latent attention: the heads' keys and values before assembly, the rotated parts of
+         * the queries (one head after another) and of the shared key, and two latents' */
+        const size_t H = (size_t)c->n_head, R = (size_t)c->mla_rope_dim;
+        const size_t LAT =
+            (size_t)(c->mla_q_rank > c->mla_kv_rank ? c->mla_q_rank : c->mla_kv_rank);
+        acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * H * (c->mla_nope_dim + c->mla_v_dim),
+                 ACT_FIELD(m, dkvb), "scratch.dkvb");
+        acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * H * R, ACT_FIELD(m, drope), "scratch.drope");
+        acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * R, ACT_FIELD(m, dkrope), "scratch.dkrope");
+        acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * LAT, ACT_FIELD(m, dlat), "scratch.dlat");
+        acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * LAT, ACT_FIELD(m, dlatn), "scratch.dlatn");
+    }
     /* dfg, dfu, dfh: the dense SwiGLU's gradients, only when a dense block exists */
     if (n_moe < c->n_layer) {
         acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * F, ACT_FIELD(m, dfg), "scratch.dfg");

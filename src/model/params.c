@@ -31,7 +31,12 @@ enum {
     DIM_Q,
     DIM_KV,
     DIM_QN,
-    DIM_KN
+    DIM_KN,
+    DIM_O,    /* the attention's output: n_head heads of the value width */
+    DIM_QR,   /* latent attention: the queries' latent (mla.q_rank) */
+    DIM_KVR,  /* the keys' and values' latent (mla.kv_rank) */
+    DIM_ROPE, /* the rotated key shared by the heads (mla.rope_dim) */
+    DIM_KVB   /* the heads' keys without rotation and values, n_head (nope_dim + v_dim) */
 };
 
 /* Which blocks have the tensor. */
@@ -44,7 +49,11 @@ enum {
     IN_MOE_LAYER,
     IN_SHARED_LAYER,   /* MoE blocks with moe.num_shared > 0 */
     IN_SANDWICH_LAYER, /* every block of model.norm=sandwich or dssn */
-    IN_QK_NORM_LAYER   /* every block of model.qk_norm=head or full */
+    IN_QK_NORM_LAYER,  /* every block of model.qk_norm=head or full */
+    IN_QPROJ_LAYER,    /* queries straight from the stream: multi-head, or mla.q_rank = 0 */
+    IN_QRANK_LAYER,    /* latent attention's queries through a latent (mla.q_rank > 0) */
+    IN_MHA_LAYER,      /* every block of model.attention=mha */
+    IN_MLA_LAYER       /* every block of model.attention=mla */
 };
 
 typedef struct {
@@ -62,12 +71,19 @@ typedef struct {
 static const ParamSpec SPECS[] = {
     {"tok_emb", IN_GLOBAL_FIRST, {DIM_V, DIM_C}, 1, 0, PV(tok_emb)},
     {"attn_norm", IN_EVERY_LAYER, {DIM_C}, 0, 0, LV(attn_norm)},
-    {"attn.wq", IN_EVERY_LAYER, {DIM_Q, DIM_C}, 1, 0, LV(wq)},
-    {"attn.wk", IN_EVERY_LAYER, {DIM_KV, DIM_C}, 1, 0, LV(wk)},
-    {"attn.wv", IN_EVERY_LAYER, {DIM_KV, DIM_C}, 1, 0, LV(wv)},
+    {"attn.wq", IN_QPROJ_LAYER, {DIM_Q, DIM_C}, 1, 0, LV(wq)},
+    {"attn.wq_a", IN_QRANK_LAYER, {DIM_QR, DIM_C}, 1, 0, LV(wq_a)},
+    {"attn.q_a_norm", IN_QRANK_LAYER, {DIM_QR}, 0, 0, LV(q_a_norm)},
+    {"attn.wq_b", IN_QRANK_LAYER, {DIM_Q, DIM_QR}, 1, 0, LV(wq_b)},
+    {"attn.wk", IN_MHA_LAYER, {DIM_KV, DIM_C}, 1, 0, LV(wk)},
+    {"attn.wv", IN_MHA_LAYER, {DIM_KV, DIM_C}, 1, 0, LV(wv)},
+    {"attn.wkv_a", IN_MLA_LAYER, {DIM_KVR, DIM_C}, 1, 0, LV(wkv_a)},
+    {"attn.wk_rope", IN_MLA_LAYER, {DIM_ROPE, DIM_C}, 1, 0, LV(wk_rope)},
+    {"attn.kv_a_norm", IN_MLA_LAYER, {DIM_KVR}, 0, 0, LV(kv_a_norm)},
+    {"attn.wkv_b", IN_MLA_LAYER, {DIM_KVB, DIM_KVR}, 1, 0, LV(wkv_b)},
     {"attn.q_norm", IN_QK_NORM_LAYER, {DIM_QN}, 0, 0, LV(q_norm)},
     {"attn.k_norm", IN_QK_NORM_LAYER, {DIM_KN}, 0, 0, LV(k_norm)},
-    {"attn.wo", IN_EVERY_LAYER, {DIM_C, DIM_Q}, 1, 1, LV(wo)},
+    {"attn.wo", IN_EVERY_LAYER, {DIM_C, DIM_O}, 1, 1, LV(wo)},
     {"attn_post_norm", IN_SANDWICH_LAYER, {DIM_C}, 0, 0, LV(attn_post_norm)},
     {"ffn_norm", IN_EVERY_LAYER, {DIM_C}, 0, 0, LV(ffn_norm)},
     {"ffn.w_gate", IN_DENSE_LAYER, {DIM_F, DIM_C}, 1, 0, LV(w_gate)},
@@ -101,6 +117,11 @@ static int resolve_dim(int d, const Config *c, int ep) {
         return c->qk_norm == MOE_QK_NORM_HEAD ? config_head_dim(c) : resolve_dim(DIM_Q, c, ep);
     case DIM_KN:
         return c->qk_norm == MOE_QK_NORM_HEAD ? config_head_dim(c) : resolve_dim(DIM_KV, c, ep);
+    case DIM_O: return c->n_head * config_value_dim(c);
+    case DIM_QR: return c->mla_q_rank;
+    case DIM_KVR: return c->mla_kv_rank;
+    case DIM_ROPE: return c->mla_rope_dim;
+    case DIM_KVB: return c->n_head * (c->mla_nope_dim + c->mla_v_dim);
     default: return 0;
     }
 }
@@ -113,6 +134,10 @@ static int spec_in_layer(const ParamSpec *s, const Config *c, int layer) {
     case IN_SHARED_LAYER: return config_is_moe_layer(c, layer) && c->num_shared > 0;
     case IN_SANDWICH_LAYER: return c->norm != MOE_NORM_PRE;
     case IN_QK_NORM_LAYER: return c->qk_norm != MOE_QK_NORM_NONE;
+    case IN_QPROJ_LAYER: return c->attention != MOE_ATTN_MLA || c->mla_q_rank == 0;
+    case IN_QRANK_LAYER: return c->attention == MOE_ATTN_MLA && c->mla_q_rank > 0;
+    case IN_MHA_LAYER: return c->attention != MOE_ATTN_MLA;
+    case IN_MLA_LAYER: return c->attention == MOE_ATTN_MLA;
     default: return 0;
     }
 }

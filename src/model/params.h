@@ -35,8 +35,15 @@ typedef struct {
     float *wq;              /* (H D, C): n_head query heads of head_dim D */
     float *wk, *wv;         /* (Hkv D, C): kv_heads key-value heads */
     float *q_norm, *k_norm; /* model.qk_norm: (D) shared by the heads, or (H D), (Hkv D) */
-    float *wo;              /* (C, H D) */
-    float *ffn_norm;        /* (C) */
+    float *wo;              /* (C, H Dv), Dv the value width (D but under latent attention) */
+    /* model.attention=mla, D = nope_dim + rope_dim a head: the queries' latent (mla.q_rank > 0;
+     * else wq), the keys' and values' latent, the rotated key, the heads' keys and values */
+    float *wq_a, *q_a_norm, *wq_b; /* (q_rank, C), (q_rank), (H D, q_rank) */
+    float *wkv_a, *kv_a_norm;      /* (kv_rank, C), (kv_rank) */
+    float *wk_rope;                /* (rope_dim, C) */
+    float *wkv_b;    /* (H (nope_dim + v_dim), kv_rank): head h's rows h (nope_dim + v_dim) ... are
+                        its key's nope_dim, then its value's v_dim */
+    float *ffn_norm; /* (C) */
     /* model.norm=sandwich or dssn: the norms on the attention's and the feed-forward's
      * outputs, before each residual add */
     float *attn_post_norm, *ffn_post_norm; /* (C) */

@@ -45,8 +45,6 @@
 #define PLAN_MAX_TOKENS 16777216 /* 2^24: a vocabulary, or the tokens of a sequence */
 #define PLAN_MAX_HEADS 65536     /* 2^16 heads */
 
-/* model.attention: multi-head (grouped-query and multi-query too, by kv_heads), or latent */
-enum { PLAN_ATTN_MHA, PLAN_ATTN_MLA };
 /* train.precision: the products' */
 enum { PLAN_PREC_FP32, PLAN_PREC_BF16, PLAN_PREC_FP8 };
 /* train.engine */
@@ -68,8 +66,7 @@ typedef struct {
     /* The keys the engine does not have yet (plan_keys.c, "the planner's own model keys"),
      * named as it will name them: */
     double vocab; /* the engine's is MOE_VOCAB */
-    int attention;
-    double q_rank, kv_rank, rope_dim, nope_dim, v_dim; /* latent attention (MLA) */
+
 } PlanModel;
 
 typedef struct {

@@ -64,12 +64,13 @@ static double layer_acts(const PlanInput *in, double n, int tp, int moe, double 
     /* attention: the norm's input and output, q, k, v, the output and its log-sum-exp (a
      * flash kernel keeps no T x T probabilities) */
     double x = nt * d * a * (sel ? 1 : 2);
-    if (m->attention == PLAN_ATTN_MLA) {
-        const double dqk = m->nope_dim + m->rope_dim;
+    if (m->c.attention == MOE_ATTN_MLA) {
+        const double dqk = m->c.mla_nope_dim + m->c.mla_rope_dim;
         /* the latents and their norms' outputs, on every tensor-parallel GPU */
-        const double lat = (m->q_rank > 0 ? m->q_rank : 0) + m->kv_rank + m->rope_dim;
+        const double lat =
+            (m->c.mla_q_rank > 0 ? m->c.mla_q_rank : 0) + m->c.mla_kv_rank + m->c.mla_rope_dim;
         x += n * lat * a * (sel ? 1 : 2);
-        x += n * h * (2 * dqk + 2 * m->v_dim) * a / tp; /* q, k, v, output */
+        x += n * h * (2 * dqk + 2 * m->c.mla_v_dim) * a / tp; /* q, k, v, output */
     } else {
         const double hd = m->c.head_dim > 0 ? m->c.head_dim : d / h;
         const double kv = m->c.kv_heads > 0 ? m->c.kv_heads : h;
@@ -142,7 +143,7 @@ static int layout_invalid(const PlanInput *in, const PlanLayout *lay, PlanResult
     const double dp = G / ((double)tp * pp);
     r->dp = (int)dp;
     if (tp > gpn) INVALID("tp = %d spans nodes of %.0f GPUs", tp, gpn);
-    const double kv = m->attention == PLAN_ATTN_MLA ? H : (m->c.kv_heads > 0 ? m->c.kv_heads : H);
+    const double kv = m->c.attention == MOE_ATTN_MLA ? H : (m->c.kv_heads > 0 ? m->c.kv_heads : H);
     if (fmod(H, tp) != 0 || fmod(kv, tp) != 0)
         INVALID("tp = %d does not divide the %.0f query and %.0f key-value heads", tp, H, kv);
     if (pp > L || pp > MAX_STAGES) INVALID("pp = %d stages for %.0f layers", pp, L);
@@ -250,8 +251,9 @@ static double stage_recompute(const Grid *x, const Stage *S, double Ls, double c
         if (lay->recompute == PLAN_RC_SELECTIVE)
             bytes += S->n_moe * 3.0 * (rows * F + n * shared * F / tp) * a;
         recomp = bytes / (k->hbm_tbs * 1e12);
-        if (m->attention == PLAN_ATTN_MLA)
-            recomp += Ls * 2.0 * n * m->kv_rank * H * (m->nope_dim + m->v_dim) / tp / flops_s;
+        if (m->c.attention == MOE_ATTN_MLA)
+            recomp += Ls * 2.0 * n * m->c.mla_kv_rank * H * (m->c.mla_nope_dim + m->c.mla_v_dim) /
+                      tp / flops_s;
     }
     if (lay->recompute == PLAN_RC_FULL) recomp = comp / 3.0; /* the forward once more */
     if (lay->recompute == PLAN_RC_EXPERTS) /* and the MoE blocks' forward once more */

@@ -44,7 +44,8 @@ static const char *const ENGINE_KEYS[] = {
     "model.d_model",   "model.n_layer",   "model.n_head",   "model.d_ff",     "model.seq_len",
     "model.norm",      "moe.num_experts", "moe.top_k",      "moe.d_expert",   "moe.num_shared",
     "moe.first_dense", "moe.every",       "model.kv_heads", "model.head_dim", "model.qk_norm",
-    "model.tied",      "train.accum"};
+    "model.tied",      "model.attention", "mla.q_rank",     "mla.kv_rank",    "mla.rope_dim",
+    "mla.nope_dim",    "mla.v_dim",       "train.accum"};
 #define N_ENGINE_KEYS ((int)(sizeof ENGINE_KEYS / sizeof ENGINE_KEYS[0]))
 
 /* The planner's former names of keys the engine has under its own: refused with the new one. */
@@ -69,21 +70,9 @@ static const struct {
 
 static const PlanKey KEYS[] = {
     /* ---- the planner's own model keys: what the engine does not have yet (a vocabulary of
-     * its own, latent attention), named as it will name them. When the engine gains one,
+     * its own), named as it will name them. When the engine gains one,
      * its row moves to config/keys.c and its name to ENGINE_KEYS. ----------------------- */
     {"model.vocab", K_NUM, M(vocab), 1, PLAN_MAX_TOKENS, 1, 0, 0, "V: vocabulary size", 0, W_COUNT},
-    {"model.attention", K_CHOICE, M(attention), 0, 0, 0, "mha|mla", 0,
-     "multi-head (with grouped key-value heads), or multi-head latent attention (mla.*)", 0, NULL},
-    {"mla.q_rank", K_NUM, M(q_rank), 0, PLAN_MAX_WIDTH, 1, 0, 0,
-     "latent attention: queries' rank; 0: none", 0, W_COUNT},
-    {"mla.kv_rank", K_NUM, M(kv_rank), 0, PLAN_MAX_WIDTH, 1, 0, 0,
-     "latent attention: keys' and values' rank", 0, W_COUNT},
-    {"mla.rope_dim", K_NUM, M(rope_dim), 0, PLAN_MAX_WIDTH, 1, 0, 0,
-     "latent attention: rotary part of a head", 0, W_COUNT},
-    {"mla.nope_dim", K_NUM, M(nope_dim), 0, PLAN_MAX_WIDTH, 1, 0, 0,
-     "latent attention: the rest of a head", 0, W_COUNT},
-    {"mla.v_dim", K_NUM, M(v_dim), 0, PLAN_MAX_WIDTH, 1, 0, 0,
-     "latent attention: a head's value width", 0, W_COUNT},
     /* ---- the planner's alone ------------------------------------------------------------ */
     {"cluster.gpus", K_NUM, C(gpus), 1, PLAN_MAX_GPUS, 1, 0, 0, "GPUs in all", 0, W_COUNT},
     {"cluster.gpus_per_node", K_NUM, C(gpus_per_node), 1, PLAN_MAX_GPUS, 1, 0, 0,
@@ -341,16 +330,17 @@ int plan_validate_model(const PlanInput *in, char *err, int errlen) {
                          "no model: give --model NAME (moe plan --presets), --config FILE or "
                          "the model.* keys (model.vocab, model.d_model, model.n_layer, "
                          "model.n_head, model.seq_len)");
-    if (m->attention == PLAN_ATTN_MHA && m->c.head_dim == 0 && c->d_model % c->n_head != 0)
+    if (m->c.attention == MOE_ATTN_MHA && m->c.head_dim == 0 && c->d_model % c->n_head != 0)
         return set_error(err, errlen,
                          "model.n_head = %d does not divide model.d_model = %d; "
                          "set model.head_dim",
                          c->n_head, c->d_model);
-    if (m->attention == PLAN_ATTN_MHA && c->kv_heads > 0 && c->n_head % c->kv_heads != 0)
+    if (m->c.attention == MOE_ATTN_MHA && c->kv_heads > 0 && c->n_head % c->kv_heads != 0)
         return set_error(err, errlen, "model.kv_heads = %d does not divide model.n_head = %d",
                          c->kv_heads, c->n_head);
-    if (m->attention == PLAN_ATTN_MLA &&
-        (m->kv_rank <= 0 || m->nope_dim + m->rope_dim <= 0 || m->v_dim <= 0))
+    if (m->c.attention == MOE_ATTN_MLA &&
+        (m->c.mla_kv_rank <= 0 || m->c.mla_nope_dim + m->c.mla_rope_dim <= 0 ||
+         m->c.mla_v_dim <= 0))
         return set_error(err, errlen,
                          "model.attention=mla needs mla.kv_rank, mla.nope_dim (or "
                          "mla.rope_dim) and mla.v_dim");

@@ -11,11 +11,11 @@
 
 /* The query-key and value widths of one head. */
 static double head_qk(const PlanModel *m) {
-    if (m->attention == PLAN_ATTN_MLA) return m->nope_dim + m->rope_dim;
+    if (m->c.attention == MOE_ATTN_MLA) return m->c.mla_nope_dim + m->c.mla_rope_dim;
     return m->c.head_dim > 0 ? m->c.head_dim : (double)m->c.d_model / m->c.n_head;
 }
 static double head_v(const PlanModel *m) {
-    if (m->attention == PLAN_ATTN_MLA) return m->v_dim;
+    if (m->c.attention == MOE_ATTN_MLA) return m->c.mla_v_dim;
     return m->c.head_dim > 0 ? m->c.head_dim : (double)m->c.d_model / m->c.n_head;
 }
 
@@ -31,13 +31,16 @@ void plan_count(const PlanModel *m, PlanCounts *o) {
     /* one layer's attention: the matrices, then the gains of its norms */
     /* pre-norms, and a sandwich's output norms (model.norm=sandwich or dssn) */
     double gains = (c->norm != MOE_NORM_PRE ? 4.0 : 2.0) * d;
-    if (m->attention == PLAN_ATTN_MLA) {
+    if (m->c.attention == MOE_ATTN_MLA) {
         /* queries through a rank-q_rank bottleneck (or straight from d), keys and values
          * from one shared latent of kv_rank plus the rotary part of the key */
-        const double q = m->q_rank > 0 ? d * m->q_rank + m->q_rank * h * dqk : d * h * dqk;
-        const double kv = d * (m->kv_rank + m->rope_dim) + m->kv_rank * h * (m->nope_dim + dv);
+        const double q =
+            m->c.mla_q_rank > 0 ? d * m->c.mla_q_rank + m->c.mla_q_rank * h * dqk : d * h * dqk;
+        const double kv = d * (m->c.mla_kv_rank + m->c.mla_rope_dim) +
+                          m->c.mla_kv_rank * h * (m->c.mla_nope_dim + dv);
         o->attn = q + kv + h * dv * d;
-        gains += (m->q_rank > 0 ? m->q_rank : 0.0) + m->kv_rank; /* the latents' norms */
+        gains += (m->c.mla_q_rank > 0 ? m->c.mla_q_rank : 0.0) +
+                 m->c.mla_kv_rank; /* the latents' norms */
     } else {
         const double kv = m->c.kv_heads > 0 ? m->c.kv_heads : h;
         o->attn = d * h * dqk + 2.0 * d * kv * dqk + h * dv * d;
@@ -97,7 +100,6 @@ void plan_from_config(PlanInput *in, const Config *c) {
     memset(m, 0, sizeof *m);
     m->c = *c; /* the engine's keys, and every other setting for its exact memory */
     m->vocab = MOE_VOCAB;
-    m->attention = PLAN_ATTN_MHA;
     /* the moe.c engine: fp32 weights (their own master copy), gradients, moments, activations
      * and exchanged rows; nothing sharded */
     PlanTrain *t = &in->t;

@@ -24,7 +24,7 @@ static void print_model(FILE *f, const PlanInput *in, const PlanCounts *c) {
                 "shared), d_model %d, %s attention, %d tokens a sequence\n",
                 mc->n_layer, c->n_dense, c->n_moe, mc->num_experts, config_expert_hidden(mc),
                 mc->top_k, mc->num_shared, mc->d_model,
-                m->attention == PLAN_ATTN_MLA ? "latent" : "multi-head", mc->seq_len);
+                m->c.attention == MOE_ATTN_MLA ? "latent" : "multi-head", mc->seq_len);
     else
         fprintf(f, "  %d dense layers, d_model %d, %d tokens a sequence\n", mc->n_layer,
                 mc->d_model, mc->seq_len);
