@@ -7,6 +7,8 @@
  */
 #include "infer/decode.h"
 
+#include "model/attn_block.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,11 +41,21 @@ int decoder_init(Decoder *d, Model *m, char *err, int errlen) {
     m->spec.eval_capacity_factor = 0.0f;
     d->kv.k = (float **)calloc_check((size_t)L, sizeof(float *));
     d->kv.v = (float **)calloc_check((size_t)L, sizeof(float *));
-    for (int l = 0; l < L; l++) {
-        d->kv.k[l] = be_floats(be, (size_t)B * T * KW);
-        d->kv.v[l] = be_floats(be, (size_t)B * T * VW);
+    if (c->attention == MOE_ATTN_MLA) {
+        /* latent attention caches a token's normed latent and rotated key, no more (attn_block.c:
+         * the heads' key and value up-projections absorbed into the query and output sides) */
+        const int W = c->mla_kv_rank + c->mla_rope_dim;
+        for (int l = 0; l < L; l++) d->kv.k[l] = be_floats(be, (size_t)B * T * W);
+        d->cache_bytes = (size_t)L * B * T * W * sizeof(float);
+        const size_t step = mla_decode_floats(c, B), prefill = (size_t)B * T * W;
+        d->kv.work = be_floats(be, step > prefill ? step : prefill);
+    } else {
+        for (int l = 0; l < L; l++) {
+            d->kv.k[l] = be_floats(be, (size_t)B * T * KW);
+            d->kv.v[l] = be_floats(be, (size_t)B * T * VW);
+        }
+        d->cache_bytes = (size_t)L * B * T * (KW + VW) * sizeof(float);
     }
-    d->cache_bytes = (size_t)L * B * T * (KW + VW) * sizeof(float);
     d->kv.Tc = T;
     d->kv.att = be_floats(be, (size_t)B * H * T);
     d->len = (int *)calloc_check((size_t)B, sizeof(int));
@@ -62,8 +74,9 @@ void decoder_free(Decoder *d) {
     const Backend *be = d->m->be;
     for (int l = 0; l < d->m->cfg.n_layer; l++) {
         be->free(be, d->kv.k[l]);
-        be->free(be, d->kv.v[l]);
+        if (d->kv.v[l]) be->free(be, d->kv.v[l]);
     }
+    if (d->kv.work) be->free(be, d->kv.work);
     free(d->kv.k);
     free(d->kv.v);
     be->free(be, d->kv.att);
@@ -95,7 +108,9 @@ void decoder_prefill(Decoder *d, int first, int n, const int *tokens, int Tp, co
     for (int i = 0; i < n; i++)
         for (int t = 0; t < Tp; t++) rows[i * Tp + t] = (first + i) * T + t;
     be->to_device(be, d->rows, rows, (size_t)n * Tp * sizeof(int));
-    for (int l = 0; l < L; l++) {
+    if (m->cfg.attention == MOE_ATTN_MLA)
+        mla_prefill_cache(m, d->kv.k, d->rows, n * Tp, d->kv.work);
+    for (int l = 0; l < L && m->cfg.attention != MOE_ATTN_MLA; l++) {
         be->permute_rows(be, d->kv.k[l], m->state.blocks[l].k, d->rows, n * Tp, KW, 0);
         be->permute_rows(be, d->kv.v[l], m->state.blocks[l].v, d->rows, n * Tp, VW, 0);
     }

@@ -6,6 +6,8 @@
  */
 #include "model/attn_block.h"
 
+#include <math.h>
+
 #include "model/profile.h"
 
 /* ---- multi-head attention ------------------------------------------------------------------ */
@@ -185,6 +187,83 @@ static void mla_keys_values_backward(Model *m, const BlockActs *a, const LayerVi
     PROF(PROF_RESIDUAL, be->add(be, rs->dln, rs->dln, rs->dtmp, (size_t)N * C));
 }
 
+/* ---- latent attention's decoding: the cache holds the latent ------------------------------- */
+
+size_t mla_decode_floats(const Config *c, int N) {
+    if (c->attention != MOE_ATTN_MLA) return 0;
+    const int W = c->mla_kv_rank + c->mla_rope_dim;
+    int M = c->mla_nope_dim > c->mla_kv_rank ? c->mla_nope_dim : c->mla_kv_rank;
+    M = c->mla_v_dim > M ? c->mla_v_dim : M;
+    return (size_t)N * (2 * (size_t)c->n_head * W + 2 * (size_t)M);
+}
+
+/* The new tokens' cache rows [latn | krope] (N, W) from the forward's latent and rotated key,
+ * into row rows[n] of cache (W = kv_rank + rope_dim); ent is (N, W) of workspace. */
+static void mla_cache_append(Model *m, const BlockActs *a, float *cache, const int *rows, int N,
+                             float *ent) {
+    const Backend *be = m->be;
+    const int KR = m->cfg.mla_kv_rank, R = m->cfg.mla_rope_dim, W = KR + R;
+    PROF(PROF_ATTN, be->copy_block(be, ent, W, a->latn, KR, N, KR, 0));
+    PROF(PROF_ATTN, be->copy_block(be, ent + KR, W, a->krope, R, N, R, 0));
+    PROF(PROF_ATTN, be->permute_rows(be, cache, ent, rows, N, W, 0));
+}
+
+/* The queries absorbed into the latent (qp, (N, H, W)): head h's q_nope Wuk_h, Wuk_h its key
+ * rows of wkv_b (nope_dim, kv_rank), then its rotated part; scaled so that the op's 1 / sqrt(W)
+ * is the model's 1 / sqrt(D). t1, t2: (N, M) of workspace. */
+static void mla_absorb_queries(Model *m, const BlockActs *a, const LayerView *lw, int N, float *qp,
+                               float *t1, float *t2) {
+    const Backend *be = m->be;
+    const Config *c = &m->cfg;
+    const int H = c->n_head, D = config_head_dim(c), KR = c->mla_kv_rank, R = c->mla_rope_dim;
+    const int NOPE = c->mla_nope_dim, KVB = NOPE + c->mla_v_dim, W = KR + R;
+    for (int h = 0; h < H; h++) {
+        PROF(PROF_ATTN, be->copy_block(be, t1, NOPE, a->q + (size_t)h * D, H * D, N, NOPE, 0));
+        PROF(PROF_ATTN_PROJ, be->matmul_backward(be, t2, NULL, t1, NULL,
+                                                 lw->wkv_b + (size_t)h * KVB * KR, N, KR, NOPE));
+        PROF(PROF_ATTN, be->copy_block(be, qp + (size_t)h * W, H * W, t2, KR, N, KR, 0));
+    }
+    PROF(PROF_ATTN, be->copy_block(be, qp + KR, W, a->q + NOPE, D, N * H, R, 0));
+    PROF(PROF_ATTN, be->scale(be, qp, sqrtf((float)W / (float)D), (size_t)N * H * W));
+}
+
+/* A decoding step of latent attention, absorbed: the new tokens' queries, latent and rotated
+ * key; their cache rows appended; each head's query taken into the latent space (its key
+ * up-projection absorbed), so that the attention runs over the cached rows themselves as one
+ * key-value head of W = kv_rank + rope_dim channels (keys and values both: a head's output is
+ * then sum_j p_j latn_j in its first kv_rank channels); each head's value is that output times
+ * its value up-projection (absorbed on the output side). Exact: the same sums regrouped. */
+static void mla_decode(Model *m, int l, int N, const KvStep *kv) {
+    const Backend *be = m->be;
+    const Config *c = &m->cfg;
+    const int C = c->d_model, H = c->n_head, KR = c->mla_kv_rank, R = c->mla_rope_dim;
+    const int NOPE = c->mla_nope_dim, DV = c->mla_v_dim, KVB = NOPE + DV, W = KR + R;
+    const LayerView *lw = &m->w.layers[l];
+    BlockActs *a = &m->state.blocks[l];
+    float *qp = kv->work, *op = qp + (size_t)N * H * W, *t1 = op + (size_t)N * H * W;
+    float *t2 = t1 + (mla_decode_floats(c, N) - 2 * (size_t)N * H * W) / 2;
+    mla_queries(m, a, lw, N, 1, kv);
+    PROF(PROF_ATTN_PROJ, be->matmul_forward(be, a->lat, a->ln1, lw->wkv_a, N, C, KR));
+    PROF(PROF_NORM, be->rmsnorm_forward(be, a->latn, a->rstd_lat, a->lat, lw->kv_a_norm, N, KR));
+    PROF(PROF_ATTN_PROJ, be->matmul_forward(be, a->krope, a->ln1, lw->wk_rope, N, C, R));
+    rope_rows(m, a->krope, N, 1, 1, R, kv);
+    mla_cache_append(m, a, kv->k[l], kv->rows, N, op);
+    mla_absorb_queries(m, a, lw, N, qp, t1, t2);
+    PROF(PROF_ATTN, be->attention_decode(be, op, kv->att, qp, kv->k[l], kv->k[l], kv->lens, N, H, 1,
+                                         W, W, kv->Tc));
+    for (int h = 0; h < H; h++) {
+        PROF(PROF_ATTN, be->copy_block(be, t1, KR, op + (size_t)h * W, H * W, N, KR, 0));
+        PROF(PROF_ATTN_PROJ,
+             be->matmul_forward(be, t2, t1, lw->wkv_b + ((size_t)h * KVB + NOPE) * KR, N, KR, DV));
+        PROF(PROF_ATTN, be->copy_block(be, a->atty + (size_t)h * DV, H * DV, t2, DV, N, DV, 0));
+    }
+}
+
+void mla_prefill_cache(Model *m, float *const *cache, const int *rows, int N, float *work) {
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        mla_cache_append(m, &m->state.blocks[l], cache[l], rows, N, work);
+}
+
 /* ---- the sublayer ------------------------------------------------------------------------ */
 
 void attn_block_forward(Model *m, int l, int B, int T, const KvStep *kv) {
@@ -195,6 +274,10 @@ void attn_block_forward(Model *m, int l, int B, int T, const KvStep *kv) {
     const int Dv = config_value_dim(c), N = B * T;
     const LayerView *lw = &m->w.layers[l];
     BlockActs *a = &rs->blocks[l];
+    if (kv && c->attention == MOE_ATTN_MLA) {
+        mla_decode(m, l, N, kv);
+        return;
+    }
     if (c->attention == MOE_ATTN_MLA) {
         mla_queries(m, a, lw, B, T, kv);
         mla_keys_values(m, a, lw, B, T, kv);

@@ -24,13 +24,18 @@
  * one new token each. Buffers of the model's backend. */
 typedef struct {
     float **k, **v;  /* (L) x (N, Tc, Hkv D) and (N, Tc, Hkv Dv): each layer's keys (after RoPE)
-                        and values */
+                        and values. Latent attention: k[l] (N, Tc, kv_rank + rope_dim) each
+                        token's normed latent and rotated key, v[l] NULL */
     int Tc;          /* positions each sequence's cache holds */
     const int *pos;  /* (N) the new token's position in its sequence */
     const int *rows; /* (N) n Tc + pos[n]: its row of k[l] and v[l] */
     const int *lens; /* (N) pos[n] + 1: the positions it attends to */
     float *att;      /* (N, H, Tc) the step's attention probabilities */
+    float *work;     /* latent attention: (mla_decode_floats) a step's workspace; else NULL */
 } KvStep;
+
+/* The floats of KvStep.work for a step of N tokens of latent attention (0 without). */
+size_t mla_decode_floats(const Config *c, int N);
 
 /* Activations of one block, kept from forward for backward. */
 typedef struct {
