@@ -48,11 +48,12 @@ typedef struct {
     Model *m;
     const int *in, *tg;
     int B, T;
+    const StepCtx *sc; /* the passes' mode (NULL: evaluation's) */
 } ObjCtx;
 
 static double objective(void *p) {
     ObjCtx *o = (ObjCtx *)p;
-    return model_forward(o->m, o->in, o->tg, o->B, o->T, NULL);
+    return model_forward(o->m, o->in, o->tg, o->B, o->T, o->sc);
 }
 
 /* Same routing as the unperturbed forward? Finite differences are only meaningful where the
@@ -60,22 +61,25 @@ static double objective(void *p) {
 static void check_model_gradients_eps(Config c, float eps) {
     const int num_experts = c.num_experts;
     const int B = 2, T = 6, N = B * T;
+    /* multi-token prediction's modules run in training passes only (no noise is set here) */
+    static const StepCtx training = {.training = 1};
+    const StepCtx *sc = c.mtp_depth > 0 ? &training : NULL;
     Model m;
     model_init(&m, &c, B, T);
     if (num_experts) { /* spread the router scores so that no top-k choice is near a tie */
-        for (int l = 0; l < c.n_layer; l++)
+        for (int l = 0; l < c.n_layer + c.mtp_depth; l++)
             if (m.w.layers[l].router)
                 for (int i = 0; i < c.num_experts * c.d_model; i++) m.w.layers[l].router[i] *= 6.0f;
     }
     int in[12], tg[12];
     random_tokens(in, tg, N, 3);
     model_zero_grad(&m);
-    model_forward(&m, in, tg, B, T, NULL);
-    model_backward(&m, 1.0f, NULL);
+    model_forward(&m, in, tg, B, T, sc);
+    model_backward(&m, 1.0f, sc);
     float *analytic = floats_alloc(m.pt.total);
     memcpy(analytic, m.grads, m.pt.total * sizeof(float));
 
-    ObjCtx ctx = {&m, in, tg, B, T};
+    ObjCtx ctx = {&m, in, tg, B, T, sc};
     for (int i = 0; i < m.pt.n; i++) {
         const ParamTensor *t = &m.pt.t[i];
         char what[128];
@@ -99,6 +103,25 @@ static void check_model_gradients_of(Config c) {
 static void check_model_gradients(int num_experts) {
     check_model_gradients_of(tiny_config(num_experts));
 }
+
+/* multi-token prediction (model.mtp_depth, DeepSeek-V3): one and two modules after a dense
+ * model and after an MoE model (the modules' blocks MoE blocks, like the last layer), each
+ * module's norms, projection and block checked with the rest, the embedding and the head getting
+ * the modules' gradients too; on the reference backend and on cpu. A larger mtp_coef than
+ * training's makes the modules' share of the shared tensors' gradients plain to see. */
+START_TEST(test_model_gradients_mtp) {
+    static const int devices[] = {MOE_DEVICE_CPU_REF, MOE_DEVICE_CPU};
+    for (int d = 0; d < 2; d++)
+        for (int depth = 1; depth <= 2; depth++)
+            for (int e = 0; e <= 4; e += 4) {
+                Config c = tiny_config(e);
+                c.device = devices[d];
+                c.mtp_depth = depth;
+                c.mtp_coef = 0.7f;
+                check_model_gradients_of(c);
+            }
+}
+END_TEST
 
 START_TEST(test_dense_model_gradients) {
     check_model_gradients(0);
@@ -199,7 +222,7 @@ static void check_tied_gradients(Config c) {
     model_zero_grad(&m);
     model_forward(&m, in, tg, B, T, NULL);
     model_backward(&m, 1.0f, NULL);
-    ObjCtx ctx = {&m, in, tg, B, T};
+    ObjCtx ctx = {&m, in, tg, B, T, NULL};
     for (int n = 0; n < 3; n++) {
         char what[96];
         snprintf(what, sizeof what, "tied %s model, d objective / d tok_emb row %d (an input)",
@@ -632,6 +655,7 @@ static Suite *model_suite(void) {
     tcase_add_test(tc, test_model_gradients_sandwich);
     tcase_add_test(tc, test_model_gradients_attention_variants);
     tcase_add_test(tc, test_moe_model_gradients_balance_groups);
+    tcase_add_test(tc, test_model_gradients_mtp);
     tcase_add_test(tc, test_param_table_shared);
     tcase_add_test(tc, test_param_table_tied);
     tcase_add_test(tc, test_tied_model_gradients);

@@ -31,7 +31,8 @@ enum {
     DIM_Q,
     DIM_KV,
     DIM_QN,
-    DIM_KN
+    DIM_KN,
+    DIM_C2 /* 2 C: a multi-token prediction module's projection reads two rows of C */
 };
 
 /* Which blocks have the tensor. */
@@ -44,7 +45,9 @@ enum {
     IN_MOE_LAYER,
     IN_SHARED_LAYER,   /* MoE blocks with moe.num_shared > 0 */
     IN_SANDWICH_LAYER, /* every block of model.norm=sandwich or dssn */
-    IN_QK_NORM_LAYER   /* every block of model.qk_norm=head or full */
+    IN_QK_NORM_LAYER,  /* every block of model.qk_norm=head or full */
+    IN_MTP_IN,         /* a multi-token prediction module, before its block */
+    IN_MTP_OUT         /* a multi-token prediction module, after its block */
 };
 
 typedef struct {
@@ -83,6 +86,11 @@ static const ParamSpec SPECS[] = {
     {"ffn_post_norm", IN_SANDWICH_LAYER, {DIM_C}, 0, 0, LV(ffn_post_norm)},
     {"final_norm", IN_GLOBAL_LAST, {DIM_C}, 0, 0, PV(final_norm)},
     {"head", IN_UNTIED_LAST, {DIM_V, DIM_C}, 1, 0, PV(head)},
+    /* model.mtp_depth: module k's tensors ("mtp.k.*"), its block's from the lines above */
+    {"hnorm", IN_MTP_IN, {DIM_C}, 0, 0, LV(mtp_hnorm)},
+    {"enorm", IN_MTP_IN, {DIM_C}, 0, 0, LV(mtp_enorm)},
+    {"eh_proj", IN_MTP_IN, {DIM_C, DIM_C2}, 1, 0, LV(mtp_proj)},
+    {"norm", IN_MTP_OUT, {DIM_C}, 0, 0, LV(mtp_norm)},
 };
 #define N_SPECS ((int)(sizeof(SPECS) / sizeof(SPECS[0])))
 
@@ -90,6 +98,7 @@ static int resolve_dim(int d, const Config *c, int ep) {
     switch (d) {
     case DIM_V: return MOE_VOCAB;
     case DIM_C: return c->d_model;
+    case DIM_C2: return 2 * c->d_model;
     case DIM_F: return c->d_ff;
     case DIM_E: return c->num_experts;
     case DIM_EL: return c->num_experts / ep;
@@ -122,7 +131,9 @@ static void add_tensor(ParamTable *pt, int cap, const ParamSpec *s, const Config
     if (pt->n >= cap) moe_fatal("parameter table overflow");
     ParamTensor *t = &pt->t[pt->n++];
     memset(t, 0, sizeof(*t));
-    if (layer >= 0)
+    if (layer >= c->n_layer) /* multi-token prediction module k = layer - n_layer + 1 */
+        snprintf(t->name, sizeof t->name, "mtp.%d.%s", layer - c->n_layer + 1, s->name);
+    else if (layer >= 0)
         snprintf(t->name, sizeof t->name, "layers.%d.%s", layer, s->name);
     else
         snprintf(t->name, sizeof t->name, "%s", s->name);
@@ -144,11 +155,12 @@ void params_table_build(ParamTable *pt, const Config *c) {
 }
 
 void params_table_build_ep(ParamTable *pt, const Config *c, int ep) {
-    int cap = N_SPECS * (c->n_layer + 1);
+    int cap = N_SPECS * (c->n_layer + 1 + c->mtp_depth);
     pt->t = (ParamTensor *)calloc_check((size_t)cap, sizeof(ParamTensor));
     pt->n = 0;
     pt->total = 0;
     pt->n_layer = c->n_layer;
+    pt->n_mtp = c->mtp_depth;
     for (int i = 0; i < N_SPECS; i++)
         if (SPECS[i].where == IN_GLOBAL_FIRST) add_tensor(pt, cap, &SPECS[i], c, -1, ep);
     for (int l = 0; l < c->n_layer; l++)
@@ -157,6 +169,17 @@ void params_table_build_ep(ParamTable *pt, const Config *c, int ep) {
     for (int i = 0; i < N_SPECS; i++)
         if (SPECS[i].where == IN_GLOBAL_LAST || (SPECS[i].where == IN_UNTIED_LAST && !c->tied))
             add_tensor(pt, cap, &SPECS[i], c, -1, ep);
+    /* the multi-token prediction modules after the main model, so that its tensors keep their
+     * offsets and initial values: module k's input norms and projection, its block (layer
+     * n_layer + k - 1, of the last layer's kind), its output norm */
+    for (int l = c->n_layer; l < c->n_layer + c->mtp_depth; l++) {
+        for (int i = 0; i < N_SPECS; i++)
+            if (SPECS[i].where == IN_MTP_IN) add_tensor(pt, cap, &SPECS[i], c, l, ep);
+        for (int i = 0; i < N_SPECS; i++)
+            if (spec_in_layer(&SPECS[i], c, l)) add_tensor(pt, cap, &SPECS[i], c, l, ep);
+        for (int i = 0; i < N_SPECS; i++)
+            if (SPECS[i].where == IN_MTP_OUT) add_tensor(pt, cap, &SPECS[i], c, l, ep);
+    }
 }
 
 void params_table_free(ParamTable *pt) {
@@ -175,7 +198,7 @@ static const ParamSpec *spec_of(const ParamTensor *t) {
 
 void params_view(ParamView *view, const ParamTable *pt, float *buf) {
     memset(view, 0, sizeof(*view));
-    view->layers = (LayerView *)calloc_check((size_t)pt->n_layer, sizeof(LayerView));
+    view->layers = (LayerView *)calloc_check((size_t)(pt->n_layer + pt->n_mtp), sizeof(LayerView));
     for (int i = 0; i < pt->n; i++) {
         const ParamTensor *t = &pt->t[i];
         char *base = t->layer >= 0 ? (char *)&view->layers[t->layer] : (char *)view;
