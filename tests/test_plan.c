@@ -34,7 +34,7 @@
 /* ---- plan_count against the engine's parameter table ---------------------------------- */
 
 static const struct {
-    const char *what, *set[3];
+    const char *what, *set[4];
 } CONFIGS[] = {
     {"the defaults", {NULL}},
     {"dense (moe.num_experts=0)", {"moe.num_experts=0", NULL}},
@@ -45,6 +45,8 @@ static const struct {
     {"grouped-query heads of 48", {"model.kv_heads=2", "model.head_dim=48", NULL}},
     {"multi-query, qk-norm per head", {"model.kv_heads=1", "model.qk_norm=head", NULL}},
     {"qk-norm over the projection", {"model.kv_heads=2", "model.qk_norm=full", NULL}},
+    {"two multi-token prediction modules", {"model.mtp_depth=2", NULL}},
+    {"a dense model's module, tied head", {"moe.num_experts=0", "model.mtp_depth=1", "model.tied=1", NULL}},
 };
 #define N_CONFIGS ((int)(sizeof CONFIGS / sizeof CONFIGS[0]))
 
