@@ -10,7 +10,9 @@
 #      equal an unbroken run's bit for bit, and no .tmp file is left
 #   2. killed before its first evaluation and checkpoint: every CSV already has its header;
 #      `train --out` on it points to --resume, and --resume starts it again from step 0
-#      (saying so) and then equals an unbroken run
+#      (saying so) and then equals an unbroken run; so do the attention's variants and two
+#      multi-token prediction modules stopped with --until and resumed (`moe info` lists the
+#      modules, `export --format hf` refuses them)
 #   3. torn last rows (a kill in the middle of a write) are cut on resume, not glued onto
 #   4. --resume with changed data is refused, naming the file and --allow-data-change (the
 #      directory unchanged); with the flag it continues and provenance.txt has the new CRC
@@ -159,6 +161,29 @@ att=("${tiny[@]}" --set model.n_head=4 --set model.kv_heads=2 --set model.head_d
     "$moe" train --resume "$tmp/att" --quiet >> "$tmp/att.log" 2>&1 && same_run "$tmp/att_ref" "$tmp/att"
 check "grouped-query heads with qk-norm: stopped at step 6 and resumed, the unbroken run bit for bit" \
     $? "$(tail -n 3 "$tmp/att.log")"
+
+# multi-token prediction's modules keep their tensors and moments in the checkpoint: two MoE
+# modules over two micro-batches a step, stopped at step 6 and resumed; their losses' columns
+# (past same_run's) equal too
+mtp=("${tiny[@]}" --set model.mtp_depth=2 --set train.accum=2 --set train.steps=12
+     --set train.eval_every=4 --set train.ckpt_every=0)
+"$moe" train --out "$tmp/mtp_ref" "${mtp[@]}" > /dev/null 2>&1
+"$moe" train --out "$tmp/mtp" "${mtp[@]}" --until 6 > "$tmp/mtp.log" 2>&1 &&
+    [ "$(rows_of "$tmp/mtp/train.csv")" = 6 ] &&
+    "$moe" train --resume "$tmp/mtp" --quiet >> "$tmp/mtp.log" 2>&1 && same_run "$tmp/mtp_ref" "$tmp/mtp" &&
+    cmp -s <(cut -d, -f1-6,8- "$tmp/mtp_ref/train.csv") <(cut -d, -f1-6,8- "$tmp/mtp/train.csv") &&
+    head -n 1 "$tmp/mtp/train.csv" | grep -q ',grad_spike,mtp1_loss,mtp2_loss$'
+check "two multi-token prediction modules: stopped at step 6 and resumed, the unbroken run bit for bit" \
+    $? "$(tail -n 3 "$tmp/mtp.log")"
+"$moe" info --ckpt "$tmp/mtp/ckpt.bin" > "$tmp/mtp.info" 2>&1 &&
+    grep -q '^multi-token prediction: 2 modules, moe blocks (training only)$' "$tmp/mtp.info" &&
+    grep -Eq '^mtp\.2\.eh_proj +32 x 64 ' "$tmp/mtp.info" && grep -Eq '^mtp\.1\.moe\.router ' "$tmp/mtp.info"
+check "moe info names the modules and lists their tensors (mtp.k.*)" $? "$(head -n 6 "$tmp/mtp.info")"
+out=$("$moe" export --ckpt "$tmp/mtp/ckpt.bin" --format hf --out "$tmp/mtp_hf" 2>&1)
+rc=$?
+[ $rc -eq 2 ] && [ ! -e "$tmp/mtp_hf" ] && grep -q 'model.mtp_depth=2.*without --format hf' <<< "$out"
+check "export --format hf refuses the modules, naming moe.c's own export, and writes nothing" $? \
+    "exit $rc: $out"
 
 # ---- 3. torn rows -----------------------------------------------------------------------------
 echo "test_runs: torn rows"
