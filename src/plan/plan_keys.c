@@ -44,7 +44,7 @@ static const char *const ENGINE_KEYS[] = {
     "model.d_model",   "model.n_layer",   "model.n_head",   "model.d_ff",     "model.seq_len",
     "model.norm",      "moe.num_experts", "moe.top_k",      "moe.d_expert",   "moe.num_shared",
     "moe.first_dense", "moe.every",       "model.kv_heads", "model.head_dim", "model.qk_norm",
-    "model.tied",      "train.accum"};
+    "model.tied",      "train.accum",     "model.mtp_depth"};
 #define N_ENGINE_KEYS ((int)(sizeof ENGINE_KEYS / sizeof ENGINE_KEYS[0]))
 
 /* The planner's former names of keys the engine has under its own: refused with the new one. */
