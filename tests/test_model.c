@@ -123,6 +123,28 @@ START_TEST(test_model_gradients_mtp) {
 }
 END_TEST
 
+/* A training pass over fewer tokens than the model holds (B 1 x T 5 of 2 x 6) computes what a
+ * model of that size computes: the modules' rows side by side do not depend on the size held */
+START_TEST(test_mtp_smaller_pass) {
+    Config c = tiny_config(4);
+    c.mtp_depth = 2;
+    const StepCtx training = {.training = 1};
+    int in[12], tg[12];
+    random_tokens(in, tg, 12, 5);
+    Model big, small;
+    model_init(&big, &c, 2, 6);
+    model_init(&small, &c, 1, 5);
+    const float o_big = model_forward(&big, in, tg, 1, 5, &training);
+    const float o_small = model_forward(&small, in, tg, 1, 5, &training);
+    ck_assert_msg(o_big == o_small, "objective %.9g in a model of 2 x 6, %.9g in one of 1 x 5",
+                  o_big, o_small);
+    ck_assert(big.state.mtp_loss[1] == small.state.mtp_loss[1]);
+    ck_assert(isfinite(o_big) && o_big > big.state.loss); /* the modules' losses were added */
+    model_free(&big);
+    model_free(&small);
+}
+END_TEST
+
 START_TEST(test_dense_model_gradients) {
     check_model_gradients(0);
 }
@@ -656,6 +678,7 @@ static Suite *model_suite(void) {
     tcase_add_test(tc, test_model_gradients_attention_variants);
     tcase_add_test(tc, test_moe_model_gradients_balance_groups);
     tcase_add_test(tc, test_model_gradients_mtp);
+    tcase_add_test(tc, test_mtp_smaller_pass);
     tcase_add_test(tc, test_param_table_shared);
     tcase_add_test(tc, test_param_table_tied);
     tcase_add_test(tc, test_tied_model_gradients);

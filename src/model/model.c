@@ -397,6 +397,12 @@ static void mtp_tokens(Model *m, MtpActs *a, const int *inputs, const int *targe
     m->be->to_device(m->be, a->tgt, tgt, (size_t)j * sizeof(int));
 }
 
+/* The rows 2n + 1 of mtp_cat: they follow the 2n of every row the model holds, whatever the
+ * B x T of a pass */
+static const int *mtp_odd_rows(const RunState *rs) {
+    return rs->mtp_cat + (size_t)rs->B * rs->T;
+}
+
 /* Module k: h' = [RMSNorm(h); RMSNorm(Emb(tok))] eh_proj^T, h the main trunk's last output or
  * module k - 1's; one block (layer L + k - 1); then on the positions with a target its norm, the
  * shared head and the cross-entropy. The modules' projections are timed with the head. */
@@ -413,7 +419,7 @@ static void mtp_module_forward(Model *m, int k, int B, int T, const StepCtx *ctx
     /* cat's rows 2n and 2n + 1 are hn's and en's row n: each row of (N, 2 C) the two side by
      * side */
     PROF(PROF_HEAD, be->permute_rows(be, a->cat, a->hn, rs->mtp_cat, N, C, 0));
-    PROF(PROF_HEAD, be->permute_rows(be, a->cat, a->en, rs->mtp_cat + N, N, C, 0));
+    PROF(PROF_HEAD, be->permute_rows(be, a->cat, a->en, mtp_odd_rows(rs), N, C, 0));
     PROF(PROF_HEAD, be->matmul_forward(be, a->in, a->cat, lw->mtp_proj, N, 2 * C, C));
     block_forward(m, L + k - 1, a->out, a->in, B, T, NULL, ctx);
     PROF(PROF_HEAD, be->permute_rows(be, a->hc, a->out, a->rows, Nk, C, 1));
@@ -752,7 +758,7 @@ static void mtp_module_backward(Model *m, int k, float scale, const StepCtx *ctx
     PROF(PROF_HEAD, be->matmul_backward(be, rs->dmtp_cat, gw->mtp_proj, rs->dmtp, a->cat,
                                         lw->mtp_proj, N, 2 * C, C));
     PROF(PROF_HEAD, be->permute_rows(be, rs->dln, rs->dmtp_cat, rs->mtp_cat, N, C, 1));
-    PROF(PROF_HEAD, be->permute_rows(be, rs->dtmp, rs->dmtp_cat, rs->mtp_cat + N, N, C, 1));
+    PROF(PROF_HEAD, be->permute_rows(be, rs->dtmp, rs->dmtp_cat, mtp_odd_rows(rs), N, C, 1));
     PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dmid, gw->mtp_enorm, rs->dtmp, a->emb,
                                          lw->mtp_enorm, a->rstd_e, N, C));
     PROF(PROF_EMBED, be->embed_backward(be, m->g.tok_emb, rs->dmid, a->tok, N, C));
