@@ -12,7 +12,8 @@
 #      `train --out` on it points to --resume, and --resume starts it again from step 0
 #      (saying so) and then equals an unbroken run; so do the attention's variants and two
 #      multi-token prediction modules stopped with --until and resumed (`moe info` lists the
-#      modules, `export --format hf` refuses them)
+#      modules, `export --format hf` refuses them, `sample --draft mtp` writes the bytes of
+#      decoding without the draft)
 #   3. torn last rows (a kill in the middle of a write) are cut on resume, not glued onto
 #   4. --resume with changed data is refused, naming the file and --allow-data-change (the
 #      directory unchanged); with the flag it continues and provenance.txt has the new CRC
@@ -184,6 +185,25 @@ rc=$?
 [ $rc -eq 2 ] && [ ! -e "$tmp/mtp_hf" ] && grep -q 'model.mtp_depth=2.*without --format hf' <<< "$out"
 check "export --format hf refuses the modules, naming moe.c's own export, and writes nothing" $? \
     "exit $rc: $out"
+# the first module as a draft of the byte after next: 100 bytes (three windows of 32) at
+# temperature 0 are those without it, and the guesses kept are counted
+"$moe" sample --ckpt "$tmp/mtp/ckpt.bin" --prompt "ab" --tokens 100 --temperature 0 \
+    > "$tmp/plain.txt" 2> /dev/null &&
+    "$moe" sample --ckpt "$tmp/mtp/ckpt.bin" --prompt "ab" --tokens 100 --temperature 0 \
+        --draft mtp > "$tmp/draft.txt" 2> "$tmp/draft.err" &&
+    cmp -s "$tmp/plain.txt" "$tmp/draft.txt" &&
+    grep -Eq '^draft mtp: [0-9]+ of 99 guesses of the byte after next kept .* steps for these 100 bytes' \
+        "$tmp/draft.err"
+check "sample --draft mtp writes the bytes of decoding without it and counts the guesses kept" $? \
+    "$(cat "$tmp/draft.err")"
+out=$("$moe" sample --ckpt "$tmp/att/ckpt.bin" --prompt "ab" --temperature 0 --draft mtp 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q 'model.mtp_depth=0' <<< "$out"
+check "sample --draft mtp of a model without modules: exit 2, naming model.mtp_depth" $? "exit $rc: $out"
+out=$("$moe" sample --ckpt "$tmp/mtp/ckpt.bin" --prompt "ab" --draft mtp 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q 'add --temperature 0' <<< "$out"
+check "sample --draft mtp without --temperature 0: exit 2, saying to add it" $? "exit $rc: $(head -n 1 <<< "$out")"
 
 # ---- 3. torn rows -----------------------------------------------------------------------------
 echo "test_runs: torn rows"

@@ -406,13 +406,13 @@ static const int *mtp_odd_rows(const RunState *rs) {
 /* Module k: h' = [RMSNorm(h); RMSNorm(Emb(tok))] eh_proj^T, h the main trunk's last output or
  * module k - 1's; one block (layer L + k - 1); then on the positions with a target its norm, the
  * shared head and the cross-entropy. The modules' projections are timed with the head. */
-static void mtp_module_forward(Model *m, int k, int B, int T, const StepCtx *ctx) {
+/* Module k's block input of N rows, a->in = [RMSNorm(h); RMSNorm(Emb(a->tok))] eh_proj^T */
+static void mtp_module_input(Model *m, int k, const float *h, int N) {
     RunState *rs = &m->state;
     const Backend *be = m->be;
-    const int C = m->cfg.d_model, L = m->cfg.n_layer, N = B * T, Nk = B * (T - k);
-    const LayerView *lw = &m->w.layers[L + k - 1];
+    const int C = m->cfg.d_model;
+    const LayerView *lw = &m->w.layers[m->cfg.n_layer + k - 1];
     MtpActs *a = &rs->mtp[k - 1];
-    const float *h = k == 1 ? rs->resid[L] : rs->mtp[k - 2].out;
     PROF(PROF_NORM, be->rmsnorm_forward(be, a->hn, a->rstd_h, h, lw->mtp_hnorm, N, C));
     PROF(PROF_EMBED, be->embed_forward(be, a->emb, a->tok, m->w.tok_emb, N, C));
     PROF(PROF_NORM, be->rmsnorm_forward(be, a->en, a->rstd_e, a->emb, lw->mtp_enorm, N, C));
@@ -421,6 +421,15 @@ static void mtp_module_forward(Model *m, int k, int B, int T, const StepCtx *ctx
     PROF(PROF_HEAD, be->permute_rows(be, a->cat, a->hn, rs->mtp_cat, N, C, 0));
     PROF(PROF_HEAD, be->permute_rows(be, a->cat, a->en, mtp_odd_rows(rs), N, C, 0));
     PROF(PROF_HEAD, be->matmul_forward(be, a->in, a->cat, lw->mtp_proj, N, 2 * C, C));
+}
+
+static void mtp_module_forward(Model *m, int k, int B, int T, const StepCtx *ctx) {
+    RunState *rs = &m->state;
+    const Backend *be = m->be;
+    const int C = m->cfg.d_model, L = m->cfg.n_layer, Nk = B * (T - k);
+    const LayerView *lw = &m->w.layers[L + k - 1];
+    MtpActs *a = &rs->mtp[k - 1];
+    mtp_module_input(m, k, k == 1 ? rs->resid[L] : rs->mtp[k - 2].out, B * T);
     block_forward(m, L + k - 1, a->out, a->in, B, T, NULL, ctx);
     PROF(PROF_HEAD, be->permute_rows(be, a->hc, a->out, a->rows, Nk, C, 1));
     PROF(PROF_NORM, be->rmsnorm_forward(be, a->lnc, a->rstdc, a->hc, lw->mtp_norm, Nk, C));
@@ -561,6 +570,24 @@ void model_read_step(Model *m, int micro_batches, double *loss, double *aux, dou
         rs->loss = (float)(h[i] / rs->N_last);
         *loss += rs->loss, *aux += rs->aux_loss, *z += rs->z_loss;
     }
+}
+
+void model_mtp_draft(Model *m, const int *tokens, int first, int B, int T, const KvStep *kv) {
+    RunState *rs = &m->state;
+    const Backend *be = m->be;
+    const int C = m->cfg.d_model, L = m->cfg.n_layer, N = B * T;
+    /* a step's rows fit the head's buffers of module 1's positions, B (T - 1) of those held */
+    if (m->cfg.mtp_depth < 1 || (kv && N > rs->B * (rs->T - 1)) || first + N > rs->N_last)
+        moe_fatal("model_mtp_draft: %d rows from row %d of %d, %d modules", N, first, rs->N_last,
+                  m->cfg.mtp_depth);
+    MtpActs *a = &rs->mtp[0];
+    be->to_device(be, a->tok, tokens, (size_t)N * sizeof(int));
+    mtp_module_input(m, 1, rs->resid[L] + (size_t)first * C, N);
+    block_forward(m, L, a->out, a->in, B, T, kv, NULL);
+    if (!kv) return;
+    PROF(PROF_NORM,
+         be->rmsnorm_forward(be, a->lnc, a->rstdc, a->out, m->w.layers[L].mtp_norm, N, C));
+    PROF(PROF_HEAD, be->matmul_forward(be, a->logits, a->lnc, head_weights(m), N, C, MOE_VOCAB));
 }
 
 void model_read_mtp(const Model *m, int micro_batches, double *mtp) {

@@ -249,6 +249,16 @@ void model_step_route(Model *m, int micro);
  * the same position of the whole sequence. N <= B T of model_init. */
 void model_forward_cached(Model *m, const int *tokens, int N, const KvStep *kv);
 
+/* Multi-token prediction's first module as a draft of the token after next (moe sample --draft
+ * mtp), on rows first .. first + B T - 1 of the main trunk's last output as the last
+ * model_forward or model_forward_cached left them, tokens (B T) the token after each row's. With
+ * kv, a decoding step of B rows (T 1) against kv's cache, whose layer n_layer holds the module
+ * block's keys and values (the rows' appended): the module's logits, (B, V), in
+ * Model.state.mtp[0].logits (B <= the B (T - 1) rows of its positions). With kv NULL, B
+ * sequences of T through the module's block alone (a prefill), its keys and values left in
+ * Model.state.blocks[n_layer].k and v for a cache to take, and no logits. */
+void model_mtp_draft(Model *m, const int *tokens, int first, int B, int T, const KvStep *kv);
+
 /* Backward of the last forward (which must have had targets), in the mode ctx that forward
  * ran in (NULL: evaluation's); gradients are ADDED to m->grads, with every loss term scaled by
  * loss_scale (1 / accum for gradient accumulation). */
