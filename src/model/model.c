@@ -403,10 +403,8 @@ static const int *mtp_odd_rows(const RunState *rs) {
     return rs->mtp_cat + (size_t)rs->B * rs->T;
 }
 
-/* Module k: h' = [RMSNorm(h); RMSNorm(Emb(tok))] eh_proj^T, h the main trunk's last output or
- * module k - 1's; one block (layer L + k - 1); then on the positions with a target its norm, the
- * shared head and the cross-entropy. The modules' projections are timed with the head. */
-/* Module k's block input of N rows, a->in = [RMSNorm(h); RMSNorm(Emb(a->tok))] eh_proj^T */
+/* Module k's block input of N rows, a->in = [RMSNorm(h); RMSNorm(Emb(a->tok))] eh_proj^T. The
+ * modules' projections are timed with the head. */
 static void mtp_module_input(Model *m, int k, const float *h, int N) {
     RunState *rs = &m->state;
     const Backend *be = m->be;
@@ -423,6 +421,9 @@ static void mtp_module_input(Model *m, int k, const float *h, int N) {
     PROF(PROF_HEAD, be->matmul_forward(be, a->in, a->cat, lw->mtp_proj, N, 2 * C, C));
 }
 
+/* Module k: h' = [RMSNorm(h); RMSNorm(Emb(tok))] eh_proj^T, h the main trunk's last output or
+ * module k - 1's; one block (layer L + k - 1); then on the positions with a target its norm, the
+ * shared head and the cross-entropy. */
 static void mtp_module_forward(Model *m, int k, int B, int T, const StepCtx *ctx) {
     RunState *rs = &m->state;
     const Backend *be = m->be;

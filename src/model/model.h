@@ -23,7 +23,8 @@
 /* One decoding step's view of a key-value cache (src/infer/decode.h keeps one): N sequences,
  * one new token each. Buffers of the model's backend. */
 typedef struct {
-    float **k, **v;  /* (L) x (N, Tc, Hkv D): each layer's keys (after RoPE) and values */
+    float **k, **v;  /* (L) x (N, Tc, Hkv D): each layer's keys (after RoPE) and values (and
+                        with a multi-token prediction draft, model_mtp_draft, its block's: L + 1) */
     int Tc;          /* positions each sequence's cache holds */
     const int *pos;  /* (N) the new token's position in its sequence */
     const int *rows; /* (N) n Tc + pos[n]: its row of k[l] and v[l] */
