@@ -11,7 +11,8 @@
 #      the run that stayed on cpu within the same tolerance
 #   3. train.device=gpu is refused with exit 2, naming the backends there are
 #   4. cpu-fenced (cpu's ops on memory the host cannot read) trains as cpu does, bit for bit,
-#      in five routing modes; eval, sample, resume and export give cpu's output: the engine
+#      in five routing modes, the attention's variants and multi-token prediction; eval,
+#      sample, resume and export give cpu's output: the engine
 #      reads a device's memory only through to_host, as a GPU needs
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
 
@@ -104,6 +105,7 @@ fenced_modes=("dropless softmax, aux:"
               "padded capacity, drop by score:--set moe.capacity_factor=1.0 --set moe.padded=1 --set moe.drop_policy=score"
               "expert choice:--set moe.routing=expert_choice --set moe.balance=none"
               "seq_aux, top-k before softmax, a shared expert:--set moe.balance=seq_aux --set moe.topk_before_softmax=1 --set moe.num_shared=1"
+              "a multi-token prediction module (its MoE block, its own losses' place), a tied head:--set model.mtp_depth=1 --set model.tied=1"
               "grouped-query heads of their own width, qk-norm over the projection:--set model.n_head=4 --set model.kv_heads=2 --set model.head_dim=12 --set model.qk_norm=full"
               "latent attention:--set model.attention=mla --set mla.q_rank=16 --set mla.kv_rank=12 --set mla.rope_dim=4 --set mla.nope_dim=8 --set mla.v_dim=10")
 for entry in "${fenced_modes[@]}"; do

@@ -303,6 +303,15 @@ reject "latent attention with grouped heads" "model\.attention=mla;model\.kv_hea
     --set mla.v_dim=8 --set model.kv_heads=1
 reject "unknown qk_norm lists the choices" "model\.qk_norm;none\|head\|full" \
     "$moe" "${T[@]}" --set model.qk_norm=layer
+reject "model.mtp_depth out of range" "model\.mtp_depth;<= 8;got 9" \
+    "$moe" "${T[@]}" --set model.mtp_depth=9
+reject "a negative model.mtp_coef" "model\.mtp_coef;>= 0;-0\.5" \
+    "$moe" "${T[@]}" --set model.mtp_depth=1 --set model.mtp_coef=-0.5
+reject "model.mtp_depth leaving its last module no target" \
+    "model\.mtp_depth=4;model\.seq_len=4;lower model\.mtp_depth" \
+    "$moe" "${T[@]}" --set model.mtp_depth=4 --set model.seq_len=4
+reject "MoE modules of model.mtp_depth under dist.ep" "model\.mtp_depth=1;dist\.ep=2;dist\.ep=1" \
+    "$moe" "${T[@]}" --set model.mtp_depth=1 --set dist.ep=2
 reject "missing data file" "/nonexistent;make data" \
     "$moe" "${T[@]}" --set data.train=/nonexistent
 head -c 30000 "$data/train.bin" > "$tmp/cut.bin"

@@ -51,6 +51,8 @@ static const Field FIELDS[] = {
     F("model.init", init, "tiny"),
     F("model.init_scale", init_scale, "0.25"),
     F("model.tied", tied, "1"),
+    F("model.mtp_depth", mtp_depth, "2"),
+    F("model.mtp_coef", mtp_coef, "0.125"),
     F("moe.num_experts", num_experts, "16"),
     F("moe.top_k", top_k, "4"),
     F("moe.d_expert", d_expert, "0"),

@@ -10,7 +10,9 @@
  *     kinds (one with a tied head); the logits at every position the cache produced equal
  *     those of one full forward over each finished sequence; and a context restarted with a
  *     prefill equals a fresh one;
- *   - expert-choice routing is refused with a message that names the way out.
+ *   - expert-choice routing is refused with a message that names the way out;
+ *   - the draft of moe sample --draft mtp guesses what the first multi-token prediction
+ *     module predicts in training.
  */
 #include <string.h>
 
@@ -302,6 +304,55 @@ START_TEST(test_expert_choice_refused) {
 }
 END_TEST
 
+/* The draft (moe sample --draft mtp): the first multi-token prediction module, decoded with its
+ * own cache after a prefill, guesses at every position what the same module predicts there in
+ * a training pass over the whole sequence (its probabilities, which the training pass leaves in
+ * place of its logits), on every backend, for a dense model and an MoE model (sigmoid scores,
+ * a shared expert, sandwich norms, a tied head) and a model of latent attention (its module's
+ * cache the latent). */
+START_TEST(test_draft_is_the_training_module) {
+    static const int variants[] = {0, 2, 5};
+    const StepCtx training = {.training = 1};
+    for (int i = 0; i < 3; i++)
+        for (int b = 0; b < N_BACKENDS; b++) {
+            Config c = model_config(variants[i]);
+            c.mtp_depth = 1;
+            Model m;
+            model_init_backend(&m, &c, 1, CTX, NULL, BACKENDS[b]);
+            int seq[CTX + 1], unused[CTX + 1];
+            random_tokens(seq, unused, CTX + 1, 41);
+            model_forward(&m, seq, seq + 1, 1, CTX, &training); /* module 1: CTX - 1 rows */
+            float *want = floats_alloc((size_t)(CTX - 1) * MOE_VOCAB);
+            BACKENDS[b]->to_host(BACKENDS[b], want, m.state.mtp[0].logits,
+                                 (size_t)(CTX - 1) * MOE_VOCAB * sizeof(float));
+            Decoder d;
+            char err[512];
+            ck_assert_msg(decoder_init(&d, &m, err, sizeof err) == 0 &&
+                              decoder_draft_open(&d, err, sizeof err) == 0,
+                          "%s", err);
+            const int plen = 3;
+            decoder_prefill(&d, 0, 1, seq, plen, &plen);
+            for (int p = plen; p < CTX; p++) {
+                decoder_draft(&d, seq[p]); /* at position p - 1: the guess of token p + 1 */
+                double probs[MOE_VOCAB], max = d.draft_logits[0], sum = 0.0;
+                for (int v = 0; v < MOE_VOCAB; v++)
+                    max = d.draft_logits[v] > max ? d.draft_logits[v] : max;
+                for (int v = 0; v < MOE_VOCAB; v++) sum += probs[v] = exp(d.draft_logits[v] - max);
+                float got[MOE_VOCAB];
+                for (int v = 0; v < MOE_VOCAB; v++) got[v] = (float)(probs[v] / sum);
+                char at[128];
+                snprintf(at, sizeof at, "variant %d on %s: the guess at position %d", variants[i],
+                         BACKENDS[b]->name, p - 1);
+                CLOSE_ARRAYS(got, want + (size_t)(p - 1) * MOE_VOCAB, MOE_VOCAB, at);
+                decoder_step(&d, &seq[p]);
+            }
+            free(want);
+            decoder_free(&d);
+            model_free(&m);
+        }
+}
+END_TEST
+
 static Suite *decode_suite(void) {
     Suite *s = suite_create("decode");
     TCase *tc = tcase_create("decode");
@@ -313,6 +364,7 @@ static Suite *decode_suite(void) {
     tcase_add_test(tc, test_restart_one_sequence);
     tcase_add_test(tc, test_cache_bytes_a_token);
     tcase_add_test(tc, test_expert_choice_refused);
+    tcase_add_test(tc, test_draft_is_the_training_module);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -51,6 +51,7 @@ typedef struct {
     int padded, cap_scope;
     float eval_capacity_factor; /* 0 here: leave the default (-1, the training factor) */
     int tied;                   /* model.tied: no head tensor */
+    int mtp_depth;              /* model.mtp_depth: a block, inputs and a head's rows a module */
 } Shape;
 
 static Config shape_config(const Shape *s) {
@@ -79,11 +80,12 @@ static Config shape_config(const Shape *s) {
     c.capacity_scope = s->cap_scope;
     if (s->eval_capacity_factor > 0.0f) c.eval_capacity_factor = s->eval_capacity_factor;
     c.tied = s->tied;
+    c.mtp_depth = s->mtp_depth;
     return c;
 }
 
-/* the capacity fields of a dropless shape, and an untied head */
-#define DROPLESS 0.0f, 0, MOE_CAP_BATCH, 0.0f, 0
+/* the capacity fields of a dropless shape, an untied head and no multi-token prediction */
+#define DROPLESS 0.0f, 0, MOE_CAP_BATCH, 0.0f, 0, 0
 
 static const Shape SHAPES[] = {
     {"dense", 0, 2, 0, 0, 1, 2, 8, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f, DROPLESS},
@@ -102,14 +104,20 @@ static const Shape SHAPES[] = {
      1.5f, DROPLESS},
     /* cap = 16 per expert: E cap = 64 padded rows for N K = 32 assignments */
     {"padded capacity 2", 4, 2, 12, 1, 1, 2, 8, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f, 2.0f, 1,
-     MOE_CAP_BATCH, 0.0f, 0},
+     MOE_CAP_BATCH, 0.0f, 0, 0},
     /* training: 2 sequences x cap 4 (min_capacity) = N K; evaluation at 3: 2 x 8 per expert */
     {"padded per sequence, eval factor 3", 4, 2, 12, 0, 1, 2, 8, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE,
-     0.0f, 0.5f, 1, MOE_CAP_SEQUENCE, 3.0f, 0},
+     0.0f, 0.5f, 1, MOE_CAP_SEQUENCE, 3.0f, 0, 0},
     {"capacity 1.25 unpadded", 4, 2, 12, 0, 1, 2, 8, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f, 1.25f,
-     0, MOE_CAP_BATCH, 0.0f, 0},
+     0, MOE_CAP_BATCH, 0.0f, 0, 0},
     {"tied head", 4, 2, 12, 1, 1, 2, 8, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f, 0.0f, 0,
-     MOE_CAP_BATCH, 0.0f, 1},
+     MOE_CAP_BATCH, 0.0f, 1, 0},
+    /* multi-token prediction: modules of the last layer's kind (MoE, with its losses' place in
+     * the workspace; dense), each with its inputs and the head's rows of its positions */
+    {"two MoE modules, a shared expert", 4, 2, 12, 1, 1, 2, 8, 0.0f, 1, MOE_ROUTING_TOKEN_CHOICE,
+     0.0f, 0.0f, 0, MOE_CAP_BATCH, 0.0f, 0, 2},
+    {"dense, one module, tied head", 0, 2, 0, 0, 1, 3, 5, 0.0f, 0, MOE_ROUTING_TOKEN_CHOICE, 0.0f,
+     0.0f, 0, MOE_CAP_BATCH, 0.0f, 1, 1},
 };
 
 START_TEST(test_formula_matches_allocation) {
@@ -216,7 +224,8 @@ START_TEST(test_every_pointer_is_an_entry) {
     FIELD(&f, w, "inputs", m.state.inputs, 1);
     FIELD(&f, w, "targets", m.state.targets, 1);
     for (int l = 0; l <= c.n_layer; l++) FIELD(&f, w, "resid", m.state.resid[l], 1);
-    for (int l = 0; l < c.n_layer; l++) {
+    /* the blocks, then the multi-token prediction modules' (of the last layer's kind) */
+    for (int l = 0; l < c.n_layer + c.mtp_depth; l++) {
         BlockActs *a = &m.state.blocks[l];
         const int moe = config_is_moe_layer(&c, l);
         FIELD(&f, w, "ln1", a->ln1, 1);
@@ -237,7 +246,8 @@ START_TEST(test_every_pointer_is_an_entry) {
         FIELD(&f, w, "sh", a->sh, moe && shared);
         ck_assert_msg((a->moe != NULL) == moe, "%s: block %d", w, l);
         /* inside Model.router_bias, not an entry of its own */
-        ck_assert_msg((a->router_bias != NULL) == moe, "%s: block %d router_bias", w, l);
+        ck_assert_msg((a->router_bias != NULL) == (moe && l < c.n_layer),
+                      "%s: block %d router_bias", w, l);
         if (!moe) continue;
         MoeActs *x = a->moe;
         ck_assert_ptr_null(x->arena); /* the model's arena holds its buffers */
@@ -262,6 +272,26 @@ START_TEST(test_every_pointer_is_an_entry) {
         FIELD(&f, w, "work", x->work, 1);
     }
     FIELD(&f, w, "router_bias", m.router_bias, n_moe > 0);
+    FIELD(&f, w, "mtp_cat", m.state.mtp_cat, c.mtp_depth > 0);
+    for (int k = 0; k < c.mtp_depth; k++) {
+        MtpActs *x = &m.state.mtp[k];
+        FIELD(&f, w, "mtp tok", x->tok, 1);
+        FIELD(&f, w, "mtp rows", x->rows, 1);
+        FIELD(&f, w, "mtp tgt", x->tgt, 1);
+        FIELD(&f, w, "mtp hn", x->hn, 1);
+        FIELD(&f, w, "mtp rstd_h", x->rstd_h, 1);
+        FIELD(&f, w, "mtp emb", x->emb, 1);
+        FIELD(&f, w, "mtp en", x->en, 1);
+        FIELD(&f, w, "mtp rstd_e", x->rstd_e, 1);
+        FIELD(&f, w, "mtp cat", x->cat, 1);
+        FIELD(&f, w, "mtp in", x->in, 1);
+        FIELD(&f, w, "mtp out", x->out, 1);
+        FIELD(&f, w, "mtp hc", x->hc, 1);
+        FIELD(&f, w, "mtp lnc", x->lnc, 1);
+        FIELD(&f, w, "mtp rstdc", x->rstdc, 1);
+        FIELD(&f, w, "mtp logits", x->logits, 1);
+        FIELD(&f, w, "mtp losses", x->losses, 1);
+    }
     FIELD(&f, w, "lnf", m.state.lnf, 1);
     FIELD(&f, w, "rstdf", m.state.rstdf, 1);
     FIELD(&f, w, "logits", m.state.logits, 1);
@@ -278,6 +308,8 @@ START_TEST(test_every_pointer_is_an_entry) {
     FIELD(&f, w, "dfu", m.state.dfu, dense);
     FIELD(&f, w, "dfh", m.state.dfh, dense);
     FIELD(&f, w, "dlogits", m.state.dlogits, 1);
+    FIELD(&f, w, "dmtp", m.state.dmtp, c.mtp_depth > 0);
+    FIELD(&f, w, "dmtp_cat", m.state.dmtp_cat, c.mtp_depth > 0);
     FIELD(&f, w, "dsg", m.state.dsg, n_moe > 0 && shared);
     FIELD(&f, w, "dsu", m.state.dsu, n_moe > 0 && shared);
     FIELD(&f, w, "dsh", m.state.dsh, n_moe > 0 && shared);
@@ -411,8 +443,11 @@ START_TEST(test_breakdown_consistent) {
                           mb.acts_head + mb.scratch,
                       total);
     ck_assert_uint_eq(mb.total_words, total + mb.int_words);
-    /* the residual stream: L + 1 boundaries of N x C */
-    ck_assert_uint_eq(mb.acts_resid, (size_t)(c.n_layer + 1) * s->B * s->T * c.d_model);
+    /* the residual stream: L + 1 boundaries of N x C; and each multi-token prediction module's
+     * inputs: hn, emb, en, cat (two), in, out (N x C each) and two norms' 1 / rms (N each) */
+    const size_t N = (size_t)s->B * s->T;
+    ck_assert_uint_eq(mb.acts_resid, (size_t)(c.n_layer + 1) * N * c.d_model +
+                                         (size_t)c.mtp_depth * (7 * N * c.d_model + 2 * N));
 }
 END_TEST
 

@@ -48,11 +48,12 @@ typedef struct {
     Model *m;
     const int *in, *tg;
     int B, T;
+    const StepCtx *sc; /* the passes' mode (NULL: evaluation's) */
 } ObjCtx;
 
 static double objective(void *p) {
     ObjCtx *o = (ObjCtx *)p;
-    return model_forward(o->m, o->in, o->tg, o->B, o->T, NULL);
+    return model_forward(o->m, o->in, o->tg, o->B, o->T, o->sc);
 }
 
 /* Same routing as the unperturbed forward? Finite differences are only meaningful where the
@@ -60,22 +61,25 @@ static double objective(void *p) {
 static void check_model_gradients_eps(Config c, float eps) {
     const int num_experts = c.num_experts;
     const int B = 2, T = 6, N = B * T;
+    /* multi-token prediction's modules run in training passes only (no noise is set here) */
+    static const StepCtx training = {.training = 1};
+    const StepCtx *sc = c.mtp_depth > 0 ? &training : NULL;
     Model m;
     model_init(&m, &c, B, T);
     if (num_experts) { /* spread the router scores so that no top-k choice is near a tie */
-        for (int l = 0; l < c.n_layer; l++)
+        for (int l = 0; l < c.n_layer + c.mtp_depth; l++)
             if (m.w.layers[l].router)
                 for (int i = 0; i < c.num_experts * c.d_model; i++) m.w.layers[l].router[i] *= 6.0f;
     }
     int in[12], tg[12];
     random_tokens(in, tg, N, 3);
     model_zero_grad(&m);
-    model_forward(&m, in, tg, B, T, NULL);
-    model_backward(&m, 1.0f, NULL);
+    model_forward(&m, in, tg, B, T, sc);
+    model_backward(&m, 1.0f, sc);
     float *analytic = floats_alloc(m.pt.total);
     memcpy(analytic, m.grads, m.pt.total * sizeof(float));
 
-    ObjCtx ctx = {&m, in, tg, B, T};
+    ObjCtx ctx = {&m, in, tg, B, T, sc};
     for (int i = 0; i < m.pt.n; i++) {
         const ParamTensor *t = &m.pt.t[i];
         char what[128];
@@ -99,6 +103,47 @@ static void check_model_gradients_of(Config c) {
 static void check_model_gradients(int num_experts) {
     check_model_gradients_of(tiny_config(num_experts));
 }
+
+/* multi-token prediction (model.mtp_depth, DeepSeek-V3): one and two modules after a dense
+ * model and after an MoE model (the modules' blocks MoE blocks, like the last layer), each
+ * module's norms, projection and block checked with the rest, the embedding and the head getting
+ * the modules' gradients too; on the reference backend and on cpu. A larger mtp_coef than
+ * training's makes the modules' share of the shared tensors' gradients plain to see. */
+START_TEST(test_model_gradients_mtp) {
+    static const int devices[] = {MOE_DEVICE_CPU_REF, MOE_DEVICE_CPU};
+    for (int d = 0; d < 2; d++)
+        for (int depth = 1; depth <= 2; depth++)
+            for (int e = 0; e <= 4; e += 4) {
+                Config c = tiny_config(e);
+                c.device = devices[d];
+                c.mtp_depth = depth;
+                c.mtp_coef = 0.7f;
+                check_model_gradients_of(c);
+            }
+}
+END_TEST
+
+/* A training pass over fewer tokens than the model holds (B 1 x T 5 of 2 x 6) computes what a
+ * model of that size computes: the modules' rows side by side do not depend on the size held */
+START_TEST(test_mtp_smaller_pass) {
+    Config c = tiny_config(4);
+    c.mtp_depth = 2;
+    const StepCtx training = {.training = 1};
+    int in[12], tg[12];
+    random_tokens(in, tg, 12, 5);
+    Model big, small;
+    model_init(&big, &c, 2, 6);
+    model_init(&small, &c, 1, 5);
+    const float o_big = model_forward(&big, in, tg, 1, 5, &training);
+    const float o_small = model_forward(&small, in, tg, 1, 5, &training);
+    ck_assert_msg(o_big == o_small, "objective %.9g in a model of 2 x 6, %.9g in one of 1 x 5",
+                  o_big, o_small);
+    ck_assert(big.state.mtp_loss[1] == small.state.mtp_loss[1]);
+    ck_assert(isfinite(o_big) && o_big > big.state.loss); /* the modules' losses were added */
+    model_free(&big);
+    model_free(&small);
+}
+END_TEST
 
 START_TEST(test_dense_model_gradients) {
     check_model_gradients(0);
@@ -179,6 +224,8 @@ START_TEST(test_model_gradients_latent_attention) {
             c.mla_v_dim = 3;
             c.mla_q_rank = moe ? 0 : 6;
             check_model_gradients_of(c);
+            c.mtp_depth = 1; /* a multi-token prediction module's block of latent attention */
+            check_model_gradients_of(c);
         }
     }
 }
@@ -220,7 +267,7 @@ static void check_tied_gradients(Config c) {
     model_zero_grad(&m);
     model_forward(&m, in, tg, B, T, NULL);
     model_backward(&m, 1.0f, NULL);
-    ObjCtx ctx = {&m, in, tg, B, T};
+    ObjCtx ctx = {&m, in, tg, B, T, NULL};
     for (int n = 0; n < 3; n++) {
         char what[96];
         snprintf(what, sizeof what, "tied %s model, d objective / d tok_emb row %d (an input)",
@@ -654,6 +701,8 @@ static Suite *model_suite(void) {
     tcase_add_test(tc, test_model_gradients_attention_variants);
     tcase_add_test(tc, test_model_gradients_latent_attention);
     tcase_add_test(tc, test_moe_model_gradients_balance_groups);
+    tcase_add_test(tc, test_model_gradients_mtp);
+    tcase_add_test(tc, test_mtp_smaller_pass);
     tcase_add_test(tc, test_param_table_shared);
     tcase_add_test(tc, test_param_table_tied);
     tcase_add_test(tc, test_tied_model_gradients);

@@ -51,6 +51,9 @@ static const struct {
     {"latent attention, queries from the stream",
      {"model.attention=mla", "mla.kv_rank=32", "mla.rope_dim=8", "mla.nope_dim=0", "mla.v_dim=16",
       NULL}},
+    {"two multi-token prediction modules", {"model.mtp_depth=2", NULL}},
+    {"a dense model's module, tied head",
+     {"moe.num_experts=0", "model.mtp_depth=1", "model.tied=1", NULL}},
 };
 #define N_CONFIGS ((int)(sizeof CONFIGS / sizeof CONFIGS[0]))
 

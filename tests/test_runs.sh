@@ -10,7 +10,10 @@
 #      equal an unbroken run's bit for bit, and no .tmp file is left
 #   2. killed before its first evaluation and checkpoint: every CSV already has its header;
 #      `train --out` on it points to --resume, and --resume starts it again from step 0
-#      (saying so) and then equals an unbroken run
+#      (saying so) and then equals an unbroken run; so do the attention's variants and two
+#      multi-token prediction modules stopped with --until and resumed (`moe info` lists the
+#      modules, `export --format hf` refuses them, `sample --draft mtp` writes the bytes of
+#      decoding without the draft)
 #   3. torn last rows (a kill in the middle of a write) are cut on resume, not glued onto
 #   4. --resume with changed data is refused, naming the file and --allow-data-change (the
 #      directory unchanged); with the flag it continues and provenance.txt has the new CRC
@@ -168,6 +171,48 @@ mla=("${tiny[@]}" --set model.attention=mla --set mla.q_rank=16 --set mla.kv_ran
     "$moe" train --resume "$tmp/mla" --quiet >> "$tmp/mla.log" 2>&1 && same_run "$tmp/mla_ref" "$tmp/mla"
 check "latent attention: stopped at step 6 and resumed, the unbroken run bit for bit" $? \
     "$(tail -n 3 "$tmp/mla.log")"
+
+# multi-token prediction's modules keep their tensors and moments in the checkpoint: two MoE
+# modules over two micro-batches a step, stopped at step 6 and resumed; their losses' columns
+# (past same_run's) equal too
+mtp=("${tiny[@]}" --set model.mtp_depth=2 --set train.accum=2 --set train.steps=12
+     --set train.eval_every=4 --set train.ckpt_every=0)
+"$moe" train --out "$tmp/mtp_ref" "${mtp[@]}" > /dev/null 2>&1
+"$moe" train --out "$tmp/mtp" "${mtp[@]}" --until 6 > "$tmp/mtp.log" 2>&1 &&
+    [ "$(rows_of "$tmp/mtp/train.csv")" = 6 ] &&
+    "$moe" train --resume "$tmp/mtp" --quiet >> "$tmp/mtp.log" 2>&1 && same_run "$tmp/mtp_ref" "$tmp/mtp" &&
+    cmp -s <(cut -d, -f1-6,8- "$tmp/mtp_ref/train.csv") <(cut -d, -f1-6,8- "$tmp/mtp/train.csv") &&
+    head -n 1 "$tmp/mtp/train.csv" | grep -q ',grad_spike,mtp1_loss,mtp2_loss$'
+check "two multi-token prediction modules: stopped at step 6 and resumed, the unbroken run bit for bit" \
+    $? "$(tail -n 3 "$tmp/mtp.log")"
+"$moe" info --ckpt "$tmp/mtp/ckpt.bin" > "$tmp/mtp.info" 2>&1 &&
+    grep -q '^multi-token prediction: 2 modules, moe blocks (training only)$' "$tmp/mtp.info" &&
+    grep -Eq '^mtp\.2\.eh_proj +32 x 64 ' "$tmp/mtp.info" && grep -Eq '^mtp\.1\.moe\.router ' "$tmp/mtp.info"
+check "moe info names the modules and lists their tensors (mtp.k.*)" $? "$(head -n 6 "$tmp/mtp.info")"
+out=$("$moe" export --ckpt "$tmp/mtp/ckpt.bin" --format hf --out "$tmp/mtp_hf" 2>&1)
+rc=$?
+[ $rc -eq 2 ] && [ ! -e "$tmp/mtp_hf" ] && grep -q 'model.mtp_depth=2.*without --format hf' <<< "$out"
+check "export --format hf refuses the modules, naming moe.c's own export, and writes nothing" $? \
+    "exit $rc: $out"
+# the first module as a draft of the byte after next: 100 bytes (three windows of 32) at
+# temperature 0 are those without it, and the guesses kept are counted
+"$moe" sample --ckpt "$tmp/mtp/ckpt.bin" --prompt "ab" --tokens 100 --temperature 0 \
+    > "$tmp/plain.txt" 2> /dev/null &&
+    "$moe" sample --ckpt "$tmp/mtp/ckpt.bin" --prompt "ab" --tokens 100 --temperature 0 \
+        --draft mtp > "$tmp/draft.txt" 2> "$tmp/draft.err" &&
+    cmp -s "$tmp/plain.txt" "$tmp/draft.txt" &&
+    grep -Eq '^draft mtp: [0-9]+ of 99 guesses of the byte after next kept .* steps for these 100 bytes' \
+        "$tmp/draft.err"
+check "sample --draft mtp writes the bytes of decoding without it and counts the guesses kept" $? \
+    "$(cat "$tmp/draft.err")"
+out=$("$moe" sample --ckpt "$tmp/att/ckpt.bin" --prompt "ab" --temperature 0 --draft mtp 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q 'model.mtp_depth=0' <<< "$out"
+check "sample --draft mtp of a model without modules: exit 2, naming model.mtp_depth" $? "exit $rc: $out"
+out=$("$moe" sample --ckpt "$tmp/mtp/ckpt.bin" --prompt "ab" --draft mtp 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q 'add --temperature 0' <<< "$out"
+check "sample --draft mtp without --temperature 0: exit 2, saying to add it" $? "exit $rc: $(head -n 1 <<< "$out")"
 
 # ---- 3. torn rows -----------------------------------------------------------------------------
 echo "test_runs: torn rows"

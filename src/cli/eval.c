@@ -186,6 +186,12 @@ static void sample_check(const Opts *o) {
                     "at most 1000000 bytes each (--prompt has no such limit)",
                     n);
     }
+    /* a guess is checked against the model's own choice: the most likely byte */
+    if (o->draft && (o->prompts || o->no_cache || o->temperature != 0.0 || o->quant || o->offload))
+        usage_error("sample", "%s",
+                    "--draft mtp decodes one --prompt greedily from the key-value cache with the "
+                    "checkpoint's own experts: add --temperature 0, and leave out --prompts, "
+                    "--no-cache, --quant and --offload");
 }
 
 /* The decoder's cache filled with each sequence's window: win (S, T), wlen (S) its lengths,
@@ -211,6 +217,44 @@ static void window_logits(float *logits, Model *m, const int *win, const int *wl
     }
 }
 
+/* moe sample --draft mtp: greedy decoding of one sequence, its window w (T) of wlen tokens
+ * prefilled in d (the model's cache and the draft module's). Before each step the module
+ * guesses the byte after the next one, and the step's own choice checks the guess. The bytes
+ * are those decoding without a draft gives (the guesses only count; the window starts again
+ * from its last T / 2 when full, as there); the guesses kept are reported on stderr. */
+static void draft_sample(Decoder *d, int *w, int wlen, int T, long long n_new) {
+    const int keep = T / 2;
+    /* saved: the bytes a speculative decoder would have taken with the step before, a kept
+     * guess made in a step of its own (covered: the last byte was such a guess) */
+    long long guesses = 0, kept = 0, saved = 0;
+    int x = pick_byte(d->logits, 0.0, NULL), covered = 0;
+    for (long long made = 1;; made++) {
+        putchar(x);
+        if (made == n_new) break;
+        if (wlen == T) { /* full: start again from the last T / 2 tokens */
+            memmove(w, w + T - keep, (size_t)keep * sizeof(int));
+            wlen = keep;
+            decoder_prefill(d, 0, 1, w, keep, &wlen);
+        }
+        w[wlen++] = x;
+        decoder_draft(d, x); /* the guess of the byte after x */
+        const int guess = pick_byte(d->draft_logits, 0.0, NULL);
+        decoder_step(d, &x);
+        x = pick_byte(d->logits, 0.0, NULL);
+        guesses++;
+        kept += x == guess;
+        covered = x == guess && !covered;
+        saved += covered;
+    }
+    const long long steps = n_new - saved;
+    fprintf(stderr,
+            "draft mtp: %lld of %lld guesses of the byte after next kept (%.3f); a speculative "
+            "decoder checking each guess in the step after would take %lld steps for these %lld "
+            "bytes, %.3f accepted guesses a step\n",
+            kept, guesses, guesses ? (double)kept / (double)guesses : 0.0, steps, n_new,
+            (double)saved / (double)steps);
+}
+
 /* moe sample: S prompts decoded together. Each sequence's context is a window of at most T
  * (seq_len) tokens: the last T of its prompt, then every byte sampled; when it is full, it
  * starts again from its last T / 2 tokens. With the key-value cache (the default) a new byte
@@ -233,6 +277,7 @@ int cmd_sample(int argc, char **argv) {
     char err[1024];
     if (!o.no_cache && decoder_init(&d, &m, err, sizeof err) != 0)
         moe_input_error("sample: %s", err);
+    if (o.draft && decoder_draft_open(&d, err, sizeof err) != 0) moe_input_error("sample: %s", err);
     ServedExperts sx;
     if (served_experts_attach(&sx, &m, o.quant ? quant_format_parse(o.quant) : QUANT_FP32,
                               (int)o.offload, err, sizeof err) != 0)
@@ -257,7 +302,8 @@ int cmd_sample(int argc, char **argv) {
     /* the logits after each window: one prefill, or one full forward per sequence */
     if (!o.no_cache) prefill_windows(&d, win, wlen, S, T);
     if (S == 1) fputs(prompt[0], stdout);
-    for (long long i = 0; i <= n_new; i++) {
+    if (o.draft) draft_sample(&d, win, wlen[0], T, n_new); /* one prompt (sample_check) */
+    for (long long i = 0; !o.draft && i <= n_new; i++) {
         if (o.no_cache)
             window_logits(logits, &m, win, wlen, S, T);
         else

@@ -67,6 +67,11 @@ static const CmdHelp HELP[] = {
                "                        prompt on line i draws from seed + i - 1)\n"
                "  --no-cache            a full forward for every byte (the reference: the same\n"
                "                        bytes at temperature 0, much slower)\n"
+               "  --draft MODE          mtp: before each step the first multi-token prediction\n"
+               "                        module (model.mtp_depth) guesses the byte after next,\n"
+               "                        which the step checks: the same bytes, and how many\n"
+               "                        guesses a speculative decoder keeps (one --prompt,\n"
+               "                        at temperature 0)\n"
                "  --quant F             the experts quantized: int8 or int4 (moe eval --help)\n"
                "  --offload SLOTS       the experts in a file, SLOTS of them resident\n"
                "  --help                this text\n"},

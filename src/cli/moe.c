@@ -220,6 +220,9 @@ static int cmd_info(int argc, char **argv) {
            model_flops_per_token(&c, c.seq_len));
     printf("blocks:");
     for (int l = 0; l < c.n_layer; l++) printf(" %s", config_is_moe_layer(&c, l) ? "moe" : "dense");
+    if (c.mtp_depth > 0) /* their blocks are of the last layer's kind */
+        printf("\nmulti-token prediction: %d module%s, %s blocks (training only)", c.mtp_depth,
+               c.mtp_depth > 1 ? "s" : "", config_is_moe_layer(&c, c.n_layer) ? "moe" : "dense");
     printf("\n\n[config]\n");
     config_write(&c, stdout);
     printf("\n[tensors]\n");

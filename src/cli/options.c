@@ -224,6 +224,13 @@ static int take_text(Opts *o, const char *cmd, const char *a, const char *v) {
                         "32), not '%s'",
                         v);
         o->quant = v;
+    } else if (strcmp(a, "--draft") == 0) {
+        if (strcmp(v, "mtp") != 0)
+            usage_error(cmd,
+                        "--draft is mtp (the first multi-token prediction module guesses), not "
+                        "'%s'",
+                        v);
+        o->draft = 1;
     } else if (strcmp(a, "--prompt") == 0)
         o->prompt = v;
     else if (strcmp(a, "--prompts") == 0)

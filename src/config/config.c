@@ -433,6 +433,8 @@ void config_print_keys(FILE *f) {
 }
 
 int config_is_moe_layer(const Config *c, int layer) {
+    /* a multi-token prediction module's block (layer n_layer + k - 1) has the last layer's kind */
+    if (layer >= c->n_layer) layer = c->n_layer - 1;
     return c->num_experts > 0 && layer >= c->first_dense &&
            (layer - c->first_dense) % c->every == 0;
 }

@@ -13,6 +13,8 @@
 #include <stdio.h>
 
 #define MOE_VOCAB 256 /* byte-level vocabulary */
+/* model.mtp_depth's largest value: the modules' losses are a row of train.csv each */
+#define MOE_MTP_MAX 8
 #define MOE_PATH_MAX 512
 
 /* train.device: which backend runs the ops (src/backend/backend.h). Not a setting of the
@@ -62,6 +64,8 @@ typedef struct {
     int init;         /* MOE_INIT_*: the default init or TinyInit */
     float init_scale; /* multiplies the std of every matrix (Switch-style init sweeps) */
     int tied;         /* 1: the head is the embedding's transpose, no tensor of its own */
+    int mtp_depth;    /* D: multi-token prediction modules (DeepSeek-V3); 0: none */
+    float mtp_coef;   /* lambda: the modules' mean loss enters the objective times this */
 
     /* moe.* */
     int num_experts; /* E: experts per MoE block; 0 makes every block dense */
@@ -175,6 +179,8 @@ void config_write(const Config *c, FILE *f);
 char *config_to_text(const Config *c);
 
 /* Derived quantities. */
+/* Whether block `layer` is an MoE block; a multi-token prediction module's block (layer
+ * n_layer + k - 1, module k) is of the last layer's kind. */
 int config_is_moe_layer(const Config *c, int layer);
 int config_expert_hidden(const Config *c); /* d_expert, or d_ff when d_expert is 0 */
 /* The attention's widths a head: key-value heads (kv_heads, or n_head when it is 0 or under

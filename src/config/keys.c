@@ -98,6 +98,12 @@ const Key CONFIG_KEYS[] = {
     ROW(T_BOOL, "model.tied", tied, "0", 0, 1, K_SHAPE,
         "1: the head is the embedding's transpose (logits = lnf tok_emb^T; no head tensor, the "
         "embedding's gradient gets the head's too); 0: a head of its own (V, C)"),
+    ROW(T_INT, "model.mtp_depth", mtp_depth, "0", 0, MOE_MTP_MAX, K_SHAPE,
+        "D: multi-token prediction modules (DeepSeek-V3), in training only: at position i, "
+        "module k predicts token i + k + 1 from module k - 1's output (the main trunk's for k = 1) "
+        "and token i + k's embedding, through one block of the last layer's kind; 0: none"),
+    ROW(T_FLOAT, "model.mtp_coef", mtp_coef, "0.3", 0, NOMAX, 0,
+        "lambda: the objective adds lambda / mtp_depth times the sum of the modules' losses"),
 
     ROW(T_INT, "moe.num_experts", num_experts, "8", 0, 4096, K_SHAPE,
         "E: experts per MoE block; 0 makes every block dense"),

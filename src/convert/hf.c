@@ -92,6 +92,12 @@ int hf_export_check(const Config *c, char *err, int errlen) {
     if (c->qk_norm != MOE_QK_NORM_NONE)
         return set_error(err, errlen, "model.qk_norm=%s puts norms on the queries and keys%s",
                          c->qk_norm == MOE_QK_NORM_HEAD ? "head" : "full", HOW);
+    if (c->mtp_depth > 0)
+        return set_error(err, errlen,
+                         "model.mtp_depth=%d: the multi-token prediction modules have no place in "
+                         "the Hugging Face layout (Mixtral, Llama); export moe.c's own safetensors "
+                         "(moe export without --format hf), which keeps them",
+                         c->mtp_depth);
     if (c->num_experts == 0) return 0;
     const float eval_cap =
         c->eval_capacity_factor < 0 ? c->capacity_factor : c->eval_capacity_factor;

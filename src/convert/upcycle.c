@@ -112,7 +112,8 @@ static const struct {
              {"model.n_layer", offsetof(Config, n_layer)},
              {"model.n_head", offsetof(Config, n_head)},
              {"model.d_ff", offsetof(Config, d_ff)},
-             {"model.tied", offsetof(Config, tied)}};
+             {"model.tied", offsetof(Config, tied)},
+             {"model.mtp_depth", offsetof(Config, mtp_depth)}};
 
 int upcycle_check(const Config *dense, const Config *moe, const UpcycleOptions *o, char *err,
                   int errlen) {

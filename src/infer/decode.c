@@ -69,10 +69,43 @@ int decoder_init(Decoder *d, Model *m, char *err, int errlen) {
     return 0;
 }
 
+int decoder_draft_open(Decoder *d, char *err, int errlen) {
+    Model *m = d->m;
+    const Config *c = &m->cfg;
+    const int L = c->n_layer;
+    if (c->mtp_depth < 1)
+        return set_error(err, errlen,
+                         "the model has no multi-token prediction module to draft with "
+                         "(model.mtp_depth=0): train one with model.mtp_depth=1, or sample "
+                         "without --draft");
+    if (d->B != 1 || d->T < 3)
+        return set_error(err, errlen,
+                         "a draft decodes one sequence of at least 3 positions (here %d of %d)",
+                         d->B, d->T);
+    /* the module block's keys and values: one layer more, after the model's */
+    float **k = (float **)calloc_check((size_t)L + 1, sizeof(float *));
+    float **v = (float **)calloc_check((size_t)L + 1, sizeof(float *));
+    memcpy(k, d->kv.k, (size_t)L * sizeof(float *));
+    memcpy(v, d->kv.v, (size_t)L * sizeof(float *));
+    free(d->kv.k), free(d->kv.v);
+    d->kv.k = k, d->kv.v = v;
+    const size_t layer_bytes = d->cache_bytes / ((size_t)L * d->B * d->T); /* a token's, a layer */
+    if (c->attention == MOE_ATTN_MLA) { /* [normed latent | rotated key] rows */
+        k[L] = be_floats(m->be, (size_t)d->T * (c->mla_kv_rank + c->mla_rope_dim));
+    } else {
+        k[L] = be_floats(m->be, (size_t)d->T * config_kv_heads(c) * config_head_dim(c));
+        v[L] = be_floats(m->be, (size_t)d->T * config_kv_heads(c) * config_value_dim(c));
+    }
+    d->cache_bytes += (size_t)d->T * layer_bytes;
+    d->draft_logits = floats_alloc(MOE_VOCAB);
+    d->draft = 1;
+    return 0;
+}
+
 void decoder_free(Decoder *d) {
     if (!d->m) return;
     const Backend *be = d->m->be;
-    for (int l = 0; l < d->m->cfg.n_layer; l++) {
+    for (int l = 0; l < d->m->cfg.n_layer + d->draft; l++) {
         be->free(be, d->kv.k[l]);
         if (d->kv.v[l]) be->free(be, d->kv.v[l]);
     }
@@ -87,15 +120,41 @@ void decoder_free(Decoder *d) {
     free(d->len);
     free(d->host_idx);
     free(d->logits);
+    free(d->draft_logits);
     memset(d, 0, sizeof(*d));
+}
+
+/* Block l's n rows of the last forward into the cache, at the rows d->rows names: its keys and
+ * values, or latent attention's [normed latent | rotated key] */
+static void cache_rows(Decoder *d, int l, int n) {
+    Model *m = d->m;
+    const Backend *be = m->be;
+    const Config *c = &m->cfg;
+    if (c->attention == MOE_ATTN_MLA) {
+        mla_prefill_cache(m, l, d->kv.k[l], d->rows, n, d->kv.work);
+        return;
+    }
+    const int KW = config_kv_heads(c) * config_head_dim(c);
+    const int VW = config_kv_heads(c) * config_value_dim(c);
+    be->permute_rows(be, d->kv.k[l], m->state.blocks[l].k, d->rows, n, KW, 0);
+    be->permute_rows(be, d->kv.v[l], m->state.blocks[l].v, d->rows, n, VW, 0);
+}
+
+/* The draft module's cache of a prefill of one sequence (d->rows its rows): at each position its
+ * input is the main trunk's output there and the prompt's next token (0 after the last, whose
+ * entry the first draft writes again) */
+static void draft_prefill(Decoder *d, const int *tokens, int Tp, int len) {
+    Model *m = d->m;
+    int *next = d->host_idx + d->B * d->T;
+    for (int t = 0; t < Tp; t++) next[t] = t + 1 < len ? tokens[t + 1] : 0;
+    model_mtp_draft(m, next, 0, 1, Tp, NULL);
+    cache_rows(d, m->cfg.n_layer, Tp);
 }
 
 void decoder_prefill(Decoder *d, int first, int n, const int *tokens, int Tp, const int *lens) {
     Model *m = d->m;
     const Backend *be = m->be;
     const int L = m->cfg.n_layer, T = d->T;
-    const int KW = config_kv_heads(&m->cfg) * config_head_dim(&m->cfg);
-    const int VW = config_kv_heads(&m->cfg) * config_value_dim(&m->cfg);
     if (first < 0 || n < 1 || first + n > d->B || Tp < 1 || Tp > T)
         moe_fatal("decoder_prefill: sequences %d..%d of %d, %d positions of %d", first,
                   first + n - 1, d->B, Tp, T);
@@ -108,12 +167,8 @@ void decoder_prefill(Decoder *d, int first, int n, const int *tokens, int Tp, co
     for (int i = 0; i < n; i++)
         for (int t = 0; t < Tp; t++) rows[i * Tp + t] = (first + i) * T + t;
     be->to_device(be, d->rows, rows, (size_t)n * Tp * sizeof(int));
-    if (m->cfg.attention == MOE_ATTN_MLA)
-        mla_prefill_cache(m, d->kv.k, d->rows, n * Tp, d->kv.work);
-    for (int l = 0; l < L && m->cfg.attention != MOE_ATTN_MLA; l++) {
-        be->permute_rows(be, d->kv.k[l], m->state.blocks[l].k, d->rows, n * Tp, KW, 0);
-        be->permute_rows(be, d->kv.v[l], m->state.blocks[l].v, d->rows, n * Tp, VW, 0);
-    }
+    for (int l = 0; l < L; l++) cache_rows(d, l, n * Tp);
+    if (d->draft) draft_prefill(d, tokens, Tp, lens[0]);
     for (int i = 0; i < n; i++) {
         d->len[first + i] = lens[i];
         be->to_host(be, d->logits + (size_t)(first + i) * MOE_VOCAB,
@@ -140,4 +195,21 @@ void decoder_step(Decoder *d, const int *tokens) {
     model_forward_cached(m, tokens, B, &d->kv);
     be->to_host(be, d->logits, m->state.logits, (size_t)B * MOE_VOCAB * sizeof(float));
     for (int b = 0; b < B; b++) d->len[b]++;
+}
+
+void decoder_draft(Decoder *d, int token) {
+    Model *m = d->m;
+    const Backend *be = m->be;
+    const int p = d->len[0];
+    if (!d->draft || p < 1 || p > d->T)
+        moe_fatal("decoder_draft: after %d of %d positions (draft %d)", p, d->T, d->draft);
+    /* the module at position p - 1, the last one the model computed: the last row of its last
+     * step (one row) or prefill (p rows) */
+    int *h = d->host_idx;
+    h[0] = p - 1, h[1] = p - 1, h[2] = p;
+    be->to_device(be, d->pos, h, sizeof(int));
+    be->to_device(be, d->step_rows, h + 1, sizeof(int));
+    be->to_device(be, d->lens, h + 2, sizeof(int));
+    model_mtp_draft(m, &token, m->state.N_last - 1, 1, 1, &d->kv);
+    be->to_host(be, d->draft_logits, m->state.mtp[0].logits, MOE_VOCAB * sizeof(float));
 }

@@ -37,7 +37,11 @@ typedef struct {
     int *pos, *step_rows, *lens; /* (B) backend: kv.pos, kv.rows, kv.lens */
     float *logits;      /* (B, V) host: each sequence's next-token logits, after its last prefill or
                            step */
-    size_t cache_bytes; /* the cache's bytes: 2 L B T C floats */
+    size_t cache_bytes; /* the cache's bytes: 2 L B T C floats (and the draft module's) */
+    /* a draft (decoder_draft_open): multi-token prediction's first module, its block's keys and
+     * values in the cache's layer L; draft_logits (V) host, its last draft's logits */
+    int draft;
+    float *draft_logits;
 } Decoder;
 
 /* A decoder for m (initialised for B sequences of T tokens: model_init(m, c, B, T)), which it
@@ -53,5 +57,19 @@ void decoder_prefill(Decoder *d, int first, int n, const int *tokens, int Tp, co
 /* Every sequence takes one more token, tokens[b] (B of them): appended to its cache (which must
  * have room: d->len[b] < T), and d->logits the logits after it. */
 void decoder_step(Decoder *d, const int *tokens);
+
+/* A draft (moe sample --draft mtp): the model's first multi-token prediction module guesses
+ * the token after next from the main trunk's output at the last position and the next token,
+ * as a speculative decoder's draft does. One sequence (B 1).
+ *
+ * decoder_draft_open  adds the module block's cache (layer L) to d; 0, or -1 and a message (no
+ *                     module, more than one sequence, fewer than 3 positions). Prefills fill
+ *                     it from then on, each position with the prompt's token after it.
+ * decoder_draft       the next token, token, is chosen but not yet taken (decoder_step): the
+ *                     module at the last position the model computed, with token, adds its
+ *                     entry to its cache and leaves in d->draft_logits its guess of the token
+ *                     after token. Call it after each prefill and step, before the next step. */
+int decoder_draft_open(Decoder *d, char *err, int errlen);
+void decoder_draft(Decoder *d, int token);
 
 #endif

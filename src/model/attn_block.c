@@ -259,9 +259,8 @@ static void mla_decode(Model *m, int l, int N, const KvStep *kv) {
     }
 }
 
-void mla_prefill_cache(Model *m, float *const *cache, const int *rows, int N, float *work) {
-    for (int l = 0; l < m->cfg.n_layer; l++)
-        mla_cache_append(m, &m->state.blocks[l], cache[l], rows, N, work);
+void mla_prefill_cache(Model *m, int l, float *cache, const int *rows, int N, float *work) {
+    mla_cache_append(m, &m->state.blocks[l], cache, rows, N, work);
 }
 
 /* ---- the sublayer ------------------------------------------------------------------------ */

@@ -28,9 +28,8 @@ void attn_block_forward(Model *m, int l, int B, int T, const KvStep *kv);
  * (and datty itself) are used on the way. */
 void attn_block_backward(Model *m, int l);
 
-/* Latent attention's decoding cache after a prefill (model_forward over the prompts): rows N of
- * every layer's [latn | krope] into row rows[i] of cache[l]; work holds (N, kv_rank +
- * rope_dim). */
-void mla_prefill_cache(Model *m, float *const *cache, const int *rows, int N, float *work);
+/* Latent attention's decoding cache after a prefill (a forward over the prompts): block l's N
+ * rows of [latn | krope] into row rows[i] of cache; work holds (N, kv_rank + rope_dim). */
+void mla_prefill_cache(Model *m, int l, float *cache, const int *rows, int N, float *work);
 
 #endif

@@ -97,16 +97,22 @@ static void params_alloc(Model *m, const Config *c, int ep) {
 static void acts_arena_alloc(Model *m, const Config *c, int B, int T, int ep) {
     RunState *rs = &m->state;
     const Backend *be = m->be;
-    const int L = c->n_layer;
+    const int L = c->n_layer, D = c->mtp_depth;
     const size_t N = (size_t)B * T;
     rs->resid = (float **)calloc_check((size_t)L + 1, sizeof(float *));
-    rs->blocks = (BlockActs *)calloc_check((size_t)L, sizeof(BlockActs));
-    for (int l = 0; l < L; l++)
+    /* the blocks, then the multi-token prediction modules' (not among the n_moe MoE blocks:
+     * training's records and the aux-free biases are the main blocks') */
+    rs->blocks = (BlockActs *)calloc_check((size_t)L + D, sizeof(BlockActs));
+    for (int l = 0; l < L + D; l++)
         if (config_is_moe_layer(c, l)) {
             rs->blocks[l].moe = (MoeActs *)calloc_check(1, sizeof(MoeActs));
             moe_acts_host_alloc(be, rs->blocks[l].moe, &m->spec, m->dist, (int)N);
-            m->n_moe++;
+            m->n_moe += l < L;
         }
+    if (D > 0) {
+        rs->mtp = (MtpActs *)calloc_check((size_t)D, sizeof(MtpActs));
+        rs->mtp_host = (int *)malloc_check(3 * N * sizeof(int));
+    }
     acts_table_init(&rs->acts);
     model_acts_table(&rs->acts, c, B, T, ep, m);
     rs->arena = acts_alloc(be, &rs->acts);
@@ -124,13 +130,15 @@ static void step_record_alloc(Model *m, const Config *c) {
     RunState *rs = &m->state;
     const Backend *be = m->be;
     rs->rec_slots = c->accum > 1 ? c->accum : 1;
-    const size_t rec_doubles = (size_t)rs->rec_slots + m->pt.n; /* the losses, the norm's parts */
+    /* the losses, the norm's parts, the multi-token prediction modules' losses */
+    const size_t rec_doubles = (size_t)rs->rec_slots * (1 + c->mtp_depth) + m->pt.n;
     const size_t rec_moe = (size_t)rs->rec_slots * m->n_moe * 2;
     const size_t rec_route = (rec_doubles * sizeof(double) + rec_moe * sizeof(float) + 7) / 8 * 8;
     rs->rec_bytes =
         rec_route + (size_t)rs->rec_slots * m->n_moe * route_record_bytes(c->num_experts);
     rs->rec_loss = (double *)be->alloc(be, rs->rec_bytes);
     rs->rec_norm = rs->rec_loss + rs->rec_slots;
+    rs->rec_mtp = rs->rec_norm + m->pt.n;
     rs->rec_moe = (float *)(rs->rec_loss + rec_doubles);
     rs->rec_route = (char *)rs->rec_loss + rec_route;
     rs->rec_host = (char *)malloc_check(rs->rec_bytes);
@@ -138,6 +146,28 @@ static void step_record_alloc(Model *m, const Config *c) {
         be, (size_t)m->n_moe * (sizeof(double) + (size_t)c->num_experts * sizeof(float)));
     for (int l = 0, b = 0; l < c->n_layer; l++)
         if (rs->blocks[l].moe) rs->blocks[l].moe->losses = rs->rec_moe + (size_t)b++ * 2;
+}
+
+/* mtp_init: multi-token prediction's constant rows (mtp_cat: hn to row 2n of cat, en to row
+ * 2n + 1) and, when its modules' blocks are MoE blocks, where those write their losses and
+ * routing records: a place of their own, in the workspace, that the step's copy never reads */
+static void mtp_init(Model *m, int B, int T) {
+    RunState *rs = &m->state;
+    const Backend *be = m->be;
+    const Config *c = &m->cfg;
+    const int N = B * T, L = c->n_layer, D = c->mtp_depth;
+    int *rows = (int *)malloc_check(2 * (size_t)N * sizeof(int));
+    for (int n = 0; n < N; n++) rows[n] = 2 * n, rows[N + n] = 2 * n + 1;
+    be->to_device(be, rs->mtp_cat, rows, 2 * (size_t)N * sizeof(int));
+    free(rows);
+    if (!config_is_moe_layer(c, L)) return;
+    const size_t rb = route_record_bytes(c->num_experts);
+    rs->mtp_moe_rec = (char *)be->alloc(be, (size_t)D * (2 * sizeof(float) + rb));
+    for (int k = 0; k < D; k++) {
+        MoeActs *a = rs->blocks[L + k].moe;
+        a->losses = (float *)rs->mtp_moe_rec + 2 * k;
+        a->stats_rec = rs->mtp_moe_rec + (size_t)D * 2 * sizeof(float) + k * rb;
+    }
 }
 
 void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const Backend *be) {
@@ -173,6 +203,7 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
     rs->att_ws = dev(m, (size_t)rs->n_att_ws * T * T);
     rs->norm_partial = (double *)be->alloc(be, vec_chunks(m->pt.total) * sizeof(double));
     step_record_alloc(m, c);
+    if (c->mtp_depth > 0) mtp_init(m, B, T);
     rs->work_bytes = backend_bytes_allocated - before;
 }
 
@@ -184,7 +215,7 @@ static void release(const Model *m, void *p) {
 void model_free(Model *m) {
     RunState *rs = &m->state;
     const int L = m->cfg.n_layer;
-    for (int l = 0; l < L; l++) {
+    for (int l = 0; l < L + m->cfg.mtp_depth; l++) {
         MoeActs *a = rs->blocks[l].moe;
         if (a) { /* its host arrays; its backend buffers are in the model's arena */
             moe_acts_free(m->be, a);
@@ -193,6 +224,9 @@ void model_free(Model *m) {
     }
     free(rs->resid);
     free(rs->blocks);
+    free(rs->mtp);
+    free(rs->mtp_host);
+    release(m, rs->mtp_moe_rec);
     free(m->router_bias_host);
     if (m->sync) grad_sync_free(m->sync);
     free(m->sync);
@@ -305,6 +339,105 @@ static float *head_grads(const Model *m) {
     return m->cfg.tied ? m->g.tok_emb : m->g.head;
 }
 
+/* ---- multi-token prediction (model.mtp_depth) -------------------------------------------- */
+
+/* Module k's tokens for B windows of T: tok, the token k ahead of each position (0 past the
+ * window's end), and the positions with a target t[i + k + 1] in the window, rows and tgt. */
+static void mtp_tokens(Model *m, MtpActs *a, const int *inputs, const int *targets, int B, int T,
+                       int k) {
+    const int N = B * T;
+    int *tok = m->state.mtp_host, *rows = tok + N, *tgt = rows + N, j = 0;
+    for (int n = 0; n < N; n++) {
+        const int ahead = n % T + k < T; /* inputs[n + k] and targets[n + k] are the window's */
+        tok[n] = ahead ? inputs[n + k] : 0;
+        if (ahead) rows[j] = n, tgt[j++] = targets[n + k];
+    }
+    m->be->to_device(m->be, a->tok, tok, (size_t)N * sizeof(int));
+    m->be->to_device(m->be, a->rows, rows, (size_t)j * sizeof(int));
+    m->be->to_device(m->be, a->tgt, tgt, (size_t)j * sizeof(int));
+}
+
+/* The rows 2n + 1 of mtp_cat: they follow the 2n of every row the model holds, whatever the
+ * B x T of a pass */
+static const int *mtp_odd_rows(const RunState *rs) {
+    return rs->mtp_cat + (size_t)rs->B * rs->T;
+}
+
+/* Module k's block input of N rows, a->in = [RMSNorm(h); RMSNorm(Emb(a->tok))] eh_proj^T. The
+ * modules' projections are timed with the head. */
+static void mtp_module_input(Model *m, int k, const float *h, int N) {
+    RunState *rs = &m->state;
+    const Backend *be = m->be;
+    const int C = m->cfg.d_model;
+    const LayerView *lw = &m->w.layers[m->cfg.n_layer + k - 1];
+    MtpActs *a = &rs->mtp[k - 1];
+    PROF(PROF_NORM, be->rmsnorm_forward(be, a->hn, a->rstd_h, h, lw->mtp_hnorm, N, C));
+    PROF(PROF_EMBED, be->embed_forward(be, a->emb, a->tok, m->w.tok_emb, N, C));
+    PROF(PROF_NORM, be->rmsnorm_forward(be, a->en, a->rstd_e, a->emb, lw->mtp_enorm, N, C));
+    /* cat's rows 2n and 2n + 1 are hn's and en's row n: each row of (N, 2 C) the two side by
+     * side */
+    PROF(PROF_HEAD, be->permute_rows(be, a->cat, a->hn, rs->mtp_cat, N, C, 0));
+    PROF(PROF_HEAD, be->permute_rows(be, a->cat, a->en, mtp_odd_rows(rs), N, C, 0));
+    PROF(PROF_HEAD, be->matmul_forward(be, a->in, a->cat, lw->mtp_proj, N, 2 * C, C));
+}
+
+/* Module k: h' = [RMSNorm(h); RMSNorm(Emb(tok))] eh_proj^T, h the main trunk's last output or
+ * module k - 1's; one block (layer L + k - 1); then on the positions with a target its norm, the
+ * shared head and the cross-entropy. */
+static void mtp_module_forward(Model *m, int k, int B, int T, const StepCtx *ctx) {
+    RunState *rs = &m->state;
+    const Backend *be = m->be;
+    const int C = m->cfg.d_model, L = m->cfg.n_layer, Nk = B * (T - k);
+    const LayerView *lw = &m->w.layers[L + k - 1];
+    MtpActs *a = &rs->mtp[k - 1];
+    mtp_module_input(m, k, k == 1 ? rs->resid[L] : rs->mtp[k - 2].out, B * T);
+    block_forward(m, L + k - 1, a->out, a->in, B, T, NULL, ctx);
+    PROF(PROF_HEAD, be->permute_rows(be, a->hc, a->out, a->rows, Nk, C, 1));
+    PROF(PROF_NORM, be->rmsnorm_forward(be, a->lnc, a->rstdc, a->hc, lw->mtp_norm, Nk, C));
+    PROF(PROF_HEAD, be->matmul_forward(be, a->logits, a->lnc, head_weights(m), Nk, C, MOE_VOCAB));
+    PROF(PROF_LOSS,
+         be->crossentropy_forward(be, a->losses, a->logits, a->logits, a->tgt, Nk, MOE_VOCAB));
+}
+
+/* The modules of a training forward with targets (else none: their losses NAN, and 0 is
+ * returned): each one's loss sum into the step record's slot; unless the step reads them at its
+ * end, their losses (Model.state.mtp_loss) and their part of the objective, mtp_coef / D times
+ * the sum of each module's loss and its MoE block's balance and z terms. */
+static float mtp_forward(Model *m, const int *inputs, const int *targets, int B, int T,
+                         const StepCtx *ctx, int slot) {
+    RunState *rs = &m->state;
+    const Config *c = &m->cfg;
+    const int D = c->mtp_depth, L = c->n_layer;
+    for (int k = 0; k < MOE_MTP_MAX; k++) rs->mtp_loss[k] = NAN;
+    rs->mtp_ran = D > 0 && targets && ctx && ctx->training;
+    if (!rs->mtp_ran) return 0.0f;
+    if (T <= D)
+        moe_fatal("model_forward: %d multi-token prediction modules need windows of more than %d "
+                  "tokens, not %d",
+                  D, D, T);
+    StepCtx mc = *ctx;
+    mc.route_tape = NULL; /* a routing tape holds the main blocks' choices */
+    double *rec = rs->rec_mtp + (size_t)slot * D;
+    for (int k = 1; k <= D; k++) {
+        MoeActs *ma = rs->blocks[L + k - 1].moe;
+        if (ma) ma->defer_losses = rs->defer_reads;
+        mtp_tokens(m, &rs->mtp[k - 1], inputs, targets, B, T, k);
+        mtp_module_forward(m, k, B, T, &mc);
+        m->be->sum(m->be, rec + k - 1, rs->mtp[k - 1].losses, (size_t)B * (T - k));
+    }
+    if (rs->defer_reads) return NAN;
+    double sums[MOE_MTP_MAX];
+    m->be->to_host(m->be, sums, rec, (size_t)D * sizeof(double));
+    float obj = 0.0f;
+    for (int k = 1; k <= D; k++) {
+        const MoeActs *ma = rs->blocks[L + k - 1].moe;
+        rs->mtp_loss[k - 1] = (float)(sums[k - 1] / ((double)B * (T - k)));
+        obj += rs->mtp_loss[k - 1];
+        if (ma) obj += moe_balance_coef(&m->spec) * ma->aux_loss + c->z_coef * ma->z_loss;
+    }
+    return c->mtp_coef / (float)D * obj;
+}
+
 float model_forward(Model *m, const int *inputs, const int *targets, int B, int T,
                     const StepCtx *ctx) {
     RunState *rs = &m->state;
@@ -340,6 +473,7 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
     PROF(PROF_NORM,
          be->rmsnorm_forward(be, rs->lnf, rs->rstdf, rs->resid[L], m->w.final_norm, N, C));
     PROF(PROF_HEAD, be->matmul_forward(be, rs->logits, rs->lnf, head_weights(m), N, C, MOE_VOCAB));
+    const float mtp = mtp_forward(m, inputs, targets, B, T, ctx, slot);
 
     rs->aux_loss = rs->z_loss = 0.0f;
     if (rs->defer_reads) { /* model_read_step computes them */
@@ -373,7 +507,7 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
     be->sum(be, rs->rec_loss, rs->losses, (size_t)N);
     be->to_host(be, &sum, rs->rec_loss, sizeof sum);
     rs->loss = (float)(sum / N);
-    return rs->loss + moe_balance_coef(&m->spec) * aux_sum + c->z_coef * z_sum;
+    return rs->loss + moe_balance_coef(&m->spec) * aux_sum + c->z_coef * z_sum + mtp;
 }
 
 void model_read_step(Model *m, int micro_batches, double *loss, double *aux, double *z) {
@@ -396,6 +530,35 @@ void model_read_step(Model *m, int micro_batches, double *loss, double *aux, dou
         rs->z_loss = nb > 0 ? z_sum / (float)nb : 0.0f;
         rs->loss = (float)(h[i] / rs->N_last);
         *loss += rs->loss, *aux += rs->aux_loss, *z += rs->z_loss;
+    }
+}
+
+void model_mtp_draft(Model *m, const int *tokens, int first, int B, int T, const KvStep *kv) {
+    RunState *rs = &m->state;
+    const Backend *be = m->be;
+    const int C = m->cfg.d_model, L = m->cfg.n_layer, N = B * T;
+    /* a step's rows fit the head's buffers of module 1's positions, B (T - 1) of those held */
+    if (m->cfg.mtp_depth < 1 || (kv && N > rs->B * (rs->T - 1)) || first + N > rs->N_last)
+        moe_fatal("model_mtp_draft: %d rows from row %d of %d, %d modules", N, first, rs->N_last,
+                  m->cfg.mtp_depth);
+    MtpActs *a = &rs->mtp[0];
+    be->to_device(be, a->tok, tokens, (size_t)N * sizeof(int));
+    mtp_module_input(m, 1, rs->resid[L] + (size_t)first * C, N);
+    block_forward(m, L, a->out, a->in, B, T, kv, NULL);
+    if (!kv) return;
+    PROF(PROF_NORM,
+         be->rmsnorm_forward(be, a->lnc, a->rstdc, a->out, m->w.layers[L].mtp_norm, N, C));
+    PROF(PROF_HEAD, be->matmul_forward(be, a->logits, a->lnc, head_weights(m), N, C, MOE_VOCAB));
+}
+
+void model_read_mtp(const Model *m, int micro_batches, double *mtp) {
+    const RunState *rs = &m->state;
+    const int D = m->cfg.mtp_depth, B = rs->B_last, T = rs->T_last;
+    const double *h = (const double *)(rs->rec_host + ((char *)rs->rec_mtp - (char *)rs->rec_loss));
+    for (int k = 1; k <= D; k++) { /* mtp_forward's arithmetic, micro-batch by micro-batch */
+        mtp[k - 1] = 0.0;
+        for (int i = 0; i < micro_batches; i++)
+            mtp[k - 1] += (float)(h[(size_t)i * D + k - 1] / ((double)B * (T - k)));
     }
 }
 
@@ -514,6 +677,55 @@ static void block_backward(Model *m, int l, float *dx, const float *dout, const 
     PROF(PROF_RESIDUAL, be->add(be, dx, rs->dmid, rs->dtmp, (size_t)N * C));
 }
 
+/* Module k's backward, every loss term scaled by scale: dmtp holds the gradient of its output
+ * from module k + 1 (0 for the last) on entry and that of its input h on return; the shared
+ * head's and the embedding's gradients add into theirs. */
+static void mtp_module_backward(Model *m, int k, float scale, const StepCtx *ctx) {
+    RunState *rs = &m->state;
+    const Backend *be = m->be;
+    const int C = m->cfg.d_model, L = m->cfg.n_layer, N = rs->N_last;
+    const int Nk = rs->B_last * (rs->T_last - k);
+    const LayerView *lw = &m->w.layers[L + k - 1];
+    LayerView *gw = &m->g.layers[L + k - 1];
+    const MtpActs *a = &rs->mtp[k - 1];
+    /* the loss (its mean over the Nk positions), the head, the output norm */
+    PROF(PROF_LOSS, be->crossentropy_backward(be, rs->dlogits, a->logits, a->tgt, scale / (float)Nk,
+                                              Nk, MOE_VOCAB));
+    PROF(PROF_HEAD, be->matmul_backward(be, rs->dln, head_grads(m), rs->dlogits, a->lnc,
+                                        head_weights(m), Nk, C, MOE_VOCAB));
+    PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dtmp, gw->mtp_norm, rs->dln, a->hc, lw->mtp_norm,
+                                         a->rstdc, Nk, C));
+    /* d out: those rows back at their positions (0 at the others), plus module k + 1's part */
+    be->zero(be, rs->dmid, (size_t)N * C * sizeof(float));
+    PROF(PROF_HEAD, be->permute_rows(be, rs->dmid, rs->dtmp, a->rows, Nk, C, 0));
+    PROF(PROF_RESIDUAL, be->add(be, rs->dmtp, rs->dmtp, rs->dmid, (size_t)N * C));
+    block_backward(m, L + k - 1, rs->dmtp, rs->dmtp, a->in, scale, ctx);
+    /* in = cat eh_proj^T; cat's rows 2n and 2n + 1 back to hn's and en's row n */
+    PROF(PROF_HEAD, be->matmul_backward(be, rs->dmtp_cat, gw->mtp_proj, rs->dmtp, a->cat,
+                                        lw->mtp_proj, N, 2 * C, C));
+    PROF(PROF_HEAD, be->permute_rows(be, rs->dln, rs->dmtp_cat, rs->mtp_cat, N, C, 1));
+    PROF(PROF_HEAD, be->permute_rows(be, rs->dtmp, rs->dmtp_cat, mtp_odd_rows(rs), N, C, 1));
+    PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dmid, gw->mtp_enorm, rs->dtmp, a->emb,
+                                         lw->mtp_enorm, a->rstd_e, N, C));
+    PROF(PROF_EMBED, be->embed_backward(be, m->g.tok_emb, rs->dmid, a->tok, N, C));
+    const float *h = k == 1 ? rs->resid[L] : rs->mtp[k - 2].out;
+    PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dmtp, gw->mtp_hnorm, rs->dln, h, lw->mtp_hnorm,
+                                         a->rstd_h, N, C));
+}
+
+/* The modules' backward, the last first (each one's input is the output of the one before),
+ * every term scaled by mtp_coef / D: dmtp ends as their gradient of the main trunk's last
+ * output. Their blocks route without the tape, as in their forward. */
+static void mtp_backward(Model *m, float loss_scale, const StepCtx *ctx) {
+    RunState *rs = &m->state;
+    const int D = m->cfg.mtp_depth;
+    StepCtx mc = ctx ? *ctx : (StepCtx){0};
+    mc.route_tape = NULL;
+    m->be->zero(m->be, rs->dmtp, (size_t)rs->N_last * m->cfg.d_model * sizeof(float));
+    for (int k = D; k >= 1; k--)
+        mtp_module_backward(m, k, loss_scale * m->cfg.mtp_coef / (float)D, &mc);
+}
+
 void model_backward(Model *m, float loss_scale, const StepCtx *ctx) {
     RunState *rs = &m->state;
     const Backend *be = m->be;
@@ -524,6 +736,8 @@ void model_backward(Model *m, float loss_scale, const StepCtx *ctx) {
                   "offloaded), which has no backward; detach it to train");
 
     prof_backward = 1;
+    /* the multi-token prediction modules first: they end in the main trunk's last output */
+    if (rs->mtp_ran) mtp_backward(m, loss_scale, ctx);
     /* loss = mean_n CE_n, so dlogits carries 1/N; loss_scale adds 1/accum */
     PROF(PROF_LOSS, be->crossentropy_backward(be, rs->dlogits, rs->logits, rs->targets,
                                               loss_scale / (float)N, N, MOE_VOCAB));
@@ -531,6 +745,8 @@ void model_backward(Model *m, float loss_scale, const StepCtx *ctx) {
                                         head_weights(m), N, C, MOE_VOCAB));
     PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dresid, m->g.final_norm, rs->dln, rs->resid[L],
                                          m->w.final_norm, rs->rstdf, N, C));
+    if (rs->mtp_ran)
+        PROF(PROF_RESIDUAL, be->add(be, rs->dresid, rs->dresid, rs->dmtp, (size_t)N * C));
     /* the last micro-batch of a step across processes: each stage's gradients are final when
      * it is done, and their sums start at once (grad_sync.h) */
     GradSync *sync = ctx && ctx->sync_in_backward ? m->sync : NULL;
@@ -674,13 +890,15 @@ double model_flops_by_op(const Config *c, int T, double per_op[PROF_COUNT]) {
      * and below the diagonal and masks the upper half of the diagonal blocks; what it masks is
      * not counted); FFN 3 C F, or in an MoE block 3 C F_e for each of the top_k experts, the
      * router E C, and 3 C F_e for each of the num_shared shared experts (one dense SwiGLU,
-     * timed as the dense FFN). Head: V C. Each term goes to the op that profile.h times it
-     * under. */
+     * timed as the dense FFN). Head: V C. The multi-token prediction modules (model.mtp_depth
+     * D) add a block of the last layer's kind, the projection 2 C C and a head V C each (counted
+     * on every position, though the last k of a window have no target), timed with the head.
+     * Each term goes to the op that profile.h times it under. */
     double C = c->d_model, F = c->d_ff, FE = config_expert_hidden(c);
     double QW = (double)c->n_head * config_head_dim(c);
     double OW = (double)c->n_head * config_value_dim(c);
     double macs[PROF_COUNT] = {0};
-    for (int l = 0; l < c->n_layer; l++) {
+    for (int l = 0; l < c->n_layer + c->mtp_depth; l++) {
         macs[PROF_ATTN_PROJ] += attn_proj_macs(c);
         macs[PROF_ATTN] += (double)(T + 1) / 2.0 * (QW + OW);
         if (config_is_moe_layer(c, l)) {
@@ -692,6 +910,7 @@ double model_flops_by_op(const Config *c, int T, double per_op[PROF_COUNT]) {
         }
     }
     macs[PROF_HEAD] += (double)MOE_VOCAB * C;
+    macs[PROF_HEAD] += c->mtp_depth * ((double)MOE_VOCAB * C + 2.0 * C * C);
     double total = 0.0;
     for (int op = 0; op < PROF_COUNT; op++) {
         if (per_op) per_op[op] = 6.0 * macs[op];

@@ -24,7 +24,8 @@
  * one new token each. Buffers of the model's backend. */
 typedef struct {
     float **k, **v;  /* (L) x (N, Tc, Hkv D) and (N, Tc, Hkv Dv): each layer's keys (after RoPE)
-                        and values. Latent attention: k[l] (N, Tc, kv_rank + rope_dim) each
+                        and values (and with a multi-token prediction draft, model_mtp_draft, its
+                        block's: L + 1). Latent attention: k[l] (N, Tc, kv_rank + rope_dim) each
                         token's normed latent and rotated key, v[l] NULL */
     int Tc;          /* positions each sequence's cache holds */
     const int *pos;  /* (N) the new token's position in its sequence */
@@ -66,6 +67,25 @@ typedef struct {
     float *ffn_out, *rstd_ffn_out;
 } BlockActs;
 
+/* Activations of multi-token prediction module k (model.mtp_depth, DeepSeek-V3): from h, the
+ * main trunk's last output (k = 1) or module k - 1's, and the embedding of the token k ahead,
+ * one block (BlockActs of layer n_layer + k - 1), then its norm and the shared head on the Nk =
+ * B (T - k) positions whose target t[i + k + 1] lies in the window. Its block runs over all N
+ * positions (the last k of each sequence with token 0 as the one ahead: causal attention keeps
+ * them out of the others' outputs, and the loss leaves them out). */
+typedef struct {
+    int *tok;                 /* (N) the token k ahead of each position, t[i + k]; 0 past the end */
+    int *rows;                /* (Nk) the positions with a target: their rows of the N */
+    int *tgt;                 /* (Nk) their targets, t[i + k + 1] */
+    float *hn, *rstd_h;       /* (N, C), (N): RMSNorm(h) with the module's hnorm */
+    float *emb, *en, *rstd_e; /* (N, C) the embedding of tok, (N, C), (N) its RMSNorm (enorm) */
+    float *cat;               /* (N, 2 C): each row [hn; en] */
+    float *in, *out;          /* (N, C): the block's input (cat eh_proj^T) and its output */
+    float *hc, *lnc, *rstdc;  /* (Nk, C): out's rows with a target, their norm, (Nk) its 1 / rms */
+    float *logits;            /* (Nk, V); probabilities after the loss */
+    float *losses;            /* (Nk) per-position cross-entropy */
+} MtpActs;
+
 /* What one forward and backward of up to B x T tokens write: the activations kept for backward,
  * the backward's scratch, the ops' workspace, the step record and the last forward's results.
  * llama2.c's RunState: the model's weights are apart from it (Model), and so is its
@@ -84,6 +104,12 @@ typedef struct RunState {
     float *lnf, *rstdf;    /* (N, C), (N) */
     float *logits;         /* (N, V); probabilities after a forward with targets */
     float *losses;         /* (N) per-token cross-entropy */
+    /* multi-token prediction (model.mtp_depth D; else NULL): the modules (their blocks are
+     * blocks[L .. L + D)), mtp_cat (2 N) the rows 2n, then 2n + 1, that put hn and en side
+     * by side in cat, mtp_host (3 N) the host's staging of a module's tok, rows and tgt */
+    MtpActs *mtp; /* (D) */
+    int *mtp_cat, *mtp_host;
+    int mtp_ran; /* 1: the last forward ran the modules (a training forward with targets) */
 
     /* backward scratch */
     float *dresid, *dmid, *dln, *dtmp; /* (N, C) */
@@ -96,6 +122,9 @@ typedef struct RunState {
     float *dkvb, *drope, *dkrope, *dlat, *dlatn;
     float *dfg, *dfu, *dfh; /* (N, F) */
     float *dlogits;         /* (N, V) */
+    /* multi-token prediction: dmtp (N, C) the gradient of a module's input h, carried from
+     * module k to k - 1 and into the main trunk's last output; dmtp_cat (N, 2 C) that of cat */
+    float *dmtp, *dmtp_cat;
     /* the shared experts' SwiGLU, (N, Fs) each; NULL without shared experts */
     float *dsg, *dsu, *dsh;
     MoeScratch moe_scratch;
@@ -118,6 +147,11 @@ typedef struct RunState {
      * n_moe) the blocks' routing statistics (route_stats_record, route_record_bytes each), read in
      * the same copy (rec_bytes in all) into rec_host (model_step_route). */
     double *rec_loss, *rec_norm; /* rec_norm (pt.n): model_grad_norm_record's sums */
+    double *rec_mtp; /* (rec_slots, D) each micro-batch's sums of the modules' position losses */
+    /* the modules' MoE blocks' balance and z losses (D, 2) and routing records (D of
+     * route_record_bytes): where moe_block_forward writes them; outside the step's copy
+     * (training reports the main blocks'), in the workspace. NULL without such blocks */
+    char *mtp_moe_rec;
     float *rec_moe;
     char *rec_route, *rec_host;
     /* router.csv's numbers after a step, read with one copy (router_accum_write): log_rec
@@ -132,6 +166,8 @@ typedef struct RunState {
     float loss;     /* mean cross-entropy (the language-model loss) */
     float aux_loss; /* mean over MoE blocks of the unscaled Switch loss (1 = balanced) */
     float z_loss;   /* mean over MoE blocks of the unscaled z-loss */
+    float mtp_loss[MOE_MTP_MAX]; /* each module's mean cross-entropy over its positions; NAN
+                                    when the last forward did not run them */
 } RunState;
 
 /* A model: its configuration, its weights (the parameters with their gradients and AdamW
@@ -206,7 +242,10 @@ void model_free(Model *m);
 /* Forward over inputs (B, T) (T <= the T of model_init) in the mode of ctx (NULL: evaluation).
  * With targets, computes the loss (Model.state.loss, aux_loss, z_loss) and leaves probabilities in
  * logits; with targets NULL, leaves the logits. Returns the objective: loss + aux_coef * sum aux
- * + z_coef * sum z (the aux term only for moe.balance=aux or seq_aux). */
+ * + z_coef * sum z (the aux term only for moe.balance=aux or seq_aux). A training forward
+ * (ctx->training) with targets also runs the multi-token prediction modules (model.mtp_depth D):
+ * the objective adds mtp_coef / D times the sum over the modules of each one's loss (Model.state
+ * .mtp_loss) and its MoE block's balance and z terms; evaluation leaves them out. */
 float model_forward(Model *m, const int *inputs, const int *targets, int B, int T,
                     const StepCtx *ctx);
 /* The step's losses after micro_batches forwards with defer_reads set (one copy from the step
@@ -214,6 +253,9 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
  * aux_loss and z_loss would have been after each, in the same float arithmetic, so that the
  * numbers are the ones an immediate read gives. */
 void model_read_step(Model *m, int micro_batches, double *loss, double *aux, double *z);
+/* After model_read_step: mtp (model.mtp_depth values written) = each module's loss summed over
+ * the micro_batches micro-batches, as Model.state.mtp_loss would have been after each. */
+void model_read_mtp(const Model *m, int micro_batches, double *mtp);
 /* After model_read_step: each MoE block's MoeActs.route = what its forward of micro-batch
  * micro routed (route_stats_read of the copy), as route_stats would have filled it then. */
 void model_step_route(Model *m, int micro);
@@ -224,6 +266,16 @@ void model_step_route(Model *m, int micro);
  * a token-choice model whose evaluation is dropless the logits are those model_forward gives
  * the same position of the whole sequence. N <= B T of model_init. */
 void model_forward_cached(Model *m, const int *tokens, int N, const KvStep *kv);
+
+/* Multi-token prediction's first module as a draft of the token after next (moe sample --draft
+ * mtp), on rows first .. first + B T - 1 of the main trunk's last output as the last
+ * model_forward or model_forward_cached left them, tokens (B T) the token after each row's. With
+ * kv, a decoding step of B rows (T 1) against kv's cache, whose layer n_layer holds the module
+ * block's keys and values (the rows' appended): the module's logits, (B, V), in
+ * Model.state.mtp[0].logits (B <= the B (T - 1) rows of its positions). With kv NULL, B
+ * sequences of T through the module's block alone (a prefill), its keys and values left in
+ * Model.state.blocks[n_layer].k and v for a cache to take, and no logits. */
+void model_mtp_draft(Model *m, const int *tokens, int first, int B, int T, const KvStep *kv);
 
 /* Backward of the last forward (which must have had targets), in the mode ctx that forward
  * ran in (NULL: evaluation's); gradients are ADDED to m->grads, with every loss term scaled by

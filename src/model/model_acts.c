@@ -154,6 +154,10 @@ static void scratch_entries(ActTable *t, const Config *c, const MoeSpec *spec, s
         acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * F, ACT_FIELD(m, dfh), "scratch.dfh");
     }
     acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * V, ACT_FIELD(m, dlogits), "scratch.dlogits");
+    if (c->mtp_depth > 0) { /* dmtp (N, C), dmtp_cat (N, 2 C): multi-token prediction's */
+        acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dmtp), "scratch.dmtp");
+        acts_add(t, ACT_FLOAT, ACT_SCRATCH, 2 * N * C, ACT_FIELD(m, dmtp_cat), "scratch.dmtp_cat");
+    }
     if (n_moe > 0) { /* MoeScratch, shared by the MoE blocks */
         moe_scratch_entries(t, "scratch.moe", spec, (int)N, m ? &m->moe_scratch : NULL);
         /* dsg, dsu, dsh: the shared experts' SwiGLU */
@@ -162,6 +166,42 @@ static void scratch_entries(ActTable *t, const Config *c, const MoeSpec *spec, s
             acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * FS, ACT_FIELD(m, dsu), "scratch.dsu");
             acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * FS, ACT_FIELD(m, dsh), "scratch.dsh");
         }
+    }
+}
+
+/* mtp_entries: the multi-token prediction modules (model.mtp_depth), each its inputs, its block
+ * (layer L + k - 1, of the last layer's kind) and its head over the Nk = B (T - k) positions
+ * with a target; and the rows that put two (N, C) side by side (2 N ints) */
+static void mtp_entries(ActTable *t, const Config *c, const MoeSpec *spec, int B, int T, int ep,
+                        RunState *rs) {
+    const size_t C = (size_t)c->d_model, V = MOE_VOCAB, N = (size_t)B * T;
+    acts_add(t, ACT_INT, ACT_INT_WORDS, 2 * N, ACT_FIELD(rs, mtp_cat), "mtp_cat");
+    for (int k = 1; k <= c->mtp_depth; k++) {
+        const int l = c->n_layer + k - 1;
+        const size_t Nk = T > k ? (size_t)B * (T - k) : 0;
+        MtpActs *a = rs ? &rs->mtp[k - 1] : NULL;
+        /* tok (N), rows, tgt (Nk): the token k ahead, the positions with a target, theirs */
+        acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(a, tok), "mtp.%d.tok", k);
+        acts_add(t, ACT_INT, ACT_INT_WORDS, Nk, ACT_FIELD(a, rows), "mtp.%d.rows", k);
+        acts_add(t, ACT_INT, ACT_INT_WORDS, Nk, ACT_FIELD(a, tgt), "mtp.%d.tgt", k);
+        /* hn, emb, en (N, C) and their norms' 1 / rms (N); cat (N, 2 C); in (N, C) */
+        acts_add(t, ACT_FLOAT, ACT_RESID, N * C, ACT_FIELD(a, hn), "mtp.%d.hn", k);
+        acts_add(t, ACT_FLOAT, ACT_RESID, N, ACT_FIELD(a, rstd_h), "mtp.%d.rstd_h", k);
+        acts_add(t, ACT_FLOAT, ACT_RESID, N * C, ACT_FIELD(a, emb), "mtp.%d.emb", k);
+        acts_add(t, ACT_FLOAT, ACT_RESID, N * C, ACT_FIELD(a, en), "mtp.%d.en", k);
+        acts_add(t, ACT_FLOAT, ACT_RESID, N, ACT_FIELD(a, rstd_e), "mtp.%d.rstd_e", k);
+        acts_add(t, ACT_FLOAT, ACT_RESID, 2 * N * C, ACT_FIELD(a, cat), "mtp.%d.cat", k);
+        acts_add(t, ACT_FLOAT, ACT_RESID, N * C, ACT_FIELD(a, in), "mtp.%d.in", k);
+        BlockActs *b = rs ? &rs->blocks[l] : NULL;
+        block_attn_entries(t, c, B, T, l, b);
+        block_ffn_entries(t, c, spec, ep, N, l, b);
+        /* out (N, C) the block's output; hc, lnc (Nk, C), rstdc (Nk), logits (Nk, V), losses */
+        acts_add(t, ACT_FLOAT, ACT_RESID, N * C, ACT_FIELD(a, out), "mtp.%d.out", k);
+        acts_add(t, ACT_FLOAT, ACT_HEAD, Nk * C, ACT_FIELD(a, hc), "mtp.%d.hc", k);
+        acts_add(t, ACT_FLOAT, ACT_HEAD, Nk * C, ACT_FIELD(a, lnc), "mtp.%d.lnc", k);
+        acts_add(t, ACT_FLOAT, ACT_HEAD, Nk, ACT_FIELD(a, rstdc), "mtp.%d.rstdc", k);
+        acts_add(t, ACT_FLOAT, ACT_HEAD, Nk * V, ACT_FIELD(a, logits), "mtp.%d.logits", k);
+        acts_add(t, ACT_FLOAT, ACT_HEAD, Nk, ACT_FIELD(a, losses), "mtp.%d.losses", k);
     }
 }
 
@@ -199,6 +239,7 @@ void model_acts_table(ActTable *t, const Config *c, int B, int T, int ep, Model 
     acts_add(t, ACT_FLOAT, ACT_HEAD, N, ACT_FIELD(rs, rstdf), "rstdf");
     acts_add(t, ACT_FLOAT, ACT_HEAD, N * V, ACT_FIELD(rs, logits), "logits");
     acts_add(t, ACT_FLOAT, ACT_HEAD, N, ACT_FIELD(rs, losses), "losses");
+    if (c->mtp_depth > 0) mtp_entries(t, c, &spec, B, T, ep, rs);
 
     /* ---- backward scratch: one set, reused by every block ------------------------------- */
     scratch_entries(t, c, &spec, N, n_moe, rs);

@@ -36,7 +36,8 @@ enum {
     DIM_QR,   /* latent attention: the queries' latent (mla.q_rank) */
     DIM_KVR,  /* the keys' and values' latent (mla.kv_rank) */
     DIM_ROPE, /* the rotated key shared by the heads (mla.rope_dim) */
-    DIM_KVB   /* the heads' keys without rotation and values, n_head (nope_dim + v_dim) */
+    DIM_KVB,  /* the heads' keys without rotation and values, n_head (nope_dim + v_dim) */
+    DIM_C2    /* 2 C: a multi-token prediction module's projection reads two rows of C */
 };
 
 /* Which blocks have the tensor. */
@@ -53,7 +54,9 @@ enum {
     IN_QPROJ_LAYER,    /* queries straight from the stream: multi-head, or mla.q_rank = 0 */
     IN_QRANK_LAYER,    /* latent attention's queries through a latent (mla.q_rank > 0) */
     IN_MHA_LAYER,      /* every block of model.attention=mha */
-    IN_MLA_LAYER       /* every block of model.attention=mla */
+    IN_MLA_LAYER,      /* every block of model.attention=mla */
+    IN_MTP_IN,         /* a multi-token prediction module, before its block */
+    IN_MTP_OUT         /* a multi-token prediction module, after its block */
 };
 
 typedef struct {
@@ -99,6 +102,11 @@ static const ParamSpec SPECS[] = {
     {"ffn_post_norm", IN_SANDWICH_LAYER, {DIM_C}, 0, 0, LV(ffn_post_norm)},
     {"final_norm", IN_GLOBAL_LAST, {DIM_C}, 0, 0, PV(final_norm)},
     {"head", IN_UNTIED_LAST, {DIM_V, DIM_C}, 1, 0, PV(head)},
+    /* model.mtp_depth: module k's tensors ("mtp.k.*"), its block's from the lines above */
+    {"hnorm", IN_MTP_IN, {DIM_C}, 0, 0, LV(mtp_hnorm)},
+    {"enorm", IN_MTP_IN, {DIM_C}, 0, 0, LV(mtp_enorm)},
+    {"eh_proj", IN_MTP_IN, {DIM_C, DIM_C2}, 1, 0, LV(mtp_proj)},
+    {"norm", IN_MTP_OUT, {DIM_C}, 0, 0, LV(mtp_norm)},
 };
 #define N_SPECS ((int)(sizeof(SPECS) / sizeof(SPECS[0])))
 
@@ -106,6 +114,7 @@ static int resolve_dim(int d, const Config *c, int ep) {
     switch (d) {
     case DIM_V: return MOE_VOCAB;
     case DIM_C: return c->d_model;
+    case DIM_C2: return 2 * c->d_model;
     case DIM_F: return c->d_ff;
     case DIM_E: return c->num_experts;
     case DIM_EL: return c->num_experts / ep;
@@ -147,7 +156,9 @@ static void add_tensor(ParamTable *pt, int cap, const ParamSpec *s, const Config
     if (pt->n >= cap) moe_fatal("parameter table overflow");
     ParamTensor *t = &pt->t[pt->n++];
     memset(t, 0, sizeof(*t));
-    if (layer >= 0)
+    if (layer >= c->n_layer) /* multi-token prediction module k = layer - n_layer + 1 */
+        snprintf(t->name, sizeof t->name, "mtp.%d.%s", layer - c->n_layer + 1, s->name);
+    else if (layer >= 0)
         snprintf(t->name, sizeof t->name, "layers.%d.%s", layer, s->name);
     else
         snprintf(t->name, sizeof t->name, "%s", s->name);
@@ -169,11 +180,12 @@ void params_table_build(ParamTable *pt, const Config *c) {
 }
 
 void params_table_build_ep(ParamTable *pt, const Config *c, int ep) {
-    int cap = N_SPECS * (c->n_layer + 1);
+    int cap = N_SPECS * (c->n_layer + 1 + c->mtp_depth);
     pt->t = (ParamTensor *)calloc_check((size_t)cap, sizeof(ParamTensor));
     pt->n = 0;
     pt->total = 0;
     pt->n_layer = c->n_layer;
+    pt->n_mtp = c->mtp_depth;
     for (int i = 0; i < N_SPECS; i++)
         if (SPECS[i].where == IN_GLOBAL_FIRST) add_tensor(pt, cap, &SPECS[i], c, -1, ep);
     for (int l = 0; l < c->n_layer; l++)
@@ -182,6 +194,17 @@ void params_table_build_ep(ParamTable *pt, const Config *c, int ep) {
     for (int i = 0; i < N_SPECS; i++)
         if (SPECS[i].where == IN_GLOBAL_LAST || (SPECS[i].where == IN_UNTIED_LAST && !c->tied))
             add_tensor(pt, cap, &SPECS[i], c, -1, ep);
+    /* the multi-token prediction modules after the main model, so that its tensors keep their
+     * offsets and initial values: module k's input norms and projection, its block (layer
+     * n_layer + k - 1, of the last layer's kind), its output norm */
+    for (int l = c->n_layer; l < c->n_layer + c->mtp_depth; l++) {
+        for (int i = 0; i < N_SPECS; i++)
+            if (SPECS[i].where == IN_MTP_IN) add_tensor(pt, cap, &SPECS[i], c, l, ep);
+        for (int i = 0; i < N_SPECS; i++)
+            if (spec_in_layer(&SPECS[i], c, l)) add_tensor(pt, cap, &SPECS[i], c, l, ep);
+        for (int i = 0; i < N_SPECS; i++)
+            if (SPECS[i].where == IN_MTP_OUT) add_tensor(pt, cap, &SPECS[i], c, l, ep);
+    }
 }
 
 void params_table_free(ParamTable *pt) {
@@ -200,7 +223,7 @@ static const ParamSpec *spec_of(const ParamTensor *t) {
 
 void params_view(ParamView *view, const ParamTable *pt, float *buf) {
     memset(view, 0, sizeof(*view));
-    view->layers = (LayerView *)calloc_check((size_t)pt->n_layer, sizeof(LayerView));
+    view->layers = (LayerView *)calloc_check((size_t)(pt->n_layer + pt->n_mtp), sizeof(LayerView));
     for (int i = 0; i < pt->n; i++) {
         const ParamTensor *t = &pt->t[i];
         char *base = t->layer >= 0 ? (char *)&view->layers[t->layer] : (char *)view;

@@ -23,7 +23,8 @@ typedef struct {
     size_t numel;
     size_t offset;  /* in floats, into the one parameter buffer */
     int decay;      /* 1: AdamW weight decay applies */
-    int layer;      /* block index, or -1 for embedding / final norm / head */
+    int layer;      /* block index, or -1 for embedding / final norm / head; module k of
+                       multi-token prediction: n_layer + k - 1 (named "mtp.k.*") */
     int expert_dim; /* 1 when dimension 0 indexes experts (stacked expert weights): with
                        expert parallelism, this process's num_experts / ep of them */
 } ParamTensor;
@@ -57,13 +58,19 @@ typedef struct {
     /* shared experts of an MoE block (moe.num_shared > 0), Fs = num_shared * F */
     float *s_gate, *s_up; /* (Fs, C) */
     float *s_down;        /* (C, Fs) */
+    /* a multi-token prediction module (the views after the n_layer blocks): the norms of its
+     * two inputs, the main trunk's (or the previous module's) output and the embedding of the
+     * token k ahead; the projection of the two, side by side, to C; its output norm */
+    float *mtp_hnorm, *mtp_enorm; /* (C) */
+    float *mtp_proj;              /* (C, 2 C) */
+    float *mtp_norm;              /* (C) */
 } LayerView;
 
 typedef struct {
     float *tok_emb;    /* (V, C) */
     float *final_norm; /* (C) */
     float *head;       /* (V, C); NULL with model.tied (the head is tok_emb) */
-    LayerView *layers; /* (L) */
+    LayerView *layers; /* (L + mtp_depth): the blocks, then the multi-token prediction modules */
 } ParamView;
 
 typedef struct {
@@ -71,6 +78,7 @@ typedef struct {
     ParamTensor *t; /* (n) in checkpoint order */
     size_t total;   /* floats in all */
     int n_layer;
+    int n_mtp; /* multi-token prediction modules (model.mtp_depth): layers n_layer .. + n_mtp */
 } ParamTable;
 
 void params_table_build(ParamTable *pt, const Config *c);

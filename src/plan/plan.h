@@ -127,6 +127,9 @@ typedef struct {
     double dense_ffn;                   /* one dense layer's SwiGLU */
     double router, expert, shared;      /* one MoE layer: router, ONE routed expert, the shared */
     double n_dense, n_moe;              /* layers of each kind */
+    /* moe.c's multi-token prediction modules (model.mtp_depth), in total and active: their
+     * parameters, counted in total and active too */
+    double mtp, mtp_active;
     double total, active, active_embed; /* active: what a token multiplies (the embedding is a
                                            lookup, not counted); active_embed counts it too */
     double flops_token;      /* model FLOPs per token, forward and backward (6 x active matmul

@@ -45,7 +45,7 @@ static const char *const ENGINE_KEYS[] = {
     "model.norm",      "moe.num_experts", "moe.top_k",      "moe.d_expert",   "moe.num_shared",
     "moe.first_dense", "moe.every",       "model.kv_heads", "model.head_dim", "model.qk_norm",
     "model.tied",      "model.attention", "mla.q_rank",     "mla.kv_rank",    "mla.rope_dim",
-    "mla.nope_dim",    "mla.v_dim",       "train.accum"};
+    "mla.nope_dim",    "mla.v_dim",       "train.accum",    "model.mtp_depth"};
 #define N_ENGINE_KEYS ((int)(sizeof ENGINE_KEYS / sizeof ENGINE_KEYS[0]))
 
 /* The planner's former names of keys the engine has under its own: refused with the new one. */

@@ -68,6 +68,15 @@ void plan_count(const PlanModel *m, PlanCounts *o) {
     const double head_mm = m->vocab * d;
     o->active =
         head_mm + o->final_norm + layers + o->n_moe * (o->router + K * o->expert + o->shared);
+    /* moe.c's multi-token prediction modules: each the norms of its two inputs, their (d, 2 d)
+     * projection, a layer of the last one's kind and its output norm; the head is the model's */
+    const double D = c->mtp_depth, own = 3.0 * d + 2.0 * d * d + o->attn + o->norms;
+    const int last_moe = config_is_moe_layer(c, c->n_layer - 1);
+    o->mtp = D * (own + (last_moe ? o->router + E * o->expert + o->shared : o->dense_ffn));
+    const double mtp_ffn = last_moe ? o->router + K * o->expert + o->shared : o->dense_ffn;
+    o->mtp_active = D * (own + mtp_ffn);
+    o->total += o->mtp;
+    o->active += o->mtp_active;
     if (c->tied) o->active -= head_mm; /* a tied head is the embedding, counted once ... */
     o->active_embed = o->active + o->embed;
     if (c->tied) o->active += head_mm; /* ... but multiplied by every token all the same */
@@ -75,9 +84,10 @@ void plan_count(const PlanModel *m, PlanCounts *o) {
     /* FLOPs: 2 per multiply-add forward, twice that backward (the gradient of the input and
      * of the weight); a causal kernel computes half of the T x T scores on average */
     const double matmul = head_mm + L * o->attn + o->n_dense * o->dense_ffn +
-                          o->n_moe * (o->router + K * o->expert + o->shared);
+                          o->n_moe * (o->router + K * o->expert + o->shared) +
+                          D * (2.0 * d * d + o->attn + mtp_ffn + head_mm);
     o->attn_flops_layer = 2.0 * h * (dqk + dv) * (c->seq_len / 2.0);
-    o->flops_token = 6.0 * matmul + 3.0 * L * o->attn_flops_layer;
+    o->flops_token = 6.0 * matmul + 3.0 * (L + D) * o->attn_flops_layer;
 }
 
 double plan_peak(const PlanInput *in) {

@@ -135,6 +135,7 @@ void plan_print_counts(FILE *f, const PlanInput *in) {
     print_part(f, "routed experts", c.n_moe * m->c.num_experts * c.expert, c.n_moe, each[3]);
     print_part(f, "shared experts", c.n_moe * c.shared, c.n_moe, each[4]);
     print_part(f, "norms", m->c.n_layer * c.norms + c.final_norm, 0, "");
+    print_part(f, "mtp modules", c.mtp, 0, ""); /* moe.c's multi-token prediction */
     print_part(f, "total", c.total, 0, "");
     fprintf(f, "weights alone: %.2f GB at %g bytes a parameter (train.weight_bytes)\n",
             c.total * in->t.weight_bytes / 1e9, in->t.weight_bytes);
@@ -172,6 +173,7 @@ void plan_print_json(FILE *f, const PlanInput *in, const PlanResult *r, int n) {
     json_num(f, "router_layer", c.router, 0);
     json_num(f, "dense_layers", c.n_dense, 0);
     json_num(f, "moe_layers", c.n_moe, 0);
+    if (c.mtp > 0) json_num(f, "mtp_modules", c.mtp, 0);
     json_num(f, "flops_token", c.flops_token, 1);
     fputs("}, ", f);
     json_num(f, "weights_bytes", c.total * in->t.weight_bytes, 0);

@@ -22,14 +22,19 @@ void run_log_open(RunLog *g, const RunLogSpec *s, const Config *c, const Model *
     const char *dir = s->out_dir;
     Dist *d = s->d;
     const int keep = s->keep;
-    g->train = run_csv(
-        d, dir, "train.csv",
-        "step,loss,aux_loss,z_loss,lr,grad_norm,tok_per_s,val_loss,loss_spike,grad_spike", keep);
     char header[8192];
+    /* multi-token prediction's modules' losses last, only with modules: other runs' train.csv
+     * keeps its columns */
+    int hl = snprintf(header, sizeof header,
+                      "step,loss,aux_loss,z_loss,lr,grad_norm,tok_per_s,val_loss,loss_spike,"
+                      "grad_spike");
+    for (int k = 1; k <= c->mtp_depth; k++)
+        hl += snprintf(header + hl, sizeof header - (size_t)hl, ",mtp%d_loss", k);
+    g->train = run_csv(d, dir, "train.csv", header, keep);
     router_csv_header(header, sizeof header, c->num_experts);
     g->router = run_csv(d, dir, "router.csv", header, keep);
     g->domains = run_csv(d, dir, "domains.csv", "step,layer,domain,expert,fraction", keep);
-    int hl = snprintf(header, sizeof header, "step,layer,maxvio,cv");
+    hl = snprintf(header, sizeof header, "step,layer,maxvio,cv");
     for (int e = 0; e < c->num_experts && hl < (int)sizeof header - 16; e++)
         hl += snprintf(header + hl, sizeof header - (size_t)hl, ",load_%d", e);
     snprintf(header + hl, sizeof header - (size_t)hl, ",drop_frac");
@@ -100,7 +105,7 @@ void run_log_step(RunLog *g, const Model *m, const StepValues *v) {
     const int s = v->step;
     if (!isnan(v->val_loss) || s == g->s.mix_end_step || s == g->s.last) mix_csv_write(g, s);
     train_csv_row(g->train, s, v->loss, v->aux, v->z, v->lr, v->norm, v->tok_s, v->val_loss,
-                  v->loss_spike, v->grad_spike);
+                  v->loss_spike, v->grad_spike, v->mtp, v->n_mtp);
     router_accum_write(&g->ra, m, g->router, s);
     if (g->replay) {
         const RouteTape *t = g->s.replay;
@@ -112,7 +117,8 @@ void run_log_step(RunLog *g, const Model *m, const StepValues *v) {
 
 void run_log_diverged(RunLog *g, const StepValues *v, int root) {
     /* the step is recorded, not taken: the run ends as diverged (exit status 3) */
-    train_csv_row(g->train, v->step, v->loss, v->aux, v->z, v->lr, v->norm, NAN, NAN, 0, 0);
+    train_csv_row(g->train, v->step, v->loss, v->aux, v->z, v->lr, v->norm, NAN, NAN, 0, 0, v->mtp,
+                  v->n_mtp);
     fclose(g->train);
     fclose(g->router);
     if (root)

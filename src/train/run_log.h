@@ -43,6 +43,8 @@ typedef struct {
     double tok_s;        /* the whole batch's tokens a second; NAN: none */
     float val_loss;      /* NAN: no evaluation at this step */
     int loss_spike, grad_spike;
+    double mtp[MOE_MTP_MAX]; /* the multi-token prediction modules' losses, the batch's means */
+    int n_mtp;               /* model.mtp_depth */
 } StepValues;
 
 typedef struct {

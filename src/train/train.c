@@ -406,12 +406,15 @@ static void step_passes(Trainer *t, int step, RouterAccum *ra, StepValues *v) {
     loss /= c->accum;
     aux /= c->accum;
     z /= c->accum;
+    const int D = c->mtp_depth;
+    double s[3 + MOE_MTP_MAX];
+    model_read_mtp(m, c->accum, s + 3);
+    for (int k = 0; k < D; k++) s[3 + k] /= c->accum;
     if (t->d) { /* the batch's values: the mean over the processes' equal shares */
-        double s[3] = {loss, aux, z};
-        dist_allreduce_sum_d(t->d, DIST_WORLD, s, 3);
-        loss = s[0] / t->world;
-        aux = s[1] / t->world;
-        z = s[2] / t->world;
+        s[0] = loss, s[1] = aux, s[2] = z;
+        dist_allreduce_sum_d(t->d, DIST_WORLD, s, 3 + D);
+        for (int i = 0; i < 3 + D; i++) s[i] /= t->world;
+        loss = s[0], aux = s[1], z = s[2];
         router_accum_share(ra, t->d);
     }
     *v = (StepValues){.step = step + 1,
@@ -421,7 +424,9 @@ static void step_passes(Trainer *t, int step, RouterAccum *ra, StepValues *v) {
                       .lr = lr_schedule(c, step),
                       .norm = model_grad_norm(m), /* the step's copy */
                       .tok_s = NAN,
-                      .val_loss = NAN};
+                      .val_loss = NAN,
+                      .n_mtp = D};
+    memcpy(v->mtp, s + 3, (size_t)D * sizeof(double));
 }
 
 /* One optimizer step: its passes, then the update (clipped to train.clip), unless the loss
