@@ -11,7 +11,9 @@
 #   3. a usage mistake (a part that does not exist): exit 2, naming the parts
 #   4. the smoke rehearsed (REHEARSE=1, cpu-ref standing in for cuda, on this build's binaries,
 #      RD_BUILD): every step of its list reported, passed or skipped; OUT holds summary.txt and
-#      logs.tar.gz, at most 8 files; the tarball holds every step's log
+#      logs.tar.gz, at most 8 files; the tarball holds every step's log; the grouped-query and
+#      the latent attention runs each report their decoding from the cache equal to the full
+#      forward's
 #   5. a step that fails (RD_FAIL) runs again once with CUDA_LAUNCH_BLOCKING=1, and the summary
 #      and the tarball say so; the status is 1
 # Needs bash and awk; 4 and 5 need build/moe and the two op suites (make test builds them).
@@ -38,7 +40,7 @@ read -r name sum total files steps <<< "$(sums "$tmp/smoke.list")"
     [ "$total" = "$sum" ] && [ "${files:-99}" -le 8 ] && [ "$(sums "$tmp/smoke.list" | wc -l)" = 1 ]
 check "--smoke --list: ${sum:-?} s of step limits in all (at most $budget), ${files:-?} files in OUT (at most 8)" $? \
     "exit $rc: $(cat "$tmp/smoke.list")"
-for want in build ops grad train-moe train-dense nccl-1proc bench; do
+for want in build ops grad train-moe train-dense train-gqa train-mla nccl-1proc bench; do
     [[ " $steps " == *" $want "* ]] || bad "--smoke --list: no step $want in: $steps"
 done
 bash "$script" --list > "$tmp/all.list" 2>&1
@@ -107,6 +109,11 @@ n=$(find "$tmp/r" -type f | wc -l)
     [ -z "$unreported" ] && [ -z "$nolog" ] && grep -q "^train-moe: pass" "$tmp/r/summary.txt"
 check "REHEARSE=1 --smoke: every listed step reported, OUT holds summary.txt and logs.tar.gz ($n files), every step's log in it" \
     $? "exit $rc; not reported:${unreported:-} no log:${nolog:-}; $(ls "$tmp/r" | tr '\n' ' '); $(tail -n 12 "$tmp/rehearse.out")"
+grep -A1 "^train-gqa: pass" "$tmp/r/summary.txt" | grep -qx "    gqa: decoding on cpu-ref, 100 bytes from the cache equal the full forward's" &&
+    grep -A1 "^train-mla: pass" "$tmp/r/summary.txt" | grep -qx "    mla: decoding on cpu-ref, 100 bytes from the cache equal the full forward's" &&
+    tar -tzf "$tmp/r/logs.tar.gz" | grep -qx "runs/mla-sample-full.txt"
+check "REHEARSE=1 --smoke: grouped-query and latent attention trained against cpu, and decoded from the cache as the full forward does" \
+    $? "$(grep -A2 '^train-\(gqa\|mla\)' "$tmp/r/summary.txt" 2> /dev/null)"
 
 rehearse "$tmp/f" ONLY='build|train-moe' RD_FAIL=train-moe
 rc=$?

@@ -11,7 +11,8 @@
 #   3. moe bench --decode: a CSV row per model and batch; the MoE's experts touched per step
 #      lie between k and E and near E (1 - (1 - k/E)^batch); tokens/s and the bytes a token
 #      positive; the dense twin touches none; a trained checkpoint is served with prompts from
-#      its validation shard
+#      its validation shard; the key-value cache's bytes a token for multi-head, grouped-query
+#      and latent attention (tiny, tiny-gqa, tiny-mla), and the key-value bytes a step reads
 #   4. bad bench options exit 2 with a message: --csv without --decode, a bad --batch list
 #      (an empty one, a trailing comma), a missing --ckpt, --profile with --decode, more steps
 #      than a context holds, --quant with --offload (before any model is built)
@@ -106,6 +107,25 @@ check "experts touched between k and E, within 20% of E (1 - (1 - k/E)^B); speed
 rc=$?
 [ $rc -eq 0 ] && grep -q "ckpt.bin *2 " "$tmp/bench.txt"
 check "bench --decode --ckpt serves a trained model" $? "status $rc: $(head -c 400 "$tmp/bench.txt")"
+# the cache's bytes a token (all layers) for the three attentions at tiny's size, side by side as
+# the handbook runs them: 2 L Hkv D floats for multi-head (tiny: 4 layers, 4 heads of 256 / 4)
+# and grouped-query attention (tiny-gqa: 2 key-value heads), L (kv_rank + rope_dim) for latent
+# attention (tiny-mla: 128 + 32); and the key-value bytes a step reads are those rows: at step s
+# (from 0) each of B sequences reads P + s + 1 positions and writes 1, so one step of no warm-up
+# moves B (P + 2) rows
+"$moe" bench --decode --config tiny --config tiny-gqa --config tiny-mla --batch 1 --steps 1 \
+    --warmup 0 --csv > "$tmp/attn.csv" 2> "$tmp/attn.err"
+rc=$?
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+    { want["tiny"] = 2 * 4 * 4 * 64 * 4; want["tiny-gqa"] = 2 * 4 * 2 * 64 * 4
+      want["tiny-mla"] = 4 * (128 + 32) * 4
+      got = $col["cache_bytes_token"]; rows = $col["batch"] * ($col["prompt"] + 2)
+      printf "%s: %s bytes a token (want %d), %s key-value bytes a step (want %d)\n", $1, got,
+          want[$1], $col["kv_bytes_step"], rows * want[$1]
+      if (got != want[$1] || $col["kv_bytes_step"] != rows * want[$1]) bad = 1; n++ }
+    END { exit bad || n != 3 }' "$tmp/attn.csv" > "$tmp/attn.txt" 2>&1
+check "bench --decode: the cache's bytes a token are 2 L Hkv D x 4 (tiny, tiny-gqa), L (kv_rank + rope_dim) x 4 (tiny-mla), and a step's key-value bytes follow" \
+    $((rc || $?)) "exit $rc: $(cat "$tmp/attn.txt" "$tmp/attn.err" | head -c 600)"
 
 # 4. bad bench options
 bad_bench() { # LABEL EXPECTED-WORDS ARGS...

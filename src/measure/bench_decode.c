@@ -52,6 +52,9 @@ typedef struct {
     double bytes_per_token;             /* weights read a step / B */
     double bound_s, roof;               /* (weights + cache) / bandwidth; bound_s / step_s */
     double resident_bytes, cache_bytes; /* every weight held; the key-value cache */
+    double cache_token_bytes;           /* the cache's bytes a token, all layers: 2 L Hkv D
+                                           floats, or L (kv_rank + rope_dim) for latent
+                                           attention */
     const char *experts;                /* how the experts were served: fp32, int8, int4, or
                                            offloaded ("offload") */
     int slots;                          /* offloaded: experts resident */
@@ -124,6 +127,8 @@ static void measure(DecodeRow *row, Model *m, ServedExperts *sx, const BenchOpti
     Decoder d;
     char err[512];
     if (decoder_init(&d, m, err, sizeof err) != 0) moe_input_error("bench --decode: %s", err);
+    /* a token's keys and values, as this attention caches them (decode.c) */
+    const double token_bytes = (double)d.cache_bytes / ((double)B * T);
     const int P = T / 2 < T - warm - steps ? T / 2 : T - warm - steps;
     int *prompts = (int *)malloc_check((size_t)B * P * sizeof(int));
     int *lens = (int *)malloc_check((size_t)B * sizeof(int));
@@ -151,7 +156,7 @@ static void measure(DecodeRow *row, Model *m, ServedExperts *sx, const BenchOpti
         if (s + 1 == warm && sx->slots) expert_cache_reset_stats(&sx->cache);
         if (s < warm) continue;
         times[s - warm] = now_seconds() - t0;
-        kv += 2.0 * L * (cached + B) * C * sizeof(float); /* keys and values read, new written */
+        kv += (cached + B) * token_bytes; /* the cache read, the new tokens' rows written */
         for (int l = 0; l < L; l++)
             if (m->state.blocks[l].moe)
                 for (int e = 0; e < c->num_experts; e++)
@@ -184,6 +189,7 @@ static void measure(DecodeRow *row, Model *m, ServedExperts *sx, const BenchOpti
     row->resident_bytes = (dense_floats(m, 0) + (double)MOE_VOCAB * C) * sizeof(float) +
                           (m->n_moe ? served_experts_bytes(sx, m) : 0.0);
     row->cache_bytes = (double)d.cache_bytes;
+    row->cache_token_bytes = token_bytes;
     free(times);
     free(prompts);
     free(lens);
@@ -201,10 +207,10 @@ static void write_table(FILE *out, const DecodeRow *rows, int n, double bandwidt
             device, threads, bandwidth / 1e9, n ? rows[0].experts : "fp32");
     if (n && rows[0].slots) fprintf(out, " through a cache of %d", rows[0].slots);
     fprintf(out, "\n\n");
-    fprintf(out, "%-14s %5s %9s %9s %8s %8s %7s %10s %8s %8s\n", "model", "batch", "prefill",
-            "decode", "step", "experts", "expect", "MB/token", "bound", "of bound");
-    fprintf(out, "%-14s %5s %9s %9s %8s %8s %7s %10s %8s %8s\n", "", "", "tok/s", "tok/s", "ms",
-            "touched", "", "(weights)", "ms", "");
+    fprintf(out, "%-14s %5s %9s %9s %8s %8s %7s %10s %9s %8s %8s\n", "model", "batch", "prefill",
+            "decode", "step", "experts", "expect", "MB/token", "KV bytes", "bound", "of bound");
+    fprintf(out, "%-14s %5s %9s %9s %8s %8s %7s %10s %9s %8s %8s\n", "", "", "tok/s", "tok/s", "ms",
+            "touched", "", "(weights)", "/token", "ms", "");
     for (int i = 0; i < n; i++) {
         const DecodeRow *r = &rows[i];
         char touched[16] = "-", expect[16] = "-";
@@ -212,33 +218,35 @@ static void write_table(FILE *out, const DecodeRow *rows, int n, double bandwidt
             snprintf(touched, sizeof touched, "%.2f", r->touched);
             snprintf(expect, sizeof expect, "%.2f", r->expected);
         }
-        fprintf(out, "%-14s %5d %9.0f %9.1f %8.2f %8s %7s %10.3f %8.2f %7.0f%%", r->name, r->B,
-                r->prefill_tok_s, r->decode_tok_s, r->step_s * 1e3, touched, expect,
-                r->bytes_per_token / 1e6, r->bound_s * 1e3, 100.0 * r->roof);
+        fprintf(out, "%-14s %5d %9.0f %9.1f %8.2f %8s %7s %10.3f %9.0f %8.2f %7.0f%%", r->name,
+                r->B, r->prefill_tok_s, r->decode_tok_s, r->step_s * 1e3, touched, expect,
+                r->bytes_per_token / 1e6, r->cache_token_bytes, r->bound_s * 1e3, 100.0 * r->roof);
         if (r->slots) fprintf(out, "  hits %.0f%%", 100.0 * r->hit_rate);
         fprintf(out, "\n");
     }
     fprintf(out, "\nexperts touched: distinct experts a step's MoE layer reads (of E), against "
-                 "E (1 - (1 - k/E)^batch) for independent uniform routing.\nbound: the step's "
-                 "bytes (weights read, key-value cache) over the memory bandwidth; of bound: how "
-                 "close the step comes to it (over 100%%: the\nbytes sat in a cache faster than "
-                 "memory, as a small model's do).\n");
+                 "E (1 - (1 - k/E)^batch) for independent uniform routing.\nKV bytes/token: the "
+                 "key-value cache's bytes a token, all layers (2 L Hkv D floats; latent "
+                 "attention: L (kv_rank + rope_dim)).\nbound: the step's bytes (weights read, "
+                 "key-value cache) over the memory bandwidth; of bound: how close the step comes "
+                 "to it (over 100%%: the\nbytes sat in a cache faster than memory, as a small "
+                 "model's do).\n");
 }
 
 static const char *const CSV_HEADER =
     "model,moe,experts,top_k,batch,prompt,steps,prefill_s,step_s,prefill_tok_s,decode_tok_s,"
     "experts_touched,experts_expected,weight_bytes_step,kv_bytes_step,weight_bytes_token,"
     "bound_s,of_bound,resident_bytes,cache_bytes,bandwidth_bytes_s,experts_as,slots,hit_rate,"
-    "loaded_bytes_step";
+    "loaded_bytes_step,cache_bytes_token";
 
 static void write_csv_row(FILE *out, const DecodeRow *r, double bandwidth) {
     fprintf(out,
             "%s,%d,%d,%d,%d,%d,%d,%.6g,%.6g,%.6g,%.6g,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g,%.4f,%.6g,"
-            "%.6g,%.6g,%s,%d,%.4f,%.6g\n",
+            "%.6g,%.6g,%s,%d,%.4f,%.6g,%.6g\n",
             r->name, r->moe, r->E, r->K, r->B, r->P, r->steps, r->prefill_s, r->step_s,
             r->prefill_tok_s, r->decode_tok_s, r->touched, r->expected, r->weight_bytes,
             r->kv_bytes, r->bytes_per_token, r->bound_s, r->roof, r->resident_bytes, r->cache_bytes,
-            bandwidth, r->experts, r->slots, r->hit_rate, r->loaded_bytes);
+            bandwidth, r->experts, r->slots, r->hit_rate, r->loaded_bytes, r->cache_token_bytes);
 }
 
 static void write_json_row(FILE *out, const DecodeRow *r, double bandwidth, const char *device,
@@ -254,12 +262,14 @@ static void write_json_row(FILE *out, const DecodeRow *r, double bandwidth, cons
                 r->expected);
     else
         fprintf(out, "\"experts_touched\": null, \"experts_expected\": null, ");
-    fprintf(out,
-            "\"weight_bytes_step\": %.6g, \"kv_bytes_step\": %.6g, \"weight_bytes_token\": %.6g, "
-            "\"bound_s\": %.6g, \"of_bound\": %.4f, \"resident_bytes\": %.6g, \"cache_bytes\": "
-            "%.6g, \"bandwidth_bytes_s\": %.6g, \"experts_as\": \"%s\", \"slots\": %d, ",
-            r->weight_bytes, r->kv_bytes, r->bytes_per_token, r->bound_s, r->roof,
-            r->resident_bytes, r->cache_bytes, bandwidth, r->experts, r->slots);
+    fprintf(
+        out,
+        "\"weight_bytes_step\": %.6g, \"kv_bytes_step\": %.6g, \"weight_bytes_token\": %.6g, "
+        "\"bound_s\": %.6g, \"of_bound\": %.4f, \"resident_bytes\": %.6g, \"cache_bytes\": "
+        "%.6g, \"cache_bytes_token\": %.6g, \"bandwidth_bytes_s\": %.6g, \"experts_as\": \"%s\", "
+        "\"slots\": %d, ",
+        r->weight_bytes, r->kv_bytes, r->bytes_per_token, r->bound_s, r->roof, r->resident_bytes,
+        r->cache_bytes, r->cache_token_bytes, bandwidth, r->experts, r->slots);
     if (r->slots)
         fprintf(out, "\"hit_rate\": %.4f, \"loaded_bytes_step\": %.6g}\n", r->hit_rate,
                 r->loaded_bytes);

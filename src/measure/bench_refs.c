@@ -11,19 +11,29 @@
 #include "model/params.h"
 
 static const RefConfig REFS[] = {
-    {"tiny", "tiny-dense", NULL, 256, 4, 4, 1024, 8, 512, 8, 256, 1},
-    {"tiny-dense", NULL, NULL, 256, 4, 4, 1024, 0, 0, 8, 256, 1},
-    {"small", "small-dense", NULL, 512, 4, 8, 2048, 8, 1024, 8, 256, 1},
-    {"small-dense", NULL, NULL, 512, 4, 8, 2048, 0, 0, 8, 256, 1},
+    {"tiny", "tiny-dense", NULL, 256, 4, 4, 1024, 8, 512, 8, 256, 1, NULL},
+    {"tiny-dense", NULL, NULL, 256, 4, 4, 1024, 0, 0, 8, 256, 1, NULL},
+    {"small", "small-dense", NULL, 512, 4, 8, 2048, 8, 1024, 8, 256, 1, NULL},
+    {"small-dense", NULL, NULL, 512, 4, 8, 2048, 0, 0, 8, 256, 1, NULL},
     /* tiny with 64 experts of the same size: the same active compute per token, 8 times the
      * expert parameters (where fine-grained MoEs go); run it with --config */
-    {"tiny-e64", "tiny-dense", "tiny", 256, 4, 4, 1024, 64, 512, 8, 256, 0},
-    {"test", "test-dense", NULL, 32, 2, 2, 64, 4, 32, 2, 32, 0},
-    {"test-dense", NULL, NULL, 32, 2, 2, 64, 0, 0, 2, 32, 0},
-    {"test-e16", "test-dense", "test", 32, 2, 2, 64, 16, 32, 2, 32, 0},
+    {"tiny-e64", "tiny-dense", "tiny", 256, 4, 4, 1024, 64, 512, 8, 256, 0, NULL},
+    {"test", "test-dense", NULL, 32, 2, 2, 64, 4, 32, 2, 32, 0, NULL},
+    {"test-dense", NULL, NULL, 32, 2, 2, 64, 0, 0, 2, 32, 0, NULL},
+    {"test-e16", "test-dense", "test", 32, 2, 2, 64, 16, 32, 2, 32, 0, NULL},
     /* a GPU's size: 16k tokens a step, about 36 TFLOP of products; run it with --config */
-    {"gpu-medium", "gpu-medium-dense", NULL, 2048, 8, 16, 4096, 8, 2048, 8, 2048, 0},
-    {"gpu-medium-dense", NULL, NULL, 2048, 8, 16, 4096, 0, 0, 8, 2048, 0},
+    {"gpu-medium", "gpu-medium-dense", NULL, 2048, 8, 16, 4096, 8, 2048, 8, 2048, 0, NULL},
+    {"gpu-medium-dense", NULL, NULL, 2048, 8, 16, 4096, 0, 0, 8, 2048, 0, NULL},
+    /* tiny's attention three ways, for bench --decode side by side: grouped-query heads (two
+     * key-value heads for the four query heads, normed queries and keys) cache half of tiny's
+     * keys and values; latent attention caches a latent of 128 channels and a rotated key of 32
+     * a token and layer, under a third of tiny's, with about as many attention weights as tiny
+     * (the heads' up-projections); run them with --config */
+    {"tiny-gqa", NULL, NULL, 256, 4, 4, 1024, 8, 512, 8, 256, 0,
+     "model.kv_heads = 2\nmodel.qk_norm = head\n"},
+    {"tiny-mla", NULL, NULL, 256, 4, 4, 1024, 8, 512, 8, 256, 0,
+     "model.attention = mla\nmla.kv_rank = 128\nmla.rope_dim = 32\nmla.nope_dim = 64\n"
+     "mla.v_dim = 64\n"},
 };
 #define N_REFS ((int)(sizeof REFS / sizeof REFS[0]))
 
@@ -52,6 +62,8 @@ static const char *const REF_ABOUT[] = {
     "test with 16 experts",
     "a GPU's size: 16k tokens a step",
     "gpu-medium's dense twin",
+    "tiny with grouped-query attention (2 key-value heads) and qk_norm",
+    "tiny with multi-head latent attention (kv_rank 128, rope_dim 32)",
 };
 _Static_assert(sizeof REF_ABOUT / sizeof REF_ABOUT[0] == sizeof REFS / sizeof REFS[0],
                "a description for every reference config");
@@ -68,11 +80,16 @@ void bench_preset_names(char *out, size_t len) {
 int bench_preset_text(const char *name, char *text, size_t len) {
     const RefConfig *r = bench_find_ref(name);
     if (!r) return -1;
-    snprintf(text, len,
-             "model.d_model = %d\nmodel.n_layer = %d\nmodel.n_head = %d\nmodel.d_ff = %d\n"
-             "moe.num_experts = %d\nmoe.top_k = 2\nmoe.d_expert = %d\nmoe.every = 1\n"
-             "moe.first_dense = 0\nmodel.seq_len = %d\ntrain.batch = %d\n",
-             r->d_model, r->n_layer, r->n_head, r->d_ff, r->num_experts, r->d_expert, r->T, r->B);
+    const int n =
+        snprintf(text, len,
+                 "model.d_model = %d\nmodel.n_layer = %d\nmodel.n_head = %d\nmodel.d_ff = %d\n"
+                 "moe.num_experts = %d\nmoe.top_k = 2\nmoe.d_expert = %d\nmoe.every = 1\n"
+                 "moe.first_dense = 0\nmodel.seq_len = %d\ntrain.batch = %d\n%s",
+                 r->d_model, r->n_layer, r->n_head, r->d_ff, r->num_experts, r->d_expert, r->T,
+                 r->B, r->attention ? r->attention : "");
+    /* a preset cut short would be a different model: the callers' buffers must hold it */
+    if (n < 0 || (size_t)n >= len)
+        moe_fatal("preset %s: its settings do not fit %zu bytes", name, len);
     return 0;
 }
 

@@ -19,6 +19,9 @@ typedef struct {
     const char *fewer; /* the same active compute with fewer experts (fine-grained), or NULL */
     int d_model, n_layer, n_head, d_ff, num_experts, d_expert, B, T;
     int listed; /* run when no --config is given */
+    /* the attention's settings beyond multi-head attention of d_model / n_head channels a head
+     * (config_write's lines), or NULL */
+    const char *attention;
 } RefConfig;
 
 /* The median of n values (sorts x in place). */

@@ -7,7 +7,9 @@
 #
 #   --smoke      the first check on a GPU, within 8 minutes of step limits, the build included:
 #                the build for this GPU's architecture alone, the ops and the gradients against
-#                the CPU, a short MoE and a dense training against the CPU's losses, NCCL at one
+#                the CPU, a short MoE and a dense training against the CPU's losses, the same for
+#                grouped-query attention with qk_norm and for latent attention, each then
+#                decoded on the GPU from the cache against the full forward, NCCL at one
 #                process, one bench
 #   --part NAME  one part of the full check (each within 8 minutes of step limits, the build
 #                included, so that each fits one short call on a GPU machine of its own)
@@ -28,8 +30,11 @@
 #   sanitize compute-sanitizer memcheck and racecheck over the ops, where the tool exists
 #   train    the same short runs on cpu and cuda: dense, MoE, padded capacity, expert choice,
 #            sigmoid scores with seq_aux and aux-free balancing, shared experts, chapter 5's
-#            stability methods; every step's losses and gradient norm within 2e-3 (relative),
-#            as tests/test_backends.sh asks of cpu-ref
+#            stability methods, grouped-query attention (heads of their own width, qk_norm)
+#            and latent attention; every step's losses and gradient norm within 2e-3
+#            (relative), as tests/test_backends.sh asks of cpu-ref; the two new attentions'
+#            GPU checkpoints then sample 100 bytes at temperature 0 from the key-value cache
+#            and with the full forward at every byte (moe sample --no-cache): the same bytes
 #   replay   the cpu runs' routing recorded and replayed on the GPU (moe train
 #            --record-routing / --replay-routing): the flip rate the GPU's own top-k shows, and
 #            every step within 5e-4 once flips are replayed away
@@ -42,7 +47,9 @@
 #            within 2e-3 of the 1-process GPU run
 #   bench    moe bench --device cuda: tiny, small and gpu-medium (with its dense twin) in fp32,
 #            gpu-medium with the experts' loop, in tf32 and in bf16; the decode part: moe bench
-#            --decode of small and gpu-medium with their dense twins
+#            --decode of small and gpu-medium with their dense twins, and of tiny, tiny-gqa and
+#            tiny-mla (multi-head, grouped-query and latent attention: their caches' bytes a
+#            token and their speeds)
 # A step that fails is run again once, with CUDA_LAUNCH_BLOCKING=1 (each launch waits, so an
 # error is reported by the call that made it) under compute-sanitizer's memcheck where the tool
 # exists, within what is left of the profile's 8 minutes once the later steps' limits are set
@@ -90,6 +97,8 @@ sanitize-memcheck   330 memcheck             compute-sanitizer memcheck over tes
 sanitize-racecheck  330 racecheck            compute-sanitizer racecheck over test_backend_ops
 train-dense          30 smoke,train          a dense run on cpu and on the GPU: every step within 2e-3
 train-moe            40 smoke,train          an MoE run (8 experts, top-2) on cpu and on the GPU: every step within 2e-3
+train-gqa            30 smoke,train          grouped-query attention (2 key-value heads of their own width) with qk_norm, cpu against the GPU; the GPU's cached decoding against its full forward
+train-mla            30 smoke,train          multi-head latent attention, cpu against the GPU; the GPU's cached decoding (the latent cache) against its full forward
 train-capacity       40 train                padded capacity, cpu against the GPU
 train-expert-choice  40 train                expert choice, cpu against the GPU
 train-aux-free       40 train                sigmoid scores, aux-free balancing, cpu against the GPU
@@ -115,12 +124,13 @@ bench-fp32-loop      60 bench                gpu-medium with the experts' loop
 bench-tf32           60 bench                gpu-medium and its dense twin in tf32
 bench-bf16           60 bench                gpu-medium and its dense twin in bf16
 bench-decode        150 decoding             moe bench --decode of small and its dense twin
+bench-decode-attn    45 decoding             moe bench --decode of tiny, tiny-gqa and tiny-mla: the three attentions' caches side by side
 bench-decode-medium 150 decoding             moe bench --decode of gpu-medium and its dense twin, batches 1, 4, 16
 PLAN
 }
 part_about() {
     case $1 in
-        smoke) echo "the first check on a GPU: build, ops, a short MoE and dense training, NCCL, a bench" ;;
+        smoke) echo "the first check on a GPU: build, ops, a short MoE and dense training, grouped-query and latent attention (trained, decoded), NCCL, a bench" ;;
         ops) echo "the op suites on the GPU: ops, gradients, NCCL's collectives, decoding" ;;
         memcheck) echo "compute-sanitizer memcheck over the ops" ;;
         racecheck) echo "compute-sanitizer racecheck over the ops" ;;
@@ -289,6 +299,24 @@ replay_pair() { # NAME SETTINGS...: the CPU's routing replayed on the GPU (route
     echo "$diff"
     echo "= $name with replay: $(echo "$diff" | tail -n 1)"
     return $rc
+}
+train_decode() { # NAME SETTINGS...: train_pair, then the GPU run's checkpoint decoded on the GPU
+    # from the key-value cache and with the full forward at every byte (moe sample --no-cache):
+    # at temperature 0 the same bytes, over 100 bytes of a 64-token context (restarted twice)
+    local name=$1 ckpt=$work/runs/$1-gpu/ckpt.bin
+    train_pair "$@" || return 1
+    local how full=()
+    for how in cache full; do
+        [ $how = full ] && full=(--no-cache)
+        $moe sample --ckpt "$ckpt" --prompt "the " --tokens 100 --temperature 0 \
+            ${full[@]+"${full[@]}"} > "$work/runs/$name-sample-$how.txt" || return 1
+    done
+    if cmp "$work/runs/$name-sample-cache.txt" "$work/runs/$name-sample-full.txt"; then
+        echo "= $name: decoding on $RD_GPU, 100 bytes from the cache equal the full forward's"
+    else
+        echo "= $name: decoding on $RD_GPU, the cache's bytes differ from the full forward's"
+        return 1
+    fi
 }
 moe_gpu() { # train-moe's GPU run, the reference of the steps below, made where a part lacks it
     [ -e "$work/runs/moe-gpu/train.csv" ] && return 0
@@ -557,10 +585,17 @@ run_named() {
         train-* | replay-*)
             need_data
             local fn=train_pair variant=${name#*-} env=()
+            case $variant in gqa | mla) fn=train_decode ;; esac
             [ "${name%%-*}" = replay ] && fn=replay_pair
             local set=("${moe_set[@]}")
             case $variant in
                 dense) set=(--set moe.num_experts=0) ;;
+                # the new attention: 2 key-value heads for the 4 query heads, each of 32 channels
+                # (not d_model / n_head), normed queries and keys; latent attention with queries
+                # through their own latent
+                gqa) set+=(--set model.kv_heads=2 --set model.head_dim=32 --set model.qk_norm=head) ;;
+                mla) set+=(--set model.attention=mla --set mla.q_rank=32 --set mla.kv_rank=32
+                           --set mla.rope_dim=8 --set mla.nope_dim=8 --set mla.v_dim=16) ;;
                 capacity) set+=(--set moe.capacity_factor=1.0 --set moe.padded=1) ;;
                 expert-choice) set+=(--set moe.routing=expert_choice --set moe.balance=none) ;;
                 aux-free) set+=(--set moe.score=sigmoid --set moe.balance=aux_free) ;;
@@ -617,6 +652,7 @@ run_named() {
                     bench-fp32-loop) args+=(--config gpu-medium) env=(MOE_CUDA_EXPERTS=loop) ;;
                     bench-tf32 | bench-bf16) args+=(--precision "${name#bench-}" --config gpu-medium --config gpu-medium-dense) ;;
                     bench-decode) args=(--decode "${args[@]}" --config small --config small-dense) ;;
+                    bench-decode-attn) args=(--decode "${args[@]}" --config tiny --config tiny-gqa --config tiny-mla) ;;
                     bench-decode-medium) args=(--decode "${args[@]}" --config gpu-medium --config gpu-medium-dense --batch "1,4,16") ;;
                 esac
             fi
