@@ -102,12 +102,13 @@ static void fill_gain(float *w, int C, unsigned long long seed) {
     for (int c = 0; c < C; c++) w[c] += 1.0f;
 }
 
-/* "N = 3, C = 8, H = 2, kv_rank = 6, nope_dim = 4, rope_dim = 2, v_dim = 3" */
+/* "N = 3, C = 8, H = 2, kv_rank = 6, nope_dim = 4, rope_dim = 2, v_dim = 3" (without N when
+ * N is 0: the tasks of one query) */
 static const char *dims_text(char *buf, size_t len, const LabMlaDims *d, int N) {
-    snprintf(buf, len,
-             "N = %d, C = %d, H = %d, kv_rank = %d, nope_dim = %d, rope_dim = %d, "
-             "v_dim = %d",
-             N, d->C, d->H, d->kv_rank, d->nope_dim, d->rope_dim, d->v_dim);
+    int at = N > 0 ? snprintf(buf, len, "N = %d, ", N) : 0;
+    snprintf(buf + at, len - (size_t)at,
+             "C = %d, H = %d, kv_rank = %d, nope_dim = %d, rope_dim = %d, v_dim = %d", d->C, d->H,
+             d->kv_rank, d->nope_dim, d->rope_dim, d->v_dim);
     return buf;
 }
 
@@ -277,7 +278,7 @@ START_TEST(absorb_matches_engine) {
             fill_guarded(q_lat, (size_t)KR, NAN);
             LAB_CALL(lab_absorb_query(q_lat, q_nope, Wkv_b, h, d));
             snprintf(what, sizeof what, "head %d (%s) against the engine", h,
-                     dims_text(dims, sizeof dims, d, 1));
+                     dims_text(dims, sizeof dims, d, 0));
             EXPECT_TABLE(q_lat, want, 1, KR, "q_lat", what);
         }
     }
@@ -369,7 +370,7 @@ START_TEST(scores_equal_full_attention) {
                      "head %d (%s, Tc = %d): the absorbed scores must equal the full q . k / "
                      "sqrt(D) with the head's keys (the scale is the full key's, D = nope_dim + "
                      "rope_dim = %d, not the cached row's kv_rank + rope_dim = %d)",
-                     h, dims_text(dims, sizeof dims, d, 1), T, D, W);
+                     h, dims_text(dims, sizeof dims, d, 0), T, D, W);
             EXPECT_TABLE(scores, want, 1, T, "scores", what);
         }
     }
