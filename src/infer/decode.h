@@ -37,7 +37,8 @@ typedef struct {
     int *pos, *step_rows, *lens; /* (B) backend: kv.pos, kv.rows, kv.lens */
     float *logits;      /* (B, V) host: each sequence's next-token logits, after its last prefill or
                            step */
-    size_t cache_bytes; /* the cache's bytes: 2 L B T C floats (and the draft module's) */
+    size_t cache_bytes; /* the cache's bytes: 2 L B T Hkv D floats, or latent attention's
+                           L B T (kv_rank + rope_dim) (and the draft module's) */
     /* a draft (decoder_draft_open): multi-token prediction's first module, its block's keys and
      * values in the cache's layer L; draft_logits (V) host, its last draft's logits */
     int draft;
