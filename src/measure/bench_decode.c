@@ -112,12 +112,43 @@ static void greedy_bytes(int *next, const float *logits, int B) {
     }
 }
 
+/* A row's bytes a step from what its steps touched (touched: experts a step over the MoE
+ * blocks; kv: the cache's bytes read and written a step), and the bound they set at the
+ * bandwidth. */
+static void row_bytes(DecodeRow *row, Model *m, ServedExperts *sx, double touched, double kv,
+                      double bandwidth) {
+    const Config *c = &m->cfg;
+    const int B = row->B, steps = row->steps, C = c->d_model;
+    row->moe = m->n_moe > 0, row->E = c->num_experts, row->K = c->top_k;
+    /* an expert's bytes as served: a step reads each touched one whole */
+    const double expert_bytes =
+        m->n_moe ? served_experts_bytes(sx, m) /
+                       (sx->slots ? sx->cache.slots : (double)m->n_moe * c->num_experts)
+                 : 0.0;
+    row->touched = row->moe ? touched / m->n_moe : NAN;
+    row->expected =
+        row->moe ? c->num_experts * (1.0 - pow(1.0 - (double)c->top_k / c->num_experts, B)) : NAN;
+    row->weight_bytes = dense_floats(m, B) * sizeof(float) +
+                        (row->moe ? row->touched * m->n_moe * expert_bytes : 0.0);
+    row->kv_bytes = kv;
+    row->bytes_per_token = row->weight_bytes / B;
+    row->experts = sx->slots ? "offload" : quant_format_name(sx->format);
+    row->slots = sx->slots ? sx->cache.slots : 0;
+    row->hit_rate = sx->slots ? expert_cache_hit_rate(&sx->cache) : NAN;
+    row->loaded_bytes = sx->slots ? (double)sx->cache.bytes_loaded / steps : 0.0;
+    /* a miss reads its record and writes it into a slot */
+    row->bound_s = (row->weight_bytes + row->kv_bytes + 2.0 * row->loaded_bytes) / bandwidth;
+    row->roof = row->bound_s / row->step_s;
+    row->resident_bytes = (dense_floats(m, 0) + (double)MOE_VOCAB * C) * sizeof(float) +
+                          (m->n_moe ? served_experts_bytes(sx, m) : 0.0);
+}
+
 /* One model at one batch: prefill, warm-up steps, timed steps (each appends the greedy byte).
  * The experts served as sx says. */
 static void measure(DecodeRow *row, Model *m, ServedExperts *sx, const BenchOptions *o,
                     const Shard *val, double bandwidth) {
     const Config *c = &m->cfg;
-    const int B = m->state.B, T = m->state.T, L = c->n_layer, C = c->d_model;
+    const int B = m->state.B, T = m->state.T, L = c->n_layer;
     const int warm = o->warmup, steps = o->steps;
     if (warm + steps > T - 1)
         moe_input_error("bench --decode: %d warm-up and %d timed steps do not fit %s's context of "
@@ -163,33 +194,12 @@ static void measure(DecodeRow *row, Model *m, ServedExperts *sx, const BenchOpti
                     touched += m->state.blocks[l].moe->route.routed[e] > 0;
     }
     row->B = B, row->P = P, row->steps = steps;
-    row->moe = m->n_moe > 0, row->E = c->num_experts, row->K = c->top_k;
     row->step_s = bench_median(times, steps);
     row->prefill_tok_s = (double)B * P / row->prefill_s;
     row->decode_tok_s = B / row->step_s;
-    /* an expert's bytes as served: a step reads each touched one whole */
-    const double expert_bytes =
-        m->n_moe ? served_experts_bytes(sx, m) /
-                       (sx->slots ? sx->cache.slots : (double)m->n_moe * c->num_experts)
-                 : 0.0;
-    row->touched = row->moe ? touched / ((double)steps * m->n_moe) : NAN;
-    row->expected =
-        row->moe ? c->num_experts * (1.0 - pow(1.0 - (double)c->top_k / c->num_experts, B)) : NAN;
-    row->weight_bytes = dense_floats(m, B) * sizeof(float) +
-                        (row->moe ? row->touched * m->n_moe * expert_bytes : 0.0);
-    row->kv_bytes = kv / steps;
-    row->bytes_per_token = row->weight_bytes / B;
-    row->experts = sx->slots ? "offload" : quant_format_name(sx->format);
-    row->slots = sx->slots ? sx->cache.slots : 0;
-    row->hit_rate = sx->slots ? expert_cache_hit_rate(&sx->cache) : NAN;
-    row->loaded_bytes = sx->slots ? (double)sx->cache.bytes_loaded / steps : 0.0;
-    /* a miss reads its record and writes it into a slot */
-    row->bound_s = (row->weight_bytes + row->kv_bytes + 2.0 * row->loaded_bytes) / bandwidth;
-    row->roof = row->bound_s / row->step_s;
-    row->resident_bytes = (dense_floats(m, 0) + (double)MOE_VOCAB * C) * sizeof(float) +
-                          (m->n_moe ? served_experts_bytes(sx, m) : 0.0);
     row->cache_bytes = (double)d.cache_bytes;
     row->cache_token_bytes = token_bytes;
+    row_bytes(row, m, sx, touched / steps, kv / steps, bandwidth);
     free(times);
     free(prompts);
     free(lens);
