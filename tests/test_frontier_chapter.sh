@@ -12,7 +12,7 @@
 #      and decoding from the cache gives the full forward's logits; qk-norm keeps the queries'
 #      and keys' RMS at about 1 (the norm's unit gains after a few steps); group-limited routing
 #      with topk_group=1 reaches exactly one process a token
-#   3. the program's bad input exits 2 with a message: a missing checkpoint, --ep that does not
+#   3. the program alone on fresh models (the same text again) and on a checkpoint; its bad input exits 2 with a message: a missing checkpoint, --ep that does not
 #      divide the experts, an unknown option
 # The dist.ep=4 runs (part 3 of the script) need Open MPI and are left out of the smoke mode.
 
@@ -75,6 +75,9 @@ awk -F, '$1 == "group" { ok = $11 == 1 && $13 <= 1 } END { exit !ok }' "$out/sum
 check "group (topk_group=1): one process a token, at most one other it sends to" $? "$(grep '^group' "$out/summary.csv")"
 
 # 3. the program alone, and its bad input
+"$prog" > "$tmp/fresh.txt" 2>&1 && cmp -s "$tmp/fresh.txt" "$out/frontier.txt" &&
+    grep -q "^1\. parameters and the key-value cache" "$tmp/fresh.txt" && grep -q "^3\. published shapes" "$tmp/fresh.txt"
+check "the program on fresh models: its three parts, the same as the script's frontier.txt" $? "$(head -n 5 "$tmp/fresh.txt")"
 ckpt=runs/ch10-mha-smoke/ckpt.bin
 "$prog" --ckpt "$ckpt" --step 12 > "$tmp/rows" 2>&1
 [ $? -eq 0 ] && [ "$(wc -l < "$tmp/rows")" -eq 3 ] && head -n 1 "$tmp/rows" | grep -q '^run,step,layer,max_attn_logit'

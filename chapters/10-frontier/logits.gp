@@ -10,9 +10,12 @@ load 'chapters/series.gp'
 set multiplot layout 1, 2 title 'Chapter 10: the logits as training goes (one validation batch, largest over the blocks)'
 set xlabel 'optimizer step'
 set key top left
-set ylabel 'largest attention logit q.k/sqrt(D)'
+# a log scale: the hot run's logits are a hundred times the others'
+set logscale y
+set ylabel 'largest attention logit q.k/sqrt(D) (log scale)'
 plot for [i = 1:words(names)] sprintf('%s/%s.logits', dir, word(names, i)) \
      using 1:2 with linespoints lt distinct(i) lw 2 title word(names, i)
+unset logscale y
 set ylabel 'largest |router logit|'
 plot for [i = 1:words(names)] sprintf('%s/%s.logits', dir, word(names, i)) \
      using 1:3 with linespoints lt distinct(i) lw 2 title word(names, i)
