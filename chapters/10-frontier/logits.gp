@@ -10,7 +10,7 @@ load 'chapters/series.gp'
 set multiplot layout 1, 2 title 'Chapter 10: the logits as training goes (one validation batch, largest over the blocks)'
 set xlabel 'optimizer step'
 set key top left
-# a log scale: the hot run's logits are a hundred times the others'
+# a log scale: the hot run's logits are tens of times the others'
 set logscale y
 set ylabel 'largest attention logit q.k/sqrt(D) (log scale)'
 plot for [i = 1:words(names)] sprintf('%s/%s.logits', dir, word(names, i)) \
