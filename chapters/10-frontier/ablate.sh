@@ -82,7 +82,7 @@ train_legs() {
   for leg in 1 2 3 4; do
     until=$((steps * leg / 4))
     local stop=()
-    [ $leg = 4 ] || stop=(--until $until)
+    [ $leg = 4 ] || stop=(--until "$until")
     local rc=0
     if [ $leg = 1 ]; then
       # shellcheck disable=SC2046 # warmup_sets prints options (quick and smoke only)
@@ -120,7 +120,7 @@ fi
 mpi_steps=20
 mpi_model=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set model.seq_len=32
            --set model.d_ff=64 --set moe.d_expert=32 --set train.batch=4 --set train.eval_every=0
-           --set train.ckpt_every=0 --set train.warmup=2 --set train.steps=$mpi_steps)
+           --set train.ckpt_every=0 --set train.warmup=2 --set "train.steps=$mpi_steps")
 if [ "$summarize_only" = 0 ] && [ $use_mpi = 1 ] && wants mpi; then
   if command -v mpicc > /dev/null && command -v mpirun > /dev/null; then
     make --no-print-directory mpi > /dev/null
