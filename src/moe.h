@@ -25,7 +25,8 @@
  *                      (experts served from elsewhere: infer/ below); the rest is the
  *                      orchestration's own
  *   model/inspect.h    what the last forward computed, block by block: model_is_moe,
- *                      model_block_view (the residual stream), model_route_view (the router's
+ *                      model_block_view (the residual stream), model_attn_view (the queries
+ *                      and keys the attention took), model_route_view (the router's
  *                      logits and choices, each expert's assignments), model_router_logits,
  *                      model_moe_weights, model_expert_similarity
  *   model/profile.h    the op profiler: prof_enabled, prof_reset, prof_total, prof_name

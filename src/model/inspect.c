@@ -17,6 +17,16 @@ BlockView model_block_view(const Model *m, int layer) {
                        .ffn_out = a->ffn_out};
 }
 
+AttnView model_attn_view(const Model *m, int layer) {
+    const BlockActs *a = &m->state.blocks[layer];
+    return (AttnView){.N = m->state.N_last,
+                      .H = m->cfg.n_head,
+                      .Hkv = config_kv_heads(&m->cfg),
+                      .D = config_head_dim(&m->cfg),
+                      .q = a->q,
+                      .k = a->k};
+}
+
 RouteView model_route_view(const Model *m, int layer) {
     if (!model_is_moe(m, layer)) return (RouteView){0};
     const MoeActs *a = m->state.blocks[layer].moe;

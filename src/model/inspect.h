@@ -29,6 +29,16 @@ typedef struct {
 } BlockView;
 BlockView model_block_view(const Model *m, int layer);
 
+/* Block `layer`'s queries and keys in the last forward, as the attention op took them: after
+ * model.qk_norm and RoPE, latent attention's assembled from its latents. A logit is
+ * q[n, h] . k[n', h / (H / Hkv)] / sqrt(D). */
+typedef struct {
+    int N, H, Hkv, D; /* tokens, query heads, key heads, channels of a query or key head */
+    const float *q;   /* (N, H D) */
+    const float *k;   /* (N, Hkv D) */
+} AttnView;
+AttnView model_attn_view(const Model *m, int layer);
+
 /* MoE block `layer`'s routing in the last forward (every field 0 or NULL in a dense block). */
 typedef struct {
     int N, E, A;         /* tokens, experts, assignments a token (K; E with expert choice) */

@@ -1,0 +1,270 @@
+#!/usr/bin/env bash
+# Chapter 10: the frontier block. Its attention (MHA, GQA, MLA), norms on queries and keys, and
+# group-limited routing, each trained beside the chapter's baseline.
+#
+#   bash chapters/10-frontier/ablate.sh            # the handbook's numbers (200 steps an arm)
+#   bash chapters/10-frontier/ablate.sh --quick    # 50 steps an arm
+#   bash chapters/10-frontier/ablate.sh --smoke    # every arm for 12 steps of a tiny model (the test)
+#   bash chapters/10-frontier/ablate.sh --summarize [--quick]   # only redo tables and figures
+#   bash chapters/10-frontier/ablate.sh --only NAME              # (re)train one arm
+#   bash chapters/10-frontier/ablate.sh --no-mpi  # leave out the dist.ep=4 runs (part 3)
+#
+# The baseline (mha) is the engine's default model at half its batch: 4 blocks of width 128, 4
+# heads of 32 channels, 8 experts top-2 of hidden 256 in every block, batch 8 x 128 bytes, lr
+# 3e-3. Arms:
+#   mha, mha-seed2, mha-seed3   the baseline, three values of train.seed (the spread)
+#   gqa                         model.kv_heads=2: two key-value heads shared by two queries each
+#   mla                         model.attention=mla: a latent of 64, a rotated key of 16, heads
+#                               of 32 + 16 query-key and 32 value channels (about MHA's
+#                               parameters, chapters/10-frontier/frontier.c counts them)
+#   qk-head                     model.qk_norm=head
+#   mha-hot, qk-hot             the baseline and qk-head at a learning rate of 2e-2 and no
+#                               gradient clipping, where the logits grow
+#   group                       moe.n_group=4 moe.topk_group=1: a token's two experts from one
+#                               group of two (DeepSeek-V3's node limit, at this size)
+# Each arm trains in four legs (--until at 1/4, 1/2, 3/4, then --resume: bit-exact), and after
+# each build/chapters/10-frontier/frontier reads its checkpoint: the largest attention logit,
+# the queries' and keys' RMS, the largest router logit, block by block (logits.csv). Then
+# moe bench --decode times mha, gqa and mla from their checkpoints at batch 1 and 16
+# (decode.csv). Part 3 (quick and full, with Open MPI; build/mpi/moe): the chapter's smallest
+# model (width 32, 2 blocks) under dist.ep=4 on 4 processes, unrestricted and group, 20 steps:
+# the exchange's bytes from dist.csv (mpi.csv).
+# Into plots/10-frontier[-quick|-smoke]/: summary.csv, summary.md, curves.csv, logits.csv,
+# decode.csv, cache.csv and frontier.txt (the program on fresh models), mpi.csv, provenance.txt,
+# val_loss.png, logits.png, final_loss.png.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+here=chapters/10-frontier
+usage_text="[--quick | --smoke] [--summarize] [--only NAME]... [--no-mpi]"
+. chapters/lib.sh
+
+use_mpi=1
+args=()
+for a in "$@"; do
+  if [ "$a" = --no-mpi ]; then use_mpi=0; else args+=("$a"); fi
+done
+ablate_args ${args[@]+"${args[@]}"}
+[ "$mode" != smoke ] || use_mpi=0 # the smoke test runs without MPI (tests/test_frontier_chapter.sh)
+steps=$(by_mode 200 50 12)
+BASE=(--set train.batch=8) # before the smoke mode's own batch (TRAIN_SETS)
+ablate_build
+make --no-print-directory "${MOE_BUILD:-build}/chapters/10-frontier/frontier" > /dev/null 2>&1 || true
+prog=$(dirname "$moe")/chapters/10-frontier/frontier
+[ -x "$prog" ] || { echo "no $prog: make chapters builds it" >&2; exit 2; }
+out=plots/10-frontier$suffix
+mkdir -p "$out" runs
+
+ARMS=("mha|" "mha-seed2|train.seed=2" "mha-seed3|train.seed=3"
+      "gqa|model.kv_heads=2"
+      "mla|model.attention=mla mla.kv_rank=64 mla.rope_dim=16 mla.nope_dim=32 mla.v_dim=32"
+      "qk-head|model.qk_norm=head"
+      "mha-hot|train.lr=2e-2 train.clip=0"
+      "qk-hot|model.qk_norm=head train.lr=2e-2 train.clip=0"
+      "group|moe.n_group=4 moe.topk_group=1")
+# the smoke model (2 heads of 16 channels): one key-value head; latent attention of a latent of
+# 16 and heads of 8 + 8 query-key and 16 value channels
+if [ "$mode" = smoke ]; then
+  ARMS[3]="gqa|model.kv_heads=1"
+  ARMS[4]="mla|model.attention=mla mla.kv_rank=16 mla.rope_dim=8 mla.nope_dim=8 mla.v_dim=16"
+fi
+names=()
+for a in "${ARMS[@]}"; do names+=("${a%%|*}"); done
+check_only "${names[@]}" mpi
+run_of() { echo "runs/ch10-$1$suffix"; }
+
+# train_legs NAME SETTINGS: the arm in four legs, the program on each leg's checkpoint
+train_legs() {
+  local name=$1 dir sets=() kv leg until
+  dir=$(run_of "$name")
+  for kv in $2; do sets+=(--set "$kv"); done
+  rm -rf "$dir"
+  echo "== $name ($steps steps): ${2:-the baseline}"
+  for leg in 1 2 3 4; do
+    until=$((steps * leg / 4))
+    local stop=()
+    [ $leg = 4 ] || stop=(--until "$until")
+    local rc=0
+    if [ $leg = 1 ]; then
+      # shellcheck disable=SC2046 # warmup_sets prints options (quick and smoke only)
+      "$moe" train --out "$dir" --quiet "${BASE[@]}" "${MODEL_SETS[@]}" "${TRAIN_SETS[@]}" $(warmup_sets $steps) \
+        --set train.steps=$steps --set train.eval_every=$((steps / 6)) ${sets[@]+"${sets[@]}"} \
+        "${EXTRA_SETS[@]}" "${stop[@]}" > "$dir.log" 2>&1 || rc=$?
+    else
+      "$moe" train --resume "$dir" --quiet "${stop[@]}" >> "$dir.log" 2>&1 || rc=$?
+    fi
+    echo $rc > "$dir/exit_status"
+    if [ $rc != 0 ]; then
+      echo "   $name stopped in leg $leg with status $rc (3: diverged); $dir.log has why"
+      return 0
+    fi
+    "$prog" --ckpt "$dir/ckpt.bin" --step $until --csv "$dir/logits.csv" > /dev/null
+  done
+}
+
+if [ "$summarize_only" = 0 ]; then
+  for a in "${ARMS[@]}"; do
+    wants "${a%%|*}" && train_legs "${a%%|*}" "${a#*|}"
+  done
+  if [ ${#only[@]} -eq 0 ]; then
+    echo "== the program on fresh models"
+    "$prog" --out "$out" > "$out/frontier.txt"
+    echo "== decoding: mha, gqa, mla"
+    if [ "$mode" = smoke ]; then timing=(--steps 2 --warmup 1); else timing=(); fi
+    "$moe" bench --decode --ckpt "$(run_of mha)/ckpt.bin" --ckpt "$(run_of gqa)/ckpt.bin" \
+      --ckpt "$(run_of mla)/ckpt.bin" --batch 1,16 ${timing[@]+"${timing[@]}"} --csv |
+      sed "s|^runs/ch10-\([a-z]*\)$suffix/ckpt.bin,|\1,|" > "$out/decode.csv"
+  fi
+fi
+
+# ---- part 3: the exchange under dist.ep=4 ---------------------------------------------------
+mpi_steps=20
+mpi_model=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set model.seq_len=32
+           --set model.d_ff=64 --set moe.d_expert=32 --set train.batch=4 --set train.eval_every=0
+           --set train.ckpt_every=0 --set train.warmup=2 --set "train.steps=$mpi_steps")
+if [ "$summarize_only" = 0 ] && [ $use_mpi = 1 ] && wants mpi; then
+  if command -v mpicc > /dev/null && command -v mpirun > /dev/null; then
+    make --no-print-directory mpi > /dev/null
+    for g in topk group; do
+      dir=$(run_of ep4-$g)
+      rm -rf "$dir"
+      gsets=()
+      [ $g = topk ] || gsets=(--set moe.n_group=4 --set moe.topk_group=1)
+      echo "== dist.ep=4, $g ($mpi_steps steps of the smallest model, 4 processes)"
+      # --bind-to none: Open MPI would pin the four processes to cores one by one
+      OMP_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun --bind-to none -np 4 \
+        build/mpi/moe train --out "$dir" --quiet "${mpi_model[@]}" --set dist.ep=4 \
+        --set train.threads=1 ${gsets[@]+"${gsets[@]}"} "${EXTRA_SETS[@]}" > "$dir.log" 2>&1 ||
+        { echo "$0: the dist.ep=4 run failed; $dir.log has why (--no-mpi leaves it out)" >&2; exit 1; }
+    done
+  else
+    echo "== no Open MPI (make deps): part 3 left out"
+  fi
+fi
+
+# ---- summary ---------------------------------------------------------------------------------
+dirs=()
+pairs_all=()
+for n in "${names[@]}"; do dirs+=("$(run_of "$n")"); pairs_all+=("$n=$(run_of "$n")"); done
+if ! require_runs "$0" "${dirs[@]}"; then
+  [ "$summarize_only" = 1 ] && exit 2
+  exit 0
+fi
+for f in frontier.txt cache.csv decode.csv; do
+  [ -s "$out/$f" ] || { echo "$0: no $out/$f: run the script without --summarize or --only first" >&2; exit 2; }
+done
+
+# the validation loss at the last evaluation, the mean step time over the second half (ms)
+last_val() { awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $c["val_loss"] != "" { v = $c["val_loss"] } END { print v }' "$1/train.csv"; }
+step_ms() {
+  local bt
+  bt=$(awk -F' = ' '$1 == "train.batch" { b = $2 } $1 == "model.seq_len" { t = $2 } END { print b * t }' "$1/config.txt")
+  awk -F, -v bt="$bt" -v s="$steps" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+      $1 > s / 2 && $c["tok_per_s"] > 0 { t += bt / $c["tok_per_s"]; n++ } END { printf "%.1f", n ? 1000 * t / n : 0 }' "$1/train.csv"
+}
+{
+  echo "arm,params,active,val_loss,step_ms,exit_status,max_attn_logit,q_rms,k_rms,router_max_logit,procs_per_token,remote_rows_per_token,remote_procs_per_token"
+  for n in "${names[@]}"; do
+    d=$(run_of "$n")
+    read -r total active < <("$moe" plan --config "$d/config.txt" --json |
+      sed 's/.*"total": \([0-9]*\), "active": [0-9]*, "active_with_embedding": \([0-9]*\).*/\1 \2/')
+    # the last leg's row of every block: the largest attention and router logits over the
+    # blocks, the RMS and the processes' means
+    stats=$(awk -F, 'NR > 1 { s = $2 } NR > 1 { r[NR] = $0 } END {
+        for (i in r) { split(r[i], f, ","); if (f[2] != s) continue
+          if (n == 0 || f[4] > ma) ma = f[4]; q += f[5]; k += f[6]; if (n == 0 || f[7] > mr) mr = f[7]
+          p += f[8]; rr += f[9]; rp += f[10]; n++ }
+        if (n) printf "%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f", ma, q / n, k / n, mr, p / n, rr / n, rp / n
+        else printf ",,,,,," }' "$d/logits.csv" 2> /dev/null || echo ",,,,,,")
+    echo "$n,$total,$active,$(last_val "$d"),$(step_ms "$d"),$(cat "$d/exit_status"),$stats"
+  done
+} > "$out/summary.csv"
+{
+  echo "arm,step,layer,max_attn_logit,q_rms,k_rms,router_max_logit,procs_per_token,remote_rows_per_token,remote_procs_per_token"
+  for n in "${names[@]}"; do tail -n +2 "$(run_of "$n")/logits.csv" 2> /dev/null | sed "s/^[^,]*,/$n,/"; done
+} > "$out/logits.csv"
+write_curves "$out/curves.csv" "${pairs_all[@]}"
+mpi_have=0
+{
+  echo "arm,steps,bytes_sent_step,rows_out_remote_step,rows_in_step"
+  for g in topk group; do
+    d=$(run_of ep4-$g)
+    [ -f "$d/dist.csv" ] || continue
+    awk -F, -v g=$g 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+        $c["layer"] >= 0 { b += $c["bytes_sent"]; r += $c["rows_out_remote"]; ri += $c["rows_in"]; s[$1] = 1 }
+        END { n = 0; for (x in s) n++; printf "%s,%d,%.0f,%.1f,%.1f\n", g, n, b / n, r / n, ri / n }' "$d/dist.csv"
+  done
+} > "$out/mpi.csv"
+[ "$(wc -l < "$out/mpi.csv")" -gt 1 ] && mpi_have=1
+
+# cell CSV KEY COLUMN
+cell() { awk -F, -v k="$2" -v col="$3" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $1 == k { print $c[col] }' "$1"; }
+{
+  echo "# Chapter 10: the frontier block"
+  echo
+  echo "Every arm: $steps steps of the engine's default model (4 blocks of width 128, 4 heads, 8 experts top-2 of hidden 256, batch 8 x 128 bytes) unless its settings say otherwise$([ "$mode" = smoke ] && echo ", here at the smoke size (width 32, 2 blocks)")."
+  echo
+  echo "| arm | settings | params | active | val loss | step ms | exit | max attention logit | q RMS | k RMS | max router logit |"
+  echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  for a in "${ARMS[@]}"; do
+    n=${a%%|*}
+    awk -F, -v n="$n" -v s="${a#*|}" 'NR > 1 && $1 == n { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", n, s == "" ? "(baseline)" : s, $2, $3, $4, $5, $6, $7, $8, $9, $10 }' "$out/summary.csv"
+  done
+  echo
+  echo "Params and active: moe plan's counts (active with the embedding). Val loss at the last evaluation; step ms the mean over the second half of the steps; exit the run's status (3: diverged). The logits and RMS: frontier.c on the last checkpoint, one validation batch of 4 sequences; the largest over the blocks (the RMS their mean)."
+  echo
+  seed_note mha val_loss "$out/summary.csv"
+  echo
+  echo "## The key-value cache and decoding"
+  echo
+  echo "| model | batch | decode tok/s | cache bytes | step ms |"
+  echo "| --- | ---: | ---: | ---: | ---: |"
+  awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+      { printf "| %s | %d | %.0f | %.0f | %.2f |\n", $1, $c["batch"], $c["decode_tok_s"], $c["cache_bytes"], 1000 * $c["step_s"] }' "$out/decode.csv"
+  echo
+  echo "The program on fresh models of the chapter's shape (frontier.txt; cache.csv):"
+  echo
+  echo '```'
+  cat "$out/frontier.txt"
+  echo '```'
+  echo
+  echo "## Group-limited routing under expert parallelism"
+  echo
+  echo "Where the rows of the trained models would go over 4 processes (frontier.c; a token's processes, its rows to other processes, and those processes), mean over the blocks:"
+  echo
+  echo "| arm | processes a token reaches | rows sent away a token | processes sent to a token |"
+  echo "| --- | ---: | ---: | ---: |"
+  for n in mha group; do
+    awk -F, -v n="$n" 'NR > 1 && $1 == n { printf "| %s | %s | %s | %s |\n", n, $11, $12, $13 }' "$out/summary.csv"
+  done
+  echo
+  if [ $mpi_have = 1 ]; then
+    echo "The engine's exchange under dist.ep=4 (4 processes, $mpi_steps steps of width 32 and 2 blocks, batch 4 x 32 each; dist.csv, every block and process, a step):"
+    echo
+    echo "| arm | bytes sent a step | rows sent away a step | rows the experts ran a step |"
+    echo "| --- | ---: | ---: | ---: |"
+    awk -F, 'NR > 1 { printf "| %s | %.0f | %.1f | %.1f |\n", $1, $3, $4, $5 }' "$out/mpi.csv"
+    echo
+    echo "The exchange sends one row per (token, expert) (src/model/ep.h): grouping bounds the processes a token reaches, not the bytes."
+  else
+    echo "No dist.ep=4 runs here (without Open MPI, with --no-mpi, or in the smoke mode)."
+  fi
+  echo
+  provenance_note "${pairs_all[@]}"
+} > "$out/summary.md"
+write_provenance "$out" "${pairs_all[@]}"
+
+# ---- figures ---------------------------------------------------------------------------------
+tmpd=$(mktemp -d)
+trap 'rm -rf "$tmpd"' EXIT
+for n in "${names[@]}"; do
+  awk -F, -v n="$n" '$1 == n { print $2, $3 }' "$out/curves.csv" > "$tmpd/$n.val"
+  # a step's largest attention and router logits over the blocks
+  awk -F, -v n="$n" '$1 == n { if (!($2 in a) || $4 > a[$2]) a[$2] = $4; if (!($2 in r) || $7 > r[$2]) r[$2] = $7 }
+      END { for (s in a) print s, a[s], r[s] }' "$out/logits.csv" | sort -n > "$tmpd/$n.logits"
+done
+gnuplot -e "dir='$tmpd'; names='${names[*]}'; out='$out/val_loss.png'" $here/val_loss.gp
+gnuplot -e "dir='$tmpd'; names='mha qk-head mha-hot qk-hot gqa mla'; out='$out/logits.png'" $here/logits.gp
+final_loss_figure "$out/final_loss.png" "chapter 10: final validation loss ($steps steps)" mha val_loss \
+  "$out/summary.csv" "${names[@]}"
+cat "$out/summary.md"
+echo "wrote $out/: summary.csv summary.md curves.csv logits.csv decode.csv cache.csv frontier.txt mpi.csv provenance.txt val_loss.png logits.png final_loss.png"
