@@ -106,6 +106,16 @@ elif cmd == "rope":  # MOEC.safetensors HF.safetensors C H [HKV D]: layer 0's q 
     E = hm["layers.0.moe.w_gate"]["shape"][0]
     ok = ok and v == vh and e1[len(e1) // E:2 * len(e1) // E] == w1 and q != qh
     print("ok" if ok else "not the documented permutation")
+elif cmd == "gain":  # MOEC HF MOEC-NAME HF-NAME HEADS D: a norm's gain, its channels paired as the rows
+    hm, _, dm = read(sys.argv[2]); hh, _, dh = read(sys.argv[3]); H, D = int(sys.argv[6]), int(sys.argv[7])
+    m, h_ = tensor(hm, dm, sys.argv[4]), tensor(hh, dh, sys.argv[5])
+    ok = m != h_ and len(m) == 4 * H * D and all(
+        h_[4 * (h * D + half * D // 2 + i):4 * (h * D + half * D // 2 + i + 1)] ==
+        m[4 * (h * D + 2 * i + half):4 * (h * D + 2 * i + half + 1)]
+        for h in range(H) for i in range(D // 2) for half in range(2))
+    print("ok" if ok else "not the documented permutation")
+elif cmd == "shape":  # FILE NAME: the tensor's shape
+    print(read(sys.argv[2])[0][sys.argv[3]]["shape"])
 elif cmd == "tokenizer":  # tokenizer.json: token i is byte i's character (GPT-2's table)
     vocab = json.load(open(sys.argv[2]))["model"]["vocab"]
     bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
@@ -206,6 +216,65 @@ py edit "$tmp/bare-gqa/config.json" moe_c_config null
     "$moe" info --ckpt "$tmp/bare-gqa.bin" 2>&1 | grep -q "kv_heads.*2"
 check "grouped-query heads from config.json alone: model.kv_heads 2, the same validation loss" $? \
     "$(cat "$tmp/out")"
+
+# Qwen3-MoE (model.qk_norm=head: a norm on each head of the queries and keys, its gain shared by
+# the heads) with grouped heads of their own width, a dense first block (mlp_only_layers) and
+# gates left unnormalised (norm_topk_prob false); OLMoE (model.qk_norm=full: a norm over the whole
+# projection)
+train qwen3 --set model.qk_norm=head --set model.kv_heads=2 --set model.head_dim=12 \
+    --set model.n_layer=3 --set moe.first_dense=1 --set moe.norm_topk=0
+train olmoe --set model.qk_norm=full --set model.kv_heads=2
+for kind in qwen3 olmoe; do
+    "$moe" export --ckpt "$tmp/$kind/ckpt.bin" --format hf --out "$tmp/hf-$kind" > "$tmp/out" 2>&1 &&
+        "$moe" import --format hf --from "$tmp/hf-$kind" --out "$tmp/$kind-hf.bin" > "$tmp/out2" 2>&1 &&
+        "$moe" export --ckpt "$tmp/$kind/ckpt.bin" --out "$tmp/$kind.st" > /dev/null 2>&1 &&
+        "$moe" import --from "$tmp/$kind.st" --out "$tmp/$kind-st.bin" > /dev/null 2>&1 &&
+        cmp -s "$tmp/$kind-hf.bin" "$tmp/$kind-st.bin"
+    check "$kind: export --format hf then import --format hf = export then import, bit for bit" $? \
+        "$(cat "$tmp/out" "$tmp/out2")"
+    cp -r "$tmp/hf-$kind" "$tmp/bare-$kind"
+    py edit "$tmp/bare-$kind/config.json" moe_c_config null
+    "$moe" import --format hf --from "$tmp/bare-$kind" --out "$tmp/bare-$kind.bin" --set "data.val=$data/val.bin" \
+        --set train.batch=4 > "$tmp/out" 2>&1 &&
+        a=$(val_of "$tmp/$kind/ckpt.bin") && [ -n "$a" ] && [ "$(val_of "$tmp/bare-$kind.bin")" = "$a" ]
+    check "$kind: from config.json alone, the validation loss is the original's ($a)" $? "$(cat "$tmp/out")"
+done
+cfg=$tmp/hf-qwen3/config.json
+for field in '"architectures": \["Qwen3MoeForCausalLM"\]' '"model_type": "qwen3_moe"' '"num_experts": 8,' \
+    '"moe_intermediate_size": 24,' '"intermediate_size": 48,' '"norm_topk_prob": false,' \
+    '"mlp_only_layers": \[0\],' '"decoder_sparse_step": 1,' '"num_key_value_heads": 2,' '"head_dim": 12,'; do
+    grep -q "$field" "$cfg" || break
+done
+check "qwen3: config.json says Qwen3MoeForCausalLM, 8 experts of 24, dense blocks of 48 (block 0), unnormalised gates, 2 key-value heads of 12" \
+    $? "missing $field: $(head -n 30 "$cfg")"
+cfg=$tmp/hf-olmoe/config.json
+grep -q '"architectures": \["OlmoeForCausalLM"\]' "$cfg" && grep -q '"model_type": "olmoe"' "$cfg" &&
+    grep -q '"num_experts": 8,' "$cfg" && grep -q '"intermediate_size": 24,' "$cfg" &&
+    grep -q '"norm_topk_prob": true,' "$cfg" && grep -q '"clip_qkv": null,' "$cfg" &&
+    grep -q '"num_key_value_heads": 2,' "$cfg"
+check "olmoe: config.json says OlmoeForCausalLM, 8 experts of 24, renormalised gates, no clipping, 2 key-value heads" \
+    $? "$(head -n 30 "$cfg")"
+names=$(py names "$tmp/hf-qwen3/model.safetensors")
+grep -qx 'model.layers.0.mlp.gate_proj.weight' <<< "$names" && grep -qx 'model.layers.1.mlp.gate.weight' <<< "$names" &&
+    grep -qx 'model.layers.2.mlp.experts.7.down_proj.weight' <<< "$names" &&
+    grep -qx 'model.layers.1.self_attn.k_norm.weight' <<< "$names" &&
+    [ "$(wc -l <<< "$names")" -eq $((3 + (2 + 4 + 2 + 3) + 2 * (2 + 4 + 2 + 1 + 24))) ] &&
+    [ "$(py shape "$tmp/hf-qwen3/model.safetensors" model.layers.0.self_attn.q_norm.weight)" = "[12]" ]
+check "qwen3: the tensors under Qwen3-MoE's names (mlp.gate, mlp.experts.E.*_proj, a dense block's mlp.*_proj, q_norm of a head's 12)" \
+    $? "$(head -n 5 <<< "$names")"
+names=$(py names "$tmp/hf-olmoe/model.safetensors")
+grep -qx 'model.layers.1.mlp.experts.7.up_proj.weight' <<< "$names" &&
+    [ "$(wc -l <<< "$names")" -eq $((3 + 2 * (2 + 4 + 2 + 1 + 24))) ] &&
+    [ "$(py shape "$tmp/hf-olmoe/model.safetensors" model.layers.0.self_attn.q_norm.weight)" = "[32]" ] &&
+    [ "$(py shape "$tmp/hf-olmoe/model.safetensors" model.layers.0.self_attn.k_norm.weight)" = "[16]" ]
+check "olmoe: the tensors under OLMoE's names, q_norm over the whole projection (32), k_norm over the key heads' (16)" \
+    $? "$(head -n 5 <<< "$names")"
+got=$(py gain "$tmp/qwen3.st" "$tmp/hf-qwen3/model.safetensors" layers.0.attn.q_norm model.layers.0.self_attn.q_norm.weight 1 12 2>&1)
+[ "$got" = ok ]
+check "qwen3: the norm's gain on a head's queries, its channels permuted as the rotary rows" $? "$got"
+got=$(py gain "$tmp/olmoe.st" "$tmp/hf-olmoe/model.safetensors" layers.0.attn.k_norm model.layers.0.self_attn.k_norm.weight 2 8 2>&1)
+[ "$got" = ok ]
+check "olmoe: the norm's gain on the keys, each key head's channels permuted as its rotary rows" $? "$got"
 
 # ---- 2. without moe_c_config -----------------------------------------------------------
 echo "test_hf: a folder without moe.c's settings"
@@ -309,7 +378,14 @@ refuse_export "a dense block first" "moe.first_dense" --set moe.first_dense=1
 refuse_export "a capacity at evaluation" "moe.capacity_factor" --set moe.capacity_factor=1.25
 refuse_export "a bf16 router" "moe.router_precision" --set moe.router_precision=bf16
 refuse_export "sandwich norms" "model.norm=sandwich" --set model.norm=sandwich --set moe.num_experts=0
-refuse_export "norms on queries and keys" "model.qk_norm=head" --set model.qk_norm=head
+refuse_export "norms on queries and keys in a dense model" "model.qk_norm=head in a dense model" \
+    --set model.qk_norm=head --set moe.num_experts=0
+refuse_export "Qwen3-MoE with aux-free biases" "aux_free.*Qwen3MoeForCausalLM" --set model.qk_norm=head \
+    --set moe.balance=aux_free
+refuse_export "OLMoE with a dense block" "moe.first_dense.*OlmoeForCausalLM" --set model.qk_norm=full \
+    --set moe.first_dense=1
+refuse_export "OLMoE with heads of their own width" "model.head_dim=12: OLMoE" --set model.qk_norm=full \
+    --set model.head_dim=12
 refuse_export "latent attention" "model.attention=mla" --set model.attention=mla --set mla.kv_rank=8 \
     --set mla.rope_dim=4 --set mla.nope_dim=4 --set mla.v_dim=8
 refuse_export "group-limited routing" "moe.n_group" --set moe.n_group=2 --set moe.topk_group=1
@@ -352,6 +428,18 @@ cp -r "$tmp/v5" "$tmp/case"
 refuse_import "a rotary type other than default" "rope_type is not default" rope_parameters \
     '{"rope_theta": 10000.0, "rope_type": "yarn"}'
 refuse_import "another model type" "model_type \"qwen2\"" model_type '"qwen2"'
+cp -r "$tmp/bare-olmoe" "$tmp/case"
+refuse_import "OLMoE's clipping of q, k, v" "clip_qkv clips" clip_qkv 8
+cp -r "$tmp/bare-olmoe" "$tmp/case"
+refuse_import "OLMoE with a head_dim of its own" "head_dim (12) is not hidden_size / num_attention_heads" head_dim 12
+cp -r "$tmp/bare-qwen3" "$tmp/case"
+refuse_import "Qwen3-MoE with a dense last block" "mlp_only_layers and decoder_sparse_step place" \
+    mlp_only_layers '[2]'
+cp -r "$tmp/bare-qwen3" "$tmp/case"
+refuse_import "Qwen3-MoE's mlp_only_layers of strings" "mlp_only_layers holds a string" mlp_only_layers '["0"]'
+cp -r "$tmp/bare-qwen3" "$tmp/case"
+py edit "$tmp/case/config.json" sliding_window 8
+refuse_import "Qwen3-MoE with a short sliding window in use" "sliding_window (8) is below" use_sliding_window true
 refuse_import "an odd head_dim" "head_dim (7) is odd" head_dim 7
 refuse_import "tie_word_embeddings in quotes" '"tie_word_embeddings" is a string; it must be true or false' \
     tie_word_embeddings '"true"'

@@ -45,19 +45,39 @@ int hf_export(const Model *m, const char *dir, char *err, int errlen);
  * loaders disagree on which of the two is the head). Returns 0, or -1. */
 int hf_read(SafeTensors *st, const char *dir, char *err, int errlen);
 
-/* The Hugging Face name of moe.c's tensor name (expert e of a stacked one) into out; *rope: its
- * rows are a query matrix's (HF_ROPE_QUERY) or a key matrix's (HF_ROPE_KEY), else 0. 0, or -1
- * for a tensor the layout has no place for. */
-enum { HF_ROPE_QUERY = 1, HF_ROPE_KEY = 2 };
-int hf_tensor_name(const char *name, int e, char *out, size_t n, int *rope);
+/* The families of the layout, each one architecture of transformers (hf_architecture). */
+typedef enum { HF_LLAMA, HF_MIXTRAL, HF_QWEN3_MOE, HF_OLMOE, HF_DEEPSEEK_V3 } HfFamily;
 
-/* The heads of the matrix *rope names: the query heads, or the key-value heads. */
-static inline int hf_rope_heads(const Config *c, int rope) {
-    return rope == HF_ROPE_KEY ? config_kv_heads(c) : c->n_head;
-}
+/* The family a model of settings c is written as: the only one that can express its attention
+ * (latent attention: DeepSeek-V3; model.qk_norm=head: Qwen3-MoE; model.qk_norm=full: OLMoE),
+ * else Mixtral for an MoE and Llama for a dense model. hf_export_check then says whether that
+ * family can express the rest. */
+HfFamily hf_family(const Config *c);
+const char *hf_architecture(HfFamily f); /* "MixtralForCausalLM", ... */
+const char *hf_model_type(HfFamily f);   /* config.json's model_type: "mixtral", ... */
 
-/* The rows of an (H D, C) query or key matrix from moe.c's rotary pairs (2i, 2i+1) of each of
- * its H heads of D channels to Hugging Face's (i, i + D/2) (to_hf = 1), or back (to_hf = 0). */
-void hf_rope_rows(float *dst, const float *src, int H, int D, int C, int to_hf);
+/* The rows of a moe.c tensor turned by the rotary embedding, which moe.c pairs (2i, 2i+1) and
+ * the layout (i, i + rot/2): heads groups of span rows, in each of which rows [off, off + rot)
+ * rotate (heads 0: none). */
+typedef struct {
+    int heads, span, off, rot;
+} HfPlace;
+
+/* The Hugging Face name of moe.c's tensor name (expert e of a stacked one) in family f into
+ * out, and its rotary rows. 0, or -1 for a tensor the family has no place for. */
+int hf_tensor_name(const Config *c, HfFamily f, const char *name, int e, char *out, size_t n,
+                   HfPlace *p);
+
+/* Why DeepSeek-V3 (latent attention) is refused both ways. */
+#define HF_DEEPSEEK_V3_WHY                                                                         \
+    "transformers' DeepseekV3ForCausalLM normalises the latents of its latent attention "         \
+    "(q_a_layernorm, kv_a_layernorm) with an epsilon of 1e-6 whatever rms_norm_eps says, and "     \
+    "moe.c with 1e-5, so neither computes the other's function; moe.c does not convert "          \
+    "DeepSeek-V3 models"
+
+/* The rows of a matrix of rows of C floats from moe.c's rotary pairs (2i, 2i+1) to Hugging
+ * Face's (i, i + rot/2) (to_hf = 1), or back (to_hf = 0), as p says (p->heads > 0); the rows
+ * that do not rotate are copied. */
+void hf_rope_rows(float *dst, const float *src, const HfPlace *p, int C, int to_hf);
 
 #endif
