@@ -114,6 +114,44 @@ elif cmd == "gain":  # MOEC HF MOEC-NAME HF-NAME HEADS D: a norm's gain, its cha
         m[4 * (h * D + 2 * i + half):4 * (h * D + 2 * i + half + 1)]
         for h in range(H) for i in range(D // 2) for half in range(2))
     print("ok" if ok else "not the documented permutation")
+elif cmd == "close":  # A B PATTERN: every tensor of A in B with the same bytes, and no other, but
+    # those whose name ends in PATTERN, which must agree to a float's rounding (relative 2.5e-7)
+    import array
+    ha, _, da = read(sys.argv[2]); hb, _, db = read(sys.argv[3]); pat = tuple(sys.argv[4].split(","))
+    def near(n):
+        x, y = array.array("f", tensor(ha, da, n)), array.array("f", tensor(hb, db, n))
+        return len(x) == len(y) and all(abs(a - b) <= 2.5e-7 * abs(a) for a, b in zip(x, y))
+    bad = [n for n in ha if n not in hb or not (tensor(ha, da, n) == tensor(hb, db, n) or (n.endswith(pat) and near(n)))]
+    bad += [n for n in hb if n not in ha]
+    print("ok" if not bad else "differ: " + ", ".join(bad[:5]))
+elif cmd == "kv_a":  # MOEC HF KR R: layer 0's kv_a_proj_with_mqa: attn.wkv_a times sqrt(0.1), then attn.wk_rope as it is
+    import array
+    hm, _, dm = read(sys.argv[2]); hh, _, dh = read(sys.argv[3]); KR, R = int(sys.argv[4]), int(sys.argv[5])
+    kv = array.array("f", tensor(hh, dh, "model.layers.0.self_attn.kv_a_proj_with_mqa.weight"))
+    a = array.array("f", tensor(hm, dm, "layers.0.attn.wkv_a")); r = tensor(hm, dm, "layers.0.attn.wk_rope")
+    C = len(a) // KR
+    ok = len(kv) == (KR + R) * C and kv[KR * C:].tobytes() == r and all(
+        abs(kv[i] - a[i] * 0.1 ** 0.5) <= 2.5e-7 * abs(a[i]) for i in range(KR * C))
+    print("ok" if ok else "not wkv_a scaled over wk_rope")
+elif cmd == "halves":  # FILE H D NOPE R KR: DeepSeek-V3's rotary rows from pairs (2i, 2i+1) to halves (i, i + R/2)
+    h, meta, d = read(sys.argv[2]); H, D, NOPE, R, KR = map(int, sys.argv[3:8])
+    def turn(blob, starts, C):
+        rows = [blob[i * 4 * C:(i + 1) * 4 * C] for i in range(len(blob) // (4 * C))]
+        out = rows[:]
+        for s in starts:
+            for i in range(R // 2):
+                for half in range(2):
+                    out[s + half * R // 2 + i] = rows[s + 2 * i + half]
+        return b"".join(out)
+    keep = {}
+    for n in h:
+        blob, C = tensor(h, d, n), h[n]["shape"][-1]
+        if n.endswith("q_b_proj.weight") or n.endswith("q_proj.weight"):
+            blob = turn(blob, [k * D + NOPE for k in range(H)], C)
+        elif n.endswith("kv_a_proj_with_mqa.weight"):
+            blob = turn(blob, [KR], C)
+        keep[n] = (h[n], blob)
+    write(sys.argv[2], h, {"format": "pt"}, keep)
 elif cmd == "shape":  # FILE NAME: the tensor's shape
     print(read(sys.argv[2])[0][sys.argv[3]]["shape"])
 elif cmd == "tokenizer":  # tokenizer.json: token i is byte i's character (GPT-2's table)
@@ -276,6 +314,70 @@ got=$(py gain "$tmp/olmoe.st" "$tmp/hf-olmoe/model.safetensors" layers.0.attn.k_
 [ "$got" = ok ]
 check "olmoe: the norm's gain on the keys, each key head's channels permuted as its rotary rows" $? "$got"
 
+# DeepSeek-V3 (model.attention=mla): latent attention with a latent for the queries too, sigmoid
+# scores with aux-free biases (e_score_correction_bias), group-limited routing, a scale, a shared
+# expert, a dense first block. Its latents' projections are written scaled (transformers
+# normalises the latents with an epsilon of 1e-6, moe.c with 1e-5), so those two come back to a
+# float's rounding, every other tensor bit for bit
+mla=(--set model.attention=mla --set mla.q_rank=12 --set mla.kv_rank=8 --set mla.rope_dim=4
+     --set mla.nope_dim=6 --set mla.v_dim=10)
+train deepseek "${mla[@]}" --set model.n_layer=3 --set moe.score=sigmoid --set moe.balance=aux_free \
+    --set moe.num_shared=1 --set moe.n_group=4 --set moe.topk_group=2 --set moe.first_dense=1 \
+    --set moe.route_scale=2.5
+"$moe" export --ckpt "$tmp/deepseek/ckpt.bin" --format hf --out "$tmp/hf-deepseek" > "$tmp/out" 2>&1 &&
+    "$moe" import --format hf --from "$tmp/hf-deepseek" --out "$tmp/deepseek-hf.bin" > "$tmp/out2" 2>&1 &&
+    "$moe" export --ckpt "$tmp/deepseek/ckpt.bin" --out "$tmp/deepseek.st" > /dev/null 2>&1 &&
+    "$moe" export --ckpt "$tmp/deepseek-hf.bin" --out "$tmp/deepseek-back.st" > /dev/null 2>&1 &&
+    got=$(py close "$tmp/deepseek.st" "$tmp/deepseek-back.st" attn.wq_a,attn.wkv_a 2>&1) && [ "$got" = ok ] &&
+    [ "$(py names "$tmp/deepseek-back.st" | grep -c 'moe.router_bias$')" -eq 2 ]
+check "deepseek: out and back, every tensor and aux-free bias bit for bit but the latents' projections, to rounding" \
+    $? "$got $(cat "$tmp/out" "$tmp/out2")"
+a=$(val_of "$tmp/deepseek/ckpt.bin")
+[ -n "$a" ] && [ "$(val_of "$tmp/deepseek-hf.bin")" = "$a" ]
+check "deepseek: out and back, the validation loss is the original's ($a)" $? "$(val_of "$tmp/deepseek-hf.bin")"
+cfg=$tmp/hf-deepseek/config.json
+for field in '"architectures": \["DeepseekV3ForCausalLM"\]' '"model_type": "deepseek_v3"' \
+    '"n_routed_experts": 8,' '"n_shared_experts": 1,' '"moe_intermediate_size": 24,' \
+    '"intermediate_size": 48,' '"first_k_dense_replace": 1,' '"routed_scaling_factor": 2.5,' \
+    '"n_group": 4,' '"topk_group": 2,' '"norm_topk_prob": true,' '"q_lora_rank": 12,' \
+    '"kv_lora_rank": 8,' '"qk_rope_head_dim": 4,' '"qk_nope_head_dim": 6,' '"v_head_dim": 10,' \
+    '"rope_interleave": true,' '"num_nextn_predict_layers": 0,' '"num_key_value_heads": 4,'; do
+    grep -q "$field" "$cfg" || break
+done
+check "deepseek: config.json says DeepseekV3ForCausalLM, 8 experts of 24 and one shared, a dense block of 48, groups, scale, the latent ranks and head sizes" \
+    $? "missing $field: $(head -n 40 "$cfg")"
+names=$(py names "$tmp/hf-deepseek/model.safetensors")
+grep -qx 'model.layers.0.mlp.gate_proj.weight' <<< "$names" &&
+    grep -qx 'model.layers.1.mlp.gate.e_score_correction_bias' <<< "$names" &&
+    grep -qx 'model.layers.2.mlp.experts.7.down_proj.weight' <<< "$names" &&
+    grep -qx 'model.layers.1.mlp.shared_experts.up_proj.weight' <<< "$names" &&
+    grep -qx 'model.layers.0.self_attn.q_a_layernorm.weight' <<< "$names" &&
+    grep -qx 'model.layers.0.self_attn.kv_b_proj.weight' <<< "$names" &&
+    [ "$(wc -l <<< "$names")" -eq $((3 + (2 + 7 + 3) + 2 * (2 + 7 + 2 + 24 + 3))) ] &&
+    [ "$(py shape "$tmp/hf-deepseek/model.safetensors" model.layers.0.self_attn.kv_a_proj_with_mqa.weight)" = "[12, 32]" ]
+check "deepseek: the tensors under DeepSeek-V3's names (q_a_proj, kv_a_proj_with_mqa of 8 + 4 rows, kv_b_proj, the router's correction bias, shared_experts)" \
+    $? "$(head -n 5 <<< "$names")"
+got=$(py kv_a "$tmp/deepseek.st" "$tmp/hf-deepseek/model.safetensors" 8 4 2>&1)
+[ "$got" = ok ]
+check "deepseek: kv_a_proj_with_mqa is attn.wkv_a times sqrt(0.1) over attn.wk_rope as it is" $? "$got"
+cp -r "$tmp/hf-deepseek" "$tmp/bare-deepseek"
+py edit "$tmp/bare-deepseek/config.json" moe_c_config null
+"$moe" import --format hf --from "$tmp/bare-deepseek" --out "$tmp/bare-deepseek.bin" --set "data.val=$data/val.bin" \
+    --set train.batch=4 > "$tmp/out" 2>&1 && [ "$(val_of "$tmp/bare-deepseek.bin")" = "$a" ] &&
+    "$moe" info --ckpt "$tmp/bare-deepseek.bin" 2>&1 | grep -q "balance = aux_free"
+check "deepseek: from config.json alone, aux-free biases and the validation loss the original's ($a)" $? \
+    "$(cat "$tmp/out")"
+# rope_interleave false: the rotary rows paired by halves, as other checkpoints have them
+cp -r "$tmp/bare-deepseek" "$tmp/halves"
+py edit "$tmp/halves/config.json" rope_interleave false
+py halves "$tmp/halves/model.safetensors" 4 10 6 4 8
+"$moe" import --format hf --from "$tmp/halves" --out "$tmp/halves.bin" > "$tmp/out" 2>&1 &&
+    "$moe" export --ckpt "$tmp/halves.bin" --out "$tmp/halves.st" > /dev/null 2>&1 &&
+    "$moe" export --ckpt "$tmp/bare-deepseek.bin" --out "$tmp/bare-deepseek.st" > /dev/null 2>&1 &&
+    got=$(py same-tensors "$tmp/halves.st" "$tmp/bare-deepseek.st") && [ "$got" = ok ]
+check "deepseek: rope_interleave false, its rotary rows paired by halves, is the same model, bit for bit" $? \
+    "$got $(cat "$tmp/out")"
+
 # ---- 2. without moe_c_config -----------------------------------------------------------
 echo "test_hf: a folder without moe.c's settings"
 for kind in moe dense; do
@@ -386,8 +488,11 @@ refuse_export "OLMoE with a dense block" "moe.first_dense.*OlmoeForCausalLM" --s
     --set moe.first_dense=1
 refuse_export "OLMoE with heads of their own width" "model.head_dim=12: OLMoE" --set model.qk_norm=full \
     --set model.head_dim=12
-refuse_export "latent attention" "model.attention=mla" --set model.attention=mla --set mla.kv_rank=8 \
-    --set mla.rope_dim=4 --set mla.nope_dim=4 --set mla.v_dim=8
+refuse_export "latent attention with softmax scores" "moe.score=softmax: DeepSeek-V3" "${mla[@]}"
+refuse_export "latent attention without a shared expert" "moe.num_shared=0: DeepSeek-V3" "${mla[@]}" \
+    --set moe.score=sigmoid
+refuse_export "latent attention with MoE blocks every other block" "moe.every.*DeepseekV3ForCausalLM" \
+    "${mla[@]}" --set moe.score=sigmoid --set moe.num_shared=1 --set moe.every=2
 refuse_export "group-limited routing" "moe.n_group" --set moe.n_group=2 --set moe.topk_group=1
 before=$(cksum < "$tmp/hf-moe/model.safetensors")
 "$moe" export --ckpt "$tmp/dense/ckpt.bin" --format hf --out "$tmp/hf-moe" > "$tmp/out" 2>&1
@@ -428,6 +533,16 @@ cp -r "$tmp/v5" "$tmp/case"
 refuse_import "a rotary type other than default" "rope_type is not default" rope_parameters \
     '{"rope_theta": 10000.0, "rope_type": "yarn"}'
 refuse_import "another model type" "model_type \"qwen2\"" model_type '"qwen2"'
+cp -r "$tmp/bare-deepseek" "$tmp/case"
+py add "$tmp/case/model.safetensors" model.layers.3.eh_proj.weight
+refuse_import "DeepSeek-V3's multi-token prediction layer" "multi-token prediction layer (model.layers.3" "" ""
+cp -r "$tmp/bare-deepseek" "$tmp/case"
+refuse_import "DeepSeek-V3 without q_lora_rank" 'has no "q_lora_rank"' q_lora_rank null
+cp -r "$tmp/bare-deepseek" "$tmp/case"
+refuse_import "DeepSeek-V3 without shared experts" '"n_shared_experts" is 0' n_shared_experts 0
+cp -r "$tmp/bare-deepseek" "$tmp/case"
+py drop "$tmp/case/model.safetensors" model.layers.2.mlp.gate.e_score_correction_bias
+refuse_import "DeepSeek-V3 without a correction bias" "no tensor 'model.layers.2.mlp.gate.e_score_correction_bias'" "" ""
 cp -r "$tmp/bare-olmoe" "$tmp/case"
 refuse_import "OLMoE's clipping of q, k, v" "clip_qkv clips" clip_qkv 8
 cp -r "$tmp/bare-olmoe" "$tmp/case"

@@ -56,24 +56,31 @@ HfFamily hf_family(const Config *c);
 const char *hf_architecture(HfFamily f); /* "MixtralForCausalLM", ... */
 const char *hf_model_type(HfFamily f);   /* config.json's model_type: "mixtral", ... */
 
-/* The rows of a moe.c tensor turned by the rotary embedding, which moe.c pairs (2i, 2i+1) and
- * the layout (i, i + rot/2): heads groups of span rows, in each of which rows [off, off + rot)
- * rotate (heads 0: none). */
+/* Where a moe.c tensor lies in the Hugging Face layout: rows [row0, row0 + its rows) of the
+ * tensor of its name, which has rows rows (0: it is the whole of it; DeepSeek-V3's
+ * kv_a_proj_with_mqa holds moe.c's attn.wkv_a and attn.wk_rope one under the other), times
+ * scale there (0: as it is; HF_LATENT_SCALE); and its rows turned by the rotary embedding, which
+ * moe.c pairs (2i, 2i+1) and the layout (i, i + rot/2): heads groups of span rows, in each of
+ * which rows [off, off + rot) rotate (heads 0: none). */
 typedef struct {
+    int row0, rows;
+    double scale;
     int heads, span, off, rot;
 } HfPlace;
 
 /* The Hugging Face name of moe.c's tensor name (expert e of a stacked one) in family f into
- * out, and its rotary rows. 0, or -1 for a tensor the family has no place for. */
-int hf_tensor_name(const Config *c, HfFamily f, const char *name, int e, char *out, size_t n,
-                   HfPlace *p);
+ * out, and its place; half: the layout pairs the rotary channels by halves (every family, and
+ * DeepSeek-V3's with rope_interleave false; with rope_interleave true it pairs them as moe.c
+ * does). 0, or -1 for a tensor the family has no place for. */
+int hf_tensor_name(const Config *c, HfFamily f, int half, const char *name, int e, char *out,
+                   size_t n, HfPlace *p);
 
-/* Why DeepSeek-V3 (latent attention) is refused both ways. */
-#define HF_DEEPSEEK_V3_WHY                                                                         \
-    "transformers' DeepseekV3ForCausalLM normalises the latents of its latent attention "         \
-    "(q_a_layernorm, kv_a_layernorm) with an epsilon of 1e-6 whatever rms_norm_eps says, and "     \
-    "moe.c with 1e-5, so neither computes the other's function; moe.c does not convert "          \
-    "DeepSeek-V3 models"
+/* transformers' DeepSeek-V3 normalises the latents of its latent attention (q_a_layernorm,
+ * kv_a_layernorm) with an epsilon of 1e-6 whatever rms_norm_eps says, moe.c with RMSNorm's 1e-5.
+ * RMSNorm(s x, eps) = RMSNorm(x, eps / s^2), so the latents' projections (attn.wq_a, attn.wkv_a)
+ * are written times s = sqrt(1e-6 / 1e-5), and read back divided by it: the same function, to
+ * rounding (these two tensors do not come back bit for bit). */
+#define HF_LATENT_SCALE 0.31622776601683794 /* sqrt(0.1) */
 
 /* The rows of a matrix of rows of C floats from moe.c's rotary pairs (2i, 2i+1) to Hugging
  * Face's (i, i + rot/2) (to_hf = 1), or back (to_hf = 0), as p says (p->heads > 0); the rows

@@ -148,6 +148,7 @@ static int layout_of(const Fields *f, HfFamily *fam) {
         {"mlp_bias", JSON_BOOL, ""},
         {"norm_topk_prob", JSON_BOOL, ""},
         {"use_sliding_window", JSON_BOOL, ""},
+        {"rope_interleave", JSON_BOOL, ""},
         {"mlp_only_layers", JSON_ARRAY, " of layer numbers"},
         {"rope_parameters", JSON_OBJECT, ""},
         {"moe_c_config", JSON_STRING,
@@ -180,10 +181,11 @@ static int qwen3_layers(const Fields *f, int L, int *first, int *every) {
         if (x->type != JSON_NUMBER || x->number != floor(x->number) || x->number < 0 ||
             x->number >= L) {
             free(moe);
-            return set_error(f->err, f->errlen,
-                             "%s: mlp_only_layers holds %s, not a layer number below "
-                             "num_hidden_layers (%d)",
-                             f->path, x->type == JSON_NUMBER ? "a number out of range" : kind_of(x->type), L);
+            return set_error(
+                f->err, f->errlen,
+                "%s: mlp_only_layers holds %s, not a layer number below "
+                "num_hidden_layers (%d)",
+                f->path, x->type == JSON_NUMBER ? "a number out of range" : kind_of(x->type), L);
         }
         moe[(int)x->number] = 0;
     }
@@ -212,8 +214,45 @@ typedef struct {
     double aux;
     int first, every; /* moe.first_dense, moe.every */
     int norm_topk;
-    int qk_norm; /* MOE_QK_NORM_*: the family's norm on queries and keys */
+    int qk_norm;    /* MOE_QK_NORM_*: the family's norm on queries and keys */
+    char more[512]; /* DeepSeek-V3's latent attention and routing, as key=value lines */
 } Moe;
+
+/* A bool field, or dflt when it is missing (transformers' default for the family). */
+static int flag_or(const Fields *f, const char *key, int dflt) {
+    const JsonValue *x = json_get(f->root, key);
+    return x && x->type == JSON_BOOL ? x->number != 0 : dflt;
+}
+
+/* DeepSeek-V3's latent attention (q_lora_rank null: queries straight from the stream) and its
+ * router: sigmoid scores, the correction biases (read as moe.c's aux-free ones), n_group groups
+ * of which each token keeps its topk_group best (1: no groups), routed_scaling_factor, shared
+ * experts of n_shared_experts times moe_intermediate_size, dense blocks first. */
+static int deepseek_of(const Fields *f, Moe *x) {
+    double q = -1, kvr = 0, rope = 0, nope = 0, v = 0, shared = 0, scale = 0, G = 0, KG = 0;
+    const JsonValue *qr = json_get(f->root, "q_lora_rank");
+    if (!qr)
+        return set_error(f->err, f->errlen,
+                         "%s has no \"q_lora_rank\" (null for queries without a latent), which "
+                         "a model of its kind needs",
+                         f->path);
+    if ((qr->type != JSON_NULL && num(f, "q_lora_rank", &q, 1, 1, 1, 1 << 20)) ||
+        num(f, "kv_lora_rank", &kvr, 1, 1, 1, 1 << 20) ||
+        num(f, "qk_rope_head_dim", &rope, 1, 1, 2, 4096) ||
+        num(f, "qk_nope_head_dim", &nope, 1, 1, 1, 4096) ||
+        num(f, "v_head_dim", &v, 1, 1, 1, 4096) ||
+        num(f, "n_shared_experts", &shared, 1, 1, 1, 4096) ||
+        num(f, "routed_scaling_factor", &scale, 1, 0, 0, 1e9) ||
+        num(f, "n_group", &G, 1, 1, 1, 4096) || num(f, "topk_group", &KG, 1, 1, 1, 4096))
+        return -1;
+    snprintf(x->more, sizeof x->more,
+             "model.attention=mla\nmla.q_rank=%.0f\nmla.kv_rank=%.0f\nmla.rope_dim=%.0f\n"
+             "mla.nope_dim=%.0f\nmla.v_dim=%.0f\nmoe.score=sigmoid\nmoe.balance=aux_free\n"
+             "moe.num_shared=%.0f\nmoe.route_scale=%.9g\nmoe.n_group=%.0f\nmoe.topk_group=%.0f\n",
+             q > 0 ? q : 0, kvr, rope, nope, v, shared, scale, G > 1 ? G : 0, G > 1 ? KG : 0);
+    x->norm_topk = flag_or(f, "norm_topk_prob", 1);
+    return 0;
+}
 
 /* The routing of family fam (not Llama): Mixtral's experts are num_local_experts of
  * intermediate_size, renormalised always; Qwen3-MoE's num_experts of moe_intermediate_size
@@ -222,12 +261,22 @@ typedef struct {
  * clipping of q, k, v (clip_qkv). Both renormalise the top-k as norm_topk_prob says (false when
  * missing, transformers' default). */
 static int moe_of(const Fields *f, HfFamily fam, double L, Moe *x) {
-    const char *experts = fam == HF_MIXTRAL ? "num_local_experts" : "num_experts";
+    const char *experts = fam == HF_MIXTRAL       ? "num_local_experts"
+                          : fam == HF_DEEPSEEK_V3 ? "n_routed_experts"
+                                                  : "num_experts";
     if (num(f, experts, &x->E, 1, 1, 1, 4096) ||
         num(f, "num_experts_per_tok", &x->K, 1, 1, 1, 4096) ||
         num(f, "router_aux_loss_coef", &x->aux, 0, 0, 0, 1e9))
         return -1;
     if (fam == HF_MIXTRAL) return 0;
+    if (fam == HF_DEEPSEEK_V3) {
+        double first;
+        if (num(f, "moe_intermediate_size", &x->expert, 1, 1, 1, 1 << 20) ||
+            num(f, "first_k_dense_replace", &first, 1, 1, 0, L))
+            return -1;
+        x->first = (int)first;
+        return deepseek_of(f, x);
+    }
     x->norm_topk = flag(f, "norm_topk_prob");
     if (fam == HF_OLMOE) {
         const JsonValue *clip = json_get(f->root, "clip_qkv");
@@ -247,8 +296,6 @@ static int moe_of(const Fields *f, HfFamily fam, double L, Moe *x) {
 /* What moe.c computes, checked; then the settings as key=value lines into *text. */
 static int settings_of(const Fields *f, char **text, HfFamily *fam, int *tied) {
     if (layout_of(f, fam)) return -1;
-    if (*fam == HF_DEEPSEEK_V3)
-        return set_error(f->err, f->errlen, "%s: %s", f->path, HF_DEEPSEEK_V3_WHY);
     double V, C, L, H, F, T, kv = -1, hd = -1, eps = 1e-5, window = -1, theta = -1;
     const double BIG = 1 << 20;
     if (num(f, "vocab_size", &V, 1, 1, 1, BIG) || num(f, "hidden_size", &C, 1, 1, 1, 65536) ||
@@ -262,6 +309,7 @@ static int settings_of(const Fields *f, char **text, HfFamily *fam, int *tied) {
         num(f, "sliding_window", &window, 0, 1, 0, 1e18))
         return -1;
     if (*fam == HF_QWEN3_MOE && !flag(f, "use_sliding_window")) window = -1; /* unused then */
+    if (*fam == HF_DEEPSEEK_V3) kv = -1, hd = -1; /* latent attention's heads: mla_of's */
     const char *rope_type = NULL;
     if (rope_of(f, &theta, &rope_type)) return -1;
     const char *act = str(f, "hidden_act");
@@ -286,7 +334,7 @@ static int settings_of(const Fields *f, char **text, HfFamily *fam, int *tied) {
     if (why)
         return set_error(f->err, f->errlen, "%s: %s; moe.c cannot represent this model", f->path,
                          why);
-    Moe x = {0, 0, F, F, 0.01, 0, 1, 1, MOE_QK_NORM_NONE};
+    Moe x = {0, 0, F, F, 0.01, 0, 1, 1, MOE_QK_NORM_NONE, ""};
     if (*fam != HF_LLAMA && moe_of(f, *fam, L, &x)) return -1;
     if (*fam == HF_OLMOE && hd > 0 && hd * H != C)
         return set_error(f->err, f->errlen,
@@ -321,6 +369,7 @@ static int settings_of(const Fields *f, char **text, HfFamily *fam, int *tied) {
                 x.E, x.K, x.expert, x.first, x.every, x.norm_topk, x.aux);
     else
         fprintf(o, "moe.num_experts=0\n");
+    fputs(x.more, o); /* after the lines it changes */
     fclose(o);
     *text = t;
     return 0;
@@ -328,11 +377,13 @@ static int settings_of(const Fields *f, char **text, HfFamily *fam, int *tied) {
 
 /* The settings: config.json's, or (a folder of moe export) moe_c_config's, which must agree
  * with config.json on every size. */
-static int hf_config(Config *c, const Fields *f, HfFamily *fam, int *tied) {
+static int hf_config(Config *c, const Fields *f, HfFamily *fam, int *half, int *tied) {
     char *text = NULL, msg[512];
     int line;
     if (settings_of(f, &text, fam, tied)) return -1;
     const int moe = *fam != HF_LLAMA;
+    /* DeepSeek-V3 pairs the rotary channels as moe.c does unless rope_interleave is false */
+    *half = *fam != HF_DEEPSEEK_V3 || !flag_or(f, "rope_interleave", 1);
     Config mapped;
     config_defaults(&mapped);
     int rc = config_apply_text(&mapped, text, &line, msg, sizeof msg);
@@ -349,7 +400,10 @@ static int hf_config(Config *c, const Fields *f, HfFamily *fam, int *tied) {
                config_kv_heads(c) == config_kv_heads(&mapped) &&
                config_head_dim(c) == config_head_dim(&mapped) && c->tied == mapped.tied &&
                c->rope_theta == mapped.rope_theta && c->num_experts == mapped.num_experts &&
-               c->qk_norm == mapped.qk_norm &&
+               c->qk_norm == mapped.qk_norm && c->attention == mapped.attention &&
+               c->mla_q_rank == mapped.mla_q_rank && c->mla_kv_rank == mapped.mla_kv_rank &&
+               c->mla_rope_dim == mapped.mla_rope_dim && c->mla_nope_dim == mapped.mla_nope_dim &&
+               c->mla_v_dim == mapped.mla_v_dim && c->num_shared == mapped.num_shared &&
                (moe ? c->top_k == mapped.top_k && config_expert_hidden(c) == mapped.d_expert
                     : c->d_ff == mapped.d_ff);
     for (int l = 0; l < c->n_layer && same; l++) /* the same blocks MoE, the dense ones as wide */
@@ -434,14 +488,42 @@ static int tied_head(const SafeTensors *hf, char *used, const char *dir, char *e
     return 0;
 }
 
+/* DeepSeek-V3's correction bias of MoE block l (model.layers.L.mlp.gate.e_score_correction_bias,
+ * added to the scores for the top-k only) as moe.c's aux-free bias layers.L.moe.router_bias,
+ * one more entry of st, its floats at biases + l E. */
+static int correction_bias(SafeTensors *st, const SafeTensors *hf, const Config *c, int l,
+                           float *biases, char *used, const char *dir, char *err, int errlen) {
+    char name[TENSOR_NAME_MAX];
+    snprintf(name, sizeof name, "model.layers.%d.mlp.gate.e_score_correction_bias", l);
+    const TensorRef *h = safetensors_find(hf, name);
+    const int E = c->num_experts;
+    if (!h || h->ndim != 1 || h->shape[0] != E)
+        return set_error(err, errlen,
+                         "%s/model.safetensors %s '%s', which this model (as config.json "
+                         "describes it) has, of %d floats",
+                         dir, h ? "has a misshapen tensor" : "has no tensor", name, E);
+    used[h - hf->entries] = 1;
+    TensorRef *e = &st->entries[st->n++];
+    snprintf(e->name, sizeof e->name, "layers.%d.moe.router_bias", l);
+    e->dtype = TENSOR_F32;
+    e->ndim = 1;
+    e->shape[0] = E;
+    e->nbytes = (size_t)E * sizeof(float);
+    e->data = biases + (size_t)l * E;
+    memcpy(biases + (size_t)l * E, h->data, e->nbytes);
+    return 0;
+}
+
 /* moe.c's tensors from the Hugging Face ones into st (entries and one buffer), marking each
  * tensor of hf that was read. */
-static int gather(SafeTensors *st, const SafeTensors *hf, const Config *c, HfFamily fam, int tied,
-                  char *used, const char *dir, char *err, int errlen) {
+static int gather(SafeTensors *st, const SafeTensors *hf, const Config *c, HfFamily fam, int half,
+                  int tied, char *used, const char *dir, char *err, int errlen) {
     ParamTable pt;
     params_table_build(&pt, c);
-    st->entries = (TensorRef *)calloc_check((size_t)pt.n, sizeof *st->entries);
-    st->buffer = malloc_check(pt.total * sizeof(float));
+    /* the parameters, then DeepSeek-V3's correction biases as moe.c's aux-free ones */
+    const size_t biases = fam == HF_DEEPSEEK_V3 ? (size_t)c->n_layer * c->num_experts : 0;
+    st->entries = (TensorRef *)calloc_check((size_t)pt.n + (size_t)c->n_layer, sizeof *st->entries);
+    st->buffer = malloc_check((pt.total + biases) * sizeof(float));
     float *buf = (float *)st->buffer;
     int rc = 0;
     for (int i = 0; i < pt.n && rc == 0; i++, st->n++) {
@@ -458,7 +540,7 @@ static int gather(SafeTensors *st, const SafeTensors *hf, const Config *c, HfFam
         for (int x = 0; x < parts && rc == 0; x++) {
             char name[TENSOR_NAME_MAX];
             HfPlace p;
-            hf_tensor_name(c, fam, t->name, x, name, sizeof name, &p);
+            hf_tensor_name(c, fam, half, t->name, x, name, sizeof name, &p);
             const TensorRef *h = safetensors_find(hf, name);
             if (!h) {
                 rc = set_error(err, errlen,
@@ -467,8 +549,10 @@ static int gather(SafeTensors *st, const SafeTensors *hf, const Config *c, HfFam
                                dir, name);
                 break;
             }
+            /* the Hugging Face tensor: the moe.c one (an expert of it), or rows around it */
             int same = h->ndim == t->ndim - stacked;
-            for (int d = 0; same && d < h->ndim; d++) same = h->shape[d] == t->shape[d + stacked];
+            for (int d = 0; same && d < h->ndim; d++)
+                same = h->shape[d] == (d == 0 && p.rows ? p.rows : t->shape[d + stacked]);
             if (!same) {
                 rc = set_error(err, errlen,
                                "%s/model.safetensors: tensor '%s' is not shaped as config.json "
@@ -478,13 +562,18 @@ static int gather(SafeTensors *st, const SafeTensors *hf, const Config *c, HfFam
             }
             used[h - hf->entries] = 1;
             float *dst = buf + t->offset + (size_t)x * each;
+            const int C = t->ndim > 1 ? t->shape[t->ndim - 1] : 1;
+            const float *src = (const float *)h->data + (size_t)p.row0 * C;
             if (p.heads)
-                hf_rope_rows(dst, (const float *)h->data, &p, t->ndim > 1 ? t->shape[t->ndim - 1] : 1,
-                             0);
+                hf_rope_rows(dst, src, &p, C, 0);
             else
-                memcpy(dst, h->data, each * sizeof(float));
+                memcpy(dst, src, each * sizeof(float));
+            for (size_t j = 0; p.scale && j < each; j++) dst[j] = (float)(dst[j] / p.scale);
         }
     }
+    for (int l = 0; l < c->n_layer && biases && rc == 0; l++)
+        if (config_is_moe_layer(c, l))
+            rc = correction_bias(st, hf, c, l, buf + pt.total, used, dir, err, errlen);
     params_table_free(&pt);
     return rc == 0 && tied ? tied_head(hf, used, dir, err, errlen) : rc;
 }
@@ -504,19 +593,30 @@ int hf_read(SafeTensors *st, const char *dir, char *err, int errlen) {
     Fields f = {&root, path, err, errlen};
     Config c;
     HfFamily fam = HF_LLAMA;
-    int tied = 0;
-    int rc = hf_config(&c, &f, &fam, &tied);
+    int tied = 0, half = 1;
+    int rc = hf_config(&c, &f, &fam, &half, &tied);
     if (rc == 0) rc = config_validate(&c, err, errlen) ? -1 : 0;
     json_value_free(&root);
     if (rc) return -1;
     SafeTensors hf;
     if (read_weights(&hf, dir, err, errlen)) return -1;
     char *used = (char *)calloc_check((size_t)hf.n + 1, 1);
-    rc = gather(st, &hf, &c, fam, tied, used, dir, err, errlen);
+    rc = gather(st, &hf, &c, fam, half, tied, used, dir, err, errlen);
     for (int i = 0; i < hf.n && rc == 0; i++) {
         const char *name = hf.entries[i].name;
         const size_t n = strlen(name), k = strlen("rotary_emb.inv_freq");
         if (used[i] || (n >= k && strcmp(name + n - k, "rotary_emb.inv_freq") == 0)) continue;
+        int l = -1, at = 0;
+        if (fam == HF_DEEPSEEK_V3 && sscanf(name, "model.layers.%d.%n", &l, &at) == 1 && at &&
+            l >= c.n_layer) {
+            rc = set_error(err, errlen,
+                           "%s/model.safetensors has '%s', a tensor of DeepSeek-V3's multi-token "
+                           "prediction layer (model.layers.%d, num_nextn_predict_layers), which "
+                           "moe.c does not import yet; remove that layer's tensors to import the "
+                           "main model",
+                           dir, name, l);
+            break;
+        }
         rc = set_error(err, errlen,
                        "%s/model.safetensors has a tensor '%s' that a moe.c model of these "
                        "settings does not have (config.json and the weights disagree, or the "
