@@ -165,8 +165,6 @@ static const char *routing_why(const Config *c, HfFamily f) {
     if (f == HF_DEEPSEEK_V3)
         return c->score != MOE_SCORE_SIGMOID
                    ? "moe.score=softmax: DeepSeek-V3's router scores each expert with a sigmoid"
-               : c->topk_before_softmax
-                   ? "moe.topk_before_softmax takes a softmax over the chosen logits"
                : c->num_shared == 0
                    ? "moe.num_shared=0: DeepSeek-V3's MoE blocks always have shared experts"
                : c->every > 1 ? "moe.every mixes dense and MoE blocks (DeepSeek-V3's dense blocks "
@@ -240,8 +238,6 @@ static void dense_layers(FILE *f, const Config *c) {
 /* The routing and MoE sizes of family f's config.json. */
 static void moe_fields(FILE *f, const Config *c, HfFamily fam) {
     const int E = c->num_experts, K = c->top_k, FE = config_expert_hidden(c);
-    /* a softmax over the chosen logits (moe.topk_before_softmax) is the renormalised top-k */
-    const int renorm = c->norm_topk || c->topk_before_softmax;
     switch (fam) {
     case HF_MIXTRAL:
         fprintf(f, "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n", E, K);
@@ -250,7 +246,7 @@ static void moe_fields(FILE *f, const Config *c, HfFamily fam) {
     case HF_QWEN3_MOE:
         fprintf(f, "  \"num_experts\": %d,\n  \"num_experts_per_tok\": %d,\n", E, K);
         fprintf(f, "  \"moe_intermediate_size\": %d,\n  \"norm_topk_prob\": %s,\n", FE,
-                renorm ? "true" : "false");
+                c->norm_topk ? "true" : "false");
         dense_layers(f, c);
         fprintf(f, "  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n"
                    "  \"attention_bias\": false,\n");
@@ -259,7 +255,7 @@ static void moe_fields(FILE *f, const Config *c, HfFamily fam) {
         fprintf(f, "  \"num_experts\": %d,\n  \"num_experts_per_tok\": %d,\n", E, K);
         fprintf(f,
                 "  \"norm_topk_prob\": %s,\n  \"clip_qkv\": null,\n  \"attention_bias\": false,\n",
-                renorm ? "true" : "false");
+                c->norm_topk ? "true" : "false");
         break;
     case HF_DEEPSEEK_V3: /* no groups: one group of every expert, kept */
         fprintf(f, "  \"n_routed_experts\": %d,\n  \"num_experts_per_tok\": %d,\n", E, K);
