@@ -59,7 +59,8 @@ for kind in mixtral qwen3_moe olmoe deepseek_v3 llama; do
         "moe-to-hf-$kind")")
 
     "$python" plots/hf/compare.py make "$tmp/made-$kind" "$kind"
-    "$moe" import --format hf --from "$tmp/made-$kind" --out "$tmp/import-$kind.bin" > /dev/null 2>&1
+    "$moe" import --format hf --from "$tmp/made-$kind" --out "$tmp/import-$kind.bin" > /dev/null \
+        2> "$tmp/import-$kind.err" || { cat "$tmp/import-$kind.err" >&2; exit 2; }
     "$moe" eval --ckpt "$tmp/import-$kind.bin" --batches 1 --set train.batch=4 \
         --logits "$tmp/logits-made-$kind.st" > /dev/null
     rows+=("$("$python" plots/hf/compare.py check "$tmp/made-$kind" "$tmp/logits-made-$kind.st" \
