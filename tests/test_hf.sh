@@ -378,6 +378,15 @@ py halves "$tmp/halves/model.safetensors" 4 10 6 4 8
 check "deepseek: rope_interleave false, its rotary rows paired by halves, is the same model, bit for bit" $? \
     "$got $(cat "$tmp/out")"
 
+# latent attention's heads are sized by its own fields: hidden_size / num_attention_heads
+# (36 / 4 = 9, odd) does not matter
+train deepseek-odd "${mla[@]}" --set model.d_model=36 --set moe.score=sigmoid --set moe.num_shared=1
+"$moe" export --ckpt "$tmp/deepseek-odd/ckpt.bin" --format hf --out "$tmp/hf-deepseek-odd" > "$tmp/out" 2>&1 &&
+    py edit "$tmp/hf-deepseek-odd/config.json" moe_c_config null &&
+    "$moe" import --format hf --from "$tmp/hf-deepseek-odd" --out "$tmp/deepseek-odd.bin" > "$tmp/out" 2>&1
+check "deepseek: a hidden_size of 36 for 4 heads (latent attention's heads are mla's sizes) imports" $? \
+    "$(cat "$tmp/out")"
+
 # ---- 2. without moe_c_config -----------------------------------------------------------
 echo "test_hf: a folder without moe.c's settings"
 for kind in moe dense; do

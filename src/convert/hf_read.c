@@ -309,7 +309,7 @@ static int settings_of(const Fields *f, char **text, HfFamily *fam, int *tied) {
         num(f, "sliding_window", &window, 0, 1, 0, 1e18))
         return -1;
     if (*fam == HF_QWEN3_MOE && !flag(f, "use_sliding_window")) window = -1; /* unused then */
-    if (*fam == HF_DEEPSEEK_V3) kv = -1, hd = -1; /* latent attention's heads: mla_of's */
+    if (*fam == HF_DEEPSEEK_V3) kv = -1, hd = -1; /* latent attention's heads: deepseek_of's */
     const char *rope_type = NULL;
     if (rope_of(f, &theta, &rope_type)) return -1;
     const char *act = str(f, "hidden_act");
@@ -317,6 +317,7 @@ static int settings_of(const Fields *f, char **text, HfFamily *fam, int *tied) {
     /* the messages with numbers: each states the relation the numbers have */
     char heads[RELATION_MAX] = "", dims[RELATION_MAX] = "", span[RELATION_MAX] = "";
     relations(heads, dims, span, kv, H, hd, C, window, T);
+    if (*fam == HF_DEEPSEEK_V3) dims[0] = 0; /* its heads' sizes are deepseek_of's */
     const char *why = V != MOE_VOCAB ? "its vocabulary is not moe.c's 256 bytes (vocab_size)"
                       : heads[0]     ? heads
                       : dims[0]      ? dims
