@@ -177,6 +177,11 @@ elif cmd == "copy":  # FILE SRC DST: tensor DST holds SRC's bytes (the same shap
     h, meta, d = read(sys.argv[2])
     keep = {n: (h[n], tensor(h, d, sys.argv[3] if n == sys.argv[4] else n)) for n in h}
     write(sys.argv[2], h, {"format": "pt"}, keep)
+elif cmd == "fill":  # FILE NAME VALUE: tensor NAME's floats all VALUE
+    h, meta, d = read(sys.argv[2])
+    keep = {n: (h[n], tensor(h, d, n)) for n in h}
+    keep[sys.argv[3]] = (h[sys.argv[3]], struct.pack("<f", float(sys.argv[4])) * (len(keep[sys.argv[3]][1]) // 4))
+    write(sys.argv[2], h, {"format": "pt"}, keep)
 elif cmd == "add":  # FILE NAME: the file with one more (4,) tensor NAME
     h, meta, d = read(sys.argv[2])
     keep = {n: (h[n], tensor(h, d, n)) for n in h}
@@ -277,6 +282,15 @@ for kind in qwen3 olmoe; do
         a=$(val_of "$tmp/$kind/ckpt.bin") && [ -n "$a" ] && [ "$(val_of "$tmp/bare-$kind.bin")" = "$a" ]
     check "$kind: from config.json alone, the validation loss is the original's ($a)" $? "$(cat "$tmp/out")"
 done
+# transformers' save_pretrained writes Qwen3-MoE's number of experts as num_local_experts
+cp -r "$tmp/bare-qwen3" "$tmp/alias-qwen3"
+py edit "$tmp/alias-qwen3/config.json" num_experts null
+py edit "$tmp/alias-qwen3/config.json" num_local_experts 8
+"$moe" import --format hf --from "$tmp/alias-qwen3" --out "$tmp/alias-qwen3.bin" > "$tmp/out" 2>&1 &&
+    "$moe" export --ckpt "$tmp/alias-qwen3.bin" --out "$tmp/alias-qwen3.st" > /dev/null 2>&1 &&
+    got=$(py same-tensors "$tmp/alias-qwen3.st" "$tmp/qwen3.st") && [ "$got" = ok ]
+check "qwen3: the experts counted by num_local_experts (as transformers saves it) import the same" $? \
+    "$got $(cat "$tmp/out")"
 cfg=$tmp/hf-qwen3/config.json
 for field in '"architectures": \["Qwen3MoeForCausalLM"\]' '"model_type": "qwen3_moe"' '"num_experts": 8,' \
     '"moe_intermediate_size": 24,' '"intermediate_size": 48,' '"norm_topk_prob": false,' \
@@ -378,14 +392,23 @@ py halves "$tmp/halves/model.safetensors" 4 10 6 4 8
 check "deepseek: rope_interleave false, its rotary rows paired by halves, is the same model, bit for bit" $? \
     "$got $(cat "$tmp/out")"
 
-# latent attention's heads are sized by its own fields: hidden_size / num_attention_heads
-# (36 / 4 = 9, odd) does not matter
-train deepseek-odd "${mla[@]}" --set model.d_model=36 --set moe.score=sigmoid --set moe.num_shared=1
-"$moe" export --ckpt "$tmp/deepseek-odd/ckpt.bin" --format hf --out "$tmp/hf-deepseek-odd" > "$tmp/out" 2>&1 &&
-    py edit "$tmp/hf-deepseek-odd/config.json" moe_c_config null &&
-    "$moe" import --format hf --from "$tmp/hf-deepseek-odd" --out "$tmp/deepseek-odd.bin" > "$tmp/out" 2>&1
-check "deepseek: a hidden_size of 36 for 4 heads (latent attention's heads are mla's sizes) imports" $? \
-    "$(cat "$tmp/out")"
+# a model of moe.c's without aux-free biases (moe.balance=aux) is written with zero correction
+# biases and comes back without them; hidden_size / num_attention_heads (36 / 4 = 9, odd) does
+# not matter to latent attention, whose heads have sizes of their own
+train deepseek-aux "${mla[@]}" --set model.d_model=36 --set moe.score=sigmoid --set moe.num_shared=1
+"$moe" export --ckpt "$tmp/deepseek-aux/ckpt.bin" --format hf --out "$tmp/hf-deepseek-aux" > "$tmp/out" 2>&1 &&
+    "$moe" import --format hf --from "$tmp/hf-deepseek-aux" --out "$tmp/deepseek-aux.bin" > "$tmp/out" 2>&1 &&
+    "$moe" info --ckpt "$tmp/deepseek-aux.bin" 2>&1 | grep -q "balance = aux$" &&
+    a=$(val_of "$tmp/deepseek-aux/ckpt.bin") && [ "$(val_of "$tmp/deepseek-aux.bin")" = "$a" ]
+check "deepseek without aux-free biases: zero correction biases out, a model without them back, the same loss" \
+    $? "$(cat "$tmp/out")"
+cp -r "$tmp/hf-deepseek-aux" "$tmp/bare-deepseek-aux"
+py edit "$tmp/bare-deepseek-aux/config.json" moe_c_config null
+"$moe" import --format hf --from "$tmp/bare-deepseek-aux" --out "$tmp/bare-deepseek-aux.bin" \
+    --set "data.val=$data/val.bin" --set train.batch=4 > "$tmp/out" 2>&1 &&
+    [ "$(val_of "$tmp/bare-deepseek-aux.bin")" = "$a" ]
+check "deepseek: a hidden_size of 36 for 4 heads (latent attention's heads are mla's sizes) imports from config.json alone" \
+    $? "$(cat "$tmp/out")"
 
 # ---- 2. without moe_c_config -----------------------------------------------------------
 echo "test_hf: a folder without moe.c's settings"
@@ -542,6 +565,14 @@ cp -r "$tmp/v5" "$tmp/case"
 refuse_import "a rotary type other than default" "rope_type is not default" rope_parameters \
     '{"rope_theta": 10000.0, "rope_type": "yarn"}'
 refuse_import "another model type" "model_type \"qwen2\"" model_type '"qwen2"'
+cp -r "$tmp/hf-deepseek-aux" "$tmp/case"
+py fill "$tmp/case/model.safetensors" model.layers.1.mlp.gate.e_score_correction_bias 0.5
+refuse_import "correction biases where moe_c_config routes without" "e_score_correction_bias' is not zero" "" ""
+cp -r "$tmp/bare-qwen3" "$tmp/case"
+py edit "$tmp/case/config.json" num_local_experts 4
+refuse_import "two numbers of experts that disagree" '"num_experts" (8) and "num_local_experts" (4)' "" ""
+cp -r "$tmp/bare-qwen3" "$tmp/case"
+refuse_import "no number of experts" 'has no "num_experts" (nor "num_local_experts")' num_experts null
 cp -r "$tmp/bare-deepseek" "$tmp/case"
 py add "$tmp/case/model.safetensors" model.layers.3.eh_proj.weight
 refuse_import "DeepSeek-V3's multi-token prediction layer" "multi-token prediction layer (model.layers.3" "" ""

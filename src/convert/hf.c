@@ -2,13 +2,15 @@
  * hf.c: the Hugging Face layout, out and in. See hf.h; src/REFERENCE.md, "The Hugging Face
  * layout", has the correspondence as a table.
  *
- * One table (MAP) pairs each tensor of moe.c's parameter table with its Hugging Face name, and
- * both directions walk moe.c's parameter table through it: export writes each tensor under its
- * other name, import fills each from its other name and then refuses any tensor of the folder
- * that nothing read. Two tensors change layout on the way: the query and key matrices, whose
- * rows moe.c pairs (2i, 2i+1) within a head for the rotation and Hugging Face pairs (i, i + D/2)
- * (hf_rope_rows), and the experts, stacked (E, ...) in moe.c and one tensor each there. The
- * reading side is hf_read.c.
+ * One table (MAP, with MOE_MAP for the families other than Mixtral) pairs each tensor of moe.c's
+ * parameter table with its Hugging Face name, and both directions walk moe.c's parameter table
+ * through it: export writes each tensor under its other name, import fills each from its other
+ * name and then refuses any tensor of the folder that nothing read. Some change layout on the
+ * way (HfPlace): the query and key matrices, whose rows moe.c pairs (2i, 2i+1) within a head for
+ * the rotation and Hugging Face pairs (i, i + D/2) (hf_rope_rows), with the gains of norms on
+ * them; the experts, stacked (E, ...) in moe.c and one tensor each there; DeepSeek-V3's
+ * kv_a_proj_with_mqa, two moe.c tensors one under the other, and its latents' projections,
+ * scaled (HF_LATENT_SCALE). The reading side is hf_read.c.
  */
 #include "convert/hf.h"
 
@@ -121,14 +123,13 @@ int hf_tensor_name(const Config *c, HfFamily f, int half, const char *name, int 
     char rest[64];
     snprintf(rest, sizeof rest, form, e);
     snprintf(out, n, "model.layers.%d.%s", l, rest);
-    rope_place(c, half, name + k, p);
-    const char *rest_ = name + k;
-    if (strcmp(rest_, "attn.wkv_a") == 0 || strcmp(rest_, "attn.wk_rope") == 0) {
+    const char *own = name + k;
+    rope_place(c, half, own, p);
+    if (strcmp(own, "attn.wkv_a") == 0 || strcmp(own, "attn.wk_rope") == 0) {
         p->rows = c->mla_kv_rank + c->mla_rope_dim;
-        p->row0 = strcmp(rest_, "attn.wk_rope") == 0 ? c->mla_kv_rank : 0;
+        p->row0 = strcmp(own, "attn.wk_rope") == 0 ? c->mla_kv_rank : 0;
     }
-    if (strcmp(rest_, "attn.wkv_a") == 0 || strcmp(rest_, "attn.wq_a") == 0)
-        p->scale = HF_LATENT_SCALE;
+    if (strcmp(own, "attn.wkv_a") == 0 || strcmp(own, "attn.wq_a") == 0) p->scale = HF_LATENT_SCALE;
     return 0;
 }
 
@@ -257,12 +258,13 @@ static void moe_fields(FILE *f, const Config *c, HfFamily fam) {
                 "  \"norm_topk_prob\": %s,\n  \"clip_qkv\": null,\n  \"attention_bias\": false,\n",
                 c->norm_topk ? "true" : "false");
         break;
-    case HF_DEEPSEEK_V3: /* no groups: one group of every expert, kept */
+    case HF_DEEPSEEK_V3:
         fprintf(f, "  \"n_routed_experts\": %d,\n  \"num_experts_per_tok\": %d,\n", E, K);
         fprintf(f, "  \"moe_intermediate_size\": %d,\n  \"n_shared_experts\": %d,\n", FE,
                 c->num_shared);
         fprintf(f, "  \"first_k_dense_replace\": %d,\n  \"norm_topk_prob\": %s,\n", c->first_dense,
                 c->norm_topk ? "true" : "false");
+        /* no groups (moe.n_group=0): one group of every expert, kept */
         fprintf(f,
                 "  \"routed_scaling_factor\": %.9g,\n  \"n_group\": %d,\n  \"topk_group\": %d,\n",
                 (double)c->route_scale, c->n_group > 1 ? c->n_group : 1,

@@ -1,16 +1,19 @@
 /*
  * hf.h: models in the Hugging Face layout, out (`moe export --format hf`) and in (`moe import
- * --format hf`). An MoE model of moe.c's default kind is a Mixtral (MixtralForCausalLM), a
- * dense one a Llama (LlamaForCausalLM): the same RMSNorm, rotary attention, SwiGLU, softmax
- * router with its top-k renormalised and no biases; a head of its own (lm_head.weight) or, with
- * model.tied, the embedding's (tie_word_embeddings: true, no lm_head.weight). The
- * correspondence, tensor by tensor and setting by setting, is src/REFERENCE.md's "The Hugging
- * Face layout".
+ * --format hf`). Five families of transformers, all with moe.c's RMSNorm, rotary attention and
+ * SwiGLU, and a head of their own (lm_head.weight) or, with model.tied, the embedding's
+ * (tie_word_embeddings: true, no lm_head.weight): a dense model is a Llama (LlamaForCausalLM);
+ * an MoE model of moe.c's default kind a Mixtral (MixtralForCausalLM: softmax router, top-k
+ * renormalised, no biases); with model.qk_norm=head a Qwen3-MoE (Qwen3MoeForCausalLM), with
+ * full an OLMoE (OlmoeForCausalLM), with latent attention a DeepSeek-V3 (DeepseekV3ForCausalLM:
+ * sigmoid router with correction biases, groups, a scale, shared experts). The correspondence,
+ * tensor by tensor and setting by setting, is src/REFERENCE.md's "The Hugging Face layout".
  *
  * A folder holds config.json (the architecture and every size that changes the function, plus
  * "moe_c_config", every moe.c setting, so that an export imports back to the same checkpoint),
  * model.safetensors (float32, the Hugging Face tensor names; queries and keys with their rows
- * permuted from moe.c's interleaved rotary pairs to the rotate-half pairs), tokenizer.json and
+ * permuted from moe.c's interleaved rotary pairs to the rotate-half pairs where the family pairs
+ * so), tokenizer.json and
  * tokenizer_config.json (a byte-level tokenizer: token i is byte i) and
  * generation_config.json.
  */
@@ -21,28 +24,34 @@
 #include "io/tensorfile.h"
 #include "model/model.h"
 
-/* 0 when a model of settings c can be written in the Hugging Face layout without changing what
- * it computes; else -1 and a message naming the first setting that cannot (sigmoid scores,
- * unnormalised or scaled gate weights, aux-free biases, expert choice, shared experts, dense
- * blocks among MoE ones, a capacity at evaluation, a bf16 router, sandwich norms). */
+/* 0 when a model of settings c can be written in the Hugging Face layout (its family,
+ * hf_family) without changing what it computes; else -1 and a message naming the first setting
+ * that family cannot express (outside DeepSeek-V3 sigmoid scores, scaled gate weights, aux-free
+ * biases, shared experts, groups; for Mixtral unnormalised gates; dense blocks among MoE ones
+ * but for Qwen3-MoE's and DeepSeek-V3's first ones; for DeepSeek-V3 softmax scores or no shared
+ * expert; a norm on q and k or latent attention in a dense model; expert choice, a capacity at
+ * evaluation, a bf16 router, sandwich norms). */
 int hf_export_check(const Config *c, char *err, int errlen);
 
 /* Write m as a Hugging Face folder dir (made when missing). Refuses, before writing anything,
  * a folder that already holds one of the files it writes. Returns 0, or -1 with a message. */
 int hf_export(const Model *m, const char *dir, char *err, int errlen);
 
-/* Read the Hugging Face folder dir (Mixtral or Llama layout, one model.safetensors) into st as
- * if it were a `moe export` file: moe.c's tensor names and layouts (rotary rows permuted back,
- * experts stacked), and the settings in the metadata "config" (moe_c_config when the folder has
- * it, else worked out from config.json), for import_config and import_weights (import.h).
- * What moe.c cannot represent is refused with a message that names it: another vocabulary than
- * 256 bytes, grouped-query attention, attention or MLP biases, another activation or norm
- * epsilon, rotary scaling, a sliding window shorter than the context, a sharded or
- * non-safetensors checkpoint, tensors missing, misshapen or extra, a field of config.json of
- * another JSON type than it must have (moe_c_config a string, tie_word_embeddings true or
- * false, ...). A tied head (tie_word_embeddings: true) gives a model of model.tied=1; an
- * lm_head.weight beside it must hold the embedding's values (one that differs is refused:
- * loaders disagree on which of the two is the head). Returns 0, or -1. */
+/* Read the Hugging Face folder dir (one of the five families by its model_type, one
+ * model.safetensors) into st as if it were a `moe export` file: moe.c's tensor names and
+ * layouts (rotary rows permuted back, experts stacked, DeepSeek-V3's correction biases as
+ * aux-free ones), and the settings in the metadata "config" (moe_c_config when the folder has
+ * it, else worked out from config.json), for import_config and import_weights (import.h). What
+ * moe.c cannot represent is refused with a message that names it: another vocabulary than 256
+ * bytes, key-value heads that do not divide the heads, attention or MLP biases, another
+ * activation or norm epsilon, rotary scaling, a sliding window shorter than the context,
+ * OLMoE's clip_qkv, Qwen3-MoE dense blocks placed otherwise than moe.first_dense and moe.every
+ * place them, DeepSeek-V3's multi-token prediction layer, a sharded or non-safetensors
+ * checkpoint, tensors missing, misshapen or extra, a field of config.json of another JSON type
+ * than it must have (moe_c_config a string, tie_word_embeddings true or false, ...). A tied head
+ * (tie_word_embeddings: true) gives a model of model.tied=1; an lm_head.weight beside it must
+ * hold the embedding's values (one that differs is refused: loaders disagree on which of the two
+ * is the head). Returns 0, or -1. */
 int hf_read(SafeTensors *st, const char *dir, char *err, int errlen);
 
 /* The families of the layout, each one architecture of transformers (hf_architecture). */

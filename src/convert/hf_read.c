@@ -1,6 +1,6 @@
 /*
- * hf_read.c: a Hugging Face folder (Mixtral or Llama layout) read as moe.c tensors and settings.
- * See hf.h.
+ * hf_read.c: a Hugging Face folder (Llama, Mixtral, Qwen3-MoE, OLMoE or DeepSeek-V3 layout)
+ * read as moe.c tensors and settings. See hf.h.
  *
  * config.json says what the model is; every field that changes what it computes is either
  * mapped to a moe.c setting or checked to be one moe.c computes (the vocabulary of 256 bytes,
@@ -254,18 +254,38 @@ static int deepseek_of(const Fields *f, Moe *x) {
     return 0;
 }
 
-/* The routing of family fam (not Llama): Mixtral's experts are num_local_experts of
- * intermediate_size, renormalised always; Qwen3-MoE's num_experts of moe_intermediate_size
- * (intermediate_size is its dense blocks'), with a norm per head on the queries and keys;
- * OLMoE's num_experts of intermediate_size, with a norm over the whole projection, and no
- * clipping of q, k, v (clip_qkv). Both renormalise the top-k as norm_topk_prob says (false when
- * missing, transformers' default). */
+/* The number of experts: the family's own field (Mixtral's num_local_experts, Qwen3-MoE's and
+ * OLMoE's num_experts, DeepSeek-V3's n_routed_experts) or the other name transformers takes
+ * for it (num_local_experts, or num_experts for Mixtral), which its save_pretrained may write
+ * instead; both there must agree. */
+static int experts_of(const Fields *f, HfFamily fam, double *E) {
+    const char *own = fam == HF_MIXTRAL       ? "num_local_experts"
+                      : fam == HF_DEEPSEEK_V3 ? "n_routed_experts"
+                                              : "num_experts";
+    const char *alias = fam == HF_MIXTRAL ? "num_experts" : "num_local_experts";
+    double a = -1, b = -1;
+    if (num(f, own, &a, 0, 1, 1, 4096) || num(f, alias, &b, 0, 1, 1, 4096)) return -1;
+    if (a < 0 && b < 0)
+        return set_error(f->err, f->errlen,
+                         "%s has no \"%s\" (nor \"%s\"), which a model of its kind needs", f->path,
+                         own, alias);
+    if (a >= 0 && b >= 0 && a != b)
+        return set_error(f->err, f->errlen,
+                         "%s: \"%s\" (%.0f) and \"%s\" (%.0f) are two names of the number of "
+                         "experts, and they disagree; remove one",
+                         f->path, own, a, alias, b);
+    *E = a >= 0 ? a : b;
+    return 0;
+}
+
+/* The routing of family fam (not Llama): Mixtral's experts are of intermediate_size,
+ * renormalised always; Qwen3-MoE's of moe_intermediate_size (intermediate_size is its dense
+ * blocks'), with a norm per head on the queries and keys; OLMoE's of intermediate_size, with a
+ * norm over the whole projection, and no clipping of q, k, v (clip_qkv); both renormalise the
+ * top-k as norm_topk_prob says (false when missing, transformers' default). DeepSeek-V3's are of
+ * moe_intermediate_size after first_k_dense_replace dense blocks (deepseek_of). */
 static int moe_of(const Fields *f, HfFamily fam, double L, Moe *x) {
-    const char *experts = fam == HF_MIXTRAL       ? "num_local_experts"
-                          : fam == HF_DEEPSEEK_V3 ? "n_routed_experts"
-                                                  : "num_experts";
-    if (num(f, experts, &x->E, 1, 1, 1, 4096) ||
-        num(f, "num_experts_per_tok", &x->K, 1, 1, 1, 4096) ||
+    if (experts_of(f, fam, &x->E) || num(f, "num_experts_per_tok", &x->K, 1, 1, 1, 4096) ||
         num(f, "router_aux_loss_coef", &x->aux, 0, 0, 0, 1e9))
         return -1;
     if (fam == HF_MIXTRAL) return 0;
@@ -491,7 +511,8 @@ static int tied_head(const SafeTensors *hf, char *used, const char *dir, char *e
 
 /* DeepSeek-V3's correction bias of MoE block l (model.layers.L.mlp.gate.e_score_correction_bias,
  * added to the scores for the top-k only) as moe.c's aux-free bias layers.L.moe.router_bias,
- * one more entry of st, its floats at biases + l E. */
+ * one more entry of st, its floats at biases + l E; for a model of moe.c's without (a
+ * moe_c_config of another moe.balance), checked to be zeros, as export wrote it. */
 static int correction_bias(SafeTensors *st, const SafeTensors *hf, const Config *c, int l,
                            float *biases, char *used, const char *dir, char *err, int errlen) {
     char name[TENSOR_NAME_MAX];
@@ -504,6 +525,17 @@ static int correction_bias(SafeTensors *st, const SafeTensors *hf, const Config 
                          "describes it) has, of %d floats",
                          dir, h ? "has a misshapen tensor" : "has no tensor", name, E);
     used[h - hf->entries] = 1;
+    if (c->balance != MOE_BALANCE_AUX_FREE) { /* moe_c_config's router has none: zeros here */
+        for (int i = 0; i < E; i++)
+            if (((const float *)h->data)[i] != 0.0f)
+                return set_error(err, errlen,
+                                 "%s/model.safetensors: '%s' is not zero, but config.json's "
+                                 "moe_c_config routes without biases (moe.balance is not "
+                                 "aux_free): the file was edited; remove moe_c_config to import "
+                                 "the model as the rest of config.json describes it",
+                                 dir, name);
+        return 0;
+    }
     TensorRef *e = &st->entries[st->n++];
     snprintf(e->name, sizeof e->name, "layers.%d.moe.router_bias", l);
     e->dtype = TENSOR_F32;
