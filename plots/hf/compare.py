@@ -13,6 +13,7 @@ transformers); never a dependency of the build or the tests.
   python compare.py check DIR LOGITS.safetensors NAME   the same comparison as load, for a model
       transformers made (LOGITS from moe eval --logits of its import)
 """
+import os
 import sys
 
 import torch
@@ -45,15 +46,19 @@ def compare(directory, logits_path, name):
     model.eval()
     with torch.no_grad():
         hf_logits = model(input_ids=tokens).logits.float()
+    # a folder made by transformers here has no tokenizer (and AutoTokenizer may find some
+    # family's default one for it)
     tokenizer_ok = "n/a"
     try:
         from transformers import AutoTokenizer
+        if not os.path.exists(os.path.join(directory, "tokenizer.json")):
+            raise OSError("no tokenizer.json")
         tok = AutoTokenizer.from_pretrained(directory)
         text = "Der Hund, el perro: \u00e9t\u00e9 \u0434\u043e\u043c {code}\n"
         tokenizer_ok = str(tok(text)["input_ids"] == list(text.encode("utf-8"))
                            and tok.decode(list(text.encode("utf-8"))) == text).lower()
     except (OSError, ValueError):
-        pass  # a folder made by transformers here has no tokenizer
+        pass
     row(name, hf_logits, got["logits"], targets, float(meta["loss"]), tokenizer_ok)
 
 
