@@ -426,9 +426,9 @@ int hf_export(const Model *m, const char *dir, char *err, int errlen) {
                 break;
             }
             const float *src = m->params + t->offset + (size_t)x * each;
-            int at = k; /* the entry: a new one, or (rows of a shared tensor) the one made */
-            while (p.rows && at > 0 && strcmp(e[at - 1].name, e[k].name) != 0) at--;
-            at = p.rows && at > 0 ? at - 1 : k;
+            int at = k; /* the entry: a new one, or the one made for the tensor these rows share */
+            for (int j = 0; p.rows && j < k; j++)
+                if (strcmp(e[j].name, e[k].name) == 0) at = j;
             if (at == k) {
                 e[k].dtype = TENSOR_F32;
                 e[k].ndim = stacked ? 2 : t->ndim;
