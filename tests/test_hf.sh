@@ -10,7 +10,12 @@
 #      config.json (the architecture, the sizes, the key-value heads), model.safetensors with the
 #      Hugging Face names (experts one tensor each, queries and keys with their rotary rows
 #      permuted), a byte-level tokenizer.json whose vocabulary maps token i to byte i; grouped-
-#      query heads of their own width out and back the same way, read from config.json alone
+#      query heads of their own width out and back the same way, read from config.json alone;
+#      Qwen3-MoE (model.qk_norm=head, a dense first block, unnormalised gates), OLMoE
+#      (model.qk_norm=full) and DeepSeek-V3 (latent attention, sigmoid scores with aux-free
+#      biases, groups, a scale, a shared expert; its latents' projections back to rounding) the
+#      same way, their config.json fields, tensor names, norm gains and kv_a_proj_with_mqa checked,
+#      each also from config.json alone; rope_interleave false; the experts' other name
 #   2. the same weights without moe_c_config (a folder transformers wrote): the settings come
 #      from config.json alone, and the validation loss is the original's; also with the rotary
 #      base in rope_parameters only (transformers 5's config.json)
@@ -21,8 +26,8 @@
 #      with one that differs refused (exit 2)
 #   4. export refuses, exit 2, nothing written, naming the setting: sigmoid scores,
 #      unnormalised or scaled gates, aux-free biases, expert choice, shared experts, dense
-#      blocks among MoE ones, a capacity at evaluation, a bf16 router, sandwich norms; and a
-#      folder that already holds its files
+#      blocks among MoE ones, a capacity at evaluation, a bf16 router, sandwich norms, what
+#      Qwen3-MoE, OLMoE and DeepSeek-V3 cannot express; and a folder that already holds its files
 #   5. import refuses, exit 2, nothing written, naming what it cannot represent: another
 #      vocabulary, key-value heads the weights lack or that do not divide the heads, an odd
 #      head_dim, biases, another activation or epsilon, rotary
@@ -30,7 +35,10 @@
 #      config.json or is not a string, a field of another type (tie_word_embeddings in quotes),
 #      (each message states the relation its numbers have), a
 #      missing or extra tensor, a sharded or missing model.safetensors, bad JSON,
-#      a file given as the folder
+#      a file given as the folder; OLMoE's clip_qkv and head_dim, Qwen3-MoE's dense blocks where
+#      moe.c cannot place them and its sliding window in use, DeepSeek-V3's multi-token
+#      prediction layer, no q_lora_rank, no shared expert, a missing or edited correction bias,
+#      two numbers of experts that disagree
 #   6. eval --logits writes the first batch's tokens, targets and logits, and its loss is the
 #      first batch's; an existing file is refused
 
