@@ -10,7 +10,12 @@
 #      config.json (the architecture, the sizes, the key-value heads), model.safetensors with the
 #      Hugging Face names (experts one tensor each, queries and keys with their rotary rows
 #      permuted), a byte-level tokenizer.json whose vocabulary maps token i to byte i; grouped-
-#      query heads of their own width out and back the same way, read from config.json alone
+#      query heads of their own width out and back the same way, read from config.json alone;
+#      Qwen3-MoE (model.qk_norm=head, a dense first block, unnormalised gates), OLMoE
+#      (model.qk_norm=full) and DeepSeek-V3 (latent attention, sigmoid scores with aux-free
+#      biases, groups, a scale, a shared expert; its latents' projections back to rounding) the
+#      same way, their config.json fields, tensor names, norm gains and kv_a_proj_with_mqa checked,
+#      each also from config.json alone; rope_interleave false; the experts' other name
 #   2. the same weights without moe_c_config (a folder transformers wrote): the settings come
 #      from config.json alone, and the validation loss is the original's; also with the rotary
 #      base in rope_parameters only (transformers 5's config.json)
@@ -21,8 +26,8 @@
 #      with one that differs refused (exit 2)
 #   4. export refuses, exit 2, nothing written, naming the setting: sigmoid scores,
 #      unnormalised or scaled gates, aux-free biases, expert choice, shared experts, dense
-#      blocks among MoE ones, a capacity at evaluation, a bf16 router, sandwich norms; and a
-#      folder that already holds its files
+#      blocks among MoE ones, a capacity at evaluation, a bf16 router, sandwich norms, what
+#      Qwen3-MoE, OLMoE and DeepSeek-V3 cannot express; and a folder that already holds its files
 #   5. import refuses, exit 2, nothing written, naming what it cannot represent: another
 #      vocabulary, key-value heads the weights lack or that do not divide the heads, an odd
 #      head_dim, biases, another activation or epsilon, rotary
@@ -30,7 +35,10 @@
 #      config.json or is not a string, a field of another type (tie_word_embeddings in quotes),
 #      (each message states the relation its numbers have), a
 #      missing or extra tensor, a sharded or missing model.safetensors, bad JSON,
-#      a file given as the folder
+#      a file given as the folder; OLMoE's clip_qkv and head_dim, Qwen3-MoE's dense blocks where
+#      moe.c cannot place them and its sliding window in use, DeepSeek-V3's multi-token
+#      prediction layer, no q_lora_rank, no shared expert, a missing or edited correction bias,
+#      two numbers of experts that disagree
 #   6. eval --logits writes the first batch's tokens, targets and logits, and its loss is the
 #      first batch's; an existing file is refused
 
@@ -106,6 +114,54 @@ elif cmd == "rope":  # MOEC.safetensors HF.safetensors C H [HKV D]: layer 0's q 
     E = hm["layers.0.moe.w_gate"]["shape"][0]
     ok = ok and v == vh and e1[len(e1) // E:2 * len(e1) // E] == w1 and q != qh
     print("ok" if ok else "not the documented permutation")
+elif cmd == "gain":  # MOEC HF MOEC-NAME HF-NAME HEADS D: a norm's gain, its channels paired as the rows
+    hm, _, dm = read(sys.argv[2]); hh, _, dh = read(sys.argv[3]); H, D = int(sys.argv[6]), int(sys.argv[7])
+    m, h_ = tensor(hm, dm, sys.argv[4]), tensor(hh, dh, sys.argv[5])
+    ok = m != h_ and len(m) == 4 * H * D and all(
+        h_[4 * (h * D + half * D // 2 + i):4 * (h * D + half * D // 2 + i + 1)] ==
+        m[4 * (h * D + 2 * i + half):4 * (h * D + 2 * i + half + 1)]
+        for h in range(H) for i in range(D // 2) for half in range(2))
+    print("ok" if ok else "not the documented permutation")
+elif cmd == "close":  # A B PATTERN: every tensor of A in B with the same bytes, and no other, but
+    # those whose name ends in PATTERN, which must agree to a float's rounding (relative 2.5e-7)
+    import array
+    ha, _, da = read(sys.argv[2]); hb, _, db = read(sys.argv[3]); pat = tuple(sys.argv[4].split(","))
+    def near(n):
+        x, y = array.array("f", tensor(ha, da, n)), array.array("f", tensor(hb, db, n))
+        return len(x) == len(y) and all(abs(a - b) <= 2.5e-7 * abs(a) for a, b in zip(x, y))
+    bad = [n for n in ha if n not in hb or not (tensor(ha, da, n) == tensor(hb, db, n) or (n.endswith(pat) and near(n)))]
+    bad += [n for n in hb if n not in ha]
+    print("ok" if not bad else "differ: " + ", ".join(bad[:5]))
+elif cmd == "kv_a":  # MOEC HF KR R: layer 0's kv_a_proj_with_mqa: attn.wkv_a times sqrt(0.1), then attn.wk_rope as it is
+    import array
+    hm, _, dm = read(sys.argv[2]); hh, _, dh = read(sys.argv[3]); KR, R = int(sys.argv[4]), int(sys.argv[5])
+    kv = array.array("f", tensor(hh, dh, "model.layers.0.self_attn.kv_a_proj_with_mqa.weight"))
+    a = array.array("f", tensor(hm, dm, "layers.0.attn.wkv_a")); r = tensor(hm, dm, "layers.0.attn.wk_rope")
+    C = len(a) // KR
+    ok = len(kv) == (KR + R) * C and kv[KR * C:].tobytes() == r and all(
+        abs(kv[i] - a[i] * 0.1 ** 0.5) <= 2.5e-7 * abs(a[i]) for i in range(KR * C))
+    print("ok" if ok else "not wkv_a scaled over wk_rope")
+elif cmd == "halves":  # FILE H D NOPE R KR: DeepSeek-V3's rotary rows from pairs (2i, 2i+1) to halves (i, i + R/2)
+    h, meta, d = read(sys.argv[2]); H, D, NOPE, R, KR = map(int, sys.argv[3:8])
+    def turn(blob, starts, C):
+        rows = [blob[i * 4 * C:(i + 1) * 4 * C] for i in range(len(blob) // (4 * C))]
+        out = rows[:]
+        for s in starts:
+            for i in range(R // 2):
+                for half in range(2):
+                    out[s + half * R // 2 + i] = rows[s + 2 * i + half]
+        return b"".join(out)
+    keep = {}
+    for n in h:
+        blob, C = tensor(h, d, n), h[n]["shape"][-1]
+        if n.endswith("q_b_proj.weight") or n.endswith("q_proj.weight"):
+            blob = turn(blob, [k * D + NOPE for k in range(H)], C)
+        elif n.endswith("kv_a_proj_with_mqa.weight"):
+            blob = turn(blob, [KR], C)
+        keep[n] = (h[n], blob)
+    write(sys.argv[2], h, {"format": "pt"}, keep)
+elif cmd == "shape":  # FILE NAME: the tensor's shape
+    print(read(sys.argv[2])[0][sys.argv[3]]["shape"])
 elif cmd == "tokenizer":  # tokenizer.json: token i is byte i's character (GPT-2's table)
     vocab = json.load(open(sys.argv[2]))["model"]["vocab"]
     bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
@@ -128,6 +184,11 @@ elif cmd == "drop":  # FILE NAME: the file without tensor NAME (and without its 
 elif cmd == "copy":  # FILE SRC DST: tensor DST holds SRC's bytes (the same shape)
     h, meta, d = read(sys.argv[2])
     keep = {n: (h[n], tensor(h, d, sys.argv[3] if n == sys.argv[4] else n)) for n in h}
+    write(sys.argv[2], h, {"format": "pt"}, keep)
+elif cmd == "fill":  # FILE NAME VALUE: tensor NAME's floats all VALUE
+    h, meta, d = read(sys.argv[2])
+    keep = {n: (h[n], tensor(h, d, n)) for n in h}
+    keep[sys.argv[3]] = (h[sys.argv[3]], struct.pack("<f", float(sys.argv[4])) * (len(keep[sys.argv[3]][1]) // 4))
     write(sys.argv[2], h, {"format": "pt"}, keep)
 elif cmd == "add":  # FILE NAME: the file with one more (4,) tensor NAME
     h, meta, d = read(sys.argv[2])
@@ -206,6 +267,156 @@ py edit "$tmp/bare-gqa/config.json" moe_c_config null
     "$moe" info --ckpt "$tmp/bare-gqa.bin" 2>&1 | grep -q "kv_heads.*2"
 check "grouped-query heads from config.json alone: model.kv_heads 2, the same validation loss" $? \
     "$(cat "$tmp/out")"
+
+# Qwen3-MoE (model.qk_norm=head: a norm on each head of the queries and keys, its gain shared by
+# the heads) with grouped heads of their own width, a dense first block (mlp_only_layers) and
+# gates left unnormalised (norm_topk_prob false); OLMoE (model.qk_norm=full: a norm over the whole
+# projection)
+train qwen3 --set model.qk_norm=head --set model.kv_heads=2 --set model.head_dim=12 \
+    --set model.n_layer=3 --set moe.first_dense=1 --set moe.norm_topk=0
+train olmoe --set model.qk_norm=full --set model.kv_heads=2
+for kind in qwen3 olmoe; do
+    "$moe" export --ckpt "$tmp/$kind/ckpt.bin" --format hf --out "$tmp/hf-$kind" > "$tmp/out" 2>&1 &&
+        "$moe" import --format hf --from "$tmp/hf-$kind" --out "$tmp/$kind-hf.bin" > "$tmp/out2" 2>&1 &&
+        "$moe" export --ckpt "$tmp/$kind/ckpt.bin" --out "$tmp/$kind.st" > /dev/null 2>&1 &&
+        "$moe" import --from "$tmp/$kind.st" --out "$tmp/$kind-st.bin" > /dev/null 2>&1 &&
+        cmp -s "$tmp/$kind-hf.bin" "$tmp/$kind-st.bin"
+    check "$kind: export --format hf then import --format hf = export then import, bit for bit" $? \
+        "$(cat "$tmp/out" "$tmp/out2")"
+    cp -r "$tmp/hf-$kind" "$tmp/bare-$kind"
+    py edit "$tmp/bare-$kind/config.json" moe_c_config null
+    "$moe" import --format hf --from "$tmp/bare-$kind" --out "$tmp/bare-$kind.bin" --set "data.val=$data/val.bin" \
+        --set train.batch=4 > "$tmp/out" 2>&1 &&
+        a=$(val_of "$tmp/$kind/ckpt.bin") && [ -n "$a" ] && [ "$(val_of "$tmp/bare-$kind.bin")" = "$a" ]
+    check "$kind: from config.json alone, the validation loss is the original's ($a)" $? "$(cat "$tmp/out")"
+done
+# transformers' save_pretrained writes Qwen3-MoE's number of experts as num_local_experts
+cp -r "$tmp/bare-qwen3" "$tmp/alias-qwen3"
+py edit "$tmp/alias-qwen3/config.json" num_experts null
+py edit "$tmp/alias-qwen3/config.json" num_local_experts 8
+"$moe" import --format hf --from "$tmp/alias-qwen3" --out "$tmp/alias-qwen3.bin" > "$tmp/out" 2>&1 &&
+    "$moe" export --ckpt "$tmp/alias-qwen3.bin" --out "$tmp/alias-qwen3.st" > /dev/null 2>&1 &&
+    got=$(py same-tensors "$tmp/alias-qwen3.st" "$tmp/qwen3.st") && [ "$got" = ok ]
+check "qwen3: the experts counted by num_local_experts (as transformers saves it) import the same" $? \
+    "$got $(cat "$tmp/out")"
+cfg=$tmp/hf-qwen3/config.json
+for field in '"architectures": \["Qwen3MoeForCausalLM"\]' '"model_type": "qwen3_moe"' '"num_experts": 8,' \
+    '"moe_intermediate_size": 24,' '"intermediate_size": 48,' '"norm_topk_prob": false,' \
+    '"mlp_only_layers": \[0\],' '"decoder_sparse_step": 1,' '"num_key_value_heads": 2,' '"head_dim": 12,'; do
+    grep -q "$field" "$cfg" || break
+done
+check "qwen3: config.json says Qwen3MoeForCausalLM, 8 experts of 24, dense blocks of 48 (block 0), unnormalised gates, 2 key-value heads of 12" \
+    $? "missing $field: $(head -n 30 "$cfg")"
+cfg=$tmp/hf-olmoe/config.json
+grep -q '"architectures": \["OlmoeForCausalLM"\]' "$cfg" && grep -q '"model_type": "olmoe"' "$cfg" &&
+    grep -q '"num_experts": 8,' "$cfg" && grep -q '"intermediate_size": 24,' "$cfg" &&
+    grep -q '"norm_topk_prob": true,' "$cfg" && grep -q '"clip_qkv": null,' "$cfg" &&
+    grep -q '"num_key_value_heads": 2,' "$cfg"
+check "olmoe: config.json says OlmoeForCausalLM, 8 experts of 24, renormalised gates, no clipping, 2 key-value heads" \
+    $? "$(head -n 30 "$cfg")"
+names=$(py names "$tmp/hf-qwen3/model.safetensors")
+grep -qx 'model.layers.0.mlp.gate_proj.weight' <<< "$names" && grep -qx 'model.layers.1.mlp.gate.weight' <<< "$names" &&
+    grep -qx 'model.layers.2.mlp.experts.7.down_proj.weight' <<< "$names" &&
+    grep -qx 'model.layers.1.self_attn.k_norm.weight' <<< "$names" &&
+    [ "$(wc -l <<< "$names")" -eq $((3 + (2 + 4 + 2 + 3) + 2 * (2 + 4 + 2 + 1 + 24))) ] &&
+    [ "$(py shape "$tmp/hf-qwen3/model.safetensors" model.layers.0.self_attn.q_norm.weight)" = "[12]" ]
+check "qwen3: the tensors under Qwen3-MoE's names (mlp.gate, mlp.experts.E.*_proj, a dense block's mlp.*_proj, q_norm of a head's 12)" \
+    $? "$(head -n 5 <<< "$names")"
+names=$(py names "$tmp/hf-olmoe/model.safetensors")
+grep -qx 'model.layers.1.mlp.experts.7.up_proj.weight' <<< "$names" &&
+    [ "$(wc -l <<< "$names")" -eq $((3 + 2 * (2 + 4 + 2 + 1 + 24))) ] &&
+    [ "$(py shape "$tmp/hf-olmoe/model.safetensors" model.layers.0.self_attn.q_norm.weight)" = "[32]" ] &&
+    [ "$(py shape "$tmp/hf-olmoe/model.safetensors" model.layers.0.self_attn.k_norm.weight)" = "[16]" ]
+check "olmoe: the tensors under OLMoE's names, q_norm over the whole projection (32), k_norm over the key heads' (16)" \
+    $? "$(head -n 5 <<< "$names")"
+got=$(py gain "$tmp/qwen3.st" "$tmp/hf-qwen3/model.safetensors" layers.0.attn.q_norm model.layers.0.self_attn.q_norm.weight 1 12 2>&1)
+[ "$got" = ok ]
+check "qwen3: the norm's gain on a head's queries, its channels permuted as the rotary rows" $? "$got"
+got=$(py gain "$tmp/olmoe.st" "$tmp/hf-olmoe/model.safetensors" layers.0.attn.k_norm model.layers.0.self_attn.k_norm.weight 2 8 2>&1)
+[ "$got" = ok ]
+check "olmoe: the norm's gain on the keys, each key head's channels permuted as its rotary rows" $? "$got"
+
+# DeepSeek-V3 (model.attention=mla): latent attention with a latent for the queries too, sigmoid
+# scores with aux-free biases (e_score_correction_bias), group-limited routing, a scale, a shared
+# expert, a dense first block. Its latents' projections are written scaled (transformers
+# normalises the latents with an epsilon of 1e-6, moe.c with 1e-5), so those two come back to a
+# float's rounding, every other tensor bit for bit
+mla=(--set model.attention=mla --set mla.q_rank=12 --set mla.kv_rank=8 --set mla.rope_dim=4
+     --set mla.nope_dim=6 --set mla.v_dim=10)
+train deepseek "${mla[@]}" --set model.n_layer=3 --set moe.score=sigmoid --set moe.balance=aux_free \
+    --set moe.num_shared=1 --set moe.n_group=4 --set moe.topk_group=2 --set moe.first_dense=1 \
+    --set moe.route_scale=2.5
+"$moe" export --ckpt "$tmp/deepseek/ckpt.bin" --format hf --out "$tmp/hf-deepseek" > "$tmp/out" 2>&1 &&
+    "$moe" import --format hf --from "$tmp/hf-deepseek" --out "$tmp/deepseek-hf.bin" > "$tmp/out2" 2>&1 &&
+    "$moe" export --ckpt "$tmp/deepseek/ckpt.bin" --out "$tmp/deepseek.st" > /dev/null 2>&1 &&
+    "$moe" export --ckpt "$tmp/deepseek-hf.bin" --out "$tmp/deepseek-back.st" > /dev/null 2>&1 &&
+    got=$(py close "$tmp/deepseek.st" "$tmp/deepseek-back.st" attn.wq_a,attn.wkv_a 2>&1) && [ "$got" = ok ] &&
+    [ "$(py names "$tmp/deepseek-back.st" | grep -c 'moe.router_bias$')" -eq 2 ]
+check "deepseek: out and back, every tensor and aux-free bias bit for bit but the latents' projections, to rounding" \
+    $? "$got $(cat "$tmp/out" "$tmp/out2")"
+a=$(val_of "$tmp/deepseek/ckpt.bin")
+[ -n "$a" ] && [ "$(val_of "$tmp/deepseek-hf.bin")" = "$a" ]
+check "deepseek: out and back, the validation loss is the original's ($a)" $? "$(val_of "$tmp/deepseek-hf.bin")"
+cfg=$tmp/hf-deepseek/config.json
+for field in '"architectures": \["DeepseekV3ForCausalLM"\]' '"model_type": "deepseek_v3"' \
+    '"n_routed_experts": 8,' '"n_shared_experts": 1,' '"moe_intermediate_size": 24,' \
+    '"intermediate_size": 48,' '"first_k_dense_replace": 1,' '"routed_scaling_factor": 2.5,' \
+    '"n_group": 4,' '"topk_group": 2,' '"norm_topk_prob": true,' '"q_lora_rank": 12,' \
+    '"kv_lora_rank": 8,' '"qk_rope_head_dim": 4,' '"qk_nope_head_dim": 6,' '"v_head_dim": 10,' \
+    '"rope_interleave": true,' '"num_nextn_predict_layers": 0,' '"num_key_value_heads": 4,'; do
+    grep -q "$field" "$cfg" || break
+done
+check "deepseek: config.json says DeepseekV3ForCausalLM, 8 experts of 24 and one shared, a dense block of 48, groups, scale, the latent ranks and head sizes" \
+    $? "missing $field: $(head -n 40 "$cfg")"
+names=$(py names "$tmp/hf-deepseek/model.safetensors")
+grep -qx 'model.layers.0.mlp.gate_proj.weight' <<< "$names" &&
+    grep -qx 'model.layers.1.mlp.gate.e_score_correction_bias' <<< "$names" &&
+    grep -qx 'model.layers.2.mlp.experts.7.down_proj.weight' <<< "$names" &&
+    grep -qx 'model.layers.1.mlp.shared_experts.up_proj.weight' <<< "$names" &&
+    grep -qx 'model.layers.0.self_attn.q_a_layernorm.weight' <<< "$names" &&
+    grep -qx 'model.layers.0.self_attn.kv_b_proj.weight' <<< "$names" &&
+    [ "$(wc -l <<< "$names")" -eq $((3 + (2 + 7 + 3) + 2 * (2 + 7 + 2 + 24 + 3))) ] &&
+    [ "$(py shape "$tmp/hf-deepseek/model.safetensors" model.layers.0.self_attn.kv_a_proj_with_mqa.weight)" = "[12, 32]" ]
+check "deepseek: the tensors under DeepSeek-V3's names (q_a_proj, kv_a_proj_with_mqa of 8 + 4 rows, kv_b_proj, the router's correction bias, shared_experts)" \
+    $? "$(head -n 5 <<< "$names")"
+got=$(py kv_a "$tmp/deepseek.st" "$tmp/hf-deepseek/model.safetensors" 8 4 2>&1)
+[ "$got" = ok ]
+check "deepseek: kv_a_proj_with_mqa is attn.wkv_a times sqrt(0.1) over attn.wk_rope as it is" $? "$got"
+cp -r "$tmp/hf-deepseek" "$tmp/bare-deepseek"
+py edit "$tmp/bare-deepseek/config.json" moe_c_config null
+"$moe" import --format hf --from "$tmp/bare-deepseek" --out "$tmp/bare-deepseek.bin" --set "data.val=$data/val.bin" \
+    --set train.batch=4 > "$tmp/out" 2>&1 && [ "$(val_of "$tmp/bare-deepseek.bin")" = "$a" ] &&
+    "$moe" info --ckpt "$tmp/bare-deepseek.bin" 2>&1 | grep -q "balance = aux_free"
+check "deepseek: from config.json alone, aux-free biases and the validation loss the original's ($a)" $? \
+    "$(cat "$tmp/out")"
+# rope_interleave false: the rotary rows paired by halves, as other checkpoints have them
+cp -r "$tmp/bare-deepseek" "$tmp/halves"
+py edit "$tmp/halves/config.json" rope_interleave false
+py halves "$tmp/halves/model.safetensors" 4 10 6 4 8
+"$moe" import --format hf --from "$tmp/halves" --out "$tmp/halves.bin" > "$tmp/out" 2>&1 &&
+    "$moe" export --ckpt "$tmp/halves.bin" --out "$tmp/halves.st" > /dev/null 2>&1 &&
+    "$moe" export --ckpt "$tmp/bare-deepseek.bin" --out "$tmp/bare-deepseek.st" > /dev/null 2>&1 &&
+    got=$(py same-tensors "$tmp/halves.st" "$tmp/bare-deepseek.st") && [ "$got" = ok ]
+check "deepseek: rope_interleave false, its rotary rows paired by halves, is the same model, bit for bit" $? \
+    "$got $(cat "$tmp/out")"
+
+# a model of moe.c's without aux-free biases (moe.balance=aux) is written with zero correction
+# biases and comes back without them; hidden_size / num_attention_heads (36 / 4 = 9, odd) does
+# not matter to latent attention, whose heads have sizes of their own
+train deepseek-aux "${mla[@]}" --set model.d_model=36 --set moe.score=sigmoid --set moe.num_shared=1
+"$moe" export --ckpt "$tmp/deepseek-aux/ckpt.bin" --format hf --out "$tmp/hf-deepseek-aux" > "$tmp/out" 2>&1 &&
+    "$moe" import --format hf --from "$tmp/hf-deepseek-aux" --out "$tmp/deepseek-aux.bin" > "$tmp/out" 2>&1 &&
+    "$moe" info --ckpt "$tmp/deepseek-aux.bin" 2>&1 | grep -q "balance = aux$" &&
+    a=$(val_of "$tmp/deepseek-aux/ckpt.bin") && [ "$(val_of "$tmp/deepseek-aux.bin")" = "$a" ]
+check "deepseek without aux-free biases: zero correction biases out, a model without them back, the same loss" \
+    $? "$(cat "$tmp/out")"
+cp -r "$tmp/hf-deepseek-aux" "$tmp/bare-deepseek-aux"
+py edit "$tmp/bare-deepseek-aux/config.json" moe_c_config null
+"$moe" import --format hf --from "$tmp/bare-deepseek-aux" --out "$tmp/bare-deepseek-aux.bin" \
+    --set "data.val=$data/val.bin" --set train.batch=4 > "$tmp/out" 2>&1 &&
+    [ "$(val_of "$tmp/bare-deepseek-aux.bin")" = "$a" ]
+check "deepseek: a hidden_size of 36 for 4 heads (latent attention's heads are mla's sizes) imports from config.json alone" \
+    $? "$(cat "$tmp/out")"
 
 # ---- 2. without moe_c_config -----------------------------------------------------------
 echo "test_hf: a folder without moe.c's settings"
@@ -309,10 +520,21 @@ refuse_export "a dense block first" "moe.first_dense" --set moe.first_dense=1
 refuse_export "a capacity at evaluation" "moe.capacity_factor" --set moe.capacity_factor=1.25
 refuse_export "a bf16 router" "moe.router_precision" --set moe.router_precision=bf16
 refuse_export "sandwich norms" "model.norm=sandwich" --set model.norm=sandwich --set moe.num_experts=0
-refuse_export "norms on queries and keys" "model.qk_norm=head" --set model.qk_norm=head
-refuse_export "latent attention" "model.attention=mla" --set model.attention=mla --set mla.kv_rank=8 \
-    --set mla.rope_dim=4 --set mla.nope_dim=4 --set mla.v_dim=8
+refuse_export "norms on queries and keys in a dense model" "model.qk_norm=head in a dense model" \
+    --set model.qk_norm=head --set moe.num_experts=0
+refuse_export "Qwen3-MoE with aux-free biases" "aux_free.*Qwen3MoeForCausalLM" --set model.qk_norm=head \
+    --set moe.balance=aux_free
+refuse_export "OLMoE with a dense block" "moe.first_dense.*OlmoeForCausalLM" --set model.qk_norm=full \
+    --set moe.first_dense=1
+refuse_export "OLMoE with heads of their own width" "model.head_dim=12: OLMoE" --set model.qk_norm=full \
+    --set model.head_dim=12
+refuse_export "latent attention with softmax scores" "moe.score=softmax: DeepSeek-V3" "${mla[@]}"
+refuse_export "latent attention without a shared expert" "moe.num_shared=0: DeepSeek-V3" "${mla[@]}" \
+    --set moe.score=sigmoid
+refuse_export "latent attention with MoE blocks every other block" "moe.every.*DeepseekV3ForCausalLM" \
+    "${mla[@]}" --set moe.score=sigmoid --set moe.num_shared=1 --set moe.every=2
 refuse_export "group-limited routing" "moe.n_group" --set moe.n_group=2 --set moe.topk_group=1
+refuse_export "multi-token prediction modules" "model.mtp_depth=1" --set model.mtp_depth=1
 before=$(cksum < "$tmp/hf-moe/model.safetensors")
 "$moe" export --ckpt "$tmp/dense/ckpt.bin" --format hf --out "$tmp/hf-moe" > "$tmp/out" 2>&1
 rc=$?
@@ -352,6 +574,36 @@ cp -r "$tmp/v5" "$tmp/case"
 refuse_import "a rotary type other than default" "rope_type is not default" rope_parameters \
     '{"rope_theta": 10000.0, "rope_type": "yarn"}'
 refuse_import "another model type" "model_type \"qwen2\"" model_type '"qwen2"'
+cp -r "$tmp/hf-deepseek-aux" "$tmp/case"
+py fill "$tmp/case/model.safetensors" model.layers.1.mlp.gate.e_score_correction_bias 0.5
+refuse_import "correction biases where moe_c_config routes without" "e_score_correction_bias' is not zero" "" ""
+cp -r "$tmp/bare-qwen3" "$tmp/case"
+py edit "$tmp/case/config.json" num_local_experts 4
+refuse_import "two numbers of experts that disagree" '"num_experts" (8) and "num_local_experts" (4)' "" ""
+cp -r "$tmp/bare-qwen3" "$tmp/case"
+refuse_import "no number of experts" 'has no "num_experts" (nor "num_local_experts")' num_experts null
+cp -r "$tmp/bare-deepseek" "$tmp/case"
+py add "$tmp/case/model.safetensors" model.layers.3.eh_proj.weight
+refuse_import "DeepSeek-V3's multi-token prediction layer" "multi-token prediction layer (model.layers.3" "" ""
+cp -r "$tmp/bare-deepseek" "$tmp/case"
+refuse_import "DeepSeek-V3 without q_lora_rank" 'has no "q_lora_rank"' q_lora_rank null
+cp -r "$tmp/bare-deepseek" "$tmp/case"
+refuse_import "DeepSeek-V3 without shared experts" '"n_shared_experts" is 0' n_shared_experts 0
+cp -r "$tmp/bare-deepseek" "$tmp/case"
+py drop "$tmp/case/model.safetensors" model.layers.2.mlp.gate.e_score_correction_bias
+refuse_import "DeepSeek-V3 without a correction bias" "no tensor 'model.layers.2.mlp.gate.e_score_correction_bias'" "" ""
+cp -r "$tmp/bare-olmoe" "$tmp/case"
+refuse_import "OLMoE's clipping of q, k, v" "clip_qkv clips" clip_qkv 8
+cp -r "$tmp/bare-olmoe" "$tmp/case"
+refuse_import "OLMoE with a head_dim of its own" "head_dim (12) is not hidden_size / num_attention_heads" head_dim 12
+cp -r "$tmp/bare-qwen3" "$tmp/case"
+refuse_import "Qwen3-MoE with a dense last block" "mlp_only_layers and decoder_sparse_step place" \
+    mlp_only_layers '[2]'
+cp -r "$tmp/bare-qwen3" "$tmp/case"
+refuse_import "Qwen3-MoE's mlp_only_layers of strings" "mlp_only_layers holds a string" mlp_only_layers '["0"]'
+cp -r "$tmp/bare-qwen3" "$tmp/case"
+py edit "$tmp/case/config.json" sliding_window 8
+refuse_import "Qwen3-MoE with a short sliding window in use" "sliding_window (8) is below" use_sliding_window true
 refuse_import "an odd head_dim" "head_dim (7) is odd" head_dim 7
 refuse_import "tie_word_embeddings in quotes" '"tie_word_embeddings" is a string; it must be true or false' \
     tie_word_embeddings '"true"'

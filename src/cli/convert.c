@@ -80,7 +80,7 @@ int cmd_export(int argc, char **argv) {
             moe_input_error("export --format hf: %s", err);
         printf("wrote %s: config.json (%s), model.safetensors (%zu parameters), tokenizer.json, "
                "tokenizer_config.json\n",
-               o.out, c.num_experts > 0 ? "MixtralForCausalLM" : "LlamaForCausalLM", m.pt.total);
+               o.out, hf_architecture(hf_family(&c)), m.pt.total);
         model_free(&m);
         return 0;
     }

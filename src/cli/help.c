@@ -77,7 +77,8 @@ static const CmdHelp HELP[] = {
                "  --help                this text\n"},
     {"export", "usage: moe export --ckpt PATH --out FILE.safetensors | --format hf --out DIR\n"
                "A checkpoint's weights as a safetensors file (names: src/REFERENCE.md), or as\n"
-               "a folder that Hugging Face transformers loads (Mixtral or Llama).\n"
+               "a folder that Hugging Face transformers loads: DeepSeek-V3 for latent attention,\n"
+               "Qwen3-MoE for model.qk_norm=head, OLMoE for full, else Mixtral (MoE) or Llama.\n"
                "  --ckpt PATH           the checkpoint (required)\n"
                "  --out FILE            the safetensors file, or with --format hf the folder, to\n"
                "                        write (required; nothing existing is overwritten)\n"
@@ -85,8 +86,9 @@ static const CmdHelp HELP[] = {
                "  --help                this text\n"},
     {"import",
      "usage: moe import --from FILE.safetensors | --format hf --from DIR  --out CKPT [options]\n"
-     "A safetensors file, or a Hugging Face folder (Mixtral or Llama), as a weights-only\n"
-     "checkpoint (train it with moe train --init CKPT).\n"
+     "A safetensors file, or a Hugging Face folder (Mixtral, Qwen3-MoE, OLMoE, DeepSeek-V3 or\n"
+     "Llama, by its model_type), as a weights-only checkpoint (train it with\n"
+     "moe train --init CKPT).\n"
      "  --from FILE           the safetensors file, or with --format hf the folder (required)\n"
      "  --format F            safetensors (moe.c's names, the default) or hf\n"
      "  --out CKPT            the checkpoint to write; refused when it exists (required)\n"
