@@ -398,9 +398,8 @@ static int write_text(const char *dir, const char *name, const char *text, char 
 static const char *const FILES[] = {"config.json", "model.safetensors", "tokenizer.json",
                                     "tokenizer_config.json"};
 
-int hf_export(const Model *m, const char *dir, char *err, int errlen) {
-    const Config *c = &m->cfg;
-    if (hf_export_check(c, err, errlen)) return -1;
+/* A folder that holds any of the layout's files is refused: nothing is overwritten. */
+static int refuse_existing(const char *dir, char *err, int errlen) {
     for (size_t i = 0; i < sizeof FILES / sizeof FILES[0]; i++) {
         char path[MOE_PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", dir, FILES[i]);
@@ -410,15 +409,17 @@ int hf_export(const Model *m, const char *dir, char *err, int errlen) {
                              "(nothing was changed)",
                              path);
     }
-    /* the entries: one a tensor, one an expert of a stacked tensor, and DeepSeek-V3's
-     * correction biases; rotary rows permuted, the latents' projections scaled */
-    const HfFamily fam = hf_family(c);
-    int n = fam == HF_DEEPSEEK_V3 ? c->n_layer : 0;
-    for (int i = 0; i < m->pt.n; i++) n += m->pt.t[i].ndim == 3 ? m->pt.t[i].shape[0] : 1;
-    TensorRef *e = (TensorRef *)calloc_check((size_t)n, sizeof *e);
-    float **copies = (float **)calloc_check((size_t)n, sizeof *copies);
-    int k = 0, rc = 0;
-    for (int i = 0; i < m->pt.n && rc == 0; i++) {
+    return 0;
+}
+
+/* The parameters' entries into e (one a tensor, one an expert of a stacked tensor; rows that
+ * share a tensor in the layout, one entry), rotary rows permuted and the latents' projections
+ * scaled into copies[]. Returns the count, or -1. */
+static int tensor_entries(const Model *m, HfFamily fam, TensorRef *e, float **copies, char *err,
+                          int errlen) {
+    const Config *c = &m->cfg;
+    int k = 0;
+    for (int i = 0; i < m->pt.n; i++) {
         const ParamTensor *t = &m->pt.t[i];
         const int stacked = t->ndim == 3, parts = stacked ? t->shape[0] : 1;
         const size_t each = t->numel / (size_t)parts;
@@ -426,11 +427,9 @@ int hf_export(const Model *m, const char *dir, char *err, int errlen) {
         for (int x = 0; x < parts; x++) {
             HfPlace p;
             if (hf_tensor_name(c, fam, fam != HF_DEEPSEEK_V3, t->name, x, e[k].name,
-                               sizeof e[k].name, &p) != 0) {
-                rc = set_error(err, errlen, "tensor '%s' has no place in the Hugging Face layout",
-                               t->name);
-                break;
-            }
+                               sizeof e[k].name, &p) != 0)
+                return set_error(err, errlen, "tensor '%s' has no place in the Hugging Face layout",
+                                 t->name);
             const float *src = m->params + t->offset + (size_t)x * each;
             int at = k; /* the entry: a new one, or the one made for the tensor these rows share */
             for (int j = 0; p.rows && j < k; j++)
@@ -455,8 +454,14 @@ int hf_export(const Model *m, const char *dir, char *err, int errlen) {
             e[at].data = copies[at];
         }
     }
-    /* DeepSeek-V3's correction biases: moe.c's aux-free ones, or zeros (a router without) */
-    for (int l = 0; l < c->n_layer && fam == HF_DEEPSEEK_V3 && rc == 0; l++) {
+    return k;
+}
+
+/* DeepSeek-V3's correction biases from entry k on: moe.c's aux-free ones, or zeros (a router
+ * without). Returns the count of entries. */
+static int bias_entries(const Model *m, TensorRef *e, float **copies, int k) {
+    const Config *c = &m->cfg;
+    for (int l = 0; l < c->n_layer; l++) {
         if (!config_is_moe_layer(c, l)) continue;
         snprintf(e[k].name, sizeof e[k].name, "model.layers.%d.mlp.gate.e_score_correction_bias",
                  l);
@@ -470,8 +475,13 @@ int hf_export(const Model *m, const char *dir, char *err, int errlen) {
         e[k].data = copies[k];
         k++;
     }
-    n = k;
-    if (rc == 0) rc = make_dirs(dir, err, errlen);
+    return k;
+}
+
+/* The folder: model.safetensors of the n entries, config.json and the tokenizer's files. */
+static int write_folder(const char *dir, const Config *c, const TensorRef *e, int n, char *err,
+                        int errlen) {
+    int rc = make_dirs(dir, err, errlen);
     char path[MOE_PATH_MAX];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     const char *keys[] = {"format"}, *vals[] = {"pt"};
@@ -486,6 +496,20 @@ int hf_export(const Model *m, const char *dir, char *err, int errlen) {
     if (rc == 0) rc = write_text(dir, "tokenizer_config.json", tcfg, err, errlen);
     free(cfg);
     free(tok);
+    return rc;
+}
+
+int hf_export(const Model *m, const char *dir, char *err, int errlen) {
+    const Config *c = &m->cfg;
+    if (hf_export_check(c, err, errlen) || refuse_existing(dir, err, errlen)) return -1;
+    const HfFamily fam = hf_family(c);
+    int n = fam == HF_DEEPSEEK_V3 ? c->n_layer : 0;
+    for (int i = 0; i < m->pt.n; i++) n += m->pt.t[i].ndim == 3 ? m->pt.t[i].shape[0] : 1;
+    TensorRef *e = (TensorRef *)calloc_check((size_t)n, sizeof *e);
+    float **copies = (float **)calloc_check((size_t)n, sizeof *copies);
+    int k = tensor_entries(m, fam, e, copies, err, errlen), rc = k < 0 ? -1 : 0;
+    if (rc == 0 && fam == HF_DEEPSEEK_V3) k = bias_entries(m, e, copies, k);
+    if (rc == 0) rc = write_folder(dir, c, e, k, err, errlen);
     for (int i = 0; i < n; i++) free(copies[i]);
     free(copies);
     free(e);

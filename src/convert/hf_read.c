@@ -313,6 +313,43 @@ static int moe_of(const Fields *f, HfFamily fam, double L, Moe *x) {
            qwen3_layers(f, (int)L, &x->first, &x->every);
 }
 
+/* The settings of a model as key=value lines (malloc'd): its family, its MoE fields, and
+ * v = {hidden_size, layers, heads, positions, key-value heads, head_dim, rotary base,
+ * initializer_range} as config.json gives them (-1: not given). */
+static char *settings_text(HfFamily fam, const Moe *xp, const double v[8], int tied) {
+    const Moe x = *xp;
+    const double C = v[0], L = v[1], H = v[2], T = v[3], kv = v[4], hd = v[5], theta = v[6];
+    const double std = v[7];
+    char *t = NULL;
+    size_t len = 0;
+    FILE *o = open_memstream(&t, &len);
+    if (!o) moe_fatal("out of memory");
+    fprintf(o, "model.d_model=%.0f\nmodel.n_layer=%.0f\nmodel.n_head=%.0f\nmodel.seq_len=%.0f\n", C,
+            L, H, T);
+    /* grouped key-value heads and a head size of their own, or 0: moe.c's defaults (as many
+     * key-value heads as query heads, hidden_size / num_attention_heads) */
+    fprintf(o, "model.kv_heads=%.0f\nmodel.head_dim=%.0f\n", kv > 0 && kv < H ? kv : 0,
+            hd > 0 && hd * H != C ? hd : 0);
+    fprintf(o, "model.rope_theta=%.9g\nmodel.d_ff=%.0f\nmodel.norm=pre\nmodel.init_std=%.9g\n",
+            theta, x.dense, std > 0 ? std : 0.02);
+    fprintf(o, "model.tied=%d\nmodel.qk_norm=%s\n", tied,
+            x.qk_norm == MOE_QK_NORM_HEAD   ? "head"
+            : x.qk_norm == MOE_QK_NORM_FULL ? "full"
+                                            : "none");
+    if (fam != HF_LLAMA)
+        fprintf(o,
+                "moe.num_experts=%.0f\nmoe.top_k=%.0f\nmoe.d_expert=%.0f\nmoe.first_dense=%d\n"
+                "moe.every=%d\nmoe.num_shared=0\nmoe.score=softmax\nmoe.norm_topk=%d\n"
+                "moe.route_scale=1\nmoe.balance=aux\nmoe.aux_coef=%.9g\nmoe.routing=token_choice\n"
+                "moe.capacity_factor=0\nmoe.eval_capacity_factor=-1\nmoe.router_precision=fp32\n",
+                x.E, x.K, x.expert, x.first, x.every, x.norm_topk, x.aux);
+    else
+        fprintf(o, "moe.num_experts=0\n");
+    fputs(x.more, o); /* after the lines it changes */
+    fclose(o);
+    return t;
+}
+
 /* What moe.c computes, checked; then the settings as key=value lines into *text. */
 static int settings_of(const Fields *f, char **text, HfFamily *fam, int *tied) {
     if (layout_of(f, fam)) return -1;
@@ -365,34 +402,7 @@ static int settings_of(const Fields *f, char **text, HfFamily *fam, int *tied) {
     double std = 0.02;
     if (num(f, "initializer_range", &std, 0, 0, 0, 1)) return -1;
     *tied = flag(f, "tie_word_embeddings");
-    char *t = NULL;
-    size_t len = 0;
-    FILE *o = open_memstream(&t, &len);
-    if (!o) moe_fatal("out of memory");
-    fprintf(o, "model.d_model=%.0f\nmodel.n_layer=%.0f\nmodel.n_head=%.0f\nmodel.seq_len=%.0f\n", C,
-            L, H, T);
-    /* grouped key-value heads and a head size of their own, or 0: moe.c's defaults (as many
-     * key-value heads as query heads, hidden_size / num_attention_heads) */
-    fprintf(o, "model.kv_heads=%.0f\nmodel.head_dim=%.0f\n", kv > 0 && kv < H ? kv : 0,
-            hd > 0 && hd * H != C ? hd : 0);
-    fprintf(o, "model.rope_theta=%.9g\nmodel.d_ff=%.0f\nmodel.norm=pre\nmodel.init_std=%.9g\n",
-            theta, x.dense, std > 0 ? std : 0.02);
-    fprintf(o, "model.tied=%d\nmodel.qk_norm=%s\n", *tied,
-            x.qk_norm == MOE_QK_NORM_HEAD   ? "head"
-            : x.qk_norm == MOE_QK_NORM_FULL ? "full"
-                                            : "none");
-    if (*fam != HF_LLAMA)
-        fprintf(o,
-                "moe.num_experts=%.0f\nmoe.top_k=%.0f\nmoe.d_expert=%.0f\nmoe.first_dense=%d\n"
-                "moe.every=%d\nmoe.num_shared=0\nmoe.score=softmax\nmoe.norm_topk=%d\n"
-                "moe.route_scale=1\nmoe.balance=aux\nmoe.aux_coef=%.9g\nmoe.routing=token_choice\n"
-                "moe.capacity_factor=0\nmoe.eval_capacity_factor=-1\nmoe.router_precision=fp32\n",
-                x.E, x.K, x.expert, x.first, x.every, x.norm_topk, x.aux);
-    else
-        fprintf(o, "moe.num_experts=0\n");
-    fputs(x.more, o); /* after the lines it changes */
-    fclose(o);
-    *text = t;
+    *text = settings_text(*fam, &x, (const double[]){C, L, H, T, kv, hd, theta, std}, *tied);
     return 0;
 }
 
