@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "lab.h"
+#include "lab_guard.h"
 #include "moe/moe_ops.h"
 #include "nn/ops.h"
 #include "stability_lab.h"
@@ -53,48 +54,6 @@
 
 /* The largest shapes the tests use: every buffer is a fixed array on the stack. */
 enum { MAXN = 17, MAXC = 33, MAXE = 8, MAXNC = MAXN * MAXC, MAXCC = MAXC * MAXC };
-
-/* Extra floats after every output, set to GUARD: a write past the end shows. */
-enum { GUARD_N = 4 };
-#define GUARD 12345.0f
-
-/* x[0 .. n) = value, then GUARD_N guards */
-static void fill_guarded(float *x, size_t n, float value) {
-    for (size_t i = 0; i < n; i++) x[i] = value;
-    for (size_t i = n; i < n + GUARD_N; i++) x[i] = GUARD;
-}
-static void add_guards(float *x, size_t n) {
-    for (size_t i = n; i < n + GUARD_N; i++) x[i] = GUARD;
-}
-
-/* got vs want, both (rows, cols), under the float32 tolerance rule, and the guards after got
- * intact. The message names the row and column of the worst element. */
-static int table_differs(char *msg, const float *got, const float *want, int rows, int cols,
-                         const char *name, const char *what) {
-    size_t n = (size_t)rows * cols;
-    for (size_t g = n; g < n + GUARD_N; g++)
-        if (got[g] != GUARD) {
-            snprintf(msg, MSG_LEN, "%s: %s was written past its end (element %zu; it holds %zu)",
-                     what, name, g, n);
-            return 1;
-        }
-    double ex;
-    long i = tol_worst(got, want, n, TOL_F32_ATOL, TOL_F32_RTOL, &ex);
-    if (i < 0) return 0;
-    if (rows == 1)
-        snprintf(msg, MSG_LEN, "%s: %s[%ld]: got %.7g, want %.7g", what, name, i, (double)got[i],
-                 (double)want[i]);
-    else
-        snprintf(msg, MSG_LEN, "%s: %s[%ld, %ld]: got %.7g, want %.7g", what, name, i / cols,
-                 i % cols, (double)got[i], (double)want[i]);
-    return 1;
-}
-#define EXPECT_TABLE(got, want, rows, cols, name, what)                                            \
-    do {                                                                                           \
-        char m_[MSG_LEN];                                                                          \
-        if (table_differs(m_, (got), (want), (rows), (cols), (name), (what)))                      \
-            ck_abort_msg("%s", m_);                                                                \
-    } while (0)
 
 /* gains near 1, as a trained norm's: 1 + uniform in [-0.5, 0.5) */
 static void fill_gain(float *w, int C, unsigned long long seed) {
@@ -190,9 +149,9 @@ START_TEST(rmsnorm_hand_computed) {
     const float r0 = 0.49999938f, r1 = 0.36514813f;
     const float want_y[N * C] = {2 * r0, -r0, 4 * r0, 2 * r0, r1, r1, 6 * r1, -4 * r1};
     const float want_r[N] = {r0, r1};
-    float y[N * C + GUARD_N], rstd[N + GUARD_N];
-    fill_guarded(y, N * C, NAN);
-    fill_guarded(rstd, N, NAN);
+    float y[N * C + LAB_GUARD_N], rstd[N + LAB_GUARD_N];
+    lab_fill_guarded(y, N * C, NAN);
+    lab_fill_guarded(rstd, N, NAN);
     LAB_CALL(lab_rmsnorm_forward(y, rstd, x, w, N, C));
     EXPECT_TABLE(rstd, want_r, 1, N, "rstd",
                  "rows (2, -2, 2, -2) and (1, 2, 3, 4): r = 1 / sqrt(MEAN of the squares + eps)");
@@ -208,9 +167,9 @@ START_TEST(rmsnorm_eps) {
     const float x[N * C] = {0, 0, 0, 1e-3f, 1e-3f, 1e-3f}, w[C] = {1.0f, -2.0f, 0.5f};
     const float r1 = 301.51134f, want_r[N] = {316.22777f, r1};
     const float want_y[N * C] = {0, 0, 0, 1e-3f * r1, -2e-3f * r1, 0.5e-3f * r1};
-    float y[N * C + GUARD_N], rstd[N + GUARD_N];
-    fill_guarded(y, N * C, NAN);
-    fill_guarded(rstd, N, NAN);
+    float y[N * C + LAB_GUARD_N], rstd[N + LAB_GUARD_N];
+    lab_fill_guarded(y, N * C, NAN);
+    lab_fill_guarded(rstd, N, NAN);
     LAB_CALL(lab_rmsnorm_forward(y, rstd, x, w, N, C));
     EXPECT_TABLE(rstd, want_r, 1, N, "rstd",
                  "a row of zeros and a row of 1e-3: r = 1 / sqrt(mean(x^2) + eps), eps = 1e-5");
@@ -224,10 +183,10 @@ START_TEST(rmsnorm_huge_rows) {
      * r = 2.8284271e-20 and y = (0.8485, -1.1314) * w */
     enum { N = 2, C = 2 };
     const float x[N * C] = {3e19f, -4e19f, -1e20f, 1e20f}, w[C] = {1.0f, 0.5f};
-    float y[N * C + GUARD_N], rstd[N + GUARD_N], want_y[N * C], want_r[N];
+    float y[N * C + LAB_GUARD_N], rstd[N + LAB_GUARD_N], want_y[N * C], want_r[N];
     rmsnorm_forward(want_y, want_r, x, w, N, C);
-    fill_guarded(y, N * C, NAN);
-    fill_guarded(rstd, N, NAN);
+    lab_fill_guarded(y, N * C, NAN);
+    lab_fill_guarded(rstd, N, NAN);
     LAB_CALL(lab_rmsnorm_forward(y, rstd, x, w, N, C));
     EXPECT_TABLE(y, want_y, N, C, "y",
                  "rows of 3e19 to 1e20, whose squares overflow float: sum the squares in double");
@@ -239,14 +198,14 @@ START_TEST(rmsnorm_matches_engine) {
     static const Shape shapes[] = {{1, 1}, {1, 7}, {5, 16}, {17, 33}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int N = shapes[s].N, C = shapes[s].C;
-        float x[MAXNC], w[MAXC], y[MAXNC + GUARD_N], rstd[MAXN + GUARD_N], want_y[MAXNC],
+        float x[MAXNC], w[MAXC], y[MAXNC + LAB_GUARD_N], rstd[MAXN + LAB_GUARD_N], want_y[MAXNC],
             want_r[MAXN];
         char what[128];
         fill_uniform(x, (size_t)N * C, 3.0f, 100 + s);
         fill_gain(w, C, 110 + s);
         rmsnorm_forward(want_y, want_r, x, w, N, C);
-        fill_guarded(y, (size_t)N * C, NAN);
-        fill_guarded(rstd, (size_t)N, NAN);
+        lab_fill_guarded(y, (size_t)N * C, NAN);
+        lab_fill_guarded(rstd, (size_t)N, NAN);
         LAB_CALL(lab_rmsnorm_forward(y, rstd, x, w, N, C));
         snprintf(what, sizeof what, "random rows (N = %d, C = %d) against the engine", N, C);
         EXPECT_TABLE(y, want_y, N, C, "y", what);
@@ -264,7 +223,7 @@ START_TEST(rmsnorm_backward_matches_engine) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int N = shapes[s].N, C = shapes[s].C;
         float x[MAXNC], w[MAXC], y[MAXNC], rstd[MAXN], dy[MAXNC];
-        float dx[MAXNC + GUARD_N], dw[MAXC + GUARD_N], want_dx[MAXNC], want_dw[MAXC];
+        float dx[MAXNC + LAB_GUARD_N], dw[MAXC + LAB_GUARD_N], want_dx[MAXNC], want_dw[MAXC];
         char what[128];
         fill_uniform(x, (size_t)N * C, 2.0f, 200 + s);
         fill_gain(w, C, 210 + s);
@@ -272,9 +231,9 @@ START_TEST(rmsnorm_backward_matches_engine) {
         rmsnorm_forward(y, rstd, x, w, N, C);
         fill_uniform(want_dw, (size_t)C, 0.3f, 230 + s);
         memcpy(dw, want_dw, (size_t)C * sizeof(float));
-        add_guards(dw, (size_t)C);
+        lab_add_guards(dw, (size_t)C);
         rmsnorm_backward(want_dx, want_dw, dy, x, w, rstd, N, C);
-        fill_guarded(dx, (size_t)N * C, 1000.0f);
+        lab_fill_guarded(dx, (size_t)N * C, 1000.0f);
         LAB_CALL(lab_rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C));
         snprintf(what, sizeof what, "random rows (N = %d, C = %d) against the engine", N, C);
         EXPECT_TABLE(dx, want_dx, N, C, "dx", what);
@@ -288,14 +247,14 @@ START_TEST(rmsnorm_backward_dx_written_dw_added) {
      * gradient twice (added to, the engine's accumulation rule) */
     enum { N = 4, C = 5 };
     float x[N * C], w[C], y[N * C], rstd[N], dy[N * C], grad[N * C], grad_dw[C] = {0};
-    float dx[N * C + GUARD_N], dw[C + GUARD_N], want_dw[C];
+    float dx[N * C + LAB_GUARD_N], dw[C + LAB_GUARD_N], want_dw[C];
     fill_uniform(x, N * C, 2.0f, 240);
     fill_gain(w, C, 241);
     fill_uniform(dy, N * C, 1.0f, 242);
     rmsnorm_forward(y, rstd, x, w, N, C);
     rmsnorm_backward(grad, grad_dw, dy, x, w, rstd, N, C);
-    fill_guarded(dw, C, 10.0f);
-    fill_guarded(dx, N * C, 1000.0f);
+    lab_fill_guarded(dw, C, 10.0f);
+    lab_fill_guarded(dx, N * C, 1000.0f);
     LAB_CALL(lab_rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C));
     for (int c = 0; c < C; c++) want_dw[c] = 10.0f + grad_dw[c];
     EXPECT_TABLE(dw, want_dw, 1, C, "dw",
@@ -349,17 +308,17 @@ static void engine_sandwich(float *out, float *u, float *r_pre, float *h, float 
 
 /* guarded buffers for the student's forward */
 typedef struct {
-    float out[MAXNC + GUARD_N], u[MAXNC + GUARD_N], h[MAXNC + GUARD_N];
-    float r_pre[MAXN + GUARD_N], r_post[MAXN + GUARD_N];
+    float out[MAXNC + LAB_GUARD_N], u[MAXNC + LAB_GUARD_N], h[MAXNC + LAB_GUARD_N];
+    float r_pre[MAXN + LAB_GUARD_N], r_post[MAXN + LAB_GUARD_N];
     LabSandwichActs acts;
 } Fwd;
 
 static void fwd_init(Fwd *f, int N, int C) {
-    fill_guarded(f->out, (size_t)N * C, NAN);
-    fill_guarded(f->u, (size_t)N * C, NAN);
-    fill_guarded(f->h, (size_t)N * C, NAN);
-    fill_guarded(f->r_pre, (size_t)N, NAN);
-    fill_guarded(f->r_post, (size_t)N, NAN);
+    lab_fill_guarded(f->out, (size_t)N * C, NAN);
+    lab_fill_guarded(f->u, (size_t)N * C, NAN);
+    lab_fill_guarded(f->h, (size_t)N * C, NAN);
+    lab_fill_guarded(f->r_pre, (size_t)N, NAN);
+    lab_fill_guarded(f->r_post, (size_t)N, NAN);
     f->acts = (LabSandwichActs){f->u, f->r_pre, f->h, f->r_post};
 }
 
@@ -414,10 +373,10 @@ START_TEST(sandwich_post_norm_bounds_branch) {
      * gain g its RMS is g (to 1e-6 here), whether W is of scale 1 or 1000 */
     enum { N = 6, C = 12 };
     const float g = 0.108f; /* 0.432 / sqrt(16) */
-    float x[N * C], W[C * C], w_pre[C], w_post[C], rms[N + GUARD_N], want[N];
+    float x[N * C], W[C * C], w_pre[C], w_post[C], rms[N + LAB_GUARD_N], want[N];
     for (int c = 0; c < C; c++) w_post[c] = g;
     for (int n = 0; n < N; n++) want[n] = g;
-    add_guards(rms, N);
+    lab_add_guards(rms, N);
     fill_uniform(x, N * C, 1.0f, 350);
     fill_gain(w_pre, C, 351);
     static const float scales[] = {1.0f, 1000.0f};
@@ -508,12 +467,13 @@ START_TEST(sandwich_backward_zero_weights) {
     enum { N = 3, C = 5 };
     Block b;
     block_init(&b, N, C, 0.0f, 400);
-    float dx[N * C + GUARD_N], dW[C * C + GUARD_N], dw_pre[C + GUARD_N], dw_post[C + GUARD_N];
+    float dx[N * C + LAB_GUARD_N], dW[C * C + LAB_GUARD_N], dw_pre[C + LAB_GUARD_N],
+        dw_post[C + LAB_GUARD_N];
     const float zero[C] = {0};
-    fill_guarded(dx, N * C, 1000.0f);
-    fill_guarded(dW, C * C, 0.0f);
-    fill_guarded(dw_pre, C, 0.0f);
-    fill_guarded(dw_post, C, 0.0f);
+    lab_fill_guarded(dx, N * C, 1000.0f);
+    lab_fill_guarded(dW, C * C, 0.0f);
+    lab_fill_guarded(dw_pre, C, 0.0f);
+    lab_fill_guarded(dw_post, C, 0.0f);
     LAB_CALL(lab_sandwich_backward(dx, dW, dw_pre, dw_post, b.dout, &b.acts, b.x, b.W, b.w_pre,
                                    b.w_post, N, C));
     EXPECT_TABLE(dx, b.dout, N, C, "dx",
@@ -530,8 +490,8 @@ START_TEST(sandwich_backward_matches_engine) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int N = shapes[s].N, C = shapes[s].C;
         Block b;
-        float dx[MAXNC + GUARD_N], dW[MAXCC + GUARD_N], dw_pre[MAXC + GUARD_N],
-            dw_post[MAXC + GUARD_N];
+        float dx[MAXNC + LAB_GUARD_N], dW[MAXCC + LAB_GUARD_N], dw_pre[MAXC + LAB_GUARD_N],
+            dw_post[MAXC + LAB_GUARD_N];
         float want_dx[MAXNC], want_dW[MAXCC], want_pre[MAXC], want_post[MAXC];
         char what[128];
         block_init(&b, N, C, 1.0f, 410 + 10 * s);
@@ -541,12 +501,12 @@ START_TEST(sandwich_backward_matches_engine) {
         memcpy(dW, want_dW, (size_t)C * C * sizeof(float));
         memcpy(dw_pre, want_pre, (size_t)C * sizeof(float));
         memcpy(dw_post, want_post, (size_t)C * sizeof(float));
-        add_guards(dW, (size_t)C * C);
-        add_guards(dw_pre, (size_t)C);
-        add_guards(dw_post, (size_t)C);
+        lab_add_guards(dW, (size_t)C * C);
+        lab_add_guards(dw_pre, (size_t)C);
+        lab_add_guards(dw_post, (size_t)C);
         engine_sandwich_backward(want_dx, want_dW, want_pre, want_post, b.dout, b.u, b.r_pre, b.h,
                                  b.r_post, b.x, b.W, b.w_pre, b.w_post, N, C);
-        fill_guarded(dx, (size_t)N * C, 1000.0f);
+        lab_fill_guarded(dx, (size_t)N * C, 1000.0f);
         LAB_CALL(lab_sandwich_backward(dx, dW, dw_pre, dw_post, b.dout, &b.acts, b.x, b.W, b.w_pre,
                                        b.w_post, N, C));
         snprintf(what, sizeof what, "random block (N = %d, C = %d) against the engine", N, C);
@@ -563,16 +523,17 @@ START_TEST(sandwich_backward_written_and_added) {
      * its gradient twice */
     enum { N = 3, C = 6 };
     Block b;
-    float dx[N * C + GUARD_N], dW[C * C + GUARD_N], dw_pre[C + GUARD_N], dw_post[C + GUARD_N];
+    float dx[N * C + LAB_GUARD_N], dW[C * C + LAB_GUARD_N], dw_pre[C + LAB_GUARD_N],
+        dw_post[C + LAB_GUARD_N];
     float g_dx[N * C], g_dW[C * C] = {0}, g_pre[C] = {0}, g_post[C] = {0};
     float want_dW[C * C], want_pre[C], want_post[C];
     block_init(&b, N, C, 1.0f, 450);
     engine_sandwich_backward(g_dx, g_dW, g_pre, g_post, b.dout, b.u, b.r_pre, b.h, b.r_post, b.x,
                              b.W, b.w_pre, b.w_post, N, C);
-    fill_guarded(dx, N * C, 1000.0f);
-    fill_guarded(dW, C * C, 1.0f);
-    fill_guarded(dw_pre, C, 2.0f);
-    fill_guarded(dw_post, C, 3.0f);
+    lab_fill_guarded(dx, N * C, 1000.0f);
+    lab_fill_guarded(dW, C * C, 1.0f);
+    lab_fill_guarded(dw_pre, C, 2.0f);
+    lab_fill_guarded(dw_post, C, 3.0f);
     for (int k = 1; k <= 2; k++) {
         char what[160];
         LAB_CALL(lab_sandwich_backward(dx, dW, dw_pre, dw_post, b.dout, &b.acts, b.x, b.W, b.w_pre,
@@ -647,8 +608,8 @@ START_TEST(z_loss_hand_computed) {
     const float logits[N * E] = {0, 0, 0, 0, l2, 0, l5, l2};
     const float want[N * E] = {lse0 / 4,    lse0 / 4,    lse0 / 4,    lse0 / 4,
                                lse1 * 0.2f, lse1 * 0.1f, lse1 * 0.5f, lse1 * 0.2f};
-    float dl[N * E + GUARD_N], z = 0.0f;
-    fill_guarded(dl, N * E, 0.0f);
+    float dl[N * E + LAB_GUARD_N], z = 0.0f;
+    lab_fill_guarded(dl, N * E, 0.0f);
     LAB_CALL(z = lab_z_loss(dl, logits, N, E, 1.0f));
     EXPECT_VALUE(z, 3.6118551f,
                  "z of rows (0, 0, 0, 0) and (ln 2, 0, ln 5, ln 2): (ln(4)^2 + ln(10)^2) / 2");
@@ -670,14 +631,14 @@ START_TEST(z_loss_huge_logits) {
     const double p[N * E] = {0.25,    0.25,    0.25, 0.25, 1.0 / 3, 0,
                              1.0 / 3, 1.0 / 3, 0.25, 0.25, 0.25,    0.25};
     const float coef = 1e-3f;
-    float want[N * E], dl[N * E + GUARD_N], z = 0.0f;
+    float want[N * E], dl[N * E + LAB_GUARD_N], z = 0.0f;
     double want_z = 0.0;
     for (int n = 0; n < N; n++) {
         want_z += lse[n] * lse[n] / N;
         for (int e = 0; e < E; e++)
             want[n * E + e] = (float)(coef * 2.0 / N * lse[n] * p[n * E + e]);
     }
-    fill_guarded(dl, N * E, 0.0f);
+    lab_fill_guarded(dl, N * E, 0.0f);
     LAB_CALL(z = lab_z_loss(dl, logits, N, E, coef));
     EXPECT_VALUE(z, (float)want_z,
                  "z of logits of 100 and +-1000 (compute lse as m + log sum exp(l - m), m = the "
@@ -690,13 +651,13 @@ END_TEST
 START_TEST(z_loss_adds_to_dlogits) {
     /* dlogits already holds the router's other terms: the z-loss's term is added to them */
     enum { N = 5, E = 6 };
-    float logits[N * E], before[N * E], grad[N * E], want[N * E], dl[N * E + GUARD_N];
+    float logits[N * E], before[N * E], grad[N * E], want[N * E], dl[N * E + LAB_GUARD_N];
     fill_uniform(logits, N * E, 3.0f, 500);
     fill_uniform(before, N * E, 0.5f, 501);
     engine_z_loss(grad, logits, N, E, 0.1f);
     for (int i = 0; i < N * E; i++) want[i] = before[i] + grad[i];
     memcpy(dl, before, sizeof before);
-    add_guards(dl, N * E);
+    lab_add_guards(dl, N * E);
     LAB_CALL(lab_z_loss(dl, logits, N, E, 0.1f));
     EXPECT_TABLE(dl, want, N, E, "dlogits",
                  "dlogits held the router's other terms: add the z-loss's gradient to them (+=), "
@@ -711,11 +672,11 @@ START_TEST(z_loss_matches_engine) {
     } cases[] = {{1, 1, 1.0f}, {1, 5, 0.001f}, {16, 8, 0.001f}, {17, 7, 0.5f}};
     for (size_t s = 0; s < sizeof cases / sizeof cases[0]; s++) {
         const int N = cases[s].N, E = cases[s].E;
-        float logits[MAXN * MAXE], want[MAXN * MAXE], dl[MAXN * MAXE + GUARD_N], z = 0.0f;
+        float logits[MAXN * MAXE], want[MAXN * MAXE], dl[MAXN * MAXE + LAB_GUARD_N], z = 0.0f;
         char what[128];
         fill_uniform(logits, (size_t)N * E, 4.0f, 510 + s);
         float want_z = engine_z_loss(want, logits, N, E, cases[s].coef);
-        fill_guarded(dl, (size_t)N * E, 0.0f);
+        lab_fill_guarded(dl, (size_t)N * E, 0.0f);
         LAB_CALL(z = lab_z_loss(dl, logits, N, E, cases[s].coef));
         snprintf(what, sizeof what, "random logits (N = %d, E = %d, coef = %g) against the engine",
                  N, E, (double)cases[s].coef);

@@ -29,6 +29,7 @@
 
 #include "config/config.h"
 #include "lab.h"
+#include "lab_guard.h"
 #include "latent_lab.h"
 #include "nn/ops.h"
 
@@ -49,45 +50,6 @@
 /* The largest shapes the tests use: every buffer is a fixed array on the stack. */
 enum { MAXN = 9, MAXC = 16, MAXH = 4, MAXKR = 12, MAXD = 12, MAXDV = 7, MAXKVB = 16 };
 enum { MAXT = 9, MAXW = MAXKR + 4 };
-
-/* Extra floats after every output, set to GUARD: a write past the end shows. */
-enum { GUARD_N = 4 };
-#define GUARD 12345.0f
-
-/* x[0 .. n) = value, then GUARD_N guards */
-static void fill_guarded(float *x, size_t n, float value) {
-    for (size_t i = 0; i < n; i++) x[i] = value;
-    for (size_t i = n; i < n + GUARD_N; i++) x[i] = GUARD;
-}
-
-/* got vs want, both (rows, cols), under the float32 tolerance rule, and the guards after got
- * intact. The message names the row and column of the worst element. */
-static int table_differs(char *msg, const float *got, const float *want, int rows, int cols,
-                         const char *name, const char *what) {
-    size_t n = (size_t)rows * cols;
-    for (size_t g = n; g < n + GUARD_N; g++)
-        if (got[g] != GUARD) {
-            snprintf(msg, MSG_LEN, "%s: %s was written past its end (element %zu; it holds %zu)",
-                     what, name, g, n);
-            return 1;
-        }
-    double ex;
-    long i = tol_worst(got, want, n, TOL_F32_ATOL, TOL_F32_RTOL, &ex);
-    if (i < 0) return 0;
-    if (rows == 1)
-        snprintf(msg, MSG_LEN, "%s: %s[%ld]: got %.7g, want %.7g", what, name, i, (double)got[i],
-                 (double)want[i]);
-    else
-        snprintf(msg, MSG_LEN, "%s: %s[%ld, %ld]: got %.7g, want %.7g", what, name, i / cols,
-                 i % cols, (double)got[i], (double)want[i]);
-    return 1;
-}
-#define EXPECT_TABLE(got, want, rows, cols, name, what)                                            \
-    do {                                                                                           \
-        char m_[MSG_LEN];                                                                          \
-        if (table_differs(m_, (got), (want), (rows), (cols), (name), (what)))                      \
-            ck_abort_msg("%s", m_);                                                                \
-    } while (0)
 
 /* A count, exactly. */
 #define EXPECT_COUNT(got, want, what)                                                              \
@@ -154,14 +116,14 @@ enum { NSHAPES = sizeof shapes / sizeof shapes[0] };
 
 /* guarded outputs of task 1 */
 typedef struct {
-    float latn[MAXN * MAXKR + GUARD_N], k[MAXN * MAXH * MAXD + GUARD_N];
-    float v[MAXN * MAXH * MAXDV + GUARD_N];
+    float latn[MAXN * MAXKR + LAB_GUARD_N], k[MAXN * MAXH * MAXD + LAB_GUARD_N];
+    float v[MAXN * MAXH * MAXDV + LAB_GUARD_N];
 } KvOut;
 
 static void kv_init(KvOut *o, const LabMlaDims *d, int N) {
-    fill_guarded(o->latn, (size_t)N * d->kv_rank, NAN);
-    fill_guarded(o->k, (size_t)N * d->H * (d->nope_dim + d->rope_dim), NAN);
-    fill_guarded(o->v, (size_t)N * d->H * d->v_dim, NAN);
+    lab_fill_guarded(o->latn, (size_t)N * d->kv_rank, NAN);
+    lab_fill_guarded(o->k, (size_t)N * d->H * (d->nope_dim + d->rope_dim), NAN);
+    lab_fill_guarded(o->v, (size_t)N * d->H * d->v_dim, NAN);
 }
 
 START_TEST(latent_kv_norm_gain) {
@@ -255,8 +217,8 @@ START_TEST(absorb_hand_computed) {
     const LabMlaDims d = {4, 2, 3, 2, 2, 1};
     const float Wkv_b[6 * 3] = {5, 5, 5, 6, 6, 6, 7, 7, 7, 1, 0, 2, 0, 1, -1, 9, 9, 9};
     const float q_nope[2] = {1, 2}, want[3] = {1, 2, 0};
-    float q_lat[3 + GUARD_N];
-    fill_guarded(q_lat, 3, NAN);
+    float q_lat[3 + LAB_GUARD_N];
+    lab_fill_guarded(q_lat, 3, NAN);
     LAB_CALL(lab_absorb_query(q_lat, q_nope, Wkv_b, 1, &d));
     EXPECT_TABLE(q_lat, want, 1, 3, "q_lat",
                  "head 1 of 2 (nope_dim = 2, v_dim = 1), q_nope = (1, 2): head 1's key rows of "
@@ -269,13 +231,13 @@ START_TEST(absorb_matches_engine) {
     for (int s = 0; s < NSHAPES; s++) {
         const LabMlaDims *d = &shapes[s].d;
         const int KR = d->kv_rank, KVB = d->nope_dim + d->v_dim;
-        float Wkv_b[MAXH * MAXKVB * MAXKR], q_nope[MAXD], want[MAXKR], q_lat[MAXKR + GUARD_N];
+        float Wkv_b[MAXH * MAXKVB * MAXKR], q_nope[MAXD], want[MAXKR], q_lat[MAXKR + LAB_GUARD_N];
         char what[200], dims[160];
         fill_uniform(Wkv_b, (size_t)d->H * KVB * KR, 1.0f, 700 + s);
         for (int h = 0; h < d->H; h++) {
             fill_uniform(q_nope, (size_t)d->nope_dim, 2.0f, 710 + 10 * s + h);
             engine_absorb(want, q_nope, Wkv_b, h, d);
-            fill_guarded(q_lat, (size_t)KR, NAN);
+            lab_fill_guarded(q_lat, (size_t)KR, NAN);
             LAB_CALL(lab_absorb_query(q_lat, q_nope, Wkv_b, h, d));
             snprintf(what, sizeof what, "head %d (%s) against the engine", h,
                      dims_text(dims, sizeof dims, d, 0));
@@ -291,17 +253,17 @@ START_TEST(absorb_identity) {
     enum { T = 7 };
     const LabMlaDims d = {8, 3, 6, 4, 2, 3};
     const int KR = 6, KVB = 7, H = 3;
-    float Wkv_b[3 * 7 * 6], latn[T * 6], kvb[T * 3 * 7], q_nope[4], q_lat[6 + GUARD_N];
-    float got[T + GUARD_N], want[T];
+    float Wkv_b[3 * 7 * 6], latn[T * 6], kvb[T * 3 * 7], q_nope[4], q_lat[6 + LAB_GUARD_N];
+    float got[T + LAB_GUARD_N], want[T];
     fill_uniform(Wkv_b, sizeof Wkv_b / sizeof Wkv_b[0], 0.5f, 720);
     fill_uniform(latn, sizeof latn / sizeof latn[0], 1.5f, 721);
     matmul_forward(kvb, latn, Wkv_b, T, KR, H * KVB);
     for (int h = 0; h < H; h++) {
         char what[200];
         fill_uniform(q_nope, 4, 2.0f, 722 + h);
-        fill_guarded(q_lat, (size_t)KR, NAN);
+        lab_fill_guarded(q_lat, (size_t)KR, NAN);
         LAB_CALL(lab_absorb_query(q_lat, q_nope, Wkv_b, h, &d));
-        fill_guarded(got, T, NAN);
+        lab_fill_guarded(got, T, NAN);
         for (int t = 0; t < T; t++) {
             got[t] = (float)dot_d(q_lat, latn + t * KR, (size_t)KR);
             want[t] = (float)dot_d(q_nope, kvb + (t * H + h) * KVB, 4);
@@ -327,8 +289,8 @@ START_TEST(scores_hand_computed) {
     const LabMlaDims d = {4, 1, 2, 7, 2, 3};
     const float cache[3 * 4] = {1, 0, 0, 0, 0, 1, 1, 1, 2, 2, -1, 0.5f};
     const float q_lat[2] = {3, 6}, q_rope[2] = {1.5f, 3}, want[3] = {1, 3.5f, 6};
-    float scores[3 + GUARD_N];
-    fill_guarded(scores, 3, NAN);
+    float scores[3 + LAB_GUARD_N];
+    lab_fill_guarded(scores, 3, NAN);
     LAB_CALL(lab_absorbed_scores(scores, q_lat, q_rope, cache, 3, &d));
     EXPECT_TABLE(
         scores, want, 1, 3, "scores",
@@ -348,7 +310,7 @@ START_TEST(scores_equal_full_attention) {
         const int H = d->H, D = NOPE + R, KVB = NOPE + d->v_dim, W = KR + R;
         float latn[MAXT * MAXKR], krope[MAXT * 4], Wkv_b[MAXH * MAXKVB * MAXKR];
         float kvb[MAXT * MAXH * MAXKVB], k[MAXT * MAXH * MAXD], cache[MAXT * MAXW];
-        float q[MAXH * MAXD], q_lat[MAXKR], scores[MAXT + GUARD_N], want[MAXT];
+        float q[MAXH * MAXD], q_lat[MAXKR], scores[MAXT + LAB_GUARD_N], want[MAXT];
         char what[400], dims[160];
         fill_uniform(latn, (size_t)T * KR, 1.5f, 800 + s);
         fill_uniform(krope, (size_t)T * R, 1.0f, 810 + s);
@@ -364,7 +326,7 @@ START_TEST(scores_equal_full_attention) {
                 want[t] = (float)(dot_d(q + h * D, k + ((size_t)t * H + h) * D, (size_t)D) /
                                   sqrt((double)D));
             engine_absorb(q_lat, q + h * D, Wkv_b, h, d);
-            fill_guarded(scores, (size_t)T, NAN);
+            lab_fill_guarded(scores, (size_t)T, NAN);
             LAB_CALL(lab_absorbed_scores(scores, q_lat, q + h * D + NOPE, cache, T, d));
             snprintf(what, sizeof what,
                      "head %d (%s, Tc = %d): the absorbed scores must equal the full q . k / "
@@ -385,8 +347,8 @@ START_TEST(scores_match_engine_decode) {
     enum { T = 8 };
     const LabMlaDims d = {8, 2, 10, 6, 4, 5};
     const int KR = 10, R = 4, W = 14, D = 10;
-    float cache[T * 14], q_lat[10], q_rope[4], qp[14], out[14], att[T], probs[T + GUARD_N];
-    float scores[T + GUARD_N];
+    float cache[T * 14], q_lat[10], q_rope[4], qp[14], out[14], att[T], probs[T + LAB_GUARD_N];
+    float scores[T + LAB_GUARD_N];
     const int lens[1] = {T};
     fill_uniform(cache, T * W, 1.5f, 840);
     fill_uniform(q_lat, KR, 1.5f, 841);
@@ -394,16 +356,16 @@ START_TEST(scores_match_engine_decode) {
     for (int i = 0; i < W; i++)
         qp[i] = (i < KR ? q_lat[i] : q_rope[i - KR]) * sqrtf((float)W / (float)D);
     attention_decode(out, att, qp, cache, cache, lens, 1, 1, 1, W, W, T);
-    fill_guarded(scores, T, NAN);
+    lab_fill_guarded(scores, T, NAN);
     LAB_CALL(lab_absorbed_scores(scores, q_lat, q_rope, cache, T, &d));
-    for (int t = 0; t < T + GUARD_N; t++)
-        if (t < T ? !isfinite(scores[t]) : scores[t] != GUARD)
+    for (int t = 0; t < T + LAB_GUARD_N; t++)
+        if (t < T ? !isfinite(scores[t]) : scores[t] != LAB_GUARD)
             ck_abort_msg("8 cached rows: scores[%d] is %g (%s)", t, (double)scores[t],
                          t < T ? "write a finite score for every row" : "written past its end");
     double m = scores[0], sum = 0.0;
     for (int t = 1; t < T; t++) m = scores[t] > m ? scores[t] : m;
     for (int t = 0; t < T; t++) sum += exp(scores[t] - m);
-    fill_guarded(probs, T, NAN);
+    lab_fill_guarded(probs, T, NAN);
     for (int t = 0; t < T; t++) probs[t] = (float)(exp(scores[t] - m) / sum);
     EXPECT_TABLE(probs, att, 1, T, "softmax(scores)",
                  "8 cached rows (kv_rank = 10, rope_dim = 4, nope_dim = 6) against the engine's "
