@@ -169,6 +169,8 @@ mtp_train() { # NAME STEPS DEPTH
   [ -d "$dir" ] && echo $rc > "$dir/exit_status"
   [ $rc = 0 ] || echo "   $1 stopped with status $rc; $dir.log has why"
 }
+# the validation loss at the last evaluation
+last_val() { awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $c["val_loss"] != "" { v = $c["val_loss"] } END { print v }' "$1/train.csv"; }
 flops_token() { "$moe" info --ckpt "$(run_of "$1")/ckpt.bin" | awk '$1 == "training" && $2 == "FLOPs" { print $5 }'; }
 tokens_step() { awk -F' = ' '$1 == "train.batch" { b = $2 } $1 == "model.seq_len" { t = $2 } END { print b * t }' "$(run_of "$1")/config.txt"; }
 if [ "$summarize_only" = 0 ] && wants mtp; then
@@ -281,8 +283,7 @@ for f in frontier.txt cache.csv decode.csv; do
   [ -s "$out/$f" ] || { echo "$0: no $out/$f: run the script without --summarize or --only first" >&2; exit 2; }
 done
 
-# the validation loss at the last evaluation, the mean step time over the second half (ms)
-last_val() { awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $c["val_loss"] != "" { v = $c["val_loss"] } END { print v }' "$1/train.csv"; }
+# the mean step time over the second half (ms)
 step_ms() {
   local bt
   bt=$(awk -F' = ' '$1 == "train.batch" { b = $2 } $1 == "model.seq_len" { t = $2 } END { print b * t }' "$1/config.txt")
