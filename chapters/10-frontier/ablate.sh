@@ -171,7 +171,7 @@ mtp_train() { # NAME STEPS DEPTH
 }
 # the validation loss at the last evaluation
 last_val() { awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $c["val_loss"] != "" { v = $c["val_loss"] } END { print v }' "$1/train.csv"; }
-flops_token() { "$moe" info --ckpt "$(run_of "$1")/ckpt.bin" | awk '$1 == "training" && $2 == "FLOPs" { print $5 }'; }
+flops_token() { "$moe" info --ckpt "$(run_of "$1")/ckpt.bin" | awk '$1 == "training" && $2 == "FLOPs" { printf "%.0f\n", $5 }'; }
 tokens_step() { awk -F' = ' '$1 == "train.batch" { b = $2 } $1 == "model.seq_len" { t = $2 } END { print b * t }' "$(run_of "$1")/config.txt"; }
 if [ "$summarize_only" = 0 ] && wants mtp; then
   for d in 0 1 2; do mtp_train mtp$d $steps $d; done
@@ -202,11 +202,12 @@ mtp_summary() {
     echo "== no multi-token prediction runs yet (--only mtp trains them): mtp.csv left as it is"
     return 0
   fi
-  local tmpm n d depth ns f losses draft sn lo hi
+  local tmpm n d depth ns f f0 losses draft sn lo hi
   # per run: depth, steps, FLOPs a token, TFLOPs in all, the main head's last validation loss,
   # the main and the modules' training losses (mean of the last tenth of the steps), the draft
   {
-    echo "arm,depth,steps,flops_token,train_tflops,val_loss,train_loss,mtp1_loss,mtp2_loss,draft_kept,draft_guesses,draft_kept_frac,exit_status"
+    echo "arm,depth,steps,flops_token,flops_of_depth0,train_tflops,val_loss,train_loss,mtp1_loss,mtp2_loss,draft_kept,draft_guesses,draft_kept_frac,exit_status"
+    f0=$(flops_token mtp0)
     for n in "${mtp_runs[@]}"; do
       d=$(run_of "$n")
       depth=$(awk -F' = ' '$1 == "model.mtp_depth" { print $2 }' "$d/config.txt")
@@ -218,7 +219,7 @@ mtp_summary() {
           END { printf "%.4f,%s,%s", l / n, h1 ? sprintf("%.4f", m1 / n) : "", h2 ? sprintf("%.4f", m2 / n) : "" }' "$d/train.csv")
       draft=",,"
       [ -s "$d/draft.txt" ] && draft=$(awk '{ k += $3; g += $5 } END { printf "%d,%d,%.4f", k, g, g ? k / g : 0 }' "$d/draft.txt")
-      echo "$n,$depth,$ns,$f,$(awk -v f="$f" -v t="$(tokens_step "$n")" -v s="$ns" 'BEGIN { printf "%.4f", f * t * s / 1e12 }'),$(last_val "$d"),$losses,$draft,$(cat "$d/exit_status")"
+      echo "$n,$depth,$ns,$f,$(awk -v f="$f" -v f0="$f0" 'BEGIN { printf "%.4f", f / f0 }'),$(awk -v f="$f" -v t="$(tokens_step "$n")" -v s="$ns" 'BEGIN { printf "%.4f", f * t * s / 1e12 }'),$(last_val "$d"),$losses,$draft,$(cat "$d/exit_status")"
     done
   } > "$out/mtp.csv"
   {
@@ -237,7 +238,7 @@ mtp_summary() {
     echo
     echo "| arm | depth | steps | FLOPs a token | TFLOPs | val loss | train loss | mtp1 loss | mtp2 loss | draft kept | exit |"
     echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-    awk -F, 'NR > 1 { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8 == "" ? "-" : $8, $9 == "" ? "-" : $9, $12 == "" ? "-" : $10 " of " $11 " (" $12 ")", $13 }' "$out/mtp.csv"
+    awk -F, 'NR > 1 { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $6, $7, $8, $9 == "" ? "-" : $9, $10 == "" ? "-" : $10, $13 == "" ? "-" : $11 " of " $12 " (" $13 ")", $14 }' "$out/mtp.csv"
     echo
     echo "FLOPs a token: moe info's training FLOPs a token (forward and backward matrix products, the modules' included); TFLOPs: that times the tokens of every step. Val loss: the main head's at the last evaluation (the modules are training-only). Train loss, mtp1 and mtp2 loss: the main head's and the modules' training cross-entropy, mean over the last tenth of the steps (module k predicts the byte k + 1 past the next). Draft kept: moe sample --draft mtp --temperature 0, $draft_tokens bytes from each of the prompts $(printf '"%s", ' "${MTP_PROMPTS[@]}" | sed 's/, $//'): module 1's guesses of the byte after next that the next step's choice equalled."
     echo
@@ -246,7 +247,7 @@ mtp_summary() {
     echo "| depth | FLOPs of depth 0 | val loss | depth 0, equal steps | depth 0, equal FLOPs | its steps |"
     echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
     for k in 1 2; do
-      echo "| $k | $(awk -v a="$(mcell mtp$k flops_token)" -v b="$(mcell mtp0 flops_token)" 'BEGIN { printf "%.4f", a / b }') | $(mcell mtp$k val_loss) | $(mcell mtp0 val_loss) | $(mcell mtp0-c$k val_loss) | $(mcell mtp0-c$k steps) |"
+      echo "| $k | $(mcell mtp$k flops_of_depth0) | $(mcell mtp$k val_loss) | $(mcell mtp0 val_loss) | $(mcell mtp0-c$k val_loss) | $(mcell mtp0-c$k steps) |"
     done
     echo
     read -r sn lo hi < <(seed_spread "$out/summary.csv" mha val_loss 2> /dev/null || echo 0 0 0)
