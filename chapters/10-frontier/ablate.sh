@@ -174,18 +174,18 @@ last_val() { awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $c["
 flops_token() { "$moe" info --ckpt "$(run_of "$1")/ckpt.bin" | awk '$1 == "training" && $2 == "FLOPs" { printf "%.0f\n", $5 }'; }
 tokens_step() { awk -F' = ' '$1 == "train.batch" { b = $2 } $1 == "model.seq_len" { t = $2 } END { print b * t }' "$(run_of "$1")/config.txt"; }
 if [ "$summarize_only" = 0 ] && wants mtp; then
-  for d in 0 1 2; do mtp_train mtp$d $steps $d; done
+  for d in 0 1 2; do mtp_train mtp$d "$steps" $d; done
   f0=$(flops_token mtp0)
   for d in 1 2; do
     # the steps whose FLOPs equal depth d's, to the nearest step
-    mtp_train mtp0-c$d "$(awk -v s=$steps -v f="$(flops_token mtp$d)" -v f0="$f0" 'BEGIN { printf "%d", s * f / f0 + 0.5 }')" 0
+    mtp_train mtp0-c$d "$(awk -v s="$steps" -v f="$(flops_token mtp$d)" -v f0="$f0" 'BEGIN { printf "%d", s * f / f0 + 0.5 }')" 0
   done
   for d in 1 2; do
     dir=$(run_of mtp$d)
     echo "== the draft of mtp$d: $draft_tokens bytes from each of ${#MTP_PROMPTS[@]} prompts"
     : > "$dir/draft.txt"
     for p in "${MTP_PROMPTS[@]}"; do
-      "$moe" sample --ckpt "$dir/ckpt.bin" --prompt "$p" --draft mtp --temperature 0 --tokens $draft_tokens \
+      "$moe" sample --ckpt "$dir/ckpt.bin" --prompt "$p" --draft mtp --temperature 0 --tokens "$draft_tokens" \
         2>&1 > /dev/null | grep '^draft mtp:' >> "$dir/draft.txt" ||
         { echo "$0: moe sample --draft mtp on $dir failed" >&2; exit 1; }
     done
@@ -257,7 +257,7 @@ mtp_summary() {
       echo "Seed spread: not measured here (summary.csv has no mha-seed2 and mha-seed3): read differences under about 0.01 nats as noise."
     fi
     echo
-    echo "$(provenance_note "${mtp_pairs[@]}" | sed 's/provenance.txt next to this file/mtp_provenance.txt next to this file/')"
+    provenance_note "${mtp_pairs[@]}" | sed 's/provenance.txt next to this file/mtp_provenance.txt next to this file/'
   } > "$out/mtp.md"
   tmpm=$(mktemp -d)
   write_provenance "$tmpm" "${mtp_pairs[@]}"
