@@ -5,7 +5,7 @@
 #      validation loss; logits.csv four legs of every block of every arm; decode.csv the three
 #      attentions at batch 1 and 16, MLA's cache smaller than MHA's; the figures are PNGs;
 #      summary.md its tables and the provenance sentence; --summarize redoes the same
-#      summary.csv; an unknown arm and a bad option exit 2
+#      summary.csv and mtp.csv; an unknown arm and a bad option exit 2
 #   2. what the chapter program found, as the handbook reads it: the cache a token that the
 #      decoder allocated equals the formula for every attention (MHA 2 L H D floats, GQA with
 #      fewer key-value heads, MLA L (kv_rank + rope_dim)), the parameters within 2% of MHA's,
@@ -14,6 +14,11 @@
 #      with topk_group=1 reaches exactly one process a token
 #   3. the program alone on fresh models (the same text again) and on a checkpoint; its bad input exits 2 with a message: a missing checkpoint, --ep that does not
 #      divide the experts, an unknown option
+#   4. the multi-token prediction arm (part 4 of the script): mtp.csv the five runs, depths 0, 1,
+#      2 at equal steps and depth 0 at the steps of depth 1's and 2's training FLOPs (FLOPs a
+#      token rising with the depth, the TFLOPs equal within a step's), the modules' losses in
+#      their columns alone, the depth-0 run's loss the baseline's, the draft's kept guesses a
+#      fraction of its guesses on mtp1 and mtp2 alone; mtp.md, mtp.png
 # The dist.ep=4 runs (part 3 of the script) need Open MPI and are left out of the smoke mode.
 
 # shellcheck source=tests/lib/common.sh
@@ -52,8 +57,10 @@ grep -q '^| qk-hot | ' "$out/summary.md" && grep -q '^## The key-value cache and
     grep -q '^## Group-limited routing' "$out/summary.md" && grep -q "Built from commit" "$out/summary.md"
 check "summary.md: the tables and the provenance" $? "$(head -n 20 "$out/summary.md")"
 cp "$out/summary.csv" "$tmp/summary.csv"
-bash chapters/10-frontier/ablate.sh --smoke --summarize > /dev/null 2>&1 && cmp -s "$out/summary.csv" "$tmp/summary.csv"
-check "--summarize redoes the same summary.csv" $? "$(diff "$out/summary.csv" "$tmp/summary.csv" | head)"
+cp "$out/mtp.csv" "$tmp/mtp.csv"
+bash chapters/10-frontier/ablate.sh --smoke --summarize > /dev/null 2>&1 && cmp -s "$out/summary.csv" "$tmp/summary.csv" &&
+    cmp -s "$out/mtp.csv" "$tmp/mtp.csv"
+check "--summarize redoes the same summary.csv and mtp.csv" $? "$(diff "$out/summary.csv" "$tmp/summary.csv" | head)"
 bash chapters/10-frontier/ablate.sh --smoke --only nosuch > "$tmp/out" 2>&1
 check "--only with an unknown arm exits 2 and names the arms" \
     $([ $? -eq 2 ] && grep -q "no arm named 'nosuch'; the names are: mha .*group mpi" "$tmp/out"; echo $?) "$(cat "$tmp/out")"
@@ -93,5 +100,28 @@ bad_prog() { # LABEL WORDS ARGS...
 bad_prog "a missing checkpoint" "no checkpoint" --ckpt "$tmp/none.bin"
 bad_prog "--ep that does not divide the experts" "does not divide" --ckpt "$ckpt" --ep 3
 bad_prog "an unknown option" "usage" --fast 1
+
+# 4. the multi-token prediction arm
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    { n++; r[$1] = $0; d[$1] = $c["depth"]; st[$1] = $c["steps"]; f[$1] = $c["flops_token"]; t[$1] = $c["train_tflops"]
+      v[$1] = $c["val_loss"]; m1[$1] = $c["mtp1_loss"]; m2[$1] = $c["mtp2_loss"]; k[$1] = $c["draft_kept"]
+      g[$1] = $c["draft_guesses"]; if ($c["exit_status"] != 0 || !(v[$1] > 0 && v[$1] < 10)) bad++ }
+    END { step1 = t["mtp0"] / st["mtp0"]
+          exit !(n == 5 && !bad && d["mtp0"] == 0 && d["mtp1"] == 1 && d["mtp2"] == 2 && d["mtp0-c1"] == 0 && d["mtp0-c2"] == 0 &&
+                 st["mtp1"] == st["mtp0"] && st["mtp2"] == st["mtp0"] && f["mtp0"] < f["mtp1"] && f["mtp1"] < f["mtp2"] &&
+                 st["mtp0-c1"] > st["mtp0"] && st["mtp0-c2"] > st["mtp0-c1"] &&
+                 t["mtp0-c1"] - t["mtp1"] < step1 && t["mtp1"] - t["mtp0-c1"] < step1 &&
+                 t["mtp0-c2"] - t["mtp2"] < step1 && t["mtp2"] - t["mtp0-c2"] < step1 &&
+                 m1["mtp0"] == "" && m1["mtp1"] > 0 && m2["mtp1"] == "" && m1["mtp2"] > 0 && m2["mtp2"] > 0 &&
+                 k["mtp0"] == "" && g["mtp1"] > 0 && k["mtp1"] <= g["mtp1"] && g["mtp2"] > 0 && k["mtp2"] <= g["mtp2"]) }' "$out/mtp.csv"
+check "mtp.csv: depths 0, 1, 2 at equal steps, depth 0 at their FLOPs, the modules' losses, the draft's guesses" $? \
+    "$(cat "$out/mtp.csv")"
+awk -F, 'NR > 1 && $1 == "mha" { a = $4 } END { print a }' "$out/summary.csv" > "$tmp/mha_val"
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $1 == "mtp0" { print $c["val_loss"] }' "$out/mtp.csv" |
+    cmp -s - "$tmp/mha_val"
+check "mtp0, depth 0 in one go, ends at the baseline's loss of four legs" $? "$(cat "$tmp/mha_val"); $(grep '^mtp0,' "$out/mtp.csv")"
+grep -q '^## At equal steps and at equal compute' "$out/mtp.md" && grep -q '^| mtp0-c2 | 0 | ' "$out/mtp.md" &&
+    [ "$(head -c 4 "$out/mtp.png" | od -An -c | tr -d ' ')" = "211PNG" ]
+check "mtp.md its tables, mtp.png a PNG" $? "$(head -n 12 "$out/mtp.md")"
 
 finish

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Chapter 10: the frontier block. Its attention (MHA, GQA, MLA), norms on queries and keys, and
-# group-limited routing, each trained beside the chapter's baseline.
+# Chapter 10: the frontier block. Its attention (MHA, GQA, MLA), norms on queries and keys,
+# group-limited routing and multi-token prediction, each trained beside the chapter's baseline.
 #
 #   bash chapters/10-frontier/ablate.sh            # the handbook's numbers (200 steps an arm)
 #   bash chapters/10-frontier/ablate.sh --quick    # 50 steps an arm
@@ -8,6 +8,7 @@
 #   bash chapters/10-frontier/ablate.sh --summarize [--quick]   # only redo tables and figures
 #   bash chapters/10-frontier/ablate.sh --only NAME              # (re)train one arm
 #   bash chapters/10-frontier/ablate.sh --no-mpi  # leave out the dist.ep=4 runs (part 3)
+#   bash chapters/10-frontier/ablate.sh --only mtp  # only the multi-token prediction runs (part 4)
 #
 # The baseline (mha) is the engine's default model at half its batch: 4 blocks of width 128, 4
 # heads of 32 channels, 8 experts top-2 of hidden 256 in every block, batch 8 x 128 bytes, lr
@@ -28,7 +29,11 @@
 # moe bench --decode times mha, gqa and mla from their checkpoints at batch 1 and 16
 # (decode.csv). Part 3 (quick and full, with Open MPI; build/mpi/moe): the chapter's smallest
 # model (width 32, 2 blocks) under dist.ep=4 on 4 processes, unrestricted and group, 20 steps:
-# the exchange's bytes from dist.csv (mpi.csv).
+# the exchange's bytes from dist.csv (mpi.csv). Part 4 (--only mtp alone): the baseline with
+# model.mtp_depth 0, 1, 2 at equal steps (mtp0, mtp1, mtp2), and depth 0 at the steps that spend
+# depth 1's and 2's training FLOPs (mtp0-c1, mtp0-c2; moe info's FLOPs a token of each config);
+# moe sample --draft mtp on mtp1 and mtp2 (mtp.csv, mtp.md, mtp_curves.csv, mtp_provenance.txt,
+# mtp.png, written apart from the other arms' files, which it leaves alone).
 # Into plots/10-frontier[-quick|-smoke]/: summary.csv, summary.md, curves.csv, logits.csv,
 # decode.csv, cache.csv and frontier.txt (the program on fresh models), mpi.csv, provenance.txt,
 # val_loss.png, logits.png, final_loss.png.
@@ -69,7 +74,7 @@ if [ "$mode" = smoke ]; then
 fi
 names=()
 for a in "${ARMS[@]}"; do names+=("${a%%|*}"); done
-check_only "${names[@]}" mpi
+check_only "${names[@]}" mpi mtp
 run_of() { echo "runs/ch10-$1$suffix"; }
 
 # train_legs NAME SETTINGS: the arm in four legs, the program on each leg's checkpoint
@@ -141,6 +146,132 @@ if [ "$summarize_only" = 0 ] && [ $use_mpi = 1 ] && wants mpi; then
   fi
 fi
 
+# ---- part 4: multi-token prediction ----------------------------------------------------------
+# mtp0, mtp1, mtp2: the baseline with model.mtp_depth 0, 1 and 2 (model.mtp_coef 0.3, the
+# engine's default), $steps steps each. Compute is counted as moe info's training FLOPs a token
+# (forward and backward matrix products, the modules' included) times the tokens trained on:
+# mtp0-c1 and mtp0-c2 are depth 0 given the steps that spend what depth 1 and depth 2 spent
+# (its warm-up unchanged, its schedule over its own steps). Then moe sample --draft mtp at
+# temperature 0 on the depth-1 and depth-2 checkpoints, one prompt at a time: how many of
+# module 1's guesses of the byte after next the next step kept.
+MTP_PROMPTS=("The " "Debian " "If the package " "This program is free software")
+mtp_runs=(mtp0 mtp1 mtp2 mtp0-c1 mtp0-c2)
+draft_tokens=$(by_mode 256 128 16)
+mtp_train() { # NAME STEPS DEPTH
+  local dir rc=0
+  dir=$(run_of "$1")
+  rm -rf "$dir"
+  echo "== $1 ($2 steps): model.mtp_depth=$3"
+  # shellcheck disable=SC2046 # warmup_sets prints options (quick and smoke only)
+  "$moe" train --out "$dir" --quiet "${BASE[@]}" "${MODEL_SETS[@]}" "${TRAIN_SETS[@]}" $(warmup_sets $steps) \
+    --set train.steps="$2" --set train.eval_every=$((steps / 6)) --set model.mtp_depth="$3" \
+    "${EXTRA_SETS[@]}" > "$dir.log" 2>&1 || rc=$?
+  [ -d "$dir" ] && echo $rc > "$dir/exit_status"
+  [ $rc = 0 ] || echo "   $1 stopped with status $rc; $dir.log has why"
+}
+# the validation loss at the last evaluation
+last_val() { awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $c["val_loss"] != "" { v = $c["val_loss"] } END { print v }' "$1/train.csv"; }
+flops_token() { "$moe" info --ckpt "$(run_of "$1")/ckpt.bin" | awk '$1 == "training" && $2 == "FLOPs" { printf "%.0f\n", $5 }'; }
+tokens_step() { awk -F' = ' '$1 == "train.batch" { b = $2 } $1 == "model.seq_len" { t = $2 } END { print b * t }' "$(run_of "$1")/config.txt"; }
+if [ "$summarize_only" = 0 ] && wants mtp; then
+  for d in 0 1 2; do mtp_train mtp$d "$steps" $d; done
+  f0=$(flops_token mtp0)
+  for d in 1 2; do
+    # the steps whose FLOPs equal depth d's, to the nearest step
+    mtp_train mtp0-c$d "$(awk -v s="$steps" -v f="$(flops_token mtp$d)" -v f0="$f0" 'BEGIN { printf "%d", s * f / f0 + 0.5 }')" 0
+  done
+  for d in 1 2; do
+    dir=$(run_of mtp$d)
+    echo "== the draft of mtp$d: $draft_tokens bytes from each of ${#MTP_PROMPTS[@]} prompts"
+    : > "$dir/draft.txt"
+    for p in "${MTP_PROMPTS[@]}"; do
+      "$moe" sample --ckpt "$dir/ckpt.bin" --prompt "$p" --draft mtp --temperature 0 --tokens "$draft_tokens" \
+        2>&1 > /dev/null | grep '^draft mtp:' >> "$dir/draft.txt" ||
+        { echo "$0: moe sample --draft mtp on $dir failed" >&2; exit 1; }
+    done
+  done
+fi
+mtp_pairs=()
+for n in "${mtp_runs[@]}"; do mtp_pairs+=("$n=$(run_of "$n")"); done
+mtp_dirs=()
+for n in "${mtp_runs[@]}"; do mtp_dirs+=("$(run_of "$n")"); done
+# mtp.csv, mtp.md, mtp_curves.csv, mtp_provenance.txt, mtp.png: after the other arms' summary,
+# whose seed spread mtp.md quotes, or here when their runs are missing (only --only mtp ran)
+mtp_summary() {
+  if [ -n "$(missing_runs "${mtp_dirs[@]}")" ]; then
+    echo "== no multi-token prediction runs yet (--only mtp trains them): mtp.csv left as it is"
+    return 0
+  fi
+  local tmpm n d depth ns f f0 losses draft sn lo hi
+  # per run: depth, steps, FLOPs a token, TFLOPs in all, the main head's last validation loss,
+  # the main and the modules' training losses (mean of the last tenth of the steps), the draft
+  {
+    echo "arm,depth,steps,flops_token,flops_of_depth0,train_tflops,val_loss,train_loss,mtp1_loss,mtp2_loss,draft_kept,draft_guesses,draft_kept_frac,exit_status"
+    f0=$(flops_token mtp0)
+    for n in "${mtp_runs[@]}"; do
+      d=$(run_of "$n")
+      depth=$(awk -F' = ' '$1 == "model.mtp_depth" { print $2 }' "$d/config.txt")
+      ns=$(awk -F, 'NR > 1 { n = $1 } END { print n }' "$d/train.csv")
+      f=$(flops_token "$n")
+      losses=$(awk -F, -v s="$ns" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+          $1 > s - (s >= 10 ? int(s / 10) : 1) { n++; l += $c["loss"]; if (c["mtp1_loss"]) m1 += $c["mtp1_loss"]; if (c["mtp2_loss"]) m2 += $c["mtp2_loss"]
+                        h1 = c["mtp1_loss"] > 0; h2 = c["mtp2_loss"] > 0 }
+          END { printf "%.4f,%s,%s", l / n, h1 ? sprintf("%.4f", m1 / n) : "", h2 ? sprintf("%.4f", m2 / n) : "" }' "$d/train.csv")
+      draft=",,"
+      [ -s "$d/draft.txt" ] && draft=$(awk '{ k += $3; g += $5 } END { printf "%d,%d,%.4f", k, g, g ? k / g : 0 }' "$d/draft.txt")
+      echo "$n,$depth,$ns,$f,$(awk -v f="$f" -v f0="$f0" 'BEGIN { printf "%.4f", f / f0 }'),$(awk -v f="$f" -v t="$(tokens_step "$n")" -v s="$ns" 'BEGIN { printf "%.4f", f * t * s / 1e12 }'),$(last_val "$d"),$losses,$draft,$(cat "$d/exit_status")"
+    done
+  } > "$out/mtp.csv"
+  {
+    echo "arm,step,train_tflops,val_loss"
+    for n in "${mtp_runs[@]}"; do
+      d=$(run_of "$n")
+      awk -F, -v n="$n" -v ft="$(awk -v f="$(flops_token "$n")" -v t="$(tokens_step "$n")" 'BEGIN { print f * t / 1e12 }')" \
+        'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $c["val_loss"] != "" { printf "%s,%d,%.4f,%s\n", n, $1, $1 * ft, $c["val_loss"] }' "$d/train.csv"
+    done
+  } > "$out/mtp_curves.csv"
+  mcell() { awk -F, -v k="$1" -v col="$2" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $1 == k { print $c[col] }' "$out/mtp.csv"; }
+  {
+    echo "# Chapter 10: multi-token prediction"
+    echo
+    echo "The baseline (mha) with model.mtp_depth 0, 1, 2 (model.mtp_coef $(awk -F' = ' '$1 == "model.mtp_coef" { print $2 }' "$(run_of mtp1)/config.txt")), $steps steps each, and depth 0 again at the steps that spend depth 1's and depth 2's training FLOPs$([ "$mode" = smoke ] && echo ", here at the smoke size (width 32, 2 blocks)")."
+    echo
+    echo "| arm | depth | steps | FLOPs a token | TFLOPs | val loss | train loss | mtp1 loss | mtp2 loss | draft kept | exit |"
+    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    awk -F, 'NR > 1 { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $6, $7, $8, $9 == "" ? "-" : $9, $10 == "" ? "-" : $10, $13 == "" ? "-" : $11 " of " $12 " (" $13 ")", $14 }' "$out/mtp.csv"
+    echo
+    echo "FLOPs a token: moe info's training FLOPs a token (forward and backward matrix products, the modules' included); TFLOPs: that times the tokens of every step. Val loss: the main head's at the last evaluation (the modules are training-only). Train loss, mtp1 and mtp2 loss: the main head's and the modules' training cross-entropy, mean over the last tenth of the steps (module k predicts the byte k + 1 past the next). Draft kept: moe sample --draft mtp --temperature 0, $draft_tokens bytes from each of the prompts $(printf '"%s", ' "${MTP_PROMPTS[@]}" | sed 's/, $//'): module 1's guesses of the byte after next that the next step's choice equalled."
+    echo
+    echo "## At equal steps and at equal compute"
+    echo
+    echo "| depth | FLOPs of depth 0 | val loss | depth 0, equal steps | depth 0, equal FLOPs | its steps |"
+    echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
+    for k in 1 2; do
+      echo "| $k | $(mcell mtp$k flops_of_depth0) | $(mcell mtp$k val_loss) | $(mcell mtp0 val_loss) | $(mcell mtp0-c$k val_loss) | $(mcell mtp0-c$k steps) |"
+    done
+    echo
+    read -r sn lo hi < <(seed_spread "$out/summary.csv" mha val_loss 2> /dev/null || echo 0 0 0)
+    if [ "$sn" -ge 2 ]; then
+      awk -v n="$sn" -v lo="$lo" -v hi="$hi" 'BEGIN { printf "Seed spread: the baseline (mha, summary.csv) with %d values of train.seed ends between %.4f and %.4f, a spread (max - min) of %.4f nats: differences smaller than that are noise.\n", n, lo, hi, hi - lo }'
+    else
+      echo "Seed spread: not measured here (summary.csv has no mha-seed2 and mha-seed3): read differences under about 0.01 nats as noise."
+    fi
+    echo
+    provenance_note "${mtp_pairs[@]}" | sed 's/provenance.txt next to this file/mtp_provenance.txt next to this file/'
+  } > "$out/mtp.md"
+  tmpm=$(mktemp -d)
+  write_provenance "$tmpm" "${mtp_pairs[@]}"
+  mv "$tmpm/provenance.txt" "$out/mtp_provenance.txt"
+  for n in "${mtp_runs[@]}"; do awk -F, -v n="$n" '$1 == n { print $3, $4 }' "$out/mtp_curves.csv" > "$tmpm/$n.flops"; done
+  gnuplot -e "dir='$tmpm'; names='${mtp_runs[*]}'; out='$out/mtp.png'" $here/mtp.gp
+  rm -rf "$tmpm"
+  cat "$out/mtp.md"
+  echo "wrote $out/: mtp.csv mtp.md mtp_curves.csv mtp_provenance.txt mtp.png"
+}
+main_dirs=()
+for n in "${names[@]}"; do main_dirs+=("$(run_of "$n")"); done
+[ -z "$(missing_runs "${main_dirs[@]}")" ] || mtp_summary
+
 # ---- summary ---------------------------------------------------------------------------------
 dirs=()
 pairs_all=()
@@ -153,8 +284,7 @@ for f in frontier.txt cache.csv decode.csv; do
   [ -s "$out/$f" ] || { echo "$0: no $out/$f: run the script without --summarize or --only first" >&2; exit 2; }
 done
 
-# the validation loss at the last evaluation, the mean step time over the second half (ms)
-last_val() { awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $c["val_loss"] != "" { v = $c["val_loss"] } END { print v }' "$1/train.csv"; }
+# the mean step time over the second half (ms)
 step_ms() {
   local bt
   bt=$(awk -F' = ' '$1 == "train.batch" { b = $2 } $1 == "model.seq_len" { t = $2 } END { print b * t }' "$1/config.txt")
@@ -268,3 +398,4 @@ final_loss_figure "$out/final_loss.png" "chapter 10: final validation loss ($ste
   "$out/summary.csv" "${names[@]}"
 cat "$out/summary.md"
 echo "wrote $out/: summary.csv summary.md curves.csv logits.csv decode.csv cache.csv frontier.txt mpi.csv provenance.txt val_loss.png logits.png final_loss.png"
+mtp_summary
