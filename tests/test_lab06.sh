@@ -12,12 +12,11 @@
 #      row's width, instead of the full key's (task3_absorbed_scores), GQA's cache counted with
 #      every query head, and the bytes multiplied in 32 bits (task4_cache_size)
 #   5. a student file that calls the engine's matmul_forward is refused, naming the function
-#   6. submissions that try to pass without the work (exit, abort, an endless loop, 3 GiB,
-#      forged reports, overwritten files, a missing function), graded together by grade-all,
-#      fail their own task alone; GRADE_FORMAT=csv
-#   7. make -C labs list names the lab and its four tasks
-# Checks 1-3, 6 and 7 are the ones every lab has, in tests/lib/lab_harness.sh, which also says
-# which build (MOE_BUILD, MOE_BIN) the grader runs against.
+#   6. make -C labs list names the lab and its four tasks
+# Checks 1-3 and 6 are the ones every lab has, in tests/lib/lab_harness.sh, which also says
+# which build (MOE_BUILD, MOE_BIN) the grader runs against. The submissions that try to pass
+# without the work (lab_cheat_checks) attack the graders' common code, which labs 01 and 02's
+# suites run them against for every lab that forks its tasks, as this one does.
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
 lab=06-latent-attention
 solution=labs/$lab/solution/latent_lab.c
@@ -82,6 +81,5 @@ void lab_engine_linear(float *y, const float *x, const float *W, int N, int IN, 
 C
 refused matmul_forward
 
-lab_cheat_checks
 lab_list_check
 lab_finish

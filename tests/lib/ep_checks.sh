@@ -12,8 +12,8 @@
 #      also with aux-loss-free balancing (its biases, from the loads of every process, agree)
 #      and with a per-sequence capacity (moe.capacity_scope=sequence, padded), and with the aux
 #      loss over the step's two micro-batches and over two groups of experts (chapter 5); a
-#      tied head (model.tied=1), grouped-query heads with qk-norm and latent attention at
-#      dist.ep = 2 x 2 too
+#      tied head (model.tied=1) at dist.ep = 2 x 2 too, and with MPI's collectives grouped-query
+#      heads with qk-norm and latent attention
 #   2. dist.csv: one row per step, process and MoE block (plus layer -1), and the bytes every
 #      process sent and received are the cost model's, row by row:
 #        2 C 4 (rows_out_remote + rows_in_remote) + 2 El 4 (P - 1)
@@ -123,7 +123,8 @@ for coll in $engines; do
     check "[$coll] tied head: 4 processes, dist.ep=2: every step's loss, aux, z, grad norm, val loss = one process's" \
         $? "exit $rc: $(tail -n 3 "$tmp/tied-np4-ep2.log"); $(paste -d' ' "$tmp/one-tied/train.csv" "$tmp/tied-np4-ep2/train.csv" | head -n 4)"
     # the attention's variants: their weights are replicated tensors, summed once over the world
-    for variant in "gqa|--set model.n_head=4 --set model.kv_heads=2 --set model.head_dim=6 --set model.qk_norm=head" \
+    # as every other (the collective engine changes nothing of that: MPI's alone)
+    [ "$coll" = mpi ] && for variant in "gqa|--set model.n_head=4 --set model.kv_heads=2 --set model.head_dim=6 --set model.qk_norm=head" \
                    "mla|--set model.attention=mla --set mla.q_rank=8 --set mla.kv_rank=6 --set mla.rope_dim=4 --set mla.nope_dim=4 --set mla.v_dim=6"; do
         IFS='|' read -r vname vsets <<< "$variant"
         # shellcheck disable=SC2086 # vsets is a list of options
