@@ -5,7 +5,21 @@
 #ifndef MOE_CHAPTER_H
 #define MOE_CHAPTER_H
 
+#include <errno.h>
+#include <stdlib.h>
+
 #include "moe.h"
+
+/* A whole number in [lo, hi] from a command-line argument; anything else calls the program's
+ * usage, which says how to call it and exits 2. */
+static inline long long chapter_int(const char *s, long long lo, long long hi,
+                                    void (*usage)(void)) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) usage();
+    return v;
+}
 
 /* The settings of the model a program looks at: the checkpoint's when ckpt exists (returns 1,
  * a trained model), else the defaults (returns 0: the program runs on a fresh model and says

@@ -29,7 +29,6 @@
  * moe.router_precision rounds them, the study this chapter makes; the models themselves it
  * reads through moe.h (model_block_view, model_route_view).
  */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,15 +43,6 @@ enum { T = 32, HEADS = 4, EXPERTS = 8, TOP_K = 2, MAX_LAYERS = 256 }; /* the fix
 static void usage(void) {
     fprintf(stderr, "usage: stability [--layers L] [--width C] [--seed S] [--data SHARD]\n");
     exit(MOE_EXIT_INPUT);
-}
-
-/* A whole number in [lo, hi] from a command-line argument, or usage(). */
-static long long parse_int(const char *s, long long lo, long long hi) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) usage();
-    return v;
 }
 
 /* ---- trivial statistics --------------------------------------------------------------------- */
@@ -195,11 +185,11 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) usage();
         if (strcmp(argv[i], "--layers") == 0)
-            L = (int)parse_int(argv[++i], 1, MAX_LAYERS);
+            L = (int)chapter_int(argv[++i], 1, MAX_LAYERS, usage);
         else if (strcmp(argv[i], "--width") == 0)
-            C = (int)parse_int(argv[++i], 1, 4096);
+            C = (int)chapter_int(argv[++i], 1, 4096, usage);
         else if (strcmp(argv[i], "--seed") == 0)
-            seed = (uint64_t)parse_int(argv[++i], 0, 1LL << 62);
+            seed = (uint64_t)chapter_int(argv[++i], 0, 1LL << 62, usage);
         else if (strcmp(argv[i], "--data") == 0)
             data = argv[++i];
         else

@@ -43,14 +43,6 @@ static void usage(void) {
     exit(MOE_EXIT_INPUT);
 }
 
-static long long parse_int(const char *s, long long lo, long long hi) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) usage();
-    return v;
-}
-
 /* a CSV file under out, or NULL without --out */
 static FILE *csv(const char *out, const char *name, const char *header) {
     if (!out) return NULL;
@@ -286,9 +278,9 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--out") == 0)
             out = argv[++i];
         else if (strcmp(argv[i], "--tokens") == 0)
-            tokens = (int)parse_int(argv[++i], 1, 1 << 20);
+            tokens = (int)chapter_int(argv[++i], 1, 1 << 20, usage);
         else if (strcmp(argv[i], "--batches") == 0)
-            batches = (int)parse_int(argv[++i], 1, 1 << 16);
+            batches = (int)chapter_int(argv[++i], 1, 1 << 16, usage);
         else
             usage();
     }

@@ -41,7 +41,6 @@
  * model_route_view: src/model/inspect.h). Only the formula, the logits' maximum and the
  * counting of processes are computed here. It includes src/moe.h alone (through ../chapter.h).
  */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,15 +54,6 @@ static void usage(void) {
     fprintf(stderr, "usage: frontier [--out DIR]\n"
                     "       frontier --ckpt CKPT [--step S] [--ep P] [--csv FILE]\n");
     exit(MOE_EXIT_INPUT);
-}
-
-/* A whole number in [lo, hi] from a command-line argument, or usage(). */
-static long long parse_int(const char *s, long long lo, long long hi) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) usage();
-    return v;
 }
 
 /* ---- part 1 and 2: fresh models ------------------------------------------------------------- */
@@ -298,9 +288,9 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--csv") == 0)
             csv = argv[++i];
         else if (strcmp(argv[i], "--step") == 0)
-            step = (int)parse_int(argv[++i], 0, 1LL << 30);
+            step = (int)chapter_int(argv[++i], 0, 1LL << 30, usage);
         else if (strcmp(argv[i], "--ep") == 0)
-            ep = (int)parse_int(argv[++i], 1, 32);
+            ep = (int)chapter_int(argv[++i], 1, 32, usage);
         else
             usage();
     }
