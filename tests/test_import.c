@@ -186,6 +186,21 @@ END_TEST
 
 /* ---- settings from shapes alone ------------------------------------------------------------- */
 
+/* The model of settings ca exported without metadata and read back into st (the caller frees
+ * it), its settings imported into c with model.n_head=4 given. */
+static void import_bare(const Config *ca, SafeTensors *st, Config *c) {
+    Model a;
+    model_init(&a, ca, 2, 8);
+    const char *path = tmp_path("bare-heads.safetensors");
+    export_model(&a, path, 0);
+    model_free(&a);
+    ck_assert_msg(safetensors_read(st, path, err, sizeof err) == 0, "%s", err);
+    config_defaults(c);
+    set(c, "model.n_head=4");
+    ck_assert_msg(import_config(c, st, MOE_GIVEN "model.n_head=4\n", err, sizeof err) == 0, "%s",
+                  err);
+}
+
 /* The attention's heads from the shapes, n_head given: grouped key-value heads of their own
  * width with a gain over each head (or over the projection, or none), and the defaults as 0. */
 START_TEST(test_heads_from_shapes) {
@@ -203,18 +218,9 @@ START_TEST(test_heads_from_shapes) {
         set(&ca, "model.n_head=4"), set(&ca, "model.attention=mla"), set(&ca, "mla.kv_rank=6");
         set(&ca, "mla.rope_dim=4"), set(&ca, "mla.nope_dim=2"), set(&ca, "mla.v_dim=3");
         set(&ca, qr ? "mla.q_rank=5" : "mla.q_rank=0");
-        Model a;
-        model_init(&a, &ca, 2, 8);
-        const char *path = tmp_path("mla.safetensors");
-        export_model(&a, path, 0);
-        model_free(&a);
         SafeTensors st;
-        ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
         Config c;
-        config_defaults(&c);
-        set(&c, "model.n_head=4");
-        ck_assert_msg(import_config(&c, &st, MOE_GIVEN "model.n_head=4\n", err, sizeof err) == 0,
-                      "%s", err);
+        import_bare(&ca, &st, &c);
         char why[256];
         ck_assert_msg(config_same_shape(&ca, &c, why, sizeof why) == 0, "%s", why);
         safetensors_free(&st);
@@ -223,18 +229,9 @@ START_TEST(test_heads_from_shapes) {
         Config ca = small_config(0);
         set(&ca, "model.n_head=4");
         set(&ca, CASES[i].kv), set(&ca, CASES[i].dim), set(&ca, CASES[i].norm);
-        Model a;
-        model_init(&a, &ca, 2, 8);
-        const char *path = tmp_path("heads.safetensors");
-        export_model(&a, path, 0);
-        model_free(&a);
         SafeTensors st;
-        ck_assert_msg(safetensors_read(&st, path, err, sizeof err) == 0, "%s", err);
         Config c;
-        config_defaults(&c);
-        set(&c, "model.n_head=4");
-        ck_assert_msg(import_config(&c, &st, MOE_GIVEN "model.n_head=4\n", err, sizeof err) == 0,
-                      "%s", err);
+        import_bare(&ca, &st, &c);
         ck_assert_int_eq(c.kv_heads, CASES[i].want_kv);
         ck_assert_int_eq(c.head_dim, CASES[i].want_dim);
         ck_assert_int_eq(c.qk_norm, CASES[i].want_norm);
