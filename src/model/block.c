@@ -1,0 +1,180 @@
+/*
+ * block.c: a transformer block (block.h): the attention sublayer (attn_block.c) and the
+ * feed-forward one, a dense SwiGLU or the MoE block (moe_block.c) with its shared experts, each
+ * behind its norm and on the residual stream; forward and backward. Orchestration only, as
+ * model.c: every buffer is the backend's and every piece of arithmetic one of its ops.
+ */
+#include "model/block.h"
+
+#include "model/attn_block.h"
+#include "model/profile.h"
+
+static MoeWeights moe_weights(const LayerView *lw) {
+    return (MoeWeights){.router = lw->router, .Wg = lw->e_gate, .Wu = lw->e_up, .Wd = lw->e_down};
+}
+
+/* ---- forward ------------------------------------------------------------------------------ */
+
+/* The MoE blocks' context of one call on sequences of T tokens: while training, the
+ * exploration stream (when the spec draws any noise), training's capacity and the routing
+ * tape; else no noise and evaluation's capacity. */
+static MoeCtx block_ctx(Model *m, const StepCtx *ctx, int T) {
+    const MoeSpec *s = &m->spec;
+    const int training = ctx && ctx->training;
+    MoeCtx x;
+    if (training) {
+        const int draws = s->jitter > 0.0f || s->noise > 0.0f || s->second_expert_random;
+        moe_ctx_train(&x, s, T, draws ? &m->router_rng : NULL);
+    } else {
+        moe_ctx_eval(&x, s, T);
+    }
+    x.dist = m->dist;
+    x.tape = training ? ctx->route_tape : NULL; /* training's forward passes only */
+    x.micro = training ? ctx->micro : 0;
+    return x;
+}
+
+/* Block l over B sequences of T tokens, or with kv (a decoding step: B sequences of one new
+ * token each, T 1) over the new tokens against kv's cache of the earlier ones. */
+void block_forward(Model *m, int l, float *out, const float *in, int B, int T, const KvStep *kv,
+                   const StepCtx *ctx) {
+    RunState *rs = &m->state;
+    const Backend *be = m->be;
+    const Config *c = &m->cfg;
+    const int C = c->d_model, H = c->n_head, F = c->d_ff, N = B * T;
+    const LayerView *lw = &m->w.layers[l];
+    BlockActs *a = &rs->blocks[l];
+
+    /* attention branch: resid_mid = in + attention(rmsnorm(in)) wo^T (attn_block.c) */
+    PROF(PROF_NORM, be->rmsnorm_forward(be, a->ln1, a->rstd1, in, lw->attn_norm, N, C));
+    attn_block_forward(m, l, B, T, kv);
+    /* dtmp is free scratch during the forward pass. Sandwich norms: the sublayer's output
+     * goes to attn_out, and its norm into dtmp */
+    float *ao = a->attn_out ? a->attn_out : rs->dtmp;
+    PROF(PROF_ATTN_PROJ,
+         be->matmul_forward(be, ao, a->atty, lw->wo, N, H * config_value_dim(c), C));
+    if (a->attn_out)
+        PROF(PROF_NORM,
+             be->rmsnorm_forward(be, rs->dtmp, a->rstd_attn_out, ao, lw->attn_post_norm, N, C));
+    PROF(PROF_RESIDUAL, be->add(be, a->resid_mid, in, rs->dtmp, (size_t)N * C));
+
+    /* feed-forward branch: out = resid_mid + FFN(rmsnorm(resid_mid)), the FFN's output normed
+     * again with sandwich norms (from ffn_out into dtmp) */
+    float *fo = a->ffn_out ? a->ffn_out : rs->dtmp;
+    PROF(PROF_NORM, be->rmsnorm_forward(be, a->ln2, a->rstd2, a->resid_mid, lw->ffn_norm, N, C));
+    if (a->moe) {
+        MoeWeights wt = moe_weights(lw);
+        if (m->spec.balance == MOE_BALANCE_AUX_FREE) wt.bias = a->router_bias;
+        wt.source = m->expert_source;
+        wt.layer = l;
+        MoeCtx x = block_ctx(m, ctx, T);
+        if (kv) x.capacity_factor = 0.0f; /* decoding keeps every token (dropless) */
+        moe_block_forward(be, fo, a->moe, a->ln2, &wt, &m->spec, &x, N);
+        if (a->sg) { /* shared experts: one dense SwiGLU, weight 1; dln is free scratch here */
+            const int Fs = c->num_shared * m->spec.d_expert;
+            PROF(PROF_DENSE_FFN, be->matmul_forward(be, a->sg, a->ln2, lw->s_gate, N, C, Fs));
+            PROF(PROF_DENSE_FFN, be->matmul_forward(be, a->su, a->ln2, lw->s_up, N, C, Fs));
+            PROF(PROF_SWIGLU, be->swiglu_forward(be, a->sh, a->sg, a->su, N, Fs));
+            PROF(PROF_DENSE_FFN, be->matmul_forward(be, rs->dln, a->sh, lw->s_down, N, Fs, C));
+            PROF(PROF_RESIDUAL, be->add(be, fo, fo, rs->dln, (size_t)N * C));
+        }
+    } else {
+        PROF(PROF_DENSE_FFN, be->matmul_forward(be, a->fg, a->ln2, lw->w_gate, N, C, F));
+        PROF(PROF_DENSE_FFN, be->matmul_forward(be, a->fu, a->ln2, lw->w_up, N, C, F));
+        PROF(PROF_SWIGLU, be->swiglu_forward(be, a->fh, a->fg, a->fu, N, F));
+        PROF(PROF_DENSE_FFN, be->matmul_forward(be, fo, a->fh, lw->w_down, N, F, C));
+    }
+    if (a->ffn_out)
+        PROF(PROF_NORM,
+             be->rmsnorm_forward(be, rs->dtmp, a->rstd_ffn_out, fo, lw->ffn_post_norm, N, C));
+    PROF(PROF_RESIDUAL, be->add(be, out, a->resid_mid, rs->dtmp, (size_t)N * C));
+}
+
+/* ---- backward ----------------------------------------------------------------------------- */
+
+/* The gradient of block l's feed-forward input (ln2) into dln, given dffn that of its output:
+ * the MoE block and its shared experts, or the dense SwiGLU. */
+static void ffn_backward(Model *m, int l, const float *dffn, float loss_scale, const StepCtx *ctx) {
+    RunState *rs = &m->state;
+    const Backend *be = m->be;
+    const Config *c = &m->cfg;
+    const int C = c->d_model, F = c->d_ff, T = rs->T_last, N = rs->N_last;
+    const LayerView *lw = &m->w.layers[l];
+    LayerView *gw = &m->g.layers[l];
+    BlockActs *a = &rs->blocks[l];
+    if (a->moe) {
+        MoeWeights wt = moe_weights(lw);
+        MoeGrads gr = {.router = gw->router, .Wg = gw->e_gate, .Wu = gw->e_up, .Wd = gw->e_down};
+        const MoeCtx x = block_ctx(m, ctx, T);
+        moe_block_backward(be, rs->dln, &gr, dffn, a->moe, a->ln2, &wt, &m->spec, &x,
+                           &rs->moe_scratch, loss_scale);
+        if (a->sg) { /* + (silu(ln2 Wsg^T) * ln2 Wsu^T) Wsd^T: its input gradients add to dln */
+            const int Fs = c->num_shared * m->spec.d_expert;
+            PROF(PROF_DENSE_FFN,
+                 be->matmul_backward(be, rs->dsh, gw->s_down, dffn, a->sh, lw->s_down, N, Fs, C));
+            PROF(PROF_SWIGLU,
+                 be->swiglu_backward(be, rs->dsg, rs->dsu, rs->dsh, a->sg, a->su, N, Fs));
+            PROF(PROF_DENSE_FFN, be->matmul_backward(be, rs->dtmp, gw->s_gate, rs->dsg, a->ln2,
+                                                     lw->s_gate, N, C, Fs));
+            PROF(PROF_RESIDUAL, be->add(be, rs->dln, rs->dln, rs->dtmp, (size_t)N * C));
+            PROF(PROF_DENSE_FFN,
+                 be->matmul_backward(be, rs->dtmp, gw->s_up, rs->dsu, a->ln2, lw->s_up, N, C, Fs));
+            PROF(PROF_RESIDUAL, be->add(be, rs->dln, rs->dln, rs->dtmp, (size_t)N * C));
+        }
+    } else {
+        PROF(PROF_DENSE_FFN,
+             be->matmul_backward(be, rs->dfh, gw->w_down, dffn, a->fh, lw->w_down, N, F, C));
+        PROF(PROF_SWIGLU, be->swiglu_backward(be, rs->dfg, rs->dfu, rs->dfh, a->fg, a->fu, N, F));
+        PROF(PROF_DENSE_FFN,
+             be->matmul_backward(be, rs->dln, gw->w_gate, rs->dfg, a->ln2, lw->w_gate, N, C, F));
+        PROF(PROF_DENSE_FFN,
+             be->matmul_backward(be, rs->dtmp, gw->w_up, rs->dfu, a->ln2, lw->w_up, N, C, F));
+        PROF(PROF_RESIDUAL, be->add(be, rs->dln, rs->dln, rs->dtmp, (size_t)N * C));
+    }
+}
+
+/* dx (N, C) = d/d(in) of block l, given dout (N, C) the gradient of its output. dx may be
+ * dout itself: dout is last read before dmid is formed, and dx is written at the very end. */
+void block_backward(Model *m, int l, float *dx, const float *dout, const float *in,
+                    float loss_scale, const StepCtx *ctx) {
+    RunState *rs = &m->state;
+    const Backend *be = m->be;
+    const Config *c = &m->cfg;
+    const int C = c->d_model, H = c->n_head, N = rs->N_last;
+    const LayerView *lw = &m->w.layers[l];
+    LayerView *gw = &m->g.layers[l];
+    BlockActs *a = &rs->blocks[l];
+
+    /* out = resid_mid + post(FFN(ln2)), post the output norm of sandwich norms (else none):
+     * dffn, the gradient of the FFN's output, is dout or, through the norm, dmid (free until
+     * the FFN's backward is done) */
+    const float *dffn = dout;
+    if (a->ffn_out) {
+        PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dmid, gw->ffn_post_norm, dout, a->ffn_out,
+                                             lw->ffn_post_norm, a->rstd_ffn_out, N, C));
+        dffn = rs->dmid;
+    }
+    /* the FFN's gradient into dln */
+    ffn_backward(m, l, dffn, loss_scale, ctx);
+    /* ln2 = rmsnorm(resid_mid); dmid = dout (residual path) + d(ln2)/d(resid_mid) */
+    PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dtmp, gw->ffn_norm, rs->dln, a->resid_mid,
+                                         lw->ffn_norm, a->rstd2, N, C));
+    PROF(PROF_RESIDUAL, be->add(be, rs->dmid, dout, rs->dtmp, (size_t)N * C));
+
+    /* resid_mid = in + post(atty wo^T): the gradient of the product's output is dmid, or
+     * through the output norm of sandwich norms, dtmp (free here) */
+    const float *dao = rs->dmid;
+    if (a->attn_out) {
+        PROF(PROF_NORM,
+             be->rmsnorm_backward(be, rs->dtmp, gw->attn_post_norm, rs->dmid, a->attn_out,
+                                  lw->attn_post_norm, a->rstd_attn_out, N, C));
+        dao = rs->dtmp;
+    }
+    PROF(PROF_ATTN_PROJ, be->matmul_backward(be, rs->datty, gw->wo, dao, a->atty, lw->wo, N,
+                                             H * config_value_dim(c), C));
+    attn_block_backward(m, l); /* from datty into dln */
+    /* ln1 = rmsnorm(in); dx = dmid (residual path) + d(ln1)/d(in) */
+    PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dtmp, gw->attn_norm, rs->dln, in, lw->attn_norm,
+                                         a->rstd1, N, C));
+    PROF(PROF_RESIDUAL, be->add(be, dx, rs->dmid, rs->dtmp, (size_t)N * C));
+}
