@@ -310,8 +310,6 @@ reject "a negative model.mtp_coef" "model\.mtp_coef;>= 0;-0\.5" \
 reject "model.mtp_depth leaving its last module no target" \
     "model\.mtp_depth=4;model\.seq_len=4;lower model\.mtp_depth" \
     "$moe" "${T[@]}" --set model.mtp_depth=4 --set model.seq_len=4
-reject "MoE modules of model.mtp_depth under dist.ep" "model\.mtp_depth=1;dist\.ep=2;dist\.ep=1" \
-    "$moe" "${T[@]}" --set model.mtp_depth=1 --set dist.ep=2
 reject "missing data file" "/nonexistent;make data" \
     "$moe" "${T[@]}" --set data.train=/nonexistent
 head -c 30000 "$data/train.bin" > "$tmp/cut.bin"

@@ -285,16 +285,6 @@ int config_check_dist(const Config *c, int world, char *err, int errlen) {
                          "holds whole groups and a token's rows go to at most moe.topk_group "
                          "processes",
                          c->n_group, c->ep);
-    /* the modules' blocks are of the last layer's kind (config_is_moe_layer, of config.c,
-     * which calls this file) */
-    const int last_moe = c->num_experts > 0 && c->n_layer - 1 >= c->first_dense &&
-                         (c->n_layer - 1 - c->first_dense) % c->every == 0;
-    if (c->ep > 1 && c->mtp_depth > 0 && last_moe)
-        return set_error(err, errlen,
-                         "model.mtp_depth=%d gives its modules MoE blocks (the last layer's "
-                         "kind), whose experts are not spread over dist.ep=%d processes; set "
-                         "dist.ep=1 or model.mtp_depth=0",
-                         c->mtp_depth, c->ep);
     if (world == 1 || c->num_experts == 0) return 0;
     /* the settings whose result would depend on how the batch is split */
     if (c->routing == MOE_ROUTING_EXPERT_CHOICE)

@@ -35,7 +35,8 @@ void model_route_domains(const Model *m, int layer, double *counts, double *drop
 }
 
 void model_comm_stats_reset(Model *m) {
-    for (int l = 0; l < m->cfg.n_layer; l++)
+    /* the multi-token prediction modules' blocks too: theirs are dist.csv's layers after L */
+    for (int l = 0; l < m->cfg.n_layer + m->cfg.mtp_depth; l++)
         if (m->state.blocks[l].moe && m->state.blocks[l].moe->ep)
             ep_stats_reset(m->state.blocks[l].moe->ep);
 }

@@ -37,7 +37,7 @@ void model_route_domains(const Model *m, int layer, double *counts, double *drop
                          const uint8_t *domains, int n_domains);
 
 /* The expert exchange's counters (dist.ep > 1): zeroed before a step; then MoE block
- * `layer`'s of the step into row (7): bytes sent, received, seconds in the exchanges, the
+ * `layer`'s of the step (a multi-token prediction module's: layer n_layer + k - 1) into row (7): bytes sent, received, seconds in the exchanges, the
  * experts' seconds, rows in, rows out to others, rows in from others. Returns 0 and leaves row
  * as it is for a block without an exchange. */
 void model_comm_stats_reset(Model *m);

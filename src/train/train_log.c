@@ -199,21 +199,25 @@ void val_router_csv_write(FILE *f, const DomainCounts *dc, const Model *m, float
 
 /* ---- dist.csv -------------------------------------------------------------------------------- */
 
-/* dist.csv: this step's traffic and time of every process, one row per process and MoE block
- * (layer -1: the step's other collectives: gradient sums, statistics; and sync_wait_s, the
- * seconds after the backward spent waiting for the gradients' sums). Gathered by a sum over
+/* dist.csv: this step's traffic and time of every process, one row per process and MoE block,
+ * the multi-token prediction modules' (layers n_layer .. n_layer + mtp_depth - 1) after the
+ * trunk's (layer -1: the step's other collectives: gradient sums, statistics; and sync_wait_s,
+ * the seconds after the backward spent waiting for the gradients' sums). Gathered by a sum over
  * the world of arrays where each process fills only its own rows. */
 enum {
     DIST_COLS = 8
 }; /* bytes_sent, bytes_recv, comm_s, expert_s, rows_in, rows_out, rows_rin,
      sync_wait_s */
 void dist_csv_write(FILE *f, const Model *m, Dist *d, const DistStats *step_start, int step) {
-    const int W = d->world, nb = m->n_moe + 1;
+    const Config *c = &m->cfg;
+    const int W = d->world, L = c->n_layer + c->mtp_depth;
+    int nb = 1;
+    for (int l = 0; l < L; l++) nb += config_is_moe_layer(c, l);
     double *all = (double *)calloc_check((size_t)W * nb * DIST_COLS, sizeof(double));
     double *mine = all + (size_t)d->rank * nb * DIST_COLS;
     double ep_sent = 0.0, ep_recv = 0.0, ep_comm = 0.0;
-    for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
-        if (!model_is_moe(m, l)) continue;
+    for (int l = 0, b = 0; l < L; l++) {
+        if (!config_is_moe_layer(c, l)) continue;
         double *row = mine + (size_t)(b + 1) * DIST_COLS;
         if (model_comm_stats(m, l, row)) {
             ep_sent += row[0];
@@ -229,8 +233,8 @@ void dist_csv_write(FILE *f, const Model *m, Dist *d, const DistStats *step_star
     mine[7] = model_sync_wait_s(m); /* what of the gradients' sums the backward did not hide */
     dist_allreduce_sum_d(d, DIST_WORLD, all, (size_t)W * nb * DIST_COLS);
     for (int r = 0; r < W; r++)
-        for (int l = -1, b = 0; l < m->cfg.n_layer; l++) {
-            if (l >= 0 && !model_is_moe(m, l)) continue;
+        for (int l = -1, b = 0; l < L; l++) {
+            if (l >= 0 && !config_is_moe_layer(c, l)) continue;
             const double *row = all + ((size_t)r * nb + b) * DIST_COLS;
             fprintf(f, "%d,%d,%d,%.0f,%.0f,%.6f,%.6f,%.0f,%.0f,%.0f,%.6f\n", step, l, r, row[0],
                     row[1], row[2], row[3], row[4], row[5], row[6], row[7]);

@@ -13,7 +13,9 @@
 #      and with a per-sequence capacity (moe.capacity_scope=sequence, padded), and with the aux
 #      loss over the step's two micro-batches and over two groups of experts (chapter 5); a
 #      tied head (model.tied=1) at dist.ep = 2 x 2 too, and with MPI's collectives grouped-query
-#      heads with qk-norm and latent attention
+#      heads with qk-norm and latent attention, and a multi-token prediction module with an MoE
+#      block at dist.ep = 2 (its loss too, its experts' weights in the checkpoint, and its block's
+#      rows in dist.csv, none of its exchanges in layer -1's)
 #   2. dist.csv: one row per step, process and MoE block (plus layer -1), and the bytes every
 #      process sent and received are the cost model's, row by row:
 #        2 C 4 (rows_out_remote + rows_in_remote) + 2 El 4 (P - 1)
@@ -65,11 +67,13 @@ tiny=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set mo
       --set train.eval_every=3 --set "data.train=$top/data/train.bin"
       --set "data.val=$top/data/val.bin" --quiet)
 
-# same_curves A B: train.csv columns loss, aux_loss, z_loss, grad_norm, val_loss agree to 1e-5
-# (relative, or 1e-7 absolute) at every step
+# same_curves A B: train.csv columns loss, aux_loss, z_loss, grad_norm, val_loss and the
+# multi-token prediction modules' mtpK_loss (11 on) agree to 1e-5 (relative, or 1e-7 absolute)
+# at every step, the two files having the same columns
 same_curves() {
-    awk -F, 'NR == FNR { if (FNR > 1) for (i = 2; i <= 8; i++) a[FNR, i] = $i; n = FNR; next }
-             FNR > 1 { rows++; for (i = 2; i <= 8; i++) { if (i == 5 || i == 7) continue
+    awk -F, 'NR == FNR { if (FNR > 1) for (i = 2; i <= NF; i++) a[FNR, i] = $i; n = FNR; nf = NF; next }
+             FNR > 1 { rows++; if (NF != nf) bad++
+                       for (i = 2; i <= NF; i++) { if (i == 5 || i == 7 || i == 9 || i == 10) continue
                          if (($i == "") != (a[FNR, i] == "")) bad++
                          else if ($i != "") { d = $i - a[FNR, i]; d = d < 0 ? -d : d
                            m = $i < 0 ? -$i : $i; if (d > 1e-5 * m + 1e-7) bad++ } } }
@@ -77,6 +81,13 @@ same_curves() {
 }
 # floats FILE: the tensor data of a safetensors file, one float per line
 floats() { safetensors_data "$1" | od -An -v -f | tr -s ' ' '\n' | sed '/^$/d'; }
+# same_weights A B: the floats of two exported checkpoints (over 40000 of them) agree to 1e-5;
+# prints their count, how many differ and the largest difference
+same_weights() {
+    paste <(floats "$1") <(floats "$2") |
+        awk '{ n++; d = $1 - $2; d = d < 0 ? -d : d; if (d > 1e-5) bad++; if (d > mx) mx = d }
+             END { print n, bad + 0, mx; exit !(n > 40000 && bad == 0) }'
+}
 # run NAME NP [--set ...]: train with NP processes into $tmp/NAME (NP 1: no mpirun)
 run() {
     local name=$1 np=$2
@@ -143,12 +154,40 @@ for coll in $engines; do
     "$moe" export --ckpt "$tmp/one-aux/ckpt.bin" --out "$tmp/one.st" > /dev/null &&
         "$moe" export --ckpt "$tmp/aux-np4-ep2/ckpt.bin" --out "$tmp/ep2dp2.st" \
             > /dev/null 2>&1
-    paste <(floats "$tmp/one.st") <(floats "$tmp/ep2dp2.st") |
-        awk '{ n++; d = $1 - $2; d = d < 0 ? -d : d; if (d > 1e-5) bad++; if (d > mx) mx = d }
-             END { print n, bad + 0, mx; exit !(n > 40000 && bad == 0) }' > "$tmp/wcmp.txt"
+    same_weights "$tmp/one.st" "$tmp/ep2dp2.st" > "$tmp/wcmp.txt"
     ok=$?
     check "[$coll] aux: every weight after 6 steps at dist.ep=2 x 2 = one process's (to 1e-5: $(cat "$tmp/wcmp.txt"))" $ok \
         "floats, differing, max difference: $(cat "$tmp/wcmp.txt")"
+
+    # a multi-token prediction module whose block is an MoE block (the last layer's kind): its
+    # experts spread over the processes as the trunk's are, its loss and every step's numbers the
+    # one-process run's, and its checkpoint the whole model (every weight, exported in one
+    # process, the one-process run's); dist.csv has the module block's rows (layer 2, after the
+    # trunk's 0 and 1, bytes by the cost model: C = 32, El = 2, P = 2), and layer -1's bytes
+    # (the gradients' sums and statistics, of fixed sizes) are the same every step: none of the
+    # module's exchanges among them (MPI's collectives alone: the engine changes nothing here)
+    if [ "$coll" = mpi ]; then
+        run one-mtp 1 --set model.mtp_depth=1
+        run mtp-np2-ep2 2 --set dist.ep=2 --set model.mtp_depth=1
+        rc=$?
+        same_curves "$tmp/one-mtp" "$tmp/mtp-np2-ep2" &&
+            head -n 1 "$tmp/mtp-np2-ep2/train.csv" | grep -q ',mtp1_loss$'
+        check "[$coll] mtp: 2 processes, dist.ep=2, an MoE module: every step's loss, aux, z, grad norm, val loss, mtp1_loss = one process's" \
+            $? "exit $rc: $(tail -n 3 "$tmp/mtp-np2-ep2.log"); $(paste -d' ' "$tmp/one-mtp/train.csv" "$tmp/mtp-np2-ep2/train.csv" | head -n 4)"
+        "$moe" export --ckpt "$tmp/one-mtp/ckpt.bin" --out "$tmp/one-mtp.st" > /dev/null &&
+            "$moe" export --ckpt "$tmp/mtp-np2-ep2/ckpt.bin" --out "$tmp/mtp-ep2.st" > /dev/null 2>&1
+        same_weights "$tmp/one-mtp.st" "$tmp/mtp-ep2.st" > "$tmp/wcmp-mtp.txt"
+        ok=$?
+        check "[$coll] mtp: the checkpoint at dist.ep=2 holds every weight of the module's experts too = one process's (to 1e-5: $(cat "$tmp/wcmp-mtp.txt"))" \
+            $ok "floats, differing, max difference: $(cat "$tmp/wcmp-mtp.txt")"
+        awk -F, -v C=32 -v El=2 -v P=2 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+            $2 == 2 { mtp++; want = 2 * C * 4 * ($c["rows_out_remote"] + $c["rows_in_remote"]) + 2 * El * 4 * (P - 1)
+                      if ($c["bytes_sent"] != want || $c["bytes_recv"] != want) bad++ }
+            $2 == -1 { if (!($3 in sent)) sent[$3] = $c["bytes_sent"]; else if ($c["bytes_sent"] != sent[$3]) bad++ }
+            END { exit !(mtp == 6 * 2 && bad == 0) }' "$tmp/mtp-np2-ep2/dist.csv"
+        check "[$coll] mtp: dist.csv has the module block's rows (layer 2) by the cost model, and layer -1's bytes the same every step" \
+            $? "$(grep -E '^[0-9]+,(-1|2),' "$tmp/mtp-np2-ep2/dist.csv" | head -n 8)"
+    fi
 
     # tok_per_s counts the whole batch (every process's tokens): the steps' times, B T / tok_per_s,
     # fit inside the run's wall time (counting one process's share would make them 4 x too long)
