@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "lab.h"
+#include "lab_fixture.h"
 #include "moe/moe_ops.h"
 #include "router_lab.h"
 
@@ -37,25 +38,6 @@
 /* The checks below are macros around functions that write the failure message: Check reports
  * the line of the failing assertion, and a student should land on the test, not the helper. */
 #define MSG_LEN 512
-
-/* got vs want, both (rows, cols), under the tolerance rule for float32 results; the message
- * names the token and column of the worst element. col is "expert" for (N, E) arrays, "slot"
- * for (N, K) ones. */
-static int table_differs(char *msg, const float *got, const float *want, int rows, int cols,
-                         const char *col, const char *what) {
-    double ex;
-    long i = tol_worst(got, want, (size_t)rows * cols, TOL_F32_ATOL, TOL_F32_RTOL, &ex);
-    if (i >= 0)
-        snprintf(msg, MSG_LEN, "%s: token %ld, %s %ld: got %.7g, want %.7g", what, i / cols, col,
-                 i % cols, (double)got[i], (double)want[i]);
-    return i >= 0;
-}
-#define EXPECT_TABLE(got, want, rows, cols, col, what)                                             \
-    do {                                                                                           \
-        char m_[MSG_LEN];                                                                          \
-        if (table_differs(m_, (got), (want), (rows), (cols), (col), (what)))                       \
-            ck_abort_msg("%s", m_);                                                                \
-    } while (0)
 
 /* "0.1 0.4 0.2 0.3": one token's scores, for messages */
 static const char *row_text(const float *row, int E) {
@@ -109,14 +91,6 @@ static int row_sum_differs(char *msg, const float *x, int rows, int cols, const 
         if (row_sum_differs(m_, (x), (rows), (cols), (what))) ck_abort_msg("%s", m_);              \
     } while (0)
 
-/* softmax scores of uniform random logits in [-scale, scale), from the engine */
-static void random_scores(float *scores, int N, int E, float scale, unsigned long long seed) {
-    float logits[64 * 16];
-    if (N * E > 64 * 16) ck_abort_msg("grader: random_scores holds at most 64 * 16 scores");
-    fill_uniform(logits, (size_t)N * E, scale, seed);
-    router_softmax_forward(scores, NULL, logits, N, E);
-}
-
 /* ---- task 1: softmax ------------------------------------------------------------------------- */
 
 START_TEST(softmax_hand_computed) {
@@ -127,7 +101,8 @@ START_TEST(softmax_hand_computed) {
     const float want[N * E] = {0.1f, 0.2f, 0.5f, 0.2f, 0.25f, 0.25f, 0.25f, 0.25f};
     float scores[N * E];
     LAB_CALL(lab_softmax_forward(scores, logits, N, E));
-    EXPECT_TABLE(scores, want, N, E, "expert", "softmax of (0, ln 2, ln 5, ln 2) and (7, 7, 7, 7)");
+    EXPECT_TOKEN_TABLE(scores, want, N, E, "expert",
+                       "softmax of (0, ln 2, ln 5, ln 2) and (7, 7, 7, 7)");
 }
 END_TEST
 
@@ -141,8 +116,8 @@ START_TEST(softmax_huge_logits) {
                                1 / (3 + e1), 1 / (3 + e1), 1 / (3 + e1), e1 / (3 + e1)};
     float scores[N * E];
     LAB_CALL(lab_softmax_forward(scores, logits, N, E));
-    EXPECT_TABLE(scores, want, N, E, "expert",
-                 "softmax of logits near +-1000 (subtract the row maximum before exp)");
+    EXPECT_TOKEN_TABLE(scores, want, N, E, "expert",
+                       "softmax of logits near +-1000 (subtract the row maximum before exp)");
 }
 END_TEST
 
@@ -152,8 +127,8 @@ START_TEST(softmax_matches_engine) {
     fill_uniform(logits, N * E, 6.0f, 101);
     router_softmax_forward(want, NULL, logits, N, E);
     LAB_CALL(lab_softmax_forward(scores, logits, N, E));
-    EXPECT_TABLE(scores, want, N, E, "expert",
-                 "softmax of random logits (N = 37, E = 8) against the engine");
+    EXPECT_TOKEN_TABLE(scores, want, N, E, "expert",
+                       "softmax of random logits (N = 37, E = 8) against the engine");
     EXPECT_ROWS_SUM_TO_ONE(scores, N, E, "softmax: a row of scores does not sum to 1");
 }
 END_TEST
@@ -164,7 +139,7 @@ START_TEST(softmax_single_expert) {
     const float logits[N] = {-5.0f, 0.0f, 80.0f}, want[N] = {1.0f, 1.0f, 1.0f};
     float scores[N];
     LAB_CALL(lab_softmax_forward(scores, logits, N, E));
-    EXPECT_TABLE(scores, want, N, E, "expert", "softmax with one expert (E = 1)");
+    EXPECT_TOKEN_TABLE(scores, want, N, E, "expert", "softmax with one expert (E = 1)");
 }
 END_TEST
 
@@ -180,7 +155,8 @@ START_TEST(topk_hand_computed) {
     float w[N * K];
     LAB_CALL(lab_topk_forward(idx, w, scores, N, E, K));
     EXPECT_IDX(idx, want_idx, scores, N, E, K, "top-2, best expert first");
-    EXPECT_TABLE(w, want_w, N, K, "slot", "top-2 weights: w_k = p_k / (sum of the chosen scores)");
+    EXPECT_TOKEN_TABLE(w, want_w, N, K, "slot",
+                       "top-2 weights: w_k = p_k / (sum of the chosen scores)");
 }
 END_TEST
 
@@ -197,7 +173,7 @@ START_TEST(topk_ties_go_to_lower_index) {
     LAB_CALL(lab_topk_forward(idx, w, scores, N, E, K));
     EXPECT_IDX(idx, want_idx, scores, N, E, K,
                "tied scores: the lower expert index wins, and comes first");
-    EXPECT_TABLE(w, want_w, N, K, "slot", "weights of tied experts");
+    EXPECT_TOKEN_TABLE(w, want_w, N, K, "slot", "weights of tied experts");
 }
 END_TEST
 
@@ -211,11 +187,11 @@ START_TEST(topk_k1_and_k_equals_e) {
     const float want_w1[1] = {1.0f}, want_w4[E] = {0.4f, 0.3f, 0.2f, 0.1f};
     LAB_CALL(lab_topk_forward(idx1, w1, scores, 1, E, 1));
     EXPECT_IDX(idx1, want1, scores, 1, E, 1, "K = 1: the single best expert");
-    EXPECT_TABLE(w1, want_w1, 1, 1, "slot", "K = 1: the one weight is renormalised to 1");
+    EXPECT_TOKEN_TABLE(w1, want_w1, 1, 1, "slot", "K = 1: the one weight is renormalised to 1");
     LAB_CALL(lab_topk_forward(idx4, w4, scores, 1, E, E));
     EXPECT_IDX(idx4, want4, scores, 1, E, E, "K = E: every expert, in descending score order");
-    EXPECT_TABLE(w4, want_w4, 1, E, "slot",
-                 "K = E: the weights are the scores themselves (they already sum to 1)");
+    EXPECT_TOKEN_TABLE(w4, want_w4, 1, E, "slot",
+                       "K = E: the weights are the scores themselves (they already sum to 1)");
 }
 END_TEST
 
@@ -225,7 +201,7 @@ START_TEST(topk_ignores_old_contents_of_idx) {
     enum { N = 16, E = 8, K = 3 };
     float scores[N * E], w[N * K], want_w[N * K];
     int idx[N * K], want_idx[N * K];
-    random_scores(scores, N, E, 3.0f, 202);
+    lab_softmax_scores(scores, N, E, 3.0f, 202);
     router_topk_forward(want_idx, want_w, scores, N, E, K, 1);
     for (int n = 0; n < N; n++)
         for (int k = 0; k < K; k++) idx[n * K + k] = want_idx[n * K];
@@ -239,7 +215,7 @@ START_TEST(topk_matches_engine) {
     enum { N = 41, E = 8 };
     float scores[N * E], w[N * 3], want_w[N * 3];
     int idx[N * 3], want_idx[N * 3];
-    random_scores(scores, N, E, 3.0f, 203);
+    lab_softmax_scores(scores, N, E, 3.0f, 203);
     for (int K = 2; K <= 3; K++) {
         char what[96];
         router_topk_forward(want_idx, want_w, scores, N, E, K, 1);
@@ -247,7 +223,7 @@ START_TEST(topk_matches_engine) {
         snprintf(what, sizeof what, "top-%d of random scores (N = %d, E = %d) against the engine",
                  K, N, E);
         EXPECT_IDX(idx, want_idx, scores, N, E, K, what);
-        EXPECT_TABLE(w, want_w, N, K, "slot", what);
+        EXPECT_TOKEN_TABLE(w, want_w, N, K, "slot", what);
         EXPECT_ROWS_SUM_TO_ONE(w, N, K, "top-k: the weights of a token do not sum to 1");
     }
 }
@@ -304,7 +280,7 @@ START_TEST(aux_matches_engine) {
     enum { N = 29, E = 8, K = 2 };
     float scores[N * E], w[N * K];
     int idx[N * K];
-    random_scores(scores, N, E, 2.0f, 301);
+    lab_softmax_scores(scores, N, E, 2.0f, 301);
     router_topk_forward(idx, w, scores, N, E, K, 1);
     float got = 0.0f, want = router_aux_loss(scores, idx, N, E, K);
     LAB_CALL(got = lab_aux_loss(scores, idx, N, E, K));
@@ -333,8 +309,8 @@ START_TEST(backward_k1_weight_path_is_zero) {
     float dl[N * E];
     for (int i = 0; i < N * E; i++) dl[i] = 1000.0f;
     LAB_CALL(lab_router_backward(dl, dw, scores, idx, w, N, E, K, 0.0f));
-    EXPECT_TABLE(dl, want, N, E, "expert",
-                 "K = 1, aux_scale = 0: w is always 1, so dlogits must be 0");
+    EXPECT_TOKEN_TABLE(dl, want, N, E, "expert",
+                       "K = 1, aux_scale = 0: w is always 1, so dlogits must be 0");
 }
 END_TEST
 
@@ -351,8 +327,8 @@ START_TEST(backward_hand_computed_weights) {
     float dl[N * E];
     for (int i = 0; i < N * E; i++) dl[i] = 1000.0f;
     LAB_CALL(lab_router_backward(dl, dw, scores, idx, w, N, E, K, 0.0f));
-    EXPECT_TABLE(dl, want, N, E, "expert",
-                 "gradient through the renormalised weights, aux_scale = 0");
+    EXPECT_TOKEN_TABLE(dl, want, N, E, "expert",
+                       "gradient through the renormalised weights, aux_scale = 0");
 }
 END_TEST
 
@@ -369,8 +345,8 @@ START_TEST(backward_hand_computed_aux) {
     float dl[N * E];
     for (int i = 0; i < N * E; i++) dl[i] = 1000.0f;
     LAB_CALL(lab_router_backward(dl, dw, scores, idx, w, N, E, K, 1.0f));
-    EXPECT_TABLE(dl, want, N, E, "expert",
-                 "gradient of the aux loss alone (dw = 0, aux_scale = 1)");
+    EXPECT_TOKEN_TABLE(dl, want, N, E, "expert",
+                       "gradient of the aux loss alone (dw = 0, aux_scale = 1)");
 }
 END_TEST
 
@@ -379,14 +355,15 @@ START_TEST(backward_writes_not_accumulates) {
     enum { N = 5, E = 6, K = 2 };
     float scores[N * E], w[N * K], dw[N * K], first[N * E] = {0}, second[N * E];
     int idx[N * K];
-    random_scores(scores, N, E, 2.0f, 401);
+    lab_softmax_scores(scores, N, E, 2.0f, 401);
     router_topk_forward(idx, w, scores, N, E, K, 1);
     fill_uniform(dw, N * K, 1.0f, 402);
     LAB_CALL(lab_router_backward(first, dw, scores, idx, w, N, E, K, 0.5f));
     memcpy(second, first, sizeof second);
     LAB_CALL(lab_router_backward(second, dw, scores, idx, w, N, E, K, 0.5f));
-    EXPECT_TABLE(second, first, N, E, "expert",
-                 "a second call into the same dlogits changed it: write (=), do not add (+=)");
+    EXPECT_TOKEN_TABLE(
+        second, first, N, E, "expert",
+        "a second call into the same dlogits changed it: write (=), do not add (+=)");
 }
 END_TEST
 
@@ -400,7 +377,7 @@ START_TEST(backward_matches_engine) {
         float scores[33 * 8], w[33 * 3], dw[33 * 3], dl[33 * 8], want[33 * 8];
         int idx[33 * 3];
         char what[128];
-        random_scores(scores, N, E, 2.5f, 410 + c);
+        lab_softmax_scores(scores, N, E, 2.5f, 410 + c);
         router_topk_forward(idx, w, scores, N, E, K, 1);
         fill_uniform(dw, (size_t)N * K, 1.0f, 420 + c);
         engine_backward(want, dw, scores, idx, w, N, E, K, cases[c].aux_scale);
@@ -409,7 +386,7 @@ START_TEST(backward_matches_engine) {
                  "dlogits of a random routing (N = %d, E = %d, K = %d, aux_scale = %g) against "
                  "the engine",
                  N, E, K, (double)cases[c].aux_scale);
-        EXPECT_TABLE(dl, want, N, E, "expert", what);
+        EXPECT_TOKEN_TABLE(dl, want, N, E, "expert", what);
     }
 }
 END_TEST

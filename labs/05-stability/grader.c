@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "lab.h"
+#include "lab_fixture.h"
 #include "lab_guard.h"
 #include "moe/moe_ops.h"
 #include "nn/ops.h"
@@ -54,12 +55,6 @@
 
 /* The largest shapes the tests use: every buffer is a fixed array on the stack. */
 enum { MAXN = 17, MAXC = 33, MAXE = 8, MAXNC = MAXN * MAXC, MAXCC = MAXC * MAXC };
-
-/* gains near 1, as a trained norm's: 1 + uniform in [-0.5, 0.5) */
-static void fill_gain(float *w, int C, unsigned long long seed) {
-    fill_uniform(w, (size_t)C, 0.5f, seed);
-    for (int c = 0; c < C; c++) w[c] += 1.0f;
-}
 
 /* the shapes of the random tests: N = 1 and odd C among them */
 typedef struct {
@@ -202,7 +197,7 @@ START_TEST(rmsnorm_matches_engine) {
             want_r[MAXN];
         char what[128];
         fill_uniform(x, (size_t)N * C, 3.0f, 100 + s);
-        fill_gain(w, C, 110 + s);
+        lab_fill_gain(w, C, 110 + s);
         rmsnorm_forward(want_y, want_r, x, w, N, C);
         lab_fill_guarded(y, (size_t)N * C, NAN);
         lab_fill_guarded(rstd, (size_t)N, NAN);
@@ -226,7 +221,7 @@ START_TEST(rmsnorm_backward_matches_engine) {
         float dx[MAXNC + LAB_GUARD_N], dw[MAXC + LAB_GUARD_N], want_dx[MAXNC], want_dw[MAXC];
         char what[128];
         fill_uniform(x, (size_t)N * C, 2.0f, 200 + s);
-        fill_gain(w, C, 210 + s);
+        lab_fill_gain(w, C, 210 + s);
         fill_uniform(dy, (size_t)N * C, 1.0f, 220 + s);
         rmsnorm_forward(y, rstd, x, w, N, C);
         fill_uniform(want_dw, (size_t)C, 0.3f, 230 + s);
@@ -249,7 +244,7 @@ START_TEST(rmsnorm_backward_dx_written_dw_added) {
     float x[N * C], w[C], y[N * C], rstd[N], dy[N * C], grad[N * C], grad_dw[C] = {0};
     float dx[N * C + LAB_GUARD_N], dw[C + LAB_GUARD_N], want_dw[C];
     fill_uniform(x, N * C, 2.0f, 240);
-    fill_gain(w, C, 241);
+    lab_fill_gain(w, C, 241);
     fill_uniform(dy, N * C, 1.0f, 242);
     rmsnorm_forward(y, rstd, x, w, N, C);
     rmsnorm_backward(grad, grad_dw, dy, x, w, rstd, N, C);
@@ -276,7 +271,7 @@ START_TEST(rmsnorm_backward_finite_differences) {
         float x[MAXNC], w[MAXC], y[MAXNC], rstd[MAXN], dy[MAXNC], dx[MAXNC], dw[MAXC] = {0};
         char what[160];
         fill_uniform(x, (size_t)N * C, 2.0f, 250 + s);
-        fill_gain(w, C, 260 + s);
+        lab_fill_gain(w, C, 260 + s);
         fill_uniform(dy, (size_t)N * C, 1.0f, 270 + s);
         rmsnorm_forward(y, rstd, x, w, N, C);
         LAB_CALL(lab_rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C));
@@ -330,8 +325,8 @@ START_TEST(sandwich_zero_weights) {
     const float want_rp[N] = {316.22777f, 316.22777f, 316.22777f};
     Fwd f;
     fill_uniform(x, N * C, 2.0f, 300);
-    fill_gain(w_pre, C, 301);
-    fill_gain(w_post, C, 302);
+    lab_fill_gain(w_pre, C, 301);
+    lab_fill_gain(w_post, C, 302);
     fwd_init(&f, N, C);
     LAB_CALL(lab_sandwich_forward(f.out, &f.acts, x, W, w_pre, w_post, N, C));
     EXPECT_TABLE(f.h, zero, N, C, "acts->h", "W = 0: the sublayer's output h = u W^T is 0");
@@ -353,8 +348,8 @@ START_TEST(sandwich_matches_engine) {
         char what[128];
         fill_uniform(x, (size_t)N * C, 2.0f, 310 + s);
         fill_uniform(W, (size_t)C * C, 1.0f / sqrtf((float)C), 320 + s);
-        fill_gain(w_pre, C, 330 + s);
-        fill_gain(w_post, C, 340 + s);
+        lab_fill_gain(w_pre, C, 330 + s);
+        lab_fill_gain(w_post, C, 340 + s);
         engine_sandwich(out, u, r_pre, h, r_post, x, W, w_pre, w_post, N, C);
         fwd_init(&f, N, C);
         LAB_CALL(lab_sandwich_forward(f.out, &f.acts, x, W, w_pre, w_post, N, C));
@@ -378,7 +373,7 @@ START_TEST(sandwich_post_norm_bounds_branch) {
     for (int n = 0; n < N; n++) want[n] = g;
     lab_add_guards(rms, N);
     fill_uniform(x, N * C, 1.0f, 350);
-    fill_gain(w_pre, C, 351);
+    lab_fill_gain(w_pre, C, 351);
     static const float scales[] = {1.0f, 1000.0f};
     for (int k = 0; k < 2; k++) {
         Fwd f;
@@ -454,8 +449,8 @@ static void block_init(Block *b, int N, int C, float w_scale, unsigned long long
     b->C = C;
     fill_uniform(b->x, (size_t)N * C, 2.0f, seed);
     fill_uniform(b->W, (size_t)C * C, w_scale / sqrtf((float)C), seed + 1);
-    fill_gain(b->w_pre, C, seed + 2);
-    fill_gain(b->w_post, C, seed + 3);
+    lab_fill_gain(b->w_pre, C, seed + 2);
+    lab_fill_gain(b->w_post, C, seed + 3);
     fill_uniform(b->dout, (size_t)N * C, 1.0f, seed + 4);
     engine_sandwich(b->out, b->u, b->r_pre, b->h, b->r_post, b->x, b->W, b->w_pre, b->w_post, N, C);
     b->acts = (LabSandwichActs){b->u, b->r_pre, b->h, b->r_post};

@@ -29,6 +29,7 @@
 
 #include "config/config.h"
 #include "lab.h"
+#include "lab_fixture.h"
 #include "lab_guard.h"
 #include "latent_lab.h"
 #include "nn/ops.h"
@@ -57,12 +58,6 @@ enum { MAXT = 9, MAXW = MAXKR + 4 };
         long long g_ = (got), w_ = (want);                                                         \
         if (g_ != w_) ck_abort_msg("%s: got %lld, want %lld", (what), g_, w_);                     \
     } while (0)
-
-/* gains near 1, as a trained norm's: 1 + uniform in [-0.5, 0.5) */
-static void fill_gain(float *w, int C, unsigned long long seed) {
-    fill_uniform(w, (size_t)C, 0.5f, seed);
-    for (int c = 0; c < C; c++) w[c] += 1.0f;
-}
 
 /* "N = 3, C = 8, H = 2, kv_rank = 6, nope_dim = 4, rope_dim = 2, v_dim = 3" (without N when
  * N is 0: the tasks of one query) */
@@ -163,7 +158,7 @@ START_TEST(latent_kv_zero_up_projection) {
     fill_uniform(x, sizeof x / sizeof x[0], 2.0f, 610);
     fill_uniform(krope, sizeof krope / sizeof krope[0], 1.0f, 611);
     fill_uniform(Wkv_a, sizeof Wkv_a / sizeof Wkv_a[0], 0.5f, 612);
-    fill_gain(g, 4, 613);
+    lab_fill_gain(g, 4, 613);
     for (int n = 0; n < N; n++)
         for (int h = 0; h < 3; h++)
             for (int i = 0; i < D; i++)
@@ -193,7 +188,7 @@ START_TEST(latent_kv_matches_engine) {
         fill_uniform(x, (size_t)N * d->C, 2.0f, 620 + s);
         fill_uniform(krope, (size_t)N * d->rope_dim, 1.0f, 630 + s);
         fill_uniform(Wkv_a, (size_t)KR * d->C, 1.0f / sqrtf((float)d->C), 640 + s);
-        fill_gain(g, KR, 650 + s);
+        lab_fill_gain(g, KR, 650 + s);
         fill_uniform(Wkv_b, (size_t)H * KVB * KR, 1.0f / sqrtf((float)KR), 660 + s);
         engine_kv(latn, kvb, k, v, x, krope, Wkv_a, g, Wkv_b, d, N);
         kv_init(&o, d, N);
