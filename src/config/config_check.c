@@ -285,6 +285,11 @@ int config_check_dist(const Config *c, int world, char *err, int errlen) {
                          "holds whole groups and a token's rows go to at most moe.topk_group "
                          "processes",
                          c->n_group, c->ep);
+    if (c->ep > 1 && c->num_experts > 0 && c->dispatch == DIST_DISPATCH_TOKENS && c->padded)
+        return set_error(err, errlen,
+                         "dist.dispatch=tokens sends each token once to a process and returns "
+                         "its experts' weighted sum, but moe.padded=1 pads every expert with "
+                         "rows that belong to no token; set moe.padded=0 or dist.dispatch=rows");
     /* the modules' blocks are of the last layer's kind (config_is_moe_layer, of config.c,
      * which calls this file) */
     const int last_moe = c->num_experts > 0 && c->n_layer - 1 >= c->first_dense &&
