@@ -289,6 +289,10 @@ reject "moe.n_group with expert choice" "moe\.n_group;moe\.routing=expert_choice
     "$moe" "${T[@]}" --set moe.n_group=2 --set moe.routing=expert_choice --set moe.balance=none
 reject "moe.n_group not a multiple of dist.ep" "moe\.n_group=3;dist\.ep=2;multiple of dist\.ep" \
     "$moe" "${T[@]}" --set moe.num_experts=6 --set moe.n_group=3 --set dist.ep=2
+reject "dist.dispatch=tokens with padded experts" "dist\.dispatch=tokens;moe\.padded=1;moe\.padded=0" \
+    "$moe" "${T[@]}" --set dist.ep=2 --set dist.dispatch=tokens --set moe.capacity_factor=1 --set moe.padded=1
+reject "dist.dispatch not rows or tokens" "dist\.dispatch;rows|tokens" \
+    "$moe" "${T[@]}" --set dist.dispatch=token
 reject "d_model not divisible by n_head" "model\.d_model;model\.n_head" \
     "$moe" "${T[@]}" --set model.n_head=3
 reject "kv_heads not dividing n_head" "model\.kv_heads=3;model\.n_head" \

@@ -116,6 +116,7 @@ static const Field FIELDS[] = {
     F("dist.ep", ep, "2"),
     F("dist.timeout", timeout, "30"),
     F("dist.collectives", collectives, "teach"),
+    F("dist.dispatch", dispatch, "tokens"),
     F("dist.overlap", overlap, "0"),
     F("dist.bucket_mb", bucket_mb, "0.5"),
 };

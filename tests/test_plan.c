@@ -249,6 +249,40 @@ START_TEST(test_moec_ep_bytes_chapter3) {
 }
 END_TEST
 
+/* dist.dispatch=tokens (ep.h): U = N (P - 1) q rows of a token and member, each 4 x 4 C bytes
+ * (out and back, forward and backward) plus 3 Km floats of pairs, plus a count per peer; q the
+ * chance a token reaches the other member. Demo shape, P = 2 (El 4, Km 2):
+ *   uniform top-2 of 8: q = 1 - C(4,2) / C(8,2) = 11 / 14, U = 1024 x 11 / 14 = 804.57...,
+ *     4 blocks x (2072 U + 4) = 6668304
+ *   moe.n_group=4, topk_group=1 (two groups a member): q = 1 - C(2,1) / C(4,1) = 1 / 2,
+ *     4 x (2072 x 512 + 4) = 4243472, half the rows of dist.dispatch=rows' 8388736
+ * and the layout's exchange bytes (moe plan --config at dist.ep=2) are the formula's. */
+START_TEST(test_moec_ep_bytes_tokens) {
+    Config c;
+    char err[512];
+    config_defaults(&c);
+    c.dispatch = DIST_DISPATCH_TOKENS;
+    static PlanInput in;
+    plan_defaults(&in);
+    plan_from_config(&in, &c);
+    EXPECT_REL(plan_moec_ep_bytes(&in.m, 1024, 2), 6668304, 1e-12, "uniform routing, P = 2");
+    c.n_group = 4, c.topk_group = 1;
+    plan_from_config(&in, &c);
+    EXPECT_REL(plan_moec_ep_bytes(&in.m, 1024, 2), 4243472, 1e-12, "groups of one member, P = 2");
+    c.ep = 2;
+    ck_assert_msg(config_validate(&c, err, sizeof err) == 0, "%s", err);
+    plan_from_config(&in, &c);
+    ck_assert_int_eq(plan_preset(&in, "cluster", "laptop", err, sizeof err), 0);
+    in.k.gpus = 2;
+    PlanResult r;
+    plan_layout(&in, &in.lay, &r);
+    ck_assert_msg(r.valid, "%s", r.invalid);
+    const double tokens = (double)c.batch / 2 * c.seq_len; /* a process's micro-batch */
+    EXPECT_REL(r.ep_bytes, c.accum * plan_moec_ep_bytes(&in.m, tokens, 2), 1e-12,
+               "the layout's exchange, a step");
+}
+END_TEST
+
 /* ---- the mixed engine by hand ------------------------------------------------------------ */
 
 /* V 1000, d 64, 2 layers of 4 heads of 16; layer 0 dense (d_ff 128), layer 1 MoE: 4 experts of
@@ -461,6 +495,7 @@ static Suite *plan_suite(void) {
     tcase_add_loop_test(tc, test_moec_memory_is_the_allocation, 0,
                         (int)(sizeof SMALL / sizeof SMALL[0]));
     tcase_add_test(tc, test_moec_ep_bytes_chapter3);
+    tcase_add_test(tc, test_moec_ep_bytes_tokens);
     tcase_add_test(tc, test_mixed_by_hand);
     tcase_add_test(tc, test_bubble_and_step);
     tcase_add_test(tc, test_recompute_trades_memory_for_time);

@@ -245,7 +245,7 @@ int main(int argc, char **argv) {
 
     /* ---- the experts, across the group: counts, rows out, experts, rows back ------------ */
     EpActs ep;
-    ep_acts_alloc(be, &ep, &spec, P, N * K);
+    ep_acts_alloc(be, &ep, &spec, P, N);
     const DistStats before = d.stats;
     ep_experts_forward(be, ye, &ep, xe, &plan, myWg, myWu, myWd, &d);
     const DistStats after = d.stats;

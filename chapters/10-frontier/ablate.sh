@@ -28,8 +28,9 @@
 # the queries' and keys' RMS, the largest router logit, block by block (logits.csv). Then
 # moe bench --decode times mha, gqa and mla from their checkpoints at batch 1 and 16
 # (decode.csv). Part 3 (quick and full, with Open MPI; build/mpi/moe): the chapter's smallest
-# model (width 32, 2 blocks) under dist.ep=4 on 4 processes, unrestricted and group, 20 steps:
-# the exchange's bytes from dist.csv (mpi.csv). Part 4 (--only mtp alone): the baseline with
+# model (width 32, 2 blocks) under dist.ep=4 on 4 processes, unrestricted and group, each with
+# dist.dispatch=rows and =tokens, 20 steps: the exchange's bytes from dist.csv beside the cost
+# model's (moe plan --config, uniform routing) (mpi.csv). Part 4 (--only mtp alone): the baseline with
 # model.mtp_depth 0, 1, 2 at equal steps (mtp0, mtp1, mtp2), and depth 0 at the steps that spend
 # depth 1's and 2's training FLOPs (mtp0-c1, mtp0-c2; moe info's FLOPs a token of each config);
 # moe sample --draft mtp on mtp1 and mtp2 (mtp.csv, mtp.md, mtp_curves.csv, mtp_provenance.txt,
@@ -129,11 +130,12 @@ mpi_model=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --s
 if [ "$summarize_only" = 0 ] && [ $use_mpi = 1 ] && wants mpi; then
   if command -v mpicc > /dev/null && command -v mpirun > /dev/null; then
     make --no-print-directory mpi > /dev/null
-    for g in topk group; do
+    for g in topk group topk-tokens group-tokens; do
       dir=$(run_of ep4-$g)
       rm -rf "$dir"
       gsets=()
-      [ $g = topk ] || gsets=(--set moe.n_group=4 --set moe.topk_group=1)
+      case $g in group*) gsets=(--set moe.n_group=4 --set moe.topk_group=1) ;; esac
+      case $g in *-tokens) gsets+=(--set dist.dispatch=tokens) ;; esac
       echo "== dist.ep=4, $g ($mpi_steps steps of the smallest model, 4 processes)"
       # --bind-to none: Open MPI would pin the four processes to cores one by one
       OMP_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun --bind-to none -np 4 \
@@ -145,6 +147,40 @@ if [ "$summarize_only" = 0 ] && [ $use_mpi = 1 ] && wants mpi; then
     echo "== no Open MPI (make deps): part 3 left out"
   fi
 fi
+
+# mpi_summary: mpi.csv and mpi.md from the dist.ep=4 runs there are (part 3)
+mpi_summary() {
+  local have=0 g
+  for g in topk group topk-tokens group-tokens; do [ -f "$(run_of ep4-$g)/dist.csv" ] && have=1; done
+  [ $have = 1 ] || return 0
+  {
+    echo "arm,steps,bytes_sent_step,rows_out_remote_step,rows_in_step,model_bytes_step"
+    for g in topk group topk-tokens group-tokens; do
+      d=$(run_of ep4-$g)
+      [ -f "$d/dist.csv" ] || continue
+      # the cost model of a process's bytes a step under uniform routing (moe plan's exchange,
+      # chapter 3's formula; ep.h's for dist.dispatch=tokens), for the run's own config
+      model=$("$moe" plan --config "$d/config.txt" --cluster laptop --gpus 4 --csv |
+              awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } { printf "%.0f", $c["ep_gb"] * 1e9 }')
+      awk -F, -v g=$g -v model="$model" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+          $c["layer"] >= 0 { b += $c["bytes_sent"]; r += $c["rows_out_remote"]; ri += $c["rows_in"]; s[$1] = 1; ranks[$3] = 1 }
+          END { n = 0; for (x in s) n++; p = 0; for (x in ranks) p++
+                printf "%s,%d,%.0f,%.1f,%.1f,%s\n", g, n, b / n / p, r / n / p, ri / n / p, model }' "$d/dist.csv"
+    done
+  } > "$out/mpi.csv"
+  {
+    echo "The engine's exchange under dist.ep=4 (4 processes, $mpi_steps steps of width 32 and 2 blocks, a global batch of 4 x 32; dist.csv, a process's blocks, a step, mean over the processes):"
+    echo
+    echo "| arm | bytes sent a step | cost model (uniform routing) | rows sent away a step | rows the experts ran a step |"
+    echo "| --- | ---: | ---: | ---: | ---: |"
+    awk -F, 'NR > 1 { printf "| %s | %.0f | %s | %.1f | %.1f |\n", $1, $3, $6, $4, $5 }' "$out/mpi.csv"
+    echo
+    echo "topk and group send one row per (token, expert) (dist.dispatch=rows, src/model/ep.h): grouping bounds the processes a token reaches, not the bytes. The -tokens arms send a token once to each process it reaches (dist.dispatch=tokens), and there grouping cuts the bytes."
+  } > "$out/mpi.md"
+  cat "$out/mpi.md"
+  echo "wrote $out/: mpi.csv mpi.md"
+}
+if [ $use_mpi = 1 ] && { [ "$summarize_only" = 1 ] || wants mpi; }; then mpi_summary; fi
 
 # ---- part 4: multi-token prediction ----------------------------------------------------------
 # mtp0, mtp1, mtp2: the baseline with model.mtp_depth 0, 1 and 2 (model.mtp_coef 0.3, the
@@ -313,18 +349,6 @@ step_ms() {
   for n in "${names[@]}"; do tail -n +2 "$(run_of "$n")/logits.csv" 2> /dev/null | sed "s/^[^,]*,/$n,/"; done
 } > "$out/logits.csv"
 write_curves "$out/curves.csv" "${pairs_all[@]}"
-mpi_have=0
-{
-  echo "arm,steps,bytes_sent_step,rows_out_remote_step,rows_in_step"
-  for g in topk group; do
-    d=$(run_of ep4-$g)
-    [ -f "$d/dist.csv" ] || continue
-    awk -F, -v g=$g 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-        $c["layer"] >= 0 { b += $c["bytes_sent"]; r += $c["rows_out_remote"]; ri += $c["rows_in"]; s[$1] = 1 }
-        END { n = 0; for (x in s) n++; printf "%s,%d,%.0f,%.1f,%.1f\n", g, n, b / n, r / n, ri / n }' "$d/dist.csv"
-  done
-} > "$out/mpi.csv"
-[ "$(wc -l < "$out/mpi.csv")" -gt 1 ] && mpi_have=1
 
 # cell CSV KEY COLUMN
 cell() { awk -F, -v k="$2" -v col="$3" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $1 == k { print $c[col] }' "$1"; }
@@ -367,18 +391,6 @@ cell() { awk -F, -v k="$2" -v col="$3" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i
     awk -F, -v n="$n" 'NR > 1 && $1 == n { printf "| %s | %s | %s | %s |\n", n, $11, $12, $13 }' "$out/summary.csv"
   done
   echo
-  if [ $mpi_have = 1 ]; then
-    echo "The engine's exchange under dist.ep=4 (4 processes, $mpi_steps steps of width 32 and 2 blocks, batch 4 x 32 each; dist.csv, every block and process, a step):"
-    echo
-    echo "| arm | bytes sent a step | rows sent away a step | rows the experts ran a step |"
-    echo "| --- | ---: | ---: | ---: |"
-    awk -F, 'NR > 1 { printf "| %s | %.0f | %.1f | %.1f |\n", $1, $3, $4, $5 }' "$out/mpi.csv"
-    echo
-    echo "The exchange sends one row per (token, expert) (src/model/ep.h): grouping bounds the processes a token reaches, not the bytes."
-  else
-    echo "No dist.ep=4 runs here (without Open MPI, with --no-mpi, or in the smoke mode)."
-  fi
-  echo
   provenance_note "${pairs_all[@]}"
 } > "$out/summary.md"
 write_provenance "$out" "${pairs_all[@]}"
@@ -397,5 +409,5 @@ gnuplot -e "dir='$tmpd'; names='mha qk-head mha-hot qk-hot gqa mla'; out='$out/l
 final_loss_figure "$out/final_loss.png" "chapter 10: final validation loss ($steps steps)" mha val_loss \
   "$out/summary.csv" "${names[@]}"
 cat "$out/summary.md"
-echo "wrote $out/: summary.csv summary.md curves.csv logits.csv decode.csv cache.csv frontier.txt mpi.csv provenance.txt val_loss.png logits.png final_loss.png"
+echo "wrote $out/: summary.csv summary.md curves.csv logits.csv decode.csv cache.csv frontier.txt provenance.txt val_loss.png logits.png final_loss.png"
 mtp_summary

@@ -27,6 +27,9 @@ enum { MOE_PRECISION_FP32 = 0, MOE_PRECISION_TF32 = 1, MOE_PRECISION_BF16 = 2 };
 /* dist.collectives: the engine that carries the collectives of a multi-process run (each is
  * described in src/parallel/dist.h, which uses this enum). */
 typedef enum { DIST_COLL_MPI = 0, DIST_COLL_TEACH = 1, DIST_COLL_NCCL = 2 } DistCollectives;
+/* dist.dispatch: what the expert exchange sends (model/ep.h): one row per (token, expert), or
+ * one per (token, member), the member summing its experts' weighted outputs */
+typedef enum { DIST_DISPATCH_ROWS = 0, DIST_DISPATCH_TOKENS = 1 } DistDispatch;
 /* model.norm: where each block's RMSNorms sit (model.c). pre: one norm before each sublayer;
  * sandwich: a second one on the sublayer's output, before the residual add; dssn: sandwich
  * with that second norm's gain initialised to a depth-scaled constant (Pangu Ultra). */
@@ -140,6 +143,7 @@ typedef struct {
     int ep;          /* processes per expert-parallel group (each holds E / ep experts) */
     float timeout;   /* longest wait for a peer, seconds */
     int collectives; /* DistCollectives: the engine of the collectives (parallel/dist.h) */
+    int dispatch;    /* DistDispatch: rows per (token, expert) or per (token, member) */
     int overlap;     /* 1: a block's gradient sums start when its backward is done */
     float bucket_mb; /* the largest bucket of gradients summed as one (MiB; 0: one tensor) */
 } Config;

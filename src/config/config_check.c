@@ -285,6 +285,11 @@ int config_check_dist(const Config *c, int world, char *err, int errlen) {
                          "holds whole groups and a token's rows go to at most moe.topk_group "
                          "processes",
                          c->n_group, c->ep);
+    if (c->ep > 1 && c->num_experts > 0 && c->dispatch == DIST_DISPATCH_TOKENS && c->padded)
+        return set_error(err, errlen,
+                         "dist.dispatch=tokens sends each token once to a process and returns "
+                         "its experts' weighted sum, but moe.padded=1 pads every expert with "
+                         "rows that belong to no token; set moe.padded=0 or dist.dispatch=rows");
     if (world == 1 || c->num_experts == 0) return 0;
     /* the settings whose result would depend on how the batch is split */
     if (c->routing == MOE_ROUTING_EXPERT_CHOICE)

@@ -21,6 +21,7 @@ _Static_assert(MOE_DEVICE_CPU == 0 && MOE_DEVICE_CPU_REF == 1 && MOE_DEVICE_CUDA
                "train.device choices");
 _Static_assert(DIST_COLL_MPI == 0 && DIST_COLL_TEACH == 1 && DIST_COLL_NCCL == 2,
                "dist.collectives choices");
+_Static_assert(DIST_DISPATCH_ROWS == 0 && DIST_DISPATCH_TOKENS == 1, "dist.dispatch choices");
 _Static_assert(MOE_PRECISION_FP32 == 0 && MOE_PRECISION_TF32 == 1 && MOE_PRECISION_BF16 == 2,
                "train.precision choices");
 _Static_assert(MOE_BALANCE_AUX == 0 && MOE_BALANCE_SEQ_AUX == 1 && MOE_BALANCE_AUX_FREE == 2 &&
@@ -239,6 +240,11 @@ const Key CONFIG_KEYS[] = {
              "tree algorithms), teach (chapter 3's, built from point-to-point messages: "
              "linear, bit for bit repeatable, names a silent peer) or nccl (train.device=cuda: "
              "NCCL on the GPUs' memory, MPI's for the host's; a build of make cuda MPI=1)"),
+    ENUM_ROW("dist.dispatch", dispatch, "rows", "rows|tokens",
+             "what the expert exchange sends: rows (a row per token and expert, chapter 3) or "
+             "tokens (a token once per process holding any of its experts, which returns their "
+             "weighted sum: fewer bytes when a token's experts share a process, as "
+             "moe.n_group arranges)"),
     ROW(T_INT, "dist.overlap", overlap, "1", 0, 1, 0,
         "1: sum a block's gradients over the processes while the earlier blocks' backward "
         "runs; 0: all after the backward"),

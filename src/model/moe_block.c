@@ -61,6 +61,7 @@ void moe_spec_from_config(MoeSpec *s, const Config *c, int seq_len) {
                    .n_group = c->n_group,
                    /* 0: every group, the ordinary top-k */
                    .topk_group = c->topk_group > 0 ? c->topk_group : c->n_group,
+                   .ep_dispatch = c->dispatch,
                    .seq_len = seq_len};
 }
 
@@ -91,7 +92,7 @@ void moe_acts_host_alloc(const Backend *be, MoeActs *a, const MoeSpec *s, Dist *
     }
     if (dist && dist->ep > 1) {
         a->ep = (EpActs *)calloc_check(1, sizeof(EpActs));
-        ep_acts_host_alloc(be, a->ep, s, dist->ep, (int)moe_slots_max(s, N_max));
+        ep_acts_host_alloc(be, a->ep, s, dist->ep, N_max);
     }
 }
 
@@ -142,7 +143,7 @@ void moe_acts_entries(ActTable *t, const char *pre, const MoeSpec *s, int ep, in
     if (ep > 1) {
         char sub[ACT_NAME_MAX];
         snprintf(sub, sizeof sub, "%s.ep", pre);
-        ep_acts_entries(t, sub, s, ep, (int)S, a ? a->ep : NULL);
+        ep_acts_entries(t, sub, s, ep, N_max, a ? a->ep : NULL);
     }
 }
 
@@ -363,13 +364,43 @@ void moe_block_forward(const Backend *be, float *y, MoeActs *a, const float *x,
     else
         PROF(PROF_ROUTER,
              be->route_stats(be, &a->route, a->scores, a->logits, a->lse, a->idx, &a->plan, N, s));
-    PROF(PROF_PERMUTE, be->permute_forward(be, a->xe, x, &a->plan, C));
-    block_experts_forward(be, a, wt, s, &cw);
-    PROF(PROF_PERMUTE, be->combine_forward(be, y, a->ye, a->w, &a->plan, C));
+    if (a->ep && a->ep->tokens) { /* dist.dispatch=tokens: the members combine (ep.h) */
+        PROF(PROF_EXPERTS, ep_tokens_forward(be, y, a->xe, a->ye, a->ep, x, a->idx, a->w, &a->plan,
+                                             wt->Wg, wt->Wu, wt->Wd, cw.dist));
+    } else {
+        PROF(PROF_PERMUTE, be->permute_forward(be, a->xe, x, &a->plan, C));
+        block_experts_forward(be, a, wt, s, &cw);
+        PROF(PROF_PERMUTE, be->combine_forward(be, y, a->ye, a->w, &a->plan, C));
+    }
     if (a->defer_losses) return; /* read with the step's other numbers (model_read_step) */
     float l[2];
     be->to_host(be, l, out, sizeof l);
     a->aux_loss = l[0], a->z_loss = l[1];
+}
+
+/* The expert path's backward: y = combine(ye, w) -> ye = experts(xe) -> xe = gather(x).
+ * scr->dw (the gate weights' gradient), the experts' gradients in gr (accumulated) and dx (the
+ * path's part of it, written; not computed when NULL). */
+static void expert_path_backward(const Backend *be, float *dx, MoeGrads *gr, const float *dy,
+                                 const MoeActs *a, const MoeWeights *wt, const MoeSpec *s,
+                                 const MoeCtx *ctx, MoeScratch *scr) {
+    const int C = s->d_model, E = s->num_experts, F = s->d_expert;
+    float *gWg = gr ? gr->Wg : NULL, *gWu = gr ? gr->Wu : NULL, *gWd = gr ? gr->Wd : NULL;
+    if (a->ep && a->ep->tokens) { /* the members combined, so they take the combine's backward */
+        PROF(PROF_EXPERTS, ep_tokens_backward(be, dx, scr->dw, scr->dye, scr->dxe, gWg, gWu, gWd,
+                                              dy, a->ep, wt->Wg, wt->Wu, wt->Wd, ctx->dist));
+        return;
+    }
+    PROF(PROF_PERMUTE, be->combine_backward(be, scr->dye, scr->dw, dy, a->ye, a->w, &a->plan, C));
+    if (a->ep)
+        PROF(PROF_EXPERTS, ep_experts_backward(be, dx ? scr->dxe : NULL, gWg, gWu, gWd, scr->dye,
+                                               a->ep, &a->plan, wt->Wg, wt->Wu, wt->Wd, ctx->dist));
+    else
+        PROF(PROF_EXPERTS,
+             be->experts_backward(be, dx ? scr->dxe : NULL, gWg, gWu, gWd, scr->dg, scr->du,
+                                  scr->dh, scr->dye, a->xe, a->g, a->u, a->h, wt->Wg, wt->Wu,
+                                  wt->Wd, a->plan.offsets, a->plan.counts, E, C, F));
+    if (dx) PROF(PROF_PERMUTE, be->permute_backward(be, dx, scr->dxe, &a->plan, C));
 }
 
 void moe_block_backward(const Backend *be, float *dx, MoeGrads *gr, const float *dy,
@@ -381,22 +412,11 @@ void moe_block_backward(const Backend *be, float *dx, MoeGrads *gr, const float 
      * The scalar being differentiated is
      *   L = <dy, y> + loss_scale (moe_balance_coef aux_loss + z_coef z_loss),
      * so the balance and z gradients enter at the router with the same scaling as dy. */
-    const int N = a->N, C = s->d_model, E = s->num_experts, F = s->d_expert;
+    const int N = a->N, C = s->d_model, E = s->num_experts;
     const size_t NC = (size_t)N * C;
-    float *gWr = gr ? gr->router : NULL, *gWg = gr ? gr->Wg : NULL;
-    float *gWu = gr ? gr->Wu : NULL, *gWd = gr ? gr->Wd : NULL;
+    float *gWr = gr ? gr->router : NULL;
 
-    /* expert path: y = combine(ye, w) -> ye = experts(xe) -> xe = gather(x) */
-    PROF(PROF_PERMUTE, be->combine_backward(be, scr->dye, scr->dw, dy, a->ye, a->w, &a->plan, C));
-    if (a->ep)
-        PROF(PROF_EXPERTS, ep_experts_backward(be, dx ? scr->dxe : NULL, gWg, gWu, gWd, scr->dye,
-                                               a->ep, &a->plan, wt->Wg, wt->Wu, wt->Wd, ctx->dist));
-    else
-        PROF(PROF_EXPERTS,
-             be->experts_backward(be, dx ? scr->dxe : NULL, gWg, gWu, gWd, scr->dg, scr->du,
-                                  scr->dh, scr->dye, a->xe, a->g, a->u, a->h, wt->Wg, wt->Wu,
-                                  wt->Wd, a->plan.offsets, a->plan.counts, E, C, F));
-    if (dx) PROF(PROF_PERMUTE, be->permute_backward(be, dx, scr->dxe, &a->plan, C));
+    expert_path_backward(be, dx, gr, dy, a, wt, s, ctx, scr);
 
     /* router path: w, aux, z <- scores, lse <- logits = x Wr^T */
     MoeCtx cb = *ctx;

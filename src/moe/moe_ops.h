@@ -100,6 +100,7 @@ typedef struct {
      * experts, of which each token keeps its topk_group best (1..n_group) for its top-k */
     int n_group;
     int topk_group;
+    int ep_dispatch; /* DistDispatch (dist.dispatch): what the expert exchange sends */
     int seq_len; /* the T the buffers are sized for (moe_slots_max, moe_work_bytes): the
                     longest sequence a call may bring */
 } MoeSpec;

@@ -227,6 +227,11 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r);
  * formula): rows of C floats out and back, forward and backward, with uniform routing, and the
  * counts. Exactly `model_bytes_per_step` of dist.csv's chapter. */
 double plan_moec_ep_bytes(const PlanModel *m, double tokens_per_process, double P);
+/* dist.dispatch=tokens, where a row goes per (token, member): the bytes above are those of
+ * U = tokens (P - 1) q rows (ep.h's formula), q this share: the chance that a token reaches a
+ * given other member under uniform routing (one of its top_k experts there) or, with
+ * moe.n_group groups aligned to the members, one of its moe.topk_group groups there. */
+double plan_moec_member_share(const Config *c, double P);
 
 /* ---- search (plan_search.c) and report (plan_report.c) ----------------------------------- */
 

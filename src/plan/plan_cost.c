@@ -300,7 +300,16 @@ static double stage_ep(const Grid *x, const Stage *S, double *epb_out, double *e
         const double row = d * t->a2a_bytes;
         double intra_rows = nt * K * (ep_node - 1) / ep;
         double inter_rows = nt * K * (ep - ep_node) / ep;
-        if (t->node_limit > 0 && ep > ep_node) {
+        double pairs = 0.0, counts_per_peer = 2.0 * (E / ep) * 4.0;
+        if (t->engine == PLAN_ENGINE_MOEC && x->in->m.c.dispatch == DIST_DISPATCH_TOKENS) {
+            /* moe.c's dist.dispatch=tokens: a row per (token, member it reaches), with its
+             * (expert, weight) pairs out and the weights' gradients back (ep.h) */
+            const double q = plan_moec_member_share(&x->in->m.c, ep), El = E / ep;
+            intra_rows = nt * (ep_node - 1) * q;
+            inter_rows = nt * (ep - ep_node) * q;
+            pairs = 3.0 * (K < El ? K : El) * 4.0 * S->n_moe * (intra_rows + inter_rows);
+            counts_per_peer = 4.0;
+        } else if (t->node_limit > 0 && ep > ep_node) {
             /* a row crosses to each of its nodes once, then is copied inside the node */
             const double nodes = ep / ep_node;
             const double touched = nodes * (1 - pow(1 - 1 / nodes, K));
@@ -308,9 +317,9 @@ static double stage_ep(const Grid *x, const Stage *S, double *epb_out, double *e
             inter_rows = nt * remote;
             intra_rows += inter_rows * (ep_node - 1) / ep_node;
         }
-        epb = passes * (intra_rows + inter_rows) * row;
+        epb = passes * (intra_rows + inter_rows) * row + pairs;
         ep_inter = passes * inter_rows * row;
-        const double counts = S->n_moe * 2.0 * (E / ep) * 4.0 * (ep - 1);
+        const double counts = S->n_moe * counts_per_peer * (ep - 1);
         epb += counts;
         ep_t = t->imbalance *
                fmax(link_s(k, passes * intra_rows * row + counts, 0), link_s(k, ep_inter, 1));

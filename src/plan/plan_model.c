@@ -94,10 +94,32 @@ double plan_peak(const PlanInput *in) {
     return in->k.peak_tflops[in->t.precision];
 }
 
+/* C(a, k) / C(b, k), a <= b: the chance that k of b things drawn avoid the b - a others. */
+static double choose_ratio(double a, double b, int k) {
+    double r = 1.0;
+    for (int i = 0; i < k; i++) r *= (a - i) / (b - i);
+    return r > 0.0 ? r : 0.0;
+}
+
+double plan_moec_member_share(const Config *c, double P) {
+    const double E = c->num_experts;
+    const int G = c->n_group, M = c->topk_group > 0 ? c->topk_group : G;
+    if (G > 0 && (int)P > 0 && G % (int)P == 0) /* whole groups a member: its groups picked */
+        return 1.0 - choose_ratio(G - G / P, G, M);
+    return 1.0 - choose_ratio(E - E / P, E, c->top_k); /* one of its experts picked */
+}
+
 double plan_moec_ep_bytes(const PlanModel *m, double tokens, double P) {
     if (P <= 1 || m->c.num_experts <= 0) return 0.0;
     PlanCounts c;
     plan_count(m, &c);
+    if (m->c.dispatch == DIST_DISPATCH_TOKENS) {
+        /* a token once to each other member it reaches, out and back, forward and backward;
+         * 2 Km floats a row with it and Km back; one count per peer */
+        const double El = m->c.num_experts / P, Km = m->c.top_k < El ? m->c.top_k : El;
+        const double u = tokens * (P - 1) * plan_moec_member_share(&m->c, P);
+        return c.n_moe * (4.0 * u * 4.0 * m->c.d_model + 3.0 * Km * u * 4.0 + 4.0 * (P - 1));
+    }
     /* rows of C fp32 values: out to the experts and back, forward and backward; then the
      * counts, two 4-byte ints per local expert and peer, once a forward */
     const double rows = 4.0 * tokens * m->c.top_k * (P - 1) / P * 4.0 * m->c.d_model;

@@ -23,7 +23,9 @@
 #      with group-limited routing (moe.n_group=2, moe.topk_group=1, dist.ep=2: a group is one
 #      process's experts) the one-process curve again, every token's two experts in one group
 #      (the one-process run's recorded routing), each process's remote rows in dist.csv 2 x
-#      its tokens routed to the other's group, and the same bytes formula
+#      its tokens routed to the other's group, and the same bytes formula; with
+#      dist.dispatch=tokens (a token once per process) the same curve, remote rows 1 x those
+#      tokens, the bytes of ep.h's formula and under 0.6 x the rows' bytes
 #   3. a checkpoint written at dist.ep = 4 resumes in one process and at dist.ep = 2 and the
 #      continued steps equal the one-process run's; the checkpoint evaluates in one process
 #   4. bad input: dist.ep not dividing the processes, or a batch that does not split, exits 2
@@ -41,8 +43,8 @@
 #      alone after the backward, mpi the same losses and weights to 1e-5; dist.csv has the
 #      wait after the backward (sync_wait_s)
 #   8. host staging: train.device=cpu-fenced (cpu's ops on memory the host cannot read, as a
-#      GPU's) across 4 processes gives cpu's run bit for bit in four modes (aux, aux-free,
-#      capacity, dense), and resumes
+#      GPU's) across 4 processes gives cpu's run bit for bit in four modes (aux, aux-free with
+#      dist.dispatch=tokens, capacity, dense), and resumes
 #   9. processes started with different settings (mpirun's `-np 1 moe ... : -np 1 moe ...`):
 #      train.lr, or model.d_model and dist.ep, that differ are refused at the start with exit 2
 #      and one message naming each key, its values and ranks; train.threads may differ
@@ -258,6 +260,31 @@ for coll in $engines; do
         END { exit bad > 0 }' "$tmp/groups-np2-ep2/dist.csv"
     check "[$coll] groups: dist.csv bytes = 2 C 4 (rows out + rows in) + 2 El 4 (P - 1), a row per (token, expert)" \
         $? "$(head -n 5 "$tmp/groups-np2-ep2/dist.csv")"
+    # dist.dispatch=tokens: a token goes once to the process holding its group and comes back
+    # as its experts' weighted sum: the one-process curve again, each process's remote rows
+    # half the rows arm's (one per token), and the bytes of ep.h's formula: rows out and back,
+    # forward and backward, plus 2 Km floats a row out (each assignment's expert and weight) and
+    # Km back (the weights' gradients), Km = 2, plus one count per peer
+    run groups-tokens 2 --set dist.ep=2 --set dist.dispatch=tokens "${gsets[@]}"
+    rc=$?
+    same_curves "$tmp/one-groups" "$tmp/groups-tokens"
+    check "[$coll] groups, dist.dispatch=tokens: every step's loss, aux, z, grad norm, val loss = one process's" \
+        $? "exit $rc: $(tail -n 3 "$tmp/groups-tokens.log")"
+    awk -F, -v C=32 -v Km=2 -v P=2 'NR == FNR { want[$1 "," $2 "," $3] = $4 / 2; next }
+             FNR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+             $2 >= 0 { rows++; k = $1 "," $2 "," $3; o = $c["rows_out_remote"]; n = $c["rows_in_remote"]
+                       if (o != want[k] + 0) bad++
+                       if ($c["bytes_sent"] != 2 * C * 4 * (o + n) + 4 * (2 * Km * o + Km * n) + 4 * (P - 1)) bad++
+                       if ($c["bytes_recv"] != 2 * C * 4 * (o + n) + 4 * (2 * Km * n + Km * o) + 4 * (P - 1)) bad++
+                       sent += $c["bytes_sent"] }
+             END { exit !(rows == 6 * 2 * 2 && bad == 0 && sent > 0) }' \
+        "$tmp/groups.want" "$tmp/groups-tokens/dist.csv"
+    check "[$coll] groups, dist.dispatch=tokens: remote rows (dist.csv) = 1 x each token routed to the other's group, bytes = 2 C 4 (out + in) + 4 (2 Km out + Km in) + 4 (P - 1)" \
+        $? "$(sed -n 2,4p "$tmp/groups-tokens/dist.csv")"
+    awk -F, 'FNR == 1 { f++; next } $2 >= 0 { b[f] += $4 } END { exit !(b[2] > 0 && b[2] < 0.6 * b[1]) }' \
+        "$tmp/groups-np2-ep2/dist.csv" "$tmp/groups-tokens/dist.csv"
+    check "[$coll] groups: dist.dispatch=tokens sends under 0.6 x the bytes of a row per (token, expert)" \
+        $? "$(awk -F, 'FNR == 1 { f++; next } $2 >= 0 { b[f] += $4 } END { print b[1], b[2] }' "$tmp/groups-np2-ep2/dist.csv" "$tmp/groups-tokens/dist.csv")"
 
     # ---- 3. checkpoints independent of the process count ----------------------------------
     echo "$test_name: checkpoints"
@@ -462,11 +489,12 @@ if uses teach; then
     # train.device=cpu-fenced runs cpu's ops on memory the host may touch only through
     # to_host / to_device, as a GPU's: across processes the expert exchange, the gradients' sums,
     # the aux loss's counts and the checkpoint's gather go through host copies. The same runs as
-    # on cpu, bit for bit (teach), in four routing modes, and a resume.
+    # on cpu, bit for bit (teach), in four routing modes (aux-free with dist.dispatch=tokens,
+    # whose plans are built on the host), and a resume.
     echo "$test_name: host staging (cpu-fenced across processes)"
     tmp=$top/teach
     coll=teach
-    for variant in "aux|" "aux_free|--set moe.balance=aux_free --set moe.bias_rate=0.05" \
+    for variant in "aux|" "aux_free-tokens|--set moe.balance=aux_free --set moe.bias_rate=0.05 --set dist.dispatch=tokens" \
                    "capacity|--set moe.capacity_factor=1 --set moe.capacity_scope=sequence --set moe.padded=1" \
                    "dense|--set moe.num_experts=0"; do
         IFS='|' read -r vname vsets <<< "$variant"
