@@ -223,8 +223,9 @@ static void window_logits(float *logits, Model *m, const int *win, const int *wl
  * [x, g]: its first row's choice y is the byte after x; if y is g, the guess is accepted and
  * the second row gives the byte after g, two bytes for the step; if not, g leaves the cache
  * (decoder_drop) and y is the next byte. The bytes are those decoding without a draft gives
- * (the window starts again from its last T / 2 tokens when full, as there, and a step with no
- * room for the guess takes x alone); the steps and guesses are reported on stderr. */
+ * (the window starts again from its last T / 2 tokens when full, as there; a step with no room
+ * for the guess, or for the byte after it, takes x alone); the steps and guesses are reported
+ * on stderr. */
 static void draft_sample(Decoder *d, int *w, int wlen, int T, long long n_new) {
     const int keep = T / 2;
     long long steps = 0, guesses = 0, accepted = 0, restarts = 0;
@@ -241,17 +242,23 @@ static void draft_sample(Decoder *d, int *w, int wlen, int T, long long n_new) {
             todo[0] = x, n_todo = 1;
         }
         w[wlen++] = x;
-        decoder_draft(d, todo, n_todo); /* the guess of the byte after x */
-        const int row[2] = {x, pick_byte(d->draft_logits, 0.0, NULL)};
-        const int n = wlen < T ? 2 : 1; /* the guess needs a position of the window */
+        /* a guess needs a position of the window and a byte to write after it; a step without
+         * one is the last of its window or of the text, so the draft module, left behind, is
+         * refilled by the restart's prefill or never asked again */
+        const int n = wlen < T && made + 2 <= n_new ? 2 : 1;
+        int row[2] = {x, 0};
+        if (n == 2) {
+            decoder_draft(d, todo, n_todo); /* the guess of the byte after x */
+            row[1] = pick_byte(d->draft_logits, 0.0, NULL);
+            guesses++;
+        }
         decoder_extend(d, 0, row, n);
         steps++;
         const int y = pick_byte(d->logits, 0.0, NULL);
-        guesses += n == 2;
         if (n == 2 && y == row[1]) { /* accepted: y is written, and the byte after it known */
             accepted++;
             putchar(y);
-            if (++made == n_new) break;
+            made++;
             w[wlen++] = y;
             x = pick_byte(d->logits + MOE_VOCAB, 0.0, NULL);
             todo[0] = y, todo[1] = x, n_todo = 2;
