@@ -211,24 +211,25 @@ static void case_attention_narrow_values(const Backend *be, Outs *o) {
     attention_at(be, o, 41, 3, 3, 6);
 }
 
-/* decoding: three sequences at positions 0, 5 and 10 of an 11-position cache, 6 query heads on
- * 2 key-value heads */
+/* decoding: three sequences at positions 0, 5 and 10 of an 11-position cache, the second with
+ * a second row at position 6 (a row of its own, attending to the first), 6 query heads on 2
+ * key-value heads */
 static void case_decode(const Backend *be, Outs *o) {
-    enum { N = 3, H = 6, HKV = 2, D = 8, QW = H * D, KW = HKV * D, TC = 11 };
-    const int pos_h[N] = {0, 5, 10}, lens_h[N] = {1, 6, 11};
+    enum { N = 4, S = 3, H = 6, HKV = 2, D = 8, QW = H * D, KW = HKV * D, TC = 11 };
+    const int pos_h[N] = {0, 5, 6, 10}, rows_h[N] = {0, TC + 5, TC + 6, 2 * TC + 10};
     float cs_h[TC * D];
     rope_table(cs_h, TC, D, 10000.0f);
     float *cs = dev_copy(be, cs_h, TC * D), *q = dev_rand(be, N * QW, 1.0f, 40);
-    float *kc = dev_rand(be, (size_t)N * TC * KW, 1.0f, 41);
-    float *vc = dev_rand(be, (size_t)N * TC * KW, 1.0f, 42);
+    float *kc = dev_rand(be, (size_t)S * TC * KW, 1.0f, 41);
+    float *vc = dev_rand(be, (size_t)S * TC * KW, 1.0f, 42);
     float *out = be_floats(be, N * QW), *att = dev_rand(be, (size_t)N * H * TC, 1.0f, 43);
-    int *pos = dev_copy_i(be, pos_h, N), *lens = dev_copy_i(be, lens_h, N);
+    int *pos = dev_copy_i(be, pos_h, N), *rows = dev_copy_i(be, rows_h, N);
     be->rope_forward_at(be, q, cs, pos, N, H, D);
     out_f(o, be, "rope_forward_at (in place)", q, N * QW);
-    be->attention_decode(be, out, att, q, kc, vc, lens, N, H, HKV, D, D, TC);
+    be->attention_decode(be, out, att, q, kc, vc, rows, N, H, HKV, D, D, TC);
     out_f(o, be, "attention_decode out", out, N * QW);
     out_f(o, be, "attention_decode probabilities", att, (size_t)N * H * TC);
-    void *all[] = {cs, q, kc, vc, out, att, pos, lens};
+    void *all[] = {cs, q, kc, vc, out, att, pos, rows};
     for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) release(be, all[j]);
 }
 

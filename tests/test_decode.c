@@ -2,17 +2,21 @@
  * test_decode.c: incremental decoding (src/infer/decode.h) computes what the full forward does.
  *
  *   - the decoding ops: rope_forward_at rotates a row as rope_forward rotates that position,
- *     attention_decode gives row t of attention_forward from a cache of t + 1 keys; and the
- *     CUDA kernels' bodies (kernels_nn.h, kernels_att.h), run on the host in the kernels'
- *     order, give the same;
+ *     attention_decode gives row t of attention_forward from a cache of t + 1 keys, and every
+ *     row of it at once from rows of one sequence at positions 0 .. T - 1; and the CUDA
+ *     kernels' bodies (kernels_nn.h, kernels_att.h), run on the host in the kernels' order,
+ *     give the same;
  *   - the model: three sequences decoded together from prompts of 1, 2 and 5 tokens to the
  *     end of the context, on every backend, for a dense model and MoE models of several
  *     kinds (one with a tied head); the logits at every position the cache produced equal
  *     those of one full forward over each finished sequence; and a context restarted with a
  *     prefill equals a fresh one;
+ *   - several tokens of one sequence in one forward (decoder_extend) give the logits of as many
+ *     steps, for multi-head, grouped-query and latent attention on every backend, the other
+ *     sequences untouched; and tokens dropped (decoder_drop) leave no trace;
  *   - expert-choice routing is refused with a message that names the way out;
  *   - the draft of moe sample --draft mtp guesses what the first multi-token prediction
- *     module predicts in training.
+ *     module predicts in training, one position a step or two after an accepted guess.
  */
 #include <string.h>
 
@@ -46,15 +50,16 @@ END_TEST
 /* The device kernel of attention_decode on the host: a warp per (n, h), its lanes in turn,
  * the warp's max and sum in the butterfly order. */
 static void decode_kernel_on_host(float *out, float *att, const float *q, const float *kc,
-                                  const float *vc, const int *lens, int N, int H, int Hkv, int D,
+                                  const float *vc, const int *rows, int N, int H, int Hkv, int D,
                                   int Tc) {
     const float scale = 1.0f / sqrtf((float)D);
     const int KW = Hkv * D; /* values as wide as the keys here */
     float lane_v[MOE_WARP];
     for (int r = 0; r < N * H; r++) {
-        const int n = r / H, h = r % H, len = lens[n];
+        int len;
+        const int n = r / H, h = r % H, s = katt_dec_seq(rows, n, Tc, &len);
         float *p = att + (size_t)r * Tc;
-        const size_t head = (size_t)n * Tc * KW + (size_t)(h / (H / Hkv)) * D;
+        const size_t head = (size_t)s * Tc * KW + (size_t)(h / (H / Hkv)) * D;
         const size_t row = (size_t)n * H * D + (size_t)h * D;
         for (int l = 0; l < MOE_WARP; l++)
             lane_v[l] = att_row_scores(p, q + row, kc + head, len, KW, D, scale, l, MOE_WARP);
@@ -81,20 +86,31 @@ START_TEST(test_attention_decode_is_a_row_of_attention) {
         float *out = floats_alloc(T * QW), *att = floats_alloc((size_t)H * T * T);
         attention_forward(out, att, q, k, v, 1, T, H, Hkv, D, D);
         /* row t: one sequence whose cache is the first t + 1 keys and values (the whole k, v
-         * as its cache, lens t + 1) */
+         * as its cache, its row t) */
         float got[HMAX * D], att_got[HMAX * T], kern[HMAX * D], att_kern[HMAX * T];
         for (int t = 0; t < T; t++) {
-            const int len = t + 1;
-            attention_decode(got, att_got, q + (size_t)t * QW, k, v, &len, 1, H, Hkv, D, D, T);
+            attention_decode(got, att_got, q + (size_t)t * QW, k, v, &t, 1, H, Hkv, D, D, T);
             CLOSE_ARRAYS(got, out + (size_t)t * QW, QW,
                          "attention_decode against attention_forward");
             for (int h = 0; h < H; h++)
                 CLOSE_ARRAYS(att_got + (size_t)h * T, att + ((size_t)h * T + t) * T, T,
                              "attention_decode's probabilities");
-            decode_kernel_on_host(kern, att_kern, q + (size_t)t * QW, k, v, &len, 1, H, Hkv, D, T);
+            decode_kernel_on_host(kern, att_kern, q + (size_t)t * QW, k, v, &t, 1, H, Hkv, D, T);
             CLOSE_ARRAYS(kern, got, QW, "the CUDA kernel of attention_decode");
             CLOSE_ARRAYS(att_kern, att_got, (size_t)H * T, "its probabilities");
         }
+        /* all T rows in one call, rows of one sequence at positions 0 .. T - 1: causal
+         * attention among them, the whole of attention_forward */
+        int rows[T];
+        for (int t = 0; t < T; t++) rows[t] = t;
+        float *all = floats_alloc(T * QW), *att_all = floats_alloc((size_t)T * H * T);
+        float *all_kern = floats_alloc(T * QW), *att_all_kern = floats_alloc((size_t)T * H * T);
+        attention_decode(all, att_all, q, k, v, rows, T, H, Hkv, D, D, T);
+        CLOSE_ARRAYS(all, out, T * QW, "attention_decode of T rows of one sequence");
+        decode_kernel_on_host(all_kern, att_all_kern, q, k, v, rows, T, H, Hkv, D, T);
+        CLOSE_ARRAYS(all_kern, all, T * QW, "the CUDA kernel of attention_decode, T rows");
+        CLOSE_ARRAYS(att_all_kern, att_all, (size_t)T * H * T, "its probabilities, T rows");
+        free(all), free(att_all), free(all_kern), free(att_all_kern);
         free(q), free(k), free(v), free(out), free(att);
     }
 }
@@ -290,6 +306,73 @@ START_TEST(test_restart_one_sequence) {
 }
 END_TEST
 
+/* Several tokens of one sequence in one forward (decoder_extend) against one step at a time
+ * (decoder_step, a row a sequence): two sequences after prompts of 3, sequence 1 then sequence 0
+ * extended by EXT tokens each, then sequence 1 by a right token and a wrong one, the wrong one
+ * dropped (decoder_drop) and the right one after it taken: every row's logits are those of the
+ * steps, which never saw the wrong token. */
+enum { EXT = 4 };
+static void extend_against_steps(const Config *c, const Backend *be, const char *what) {
+    Model m;
+    model_init_backend(&m, c, 2, CTX, NULL, be);
+    int seq[2][CTX], unused[2 * CTX];
+    random_tokens(&seq[0][0], unused, 2 * CTX, 51);
+    const int plen = 3, lens[2] = {plen, plen}, last = plen + EXT + 2;
+    int prompts[2 * plen];
+    for (int b = 0; b < 2; b++) memcpy(prompts + b * plen, seq[b], plen * sizeof(int));
+    /* want[b][t]: the logits after token t of sequence b, stepped */
+    float *want = floats_alloc((size_t)2 * CTX * MOE_VOCAB);
+    Decoder d;
+    char err[512];
+    ck_assert_msg(decoder_init(&d, &m, err, sizeof err) == 0, "%s", err);
+    decoder_prefill(&d, 0, 2, prompts, plen, lens);
+    for (int t = plen; t < last; t++) {
+        const int next[2] = {seq[0][t], seq[1][t]};
+        decoder_step(&d, next);
+        for (int b = 0; b < 2; b++)
+            memcpy(want + ((size_t)b * CTX + t) * MOE_VOCAB, d.logits + (size_t)b * MOE_VOCAB,
+                   MOE_VOCAB * sizeof(float));
+    }
+    decoder_free(&d);
+    ck_assert_msg(decoder_init(&d, &m, err, sizeof err) == 0, "%s", err);
+    decoder_prefill(&d, 0, 2, prompts, plen, lens);
+    char at[160];
+    for (int i = 0; i < 2; i++) { /* sequence 1, then 0 */
+        const int b = 1 - i;
+        decoder_extend(&d, b, seq[b] + plen, EXT);
+        ck_assert_int_eq(d.len[b], plen + EXT);
+        for (int r = 0; r < EXT; r++) {
+            snprintf(at, sizeof at, "%s on %s: sequence %d, row %d of %d", what, be->name, b, r,
+                     EXT);
+            CLOSE_ARRAYS(d.logits + (size_t)r * MOE_VOCAB,
+                         want + ((size_t)b * CTX + plen + r) * MOE_VOCAB, MOE_VOCAB, at);
+        }
+    }
+    /* a right token and a wrong one; the wrong one dropped, the right one after it taken */
+    const int p = plen + EXT, guess[2] = {seq[1][p], seq[1][p + 1] ^ 1};
+    decoder_extend(&d, 1, guess, 2);
+    snprintf(at, sizeof at, "%s on %s: the row before a wrong token", what, be->name);
+    CLOSE_ARRAYS(d.logits, want + ((size_t)CTX + p) * MOE_VOCAB, MOE_VOCAB, at);
+    decoder_drop(&d, 1, 1);
+    ck_assert_int_eq(d.len[1], p + 1);
+    decoder_extend(&d, 1, seq[1] + p + 1, 1);
+    snprintf(at, sizeof at, "%s on %s: a step after a dropped token", what, be->name);
+    CLOSE_ARRAYS(d.logits, want + ((size_t)CTX + p + 1) * MOE_VOCAB, MOE_VOCAB, at);
+    decoder_free(&d);
+    free(want);
+    model_free(&m);
+}
+
+START_TEST(test_extend_is_steps) {
+    static const int variants[] = {1, 4, 5}; /* multi-head, grouped-query, latent attention */
+    for (int i = 0; i < 3; i++)
+        for (int b = 0; b < N_BACKENDS; b++) {
+            const Config c = model_config(variants[i]);
+            extend_against_steps(&c, BACKENDS[b], VARIANTS[variants[i]]);
+        }
+}
+END_TEST
+
 START_TEST(test_expert_choice_refused) {
     Config c = model_config(1);
     c.routing = MOE_ROUTING_EXPERT_CHOICE;
@@ -305,11 +388,11 @@ START_TEST(test_expert_choice_refused) {
 END_TEST
 
 /* The draft (moe sample --draft mtp): the first multi-token prediction module, decoded with its
- * own cache after a prefill, guesses at every position what the same module predicts there in
- * a training pass over the whole sequence (its probabilities, which the training pass leaves in
- * place of its logits), on every backend, for a dense model and an MoE model (sigmoid scores,
- * a shared expert, sandwich norms, a tied head) and a model of latent attention (its module's
- * cache the latent). */
+ * own cache after a prefill, guesses at each position it is asked to (after a step, after an
+ * accepted guess, after a rejected one) what the same module predicts there in a training pass over
+ * the whole sequence (its probabilities, which the training pass leaves in place of its logits), on
+ * every backend, for a dense model and an MoE model (sigmoid scores, a shared expert, sandwich
+ * norms, a tied head) and a model of latent attention (its module's cache the latent). */
 START_TEST(test_draft_is_the_training_module) {
     static const int variants[] = {0, 2, 5};
     const StepCtx training = {.training = 1};
@@ -332,8 +415,12 @@ START_TEST(test_draft_is_the_training_module) {
                           "%s", err);
             const int plen = 3;
             decoder_prefill(&d, 0, 1, seq, plen, &plen);
-            for (int p = plen; p < CTX; p++) {
-                decoder_draft(&d, seq[p]); /* at position p - 1: the guess of token p + 1 */
+            /* the model takes one token, two (an accepted guess: the draft then covers both
+             * positions) or two of which it drops the second (a rejected guess), in turn */
+            for (int p = plen, n = 1; p < CTX;) {
+                /* at positions p - n .. p - 1 (tokens p - n + 1 .. p after them): the guess
+                 * of token p + 1 */
+                decoder_draft(&d, seq + p - n + 1, n);
                 double probs[MOE_VOCAB], max = d.draft_logits[0], sum = 0.0;
                 for (int v = 0; v < MOE_VOCAB; v++)
                     max = d.draft_logits[v] > max ? d.draft_logits[v] : max;
@@ -344,7 +431,16 @@ START_TEST(test_draft_is_the_training_module) {
                 snprintf(at, sizeof at, "variant %d on %s: the guess at position %d", variants[i],
                          BACKENDS[b]->name, p - 1);
                 CLOSE_ARRAYS(got, want + (size_t)(p - 1) * MOE_VOCAB, MOE_VOCAB, at);
-                decoder_step(&d, &seq[p]);
+                const int two = p % 3 != 0 && p + 1 < CTX, kept = p % 3 == 1;
+                if (two) {
+                    const int rows[2] = {seq[p], kept ? seq[p + 1] : seq[p + 1] ^ 1};
+                    decoder_extend(&d, 0, rows, 2);
+                    if (!kept) decoder_drop(&d, 0, 1);
+                } else {
+                    decoder_step(&d, &seq[p]);
+                }
+                n = two && kept ? 2 : 1;
+                p += n;
             }
             free(want);
             decoder_free(&d);
@@ -363,6 +459,7 @@ static Suite *decode_suite(void) {
                         (int)(sizeof VARIANTS / sizeof VARIANTS[0]));
     tcase_add_test(tc, test_restart_one_sequence);
     tcase_add_test(tc, test_cache_bytes_a_token);
+    tcase_add_test(tc, test_extend_is_steps);
     tcase_add_test(tc, test_expert_choice_refused);
     tcase_add_test(tc, test_draft_is_the_training_module);
     suite_add_tcase(s, tc);

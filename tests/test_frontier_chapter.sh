@@ -17,7 +17,7 @@
 #   4. the multi-token prediction arm (part 4 of the script): mtp.csv the five runs, depths 0, 1,
 #      2 at equal steps and depth 0 at the steps of depth 1's and 2's training FLOPs (FLOPs a
 #      token rising with the depth, the TFLOPs equal within a step's), the modules' losses in
-#      their columns alone, the depth-0 run's loss the baseline's, the draft's kept guesses a
+#      their columns alone, the depth-0 run's loss the baseline's, the draft's accepted guesses a
 #      fraction of its guesses on mtp1 and mtp2 alone; mtp.md, mtp.png
 # The dist.ep=4 runs (part 3 of the script) need Open MPI and are left out of the smoke mode.
 
@@ -105,7 +105,7 @@ bad_prog "an unknown option" "usage" --fast 1
 awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     { n++; r[$1] = $0; d[$1] = $c["depth"]; st[$1] = $c["steps"]; f[$1] = $c["flops_token"]; t[$1] = $c["train_tflops"]
       v[$1] = $c["val_loss"]; m1[$1] = $c["mtp1_loss"]; m2[$1] = $c["mtp2_loss"]; k[$1] = $c["draft_kept"]
-      g[$1] = $c["draft_guesses"]; if ($c["exit_status"] != 0 || !(v[$1] > 0 && v[$1] < 10)) bad++ }
+      g[$1] = $c["draft_guesses"]; s[$1] = $c["draft_steps"]; if ($c["exit_status"] != 0 || !(v[$1] > 0 && v[$1] < 10)) bad++ }
     END { step1 = t["mtp0"] / st["mtp0"]
           exit !(n == 5 && !bad && d["mtp0"] == 0 && d["mtp1"] == 1 && d["mtp2"] == 2 && d["mtp0-c1"] == 0 && d["mtp0-c2"] == 0 &&
                  st["mtp1"] == st["mtp0"] && st["mtp2"] == st["mtp0"] && f["mtp0"] < f["mtp1"] && f["mtp1"] < f["mtp2"] &&
@@ -113,8 +113,9 @@ awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
                  t["mtp0-c1"] - t["mtp1"] < step1 && t["mtp1"] - t["mtp0-c1"] < step1 &&
                  t["mtp0-c2"] - t["mtp2"] < step1 && t["mtp2"] - t["mtp0-c2"] < step1 &&
                  m1["mtp0"] == "" && m1["mtp1"] > 0 && m2["mtp1"] == "" && m1["mtp2"] > 0 && m2["mtp2"] > 0 &&
-                 k["mtp0"] == "" && g["mtp1"] > 0 && k["mtp1"] <= g["mtp1"] && g["mtp2"] > 0 && k["mtp2"] <= g["mtp2"]) }' "$out/mtp.csv"
-check "mtp.csv: depths 0, 1, 2 at equal steps, depth 0 at their FLOPs, the modules' losses, the draft's guesses" $? \
+                 k["mtp0"] == "" && g["mtp1"] > 0 && k["mtp1"] <= g["mtp1"] && g["mtp2"] > 0 && k["mtp2"] <= g["mtp2"] &&
+                 s["mtp1"] >= g["mtp1"] && s["mtp1"] + k["mtp1"] == s["mtp2"] + k["mtp2"]) }' "$out/mtp.csv"
+check "mtp.csv: depths 0, 1, 2 at equal steps, depth 0 at their FLOPs, the modules' losses, the draft's guesses and steps (steps + accepted guesses the same bytes for both)" $? \
     "$(cat "$out/mtp.csv")"
 awk -F, 'NR > 1 && $1 == "mha" { a = $4 } END { print a }' "$out/summary.csv" > "$tmp/mha_val"
 awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $1 == "mtp0" { print $c["val_loss"] }' "$out/mtp.csv" |

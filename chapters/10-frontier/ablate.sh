@@ -188,8 +188,9 @@ if [ $use_mpi = 1 ] && { [ "$summarize_only" = 1 ] || wants mpi; }; then mpi_sum
 # (forward and backward matrix products, the modules' included) times the tokens trained on:
 # mtp0-c1 and mtp0-c2 are depth 0 given the steps that spend what depth 1 and depth 2 spent
 # (its warm-up unchanged, its schedule over its own steps). Then moe sample --draft mtp at
-# temperature 0 on the depth-1 and depth-2 checkpoints, one prompt at a time: how many of
-# module 1's guesses of the byte after next the next step kept.
+# temperature 0 on the depth-1 and depth-2 checkpoints, one prompt at a time: speculative
+# decoding, how many of module 1's guesses of the byte after next the model's two-row steps
+# accepted, and the bytes a step.
 MTP_PROMPTS=("The " "Debian " "If the package " "This program is free software")
 mtp_runs=(mtp0 mtp1 mtp2 mtp0-c1 mtp0-c2)
 draft_tokens=$(by_mode 256 128 16)
@@ -242,7 +243,7 @@ mtp_summary() {
   # per run: depth, steps, FLOPs a token, TFLOPs in all, the main head's last validation loss,
   # the main and the modules' training losses (mean of the last tenth of the steps), the draft
   {
-    echo "arm,depth,steps,flops_token,flops_of_depth0,train_tflops,val_loss,train_loss,mtp1_loss,mtp2_loss,draft_kept,draft_guesses,draft_kept_frac,exit_status"
+    echo "arm,depth,steps,flops_token,flops_of_depth0,train_tflops,val_loss,train_loss,mtp1_loss,mtp2_loss,draft_kept,draft_guesses,draft_kept_frac,draft_steps,draft_bytes_step,exit_status"
     f0=$(flops_token mtp0)
     for n in "${mtp_runs[@]}"; do
       d=$(run_of "$n")
@@ -253,8 +254,11 @@ mtp_summary() {
           $1 > s - (s >= 10 ? int(s / 10) : 1) { n++; l += $c["loss"]; if (c["mtp1_loss"]) m1 += $c["mtp1_loss"]; if (c["mtp2_loss"]) m2 += $c["mtp2_loss"]
                         h1 = c["mtp1_loss"] > 0; h2 = c["mtp2_loss"] > 0 }
           END { printf "%.4f,%s,%s", l / n, h1 ? sprintf("%.4f", m1 / n) : "", h2 ? sprintf("%.4f", m2 / n) : "" }' "$d/train.csv")
-      draft=",,"
-      [ -s "$d/draft.txt" ] && draft=$(awk '{ k += $3; g += $5 } END { printf "%d,%d,%.4f", k, g, g ? k / g : 0 }' "$d/draft.txt")
+      draft=",,,,"
+      # a line: "draft mtp: A of G guesses ... accepted (f); N bytes in S steps ...", the first
+      # of the N bytes from the prompt's prefill
+      [ -s "$d/draft.txt" ] && draft=$(awk '{ k += $3; g += $5; b += $14 - 1; s += $17 }
+          END { printf "%d,%d,%.4f,%d,%.4f", k, g, g ? k / g : 0, s, s ? b / s : 0 }' "$d/draft.txt")
       echo "$n,$depth,$ns,$f,$(awk -v f="$f" -v f0="$f0" 'BEGIN { printf "%.4f", f / f0 }'),$(awk -v f="$f" -v t="$(tokens_step "$n")" -v s="$ns" 'BEGIN { printf "%.4f", f * t * s / 1e12 }'),$(last_val "$d"),$losses,$draft,$(cat "$d/exit_status")"
     done
   } > "$out/mtp.csv"
@@ -272,11 +276,11 @@ mtp_summary() {
     echo
     echo "The baseline (mha) with model.mtp_depth 0, 1, 2 (model.mtp_coef $(awk -F' = ' '$1 == "model.mtp_coef" { print $2 }' "$(run_of mtp1)/config.txt")), $steps steps each, and depth 0 again at the steps that spend depth 1's and depth 2's training FLOPs$([ "$mode" = smoke ] && echo ", here at the smoke size (width 32, 2 blocks)")."
     echo
-    echo "| arm | depth | steps | FLOPs a token | TFLOPs | val loss | train loss | mtp1 loss | mtp2 loss | draft kept | exit |"
-    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-    awk -F, 'NR > 1 { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $6, $7, $8, $9 == "" ? "-" : $9, $10 == "" ? "-" : $10, $13 == "" ? "-" : $11 " of " $12 " (" $13 ")", $14 }' "$out/mtp.csv"
+    echo "| arm | depth | steps | FLOPs a token | TFLOPs | val loss | train loss | mtp1 loss | mtp2 loss | draft accepted | bytes a step | exit |"
+    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    awk -F, 'NR > 1 { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $6, $7, $8, $9 == "" ? "-" : $9, $10 == "" ? "-" : $10, $13 == "" ? "-" : $11 " of " $12 " (" $13 ")", $15 == "" ? "-" : $15, $16 }' "$out/mtp.csv"
     echo
-    echo "FLOPs a token: moe info's training FLOPs a token (forward and backward matrix products, the modules' included); TFLOPs: that times the tokens of every step. Val loss: the main head's at the last evaluation (the modules are training-only). Train loss, mtp1 and mtp2 loss: the main head's and the modules' training cross-entropy, mean over the last tenth of the steps (module k predicts the byte k + 1 past the next). Draft kept: moe sample --draft mtp --temperature 0, $draft_tokens bytes from each of the prompts $(printf '"%s", ' "${MTP_PROMPTS[@]}" | sed 's/, $//'): module 1's guesses of the byte after next that the next step's choice equalled."
+    echo "FLOPs a token: moe info's training FLOPs a token (forward and backward matrix products, the modules' included); TFLOPs: that times the tokens of every step. Val loss: the main head's at the last evaluation (the modules are training-only). Train loss, mtp1 and mtp2 loss: the main head's and the modules' training cross-entropy, mean over the last tenth of the steps (module k predicts the byte k + 1 past the next). Draft kept: moe sample --draft mtp --temperature 0, $draft_tokens bytes from each of the prompts $(printf '"%s", ' "${MTP_PROMPTS[@]}" | sed 's/, $//'): speculative decoding, module 1's guesses of the byte after next that the model's step of two rows (the byte before it and the guess) accepted. Bytes a step: the bytes after each prompt's first (which its prefill gives) over the model's steps, 1 without a draft."
     echo
     echo "## At equal steps and at equal compute"
     echo

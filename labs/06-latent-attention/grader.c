@@ -344,13 +344,13 @@ START_TEST(scores_match_engine_decode) {
     const int KR = 10, R = 4, W = 14, D = 10;
     float cache[T * 14], q_lat[10], q_rope[4], qp[14], out[14], att[T], probs[T + LAB_GUARD_N];
     float scores[T + LAB_GUARD_N];
-    const int lens[1] = {T};
+    const int rows[1] = {T - 1}; /* one sequence's position T - 1: all T rows */
     fill_uniform(cache, T * W, 1.5f, 840);
     fill_uniform(q_lat, KR, 1.5f, 841);
     fill_uniform(q_rope, R, 1.5f, 842);
     for (int i = 0; i < W; i++)
         qp[i] = (i < KR ? q_lat[i] : q_rope[i - KR]) * sqrtf((float)W / (float)D);
-    attention_decode(out, att, qp, cache, cache, lens, 1, 1, 1, W, W, T);
+    attention_decode(out, att, qp, cache, cache, rows, 1, 1, 1, W, W, T);
     lab_fill_guarded(scores, T, NAN);
     LAB_CALL(lab_absorbed_scores(scores, q_lat, q_rope, cache, T, &d));
     for (int t = 0; t < T + LAB_GUARD_N; t++)

@@ -70,13 +70,13 @@ BACKEND_OP(crossentropy_backward,
            (float *dlogits, const float *probs, const int *targets, float scale, int N, int V))
 BACKEND_OP(adamw_update, (float *p, float *g, float *m, float *v, size_t n, const AdamwStep *s))
 
-/* ---- decoding (src/infer/decode.c): one new token per sequence; nothing trains, so these
- * have no backward. nn/ops.h's rope_forward_at and attention_decode, with pos and lens
- * (N) in the backend's memory. */
+/* ---- decoding (src/infer/decode.c): new tokens against a cache, each row at its own position;
+ * nothing trains, so these have no backward. nn/ops.h's rope_forward_at and attention_decode,
+ * with pos and rows (N) in the backend's memory. */
 BACKEND_OP(rope_forward_at, (float *x, const float *cs, const int *pos, int N, int H, int D))
 BACKEND_OP(attention_decode,
            (float *out, float *att, const float *q, const float *kc, const float *vc,
-            const int *lens, int N, int H, int Hkv, int D, int Dv, int Tc))
+            const int *rows, int N, int H, int Hkv, int D, int Dv, int Tc))
 
 /* ---- the MoE ops (moe/moe_ops.h, same arguments) ------------------------------------
  * s, x and p are host structs; a plan's arrays, x->global_f and x->work are device memory,

@@ -217,17 +217,20 @@ static void window_logits(float *logits, Model *m, const int *win, const int *wl
     }
 }
 
-/* moe sample --draft mtp: greedy decoding of one sequence, its window w (T) of wlen tokens
- * prefilled in d (the model's cache and the draft module's). Before each step the module
- * guesses the byte after the next one, and the step's own choice checks the guess. The bytes
- * are those decoding without a draft gives (the guesses only count; the window starts again
- * from its last T / 2 when full, as there); the guesses kept are reported on stderr. */
+/* moe sample --draft mtp: greedy speculative decoding of one sequence, its window w (T) of wlen
+ * tokens prefilled in d (the model's cache and the draft module's). With x, the byte chosen
+ * next, the module guesses g, the byte after x, and one step of the model takes the two rows
+ * [x, g]: its first row's choice y is the byte after x; if y is g, the guess is accepted and
+ * the second row gives the byte after g, two bytes for the step; if not, g leaves the cache
+ * (decoder_drop) and y is the next byte. The bytes are those decoding without a draft gives
+ * (the window starts again from its last T / 2 tokens when full, as there; a step with no room
+ * for the guess, or for the byte after it, takes x alone); the steps and guesses are reported
+ * on stderr. */
 static void draft_sample(Decoder *d, int *w, int wlen, int T, long long n_new) {
     const int keep = T / 2;
-    /* saved: the bytes a speculative decoder would have taken with the step before, a kept
-     * guess made in a step of its own (covered: the last byte was such a guess) */
-    long long guesses = 0, kept = 0, saved = 0;
-    int x = pick_byte(d->logits, 0.0, NULL), covered = 0;
+    long long steps = 0, guesses = 0, accepted = 0, restarts = 0;
+    int x = pick_byte(d->logits, 0.0, NULL);
+    int todo[2] = {x}, n_todo = 1; /* the draft module's positions still to compute */
     for (long long made = 1;; made++) {
         putchar(x);
         if (made == n_new) break;
@@ -235,24 +238,43 @@ static void draft_sample(Decoder *d, int *w, int wlen, int T, long long n_new) {
             memmove(w, w + T - keep, (size_t)keep * sizeof(int));
             wlen = keep;
             decoder_prefill(d, 0, 1, w, keep, &wlen);
+            restarts++;
+            todo[0] = x, n_todo = 1;
         }
         w[wlen++] = x;
-        decoder_draft(d, x); /* the guess of the byte after x */
-        const int guess = pick_byte(d->draft_logits, 0.0, NULL);
-        decoder_step(d, &x);
-        x = pick_byte(d->logits, 0.0, NULL);
-        guesses++;
-        kept += x == guess;
-        covered = x == guess && !covered;
-        saved += covered;
+        /* a guess needs a position of the window and a byte to write after it; a step without
+         * one is the last of its window or of the text, so the draft module, left behind, is
+         * refilled by the restart's prefill or never asked again */
+        const int n = wlen < T && made + 2 <= n_new ? 2 : 1;
+        int row[2] = {x, 0};
+        if (n == 2) {
+            decoder_draft(d, todo, n_todo); /* the guess of the byte after x */
+            row[1] = pick_byte(d->draft_logits, 0.0, NULL);
+            guesses++;
+        }
+        decoder_extend(d, 0, row, n);
+        steps++;
+        const int y = pick_byte(d->logits, 0.0, NULL);
+        if (n == 2 && y == row[1]) { /* accepted: y is written, and the byte after it known */
+            accepted++;
+            putchar(y);
+            made++;
+            w[wlen++] = y;
+            x = pick_byte(d->logits + MOE_VOCAB, 0.0, NULL);
+            todo[0] = y, todo[1] = x, n_todo = 2;
+        } else {
+            if (n == 2) decoder_drop(d, 0, 1);
+            x = y;
+            todo[0] = x, n_todo = 1;
+        }
     }
-    const long long steps = n_new - saved;
+    /* the first byte comes from the prompt's prefill, every other from a step */
     fprintf(stderr,
-            "draft mtp: %lld of %lld guesses of the byte after next kept (%.3f); a speculative "
-            "decoder checking each guess in the step after would take %lld steps for these %lld "
-            "bytes, %.3f accepted guesses a step\n",
-            kept, guesses, guesses ? (double)kept / (double)guesses : 0.0, steps, n_new,
-            (double)saved / (double)steps);
+            "draft mtp: %lld of %lld guesses of the byte after next accepted (%.3f); %lld bytes "
+            "in %lld steps of the model after the prompt's prefill (%lld restarts of the window, "
+            "a prefill each), %.3f bytes a step\n",
+            accepted, guesses, guesses ? (double)accepted / (double)guesses : 0.0, n_new, steps,
+            restarts, steps ? (double)(n_new - 1) / (double)steps : 0.0);
 }
 
 /* moe sample: S prompts decoded together. Each sequence's context is a window of at most T

@@ -14,6 +14,32 @@
 
 #include "base/util.h"
 
+/* The buffers of a step of n rows: positions and cache rows, attention probabilities, latent
+ * attention's workspace (which a prefill of B T rows shares), the host's logits. Kept when
+ * large enough; a step never needs more than B T rows, what the model holds. */
+static void step_room(Decoder *d, int n) {
+    if (n <= d->room) return;
+    const Backend *be = d->m->be;
+    const Config *c = &d->m->cfg;
+    if (d->room > 0) {
+        be->free(be, d->pos), be->free(be, d->step_rows), be->free(be, d->kv.att);
+        if (d->kv.work) be->free(be, d->kv.work);
+        free(d->logits);
+    }
+    d->pos = be_ints(be, (size_t)n);
+    d->step_rows = be_ints(be, (size_t)n);
+    d->kv.pos = d->pos, d->kv.rows = d->step_rows;
+    d->kv.att = be_floats(be, (size_t)n * c->n_head * d->T);
+    d->kv.work = NULL;
+    if (c->attention == MOE_ATTN_MLA) {
+        const size_t step = mla_decode_floats(c, n);
+        const size_t prefill = (size_t)d->B * d->T * (c->mla_kv_rank + c->mla_rope_dim);
+        d->kv.work = be_floats(be, step > prefill ? step : prefill);
+    }
+    d->logits = floats_alloc((size_t)n * MOE_VOCAB);
+    d->room = n;
+}
+
 int decoder_init(Decoder *d, Model *m, char *err, int errlen) {
     memset(d, 0, sizeof(*d));
     const Config *c = &m->cfg;
@@ -31,7 +57,7 @@ int decoder_init(Decoder *d, Model *m, char *err, int errlen) {
         return -1;
     }
     const Backend *be = m->be;
-    const int L = c->n_layer, H = c->n_head, B = m->state.B, T = m->state.T;
+    const int L = c->n_layer, B = m->state.B, T = m->state.T;
     const int KW = config_kv_heads(c) * config_head_dim(c);  /* a token's key */
     const int VW = config_kv_heads(c) * config_value_dim(c); /* and its value */
     d->m = m;
@@ -47,8 +73,6 @@ int decoder_init(Decoder *d, Model *m, char *err, int errlen) {
         const int W = c->mla_kv_rank + c->mla_rope_dim;
         for (int l = 0; l < L; l++) d->kv.k[l] = be_floats(be, (size_t)B * T * W);
         d->cache_bytes = (size_t)L * B * T * W * sizeof(float);
-        const size_t step = mla_decode_floats(c, B), prefill = (size_t)B * T * W;
-        d->kv.work = be_floats(be, step > prefill ? step : prefill);
     } else {
         for (int l = 0; l < L; l++) {
             d->kv.k[l] = be_floats(be, (size_t)B * T * KW);
@@ -57,15 +81,10 @@ int decoder_init(Decoder *d, Model *m, char *err, int errlen) {
         d->cache_bytes = (size_t)L * B * T * (KW + VW) * sizeof(float);
     }
     d->kv.Tc = T;
-    d->kv.att = be_floats(be, (size_t)B * H * T);
     d->len = (int *)calloc_check((size_t)B, sizeof(int));
     d->host_idx = (int *)calloc_check((size_t)3 * B * T, sizeof(int));
     d->rows = be_ints(be, (size_t)B * T);
-    d->pos = be_ints(be, (size_t)B);
-    d->step_rows = be_ints(be, (size_t)B);
-    d->lens = be_ints(be, (size_t)B);
-    d->kv.pos = d->pos, d->kv.rows = d->step_rows, d->kv.lens = d->lens;
-    d->logits = floats_alloc((size_t)B * MOE_VOCAB);
+    step_room(d, B);
     return 0;
 }
 
@@ -116,7 +135,6 @@ void decoder_free(Decoder *d) {
     be->free(be, d->rows);
     be->free(be, d->pos);
     be->free(be, d->step_rows);
-    be->free(be, d->lens);
     free(d->len);
     free(d->host_idx);
     free(d->logits);
@@ -169,6 +187,7 @@ void decoder_prefill(Decoder *d, int first, int n, const int *tokens, int Tp, co
     be->to_device(be, d->rows, rows, (size_t)n * Tp * sizeof(int));
     for (int l = 0; l < L; l++) cache_rows(d, l, n * Tp);
     if (d->draft) draft_prefill(d, tokens, Tp, lens[0]);
+    d->last_pos = 0, d->draft_len = lens[0] - 1; /* the last entry the first draft writes */
     for (int i = 0; i < n; i++) {
         d->len[first + i] = lens[i];
         be->to_host(be, d->logits + (size_t)(first + i) * MOE_VOCAB,
@@ -177,39 +196,70 @@ void decoder_prefill(Decoder *d, int first, int n, const int *tokens, int Tp, co
     }
 }
 
-void decoder_step(Decoder *d, const int *tokens) {
+/* A forward of the n rows whose positions and cache rows the host's pos and rows (n each) name,
+ * tokens (n) their tokens: their keys and values into the cache, d->logits theirs. */
+static void cached_rows(Decoder *d, const int *tokens, const int *pos, const int *rows, int n) {
     Model *m = d->m;
     const Backend *be = m->be;
+    step_room(d, n);
+    be->to_device(be, d->pos, pos, (size_t)n * sizeof(int));
+    be->to_device(be, d->step_rows, rows, (size_t)n * sizeof(int));
+    model_forward_cached(m, tokens, n, &d->kv);
+    be->to_host(be, d->logits, m->state.logits, (size_t)n * MOE_VOCAB * sizeof(float));
+}
+
+void decoder_step(Decoder *d, const int *tokens) {
     const int B = d->B, T = d->T;
-    int *pos = d->host_idx, *rows = pos + B, *lens = rows + B;
+    int *pos = d->host_idx, *rows = pos + B;
     for (int b = 0; b < B; b++) {
         if (d->len[b] >= T)
             moe_fatal("decoder_step: sequence %d's cache is full (%d positions)", b, T);
         pos[b] = d->len[b];
         rows[b] = b * T + d->len[b];
-        lens[b] = d->len[b] + 1;
     }
-    be->to_device(be, d->pos, pos, (size_t)B * sizeof(int));
-    be->to_device(be, d->step_rows, rows, (size_t)B * sizeof(int));
-    be->to_device(be, d->lens, lens, (size_t)B * sizeof(int));
-    model_forward_cached(m, tokens, B, &d->kv);
-    be->to_host(be, d->logits, m->state.logits, (size_t)B * MOE_VOCAB * sizeof(float));
+    d->last_pos = d->len[0];
+    cached_rows(d, tokens, pos, rows, B);
     for (int b = 0; b < B; b++) d->len[b]++;
 }
 
-void decoder_draft(Decoder *d, int token) {
+void decoder_extend(Decoder *d, int s, const int *tokens, int n) {
+    const int T = d->T;
+    if (s < 0 || s >= d->B || n < 1 || d->len[s] + n > T)
+        moe_fatal("decoder_extend: %d tokens after %d of sequence %d (of %d), %d positions", n,
+                  s >= 0 && s < d->B ? d->len[s] : -1, s, d->B, T);
+    int *pos = d->host_idx, *rows = pos + n; /* n <= T: 2 n of the 3 B T */
+    for (int i = 0; i < n; i++) {
+        pos[i] = d->len[s] + i;
+        rows[i] = s * T + pos[i];
+    }
+    if (s == 0) d->last_pos = d->len[0];
+    cached_rows(d, tokens, pos, rows, n);
+    d->len[s] += n;
+}
+
+void decoder_drop(Decoder *d, int s, int n) {
+    if (s < 0 || s >= d->B || n < 0 || n > d->len[s])
+        moe_fatal("decoder_drop: %d tokens of sequence %d (of %d)", n, s, d->B);
+    d->len[s] -= n;
+    if (d->draft && d->draft_len > d->len[s]) d->draft_len = d->len[s];
+}
+
+void decoder_draft(Decoder *d, const int *tokens, int n) {
     Model *m = d->m;
     const Backend *be = m->be;
-    const int p = d->len[0];
-    if (!d->draft || p < 1 || p > d->T)
-        moe_fatal("decoder_draft: after %d of %d positions (draft %d)", p, d->T, d->draft);
-    /* the module at position p - 1, the last one the model computed: the last row of its last
-     * step (one row) or prefill (p rows) */
-    int *h = d->host_idx;
-    h[0] = p - 1, h[1] = p - 1, h[2] = p;
-    be->to_device(be, d->pos, h, sizeof(int));
-    be->to_device(be, d->step_rows, h + 1, sizeof(int));
-    be->to_device(be, d->lens, h + 2, sizeof(int));
-    model_mtp_draft(m, &token, m->state.N_last - 1, 1, 1, &d->kv);
-    be->to_host(be, d->draft_logits, m->state.mtp[0].logits, MOE_VOCAB * sizeof(float));
+    /* positions p .. p + n - 1, rows p - last_pos ... of the model's last forward */
+    const int p = d->len[0] - n, first = p - d->last_pos;
+    if (!d->draft || n < 1 || p != d->draft_len || first < 0 || first + n > m->state.N_last)
+        moe_fatal("decoder_draft: %d positions after %d of %d (draft %d, its cache %d, the "
+                  "last forward's %d rows from position %d)",
+                  n, p, d->T, d->draft, d->draft_len, m->state.N_last, d->last_pos);
+    int *pos = d->host_idx;
+    for (int i = 0; i < n; i++) pos[i] = p + i; /* one sequence: its rows are its positions */
+    step_room(d, n);
+    be->to_device(be, d->pos, pos, (size_t)n * sizeof(int));
+    be->to_device(be, d->step_rows, pos, (size_t)n * sizeof(int));
+    model_mtp_draft(m, tokens, first, n, 1, &d->kv);
+    be->to_host(be, d->draft_logits, m->state.mtp[0].logits + (size_t)(n - 1) * MOE_VOCAB,
+                MOE_VOCAB * sizeof(float));
+    d->draft_len = p + n;
 }

@@ -249,7 +249,7 @@ static void mla_decode(Model *m, int l, int N, const KvStep *kv) {
     rope_rows(m, a->krope, N, 1, 1, R, kv);
     mla_cache_append(m, a, kv->k[l], kv->rows, N, op);
     mla_absorb_queries(m, a, lw, N, qp, t1, t2);
-    PROF(PROF_ATTN, be->attention_decode(be, op, kv->att, qp, kv->k[l], kv->k[l], kv->lens, N, H, 1,
+    PROF(PROF_ATTN, be->attention_decode(be, op, kv->att, qp, kv->k[l], kv->k[l], kv->rows, N, H, 1,
                                          W, W, kv->Tc));
     for (int h = 0; h < H; h++) {
         PROF(PROF_ATTN, be->copy_block(be, t1, KR, op + (size_t)h * W, H * W, N, KR, 0));
@@ -290,7 +290,7 @@ void attn_block_forward(Model *m, int l, int B, int T, const KvStep *kv) {
         PROF(PROF_ATTN, be->permute_rows(be, kv->k[l], a->k, kv->rows, N, Hkv * D, 0));
         PROF(PROF_ATTN, be->permute_rows(be, kv->v[l], a->v, kv->rows, N, Hkv * Dv, 0));
         PROF(PROF_ATTN, be->attention_decode(be, a->atty, kv->att, a->q, kv->k[l], kv->v[l],
-                                             kv->lens, N, H, Hkv, D, Dv, kv->Tc));
+                                             kv->rows, N, H, Hkv, D, Dv, kv->Tc));
     } else {
         PROF(PROF_ATTN,
              be->attention_forward(be, a->atty, a->att, a->q, a->k, a->v, B, T, H, Hkv, D, Dv));

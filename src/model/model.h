@@ -20,17 +20,19 @@
 #include "model/profile.h"
 #include "parallel/dist.h"
 
-/* One decoding step's view of a key-value cache (src/infer/decode.h keeps one): N sequences,
- * one new token each. Buffers of the model's backend. */
+/* One decoding step's view of a key-value cache (src/infer/decode.h keeps one): N new tokens,
+ * each of its own sequence and position: one a sequence (batched decoding), or several of one
+ * sequence at consecutive positions (a speculative decoder's check), attending causally among
+ * themselves, since each row's key and value enter the cache before any row attends. Buffers of
+ * the model's backend. */
 typedef struct {
-    float **k, **v;  /* (L) x (N, Tc, Hkv D) and (N, Tc, Hkv Dv): each layer's keys (after RoPE)
-                        and values (and with a multi-token prediction draft, model_mtp_draft, its
-                        block's: L + 1). Latent attention: k[l] (N, Tc, kv_rank + rope_dim) each
-                        token's normed latent and rotated key, v[l] NULL */
+    float **k, **v;  /* (L) x (S, Tc, Hkv D) and (S, Tc, Hkv Dv): each layer's keys (after RoPE)
+                        and values of S sequences (and with a multi-token prediction draft,
+                        model_mtp_draft, its block's: L + 1). Latent attention: k[l] (S, Tc,
+                        kv_rank + rope_dim) each token's normed latent and rotated key, v[l] NULL */
     int Tc;          /* positions each sequence's cache holds */
-    const int *pos;  /* (N) the new token's position in its sequence */
-    const int *rows; /* (N) n Tc + pos[n]: its row of k[l] and v[l] */
-    const int *lens; /* (N) pos[n] + 1: the positions it attends to */
+    const int *pos;  /* (N) the new token's position t in its sequence s */
+    const int *rows; /* (N) s Tc + t: its row of k[l] and v[l], attending to s Tc .. s Tc + t */
     float *att;      /* (N, H, Tc) the step's attention probabilities */
     float *work;     /* latent attention: (mla_decode_floats) a step's workspace; else NULL */
 } KvStep;
@@ -260,21 +262,23 @@ void model_read_mtp(const Model *m, int micro_batches, double *mtp);
  * micro routed (route_stats_read of the copy), as route_stats would have filled it then. */
 void model_step_route(Model *m, int micro);
 
-/* A decoding step: tokens (N) the new token of each of N sequences whose earlier tokens are in
- * kv's cache (model_forward_cached appends each one's key and value there). Leaves the N
- * next-token logits in logits (N, V). The MoE blocks route dropless (every token kept), so for
- * a token-choice model whose evaluation is dropless the logits are those model_forward gives
- * the same position of the whole sequence. N <= B T of model_init. */
+/* A decoding step: tokens (N) new tokens at kv's positions and rows (one a sequence, or several
+ * of one sequence in a row), whose sequences' earlier tokens are in kv's cache
+ * (model_forward_cached writes each one's key and value there). Leaves the N next-token logits
+ * in logits (N, V). The MoE blocks route dropless (every token kept), so for a token-choice
+ * model whose evaluation is dropless the logits are those model_forward gives the same position
+ * of the whole sequence. N <= B T of model_init. */
 void model_forward_cached(Model *m, const int *tokens, int N, const KvStep *kv);
 
 /* Multi-token prediction's first module as a draft of the token after next (moe sample --draft
  * mtp), on rows first .. first + B T - 1 of the main trunk's last output as the last
  * model_forward or model_forward_cached left them, tokens (B T) the token after each row's. With
- * kv, a decoding step of B rows (T 1) against kv's cache, whose layer n_layer holds the module
- * block's keys and values (the rows' appended): the module's logits, (B, V), in
- * Model.state.mtp[0].logits (B <= the B (T - 1) rows of its positions). With kv NULL, B
- * sequences of T through the module's block alone (a prefill), its keys and values left in
- * Model.state.blocks[n_layer].k and v for a cache to take, and no logits. */
+ * kv, a decoding step of B rows (T 1) against kv's cache (rows of one sequence or of several, as
+ * in model_forward_cached), whose layer n_layer holds the module block's keys and values (the
+ * rows' written): the module's logits, (B, V), in Model.state.mtp[0].logits (B <= the B (T - 1)
+ * rows of its positions). With kv NULL, B sequences of T through the module's block alone (a
+ * prefill), its keys and values left in Model.state.blocks[n_layer].k and v for a cache to take,
+ * and no logits. */
 void model_mtp_draft(Model *m, const int *tokens, int first, int B, int T, const KvStep *kv);
 
 /* Backward of the last forward (which must have had targets), in the mode ctx that forward

@@ -69,21 +69,22 @@ void attention_forward(float *out, float *att, const float *q, const float *k, c
     }
 }
 
-/* One query row per sequence against its cache: attention_forward's row t = lens[n] - 1, the
- * keys and values read from the cache. */
+/* Each query row against its sequence's cache: row n is sequence s's position t (rows[n] =
+ * s Tc + t), attention_forward's row t, the keys and values read from the cache. */
 void attention_decode(float *out, float *att, const float *q, const float *kc, const float *vc,
-                      const int *lens, int N, int H, int Hkv, int D, int Dv, int Tc) {
-    /* out (N, H Dv), att (N, H, Tc), q (N, H D), kc (N, Tc, Hkv D), vc (N, Tc, Hkv Dv) */
+                      const int *rows, int N, int H, int Hkv, int D, int Dv, int Tc) {
+    /* out (N, H Dv), att (N, H, Tc), q (N, H D), kc (S, Tc, Hkv D), vc (S, Tc, Hkv Dv) */
     const int QW = H * D, KW = Hkv * D, VW = Hkv * Dv, group = H / Hkv;
     const float scale = 1.0f / sqrtf((float)D);
 #pragma omp parallel for collapse(2)
     for (int n = 0; n < N; n++)
         for (int h = 0; h < H; h++) {
-            const size_t kh = (size_t)n * Tc * KW + (size_t)(h / group) * D;
-            const size_t vh = (size_t)n * Tc * VW + (size_t)(h / group) * Dv;
+            const int s = rows[n] / Tc, len = rows[n] % Tc + 1; /* positions 0 .. t */
+            const size_t kh = (size_t)s * Tc * KW + (size_t)(h / group) * D;
+            const size_t vh = (size_t)s * Tc * VW + (size_t)(h / group) * Dv;
             attend_row(out + (size_t)n * H * Dv + (size_t)h * Dv, att + ((size_t)n * H + h) * Tc,
-                       q + (size_t)n * QW + (size_t)h * D, kc + kh, vc + vh, lens[n], Tc, KW, VW, D,
-                       Dv, scale);
+                       q + (size_t)n * QW + (size_t)h * D, kc + kh, vc + vh, len, Tc, KW, VW, D, Dv,
+                       scale);
         }
 }
 

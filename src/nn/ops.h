@@ -82,14 +82,15 @@ void attention_forward(float *out, float *att, const float *q, const float *k, c
 void attention_backward(float *dq, float *dk, float *dv, float *ws, const float *dout,
                         const float *att, const float *q, const float *k, const float *v, int B,
                         int T, int H, int Hkv, int D, int Dv, int n_ws);
-/* Decoding's attention: the new token of each of N sequences against that sequence's cache.
- * q (N, H D), out (N, H Dv); kc (N, Tc, Hkv D), vc (N, Tc, Hkv Dv): sequence n's keys and
- * values at positions 0 .. Tc - 1,
- * of which the first lens[n] (>= 1, the new token's own included) are attended to; att (N, H,
- * Tc) the probabilities (0 past lens[n]). Row t of attention_forward's output, given the first
- * t + 1 keys and values, in the same arithmetic order. No backward: nothing trains here. */
+/* Decoding's attention: N new tokens, each against its sequence's cache. kc (S, Tc, Hkv D), vc
+ * (S, Tc, Hkv Dv): sequence s's keys and values at positions 0 .. Tc - 1. Row n of q (N, H D)
+ * and out (N, H Dv) is position t of sequence s, rows[n] = s Tc + t (its own key and value
+ * already in the cache there), and attends to positions 0 .. t: several rows of one sequence
+ * at t, t + 1, ... attend causally among themselves. att (N, H, Tc) the probabilities (0 past
+ * t). Row t of attention_forward's output, given the first t + 1 keys and values, in the same
+ * arithmetic order. No backward: nothing trains here. */
 void attention_decode(float *out, float *att, const float *q, const float *kc, const float *vc,
-                      const int *lens, int N, int H, int Hkv, int D, int Dv, int Tc);
+                      const int *rows, int N, int H, int Hkv, int D, int Dv, int Tc);
 /* ---- SwiGLU activation: h (N, F) = silu(g) * u, silu(g) = g * sigmoid(g) ------------------ */
 void swiglu_forward(float *h, const float *g, const float *u, int N, int F);
 void swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u, int N,

@@ -149,9 +149,9 @@ static void ref_rope_forward_at(const Backend *be, float *x, const float *cs, co
     (void)be, rope_forward_at(x, cs, pos, N, H, D);
 }
 static void ref_attention_decode(const Backend *be, float *out, float *att, const float *q,
-                                 const float *kc, const float *vc, const int *lens, int N, int H,
+                                 const float *kc, const float *vc, const int *rows, int N, int H,
                                  int Hkv, int D, int Dv, int Tc) {
-    (void)be, attention_decode(out, att, q, kc, vc, lens, N, H, Hkv, D, Dv, Tc);
+    (void)be, attention_decode(out, att, q, kc, vc, rows, N, H, Hkv, D, Dv, Tc);
 }
 static void ref_swiglu_forward(const Backend *be, float *h, const float *g, const float *u, int N,
                                int F) {

@@ -318,10 +318,10 @@ static void f_rope_forward_at(const Backend *be, float *x, const float *cs, cons
     FENCED(rope_forward_at(CPU, x, cs, pos, N, H, D));
 }
 static void f_attention_decode(const Backend *be, float *out, float *att, const float *q,
-                               const float *kc, const float *vc, const int *lens, int N, int H,
+                               const float *kc, const float *vc, const int *rows, int N, int H,
                                int Hkv, int D, int Dv, int Tc) {
-    DEV(out), DEV(att), DEV(q), DEV(kc), DEV(vc), DEV(lens);
-    FENCED(attention_decode(CPU, out, att, q, kc, vc, lens, N, H, Hkv, D, Dv, Tc));
+    DEV(out), DEV(att), DEV(q), DEV(kc), DEV(vc), DEV(rows);
+    FENCED(attention_decode(CPU, out, att, q, kc, vc, rows, N, H, Hkv, D, Dv, Tc));
 }
 static void f_swiglu_forward(const Backend *be, float *h, const float *g, const float *u, int N,
                              int F) {

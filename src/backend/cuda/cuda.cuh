@@ -170,7 +170,7 @@ void cuda_rope_backward(const Backend *be, float *dx, const float *cs, int B, in
 void cuda_rope_forward_at(const Backend *be, float *x, const float *cs, const int *pos, int N,
                           int H, int D);
 void cuda_attention_decode(const Backend *be, float *out, float *att, const float *q,
-                           const float *kc, const float *vc, const int *lens, int N, int H, int Hkv,
+                           const float *kc, const float *vc, const int *rows, int N, int H, int Hkv,
                            int D, int Dv, int Tc);
 void cuda_swiglu_forward(const Backend *be, float *h, const float *g, const float *u, int N, int F);
 void cuda_swiglu_backward(const Backend *be, float *dg, float *du, const float *dh, const float *g,

@@ -182,20 +182,22 @@ void cuda_attention_forward(const Backend *be, float *out, float *att, const flo
     att_forward_steps(&s, out, att, q, k, v, B, T, H, Hkv, D, Dv, 1.0f / sqrtf((float)D));
 }
 
-/* Decoding: one warp per (sequence, query head) row of att (N H, Tc): scores, softmax over the
- * first lens[n] keys, then the weighted sum of the values (attention_row.h, kernels_att.h). The
+/* Decoding: one warp per (query row, head) row of att (N H, Tc): scores, softmax over the
+ * first t + 1 keys of the row's sequence (rows[n] = s Tc + t, katt_dec_seq), then the weighted sum of the values (attention_row.h, kernels_att.h). The
  * row is a few hundred keys at most in this engine, so one warp reads it whole; no product
  * library is needed. */
 __global__ static void decode_attention_kernel(float *out, float *att, const float *q,
-                                               const float *kc, const float *vc, const int *lens,
+                                               const float *kc, const float *vc, const int *rows,
                                                int N, int H, int Hkv, int D, int Dv, int Tc,
                                                float scale) {
     int r = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / MOE_WARP, lane = threadIdx.x % MOE_WARP;
     if (r >= N * H) return; /* whole warps leave together */
-    const int n = r / H, h = r % H, len = lens[n], KW = Hkv * D, VW = Hkv * Dv;
+    const int n = r / H, h = r % H, KW = Hkv * D, VW = Hkv * Dv;
+    int len;
+    const int s = katt_dec_seq(rows, n, Tc, &len);
     float *p = att + (size_t)r * Tc;
-    const size_t kh = (size_t)n * Tc * KW + (size_t)(h / (H / Hkv)) * D;
-    const size_t vh = (size_t)n * Tc * VW + (size_t)(h / (H / Hkv)) * Dv;
+    const size_t kh = (size_t)s * Tc * KW + (size_t)(h / (H / Hkv)) * D;
+    const size_t vh = (size_t)s * Tc * VW + (size_t)(h / (H / Hkv)) * Dv;
     float max = warp_max(att_row_scores(p, q + (size_t)n * H * D + (size_t)h * D, kc + kh, len, KW,
                                         D, scale, lane, MOE_WARP));
     att_row_exp(p, len, max, lane, MOE_WARP);
@@ -206,11 +208,11 @@ __global__ static void decode_attention_kernel(float *out, float *att, const flo
 }
 
 void cuda_attention_decode(const Backend *be, float *out, float *att, const float *q,
-                           const float *kc, const float *vc, const int *lens, int N, int H, int Hkv,
+                           const float *kc, const float *vc, const int *rows, int N, int H, int Hkv,
                            int D, int Dv, int Tc) {
     if (N <= 0) return;
     decode_attention_kernel<<<row_blocks(N * H), CUDA_THREADS, 0, cuda_stream(be)>>>(
-        out, att, q, kc, vc, lens, N, H, Hkv, D, Dv, Tc, 1.0f / sqrtf((float)D));
+        out, att, q, kc, vc, rows, N, H, Hkv, D, Dv, Tc, 1.0f / sqrtf((float)D));
     CUDA_LAUNCHED();
 }
 

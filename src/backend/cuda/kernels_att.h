@@ -22,6 +22,14 @@
 #include "base/hd.h"
 #include "nn/attention_row.h"
 
+/* decoding: query row n's sequence in the cache and the positions it attends to, from its cache
+ * row rows[n] = s Tc + t (attention_decode, nn/ops.h): returns s, *len = t + 1 */
+MOE_HD int katt_dec_seq(const int *rows, int n, int Tc, int *len) {
+    const int s = rows[n] / Tc;
+    *len = rows[n] - s * Tc + 1;
+    return s;
+}
+
 /* decoding: lane's channels d = l, l + 32, ... < Dv of out = sum_{j < len} p_j v_j, summed in j
  * order; v is the head's first value, each next one VW floats further */
 MOE_HD void katt_dec_lane_out(float *out, const float *p, const float *v, int len, int VW, int Dv,
