@@ -24,8 +24,8 @@
 #      process's experts) the one-process curve again, every token's two experts in one group
 #      (the one-process run's recorded routing), each process's remote rows in dist.csv 2 x
 #      its tokens routed to the other's group, and the same bytes formula; with
-#      dist.dispatch=tokens (a token once per process) the same curve, remote rows 1 x those
-#      tokens, the bytes of ep.h's formula and under 0.6 x the rows' bytes
+#      dist.dispatch=tokens (a token once per process; teach) the same curve, remote rows 1 x
+#      those tokens, the bytes of ep.h's formula and under 0.6 x the rows' bytes
 #   3. a checkpoint written at dist.ep = 4 resumes in one process and at dist.ep = 2 and the
 #      continued steps equal the one-process run's; the checkpoint evaluates in one process
 #   4. bad input: dist.ep not dividing the processes, or a batch that does not split, exits 2
@@ -260,31 +260,34 @@ for coll in $engines; do
         END { exit bad > 0 }' "$tmp/groups-np2-ep2/dist.csv"
     check "[$coll] groups: dist.csv bytes = 2 C 4 (rows out + rows in) + 2 El 4 (P - 1), a row per (token, expert)" \
         $? "$(head -n 5 "$tmp/groups-np2-ep2/dist.csv")"
-    # dist.dispatch=tokens: a token goes once to the process holding its group and comes back
-    # as its experts' weighted sum: the one-process curve again, each process's remote rows
+    # dist.dispatch=tokens, checked with teach alone (its plans and pairs travel through the same
+    # dist_alltoallv_f under either engine): a token goes once to the process holding its group
+    # and comes back as its experts' weighted sum: the one-process curve again, each process's remote rows
     # half the rows arm's (one per token), and the bytes of ep.h's formula: rows out and back,
     # forward and backward, plus 2 Km floats a row out (each assignment's expert and weight) and
     # Km back (the weights' gradients), Km = 2, plus one count per peer
-    run groups-tokens 2 --set dist.ep=2 --set dist.dispatch=tokens "${gsets[@]}"
-    rc=$?
-    same_curves "$tmp/one-groups" "$tmp/groups-tokens"
-    check "[$coll] groups, dist.dispatch=tokens: every step's loss, aux, z, grad norm, val loss = one process's" \
-        $? "exit $rc: $(tail -n 3 "$tmp/groups-tokens.log")"
-    awk -F, -v C=32 -v Km=2 -v P=2 'NR == FNR { want[$1 "," $2 "," $3] = $4 / 2; next }
-             FNR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-             $2 >= 0 { rows++; k = $1 "," $2 "," $3; o = $c["rows_out_remote"]; n = $c["rows_in_remote"]
-                       if (o != want[k] + 0) bad++
-                       if ($c["bytes_sent"] != 2 * C * 4 * (o + n) + 4 * (2 * Km * o + Km * n) + 4 * (P - 1)) bad++
-                       if ($c["bytes_recv"] != 2 * C * 4 * (o + n) + 4 * (2 * Km * n + Km * o) + 4 * (P - 1)) bad++
-                       sent += $c["bytes_sent"] }
-             END { exit !(rows == 6 * 2 * 2 && bad == 0 && sent > 0) }' \
-        "$tmp/groups.want" "$tmp/groups-tokens/dist.csv"
-    check "[$coll] groups, dist.dispatch=tokens: remote rows (dist.csv) = 1 x each token routed to the other's group, bytes = 2 C 4 (out + in) + 4 (2 Km out + Km in) + 4 (P - 1)" \
-        $? "$(sed -n 2,4p "$tmp/groups-tokens/dist.csv")"
-    awk -F, 'FNR == 1 { f++; next } $2 >= 0 { b[f] += $4 } END { exit !(b[2] > 0 && b[2] < 0.6 * b[1]) }' \
-        "$tmp/groups-np2-ep2/dist.csv" "$tmp/groups-tokens/dist.csv"
-    check "[$coll] groups: dist.dispatch=tokens sends under 0.6 x the bytes of a row per (token, expert)" \
-        $? "$(awk -F, 'FNR == 1 { f++; next } $2 >= 0 { b[f] += $4 } END { print b[1], b[2] }' "$tmp/groups-np2-ep2/dist.csv" "$tmp/groups-tokens/dist.csv")"
+    if uses teach; then
+        run groups-tokens 2 --set dist.ep=2 --set dist.dispatch=tokens "${gsets[@]}"
+        rc=$?
+        same_curves "$tmp/one-groups" "$tmp/groups-tokens"
+        check "[$coll] groups, dist.dispatch=tokens: every step's loss, aux, z, grad norm, val loss = one process's" \
+            $? "exit $rc: $(tail -n 3 "$tmp/groups-tokens.log")"
+        awk -F, -v C=32 -v Km=2 -v P=2 'NR == FNR { want[$1 "," $2 "," $3] = $4 / 2; next }
+                 FNR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+                 $2 >= 0 { rows++; k = $1 "," $2 "," $3; o = $c["rows_out_remote"]; n = $c["rows_in_remote"]
+                           if (o != want[k] + 0) bad++
+                           if ($c["bytes_sent"] != 2 * C * 4 * (o + n) + 4 * (2 * Km * o + Km * n) + 4 * (P - 1)) bad++
+                           if ($c["bytes_recv"] != 2 * C * 4 * (o + n) + 4 * (2 * Km * n + Km * o) + 4 * (P - 1)) bad++
+                           sent += $c["bytes_sent"] }
+                 END { exit !(rows == 6 * 2 * 2 && bad == 0 && sent > 0) }' \
+            "$tmp/groups.want" "$tmp/groups-tokens/dist.csv"
+        check "[$coll] groups, dist.dispatch=tokens: remote rows (dist.csv) = 1 x each token routed to the other's group, bytes = 2 C 4 (out + in) + 4 (2 Km out + Km in) + 4 (P - 1)" \
+            $? "$(sed -n 2,4p "$tmp/groups-tokens/dist.csv")"
+        awk -F, 'FNR == 1 { f++; next } $2 >= 0 { b[f] += $4 } END { exit !(b[2] > 0 && b[2] < 0.6 * b[1]) }' \
+            "$tmp/groups-np2-ep2/dist.csv" "$tmp/groups-tokens/dist.csv"
+        check "[$coll] groups: dist.dispatch=tokens sends under 0.6 x the bytes of a row per (token, expert)" \
+            $? "$(awk -F, 'FNR == 1 { f++; next } $2 >= 0 { b[f] += $4 } END { print b[1], b[2] }' "$tmp/groups-np2-ep2/dist.csv" "$tmp/groups-tokens/dist.csv")"
+    fi
 
     # ---- 3. checkpoints independent of the process count ----------------------------------
     echo "$test_name: checkpoints"
