@@ -100,5 +100,6 @@ int cmd_sample(int argc, char **argv); /* eval.c */
 int cmd_bench(int argc, char **argv);  /* bench.c */
 /* compare.c */
 int cmd_compare(int argc, char **argv);
+int cmd_tokenizer(int argc, char **argv); /* tokenizer.c */
 
 #endif

@@ -22,7 +22,10 @@
  *   moe compare RUN_DIR RUN_DIR... [--csv] [--plot FILE.png]                   (compare.c)
  *   moe plan    [--run NAME | --model NAME | --config FILE] [--cluster NAME] [--gpus N]
  *               [--set key=value]... [--search [--top N]] [--json | --csv] | --keys | --presets
- * (plan.c) moe help    [CMD]             (and moe CMD --help: each command's options, help.c)
+ * (plan.c)
+ *   moe tokenizer train --vocab N --from FILE... --out FILE [--pattern gpt2|llama3|qwen2]
+ *   moe tokenizer encode|decode --tokenizer FILE [--docs]                  (tokenizer.c)
+ *   moe help    [CMD]             (and moe CMD --help: each command's options, help.c)
  *   moe version                         (or moe --version: the commit and the build's features)
  *
  * Every option that takes a value takes it after a space or an '=' (--out DIR, --out=DIR):
@@ -83,6 +86,8 @@ const char *const USAGE =
     "  compare RUN_DIR RUN_DIR... [--csv] [--plot FILE.png]\n"
     "  plan    [--run NAME | --model NAME | --config FILE] [--cluster NAME] [--gpus N]\n"
     "          [--set key=value]... [--search [--top N]] [--json | --csv] | --keys | --presets\n"
+    "  tokenizer train --vocab N --from FILE... --out FILE [--pattern gpt2|llama3|qwen2]\n"
+    "  tokenizer encode|decode --tokenizer FILE [--docs]\n"
     "  help    [CMD]\n"
     "  version (or --version: the commit built from, the backends, CUDA, MPI)\n"
     "An option's value follows a space or an '=' (--out DIR, --out=DIR).\n"
@@ -406,7 +411,7 @@ int main(int argc, char **argv) {
                 {"export", cmd_export},   {"info", cmd_info},      {"corpus", cmd_corpus},
                 {"synth", cmd_synth},     {"bench", cmd_bench},    {"import", cmd_import},
                 {"upcycle", cmd_upcycle}, {"doctor", cmd_doctor},  {"plan", cmd_plan},
-                {"compare", cmd_compare}, {"version", cmd_version}};
+                {"compare", cmd_compare}, {"version", cmd_version}, {"tokenizer", cmd_tokenizer}};
     const char *cmd = strcmp(argv[1], "--version") == 0 ? "version" : argv[1];
     for (size_t i = 0; i < sizeof CMDS / sizeof CMDS[0]; i++)
         if (strcmp(cmd, CMDS[i].name) == 0) {

@@ -77,7 +77,7 @@ static int is_path_option(const char *a) {
 static int is_flag(const char *opt) {
     static const char FLAGS[] = " --help --quiet --allow-data-change --keys --json --profile "
                                 "--decode --csv --no-cache --reference-attention --presets "
-                                "--search --csv-rows --thresholds ";
+                                "--search --csv-rows --thresholds --docs ";
     const size_t n = strlen(opt);
     for (const char *p = strstr(FLAGS, opt); p; p = strstr(p + 1, opt))
         if (p[-1] == ' ' && p[n] == ' ') return 1;

@@ -58,11 +58,47 @@ static int word(JsonReader *j, const char *w) {
     return 1;
 }
 
+/* The keys of an object read so far, for the check that none comes twice: a hash table of
+ * their indices once there are many (a tokenizer's vocabulary has a hundred thousand), so
+ * that the check stays linear. */
+typedef struct {
+    int *slot;  /* (cap) an index into the keys + 1; 0: empty */
+    size_t cap; /* a power of two, at least twice the keys; 0 while the object is small */
+} KeyIndex;
+#define KEY_INDEX_FROM 16 /* keys below this many are compared one by one */
+
+static size_t key_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return (size_t)h;
+}
+
+/* 1 when key is one of keys[0..n); else 0, and key (to become keys[n]) is indexed */
+static int key_seen(KeyIndex *ix, char *const *keys, int n, const char *key) {
+    if (n < KEY_INDEX_FROM) {
+        for (int k = 0; k < n; k++)
+            if (strcmp(keys[k], key) == 0) return 1;
+        if (n + 1 < KEY_INDEX_FROM) return 0;
+    }
+    if (2 * (size_t)(n + 1) > ix->cap) { /* (re)build the table from every key so far */
+        free(ix->slot);
+        ix->cap = ix->cap ? 2 * ix->cap : 4 * KEY_INDEX_FROM;
+        ix->slot = (int *)calloc_check(ix->cap, sizeof *ix->slot);
+        for (int k = 0; k < n; k++) {
+            size_t i = key_hash(keys[k]) & (ix->cap - 1);
+            while (ix->slot[i]) i = (i + 1) & (ix->cap - 1);
+            ix->slot[i] = k + 1;
+        }
+    }
+    size_t i = key_hash(key) & (ix->cap - 1);
+    for (; ix->slot[i]; i = (i + 1) & (ix->cap - 1))
+        if (strcmp(keys[ix->slot[i] - 1], key) == 0) return 1;
+    ix->slot[i] = n + 1;
+    return 0;
+}
+
 /* [v, v, ...] or {"k": v, ...}: items appended one at a time. */
-static int container(JsonReader *j, JsonValue *v, int depth, int object) {
-    v->type = object ? JSON_OBJECT : JSON_ARRAY;
-    j->i++; /* [ or { */
-    if (json_take(j, object ? '}' : ']')) return 0;
+static int items(JsonReader *j, JsonValue *v, int depth, int object, KeyIndex *ix) {
     int cap = 0;
     do {
         if (v->n == cap) {
@@ -74,12 +110,11 @@ static int container(JsonReader *j, JsonValue *v, int depth, int object) {
             char *key;
             json_ws(j);
             if (json_string(j, &key)) return -1;
-            for (int k = 0; k < v->n; k++)
-                if (strcmp(v->keys[k], key) == 0) {
-                    json_fail(j, "the key \"%.60s\" appears twice in one object", key);
-                    free(key);
-                    return -1;
-                }
+            if (key_seen(ix, v->keys, v->n, key)) {
+                json_fail(j, "the key \"%.60s\" appears twice in one object", key);
+                free(key);
+                return -1;
+            }
             v->keys[v->n] = key;
             if (json_expect(j, ':')) {
                 v->items[v->n++] = (JsonValue){JSON_NULL, 0, NULL, 0, NULL, NULL};
@@ -92,6 +127,16 @@ static int container(JsonReader *j, JsonValue *v, int depth, int object) {
         if (rc) return -1;
     } while (json_take(j, ','));
     return json_expect(j, object ? '}' : ']');
+}
+
+static int container(JsonReader *j, JsonValue *v, int depth, int object) {
+    v->type = object ? JSON_OBJECT : JSON_ARRAY;
+    j->i++; /* [ or { */
+    if (json_take(j, object ? '}' : ']')) return 0;
+    KeyIndex ix = {NULL, 0};
+    const int rc = items(j, v, depth, object, &ix);
+    free(ix.slot);
+    return rc;
 }
 
 static int value_at(JsonReader *j, JsonValue *v, int depth) {
