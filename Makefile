@@ -487,6 +487,20 @@ hf-compare: need-openblas $(BUILD)/moe
 	fi
 	PYTHON=$(PEER_VENV)/bin/python bash plots/hf/compare.sh
 
+# moe tokenizer against Hugging Face's tokenizers library on every document of the corpus
+# (plots/tok/compare.sh; plots/tok/compare.{csv,md}, and the fixtures of tests/test_tok.c):
+# tokenizers (and unicodedata2, for src/tok/unicode_gen.py) go into a developer environment of
+# their own, never into the build or the tests.
+TOK_VENV := $(BUILD)/venv-tok
+.PHONY: tok-compare
+tok-compare: $(BUILD)/moe
+	@if ! $(TOK_VENV)/bin/python -c 'import tokenizers, unicodedata2' 2>/dev/null; then \
+	  echo "tok-compare: installing tokenizers into $(TOK_VENV) (a developer tool)"; \
+	  python3 -m venv $(TOK_VENV) && $(TOK_VENV)/bin/pip install tokenizers 'unicodedata2==16.0.0' || \
+	  { echo "tok-compare: pip could not install tokenizers"; exit 2; }; \
+	fi
+	PYTHON=$(TOK_VENV)/bin/python bash plots/tok/compare.sh
+
 # The numbers the handbook quotes, against the files under plots/ (chapters/README.md, "Numbers
 # in the handbook"): book-check checks (make test runs it, tests/test_book.sh); book rewrites
 # each marked number that moved at its quoted precision and refreshes the copied tables and

@@ -1,0 +1,198 @@
+"""compare.py: moe.c's byte-level BPE (moe tokenizer) against Hugging Face's tokenizers library.
+
+    python compare.py MOE_BIN CORPUS_SHARD OUT_DIR FIXTURE_DIR
+
+Run by plots/tok/compare.sh (make tok-compare), which says what each part checks. Writes
+OUT_DIR/compare.csv and compare.md, and the test fixtures under FIXTURE_DIR.
+"""
+import csv
+import platform
+import struct
+import subprocess
+import sys
+import time
+
+import tokenizers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+SPECIAL = "<|endoftext|>"
+
+# the fixture texts: each a case the split patterns or the byte handling must get right
+TEXTS = [
+    b"Hello world! It's a test; they'll say we've done it, I'm sure you'd agree.",
+    "Привет, мир! Съешь же ещё этих мягких французских булок.".encode(),
+    "Größe: Übermäßig große Straße, ÄÖÜ äöü ß.".encode(),
+    b"int main(void) {\n    return 0x1F; // comment\n}\n",
+    "1234567890 3.14159 12,345,678 x2y33z444 \u0663\u0664\u0665 \u2460\u2461".encode(),
+    b"a  b   c\t\td \n\n  e   \n",
+    "'s 'S 'LL 'Re o'clock rock'n'roll ' '' 'ſa '\u212a".encode(),
+    b"line one\r\nline two\r\n\r\nthree\r",
+    "I \u2764\ufe0f \U0001f980 and \U0001f468\u200d\U0001f469\u200d\U0001f467 ok".encode(),
+    b"bad \xff\xfe bytes \xc3 and \xe2\x82 end \xed\xa0\x80 \xf0\x9f\x98",
+    ("one" + SPECIAL + "two " + SPECIAL + SPECIAL + " three<|endoftext").encode(),
+    b"",
+    b"   leading and trailing spaces   ",
+    "a\u00a0b\u3000c\u2028d\u0085e \tf".encode(),
+    b"!!!??? ... --- ===\n\n\n",
+]
+
+
+def read_shard(path):
+    """The documents of a moe.c token shard (src/io/data.h), as bytes."""
+    b = open(path, "rb").read()
+    n_docs = struct.unpack_from("<I", b, 24)[0]
+    base = 256 + 16 * n_docs
+    docs = []
+    for i in range(n_docs):
+        start, length, _ = struct.unpack_from("<QII", b, 256 + 16 * i)
+        docs.append(b[base + start: base + start + length])
+    return docs
+
+
+def library_tokenizer(pattern, vocab, docs):
+    """A byte-level BPE trained by the library on docs: GPT-2's layout (ByteLevel with its own
+    regex) or Llama 3's (a Split, then ByteLevel, and ignore_merges)."""
+    tok = Tokenizer(models.BPE(ignore_merges=pattern != "gpt2"))
+    if pattern == "gpt2":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3 if pattern == "llama3" else QWEN2), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, show_progress=False, special_tokens=[SPECIAL],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator((d.decode("utf-8", "replace") for d in docs), trainer)
+    return tok
+
+
+def moe(moe_bin, args, data):
+    return subprocess.run([moe_bin, "tokenizer"] + args, input=data, capture_output=True,
+                          check=True).stdout
+
+
+def compare(moe_bin, path, docs):
+    """Every document encoded by the library and by moe tokenizer encode --docs, id for id, and
+    decoded back by both. Returns (tokens, id mismatches, decode mismatches, first mismatch)."""
+    tok = Tokenizer.from_file(path)
+    texts = [d.decode("utf-8", "replace") for d in docs]
+    lib = [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
+    lines = moe(moe_bin, ["encode", "--tokenizer", path, "--docs"], b"\0".join(docs) + b"\0")
+    mine = [[int(x) for x in line.split()] for line in lines.decode().split("\n")[:-1]]
+    assert len(mine) == len(docs), (len(mine), len(docs))
+    back = moe(moe_bin, ["decode", "--tokenizer", path, "--docs"], lines).split(b"\0")[:-1]
+    lib_back = tok.decode_batch(lib, skip_special_tokens=False)
+    bad_ids = bad_text = 0
+    first = ""
+    for i, (a, b) in enumerate(zip(lib, mine)):
+        if a != b:
+            bad_ids += 1
+            first = first or "document %d: library %s, moe.c %s" % (i, a[:20], b[:20])
+        if back[i] != texts[i].encode() or lib_back[i] != texts[i]:
+            bad_text += 1
+            first = first or "document %d decodes differently" % i
+    return sum(map(len, lib)), bad_ids, bad_text, first
+
+
+def unicode_classes():
+    """The code points of \\p{L}, \\p{N} and \\s as the library's regular expressions see them,
+    against src/tok/unicode_tables.h's ranges. Returns the count that differ."""
+    cps = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    text = "".join(map(chr, cps))
+    header = open("src/tok/unicode_tables.h").read()
+    differ = 0
+    for name, pat in (("TOK_LETTER", r"\p{L}"), ("TOK_NUMBER", r"\p{N}"), ("TOK_SPACE", r"\s")):
+        rest = set()
+        for _, (a, b) in pre_tokenizers.Split(Regex(pat), "removed").pre_tokenize_str(text):
+            rest.update(cps[a:b])
+        lib = set(cps) - rest
+        body = header.split("%s[][2] = {" % name)[1].split("};")[0]
+        ours = set()
+        nums = [int(x, 16) for x in body.replace("{", " ").replace("}", " ").replace(",", " ").split()]
+        for a, b in zip(nums[0::2], nums[1::2]):
+            ours.update(range(a, b + 1))
+        differ += len(lib ^ ours)
+    return differ
+
+
+def fixtures(moe_bin, fixture_dir, docs):
+    """Two small tokenizers trained by the library (vocab 1000), the texts, and the ids and the
+    decoded text the library gives for each (for tests/test_tok.c, which runs no Python)."""
+    open(fixture_dir + "/texts.bin", "wb").write(b"\0".join(TEXTS) + b"\0")
+    for pattern in ("gpt2", "llama3"):
+        path = "%s/%s.json" % (fixture_dir, pattern)
+        library_tokenizer(pattern, 1000, docs).save(path)
+        tok = Tokenizer.from_file(path)
+        texts = [t.decode("utf-8", "replace") for t in TEXTS]
+        ids = [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
+        with open("%s/%s.ids" % (fixture_dir, pattern), "w") as f:
+            f.writelines(" ".join(map(str, i)) + "\n" for i in ids)
+        decoded = tok.decode_batch(ids, skip_special_tokens=False)
+        open("%s/decoded.bin" % fixture_dir, "wb").write(b"\0".join(d.encode() for d in decoded) + b"\0")
+
+
+def main():
+    moe_bin, shard, out, fixture_dir, tmp = sys.argv[1:6]
+    docs = read_shard(shard)
+    rows = []
+    for pattern, vocab in (("gpt2", 8000), ("llama3", 8000)):
+        t0 = time.time()
+        path = "%s/library-%s.json" % (tmp, pattern)
+        library_tokenizer(pattern, vocab, docs).save(path)
+        rows.append(("library", pattern, vocab, time.time() - t0) + compare(moe_bin, path, docs))
+    text = tmp + "/corpus.txt"
+    open(text, "wb").write(b"".join(docs))
+    for pattern, vocab in (("gpt2", 8000), ("llama3", 32000), ("qwen2", 8000)):
+        path = "%s/moe-%s.json" % (tmp, pattern)
+        t0 = time.time()
+        subprocess.run([moe_bin, "tokenizer", "train", "--vocab", str(vocab), "--from", text,
+                        "--out", path, "--pattern", pattern], check=True, capture_output=True)
+        rows.append(("moe.c", pattern, vocab, time.time() - t0) + compare(moe_bin, path, docs))
+    differ = unicode_classes()
+    fixtures(moe_bin, fixture_dir, docs)
+    write_report(out, docs, rows, differ)
+    bad = sum(r[5] + r[6] for r in rows) + differ
+    print("tok compare: %d documents, %d mismatches" % (len(docs), bad))
+    return 1 if bad else 0
+
+
+def write_report(out, docs, rows, differ):
+    head = ["trained_by", "pattern", "vocab", "train_s", "tokens", "id_mismatches",
+            "decode_mismatches"]
+    with open(out + "/compare.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["documents"] + head)
+        for r in rows:
+            w.writerow([len(docs)] + list(r[:3]) + ["%.1f" % r[3]] + list(r[4:7]))
+    commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    with open(out + "/compare.md", "w") as f:
+        f.write("# moe tokenizer against the tokenizers library\n\n")
+        f.write("Every document of data/corpus/train.bin (%d documents, %d bytes) encoded by "
+                "tokenizers %s (`encode(text, add_special_tokens=False)`) and by `moe tokenizer "
+                "encode --docs`, id for id, and decoded back by both (`moe tokenizer decode "
+                "--docs`; the library's `decode(ids, skip_special_tokens=False)`), with each "
+                "tokenizer.json trained by the library (its BpeTrainer, the byte alphabet, one "
+                "special token) and by `moe tokenizer train` (loaded by the library's "
+                "`Tokenizer.from_file`). plots/tok/compare.sh, `make tok-compare`.\n\n"
+                % (len(docs), sum(map(len, docs)), tokenizers.__version__))
+        f.write("| trained by | pattern | vocab | train s | tokens | id mismatches | decode mismatches |\n")
+        f.write("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n")
+        for r in rows:
+            f.write("| %s | %s | %d | %.1f | %d | %d | %d |\n" % (r[:4] + r[4:7]))
+        f.write("\nThe character classes \\p{L}, \\p{N} and \\s over every code point, the "
+                "library's regular expressions against src/tok/unicode_tables.h (Unicode 16.0): "
+                "%d differ.\n" % differ)
+        for r in rows:
+            if r[7]:
+                f.write("\nFirst mismatch, %s %s: %s\n" % (r[0], r[1], r[7]))
+        f.write("\nPython %s, tokenizers %s, %s; commit %s.\n"
+                % (platform.python_version(), tokenizers.__version__, platform.machine(), commit))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
