@@ -49,7 +49,7 @@ refuse() {
 
 # ---- 1. help ------------------------------------------------------------------------------
 echo "test_options: help"
-cmds="train eval sample export import upcycle info corpus synth bench"
+cmds="train eval sample export import upcycle info corpus synth bench tokenizer"
 out=$("$moe" help 2>&1)
 rc=$?
 missing=""

@@ -221,7 +221,7 @@ static const CmdHelp HELP[] = {
      "newline not encoded) as its ids on a line of standard output, as the tokenizers library's\n"
      "encode(text, add_special_tokens=False) gives them; decode: each line of ids as its text.\n"
      "  --vocab N             train: the vocabulary's size, 256 bytes and N - 256 merges\n"
-     "  --from FILE...        train: the text files to learn from (any bytes)\n"
+     "  --from FILE [FILE...] train: the text files to learn from (any bytes)\n"
      "  --out FILE            train: the tokenizer.json to write (refused when it exists)\n"
      "  --pattern NAME        train: how text is cut into words before merging: gpt2,\n"
      "                        llama3 (the default; digits in threes) or qwen2 (digits alone)\n"

@@ -407,10 +407,10 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         int (*fn)(int, char **);
-    } CMDS[] = {{"train", cmd_train},     {"eval", cmd_eval},      {"sample", cmd_sample},
-                {"export", cmd_export},   {"info", cmd_info},      {"corpus", cmd_corpus},
-                {"synth", cmd_synth},     {"bench", cmd_bench},    {"import", cmd_import},
-                {"upcycle", cmd_upcycle}, {"doctor", cmd_doctor},  {"plan", cmd_plan},
+    } CMDS[] = {{"train", cmd_train},     {"eval", cmd_eval},       {"sample", cmd_sample},
+                {"export", cmd_export},   {"info", cmd_info},       {"corpus", cmd_corpus},
+                {"synth", cmd_synth},     {"bench", cmd_bench},     {"import", cmd_import},
+                {"upcycle", cmd_upcycle}, {"doctor", cmd_doctor},   {"plan", cmd_plan},
                 {"compare", cmd_compare}, {"version", cmd_version}, {"tokenizer", cmd_tokenizer}};
     const char *cmd = strcmp(argv[1], "--version") == 0 ? "version" : argv[1];
     for (size_t i = 0; i < sizeof CMDS / sizeof CMDS[0]; i++)
