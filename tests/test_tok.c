@@ -5,7 +5,8 @@
  *     library trained (GPT-2's layout and Llama 3's, vocabulary 1000), fifteen texts (Russian,
  *     German, code, digits, white space, apostrophes, CRLF, emoji, ill-formed UTF-8, the special
  *     token) and the ids and text the library gave for them: moe.c's encoding id for id, and
- *     its decoding byte for byte;
+ *     its decoding byte for byte; the GPT-2 one also with its merges as "a b" strings; and
+ *     each file written back by tok_save is the library's, byte for byte;
  *   - the split patterns piece by piece on the cases where they differ, and UTF-8 read as the
  *     library reads it (U+FFFD for each maximal ill-formed part);
  *   - decoding undoes encoding;
@@ -62,7 +63,8 @@ static void ids_line(Tokenizer *t, const char *text, size_t n, char *out, size_t
     tok_ids_free(&ids);
 }
 
-static void check_fixture(const char *name) {
+/* the tokenizer FIXTURES/name.json against the library's ids FIXTURES/ids.ids */
+static void check_fixture(const char *name, const char *ids) {
     char path[256], *texts, *decoded;
     const char *text[MAX_TEXTS], *want_text[MAX_TEXTS];
     size_t len[MAX_TEXTS], want_len[MAX_TEXTS];
@@ -71,7 +73,7 @@ static void check_fixture(const char *name) {
     Tokenizer t;
     snprintf(path, sizeof path, FIXTURES "%s.json", name);
     load(&t, path);
-    snprintf(path, sizeof path, FIXTURES "%s.ids", name);
+    snprintf(path, sizeof path, FIXTURES "%s.ids", ids);
     FILE *f = fopen(path, "r");
     ck_assert_ptr_nonnull(f);
     static char want[65536], got[65536];
@@ -98,12 +100,37 @@ static void check_fixture(const char *name) {
 }
 
 START_TEST(test_fixture_gpt2) {
-    check_fixture("gpt2");
+    check_fixture("gpt2", "gpt2");
 }
 END_TEST
 
 START_TEST(test_fixture_llama3) {
-    check_fixture("llama3");
+    check_fixture("llama3", "llama3");
+}
+END_TEST
+
+/* GPT-2's own form: merges as "a b" strings, a ByteLevel post-processor (no token added) */
+START_TEST(test_fixture_strings) {
+    check_fixture("gpt2_strings", "gpt2");
+}
+END_TEST
+
+/* a file the library wrote, loaded and written back: the same bytes (the library's layout) */
+START_TEST(test_save_layout) {
+    static const char *const NAMES[] = {FIXTURES "gpt2.json", FIXTURES "llama3.json"};
+    for (int k = 0; k < 2; k++) {
+        Tokenizer t;
+        load(&t, NAMES[k]);
+        ck_assert_msg(tok_save(&t, tmp_path("again.json"), err, sizeof err) == 0, "%s", err);
+        long na, nb;
+        uint8_t *a = slurp(NAMES[k], &na), *b = slurp(tmp_path("again.json"), &nb);
+        long at = 0;
+        while (at < na && at < nb && a[at] == b[at]) at++;
+        ck_assert_msg(na == nb && at == na, "%s written back differs at byte %ld: %.60s", NAMES[k],
+                      at, (const char *)b + (at > 20 ? at - 20 : 0));
+        free(a), free(b);
+        tok_free(&t);
+    }
 }
 END_TEST
 
@@ -361,6 +388,8 @@ Suite *tok_suite(void) {
     tcase_add_checked_fixture(tc, tmp_setup, tmp_dir_remove);
     tcase_add_test(tc, test_fixture_gpt2);
     tcase_add_test(tc, test_fixture_llama3);
+    tcase_add_test(tc, test_fixture_strings);
+    tcase_add_test(tc, test_save_layout);
     tcase_add_test(tc, test_patterns);
     tcase_add_test(tc, test_utf8_lossy);
     tcase_add_test(tc, test_round_trip);

@@ -6,6 +6,7 @@ Run by plots/tok/compare.sh (make tok-compare), which says what each part checks
 OUT_DIR/compare.csv and compare.md, and the test fixtures under FIXTURE_DIR.
 """
 import csv
+import json
 import platform
 import struct
 import subprocess
@@ -133,6 +134,21 @@ def fixtures(moe_bin, fixture_dir, docs):
             f.writelines(" ".join(map(str, i)) + "\n" for i in ids)
         decoded = tok.decode_batch(ids, skip_special_tokens=False)
         open("%s/decoded.bin" % fixture_dir, "wb").write(b"\0".join(d.encode() for d in decoded) + b"\0")
+        if pattern == "gpt2":
+            legacy_form(path, "%s/gpt2_strings.json" % fixture_dir, texts, ids)
+
+
+def legacy_form(path, out, texts, ids):
+    """The same tokenizer as GPT-2's own file has it: its merges as "a b" strings, and a
+    ByteLevel post-processor (which adds no token); the library must give the same ids."""
+    d = json.load(open(path, encoding="utf-8"))
+    d["model"]["merges"] = [" ".join(m) for m in d["model"]["merges"]]
+    d["post_processor"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
+                           "use_regex": True}
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(d, f, ensure_ascii=False, indent=2)
+    again = [e.ids for e in Tokenizer.from_file(out).encode_batch(texts, add_special_tokens=False)]
+    assert again == ids, "the library encodes %s differently" % out
 
 
 def main():
@@ -170,6 +186,9 @@ def write_report(out, docs, rows, differ):
             w.writerow([len(docs)] + list(r[:3]) + ["%.1f" % r[3]] + list(r[4:7]))
     commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
+    if subprocess.run(["git", "diff", "--quiet", "HEAD", "--", ".", ":(exclude)plots/tok",
+                       ":(exclude)tests/data/tok"]).returncode:
+        commit += "-dirty"
     with open(out + "/compare.md", "w") as f:
         f.write("# moe tokenizer against the tokenizers library\n\n")
         f.write("Every document of data/corpus/train.bin (%d documents, %d bytes) encoded by "

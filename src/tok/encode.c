@@ -121,9 +121,9 @@ static void encode_piece(Tokenizer *t, const char *b, size_t n, TokIds *out) {
 static int added_at(const Tokenizer *t, const char *s, size_t n, size_t i) {
     int best = -1;
     size_t best_len = 0;
-    for (int k = 0; k < t->n_added; k++) {
-        const int id = t->added[k];
-        if (t->token[id][0] != s[i]) continue;
+    const int c = (uint8_t)s[i];
+    for (int k = t->added_from[c]; k < t->added_from[c + 1]; k++) {
+        const int id = t->added_by_byte[k];
         const size_t len = strlen(t->token[id]);
         if (len > best_len && len <= n - i && memcmp(s + i, t->token[id], len) == 0)
             best = id, best_len = len;

@@ -131,6 +131,15 @@ int tok_finish(Tokenizer *t, char *err, int errlen) {
                              "vocabulary has all 256, as tokenizers' ByteLevel.alphabet())",
                              b);
     }
+    /* the added tokens by first byte, for the scan of a text (Llama 3 has 256 of them) */
+    t->added_by_byte = (int *)malloc_check((size_t)(t->n_added + 1) * sizeof *t->added_by_byte);
+    memset(t->added_from, 0, sizeof t->added_from);
+    for (int k = 0; k < t->n_added; k++) t->added_from[(uint8_t)t->token[t->added[k]][0] + 1]++;
+    for (int c = 0; c < 256; c++) t->added_from[c + 1] += t->added_from[c];
+    int fill[256];
+    memcpy(fill, t->added_from, sizeof fill);
+    for (int k = 0; k < t->n_added; k++)
+        t->added_by_byte[fill[(uint8_t)t->token[t->added[k]][0]]++] = t->added[k];
     t->bytes = (char **)calloc_check((size_t)t->n_vocab, sizeof *t->bytes);
     t->n_bytes = (uint32_t *)calloc_check((size_t)t->n_vocab, sizeof *t->n_bytes);
     for (int id = 0; id < t->n_vocab; id++)
@@ -144,7 +153,7 @@ void tok_free(Tokenizer *t) {
         if (t->bytes) free(t->bytes[id]);
     }
     free(t->token), free(t->bytes), free(t->n_bytes), free(t->kind);
-    free(t->merges), free(t->added), free(t->cache_ids);
+    free(t->merges), free(t->added), free(t->added_by_byte), free(t->cache_ids);
     strmap_free(&t->vocab), strmap_free(&t->cache);
     pairmap_free(&t->rank);
     memset(t, 0, sizeof *t);

@@ -36,9 +36,12 @@ typedef struct {
     int (*merges)[3]; /* (n_merges) left id, right id, merged id, by rank */
     StrMap vocab;     /* the model's tokens -> id */
     PairMap rank;     /* (left, right) -> rank */
-    int *added;       /* (n_added) the ids of the added tokens */
+    int *added;       /* (n_added) the ids of the added tokens, in the file's order */
     int n_added;
-    StrMap cache; /* a piece's bytes -> offset in cache_ids: a count, then the ids */
+    int *added_by_byte;  /* (n_added) the same ids by their first byte (tok_finish) */
+    int added_from[257]; /* those of first byte c: added_by_byte[added_from[c], added_from[c + 1])
+                          */
+    StrMap cache;        /* a piece's bytes -> offset in cache_ids: a count, then the ids */
     int *cache_ids;
     size_t cache_len, cache_cap;
 } Tokenizer;
