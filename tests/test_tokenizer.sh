@@ -9,7 +9,8 @@
 #      loads; a line's newline is not encoded, and an empty line is an empty line of ids
 #   3. bad input exits 2 with a message and writes nothing: a missing or unsupported
 #      tokenizer.json, an id outside the vocabulary, unknown options and patterns, a --vocab
-#      below 256, an existing --out, a missing text file
+#      below 256, an existing --out, a missing text file; output that cannot be written is
+#      a failure (exit 1), not a silent success
 # Prints one line per check and "N passed, M failed"; a second or so in all.
 
 # shellcheck source=tests/lib/common.sh
@@ -99,6 +100,11 @@ refused "train, an --out that exists" "already exists" \
     "$moe" tokenizer train --vocab 300 --from "$tmp/words.txt" --out "$tmp/t1.json"
 [ "$(sha256sum "$tmp/t1.json")" = "$sum" ]
 check "the existing --out is untouched" $? ""
+if [ -w /dev/full ]; then
+    echo hi | "$moe" tokenizer encode --tokenizer $fix/gpt2.json > /dev/full 2> "$tmp/err"
+    [ $? = 1 ] && grep -q "writing standard output failed" "$tmp/err"
+    check "encode to a full disk (/dev/full): exit 1, not a silent success" $? "$(cat "$tmp/err")"
+fi
 "$moe" help tokenizer | grep -q -- '--docs'
 check "moe help tokenizer lists --docs" $? ""
 

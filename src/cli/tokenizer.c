@@ -68,7 +68,9 @@ static void parse(TokOpts *o, int argc, char **argv) {
 
 /* a whole file's bytes (*n of them), or exit 2 */
 static char *read_text(const char *path, size_t *n) {
-    const FileSpec spec = {"text file", "pass files of text to train on", NULL, TOK_TEXT_MAX};
+    const FileSpec spec = {"text file",
+                           "pass files of text, each at most 4 GiB (split a larger one)", NULL,
+                           TOK_TEXT_MAX};
     char err[1024];
     uint64_t size;
     FILE *in = open_regular(path, &spec, &size, err, sizeof err);
@@ -124,6 +126,13 @@ static void print_ids(const TokIds *ids) {
     putchar('\n');
 }
 
+/* standard output written in full, or exit 1 (a full disk, a closed pipe) */
+static int flushed(const char *sub) {
+    if (fflush(stdout) != 0 || ferror(stdout))
+        moe_fatal("moe tokenizer %s: writing standard output failed", sub);
+    return 0;
+}
+
 static int encode(Tokenizer *t, int docs) {
     char *line = NULL;
     size_t cap = 0;
@@ -137,7 +146,7 @@ static int encode(Tokenizer *t, int docs) {
     }
     free(line);
     tok_ids_free(&ids);
-    return 0;
+    return flushed("encode");
 }
 
 /* one line of ids as its text; exit 2 at the first word that is not an id of t */
@@ -165,7 +174,7 @@ static int decode(const Tokenizer *t, int docs) {
     long no = 0;
     while (getline(&line, &cap, stdin) > 0) decode_line(t, line, ++no, docs);
     free(line);
-    return 0;
+    return flushed("decode");
 }
 
 int cmd_tokenizer(int argc, char **argv) {
