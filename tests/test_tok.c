@@ -7,8 +7,9 @@
  *     token) and the ids and text the library gave for them: moe.c's encoding id for id, and
  *     its decoding byte for byte; the GPT-2 one also with its merges as "a b" strings; and
  *     each file written back by tok_save is the library's, byte for byte;
- *   - the split patterns piece by piece on the cases where they differ, and UTF-8 read as the
- *     library reads it (U+FFFD for each maximal ill-formed part);
+ *   - the split patterns piece by piece on the cases where they differ, the character classes
+ *     (Unicode 16.0) and the byte alphabet, and UTF-8 read as the library reads it (U+FFFD for
+ *     each maximal ill-formed part);
  *   - decoding undoes encoding;
  *   - training: the same text gives the same file; ids 0..255 are the bytes; the most frequent
  *     pair first and ties to the smaller pair of ids; the file written loads and encodes alike;
@@ -202,6 +203,34 @@ START_TEST(test_utf8_lossy) {
 }
 END_TEST
 
+/* the character classes, with code points new in Unicode 16.0 (the library's version) */
+START_TEST(test_classes) {
+    static const struct {
+        uint32_t cp;
+        char cls; /* L, N, S (white space) or - (none) */
+    } CASES[] = {{'a', 'L'},    {0x16A0, 'L'}, {0x1C89, 'L'},  {0x16D40, 'L'}, {'7', 'N'},
+                 {0x0663, 'N'}, {0x2460, 'N'}, {0x10D40, 'N'}, {0x1CCF0, 'N'}, {' ', 'S'},
+                 {0x0B, 'S'},   {0x85, 'S'},   {0xA0, 'S'},    {0x2028, 'S'},  {0x3000, 'S'},
+                 {'_', '-'},    {0x200B, '-'}, {0x1F980, '-'}, {0x1C, '-'},    {0x10FFFF, '-'}};
+    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
+        const uint32_t c = CASES[k].cp;
+        const char got = tok_is_letter(c)   ? 'L'
+                         : tok_is_number(c) ? 'N'
+                         : tok_is_space(c)  ? 'S'
+                                            : '-';
+        ck_assert_msg(got == CASES[k].cls, "U+%04X: %c, not %c", c, got, CASES[k].cls);
+    }
+    for (int b = 0; b < 256; b++) { /* the byte alphabet: one character a byte, and back */
+        const uint32_t c = tok_byte_char((uint8_t)b);
+        ck_assert_int_eq(tok_char_byte(c), b);
+        ck_assert(!tok_is_space(c) && c > 0x20 && c != 0x7F && c != 0xAD);
+    }
+    ck_assert_int_eq(tok_byte_char(' '), 0x120);
+    ck_assert_int_eq(tok_byte_char('\n'), 0x10A);
+    ck_assert_int_eq(tok_char_byte(0x144), -1);
+}
+END_TEST
+
 START_TEST(test_round_trip) {
     Tokenizer t;
     load(&t, FIXTURES "llama3.json");
@@ -392,6 +421,7 @@ Suite *tok_suite(void) {
     tcase_add_test(tc, test_save_layout);
     tcase_add_test(tc, test_patterns);
     tcase_add_test(tc, test_utf8_lossy);
+    tcase_add_test(tc, test_classes);
     tcase_add_test(tc, test_round_trip);
     tcase_add_test(tc, test_train);
     tcase_add_test(tc, test_train_order);
