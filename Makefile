@@ -529,7 +529,8 @@ smoke-reference: $(BUILD)/moe
 # ---- fuzzing: the file readers under libFuzzer (tests/fuzz/) ---------------------------------
 # One harness per reader: the config parser, safetensors (with its JSON header parser), the
 # checkpoint reader, the shard reader, the CSV reader of moe doctor and the JSON tree of a
-# Hugging Face config.json, each linked with the reader's sources built by clang
+# Hugging Face config.json, the tokenizer (a tokenizer.json read, any text encoded and decoded
+# back), each linked with the reader's sources built by clang
 # under -fsanitize=fuzzer,address,undefined (no OpenMP, no OpenBLAS: the readers need neither).
 # `make fuzz` runs each for FUZZ_SECONDS from its committed seeds (tests/fuzz/seeds/NAME/);
 # any crash, leak, sanitizer report or slow input fails it. New inputs go to
@@ -538,10 +539,10 @@ smoke-reference: $(BUILD)/moe
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 15
 FUZZ_BUILD := build/fuzz
-FUZZ_NAMES := config safetensors checkpoint shard csv json
+FUZZ_NAMES := config safetensors checkpoint shard csv json tok
 FUZZ_LIB_SRC := src/base/util.c src/config/config.c src/config/config_check.c src/config/keys.c src/io/files.c src/io/json.c \
                 src/io/safetensors.c src/io/tensorfile.c src/io/shard.c src/io/loader.c src/io/csv_table.c \
-                src/io/json_value.c src/io/mix.c
+                src/io/json_value.c src/io/mix.c $(wildcard src/tok/*.c)
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer -Wall -Wextra \
                -Wno-unused-parameter -Isrc -Itests/fuzz -DMOE_HAVE_OPENMP=0 -DMOE_HAVE_MPI=0 \
