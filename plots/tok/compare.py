@@ -8,6 +8,7 @@ OUT_DIR/compare.csv and compare.md, and the test fixtures under FIXTURE_DIR.
 import csv
 import json
 import platform
+import random
 import struct
 import subprocess
 import sys
@@ -151,15 +152,35 @@ def legacy_form(path, out, texts, ids):
     assert again == ids, "the library encodes %s differently" % out
 
 
+# the parts of the random texts: what the split patterns and the byte handling must get right,
+# side by side in every order (no NUL: it ends a document of --docs)
+PARTS = [b"a", b"Zq", b"the", b"I", b" ", b"  ", b"\t", b"\n", b"\r\n", b"\r", b"\x0b", b"\x0c",
+         b"'", b"'s", b"'S", b"'ll", b"'LL", b"'re", b"'Ve", b"'m", b"'d", b"'t", b"1", b"12",
+         b"1234", b"!", b"?!", b"...", b"-", b"_", b"(", b"){", b"//", b"\"", b"\x01", b"\x1c",
+         b"\x7f", b"<|endoftext|>", b"<|endoftext", b"\xff", b"\xc3", b"\xe2\x82", b"\xed\xa0\x80",
+         b"\xf0\x9f\x98", b"\x80"] + [t.encode() for t in [
+         "\u00a0", "\u2028", "\u3000", "\u0085", "\u200b", "\u017f", "'\u017f", "\u0663",
+         "\u2460", "\U0001d7d8", "\u00bd", "\u00e9", "\u00df", "\u0416", "\u0436", "\u65e5\u672c",
+         "\u0905", "\u093f", "e\u0301", "\u01c5", "\u02b0", "\u00ab\u00bb", "\u3002", "\u2014",
+         "\U0001f980", "\u2764\ufe0f", "\U0001f468\u200d\U0001f469", "\u1c89", "\U00010d40"]]
+
+
+def random_texts(n, seed=0):
+    rng = random.Random(seed)
+    return [b"".join(rng.choice(PARTS) for _ in range(rng.randint(1, 40))) for _ in range(n)]
+
+
 def main():
     moe_bin, shard, out, fixture_dir, tmp = sys.argv[1:6]
     docs = read_shard(shard)
-    rows = []
+    texts = random_texts(5000)
+    rows = []  # (texts, documents, trained by, pattern, vocab, train s) + compare()'s
+    paths = []
     for pattern, vocab in (("gpt2", 8000), ("llama3", 8000)):
         t0 = time.time()
         path = "%s/library-%s.json" % (tmp, pattern)
         library_tokenizer(pattern, vocab, docs).save(path)
-        rows.append(("library", pattern, vocab, time.time() - t0) + compare(moe_bin, path, docs))
+        paths.append(("library", pattern, vocab, time.time() - t0, path))
     text = tmp + "/corpus.txt"
     open(text, "wb").write(b"".join(docs))
     for pattern, vocab in (("gpt2", 8000), ("llama3", 32000), ("qwen2", 8000)):
@@ -167,23 +188,26 @@ def main():
         t0 = time.time()
         subprocess.run([moe_bin, "tokenizer", "train", "--vocab", str(vocab), "--from", text,
                         "--out", path, "--pattern", pattern], check=True, capture_output=True)
-        rows.append(("moe.c", pattern, vocab, time.time() - t0) + compare(moe_bin, path, docs))
+        paths.append(("moe.c", pattern, vocab, time.time() - t0, path))
+    for name, some in (("corpus", docs), ("random", texts)):
+        for by, pattern, vocab, seconds, path in paths:
+            rows.append((name, len(some), by, pattern, vocab, seconds) + compare(moe_bin, path, some))
     differ = unicode_classes()
     fixtures(moe_bin, fixture_dir, docs)
     write_report(out, docs, rows, differ)
-    bad = sum(r[5] + r[6] for r in rows) + differ
-    print("tok compare: %d documents, %d mismatches" % (len(docs), bad))
+    bad = sum(r[7] + r[8] for r in rows) + differ
+    print("tok compare: %d documents, %d random texts, %d mismatches" % (len(docs), len(texts), bad))
     return 1 if bad else 0
 
 
 def write_report(out, docs, rows, differ):
-    head = ["trained_by", "pattern", "vocab", "train_s", "tokens", "id_mismatches",
-            "decode_mismatches"]
+    head = ["texts", "documents", "trained_by", "pattern", "vocab", "train_s", "tokens",
+            "id_mismatches", "decode_mismatches"]
     with open(out + "/compare.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["documents"] + head)
+        w.writerow(head)
         for r in rows:
-            w.writerow([len(docs)] + list(r[:3]) + ["%.1f" % r[3]] + list(r[4:7]))
+            w.writerow(list(r[:5]) + ["%.1f" % r[5]] + list(r[6:9]))
     commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     if subprocess.run(["git", "diff", "--quiet", "HEAD", "--", ".", ":(exclude)plots/tok",
@@ -191,24 +215,27 @@ def write_report(out, docs, rows, differ):
         commit += "-dirty"
     with open(out + "/compare.md", "w") as f:
         f.write("# moe tokenizer against the tokenizers library\n\n")
-        f.write("Every document of data/corpus/train.bin (%d documents, %d bytes) encoded by "
+        f.write("Every document of data/corpus/train.bin (%d documents, %d bytes), and %d random "
+                "texts of up to 40 hard parts each (white space of every kind, line breaks, "
+                "contractions in both cases, digits and letters of several scripts, combining "
+                "marks, emoji, the special token whole and cut, ill-formed UTF-8), encoded by "
                 "tokenizers %s (`encode(text, add_special_tokens=False)`) and by `moe tokenizer "
                 "encode --docs`, id for id, and decoded back by both (`moe tokenizer decode "
                 "--docs`; the library's `decode(ids, skip_special_tokens=False)`), with each "
                 "tokenizer.json trained by the library (its BpeTrainer, the byte alphabet, one "
                 "special token) and by `moe tokenizer train` (loaded by the library's "
                 "`Tokenizer.from_file`). plots/tok/compare.sh, `make tok-compare`.\n\n"
-                % (len(docs), sum(map(len, docs)), tokenizers.__version__))
-        f.write("| trained by | pattern | vocab | train s | tokens | id mismatches | decode mismatches |\n")
-        f.write("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n")
+                % (len(docs), sum(map(len, docs)), rows[-1][1], tokenizers.__version__))
+        f.write("| texts | trained by | pattern | vocab | train s | tokens | id mismatches | decode mismatches |\n")
+        f.write("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n")
         for r in rows:
-            f.write("| %s | %s | %d | %.1f | %d | %d | %d |\n" % (r[:4] + r[4:7]))
+            f.write("| %s | %s | %s | %d | %.1f | %d | %d | %d |\n" % ((r[0],) + r[2:9]))
         f.write("\nThe character classes \\p{L}, \\p{N} and \\s over every code point, the "
                 "library's regular expressions against src/tok/unicode_tables.h (Unicode 16.0): "
                 "%d differ.\n" % differ)
         for r in rows:
-            if r[7]:
-                f.write("\nFirst mismatch, %s %s: %s\n" % (r[0], r[1], r[7]))
+            if r[9]:
+                f.write("\nFirst mismatch, %s, %s %s: %s\n" % (r[0], r[2], r[3], r[9]))
         f.write("\nPython %s, tokenizers %s, %s; commit %s.\n"
                 % (platform.python_version(), tokenizers.__version__, platform.machine(), commit))
 
