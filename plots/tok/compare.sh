@@ -7,8 +7,9 @@
 #   PYTHON=path/to/python bash plots/tok/compare.sh   # a python that has tokenizers
 #
 # (a) the library trains a GPT-2-style (ByteLevel with its regex) and a Llama-3-style (a Split,
-# then ByteLevel, ignore_merges) tokenizer.json on the corpus; (b) every document is encoded by
-# the library and by moe tokenizer encode --docs, compared id for id, and decoded back by both;
+# then ByteLevel, ignore_merges) tokenizer.json on the corpus; (b) every document, and 5000
+# random texts of hard parts side by side, is encoded by the library and by moe tokenizer encode
+# --docs, compared id for id, and decoded back by both;
 # (c) moe tokenizer train's own files (gpt2, llama3 at 32k, qwen2) are loaded by the library and
 # compared the same way; (d) the character classes of every code point against
 # src/tok/unicode_tables.h. Writes plots/tok/compare.csv and compare.md, and the fixtures the
