@@ -118,10 +118,10 @@ static int read_pre_tokenizer(const JsonValue *pre, int *pattern, char *err, int
         }
     }
     return set_error(err, errlen,
-                     "pre_tokenizer is %s%s%s: supported are ByteLevel with use_regex "
-                     "true (GPT-2's pattern) and a Sequence of a Split and a ByteLevel with "
+                     "pre_tokenizer is %s%s, not one supported: a ByteLevel with use_regex "
+                     "true (GPT-2's pattern), or a Sequence of a Split and a ByteLevel with "
                      "use_regex false",
-                     ty[0] ? "of type " : type_name(pre), ty, "");
+                     ty[0] ? "of type " : type_name(pre), ty);
 }
 
 /* model: BPE's options, each as byte-level BPE has it */
