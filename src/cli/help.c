@@ -137,6 +137,9 @@ static const CmdHelp HELP[] = {
               "  --domains N           sources (domains), 1 to 8 (default 3)\n"
               "  --tokens N            training tokens (default 200000)\n"
               "  --doc-len N           tokens per document (default 512)\n"
+              "  --vocab N             the ids' vocabulary, 256 (bytes, the default) to\n"
+              "                        16777216: the same sources, their ids spread over it\n"
+              "                        (shards for model.vocab=N)\n"
               "  --seed N              the seed (default 1)\n"
               "  --help                this text\n"},
     {"bench",

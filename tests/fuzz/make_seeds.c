@@ -58,7 +58,8 @@ int main(int argc, char **argv) {
     static const ShardDoc docs[3] = {{0, 5, 0}, {5, 7, 1}, {12, 4, 0}};
     static const char names[2][SHARD_DOMAIN_NAME] = {"en", "code"};
     snprintf(p, sizeof p, "%s/shard/tiny.bin", argv[1]);
-    if (shard_write(p, toks, 16, docs, 3, names, 2, err, sizeof err) != 0) moe_fatal("%s", err);
+    if (shard_write_bytes(p, toks, 16, docs, 3, names, 2, err, sizeof err) != 0)
+        moe_fatal("%s", err);
 
     const char *keys[2] = {"format", "config"}, *vals[2] = {"moe.c", "model.d_model = 64\n"};
     snprintf(p, sizeof p, "%s/safetensors/tiny.safetensors", argv[1]);
