@@ -267,6 +267,8 @@ START_TEST(test_ckpt_fields) {
     expect_in("train.steps=10");
     write_ckpt(path, 10);
     ck_assert_msg(checkpoint_config(path, &c, err, sizeof err) == 0, "%s", err);
+    /* its settings have no model.vocab line, as a checkpoint from before the key: bytes */
+    ck_assert_int_eq(c.vocab, 256);
     TensorRef none[1];
     ck_assert_int_eq(ckpt_write(path, 1ull << 62, "", none, 0, err, sizeof err), -1);
     free(b);
