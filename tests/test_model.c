@@ -64,8 +64,8 @@ static void vocab_tokens(const Config *c, int *in, int *tg, int n, unsigned long
     if (c->vocab == 256) return;
     Rng r;
     rng_seed(&r, seed);
-    for (int i = 0; i < n; i++)
-        in[i] = (int)rng_below(&r, (uint64_t)c->vocab), tg[i] = (int)rng_below(&r, (uint64_t)c->vocab);
+    const uint64_t V = (uint64_t)c->vocab;
+    for (int i = 0; i < n; i++) in[i] = (int)rng_below(&r, V), tg[i] = (int)rng_below(&r, V);
     in[0] = tg[1] = c->vocab - 1;
     in[1] = tg[0] = 256 % c->vocab;
 }
