@@ -203,8 +203,8 @@ static void prefill_windows(Decoder *d, const int *win, const int *wlen, int S, 
     free(pad);
 }
 
-/* logits (S, MOE_VOCAB) (sample's models read bytes) = the last row's logits of a full forward over
- * each window, brought to the host (--no-cache: the reference). */
+/* logits (S, MOE_VOCAB: sample's models are byte models) = the last row's logits of a full
+ * forward over each window, brought to the host (--no-cache: the reference). */
 static void window_logits(float *logits, Model *m, const int *win, const int *wlen, int S, int T) {
     for (int s = 0; s < S; s++) { /* the last row's logits, brought to the host */
         model_forward(m, win + (size_t)s * T, NULL, 1, wlen[s], NULL);

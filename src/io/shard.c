@@ -76,7 +76,7 @@ static int check_header(Shard *s, const uint8_t *h, const char *path, char *err,
     }
     /* version 2 holds bytes: no vocabulary field, the reserved bytes start where it is now */
     const int v2 = version == SHARD_VERSION_BYTES;
-    s->vocab = v2 ? 256 : le_get_u32(h + HDR_VOCAB);
+    s->vocab = v2 ? SHARD_BYTE_VOCAB : le_get_u32(h + HDR_VOCAB);
     s->tokenizer_crc32 = v2 ? 0 : le_get_u32(h + HDR_TOKENIZER_CRC);
     s->token_bytes = token_bytes;
     if (s->vocab < 2 || s->vocab > SHARD_MAX_VOCAB) {
