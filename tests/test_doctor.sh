@@ -137,16 +137,18 @@ for f in divergence:3 router_collapse:3 loss_rising:1 loss_spikes:1 grad_spikes:
 done
 # a uniform guess costs ln model.vocab: losses falling from 6.5 to 5.7 are no better than one over
 # the bytes (ln 256 = 5.55), and far better than one over 16384 ids (ln 16384 = 9.70)
-for v in 256:no_learning 16384:; do
-  vocab=${v%:*} want=${v#*:}
+for v in 256:no_learning:3 16384::0; do
+  IFS=: read -r vocab want status <<< "$v"
   mkrun "$tmp/v$vocab" none
   echo "model.vocab = $vocab" >> "$tmp/v$vocab/config.txt"
   awk -F, -v OFS=, 'NR > 1 { $2 += 3.5; if ($8 != "") $8 += 3.5 } 1' "$tmp/v$vocab/train.csv" \
     > "$tmp/shifted.csv" && mv "$tmp/shifted.csv" "$tmp/v$vocab/train.csv"
   "$moe" doctor "$tmp/v$vocab" > "$tmp/out" 2>&1
-  [ "$(found "$tmp/out")" = "$want" ] && { [ -z "$want" ] || grep -q "at least ln $vocab = " "$tmp/out"; }
-  check "losses of 5.7 to 6.5 at model.vocab=$vocab: ${want:-no finding} (a uniform guess is ln $vocab)" \
-    $? "found '$(found "$tmp/out")': $(head -n 6 "$tmp/out")"
+  rc=$?
+  [ $rc = "$status" ] && [ "$(found "$tmp/out")" = "$want" ] &&
+    { [ -z "$want" ] || grep -q "at least ln $vocab = " "$tmp/out"; }
+  check "losses of 5.7 to 6.5 at model.vocab=$vocab: ${want:-no finding}, exit $status (a uniform guess is ln $vocab)" \
+    $? "exit $rc, found '$(found "$tmp/out")': $(head -n 6 "$tmp/out")"
 done
 "$moe" doctor "$tmp/router_collapse" > "$tmp/out"
 grep -q "layer 1: experts 0, 1 take 80 % of the assignments" "$tmp/out"
