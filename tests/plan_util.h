@@ -30,7 +30,7 @@ static inline void run_preset(PlanInput *in, const char *name) {
  * nodes of 4, laid out tp 2, ep 2, dp 4, micro-batches of 2 out of 16 sequences. */
 static inline void hand_input(PlanInput *in) {
     plan_defaults(in);
-    in->m.vocab = 1000;
+    in->m.c.vocab = 1000;
     Config *m = &in->m.c; /* the engine's keys of the model */
     m->d_model = 64, m->n_layer = 2, m->n_head = 4, m->d_ff = 128;
     m->first_dense = 1, m->every = 1, m->num_experts = 4, m->top_k = 2, m->d_expert = 32;

@@ -97,7 +97,7 @@ static void case_embed_rows(const Backend *be, Outs *o) {
     float *dx = dev_rand(be, (size_t)N * C, 1.0f, 4), *demb = dev_rand(be, (size_t)V * C, 0.1f, 5);
     be->embed_forward(be, x, dtok, emb, N, C);
     out_f(o, be, "embed_forward", x, (size_t)N * C);
-    be->embed_backward(be, demb, dx, dtok, N, C);
+    be->embed_backward(be, demb, dx, dtok, N, C, V);
     out_f(o, be, "embed_backward (accumulated)", demb, (size_t)V * C);
     float *r = be_floats(be, (size_t)N * C);
     be->permute_rows(be, r, dx, dto, N, C, 0);

@@ -27,6 +27,8 @@ tiny=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set mo
       --set moe.jitter=0.05 --set moe.noise=0.1 --set train.batch=4 --set train.warmup=3
       --set "data.train=$data/train.bin" --set "data.val=$data/val.bin" --quiet)
 "$moe" synth --out "$data" --tokens 30000 --seed 5 > /dev/null 2>&1
+# the same sources' ids spread over a vocabulary of 1000 (2-byte shards), for model.vocab=1000
+"$moe" synth --out "$tmp/data1000" --tokens 30000 --seed 5 --vocab 1000 > /dev/null 2>&1
 
 # shellcheck source=tests/lib/csv_close.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib/csv_close.sh"
@@ -106,6 +108,7 @@ fenced_modes=("dropless softmax, aux:"
               "expert choice:--set moe.routing=expert_choice --set moe.balance=none"
               "seq_aux, top-k before softmax, a shared expert:--set moe.balance=seq_aux --set moe.topk_before_softmax=1 --set moe.num_shared=1"
               "a multi-token prediction module (its MoE block, its own losses' place), a tied head:--set model.mtp_depth=1 --set model.tied=1"
+              "a vocabulary of 1000 from 2-byte shards, a multi-token prediction module:--set model.vocab=1000 --set data.train=$tmp/data1000/train.bin --set data.val=$tmp/data1000/val.bin --set model.mtp_depth=1"
               "grouped-query heads of their own width, qk-norm over the projection:--set model.n_head=4 --set model.kv_heads=2 --set model.head_dim=12 --set model.qk_norm=full"
               "latent attention:--set model.attention=mla --set mla.q_rank=16 --set mla.kv_rank=12 --set mla.rope_dim=4 --set mla.nope_dim=8 --set mla.v_dim=10")
 for entry in "${fenced_modes[@]}"; do

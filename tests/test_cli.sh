@@ -12,7 +12,8 @@
 #      the checkpoint), which lowers MaxVio against no balancing
 #   3. bad input (command line, config, data, checkpoint) exits 2 with a message naming the
 #      problem, and writes nothing: a new --out is not created, an existing run directory
-#      keeps every file byte-identical (sha256sum before and after)
+#      keeps every file byte-identical (sha256sum before and after); among it model.vocab out
+#      of range and shards of another vocabulary than model.vocab
 #   4. eval, sample, export (safetensors header), info --ckpt and info --keys; --config NAME
 #      of a preset (train, upcycle, import), a file of that name winning, info --presets
 #   5. a dense model (moe.num_experts=0) trains and its router.csv holds only the header
@@ -322,6 +323,19 @@ cp "$data/val.bin" "$tmp/magic.bin"
 printf 'NOTASHRD' | dd of="$tmp/magic.bin" conv=notrunc status=none
 reject "data file with a bad magic" "magic.bin;magic" \
     "$moe" "${T[@]}" --set "data.val=$tmp/magic.bin"
+# model.vocab: its range, and shards of its vocabulary alone (synth --vocab writes others)
+reject "model.vocab below 2" "model\.vocab;>= 2;got 1" "$moe" "${T[@]}" --set model.vocab=1
+reject "model.vocab above 2^24" "model\.vocab;<= 16777216" \
+    "$moe" "${T[@]}" --set model.vocab=16777217
+"$moe" synth --out "$tmp/v300" --tokens 5000 --vocab 300 > /dev/null 2>&1
+reject "a shard of another vocabulary than model.vocab" \
+    "v300/train\.bin;vocabulary of 300;model\.vocab=256;train with model\.vocab=300" \
+    "$moe" "${T[@]}" --set "data.train=$tmp/v300/train.bin"
+reject "model.vocab=300 with a byte validation shard" \
+    "data\.val;val\.bin;vocabulary of 256 \(bytes\);model\.vocab=300" \
+    "$moe" "${T[@]}" --set model.vocab=300 --set "data.train=$tmp/v300/train.bin"
+reject "synth --vocab below the bytes" "--vocab;\[256, 16777216\];100" \
+    "$moe" synth --out "$bad_out" --vocab 100
 printf 'model.d_model = 32\nmodel.n_layr = 2\n' > "$tmp/typo.txt"
 reject "config file with a typo names file, line and key" "typo\.txt:2;model\.n_layer" \
     "$moe" train --out "$bad_out" --config "$tmp/typo.txt"

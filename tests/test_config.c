@@ -31,6 +31,7 @@ typedef struct {
     { key, offsetof(Config, field), MOE_PATH_MAX, 1, value }
 
 static const Field FIELDS[] = {
+    F("model.vocab", vocab, "1000"),
     F("model.d_model", d_model, "256"),
     F("model.n_layer", n_layer, "6"),
     F("model.n_head", n_head, "8"),

@@ -12,7 +12,8 @@
 #      the file's evaluation settings (no --set); an aux_free model's router biases travel too
 #      (its imported validation loss is exactly the checkpoint's, and routing without the biases
 #      gives another); a file without moe.c's metadata is refused, naming the settings it lacks
-#      and their --set, and imports with them given (a note says its bytes are unchecked)
+#      and their --set, and imports with them given (a note says its bytes are unchecked); the
+#      vocabulary of such a file is tok_emb's rows (a model of 300 ids back with its loss)
 #   4. (also) the checksum: a changed byte in an exported file's config text, tensor bytes or
 #      checksum digits is refused with exit 2 and nothing written
 #   4. bad input exits 2 with a message and writes nothing: upcycling an MoE, a drop ratio
@@ -143,6 +144,23 @@ bare_val=$(val_of "$("$moe" eval --ckpt "$tmp/bare.bin" --batches 4 --set "data.
 [ $rc -eq 0 ] && [ "$bare_val" = "$up_val" ] && grep -q "note: .*no moe.crc32 checksum" <<< "$out"
 check "... with them given: imports (a note: unchecked), val loss $bare_val == $up_val" $? \
     "exit $rc: $out"
+# a model of 300 ids: its vocabulary comes from tok_emb's rows (model.vocab=300)
+"$moe" synth --out "$tmp/d300" --tokens 20000 --seed 3 --vocab 300 > /dev/null
+"$moe" train --out "$tmp/v300" "${dense_set[@]}" --set model.vocab=300 --set train.steps=4 \
+    --set train.warmup=1 --set "data.train=$tmp/d300/train.bin" --set "data.val=$tmp/d300/val.bin" \
+    --quiet > /dev/null 2>&1 &&
+    "$moe" export --ckpt "$tmp/v300/ckpt.bin" --out "$tmp/v300.safetensors" > /dev/null 2>&1 &&
+    strip_metadata "$tmp/v300.safetensors" "$tmp/v300-bare.safetensors" &&
+    out=$("$moe" import --from "$tmp/v300-bare.safetensors" --out "$tmp/v300-bare.bin" \
+          --set model.n_head=2 --set model.seq_len=32 --set model.rope_theta=10000 2>&1)
+rc=$?
+a=$(val_of "$("$moe" eval --ckpt "$tmp/v300/ckpt.bin" --batches 2 2>&1)")
+b=$(val_of "$("$moe" eval --ckpt "$tmp/v300-bare.bin" --batches 2 --set train.batch=4 \
+    --set "data.val=$tmp/d300/val.bin" 2>&1)")
+[ $rc -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ] &&
+    "$moe" info --ckpt "$tmp/v300-bare.bin" | grep -qx 'model.vocab = 300'
+check "a file without metadata of a model of 300 ids: model.vocab=300 from tok_emb, val loss $a == $b" \
+    $? "exit $rc: $out"
 
 
 # ---- 4. bad input ----------------------------------------------------------------------

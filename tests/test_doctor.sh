@@ -4,7 +4,8 @@
 #   1. every rule on a made-up run directory: a healthy one (two MoE blocks of 8 experts, 100
 #      steps) gives exit 0 and no finding; each copy with one fault gives exactly the finding
 #      of that fault (no other) and the exit status of its severity (3 failure, 1 warning,
-#      0 for the note of an unfinished run; no_learning: a loss of 1e23 at every step);
+#      0 for the note of an unfinished run; no_learning: a loss of 1e23 at every step, and
+#      one above ln 256 at model.vocab=256 but not at 16384, whose uniform guess is ln 16384);
 #      --threshold moves a rule's line; gradient-norm steps of 1.5-2x the usual, which
 #      train.csv flags, are no grad_spikes, and the demo's run (tests/doctor/demo, a copy of
 #      moe train's output) is healthy
@@ -133,6 +134,21 @@ for f in divergence:3 router_collapse:3 loss_rising:1 loss_spikes:1 grad_spikes:
     grep -q "^  fix: " "$tmp/out" && grep -q "^  read:     handbook 6\." "$tmp/out"
   check "$name: exactly that finding, with evidence, fix and section; exit $want" $? \
     "exit $rc, found '$(found "$tmp/out")': $(cat "$tmp/out")"
+done
+# a uniform guess costs ln model.vocab: losses falling from 6.5 to 5.7 are no better than one over
+# the bytes (ln 256 = 5.55), and far better than one over 16384 ids (ln 16384 = 9.70)
+for v in 256:no_learning:3 16384::0; do
+  IFS=: read -r vocab want status <<< "$v"
+  mkrun "$tmp/v$vocab" none
+  echo "model.vocab = $vocab" >> "$tmp/v$vocab/config.txt"
+  awk -F, -v OFS=, 'NR > 1 { $2 += 3.5; if ($8 != "") $8 += 3.5 } 1' "$tmp/v$vocab/train.csv" \
+    > "$tmp/shifted.csv" && mv "$tmp/shifted.csv" "$tmp/v$vocab/train.csv"
+  "$moe" doctor "$tmp/v$vocab" > "$tmp/out" 2>&1
+  rc=$?
+  [ $rc = "$status" ] && [ "$(found "$tmp/out")" = "$want" ] &&
+    { [ -z "$want" ] || grep -q "at least ln $vocab = " "$tmp/out"; }
+  check "losses of 5.7 to 6.5 at model.vocab=$vocab: ${want:-no finding}, exit $status (a uniform guess is ln $vocab)" \
+    $? "exit $rc, found '$(found "$tmp/out")': $(head -n 6 "$tmp/out")"
 done
 "$moe" doctor "$tmp/router_collapse" > "$tmp/out"
 grep -q "layer 1: experts 0, 1 take 80 % of the assignments" "$tmp/out"

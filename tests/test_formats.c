@@ -5,7 +5,9 @@
  *     XOR 0xFF, is refused with a message that names the file and the problem;
  *   - each header field's own bound or check, with the checksums made to match (as a crafted
  *     file would have them): a step of 2^62, absurd counts and sizes, reserved bytes, records
- *     that do not tile; a version-1 checkpoint still reads, a version-1 shard does not;
+ *     that do not tile, a vocabulary and id width that disagree, an id outside the vocabulary;
+ *     a version-1 checkpoint still reads, a version-1 shard does not, a version-2 (byte) shard
+ *     does;
  *   - a FIFO, a directory, /dev/zero and /dev/null given to every reader (checkpoint, shard,
  *     safetensors, config file) are refused at once, never read or waited on;
  *   - config files with NUL bytes and over the size limit;
@@ -45,7 +47,8 @@ static const ShardDoc DOCS[3] = {{0, 5, 0}, {5, 7, 1}, {12, 4, 0}};
 static const char NAMES[2][SHARD_DOMAIN_NAME] = {"en", "code"};
 
 static void write_shard(const char *path) {
-    ck_assert_msg(shard_write(path, TOKS, 16, DOCS, 3, NAMES, 2, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(shard_write_bytes(path, TOKS, 16, DOCS, 3, NAMES, 2, err, sizeof err) == 0, "%s",
+                  err);
 }
 
 static const float W[6] = {1, -2, 3, -4, 5, -6};
@@ -150,10 +153,14 @@ START_TEST(test_shard_fields) {
         {28, 9, 4, "9 domains"},
         {32 + 5 * 16, 'x', 1, "unused domain slot 5"},
         {32 + 1 * 16, 0, 1, "domain name 1 is empty"},
-        {168, 1, 1, "reserved header byte 168"},
+        {176, 1, 1, "reserved header byte 176"},
         {255, 1, 1, "reserved header byte 255"},
-        {16, 1ull << 62, 8, "truncated"},    /* n_tokens */
-        {24, 0xFFFFFFFFu, 4, "truncated"},   /* n_docs */
+        {168, 1, 4, "vocabulary of 1,"},                  /* vocab below 2 */
+        {168, 1ull << 31, 4, "vocabulary of 2147483648"}, /* ids beyond an int */
+        {168, 300, 4, "vocabulary of 300 takes 2-byte"},  /* 1-byte ids of a wider vocab */
+        {168, 100, 4, "token 0 is id 104, outside its vocabulary of 100"}, /* 'h' of "hello" */
+        {16, 1ull << 62, 8, "truncated"},                                  /* n_tokens */
+        {24, 0xFFFFFFFFu, 4, "truncated"},                                 /* n_docs */
         {16, 15, 8, "too long"},             /* one token fewer than the file holds */
         {256 + 16, 6, 8, "do not tile"},     /* doc 1 starts at 6, not 5 */
         {256 + 32 + 8, 3, 4, "do not tile"}, /* last doc ends at 15 of 16 */
@@ -181,6 +188,25 @@ START_TEST(test_shard_fields) {
     expect_in("version 1");
     expect_in("make data");
     expect_in("moe synth");
+    /* version 2 (bytes: no vocab or tokenizer fields, zeros from byte 168) still reads, as a
+     * vocabulary of 256 with the same payload; a byte where the vocab field is now is refused */
+    memcpy(b, good, (size_t)n);
+    put_le(b + 8, 2, 4);
+    memset(b + 168, 0, 8);
+    reseal_shard(b, n);
+    spit(path, b, n);
+    Shard s;
+    ck_assert_msg(shard_load(&s, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_uint_eq(s.vocab, 256);
+    ck_assert_uint_eq(s.token_bytes, 1);
+    ck_assert_uint_eq(s.tokenizer_crc32, 0);
+    for (int i = 0; i < 16; i++) ck_assert_int_eq(s.tokens[i], TOKS[i]);
+    shard_free(&s);
+    put_le(b + 172, 1, 1);
+    reseal_shard(b, n);
+    spit(path, b, n);
+    ck_assert(shard_refused(path));
+    expect_in("reserved header byte 172");
     /* the reseal itself is right: the untouched file resealed still loads */
     memcpy(b, good, (size_t)n);
     reseal_shard(b, n);
@@ -241,6 +267,8 @@ START_TEST(test_ckpt_fields) {
     expect_in("train.steps=10");
     write_ckpt(path, 10);
     ck_assert_msg(checkpoint_config(path, &c, err, sizeof err) == 0, "%s", err);
+    /* its settings have no model.vocab line, as a checkpoint from before the key: bytes */
+    ck_assert_int_eq(c.vocab, 256);
     TensorRef none[1];
     ck_assert_int_eq(ckpt_write(path, 1ull << 62, "", none, 0, err, sizeof err), -1);
     free(b);

@@ -15,7 +15,9 @@
 #      (model.qk_norm=full) and DeepSeek-V3 (latent attention, sigmoid scores with aux-free
 #      biases, groups, a scale, a shared expert; its latents' projections back to rounding) the
 #      same way, their config.json fields, tensor names, norm gains and kv_a_proj_with_mqa checked,
-#      each also from config.json alone; rope_interleave false; the experts' other name
+#      each also from config.json alone; rope_interleave false; the experts' other name; a
+#      model of 300 ids (model.vocab=300: vocab_size 300, no byte tokenizer) out and back, from
+#      config.json alone too
 #   2. the same weights without moe_c_config (a folder transformers wrote): the settings come
 #      from config.json alone, and the validation loss is the original's; also with the rotary
 #      base in rope_parameters only (transformers 5's config.json)
@@ -28,8 +30,8 @@
 #      unnormalised or scaled gates, aux-free biases, expert choice, shared experts, dense
 #      blocks among MoE ones, a capacity at evaluation, a bf16 router, sandwich norms, what
 #      Qwen3-MoE, OLMoE and DeepSeek-V3 cannot express; and a folder that already holds its files
-#   5. import refuses, exit 2, nothing written, naming what it cannot represent: another
-#      vocabulary, key-value heads the weights lack or that do not divide the heads, an odd
+#   5. import refuses, exit 2, nothing written, naming what it cannot represent: a vocab_size
+#      beyond model.vocab's range or that the embedding does not have, key-value heads the weights lack or that do not divide the heads, an odd
 #      head_dim, biases, another activation or epsilon, rotary
 #      scaling (rope_scaling or a rope_type), no rotary base stated, a short sliding window, another model type, a moe_c_config that disagrees with
 #      config.json or is not a string, a field of another type (tie_word_embeddings in quotes),
@@ -418,6 +420,32 @@ py edit "$tmp/bare-deepseek-aux/config.json" moe_c_config null
 check "deepseek: a hidden_size of 36 for 4 heads (latent attention's heads are mla's sizes) imports from config.json alone" \
     $? "$(cat "$tmp/out")"
 
+# a vocabulary of its own (model.vocab=300, from shards of 2-byte ids): vocab_size says it, the
+# byte tokenizer is not written (its ids are not bytes), and it comes back bit for bit, from
+# moe_c_config and from config.json alone (the same validation loss)
+"$moe" synth --out "$tmp/data300" --tokens 20000 --seed 5 --vocab 300 > /dev/null
+train v300 --set model.vocab=300 --set "data.train=$tmp/data300/train.bin" \
+    --set "data.val=$tmp/data300/val.bin"
+"$moe" export --ckpt "$tmp/v300/ckpt.bin" --format hf --out "$tmp/hf-v300" > "$tmp/out" 2>&1 &&
+    "$moe" import --format hf --from "$tmp/hf-v300" --out "$tmp/v300-hf.bin" > "$tmp/out2" 2>&1 &&
+    "$moe" export --ckpt "$tmp/v300/ckpt.bin" --out "$tmp/v300.st" > /dev/null 2>&1 &&
+    "$moe" import --from "$tmp/v300.st" --out "$tmp/v300-st.bin" > /dev/null 2>&1 &&
+    cmp -s "$tmp/v300-hf.bin" "$tmp/v300-st.bin" &&
+    grep -q '"vocab_size": 300,' "$tmp/hf-v300/config.json" &&
+    [ ! -e "$tmp/hf-v300/tokenizer.json" ] && [ ! -e "$tmp/hf-v300/tokenizer_config.json" ]
+check "model.vocab=300: out and back bit for bit; vocab_size 300, no byte tokenizer written" $? \
+    "$(cat "$tmp/out" "$tmp/out2"; ls "$tmp/hf-v300")"
+cp -r "$tmp/hf-v300" "$tmp/bare-v300"
+py edit "$tmp/bare-v300/config.json" moe_c_config null
+"$moe" import --format hf --from "$tmp/bare-v300" --out "$tmp/bare-v300.bin" \
+    --set "data.val=$tmp/data300/val.bin" --set train.batch=4 > "$tmp/out" 2>&1
+rc=$?
+a=$(val_of "$tmp/v300/ckpt.bin")
+b=$(val_of "$tmp/bare-v300.bin")
+[ $rc -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ]
+check "model.vocab=300 from config.json alone (vocab_size): the validation loss is the original's ($a = $b)" \
+    $? "status $rc: $(cat "$tmp/out")"
+
 # ---- 2. without moe_c_config -----------------------------------------------------------
 echo "test_hf: a folder without moe.c's settings"
 for kind in moe dense; do
@@ -553,7 +581,10 @@ refuse_import() { # WHAT PATTERN KEY JSON-VALUE (KEY "" for none; the folder pre
     check "import of $what: exit 2, says \"$pat\", nothing written" $? "status $rc: $(cat "$tmp/out")"
     rm -rf "$tmp/case" "$tmp/refused.bin" # a failed check leaves no file to fail the next
 }
-refuse_import "another vocabulary" "vocab_size" vocab_size 300
+refuse_import "a vocabulary beyond model.vocab's range" \
+    '"vocab_size" is 16777217, not a whole number in \[2, 16777216\]' vocab_size 16777217
+refuse_import "a vocab_size the embedding does not have" \
+    "tensor 'model.embed_tokens.weight' is not shaped as config.json says" vocab_size 300
 refuse_import "key-value heads that the weights do not have" \
     "tensor 'model.layers.0.self_attn.k_proj.weight' is not shaped as config.json says" \
     num_key_value_heads 2

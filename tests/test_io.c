@@ -51,7 +51,8 @@ static const ShardDoc DOCS[3] = {{0, 5, 0}, {5, 7, 1}, {12, 4, 0}};
 static const char NAMES[2][SHARD_DOMAIN_NAME] = {"en", "code"};
 
 static void write_good_shard(const char *path) {
-    ck_assert_msg(shard_write(path, TOKS, 16, DOCS, 3, NAMES, 2, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(shard_write_bytes(path, TOKS, 16, DOCS, 3, NAMES, 2, err, sizeof(err)) == 0, "%s",
+                  err);
 }
 
 /* ---- shards -------------------------------------------------------------------------------- */
@@ -66,7 +67,9 @@ START_TEST(test_shard_round_trip) {
     ck_assert_uint_eq(s.n_domains, 2);
     ck_assert_str_eq(s.domain[0], "en");
     ck_assert_str_eq(s.domain[1], "code");
-    ck_assert_mem_eq(s.tokens, TOKS, 16);
+    for (int i = 0; i < 16; i++) ck_assert_int_eq(s.tokens[i], TOKS[i]);
+    ck_assert_uint_eq(s.vocab, 256);
+    ck_assert_uint_eq(s.token_bytes, 1);
     for (int i = 0; i < 3; i++) {
         ck_assert_uint_eq(s.docs[i].start, DOCS[i].start);
         ck_assert_uint_eq(s.docs[i].length, DOCS[i].length);
@@ -116,7 +119,7 @@ static void apply_damage(const char *path, const Damage *d) {
 START_TEST(test_shard_rejects_damage) {
     static const Damage cases[] = {
         {0, "MOETOKX", 7, 0, "bad magic"},
-        {8, "\x03", 1, 0, "version 3"},
+        {8, "\x04", 1, 0, "version 4"},
         {8, "\x01", 1, 0, "version 1"},
         /* any other header field: the header checksum (test_formats.c: each field's own check
          * with the checksums made to match) */
@@ -143,14 +146,15 @@ END_TEST
 
 START_TEST(test_shard_write_rejects_bad_docs) {
     const ShardDoc gap[2] = {{0, 5, 0}, {6, 10, 0}};
-    ck_assert_int_eq(shard_write(tmp_path("x.bin"), TOKS, 16, gap, 2, NAMES, 2, err, sizeof(err)),
-                     -1);
+    ck_assert_int_eq(
+        shard_write_bytes(tmp_path("x.bin"), TOKS, 16, gap, 2, NAMES, 2, err, sizeof(err)), -1);
     const ShardDoc bad_domain[1] = {{0, 16, 2}};
     ck_assert_int_eq(
-        shard_write(tmp_path("x.bin"), TOKS, 16, bad_domain, 1, NAMES, 2, err, sizeof(err)), -1);
+        shard_write_bytes(tmp_path("x.bin"), TOKS, 16, bad_domain, 1, NAMES, 2, err, sizeof(err)),
+        -1);
     const ShardDoc short_[1] = {{0, 15, 0}};
     ck_assert_int_eq(
-        shard_write(tmp_path("x.bin"), TOKS, 16, short_, 1, NAMES, 2, err, sizeof(err)), -1);
+        shard_write_bytes(tmp_path("x.bin"), TOKS, 16, short_, 1, NAMES, 2, err, sizeof(err)), -1);
     ck_assert_int_eq(access(tmp_path("x.bin"), F_OK), -1);
 }
 END_TEST
@@ -159,13 +163,72 @@ START_TEST(test_unigram_entropy) {
     uint8_t toks[64];
     for (int i = 0; i < 64; i++) toks[i] = i % 2 ? 'a' : 'b';
     const ShardDoc doc[1] = {{0, 64, 0}};
-    ck_assert_int_eq(shard_write(tmp_path("h.bin"), toks, 64, doc, 1, NAMES, 1, err, sizeof(err)),
-                     0);
+    ck_assert_int_eq(
+        shard_write_bytes(tmp_path("h.bin"), toks, 64, doc, 1, NAMES, 1, err, sizeof(err)), 0);
     Shard s;
     ck_assert_msg(shard_load(&s, tmp_path("h.bin"), err, sizeof(err)) == 0, "%s", err);
     expect_close(shard_unigram_entropy(&s), log(2.0), TOL_F32_ATOL, TOL_F32_RTOL, "H(50/50)");
-    memset(s.tokens, 'a', 64);
+    for (int i = 0; i < 64; i++) s.tokens[i] = 'a';
     expect_close(shard_unigram_entropy(&s), 0.0, TOL_F32_ATOL, TOL_F32_RTOL, "H(constant)");
+    shard_free(&s);
+}
+END_TEST
+
+/* Ids of vocabularies other than the bytes': each stored in the narrowest width that holds
+ * vocab - 1 (1 to 4 bytes), read back as written with the vocabulary and the tokenizer's
+ * CRC-32; shard_write refuses an id outside the vocabulary and writes nothing. */
+START_TEST(test_shard_wide_ids) {
+    static const struct {
+        uint32_t vocab, width;
+    } cases[] = {{2, 1}, {300, 2}, {65536, 2}, {65537, 3}, {16777216, 3}, {16777217, 4}};
+    const ShardDoc docs[2] = {{0, 5, 0}, {5, 3, 1}};
+    const char *path = tmp_path("wide.bin");
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const int V = (int)cases[k].vocab, w = (int)cases[k].width;
+        const int ids[8] = {0, 1, V - 1, V / 2, 1, V - 2, 0, V - 1};
+        ck_assert_uint_eq(shard_token_bytes(cases[k].vocab), cases[k].width);
+        ck_assert_msg(shard_write(path, ids, 8, (uint32_t)V, 0xC0FFEEu, docs, 2, NAMES, 2, err,
+                                  sizeof err) == 0,
+                      "%s", err);
+        long n;
+        free(slurp(path, &n));
+        ck_assert_int_eq(n, SHARD_HEADER_BYTES + 2 * 16 + 8 * w);
+        Shard s;
+        ck_assert_msg(shard_load(&s, path, err, sizeof err) == 0, "vocab %d: %s", V, err);
+        ck_assert_uint_eq(s.vocab, (uint32_t)V);
+        ck_assert_uint_eq(s.token_bytes, (uint32_t)w);
+        ck_assert_uint_eq(s.tokenizer_crc32, 0xC0FFEEu);
+        for (int i = 0; i < 8; i++) ck_assert_int_eq(s.tokens[i], ids[i]);
+        /* ids 0, 1 and V - 1 twice each, V / 2 and V - 2 once (distinct from V = 300 on) */
+        if (V >= 300)
+            expect_close(shard_unigram_entropy(&s), -0.75 * log(0.25) - 0.25 * log(0.125),
+                         TOL_F32_ATOL, TOL_F32_RTOL, "H of the wide ids");
+        shard_free(&s);
+        unlink(path);
+    }
+    const int bad[8] = {0, 1, 2, 299, 300, 5, 6, 7}, negative[8] = {0, -1, 2, 3, 4, 5, 6, 7};
+    ck_assert_int_eq(shard_write(path, bad, 8, 300, 0, docs, 2, NAMES, 2, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "token 4 is id 300") && strstr(err, "vocabulary of 300"), "%s", err);
+    ck_assert_int_eq(shard_write(path, negative, 8, 300, 0, docs, 2, NAMES, 2, err, sizeof err),
+                     -1);
+    ck_assert_msg(strstr(err, "token 1 is id -1"), "%s", err);
+    ck_assert_int_eq(shard_write(path, bad, 8, 1, 0, docs, 2, NAMES, 2, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "vocabulary of 1"), "%s", err);
+    ck_assert_int_eq(access(path, F_OK), -1);
+}
+END_TEST
+
+/* A shard serves a model of its own vocabulary alone: the message names both and the fix. */
+START_TEST(test_shard_check_vocab) {
+    const char *path = tmp_path("v.bin");
+    write_good_shard(path);
+    Shard s;
+    ck_assert_msg(shard_load(&s, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(shard_check_vocab(&s, 256, err, sizeof err), 0);
+    ck_assert_int_eq(shard_check_vocab(&s, 1000, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, path) && strstr(err, "vocabulary of 256") &&
+                      strstr(err, "model.vocab=1000") && strstr(err, "model.vocab=256"),
+                  "%s", err);
     shard_free(&s);
 }
 END_TEST
@@ -183,7 +246,8 @@ static void make_random_shard(Shard *s, uint64_t n) {
     for (uint32_t k = 0; k < nd; k++)
         d[k] = (ShardDoc){37ull * k, (uint32_t)(n - 37ull * k < 37 ? n - 37ull * k : 37), k % 3};
     const char names[3][SHARD_DOMAIN_NAME] = {"a", "b", "c"};
-    ck_assert_int_eq(shard_write(tmp_path("r.bin"), t, n, d, nd, names, 3, err, sizeof(err)), 0);
+    ck_assert_int_eq(shard_write_bytes(tmp_path("r.bin"), t, n, d, nd, names, 3, err, sizeof(err)),
+                     0);
     ck_assert_msg(shard_load(s, tmp_path("r.bin"), err, sizeof(err)) == 0, "%s", err);
     free(t);
     free(d);
@@ -299,8 +363,8 @@ START_TEST(test_domain_batch) {
      * "f(a,b)" (6) */
     const uint8_t toks[26] = "ab{int}hellox;byebyef(a,b)";
     const ShardDoc docs[6] = {{0, 2, 0}, {2, 5, 1}, {7, 5, 0}, {12, 2, 1}, {14, 6, 0}, {20, 6, 1}};
-    ck_assert_int_eq(shard_write(tmp_path("d.bin"), toks, 26, docs, 6, NAMES, 2, err, sizeof(err)),
-                     0);
+    ck_assert_int_eq(
+        shard_write_bytes(tmp_path("d.bin"), toks, 26, docs, 6, NAMES, 2, err, sizeof(err)), 0);
     Shard s;
     ck_assert_msg(shard_load(&s, tmp_path("d.bin"), err, sizeof(err)) == 0, "%s", err);
     int in[2 * 6], tg[2 * 6];
@@ -325,9 +389,9 @@ END_TEST
 
 START_TEST(test_synth) {
     const char *p1 = tmp_path("s1.bin"), *p2 = tmp_path("s2.bin"), *p3 = tmp_path("s3.bin");
-    ck_assert_msg(synth_write(p1, 4, 20000, 100, 5, 5, err, sizeof(err)) == 0, "%s", err);
-    ck_assert_msg(synth_write(p2, 4, 20000, 100, 5, 5, err, sizeof(err)) == 0, "%s", err);
-    ck_assert_msg(synth_write(p3, 4, 20000, 100, 6, 6, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(synth_write(p1, 4, 20000, 100, 256, 5, 5, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(synth_write(p2, 4, 20000, 100, 256, 5, 5, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(synth_write(p3, 4, 20000, 100, 256, 6, 6, err, sizeof(err)) == 0, "%s", err);
     long n1, n2, n3;
     uint8_t *b1 = slurp(p1, &n1), *b2 = slurp(p2, &n2), *b3 = slurp(p3, &n3);
     ck_assert_int_eq(n1, n2);
@@ -363,7 +427,7 @@ START_TEST(test_synth) {
     }
     ck_assert(shard_unigram_entropy(&s) < log(128.0));
     shard_free(&s);
-    ck_assert_int_eq(synth_write(p1, 9, 100, 10, 1, 1, err, sizeof(err)), -1);
+    ck_assert_int_eq(synth_write(p1, 9, 100, 10, 256, 1, 1, err, sizeof(err)), -1);
 }
 END_TEST
 
@@ -562,6 +626,8 @@ Suite *io_suite(void) {
     tcase_add_test(tc, test_shard_round_trip);
     tcase_add_test(tc, test_shard_rejects_damage);
     tcase_add_test(tc, test_shard_write_rejects_bad_docs);
+    tcase_add_test(tc, test_shard_wide_ids);
+    tcase_add_test(tc, test_shard_check_vocab);
     tcase_add_test(tc, test_unigram_entropy);
     tcase_add_test(tc, test_loader_windows);
     tcase_add_test(tc, test_loader_determinism);

@@ -240,10 +240,11 @@ END_TEST
 
 /* ---- vec: embedding and permutation ------------------------------------------------------- */
 
-/* k_embed_backward: block (channel tile, v), a thread per channel, the ids in tiles */
-static void emu_embed_backward(float *demb, const float *dx, const int *tokens, int N, int C) {
+/* k_embed_backward: block (v, channel tile), a thread per channel, the ids in tiles */
+static void emu_embed_backward(float *demb, const float *dx, const int *tokens, int N, int C,
+                               int V) {
     const int c_tiles = (C + KNN_THREADS - 1) / KNN_THREADS;
-    for (int v = 0; v < MOE_VOCAB; v++)
+    for (int v = 0; v < V; v++)
         for (int ct = 0; ct < c_tiles; ct++)
             for (int tid = 0; tid < KNN_THREADS; tid++) {
                 const int c = ct * KNN_THREADS + tid;
@@ -258,14 +259,14 @@ static void emu_embed_backward(float *demb, const float *dx, const int *tokens, 
 }
 
 START_TEST(test_embed) {
-    /* (N, C): several tiles of ids with a few channels, wide rows with fewer tokens (the
-     * emulation walks V N C steps) */
-    const int shapes[][2] = {{1, 1},    {37, 37},   {37, 256}, {5, 300},
-                             {1100, 1}, {1100, 37}, {2100, 5}};
+    /* (N, C, V): several tiles of ids with a few channels, wide rows with fewer tokens (the
+     * emulation walks V N C steps), the byte vocabulary and others */
+    const int shapes[][3] = {{1, 1, 256},     {37, 37, 256},   {37, 256, 300}, {5, 300, 256},
+                             {1100, 1, 1000}, {1100, 37, 256}, {2100, 5, 300}};
     for (int ni = 0; ni < (int)(sizeof shapes / sizeof *shapes); ni++) {
-        const int N = shapes[ni][0], C = shapes[ni][1], ci = ni;
-        const size_t nx = (size_t)N * C, ne = (size_t)MOE_VOCAB * C;
-        int *tok = rand_ints((size_t)N, MOE_VOCAB, 500 + ni);
+        const int N = shapes[ni][0], C = shapes[ni][1], V = shapes[ni][2], ci = ni;
+        const size_t nx = (size_t)N * C, ne = (size_t)V * C;
+        int *tok = rand_ints((size_t)N, V, 500 + ni);
         if (N > 100)
             for (int n = 0; n < N; n += 3) tok[n] = 42; /* one row gathers many tokens */
         float *emb = rand_floats(ne, 1.0f, 510 + ci), *want = floats_alloc(nx);
@@ -282,7 +283,7 @@ START_TEST(test_embed) {
         float *dx = rand_floats(nx, 1.0f, 520 + ci), *d_want = rand_floats(ne, 1.0f, 530);
         float *d_got = copy_floats(d_want, ne);
         embed_backward(d_want, dx, tok, N, C);
-        emu_embed_backward(d_got, dx, tok, N, C);
+        emu_embed_backward(d_got, dx, tok, N, C, V);
         expect_same_floats(d_got, d_want, ne, "embed backward");
         free(tok), free(emb), free(want), free(got), free(dx), free(d_want), free(d_got);
     }

@@ -56,6 +56,20 @@ static double objective(void *p) {
     return model_forward(o->m, o->in, o->tg, o->B, o->T, o->sc);
 }
 
+/* inputs and targets (n) of c's vocabulary: random bytes at 256 (as every test has them), else
+ * random ids below V with the last id and one above the bytes' first among the inputs and
+ * targets, so that the rows beyond 256 are read and written */
+static void vocab_tokens(const Config *c, int *in, int *tg, int n, unsigned long long seed) {
+    random_tokens(in, tg, n, seed);
+    if (c->vocab == 256) return;
+    Rng r;
+    rng_seed(&r, seed);
+    const uint64_t V = (uint64_t)c->vocab;
+    for (int i = 0; i < n; i++) in[i] = (int)rng_below(&r, V), tg[i] = (int)rng_below(&r, V);
+    in[0] = tg[1] = c->vocab - 1;
+    in[1] = tg[0] = 256 % c->vocab;
+}
+
 /* Same routing as the unperturbed forward? Finite differences are only meaningful where the
  * discrete top-k choice does not change. */
 static void check_model_gradients_eps(Config c, float eps) {
@@ -72,7 +86,7 @@ static void check_model_gradients_eps(Config c, float eps) {
                 for (int i = 0; i < c.num_experts * c.d_model; i++) m.w.layers[l].router[i] *= 6.0f;
     }
     int in[12], tg[12];
-    random_tokens(in, tg, N, 3);
+    vocab_tokens(&c, in, tg, N, 3);
     model_zero_grad(&m);
     model_forward(&m, in, tg, B, T, sc);
     model_backward(&m, 1.0f, sc);
@@ -267,7 +281,7 @@ static void check_tied_gradients(Config c) {
     Model m;
     model_init(&m, &c, B, T);
     int in[12], tg[12];
-    random_tokens(in, tg, B * T, 3);
+    vocab_tokens(&c, in, tg, B * T, 3);
     model_zero_grad(&m);
     model_forward(&m, in, tg, B, T, NULL);
     model_backward(&m, 1.0f, NULL);
@@ -286,6 +300,22 @@ static void check_tied_gradients(Config c) {
 START_TEST(test_tied_model_gradients) {
     check_tied_gradients(tiny_config(0));
     check_tied_gradients(tiny_config(4));
+}
+END_TEST
+
+/* model.vocab other than the bytes' 256: the embedding (V, C), the head (V, C) and the loss
+ * over 300 ids, the last and one past the bytes among the inputs and targets, untied and tied
+ * (the rows of the input ids, beyond 256 among them, checked whole), on the reference backend
+ * and on cpu. */
+START_TEST(test_model_gradients_vocab) {
+    static const int devices[] = {MOE_DEVICE_CPU_REF, MOE_DEVICE_CPU};
+    for (int d = 0; d < 2; d++) {
+        Config c = tiny_config(d ? 4 : 0);
+        c.vocab = 300;
+        c.device = devices[d];
+        check_model_gradients_of(c);
+        check_tied_gradients(c);
+    }
 }
 END_TEST
 
@@ -710,6 +740,7 @@ static Suite *model_suite(void) {
     tcase_add_test(tc, test_param_table_shared);
     tcase_add_test(tc, test_param_table_tied);
     tcase_add_test(tc, test_tied_model_gradients);
+    tcase_add_test(tc, test_model_gradients_vocab);
     tcase_add_test(tc, test_tied_backends_agree);
     tcase_add_test(tc, test_checkpoint_tied);
     tcase_add_test(tc, test_accumulation_matches_full_batch);

@@ -200,6 +200,10 @@ static const struct {
     {"MoE, grouped-query heads of 6, qk-norm",
      {"moe.num_experts=4", "moe.d_expert=12", "model.kv_heads=1", "model.head_dim=6",
       "model.qk_norm=head", NULL}},
+    {"MoE, a vocabulary of 1000, multi-token prediction",
+     {"moe.num_experts=4", "moe.d_expert=12", "model.vocab=1000", "model.mtp_depth=1", NULL}},
+    {"dense, a vocabulary of 1000, tied head",
+     {"moe.num_experts=0", "model.vocab=1000", "model.tied=1", NULL}},
 };
 
 START_TEST(test_moec_memory_is_the_allocation) {

@@ -124,12 +124,13 @@ static void expect_refused(PlanInput *in, const char *kv, const char *a, const c
                   "%s: a refused setting changed the input", kv);
 }
 
-/* Every key of `moe plan --keys` takes a value and sets its field: 1 for a number, a choice's
- * first name; a key whose type disagrees with its field's (an int written into a double) is
- * refused by plan_set, so it fails here. The value read back through the CSV of a plan would
- * need a model and a cluster; the fields are checked through plan_set's own answer. One name,
- * one row: a key is listed once, and a model key the engine has comes with its row's help (the
- * planner reads it through that row, and has none of its own). */
+/* Every key of `moe plan --keys` takes a value and sets its field: 1 for a number (an engine
+ * key's lowest value when that is more: model.vocab's 2), a choice's first name; a key whose type
+ * disagrees with its field's (an int written into a double) is refused by plan_set, so it fails
+ * here. The value read back through the CSV of a plan would need a model and a cluster; the fields
+ * are checked through plan_set's own answer. One name, one row: a key is listed once, and a model
+ * key the engine has comes with its row's help (the planner reads it through that row, and has none
+ * of its own). */
 START_TEST(test_every_key_sets) {
     char *text = NULL;
     size_t len = 0;
@@ -144,10 +145,14 @@ START_TEST(test_every_key_sets) {
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"), n++) {
         char name[64], kind[64], kv[160], err[512];
         ck_assert_int_eq(sscanf(line, "%63s %63s", name, kind), 2);
+        double lowest = 1;
+        for (int i = 0; i < CONFIG_NKEYS; i++)
+            if (strcmp(CONFIG_KEYS[i].name, name) == 0 && CONFIG_KEYS[i].min > 1)
+                lowest = CONFIG_KEYS[i].min;
         if (strchr(kind, '|'))
             snprintf(kv, sizeof kv, "%s=%.*s", name, (int)strcspn(kind, "|"), kind);
         else
-            snprintf(kv, sizeof kv, "%s=1", name);
+            snprintf(kv, sizeof kv, "%s=%.0f", name, lowest);
         static PlanInput in;
         plan_defaults(&in);
         ck_assert_msg(plan_set(&in, kv, err, sizeof err) == 0, "%s: %s", kv, err);
@@ -199,7 +204,7 @@ START_TEST(test_set) {
     /* a former name of the planner's: refused with the engine's */
     expect_refused(&in, "model.post_norm=1", "model.post_norm is now model.norm",
                    "model.norm=sandwich");
-    expect_refused(&in, "model.vocab=1e15", "model.vocab", "16777216]");
+    expect_refused(&in, "model.vocab=16777217", "model.vocab", "<= 16777216");
     /* sizes of nothing, and settings of the cluster at zero: refused with their reason */
     const char *bytes[] = {"weight", "grad", "moment", "act", "a2a"};
     for (int i = 0; i < 5; i++) {

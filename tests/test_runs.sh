@@ -35,6 +35,10 @@
 #  11. a tied head (model.tied=1): resumed, it equals an unbroken run bit for bit; `moe info`
 #      lists no head and counts the untied model's parameters less 256 x d_model; --resume with
 #      model.tied=0 is refused, naming it, the run directory unchanged
+#  12. a vocabulary of its own (model.vocab=16384, from `moe synth --vocab` shards of 2-byte
+#      ids): stopped with --until and resumed, it equals an unbroken run bit for bit; its first
+#      loss is about ln 16384, `moe info` lists 16384 rows, `moe eval` runs, `moe sample`
+#      refuses (its ids are not bytes) and --resume with another model.vocab is refused
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
 
 # shellcheck source=tests/lib/common.sh
@@ -490,6 +494,43 @@ rc=$?
 [ $rc -eq 2 ] && grep -q "checkpoint has model.tied=1, config has 0" <<< "$out" &&
     [ "$before" = "$(snapshot "$tmp/tied")" ]
 check "--resume of a tied run with --set model.tied=0: exit 2, naming model.tied (nothing changed)" $? \
+    "exit $rc: $out"
+
+# ---- 12. a vocabulary of its own ---------------------------------------------------------------
+echo "test_runs: a vocabulary of 16384 (model.vocab, 2-byte shards)"
+"$moe" synth --out "$tmp/data16k" --tokens 20000 --seed 5 --vocab 16384 > /dev/null 2>&1
+wide=("${tiny[@]}" --set model.vocab=16384 --set "data.train=$tmp/data16k/train.bin"
+      --set "data.val=$tmp/data16k/val.bin" --set train.steps=6 --set train.eval_every=3
+      --set train.ckpt_every=0)
+# the shard's header: version 3, 2-byte ids, vocab 16384; the file 256 + 16 n_docs + 2 n_tokens
+hdr=$(od -An -tu4 -j8 -N8 "$tmp/data16k/train.bin" | xargs)/$(od -An -tu4 -j168 -N4 "$tmp/data16k/train.bin" | xargs)
+[ "$hdr" = "3 2/16384" ] && [ "$(stat -c %s "$tmp/data16k/train.bin")" = $((256 + 16 * 40 + 2 * 20000)) ]
+check "synth --vocab 16384 writes version 3 shards of 2-byte ids" $? "version, token_bytes/vocab: $hdr"
+"$moe" train --out "$tmp/wide_ref" "${wide[@]}" > /dev/null 2>&1 &&
+    "$moe" train --out "$tmp/wide" "${wide[@]}" --until 3 > "$tmp/wide.log" 2>&1 &&
+    [ "$(rows_of "$tmp/wide/train.csv")" = 3 ] &&
+    "$moe" train --resume "$tmp/wide" --quiet >> "$tmp/wide.log" 2>&1 &&
+    same_run "$tmp/wide_ref" "$tmp/wide"
+check "model.vocab=16384: stopped at step 3 and resumed, the unbroken run bit for bit" $? \
+    "$(tail -n 3 "$tmp/wide.log")"
+# a fresh model guesses the 16384 ids about uniformly: its first loss is near ln 16384 = 9.70
+awk -F, 'NR == 2 { exit !($2 > 9.4 && $2 < 10) }' "$tmp/wide/train.csv"
+check "its first loss is about ln 16384 (the head has 16384 rows)" $? "$(sed -n 2p "$tmp/wide/train.csv")"
+"$moe" info --ckpt "$tmp/wide/ckpt.bin" > "$tmp/wide.info" 2>&1 &&
+    grep -Eq '^tok_emb +16384 x 32 ' "$tmp/wide.info" && grep -Eq '^head +16384 x 32 ' "$tmp/wide.info"
+check "moe info lists the embedding and the head of 16384 rows" $? "$(grep -E '^(tok_emb|head) ' "$tmp/wide.info")"
+out=$("$moe" eval --ckpt "$tmp/wide/ckpt.bin" 2>&1)
+check "moe eval measures its loss" $? "$out"
+out=$("$moe" sample --ckpt "$tmp/wide/ckpt.bin" --prompt ab --tokens 5 2> "$tmp/wide.err")
+rc=$?
+[ $rc -eq 2 ] && [ -z "$out" ] && grep -q "model.vocab=16384.*not the 256 bytes.*needs a tokenizer" "$tmp/wide.err"
+check "moe sample refuses it: its ids are not bytes, printing them needs a tokenizer (exit 2)" $? \
+    "exit $rc: $out $(cat "$tmp/wide.err")"
+before=$(snapshot "$tmp/wide")
+out=$("$moe" train --resume "$tmp/wide" --set model.vocab=256 --set train.steps=8 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q "model.vocab" <<< "$out" && [ "$before" = "$(snapshot "$tmp/wide")" ]
+check "--resume with --set model.vocab=256: exit 2, naming model.vocab (nothing changed)" $? \
     "exit $rc: $out"
 
 finish

@@ -52,7 +52,7 @@ int main(int argc, char **argv) {
     PlanResult r;
     plan_layout(&in, &in.lay, &r);
     if (!r.valid) moe_input_error("the run's layout cannot run: %s", r.invalid);
-    const double d = m->c.d_model, h = m->c.n_head, V = m->vocab, L = m->c.n_layer;
+    const double d = m->c.d_model, h = m->c.n_head, V = m->c.vocab, L = m->c.n_layer;
 
     printf("Run %s: %s on %.0f GPUs, tp %d pp %d ep %d\n\n", run, in.model_name, in.k.gpus,
            in.lay.tp, in.lay.pp, in.lay.ep);

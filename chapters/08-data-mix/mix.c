@@ -63,7 +63,7 @@ static int skew(const char *fractions, const char *in, const char *out) {
         if (m.weight[i] > 1) moe_input_error("--skew: a fraction above 1 for '%s'", m.name[i]);
         keep[d] = m.weight[i];
     }
-    uint8_t *tokens = (uint8_t *)malloc_check(s.n_tokens);
+    int *tokens = (int *)malloc_check(s.n_tokens * sizeof(int));
     ShardDoc *docs = (ShardDoc *)malloc_check(sizeof(ShardDoc) * s.n_docs);
     uint64_t n = 0;
     uint32_t nd = 0;
@@ -71,12 +71,12 @@ static int skew(const char *fractions, const char *in, const char *out) {
         Rng r;
         rng_seed(&r, 0x736b6577u + i); /* the document's own fixed draw */
         if (rng_uniform(&r) >= keep[s.docs[i].domain]) continue;
-        memcpy(tokens + n, s.tokens + s.docs[i].start, s.docs[i].length);
+        memcpy(tokens + n, s.tokens + s.docs[i].start, s.docs[i].length * sizeof(int));
         docs[nd] = (ShardDoc){n, s.docs[i].length, s.docs[i].domain};
         n += s.docs[i].length, nd++;
     }
-    if (shard_write(out, tokens, n, docs, nd, (const char(*)[SHARD_DOMAIN_NAME])s.domain,
-                    s.n_domains, err, sizeof err))
+    if (shard_write(out, tokens, n, s.vocab, s.tokenizer_crc32, docs, nd,
+                    (const char(*)[SHARD_DOMAIN_NAME])s.domain, s.n_domains, err, sizeof err))
         moe_input_error("%s", err);
     printf("wrote %s: %u of %u documents, %llu tokens\n", out, nd, s.n_docs,
            (unsigned long long)n);

@@ -54,30 +54,31 @@ static FILE *csv(const char *out, const char *name, const char *header) {
     return f;
 }
 
-static int greedy(const float *logits) {
+/* the most likely of the V tokens (model.vocab; 256: bytes) */
+static int greedy(const float *logits, int V) {
     int best = 0;
-    for (int v = 1; v < MOE_VOCAB; v++) best = logits[v] > logits[best] ? v : best;
+    for (int v = 1; v < V; v++) best = logits[v] > logits[best] ? v : best;
     return best;
 }
 
 /* ---- 1. the cache against the full forward ------------------------------------------------- */
 
 static void cache_demo(Model *m, FILE *f) {
-    const int T = m->state.T;
+    const int T = m->state.T, V = m->cfg.vocab;
     Decoder d;
     char err[512];
     if (decoder_init(&d, m, err, sizeof err) != 0) moe_input_error("%s", err);
     int *seq = (int *)malloc_check((size_t)T * sizeof(int));
-    float *cached = floats_alloc((size_t)T * MOE_VOCAB);
+    float *cached = floats_alloc((size_t)T * V);
     seq[0] = '\n';
     const int one = 1;
     double t0 = now_seconds();
     decoder_prefill(&d, 0, 1, seq, 1, &one);
-    memcpy(cached, d.logits, MOE_VOCAB * sizeof(float));
+    memcpy(cached, d.logits, V * sizeof(float));
     for (int t = 1; t < T; t++) {
-        seq[t] = greedy(d.logits);
+        seq[t] = greedy(d.logits, V);
         decoder_step(&d, &seq[t]);
-        memcpy(cached + (size_t)t * MOE_VOCAB, d.logits, MOE_VOCAB * sizeof(float));
+        memcpy(cached + (size_t)t * V, d.logits, V * sizeof(float));
     }
     const double t_cache = now_seconds() - t0;
     /* the full forward at every length: the same bytes, and each length's last row */
@@ -86,10 +87,10 @@ static void cache_demo(Model *m, FILE *f) {
     t0 = now_seconds();
     for (int t = 0; t < T; t++) {
         model_forward(m, seq, NULL, 1, t + 1, NULL);
-        const float *row = m->state.logits + (size_t)t * MOE_VOCAB;
-        if (t + 1 < T && greedy(row) != seq[t + 1]) same = 0;
-        for (int v = 0; v < MOE_VOCAB; v++) {
-            const double e = fabs((double)row[v] - cached[(size_t)t * MOE_VOCAB + v]);
+        const float *row = m->state.logits + (size_t)t * V;
+        if (t + 1 < T && greedy(row, V) != seq[t + 1]) same = 0;
+        for (int v = 0; v < V; v++) {
+            const double e = fabs((double)row[v] - cached[(size_t)t * V + v]);
             worst = e > worst ? e : worst;
         }
     }
@@ -229,7 +230,7 @@ static void offload_study(Model *m, const Shard *val, int tokens, FILE *f) {
             expert_cache_record_trace(&ec, 1);
             const double t0 = now_seconds();
             for (int s = 0; s < tokens; s++) {
-                const int next = greedy(d.logits);
+                const int next = greedy(d.logits, m->cfg.vocab);
                 decoder_step(&d, &next);
             }
             seconds += now_seconds() - t0;
@@ -292,7 +293,9 @@ int main(int argc, char **argv) {
     if (c.num_experts == 0) moe_input_error("%s is a dense model: serve an MoE", ckpt);
     char err[1024];
     Shard val;
-    if (shard_load(&val, c.val, err, sizeof err) != 0) moe_input_error("data.val: %s", err);
+    if (shard_load(&val, c.val, err, sizeof err) != 0 ||
+        shard_check_vocab(&val, c.vocab, err, sizeof err) != 0)
+        moe_input_error("data.val: %s", err);
     if (val.n_tokens <= (uint64_t)c.seq_len * PROMPTS)
         moe_input_error("data.val %s is too short for %d prompts", c.val, PROMPTS);
     c.device = MOE_DEVICE_CPU; /* quantized and offloaded experts are the CPU's */

@@ -90,7 +90,7 @@ static long long cache_floats_formula(const Config *c) {
 /* Decode DECODED tokens after a prompt from the cache and compare each step's logits with the
  * full forward's at that position: the largest |difference|. */
 static double cached_vs_full(Model *m, Rng *rng) {
-    const int V = MOE_VOCAB, n = PROMPT + DECODED;
+    const int V = m->cfg.vocab, n = PROMPT + DECODED;
     int *seq = malloc_check((size_t)n * sizeof(int));
     for (int t = 0; t < n; t++) seq[t] = (int)rng_below(rng, (uint64_t)V);
     char err[512];

@@ -29,9 +29,10 @@ BACKEND_OP(sum, (double *out, const float *x, size_t n))
  * backend's memory), then the chunks in order. Left there, as sum's: the gradient norm
  * comes down with the step's other numbers (model_read_step) */
 BACKEND_OP(sum_squares, (double *out, double *partial, const float *x, size_t n))
-/* x (N, C): x[n] = emb[tokens[n]]; backward demb (V, C) += dx scattered by token */
+/* x (N, C): x[n] = emb[tokens[n]]; backward demb (V, C) += dx scattered by token, V the
+ * vocabulary (model.vocab): every id lies in [0, V) */
 BACKEND_OP(embed_forward, (float *x, const int *tokens, const float *emb, int N, int C))
-BACKEND_OP(embed_backward, (float *demb, const float *dx, const int *tokens, int N, int C))
+BACKEND_OP(embed_backward, (float *demb, const float *dx, const int *tokens, int N, int C, int V))
 /* rows (n, C): out[to[i]] = in[i], or out[i] = in[to[i]] when back is set */
 BACKEND_OP(permute_rows, (float *out, const float *in, const int *to, int n, int C, int back))
 /* a block of rows x width: dst[r ldd + j] = src[r lds + j], or += when add is set (latent

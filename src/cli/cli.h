@@ -34,7 +34,7 @@ typedef struct {
     const char *sets[128];
     int n_sets;
     long long tokens;
-    long batches, domains, doc_len, until;
+    long batches, domains, doc_len, until, vocab;
     double temperature, val_frac;
     long long seed;
     int seed_given, quiet, keys, presets, allow_data_change;

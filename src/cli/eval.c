@@ -19,36 +19,32 @@
 
 /* eval --logits: the first validation batch evaluate() reads, its logits before the softmax
  * (a forward without targets) and its loss, as safetensors: "tokens" and "targets" (B, T),
- * byte values as floats, "logits" (B, T, V), metadata "loss". Another framework given the same
- * weights compares its own logits and loss with these (plots/hf/compare.py). */
+ * token ids as floats (exact: model.vocab <= 2^24), "logits" (B, T, V), metadata "loss". Another
+ * framework given the same weights compares its own logits and loss with these
+ * (plots/hf/compare.py). */
 static void write_eval_logits(Model *m, const Shard *val, int batches, const char *path) {
-    const int B = m->state.B, T = m->state.T, N = B * T;
+    const int B = m->state.B, T = m->state.T, N = B * T, V = m->cfg.vocab;
     int *inputs = (int *)malloc_check((size_t)N * sizeof(int));
     int *targets = (int *)malloc_check((size_t)N * sizeof(int));
     uint8_t *domains = (uint8_t *)malloc_check((size_t)N);
     loader_val_batch(val, B, T, 0, batches, inputs, targets, domains);
     model_forward(m, inputs, NULL, B, T, NULL); /* no context: evaluation */
-    float *logits = (float *)malloc_check((size_t)N * MOE_VOCAB * sizeof(float));
-    m->be->to_host(m->be, logits, m->state.logits, (size_t)N * MOE_VOCAB * sizeof(float));
+    float *logits = (float *)malloc_check((size_t)N * V * sizeof(float));
+    m->be->to_host(m->be, logits, m->state.logits, (size_t)N * V * sizeof(float));
     model_forward(m, inputs, targets, B, T, NULL);
     const float loss = m->state.loss; /* the cross-entropy, as evaluate() sums it */
     float *tok = (float *)malloc_check((size_t)N * sizeof(float) * 2);
     for (int i = 0; i < N; i++) tok[i] = (float)inputs[i], tok[N + i] = (float)targets[i];
     TensorRef e[3] = {{"tokens", TENSOR_F32, 2, {B, T, 0}, (size_t)N * sizeof(float), tok},
                       {"targets", TENSOR_F32, 2, {B, T, 0}, (size_t)N * sizeof(float), tok + N},
-                      {"logits",
-                       TENSOR_F32,
-                       3,
-                       {B, T, MOE_VOCAB},
-                       (size_t)N * MOE_VOCAB * sizeof(float),
-                       logits}};
+                      {"logits", TENSOR_F32, 3, {B, T, V}, (size_t)N * V * sizeof(float), logits}};
     char v[32], err[1024];
     snprintf(v, sizeof v, "%.9g", (double)loss);
     const char *keys[] = {"loss", "format"}, *vals[] = {v, "moe.c eval logits"};
     if (safetensors_write(path, e, 3, keys, vals, 2, err, sizeof err) != 0)
         moe_input_error("eval --logits: %s", err);
     printf("wrote %s: the first batch's tokens, targets and logits (%d x %d x %d), loss %.6f\n",
-           path, B, T, MOE_VOCAB, (double)loss);
+           path, B, T, V, (double)loss);
     free(logits);
     free(tok);
     free(inputs);
@@ -66,6 +62,7 @@ int cmd_eval(int argc, char **argv) {
     char err[1024];
     Shard val;
     if (shard_load(&val, c.val, err, sizeof err) != 0 ||
+        shard_check_vocab(&val, c.vocab, err, sizeof err) != 0 ||
         shard_check_window(&val, c.seq_len, err, sizeof err) != 0)
         moe_input_error("data.val: %s", err);
     if (o.logits_out && file_exists(o.logits_out))
@@ -206,8 +203,8 @@ static void prefill_windows(Decoder *d, const int *win, const int *wlen, int S, 
     free(pad);
 }
 
-/* logits (S, MOE_VOCAB) = the last row's logits of a full forward over each window, brought to
- * the host (--no-cache: the reference). */
+/* logits (S, MOE_VOCAB: sample's models are byte models) = the last row's logits of a full
+ * forward over each window, brought to the host (--no-cache: the reference). */
 static void window_logits(float *logits, Model *m, const int *win, const int *wlen, int S, int T) {
     for (int s = 0; s < S; s++) { /* the last row's logits, brought to the host */
         model_forward(m, win + (size_t)s * T, NULL, 1, wlen[s], NULL);
@@ -288,6 +285,12 @@ int cmd_sample(int argc, char **argv) {
     sample_check(&o);
     Config c;
     load_ckpt_config(&c, o.ckpt);
+    if (c.vocab != MOE_VOCAB) /* its ids are not bytes: printed as bytes they would be noise */
+        moe_input_error("sample: %s has model.vocab=%d: its tokens are not the %d bytes that "
+                        "`moe sample` prints, and turning them into text needs a tokenizer, which "
+                        "this run does not have; `moe eval --ckpt %s` measures its loss at any "
+                        "vocabulary",
+                        o.ckpt, c.vocab, MOE_VOCAB, o.ckpt);
     char **prompt;
     int *plen;
     const int S = read_prompts(&o, &prompt, &plen), T = c.seq_len, keep = T / 2;

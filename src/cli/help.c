@@ -55,7 +55,9 @@ static const CmdHelp HELP[] = {
              "                        (loaded on demand, least recently used out)\n"
              "  --help                this text\n"},
     {"sample", "usage: moe sample --ckpt PATH [options]\n"
-               "Text from a checkpoint, one byte at a time, from a key-value cache.\n"
+               "Text from a checkpoint, one byte at a time, from a key-value cache. A model\n"
+               "of another vocabulary than the bytes (model.vocab) is refused: its ids are\n"
+               "not bytes, and printing them needs a tokenizer (moe eval measures its loss).\n"
                "  --ckpt PATH           the checkpoint (required)\n"
                "  --prompt TEXT         the text to continue (default a newline)\n"
                "  --prompts FILE        one prompt a line (at most 256), decoded together as a\n"
@@ -137,6 +139,9 @@ static const CmdHelp HELP[] = {
               "  --domains N           sources (domains), 1 to 8 (default 3)\n"
               "  --tokens N            training tokens (default 200000)\n"
               "  --doc-len N           tokens per document (default 512)\n"
+              "  --vocab N             the ids' vocabulary, 256 (bytes, the default) to\n"
+              "                        16777216: the same sources, their ids spread over it\n"
+              "                        (shards for model.vocab=N)\n"
               "  --seed N              the seed (default 1)\n"
               "  --help                this text\n"},
     {"bench",

@@ -294,13 +294,16 @@ static int cmd_synth(int argc, char **argv) {
     uint64_t seed = o.seed_given ? (uint64_t)o.seed : 1;
     /* the same sources (seed), independent streams: validation is held-out text of the
      * same distribution, a tenth the size of the training shard */
-    if (synth_write(train, (int)o.domains, tokens, (int)o.doc_len, seed, 2 * seed, err,
+    const int V = (int)o.vocab;
+    if (synth_write(train, (int)o.domains, tokens, (int)o.doc_len, V, seed, 2 * seed, err,
                     sizeof err) != 0 ||
-        synth_write(val, (int)o.domains, tokens / 10 > 4096 ? tokens / 10 : 4096, (int)o.doc_len,
+        synth_write(val, (int)o.domains, tokens / 10 > 4096 ? tokens / 10 : 4096, (int)o.doc_len, V,
                     seed, 2 * seed + 1, err, sizeof err) != 0)
         moe_input_error("synth: %s", err);
-    printf("wrote %s and %s: %llu training tokens from %ld Markov sources\n", train, val,
+    printf("wrote %s and %s: %llu training tokens from %ld Markov sources", train, val,
            (unsigned long long)tokens, o.domains);
+    if (V != 256) printf(", ids of a vocabulary of %d (train with model.vocab=%d)", V, V);
+    printf("\n");
     return 0;
 }
 

@@ -131,6 +131,7 @@ static void opts_defaults(Opts *o) {
     o->batches = -1;
     o->domains = 3;
     o->doc_len = 512;
+    o->vocab = 256;
     o->val_frac = 0.05;
     o->steps = 5;
     o->warmup = 2;
@@ -268,6 +269,8 @@ static int take_number(Opts *o, const char *cmd, const char *a, const char *v) {
         o->domains = parse_int(cmd, a, v, 1, SHARD_MAX_DOMAINS);
     else if (strcmp(a, "--doc-len") == 0)
         o->doc_len = parse_int(cmd, a, v, 2, 1 << 24);
+    else if (strcmp(a, "--vocab") == 0)
+        o->vocab = parse_int(cmd, a, v, 256, MOE_VOCAB_MAX);
     else if (strcmp(a, "--temperature") == 0)
         o->temperature = parse_double(cmd, a, v, 0.0, 100.0);
     else if (strcmp(a, "--steps") == 0) {

@@ -12,7 +12,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define MOE_VOCAB 256 /* byte-level vocabulary */
+/* The byte vocabulary: the corpus, synthetic data, `moe sample`'s text and the byte tokenizer
+ * an HF export writes. A model's own vocabulary is model.vocab (Config.vocab), 256 by default. */
+#define MOE_VOCAB 256
+#define MOE_VOCAB_MAX (1 << 24) /* model.vocab's largest value: ids fit 3 shard bytes */
 /* model.mtp_depth's largest value: the modules' losses are a row of train.csv each */
 #define MOE_MTP_MAX 8
 #define MOE_PATH_MAX 512
@@ -47,6 +50,7 @@ enum { MOE_INIT_DEFAULT = 0, MOE_INIT_TINY = 1 };
 
 typedef struct {
     /* model.* */
+    int vocab;     /* V: token ids 0 .. V - 1; 256: bytes (MOE_VOCAB) */
     int d_model;   /* C: channels of the residual stream */
     int n_layer;   /* L: transformer blocks */
     int n_head;    /* H: query heads */

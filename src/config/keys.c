@@ -49,6 +49,10 @@ _Static_assert(MOE_SCOPE_MICRO == 0 && MOE_SCOPE_GLOBAL == 1, "moe.balance_scope
     { name, type, offsetof(Config, field), def, lo, hi, flags, help, NULL }
 
 const Key CONFIG_KEYS[] = {
+    ROW(T_INT, "model.vocab", vocab, "256", 2, MOE_VOCAB_MAX, K_SHAPE,
+        "V: token ids 0 .. V - 1, the rows of the embedding and the head; 256: bytes (the corpus, "
+        "moe synth). The shards' vocabulary must be V; a model of any other V needs a tokenizer "
+        "to print text"),
     ROW(T_INT, "model.d_model", d_model, "128", 1, 65536, K_SHAPE,
         "C: channels of the residual stream"),
     ROW(T_INT, "model.n_layer", n_layer, "4", 1, 1024, K_SHAPE, "L: transformer blocks"),

@@ -309,7 +309,7 @@ static char *config_json(const Config *c) {
             hf_architecture(fam), hf_model_type(fam));
     /* intermediate_size: Mixtral's and OLMoE's experts', the others' dense blocks' */
     fprintf(f, "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n",
-            MOE_VOCAB, c->d_model,
+            c->vocab, c->d_model,
             fam == HF_MIXTRAL || fam == HF_OLMOE ? config_expert_hidden(c) : c->d_ff);
     fprintf(f, "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n", c->n_layer,
             c->n_head);
@@ -486,14 +486,16 @@ static int write_folder(const char *dir, const Config *c, const TensorRef *e, in
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     const char *keys[] = {"format"}, *vals[] = {"pt"};
     if (rc == 0) rc = safetensors_write_checksummed(path, e, n, keys, vals, 1, err, errlen);
-    char *cfg = config_json(c), *tok = tokenizer_json(), tcfg[256];
+    /* the byte tokenizer fits a model of bytes alone: another vocabulary's ids are not bytes */
+    const int bytes = c->vocab == MOE_VOCAB;
+    char *cfg = config_json(c), *tok = bytes ? tokenizer_json() : NULL, tcfg[256];
     snprintf(tcfg, sizeof tcfg,
              "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n  \"model_max_length\": "
              "%d,\n  \"clean_up_tokenization_spaces\": false\n}\n",
              c->seq_len);
     if (rc == 0) rc = write_text(dir, "config.json", cfg, err, errlen);
-    if (rc == 0) rc = write_text(dir, "tokenizer.json", tok, err, errlen);
-    if (rc == 0) rc = write_text(dir, "tokenizer_config.json", tcfg, err, errlen);
+    if (rc == 0 && bytes) rc = write_text(dir, "tokenizer.json", tok, err, errlen);
+    if (rc == 0 && bytes) rc = write_text(dir, "tokenizer_config.json", tcfg, err, errlen);
     free(cfg);
     free(tok);
     return rc;

@@ -13,9 +13,9 @@
  * "moe_c_config", every moe.c setting, so that an export imports back to the same checkpoint),
  * model.safetensors (float32, the Hugging Face tensor names; queries and keys with their rows
  * permuted from moe.c's interleaved rotary pairs to the rotate-half pairs where the family pairs
- * so), tokenizer.json and
- * tokenizer_config.json (a byte-level tokenizer: token i is byte i) and
- * generation_config.json.
+ * so; config.json's vocab_size is model.vocab), and for a model of bytes (model.vocab=256)
+ * tokenizer.json and tokenizer_config.json (a byte-level tokenizer: token i is byte i); a model
+ * of another vocabulary gets no tokenizer files (moe.c has no tokenizer of its ids to write).
  */
 #ifndef MOE_CONVERT_HF_H
 #define MOE_CONVERT_HF_H
@@ -42,16 +42,16 @@ int hf_export(const Model *m, const char *dir, char *err, int errlen);
  * layouts (rotary rows permuted back, experts stacked, DeepSeek-V3's correction biases as
  * aux-free ones), and the settings in the metadata "config" (moe_c_config when the folder has
  * it, else worked out from config.json), for import_config and import_weights (import.h). What
- * moe.c cannot represent is refused with a message that names it: another vocabulary than 256
- * bytes, key-value heads that do not divide the heads, attention or MLP biases, another
- * activation or norm epsilon, rotary scaling, a sliding window shorter than the context,
- * OLMoE's clip_qkv, Qwen3-MoE dense blocks placed otherwise than moe.first_dense and moe.every
- * place them, DeepSeek-V3's multi-token prediction layer, a sharded or non-safetensors
- * checkpoint, tensors missing, misshapen or extra, a field of config.json of another JSON type
- * than it must have (moe_c_config a string, tie_word_embeddings true or false, ...). A tied head
- * (tie_word_embeddings: true) gives a model of model.tied=1; an lm_head.weight beside it must
- * hold the embedding's values (one that differs is refused: loaders disagree on which of the two
- * is the head). Returns 0, or -1. */
+ * moe.c cannot represent is refused with a message that names it: a vocab_size outside
+ * model.vocab's 2 .. 2^24 (any other is model.vocab), key-value heads that do not divide the heads,
+ * attention or MLP biases, another activation or norm epsilon, rotary scaling, a sliding window
+ * shorter than the context, OLMoE's clip_qkv, Qwen3-MoE dense blocks placed otherwise than
+ * moe.first_dense and moe.every place them, DeepSeek-V3's multi-token prediction layer, a sharded
+ * or non-safetensors checkpoint, tensors missing, misshapen or extra, a field of config.json of
+ * another JSON type than it must have (moe_c_config a string, tie_word_embeddings true or false,
+ * ...). A tied head (tie_word_embeddings: true) gives a model of model.tied=1; an lm_head.weight
+ * beside it must hold the embedding's values (one that differs is refused: loaders disagree on
+ * which of the two is the head). Returns 0, or -1. */
 int hf_read(SafeTensors *st, const char *dir, char *err, int errlen);
 
 /* The families of the layout, each one architecture of transformers (hf_architecture). */

@@ -3,7 +3,7 @@
  * read as moe.c tensors and settings. See hf.h.
  *
  * config.json says what the model is; every field that changes what it computes is either
- * mapped to a moe.c setting or checked to be one moe.c computes (the vocabulary of 256 bytes,
+ * mapped to a moe.c setting or checked to be one moe.c computes (vocab_size is model.vocab,
  * one key-value head a query head, no biases, SiLU, RMSNorm's 1e-5, plain rotary positions,
  * full attention), and anything else is refused by name. A folder written by `moe export
  * --format hf` also carries moe_c_config, every moe.c setting: those are taken, after checking
@@ -43,8 +43,9 @@ static int num(const Fields *f, const char *key, double *v, int required, int wh
     if (x->type != JSON_NUMBER)
         return set_error(f->err, f->errlen, "%s: \"%s\" is not a number", f->path, key);
     if (whole && (x->number != floor(x->number) || x->number < lo || x->number > hi))
-        return set_error(f->err, f->errlen, "%s: \"%s\" is %g, not a whole number in [%g, %g]",
-                         f->path, key, x->number, lo, hi);
+        return set_error(f->err, f->errlen,
+                         "%s: \"%s\" is %.15g, not a whole number in [%.15g, %.15g]", f->path, key,
+                         x->number, lo, hi);
     *v = x->number;
     return 0;
 }
@@ -316,14 +317,15 @@ static int moe_of(const Fields *f, HfFamily fam, double L, Moe *x) {
 /* The settings of a model as key=value lines (malloc'd): its family, its MoE fields, and
  * v = {hidden_size, layers, heads, positions, key-value heads, head_dim, rotary base,
  * initializer_range} as config.json gives them (-1: not given). */
-static char *settings_text(HfFamily fam, const Moe *xp, const double v[8], int tied) {
+static char *settings_text(HfFamily fam, const Moe *xp, const double v[9], int tied) {
     const Moe x = *xp;
     const double C = v[0], L = v[1], H = v[2], T = v[3], kv = v[4], hd = v[5], theta = v[6];
-    const double std = v[7];
+    const double std = v[7], V = v[8];
     char *t = NULL;
     size_t len = 0;
     FILE *o = open_memstream(&t, &len);
     if (!o) moe_fatal("out of memory");
+    fprintf(o, "model.vocab=%.0f\n", V);
     fprintf(o, "model.d_model=%.0f\nmodel.n_layer=%.0f\nmodel.n_head=%.0f\nmodel.seq_len=%.0f\n", C,
             L, H, T);
     /* grouped key-value heads and a head size of their own, or 0: moe.c's defaults (as many
@@ -355,7 +357,8 @@ static int settings_of(const Fields *f, char **text, HfFamily *fam, int *tied) {
     if (layout_of(f, fam)) return -1;
     double V, C, L, H, F, T, kv = -1, hd = -1, eps = 1e-5, window = -1, theta = -1;
     const double BIG = 1 << 20;
-    if (num(f, "vocab_size", &V, 1, 1, 1, BIG) || num(f, "hidden_size", &C, 1, 1, 1, 65536) ||
+    if (num(f, "vocab_size", &V, 1, 1, 2, MOE_VOCAB_MAX) ||
+        num(f, "hidden_size", &C, 1, 1, 1, 65536) ||
         num(f, "num_hidden_layers", &L, 1, 1, 1, 1024) ||
         num(f, "num_attention_heads", &H, 1, 1, 1, 1024) ||
         num(f, "intermediate_size", &F, 1, 1, 1, BIG) ||
@@ -375,9 +378,8 @@ static int settings_of(const Fields *f, char **text, HfFamily *fam, int *tied) {
     char heads[RELATION_MAX] = "", dims[RELATION_MAX] = "", span[RELATION_MAX] = "";
     relations(heads, dims, span, kv, H, hd, C, window, T);
     if (*fam == HF_DEEPSEEK_V3) dims[0] = 0; /* its heads' sizes are deepseek_of's */
-    const char *why = V != MOE_VOCAB ? "its vocabulary is not moe.c's 256 bytes (vocab_size)"
-                      : heads[0]     ? heads
-                      : dims[0]      ? dims
+    const char *why = heads[0]                          ? heads
+                      : dims[0]                         ? dims
                       : act && strcmp(act, "silu") != 0 ? "hidden_act is not silu (SwiGLU's)"
                       : fabs(eps - 1e-5) > 1e-12        ? "rms_norm_eps is not moe.c's 1e-5"
                       : scaling && scaling->type != JSON_NULL
@@ -402,7 +404,7 @@ static int settings_of(const Fields *f, char **text, HfFamily *fam, int *tied) {
     double std = 0.02;
     if (num(f, "initializer_range", &std, 0, 0, 0, 1)) return -1;
     *tied = flag(f, "tie_word_embeddings");
-    *text = settings_text(*fam, &x, (const double[]){C, L, H, T, kv, hd, theta, std}, *tied);
+    *text = settings_text(*fam, &x, (const double[]){C, L, H, T, kv, hd, theta, std, V}, *tied);
     return 0;
 }
 
@@ -426,9 +428,9 @@ static int hf_config(Config *c, const Fields *f, HfFamily *fam, int *half, int *
     config_defaults(c);
     if (config_apply_text(c, own, &line, msg, sizeof msg))
         return set_error(f->err, f->errlen, "%s: moe_c_config line %d: %s", f->path, line, msg);
-    int same = c->d_model == mapped.d_model && c->n_layer == mapped.n_layer &&
-               c->n_head == mapped.n_head && c->seq_len == mapped.seq_len &&
-               config_kv_heads(c) == config_kv_heads(&mapped) &&
+    int same = c->vocab == mapped.vocab && c->d_model == mapped.d_model &&
+               c->n_layer == mapped.n_layer && c->n_head == mapped.n_head &&
+               c->seq_len == mapped.seq_len && config_kv_heads(c) == config_kv_heads(&mapped) &&
                config_head_dim(c) == config_head_dim(&mapped) && c->tied == mapped.tied &&
                c->rope_theta == mapped.rope_theta && c->num_experts == mapped.num_experts &&
                c->qk_norm == mapped.qk_norm && c->attention == mapped.attention &&

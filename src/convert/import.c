@@ -245,11 +245,11 @@ static int infer_shapes(Config *c, const SafeTensors *st, char *err, int errlen)
                          "tensor names (tok_emb, layers.L.attn.wq, ...; `moe info` lists them); "
                          "rename the tensors when exporting",
                          path);
-    if (emb->ndim != 2 || emb->shape[0] != MOE_VOCAB)
+    if (emb->ndim != 2 || emb->shape[0] < 2 || emb->shape[0] > MOE_VOCAB_MAX)
         return set_error(err, errlen,
-                         "safetensors '%s': tok_emb has shape %s, but moe.c's byte-level "
-                         "vocabulary needs (%d, C); only byte-level models can be imported",
-                         path, shape_str(s, sizeof s, emb->ndim, emb->shape), MOE_VOCAB);
+                         "safetensors '%s': tok_emb has shape %s, but moe.c's embedding is "
+                         "(V, C) with a vocabulary V of 2 to %d (model.vocab)",
+                         path, shape_str(s, sizeof s, emb->ndim, emb->shape), MOE_VOCAB_MAX);
     int L = 0;
     const char *rest;
     for (int i = 0; i < st->n; i++) {
@@ -263,7 +263,8 @@ static int infer_shapes(Config *c, const SafeTensors *st, char *err, int errlen)
                          path);
     const char *from = "the tensor shapes";
     /* a model without a head tensor computes its logits with the embedding (model.tied) */
-    if (set_value(c, path, from, err, errlen, "model.d_model=%d", emb->shape[1]) ||
+    if (set_value(c, path, from, err, errlen, "model.vocab=%d", emb->shape[0]) ||
+        set_value(c, path, from, err, errlen, "model.d_model=%d", emb->shape[1]) ||
         set_value(c, path, from, err, errlen, "model.n_layer=%d", L) ||
         set_value(c, path, from, err, errlen, "model.tied=%d", !safetensors_find(st, "head")) ||
         infer_heads(c, st, from, err, errlen))

@@ -36,7 +36,7 @@ static void step_room(Decoder *d, int n) {
         const size_t prefill = (size_t)d->B * d->T * (c->mla_kv_rank + c->mla_rope_dim);
         d->kv.work = be_floats(be, step > prefill ? step : prefill);
     }
-    d->logits = floats_alloc((size_t)n * MOE_VOCAB);
+    d->logits = floats_alloc((size_t)n * c->vocab);
     d->room = n;
 }
 
@@ -116,7 +116,7 @@ int decoder_draft_open(Decoder *d, char *err, int errlen) {
         v[L] = be_floats(m->be, (size_t)d->T * config_kv_heads(c) * config_value_dim(c));
     }
     d->cache_bytes += (size_t)d->T * layer_bytes;
-    d->draft_logits = floats_alloc(MOE_VOCAB);
+    d->draft_logits = floats_alloc((size_t)c->vocab);
     d->draft = 1;
     return 0;
 }
@@ -173,6 +173,7 @@ void decoder_prefill(Decoder *d, int first, int n, const int *tokens, int Tp, co
     Model *m = d->m;
     const Backend *be = m->be;
     const int L = m->cfg.n_layer, T = d->T;
+    const size_t V = (size_t)m->cfg.vocab;
     if (first < 0 || n < 1 || first + n > d->B || Tp < 1 || Tp > T)
         moe_fatal("decoder_prefill: sequences %d..%d of %d, %d positions of %d", first,
                   first + n - 1, d->B, Tp, T);
@@ -190,9 +191,8 @@ void decoder_prefill(Decoder *d, int first, int n, const int *tokens, int Tp, co
     d->last_pos = 0, d->draft_len = lens[0] - 1; /* the last entry the first draft writes */
     for (int i = 0; i < n; i++) {
         d->len[first + i] = lens[i];
-        be->to_host(be, d->logits + (size_t)(first + i) * MOE_VOCAB,
-                    m->state.logits + ((size_t)i * Tp + lens[i] - 1) * MOE_VOCAB,
-                    MOE_VOCAB * sizeof(float));
+        be->to_host(be, d->logits + (size_t)(first + i) * V,
+                    m->state.logits + ((size_t)i * Tp + lens[i] - 1) * V, V * sizeof(float));
     }
 }
 
@@ -205,7 +205,7 @@ static void cached_rows(Decoder *d, const int *tokens, const int *pos, const int
     be->to_device(be, d->pos, pos, (size_t)n * sizeof(int));
     be->to_device(be, d->step_rows, rows, (size_t)n * sizeof(int));
     model_forward_cached(m, tokens, n, &d->kv);
-    be->to_host(be, d->logits, m->state.logits, (size_t)n * MOE_VOCAB * sizeof(float));
+    be->to_host(be, d->logits, m->state.logits, (size_t)n * m->cfg.vocab * sizeof(float));
 }
 
 void decoder_step(Decoder *d, const int *tokens) {
@@ -259,7 +259,8 @@ void decoder_draft(Decoder *d, const int *tokens, int n) {
     be->to_device(be, d->pos, pos, (size_t)n * sizeof(int));
     be->to_device(be, d->step_rows, pos, (size_t)n * sizeof(int));
     model_mtp_draft(m, tokens, first, n, 1, &d->kv);
-    be->to_host(be, d->draft_logits, m->state.mtp[0].logits + (size_t)(n - 1) * MOE_VOCAB,
-                MOE_VOCAB * sizeof(float));
+    const size_t V = (size_t)m->cfg.vocab;
+    be->to_host(be, d->draft_logits, m->state.mtp[0].logits + (size_t)(n - 1) * V,
+                V * sizeof(float));
     d->draft_len = p + n;
 }

@@ -386,8 +386,8 @@ int corpus_build(const char *out_dir, uint64_t seed, double val_frac, char *err,
     char path[1100];
     for (int k = 0; k < 2; k++) {
         snprintf(path, sizeof(path), "%s/%s", out_dir, k ? "val.bin" : "train.bin");
-        if (shard_write(path, out[k].tokens, out[k].n, out[k].docs, out[k].n_docs,
-                        (const char(*)[SHARD_DOMAIN_NAME])names, N_DOMAINS, err, errlen) != 0)
+        if (shard_write_bytes(path, out[k].tokens, out[k].n, out[k].docs, out[k].n_docs,
+                              (const char(*)[SHARD_DOMAIN_NAME])names, N_DOMAINS, err, errlen) != 0)
             goto done;
     }
 
@@ -671,9 +671,9 @@ int corpus_build_from(const char *out_dir, const char *const *specs, int n_specs
     char path[1100];
     for (int k = 0; k < 2; k++) {
         snprintf(path, sizeof(path), "%s/%s", out_dir, k ? "val.bin" : "train.bin");
-        if (shard_write(path, out[k].tokens, out[k].n, out[k].docs, out[k].n_docs,
-                        (const char(*)[SHARD_DOMAIN_NAME])fd.names, (uint32_t)fd.n, err,
-                        errlen) != 0)
+        if (shard_write_bytes(path, out[k].tokens, out[k].n, out[k].docs, out[k].n_docs,
+                              (const char(*)[SHARD_DOMAIN_NAME])fd.names, (uint32_t)fd.n, err,
+                              errlen) != 0)
             goto done;
     }
 

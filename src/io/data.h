@@ -1,13 +1,13 @@
 /*
- * data.h: byte-token shards, the batch loader, the corpus builder and synthetic data.
+ * data.h: token shards, the batch loader, the corpus builder and synthetic data.
  *
- * Shard file format (little-endian), version 2 (src/REFERENCE.md, "Token shards", has the same
+ * Shard file format (little-endian), version 3 (src/REFERENCE.md, "Token shards", has the same
  * table):
  *   header, 256 bytes:
  *     off  type         field
  *     0    char[8]      magic           "MOETOKS\0"
- *     8    uint32       version         2
- *     12   uint32       token_bytes     1 (byte-level vocabulary of 256)
+ *     8    uint32       version         3
+ *     12   uint32       token_bytes     1, 2, 3 or 4: the narrowest width that holds vocab - 1
  *     16   uint64       n_tokens
  *     24   uint32       n_docs
  *     28   uint32       n_domains       1 .. SHARD_MAX_DOMAINS
@@ -16,14 +16,18 @@
  *     160  uint32       payload_crc32   CRC-32 (crc32_update from 0) of the document records
  *                                       followed by the tokens (Shard.crc32, provenance.txt)
  *     164  uint32       header_crc32    CRC-32 of the 256 header bytes, bytes 164..167 as 0
- *     168  zeros up to byte 256 (readers reject non-zero reserved bytes)
+ *     168  uint32       vocab           2 .. SHARD_MAX_VOCAB: every id is below it (256: bytes)
+ *     172  uint32       tokenizer_crc32 CRC-32 of the tokenizer that made the ids; 0: bytes
+ *     176  zeros up to byte 256 (readers reject non-zero reserved bytes)
  *   n_docs document records, 16 bytes each:
  *     0    uint64       start           offset of the document's first token
  *     8    uint32       length          tokens
  *     12   uint32       domain          index into the domain names
- *   n_tokens bytes: the tokens, documents back to back in record order.
- * The file size must be exactly 256 + 16 n_docs + n_tokens; documents must tile the tokens.
- * Readers refuse every other version (version 1 had no checksums: rebuild those shards).
+ *   n_tokens ids of token_bytes each (little-endian), documents back to back in record order.
+ * The file size must be exactly 256 + 16 n_docs + token_bytes n_tokens; documents must tile
+ * the tokens; every id must be below vocab. Version 2 (the same without vocab and
+ * tokenizer_crc32, zeros from byte 168) still reads, as vocab 256 of 1-byte tokens; readers
+ * refuse every other version (version 1 had no checksums: rebuild those shards).
  */
 #ifndef MOE_IO_DATA_H
 #define MOE_IO_DATA_H
@@ -34,7 +38,10 @@
 #include "base/util.h"
 
 #define SHARD_MAGIC "MOETOKS"
-#define SHARD_VERSION 2
+#define SHARD_VERSION 3
+#define SHARD_VERSION_BYTES 2       /* the oldest version read: bytes, no vocab field */
+#define SHARD_MAX_VOCAB 2147483647u /* every id fits an int */
+#define SHARD_BYTE_VOCAB 256        /* bytes: the corpus, and every version 2 shard */
 #define SHARD_HEADER_BYTES 256
 #define SHARD_MAX_DOMAINS 8
 #define SHARD_DOMAIN_NAME 16
@@ -49,24 +56,41 @@ typedef struct {
     char path[512];
     uint64_t n_tokens;
     uint32_t n_docs, n_domains;
+    uint32_t vocab;           /* every id is below it; 256: bytes */
+    uint32_t token_bytes;     /* the stored width of an id, 1 .. 4 */
+    uint32_t tokenizer_crc32; /* the tokenizer that made the ids; 0: bytes */
     char domain[SHARD_MAX_DOMAINS][SHARD_DOMAIN_NAME];
     ShardDoc *docs;      /* (n_docs) */
-    uint8_t *tokens;     /* (n_tokens) */
+    int *tokens;         /* (n_tokens) the ids, each in [0, vocab) */
     uint8_t *tok_domain; /* (n_tokens) domain of every token, derived from docs */
     uint32_t crc32;      /* CRC-32 of the payload (document records, then tokens), for provenance */
 } Shard;
 
-/* Read and check a shard. Returns 0, or -1 with a message saying what is wrong with the file
- * and what to do (e.g. "run make data") in err. */
+/* Read and check a shard (every id below its vocab: a message names the shard, the id and its
+ * position). Returns 0, or -1 with a message saying what is wrong with the file and what to do
+ * (e.g. "run make data") in err. */
 int shard_load(Shard *s, const char *path, char *err, int errlen);
 void shard_free(Shard *s);
 
-/* Write a shard atomically (temporary file, fsync, rename). docs must tile tokens. */
-int shard_write(const char *path, const uint8_t *tokens, uint64_t n_tokens, const ShardDoc *docs,
-                uint32_t n_docs, const char domain[][SHARD_DOMAIN_NAME], uint32_t n_domains,
-                char *err, int errlen);
+/* The narrowest width in bytes (1 .. 4) that holds every id below vocab. */
+uint32_t shard_token_bytes(uint32_t vocab);
 
-/* Entropy in nats of the shard's byte frequencies (the loss of the best unigram model). */
+/* Write a shard atomically (temporary file, fsync, rename): ids tokens (n_tokens), each below
+ * vocab (2 .. SHARD_MAX_VOCAB), from the tokenizer whose CRC-32 is tokenizer_crc32 (0: bytes),
+ * in shard_token_bytes(vocab) bytes each. docs must tile tokens. */
+int shard_write(const char *path, const int *tokens, uint64_t n_tokens, uint32_t vocab,
+                uint32_t tokenizer_crc32, const ShardDoc *docs, uint32_t n_docs,
+                const char domain[][SHARD_DOMAIN_NAME], uint32_t n_domains, char *err, int errlen);
+/* The same for bytes (vocab 256, no tokenizer): the corpus and the tests' shards. */
+int shard_write_bytes(const char *path, const uint8_t *bytes, uint64_t n_tokens,
+                      const ShardDoc *docs, uint32_t n_docs, const char domain[][SHARD_DOMAIN_NAME],
+                      uint32_t n_domains, char *err, int errlen);
+
+/* 0 when s's ids come from a vocabulary of `vocab` (model.vocab), else -1 with a message naming
+ * the shard, both vocabularies and what to do in err. */
+int shard_check_vocab(const Shard *s, int vocab, char *err, int errlen);
+
+/* Entropy in nats of the shard's token frequencies (the loss of the best unigram model). */
 double shard_unigram_entropy(const Shard *s);
 
 /* ---- batches ---------------------------------------------------------------------------------
@@ -148,10 +172,12 @@ int corpus_build_from(const char *out_dir, const char *const *specs, int n_specs
                       double val_frac, char *err, int errlen);
 
 /* Write a synthetic shard of n_tokens from n_domains Markov sources (one per domain, each a
- * random sparse first-order chain over its own part of the byte alphabet) in documents of
- * doc_len tokens. The chains are drawn from seed, the token stream from stream_seed: a train
- * and a validation shard of the same sources share seed and differ in stream_seed. */
-int synth_write(const char *path, int n_domains, uint64_t n_tokens, int doc_len, uint64_t seed,
-                uint64_t stream_seed, char *err, int errlen);
+ * random sparse first-order chain over its own part of the alphabet) in documents of doc_len
+ * tokens. The alphabet is the bytes at vocab 256, else vocab ids (at least 256), the bytes'
+ * symbols spread over them (synth.c). The chains are drawn from seed, the token stream from
+ * stream_seed: a train and a validation shard of the same sources share seed and differ in
+ * stream_seed. */
+int synth_write(const char *path, int n_domains, uint64_t n_tokens, int doc_len, int vocab,
+                uint64_t seed, uint64_t stream_seed, char *err, int errlen);
 
 #endif

@@ -20,7 +20,7 @@
 /* inputs/targets (T), domains (T): one window starting at token `start`. */
 static void fill_window(const Shard *s, uint64_t start, int T, int *inputs, int *targets,
                         uint8_t *domains) {
-    const uint8_t *w = s->tokens + start;
+    const int *w = s->tokens + start;
     for (int t = 0; t < T; t++) {
         inputs[t] = w[t];
         targets[t] = w[t + 1];
@@ -183,7 +183,7 @@ int shard_domain_batch(const Shard *s, int T, int *inputs, int *targets, char *e
                              "%s: domain %s has no document of %u tokens or more: use a shard "
                              "with longer documents in every domain (make data builds the corpus)",
                              s->path, s->domain[d], need);
-        const uint8_t *w = s->tokens + s->docs[doc].start;
+        const int *w = s->tokens + s->docs[doc].start;
         for (int t = 0; t < T; t++) {
             inputs[(size_t)d * T + t] = w[t];
             if (targets) targets[(size_t)d * T + t] = w[t + 1];

@@ -9,6 +9,10 @@
  * a model that recognises the domain from context can predict much better than one that
  * does not, which is what an expert router should discover.
  *
+ * At a vocabulary V other than the bytes' 256 (at least 256), byte b's symbol is id
+ * floor(b V / 256): the same chains, their ids spread over the whole vocabulary (the widest
+ * near V - 1), so a shard of V ids exercises the embedding's far rows and wide stored ids.
+ *
  * Documents of doc_len tokens (the last one shorter if needed) go to the domains round-robin.
  * The transition tables come from Rngs seeded by (seed, d); the token stream from an Rng
  * seeded by stream_seed, so the whole file is a function of the arguments.
@@ -21,8 +25,9 @@
 
 #define SYN_SYMBOLS 32
 
-static uint8_t symbol(int d, int i) {
-    return (uint8_t)((65 + SYN_SYMBOLS * d + i) & 255);
+static int symbol(int d, int i, int vocab) {
+    const uint64_t byte = (uint64_t)((65 + SYN_SYMBOLS * d + i) & 255);
+    return (int)(byte * (uint64_t)vocab / 256);
 }
 
 /* cdf (SYN_SYMBOLS, SYN_SYMBOLS): row i is the cumulative distribution of the successor of
@@ -57,8 +62,11 @@ static int sample(const double *cdf_row, double u) {
     return j;
 }
 
-int synth_write(const char *path, int n_domains, uint64_t n_tokens, int doc_len, uint64_t seed,
-                uint64_t stream_seed, char *err, int errlen) {
+int synth_write(const char *path, int n_domains, uint64_t n_tokens, int doc_len, int vocab,
+                uint64_t seed, uint64_t stream_seed, char *err, int errlen) {
+    if (vocab < 256 || (uint32_t)vocab > SHARD_MAX_VOCAB)
+        return set_error(err, errlen, "synthetic data: a vocabulary of %d, must be 256..%u", vocab,
+                         SHARD_MAX_VOCAB);
     if (n_domains < 1 || n_domains > SHARD_MAX_DOMAINS)
         return set_error(err, errlen, "synthetic data: %d domains requested, must be 1..%d",
                          n_domains, SHARD_MAX_DOMAINS);
@@ -82,7 +90,7 @@ int synth_write(const char *path, int n_domains, uint64_t n_tokens, int doc_len,
     char names[SHARD_MAX_DOMAINS][SHARD_DOMAIN_NAME] = {{0}};
     for (int d = 0; d < n_domains; d++) snprintf(names[d], SHARD_DOMAIN_NAME, "syn%d", d);
 
-    uint8_t *tokens = (uint8_t *)malloc_check(n_tokens);
+    int *tokens = (int *)malloc_check(n_tokens * sizeof(int));
     ShardDoc *docs = (ShardDoc *)malloc_check(sizeof(ShardDoc) * n_docs);
     Rng r;
     rng_seed(&r, stream_seed);
@@ -94,12 +102,12 @@ int synth_write(const char *path, int n_domains, uint64_t n_tokens, int doc_len,
         const double *table = cdf + (size_t)d * SYN_SYMBOLS * SYN_SYMBOLS;
         int cur = (int)rng_below(&r, SYN_SYMBOLS); /* first symbol uniform */
         for (uint64_t t = 0; t < len; t++) {
-            tokens[pos + t] = symbol(d, cur);
+            tokens[pos + t] = symbol(d, cur, vocab);
             cur = sample(table + cur * SYN_SYMBOLS, (double)rng_uniform(&r));
         }
         pos += len;
     }
-    int rc = shard_write(path, tokens, n_tokens, docs, n_docs,
+    int rc = shard_write(path, tokens, n_tokens, (uint32_t)vocab, 0, docs, n_docs,
                          (const char(*)[SHARD_DOMAIN_NAME])names, (uint32_t)n_domains, err, errlen);
     free(tokens);
     free(docs);

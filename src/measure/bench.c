@@ -150,8 +150,8 @@ static void step_child(void *result, const void *arg) {
     Rng rng;
     rng_seed(&rng, 4242);
     for (int i = 0; i < N; i++) {
-        in[i] = (int)rng_below(&rng, MOE_VOCAB);
-        tg[i] = (int)rng_below(&rng, MOE_VOCAB);
+        in[i] = (int)rng_below(&rng, (uint64_t)c->vocab);
+        tg[i] = (int)rng_below(&rng, (uint64_t)c->vocab);
     }
     double *times = (double *)malloc_check((size_t)steps * sizeof(double));
     double fwd = 0.0, bwd = 0.0, sum = 0.0;

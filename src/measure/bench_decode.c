@@ -86,14 +86,14 @@ static double memory_bandwidth(const Backend *be) {
 static double dense_floats(const Model *m, int B) {
     const Config *c = &m->cfg;
     const double experts = (double)m->n_moe * c->num_experts * 3.0 * c->d_model * m->spec.d_expert;
-    return (double)m->pt.total - experts - (double)MOE_VOCAB * c->d_model + (double)B * c->d_model;
+    return (double)m->pt.total - experts - (double)c->vocab * c->d_model + (double)B * c->d_model;
 }
 
-/* B prompts of P tokens: random bytes, or windows spread over a validation shard. */
-static void prompts_for(int *tokens, int B, int P, const Shard *val, Rng *r) {
+/* B prompts of P tokens: random ids below V, or windows spread over a validation shard. */
+static void prompts_for(int *tokens, int B, int P, int V, const Shard *val, Rng *r) {
     for (int b = 0; b < B; b++) {
         if (!val) {
-            for (int t = 0; t < P; t++) tokens[b * P + t] = (int)rng_below(r, MOE_VOCAB);
+            for (int t = 0; t < P; t++) tokens[b * P + t] = (int)rng_below(r, (uint64_t)V);
             continue;
         }
         const uint64_t span = val->n_tokens - (uint64_t)P;
@@ -102,12 +102,12 @@ static void prompts_for(int *tokens, int B, int P, const Shard *val, Rng *r) {
     }
 }
 
-/* next (B) = the most likely byte after each sequence, from logits (B, MOE_VOCAB). */
-static void greedy_bytes(int *next, const float *logits, int B) {
+/* next (B) = the most likely token after each sequence, from logits (B, V). */
+static void greedy_tokens(int *next, const float *logits, int B, int V) {
     for (int b = 0; b < B; b++) {
-        const float *lg = logits + (size_t)b * MOE_VOCAB;
+        const float *lg = logits + (size_t)b * V;
         int best = 0;
-        for (int v = 1; v < MOE_VOCAB; v++) best = lg[v] > lg[best] ? v : best;
+        for (int v = 1; v < V; v++) best = lg[v] > lg[best] ? v : best;
         next[b] = best;
     }
 }
@@ -139,7 +139,7 @@ static void row_bytes(DecodeRow *row, Model *m, ServedExperts *sx, double touche
     /* a miss reads its record and writes it into a slot */
     row->bound_s = (row->weight_bytes + row->kv_bytes + 2.0 * row->loaded_bytes) / bandwidth;
     row->roof = row->bound_s / row->step_s;
-    row->resident_bytes = (dense_floats(m, 0) + (double)MOE_VOCAB * C) * sizeof(float) +
+    row->resident_bytes = (dense_floats(m, 0) + (double)c->vocab * C) * sizeof(float) +
                           (m->n_moe ? served_experts_bytes(sx, m) : 0.0);
 }
 
@@ -166,7 +166,7 @@ static void measure(DecodeRow *row, Model *m, ServedExperts *sx, const BenchOpti
     int *next = (int *)malloc_check((size_t)B * sizeof(int));
     Rng r;
     rng_seed(&r, 1234);
-    prompts_for(prompts, B, P, val, &r);
+    prompts_for(prompts, B, P, m->cfg.vocab, val, &r);
     for (int b = 0; b < B; b++) lens[b] = P;
     decoder_prefill(&d, 0, B, prompts, P, lens); /* warm: pages, thread pools */
     m->be->sync(m->be);
@@ -177,7 +177,7 @@ static void measure(DecodeRow *row, Model *m, ServedExperts *sx, const BenchOpti
     double *times = (double *)malloc_check((size_t)steps * sizeof(double));
     double touched = 0.0, kv = 0.0;
     for (int s = 0; s < warm + steps; s++) {
-        greedy_bytes(next, d.logits, B);
+        greedy_tokens(next, d.logits, B, m->cfg.vocab);
         double cached = 0.0; /* positions each sequence's step reads: its cache and itself */
         for (int b = 0; b < B; b++) cached += d.len[b] + 1;
         m->be->sync(m->be);
@@ -304,7 +304,8 @@ static void load_decode_model(Model *m, const DecodeModel *dm, const BenchOption
     if (dm->from_ckpt) {
         if (checkpoint_config(dm->name, &c, err, sizeof err) != 0)
             moe_input_error("bench --decode: %s", err);
-        if (shard_load(val, c.val, err, sizeof err) != 0)
+        if (shard_load(val, c.val, err, sizeof err) != 0 ||
+            shard_check_vocab(val, c.vocab, err, sizeof err) != 0)
             moe_input_error("bench --decode --ckpt %s: its validation shard (data.val): %s; the "
                             "prompts come from there",
                             dm->name, err);

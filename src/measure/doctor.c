@@ -100,14 +100,14 @@ static void rule_divergence(DoctorReport *r, const Run *run) {
     }
 }
 
-/* A byte-level model that guesses every byte uniformly has a loss of ln 256 = 5.545 nats, and a
- * fresh one starts there; a run whose final window is no lower never learned. (A loss far
- * above it, 1e23 at every step, is no damaged file: moe train can write it from weights with
+/* A model that guesses every token uniformly has a loss of ln V nats (ln 256 = 5.545 for
+ * bytes), and a fresh one starts there; a run whose final window is no lower never learned. (A loss
+ * far above it, 1e23 at every step, is no damaged file: moe train can write it from weights with
  * enormous logits, so it is reported with the values seen, not refused.) */
 static void rule_no_learning(DoctorReport *r, const Run *run) {
     const int n = run->train.n_row;
     if (r->last_step <= r->cfg.warmup) return; /* the learning rate has not reached its peak */
-    const double uniform = log((double)MOE_VOCAB),
+    const double uniform = log((double)r->cfg.vocab),
                  late = train_mean(run, run->c_loss, r->win_from, r->last_step);
     if (!(late >= uniform)) return;
     int low = 0;
@@ -116,8 +116,9 @@ static void rule_no_learning(DoctorReport *r, const Run *run) {
     Finding *f = finding(r, F_NO_LEARNING);
     add(f,
         "training loss %.4g (mean of steps %d-%d), at least ln %d = %.3f, the loss of a uniform "
-        "guess over the bytes, which a fresh model starts at",
-        late, r->win_from, r->last_step, MOE_VOCAB, uniform);
+        "guess over the %s, which a fresh model starts at",
+        late, r->win_from, r->last_step, r->cfg.vocab, uniform,
+        r->cfg.vocab == MOE_VOCAB ? "bytes" : "model.vocab ids");
     add(f,
         "its lowest: %.4g at step %d of %d logged (peak learning rate train.lr=%g after %d "
         "steps of warm-up)",

@@ -92,7 +92,7 @@ int memory_check(const Config *c, int B, int T, int ep, char *err, int errlen) {
      * far beyond any machine stop here, before the exact count multiplies sizes in size_t. */
     const double L = c->n_layer, C = c->d_model, F = c->d_ff, FE = config_expert_hidden(c);
     const double E = c->num_experts / (ep > 1 ? ep : 1), K = c->top_k > 0 ? c->top_k : 1;
-    const double N = (double)B * T, V = MOE_VOCAB;
+    const double N = (double)B * T, V = c->vocab;
     const double QW = (double)c->n_head * config_head_dim(c);
     const double KW = (double)config_kv_heads(c) * config_head_dim(c);
     const double P =

@@ -263,7 +263,7 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
 
     PROF(PROF_NORM,
          be->rmsnorm_forward(be, rs->lnf, rs->rstdf, rs->resid[L], m->w.final_norm, N, C));
-    PROF(PROF_HEAD, be->matmul_forward(be, rs->logits, rs->lnf, head_weights(m), N, C, MOE_VOCAB));
+    PROF(PROF_HEAD, be->matmul_forward(be, rs->logits, rs->lnf, head_weights(m), N, C, c->vocab));
     const float mtp = mtp_forward(m, inputs, targets, B, T, ctx, slot);
 
     rs->aux_loss = rs->z_loss = 0.0f;
@@ -272,7 +272,7 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
         if (targets) {
             be->to_device(be, rs->targets, targets, (size_t)N * sizeof(int));
             PROF(PROF_LOSS, be->crossentropy_forward(be, rs->losses, rs->logits, rs->logits,
-                                                     rs->targets, N, MOE_VOCAB));
+                                                     rs->targets, N, c->vocab));
             be->sum(be, rs->rec_loss + slot, rs->losses, (size_t)N);
         }
         return NAN;
@@ -293,7 +293,7 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
     }
     be->to_device(be, rs->targets, targets, (size_t)N * sizeof(int));
     PROF(PROF_LOSS, be->crossentropy_forward(be, rs->losses, rs->logits, rs->logits, rs->targets, N,
-                                             MOE_VOCAB));
+                                             c->vocab));
     double sum = 0.0; /* in token order: deterministic */
     be->sum(be, rs->rec_loss, rs->losses, (size_t)N);
     be->to_host(be, &sum, rs->rec_loss, sizeof sum);
@@ -339,7 +339,7 @@ void model_mtp_draft(Model *m, const int *tokens, int first, int B, int T, const
     if (!kv) return;
     PROF(PROF_NORM,
          be->rmsnorm_forward(be, a->lnc, a->rstdc, a->out, m->w.layers[L].mtp_norm, N, C));
-    PROF(PROF_HEAD, be->matmul_forward(be, a->logits, a->lnc, head_weights(m), N, C, MOE_VOCAB));
+    PROF(PROF_HEAD, be->matmul_forward(be, a->logits, a->lnc, head_weights(m), N, C, m->cfg.vocab));
 }
 
 void model_step_route(Model *m, int micro) {
@@ -364,7 +364,8 @@ void model_forward_cached(Model *m, const int *tokens, int N, const KvStep *kv) 
     for (int l = 0; l < L; l++) block_forward(m, l, rs->resid[l + 1], rs->resid[l], N, 1, kv, NULL);
     PROF(PROF_NORM,
          be->rmsnorm_forward(be, rs->lnf, rs->rstdf, rs->resid[L], m->w.final_norm, N, C));
-    PROF(PROF_HEAD, be->matmul_forward(be, rs->logits, rs->lnf, head_weights(m), N, C, MOE_VOCAB));
+    PROF(PROF_HEAD,
+         be->matmul_forward(be, rs->logits, rs->lnf, head_weights(m), N, C, m->cfg.vocab));
     rs->loss = NAN;
 }
 
@@ -384,9 +385,9 @@ void model_backward(Model *m, float loss_scale, const StepCtx *ctx) {
     if (rs->mtp_ran) mtp_backward(m, loss_scale, ctx);
     /* loss = mean_n CE_n, so dlogits carries 1/N; loss_scale adds 1/accum */
     PROF(PROF_LOSS, be->crossentropy_backward(be, rs->dlogits, rs->logits, rs->targets,
-                                              loss_scale / (float)N, N, MOE_VOCAB));
+                                              loss_scale / (float)N, N, c->vocab));
     PROF(PROF_HEAD, be->matmul_backward(be, rs->dln, head_grads(m), rs->dlogits, rs->lnf,
-                                        head_weights(m), N, C, MOE_VOCAB));
+                                        head_weights(m), N, C, c->vocab));
     PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dresid, m->g.final_norm, rs->dln, rs->resid[L],
                                          m->w.final_norm, rs->rstdf, N, C));
     if (rs->mtp_ran)
@@ -402,7 +403,7 @@ void model_backward(Model *m, float loss_scale, const StepCtx *ctx) {
         if (sync) grad_sync_ready(sync, m->dist, m->grads, L - l);
     }
 
-    PROF(PROF_EMBED, be->embed_backward(be, m->g.tok_emb, rs->dresid, rs->inputs, N, C));
+    PROF(PROF_EMBED, be->embed_backward(be, m->g.tok_emb, rs->dresid, rs->inputs, N, C, c->vocab));
     prof_backward = 0;
 }
 
@@ -553,8 +554,8 @@ double model_flops_by_op(const Config *c, int T, double per_op[PROF_COUNT]) {
             macs[PROF_DENSE_FFN] += 3.0 * C * F;
         }
     }
-    macs[PROF_HEAD] += (double)MOE_VOCAB * C;
-    macs[PROF_HEAD] += c->mtp_depth * ((double)MOE_VOCAB * C + 2.0 * C * C);
+    macs[PROF_HEAD] += (double)c->vocab * C;
+    macs[PROF_HEAD] += c->mtp_depth * ((double)c->vocab * C + 2.0 * C * C);
     double total = 0.0;
     for (int op = 0; op < PROF_COUNT; op++) {
         if (per_op) per_op[op] = 6.0 * macs[op];

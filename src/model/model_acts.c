@@ -118,7 +118,7 @@ static void block_ffn_entries(ActTable *t, const Config *c, const MoeSpec *spec,
  * gradients only when a dense block exists, the MoE scratch only when an MoE block does */
 static void scratch_entries(ActTable *t, const Config *c, const MoeSpec *spec, size_t N, int n_moe,
                             RunState *m) {
-    const size_t C = (size_t)c->d_model, V = MOE_VOCAB, F = (size_t)c->d_ff;
+    const size_t C = (size_t)c->d_model, V = (size_t)c->vocab, F = (size_t)c->d_ff;
     const size_t FS = (size_t)c->num_shared * config_expert_hidden(c);
     const size_t QW = (size_t)c->n_head * config_head_dim(c);
     const size_t KW = (size_t)config_kv_heads(c) * config_head_dim(c);
@@ -174,7 +174,7 @@ static void scratch_entries(ActTable *t, const Config *c, const MoeSpec *spec, s
  * with a target; and the rows that put two (N, C) side by side (2 N ints) */
 static void mtp_entries(ActTable *t, const Config *c, const MoeSpec *spec, int B, int T, int ep,
                         RunState *rs) {
-    const size_t C = (size_t)c->d_model, V = MOE_VOCAB, N = (size_t)B * T;
+    const size_t C = (size_t)c->d_model, V = (size_t)c->vocab, N = (size_t)B * T;
     acts_add(t, ACT_INT, ACT_INT_WORDS, 2 * N, ACT_FIELD(rs, mtp_cat), "mtp_cat");
     for (int k = 1; k <= c->mtp_depth; k++) {
         const int l = c->n_layer + k - 1;
@@ -207,7 +207,7 @@ static void mtp_entries(ActTable *t, const Config *c, const MoeSpec *spec, int B
 
 void model_acts_table(ActTable *t, const Config *c, int B, int T, int ep, Model *m) {
     const int L = c->n_layer;
-    const size_t C = (size_t)c->d_model, V = MOE_VOCAB;
+    const size_t C = (size_t)c->d_model, V = (size_t)c->vocab;
     const size_t E = (size_t)c->num_experts, N = (size_t)B * T;
     MoeSpec spec; /* the spec model_init builds: the table sizes what the block uses */
     moe_spec_from_config(&spec, c, T);

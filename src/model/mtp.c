@@ -88,9 +88,10 @@ static void mtp_module_forward(Model *m, int k, int B, int T, const StepCtx *ctx
     block_forward(m, L + k - 1, a->out, a->in, B, T, NULL, ctx);
     PROF(PROF_HEAD, be->permute_rows(be, a->hc, a->out, a->rows, Nk, C, 1));
     PROF(PROF_NORM, be->rmsnorm_forward(be, a->lnc, a->rstdc, a->hc, lw->mtp_norm, Nk, C));
-    PROF(PROF_HEAD, be->matmul_forward(be, a->logits, a->lnc, head_weights(m), Nk, C, MOE_VOCAB));
+    PROF(PROF_HEAD,
+         be->matmul_forward(be, a->logits, a->lnc, head_weights(m), Nk, C, m->cfg.vocab));
     PROF(PROF_LOSS,
-         be->crossentropy_forward(be, a->losses, a->logits, a->logits, a->tgt, Nk, MOE_VOCAB));
+         be->crossentropy_forward(be, a->losses, a->logits, a->logits, a->tgt, Nk, m->cfg.vocab));
 }
 
 /* The modules of a training forward with targets (else none: their losses NAN, and 0 is
@@ -157,9 +158,9 @@ static void mtp_module_backward(Model *m, int k, float scale, const StepCtx *ctx
     const MtpActs *a = &rs->mtp[k - 1];
     /* the loss (its mean over the Nk positions), the head, the output norm */
     PROF(PROF_LOSS, be->crossentropy_backward(be, rs->dlogits, a->logits, a->tgt, scale / (float)Nk,
-                                              Nk, MOE_VOCAB));
+                                              Nk, m->cfg.vocab));
     PROF(PROF_HEAD, be->matmul_backward(be, rs->dln, head_grads(m), rs->dlogits, a->lnc,
-                                        head_weights(m), Nk, C, MOE_VOCAB));
+                                        head_weights(m), Nk, C, m->cfg.vocab));
     PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dtmp, gw->mtp_norm, rs->dln, a->hc, lw->mtp_norm,
                                          a->rstdc, Nk, C));
     /* d out: those rows back at their positions (0 at the others), plus module k + 1's part */
@@ -174,7 +175,7 @@ static void mtp_module_backward(Model *m, int k, float scale, const StepCtx *ctx
     PROF(PROF_HEAD, be->permute_rows(be, rs->dtmp, rs->dmtp_cat, mtp_odd_rows(rs), N, C, 1));
     PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dmid, gw->mtp_enorm, rs->dtmp, a->emb,
                                          lw->mtp_enorm, a->rstd_e, N, C));
-    PROF(PROF_EMBED, be->embed_backward(be, m->g.tok_emb, rs->dmid, a->tok, N, C));
+    PROF(PROF_EMBED, be->embed_backward(be, m->g.tok_emb, rs->dmid, a->tok, N, C, m->cfg.vocab));
     const float *h = k == 1 ? rs->resid[L] : rs->mtp[k - 2].out;
     PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dmtp, gw->mtp_hnorm, rs->dln, h, lw->mtp_hnorm,
                                          a->rstd_h, N, C));

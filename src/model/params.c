@@ -112,7 +112,7 @@ static const ParamSpec SPECS[] = {
 
 static int resolve_dim(int d, const Config *c, int ep) {
     switch (d) {
-    case DIM_V: return MOE_VOCAB;
+    case DIM_V: return c->vocab;
     case DIM_C: return c->d_model;
     case DIM_C2: return 2 * c->d_model;
     case DIM_F: return c->d_ff;

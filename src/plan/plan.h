@@ -56,17 +56,13 @@ enum { PLAN_RC_NONE, PLAN_RC_SELECTIVE, PLAN_RC_EXPERTS, PLAN_RC_FULL };
 
 typedef struct {
     /* The keys the engine has, in its own Config, with its names and types, read and checked
-     * through its table (config/keys.c, config_set): model.d_model, model.n_layer,
+     * through its table (config/keys.c, config_set): model.vocab, model.d_model, model.n_layer,
      * model.n_head, model.kv_heads, model.head_dim, model.qk_norm, model.d_ff, model.seq_len,
      * model.norm, model.tied, moe.num_experts, moe.top_k, moe.d_expert (0: model.d_ff),
      * moe.num_shared, moe.first_dense, moe.every, train.accum. A model not
      * given has them at 0 (dense, every 1). With --config it is the whole config, whose
      * exact memory the moe.c engine plans. */
     Config c;
-    /* The keys the engine does not have yet (plan_keys.c, "the planner's own model keys"),
-     * named as it will name them: */
-    double vocab; /* the engine's is MOE_VOCAB */
-
 } PlanModel;
 
 typedef struct {
@@ -178,7 +174,7 @@ int plan_set_fixed(PlanInput *in, const char *kv, char *err, int errlen);
  * presets of that kind. */
 int plan_preset(PlanInput *in, const char *kind, const char *name, char *err, int errlen);
 
-/* The model of a moe.c config (its own settings; vocabulary 256, no grouped heads), with the
+/* The model of a moe.c config (its own settings, model.vocab among them), with the
  * moe.c engine, batch and layout (dist.ep) of the config. */
 void plan_from_config(PlanInput *in, const Config *c);
 

@@ -221,7 +221,7 @@ static StageMemory stage_memory(const Grid *x, const Stage *S, int s, double den
         double per_micro = S->n_dense * per_layer_d + S->n_moe * per_layer_m;
         if (S->embed) per_micro += n * 4.0; /* token ids */
         if (S->head) /* the final norm's input and output, bf16 logits and their fp32 copy */
-            per_micro += 2 * nt * d * t->act_bytes + n * m->vocab * (t->act_bytes + 4) / tp;
+            per_micro += 2 * nt * d * t->act_bytes + n * m->c.vocab * (t->act_bytes + 4) / tp;
         acts = inflight * per_micro;
         if (lay->recompute >= PLAN_RC_EXPERTS) /* the one layer being recomputed */
             acts += layer_acts(in, n, tp, S->n_moe > 0, rows, PLAN_RC_NONE);
@@ -423,7 +423,7 @@ void plan_layout(const PlanInput *in, const PlanLayout *lay, PlanResult *r) {
         /* ---- time of one micro-batch on this stage -------------------------------------- */
         /* the products: the dense ones split over tp, the experts' rows on the busiest rank */
         double mm = (Ls * c.attn + S->n_dense * c.dense_ffn + S->n_moe * c.shared +
-                     (S->head ? m->vocab * d : 0)) *
+                     (S->head ? m->c.vocab * d : 0)) *
                     6.0 * n / tp;
         mm += Ls * 3.0 * c.attn_flops_layer * n / tp;
         mm += S->n_moe * (6.0 * c.router * nt + 6.0 * c.expert * rows);

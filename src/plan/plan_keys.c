@@ -41,11 +41,11 @@ typedef struct {
 /* The keys the engine has: read through its own rows (config/keys.c) into PlanModel.c, listed
  * first by --keys, in this order. */
 static const char *const ENGINE_KEYS[] = {
-    "model.d_model",   "model.n_layer",   "model.n_head",   "model.d_ff",     "model.seq_len",
-    "model.norm",      "moe.num_experts", "moe.top_k",      "moe.d_expert",   "moe.num_shared",
-    "moe.first_dense", "moe.every",       "model.kv_heads", "model.head_dim", "model.qk_norm",
-    "model.tied",      "model.attention", "mla.q_rank",     "mla.kv_rank",    "mla.rope_dim",
-    "mla.nope_dim",    "mla.v_dim",       "train.accum",    "model.mtp_depth"};
+    "model.vocab",    "model.d_model",   "model.n_layer",   "model.n_head",   "model.d_ff",
+    "model.seq_len",  "model.norm",      "moe.num_experts", "moe.top_k",      "moe.d_expert",
+    "moe.num_shared", "moe.first_dense", "moe.every",       "model.kv_heads", "model.head_dim",
+    "model.qk_norm",  "model.tied",      "model.attention", "mla.q_rank",     "mla.kv_rank",
+    "mla.rope_dim",   "mla.nope_dim",    "mla.v_dim",       "train.accum",    "model.mtp_depth"};
 #define N_ENGINE_KEYS ((int)(sizeof ENGINE_KEYS / sizeof ENGINE_KEYS[0]))
 
 /* The planner's former names of keys the engine has under its own: refused with the new one. */
@@ -58,7 +58,6 @@ static const struct {
 };
 
 #define FIELD(f) offsetof(PlanInput, f), sizeof(((PlanInput *)0)->f)
-#define M(f) FIELD(m.f)
 #define C(f) FIELD(k.f)
 #define T(f) FIELD(t.f)
 #define L(f) FIELD(lay.f)
@@ -69,10 +68,8 @@ static const struct {
 #define W_LINK "a link of 0 GB/s never delivers: every transfer over it would take forever"
 
 static const PlanKey KEYS[] = {
-    /* ---- the planner's own model keys: what the engine does not have yet (a vocabulary of
-     * its own), named as it will name them. When the engine gains one,
-     * its row moves to config/keys.c and its name to ENGINE_KEYS. ----------------------- */
-    {"model.vocab", K_NUM, M(vocab), 1, PLAN_MAX_TOKENS, 1, 0, 0, "V: vocabulary size", 0, W_COUNT},
+    /* ---- the planner's own model keys: none now (a key the engine gains moves to
+     * config/keys.c and its name to ENGINE_KEYS, as model.vocab did) ------------------------ */
     /* ---- the planner's alone ------------------------------------------------------------ */
     {"cluster.gpus", K_NUM, C(gpus), 1, PLAN_MAX_GPUS, 1, 0, 0, "GPUs in all", 0, W_COUNT},
     {"cluster.gpus_per_node", K_NUM, C(gpus_per_node), 1, PLAN_MAX_GPUS, 1, 0, 0,
@@ -149,7 +146,7 @@ void plan_defaults(PlanInput *in) {
      * settings at their defaults (a --config replaces them all) */
     Config *c = &in->m.c;
     config_defaults(c);
-    c->d_model = c->n_layer = c->n_head = c->d_ff = c->seq_len = 0;
+    c->vocab = c->d_model = c->n_layer = c->n_head = c->d_ff = c->seq_len = 0;
     c->num_experts = c->top_k = c->d_expert = c->num_shared = c->first_dense = 0;
     c->every = 1;
     c->norm = MOE_NORM_PRE;
@@ -325,7 +322,7 @@ int plan_has_cluster(const PlanInput *in) {
 int plan_validate_model(const PlanInput *in, char *err, int errlen) {
     const PlanModel *m = &in->m;
     const Config *c = &m->c;
-    if (c->d_model <= 0 || c->n_layer <= 0 || c->n_head <= 0 || m->vocab <= 0 || c->seq_len <= 0)
+    if (c->d_model <= 0 || c->n_layer <= 0 || c->n_head <= 0 || c->vocab <= 0 || c->seq_len <= 0)
         return set_error(err, errlen,
                          "no model: give --model NAME (moe plan --presets), --config FILE or "
                          "the model.* keys (model.vocab, model.d_model, model.n_layer, "

@@ -24,8 +24,8 @@ void plan_count(const PlanModel *m, PlanCounts *o) {
     const Config *c = &m->c;
     const double d = c->d_model, h = c->n_head, dqk = head_qk(m), dv = head_v(m);
     const double E = c->num_experts, K = c->top_k, F = config_expert_hidden(c);
-    o->embed = m->vocab * d;
-    o->head = c->tied ? 0.0 : m->vocab * d;
+    o->embed = (double)c->vocab * d;
+    o->head = c->tied ? 0.0 : (double)c->vocab * d;
     o->final_norm = d;
 
     /* one layer's attention: the matrices, then the gains of its norms */
@@ -65,7 +65,7 @@ void plan_count(const PlanModel *m, PlanCounts *o) {
                o->n_moe * (o->router + E * o->expert + o->shared);
     /* a token multiplies the head (tied or not), every attention, its dense FFNs, and in each
      * MoE layer the router, top_k experts and the shared ones; its embedding is a lookup */
-    const double head_mm = m->vocab * d;
+    const double head_mm = (double)c->vocab * d;
     o->active =
         head_mm + o->final_norm + layers + o->n_moe * (o->router + K * o->expert + o->shared);
     /* moe.c's multi-token prediction modules: each the norms of its two inputs, their (d, 2 d)
@@ -130,8 +130,8 @@ double plan_moec_ep_bytes(const PlanModel *m, double tokens, double P) {
 void plan_from_config(PlanInput *in, const Config *c) {
     PlanModel *m = &in->m;
     memset(m, 0, sizeof *m);
-    m->c = *c; /* the engine's keys, and every other setting for its exact memory */
-    m->vocab = MOE_VOCAB;
+    m->c = *c; /* the engine's keys (model.vocab among them), and every other setting for its
+                * exact memory */
     /* the moe.c engine: fp32 weights (their own master copy), gradients, moments, activations
      * and exchanged rows; nothing sharded */
     PlanTrain *t = &in->t;

@@ -110,9 +110,12 @@ static void progress(const Config *c, int step, float loss, float val_loss, doub
 
 /* ---- the run ------------------------------------------------------------------------------ */
 
-static void load_shard_or_exit(Shard *s, const char *path, const char *key, int T) {
+/* A shard of windows of T + 1 tokens from the model's vocabulary V, or exit 2 naming key. */
+static void load_shard_or_exit(Shard *s, const char *path, const char *key, int T, int V) {
     char err[1024];
-    if (shard_load(s, path, err, sizeof err) != 0 || shard_check_window(s, T, err, sizeof err) != 0)
+    if (shard_load(s, path, err, sizeof err) != 0 ||
+        shard_check_vocab(s, V, err, sizeof err) != 0 ||
+        shard_check_window(s, T, err, sizeof err) != 0)
         moe_input_error("%s: %s", key, err);
 }
 
@@ -287,8 +290,8 @@ static void load_run(Trainer *t) {
      * the same loader on every process (the one-process sequences, whatever the world) */
     t->B = c->batch / t->world, t->T = c->seq_len;
     t->mine = (t->d ? (size_t)t->d->rank : 0) * t->B * t->T;
-    load_shard_or_exit(&t->train, c->train, "data.train", t->T);
-    load_shard_or_exit(&t->val, c->val, "data.val", t->T);
+    load_shard_or_exit(&t->train, c->train, "data.train", t->T, c->vocab);
+    load_shard_or_exit(&t->val, c->val, "data.val", t->T, c->vocab);
     /* a resumed run continues on the data it trained on, unless told otherwise */
     if (o->resume && !o->allow_data_change &&
         run_check_data(o->out_dir, &t->train, &t->val, err, sizeof err) != 0)

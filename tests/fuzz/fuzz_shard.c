@@ -20,7 +20,9 @@ static void read_once(const uint8_t *data, size_t size) {
         uint8_t dom[B * T];
         loader_val_batch(&s, B, T, 0, 2, in, tg, dom);
         for (int i = 0; i < B * T; i++)
-            if (in[i] < 0 || in[i] > 255 || dom[i] >= s.n_domains) abort();
+            if (in[i] < 0 || (uint32_t)in[i] >= s.vocab || tg[i] < 0 ||
+                (uint32_t)tg[i] >= s.vocab || dom[i] >= s.n_domains)
+                abort();
     }
     shard_free(&s);
 }

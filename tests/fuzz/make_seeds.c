@@ -58,7 +58,13 @@ int main(int argc, char **argv) {
     static const ShardDoc docs[3] = {{0, 5, 0}, {5, 7, 1}, {12, 4, 0}};
     static const char names[2][SHARD_DOMAIN_NAME] = {"en", "code"};
     snprintf(p, sizeof p, "%s/shard/tiny.bin", argv[1]);
-    if (shard_write(p, toks, 16, docs, 3, names, 2, err, sizeof err) != 0) moe_fatal("%s", err);
+    if (shard_write_bytes(p, toks, 16, docs, 3, names, 2, err, sizeof err) != 0)
+        moe_fatal("%s", err);
+    /* ids of a vocabulary of 70000: 3 bytes each, the last id among them */
+    static const int wide[16] = {0, 1, 69999, 300, 65536, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 5};
+    snprintf(p, sizeof p, "%s/shard/wide.bin", argv[1]);
+    if (shard_write(p, wide, 16, 70000, 0x1234abcdu, docs, 3, names, 2, err, sizeof err) != 0)
+        moe_fatal("%s", err);
 
     const char *keys[2] = {"format", "config"}, *vals[2] = {"moe.c", "model.d_model = 64\n"};
     snprintf(p, sizeof p, "%s/safetensors/tiny.safetensors", argv[1]);

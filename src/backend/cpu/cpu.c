@@ -88,8 +88,8 @@ static void ref_embed_forward(const Backend *be, float *x, const int *tokens, co
     (void)be, embed_forward(x, tokens, emb, N, C);
 }
 static void ref_embed_backward(const Backend *be, float *demb, const float *dx, const int *tokens,
-                               int N, int C) {
-    (void)be, embed_backward(demb, dx, tokens, N, C);
+                               int N, int C, int V) {
+    (void)be, (void)V, embed_backward(demb, dx, tokens, N, C);
 }
 static void ref_copy_block(const Backend *be, float *dst, int ldd, const float *src, int lds,
                            int rows, int width, int add) {

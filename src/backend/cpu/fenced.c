@@ -245,9 +245,9 @@ static void f_embed_forward(const Backend *be, float *x, const int *tokens, cons
     FENCED(embed_forward(CPU, x, tokens, emb, N, C));
 }
 static void f_embed_backward(const Backend *be, float *demb, const float *dx, const int *tokens,
-                             int N, int C) {
+                             int N, int C, int V) {
     DEV(demb), DEV(dx), DEV(tokens);
-    FENCED(embed_backward(CPU, demb, dx, tokens, N, C));
+    FENCED(embed_backward(CPU, demb, dx, tokens, N, C, V));
 }
 static void f_copy_block(const Backend *be, float *dst, int ldd, const float *src, int lds,
                          int rows, int width, int add) {

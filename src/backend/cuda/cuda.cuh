@@ -156,7 +156,7 @@ void cuda_sum_squares(const Backend *be, double *out, double *partial, const flo
 void cuda_embed_forward(const Backend *be, float *x, const int *tokens, const float *emb, int N,
                         int C);
 void cuda_embed_backward(const Backend *be, float *demb, const float *dx, const int *tokens, int N,
-                         int C);
+                         int C, int V);
 void cuda_copy_block(const Backend *be, float *dst, int ldd, const float *src, int lds, int rows,
                      int width, int add);
 void cuda_permute_rows(const Backend *be, float *out, const float *in, const int *to, int n, int C,

@@ -17,10 +17,6 @@
 #include "backend/cuda/cuda.cuh"
 #include "backend/cuda/kernels_nn.h"
 
-extern "C" {
-#include "config/config.h" /* MOE_VOCAB: the rows of the token embedding */
-}
-
 static_assert(KNN_THREADS == CUDA_THREADS, "kernels_nn.h's block size is cuda.cuh's");
 static_assert(KNN_CHUNK == VEC_CHUNK, "sum_squares chunks as nn/vec.c's");
 static_assert(KNN_RMS_EPS == RMSNORM_EPS, "rmsnorm's eps as nn/ops.h's");
@@ -161,14 +157,14 @@ void cuda_embed_forward(const Backend *be, float *x, const int *tokens, const fl
  * no two threads on one element. Every block reads all N ids (V N compares in all, from shared
  * memory), but dx only at its own tokens.
  *
- * The table's row count V is not an argument of the entry (backend.h): it is MOE_VOCAB, the
- * byte-level vocabulary that every token id lies in (the loader checks ids when it reads a
- * shard). An id outside [0, MOE_VOCAB) is skipped here, where the reference would write out of
- * bounds. */
+ * The table's row count V is the entry's argument (model.vocab): the grid has a block column
+ * per row, in x, whose limit (2^31 - 1) holds any vocabulary where y's (65535) would not. Every
+ * id lies in [0, V) (the shard reader checks ids against the vocabulary); one outside is
+ * skipped here, where the reference would write out of bounds. */
 static __global__ void k_embed_backward(float *demb, const float *dx, const int *tokens, int N,
                                         int C) {
     __shared__ int tok[KNN_EMBED_TILE];
-    const int v = (int)blockIdx.y, c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    const int v = (int)blockIdx.x, c = (int)(blockIdx.y * blockDim.x + threadIdx.x);
     const size_t at = (size_t)v * C + c;
     float acc = c < C ? demb[at] : 0.0f;
     for (int n0 = 0; n0 < N; n0 += KNN_EMBED_TILE) {
@@ -182,9 +178,9 @@ static __global__ void k_embed_backward(float *demb, const float *dx, const int 
 }
 
 void cuda_embed_backward(const Backend *be, float *demb, const float *dx, const int *tokens, int N,
-                         int C) {
-    if (N <= 0 || C <= 0) return;
-    const dim3 grid(cuda_blocks((size_t)C), MOE_VOCAB);
+                         int C, int V) {
+    if (N <= 0 || C <= 0 || V <= 0) return;
+    const dim3 grid((unsigned)V, cuda_blocks((size_t)C));
     k_embed_backward<<<grid, CUDA_THREADS, 0, cuda_stream(be)>>>(demb, dx, tokens, N, C);
     CUDA_LAUNCHED();
 }
@@ -342,8 +338,9 @@ void cuda_swiglu_backward(const Backend *be, float *dg, float *du, const float *
 
 /* ---- cross-entropy -------------------------------------------------------------------------- */
 
-/* A warp per row (V = 256: eight logits a lane). probs may be logits: z[target] is read, then
- * the warp synchronizes (__syncwarp also orders memory) before any lane writes p. */
+/* A warp per row (eight logits a lane at the byte vocabulary, V = 256). probs may be logits:
+ * z[target] is read, then the warp synchronizes (__syncwarp also orders memory) before any lane
+ * writes p. */
 static __global__ void k_crossentropy_forward(float *losses, float *probs, const float *logits,
                                               const int *targets, int N, int V) {
     const int row = warp_row(), lane = warp_lane();
