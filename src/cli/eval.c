@@ -274,6 +274,28 @@ static void draft_sample(Decoder *d, int *w, int wlen, int T, long long n_new) {
             restarts, steps ? (double)(n_new - 1) / (double)steps : 0.0);
 }
 
+/* The end of moe sample's output: one sample's newline (its bytes went out as they came), or
+ * each of S samples after its prompt. */
+static void print_samples(char **prompt, unsigned char **text, int S, long long n_new) {
+    if (S == 1) putchar('\n');
+    for (int s = 0; S > 1 && s < S; s++) {
+        printf("--- sample %d of %d ---\n%s", s + 1, S, prompt[s]);
+        fwrite(text[s], 1, (size_t)n_new, stdout);
+        putchar('\n');
+    }
+}
+
+/* moe sample prints bytes: a model of another vocabulary is refused, its ids printed as bytes
+ * would be noise. */
+static void need_byte_vocab(const Config *c, const char *ckpt) {
+    if (c->vocab != MOE_VOCAB)
+        moe_input_error("sample: %s has model.vocab=%d: its tokens are not the %d bytes that "
+                        "`moe sample` prints, and turning them into text needs a tokenizer, which "
+                        "this run does not have; `moe eval --ckpt %s` measures its loss at any "
+                        "vocabulary",
+                        ckpt, c->vocab, MOE_VOCAB, ckpt);
+}
+
 /* moe sample: S prompts decoded together. Each sequence's context is a window of at most T
  * (seq_len) tokens: the last T of its prompt, then every byte sampled; when it is full, it
  * starts again from its last T / 2 tokens. With the key-value cache (the default) a new byte
@@ -285,12 +307,7 @@ int cmd_sample(int argc, char **argv) {
     sample_check(&o);
     Config c;
     load_ckpt_config(&c, o.ckpt);
-    if (c.vocab != MOE_VOCAB) /* its ids are not bytes: printed as bytes they would be noise */
-        moe_input_error("sample: %s has model.vocab=%d: its tokens are not the %d bytes that "
-                        "`moe sample` prints, and turning them into text needs a tokenizer, which "
-                        "this run does not have; `moe eval --ckpt %s` measures its loss at any "
-                        "vocabulary",
-                        o.ckpt, c.vocab, MOE_VOCAB, o.ckpt);
+    need_byte_vocab(&c, o.ckpt);
     char **prompt;
     int *plen;
     const int S = read_prompts(&o, &prompt, &plen), T = c.seq_len, keep = T / 2;
@@ -351,12 +368,7 @@ int cmd_sample(int argc, char **argv) {
         }
         if (!o.no_cache) decoder_step(&d, next);
     }
-    if (S == 1) putchar('\n');
-    for (int s = 0; S > 1 && s < S; s++) {
-        printf("--- sample %d of %d ---\n%s", s + 1, S, prompt[s]);
-        fwrite(text[s], 1, (size_t)n_new, stdout);
-        putchar('\n');
-    }
+    print_samples(prompt, text, S, n_new);
     for (int s = 0; s < S; s++) free(prompt[s]), free(text[s]);
     free(prompt), free(plen), free(text), free(rng), free(logits), free(next), free(wlen),
         free(win);
