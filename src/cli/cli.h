@@ -11,6 +11,7 @@
 
 #include "base/util.h"
 #include "config/config.h"
+#include "io/data.h"
 #include "measure/bench.h"
 #include "model/model.h"
 
@@ -19,6 +20,7 @@ extern const char *const USAGE;
 /* Options of all commands; each command accepts its own subset. */
 typedef struct {
     const char *config, *out, *resume, *ckpt, *prompt, *init, *from;
+    const char *tokenizer;  /* corpus --tokenizer FILE */
     int format_hf;          /* export, import: --format hf (the Hugging Face layout) */
     const char *logits_out; /* eval --logits FILE */
     const char *prompts;    /* sample --prompts FILE */
@@ -101,5 +103,10 @@ int cmd_bench(int argc, char **argv);  /* bench.c */
 /* compare.c */
 int cmd_compare(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv); /* tokenizer.c */
+/* moe corpus --tokenizer: ct encodes with the tokenizer.json at path and holds the file's bytes
+ * and CRC-32 (exit 2 when it cannot be read or is not one moe.c reads); corpus_tokenizer_close
+ * frees it all. */
+void corpus_tokenizer_open(CorpusTokenizer *ct, const char *path);
+void corpus_tokenizer_close(CorpusTokenizer *ct);
 
 #endif

@@ -13,7 +13,8 @@
  *   moe upcycle --from DENSE_CKPT --out MOE_CKPT [--config FILE] [--set key=value]...
  *               [--noise X] [--drop-ratio R] [--split G] [--router-std S] [--seed N]
  *   moe info    --ckpt PATH | --keys | --presets
- *   moe corpus  [--from [NAME=]FILE...] [--out DIR] [--seed N] [--val-frac X]
+ *   moe corpus  [--from [NAME=]FILE...] [--tokenizer FILE] [--out DIR] [--seed N]
+ *               [--val-frac X]
  *   moe synth   --out DIR [--domains N] [--tokens N] [--doc-len N] [--seed N]
  *   moe bench   [--config NAME]... [--steps N] [--warmup N] [--threads N] [--json]
  *               [--profile] [--profile-out FILE.csv] [--device NAME] [--precision P]
@@ -73,7 +74,8 @@ const char *const USAGE =
     "  upcycle --from DENSE_CKPT --out MOE_CKPT [--config FILE] [--set key=value]...\n"
     "          [--noise X] [--drop-ratio R] [--split G] [--router-std S] [--seed N]\n"
     "  info    --ckpt PATH | --keys | --presets\n"
-    "  corpus  [--from [NAME=]FILE...] [--out DIR] [--seed N] [--val-frac X]\n"
+    "  corpus  [--from [NAME=]FILE...] [--tokenizer FILE] [--out DIR] [--seed N]\n"
+    "          [--val-frac X]\n"
     "  synth   --out DIR [--domains N] [--tokens N] [--doc-len N] [--seed N]\n"
     "  bench   [--config NAME]... [--steps N] [--warmup N] [--threads N] [--json]\n"
     "          [--profile] [--profile-out FILE.csv] [--device NAME] [--precision P]\n"
@@ -270,8 +272,13 @@ static int cmd_corpus(int argc, char **argv) {
     char err[1536];
     const char *out = o.out ? o.out : "data/corpus";
     uint64_t seed = o.seed_given ? (uint64_t)o.seed : 1234;
-    int rc = n_files ? corpus_build_from(out, files, n_files, seed, o.val_frac, err, sizeof err)
-                     : corpus_build(out, seed, o.val_frac, err, sizeof err);
+    CorpusTokenizer ct;
+    if (o.tokenizer) corpus_tokenizer_open(&ct, o.tokenizer);
+    const CorpusTokenizer *tok = o.tokenizer ? &ct : NULL;
+    int rc = n_files
+                 ? corpus_build_from(out, files, n_files, seed, o.val_frac, tok, err, sizeof err)
+                 : corpus_build(out, seed, o.val_frac, tok, err, sizeof err);
+    if (tok) corpus_tokenizer_close(&ct);
     free(files);
     if (rc != 0) moe_input_error("%s", err);
     return 0;

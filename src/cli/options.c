@@ -67,7 +67,7 @@ static int is_path_option(const char *a) {
     static const char *const PATHS[] = {
         "--config",         "--out",    "--resume",      "--init",
         "--from",           "--ckpt",   "--profile-out", "--record-routing",
-        "--replay-routing", "--logits", "--prompts"};
+        "--replay-routing", "--logits", "--prompts",     "--tokenizer"};
     for (size_t i = 0; i < sizeof PATHS / sizeof PATHS[0]; i++)
         if (strcmp(a, PATHS[i]) == 0) return 1;
     return 0;
@@ -202,6 +202,8 @@ static int take_text(Opts *o, const char *cmd, const char *a, const char *v) {
         o->init = v;
     else if (strcmp(a, "--from") == 0)
         o->from = v;
+    else if (strcmp(a, "--tokenizer") == 0)
+        o->tokenizer = v;
     else if (strcmp(a, "--logits") == 0)
         o->logits_out = v;
     else if (strcmp(a, "--format") == 0) {

@@ -201,3 +201,43 @@ int cmd_tokenizer(int argc, char **argv) {
     free(o.from);
     return rc;
 }
+
+/* ---- moe corpus --tokenizer --------------------------------------------------------------- */
+
+typedef struct {
+    Tokenizer t;
+    TokIds ids; /* the last document's */
+} CorpusEncoder;
+
+static const int *corpus_encode(void *ctx, const uint8_t *text, size_t n, size_t *n_ids) {
+    CorpusEncoder *e = (CorpusEncoder *)ctx;
+    e->ids.n = 0;
+    tok_encode(&e->t, (const char *)text, n, &e->ids);
+    *n_ids = e->ids.n;
+    return e->ids.id;
+}
+
+void corpus_tokenizer_open(CorpusTokenizer *ct, const char *path) {
+    static const FileSpec spec = {"tokenizer", "pass a tokenizer.json (moe tokenizer train)",
+                                  "tokenizer.json", 1ull << 31};
+    char err[1024];
+    CorpusEncoder *e = (CorpusEncoder *)calloc_check(1, sizeof *e);
+    memset(ct, 0, sizeof *ct);
+    /* the bytes the shards name by their CRC-32 are those copied beside them */
+    char *file = file_read_all(path, &spec, &ct->file_len, err, sizeof err);
+    if (!file || tok_load(&e->t, path, err, sizeof err) != 0)
+        moe_input_error("moe corpus: --tokenizer: %s (nothing was written)", err);
+    ct->file = file;
+    ct->crc32 = crc32_update(0, file, ct->file_len);
+    ct->vocab = (uint32_t)e->t.n_vocab;
+    ct->encode = corpus_encode;
+    ct->ctx = e;
+}
+
+void corpus_tokenizer_close(CorpusTokenizer *ct) {
+    CorpusEncoder *e = (CorpusEncoder *)ct->ctx;
+    tok_free(&e->t);
+    tok_ids_free(&e->ids);
+    free(e);
+    free((char *)ct->file);
+}

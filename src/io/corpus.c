@@ -31,6 +31,10 @@
  *
  * corpus_build_from (moe corpus --from) builds the same shards from the user's files: plain
  * text cut into paragraphs, or JSONL records, every document kept (no budget), the same split.
+ *
+ * With a tokenizer (moe corpus --tokenizer) everything above is done on the bytes as it is
+ * without one (the same documents, budget and split); only when the shards are written is
+ * each document encoded whole into the tokenizer's ids.
  */
 #include "io/data.h"
 #include "io/files.h"
@@ -352,7 +356,87 @@ static int copy_domain(Domain *d, int di, uint64_t seed, uint64_t budget, double
     return 0;
 }
 
-int corpus_build(const char *out_dir, uint64_t seed, double val_frac, char *err, int errlen) {
+/* The split (out[0] train, out[1] val, of bytes) as train.bin and val.bin in out_dir: the bytes
+ * themselves, or with tok each document's ids, then tok's file as tokenizer.json (last: shards
+ * with a tokenizer_crc32 and no tokenizer.json beside them are refused by moe train, never
+ * trained on with the wrong one). tokens gets each domain's tokens in train and val. */
+static int write_shards(const char *out_dir, const Out out[2],
+                        const char names[][SHARD_DOMAIN_NAME], int n_domains,
+                        const CorpusTokenizer *tok, uint64_t tokens[][2], char *err, int errlen) {
+    char path[1100];
+    int rc = 0;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        snprintf(path, sizeof(path), "%s/%s", out_dir, k ? "val.bin" : "train.bin");
+        const Out *o = &out[k];
+        if (!tok) {
+            for (uint32_t i = 0; i < o->n_docs; i++)
+                tokens[o->docs[i].domain][k] += o->docs[i].length;
+            rc = shard_write_bytes(path, o->tokens, o->n, o->docs, o->n_docs, names,
+                                   (uint32_t)n_domains, err, errlen);
+            continue;
+        }
+        /* byte-level BPE gives at most a token a byte of valid UTF-8; an ill-formed byte is
+         * read as U+FFFD, three bytes, so the room grows when it must */
+        uint64_t cap = o->n ? o->n : 1, n = 0;
+        int *ids = (int *)malloc_check(sizeof(int) * cap);
+        ShardDoc *docs = (ShardDoc *)malloc_check(sizeof(ShardDoc) * (o->n_docs ? o->n_docs : 1));
+        for (uint32_t i = 0; i < o->n_docs; i++) {
+            size_t got;
+            const int *doc =
+                tok->encode(tok->ctx, o->tokens + o->docs[i].start, o->docs[i].length, &got);
+            if (n + got > cap) {
+                while (n + got > cap) cap *= 2;
+                ids = (int *)realloc_check(ids, sizeof(int) * cap);
+            }
+            memcpy(ids + n, doc, sizeof(int) * got);
+            docs[i] = (ShardDoc){n, (uint32_t)got, o->docs[i].domain};
+            tokens[o->docs[i].domain][k] += got;
+            n += got;
+        }
+        rc = shard_write(path, ids, n, tok->vocab, tok->crc32, docs, o->n_docs, names,
+                         (uint32_t)n_domains, err, errlen);
+        free(ids);
+        free(docs);
+    }
+    if (rc != 0 || !tok) return rc;
+    snprintf(path, sizeof(path), "%s/tokenizer.json", out_dir);
+    const void *buf[1] = {tok->file};
+    const size_t len[1] = {tok->file_len};
+    return write_atomic(path, buf, len, 1, err, errlen);
+}
+
+/* The table's header, and one row: a domain's files (< 0: none, the total line), documents,
+ * train and val tokens, and with a tokenizer its bytes and bytes per token. */
+static void print_header(int width, int bpe) {
+    printf("  %-*s %7s %10s %14s %12s", width, "domain", "files", "documents", "train tokens",
+           "val tokens");
+    if (bpe) printf(" %12s %11s", "bytes", "bytes/token");
+    printf("\n");
+}
+
+static void print_row(int width, const char *name, int files, uint32_t docs,
+                      const uint64_t tokens[2], uint64_t bytes, int bpe) {
+    char f[16] = "";
+    if (files >= 0) snprintf(f, sizeof f, "%d", files);
+    printf("  %-*s %7s %10u %14llu %12llu", width, name, f, docs, (unsigned long long)tokens[0],
+           (unsigned long long)tokens[1]);
+    const uint64_t n = tokens[0] + tokens[1];
+    if (bpe) printf(" %12llu %11.2f", (unsigned long long)bytes, n ? (double)bytes / n : 0.0);
+    printf("\n");
+}
+
+static void print_done(const char *out_dir, const CorpusTokenizer *tok, double t0) {
+    if (tok)
+        printf("corpus: wrote %s/train.bin, %s/val.bin (vocab %u, tokenizer_crc32 %08x) and "
+               "%s/tokenizer.json in %.2f s\n",
+               out_dir, out_dir, tok->vocab, tok->crc32, out_dir, now_seconds() - t0);
+    else
+        printf("corpus: wrote %s/train.bin and %s/val.bin in %.2f s\n", out_dir, out_dir,
+               now_seconds() - t0);
+}
+
+int corpus_build(const char *out_dir, uint64_t seed, double val_frac, const CorpusTokenizer *tok,
+                 char *err, int errlen) {
     if (!(val_frac > 0.0 && val_frac < 1.0))
         return set_error(err, errlen, "corpus: val_frac is %g, must be in (0, 1), e.g. 0.05",
                          val_frac);
@@ -383,28 +467,26 @@ int corpus_build(const char *out_dir, uint64_t seed, double val_frac, char *err,
     char names[SHARD_MAX_DOMAINS][SHARD_DOMAIN_NAME] = {{0}};
     for (int di = 0; di < N_DOMAINS; di++)
         snprintf(names[di], SHARD_DOMAIN_NAME, "%s", SPECS[di].name);
-    char path[1100];
-    for (int k = 0; k < 2; k++) {
-        snprintf(path, sizeof(path), "%s/%s", out_dir, k ? "val.bin" : "train.bin");
-        if (shard_write_bytes(path, out[k].tokens, out[k].n, out[k].docs, out[k].n_docs,
-                              (const char(*)[SHARD_DOMAIN_NAME])names, N_DOMAINS, err, errlen) != 0)
-            goto done;
-    }
+    uint64_t tokens[SHARD_MAX_DOMAINS + 1][2] = {{0}}; /* the last row: the total */
+    if (write_shards(out_dir, out, (const char(*)[SHARD_DOMAIN_NAME])names, N_DOMAINS, tok, tokens,
+                     err, errlen) != 0)
+        goto done;
 
-    printf("corpus: %d domains, budget %llu tokens each (%s), seed %llu, val_frac %.3f\n",
-           N_DOMAINS, (unsigned long long)budget,
+    /* the budget is of bytes, which are the tokens without a tokenizer */
+    printf("corpus: %d domains, budget %llu %s each (%s), seed %llu, val_frac %.3f\n", N_DOMAINS,
+           (unsigned long long)budget, tok ? "bytes" : "tokens",
            smallest >= 0 ? "the size of the smallest domain" : "the per-domain cap",
            (unsigned long long)seed, val_frac);
-    printf("  %-6s %7s %10s %14s %12s\n", "domain", "files", "documents", "train tokens",
-           "val tokens");
-    for (int di = 0; di < N_DOMAINS; di++)
-        printf("  %-6s %7d %10u %14llu %12llu\n", SPECS[di].name, dom[di].files_used,
-               dom[di].docs_used, (unsigned long long)dom[di].train_tokens,
-               (unsigned long long)dom[di].val_tokens);
-    printf("  %-6s %7s %10u %14llu %12llu\n", "total", "", out[0].n_docs + out[1].n_docs,
-           (unsigned long long)out[0].n, (unsigned long long)out[1].n);
-    printf("corpus: wrote %s/train.bin and %s/val.bin in %.2f s\n", out_dir, out_dir,
-           now_seconds() - t0);
+    print_header(6, tok != NULL);
+    uint64_t *total = tokens[SHARD_MAX_DOMAINS];
+    for (int di = 0; di < N_DOMAINS; di++) {
+        print_row(6, SPECS[di].name, dom[di].files_used, dom[di].docs_used, tokens[di],
+                  dom[di].train_tokens + dom[di].val_tokens, tok != NULL);
+        total[0] += tokens[di][0], total[1] += tokens[di][1];
+    }
+    print_row(6, "total", -1, out[0].n_docs + out[1].n_docs, total, out[0].n + out[1].n,
+              tok != NULL);
+    print_done(out_dir, tok, t0);
     rc = 0;
 done:
     for (int di = 0; di < N_DOMAINS; di++) {
@@ -633,7 +715,7 @@ static int read_from_file(FromDomains *fd, const char *spec, uint8_t **buf, size
 }
 
 int corpus_build_from(const char *out_dir, const char *const *specs, int n_specs, uint64_t seed,
-                      double val_frac, char *err, int errlen) {
+                      double val_frac, const CorpusTokenizer *tok, char *err, int errlen) {
     if (!(val_frac > 0.0 && val_frac < 1.0))
         return set_error(err, errlen, "corpus: val_frac is %g, must be in (0, 1), e.g. 0.05",
                          val_frac);
@@ -643,7 +725,7 @@ int corpus_build_from(const char *out_dir, const char *const *specs, int n_specs
     memset(&fd, 0, sizeof fd);
     Out out[2]; /* train, val */
     memset(out, 0, sizeof out);
-    uint64_t split[SHARD_MAX_DOMAINS][2] = {{0}}; /* tokens of each domain in train, val */
+    uint64_t split[SHARD_MAX_DOMAINS][2] = {{0}}; /* bytes of each domain in train, val */
     uint8_t *buf = NULL;
     size_t cap = 0;
     int rc = -1;
@@ -668,27 +750,24 @@ int corpus_build_from(const char *out_dir, const char *const *specs, int n_specs
                   out[1].n_docs == 0 ? ", a larger --val-frac or another --seed" : "");
         goto done;
     }
-    char path[1100];
-    for (int k = 0; k < 2; k++) {
-        snprintf(path, sizeof(path), "%s/%s", out_dir, k ? "val.bin" : "train.bin");
-        if (shard_write_bytes(path, out[k].tokens, out[k].n, out[k].docs, out[k].n_docs,
-                              (const char(*)[SHARD_DOMAIN_NAME])fd.names, (uint32_t)fd.n, err,
-                              errlen) != 0)
-            goto done;
-    }
+    uint64_t tokens[SHARD_MAX_DOMAINS + 1][2] = {{0}}; /* the last row: the total */
+    if (write_shards(out_dir, out, (const char(*)[SHARD_DOMAIN_NAME])fd.names, fd.n, tok, tokens,
+                     err, errlen) != 0)
+        goto done;
 
     printf("corpus: %d domain%s from %d file%s, every document kept, seed %llu, val_frac %.3f\n",
            fd.n, fd.n == 1 ? "" : "s", n_specs, n_specs == 1 ? "" : "s", (unsigned long long)seed,
            val_frac);
-    printf("  %-15s %7s %10s %14s %12s\n", "domain", "files", "documents", "train tokens",
-           "val tokens");
-    for (int di = 0; di < fd.n; di++)
-        printf("  %-15s %7d %10u %14llu %12llu\n", fd.names[di], fd.files[di], fd.pool[di].n_docs,
-               (unsigned long long)split[di][0], (unsigned long long)split[di][1]);
-    printf("  %-15s %7s %10u %14llu %12llu\n", "total", "", out[0].n_docs + out[1].n_docs,
-           (unsigned long long)out[0].n, (unsigned long long)out[1].n);
-    printf("corpus: wrote %s/train.bin and %s/val.bin in %.2f s\n", out_dir, out_dir,
-           now_seconds() - t0);
+    print_header(15, tok != NULL);
+    uint64_t *total = tokens[SHARD_MAX_DOMAINS];
+    for (int di = 0; di < fd.n; di++) {
+        print_row(15, fd.names[di], fd.files[di], fd.pool[di].n_docs, tokens[di],
+                  split[di][0] + split[di][1], tok != NULL);
+        total[0] += tokens[di][0], total[1] += tokens[di][1];
+    }
+    print_row(15, "total", -1, out[0].n_docs + out[1].n_docs, total, out[0].n + out[1].n,
+              tok != NULL);
+    print_done(out_dir, tok, t0);
     rc = 0;
 done:
     for (int di = 0; di < SHARD_MAX_DOMAINS; di++) {

@@ -152,11 +152,28 @@ int shard_domain_batch(const Shard *s, int T, int *inputs, int *targets, char *e
 
 /* ---- corpus and synthetic data ------------------------------------------------------------- */
 
+/* The tokenizer a corpus is encoded with (moe corpus --tokenizer). io/ knows no tokenizer
+ * (tok/ comes after it), so the command passes its encoder in: encode returns the ids of the n
+ * bytes of text (*n_ids of them, each below vocab) in a buffer of ctx's, valid until the next
+ * call. file (file_len bytes) is the tokenizer file itself, written beside the shards as
+ * tokenizer.json; crc32 is its CRC-32, the shards' tokenizer_crc32. */
+typedef struct {
+    const int *(*encode)(void *ctx, const uint8_t *text, size_t n, size_t *n_ids);
+    void *ctx;
+    uint32_t vocab, crc32;
+    const char *file; /* (file_len) */
+    size_t file_len;
+} CorpusTokenizer;
+
 /* Build train.bin and val.bin in out_dir from the Debian text packages (fortunes in English,
  * German, Spanish, Italian and Russian; C headers from /usr/include). Documents go to the
  * validation shard with probability val_frac, decided by a hash of (seed, document): the
- * split is deterministic. Prints a table of documents and tokens per domain. */
-int corpus_build(const char *out_dir, uint64_t seed, double val_frac, char *err, int errlen);
+ * split is deterministic. Prints a table of documents and tokens per domain. tok NULL: the
+ * tokens are the bytes (vocab 256); else each document is encoded whole with tok, the shards
+ * are of its vocabulary and tokenizer_crc32, out_dir gets tok's file as tokenizer.json, and
+ * the table adds each domain's bytes per token. The documents and the split are the same. */
+int corpus_build(const char *out_dir, uint64_t seed, double val_frac, const CorpusTokenizer *tok,
+                 char *err, int errlen);
 
 /* Build train.bin and val.bin in out_dir from the user's files (moe corpus --from), each spec
  * "[NAME=]PATH": a PATH ending in .jsonl holds one JSON object per line with a "text" string
@@ -167,9 +184,9 @@ int corpus_build(const char *out_dir, uint64_t seed, double val_frac, char *err,
  * document is kept (no balancing); the split is corpus_build's. Every file is read and
  * checked first: a missing or unreadable file, a NUL byte, a bad JSONL line, a file without
  * text, a ninth domain or an empty split returns -1 with a message naming the file (and line)
- * before anything is written. */
+ * before anything is written. tok: as corpus_build's. */
 int corpus_build_from(const char *out_dir, const char *const *specs, int n_specs, uint64_t seed,
-                      double val_frac, char *err, int errlen);
+                      double val_frac, const CorpusTokenizer *tok, char *err, int errlen);
 
 /* Write a synthetic shard of n_tokens from n_domains Markov sources (one per domain, each a
  * random sparse first-order chain over its own part of the alphabet) in documents of doc_len

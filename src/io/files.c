@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -87,6 +88,33 @@ FILE *open_regular(const char *path, const FileSpec *spec, uint64_t *size, char 
     }
     *size = (uint64_t)st.st_size;
     return f;
+}
+
+char *file_read_all(const char *path, const FileSpec *spec, size_t *n, char *err, int errlen) {
+    uint64_t size;
+    FILE *f = open_regular(path, spec, &size, err, errlen);
+    if (!f) return NULL;
+    char *bytes = (char *)malloc_check((size_t)size + 1);
+    *n = size ? fread(bytes, 1, (size_t)size, f) : 0;
+    const int bad = ferror(f) || *n != size;
+    fclose(f);
+    if (bad) {
+        free(bytes);
+        set_error(err, errlen, "cannot read %s '%s' whole: %s", spec->what, path,
+                  errno ? strerror(errno) : "it changed while being read");
+        return NULL;
+    }
+    bytes[*n] = '\0';
+    return bytes;
+}
+
+int file_crc32(const char *path, const FileSpec *spec, uint32_t *crc, char *err, int errlen) {
+    size_t n;
+    char *bytes = file_read_all(path, spec, &n, err, errlen);
+    if (!bytes) return -1;
+    *crc = crc32_update(0, bytes, n);
+    free(bytes);
+    return 0;
 }
 
 int make_dirs(const char *dir, char *err, int errlen) {

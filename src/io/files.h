@@ -35,6 +35,12 @@ int same_file(const char *a, const char *b);
  * names the path, what it is and spec->hint. Returns the stream and its length in *size, or
  * NULL with the message in err. */
 FILE *open_regular(const char *path, const FileSpec *spec, uint64_t *size, char *err, int errlen);
+/* The whole of the regular file path (open_regular's checks, by spec), with a NUL after its
+ * last byte; its length in *n. Returns the bytes (free them), or NULL with a message in err. */
+char *file_read_all(const char *path, const FileSpec *spec, size_t *n, char *err, int errlen);
+/* The CRC-32 (crc32_update from 0) of the whole file path into *crc, the identity of a
+ * tokenizer.json. Returns 0, or -1 with a message in err. */
+int file_crc32(const char *path, const FileSpec *spec, uint32_t *crc, char *err, int errlen);
 /* mkdir -p dir. Returns 0, or -1 with a message in err. */
 int make_dirs(const char *dir, char *err, int errlen);
 /* Write the n buffers buf[i] of len[i] bytes, in order, to path by the atomic protocol. */
