@@ -76,8 +76,8 @@ static int ends_in_newline(const char *path) {
 }
 
 void run_write_provenance(const char *dir, const Config *c, const Shard *train, const Shard *val,
-                          const char *mix_lines, int threads, int resumed_at, const char *init_from,
-                          const Dist *d) {
+                          const char *tokenizer, const char *mix_lines, int threads, int resumed_at,
+                          const char *init_from, const Dist *d) {
     char path[MOE_PATH_MAX + 32];
     run_path(path, sizeof path, dir, "provenance.txt");
     struct utsname u;
@@ -102,6 +102,7 @@ void run_write_provenance(const char *dir, const Config *c, const Shard *train, 
             (unsigned long long)train->n_tokens);
     fprintf(f, "data.val = %s crc32=%08x tokens=%llu\n", val->path, val->crc32,
             (unsigned long long)val->n_tokens);
+    if (tokenizer) fprintf(f, "tokenizer = %s crc32=%08x\n", tokenizer, train->tokenizer_crc32);
     fprintf(f, "data.train_unigram_entropy = %.4f\n", shard_unigram_entropy(train));
     if (mix_lines) fputs(mix_lines, f);
     fprintf(f, "seed = %llu\n", (unsigned long long)c->seed);
@@ -129,6 +130,84 @@ void run_write_provenance(const char *dir, const Config *c, const Shard *train, 
     ok = fclose(out) == 0 && ok;
     free(text);
     if (!ok) write_failed(path, saved ? saved : errno);
+}
+
+/* ---- the tokenizer ------------------------------------------------------------------------ */
+
+static const FileSpec TOKENIZER_SPEC = {"tokenizer", "a tokenizer.json is a file (moe tokenizer)",
+                                        "tokenizer.json", 1ull << 31};
+
+int run_find_tokenizer(const char *dir, int resume, const Shard *train, const Shard *val,
+                       char *path, size_t path_len, char *err, int errlen) {
+    const uint32_t want = train->tokenizer_crc32;
+    if (val->tokenizer_crc32 != want)
+        return set_error(err, errlen,
+                         "data.train %s is of the tokenizer of CRC-32 %08x, data.val %s of %08x "
+                         "(00000000: bytes): a model learns one tokenizer's ids. Build both "
+                         "with the same tokenizer (moe corpus --tokenizer FILE writes both)",
+                         train->path, want, val->path, val->tokenizer_crc32);
+    path[0] = '\0';
+    if (want == 0) return 0;
+    char mine[MOE_PATH_MAX + 32], why[1024];
+    uint32_t crc;
+    run_path(mine, sizeof mine, dir, "tokenizer.json");
+    if (resume && file_exists(mine)) {
+        if (file_crc32(mine, &TOKENIZER_SPEC, &crc, why, sizeof why) != 0)
+            return set_error(err, errlen,
+                             "%s; put the run's tokenizer.json back (nothing was changed)", why);
+        if (crc != want)
+            return set_error(err, errlen,
+                             "%s (CRC-32 %08x) is not the tokenizer of data.train %s "
+                             "(tokenizer_crc32 %08x): the run's model learned the ids of its "
+                             "own tokenizer.json. Put that file back, or resume on shards of "
+                             "it (--set data.train=... --set data.val=...), or start a new run "
+                             "from the weights with another tokenizer: moe train --init "
+                             "%s/ckpt.bin --out NEW_DIR (nothing was changed)",
+                             mine, crc, train->path, want, dir);
+        snprintf(path, path_len, "%s", mine);
+        return 0;
+    }
+    /* beside the training shard, where moe corpus --tokenizer writes it */
+    const char *slash = strrchr(train->path, '/');
+    char from[MOE_PATH_MAX + 32];
+    snprintf(from, sizeof from, "%.*s/tokenizer.json", slash ? (int)(slash - train->path) : 1,
+             slash ? train->path : ".");
+    if (!file_exists(from))
+        return set_error(err, errlen,
+                         "data.train %s was made by a tokenizer (tokenizer_crc32 %08x), but "
+                         "there is no %s beside it: put the tokenizer.json the shards were "
+                         "built with there (moe corpus --tokenizer copies it beside them)",
+                         train->path, want, from);
+    if (file_crc32(from, &TOKENIZER_SPEC, &crc, why, sizeof why) != 0)
+        return set_error(err, errlen, "data.train's tokenizer: %s", why);
+    if (crc != want)
+        return set_error(err, errlen,
+                         "%s (CRC-32 %08x) is not the tokenizer data.train %s was made with "
+                         "(tokenizer_crc32 %08x): it was changed or replaced. Put back the "
+                         "tokenizer.json the shards were built with, or build them again with "
+                         "this one: moe corpus --tokenizer %s ... (nothing was written)",
+                         from, crc, train->path, want, from);
+    snprintf(path, path_len, "%s", from);
+    return 0;
+}
+
+void run_copy_tokenizer(const char *dir, const char *from, uint32_t crc) {
+    char to[MOE_PATH_MAX + 32], err[1024];
+    run_path(to, sizeof to, dir, "tokenizer.json");
+    if (same_file(from, to)) return;
+    size_t n;
+    char *bytes = file_read_all(from, &TOKENIZER_SPEC, &n, err, sizeof err);
+    if (!bytes) moe_input_error("%s", err);
+    /* the bytes copied are those checked: a file changed since is not copied */
+    if (crc32_update(0, bytes, n) != crc)
+        moe_input_error("%s changed while the run started (CRC-32 %08x, %08x before); run the "
+                        "command again",
+                        from, crc32_update(0, bytes, n), crc);
+    const void *buf[1] = {bytes};
+    const size_t len[1] = {n};
+    const int rc = write_atomic(to, buf, len, 1, err, sizeof err);
+    free(bytes);
+    if (rc != 0) moe_input_error("--out %s: %s", dir, err);
 }
 
 /* The CRC-32 the last complete "KEY = PATH crc32=XXXXXXXX ..." line of provenance.txt

@@ -10,6 +10,8 @@
  *   runs/NAME/val_router.csv  step,layer,maxvio,cv,load_*,drop_frac (at every evaluation)
  *   runs/NAME/domains.csv     step,layer,domain,expert,fraction (at every evaluation)
  *   runs/NAME/ckpt.bin        the last checkpoint
+ *   runs/NAME/tokenizer.json  the tokenizer of BPE shards (tokenizer_crc32 not 0), copied from
+ *                             beside data.train; none for bytes
  *   runs/NAME/lock            empty; `moe train` holds a lock on it while it runs
  * src/README.md ("Run directory") defines every column.
  */
@@ -28,13 +30,28 @@ void run_path(char *out, size_t n, const char *dir, const char *file);
 /* Write config.txt (every setting of c), atomically; exits 2 with a message when it cannot. */
 void run_write_config(const char *dir, const Config *c);
 
-/* Write provenance.txt: commit, shard paths and CRC-32s, the shares of a domain mix (mix_lines:
- * "key = value" lines the trainer resolved, or NULL), seed, threads, host and CPU, the
- * checkpoint whose weights the run started from (init_from, `moe train --init`; NULL: none)
+/* Write provenance.txt: commit, shard paths and CRC-32s, the tokenizer's path and CRC-32 (the
+ * shards' tokenizer_crc32; tokenizer NULL: bytes, no line), the shares of a domain mix
+ * (mix_lines: "key = value" lines the trainer resolved, or NULL), seed, threads, host and CPU,
+ * the checkpoint whose weights the run started from (init_from, `moe train --init`; NULL: none)
  * and the processes of a run spread over several (d; NULL: one). */
 void run_write_provenance(const char *dir, const Config *c, const Shard *train, const Shard *val,
-                          const char *mix_lines, int threads, int resumed_at, const char *init_from,
-                          const Dist *d);
+                          const char *tokenizer, const char *mix_lines, int threads, int resumed_at,
+                          const char *init_from, const Dist *d);
+
+/* The tokenizer of a run's shards, by the convention that a run's tokenizer is dir/tokenizer.json
+ * and its identity the CRC-32 of the file, the shards' tokenizer_crc32 (0: bytes, no tokenizer).
+ * train and val must be of the same tokenizer. A run that has its tokenizer.json already
+ * (resume: a resume or a restart) keeps it: it must be the shards'. Otherwise the tokenizer is
+ * tokenizer.json beside the training shard (moe corpus --tokenizer puts it there), and it must be
+ * the shards'. 0 with its path in path ("" for bytes), or -1 with a message naming the files,
+ * both CRC-32s and what to do. */
+int run_find_tokenizer(const char *dir, int resume, const Shard *train, const Shard *val,
+                       char *path, size_t path_len, char *err, int errlen);
+
+/* Copy the tokenizer at from (run_find_tokenizer's path, of CRC-32 crc) into dir as
+ * tokenizer.json, atomically; nothing when it is that file already. Exits 2 when it cannot. */
+void run_copy_tokenizer(const char *dir, const char *from, uint32_t crc);
 
 /* The data check of a resume: 0 when the shards' payload CRC-32s are those that the last
  * data.train / data.val lines of dir/provenance.txt record (or its lines predate the

@@ -247,6 +247,7 @@ typedef struct {
     double mix_target[2][SHARD_MAX_DOMAINS];
     int mix_end_step;
     char mix_lines[1200];
+    char tokenizer[MOE_PATH_MAX + 32]; /* the shards' tokenizer.json; "": bytes */
     RouteTape tape;
     StepCtx ctx;           /* the training passes' mode, and the tape */
     int start_step, last;  /* the steps [start_step, last) this command trains */
@@ -292,6 +293,9 @@ static void load_run(Trainer *t) {
     t->mine = (t->d ? (size_t)t->d->rank : 0) * t->B * t->T;
     load_shard_or_exit(&t->train, c->train, "data.train", t->T, c->vocab);
     load_shard_or_exit(&t->val, c->val, "data.val", t->T, c->vocab);
+    if (run_find_tokenizer(o->out_dir, o->resume || o->restart, &t->train, &t->val, t->tokenizer,
+                           sizeof t->tokenizer, err, sizeof err) != 0)
+        moe_input_error("%s", err);
     /* a resumed run continues on the data it trained on, unless told otherwise */
     if (o->resume && !o->allow_data_change &&
         run_check_data(o->out_dir, &t->train, &t->val, err, sizeof err) != 0)
@@ -342,7 +346,10 @@ static void claim_run_dir(Trainer *t) {
     run_lock(o->out_dir);
     refuse_existing_run(o, t->ckpt_path, t->csv_path);
     run_write_config(o->out_dir, t->c);
-    run_write_provenance(o->out_dir, t->c, &t->train, &t->val, t->mix_lines, t->threads,
+    /* the run's tokenizer is its own tokenizer.json, there before the first step */
+    if (t->tokenizer[0]) run_copy_tokenizer(o->out_dir, t->tokenizer, t->train.tokenizer_crc32);
+    run_write_provenance(o->out_dir, t->c, &t->train, &t->val,
+                         t->tokenizer[0] ? t->tokenizer : NULL, t->mix_lines, t->threads,
                          t->start_step, o->resume ? NULL : o->init, t->d);
 }
 
