@@ -12,6 +12,14 @@
 #   3. make data's corpus target with the fortune folder made to look absent (FORTUNES_DIR)
 #      builds the fallback corpus of data/fallback/ and the project's headers, and says so; with
 #      the fortunes present it rebuilds the Debian corpus over it
+#   4. --tokenizer (one trained by moe tokenizer train --vocab 300): version-3 shards of 2-byte
+#      ids, vocab 300 and tokenizer_crc32 the CRC-32 of the file (gzip's, computed apart), whose
+#      documents decode (moe tokenizer decode) to those of the byte corpus of the same files and
+#      seed, and DIR/tokenizer.json; a tiny model of model.vocab=300 trains on them, its run
+#      directory holding tokenizer.json and provenance.txt its CRC-32; refused with exit 2 and
+#      nothing written: a tokenizer.json beside the shards changed or missing, train and val
+#      shards of two tokenizers, a resume whose run tokenizer.json was replaced, a --tokenizer
+#      that is no tokenizer; with the fortunes, the Debian corpus of the same documents in BPE
 # A few seconds: text files of a few KB, and the fallback corpus is under 1 MB.
 
 # shellcheck source=tests/lib/common.sh
@@ -184,5 +192,111 @@ if [ -d /usr/share/games/fortunes/ru ] && [ -d /usr/share/games/fortunes/de ] &&
         [ "$(corpus_table "$fb" | cut -d' ' -f1 | tr '\n' ' ')" = "en de es it ru code " ]
     check "with the fortunes, make data rebuilds the same folder as the Debian corpus" $? \
         "exit $rc: $(tail -n 5 "$tmp/make2.txt"); $(cat "$fb/source.txt")"
+fi
+
+# ---- 4. a BPE corpus (--tokenizer) and its runs -------------------------------------------
+echo "test_corpus: moe corpus --tokenizer, and moe train on BPE shards"
+# u32 FILE OFFSET: the little-endian 32-bit number at OFFSET
+u32() { od -An -tu4 -j"$2" -N4 "$1" | tr -d ' '; }
+# crc32 FILE: the CRC-32 of the file as 8 hex digits, from gzip's trailer (the same CRC-32)
+crc32() { gzip -c < "$1" | tail -c 8 | od -An -tx4 -N4 | tr -d ' '; }
+# shard_docs FILE: one line per document of its ids (token_bytes 1, 2 or 4)
+shard_docs() {
+    local f=$1 n tb
+    n=$(u32 "$f" 24) tb=$(u32 "$f" 12)
+    { od -An -v -tu4 -j256 -N$((16 * n)) "$f"; echo --; od -An -v -tu"$tb" -j$((256 + 16 * n)) "$f"; } |
+        awk '$1 == "--" { ids = 1; next }
+            { for (i = 1; i <= NF; i++) if (ids) tok[t++] = $i; else w[c++] = $i }
+            END { for (r = 0; r < c / 4; r++) {
+                      line = ""
+                      for (k = 0; k < w[4 * r + 2]; k++) line = line (k ? " " : "") tok[w[4 * r] + k]
+                      print line } }'
+}
+# doc_lengths: the byte length of each NUL-ended document on stdin, one a line
+doc_lengths() { tr '\000\n' '\n\001' | LC_ALL=C awk '{ print length($0) }'; }
+bpe_from=("$texts/en.txt" "$texts/de.txt" code="$texts/mycode.c" "$texts/notes.jsonl" "$texts/long.txt")
+"$moe" tokenizer train --vocab 300 --from "$texts/en.txt" "$texts/mycode.c" --out "$tmp/tok.json" 2> /dev/null
+bpe="$tmp/bpe"
+"$moe" corpus --from "${bpe_from[@]}" --tokenizer "$tmp/tok.json" --out "$bpe" > "$tmp/bpe.txt" 2>&1
+rc=$?
+crc=$(crc32 "$tmp/tok.json")
+[ $rc -eq 0 ] && [ "$(u32 "$bpe/train.bin" 8) $(u32 "$bpe/train.bin" 12)" = "3 2" ] &&
+    [ "$(u32 "$bpe/train.bin" 168) $(u32 "$bpe/val.bin" 168)" = "300 300" ] &&
+    [ "$(od -An -tx4 -j172 -N4 "$bpe/train.bin" | tr -d ' ')" = "$crc" ] &&
+    [ "$(od -An -tx4 -j172 -N4 "$bpe/val.bin" | tr -d ' ')" = "$crc" ] &&
+    cmp -s "$tmp/tok.json" "$bpe/tokenizer.json" &&
+    grep -Eq '^  code +1 +40 +[0-9]+ +[0-9]+ +'"$(sizes "$texts/mycode.c")"' +[0-9.]+$' "$tmp/bpe.txt"
+check "--tokenizer: version 3, 2-byte ids, vocab 300, tokenizer_crc32 = the file's CRC-32 ($crc), DIR/tokenizer.json, a table of bytes per token" \
+    $? "exit $rc: $(cat "$tmp/bpe.txt"); $(od -An -tx4 -j168 -N8 "$bpe/train.bin")"
+# the documents, decoded, are the byte corpus's of the same files and seed ($out), in order
+for k in train val; do
+    shard_docs "$bpe/$k.bin" | "$moe" tokenizer decode --tokenizer "$bpe/tokenizer.json" --docs > "$tmp/$k.docs"
+    n=$(u32 "$out/$k.bin" 24)
+    tr -d '\000' < "$tmp/$k.docs" | cmp -s - <(tail -c +$((257 + 16 * n)) "$out/$k.bin") &&
+        [ "$(doc_lengths < "$tmp/$k.docs")" = "$(od -An -v -tu4 -j256 -N$((16 * n)) "$out/$k.bin" | awk '{ print $3 }')" ]
+    check "$k.bin's documents decode (moe tokenizer decode) to those of the byte corpus, each whole, in order" $? \
+        "$(wc -c < "$tmp/$k.docs") bytes decoded"
+done
+bpe_run=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set model.seq_len=16
+    --set model.d_ff=64 --set moe.num_experts=4 --set moe.top_k=2 --set moe.d_expert=32
+    --set train.batch=2 --set train.warmup=1 --set train.eval_every=2 --set train.eval_batches=1
+    --set model.vocab=300 --quiet)
+"$moe" train --out "$tmp/brun" "${bpe_run[@]}" --set train.steps=2 --set "data.train=$bpe/train.bin" \
+    --set "data.val=$bpe/val.bin" > "$tmp/brun.txt" 2>&1
+rc=$?
+[ $rc -eq 0 ] && cmp -s "$tmp/tok.json" "$tmp/brun/tokenizer.json" &&
+    grep -qx "tokenizer = $bpe/tokenizer.json crc32=$crc" "$tmp/brun/provenance.txt"
+check "a model of model.vocab=300 trains on them: the run directory has tokenizer.json, provenance.txt its path and CRC-32" \
+    $? "exit $rc: $(cat "$tmp/brun.txt"); $(grep tokenizer "$tmp/brun/provenance.txt")"
+# train_refused LABEL PATTERN DIR ARGS...: moe train exit 2 with PATTERN, DIR as it was
+train_refused() {
+    local label=$1 pattern=$2 dir=$3 before
+    shift 3
+    before=$(cd "$dir" 2> /dev/null && sha256sum ./* 2> /dev/null)
+    "$moe" train "${bpe_run[@]}" "$@" > "$tmp/tbad.txt" 2>&1
+    local rc=$?
+    [ $rc -eq 2 ] && grep -q -- "$pattern" "$tmp/tbad.txt" &&
+        [ "$(cd "$dir" 2> /dev/null && sha256sum ./* 2> /dev/null)" = "$before" ]
+    check "$label: exit 2, \"$pattern\", nothing written" $? "exit $rc: $(cat "$tmp/tbad.txt")"
+}
+cp "$bpe/tokenizer.json" "$tmp/tok.keep"
+echo >> "$bpe/tokenizer.json"
+train_refused "a tokenizer.json beside the shards that is not theirs" \
+    "tokenizer.json (CRC-32 $(crc32 "$bpe/tokenizer.json")) is not the tokenizer data.train" "$tmp/brun2" \
+    --out "$tmp/brun2" --set "data.train=$bpe/train.bin" --set "data.val=$bpe/val.bin"
+rm "$bpe/tokenizer.json"
+train_refused "no tokenizer.json beside the shards" "there is no $bpe/tokenizer.json beside it" \
+    "$tmp/brun2" --out "$tmp/brun2" --set "data.train=$bpe/train.bin" --set "data.val=$bpe/val.bin"
+[ ! -e "$tmp/brun2" ]
+check "the refused runs created no run directory" $? "$(ls -la "$tmp/brun2" 2>&1)"
+cp "$tmp/tok.keep" "$bpe/tokenizer.json"
+# the same tokenizer with a newline more: the same ids, another file, so another tokenizer
+{ cat "$tmp/tok.json" && echo; } > "$tmp/tok2.json"
+"$moe" corpus --from "${bpe_from[@]}" --tokenizer "$tmp/tok2.json" --out "$tmp/bpe2" > /dev/null 2>&1
+train_refused "train and val shards of two tokenizers" \
+    "data.train $bpe/train.bin is of the tokenizer of CRC-32 $crc, data.val $tmp/bpe2/val.bin of $(crc32 "$tmp/tok2.json")" \
+    "$tmp/brun" --out "$tmp/brun3" --set "data.train=$bpe/train.bin" --set "data.val=$tmp/bpe2/val.bin"
+cp "$tmp/tok2.json" "$tmp/brun/tokenizer.json"
+train_refused "a resume whose run tokenizer.json was replaced" \
+    "brun/tokenizer.json (CRC-32 $(crc32 "$tmp/tok2.json")) is not the tokenizer of data.train" "$tmp/brun" \
+    --resume "$tmp/brun" --set train.steps=3
+cp "$tmp/tok.json" "$tmp/brun/tokenizer.json"
+"$moe" train --resume "$tmp/brun" --set train.steps=3 --quiet > "$tmp/bres.txt" 2>&1
+rc=$?
+[ $rc -eq 0 ] && grep -qx "tokenizer = $tmp/brun/tokenizer.json crc32=$crc" "$tmp/brun/provenance.txt"
+check "with its tokenizer.json put back the run resumes, provenance.txt naming the run's copy" $? \
+    "exit $rc: $(cat "$tmp/bres.txt")"
+before=$(cd "$bpe" && sha256sum ./*)
+"$moe" corpus --from "${bpe_from[@]}" --tokenizer "$texts/en.txt" --out "$bpe" > "$tmp/bad.txt" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q -- "--tokenizer: .*en.txt" "$tmp/bad.txt" && [ "$(cd "$bpe" && sha256sum ./*)" = "$before" ]
+check "a --tokenizer that is no tokenizer.json: exit 2 naming it, nothing written" $? "exit $rc: $(cat "$tmp/bad.txt")"
+if [ "$(cat "$fb/source.txt" 2> /dev/null)" = debian ]; then
+    "$moe" corpus --tokenizer "$tmp/tok.json" --out "$tmp/debbpe" > "$tmp/debbpe.txt" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] && [ "$(u32 "$tmp/debbpe/train.bin" 168)" = 300 ] &&
+        [ "$(corpus_table "$tmp/debbpe" | cut -d' ' -f1,3)" = "$(corpus_table "$fb" | cut -d' ' -f1,3)" ]
+    check "the Debian corpus with --tokenizer: vocab 300, the byte corpus's documents by domain" $? \
+        "exit $rc: $(cat "$tmp/debbpe.txt")"
 fi
 finish
