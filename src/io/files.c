@@ -95,6 +95,7 @@ char *file_read_all(const char *path, const FileSpec *spec, size_t *n, char *err
     FILE *f = open_regular(path, spec, &size, err, errlen);
     if (!f) return NULL;
     char *bytes = (char *)malloc_check((size_t)size + 1);
+    errno = 0;
     *n = size ? fread(bytes, 1, (size_t)size, f) : 0;
     const int bad = ferror(f) || *n != size;
     fclose(f);
