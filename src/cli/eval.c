@@ -189,23 +189,50 @@ static int pick_token(const float *logits, int V, double temperature, Rng *r, do
 /* The greedy token of logits (V). */
 static int greedy(const float *logits, int V) { return pick_token(logits, V, 0.0, NULL, NULL); }
 
-/* Token id's bytes to stdout as it is chosen: the tokenizer's bytes for it (an id whose bytes
- * end inside a UTF-8 character prints them as they are), or with none (tok NULL) the byte id. */
-static void put_token(const Tokenizer *tok, int id) {
+/* What moe sample prints: text through tok (the run's tokenizer; NULL: the ids are bytes), or
+ * with --ids the ids themselves, a line of them separated by spaces (as `moe tokenizer encode`
+ * writes them); at_line: ids on the current line. */
+typedef struct {
+    Tokenizer *tok;
+    int ids;
+    long long at_line;
+} SampleOut;
+
+/* Token id to stdout as it is chosen: the tokenizer's bytes for it (an id whose bytes end
+ * inside a UTF-8 character prints them as they are), with none the byte id, or the number. */
+static void put_token(SampleOut *out, int id) {
     size_t n = 0;
-    const char *b = tok ? tok_decode_id(tok, id, &n) : NULL;
-    if (!tok)
+    const char *b = out->tok && !out->ids ? tok_decode_id(out->tok, id, &n) : NULL;
+    if (out->ids)
+        printf(out->at_line++ ? " %d" : "%d", id);
+    else if (!out->tok)
         putchar(id);
     else if (b)
         fwrite(b, 1, n, stdout);
 }
 
-/* A prompt's n bytes as ids into out: the tokenizer's encoding, or (tok NULL) its bytes. */
-static void prompt_ids(Tokenizer *tok, const char *text, int n, TokIds *out) {
+/* A prompt's n bytes as ids into ids: the tokenizer's encoding, or with none its bytes. */
+static void prompt_ids(Tokenizer *tok, const char *text, int n, TokIds *ids) {
     if (tok)
-        tok_encode(tok, text, (size_t)n, out);
+        tok_encode(tok, text, (size_t)n, ids);
     else
-        for (int i = 0; i < n; i++) tok_ids_push(out, (unsigned char)text[i]);
+        for (int i = 0; i < n; i++) tok_ids_push(ids, (unsigned char)text[i]);
+}
+
+/* The prompt before its sample: its text, or with --ids its ids, the whole prompt's (the window
+ * takes the last T), on a line of their own. */
+static void put_prompt(SampleOut *out, const char *text, int n) {
+    if (!out->ids) {
+        fwrite(text, 1, (size_t)n, stdout);
+        return;
+    }
+    TokIds ids = {0};
+    prompt_ids(out->tok, text, n, &ids);
+    out->at_line = 0;
+    for (size_t i = 0; i < ids.n; i++) put_token(out, ids.id[i]);
+    putchar('\n');
+    out->at_line = 0;
+    tok_ids_free(&ids);
 }
 
 /* sample's options that go together: --ckpt given, one of --prompt and --prompts, and a
@@ -256,7 +283,7 @@ static void window_logits(float *logits, Model *m, const int *win, const int *wl
 }
 
 /* moe sample --draft mtp: greedy speculative decoding of one sequence, its window w (T) of wlen
- * tokens prefilled in d (the model's cache and the draft module's), printed through tok
+ * tokens prefilled in d (the model's cache and the draft module's), printed through out
  * (put_token). With x, the token chosen next, the module guesses g, the token after x, and one
  * step of the model takes the two rows [x, g]: its first row's choice y is the token after x; if
  * y is g, the guess is accepted and the second row gives the token after g, two tokens for the
@@ -264,14 +291,13 @@ static void window_logits(float *logits, Model *m, const int *win, const int *wl
  * decoding without a draft gives (the window starts again from its last T / 2 tokens when full,
  * as there; a step with no room for the guess, or for the token after it, takes x alone); the
  * steps and guesses are reported on stderr. */
-static void draft_sample(Decoder *d, const Tokenizer *tok, int *w, int wlen, int T,
-                         long long n_new) {
+static void draft_sample(Decoder *d, SampleOut *out, int *w, int wlen, int T, long long n_new) {
     const int keep = T / 2, V = d->m->cfg.vocab;
     long long steps = 0, guesses = 0, accepted = 0, restarts = 0;
     int x = greedy(d->logits, V);
     int todo[2] = {x}, n_todo = 1; /* the draft module's positions still to compute */
     for (long long made = 1;; made++) {
-        put_token(tok, x);
+        put_token(out, x);
         if (made == n_new) break;
         if (wlen == T) { /* full: start again from the last T / 2 tokens */
             memmove(w, w + T - keep, (size_t)keep * sizeof(int));
@@ -296,7 +322,7 @@ static void draft_sample(Decoder *d, const Tokenizer *tok, int *w, int wlen, int
         const int y = greedy(d->logits, V);
         if (n == 2 && y == row[1]) { /* accepted: y is written, and the token after it known */
             accepted++;
-            put_token(tok, y);
+            put_token(out, y);
             made++;
             w[wlen++] = y;
             x = greedy(d->logits + V, V);
@@ -308,23 +334,25 @@ static void draft_sample(Decoder *d, const Tokenizer *tok, int *w, int wlen, int
         }
     }
     /* the first token comes from the prompt's prefill, every other from a step */
-    const char *unit = tok ? "tokens" : "bytes";
+    const char *unit = out->tok ? "tokens" : "bytes";
     fprintf(stderr,
             "draft mtp: %lld of %lld guesses of the %s after next accepted (%.3f); %lld %s "
             "in %lld steps of the model after the prompt's prefill (%lld restarts of the window, "
             "a prefill each), %.3f %s a step\n",
-            accepted, guesses, tok ? "token" : "byte",
+            accepted, guesses, out->tok ? "token" : "byte",
             guesses ? (double)accepted / (double)guesses : 0.0, n_new, unit, steps, restarts,
             steps ? (double)(n_new - 1) / (double)steps : 0.0, unit);
 }
 
 /* The end of moe sample's output: one sample's newline (its tokens went out as they came), or
- * each of S samples after its prompt, ids (S, n_new) printed through tok. */
-static void print_samples(const Tokenizer *tok, char **prompt, int **ids, int S, long long n_new) {
+ * each of S samples after its prompt (plen (S) bytes), ids (S, n_new) printed through out. */
+static void print_samples(SampleOut *out, char **prompt, const int *plen, int **ids, int S,
+                          long long n_new) {
     if (S == 1) putchar('\n');
     for (int s = 0; S > 1 && s < S; s++) {
-        printf("--- sample %d of %d ---\n%s", s + 1, S, prompt[s]);
-        for (long long i = 0; i < n_new; i++) put_token(tok, ids[s][i]);
+        printf("--- sample %d of %d ---\n", s + 1, S);
+        put_prompt(out, prompt[s], plen[s]);
+        for (long long i = 0; i < n_new; i++) put_token(out, ids[s][i]);
         putchar('\n');
     }
 }
@@ -379,7 +407,8 @@ int cmd_sample(int argc, char **argv) {
     sample_check(&o);
     Config c;
     load_ckpt_config(&c, o.ckpt);
-    Tokenizer tk, *tok = sample_tokenizer(&tk, &c, o.ckpt);
+    Tokenizer tk;
+    SampleOut out = {sample_tokenizer(&tk, &c, o.ckpt), o.ids, 0};
     char **prompt;
     int *plen;
     const int S = read_prompts(&o, &prompt, &plen), T = c.seq_len, keep = T / 2, V = c.vocab;
@@ -407,15 +436,15 @@ int cmd_sample(int argc, char **argv) {
     double *probs = (double *)malloc_check((size_t)V * sizeof(double));
     Rng *rng = (Rng *)malloc_check((size_t)S * sizeof(Rng));
     int **ids = (int **)calloc_check((size_t)S, sizeof(int *));
-    fill_windows(tok, prompt, plen, S, T, win, wlen);
+    fill_windows(out.tok, prompt, plen, S, T, win, wlen);
     for (int s = 0; s < S; s++) {
         rng_seed(&rng[s], (o.seed_given ? (uint64_t)o.seed : c.seed) + (uint64_t)s);
         if (S > 1) ids[s] = (int *)malloc_check((size_t)n_new * sizeof(int));
     }
     /* the logits after each window: one prefill, or one full forward per sequence */
     if (!o.no_cache) prefill_windows(&d, win, wlen, S, T);
-    if (S == 1) fputs(prompt[0], stdout);
-    if (o.draft) draft_sample(&d, tok, win, wlen[0], T, n_new); /* one prompt (sample_check) */
+    if (S == 1) put_prompt(&out, prompt[0], plen[0]);
+    if (o.draft) draft_sample(&d, &out, win, wlen[0], T, n_new); /* one prompt (sample_check) */
     for (long long i = 0; !o.draft && i <= n_new; i++) {
         if (o.no_cache)
             window_logits(logits, &m, win, wlen, S, T);
@@ -425,7 +454,7 @@ int cmd_sample(int argc, char **argv) {
         for (int s = 0; s < S; s++) {
             next[s] = pick_token(logits + (size_t)s * V, V, o.temperature, &rng[s], probs);
             if (S == 1)
-                put_token(tok, next[s]);
+                put_token(&out, next[s]);
             else
                 ids[s][i] = next[s];
             int *w = win + (size_t)s * T;
@@ -439,11 +468,11 @@ int cmd_sample(int argc, char **argv) {
         }
         if (!o.no_cache) decoder_step(&d, next);
     }
-    print_samples(tok, prompt, ids, S, n_new);
+    print_samples(&out, prompt, plen, ids, S, n_new);
     for (int s = 0; s < S; s++) free(prompt[s]), free(ids[s]);
     free(prompt), free(plen), free(ids), free(rng), free(probs), free(logits), free(next),
         free(wlen), free(win);
-    if (tok) tok_free(tok);
+    if (out.tok) tok_free(out.tok);
     served_experts_detach(&sx, &m);
     decoder_free(&d);
     model_free(&m);
