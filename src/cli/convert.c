@@ -71,7 +71,8 @@ static int export_tokenizer(TokFile *f, const Config *c, const char *ckpt) {
     Tokenizer t;
     uint32_t crc;
     const int rc = tok_run_load(&t, ckpt, &crc, err, sizeof err);
-    if (rc < 0) moe_input_error("export --format hf: the run's tokenizer %s (nothing was written)", err);
+    if (rc < 0)
+        moe_input_error("export --format hf: the run's tokenizer %s (nothing was written)", err);
     if (rc == 0) return 0;
     const int n = t.n_vocab;
     tok_free(&t);
@@ -152,8 +153,8 @@ static int import_tokenizer(const Opts *o, int vocab, TokFile *f, const char *pa
     if (note[0]) fprintf(stderr, "warning: %s\n", note);
     if (!file_exists(path)) return copy;
     TokFile there;
-    const int same = copy && tok_file_read(&there, path, err, sizeof err) == 0 &&
-                     there.n == f->n && memcmp(there.data, f->data, f->n) == 0;
+    const int same = copy && tok_file_read(&there, path, err, sizeof err) == 0 && there.n == f->n &&
+                     memcmp(there.data, f->data, f->n) == 0;
     if (copy && same) tok_file_free(&there);
     if (!same)
         moe_input_error("import: %s already exists beside --out %s and is not the folder's "
@@ -204,8 +205,7 @@ int cmd_import(int argc, char **argv) {
     const void *buf[1] = {tok.data};
     if (copy && write_atomic(tpath, buf, &tok.n, 1, err, sizeof err) != 0) {
         remove(o.out); /* the checkpoint without its tokenizer would sample bytes or nothing */
-        moe_input_error("import: %s (nothing was written: free disk space and run it again)",
-                        err);
+        moe_input_error("import: %s (nothing was written: free disk space and run it again)", err);
     }
     printf("imported %s: %d tensors, %zu parameters, %d blocks (%d MoE); wrote %s%s%s\n", o.from,
            m.pt.n, m.pt.total, c.n_layer, m.n_moe, o.out, copy ? " and its tokenizer " : "",

@@ -187,7 +187,9 @@ static int pick_token(const float *logits, int V, double temperature, Rng *r, do
 }
 
 /* The greedy token of logits (V). */
-static int greedy(const float *logits, int V) { return pick_token(logits, V, 0.0, NULL, NULL); }
+static int greedy(const float *logits, int V) {
+    return pick_token(logits, V, 0.0, NULL, NULL);
+}
 
 /* What moe sample prints: text through tok (the run's tokenizer; NULL: the ids are bytes), or
  * with --ids the ids themselves, a line of them separated by spaces (as `moe tokenizer encode`

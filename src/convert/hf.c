@@ -499,8 +499,7 @@ static int write_folder(const char *dir, const Config *c, const TensorRef *e, in
     const size_t len[1] = {tok ? tok->n : 0};
     if (rc == 0 && bytes) rc = write_text(dir, "tokenizer.json", byte_tok, err, errlen);
     if (rc == 0 && tok) rc = write_atomic(path, buf, len, 1, err, errlen); /* as it is */
-    if (rc == 0 && (bytes || tok))
-        rc = write_text(dir, "tokenizer_config.json", tcfg, err, errlen);
+    if (rc == 0 && (bytes || tok)) rc = write_text(dir, "tokenizer_config.json", tcfg, err, errlen);
     free(cfg);
     free(byte_tok);
     return rc;
