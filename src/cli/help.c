@@ -44,6 +44,8 @@ static const CmdHelp HELP[] = {
      "resuming\").\n"},
     {"eval", "usage: moe eval --ckpt PATH [options]\n"
              "The validation loss of a checkpoint.\n"
+             "Shards made by another tokenizer than the run's (their tokenizer_crc32 is not\n"
+             "the CRC-32 of the tokenizer.json beside the checkpoint) are refused.\n"
              "  --ckpt PATH           the checkpoint (required)\n"
              "  --set KEY=VALUE       a setting that keeps the model's shape (data.val, moe.*)\n"
              "  --batches N           validation batches (default train.eval_batches)\n"
