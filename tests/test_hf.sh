@@ -17,7 +17,11 @@
 #      same way, their config.json fields, tensor names, norm gains and kv_a_proj_with_mqa checked,
 #      each also from config.json alone; rope_interleave false; the experts' other name; a
 #      model of 300 ids (model.vocab=300: vocab_size 300, no byte tokenizer) out and back, from
-#      config.json alone too
+#      config.json alone too; with its tokenizer.json beside ckpt.bin, the folder holds that
+#      file byte for byte, and it comes back beside the imported checkpoint (which samples the
+#      original's text); a tokenizer moe.c cannot read, or of fewer tokens, is not copied (the
+#      weights are, a warning says why), one of more tokens, another tokenizer.json beside
+#      --out, and a run's tokenizer of another size on export are refused, nothing written
 #   2. the same weights without moe_c_config (a folder transformers wrote): the settings come
 #      from config.json alone, and the validation loss is the original's; also with the rotary
 #      base in rope_parameters only (transformers 5's config.json)
@@ -445,6 +449,64 @@ b=$(val_of "$tmp/bare-v300.bin")
 [ $rc -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ]
 check "model.vocab=300 from config.json alone (vocab_size): the validation loss is the original's ($a = $b)" \
     $? "status $rc: $(cat "$tmp/out")"
+
+# the run's own tokenizer (a tokenizer.json of 300 tokens beside its ckpt.bin) goes into the
+# folder byte for byte, and comes back beside the imported checkpoint, which is the original's bit
+# for bit and samples the original's text
+seq 1 2000 | awk '{ print "item " $1 " of the list, number " $1 * 7 ", naïve café" }' > "$tmp/words.txt"
+for v in 280 300 310; do
+    "$moe" tokenizer train --vocab $v --from "$tmp/words.txt" --out "$tmp/tok$v.json" > /dev/null 2>&1
+done
+cp "$tmp/tok300.json" "$tmp/v300/tokenizer.json"
+mkdir -p "$tmp/v300-back"
+"$moe" export --ckpt "$tmp/v300/ckpt.bin" --format hf --out "$tmp/hf-v300t" > "$tmp/out" 2>&1 &&
+    "$moe" import --format hf --from "$tmp/hf-v300t" --out "$tmp/v300-back/ckpt.bin" > "$tmp/out2" 2>&1 &&
+    cmp -s "$tmp/hf-v300t/tokenizer.json" "$tmp/tok300.json" && [ -e "$tmp/hf-v300t/tokenizer_config.json" ] &&
+    grep -q '"vocab_size": 300,' "$tmp/hf-v300t/config.json" &&
+    cmp -s "$tmp/v300-back/tokenizer.json" "$tmp/tok300.json" && cmp -s "$tmp/v300-back/ckpt.bin" "$tmp/v300-st.bin" &&
+    grep -q "tokenizer.json, tokenizer_config.json" "$tmp/out" && grep -q "and its tokenizer $tmp/v300-back/tokenizer.json" "$tmp/out2"
+check "model.vocab=300 with its tokenizer.json: out and back bit for bit, the tokenizer file too" $? \
+    "$(cat "$tmp/out" "$tmp/out2"; ls "$tmp/hf-v300t" "$tmp/v300-back")"
+a=$("$moe" sample --ckpt "$tmp/v300/ckpt.bin" --prompt "item 12" --tokens 20 --temperature 0 2>&1)
+b=$("$moe" sample --ckpt "$tmp/v300-back/ckpt.bin" --prompt "item 12" --tokens 20 --temperature 0 2>&1)
+[ -n "$a" ] && [ "$a" = "$b" ]
+check "the imported checkpoint samples the original's text through the copied tokenizer" $? "$a / $b"
+# import_tok LABEL NAME TOKENIZER: the folder hf-v300t with another tokenizer.json, imported
+# into a folder of its own: its exit status in rc, its output in out
+import_tok() {
+    cp -r "$tmp/hf-v300t" "$tmp/hf-$1"
+    cp "$2" "$tmp/hf-$1/tokenizer.json"
+    mkdir -p "$tmp/imp-$1"
+    out=$("$moe" import --format hf --from "$tmp/hf-$1" --out "$tmp/imp-$1/ckpt.bin" 2>&1)
+    rc=$?
+}
+sed 's/"normalizer": null/"normalizer": {"type": "NFC"}/' "$tmp/tok300.json" > "$tmp/nfc.json"
+import_tok nfc "$tmp/nfc.json"
+[ $rc = 0 ] && [ -e "$tmp/imp-nfc/ckpt.bin" ] && [ ! -e "$tmp/imp-nfc/tokenizer.json" ] &&
+    grep -q 'warning: the folder.s tokenizer was not copied: .*normalizer is of type "NFC"' <<< "$out"
+check "a tokenizer moe.c cannot read (a normalizer): the weights imported, the tokenizer not, a warning says why" \
+    $? "exit $rc: $out"
+import_tok small "$tmp/tok280.json"
+[ $rc = 0 ] && [ -e "$tmp/imp-small/ckpt.bin" ] && [ ! -e "$tmp/imp-small/tokenizer.json" ] &&
+    grep -q "warning: .*has 280 tokens, the model's vocab_size 300" <<< "$out"
+check "a tokenizer of fewer tokens than vocab_size (padded rows): imported without it, a warning says so" \
+    $? "exit $rc: $out"
+import_tok large "$tmp/tok310.json"
+[ $rc = 2 ] && [ -z "$(ls "$tmp/imp-large")" ] && grep -q "has 310 tokens, but the model's vocab_size is 300" <<< "$out"
+check "a tokenizer of more tokens than vocab_size: exit 2, nothing written" $? "exit $rc: $out"
+cp "$tmp/tok310.json" "$tmp/imp-small/tokenizer.json"
+out=$("$moe" import --format hf --from "$tmp/hf-v300t" --out "$tmp/imp-small/ckpt2.bin" 2>&1)
+rc=$?
+[ $rc = 2 ] && [ ! -e "$tmp/imp-small/ckpt2.bin" ] && cmp -s "$tmp/imp-small/tokenizer.json" "$tmp/tok310.json" &&
+    grep -q "tokenizer.json already exists beside --out" <<< "$out"
+check "another tokenizer.json beside --out: exit 2, nothing written or changed" $? "exit $rc: $out"
+cp "$tmp/tok310.json" "$tmp/v300/tokenizer.json"
+out=$("$moe" export --ckpt "$tmp/v300/ckpt.bin" --format hf --out "$tmp/hf-v310" 2>&1)
+rc=$?
+cp "$tmp/tok300.json" "$tmp/v300/tokenizer.json"
+[ $rc = 2 ] && [ ! -e "$tmp/hf-v310" ] && grep -q "model.vocab=300, but the tokenizer beside it, .* has 310 tokens" <<< "$out"
+check "export of a run whose tokenizer.json has another size than model.vocab: exit 2, nothing written" $? \
+    "exit $rc: $out"
 
 # ---- 2. without moe_c_config -----------------------------------------------------------
 echo "test_hf: a folder without moe.c's settings"

@@ -38,7 +38,14 @@
 #  12. a vocabulary of its own (model.vocab=16384, from `moe synth --vocab` shards of 2-byte
 #      ids): stopped with --until and resumed, it equals an unbroken run bit for bit; its first
 #      loss is about ln 16384, `moe info` lists 16384 rows, `moe eval` runs, `moe sample`
-#      refuses (its ids are not bytes) and --resume with another model.vocab is refused
+#      refuses it without a tokenizer.json (its ids are not bytes) and --resume with another
+#      model.vocab is refused
+#  13. a run's tokenizer (a tokenizer.json of 300 tokens beside the checkpoint of a model of 300):
+#      `moe sample` prints the prompt and the decoding of the ids it samples (--ids), the prompt's
+#      ids the tokenizer's encoding, the same text with the cache, --no-cache and --draft mtp over
+#      window restarts at temperature 0, and at a temperature --prompts' first sample is
+#      --prompt's; a tokenizer of another size is refused naming both, and `moe eval` refuses
+#      shards whose tokenizer_crc32 is another tokenizer's (python3 writes them)
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
 
 # shellcheck source=tests/lib/common.sh
@@ -523,8 +530,9 @@ out=$("$moe" eval --ckpt "$tmp/wide/ckpt.bin" 2>&1)
 check "moe eval measures its loss" $? "$out"
 out=$("$moe" sample --ckpt "$tmp/wide/ckpt.bin" --prompt ab --tokens 5 2> "$tmp/wide.err")
 rc=$?
-[ $rc -eq 2 ] && [ -z "$out" ] && grep -q "model.vocab=16384.*not the 256 bytes.*needs a tokenizer" "$tmp/wide.err"
-check "moe sample refuses it: its ids are not bytes, printing them needs a tokenizer (exit 2)" $? \
+[ $rc -eq 2 ] && [ -z "$out" ] &&
+    grep -q "model.vocab=16384.*not the 256 bytes.*no $tmp/wide/tokenizer.json beside it" "$tmp/wide.err"
+check "moe sample refuses it without a tokenizer.json: its ids are not bytes (exit 2)" $? \
     "exit $rc: $out $(cat "$tmp/wide.err")"
 before=$(snapshot "$tmp/wide")
 out=$("$moe" train --resume "$tmp/wide" --set model.vocab=256 --set train.steps=8 2>&1)
@@ -532,5 +540,80 @@ rc=$?
 [ $rc -eq 2 ] && grep -q "model.vocab" <<< "$out" && [ "$before" = "$(snapshot "$tmp/wide")" ]
 check "--resume with --set model.vocab=256: exit 2, naming model.vocab (nothing changed)" $? \
     "exit $rc: $out"
+
+# ---- 13. a run's tokenizer ---------------------------------------------------------------------
+echo "test_runs: a run's tokenizer (tokenizer.json beside ckpt.bin)"
+# a tokenizer of 300 tokens trained on text of words and numbers, shards of 300 ids, and a run of
+# them with a multi-token prediction module (for --draft), its tokenizer.json copied beside it
+seq 1 2000 | awk '{ print "item " $1 " of the list, number " $1 * 7 ", naïve café" }' > "$tmp/words.txt"
+"$moe" tokenizer train --vocab 300 --from "$tmp/words.txt" --out "$tmp/tok300.json" > /dev/null 2>&1
+"$moe" tokenizer train --vocab 310 --from "$tmp/words.txt" --out "$tmp/tok310.json" > /dev/null 2>&1
+"$moe" synth --out "$tmp/data300" --tokens 20000 --seed 5 --vocab 300 > /dev/null 2>&1
+"$moe" train --out "$tmp/bpe" "${tiny[@]}" --set model.vocab=300 --set model.mtp_depth=1 \
+    --set "data.train=$tmp/data300/train.bin" --set "data.val=$tmp/data300/val.bin" \
+    --set train.steps=6 --set train.eval_every=6 --set train.ckpt_every=0 > /dev/null 2>&1
+cp "$tmp/tok300.json" "$tmp/bpe/tokenizer.json"
+bpe=(--ckpt "$tmp/bpe/ckpt.bin" --temperature 0)
+prompt="item 1234 of the list, number 8638, naïve café"
+# its text is the decoding of its ids (--ids: the prompt's line, then the sample's), the prompt's
+# ids the tokenizer's encoding; 70 tokens restart the window of 32 twice, counted in tokens: the
+# key-value cache, a full forward every token and the draft give the same text
+"$moe" sample "${bpe[@]}" --prompt "$prompt" --tokens 70 > "$tmp/bpe.txt" 2> "$tmp/bpe.err" &&
+    "$moe" sample "${bpe[@]}" --prompt "$prompt" --tokens 70 --ids > "$tmp/bpe.ids" 2>> "$tmp/bpe.err" &&
+    "$moe" sample "${bpe[@]}" --prompt "$prompt" --tokens 70 --no-cache > "$tmp/bpe_nc.txt" 2>> "$tmp/bpe.err" &&
+    "$moe" sample "${bpe[@]}" --prompt "$prompt" --tokens 70 --draft mtp > "$tmp/bpe_draft.txt" 2> "$tmp/bpe_draft.err"
+rc=$?
+n=$(sed -n 2p "$tmp/bpe.ids" | wc -w)
+{ printf '%s' "$prompt"; sed -n 2p "$tmp/bpe.ids" | "$moe" tokenizer decode --tokenizer "$tmp/tok300.json"; } > "$tmp/bpe.dec"
+[ $rc = 0 ] && [ "$n" = 70 ] && cmp -s "$tmp/bpe.txt" "$tmp/bpe.dec"
+check "sample with the run's tokenizer: 70 tokens, its text the prompt and their decoding" $? \
+    "exit $rc, $n ids: $(cmp "$tmp/bpe.txt" "$tmp/bpe.dec") $(cat "$tmp/bpe.err")"
+[ "$(sed -n 1p "$tmp/bpe.ids")" = "$(printf '%s\n' "$prompt" | "$moe" tokenizer encode --tokenizer "$tmp/tok300.json")" ]
+check "--ids: the prompt's ids are the tokenizer's encoding of it" $? "$(sed -n 1p "$tmp/bpe.ids")"
+cmp -s "$tmp/bpe.txt" "$tmp/bpe_nc.txt" && cmp -s "$tmp/bpe.txt" "$tmp/bpe_draft.txt" &&
+    grep -q '; 70 tokens in ' "$tmp/bpe_draft.err"
+check "at temperature 0 the cache, --no-cache and --draft mtp give the same text (windows of tokens)" $? \
+    "$(cmp "$tmp/bpe.txt" "$tmp/bpe_nc.txt"; cmp "$tmp/bpe.txt" "$tmp/bpe_draft.txt"; cat "$tmp/bpe_draft.err")"
+# drawn at a temperature: the same seed the same ids, and --prompts' first line those of --prompt
+printf '%s\nnumber 7\n' "$prompt" > "$tmp/prompts.txt"
+"$moe" sample --ckpt "$tmp/bpe/ckpt.bin" --prompt "$prompt" --tokens 30 --seed 3 --ids > "$tmp/hot1" 2>&1 &&
+    "$moe" sample --ckpt "$tmp/bpe/ckpt.bin" --prompt "$prompt" --tokens 30 --seed 3 > "$tmp/hot1.txt" 2>&1 &&
+    "$moe" sample --ckpt "$tmp/bpe/ckpt.bin" --prompts "$tmp/prompts.txt" --tokens 30 --seed 3 --ids > "$tmp/hot2" 2>&1
+rc=$?
+{ printf '%s' "$prompt"; sed -n 2p "$tmp/hot1" | "$moe" tokenizer decode --tokenizer "$tmp/tok300.json"; } > "$tmp/hot1.dec"
+[ $rc = 0 ] && [ "$(sed -n 2,3p "$tmp/hot2")" = "$(cat "$tmp/hot1")" ] && cmp -s "$tmp/hot1.txt" "$tmp/hot1.dec" &&
+    [ "$(sed -n 6p "$tmp/hot2" | wc -w)" = 30 ] && tr ' ' '\n' < "$tmp/hot1" | awk '$1 >= 256 { n++ } END { exit !n }'
+check "at temperature 0.8: --prompts' first sample is --prompt's with the same seed, the text their decoding" $? \
+    "exit $rc: $(cat "$tmp/hot1"; cat "$tmp/hot2")"
+# a tokenizer of another size than model.vocab, and a run's shards of another tokenizer
+cp "$tmp/tok310.json" "$tmp/bpe/tokenizer.json"
+out=$("$moe" sample "${bpe[@]}" --prompt ab --tokens 5 2>&1)
+rc=$?
+cp "$tmp/tok300.json" "$tmp/bpe/tokenizer.json"
+[ $rc = 2 ] && grep -q "model.vocab=300, but the tokenizer beside it, $tmp/bpe/tokenizer.json, has 310 tokens" <<< "$out"
+check "sample with a tokenizer of 310 tokens beside a model of 300: exit 2, naming both" $? "exit $rc: $out"
+if command -v python3 > /dev/null 2>&1; then
+    # shard_crc SRC DST FILE: the shard SRC as DST with tokenizer_crc32 the CRC-32 of FILE
+    shard_crc() {
+        python3 - "$@" << 'PY'
+import struct, sys, zlib
+b = bytearray(open(sys.argv[1], "rb").read())
+b[172:176] = struct.pack("<I", zlib.crc32(open(sys.argv[3], "rb").read()))
+b[164:168] = b"\0\0\0\0"
+b[164:168] = struct.pack("<I", zlib.crc32(bytes(b[:256])))
+open(sys.argv[2], "wb").write(b)
+PY
+    }
+    shard_crc "$tmp/data300/val.bin" "$tmp/val_tok300.bin" "$tmp/tok300.json"
+    shard_crc "$tmp/data300/val.bin" "$tmp/val_tok310.bin" "$tmp/tok310.json"
+    "$moe" eval --ckpt "$tmp/bpe/ckpt.bin" --set "data.val=$tmp/val_tok300.bin" > "$tmp/ev.out" 2>&1
+    rc=$?
+    out=$("$moe" eval --ckpt "$tmp/bpe/ckpt.bin" --set "data.val=$tmp/val_tok310.bin" 2>&1)
+    rc2=$?
+    crc=$(python3 -c 'import sys, zlib; print("%08x" % zlib.crc32(open(sys.argv[1], "rb").read()))' "$tmp/tok310.json")
+    [ $rc = 0 ] && [ $rc2 = 2 ] && grep -q "tokenizer of CRC-32 $crc, but the checkpoint's, $tmp/bpe/tokenizer.json, is" <<< "$out"
+    check "eval: shards of the run's tokenizer run, of another (its CRC-32) exit 2, naming both" $? \
+        "exit $rc, $rc2: $(cat "$tmp/ev.out") $out"
+fi
 
 finish

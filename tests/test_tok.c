@@ -13,7 +13,10 @@
  *   - decoding undoes encoding;
  *   - training: the same text gives the same file; ids 0..255 are the bytes; the most frequent
  *     pair first and ties to the smaller pair of ids; the file written loads and encodes alike;
- *   - what tokenizer.json may not hold is refused, naming its JSON path.
+ *   - what tokenizer.json may not hold is refused, naming its JSON path;
+ *   - a run's tokenizer: the tokenizer.json in its checkpoint's folder (the current one for a
+ *     bare name), none there is none, its CRC-32 that of the file's bytes, a file that does not
+ *     load refused with tok_load's message.
  * Run from the repository's root (make test does), which holds tests/data/tok/.
  */
 #include <stdio.h>
@@ -411,6 +414,38 @@ START_TEST(test_json_many_keys) {
 }
 END_TEST
 
+START_TEST(test_run_tokenizer) {
+    char path[MOE_TOK_PATH_MAX];
+    tok_run_path("runs/a/ckpt.bin", path, sizeof path);
+    ck_assert_str_eq(path, "runs/a/tokenizer.json");
+    tok_run_path("ckpt.bin", path, sizeof path);
+    ck_assert_str_eq(path, "tokenizer.json");
+    tok_run_path("/ckpt.bin", path, sizeof path);
+    ck_assert_str_eq(path, "/tokenizer.json");
+    Tokenizer t;
+    uint32_t crc = 1;
+    const char *ckpt = tmp_path("ckpt.bin");
+    ck_assert_int_eq(tok_run_load(&t, ckpt, &crc, err, sizeof err), 0); /* none: bytes */
+    ck_assert_uint_eq(crc, 0);
+    long n;
+    uint8_t *bytes = slurp(FIXTURES "gpt2.json", &n);
+    FILE *f = fopen(tmp_path("tokenizer.json"), "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(bytes, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    ck_assert_msg(tok_run_load(&t, ckpt, &crc, err, sizeof err) == 1, "%s", err);
+    ck_assert_uint_eq(crc, crc32_update(0, bytes, (size_t)n));
+    ck_assert_int_eq(t.n_vocab, 1000);
+    tok_free(&t);
+    f = fopen(tmp_path("tokenizer.json"), "wb");
+    fputs("{\"model\": {\"type\": \"WordPiece\"}}", f);
+    fclose(f);
+    ck_assert_int_eq(tok_run_load(&t, ckpt, &crc, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, tmp_path("tokenizer.json")) && strstr(err, "supported"), "%s", err);
+    free(bytes);
+}
+END_TEST
+
 Suite *tok_suite(void) {
     Suite *s = suite_create("tok");
     TCase *tc = tcase_create("tok");
@@ -427,6 +462,7 @@ Suite *tok_suite(void) {
     tcase_add_test(tc, test_train_order);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_json_many_keys);
+    tcase_add_test(tc, test_run_tokenizer);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -25,6 +25,7 @@ typedef struct {
     const char *logits_out; /* eval --logits FILE */
     const char *prompts;    /* sample --prompts FILE */
     int no_cache;           /* sample --no-cache */
+    int ids;                /* sample --ids */
     int draft;              /* sample --draft mtp */
     int decode, csv;        /* bench --decode, --csv */
     const char *batch_list; /* bench --batch 1,4,16,64 */

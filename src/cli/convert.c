@@ -9,6 +9,8 @@
  * Each reads and checks all of its input, refuses an --out that already exists, and only
  * then writes (atomically: io/files.h). The checkpoints written by import and upcycle hold
  * weights only, at step 0 with zero AdamW moments: `moe train --init CKPT` trains from them.
+ * A run's tokenizer (the tokenizer.json beside its checkpoint, tok/tok.h) goes with it into a
+ * Hugging Face folder, and comes back beside the checkpoint imported from one.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,7 @@
 #include "io/files.h"
 #include "io/tensorfile.h"
 #include "moe/moe_ops.h"
+#include "tok/tok.h"
 #include "train/checkpoint.h"
 
 static void refuse_existing(const char *cmd, const char *path) {
@@ -61,6 +64,29 @@ static void on_host(Config *c) {
     c->precision = MOE_PRECISION_FP32;
 }
 
+/* export --format hf: the run's tokenizer.json beside ckpt into f, checked: it loads, and its
+ * vocabulary is the model's (else its ids are another model's). 1, or 0 when there is none. */
+static int export_tokenizer(TokFile *f, const Config *c, const char *ckpt) {
+    char err[1024], path[MOE_TOK_PATH_MAX];
+    Tokenizer t;
+    uint32_t crc;
+    const int rc = tok_run_load(&t, ckpt, &crc, err, sizeof err);
+    if (rc < 0)
+        moe_input_error("export --format hf: the run's tokenizer %s (nothing was written)", err);
+    if (rc == 0) return 0;
+    const int n = t.n_vocab;
+    tok_free(&t);
+    tok_run_path(ckpt, path, sizeof path);
+    if (n != c->vocab)
+        moe_input_error("export --format hf: %s has model.vocab=%d, but the tokenizer beside it, "
+                        "%s, has %d tokens: it is not the tokenizer of this model's ids; put the "
+                        "run's own there (nothing was written)",
+                        ckpt, c->vocab, path, n);
+    if (tok_file_read(f, path, err, sizeof err) != 0)
+        moe_input_error("export --format hf: %s (nothing was written)", err);
+    return 1;
+}
+
 int cmd_export(int argc, char **argv) {
     Opts o;
     parse_opts(&o, "export", argc, argv);
@@ -73,14 +99,19 @@ int cmd_export(int argc, char **argv) {
     char err[1024];
     if (o.format_hf && hf_export_check(&c, err, sizeof err) != 0) /* before loading anything */
         moe_input_error("export --format hf: %s (nothing was written)", err);
+    TokFile tok = {0};
+    const int has_tok = o.format_hf && export_tokenizer(&tok, &c, o.ckpt);
     Model m;
     load_model(&m, &c, o.ckpt, 1, 1);
     if (o.format_hf) {
-        if (hf_export(&m, o.out, err, sizeof err) != 0)
+        if (hf_export(&m, o.out, has_tok ? &tok : NULL, err, sizeof err) != 0)
             moe_input_error("export --format hf: %s", err);
-        printf("wrote %s: config.json (%s), model.safetensors (%zu parameters), tokenizer.json, "
-               "tokenizer_config.json\n",
-               o.out, hf_architecture(hf_family(&c)), m.pt.total);
+        printf("wrote %s: config.json (%s), model.safetensors (%zu parameters)%s\n", o.out,
+               hf_architecture(hf_family(&c)), m.pt.total,
+               has_tok                ? ", the run's tokenizer.json, tokenizer_config.json"
+               : c.vocab == MOE_VOCAB ? ", a byte-level tokenizer.json, tokenizer_config.json"
+                                      : ", no tokenizer (the run has no tokenizer.json)");
+        tok_file_free(&tok);
         model_free(&m);
         return 0;
     }
@@ -112,6 +143,28 @@ static char *given_text(const Opts *o) {
     return text;
 }
 
+/* import --format hf: the folder's tokenizer to copy to path (beside --out) into f (hf_tokenizer,
+ * its note a warning): 1 to copy, 0 for nothing to do. A tokenizer.json already at path that is
+ * not the folder's is refused before anything is written: it would pass for the checkpoint's. */
+static int import_tokenizer(const Opts *o, int vocab, TokFile *f, const char *path) {
+    char err[1024], note[2048];
+    const int copy = hf_tokenizer(o->from, vocab, f, note, sizeof note, err, sizeof err);
+    if (copy < 0) moe_input_error("import --format hf: %s", err);
+    if (note[0]) fprintf(stderr, "warning: %s\n", note);
+    if (!file_exists(path)) return copy;
+    TokFile there;
+    const int same = copy && tok_file_read(&there, path, err, sizeof err) == 0 && there.n == f->n &&
+                     memcmp(there.data, f->data, f->n) == 0;
+    if (copy && same) tok_file_free(&there);
+    if (!same)
+        moe_input_error("import: %s already exists beside --out %s and is not the folder's "
+                        "tokenizer: it would be taken for this checkpoint's; choose an --out in "
+                        "another folder or remove it first (nothing was changed)",
+                        path, o->out);
+    tok_file_free(f); /* the same file is there already */
+    return 0;
+}
+
 /* Settings: the defaults and --config/--set (so a file without metadata can name n_head), then
  * the file's metadata and the shapes of its tensors (import_config), then --config/--set once
  * more, so that what the command line says wins. */
@@ -140,13 +193,24 @@ int cmd_import(int argc, char **argv) {
     free(given);
     build_config(&c, &o, "import");
     on_host(&c);
+    TokFile tok = {0};
+    char tpath[MOE_TOK_PATH_MAX];
+    tok_run_path(o.out, tpath, sizeof tpath);
+    const int copy = o.format_hf && import_tokenizer(&o, c.vocab, &tok, tpath);
     Model m;
     require_memory(&c, 1, 1);
     model_init(&m, &c, 1, 1);
     if (import_weights(&m, &st, err, sizeof err) != 0) moe_input_error("import: %s", err);
     save_or_exit("import", &m, o.out);
-    printf("imported %s: %d tensors, %zu parameters, %d blocks (%d MoE); wrote %s\n", o.from,
-           m.pt.n, m.pt.total, c.n_layer, m.n_moe, o.out);
+    const void *buf[1] = {tok.data};
+    if (copy && write_atomic(tpath, buf, &tok.n, 1, err, sizeof err) != 0) {
+        remove(o.out); /* the checkpoint without its tokenizer would sample bytes or nothing */
+        moe_input_error("import: %s (nothing was written: free disk space and run it again)", err);
+    }
+    printf("imported %s: %d tensors, %zu parameters, %d blocks (%d MoE); wrote %s%s%s\n", o.from,
+           m.pt.n, m.pt.total, c.n_layer, m.n_moe, o.out, copy ? " and its tokenizer " : "",
+           copy ? tpath : "");
+    tok_file_free(&tok);
     safetensors_free(&st);
     model_free(&m);
     return 0;

@@ -1,7 +1,8 @@
 /*
  * eval.c: the commands that run a trained model: `moe eval` (the validation loss, and with
  * --logits the first batch's logits for another framework to compare with) and `moe sample`
- * (text, one byte at a time, from a key-value cache: infer/decode.h).
+ * (text, one token at a time, from a key-value cache: infer/decode.h; a token is a byte, or an
+ * id of the run's tokenizer: tok/tok.h).
  */
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include "io/tensorfile.h"
 #include "infer/decode.h"
 #include "infer/serve.h"
+#include "tok/tok.h"
 #include "train/train.h"
 
 /* eval --logits: the first validation batch evaluate() reads, its logits before the softmax
@@ -52,6 +54,22 @@ static void write_eval_logits(Model *m, const Shard *val, int batches, const cha
     free(domains);
 }
 
+/* Shards made by another tokenizer than the run's (the tokenizer.json beside the checkpoint)
+ * hold ids of other text, whatever their vocabularies: refused when both name one (a shard of
+ * bytes, tokenizer_crc32 0, or a run without a tokenizer.json, names none). */
+static void check_shard_tokenizer(const Shard *val, const char *path, const char *ckpt) {
+    char err[1024], tpath[MOE_TOK_PATH_MAX];
+    uint32_t crc;
+    const int rc = tok_run_crc(ckpt, &crc, err, sizeof err);
+    if (rc < 0) moe_input_error("eval: the run's tokenizer %s", err);
+    tok_run_path(ckpt, tpath, sizeof tpath);
+    if (rc == 1 && val->tokenizer_crc32 != 0 && val->tokenizer_crc32 != crc)
+        moe_input_error("eval: data.val %s was made by the tokenizer of CRC-32 %08x, but the "
+                        "checkpoint's, %s, is %08x: its ids are not this model's tokens; "
+                        "evaluate on shards made with %s (--set data.val=PATH)",
+                        path, (unsigned)val->tokenizer_crc32, tpath, (unsigned)crc, tpath);
+}
+
 int cmd_eval(int argc, char **argv) {
     Opts o;
     parse_opts(&o, "eval", argc, argv);
@@ -65,6 +83,7 @@ int cmd_eval(int argc, char **argv) {
         shard_check_vocab(&val, c.vocab, err, sizeof err) != 0 ||
         shard_check_window(&val, c.seq_len, err, sizeof err) != 0)
         moe_input_error("data.val: %s", err);
+    check_shard_tokenizer(&val, c.val, o.ckpt);
     if (o.logits_out && file_exists(o.logits_out))
         moe_input_error("eval: --logits %s already exists; choose another name or remove it first",
                         o.logits_out);
@@ -142,29 +161,80 @@ static int read_prompts(const Opts *o, char ***out, int **len) {
     return count;
 }
 
-/* The next byte from logits (V): the most likely one at temperature 0, else a draw from
+/* The next token from logits (V): the most likely one at temperature 0, else a draw from
  * softmax(logits / t) in double, shifted by the max: the largest term is exp(0) = 1 whatever t,
- * so a tiny temperature (1e-50) gives the greedy byte instead of 0 / 0, and nothing overflows
- * for any t in (0, 100]. */
-static int pick_byte(const float *logits, double temperature, Rng *r) {
+ * so a tiny temperature (1e-50) gives the greedy token instead of 0 / 0, and nothing overflows
+ * for any t in (0, 100]. probs (V): scratch. */
+static int pick_token(const float *logits, int V, double temperature, Rng *r, double *probs) {
     int next = 0;
     if (temperature <= 0.0) {
-        for (int v = 1; v < MOE_VOCAB; v++)
+        for (int v = 1; v < V; v++)
             if (logits[v] > logits[next]) next = v;
         return next;
     }
-    double probs[MOE_VOCAB], max = logits[0], sum = 0.0;
-    for (int v = 1; v < MOE_VOCAB; v++) max = logits[v] > max ? logits[v] : max;
-    for (int v = 0; v < MOE_VOCAB; v++) {
+    double max = logits[0], sum = 0.0;
+    for (int v = 1; v < V; v++) max = logits[v] > max ? logits[v] : max;
+    for (int v = 0; v < V; v++) {
         probs[v] = exp(((double)logits[v] - max) / temperature);
         sum += probs[v];
     }
     double u = rng_uniform(r) * sum, acc = 0.0;
-    for (next = 0; next < MOE_VOCAB - 1; next++) {
+    for (next = 0; next < V - 1; next++) {
         acc += probs[next];
         if (acc > u) break;
     }
     return next;
+}
+
+/* The greedy token of logits (V). */
+static int greedy(const float *logits, int V) {
+    return pick_token(logits, V, 0.0, NULL, NULL);
+}
+
+/* What moe sample prints: text through tok (the run's tokenizer; NULL: the ids are bytes), or
+ * with --ids the ids themselves, a line of them separated by spaces (as `moe tokenizer encode`
+ * writes them); at_line: ids on the current line. */
+typedef struct {
+    Tokenizer *tok;
+    int ids;
+    long long at_line;
+} SampleOut;
+
+/* Token id to stdout as it is chosen: the tokenizer's bytes for it (an id whose bytes end
+ * inside a UTF-8 character prints them as they are), with none the byte id, or the number. */
+static void put_token(SampleOut *out, int id) {
+    size_t n = 0;
+    const char *b = out->tok && !out->ids ? tok_decode_id(out->tok, id, &n) : NULL;
+    if (out->ids)
+        printf(out->at_line++ ? " %d" : "%d", id);
+    else if (!out->tok)
+        putchar(id);
+    else if (b)
+        fwrite(b, 1, n, stdout);
+}
+
+/* A prompt's n bytes as ids into ids: the tokenizer's encoding, or with none its bytes. */
+static void prompt_ids(Tokenizer *tok, const char *text, int n, TokIds *ids) {
+    if (tok)
+        tok_encode(tok, text, (size_t)n, ids);
+    else
+        for (int i = 0; i < n; i++) tok_ids_push(ids, (unsigned char)text[i]);
+}
+
+/* The prompt before its sample: its text, or with --ids its ids, the whole prompt's (the window
+ * takes the last T), on a line of their own. */
+static void put_prompt(SampleOut *out, const char *text, int n) {
+    if (!out->ids) {
+        fwrite(text, 1, (size_t)n, stdout);
+        return;
+    }
+    TokIds ids = {0};
+    prompt_ids(out->tok, text, n, &ids);
+    out->at_line = 0;
+    for (size_t i = 0; i < ids.n; i++) put_token(out, ids.id[i]);
+    putchar('\n');
+    out->at_line = 0;
+    tok_ids_free(&ids);
 }
 
 /* sample's options that go together: --ckpt given, one of --prompt and --prompts, and a
@@ -180,10 +250,10 @@ static void sample_check(const Opts *o) {
         snprintf(n, sizeof n, "%lld", o->tokens);
         usage_error("sample",
                     "--tokens %s: with --prompts each sample is kept until the end; "
-                    "at most 1000000 bytes each (--prompt has no such limit)",
+                    "at most 1000000 tokens each (--prompt has no such limit)",
                     n);
     }
-    /* a guess is checked against the model's own choice: the most likely byte */
+    /* a guess is checked against the model's own choice: the most likely token */
     if (o->draft && (o->prompts || o->no_cache || o->temperature != 0.0 || o->quant || o->offload))
         usage_error("sample", "%s",
                     "--draft mtp decodes one --prompt greedily from the key-value cache with the "
@@ -203,33 +273,33 @@ static void prefill_windows(Decoder *d, const int *win, const int *wlen, int S, 
     free(pad);
 }
 
-/* logits (S, MOE_VOCAB: sample's models are byte models) = the last row's logits of a full
- * forward over each window, brought to the host (--no-cache: the reference). */
+/* logits (S, V) = the last row's logits of a full forward over each window, brought to the
+ * host (--no-cache: the reference). */
 static void window_logits(float *logits, Model *m, const int *win, const int *wlen, int S, int T) {
+    const size_t V = (size_t)m->cfg.vocab;
     for (int s = 0; s < S; s++) { /* the last row's logits, brought to the host */
         model_forward(m, win + (size_t)s * T, NULL, 1, wlen[s], NULL);
-        m->be->to_host(m->be, logits + (size_t)s * MOE_VOCAB,
-                       m->state.logits + (size_t)(wlen[s] - 1) * MOE_VOCAB,
-                       MOE_VOCAB * sizeof(float));
+        m->be->to_host(m->be, logits + (size_t)s * V, m->state.logits + (size_t)(wlen[s] - 1) * V,
+                       V * sizeof(float));
     }
 }
 
 /* moe sample --draft mtp: greedy speculative decoding of one sequence, its window w (T) of wlen
- * tokens prefilled in d (the model's cache and the draft module's). With x, the byte chosen
- * next, the module guesses g, the byte after x, and one step of the model takes the two rows
- * [x, g]: its first row's choice y is the byte after x; if y is g, the guess is accepted and
- * the second row gives the byte after g, two bytes for the step; if not, g leaves the cache
- * (decoder_drop) and y is the next byte. The bytes are those decoding without a draft gives
- * (the window starts again from its last T / 2 tokens when full, as there; a step with no room
- * for the guess, or for the byte after it, takes x alone); the steps and guesses are reported
- * on stderr. */
-static void draft_sample(Decoder *d, int *w, int wlen, int T, long long n_new) {
-    const int keep = T / 2;
+ * tokens prefilled in d (the model's cache and the draft module's), printed through out
+ * (put_token). With x, the token chosen next, the module guesses g, the token after x, and one
+ * step of the model takes the two rows [x, g]: its first row's choice y is the token after x; if
+ * y is g, the guess is accepted and the second row gives the token after g, two tokens for the
+ * step; if not, g leaves the cache (decoder_drop) and y is the next token. The tokens are those
+ * decoding without a draft gives (the window starts again from its last T / 2 tokens when full,
+ * as there; a step with no room for the guess, or for the token after it, takes x alone); the
+ * steps and guesses are reported on stderr. */
+static void draft_sample(Decoder *d, SampleOut *out, int *w, int wlen, int T, long long n_new) {
+    const int keep = T / 2, V = d->m->cfg.vocab;
     long long steps = 0, guesses = 0, accepted = 0, restarts = 0;
-    int x = pick_byte(d->logits, 0.0, NULL);
+    int x = greedy(d->logits, V);
     int todo[2] = {x}, n_todo = 1; /* the draft module's positions still to compute */
     for (long long made = 1;; made++) {
-        putchar(x);
+        put_token(out, x);
         if (made == n_new) break;
         if (wlen == T) { /* full: start again from the last T / 2 tokens */
             memmove(w, w + T - keep, (size_t)keep * sizeof(int));
@@ -239,25 +309,25 @@ static void draft_sample(Decoder *d, int *w, int wlen, int T, long long n_new) {
             todo[0] = x, n_todo = 1;
         }
         w[wlen++] = x;
-        /* a guess needs a position of the window and a byte to write after it; a step without
+        /* a guess needs a position of the window and a token to write after it; a step without
          * one is the last of its window or of the text, so the draft module, left behind, is
          * refilled by the restart's prefill or never asked again */
         const int n = wlen < T && made + 2 <= n_new ? 2 : 1;
         int row[2] = {x, 0};
         if (n == 2) {
-            decoder_draft(d, todo, n_todo); /* the guess of the byte after x */
-            row[1] = pick_byte(d->draft_logits, 0.0, NULL);
+            decoder_draft(d, todo, n_todo); /* the guess of the token after x */
+            row[1] = greedy(d->draft_logits, V);
             guesses++;
         }
         decoder_extend(d, 0, row, n);
         steps++;
-        const int y = pick_byte(d->logits, 0.0, NULL);
-        if (n == 2 && y == row[1]) { /* accepted: y is written, and the byte after it known */
+        const int y = greedy(d->logits, V);
+        if (n == 2 && y == row[1]) { /* accepted: y is written, and the token after it known */
             accepted++;
-            putchar(y);
+            put_token(out, y);
             made++;
             w[wlen++] = y;
-            x = pick_byte(d->logits + MOE_VOCAB, 0.0, NULL);
+            x = greedy(d->logits + V, V);
             todo[0] = y, todo[1] = x, n_todo = 2;
         } else {
             if (n == 2) decoder_drop(d, 0, 1);
@@ -265,52 +335,85 @@ static void draft_sample(Decoder *d, int *w, int wlen, int T, long long n_new) {
             todo[0] = x, n_todo = 1;
         }
     }
-    /* the first byte comes from the prompt's prefill, every other from a step */
+    /* the first token comes from the prompt's prefill, every other from a step */
+    const char *unit = out->tok ? "tokens" : "bytes";
     fprintf(stderr,
-            "draft mtp: %lld of %lld guesses of the byte after next accepted (%.3f); %lld bytes "
+            "draft mtp: %lld of %lld guesses of the %s after next accepted (%.3f); %lld %s "
             "in %lld steps of the model after the prompt's prefill (%lld restarts of the window, "
-            "a prefill each), %.3f bytes a step\n",
-            accepted, guesses, guesses ? (double)accepted / (double)guesses : 0.0, n_new, steps,
-            restarts, steps ? (double)(n_new - 1) / (double)steps : 0.0);
+            "a prefill each), %.3f %s a step\n",
+            accepted, guesses, out->tok ? "token" : "byte",
+            guesses ? (double)accepted / (double)guesses : 0.0, n_new, unit, steps, restarts,
+            steps ? (double)(n_new - 1) / (double)steps : 0.0, unit);
 }
 
-/* The end of moe sample's output: one sample's newline (its bytes went out as they came), or
- * each of S samples after its prompt. */
-static void print_samples(char **prompt, unsigned char **text, int S, long long n_new) {
+/* The end of moe sample's output: one sample's newline (its tokens went out as they came), or
+ * each of S samples after its prompt (plen (S) bytes), ids (S, n_new) printed through out. */
+static void print_samples(SampleOut *out, char **prompt, const int *plen, int **ids, int S,
+                          long long n_new) {
     if (S == 1) putchar('\n');
     for (int s = 0; S > 1 && s < S; s++) {
-        printf("--- sample %d of %d ---\n%s", s + 1, S, prompt[s]);
-        fwrite(text[s], 1, (size_t)n_new, stdout);
+        printf("--- sample %d of %d ---\n", s + 1, S);
+        put_prompt(out, prompt[s], plen[s]);
+        for (long long i = 0; i < n_new; i++) put_token(out, ids[s][i]);
         putchar('\n');
     }
 }
 
-/* moe sample prints bytes: a model of another vocabulary is refused, its ids printed as bytes
- * would be noise. */
-static void need_byte_vocab(const Config *c, const char *ckpt) {
-    if (c->vocab != MOE_VOCAB)
+/* The run's tokenizer (tok/tok.h: the tokenizer.json beside the checkpoint) into t: returns t,
+ * or NULL for a run of bytes (none there), whose ids are printed as the bytes they are. A
+ * tokenizer of another vocabulary than the model's is refused, and so is a model of other ids
+ * than the 256 bytes without one: its ids printed as bytes would be noise. */
+static Tokenizer *sample_tokenizer(Tokenizer *t, const Config *c, const char *ckpt) {
+    char err[1024], path[MOE_TOK_PATH_MAX];
+    uint32_t crc;
+    tok_run_path(ckpt, path, sizeof path);
+    const int rc = tok_run_load(t, ckpt, &crc, err, sizeof err);
+    if (rc < 0) moe_input_error("sample: the run's tokenizer %s", err);
+    if (rc == 1 && t->n_vocab != c->vocab)
+        moe_input_error("sample: %s has model.vocab=%d, but the tokenizer beside it, %s, has %d "
+                        "tokens: it is not the tokenizer of this model's ids; put the "
+                        "tokenizer.json the run's shards were made with beside the checkpoint",
+                        ckpt, c->vocab, path, t->n_vocab);
+    if (rc == 0 && c->vocab != MOE_VOCAB)
         moe_input_error("sample: %s has model.vocab=%d: its tokens are not the %d bytes that "
-                        "`moe sample` prints, and turning them into text needs a tokenizer, which "
-                        "this run does not have; `moe eval --ckpt %s` measures its loss at any "
-                        "vocabulary",
-                        ckpt, c->vocab, MOE_VOCAB, ckpt);
+                        "`moe sample` prints without a tokenizer, and there is no %s beside it to "
+                        "turn them into text; copy the tokenizer.json the run's shards were made "
+                        "with there (`moe eval --ckpt %s` measures its loss without one)",
+                        ckpt, c->vocab, MOE_VOCAB, path, ckpt);
+    return rc == 1 ? t : NULL;
 }
 
-/* moe sample: S prompts decoded together. Each sequence's context is a window of at most T
- * (seq_len) tokens: the last T of its prompt, then every byte sampled; when it is full, it
- * starts again from its last T / 2 tokens. With the key-value cache (the default) a new byte
- * costs one decoding step and a restart one prefill; --no-cache computes the same window with
- * a full forward at every byte (the reference: the same bytes at temperature 0). */
+/* Each prompt's tokens (prompt_ids), the last T of them, as its window: win (S, T), wlen (S). */
+static void fill_windows(Tokenizer *tok, char **prompt, const int *plen, int S, int T, int *win,
+                         int *wlen) {
+    TokIds ids = {0};
+    for (int s = 0; s < S; s++) {
+        ids.n = 0;
+        prompt_ids(tok, prompt[s], plen[s], &ids);
+        const size_t from = ids.n > (size_t)T ? ids.n - (size_t)T : 0;
+        wlen[s] = (int)(ids.n - from);
+        memcpy(win + (size_t)s * T, ids.id + from, (size_t)wlen[s] * sizeof(int));
+    }
+    tok_ids_free(&ids);
+}
+
+/* moe sample: S prompts decoded together, their tokens those of the run's tokenizer or bytes
+ * (sample_tokenizer). Each sequence's context is a window of at most T (seq_len) tokens: the
+ * last T of its prompt, then every token sampled; when it is full, it starts again from its last
+ * T / 2 tokens. With the key-value cache (the default) a new token costs one decoding step and a
+ * restart one prefill; --no-cache computes the same window with a full forward at every token
+ * (the reference: the same tokens at temperature 0). */
 int cmd_sample(int argc, char **argv) {
     Opts o;
     parse_opts(&o, "sample", argc, argv);
     sample_check(&o);
     Config c;
     load_ckpt_config(&c, o.ckpt);
-    need_byte_vocab(&c, o.ckpt);
+    Tokenizer tk;
+    SampleOut out = {sample_tokenizer(&tk, &c, o.ckpt), o.ids, 0};
     char **prompt;
     int *plen;
-    const int S = read_prompts(&o, &prompt, &plen), T = c.seq_len, keep = T / 2;
+    const int S = read_prompts(&o, &prompt, &plen), T = c.seq_len, keep = T / 2, V = c.vocab;
     const long long n_new = o.tokens > 0 ? o.tokens : 200;
     Model m;
     load_model(&m, &c, o.ckpt, S, T);
@@ -326,37 +429,36 @@ int cmd_sample(int argc, char **argv) {
         moe_input_error("sample: %s", err);
     m.spec.eval_capacity_factor = 0.0f; /* both ways route dropless, as the decoder does */
 
-    /* win (S, T): each sequence's context, wlen its length */
+    /* win (S, T): each sequence's context, wlen its length; ids (S, n_new): with S > 1 the
+     * tokens sampled, printed at the end */
     int *win = (int *)malloc_check((size_t)S * T * sizeof(int));
     int *wlen = (int *)malloc_check((size_t)S * sizeof(int));
     int *next = (int *)malloc_check((size_t)S * sizeof(int));
-    float *logits = floats_alloc((size_t)S * MOE_VOCAB);
+    float *logits = floats_alloc((size_t)S * V);
+    double *probs = (double *)malloc_check((size_t)V * sizeof(double));
     Rng *rng = (Rng *)malloc_check((size_t)S * sizeof(Rng));
-    unsigned char **text = (unsigned char **)calloc_check((size_t)S, sizeof(unsigned char *));
+    int **ids = (int **)calloc_check((size_t)S, sizeof(int *));
+    fill_windows(out.tok, prompt, plen, S, T, win, wlen);
     for (int s = 0; s < S; s++) {
-        const int from = plen[s] > T ? plen[s] - T : 0;
-        wlen[s] = plen[s] - from;
-        for (int t = 0; t < wlen[s]; t++)
-            win[(size_t)s * T + t] = (unsigned char)prompt[s][from + t];
         rng_seed(&rng[s], (o.seed_given ? (uint64_t)o.seed : c.seed) + (uint64_t)s);
-        if (S > 1) text[s] = (unsigned char *)malloc_check((size_t)n_new);
+        if (S > 1) ids[s] = (int *)malloc_check((size_t)n_new * sizeof(int));
     }
     /* the logits after each window: one prefill, or one full forward per sequence */
     if (!o.no_cache) prefill_windows(&d, win, wlen, S, T);
-    if (S == 1) fputs(prompt[0], stdout);
-    if (o.draft) draft_sample(&d, win, wlen[0], T, n_new); /* one prompt (sample_check) */
+    if (S == 1) put_prompt(&out, prompt[0], plen[0]);
+    if (o.draft) draft_sample(&d, &out, win, wlen[0], T, n_new); /* one prompt (sample_check) */
     for (long long i = 0; !o.draft && i <= n_new; i++) {
         if (o.no_cache)
             window_logits(logits, &m, win, wlen, S, T);
         else
-            memcpy(logits, d.logits, (size_t)S * MOE_VOCAB * sizeof(float));
+            memcpy(logits, d.logits, (size_t)S * V * sizeof(float));
         if (i == n_new) break;
         for (int s = 0; s < S; s++) {
-            next[s] = pick_byte(logits + (size_t)s * MOE_VOCAB, o.temperature, &rng[s]);
+            next[s] = pick_token(logits + (size_t)s * V, V, o.temperature, &rng[s], probs);
             if (S == 1)
-                putchar(next[s]);
+                put_token(&out, next[s]);
             else
-                text[s][i] = (unsigned char)next[s];
+                ids[s][i] = next[s];
             int *w = win + (size_t)s * T;
             if (wlen[s] == T) { /* full: start again from the last T / 2 tokens */
                 memmove(w, w + T - keep, (size_t)keep * sizeof(int));
@@ -368,10 +470,11 @@ int cmd_sample(int argc, char **argv) {
         }
         if (!o.no_cache) decoder_step(&d, next);
     }
-    print_samples(prompt, text, S, n_new);
-    for (int s = 0; s < S; s++) free(prompt[s]), free(text[s]);
-    free(prompt), free(plen), free(text), free(rng), free(logits), free(next), free(wlen),
-        free(win);
+    print_samples(&out, prompt, plen, ids, S, n_new);
+    for (int s = 0; s < S; s++) free(prompt[s]), free(ids[s]);
+    free(prompt), free(plen), free(ids), free(rng), free(probs), free(logits), free(next),
+        free(wlen), free(win);
+    if (out.tok) tok_free(out.tok);
     served_experts_detach(&sx, &m);
     decoder_free(&d);
     model_free(&m);

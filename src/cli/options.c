@@ -77,7 +77,7 @@ static int is_path_option(const char *a) {
 static int is_flag(const char *opt) {
     static const char FLAGS[] = " --help --quiet --allow-data-change --keys --json --profile "
                                 "--decode --csv --no-cache --reference-attention --presets "
-                                "--search --csv-rows --thresholds --docs ";
+                                "--search --csv-rows --thresholds --docs --ids ";
     const size_t n = strlen(opt);
     for (const char *p = strstr(FLAGS, opt); p; p = strstr(p + 1, opt))
         if (p[-1] == ' ' && p[n] == ' ') return 1;
@@ -166,8 +166,8 @@ static int take_flag(Opts *o, const char *a) {
         *(a[2] == 'd' ? &o->decode : &o->csv) = 1;
         return 1;
     }
-    if (strcmp(a, "--no-cache") == 0) {
-        o->no_cache = 1;
+    if (strcmp(a, "--no-cache") == 0 || strcmp(a, "--ids") == 0) {
+        *(a[2] == 'n' ? &o->no_cache : &o->ids) = 1;
         return 1;
     }
     if (strcmp(a, "--reference-attention") == 0) {

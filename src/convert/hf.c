@@ -360,8 +360,7 @@ static void byte_char(int b, char *out) {
     }
 }
 
-/* tokenizer.json: byte-level, no merges, so a text's tokens are its bytes, token i = byte i. */
-static char *tokenizer_json(void) {
+char *hf_byte_tokenizer(void) {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -478,30 +477,35 @@ static int bias_entries(const Model *m, TensorRef *e, float **copies, int k) {
     return k;
 }
 
-/* The folder: model.safetensors of the n entries, config.json and the tokenizer's files. */
-static int write_folder(const char *dir, const Config *c, const TensorRef *e, int n, char *err,
-                        int errlen) {
+/* The folder: model.safetensors of the n entries, config.json and the tokenizer's files: tok's
+ * bytes, or the byte tokenizer for a model of bytes, or none. */
+static int write_folder(const char *dir, const Config *c, const TensorRef *e, int n,
+                        const TokFile *tok, char *err, int errlen) {
     int rc = make_dirs(dir, err, errlen);
     char path[MOE_PATH_MAX];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     const char *keys[] = {"format"}, *vals[] = {"pt"};
     if (rc == 0) rc = safetensors_write_checksummed(path, e, n, keys, vals, 1, err, errlen);
     /* the byte tokenizer fits a model of bytes alone: another vocabulary's ids are not bytes */
-    const int bytes = c->vocab == MOE_VOCAB;
-    char *cfg = config_json(c), *tok = bytes ? tokenizer_json() : NULL, tcfg[256];
+    const int bytes = !tok && c->vocab == MOE_VOCAB;
+    char *cfg = config_json(c), *byte_tok = bytes ? hf_byte_tokenizer() : NULL, tcfg[256];
     snprintf(tcfg, sizeof tcfg,
              "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n  \"model_max_length\": "
              "%d,\n  \"clean_up_tokenization_spaces\": false\n}\n",
              c->seq_len);
     if (rc == 0) rc = write_text(dir, "config.json", cfg, err, errlen);
-    if (rc == 0 && bytes) rc = write_text(dir, "tokenizer.json", tok, err, errlen);
-    if (rc == 0 && bytes) rc = write_text(dir, "tokenizer_config.json", tcfg, err, errlen);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    const void *buf[1] = {tok ? tok->data : NULL};
+    const size_t len[1] = {tok ? tok->n : 0};
+    if (rc == 0 && bytes) rc = write_text(dir, "tokenizer.json", byte_tok, err, errlen);
+    if (rc == 0 && tok) rc = write_atomic(path, buf, len, 1, err, errlen); /* as it is */
+    if (rc == 0 && (bytes || tok)) rc = write_text(dir, "tokenizer_config.json", tcfg, err, errlen);
     free(cfg);
-    free(tok);
+    free(byte_tok);
     return rc;
 }
 
-int hf_export(const Model *m, const char *dir, char *err, int errlen) {
+int hf_export(const Model *m, const char *dir, const TokFile *tok, char *err, int errlen) {
     const Config *c = &m->cfg;
     if (hf_export_check(c, err, errlen) || refuse_existing(dir, err, errlen)) return -1;
     const HfFamily fam = hf_family(c);
@@ -511,7 +515,7 @@ int hf_export(const Model *m, const char *dir, char *err, int errlen) {
     float **copies = (float **)calloc_check((size_t)n, sizeof *copies);
     int k = tensor_entries(m, fam, e, copies, err, errlen), rc = k < 0 ? -1 : 0;
     if (rc == 0 && fam == HF_DEEPSEEK_V3) k = bias_entries(m, e, copies, k);
-    if (rc == 0) rc = write_folder(dir, c, e, k, err, errlen);
+    if (rc == 0) rc = write_folder(dir, c, e, k, tok, err, errlen);
     for (int i = 0; i < n; i++) free(copies[i]);
     free(copies);
     free(e);

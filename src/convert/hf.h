@@ -13,9 +13,11 @@
  * "moe_c_config", every moe.c setting, so that an export imports back to the same checkpoint),
  * model.safetensors (float32, the Hugging Face tensor names; queries and keys with their rows
  * permuted from moe.c's interleaved rotary pairs to the rotate-half pairs where the family pairs
- * so; config.json's vocab_size is model.vocab), and for a model of bytes (model.vocab=256)
- * tokenizer.json and tokenizer_config.json (a byte-level tokenizer: token i is byte i); a model
- * of another vocabulary gets no tokenizer files (moe.c has no tokenizer of its ids to write).
+ * so; config.json's vocab_size is model.vocab), and tokenizer.json and tokenizer_config.json:
+ * the run's own tokenizer.json (tok/tok.h), byte for byte, or for a model of bytes
+ * (model.vocab=256) without one a byte-level tokenizer (token i is byte i); a model of another
+ * vocabulary without a tokenizer gets no tokenizer files (moe.c has none of its ids to write).
+ * Read back (hf_tokenizer), the run's tokenizer.json is copied beside the imported checkpoint.
  */
 #ifndef MOE_CONVERT_HF_H
 #define MOE_CONVERT_HF_H
@@ -23,6 +25,7 @@
 #include "config/config.h"
 #include "io/tensorfile.h"
 #include "model/model.h"
+#include "tok/tok.h"
 
 /* 0 when a model of settings c can be written in the Hugging Face layout (its family,
  * hf_family) without changing what it computes; else -1 and a message naming the first setting
@@ -33,9 +36,24 @@
  * evaluation, a bf16 router, sandwich norms). */
 int hf_export_check(const Config *c, char *err, int errlen);
 
-/* Write m as a Hugging Face folder dir (made when missing). Refuses, before writing anything,
- * a folder that already holds one of the files it writes. Returns 0, or -1 with a message. */
-int hf_export(const Model *m, const char *dir, char *err, int errlen);
+/* Write m as a Hugging Face folder dir (made when missing), with tok (the run's tokenizer.json:
+ * its vocabulary model.vocab's, the caller's check) as its tokenizer, or NULL for none (the byte
+ * tokenizer for a model of bytes). Refuses, before writing anything, a folder that already
+ * holds one of the files it writes. Returns 0, or -1 with a message. */
+int hf_export(const Model *m, const char *dir, const TokFile *tok, char *err, int errlen);
+/* The byte-level tokenizer.json written for a model of bytes (malloc'd text): byte-level BPE
+ * without merges, whose pre-tokenizer splits nothing, so that token i is byte i. */
+char *hf_byte_tokenizer(void);
+
+/* hf_tok.c: the tokenizer of the Hugging Face folder dir for a model of vocab ids, for `moe
+ * import --format hf` to copy beside the checkpoint. Returns 1 with its bytes in f when the
+ * folder has a tokenizer.json that tok_load reads with vocab tokens; 0 when there is nothing to
+ * copy: no tokenizer.json, the byte tokenizer hf_export writes (a model of bytes has none), or
+ * one the model can run without it but that moe.c cannot use (tok_load refuses it, or it has
+ * fewer tokens than the model's padded vocabulary), said in note (else note is ""); -1 with err
+ * for a tokenizer of more tokens than the model has rows: the folder's model is not its. */
+int hf_tokenizer(const char *dir, int vocab, TokFile *f, char *note, int notelen, char *err,
+                 int errlen);
 
 /* Read the Hugging Face folder dir (one of the five families by its model_type, one
  * model.safetensors) into st as if it were a `moe export` file: moe.c's tensor names and

@@ -95,4 +95,30 @@ int tok_load(Tokenizer *t, const char *path, char *err, int errlen);
 /* tok_write.c: t as tokenizer.json at path (atomically). Returns 0, or -1 with err. */
 int tok_save(const Tokenizer *t, const char *path, char *err, int errlen);
 
+/* run.c: a run's tokenizer is the file tokenizer.json in the folder of its checkpoint (beside
+ * ckpt.bin), and its identity the CRC-32 of the file's bytes (crc32_update from 0), which the
+ * run's shards carry as tokenizer_crc32; a run of bytes (model.vocab 256) has none. */
+#define TOK_RUN_FILE "tokenizer.json"
+#define MOE_TOK_PATH_MAX 1100 /* a checkpoint's path (MOE_PATH_MAX) and "/tokenizer.json" */
+/* The path of the tokenizer.json beside the file ckpt (in its folder) into out. */
+void tok_run_path(const char *ckpt, char *out, size_t n);
+
+/* A tokenizer file's bytes, as they are, and their CRC-32. */
+typedef struct {
+    char *data; /* (n) */
+    size_t n;
+    uint32_t crc;
+} TokFile;
+/* Read the file path (a regular file of at most 1 GiB) into f. Returns 0, or -1 with err. */
+int tok_file_read(TokFile *f, const char *path, char *err, int errlen);
+void tok_file_free(TokFile *f);
+
+/* The CRC-32 of the run's tokenizer.json beside ckpt into *crc: returns 1, or 0 when the
+ * folder has none (*crc 0), or -1 with err when it cannot be read. */
+int tok_run_crc(const char *ckpt, uint32_t *crc, char *err, int errlen);
+/* The run's tokenizer beside ckpt into t and its CRC-32 into *crc: returns 1 when loaded, 0
+ * when the folder has none (t untouched, *crc 0), -1 with err (tok_load's message) when the
+ * file is there but cannot be read or loaded. */
+int tok_run_load(Tokenizer *t, const char *ckpt, uint32_t *crc, char *err, int errlen);
+
 #endif
