@@ -23,16 +23,8 @@ void tok_run_path(const char *ckpt, char *out, size_t n) {
 int tok_file_read(TokFile *f, const char *path, char *err, int errlen) {
     const FileSpec spec = {"tokenizer", "pass a tokenizer.json (Hugging Face's tokenizers layout)",
                            NULL, TOK_FILE_MAX};
-    uint64_t size;
-    FILE *in = open_regular(path, &spec, &size, err, errlen);
-    if (!in) return -1;
-    f->data = (char *)malloc_check((size_t)size + 1);
-    f->n = fread(f->data, 1, (size_t)size, in);
-    fclose(in);
-    if (f->n != size) {
-        tok_file_free(f);
-        return set_error(err, errlen, "%s: could not read it whole", path);
-    }
+    f->data = file_read_all(path, &spec, &f->n, err, errlen);
+    if (!f->data) return -1;
     f->crc = crc32_update(0, f->data, f->n);
     return 0;
 }
