@@ -18,6 +18,8 @@ set ylabel 'bits a byte'
 plot for [i = 1:words(names)] sprintf('%s/%s.val', dir, word(names, i)) \
      using 1:2 with linespoints lt int(word(types, i)) lw 2 title word(names, i)
 set title 'validation loss a token, as trained (not comparable)'
+# (the key between the bytes curve, low, and the BPE ones, high)
+set key right top at graph 0.98, graph 0.45
 set ylabel 'nats a token'
 plot for [i = 1:words(names)] sprintf('%s/%s.val', dir, word(names, i)) \
      using 1:3 with linespoints lt int(word(types, i)) lw 2 title word(names, i)
