@@ -39,6 +39,7 @@ ablate_args "$@"
 steps_bytes=$(by_mode 600 150 36)
 rounds=$(by_mode 3 1 1)        # timing: runs of each vocabulary, in turn
 time_steps=$(by_mode 30 12 4)  # timing: steps a run (the first quarter not counted)
+# shellcheck disable=SC2046 # the arms' names, one word each
 check_only $(for v in "${ARMS[@]}"; do echo "${v%%|*}"; done)
 ablate_build
 out=plots/08-data-mix$suffix
@@ -55,7 +56,7 @@ data=runs/ch08-vocab-data
 kind=$(cat data/corpus/source.txt 2> /dev/null || echo debian)
 if [ "$kind" = fallback ]; then # the files make data built the fallback corpus from (Makefile)
   from=(--from data/fallback/{en,de,es,it,ru}.txt)
-  while read -r h; do from+=("code=$h"); done < <(ls src/*/*.h src/*/*/*.h | LC_ALL=C sort)
+  while read -r h; do from+=("code=$h"); done < <(printf '%s\n' src/*/*.h src/*/*/*.h | LC_ALL=C sort)
 else
   from=()
 fi
@@ -68,7 +69,7 @@ for v in "${ARMS[@]}"; do
       tail -c +$((256 + 16 * $(n_docs data/corpus/train.bin) + 1)) data/corpus/train.bin > "$data/train.txt.tmp"
       mv "$data/train.txt.tmp" "$data/train.txt"
     fi
-    rm -rf "$data/$name" "$data/$name.json"
+    rm -rf "${data:?}/$name" "$data/$name.json"
     "$moe" tokenizer train --vocab "$vocab" --from "$data/train.txt" --out "$data/$name.json" > "$tmpd/tok" 2>&1 ||
       { cat "$tmpd/tok" >&2; exit 2; }
     "$moe" corpus ${from[@]+"${from[@]}"} --tokenizer "$data/$name.json" --out "$data/$name" > "$data/$name.txt"
@@ -98,7 +99,7 @@ for v in "${ARMS[@]}"; do
   echo "model.vocab = $vocab" > "$tmpd/$name.cfg"
   # shellcheck disable=SC2046 # MODEL_SETS: the smoke model's shape
   "$moe" plan --config "$tmpd/$name.cfg" ${MODEL_SETS[@]+"${MODEL_SETS[@]}"} --json > "$tmpd/$name.json"
-  read -r flops[$name] emb[$name] head[$name] total[$name] < <(tr ',{}' '\n\n\n' < "$tmpd/$name.json" |
+  read -r "flops[$name]" "emb[$name]" "head[$name]" "total[$name]" < <(tr ',{}' '\n' < "$tmpd/$name.json" |
     awk -F': ' '{ gsub(/[" ]/, "", $1); v[$1] = $2 } END { print v["flops_token"], v["embedding"], v["head"], v["total"] }')
 done
 for v in "${ARMS[@]}"; do
