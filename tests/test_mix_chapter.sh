@@ -9,7 +9,11 @@
 #   3. ablate.sh --smoke: seven arms; summary.csv has a finite validation loss and six
 #      per-domain losses for each, the no-code arm drew no code, the uniform arm about a sixth
 #      of each; every figure is a PNG; --summarize writes the same summary.csv again
-#   4. bad options exit 2
+#   4. vocab.sh --smoke: bytes, BPE-4k and BPE-16k (and the BPE arms' second seeds); the BPE corpora hold the byte corpus's
+#      validation documents, each arm trains the bytes arm's FLOPs (within half a step), the
+#      larger vocabulary has more bytes a token and more of its parameters in the embedding and
+#      head, bits a byte are finite; every figure is a PNG; --summarize writes the same vocab.csv
+#   5. bad options exit 2
 
 # shellcheck source=tests/lib/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -61,11 +65,39 @@ cp "$out/summary.csv" "$tmp/summary.csv"
 bash chapters/08-data-mix/ablate.sh --smoke --summarize > /dev/null 2>&1 && cmp -s "$out/summary.csv" "$tmp/summary.csv"
 check "--summarize writes the same summary.csv from the runs" $?
 
-# ---- 4. bad options ------------------------------------------------------------------------
+# ---- 4. the vocabulary section ----------------------------------------------------------------
+bash chapters/08-data-mix/vocab.sh --smoke > "$tmp/vocab" 2>&1
+check "vocab.sh --smoke" $? "$(tail -n 5 "$tmp/vocab")"
+docs() { od -An -tu4 -j24 -N4 "$1" | tr -d ' '; }
+vd=$(docs data/corpus/val.bin)
+[ "$(docs runs/ch08-vocab-data/bpe-4k/val.bin)" = "$vd" ] && [ "$(docs runs/ch08-vocab-data/bpe-16k/val.bin)" = "$vd" ]
+check "the BPE validation shards hold the byte corpus's $vd documents" $?
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+         { n++; f = $c["steps"] * $c["flops_token"]; if (n == 1) { fb = f; if ($c["bytes_per_token"] != 1) bad = 1 }
+           else if (f - fb > $c["flops_token"] / 2 || fb - f > $c["flops_token"] / 2) bad = 1
+           if ($c["val_bpb"] + 0 <= 0 || $c["val_bpb"] + 0 > 20) bad = 1 }
+         $1 !~ /-seed/ { if (n > 1 && ($c["bytes_per_token"] <= bpt || $c["emb_head_share"] <= share)) bad = 1
+           bpt = $c["bytes_per_token"]; share = $c["emb_head_share"] }
+         END { exit bad || n != 5 }' plots/08-data-mix-smoke/vocab.csv
+check "vocab.csv: 5 arms of equal FLOPs; bytes a token and the embedding-and-head share grow with the vocabulary" \
+    $? "$(cat plots/08-data-mix-smoke/vocab.csv)"
+for png in vocab_curves vocab_parts; do
+    [ "$(head -c 4 "plots/08-data-mix-smoke/$png.png" 2> /dev/null | od -An -c | tr -d ' ')" = '211PNG' ]
+    check "$png.png is a PNG" $?
+done
+cp plots/08-data-mix-smoke/vocab.csv "$tmp/vocab.csv"
+bash chapters/08-data-mix/vocab.sh --smoke --summarize > /dev/null 2>&1 && cmp -s plots/08-data-mix-smoke/vocab.csv "$tmp/vocab.csv"
+check "vocab.sh --summarize writes the same vocab.csv from the runs" $?
+
+# ---- 5. bad options ------------------------------------------------------------------------
 bash chapters/08-data-mix/ablate.sh --smoke --only nosuch > "$tmp/out" 2>&1
 rc=$?
 [ $rc -eq 2 ] && grep -q "natural" "$tmp/out"
 check "--only with an unknown arm: exit 2, the arms listed" $? "status $rc: $(cat "$tmp/out")"
+bash chapters/08-data-mix/vocab.sh --smoke --only nosuch > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "bpe-16k" "$tmp/out"
+check "vocab.sh --only with an unknown arm: exit 2, the arms listed" $? "status $rc: $(cat "$tmp/out")"
 "$prog" --skew en:2 data/corpus/train.bin "$tmp/c.bin" > "$tmp/out" 2>&1
 rc=$?
 [ $rc -eq 2 ] && grep -q "above 1" "$tmp/out" && [ ! -e "$tmp/c.bin" ]
