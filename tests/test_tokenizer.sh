@@ -108,4 +108,15 @@ fi
 "$moe" help tokenizer | grep -q -- '--docs'
 check "moe help tokenizer lists --docs" $? ""
 
+# the training benchmark src/README.md quotes, one round into a folder of the test's own
+if [ -f "$root/data/corpus/train.bin" ] && [ "$moe" = "$root/build/moe" ]; then
+    ROUNDS=1 OUT_DIR="$tmp/bench" bash "$root/plots/tok/train_bench.sh" > "$tmp/bench.out" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] && [ "$(wc -l < "$tmp/bench/train_bench.csv")" = 3 ] &&
+        awk -F, 'NR > 1 && !($3 > 0 && $4 > 1000000) { bad++ } END { exit bad > 0 }' "$tmp/bench/train_bench.csv" &&
+        grep -q '^| 32768 | ' "$tmp/bench/train_bench.md"
+    check "plots/tok/train_bench.sh: a round of 4096 and 32768 tokens, timed, in its CSV and table" $? \
+        "exit $rc: $(tail -n 3 "$tmp/bench.out")"
+fi
+
 finish
