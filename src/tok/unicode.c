@@ -1,6 +1,9 @@
 /*
- * unicode.c: UTF-8, the character classes and the byte alphabet (unicode.h).
+ * unicode.c: UTF-8, the character classes, the byte alphabet and NFC (unicode.h).
  */
+#include <stdlib.h>
+
+#include "base/util.h"
 #include "tok/unicode.h"
 #include "tok/unicode_tables.h"
 
@@ -144,4 +147,149 @@ size_t tok_bytes_to_alphabet(const char *b, size_t n, char *out) {
     size_t o = 0;
     for (size_t i = 0; i < n; i++) o += (size_t)utf8_put(tok_byte_char((uint8_t)b[i]), out + o);
     return o;
+}
+
+/* NFC (unicode.h). The tables are the tokenizers library's normalization data (unicode_gen.py):
+ * what its normalizer does is what the tokenizer must do, even where Unicode has moved on. */
+
+/* Hangul syllables are LV or LVT: decomposed and composed by arithmetic (Unicode 3.12) */
+enum { S_BASE = 0xAC00, L_BASE = 0x1100, V_BASE = 0x1161, T_BASE = 0x11A7 };
+enum { L_COUNT = 19, V_COUNT = 21, T_COUNT = 28, N_COUNT = V_COUNT * T_COUNT };
+enum { S_COUNT = L_COUNT * N_COUNT };
+
+static int ccc(uint32_t cp) {
+    int lo = 0, hi = RANGES(TOK_CCC) - 1;
+    while (lo <= hi) {
+        const int mid = (lo + hi) / 2;
+        if (cp < TOK_CCC[mid][0])
+            hi = mid - 1;
+        else if (cp > TOK_CCC[mid][1])
+            lo = mid + 1;
+        else
+            return (int)TOK_CCC[mid][2];
+    }
+    return 0;
+}
+
+/* the row of a table of n rows sorted by (row[0], row[1]) whose keys are a, b (b is not
+ * compared when cmp2 is 0), or NULL */
+static const uint32_t *find_row(const uint32_t (*rows)[3], int n, uint32_t a, uint32_t b,
+                                int cmp2) {
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        const int mid = (lo + hi) / 2;
+        const uint32_t *r = rows[mid];
+        if (a < r[0] || (a == r[0] && cmp2 && b < r[1]))
+            hi = mid - 1;
+        else if (a > r[0] || (cmp2 && b > r[1]))
+            lo = mid + 1;
+        else
+            return r;
+    }
+    return NULL;
+}
+
+/* A growing array of code points. */
+typedef struct {
+    uint32_t *cp;
+    size_t n, cap;
+} Cps;
+
+static void cps_push(Cps *v, uint32_t cp) {
+    if (v->n == v->cap) {
+        v->cap = v->cap ? 2 * v->cap : 64;
+        v->cp = (uint32_t *)realloc_check(v->cp, v->cap * sizeof *v->cp);
+    }
+    v->cp[v->n++] = cp;
+}
+
+/* cp's full canonical decomposition appended to v */
+static void decompose(uint32_t cp, Cps *v) {
+    if (cp - S_BASE < S_COUNT) {
+        const uint32_t s = cp - S_BASE;
+        cps_push(v, L_BASE + s / N_COUNT);
+        cps_push(v, V_BASE + s % N_COUNT / T_COUNT);
+        if (s % T_COUNT) cps_push(v, T_BASE + s % T_COUNT);
+        return;
+    }
+    const uint32_t *d = find_row(TOK_DECOMP, RANGES(TOK_DECOMP), cp, 0, 0);
+    if (!d) {
+        cps_push(v, cp);
+        return;
+    }
+    decompose(d[1], v);
+    if (d[2]) decompose(d[2], v);
+}
+
+/* the primary composite of a and b, or 0 */
+static uint32_t compose(uint32_t a, uint32_t b) {
+    if (a - L_BASE < L_COUNT && b - V_BASE < V_COUNT)
+        return S_BASE + ((a - L_BASE) * V_COUNT + (b - V_BASE)) * T_COUNT;
+    if (a - S_BASE < S_COUNT && (a - S_BASE) % T_COUNT == 0 && b - T_BASE - 1 < T_COUNT - 1)
+        return a + (b - T_BASE);
+    const uint32_t *r = find_row(TOK_COMPOSE, RANGES(TOK_COMPOSE), a, b, 1);
+    return r ? r[2] : 0;
+}
+
+/* the marks of each run of nonzero classes in class order, stably (an insertion sort: runs
+ * are short) */
+static void reorder(Cps *v) {
+    for (size_t i = 1; i < v->n; i++) {
+        const uint32_t c = v->cp[i];
+        const int k = ccc(c);
+        if (k == 0) continue;
+        size_t j = i;
+        while (j > 0 && ccc(v->cp[j - 1]) > k) v->cp[j] = v->cp[j - 1], j--;
+        v->cp[j] = c;
+    }
+}
+
+/* canonical composition in place: each character joins the last starter when no character
+ * between them blocks it (one of class 0, or of a class as high as its own) */
+static void recompose(Cps *v) {
+    if (!v->n) return;
+    long starter = ccc(v->cp[0]) ? -1 : 0;
+    int last = starter < 0 ? 256 : 0; /* the class of the last character kept */
+    size_t n = 1;
+    for (size_t i = 1; i < v->n; i++) {
+        const uint32_t c = v->cp[i];
+        const int k = ccc(c);
+        const uint32_t joined =
+            starter >= 0 && (last < k || (last == 0 && (size_t)starter == n - 1))
+                ? compose(v->cp[starter], c)
+                : 0;
+        if (joined) {
+            v->cp[starter] = joined;
+            continue;
+        }
+        if (k == 0) starter = (long)n;
+        last = k;
+        v->cp[n++] = c;
+    }
+    v->n = n;
+}
+
+static int nfc_needed(const char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        if ((uint8_t)s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        if (in_ranges(TOK_NFC_CHECK, RANGES(TOK_NFC_CHECK), utf8_next(s, n, &i))) return 1;
+    }
+    return 0;
+}
+
+char *tok_nfc(const char *s, size_t n, size_t *len) {
+    if (!nfc_needed(s, n)) return NULL;
+    Cps v = {0};
+    for (size_t i = 0; i < n;) decompose(utf8_next(s, n, &i), &v);
+    reorder(&v);
+    recompose(&v);
+    char *out = (char *)malloc_check(4 * v.n + 1);
+    size_t o = 0;
+    for (size_t k = 0; k < v.n; k++) o += (size_t)utf8_put(v.cp[k], out + o);
+    free(v.cp);
+    *len = o;
+    return out;
 }

@@ -1,7 +1,8 @@
 /*
  * unicode.h: the text side of byte-level BPE: UTF-8 read the way the tokenizers library reads
- * it, the character classes of the pre-tokenizer patterns (unicode_tables.h), and GPT-2's map
- * of the 256 bytes onto 256 printable characters, in which a byte-level vocabulary is written.
+ * it, the character classes of the pre-tokenizer patterns (unicode_tables.h), NFC (the
+ * normalizer of Qwen2's tokenizer), and GPT-2's map of the 256 bytes onto 256 printable
+ * characters, in which a byte-level vocabulary is written.
  */
 #ifndef MOE_TOK_UNICODE_H
 #define MOE_TOK_UNICODE_H
@@ -23,6 +24,14 @@ int utf8_put(uint32_t cp, char *out);
 int tok_is_letter(uint32_t cp); /* \p{L} */
 int tok_is_number(uint32_t cp); /* \p{N} */
 int tok_is_space(uint32_t cp);  /* \s */
+
+/* s (n bytes of valid UTF-8) in Unicode Normalization Form C as the tokenizers library's NFC
+ * normalizer makes it: canonical decomposition (Hangul syllables by arithmetic), the marks in
+ * order of their combining classes, then canonical composition (no composition exclusion, no
+ * singleton, no decomposition of a non-starter). Returns the result (malloc'd, *len bytes), or
+ * NULL when s is its own NFC for certain (every character NFC_Quick_Check Yes of class 0: all
+ * ASCII text, most text), which is most of the time and costs one look at each character. */
+char *tok_nfc(const char *s, size_t n, size_t *len);
 
 /* GPT-2's byte alphabet: the printable bytes '!'..'~', U+00A1..U+00AC and U+00AE..U+00FF
  * stand for themselves, the other 68 bytes, in order, for U+0100, U+0101, ... (so a space is
