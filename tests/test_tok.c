@@ -67,13 +67,17 @@ static void ids_line(Tokenizer *t, const char *text, size_t n, char *out, size_t
     tok_ids_free(&ids);
 }
 
-/* the tokenizer FIXTURES/name.json against the library's ids FIXTURES/ids.ids */
-static void check_fixture(const char *name, const char *ids) {
+/* the tokenizer FIXTURES/name.json against the library's ids FIXTURES/ids.ids of the texts
+ * FIXTURES/texts_bin, and its decoded texts FIXTURES/decoded_bin */
+static void check_fixture_of(const char *name, const char *ids, const char *texts_bin,
+                             const char *decoded_bin) {
     char path[256], *texts, *decoded;
     const char *text[MAX_TEXTS], *want_text[MAX_TEXTS];
     size_t len[MAX_TEXTS], want_len[MAX_TEXTS];
-    const int n = split_nul(FIXTURES "texts.bin", &texts, text, len);
-    ck_assert_int_eq(split_nul(FIXTURES "decoded.bin", &decoded, want_text, want_len), n);
+    snprintf(path, sizeof path, FIXTURES "%s", texts_bin);
+    const int n = split_nul(path, &texts, text, len);
+    snprintf(path, sizeof path, FIXTURES "%s", decoded_bin);
+    ck_assert_int_eq(split_nul(path, &decoded, want_text, want_len), n);
     Tokenizer t;
     snprintf(path, sizeof path, FIXTURES "%s.json", name);
     load(&t, path);
@@ -103,6 +107,10 @@ static void check_fixture(const char *name, const char *ids) {
     tok_free(&t);
 }
 
+static void check_fixture(const char *name, const char *ids) {
+    check_fixture_of(name, ids, "texts.bin", "decoded.bin");
+}
+
 START_TEST(test_fixture_gpt2) {
     check_fixture("gpt2", "gpt2");
 }
@@ -110,6 +118,52 @@ END_TEST
 
 START_TEST(test_fixture_llama3) {
     check_fixture("llama3", "llama3");
+}
+END_TEST
+
+/* Qwen2's layout: the normalizer NFC, an added token normalized and one not (compare.py) */
+START_TEST(test_fixture_qwen2_nfc) {
+    check_fixture_of("qwen2-nfc", "qwen2-nfc", "nfc_texts.bin", "nfc_decoded.bin");
+}
+END_TEST
+
+/* the NFC of s (C escapes), or s itself when tok_nfc finds nothing to do */
+static const char *nfc(const char *s) {
+    static char out[256];
+    size_t len;
+    char *r = tok_nfc(s, strlen(s), &len);
+    if (!r) return s;
+    ck_assert_uint_lt(len, sizeof out);
+    memcpy(out, r, len);
+    out[len] = '\0';
+    free(r);
+    return out;
+}
+
+START_TEST(test_nfc) {
+    ck_assert_str_eq(nfc("cafe\xcc\x81"), "caf\xc3\xa9"); /* e U+0301: U+00E9 */
+    ck_assert_str_eq(nfc("\xe1\x84\x92\xe1\x85\xa1\xe1\x86\xab"), "\xed\x95\x9c"); /* L V T */
+    ck_assert_str_eq(nfc("\xe1\x84\x92\xe1\x85\xa1"), "\xed\x95\x98");             /* L V */
+    ck_assert_str_eq(nfc("\xed\x95\x9c"), "\xed\x95\x9c"); /* a syllable stays */
+    /* U+0958 (a composition exclusion) stays decomposed: U+0915 U+093C */
+    ck_assert_str_eq(nfc("\xe0\xa5\x98"), "\xe0\xa4\x95\xe0\xa4\xbc");
+    ck_assert_str_eq(nfc("\xe0\xa4\x95\xe0\xa4\xbc"), "\xe0\xa4\x95\xe0\xa4\xbc");
+    ck_assert_str_eq(nfc("\xe2\x84\xab"), "\xc3\x85"); /* the singleton U+212B: U+00C5 */
+    ck_assert_str_eq(nfc("\xe2\x84\xa6"), "\xce\xa9"); /* U+2126: U+03A9 */
+    /* q U+0307 (230) U+0323 (220): the marks reordered, q has no composite */
+    ck_assert_str_eq(nfc("q\xcc\x87\xcc\xa3"), "q\xcc\xa3\xcc\x87");
+    /* e U+0323 U+0301 and e U+0301 U+0323: both U+1EB9 U+0301 (ẹ, then the acute) */
+    ck_assert_str_eq(nfc("e\xcc\xa3\xcc\x81"), "\xe1\xba\xb9\xcc\x81");
+    ck_assert_str_eq(nfc("e\xcc\x81\xcc\xa3"), "\xe1\xba\xb9\xcc\x81");
+    /* U+0344 (a non-starter decomposition): U+0308 U+0301 */
+    ck_assert_str_eq(nfc("\xcd\x84"), "\xcc\x88\xcc\x81");
+    /* Vietnamese: ê U+0323 (dot below after the circumflex) is U+1EC7 */
+    ck_assert_str_eq(nfc("\xc3\xaa\xcc\xa3"), "\xe1\xbb\x87");
+    /* a composition newer than the library's data (Unicode 16.0's U+11383) is not made */
+    ck_assert_str_eq(nfc("\xf0\x91\x8e\x82\xf0\x91\x8f\x89"), "\xf0\x91\x8e\x82\xf0\x91\x8f\x89");
+    size_t len;
+    ck_assert_ptr_null(tok_nfc("plain ASCII", 11, &len)); /* the fast paths: nothing to do */
+    ck_assert_ptr_null(tok_nfc("caf\xc3\xa9 \xed\x95\x9c", 9, &len));
 }
 END_TEST
 
@@ -121,8 +175,9 @@ END_TEST
 
 /* a file the library wrote, loaded and written back: the same bytes (the library's layout) */
 START_TEST(test_save_layout) {
-    static const char *const NAMES[] = {FIXTURES "gpt2.json", FIXTURES "llama3.json"};
-    for (int k = 0; k < 2; k++) {
+    static const char *const NAMES[] = {FIXTURES "gpt2.json", FIXTURES "llama3.json",
+                                        FIXTURES "qwen2-nfc.json"};
+    for (int k = 0; k < 3; k++) {
         Tokenizer t;
         load(&t, NAMES[k]);
         ck_assert_msg(tok_save(&t, tmp_path("again.json"), err, sizeof err) == 0, "%s", err);
@@ -364,8 +419,10 @@ static const char *refused(const char *fixture, const char *from, const char *to
 
 START_TEST(test_refusals) {
     REFUSED("gpt2.json", "\"type\": \"BPE\"", "\"type\": \"Unigram\"", "model.type is \"Unigram\"");
-    REFUSED("gpt2.json", "\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}",
-            "normalizer is of type \"NFC\"");
+    REFUSED("gpt2.json", "\"normalizer\": null", "\"normalizer\": {\"type\": \"NFKC\"}",
+            "normalizer is of type \"NFKC\"");
+    REFUSED("gpt2.json", "\"normalizer\": null", "\"normalizer\": {\"type\": \"Lowercase\"}",
+            "normalizer is of type \"Lowercase\"");
     REFUSED("gpt2.json", "\"use_regex\": true\n  },\n  \"post",
             "\"use_regex\": false\n  },\n  \"post", "pre_tokenizer is of type ByteLevel");
     REFUSED("gpt2.json", "\"add_prefix_space\": false", "\"add_prefix_space\": true",
@@ -453,6 +510,8 @@ Suite *tok_suite(void) {
     tcase_add_test(tc, test_fixture_gpt2);
     tcase_add_test(tc, test_fixture_llama3);
     tcase_add_test(tc, test_fixture_strings);
+    tcase_add_test(tc, test_fixture_qwen2_nfc);
+    tcase_add_test(tc, test_nfc);
     tcase_add_test(tc, test_save_layout);
     tcase_add_test(tc, test_patterns);
     tcase_add_test(tc, test_utf8_lossy);

@@ -73,8 +73,11 @@ refused() { # LABEL WANT CMD...: exit 2 and WANT in the message
 refused "encode, a missing tokenizer.json" "no.json" "$moe" tokenizer encode --tokenizer "$tmp/no.json"
 sed 's/"type": "BPE"/"type": "WordPiece"/' $fix/gpt2.json > "$tmp/wp.json"
 refused "encode, a WordPiece model" 'model.type is "WordPiece"' "$moe" tokenizer encode --tokenizer "$tmp/wp.json"
-sed 's/"normalizer": null/"normalizer": {"type": "NFC"}/' $fix/gpt2.json > "$tmp/nfc.json"
-refused "decode, a normalizer" 'normalizer is of type "NFC"' "$moe" tokenizer decode --tokenizer "$tmp/nfc.json"
+sed 's/"normalizer": null/"normalizer": {"type": "NFKC"}/' $fix/gpt2.json > "$tmp/nfkc.json"
+refused "decode, a normalizer other than NFC" 'normalizer is of type "NFKC"' "$moe" tokenizer decode --tokenizer "$tmp/nfkc.json"
+out=$(printf 'caf\xc3\xa9\0cafe\xcc\x81\0' | "$moe" tokenizer encode --tokenizer $fix/qwen2-nfc.json --docs 2>&1)
+[ $? = 0 ] && [ "$(sed -n 1p <<< "$out")" = "$(sed -n 2p <<< "$out")" ]
+check "encode, the normalizer NFC: e U+0301 as U+00E9" $? "$out"
 msg=$(printf '40 41\n5 99999 7\n' | "$moe" tokenizer decode --tokenizer $fix/gpt2.json 2>&1 > /dev/null)
 rc=$?
 [ $rc = 2 ] && [[ $msg == *"line 2: '99999' is not an id of the vocabulary (0 to 999)"* ]]

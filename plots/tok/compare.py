@@ -15,7 +15,8 @@ import sys
 import time
 
 import tokenizers
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+                        trainers)
 
 GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -55,10 +56,21 @@ def read_shard(path):
     return docs
 
 
+# qwen2-nfc's added tokens besides the special one: one normalized (matched in the text in NFC,
+# as its own text in NFC: Hangul jamo L V, U+AC00), one not (matched in the text as it is, before
+# NFC would make U+212B U+00C5); each with a character outside the byte alphabet, which decodes
+# as its UTF-8 (a character of the alphabet in an added token decodes as its byte)
+NFC_ADDED = [AddedToken("<|\u1100\u1161|>", normalized=True),
+             AddedToken("<|\u212b|>", normalized=False)]
+
+
 def library_tokenizer(pattern, vocab, docs):
     """A byte-level BPE trained by the library on docs: GPT-2's layout (ByteLevel with its own
-    regex) or Llama 3's (a Split, then ByteLevel, and ignore_merges)."""
+    regex) or Llama 3's (a Split, then ByteLevel, and ignore_merges); qwen2-nfc is Qwen2's (its
+    pattern, the normalizer NFC, and added tokens normalized and not)."""
     tok = Tokenizer(models.BPE(ignore_merges=pattern != "gpt2"))
+    if pattern == "qwen2-nfc":
+        tok.normalizer = normalizers.NFC()
     if pattern == "gpt2":
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     else:
@@ -69,6 +81,8 @@ def library_tokenizer(pattern, vocab, docs):
     trainer = trainers.BpeTrainer(vocab_size=vocab, show_progress=False, special_tokens=[SPECIAL],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator((d.decode("utf-8", "replace") for d in docs), trainer)
+    if pattern == "qwen2-nfc":
+        tok.add_tokens(NFC_ADDED)
     return tok
 
 
@@ -94,7 +108,9 @@ def compare(moe_bin, path, docs):
         if a != b:
             bad_ids += 1
             first = first or "document %d: library %s, moe.c %s" % (i, a[:20], b[:20])
-        if back[i] != texts[i].encode() or lib_back[i] != texts[i]:
+        # with a normalizer the text decodes in its normal form: both decodings must agree,
+        # and without one they are the text itself
+        if back[i] != lib_back[i].encode() or (tok.normalizer is None and lib_back[i] != texts[i]):
             bad_text += 1
             first = first or "document %d decodes differently" % i
     return sum(map(len, lib)), bad_ids, bad_text, first
@@ -121,20 +137,36 @@ def unicode_classes():
     return differ
 
 
+# the NFC fixture's texts: decomposed and precomposed Latin, marks out of order, Vietnamese,
+# Hangul as jamo and as syllables, Devanagari, a composition exclusion, singletons, the added
+# tokens in both forms
+NFC_TEXTS = [t.encode() for t in [
+    "cafe\u0301 caf\u00e9 e\u0301\u0323 e\u0323\u0301 \u1e1d\u0300 A\u030a\u212b\u00c5 \u2126",
+    "Ti\u1ebfng Vi\u00ea\u0323t c\u00f3 d\u00e2\u0301u: ngu\u031bo\u031b\u0300i Vie\u0302\u0323t",
+    "\u1112\u1161\u11ab\u1100\u1173\u11af \ud55c\uae00 \ud558\u11ab \u1100\u1161",
+    "\u0915\u093c \u0958 \u0928\u093c \u0929 \u0939\u093f\u0928\u094d\u0926\u0940",
+    "\u0f73 \u0f71\u0f72 \u0344 \u0308\u0301 \u2adc \u2add\u0338 \u1e9b\u0323 q\u0307\u0323",
+    "one<|\u1100\u1161|>two<|\uac00|> three<|\u212b|><|\u00c5|>" + SPECIAL + "e\u0301",
+    "\U000105d2\u0307 \U00011382\U000113c9 \u08ca\u0334 a\u0334\u0301\u0316\u0300 ASCII only",
+]]
+
+
 def fixtures(moe_bin, fixture_dir, docs):
-    """Two small tokenizers trained by the library (vocab 1000), the texts, and the ids and the
+    """Three small tokenizers trained by the library (vocab 1000), the texts, and the ids and the
     decoded text the library gives for each (for tests/test_tok.c, which runs no Python)."""
     open(fixture_dir + "/texts.bin", "wb").write(b"\0".join(TEXTS) + b"\0")
-    for pattern in ("gpt2", "llama3"):
+    open(fixture_dir + "/nfc_texts.bin", "wb").write(b"\0".join(NFC_TEXTS) + b"\0")
+    for pattern in ("gpt2", "llama3", "qwen2-nfc"):
         path = "%s/%s.json" % (fixture_dir, pattern)
         library_tokenizer(pattern, 1000, docs).save(path)
         tok = Tokenizer.from_file(path)
-        texts = [t.decode("utf-8", "replace") for t in TEXTS]
+        texts = [t.decode("utf-8", "replace") for t in (NFC_TEXTS if pattern == "qwen2-nfc" else TEXTS)]
         ids = [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
         with open("%s/%s.ids" % (fixture_dir, pattern), "w") as f:
             f.writelines(" ".join(map(str, i)) + "\n" for i in ids)
         decoded = tok.decode_batch(ids, skip_special_tokens=False)
-        open("%s/decoded.bin" % fixture_dir, "wb").write(b"\0".join(d.encode() for d in decoded) + b"\0")
+        name = "nfc_decoded.bin" if pattern == "qwen2-nfc" else "decoded.bin"
+        open("%s/%s" % (fixture_dir, name), "wb").write(b"\0".join(d.encode() for d in decoded) + b"\0")
         if pattern == "gpt2":
             legacy_form(path, "%s/gpt2_strings.json" % fixture_dir, texts, ids)
 
@@ -165,9 +197,39 @@ PARTS = [b"a", b"Zq", b"the", b"I", b" ", b"  ", b"\t", b"\n", b"\r\n", b"\r", b
          "\U0001f980", "\u2764\ufe0f", "\U0001f468\u200d\U0001f469", "\u1c89", "\U00010d40"]]
 
 
-def random_texts(n, seed=0):
+# and those of NFC's random texts: marks of many classes, precomposed and decomposed Latin,
+# Vietnamese, Hangul jamo and syllables, Devanagari with nukta, exclusions and singletons
+NFC_PARTS = PARTS[:12] + [t.encode() for t in [
+    "e", "E", "o", "A", "u", "\u0301", "\u0300", "\u0302", "\u0303", "\u0308", "\u030a", "\u0323",
+    "\u0327", "\u031b", "\u0316", "\u0334", "\u0345", "\u0338", "\u00e9", "\u00c5", "\u212b", "\u2126",
+    "\u1ebf", "\u1edd", "\u01a1", "\u00ea", "\u1100", "\u1112", "\u1161", "\u1175", "\u11a8", "\u11c2",
+    "\uac00", "\ud55c", "\ud7a3", "\u0915", "\u093c", "\u0928", "\u0958", "\u093f", "\u094d", "\u0f71",
+    "\u0f72", "\u0f73", "\u0344", "\u2adc", "\u1e9b", "\u03b1", "\u0313", "\u0342", "\u0399",
+    "\u05b8", "\u05bc", "\u08ca", "\U000105d2", "\u0307", "\U00011382", "\U000113c9", "\u3099",
+    "\u304b", "\u0b47", "\u0b3e", "<|\u1100\u1161|>", "<|\u1100", "\u1161|>", "<|\uac00|>", "<|\u212b|>",
+    "<|\u00c5|>"]]
+
+
+def random_texts(n, seed=0, parts=PARTS):
     rng = random.Random(seed)
-    return [b"".join(rng.choice(PARTS) for _ in range(rng.randint(1, 40))) for _ in range(n)]
+    return [b"".join(rng.choice(parts) for _ in range(rng.randint(1, 40))) for _ in range(n)]
+
+
+def nfc_sweep():
+    """Every code point followed by marks of classes 1 and 230 (its decomposition, its class,
+    composing with them), every pair Unicode 16.0 composes (also those newer than the library's
+    data), and every Hangul L V and L V T as jamo: in documents of 64 cases."""
+    import unicodedata2
+    cases = [chr(c) + "\u0334\u0301" for c in range(1, 0x110000) if not 0xD800 <= c <= 0xDFFF]
+    for c in range(0x110000):
+        d = unicodedata2.decomposition(chr(c))
+        if d and not d.startswith("<") and len(d.split()) == 2:
+            cases.append("".join(chr(int(x, 16)) for x in d.split()) + " ")
+    for l in range(0x1100, 0x1113):
+        for v in range(0x1161, 0x1176):
+            cases.append(chr(l) + chr(v) + " ")
+            cases += [chr(l) + chr(v) + chr(t) for t in range(0x11A8, 0x11C3, 3)]
+    return ["".join(cases[i:i + 64]).encode() for i in range(0, len(cases), 64)]
 
 
 def main():
@@ -176,7 +238,7 @@ def main():
     texts = random_texts(5000)
     rows = []  # (texts, documents, trained by, pattern, vocab, train s) + compare()'s
     paths = []
-    for pattern, vocab in (("gpt2", 8000), ("llama3", 8000)):
+    for pattern, vocab in (("gpt2", 8000), ("llama3", 8000), ("qwen2-nfc", 8000)):
         t0 = time.time()
         path = "%s/library-%s.json" % (tmp, pattern)
         library_tokenizer(pattern, vocab, docs).save(path)
@@ -189,8 +251,13 @@ def main():
         subprocess.run([moe_bin, "tokenizer", "train", "--vocab", str(vocab), "--from", text,
                         "--out", path, "--pattern", pattern], check=True, capture_output=True)
         paths.append(("moe.c", pattern, vocab, time.time() - t0, path))
-    for name, some in (("corpus", docs), ("random", texts)):
+    nfc_texts = random_texts(5000, 1, NFC_PARTS)
+    sweep = nfc_sweep()
+    for name, some in (("corpus", docs), ("random", texts), ("random-nfc", nfc_texts),
+                       ("nfc-sweep", sweep)):
         for by, pattern, vocab, seconds, path in paths:
+            if name in ("random-nfc", "nfc-sweep") and pattern != "qwen2-nfc":
+                continue
             rows.append((name, len(some), by, pattern, vocab, seconds) + compare(moe_bin, path, some))
     differ = unicode_classes()
     fixtures(moe_bin, fixture_dir, docs)
@@ -225,7 +292,16 @@ def write_report(out, docs, rows, differ):
                 "tokenizer.json trained by the library (its BpeTrainer, the byte alphabet, one "
                 "special token) and by `moe tokenizer train` (loaded by the library's "
                 "`Tokenizer.from_file`). plots/tok/compare.sh, `make tok-compare`.\n\n"
-                % (len(docs), sum(map(len, docs)), rows[-1][1], tokenizers.__version__))
+                % (len(docs), sum(map(len, docs)), [r[1] for r in rows if r[0] == "random"][0], tokenizers.__version__))
+        f.write("qwen2-nfc is Qwen2's layout: its pattern, the normalizer NFC, and two added tokens "
+                "besides the special one, one normalized and one not (plots/tok/compare.py, "
+                "NFC_ADDED). random-nfc: 5000 random texts of up to 40 parts rich in NFC's cases "
+                "(combining marks of many classes, precomposed and decomposed Latin, Vietnamese, "
+                "Hangul jamo and syllables, Devanagari, composition exclusions, singletons, the "
+                "added tokens in both forms). nfc-sweep: every code point followed by marks of "
+                "classes 1 and 230, every pair Unicode 16.0 composes, and the Hangul jamo L V "
+                "and L V T, 64 cases a text. With NFC a text decodes in its normal form, so the "
+                "two decodings are compared with each other.\n\n")
         f.write("| texts | trained by | pattern | vocab | train s | tokens | id mismatches | decode mismatches |\n")
         f.write("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n")
         for r in rows:

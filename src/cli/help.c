@@ -248,9 +248,10 @@ static const CmdHelp HELP[] = {
      "  --docs                encode, decode: the text is documents, each ended by a NUL byte\n"
      "                        (newlines and all), each one's ids on one line\n"
      "  --help                this text\n"
-     "A tokenizer.json that is not byte-level BPE (a Unigram or WordPiece model, a normalizer,\n"
-     "a split pattern other than gpt2's, llama3's and qwen2's) is refused, naming what and\n"
-     "where; so is an id outside the vocabulary (exit status 2).\n"},
+     "The normalizer NFC (Qwen2's) is applied. A tokenizer.json that is not byte-level BPE (a\n"
+     "Unigram or WordPiece model, another normalizer, a split pattern other than gpt2's,\n"
+     "llama3's and qwen2's) is refused, naming what and where; so is an id outside the\n"
+     "vocabulary (exit status 2).\n"},
     {"version", "usage: moe version (or moe --version)\n"
                 "The commit this binary was built from (-dirty: with changes not committed) and\n"
                 "what the build has: its backends, CUDA, NCCL, MPI and OpenMP.\n"

@@ -117,15 +117,17 @@ static void encode_piece(Tokenizer *t, const char *b, size_t n, TokIds *out) {
     t->cache_len += k;
 }
 
-/* the added token that starts at s[i] (the longest of those that do), or -1 */
-static int added_at(const Tokenizer *t, const char *s, size_t n, size_t i) {
+/* the added token that starts at s[i] (the longest of those that do), normalized (TOK_NORMALIZED)
+ * or not as normalized says, or -1 */
+static int added_at(const Tokenizer *t, const char *s, size_t n, size_t i, int normalized) {
     int best = -1;
     size_t best_len = 0;
     const int c = (uint8_t)s[i];
     for (int k = t->added_from[c]; k < t->added_from[c + 1]; k++) {
         const int id = t->added_by_byte[k];
-        const size_t len = strlen(t->token[id]);
-        if (len > best_len && len <= n - i && memcmp(s + i, t->token[id], len) == 0)
+        const size_t len = strlen(t->match[id]);
+        if (!(t->kind[id] & TOK_NORMALIZED) == !normalized && len > best_len && len <= n - i &&
+            memcmp(s + i, t->match[id], len) == 0)
             best = id, best_len = len;
     }
     return best;
@@ -140,19 +142,39 @@ static void encode_span(Tokenizer *t, const char *s, size_t from, size_t to, Tok
     }
 }
 
+/* s[from, to) cut at the added tokens (normalized or not, as normalized says), the text
+ * between them encoded by span */
+static void split_added(Tokenizer *t, const char *s, size_t from, size_t to, int normalized,
+                        void (*span)(Tokenizer *, const char *, size_t, size_t, TokIds *),
+                        TokIds *out) {
+    for (size_t i = from; i < to && t->n_added; i++) {
+        const int id = added_at(t, s, to, i, normalized);
+        if (id < 0) continue;
+        span(t, s, from, i, out);
+        tok_ids_push(out, id);
+        from = i + strlen(t->match[id]);
+        i = from - 1;
+    }
+    span(t, s, from, to, out);
+}
+
+/* s[from, to), between the added tokens that are not normalized: normalized (NFC when the
+ * tokenizer has it), then cut at those that are, as the library's added vocabulary does */
+static void encode_normalized(Tokenizer *t, const char *s, size_t from, size_t to, TokIds *out) {
+    size_t len;
+    char *nfc = t->nfc && to > from ? tok_nfc(s + from, to - from, &len) : NULL;
+    if (nfc) {
+        split_added(t, nfc, 0, len, 1, encode_span, out);
+        free(nfc);
+    } else {
+        split_added(t, s, from, to, 1, encode_span, out);
+    }
+}
+
 void tok_encode(Tokenizer *t, const char *text, size_t n, TokIds *out) {
     char *s = (char *)malloc_check(3 * n + 1);
     n = utf8_lossy(text, n, s);
-    size_t from = 0;
-    for (size_t i = 0; i < n && t->n_added; i++) {
-        const int id = added_at(t, s, n, i);
-        if (id < 0) continue;
-        encode_span(t, s, from, i, out);
-        tok_ids_push(out, id);
-        from = i + strlen(t->token[id]);
-        i = from - 1;
-    }
-    encode_span(t, s, from, n, out);
+    split_added(t, s, 0, n, 0, encode_normalized, out);
     free(s);
 }
 

@@ -105,9 +105,10 @@ int tok_add_merge(Tokenizer *t, const char *left, const char *right, char *err, 
 
 /* What a token decodes to: each character of the byte alphabet as its byte; a token with
  * any other character (an added token's text) as its own UTF-8, whole, as the library's
- * ByteLevel decoder does. */
+ * ByteLevel decoder does. An added token's text is the one it is matched as (tok_finish). */
 static void token_bytes(Tokenizer *t, int id) {
-    const char *s = t->token[id];
+    /* a normalized added token decodes as the library has it: in normal form */
+    const char *s = t->match[id] ? t->match[id] : t->token[id];
     const size_t n = strlen(s);
     char *out = (char *)malloc_check(n + 1);
     size_t i = 0, o = 0;
@@ -131,15 +132,27 @@ int tok_finish(Tokenizer *t, char *err, int errlen) {
                              "vocabulary has all 256, as tokenizers' ByteLevel.alphabet())",
                              b);
     }
+    /* what each added token matches: a normalized one is looked for in normalized text, so
+     * as its own text normalized (the library normalizes its content the same way) */
+    t->match = (char **)calloc_check((size_t)t->n_vocab, sizeof *t->match);
+    for (int k = 0; k < t->n_added; k++) {
+        const int id = t->added[k];
+        size_t len;
+        char *nfc = t->nfc && (t->kind[id] & TOK_NORMALIZED)
+                        ? tok_nfc(t->token[id], strlen(t->token[id]), &len)
+                        : NULL;
+        if (nfc) nfc[len] = '\0';
+        t->match[id] = nfc ? nfc : t->token[id];
+    }
     /* the added tokens by first byte, for the scan of a text (Llama 3 has 256 of them) */
     t->added_by_byte = (int *)malloc_check((size_t)(t->n_added + 1) * sizeof *t->added_by_byte);
     memset(t->added_from, 0, sizeof t->added_from);
-    for (int k = 0; k < t->n_added; k++) t->added_from[(uint8_t)t->token[t->added[k]][0] + 1]++;
+    for (int k = 0; k < t->n_added; k++) t->added_from[(uint8_t)t->match[t->added[k]][0] + 1]++;
     for (int c = 0; c < 256; c++) t->added_from[c + 1] += t->added_from[c];
     int fill[256];
     memcpy(fill, t->added_from, sizeof fill);
     for (int k = 0; k < t->n_added; k++)
-        t->added_by_byte[fill[(uint8_t)t->token[t->added[k]][0]]++] = t->added[k];
+        t->added_by_byte[fill[(uint8_t)t->match[t->added[k]][0]]++] = t->added[k];
     t->bytes = (char **)calloc_check((size_t)t->n_vocab, sizeof *t->bytes);
     t->n_bytes = (uint32_t *)calloc_check((size_t)t->n_vocab, sizeof *t->n_bytes);
     for (int id = 0; id < t->n_vocab; id++)
@@ -149,10 +162,11 @@ int tok_finish(Tokenizer *t, char *err, int errlen) {
 
 void tok_free(Tokenizer *t) {
     for (int id = 0; id < t->n_vocab; id++) {
+        if (t->match && t->match[id] != t->token[id]) free(t->match[id]);
         free(t->token[id]);
         if (t->bytes) free(t->bytes[id]);
     }
-    free(t->token), free(t->bytes), free(t->n_bytes), free(t->kind);
+    free(t->match), free(t->token), free(t->bytes), free(t->n_bytes), free(t->kind);
     free(t->merges), free(t->added), free(t->added_by_byte), free(t->cache_ids);
     strmap_free(&t->vocab), strmap_free(&t->cache);
     pairmap_free(&t->rank);

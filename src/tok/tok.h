@@ -4,9 +4,11 @@
  * tokenizer.json (tok_json.c), and trained on text (train.c).
  *
  * Encoding, as the tokenizers library does it: the text as valid UTF-8 (unicode.h: ill-formed
- * bytes become U+FFFD), the added tokens matched whole (leftmost, then longest), the text
- * between them cut into pieces by the split pattern (pretok.h), each piece's bytes as GPT-2's
- * byte alphabet, one token a byte, then the merges applied by rank (the pair of lowest rank
+ * bytes become U+FFFD), the added tokens matched whole (leftmost, then longest): first those
+ * that are not normalized, then, in the text between them put in NFC when the tokenizer has
+ * that normalizer, those that are (their own text in NFC); the text between them cut into
+ * pieces by the split pattern (pretok.h), each piece's bytes as GPT-2's byte alphabet, one
+ * token a byte, then the merges applied by rank (the pair of lowest rank
  * first, the leftmost of equal ones) until none applies. Decoding is exact: each id's bytes.
  * What encoding adds nothing of: a post-processor's tokens (Llama 3's <|begin_of_text|>), as
  * the library's encode(text, add_special_tokens=False).
@@ -20,11 +22,13 @@
 #include "tok/hash.h"
 #include "tok/pretok.h"
 
-enum { TOK_NONE = 0, TOK_MODEL = 1, TOK_ADDED = 2, TOK_SPECIAL = 4 }; /* Tokenizer.kind bits */
+/* Tokenizer.kind bits; TOK_NORMALIZED: an added token matched in the normalized text */
+enum { TOK_NONE = 0, TOK_MODEL = 1, TOK_ADDED = 2, TOK_SPECIAL = 4, TOK_NORMALIZED = 8 };
 
 typedef struct {
     TokPattern pattern;
     int ignore_merges; /* a piece that is a token of the vocabulary whole is that token, unmerged */
+    int nfc;           /* the normalizer NFC: the text between added tokens is put in NFC */
     int n_vocab;       /* ids 0 .. n_vocab - 1 (the model's vocabulary and the added tokens) */
     int cap;           /* room for ids */
     char **token;      /* (n_vocab) each id's text as tokenizer.json writes it; NULL: unused */
@@ -38,9 +42,11 @@ typedef struct {
     PairMap rank;     /* (left, right) -> rank */
     int *added;       /* (n_added) the ids of the added tokens, in the file's order */
     int n_added;
-    int *added_by_byte;  /* (n_added) the same ids by their first byte (tok_finish) */
+    int *added_by_byte;  /* (n_added) the same ids by the first byte of their match (tok_finish) */
     int added_from[257]; /* those of first byte c: added_by_byte[added_from[c], added_from[c + 1])
                           */
+    char **match;        /* (n_vocab) an added token's text as matched: in NFC when nfc and
+                          * TOK_NORMALIZED, else its own text */
     StrMap cache;        /* a piece's bytes -> offset in cache_ids: a count, then the ids */
     int *cache_ids;
     size_t cache_len, cache_cap;

@@ -8,8 +8,9 @@
  * ["a", "b"] pairs, ignore_merges; byte_fallback false, no dropout, no subword prefix or
  * suffix), added_tokens (none stripping or single_word), pre_tokenizer (ByteLevel with
  * use_regex true: GPT-2's pattern; or a Sequence of a Split by one of the known patterns,
- * pretok.h, and a ByteLevel without its own regex), normalizer null, decoder ByteLevel,
- * truncation and padding null. post_processor is not read: encoding adds no tokens (tok.h).
+ * pretok.h, and a ByteLevel without its own regex), normalizer null or NFC (Qwen2's, unicode.h;
+ * added tokens normalized or not), decoder ByteLevel, truncation and padding null.
+ * post_processor is not read: encoding adds no tokens (tok.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,23 +211,31 @@ static int read_added(Tokenizer *t, const JsonValue *added, char *err, int errle
                              "rstrip are supported false only",
                              k, c->string);
         char why[200];
-        const int kind = TOK_ADDED | (absent_or(a, "special", 0) ? 0 : TOK_SPECIAL);
+        /* normalized: the library's default is the opposite of special */
+        const int special = !absent_or(a, "special", 0);
+        const JsonValue *norm = json_get(a, "normalized");
+        const int normalized = norm && norm->type == JSON_BOOL ? norm->number != 0 : !special;
+        const int kind =
+            TOK_ADDED | (special ? TOK_SPECIAL : 0) | (normalized ? TOK_NORMALIZED : 0);
         if (tok_set_token(t, (int)id->number, c->string, kind, why, sizeof why))
             return set_error(err, errlen, "added_tokens[%d]: %s", k, why);
     }
     return 0;
 }
 
-/* the fields around the model: normalizer, decoder, truncation, padding */
-static int check_around(const JsonValue *root, char *err, int errlen) {
+/* the fields around the model: normalizer (null, or NFC into *nfc), decoder, truncation,
+ * padding */
+static int check_around(const JsonValue *root, int *nfc, char *err, int errlen) {
     static const char *const NULLS[] = {"normalizer", "truncation", "padding"};
-    for (int k = 0; k < 3; k++) {
+    const JsonValue *norm = json_get(root, "normalizer");
+    *nfc = strcmp(type_of(norm), "NFC") == 0;
+    for (int k = *nfc; k < 3; k++) {
         const JsonValue *v = json_get(root, NULLS[k]);
         if (v && v->type != JSON_NULL) {
             const char *ty = type_of(v);
             return set_error(err, errlen, "%s is %s%s%s: supported is null%s", NULLS[k],
                              ty[0] ? "of type \"" : type_name(v), ty, ty[0] ? "\"" : "",
-                             k ? "" : " (the text as it is: no normalization such as NFC)");
+                             k ? "" : " or {\"type\": \"NFC\"} (Qwen2's)");
         }
     }
     const JsonValue *d = json_get(root, "decoder");
@@ -240,13 +249,14 @@ int tok_load(Tokenizer *t, const char *path, char *err, int errlen) {
     JsonValue root;
     if (read_document(&root, path, err, errlen)) return -1;
     const JsonValue *model = json_get(&root, "model");
-    int pattern = TOK_GPT2, ignore = 0, rc;
+    int pattern = TOK_GPT2, ignore = 0, nfc = 0, rc;
     char why[512];
-    rc = check_around(&root, why, sizeof why) ||
+    rc = check_around(&root, &nfc, why, sizeof why) ||
          read_pre_tokenizer(json_get(&root, "pre_tokenizer"), &pattern, why, sizeof why) ||
          check_model(model, &ignore, why, sizeof why);
     tok_init(t, (TokPattern)pattern);
     t->ignore_merges = ignore;
+    t->nfc = nfc;
     rc = rc || read_vocab(t, json_get(model, "vocab"), why, sizeof why) ||
          read_added(t, json_get(&root, "added_tokens"), why, sizeof why) ||
          read_merges(t, json_get(model, "merges"), why, sizeof why) ||

@@ -39,13 +39,14 @@ static void pre_tokenizer(FILE *f, TokPattern p) {
 static void added_tokens(FILE *f, const Tokenizer *t) {
     fputs("  \"added_tokens\": [", f);
     for (int k = 0; k < t->n_added; k++) {
-        const int id = t->added[k], special = (t->kind[id] & TOK_SPECIAL) != 0;
+        const int id = t->added[k], special = (t->kind[id] & TOK_SPECIAL) != 0,
+                  normalized = (t->kind[id] & TOK_NORMALIZED) != 0;
         fprintf(f, "%s\n    {\n      \"id\": %d,\n      \"content\": ", k ? "," : "", id);
         json_write_string(f, t->token[id]);
         fprintf(f,
                 ",\n      \"single_word\": false,\n      \"lstrip\": false,\n"
                 "      \"rstrip\": false,\n      \"normalized\": %s,\n      \"special\": %s\n    }",
-                special ? "false" : "true", special ? "true" : "false");
+                normalized ? "true" : "false", special ? "true" : "false");
     }
     fputs(t->n_added ? "\n  ],\n" : "],\n", f);
 }
@@ -83,7 +84,9 @@ int tok_save(const Tokenizer *t, const char *path, char *err, int errlen) {
     if (!f) moe_fatal("out of memory");
     fputs("{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n", f);
     added_tokens(f, t);
-    fputs("  \"normalizer\": null,\n", f);
+    fputs(t->nfc ? "  \"normalizer\": {\n    \"type\": \"NFC\"\n  },\n"
+                 : "  \"normalizer\": null,\n",
+          f);
     pre_tokenizer(f, t->pattern);
     fputs("  \"post_processor\": null,\n  \"decoder\": ", f);
     byte_level(f, "  ", 1, 1);
