@@ -72,13 +72,8 @@ static char *read_text(const char *path, size_t *n) {
                            "pass files of text, each at most 4 GiB (split a larger one)", NULL,
                            TOK_TEXT_MAX};
     char err[1024];
-    uint64_t size;
-    FILE *in = open_regular(path, &spec, &size, err, sizeof err);
-    if (!in) moe_input_error("moe tokenizer train: %s", err);
-    char *text = (char *)malloc_check((size_t)size + 1);
-    *n = fread(text, 1, (size_t)size, in);
-    fclose(in);
-    if (*n != size) moe_input_error("moe tokenizer train: %s: could not read it whole", path);
+    char *text = file_read_all(path, &spec, n, err, sizeof err);
+    if (!text) moe_input_error("moe tokenizer train: %s", err);
     return text;
 }
 

@@ -456,25 +456,7 @@ static int read_config_json(JsonValue *root, const char *path, char *err, int er
     const FileSpec spec = {"Hugging Face config",
                            "pass a folder written by save_pretrained or moe export --format hf",
                            NULL, HF_CONFIG_MAX};
-    uint64_t size;
-    FILE *in = open_regular(path, &spec, &size, err, errlen);
-    if (!in) return -1;
-    char *text = (char *)malloc_check((size_t)size + 1);
-    const size_t got = fread(text, 1, (size_t)size, in);
-    fclose(in);
-    if (got != size) {
-        free(text);
-        return set_error(err, errlen, "%s: could not read it whole", path);
-    }
-    JsonReader j = {text, (size_t)size, 0, ""};
-    const int rc = json_document(&j, root);
-    free(text);
-    if (rc) return set_error(err, errlen, "%s is not valid JSON: %s (byte %zu)", path, j.msg, j.i);
-    if (root->type != JSON_OBJECT) {
-        json_value_free(root);
-        return set_error(err, errlen, "%s is not a JSON object", path);
-    }
-    return 0;
+    return json_read_object_file(root, path, &spec, err, errlen);
 }
 
 /* The folder's weights: model.safetensors, with a message for the other ways to save them. */

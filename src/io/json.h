@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "base/util.h"
+#include "io/files.h"
 
 typedef struct {
     const char *s; /* the text, n bytes, not necessarily NUL-terminated */
@@ -59,6 +60,11 @@ int json_value(JsonReader *j, JsonValue *v);
 /* A whole document: one value and nothing after it but whitespace. */
 int json_document(JsonReader *j, JsonValue *v);
 void json_value_free(JsonValue *v);
+/* The file path (read whole, as spec describes it: io/files.h), a JSON object, into *root.
+ * Returns 0, or -1 with a message naming the file in err (unreadable, not JSON, not an
+ * object); *root then holds nothing to free. */
+int json_read_object_file(JsonValue *root, const char *path, const FileSpec *spec,
+                          char *err, int errlen);
 /* The value of key in an object, or NULL (also when obj is not an object). */
 const JsonValue *json_get(const JsonValue *obj, const char *key);
 

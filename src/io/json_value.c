@@ -192,3 +192,19 @@ const JsonValue *json_get(const JsonValue *obj, const char *key) {
         if (strcmp(obj->keys[k], key) == 0) return &obj->items[k];
     return NULL;
 }
+
+int json_read_object_file(JsonValue *root, const char *path, const FileSpec *spec, char *err,
+                          int errlen) {
+    size_t n;
+    char *text = file_read_all(path, spec, &n, err, errlen);
+    if (!text) return -1;
+    JsonReader j = {text, n, 0, ""};
+    const int rc = json_document(&j, root);
+    free(text);
+    if (rc) return set_error(err, errlen, "%s is not valid JSON: %s (byte %zu)", path, j.msg, j.i);
+    if (root->type != JSON_OBJECT) {
+        json_value_free(root);
+        return set_error(err, errlen, "%s is not a JSON object", path);
+    }
+    return 0;
+}

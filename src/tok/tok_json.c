@@ -46,25 +46,7 @@ static int absent_or(const JsonValue *obj, const char *key, int b) {
 static int read_document(JsonValue *root, const char *path, char *err, int errlen) {
     const FileSpec spec = {"tokenizer", "pass a tokenizer.json (Hugging Face's tokenizers layout)",
                            "tokenizer.json", TOK_JSON_MAX};
-    uint64_t size;
-    FILE *in = open_regular(path, &spec, &size, err, errlen);
-    if (!in) return -1;
-    char *text = (char *)malloc_check((size_t)size + 1);
-    const size_t got = fread(text, 1, (size_t)size, in);
-    fclose(in);
-    if (got != size) {
-        free(text);
-        return set_error(err, errlen, "%s: could not read it whole", path);
-    }
-    JsonReader j = {text, (size_t)size, 0, ""};
-    const int rc = json_document(&j, root);
-    free(text);
-    if (rc) return set_error(err, errlen, "%s is not valid JSON: %s (byte %zu)", path, j.msg, j.i);
-    if (root->type != JSON_OBJECT) {
-        json_value_free(root);
-        return set_error(err, errlen, "%s is not a JSON object", path);
-    }
-    return 0;
+    return json_read_object_file(root, path, &spec, err, errlen);
 }
 
 /* a ByteLevel pre-tokenizer at path: add_prefix_space false, use_regex as *regex */
