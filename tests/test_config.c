@@ -115,6 +115,7 @@ static const Field FIELDS[] = {
     S("data.mix_end", mix_end, "uniform"),
     F("data.mix_end_frac", mix_end_frac, "0.2"),
     F("dist.ep", ep, "2"),
+    F("dist.zero", zero, "2"),
     F("dist.timeout", timeout, "30"),
     F("dist.collectives", collectives, "teach"),
     F("dist.dispatch", dispatch, "tokens"),

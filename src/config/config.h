@@ -145,6 +145,7 @@ typedef struct {
     /* dist.* (src/parallel/dist.h): how a run is spread over processes. Not shape keys: a
      * checkpoint holds every expert and loads at any dist.ep. */
     int ep;          /* processes per expert-parallel group (each holds E / ep experts) */
+    int zero;        /* ZeRO stage 0..3: what is sharded over each tensor's group (zero.h) */
     float timeout;   /* longest wait for a peer, seconds */
     int collectives; /* DistCollectives: the engine of the collectives (parallel/dist.h) */
     int dispatch;    /* DistDispatch: rows per (token, expert) or per (token, member) */

@@ -237,6 +237,10 @@ const Key CONFIG_KEYS[] = {
     ROW(T_INT, "dist.ep", ep, "1", 1, 4096, 0,
         "expert parallelism: processes that share one copy of the experts (divides the "
         "mpirun process count and moe.num_experts)"),
+    ROW(T_INT, "dist.zero", zero, "0", 0, 3, 0,
+        "sharding over each tensor's data-parallel group: 0 replicated states, 1 AdamW moments "
+        "sharded, 2 also gradients reduce-scattered, 3 also weights sharded and gathered a "
+        "block at a time"),
     ROW(T_FLOAT, "dist.timeout", timeout, "120", 0, NOMAX, K_OPEN_MIN,
         "seconds a process waits for a peer before it names the peer and ends the job"),
     ENUM_ROW("dist.collectives", collectives, "mpi", "mpi|teach|nccl",
