@@ -114,6 +114,7 @@ static const Field FIELDS[] = {
     F("data.mix_temperature", mix_temperature, "2"),
     S("data.mix_end", mix_end, "uniform"),
     F("data.mix_end_frac", mix_end_frac, "0.2"),
+    F("dist.tp", tp, "2"),
     F("dist.ep", ep, "2"),
     F("dist.zero", zero, "2"),
     F("dist.timeout", timeout, "30"),

@@ -193,6 +193,21 @@ START_TEST(test_dist_checks) {
     c.num_experts = 0;
     c.noise = 0.1f;
     ck_assert_msg(config_check_dist(&c, 4, err, sizeof err) == 0, "dense data-parallel: %s", err);
+    /* dist.tp: a replica of dist.tp x dist.ep processes, heads and key-value heads split */
+    c = def;
+    c.tp = 2;
+    c.ep = 2;
+    dist_fails(&c, 6, "dist.tp=2 x dist.ep=2 = 4 processes", "6 processes");
+    c.n_head = 6;
+    c.tp = 4;
+    c.ep = 1;
+    dist_fails(&c, 4, "model.n_head=6", "dist.tp=4");
+    c.n_head = 8;
+    c.kv_heads = 2;
+    dist_fails(&c, 4, "key-value heads", "dist.tp dividing 2");
+    c.kv_heads = 4;
+    c.batch = 3;
+    dist_fails(&c, 8, "train.batch=3", "2 data-parallel readers");
 }
 END_TEST
 

@@ -125,7 +125,9 @@ START_TEST(test_start_order) {
     grad_sync_init(&s, &pt, 0, &backend_cpu, 0);
     Dist d;
     char err[128];
-    ck_assert_int_eq(dist_init(&d, NULL, NULL, 1, DIST_COLL_TEACH, 10.0, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(
+        dist_init(&d, NULL, NULL, (DistAxes){1, 1}, DIST_COLL_TEACH, 10.0, NULL, err, sizeof err),
+        0);
     float *grads = calloc_check(pt.total, sizeof(float));
     for (int step = 0; step < 2; step++) {
         const uint64_t calls0 = d.stats.calls;

@@ -172,12 +172,12 @@ static int cmd_train(int argc, char **argv) {
     }
     build_config(&c, &o, "train");
     /* under mpirun every process parses the same command line into the same settings; then
-     * the process grid (dist.ep) */
+     * the process grid (dist.tp, dist.ep) */
     Dist d;
     char err[1024];
     char *settings = job_settings(&c, &o);
-    const int refused =
-        dist_init(&d, NULL, NULL, c.ep, c.collectives, c.timeout, settings, err, sizeof err);
+    const int refused = dist_init(&d, NULL, NULL, (DistAxes){.tp = c.tp, .ep = c.ep}, c.collectives,
+                                  c.timeout, settings, err, sizeof err);
     free(settings);
     if (refused && err[0]) moe_input_error("%s", err);
     if (refused) exit(MOE_EXIT_INPUT); /* settings that differ: rank 0 has said which */

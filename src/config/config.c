@@ -443,10 +443,6 @@ int config_expert_hidden(const Config *c) {
     return c->d_expert ? c->d_expert : c->d_ff;
 }
 
-int config_kv_heads(const Config *c) {
-    return c->kv_heads && c->attention != MOE_ATTN_MLA ? c->kv_heads : c->n_head;
-}
-
 int config_head_dim(const Config *c) {
     if (c->attention == MOE_ATTN_MLA) return c->mla_nope_dim + c->mla_rope_dim;
     return c->head_dim ? c->head_dim : c->d_model / c->n_head;

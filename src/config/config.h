@@ -144,6 +144,7 @@ typedef struct {
 
     /* dist.* (src/parallel/dist.h): how a run is spread over processes. Not shape keys: a
      * checkpoint holds every expert and loads at any dist.ep. */
+    int tp;          /* processes per tensor-parallel group (dist.tp) */
     int ep;          /* processes per expert-parallel group (each holds E / ep experts) */
     int zero;        /* ZeRO stage 0..3: what is sharded over each tensor's group (zero.h) */
     float timeout;   /* longest wait for a peer, seconds */
@@ -196,7 +197,9 @@ int config_expert_hidden(const Config *c); /* d_expert, or d_ff when d_expert is
  * latent attention), query and key channels (head_dim, or d_model / n_head when it is 0;
  * nope_dim + rope_dim under latent attention), value channels (the same, v_dim under latent
  * attention) and rotated channels (all of a head's, rope_dim under latent attention). */
-int config_kv_heads(const Config *c);
+static inline int config_kv_heads(const Config *c) { /* inline: config_check.c reads it too */
+    return c->kv_heads && c->attention != MOE_ATTN_MLA ? c->kv_heads : c->n_head;
+}
 int config_head_dim(const Config *c);
 int config_value_dim(const Config *c);
 int config_rope_dim(const Config *c);

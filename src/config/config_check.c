@@ -252,16 +252,44 @@ int config_check_combinations(const Config *c, char *err, int errlen) {
                          "train.warmup=%d is longer than train.steps=%d; lower "
                          "train.warmup or raise train.steps",
                          c->warmup, c->steps);
-    /* a run needs at least dist.ep processes: what holds for that many is checked here */
-    return config_check_dist(c, c->ep, err, errlen);
+    /* a run needs at least dist.tp x dist.ep processes: what holds for that many is checked
+     * here */
+    return config_check_dist(c, c->tp * c->ep, err, errlen);
+}
+
+/* The model's widths that dist.tp splits: the heads and the key-value heads. */
+static int check_tensor_parallel(const Config *c, char *err, int errlen) {
+    if (c->n_head % c->tp != 0)
+        return set_error(err, errlen,
+                         "dist.tp=%d splits the attention by heads, but model.n_head=%d heads "
+                         "do not split into %d equal shares (%d / %d leaves %d); choose dist.tp "
+                         "dividing %d",
+                         c->tp, c->n_head, c->tp, c->n_head, c->tp, c->n_head % c->tp, c->n_head);
+    const int kv = config_kv_heads(c);
+    if (kv % c->tp != 0)
+        return set_error(err, errlen,
+                         "dist.tp=%d splits the attention by heads, but the model's %d key-value "
+                         "heads (model.kv_heads) do not split into %d equal shares; choose "
+                         "dist.tp dividing %d, or more key-value heads",
+                         c->tp, kv, c->tp, kv);
+    return 0;
 }
 
 int config_check_dist(const Config *c, int world, char *err, int errlen) {
+    const int replica = c->tp * c->ep; /* the processes of one data-parallel replica */
+    if (world % replica != 0 && c->tp > 1)
+        return set_error(err, errlen,
+                         "dist.tp=%d x dist.ep=%d = %d processes a data-parallel replica does "
+                         "not divide the %d processes (the world is dist.tp x dist.ep x "
+                         "data-parallel); start a multiple of %d processes (mpirun -np N) or "
+                         "change dist.tp or dist.ep",
+                         c->tp, c->ep, replica, world, replica);
     if (world % c->ep != 0)
         return set_error(err, errlen,
                          "dist.ep=%d does not divide the %d processes; start a multiple of %d "
                          "processes (mpirun -np N) or set dist.ep to a divisor of %d",
                          c->ep, world, c->ep, world);
+    if (c->tp > 1 && check_tensor_parallel(c, err, errlen) != 0) return -1;
     if (c->ep > 1 && c->num_experts == 0)
         return set_error(err, errlen,
                          "dist.ep=%d spreads the experts over processes, but the model is dense "
@@ -272,11 +300,14 @@ int config_check_dist(const Config *c, int world, char *err, int errlen) {
                          "moe.num_experts=%d cannot be shared evenly by dist.ep=%d processes; "
                          "choose dist.ep dividing %d",
                          c->num_experts, c->ep, c->num_experts);
-    if (c->batch % world != 0)
+    /* the tensor-parallel ranks of a replica read the same sequences */
+    const int readers = world / c->tp;
+    if (c->batch % readers != 0)
         return set_error(err, errlen,
-                         "train.batch=%d sequences cannot be split evenly over %d processes "
-                         "(train.batch is the global batch); use a multiple of %d",
-                         c->batch, world, world);
+                         "train.batch=%d sequences cannot be split evenly over %d data-parallel "
+                         "readers (%d processes / dist.tp=%d; train.batch is the global batch); "
+                         "use a multiple of %d",
+                         c->batch, readers, world, c->tp, readers);
     if (c->ep > 1 && c->num_experts > 0 && c->n_group > 0 && c->n_group % c->ep != 0)
         return set_error(err, errlen,
                          "moe.n_group=%d groups do not line up with the dist.ep=%d processes that "
@@ -290,6 +321,11 @@ int config_check_dist(const Config *c, int world, char *err, int errlen) {
                          "dist.dispatch=tokens sends each token once to a process and returns "
                          "its experts' weighted sum, but moe.padded=1 pads every expert with "
                          "rows that belong to no token; set moe.padded=0 or dist.dispatch=rows");
+    if (c->tp > 1)
+        return set_error(err, errlen,
+                         "dist.tp=%d: the process grid has its tensor-parallel axis, but the "
+                         "model does not split its weights over it yet; set dist.tp=1",
+                         c->tp);
     if (world == 1 || c->num_experts == 0) return 0;
     /* the settings whose result would depend on how the batch is split */
     if (c->routing == MOE_ROUTING_EXPERT_CHOICE)

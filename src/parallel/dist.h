@@ -1,23 +1,42 @@
 /*
- * dist.h: the process grid of expert parallelism and the collectives that training needs.
+ * dist.h: the process grid and the collectives that training needs.
  *
- * World = dp x ep processes (ranks). Rank r sits at ep_rank = r % ep, dp_rank = r / ep:
+ * The grid has three axes, tensor-parallel (tp), expert-parallel (ep) and data-parallel (dp),
+ * world = tp x ep x dp, tp innermost (the ranks of a tensor-parallel group are neighbours, on
+ * one node, as Megatron orders them) and dp outermost:
  *
- *              ep_rank 0   ep_rank 1  ...  ep_rank ep-1
- *   dp_rank 0  rank 0      rank 1          rank ep-1       <- one EP group: together they
- *   dp_rank 1  rank ep     rank ep+1       rank 2ep-1         hold all E experts
- *   ...
+ *   rank = tp_rank + tp (ep_rank + ep dp_rank)
  *
- * - An EP group (a row) holds every expert once: ep_rank j holds experts
- *   [j E/ep, (j+1) E/ep). Tokens travel to their experts and back inside the row, through
- *   all-to-all exchanges (DIST_EP).
- * - An expert-DP group (a column) is the ranks that hold the same experts: their expert
- *   gradients are summed there (DIST_DP).
- * - Every rank holds all the other (non-expert) weights; their gradients are summed over the
- *   whole world (DIST_WORLD).
- * Each group is derived once from the world at dist_init.
+ *   tp = 2, ep = 2, dp = 2:   dp_rank 0: ep_rank 0: ranks 0 1   ep_rank 1: ranks 2 3
+ *                             dp_rank 1: ep_rank 0: ranks 4 5   ep_rank 1: ranks 6 7
  *
- * Without MPI (the default build, MOE_HAVE_MPI=0) there is one process: world = ep = dp = 1,
+ * Each group a collective runs over is one set of ranks that differ along some axes and agree
+ * on the others (dist_grid.c computes them; the model asks the grid, never the rank numbers):
+ *
+ *   DIST_WORLD  every rank: the weights every rank holds whole and sees only part of the
+ *               batch through (the norms, the router): their gradients are summed here
+ *   DIST_TP     the tp ranks of one (ep_rank, dp_rank): they split a block's heads and hidden
+ *               channels, the vocabulary, and the sequence between blocks (sequence
+ *               parallelism), and read the same micro-batch
+ *   DIST_EP     the ep ranks of one (tp_rank, dp_rank): together they hold every expert once
+ *               (ep_rank j holds experts [j E/ep, (j+1) E/ep)); tokens travel to their experts
+ *               and back inside it, through all-to-all exchanges
+ *   DIST_DP     the expert data-parallel group: the ranks of one ep_rank (tp x dp of them),
+ *               which hold the same experts; their expert gradients are summed here
+ *   DIST_DATA   the ranks of one tp_rank (ep x dp of them), which hold the same shard of the
+ *               tensor-parallel weights; those gradients are summed here. With tp = 1 it is
+ *               the world.
+ *
+ * Experts are never split across tp (expert tensor parallelism 1), and ep sits inside the
+ * data-parallel ranks rather than folded across tp: between blocks the tp ranks hold
+ * different tokens (sequence parallelism), so for an MoE block they are data-parallel
+ * replicas, each routing its own share of the sequence, and the ranks of one tp group hold
+ * the same experts. Folding ep across tp (Megatron's parallel folding: a tp group's ranks hold
+ * different experts) would save the replicas' memory at the price of a second grid for the
+ * MoE blocks; one grid keeps one exchange group and one rule for every block. Pipeline stages,
+ * when they come, are the outermost axis.
+ *
+ * Without MPI (the default build, MOE_HAVE_MPI=0) there is one process: every axis is 1,
  * every collective is a copy, and nothing here needs an MPI library. `make mpi` builds with
  * mpicc and MOE_HAVE_MPI=1 (dist_mpi.c).
  *
@@ -58,7 +77,13 @@
 
 #include "config/config.h" /* DistCollectives, the values of dist.collectives */
 
-typedef enum { DIST_WORLD = 0, DIST_EP = 1, DIST_DP = 2 } DistGroup;
+typedef enum { DIST_WORLD = 0, DIST_EP = 1, DIST_DP = 2, DIST_TP = 3, DIST_DATA = 4 } DistGroup;
+#define DIST_GROUPS 5
+
+/* The sizes of the grid's axes a run asks for (dist.tp, dist.ep); dp is what the world leaves. */
+typedef struct {
+    int tp, ep;
+} DistAxes;
 
 typedef struct {
     uint64_t bytes_sent, bytes_recv; /* payload bytes (counts included), summed over calls */
@@ -67,17 +92,17 @@ typedef struct {
 } DistStats;
 
 typedef struct Dist {
-    int rank, world;      /* this process in the world */
-    int ep, dp;           /* the grid: world = dp x ep */
-    int ep_rank, dp_rank; /* ep_rank = rank % ep (which experts), dp_rank = rank / ep */
+    int rank, world;               /* this process in the world */
+    int tp, ep, dp;                /* the grid: world = tp x ep x dp */
+    int tp_rank, ep_rank, dp_rank; /* rank = tp_rank + tp (ep_rank + ep dp_rank) */
     double timeout_s;     /* longest wait for a peer before the job is ended */
     int collectives;      /* DistCollectives: which engine carries the collectives */
     DistStats stats;
     void *impl; /* the MPI communicators (dist_mpi.c); NULL in one process */
 } Dist;
 
-/* Start (MPI_Init when built with MPI) and build the grid. ep must divide the world size;
- * collectives (DistCollectives) chooses the engine.
+/* Start (MPI_Init when built with MPI) and build the grid of axes (dist_grid_set: tp x ep must
+ * divide the world size); collectives (DistCollectives) chooses the engine.
  * settings (or NULL: nothing to compare) is what every process must agree on, as lines
  * "key = value" (config_write's format): before the grid is built, rank 0's text goes to every
  * rank, and when any rank's differs the job is refused on every rank: rank 0 prints a message
@@ -88,8 +113,27 @@ typedef struct Dist {
  * Returns 0, or -1 with a message (e.g. "dist.ep=3 does not divide the 4 processes: run with
  * mpirun -np 3 or 6, or set dist.ep to a divisor of 4"). Without MPI, only ep = 1 is valid
  * unless the world is 1 and ep is 1. */
-int dist_init(Dist *d, int *argc, char ***argv, int ep, int collectives, double timeout_s,
+int dist_init(Dist *d, int *argc, char ***argv, DistAxes axes, int collectives, double timeout_s,
               const char *settings, char *err, int errlen);
+
+/* The grid of world processes with these axes, this process being rank (dist_grid.c, both
+ * builds): d's sizes and indices set, or -1 with a message that does the arithmetic ("dist.tp=2
+ * x dist.ep=4 = 8 processes a data-parallel replica, which does not divide the 12 processes:
+ * ..."). */
+int dist_grid_set(Dist *d, int world, int rank, DistAxes axes, char *err, int errlen);
+
+/* Member p of this process's group g, as a world rank (for messages that name peers the way
+ * mpirun numbers them); and which of the group's copies this process is in (0 .. world / size
+ * - 1: the colour a communicator split gives it). */
+int dist_group_world_rank(const Dist *d, DistGroup g, int p);
+int dist_group_colour(const Dist *d, DistGroup g);
+
+/* The share of member p of P of n elements: [n p / P, n (p + 1) / P), every element once. The
+ * ranges of the reduce-scatter and all-gather below, and of sharded states (dist.zero). */
+static inline void dist_shard_range(size_t n, int P, int p, size_t *lo, size_t *hi) {
+    *lo = n * (size_t)p / (size_t)P;
+    *hi = n * ((size_t)p + 1) / (size_t)P;
+}
 void dist_finalize(Dist *d);
 
 /* 1 when this build can run more than one process (MOE_HAVE_MPI). */
@@ -97,9 +141,11 @@ int dist_available(void);
 
 /* A group's name in messages ("the expert-parallel group"). */
 static inline const char *dist_group_name(DistGroup g) {
-    return g == DIST_EP   ? "the expert-parallel group"
-           : g == DIST_DP ? "the data-parallel group"
-                          : "the world";
+    return g == DIST_EP     ? "the expert-parallel group"
+           : g == DIST_DP   ? "the expert data-parallel group"
+           : g == DIST_TP   ? "the tensor-parallel group"
+           : g == DIST_DATA ? "the data-parallel group"
+                            : "the world";
 }
 
 /* Size of a group and this rank's index in it. */
@@ -135,6 +181,17 @@ void dist_progress(Dist *d);
  * given group size, so runs repeat bit for bit). */
 void dist_allreduce_sum_f(Dist *d, DistGroup g, float *x, size_t n);
 void dist_allreduce_sum_d(Dist *d, DistGroup g, double *x, size_t n);
+
+/* In place over group g of P members, with member p's range of x being dist_shard_range(n, P,
+ * p): a reduce-scatter leaves the group's sum of x in this member's range (the rest of x is
+ * unspecified afterwards); an all-gather sends this member's range to every member, so that x
+ * is whole everywhere. Together they are an all-reduce (a ring's two halves), which is how
+ * sharded states (dist.zero) and sequence parallelism split it. Bytes: the teaching engine's
+ * linear pattern through member 0; MPI's, a ring's (P - 1) / P n each way. */
+void dist_reduce_scatter_f(Dist *d, DistGroup g, float *x, size_t n);
+void dist_allgather_f(Dist *d, DistGroup g, float *x, size_t n);
+DistOp *dist_reduce_scatter_f_start(Dist *d, DistGroup g, float *x, size_t n);
+DistOp *dist_allgather_f_start(Dist *d, DistGroup g, float *x, size_t n);
 
 /* Inside the EP group (P = ep members): send[p * count .. (p+1) * count) goes to member p,
  * recv[p * count ..) comes from member p. For the counts of a dispatch. */

@@ -1,7 +1,7 @@
 /*
  * dist_local.c: the grid of one process (the default build, MOE_HAVE_MPI=0).
  *
- * world = ep = dp = 1: every group is this process alone, so a sum over a group is the value
+ * Every axis is 1: every group is this process alone, so a sum over a group is the value
  * itself, a broadcast or a barrier does nothing, and an all-to-all or a gather is a copy from
  * the send buffer to the receive buffer. The training loop calls the same functions in both
  * builds; here they cost a copy and count no bytes (nothing leaves the process), while calls
@@ -16,21 +16,16 @@
 
 #include "base/util.h"
 
-int dist_init(Dist *d, int *argc, char ***argv, int ep, int collectives, double timeout_s,
+int dist_init(Dist *d, int *argc, char ***argv, DistAxes axes, int collectives, double timeout_s,
               const char *settings, char *err, int errlen) {
     (void)settings; /* one process agrees with itself */
     memset(d, 0, sizeof *d);
-    if (ep < 1)
+    if (axes.tp >= 1 && axes.ep >= 1 && (long)axes.tp * axes.ep > 1)
         return set_error(err, errlen,
-                         "dist.ep=%d: the number of expert-parallel processes must be 1 or more: "
-                         "set dist.ep=1 for one process",
-                         ep);
-    if (ep != 1)
-        return set_error(err, errlen,
-                         "dist.ep=%d needs %d processes: build with `make mpi` and start with "
-                         "mpirun -np %d",
-                         ep, ep, ep);
-    d->world = d->ep = d->dp = 1;
+                         "dist.tp=%d x dist.ep=%d needs %ld processes: build with `make mpi` and "
+                         "start with mpirun -np %ld",
+                         axes.tp, axes.ep, (long)axes.tp * axes.ep, (long)axes.tp * axes.ep);
+    if (dist_grid_set(d, 1, 0, axes, err, errlen) != 0) return -1;
     d->timeout_s = timeout_s > 0 ? timeout_s : 60.0;
     d->collectives = collectives; /* one process: every engine is a copy */
     return 0;
@@ -42,14 +37,6 @@ void dist_finalize(Dist *d) {
 
 int dist_available(void) {
     return 0;
-}
-
-int dist_group_size(const Dist *d, DistGroup g) {
-    return g == DIST_EP ? d->ep : g == DIST_DP ? d->dp : d->world;
-}
-
-int dist_group_rank(const Dist *d, DistGroup g) {
-    return g == DIST_EP ? d->ep_rank : g == DIST_DP ? d->dp_rank : d->rank;
 }
 
 void dist_progress(Dist *d) {
@@ -101,6 +88,23 @@ void dist_allreduce_sum_f(Dist *d, DistGroup g, float *x, size_t n) {
 
 void dist_allreduce_sum_d(Dist *d, DistGroup g, double *x, size_t n) {
     dist_wait(d, dist_allreduce_sum_d_start(d, g, x, n));
+}
+
+/* a group of one: its range is all of x, which holds its sum already */
+DistOp *dist_reduce_scatter_f_start(Dist *d, DistGroup g, float *x, size_t n) {
+    return op_begin(now_seconds());
+}
+
+DistOp *dist_allgather_f_start(Dist *d, DistGroup g, float *x, size_t n) {
+    return op_begin(now_seconds());
+}
+
+void dist_reduce_scatter_f(Dist *d, DistGroup g, float *x, size_t n) {
+    dist_wait(d, dist_reduce_scatter_f_start(d, g, x, n));
+}
+
+void dist_allgather_f(Dist *d, DistGroup g, float *x, size_t n) {
+    dist_wait(d, dist_allgather_f_start(d, g, x, n));
 }
 
 /* recv[0 .. count) = send[0 .. count) (int x count) */

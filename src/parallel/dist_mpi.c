@@ -18,9 +18,9 @@
  * lesson runs; MPI's own collectives (dist_mpi_lib.c) bring the ring and the tree, and keep
  * the deadline and the passive waiting, since the same loop tests their requests.
  *
- * Communicators: a duplicate of MPI_COMM_WORLD (our tags never meet another library's) and
- * two splits of it, EP rows (colour dp_rank, key ep_rank) and DP columns (colour ep_rank, key
- * dp_rank), so a member's index in a group is its ep_rank or dp_rank. Each collective has its
+ * Communicators: a duplicate of MPI_COMM_WORLD (our tags never meet another library's) and a
+ * split of it for each group of the grid (dist.h), keyed by the member's index in the group
+ * (dist_grid.c). Each collective has its
  * own tag, and collectives in flight at once have distinct tags (from their start order):
  * ranks that call collectives in different orders (a bug) never match each other's messages;
  * they time out and say so.
@@ -249,23 +249,25 @@ static int settings_differ(const Dist *d, int world, const char *mine) {
     return 1;
 }
 
-/* comms_create: the job's communicators, a duplicate of MPI_COMM_WORLD and its EP rows and DP
- * columns, each checked against the grid d describes */
+/* comms_create: the job's communicators, a duplicate of MPI_COMM_WORLD and a split of it for
+ * each group of the grid (colour: which copy of the group, key: the member's index), each
+ * checked against the grid d describes */
 static void comms_create(const Dist *d, DistMpi *m) {
     mpi_check(d, MPI_Comm_dup(MPI_COMM_WORLD, &m->comm[DIST_WORLD]), "dist_init");
     mpi_check(d, MPI_Comm_set_errhandler(m->comm[DIST_WORLD], MPI_ERRORS_RETURN), "dist_init");
-    mpi_check(d, MPI_Comm_split(m->comm[DIST_WORLD], d->dp_rank, d->ep_rank, &m->comm[DIST_EP]),
-              "dist_init");
-    mpi_check(d, MPI_Comm_split(m->comm[DIST_WORLD], d->ep_rank, d->dp_rank, &m->comm[DIST_DP]),
-              "dist_init");
-    for (int g = DIST_EP; g <= DIST_DP; g++) {
+    for (int g = DIST_WORLD + 1; g < DIST_GROUPS; g++) {
+        const DistGroup grp = (DistGroup)g;
+        mpi_check(d,
+                  MPI_Comm_split(m->comm[DIST_WORLD], dist_group_colour(d, grp),
+                                 dist_group_rank(d, grp), &m->comm[g]),
+                  "dist_init");
         mpi_check(d, MPI_Comm_set_errhandler(m->comm[g], MPI_ERRORS_RETURN), "dist_init");
         int size = 0, r = 0;
         MPI_Comm_size(m->comm[g], &size);
         MPI_Comm_rank(m->comm[g], &r);
-        if (size != dist_group_size(d, (DistGroup)g) || r != dist_group_rank(d, (DistGroup)g))
+        if (size != dist_group_size(d, grp) || r != dist_group_rank(d, grp))
             moe_fatal("dist_init: group %d has size %d rank %d, the grid says %d and %d", g, size,
-                      r, dist_group_size(d, (DistGroup)g), dist_group_rank(d, (DistGroup)g));
+                      r, dist_group_size(d, grp), dist_group_rank(d, grp));
     }
 }
 
@@ -280,10 +282,12 @@ static void ops_alloc(DistMpi *m, int world) {
         op->peer = malloc_check(cap * sizeof *op->peer);
         op->want = malloc_check(cap * sizeof *op->want);
         op->done_idx = malloc_check(cap * sizeof *op->done_idx);
+        op->counts = malloc_check((size_t)world * sizeof *op->counts);
+        op->displs = malloc_check((size_t)world * sizeof *op->displs);
     }
 }
 
-int dist_init(Dist *d, int *argc, char ***argv, int ep, int collectives, double timeout_s,
+int dist_init(Dist *d, int *argc, char ***argv, DistAxes axes, int collectives, double timeout_s,
               const char *settings, char *err, int errlen) {
     memset(d, 0, sizeof *d);
     int inited = 0, owns = 0, provided = 0;
@@ -305,35 +309,21 @@ int dist_init(Dist *d, int *argc, char ***argv, int ep, int collectives, double 
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     d->rank = rank;
-    /* first the settings, ep among them: with the grid built from two values of dist.ep the
-     * splits below would not match */
+    /* first the settings, the axes among them: with the grid built from two values of
+     * dist.ep the splits below would not match */
     if (settings && world > 1 && settings_differ(d, world, settings)) {
         if (owns) MPI_Finalize();
         startup_done();
         if (errlen > 0) err[0] = '\0'; /* rank 0 has said what differs */
         return -1;
     }
-    if (ep < 1 || world % ep != 0) {
+    if (dist_grid_set(d, world, rank, axes, err, errlen) != 0) {
         /* Every rank reaches the same verdict from the same numbers, so each can end MPI
          * cleanly and exit with the message, without waiting on the others. */
         if (owns) MPI_Finalize();
         startup_done();
-        if (ep < 1)
-            return set_error(err, errlen,
-                             "dist.ep=%d: the number of expert-parallel processes must be 1 or "
-                             "more: set dist.ep to a divisor of the %d processes",
-                             ep, world);
-        return set_error(err, errlen,
-                         "dist.ep=%d does not divide the %d processes: run with mpirun -np %d "
-                         "or %d, or set dist.ep to a divisor of %d",
-                         ep, world, ep, 2 * ep, world);
+        return -1;
     }
-    d->rank = rank;
-    d->world = world;
-    d->ep = ep;
-    d->dp = world / ep;
-    d->ep_rank = rank % ep;
-    d->dp_rank = rank / ep;
     d->timeout_s = timeout_s > 0 ? timeout_s : 60.0;
     d->collectives = collectives;
 
@@ -350,7 +340,7 @@ void dist_finalize(Dist *d) {
     if (d == NULL || d->impl == NULL) return;
     dist_barrier(d); /* a peer that died since the last collective is named here, not hung on */
     DistMpi *m = d->impl;
-    for (int g = DIST_DP; g >= DIST_WORLD; g--) MPI_Comm_free(&m->comm[g]);
+    for (int g = DIST_GROUPS - 1; g >= DIST_WORLD; g--) MPI_Comm_free(&m->comm[g]);
     if (m->owns_mpi) MPI_Finalize();
     for (int i = 0; i < DIST_MAX_IN_FLIGHT; i++) {
         DistOp *op = &m->ops[i];
@@ -359,6 +349,8 @@ void dist_finalize(Dist *d) {
         free(op->peer);
         free(op->want);
         free(op->done_idx);
+        free(op->counts);
+        free(op->displs);
         free(op->reduce_buf);
     }
     free(m);

@@ -71,18 +71,24 @@ struct DistOp {
     char *x;
     size_t n, elem, off, len;
     int phase;             /* SUM_UP: addends travel to member 0; SUM_DOWN: the sum back */
-    char *reduce_buf;      /* member 0's addends of one chunk: (P - 1) x chunk elements */
+    int mode;              /* SUM_ALL, SUM_SCATTER or SUM_GATHER (dist_mpi_ops.c) */
+    char *reduce_buf;      /* member 0's addends of one chunk: (P - 1) x chunk elements; or
+                              an MPI reduce-scatter's result before it goes to its place */
     size_t reduce_cap;     /* its bytes, grown on demand and kept with the slot */
+    int *counts, *displs;  /* (world) an MPI v-collective's counts and displacements */
+    char *after_dst;       /* after the wait: after_bytes from reduce_buf to here (or none) */
+    size_t after_bytes;
 };
 
 enum { SUM_UP = 0, SUM_DOWN = 1 };
+enum { SUM_ALL = 0, SUM_SCATTER = 1, SUM_GATHER = 2 }; /* all-reduce, reduce-scatter, all-gather */
 enum { OP_ONCE = 0, OP_SUM = 1, OP_LIB = 2 }; /* OP_LIB: one request of MPI's own collective */
 
 typedef struct {
-    MPI_Comm comm[3]; /* indexed by DistGroup: world duplicate, EP row, DP column */
+    MPI_Comm comm[DIST_GROUPS]; /* indexed by DistGroup: the world's duplicate, then splits */
     int owns_mpi;     /* 1 when dist_init called MPI_Init, so dist_finalize ends it */
     DistOp ops[DIST_MAX_IN_FLIGHT];
-    unsigned started[3]; /* collectives started so far per group: their tags come from it */
+    unsigned started[DIST_GROUPS]; /* collectives started so far per group: their tags */
 } DistMpi;
 
 /* A free slot for a collective named name over group g, its tags drawn from g's start count;
@@ -112,6 +118,10 @@ DistOp *lib_alltoallv_f_start(Dist *d, const float *send, const int *send_counts
                               const int *send_displs, float *recv, const int *recv_counts,
                               const int *recv_displs);
 void lib_alltoall_i(Dist *d, const int *send, int *recv, int count);
+/* dist_reduce_scatter_f_start and dist_allgather_f_start: MPI_Ireduce_scatter (through a copy:
+ * MPI puts a member's block at the start of its buffer) and MPI_Iallgatherv in place */
+DistOp *lib_reduce_scatter_f_start(Dist *d, DistGroup g, float *x, size_t n);
+DistOp *lib_allgather_f_start(Dist *d, DistGroup g, float *x, size_t n);
 /* member 0's n elements (of type, elem bytes each) to every member of g */
 void lib_broadcast(Dist *d, DistGroup g, void *x, int n, MPI_Datatype type, size_t elem,
                    const char *name);

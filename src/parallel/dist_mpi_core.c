@@ -4,13 +4,15 @@
  * name a silent peer, and the end of the job on an error. The collectives are in
  * dist_mpi_ops.c (dist.collectives=teach) and dist_mpi_lib.c (=mpi); the start and end of a
  * job in dist_mpi.c, whose opening comment says why the waits are built this way. This file
- * calls no other file of src/parallel/, so that the ones above it call down only.
+ * calls no other file of src/parallel/ but the grid's arithmetic (dist_grid.c), so that the
+ * ones above it call down only.
  */
 #if MOE_HAVE_MPI
 #include "parallel/dist_mpi.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "base/util.h"
@@ -38,20 +40,6 @@ static void mpi_check(const Dist *d, int rc, const char *op) {
             "moe: rank %d: MPI error in the %s: %s; a process has probably died; ending the job\n",
             d->rank, op, text);
     end_job();
-}
-
-int dist_group_size(const Dist *d, DistGroup g) {
-    return g == DIST_EP ? d->ep : g == DIST_DP ? d->dp : d->world;
-}
-
-int dist_group_rank(const Dist *d, DistGroup g) {
-    return g == DIST_EP ? d->ep_rank : g == DIST_DP ? d->dp_rank : d->rank;
-}
-
-/* World rank of member p of this rank's group g (the table of dist.h: rank = dp_rank ep +
- * ep_rank), for messages that name peers the way mpirun numbers them. */
-static int world_of(const Dist *d, DistGroup g, int p) {
-    return g == DIST_EP ? d->dp_rank * d->ep + p : g == DIST_DP ? p * d->ep + d->ep_rank : p;
 }
 
 /* ---- requests and the wait loop ---------------------------------------------------------- */
@@ -83,6 +71,7 @@ DistOp *dm_op_begin(Dist *d, DistGroup g, const char *name, MPI_Datatype type) {
     op->nreq = 0;
     op->seconds = 0.0;
     op->sent = op->recvd = 0;
+    op->after_bytes = 0;
     return op;
 }
 
@@ -98,7 +87,7 @@ void dm_post_recv(Dist *d, DistOp *op, DistGroup g, void *buf, int n, int p, int
     DistMpi *m = impl_of(d);
     int i = op->nreq++;
     mpi_check(d, MPI_Irecv(buf, n, op->type, p, tag + op->tag, m->comm[g], &op->req[i]), op->name);
-    op->peer[i] = world_of(d, g, p);
+    op->peer[i] = dist_group_world_rank(d, g, p);
     op->want[i] = n;
 }
 
@@ -107,7 +96,7 @@ void dm_post_send(Dist *d, DistOp *op, DistGroup g, const void *buf, int n, int 
     int i = op->nreq++;
     mpi_check(d, MPI_Isend(buf, n, op->type, p, tag + op->tag, m->comm[g], &op->req[i]),
               op->name);
-    op->peer[i] = world_of(d, g, p);
+    op->peer[i] = dist_group_world_rank(d, g, p);
     op->want[i] = -1;
 }
 
@@ -127,7 +116,7 @@ static MOE_NORETURN void abort_timeout_lib(const Dist *d, const DistOp *op, doub
     size_t used = 0;
     for (int p = 0; p < P && used + 16 < sizeof list; p++)
         used += (size_t)snprintf(list + used, sizeof list - used, "%s%d", p ? ", " : "",
-                                 world_of(d, op->g, p));
+                                 dist_group_world_rank(d, op->g, p));
     fprintf(stderr,
             "moe: rank %d: the %s over %s (world ranks %s) did not complete in %.1f s: a "
             "process of it has stopped or died (MPI's collectives do not say which; "
@@ -212,6 +201,7 @@ void dm_wait_for(Dist *d, DistOp *op, double patience) {
 void dm_wait(Dist *d, DistOp *op) {
     const double t0 = now_seconds();
     dm_wait_for(d, op, op->patience);
+    if (op->after_bytes > 0) memcpy(op->after_dst, op->reduce_buf, op->after_bytes);
     op->seconds += now_seconds() - t0;
     dm_op_end(d, op);
 }

@@ -21,6 +21,7 @@
 #include "parallel/dist_mpi.h"
 
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -54,6 +55,60 @@ DistOp *lib_sum_start(Dist *d, DistGroup g, void *x, size_t n, int is_double, co
     lib_posted(d, op,
                MPI_Iallreduce(MPI_IN_PLACE, x, cnt, type, MPI_SUM, dm_comm(d, g), &op->req[0]));
     op->sent = op->recvd = ring_bytes(P, n, is_double ? sizeof(double) : sizeof(float));
+    op->seconds += now_seconds() - t0;
+    return op;
+}
+
+/* op's counts and displacements: each member's range of n floats over P members (in ints:
+ * one range over 2^31 - 1 floats ends the job with a message) */
+static void shard_counts(Dist *d, DistOp *op, int P, size_t n) {
+    for (int p = 0; p < P; p++) {
+        size_t lo, hi;
+        dist_shard_range(n, P, p, &lo, &hi);
+        op->counts[p] = count_of(d, hi - lo,
+                                 "reduce-scatter or all-gather: a member's range of "
+                                 "more than 2^31 - 1 floats: split it");
+        op->displs[p] = count_of(d, lo,
+                                 "reduce-scatter or all-gather: more than 2^31 - 1 "
+                                 "floats in one call: split it");
+    }
+}
+
+/* a ring's bytes each way for one half of a sum (reduce-scatter or all-gather) */
+static uint64_t half_ring_bytes(int P, size_t n) {
+    return P > 1 ? (uint64_t)((double)(P - 1) / P * (double)n * sizeof(float) + 0.5) : 0;
+}
+
+DistOp *lib_reduce_scatter_f_start(Dist *d, DistGroup g, float *x, size_t n) {
+    const double t0 = now_seconds();
+    const int P = dist_group_size(d, g), me = dist_group_rank(d, g);
+    DistOp *op = dm_op_begin(d, g, "reduce_scatter_f", MPI_FLOAT);
+    shard_counts(d, op, P, n);
+    const size_t mine = (size_t)op->counts[me] * sizeof(float);
+    if (mine > op->reduce_cap) {
+        free(op->reduce_buf);
+        op->reduce_cap = mine;
+        op->reduce_buf = malloc_check(mine);
+    }
+    lib_posted(d, op,
+               MPI_Ireduce_scatter(x, op->reduce_buf, op->counts, MPI_FLOAT, MPI_SUM, dm_comm(d, g),
+                                   &op->req[0]));
+    op->after_dst = (char *)(x + op->displs[me]); /* MPI writes it at the buffer's start */
+    op->after_bytes = mine;
+    op->sent = op->recvd = half_ring_bytes(P, n);
+    op->seconds += now_seconds() - t0;
+    return op;
+}
+
+DistOp *lib_allgather_f_start(Dist *d, DistGroup g, float *x, size_t n) {
+    const double t0 = now_seconds();
+    const int P = dist_group_size(d, g);
+    DistOp *op = dm_op_begin(d, g, "allgather_f", MPI_FLOAT);
+    shard_counts(d, op, P, n);
+    lib_posted(d, op,
+               MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, op->counts, op->displs,
+                               MPI_FLOAT, dm_comm(d, g), &op->req[0]));
+    op->sent = op->recvd = half_ring_bytes(P, n);
     op->seconds += now_seconds() - t0;
     return op;
 }

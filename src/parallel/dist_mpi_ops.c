@@ -21,33 +21,65 @@ static int count_of(Dist *d, size_t n, const char *op) {
     return (int)n;
 }
 
-/* ---- sums -------------------------------------------------------------------------------- */
+/* ---- sums, and their two halves ----------------------------------------------------------- */
 
-/* x (n elements of elem bytes, float or double) summed over group g in place. Chunk by chunk:
- * members send to member 0 (SUM_UP); member 0 adds the addends in member order into its own
- * x, then sends the sum back (SUM_DOWN). Bytes: member 0 sends and receives (P - 1) n elem,
- * the others n elem. */
+/* x (n elements of elem bytes, float or double) over group g, in place, chunk by chunk, every
+ * message through member 0, in two phases a chunk:
+ *   all-reduce      UP: each member's chunk to member 0, which adds the addends in member
+ *                   order into its own x; DOWN: the sum back to every member. Bytes: member 0
+ *                   sends and receives (P - 1) n elem, the others n elem.
+ *   reduce-scatter  UP as the all-reduce's (the same sum, in the same order: the same bits);
+ *                   DOWN: member p gets its range (dist_shard_range) of the sum only.
+ *   all-gather      UP: member p's range to member 0, into its place in member 0's x; DOWN:
+ *                   the whole chunk back to every member.
+ * A chunk's share of member p's range is its intersection with the chunk (often empty: then
+ * neither end posts a message, as both compute the same intersection). */
+
+/* The part of member p's range of op's buffer inside the chunk at op->off: [lo, hi). */
+static void chunk_share(const DistOp *op, int P, int p, size_t *lo, size_t *hi) {
+    dist_shard_range(op->n, P, p, lo, hi);
+    const size_t c0 = op->off, c1 = op->off + op->len;
+    *lo = *lo > c0 ? *lo : c0;
+    *hi = *hi < c1 ? *hi : c1;
+    if (*hi < *lo) *hi = *lo;
+}
+
+/* What member q and member 0 exchange in op's current phase: [lo, hi) of the buffer. */
+static void phase_span(const DistOp *op, int P, int q, size_t *lo, size_t *hi) {
+    const int whole = op->phase == SUM_UP ? op->mode != SUM_GATHER : op->mode != SUM_SCATTER;
+    if (whole) {
+        *lo = op->off;
+        *hi = op->off + op->len;
+    } else {
+        chunk_share(op, P, q, lo, hi);
+    }
+}
 
 /* Post the messages of op's current phase for the chunk at op->off. */
 static void sum_post(Dist *d, DistOp *op) {
     const int P = dist_group_size(d, op->g), me = dist_group_rank(d, op->g);
-    const int len = (int)op->len;
-    char *xs = op->x + op->off * op->elem;
+    const int tag = op->phase == SUM_UP ? TAG_REDUCE_UP : TAG_REDUCE_DOWN;
+    size_t lo, hi;
     for (int p = 1; me == 0 && p < P; p++) {
-        if (op->phase == SUM_UP)
-            dm_post_recv(d, op, op->g, op->reduce_buf + (size_t)(p - 1) * op->len * op->elem, len, p,
-                      TAG_REDUCE_UP);
+        phase_span(op, P, p, &lo, &hi);
+        if (hi == lo) continue;
+        if (op->phase == SUM_UP && op->mode != SUM_GATHER)
+            dm_post_recv(d, op, op->g, op->reduce_buf + (size_t)(p - 1) * op->len * op->elem,
+                         (int)(hi - lo), p, tag);
+        else if (op->phase == SUM_UP)
+            dm_post_recv(d, op, op->g, op->x + lo * op->elem, (int)(hi - lo), p, tag);
         else
-            dm_post_send(d, op, op->g, xs, len, p, TAG_REDUCE_DOWN);
+            dm_post_send(d, op, op->g, op->x + lo * op->elem, (int)(hi - lo), p, tag);
     }
-    if (me != 0) {
-        /* the send must be complete before the sum overwrites the same buffer: DOWN is posted
-         * only after UP has finished */
-        if (op->phase == SUM_UP)
-            dm_post_send(d, op, op->g, xs, len, 0, TAG_REDUCE_UP);
-        else
-            dm_post_recv(d, op, op->g, xs, len, 0, TAG_REDUCE_DOWN);
-    }
+    if (me == 0) return;
+    /* the send must be complete before the sum overwrites the same buffer: DOWN is posted
+     * only after UP has finished */
+    phase_span(op, P, me, &lo, &hi);
+    if (hi == lo) return;
+    if (op->phase == SUM_UP)
+        dm_post_send(d, op, op->g, op->x + lo * op->elem, (int)(hi - lo), 0, tag);
+    else
+        dm_post_recv(d, op, op->g, op->x + lo * op->elem, (int)(hi - lo), 0, tag);
 }
 
 /* Member 0: the addends of the chunk, in member order, into its own x. */
@@ -63,12 +95,13 @@ static void sum_add(Dist *d, DistOp *op) {
     }
 }
 
-static DistOp *sum_start(Dist *d, DistGroup g, void *x, size_t n, int is_double,
+static DistOp *sum_start(Dist *d, DistGroup g, void *x, size_t n, int is_double, int mode,
                          const char *name) {
     const double t0 = now_seconds();
     DistOp *op = dm_op_begin(d, g, name, is_double ? MPI_DOUBLE : MPI_FLOAT);
     const int P = dist_group_size(d, g), me = dist_group_rank(d, g);
     op->kind = OP_SUM;
+    op->mode = mode;
     op->g = g;
     op->x = (char *)x;
     op->n = P > 1 ? n : 0; /* a group of one: nothing to send */
@@ -76,7 +109,7 @@ static DistOp *sum_start(Dist *d, DistGroup g, void *x, size_t n, int is_double,
     op->off = 0;
     op->len = op->n < REDUCE_CHUNK ? op->n : REDUCE_CHUNK;
     op->phase = SUM_UP;
-    size_t need = (size_t)(P - 1) * op->len * op->elem;
+    size_t need = mode == SUM_GATHER ? 0 : (size_t)(P - 1) * op->len * op->elem;
     if (me == 0 && need > op->reduce_cap) {
         free(op->reduce_buf);
         op->reduce_cap = need;
@@ -87,21 +120,35 @@ static DistOp *sum_start(Dist *d, DistGroup g, void *x, size_t n, int is_double,
     return op;
 }
 
+/* The bytes of op's phase just finished, into its counts: member 0's with every member, the
+ * others' with member 0. */
+static void phase_bytes(const Dist *d, DistOp *op) {
+    const int P = dist_group_size(d, op->g), me = dist_group_rank(d, op->g);
+    uint64_t elems = 0;
+    size_t lo, hi;
+    for (int q = me == 0 ? 1 : me; q < (me == 0 ? P : me + 1); q++) {
+        phase_span(op, P, q, &lo, &hi);
+        elems += hi - lo;
+    }
+    const uint64_t bytes = elems * op->elem;
+    const int receives = (op->phase == SUM_UP) == (me == 0);
+    if (receives)
+        op->recvd += bytes;
+    else
+        op->sent += bytes;
+}
+
 /* Drive a sum through its chunks: each chunk's UP, then its DOWN, then the next chunk. */
 static void sum_finish(Dist *d, DistOp *op) {
-    const int P = dist_group_size(d, op->g), me = dist_group_rank(d, op->g);
+    const int me = dist_group_rank(d, op->g);
     const double patience = me == 0 ? WAIT_ROOT : WAIT_HUB;
     while (op->off < op->n) {
         dm_wait_for(d, op, patience);
-        uint64_t bytes = (uint64_t)op->len * op->elem * (me == 0 ? (uint64_t)(P - 1) : 1);
+        phase_bytes(d, op);
         if (op->phase == SUM_UP) {
-            if (me == 0) sum_add(d, op);
-            op->recvd += me == 0 ? bytes : 0;
-            op->sent += me == 0 ? 0 : bytes;
+            if (me == 0 && op->mode != SUM_GATHER) sum_add(d, op);
             op->phase = SUM_DOWN;
         } else {
-            op->sent += me == 0 ? bytes : 0;
-            op->recvd += me == 0 ? 0 : bytes;
             op->off += op->len;
             op->len = op->n - op->off < op->len ? op->n - op->off : op->len;
             op->phase = SUM_UP;
@@ -113,12 +160,22 @@ static void sum_finish(Dist *d, DistOp *op) {
 
 DistOp *dist_allreduce_sum_f_start(Dist *d, DistGroup g, float *x, size_t n) {
     if (d->collectives != DIST_COLL_TEACH) return lib_sum_start(d, g, x, n, 0, "allreduce_sum_f");
-    return sum_start(d, g, x, n, 0, "allreduce_sum_f");
+    return sum_start(d, g, x, n, 0, SUM_ALL, "allreduce_sum_f");
 }
 
 DistOp *dist_allreduce_sum_d_start(Dist *d, DistGroup g, double *x, size_t n) {
     if (d->collectives != DIST_COLL_TEACH) return lib_sum_start(d, g, x, n, 1, "allreduce_sum_d");
-    return sum_start(d, g, x, n, 1, "allreduce_sum_d");
+    return sum_start(d, g, x, n, 1, SUM_ALL, "allreduce_sum_d");
+}
+
+DistOp *dist_reduce_scatter_f_start(Dist *d, DistGroup g, float *x, size_t n) {
+    if (d->collectives != DIST_COLL_TEACH) return lib_reduce_scatter_f_start(d, g, x, n);
+    return sum_start(d, g, x, n, 0, SUM_SCATTER, "reduce_scatter_f");
+}
+
+DistOp *dist_allgather_f_start(Dist *d, DistGroup g, float *x, size_t n) {
+    if (d->collectives != DIST_COLL_TEACH) return lib_allgather_f_start(d, g, x, n);
+    return sum_start(d, g, x, n, 0, SUM_GATHER, "allgather_f");
 }
 
 void dist_allreduce_sum_f(Dist *d, DistGroup g, float *x, size_t n) {
@@ -127,6 +184,14 @@ void dist_allreduce_sum_f(Dist *d, DistGroup g, float *x, size_t n) {
 
 void dist_allreduce_sum_d(Dist *d, DistGroup g, double *x, size_t n) {
     dist_wait(d, dist_allreduce_sum_d_start(d, g, x, n));
+}
+
+void dist_reduce_scatter_f(Dist *d, DistGroup g, float *x, size_t n) {
+    dist_wait(d, dist_reduce_scatter_f_start(d, g, x, n));
+}
+
+void dist_allgather_f(Dist *d, DistGroup g, float *x, size_t n) {
+    dist_wait(d, dist_allgather_f_start(d, g, x, n));
 }
 
 /* ---- all-to-all inside the EP row --------------------------------------------------------- */

@@ -4,6 +4,7 @@
  * One binary for both builds: without MPI it runs as one process (world = ep = dp = 1, every
  * collective a copy); under mpirun (tests/mpi/test_dist.sh) every rank runs the same tests in
  * the same order, with the grid read from the environment:
+ *   MOE_TEST_TP=N         dist.tp (default 1)
  *   MOE_TEST_EP=N         dist.ep (default 1)
  *   MOE_TEST_TIMEOUT=S    dist timeout in seconds (default 30)
  *   MOE_TEST_COLLECTIVES=mpi|teach  dist.collectives (default teach)
@@ -47,14 +48,23 @@ static void reset_notes(void) {
     g_fail[0] = 0;
 }
 
-/* World rank of member p of this rank's group g, from the table of dist.h. */
+/* World rank of member p of this rank's group g, from the table of dist.h (rank = tp_rank +
+ * tp (ep_rank + ep dp_rank)), written out here apart from dist_grid.c's. */
 static int world_of(DistGroup g, int p) {
     const Dist *d = &g_d;
-    return g == DIST_EP ? d->dp_rank * d->ep + p : g == DIST_DP ? p * d->ep + d->ep_rank : p;
+    const int tp = d->tp, ep = d->ep;
+    switch (g) {
+    case DIST_TP: return p + tp * (d->ep_rank + ep * d->dp_rank);
+    case DIST_EP: return d->tp_rank + tp * (p + ep * d->dp_rank);
+    case DIST_DP: return p % tp + tp * (d->ep_rank + ep * (p / tp));
+    case DIST_DATA: return d->tp_rank + tp * p;
+    default: return p;
+    }
 }
 
 static const char *group_name(DistGroup g) {
-    return g == DIST_EP ? "EP" : g == DIST_DP ? "DP" : "WORLD";
+    static const char *names[DIST_GROUPS] = {"WORLD", "EP", "DP", "TP", "DATA"};
+    return names[g];
 }
 
 START_TEST(test_grid) {
@@ -71,33 +81,46 @@ START_TEST(test_grid) {
     float me = (float)d->rank;
     float *row = d->ep_rank == 0 ? malloc_check((size_t)d->ep * sizeof(float)) : NULL;
     dist_gather_f(d, &me, 1, row);
-    /* The DP column: world rank + 1 at slot dp_rank */
-    double *col = calloc_check((size_t)d->dp, sizeof(double));
-    col[d->dp_rank] = d->rank + 1;
-    dist_allreduce_sum_d(d, DIST_DP, col, (size_t)d->dp);
+    /* The expert data-parallel group: world rank + 1 at the member's slot */
+    const int ndp = dist_group_size(d, DIST_DP);
+    double *col = calloc_check((size_t)ndp, sizeof(double));
+    col[dist_group_rank(d, DIST_DP)] = d->rank + 1;
+    dist_allreduce_sum_d(d, DIST_DP, col, (size_t)ndp);
 
-    ck_assert_int_eq(d->world, d->dp * d->ep);
+    ck_assert_int_eq(d->world, d->tp * d->dp * d->ep);
     ck_assert_int_ge(d->rank, 0);
     ck_assert_int_lt(d->rank, d->world);
-    ck_assert_int_eq(d->ep_rank, d->rank % d->ep);
-    ck_assert_int_eq(d->dp_rank, d->rank / d->ep);
+    ck_assert_int_eq(d->tp_rank, d->rank % d->tp);
+    ck_assert_int_eq(d->ep_rank, d->rank / d->tp % d->ep);
+    ck_assert_int_eq(d->dp_rank, d->rank / (d->tp * d->ep));
     ck_assert_int_eq(dist_group_size(d, DIST_WORLD), d->world);
     ck_assert_int_eq(dist_group_size(d, DIST_EP), d->ep);
-    ck_assert_int_eq(dist_group_size(d, DIST_DP), d->dp);
+    ck_assert_int_eq(dist_group_size(d, DIST_DP), d->tp * d->dp);
+    ck_assert_int_eq(dist_group_size(d, DIST_TP), d->tp);
+    ck_assert_int_eq(dist_group_size(d, DIST_DATA), d->ep * d->dp);
+    for (int g = 0; g < DIST_GROUPS; g++) /* the grid's own table against this test's */
+        for (int p = 0; p < dist_group_size(d, (DistGroup)g); p++)
+            NOTE(dist_group_world_rank(d, (DistGroup)g, p) == world_of((DistGroup)g, p),
+                 "%s member %d: dist_group_world_rank says rank %d, the grid's formula %d",
+                 group_name((DistGroup)g), p, dist_group_world_rank(d, (DistGroup)g, p),
+                 world_of((DistGroup)g, p));
     ck_assert_int_eq(dist_group_rank(d, DIST_WORLD), d->rank);
     ck_assert_int_eq(dist_group_rank(d, DIST_EP), d->ep_rank);
-    ck_assert_int_eq(dist_group_rank(d, DIST_DP), d->dp_rank);
+    ck_assert_int_eq(dist_group_rank(d, DIST_DP), d->tp_rank + d->tp * d->dp_rank);
+    ck_assert_int_eq(dist_group_rank(d, DIST_TP), d->tp_rank);
+    ck_assert_int_eq(dist_group_rank(d, DIST_DATA), d->ep_rank + d->ep * d->dp_rank);
     ck_assert(d->timeout_s > 0);
     ck_assert_int_eq(dist_available(), MOE_HAVE_MPI);
     for (int r = 0; r < W; r++) {
-        NOTE(tab[3 * r] == r && tab[3 * r + 1] == r % d->ep && tab[3 * r + 2] == r / d->ep,
+        NOTE(tab[3 * r] == r && tab[3 * r + 1] == r / d->tp % d->ep &&
+                 tab[3 * r + 2] == r / (d->tp * d->ep),
              "rank %d reports (rank %g, ep_rank %g, dp_rank %g), the grid says (%d, %d, %d)", r,
-             tab[3 * r], tab[3 * r + 1], tab[3 * r + 2], r, r % d->ep, r / d->ep);
+             tab[3 * r], tab[3 * r + 1], tab[3 * r + 2], r, r / d->tp % d->ep, r / (d->tp * d->ep));
     }
     for (int p = 0; row != NULL && p < d->ep; p++)
         NOTE(row[p] == (float)world_of(DIST_EP, p), "EP member %d is world rank %g, want %d", p,
              (double)row[p], world_of(DIST_EP, p));
-    for (int i = 0; i < d->dp; i++)
+    for (int i = 0; i < ndp; i++)
         NOTE(col[i] == world_of(DIST_DP, i) + 1, "DP member %d is world rank %g, want %d", i,
              col[i] - 1, world_of(DIST_DP, i));
     free(tab);
@@ -111,12 +134,14 @@ END_TEST
 START_TEST(test_init_rejects_bad_ep) {
     Dist bad;
     char err[256] = "", want[64];
-    ck_assert_int_eq(dist_init(&bad, NULL, NULL, 0, g_d.collectives, 1.0, NULL, err, sizeof err),
-                     -1);
+    ck_assert_int_eq(
+        dist_init(&bad, NULL, NULL, (DistAxes){1, 0}, g_d.collectives, 1.0, NULL, err, sizeof err),
+        -1);
     ck_assert_msg(strstr(err, "dist.ep=0") != NULL, "message: %s", err);
     int ep = g_d.world + 1; /* never divides the world */
-    ck_assert_int_eq(dist_init(&bad, NULL, NULL, ep, g_d.collectives, 1.0, NULL, err, sizeof err),
-                     -1);
+    ck_assert_int_eq(
+        dist_init(&bad, NULL, NULL, (DistAxes){1, ep}, g_d.collectives, 1.0, NULL, err, sizeof err),
+        -1);
     snprintf(want, sizeof want, "mpirun -np %d", ep);
     ck_assert_msg(strstr(err, want) != NULL, "message '%s' lacks '%s'", err, want);
     snprintf(want, sizeof want, "dist.ep=%d", ep);
@@ -137,10 +162,10 @@ static float rounded_value(int wr, int i) {
 START_TEST(test_allreduce) {
     Dist *d = &g_d;
     enum { n = 1000 };
-    float exact[3][n], rounded[3][n], again[3][n], want_rounded[n];
-    double dbl[3][n];
-    double *seen[3]; /* per group: every member's rounded result at member p's slot (P x n) */
-    for (int g = 0; g < 3; g++) {
+    float exact[DIST_GROUPS][n], rounded[DIST_GROUPS][n], again[DIST_GROUPS][n], want_rounded[n];
+    double dbl[DIST_GROUPS][n];
+    double *seen[DIST_GROUPS]; /* per group: every member's rounded result at slot p (P x n) */
+    for (int g = 0; g < DIST_GROUPS; g++) {
         int P = dist_group_size(d, (DistGroup)g), me = dist_group_rank(d, (DistGroup)g);
         for (int i = 0; i < n; i++) {
             exact[g][i] = exact_value(d->rank, i);
@@ -162,7 +187,7 @@ START_TEST(test_allreduce) {
     for (size_t i = 0; i < big; i++) x[i] = exact_value(d->rank, (int)(i % 100000));
     dist_allreduce_sum_f(d, DIST_WORLD, x, big);
 
-    for (int g = 0; g < 3; g++) {
+    for (int g = 0; g < DIST_GROUPS; g++) {
         int P = dist_group_size(d, (DistGroup)g);
         for (int i = 0; i < n; i++) {
             float want = 0.0f;
@@ -298,6 +323,84 @@ START_TEST(test_alltoallv_f) {
     free(rd);
     free(send);
     free(recv);
+}
+END_TEST
+
+/* The two halves of a sum over every group, in place: after a reduce-scatter each member's
+ * range (dist_shard_range) holds the exact sum, the same bits as the all-reduce of the same
+ * values over the same group (teach: one reduction order; mpi: small integers are exact in any
+ * order); an all-gather of those ranges makes the whole sum on every member. Sizes: not a
+ * multiple of the group (uneven ranges), smaller than it (empty ranges), and over one message
+ * (the teaching engine's chunks). Bytes: the engine's cost model for each call. */
+START_TEST(test_reduce_scatter_allgather) {
+    Dist *d = &g_d;
+    const size_t sizes[3] = {1001, 3, ((size_t)1 << 20) + 5};
+    for (int g = 0; g < DIST_GROUPS; g++)
+        for (int k = 0; k < 3; k++) {
+            const DistGroup grp = (DistGroup)g;
+            const size_t n = sizes[k];
+            const int P = dist_group_size(d, grp), me = dist_group_rank(d, grp);
+            float *x = malloc_check(n * sizeof(float)), *all = malloc_check(n * sizeof(float));
+            for (size_t i = 0; i < n; i++) x[i] = all[i] = exact_value(d->rank, (int)(i % 9973));
+            dist_allreduce_sum_f(d, grp, all, n);
+            const DistStats before = d->stats;
+            dist_reduce_scatter_f(d, grp, x, n);
+            const DistStats mid = d->stats;
+            size_t lo, hi;
+            dist_shard_range(n, P, me, &lo, &hi);
+            int same = 1;
+            for (size_t i = lo; i < hi; i++) same &= memcmp(&x[i], &all[i], sizeof(float)) == 0;
+            NOTE(same, "%s reduce-scatter of %zu: member %d's range [%zu, %zu) is not the sum",
+                 group_name(grp), n, me, lo, hi);
+            for (size_t i = 0; i < n; i++)
+                if (i < lo || i >= hi) x[i] = -1.0f; /* another member's: must come back */
+            dist_allgather_f(d, grp, x, n);
+            NOTE(memcmp(x, all, n * sizeof(float)) == 0,
+                 "%s all-gather of %zu: the whole sum is not on member %d", group_name(grp), n, me);
+            /* bytes: a ring's (P - 1) / P n each way with MPI's; teach's through member 0 */
+            uint64_t want_rs_sent, want_rs_recv;
+            size_t l0, h0;
+            dist_shard_range(n, P, 0, &l0, &h0);
+            if (d->collectives != DIST_COLL_TEACH) {
+                want_rs_sent = want_rs_recv =
+                    P > 1 ? (uint64_t)((double)(P - 1) / P * (double)n * 4 + 0.5) : 0;
+            } else if (P == 1) {
+                want_rs_sent = want_rs_recv = 0;
+            } else if (me == 0) {
+                want_rs_recv = (uint64_t)(P - 1) * n * 4;
+                want_rs_sent = (uint64_t)(n - (h0 - l0)) * 4;
+            } else {
+                want_rs_sent = (uint64_t)n * 4;
+                want_rs_recv = (uint64_t)(hi - lo) * 4;
+            }
+            NOTE(mid.bytes_sent - before.bytes_sent == want_rs_sent &&
+                     mid.bytes_recv - before.bytes_recv == want_rs_recv,
+                 "%s reduce-scatter of %zu floats: sent %llu, received %llu bytes; want %llu, "
+                 "%llu",
+                 group_name(grp), n, (unsigned long long)(mid.bytes_sent - before.bytes_sent),
+                 (unsigned long long)(mid.bytes_recv - before.bytes_recv),
+                 (unsigned long long)want_rs_sent, (unsigned long long)want_rs_recv);
+            /* teach's all-gather is the reduce-scatter's messages turned round */
+            const uint64_t ag_sent = d->stats.bytes_sent - mid.bytes_sent;
+            const uint64_t ag_recv = d->stats.bytes_recv - mid.bytes_recv;
+            const int turned = d->collectives == DIST_COLL_TEACH && P > 1;
+            NOTE(!turned || me != 0 ||
+                     (ag_sent == (uint64_t)(P - 1) * n * 4 &&
+                      ag_recv == (uint64_t)(n - (h0 - l0)) * 4),
+                 "%s teach all-gather at member 0: sent %llu, received %llu bytes", group_name(grp),
+                 (unsigned long long)ag_sent, (unsigned long long)ag_recv);
+            NOTE(!turned || me == 0 ||
+                     (ag_sent == (uint64_t)(hi - lo) * 4 && ag_recv == (uint64_t)n * 4),
+                 "%s teach all-gather at member %d: sent %llu, received %llu bytes",
+                 group_name(grp), me, (unsigned long long)ag_sent, (unsigned long long)ag_recv);
+            NOTE(turned || (ag_sent == want_rs_sent && ag_recv == want_rs_recv),
+                 "%s all-gather of %zu floats: sent %llu, received %llu bytes, want %llu each",
+                 group_name(grp), n, (unsigned long long)ag_sent, (unsigned long long)ag_recv,
+                 (unsigned long long)want_rs_sent);
+            free(x);
+            free(all);
+        }
+    ASSERT_NOTES();
 }
 END_TEST
 
@@ -458,6 +561,7 @@ static Suite *dist_suite(void) {
     tcase_add_test(tc, test_allreduce);
     tcase_add_test(tc, test_alltoall_i);
     tcase_add_test(tc, test_alltoallv_f);
+    tcase_add_test(tc, test_reduce_scatter_allgather);
     tcase_add_test(tc, test_broadcast);
     tcase_add_test(tc, test_gather);
     tcase_add_test(tc, test_barrier);
@@ -536,7 +640,7 @@ static double env_number(const char *name, double fallback) {
 }
 
 int main(int argc, char **argv) {
-    int ep = (int)env_number("MOE_TEST_EP", 1);
+    int tp = (int)env_number("MOE_TEST_TP", 1), ep = (int)env_number("MOE_TEST_EP", 1);
     char err[256];
     int stop_at_start = (int)env_number("MOE_TEST_STOP_AT_START", -1);
     if (stop_at_start >= 0 && (int)env_number("OMPI_COMM_WORLD_RANK", -1) == stop_at_start) {
@@ -546,8 +650,8 @@ int main(int argc, char **argv) {
     }
     const char *coll = getenv("MOE_TEST_COLLECTIVES");
     const int collectives = coll && strcmp(coll, "mpi") == 0 ? DIST_COLL_MPI : DIST_COLL_TEACH;
-    if (dist_init(&g_d, &argc, &argv, ep, collectives, env_number("MOE_TEST_TIMEOUT", 30), NULL,
-                  err, sizeof err)) {
+    if (dist_init(&g_d, &argc, &argv, (DistAxes){tp, ep}, collectives,
+                  env_number("MOE_TEST_TIMEOUT", 30), NULL, err, sizeof err)) {
         fprintf(stderr, "test_dist: %s\n", err);
         return 2;
     }
@@ -570,9 +674,10 @@ int main(int argc, char **argv) {
     double total = failed; /* every rank learns whether any failed, and exits the same way */
     dist_allreduce_sum_d(&g_d, DIST_WORLD, &total, 1);
     if (g_d.rank == 0)
-        printf("test_dist: %d tests on %d process(es), ep %d x dp %d, %s collectives: %s (%g "
-               "failures over all ranks)\n",
-               ran, g_d.world, g_d.ep, g_d.dp, collectives == DIST_COLL_MPI ? "MPI's" : "teach",
+        printf("test_dist: %d tests on %d process(es), tp %d x ep %d x dp %d, %s collectives: %s "
+               "(%g failures over all ranks)\n",
+               ran, g_d.world, g_d.tp, g_d.ep, g_d.dp,
+               collectives == DIST_COLL_MPI ? "MPI's" : "teach",
                total == 0 ? "all passed" : "FAILED", total);
     dist_finalize(&g_d);
     return total == 0 ? 0 : 1;

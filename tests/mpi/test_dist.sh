@@ -4,9 +4,12 @@
 #
 #   1. the Check suite of tests/mpi/test_dist.c on every rank, with each engine of collectives
 #      (teach: built by hand; mpi: MPI's own): 1 process (ep 1), 2 (ep 2), 4 (ep 4; and ep 2 x
-#      dp 2), 8 (ep 4 x dp 2, oversubscribed): grid layout, sums over WORLD / EP / DP (every
-#      member the same bits), all-to-alls, broadcast, gather, barrier, byte counts
-#   2. a bad grid is refused with a message: dist.ep=3 on 4 processes
+#      dp 2), 8 (ep 4 x dp 2, oversubscribed), and with a tensor-parallel axis 4 (tp 2 x ep 2)
+#      and 8 (tp 2 x ep 2 x dp 2): grid layout, sums over WORLD / EP / DP / TP / DATA (every
+#      member the same bits), reduce-scatter and all-gather over each (the all-reduce's sum,
+#      uneven and empty ranges, byte counts), all-to-alls, broadcast, gather, barrier
+#   2. a bad grid is refused with a message: dist.ep=3, and dist.tp=2 x dist.ep=4, on 4
+#      processes
 #   3. no silent hangs: a rank that stops answering in the middle of a run of all-to-alls
 #      (MOE_TEST_HANG_RANK=1, dist timeout 3 s) ends the job non-zero within 15 s, and the
 #      other ranks name rank 1; the same in the second row of ep 2 x dp 2 (rank 3 stops,
@@ -43,7 +46,7 @@ run() {
     shift 2
     local t0
     t0=$(now_ms)
-    env MOE_TEST_EP="$ep" "$@" timeout -k 10 60 mpirun -np "$np" "$bin" > "$tmp/out" 2>&1
+    env MOE_TEST_EP="$ep" MOE_TEST_TP="${tp:-1}" "$@" timeout -k 10 60 mpirun -np "$np" "$bin" > "$tmp/out" 2>&1
     rc=$?
     secs=$(awk -v ms=$(($(now_ms) - t0)) 'BEGIN { printf "%.1f", ms / 1000 }')
     out=$(cat "$tmp/out")
@@ -87,6 +90,14 @@ for coll in teach mpi; do
         check "$coll collectives, mpirun -np $1, ep $2 x dp $(($1 / $2)): every test on every rank (${secs} s)" $? \
             "exit $rc: $(grep -E 'rank|FAIL|rror' <<< "$out" | head -n 8)"
     done
+    # with a tensor-parallel axis: tp 2 x ep 2, and tp 2 x ep 2 x dp 2 (oversubscribed)
+    for grid in "4 2 2" "8 2 2"; do
+        set -- $grid
+        tp=$3 run "$1" "$2" MOE_TEST_COLLECTIVES=$coll
+        [ $rc -eq 0 ] && grep -q "all passed" <<< "$out"
+        check "$coll collectives, mpirun -np $1, tp $3 x ep $2 x dp $(($1 / $2 / $3)): every test on every rank (${secs} s)" $? \
+            "exit $rc: $(grep -E 'rank|FAIL|rror' <<< "$out" | head -n 8)"
+    done
 done
 
 # ---- 2. a grid that does not fit ---------------------------------------------------------
@@ -94,6 +105,9 @@ echo "test_dist: bad grid"
 run 4 3
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "dist.ep=3 does not divide the 4 processes: run with mpirun -np 3" <<< "$out"
 check "dist.ep=3 on 4 processes is refused with what to do" $? "exit $rc: $(head -n 3 <<< "$out")"
+tp=2 run 4 4
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "dist.tp=2 x dist.ep=4 = 8 processes a data-parallel replica, which does not divide the 4 processes" <<< "$out"
+check "dist.tp=2 x dist.ep=4 on 4 processes is refused with the arithmetic" $? "exit $rc: $(head -n 3 <<< "$out")"
 
 # ---- 3, 4. failures end the job, in bounded time ----------------------------------------
 echo "test_dist: failures"

@@ -57,7 +57,7 @@ typedef struct {
 
 static struct {
     int open;
-    ncclComm_t comm[3]; /* indexed by DistGroup */
+    ncclComm_t comm[DIST_GROUPS]; /* indexed by DistGroup */
     cudaStream_t sums;  /* the gradients' sums, beside the backend's stream */
     NcclOp ops[DIST_MAX_IN_FLIGHT];
 } nccl;
@@ -65,7 +65,7 @@ static struct {
 /* End the job: every communicator aborted (so that no kernel of NCCL waits on), then the
  * message and MPI_Abort (dist_abort). */
 static void abort_all(Dist *d, const char *why) {
-    for (int g = DIST_DP; g >= DIST_WORLD; g--)
+    for (int g = DIST_GROUPS - 1; g >= DIST_WORLD; g--)
         if (nccl.comm[g]) ncclCommAbort(nccl.comm[g]);
     dist_abort(d, why);
 }
@@ -111,12 +111,12 @@ int cuda_coll_open(const Backend *be, Dist *d, char *err, int errlen) {
                          "be made (NCCL says: %s; it refuses two processes on one GPU: give "
                          "each its own, or use dist.collectives=mpi)",
                          d->world, ncclGetErrorString(r));
-    nccl_check(
-        d, ncclCommSplit(nccl.comm[DIST_WORLD], d->dp_rank, d->ep_rank, &nccl.comm[DIST_EP], NULL),
-        "ncclCommSplit (expert-parallel rows)");
-    nccl_check(
-        d, ncclCommSplit(nccl.comm[DIST_WORLD], d->ep_rank, d->dp_rank, &nccl.comm[DIST_DP], NULL),
-        "ncclCommSplit (data-parallel columns)");
+    /* a communicator for each group of the grid, as dist_mpi.c splits MPI's (dist_grid.c) */
+    for (int g = DIST_WORLD + 1; g < DIST_GROUPS; g++)
+        nccl_check(d,
+                   ncclCommSplit(nccl.comm[DIST_WORLD], dist_group_colour(d, (DistGroup)g),
+                                 dist_group_rank(d, (DistGroup)g), &nccl.comm[g], NULL),
+                   "ncclCommSplit");
     for (int i = 0; i < DIST_MAX_IN_FLIGHT; i++) {
         CUDA_CHECK(cudaEventCreateWithFlags(&nccl.ops[i].ready, cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&nccl.ops[i].done, cudaEventDisableTiming));
@@ -199,7 +199,7 @@ void cuda_coll_wait(const Backend *be, Dist *d, void *handle) {
         cudaError_t q = cudaEventQuery(op->done);
         if (q == cudaSuccess) break;
         if (q != cudaErrorNotReady) CUDA_CHECK(q);
-        for (int g = DIST_WORLD; g <= DIST_DP; g++) {
+        for (int g = DIST_WORLD; g < DIST_GROUPS; g++) {
             ncclResult_t async = ncclSuccess;
             nccl_check(d, ncclCommGetAsyncError(nccl.comm[g], &async), "ncclCommGetAsyncError");
             if (async != ncclSuccess && async != ncclInProgress) {

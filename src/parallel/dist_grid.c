@@ -1,0 +1,88 @@
+/*
+ * dist_grid.c: the process grid's arithmetic (dist.h): which rank sits where on the axes
+ * tp x ep x dp, and which ranks make up each group. Both builds use it (one process is the
+ * grid of axes 1 x 1 x 1); it calls nothing else of src/parallel/, so every other file may call
+ * it.
+ */
+#include "parallel/dist.h"
+
+#include "base/util.h"
+
+int dist_grid_set(Dist *d, int world, int rank, DistAxes a, char *err, int errlen) {
+    if (a.tp < 1 || a.ep < 1)
+        return set_error(err, errlen,
+                         "dist.tp=%d, dist.ep=%d: each axis of the process grid is 1 or more "
+                         "processes",
+                         a.tp, a.ep);
+    const long replica = (long)a.tp * a.ep; /* the processes of one data-parallel replica */
+    if (world % replica != 0) {
+        const char *what = a.tp > 1 && a.ep > 1 ? "dist.tp x dist.ep"
+                           : a.tp > 1           ? "dist.tp"
+                                                : "dist.ep";
+        if (a.tp > 1 && a.ep > 1)
+            return set_error(err, errlen,
+                             "dist.tp=%d x dist.ep=%d = %ld processes a data-parallel replica, "
+                             "which does not divide the %d processes (the world is dist.tp x "
+                             "dist.ep x data-parallel): run with mpirun -np %ld or %ld, or set "
+                             "%s to a divisor of %d",
+                             a.tp, a.ep, replica, world, replica, 2 * replica, what, world);
+        return set_error(err, errlen,
+                         "%s=%ld does not divide the %d processes: run with mpirun -np %ld or "
+                         "%ld, or set %s to a divisor of %d",
+                         what, replica, world, replica, 2 * replica, what, world);
+    }
+    d->world = world;
+    d->rank = rank;
+    d->tp = a.tp;
+    d->ep = a.ep;
+    d->dp = world / (int)replica;
+    d->tp_rank = rank % a.tp;
+    d->ep_rank = rank / a.tp % a.ep;
+    d->dp_rank = rank / (int)replica;
+    return 0;
+}
+
+int dist_group_size(const Dist *d, DistGroup g) {
+    switch (g) {
+    case DIST_TP: return d->tp;
+    case DIST_EP: return d->ep;
+    case DIST_DP: return d->tp * d->dp;
+    case DIST_DATA: return d->ep * d->dp;
+    default: return d->world;
+    }
+}
+
+int dist_group_rank(const Dist *d, DistGroup g) {
+    switch (g) {
+    case DIST_TP: return d->tp_rank;
+    case DIST_EP: return d->ep_rank;
+    case DIST_DP: return d->tp_rank + d->tp * d->dp_rank;
+    case DIST_DATA: return d->ep_rank + d->ep * d->dp_rank;
+    default: return d->rank;
+    }
+}
+
+/* The grid's formula, rank = tp_rank + tp (ep_rank + ep dp_rank), at other indices. */
+static int rank_at(const Dist *d, int tp_rank, int ep_rank, int dp_rank) {
+    return tp_rank + d->tp * (ep_rank + d->ep * dp_rank);
+}
+
+int dist_group_world_rank(const Dist *d, DistGroup g, int p) {
+    switch (g) {
+    case DIST_TP: return rank_at(d, p, d->ep_rank, d->dp_rank);
+    case DIST_EP: return rank_at(d, d->tp_rank, p, d->dp_rank);
+    case DIST_DP: return rank_at(d, p % d->tp, d->ep_rank, p / d->tp);
+    case DIST_DATA: return rank_at(d, d->tp_rank, p % d->ep, p / d->ep);
+    default: return p;
+    }
+}
+
+int dist_group_colour(const Dist *d, DistGroup g) {
+    switch (g) {
+    case DIST_TP: return d->ep_rank + d->ep * d->dp_rank;
+    case DIST_EP: return d->tp_rank + d->tp * d->dp_rank;
+    case DIST_DP: return d->ep_rank;
+    case DIST_DATA: return d->tp_rank;
+    default: return 0;
+    }
+}
