@@ -276,6 +276,11 @@ static int check_tensor_parallel(const Config *c, char *err, int errlen) {
 }
 
 int config_check_dist(const Config *c, int world, char *err, int errlen) {
+    if (c->zero > 2)
+        return set_error(err, errlen,
+                         "dist.zero=%d (the weights sharded) is not built yet: dist.zero=2 "
+                         "shards the AdamW moments and the gradients",
+                         c->zero);
     const int replica = c->tp * c->ep; /* the processes of one data-parallel replica */
     if (world % replica != 0 && c->tp > 1)
         return set_error(err, errlen,

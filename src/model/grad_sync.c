@@ -23,6 +23,29 @@ static int by_stage(const void *a, const void *b) {
     return x->offset < y->offset ? -1 : x->offset > y->offset; /* the table's order inside */
 }
 
+int grad_buckets(GradBucket *b, const ParamTable *pt, size_t bucket_floats) {
+    int n = 0, seen_block = 0;
+    for (int i = 0; i < pt->n; i++) {
+        const ParamTensor *t = &pt->t[i];
+        seen_block |= t->layer >= 0;
+        const GradBucket next = {.offset = t->offset,
+                                 .numel = t->numel,
+                                 .group = t->expert_dim ? DIST_DP : DIST_WORLD,
+                                 .stage = stage_of(t, pt->n_layer, seen_block),
+                                 .t0 = i,
+                                 .nt = 1};
+        GradBucket *last = n > 0 ? &b[n - 1] : NULL;
+        if (last && last->stage == next.stage && last->group == next.group &&
+            last->offset + last->numel == next.offset && last->numel + next.numel <= bucket_floats)
+            last->numel += next.numel, last->nt++;
+        else
+            b[n++] = next;
+    }
+    for (int i = 0; i < n; i++) b[i].lo = b[i].offset, b[i].hi = b[i].offset + b[i].numel;
+    qsort(b, (size_t)n, sizeof *b, by_stage);
+    return n;
+}
+
 void grad_sync_init(GradSync *s, const ParamTable *pt, size_t bucket_floats, const Backend *be,
                     int on_device) {
     memset(s, 0, sizeof *s);
@@ -30,22 +53,17 @@ void grad_sync_init(GradSync *s, const ParamTable *pt, size_t bucket_floats, con
     s->on_device = on_device;
     if (!be->host_memory && !on_device) s->host = floats_alloc(pt->total);
     s->b = calloc_check((size_t)pt->n + 1, sizeof *s->b);
-    int seen_block = 0;
-    for (int i = 0; i < pt->n; i++) {
-        const ParamTensor *t = &pt->t[i];
-        seen_block |= t->layer >= 0;
-        const GradBucket next = {.offset = t->offset,
-                                 .numel = t->numel,
-                                 .group = t->expert_dim ? DIST_DP : DIST_WORLD,
-                                 .stage = stage_of(t, pt->n_layer, seen_block)};
-        GradBucket *last = s->n > 0 ? &s->b[s->n - 1] : NULL;
-        if (last && last->stage == next.stage && last->group == next.group &&
-            last->offset + last->numel == next.offset && last->numel + next.numel <= bucket_floats)
-            last->numel += next.numel;
-        else
-            s->b[s->n++] = next;
+    s->n = grad_buckets(s->b, pt, bucket_floats);
+}
+
+void grad_sync_shard(GradSync *s, const Dist *d, int scatter) {
+    s->scatter = scatter;
+    for (int i = 0; i < s->n; i++) {
+        GradBucket *b = &s->b[i];
+        dist_shard_range(b->numel, dist_group_size(d, b->group), dist_group_rank(d, b->group),
+                         &b->lo, &b->hi);
+        b->lo += b->offset, b->hi += b->offset;
     }
-    qsort(s->b, (size_t)s->n, sizeof *s->b, by_stage);
 }
 
 void grad_sync_free(GradSync *s) {
@@ -60,9 +78,11 @@ static void finish_oldest(GradSync *s, Dist *d, float *grads) {
         s->be->coll_wait(s->be, d, s->flight[s->head]);
     else
         dist_wait(d, (DistOp *)s->flight[s->head]);
-    if (s->host) {
+    if (s->host) { /* a reduce-scatter's sum is the shard's alone */
         const GradBucket *b = &s->b[s->bucket[s->head]];
-        s->be->to_device(s->be, grads + b->offset, s->host + b->offset, b->numel * sizeof(float));
+        const size_t lo = s->scatter ? b->lo : b->offset;
+        const size_t hi = s->scatter ? b->hi : b->offset + b->numel;
+        s->be->to_device(s->be, grads + lo, s->host + lo, (hi - lo) * sizeof(float));
     }
     s->head = (s->head + 1) % GRAD_SYNC_WINDOW;
     s->count--;
@@ -78,9 +98,12 @@ static void start(GradSync *s, Dist *d, float *grads, int i) {
         x = s->host + b->offset;
     }
     const int slot = (s->head + s->count) % GRAD_SYNC_WINDOW;
-    s->flight[slot] = s->on_device
-                          ? s->be->coll_allreduce_sum_f_start(s->be, d, b->group, x, b->numel)
-                          : (void *)dist_allreduce_sum_f_start(d, b->group, x, b->numel);
+    if (s->on_device)
+        s->flight[slot] = s->be->coll_allreduce_sum_f_start(s->be, d, b->group, x, b->numel);
+    else if (s->scatter)
+        s->flight[slot] = dist_reduce_scatter_f_start(d, b->group, x, b->numel);
+    else
+        s->flight[slot] = dist_allreduce_sum_f_start(d, b->group, x, b->numel);
     s->bucket[slot] = i;
     s->count++;
 }

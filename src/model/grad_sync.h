@@ -45,9 +45,13 @@
 
 typedef struct {
     size_t offset, numel; /* a range of the gradient buffer, in floats */
-    DistGroup group;      /* DIST_WORLD, or DIST_DP for stacked expert tensors */
+    DistGroup group;      /* the group that holds copies of its tensors: DIST_WORLD, or DIST_DP
+                             for stacked expert tensors */
     int stage;            /* when the backward has finished it: 0 after the head and final
                              norm, L - l after block l, L + 1 after the embedding */
+    int t0, nt;           /* its tensors: pt->t[t0 .. t0 + nt) */
+    size_t lo, hi;        /* this member's shard of it under dist.zero (dist_shard_range over
+                             group), as offsets of the whole buffer; the whole bucket else */
 } GradBucket;
 
 typedef struct GradSync {
@@ -59,6 +63,7 @@ typedef struct GradSync {
     int bucket[GRAD_SYNC_WINDOW];   /* the bucket of each */
     int head, count;
     const Backend *be;
+    int scatter;   /* dist.zero >= 2: reduce-scatters (each member's shard summed), not sums */
     int on_device; /* the backend's collectives sum the buckets in its memory */
     float *host;   /* the host copy of the gradients (staging), or NULL: summed in place */
     double wait_s; /* the last step's seconds in grad_sync_finish: the sums' exposed time */
@@ -70,6 +75,17 @@ typedef struct GradSync {
  * are; else d's, on the host (staged when the backend's memory is not the host's). */
 void grad_sync_init(GradSync *s, const ParamTable *pt, size_t bucket_floats, const Backend *be,
                     int on_device);
+/* The floats of a bucket at most: dist.bucket_mb's. */
+static inline size_t grad_bucket_floats(const Config *c) {
+    return (size_t)(c->bucket_mb * (1 << 20) / sizeof(float));
+}
+/* The buckets alone, in stage order, into b (room for pt->n): their count. Each is whole
+ * (lo, hi its ends) until grad_sync_shard. */
+int grad_buckets(GradBucket *b, const ParamTable *pt, size_t bucket_floats);
+/* Each bucket's shard for d's member (dist_shard_range over the bucket's group); with scatter
+ * (dist.zero >= 2) the sums become reduce-scatters: after grad_sync_finish a member's bucket
+ * holds the sum in its shard only (and a staged bucket comes back up only there). */
+void grad_sync_shard(GradSync *s, const Dist *d, int scatter);
 void grad_sync_free(GradSync *s);
 
 /* The backward has finished stage (GradBucket.stage): start the sums of its buckets over d

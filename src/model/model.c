@@ -20,6 +20,7 @@
 #include "model/grad_sync.h"
 #include "model/mtp.h"
 #include "model/profile.h"
+#include "model/zero.h"
 #include "nn/ops.h"
 
 /* n floats of the model's backend, zeroed */
@@ -64,6 +65,10 @@ void model_init_dist(Model *m, const Config *c, int B, int T, Dist *d) {
                             "(train.device=%s has none here); use dist.collectives=mpi",
                             be->name);
         if (be->coll_open(be, d, err, sizeof err) != 0) moe_input_error("%s", err);
+        if (c->zero > 0)
+            moe_input_error("dist.zero=%d shards the state with MPI's collectives on the host: "
+                            "use dist.collectives=mpi or teach with it, or dist.zero=0 with nccl",
+                            c->zero);
     }
     model_init_backend(m, c, B, T, d, be);
 }
@@ -73,15 +78,21 @@ void model_init_dist(Model *m, const Config *c, int B, int T, Dist *d) {
 static void params_alloc(Model *m, const Config *c, int ep) {
     const Backend *be = m->be;
     params_table_build_ep(&m->pt, c, ep);
+    size_t moments = m->pt.total;
     if (m->dist) {
         m->sync = calloc_check(1, sizeof *m->sync);
-        grad_sync_init(m->sync, &m->pt, (size_t)(c->bucket_mb * (1 << 20) / sizeof(float)), be,
+        grad_sync_init(m->sync, &m->pt, grad_bucket_floats(c), be,
                        m->dist->collectives == DIST_COLL_NCCL);
+    }
+    if (m->dist && c->zero > 0) { /* the moments of this member's shards (zero.h) */
+        m->zero = calloc_check(1, sizeof *m->zero);
+        zero_init(m->zero, m->sync, m->dist, c->zero);
+        moments = m->zero->floats;
     }
     m->params = dev(m, m->pt.total);
     m->grads = dev(m, m->pt.total);
-    m->m = dev(m, m->pt.total);
-    m->v = dev(m, m->pt.total);
+    m->m = dev(m, moments);
+    m->v = dev(m, moments);
     params_view(&m->w, &m->pt, m->params);
     params_view(&m->g, &m->pt, m->grads);
     /* drawn in place when the backend's memory is the host's, else on the host and copied */
@@ -207,6 +218,8 @@ void model_free(Model *m) {
     free(rs->mtp_host);
     release(m, rs->mtp_moe_rec);
     free(m->router_bias_host);
+    if (m->zero) zero_free(m->zero);
+    free(m->zero);
     if (m->sync) grad_sync_free(m->sync);
     free(m->sync);
     release(m, rs->arena);
@@ -437,6 +450,10 @@ void model_zero_grad(Model *m) {
 
 void model_grad_norm_record(const Model *m) {
     const Backend *be = m->be;
+    if (m->zero) { /* this member's shards: a sum of squares a bucket */
+        zero_norm_record(m);
+        return;
+    }
     if (!m->dist) {
         be->sum_squares(be, m->state.rec_norm, m->state.norm_partial, m->grads, m->pt.total);
         return;
@@ -461,6 +478,8 @@ float model_grad_norm(const Model *m) {
     }
     if (!m->dist) {
         ss = sq[0];
+    } else if (m->zero) {
+        ss = zero_norm_squares(m, sq);
     } else {
         /* every process holds the same (summed) non-expert gradients; each expert lives on one
          * member of an expert-parallel group: their squares add up over the group */
@@ -491,6 +510,10 @@ void model_adamw_step(Model *m, float lr, float grad_scale) {
                    .grad_scale = grad_scale,
                    .step = m->step,
                    .clear_grad = 1};
+    if (m->zero) { /* this member's shards, then the weights gathered */
+        zero_adamw_step(m, &s);
+        return;
+    }
     for (int i = 0; i < m->pt.n; i++) {
         const ParamTensor *t = &m->pt.t[i];
         s.weight_decay = t->decay ? c->weight_decay : 0.0f;

@@ -182,7 +182,8 @@ typedef struct Model {
 
     /* the weights */
     ParamTable pt;
-    float *params, *grads, *m, *v; /* (pt.total) each; m, v are the AdamW moments */
+    float *params, *grads, *m, *v; /* (pt.total) each; m, v are the AdamW moments
+                                      ((Zero.floats) under dist.zero: zero.h) */
     ParamView w, g;                /* named views into params and grads */
     /* aux-free balancing state (moe.balance=aux_free): one bias per expert and MoE block,
      * added to the scores for the top-k choice only. Not a parameter: no gradient, no AdamW;
@@ -210,6 +211,9 @@ typedef struct Model {
     /* the gradients' sums over the processes, in buckets (grad_sync.h; NULL in one process).
      * A backward with StepCtx.sync_in_backward starts each block's sums as soon as it is done. */
     struct GradSync *sync;
+    /* dist.zero >= 1 across processes (zero.h; NULL: every state whole): m and v hold this
+     * member's shard of each gradient bucket, Zero.floats in all */
+    struct Zero *zero;
 } Model;
 
 /* The mode of one forward or backward: what the caller is doing with the model, not the

@@ -7,11 +7,26 @@
 
 #include "io/tensorfile.h"
 #include "model/inspect.h"
+#include "model/zero.h"
 
 static const char *const KINDS[3] = {"param", "adam_m", "adam_v"};
 
 static float *kind_buffer(const Model *m, int kind) {
     return kind == 0 ? m->params : kind == 1 ? m->m : m->v;
+}
+
+/* The whole buffer of each kind (pt.total floats), as one process holds it: under dist.zero
+ * the moments' shards gathered over their groups (every member takes part), to be released
+ * with release_whole; else the model's own buffers. */
+static void whole_buffers(const Model *m, float *buf[3]) {
+    for (int kind = 0; kind < 3; kind++)
+        buf[kind] =
+            kind > 0 && m->zero ? zero_whole(m, kind_buffer(m, kind)) : kind_buffer(m, kind);
+}
+
+static void release_whole(const Model *m, float *buf[3]) {
+    for (int kind = 1; kind < 3; kind++)
+        if (buf[kind] != kind_buffer(m, kind)) m->be->free(m->be, buf[kind]);
 }
 
 /* Experts per process: num_experts / dist.ep with expert parallelism, else all of them (1). */
@@ -23,7 +38,7 @@ static int expert_share(const Model *m) {
  * expert-parallel group, so the file holds all E experts as one process would write them;
  * every process takes part, the first one writes. Returns (3, pt.n) the gathered tensors of
  * each kind (NULL where a tensor is not gathered, and everywhere on the other members). */
-static float **gather_experts(const Model *m) {
+static float **gather_experts(const Model *m, float *const buf[3]) {
     const ParamTable *pt = &m->pt;
     const int share = expert_share(m);
     float **gathered = (float **)calloc_check((size_t)3 * pt->n + 1, sizeof(float *));
@@ -33,7 +48,7 @@ static float **gather_experts(const Model *m) {
                 const ParamTensor *t = &pt->t[i];
                 if (!t->expert_dim) continue;
                 float *full = m->dist->ep_rank == 0 ? floats_alloc(t->numel * share) : NULL;
-                const float *mine = kind_buffer(m, kind) + t->offset;
+                const float *mine = buf[kind] + t->offset;
                 float *down = model_host_copy(m, mine, t->numel); /* a device's, copied down */
                 dist_gather_f(m->dist, down ? down : mine, t->numel, full);
                 free(down);
@@ -56,10 +71,13 @@ int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, cha
                     int errlen) {
     const ParamTable *pt = &m->pt;
     const int share = expert_share(m);
-    float **gathered = gather_experts(m);
+    float *whole[3];
+    whole_buffers(m, whole);
+    float **gathered = gather_experts(m, whole);
     if (m->dist && m->dist->rank != 0) {
         for (int j = 0; j < 3 * pt->n; j++) free(gathered[j]);
         free(gathered);
+        release_whole(m, whole);
         return 0;
     }
     int n = 3 * pt->n + 2 + m->n_moe;
@@ -67,8 +85,8 @@ int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, cha
     float *host[3] = {NULL, NULL, NULL}; /* a GPU's weights and moments, copied down */
     int k = 0;
     for (int kind = 0; kind < 3; kind++) {
-        host[kind] = model_host_copy(m, kind_buffer(m, kind), pt->total);
-        const float *buf = host[kind] ? host[kind] : kind_buffer(m, kind);
+        host[kind] = model_host_copy(m, whole[kind], pt->total);
+        const float *buf = host[kind] ? host[kind] : whole[kind];
         for (int i = 0; i < pt->n; i++, k++) {
             const ParamTensor *t = &pt->t[i];
             const float *full = gathered[kind * pt->n + i];
@@ -107,6 +125,7 @@ int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, cha
     for (int l = 0; l < m->cfg.n_layer; l++) free(biases[l]);
     for (int j = 0; j < 3 * pt->n; j++) free(gathered[j]);
     free(gathered);
+    release_whole(m, whole);
     return rc;
 }
 
@@ -142,6 +161,46 @@ int checkpoint_config(const char *path, Config *c, char *err, int errlen) {
     return 0;
 }
 
+/* ck's tensors into m, the weights alone (kinds 1) or with the moments (3): an
+ * expert-parallel member's experts, and under dist.zero its shards of the moments. */
+static int load_tensors(Model *m, const Ckpt *ck, const char *path, int kinds, char *err,
+                        int errlen) {
+    int rc = 0;
+    const ParamTable *pt = &m->pt;
+    const int share = expert_share(m);
+    /* under dist.zero the moments are read whole, then each member keeps its shards */
+    float *to[3] = {m->params, m->m, m->v};
+    for (int kind = 1; m->zero && kind < kinds; kind++) to[kind] = be_floats(m->be, pt->total);
+    for (int kind = 0; rc == 0 && kind < kinds; kind++)
+        for (int i = 0; rc == 0 && i < pt->n; i++) {
+            const ParamTensor *t = &pt->t[i];
+            char name[TENSOR_NAME_MAX];
+            snprintf(name, sizeof name, "%s/%s", KINDS[kind], t->name);
+            const TensorRef *e = ckpt_find(ck, name);
+            /* the file holds all experts; an expert-parallel member takes its consecutive
+             * share, from expert ep_rank * (E / ep) */
+            const size_t parts = t->expert_dim ? (size_t)share : 1;
+            const size_t skip =
+                t->expert_dim && share > 1 ? (size_t)m->dist->ep_rank * t->numel : 0;
+            if (!e || e->dtype != TENSOR_F32 || e->nbytes != parts * t->numel * sizeof(float)) {
+                snprintf(err, (size_t)errlen,
+                         "checkpoint %s: tensor %s is %s; the checkpoint was written by a "
+                         "model of another shape or version",
+                         path, name, e ? "of another size" : "missing");
+                rc = -1;
+                break;
+            }
+            m->be->to_device(m->be, to[kind] + t->offset, (const float *)e->data + skip,
+                             t->numel * sizeof(float));
+        }
+    for (int kind = 1; kind < 3; kind++)
+        if (to[kind] != kind_buffer(m, kind)) {
+            if (rc == 0) zero_shard_of(m, to[kind], kind_buffer(m, kind));
+            m->be->free(m->be, to[kind]);
+        }
+    return rc;
+}
+
 int checkpoint_load(Model *m, Rng *loader_rng, const char *path, int with_optimizer, char *err,
                     int errlen) {
     Ckpt ck;
@@ -156,30 +215,7 @@ int checkpoint_load(Model *m, Rng *loader_rng, const char *path, int with_optimi
                  path, why);
         rc = -1;
     }
-    const ParamTable *pt = &m->pt;
-    const int share = expert_share(m);
-    for (int kind = 0; rc == 0 && kind < (with_optimizer ? 3 : 1); kind++)
-        for (int i = 0; rc == 0 && i < pt->n; i++) {
-            const ParamTensor *t = &pt->t[i];
-            char name[TENSOR_NAME_MAX];
-            snprintf(name, sizeof name, "%s/%s", KINDS[kind], t->name);
-            const TensorRef *e = ckpt_find(&ck, name);
-            /* the file holds all experts; an expert-parallel member takes its consecutive
-             * share, from expert ep_rank * (E / ep) */
-            const size_t parts = t->expert_dim ? (size_t)share : 1;
-            const size_t skip =
-                t->expert_dim && share > 1 ? (size_t)m->dist->ep_rank * t->numel : 0;
-            if (!e || e->dtype != TENSOR_F32 || e->nbytes != parts * t->numel * sizeof(float)) {
-                snprintf(err, (size_t)errlen,
-                         "checkpoint %s: tensor %s is %s; the checkpoint was written by a "
-                         "model of another shape or version",
-                         path, name, e ? "of another size" : "missing");
-                rc = -1;
-                break;
-            }
-            m->be->to_device(m->be, kind_buffer(m, kind) + t->offset, (const float *)e->data + skip,
-                             t->numel * sizeof(float));
-        }
+    if (rc == 0) rc = load_tensors(m, &ck, path, with_optimizer ? 3 : 1, err, errlen);
     if (rc == 0 && with_optimizer) {
         const TensorRef *r = ckpt_find(&ck, "rng/loader");
         if (!r || r->nbytes != sizeof(Rng)) {
