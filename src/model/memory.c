@@ -10,28 +10,58 @@
 #include "model/memory.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
 #include "model/acts.h"
+#include "model/grad_sync.h"
 #include "model/params.h"
+#include "model/zero.h"
 
 size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) {
-    return model_memory_process(c, B, T, 1, out);
+    return model_memory_process(c, B, T, 1, 1, out);
 }
 
-size_t model_memory_process(const Config *c, int B, int T, int ep, MemoryBreakdown *out) {
+size_t model_memory_process(const Config *c, int B, int T, int ep, int world,
+                            MemoryBreakdown *out) {
+    return model_memory_rank(c, B, T, ep, world, world - 1, out);
+}
+
+/* The floats of rank's shards of pt's gradient buckets (zero.h), each over its bucket's group
+ * in the grid of world processes; P when the grid does not fit (the run is refused anyway). */
+static size_t shard_floats(const Config *c, const ParamTable *pt, int ep, int world, int rank) {
+    Dist grid = {0};
+    char err[256];
+    if (dist_grid_set(&grid, world, rank, (DistAxes){.tp = c->tp, .ep = ep}, err, sizeof err))
+        return pt->total;
+    GradBucket *b = calloc_check((size_t)pt->n + 1, sizeof *b);
+    const int n = grad_buckets(b, pt, grad_bucket_floats(c));
+    for (int i = 0; i < n; i++) {
+        dist_shard_range(b[i].numel, dist_group_size(&grid, b[i].group),
+                         dist_group_rank(&grid, b[i].group), &b[i].lo, &b[i].hi);
+    }
+    const size_t floats = zero_shard_floats(b, n);
+    free(b);
+    return floats;
+}
+
+size_t model_memory_rank(const Config *c, int B, int T, int ep, int world, int rank,
+                         MemoryBreakdown *out) {
     MemoryBreakdown m;
     memset(&m, 0, sizeof m);
 
-    /* ---- parameters, gradients, AdamW moments: one buffer of P floats each ------------- */
+    /* ---- parameters, gradients, AdamW moments: one buffer of P floats each, the moments
+     * (and what is kept of the gradients) of the process's shards under dist.zero ------- */
     ParamTable pt;
     params_table_build_ep(&pt, c, ep);
     const size_t P = params_count_total(&pt);
+    const size_t S = world > 1 && c->zero > 0 ? shard_floats(c, &pt, ep, world, rank) : P;
     params_table_free(&pt);
-    m.params = P;   /* params */
-    m.grads = P;    /* grads, same layout */
-    m.adam = 2 * P; /* m and v */
+    m.params = P; /* params */
+    m.grads = P;  /* grads, same layout */
+    m.grad_shard = world > 1 && c->zero >= 2 ? S : P;
+    m.adam = 2 * S; /* m and v */
 
     /* ---- activations, backward scratch, integer buffers: the table of one process ------- */
     ActTable t;
@@ -85,7 +115,7 @@ static double available_bytes(void) {
     return total;
 }
 
-int memory_check(const Config *c, int B, int T, int ep, char *err, int errlen) {
+int memory_check(const Config *c, int B, int T, int ep, int world, char *err, int errlen) {
     /* A first estimate in double, which cannot overflow: the largest terms of the formula
      * (4 P for the parameters, gradients and moments; per block the T x T attention
      * squares, a dozen (N, C) activations and the experts' rows; the logits twice). Settings
@@ -105,7 +135,7 @@ int memory_check(const Config *c, int B, int T, int ep, char *err, int errlen) {
     double need = rough, state = 16.0 * P;
     if (rough < 64.0 * 1024 * GiB && N <= 2147483647.0) {
         MemoryBreakdown mb; /* one process's share: its experts and the exchange's buffers */
-        model_memory_process(c, B, T, ep > 1 ? ep : 1, &mb);
+        model_memory_process(c, B, T, ep > 1 ? ep : 1, world > 1 ? world : 1, &mb);
         need = 4.0 * (double)mb.total_words + (double)mb.pad_bytes;
         state = 4.0 * (double)(mb.params + mb.grads + mb.adam);
     }

@@ -29,8 +29,13 @@
  * model_memory_floats(); int_words, the integer buffers (4-byte ints), are counted apart. */
 typedef struct {
     size_t params;      /* P: every tensor of the parameter table */
-    size_t grads;       /* P: same layout as params */
-    size_t adam;        /* 2P: first and second moments */
+    size_t grads;       /* P: same layout as params; under dist.zero >= 2 too, since the
+                           backward accumulates every gradient whole (zero.h) */
+    size_t adam;        /* 2P: first and second moments; 2 S under dist.zero >= 1, S the
+                           floats of the process's shards of the gradient buckets */
+    size_t grad_shard;  /* S under dist.zero >= 2: the part of grads the process keeps summed
+                           after the backward's reduce-scatters (inside grads, not added);
+                           else P */
     size_t acts_resid;  /* (L + 1) x (N, C): the residual stream at every block boundary */
     size_t acts_attn;   /* per block: norm, q, k, v, probabilities, attention output, ... */
     size_t acts_ffn;    /* per block: dense SwiGLU activations or the MoE block's MoeActs */
@@ -50,17 +55,23 @@ typedef struct {
  * (Model.state.work_bytes) are not counted: they are a few KiB. */
 size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out);
 
-/* The same for one process of an expert-parallel group of ep (dist.ep): its num_experts / ep
- * experts (params_table_build_ep) and its activation table with the expert exchange's buffers,
- * for its B sequences of the batch; what model_init_dist allocates there. ep = 1 is
- * model_memory_floats. */
-size_t model_memory_process(const Config *c, int B, int T, int ep, MemoryBreakdown *out);
+/* The same for one process of a run of world processes in expert-parallel groups of ep
+ * (dist.ep): its num_experts / ep experts (params_table_build_ep) and its activation table with
+ * the expert exchange's buffers, for its B sequences of the batch, and under dist.zero (c->zero,
+ * world > 1) the moments of its shards; what model_init_dist allocates there. The shards of
+ * rank world - 1, the last member of each of its groups, are the largest (dist_shard_range):
+ * this is the largest process. ep = world = 1 is model_memory_floats. */
+size_t model_memory_process(const Config *c, int B, int T, int ep, int world, MemoryBreakdown *out);
+/* The same for rank (0 .. world - 1): its own shards. */
+size_t model_memory_rank(const Config *c, int B, int T, int ep, int world, int rank,
+                         MemoryBreakdown *out);
 
 /* Before a model is built: 0 when model_init(c, B, T) fits in the memory this process may
  * still use (the memory available plus free swap, within any cgroup limit), else -1 with a
  * message giving both sizes and the settings to lower. ep > 1: each process holds
- * num_experts / ep experts (expert parallelism). Settings so large that the sizes would not
+ * num_experts / ep experts (expert parallelism); world, the processes (the largest one's
+ * shards under dist.zero). Settings so large that the sizes would not
  * fit in a size_t are refused from an estimate in double, without overflow. */
-int memory_check(const Config *c, int B, int T, int ep, char *err, int errlen);
+int memory_check(const Config *c, int B, int T, int ep, int world, char *err, int errlen);
 
 #endif

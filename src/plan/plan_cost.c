@@ -91,11 +91,10 @@ static double layer_acts(const PlanInput *in, double n, int tp, int moe, double 
 
 /* A layout the moe.c engine cannot run, or 0. */
 static int moec_refuses(const PlanInput *in, const PlanLayout *l, PlanResult *r) {
-    if (l->tp != 1 || l->pp != 1 || l->vpp != 1 || l->recompute != PLAN_RC_NONE ||
-        in->t.zero != 0) {
+    if (l->tp != 1 || l->pp != 1 || l->vpp != 1 || l->recompute != PLAN_RC_NONE || in->t.zero > 2) {
         snprintf(r->invalid, sizeof r->invalid,
                  "the moe.c engine has data and expert parallelism only (tp = pp = vpp = 1, no "
-                 "recomputation, train.zero=0); train.engine=mixed plans the others");
+                 "recomputation, train.zero <= 2); train.engine=mixed plans the others");
         return 1;
     }
     if (!in->moec_config) {
@@ -203,7 +202,8 @@ static StageMemory stage_memory(const Grid *x, const Stage *S, int s, double den
     if (moec) {
         MemoryBreakdown mb_;
         Config cc = m->c;
-        model_memory_process(&cc, (int)mb, (int)T, ep, &mb_);
+        cc.zero = t->zero; /* the config's dist.zero, or train.zero's --set */
+        model_memory_process(&cc, (int)mb, (int)T, ep, (int)dp, &mb_);
         w = 4.0 * mb_.params, g = 4.0 * mb_.grads, o = 4.0 * mb_.adam;
         acts = 4.0 * (mb_.total_words - mb_.params - mb_.grads - mb_.adam) + mb_.pad_bytes;
         inflight = 1;
@@ -339,7 +339,9 @@ static void step_sums(const Grid *x, PlanResult *r, double dense_p, double exp_p
      * reduce-scatter and an all-gather with ZeRO, an all-reduce (twice the bytes)
      * without */
     const double gb = t->grad_bytes, wb = t->weight_bytes;
-    const double per_d = t->zero >= 1 ? (gb + wb) : 2 * gb;
+    double per_d = t->zero >= 1 ? (gb + wb) : 2 * gb;
+    /* the moe.c engine's dist.zero=1 sums the gradients whole, then gathers the weights */
+    if (t->engine == PLAN_ENGINE_MOEC && t->zero == 1) per_d = 2 * gb + wb;
     const double db = dp > 1 ? (dp - 1) / dp * dense_p * per_d : 0;
     const double ebt = r->edp > 1 ? (r->edp - 1.0) / r->edp * exp_p * per_d : 0;
     r->dp_bytes = db + ebt;

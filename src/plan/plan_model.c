@@ -133,12 +133,12 @@ void plan_from_config(PlanInput *in, const Config *c) {
     m->c = *c; /* the engine's keys (model.vocab among them), and every other setting for its
                 * exact memory */
     /* the moe.c engine: fp32 weights (their own master copy), gradients, moments, activations
-     * and exchanged rows; nothing sharded */
+     * and exchanged rows; sharded as its dist.zero says (model/zero.h) */
     PlanTrain *t = &in->t;
     t->engine = PLAN_ENGINE_MOEC;
     t->weight_bytes = 4, t->grad_bytes = 4, t->master_bytes = 0, t->moment_bytes = 4;
     t->act_bytes = 4, t->a2a_bytes = 4;
-    t->zero = 0;
+    t->zero = c->zero;
     t->precision = PLAN_PREC_FP32;
     in->t.global_batch = c->batch * (double)c->accum;
     in->lay.ep = c->ep;

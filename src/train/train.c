@@ -253,6 +253,11 @@ typedef struct {
     int start_step, last;  /* the steps [start_step, last) this command trains */
     int *inputs, *targets; /* (batch, T) the whole batch (every process draws it) */
     uint8_t *domains;      /* (batch, T) */
+    /* across processes: the bytes the model of the largest process allocated (weights,
+     * gradients, moments, activations; not the ops' workspace), its rank, and what
+     * model_memory_rank counts for that rank */
+    double mem_bytes, mem_formula;
+    int mem_rank;
 } Trainer;
 
 /* The run directory before anything is read: its lock, and what a new run or a resume
@@ -281,6 +286,23 @@ static void check_run_dir(Trainer *t) {
         moe_input_error("%s", err);
 }
 
+/* Across processes: the largest process's allocation (each one's is bytes) and the formula's
+ * count of it (memory.h), for the banner. Each rank's shards differ by a float or so. */
+static void measure_memory(Trainer *t, size_t bytes) {
+    const int W = t->world;
+    double *all = (double *)calloc_check(2 * (size_t)W, sizeof(double));
+    MemoryBreakdown mb;
+    model_memory_rank(t->c, t->B, t->T, t->d->ep, W, t->d->rank, &mb);
+    all[t->d->rank] = (double)bytes;
+    all[W + t->d->rank] = 4.0 * (double)mb.total_words + (double)mb.pad_bytes;
+    dist_allreduce_sum_d(t->d, DIST_WORLD, all, 2 * (size_t)W);
+    t->mem_rank = 0;
+    for (int r = 1; r < W; r++)
+        if (all[r] > all[t->mem_rank]) t->mem_rank = r;
+    t->mem_bytes = all[t->mem_rank], t->mem_formula = all[W + t->mem_rank];
+    free(all);
+}
+
 /* The data, the model (from the checkpoint on resume, or --init's weights), the loader and
  * its mix, and the steps to train; exit 2 on any of them that does not fit. */
 static void load_run(Trainer *t) {
@@ -301,13 +323,15 @@ static void load_run(Trainer *t) {
         run_check_data(o->out_dir, &t->train, &t->val, err, sizeof err) != 0)
         moe_input_error("%s", err);
     /* the whole model fits in this machine's memory (memory.h), or nothing is allocated */
-    if (memory_check(c, t->B, t->T, t->d ? t->d->ep : 1, err, sizeof err) != 0)
+    if (memory_check(c, t->B, t->T, t->d ? t->d->ep : 1, t->world, err, sizeof err) != 0)
         moe_input_error("%s", err);
 
     /* the thread count first: the model sizes its per-thread buffers by it */
     t->threads = backend_set_threads(c->threads);
     Model *m = &t->m;
+    const size_t before = backend_bytes_allocated;
     model_init_dist(m, c, t->B, t->T, o->dist); /* it keeps one process's dist only for NCCL */
+    if (t->d) measure_memory(t, backend_bytes_allocated - before - m->state.work_bytes);
     loader_init(&t->loader, &t->train, c->batch, t->T, c->seed);
     setup_mix(&t->loader, c, &t->train, t->mix_target, &t->mix_end_step, t->mix_lines,
               sizeof t->mix_lines);
@@ -379,6 +403,13 @@ static void print_banner(const Trainer *t) {
         printf("  %d processes: dist.ep=%d (each holds %d of %d experts) x %d data-parallel, "
                "%d sequences each\n",
                t->world, t->d->ep, c->num_experts / t->d->ep, c->num_experts, t->d->dp, t->B);
+    static const char *const sharded[4] = {"nothing sharded", "AdamW moments sharded",
+                                           "AdamW moments and gradients sharded",
+                                           "moments, gradients and weights sharded"};
+    if (t->d)
+        printf("  dist.zero=%d (%s): the model of the largest process (rank %d) holds %.0f "
+               "bytes, memory.h's formula %.0f\n",
+               c->zero, sharded[c->zero], t->mem_rank, t->mem_bytes, t->mem_formula);
     fflush(stdout);
 }
 
