@@ -9,7 +9,8 @@
 #      dist.overlap, one tensor a bucket (dist.bucket_mb=0) and whole blocks a bucket, on
 #      train.device=cpu and cpu-fenced (host staging): every step's loss, aux, z, gradient
 #      norm and validation loss agree with the one-process run to 1e-5 relative; dist.zero=2
-#      in one process is the one-process run, bit for bit
+#      in one process is the one-process run, bit for bit; dist.csv's bytes of the gradients'
+#      collectives (MPI's): dist.zero=2 those of dist.zero=0, dist.zero=1 1.5 x
 #   2. with dist.collectives=teach, dist.zero=1 and 2 give dist.zero=0's bits: train.csv,
 #      router.csv and the checkpoint's tensors
 #   3. checkpoints stay free of the layout: written under dist.zero=2 on 4 processes (dist.ep=2),
@@ -96,6 +97,15 @@ for zero in 1 2; do
             $? "exit $rc: $(tail -n 3 "$tmp/$name.log"); $(side one "$name")"
     done
 done
+
+# dist.csv's bytes of the step's other collectives (layer -1, rank 0, step 1) with MPI's: a
+# reduce-scatter and an all-gather move what the sum moved (dist.zero=2), the all-gather after
+# the whole sum half of it again (dist.zero=1); the statistics' few bytes aside
+run z0-np2 2 --set dist.zero=0
+bytes() { awk -F, '$1 == 1 && $2 == -1 && $3 == 0 { print $4 }' "$tmp/$1/dist.csv"; }
+b0=$(bytes z0-np2) b1=$(bytes z1-np2-ep1-o1-cpu-b25) b2=$(bytes z2-np2-ep1-o1-cpu-b25)
+float_cmp "${b2:-0} > 0.999 * ${b0:-0} && ${b2:-0} < 1.001 * ${b0:-0} && ${b1:-0} > 1.49 * ${b0:-0} && ${b1:-0} < 1.51 * ${b0:-0}" "==" 1
+check "dist.csv, 2 processes: dist.zero=2 sends the bytes of dist.zero=0, dist.zero=1 1.5 x" $? "zero 0, 1, 2: $b0 $b1 $b2"
 
 echo "test_zero: with the teaching collectives, the bits of dist.zero=0"
 for zero in 0 1 2; do
