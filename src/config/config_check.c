@@ -275,12 +275,20 @@ static int check_tensor_parallel(const Config *c, char *err, int errlen) {
     return 0;
 }
 
+/* dist.zero=3 gathers a stage's weights at a time (model/zero.h): a tied head (the
+ * embedding's weights, used by the head) and multi-token prediction (the head's, used by the
+ * modules) use weights of two stages. */
+static int check_zero_weights(const Config *c, char *err, int errlen) {
+    if (!c->tied && c->mtp_depth == 0) return 0;
+    return set_error(err, errlen,
+                     "dist.zero=3 gathers the weights a stage at a time, and %s uses weights of "
+                     "two stages: use dist.zero=2, or %s",
+                     c->tied ? "a tied head (model.tied=1)" : "multi-token prediction",
+                     c->tied ? "model.tied=0" : "model.mtp_depth=0");
+}
+
 int config_check_dist(const Config *c, int world, char *err, int errlen) {
-    if (c->zero > 2)
-        return set_error(err, errlen,
-                         "dist.zero=%d (the weights sharded) is not built yet: dist.zero=2 "
-                         "shards the AdamW moments and the gradients",
-                         c->zero);
+    if (c->zero == 3 && check_zero_weights(c, err, errlen) != 0) return -1;
     const int replica = c->tp * c->ep; /* the processes of one data-parallel replica */
     if (world % replica != 0 && c->tp > 1)
         return set_error(err, errlen,

@@ -29,10 +29,13 @@ size_t model_memory_process(const Config *c, int B, int T, int ep, int world,
 }
 
 /* The floats of rank's shards of pt's gradient buckets (zero.h), each over its bucket's group
- * in the grid of world processes; P when the grid does not fit (the run is refused anyway). */
-static size_t shard_floats(const Config *c, const ParamTable *pt, int ep, int world, int rank) {
+ * in the grid of world processes, and into *window those of the largest stage; P (and 0) when
+ * the grid does not fit (the run is refused anyway). */
+static size_t shard_floats(const Config *c, const ParamTable *pt, int ep, int world, int rank,
+                           size_t *window) {
     Dist grid = {0};
     char err[256];
+    *window = 0;
     if (dist_grid_set(&grid, world, rank, (DistAxes){.tp = c->tp, .ep = ep}, err, sizeof err))
         return pt->total;
     GradBucket *b = calloc_check((size_t)pt->n + 1, sizeof *b);
@@ -42,6 +45,7 @@ static size_t shard_floats(const Config *c, const ParamTable *pt, int ep, int wo
                          dist_group_rank(&grid, b[i].group), &b[i].lo, &b[i].hi);
     }
     const size_t floats = zero_shard_floats(b, n);
+    *window = zero_window_floats(b, n);
     free(b);
     return floats;
 }
@@ -56,10 +60,11 @@ size_t model_memory_rank(const Config *c, int B, int T, int ep, int world, int r
     ParamTable pt;
     params_table_build_ep(&pt, c, ep);
     const size_t P = params_count_total(&pt);
-    const size_t S = world > 1 && c->zero > 0 ? shard_floats(c, &pt, ep, world, rank) : P;
+    size_t window = 0; /* dist.zero=3: the largest stage, gathered into one of two windows */
+    const size_t S = world > 1 && c->zero > 0 ? shard_floats(c, &pt, ep, world, rank, &window) : P;
     params_table_free(&pt);
-    m.params = P; /* params */
-    m.grads = P;  /* grads, same layout */
+    m.params = world > 1 && c->zero >= 3 ? S + 2 * window : P; /* params, or shards + windows */
+    m.grads = P;                                               /* grads, same layout */
     m.grad_shard = world > 1 && c->zero >= 2 ? S : P;
     m.adam = 2 * S; /* m and v */
 

@@ -28,7 +28,8 @@
 /* Floats (4 bytes each) by kind. The float fields add up to the return value of
  * model_memory_floats(); int_words, the integer buffers (4-byte ints), are counted apart. */
 typedef struct {
-    size_t params;      /* P: every tensor of the parameter table */
+    size_t params;      /* P: every tensor of the parameter table; under dist.zero=3 the
+                           process's shards S and two windows of the largest stage */
     size_t grads;       /* P: same layout as params; under dist.zero >= 2 too, since the
                            backward accumulates every gradient whole (zero.h) */
     size_t adam;        /* 2P: first and second moments; 2 S under dist.zero >= 1, S the

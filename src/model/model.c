@@ -86,22 +86,27 @@ static void params_alloc(Model *m, const Config *c, int ep) {
     }
     if (m->dist && c->zero > 0) { /* the moments of this member's shards (zero.h) */
         m->zero = calloc_check(1, sizeof *m->zero);
-        zero_init(m->zero, m->sync, m->dist, c->zero);
+        zero_init(m->zero, m->sync, m->dist, c->zero, be);
         moments = m->zero->floats;
     }
-    m->params = dev(m, m->pt.total);
+    /* dist.zero=3: the weights' shards too, the views pointed into a window before each use */
+    const int shards = m->zero && m->zero->stage >= 3;
+    m->params = dev(m, shards ? moments : m->pt.total);
     m->grads = dev(m, m->pt.total);
     m->m = dev(m, moments);
     m->v = dev(m, moments);
     params_view(&m->w, &m->pt, m->params);
     params_view(&m->g, &m->pt, m->grads);
     /* drawn in place when the backend's memory is the host's, else on the host and copied */
-    float *host = be->host_memory ? m->params : (float *)malloc_check(m->pt.total * sizeof(float));
+    float *host =
+        be->host_memory && !shards ? m->params : (float *)malloc_check(m->pt.total * sizeof(float));
     init_weights(m, c, host);
-    if (host != m->params) {
+    if (host == m->params) return;
+    if (shards)
+        zero_shard_of_host(m, host, m->params);
+    else
         be->to_device(be, m->params, host, m->pt.total * sizeof(float));
-        free(host);
-    }
+    free(host);
 }
 
 /* acts_arena_alloc: the host structs the table's entries point into, then every activation and
@@ -255,6 +260,7 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
     rs->N_last = N;
     be->to_device(be, rs->inputs, inputs, (size_t)N * sizeof(int));
 
+    zero_weights(m, L + 1, L); /* dist.zero=3: the embedding's weights, the first block's next */
     PROF(PROF_EMBED, be->embed_forward(be, rs->resid[0], rs->inputs, m->w.tok_emb, N, C));
 
     /* each MoE block's losses into the step record: the micro-batch's slot while the step reads
@@ -271,9 +277,12 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
             a->defer_losses = rs->defer_reads;
             b++;
         }
-    for (int l = 0; l < L; l++)
+    for (int l = 0; l < L; l++) {
+        zero_weights(m, L - l, L - l - 1);
         block_forward(m, l, rs->resid[l + 1], rs->resid[l], B, T, NULL, ctx);
+    }
 
+    zero_weights(m, 0, -1);
     PROF(PROF_NORM,
          be->rmsnorm_forward(be, rs->lnf, rs->rstdf, rs->resid[L], m->w.final_norm, N, C));
     PROF(PROF_HEAD, be->matmul_forward(be, rs->logits, rs->lnf, head_weights(m), N, C, c->vocab));
@@ -396,6 +405,7 @@ void model_backward(Model *m, float loss_scale, const StepCtx *ctx) {
     prof_backward = 1;
     /* the multi-token prediction modules first: they end in the main trunk's last output */
     if (rs->mtp_ran) mtp_backward(m, loss_scale, ctx);
+    zero_weights(m, 0, 1); /* dist.zero=3: the head's and the last block's, kept from the forward */
     /* loss = mean_n CE_n, so dlogits carries 1/N; loss_scale adds 1/accum */
     PROF(PROF_LOSS, be->crossentropy_backward(be, rs->dlogits, rs->logits, rs->targets,
                                               loss_scale / (float)N, N, c->vocab));
@@ -412,6 +422,7 @@ void model_backward(Model *m, float loss_scale, const StepCtx *ctx) {
 
     /* dresid holds d/d(resid[l+1]); each block turns it into d/d(resid[l]) in place */
     for (int l = L - 1; l >= 0; l--) {
+        zero_weights(m, L - l, l > 0 ? L - l + 1 : -1); /* the embedding's backward needs none */
         block_backward(m, l, rs->dresid, rs->dresid, rs->resid[l], loss_scale, ctx);
         if (sync) grad_sync_ready(sync, m->dist, m->grads, L - l);
     }

@@ -224,12 +224,14 @@ static const ParamSpec *spec_of(const ParamTensor *t) {
 void params_view(ParamView *view, const ParamTable *pt, float *buf) {
     memset(view, 0, sizeof(*view));
     view->layers = (LayerView *)calloc_check((size_t)(pt->n_layer + pt->n_mtp), sizeof(LayerView));
-    for (int i = 0; i < pt->n; i++) {
-        const ParamTensor *t = &pt->t[i];
-        char *base = t->layer >= 0 ? (char *)&view->layers[t->layer] : (char *)view;
-        float **slot = (float **)(base + spec_of(t)->view_offset);
-        *slot = buf + t->offset;
-    }
+    for (int i = 0; i < pt->n; i++) params_view_point(view, pt, i, buf + pt->t[i].offset);
+}
+
+void params_view_point(ParamView *view, const ParamTable *pt, int i, float *at) {
+    const ParamTensor *t = &pt->t[i];
+    char *base = t->layer >= 0 ? (char *)&view->layers[t->layer] : (char *)view;
+    float **slot = (float **)(base + spec_of(t)->view_offset);
+    *slot = at;
 }
 
 void params_view_free(ParamView *view) {

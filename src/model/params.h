@@ -90,6 +90,8 @@ void params_table_free(ParamTable *pt);
 /* Point every field of view into buf (a buffer of pt->total floats). */
 void params_view(ParamView *view, const ParamTable *pt, float *buf);
 void params_view_free(ParamView *view);
+/* Point view's field of tensor i of pt at at (dist.zero=3: a block's weights, gathered). */
+void params_view_point(ParamView *view, const ParamTable *pt, int i, float *at);
 /* Index of a tensor by exported name, or -1. */
 int params_find(const ParamTable *pt, const char *name);
 

@@ -22,8 +22,17 @@
  *                (a tensor's gradient is not summed until its block is done, and the
  *                micro-batches of train.accum add into it); what a member keeps after the
  *                reduce-scatter, the gradient the update reads, is its shard's.
- *   dist.zero=3  (not built yet) also the weights, each block's gathered before its forward
- *                and its backward.
+ *   dist.zero=3  also the weights: Model.params holds the member's shards, and before each
+ *                stage of the forward (the embedding, each block, the final norm and head)
+ *                and again before its backward, the stage's weights are all-gathered into
+ *                one of two windows, the views of its tensors pointed there (zero_weights),
+ *                while the next stage's gather travels into the other window (a prefetch). A
+ *                window still holding its stage is not gathered again (the head and the last
+ *                block from the forward to the backward; the embedding's backward needs no
+ *                weights); the update releases both. Two windows of the largest stage are
+ *                what a member holds of the weights beside its shards. Not with a tied head
+ *                (model.tied) or multi-token prediction (model.mtp_depth): their weights
+ *                cross stages.
  *
  * The quantities of the whole batch stay exact: the gradient norm is each member's sum of the
  * squares of its shards, summed once over the world (every float of every gradient is in one
@@ -42,18 +51,47 @@
 #include "model/model.h"
 #include "nn/ops.h"
 
+/* a window's gathers in flight at once: what dist.h allows beside the gradients' sums
+ * (GRAD_SYNC_WINDOW) and one blocking collective (the expert exchange's) */
+#define ZERO_FLIGHT (DIST_MAX_IN_FLIGHT - GRAD_SYNC_WINDOW - 1)
+
 typedef struct Zero {
     int stage;     /* dist.zero, 1 or more */
     size_t *at;    /* (GradSync.n) where each bucket's shard starts in the sharded moments */
     size_t floats; /* the shards' floats, end to end: the length of Model.m and Model.v */
+    /* dist.zero=3: Model.params holds the weights' shards too (floats, laid out as the
+     * moments), and the weights of a stage (GradBucket.stage: the head and final norm 0, block
+     * l L - l, the embedding L + 1) are gathered into window stage % 2 before they are used,
+     * the next stage's into the other window meanwhile */
+    const Backend *be;
+    int n_stages;       /* L + 2 */
+    int *first;         /* (n_stages + 1) stage s's buckets: GradSync.b[first[s] ..
+                           first[s + 1]) */
+    size_t *pos;        /* (GradSync.n) where each bucket sits in its stage's window */
+    size_t win_floats;  /* the largest stage's floats */
+    float *win[2];      /* (win_floats) each, the backend's */
+    float *win_host[2]; /* their host copies (staging), or NULL: gathered in place */
+    int held[2];        /* the stage each window holds or is gathering; -1: none */
+    int next[2];        /* its first bucket whose gather has not started */
+    int nop[2];         /* its gathers in flight, oldest first: */
+    DistOp *op[2][ZERO_FLIGHT];
+    int op_bucket[2][ZERO_FLIGHT];
 } Zero;
 
-/* The floats of the shards of buckets b (n), end to end. */
+/* The floats of the shards of buckets b (n), end to end; the floats of the largest stage's
+ * buckets (a window of dist.zero=3). */
 size_t zero_shard_floats(const GradBucket *b, int n);
+size_t zero_window_floats(const GradBucket *b, int n);
 
-/* Shard s's buckets for d's member (grad_sync_shard; reduce-scatters from stage 2). */
-void zero_init(Zero *z, GradSync *s, const Dist *d, int stage);
+/* Shard s's buckets for d's member (grad_sync_shard; reduce-scatters from stage 2); from
+ * stage 3, the two windows in be's memory. */
+void zero_init(Zero *z, GradSync *s, const Dist *d, int stage, const Backend *be);
 void zero_free(Zero *z);
+
+/* dist.zero=3 (else nothing): the weights of stage gathered (waited for, or gathered now) and
+ * the views of its tensors (Model.w) pointed into its window; then the gather of stage next
+ * started into the other window (next out of 0 .. L + 1: none). */
+void zero_weights(Model *m, int stage, int next);
 
 /* model_adamw_step's update under dist.zero: AdamW on this member's shard of each bucket, with
  * each tensor's own weight decay where the shard meets it, the weights all-gathered over each
@@ -70,5 +108,7 @@ double zero_norm_squares(const Model *m, const double *sq);
 float *zero_whole(const Model *m, const float *shard);
 /* shard (Zero.floats) = this member's shards of whole (pt.total floats). */
 void zero_shard_of(const Model *m, const float *whole, float *shard);
+/* The same from whole in the host's memory (the initial weights). */
+void zero_shard_of_host(const Model *m, const float *whole, float *shard);
 
 #endif

@@ -91,10 +91,10 @@ static double layer_acts(const PlanInput *in, double n, int tp, int moe, double 
 
 /* A layout the moe.c engine cannot run, or 0. */
 static int moec_refuses(const PlanInput *in, const PlanLayout *l, PlanResult *r) {
-    if (l->tp != 1 || l->pp != 1 || l->vpp != 1 || l->recompute != PLAN_RC_NONE || in->t.zero > 2) {
+    if (l->tp != 1 || l->pp != 1 || l->vpp != 1 || l->recompute != PLAN_RC_NONE) {
         snprintf(r->invalid, sizeof r->invalid,
                  "the moe.c engine has data and expert parallelism only (tp = pp = vpp = 1, no "
-                 "recomputation, train.zero <= 2); train.engine=mixed plans the others");
+                 "recomputation); train.engine=mixed plans the others");
         return 1;
     }
     if (!in->moec_config) {
@@ -340,7 +340,8 @@ static void step_sums(const Grid *x, PlanResult *r, double dense_p, double exp_p
      * without */
     const double gb = t->grad_bytes, wb = t->weight_bytes;
     double per_d = t->zero >= 1 ? (gb + wb) : 2 * gb;
-    /* the moe.c engine's dist.zero=1 sums the gradients whole, then gathers the weights */
+    /* the moe.c engine's dist.zero=1 sums the gradients whole, then gathers the weights
+     * (its dist.zero=3 gathers them again for each micro-batch's passes: not counted here) */
     if (t->engine == PLAN_ENGINE_MOEC && t->zero == 1) per_d = 2 * gb + wb;
     const double db = dp > 1 ? (dp - 1) / dp * dense_p * per_d : 0;
     const double ebt = r->edp > 1 ? (r->edp - 1.0) / r->edp * exp_p * per_d : 0;

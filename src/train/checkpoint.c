@@ -15,17 +15,21 @@ static float *kind_buffer(const Model *m, int kind) {
     return kind == 0 ? m->params : kind == 1 ? m->m : m->v;
 }
 
+/* Whether kind's buffer holds this member's shards (dist.zero: the moments; 3: the weights). */
+static int sharded(const Model *m, int kind) {
+    return m->zero && (kind > 0 || m->zero->stage >= 3);
+}
+
 /* The whole buffer of each kind (pt.total floats), as one process holds it: under dist.zero
- * the moments' shards gathered over their groups (every member takes part), to be released
- * with release_whole; else the model's own buffers. */
+ * the shards gathered over their groups (every member takes part), to be released with
+ * release_whole; else the model's own buffers. */
 static void whole_buffers(const Model *m, float *buf[3]) {
     for (int kind = 0; kind < 3; kind++)
-        buf[kind] =
-            kind > 0 && m->zero ? zero_whole(m, kind_buffer(m, kind)) : kind_buffer(m, kind);
+        buf[kind] = sharded(m, kind) ? zero_whole(m, kind_buffer(m, kind)) : kind_buffer(m, kind);
 }
 
 static void release_whole(const Model *m, float *buf[3]) {
-    for (int kind = 1; kind < 3; kind++)
+    for (int kind = 0; kind < 3; kind++)
         if (buf[kind] != kind_buffer(m, kind)) m->be->free(m->be, buf[kind]);
 }
 
@@ -168,9 +172,11 @@ static int load_tensors(Model *m, const Ckpt *ck, const char *path, int kinds, c
     int rc = 0;
     const ParamTable *pt = &m->pt;
     const int share = expert_share(m);
-    /* under dist.zero the moments are read whole, then each member keeps its shards */
+    /* under dist.zero the moments (and the weights of 3) are read whole, then each member
+     * keeps its shards */
     float *to[3] = {m->params, m->m, m->v};
-    for (int kind = 1; m->zero && kind < kinds; kind++) to[kind] = be_floats(m->be, pt->total);
+    for (int kind = 0; kind < kinds; kind++)
+        if (sharded(m, kind)) to[kind] = be_floats(m->be, pt->total);
     for (int kind = 0; rc == 0 && kind < kinds; kind++)
         for (int i = 0; rc == 0 && i < pt->n; i++) {
             const ParamTensor *t = &pt->t[i];
@@ -193,7 +199,7 @@ static int load_tensors(Model *m, const Ckpt *ck, const char *path, int kinds, c
             m->be->to_device(m->be, to[kind] + t->offset, (const float *)e->data + skip,
                              t->numel * sizeof(float));
         }
-    for (int kind = 1; kind < 3; kind++)
+    for (int kind = 0; kind < 3; kind++)
         if (to[kind] != kind_buffer(m, kind)) {
             if (rc == 0) zero_shard_of(m, to[kind], kind_buffer(m, kind));
             m->be->free(m->be, to[kind]);

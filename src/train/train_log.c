@@ -131,9 +131,10 @@ void router_accum_share(RouterAccum *r, Dist *d) {
  * the mean cosine similarity of the block's experts after the step (how far upcycled copies
  * have moved apart). */
 void router_accum_write(const RouterAccum *r, const Model *m, FILE *f, int step) {
-    /* with expert parallelism no process holds all the experts: expert_sim is nan */
+    /* with expert parallelism (or dist.zero=3, which holds shards between steps) no process
+     * holds all the experts: expert_sim is nan */
     const size_t nb = (size_t)m->n_moe, E = (size_t)r->E;
-    const int ep = m->dist && m->dist->ep > 1;
+    const int ep = m->dist && (m->dist->ep > 1 || m->cfg.zero >= 3);
     double *sims = model_router_record(m);
     const float *biases = (const float *)(sims + nb);
     for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
