@@ -23,14 +23,9 @@ static int by_stage(const void *a, const void *b) {
     return x->offset < y->offset ? -1 : x->offset > y->offset; /* the table's order inside */
 }
 
-void grad_sync_init(GradSync *s, const ParamTable *pt, size_t bucket_floats, const Backend *be,
-                    int on_device) {
-    memset(s, 0, sizeof *s);
-    s->be = be;
-    s->on_device = on_device;
-    if (!be->host_memory && !on_device) s->host = floats_alloc(pt->total);
-    s->b = calloc_check((size_t)pt->n + 1, sizeof *s->b);
-    int seen_block = 0;
+int grad_buckets(const ParamTable *pt, size_t bucket_floats, GradBucket **out) {
+    GradBucket *b = calloc_check((size_t)pt->n + 1, sizeof *b);
+    int n = 0, seen_block = 0;
     for (int i = 0; i < pt->n; i++) {
         const ParamTensor *t = &pt->t[i];
         seen_block |= t->layer >= 0;
@@ -38,14 +33,25 @@ void grad_sync_init(GradSync *s, const ParamTable *pt, size_t bucket_floats, con
                                  .numel = t->numel,
                                  .group = t->expert_dim ? DIST_DP : DIST_WORLD,
                                  .stage = stage_of(t, pt->n_layer, seen_block)};
-        GradBucket *last = s->n > 0 ? &s->b[s->n - 1] : NULL;
+        GradBucket *last = n > 0 ? &b[n - 1] : NULL;
         if (last && last->stage == next.stage && last->group == next.group &&
             last->offset + last->numel == next.offset && last->numel + next.numel <= bucket_floats)
             last->numel += next.numel;
         else
-            s->b[s->n++] = next;
+            b[n++] = next;
     }
-    qsort(s->b, (size_t)s->n, sizeof *s->b, by_stage);
+    qsort(b, (size_t)n, sizeof *b, by_stage);
+    *out = b;
+    return n;
+}
+
+void grad_sync_init(GradSync *s, const ParamTable *pt, size_t bucket_floats, const Backend *be,
+                    int on_device) {
+    memset(s, 0, sizeof *s);
+    s->be = be;
+    s->on_device = on_device;
+    if (!be->host_memory && !on_device) s->host = floats_alloc(pt->total);
+    s->n = grad_buckets(pt, bucket_floats, &s->b);
 }
 
 void grad_sync_free(GradSync *s) {
@@ -78,9 +84,11 @@ static void start(GradSync *s, Dist *d, float *grads, int i) {
         x = s->host + b->offset;
     }
     const int slot = (s->head + s->count) % GRAD_SYNC_WINDOW;
+    const int was = dist_purpose(d, DIST_FOR_GRADS);
     s->flight[slot] = s->on_device
                           ? s->be->coll_allreduce_sum_f_start(s->be, d, b->group, x, b->numel)
                           : (void *)dist_allreduce_sum_f_start(d, b->group, x, b->numel);
+    dist_purpose(d, was);
     s->bucket[slot] = i;
     s->count++;
 }

@@ -64,6 +64,11 @@ typedef struct GradSync {
     double wait_s; /* the last step's seconds in grad_sync_finish: the sums' exposed time */
 } GradSync;
 
+/* The buckets of pt's tensors in the order their sums start (stage order), as grad_sync_init
+ * makes them: into *out (the caller frees it), their count returned. For the planner's count of
+ * a step's traffic (model/traffic.h) as well. */
+int grad_buckets(const ParamTable *pt, size_t bucket_floats, GradBucket **out);
+
 /* Buckets of pt's tensors: tensors next to each other in the buffer, of the same block and
  * group, merged while the bucket stays within bucket_floats (0: one tensor a bucket). With
  * on_device, the backend's own collectives (Backend.coll_*, NCCL) sum the buckets where they

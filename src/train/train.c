@@ -555,7 +555,7 @@ int train_run(Config *c, const TrainOptions *o) {
     model_zero_grad(m);
     m->state.defer_reads = 1; /* the losses stay on the backend until the step's end */
     for (int step = t.start_step; step < t.last; step++) {
-        const DistStats step_start = t.d ? t.d->stats : (DistStats){0};
+        const DistTally step_start = t.d ? dist_tally(t.d) : (DistTally){{0}, {{0}}};
         const long long reads_start = backend_host_reads;
         long long eval_reads = 0;
         StepValues v = train_step(&t, step, &log);
