@@ -100,8 +100,10 @@ int memory_check(const Config *c, int B, int T, int ep, char *err, int errlen) {
     const double acts =
         L * ((double)B * c->n_head * T * T + 12.0 * N * (C + QW) + 6.0 * N * K * FE) + 2.0 * N * V;
     const double rough = 4.0 * (4.0 * P + acts);
-    const double have = available_bytes();
     const double GiB = 1024.0 * 1024.0 * 1024.0;
+    const double machine = available_bytes(), budget = (double)c->memory_gib * GiB;
+    const int budgeted = budget > 0.0 && (machine <= 0.0 || budget < machine);
+    const double have = budgeted ? budget : machine;
     double need = rough, state = 16.0 * P;
     if (rough < 64.0 * 1024 * GiB && N <= 2147483647.0) {
         MemoryBreakdown mb; /* one process's share: its experts and the exchange's buffers */
@@ -110,6 +112,14 @@ int memory_check(const Config *c, int B, int T, int ep, char *err, int errlen) {
         state = 4.0 * (double)(mb.params + mb.grads + mb.adam);
     }
     if (have <= 0.0 || need <= have) return 0;
+    if (budgeted)
+        return set_error(err, errlen,
+                         "the model needs %.3f GiB a process for %d x %d tokens (weights, "
+                         "gradients and AdamW moments %.3f GiB, the rest activations), more than "
+                         "train.memory_gib=%g: spread it over more processes (dist.tp, "
+                         "dist.zero, dist.ep; moe plan --config says what each needs), or use a "
+                         "smaller model or fewer tokens",
+                         need / GiB, B, T, state / GiB, (double)c->memory_gib);
     return set_error(err, errlen,
                      "the model needs %.2f GiB of memory for %d x %d tokens (weights, gradients "
                      "and AdamW moments %.2f GiB, the rest activations), more than the %.2f GiB "
