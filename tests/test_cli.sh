@@ -5,7 +5,9 @@
 #      falls well below the first step's and below the unigram entropy; router.csv has one
 #      row per step and MoE layer with loads summing to 1; provenance.txt names the commit,
 #      the shards' CRC-32s (checked against gzip's) and the threads; config.txt round-trips;
-#      with OMP_PROC_BIND set, the threads keep every CPU as a place through moe's exec
+#      with OMP_PROC_BIND set, the threads keep every CPU as a place through moe's exec; a
+#      memory budget (train.memory_gib) the run fits trains and reports its peak memory beside
+#      the engine's table, one it does not fit is refused with exit 2 before anything is written
 #   2. resume is bit-exact: 24 steps straight == 12 steps (--until) + --resume to 24, for
 #      ckpt.bin (cmp) and the loss columns of train.csv, even with stale rows after the
 #      checkpoint left behind as by a crash; also with aux-free balancing (its biases are in
@@ -99,6 +101,20 @@ unigram=$(sed -n 's/.*unigram entropy of the training data \([0-9.]*\) nats.*/\1
 check "final val_loss $last_val is well below the first step's loss $first" $? "not by 1.5 nats"
 [ -n "$unigram" ] && [ -n "$last_val" ] && float_cmp "$last_val" "<" "$unigram - 0.5"
 check "final val_loss $last_val is below the unigram entropy $unigram" $? "done line: $out"
+
+# a process's memory budget: the same model within it trains and reports its peak; under it,
+# exit 2 before anything is written, the message giving the need and what to shard
+out=$("$moe" train --out "$tmp/budget" "${tiny[@]}" --set train.steps=2 --set train.warmup=1 \
+      --set train.memory_gib=1 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -Eq "^memory: peak resident [0-9.]+ MiB .*the engine's table of a process [0-9.]+ MiB" <<< "$out"
+check "train.memory_gib=1: trains and reports its peak resident memory beside the engine's table" $? "exit $rc: $out"
+out=$("$moe" train --out "$tmp/over" "${tiny[@]}" --set train.steps=2 --set train.warmup=1 \
+      --set train.memory_gib=0.001 2>&1)
+rc=$?
+[ $rc -eq 2 ] && [ ! -e "$tmp/over" ] &&
+    grep -q "more than train.memory_gib=0.001: spread it over more processes (dist.tp, dist.zero, dist.ep" <<< "$out"
+check "train.memory_gib=0.001, under the model's need: exit 2, nothing written, what to shard" $? "exit $rc: $out"
 
 # router.csv: 4 load columns; one row per step per MoE layer (2 layers); loads sum to 1
 header=$(head -n 1 "$run/router.csv")

@@ -103,6 +103,7 @@ static const Field FIELDS[] = {
     F("train.ckpt_every", ckpt_every, "0"),
     F("train.log_every", log_every, "1"),
     F("train.threads", threads, "2"),
+    F("train.memory_gib", memory_gib, "1.5"),
     F("train.device", device, "cpu-ref"),
     F("train.precision", precision, "bf16"),
     F("train.spike_window", spike_window, "50"),

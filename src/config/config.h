@@ -127,6 +127,7 @@ typedef struct {
     int ckpt_every;     /* steps between checkpoints; 0 = only at the end */
     int log_every;      /* steps between progress lines */
     int threads;        /* 0 = OpenMP's default */
+    float memory_gib;   /* a process's memory budget (train.memory_gib); 0: the machine's */
     int device;         /* MOE_DEVICE_*: the backend a step runs on (src/backend/backend.h) */
     int precision;      /* MOE_PRECISION_*: the large products' arithmetic on a GPU */
     int spike_window;   /* the trailing steps a spike is measured against */

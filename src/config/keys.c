@@ -205,6 +205,10 @@ const Key CONFIG_KEYS[] = {
         "steps between checkpoints; 0 = only at the end"),
     ROW(T_INT, "train.log_every", log_every, "10", 1, INT_MAX, 0, "steps between progress lines"),
     ROW(T_INT, "train.threads", threads, "0", 0, 4096, 0, "OpenMP threads; 0 = OpenMP's default"),
+    ROW(T_FLOAT, "train.memory_gib", memory_gib, "0", 0, NOMAX, 0,
+        "a process's memory budget in GiB: a run whose table of one process's memory (weights, "
+        "gradients, moments, activations) exceeds it is refused before anything is allocated; "
+        "0: the memory the machine has available"),
     ENUM_ROW("train.device", device, "cpu", "cpu|cpu-ref|cuda|cpu-fenced",
              "the backend of the ops: cpu (fast, OpenBLAS), cpu-ref (the plain reference loops, "
              "slow), cuda (one NVIDIA GPU; a build of make cuda) or cpu-fenced (cpu's ops with "

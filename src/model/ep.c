@@ -181,8 +181,8 @@ static void add_traffic(EpActs *a, const Dist *d, const DistStats *before) {
  * memory), or staged. The displacements run from 0 without gaps on both sides (the plan's
  * slices, the received blocks), so a staged exchange copies the first sd[P-1] + sc[P-1]
  * floats down and the first rd[P-1] + rc[P-1] up; the copies count as the exchange's time. */
-static void exchange(const Backend *be, EpActs *a, Dist *d, const float *send, const int *sc,
-                     const int *sd, float *recv, const int *rc, const int *rd) {
+static void exchange_rows(const Backend *be, EpActs *a, Dist *d, const float *send, const int *sc,
+                          const int *sd, float *recv, const int *rc, const int *rd) {
     const DistStats before = d->stats;
     if (d->collectives == DIST_COLL_NCCL && be->coll_alltoallv_f_start) { /* in the device's memory */
         be->coll_wait(be, d, be->coll_alltoallv_f_start(be, d, send, sc, sd, recv, rc, rd));
@@ -201,6 +201,14 @@ static void exchange(const Backend *be, EpActs *a, Dist *d, const float *send, c
     be->to_device(be, recv, a->recv_h, (size_t)(rd[P - 1] + rc[P - 1]) * sizeof(float));
     add_traffic(a, d, &before);
     a->stats.comm_seconds += (seconds_now() - t0) - (d->stats.seconds - before.seconds);
+}
+
+/* exchange_rows, its bytes counted as the expert exchange's (DIST_FOR_EXPERTS) */
+static void exchange(const Backend *be, EpActs *a, Dist *d, const float *send, const int *sc,
+                     const int *sd, float *recv, const int *rc, const int *rd) {
+    const int was = dist_purpose(d, DIST_FOR_EXPERTS);
+    exchange_rows(be, a, d, send, sc, sd, recv, rc, rd);
+    dist_purpose(d, was);
 }
 
 void ep_experts_forward(const Backend *be, float *ye, EpActs *a, const float *xe,
@@ -228,7 +236,9 @@ void ep_experts_forward(const Backend *be, float *ye, EpActs *a, const float *xe
             a->meta_send[(p * El + j) * 2 + 1] = counts[e];
         }
     const DistStats before = d->stats;
+    const int was = dist_purpose(d, DIST_FOR_EXPERTS);
     dist_alltoall_i(d, a->meta_send, a->meta_recv, 2 * El);
+    dist_purpose(d, was);
     add_traffic(a, d, &before);
 
     /* 2. where everything goes: member p's experts are one run of the plan, from
@@ -422,6 +432,7 @@ void ep_tokens_forward(const Backend *be, float *y, float *xs, float *zs, EpActs
     /* 3. counts first, then the rows (a gather of x) and their pairs */
     const DistStats before = d->stats;
     for (int p = 0; p < P; p++) a->ucount_s[p] = mp->counts[p];
+    const int was = dist_purpose(d, DIST_FOR_EXPERTS);
     dist_alltoall_i(d, a->ucount_s, a->ucount_r, 1);
     add_traffic(a, d, &before);
     counts_of(a->scount, a->sdispl, a->ucount_s, C, P);
@@ -437,7 +448,9 @@ void ep_tokens_forward(const Backend *be, float *y, float *xs, float *zs, EpActs
     be->permute_forward(be, xs, x, &a->mp, C);
     exchange(be, a, d, xs, a->scount, a->sdispl, a->xr, a->rcount, a->rdispl);
     const DistStats before_meta = d->stats;
+    dist_purpose(d, DIST_FOR_EXPERTS);
     dist_alltoallv_f(d, a->meta_s, a->mcount_s, a->mdispl_s, a->meta_r, a->mcount_r, a->mdispl_r);
+    dist_purpose(d, was);
     add_traffic(a, d, &before_meta);
 
     /* 4. here: one row per assignment, the experts, each row's weighted sum */
@@ -491,7 +504,9 @@ void ep_tokens_backward(const Backend *be, float *dx, float *dw, float *dys, flo
     counts_of(n_r, o_r, a->ucount_r, Km, P);
     be->to_host(be, a->wr_h, a->dwr, (size_t)U * Km * sizeof(float));
     const DistStats before = d->stats;
+    const int was = dist_purpose(d, DIST_FOR_EXPERTS);
     dist_alltoallv_f(d, a->wr_h, n_r, o_r, a->dw_s, n_s, o_s);
+    dist_purpose(d, was);
     add_traffic(a, d, &before);
     float *dwh = a->route_h ? a->w_h : dw;
     memset(dwh, 0, (size_t)N * A * sizeof(float));

@@ -23,7 +23,8 @@ static int by_stage(const void *a, const void *b) {
     return x->offset < y->offset ? -1 : x->offset > y->offset; /* the table's order inside */
 }
 
-int grad_buckets(GradBucket *b, const ParamTable *pt, size_t bucket_floats) {
+int grad_buckets(const ParamTable *pt, size_t bucket_floats, GradBucket **out) {
+    GradBucket *b = calloc_check((size_t)pt->n + 1, sizeof *b);
     int n = 0, seen_block = 0;
     for (int i = 0; i < pt->n; i++) {
         const ParamTensor *t = &pt->t[i];
@@ -43,6 +44,7 @@ int grad_buckets(GradBucket *b, const ParamTable *pt, size_t bucket_floats) {
     }
     for (int i = 0; i < n; i++) b[i].lo = b[i].offset, b[i].hi = b[i].offset + b[i].numel;
     qsort(b, (size_t)n, sizeof *b, by_stage);
+    *out = b;
     return n;
 }
 
@@ -52,8 +54,7 @@ void grad_sync_init(GradSync *s, const ParamTable *pt, size_t bucket_floats, con
     s->be = be;
     s->on_device = on_device;
     if (!be->host_memory && !on_device) s->host = floats_alloc(pt->total);
-    s->b = calloc_check((size_t)pt->n + 1, sizeof *s->b);
-    s->n = grad_buckets(s->b, pt, bucket_floats);
+    s->n = grad_buckets(pt, bucket_floats, &s->b);
 }
 
 void grad_sync_shard(GradSync *s, const Dist *d, int scatter) {
@@ -98,12 +99,14 @@ static void start(GradSync *s, Dist *d, float *grads, int i) {
         x = s->host + b->offset;
     }
     const int slot = (s->head + s->count) % GRAD_SYNC_WINDOW;
+    const int was = dist_purpose(d, DIST_FOR_GRADS);
     if (s->on_device)
         s->flight[slot] = s->be->coll_allreduce_sum_f_start(s->be, d, b->group, x, b->numel);
     else if (s->scatter)
         s->flight[slot] = dist_reduce_scatter_f_start(d, b->group, x, b->numel);
     else
         s->flight[slot] = dist_allreduce_sum_f_start(d, b->group, x, b->numel);
+    dist_purpose(d, was);
     s->bucket[slot] = i;
     s->count++;
 }

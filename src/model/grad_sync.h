@@ -69,6 +69,12 @@ typedef struct GradSync {
     double wait_s; /* the last step's seconds in grad_sync_finish: the sums' exposed time */
 } GradSync;
 
+/* The buckets of pt's tensors in the order their sums start (stage order), as grad_sync_init
+ * makes them: into *out (the caller frees it), their count returned. For the planner's count of
+ * a step's traffic (model/traffic.h) as well. Each is whole (lo, hi its ends) until
+ * grad_sync_shard. */
+int grad_buckets(const ParamTable *pt, size_t bucket_floats, GradBucket **out);
+
 /* Buckets of pt's tensors: tensors next to each other in the buffer, of the same block and
  * group, merged while the bucket stays within bucket_floats (0: one tensor a bucket). With
  * on_device, the backend's own collectives (Backend.coll_*, NCCL) sum the buckets where they
@@ -79,9 +85,6 @@ void grad_sync_init(GradSync *s, const ParamTable *pt, size_t bucket_floats, con
 static inline size_t grad_bucket_floats(const Config *c) {
     return (size_t)(c->bucket_mb * (1 << 20) / sizeof(float));
 }
-/* The buckets alone, in stage order, into b (room for pt->n): their count. Each is whole
- * (lo, hi its ends) until grad_sync_shard. */
-int grad_buckets(GradBucket *b, const ParamTable *pt, size_t bucket_floats);
 /* Each bucket's shard for d's member (dist_shard_range over the bucket's group); with scatter
  * (dist.zero >= 2) the sums become reduce-scatters: after grad_sync_finish a member's bucket
  * holds the sum in its shard only (and a staged bucket comes back up only there). */

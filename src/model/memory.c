@@ -38,8 +38,8 @@ static size_t shard_floats(const Config *c, const ParamTable *pt, int ep, int wo
     *window = 0;
     if (dist_grid_set(&grid, world, rank, (DistAxes){.tp = c->tp, .ep = ep}, err, sizeof err))
         return pt->total;
-    GradBucket *b = calloc_check((size_t)pt->n + 1, sizeof *b);
-    const int n = grad_buckets(b, pt, grad_bucket_floats(c));
+    GradBucket *b = NULL;
+    const int n = grad_buckets(pt, grad_bucket_floats(c), &b);
     for (int i = 0; i < n; i++) {
         dist_shard_range(b[i].numel, dist_group_size(&grid, b[i].group),
                          dist_group_rank(&grid, b[i].group), &b[i].lo, &b[i].hi);
@@ -135,8 +135,10 @@ int memory_check(const Config *c, int B, int T, int ep, int world, char *err, in
     const double acts =
         L * ((double)B * c->n_head * T * T + 12.0 * N * (C + QW) + 6.0 * N * K * FE) + 2.0 * N * V;
     const double rough = 4.0 * (4.0 * P + acts);
-    const double have = available_bytes();
     const double GiB = 1024.0 * 1024.0 * 1024.0;
+    const double machine = available_bytes(), budget = (double)c->memory_gib * GiB;
+    const int budgeted = budget > 0.0 && (machine <= 0.0 || budget < machine);
+    const double have = budgeted ? budget : machine;
     double need = rough, state = 16.0 * P;
     if (rough < 64.0 * 1024 * GiB && N <= 2147483647.0) {
         MemoryBreakdown mb; /* one process's share: its experts and the exchange's buffers */
@@ -145,6 +147,14 @@ int memory_check(const Config *c, int B, int T, int ep, int world, char *err, in
         state = 4.0 * (double)(mb.params + mb.grads + mb.adam);
     }
     if (have <= 0.0 || need <= have) return 0;
+    if (budgeted)
+        return set_error(err, errlen,
+                         "the model needs %.3f GiB a process for %d x %d tokens (weights, "
+                         "gradients and AdamW moments %.3f GiB, the rest activations), more than "
+                         "train.memory_gib=%g: spread it over more processes (dist.tp, "
+                         "dist.zero, dist.ep; moe plan --config says what each needs), or use a "
+                         "smaller model or fewer tokens",
+                         need / GiB, B, T, state / GiB, (double)c->memory_gib);
     return set_error(err, errlen,
                      "the model needs %.2f GiB of memory for %d x %d tokens (weights, gradients "
                      "and AdamW moments %.2f GiB, the rest activations), more than the %.2f GiB "

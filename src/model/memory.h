@@ -68,7 +68,8 @@ size_t model_memory_rank(const Config *c, int B, int T, int ep, int world, int r
                          MemoryBreakdown *out);
 
 /* Before a model is built: 0 when model_init(c, B, T) fits in the memory this process may
- * still use (the memory available plus free swap, within any cgroup limit), else -1 with a
+ * still use (the memory available plus free swap, within any cgroup limit, and within
+ * train.memory_gib when that is set and smaller), else -1 with a
  * message giving both sizes and the settings to lower. ep > 1: each process holds
  * num_experts / ep experts (expert parallelism); world, the processes (the largest one's
  * shards under dist.zero). Settings so large that the sizes would not

@@ -144,7 +144,9 @@ static void window_start(Model *m, int w, int i) {
     } else {
         m->be->copy(m->be, x + mine, shard, n * sizeof(float));
     }
+    const int was = dist_purpose(m->dist, DIST_FOR_WEIGHTS);
     z->op[w][z->nop[w]] = dist_allgather_f_start(m->dist, b->group, x, b->numel);
+    dist_purpose(m->dist, was);
     z->op_bucket[w][z->nop[w]++] = i;
 }
 
@@ -200,7 +202,9 @@ void zero_adamw_step(Model *m, const AdamwStep *s) {
     shard.clear_grad = 0; /* the whole buffer is cleared below, the other members' floats too */
     Zero *z = m->zero;
     if (z->stage < 3) {
+        const int was = dist_purpose(m->dist, DIST_FOR_WEIGHTS);
         gather_all(m, m->params, &shard);
+        dist_purpose(m->dist, was);
     } else { /* the shards change: what the windows hold is stale */
         for (int i = 0; i < m->sync->n; i++) adamw_shard(m, &m->sync->b[i], z->at[i], shard);
         for (int w = 0; w < 2; w++) {

@@ -91,6 +91,19 @@ typedef struct {
     uint64_t calls;
 } DistStats;
 
+/* What a collective is for, so that a step's traffic can be told apart and set against the
+ * planner's (dist.csv's grad_sent, weight_sent, tp_sent): the caller says it with
+ * dist_purpose before it starts a collective; every collective adds its bytes to the
+ * purpose's DistStats as well as to the total. */
+typedef enum {
+    DIST_FOR_OTHER = 0,   /* statistics, losses, checkpoints, start and end */
+    DIST_FOR_GRADS = 1,   /* the gradients' sums (grad_sync.h) */
+    DIST_FOR_WEIGHTS = 2, /* sharded weights gathered (dist.zero) */
+    DIST_FOR_TP = 3,      /* a block's tensor-parallel collectives */
+    DIST_FOR_EXPERTS = 4, /* the expert exchange (ep.h) */
+} DistPurpose;
+#define DIST_PURPOSES 5
+
 typedef struct Dist {
     int rank, world;               /* this process in the world */
     int tp, ep, dp;                /* the grid: world = tp x ep x dp */
@@ -98,8 +111,41 @@ typedef struct Dist {
     double timeout_s;     /* longest wait for a peer before the job is ended */
     int collectives;      /* DistCollectives: which engine carries the collectives */
     DistStats stats;
+    DistStats by[DIST_PURPOSES]; /* stats again, by what the collectives were for */
+    int purpose;                 /* DistPurpose of the collectives started from now on */
     void *impl; /* the MPI communicators (dist_mpi.c); NULL in one process */
 } Dist;
+
+/* Everything a process has counted so far, for a difference over a step. */
+typedef struct {
+    DistStats total, by[DIST_PURPOSES];
+} DistTally;
+
+static inline DistTally dist_tally(const Dist *d) {
+    DistTally t = {d->stats, {{0}}};
+    for (int i = 0; i < DIST_PURPOSES; i++) t.by[i] = d->by[i];
+    return t;
+}
+
+/* Collectives started from now on are for p; returns the purpose before, to put back. */
+static inline int dist_purpose(Dist *d, int p) {
+    const int before = d->purpose;
+    d->purpose = p;
+    return before;
+}
+
+/* A finished collective's bytes and seconds, into the total and its purpose's. Every engine's
+ * end of a collective calls it (the backends' own collectives too). */
+static inline void dist_stats_add(Dist *d, int purpose, uint64_t sent, uint64_t recvd,
+                                  double seconds) {
+    DistStats *both[2] = {&d->stats, &d->by[purpose]};
+    for (int i = 0; i < 2; i++) {
+        both[i]->bytes_sent += sent;
+        both[i]->bytes_recv += recvd;
+        both[i]->seconds += seconds;
+        both[i]->calls++;
+    }
+}
 
 /* Start (MPI_Init when built with MPI) and build the grid of axes (dist_grid_set: tp x ep must
  * divide the world size); collectives (DistCollectives) chooses the engine.
@@ -181,6 +227,14 @@ void dist_progress(Dist *d);
  * given group size, so runs repeat bit for bit). */
 void dist_allreduce_sum_f(Dist *d, DistGroup g, float *x, size_t n);
 void dist_allreduce_sum_d(Dist *d, DistGroup g, double *x, size_t n);
+
+/* The bytes member me of a group of P sends (*sent) and receives (*recvd) in one collective
+ * of n floats, as the engine `collectives` counts them (dist_grid.c): the teaching engine's
+ * messages through member 0, MPI's and NCCL's a ring's. What the planner predicts a step's
+ * traffic from (model/traffic.h); the engines count their own calls with the same rule. */
+typedef enum { DIST_ALLREDUCE = 0, DIST_REDUCE_SCATTER = 1, DIST_ALLGATHER = 2 } DistKind;
+void dist_cost(int collectives, DistKind kind, int P, int me, size_t n, uint64_t *sent,
+               uint64_t *recvd);
 
 /* In place over group g of P members, with member p's range of x being dist_shard_range(n, P,
  * p): a reduce-scatter leaves the group's sum of x in this member's range (the rest of x is

@@ -86,3 +86,33 @@ int dist_group_colour(const Dist *d, DistGroup g) {
     default: return 0;
     }
 }
+
+/* A ring's bytes each way: (P - 1) / P n floats for each half of a sum, rounded once. */
+static uint64_t ring(int P, size_t n, int halves) {
+    return P > 1 ? (uint64_t)(halves * (double)(P - 1) / P * (double)n * sizeof(float) + 0.5) : 0;
+}
+
+void dist_cost(int collectives, DistKind kind, int P, int me, size_t n, uint64_t *sent,
+               uint64_t *recvd) {
+    *sent = *recvd = 0;
+    if (P <= 1) return;
+    if (collectives != DIST_COLL_TEACH) {
+        *sent = *recvd = ring(P, n, kind == DIST_ALLREDUCE ? 2 : 1);
+        return;
+    }
+    /* through member 0: the whole buffer up (a sum) or each range up (a gather); the whole
+     * buffer down (an all-reduce, a gather) or each range down (a reduce-scatter) */
+    size_t lo, hi, l0, h0;
+    dist_shard_range(n, P, me, &lo, &hi);
+    dist_shard_range(n, P, 0, &l0, &h0);
+    const uint64_t f = sizeof(float), others = (uint64_t)(P - 1);
+    const uint64_t up = kind == DIST_ALLGATHER ? (hi - lo) * f : n * f;
+    const uint64_t down = kind == DIST_REDUCE_SCATTER ? (hi - lo) * f : n * f;
+    if (me == 0) { /* the others' ups in, their downs out */
+        *recvd = kind == DIST_ALLGATHER ? (n - (h0 - l0)) * f : others * n * f;
+        *sent = kind == DIST_REDUCE_SCATTER ? (n - (h0 - l0)) * f : others * n * f;
+    } else {
+        *sent = up;
+        *recvd = down;
+    }
+}

@@ -44,23 +44,23 @@ void dist_progress(Dist *d) {
 }
 
 static void count_call(Dist *d, double t0) {
-    d->stats.seconds += now_seconds() - t0;
-    d->stats.calls++;
+    dist_stats_add(d, d->purpose, 0, 0, now_seconds() - t0);
 }
 
 /* A collective in flight: here it is done when started; the handle only keeps the rule that
  * every start has its wait (and no more than DIST_MAX_IN_FLIGHT are open), as with MPI. */
 struct DistOp {
-    int busy;
+    int busy, purpose;
     double seconds;
 };
 static DistOp local_ops[DIST_MAX_IN_FLIGHT];
 
-static DistOp *op_begin(double t0) {
+static DistOp *op_begin(const Dist *d, double t0) {
     for (int i = 0; i < DIST_MAX_IN_FLIGHT; i++)
         if (!local_ops[i].busy) {
             local_ops[i].busy = 1;
             local_ops[i].seconds = now_seconds() - t0;
+            local_ops[i].purpose = d->purpose;
             return &local_ops[i];
         }
     moe_fatal("dist: a %d-th collective started while %d are in flight: dist_wait one first",
@@ -69,17 +69,16 @@ static DistOp *op_begin(double t0) {
 
 void dist_wait(Dist *d, DistOp *op) {
     if (!op || !op->busy) moe_fatal("dist_wait: a collective that is not in flight");
-    d->stats.seconds += op->seconds;
-    d->stats.calls++;
+    dist_stats_add(d, op->purpose, 0, 0, op->seconds);
     op->busy = 0;
 }
 
 DistOp *dist_allreduce_sum_f_start(Dist *d, DistGroup g, float *x, size_t n) {
-    return op_begin(now_seconds());
+    return op_begin(d, now_seconds());
 }
 
 DistOp *dist_allreduce_sum_d_start(Dist *d, DistGroup g, double *x, size_t n) {
-    return op_begin(now_seconds());
+    return op_begin(d, now_seconds());
 }
 
 void dist_allreduce_sum_f(Dist *d, DistGroup g, float *x, size_t n) {
@@ -92,11 +91,11 @@ void dist_allreduce_sum_d(Dist *d, DistGroup g, double *x, size_t n) {
 
 /* a group of one: its range is all of x, which holds its sum already */
 DistOp *dist_reduce_scatter_f_start(Dist *d, DistGroup g, float *x, size_t n) {
-    return op_begin(now_seconds());
+    return op_begin(d, now_seconds());
 }
 
 DistOp *dist_allgather_f_start(Dist *d, DistGroup g, float *x, size_t n) {
-    return op_begin(now_seconds());
+    return op_begin(d, now_seconds());
 }
 
 void dist_reduce_scatter_f(Dist *d, DistGroup g, float *x, size_t n) {
@@ -131,7 +130,7 @@ DistOp *dist_alltoallv_f_start(Dist *d, const float *send, const int *send_count
     if (recv_counts[0] > 0)
         memmove(recv + recv_displs[0], send + send_displs[0],
                 (size_t)recv_counts[0] * sizeof(float));
-    return op_begin(t0);
+    return op_begin(d, t0);
 }
 
 void dist_alltoallv_f(Dist *d, const float *send, const int *send_counts, const int *send_displs,

@@ -72,6 +72,7 @@ struct DistOp {
     size_t n, elem, off, len;
     int phase;             /* SUM_UP: addends travel to member 0; SUM_DOWN: the sum back */
     int mode;              /* SUM_ALL, SUM_SCATTER or SUM_GATHER (dist_mpi_ops.c) */
+    int purpose;           /* DistPurpose: d->purpose when it started */
     char *reduce_buf;      /* member 0's addends of one chunk: (P - 1) x chunk elements; or
                               an MPI reduce-scatter's result before it goes to its place */
     size_t reduce_cap;     /* its bytes, grown on demand and kept with the slot */

@@ -72,14 +72,12 @@ DistOp *dm_op_begin(Dist *d, DistGroup g, const char *name, MPI_Datatype type) {
     op->seconds = 0.0;
     op->sent = op->recvd = 0;
     op->after_bytes = 0;
+    op->purpose = d->purpose;
     return op;
 }
 
 void dm_op_end(Dist *d, DistOp *op) {
-    d->stats.bytes_sent += op->sent;
-    d->stats.bytes_recv += op->recvd;
-    d->stats.seconds += op->seconds;
-    d->stats.calls++;
+    dist_stats_add(d, op->purpose, op->sent, op->recvd, op->seconds);
     op->busy = 0;
 }
 

@@ -74,11 +74,6 @@ static void shard_counts(Dist *d, DistOp *op, int P, size_t n) {
     }
 }
 
-/* a ring's bytes each way for one half of a sum (reduce-scatter or all-gather) */
-static uint64_t half_ring_bytes(int P, size_t n) {
-    return P > 1 ? (uint64_t)((double)(P - 1) / P * (double)n * sizeof(float) + 0.5) : 0;
-}
-
 DistOp *lib_reduce_scatter_f_start(Dist *d, DistGroup g, float *x, size_t n) {
     const double t0 = now_seconds();
     const int P = dist_group_size(d, g), me = dist_group_rank(d, g);
@@ -95,7 +90,7 @@ DistOp *lib_reduce_scatter_f_start(Dist *d, DistGroup g, float *x, size_t n) {
                                    &op->req[0]));
     op->after_dst = (char *)(x + op->displs[me]); /* MPI writes it at the buffer's start */
     op->after_bytes = mine;
-    op->sent = op->recvd = half_ring_bytes(P, n);
+    dist_cost(DIST_COLL_MPI, DIST_REDUCE_SCATTER, P, me, n, &op->sent, &op->recvd);
     op->seconds += now_seconds() - t0;
     return op;
 }
@@ -108,7 +103,7 @@ DistOp *lib_allgather_f_start(Dist *d, DistGroup g, float *x, size_t n) {
     lib_posted(d, op,
                MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, op->counts, op->displs,
                                MPI_FLOAT, dm_comm(d, g), &op->req[0]));
-    op->sent = op->recvd = half_ring_bytes(P, n);
+    dist_cost(DIST_COLL_MPI, DIST_ALLGATHER, P, dist_group_rank(d, g), n, &op->sent, &op->recvd);
     op->seconds += now_seconds() - t0;
     return op;
 }

@@ -147,6 +147,10 @@ typedef struct {
     /* communication a step: bytes a GPU sends, and seconds */
     double tp_bytes, tp_s, ep_bytes, ep_inter_bytes, ep_s, pp_bytes, pp_s, dp_bytes, dp_s;
     int tp_inter, dp_inter, pp_inter; /* the group crosses nodes */
+    /* the moe.c engine: the bytes process 0 sends a step in the gradients' sums, the weights'
+     * gathers and the tensor-parallel collectives, exactly as it counts them (model/traffic.h;
+     * dist.csv's grad_sent, weight_sent, tp_sent); 0 for the other engine */
+    double moec_grad_sent, moec_weight_sent, moec_tp_sent;
     /* time a step, seconds */
     double compute_s, recompute_s, ep_exposed_s, dp_exposed_s, bubble_s, optim_s, step_s;
     double tokens_per_s, mfu;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "model/memory.h"
+#include "model/traffic.h"
 #include "plan/plan.h"
 
 #define MAX_STAGES MAX_PLAN_LAYERS
@@ -328,6 +329,22 @@ static double stage_ep(const Grid *x, const Stage *S, double *epb_out, double *e
     return ep_t;
 }
 
+/* The moe.c engine's own count of process 0's bytes a step (model/traffic.h), over the grid of
+ * this layout's processes, with the config's engine of collectives. */
+static void moec_traffic(const Grid *x, PlanResult *r) {
+    const PlanInput *in = x->in;
+    Dist d = {0};
+    char err[256];
+    const DistAxes axes = {.tp = x->lay->tp, .ep = x->lay->ep};
+    if (dist_grid_set(&d, (int)in->k.gpus, 0, axes, err, sizeof err) != 0) return;
+    d.collectives = in->m.c.collectives;
+    uint64_t sent[DIST_PURPOSES];
+    model_traffic_step(&in->m.c, &d, sent);
+    r->moec_grad_sent = (double)sent[DIST_FOR_GRADS];
+    r->moec_weight_sent = (double)sent[DIST_FOR_WEIGHTS];
+    r->moec_tp_sent = (double)sent[DIST_FOR_TP];
+}
+
 /* Once a step, for the slowest stage (comp: its products' seconds a micro-batch; dense_p,
  * exp_p: a GPU's dense and expert parameters) into r: the gradients' sums and the optimizer. */
 static void step_sums(const Grid *x, PlanResult *r, double dense_p, double exp_p, double comp) {
@@ -347,6 +364,7 @@ static void step_sums(const Grid *x, PlanResult *r, double dense_p, double exp_p
     const double ebt = r->edp > 1 ? (r->edp - 1.0) / r->edp * exp_p * per_d : 0;
     r->dp_bytes = db + ebt;
     r->dp_s = link_s(k, db, r->dp_inter) + link_s(k, ebt, edp_inter);
+    if (t->engine == PLAN_ENGINE_MOEC) moec_traffic(x, r);
     /* the optimizer: its state read and written once, at HBM speed */
     const double zd = t->zero >= 1 ? dp : 1, ze = t->zero >= 1 ? r->edp : 1;
     const double state = dense_p / zd + exp_p / ze;

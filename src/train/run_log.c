@@ -42,11 +42,12 @@ void run_log_open(RunLog *g, const RunLogSpec *s, const Config *c, const Model *
     g->mix = run_csv(d, dir, "mix.csv", "step,from_step,domain,windows,share,target", keep);
     g->val_domains = run_csv(d, dir, "val_domains.csv", "step,domain,val_loss,tokens", keep);
     g->mix_from = s->start;
-    g->dist = d ? run_csv(d, dir, "dist.csv",
-                          "step,layer,rank,bytes_sent,bytes_recv,comm_s,expert_s,rows_in,"
-                          "rows_out_remote,rows_in_remote,sync_wait_s",
-                          keep)
-                : NULL;
+    g->dist =
+        d ? run_csv(d, dir, "dist.csv",
+                    "step,layer,rank,bytes_sent,bytes_recv,comm_s,expert_s,rows_in,"
+                    "rows_out_remote,rows_in_remote,sync_wait_s,grad_sent,weight_sent,tp_sent",
+                    keep)
+          : NULL;
     /* a replay's flips per step: the choices this run's own top-k would have made otherwise */
     g->replay = s->replay ? run_csv(d, dir, "replay.csv", "step,choices,flipped", keep) : NULL;
 
@@ -83,7 +84,7 @@ void run_log_eval(RunLog *g, const Model *m, int step) {
     fflush(g->val_router);
 }
 
-void run_log_traffic(RunLog *g, const Model *m, const DistStats *step_start, int step) {
+void run_log_traffic(RunLog *g, const Model *m, const DistTally *step_start, int step) {
     if (g->s.d) dist_csv_write(g->dist, m, g->s.d, step_start, step);
 }
 

@@ -65,7 +65,7 @@ DomainCounts *run_log_domains(RunLog *g);
 void run_log_eval(RunLog *g, const Model *m, int step);
 /* dist.csv's rows of the step: its traffic since step_start, before an evaluation adds its
  * own. Nothing in one process. */
-void run_log_traffic(RunLog *g, const Model *m, const DistStats *step_start, int step);
+void run_log_traffic(RunLog *g, const Model *m, const DistTally *step_start, int step);
 /* The rows of a step: mix.csv (at an evaluation, where the end mix takes over, and at the end,
  * so that every row lies inside one mix), train.csv, router.csv, replay.csv. */
 void run_log_step(RunLog *g, const Model *m, const StepValues *v);

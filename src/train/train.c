@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include "base/omp_compat.h"
 
@@ -545,6 +546,33 @@ static void report_done(const Trainer *t, float last_loss, float last_val, doubl
            t->o->out_dir);
 }
 
+/* The memory each process held at its peak (resident set, from the kernel) and what the
+ * engine's table of one process says (memory.h), printed by the first process: the largest over
+ * the processes, and its own. */
+static void report_memory(Trainer *t) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double peak[2] = {(double)ru.ru_maxrss / 1024.0, 0.0}; /* MiB: this one's, the largest */
+    if (t->d) {
+        double *all = (double *)calloc_check((size_t)t->world, sizeof(double));
+        all[t->d->rank] = peak[0];
+        dist_allreduce_sum_d(t->d, DIST_WORLD, all, (size_t)t->world);
+        for (int r = 0; r < t->world; r++) peak[1] = all[r] > peak[1] ? all[r] : peak[1];
+        free(all);
+    } else {
+        peak[1] = peak[0];
+    }
+    MemoryBreakdown mb;
+    model_memory_process(t->c, t->B, t->T, t->d ? t->d->ep : 1, t->world, &mb);
+    const double table = (4.0 * (double)mb.total_words + (double)mb.pad_bytes) / (1024.0 * 1024);
+    if (t->root && !t->o->quiet)
+        printf("memory: peak resident %.1f MiB (the largest over %d process%s %.1f MiB); the "
+               "engine's table of a process %.1f MiB, of it weights, gradients and moments "
+               "%.1f MiB\n",
+               peak[0], t->world, t->world > 1 ? "es" : "", peak[1], table,
+               4.0 * (double)(mb.params + mb.grads + mb.adam) / (1024.0 * 1024));
+}
+
 static void trainer_free(Trainer *t) {
     free(t->inputs);
     free(t->targets);
@@ -586,7 +614,7 @@ int train_run(Config *c, const TrainOptions *o) {
     model_zero_grad(m);
     m->state.defer_reads = 1; /* the losses stay on the backend until the step's end */
     for (int step = t.start_step; step < t.last; step++) {
-        const DistStats step_start = t.d ? t.d->stats : (DistStats){0};
+        const DistTally step_start = t.d ? dist_tally(t.d) : (DistTally){{0}, {{0}}};
         const long long reads_start = backend_host_reads;
         long long eval_reads = 0;
         StepValues v = train_step(&t, step, &log);
@@ -621,6 +649,7 @@ int train_run(Config *c, const TrainOptions *o) {
         report_done(&t, last_loss, last_val, now_seconds() - t_start);
         run_watch_report(&watch, c);
     }
+    report_memory(&t); /* every process takes part */
     run_watch_free(&watch);
     trainer_free(&t);
     return 0;

@@ -206,10 +206,10 @@ void val_router_csv_write(FILE *f, const DomainCounts *dc, const Model *m, float
  * the seconds after the backward spent waiting for the gradients' sums). Gathered by a sum over
  * the world of arrays where each process fills only its own rows. */
 enum {
-    DIST_COLS = 8
+    DIST_COLS = 11
 }; /* bytes_sent, bytes_recv, comm_s, expert_s, rows_in, rows_out, rows_rin,
-     sync_wait_s */
-void dist_csv_write(FILE *f, const Model *m, Dist *d, const DistStats *step_start, int step) {
+     sync_wait_s, grad_sent, weight_sent, tp_sent */
+void dist_csv_write(FILE *f, const Model *m, Dist *d, const DistTally *step_start, int step) {
     const Config *c = &m->cfg;
     const int W = d->world, L = c->n_layer + c->mtp_depth;
     int nb = 1;
@@ -228,17 +228,23 @@ void dist_csv_write(FILE *f, const Model *m, Dist *d, const DistStats *step_star
         b++;
     }
     /* everything else this process exchanged during the step */
-    mine[0] = (double)(d->stats.bytes_sent - step_start->bytes_sent) - ep_sent;
-    mine[1] = (double)(d->stats.bytes_recv - step_start->bytes_recv) - ep_recv;
-    mine[2] = (d->stats.seconds - step_start->seconds) - ep_comm;
+    mine[0] = (double)(d->stats.bytes_sent - step_start->total.bytes_sent) - ep_sent;
+    mine[1] = (double)(d->stats.bytes_recv - step_start->total.bytes_recv) - ep_recv;
+    mine[2] = (d->stats.seconds - step_start->total.seconds) - ep_comm;
     mine[7] = model_sync_wait_s(m); /* what of the gradients' sums the backward did not hide */
+    /* the bytes sent for each purpose the planner predicts (moe plan --config) */
+    const int purposes[3] = {DIST_FOR_GRADS, DIST_FOR_WEIGHTS, DIST_FOR_TP};
+    for (int i = 0; i < 3; i++)
+        mine[8 + i] =
+            (double)(d->by[purposes[i]].bytes_sent - step_start->by[purposes[i]].bytes_sent);
     dist_allreduce_sum_d(d, DIST_WORLD, all, (size_t)W * nb * DIST_COLS);
     for (int r = 0; r < W; r++)
         for (int l = -1, b = 0; l < L; l++) {
             if (l >= 0 && !config_is_moe_layer(c, l)) continue;
             const double *row = all + ((size_t)r * nb + b) * DIST_COLS;
-            fprintf(f, "%d,%d,%d,%.0f,%.0f,%.6f,%.6f,%.0f,%.0f,%.0f,%.6f\n", step, l, r, row[0],
-                    row[1], row[2], row[3], row[4], row[5], row[6], row[7]);
+            fprintf(f, "%d,%d,%d,%.0f,%.0f,%.6f,%.6f,%.0f,%.0f,%.0f,%.6f,%.0f,%.0f,%.0f\n", step, l,
+                    r, row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
+                    row[9], row[10]);
             b++;
         }
     free(all);

@@ -61,7 +61,7 @@ void train_csv_row(FILE *f, int step, double loss, double aux, double z, float l
 void domains_csv_write(FILE *f, const DomainCounts *dc, const Model *m, const Shard *val, int step);
 void val_router_csv_write(FILE *f, const DomainCounts *dc, const Model *m, float *load, int step);
 /* dist.csv's rows of this step: every process's traffic since step_start */
-void dist_csv_write(FILE *f, const Model *m, Dist *d, const DistStats *step_start, int step);
+void dist_csv_write(FILE *f, const Model *m, Dist *d, const DistTally *step_start, int step);
 
 /* ---- spikes -----------------------------------------------------------------------------------
  * A spike is a step whose value x (the training loss, or the gradient norm before clipping)

@@ -17,7 +17,8 @@
 #      block at dist.ep = 2 (its loss too, its experts' weights in the checkpoint, and its block's
 #      rows in dist.csv, none of its exchanges in layer -1's)
 #   2. dist.csv: one row per step, process and MoE block (plus layer -1), and the bytes every
-#      process sent and received are the cost model's, row by row:
+#      process sent and received are the cost model's, row by row (and process 0's gradient
+#      sums, grad_sent, are the count of `moe plan --config`, byte for byte):
 #        2 C 4 (rows_out_remote + rows_in_remote) + 2 El 4 (P - 1)
 #      (rows out and back, forward and backward, 4-byte floats; El counts of 2 ints per peer)
 #      with group-limited routing (moe.n_group=2, moe.topk_group=1, dist.ep=2: a group is one
@@ -218,6 +219,16 @@ for coll in $engines; do
         END { exit !(rows == 6 * 4 * 3 && bad == 0 && out == inn && moved > 0) }' "$d"
     check "[$coll] dist.csv: 72 rows; bytes sent and received = 2 C 4 (rows out + rows in) + 2 El 4 (P - 1), rows out = rows in over the group" \
         $? "$(head -n 5 "$d")"
+
+    # the gradients' sums: what process 0 sent a step (dist.csv's grad_sent, every step the
+    # same) is what the planner counts for this config over 4 processes, byte for byte
+    planned=$("$moe" plan --config "$tmp/aux-np4-ep2/config.txt" --cluster laptop --gpus 4 --json 2>&1 |
+              sed -n 's/.*"grad_sent": *\([0-9]*\).*/\1/p' | head -n 1)
+    awk -F, -v want="$planned" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+        $2 == -1 && $3 == 0 { n++; if ($c["grad_sent"] != want) bad++ }
+        END { exit !(want > 0 && n == 6 && bad == 0) }' "$d"
+    check "[$coll] dist.csv: process 0's gradient sums, ${planned:-?} bytes a step = moe plan --config's count" \
+        $? "$(grep -E '^[0-9]+,-1,0,' "$d" | head -n 3)"
 
     # group-limited routing (moe.n_group=2, moe.topk_group=1: a token's two experts from one
     # group of two, and at dist.ep=2 a group is one process's experts): one process's curve;

@@ -1,27 +1,29 @@
 #!/usr/bin/env bash
-# test_zero.sh: dist.zero (src/model/zero.h), the AdamW moments and the gradients sharded over
-# each tensor's group, gives the one-process run. Runs with MOE_BIN=build/mpi/moe (`make
-# test-mpi`, `make test`) and needs mpirun.
+# test_zero.sh: dist.zero (src/model/zero.h), the AdamW moments, the gradients and the weights
+# sharded over each tensor's group, gives the one-process run. Runs with MOE_BIN=build/mpi/moe
+# (`make test-mpi`, `make test`) and needs mpirun.
 #
 # One tiny MoE with a shared expert and aux-free balancing, two micro-batches a step, a width
 # (30) that no process count divides, so that shards end inside tensors and are unequal:
-#   1. dist.zero=1 and 2 on 2 and 4 processes, with dist.ep=1 and 2, with and without
+#   1. dist.zero=1, 2 and 3 on 2 and 4 processes, with dist.ep=1 and 2, with and without
 #      dist.overlap, one tensor a bucket (dist.bucket_mb=0) and whole blocks a bucket, on
 #      train.device=cpu and cpu-fenced (host staging): every step's loss, aux, z, gradient
 #      norm and validation loss agree with the one-process run to 1e-5 relative; dist.zero=2
-#      in one process is the one-process run, bit for bit; dist.csv's bytes of the gradients'
-#      collectives (MPI's): dist.zero=2 those of dist.zero=0, dist.zero=1 1.5 x
-#   2. with dist.collectives=teach, dist.zero=1 and 2 give dist.zero=0's bits: train.csv,
+#      in one process is the one-process run, bit for bit; dist.csv's bytes (MPI's
+#      collectives): dist.zero=2 those of dist.zero=0, dist.zero=1 1.5 x
+#   2. with dist.collectives=teach, dist.zero=1, 2 and 3 give dist.zero=0's bits: train.csv,
 #      router.csv and the checkpoint's tensors
 #   3. checkpoints stay free of the layout: written under dist.zero=2 on 4 processes (dist.ep=2),
-#      resumed in one process and under dist.ep=2 (dist.zero=0, 2 processes); and the reverse,
-#      written in one process or under dist.ep=2 and resumed under dist.zero=2 and 1: the
-#      one-process curve
+#      resumed in one process and under dist.ep=2 (dist.zero=0, 2 processes); written in one
+#      process, resumed under dist.zero=2 and 3; written under dist.zero=3, resumed under 1:
+#      the one-process curve
 #   4. memory: the bytes the model of the largest process allocated (the banner) are memory.h's
-#      formula for it, and `moe plan --config` of the run's config.txt counts the same total and
-#      moments (dist.zero 0, 1, 2); the moments shrink by the group sizes
-#   5. bad input: dist.zero=4 or -1 exits 2 naming the key's range; dist.zero=3 (not built)
-#      across processes exits 2 saying so
+#      formula for it, and `moe plan --config` of the run's config.txt counts the same total
+#      (dist.zero 0 to 3); the moments shrink by the group sizes
+#   5. dist.csv's grad_sent and weight_sent of process 0 are moe plan --config's count
+#      (model/traffic.h), byte for byte, under dist.zero 1, 2 and 3, with mpi and teach
+#   6. bad input: dist.zero=4 or -1 exits 2 naming the key's range; dist.zero=3 with a tied
+#      head across processes exits 2 saying why
 # shellcheck source=tests/lib/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 need_mpirun skip
@@ -77,7 +79,7 @@ same_bits() {
 # side A B: the first rows of two train.csv side by side, for a failure's detail
 side() { paste -d' ' <(cut -d, -f1-6 "$tmp/$1/train.csv" 2>&1) <(cut -d, -f1-6 "$tmp/$2/train.csv" 2>&1) | head -n 4; }
 
-echo "test_zero: dist.zero 1 and 2 against one process"
+echo "test_zero: dist.zero 1, 2 and 3 against one process"
 run one 1
 check "one process trains" $? "$(tail -n 3 "$tmp/one.log")"
 run one-z2 1 --set dist.zero=2
@@ -170,6 +172,21 @@ float_cmp "${optim[1]:-0} > ${optim[0]:-0} / 4 && ${optim[1]:-0} < ${optim[0]:-0
     [ "${optim[1]}" = "${optim[2]}" ] && [ "${optim[1]}" = "${optim[3]}" ]
 check "moe plan: the moments of dist.zero=1, 2 and 3 are between 1/4 and 1/2 of dist.zero=0's" $? \
     "${optim[*]}"
+
+echo "test_zero: the bytes of the gradients' sums and the weights' gathers"
+# process 0's grad_sent and weight_sent in dist.csv (step 1: no evaluation, no checkpoint) are
+# moe plan --config's count of them, byte for byte, with either engine
+for run_dir in z1-np4-ep2-o1-cpu-b25 z2-np4-ep2-o1-cpu-b25 z3-np4-ep2-o1-cpu-b25 teach-z1 teach-z2 teach-z3; do
+    planned=$("$moe" plan --config "$tmp/$run_dir/config.txt" --cluster laptop --gpus 4 --json 2>&1 |
+              python3 -c 'import json, sys; l = json.load(sys.stdin)["layouts"][0]
+print(int(l["grad_sent"]), int(l["weight_sent"]))' 2>&1)
+    got=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+                   $1 == 1 && $2 == -1 && $3 == 0 { print $c["grad_sent"], $c["weight_sent"] }' \
+              "$tmp/$run_dir/dist.csv")
+    [ -n "$got" ] && [ "$got" = "$planned" ] && [ "${got#* }" != 0 ]
+    check "$run_dir: process 0's gradient and weight bytes of step 1 ($got) = moe plan --config's" \
+        $? "planned $planned"
+done
 
 echo "test_zero: bad input"
 for v in 4 -1; do

@@ -53,6 +53,7 @@ typedef struct {
     DistGroup g;
     double seconds;
     uint64_t sent, recvd;
+    int purpose; /* DistPurpose: d->purpose when it started */
 } NcclOp;
 
 static struct {
@@ -126,11 +127,11 @@ int cuda_coll_open(const Backend *be, Dist *d, char *err, int errlen) {
     return 0;
 }
 
-static NcclOp *op_begin(const char *name, DistGroup g) {
+static NcclOp *op_begin(const Dist *d, const char *name, DistGroup g) {
     for (int i = 0; i < DIST_MAX_IN_FLIGHT; i++)
         if (!nccl.ops[i].busy) {
             NcclOp *op = &nccl.ops[i];
-            op->busy = 1, op->name = name, op->g = g;
+            op->busy = 1, op->name = name, op->g = g, op->purpose = d->purpose;
             op->seconds = 0.0, op->sent = op->recvd = 0;
             return op;
         }
@@ -140,7 +141,7 @@ static NcclOp *op_begin(const char *name, DistGroup g) {
 
 void *cuda_coll_allreduce_sum_f_start(const Backend *be, Dist *d, DistGroup g, float *x, size_t n) {
     const double t0 = now_seconds();
-    NcclOp *op = op_begin("allreduce_sum_f", g);
+    NcclOp *op = op_begin(d, "allreduce_sum_f", g);
     const int P = dist_group_size(d, g);
     /* after the kernels issued so far on the backend's stream, on the sums' own */
     CUDA_CHECK(cudaEventRecord(op->ready, cuda_stream(be)));
@@ -162,7 +163,7 @@ void *cuda_coll_alltoallv_f_start(const Backend *be, Dist *d, const float *send,
     const int P = d->ep, me = d->ep_rank;
     cudaStream_t stream = cuda_stream(be);
     dist_check_self_counts(d, send_counts[me], recv_counts[me]);
-    NcclOp *op = op_begin("alltoallv_f", DIST_EP);
+    NcclOp *op = op_begin(d, "alltoallv_f", DIST_EP);
     if (recv_counts[me] > 0)
         CUDA_CHECK(cudaMemcpyAsync(recv + recv_displs[me], send + send_displs[me],
                                    (size_t)recv_counts[me] * sizeof(float),
@@ -227,10 +228,7 @@ void cuda_coll_wait(const Backend *be, Dist *d, void *handle) {
      * sums' stream: the update reads its result) */
     CUDA_CHECK(cudaStreamWaitEvent(cuda_stream(be), op->done, 0));
     op->seconds += now_seconds() - start;
-    d->stats.bytes_sent += op->sent;
-    d->stats.bytes_recv += op->recvd;
-    d->stats.seconds += op->seconds;
-    d->stats.calls++;
+    dist_stats_add(d, op->purpose, op->sent, op->recvd, op->seconds);
     op->busy = 0;
 }
 
