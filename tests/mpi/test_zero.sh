@@ -9,7 +9,8 @@
 #      dist.overlap, one tensor a bucket (dist.bucket_mb=0) and whole blocks a bucket, on
 #      train.device=cpu and cpu-fenced (host staging): every step's loss, aux, z, gradient
 #      norm and validation loss agree with the one-process run to 1e-5 relative; dist.zero=2
-#      in one process is the one-process run, bit for bit; dist.csv's bytes (MPI's
+#      in one process is the one-process run, bit for bit; dist.zero=2 with a tied head and
+#      a multi-token prediction module too; dist.csv's bytes (MPI's
 #      collectives): dist.zero=2 those of dist.zero=0, dist.zero=1 1.5 x
 #   2. with dist.collectives=teach, dist.zero=1, 2 and 3 give dist.zero=0's bits: train.csv,
 #      router.csv and the checkpoint's tensors
@@ -102,6 +103,14 @@ for zero in 1 2 3; do
             $? "exit $rc: $(tail -n 3 "$tmp/$name.log"); $(side one "$name")"
     done
 done
+
+# a tied head and a multi-token prediction module (their tensors in buckets of other stages)
+run one-tied-mtp 1 --set model.tied=1 --set model.mtp_depth=1
+run z2-tied-mtp 4 --set dist.zero=2 --set dist.ep=2 --set model.tied=1 --set model.mtp_depth=1
+rc=$?
+same_curves "$tmp/one-tied-mtp" "$tmp/z2-tied-mtp"
+check "dist.zero=2, 4 processes, dist.ep=2, a tied head and a prediction module: the one-process curve" \
+    $? "exit $rc: $(tail -n 3 "$tmp/z2-tied-mtp.log"); $(side one-tied-mtp z2-tied-mtp)"
 
 # dist.csv's bytes of the step's other collectives (layer -1, rank 0, step 1) with MPI's: a
 # reduce-scatter and an all-gather move what the sum moved (dist.zero=2), the all-gather after
