@@ -24,6 +24,9 @@
  *   - the integer words of one small MoE model match a count done by hand, for token choice and for
  * expert choice (every (token, expert) pair a candidate, E * cap slots) and for a padded capacity
  * plan (E * cap slot rows);
+ *   - under dist.zero over 4 processes in expert-parallel pairs, the moments of the four ranks'
+ *     shards add up to one copy of the parameters, the gradient and weights as each stage holds
+ *     them, the largest process the last rank's;
  *   - the CPU backends' blocks are zeroed and writable, and one of 2 MiB or more starts on a
  *     2 MiB boundary (offered for transparent huge pages).
  */
@@ -451,6 +454,51 @@ START_TEST(test_breakdown_consistent) {
 }
 END_TEST
 
+/* dist.zero over 4 processes in expert-parallel pairs, bucket by bucket or whole blocks: the
+ * moments of the four ranks' shards add up to one copy of the one-process model's parameters
+ * (every float in one shard of one member of its group, the two pairs' experts apart);
+ * dist.zero=2 keeps that share of the whole gradient; dist.zero=3 holds the shards of the weights
+ * and two windows; the largest process is the last rank; one process shards nothing. */
+START_TEST(test_zero_shards) {
+    const Shape *s = &SHAPES[1]; /* every block an MoE block of 4 experts */
+    for (int mb = 0; mb < 2; mb++) {
+        Config c = shape_config(s);
+        c.bucket_mb = mb ? 25.0f : 0.0f;
+        ParamTable full, mine;
+        params_table_build(&full, &c);
+        params_table_build_ep(&mine, &c, 2);
+        const size_t P = params_count_total(&full), Pl = params_count_total(&mine);
+        ck_assert_uint_lt(Pl, P); /* each pair holds half the experts */
+        size_t sum = 0, largest = 0;
+        for (int zero = 1; zero <= 3; zero++) {
+            c.zero = zero;
+            sum = largest = 0;
+            for (int r = 0; r < 4; r++) {
+                MemoryBreakdown m;
+                model_memory_rank(&c, s->B, s->T, 2, 4, r, &m);
+                const size_t S = m.adam / 2;
+                sum += S;
+                largest = S > largest ? S : largest;
+                ck_assert_uint_eq(m.grads, Pl);
+                ck_assert_uint_eq(m.grad_shard, zero >= 2 ? S : Pl);
+                if (zero < 3) ck_assert_uint_eq(m.params, Pl);
+                if (zero == 3) ck_assert(m.params > S && m.params < S + 2 * Pl);
+            }
+            ck_assert_uint_eq(sum, P);
+            MemoryBreakdown last;
+            model_memory_process(&c, s->B, s->T, 2, 4, &last);
+            ck_assert_uint_eq(last.adam / 2, largest);
+        }
+        MemoryBreakdown one;
+        model_memory_process(&c, s->B, s->T, 1, 1, &one);
+        ck_assert_uint_eq(one.adam, 2 * P);
+        ck_assert_uint_eq(one.params, P);
+        params_table_free(&full);
+        params_table_free(&mine);
+    }
+}
+END_TEST
+
 START_TEST(test_int_words_by_hand) {
     /* 4 blocks, MoE in blocks 1 and 3 (first_dense 1, every 2), E = 8, K = 3, N = 2 x 6 = 12:
      * inputs + targets 2 N = 24; per MoE block idx N K + 1 = 37, counts E = 8,
@@ -520,6 +568,7 @@ static Suite *memory_suite(void) {
     tcase_add_test(tc, test_formula_by_hand);
     tcase_add_test(tc, test_block_arena_with_expert_exchange);
     tcase_add_loop_test(tc, test_breakdown_consistent, 0, n);
+    tcase_add_test(tc, test_zero_shards);
     tcase_add_test(tc, test_int_words_by_hand);
     tcase_add_test(tc, test_attention_is_quadratic_in_T);
     tcase_add_test(tc, test_host_blocks);
