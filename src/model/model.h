@@ -183,8 +183,10 @@ typedef struct Model {
     /* the weights */
     ParamTable pt;
     float *params, *grads, *m, *v; /* (pt.total) each; m, v are the AdamW moments
-                                      ((Zero.floats) under dist.zero: zero.h) */
-    ParamView w, g;                /* named views into params and grads */
+                                      ((Zero.floats) under dist.zero, and params under
+                                      dist.zero=3: zero.h) */
+    ParamView w, g;                /* named views into params and grads (under dist.zero=3,
+                                      w into the window of each stage in use) */
     /* aux-free balancing state (moe.balance=aux_free): one bias per expert and MoE block,
      * added to the scores for the top-k choice only. Not a parameter: no gradient, no AdamW;
      * updated by model_update_router_bias and saved in checkpoints ("router_bias/layers.L"). */
@@ -211,8 +213,8 @@ typedef struct Model {
     /* the gradients' sums over the processes, in buckets (grad_sync.h; NULL in one process).
      * A backward with StepCtx.sync_in_backward starts each block's sums as soon as it is done. */
     struct GradSync *sync;
-    /* dist.zero >= 1 across processes (zero.h; NULL: every state whole): m and v hold this
-     * member's shard of each gradient bucket, Zero.floats in all */
+    /* dist.zero >= 1 across processes (zero.h; NULL: every state whole): m and v (and from
+     * stage 3 params) hold this member's shard of each gradient bucket, Zero.floats in all */
     struct Zero *zero;
 } Model;
 
