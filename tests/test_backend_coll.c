@@ -3,11 +3,11 @@
  * (Backend.coll_*: NCCL on a GPU, dist.collectives=nccl), on every backend of the build
  * (tests/backend_util.h).
  *
- * All four entries or none; none on the CPU tables. Where a backend has them, over a world of
+ * All six entries or none; none on the CPU tables. Where a backend has them, over a world of
  * one process (the one check a single GPU allows: NCCL refuses two processes on one GPU), a
- * sum leaves the buffer as it was, an exchange copies its block, and each wait counts a call
- * and no bytes. On a machine without a GPU only the first half runs; tests/gpu/run_device.sh
- * runs this suite's binary on a GPU.
+ * sum and its halves (reduce-scatter, all-gather) leave the buffer as it was, an exchange
+ * copies its block, and each wait counts a call and no bytes. On a machine without a GPU only the
+ * first half runs; tests/gpu/run_device.sh runs this suite's binary on a GPU.
  *
  * NCCL's start (backend/cuda/nccl_start.h), over a world of three ranks played in turn: rank 0's id
  * reaches every rank, and so does a failure of its draw, each rank returning the message
@@ -22,8 +22,9 @@ START_TEST(test_device_collectives) {
     for (int b = 0; b < N_BACKENDS; b++) {
         const Backend *be = BACKENDS[b];
         const int n_set = !!be->coll_open + !!be->coll_allreduce_sum_f_start +
+                          !!be->coll_reduce_scatter_f_start + !!be->coll_allgather_f_start +
                           !!be->coll_alltoallv_f_start + !!be->coll_wait;
-        ck_assert_msg(n_set == 0 || n_set == 4, "%s has %d of the 4 collectives", be->name, n_set);
+        ck_assert_msg(n_set == 0 || n_set == 6, "%s has %d of the 6 collectives", be->name, n_set);
         if (be->host_memory)
             ck_assert_msg(n_set == 0, "%s, a CPU table, has collectives", be->name);
         if (n_set == 0) continue;
@@ -41,12 +42,16 @@ START_TEST(test_device_collectives) {
         be->coll_wait(be, &d, be->coll_allreduce_sum_f_start(be, &d, DIST_WORLD, x, n));
         be->to_host(be, got, x, sizeof got);
         ck_assert_mem_eq(got, want, sizeof got);
+        be->coll_wait(be, &d, be->coll_reduce_scatter_f_start(be, &d, DIST_DP, x, n));
+        be->coll_wait(be, &d, be->coll_allgather_f_start(be, &d, DIST_DATA, x, n));
+        be->to_host(be, got, x, sizeof got);
+        ck_assert_mem_eq(got, want, sizeof got);
         int count = n, displ = 0;
         be->coll_wait(be, &d,
                       be->coll_alltoallv_f_start(be, &d, x, &count, &displ, y, &count, &displ));
         be->to_host(be, got, y, sizeof got);
         ck_assert_mem_eq(got, want, sizeof got);
-        ck_assert_uint_eq(d.stats.calls - calls, 2);
+        ck_assert_uint_eq(d.stats.calls - calls, 4);
         ck_assert_uint_eq(d.stats.bytes_sent + d.stats.bytes_recv, 0);
         release(be, x), release(be, y);
         dist_finalize(&d);

@@ -93,6 +93,11 @@ struct Backend {
     int (*coll_open)(const Backend *be, Dist *d, char *err, int errlen);
     void *(*coll_allreduce_sum_f_start)(const Backend *be, Dist *d, DistGroup g, float *x,
                                         size_t n);
+    /* the halves of a sum, in place, each member's range dist_shard_range's (dist.h's
+     * dist_reduce_scatter_f and dist_allgather_f on the device's memory) */
+    void *(*coll_reduce_scatter_f_start)(const Backend *be, Dist *d, DistGroup g, float *x,
+                                         size_t n);
+    void *(*coll_allgather_f_start)(const Backend *be, Dist *d, DistGroup g, float *x, size_t n);
     void *(*coll_alltoallv_f_start)(const Backend *be, Dist *d, const float *send,
                                     const int *send_counts, const int *send_displs, float *recv,
                                     const int *recv_counts, const int *recv_displs);

@@ -203,6 +203,16 @@ static void exchange_rows(const Backend *be, EpActs *a, Dist *d, const float *se
     a->stats.comm_seconds += (seconds_now() - t0) - (d->stats.seconds - before.seconds);
 }
 
+/* count ints to each member of the group and from each (dist_alltoall_i), as the expert
+ * exchange's traffic (its stats, and DIST_FOR_EXPERTS) */
+static void exchange_counts(EpActs *a, Dist *d, const int *send, int *recv, int count) {
+    const DistStats before = d->stats;
+    const int was = dist_purpose(d, DIST_FOR_EXPERTS);
+    dist_alltoall_i(d, send, recv, count);
+    dist_purpose(d, was);
+    add_traffic(a, d, &before);
+}
+
 /* exchange_rows, its bytes counted as the expert exchange's (DIST_FOR_EXPERTS) */
 static void exchange(const Backend *be, EpActs *a, Dist *d, const float *send, const int *sc,
                      const int *sd, float *recv, const int *rc, const int *rd) {
@@ -235,11 +245,7 @@ void ep_experts_forward(const Backend *be, float *ye, EpActs *a, const float *xe
             a->meta_send[(p * El + j) * 2] = offsets[e + 1] - offsets[e];
             a->meta_send[(p * El + j) * 2 + 1] = counts[e];
         }
-    const DistStats before = d->stats;
-    const int was = dist_purpose(d, DIST_FOR_EXPERTS);
-    dist_alltoall_i(d, a->meta_send, a->meta_recv, 2 * El);
-    dist_purpose(d, was);
-    add_traffic(a, d, &before);
+    exchange_counts(a, d, a->meta_send, a->meta_recv, 2 * El);
 
     /* 2. where everything goes: member p's experts are one run of the plan, from
      *    offsets[p El]; what comes from source q lands after what came from 0 .. q-1 */
@@ -430,11 +436,8 @@ void ep_tokens_forward(const Backend *be, float *y, float *xs, float *zs, EpActs
             }
         }
     /* 3. counts first, then the rows (a gather of x) and their pairs */
-    const DistStats before = d->stats;
     for (int p = 0; p < P; p++) a->ucount_s[p] = mp->counts[p];
-    const int was = dist_purpose(d, DIST_FOR_EXPERTS);
-    dist_alltoall_i(d, a->ucount_s, a->ucount_r, 1);
-    add_traffic(a, d, &before);
+    exchange_counts(a, d, a->ucount_s, a->ucount_r, 1);
     counts_of(a->scount, a->sdispl, a->ucount_s, C, P);
     counts_of(a->rcount, a->rdispl, a->ucount_r, C, P);
     counts_of(a->mcount_s, a->mdispl_s, a->ucount_s, 2 * Km, P);
@@ -448,7 +451,7 @@ void ep_tokens_forward(const Backend *be, float *y, float *xs, float *zs, EpActs
     be->permute_forward(be, xs, x, &a->mp, C);
     exchange(be, a, d, xs, a->scount, a->sdispl, a->xr, a->rcount, a->rdispl);
     const DistStats before_meta = d->stats;
-    dist_purpose(d, DIST_FOR_EXPERTS);
+    const int was = dist_purpose(d, DIST_FOR_EXPERTS);
     dist_alltoallv_f(d, a->meta_s, a->mcount_s, a->mdispl_s, a->meta_r, a->mcount_r, a->mdispl_r);
     dist_purpose(d, was);
     add_traffic(a, d, &before_meta);

@@ -122,7 +122,8 @@ typedef struct {
 } DistTally;
 
 static inline DistTally dist_tally(const Dist *d) {
-    DistTally t = {d->stats, {{0}}};
+    DistTally t;
+    t.total = d->stats;
     for (int i = 0; i < DIST_PURPOSES; i++) t.by[i] = d->by[i];
     return t;
 }

@@ -181,6 +181,8 @@ static void fill_table(Backend *b) {
 #if MOE_HAVE_NCCL
     b->coll_open = cuda_coll_open;
     b->coll_allreduce_sum_f_start = cuda_coll_allreduce_sum_f_start;
+    b->coll_reduce_scatter_f_start = cuda_coll_reduce_scatter_f_start;
+    b->coll_allgather_f_start = cuda_coll_allgather_f_start;
     b->coll_alltoallv_f_start = cuda_coll_alltoallv_f_start;
     b->coll_wait = cuda_coll_wait;
 #endif

@@ -190,6 +190,8 @@ void cuda_router_gate_forward(const Backend *be, int *idx, float *w, const float
 /* cuda_nccl.cu (MOE_HAVE_NCCL): the Backend.coll_* entries, NCCL on the GPU's memory */
 int cuda_coll_open(const Backend *be, Dist *d, char *err, int errlen);
 void *cuda_coll_allreduce_sum_f_start(const Backend *be, Dist *d, DistGroup g, float *x, size_t n);
+void *cuda_coll_reduce_scatter_f_start(const Backend *be, Dist *d, DistGroup g, float *x, size_t n);
+void *cuda_coll_allgather_f_start(const Backend *be, Dist *d, DistGroup g, float *x, size_t n);
 void *cuda_coll_alltoallv_f_start(const Backend *be, Dist *d, const float *send,
                                   const int *send_counts, const int *send_displs, float *recv,
                                   const int *recv_counts, const int *recv_displs);

@@ -156,6 +156,49 @@ void *cuda_coll_allreduce_sum_f_start(const Backend *be, Dist *d, DistGroup g, f
     return op;
 }
 
+/* The halves of a sum over g on the sums' stream, after the kernels issued so far. NCCL's own
+ * ncclReduceScatter and ncclAllGather need equal ranges; dist_shard_range's differ by one
+ * element when P does not divide n, so each member's range is its own collective, all of them
+ * one group of NCCL calls: a reduce to member p of its range (reduce-scatter), or a broadcast
+ * of it from member p (all-gather). Bytes: a ring's, as dist_cost counts. */
+static void *halves_start(const Backend *be, Dist *d, DistGroup g, float *x, size_t n,
+                          DistKind kind) {
+    const double t0 = now_seconds();
+    const int P = dist_group_size(d, g), me = dist_group_rank(d, g);
+    NcclOp *op = op_begin(d, kind == DIST_REDUCE_SCATTER ? "reduce_scatter_f" : "allgather_f", g);
+    CUDA_CHECK(cudaEventRecord(op->ready, cuda_stream(be)));
+    CUDA_CHECK(cudaStreamWaitEvent(nccl.sums, op->ready, 0));
+    nccl_check(d, ncclGroupStart(), "ncclGroupStart");
+    for (int p = 0; P > 1 && p < P; p++) {
+        size_t lo, hi;
+        dist_shard_range(n, P, p, &lo, &hi);
+        if (hi == lo) continue;
+        if (kind == DIST_REDUCE_SCATTER)
+            nccl_check(d,
+                       ncclReduce(x + lo, x + lo, hi - lo, ncclFloat32, ncclSum, p, nccl.comm[g],
+                                  nccl.sums),
+                       "ncclReduce");
+        else
+            nccl_check(
+                d, ncclBroadcast(x + lo, x + lo, hi - lo, ncclFloat32, p, nccl.comm[g], nccl.sums),
+                "ncclBroadcast");
+    }
+    nccl_check(d, ncclGroupEnd(), "ncclGroupEnd");
+    CUDA_CHECK(cudaEventRecord(op->done, nccl.sums));
+    dist_cost(DIST_COLL_NCCL, kind, P, me, n, &op->sent, &op->recvd);
+    op->seconds = now_seconds() - t0;
+    return op;
+}
+
+void *cuda_coll_reduce_scatter_f_start(const Backend *be, Dist *d, DistGroup g, float *x,
+                                       size_t n) {
+    return halves_start(be, d, g, x, n, DIST_REDUCE_SCATTER);
+}
+
+void *cuda_coll_allgather_f_start(const Backend *be, Dist *d, DistGroup g, float *x, size_t n) {
+    return halves_start(be, d, g, x, n, DIST_ALLGATHER);
+}
+
 void *cuda_coll_alltoallv_f_start(const Backend *be, Dist *d, const float *send,
                                   const int *send_counts, const int *send_displs, float *recv,
                                   const int *recv_counts, const int *recv_displs) {
