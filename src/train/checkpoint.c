@@ -166,7 +166,8 @@ int checkpoint_config(const char *path, Config *c, char *err, int errlen) {
 }
 
 /* ck's tensors into m, the weights alone (kinds 1) or with the moments (3): an
- * expert-parallel member's experts, and under dist.zero its shards of the moments. */
+ * expert-parallel member's experts, and under dist.zero its shards of the moments (and of the
+ * weights under dist.zero=3). */
 static int load_tensors(Model *m, const Ckpt *ck, const char *path, int kinds, char *err,
                         int errlen) {
     int rc = 0;
