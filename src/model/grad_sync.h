@@ -45,7 +45,8 @@
 
 typedef struct {
     size_t offset, numel; /* a range of the gradient buffer, in floats */
-    DistGroup group;      /* DIST_WORLD, or DIST_DP for stacked expert tensors */
+    DistGroup group;      /* DIST_WORLD, DIST_DP for stacked expert tensors, DIST_DATA for the
+                             tensor-parallel shares (dist.tp > 1) */
     int stage;            /* when the backward has finished it: 0 after the head and final
                              norm, L - l after block l, L + 1 after the embedding */
 } GradBucket;

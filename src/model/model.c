@@ -27,11 +27,12 @@ static float *dev(const Model *m, size_t n) {
     return be_floats(m->be, n);
 }
 
-/* The weights drawn from the config seed into host (P floats): for an expert-parallel member,
- * the whole model's weights drawn as in one process and this member's share kept, so that it
- * starts from exactly the weights a one-process run starts from. */
+/* The weights drawn from the config seed into host (P floats): for a member of an expert- or
+ * tensor-parallel group, the whole model's weights drawn as in one process and this member's
+ * share kept (its experts, its share of each tensor-parallel tensor), so that it starts from
+ * exactly the weights a one-process run starts from. */
 static void init_weights(const Model *m, const Config *c, float *host) {
-    if (!m->dist || m->dist->ep == 1) {
+    if (!m->dist || (m->dist->ep == 1 && m->dist->tp == 1)) {
         params_init(&m->pt, host, c, c->seed);
         return;
     }
@@ -41,6 +42,10 @@ static void init_weights(const Model *m, const Config *c, float *host) {
     params_init(&full, buf, c, c->seed);
     for (int i = 0; i < m->pt.n; i++) {
         const ParamTensor *t = &m->pt.t[i], *f = &full.t[params_find(&full, t->name)];
+        if (t->tp_dim >= 0) {
+            params_tp_take(t, m->pt.tp, m->dist->tp_rank, buf + f->offset, host + t->offset);
+            continue;
+        }
         /* stacked experts: this member's El consecutive ones, from expert ep_rank * El */
         size_t skip = t->expert_dim ? (size_t)m->dist->ep_rank * t->numel : 0;
         memcpy(host + t->offset, buf + f->offset + skip, t->numel * sizeof(float));
@@ -72,7 +77,7 @@ void model_init_dist(Model *m, const Config *c, int B, int T, Dist *d) {
  * distributed run, the parameters, gradients and AdamW moments, and the initial weights */
 static void params_alloc(Model *m, const Config *c, int ep) {
     const Backend *be = m->be;
-    params_table_build_ep(&m->pt, c, ep);
+    params_table_build_grid(&m->pt, c, ep, m->dist ? m->dist->tp : 1);
     if (m->dist) {
         m->sync = calloc_check(1, sizeof *m->sync);
         grad_sync_init(m->sync, &m->pt, (size_t)(c->bucket_mb * (1 << 20) / sizeof(float)), be,
@@ -462,12 +467,16 @@ float model_grad_norm(const Model *m) {
     if (!m->dist) {
         ss = sq[0];
     } else {
-        /* every process holds the same (summed) non-expert gradients; each expert lives on one
-         * member of an expert-parallel group: their squares add up over the group */
-        double part[2] = {0.0, 0.0}; /* non-expert, this member's experts */
-        for (int i = 0; i < m->pt.n; i++) part[m->pt.t[i].expert_dim] += sq[i];
+        /* every process holds the same (summed) whole gradients; each expert lives on one
+         * member of an expert-parallel group, each tensor-parallel share on one member of a
+         * tensor-parallel group: their squares add up over that group */
+        double part[3] = {0.0, 0.0, 0.0}; /* whole, this member's experts, its tp shares */
+        for (int i = 0; i < m->pt.n; i++)
+            part[m->pt.t[i].expert_dim ? 1 : m->pt.tp > 1 && m->pt.t[i].tp_dim >= 0 ? 2 : 0] +=
+                sq[i];
         dist_allreduce_sum_d(m->dist, DIST_EP, &part[1], 1);
-        ss = part[0] + part[1];
+        if (m->pt.tp > 1) dist_allreduce_sum_d(m->dist, DIST_TP, &part[2], 1);
+        ss = part[0] + part[1] + part[2];
     }
     if (prof_enabled) prof_add(PROF_OPTIMIZER, prof_clock() - t0);
     return (float)sqrt(ss);
