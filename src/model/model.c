@@ -20,6 +20,7 @@
 #include "model/grad_sync.h"
 #include "model/mtp.h"
 #include "model/profile.h"
+#include "model/tp.h"
 #include "nn/ops.h"
 
 /* n floats of the model's backend, zeroed */
@@ -127,6 +128,7 @@ static void acts_arena_alloc(Model *m, const Config *c, int B, int T, int ep) {
             rs->blocks[l].router_bias = m->router_bias + (size_t)b++ * c->num_experts;
     if (!be->host_memory && m->spec.balance == MOE_BALANCE_AUX_FREE && m->n_moe)
         m->router_bias_host = floats_alloc((size_t)m->n_moe * c->num_experts);
+    if (!be->host_memory && model_tp(m) > 1) rs->tp_host = floats_alloc(N * c->d_model);
 }
 
 /* step_record_alloc: the step record, one allocation, so that one copy reads it
@@ -212,6 +214,7 @@ void model_free(Model *m) {
     free(rs->mtp_host);
     release(m, rs->mtp_moe_rec);
     free(m->router_bias_host);
+    free(rs->tp_host);
     if (m->sync) grad_sync_free(m->sync);
     free(m->sync);
     release(m, rs->arena);
@@ -245,9 +248,13 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
     rs->B_last = B;
     rs->T_last = T;
     rs->N_last = N;
-    be->to_device(be, rs->inputs, inputs, (size_t)N * sizeof(int));
+    /* under tensor parallelism the stream, the head and the loss hold this rank's n rows of
+     * the N (tp.h); else n = N */
+    int n, row0;
+    tp_rows(m, N, &n, &row0);
+    be->to_device(be, rs->inputs, inputs + row0, (size_t)n * sizeof(int));
 
-    PROF(PROF_EMBED, be->embed_forward(be, rs->resid[0], rs->inputs, m->w.tok_emb, N, C));
+    PROF(PROF_EMBED, be->embed_forward(be, rs->resid[0], rs->inputs, m->w.tok_emb, n, C));
 
     /* each MoE block's losses into the step record: the micro-batch's slot while the step reads
      * them at its end (defer_reads), else slot 0, read at once */
@@ -267,18 +274,18 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
         block_forward(m, l, rs->resid[l + 1], rs->resid[l], B, T, NULL, ctx);
 
     PROF(PROF_NORM,
-         be->rmsnorm_forward(be, rs->lnf, rs->rstdf, rs->resid[L], m->w.final_norm, N, C));
-    PROF(PROF_HEAD, be->matmul_forward(be, rs->logits, rs->lnf, head_weights(m), N, C, c->vocab));
+         be->rmsnorm_forward(be, rs->lnf, rs->rstdf, rs->resid[L], m->w.final_norm, n, C));
+    PROF(PROF_HEAD, be->matmul_forward(be, rs->logits, rs->lnf, head_weights(m), n, C, c->vocab));
     const float mtp = mtp_forward(m, inputs, targets, B, T, ctx, slot);
 
     rs->aux_loss = rs->z_loss = 0.0f;
     if (rs->defer_reads) { /* model_read_step computes them */
         rs->loss = NAN;
         if (targets) {
-            be->to_device(be, rs->targets, targets, (size_t)N * sizeof(int));
+            be->to_device(be, rs->targets, targets + row0, (size_t)n * sizeof(int));
             PROF(PROF_LOSS, be->crossentropy_forward(be, rs->losses, rs->logits, rs->logits,
-                                                     rs->targets, N, c->vocab));
-            be->sum(be, rs->rec_loss + slot, rs->losses, (size_t)N);
+                                                     rs->targets, n, c->vocab));
+            be->sum(be, rs->rec_loss + slot, rs->losses, (size_t)n);
         }
         return NAN;
     }
@@ -296,13 +303,13 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
         rs->loss = NAN;
         return NAN;
     }
-    be->to_device(be, rs->targets, targets, (size_t)N * sizeof(int));
-    PROF(PROF_LOSS, be->crossentropy_forward(be, rs->losses, rs->logits, rs->logits, rs->targets, N,
+    be->to_device(be, rs->targets, targets + row0, (size_t)n * sizeof(int));
+    PROF(PROF_LOSS, be->crossentropy_forward(be, rs->losses, rs->logits, rs->logits, rs->targets, n,
                                              c->vocab));
     double sum = 0.0; /* in token order: deterministic */
-    be->sum(be, rs->rec_loss, rs->losses, (size_t)N);
+    be->sum(be, rs->rec_loss, rs->losses, (size_t)n);
     be->to_host(be, &sum, rs->rec_loss, sizeof sum);
-    rs->loss = (float)(sum / N);
+    rs->loss = (float)(sum / n);
     return rs->loss + moe_balance_coef(&m->spec) * aux_sum + c->z_coef * z_sum + mtp;
 }
 
@@ -324,7 +331,9 @@ void model_read_step(Model *m, int micro_batches, double *loss, double *aux, dou
         }
         rs->aux_loss = nb > 0 ? aux_sum / (float)nb : 0.0f;
         rs->z_loss = nb > 0 ? z_sum / (float)nb : 0.0f;
-        rs->loss = (float)(h[i] / rs->N_last);
+        int n, row0; /* this rank's tokens (tp.h) */
+        tp_rows(m, rs->N_last, &n, &row0);
+        rs->loss = (float)(h[i] / n);
         *loss += rs->loss, *aux += rs->aux_loss, *z += rs->z_loss;
     }
 }
@@ -380,7 +389,9 @@ void model_backward(Model *m, float loss_scale, const StepCtx *ctx) {
     RunState *rs = &m->state;
     const Backend *be = m->be;
     const Config *c = &m->cfg;
-    const int C = c->d_model, L = c->n_layer, N = rs->N_last;
+    const int C = c->d_model, L = c->n_layer;
+    int N, row0; /* this rank's rows of the stream and the loss (tp.h) */
+    tp_rows(m, rs->N_last, &N, &row0);
     if (m->expert_source)
         moe_fatal("model_backward: the experts are served by an inference source (quantized or "
                   "offloaded), which has no backward; detach it to train");

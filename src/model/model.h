@@ -129,6 +129,10 @@ typedef struct RunState {
     float *dmtp, *dmtp_cat;
     /* the shared experts' SwiGLU, (N, Fs) each; NULL without shared experts */
     float *dsg, *dsu, *dsh;
+    /* tensor parallelism (dist.tp > 1, tp.h; else NULL): a gradient's rows gathered from the
+     * group and a row-parallel product's partial sum (N, C) each; tp_host (N, C) the host's
+     * copy the group's collectives go through when the backend's memory is not the host's */
+    float *tp_gath, *tp_part, *tp_host;
     MoeScratch moe_scratch;
     /* workspace of the ops, sized once in model_init so that a step allocates nothing:
      * rope_cs (T, D/2, 2) the RoPE cos/sin table (rope_table); att_ws (n_att_ws, T, T) one dS

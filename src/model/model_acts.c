@@ -243,4 +243,11 @@ void model_acts_table(ActTable *t, const Config *c, int B, int T, int ep, Model 
 
     /* ---- backward scratch: one set, reused by every block ------------------------------- */
     scratch_entries(t, c, &spec, N, n_moe, rs);
+    /* tensor parallelism (tp.h): a gradient's gathered rows, a row-parallel product's partial
+     * sum; the model's grid, or for the memory formula the config's */
+    const int tp = m ? (m->dist ? m->dist->tp : 1) : c->tp;
+    if (tp > 1) {
+        acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(rs, tp_gath), "scratch.tp_gath");
+        acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(rs, tp_part), "scratch.tp_part");
+    }
 }

@@ -171,6 +171,18 @@ int checkpoint_config(const char *path, Config *c, char *err, int errlen) {
     return 0;
 }
 
+/* Tensor t of the model (at dst) from the file's whole tensor: a tensor-parallel member's share
+ * of it, or all of it. */
+static void load_share(Model *m, float *dst, const ParamTensor *t, const float *whole) {
+    float *mine = NULL;
+    if (t->tp_dim >= 0 && m->pt.tp > 1) {
+        mine = floats_alloc(t->numel);
+        params_tp_take(t, m->pt.tp, m->dist->tp_rank, whole, mine);
+    }
+    m->be->to_device(m->be, dst, mine ? mine : whole, t->numel * sizeof(float));
+    free(mine);
+}
+
 int checkpoint_load(Model *m, Rng *loader_rng, const char *path, int with_optimizer, char *err,
                     int errlen) {
     Ckpt ck;
@@ -206,16 +218,7 @@ int checkpoint_load(Model *m, Rng *loader_rng, const char *path, int with_optimi
                 rc = -1;
                 break;
             }
-            if (t->tp_dim >= 0 && pt->tp > 1) { /* a tensor-parallel member's share */
-                float *mine = floats_alloc(t->numel);
-                params_tp_take(t, pt->tp, m->dist->tp_rank, (const float *)e->data, mine);
-                m->be->to_device(m->be, kind_buffer(m, kind) + t->offset, mine,
-                                 t->numel * sizeof(float));
-                free(mine);
-                continue;
-            }
-            m->be->to_device(m->be, kind_buffer(m, kind) + t->offset, (const float *)e->data + skip,
-                             t->numel * sizeof(float));
+            load_share(m, kind_buffer(m, kind) + t->offset, t, (const float *)e->data + skip);
         }
     if (rc == 0 && with_optimizer) {
         const TensorRef *r = ckpt_find(&ck, "rng/loader");
