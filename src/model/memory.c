@@ -26,7 +26,7 @@ size_t model_memory_process(const Config *c, int B, int T, int ep, MemoryBreakdo
 
     /* ---- parameters, gradients, AdamW moments: one buffer of P floats each ------------- */
     ParamTable pt;
-    params_table_build_ep(&pt, c, ep);
+    params_table_build_grid(&pt, c, ep, c->tp > 0 ? c->tp : 1); /* dist.tp's shares too */
     const size_t P = params_count_total(&pt);
     params_table_free(&pt);
     m.params = P;   /* params */

@@ -52,8 +52,11 @@ size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out);
 
 /* The same for one process of an expert-parallel group of ep (dist.ep): its num_experts / ep
  * experts (params_table_build_ep) and its activation table with the expert exchange's buffers,
- * for its B sequences of the batch; what model_init_dist allocates there. ep = 1 is
- * model_memory_floats. */
+ * for its B sequences of the batch; what model_init_dist allocates there. With c->tp > 1
+ * (dist.tp) one process of the tensor-parallel grid: its shares of the heads and hidden
+ * channels (params_table_build_grid), its N / tp rows of the stream and the head, its heads'
+ * and channels' activations, and tensor parallelism's scratch (model/tp.h), B then being the
+ * replica's sequences. ep = 1 and tp = 1 is model_memory_floats. */
 size_t model_memory_process(const Config *c, int B, int T, int ep, MemoryBreakdown *out);
 
 /* Before a model is built: 0 when model_init(c, B, T) fits in the memory this process may

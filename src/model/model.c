@@ -113,7 +113,8 @@ static void acts_arena_alloc(Model *m, const Config *c, int B, int T, int ep) {
     for (int l = 0; l < L + D; l++)
         if (config_is_moe_layer(c, l)) {
             rs->blocks[l].moe = (MoeActs *)calloc_check(1, sizeof(MoeActs));
-            moe_acts_host_alloc(be, rs->blocks[l].moe, &m->spec, m->dist, (int)N);
+            /* under tensor parallelism it runs on this rank's N / tp rows (tp.h) */
+            moe_acts_host_alloc(be, rs->blocks[l].moe, &m->spec, m->dist, (int)N / model_tp(m));
             m->n_moe += l < L;
         }
     if (D > 0) {
