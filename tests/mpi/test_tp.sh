@@ -15,7 +15,11 @@
 #   3. a checkpoint saved at dist.tp=2 (step 4) resumes in one process, one saved in one process
 #      resumes at dist.tp=2 x dist.ep=2, and one saved at dist.tp=2 x dist.ep=2 resumes at
 #      dist.tp=4: each continues the one-process curve
-#   4. bad input exits 2 with a message naming the setting: dist.tp not dividing the heads or
+#   4. one step's gradients (tests/mpi/test_tp_grad.c, $MOE_BUILD/tests/mpi/test_tp_grad): every
+#      tensor's gradient of each process at dist.tp=2, 2 x dist.ep=2, 2 x data-parallel 2 and 4
+#      is its share of the one-process gradient to 1e-5, with grouped-query heads, qk-norm, a
+#      dense block, shared experts, the aux and z losses
+#   5. bad input exits 2 with a message naming the setting: dist.tp not dividing the heads or
 #      the dense feed-forward's width, a replica's tokens that do not split, seq_aux over rows
 #      that are not whole sequences, latent attention, qk_norm=full, multi-token prediction,
 #      dist.collectives=nccl
@@ -26,6 +30,9 @@
 echo "test_tp: tensor parallelism gives the one-process result"
 need_mpirun skip
 moe=$(executable "${MOE_BIN:-build/mpi/moe}" "make mpi (or set MOE_BIN)") || exit 1
+build=${MOE_BUILD:-build/mpi}
+grad=$(executable "$build/tests/mpi/test_tp_grad" \
+       "make MPI=1 $build/tests/mpi/test_tp_grad (or set MOE_BUILD)") || exit 1
 export OMP_NUM_THREADS=1
 
 trap 'rm -rf "$tmp"' EXIT
@@ -129,7 +136,16 @@ run ck-tp2ep2 4 --set dist.tp=2 --set dist.ep=2 --until 4
 resume ck-tp2ep2 4 --set dist.tp=4 --set dist.ep=1
 agree ck-tp2ep2 one-free "saved at dist.tp=2 x dist.ep=2 (step 4), resumed at dist.tp=4" $?
 
-# ---- 4. bad input ---------------------------------------------------------------------------
+# ---- 4. one step's gradients ------------------------------------------------------------------
+for grid in "2 2 1" "4 2 2" "4 2 1" "4 4 1"; do
+    read -r np tp ep <<< "$grid"
+    out=$(MOE_TEST_TP=$tp MOE_TEST_EP=$ep timeout -k 10 60 mpirun -np "$np" "$grad" 2>&1)
+    rc=$?
+    check "one step at dist.tp=$tp x dist.ep=$ep x $((np / tp / ep)) data-parallel: every tensor's gradient = its share of one process's ($(grep -o 'worst.*' <<< "$out"))" \
+        "$rc" "$(tail -n 4 <<< "$out")"
+done
+
+# ---- 5. bad input ---------------------------------------------------------------------------
 # refused WHAT NP PATTERN --set ...: the run exits 2 with a message matching PATTERN
 refused() {
     local what=$1 np=$2 pattern=$3 out rc
