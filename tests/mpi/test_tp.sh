@@ -11,7 +11,8 @@
 #      dist.tp=2 x data-parallel 2; train.device=cpu-fenced (the collectives through the host's
 #      copy) at dist.tp=2 x dist.ep=2; the teaching collectives at dist.tp=2
 #   2. after the 8 steps every weight of the dist.tp=2 x dist.ep=2 checkpoint (its shares
-#      gathered into whole tensors) is the one-process checkpoint's, to 1e-5
+#      gathered into whole tensors) is the one-process checkpoint's, to 1e-5, and it evaluates
+#      in one process to the one-process checkpoint's validation loss
 #   3. a checkpoint saved at dist.tp=2 (step 4) resumes in one process, one saved in one process
 #      resumes at dist.tp=2 x dist.ep=2, and one saved at dist.tp=2 x dist.ep=2 resumes at
 #      dist.tp=4: each continues the one-process curve
@@ -113,6 +114,13 @@ awk '{ n++; d = $1 - $2; d = d < 0 ? -d : d; if (d > 1e-5) bad++; if (d > mx) mx
 same=$? # before the message's $(cat ...) sets $? again
 check "the dist.tp=2 x dist.ep=2 checkpoint holds every weight = one process's (floats, differing, largest difference: $(cat "$tmp/wcmp.txt"))" \
     "$same" "export exit $rc"
+
+one=$("$moe" eval --ckpt "$tmp/one-free/ckpt.bin" | awk '{ print $2 }')
+tp2=$("$moe" eval --ckpt "$tmp/free-np4-tp2-ep2/ckpt.bin" --set dist.tp=1 --set dist.ep=1 |
+      awk '{ print $2 }')
+awk -v a="$one" -v b="$tp2" 'BEGIN { d = a - b; exit !(a > 0 && d * d < 1e-10) }'
+check "the dist.tp=2 x dist.ep=2 checkpoint evaluates in one process to the one-process loss ($tp2, $one)" \
+    $? "different"
 
 # ---- 3. checkpoints independent of the grid -------------------------------------------------
 # resume NAME NP [--set ...]: continue run NAME to its train.steps with NP processes
