@@ -99,7 +99,9 @@ typedef struct RunState {
     ActTable acts;
     void *arena; /* (acts.bytes) */
 
-    /* activations */
+    /* activations. Under tensor parallelism (dist.tp, tp.h) the token ids, the residual
+     * stream, the head's and the loss's buffers hold this rank's n = N / tp rows of the
+     * replica's N, and a block's buffers its heads' and hidden channels' share */
     int *inputs, *targets; /* (N) */
     float **resid;         /* (L + 1) x (N, C): input of each block, resid[L] the last output */
     BlockActs *blocks;     /* (L) */
