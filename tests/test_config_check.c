@@ -222,6 +222,9 @@ START_TEST(test_dist_checks) {
     c.d_expert = 7;
     dist_fails(&c, 4, "shared experts' 7 hidden channels", "dist.tp dividing 7");
     c.d_expert = 8;
+    c.vocab = 255;
+    dist_fails(&c, 4, "model.vocab=255", "vocabulary");
+    c.vocab = 256;
     c.batch = 2; /* one sequence a replica */
     c.seq_len = 15;
     dist_fails(&c, 4, "1 x 15 tokens", "model.seq_len");

@@ -289,6 +289,12 @@ static int check_tp_rows(const Config *c, int world, char *err, int errlen) {
                          "model.d_ff=%d does not split into %d equal shares; choose dist.tp "
                          "dividing %d",
                          c->tp, c->d_ff, c->tp, c->d_ff);
+    if (c->vocab % c->tp != 0)
+        return set_error(err, errlen,
+                         "dist.tp=%d splits the vocabulary (the embedding's and the head's rows), "
+                         "but model.vocab=%d does not split into %d equal shares; choose dist.tp "
+                         "dividing %d, or a vocabulary it divides",
+                         c->tp, c->vocab, c->tp, c->vocab);
     if (c->num_experts > 0 && hidden % c->tp != 0)
         return set_error(err, errlen,
                          "dist.tp=%d splits the shared experts' %d hidden channels "

@@ -130,6 +130,11 @@ static void acts_arena_alloc(Model *m, const Config *c, int B, int T, int ep) {
     if (!be->host_memory && m->spec.balance == MOE_BALANCE_AUX_FREE && m->n_moe)
         m->router_bias_host = floats_alloc((size_t)m->n_moe * c->num_experts);
     if (!be->host_memory && model_tp(m) > 1) rs->tp_host = floats_alloc(N * c->d_model);
+    if (model_tp(m) > 1) { /* the vocabulary split's host staging (tp_vocab.c) */
+        const size_t V = (size_t)c->vocab / (size_t)model_tp(m);
+        rs->tp_ints = (int *)malloc_check(4 * N * sizeof(int));
+        rs->tp_floats = floats_alloc(N > V ? N : V);
+    }
 }
 
 /* step_record_alloc: the step record, one allocation, so that one copy reads it
@@ -216,6 +221,8 @@ void model_free(Model *m) {
     release(m, rs->mtp_moe_rec);
     free(m->router_bias_host);
     free(rs->tp_host);
+    free(rs->tp_ints);
+    free(rs->tp_floats);
     if (m->sync) grad_sync_free(m->sync);
     free(m->sync);
     release(m, rs->arena);
@@ -238,6 +245,17 @@ void model_free(Model *m) {
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
+/* Each token's cross-entropy (this rank's rows under tensor parallelism, which the head's
+ * forward has computed) into losses, the logits turned into probabilities. */
+static void losses_forward(Model *m, const int *targets, int N) {
+    RunState *rs = &m->state;
+    const Backend *be = m->be;
+    if (model_tp(m) > 1) return;
+    be->to_device(be, rs->targets, targets, (size_t)N * sizeof(int));
+    PROF(PROF_LOSS, be->crossentropy_forward(be, rs->losses, rs->logits, rs->logits, rs->targets, N,
+                                             m->cfg.vocab));
+}
+
 float model_forward(Model *m, const int *inputs, const int *targets, int B, int T,
                     const StepCtx *ctx) {
     RunState *rs = &m->state;
@@ -253,9 +271,12 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
      * the N (tp.h); else n = N */
     int n, row0;
     tp_rows(m, N, &n, &row0);
-    be->to_device(be, rs->inputs, inputs + row0, (size_t)n * sizeof(int));
-
-    PROF(PROF_EMBED, be->embed_forward(be, rs->resid[0], rs->inputs, m->w.tok_emb, n, C));
+    if (model_tp(m) > 1) { /* the vocabulary split over the ranks (tp.h) */
+        tp_embed_forward(m, inputs, N);
+    } else {
+        be->to_device(be, rs->inputs, inputs, (size_t)N * sizeof(int));
+        PROF(PROF_EMBED, be->embed_forward(be, rs->resid[0], rs->inputs, m->w.tok_emb, N, C));
+    }
 
     /* each MoE block's losses into the step record: the micro-batch's slot while the step reads
      * them at its end (defer_reads), else slot 0, read at once */
@@ -274,18 +295,20 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
     for (int l = 0; l < L; l++)
         block_forward(m, l, rs->resid[l + 1], rs->resid[l], B, T, NULL, ctx);
 
-    PROF(PROF_NORM,
-         be->rmsnorm_forward(be, rs->lnf, rs->rstdf, rs->resid[L], m->w.final_norm, n, C));
-    PROF(PROF_HEAD, be->matmul_forward(be, rs->logits, rs->lnf, head_weights(m), n, C, c->vocab));
+    PROF(PROF_NORM, be->rmsnorm_forward(be, rs->lnf + (size_t)row0 * C, rs->rstdf, rs->resid[L],
+                                        m->w.final_norm, n, C));
+    if (model_tp(m) > 1)
+        tp_head_forward(m, targets, N); /* and with targets the losses of this rank's rows */
+    else
+        PROF(PROF_HEAD,
+             be->matmul_forward(be, rs->logits, rs->lnf, head_weights(m), N, C, c->vocab));
     const float mtp = mtp_forward(m, inputs, targets, B, T, ctx, slot);
 
     rs->aux_loss = rs->z_loss = 0.0f;
     if (rs->defer_reads) { /* model_read_step computes them */
         rs->loss = NAN;
         if (targets) {
-            be->to_device(be, rs->targets, targets + row0, (size_t)n * sizeof(int));
-            PROF(PROF_LOSS, be->crossentropy_forward(be, rs->losses, rs->logits, rs->logits,
-                                                     rs->targets, n, c->vocab));
+            losses_forward(m, targets, N);
             be->sum(be, rs->rec_loss + slot, rs->losses, (size_t)n);
         }
         return NAN;
@@ -304,9 +327,7 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
         rs->loss = NAN;
         return NAN;
     }
-    be->to_device(be, rs->targets, targets + row0, (size_t)n * sizeof(int));
-    PROF(PROF_LOSS, be->crossentropy_forward(be, rs->losses, rs->logits, rs->logits, rs->targets, n,
-                                             c->vocab));
+    losses_forward(m, targets, N);
     double sum = 0.0; /* in token order: deterministic */
     be->sum(be, rs->rec_loss, rs->losses, (size_t)n);
     be->to_host(be, &sum, rs->rec_loss, sizeof sum);
@@ -390,8 +411,9 @@ void model_backward(Model *m, float loss_scale, const StepCtx *ctx) {
     RunState *rs = &m->state;
     const Backend *be = m->be;
     const Config *c = &m->cfg;
-    const int C = c->d_model, L = c->n_layer;
-    int N, row0; /* this rank's rows of the stream and the loss (tp.h) */
+    const int C = c->d_model, L = c->n_layer, tp = model_tp(m);
+    int N, row0; /* this rank's rows of the stream and the loss (tp.h): all of them but under
+                    tensor parallelism */
     tp_rows(m, rs->N_last, &N, &row0);
     if (m->expert_source)
         moe_fatal("model_backward: the experts are served by an inference source (quantized or "
@@ -401,11 +423,16 @@ void model_backward(Model *m, float loss_scale, const StepCtx *ctx) {
     /* the multi-token prediction modules first: they end in the main trunk's last output */
     if (rs->mtp_ran) mtp_backward(m, loss_scale, ctx);
     /* loss = mean_n CE_n, so dlogits carries 1/N; loss_scale adds 1/accum */
-    PROF(PROF_LOSS, be->crossentropy_backward(be, rs->dlogits, rs->logits, rs->targets,
-                                              loss_scale / (float)N, N, c->vocab));
-    PROF(PROF_HEAD, be->matmul_backward(be, rs->dln, head_grads(m), rs->dlogits, rs->lnf,
-                                        head_weights(m), N, C, c->vocab));
-    PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dresid, m->g.final_norm, rs->dln, rs->resid[L],
+    const float *dlnf = rs->dln;
+    if (tp > 1) { /* the vocabulary split (tp.h) */
+        dlnf = tp_head_backward(m, loss_scale / (float)N, rs->N_last);
+    } else {
+        PROF(PROF_LOSS, be->crossentropy_backward(be, rs->dlogits, rs->logits, rs->targets,
+                                                  loss_scale / (float)N, N, c->vocab));
+        PROF(PROF_HEAD, be->matmul_backward(be, rs->dln, head_grads(m), rs->dlogits, rs->lnf,
+                                            head_weights(m), N, C, c->vocab));
+    }
+    PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dresid, m->g.final_norm, dlnf, rs->resid[L],
                                          m->w.final_norm, rs->rstdf, N, C));
     if (rs->mtp_ran)
         PROF(PROF_RESIDUAL, be->add(be, rs->dresid, rs->dresid, rs->dmtp, (size_t)N * C));
@@ -420,7 +447,11 @@ void model_backward(Model *m, float loss_scale, const StepCtx *ctx) {
         if (sync) grad_sync_ready(sync, m->dist, m->grads, L - l);
     }
 
-    PROF(PROF_EMBED, be->embed_backward(be, m->g.tok_emb, rs->dresid, rs->inputs, N, C, c->vocab));
+    if (tp > 1)
+        tp_embed_backward(m, rs->dresid, rs->N_last);
+    else
+        PROF(PROF_EMBED,
+             be->embed_backward(be, m->g.tok_emb, rs->dresid, rs->inputs, N, C, c->vocab));
     prof_backward = 0;
 }
 

@@ -211,6 +211,25 @@ static void mtp_entries(ActTable *t, const Config *c, const MoeSpec *spec, int B
     }
 }
 
+/* tp_vocab_entries: the vocabulary split's buffers (tp_vocab.c; their meaning at RunState) */
+static void tp_vocab_entries(ActTable *t, const Config *c, size_t N, int tp, RunState *rs) {
+    const size_t P = (size_t)tp;
+    acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(rs, tp_ids), "tp.ids");
+    acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(rs, tp_rows), "tp.rows");
+    acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(rs, tp_target), "tp.target");
+    acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(rs, tp_holder), "tp.holder");
+    acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(rs, tp_at), "tp.at");
+    acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(rs, tp_pick), "tp.pick");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, P * N, ACT_FIELD(rs, tp_lse), "tp.lse");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, P * N, ACT_FIELD(rs, tp_loss), "tp.loss");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, P * N, ACT_FIELD(rs, tp_lse_t), "tp.lse_t");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, P * N, ACT_FIELD(rs, tp_share), "tp.share");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, N, ACT_FIELD(rs, tp_a), "tp.a");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, N, ACT_FIELD(rs, tp_b), "tp.b");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, N, ACT_FIELD(rs, tp_other), "tp.other");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, (size_t)c->vocab / P, ACT_FIELD(rs, tp_ones), "tp.ones");
+}
+
 void model_acts_table(ActTable *t, const Config *c, int B, int T, int ep, Model *m) {
     const int L = c->n_layer;
     const size_t C = (size_t)c->d_model, V = (size_t)c->vocab;
@@ -245,7 +264,8 @@ void model_acts_table(ActTable *t, const Config *c, int B, int T, int ep, Model 
                  "router_bias");
 
     /* the head: final rmsnorm, logits (N, V) (probabilities after the loss), per-token loss */
-    acts_add(t, ACT_FLOAT, ACT_HEAD, n * C, ACT_FIELD(rs, lnf), "lnf");
+    /* (the vocabulary split: lnf's rows gathered, logits (N, V / tp), as many floats) */
+    acts_add(t, ACT_FLOAT, ACT_HEAD, (tp > 1 ? N : n) * C, ACT_FIELD(rs, lnf), "lnf");
     acts_add(t, ACT_FLOAT, ACT_HEAD, n, ACT_FIELD(rs, rstdf), "rstdf");
     acts_add(t, ACT_FLOAT, ACT_HEAD, n * V, ACT_FIELD(rs, logits), "logits");
     acts_add(t, ACT_FLOAT, ACT_HEAD, n, ACT_FIELD(rs, losses), "losses");
@@ -257,5 +277,6 @@ void model_acts_table(ActTable *t, const Config *c, int B, int T, int ep, Model 
     if (tp > 1) {
         acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(rs, tp_gath), "scratch.tp_gath");
         acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(rs, tp_part), "scratch.tp_part");
+        tp_vocab_entries(t, c, N, tp, rs);
     }
 }

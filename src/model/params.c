@@ -110,10 +110,11 @@ static const ParamSpec SPECS[] = {
 };
 #define N_SPECS ((int)(sizeof(SPECS) / sizeof(SPECS[0])))
 
-/* The dimensions tensor parallelism splits: the heads (query, key-value, output) and the hidden
- * channels of the dense and the shared feed-forward. */
+/* The dimensions tensor parallelism splits: the heads (query, key-value, output), the hidden
+ * channels of the dense and the shared feed-forward, and the vocabulary (the embedding's and the
+ * head's rows). */
 static int dim_tp_split(int d) {
-    return d == DIM_Q || d == DIM_KV || d == DIM_O || d == DIM_F || d == DIM_FS;
+    return d == DIM_Q || d == DIM_KV || d == DIM_O || d == DIM_F || d == DIM_FS || d == DIM_V;
 }
 
 static int resolve_dim_whole(int d, const Config *c, int ep);

@@ -41,4 +41,25 @@ float *tp_sum_rows(Model *m, float *x, int N, int C);
 float *tp_partial(Model *m, float *out);
 void tp_sum_into(Model *m, float *out, float *part, int N, int C);
 
+/* ---- the vocabulary split over the group (tp_vocab.c) ------------------------------------
+ * Under tensor parallelism the embedding and the head (one tensor with model.tied) hold rows
+ * [r V / tp, (r + 1) V / tp) of the vocabulary on rank r. The embedding looks up the tokens of
+ * all N rows that fall in its rows (the others give 0) and a reduce-scatter leaves each rank the
+ * sum on its own rows. The head gathers the final norm's rows and computes the logits of its
+ * share of the vocabulary for all N rows, (N, V / tp); the cross-entropy over the whole
+ * vocabulary comes from each rank's log-sum-exp and loss on its share (all-gathered, N floats a
+ * rank, never the logits); its backward is the exact gradient of the rank's logits, and the
+ * head's input gradient is reduce-scattered back to the ranks' rows. */
+
+/* resid[0]'s rows of this rank from tokens (N, the replica's, on the host). */
+void tp_embed_forward(Model *m, const int *tokens, int N);
+/* The embedding's gradient (its rows) from dx (n, C), the gradient of this rank's rows. */
+void tp_embed_backward(Model *m, const float *dx, int N);
+/* The logits of this rank's vocabulary for all N rows from lnf's rows at row0 (gathered in
+ * place); with targets (N, host) also each token's loss, this rank's n of them into losses. */
+void tp_head_forward(Model *m, const int *targets, int N);
+/* Their backward, each token's loss scaled by scale: the head's gradient added, and the
+ * gradient of this rank's rows of lnf returned (n, C). */
+const float *tp_head_backward(Model *m, float scale, int N);
+
 #endif

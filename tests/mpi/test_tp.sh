@@ -6,7 +6,8 @@
 #   1. a tiny MoE with a dense first block, a shared expert and aux-loss-free balancing, trained
 #      8 steps in one process and with dist.tp=2 (2 processes), dist.tp=2 x dist.ep=2 (4),
 #      dist.tp=2 x data-parallel 2 (4) and dist.tp=4 (4): every step's loss, aux, z, gradient
-#      norm and validation loss agree to 1e-5 relative; with the aux loss too; grouped-query
+#      norm and validation loss agree to 1e-5 relative (the embedding and the head split by
+#      vocabulary, the cross-entropy over the shares); with the aux loss too; grouped-query
 #      heads with qk-norm (per head) at dist.tp=2 and dist.tp=2 x dist.ep=2; a tied head at
 #      dist.tp=2 x data-parallel 2; train.device=cpu-fenced (the collectives through the host's
 #      copy) at dist.tp=2 x dist.ep=2; the teaching collectives at dist.tp=2
@@ -18,10 +19,11 @@
 #      dist.tp=4: each continues the one-process curve
 #   4. one step's gradients (tests/mpi/test_tp_grad.c, $MOE_BUILD/tests/mpi/test_tp_grad): every
 #      tensor's gradient of each process at dist.tp=2, 2 x dist.ep=2, 2 x data-parallel 2 and 4
-#      is its share of the one-process gradient to 1e-5, with grouped-query heads, qk-norm, a
-#      dense block, shared experts, the aux and z losses
-#   5. bad input exits 2 with a message naming the setting: dist.tp not dividing the heads or
-#      the dense feed-forward's width, a replica's tokens that do not split, seq_aux over rows
+#      is its share of the one-process gradient to 1e-5 (the embedding's and the head's rows
+#      too), with grouped-query heads, qk-norm, a dense block, shared experts, the aux and z
+#      losses; and with a tied head at dist.tp=2
+#   5. bad input exits 2 with a message naming the setting: dist.tp not dividing the heads, the
+#      dense feed-forward's width or the vocabulary, a replica's tokens that do not split, seq_aux over rows
 #      that are not whole sequences, latent attention, qk_norm=full, multi-token prediction,
 #      dist.collectives=nccl
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
@@ -145,11 +147,12 @@ resume ck-tp2ep2 4 --set dist.tp=4 --set dist.ep=1
 agree ck-tp2ep2 one-free "saved at dist.tp=2 x dist.ep=2 (step 4), resumed at dist.tp=4" $?
 
 # ---- 4. one step's gradients ------------------------------------------------------------------
-for grid in "2 2 1" "4 2 2" "4 2 1" "4 4 1"; do
-    read -r np tp ep <<< "$grid"
-    out=$(MOE_TEST_TP=$tp MOE_TEST_EP=$ep timeout -k 10 60 mpirun -np "$np" "$grad" 2>&1)
+for grid in "2 2 1 0" "4 2 2 0" "4 2 1 0" "4 4 1 0" "2 2 1 1"; do
+    read -r np tp ep tied <<< "$grid"
+    out=$(MOE_TEST_TP=$tp MOE_TEST_EP=$ep MOE_TEST_TIED=$tied timeout -k 10 60 \
+          mpirun -np "$np" "$grad" 2>&1)
     rc=$?
-    check "one step at dist.tp=$tp x dist.ep=$ep x $((np / tp / ep)) data-parallel: every tensor's gradient = its share of one process's ($(grep -o 'worst.*' <<< "$out"))" \
+    check "one step at dist.tp=$tp x dist.ep=$ep x $((np / tp / ep)) data-parallel$([ "$tied" = 1 ] && echo ", tied head"): every tensor's gradient = its share of one process's ($(grep -o 'worst.*' <<< "$out"))" \
         "$rc" "$(tail -n 4 <<< "$out")"
 done
 
@@ -170,6 +173,8 @@ refused() {
 refused "dist.tp=3 of 4 heads" 1 "model.n_head=4 heads do not split into 3" --set dist.tp=3
 refused "model.d_ff=63 over dist.tp=2" 1 "model.d_ff=63 does not split" \
     --set dist.tp=2 --set model.d_ff=63
+refused "model.vocab=255 over dist.tp=2" 1 "model.vocab=255 does not split" --set dist.tp=2 \
+    --set model.vocab=255
 refused "a replica's 1 x 15 tokens over dist.tp=2" 2 "1 x 15 tokens" \
     --set dist.tp=2 --set train.batch=1 --set model.seq_len=15
 refused "seq_aux over half a sequence" 2 "not whole sequences" \

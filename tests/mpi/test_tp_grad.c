@@ -4,7 +4,8 @@
  * Every rank builds two models of one config (a dense first block, MoE blocks with a shared
  * expert and the aux loss, grouped-query heads with qk-norm per head): the one-process model,
  * which runs the whole batch, and its own process of the grid read from the environment
- * (MOE_TEST_TP, MOE_TEST_EP; the data-parallel axis is what the world leaves), which runs its
+ * (MOE_TEST_TP, MOE_TEST_EP; the data-parallel axis is what the world leaves; MOE_TEST_TIED=1
+ * ties the head to the embedding), which runs its
  * replica's sequences. After one forward and backward each, and the gradients' sums over the
  * processes, every tensor's gradient of the grid model must be its share of the one-process
  * gradient (its tp share of a split tensor, its experts, or the whole tensor) to 1e-5 of the
@@ -35,6 +36,8 @@ static Config tiny_config(int tp, int ep) {
     c.num_experts = 4, c.top_k = 2, c.d_expert = 8, c.first_dense = 1, c.num_shared = 1;
     c.balance = MOE_BALANCE_AUX, c.z_coef = 1e-3f;
     c.tp = tp, c.ep = ep;
+    c.tied =
+        env_int("MOE_TEST_TIED", 0); /* the embedding as the head: one split tensor, two uses */
     return c;
 }
 
