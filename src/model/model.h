@@ -99,9 +99,10 @@ typedef struct RunState {
     ActTable acts;
     void *arena; /* (acts.bytes) */
 
-    /* activations. Under tensor parallelism (dist.tp, tp.h) the token ids, the residual
-     * stream, the head's and the loss's buffers hold this rank's n = N / tp rows of the
-     * replica's N, and a block's buffers its heads' and hidden channels' share */
+    /* activations. Under tensor parallelism (dist.tp, tp.h) the residual stream and the
+     * losses hold this rank's n = N / tp rows of the replica's N, a block's buffers its heads'
+     * and hidden channels' share of all N rows, lnf all N rows and logits (N, V / tp) the
+     * columns of its share of the vocabulary (the token ids go through tp_ids instead) */
     int *inputs, *targets; /* (N) */
     float **resid;         /* (L + 1) x (N, C): input of each block, resid[L] the last output */
     BlockActs *blocks;     /* (L) */
