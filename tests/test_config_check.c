@@ -208,6 +208,43 @@ START_TEST(test_dist_checks) {
     c.kv_heads = 4;
     c.batch = 3;
     dist_fails(&c, 8, "train.batch=3", "2 data-parallel readers");
+    /* dist.tp: what it splits besides the heads, the rows between blocks, what it does not */
+    c = def;
+    c.tp = 2;
+    c.n_head = 4;
+    c.kv_heads = 2;
+    ck_assert_msg(config_check_dist(&c, 4, err, sizeof err) == 0, "dist.tp=2: %s", err);
+    c.first_dense = 1;
+    c.d_ff = 63;
+    dist_fails(&c, 4, "model.d_ff=63", "dense feed-forward");
+    c.d_ff = 64;
+    c.num_shared = 1;
+    c.d_expert = 7;
+    dist_fails(&c, 4, "shared experts' 7 hidden channels", "dist.tp dividing 7");
+    c.d_expert = 8;
+    c.vocab = 255;
+    dist_fails(&c, 4, "model.vocab=255", "vocabulary");
+    c.vocab = 256;
+    c.batch = 2; /* one sequence a replica */
+    c.seq_len = 15;
+    dist_fails(&c, 4, "1 x 15 tokens", "model.seq_len");
+    c.seq_len = 16;
+    ck_assert_msg(config_check_dist(&c, 4, err, sizeof err) == 0, "half sequences: %s", err);
+    c.balance = MOE_BALANCE_SEQ_AUX;
+    dist_fails(&c, 4, "not whole sequences", "moe.balance=seq_aux");
+    c.balance = MOE_BALANCE_AUX;
+    c.capacity_factor = 1.25f;
+    c.capacity_scope = MOE_CAP_SEQUENCE;
+    dist_fails(&c, 4, "not whole sequences", "moe.capacity_factor");
+    c.capacity_factor = 0.0f;
+    c.qk_norm = MOE_QK_NORM_FULL;
+    dist_fails(&c, 4, "model.qk_norm=full", "dist.tp=1");
+    c.qk_norm = MOE_QK_NORM_HEAD;
+    c.mtp_depth = 1;
+    dist_fails(&c, 4, "model.mtp_depth", "dist.tp=1");
+    c.mtp_depth = 0;
+    c.device = MOE_DEVICE_CUDA;
+    dist_fails(&c, 4, "train.device=cuda", "dist.tp=1");
 }
 END_TEST
 

@@ -6,6 +6,8 @@
  *     model_init allocates from its backend exactly the four parameter-shaped buffers, the
  *     arena of its table and the ops' workspace (Model.state.work_bytes): 4 * total_words +
  *     pad_bytes of the formula plus the workspace, so no buffer is allocated outside the table;
+ *   - the same for one process of dist.tp = 2 (x dist.ep = 2 with experts): its shares of the
+ *     weights, its rows and heads of the activations, tensor parallelism's scratch;
  *   - the arena: every entry starts at a multiple of ACTS_ALIGN, after the end of the one
  *     before, with less than ACTS_ALIGN bytes of padding between them and at the end (the
  *     entries do not overlap and cover it), each field points at its entry, names are unique,
@@ -142,6 +144,38 @@ START_TEST(test_formula_matches_allocation) {
     /* the arena is the rest: everything but the parameters, gradients and moments */
     ck_assert_uint_eq(allocated - 4 * 4 * mb.params, arena);
     ck_assert_uint_eq(model_memory_floats(&c, s->B, s->T, NULL), formula);
+}
+END_TEST
+
+/* Under tensor parallelism (dist.tp = 2, with dist.ep = 2 where there are experts): one process
+ * of the grid allocates what the formula of that process gives (its shares of the heads and
+ * hidden channels, its rows of the stream, tp.h's scratch), less than one process of tp = 1. */
+START_TEST(test_formula_under_tensor_parallelism) {
+    const Shape *s = &SHAPES[_i];
+    if (s->mtp_depth > 0) return; /* not split over dist.tp (config_check_dist refuses it) */
+    Config c = shape_config(s);
+    c.tp = 2;
+    c.ep = s->num_experts > 0 ? 2 : 1;
+    Dist d;
+    memset(&d, 0, sizeof d);
+    char err[256];
+    ck_assert_int_eq(
+        dist_grid_set(&d, 2 * c.ep, 1, (DistAxes){.tp = c.tp, .ep = c.ep}, err, sizeof err), 0);
+    size_t before = backend_bytes_allocated;
+    Model m;
+    model_init_dist(&m, &c, s->B, s->T, &d);
+    size_t allocated = backend_bytes_allocated - before - m.state.work_bytes;
+    model_free(&m);
+    MemoryBreakdown mb, one;
+    model_memory_process(&c, s->B, s->T, c.ep, 2 * c.ep, &mb);
+    ck_assert_msg(4 * mb.total_words + mb.pad_bytes == allocated,
+                  "%s at dist.tp=2: the formula gives %zu bytes, model_init_dist allocated %zu",
+                  s->what, 4 * mb.total_words + mb.pad_bytes, allocated);
+    c.tp = 1;
+    model_memory_process(&c, s->B, s->T, c.ep, 2 * c.ep, &one);
+    ck_assert_msg(mb.params < one.params && mb.acts_attn < one.acts_attn,
+                  "%s: dist.tp=2 holds %zu parameters and %zu attention floats, tp 1 %zu and %zu",
+                  s->what, mb.params, mb.acts_attn, one.params, one.acts_attn);
 }
 END_TEST
 
@@ -563,6 +597,7 @@ static Suite *memory_suite(void) {
     TCase *tc = tcase_create("formula");
     int n = (int)(sizeof SHAPES / sizeof SHAPES[0]);
     tcase_add_loop_test(tc, test_formula_matches_allocation, 0, n);
+    tcase_add_loop_test(tc, test_formula_under_tensor_parallelism, 0, n);
     tcase_add_loop_test(tc, test_arena_layout, 0, n);
     tcase_add_loop_test(tc, test_every_pointer_is_an_entry, 0, n);
     tcase_add_test(tc, test_formula_by_hand);

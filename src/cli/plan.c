@@ -122,9 +122,9 @@ static void plan_settings(PlanInput *in, const PlanArgs *p) {
     if (p->config) plan_config(in, p, moec_sets);
     if (p->cluster && plan_preset(in, "cluster", p->cluster, err, sizeof err) != 0)
         usage_error("plan", "%s", err);
-    if (p->config && !p->gpus) { /* as many processes as the config's expert group, unless told */
+    if (p->config && !p->gpus) { /* as many processes as one replica of the config's grid */
         char kv[64];
-        snprintf(kv, sizeof kv, "cluster.gpus=%d", in->m.c.ep);
+        snprintf(kv, sizeof kv, "cluster.gpus=%d", in->m.c.tp * in->m.c.ep);
         plan_set(in, kv, err, sizeof err);
     }
     if (p->gpus) {

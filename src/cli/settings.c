@@ -62,7 +62,9 @@ void load_ckpt_config(Config *c, const char *path) {
 /* A model with the checkpoint's settings (and any shape-preserving overrides) and weights. */
 void require_memory(const Config *c, int B, int T) {
     char err[1024];
-    if (memory_check(c, B, T, 1, 1, err, sizeof err) != 0) moe_input_error("%s", err);
+    Config one = *c; /* one process: the whole model, whatever grid its checkpoint was saved on */
+    one.tp = 1;
+    if (memory_check(&one, B, T, 1, 1, err, sizeof err) != 0) moe_input_error("%s", err);
 }
 
 void load_model(Model *m, Config *c, const char *path, int B, int T) {

@@ -287,6 +287,69 @@ static int check_zero_weights(const Config *c, char *err, int errlen) {
                      c->tied ? "model.tied=0" : "model.mtp_depth=0");
 }
 
+/* The widths dist.tp splits besides the heads: the dense feed-forward's and the shared
+ * experts' hidden channels; and the rows of a replica's micro-batch, which it splits between
+ * blocks (sequence parallelism), whole sequences where the MoE block counts by sequence. */
+static int check_tp_rows(const Config *c, int world, char *err, int errlen) {
+    const int hidden = c->num_shared * (c->d_expert ? c->d_expert : c->d_ff);
+    /* a dense block: below moe.first_dense, between the MoE blocks of moe.every > 1, or all */
+    const int dense = c->num_experts == 0 || c->first_dense > 0 ||
+                      (c->every > 1 && c->n_layer - c->first_dense > 1);
+    if (dense && c->d_ff % c->tp != 0)
+        return set_error(err, errlen,
+                         "dist.tp=%d splits the dense feed-forward's hidden channels, but "
+                         "model.d_ff=%d does not split into %d equal shares; choose dist.tp "
+                         "dividing %d",
+                         c->tp, c->d_ff, c->tp, c->d_ff);
+    if (c->vocab % c->tp != 0)
+        return set_error(err, errlen,
+                         "dist.tp=%d splits the vocabulary (the embedding's and the head's rows), "
+                         "but model.vocab=%d does not split into %d equal shares; choose dist.tp "
+                         "dividing %d, or a vocabulary it divides",
+                         c->tp, c->vocab, c->tp, c->vocab);
+    if (c->num_experts > 0 && hidden % c->tp != 0)
+        return set_error(err, errlen,
+                         "dist.tp=%d splits the shared experts' %d hidden channels "
+                         "(moe.num_shared x moe.d_expert), which do not split into %d equal "
+                         "shares; choose dist.tp dividing %d",
+                         c->tp, hidden, c->tp, hidden);
+    const int B = c->batch / (world / c->tp); /* a replica's sequences */
+    if ((long long)B * c->seq_len % c->tp != 0)
+        return set_error(err, errlen,
+                         "dist.tp=%d splits a replica's %d x %d tokens between its ranks "
+                         "(sequence parallelism), and %d does not split into %d equal shares; "
+                         "change train.batch or model.seq_len",
+                         c->tp, B, c->seq_len, B * c->seq_len, c->tp);
+    const int by_sequence = c->balance == MOE_BALANCE_SEQ_AUX || c->capacity_factor > 0.0f ||
+                            c->eval_capacity_factor > 0.0f;
+    if (c->num_experts > 0 && by_sequence && B % c->tp != 0)
+        return set_error(err, errlen,
+                         "dist.tp=%d gives each rank %d x %d / %d tokens of a replica's %d "
+                         "sequences, not whole sequences, which moe.balance=seq_aux and a "
+                         "capacity (moe.capacity_factor, moe.eval_capacity_factor) count by; "
+                         "make train.batch / (processes / dist.tp) a multiple of %d, or train "
+                         "dropless without seq_aux",
+                         c->tp, B, c->seq_len, c->tp, B, c->tp);
+    return 0;
+}
+
+/* What the model does not split over dist.tp yet. */
+static int check_tp_settings(const Config *c, char *err, int errlen) {
+    const char *what = c->attention == MOE_ATTN_MLA       ? "model.attention=mla"
+                       : c->qk_norm == MOE_QK_NORM_FULL   ? "model.qk_norm=full"
+                       : c->mtp_depth > 0                 ? "model.mtp_depth > 0"
+                       : c->collectives == DIST_COLL_NCCL ? "dist.collectives=nccl"
+                       : c->device == MOE_DEVICE_CUDA     ? "train.device=cuda"
+                                                          : NULL;
+    if (!what) return 0;
+    return set_error(err, errlen,
+                     "dist.tp=%d: %s is not split over tensor-parallel ranks (multi-head or "
+                     "grouped-query attention with qk-norm per head or none, dense and MoE "
+                     "blocks, on the CPU backends with MPI's or teach's collectives are); "
+                     "set dist.tp=1, or change that setting",
+                     c->tp, what);
+}
+
 int config_check_dist(const Config *c, int world, char *err, int errlen) {
     if (c->zero == 3 && check_zero_weights(c, err, errlen) != 0) return -1;
     const int replica = c->tp * c->ep; /* the processes of one data-parallel replica */
@@ -334,11 +397,8 @@ int config_check_dist(const Config *c, int world, char *err, int errlen) {
                          "dist.dispatch=tokens sends each token once to a process and returns "
                          "its experts' weighted sum, but moe.padded=1 pads every expert with "
                          "rows that belong to no token; set moe.padded=0 or dist.dispatch=rows");
-    if (c->tp > 1)
-        return set_error(err, errlen,
-                         "dist.tp=%d: the process grid has its tensor-parallel axis, but the "
-                         "model does not split its weights over it yet; set dist.tp=1",
-                         c->tp);
+    if (c->tp > 1 && check_tp_rows(c, world, err, errlen) != 0) return -1;
+    if (c->tp > 1 && check_tp_settings(c, err, errlen) != 0) return -1;
     if (world == 1 || c->num_experts == 0) return 0;
     /* the settings whose result would depend on how the batch is split */
     if (c->routing == MOE_ROUTING_EXPERT_CHOICE)

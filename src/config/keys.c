@@ -239,9 +239,10 @@ const Key CONFIG_KEYS[] = {
         "the fraction of train.steps at the end drawn with data.mix_end"),
 
     ROW(T_INT, "dist.tp", tp, "1", 1, 4096, 0,
-        "tensor parallelism: processes that split each block's heads and hidden channels, the "
-        "vocabulary, and the sequence between blocks (divides model.n_head and "
-        "model.kv_heads; the process count is dist.tp x dist.ep x data-parallel)"),
+        "tensor parallelism: processes that split each block's heads and the dense and "
+        "shared feed-forward's hidden channels, the vocabulary, and the sequence between "
+        "blocks (divides model.n_head, model.kv_heads, model.d_ff, model.vocab and a "
+        "replica's tokens; the process count is dist.tp x dist.ep x data-parallel)"),
     ROW(T_INT, "dist.ep", ep, "1", 1, 4096, 0,
         "expert parallelism: processes that share one copy of the experts (divides the "
         "mpirun process count and moe.num_experts)"),

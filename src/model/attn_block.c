@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "model/profile.h"
+#include "model/tp.h"
 
 /* ---- multi-head attention ------------------------------------------------------------------ */
 
@@ -26,7 +27,8 @@ static void qk_norm_rows(const Config *c, int N, int heads, int *rows, int *widt
 static void mha_qkv_forward(Model *m, BlockActs *a, const LayerView *lw, int N) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
-    const int C = c->d_model, H = c->n_head, Hkv = config_kv_heads(c), D = config_head_dim(c);
+    const int tp = model_tp(m), C = c->d_model, H = c->n_head / tp, Hkv = config_kv_heads(c) / tp;
+    const int D = config_head_dim(c);
     PROF(PROF_ATTN_PROJ, be->matmul_forward(be, a->qr ? a->qr : a->q, a->ln1, lw->wq, N, C, H * D));
     PROF(PROF_ATTN_PROJ,
          be->matmul_forward(be, a->kr ? a->kr : a->k, a->ln1, lw->wk, N, C, Hkv * D));
@@ -60,7 +62,8 @@ static void mha_qkv_backward(Model *m, const BlockActs *a, const LayerView *lw, 
     RunState *rs = &m->state;
     const Backend *be = m->be;
     const Config *c = &m->cfg;
-    const int C = c->d_model, H = c->n_head, Hkv = config_kv_heads(c), D = config_head_dim(c);
+    const int tp = model_tp(m), C = c->d_model, H = c->n_head / tp, Hkv = config_kv_heads(c) / tp;
+    const int D = config_head_dim(c);
     /* q, k, v = ln1 Wq^T, ln1 Wk^T, ln1 Wv^T: their input gradients add up in dln */
     const float *dqr =
         qk_norm_backward(m, rs->datty, gw->q_norm, rs->dq, a->qr, lw->q_norm, a->rstd_q, H, N);
@@ -269,7 +272,8 @@ void attn_block_forward(Model *m, int l, int B, int T, const KvStep *kv) {
     RunState *rs = &m->state;
     const Backend *be = m->be;
     const Config *c = &m->cfg;
-    const int H = c->n_head, Hkv = config_kv_heads(c), D = config_head_dim(c);
+    const int tp = model_tp(m), H = c->n_head / tp, Hkv = config_kv_heads(c) / tp;
+    const int D = config_head_dim(c);
     const int Dv = config_value_dim(c), N = B * T;
     const LayerView *lw = &m->w.layers[l];
     BlockActs *a = &rs->blocks[l];
@@ -301,7 +305,8 @@ void attn_block_backward(Model *m, int l) {
     RunState *rs = &m->state;
     const Backend *be = m->be;
     const Config *c = &m->cfg;
-    const int H = c->n_head, Hkv = config_kv_heads(c), D = config_head_dim(c);
+    const int tp = model_tp(m), H = c->n_head / tp, Hkv = config_kv_heads(c) / tp;
+    const int D = config_head_dim(c);
     const int Dv = config_value_dim(c), B = rs->B_last, T = rs->T_last, N = rs->N_last;
     const LayerView *lw = &m->w.layers[l];
     LayerView *gw = &m->g.layers[l];

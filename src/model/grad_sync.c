@@ -17,6 +17,14 @@ static int stage_of(const ParamTensor *t, int L, int after_blocks) {
     return after_blocks ? 0 : L + 1;
 }
 
+/* The ranks whose gradients of t add up: the expert data-parallel group for experts, the
+ * replicas of this tensor-parallel share (DIST_DATA) for a tensor split over tp > 1 ranks, the
+ * world for the rest (whole on every rank, each seeing its part of the batch). */
+static DistGroup grad_group(const ParamTensor *t, int tp) {
+    if (t->expert_dim) return DIST_DP;
+    return t->tp_dim >= 0 && tp > 1 ? DIST_DATA : DIST_WORLD;
+}
+
 static int by_stage(const void *a, const void *b) {
     const GradBucket *x = a, *y = b;
     if (x->stage != y->stage) return x->stage < y->stage ? -1 : 1;
@@ -31,7 +39,7 @@ int grad_buckets(const ParamTable *pt, size_t bucket_floats, GradBucket **out) {
         seen_block |= t->layer >= 0;
         const GradBucket next = {.offset = t->offset,
                                  .numel = t->numel,
-                                 .group = t->expert_dim ? DIST_DP : DIST_WORLD,
+                                 .group = grad_group(t, pt->tp),
                                  .stage = stage_of(t, pt->n_layer, seen_block),
                                  .t0 = i,
                                  .nt = 1};

@@ -45,8 +45,9 @@
 
 typedef struct {
     size_t offset, numel; /* a range of the gradient buffer, in floats */
-    DistGroup group;      /* the group that holds copies of its tensors: DIST_WORLD, or DIST_DP
-                             for stacked expert tensors */
+    DistGroup group;      /* the group that holds copies of its tensors: DIST_WORLD, DIST_DP
+                             for stacked expert tensors, DIST_DATA for the tensor-parallel
+                             shares (dist.tp > 1) */
     int stage;            /* when the backward has finished it: 0 after the head and final
                              norm, L - l after block l, L + 1 after the embedding */
     int t0, nt;           /* its tensors: pt->t[t0 .. t0 + nt) */

@@ -58,7 +58,7 @@ size_t model_memory_rank(const Config *c, int B, int T, int ep, int world, int r
     /* ---- parameters, gradients, AdamW moments: one buffer of P floats each, the moments
      * (and what is kept of the gradients) of the process's shards under dist.zero ------- */
     ParamTable pt;
-    params_table_build_ep(&pt, c, ep);
+    params_table_build_grid(&pt, c, ep, c->tp > 0 ? c->tp : 1); /* dist.tp's shares too */
     const size_t P = params_count_total(&pt);
     size_t window = 0; /* dist.zero=3: the largest stage, gathered into one of two windows */
     const size_t S = world > 1 && c->zero > 0 ? shard_floats(c, &pt, ep, world, rank, &window) : P;
@@ -149,12 +149,13 @@ int memory_check(const Config *c, int B, int T, int ep, int world, char *err, in
     if (have <= 0.0 || need <= have) return 0;
     if (budgeted)
         return set_error(err, errlen,
-                         "the model needs %.3f GiB a process for %d x %d tokens (weights, "
-                         "gradients and AdamW moments %.3f GiB, the rest activations), more than "
-                         "train.memory_gib=%g: spread it over more processes (dist.tp, "
-                         "dist.zero, dist.ep; moe plan --config says what each needs), or use a "
-                         "smaller model or fewer tokens",
-                         need / GiB, B, T, state / GiB, (double)c->memory_gib);
+                         "the model needs %.1f MiB a process for %d x %d tokens (weights, "
+                         "gradients and AdamW moments %.1f MiB, the rest activations), more than "
+                         "train.memory_gib=%g (%.1f MiB): spread it over more processes "
+                         "(dist.tp, dist.zero, dist.ep; moe plan --config says what each needs), "
+                         "or use a smaller model or fewer tokens",
+                         need / (1 << 20), B, T, state / (1 << 20), (double)c->memory_gib,
+                         budget / (1 << 20));
     return set_error(err, errlen,
                      "the model needs %.2f GiB of memory for %d x %d tokens (weights, gradients "
                      "and AdamW moments %.2f GiB, the rest activations), more than the %.2f GiB "

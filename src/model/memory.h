@@ -61,7 +61,11 @@ size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out);
  * the expert exchange's buffers, for its B sequences of the batch, and under dist.zero (c->zero,
  * world > 1) the moments of its shards; what model_init_dist allocates there. The shards of
  * rank world - 1, the last member of each of its groups, are the largest (dist_shard_range):
- * this is the largest process. ep = world = 1 is model_memory_floats. */
+ * this is the largest process. With c->tp > 1 (dist.tp) one process of the tensor-parallel
+ * grid: its shares of the heads and hidden channels (params_table_build_grid), its N / tp rows
+ * of the stream and the head, its heads' and channels' activations, and tensor parallelism's
+ * scratch (model/tp.h), B then being the replica's sequences. ep = world = 1 (and tp = 1) is
+ * model_memory_floats. */
 size_t model_memory_process(const Config *c, int B, int T, int ep, int world, MemoryBreakdown *out);
 /* The same for rank (0 .. world - 1): its own shards. */
 size_t model_memory_rank(const Config *c, int B, int T, int ep, int world, int rank,

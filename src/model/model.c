@@ -21,6 +21,7 @@
 #include "model/mtp.h"
 #include "model/profile.h"
 #include "model/zero.h"
+#include "model/tp.h"
 #include "nn/ops.h"
 
 /* n floats of the model's backend, zeroed */
@@ -28,11 +29,12 @@ static float *dev(const Model *m, size_t n) {
     return be_floats(m->be, n);
 }
 
-/* The weights drawn from the config seed into host (P floats): for an expert-parallel member,
- * the whole model's weights drawn as in one process and this member's share kept, so that it
- * starts from exactly the weights a one-process run starts from. */
+/* The weights drawn from the config seed into host (P floats): for a member of an expert- or
+ * tensor-parallel group, the whole model's weights drawn as in one process and this member's
+ * share kept (its experts, its share of each tensor-parallel tensor), so that it starts from
+ * exactly the weights a one-process run starts from. */
 static void init_weights(const Model *m, const Config *c, float *host) {
-    if (!m->dist || m->dist->ep == 1) {
+    if (!m->dist || (m->dist->ep == 1 && m->dist->tp == 1)) {
         params_init(&m->pt, host, c, c->seed);
         return;
     }
@@ -42,6 +44,10 @@ static void init_weights(const Model *m, const Config *c, float *host) {
     params_init(&full, buf, c, c->seed);
     for (int i = 0; i < m->pt.n; i++) {
         const ParamTensor *t = &m->pt.t[i], *f = &full.t[params_find(&full, t->name)];
+        if (t->tp_dim >= 0) {
+            params_tp_take(t, m->pt.tp, m->dist->tp_rank, buf + f->offset, host + t->offset);
+            continue;
+        }
         /* stacked experts: this member's El consecutive ones, from expert ep_rank * El */
         size_t skip = t->expert_dim ? (size_t)m->dist->ep_rank * t->numel : 0;
         memcpy(host + t->offset, buf + f->offset + skip, t->numel * sizeof(float));
@@ -77,7 +83,7 @@ void model_init_dist(Model *m, const Config *c, int B, int T, Dist *d) {
  * distributed run, the parameters, gradients and AdamW moments, and the initial weights */
 static void params_alloc(Model *m, const Config *c, int ep) {
     const Backend *be = m->be;
-    params_table_build_ep(&m->pt, c, ep);
+    params_table_build_grid(&m->pt, c, ep, m->dist ? m->dist->tp : 1);
     size_t moments = m->pt.total;
     if (m->dist) {
         m->sync = calloc_check(1, sizeof *m->sync);
@@ -123,7 +129,8 @@ static void acts_arena_alloc(Model *m, const Config *c, int B, int T, int ep) {
     for (int l = 0; l < L + D; l++)
         if (config_is_moe_layer(c, l)) {
             rs->blocks[l].moe = (MoeActs *)calloc_check(1, sizeof(MoeActs));
-            moe_acts_host_alloc(be, rs->blocks[l].moe, &m->spec, m->dist, (int)N);
+            /* under tensor parallelism it runs on this rank's N / tp rows (tp.h) */
+            moe_acts_host_alloc(be, rs->blocks[l].moe, &m->spec, m->dist, (int)N / model_tp(m));
             m->n_moe += l < L;
         }
     if (D > 0) {
@@ -138,6 +145,12 @@ static void acts_arena_alloc(Model *m, const Config *c, int B, int T, int ep) {
             rs->blocks[l].router_bias = m->router_bias + (size_t)b++ * c->num_experts;
     if (!be->host_memory && m->spec.balance == MOE_BALANCE_AUX_FREE && m->n_moe)
         m->router_bias_host = floats_alloc((size_t)m->n_moe * c->num_experts);
+    if (!be->host_memory && model_tp(m) > 1) rs->tp_host = floats_alloc(N * c->d_model);
+    if (model_tp(m) > 1) { /* the vocabulary split's host staging (tp_vocab.c) */
+        const size_t V = (size_t)c->vocab / (size_t)model_tp(m);
+        rs->tp_ints = (int *)malloc_check(4 * N * sizeof(int));
+        rs->tp_floats = floats_alloc(N > V ? N : V);
+    }
 }
 
 /* step_record_alloc: the step record, one allocation, so that one copy reads it
@@ -225,6 +238,9 @@ void model_free(Model *m) {
     free(m->router_bias_host);
     if (m->zero) zero_free(m->zero);
     free(m->zero);
+    free(rs->tp_host);
+    free(rs->tp_ints);
+    free(rs->tp_floats);
     if (m->sync) grad_sync_free(m->sync);
     free(m->sync);
     release(m, rs->arena);
@@ -247,6 +263,34 @@ void model_free(Model *m) {
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
+/* Each token's cross-entropy (this rank's rows under tensor parallelism, which the head's
+ * forward has computed) into losses, the logits turned into probabilities. */
+static void losses_forward(Model *m, const int *targets, int N) {
+    RunState *rs = &m->state;
+    const Backend *be = m->be;
+    if (model_tp(m) > 1) return;
+    be->to_device(be, rs->targets, targets, (size_t)N * sizeof(int));
+    PROF(PROF_LOSS, be->crossentropy_forward(be, rs->losses, rs->logits, rs->logits, rs->targets, N,
+                                             m->cfg.vocab));
+}
+
+/* The embedding of the N tokens into the stream (this rank's rows of it under tensor
+ * parallelism, where the vocabulary is split over the ranks: tp.h), its weights gathered
+ * first under dist.zero=3 (and the first block's started) */
+static void stream_embed(Model *m, const int *inputs, int N) {
+    RunState *rs = &m->state;
+    const Backend *be = m->be;
+    const int L = m->cfg.n_layer;
+    zero_weights(m, L + 1, L);
+    if (model_tp(m) > 1) {
+        tp_embed_forward(m, inputs, N);
+        return;
+    }
+    be->to_device(be, rs->inputs, inputs, (size_t)N * sizeof(int));
+    PROF(PROF_EMBED,
+         be->embed_forward(be, rs->resid[0], rs->inputs, m->w.tok_emb, N, m->cfg.d_model));
+}
+
 float model_forward(Model *m, const int *inputs, const int *targets, int B, int T,
                     const StepCtx *ctx) {
     RunState *rs = &m->state;
@@ -258,10 +302,11 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
     rs->B_last = B;
     rs->T_last = T;
     rs->N_last = N;
-    be->to_device(be, rs->inputs, inputs, (size_t)N * sizeof(int));
-
-    zero_weights(m, L + 1, L); /* dist.zero=3: the embedding's weights, the first block's next */
-    PROF(PROF_EMBED, be->embed_forward(be, rs->resid[0], rs->inputs, m->w.tok_emb, N, C));
+    /* under tensor parallelism the stream, the head and the loss hold this rank's n rows of
+     * the N (tp.h); else n = N */
+    int n, row0;
+    tp_rows(m, N, &n, &row0);
+    stream_embed(m, inputs, N);
 
     /* each MoE block's losses into the step record: the micro-batch's slot while the step reads
      * them at its end (defer_reads), else slot 0, read at once */
@@ -283,19 +328,21 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
     }
 
     zero_weights(m, 0, -1);
-    PROF(PROF_NORM,
-         be->rmsnorm_forward(be, rs->lnf, rs->rstdf, rs->resid[L], m->w.final_norm, N, C));
-    PROF(PROF_HEAD, be->matmul_forward(be, rs->logits, rs->lnf, head_weights(m), N, C, c->vocab));
+    PROF(PROF_NORM, be->rmsnorm_forward(be, rs->lnf + (size_t)row0 * C, rs->rstdf, rs->resid[L],
+                                        m->w.final_norm, n, C));
+    if (model_tp(m) > 1)
+        tp_head_forward(m, targets, N); /* and with targets the losses of this rank's rows */
+    else
+        PROF(PROF_HEAD,
+             be->matmul_forward(be, rs->logits, rs->lnf, head_weights(m), N, C, c->vocab));
     const float mtp = mtp_forward(m, inputs, targets, B, T, ctx, slot);
 
     rs->aux_loss = rs->z_loss = 0.0f;
     if (rs->defer_reads) { /* model_read_step computes them */
         rs->loss = NAN;
         if (targets) {
-            be->to_device(be, rs->targets, targets, (size_t)N * sizeof(int));
-            PROF(PROF_LOSS, be->crossentropy_forward(be, rs->losses, rs->logits, rs->logits,
-                                                     rs->targets, N, c->vocab));
-            be->sum(be, rs->rec_loss + slot, rs->losses, (size_t)N);
+            losses_forward(m, targets, N);
+            be->sum(be, rs->rec_loss + slot, rs->losses, (size_t)n);
         }
         return NAN;
     }
@@ -313,13 +360,11 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
         rs->loss = NAN;
         return NAN;
     }
-    be->to_device(be, rs->targets, targets, (size_t)N * sizeof(int));
-    PROF(PROF_LOSS, be->crossentropy_forward(be, rs->losses, rs->logits, rs->logits, rs->targets, N,
-                                             c->vocab));
+    losses_forward(m, targets, N);
     double sum = 0.0; /* in token order: deterministic */
-    be->sum(be, rs->rec_loss, rs->losses, (size_t)N);
+    be->sum(be, rs->rec_loss, rs->losses, (size_t)n);
     be->to_host(be, &sum, rs->rec_loss, sizeof sum);
-    rs->loss = (float)(sum / N);
+    rs->loss = (float)(sum / n);
     return rs->loss + moe_balance_coef(&m->spec) * aux_sum + c->z_coef * z_sum + mtp;
 }
 
@@ -341,7 +386,9 @@ void model_read_step(Model *m, int micro_batches, double *loss, double *aux, dou
         }
         rs->aux_loss = nb > 0 ? aux_sum / (float)nb : 0.0f;
         rs->z_loss = nb > 0 ? z_sum / (float)nb : 0.0f;
-        rs->loss = (float)(h[i] / rs->N_last);
+        int n, row0; /* this rank's tokens (tp.h) */
+        tp_rows(m, rs->N_last, &n, &row0);
+        rs->loss = (float)(h[i] / n);
         *loss += rs->loss, *aux += rs->aux_loss, *z += rs->z_loss;
     }
 }
@@ -397,7 +444,10 @@ void model_backward(Model *m, float loss_scale, const StepCtx *ctx) {
     RunState *rs = &m->state;
     const Backend *be = m->be;
     const Config *c = &m->cfg;
-    const int C = c->d_model, L = c->n_layer, N = rs->N_last;
+    const int C = c->d_model, L = c->n_layer, tp = model_tp(m);
+    int N, row0; /* this rank's rows of the stream and the loss (tp.h): all of them but under
+                    tensor parallelism */
+    tp_rows(m, rs->N_last, &N, &row0);
     if (m->expert_source)
         moe_fatal("model_backward: the experts are served by an inference source (quantized or "
                   "offloaded), which has no backward; detach it to train");
@@ -407,11 +457,16 @@ void model_backward(Model *m, float loss_scale, const StepCtx *ctx) {
     if (rs->mtp_ran) mtp_backward(m, loss_scale, ctx);
     zero_weights(m, 0, 1); /* dist.zero=3: the head's and the last block's, kept from the forward */
     /* loss = mean_n CE_n, so dlogits carries 1/N; loss_scale adds 1/accum */
-    PROF(PROF_LOSS, be->crossentropy_backward(be, rs->dlogits, rs->logits, rs->targets,
-                                              loss_scale / (float)N, N, c->vocab));
-    PROF(PROF_HEAD, be->matmul_backward(be, rs->dln, head_grads(m), rs->dlogits, rs->lnf,
-                                        head_weights(m), N, C, c->vocab));
-    PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dresid, m->g.final_norm, rs->dln, rs->resid[L],
+    const float *dlnf = rs->dln;
+    if (tp > 1) { /* the vocabulary split (tp.h) */
+        dlnf = tp_head_backward(m, loss_scale / (float)N, rs->N_last);
+    } else {
+        PROF(PROF_LOSS, be->crossentropy_backward(be, rs->dlogits, rs->logits, rs->targets,
+                                                  loss_scale / (float)N, N, c->vocab));
+        PROF(PROF_HEAD, be->matmul_backward(be, rs->dln, head_grads(m), rs->dlogits, rs->lnf,
+                                            head_weights(m), N, C, c->vocab));
+    }
+    PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dresid, m->g.final_norm, dlnf, rs->resid[L],
                                          m->w.final_norm, rs->rstdf, N, C));
     if (rs->mtp_ran)
         PROF(PROF_RESIDUAL, be->add(be, rs->dresid, rs->dresid, rs->dmtp, (size_t)N * C));
@@ -427,7 +482,11 @@ void model_backward(Model *m, float loss_scale, const StepCtx *ctx) {
         if (sync) grad_sync_ready(sync, m->dist, m->grads, L - l);
     }
 
-    PROF(PROF_EMBED, be->embed_backward(be, m->g.tok_emb, rs->dresid, rs->inputs, N, C, c->vocab));
+    if (tp > 1)
+        tp_embed_backward(m, rs->dresid, rs->N_last);
+    else
+        PROF(PROF_EMBED,
+             be->embed_backward(be, m->g.tok_emb, rs->dresid, rs->inputs, N, C, c->vocab));
     prof_backward = 0;
 }
 
@@ -492,12 +551,17 @@ float model_grad_norm(const Model *m) {
     } else if (m->zero) {
         ss = zero_norm_squares(m, sq);
     } else {
-        /* every process holds the same (summed) non-expert gradients; each expert lives on one
-         * member of an expert-parallel group: their squares add up over the group */
-        double part[2] = {0.0, 0.0}; /* non-expert, this member's experts */
-        for (int i = 0; i < m->pt.n; i++) part[m->pt.t[i].expert_dim] += sq[i];
+        /* every process holds the same (summed) whole gradients; each expert lives on one
+         * member of an expert-parallel group, each tensor-parallel share on one member of a
+         * tensor-parallel group: their squares add up over that group */
+        double part[3] = {0.0, 0.0, 0.0}; /* whole, this member's experts, its tp shares */
+        for (int i = 0; i < m->pt.n; i++)
+            part[m->pt.t[i].expert_dim                    ? 1
+                 : m->pt.tp > 1 && m->pt.t[i].tp_dim >= 0 ? 2
+                                                          : 0] += sq[i];
         dist_allreduce_sum_d(m->dist, DIST_EP, &part[1], 1);
-        ss = part[0] + part[1];
+        if (m->pt.tp > 1) dist_allreduce_sum_d(m->dist, DIST_TP, &part[2], 1);
+        ss = part[0] + part[1] + part[2];
     }
     if (prof_enabled) prof_add(PROF_OPTIMIZER, prof_clock() - t0);
     return (float)sqrt(ss);

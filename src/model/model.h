@@ -99,7 +99,10 @@ typedef struct RunState {
     ActTable acts;
     void *arena; /* (acts.bytes) */
 
-    /* activations */
+    /* activations. Under tensor parallelism (dist.tp, tp.h) the residual stream and the
+     * losses hold this rank's n = N / tp rows of the replica's N, a block's buffers its heads'
+     * and hidden channels' share of all N rows, lnf all N rows and logits (N, V / tp) the
+     * columns of its share of the vocabulary (the token ids go through tp_ids instead) */
     int *inputs, *targets; /* (N) */
     float **resid;         /* (L + 1) x (N, C): input of each block, resid[L] the last output */
     BlockActs *blocks;     /* (L) */
@@ -129,6 +132,21 @@ typedef struct RunState {
     float *dmtp, *dmtp_cat;
     /* the shared experts' SwiGLU, (N, Fs) each; NULL without shared experts */
     float *dsg, *dsu, *dsh;
+    /* tensor parallelism (dist.tp > 1, tp.h; else NULL): a gradient's rows gathered from the
+     * group and a row-parallel product's partial sum (N, C) each; tp_host (N, C) the host's
+     * copy the group's collectives go through when the backend's memory is not the host's */
+    float *tp_gath, *tp_part, *tp_host;
+    /* the vocabulary split (tp_vocab.c; else NULL): tp_ids, tp_rows (N) the micro-batch's
+     * tokens in this rank's rows of the vocabulary (tp_k of them) and their rows; tp_target,
+     * tp_holder, tp_at, tp_pick (N) each row's target in this rank's columns (0 when another
+     * rank holds it), the rank that holds it, its place in the logits (n V / tp + target) and
+     * in tp_loss (holder N + n); tp_lse, tp_loss (tp, N) every rank's log-sum-exp and loss over
+     * its columns, tp_lse_t (N, tp) the first transposed, tp_share (N, tp) each rank's share of
+     * a row's probability; tp_a, tp_b (N) a row's scratch, tp_other (N) 1 where another rank
+     * holds the target, tp_ones (V / tp) ones; tp_ints (4 N), tp_floats (max(N, V / tp)) their
+     * host staging */
+    int *tp_ids, *tp_rows, *tp_target, *tp_holder, *tp_at, *tp_pick, *tp_ints, tp_k;
+    float *tp_lse, *tp_loss, *tp_lse_t, *tp_share, *tp_a, *tp_b, *tp_other, *tp_ones, *tp_floats;
     MoeScratch moe_scratch;
     /* workspace of the ops, sized once in model_init so that a step allocates nothing:
      * rope_cs (T, D/2, 2) the RoPE cos/sin table (rope_table); att_ws (n_att_ws, T, T) one dS

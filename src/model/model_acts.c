@@ -46,14 +46,17 @@ static void block_mla_entries(ActTable *t, const Config *c, size_t N, int l, Blo
 
 /* block_attn_entries: the attention half of block l, the feed-forward branch's input norm and,
  * with sandwich norms, both sublayers' output norms */
-static void block_attn_entries(ActTable *t, const Config *c, int B, int T, int l, BlockActs *a) {
-    const size_t C = (size_t)c->d_model, H = (size_t)c->n_head, N = (size_t)B * T;
-    const size_t QW = H * config_head_dim(c), KW = (size_t)config_kv_heads(c) * config_head_dim(c);
-    const size_t VW = (size_t)config_kv_heads(c) * config_value_dim(c);
+static void block_attn_entries(ActTable *t, const Config *c, int B, int T, int tp, int l,
+                               BlockActs *a) {
+    /* under tensor parallelism (tp.h) this rank's heads, and n = N / tp rows of the stream */
+    const size_t C = (size_t)c->d_model, H = (size_t)(c->n_head / tp), N = (size_t)B * T;
+    const size_t Hkv = (size_t)(config_kv_heads(c) / tp), n = N / (size_t)tp;
+    const size_t QW = H * config_head_dim(c), KW = Hkv * config_head_dim(c);
+    const size_t VW = Hkv * config_value_dim(c);
     const size_t OW = H * config_value_dim(c);
     /* ln1, rstd1: the rmsnorm of the block input and its 1 / rms per token */
     acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, ln1), "blocks.%d.ln1", l);
-    acts_add(t, ACT_FLOAT, ACT_ATTN, N, ACT_FIELD(a, rstd1), "blocks.%d.rstd1", l);
+    acts_add(t, ACT_FLOAT, ACT_ATTN, n, ACT_FIELD(a, rstd1), "blocks.%d.rstd1", l);
     /* q (N, QW), k (N, KW) and v (N, VW) (q and k after RoPE) */
     acts_add(t, ACT_FLOAT, ACT_ATTN, N * QW, ACT_FIELD(a, q), "blocks.%d.q", l);
     acts_add(t, ACT_FLOAT, ACT_ATTN, N * KW, ACT_FIELD(a, k), "blocks.%d.k", l);
@@ -63,7 +66,7 @@ static void block_attn_entries(ActTable *t, const Config *c, int B, int T, int l
         /* the projections before their norm, and the norm's 1 / rms per row: a row is a head
          * (model.qk_norm=head) or a token (full) */
         const size_t qrows = c->qk_norm == MOE_QK_NORM_HEAD ? N * H : N;
-        const size_t krows = c->qk_norm == MOE_QK_NORM_HEAD ? N * config_kv_heads(c) : N;
+        const size_t krows = c->qk_norm == MOE_QK_NORM_HEAD ? N * Hkv : N;
         acts_add(t, ACT_FLOAT, ACT_ATTN, N * QW, ACT_FIELD(a, qr), "blocks.%d.qr", l);
         acts_add(t, ACT_FLOAT, ACT_ATTN, N * KW, ACT_FIELD(a, kr), "blocks.%d.kr", l);
         acts_add(t, ACT_FLOAT, ACT_ATTN, qrows, ACT_FIELD(a, rstd_q), "blocks.%d.rstd_q", l);
@@ -74,32 +77,33 @@ static void block_attn_entries(ActTable *t, const Config *c, int B, int T, int l
     acts_add(t, ACT_FLOAT, ACT_ATTN, (size_t)B * H * T * T, ACT_FIELD(a, att), "blocks.%d.att", l);
     /* atty (N, OW): the attention output before wo; resid_mid: block input + attention branch */
     acts_add(t, ACT_FLOAT, ACT_ATTN, N * OW, ACT_FIELD(a, atty), "blocks.%d.atty", l);
-    acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, resid_mid), "blocks.%d.resid_mid", l);
+    acts_add(t, ACT_FLOAT, ACT_ATTN, n * C, ACT_FIELD(a, resid_mid), "blocks.%d.resid_mid", l);
     /* ln2, rstd2: the rmsnorm of resid_mid, the feed-forward branch's input */
     acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, ln2), "blocks.%d.ln2", l);
-    acts_add(t, ACT_FLOAT, ACT_ATTN, N, ACT_FIELD(a, rstd2), "blocks.%d.rstd2", l);
+    acts_add(t, ACT_FLOAT, ACT_ATTN, n, ACT_FIELD(a, rstd2), "blocks.%d.rstd2", l);
     if (c->norm != MOE_NORM_PRE) {
         /* sandwich norms: each sublayer's output before its output norm, and the norm's
          * 1 / rms per token */
-        acts_add(t, ACT_FLOAT, ACT_ATTN, N * C, ACT_FIELD(a, attn_out), "blocks.%d.attn_out", l);
-        acts_add(t, ACT_FLOAT, ACT_ATTN, N, ACT_FIELD(a, rstd_attn_out), "blocks.%d.rstd_attn_out",
+        acts_add(t, ACT_FLOAT, ACT_ATTN, n * C, ACT_FIELD(a, attn_out), "blocks.%d.attn_out", l);
+        acts_add(t, ACT_FLOAT, ACT_ATTN, n, ACT_FIELD(a, rstd_attn_out), "blocks.%d.rstd_attn_out",
                  l);
-        acts_add(t, ACT_FLOAT, ACT_FFN, N * C, ACT_FIELD(a, ffn_out), "blocks.%d.ffn_out", l);
-        acts_add(t, ACT_FLOAT, ACT_FFN, N, ACT_FIELD(a, rstd_ffn_out), "blocks.%d.rstd_ffn_out", l);
+        acts_add(t, ACT_FLOAT, ACT_FFN, n * C, ACT_FIELD(a, ffn_out), "blocks.%d.ffn_out", l);
+        acts_add(t, ACT_FLOAT, ACT_FFN, n, ACT_FIELD(a, rstd_ffn_out), "blocks.%d.rstd_ffn_out", l);
     }
 }
 
 /* block_ffn_entries: the feed-forward half of block l, the MoE block's buffers and the shared
  * experts' for an MoE layer, the dense SwiGLU's otherwise */
-static void block_ffn_entries(ActTable *t, const Config *c, const MoeSpec *spec, int ep, size_t N,
-                              int l, BlockActs *a) {
-    const size_t F = (size_t)c->d_ff;
-    const size_t FS = (size_t)c->num_shared * config_expert_hidden(c);
+static void block_ffn_entries(ActTable *t, const Config *c, const MoeSpec *spec, int ep, int tp,
+                              size_t N, int l, BlockActs *a) {
+    /* this rank's hidden channels under tensor parallelism; the MoE block on its N / tp rows */
+    const size_t F = (size_t)(c->d_ff / tp);
+    const size_t FS = (size_t)c->num_shared * config_expert_hidden(c) / (size_t)tp;
     if (config_is_moe_layer(c, l)) {
         /* MoeActs: the router, then the tokens in expert order and the experts' SwiGLU */
         char pre[ACT_NAME_MAX];
         snprintf(pre, sizeof pre, "blocks.%d.moe", l);
-        moe_acts_entries(t, pre, spec, ep, (int)N, a ? a->moe : NULL);
+        moe_acts_entries(t, pre, spec, ep, (int)(N / (size_t)tp), a ? a->moe : NULL);
         /* sg, su, sh: the shared experts' SwiGLU (gate, up, silu(gate) * up) */
         if (FS > 0) {
             acts_add(t, ACT_FLOAT, ACT_FFN, N * FS, ACT_FIELD(a, sg), "blocks.%d.sg", l);
@@ -116,18 +120,19 @@ static void block_ffn_entries(ActTable *t, const Config *c, const MoeSpec *spec,
 
 /* scratch_entries: the backward scratch, one set reused by every block; the dense SwiGLU's
  * gradients only when a dense block exists, the MoE scratch only when an MoE block does */
-static void scratch_entries(ActTable *t, const Config *c, const MoeSpec *spec, size_t N, int n_moe,
-                            RunState *m) {
-    const size_t C = (size_t)c->d_model, V = (size_t)c->vocab, F = (size_t)c->d_ff;
-    const size_t FS = (size_t)c->num_shared * config_expert_hidden(c);
-    const size_t QW = (size_t)c->n_head * config_head_dim(c);
-    const size_t KW = (size_t)config_kv_heads(c) * config_head_dim(c);
-    const size_t VW = (size_t)config_kv_heads(c) * config_value_dim(c);
-    const size_t OW = (size_t)c->n_head * config_value_dim(c);
+static void scratch_entries(ActTable *t, const Config *c, const MoeSpec *spec, size_t N, int tp,
+                            int n_moe, RunState *m) {
+    /* this rank's heads, hidden channels and n = N / tp rows under tensor parallelism */
+    const size_t C = (size_t)c->d_model, V = (size_t)c->vocab, F = (size_t)(c->d_ff / tp);
+    const size_t FS = (size_t)c->num_shared * config_expert_hidden(c) / (size_t)tp;
+    const size_t H = (size_t)(c->n_head / tp), Hkv = (size_t)(config_kv_heads(c) / tp);
+    const size_t QW = H * config_head_dim(c), KW = Hkv * config_head_dim(c);
+    const size_t VW = Hkv * config_value_dim(c), OW = H * config_value_dim(c);
+    const size_t n = N / (size_t)tp;
     /* (N, C) gradients: the residual stream, resid_mid, a norm's input, a spare; then those of
      * q (N, QW), k (N, KW), v (N, VW) and atty (N, OW) */
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dresid), "scratch.dresid");
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dmid), "scratch.dmid");
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, n * C, ACT_FIELD(m, dresid), "scratch.dresid");
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, n * C, ACT_FIELD(m, dmid), "scratch.dmid");
     acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dln), "scratch.dln");
     acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dtmp), "scratch.dtmp");
     acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * QW, ACT_FIELD(m, dq), "scratch.dq");
@@ -136,8 +141,9 @@ static void scratch_entries(ActTable *t, const Config *c, const MoeSpec *spec, s
     acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * OW, ACT_FIELD(m, datty), "scratch.datty");
     if (c->attention == MOE_ATTN_MLA) {
         /* latent attention: the heads' keys and values before assembly, the rotated parts of
-         * the queries (one head after another) and of the shared key, and two latents' */
-        const size_t H = (size_t)c->n_head, R = (size_t)c->mla_rope_dim;
+         * the queries (one head after another) and of the shared key, and two latents' (H all
+         * the heads: dist.tp does not split latent attention) */
+        const size_t R = (size_t)c->mla_rope_dim;
         const size_t LAT =
             (size_t)(c->mla_q_rank > c->mla_kv_rank ? c->mla_q_rank : c->mla_kv_rank);
         acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * H * (c->mla_nope_dim + c->mla_v_dim),
@@ -153,13 +159,13 @@ static void scratch_entries(ActTable *t, const Config *c, const MoeSpec *spec, s
         acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * F, ACT_FIELD(m, dfu), "scratch.dfu");
         acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * F, ACT_FIELD(m, dfh), "scratch.dfh");
     }
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * V, ACT_FIELD(m, dlogits), "scratch.dlogits");
+    acts_add(t, ACT_FLOAT, ACT_SCRATCH, n * V, ACT_FIELD(m, dlogits), "scratch.dlogits");
     if (c->mtp_depth > 0) { /* dmtp (N, C), dmtp_cat (N, 2 C): multi-token prediction's */
         acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dmtp), "scratch.dmtp");
         acts_add(t, ACT_FLOAT, ACT_SCRATCH, 2 * N * C, ACT_FIELD(m, dmtp_cat), "scratch.dmtp_cat");
     }
     if (n_moe > 0) { /* MoeScratch, shared by the MoE blocks */
-        moe_scratch_entries(t, "scratch.moe", spec, (int)N, m ? &m->moe_scratch : NULL);
+        moe_scratch_entries(t, "scratch.moe", spec, (int)n, m ? &m->moe_scratch : NULL);
         /* dsg, dsu, dsh: the shared experts' SwiGLU */
         if (FS > 0) {
             acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * FS, ACT_FIELD(m, dsg), "scratch.dsg");
@@ -193,8 +199,8 @@ static void mtp_entries(ActTable *t, const Config *c, const MoeSpec *spec, int B
         acts_add(t, ACT_FLOAT, ACT_RESID, 2 * N * C, ACT_FIELD(a, cat), "mtp.%d.cat", k);
         acts_add(t, ACT_FLOAT, ACT_RESID, N * C, ACT_FIELD(a, in), "mtp.%d.in", k);
         BlockActs *b = rs ? &rs->blocks[l] : NULL;
-        block_attn_entries(t, c, B, T, l, b);
-        block_ffn_entries(t, c, spec, ep, N, l, b);
+        block_attn_entries(t, c, B, T, 1, l, b);
+        block_ffn_entries(t, c, spec, ep, 1, N, l, b);
         /* out (N, C) the block's output; hc, lnc (Nk, C), rstdc (Nk), logits (Nk, V), losses */
         acts_add(t, ACT_FLOAT, ACT_RESID, N * C, ACT_FIELD(a, out), "mtp.%d.out", k);
         acts_add(t, ACT_FLOAT, ACT_HEAD, Nk * C, ACT_FIELD(a, hc), "mtp.%d.hc", k);
@@ -203,6 +209,25 @@ static void mtp_entries(ActTable *t, const Config *c, const MoeSpec *spec, int B
         acts_add(t, ACT_FLOAT, ACT_HEAD, Nk * V, ACT_FIELD(a, logits), "mtp.%d.logits", k);
         acts_add(t, ACT_FLOAT, ACT_HEAD, Nk, ACT_FIELD(a, losses), "mtp.%d.losses", k);
     }
+}
+
+/* tp_vocab_entries: the vocabulary split's buffers (tp_vocab.c; their meaning at RunState) */
+static void tp_vocab_entries(ActTable *t, const Config *c, size_t N, int tp, RunState *rs) {
+    const size_t P = (size_t)tp;
+    acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(rs, tp_ids), "tp.ids");
+    acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(rs, tp_rows), "tp.rows");
+    acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(rs, tp_target), "tp.target");
+    acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(rs, tp_holder), "tp.holder");
+    acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(rs, tp_at), "tp.at");
+    acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(rs, tp_pick), "tp.pick");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, P * N, ACT_FIELD(rs, tp_lse), "tp.lse");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, P * N, ACT_FIELD(rs, tp_loss), "tp.loss");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, P * N, ACT_FIELD(rs, tp_lse_t), "tp.lse_t");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, P * N, ACT_FIELD(rs, tp_share), "tp.share");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, N, ACT_FIELD(rs, tp_a), "tp.a");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, N, ACT_FIELD(rs, tp_b), "tp.b");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, N, ACT_FIELD(rs, tp_other), "tp.other");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, (size_t)c->vocab / P, ACT_FIELD(rs, tp_ones), "tp.ones");
 }
 
 void model_acts_table(ActTable *t, const Config *c, int B, int T, int ep, Model *m) {
@@ -214,19 +239,23 @@ void model_acts_table(ActTable *t, const Config *c, int B, int T, int ep, Model 
     int n_moe = 0;
     for (int l = 0; l < L; l++) n_moe += config_is_moe_layer(c, l);
     RunState *rs = m ? &m->state : NULL; /* the buffers are the run state's, but router_bias */
+    /* tensor parallelism (tp.h): the model's grid, or for the memory formula the config's; the
+     * stream, the head and the loss hold n = N / tp rows */
+    const int tp = m ? (m->dist ? m->dist->tp : 1) : (c->tp > 0 ? c->tp : 1);
+    const size_t n = N / (size_t)tp;
 
     /* ---- activations kept from forward for backward ------------------------------------- */
     /* token ids, 4-byte ints (the targets stay for the loss's backward) */
-    acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(rs, inputs), "inputs");
-    acts_add(t, ACT_INT, ACT_INT_WORDS, N, ACT_FIELD(rs, targets), "targets");
+    acts_add(t, ACT_INT, ACT_INT_WORDS, n, ACT_FIELD(rs, inputs), "inputs");
+    acts_add(t, ACT_INT, ACT_INT_WORDS, n, ACT_FIELD(rs, targets), "targets");
     /* resid[0..L]: the residual stream, the embedding output and every block output */
     for (int l = 0; l <= L; l++)
-        acts_add(t, ACT_FLOAT, ACT_RESID, N * C, ACT_FIELD(rs, resid[l]), "resid.%d", l);
+        acts_add(t, ACT_FLOAT, ACT_RESID, n * C, ACT_FIELD(rs, resid[l]), "resid.%d", l);
 
     for (int l = 0; l < L; l++) {
         BlockActs *a = rs ? &rs->blocks[l] : NULL;
-        block_attn_entries(t, c, B, T, l, a);
-        block_ffn_entries(t, c, &spec, ep, N, l, a);
+        block_attn_entries(t, c, B, T, tp, l, a);
+        block_ffn_entries(t, c, &spec, ep, tp, N, l, a);
     }
     /* router_bias (n_moe, E): the aux-free biases, Model state kept next to the blocks (no
      * gradient, no moments; in checkpoints), counted with the MoE blocks' activations */
@@ -235,12 +264,19 @@ void model_acts_table(ActTable *t, const Config *c, int B, int T, int ep, Model 
                  "router_bias");
 
     /* the head: final rmsnorm, logits (N, V) (probabilities after the loss), per-token loss */
-    acts_add(t, ACT_FLOAT, ACT_HEAD, N * C, ACT_FIELD(rs, lnf), "lnf");
-    acts_add(t, ACT_FLOAT, ACT_HEAD, N, ACT_FIELD(rs, rstdf), "rstdf");
-    acts_add(t, ACT_FLOAT, ACT_HEAD, N * V, ACT_FIELD(rs, logits), "logits");
-    acts_add(t, ACT_FLOAT, ACT_HEAD, N, ACT_FIELD(rs, losses), "losses");
+    /* (the vocabulary split: lnf's rows gathered, logits (N, V / tp), as many floats) */
+    acts_add(t, ACT_FLOAT, ACT_HEAD, (tp > 1 ? N : n) * C, ACT_FIELD(rs, lnf), "lnf");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, n, ACT_FIELD(rs, rstdf), "rstdf");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, n * V, ACT_FIELD(rs, logits), "logits");
+    acts_add(t, ACT_FLOAT, ACT_HEAD, n, ACT_FIELD(rs, losses), "losses");
     if (c->mtp_depth > 0) mtp_entries(t, c, &spec, B, T, ep, rs);
 
     /* ---- backward scratch: one set, reused by every block ------------------------------- */
-    scratch_entries(t, c, &spec, N, n_moe, rs);
+    scratch_entries(t, c, &spec, N, tp, n_moe, rs);
+    /* tensor parallelism: a gradient's gathered rows, a row-parallel product's partial sum */
+    if (tp > 1) {
+        acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(rs, tp_gath), "scratch.tp_gath");
+        acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(rs, tp_part), "scratch.tp_part");
+        tp_vocab_entries(t, c, N, tp, rs);
+    }
 }

@@ -110,7 +110,21 @@ static const ParamSpec SPECS[] = {
 };
 #define N_SPECS ((int)(sizeof(SPECS) / sizeof(SPECS[0])))
 
-static int resolve_dim(int d, const Config *c, int ep) {
+/* The dimensions tensor parallelism splits: the heads (query, key-value, output), the hidden
+ * channels of the dense and the shared feed-forward, and the vocabulary (the embedding's and the
+ * head's rows). */
+static int dim_tp_split(int d) {
+    return d == DIM_Q || d == DIM_KV || d == DIM_O || d == DIM_F || d == DIM_FS || d == DIM_V;
+}
+
+static int resolve_dim_whole(int d, const Config *c, int ep);
+
+/* A dimension's size in one process of tp x ep: tp splits those of dim_tp_split */
+static int resolve_dim(int d, const Config *c, int ep, int tp) {
+    return resolve_dim_whole(d, c, ep) / (dim_tp_split(d) ? tp : 1);
+}
+
+static int resolve_dim_whole(int d, const Config *c, int ep) {
     switch (d) {
     case DIM_V: return c->vocab;
     case DIM_C: return c->d_model;
@@ -123,9 +137,11 @@ static int resolve_dim(int d, const Config *c, int ep) {
     case DIM_Q: return c->n_head * config_head_dim(c);
     case DIM_KV: return config_kv_heads(c) * config_head_dim(c);
     case DIM_QN:
-        return c->qk_norm == MOE_QK_NORM_HEAD ? config_head_dim(c) : resolve_dim(DIM_Q, c, ep);
+        return c->qk_norm == MOE_QK_NORM_HEAD ? config_head_dim(c)
+                                              : resolve_dim_whole(DIM_Q, c, ep);
     case DIM_KN:
-        return c->qk_norm == MOE_QK_NORM_HEAD ? config_head_dim(c) : resolve_dim(DIM_KV, c, ep);
+        return c->qk_norm == MOE_QK_NORM_HEAD ? config_head_dim(c)
+                                              : resolve_dim_whole(DIM_KV, c, ep);
     case DIM_O: return c->n_head * config_value_dim(c);
     case DIM_QR: return c->mla_q_rank;
     case DIM_KVR: return c->mla_kv_rank;
@@ -152,7 +168,7 @@ static int spec_in_layer(const ParamSpec *s, const Config *c, int layer) {
 }
 
 static void add_tensor(ParamTable *pt, int cap, const ParamSpec *s, const Config *c, int layer,
-                       int ep) {
+                       int ep, int tp) {
     if (pt->n >= cap) moe_fatal("parameter table overflow");
     ParamTensor *t = &pt->t[pt->n++];
     memset(t, 0, sizeof(*t));
@@ -163,8 +179,10 @@ static void add_tensor(ParamTable *pt, int cap, const ParamSpec *s, const Config
     else
         snprintf(t->name, sizeof t->name, "%s", s->name);
     t->numel = 1;
+    t->tp_dim = -1;
     for (int d = 0; d < PARAM_MAX_DIMS && s->dims[d] != DIM_NONE; d++) {
-        t->shape[d] = resolve_dim(s->dims[d], c, ep);
+        t->shape[d] = resolve_dim(s->dims[d], c, ep, tp);
+        if (dim_tp_split(s->dims[d])) t->tp_dim = d;
         t->numel *= (size_t)t->shape[d];
         t->ndim = d + 1;
     }
@@ -180,31 +198,55 @@ void params_table_build(ParamTable *pt, const Config *c) {
 }
 
 void params_table_build_ep(ParamTable *pt, const Config *c, int ep) {
+    params_table_build_grid(pt, c, ep, 1);
+}
+
+void params_table_build_grid(ParamTable *pt, const Config *c, int ep, int tp) {
     int cap = N_SPECS * (c->n_layer + 1 + c->mtp_depth);
     pt->t = (ParamTensor *)calloc_check((size_t)cap, sizeof(ParamTensor));
     pt->n = 0;
     pt->total = 0;
     pt->n_layer = c->n_layer;
     pt->n_mtp = c->mtp_depth;
+    pt->tp = tp;
     for (int i = 0; i < N_SPECS; i++)
-        if (SPECS[i].where == IN_GLOBAL_FIRST) add_tensor(pt, cap, &SPECS[i], c, -1, ep);
+        if (SPECS[i].where == IN_GLOBAL_FIRST) add_tensor(pt, cap, &SPECS[i], c, -1, ep, tp);
     for (int l = 0; l < c->n_layer; l++)
         for (int i = 0; i < N_SPECS; i++)
-            if (spec_in_layer(&SPECS[i], c, l)) add_tensor(pt, cap, &SPECS[i], c, l, ep);
+            if (spec_in_layer(&SPECS[i], c, l)) add_tensor(pt, cap, &SPECS[i], c, l, ep, tp);
     for (int i = 0; i < N_SPECS; i++)
         if (SPECS[i].where == IN_GLOBAL_LAST || (SPECS[i].where == IN_UNTIED_LAST && !c->tied))
-            add_tensor(pt, cap, &SPECS[i], c, -1, ep);
+            add_tensor(pt, cap, &SPECS[i], c, -1, ep, tp);
     /* the multi-token prediction modules after the main model, so that its tensors keep their
      * offsets and initial values: module k's input norms and projection, its block (layer
      * n_layer + k - 1, of the last layer's kind), its output norm */
     for (int l = c->n_layer; l < c->n_layer + c->mtp_depth; l++) {
         for (int i = 0; i < N_SPECS; i++)
-            if (SPECS[i].where == IN_MTP_IN) add_tensor(pt, cap, &SPECS[i], c, l, ep);
+            if (SPECS[i].where == IN_MTP_IN) add_tensor(pt, cap, &SPECS[i], c, l, ep, tp);
         for (int i = 0; i < N_SPECS; i++)
-            if (spec_in_layer(&SPECS[i], c, l)) add_tensor(pt, cap, &SPECS[i], c, l, ep);
+            if (spec_in_layer(&SPECS[i], c, l)) add_tensor(pt, cap, &SPECS[i], c, l, ep, tp);
         for (int i = 0; i < N_SPECS; i++)
-            if (SPECS[i].where == IN_MTP_OUT) add_tensor(pt, cap, &SPECS[i], c, l, ep);
+            if (SPECS[i].where == IN_MTP_OUT) add_tensor(pt, cap, &SPECS[i], c, l, ep, tp);
     }
+}
+
+/* The floats of each of t's rows that are one tensor-parallel share (its numel if it splits
+ * rows: the share is one range), and the rows (1 then). */
+static size_t tp_run(const ParamTensor *t, size_t *rows) {
+    *rows = t->tp_dim == 0 ? 1 : (size_t)t->shape[0];
+    return t->numel / *rows;
+}
+
+void params_tp_take(const ParamTensor *t, int tp, int p, const float *whole, float *shard) {
+    size_t rows, cols = tp_run(t, &rows);
+    for (size_t r = 0; r < rows; r++) /* share p of row r, of tp shares a row */
+        memcpy(shard + r * cols, whole + (r * (size_t)tp + (size_t)p) * cols, cols * sizeof(float));
+}
+
+void params_tp_put(const ParamTensor *t, int tp, int p, const float *shard, float *whole) {
+    size_t rows, cols = tp_run(t, &rows);
+    for (size_t r = 0; r < rows; r++)
+        memcpy(whole + (r * (size_t)tp + (size_t)p) * cols, shard + r * cols, cols * sizeof(float));
 }
 
 void params_table_free(ParamTable *pt) {

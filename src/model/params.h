@@ -27,6 +27,11 @@ typedef struct {
                        multi-token prediction: n_layer + k - 1 (named "mtp.k.*") */
     int expert_dim; /* 1 when dimension 0 indexes experts (stacked expert weights): with
                        expert parallelism, this process's num_experts / ep of them */
+    int tp_dim;     /* the dimension tensor parallelism splits (the heads' rows of wq, wk, wv,
+                       the hidden channels of w_gate, w_up, shared_gate, shared_up: 0; their
+                       columns in wo, w_down, shared_down: 1), or -1 for a tensor every
+                       tensor-parallel rank holds whole. shape is this rank's share: 1 / tp of
+                       that dimension, whatever tp is */
 } ParamTensor;
 
 /* Pointers into one parameter-shaped buffer (weights, gradients or a moment). NULL for the
@@ -79,6 +84,7 @@ typedef struct {
     size_t total;   /* floats in all */
     int n_layer;
     int n_mtp; /* multi-token prediction modules (model.mtp_depth): layers n_layer .. + n_mtp */
+    int tp;    /* the tensor-parallel ranks the tensors with tp_dim >= 0 are split over */
 } ParamTable;
 
 void params_table_build(ParamTable *pt, const Config *c);
@@ -86,6 +92,16 @@ void params_table_build(ParamTable *pt, const Config *c);
  * num_experts / ep experts (same names; the router still scores all E). ep = 1 is
  * params_table_build. */
 void params_table_build_ep(ParamTable *pt, const Config *c, int ep);
+/* The table of one process of a grid of tp x ep: the expert tensors as params_table_build_ep's,
+ * and each tensor with tp_dim >= 0 its 1 / tp share of that dimension (dist.tp; the checks of
+ * config_check_dist make it divide). tp = ep = 1 is params_table_build. */
+void params_table_build_grid(ParamTable *pt, const Config *c, int ep, int tp);
+/* Between a tensor-parallel share (t's shape, numel floats) and the whole tensor (tp shares of
+ * t's split dimension): take copies share p of whole into shard, put copies shard into its
+ * place in whole. Rows (tp_dim 0) are one consecutive range of the whole; columns (tp_dim 1) a
+ * range of every row. */
+void params_tp_take(const ParamTensor *t, int tp, int p, const float *whole, float *shard);
+void params_tp_put(const ParamTensor *t, int tp, int p, const float *shard, float *whole);
 void params_table_free(ParamTable *pt);
 /* Point every field of view into buf (a buffer of pt->total floats). */
 void params_view(ParamView *view, const ParamTable *pt, float *buf);

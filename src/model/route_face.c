@@ -6,6 +6,7 @@
 #include "base/util.h"
 #include "model/ep.h"
 #include "model/grad_sync.h"
+#include "model/tp.h"
 
 RouteStatsView model_route_stats(const Model *m, int layer) {
     const RouteStats *rs =
@@ -30,8 +31,9 @@ void model_load_balance(float *maxvio, float *cv, const float *load, int E) {
 void model_route_domains(const Model *m, int layer, double *counts, double *drops,
                          const uint8_t *domains, int n_domains) {
     const MoeActs *a = m->state.blocks[layer].moe;
-    m->be->route_domains(m->be, counts, drops, domains, n_domains, a->idx, &a->plan,
-                         m->state.N_last, &m->spec);
+    int n, row0; /* the block's rows: this rank's under tensor parallelism (tp.h) */
+    tp_rows(m, m->state.N_last, &n, &row0);
+    m->be->route_domains(m->be, counts, drops, domains, n_domains, a->idx, &a->plan, n, &m->spec);
 }
 
 void model_comm_stats_reset(Model *m) {

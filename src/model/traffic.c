@@ -16,11 +16,37 @@ static uint64_t zero3_gathers(int s, int L, int A) {
     return 1 + (uint64_t)(A - 1) * (s != L) + (uint64_t)A * (s >= 2 && s <= L);
 }
 
+/* The bytes this process sends a step in tensor parallelism's collectives over DIST_TP (tp.h),
+ * each of a replica's N rows of C floats (member p's range its own N / tp rows), a micro-batch:
+ *   the embedding     forward a reduce-scatter of its partial rows, backward an all-gather of
+ *                     the gradient's rows
+ *   each sublayer     split over the ranks (the attention, a dense feed-forward, the shared
+ *                     experts): forward an all-gather of the normed rows and a reduce-scatter
+ *                     of the output projection's partial sums, backward the same two turned
+ *                     round (an MoE block's routed experts run on the rank's rows: nothing)
+ *   the head          forward an all-gather of the normed rows and two of the cross-entropy's
+ *                     tp x N floats (each rank's log-sum-exps and losses), backward a
+ *                     reduce-scatter of the rows' partial gradients */
+static uint64_t tp_step_bytes(const Config *c, const Dist *d) {
+    const int tp = d->tp, me = d->tp_rank, A = c->accum > 1 ? c->accum : 1;
+    const size_t N = (size_t)(c->batch / (d->world / tp)) * c->seq_len, rows = N * c->d_model;
+    uint64_t ag = 0, rs = 0, ce = 0, r = 0;
+    dist_cost(d->collectives, DIST_ALLGATHER, tp, me, rows, &ag, &r);
+    dist_cost(d->collectives, DIST_REDUCE_SCATTER, tp, me, rows, &rs, &r);
+    dist_cost(d->collectives, DIST_ALLGATHER, tp, me, (size_t)tp * N, &ce, &r);
+    int split = 0; /* sublayers split over the ranks */
+    for (int l = 0; l < c->n_layer; l++)
+        split += 1 + (!config_is_moe_layer(c, l) || c->num_shared > 0);
+    const uint64_t micro = (ag + rs) * (1 + 2 * (uint64_t)split) + (ag + 2 * ce + rs);
+    return micro * (uint64_t)A;
+}
+
 void model_traffic_step(const Config *c, const Dist *d, uint64_t sent[DIST_PURPOSES]) {
     memset(sent, 0, DIST_PURPOSES * sizeof *sent);
     if (d->world <= 1) return; /* one process: nothing leaves it */
+    if (d->tp > 1) sent[DIST_FOR_TP] = tp_step_bytes(c, d);
     ParamTable pt;
-    params_table_build_ep(&pt, c, d->ep);
+    params_table_build_grid(&pt, c, d->ep, d->tp);
     GradBucket *b = NULL;
     const int nb = grad_buckets(&pt, grad_bucket_floats(c), &b);
     const int A = c->accum > 1 ? c->accum : 1;

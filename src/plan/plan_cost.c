@@ -92,9 +92,9 @@ static double layer_acts(const PlanInput *in, double n, int tp, int moe, double 
 
 /* A layout the moe.c engine cannot run, or 0. */
 static int moec_refuses(const PlanInput *in, const PlanLayout *l, PlanResult *r) {
-    if (l->tp != 1 || l->pp != 1 || l->vpp != 1 || l->recompute != PLAN_RC_NONE) {
+    if (l->pp != 1 || l->vpp != 1 || l->recompute != PLAN_RC_NONE) {
         snprintf(r->invalid, sizeof r->invalid,
-                 "the moe.c engine has data and expert parallelism only (tp = pp = vpp = 1, no "
+                 "the moe.c engine has tensor, expert and data parallelism (pp = vpp = 1, no "
                  "recomputation); train.engine=mixed plans the others");
         return 1;
     }
@@ -204,7 +204,8 @@ static StageMemory stage_memory(const Grid *x, const Stage *S, int s, double den
         MemoryBreakdown mb_;
         Config cc = m->c;
         cc.zero = t->zero; /* the config's dist.zero, or train.zero's --set */
-        model_memory_process(&cc, (int)mb, (int)T, ep, (int)dp, &mb_);
+        cc.tp = tp;        /* the config's dist.tp, or layout.tp's --set */
+        model_memory_process(&cc, (int)mb, (int)T, ep, (int)dp * tp, &mb_);
         w = 4.0 * mb_.params, g = 4.0 * mb_.grads, o = 4.0 * mb_.adam;
         acts = 4.0 * (mb_.total_words - mb_.params - mb_.grads - mb_.adam) + mb_.pad_bytes;
         inflight = 1;
@@ -338,11 +339,16 @@ static void moec_traffic(const Grid *x, PlanResult *r) {
     const DistAxes axes = {.tp = x->lay->tp, .ep = x->lay->ep};
     if (dist_grid_set(&d, (int)in->k.gpus, 0, axes, err, sizeof err) != 0) return;
     d.collectives = in->m.c.collectives;
+    Config c = in->m.c;
+    c.tp = x->lay->tp, c.ep = x->lay->ep, c.zero = in->t.zero;
     uint64_t sent[DIST_PURPOSES];
-    model_traffic_step(&in->m.c, &d, sent);
+    model_traffic_step(&c, &d, sent);
     r->moec_grad_sent = (double)sent[DIST_FOR_GRADS];
     r->moec_weight_sent = (double)sent[DIST_FOR_WEIGHTS];
     r->moec_tp_sent = (double)sent[DIST_FOR_TP];
+    /* the engine's count stands for the estimate of the other engine */
+    r->tp_bytes = r->moec_tp_sent;
+    r->dp_bytes = r->moec_grad_sent + r->moec_weight_sent;
 }
 
 /* Once a step, for the slowest stage (comp: its products' seconds a micro-batch; dense_p,

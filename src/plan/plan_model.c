@@ -142,5 +142,6 @@ void plan_from_config(PlanInput *in, const Config *c) {
     t->precision = PLAN_PREC_FP32;
     in->t.global_batch = c->batch * (double)c->accum;
     in->lay.ep = c->ep;
+    in->lay.tp = c->tp;
     in->moec_config = 1;
 }

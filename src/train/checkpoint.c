@@ -61,6 +61,32 @@ static float **gather_experts(const Model *m, float *const buf[3]) {
     return gathered;
 }
 
+/* Tensor parallelism: each tensor split over the tensor-parallel group is gathered from it
+ * (an all-gather of the shares in member order, then each put in its place: rows one after
+ * the other, or columns side by side) into gathered (3, pt.n), so that the file holds the
+ * whole tensor as one process writes it; every member takes part, the first process keeps it. */
+static void gather_tp_shares(const Model *m, float *const buf[3], float **gathered) {
+    const ParamTable *pt = &m->pt;
+    const int tp = pt->tp;
+    if (tp < 2) return;
+    for (int kind = 0; kind < 3; kind++)
+        for (int i = 0; i < pt->n; i++) {
+            const ParamTensor *t = &pt->t[i];
+            if (t->tp_dim < 0) continue;
+            float *all = floats_alloc(t->numel * tp);
+            m->be->to_host(m->be, all + (size_t)m->dist->tp_rank * t->numel, buf[kind] + t->offset,
+                           t->numel * sizeof(float));
+            dist_allgather_f(m->dist, DIST_TP, all, t->numel * tp);
+            if (m->dist->rank == 0) {
+                float *whole = floats_alloc(t->numel * tp);
+                for (int p = 0; p < tp; p++)
+                    params_tp_put(t, tp, p, all + (size_t)p * t->numel, whole);
+                gathered[kind * pt->n + i] = whole;
+            }
+            free(all);
+        }
+}
+
 /* A byte tensor of the file: an RNG's state. */
 static void rng_entry(TensorRef *e, const char *name, const Rng *rng) {
     snprintf(e->name, sizeof e->name, "%s", name);
@@ -78,6 +104,7 @@ int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, cha
     float *whole[3];
     whole_buffers(m, whole);
     float **gathered = gather_experts(m, whole);
+    gather_tp_shares(m, whole, gathered);
     if (m->dist && m->dist->rank != 0) {
         for (int j = 0; j < 3 * pt->n; j++) free(gathered[j]);
         free(gathered);
@@ -98,8 +125,10 @@ int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, cha
             e[k].dtype = TENSOR_F32;
             e[k].ndim = t->ndim;
             memcpy(e[k].shape, t->shape, sizeof(t->shape));
-            if (full) e[k].shape[0] *= share;
-            e[k].nbytes = t->numel * (full ? (size_t)share : 1) * sizeof(float);
+            /* a gathered tensor: all experts, or every tensor-parallel share */
+            const int parts = !full ? 1 : t->expert_dim ? share : pt->tp;
+            if (full) e[k].shape[t->expert_dim ? 0 : t->tp_dim] *= parts;
+            e[k].nbytes = t->numel * (size_t)parts * sizeof(float);
             e[k].data = full ? full : buf + t->offset;
         }
     }
@@ -165,6 +194,18 @@ int checkpoint_config(const char *path, Config *c, char *err, int errlen) {
     return 0;
 }
 
+/* Tensor t of the model (at dst) from the file's whole tensor: a tensor-parallel member's share
+ * of it, or all of it. */
+static void load_share(Model *m, float *dst, const ParamTensor *t, const float *whole) {
+    float *mine = NULL;
+    if (t->tp_dim >= 0 && m->pt.tp > 1) {
+        mine = floats_alloc(t->numel);
+        params_tp_take(t, m->pt.tp, m->dist->tp_rank, whole, mine);
+    }
+    m->be->to_device(m->be, dst, mine ? mine : whole, t->numel * sizeof(float));
+    free(mine);
+}
+
 /* ck's tensors into m, the weights alone (kinds 1) or with the moments (3): an
  * expert-parallel member's experts, and under dist.zero its shards of the moments (and of the
  * weights under dist.zero=3). */
@@ -186,7 +227,9 @@ static int load_tensors(Model *m, const Ckpt *ck, const char *path, int kinds, c
             const TensorRef *e = ckpt_find(ck, name);
             /* the file holds all experts; an expert-parallel member takes its consecutive
              * share, from expert ep_rank * (E / ep) */
-            const size_t parts = t->expert_dim ? (size_t)share : 1;
+            const size_t parts = t->expert_dim    ? (size_t)share
+                                 : t->tp_dim >= 0 ? (size_t)pt->tp
+                                                  : 1;
             const size_t skip =
                 t->expert_dim && share > 1 ? (size_t)m->dist->ep_rank * t->numel : 0;
             if (!e || e->dtype != TENSOR_F32 || e->nbytes != parts * t->numel * sizeof(float)) {
@@ -197,8 +240,7 @@ static int load_tensors(Model *m, const Ckpt *ck, const char *path, int kinds, c
                 rc = -1;
                 break;
             }
-            m->be->to_device(m->be, to[kind] + t->offset, (const float *)e->data + skip,
-                             t->numel * sizeof(float));
+            load_share(m, to[kind] + t->offset, t, (const float *)e->data + skip);
         }
     for (int kind = 0; kind < 3; kind++)
         if (to[kind] != kind_buffer(m, kind)) {

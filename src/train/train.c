@@ -16,6 +16,7 @@
 #include "model/memory.h"
 #include "model/route_face.h"
 #include "model/route_tape.h"
+#include "model/tp.h"
 #include "train/checkpoint.h"
 #include "train/run.h"
 #include "train/run_log.h"
@@ -25,27 +26,31 @@
 float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
     RunState *rs = &m->state;
     const int B = rs->B, T = rs->T, N = B * T;
-    /* across processes every one draws the whole batch (world x B sequences) and evaluates
-     * its own B of them: the same windows as one process would */
+    /* across processes every one draws the whole batch (readers x B sequences, the tensor-
+     * parallel ranks of a replica reading the same B) and evaluates its own B of them: the same
+     * windows as one process would; a tensor-parallel rank's losses are its n rows of them */
     const int world = m->dist ? m->dist->world : 1, rank = m->dist ? m->dist->rank : 0;
-    const size_t NW = (size_t)N * world, mine = (size_t)rank * N;
+    const int tp = m->dist ? m->dist->tp : 1;
+    const size_t NW = (size_t)N * (world / tp), mine = (size_t)(rank / tp) * N;
+    int n, row0;
+    tp_rows(m, N, &n, &row0);
     const int defer = rs->defer_reads;
     rs->defer_reads = 0; /* each batch's loss is read as it comes */
     int *inputs = (int *)malloc_check(NW * sizeof(int));
     int *targets = (int *)malloc_check(NW * sizeof(int));
     uint8_t *all_domains = (uint8_t *)malloc_check(NW);
-    const uint8_t *domains = all_domains + mine;
-    float *token_loss = (float *)malloc_check((size_t)N * sizeof(float));
+    const uint8_t *domains = all_domains + mine + row0;
+    float *token_loss = (float *)malloc_check((size_t)n * sizeof(float));
     double total = 0.0;
     for (int i = 0; i < eval_batches; i++) {
-        loader_val_batch(val, B * world, T, i, eval_batches, inputs, targets, all_domains);
+        loader_val_batch(val, B * (world / tp), T, i, eval_batches, inputs, targets, all_domains);
         /* no context: no exploration noise, evaluation sees the router as it is */
         model_forward(m, inputs + mine, targets + mine, B, T, NULL);
         total += rs->loss;
         if (!dc) continue;
         if (dc->loss_sum) { /* each token's loss to its domain */
-            m->be->to_host(m->be, token_loss, rs->losses, (size_t)N * sizeof(float));
-            for (int t = 0; t < N; t++) {
+            m->be->to_host(m->be, token_loss, rs->losses, (size_t)n * sizeof(float));
+            for (int t = 0; t < n; t++) {
                 dc->loss_sum[domains[t]] += token_loss[t];
                 dc->tokens[domains[t]] += 1.0;
             }
@@ -311,9 +316,11 @@ static void load_run(Trainer *t) {
     const TrainOptions *o = t->o;
     char err[1024];
     /* train.batch is the whole batch; each process trains on its equal share of it, drawn by
-     * the same loader on every process (the one-process sequences, whatever the world) */
-    t->B = c->batch / t->world, t->T = c->seq_len;
-    t->mine = (t->d ? (size_t)t->d->rank : 0) * t->B * t->T;
+     * the same loader on every process (the one-process sequences, whatever the world); the
+     * dist.tp ranks of a replica read the same share, and each keeps its rows of it (tp.h) */
+    const int tp = t->d ? t->d->tp : 1, rank = t->d ? t->d->rank : 0, readers = t->world / tp;
+    t->B = c->batch / readers, t->T = c->seq_len;
+    t->mine = (size_t)(rank / tp) * t->B * t->T;
     load_shard_or_exit(&t->train, c->train, "data.train", t->T, c->vocab);
     load_shard_or_exit(&t->val, c->val, "data.val", t->T, c->vocab);
     if (run_find_tokenizer(o->out_dir, o->resume || o->restart, &t->train, &t->val, t->tokenizer,
@@ -400,7 +407,7 @@ static void print_banner(const Trainer *t) {
     printf("training %s: %d steps of %d micro-batch(es) of %d x %d tokens, %d threads%s\n",
            o->out_dir, c->steps, c->accum, c->batch, t->T, t->threads,
            o->resume ? " (resumed)" : "");
-    if (t->d)
+    if (t->d && t->d->tp == 1)
         printf("  %d processes: dist.ep=%d (each holds %d of %d experts) x %d data-parallel, "
                "%d sequences each\n",
                t->world, t->d->ep, c->num_experts / t->d->ep, c->num_experts, t->d->dp, t->B);
@@ -411,6 +418,12 @@ static void print_banner(const Trainer *t) {
         printf("  dist.zero=%d (%s): the model of the largest process (rank %d) holds %.0f "
                "bytes, memory.h's formula %.0f\n",
                c->zero, sharded[c->zero], t->mem_rank, t->mem_bytes, t->mem_formula);
+    if (t->d && t->d->tp > 1)
+        printf("  %d processes: dist.tp=%d (each holds 1/%d of the heads and hidden channels, "
+               "and of a replica's %d sequences' tokens between blocks) x dist.ep=%d (each "
+               "holds %d of %d experts) x %d data-parallel\n",
+               t->world, t->d->tp, t->d->tp, t->B, t->d->ep, c->num_experts / t->d->ep,
+               c->num_experts, t->d->dp);
     fflush(stdout);
 }
 
