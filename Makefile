@@ -376,10 +376,13 @@ test: deps
 # processes (tests/test_cuda_build.sh with MOE_TEST_FULL=1), and every C file through the aarch64
 # cross compiler, which make deps-cross installs (tests/test_cross.sh); then a laptop's build:
 # clang without OpenMP (the pthreads OpenBLAS, build/noomp/) and every unit suite on it (clang
-# from make deps-fuzz). CI runs it after make test; make test-full runs make test, this, and
-# make test SANITIZE=1.
+# from make deps-fuzz); and with Open MPI the sweep of the process grid's layouts (every
+# dist.tp x dist.ep x data-parallel grid of 2 to 8 processes under each dist.zero,
+# tests/mpi/test_layouts.sh with MOE_TEST_FULL=1). CI runs it after make test; make test-full
+# runs make test, this, and make test SANITIZE=1.
 .PHONY: test-slow test-full
 test-slow: deps deps-cross deps-fuzz need-openblas $(BUILD)/moe
+	@if [ "$(HAVE_MPIRUN)" = 1 ]; then $(MAKE) --no-print-directory -j$(JOBS) MPI=1 all; fi
 	@bash tests/lib/make_test.sh test-slow $(BUILD)
 	@$(MAKE) --no-print-directory -j$(JOBS) CC=clang HAVE_OPENMP=0 test-units
 

@@ -107,7 +107,7 @@ check "final val_loss $last_val is below the unigram entropy $unigram" $? "done 
 out=$("$moe" train --out "$tmp/budget" "${tiny[@]}" --set train.steps=2 --set train.warmup=1 \
       --set train.memory_gib=1 2>&1)
 rc=$?
-[ $rc -eq 0 ] && grep -Eq "^memory: peak resident [0-9.]+ MiB .*the engine's table of a process [0-9.]+ MiB" <<< "$out"
+[ $rc -eq 0 ] && grep -Eq "^memory: the steps' peak resident [0-9.]+ MiB .*with the start and the checkpoints [0-9.]+ MiB .*the engine's table of a process [0-9.]+ MiB" <<< "$out"
 check "train.memory_gib=1: trains and reports its peak resident memory beside the engine's table" $? "exit $rc: $out"
 out=$("$moe" train --out "$tmp/over" "${tiny[@]}" --set train.steps=2 --set train.warmup=1 \
       --set train.memory_gib=0.001 2>&1)

@@ -264,6 +264,12 @@ typedef struct {
      * model_memory_rank counts for that rank */
     double mem_bytes, mem_formula;
     int mem_rank;
+    /* the resident memory's peak over the steps alone (MiB; -1: the system cannot say): the
+     * kernel's high-water mark, set back after the start and after each checkpoint's writing,
+     * read before each checkpoint and at the end */
+    double steps_peak;
+    double whole_peak; /* the high-water marks read before each reset: the start's, the
+                          checkpoints' (the kernel's lifetime peak is reset with them) */
 } Trainer;
 
 /* The run directory before anything is read: its lock, and what a new run or a resume
@@ -502,6 +508,37 @@ static StepValues train_step(Trainer *t, int step, RunLog *log) {
     return v;
 }
 
+/* The kernel's high-water mark of this process's resident memory (Linux: VmHWM of
+ * /proc/self/status), MiB; -1 where the system does not say. */
+static double resident_peak_mib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1.0;
+    char line[256];
+    double kib = -1.0;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0) kib = atof(line + 6);
+    fclose(f);
+    return kib < 0.0 ? -1.0 : kib / 1024.0;
+}
+
+/* Set the high-water mark back to the memory resident now (Linux: 5 into
+ * /proc/self/clear_refs), the mark before it kept in whole_peak; 0, or -1 where the system
+ * cannot. */
+static int resident_peak_reset(Trainer *t) {
+    const double before = resident_peak_mib();
+    if (before > t->whole_peak) t->whole_peak = before;
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return -1;
+    const int ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* The steps' peak so far, with the high-water mark since its last reset (steps_peak). */
+static void steps_peak_note(Trainer *t) {
+    const double now = t->steps_peak >= 0.0 ? resident_peak_mib() : -1.0;
+    if (now > t->steps_peak) t->steps_peak = now;
+}
+
 /* A checkpoint at its cadence, at the last step and when a signal asks the run to stop; then,
  * on a signal, the run ends (exit 128 + N) saying how to continue it. */
 static void checkpoint_or_stop(Trainer *t, RunLog *log, int s) {
@@ -510,8 +547,10 @@ static void checkpoint_or_stop(Trainer *t, RunLog *log, int s) {
     const int stop = stop_requested(t->d);
     if ((c->ckpt_every > 0 && s % c->ckpt_every == 0) || s == t->last || stop) {
         run_log_flush(log);
+        steps_peak_note(t); /* the steps' peak before the checkpoint's gathers */
         if (checkpoint_save(&t->m, &t->loader.rng, t->ckpt_path, err, sizeof err) != 0)
             moe_fatal("saving the checkpoint failed: %s", err);
+        if (t->steps_peak >= 0.0) resident_peak_reset(t);
     }
     if (!stop || s >= t->last) return;
     if (t->root) {
@@ -559,31 +598,40 @@ static void report_done(const Trainer *t, float last_loss, float last_val, doubl
            t->o->out_dir);
 }
 
-/* The memory each process held at its peak (resident set, from the kernel) and what the
- * engine's table of one process says (memory.h), printed by the first process: the largest over
- * the processes, and its own. */
+/* The memory the processes held at their peak (resident sets, from the kernel): over the
+ * steps alone, and over the whole command (the start draws the whole model's weights before a
+ * process keeps its share, a checkpoint gathers whole tensors), beside what the engine's
+ * table of one process says (memory.h); printed by the first process, the largest over the
+ * processes with its own. */
 static void report_memory(Trainer *t) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    double peak[2] = {(double)ru.ru_maxrss / 1024.0, 0.0}; /* MiB: this one's, the largest */
-    if (t->d) {
-        double *all = (double *)calloc_check((size_t)t->world, sizeof(double));
-        all[t->d->rank] = peak[0];
-        dist_allreduce_sum_d(t->d, DIST_WORLD, all, (size_t)t->world);
-        for (int r = 0; r < t->world; r++) peak[1] = all[r] > peak[1] ? all[r] : peak[1];
-        free(all);
-    } else {
-        peak[1] = peak[0];
-    }
+    steps_peak_note(t);
+    const int W = t->world;
+    double *all = (double *)calloc_check(2 * (size_t)W, sizeof(double));
+    double *mine = all + 2 * (size_t)(t->d ? t->d->rank : 0), most[2] = {0.0, 0.0};
+    mine[0] = t->steps_peak, mine[1] = (double)ru.ru_maxrss / 1024.0; /* MiB */
+    for (int k = 0; k < 2; k++) /* the marks before the resets, and the kernel's two counts */
+        mine[1] = fmax(mine[1], k ? t->whole_peak : mine[0]);
+    if (t->d) dist_allreduce_sum_d(t->d, DIST_WORLD, all, 2 * (size_t)W);
+    for (int r = 0; r < W; r++)
+        for (int k = 0; k < 2; k++) most[k] = all[2 * r + k] > most[k] ? all[2 * r + k] : most[k];
     MemoryBreakdown mb;
-    model_memory_process(t->c, t->B, t->T, t->d ? t->d->ep : 1, t->world, &mb);
-    const double table = (4.0 * (double)mb.total_words + (double)mb.pad_bytes) / (1024.0 * 1024);
+    model_memory_process(t->c, t->B, t->T, t->d ? t->d->ep : 1, W, &mb);
+    const double MiB = 1024.0 * 1024.0;
+    const double table = (4.0 * (double)mb.total_words + (double)mb.pad_bytes) / MiB;
+    if (t->root && !t->o->quiet && mine[0] >= 0.0)
+        printf("memory: the steps' peak resident %.1f MiB (the largest over %d process%s %.1f "
+               "MiB); with the start and the checkpoints %.1f MiB (the largest %.1f MiB); ",
+               mine[0], W, W > 1 ? "es" : "", most[0], mine[1], most[1]);
+    else if (t->root && !t->o->quiet)
+        printf("memory: peak resident %.1f MiB (the largest over %d process%s %.1f MiB); ", mine[1],
+               W, W > 1 ? "es" : "", most[1]);
     if (t->root && !t->o->quiet)
-        printf("memory: peak resident %.1f MiB (the largest over %d process%s %.1f MiB); the "
-               "engine's table of a process %.1f MiB, of it weights, gradients and moments "
+        printf("the engine's table of a process %.1f MiB, of it weights, gradients and moments "
                "%.1f MiB\n",
-               peak[0], t->world, t->world > 1 ? "es" : "", peak[1], table,
-               4.0 * (double)(mb.params + mb.grads + mb.adam) / (1024.0 * 1024));
+               table, 4.0 * (double)(mb.params + mb.grads + mb.adam) / MiB);
+    free(all);
 }
 
 static void trainer_free(Trainer *t) {
@@ -624,6 +672,7 @@ int train_run(Config *c, const TrainOptions *o) {
      * backend_host_reads), its evaluation's apart; tests/test_backends.sh bounds them */
     const int show_reads = getenv("MOE_HOST_READS") && strcmp(getenv("MOE_HOST_READS"), "1") == 0;
     catch_stop_signals();
+    t.steps_peak = resident_peak_reset(&t) == 0 ? 0.0 : -1.0; /* the steps' peak from here */
     model_zero_grad(m);
     m->state.defer_reads = 1; /* the losses stay on the backend until the step's end */
     for (int step = t.start_step; step < t.last; step++) {

@@ -11,7 +11,8 @@
 #   test-run      every unit suite, then every single-process shell suite
 #   test-units    the unit suites (Check) alone: make test-units, make test-cuda
 #   test-run-mpi  the multi-process shell suites, on BUILD's binaries (an MPI build): make test-mpi
-#   test-slow     the slow variants make test leaves out (MOE_TEST_FULL=1): make test-slow
+#   test-slow     the slow variants make test leaves out (MOE_TEST_FULL=1): make test-slow;
+#                 with Open MPI, the sweep of the process grid's layouts too
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 usage="usage: tests/lib/make_test.sh test|test-run|test-units|test-run-mpi|test-slow BUILD"
@@ -62,6 +63,18 @@ test-run-mpi)
         OMP_WAIT_POLICY=passive bash tests/lib/run_suites.sh "test (MPI)" tests/mpi/*.sh ;;
 test-slow)
     env MOE_BIN="$build/moe" MOE_BUILD="$build" MOE_TEST_FULL=1 OMP_WAIT_POLICY=passive \
-        bash tests/lib/run_suites.sh "test (slow)" tests/test_cuda_build.sh tests/test_cross.sh ;;
+        bash tests/lib/run_suites.sh "test (slow)" tests/test_cuda_build.sh tests/test_cross.sh
+    rc=$?
+    # the sweep of the process grid's layouts, on the MPI variant's binaries (the Makefile has
+    # built them where Open MPI is)
+    case ${build%/} in build) mpi_build=build/mpi ;; *) mpi_build=${build%/}-mpi ;; esac
+    if have_mpirun; then
+        env "${mpirun_env[@]}" MOE_BIN="$mpi_build/moe" MOE_BUILD="$mpi_build" MOE_TEST_FULL=1 \
+            OMP_WAIT_POLICY=passive bash tests/lib/run_suites.sh "test (slow, MPI)" \
+            tests/mpi/test_layouts.sh || rc=1
+    else
+        echo "test-slow: skipped: the layouts' sweep (tests/mpi/test_layouts.sh) needs Open MPI (mpicc, mpirun); install it with make deps"
+    fi
+    exit $rc ;;
 *) echo "make_test.sh: no target '$target' ($usage)" >&2; exit 2 ;;
 esac

@@ -12,6 +12,9 @@
 #   2. chapters/transcripts.sh --smoke --only a2a: a2a.txt with its mpirun line and 6 sections
 #   3. chapters/03-expert-parallel/collectives.sh --smoke: both engines' sums and exchanges at
 #      2 processes, checked and counted (collectives.csv), summary.md, overlap.md, the figure
+#   4. chapters/03-expert-parallel/layouts.sh --smoke: a memory budget that one process and 4
+#      replicas exceed, and every layout of dist.zero and dist.tp fits: trained to the
+#      one-process curve, its memory the planner's, its bytes the planner's count
 # Writes runs/ch03-*-smoke and plots/03-expert-parallel-smoke/ (ignored by git).
 
 # shellcheck source=tests/lib/common.sh
@@ -72,5 +75,26 @@ grep -q '^| sum-2 | 2 | sum |' "$out/summary.md" && grep -q '^| exchange-2 | 2 |
     grep -q '^processes = 2$' "$out/provenance.txt"
 check "summary.md, overlap.md (4 runs: each engine with and without overlap), collectives.png, provenance.txt" $? \
     "$(cat "$out/overlap.md" 2>&1 | head -n 8)"
+
+echo "test_ablations: chapters/03-expert-parallel/layouts.sh --smoke"
+out=plots/03-expert-parallel-smoke/layouts
+MOE_BUILD=$build timeout 180 bash chapters/03-expert-parallel/layouts.sh --smoke > "$tmp/layouts.log" 2>&1
+check "layouts.sh --smoke exits 0 (every layout trained or refused by the budget, nothing else)" $? \
+    "$(tail -n 5 "$tmp/layouts.log")"
+# the reference and 9 layouts; the budget (1.0 MiB) refuses one process and 4 replicas, and
+# admits the others; a trained layout's table is within the budget, the planner's memory is
+# the table's, its curve one process's, and its bytes the planner's count
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+         { n++; p = $c["planned_mib"]; t = $c["table_mib"]; d = p - t; d = d < 0 ? -d : d
+           if (d > 0.051) bad++
+           if ($1 == "one" || $1 == "dp4") { if ($c["status"] != "refused") bad++; next }
+           if ($1 == "reference") next
+           if ($c["status"] != "trained" || t > 1024 * 0.001 || $c["max_loss_rel"] > 1e-5) bad++
+           if ($c["grad_sent"] != $c["planned_grad_sent"] || $c["weight_sent"] != $c["planned_weight_sent"] ||
+               $c["tp_sent"] != $c["planned_tp_sent"] || $c["grad_sent"] == 0) bad++
+           if ($c["tp"] > 1 && $c["tp_sent"] == 0) bad++; if ($c["zero"] > 0 && $c["weight_sent"] == 0) bad++ }
+         END { exit !(n == 10 && bad == 0) }' "$out/layouts.csv"
+check "layouts.csv: one process and 4 replicas refused by the budget; dist.zero and dist.tp layouts train within it on the one-process curve, their memory and bytes what moe plan says" \
+    $? "$(cat "$out/layouts.csv" 2>&1)"
 
 finish

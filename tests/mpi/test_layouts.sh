@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# test_layouts.sh: the process grid's axes together: dist.tp x dist.ep x data-parallel, under
+# every dist.zero, with and without dist.overlap, give the one-process run. Runs with
+# MOE_BIN=build/mpi/moe and needs mpirun; tests/mpi/test_tp.sh and test_zero.sh test each axis
+# on its own, this suite their products.
+#
+# One tiny MoE with a dense first block, a shared expert, grouped-query heads and aux-free
+# balancing, two micro-batches a step, 8 steps at a learning rate (3e-3) low enough that the
+# last bits of the processes' other summation orders do not grow past the tolerance (at 1e-2
+# dist.tp=4's gradient norm drifts to 2e-5 by step 6, from one-step gradients within 2e-6 of
+# one process's: tests/mpi/test_tp_grad.c); every step's loss, aux, z, gradient norm and
+# validation loss agree with the one-process run to 1e-5 relative, and dist.csv's grad_sent,
+# weight_sent and tp_sent of process 0 are moe plan --config's count, byte for byte:
+#   make test (quick)         tp 2 x ep 2 under dist.zero=2 without overlap, and tp 2 x 2
+#                             replicas under dist.zero=3 on cpu-fenced (host staging)
+#   MOE_TEST_FULL=1           (make test-slow) every grid of 2 to 8 processes with tp in
+#                             {1, 2, 4} and ep in {1, 2}, each under dist.zero 0, 1, 2 and 3,
+#                             with dist.overlap 1, and 0 under dist.zero 0 and 2
+# shellcheck source=tests/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
+need_mpirun skip
+moe=$(executable "${MOE_BIN:-build/mpi/moe}" "make mpi (or set MOE_BIN)") || exit 1
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+
+"$moe" synth --out "$tmp/data" --tokens 40000 --seed 7 > /dev/null
+tiny=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=4 --set model.kv_heads=4
+      --set model.seq_len=16 --set model.d_ff=64 --set model.vocab=256 --set moe.num_experts=4
+      --set moe.top_k=2 --set moe.d_expert=32 --set moe.num_shared=1 --set moe.first_dense=1
+      --set moe.balance=aux_free --set moe.bias_rate=0.05 --set train.batch=8 --set train.accum=2
+      --set train.steps=8 --set train.warmup=2 --set train.lr=3e-3 --set train.eval_every=4
+      --set train.eval_batches=1 --set "data.train=$tmp/data/train.bin"
+      --set "data.val=$tmp/data/val.bin" --quiet)
+
+# same_curves A B: train.csv's loss, aux, z, grad_norm and val_loss agree to 1e-5 (relative, or
+# 1e-7 absolute) at every step
+same_curves() {
+    awk -F, 'NR == FNR { if (FNR == 1) for (i = 1; i <= NF; i++) c[$i] = i
+                         else for (k in c) a[FNR, k] = $c[k]; n = FNR; next }
+             FNR > 1 { rows++
+                       split("loss aux_loss z_loss grad_norm val_loss", keys, " ")
+                       for (j in keys) { k = keys[j]; x = $c[k]; y = a[FNR, k]
+                         if ((x == "") != (y == "")) bad++
+                         else if (x != "") { d = x - y; d = d < 0 ? -d : d; m = x < 0 ? -x : x
+                                             if (d > 1e-5 * m + 1e-7) bad++ } } }
+             END { exit !(rows == n - 1 && rows > 0 && bad == 0) }' "$1/train.csv" "$2/train.csv"
+}
+# bytes_agree DIR NP: process 0's grad_sent, weight_sent and tp_sent of the last step are the
+# planner's count for DIR's config.txt over NP processes
+bytes_agree() {
+    local json
+    json=$("$moe" plan --config "$1/config.txt" --cluster laptop --gpus "$2" --json 2>&1)
+    awk -F, -v g="$(sed -n 's/.*"grad_sent": *\([0-9]*\).*/\1/p' <<< "$json" | head -n 1)" \
+        -v w="$(sed -n 's/.*"weight_sent": *\([0-9]*\).*/\1/p' <<< "$json" | head -n 1)" \
+        -v t="$(sed -n 's/.*"tp_sent": *\([0-9]*\).*/\1/p' <<< "$json" | head -n 1)" \
+        'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+         $2 == -1 && $3 == 0 { G = $c["grad_sent"]; W = $c["weight_sent"]; T = $c["tp_sent"] }
+         END { exit !(g != "" && G == g && W == w && T == t) }' "$1/dist.csv"
+}
+
+"$moe" train --out "$tmp/one" "${tiny[@]}" > "$tmp/one.log" 2>&1
+check "one process trains" $? "$(tail -n 3 "$tmp/one.log")"
+
+# layout NP TP EP ZERO OVERLAP [DEVICE]: the run over NP processes against one process's
+layout() {
+    local np=$1 tp=$2 ep=$3 zero=$4 ov=$5 dev=${6:-cpu}
+    local name=np$np-tp$tp-ep$ep-zero$zero-ov$ov-$dev
+    timeout -k 10 180 mpirun -np "$np" "$moe" train --out "$tmp/$name" "${tiny[@]}" \
+        --set dist.tp="$tp" --set dist.ep="$ep" --set dist.zero="$zero" --set dist.overlap="$ov" \
+        --set train.device="$dev" > "$tmp/$name.log" 2>&1
+    local rc=$?
+    [ $rc -eq 0 ] && same_curves "$tmp/one" "$tmp/$name" && bytes_agree "$tmp/$name" "$np"
+    check "$np processes: dist.tp=$tp x dist.ep=$ep x $((np / tp / ep)) replicas, dist.zero=$zero, dist.overlap=$ov, $dev: the one-process curve; the bytes moe plan counts" \
+        $? "exit $rc: $(tail -n 2 "$tmp/$name.log"); $(paste -d' ' "$tmp/one/train.csv" "$tmp/$name/train.csv" 2> /dev/null | sed -n 2,3p)"
+    rm -rf "${tmp:?}/$name"
+}
+
+if [ "${MOE_TEST_FULL:-0}" != 1 ]; then
+    layout 4 2 2 2 0
+    layout 4 2 1 3 1 cpu-fenced
+    finish
+    exit
+fi
+
+for grid in "2 1 1" "4 1 1" "8 1 1" "2 1 2" "4 1 2" "8 1 2" "2 2 1" "4 2 1" "8 2 1" \
+            "4 2 2" "8 2 2" "4 4 1" "8 4 1" "8 4 2"; do
+    read -r np tp ep <<< "$grid"
+    for zero in 0 1 2 3; do
+        layout "$np" "$tp" "$ep" "$zero" 1
+        [ "$zero" = 0 ] || [ "$zero" = 2 ] && layout "$np" "$tp" "$ep" "$zero" 0
+    done
+done
+finish
