@@ -2,7 +2,7 @@
 #
 #   make demo          install what is missing, build, make the corpus, train, plot, sample
 #   make test          install what is missing, build and run every test suite (MOE_TEST_JOBS
-#                      of them at a time, default 3; each one's seconds, the slowest listed)
+#                      of them at a time, default 4; each one's seconds, the slowest listed)
 #   make test SANITIZE=1   the same under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make test-slow     the slow variants make test leaves out, and the C for Arm (CI runs it)
 #   make test-full     make test, make test-slow and make test SANITIZE=1

@@ -12,7 +12,8 @@
 #   test-units    the unit suites (Check) alone: make test-units, make test-cuda
 #   test-run-mpi  the multi-process shell suites, on BUILD's binaries (an MPI build): make test-mpi
 #   test-slow     the slow variants make test leaves out (MOE_TEST_FULL=1): make test-slow;
-#                 with Open MPI, the sweep of the process grid's layouts too
+#                 with Open MPI, the sweep of the process grid's layouts and every variant of
+#                 dist.zero, dist.tp and dist.ep too
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 usage="usage: tests/lib/make_test.sh test|test-run|test-units|test-run-mpi|test-slow BUILD"
@@ -71,7 +72,8 @@ test-slow)
     if have_mpirun; then
         env "${mpirun_env[@]}" MOE_BIN="$mpi_build/moe" MOE_BUILD="$mpi_build" MOE_TEST_FULL=1 \
             OMP_WAIT_POLICY=passive bash tests/lib/run_suites.sh "test (slow, MPI)" \
-            tests/mpi/test_layouts.sh || rc=1
+            tests/mpi/test_layouts.sh tests/mpi/test_zero.sh tests/mpi/test_tp.sh \
+            tests/mpi/test_ep.sh tests/mpi/test_ep_teach.sh || rc=1
     else
         echo "test-slow: skipped: the layouts' sweep (tests/mpi/test_layouts.sh) needs Open MPI (mpicc, mpirun); install it with make deps"
     fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run_suites.sh LABEL SUITE...: run test suites as `make test` does, MOE_TEST_JOBS of them at a
-# time (default 3), and print each suite's output whole when it ends, with its result, its
+# time (default 4), and print each suite's output whole when it ends, with its result, its
 # seconds and the CPU seconds it used; then the slowest suites and the totals.
 #
 # A suite is a test binary (run as it is) or a shell script (run with bash). Its exit status
@@ -14,12 +14,13 @@
 #
 # Why several at a time on a 2-core machine: most suites spend much of their time waiting
 # (processes starting, mpirun, a timeout they test), so their CPU seconds add up to about half
-# their seconds; two or three side by side fill the cores. Suites start in the order given, so
+# their seconds (the multi-process ones' to a fifth: they wait on their peers and on the
+# timeouts they test); four side by side fill the cores. Suites start in the order given, so
 # the caller lists the longest first. MOE_TEST_JOBS=1 runs one at a time.
 set -u
 label=$1
 shift
-jobs=${MOE_TEST_JOBS:-3}
+jobs=${MOE_TEST_JOBS:-4}
 # wait -n (one job, whichever ends first) is bash 4.3's; an older bash runs one at a time
 if [ "${BASH_VERSINFO[0]}" -lt 4 ] || { [ "${BASH_VERSINFO[0]}" = 4 ] && [ "${BASH_VERSINFO[1]}" -lt 3 ]; }; then
     jobs=1

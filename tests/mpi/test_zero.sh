@@ -7,7 +7,8 @@
 # (30) that no process count divides, so that shards end inside tensors and are unequal:
 #   1. dist.zero=1, 2 and 3 on 2 and 4 processes, with dist.ep=1 and 2, with and without
 #      dist.overlap, one tensor a bucket (dist.bucket_mb=0) and whole blocks a bucket, on
-#      train.device=cpu and cpu-fenced (host staging): every step's loss, aux, z, gradient
+#      train.device=cpu and cpu-fenced (host staging) (each variant once in make test, every
+#      stage on each with MOE_TEST_FULL=1, make test-slow): every step's loss, aux, z, gradient
 #      norm and validation loss agree with the one-process run to 1e-5 relative; dist.zero=2
 #      in one process is the one-process run, bit for bit; dist.zero=2 with a tied head and
 #      a multi-token prediction module too; dist.csv's bytes (MPI's
@@ -87,13 +88,18 @@ run one-z2 1 --set dist.zero=2
 rc=$?
 same_bits "$tmp/one" "$tmp/one-z2"
 check "dist.zero=2 in one process: the one-process run, bit for bit" $? "exit $rc: $(side one one-z2)"
-# every stage on every variant, but a few that the next stage's runs cover (its code is a
-# superset: dist.zero=2 shards the moments as 1 does, 3 reduce-scatters as 2 does)
+# with MOE_TEST_FULL=1 (make test-slow) every stage on every variant, but a few that the next
+# stage's runs cover (its code is a superset: dist.zero=2 shards the moments as 1 does, 3
+# reduce-scatters as 2 does); in make test each variant once, on the stage whose code it
+# reaches furthest, and the runs the byte counts below read (tests/mpi/test_layouts.sh crosses the
+# stages with dist.tp and dist.ep)
+quick="1 2 1 1 cpu 25|1 4 2 1 cpu 25|2 2 1 1 cpu 25|2 4 2 1 cpu 25|2 2 2 0 cpu-fenced 25|3 4 2 1 cpu 25|3 4 2 1 cpu-fenced 0|3 4 1 0 cpu 0"
 for zero in 1 2 3; do
     for grid in "2 1 1 cpu 25" "4 2 1 cpu 25" "4 1 0 cpu 0" "2 2 0 cpu-fenced 25" \
                 "4 2 1 cpu-fenced 0"; do
         read -r np ep overlap device mb <<< "$grid"
         case "$zero $grid" in "1 4 1 0 cpu 0" | "3 2 1 1 cpu 25") continue ;; esac
+        [ "${MOE_TEST_FULL:-0}" = 1 ] || [[ "|$quick|" == *"|$zero $grid|"* ]] || continue
         name=z$zero-np$np-ep$ep-o$overlap-$device-b$mb
         run "$name" "$np" --set dist.zero="$zero" --set dist.ep="$ep" --set dist.overlap="$overlap" \
             --set train.device="$device" --set dist.bucket_mb="$mb"
