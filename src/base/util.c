@@ -188,3 +188,21 @@ char *escape_text(char *out, size_t out_len, const char *s, size_t len) {
     if (i < len && o + 4 <= out_len) memcpy(out + o, "...", 4);
     return out;
 }
+
+double resident_peak_mib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1.0;
+    char line[256];
+    double kib = -1.0;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0) kib = atof(line + 6);
+    fclose(f);
+    return kib < 0.0 ? -1.0 : kib / 1024.0;
+}
+
+int resident_peak_reset(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return -1;
+    const int ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}

@@ -74,4 +74,11 @@ int levenshtein(const char *a, const char *b);
  * terminal; cut to fit out_len with "..." at the end. Returns out. */
 char *escape_text(char *out, size_t out_len, const char *s, size_t len);
 
+/* The kernel's high-water mark of this process's resident memory, MiB (Linux: VmHWM of
+ * /proc/self/status); -1 where the system does not say. resident_peak_reset sets it back to
+ * what is resident now (5 into /proc/self/clear_refs), so that the peak of one stretch of work
+ * can be read: 0, or -1 where the system cannot. Linux resets getrusage's ru_maxrss with it. */
+double resident_peak_mib(void);
+int resident_peak_reset(void);
+
 #endif

@@ -11,6 +11,23 @@
 #include "infer/quant.h"
 #include "measure/bench.h"
 
+/* The options that belong to one mode of the benchmark (the training step, --decode,
+ * --layout), given with another: a usage error naming them. */
+static void check_modes(const Opts *o) {
+    if (!o->decode && (o->csv || o->batch_list || o->n_ckpts || o->quant || o->offload))
+        usage_error("bench", "%s are options of the decoding benchmark: add --decode",
+                    "--csv, --batch, --ckpt, --quant and --offload");
+    if (o->decode && (o->profile || o->profile_out || o->rounds > 1 || o->reference_attention))
+        usage_error("bench", "%s time the training step: drop them with --decode",
+                    "--profile, --rounds and --reference-attention");
+    if (o->decode && o->csv && o->json) usage_error("bench", "%s: choose one", "--csv and --json");
+    if (o->n_sets && !o->layout)
+        usage_error("bench", "%s sets the grid of --layout: add --layout", "--set");
+    if (o->layout && (o->decode || o->profile || o->profile_out || o->rounds > 1 || o->json))
+        usage_error("bench", "%s are not options of --layout",
+                    "--decode, --profile, --rounds and --json");
+}
+
 int cmd_bench(int argc, char **argv) {
     Opts o;
     parse_opts(&o, "bench", argc, argv);
@@ -26,13 +43,7 @@ int cmd_bench(int argc, char **argv) {
     bo.profile_out =
         o.profile_out ? o.profile_out : (bo.profile ? "build/bench_profile.csv" : NULL);
     char err[1024];
-    if (!o.decode && (o.csv || o.batch_list || o.n_ckpts || o.quant || o.offload))
-        usage_error("bench", "%s are options of the decoding benchmark: add --decode",
-                    "--csv, --batch, --ckpt, --quant and --offload");
-    if (o.decode && (o.profile || o.profile_out || o.rounds > 1 || o.reference_attention))
-        usage_error("bench", "%s time the training step: drop them with --decode",
-                    "--profile, --rounds and --reference-attention");
-    if (o.decode && o.csv && o.json) usage_error("bench", "%s: choose one", "--csv and --json");
+    check_modes(&o);
     if (o.decode) {
         bo.decode = 1, bo.csv = o.csv, bo.n_ckpts = o.n_ckpts;
         bo.quant = o.quant ? quant_format_parse(o.quant) : QUANT_FP32;
@@ -80,6 +91,12 @@ int cmd_bench(int argc, char **argv) {
         if (bench_config(&c, &B, &T, o.configs[i], err, sizeof err) != 0)
             usage_error("bench", "--config: %s", err);
         bo.configs[i] = o.configs[i];
+    }
+    if (o.layout) {
+        if (bench_layout_run(&bo, (const char *const *)o.sets, o.n_sets, stdout, err, sizeof err) !=
+            0)
+            moe_input_error("bench --layout: %s", err);
+        return 0;
     }
     if ((o.decode ? bench_decode_run(&bo, stdout, err, sizeof err)
                   : bench_run(&bo, stdout, err, sizeof err)) != 0)

@@ -28,6 +28,7 @@ typedef struct {
     int ids;                /* sample --ids */
     int draft;              /* sample --draft mtp */
     int decode, csv;        /* bench --decode, --csv */
+    int layout;             /* bench --layout */
     const char *batch_list; /* bench --batch 1,4,16,64 */
     const char *ckpts[BENCH_MAX_CONFIGS]; /* every --ckpt (bench --decode takes several) */
     int n_ckpts;

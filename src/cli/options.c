@@ -77,7 +77,7 @@ static int is_path_option(const char *a) {
 static int is_flag(const char *opt) {
     static const char FLAGS[] = " --help --quiet --allow-data-change --keys --json --profile "
                                 "--decode --csv --no-cache --reference-attention --presets "
-                                "--search --csv-rows --thresholds --docs --ids ";
+                                "--search --csv-rows --thresholds --docs --ids --layout ";
     const size_t n = strlen(opt);
     for (const char *p = strstr(FLAGS, opt); p; p = strstr(p + 1, opt))
         if (p[-1] == ' ' && p[n] == ' ') return 1;
@@ -160,6 +160,10 @@ static int take_flag(Opts *o, const char *a) {
     }
     if (strcmp(a, "--profile") == 0) {
         o->profile = 1;
+        return 1;
+    }
+    if (strcmp(a, "--layout") == 0) {
+        o->layout = 1;
         return 1;
     }
     if (strcmp(a, "--decode") == 0 || strcmp(a, "--csv") == 0) {

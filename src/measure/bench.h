@@ -104,4 +104,15 @@ int bench_run(const BenchOptions *o, FILE *out, char *err, int errlen);
  * in this process. Returns 0, or -1 with a message in err. */
 int bench_decode_run(const BenchOptions *o, FILE *out, char *err, int errlen);
 
+/* `moe bench --layout` under mpirun (bench_layout.c): each config (o->configs, or the four
+ * reference configs) with the settings sets (key=value: dist.tp, dist.ep, dist.zero, ...)
+ * trained o->warmup + o->steps steps across the job's processes; one row a config, from the
+ * first process: the median step, tokens/s, the engine's table of the largest process, the
+ * largest peak resident memory over the timed steps, and the bytes process 0 sent a step in
+ * the gradients' sums, weight gathers, tensor-parallel collectives and expert exchanges, and
+ * whether the first three are the planner's count. Returns 0, or -1 with a message in err
+ * (a setting, a grid that does not fit the processes). */
+int bench_layout_run(const BenchOptions *o, const char *const *sets, int n_sets, FILE *out,
+                     char *err, int errlen);
+
 #endif

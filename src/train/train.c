@@ -508,29 +508,12 @@ static StepValues train_step(Trainer *t, int step, RunLog *log) {
     return v;
 }
 
-/* The kernel's high-water mark of this process's resident memory (Linux: VmHWM of
- * /proc/self/status), MiB; -1 where the system does not say. */
-static double resident_peak_mib(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return -1.0;
-    char line[256];
-    double kib = -1.0;
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, "VmHWM:", 6) == 0) kib = atof(line + 6);
-    fclose(f);
-    return kib < 0.0 ? -1.0 : kib / 1024.0;
-}
-
-/* Set the high-water mark back to the memory resident now (Linux: 5 into
- * /proc/self/clear_refs), the mark before it kept in whole_peak; 0, or -1 where the system
- * cannot. */
-static int resident_peak_reset(Trainer *t) {
+/* Set the high-water mark of the resident memory back (resident_peak_reset), the mark before
+ * it kept in whole_peak; 0, or -1 where the system cannot. */
+static int steps_peak_reset(Trainer *t) {
     const double before = resident_peak_mib();
     if (before > t->whole_peak) t->whole_peak = before;
-    FILE *f = fopen("/proc/self/clear_refs", "w");
-    if (!f) return -1;
-    const int ok = fputs("5", f) >= 0;
-    return fclose(f) == 0 && ok ? 0 : -1;
+    return resident_peak_reset();
 }
 
 /* The steps' peak so far, with the high-water mark since its last reset (steps_peak). */
@@ -550,7 +533,7 @@ static void checkpoint_or_stop(Trainer *t, RunLog *log, int s) {
         steps_peak_note(t); /* the steps' peak before the checkpoint's gathers */
         if (checkpoint_save(&t->m, &t->loader.rng, t->ckpt_path, err, sizeof err) != 0)
             moe_fatal("saving the checkpoint failed: %s", err);
-        if (t->steps_peak >= 0.0) resident_peak_reset(t);
+        if (t->steps_peak >= 0.0) steps_peak_reset(t);
     }
     if (!stop || s >= t->last) return;
     if (t->root) {
@@ -672,7 +655,7 @@ int train_run(Config *c, const TrainOptions *o) {
      * backend_host_reads), its evaluation's apart; tests/test_backends.sh bounds them */
     const int show_reads = getenv("MOE_HOST_READS") && strcmp(getenv("MOE_HOST_READS"), "1") == 0;
     catch_stop_signals();
-    t.steps_peak = resident_peak_reset(&t) == 0 ? 0.0 : -1.0; /* the steps' peak from here */
+    t.steps_peak = steps_peak_reset(&t) == 0 ? 0.0 : -1.0; /* the steps' peak from here */
     model_zero_grad(m);
     m->state.defer_reads = 1; /* the losses stay on the backend until the step's end */
     for (int step = t.start_step; step < t.last; step++) {

@@ -10,7 +10,9 @@
 # dist.tp=4's gradient norm drifts to 2e-5 by step 6, from one-step gradients within 2e-6 of
 # one process's: tests/mpi/test_tp_grad.c); every step's loss, aux, z, gradient norm and
 # validation loss agree with the one-process run to 1e-5 relative, and dist.csv's grad_sent,
-# weight_sent and tp_sent of process 0 are moe plan --config's count, byte for byte:
+# weight_sent and tp_sent of process 0 are moe plan --config's count, byte for byte; and
+# `moe bench --layout` times a config's step in a grid (its memory, its bytes: the planner's),
+# refusing a grid that does not fit the processes:
 #   make test (quick)         tp 2 x ep 2 under dist.zero=2 without overlap, and tp 2 x 2
 #                             replicas under dist.zero=3 on cpu-fenced (host staging)
 #   MOE_TEST_FULL=1           (make test-slow) every grid of 2 to 8 processes with tp in
@@ -73,6 +75,25 @@ layout() {
         $? "exit $rc: $(tail -n 2 "$tmp/$name.log"); $(paste -d' ' "$tmp/one/train.csv" "$tmp/$name/train.csv" 2> /dev/null | sed -n 2,3p)"
     rm -rf "${tmp:?}/$name"
 }
+
+# moe bench --layout: the step's time of a config in a grid, its memory and bytes
+out=$(timeout -k 10 120 mpirun -np 4 "$moe" bench --layout --config test --steps 2 --warmup 1 \
+      --set dist.tp=2 --set dist.zero=3 2>&1)
+rc=$?
+[ $rc -eq 0 ] && awk '$1 == "test" && $2 == "2x1x2" && $3 == "z3" && $4 > 0 && $5 > 0 && $6 > 0 &&
+                      $8 > 0 && $9 > 0 && $10 > 0 && $12 == "the" && $13 == "same" { ok = 1 }
+                      END { exit !ok }' <<< "$out"
+check "mpirun -np 4 moe bench --layout --config test --set dist.tp=2 --set dist.zero=3: the step's time, the memory, the bytes a step, moe plan's count the same" \
+    $? "exit $rc: $out"
+out=$(timeout -k 10 120 mpirun -np 4 "$moe" bench --layout --config test --steps 1 --set dist.tp=2 \
+      --set dist.ep=4 2>&1)
+rc=$?
+[ $rc -ne 0 ] && grep -q "dist.tp=2 x dist.ep=4 = 8 processes a data-parallel replica, which does not divide the 4 processes" <<< "$out"
+check "moe bench --layout with dist.tp=2 x dist.ep=4 on 4 processes: refused with the arithmetic" $? "exit $rc: $out"
+out=$("$moe" bench --config test --set dist.tp=2 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q "add --layout" <<< "$out"
+check "moe bench --set without --layout: exit 2, saying to add it" $? "exit $rc: $out"
 
 if [ "${MOE_TEST_FULL:-0}" != 1 ]; then
     layout 4 2 2 2 0
