@@ -12,7 +12,8 @@
 # validation loss agree with the one-process run to 1e-5 relative, and dist.csv's grad_sent,
 # weight_sent and tp_sent of process 0 are moe plan --config's count, byte for byte; and
 # `moe bench --layout` times a config's step in a grid (its memory, its bytes: the planner's),
-# refusing a grid that does not fit the processes:
+# refusing a grid that does not fit the processes; a checkpoint saved under dist.tp=2 x
+# dist.zero=3 resumes under dist.ep=4, and the reverse, on the one-process curve:
 #   make test (quick)         tp 2 x ep 2 under dist.zero=2 without overlap, and tp 2 x 2
 #                             replicas under dist.zero=3 on cpu-fenced (host staging)
 #   MOE_TEST_FULL=1           (make test-slow) every grid of 2 to 8 processes with tp in
@@ -94,6 +95,27 @@ out=$("$moe" bench --config test --set dist.tp=2 2>&1)
 rc=$?
 [ $rc -eq 2 ] && grep -q "add --layout" <<< "$out"
 check "moe bench --set without --layout: exit 2, saying to add it" $? "exit $rc: $out"
+
+# checkpoints free of the grid: saved at step 4 under dist.tp=2 x dist.zero=3 (2 replicas),
+# resumed to step 8 under dist.ep=4; saved under dist.ep=4, resumed under dist.tp=2 x
+# dist.zero=3: the one-process curve either way
+# across FROM_SETS TO_SETS NAME: train 4 steps on 4 processes under FROM, resume under TO
+across() {
+    local name=$3
+    # shellcheck disable=SC2086 # the sets are lists of options
+    timeout -k 10 120 mpirun -np 4 "$moe" train --out "$tmp/$name" "${tiny[@]}" $1 --until 4 \
+        > "$tmp/$name.log" 2>&1 &&
+        # shellcheck disable=SC2086
+        timeout -k 10 120 mpirun -np 4 "$moe" train --resume "$tmp/$name" --quiet $2 \
+            >> "$tmp/$name.log" 2>&1 &&
+        same_curves "$tmp/one" "$tmp/$name"
+}
+across "--set dist.tp=2 --set dist.zero=3" "--set dist.tp=1 --set dist.zero=0 --set dist.ep=4" tpz-ep
+check "saved under dist.tp=2 x dist.zero=3 (step 4), resumed under dist.ep=4: the one-process curve" \
+    $? "$(tail -n 3 "$tmp/tpz-ep.log")"
+across "--set dist.ep=4" "--set dist.ep=1 --set dist.tp=2 --set dist.zero=3" ep-tpz
+check "saved under dist.ep=4 (step 4), resumed under dist.tp=2 x dist.zero=3: the one-process curve" \
+    $? "$(tail -n 3 "$tmp/ep-tpz.log")"
 
 if [ "${MOE_TEST_FULL:-0}" != 1 ]; then
     layout 4 2 2 2 0
