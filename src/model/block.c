@@ -124,25 +124,44 @@ void block_forward(Model *m, int l, float *out, const float *in, int B, int T, c
 
 /* ---- backward ----------------------------------------------------------------------------- */
 
-/* The shared experts' backward under tensor parallelism: dffn (N, C) the gathered gradient of
- * the block's output; their input gradient's partial sum (this rank's channels) summed over the
- * group and added to the rank's rows of dln. */
-static void shared_backward_tp(Model *m, const BlockActs *a, const LayerView *lw, LayerView *gw,
-                               const float *dffn) {
+/* A SwiGLU's backward over x (N, C), the input both its products read: w its weights (gate,
+ * up, down) and g their gradients (accumulated), act its activations (gate, up, hidden; F
+ * channels), d their gradients' scratch, dy (N, C) the gradient of its output. The gradient of
+ * x into out: written, or with accumulate added to it (rs->dtmp the scratch of either). */
+static void swiglu_input_grad(Model *m, float *out, int accumulate, const float *dy, const float *x,
+                              const float *const w[3], float *const g[3], const float *const act[3],
+                              float *const d[3], int N, int F) {
     RunState *rs = &m->state;
     const Backend *be = m->be;
-    const int C = m->cfg.d_model, N = rs->N_last;
-    const int Fs = m->cfg.num_shared * m->spec.d_expert / model_tp(m);
-    PROF(PROF_DENSE_FFN,
-         be->matmul_backward(be, rs->dsh, gw->s_down, dffn, a->sh, lw->s_down, N, Fs, C));
-    PROF(PROF_SWIGLU, be->swiglu_backward(be, rs->dsg, rs->dsu, rs->dsh, a->sg, a->su, N, Fs));
-    PROF(PROF_DENSE_FFN,
-         be->matmul_backward(be, rs->tp_part, gw->s_gate, rs->dsg, a->ln2, lw->s_gate, N, C, Fs));
-    PROF(PROF_DENSE_FFN,
-         be->matmul_backward(be, rs->dtmp, gw->s_up, rs->dsu, a->ln2, lw->s_up, N, C, Fs));
-    PROF(PROF_RESIDUAL, be->add(be, rs->tp_part, rs->tp_part, rs->dtmp, (size_t)N * C));
+    const int C = m->cfg.d_model;
+    float *gate = accumulate ? rs->dtmp : out;
+    PROF(PROF_DENSE_FFN, be->matmul_backward(be, d[2], g[2], dy, act[2], w[2], N, F, C));
+    PROF(PROF_SWIGLU, be->swiglu_backward(be, d[0], d[1], d[2], act[0], act[1], N, F));
+    PROF(PROF_DENSE_FFN, be->matmul_backward(be, gate, g[0], d[0], x, w[0], N, C, F));
+    if (accumulate) PROF(PROF_RESIDUAL, be->add(be, out, out, gate, (size_t)N * C));
+    PROF(PROF_DENSE_FFN, be->matmul_backward(be, rs->dtmp, g[1], d[1], x, w[1], N, C, F));
+    PROF(PROF_RESIDUAL, be->add(be, out, out, rs->dtmp, (size_t)N * C));
+}
+
+/* The shared experts' part of dln (this rank's rows, added): dffn the gradient of the block's
+ * output, all N rows of it under tensor parallelism, where the experts' input gradient is a
+ * partial sum over the rank's channels (into tp_part, then summed over the group). */
+static void shared_backward(Model *m, const BlockActs *a, const LayerView *lw, LayerView *gw,
+                            const float *dffn) {
+    RunState *rs = &m->state;
+    const int tp = model_tp(m), C = m->cfg.d_model, N = rs->N_last;
+    const int Fs = m->cfg.num_shared * m->spec.d_expert / tp;
+    const float *const w[3] = {lw->s_gate, lw->s_up, lw->s_down};
+    float *const g[3] = {gw->s_gate, gw->s_up, gw->s_down};
+    const float *const act[3] = {a->sg, a->su, a->sh};
+    float *const d[3] = {rs->dsg, rs->dsu, rs->dsh};
+    if (tp == 1) {
+        swiglu_input_grad(m, rs->dln, 1, dffn, a->ln2, w, g, act, d, N, Fs);
+        return;
+    }
+    swiglu_input_grad(m, rs->tp_part, 0, dffn, a->ln2, w, g, act, d, N, Fs);
     const float *mine = tp_sum_rows(m, rs->tp_part, N, C);
-    PROF(PROF_RESIDUAL, be->add(be, rs->dln, rs->dln, mine, (size_t)(N / model_tp(m)) * C));
+    PROF(PROF_RESIDUAL, m->be->add(m->be, rs->dln, rs->dln, mine, (size_t)(N / tp) * C));
 }
 
 /* The gradient of block l's feed-forward input (ln2) from dffn (this rank's rows) that of its
@@ -165,31 +184,15 @@ static const float *ffn_backward(Model *m, int l, const float *dffn, float loss_
         const MoeCtx x = block_ctx(m, ctx, T);
         moe_block_backward(be, rs->dln, &gr, dffn, a->moe, a->ln2 + (size_t)row0 * C, &wt, &m->spec,
                            &x, &rs->moe_scratch, loss_scale);
-        if (a->sg && tp > 1) shared_backward_tp(m, a, lw, gw, tp_gather_grad(m, dffn, N, C));
-        if (a->sg && tp == 1) { /* + (silu(ln2 Wsg^T) * ln2 Wsu^T) Wsd^T: into dln */
-            const int Fs = c->num_shared * m->spec.d_expert;
-            PROF(PROF_DENSE_FFN,
-                 be->matmul_backward(be, rs->dsh, gw->s_down, dffn, a->sh, lw->s_down, N, Fs, C));
-            PROF(PROF_SWIGLU,
-                 be->swiglu_backward(be, rs->dsg, rs->dsu, rs->dsh, a->sg, a->su, N, Fs));
-            PROF(PROF_DENSE_FFN, be->matmul_backward(be, rs->dtmp, gw->s_gate, rs->dsg, a->ln2,
-                                                     lw->s_gate, N, C, Fs));
-            PROF(PROF_RESIDUAL, be->add(be, rs->dln, rs->dln, rs->dtmp, (size_t)N * C));
-            PROF(PROF_DENSE_FFN,
-                 be->matmul_backward(be, rs->dtmp, gw->s_up, rs->dsu, a->ln2, lw->s_up, N, C, Fs));
-            PROF(PROF_RESIDUAL, be->add(be, rs->dln, rs->dln, rs->dtmp, (size_t)N * C));
-        }
+        if (a->sg) shared_backward(m, a, lw, gw, tp_gather_grad(m, dffn, N, C));
         return rs->dln;
     }
     const float *dy = tp_gather_grad(m, dffn, N, C); /* all N rows: the channels are split */
-    PROF(PROF_DENSE_FFN,
-         be->matmul_backward(be, rs->dfh, gw->w_down, dy, a->fh, lw->w_down, N, F, C));
-    PROF(PROF_SWIGLU, be->swiglu_backward(be, rs->dfg, rs->dfu, rs->dfh, a->fg, a->fu, N, F));
-    PROF(PROF_DENSE_FFN,
-         be->matmul_backward(be, rs->dln, gw->w_gate, rs->dfg, a->ln2, lw->w_gate, N, C, F));
-    PROF(PROF_DENSE_FFN,
-         be->matmul_backward(be, rs->dtmp, gw->w_up, rs->dfu, a->ln2, lw->w_up, N, C, F));
-    PROF(PROF_RESIDUAL, be->add(be, rs->dln, rs->dln, rs->dtmp, (size_t)N * C));
+    const float *const w[3] = {lw->w_gate, lw->w_up, lw->w_down};
+    float *const g[3] = {gw->w_gate, gw->w_up, gw->w_down};
+    const float *const act[3] = {a->fg, a->fu, a->fh};
+    float *const d[3] = {rs->dfg, rs->dfu, rs->dfh};
+    swiglu_input_grad(m, rs->dln, 0, dy, a->ln2, w, g, act, d, N, F);
     return tp_sum_rows(m, rs->dln, N, C);
 }
 
