@@ -59,17 +59,8 @@ same_curves() {
                            m = $i < 0 ? -$i : $i; if (d > 1e-5 * m + 1e-7) bad++ } } }
              END { exit !(rows == n - 1 && rows > 0 && bad == 0) }' "$1/train.csv" "$2/train.csv"
 }
-# run NAME NP [--set ...]: train with NP processes into $tmp/NAME (NP 1: no mpirun)
-run() {
-    local name=$1 np=$2
-    shift 2
-    if [ "$np" = 1 ]; then
-        "$moe" train --out "$tmp/$name" "${tiny[@]}" "$@" > "$tmp/$name.log" 2>&1
-    else
-        timeout -k 10 120 mpirun -np "$np" "$moe" train --out "$tmp/$name" "${tiny[@]}" "$@" \
-            > "$tmp/$name.log" 2>&1
-    fi
-}
+# shellcheck source=tests/lib/np_runs.sh
+. "$root/tests/lib/np_runs.sh" # run, resume
 # agree NAME ONE WHAT RC: the check that run NAME's curve is run ONE's
 agree() {
     same_curves "$tmp/$2" "$tmp/$1"
@@ -128,17 +119,6 @@ check "the dist.tp=2 x dist.ep=2 checkpoint evaluates in one process to the one-
     $? "different"
 
 # ---- 3. checkpoints independent of the grid -------------------------------------------------
-# resume NAME NP [--set ...]: continue run NAME to its train.steps with NP processes
-resume() {
-    local name=$1 np=$2
-    shift 2
-    if [ "$np" = 1 ]; then
-        "$moe" train --resume "$tmp/$name" "$@" --quiet > "$tmp/$name-resume.log" 2>&1
-    else
-        timeout -k 10 120 mpirun -np "$np" "$moe" train --resume "$tmp/$name" "$@" --quiet \
-            > "$tmp/$name-resume.log" 2>&1
-    fi
-}
 run ck-tp2 2 --set dist.tp=2 --until 4
 resume ck-tp2 1 --set dist.tp=1
 agree ck-tp2 one-free "saved at dist.tp=2 (step 4), resumed in one process" $?

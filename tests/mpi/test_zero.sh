@@ -41,28 +41,8 @@ tiny=(--set model.d_model=30 --set model.n_layer=2 --set model.n_head=3 --set mo
       --set train.lr=1e-2 --set train.eval_every=5 --set train.eval_batches=1
       --set "data.train=$tmp/data/train.bin" --set "data.val=$tmp/data/val.bin" --quiet)
 
-# run NAME NP [--set ...]: train with NP processes into $tmp/NAME (NP 1: no mpirun)
-run() {
-    local name=$1 np=$2
-    shift 2
-    if [ "$np" = 1 ]; then
-        "$moe" train --out "$tmp/$name" "${tiny[@]}" "$@" > "$tmp/$name.log" 2>&1
-    else
-        timeout -k 10 120 mpirun -np "$np" "$moe" train --out "$tmp/$name" "${tiny[@]}" "$@" \
-            > "$tmp/$name.log" 2>&1
-    fi
-}
-# resume NAME NP [--set ...]: continue $tmp/NAME's run with NP processes
-resume() {
-    local name=$1 np=$2
-    shift 2
-    if [ "$np" = 1 ]; then
-        "$moe" train --resume "$tmp/$name" --quiet "$@" > "$tmp/$name.resume.log" 2>&1
-    else
-        timeout -k 10 120 mpirun -np "$np" "$moe" train --resume "$tmp/$name" --quiet "$@" \
-            > "$tmp/$name.resume.log" 2>&1
-    fi
-}
+# shellcheck source=tests/lib/np_runs.sh
+. "$root/tests/lib/np_runs.sh" # run, resume
 # same_curves A B: train.csv's loss, aux_loss, z_loss, grad_norm and val_loss agree to 1e-5
 # (relative, or 1e-7 absolute) at every one of the 10 steps
 same_curves() {
