@@ -150,6 +150,8 @@ static void acts_arena_alloc(Model *m, const Config *c, int B, int T, int ep) {
         const size_t V = (size_t)c->vocab / (size_t)model_tp(m);
         rs->tp_ints = (int *)malloc_check(4 * N * sizeof(int));
         rs->tp_floats = floats_alloc(N > V ? N : V);
+        for (size_t j = 0; j < V; j++) rs->tp_floats[j] = 1.0f; /* tp_ones, once */
+        be->to_device(be, rs->tp_ones, rs->tp_floats, V * sizeof(float));
     }
 }
 

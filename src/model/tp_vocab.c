@@ -128,9 +128,6 @@ const float *tp_head_backward(Model *m, float scale, int N) {
     int v0, Vr = vocab_share(m, &v0);
     /* w_r broadcast over the rank's columns (w_r (N, 1) times a row of ones), times p_r */
     PROF(PROF_LOSS, be->copy_block(be, rs->tp_a, 1, rs->tp_share + m->dist->tp_rank, tp, N, 1, 0));
-    float *ones = rs->tp_floats; /* max(N, Vr) floats of staging */
-    for (int j = 0; j < Vr; j++) ones[j] = 1.0f;
-    be->to_device(be, rs->tp_ones, ones, (size_t)Vr * sizeof(float));
     PROF(PROF_LOSS, be->matmul_forward(be, rs->dlogits, rs->tp_a, rs->tp_ones, N, 1, Vr));
     PROF(PROF_LOSS, be->mul(be, rs->dlogits, rs->dlogits, rs->logits, (size_t)N * Vr));
     /* scale (w_r p_r - [j = t']), and + scale back at column 0 of the rows another rank's
