@@ -30,7 +30,7 @@ START_TEST(test_device_collectives) {
         if (n_set == 0) continue;
         Dist d;
         char err[256];
-        ck_assert_int_eq(dist_init(&d, NULL, NULL, (DistAxes){1, 1}, DIST_COLL_NCCL, 10.0, NULL,
+        ck_assert_int_eq(dist_init(&d, NULL, NULL, (DistAxes){1, 1, 1}, DIST_COLL_NCCL, 10.0, NULL,
                                    err, sizeof err),
                          0);
         ck_assert_msg(be->coll_open(be, &d, err, sizeof err) == 0, "%s: %s", be->name, err);

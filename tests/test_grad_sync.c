@@ -6,7 +6,8 @@
  *   - every bucket list covers the gradient buffer once, each bucket whole tensors of one
  *     block (or of the head side, or the embedding) and one group, in the backward's order:
  *     head and final norm, the blocks from the last, the embedding; with a tied head, the
- *     embedding (the head's gradient with its own) once, over the world, last;
+ *     embedding (the head's gradient with its own) once, over the stage (the world without a
+ * pipeline), last;
  *   - dist.bucket_mb = 0 gives a bucket per tensor; a large one merges every run of
  *     neighbouring tensors of a stage and group; a cap in between is never exceeded by a merge;
  *   - during the backward, stage s has started exactly the buckets of the stages up to s, at
@@ -50,7 +51,7 @@ static void check_bucket(const ParamTable *pt, const GradBucket *b, size_t cap) 
         const int stage = t->layer >= 0 ? pt->n_layer - t->layer : b->stage;
         ck_assert_msg(stage == b->stage, "%s (block %d) in a bucket of stage %d", t->name, t->layer,
                       b->stage);
-        ck_assert_msg((t->expert_dim ? DIST_DP : DIST_WORLD) == b->group, "%s summed over group %d",
+        ck_assert_msg((t->expert_dim ? DIST_DP : DIST_STAGE) == b->group, "%s summed over group %d",
                       t->name, b->group);
         at += t->numel;
         tensors++;
@@ -99,7 +100,7 @@ START_TEST(test_buckets) {
 }
 END_TEST
 
-/* model.tied: the head's gradient is the embedding's, summed once with it, over the world, after
+/* model.tied: the head's gradient is the embedding's, summed once with it, over the stage, after
  * the embedding's own part (the last stage); the head side holds the final norm alone */
 START_TEST(test_buckets_tied) {
     ParamTable pt;
@@ -111,7 +112,7 @@ START_TEST(test_buckets_tied) {
     const ParamTensor *emb = &pt.t[params_find(&pt, "tok_emb")];
     const GradBucket *last = &s.b[s.n - 1], *first = &s.b[0];
     ck_assert(last->offset == emb->offset && last->numel == emb->numel);
-    ck_assert_int_eq(last->group, DIST_WORLD);
+    ck_assert_int_eq(last->group, DIST_STAGE);
     ck_assert_uint_eq(first->numel, (size_t)pt.t[params_find(&pt, "final_norm")].numel);
     grad_sync_free(&s);
     params_table_free(&pt);
@@ -125,9 +126,9 @@ START_TEST(test_start_order) {
     grad_sync_init(&s, &pt, 0, &backend_cpu, 0);
     Dist d;
     char err[128];
-    ck_assert_int_eq(
-        dist_init(&d, NULL, NULL, (DistAxes){1, 1}, DIST_COLL_TEACH, 10.0, NULL, err, sizeof err),
-        0);
+    ck_assert_int_eq(dist_init(&d, NULL, NULL, (DistAxes){1, 1, 1}, DIST_COLL_TEACH, 10.0, NULL,
+                               err, sizeof err),
+                     0);
     float *grads = calloc_check(pt.total, sizeof(float));
     for (int step = 0; step < 2; step++) {
         const uint64_t calls0 = d.stats.calls;

@@ -159,8 +159,9 @@ START_TEST(test_formula_under_tensor_parallelism) {
     Dist d;
     memset(&d, 0, sizeof d);
     char err[256];
-    ck_assert_int_eq(
-        dist_grid_set(&d, 2 * c.ep, 1, (DistAxes){.tp = c.tp, .ep = c.ep}, err, sizeof err), 0);
+    ck_assert_int_eq(dist_grid_set(&d, 2 * c.ep, 1, (DistAxes){.tp = c.tp, .ep = c.ep, .pp = 1},
+                                   err, sizeof err),
+                     0);
     size_t before = backend_bytes_allocated;
     Model m;
     model_init_dist(&m, &c, s->B, s->T, &d);

@@ -229,8 +229,8 @@ expect_2 "--config with --model" "a model preset or a moe.c config, not both" \
 expect_2 "tp 3 of Mixtral's 32 heads" "this layout cannot run: tp = 3 does not divide the 32 query" \
     --model mixtral-8x7b --cluster h100 --gpus 3 --set train.global_batch=3 --set layout.tp=3
 expect_2 "--top 0" "--top needs a count from 1" --model mixtral-8x7b --cluster h100 --search --top 0
-expect_2 "the moe.c engine asked for pp 2" "the moe.c engine has tensor, expert and data parallelism (pp = vpp = 1" \
-    --config "$tmp/c.txt" --cluster laptop --gpus 2 --set layout.pp=2
+expect_2 "the moe.c engine asked for vpp 2" "the moe.c engine has tensor, pipeline, expert and data parallelism (vpp = 1" \
+    --config "$tmp/c.txt" --cluster laptop --gpus 2 --set layout.pp=2 --set layout.vpp=2
 
 echo "test_plan: --search"
 search=(--model mixtral-8x7b --cluster h100 --gpus 32 --set train.global_batch=64 --search)

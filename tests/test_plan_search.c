@@ -1,8 +1,8 @@
 /*
  * test_plan_search.c: `moe plan`'s search, its keys and the layouts it refuses (src/plan/).
  *   - invalid layouts (tp vs heads, tp over a node, ep vs experts, pp over layers, a stage left
- *     without a layer, batch not splitting, moe.c engine with pp 2 or no config; its tp 2 is
- *     valid): valid = 0,
+ *     without a layer, batch not splitting, moe.c engine with vpp 2, a grid moe train refuses,
+ *     or no config; its tp 2 and pp 2 are valid): valid = 0,
  *     the reason names the field;
  *   - plan_search: all valid, fitting first by step time, then by memory; a fixed pp kept;
  *     all but the first say why they lose; the first is plan_layout of its layout;
@@ -50,8 +50,8 @@ START_TEST(test_invalid_layouts) {
     in.k.gpus = 4;
     expect_invalid(&in, LAY(1, 4, 1), "pp = 4", "pp 4 of 2 layers");
 
-    /* the moe.c engine: tensor, expert and data parallelism, no pipeline, and moe.c's own
-     * models only */
+    /* the moe.c engine: tensor, pipeline, expert and data parallelism, no virtual stages, what
+     * moe train takes (a pipeline refuses a tied head), and moe.c's own models only */
     Config c;
     char err[512];
     config_defaults(&c);
@@ -59,10 +59,16 @@ START_TEST(test_invalid_layouts) {
     plan_from_config(&in, &c);
     ck_assert_int_eq(plan_preset(&in, "cluster", "laptop", err, sizeof err), 0);
     in.k.gpus = 2;
-    expect_invalid(&in, LAY(1, 2, 1), "pp = vpp = 1", "the moe.c engine with pp 2");
+    expect_invalid(&in, ((PlanLayout){1, 2, 1, 2, 1, PLAN_RC_NONE}), "vpp = 1",
+                   "the moe.c engine with vpp 2");
+    in.m.c.tied = 1;
+    expect_invalid(&in, LAY(1, 2, 1), "model.tied", "the moe.c engine, pp 2 with a tied head");
+    in.m.c.tied = 0;
     PlanResult ok;
     plan_layout(&in, &LAY(2, 1, 1), &ok);
     ck_assert_msg(ok.valid, "the moe.c engine with tp 2: %s", ok.invalid);
+    plan_layout(&in, &LAY(1, 2, 1), &ok);
+    ck_assert_msg(ok.valid, "the moe.c engine with pp 2: %s", ok.invalid);
     plan_defaults(&in);
     ck_assert_int_eq(plan_preset(&in, "model", "mixtral-8x7b", err, sizeof err), 0);
     ck_assert_int_eq(plan_preset(&in, "cluster", "h100", err, sizeof err), 0);

@@ -41,7 +41,7 @@ typedef struct {
     long batches, domains, doc_len, until, vocab;
     double temperature, val_frac;
     long long seed;
-    int seed_given, quiet, keys, presets, allow_data_change;
+    int seed_given, quiet, keys, presets, allow_data_change, print_schedule;
     /* bench: --config may repeat there (reference config names) */
     const char *configs[BENCH_MAX_CONFIGS];
     int n_configs, json, profile, reference_attention;

@@ -3,6 +3,7 @@
  *
  *   moe train   [--config FILE|PRESET] [--set key=value]... [--out DIR] [--resume DIR]
  *               [--until STEP] [--init CKPT] [--allow-data-change] [--quiet]
+ *               [--print-schedule]
  *   moe eval    --ckpt PATH [--set key=value]... [--batches N] [--logits FILE]
  *               [--quant int8|int4 | --offload SLOTS]
  *   moe sample  --ckpt PATH [--prompt TEXT | --prompts FILE] [--tokens N] [--temperature X]
@@ -56,6 +57,7 @@
 #include "io/tensorfile.h"
 #include "measure/bench.h"
 #include "model/memory.h"
+#include "model/pipe.h"
 #include "train/checkpoint.h"
 #include "train/run.h"
 #include "train/train.h"
@@ -120,6 +122,16 @@ static char *job_settings(const Config *c, const Opts *o) {
     return text;
 }
 
+/* moe train --print-schedule: the pipeline's schedule alone, without processes. */
+static int print_schedule(const Config *c) {
+    if (c->pp < 2)
+        moe_input_error("--print-schedule: dist.pp=%d is one stage, which has no pipeline "
+                        "schedule; add --set dist.pp=2 (or more)",
+                        c->pp);
+    pipe_print(stdout, c);
+    return 0;
+}
+
 static int cmd_train(int argc, char **argv) {
     Opts o;
     parse_opts(&o, "train", argc, argv);
@@ -171,13 +183,14 @@ static int cmd_train(int argc, char **argv) {
         }
     }
     build_config(&c, &o, "train");
+    if (o.print_schedule) return print_schedule(&c);
     /* under mpirun every process parses the same command line into the same settings; then
-     * the process grid (dist.tp, dist.ep) */
+     * the process grid (dist.tp, dist.ep, dist.pp) */
     Dist d;
     char err[1024];
     char *settings = job_settings(&c, &o);
-    const int refused = dist_init(&d, NULL, NULL, (DistAxes){.tp = c.tp, .ep = c.ep}, c.collectives,
-                                  c.timeout, settings, err, sizeof err);
+    const int refused = dist_init(&d, NULL, NULL, (DistAxes){.tp = c.tp, .ep = c.ep, .pp = c.pp},
+                                  c.collectives, c.timeout, settings, err, sizeof err);
     free(settings);
     if (refused && err[0]) moe_input_error("%s", err);
     if (refused) exit(MOE_EXIT_INPUT); /* settings that differ: rank 0 has said which */

@@ -77,7 +77,8 @@ static int is_path_option(const char *a) {
 static int is_flag(const char *opt) {
     static const char FLAGS[] = " --help --quiet --allow-data-change --keys --json --profile "
                                 "--decode --csv --no-cache --reference-attention --presets "
-                                "--search --csv-rows --thresholds --docs --ids --layout ";
+                                "--search --csv-rows --thresholds --docs --ids --layout "
+                                "--print-schedule ";
     const size_t n = strlen(opt);
     for (const char *p = strstr(FLAGS, opt); p; p = strstr(p + 1, opt))
         if (p[-1] == ' ' && p[n] == ' ') return 1;
@@ -148,6 +149,10 @@ static int take_flag(Opts *o, const char *a) {
     }
     if (strcmp(a, "--allow-data-change") == 0) {
         o->allow_data_change = 1;
+        return 1;
+    }
+    if (strcmp(a, "--print-schedule") == 0) {
+        o->print_schedule = 1;
         return 1;
     }
     if (strcmp(a, "--keys") == 0 || strcmp(a, "--presets") == 0) {

@@ -124,7 +124,7 @@ static void plan_settings(PlanInput *in, const PlanArgs *p) {
         usage_error("plan", "%s", err);
     if (p->config && !p->gpus) { /* as many processes as one replica of the config's grid */
         char kv[64];
-        snprintf(kv, sizeof kv, "cluster.gpus=%d", in->m.c.tp * in->m.c.ep);
+        snprintf(kv, sizeof kv, "cluster.gpus=%d", in->m.c.tp * in->m.c.ep * in->m.c.pp);
         plan_set(in, kv, err, sizeof err);
     }
     if (p->gpus) {

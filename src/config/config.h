@@ -33,6 +33,8 @@ typedef enum { DIST_COLL_MPI = 0, DIST_COLL_TEACH = 1, DIST_COLL_NCCL = 2 } Dist
 /* dist.dispatch: what the expert exchange sends (model/ep.h): one row per (token, expert), or
  * one per (token, member), the member summing its experts' weighted outputs */
 typedef enum { DIST_DISPATCH_ROWS = 0, DIST_DISPATCH_TOKENS = 1 } DistDispatch;
+/* dist.pp_schedule: the order of a pipeline stage's micro-batches (model/pipe.h) */
+typedef enum { DIST_PP_GPIPE = 0, DIST_PP_1F1B = 1 } DistPipeSchedule;
 /* model.norm: where each block's RMSNorms sit (model.c). pre: one norm before each sublayer;
  * sandwich: a second one on the sublayer's output, before the residual add; dssn: sandwich
  * with that second norm's gain initialised to a depth-scaled constant (Pangu Ultra). */
@@ -148,6 +150,9 @@ typedef struct {
     int tp;          /* processes per tensor-parallel group (dist.tp) */
     int ep;          /* processes per expert-parallel group (each holds E / ep experts) */
     int zero;        /* ZeRO stage 0..3: what is sharded over each tensor's group (zero.h) */
+    int pp;          /* pipeline stages (dist.pp): each holds consecutive layers (model/pipe.h) */
+    int pp_schedule; /* DistPipeSchedule: gpipe or 1f1b */
+    char pp_layers[MOE_PATH_MAX]; /* each stage's layer count, "2,4,4,2", or "even" */
     float timeout;   /* longest wait for a peer, seconds */
     int collectives; /* DistCollectives: the engine of the collectives (parallel/dist.h) */
     int dispatch;    /* DistDispatch: rows per (token, expert) or per (token, member) */
@@ -208,6 +213,12 @@ int config_rope_dim(const Config *c);
 /* Settings that fix the shapes of the parameters: two configs with equal shapes can share
  * checkpoints. Returns 1 when equal, otherwise 0 and a message naming the first difference. */
 int config_same_shape(const Config *a, const Config *b, char *err, int errlen);
+
+/* Pipeline stage s of dist.pp: its layers [*first, *last). dist.pp_layers gives each stage's
+ * count; "even" splits model.n_layer as evenly as it goes, layer l on stage floor(l pp / n_layer)
+ * (the first holds the embedding too, the last the head and the loss). Returns 0, or -1 with
+ * a message when dist.pp_layers is not dist.pp counts of 1 or more adding up to model.n_layer. */
+int config_pp_stage(const Config *c, int s, int *first, int *last, char *err, int errlen);
 
 /* `moe info --keys`: one line per key with its default, help and range, in table order. */
 void config_print_keys(FILE *f);

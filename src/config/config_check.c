@@ -252,9 +252,9 @@ int config_check_combinations(const Config *c, char *err, int errlen) {
                          "train.warmup=%d is longer than train.steps=%d; lower "
                          "train.warmup or raise train.steps",
                          c->warmup, c->steps);
-    /* a run needs at least dist.tp x dist.ep processes: what holds for that many is checked
-     * here */
-    return config_check_dist(c, c->tp * c->ep, err, errlen);
+    /* a run needs at least dist.tp x dist.ep x dist.pp processes: what holds for that many is
+     * checked here */
+    return config_check_dist(c, c->tp * c->ep * c->pp, err, errlen);
 }
 
 /* The model's widths that dist.tp splits: the heads and the key-value heads. */
@@ -350,8 +350,80 @@ static int check_tp_settings(const Config *c, char *err, int errlen) {
                      c->tp, what);
 }
 
+int config_pp_stage(const Config *c, int s, int *first, int *last, char *err, int errlen) {
+    const int P = c->pp > 0 ? c->pp : 1, L = c->n_layer;
+    if (strcmp(c->pp_layers, "even") == 0) {
+        if (L < P)
+            return set_error(err, errlen,
+                             "dist.pp=%d stages need a layer each, and the model has %d "
+                             "(model.n_layer); use at most %d stages",
+                             P, L, L);
+        /* layer l on stage floor(l P / L), as moe plan splits them */
+        *first = (int)(((long)L * s + P - 1) / P);
+        *last = (int)(((long)L * (s + 1) + P - 1) / P);
+        return 0;
+    }
+    /* "2,4,4,2": stage s starts after the counts before it */
+    const char *p = c->pp_layers;
+    int stages = 0, sum = 0;
+    *first = *last = 0;
+    while (*p) {
+        char *end = NULL;
+        const long n = strtol(p, &end, 10);
+        if (end == p || n < 1 || n > L || (*end != ',' && *end != '\0'))
+            return set_error(err, errlen,
+                             "dist.pp_layers=%s: write each stage's layer count, 1 or more, "
+                             "separated by commas (2,4,4,2), or even",
+                             c->pp_layers);
+        if (stages == s) *first = sum, *last = sum + (int)n;
+        sum += (int)n, stages++;
+        p = *end ? end + 1 : end;
+    }
+    if (stages != P || sum != L)
+        return set_error(
+            err, errlen,
+            "dist.pp_layers=%s gives %d stages %d layers, and the model has dist.pp=%d "
+            "stages of model.n_layer=%d layers; give %d counts adding up to %d",
+            c->pp_layers, stages, sum, P, L, P, L);
+    return 0;
+}
+
+/* What a pipeline needs: dist.pp dividing the processes, its layers split over the stages,
+ * and none of the settings whose weights or losses span two stages. */
+static int check_pipeline(const Config *c, int world, char *err, int errlen) {
+    if (world % c->pp != 0)
+        return set_error(err, errlen,
+                         "dist.pp=%d pipeline stages do not divide the %d processes (the world is "
+                         "dist.pp stages of dist.tp x dist.ep x data-parallel processes); start "
+                         "a multiple of %d processes (mpirun -np N) or change dist.pp",
+                         c->pp, world, c->pp);
+    int first, last;
+    for (int s = 0; s < c->pp; s++)
+        if (config_pp_stage(c, s, &first, &last, err, errlen) != 0) return -1;
+    const char *what = c->tied            ? "a tied head (model.tied=1)"
+                       : c->mtp_depth > 0 ? "multi-token prediction (model.mtp_depth)"
+                       : c->collectives == DIST_COLL_NCCL ? "dist.collectives=nccl"
+                       : c->device == MOE_DEVICE_CUDA     ? "train.device=cuda"
+                                                          : NULL;
+    if (!what) return 0;
+    return set_error(err, errlen,
+                     "dist.pp=%d: %s is not run over pipeline stages yet (%s); use dist.pp=1, "
+                     "or %s",
+                     c->pp, what,
+                     c->tied || c->mtp_depth > 0 ? "it uses the embedding or head of the first "
+                                                   "and the last stage together"
+                                                 : "the stages' messages go through the host's MPI",
+                     c->tied                        ? "model.tied=0"
+                     : c->mtp_depth > 0             ? "model.mtp_depth=0"
+                     : c->device == MOE_DEVICE_CUDA ? "train.device=cpu"
+                                                    : "dist.collectives=mpi");
+}
+
 int config_check_dist(const Config *c, int world, char *err, int errlen) {
     if (c->zero == 3 && check_zero_weights(c, err, errlen) != 0) return -1;
+    if (c->pp > 1 && check_pipeline(c, world, err, errlen) != 0) return -1;
+    /* every check below is of one pipeline stage, which is a world of its own to them */
+    if (c->pp > 1) world /= c->pp;
     const int replica = c->tp * c->ep; /* the processes of one data-parallel replica */
     if (world % replica != 0 && c->tp > 1)
         return set_error(err, errlen,

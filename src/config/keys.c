@@ -22,6 +22,7 @@ _Static_assert(MOE_DEVICE_CPU == 0 && MOE_DEVICE_CPU_REF == 1 && MOE_DEVICE_CUDA
 _Static_assert(DIST_COLL_MPI == 0 && DIST_COLL_TEACH == 1 && DIST_COLL_NCCL == 2,
                "dist.collectives choices");
 _Static_assert(DIST_DISPATCH_ROWS == 0 && DIST_DISPATCH_TOKENS == 1, "dist.dispatch choices");
+_Static_assert(DIST_PP_GPIPE == 0 && DIST_PP_1F1B == 1, "dist.pp_schedule choices");
 _Static_assert(MOE_PRECISION_FP32 == 0 && MOE_PRECISION_TF32 == 1 && MOE_PRECISION_BF16 == 2,
                "train.precision choices");
 _Static_assert(MOE_BALANCE_AUX == 0 && MOE_BALANCE_SEQ_AUX == 1 && MOE_BALANCE_AUX_FREE == 2 &&
@@ -250,6 +251,19 @@ const Key CONFIG_KEYS[] = {
         "sharding over each tensor's data-parallel group: 0 replicated states, 1 AdamW moments "
         "sharded, 2 also gradients reduce-scattered, 3 also weights sharded and gathered a "
         "block at a time"),
+    ROW(T_INT, "dist.pp", pp, "1", 1, 1024, 0,
+        "pipeline parallelism: stages that each hold consecutive layers (the first the "
+        "embedding, the last the head), activations sent forward and gradients back between "
+        "neighbours, train.accum micro-batches in flight (the process count is dist.pp x "
+        "dist.tp x dist.ep x data-parallel)"),
+    ENUM_ROW("dist.pp_schedule", pp_schedule, "1f1b", "gpipe|1f1b",
+             "the order of a stage's micro-batches: gpipe (every forward, then every backward: "
+             "train.accum micro-batches' activations held) or 1f1b (a backward after each "
+             "forward once the pipeline is full: at most dist.pp held); `moe train "
+             "--print-schedule` lists it"),
+    ROW(T_STR, "dist.pp_layers", pp_layers, "even", 0, 0, 0,
+        "each pipeline stage's layer count, first stage first (2,4,4,2: adding up to "
+        "model.n_layer), or even"),
     ROW(T_FLOAT, "dist.timeout", timeout, "120", 0, NOMAX, K_OPEN_MIN,
         "seconds a process waits for a peer before it names the peer and ends the job"),
     ENUM_ROW("dist.collectives", collectives, "mpi", "mpi|teach|nccl",

@@ -133,8 +133,8 @@ int bench_layout_run(const BenchOptions *o, const char *const *sets, int n_sets,
                       errlen) != 0)
         return -1;
     Dist d;
-    if (dist_init(&d, NULL, NULL, (DistAxes){.tp = c.tp, .ep = c.ep}, c.collectives, c.timeout,
-                  NULL, err, errlen) != 0)
+    if (dist_init(&d, NULL, NULL, (DistAxes){.tp = c.tp, .ep = c.ep, .pp = c.pp}, c.collectives,
+                  c.timeout, NULL, err, errlen) != 0)
         return -1;
     backend_set_threads(o->threads);
     if (d.rank == 0)

@@ -78,5 +78,10 @@ void *acts_alloc(const Backend *be, ActTable *t);
  * block (moe_block.c) whose entries it adds. */
 struct Model;
 void model_acts_table(ActTable *t, const Config *c, int B, int T, int ep, struct Model *m);
+/* The table of a pipeline stage holding the blocks [first, last) (dist.pp, pipe.h: the first
+ * with the embedding, the last with the head); model_acts_table is the stage of m's layers, or
+ * of all of them when m is NULL. */
+void model_acts_table_stage(ActTable *t, const Config *c, int B, int T, int ep, int first, int last,
+                            struct Model *m);
 
 #endif

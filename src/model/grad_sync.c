@@ -19,10 +19,11 @@ static int stage_of(const ParamTensor *t, int L, int after_blocks) {
 
 /* The ranks whose gradients of t add up: the expert data-parallel group for experts, the
  * replicas of this tensor-parallel share (DIST_DATA) for a tensor split over tp > 1 ranks, the
- * world for the rest (whole on every rank, each seeing its part of the batch). */
+ * pipeline stage for the rest (whole on every rank of the stage, each seeing its part of the
+ * batch; without a pipeline the world). */
 static DistGroup grad_group(const ParamTensor *t, int tp) {
     if (t->expert_dim) return DIST_DP;
-    return t->tp_dim >= 0 && tp > 1 ? DIST_DATA : DIST_WORLD;
+    return t->tp_dim >= 0 && tp > 1 ? DIST_DATA : DIST_STAGE;
 }
 
 static int by_stage(const void *a, const void *b) {

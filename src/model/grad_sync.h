@@ -40,12 +40,13 @@
 #include "model/params.h"
 #include "parallel/dist.h"
 
-/* sums in flight at once: half of what dist.h allows, the rest for the expert exchange */
-#define GRAD_SYNC_WINDOW (DIST_MAX_IN_FLIGHT / 2)
+/* sums in flight at once: a quarter of what dist.h allows; the rest is for the weights' gathers
+ * of dist.zero=3 (zero.h), the pipeline's sends (pipe.h) and the expert exchange */
+#define GRAD_SYNC_WINDOW (DIST_MAX_IN_FLIGHT / 4)
 
 typedef struct {
     size_t offset, numel; /* a range of the gradient buffer, in floats */
-    DistGroup group;      /* the group that holds copies of its tensors: DIST_WORLD, DIST_DP
+    DistGroup group;      /* the group that holds copies of its tensors: DIST_STAGE, DIST_DP
                              for stacked expert tensors, DIST_DATA for the tensor-parallel
                              shares (dist.tp > 1) */
     int stage;            /* when the backward has finished it: 0 after the head and final

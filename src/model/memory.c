@@ -17,7 +17,26 @@
 #include "model/acts.h"
 #include "model/grad_sync.h"
 #include "model/params.h"
+#include "model/pipe.h"
 #include "model/zero.h"
+
+/* The layers [*first, *last) of the pipeline stage of rank in a world of that many processes,
+ * and the micro-batches its schedule holds at once (pipe.h); without a pipeline, or a world it
+ * does not divide, all layers and 1. */
+static void pipe_stage_of(const Config *c, int world, int rank, int *first, int *last, int *held) {
+    char err[256];
+    if (c->pp <= 1 || world % c->pp != 0) return;
+    const int s = rank / (world / c->pp);
+    if (config_pp_stage(c, s, first, last, err, sizeof err) != 0) return;
+    PipeAction *a = (PipeAction *)malloc_check(2 * (size_t)c->accum * sizeof *a);
+    *held = pipe_held(a, pipe_schedule(c->pp_schedule, c->pp, c->accum, s, a));
+    free(a);
+}
+
+/* The bytes a breakdown counts (the arena's padding with its words). */
+static double breakdown_bytes(const MemoryBreakdown *m) {
+    return 4.0 * (double)m->total_words + (double)m->pad_bytes;
+}
 
 size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) {
     return model_memory_process(c, B, T, 1, 1, out);
@@ -25,7 +44,17 @@ size_t model_memory_floats(const Config *c, int B, int T, MemoryBreakdown *out) 
 
 size_t model_memory_process(const Config *c, int B, int T, int ep, int world,
                             MemoryBreakdown *out) {
-    return model_memory_rank(c, B, T, ep, world, world - 1, out);
+    /* the last rank of each pipeline stage (the largest shards of its stage), the largest */
+    const int P = c->pp > 1 && world % c->pp == 0 ? c->pp : 1;
+    MemoryBreakdown best, mb;
+    size_t most = model_memory_rank(c, B, T, ep, world, world - 1, &best);
+    for (int s = P - 2; s >= 0; s--) {
+        const size_t floats = model_memory_rank(c, B, T, ep, world, (s + 1) * (world / P) - 1, &mb);
+        if (breakdown_bytes(&mb) <= breakdown_bytes(&best)) continue;
+        most = floats, best = mb;
+    }
+    if (out) *out = best;
+    return most;
 }
 
 /* The floats of rank's shards of pt's gradient buckets (zero.h), each over its bucket's group
@@ -36,8 +65,8 @@ static size_t shard_floats(const Config *c, const ParamTable *pt, int ep, int wo
     Dist grid = {0};
     char err[256];
     *window = 0;
-    if (dist_grid_set(&grid, world, rank, (DistAxes){.tp = c->tp, .ep = ep}, err, sizeof err))
-        return pt->total;
+    const DistAxes axes = {.tp = c->tp, .ep = ep, .pp = c->pp};
+    if (dist_grid_set(&grid, world, rank, axes, err, sizeof err)) return pt->total;
     GradBucket *b = NULL;
     const int n = grad_buckets(pt, grad_bucket_floats(c), &b);
     for (int i = 0; i < n; i++) {
@@ -57,8 +86,11 @@ size_t model_memory_rank(const Config *c, int B, int T, int ep, int world, int r
 
     /* ---- parameters, gradients, AdamW moments: one buffer of P floats each, the moments
      * (and what is kept of the gradients) of the process's shards under dist.zero ------- */
+    /* a pipeline stage (pipe.h): its layers' tensors, its table once a micro-batch it holds */
+    int first = 0, last = c->n_layer, held = 1;
+    pipe_stage_of(c, world, rank, &first, &last, &held);
     ParamTable pt;
-    params_table_build_grid(&pt, c, ep, c->tp > 0 ? c->tp : 1); /* dist.tp's shares too */
+    params_table_build_stage(&pt, c, ep, c->tp > 0 ? c->tp : 1, first, last); /* tp's shares */
     const size_t P = params_count_total(&pt);
     size_t window = 0; /* dist.zero=3: the largest stage, gathered into one of two windows */
     const size_t S = world > 1 && c->zero > 0 ? shard_floats(c, &pt, ep, world, rank, &window) : P;
@@ -71,16 +103,18 @@ size_t model_memory_rank(const Config *c, int B, int T, int ep, int world, int r
     /* ---- activations, backward scratch, integer buffers: the table of one process ------- */
     ActTable t;
     acts_table_init(&t);
-    model_acts_table(&t, c, B, T, ep, NULL);
+    model_acts_table_stage(&t, c, B, T, ep, first, last, NULL);
     size_t *field[ACT_KINDS] = {&m.acts_resid, &m.acts_attn, &m.acts_ffn,
                                 &m.acts_head,  &m.scratch,   &m.int_words};
     size_t bytes = 0;
     for (int i = 0; i < t.n; i++) {
         const size_t b = acts_entry_bytes(&t.e[i]);
-        *field[t.e[i].kind] += (b + 3) / 4; /* 4-byte words (the routing scratch is whole words) */
+        /* 4-byte words (the routing scratch is whole words), a run state each micro-batch held */
+        *field[t.e[i].kind] += (size_t)held * ((b + 3) / 4);
         bytes += b;
     }
-    m.pad_bytes = acts_layout(&t) - bytes;
+    m.pad_bytes = (size_t)held * (acts_layout(&t) - bytes);
+    m.held = held;
     acts_table_free(&t);
 
     m.floats = m.params + m.grads + m.adam + m.acts_resid + m.acts_attn + m.acts_ffn + m.acts_head +

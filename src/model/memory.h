@@ -47,6 +47,9 @@ typedef struct {
     size_t total_words; /* floats + int_words: bytes = 4 * total_words */
     size_t pad_bytes;   /* bytes of the activation arena's alignment padding (acts.h), apart:
                            model_init allocates 4 * total_words + pad_bytes */
+    int held;           /* run states: the micro-batches a pipeline stage holds at once (its
+                           activations and scratch are the stage's table that many times,
+                           pipe.h); 1 without a pipeline */
 } MemoryBreakdown;
 
 /* Floats that model_init(c, B, T) allocates (parameters, gradients, moments, activations,

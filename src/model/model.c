@@ -24,17 +24,23 @@
 #include "model/tp.h"
 #include "nn/ops.h"
 
+/* a buffer of the model's backend back to it */
+static void release(const Model *m, void *p) {
+    if (p) m->be->free(m->be, p);
+}
+
 /* n floats of the model's backend, zeroed */
 static float *dev(const Model *m, size_t n) {
     return be_floats(m->be, n);
 }
 
 /* The weights drawn from the config seed into host (P floats): for a member of an expert- or
- * tensor-parallel group, the whole model's weights drawn as in one process and this member's
- * share kept (its experts, its share of each tensor-parallel tensor), so that it starts from
- * exactly the weights a one-process run starts from. */
+ * tensor-parallel group or a pipeline stage, the whole model's weights drawn as in one process
+ * and this member's share kept (its stage's tensors, its experts, its share of each
+ * tensor-parallel tensor), so that it starts from exactly the weights a one-process run starts
+ * from. */
 static void init_weights(const Model *m, const Config *c, float *host) {
-    if (!m->dist || (m->dist->ep == 1 && m->dist->tp == 1)) {
+    if (!m->dist || (m->dist->ep == 1 && m->dist->tp == 1 && m->dist->pp <= 1)) {
         params_init(&m->pt, host, c, c->seed);
         return;
     }
@@ -83,7 +89,7 @@ void model_init_dist(Model *m, const Config *c, int B, int T, Dist *d) {
  * distributed run, the parameters, gradients and AdamW moments, and the initial weights */
 static void params_alloc(Model *m, const Config *c, int ep) {
     const Backend *be = m->be;
-    params_table_build_grid(&m->pt, c, ep, m->dist ? m->dist->tp : 1);
+    params_table_build_stage(&m->pt, c, ep, m->dist ? m->dist->tp : 1, m->layer0, m->layer1);
     size_t moments = m->pt.total;
     if (m->dist) {
         m->sync = calloc_check(1, sizeof *m->sync);
@@ -115,23 +121,33 @@ static void params_alloc(Model *m, const Config *c, int ep) {
     free(host);
 }
 
-/* acts_arena_alloc: the host structs the table's entries point into, then every activation and
- * scratch buffer in one arena (acts.h) */
-static void acts_arena_alloc(Model *m, const Config *c, int B, int T, int ep) {
+/* run_state_alloc: m->state's host structs the table's entries point into, then every
+ * activation and scratch buffer in one arena (acts.h). own: the model's first run state, which
+ * counts the MoE blocks and holds the aux-free biases; a pipeline's further run states (pipe.h)
+ * are the same table again, whose biases' entry goes to a spare. A stage's blocks outside its
+ * layers get an MoeActs of empty routing records, so that every stage numbers the MoE blocks
+ * as the whole model does. */
+void run_state_alloc(Model *m, int B, int T, int own) {
     RunState *rs = &m->state;
     const Backend *be = m->be;
-    const int L = c->n_layer, D = c->mtp_depth;
+    const Config *c = &m->cfg;
+    const int L = c->n_layer, D = c->mtp_depth, ep = m->dist ? m->dist->ep : 1;
     const size_t N = (size_t)B * T;
+    rs->B = B;
+    rs->T = T;
     rs->resid = (float **)calloc_check((size_t)L + 1, sizeof(float *));
     /* the blocks, then the multi-token prediction modules' (not among the n_moe MoE blocks:
      * training's records and the aux-free biases are the main blocks') */
     rs->blocks = (BlockActs *)calloc_check((size_t)L + D, sizeof(BlockActs));
     for (int l = 0; l < L + D; l++)
         if (config_is_moe_layer(c, l)) {
-            rs->blocks[l].moe = (MoeActs *)calloc_check(1, sizeof(MoeActs));
+            MoeActs *a = rs->blocks[l].moe = (MoeActs *)calloc_check(1, sizeof(MoeActs));
             /* under tensor parallelism it runs on this rank's N / tp rows (tp.h) */
-            moe_acts_host_alloc(be, rs->blocks[l].moe, &m->spec, m->dist, (int)N / model_tp(m));
-            m->n_moe += l < L;
+            if (l >= L || model_holds_layer(m, l))
+                moe_acts_host_alloc(be, a, &m->spec, m->dist, (int)N / model_tp(m));
+            else
+                route_stats_alloc(&a->route, c->num_experts);
+            if (own) m->n_moe += l < L;
         }
     if (D > 0) {
         rs->mtp = (MtpActs *)calloc_check((size_t)D, sizeof(MtpActs));
@@ -139,12 +155,13 @@ static void acts_arena_alloc(Model *m, const Config *c, int B, int T, int ep) {
     }
     acts_table_init(&rs->acts);
     model_acts_table(&rs->acts, c, B, T, ep, m);
+    float *spare = NULL;
+    for (int i = 0; i < rs->acts.n && !own; i++)
+        if (rs->acts.e[i].field == (void *)&m->router_bias) rs->acts.e[i].field = &spare;
     rs->arena = acts_alloc(be, &rs->acts);
     for (int l = 0, b = 0; l < L; l++)
         if (rs->blocks[l].moe)
             rs->blocks[l].router_bias = m->router_bias + (size_t)b++ * c->num_experts;
-    if (!be->host_memory && m->spec.balance == MOE_BALANCE_AUX_FREE && m->n_moe)
-        m->router_bias_host = floats_alloc((size_t)m->n_moe * c->num_experts);
     if (!be->host_memory && model_tp(m) > 1) rs->tp_host = floats_alloc(N * c->d_model);
     if (model_tp(m) > 1) { /* the vocabulary split's host staging (tp_vocab.c) */
         const size_t V = (size_t)c->vocab / (size_t)model_tp(m);
@@ -153,6 +170,26 @@ static void acts_arena_alloc(Model *m, const Config *c, int B, int T, int ep) {
         for (size_t j = 0; j < V; j++) rs->tp_floats[j] = 1.0f; /* tp_ones, once */
         be->to_device(be, rs->tp_ones, rs->tp_floats, V * sizeof(float));
     }
+}
+
+void run_state_free(Model *m) {
+    RunState *rs = &m->state;
+    for (int l = 0; l < m->cfg.n_layer + m->cfg.mtp_depth; l++) {
+        MoeActs *a = rs->blocks[l].moe;
+        if (a) { /* its host arrays; its backend buffers are in the model's arena */
+            moe_acts_free(m->be, a);
+            free(a);
+        }
+    }
+    free(rs->resid);
+    free(rs->blocks);
+    free(rs->mtp);
+    free(rs->mtp_host);
+    free(rs->tp_host);
+    free(rs->tp_ints);
+    free(rs->tp_floats);
+    release(m, rs->arena);
+    acts_table_free(&rs->acts);
 }
 
 /* step_record_alloc: the step record, one allocation, so that one copy reads it
@@ -191,6 +228,11 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
      * the check of NCCL a single GPU allows */
     m->dist = d && (d->world > 1 || d->collectives == DIST_COLL_NCCL) ? d : NULL;
     const int ep = m->dist ? m->dist->ep : 1;
+    m->layer0 = 0, m->layer1 = c->n_layer; /* a pipeline stage's share of them (pipe.h) */
+    char err[512];
+    if (m->dist && m->dist->pp > 1 &&
+        config_pp_stage(c, m->dist->pp_rank, &m->layer0, &m->layer1, err, sizeof err) != 0)
+        moe_input_error("%s", err);
 
     params_alloc(m, c, ep);
 
@@ -199,7 +241,9 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
     /* a stream apart from the init and data streams, so turning noise on changes nothing else */
     rng_seed(&m->router_rng, c->seed ^ 0x6e6f697365524e47ull);
 
-    acts_arena_alloc(m, c, B, T, ep);
+    run_state_alloc(m, B, T, 1);
+    if (!be->host_memory && m->spec.balance == MOE_BALANCE_AUX_FREE && m->n_moe)
+        m->router_bias_host = floats_alloc((size_t)m->n_moe * c->num_experts);
 
     /* the workspace of the ops, outside the analytic memory of memory.c (work_bytes) */
     const size_t before = backend_bytes_allocated;
@@ -217,36 +261,16 @@ void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const 
     rs->work_bytes = backend_bytes_allocated - before;
 }
 
-/* a buffer of the model's backend back to it */
-static void release(const Model *m, void *p) {
-    if (p) m->be->free(m->be, p);
-}
-
 void model_free(Model *m) {
     RunState *rs = &m->state;
-    const int L = m->cfg.n_layer;
-    for (int l = 0; l < L + m->cfg.mtp_depth; l++) {
-        MoeActs *a = rs->blocks[l].moe;
-        if (a) { /* its host arrays; its backend buffers are in the model's arena */
-            moe_acts_free(m->be, a);
-            free(a);
-        }
-    }
-    free(rs->resid);
-    free(rs->blocks);
-    free(rs->mtp);
-    free(rs->mtp_host);
+    if (m->pipe) moe_fatal("model_free: the pipeline's run states first (pipe_free)");
+    run_state_free(m);
     release(m, rs->mtp_moe_rec);
     free(m->router_bias_host);
     if (m->zero) zero_free(m->zero);
     free(m->zero);
-    free(rs->tp_host);
-    free(rs->tp_ints);
-    free(rs->tp_floats);
     if (m->sync) grad_sync_free(m->sync);
     free(m->sync);
-    release(m, rs->arena);
-    acts_table_free(&rs->acts);
     release(m, rs->rope_cs);
     release(m, rs->att_ws);
     release(m, rs->norm_partial);
@@ -293,6 +317,20 @@ static void stream_embed(Model *m, const int *inputs, int N) {
          be->embed_forward(be, rs->resid[0], rs->inputs, m->w.tok_emb, N, m->cfg.d_model));
 }
 
+/* Each MoE block's losses and routing record go to the step record's slot. */
+static void record_into(Model *m, int slot) {
+    RunState *rs = &m->state;
+    for (int l = 0, b = 0; l < m->cfg.n_layer; l++)
+        if (rs->blocks[l].moe) {
+            MoeActs *a = rs->blocks[l].moe;
+            a->losses = rs->rec_moe + ((size_t)slot * m->n_moe + b) * 2;
+            a->stats_rec = rs->rec_route +
+                           ((size_t)slot * m->n_moe + b) * route_record_bytes(m->cfg.num_experts);
+            a->defer_losses = rs->defer_reads;
+            b++;
+        }
+}
+
 float model_forward(Model *m, const int *inputs, const int *targets, int B, int T,
                     const StepCtx *ctx) {
     RunState *rs = &m->state;
@@ -308,41 +346,39 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
      * the N (tp.h); else n = N */
     int n, row0;
     tp_rows(m, N, &n, &row0);
-    stream_embed(m, inputs, N);
+    /* a pipeline stage after the first finds its input in resid[layer0] (pipe.h) */
+    if (model_has_embed(m)) stream_embed(m, inputs, N);
 
     /* each MoE block's losses into the step record: the micro-batch's slot while the step reads
      * them at its end (defer_reads), else slot 0, read at once */
     const int slot = rs->defer_reads && ctx ? ctx->micro : 0;
     if (slot < 0 || slot >= rs->rec_slots)
         moe_fatal("model_forward: micro-batch %d of a step record of %d", slot, rs->rec_slots);
-    for (int l = 0, b = 0; l < L; l++)
-        if (rs->blocks[l].moe) {
-            MoeActs *a = rs->blocks[l].moe;
-            a->losses = rs->rec_moe + ((size_t)slot * m->n_moe + b) * 2;
-            a->stats_rec =
-                rs->rec_route + ((size_t)slot * m->n_moe + b) * route_record_bytes(c->num_experts);
-            a->defer_losses = rs->defer_reads;
-            b++;
-        }
-    for (int l = 0; l < L; l++) {
+    record_into(m, slot);
+    for (int l = m->layer0; l < m->layer1; l++) {
         zero_weights(m, L - l, L - l - 1);
         block_forward(m, l, rs->resid[l + 1], rs->resid[l], B, T, NULL, ctx);
     }
 
-    zero_weights(m, 0, -1);
-    PROF(PROF_NORM, be->rmsnorm_forward(be, rs->lnf + (size_t)row0 * C, rs->rstdf, rs->resid[L],
-                                        m->w.final_norm, n, C));
-    if (model_tp(m) > 1)
-        tp_head_forward(m, targets, N); /* and with targets the losses of this rank's rows */
-    else
-        PROF(PROF_HEAD,
-             be->matmul_forward(be, rs->logits, rs->lnf, head_weights(m), N, C, c->vocab));
-    const float mtp = mtp_forward(m, inputs, targets, B, T, ctx, slot);
+    /* a pipeline stage before the last ends with its blocks: no head, a loss of 0 */
+    const int head = model_has_head(m);
+    float mtp = 0.0f;
+    if (head) {
+        zero_weights(m, 0, -1);
+        PROF(PROF_NORM, be->rmsnorm_forward(be, rs->lnf + (size_t)row0 * C, rs->rstdf, rs->resid[L],
+                                            m->w.final_norm, n, C));
+        if (model_tp(m) > 1)
+            tp_head_forward(m, targets, N); /* and with targets the losses of this rank's rows */
+        else
+            PROF(PROF_HEAD,
+                 be->matmul_forward(be, rs->logits, rs->lnf, head_weights(m), N, C, c->vocab));
+        mtp = mtp_forward(m, inputs, targets, B, T, ctx, slot);
+    }
 
     rs->aux_loss = rs->z_loss = 0.0f;
     if (rs->defer_reads) { /* model_read_step computes them */
         rs->loss = NAN;
-        if (targets) {
+        if (targets && head) {
             losses_forward(m, targets, N);
             be->sum(be, rs->rec_loss + slot, rs->losses, (size_t)n);
         }
@@ -362,10 +398,12 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
         rs->loss = NAN;
         return NAN;
     }
-    losses_forward(m, targets, N);
     double sum = 0.0; /* in token order: deterministic */
-    be->sum(be, rs->rec_loss, rs->losses, (size_t)n);
-    be->to_host(be, &sum, rs->rec_loss, sizeof sum);
+    if (head) {
+        losses_forward(m, targets, N);
+        be->sum(be, rs->rec_loss, rs->losses, (size_t)n);
+        be->to_host(be, &sum, rs->rec_loss, sizeof sum);
+    }
     rs->loss = (float)(sum / n);
     return rs->loss + moe_balance_coef(&m->spec) * aux_sum + c->z_coef * z_sum + mtp;
 }
@@ -442,6 +480,32 @@ void model_forward_cached(Model *m, const int *tokens, int N, const KvStep *kv) 
 
 /* ---- backward ----------------------------------------------------------------------------- */
 
+/* The backward from the loss to the last block's output, into dresid: the multi-token
+ * prediction modules', the head's and the final norm's (N this rank's rows). */
+static void head_backward(Model *m, float loss_scale, int N, const StepCtx *ctx) {
+    RunState *rs = &m->state;
+    const Backend *be = m->be;
+    const Config *c = &m->cfg;
+    const int C = c->d_model, L = c->n_layer;
+    /* the multi-token prediction modules first: they end in the main trunk's last output */
+    if (rs->mtp_ran) mtp_backward(m, loss_scale, ctx);
+    zero_weights(m, 0, 1); /* dist.zero=3: the head's and the last block's, kept from the forward */
+    /* loss = mean_n CE_n, so dlogits carries 1/N; loss_scale adds 1/accum */
+    const float *dlnf = rs->dln;
+    if (model_tp(m) > 1) { /* the vocabulary split (tp.h) */
+        dlnf = tp_head_backward(m, loss_scale / (float)N, rs->N_last);
+    } else {
+        PROF(PROF_LOSS, be->crossentropy_backward(be, rs->dlogits, rs->logits, rs->targets,
+                                                  loss_scale / (float)N, N, c->vocab));
+        PROF(PROF_HEAD, be->matmul_backward(be, rs->dln, head_grads(m), rs->dlogits, rs->lnf,
+                                            head_weights(m), N, C, c->vocab));
+    }
+    PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dresid, m->g.final_norm, dlnf, rs->resid[L],
+                                         m->w.final_norm, rs->rstdf, N, C));
+    if (rs->mtp_ran)
+        PROF(PROF_RESIDUAL, be->add(be, rs->dresid, rs->dresid, rs->dmtp, (size_t)N * C));
+}
+
 void model_backward(Model *m, float loss_scale, const StepCtx *ctx) {
     RunState *rs = &m->state;
     const Backend *be = m->be;
@@ -455,38 +519,24 @@ void model_backward(Model *m, float loss_scale, const StepCtx *ctx) {
                   "offloaded), which has no backward; detach it to train");
 
     prof_backward = 1;
-    /* the multi-token prediction modules first: they end in the main trunk's last output */
-    if (rs->mtp_ran) mtp_backward(m, loss_scale, ctx);
-    zero_weights(m, 0, 1); /* dist.zero=3: the head's and the last block's, kept from the forward */
-    /* loss = mean_n CE_n, so dlogits carries 1/N; loss_scale adds 1/accum */
-    const float *dlnf = rs->dln;
-    if (tp > 1) { /* the vocabulary split (tp.h) */
-        dlnf = tp_head_backward(m, loss_scale / (float)N, rs->N_last);
-    } else {
-        PROF(PROF_LOSS, be->crossentropy_backward(be, rs->dlogits, rs->logits, rs->targets,
-                                                  loss_scale / (float)N, N, c->vocab));
-        PROF(PROF_HEAD, be->matmul_backward(be, rs->dln, head_grads(m), rs->dlogits, rs->lnf,
-                                            head_weights(m), N, C, c->vocab));
-    }
-    PROF(PROF_NORM, be->rmsnorm_backward(be, rs->dresid, m->g.final_norm, dlnf, rs->resid[L],
-                                         m->w.final_norm, rs->rstdf, N, C));
-    if (rs->mtp_ran)
-        PROF(PROF_RESIDUAL, be->add(be, rs->dresid, rs->dresid, rs->dmtp, (size_t)N * C));
+    /* a pipeline stage before the last finds the gradient of its output in dresid (pipe.h) */
+    if (model_has_head(m)) head_backward(m, loss_scale, N, ctx);
     /* the last micro-batch of a step across processes: each stage's gradients are final when
      * it is done, and their sums start at once (grad_sync.h) */
     GradSync *sync = ctx && ctx->sync_in_backward ? m->sync : NULL;
     if (sync) grad_sync_ready(sync, m->dist, m->grads, 0);
 
     /* dresid holds d/d(resid[l+1]); each block turns it into d/d(resid[l]) in place */
-    for (int l = L - 1; l >= 0; l--) {
+    for (int l = m->layer1 - 1; l >= m->layer0; l--) {
         zero_weights(m, L - l, l > 0 ? L - l + 1 : -1); /* the embedding's backward needs none */
         block_backward(m, l, rs->dresid, rs->dresid, rs->resid[l], loss_scale, ctx);
         if (sync) grad_sync_ready(sync, m->dist, m->grads, L - l);
     }
 
-    if (tp > 1)
+    /* a pipeline stage after the first leaves the gradient of its input in dresid */
+    if (model_has_embed(m) && tp > 1)
         tp_embed_backward(m, rs->dresid, rs->N_last);
-    else
+    else if (model_has_embed(m))
         PROF(PROF_EMBED,
              be->embed_backward(be, m->g.tok_emb, rs->dresid, rs->inputs, N, C, c->vocab));
     prof_backward = 0;
@@ -565,6 +615,8 @@ float model_grad_norm(const Model *m) {
         if (m->pt.tp > 1) dist_allreduce_sum_d(m->dist, DIST_TP, &part[2], 1);
         ss = part[0] + part[1] + part[2];
     }
+    /* a pipeline: each stage's tensors are its own, their squares add up over the stages */
+    if (m->dist && m->dist->pp > 1) dist_allreduce_sum_d(m->dist, DIST_PP, &ss, 1);
     if (prof_enabled) prof_add(PROF_OPTIMIZER, prof_clock() - t0);
     return (float)sqrt(ss);
 }

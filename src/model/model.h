@@ -234,7 +234,24 @@ typedef struct Model {
     /* dist.zero >= 1 across processes (zero.h; NULL: every state whole): m and v (and from
      * stage 3 params) hold this member's shard of each gradient bucket, Zero.floats in all */
     struct Zero *zero;
+    /* a pipeline stage (dist.pp > 1, pipe.h): the layers [layer0, layer1) this process holds
+     * and runs ([0, n_layer) without a pipeline), the embedding with the first stage (layer0
+     * 0), the final norm, the head and the loss with the last (layer1 n_layer); pipe, the run
+     * states of the micro-batches in flight and the messages between stages (NULL without) */
+    int layer0, layer1;
+    struct Pipe *pipe;
 } Model;
+
+/* Whether this process holds layer l, the embedding, the head (a pipeline stage's share). */
+static inline int model_holds_layer(const Model *m, int l) {
+    return l >= m->layer0 && l < m->layer1;
+}
+static inline int model_has_embed(const Model *m) {
+    return m->layer0 == 0;
+}
+static inline int model_has_head(const Model *m) {
+    return m->layer1 == m->cfg.n_layer;
+}
 
 /* The mode of one forward or backward: what the caller is doing with the model, not the
  * model's state, passed with each call. NULL (or all zero): evaluation and inference: no
@@ -263,7 +280,14 @@ void model_init(Model *m, const Config *c, int B, int T);
 void model_init_dist(Model *m, const Config *c, int B, int T, Dist *d);
 /* The same on a backend of the caller's choice instead of the one train.device names. */
 void model_init_backend(Model *m, const Config *c, int B, int T, Dist *d, const Backend *be);
+/* After pipe_free when pipe_init made the model a pipeline stage (pipe.h). */
 void model_free(Model *m);
+/* Model.state's buffers (the table of acts.h for the stage's layers, in one arena): own, the
+ * model's first run state (model_init's), which also counts the MoE blocks and holds the
+ * aux-free biases; else a pipeline's further run state, the same buffers again (pipe.h). And
+ * their release. */
+void run_state_alloc(Model *m, int B, int T, int own);
+void run_state_free(Model *m);
 
 /* Forward over inputs (B, T) (T <= the T of model_init) in the mode of ctx (NULL: evaluation).
  * With targets, computes the loss (Model.state.loss, aux_loss, z_loss) and leaves probabilities in

@@ -121,7 +121,7 @@ static void block_ffn_entries(ActTable *t, const Config *c, const MoeSpec *spec,
 /* scratch_entries: the backward scratch, one set reused by every block; the dense SwiGLU's
  * gradients only when a dense block exists, the MoE scratch only when an MoE block does */
 static void scratch_entries(ActTable *t, const Config *c, const MoeSpec *spec, size_t N, int tp,
-                            int n_moe, RunState *m) {
+                            int first, int last, int n_moe, RunState *m) {
     /* this rank's heads, hidden channels and n = N / tp rows under tensor parallelism */
     const size_t C = (size_t)c->d_model, V = (size_t)c->vocab, F = (size_t)(c->d_ff / tp);
     const size_t FS = (size_t)c->num_shared * config_expert_hidden(c) / (size_t)tp;
@@ -153,13 +153,15 @@ static void scratch_entries(ActTable *t, const Config *c, const MoeSpec *spec, s
         acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * LAT, ACT_FIELD(m, dlat), "scratch.dlat");
         acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * LAT, ACT_FIELD(m, dlatn), "scratch.dlatn");
     }
-    /* dfg, dfu, dfh: the dense SwiGLU's gradients, only when a dense block exists */
-    if (n_moe < c->n_layer) {
+    /* dfg, dfu, dfh: the dense SwiGLU's gradients, only when a dense block exists (among the
+     * blocks [first, last) a pipeline stage holds) */
+    if (n_moe < last - first) {
         acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * F, ACT_FIELD(m, dfg), "scratch.dfg");
         acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * F, ACT_FIELD(m, dfu), "scratch.dfu");
         acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * F, ACT_FIELD(m, dfh), "scratch.dfh");
     }
-    acts_add(t, ACT_FLOAT, ACT_SCRATCH, n * V, ACT_FIELD(m, dlogits), "scratch.dlogits");
+    if (last == c->n_layer)
+        acts_add(t, ACT_FLOAT, ACT_SCRATCH, n * V, ACT_FIELD(m, dlogits), "scratch.dlogits");
     if (c->mtp_depth > 0) { /* dmtp (N, C), dmtp_cat (N, 2 C): multi-token prediction's */
         acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(m, dmtp), "scratch.dmtp");
         acts_add(t, ACT_FLOAT, ACT_SCRATCH, 2 * N * C, ACT_FIELD(m, dmtp_cat), "scratch.dmtp_cat");
@@ -231,48 +233,60 @@ static void tp_vocab_entries(ActTable *t, const Config *c, size_t N, int tp, Run
 }
 
 void model_acts_table(ActTable *t, const Config *c, int B, int T, int ep, Model *m) {
+    model_acts_table_stage(t, c, B, T, ep, m ? m->layer0 : 0, m ? m->layer1 : c->n_layer, m);
+}
+
+void model_acts_table_stage(ActTable *t, const Config *c, int B, int T, int ep, int first, int last,
+                            Model *m) {
     const int L = c->n_layer;
     const size_t C = (size_t)c->d_model, V = (size_t)c->vocab;
     const size_t E = (size_t)c->num_experts, N = (size_t)B * T;
     MoeSpec spec; /* the spec model_init builds: the table sizes what the block uses */
     moe_spec_from_config(&spec, c, T);
-    int n_moe = 0;
+    int n_moe = 0, moe_here = 0; /* the model's MoE blocks, and those of the stage */
     for (int l = 0; l < L; l++) n_moe += config_is_moe_layer(c, l);
+    for (int l = first; l < last; l++) moe_here += config_is_moe_layer(c, l);
     RunState *rs = m ? &m->state : NULL; /* the buffers are the run state's, but router_bias */
     /* tensor parallelism (tp.h): the model's grid, or for the memory formula the config's; the
      * stream, the head and the loss hold n = N / tp rows */
     const int tp = m ? (m->dist ? m->dist->tp : 1) : (c->tp > 0 ? c->tp : 1);
     const size_t n = N / (size_t)tp;
+    /* a pipeline stage (pipe.h) holds the blocks [first, last), the stream into and out of
+     * them, the embedding's token ids with the first and the head with the last */
+    const int head = last == L;
 
     /* ---- activations kept from forward for backward ------------------------------------- */
     /* token ids, 4-byte ints (the targets stay for the loss's backward) */
-    acts_add(t, ACT_INT, ACT_INT_WORDS, n, ACT_FIELD(rs, inputs), "inputs");
-    acts_add(t, ACT_INT, ACT_INT_WORDS, n, ACT_FIELD(rs, targets), "targets");
+    if (first == 0) acts_add(t, ACT_INT, ACT_INT_WORDS, n, ACT_FIELD(rs, inputs), "inputs");
+    if (head) acts_add(t, ACT_INT, ACT_INT_WORDS, n, ACT_FIELD(rs, targets), "targets");
     /* resid[0..L]: the residual stream, the embedding output and every block output */
-    for (int l = 0; l <= L; l++)
+    for (int l = first; l <= last; l++)
         acts_add(t, ACT_FLOAT, ACT_RESID, n * C, ACT_FIELD(rs, resid[l]), "resid.%d", l);
 
-    for (int l = 0; l < L; l++) {
+    for (int l = first; l < last; l++) {
         BlockActs *a = rs ? &rs->blocks[l] : NULL;
         block_attn_entries(t, c, B, T, tp, l, a);
         block_ffn_entries(t, c, &spec, ep, tp, N, l, a);
     }
     /* router_bias (n_moe, E): the aux-free biases, Model state kept next to the blocks (no
-     * gradient, no moments; in checkpoints), counted with the MoE blocks' activations */
+     * gradient, no moments; in checkpoints), counted with the MoE blocks' activations; every
+     * stage holds all of them (each updates them from the whole model's counts) */
     if (n_moe > 0)
         acts_add(t, ACT_FLOAT, ACT_FFN, (size_t)n_moe * E, ACT_FIELD(m, router_bias),
                  "router_bias");
 
     /* the head: final rmsnorm, logits (N, V) (probabilities after the loss), per-token loss */
     /* (the vocabulary split: lnf's rows gathered, logits (N, V / tp), as many floats) */
-    acts_add(t, ACT_FLOAT, ACT_HEAD, (tp > 1 ? N : n) * C, ACT_FIELD(rs, lnf), "lnf");
-    acts_add(t, ACT_FLOAT, ACT_HEAD, n, ACT_FIELD(rs, rstdf), "rstdf");
-    acts_add(t, ACT_FLOAT, ACT_HEAD, n * V, ACT_FIELD(rs, logits), "logits");
-    acts_add(t, ACT_FLOAT, ACT_HEAD, n, ACT_FIELD(rs, losses), "losses");
+    if (head) {
+        acts_add(t, ACT_FLOAT, ACT_HEAD, (tp > 1 ? N : n) * C, ACT_FIELD(rs, lnf), "lnf");
+        acts_add(t, ACT_FLOAT, ACT_HEAD, n, ACT_FIELD(rs, rstdf), "rstdf");
+        acts_add(t, ACT_FLOAT, ACT_HEAD, n * V, ACT_FIELD(rs, logits), "logits");
+        acts_add(t, ACT_FLOAT, ACT_HEAD, n, ACT_FIELD(rs, losses), "losses");
+    }
     if (c->mtp_depth > 0) mtp_entries(t, c, &spec, B, T, ep, rs);
 
     /* ---- backward scratch: one set, reused by every block ------------------------------- */
-    scratch_entries(t, c, &spec, N, tp, n_moe, rs);
+    scratch_entries(t, c, &spec, N, tp, first, last, moe_here, rs);
     /* tensor parallelism: a gradient's gathered rows, a row-parallel product's partial sum */
     if (tp > 1) {
         acts_add(t, ACT_FLOAT, ACT_SCRATCH, N * C, ACT_FIELD(rs, tp_gath), "scratch.tp_gath");

@@ -231,8 +231,8 @@ static void balance_fractions(MoeActs *a, const int *idx, int N, const MoeSpec *
     for (int e = 0; e < E; e++) count[e] = 0.0;
     for (size_t j = 0; j < (size_t)N * K; j++) count[idx[j]] += 1.0;
     count[E] = (double)N * K;
-    if (x->dist && x->dist->world > 1)
-        dist_allreduce_sum_d(x->dist, DIST_WORLD, count, (size_t)E + 1);
+    if (x->dist && x->dist->world > 1) /* the batch's: the ranks of this block's stage */
+        dist_allreduce_sum_d(x->dist, DIST_STAGE, count, (size_t)E + 1);
     if (s->balance_scope == MOE_SCOPE_GLOBAL) {
         if (x->micro <= 0) memset(a->step_count, 0, ((size_t)E + 1) * sizeof(double));
         for (int e = 0; e <= E; e++) a->step_count[e] += count[e];

@@ -202,6 +202,11 @@ void params_table_build_ep(ParamTable *pt, const Config *c, int ep) {
 }
 
 void params_table_build_grid(ParamTable *pt, const Config *c, int ep, int tp) {
+    params_table_build_stage(pt, c, ep, tp, 0, c->n_layer);
+}
+
+void params_table_build_stage(ParamTable *pt, const Config *c, int ep, int tp, int first,
+                              int last) {
     int cap = N_SPECS * (c->n_layer + 1 + c->mtp_depth);
     pt->t = (ParamTensor *)calloc_check((size_t)cap, sizeof(ParamTensor));
     pt->n = 0;
@@ -209,11 +214,12 @@ void params_table_build_grid(ParamTable *pt, const Config *c, int ep, int tp) {
     pt->n_layer = c->n_layer;
     pt->n_mtp = c->mtp_depth;
     pt->tp = tp;
-    for (int i = 0; i < N_SPECS; i++)
+    for (int i = 0; i < N_SPECS && first == 0; i++)
         if (SPECS[i].where == IN_GLOBAL_FIRST) add_tensor(pt, cap, &SPECS[i], c, -1, ep, tp);
-    for (int l = 0; l < c->n_layer; l++)
+    for (int l = first; l < last; l++)
         for (int i = 0; i < N_SPECS; i++)
             if (spec_in_layer(&SPECS[i], c, l)) add_tensor(pt, cap, &SPECS[i], c, l, ep, tp);
+    if (last < c->n_layer) return;
     for (int i = 0; i < N_SPECS; i++)
         if (SPECS[i].where == IN_GLOBAL_LAST || (SPECS[i].where == IN_UNTIED_LAST && !c->tied))
             add_tensor(pt, cap, &SPECS[i], c, -1, ep, tp);

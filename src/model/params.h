@@ -96,6 +96,10 @@ void params_table_build_ep(ParamTable *pt, const Config *c, int ep);
  * and each tensor with tp_dim >= 0 its 1 / tp share of that dimension (dist.tp; the checks of
  * config_check_dist make it divide). tp = ep = 1 is params_table_build. */
 void params_table_build_grid(ParamTable *pt, const Config *c, int ep, int tp);
+/* The table of a pipeline stage of that grid: the blocks [first, last), the embedding when first
+ * is 0, the final norm and head when last is n_layer (and the multi-token prediction modules
+ * with them); the tensors keep their names, so a whole model's file loads by name. */
+void params_table_build_stage(ParamTable *pt, const Config *c, int ep, int tp, int first, int last);
 /* Between a tensor-parallel share (t's shape, numel floats) and the whole tensor (tp shares of
  * t's split dimension): take copies share p of whole into shard, put copies shard into its
  * place in whole. Rows (tp_dim 0) are one consecutive range of the whole; columns (tp_dim 1) a

@@ -67,8 +67,9 @@ double *model_router_record(const Model *m) {
     const Backend *be = m->be;
     const size_t nb = (size_t)m->n_moe, E = (size_t)m->cfg.num_experts;
     const size_t bytes = nb * (sizeof(double) + E * sizeof(float));
-    /* no process holds every expert whole: expert parallelism, or dist.zero=3 between steps */
-    const int ep = m->dist && (m->dist->ep > 1 || m->cfg.zero >= 3);
+    /* no process holds every expert whole: expert parallelism, dist.zero=3 between steps, or
+     * a pipeline (each stage its blocks') */
+    const int ep = m->dist && (m->dist->ep > 1 || m->cfg.zero >= 3 || m->dist->pp > 1);
     const int F = config_expert_hidden(&m->cfg);
     for (int l = 0, b = 0; l < m->cfg.n_layer && !ep; l++)
         if (m->state.blocks[l].moe) {

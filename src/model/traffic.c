@@ -27,26 +27,42 @@ static uint64_t zero3_gathers(int s, int L, int A) {
  *   the head          forward an all-gather of the normed rows and two of the cross-entropy's
  *                     tp x N floats (each rank's log-sum-exps and losses), backward a
  *                     reduce-scatter of the rows' partial gradients */
-static uint64_t tp_step_bytes(const Config *c, const Dist *d) {
+static uint64_t tp_step_bytes(const Config *c, const Dist *d, int first, int last) {
     const int tp = d->tp, me = d->tp_rank, A = c->accum > 1 ? c->accum : 1;
-    const size_t N = (size_t)(c->batch / (d->world / tp)) * c->seq_len, rows = N * c->d_model;
+    const int readers = dist_group_size(d, DIST_STAGE) / tp;
+    const size_t N = (size_t)(c->batch / readers) * c->seq_len, rows = N * c->d_model;
     uint64_t ag = 0, rs = 0, ce = 0, r = 0;
     dist_cost(d->collectives, DIST_ALLGATHER, tp, me, rows, &ag, &r);
     dist_cost(d->collectives, DIST_REDUCE_SCATTER, tp, me, rows, &rs, &r);
     dist_cost(d->collectives, DIST_ALLGATHER, tp, me, (size_t)tp * N, &ce, &r);
-    int split = 0; /* sublayers split over the ranks */
-    for (int l = 0; l < c->n_layer; l++)
+    int split = 0; /* sublayers split over the ranks (a pipeline stage's: [first, last)) */
+    for (int l = first; l < last; l++)
         split += 1 + (!config_is_moe_layer(c, l) || c->num_shared > 0);
-    const uint64_t micro = (ag + rs) * (1 + 2 * (uint64_t)split) + (ag + 2 * ce + rs);
+    const uint64_t micro = (ag + rs) * (first == 0) + (ag + rs) * 2 * (uint64_t)split +
+                           (ag + 2 * ce + rs) * (last == c->n_layer);
     return micro * (uint64_t)A;
+}
+
+/* A pipeline stage's messages (pipe.h): a micro-batch's rows of the stream, this rank's n C
+ * floats, forward to the next stage (but from the last) and back to the one before (but from
+ * the first). */
+static uint64_t pipe_step_bytes(const Config *c, const Dist *d) {
+    const int readers = dist_group_size(d, DIST_STAGE) / d->tp, A = c->accum > 1 ? c->accum : 1;
+    const uint64_t n = (uint64_t)(c->batch / readers) * c->seq_len / d->tp;
+    const int ways = (d->pp_rank < d->pp - 1) + (d->pp_rank > 0);
+    return (uint64_t)A * ways * n * c->d_model * sizeof(float);
 }
 
 void model_traffic_step(const Config *c, const Dist *d, uint64_t sent[DIST_PURPOSES]) {
     memset(sent, 0, DIST_PURPOSES * sizeof *sent);
     if (d->world <= 1) return; /* one process: nothing leaves it */
-    if (d->tp > 1) sent[DIST_FOR_TP] = tp_step_bytes(c, d);
+    int first = 0, last = c->n_layer; /* a pipeline stage's layers */
+    char err[256];
+    if (d->pp > 1 && config_pp_stage(c, d->pp_rank, &first, &last, err, sizeof err) != 0) return;
+    if (d->tp > 1) sent[DIST_FOR_TP] = tp_step_bytes(c, d, first, last);
+    if (d->pp > 1) sent[DIST_FOR_PIPE] = pipe_step_bytes(c, d);
     ParamTable pt;
-    params_table_build_grid(&pt, c, d->ep, d->tp);
+    params_table_build_stage(&pt, c, d->ep, d->tp, first, last);
     GradBucket *b = NULL;
     const int nb = grad_buckets(&pt, grad_bucket_floats(c), &b);
     const int A = c->accum > 1 ? c->accum : 1;

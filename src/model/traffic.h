@@ -3,8 +3,9 @@
  * for (DistPurpose), predicted from the settings and the process grid before anything runs:
  * the same buckets, groups and kinds of collective the engine will call, each costed by
  * dist_cost (the engine's own rule). `moe plan --config` prints it; `moe train` measures the
- * same in dist.csv (grad_sent, weight_sent, tp_sent) and tests/mpi/test_ep.sh holds the two
- * together, byte for byte.
+ * same in dist.csv (grad_sent, weight_sent, tp_sent, pp_sent) and tests/mpi/test_layouts.sh and
+ * test_pp.sh hold the two together, byte for byte. A pipeline stage (dist.pp) counts its own
+ * layers' buckets and sublayers, and its messages to its neighbours.
  *
  * The gradients' sums: once a step, every bucket of grad_sync.h summed over its group (an
  * all-reduce; under dist.zero >= 2 a reduce-scatter). The weights' gathers of dist.zero

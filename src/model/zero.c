@@ -228,7 +228,8 @@ void zero_norm_record(const Model *m) {
 double zero_norm_squares(const Model *m, const double *sq) {
     double ss = 0.0;
     for (int i = 0; i < m->sync->n; i++) ss += sq[i];
-    dist_allreduce_sum_d(m->dist, DIST_WORLD, &ss, 1);
+    dist_allreduce_sum_d(m->dist, DIST_STAGE, &ss, 1); /* the stage's; model_grad_norm adds the
+                                                         other stages' */
     return ss;
 }
 

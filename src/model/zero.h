@@ -52,8 +52,9 @@
 #include "nn/ops.h"
 
 /* a window's gathers in flight at once: what dist.h allows beside the gradients' sums
- * (GRAD_SYNC_WINDOW) and one blocking collective (the expert exchange's) */
-#define ZERO_FLIGHT (DIST_MAX_IN_FLIGHT - GRAD_SYNC_WINDOW - 1)
+ * (GRAD_SYNC_WINDOW), the pipeline's sends (PIPE_FLIGHT, pipe.h) and one blocking collective
+ * (the expert exchange's) */
+#define ZERO_FLIGHT (DIST_MAX_IN_FLIGHT / 4 - 1)
 
 typedef struct Zero {
     int stage;     /* dist.zero, 1 or more */

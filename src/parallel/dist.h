@@ -1,14 +1,18 @@
 /*
  * dist.h: the process grid and the collectives that training needs.
  *
- * The grid has three axes, tensor-parallel (tp), expert-parallel (ep) and data-parallel (dp),
- * world = tp x ep x dp, tp innermost (the ranks of a tensor-parallel group are neighbours, on
- * one node, as Megatron orders them) and dp outermost:
+ * The grid has four axes, tensor-parallel (tp), expert-parallel (ep), data-parallel (dp) and
+ * pipeline (pp), world = tp x ep x dp x pp, tp innermost (the ranks of a tensor-parallel group
+ * are neighbours, on one node, as Megatron orders them) and pp outermost:
  *
- *   rank = tp_rank + tp (ep_rank + ep dp_rank)
+ *   rank = tp_rank + tp (ep_rank + ep (dp_rank + dp pp_rank))
  *
  *   tp = 2, ep = 2, dp = 2:   dp_rank 0: ep_rank 0: ranks 0 1   ep_rank 1: ranks 2 3
  *                             dp_rank 1: ep_rank 0: ranks 4 5   ep_rank 1: ranks 6 7
+ *
+ * A pipeline stage (pp_rank) is a block of S = tp x ep x dp consecutive ranks holding its
+ * layers (model/pipe.h); every group below but DIST_PP lies inside one stage, as if the stage
+ * were the whole world of a run without a pipeline.
  *
  * Each group a collective runs over is one set of ranks that differ along some axes and agree
  * on the others (dist_grid.c computes them; the model asks the grid, never the rank numbers):
@@ -25,7 +29,12 @@
  *               which hold the same experts; their expert gradients are summed here
  *   DIST_DATA   the ranks of one tp_rank (ep x dp of them), which hold the same shard of the
  *               tensor-parallel weights; those gradients are summed here. With tp = 1 it is
- *               the world.
+ *               the stage.
+ *   DIST_STAGE  the ranks of one pipeline stage (tp x ep x dp): with pp = 1 the world. The
+ *               weights the stage holds whole are summed here, and so is what its MoE blocks
+ *               count over the batch
+ *   DIST_PP     the pp ranks of one (tp_rank, ep_rank, dp_rank), one a stage: activations go
+ *               forward and their gradients back between neighbours, point to point
  *
  * Experts are never split across tp (expert tensor parallelism 1), and ep sits inside the
  * data-parallel ranks rather than folded across tp: between blocks the tp ranks hold
@@ -33,8 +42,9 @@
  * replicas, each routing its own share of the sequence, and the ranks of one tp group hold
  * the same experts. Folding ep across tp (Megatron's parallel folding: a tp group's ranks hold
  * different experts) would save the replicas' memory at the price of a second grid for the
- * MoE blocks; one grid keeps one exchange group and one rule for every block. Pipeline stages,
- * when they come, are the outermost axis.
+ * MoE blocks; one grid keeps one exchange group and one rule for every block. Pipeline stages
+ * are the outermost axis: a stage's neighbour is a whole replica-set of ranks away, so its
+ * point-to-point traffic, the smallest of the four, is the one that crosses nodes.
  *
  * Without MPI (the default build, MOE_HAVE_MPI=0) there is one process: every axis is 1,
  * every collective is a copy, and nothing here needs an MPI library. `make mpi` builds with
@@ -77,12 +87,21 @@
 
 #include "config/config.h" /* DistCollectives, the values of dist.collectives */
 
-typedef enum { DIST_WORLD = 0, DIST_EP = 1, DIST_DP = 2, DIST_TP = 3, DIST_DATA = 4 } DistGroup;
-#define DIST_GROUPS 5
+typedef enum {
+    DIST_WORLD = 0,
+    DIST_EP = 1,
+    DIST_DP = 2,
+    DIST_TP = 3,
+    DIST_DATA = 4,
+    DIST_STAGE = 5,
+    DIST_PP = 6
+} DistGroup;
+#define DIST_GROUPS 7
 
-/* The sizes of the grid's axes a run asks for (dist.tp, dist.ep); dp is what the world leaves. */
+/* The sizes of the grid's axes a run asks for (dist.tp, dist.ep, dist.pp; pp 0 counts as 1);
+ * dp is what the world leaves. */
 typedef struct {
-    int tp, ep;
+    int tp, ep, pp;
 } DistAxes;
 
 typedef struct {
@@ -101,13 +120,15 @@ typedef enum {
     DIST_FOR_WEIGHTS = 2, /* sharded weights gathered (dist.zero) */
     DIST_FOR_TP = 3,      /* a block's tensor-parallel collectives */
     DIST_FOR_EXPERTS = 4, /* the expert exchange (ep.h) */
+    DIST_FOR_PIPE = 5,    /* activations and their gradients between pipeline stages */
 } DistPurpose;
-#define DIST_PURPOSES 5
+#define DIST_PURPOSES 6
 
 typedef struct Dist {
     int rank, world;               /* this process in the world */
-    int tp, ep, dp;                /* the grid: world = tp x ep x dp */
-    int tp_rank, ep_rank, dp_rank; /* rank = tp_rank + tp (ep_rank + ep dp_rank) */
+    int tp, ep, dp, pp;            /* the grid: world = tp x ep x dp x pp */
+    int tp_rank, ep_rank, dp_rank; /* rank = tp_rank + tp (ep_rank + ep (dp_rank + dp pp_rank)) */
+    int pp_rank;                   /* the pipeline stage */
     double timeout_s;     /* longest wait for a peer before the job is ended */
     int collectives;      /* DistCollectives: which engine carries the collectives */
     DistStats stats;
@@ -188,11 +209,13 @@ int dist_available(void);
 
 /* A group's name in messages ("the expert-parallel group"). */
 static inline const char *dist_group_name(DistGroup g) {
-    return g == DIST_EP     ? "the expert-parallel group"
-           : g == DIST_DP   ? "the expert data-parallel group"
-           : g == DIST_TP   ? "the tensor-parallel group"
-           : g == DIST_DATA ? "the data-parallel group"
-                            : "the world";
+    return g == DIST_EP      ? "the expert-parallel group"
+           : g == DIST_DP    ? "the expert data-parallel group"
+           : g == DIST_TP    ? "the tensor-parallel group"
+           : g == DIST_DATA  ? "the data-parallel group"
+           : g == DIST_STAGE ? "the pipeline stage"
+           : g == DIST_PP    ? "the pipeline"
+                             : "the world";
 }
 
 /* Size of a group and this rank's index in it. */
@@ -208,7 +231,7 @@ int dist_group_rank(const Dist *d, DistGroup g);
  * in the same order (each gets its own message tags from that order); they may be waited in
  * any order. This is the shape a device collective library (NCCL: enqueue on a stream, then
  * wait for its event) slots into. The blocking calls below are start then wait. */
-#define DIST_MAX_IN_FLIGHT 8
+#define DIST_MAX_IN_FLIGHT 16
 typedef struct DistOp DistOp;
 DistOp *dist_allreduce_sum_f_start(Dist *d, DistGroup g, float *x, size_t n);
 DistOp *dist_allreduce_sum_d_start(Dist *d, DistGroup g, double *x, size_t n);
@@ -262,6 +285,16 @@ void dist_alltoallv_f(Dist *d, const float *send, const int *send_counts, const 
  * itself; when not, the ranks disagree on the counts, and the job ends saying so. For every
  * implementation of an exchange (this one's, and a backend's own collectives). */
 void dist_check_self_counts(Dist *d, int sent_to_self, int expected_from_self);
+
+/* Point to point inside group g (the pipeline's DIST_PP): n floats of x to member `to`, started
+ * (x belongs to the send until dist_wait, or dist_test says it is done), and n floats from
+ * member `from` into x, waited for (at most timeout_s of silence, then the job ends naming the
+ * peer). kind tells apart the messages of one pair (0: activations forward, 1: their gradients
+ * back); between one pair, messages of a kind arrive in the order they were sent. */
+DistOp *dist_send_f_start(Dist *d, DistGroup g, const float *x, size_t n, int to, int kind);
+void dist_recv_f(Dist *d, DistGroup g, float *x, size_t n, int from, int kind);
+/* 1 when op has finished (and its handle is given back, as by dist_wait), 0 while it runs. */
+int dist_test(Dist *d, DistOp *op);
 
 /* Inside a group: member 0's n floats to every member. */
 void dist_broadcast_f(Dist *d, DistGroup g, float *x, size_t n);

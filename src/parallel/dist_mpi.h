@@ -19,6 +19,10 @@ enum {
     TAG_GATHER = 106,
     TAG_BARRIER_UP = 107,
     TAG_BARRIER_DOWN = 108,
+    /* a pipeline's point-to-point messages (dist_send_f_start, dist_recv_f): a fixed tag a
+     * kind, outside every collective's base + TAG_STRIDE x slot, since the two ends of a pair
+     * start other numbers of operations on the group */
+    TAG_PIPE = 1,
 };
 
 /* Collectives in flight at once get distinct tags, so their messages never match each other's
@@ -95,6 +99,8 @@ typedef struct {
 /* A free slot for a collective named name over group g, its tags drawn from g's start count;
  * and its end: its bytes and seconds into d->stats, the slot free again. */
 DistOp *dm_op_begin(Dist *d, DistGroup g, const char *name, MPI_Datatype type);
+/* The same for one point-to-point message: its tag offset 0, g's start count untouched. */
+DistOp *dm_message_begin(Dist *d, DistGroup g, const char *name, MPI_Datatype type);
 void dm_op_end(Dist *d, DistOp *op);
 
 /* Post a receive of n elements from member p of group g (tag: its base; the op adds its own

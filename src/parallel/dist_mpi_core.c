@@ -52,8 +52,11 @@ void dm_check(const Dist *d, int rc, const char *op) {
     mpi_check(d, rc, op);
 }
 
-/* A free slot for a collective named name over group g, its tags drawn from g's start count. */
-DistOp *dm_op_begin(Dist *d, DistGroup g, const char *name, MPI_Datatype type) {
+/* A free slot for an operation named name over group g, its tags drawn from g's start count;
+ * or, for a point-to-point message (counted = 0), tag offset 0: the two ends of a pair start
+ * other numbers of operations, so a message's tag cannot come from the count, and it leaves
+ * the count alone for the group's collectives. */
+static DistOp *op_begin(Dist *d, DistGroup g, const char *name, MPI_Datatype type, int counted) {
     DistMpi *m = impl_of(d);
     DistOp *op = NULL;
     for (int i = 0; i < DIST_MAX_IN_FLIGHT && !op; i++)
@@ -65,7 +68,7 @@ DistOp *dm_op_begin(Dist *d, DistGroup g, const char *name, MPI_Datatype type) {
     op->g = g;
     op->name = name;
     op->type = type;
-    op->tag = TAG_STRIDE * (int)(m->started[g]++ % TAG_SLOTS);
+    op->tag = counted ? TAG_STRIDE * (int)(m->started[g]++ % TAG_SLOTS) : 0;
     op->kind = OP_ONCE;
     op->patience = WAIT_PEER;
     op->nreq = 0;
@@ -74,6 +77,14 @@ DistOp *dm_op_begin(Dist *d, DistGroup g, const char *name, MPI_Datatype type) {
     op->after_bytes = 0;
     op->purpose = d->purpose;
     return op;
+}
+
+DistOp *dm_op_begin(Dist *d, DistGroup g, const char *name, MPI_Datatype type) {
+    return op_begin(d, g, name, type, 1);
+}
+
+DistOp *dm_message_begin(Dist *d, DistGroup g, const char *name, MPI_Datatype type) {
+    return op_begin(d, g, name, type, 0);
 }
 
 void dm_op_end(Dist *d, DistOp *op) {

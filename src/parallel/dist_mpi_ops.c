@@ -283,6 +283,42 @@ void dist_wait(Dist *d, DistOp *op) {
     dm_op_end(d, op);
 }
 
+/* ---- point to point ---------------------------------------------------------------------- */
+
+/* Both engines send a pipeline's activations as plain MPI messages, a fixed tag a kind
+ * (dm_message_begin), so that what one end sends the other's receive matches whatever else
+ * each has started on the group. */
+DistOp *dist_send_f_start(Dist *d, DistGroup g, const float *x, size_t n, int to, int kind) {
+    const double t0 = now_seconds();
+    int cnt = count_of(d, n, "send_f: more than 2^31 - 1 floats in one message: split it");
+    DistOp *op = dm_message_begin(d, g, "pipeline send", MPI_FLOAT);
+    dm_post_send(d, op, g, x, cnt, to, TAG_PIPE + kind);
+    op->sent = (uint64_t)n * sizeof(float);
+    op->seconds += now_seconds() - t0;
+    return op;
+}
+
+void dist_recv_f(Dist *d, DistGroup g, float *x, size_t n, int from, int kind) {
+    const double t0 = now_seconds();
+    int cnt = count_of(d, n, "recv_f: more than 2^31 - 1 floats in one message: split it");
+    DistOp *op = dm_message_begin(d, g, "pipeline receive", MPI_FLOAT);
+    dm_post_recv(d, op, g, x, cnt, from, TAG_PIPE + kind);
+    op->recvd = (uint64_t)n * sizeof(float);
+    op->seconds += now_seconds() - t0;
+    dist_wait(d, op);
+}
+
+int dist_test(Dist *d, DistOp *op) {
+    if (!op || !op->busy || op->kind == OP_SUM)
+        moe_fatal("dist_test: a point-to-point operation that is not in flight");
+    int done = 0;
+    dm_check(d, MPI_Testall(op->nreq, op->req, &done, MPI_STATUSES_IGNORE), op->name);
+    if (!done) return 0;
+    op->nreq = 0;
+    dm_op_end(d, op);
+    return 1;
+}
+
 /* ---- one to all, all to one --------------------------------------------------------------- */
 
 void dist_broadcast_f(Dist *d, DistGroup g, float *x, size_t n) {

@@ -150,7 +150,7 @@ typedef struct {
     /* the moe.c engine: the bytes process 0 sends a step in the gradients' sums, the weights'
      * gathers and the tensor-parallel collectives, exactly as it counts them (model/traffic.h;
      * dist.csv's grad_sent, weight_sent, tp_sent); 0 for the other engine */
-    double moec_grad_sent, moec_weight_sent, moec_tp_sent;
+    double moec_grad_sent, moec_weight_sent, moec_tp_sent, moec_pp_sent;
     /* time a step, seconds */
     double compute_s, recompute_s, ep_exposed_s, dp_exposed_s, bubble_s, optim_s, step_s;
     double tokens_per_s, mfu;

@@ -92,9 +92,9 @@ static double layer_acts(const PlanInput *in, double n, int tp, int moe, double 
 
 /* A layout the moe.c engine cannot run, or 0. */
 static int moec_refuses(const PlanInput *in, const PlanLayout *l, PlanResult *r) {
-    if (l->pp != 1 || l->vpp != 1 || l->recompute != PLAN_RC_NONE) {
+    if (l->vpp != 1 || l->recompute != PLAN_RC_NONE) {
         snprintf(r->invalid, sizeof r->invalid,
-                 "the moe.c engine has tensor, expert and data parallelism (pp = vpp = 1, no "
+                 "the moe.c engine has tensor, pipeline, expert and data parallelism (vpp = 1, no "
                  "recomputation); train.engine=mixed plans the others");
         return 1;
     }
@@ -103,7 +103,14 @@ static int moec_refuses(const PlanInput *in, const PlanLayout *l, PlanResult *r)
                  "the moe.c engine plans moe.c's own models: give one with --config FILE");
         return 1;
     }
-    return 0;
+    /* what moe train would refuse of this grid, in its words (config_check_dist) */
+    Config c = in->m.c;
+    if (c.pp != l->pp) snprintf(c.pp_layers, sizeof c.pp_layers, "even");
+    c.tp = l->tp, c.ep = l->ep, c.pp = l->pp, c.zero = in->t.zero;
+    char err[sizeof r->invalid];
+    if (config_check_dist(&c, (int)in->k.gpus, err, sizeof err) == 0) return 0;
+    snprintf(r->invalid, sizeof r->invalid, "%s", err);
+    return 1;
 }
 
 /* What a layout's stages share once it is valid: the batch's split, the sizes of a
@@ -183,6 +190,15 @@ static int layout_invalid(const PlanInput *in, const PlanLayout *lay, PlanResult
     return 0;
 }
 
+/* The config the moe.c engine runs this layout with: its dist.tp, dist.ep, dist.pp (the config's
+ * dist.pp_layers when the stages are the config's, else even), and train.zero's dist.zero. */
+static Config moec_config(const Grid *x) {
+    Config c = x->in->m.c;
+    if (c.pp != x->lay->pp) snprintf(c.pp_layers, sizeof c.pp_layers, "even");
+    c.tp = x->lay->tp, c.ep = x->lay->ep, c.pp = x->lay->pp, c.zero = x->in->t.zero;
+    return c;
+}
+
 /* One GPU of stage s: weights w, gradients g, optimizer state o, activations acts (bytes), and
  * the micro-batches in flight; dense_p, exp_p its dense and expert parameters. */
 typedef struct {
@@ -200,15 +216,14 @@ static StageMemory stage_memory(const Grid *x, const Stage *S, int s, double den
     const double mb = x->mb, micro = x->micro, T = x->T, n = x->n, nt = x->nt, d = x->d;
     const double rows = x->rows, dp = x->dp;
     double w, g, o, acts, inflight;
-    if (moec) {
+    if (moec) { /* the engine's table of the last (largest) process of stage s */
         MemoryBreakdown mb_;
-        Config cc = m->c;
-        cc.zero = t->zero; /* the config's dist.zero, or train.zero's --set */
-        cc.tp = tp;        /* the config's dist.tp, or layout.tp's --set */
-        model_memory_process(&cc, (int)mb, (int)T, ep, (int)dp * tp, &mb_);
+        const Config cc = moec_config(x);
+        const int world = (int)dp * tp * pp;
+        model_memory_rank(&cc, (int)mb, (int)T, ep, world, (s + 1) * (world / pp) - 1, &mb_);
         w = 4.0 * mb_.params, g = 4.0 * mb_.grads, o = 4.0 * mb_.adam;
         acts = 4.0 * (mb_.total_words - mb_.params - mb_.grads - mb_.adam) + mb_.pad_bytes;
-        inflight = 1;
+        inflight = mb_.held;
     } else {
         const double zd = dp, ze = r->edp; /* the groups ZeRO shards over */
         w = t->weight_bytes * (dense_p / (t->zero >= 3 ? zd : 1) + exp_p / (t->zero >= 3 ? ze : 1));
@@ -285,7 +300,7 @@ static double stage_tp_bytes(const Grid *x, const Stage *S, double Ls) {
 
 /* The expert exchange of a micro-batch of stage S: each of nt tokens sends top_k rows,
  * (ep - 1) / ep of them to other GPUs, out and back, forward and backward; the busiest receiver
- * sets the pace. For the moe.c engine (fp32 rows, tp = pp = 1) this is chapter 3's formula,
+ * sets the pace. For the moe.c engine (fp32 rows, tp = 1) this is chapter 3's formula,
  * plan_moec_ep_bytes. Its bytes into *epb_out (*ep_inter_out of them across nodes); its
  * seconds returned. */
 static double stage_ep(const Grid *x, const Stage *S, double *epb_out, double *ep_inter_out) {
@@ -336,16 +351,16 @@ static void moec_traffic(const Grid *x, PlanResult *r) {
     const PlanInput *in = x->in;
     Dist d = {0};
     char err[256];
-    const DistAxes axes = {.tp = x->lay->tp, .ep = x->lay->ep};
+    const DistAxes axes = {.tp = x->lay->tp, .ep = x->lay->ep, .pp = x->lay->pp};
     if (dist_grid_set(&d, (int)in->k.gpus, 0, axes, err, sizeof err) != 0) return;
     d.collectives = in->m.c.collectives;
-    Config c = in->m.c;
-    c.tp = x->lay->tp, c.ep = x->lay->ep, c.zero = in->t.zero;
+    const Config c = moec_config(x);
     uint64_t sent[DIST_PURPOSES];
     model_traffic_step(&c, &d, sent);
     r->moec_grad_sent = (double)sent[DIST_FOR_GRADS];
     r->moec_weight_sent = (double)sent[DIST_FOR_WEIGHTS];
     r->moec_tp_sent = (double)sent[DIST_FOR_TP];
+    r->moec_pp_sent = (double)sent[DIST_FOR_PIPE];
     /* the engine's count stands for the estimate of the other engine */
     r->tp_bytes = r->moec_tp_sent;
     r->dp_bytes = r->moec_grad_sent + r->moec_weight_sent;

@@ -143,5 +143,6 @@ void plan_from_config(PlanInput *in, const Config *c) {
     in->t.global_batch = c->batch * (double)c->accum;
     in->lay.ep = c->ep;
     in->lay.tp = c->tp;
+    in->lay.pp = c->pp;
     in->moec_config = 1;
 }

@@ -78,8 +78,8 @@ static void print_one(FILE *f, const PlanInput *in, const PlanResult *r) {
     if (in->t.engine == PLAN_ENGINE_MOEC)
         fprintf(f,
                 "  the engine's count, process 0, bytes (dist.csv's grad_sent, weight_sent, "
-                "tp_sent): %.0f, %.0f, %.0f\n",
-                r->moec_grad_sent, r->moec_weight_sent, r->moec_tp_sent);
+                "tp_sent, pp_sent): %.0f, %.0f, %.0f, %.0f\n",
+                r->moec_grad_sent, r->moec_weight_sent, r->moec_tp_sent, r->moec_pp_sent);
     fprintf(f,
             "time a step, s: compute %.3g, recomputation %.3g, tensor parallel %.3g, expert "
             "exchange %.3g, pipeline %.3g, bubble %.3g, gradient sums %.3g, optimizer %.3g\n",
@@ -206,6 +206,7 @@ void plan_print_json(FILE *f, const PlanInput *in, const PlanResult *r, int n) {
         json_num(f, "grad_sent", x->moec_grad_sent, 0);
         json_num(f, "weight_sent", x->moec_weight_sent, 0);
         json_num(f, "tp_sent", x->moec_tp_sent, 0);
+        json_num(f, "pp_sent", x->moec_pp_sent, 0);
         json_num(f, "compute_s", x->compute_s, 0);
         json_num(f, "recompute_s", x->recompute_s, 0);
         json_num(f, "tp_s", x->tp_s, 0);

@@ -74,8 +74,8 @@ int plan_search(const PlanInput *in, PlanResult *out, int max) {
     const unsigned fx = in->fixed;
     const PlanLayout *st = &in->lay;
     static Choices tp, pp, vpp, ep, mb, rc; /* 24 KB: not on the stack */
-    choose(&tp, fx & PLAN_FIX_TP, st->tp, 1, moec ? 1 : (int)in->k.gpus_per_node, 1);
-    choose(&pp, fx & PLAN_FIX_PP, st->pp, 1, moec ? 1 : (int)fmin(L, MAX_PLAN_LAYERS), 0);
+    choose(&tp, fx & PLAN_FIX_TP, st->tp, 1, (int)in->k.gpus_per_node, 1);
+    choose(&pp, fx & PLAN_FIX_PP, st->pp, 1, (int)fmin(L, MAX_PLAN_LAYERS), 0);
     choose(&vpp, fx & PLAN_FIX_VPP, st->vpp, 1, moec ? 1 : 2, 0);
     choose(&ep, fx & PLAN_FIX_EP, st->ep, 1, E > 0 ? (int)fmin(E, G) : 1, 0);
     choose(&mb, fx & PLAN_FIX_MB, st->micro_batch, 1, moec ? 1 : 8, 1);

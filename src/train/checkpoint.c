@@ -33,6 +33,12 @@ static void release_whole(const Model *m, float *buf[3]) {
         if (buf[kind] != kind_buffer(m, kind)) m->be->free(m->be, buf[kind]);
 }
 
+/* The process that gathers its pipeline stage's tensors whole: the first of the stage (without
+ * a pipeline, process 0, which writes the file). */
+static int stage_writer(const Model *m) {
+    return !m->dist || dist_group_rank(m->dist, DIST_STAGE) == 0;
+}
+
 /* Experts per process: num_experts / dist.ep with expert parallelism, else all of them (1). */
 static int expert_share(const Model *m) {
     return m->dist ? m->dist->ep : 1;
@@ -77,7 +83,7 @@ static void gather_tp_shares(const Model *m, float *const buf[3], float **gather
             m->be->to_host(m->be, all + (size_t)m->dist->tp_rank * t->numel, buf[kind] + t->offset,
                            t->numel * sizeof(float));
             dist_allgather_f(m->dist, DIST_TP, all, t->numel * tp);
-            if (m->dist->rank == 0) {
+            if (stage_writer(m)) {
                 float *whole = floats_alloc(t->numel * tp);
                 for (int p = 0; p < tp; p++)
                     params_tp_put(t, tp, p, all + (size_t)p * t->numel, whole);
@@ -97,41 +103,107 @@ static void rng_entry(TensorRef *e, const char *name, const Rng *rng) {
     e->data = rng;
 }
 
+/* Entry k: tensor t of kind whole, its data at data. */
+static void tensor_entry(TensorRef *e, int kind, const ParamTensor *t, const float *data) {
+    snprintf(e->name, sizeof e->name, "%s/%s", KINDS[kind], t->name);
+    e->dtype = TENSOR_F32;
+    e->ndim = t->ndim;
+    memcpy(e->shape, t->shape, sizeof(t->shape));
+    e->nbytes = t->numel * sizeof(float);
+    e->data = data;
+}
+
+/* The file's entries of this process's tensors of each kind, whole, from e[k] on: gathered
+ * (all experts, or every tensor-parallel share) or from buf; returns the next k. */
+static int own_entries(const Model *m, TensorRef *e, int k, int kind, const float *buf,
+                       float *const *gathered) {
+    const ParamTable *pt = &m->pt;
+    for (int i = 0; i < pt->n; i++, k++) {
+        ParamTensor t = pt->t[i];
+        const float *full = gathered[kind * pt->n + i];
+        const int parts = !full ? 1 : t.expert_dim ? expert_share(m) : pt->tp;
+        if (full) t.shape[t.expert_dim ? 0 : t.tp_dim] *= parts, t.numel *= (size_t)parts;
+        tensor_entry(&e[k], kind, &t, full ? full : buf + t.offset);
+    }
+    return k;
+}
+
+/* A pipeline: the first process of stage s > 0 sends its stage's whole tensors of each kind, in
+ * the order of its table, to process 0, which receives them into recv[s] (3 x the stage's
+ * tensors, with the whole model's shapes in tables[s]) to write with its own. */
+static void send_stage(const Model *m, float *const buf[3], float *const *gathered) {
+    TensorRef *e = (TensorRef *)calloc_check(3 * (size_t)m->pt.n + 1, sizeof(TensorRef));
+    float *host[3] = {NULL, NULL, NULL};
+    for (int kind = 0, k = 0; kind < 3; kind++) {
+        host[kind] = model_host_copy(m, buf[kind], m->pt.total);
+        k = own_entries(m, e, k, kind, host[kind] ? host[kind] : buf[kind], gathered);
+    }
+    for (int k = 0; k < 3 * m->pt.n; k++)
+        dist_wait(m->dist, dist_send_f_start(m->dist, DIST_PP, (const float *)e[k].data,
+                                             e[k].nbytes / sizeof(float), 0, 2));
+    for (int kind = 0; kind < 3; kind++) free(host[kind]);
+    free(e);
+}
+
+/* On process 0: every other stage's tensors (send_stage), with their tables. */
+static float **recv_stages(const Model *m, ParamTable *tables) {
+    const int P = m->dist->pp;
+    float **recv = (float **)calloc_check((size_t)P, sizeof(float *));
+    for (int s = 1; s < P; s++) {
+        int first = 0, last = 0;
+        char err[256];
+        if (config_pp_stage(&m->cfg, s, &first, &last, err, sizeof err) != 0) moe_fatal("%s", err);
+        params_table_build_stage(&tables[s], &m->cfg, 1, 1, first, last);
+        recv[s] = floats_alloc(3 * tables[s].total);
+        for (int kind = 0; kind < 3; kind++)
+            for (int i = 0; i < tables[s].n; i++) {
+                const ParamTensor *t = &tables[s].t[i];
+                dist_recv_f(m->dist, DIST_PP, recv[s] + kind * tables[s].total + t->offset,
+                            t->numel, s, 2);
+            }
+    }
+    return recv;
+}
+
+/* The checkpoint's tensors of each kind, whole: this process's, then under a pipeline the other
+ * stages' (recv_stages), in the whole model's table order. Returns the next entry. */
+static int weight_entries(const Model *m, TensorRef *e, float *const host[3], float *const whole[3],
+                          float *const *gathered, const ParamTable *tables, float *const *recv) {
+    const int P = m->dist ? m->dist->pp : 1;
+    int k = 0;
+    for (int kind = 0; kind < 3; kind++) {
+        k = own_entries(m, e, k, kind, host[kind] ? host[kind] : whole[kind], gathered);
+        for (int s = 1; s < P; s++)
+            for (int i = 0; i < tables[s].n; i++, k++)
+                tensor_entry(&e[k], kind, &tables[s].t[i],
+                             recv[s] + kind * tables[s].total + tables[s].t[i].offset);
+    }
+    return k;
+}
+
 int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, char *err,
                     int errlen) {
     const ParamTable *pt = &m->pt;
-    const int share = expert_share(m);
+    const int P = m->dist ? m->dist->pp : 1;
     float *whole[3];
     whole_buffers(m, whole);
     float **gathered = gather_experts(m, whole);
     gather_tp_shares(m, whole, gathered);
     if (m->dist && m->dist->rank != 0) {
+        if (P > 1 && stage_writer(m)) send_stage(m, whole, gathered);
         for (int j = 0; j < 3 * pt->n; j++) free(gathered[j]);
         free(gathered);
         release_whole(m, whole);
         return 0;
     }
+    ParamTable *tables = (ParamTable *)calloc_check((size_t)P, sizeof(ParamTable));
+    float **recv = P > 1 ? recv_stages(m, tables) : NULL;
     int n = 3 * pt->n + 2 + m->n_moe;
+    for (int s = 1; s < P; s++) n += 3 * tables[s].n;
     TensorRef *e = (TensorRef *)calloc_check((size_t)n, sizeof(TensorRef));
     float *host[3] = {NULL, NULL, NULL}; /* a GPU's weights and moments, copied down */
-    int k = 0;
-    for (int kind = 0; kind < 3; kind++) {
-        host[kind] = model_host_copy(m, whole[kind], pt->total);
-        const float *buf = host[kind] ? host[kind] : whole[kind];
-        for (int i = 0; i < pt->n; i++, k++) {
-            const ParamTensor *t = &pt->t[i];
-            const float *full = gathered[kind * pt->n + i];
-            snprintf(e[k].name, sizeof e[k].name, "%s/%s", KINDS[kind], t->name);
-            e[k].dtype = TENSOR_F32;
-            e[k].ndim = t->ndim;
-            memcpy(e[k].shape, t->shape, sizeof(t->shape));
-            /* a gathered tensor: all experts, or every tensor-parallel share */
-            const int parts = !full ? 1 : t->expert_dim ? share : pt->tp;
-            if (full) e[k].shape[t->expert_dim ? 0 : t->tp_dim] *= parts;
-            e[k].nbytes = t->numel * (size_t)parts * sizeof(float);
-            e[k].data = full ? full : buf + t->offset;
-        }
-    }
+    for (int kind = 0; kind < 3; kind++) host[kind] = model_host_copy(m, whole[kind], pt->total);
+    int k = weight_entries(m, e, host, whole, gathered, tables, recv);
     Rng zero = {{0, 0, 0, 0}};
     rng_entry(&e[k++], "rng/loader", loader_rng ? loader_rng : &zero);
     rng_entry(&e[k++], "rng/router", &m->router_rng);
@@ -158,6 +230,9 @@ int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, cha
     for (int l = 0; l < m->cfg.n_layer; l++) free(biases[l]);
     for (int j = 0; j < 3 * pt->n; j++) free(gathered[j]);
     free(gathered);
+    for (int s = 1; s < P; s++) free(recv[s]), params_table_free(&tables[s]);
+    free(recv);
+    free(tables);
     release_whole(m, whole);
     return rc;
 }

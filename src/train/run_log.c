@@ -45,9 +45,13 @@ void run_log_open(RunLog *g, const RunLogSpec *s, const Config *c, const Model *
     g->dist =
         d ? run_csv(d, dir, "dist.csv",
                     "step,layer,rank,bytes_sent,bytes_recv,comm_s,expert_s,rows_in,"
-                    "rows_out_remote,rows_in_remote,sync_wait_s,grad_sent,weight_sent,tp_sent",
+                    "rows_out_remote,rows_in_remote,sync_wait_s,grad_sent,weight_sent,tp_sent,"
+                    "pp_sent",
                     keep)
           : NULL;
+    g->pipe = d && d->pp > 1 ? run_csv(d, dir, "pipe.csv",
+                                       "step,stage,action,op,micro,start_s,end_s,span_s", keep)
+                             : NULL;
     /* a replay's flips per step: the choices this run's own top-k would have made otherwise */
     g->replay = s->replay ? run_csv(d, dir, "replay.csv", "step,choices,flipped", keep) : NULL;
 
@@ -86,6 +90,7 @@ void run_log_eval(RunLog *g, const Model *m, int step) {
 
 void run_log_traffic(RunLog *g, const Model *m, const DistTally *step_start, int step) {
     if (g->s.d) dist_csv_write(g->dist, m, g->s.d, step_start, step);
+    if (g->pipe) pipe_csv_write(g->pipe, m, g->s.d, step);
 }
 
 /* mix.csv: the windows drawn of each domain since the last row, against the mix's share. */
@@ -137,12 +142,13 @@ void run_log_flush(RunLog *g) {
     fflush(g->train);
     fflush(g->router);
     if (g->dist) fflush(g->dist);
+    if (g->pipe) fflush(g->pipe);
     if (g->replay) fflush(g->replay);
 }
 
 void run_log_close(RunLog *g) {
-    FILE *files[] = {g->train,       g->router,     g->domains, g->mix,
-                     g->val_domains, g->val_router, g->dist,    g->replay};
+    FILE *files[] = {g->train,      g->router, g->domains, g->mix,   g->val_domains,
+                     g->val_router, g->dist,   g->pipe,    g->replay};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
         if (files[i]) fclose(files[i]);
     free(g->dc.loss_sum);

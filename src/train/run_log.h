@@ -49,7 +49,7 @@ typedef struct {
 
 typedef struct {
     RunLogSpec s;
-    FILE *train, *router, *domains, *val_router, *mix, *val_domains, *dist, *replay;
+    FILE *train, *router, *domains, *val_router, *mix, *val_domains, *dist, *pipe, *replay;
     RouterAccum ra;                         /* router.csv's statistics of the step */
     DomainCounts dc;                        /* an evaluation's routing and loss by domain */
     int mix_from;                           /* the step mix.csv's next row counts from */

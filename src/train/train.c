@@ -14,6 +14,7 @@
 #include "io/mix.h"
 #include "model/inspect.h"
 #include "model/memory.h"
+#include "model/pipe.h"
 #include "model/route_face.h"
 #include "model/route_tape.h"
 #include "model/tp.h"
@@ -29,7 +30,10 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
     /* across processes every one draws the whole batch (readers x B sequences, the tensor-
      * parallel ranks of a replica reading the same B) and evaluates its own B of them: the same
      * windows as one process would; a tensor-parallel rank's losses are its n rows of them */
-    const int world = m->dist ? m->dist->world : 1, rank = m->dist ? m->dist->rank : 0;
+    /* a pipeline: the ranks of each stage share the batch (one stage's ranks are a world of
+     * their own here), and the first stage's rank at a place sends its rows on to the next's */
+    const int world = m->dist ? dist_group_size(m->dist, DIST_STAGE) : 1;
+    const int rank = m->dist ? dist_group_rank(m->dist, DIST_STAGE) : 0;
     const int tp = m->dist ? m->dist->tp : 1;
     const size_t NW = (size_t)N * (world / tp), mine = (size_t)(rank / tp) * N;
     int n, row0;
@@ -45,10 +49,13 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
     for (int i = 0; i < eval_batches; i++) {
         loader_val_batch(val, B * (world / tp), T, i, eval_batches, inputs, targets, all_domains);
         /* no context: no exploration noise, evaluation sees the router as it is */
-        model_forward(m, inputs + mine, targets + mine, B, T, NULL);
-        total += rs->loss;
+        if (m->pipe)
+            pipe_forward(m, inputs + mine, targets + mine, B, T);
+        else
+            model_forward(m, inputs + mine, targets + mine, B, T, NULL);
+        total += rs->loss; /* 0 on a pipeline's stages before the last */
         if (!dc) continue;
-        if (dc->loss_sum) { /* each token's loss to its domain */
+        if (dc->loss_sum && model_has_head(m)) { /* each token's loss to its domain */
             m->be->to_host(m->be, token_loss, rs->losses, (size_t)n * sizeof(float));
             for (int t = 0; t < n; t++) {
                 dc->loss_sum[domains[t]] += token_loss[t];
@@ -57,6 +64,10 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
         }
         for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
             if (!model_is_moe(m, l)) continue;
+            if (!model_holds_layer(m, l)) { /* another pipeline stage's: it counts them */
+                b++;
+                continue;
+            }
             double drops[2] = {0.0, 0.0};
             model_route_domains(m, l, dc->counts + (size_t)b * dc->n_domains * dc->E, drops,
                                 domains, dc->n_domains);
@@ -64,7 +75,8 @@ float evaluate(Model *m, const Shard *val, int eval_batches, DomainCounts *dc) {
             b++;
         }
     }
-    if (m->dist) { /* equal shares: the mean of the processes' means is the batch's mean */
+    if (m->dist) { /* equal shares: the mean of the processes' means is the batch's mean (the
+                      last stage's processes': the others' add 0) */
         dist_allreduce_sum_d(m->dist, DIST_WORLD, &total, 1);
         total /= world;
         if (dc) {
@@ -324,7 +336,11 @@ static void load_run(Trainer *t) {
     /* train.batch is the whole batch; each process trains on its equal share of it, drawn by
      * the same loader on every process (the one-process sequences, whatever the world); the
      * dist.tp ranks of a replica read the same share, and each keeps its rows of it (tp.h) */
-    const int tp = t->d ? t->d->tp : 1, rank = t->d ? t->d->rank : 0, readers = t->world / tp;
+    /* under a pipeline each stage's processes share the batch so, and a rank's rows go on to
+     * the rank at its place in the next stage */
+    const int tp = t->d ? t->d->tp : 1;
+    const int rank = t->d ? dist_group_rank(t->d, DIST_STAGE) : 0;
+    const int readers = (t->d ? dist_group_size(t->d, DIST_STAGE) : 1) / tp;
     t->B = c->batch / readers, t->T = c->seq_len;
     t->mine = (size_t)(rank / tp) * t->B * t->T;
     load_shard_or_exit(&t->train, c->train, "data.train", t->T, c->vocab);
@@ -345,6 +361,7 @@ static void load_run(Trainer *t) {
     Model *m = &t->m;
     const size_t before = backend_bytes_allocated;
     model_init_dist(m, c, t->B, t->T, o->dist); /* it keeps one process's dist only for NCCL */
+    if (t->d && t->d->pp > 1) pipe_init(m);     /* a stage's run states of its micro-batches */
     if (t->d) measure_memory(t, backend_bytes_allocated - before - m->state.work_bytes);
     loader_init(&t->loader, &t->train, c->batch, t->T, c->seed);
     setup_mix(&t->loader, c, &t->train, t->mix_target, &t->mix_end_step, t->mix_lines,
@@ -399,9 +416,11 @@ static void trainer_open(Trainer *t, const Config *c, const TrainOptions *o) {
     check_run_dir(t);
     load_run(t);
     claim_run_dir(t);
-    t->inputs = (int *)malloc_check((size_t)c->batch * t->T * sizeof(int));
-    t->targets = (int *)malloc_check((size_t)c->batch * t->T * sizeof(int));
-    t->domains = (uint8_t *)malloc_check((size_t)c->batch * t->T);
+    /* a pipeline draws the step's micro-batches before its schedule runs them */
+    const size_t micro = t->m.pipe ? (size_t)c->accum : 1;
+    t->inputs = (int *)malloc_check(micro * c->batch * t->T * sizeof(int));
+    t->targets = (int *)malloc_check(micro * c->batch * t->T * sizeof(int));
+    t->domains = (uint8_t *)malloc_check(micro * c->batch * t->T);
     t->tty = t->root && !o->quiet && isatty(STDERR_FILENO);
 }
 
@@ -435,6 +454,20 @@ static void print_banner(const Trainer *t) {
 
 /* ---- one optimizer step ------------------------------------------------------------------- */
 
+/* A pipeline stage's micro-batches of the step (pipe.h): all of them drawn, then run in the
+ * schedule's order. */
+static void pipe_passes(Trainer *t, int step, float scale) {
+    const Config *c = t->c;
+    const size_t stride = (size_t)c->batch * t->T;
+    for (int micro = 0; micro < c->accum; micro++) {
+        loader_set_step(&t->loader, step);
+        loader_next(&t->loader, t->inputs + micro * stride, t->targets + micro * stride,
+                    t->domains + micro * stride);
+    }
+    pipe_step(&t->m, t->inputs + t->mine, t->targets + t->mine, stride, t->B, t->T, scale, &t->ctx,
+              c->overlap);
+}
+
 /* The step's micro-batches forward and backward, the gradients summed over the processes, and
  * the step's values: the batch's mean losses, the gradient norm, router.csv's statistics in
  * ra (shared over the processes). */
@@ -446,15 +479,19 @@ static void step_passes(Trainer *t, int step, RouterAccum *ra, StepValues *v) {
      * step model_adamw_step has cleared them in the pass that read them */
     router_accum_reset(ra);
     double loss = 0.0, aux = 0.0, z = 0.0;
-    for (int micro = 0; micro < c->accum; micro++) {
+    /* each process's mean over its share, 1 / replicas of the batch's mean: the processes of a
+     * pipeline stage (without one, the world) */
+    const int replicas = t->d ? dist_group_size(t->d, DIST_STAGE) : 1;
+    const float scale = 1.0f / (float)(c->accum * replicas);
+    if (m->pipe) pipe_passes(t, step, scale);
+    for (int micro = 0; micro < c->accum && !m->pipe; micro++) {
         loader_set_step(&t->loader, step);
         loader_next(&t->loader, t->inputs, t->targets, t->domains);
         t->ctx.micro = micro;
         model_forward(m, t->inputs + t->mine, t->targets + t->mine, t->B, t->T, &t->ctx);
         /* the step's last backward starts the gradients' sums block by block */
         t->ctx.sync_in_backward = m->dist && c->overlap && micro == c->accum - 1;
-        /* each process's mean over its share, 1 / world of the batch's mean */
-        model_backward(m, 1.0f / (float)(c->accum * t->world), &t->ctx);
+        model_backward(m, scale, &t->ctx);
     }
     model_sync_grads(m); /* across processes (or through NCCL alone); else nothing */
     model_grad_norm_record(m);
@@ -471,10 +508,11 @@ static void step_passes(Trainer *t, int step, RouterAccum *ra, StepValues *v) {
     double s[3 + MOE_MTP_MAX];
     model_read_mtp(m, c->accum, s + 3);
     for (int k = 0; k < D; k++) s[3 + k] /= c->accum;
-    if (t->d) { /* the batch's values: the mean over the processes' equal shares */
+    if (t->d) { /* the batch's values: the mean over the processes' equal shares (a pipeline's
+                   stages each add their blocks' and the last its loss) */
         s[0] = loss, s[1] = aux, s[2] = z;
         dist_allreduce_sum_d(t->d, DIST_WORLD, s, 3 + D);
-        for (int i = 0; i < 3 + D; i++) s[i] /= t->world;
+        for (int i = 0; i < 3 + D; i++) s[i] /= replicas;
         loss = s[0], aux = s[1], z = s[2];
         router_accum_share(ra, t->d);
     }
@@ -618,6 +656,7 @@ static void report_memory(Trainer *t) {
 }
 
 static void trainer_free(Trainer *t) {
+    if (t->m.pipe) pipe_free(&t->m);
     free(t->inputs);
     free(t->targets);
     free(t->domains);

@@ -7,6 +7,7 @@
 
 #include "base/util.h"
 #include "model/inspect.h"
+#include "model/pipe.h"
 #include "model/route_face.h"
 
 void router_accum_init(RouterAccum *r, int n_moe, int E, int groups) {
@@ -110,16 +111,18 @@ void router_accum_add(RouterAccum *r, const Model *m) {
 }
 
 /* Across processes: every statistic of the step becomes the mean over the processes (their
- * batches are equal shares, so a mean of fractions is the fraction of the whole batch). */
+ * batches are equal shares, so a mean of fractions is the fraction of the whole batch); under a
+ * pipeline over the processes of the block's stage, the other stages adding 0. */
 void router_accum_share(RouterAccum *r, Dist *d) {
     if (!d) return;
     const size_t nb = (size_t)r->n_moe, ne = nb * r->E;
     double *arrays[8] = {r->load, r->entropy, r->top1,      r->drop,
                          r->pad,  r->edrop,   r->max_logit, r->lse};
     const size_t lens[8] = {ne, nb, nb, nb, nb, ne, nb, nb};
+    const int replicas = dist_group_size(d, DIST_STAGE);
     for (int i = 0; i < 8; i++) {
         dist_allreduce_sum_d(d, DIST_WORLD, arrays[i], lens[i]);
-        for (size_t j = 0; j < lens[i]; j++) arrays[i][j] /= d->world;
+        for (size_t j = 0; j < lens[i]; j++) arrays[i][j] /= replicas;
     }
     dist_allreduce_sum_d(d, DIST_WORLD, r->count, ne); /* counts add up: the whole batch's */
 }
@@ -131,10 +134,10 @@ void router_accum_share(RouterAccum *r, Dist *d) {
  * the mean cosine similarity of the block's experts after the step (how far upcycled copies
  * have moved apart). */
 void router_accum_write(const RouterAccum *r, const Model *m, FILE *f, int step) {
-    /* with expert parallelism (or dist.zero=3, which holds shards between steps) no process
-     * holds all the experts: expert_sim is nan */
+    /* with expert parallelism (or dist.zero=3, which holds shards between steps, or a
+     * pipeline, each stage its blocks') no process holds all the experts: expert_sim is nan */
     const size_t nb = (size_t)m->n_moe, E = (size_t)r->E;
-    const int ep = m->dist && (m->dist->ep > 1 || m->cfg.zero >= 3);
+    const int ep = m->dist && (m->dist->ep > 1 || m->cfg.zero >= 3 || m->dist->pp > 1);
     double *sims = model_router_record(m);
     const float *biases = (const float *)(sims + nb);
     for (int l = 0, b = 0; l < m->cfg.n_layer; l++) {
@@ -206,9 +209,9 @@ void val_router_csv_write(FILE *f, const DomainCounts *dc, const Model *m, float
  * the seconds after the backward spent waiting for the gradients' sums). Gathered by a sum over
  * the world of arrays where each process fills only its own rows. */
 enum {
-    DIST_COLS = 11
+    DIST_COLS = 12
 }; /* bytes_sent, bytes_recv, comm_s, expert_s, rows_in, rows_out, rows_rin,
-     sync_wait_s, grad_sent, weight_sent, tp_sent */
+     sync_wait_s, grad_sent, weight_sent, tp_sent, pp_sent */
 void dist_csv_write(FILE *f, const Model *m, Dist *d, const DistTally *step_start, int step) {
     const Config *c = &m->cfg;
     const int W = d->world, L = c->n_layer + c->mtp_depth;
@@ -233,8 +236,8 @@ void dist_csv_write(FILE *f, const Model *m, Dist *d, const DistTally *step_star
     mine[2] = (d->stats.seconds - step_start->total.seconds) - ep_comm;
     mine[7] = model_sync_wait_s(m); /* what of the gradients' sums the backward did not hide */
     /* the bytes sent for each purpose the planner predicts (moe plan --config) */
-    const int purposes[3] = {DIST_FOR_GRADS, DIST_FOR_WEIGHTS, DIST_FOR_TP};
-    for (int i = 0; i < 3; i++)
+    const int purposes[4] = {DIST_FOR_GRADS, DIST_FOR_WEIGHTS, DIST_FOR_TP, DIST_FOR_PIPE};
+    for (int i = 0; i < 4; i++)
         mine[8 + i] =
             (double)(d->by[purposes[i]].bytes_sent - step_start->by[purposes[i]].bytes_sent);
     dist_allreduce_sum_d(d, DIST_WORLD, all, (size_t)W * nb * DIST_COLS);
@@ -242,11 +245,35 @@ void dist_csv_write(FILE *f, const Model *m, Dist *d, const DistTally *step_star
         for (int l = -1, b = 0; l < L; l++) {
             if (l >= 0 && !config_is_moe_layer(c, l)) continue;
             const double *row = all + ((size_t)r * nb + b) * DIST_COLS;
-            fprintf(f, "%d,%d,%d,%.0f,%.0f,%.6f,%.6f,%.0f,%.0f,%.0f,%.6f,%.0f,%.0f,%.0f\n", step, l,
-                    r, row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
-                    row[9], row[10]);
+            fprintf(f, "%d,%d,%d,%.0f,%.0f,%.6f,%.6f,%.0f,%.0f,%.0f,%.6f,%.0f,%.0f,%.0f,%.0f\n",
+                    step, l, r, row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7],
+                    row[8], row[9], row[10], row[11]);
             b++;
         }
+    free(all);
+}
+
+/* pipe.csv: each stage's actions (its first process's), gathered by a sum over the world of
+ * arrays where each of those fills its own rows, as dist.csv's; and each stage's span. */
+void pipe_csv_write(FILE *f, const Model *m, Dist *d, int step) {
+    const Pipe *p = m->pipe;
+    const int P = p->P, n = p->n_act;
+    double *all = (double *)calloc_check((size_t)P * (2 * n + 1), sizeof(double));
+    double *mine = all + (size_t)p->s * (2 * n + 1);
+    if (dist_group_rank(d, DIST_STAGE) == 0) {
+        for (int i = 0; i < n; i++) mine[2 * i] = p->t_start[i], mine[2 * i + 1] = p->t_end[i];
+        mine[2 * n] = p->span;
+    }
+    dist_allreduce_sum_d(d, DIST_WORLD, all, (size_t)P * (2 * n + 1));
+    for (int s = 0; s < P; s++) {
+        PipeAction *a = (PipeAction *)malloc_check((size_t)n * sizeof *a);
+        pipe_schedule(m->cfg.pp_schedule, P, p->M, s, a);
+        const double *row = all + (size_t)s * (2 * n + 1);
+        for (int i = 0; i < n; i++)
+            fprintf(f, "%d,%d,%d,%c,%d,%.6f,%.6f,%.6f\n", step, s, i, a[i].op == PIPE_F ? 'F' : 'B',
+                    a[i].micro, row[2 * i], row[2 * i + 1], row[2 * n]);
+        free(a);
+    }
     free(all);
 }
 

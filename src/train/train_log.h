@@ -62,6 +62,9 @@ void domains_csv_write(FILE *f, const DomainCounts *dc, const Model *m, const Sh
 void val_router_csv_write(FILE *f, const DomainCounts *dc, const Model *m, float *load, int step);
 /* dist.csv's rows of this step: every process's traffic since step_start */
 void dist_csv_write(FILE *f, const Model *m, Dist *d, const DistTally *step_start, int step);
+/* pipe.csv's rows of this step (a pipeline, model/pipe.h): every action of every stage (its
+ * first process's), when it started and ended in seconds from the step's start */
+void pipe_csv_write(FILE *f, const Model *m, Dist *d, int step);
 
 /* ---- spikes -----------------------------------------------------------------------------------
  * A spike is a step whose value x (the training loss, or the gradient norm before clipping)

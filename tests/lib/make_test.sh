@@ -73,7 +73,8 @@ test-slow)
         env "${mpirun_env[@]}" MOE_BIN="$mpi_build/moe" MOE_BUILD="$mpi_build" MOE_TEST_FULL=1 \
             OMP_WAIT_POLICY=passive bash tests/lib/run_suites.sh "test (slow, MPI)" \
             tests/mpi/test_layouts.sh tests/mpi/test_zero.sh tests/mpi/test_tp.sh \
-            tests/mpi/test_ep.sh tests/mpi/test_ep_teach.sh tests/mpi/test_dist.sh || rc=1
+            tests/mpi/test_ep.sh tests/mpi/test_ep_teach.sh tests/mpi/test_dist.sh \
+            tests/mpi/test_pp.sh || rc=1
     else
         echo "test-slow: skipped: the layouts' sweep (tests/mpi/test_layouts.sh) needs Open MPI (mpicc, mpirun); install it with make deps"
     fi

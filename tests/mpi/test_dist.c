@@ -49,21 +49,23 @@ static void reset_notes(void) {
 }
 
 /* World rank of member p of this rank's group g, from the table of dist.h (rank = tp_rank +
- * tp (ep_rank + ep dp_rank)), written out here apart from dist_grid.c's. */
+ * tp (ep_rank + ep (dp_rank + dp pp_rank))), written out here apart from dist_grid.c's. */
 static int world_of(DistGroup g, int p) {
     const Dist *d = &g_d;
-    const int tp = d->tp, ep = d->ep;
+    const int tp = d->tp, ep = d->ep, S = d->tp * d->ep * d->dp, base = S * d->pp_rank;
     switch (g) {
-    case DIST_TP: return p + tp * (d->ep_rank + ep * d->dp_rank);
-    case DIST_EP: return d->tp_rank + tp * (p + ep * d->dp_rank);
-    case DIST_DP: return p % tp + tp * (d->ep_rank + ep * (p / tp));
-    case DIST_DATA: return d->tp_rank + tp * p;
+    case DIST_TP: return base + p + tp * (d->ep_rank + ep * d->dp_rank);
+    case DIST_EP: return base + d->tp_rank + tp * (p + ep * d->dp_rank);
+    case DIST_DP: return base + p % tp + tp * (d->ep_rank + ep * (p / tp));
+    case DIST_DATA: return base + d->tp_rank + tp * p;
+    case DIST_STAGE: return base + p;
+    case DIST_PP: return d->rank % S + S * p;
     default: return p;
     }
 }
 
 static const char *group_name(DistGroup g) {
-    static const char *names[DIST_GROUPS] = {"WORLD", "EP", "DP", "TP", "DATA"};
+    static const char *names[DIST_GROUPS] = {"WORLD", "EP", "DP", "TP", "DATA", "STAGE", "PP"};
     return names[g];
 }
 
@@ -134,14 +136,14 @@ END_TEST
 START_TEST(test_init_rejects_bad_ep) {
     Dist bad;
     char err[256] = "", want[64];
-    ck_assert_int_eq(
-        dist_init(&bad, NULL, NULL, (DistAxes){1, 0}, g_d.collectives, 1.0, NULL, err, sizeof err),
-        -1);
+    ck_assert_int_eq(dist_init(&bad, NULL, NULL, (DistAxes){1, 0, 1}, g_d.collectives, 1.0, NULL,
+                               err, sizeof err),
+                     -1);
     ck_assert_msg(strstr(err, "dist.ep=0") != NULL, "message: %s", err);
     int ep = g_d.world + 1; /* never divides the world */
-    ck_assert_int_eq(
-        dist_init(&bad, NULL, NULL, (DistAxes){1, ep}, g_d.collectives, 1.0, NULL, err, sizeof err),
-        -1);
+    ck_assert_int_eq(dist_init(&bad, NULL, NULL, (DistAxes){1, ep, 1}, g_d.collectives, 1.0, NULL,
+                               err, sizeof err),
+                     -1);
     snprintf(want, sizeof want, "mpirun -np %d", ep);
     ck_assert_msg(strstr(err, want) != NULL, "message '%s' lacks '%s'", err, want);
     snprintf(want, sizeof want, "dist.ep=%d", ep);
@@ -650,7 +652,7 @@ int main(int argc, char **argv) {
     }
     const char *coll = getenv("MOE_TEST_COLLECTIVES");
     const int collectives = coll && strcmp(coll, "mpi") == 0 ? DIST_COLL_MPI : DIST_COLL_TEACH;
-    if (dist_init(&g_d, &argc, &argv, (DistAxes){tp, ep}, collectives,
+    if (dist_init(&g_d, &argc, &argv, (DistAxes){tp, ep, 1}, collectives,
                   env_number("MOE_TEST_TIMEOUT", 30), NULL, err, sizeof err)) {
         fprintf(stderr, "test_dist: %s\n", err);
         return 2;

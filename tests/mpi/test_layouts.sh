@@ -25,6 +25,8 @@
 need_mpirun skip
 moe=$(executable "${MOE_BIN:-build/mpi/moe}" "make mpi (or set MOE_BIN)") || exit 1
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+# shellcheck source=tests/lib/np_runs.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/np_runs.sh" # same_curves, bytes_agree
 
 "$moe" synth --out "$tmp/data" --tokens 40000 --seed 7 > /dev/null
 tiny=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=4 --set model.kv_heads=4
@@ -35,31 +37,6 @@ tiny=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=4 --set mo
       --set train.eval_batches=1 --set "data.train=$tmp/data/train.bin"
       --set "data.val=$tmp/data/val.bin" --quiet)
 
-# same_curves A B: train.csv's loss, aux, z, grad_norm and val_loss agree to 1e-5 (relative, or
-# 1e-7 absolute) at every step
-same_curves() {
-    awk -F, 'NR == FNR { if (FNR == 1) for (i = 1; i <= NF; i++) c[$i] = i
-                         else for (k in c) a[FNR, k] = $c[k]; n = FNR; next }
-             FNR > 1 { rows++
-                       split("loss aux_loss z_loss grad_norm val_loss", keys, " ")
-                       for (j in keys) { k = keys[j]; x = $c[k]; y = a[FNR, k]
-                         if ((x == "") != (y == "")) bad++
-                         else if (x != "") { d = x - y; d = d < 0 ? -d : d; m = x < 0 ? -x : x
-                                             if (d > 1e-5 * m + 1e-7) bad++ } } }
-             END { exit !(rows == n - 1 && rows > 0 && bad == 0) }' "$1/train.csv" "$2/train.csv"
-}
-# bytes_agree DIR NP: process 0's grad_sent, weight_sent and tp_sent of the last step are the
-# planner's count for DIR's config.txt over NP processes
-bytes_agree() {
-    local json
-    json=$("$moe" plan --config "$1/config.txt" --cluster laptop --gpus "$2" --json 2>&1)
-    awk -F, -v g="$(sed -n 's/.*"grad_sent": *\([0-9]*\).*/\1/p' <<< "$json" | head -n 1)" \
-        -v w="$(sed -n 's/.*"weight_sent": *\([0-9]*\).*/\1/p' <<< "$json" | head -n 1)" \
-        -v t="$(sed -n 's/.*"tp_sent": *\([0-9]*\).*/\1/p' <<< "$json" | head -n 1)" \
-        'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-         $2 == -1 && $3 == 0 { G = $c["grad_sent"]; W = $c["weight_sent"]; T = $c["tp_sent"] }
-         END { exit !(g != "" && G == g && W == w && T == t) }' "$1/dist.csv"
-}
 
 "$moe" train --out "$tmp/one" "${tiny[@]}" > "$tmp/one.log" 2>&1
 check "one process trains" $? "$(tail -n 3 "$tmp/one.log")"

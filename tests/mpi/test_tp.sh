@@ -48,19 +48,8 @@ tiny=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=4 --set mo
       --set train.lr=1e-2 --set train.eval_every=4 --set "data.train=$tmp/data/train.bin"
       --set "data.val=$tmp/data/val.bin" --quiet)
 
-# same_curves A B: train.csv columns loss, aux_loss, z_loss, grad_norm and val_loss (2, 3, 4, 6,
-# 8) agree to 1e-5 (relative, or 1e-7 absolute) at every step, the two files having the same rows
-same_curves() {
-    awk -F, 'NR == FNR { if (FNR > 1) for (i = 2; i <= NF; i++) a[FNR, i] = $i; n = FNR; next }
-             FNR > 1 { rows++
-                       for (i = 2; i <= 8; i++) { if (i == 5 || i == 7) continue
-                         if (($i == "") != (a[FNR, i] == "")) bad++
-                         else if ($i != "") { d = $i - a[FNR, i]; d = d < 0 ? -d : d
-                           m = $i < 0 ? -$i : $i; if (d > 1e-5 * m + 1e-7) bad++ } } }
-             END { exit !(rows == n - 1 && rows > 0 && bad == 0) }' "$1/train.csv" "$2/train.csv"
-}
 # shellcheck source=tests/lib/np_runs.sh
-. "$root/tests/lib/np_runs.sh" # run, resume
+. "$root/tests/lib/np_runs.sh" # run, resume, same_curves
 # agree NAME ONE WHAT RC: the check that run NAME's curve is run ONE's
 agree() {
     same_curves "$tmp/$2" "$tmp/$1"

@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
     const int tp = env_int("MOE_TEST_TP", 1), ep = env_int("MOE_TEST_EP", 1);
     Dist d;
     char err[256];
-    if (dist_init(&d, &argc, &argv, (DistAxes){tp, ep}, DIST_COLL_TEACH, 30, NULL, err,
+    if (dist_init(&d, &argc, &argv, (DistAxes){tp, ep, 1}, DIST_COLL_TEACH, 30, NULL, err,
                   sizeof err)) {
         fprintf(stderr, "test_tp_grad: %s\n", err);
         return 2;
