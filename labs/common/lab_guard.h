@@ -1,6 +1,6 @@
 /*
- * lab_guard.h: guarded outputs and the comparison of tables, for the graders' tests (labs 05
- * and 06). Each output buffer a task writes has LAB_GUARD_N extra floats after it, set to
+ * lab_guard.h: guarded outputs and the comparison of tables, for the graders' tests (labs 05,
+ * 06 and 07). Each output buffer a task writes has LAB_GUARD_N extra floats after it, set to
  * LAB_GUARD: a write past the end shows, and the test says so before comparing the values.
  */
 #ifndef LAB_GUARD_H

@@ -33,7 +33,8 @@ for c in tests/test_*.c tests/mpi/test_*.c; do [ -e "$c" ] && unit_bins+=("$buil
 # The suites that take longest start first, so that the queue's length is about the longest
 # suite's rather than the sum of two queues'.
 slow_first=(tests/mpi/test_ep.sh tests/mpi/test_ep_teach.sh tests/test_ablations.sh tests/test_cuda_build.sh
-            tests/mpi/test_tp.sh tests/mpi/test_dist.sh tests/mpi/test_zero.sh tests/test_lab03.sh tests/test_bench.sh
+            tests/mpi/test_tp.sh tests/mpi/test_dist.sh tests/mpi/test_zero.sh tests/test_lab03.sh tests/test_lab07.sh
+            tests/test_bench.sh
             tests/test_gallery.sh)
 have_mpirun() { command -v mpicc > /dev/null 2>&1 && command -v mpirun > /dev/null 2>&1; }
 
