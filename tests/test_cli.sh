@@ -113,7 +113,7 @@ out=$("$moe" train --out "$tmp/over" "${tiny[@]}" --set train.steps=2 --set trai
       --set train.memory_gib=0.001 2>&1)
 rc=$?
 [ $rc -eq 2 ] && [ ! -e "$tmp/over" ] &&
-    grep -Eq "more than train.memory_gib=0.001 \(1.0 MiB\): spread it over more processes \(dist.tp, dist.zero, dist.ep" <<< "$out"
+    grep -Eq "more than train.memory_gib=0.001 \(1.0 MiB\): spread it over more processes \(dist.tp, dist.pp, dist.zero, dist.ep" <<< "$out"
 check "train.memory_gib=0.001, under the model's need: exit 2, nothing written, what to shard" $? "exit $rc: $out"
 
 # router.csv: 4 load columns; one row per step per MoE layer (2 layers); loads sum to 1

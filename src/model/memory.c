@@ -182,14 +182,14 @@ int memory_check(const Config *c, int B, int T, int ep, int world, char *err, in
     }
     if (have <= 0.0 || need <= have) return 0;
     if (budgeted)
-        return set_error(err, errlen,
-                         "the model needs %.1f MiB a process for %d x %d tokens (weights, "
-                         "gradients and AdamW moments %.1f MiB, the rest activations), more than "
-                         "train.memory_gib=%g (%.1f MiB): spread it over more processes "
-                         "(dist.tp, dist.zero, dist.ep; moe plan --config says what each needs), "
-                         "or use a smaller model or fewer tokens",
-                         need / (1 << 20), B, T, state / (1 << 20), (double)c->memory_gib,
-                         budget / (1 << 20));
+        return set_error(
+            err, errlen,
+            "the model needs %.1f MiB a process for %d x %d tokens (weights, "
+            "gradients and AdamW moments %.1f MiB, the rest activations), more than "
+            "train.memory_gib=%g (%.1f MiB): spread it over more processes "
+            "(dist.tp, dist.pp, dist.zero, dist.ep; moe plan --config says what each needs), "
+            "or use a smaller model or fewer tokens",
+            need / (1 << 20), B, T, state / (1 << 20), (double)c->memory_gib, budget / (1 << 20));
     return set_error(err, errlen,
                      "the model needs %.2f GiB of memory for %d x %d tokens (weights, gradients "
                      "and AdamW moments %.2f GiB, the rest activations), more than the %.2f GiB "

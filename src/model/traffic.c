@@ -4,16 +4,66 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "model/grad_sync.h"
 #include "model/params.h"
+#include "model/pipe.h"
 
-/* How many times a step of A micro-batches gathers stage s's weights under dist.zero=3
- * (zero.h, zero_weights; L blocks): every stage in the first micro-batch's forward (the update
- * before released the windows), each later forward every stage but L (its window kept from
- * the backward before), and each backward stages 2 .. L (the head's and the last block's kept
- * from the forward; the embedding's backward needs none). */
-static uint64_t zero3_gathers(int s, int L, int A) {
-    return 1 + (uint64_t)(A - 1) * (s != L) + (uint64_t)A * (s >= 2 && s <= L);
+/* dist.zero=3's two windows (zero.h), replayed: stage g (a gradient stage of grad_sync.h: 0 the
+ * head's, L - l block l's, L + 1 the embedding's) lives in window g mod 2, and a fetch gathers
+ * it unless that window holds it already (a stage without tensors here gathers nothing, but
+ * takes its window all the same). */
+typedef struct {
+    int held[2], L;
+    uint64_t *count; /* (L + 2) the gathers of each stage */
+} Windows;
+
+static void fetch(Windows *w, int g) {
+    if (g < 0 || g > w->L + 1 || w->held[g % 2] == g) return;
+    w->held[g % 2] = g;
+    w->count[g]++;
+}
+
+/* zero_weights(stage, next): the stage, then the next one's prefetch */
+static void zero_weights_at(Windows *w, int g, int next) {
+    fetch(w, g);
+    fetch(w, next);
+}
+
+/* The calls of zero_weights in a forward, and in a backward, of the blocks [first, last)
+ * (model.c: the embedding's with the first block, the head's with the last). */
+static void forward_calls(Windows *w, int first, int last) {
+    const int L = w->L;
+    if (first == 0) zero_weights_at(w, L + 1, L);
+    for (int l = first; l < last; l++) zero_weights_at(w, L - l, L - l - 1);
+    if (last == L) zero_weights_at(w, 0, -1);
+}
+
+static void backward_calls(Windows *w, int first, int last) {
+    const int L = w->L;
+    if (last == L) zero_weights_at(w, 0, 1);
+    for (int l = last - 1; l >= first; l--) zero_weights_at(w, L - l, l > 0 ? L - l + 1 : -1);
+}
+
+/* How many times a step gathers each stage's weights under dist.zero=3 (count (L + 2)): the
+ * windows empty after the update, then each micro-batch's forward and backward in the order
+ * the step runs them (a pipeline stage's schedule, pipe.h; else forward, backward, A times). */
+static void zero3_gathers(const Config *c, const Dist *d, int first, int last, uint64_t *count) {
+    const int A = c->accum > 1 ? c->accum : 1;
+    Windows w = {{-1, -1}, c->n_layer, count};
+    PipeAction *act = (PipeAction *)malloc_check(2 * (size_t)A * sizeof *act);
+    int n = 0;
+    if (d->pp > 1)
+        n = pipe_schedule(c->pp_schedule, d->pp, A, d->pp_rank, act);
+    else
+        for (int j = 0; j < A; j++)
+            act[n++] = (PipeAction){PIPE_F, j}, act[n++] = (PipeAction){PIPE_B, j};
+    for (int i = 0; i < n; i++)
+        if (act[i].op == PIPE_F)
+            forward_calls(&w, first, last);
+        else
+            backward_calls(&w, first, last);
+    free(act);
 }
 
 /* The bytes this process sends a step in tensor parallelism's collectives over DIST_TP (tp.h),
@@ -65,7 +115,8 @@ void model_traffic_step(const Config *c, const Dist *d, uint64_t sent[DIST_PURPO
     params_table_build_stage(&pt, c, d->ep, d->tp, first, last);
     GradBucket *b = NULL;
     const int nb = grad_buckets(&pt, grad_bucket_floats(c), &b);
-    const int A = c->accum > 1 ? c->accum : 1;
+    uint64_t *gathers = (uint64_t *)calloc_check((size_t)c->n_layer + 2, sizeof(uint64_t));
+    if (c->zero >= 3) zero3_gathers(c, d, first, last, gathers);
     for (int i = 0; i < nb; i++) {
         const int P = dist_group_size(d, b[i].group), me = dist_group_rank(d, b[i].group);
         uint64_t s = 0, r = 0;
@@ -76,8 +127,9 @@ void model_traffic_step(const Config *c, const Dist *d, uint64_t sent[DIST_PURPO
         sent[DIST_FOR_GRADS] += s;
         if (c->zero < 1) continue;
         dist_cost(d->collectives, DIST_ALLGATHER, P, me, b[i].numel, &s, &r);
-        sent[DIST_FOR_WEIGHTS] += s * (c->zero >= 3 ? zero3_gathers(b[i].stage, c->n_layer, A) : 1);
+        sent[DIST_FOR_WEIGHTS] += s * (c->zero >= 3 ? gathers[b[i].stage] : 1);
     }
+    free(gathers);
     free(b);
     params_table_free(&pt);
 }

@@ -15,7 +15,11 @@
 #   4. chapters/03-expert-parallel/layouts.sh --smoke: a memory budget that one process and 4
 #      replicas exceed, and every layout of dist.zero and dist.tp fits: trained to the
 #      one-process curve, its memory the planner's, its bytes the planner's count
-# Writes runs/ch03-*-smoke and plots/03-expert-parallel-smoke/ (ignored by git).
+#   5. chapters/11-parallelism/ablate.sh --smoke: every layout moe plan ranks over 4 processes
+#      trained (those it says fit the budget, to the one-process curve, with its memory and
+#      bytes) or refused by moe train (the others); a pipeline's bubble and timeline files
+# Writes runs/ch03-*-smoke, runs/ch11-smoke, plots/03-expert-parallel-smoke/ and
+# plots/11-parallelism-smoke/ (ignored by git).
 
 # shellcheck source=tests/lib/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
@@ -96,5 +100,38 @@ awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
          END { exit !(n == 10 && bad == 0) }' "$out/layouts.csv"
 check "layouts.csv: one process and 4 replicas refused by the budget; dist.zero and dist.tp layouts train within it on the one-process curve, their memory and bytes what moe plan says" \
     $? "$(cat "$out/layouts.csv" 2>&1)"
+
+echo "test_ablations: chapters/11-parallelism/ablate.sh --smoke"
+out=plots/11-parallelism-smoke
+MOE_BUILD=$build timeout 180 bash chapters/11-parallelism/ablate.sh --smoke > "$tmp/ch11.log" 2>&1
+check "ch11 --smoke exits 0 (every ranked layout trained or refused by the budget, nothing else)" $? \
+    "$(tail -n 5 "$tmp/ch11.log")"
+# every layout moe plan ranks over 4 processes at dist.zero=1: those it says fit train, the
+# others are refused by moe train's own check; a trained one's curve is one process's, its
+# memory and bytes the planner's; at least one pipeline trains, its bytes between stages > 0
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+         { n++; tr = $c["status"] == "trained"
+           if (tr != ($c["planned_fits"] == 1) || ($c["status"] != "trained" && $c["status"] != "refused")) bad++
+           if (!tr) next
+           if ($c["max_loss_rel"] > 1e-5 || $c["planned_mib"] != $c["table_mib"]) bad++
+           if ($c["grad_sent"] != $c["planned_grad_sent"] || $c["weight_sent"] != $c["planned_weight_sent"] ||
+               $c["tp_sent"] != $c["planned_tp_sent"] || $c["pp_sent"] != $c["planned_pp_sent"]) bad++
+           if ($c["pp"] > 1) { pipes++; if ($c["pp_sent"] == 0 || !($c["bubble_measured"] > 0)) bad++ } }
+         END { exit !(n > 4 && pipes > 0 && bad == 0) }' "$out/ranked.csv"
+check "ranked.csv: the planner's verdict is the engine's; trained layouts on the one-process curve, with the planner's memory and bytes; a pipeline among them" \
+    $? "$(cut -d, -f1-20 "$out/ranked.csv" 2>&1)"
+awk -F, 'NR > 1 { n++; if (!($5 > 0 && $5 < 1) || $4 != sprintf("%.3f", 1 / ($3 + 1))) bad++ }
+         END { exit !(n == 4 && bad == 0) }' "$out/bubble.csv" &&
+    awk -F, 'NR > 1 { n[$1]++; if ($6 < $5) bad++ } END { exit !(n["gpipe"] == 16 && n["1f1b"] == 16 && bad == 0) }' \
+        "$out/timeline.csv" &&
+    grep -q '^Summary: layouts ranked [0-9]*, ' "$out/ranked.md" && grep -q '^runs = ' "$out/provenance.txt"
+check "bubble.csv (each schedule at 1 and 4 micro-batches), timeline.csv (a step's 8 actions of each stage on each schedule), the summary, provenance.txt" \
+    $? "$(cat "$out/bubble.csv" "$out/timeline.csv" 2>&1 | head -n 12)"
+missing=""
+for p in bubble.png timeline.png; do
+    [ "$(head -c 8 "$out/$p" 2> /dev/null | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || missing="$missing $p"
+done
+[ -z "$missing" ]
+check "chapter 11's figures" $? "missing or not PNG:$missing"
 
 finish

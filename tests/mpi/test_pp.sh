@@ -11,7 +11,9 @@
 # a stopped stage ends the job naming it, and the run resumes; settings a pipeline cannot take
 # are refused (exit 2), and --print-schedule prints the lists and the bubble:
 #   make test (quick)   pp 2 (1f1b), pp 2 x ep 2 under dist.zero=2 without overlap (gpipe),
-#                       pp 4 (1f1b) with dist.pp_layers, the crossings, the refusals
+#                       pp 2 x 2 replicas under dist.zero=3 with dist.pp_layers=3,1 (1f1b: the
+#                       weights' windows in a stage's order), pp 4 (1f1b) with dist.pp_layers,
+#                       the crossings, the refusals
 #   MOE_TEST_FULL=1     (make test-slow) every pipeline layout of 2 to 8 processes: pp 2 and 4,
 #                       tp 1 and 2, ep 1 and 2 where they divide, each schedule under dist.zero 0
 #                       to 3, for 20 steps; and the stopped stage
@@ -87,6 +89,7 @@ if [ "$full" = 1 ]; then
 else
     layout 2 2 1 1 0 1 1f1b
     layout 4 2 1 2 2 0 gpipe
+    layout 4 2 1 1 3 1 1f1b 3,1
     layout 4 4 1 1 0 1 1f1b 1,1,1,1
 fi
 
