@@ -34,7 +34,9 @@
 #   ranked.md    the same as a table, and a summary line: how many layouts were ranked, fit,
 #                trained and refused, on how many the planner and the engine agree, the
 #                largest loss difference, how many trained with the planner's bytes and memory
-#   bubble.csv   run,schedule,micro_batches,planned,measured and bubble.png
+#   bubble.csv   run,schedule,micro_batches,planned,measured,predicted (from the stages' own
+#                measured forward and backward times),held (the micro-batches stage 0 holds at
+#                once),table_mib (the engine's allocation of the largest process) and bubble.png
 #   timeline.csv schedule,stage,op,micro,start_s,end_s (a step of 4 micro-batches) and
 #                timeline.png
 #   provenance.txt the runs' commits, machine and threads (chapters/lib.sh), and MPI
@@ -159,8 +161,21 @@ for zero in $zeros; do
                  "$runs/search-zero$zero.csv")
 done
 
+# predicted DIR M: the bubble of 2 stages from their own measured times (pipe.csv, the steps
+# after the second): with a forward and a backward of F0, B0 on the first and F1, B1 on the
+# second, the step spans the slower stage's M (F + B) and the other's part of the first and
+# last micro-batch, max(F0 + M (F1 + B1) + B0, M (F0 + B0) + F1 + B1), of which stage s is
+# busy M (Fs + Bs); with equal stages, 1 / (M + 1)
+predicted() {
+    awk -F, -v M="$2" 'NR > 1 && $1 > 2 { t[$2, $4] += $7 - $6; n[$2, $4]++ }
+        END { for (s = 0; s < 2; s++) { F[s] = t[s, "F"] / n[s, "F"]; B[s] = t[s, "B"] / n[s, "B"] }
+              a = F[0] + M * (F[1] + B[1]) + B[0]; b = M * (F[0] + B[0]) + F[1] + B[1]
+              span = a > b ? a : b
+              printf "%.3f", 1 - M * (F[0] + B[0] + F[1] + B[1]) / (2 * span) }' "$1/pipe.csv"
+}
+
 # ---- the bubble of a pipeline of 2 stages -------------------------------------------------------
-echo "run,schedule,micro_batches,planned,measured" > "$out/bubble.csv"
+echo "run,schedule,micro_batches,planned,measured,predicted,held,table_mib" > "$out/bubble.csv"
 for sched in gpipe 1f1b; do
     for m in $micro; do
         name=bubble-$sched-m$m
@@ -168,7 +183,9 @@ for sched in gpipe 1f1b; do
             --set train.accum="$m" --set train.batch=4 --set dist.pp=2 --set dist.pp_schedule="$sched" \
             --set train.steps="$bubble_steps" > "$runs/$name.log" 2>&1
         trained+=("$name=$runs/$name")
-        echo "$sched-m$m,$sched,$m,$(awk -v m="$m" 'BEGIN { printf "%.3f", 1 / (m + 1) }'),$(bubble "$runs/$name")" >> "$out/bubble.csv"
+        held=$("$moe" train "${sets[@]}" --set train.accum="$m" --set dist.pp=2 \
+               --set dist.pp_schedule="$sched" --print-schedule | sed -n 's/^  stage 0 .*holds \([0-9]*\) micro.*/\1/p')
+        echo "$sched-m$m,$sched,$m,$(awk -v m="$m" 'BEGIN { printf "%.3f", 1 / (m + 1) }'),$(bubble "$runs/$name"),$(predicted "$runs/$name" "$m"),$held,$(measured "$name" | cut -d, -f1)" >> "$out/bubble.csv"
     done
 done
 # the timeline of the last step of 4 micro-batches (or the most there are) under each schedule
@@ -198,11 +215,11 @@ done
     echo
     echo "train.memory_gib=$budget_gib ($budget_mib MiB) a process, moe plan's cluster.memory_gb the same bytes; the reference (one process, no budget) needs $ref_mib MiB. $np processes on $cores cores, $steps steps; a layout's rank is moe plan --search's at its dist.zero (fitting layouts first, then by step time on the planner's laptop cluster). Loss: the largest relative difference of a step's loss from one process's, over the first 5 steps and over all (the last digits of other summation orders, and a near-tie's routing flipping, grow over the steps). Bytes: what process 0 sent a step (dist.csv), and whether moe plan --config counts the same. Bubble: (P - 1) / (M + P - 1) for P stages and M = train.accum micro-batches, and the idle share of each stage's step in pipe.csv ($np processes share $cores cores here, so a stage waiting is another stage running: bubble.csv measures it on a core a stage). ranked.csv has every column."
     echo
-    echo "| schedule | micro-batches | bubble (P - 1) / (M + P - 1) | measured |"
-    echo "| --- | ---: | ---: | ---: |"
-    awk -F, 'NR > 1 { printf "| %s | %s | %s | %s |\n", $2, $3, $4, $5 }' "$out/bubble.csv"
+    echo "| schedule | micro-batches | bubble (P - 1) / (M + P - 1) | measured | from the stages' own times | stage 0 holds | largest process (MiB) |"
+    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    awk -F, 'NR > 1 { printf "| %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7, $8 }' "$out/bubble.csv"
     echo
-    echo "dist.pp=2 over 2 processes (a core each), $bubble_steps steps; measured: the mean over the stages and the steps after the second of the span less the stage's actions, over the span (pipe.csv)."
+    echo "dist.pp=2 over 2 processes (a core each), $bubble_steps steps; measured: the mean over the stages and the steps after the second of the span less the stage's actions, over the span (pipe.csv); from the stages' own times: the same schedule with each stage's mean forward and backward (the formula's equal stages replaced by the measured ones: max(F0 + M (F1 + B1) + B0, M (F0 + B0) + F1 + B1) for the step)."
     echo
     awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
              { n++; fit += $c["planned_fits"]; tr = $c["status"] == "trained"; t += tr

@@ -1,7 +1,8 @@
 # The bubble of a pipeline of 2 stages against the micro-batches a step: each schedule's
 # measured idle share of a step (points) beside (P - 1) / (M + P - 1) (the line).
 # gnuplot -e "csv='bubble.csv'; out='bubble.png'" bubble.gp
-#   csv: run,schedule,micro_batches,planned,measured (chapters/11-parallelism/ablate.sh)
+#   csv: run,schedule,micro_batches,planned,measured,predicted (chapters/11-parallelism/ablate.sh)
+# The crosses: the bubble the stages' own measured times predict (unequal stages).
 W = 900
 H = 520
 load 'plots/style.gp'
@@ -17,4 +18,6 @@ plot 1.0 / (x + 1) with lines lw 2 lc rgb '#444444' dt 2 title '(P - 1) / (M + P
      csv every ::1 using (stringcolumn(2) eq 'gpipe' ? $3 : NaN):5 with points pt 7 ps 1.6 \
          lc rgb '#0072b2' title 'GPipe, measured', \
      csv every ::1 using (stringcolumn(2) eq '1f1b' ? $3 : NaN):5 with points pt 5 ps 1.3 \
-         lc rgb '#d55e00' title '1F1B, measured'
+         lc rgb '#d55e00' title '1F1B, measured', \
+     csv every ::1 using (stringcolumn(2) eq 'gpipe' ? $3 : NaN):6 with points pt 2 ps 2 lw 2 \
+         lc rgb '#009e73' title 'from the stages'' own times'

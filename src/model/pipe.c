@@ -78,15 +78,18 @@ double pipe_simulate(int schedule, int P, int M, double tf, double tb, double *s
  * ".." idle. */
 static void print_timeline_row(FILE *f, int s, const double *start, const double *end,
                                const PipeAction *a, int n, int cells) {
-    fprintf(f, "  stage %d |", s);
+    char *line = (char *)malloc_check(12 * (size_t)cells + 32); /* a cell: 9 characters at most */
+    int len = snprintf(line, 32, "  stage %d |", s);
     for (int t = 0, i = 0; t < cells; t++) {
         while (i < n && end[i] <= t) i++;
         if (i < n && start[i] <= t)
-            fprintf(f, " %c%-2d", a[i].op == PIPE_F ? 'F' : 'B', a[i].micro);
+            len += snprintf(line + len, 16, " %c%-2d", a[i].op == PIPE_F ? 'F' : 'B', a[i].micro);
         else
-            fprintf(f, " .. ");
+            len += snprintf(line + len, 16, " .. ");
     }
-    fputc('\n', f);
+    while (len > 0 && line[len - 1] == ' ') len--; /* no blanks at the end of the line */
+    fprintf(f, "%.*s\n", len, line);
+    free(line);
 }
 
 void pipe_print(FILE *f, const Config *c) {
