@@ -6,6 +6,7 @@
 #   bash chapters/11-parallelism/ablate.sh           # the handbook's numbers (about 10 minutes)
 #   bash chapters/11-parallelism/ablate.sh --quick   # fewer steps
 #   bash chapters/11-parallelism/ablate.sh --smoke   # a tiny model over 4 processes (the test)
+#   ... --summarize                                  # the tables and figures from the runs there
 #
 # The model: an MoE of 8 experts with a shared expert, a dense first block, grouped-query heads,
 # 4 blocks and a 4096-token vocabulary, on synthetic data; 8 sequences of 64 tokens a
@@ -44,13 +45,15 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=chapters/lib.sh
 . chapters/lib.sh
-mode=full suffix=""
-case ${1:-} in
-    --quick) mode=quick suffix=-quick ;;
-    --smoke) mode=smoke suffix=-smoke ;;
-    "") ;;
-    *) echo "usage: $0 [--quick | --smoke]" >&2; exit 2 ;;
-esac
+mode=full suffix="" summarize=0
+for arg in "$@"; do
+    case $arg in
+        --quick) mode=quick suffix=-quick ;;
+        --smoke) mode=smoke suffix=-smoke ;;
+        --summarize) summarize=1 ;;
+        *) echo "usage: $0 [--quick | --smoke] [--summarize]" >&2; exit 2 ;;
+    esac
+done
 out=plots/11-parallelism$suffix
 runs=runs/ch11$suffix
 model=(--set model.d_model=128 --set model.n_layer=4 --set model.n_head=8 --set model.kv_heads=4
@@ -76,10 +79,12 @@ export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 cores=$(getconf _NPROCESSORS_ONLN)
 budget_gib=$(awk -v m="$budget_mib" 'BEGIN { printf "%.10g", m / 1024 }')
 budget_gb=$(awk -v m="$budget_mib" 'BEGIN { printf "%.10g", m * 1048576 / 1e9 }')
-rm -rf "$runs"
-mkdir -p "$runs" "$out"
-"$moe" synth --out "$runs/data" --tokens 200000 --seed 5 \
-    --vocab "$(sed -n 's/.*model.vocab=\([0-9]*\).*/\1/p' <<< "${model[*]}")" > /dev/null
+if [ "$summarize" = 0 ]; then
+    rm -rf "$runs"
+    mkdir -p "$runs" "$out"
+    "$moe" synth --out "$runs/data" --tokens 200000 --seed 5 \
+        --vocab "$(sed -n 's/.*model.vocab=\([0-9]*\).*/\1/p' <<< "${model[*]}")" > /dev/null
+fi
 sets=("${model[@]}" --set "data.train=$runs/data/train.bin" --set "data.val=$runs/data/val.bin"
       --set train.warmup=2 --set train.eval_every=0 --set train.threads=1 --set train.lr=3e-3)
 printf '%s\n' "${model[@]}" | grep -v '^--set$' > "$runs/model.cfg"
@@ -124,11 +129,11 @@ bubble() {
 }
 
 # ---- the reference, and every ranked layout --------------------------------------------------
-"$moe" train --out "$runs/reference" "${sets[@]}" --set train.steps="$steps" --quiet > "$runs/reference.log"
-ref_mib=$("$moe" plan --config "$runs/reference/config.txt" --cluster laptop --gpus 1 --json |
-          field mem_total | awk '{ printf "%.2f", $1 / 1048576 }')
-trained=("reference=$runs/reference")
 csv=$out/ranked.csv
+# the microbatches of the timeline: 4 (or the most there are)
+tm=$(tr ' ' '\n' <<< "$micro" | awk '$1 <= 4' | tail -n 1)
+train_all() {
+"$moe" train --out "$runs/reference" "${sets[@]}" --set train.steps="$steps" --quiet > "$runs/reference.log"
 echo "layout,zero,rank,tp,pp,ep,dp,planned_fits,planned_mib,table_mib,peak_mib,status,max_loss_rel_5,max_loss_rel,grad_sent,weight_sent,tp_sent,pp_sent,planned_grad_sent,planned_weight_sent,planned_tp_sent,planned_pp_sent,bubble_planned,bubble_measured,step_s,planned_step_s" > "$csv"
 for zero in $zeros; do
     "$moe" plan --config "$runs/model.cfg" --cluster laptop --gpus "$np" --set train.zero="$zero" \
@@ -147,7 +152,6 @@ for zero in $zeros; do
         if mpirun --bind-to none -np "$np" "$moe" train --out "$runs/$name" "${sets[@]}" "${grid[@]}" \
                 --set train.steps="$steps" --set train.memory_gib="$budget_gib" < /dev/null \
                 > "$runs/$name.log" 2>&1; then
-            trained+=("$name=$runs/$name")
             row="$(measured "$name"),trained,$(loss_rel "$runs/$name" 5),$(loss_rel "$runs/$name"),$(sent "$runs/$name"),$planned_sent,$plan_bubble,$(bubble "$runs/$name"),$(step_s "$runs/$name")"
         else
             grep -q "more than train.memory_gib=" "$runs/$name.log" ||
@@ -182,24 +186,29 @@ for sched in gpipe 1f1b; do
         mpirun --bind-to none -np 2 "$moe" train --out "$runs/$name" "${sets[@]}" \
             --set train.accum="$m" --set train.batch=4 --set dist.pp=2 --set dist.pp_schedule="$sched" \
             --set train.steps="$bubble_steps" > "$runs/$name.log" 2>&1
-        trained+=("$name=$runs/$name")
         held=$("$moe" train "${sets[@]}" --set train.accum="$m" --set dist.pp=2 \
                --set dist.pp_schedule="$sched" --print-schedule | sed -n 's/^  stage 0 .*holds \([0-9]*\) micro.*/\1/p')
         echo "$sched-m$m,$sched,$m,$(awk -v m="$m" 'BEGIN { printf "%.3f", 1 / (m + 1) }'),$(bubble "$runs/$name"),$(predicted "$runs/$name" "$m"),$held,$(measured "$name" | cut -d, -f1)" >> "$out/bubble.csv"
     done
 done
-# the timeline of the last step of 4 micro-batches (or the most there are) under each schedule
-tm=$(tr ' ' '\n' <<< "$micro" | awk '$1 <= 4' | tail -n 1)
+# the timeline of the last step of $tm micro-batches under each schedule
 echo "schedule,stage,op,micro,start_s,end_s" > "$out/timeline.csv"
 for sched in gpipe 1f1b; do
     awk -F, -v s="$sched" -v last="$bubble_steps" 'NR > 1 && $1 == last { print s "," $2 "," $4 "," $5 "," $6 "," $7 }' \
         "$runs/bubble-$sched-m$tm/pipe.csv" >> "$out/timeline.csv"
 done
+}
+[ "$summarize" = 1 ] || train_all
+[ -s "$csv" ] && [ -s "$out/bubble.csv" ] || { echo "$0: no runs in $runs: run it without --summarize" >&2; exit 2; }
+ref_mib=$("$moe" plan --config "$runs/reference/config.txt" --cluster laptop --gpus 1 --json |
+          field mem_total | awk '{ printf "%.2f", $1 / 1048576 }')
+trained=()
+for dir in "$runs"/*/; do [ -s "$dir/train.csv" ] && trained+=("$(basename "$dir")=${dir%/}"); done
 
 # ---- tables and figures ------------------------------------------------------------------------
 {
-    echo "| dist.zero | rank | tp x pp x ep x dp | the planner: fits, MiB | engine's table (MiB) | peak resident (MiB) | under the budget | loss vs one process: 5 steps, all | bytes a step: gradients, weights, tp, pp | moe plan's count | bubble: planned, measured | step (s) |"
-    echo "| ---: | ---: | --- | --- | ---: | ---: | --- | ---: | --- | --- | --- | ---: |"
+    echo "| layout | dist.zero | rank | tp x pp x ep x dp | the planner: fits, MiB | engine's table (MiB) | peak resident (MiB) | under the budget | loss vs one process: 5 steps, all | bytes a step: gradients, weights, tp, pp | moe plan's count | bubble: planned, measured | step (s) |"
+    echo "| --- | ---: | ---: | --- | --- | ---: | ---: | --- | ---: | --- | --- | --- | ---: |"
     awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
              { grid = $c["tp"] " x " $c["pp"] " x " $c["ep"] " x " $c["dp"]
                bytes = ""; same = ""; bub = $c["bubble_planned"]
@@ -209,15 +218,15 @@ done
                            $c["tp_sent"] == $c["planned_tp_sent"] && $c["pp_sent"] == $c["planned_pp_sent"]) ? "the same" : "DIFFERS"
                    bub = bub ", " $c["bubble_measured"]
                }
-               printf "| %s | %s | %s | %s, %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $c["zero"], $c["rank"], grid,
+               printf "| %s | %s | %s | %s | %s, %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $c["zero"], $c["rank"], grid,
                       $c["planned_fits"] ? "yes" : "no", $c["planned_mib"], $c["table_mib"], $c["peak_mib"],
                       $c["status"], $c["max_loss_rel_5"] ($c["status"] == "trained" ? ", " : "") $c["max_loss_rel"], bytes, same, bub, $c["step_s"] }' "$csv"
     echo
     echo "train.memory_gib=$budget_gib ($budget_mib MiB) a process, moe plan's cluster.memory_gb the same bytes; the reference (one process, no budget) needs $ref_mib MiB. $np processes on $cores cores, $steps steps; a layout's rank is moe plan --search's at its dist.zero (fitting layouts first, then by step time on the planner's laptop cluster). Loss: the largest relative difference of a step's loss from one process's, over the first 5 steps and over all (the last digits of other summation orders, and a near-tie's routing flipping, grow over the steps). Bytes: what process 0 sent a step (dist.csv), and whether moe plan --config counts the same. Bubble: (P - 1) / (M + P - 1) for P stages and M = train.accum micro-batches, and the idle share of each stage's step in pipe.csv ($np processes share $cores cores here, so a stage waiting is another stage running: bubble.csv measures it on a core a stage). ranked.csv has every column."
     echo
-    echo "| schedule | micro-batches | bubble (P - 1) / (M + P - 1) | measured | from the stages' own times | stage 0 holds | largest process (MiB) |"
-    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
-    awk -F, 'NR > 1 { printf "| %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7, $8 }' "$out/bubble.csv"
+    echo "| run | schedule | micro-batches | bubble (P - 1) / (M + P - 1) | measured | from the stages' own times | stage 0 holds | largest process (MiB) |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    awk -F, 'NR > 1 { printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8 }' "$out/bubble.csv"
     echo
     echo "dist.pp=2 over 2 processes (a core each), $bubble_steps steps; measured: the mean over the stages and the steps after the second of the span less the stage's actions, over the span (pipe.csv); from the stages' own times: the same schedule with each stage's mean forward and backward (the formula's equal stages replaced by the measured ones: max(F0 + M (F1 + B1) + B0, M (F0 + B0) + F1 + B1) for the step)."
     echo

@@ -1,12 +1,13 @@
 /*
  * bench_layout.c: `moe bench --layout` (bench.h): the training step of each config across the
- * processes of an mpirun job, in the grid its settings give (dist.tp, dist.ep, dist.zero, from
- * --set), timed in one process per rank rather than in forked children (a process that has
- * started MPI may not fork), on random tokens.
+ * processes of an mpirun job, in the grid its settings give (dist.tp, dist.ep, dist.pp,
+ * dist.zero, from --set), timed in one process per rank rather than in forked children (a
+ * process that has started MPI may not fork), on random tokens.
  *
  * A step is the training loop's: every reader's share of the batch forward and backward (the
- * tensor-parallel ranks of a replica read the same sequences), the gradients' sums started in
- * the backward (dist.overlap), the norm, the update. Each step starts after a barrier, so the
+ * tensor-parallel ranks of a replica read the same sequences; a pipeline stage runs its
+ * schedule's train.accum micro-batches of them, pipe.h), the gradients' sums started in the
+ * backward (dist.overlap), the norm, the update. Each step starts after a barrier, so the
  * time of a step is its slowest process's. Reported by the first process: the median step, the
  * batch's tokens a second, the engine's table of the largest process and the largest peak
  * resident memory over the timed steps, and what process 0 sent a step by what for, beside
@@ -21,6 +22,7 @@
 #include "backend/backend.h"
 #include "base/util.h"
 #include "model/memory.h"
+#include "model/pipe.h"
 #include "model/model.h"
 #include "model/traffic.h"
 #include "parallel/dist.h"
@@ -59,8 +61,13 @@ static void time_steps(Model *m, Dist *d, const BenchOptions *o, const int *in, 
         }
         dist_barrier(d);
         const double t0 = now_seconds();
-        model_forward(m, in, tg, B, T, &ctx);
-        model_backward(m, 1.0f / (float)d->world, &ctx);
+        const float scale = 1.0f / (float)dist_group_size(d, DIST_STAGE);
+        if (m->pipe) { /* a pipeline stage: train.accum micro-batches of these tokens */
+            pipe_step(m, in, tg, 0, B, T, scale / (float)c->accum, &ctx, c->overlap);
+        } else {
+            model_forward(m, in, tg, B, T, &ctx);
+            model_backward(m, scale, &ctx);
+        }
         model_sync_grads(m);
         const float norm = model_grad_norm(m);
         model_adamw_step(m, c->lr, c->clip > 0.0f && norm > c->clip ? c->clip / norm : 1.0f);
@@ -78,7 +85,7 @@ static void time_steps(Model *m, Dist *d, const BenchOptions *o, const int *in, 
 /* One config over the job's processes into r (every process takes part). */
 static void measure_layout(const Config *c, int B, int T, Dist *d, const BenchOptions *o,
                            LayoutResult *r) {
-    const int readers = d->world / d->tp, Bl = B / readers;
+    const int readers = dist_group_size(d, DIST_STAGE) / d->tp, Bl = B / readers;
     const size_t N = (size_t)B * T;
     int *in = (int *)malloc_check(N * sizeof(int)), *tg = (int *)malloc_check(N * sizeof(int));
     Rng rng; /* the same tokens on every process; each reader takes its sequences */
@@ -87,10 +94,12 @@ static void measure_layout(const Config *c, int B, int T, Dist *d, const BenchOp
         in[i] = (int)rng_below(&rng, (uint64_t)c->vocab);
         tg[i] = (int)rng_below(&rng, (uint64_t)c->vocab);
     }
-    const size_t mine = (size_t)(d->rank / d->tp) * Bl * T;
+    const size_t mine = (size_t)(dist_group_rank(d, DIST_STAGE) / d->tp) * Bl * T;
     Model m;
     model_init_dist(&m, c, Bl, T, d);
+    if (d->pp > 1) pipe_init(&m);
     time_steps(&m, d, o, in + mine, tg + mine, Bl, T, r);
+    if (m.pipe) pipe_free(&m);
     model_free(&m);
     free(in);
     free(tg);
@@ -112,13 +121,15 @@ static void measure_layout(const Config *c, int B, int T, Dist *d, const BenchOp
 static void report_row(FILE *out, const char *name, const Config *c, const Dist *d,
                        const LayoutResult *r) {
     char grid[64];
-    snprintf(grid, sizeof grid, "%dx%dx%d z%d", d->tp, d->ep, d->dp, c->zero);
-    fprintf(out, "%-12s %-12s %9.4f %10.0f %9.1f %9.1f %12.0f %12.0f %12.0f %12.0f  %s\n", name,
-            grid, r->step_s, r->tokens_s, r->table_mib, r->peak_mib, r->sent[DIST_FOR_GRADS],
-            r->sent[DIST_FOR_WEIGHTS], r->sent[DIST_FOR_TP], r->sent[DIST_FOR_EXPERTS],
+    snprintf(grid, sizeof grid, "%d.%d.%d.%d z%d", d->tp, d->ep, d->dp, d->pp, c->zero);
+    fprintf(out, "%-12s %-12s %9.4f %10.0f %9.1f %9.1f %12.0f %12.0f %12.0f %12.0f %12.0f  %s\n",
+            name, grid, r->step_s, r->tokens_s, r->table_mib, r->peak_mib, r->sent[DIST_FOR_GRADS],
+            r->sent[DIST_FOR_WEIGHTS], r->sent[DIST_FOR_TP], r->sent[DIST_FOR_PIPE],
+            r->sent[DIST_FOR_EXPERTS],
             r->sent[DIST_FOR_GRADS] == r->planned[DIST_FOR_GRADS] &&
                     r->sent[DIST_FOR_WEIGHTS] == r->planned[DIST_FOR_WEIGHTS] &&
-                    r->sent[DIST_FOR_TP] == r->planned[DIST_FOR_TP]
+                    r->sent[DIST_FOR_TP] == r->planned[DIST_FOR_TP] &&
+                    r->sent[DIST_FOR_PIPE] == r->planned[DIST_FOR_PIPE]
                 ? "the same"
                 : "DIFFERS");
 }
@@ -138,9 +149,9 @@ int bench_layout_run(const BenchOptions *o, const char *const *sets, int n_sets,
         return -1;
     backend_set_threads(o->threads);
     if (d.rank == 0)
-        fprintf(out, "%-12s %-12s %9s %10s %9s %9s %12s %12s %12s %12s  %s\n", "config",
-                "tp x ep x dp", "step (s)", "tokens/s", "table MiB", "peak MiB", "grad B",
-                "weight B", "tp B", "expert B", "moe plan's count");
+        fprintf(out, "%-12s %-12s %9s %10s %9s %9s %12s %12s %12s %12s %12s  %s\n", "config",
+                "tp.ep.dp.pp", "step (s)", "tokens/s", "table MiB", "peak MiB", "grad B",
+                "weight B", "tp B", "pp B", "expert B", "moe plan's count");
     for (int i = 0; i < n; i++) {
         const char *name = o->n_configs ? o->configs[i] : refs[i];
         if (layout_config(&c, &B, &T, name, sets, n_sets, d.world, err, errlen) != 0) {

@@ -59,8 +59,8 @@ layout() {
 out=$(timeout -k 10 120 mpirun -np 4 "$moe" bench --layout --config test --steps 2 --warmup 1 \
       --set dist.tp=2 --set dist.zero=3 2>&1)
 rc=$?
-[ $rc -eq 0 ] && awk '$1 == "test" && $2 == "2x1x2" && $3 == "z3" && $4 > 0 && $5 > 0 && $6 > 0 &&
-                      $8 > 0 && $9 > 0 && $10 > 0 && $12 == "the" && $13 == "same" { ok = 1 }
+[ $rc -eq 0 ] && awk '$1 == "test" && $2 == "2.1.2.1" && $3 == "z3" && $4 > 0 && $5 > 0 && $6 > 0 &&
+                      $8 > 0 && $9 > 0 && $10 > 0 && $13 == "the" && $14 == "same" { ok = 1 }
                       END { exit !ok }' <<< "$out"
 check "mpirun -np 4 moe bench --layout --config test --set dist.tp=2 --set dist.zero=3: the step's time, the memory, the bytes a step, moe plan's count the same" \
     $? "exit $rc: $out"

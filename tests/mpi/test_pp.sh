@@ -109,6 +109,16 @@ check "dist.pp=2 to step $half, then one process: the one-process curve" $? \
 check "one process to step $half, then dist.pp=2 (layers 3,1) x dist.tp=2: the one-process curve" \
     $? "$(tail -n 2 "$tmp/cross2.log" "$tmp/cross2r.log" 2> /dev/null)"
 
+# moe bench --layout times a pipeline's step: its schedule's micro-batches, its bytes between
+# stages (the planner's count)
+out=$(timeout -k 10 120 mpirun -np 2 "$moe" bench --layout --config test --steps 2 --warmup 1 \
+      --set dist.pp=2 --set train.accum=2 2>&1)
+rc=$?
+[ $rc -eq 0 ] && awk '$1 == "test" && $2 == "1.1.1.2" && $4 > 0 && $6 > 0 && $11 > 0 &&
+                      $13 == "the" && $14 == "same" { ok = 1 } END { exit !ok }' <<< "$out"
+check "mpirun -np 2 moe bench --layout --set dist.pp=2: the step's time, its bytes between stages, moe plan's count the same" \
+    $? "exit $rc: $out"
+
 # The schedule, printed without processes: the lists, the timeline, the bubble of the formula.
 out=$("$moe" train "${tiny[@]}" --set dist.pp=4 --set train.accum=6 --print-schedule 2>&1)
 grep -q "stage 0 (layers 0-0, embedding), holds 4 micro-batch(es): F0 F1 F2 F3 B0 F4 B1" <<< "$out" &&
