@@ -171,9 +171,12 @@ if [ "$full" = 1 ]; then
     check "stage 1 stops: the job ends (exit $rc) in $secs s, rank 0 names rank 1" $? \
         "$(grep -v '^-\|^$' "$tmp/stop.log" | tail -n 4)"
     pkill -KILL -f "moe train --out $tmp/stop" 2> /dev/null
-    timeout -k 10 120 mpirun -np 2 "$moe" train --resume "$tmp/stop" --set train.steps=12 \
-        --quiet > "$tmp/stop_r.log" 2>&1
-    check "the stopped run resumes to its end" $? "$(tail -n 3 "$tmp/stop_r.log")"
+    # two steps past the last one train.csv recorded (the checkpoint is at or before it)
+    last=$(tail -n 1 "$tmp/stop/train.csv" | cut -d, -f1)
+    timeout -k 10 120 mpirun -np 2 "$moe" train --resume "$tmp/stop" --until $((last + 2)) \
+        --quiet > "$tmp/stop_r.log" 2>&1 &&
+        [ "$(tail -n 1 "$tmp/stop/train.csv" | cut -d, -f1)" = $((last + 2)) ]
+    check "the stopped run resumes from its checkpoint, to step $((last + 2))" $? "$(tail -n 3 "$tmp/stop_r.log")"
 fi
 
 finish
