@@ -207,7 +207,8 @@ void dist_finalize(Dist *d);
 /* 1 when this build can run more than one process (MOE_HAVE_MPI). */
 int dist_available(void);
 
-/* A group's name in messages ("the expert-parallel group"). */
+/* A group's name in messages ("the expert-parallel group"); dist_group_label: the same in
+ * d's grid, where a pipeline stage without a pipeline is the world. */
 static inline const char *dist_group_name(DistGroup g) {
     return g == DIST_EP      ? "the expert-parallel group"
            : g == DIST_DP    ? "the expert data-parallel group"
@@ -216,6 +217,10 @@ static inline const char *dist_group_name(DistGroup g) {
            : g == DIST_STAGE ? "the pipeline stage"
            : g == DIST_PP    ? "the pipeline"
                              : "the world";
+}
+
+static inline const char *dist_group_label(const Dist *d, DistGroup g) {
+    return g == DIST_STAGE && d->pp <= 1 ? "the world" : dist_group_name(g);
 }
 
 /* Size of a group and this rank's index in it. */

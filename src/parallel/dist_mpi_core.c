@@ -130,7 +130,7 @@ static MOE_NORETURN void abort_timeout_lib(const Dist *d, const DistOp *op, doub
             "moe: rank %d: the %s over %s (world ranks %s) did not complete in %.1f s: a "
             "process of it has stopped or died (MPI's collectives do not say which; "
             "dist.collectives=teach names it); ending the job (dist timeout %.0f s)\n",
-            d->rank, op->name, dist_group_name(op->g), list, waited, d->timeout_s);
+            d->rank, op->name, dist_group_label(d, op->g), list, waited, d->timeout_s);
     end_job();
 }
 

@@ -251,7 +251,7 @@ void cuda_coll_wait(const Backend *be, Dist *d, void *handle) {
                 snprintf(why, sizeof why,
                          "NCCL failed in the %s over %s: %s; a process has "
                          "probably died",
-                         op->name, dist_group_name(op->g), ncclGetErrorString(async));
+                         op->name, dist_group_label(d, op->g), ncclGetErrorString(async));
                 abort_all(d, why);
             }
         }
@@ -262,7 +262,7 @@ void cuda_coll_wait(const Backend *be, Dist *d, void *handle) {
                      "the %s over %s (NCCL) did not complete in %.1f s: a process of it has "
                      "stopped or died (NCCL does not say which; dist.collectives=teach names it) "
                      "(dist timeout %.0f s)",
-                     op->name, dist_group_name(op->g), waited, d->timeout_s);
+                     op->name, dist_group_label(d, op->g), waited, d->timeout_s);
             abort_all(d, why);
         }
         nanosleep(&nap, NULL);
