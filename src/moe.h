@@ -30,6 +30,9 @@
  *                      logits and choices, each expert's assignments), model_router_logits,
  *                      model_moe_weights, model_expert_similarity
  *   model/profile.h    the op profiler: prof_enabled, prof_reset, prof_total, prof_name
+ *   model/pipe.h       a pipeline's schedules (dist.pp): pipe_schedule (a stage's actions),
+ *                      pipe_held, pipe_simulate and pipe_simulate_stages (their timeline),
+ *                      pipe_print (moe train --print-schedule)
  *   train/checkpoint.h checkpoint_config (a checkpoint's settings), checkpoint_load
  *   train/train.h      train_run (a whole run into a run directory), evaluate
  *   convert/upcycle.h  a dense model as an MoE: upcycle_options_default, upcycle_check,
@@ -54,6 +57,7 @@
 #include "io/mix.h"
 #include "model/inspect.h"
 #include "model/model.h"
+#include "model/pipe.h"
 #include "model/profile.h"
 #include "train/checkpoint.h"
 #include "train/train.h"

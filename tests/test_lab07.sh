@@ -10,7 +10,8 @@
 #      task alone; an unknown TASK lists the tasks
 #   4. the grader catches real bugs, each graded in its own task (TASK=, one MPI job: the
 #      other tasks never call the function changed): an all-gather counting rows
-#      instead of floats (task1_column_forward), a weight gradient written instead of added to
+#      instead of floats (task1_column_forward); with MOE_TEST_FULL=1 (make test-slow) also
+#      a weight gradient written instead of added to
 #      (task2_column_backward), a row-parallel partial product kept without its sum
 #      (task3_row_forward), the gradient's all-gather counting rows (task4_row_backward), and
 #      a feed-forward that gathers its input twice, or sums with an all-reduce (task5_mlp,
@@ -68,46 +69,51 @@ if mutant rows_gather '/^int lab_column_forward/,/^}/s|gather_rows(x_all, x, N, 
         "exit $rc: $out"
 fi
 
-# the weight gradient written (=), as if nothing came before this backward
-if mutant dw_written '/^int lab_column_backward/,/^}/s|^    matmul_dW(dW, dy, x_all, N, IN, OUTr);|    for (size_t i_ = 0; i_ < (size_t)OUTr * IN; i_++) dW[i_] = 0.0f;\n&|'; then
-    grade grade SOLUTION="$tmp/dw_written.c" NP=2 TASK=task2_column_backward
-    fails task2_column_backward && grep -q "^          grader.c:[0-9]*: rank 0: random layer, .*: dW\[" <<< "$out"
-    check "a weight gradient written instead of added to fails task2_column_backward" $? \
-        "exit $rc: $out"
-fi
+# the other tasks' bugs: an MPI job each (make test-slow, MOE_TEST_FULL=1)
+if [ "${MOE_TEST_FULL:-0}" = 1 ]; then
+    # the weight gradient written (=), as if nothing came before this backward
+    if mutant dw_written '/^int lab_column_backward/,/^}/s|^    matmul_dW(dW, dy, x_all, N, IN, OUTr);|    for (size_t i_ = 0; i_ < (size_t)OUTr * IN; i_++) dW[i_] = 0.0f;\n&|'; then
+        grade grade SOLUTION="$tmp/dw_written.c" NP=2 TASK=task2_column_backward
+        fails task2_column_backward && grep -q "^          grader.c:[0-9]*: rank 0: random layer, .*: dW\[" <<< "$out"
+        check "a weight gradient written instead of added to fails task2_column_backward" $? \
+            "exit $rc: $out"
+    fi
 
-# each rank keeps its own rows of its partial product, never summed over the ranks
-if mutant no_sum '/^int lab_row_forward/,/^}/s|int rc = sum_rows(y, part, N, OUT, comm);|int r_, rc = MPI_Comm_rank(comm, \&r_);\n    for (size_t i_ = 0; i_ < (size_t)(N / P) * OUT; i_++) y[i_] = part[(size_t)r_ * (N / P) * OUT + i_];|'; then
-    grade grade SOLUTION="$tmp/no_sum.c" NP=2 TASK=task3_row_forward
-    fails task3_row_forward &&
-        grep -q "the README's example, a group of 2 ranks (its rank 0), N = 2, IN = 2, OUT = 2: y\[1\]: got 1, want 3" <<< "$out"
-    check "a row-parallel product without its reduce-scatter fails task3_row_forward" $? \
-        "exit $rc: $out"
-fi
+    # each rank keeps its own rows of its partial product, never summed over the ranks
+    if mutant no_sum '/^int lab_row_forward/,/^}/s|int rc = sum_rows(y, part, N, OUT, comm);|int r_, rc = MPI_Comm_rank(comm, \&r_);\n    for (size_t i_ = 0; i_ < (size_t)(N / P) * OUT; i_++) y[i_] = part[(size_t)r_ * (N / P) * OUT + i_];|'; then
+        grade grade SOLUTION="$tmp/no_sum.c" NP=2 TASK=task3_row_forward
+        fails task3_row_forward &&
+            grep -q "the README's example, a group of 2 ranks (its rank 0), N = 2, IN = 2, OUT = 2: y\[1\]: got 1, want 3" <<< "$out"
+        check "a row-parallel product without its reduce-scatter fails task3_row_forward" $? \
+            "exit $rc: $out"
+    fi
 
-# the gradient's all-gather counting rows, into a buffer of zeros
-if mutant rows_gather_dy '/^int lab_row_backward/,/^}/{s|malloc(((size_t)N \* OUT + 1) \* sizeof(float))|calloc((size_t)N * OUT + 1, sizeof(float))|;s|gather_rows(dy_all, dy, N, OUT, comm)|MPI_Allgather(dy, N / P, MPI_FLOAT, dy_all, N / P, MPI_FLOAT, comm)|}'; then
-    grade grade SOLUTION="$tmp/rows_gather_dy.c" NP=2 TASK=task4_row_backward
-    fails task4_row_backward &&
-        grep -q "the README's example, .*: dW\[1, 0\]: got 0, want 6" <<< "$out"
-    check "the gradient's all-gather counting rows fails task4_row_backward" $? \
-        "exit $rc: $out"
-fi
+    # the gradient's all-gather counting rows, into a buffer of zeros
+    if mutant rows_gather_dy '/^int lab_row_backward/,/^}/{s|malloc(((size_t)N \* OUT + 1) \* sizeof(float))|calloc((size_t)N * OUT + 1, sizeof(float))|;s|gather_rows(dy_all, dy, N, OUT, comm)|MPI_Allgather(dy, N / P, MPI_FLOAT, dy_all, N / P, MPI_FLOAT, comm)|}'; then
+        grade grade SOLUTION="$tmp/rows_gather_dy.c" NP=2 TASK=task4_row_backward
+        fails task4_row_backward &&
+            grep -q "the README's example, .*: dW\[1, 0\]: got 0, want 6" <<< "$out"
+        check "the gradient's all-gather counting rows fails task4_row_backward" $? \
+            "exit $rc: $out"
+    fi
 
-# the input gathered again for the up projection: right numbers, twice the bytes
-if mutant gather_twice '/^int lab_mlp_forward/,/^}/s|^    matmul(u, x_all, Wu, N, C, Fr);|    rc = gather_rows(x_all, x, N, C, comm);\n&|'; then
-    grade grade SOLUTION="$tmp/gather_twice.c" NP=2 TASK=task5_mlp
-    fails task5_mlp && grep -q "it called MPI_Allgather 2 times, MPI_Reduce_scatter_block 1 and MPI_Allreduce 0" <<< "$out"
-    check "a feed-forward gathering its input twice fails task5_mlp, by its count" $? \
-        "exit $rc: $out"
-fi
+    # the input gathered again for the up projection: right numbers, twice the bytes
+    if mutant gather_twice '/^int lab_mlp_forward/,/^}/s|^    matmul(u, x_all, Wu, N, C, Fr);|    rc = gather_rows(x_all, x, N, C, comm);\n&|'; then
+        grade grade SOLUTION="$tmp/gather_twice.c" NP=2 TASK=task5_mlp
+        fails task5_mlp && grep -q "it called MPI_Allgather 2 times, MPI_Reduce_scatter_block 1 and MPI_Allreduce 0" <<< "$out"
+        check "a feed-forward gathering its input twice fails task5_mlp, by its count" $? \
+            "exit $rc: $out"
+    fi
 
-# the down projection summed with an all-reduce, the rank's rows taken from it
-if mutant all_reduce '/^int lab_mlp_forward/,/^}/s|rc = sum_rows(y, part, N, C, comm);|int r_;\n    MPI_Comm_rank(comm, \&r_);\n    rc = MPI_Allreduce(MPI_IN_PLACE, part, N * C, MPI_FLOAT, MPI_SUM, comm);\n    for (size_t i_ = 0; i_ < (size_t)(N / P) * C; i_++) y[i_] = part[(size_t)r_ * (N / P) * C + i_];|'; then
-    grade grade SOLUTION="$tmp/all_reduce.c" NP=2 TASK=task5_mlp
-    fails task5_mlp && grep -q "it called MPI_Allgather 1 time, MPI_Reduce_scatter_block 0 and MPI_Allreduce 1" <<< "$out"
-    check "a feed-forward summing with an all-reduce fails task5_mlp, by its count" $? \
-        "exit $rc: $out"
+    # the down projection summed with an all-reduce, the rank's rows taken from it
+    if mutant all_reduce '/^int lab_mlp_forward/,/^}/s|rc = sum_rows(y, part, N, C, comm);|int r_;\n    MPI_Comm_rank(comm, \&r_);\n    rc = MPI_Allreduce(MPI_IN_PLACE, part, N * C, MPI_FLOAT, MPI_SUM, comm);\n    for (size_t i_ = 0; i_ < (size_t)(N / P) * C; i_++) y[i_] = part[(size_t)r_ * (N / P) * C + i_];|'; then
+        grade grade SOLUTION="$tmp/all_reduce.c" NP=2 TASK=task5_mlp
+        fails task5_mlp && grep -q "it called MPI_Allgather 1 time, MPI_Reduce_scatter_block 0 and MPI_Allreduce 1" <<< "$out"
+        check "a feed-forward summing with an all-reduce fails task5_mlp, by its count" $? \
+            "exit $rc: $out"
+    fi
+else
+    echo "  (the mutants of tasks 2 to 5: make test-slow, MOE_TEST_FULL=1)"
 fi
 
 # a file that multiplies with the engine's matmul

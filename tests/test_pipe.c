@@ -8,7 +8,8 @@
  *   - 1F1B holds min(P - s, M) micro-batches on stage s, GPipe all M;
  *   - with a forward of one unit and a backward of two, both schedules' timeline idles each
  *     stage (P - 1) / (M + P - 1) of the step, and no stage starts an action before the
- *     neighbour it waits for has finished its part;
+ *     neighbour it waits for has finished its part; two stages of unequal cost: a slow last one
+ *     sets the step under both schedules, a slow first one's backwards interleave under 1F1B;
  *   - dist.pp_layers "even" puts layer l on stage floor(l P / L); counts are read and refused
  *     with the numbers;
  *   - a stage's parameter table holds its blocks, the first stage's the embedding, the last's
@@ -65,6 +66,28 @@ START_TEST(test_bubble) {
                 /* the first forward of the last stage waits for every stage before it */
                 ck_assert_double_eq_tol(start[(P - 1) * 2 * M], P - 1.0, 1e-12);
             }
+}
+END_TEST
+
+/* Two stages of unequal cost. A slower last stage works without a pause under either
+ * schedule, the first waiting for it at every micro-batch: the step is F0 + M (F1 + B1) + B0.
+ * A slower first stage: GPipe's step is M (F0 + B0) + F1 + B1 (its backwards wait for the last
+ * stage's), 1F1B's only M (F0 + B0) once the last stage keeps up, its backwards interleaved. */
+START_TEST(test_unequal_stages) {
+    const double slow_last[2][2] = {{1.0, 3.0}, {2.0, 5.0}},
+                 slow_first[2][2] = {{2.5, 1.0}, {4.0, 1.5}};
+    for (int M = 1; M <= 8; M++) {
+        double start[2 * 16], end[2 * 16];
+        const double *f = slow_last[0], *b = slow_last[1];
+        for (int sched = DIST_PP_GPIPE; sched <= DIST_PP_1F1B; sched++)
+            ck_assert_double_eq_tol(pipe_simulate_stages(sched, 2, M, f, b, start, end),
+                                    f[0] + M * (f[1] + b[1]) + b[0], 1e-12);
+        f = slow_first[0], b = slow_first[1];
+        const double gpipe = pipe_simulate_stages(DIST_PP_GPIPE, 2, M, f, b, start, end);
+        ck_assert_double_eq_tol(gpipe, M * (f[0] + b[0]) + f[1] + b[1], 1e-12);
+        const double onefb = pipe_simulate_stages(DIST_PP_1F1B, 2, M, f, b, start, end);
+        ck_assert_double_eq_tol(onefb, M == 1 ? gpipe : M * (f[0] + b[0]), 1e-12);
+    }
 }
 END_TEST
 
@@ -206,6 +229,7 @@ static Suite *pipe_suite(void) {
     TCase *tc = tcase_create("pipe");
     tcase_add_test(tc, test_schedules);
     tcase_add_test(tc, test_bubble);
+    tcase_add_test(tc, test_unequal_stages);
     tcase_add_test(tc, test_stages);
     tcase_add_test(tc, test_stage_tables);
     tcase_add_test(tc, test_grid);

@@ -35,11 +35,14 @@
 #   ranked.md    the same as a table, and a summary line: how many layouts were ranked, fit,
 #                trained and refused, on how many the planner and the engine agree, the
 #                largest loss difference, how many trained with the planner's bytes and memory
-#   bubble.csv   run,schedule,micro_batches,planned,measured,predicted (from the stages' own
-#                measured forward and backward times),held (the micro-batches stage 0 holds at
+#   bubble.csv   run,schedule,micro_batches,planned,measured,predicted (the schedule simulated
+#                with the stages' own measured forward and backward times: pipeline --run),held (the micro-batches stage 0 holds at
 #                once),table_mib (the engine's allocation of the largest process) and bubble.png
 #   timeline.csv schedule,stage,op,micro,start_s,end_s (a step of 4 micro-batches) and
 #                timeline.png
+#   pipeline.txt the chapter's program (pipeline.c): 4 stages' schedules simulated on equal
+#                stages and with a slow last one, and the 4-micro-batch runs' stages against
+#                their schedule simulated with their own measured times
 #   provenance.txt the runs' commits, machine and threads (chapters/lib.sh), and MPI
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -73,6 +76,9 @@ build=${MOE_BUILD:-build/mpi}
 moe=${MOE_BIN:-$build/moe}
 if [ -z "${MOE_BIN:-}" ]; then make --no-print-directory MPI=1 "$moe" > /dev/null; fi
 [ -x "$moe" ] || { echo "$0: no $moe: make mpi first" >&2; exit 2; }
+prog=$build/chapters/11-parallelism/pipeline # the chapter's program (pipeline.c)
+if [ -z "${MOE_BUILD:-}" ]; then make --no-print-directory MPI=1 "$prog" > /dev/null; fi
+[ -x "$prog" ] || { echo "$0: no $prog: make mpi first" >&2; exit 2; }
 command -v mpirun > /dev/null || { echo "$0: no mpirun: make deps" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
@@ -165,18 +171,9 @@ for zero in $zeros; do
                  "$runs/search-zero$zero.csv")
 done
 
-# predicted DIR M: the bubble of 2 stages from their own measured times (pipe.csv, the steps
-# after the second): with a forward and a backward of F0, B0 on the first and F1, B1 on the
-# second, the step spans the slower stage's M (F + B) and the other's part of the first and
-# last micro-batch, max(F0 + M (F1 + B1) + B0, M (F0 + B0) + F1 + B1), of which stage s is
-# busy M (Fs + Bs); with equal stages, 1 / (M + 1)
-predicted() {
-    awk -F, -v M="$2" 'NR > 1 && $1 > 2 { t[$2, $4] += $7 - $6; n[$2, $4]++ }
-        END { for (s = 0; s < 2; s++) { F[s] = t[s, "F"] / n[s, "F"]; B[s] = t[s, "B"] / n[s, "B"] }
-              a = F[0] + M * (F[1] + B[1]) + B[0]; b = M * (F[0] + B[0]) + F[1] + B[1]
-              span = a > b ? a : b
-              printf "%.3f", 1 - M * (F[0] + B[0] + F[1] + B[1]) / (2 * span) }' "$1/pipe.csv"
-}
+# predicted DIR: the bubble the run's schedule leaves on its stages' own mean forward and
+# backward (pipe.csv, the steps after the second), simulated by the chapter's program
+predicted() { "$prog" --run "$1" | sed -n 's/.*mean idle share \([0-9.]*\);.*/\1/p'; }
 
 # ---- the bubble of a pipeline of 2 stages -------------------------------------------------------
 echo "run,schedule,micro_batches,planned,measured,predicted,held,table_mib" > "$out/bubble.csv"
@@ -188,7 +185,7 @@ for sched in gpipe 1f1b; do
             --set train.steps="$bubble_steps" > "$runs/$name.log" 2>&1
         held=$("$moe" train "${sets[@]}" --set train.accum="$m" --set dist.pp=2 \
                --set dist.pp_schedule="$sched" --print-schedule | sed -n 's/^  stage 0 .*holds \([0-9]*\) micro.*/\1/p')
-        echo "$sched-m$m,$sched,$m,$(awk -v m="$m" 'BEGIN { printf "%.3f", 1 / (m + 1) }'),$(bubble "$runs/$name"),$(predicted "$runs/$name" "$m"),$held,$(measured "$name" | cut -d, -f1)" >> "$out/bubble.csv"
+        echo "$sched-m$m,$sched,$m,$(awk -v m="$m" 'BEGIN { printf "%.3f", 1 / (m + 1) }'),$(bubble "$runs/$name"),$(predicted "$runs/$name"),$held,$(measured "$name" | cut -d, -f1)" >> "$out/bubble.csv"
     done
 done
 # the timeline of the last step of $tm micro-batches under each schedule
@@ -228,7 +225,7 @@ for dir in "$runs"/*/; do [ -s "$dir/train.csv" ] && trained+=("$(basename "$dir
     echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
     awk -F, 'NR > 1 { printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8 }' "$out/bubble.csv"
     echo
-    echo "dist.pp=2 over 2 processes (a core each), $bubble_steps steps; measured: the mean over the stages and the steps after the second of the span less the stage's actions, over the span (pipe.csv); from the stages' own times: the same schedule with each stage's mean forward and backward (the formula's equal stages replaced by the measured ones: max(F0 + M (F1 + B1) + B0, M (F0 + B0) + F1 + B1) for the step)."
+    echo "dist.pp=2 over 2 processes (a core each), $bubble_steps steps; measured: the mean over the stages and the steps after the second of the span less the stage's actions, over the span (pipe.csv); from the stages' own times: the run's schedule simulated with each stage's mean forward and backward (the chapter's program, pipeline --run)."
     echo
     awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
              { n++; fit += $c["planned_fits"]; tr = $c["status"] == "trained"; t += tr
@@ -248,7 +245,16 @@ if command -v gnuplot > /dev/null; then
     gnuplot -e "csv='$out/bubble.csv'; out='$out/bubble.png'" chapters/11-parallelism/bubble.gp
     gnuplot -e "csv='$out/timeline.csv'; out='$out/timeline.png'; micro='$tm'" chapters/11-parallelism/timeline.gp
 fi
+# the chapter's program: the schedules simulated, and the 2-stage runs' stages against them
+{
+    echo "\$ pipeline"
+    "$prog"
+    for sched in gpipe 1f1b; do
+        echo "\$ pipeline --run $runs/bubble-$sched-m$tm"
+        "$prog" --run "$runs/bubble-$sched-m$tm"
+    done
+} > "$out/pipeline.txt"
 write_provenance "$out" "${trained[@]}"
 echo "mpi = $(mpirun --version 2> /dev/null | head -n 1)" >> "$out/provenance.txt"
 cat "$out/ranked.md"
-echo "wrote $out/: ranked.csv ranked.md bubble.csv timeline.csv provenance.txt and the figures"
+echo "wrote $out/: ranked.csv ranked.md bubble.csv timeline.csv pipeline.txt provenance.txt and the figures"

@@ -41,6 +41,15 @@ int pipe_held(const PipeAction *a, int n) {
 }
 
 double pipe_simulate(int schedule, int P, int M, double tf, double tb, double *start, double *end) {
+    double *t = (double *)malloc_check(2 * (size_t)P * sizeof(double));
+    for (int s = 0; s < P; s++) t[s] = tf, t[P + s] = tb;
+    const double span = pipe_simulate_stages(schedule, P, M, t, t + P, start, end);
+    free(t);
+    return span;
+}
+
+double pipe_simulate_stages(int schedule, int P, int M, const double *tf, const double *tb,
+                            double *start, double *end) {
     const int n = 2 * M;
     PipeAction *a = (PipeAction *)malloc_check((size_t)P * n * sizeof *a);
     /* done[(s, op, j)]: when stage s finished op of micro-batch j (< 0: not yet) */
@@ -64,7 +73,7 @@ double pipe_simulate(int schedule, int P, int M, double tf, double tb, double *s
             }
             const int i = next[s]++;
             start[(size_t)s * n + i] = ready;
-            end[(size_t)s * n + i] = free_at[s] = ready + (x.op == PIPE_F ? tf : tb);
+            end[(size_t)s * n + i] = free_at[s] = ready + (x.op == PIPE_F ? tf[s] : tb[s]);
             done[((size_t)s * 2 + x.op) * M + x.micro] = free_at[s];
             span = span > free_at[s] ? span : free_at[s];
             left--;

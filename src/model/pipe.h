@@ -66,8 +66,11 @@ int pipe_schedule(int schedule, int P, int M, int s, PipeAction *a);
 int pipe_held(const PipeAction *a, int n);
 /* Every stage's actions run with a forward taking tf and a backward tb, each as early as its
  * stage and its neighbour allow: start and end (P, 2 M) of each action, in the stage's order.
- * Returns the step's span. */
+ * Returns the step's span. pipe_simulate_stages: stage s's forward takes tf[s] and its
+ * backward tb[s] (stages of unequal cost: a stage with the head, dense first blocks). */
 double pipe_simulate(int schedule, int P, int M, double tf, double tb, double *start, double *end);
+double pipe_simulate_stages(int schedule, int P, int M, const double *tf, const double *tb,
+                            double *start, double *end);
 /* The schedule of c (dist.pp, dist.pp_schedule, train.accum) as each stage's list of actions
  * and a timeline of forwards of one unit and backwards of two, with its bubble against
  * (P - 1) / (M + P - 1). */

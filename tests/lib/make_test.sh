@@ -13,7 +13,8 @@
 #   test-run-mpi  the multi-process shell suites, on BUILD's binaries (an MPI build): make test-mpi
 #   test-slow     the slow variants make test leaves out (MOE_TEST_FULL=1): make test-slow;
 #                 with Open MPI, the sweep of the process grid's layouts and every variant of
-#                 dist.zero, dist.tp, dist.ep and dist.pp too, and lab 03's cheating submissions
+#                 dist.zero, dist.tp, dist.ep and dist.pp too, lab 03's cheating submissions and
+#                 lab 07's mutants
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 usage="usage: tests/lib/make_test.sh test|test-run|test-units|test-run-mpi|test-slow BUILD"
@@ -75,7 +76,7 @@ test-slow)
             OMP_WAIT_POLICY=passive bash tests/lib/run_suites.sh "test (slow, MPI)" \
             tests/mpi/test_layouts.sh tests/mpi/test_zero.sh tests/mpi/test_tp.sh \
             tests/mpi/test_ep.sh tests/mpi/test_ep_teach.sh tests/mpi/test_dist.sh \
-            tests/mpi/test_pp.sh tests/test_lab03.sh || rc=1
+            tests/mpi/test_pp.sh tests/test_lab03.sh tests/test_lab07.sh || rc=1
     else
         echo "test-slow: skipped: the layouts' sweep (tests/mpi/test_layouts.sh) needs Open MPI (mpicc, mpirun); install it with make deps"
     fi

@@ -124,9 +124,11 @@ awk -F, 'NR > 1 { n++; if (!($5 > 0 && $5 < 1) || $4 != sprintf("%.3f", 1 / ($3 
          END { exit !(n == 4 && bad == 0) }' "$out/bubble.csv" &&
     awk -F, 'NR > 1 { n[$1]++; if ($6 < $5) bad++ } END { exit !(n["gpipe"] == 16 && n["1f1b"] == 16 && bad == 0) }' \
         "$out/timeline.csv" &&
-    grep -q '^Summary: layouts ranked [0-9]*, ' "$out/ranked.md" && grep -q '^runs = ' "$out/provenance.txt"
-check "bubble.csv (each schedule at 1 and 4 micro-batches), timeline.csv (a step's 8 actions of each stage on each schedule), the summary, provenance.txt" \
-    $? "$(cat "$out/bubble.csv" "$out/timeline.csv" 2>&1 | head -n 12)"
+    grep -q '^Summary: layouts ranked [0-9]*, ' "$out/ranked.md" && grep -q '^runs = ' "$out/provenance.txt" &&
+    grep -q '^    the step 33.00 units, mean idle share 0.273; (P - 1) / (M + P - 1) = 0.273$' "$out/pipeline.txt" &&
+    [ "$(grep -c '^    measured: mean idle share 0\.[0-9]*$' "$out/pipeline.txt")" = 2 ]
+check "bubble.csv (each schedule at 1 and 4 micro-batches), timeline.csv (a step's 8 actions of each stage on each schedule), the summary, provenance.txt, the program's simulations and the runs against theirs (pipeline.txt)" \
+    $? "$(cat "$out/bubble.csv" "$out/timeline.csv" "$out/pipeline.txt" 2>&1 | head -n 40)"
 missing=""
 for p in bubble.png timeline.png; do
     [ "$(head -c 8 "$out/$p" 2> /dev/null | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || missing="$missing $p"
