@@ -17,7 +17,9 @@
 #      one-process curve, its memory the planner's, its bytes the planner's count
 #   5. chapters/11-parallelism/ablate.sh --smoke: every layout moe plan ranks over 4 processes
 #      trained (those it says fit the budget, to the one-process curve, with its memory and
-#      bytes) or refused by moe train (the others); a pipeline's bubble and timeline files
+#      bytes) or refused by moe train (the others); a pipeline's bubble and timeline files; and
+#      the committed plots/11-parallelism/ the handbook quotes: the same of its 72 layouts, the
+#      bubble within 0.1 of its simulation, what GPipe and 1F1B hold
 # Writes runs/ch03-*-smoke, runs/ch11-smoke, plots/03-expert-parallel-smoke/ and
 # plots/11-parallelism-smoke/ (ignored by git).
 
@@ -135,5 +137,26 @@ for p in bubble.png timeline.png; do
 done
 [ -z "$missing" ]
 check "chapter 11's figures" $? "missing or not PNG:$missing"
+
+# the handbook's chapter 11 (the committed plots/11-parallelism/): every ranked layout trained
+# exactly when the planner said it fits, with the planner's memory and bytes, on one process's
+# curve over the first 5 steps to 1e-5; the bubble of each schedule within 0.1 of its
+# simulation on the stages' own times; GPipe's first stage holds every micro-batch and its
+# largest process grows with them, 1F1B's holds at most 2 (the stages) and stays
+out=plots/11-parallelism
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+         { n++; tr = $c["status"] == "trained"; if (tr != ($c["planned_fits"] == 1)) bad++
+           if (tr && ($c["planned_mib"] != $c["table_mib"] || $c["max_loss_rel_5"] > 1e-5 ||
+                      $c["grad_sent"] != $c["planned_grad_sent"] || $c["weight_sent"] != $c["planned_weight_sent"] ||
+                      $c["tp_sent"] != $c["planned_tp_sent"] || $c["pp_sent"] != $c["planned_pp_sent"])) bad++ }
+         END { exit !(n > 0 && bad == 0) }' "$out/ranked.csv" &&
+    awk -F, 'NR > 1 { d = $5 - $6; d = d < 0 ? -d : d; if (d > 0.1) bad++
+                      if ($2 == "gpipe" && $7 != $3) bad++
+                      if ($2 == "1f1b" && $7 != ($3 < 2 ? $3 : 2)) bad++
+                      if ($2 == "1f1b") { if (t1 != "" && $8 != t1) bad++; t1 = $8 }
+                      if ($2 == "gpipe") { if ($8 <= g && g != "") bad++; g = $8 } ; n++ }
+             END { exit !(n == 8 && bad == 0) }' "$out/bubble.csv"
+check "chapter 11's committed runs: the planner's verdict, memory and bytes; the bubble within 0.1 of its simulation; what each schedule holds" \
+    $? "$(cat "$out/bubble.csv" 2>&1)"
 
 finish
