@@ -171,7 +171,7 @@ int main(int argc, char **argv) {
     /* The process count is known once MPI has started: a first grid (ep = 1) says it, and the
      * grid of the chapter (ep = every process) is built inside it. */
     Dist world, d;
-    if (dist_init(&world, &argc, &argv, (DistAxes){1, 1}, DIST_COLL_TEACH, 30.0, NULL, err,
+    if (dist_init(&world, &argc, &argv, (DistAxes){1, 1, 1}, DIST_COLL_TEACH, 30.0, NULL, err,
                   sizeof err) != 0) {
         fprintf(stderr, "a2a: %s\n", err);
         return MOE_EXIT_INPUT;
@@ -190,7 +190,7 @@ int main(int argc, char **argv) {
         dist_finalize(&world);
         return MOE_EXIT_INPUT;
     }
-    if (dist_init(&d, &argc, &argv, (DistAxes){1, P}, DIST_COLL_TEACH, 30.0, NULL, err,
+    if (dist_init(&d, &argc, &argv, (DistAxes){1, P, 1}, DIST_COLL_TEACH, 30.0, NULL, err,
                   sizeof err) != 0) {
         fprintf(stderr, "a2a: %s\n", err);
         dist_finalize(&world);

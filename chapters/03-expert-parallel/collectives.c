@@ -109,13 +109,13 @@ int main(int argc, char **argv) {
     Dist world, engines[2];
     const char *names[2] = {"teach", "mpi"};
     const int kinds[2] = {DIST_COLL_TEACH, DIST_COLL_MPI};
-    if (dist_init(&world, &argc, &argv, (DistAxes){1, 1}, DIST_COLL_TEACH, 60.0, NULL, err,
+    if (dist_init(&world, &argc, &argv, (DistAxes){1, 1, 1}, DIST_COLL_TEACH, 60.0, NULL, err,
                   sizeof err) != 0) {
         fprintf(stderr, "collectives: %s\n", err);
         return MOE_EXIT_INPUT;
     }
     for (int k = 0; k < 2; k++)
-        if (dist_init(&engines[k], &argc, &argv, (DistAxes){1, world.world}, kinds[k], 60.0, NULL,
+        if (dist_init(&engines[k], &argc, &argv, (DistAxes){1, world.world, 1}, kinds[k], 60.0, NULL,
                       err, sizeof err)) {
             fprintf(stderr, "collectives: %s\n", err);
             return MOE_EXIT_INPUT;

@@ -219,10 +219,11 @@ static void pool_free(Pool *pool) {
 }
 
 /* rows [r0, r0 + n) of a (R, C): an (n, C) of its own, guarded */
-static float *take_rows(Pool *pool, const float *a, int C, int r0, int n) {
-    float *s = pool_get(pool, (size_t)n * C);
-    memcpy(s, a + (size_t)r0 * C, (size_t)n * C * sizeof(float));
-    lab_add_guards(s, (size_t)n * C);
+static float *take_rows(Pool *pool, const float *a, size_t C, size_t r0, size_t n) {
+    if (n * C > ((size_t)1 << 30)) abort(); /* a test's sizes: a bound the compiler can see */
+    float *s = pool_get(pool, n * C);
+    memcpy(s, a + r0 * C, n * C * sizeof(float));
+    lab_add_guards(s, n * C);
     return s;
 }
 /* columns [c0, c0 + m) of a (R, C): an (R, m) of its own, guarded */

@@ -22,8 +22,10 @@ mpi=$(mpicc --showme:compile 2> /dev/null) ||
 status=0
 for with_mpi in 0 1; do
     files=(src/*/*.c src/*/*/*.c chapters/*/*.c labs/*/*.c)
-    # lab 03's grader is an MPI program only
-    [ $with_mpi = 0 ] && mapfile -t files < <(printf '%s\n' "${files[@]}" | grep -v '^labs/03-')
+    # the MPI labs' graders are MPI programs only (a lab folder with an MPI note)
+    mpi_labs=$(for m in labs/*/MPI; do [ -e "$m" ] && printf '%s|' "${m%/MPI}/"; done)
+    [ $with_mpi = 0 ] && [ -n "$mpi_labs" ] &&
+        mapfile -t files < <(printf '%s\n' "${files[@]}" | grep -Ev "^(${mpi_labs%|})")
     dir=$out/mpi$with_mpi
     mkdir -p "$dir"
     flags=(-std=c11 -D_GNU_SOURCE -O2 -fno-math-errno -fno-trapping-math -Wall -Wextra -Wshadow
