@@ -155,9 +155,11 @@ refused "--print-schedule of one stage" "has no pipeline schedule" 1 --print-sch
 # A stage that stops answering ends the job within dist.timeout, its neighbour naming it; the
 # run resumes from its checkpoint to the one-process curve.
 if [ "$full" = 1 ]; then
+    # the teaching collectives name a silent peer wherever the stop finds rank 0 (MPI's own
+    # name only the collective and its group), as the pipeline's messages do
     mpirun -np 2 "$moe" train --out "$tmp/stop" "${tiny[@]}" --set train.steps=4000 \
         --set train.ckpt_every=2 --set train.eval_every=0 --set dist.pp=2 --set dist.timeout=3 \
-        > "$tmp/stop.log" 2>&1 &
+        --set dist.collectives=teach > "$tmp/stop.log" 2>&1 &
     job=$!
     for _ in $(seq 100); do [ -s "$tmp/stop/ckpt.bin" ] && break; sleep 0.1; done
     for p in $(pgrep -f "moe train --out $tmp/stop"); do
