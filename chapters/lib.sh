@@ -33,6 +33,13 @@
 #   final_loss_figure PNG TITLE REF COL CSV NAME...   the dot chart of the final losses of the
 #                                     arms NAME... (chapters/final_loss.gp) with REF's seed spread
 #   seed_note REF COL CSV             the sentence summary.md says about that spread
+# and for the scripts that run layouts against moe plan (03-expert-parallel/layouts.sh,
+# 11-parallelism/ablate.sh), whose one-process run is $runs/reference:
+#   field KEY                         the first number of KEY in a JSON text on stdin
+#   step_s DIR                        a run's median step in seconds (its step's tokens over
+#                                     train.csv's tok_s)
+#   loss_rel DIR [STEPS]              the largest relative difference of a step's loss from
+#                                     $runs/reference's, over every step or the first STEPS
 #
 # The smoke mode exists to run every arm, summary and figure of a script end to end in seconds
 # (tests/test_ablations.sh): a model of width 32, 2 blocks, context 32, batch 4, its numbers mean
@@ -324,4 +331,20 @@ final_loss_figure() { # PNG TITLE REF COL CSV NAME...
     gnuplot -e "data='$d/data'; seeds='$d/seeds'; out='$png'; ttl='$ttl'; note='$note'; H=$((200 + 28 * $#))" \
         chapters/final_loss.gp
     rm -rf "$d"
+}
+
+field() { sed -n "s/.*\"$1\": *\([-0-9.e+]*\).*/\1/p" | head -n 1; }
+
+step_s() {
+    local bt
+    bt=$(awk -F' = ' '$1 == "train.batch" { b = $2 } $1 == "model.seq_len" { t = $2 }
+                      $1 == "train.accum" { a = $2 } END { print b * t * a }' "$1/config.txt")
+    awk -F, -v bt="$bt" 'NR > 1 { print bt / $7 }' "$1/train.csv" | sort -g |
+        awk '{ a[NR] = $1 } END { printf "%.4f", a[int((NR + 1) / 2)] }'
+}
+
+loss_rel() {
+    awk -F, -v last="${2:-0}" 'NR == FNR { if (FNR > 1) a[$1] = $2; next }
+             FNR > 1 && (last == 0 || $1 <= last) { d = ($2 - a[$1]) / a[$1]; d = d < 0 ? -d : d; if (d > m) m = d }
+             END { printf "%.2g", m }' "$runs/reference/train.csv" "$1/train.csv"
 }

@@ -72,8 +72,6 @@ sets=("${model[@]}" --set "data.train=$runs/data/train.bin" --set "data.val=$run
 
 # planned NAME NP: the planner's JSON for the settings in $runs/NAME.cfg over NP processes
 planned() { "$moe" plan --config "$runs/$1.cfg" --cluster laptop --gpus "$2" --json; }
-# field KEY: the first number of KEY in a JSON text on stdin
-field() { sed -n "s/.*\"$1\": *\([-0-9.e+]*\).*/\1/p" | head -n 1; }
 # measured NAME: the trained run's table_mib,peak_mib,peak_all_mib from its log
 measured() {
     echo "$(sed -n "s/.*the engine's table of a process \([0-9.]*\) MiB.*/\1/p" "$runs/$1.log"),$(
@@ -85,19 +83,6 @@ sent() {
     [ -s "$1/dist.csv" ] || { echo 0; return; }
     awk -F, -v col="$2" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
                          $2 == -1 && $3 == 0 { v = $c[col] } END { print v + 0 }' "$1/dist.csv"
-}
-# step_s DIR: the median step in seconds (the batch's tokens over train.csv's tok_s)
-step_s() {
-    local bt
-    bt=$(awk -F' = ' '$1 == "train.batch" { b = $2 } $1 == "model.seq_len" { t = $2 } END { print b * t }' "$1/config.txt")
-    awk -F, -v bt="$bt" 'NR > 1 { print bt / $7 }' "$1/train.csv" | sort -g |
-        awk '{ a[NR] = $1 } END { printf "%.4f", a[int((NR + 1) / 2)] }'
-}
-# loss_rel DIR: the largest relative difference of a step's loss from the reference's
-loss_rel() {
-    awk -F, 'NR == FNR { if (FNR > 1) a[$1] = $2; next }
-             FNR > 1 { d = ($2 - a[$1]) / a[$1]; d = d < 0 ? -d : d; if (d > m) m = d }
-             END { printf "%.2g", m }' "$runs/reference/train.csv" "$1/train.csv"
 }
 
 csv=$out/layouts.csv

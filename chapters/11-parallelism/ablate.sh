@@ -94,9 +94,8 @@ fi
 sets=("${model[@]}" --set "data.train=$runs/data/train.bin" --set "data.val=$runs/data/val.bin"
       --set train.warmup=2 --set train.eval_every=0 --set train.threads=1 --set train.lr=3e-3)
 printf '%s\n' "${model[@]}" | grep -v '^--set$' > "$runs/model.cfg"
+accum=$(sed -n 's/.*train.accum=\([0-9]*\).*/\1/p' <<< "${model[*]}") # the micro-batches a step
 
-# field KEY: the first number of KEY in a JSON text on stdin
-field() { sed -n "s/.*\"$1\": *\([-0-9.e+]*\).*/\1/p" | head -n 1; }
 # measured NAME: the trained run's table_mib (the banner's bytes of the largest process, the
 # engine's allocation), peak_mib from its log
 measured() {
@@ -109,21 +108,6 @@ sent() {
     awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
              $2 == -1 && $3 == 0 { v = $c["grad_sent"] "," $c["weight_sent"] "," $c["tp_sent"] "," $c["pp_sent"] }
              END { print v }' "$1/dist.csv"
-}
-# step_s DIR: the median step in seconds (the step's tokens over train.csv's tok_s)
-step_s() {
-    local bt
-    bt=$(awk -F' = ' '$1 == "train.batch" { b = $2 } $1 == "model.seq_len" { t = $2 }
-                      $1 == "train.accum" { a = $2 } END { print b * t * a }' "$1/config.txt")
-    awk -F, -v bt="$bt" 'NR > 1 { print bt / $7 }' "$1/train.csv" | sort -g |
-        awk '{ a[NR] = $1 } END { printf "%.4f", a[int((NR + 1) / 2)] }'
-}
-# loss_rel DIR [STEPS]: the largest relative difference of a step's loss from the reference's,
-# over every step or the first STEPS
-loss_rel() {
-    awk -F, -v last="${2:-0}" 'NR == FNR { if (FNR > 1) a[$1] = $2; next }
-             FNR > 1 && (last == 0 || $1 <= last) { d = ($2 - a[$1]) / a[$1]; d = d < 0 ? -d : d; if (d > m) m = d }
-             END { printf "%.2g", m }' "$runs/reference/train.csv" "$1/train.csv"
 }
 # bubble DIR: the idle share of a step, each stage's span less its actions over the span, the
 # mean over the stages and the steps after the second (pipe.csv); 0 without a pipeline
@@ -152,8 +136,7 @@ for zero in $zeros; do
                --set train.zero="$zero" --set layout.tp="$tp" --set layout.pp="$pp" \
                --set layout.ep="$ep" --json)
         planned_sent="$(field grad_sent <<< "$json"),$(field weight_sent <<< "$json"),$(field tp_sent <<< "$json"),$(field pp_sent <<< "$json")"
-        plan_bubble=$(awk -v p="$pp" -v m=4 'BEGIN { printf "%.3f", (p - 1) / (m + p - 1) }')
-        [ "$mode" = smoke ] && plan_bubble=$(awk -v p="$pp" -v m=2 'BEGIN { printf "%.3f", (p - 1) / (m + p - 1) }')
+        plan_bubble=$(awk -v p="$pp" -v m="$accum" 'BEGIN { printf "%.3f", (p - 1) / (m + p - 1) }')
         mib=$(field mem_total <<< "$json" | awk '{ printf "%.3f", $1 / 1048576 }')
         if mpirun --bind-to none -np "$np" "$moe" train --out "$runs/$name" "${sets[@]}" "${grid[@]}" \
                 --set train.steps="$steps" --set train.memory_gib="$budget_gib" < /dev/null \

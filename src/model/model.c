@@ -124,7 +124,7 @@ static void params_alloc(Model *m, const Config *c, int ep) {
 /* run_state_alloc: m->state's host structs the table's entries point into, then every
  * activation and scratch buffer in one arena (acts.h). own: the model's first run state, which
  * counts the MoE blocks and holds the aux-free biases; a pipeline's further run states (pipe.h)
- * are the same table again, whose biases' entry goes to a spare. A stage's blocks outside its
+ * are the same table again, whose biases' entry fills no field. A stage's blocks outside its
  * layers get an MoeActs of empty routing records, so that every stage numbers the MoE blocks
  * as the whole model does. */
 void run_state_alloc(Model *m, int B, int T, int own) {
@@ -155,9 +155,8 @@ void run_state_alloc(Model *m, int B, int T, int own) {
     }
     acts_table_init(&rs->acts);
     model_acts_table(&rs->acts, c, B, T, ep, m);
-    float *spare = NULL;
-    for (int i = 0; i < rs->acts.n && !own; i++)
-        if (rs->acts.e[i].field == (void *)&m->router_bias) rs->acts.e[i].field = &spare;
+    for (int i = 0; i < rs->acts.n && !own; i++) /* the biases' place, allocated, filling nothing */
+        if (rs->acts.e[i].field == (void *)&m->router_bias) rs->acts.e[i].field = NULL;
     rs->arena = acts_alloc(be, &rs->acts);
     for (int l = 0, b = 0; l < L; l++)
         if (rs->blocks[l].moe)

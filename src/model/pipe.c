@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "model/acts.h"
 #include "model/tp.h"
 
 /* ---- the schedules ------------------------------------------------------------------------ */
@@ -202,21 +201,6 @@ void pipe_free(Model *m) {
     m->pipe = NULL;
 }
 
-size_t pipe_extra_bytes(const Config *c, int B, int T, int ep, int stage) {
-    int first = 0, last = c->n_layer;
-    char err[256];
-    if (c->pp <= 1 || config_pp_stage(c, stage, &first, &last, err, sizeof err) != 0) return 0;
-    PipeAction *a = (PipeAction *)malloc_check(2 * (size_t)c->accum * sizeof *a);
-    const int held = pipe_held(a, pipe_schedule(c->pp_schedule, c->pp, c->accum, stage, a));
-    free(a);
-    ActTable t;
-    acts_table_init(&t);
-    model_acts_table_stage(&t, c, B, T, ep, first, last, NULL);
-    const size_t bytes = acts_layout(&t);
-    acts_table_free(&t);
-    return (size_t)(held - 1) * bytes;
-}
-
 /* ---- the messages ------------------------------------------------------------------------- */
 
 /* Wait for the oldest send in flight, and forget it. */
@@ -304,13 +288,8 @@ void pipe_step(Model *m, const int *inputs, const int *targets, size_t stride, i
                float loss_scale, StepCtx *ctx, int overlap) {
     Pipe *p = m->pipe;
     const double t0 = now_seconds();
-    int held = 0;
-    p->held = 0;
-    for (int i = 0; i < p->n_act; i++) {
+    for (int i = 0; i < p->n_act; i++)
         run_action(m, i, inputs, targets, stride, B, T, loss_scale, ctx, overlap, t0);
-        held += p->act[i].op == PIPE_F ? 1 : -1;
-        if (held > p->held) p->held = held;
-    }
     settle_sends(m, -1, 0);
     while (p->n_sent > 0) wait_oldest(m);
     p->span = now_seconds() - t0;

@@ -38,8 +38,8 @@
  * host cannot read, the messages go through host copies, as tensor parallelism's do.
  *
  * What the engine measures (Pipe): each action's start and end within the step, a stage's busy
- * time (its actions) against the step's span (the bubble: the rest), and the most micro-batches
- * it held; `moe train` writes them to the run's pipe.csv.
+ * time (its actions) against the step's span (the bubble: the rest); `moe train` writes them to
+ * the run's pipe.csv. What a stage holds is its schedule's (pipe_held), allocated at the start.
  */
 #ifndef MOE_PIPE_H
 #define MOE_PIPE_H
@@ -94,9 +94,8 @@ typedef struct Pipe {
     } sent[PIPE_FLIGHT]; /* sends in flight, oldest first */
     int n_sent;
     /* the last step's measures: each action's start and end (seconds from the step's start,
-     * in the order of act), the step's span, and the most micro-batches held */
+     * in the order of act), and the step's span */
     double *t_start, *t_end, span;
-    int held;
 } Pipe;
 
 /* A stage's Pipe for model m, which model_init_dist made a stage of dist.pp > 1 (its layers, its
@@ -104,8 +103,6 @@ typedef struct Pipe {
  * the table of its layers. pipe_free before model_free. */
 void pipe_init(Model *m);
 void pipe_free(Model *m);
-/* The bytes of backend memory pipe_init adds: (slots - 1) run states of the stage's table. */
-size_t pipe_extra_bytes(const Config *c, int B, int T, int ep, int stage);
 
 /* One step's M micro-batches, forward and backward, in the schedule's order: micro-batch j's
  * tokens at inputs + j stride and targets + j stride (B x T of this process's share), every
