@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +140,17 @@ int make_dirs(const char *dir, char *err, int errlen) {
     return 0;
 }
 
+/* MOE_CRASH_IN_WRITE (files.h): 1 when this write of path is the one to die in */
+static int crash_here(const char *path) {
+    static int writes = 0; /* this process's writes of the named file so far */
+    const char *spec = getenv("MOE_CRASH_IN_WRITE");
+    const char *colon = spec ? strrchr(spec, ':') : NULL;
+    if (!colon) return 0;
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (strlen(base) != (size_t)(colon - spec) || strncmp(base, spec, strlen(base)) != 0) return 0;
+    return ++writes == atoi(colon + 1);
+}
+
 int write_atomic(const char *path, const void *const *buf, const size_t *len, int n, char *err,
                  int errlen) {
     char parent[1024];
@@ -156,7 +168,11 @@ int write_atomic(const char *path, const void *const *buf, const size_t *len, in
                          "cannot write '%s': %s; check the folder exists and is writable", tmp,
                          strerror(errno));
     int ok = 1;
-    for (int i = 0; i < n && ok; i++) ok = len[i] == 0 || fwrite(buf[i], 1, len[i], f) == len[i];
+    const int crash = crash_here(path);
+    for (int i = 0; i < n && ok; i++) {
+        ok = len[i] == 0 || fwrite(buf[i], 1, len[i], f) == len[i];
+        if (crash && i == n / 2 && fflush(f) == 0) raise(SIGKILL);
+    }
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     int saved = errno;
     ok = (fclose(f) == 0) && ok;

@@ -43,7 +43,10 @@ char *file_read_all(const char *path, const FileSpec *spec, size_t *n, char *err
 int file_crc32(const char *path, const FileSpec *spec, uint32_t *crc, char *err, int errlen);
 /* mkdir -p dir. Returns 0, or -1 with a message in err. */
 int make_dirs(const char *dir, char *err, int errlen);
-/* Write the n buffers buf[i] of len[i] bytes, in order, to path by the atomic protocol. */
+/* Write the n buffers buf[i] of len[i] bytes, in order, to path by the atomic protocol.
+ * For crash tests, MOE_CRASH_IN_WRITE=NAME:K kills the process (SIGKILL) in the middle of its
+ * K-th write of a file named NAME (counted from 1, in this process): half the buffers are in
+ * "<path>.tmp" on disk and the rename has not happened, the state a power cut leaves. */
 int write_atomic(const char *path, const void *const *buf, const size_t *len, int n, char *err,
                  int errlen);
 
