@@ -27,6 +27,10 @@ enum { MOE_DEVICE_CPU = 0, MOE_DEVICE_CPU_REF = 1, MOE_DEVICE_CUDA = 2, MOE_DEVI
  * gradients and AdamW moments stay fp32 in every mode, and the CPU backends compute in fp32
  * whatever it says. Not a setting of the model either. */
 enum { MOE_PRECISION_FP32 = 0, MOE_PRECISION_TF32 = 1, MOE_PRECISION_BF16 = 2 };
+/* train.spike_action: what a run does at a step whose loss or gradient norm is a spike */
+enum { MOE_SPIKE_NONE = 0, MOE_SPIKE_SKIP = 1, MOE_SPIKE_ROLLBACK = 2 };
+/* train.spike_on: the spikes it acts on, of the loss or the gradient norm, or one of them */
+enum { MOE_SPIKE_ON_EITHER = 0, MOE_SPIKE_ON_LOSS = 1, MOE_SPIKE_ON_GRAD = 2 };
 /* dist.collectives: the engine that carries the collectives of a multi-process run (each is
  * described in src/parallel/dist.h, which uses this enum). */
 typedef enum { DIST_COLL_MPI = 0, DIST_COLL_TEACH = 1, DIST_COLL_NCCL = 2 } DistCollectives;
@@ -134,6 +138,11 @@ typedef struct {
     int precision;      /* MOE_PRECISION_*: the large products' arithmetic on a GPU */
     int spike_window;   /* the trailing steps a spike is measured against */
     float spike_k;      /* a spike: a value above the window's mean + spike_k std */
+    int spike_action;   /* MOE_SPIKE_*: nothing, the update skipped, or a rollback */
+    int spike_on;       /* MOE_SPIKE_ON_*: the spikes it acts on */
+    int rollback_every; /* steps between the checkpoints a rollback returns to */
+    int rollback_skip;  /* a rollback skips its undone steps' batches and this many more */
+    int max_rollbacks;  /* a spike after this many rollbacks ends the run (exit status 3) */
     float diverge_loss; /* a loss above this (or not finite) ends the run as diverged; 0: only
                            a loss that is not finite */
 
@@ -144,6 +153,8 @@ typedef struct {
     float mix_temperature;      /* > 0: shares proportional to size^(1 / mix_temperature) */
     char mix_end[MOE_PATH_MAX]; /* the mix of the last mix_end_frac of the steps, or none */
     float mix_end_frac;
+    int corrupt_from;    /* the first of data.corrupt_batches corrupted batches; -1: none */
+    int corrupt_batches; /* batches of the data stream made random tokens (a spike's cause) */
 
     /* dist.* (src/parallel/dist.h): how a run is spread over processes. Not shape keys: a
      * checkpoint holds every expert and loads at any dist.ep. */

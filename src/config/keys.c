@@ -221,6 +221,21 @@ const Key CONFIG_KEYS[] = {
         "a loss or gradient-norm spike is measured against this many preceding steps"),
     ROW(T_FLOAT, "train.spike_k", spike_k, "4", 0, NOMAX, K_OPEN_MIN,
         "a spike: a step's value above the window's mean plus spike_k standard deviations"),
+    ENUM_ROW("train.spike_action", spike_action, "none", "none|skip|rollback",
+             "at a step whose loss or gradient norm is a spike: nothing (train.csv marks it), "
+             "skip its update (weights and AdamW moments untouched), or roll back to the last "
+             "checkpoint kept for it and skip the batches that spiked"),
+    ENUM_ROW("train.spike_on", spike_on, "either", "either|loss|grad",
+             "the spikes train.spike_action acts on: of the loss or the gradient norm (either), "
+             "of the loss alone, or of the gradient norm alone"),
+    ROW(T_INT, "train.rollback_every", rollback_every, "50", 1, INT_MAX, 0,
+        "spike_action=rollback: steps between the checkpoints a rollback returns to "
+        "(rollback.bin, kept at step 0 and at each multiple without a spike since the last)"),
+    ROW(T_INT, "train.rollback_skip", rollback_skip, "10", 0, INT_MAX, 0,
+        "spike_action=rollback: a rollback skips the batches of the steps it undoes (the "
+        "spike's among them) and this many batches after them"),
+    ROW(T_INT, "train.max_rollbacks", max_rollbacks, "3", 0, INT_MAX, 0,
+        "spike_action=rollback: a spike after this many rollbacks ends the run (exit status 3)"),
     ROW(T_FLOAT, "train.diverge_loss", diverge_loss, "0", 0, NOMAX, 0,
         "a training loss above this ends the run as diverged (exit status 3); 0: only a loss "
         "that is not a finite number"),
@@ -238,6 +253,12 @@ const Key CONFIG_KEYS[] = {
         "the mix of the last data.mix_end_frac of train.steps (as data.mix), or none"),
     ROW(T_FLOAT, "data.mix_end_frac", mix_end_frac, "0", 0, 1, K_OPEN_MAX,
         "the fraction of train.steps at the end drawn with data.mix_end"),
+    ROW(T_INT, "data.corrupt_from", corrupt_from, "-1", -1, INT_MAX, 0,
+        "a spike made on purpose: the batches data.corrupt_from .. + data.corrupt_batches - 1 "
+        "of the data stream (the batch of step s is batch s, but for batches a rollback skipped) "
+        "are random tokens, as a corrupted stretch of a corpus; -1: none"),
+    ROW(T_INT, "data.corrupt_batches", corrupt_batches, "0", 0, INT_MAX, 0,
+        "with data.corrupt_from: how many batches are corrupted"),
 
     ROW(T_INT, "dist.tp", tp, "1", 1, 4096, 0,
         "tensor parallelism: processes that split each block's heads and the dense and "

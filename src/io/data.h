@@ -117,6 +117,11 @@ typedef struct {
                                           consecutive documents: first token, starts up to it */
     uint64_t drawn[SHARD_MAX_DOMAINS]; /* windows drawn of each domain (of its first token
                                           without a mix) since loader_take_drawn */
+    /* data.corrupt_from/_batches (loader_corrupt): the batches [corrupt_from, corrupt_to) of
+     * the stream are random tokens below vocab; batch is the one loader_next draws now */
+    long long batch, corrupt_from, corrupt_to;
+    int vocab;
+    uint64_t seed; /* train.seed, which the corrupted tokens are drawn from */
 } Loader;
 
 /* 0 when s holds at least one window of T + 1 tokens, else -1 with a message (naming the
@@ -135,8 +140,17 @@ void shard_domain_starts(const Shard *s, int T, uint64_t *size);
  * a start inside that domain's runs, both from the loader's RNG (so a resume restores the
  * stream); from step end_step on (loader_set_step) by end_share instead (NULL: none). */
 void loader_set_mix(Loader *l, const double *share, const double *end_share, int end_step);
-/* The optimizer step the next windows are for (the end mix starts at end_step). */
-void loader_set_step(Loader *l, int step);
+/* The optimizer step the next windows are for (the end mix starts at end_step), and which
+ * batch of the data stream they are: the step's own, unless a rollback skipped batches before
+ * it (train/spike.h). */
+void loader_set_step(Loader *l, int step, long long batch);
+/* Draw n windows and throw them away (the RNG moves on as loader_next's would; nothing is
+ * counted): the batches a rollback skips. */
+void loader_skip(Loader *l, long long n);
+/* A corrupted stretch of the stream, made on purpose (data.corrupt_from, data.corrupt_batches):
+ * the windows of batches [from, from + n) are drawn as ever, then their tokens replaced by
+ * random ids below vocab (a function of the window's start and the seed). n = 0: none. */
+void loader_corrupt(Loader *l, long long from, long long n, int vocab);
 /* The windows drawn of each domain since the last call, into drawn (n_domains); counting
  * starts again. */
 void loader_take_drawn(Loader *l, uint64_t *drawn);

@@ -151,8 +151,38 @@ static int crash_here(const char *path) {
     return ++writes == atoi(colon + 1);
 }
 
-int write_atomic(const char *path, const void *const *buf, const size_t *len, int n, char *err,
-                 int errlen) {
+/* The buffers of a write_atomic, as atomic_write's fill */
+typedef struct {
+    const void *const *buf;
+    const size_t *len;
+    int n;
+    const char *path;
+} Buffers;
+
+static int fill_buffers(FILE *f, void *ctx) {
+    const Buffers *b = (const Buffers *)ctx;
+    int ok = 1;
+    const int crash = crash_here(b->path);
+    for (int i = 0; i < b->n && ok; i++) {
+        ok = b->len[i] == 0 || fwrite(b->buf[i], 1, b->len[i], f) == b->len[i];
+        if (crash && i == b->n / 2 && fflush(f) == 0) raise(SIGKILL);
+    }
+    return ok;
+}
+
+/* copy_atomic's fill: the whole of the open file ctx */
+static int fill_copy(FILE *f, void *ctx) {
+    FILE *in = (FILE *)ctx;
+    char chunk[1 << 16];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, in)) > 0)
+        if (fwrite(chunk, 1, got, f) != got) return 0;
+    return !ferror(in);
+}
+
+/* The atomic protocol (files.h) with what fill(f, ctx) writes (1: all of it, 0: failed). */
+static int atomic_write(const char *path, int (*fill)(FILE *, void *), void *ctx, char *err,
+                        int errlen) {
     char parent[1024];
     snprintf(parent, sizeof parent, "%s", path);
     char *cut = strrchr(parent, '/');
@@ -167,12 +197,9 @@ int write_atomic(const char *path, const void *const *buf, const size_t *len, in
         return set_error(err, errlen,
                          "cannot write '%s': %s; check the folder exists and is writable", tmp,
                          strerror(errno));
-    int ok = 1;
-    const int crash = crash_here(path);
-    for (int i = 0; i < n && ok; i++) {
-        ok = len[i] == 0 || fwrite(buf[i], 1, len[i], f) == len[i];
-        if (crash && i == n / 2 && fflush(f) == 0) raise(SIGKILL);
-    }
+    errno = 0;
+    int ok = fill(f, ctx);
+    if (fill == fill_copy && crash_here(path) && fflush(f) == 0) raise(SIGKILL); /* files.h */
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     int saved = errno;
     ok = (fclose(f) == 0) && ok;
@@ -198,4 +225,20 @@ int write_atomic(const char *path, const void *const *buf, const size_t *len, in
         close(fd);
     }
     return 0;
+}
+
+int write_atomic(const char *path, const void *const *buf, const size_t *len, int n, char *err,
+                 int errlen) {
+    Buffers b = {buf, len, n, path};
+    return atomic_write(path, fill_buffers, &b, err, errlen);
+}
+
+int copy_atomic(const char *from, const char *to, char *err, int errlen) {
+    FILE *in = fopen(from, "rb");
+    if (!in)
+        return set_error(err, errlen, "cannot read '%s': %s; check that it exists", from,
+                         strerror(errno));
+    const int rc = atomic_write(to, fill_copy, in, err, errlen);
+    fclose(in);
+    return rc;
 }

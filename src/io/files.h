@@ -45,10 +45,13 @@ int file_crc32(const char *path, const FileSpec *spec, uint32_t *crc, char *err,
 int make_dirs(const char *dir, char *err, int errlen);
 /* Write the n buffers buf[i] of len[i] bytes, in order, to path by the atomic protocol.
  * For crash tests, MOE_CRASH_IN_WRITE=NAME:K kills the process (SIGKILL) in the middle of its
- * K-th write of a file named NAME (counted from 1, in this process): half the buffers are in
- * "<path>.tmp" on disk and the rename has not happened, the state a power cut leaves. */
+ * K-th write of a file named NAME (counted from 1, in this process, copy_atomic's too): half
+ * the buffers (a copy: all of it) are in "<path>.tmp" and the rename has not happened, the
+ * state a power cut leaves. */
 int write_atomic(const char *path, const void *const *buf, const size_t *len, int n, char *err,
                  int errlen);
+/* Copy the file from to the file to by the atomic protocol. Returns 0, or -1 with a message. */
+int copy_atomic(const char *from, const char *to, char *err, int errlen);
 
 /* CRC-32 (crc32_update from 0) of the n bytes at p with the 4 bytes at offset hole taken as
  * zero: the checksum of a header that stores its own checksum at hole. */

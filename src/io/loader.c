@@ -49,6 +49,7 @@ void loader_init(Loader *l, const Shard *s, int B, int T, uint64_t seed) {
     l->shard = s;
     l->B = B;
     l->T = T;
+    l->seed = seed;
     rng_seed(&l->rng, seed);
 }
 
@@ -115,8 +116,22 @@ void loader_set_mix(Loader *l, const double *share, const double *end_share, int
     l->mixed = 1;
 }
 
-void loader_set_step(Loader *l, int step) {
+void loader_set_step(Loader *l, int step, long long batch) {
     l->step = step;
+    l->batch = batch;
+}
+
+void loader_corrupt(Loader *l, long long from, long long n, int vocab) {
+    l->corrupt_from = from, l->corrupt_to = n > 0 ? from + n : from;
+    l->vocab = vocab;
+}
+
+/* A corrupted window's token at place i of the shard: a hash of (i, seed), below vocab. */
+static int corrupt_token(const Loader *l, uint64_t i) {
+    uint64_t z = i * 0x9E3779B97F4A7C15ull + (l->seed ^ 0x2545F4914F6CDD1Dull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (int)((z ^ (z >> 31)) % (uint64_t)l->vocab);
 }
 
 void loader_take_drawn(Loader *l, uint64_t *drawn) {
@@ -137,25 +152,35 @@ static uint64_t domain_start(Loader *l, int d) {
     return l->run_first[d][lo] + r - (lo ? l->run_cum[d][lo - 1] : 0);
 }
 
+/* The start of the next window: a domain by its share and a start inside it, or anywhere. */
+static uint64_t draw_start(Loader *l) {
+    const Shard *s = l->shard;
+    if (!l->mixed) return rng_below(&l->rng, s->n_tokens - (uint64_t)l->T);
+    const double *cum = l->cum[l->step >= l->end_step];
+    const double u = rng_uniform(&l->rng);
+    int d = 0;
+    while (d + 1 < (int)s->n_domains && (u >= cum[d] || l->size[d] == 0)) d++;
+    while (l->size[d] == 0) d--; /* rounding at the top end: the last domain drawn */
+    return domain_start(l, d);
+}
+
 void loader_next(Loader *l, int *inputs, int *targets, uint8_t *domains) {
     const Shard *s = l->shard;
-    uint64_t n_starts = s->n_tokens - (uint64_t)l->T;
-    const double *cum = l->cum[l->step >= l->end_step];
+    const int corrupt = l->batch >= l->corrupt_from && l->batch < l->corrupt_to;
     for (int b = 0; b < l->B; b++) {
-        uint64_t start;
-        if (l->mixed) { /* a domain by its share, then a start inside it */
-            const double u = rng_uniform(&l->rng);
-            int d = 0;
-            while (d + 1 < (int)s->n_domains && (u >= cum[d] || l->size[d] == 0)) d++;
-            while (l->size[d] == 0) d--; /* rounding at the top end: the last domain drawn */
-            start = domain_start(l, d);
-        } else {
-            start = rng_below(&l->rng, n_starts);
-        }
+        const uint64_t start = draw_start(l);
         l->drawn[s->tok_domain[start]]++;
         size_t row = (size_t)b * (size_t)l->T;
         fill_window(s, start, l->T, inputs + row, targets + row, domains + row);
+        for (int t = 0; corrupt && t < l->T; t++) {
+            inputs[row + t] = corrupt_token(l, start + (uint64_t)t);
+            targets[row + t] = corrupt_token(l, start + (uint64_t)t + 1);
+        }
     }
+}
+
+void loader_skip(Loader *l, long long n) {
+    for (long long i = 0; i < n; i++) (void)draw_start(l);
 }
 
 void loader_val_batch(const Shard *s, int B, int T, int batch_index, int n_batches, int *inputs,

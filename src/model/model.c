@@ -636,7 +636,7 @@ void model_adamw_step(Model *m, float lr, float grad_scale) {
                    .beta2 = c->beta2,
                    .eps = c->eps,
                    .grad_scale = grad_scale,
-                   .step = m->step,
+                   .step = m->step - m->skipped,
                    .clear_grad = 1};
     if (m->zero) { /* this member's shards, then the weights gathered */
         zero_adamw_step(m, &s);
@@ -648,6 +648,13 @@ void model_adamw_step(Model *m, float lr, float grad_scale) {
         PROF(PROF_OPTIMIZER, be->adamw_update(be, m->params + t->offset, m->grads + t->offset,
                                               m->m + t->offset, m->v + t->offset, t->numel, &s));
     }
+}
+
+void model_skip_update(Model *m) {
+    m->step++;
+    m->skipped++;
+    if (m->zero) zero_release(m); /* gathers in flight end; the windows hold nothing */
+    model_zero_grad(m);
 }
 
 float lr_schedule(const Config *c, int step) {

@@ -217,7 +217,9 @@ typedef struct Model {
      * (StepCtx.training), from a stream of its own seeded by train.seed and saved in
      * checkpoints ("rng/router") */
     Rng router_rng;
-    int step; /* optimizer steps taken */
+    int step;    /* optimizer steps taken */
+    int skipped; /* of them, steps whose update was skipped (train.spike_action=skip): AdamW's
+                    own count, which its bias correction reads, is step - skipped */
     /* inference with the experts held elsewhere (src/infer/: quantized, or loaded on demand);
      * NULL: the weights above. Forward only: owned by its caller. */
     ExpertSource *expert_source;
@@ -365,6 +367,10 @@ void model_sync_grads(Model *m);
  * the gradients multiplied by grad_scale (for clipping) and leaves them zero, each cleared in
  * the pass that reads it: the next step accumulates from zero without model_zero_grad. */
 void model_adamw_step(Model *m, float lr, float grad_scale);
+/* A step without its update (train.spike_action=skip): m->step and m->skipped go up, the
+ * gradients are dropped, the weights, moments and aux-free biases stay as they are. Also what
+ * a rollback does with the step that spiked, before it loads the checkpoint it returns to. */
+void model_skip_update(Model *m);
 
 /* Learning rate of step s (0-based): linear warm-up, then cosine down to min_lr * lr. */
 float lr_schedule(const Config *c, int step);

@@ -207,12 +207,18 @@ void zero_adamw_step(Model *m, const AdamwStep *s) {
         dist_purpose(m->dist, was);
     } else { /* the shards change: what the windows hold is stale */
         for (int i = 0; i < m->sync->n; i++) adamw_shard(m, &m->sync->b[i], z->at[i], shard);
-        for (int w = 0; w < 2; w++) {
-            window_wait(m, w);
-            z->held[w] = -1;
-        }
+        zero_release(m);
     }
     m->be->zero(m->be, m->grads, m->pt.total * sizeof(float));
+}
+
+void zero_release(Model *m) {
+    Zero *z = m->zero;
+    if (!z || z->stage < 3) return;
+    for (int w = 0; w < 2; w++) {
+        window_wait(m, w);
+        z->held[w] = -1;
+    }
 }
 
 void zero_norm_record(const Model *m) {

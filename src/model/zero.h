@@ -99,6 +99,10 @@ void zero_weights(Model *m, int stage, int next);
  * bucket's group, and the gradients left zero. */
 void zero_adamw_step(Model *m, const AdamwStep *s);
 
+/* dist.zero=3 (else nothing): every gather in flight waited for, and both windows emptied, as
+ * after an update: the weights' shards may change next (a checkpoint loaded). */
+void zero_release(Model *m);
+
 /* The squares of this member's gradient shards, one a bucket, into the step record. */
 void zero_norm_record(const Model *m);
 /* The whole model's sum of squares from the record's sq (one a bucket): summed over the world. */

@@ -94,13 +94,14 @@ static void gather_tp_shares(const Model *m, float *const buf[3], float **gather
 }
 
 /* A byte tensor of the file: an RNG's state. */
-static void rng_entry(TensorRef *e, const char *name, const Rng *rng) {
+/* An entry of n raw bytes (an RNG's state, a count). */
+static void bytes_entry(TensorRef *e, const char *name, const void *data, size_t n) {
     snprintf(e->name, sizeof e->name, "%s", name);
     e->dtype = TENSOR_U8;
     e->ndim = 1;
-    e->shape[0] = (int)sizeof(Rng);
-    e->nbytes = sizeof(Rng);
-    e->data = rng;
+    e->shape[0] = (int)n;
+    e->nbytes = n;
+    e->data = data;
 }
 
 /* Entry k: tensor t of kind whole, its data at data. */
@@ -198,15 +199,18 @@ int checkpoint_save(const Model *m, const Rng *loader_rng, const char *path, cha
     }
     ParamTable *tables = (ParamTable *)calloc_check((size_t)P, sizeof(ParamTable));
     float **recv = P > 1 ? recv_stages(m, tables) : NULL;
-    int n = 3 * pt->n + 2 + m->n_moe;
+    /* the skipped updates' count only where there are some: other checkpoints stay as they were */
+    const uint64_t skipped = (uint64_t)m->skipped;
+    int n = 3 * pt->n + 2 + m->n_moe + (skipped > 0);
     for (int s = 1; s < P; s++) n += 3 * tables[s].n;
     TensorRef *e = (TensorRef *)calloc_check((size_t)n, sizeof(TensorRef));
     float *host[3] = {NULL, NULL, NULL}; /* a GPU's weights and moments, copied down */
     for (int kind = 0; kind < 3; kind++) host[kind] = model_host_copy(m, whole[kind], pt->total);
     int k = weight_entries(m, e, host, whole, gathered, tables, recv);
     Rng zero = {{0, 0, 0, 0}};
-    rng_entry(&e[k++], "rng/loader", loader_rng ? loader_rng : &zero);
-    rng_entry(&e[k++], "rng/router", &m->router_rng);
+    bytes_entry(&e[k++], "rng/loader", loader_rng ? loader_rng : &zero, sizeof(Rng));
+    bytes_entry(&e[k++], "rng/router", &m->router_rng, sizeof(Rng));
+    if (skipped > 0) bytes_entry(&e[k++], "optimizer/skipped", &skipped, sizeof skipped);
     float *biases[m->cfg.n_layer + 1];
     for (int l = 0; l < m->cfg.n_layer; l++) {
         biases[l] = NULL;
@@ -325,6 +329,18 @@ static int load_tensors(Model *m, const Ckpt *ck, const char *path, int kinds, c
     return rc;
 }
 
+long long checkpoint_step(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    unsigned char h[24];
+    const int ok = fread(h, 1, sizeof h, f) == sizeof h && memcmp(h, CKPT_MAGIC, 8) == 0;
+    fclose(f);
+    if (!ok) return -1;
+    uint64_t step = 0; /* little-endian at byte 16 (tensorfile.h) */
+    for (int i = 7; i >= 0; i--) step = step << 8 | h[16 + i];
+    return step <= CKPT_MAX_STEP ? (long long)step : -1;
+}
+
 int checkpoint_load(Model *m, Rng *loader_rng, const char *path, int with_optimizer, char *err,
                     int errlen) {
     Ckpt ck;
@@ -353,6 +369,18 @@ int checkpoint_load(Model *m, Rng *loader_rng, const char *path, int with_optimi
              * freshly seeded one */
             const TensorRef *rr = ckpt_find(&ck, "rng/router");
             if (rr && rr->nbytes == sizeof(Rng)) memcpy(&m->router_rng, rr->data, sizeof(Rng));
+            /* the updates skipped (train.spike_action=skip); none where the entry is absent */
+            const TensorRef *sk = ckpt_find(&ck, "optimizer/skipped");
+            uint64_t skipped = 0;
+            if (sk && sk->nbytes == sizeof skipped) memcpy(&skipped, sk->data, sizeof skipped);
+            if (skipped > (uint64_t)m->step) {
+                snprintf(err, (size_t)errlen,
+                         "checkpoint %s: optimizer/skipped says %llu updates were skipped of %d "
+                         "steps; the file is damaged, resume from another checkpoint",
+                         path, (unsigned long long)skipped, m->step);
+                rc = -1;
+            }
+            m->skipped = (int)skipped;
         }
     }
     /* aux-free biases steer routing at inference too, so they load with the weights. A
@@ -376,7 +404,7 @@ int checkpoint_load(Model *m, Rng *loader_rng, const char *path, int with_optimi
         m->be->to_device(m->be, bias, e->data, e->nbytes);
         m->router_bias_host_fresh = 0; /* the update copies them down again */
     }
-    if (!with_optimizer) m->step = 0;
+    if (!with_optimizer) m->step = 0, m->skipped = 0;
     ckpt_free(&ck);
     return rc;
 }

@@ -30,6 +30,8 @@ void run_log_open(RunLog *g, const RunLogSpec *s, const Config *c, const Model *
                       "grad_spike");
     for (int k = 1; k <= c->mtp_depth; k++)
         hl += snprintf(header + hl, sizeof header - (size_t)hl, ",mtp%d_loss", k);
+    g->with_skipped = c->spike_action != MOE_SPIKE_NONE; /* only then: other runs keep theirs */
+    if (g->with_skipped) snprintf(header + hl, sizeof header - (size_t)hl, ",skipped");
     g->train = run_csv(d, dir, "train.csv", header, keep);
     router_csv_header(header, sizeof header, c->num_experts);
     g->router = run_csv(d, dir, "router.csv", header, keep);
@@ -111,7 +113,8 @@ void run_log_step(RunLog *g, const Model *m, const StepValues *v) {
     const int s = v->step;
     if (!isnan(v->val_loss) || s == g->s.mix_end_step || s == g->s.last) mix_csv_write(g, s);
     train_csv_row(g->train, s, v->loss, v->aux, v->z, v->lr, v->norm, v->tok_s, v->val_loss,
-                  v->loss_spike, v->grad_spike, v->mtp, v->n_mtp);
+                  v->loss_spike, v->grad_spike, v->mtp, v->n_mtp,
+                  g->with_skipped ? v->skipped : -1);
     router_accum_write(&g->ra, m, g->router, s);
     if (g->replay) {
         const RouteTape *t = g->s.replay;
@@ -124,7 +127,7 @@ void run_log_step(RunLog *g, const Model *m, const StepValues *v) {
 void run_log_diverged(RunLog *g, const StepValues *v, int root) {
     /* the step is recorded, not taken: the run ends as diverged (exit status 3) */
     train_csv_row(g->train, v->step, v->loss, v->aux, v->z, v->lr, v->norm, NAN, NAN, 0, 0, v->mtp,
-                  v->n_mtp);
+                  v->n_mtp, g->with_skipped ? 0 : -1);
     fclose(g->train);
     fclose(g->router);
     if (root)
@@ -178,9 +181,16 @@ void run_watch_init(RunWatch *w, const Config *c, int n_moe, const char *train_c
     w->lead = live ? "\r\033[K" : "";
 }
 
+/* x as train.csv's six decimals read back */
+static double as_recorded(double x) {
+    char text[400]; /* room for every finite double */
+    snprintf(text, sizeof text, "%.6f", x);
+    return strtod(text, NULL);
+}
+
 void run_watch_spikes(RunWatch *w, StepValues *v) {
-    v->loss_spike = spike_watch_push(&w->loss_spikes, v->loss);
-    v->grad_spike = spike_watch_push(&w->grad_spikes, v->norm);
+    v->loss_spike = spike_watch_push(&w->loss_spikes, as_recorded(v->loss));
+    v->grad_spike = spike_watch_push(&w->grad_spikes, as_recorded(v->norm));
     w->n_loss_spikes += v->loss_spike, w->n_grad_spikes += v->grad_spike;
 }
 

@@ -43,6 +43,7 @@ typedef struct {
     double tok_s;        /* the whole batch's tokens a second; NAN: none */
     float val_loss;      /* NAN: no evaluation at this step */
     int loss_spike, grad_spike;
+    int skipped;             /* 1: the update was not applied (train.spike_action=skip) */
     double mtp[MOE_MTP_MAX]; /* the multi-token prediction modules' losses, the batch's means */
     int n_mtp;               /* model.mtp_depth */
 } StepValues;
@@ -54,6 +55,7 @@ typedef struct {
     DomainCounts dc;                        /* an evaluation's routing and loss by domain */
     int mix_from;                           /* the step mix.csv's next row counts from */
     long long replay_choices, replay_flips; /* the tape's counts at the last replay.csv row */
+    int with_skipped; /* train.csv has the column skipped (a train.spike_action) */
 } RunLog;
 
 /* Open every file (exit 2 on a run directory that cannot take them). */
@@ -89,7 +91,8 @@ typedef struct {
 /* A resumed run (keep > 0) judges its first steps against the rows of train_csv it keeps. */
 void run_watch_init(RunWatch *w, const Config *c, int n_moe, const char *train_csv, int keep,
                     int root, int live);
-/* The spikes of a step's loss and gradient norm (judged against the steps before it), into
+/* The spikes of a step's loss and gradient norm (judged against the steps before it, on the
+ * values as train.csv records them: a resumed run judges as the unbroken one), into
  * v->loss_spike and v->grad_spike. */
 void run_watch_spikes(RunWatch *w, StepValues *v);
 /* The live warnings of health.h after the step (the step's RouterAccum). */

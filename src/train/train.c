@@ -21,6 +21,7 @@
 #include "train/checkpoint.h"
 #include "train/run.h"
 #include "train/run_log.h"
+#include "train/spike.h"
 
 /* ---- evaluation --------------------------------------------------------------------------- */
 
@@ -185,6 +186,10 @@ static RouteTape *open_route_tape(RouteTape *t, const Model *m, const Config *c,
         moe_input_error("%s: a routing recording covers a fresh run from its step 0 (not "
                         "--resume, not --init)",
                         opt);
+    if (c->spike_action == MOE_SPIKE_ROLLBACK)
+        moe_input_error("%s: a routing recording covers each step once, in order, and "
+                        "train.spike_action=rollback trains steps again; drop one of them",
+                        opt);
     if (m->n_moe == 0 || c->routing == MOE_ROUTING_EXPERT_CHOICE)
         moe_input_error("%s: it records token-choice routing, and this model has %s", opt,
                         m->n_moe == 0 ? "no MoE block" : "moe.routing=expert_choice");
@@ -268,6 +273,9 @@ typedef struct {
     char tokenizer[MOE_PATH_MAX + 32]; /* the shards' tokenizer.json; "": bytes */
     RouteTape tape;
     StepCtx ctx;           /* the training passes' mode, and the tape */
+    SpikeGuard guard;      /* train.spike_action, and the batches rollbacks skipped */
+    char rollback_path[MOE_PATH_MAX + 32]; /* rollback.bin */
+    int kept;                              /* rollback.bin holds a state to return to */
     int start_step, last;  /* the steps [start_step, last) this command trains */
     int *inputs, *targets; /* (batch, T) the whole batch (every process draws it) */
     uint8_t *domains;      /* (batch, T) */
@@ -306,6 +314,8 @@ static void check_run_dir(Trainer *t) {
                         o->out_dir, t->ckpt_path);
     if (o->resume && o->stored && run_check_config(o->out_dir, o->stored, c, err, sizeof err) != 0)
         moe_input_error("%s", err);
+    if (o->resume && spike_check_columns(t->csv_path, c, err, sizeof err) != 0)
+        moe_input_error("--resume %s: %s", o->out_dir, err);
     if (o->restart && run_check_restart(o->out_dir, err, sizeof err) != 0)
         moe_input_error("%s", err);
 }
@@ -366,6 +376,8 @@ static void load_run(Trainer *t) {
     loader_init(&t->loader, &t->train, c->batch, t->T, c->seed);
     setup_mix(&t->loader, c, &t->train, t->mix_target, &t->mix_end_step, t->mix_lines,
               sizeof t->mix_lines);
+    if (c->corrupt_from >= 0)
+        loader_corrupt(&t->loader, c->corrupt_from, c->corrupt_batches, c->vocab);
     if (o->resume && checkpoint_load(m, &t->loader.rng, t->ckpt_path, 1, err, sizeof err) != 0)
         moe_input_error("%s", err);
     /* the CSVs are cut back to the checkpoint and appended to: they must be the run's own */
@@ -459,11 +471,9 @@ static void print_banner(const Trainer *t) {
 static void pipe_passes(Trainer *t, int step, float scale) {
     const Config *c = t->c;
     const size_t stride = (size_t)c->batch * t->T;
-    for (int micro = 0; micro < c->accum; micro++) {
-        loader_set_step(&t->loader, step);
+    for (int micro = 0; micro < c->accum; micro++)
         loader_next(&t->loader, t->inputs + micro * stride, t->targets + micro * stride,
                     t->domains + micro * stride);
-    }
     pipe_step(&t->m, t->inputs + t->mine, t->targets + t->mine, stride, t->B, t->T, scale, &t->ctx,
               c->overlap);
 }
@@ -483,9 +493,11 @@ static void step_passes(Trainer *t, int step, RouterAccum *ra, StepValues *v) {
      * pipeline stage (without one, the world) */
     const int replicas = t->d ? dist_group_size(t->d, DIST_STAGE) : 1;
     const float scale = 1.0f / (float)(c->accum * replicas);
+    /* the step's batch of the data stream: past the batches rollbacks skipped (spike.h) */
+    loader_set_step(&t->loader, step, spike_guard_batch(&t->guard, step));
+    loader_skip(&t->loader, (long long)spike_guard_skip_at(&t->guard, step) * c->accum * c->batch);
     if (m->pipe) pipe_passes(t, step, scale);
     for (int micro = 0; micro < c->accum && !m->pipe; micro++) {
-        loader_set_step(&t->loader, step);
         loader_next(&t->loader, t->inputs, t->targets, t->domains);
         t->ctx.micro = micro;
         model_forward(m, t->inputs + t->mine, t->targets + t->mine, t->B, t->T, &t->ctx);
@@ -528,19 +540,26 @@ static void step_passes(Trainer *t, int step, RouterAccum *ra, StepValues *v) {
     memcpy(v->mtp, s + 3, (size_t)D * sizeof(double));
 }
 
-/* One optimizer step: its passes, then the update (clipped to train.clip), unless the loss
- * diverged: then its row is recorded and the run ends (exit 3). */
-static StepValues train_step(Trainer *t, int step, RunLog *log) {
+/* One optimizer step: its passes; unless the loss diverged (then its row is recorded and the
+ * run ends, exit 3), its spikes judged (spike.h) and then, by the verdict (*verdict), its update
+ * (clipped to train.clip), the update skipped, or nothing yet (a rollback, a stop). */
+static StepValues train_step(Trainer *t, int step, RunLog *log, RunWatch *watch, int *verdict) {
     const Config *c = t->c;
     const double t0 = now_seconds();
     StepValues v;
     step_passes(t, step, &log->ra, &v);
     if (!isfinite(v.loss) || (c->diverge_loss > 0.0f && v.loss > c->diverge_loss))
         run_log_diverged(log, &v, t->root);
-    const float scale = (c->clip > 0.0f && v.norm > c->clip) ? c->clip / v.norm : 1.0f;
-    model_adamw_step(&t->m, v.lr, scale);
-    model_update_router_bias(&t->m, log->ra.count); /* aux-free balancing; else nothing */
-    v.step = t->m.step;
+    run_watch_spikes(watch, &v); /* on the step's values, before its update */
+    *verdict = spike_guard_verdict(&t->guard, &v, t->kept);
+    if (*verdict == MOE_SPIKE_SKIP) {
+        model_skip_update(&t->m);
+    } else if (*verdict == MOE_SPIKE_NONE) {
+        const float scale = (c->clip > 0.0f && v.norm > c->clip) ? c->clip / v.norm : 1.0f;
+        model_adamw_step(&t->m, v.lr, scale);
+        model_update_router_bias(&t->m, log->ra.count); /* aux-free balancing; else nothing */
+    }
+    v.step = *verdict == MOE_SPIKE_NONE || *verdict == MOE_SPIKE_SKIP ? t->m.step : step + 1;
     /* the whole batch's tokens (every process's share): the run's speed */
     v.tok_s = (double)c->accum * c->batch * t->T / (now_seconds() - t0);
     return v;
@@ -573,6 +592,11 @@ static void checkpoint_or_stop(Trainer *t, RunLog *log, int s) {
             moe_fatal("saving the checkpoint failed: %s", err);
         if (t->steps_peak >= 0.0) steps_peak_reset(t);
     }
+    if (spike_guard_keep(&t->guard, s)) { /* the state a rollback returns to (spike.h) */
+        if (checkpoint_save(&t->m, &t->loader.rng, t->rollback_path, err, sizeof err) != 0)
+            moe_fatal("saving rollback.bin failed: %s", err);
+        t->kept = 1;
+    }
     if (!stop || s >= t->last) return;
     if (t->root) {
         char dir[MOE_PATH_MAX + 8], mpirun[32] = "";
@@ -587,6 +611,91 @@ static void checkpoint_or_stop(Trainer *t, RunLog *log, int s) {
     /* every file is flushed; the exit status says which signal it was (128 + N) */
     if (t->o->dist) dist_finalize(t->o->dist);
     exit(128 + stop);
+}
+
+/* ---- a rollback (spike.h) ------------------------------------------------------------------ */
+
+/* The guard of train.spike_action at the run's start, and with rollbacks the state to return
+ * to: rollback.bin as it is (not one of a later step: a run resumed from before it reaches the
+ * same state again), else kept now when the run starts at a multiple of train.rollback_every
+ * (a later one otherwise). */
+static void open_guard(Trainer *t) {
+    const Config *c = t->c;
+    char err[1024];
+    run_path(t->rollback_path, sizeof t->rollback_path, t->o->out_dir, "rollback.bin");
+    spike_guard_open(&t->guard, c, t->d, t->o->out_dir, t->start_step, !t->o->resume);
+    if (c->spike_action != MOE_SPIKE_ROLLBACK) return;
+    int kept = t->root && t->o->resume && checkpoint_step(t->rollback_path) >= 0 &&
+               checkpoint_step(t->rollback_path) <= t->start_step;
+    if (t->d) { /* the first process's word */
+        double k = kept;
+        dist_allreduce_sum_d(t->d, DIST_WORLD, &k, 1);
+        kept = k > 0.0;
+    }
+    t->kept = kept;
+    if (!kept && spike_guard_keep(&t->guard, t->start_step) && t->start_step > 0) {
+        if (checkpoint_save(&t->m, &t->loader.rng, t->rollback_path, err, sizeof err) != 0)
+            moe_fatal("saving rollback.bin failed: %s", err);
+        t->kept = 1;
+    }
+}
+
+/* The spiking step's rows written, rollback.bin loaded, the rollback recorded, and the run's
+ * files, watches and guard opened again as a resume opens them at the step returned to, which
+ * is returned. */
+static int roll_back(Trainer *t, RunLog *log, RunWatch *watch, const StepValues *v) {
+    const Config *c = t->c;
+    Model *m = &t->m;
+    char err[1024];
+    run_log_step(log, m, v);
+    run_log_flush(log);
+    model_skip_update(m); /* the step's gradients dropped */
+    if (checkpoint_load(m, &t->loader.rng, t->rollback_path, 1, err, sizeof err) != 0)
+        moe_input_error("the rollback: %s", err);
+    const int to = m->step, k = t->guard.n_skip + 1;
+    spike_guard_record(&t->guard, v->step, to);
+    if (t->d) dist_barrier(t->d); /* the files are the first process's */
+    RunLogSpec spec = log->s;
+    spec.keep = spec.start = to;
+    run_log_close(log);
+    run_log_open(log, &spec, c, m);
+    const int n[2] = {watch->n_loss_spikes, watch->n_grad_spikes};
+    const int live = watch->lead[0] != '\0';
+    run_watch_free(watch);
+    run_watch_init(watch, c, m->n_moe, t->csv_path, to, t->root, live);
+    watch->n_loss_spikes = n[0], watch->n_grad_spikes = n[1];
+    const int counts[2] = {t->guard.n_skipped, t->guard.n_rolled};
+    spike_guard_close(&t->guard);
+    spike_guard_open(&t->guard, c, t->d, t->o->out_dir, to, 0);
+    t->guard.n_skipped = counts[0], t->guard.n_rolled = counts[1];
+    uint64_t drawn[SHARD_MAX_DOMAINS]; /* a resume counts the windows drawn from here */
+    loader_take_drawn(&t->loader, drawn);
+    if (t->root)
+        fprintf(stderr,
+                "%srollback %d of at most %d (train.max_rollbacks): step %d spiked (loss %.4f, "
+                "gradient norm %.4f); back to step %d, %d batches skipped (steps %d-%d's and "
+                "train.rollback_skip=%d more)\n",
+                watch->lead, k, c->max_rollbacks, v->step, v->loss, (double)v->norm, to,
+                t->guard.skip[k - 1].batches, to + 1, v->step, c->rollback_skip);
+    return to;
+}
+
+/* A spike after train.max_rollbacks rollbacks: its row written, the run ends (exit 3). */
+static void spike_stop(Trainer *t, RunLog *log, const StepValues *v) {
+    const Config *c = t->c;
+    run_log_step(log, &t->m, v);
+    run_log_close(log);
+    if (t->root)
+        fprintf(stderr,
+                "spike at step %d (loss %.4f, gradient norm %.4f) after %d rollbacks "
+                "(train.max_rollbacks=%d): the run stops, its last checkpoint in ckpt.bin. "
+                "rollbacks.csv and rolled_back.csv in %s list the rollbacks. Lower train.lr, try "
+                "train.beta2 "
+                "or train.eps (chapter 6), or raise train.max_rollbacks and resume\n",
+                v->step, v->loss, (double)v->norm, t->guard.n_skip, c->max_rollbacks,
+                t->o->out_dir);
+    if (t->o->dist) dist_finalize(t->o->dist);
+    exit(MOE_EXIT_DIVERGED);
 }
 
 /* ---- the end ------------------------------------------------------------------------------ */
@@ -686,6 +795,7 @@ int train_run(Config *c, const TrainOptions *o) {
     run_log_open(&log, &spec, c, m);
     RunWatch watch;
     run_watch_init(&watch, c, m->n_moe, t.csv_path, spec.keep, t.root, t.tty && !o->quiet);
+    open_guard(&t);
     print_banner(&t);
 
     const double t_start = now_seconds();
@@ -701,9 +811,14 @@ int train_run(Config *c, const TrainOptions *o) {
         const DistTally step_start = t.d ? dist_tally(t.d) : (DistTally){{0}, {{0}}};
         const long long reads_start = backend_host_reads;
         long long eval_reads = 0;
-        StepValues v = train_step(&t, step, &log);
-        /* a spike is judged on the step's values before this step's update */
-        run_watch_spikes(&watch, &v);
+        int verdict;
+        StepValues v = train_step(&t, step, &log, &watch, &verdict);
+        if (verdict == SPIKE_STOP) spike_stop(&t, &log, &v);
+        if (verdict == MOE_SPIKE_ROLLBACK) {
+            t.start_step = roll_back(&t, &log, &watch, &v);
+            step = t.start_step - 1; /* the loop goes on from the step returned to */
+            continue;
+        }
         const int s = v.step;
         run_log_traffic(&log, m, &step_start, s); /* before an evaluation adds its own */
         if (c->eval_every > 0 && (s % c->eval_every == 0 || s == c->steps)) {
@@ -732,7 +847,9 @@ int train_run(Config *c, const TrainOptions *o) {
     if (t.root) {
         report_done(&t, last_loss, last_val, now_seconds() - t_start);
         run_watch_report(&watch, c);
+        spike_guard_report(&t.guard);
     }
+    spike_guard_close(&t.guard);
     report_memory(&t); /* every process takes part */
     run_watch_free(&watch);
     trainer_free(&t);

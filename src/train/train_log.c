@@ -63,13 +63,14 @@ static float group_maxvio(const float *load, int E, int G) {
 
 void train_csv_row(FILE *f, int step, double loss, double aux, double z, float lr, float norm,
                    double tok_s, float val_loss, int loss_spike, int grad_spike, const double *mtp,
-                   int n_mtp) {
+                   int n_mtp, int skipped) {
     fprintf(f, "%d,%.6f,%.6f,%.6f,%.6g,%.6f,", step, loss, aux, z, lr, norm);
     if (!isnan(tok_s)) fprintf(f, "%.1f", tok_s);
     fputc(',', f);
     if (!isnan(val_loss)) fprintf(f, "%.6f", val_loss);
     fprintf(f, ",%d,%d", loss_spike, grad_spike);
     for (int k = 0; k < n_mtp; k++) fprintf(f, ",%.6f", mtp[k]);
+    if (skipped >= 0) fprintf(f, ",%d", skipped);
     fputc('\n', f);
 }
 

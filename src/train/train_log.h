@@ -50,11 +50,13 @@ void router_accum_write(const RouterAccum *r, const Model *m, FILE *f, int step)
 
 /* ---- train.csv ---------------------------------------------------------------------------------
  * One row: step,loss,aux_loss,z_loss,lr,grad_norm,tok_per_s,val_loss,loss_spike,grad_spike,
- * then mtp1_loss .. mtpD_loss, the n_mtp values of mtp (model.mtp_depth D; none when 0);
- * tok_s or val_loss NAN leaves its field empty (a step without an evaluation, a diverged step). */
+ * then mtp1_loss .. mtpD_loss, the n_mtp values of mtp (model.mtp_depth D; none when 0), then
+ * with a train.spike_action other than none `skipped` (1: the step's update was not applied;
+ * skipped < 0: no such column); tok_s or val_loss NAN leaves its field empty (a step without an
+ * evaluation, a diverged step). */
 void train_csv_row(FILE *f, int step, double loss, double aux, double z, float lr, float norm,
                    double tok_s, float val_loss, int loss_spike, int grad_spike, const double *mtp,
-                   int n_mtp);
+                   int n_mtp, int skipped);
 
 /* ---- domains.csv, val_router.csv (an evaluation's routing), dist.csv ---------------------------
  */
