@@ -519,6 +519,71 @@ START_TEST(test_checkpoint_round_trip_and_shape_check) {
 }
 END_TEST
 
+/* train.spike_action=skip (model_skip_update): a skipped step leaves the weights and both
+ * AdamW moments bit for bit as they were and drops its gradients; AdamW's own count skips it
+ * too, so the updates after it are those of a run that never took the step: steps on batches
+ * 1, X (skipped), 2 equal steps on batches 1, 2. The count survives a checkpoint. */
+START_TEST(test_skip_update) {
+    Config c = tiny_config(4);
+    Model a, b;
+    model_init(&a, &c, 2, 6);
+    model_init(&b, &c, 2, 6);
+    int in[3][12], tg[3][12];
+    for (int k = 0; k < 3; k++) random_tokens(in[k], tg[k], 12, 20 + k);
+    const int order_a[3] = {0, 1, 2}, order_b[2] = {0, 2};
+    const size_t bytes = a.pt.total * sizeof(float);
+    float *before = (float *)malloc(3 * bytes);
+    for (int i = 0; i < 3; i++) {
+        model_forward(&a, in[order_a[i]], tg[order_a[i]], 2, 6, NULL);
+        model_backward(&a, 1.0f, NULL);
+        if (i != 1) {
+            model_adamw_step(&a, 1e-2f, 1.0f);
+            continue;
+        }
+        memcpy(before, a.params, bytes);
+        memcpy((char *)before + bytes, a.m, bytes);
+        memcpy((char *)before + 2 * bytes, a.v, bytes);
+        model_skip_update(&a);
+        ck_assert_int_eq(memcmp(before, a.params, bytes), 0);
+        ck_assert_int_eq(memcmp((char *)before + bytes, a.m, bytes), 0);
+        ck_assert_int_eq(memcmp((char *)before + 2 * bytes, a.v, bytes), 0);
+        size_t nonzero = 0;
+        for (size_t j = 0; j < a.pt.total; j++) nonzero += a.grads[j] != 0.0f;
+        ck_assert_msg(nonzero == 0, "%zu gradients left after a skipped step", nonzero);
+    }
+    for (int i = 0; i < 2; i++) {
+        model_forward(&b, in[order_b[i]], tg[order_b[i]], 2, 6, NULL);
+        model_backward(&b, 1.0f, NULL);
+        model_adamw_step(&b, 1e-2f, 1.0f);
+    }
+    ck_assert_int_eq(a.step, 3);
+    ck_assert_int_eq(a.skipped, 1);
+    ck_assert_int_eq(memcmp(a.params, b.params, bytes), 0);
+    ck_assert_int_eq(memcmp(a.v, b.v, bytes), 0);
+
+    /* the count is the checkpoint's: optimizer/skipped, absent where nothing was skipped */
+    char dir[] = "/tmp/moe_test_skip_XXXXXX", path[256], err[1024];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/ckpt.bin", dir);
+    ck_assert_int_eq(checkpoint_save(&a, NULL, path, err, sizeof err), 0);
+    Model r;
+    model_init(&r, &c, 2, 6);
+    ck_assert_int_eq(checkpoint_load(&r, NULL, path, 1, err, sizeof err), 0);
+    ck_assert_int_eq(r.step, 3);
+    ck_assert_int_eq(r.skipped, 1);
+    ck_assert_int_eq(checkpoint_save(&b, NULL, path, err, sizeof err), 0);
+    ck_assert_int_eq(checkpoint_load(&r, NULL, path, 1, err, sizeof err), 0);
+    ck_assert_int_eq(r.skipped, 0);
+    ck_assert_int_eq(checkpoint_step(path), 2);
+    model_free(&r);
+    unlink(path);
+    rmdir(dir);
+    free(before);
+    model_free(&a);
+    model_free(&b);
+}
+END_TEST
+
 /* A tied model's checkpoint loads back bit for bit; loaded into an untied model (and an untied
  * model's into a tied one) it is refused, the message naming model.tied. */
 START_TEST(test_checkpoint_tied) {
@@ -749,6 +814,7 @@ static Suite *model_suite(void) {
     tcase_add_test(tc, test_router_noise_training_only);
     tcase_add_test(tc, test_lr_schedule);
     tcase_add_test(tc, test_model_inspect);
+    tcase_add_test(tc, test_skip_update);
     suite_add_tcase(s, tc);
     return s;
 }

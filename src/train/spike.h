@@ -26,9 +26,9 @@
  * skip_batches) says that at the start of step skip_at (= to_step) the run draws skip_batches
  * batches and throws them away (loader_skip): those the undone steps to_step .. spike_step - 1
  * trained on, and train.rollback_skip more. A later step s trains on batch s + (the batches
- * skipped at steps <= s). Every row holds
- * for the rest of the run, whichever step a later rollback returns to. data.corrupt_from
- * counts batches of this stream, so a corrupted stretch a rollback skipped is not met again.
+ * skipped at steps <= s). Every row holds for the rest of the run, whichever step a later
+ * rollback returns to. data.corrupt_from counts batches of this stream, so a corrupted stretch
+ * a rollback skipped is not met again.
  *
  * A rollback, in the order that survives a crash at any moment (train.c's roll_back):
  *   1. the spiking step's rows are written; every process loads rollback.bin (its step is
