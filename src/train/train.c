@@ -799,6 +799,7 @@ int train_run(Config *c, const TrainOptions *o) {
     print_banner(&t);
 
     const double t_start = now_seconds();
+    double eta_from = t_start; /* the ETA's clock, set again by a rollback */
     float last_loss = NAN, last_val = NAN;
     /* MOE_HOST_READS=1: each step's host reads on stderr (a count only cpu-fenced keeps:
      * backend_host_reads), its evaluation's apart; tests/test_backends.sh bounds them */
@@ -816,6 +817,7 @@ int train_run(Config *c, const TrainOptions *o) {
         if (verdict == SPIKE_STOP) spike_stop(&t, &log, &v);
         if (verdict == MOE_SPIKE_ROLLBACK) {
             t.start_step = roll_back(&t, &log, &watch, &v);
+            eta_from = now_seconds();
             step = t.start_step - 1; /* the loop goes on from the step returned to */
             continue;
         }
@@ -838,7 +840,7 @@ int train_run(Config *c, const TrainOptions *o) {
         if (t.root && !o->quiet)
             /* the live line keeps showing the last validation loss; plain lines show it once */
             progress(c, s, last_loss, t.tty ? last_val : v.val_loss, v.tok_s,
-                     now_seconds() - t_start, t.start_step, t.tty);
+                     now_seconds() - eta_from, t.start_step, t.tty);
         checkpoint_or_stop(&t, &log, s);
     }
     run_log_close(&log);
