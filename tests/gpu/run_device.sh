@@ -32,7 +32,9 @@
 #            sigmoid scores with seq_aux and aux-free balancing, shared experts, chapter 5's
 #            stability methods, grouped-query attention (heads of their own width, qk_norm)
 #            and latent attention; every step's losses and gradient norm within 2e-3
-#            (relative), as tests/test_backends.sh asks of cpu-ref; the two new attentions'
+#            (relative), as tests/test_backends.sh asks of cpu-ref; a run made to spike
+#            (train.spike_action=skip, then rollback) skips and rolls back at the cpu run's
+#            steps; the two new attentions'
 #            GPU checkpoints then sample 100 bytes at temperature 0 from the key-value cache
 #            and with the full forward at every byte (moe sample --no-cache): the same bytes
 #   replay   the cpu runs' routing recorded and replayed on the GPU (moe train
@@ -104,6 +106,7 @@ train-expert-choice  40 train                expert choice, cpu against the GPU
 train-aux-free       40 train                sigmoid scores, aux-free balancing, cpu against the GPU
 train-seq-aux        40 train                seq_aux with a shared expert, cpu against the GPU
 train-stability      40 train                DSSN, TinyInit, a bf16 router, the aux loss over groups, cpu against the GPU
+train-spikes         30 train                a run made to spike (data.corrupt_from) skips and rolls back at the steps the cpu run does
 replay-stability     50 replay               chapter 5's methods, the cpu run's routing replayed on the GPU: within 5e-4
 replay-moe           50 replay               the MoE run, routing replayed: the flip rate, every step within 5e-4
 replay-capacity      50 replay               padded capacity, routing replayed
@@ -299,6 +302,22 @@ replay_pair() { # NAME SETTINGS...: the CPU's routing replayed on the GPU (route
     echo "$diff"
     echo "= $name with replay: $(echo "$diff" | tail -n 1)"
     return $rc
+}
+spikes_pair() { # NAME SETTINGS...: train_pair with skip, then with rollback, on a run made to
+    # spike (a corrupted stretch at step 26): the same steps skipped, the same rollbacks
+    local name=$1 action; shift
+    for action in skip rollback; do
+        train_pair "$name-$action" "$@" --set train.steps=40 --set train.spike_window=8 \
+            --set train.spike_on=loss --set data.corrupt_from=25 --set data.corrupt_batches=3 \
+            --set train.rollback_every=5 --set "train.spike_action=$action" || return 1
+    done
+    local cpu=$work/runs/$name-rollback-cpu gpu=$work/runs/$name-rollback-gpu
+    [ "$(wc -l < "$cpu/rollbacks.csv")" -ge 2 ] && cmp "$cpu/rollbacks.csv" "$gpu/rollbacks.csv" &&
+        cmp <(cut -d, -f1,11 "$work/runs/$name-skip-cpu/train.csv") \
+            <(cut -d, -f1,11 "$work/runs/$name-skip-gpu/train.csv") || return 1
+    echo "= $name: $RD_GPU skips steps $(awk -F, '$11 == 1 { printf "%s ", $1 }' \
+        "$work/runs/$name-skip-gpu/train.csv")and rolls back ($(tail -n +2 "$gpu/rollbacks.csv" |
+        tr '\n' ' ')) as cpu does"
 }
 train_decode() { # NAME SETTINGS...: train_pair, then the GPU run's checkpoint decoded on the GPU
     # from the key-value cache and with the full forward at every byte (moe sample --no-cache):
@@ -585,7 +604,7 @@ run_named() {
         train-* | replay-*)
             need_data
             local fn=train_pair variant=${name#*-} env=()
-            case $variant in gqa | mla) fn=train_decode ;; esac
+            case $variant in gqa | mla) fn=train_decode ;; spikes) fn=spikes_pair ;; esac
             [ "${name%%-*}" = replay ] && fn=replay_pair
             local set=("${moe_set[@]}")
             case $variant in
