@@ -87,6 +87,12 @@ check "rolled_back.csv holds the undone step's row; provenance.txt the rollback"
     [ -z "$(col "$tmp/rb/train.csv" loss_spike | awk '$1 > 60 && $1 <= 75 && $2 == 1')" ]
 check "train.csv has steps 1-100 once each, and no loss spike after step 60 (the stretch skipped)" $? \
     "$(col "$tmp/rb/train.csv" loss_spike | awk '$2 == 1')"
+train rb0 "${bad[@]}" "${rb[@]}" --set data.corrupt_batches=1 --set train.rollback_skip=0 --until 70 &&
+    "$moe" train --resume "$tmp/rb0" --quiet > "$tmp/rb0.resume.log" 2>&1
+rc=$?
+[ $rc = 0 ] && [ "$(sed -n 2p "$tmp/rb0/rollbacks.csv")" = "1,61,60,60,1" ]
+check "train.rollback_skip=0 (one corrupted batch) skips the undone step's batch alone, and the run resumes after it" $? \
+    "exit $rc: $(cat "$tmp/rb0/rollbacks.csv"); $(tail -n 2 "$tmp/rb0.resume.log")"
 train rb2 "${bad[@]}" "${rb[@]}" --until 70 &&
     "$moe" train --resume "$tmp/rb2" --quiet > "$tmp/rb2.resume.log" 2>&1
 same_run rb rb2

@@ -41,7 +41,7 @@ static void read_rollbacks(SpikeGuard *g, const char *path) {
         }
         int k, spike, to, at, batches;
         if (sscanf(line, "%d,%d,%d,%d,%d", &k, &spike, &to, &at, &batches) != 5 ||
-            k != g->n_skip + 1 || at != to || at >= spike || batches <= spike - at)
+            k != g->n_skip + 1 || at != to || at >= spike || batches < spike - at)
             moe_input_error("%s: the row '%.*s' is not a rollback's (%s); restore the file "
                             "from a copy (nothing was changed)",
                             path, (int)n - 1, line, ROLLBACKS_HEADER);
