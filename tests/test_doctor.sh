@@ -451,7 +451,7 @@ check "a run stopped at train.max_rollbacks: rollback_limit (exit 3), no incompl
 cp -r "$tmp/s_stop" "$tmp/s_killed" # the same files, but rollbacks left: a kill in the rollback
 sed -i 's/^train.max_rollbacks = 1$/train.max_rollbacks = 3/' "$tmp/s_killed/config.txt"
 "$moe" doctor "$tmp/s_killed" > "$tmp/out" 2>&1
-grep -q "^  seen:     step $last, train.csv's last, spiked .* and was not yet rolled back when the run ended: moe train --resume makes the rollback again" "$tmp/out" &&
+grep -q "^  seen:     step $last, train.csv's last, spiked .* and has no rollback in rollbacks.csv yet: the run was killed during the rollback (moe train --resume makes it again)" "$tmp/out" &&
   ! grep -q "rollback_limit" "$tmp/out"
 check "a last spike with rollbacks left (a kill during the rollback): --resume makes it" $? "$(cat "$tmp/out")"
 

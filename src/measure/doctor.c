@@ -405,8 +405,9 @@ static void rule_spike_actions(DoctorReport *r, const Run *run) {
     step_values(&run->train, 0, run->c_step, run->c_loss, run->c_grad, last, values, sizeof values);
     if (n_rb < r->cfg.max_rollbacks) { /* killed between its rows and rollbacks.csv's */
         add(f,
-            "step %d, train.csv's last, spiked%s and was not yet rolled back when the run "
-            "ended: moe train --resume makes the rollback again",
+            "step %d, train.csv's last, spiked%s and has no rollback in rollbacks.csv yet: the "
+            "run was killed during the rollback (moe train --resume makes it again) or is "
+            "making it now",
             last, values);
         return;
     }
