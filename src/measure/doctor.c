@@ -126,27 +126,134 @@ static void rule_no_learning(DoctorReport *r, const Run *run) {
         r->cfg.warmup);
 }
 
-static void spike_rule(DoctorReport *r, const Run *run, int col, int value_col, double min_count,
-                       FindingId id, const char *what) {
-    if (col < 0) return;
-    int n = 0;
-    for (int i = 0; i < run->train.n_row; i++) n += tcol(run, i, col) == 1.0;
-    if (n == 0 || n < min_count) return;
-    Finding *f = finding(r, id);
+/* The spikes' stretches. After a loss spike at row i the loss may fall back at the next step
+ * (an isolated spike: one bad batch, or one update too large) or stay up for several (a bad
+ * stretch of data, or weights an update damaged). A stretch is row i and the rows after it
+ * whose loss stays above half-way from the mean of the train.spike_window steps before it to
+ * the spike: the half-way line, unlike train.csv's flags, does not widen with the spike it
+ * follows, which is why the flags stop after a step or two of a long stretch. */
+typedef struct {
+    int n_flags;     /* rows loss_spike marks */
+    int n_stretches; /* stretches of two steps or more */
+    int first, last; /* the steps of the longest stretch */
+    int len;         /* its rows (1: every spike isolated) */
+    int to_end;      /* it lasts to the run's last step */
+    int applied;     /* its rows whose update was applied (train.spike_action=skip) */
+    double mean, peak, line;
+} LossStretch;
+
+static LossStretch loss_stretches(const DoctorReport *r, const Run *run) {
+    LossStretch s = {0};
+    const int w = r->cfg.spike_window > 0 ? r->cfg.spike_window : 20, n = run->train.n_row;
+    for (int i = 0; run->c_lspike >= 0 && i < n; i++) {
+        if (tcol(run, i, run->c_lspike) != 1.0) continue;
+        s.n_flags++;
+        const int step = (int)tcol(run, i, run->c_step);
+        const double peak = tcol(run, i, run->c_loss),
+                     mean = train_mean(run, run->c_loss, step - w, step - 1);
+        if (!isfinite(mean) || !isfinite(peak)) continue; /* a divergence: its own finding */
+        const double line = mean + 0.5 * (peak - mean);
+        int j = i + 1;
+        while (j < n && tcol(run, j, run->c_loss) > line) j++;
+        if (j - i >= 2) s.n_stretches++;
+        if (j - i > s.len) {
+            s.len = j - i, s.first = step, s.last = (int)tcol(run, j - 1, run->c_step);
+            s.to_end = j == n, s.mean = mean, s.peak = peak, s.line = line, s.applied = 0;
+            for (int k = i; k < j && run->c_skipped >= 0; k++)
+                s.applied += tcol(run, k, run->c_skipped) != 1.0;
+        }
+        for (int k = i + 1; k < j; k++) s.n_flags += tcol(run, k, run->c_lspike) == 1.0;
+        i = j - 1; /* the flags inside a stretch are its own */
+    }
+    return s;
+}
+
+/* " train.spike_on=either" where the run's spike_on would leave loss spikes alone */
+static const char *loss_spike_on(const DoctorReport *r) {
+    return r->cfg.spike_on == MOE_SPIKE_ON_GRAD ? " with train.spike_on=either" : "";
+}
+
+/* Loss spikes: train.csv's loss_spike flags, TH_LOSS_SPIKES of them or one that the loss
+ * stays up after; the fix names the remedy of what followed them. */
+static void rule_loss_spikes(DoctorReport *r, const Run *run, const double *th) {
+    const LossStretch s = loss_stretches(r, run);
+    if (s.n_flags == 0 || (s.n_flags < th[TH_LOSS_SPIKES] && s.len < 2)) return;
+    Finding *f = finding(r, F_LOSS_SPIKES);
     char steps[1024] = "";
     int shown = 0;
     for (int i = 0; i < run->train.n_row && shown < 8; i++) {
-        if (tcol(run, i, col) != 1.0) continue;
+        if (tcol(run, i, run->c_lspike) != 1.0) continue;
         const size_t len = strlen(steps);
         snprintf(steps + len, sizeof steps - len, "%s%d (%.3g)", shown ? ", " : "",
-                 (int)tcol(run, i, run->c_step), tcol(run, i, value_col));
+                 (int)tcol(run, i, run->c_step), tcol(run, i, run->c_loss));
         shown++;
     }
     add(f,
-        "%d %s spikes in %d steps (a value above the mean of the %d steps before it plus %g "
+        "%d loss spikes in %d steps (a value above the mean of the %d steps before it plus %g "
         "standard deviations); at steps %s%s",
-        n, what, run->train.n_row, r->cfg.spike_window, (double)r->cfg.spike_k, steps,
-        n > shown ? ", ..." : "");
+        s.n_flags, run->train.n_row, r->cfg.spike_window, (double)r->cfg.spike_k, steps,
+        s.n_flags > shown ? ", ..." : "");
+    const int w = r->cfg.spike_window;
+    if (s.len < 2) {
+        add(f,
+            "each was a single step: at the next step the loss was back under half-way from the "
+            "mean of the %d steps before it to the spike",
+            w);
+        if (r->cfg.spike_action == MOE_SPIKE_NONE) {
+            snprintf(f->fix, sizeof f->fix,
+                     "train.spike_action=skip%s: the update of a spiking step is left out "
+                     "(weights and AdamW's moments untouched); spikes that recur on clean data: "
+                     "lower train.lr, keep train.clip at 1, moe.z_coef=1e-3",
+                     loss_spike_on(r));
+            f->settings = "train.spike_action train.spike_on train.lr train.clip moe.z_coef";
+        }
+        return;
+    }
+    add(f,
+        "the loss stayed up after a spike %d time%s; the longest stretch: %d steps (%d-%d%s) "
+        "above %.3g, half-way from the mean of the %d steps before step %d (%.3g) to its spike "
+        "(%.3g)",
+        s.n_stretches, s.n_stretches == 1 ? "" : "s", s.len, s.first, s.last,
+        s.to_end ? ", the run's last" : "", s.line, w, s.first, s.mean, s.peak);
+    if (r->cfg.spike_action == MOE_SPIKE_SKIP && s.applied)
+        add(f,
+            "train.spike_action=skip applied the updates of %d of those steps, which were no "
+            "spikes against a window the spike had widened",
+            s.applied);
+    if (r->cfg.spike_action == MOE_SPIKE_ROLLBACK) return; /* rolled back: spike_actions */
+    if (s.to_end)
+        snprintf(f->fix, sizeof f->fix,
+                 "train.spike_action=rollback%s: it returns to rollback.bin, before the spike, "
+                 "and skips the batches that spiked and train.rollback_skip more; the loss "
+                 "never came back down here, so look at the data from step %d and at train.lr",
+                 loss_spike_on(r), s.first);
+    else
+        snprintf(f->fix, sizeof f->fix,
+                 "train.spike_action=rollback%s: a stretch of bad data, which skip does not "
+                 "cover (the steps after a spike are judged against a window the spike "
+                 "widened, so they are no spikes); a rollback returns to rollback.bin, before "
+                 "the spike, and skips the batches that spiked and train.rollback_skip more, "
+                 "which must cover the stretch: at least %d here (the run's: %d)",
+                 loss_spike_on(r), s.len - 1, r->cfg.rollback_skip);
+    f->settings = "train.spike_action train.spike_on train.rollback_every train.rollback_skip";
+}
+
+/* 1 when the loss at row i or the row after it (the first to feel row i's update) lies above
+ * the mean of the w rows before row i plus k standard deviations, the rule of train.csv's
+ * loss_spike, or is marked so: the loss followed a gradient-norm spike at row i */
+static int loss_followed(const Run *run, int i, int w, double k) {
+    double sum = 0.0, sq = 0.0;
+    int n = 0;
+    for (int j = i - w > 0 ? i - w : 0; j < i; j++) {
+        const double v = tcol(run, j, run->c_loss);
+        if (isfinite(v)) sum += v, sq += v * v, n++;
+    }
+    if (n < 2) return 0;
+    const double mean = sum / n, var = sq / n - mean * mean;
+    const double line = mean + k * sqrt(var > 0.0 ? var : 0.0);
+    for (int j = i; j <= i + 1 && j < run->train.n_row; j++)
+        if (tcol(run, j, run->c_loss) > line || tcol(run, j, run->c_lspike) == 1.0) return 1;
+    return 0;
 }
 
 /* Gradient-norm spikes, judged on train.csv's grad_norm itself rather than its grad_spike flags:
@@ -162,7 +269,7 @@ static void rule_grad_spikes(DoctorReport *r, const Run *run, const double *th) 
     const int from = r->settle_to > r->cfg.warmup ? r->settle_to : r->cfg.warmup;
     double *window = (double *)calloc_check((size_t)w, sizeof(double));
     char steps[1024] = "";
-    int n = 0, judged = 0, first = 0, last = 0, shown = 0;
+    int n = 0, judged = 0, first = 0, last = 0, shown = 0, followed = 0;
     for (int i = w; i < run->train.n_row; i++) {
         const int step = (int)tcol(run, i, run->c_step);
         const double g = tcol(run, i, run->c_grad);
@@ -176,6 +283,7 @@ static void rule_grad_spikes(DoctorReport *r, const Run *run, const double *th) 
         last = step;
         if (g <= th[TH_GRAD_SPIKE_RATIO] * med) continue;
         n++;
+        followed += loss_followed(run, i, w, r->cfg.spike_k);
         if (shown < 8) {
             const size_t len = strlen(steps);
             snprintf(steps + len, sizeof steps - len, "%s%d (%.3g, %.1fx)", shown++ ? ", " : "",
@@ -193,6 +301,129 @@ static void rule_grad_spikes(DoctorReport *r, const Run *run, const double *th) 
         "%.1f spikes per 100 steps judged: a warning from grad_spikes=%g per 100 (%.1f in these "
         "%d steps)",
         100.0 * n / (judged > 100 ? judged : 100), th[TH_GRAD_SPIKES], per_100, judged);
+    if (followed) return;
+    /* the loss unharmed: the gradient jumps, the clipped update does no visible harm */
+    Finding *f = finding(r, F_GRAD_SPIKES);
+    add(f,
+        "the loss did not follow them: at each spike and the step after it, under the mean of "
+        "the %d steps before plus %g standard deviations (train.spike_k)",
+        w, (double)r->cfg.spike_k);
+    snprintf(f->fix, sizeof f->fix,
+             "the loss did not follow them, so no skip or rollback is called for "
+             "(train.spike_on=loss keeps train.spike_action off them); calm the updates: lower "
+             "train.lr; keep train.clip at 1 (an outlying gradient then weighs no more in "
+             "AdamW's running means than one of norm 1); train.beta2 lower (0.9) or train.eps "
+             "larger (1e-6), as AdamW's second moment lags a jump of the gradient, the more "
+             "after a long stretch of small ones; model.norm=dssn");
+    f->settings = "train.lr train.clip train.beta2 train.eps model.norm train.spike_on";
+}
+
+/* the values of step `step` as " (loss L, gradient norm G)" from table t, whose column 0 is
+ * the rollback number k when k > 0 (rolled_back.csv); "" when t has no such row */
+static void step_values(const CsvTable *t, int k, int c_step, int c_loss, int c_grad, int step,
+                        char *out, size_t n) {
+    out[0] = '\0';
+    for (int i = 0; t->n_col && c_loss >= 0 && c_grad >= 0 && i < t->n_row; i++)
+        if ((k <= 0 || csv_at(t, i, 0) == k) && csv_at(t, i, c_step) == step) {
+            snprintf(out, n, " (loss %.4g, gradient norm %.3g)", csv_at(t, i, c_loss),
+                     csv_at(t, i, c_grad));
+            return;
+        }
+}
+
+/* Is train.csv's row i a spike of what train.spike_on names, one train.spike_action acts on? */
+static int acted_on(const DoctorReport *r, const Run *run, int i) {
+    const int loss = run->c_lspike >= 0 && tcol(run, i, run->c_lspike) == 1.0,
+              grad = run->c_gspike >= 0 && tcol(run, i, run->c_gspike) == 1.0;
+    return (r->cfg.spike_on != MOE_SPIKE_ON_GRAD && loss) ||
+           (r->cfg.spike_on != MOE_SPIKE_ON_LOSS && grad);
+}
+
+/* What train.spike_action did: the updates skipped (train.csv's column skipped) and the
+ * rollbacks (rollbacks.csv, the undone rows in rolled_back.csv, out of train.csv, whose curve
+ * therefore shows no spike), and a stop at train.max_rollbacks: a last row that is a spike
+ * the run acted on but neither skipped nor rolled back. */
+static void rule_spike_actions(DoctorReport *r, const Run *run) {
+    const CsvTable *rb = &run->rollbacks, *undone = &run->rolled_back;
+    const int n = run->train.n_row, n_rb = rb->n_row;
+    if (r->cfg.spike_action == MOE_SPIKE_NONE || run->c_skipped < 0) return;
+    char steps[1024] = "", values[128];
+    int skipped = 0;
+    for (int i = 0; i < n; i++) {
+        if (tcol(run, i, run->c_skipped) != 1.0) continue;
+        if (skipped++ < 8) {
+            const size_t len = strlen(steps);
+            step_values(&run->train, 0, run->c_step, run->c_loss, run->c_grad,
+                        (int)tcol(run, i, run->c_step), values, sizeof values);
+            snprintf(steps + len, sizeof steps - len, "%s%d%s", skipped > 1 ? ", " : "",
+                     (int)tcol(run, i, run->c_step), values);
+        }
+    }
+    const int stop = r->cfg.spike_action == MOE_SPIKE_ROLLBACK && n > 0 &&
+                     acted_on(r, run, n - 1) && tcol(run, n - 1, run->c_skipped) != 1.0;
+    if (!skipped && !n_rb && !stop) return;
+    Finding *f = finding(r, F_SPIKE_ACTIONS);
+    if (r->cfg.spike_action == MOE_SPIKE_SKIP) f->settings = "train.spike_action train.spike_on";
+    const char *on = r->cfg.spike_on == MOE_SPIKE_ON_LOSS   ? "loss"
+                     : r->cfg.spike_on == MOE_SPIKE_ON_GRAD ? "grad"
+                                                            : "either";
+    if (skipped)
+        add(f, "%d update%s skipped (train.csv's column skipped; train.spike_on=%s): at steps %s%s",
+            skipped, skipped == 1 ? "" : "s", on, steps, skipped > 8 ? ", ..." : "");
+    if (n_rb) {
+        add(f,
+            "%d rollback%s (rollbacks.csv); train.csv holds the steps trained after each, and "
+            "the %d step%s undone %s in rolled_back.csv, so its curve shows no such spike",
+            n_rb, n_rb == 1 ? "" : "s", undone->n_row, undone->n_row == 1 ? "" : "s",
+            undone->n_row == 1 ? "is" : "are");
+        const int c_step = csv_col(undone, "step"), c_loss = csv_col(undone, "loss"),
+                  c_grad = csv_col(undone, "grad_norm");
+        for (int k = 0; k < n_rb && k < 8; k++) {
+            const int spike = (int)csv_at(rb, k, 1), to = (int)csv_at(rb, k, 2),
+                      batches = (int)csv_at(rb, k, 4);
+            char after[96] = "";
+            if (k > 0) {
+                const int back = (int)csv_at(rb, k - 1, 2);
+                snprintf(after, sizeof after, ", %d step%s after rollback %d returned to step %d",
+                         spike - back, spike - back == 1 ? "" : "s", k, back);
+            }
+            char undid[48];
+            if (spike == to + 1)
+                snprintf(undid, sizeof undid, "step %d's", spike);
+            else
+                snprintf(undid, sizeof undid, "steps %d-%d's", to + 1, spike);
+            step_values(undone, k + 1, c_step, c_loss, c_grad, spike, values, sizeof values);
+            add(f,
+                "rollback %d: a spike at step %d%s%s; back to step %d, %d batches skipped (%s and "
+                "%d more)",
+                k + 1, spike, values, after, to, batches, undid, batches - (spike - to));
+        }
+        if (n_rb > 8) add(f, "and %d more rollbacks", n_rb - 8);
+    }
+    if (!stop) return;
+    const int last = (int)tcol(run, n - 1, run->c_step);
+    step_values(&run->train, 0, run->c_step, run->c_loss, run->c_grad, last, values, sizeof values);
+    if (n_rb < r->cfg.max_rollbacks) { /* killed between its rows and rollbacks.csv's */
+        add(f,
+            "step %d, train.csv's last, spiked%s and has no rollback in rollbacks.csv yet: the "
+            "run was killed during the rollback (moe train --resume makes it again) or is "
+            "making it now",
+            last, values);
+        return;
+    }
+    Finding *stopped = finding(r, F_ROLLBACK_LIMIT);
+    add(stopped,
+        "step %d spiked%s after %d rollback%s (train.max_rollbacks=%d): the run stopped there "
+        "(exit status 3)",
+        last, values, n_rb, n_rb == 1 ? "" : "s", r->cfg.max_rollbacks);
+    if (n_rb) {
+        const int to = (int)csv_at(rb, n_rb - 1, 2);
+        add(stopped,
+            "the spike came %d step%s after the last rollback returned to step %d and skipped "
+            "%d batches (train.rollback_skip=%d after the undone steps')",
+            last - to, last - to == 1 ? "" : "s", to, (int)csv_at(rb, n_rb - 1, 4),
+            r->cfg.rollback_skip);
+    }
 }
 
 static void rule_loss_rising(DoctorReport *r, const Run *run, const double *th, int w) {
@@ -631,11 +862,15 @@ int doctor_run(DoctorReport *r, const char *dir, const double th[TH_COUNT], char
     r->settle_to = settle > 0 ? settle : 0;
 
     rule_divergence(r, &run);
+    rule_spike_actions(r, &run);
     if (n >= 10) {
-        if (!r->n_found) rule_no_learning(r, &run); /* a divergence is its own finding */
+        if (!doctor_has(r, "divergence")) rule_no_learning(r, &run); /* its own finding */
         if (run.router.n_row && run.n_moe) rule_collapse(r, &run, th);
-        rule_loss_rising(r, &run, th, w);
-        spike_rule(r, &run, run.c_lspike, run.c_loss, th[TH_LOSS_SPIKES], F_LOSS_SPIKES, "loss");
+        /* a run stopped at a spike (rollback_limit) rises by that step alone: judged before it */
+        Run before = run;
+        before.train.n_row -= doctor_has(r, "rollback_limit");
+        rule_loss_rising(r, &before, th, w);
+        rule_loss_spikes(r, &run, th);
         rule_grad_spikes(r, &run, th);
         if (run.router.n_row && run.n_moe) {
             rule_starving(r, &run, th);
@@ -650,7 +885,8 @@ int doctor_run(DoctorReport *r, const char *dir, const double th[TH_COUNT], char
     }
     rule_provenance(r, &run, th);
     int diverged = 0;
-    for (int i = 0; i < r->n_found; i++) diverged |= r->found[i].id == F_DIVERGENCE;
+    for (int i = 0; i < r->n_found; i++) /* a stopped run's own finding says how to go on */
+        diverged |= r->found[i].id == F_DIVERGENCE || r->found[i].id == F_ROLLBACK_LIMIT;
     if (!diverged && r->last_step < r->cfg.steps)
         add(finding(r, F_INCOMPLETE), "train.csv ends at step %d of train.steps=%d", r->last_step,
             r->cfg.steps);

@@ -2,10 +2,10 @@
  * doctor.h: `moe doctor RUN_DIR`, a diagnosis of a run directory after (or during) training.
  *
  * It reads what moe train wrote (config.txt, provenance.txt, train.csv, router.csv,
- * val_router.csv, dist.csv: whatever exists), judges it against the thresholds of
- * train/health.h, and reports each finding with its evidence (steps, layers, experts, values),
- * its likely causes, the settings to change and the handbook section to read. The rules are in
- * doctor.c; the findings' texts and the report's two forms (text, JSON) in doctor_report.c.
+ * val_router.csv, dist.csv, rollbacks.csv, rolled_back.csv: whatever exists), judges it against the
+ * thresholds of train/health.h, and reports each finding with its evidence (steps, layers, experts,
+ * values), its likely causes, the settings to change and the handbook section to read. The rules
+ * are in doctor.c; the findings' texts and the report's two forms (text, JSON) in doctor_report.c.
  *
  * Exit status: 0 healthy (notes only), 1 a warning, 3 a failure; 2 when the directory cannot
  * be read as a run or a file in it holds what moe train cannot have written (the message names
@@ -24,11 +24,13 @@ typedef enum { SEV_NOTE, SEV_WARNING, SEV_FAILURE } Severity;
 /* What moe doctor can find. The order is the report's. */
 typedef enum {
     F_DIVERGENCE,
+    F_ROLLBACK_LIMIT,
     F_NO_LEARNING,
     F_ROUTER_COLLAPSE,
     F_LOSS_RISING,
     F_LOSS_SPIKES,
     F_GRAD_SPIKES,
+    F_SPIKE_ACTIONS,
     F_STARVING_EXPERTS,
     F_DROP_STORM,
     F_BALANCE_DOMINATES,
@@ -61,6 +63,10 @@ extern const FindingKind FINDINGS[F_COUNT];
 typedef struct {
     FindingId id;
     char evidence[DOCTOR_EVIDENCE]; /* lines, each ending in '\n' */
+    /* the fix this run calls for where the kind's general one does not fit (a spike's remedy
+     * depends on what the run shows): "" for the kind's fix, NULL for the kind's settings */
+    char fix[1024];
+    const char *settings;
 } Finding;
 
 typedef struct {

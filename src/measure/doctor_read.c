@@ -1,7 +1,8 @@
 /*
  * doctor_read.c: a run directory read for moe doctor (doctor_run.h): config.txt through the
  * settings table (so a typo in it is named as in any config), every CSV file that exists, and
- * provenance.txt; and the checks that the files belong together.
+ * provenance.txt; and the checks that the files belong together (a rollback run's
+ * rollbacks.csv and rolled_back.csv with its train.csv among them).
  */
 #include <limits.h>
 #include <math.h>
@@ -146,6 +147,7 @@ enum {
     COL_NEEDED = 2,   /* every row has a value (moe train never leaves it empty) */
     COL_NAN = 4,      /* nan is a value: a diverged step's, or expert_sim under dist.ep */
     COL_INF = 8,      /* +inf is a value: a diverged step's */
+    COL_FLAG = 16,    /* 0 or 1 and nothing between: a spike's mark, a skipped update */
 };
 #define COL_DIVERGES (COL_NAN | COL_INF)
 
@@ -168,8 +170,18 @@ static const ColumnRule TRAIN_COLUMNS[] = {
     {"grad_norm", COL_REQUIRED | COL_NEEDED | COL_DIVERGES, NONNEG},
     {"tok_per_s", 0, NONNEG},
     {"val_loss", 0, NONNEG},
-    {"loss_spike", 0, SHARE},
-    {"grad_spike", 0, SHARE},
+    {"loss_spike", COL_FLAG, SHARE},
+    {"grad_spike", COL_FLAG, SHARE},
+    {"skipped", COL_NEEDED | COL_FLAG, SHARE}, /* under a train.spike_action only */
+};
+
+/* rollbacks.csv, whose header is these columns in this order (spike.h; check_rollbacks) */
+static const ColumnRule ROLLBACK_COLUMNS[] = {
+    {"rollback", COL_NEEDED, 1.0, INFINITY},
+    {"spike_step", COL_NEEDED, 1.0, INFINITY},
+    {"to_step", COL_NEEDED, NONNEG},
+    {"skip_at", COL_NEEDED, NONNEG},
+    {"skip_batches", COL_NEEDED, 1.0, INFINITY},
 };
 
 /* router.csv and val_router.csv */
@@ -237,6 +249,9 @@ static int check_table(const CsvTable *t, const ColumnRule *rules, int n_rules, 
                                  t->path, t->line[i], t->names[c], v,
                                  v < rule->lo ? "below" : "above",
                                  v < rule->lo ? rule->lo : rule->hi, DAMAGED);
+            if ((rule->what & COL_FLAG) && v != 0.0 && v != 1.0)
+                return set_error(err, errlen, "%s:%ld: column '%s' holds %g: it is 0 or 1; %s",
+                                 t->path, t->line[i], t->names[c], v, DAMAGED);
         }
     }
     return 0;
@@ -285,6 +300,8 @@ void run_free(Run *run) {
     csv_table_free(&run->router);
     csv_table_free(&run->val_router);
     csv_table_free(&run->dist);
+    csv_table_free(&run->rollbacks);
+    csv_table_free(&run->rolled_back);
     free(run->prov);
 }
 
@@ -315,7 +332,9 @@ static int read_tables(Run *run, const char *dir, char *files, char *err, int er
     if (read_table(&run->train, dir, "train.csv", files, err, errlen) ||
         read_table(&run->router, dir, "router.csv", files, err, errlen) ||
         read_table(&run->val_router, dir, "val_router.csv", files, err, errlen) ||
-        read_table(&run->dist, dir, "dist.csv", files, err, errlen))
+        read_table(&run->dist, dir, "dist.csv", files, err, errlen) ||
+        read_table(&run->rollbacks, dir, "rollbacks.csv", files, err, errlen) ||
+        read_table(&run->rolled_back, dir, "rolled_back.csv", files, err, errlen))
         return -1;
 #define N_RULES(a) (int)(sizeof a / sizeof a[0])
     if (check_table(&run->train, TRAIN_COLUMNS, N_RULES(TRAIN_COLUMNS), 0.0, INFINITY, err,
@@ -324,7 +343,11 @@ static int read_tables(Run *run, const char *dir, char *files, char *err, int er
                     errlen) ||
         check_table(&run->val_router, ROUTER_COLUMNS, N_RULES(ROUTER_COLUMNS), -INFINITY, INFINITY,
                     err, errlen) ||
-        check_table(&run->dist, DIST_COLUMNS, N_RULES(DIST_COLUMNS), 0.0, INFINITY, err, errlen))
+        check_table(&run->dist, DIST_COLUMNS, N_RULES(DIST_COLUMNS), 0.0, INFINITY, err, errlen) ||
+        check_table(&run->rollbacks, ROLLBACK_COLUMNS, N_RULES(ROLLBACK_COLUMNS), 0.0, INFINITY,
+                    err, errlen) ||
+        check_table(&run->rolled_back, TRAIN_COLUMNS, N_RULES(TRAIN_COLUMNS), 0.0, INFINITY, err,
+                    errlen)) /* its column rollback: a number >= 0, checked below */
         return -1;
 #undef N_RULES
     return 0;
@@ -354,6 +377,123 @@ static int check_router(Run *run, const Config *cfg, const char *dir, char *err,
                              "of its place; the file is damaged or was not written by moe "
                              "train",
                              dir, i + 2, csv_at(&run->router, i, 0), layer);
+    }
+    return 0;
+}
+
+static const char *spike_action_name(int action) {
+    return action == MOE_SPIKE_SKIP ? "skip" : action == MOE_SPIKE_ROLLBACK ? "rollback" : "none";
+}
+
+/* train.csv's column skipped: there exactly when config.txt names a train.spike_action (moe
+ * train refuses to resume into the other), and 1 only on a step it marks as a spike */
+static int check_skipped(Run *run, const Config *cfg, char *err, int errlen) {
+    const CsvTable *t = &run->train;
+    run->c_skipped = csv_col(t, "skipped");
+    if ((run->c_skipped >= 0) != (cfg->spike_action != MOE_SPIKE_NONE))
+        return set_error(err, errlen,
+                         "%s: %s column 'skipped', which moe train writes exactly under a "
+                         "train.spike_action, and config.txt says train.spike_action=%s; are "
+                         "config.txt and train.csv from different runs?",
+                         t->path, run->c_skipped >= 0 ? "the header has a" : "the header has no",
+                         spike_action_name(cfg->spike_action));
+    if (run->c_skipped < 0 || run->c_lspike < 0 || run->c_gspike < 0) return 0;
+    for (int i = 0; i < t->n_row; i++)
+        if (csv_at(t, i, run->c_skipped) == 1.0 && csv_at(t, i, run->c_lspike) != 1.0 &&
+            csv_at(t, i, run->c_gspike) != 1.0)
+            return set_error(err, errlen,
+                             "%s:%ld: column 'skipped' is 1 at step %g, which loss_spike and "
+                             "grad_spike do not mark as a spike: moe train skips a spike's "
+                             "update only; the file is damaged or was not written by moe train",
+                             t->path, t->line[i], csv_at(t, i, run->c_step));
+    return 0;
+}
+
+/* The column of rollbacks.csv's row i that no rollback can have written, its value in *v and
+ * the reason in *why; NULL when the row is one. Rows are numbered 1, 2, ... in order, each
+ * returns to a step before its spike and skips there at least the batches of the steps it
+ * undid; rollback.bin only moves forward, so neither does to_step. */
+static const char *rollback_fault(const CsvTable *t, int i, double *v, const char **why) {
+    for (int c = 0; c < t->n_col; c++)
+        if (!whole(*v = csv_at(t, i, c), INT_MAX)) {
+            *why = "not a whole number";
+            return t->names[c];
+        }
+    const double k = csv_at(t, i, 0), spike = csv_at(t, i, 1), to = csv_at(t, i, 2),
+                 at = csv_at(t, i, 3), batches = csv_at(t, i, 4);
+    const char *col = NULL;
+    if (k != i + 1)
+        col = "rollback", *v = k, *why = "the rollbacks are numbered 1, 2, ... in order";
+    else if (to >= spike)
+        col = "to_step", *v = to, *why = "a rollback returns to a step before its spike_step";
+    else if (at != to)
+        col = "skip_at", *v = at, *why = "a rollback skips batches at the step it returns to";
+    else if (batches < spike - to)
+        col = "skip_batches", *v = batches,
+        *why = "a rollback skips at least the batches of the steps it undid";
+    else if (i > 0 && to < csv_at(t, i - 1, 2))
+        col = "to_step", *v = to,
+        *why = "no earlier than the rollback before it returned to (rollback.bin only moves "
+               "forward)";
+    return col;
+}
+
+/* rollbacks.csv: its header, and every row one a rollback writes (a torn last row was
+ * dropped, as a resume drops it) */
+static int check_rollbacks(const Run *run, char *err, int errlen) {
+    static const char *const DAMAGED = "the file is damaged or was not written by moe train";
+    const CsvTable *t = &run->rollbacks;
+    const int n_cols = (int)(sizeof ROLLBACK_COLUMNS / sizeof ROLLBACK_COLUMNS[0]);
+    if (!t->n_col) return 0;
+    int header_ok = t->n_col == n_cols;
+    for (int c = 0; c < n_cols && header_ok; c++)
+        header_ok = strcmp(t->names[c], ROLLBACK_COLUMNS[c].name) == 0;
+    if (!header_ok)
+        return set_error(err, errlen,
+                         "%s: the header is not rollback,spike_step,to_step,skip_at,skip_batches; "
+                         "%s",
+                         t->path, DAMAGED);
+    for (int i = 0; i < t->n_row; i++) {
+        const char *why = "";
+        double v = 0.0;
+        const char *col = rollback_fault(t, i, &v, &why);
+        if (col)
+            return set_error(err, errlen, "%s:%ld: column '%s' holds %g: %s; %s", t->path,
+                             t->line[i], col, v, why, DAMAGED);
+    }
+    return 0;
+}
+
+/* rolled_back.csv: "rollback," then train.csv's columns; each row a step that rollback undid
+ * (to_step < step <= spike_step). Rows of the rollback after the last of rollbacks.csv are a
+ * rollback cut short by a kill, which the resume makes again: read, not judged. */
+static int check_rolled_back(const Run *run, char *err, int errlen) {
+    static const char *const DAMAGED = "the file is damaged or was not written by moe train";
+    const CsvTable *t = &run->rolled_back, *train = &run->train;
+    if (!t->n_col) return 0;
+    int header_ok = t->n_col == train->n_col + 1 && strcmp(t->names[0], "rollback") == 0;
+    for (int c = 0; c < train->n_col && header_ok; c++)
+        header_ok = strcmp(t->names[c + 1], train->names[c]) == 0;
+    if (!header_ok)
+        return set_error(err, errlen,
+                         "%s: the header is not 'rollback' and then train.csv's columns; %s",
+                         t->path, DAMAGED);
+    const int n_rb = run->rollbacks.n_row, c_step = run->c_step + 1;
+    for (int i = 0; i < t->n_row; i++) {
+        const double k = csv_at(t, i, 0), step = csv_at(t, i, c_step);
+        if (!whole(k, n_rb + 2.0) || k < 1.0)
+            return set_error(err, errlen,
+                             "%s:%ld: column 'rollback' holds %g: not a rollback of "
+                             "rollbacks.csv (%d) or the one after them; %s",
+                             t->path, t->line[i], k, n_rb, DAMAGED);
+        if (k > n_rb) continue;
+        const double spike = csv_at(&run->rollbacks, (int)k - 1, 1),
+                     to = csv_at(&run->rollbacks, (int)k - 1, 2);
+        if (!whole(step, INT_MAX) || step <= to || step > spike)
+            return set_error(err, errlen,
+                             "%s:%ld: column 'step' holds %g: rollback %g undid steps %g-%g "
+                             "(rollbacks.csv); %s",
+                             t->path, t->line[i], step, k, to + 1, spike, DAMAGED);
     }
     return 0;
 }
@@ -421,5 +561,8 @@ int load_run(DoctorReport *r, Run *run, const char *dir, char *err, int errlen) 
                              "before it; the file is damaged or was not written by moe train",
                              dir, i + 2, step);
     }
+    if (check_skipped(run, &r->cfg, err, errlen) || check_rollbacks(run, err, errlen) ||
+        check_rolled_back(run, err, errlen))
+        return -1;
     return 0;
 }

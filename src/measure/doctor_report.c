@@ -21,6 +21,18 @@ const FindingKind FINDINGS[F_COUNT] = {
                       "from the last checkpoint with the change",
                       "train.lr train.warmup train.clip model.norm model.init moe.z_coef",
                       "6.1 Divergence and NaN"},
+    [F_ROLLBACK_LIMIT] = {"rollback_limit", SEV_FAILURE,
+                          "the run stopped at a spike after train.max_rollbacks rollbacks",
+                          "spikes that rollbacks do not cure: a bad stretch of data longer than "
+                          "the batches each rollback skips, or a learning rate at the edge of "
+                          "stability, which spikes on clean data too",
+                          "a rollback's spike soon after the step the one before returned to: "
+                          "raise train.rollback_skip; spikes far apart: lower train.lr, or "
+                          "train.beta2 lower or train.eps larger; then moe train --resume "
+                          "RUN_DIR --set train.max_rollbacks=N with N above the rollbacks so far",
+                          "train.max_rollbacks train.rollback_skip train.rollback_every train.lr "
+                          "train.beta2 train.eps",
+                          "6.4 Loss and gradient spikes"},
     [F_NO_LEARNING] = {"no_learning", SEV_FAILURE,
                        "the model learned nothing: its loss is no better than a uniform guess",
                        "a learning rate of 0 or a schedule that never leaves it; a checkpoint "
@@ -53,6 +65,16 @@ const FindingKind FINDINGS[F_COUNT] = {
                        "lower train.lr; keep train.clip at 1 (an outlying gradient then weighs no "
                        "more in AdamW's running means than one of norm 1); model.norm=dssn",
                        "train.lr train.clip model.norm", "6.4 Loss and gradient spikes"},
+    [F_SPIKE_ACTIONS] = {"spike_actions", SEV_NOTE,
+                         "spikes were acted on: updates skipped or steps rolled back",
+                         "spikes of what train.spike_on names, met with train.spike_action; a "
+                         "rollback's undone steps are in rolled_back.csv, not train.csv, whose "
+                         "curve therefore looks clean",
+                         "nothing while they are few; spikes that recur: see loss_spikes and "
+                         "grad_spikes, and lower train.lr",
+                         "train.spike_action train.spike_on train.rollback_every "
+                         "train.rollback_skip train.max_rollbacks",
+                         "6.4 Loss and gradient spikes"},
     [F_STARVING_EXPERTS] = {"starving_experts", SEV_WARNING,
                             "starving experts: some experts get almost no tokens for a long span",
                             "no balancing or too weak a balance; experts that lost the race early "
@@ -148,11 +170,11 @@ int doctor_has(const DoctorReport *r, const char *id) {
     return 0;
 }
 
-/* "key=value ..." of the finding's settings in this run, from the text of its settings
- * (config_to_text: "key = value" lines) */
-static void settings_of(const char *text, const FindingKind *k, char *out, size_t n) {
+/* "key=value ..." of the settings named in keys (space-separated) in this run, from the text
+ * of its settings (config_to_text: "key = value" lines) */
+static void settings_of(const char *text, const char *keys, char *out, size_t n) {
     out[0] = '\0';
-    const char *s = k->settings;
+    const char *s = keys;
     while (*s) {
         const size_t len = strcspn(s, " ");
         for (const char *line = text; line && *line;) {
@@ -190,9 +212,11 @@ void doctor_print(const DoctorReport *r, FILE *f) {
     if (isfinite(r->final_val)) fprintf(f, ", last validation loss %.4f\n", r->final_val);
     char *text = config_to_text(&r->cfg);
     for (int i = 0; i < r->n_found; i++) {
-        const FindingKind *k = &FINDINGS[r->found[i].id];
+        const Finding *found = &r->found[i];
+        const FindingKind *k = &FINDINGS[found->id];
         char settings[1024];
-        settings_of(text, k, settings, sizeof settings);
+        settings_of(text, found->settings ? found->settings : k->settings, settings,
+                    sizeof settings);
         fprintf(f, "\n%s %s: %s\n", SEVERITY_HEAD[k->severity], k->id, k->title);
         for (const char *line = r->found[i].evidence; *line;) {
             const char *eol = strchr(line, '\n');
@@ -200,7 +224,7 @@ void doctor_print(const DoctorReport *r, FILE *f) {
             line = eol + 1;
         }
         fprintf(f, "  causes:   %s\n  fix:      %s\n  settings: %s\n  read:     handbook %s\n",
-                k->causes, k->fix, settings, k->read);
+                k->causes, found->fix[0] ? found->fix : k->fix, settings, k->read);
     }
     free(text);
     const int fail = count(r, SEV_FAILURE), warn = count(r, SEV_WARNING);
@@ -226,9 +250,11 @@ void doctor_print_json(const DoctorReport *r, FILE *f) {
             doctor_exit_status(r));
     char *text = config_to_text(&r->cfg);
     for (int i = 0; i < r->n_found; i++) {
-        const FindingKind *k = &FINDINGS[r->found[i].id];
+        const Finding *found = &r->found[i];
+        const FindingKind *k = &FINDINGS[found->id];
         char settings[1024];
-        settings_of(text, k, settings, sizeof settings);
+        settings_of(text, found->settings ? found->settings : k->settings, settings,
+                    sizeof settings);
         fprintf(f, "%s\n  {\"id\": \"%s\", \"severity\": \"%s\", \"title\": ", i ? "," : "", k->id,
                 SEVERITY[k->severity]);
         json_write_string(f, k->title);
@@ -246,7 +272,7 @@ void doctor_print_json(const DoctorReport *r, FILE *f) {
         fputs("], \"causes\": ", f);
         json_write_string(f, k->causes);
         fputs(", \"fix\": ", f);
-        json_write_string(f, k->fix);
+        json_write_string(f, found->fix[0] ? found->fix : k->fix);
         fputs(", \"settings\": ", f);
         json_write_string(f, settings);
         fputs(", \"read\": ", f);

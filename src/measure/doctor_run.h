@@ -23,11 +23,15 @@ typedef struct {
 /* the tables of one run directory */
 typedef struct {
     CsvTable train, router, val_router, dist;
+    /* train.spike_action=rollback: one row a rollback, and the undone steps' rows of train.csv
+     * (each behind its rollback's number); empty when the run has none */
+    CsvTable rollbacks, rolled_back;
     char *prov; /* provenance.txt, NULL when absent */
     Domains dom;
     int E, K, n_moe;
     /* train.csv's columns */
     int c_step, c_loss, c_aux, c_grad, c_tok, c_val, c_lspike, c_gspike;
+    int c_skipped; /* 1: the step's update was not applied; -1 under train.spike_action=none */
 } Run;
 
 /* read dir's config.txt (into r->cfg), CSV files and provenance.txt; 0, or -1 with a message */

@@ -22,7 +22,8 @@ const HealthThreshold HEALTH_THRESHOLDS[TH_COUNT] = {
                    "not judged for starving experts and drop storms (live too) nor for "
                    "gradient-norm spikes"},
     [TH_LOSS_SPIKES] = {"loss_spikes", 2, "loss_spikes",
-                        "loss spikes (train.csv loss_spike) in a run that make a warning"},
+                        "loss spikes (train.csv loss_spike) in a run that make a warning (one "
+                        "the loss stays up after, a stretch, makes it too)"},
     [TH_GRAD_SPIKES] = {"grad_spikes", 3, "grad_spikes",
                         "gradient-norm spikes per 100 steps judged (after the settling start and "
                         "the warm-up; fewer steps count as 100) that make a warning"},
