@@ -339,12 +339,47 @@ static int acted_on(const DoctorReport *r, const Run *run, int i) {
            (r->cfg.spike_on != MOE_SPIKE_ON_LOSS && grad);
 }
 
+/* The rollbacks of rollbacks.csv, each with its spike's values from rolled_back.csv. */
+static void add_rollbacks(Finding *f, const Run *run) {
+    const CsvTable *rb = &run->rollbacks, *undone = &run->rolled_back;
+    const int n_rb = rb->n_row;
+    char values[128];
+    add(f,
+        "%d rollback%s (rollbacks.csv); train.csv holds the steps trained after each, and "
+        "the %d step%s undone %s in rolled_back.csv, so its curve shows no such spike",
+        n_rb, n_rb == 1 ? "" : "s", undone->n_row, undone->n_row == 1 ? "" : "s",
+        undone->n_row == 1 ? "is" : "are");
+    const int c_step = csv_col(undone, "step"), c_loss = csv_col(undone, "loss"),
+              c_grad = csv_col(undone, "grad_norm");
+    for (int k = 0; k < n_rb && k < 8; k++) {
+        const int spike = (int)csv_at(rb, k, 1), to = (int)csv_at(rb, k, 2),
+                  batches = (int)csv_at(rb, k, 4);
+        char after[96] = "";
+        if (k > 0) {
+            const int back = (int)csv_at(rb, k - 1, 2);
+            snprintf(after, sizeof after, ", %d step%s after rollback %d returned to step %d",
+                     spike - back, spike - back == 1 ? "" : "s", k, back);
+        }
+        char undid[48];
+        if (spike == to + 1)
+            snprintf(undid, sizeof undid, "step %d's", spike);
+        else
+            snprintf(undid, sizeof undid, "steps %d-%d's", to + 1, spike);
+        step_values(undone, k + 1, c_step, c_loss, c_grad, spike, values, sizeof values);
+        add(f,
+            "rollback %d: a spike at step %d%s%s; back to step %d, %d batches skipped (%s and "
+            "%d more)",
+            k + 1, spike, values, after, to, batches, undid, batches - (spike - to));
+    }
+    if (n_rb > 8) add(f, "and %d more rollbacks", n_rb - 8);
+}
+
 /* What train.spike_action did: the updates skipped (train.csv's column skipped) and the
  * rollbacks (rollbacks.csv, the undone rows in rolled_back.csv, out of train.csv, whose curve
  * therefore shows no spike), and a stop at train.max_rollbacks: a last row that is a spike
  * the run acted on but neither skipped nor rolled back. */
 static void rule_spike_actions(DoctorReport *r, const Run *run) {
-    const CsvTable *rb = &run->rollbacks, *undone = &run->rolled_back;
+    const CsvTable *rb = &run->rollbacks;
     const int n = run->train.n_row, n_rb = rb->n_row;
     if (r->cfg.spike_action == MOE_SPIKE_NONE || run->c_skipped < 0) return;
     char steps[1024] = "", values[128];
@@ -370,36 +405,7 @@ static void rule_spike_actions(DoctorReport *r, const Run *run) {
     if (skipped)
         add(f, "%d update%s skipped (train.csv's column skipped; train.spike_on=%s): at steps %s%s",
             skipped, skipped == 1 ? "" : "s", on, steps, skipped > 8 ? ", ..." : "");
-    if (n_rb) {
-        add(f,
-            "%d rollback%s (rollbacks.csv); train.csv holds the steps trained after each, and "
-            "the %d step%s undone %s in rolled_back.csv, so its curve shows no such spike",
-            n_rb, n_rb == 1 ? "" : "s", undone->n_row, undone->n_row == 1 ? "" : "s",
-            undone->n_row == 1 ? "is" : "are");
-        const int c_step = csv_col(undone, "step"), c_loss = csv_col(undone, "loss"),
-                  c_grad = csv_col(undone, "grad_norm");
-        for (int k = 0; k < n_rb && k < 8; k++) {
-            const int spike = (int)csv_at(rb, k, 1), to = (int)csv_at(rb, k, 2),
-                      batches = (int)csv_at(rb, k, 4);
-            char after[96] = "";
-            if (k > 0) {
-                const int back = (int)csv_at(rb, k - 1, 2);
-                snprintf(after, sizeof after, ", %d step%s after rollback %d returned to step %d",
-                         spike - back, spike - back == 1 ? "" : "s", k, back);
-            }
-            char undid[48];
-            if (spike == to + 1)
-                snprintf(undid, sizeof undid, "step %d's", spike);
-            else
-                snprintf(undid, sizeof undid, "steps %d-%d's", to + 1, spike);
-            step_values(undone, k + 1, c_step, c_loss, c_grad, spike, values, sizeof values);
-            add(f,
-                "rollback %d: a spike at step %d%s%s; back to step %d, %d batches skipped (%s and "
-                "%d more)",
-                k + 1, spike, values, after, to, batches, undid, batches - (spike - to));
-        }
-        if (n_rb > 8) add(f, "and %d more rollbacks", n_rb - 8);
-    }
+    if (n_rb) add_rollbacks(f, run);
     if (!stop) return;
     const int last = (int)tcol(run, n - 1, run->c_step);
     step_values(&run->train, 0, run->c_step, run->c_loss, run->c_grad, last, values, sizeof values);

@@ -774,6 +774,22 @@ static void trainer_free(Trainer *t) {
     shard_free(&t->val);
 }
 
+/* The run's closing lines, and everything it holds released. */
+static void train_end(Trainer *t, RunWatch *watch, float last_loss, float last_val,
+                      double seconds) {
+    loader_free(&t->loader);
+    close_route_tape(t);
+    if (t->root) {
+        report_done(t, last_loss, last_val, seconds);
+        run_watch_report(watch, t->c);
+        spike_guard_report(&t->guard);
+    }
+    spike_guard_close(&t->guard);
+    report_memory(t); /* every process takes part */
+    run_watch_free(watch);
+    trainer_free(t);
+}
+
 /* ---- the loop ----------------------------------------------------------------------------- */
 
 int train_run(Config *c, const TrainOptions *o) {
@@ -844,16 +860,6 @@ int train_run(Config *c, const TrainOptions *o) {
         checkpoint_or_stop(&t, &log, s);
     }
     run_log_close(&log);
-    loader_free(&t.loader);
-    close_route_tape(&t);
-    if (t.root) {
-        report_done(&t, last_loss, last_val, now_seconds() - t_start);
-        run_watch_report(&watch, c);
-        spike_guard_report(&t.guard);
-    }
-    spike_guard_close(&t.guard);
-    report_memory(&t); /* every process takes part */
-    run_watch_free(&watch);
-    trainer_free(&t);
+    train_end(&t, &watch, last_loss, last_val, now_seconds() - t_start);
     return 0;
 }
