@@ -230,8 +230,8 @@ const Key CONFIG_KEYS[] = {
              "of the loss alone, or of the gradient norm alone"),
     ROW(T_INT, "train.rollback_every", rollback_every, "50", 1, INT_MAX, 0,
         "spike_action=rollback: steps between the checkpoints a rollback returns to "
-        "(rollback.bin, kept at each multiple with no spike in the rollback_every steps up to "
-        "it; a spike before the first is skipped instead)"),
+        "(rollback.bin, kept at each multiple with no spike of train.spike_on's kind in the "
+        "rollback_every steps up to it; a spike before the first is skipped instead)"),
     ROW(T_INT, "train.rollback_skip", rollback_skip, "10", 0, INT_MAX, 0,
         "spike_action=rollback: a rollback skips the batches of the steps it undoes (the "
         "spike's among them) and this many batches after them"),

@@ -50,9 +50,9 @@ static void read_rollbacks(SpikeGuard *g, const char *path) {
     fclose(f);
 }
 
-/* The last step up to `upto` that train.csv marks as a spike of its loss or gradient norm,
- * or 0. */
-static int last_spike_of(const char *train_csv, int upto) {
+/* The last step up to `upto` that train.csv marks as a spike of the kind train.spike_on
+ * names (on: MOE_SPIKE_ON_*), or 0. */
+static int last_spike_of(const char *train_csv, int upto, int on) {
     FILE *f = fopen(train_csv, "r");
     if (!f) return 0;
     char line[4096];
@@ -64,6 +64,8 @@ static int last_spike_of(const char *train_csv, int upto) {
             if (strcmp(tok, "grad_spike") == 0) c_grad = col;
         }
     }
+    if (on == MOE_SPIKE_ON_LOSS) c_grad = c_loss; /* the one column judged, twice */
+    if (on == MOE_SPIKE_ON_GRAD) c_loss = c_grad;
     while (c_loss >= 0 && c_grad >= 0 && fgets(line, sizeof line, f)) {
         const int step = atoi(line);
         if (step > upto || line[strlen(line) - 1] != '\n') break;
@@ -96,7 +98,7 @@ void spike_guard_open(SpikeGuard *g, const Config *c, Dist *d, const char *dir, 
         if (!fresh && file_exists(path)) /* the rows of the rollbacks recorded */
             fclose(csv_open(dir, "rolled_back.csv", "rollback", g->n_skip));
         run_path(path, sizeof path, dir, "train.csv");
-        n[0] = g->n_skip, n[1] = fresh ? 0 : last_spike_of(path, step);
+        n[0] = g->n_skip, n[1] = fresh ? 0 : last_spike_of(path, step, c->spike_on);
     }
     share_ints(d, g->root, n, 2);
     g->last_spike = n[1];
@@ -135,10 +137,9 @@ int spike_guard_verdict(SpikeGuard *g, StepValues *v, int kept) {
     int f[2] = {v->loss_spike, v->grad_spike};
     share_ints(g->d, g->root, f, 2);
     v->loss_spike = f[0], v->grad_spike = f[1];
-    if (!f[0] && !f[1]) return MOE_SPIKE_NONE;
-    g->last_spike = v->step; /* rollback.bin waits for a stretch without any spike */
     if (!(c->spike_on != MOE_SPIKE_ON_GRAD && f[0]) && !(c->spike_on != MOE_SPIKE_ON_LOSS && f[1]))
         return MOE_SPIKE_NONE;
+    g->last_spike = v->step; /* rollback.bin waits for a stretch without one */
     g->spike_loss = (float)v->loss, g->spike_norm = v->norm;
     if (c->spike_action == MOE_SPIKE_ROLLBACK && !kept && g->root)
         fprintf(stderr,

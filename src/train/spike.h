@@ -14,8 +14,8 @@
  *             own step count, which its bias correction reads, counts the updates applied
  *             (Model.skipped). train.csv's column `skipped` is 1 at that step.
  *   rollback  the run returns to rollback.bin, the checkpoint kept for it: written after
- *             each multiple of train.rollback_every with no spike in the rollback_every steps
- *             up to it (a spike before the first one is skipped instead). The batches of the
+ *             each multiple of train.rollback_every with no spike (of spike_on's kind) in the
+ *             rollback_every steps up to it (a spike before the first is skipped instead). The batches of the
  *             steps it undoes (the spike's among them) are skipped, and train.rollback_skip
  *             batches after them (a bad stretch of data seldom ends where a spike shows), and
  *             the steps go on from the step returned to. After train.max_rollbacks rollbacks
@@ -67,7 +67,8 @@ typedef struct {
     char dir[MOE_PATH_MAX];
     SpikeSkip *skip;  /* (n_skip) rollbacks.csv's rows, in order */
     int n_skip;       /* the rollbacks so far */
-    int last_spike;   /* the last step judged a spike (its Model.step after it); 0: none */
+    int last_spike;   /* the last step judged a spike of spike_on's kind (its Model.step after
+                         it); 0: none */
     FILE *rollbacks;  /* rollbacks.csv (the first process; NULL elsewhere) */
     int n_skipped;    /* updates this command skipped */
     int n_rolled;     /* rollbacks this command made */
