@@ -46,15 +46,15 @@ MODEL=(model.d_model=32 model.n_layer=2 model.n_head=2 model.seq_len=32 model.d_
        moe.num_experts=4 moe.d_expert=32 train.batch=4 train.lr=1e-2 train.warmup=10
        train.clip=0 train.beta2=0.999 train.spike_k=8 train.eval_every=5 train.eval_batches=8
        train.ckpt_every=0)
-ROLL="train.spike_action=rollback train.spike_on=loss train.max_rollbacks=10 train.rollback_skip=20"
+ROLL="train.spike_action=rollback train.max_rollbacks=10 train.rollback_skip=20"
 # name | corrupted (1) or clean (0) | settings | the clean arm it is measured against | what it does
 ARMS=(
   "clean|0||clean|no corrupted stretch: the reference of none, skip and the rollbacks"
   "none|1||clean|the stretch trained on (train.spike_action=none)"
   "skip|1|train.spike_action=skip train.spike_on=loss|clean|a loss spike's update not applied"
-  "rollback|1|$ROLL|clean|back to rollback.bin at a loss spike, the undone steps' batches and 20 more skipped"
+  "rollback|1|$ROLL train.spike_on=loss|clean|back to rollback.bin at a loss spike, the undone steps' batches and 20 more skipped"
   "rollback-either|1|$ROLL train.spike_on=either|clean|rollback at a spike of the loss or of the gradient norm"
-  "rollback-k4|1|$ROLL train.spike_k=4|clean|rollback with spikes judged at the default 4 standard deviations"
+  "rollback-k4|1|$ROLL train.spike_on=loss train.spike_k=4|clean|rollback with spikes judged at the default 4 standard deviations"
   "clean-beta2-0.95|0|train.beta2=0.95|clean-beta2-0.95|no stretch, AdamW beta2 0.95: the reference of beta2-0.95"
   "beta2-0.95|1|train.beta2=0.95|clean-beta2-0.95|the stretch trained on, AdamW beta2 0.95"
   "clean-clip-1|0|train.clip=1|clean-clip-1|no stretch, gradients clipped to norm 1: the reference of clip-1"
