@@ -85,19 +85,20 @@ for f in runs.csv summary.csv summary.md curves.csv provenance.txt; do [ -s "$ou
 for f in curves.png damage.png; do is_png "$out/$f" || missing="$missing $f"; done
 [ -z "$missing" ]
 check "it writes runs.csv, summary.csv, summary.md, curves.csv, provenance.txt and two PNGs" $? "missing:$missing"
-[ "$(awk -F, 'NR > 1' "$out/summary.csv" | wc -l)" = 10 ] && [ "$(awk -F, 'NR > 1' "$out/runs.csv" | wc -l)" = 20 ]
-check "summary.csv has the 10 arms, runs.csv their 2 seeds each" $? "$(cut -d, -f1,2 "$out/runs.csv" | tr '\n' ' ')"
+[ "$(awk -F, 'NR > 1' "$out/summary.csv" | wc -l)" = 12 ] && [ "$(awk -F, 'NR > 1' "$out/runs.csv" | wc -l)" = 24 ]
+check "summary.csv has the 12 arms, runs.csv their 2 seeds each" $? "$(cut -d, -f1,2 "$out/runs.csv" | tr '\n' ' ')"
 msg=$(consistent "$out" 2)
 check "its files agree with each other" $? "$msg"
 msg=$(awk -F, 'NR > 1 && $1 ~ /^clean/ && ($4 != $1 || $9 != 0 || $12 != 0 || $19 != 0) { print "clean arm: " $0 }
-               NR > 1 && $1 == "none" && ($19 != 15 || $15 != 0 || $16 != 0) { print "none: " $0 }' "$out/runs.csv")
+               NR > 1 && $1 == "none" && ($19 != 15 || $15 != 0 || $16 != 0) { print "none: " $0 }
+               NR > 1 && $1 == "none-lone" && ($19 != 1 || $15 != 0) { print "none-lone: " $0 }' "$out/runs.csv")
 [ -z "$msg" ]
-check "a clean arm is its own reference and trains no corrupted batch; none keeps all 15" $? "$msg"
+check "a clean arm is its own reference and trains no corrupted batch; none keeps all 15, none-lone its 1" $? "$msg"
 msg=""
 while IFS=, read -r arm seed _ _ _ _ _ _ _ _ _ _ _ _ skips rollbacks _; do
     dir=runs/ch06-spikes-$arm-s$seed-smoke
     case $arm in
-        skip) n=$(awk -F, 'NR == 1 { c = $NF } NR > 1 && c == "skipped" { s += $NF } END { print s + 0 }' "$dir/train.csv")
+        skip*) n=$(awk -F, 'NR == 1 { c = $NF } NR > 1 && c == "skipped" { s += $NF } END { print s + 0 }' "$dir/train.csv")
               [ "$n" = "$skips" ] || msg="$msg $arm-s$seed: $skips skips, train.csv $n;" ;;
         rollback*) n=$(($(wc -l < "$dir/rollbacks.csv") - 1))
                    [ "$n" = "$rollbacks" ] || msg="$msg $arm-s$seed: $rollbacks rollbacks, rollbacks.csv $n;" ;;
@@ -125,9 +126,9 @@ echo "test_spikes_chapter: the committed plots/06-spikes/"
 c=plots/06-spikes
 msg=$(consistent "$c" 8)
 check "runs.csv, summary.csv, summary.md, curves.csv and provenance.txt agree (8 seeds per arm)" $? "$msg"
-[ "$(awk -F, 'NR > 1' "$c/runs.csv" | wc -l)" = 80 ] && grep -q '^dirty = no$' "$c/provenance.txt" &&
+[ "$(awk -F, 'NR > 1' "$c/runs.csv" | wc -l)" = 96 ] && grep -q '^dirty = no$' "$c/provenance.txt" &&
     is_png "$c/curves.png" && is_png "$c/damage.png"
-check "80 runs, none from a dirty tree, and the two figures" $? "$(grep -m 3 '^runs\|^dirty\|^commits' "$c/provenance.txt")"
+check "96 runs, none from a dirty tree, and the two figures" $? "$(grep -m 3 '^runs\|^dirty\|^commits' "$c/provenance.txt")"
 mkdir -p "$tmp/c1" "$tmp/c2"
 cp "$c"/* "$tmp/c1/"
 cp "$c"/* "$tmp/c2/"

@@ -20,7 +20,8 @@
 # full mode. A spike (train.csv's flags) is a value above the mean of the 20 steps before it by
 # train.spike_k = 8 standard deviations: at the default 4 these tiny runs flag loss spikes of
 # their own in the first hundred steps, and a rollback there skips batches too (rollback-k4
-# shows what that does). The arms act on loss spikes (train.spike_on=loss) but rollback-either,
+# shows what that does). Two more arms meet one corrupted batch instead of the stretch
+# (none-lone, skip-lone): what skipping is for. The arms act on loss spikes (train.spike_on=loss) but rollback-either,
 # which acts on the gradient norm's too. A rollback returns to rollback.bin, kept every 25 steps
 # (train.rollback_every), and skips 20 batches (train.rollback_skip) after the undone ones.
 #
@@ -29,7 +30,7 @@
 # (its last step), AFTER (10 steps after it) and at the last step, each minus that of the clean
 # run of the same seed and optimizer settings (the arm's ref); the updates skipped, the
 # rollbacks, the steps they undid, the updates applied on a corrupted batch (bad_updates: the
-# stretch's updates the run kept) and whether a rollback was set off by a corrupted batch
+# corrupted batches' updates the run kept) and whether a rollback was set off by a corrupted batch
 # (caught; a run whose earlier rollbacks skipped over the stretch never meets it).
 # Writes runs/ch06-spikes-NAME-sSEED[-quick|-smoke]/ and, in plots/06-spikes[-quick|-smoke]/:
 # runs.csv (one row per run), summary.csv and summary.md (one row per arm, means over the
@@ -47,25 +48,27 @@ MODEL=(model.d_model=32 model.n_layer=2 model.n_head=2 model.seq_len=32 model.d_
        train.clip=0 train.beta2=0.999 train.spike_k=8 train.eval_every=5 train.eval_batches=8
        train.ckpt_every=0)
 ROLL="train.spike_action=rollback train.max_rollbacks=10 train.rollback_skip=20"
-# name | corrupted (1) or clean (0) | settings | the clean arm it is measured against | what it does
+ncor=15 # the stretch's batches
+# name | corrupted batches from FROM on | settings | the clean arm it is measured against | what it does
 ARMS=(
   "clean|0||clean|no corrupted stretch: the reference of none, skip and the rollbacks"
-  "none|1||clean|the stretch trained on (train.spike_action=none)"
-  "skip|1|train.spike_action=skip train.spike_on=loss|clean|a loss spike's update not applied"
-  "rollback|1|$ROLL train.spike_on=loss|clean|back to rollback.bin at a loss spike, the undone steps' batches and 20 more skipped"
-  "rollback-either|1|$ROLL train.spike_on=either|clean|rollback at a spike of the loss or of the gradient norm"
-  "rollback-k4|1|$ROLL train.spike_on=loss train.spike_k=4|clean|rollback with spikes judged at the default 4 standard deviations"
+  "none|$ncor||clean|the stretch trained on (train.spike_action=none)"
+  "skip|$ncor|train.spike_action=skip train.spike_on=loss|clean|a loss spike's update not applied"
+  "rollback|$ncor|$ROLL train.spike_on=loss|clean|back to rollback.bin at a loss spike, the undone steps' batches and 20 more skipped"
+  "rollback-either|$ncor|$ROLL train.spike_on=either|clean|rollback at a spike of the loss or of the gradient norm"
+  "rollback-k4|$ncor|$ROLL train.spike_on=loss train.spike_k=4|clean|rollback with spikes judged at the default 4 standard deviations"
   "clean-beta2-0.95|0|train.beta2=0.95|clean-beta2-0.95|no stretch, AdamW beta2 0.95: the reference of beta2-0.95"
-  "beta2-0.95|1|train.beta2=0.95|clean-beta2-0.95|the stretch trained on, AdamW beta2 0.95"
+  "beta2-0.95|$ncor|train.beta2=0.95|clean-beta2-0.95|the stretch trained on, AdamW beta2 0.95"
   "clean-clip-1|0|train.clip=1|clean-clip-1|no stretch, gradients clipped to norm 1: the reference of clip-1"
-  "clip-1|1|train.clip=1|clean-clip-1|the stretch trained on, gradients clipped to norm 1"
+  "clip-1|$ncor|train.clip=1|clean-clip-1|the stretch trained on, gradients clipped to norm 1"
+  "none-lone|1||clean|one corrupted batch, not a stretch, trained on"
+  "skip-lone|1|train.spike_action=skip train.spike_on=loss|clean|one corrupted batch, its update skipped at a loss spike"
 )
 
 ablate_args "$@"
 steps=$(by_mode 300 150 60)
 nseeds=$(by_mode 8 3 2)
 from=$(by_mode 125 60 25) # the first corrupted batch (0-based): step from + 1
-ncor=15
 every=$(by_mode 25 20 10) # train.rollback_every
 check_only $(for v in "${ARMS[@]}"; do echo "${v%%|*}"; done)
 ablate_build
@@ -74,13 +77,13 @@ mkdir -p "$out" runs
 in_step=$((from + 5)) end_step=$((from + ncor)) after_step=$((from + ncor + 10))
 curve_seed=1 # the seed curves.png draws
 
-# train NAME SEED CORRUPT SETTINGS...: one run into runs/ch06-spikes-NAME-sSEED$suffix; its exit
+# train NAME SEED NCORRUPT SETTINGS...: one run into runs/ch06-spikes-NAME-sSEED$suffix; its exit
 # status goes to exit_status (3: a spike after train.max_rollbacks rollbacks, a result here)
 train() {
   local name=$1 seed=$2 corrupt=$3 dir=runs/ch06-spikes-$1-s$2$suffix rc=0 sets=() kv
   shift 3
   for kv in "${MODEL[@]}" "$@"; do sets+=(--set "$kv"); done
-  [ "$corrupt" = 1 ] && sets+=(--set data.corrupt_from=$from --set data.corrupt_batches=$ncor)
+  [ "$corrupt" = 0 ] || sets+=(--set data.corrupt_from=$from --set data.corrupt_batches=$corrupt)
   rm -rf "$dir"
   "$moe" train --out "$dir" --quiet "${sets[@]}" --set train.steps=$steps \
     --set train.rollback_every=$every --set train.seed=$seed "${EXTRA_SETS[@]}" > "$dir.log" 2>&1 ||
@@ -122,13 +125,13 @@ if ! require_runs "$0" "${dirs[@]}"; then
 fi
 
 # ---- one row per run ---------------------------------------------------------------------------
-# run_row DIR CORRUPT: "val_in val_end val_after val_final loss_flags grad_flags skips rollbacks
+# run_row DIR NCORRUPT: "val_in val_end val_after val_final loss_flags grad_flags skips rollbacks
 # steps_redone batches_skipped bad_updates caught" of one run. The batch step t (train.csv's
 # 1-based step) trained on is t - 1 plus the batches skipped at 0-based steps up to t - 1 by the
 # rollbacks recorded before it (spike.h): every rollback's row for the kept steps, the earlier
-# rollbacks' for the steps the k-th undid. CORRUPT 0: a clean arm, whose batches are all good.
+# rollbacks' for the steps the k-th undid. NCORRUPT: the arm's corrupted batches (0: a clean arm).
 run_row() {
-  local dir=$1 hi=$((from + ncor * $2)) rb=/dev/null undone=/dev/null
+  local dir=$1 hi=$((from + $2)) rb=/dev/null undone=/dev/null
   [ -f "$dir/rollbacks.csv" ] && rb=$dir/rollbacks.csv
   [ -f "$dir/rolled_back.csv" ] && undone=$dir/rolled_back.csv
   awk -F, -v in_s=$in_step -v end_s=$end_step -v after_s=$after_step -v lo=$from -v hi=$hi '
@@ -185,19 +188,19 @@ run_row() {
 } > "$out/summary.csv"
 
 {
-  echo "### Acting on a corrupted stretch: $nseeds seeds per arm, $steps steps, batches $from-$((from + ncor - 1)) random tokens"
+  echo "### Acting on a corrupted stretch: $nseeds seeds per arm, $steps steps, batches $from-$((from + ncor - 1)) random tokens (batch $from alone in the -lone arms)"
   echo
   echo "| arm | what it does | measured against | Δ val loss 5 steps into the stretch | at its end | 10 steps after | at step $steps (min to max) | val loss at step $steps | updates skipped | rollbacks | steps undone | bad updates kept | runs whose rollback caught the stretch |"
   echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   for v in "${ARMS[@]}"; do
     IFS='|' read -r name corrupt settings ref what <<<"$v"
-    [ "$corrupt" = 1 ] || continue
+    [ "$corrupt" = 0 ] && continue
     awk -F, -v arm="$name" -v what="$what" 'NR > 1 && $1 == arm {
       printf "| %s | %s | %s | %+.3f | %+.3f | %+.3f | %+.3f (%+.3f to %+.3f) | %.4f | %.2f | %.2f | %.1f | %.1f | %d of %d |\n",
              $1, what, $3, $4, $5, $6, $7, $8, $9, $10, $13, $14, $15, $17, $18, $2 }' "$out/summary.csv"
   done
   echo
-  echo "Means over the seeds. Δ: the run's validation loss minus that of the clean run of the same seed and optimizer settings (the arm named in the third column), at step $in_step (5 steps into the stretch of steps $((from + 1))-$end_step), step $end_step, step $after_step and step $steps; the min and max over the seeds of the last in brackets. Bad updates kept: updates applied on a corrupted batch that the run kept (none trains on $ncor; a rollback's undone steps do not count). The clean arms:"
+  echo "Means over the seeds. Δ: the run's validation loss minus that of the clean run of the same seed and optimizer settings (the arm named in the third column), at step $in_step (5 steps into the stretch of steps $((from + 1))-$end_step), step $end_step, step $after_step and step $steps; the min and max over the seeds of the last in brackets. Bad updates kept: updates applied on a corrupted batch that the run kept (none trains on $ncor, none-lone on 1; a rollback's undone steps do not count). The clean arms:"
   echo
   echo "| clean arm | val loss at step $steps | loss spikes flagged | gradient-norm spikes flagged |"
   echo "| --- | ---: | ---: | ---: |"
@@ -245,17 +248,23 @@ for p in "none clean" "beta2-0.95 clean-beta2-0.95" "clip-1 clean-clip-1"; do
 done
 gnuplot -e "dir='$data'; out='$out/curves.png'; from=$from; ncor=$ncor; steps=$steps; seed=$curve_seed; n=$nseeds" \
   $here/spikes_curves.gp
-# damage.png: per corrupted arm (row y, 1 at the top), every seed's Δ at IN and at the last step
-corrupted=()
+# damage.png: per corrupted arm (row y, 1 at the top), every seed's Δ at IN and at the last step;
+# the arms of the stretch (seeds, means) apart from those of one batch (lone_seeds, lone_means),
+# whose damage is a hundredth as large
+stretch=() lone=()
 for v in "${ARMS[@]}"; do
   IFS='|' read -r name corrupt settings ref what <<<"$v"
-  [ "$corrupt" = 1 ] && corrupted+=("$name")
+  case $corrupt in 0) ;; 1) lone+=("$name") ;; *) stretch+=("$name") ;; esac
 done
-awk -F, -v names="${corrupted[*]}" 'BEGIN { k = split(names, a, " "); for (i = 1; i <= k; i++) y[a[i]] = i }
-  NR > 1 && ($1 in y) { print y[$1], $1, $9, $12 }' "$out/runs.csv" > "$data/seeds"
-awk -F, -v names="${corrupted[*]}" 'BEGIN { k = split(names, a, " "); for (i = 1; i <= k; i++) y[a[i]] = i }
-  NR > 1 && ($1 in y) { print y[$1], $1, $4, $7 }' "$out/summary.csv" > "$data/means"
-gnuplot -e "seeds='$data/seeds'; means='$data/means'; out='$out/damage.png'; n=$nseeds; steps=$steps; in_step=$in_step; H=$((200 + 34 * ${#corrupted[@]}))" \
+rows() { # NAMES FILE D_IN_COLUMN D_FINAL_COLUMN: "y arm d_in d_final" of the rows of NAMES
+  awk -F, -v names="$1" -v ci="$3" -v cf="$4" 'BEGIN { k = split(names, a, " "); for (i = 1; i <= k; i++) y[a[i]] = i }
+    NR > 1 && ($1 in y) { print y[$1], $1, $ci, $cf }' "$2"
+}
+rows "${stretch[*]}" "$out/runs.csv" 9 12 > "$data/seeds"
+rows "${stretch[*]}" "$out/summary.csv" 4 7 > "$data/means"
+rows "${lone[*]}" "$out/runs.csv" 9 12 > "$data/lone_seeds"
+rows "${lone[*]}" "$out/summary.csv" 4 7 > "$data/lone_means"
+gnuplot -e "dir='$data'; out='$out/damage.png'; n=$nseeds; steps=$steps; in_step=$in_step; ncor=$ncor; nlone=${#lone[@]}; H=$((300 + 34 * (${#stretch[@]} + ${#lone[@]})))" \
   $here/spikes_damage.gp
 cat "$out/summary.md"
 echo "wrote $out/: runs.csv summary.csv summary.md curves.csv provenance.txt curves.png damage.png"
