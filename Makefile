@@ -378,8 +378,10 @@ test: deps
 # clang without OpenMP (the pthreads OpenBLAS, build/noomp/) and every unit suite on it (clang
 # from make deps-fuzz); and with Open MPI the sweep of the process grid's layouts (every
 # dist.tp x dist.ep x data-parallel grid of 2 to 8 processes under each dist.zero,
-# tests/mpi/test_layouts.sh with MOE_TEST_FULL=1). CI runs it after make test; make test-full
-# runs make test, this, and make test SANITIZE=1.
+# tests/mpi/test_layouts.sh with MOE_TEST_FULL=1), with the other suites' MOE_TEST_FULL parts
+# (the pipeline's layouts, the spike actions' 4-process runs, the cheating submissions of labs
+# 02 and 03, lab 07's mutants). CI runs it after make test; make test-full runs make test, this,
+# and make test SANITIZE=1.
 .PHONY: test-slow test-full
 test-slow: deps deps-cross deps-fuzz need-openblas $(BUILD)/moe
 	@if [ "$(HAVE_MPIRUN)" = 1 ]; then $(MAKE) --no-print-directory -j$(JOBS) MPI=1 all; fi

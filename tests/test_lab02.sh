@@ -14,10 +14,10 @@
 #      (task1_capacity), a combine that reads dropped assignments (task4_combine)
 #   5. a student file that calls the engine's dispatch plan is refused, naming the function
 #   6. make -C labs list names the lab and its four tasks
-#   7. submissions that try to pass without the work (exit, abort, an endless loop, a huge
-#      allocation, a printed pass, forged files), one missing a function and one that does not
-#      compile, graded by grade-all: each fails its own task alone, in grades.csv (under
-#      SANITIZE=1 a leak instead of the huge allocation)
+#   7. (MOE_TEST_FULL=1: make test-slow) submissions that try to pass without the work (exit,
+#      abort, an endless loop, a huge allocation, a printed pass, forged files), one missing a
+#      function and one that does not compile, graded by grade-all: each fails its own task
+#      alone, in grades.csv (under SANITIZE=1 a leak instead of the huge allocation)
 # Checks 1-3 and 6 are the ones every lab has, in tests/lib/lab_harness.sh, which also says
 # which build (MOE_BUILD, MOE_BIN) the grader runs against.
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
@@ -94,6 +94,12 @@ void lab_combine(float *y, const float *ye, const int *slot, const int *idx, con
 C
 refused dispatch_plan_build
 
-lab_cheat_checks
+# the class of cheating submissions attacks the graders' common code, which lab 01's suite
+# attacks in make test too; here in make test-slow (MOE_TEST_FULL=1), to keep make test short
+if [ "${MOE_TEST_FULL:-0}" = 1 ]; then
+    lab_cheat_checks
+else
+    echo "  (the cheating submissions: make test-slow, MOE_TEST_FULL=1)"
+fi
 lab_list_check
 lab_finish

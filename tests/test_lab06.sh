@@ -15,8 +15,9 @@
 #   6. make -C labs list names the lab and its four tasks
 # Checks 1-3 and 6 are the ones every lab has, in tests/lib/lab_harness.sh, which also says
 # which build (MOE_BUILD, MOE_BIN) the grader runs against. The submissions that try to pass
-# without the work (lab_cheat_checks) attack the graders' common code, which labs 01 and 02's
-# suites run them against for every lab that forks its tasks, as this one does.
+# without the work (lab_cheat_checks) attack the graders' common code, which lab 01's suite
+# (and lab 02's in make test-slow) runs them against for every lab that forks its tasks, as this
+# one does.
 # Prints one line per check and "N passed, M failed"; exits non-zero when a check fails.
 lab=06-latent-attention
 solution=labs/$lab/solution/latent_lab.c

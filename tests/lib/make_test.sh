@@ -76,8 +76,8 @@ test-slow)
             OMP_WAIT_POLICY=passive bash tests/lib/run_suites.sh "test (slow, MPI)" \
             tests/mpi/test_layouts.sh tests/mpi/test_zero.sh tests/mpi/test_tp.sh \
             tests/mpi/test_ep.sh tests/mpi/test_ep_teach.sh tests/mpi/test_dist.sh \
-            tests/mpi/test_pp.sh tests/mpi/test_spikes_ep.sh tests/test_lab03.sh \
-            tests/test_lab07.sh || rc=1
+            tests/mpi/test_pp.sh tests/mpi/test_spikes_ep.sh tests/test_lab02.sh \
+            tests/test_lab03.sh tests/test_lab07.sh || rc=1
     else
         echo "test-slow: skipped: the layouts' sweep (tests/mpi/test_layouts.sh) needs Open MPI (mpicc, mpirun); install it with make deps"
     fi
