@@ -177,6 +177,16 @@ wants() {
     return 1
 }
 
+# launch ARGS...: `train ARGS` (the script's own) in the background, two at a time (the
+# machine's cores, one thread each: OMP_NUM_THREADS=1); a failed run (exit status 1 or 2) stops
+# the script at the next wait
+pending=0
+launch() {
+    train "$@" &
+    pending=$((pending + 1))
+    if [ "$pending" -ge 2 ]; then wait -n; pending=$((pending - 1)); fi
+}
+
 warmup_sets() { [ "$mode" = full ] || echo "--set train.warmup=$(($1 / 12))"; }
 
 missing_runs() {

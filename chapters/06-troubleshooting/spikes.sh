@@ -93,14 +93,8 @@ train() {
   rm -f "$dir.log" "$dir/ckpt.bin" "$dir/rollback.bin"
 }
 
-# two runs at a time: the machine's cores, one thread each
+# two runs at a time (launch, chapters/lib.sh): the machine's cores, one thread each
 export OMP_NUM_THREADS=1
-pending=0
-launch() { # a failed run (exit status 1 or 2) stops the script at the next wait
-  train "$@" &
-  pending=$((pending + 1))
-  if [ "$pending" -ge 2 ]; then wait -n; pending=$((pending - 1)); fi
-}
 for v in "${ARMS[@]}"; do
   IFS='|' read -r name corrupt settings ref what <<<"$v"
   wants "$name" || continue
