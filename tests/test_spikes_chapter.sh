@@ -85,8 +85,8 @@ for f in runs.csv summary.csv summary.md curves.csv provenance.txt; do [ -s "$ou
 for f in curves.png damage.png; do is_png "$out/$f" || missing="$missing $f"; done
 [ -z "$missing" ]
 check "it writes runs.csv, summary.csv, summary.md, curves.csv, provenance.txt and two PNGs" $? "missing:$missing"
-[ "$(awk -F, 'NR > 1' "$out/summary.csv" | wc -l)" = 12 ] && [ "$(awk -F, 'NR > 1' "$out/runs.csv" | wc -l)" = 24 ]
-check "summary.csv has the 12 arms, runs.csv their 2 seeds each" $? "$(cut -d, -f1,2 "$out/runs.csv" | tr '\n' ' ')"
+[ "$(awk -F, 'NR > 1' "$out/summary.csv" | wc -l)" = 14 ] && [ "$(awk -F, 'NR > 1' "$out/runs.csv" | wc -l)" = 28 ]
+check "summary.csv has the 14 arms, runs.csv their 2 seeds each" $? "$(cut -d, -f1,2 "$out/runs.csv" | tr '\n' ' ')"
 msg=$(consistent "$out" 2)
 check "its files agree with each other" $? "$msg"
 msg=$(awk -F, 'NR > 1 && $1 ~ /^clean/ && ($4 != $1 || $9 != 0 || $12 != 0 || $19 != 0) { print "clean arm: " $0 }
@@ -126,9 +126,9 @@ echo "test_spikes_chapter: the committed plots/06-spikes/"
 c=plots/06-spikes
 msg=$(consistent "$c" 8)
 check "runs.csv, summary.csv, summary.md, curves.csv and provenance.txt agree (8 seeds per arm)" $? "$msg"
-[ "$(awk -F, 'NR > 1' "$c/runs.csv" | wc -l)" = 96 ] && grep -q '^dirty = no$' "$c/provenance.txt" &&
+[ "$(awk -F, 'NR > 1' "$c/runs.csv" | wc -l)" = 112 ] && grep -q '^dirty = no$' "$c/provenance.txt" &&
     is_png "$c/curves.png" && is_png "$c/damage.png"
-check "96 runs, none from a dirty tree, and the two figures" $? "$(grep -m 3 '^runs\|^dirty\|^commits' "$c/provenance.txt")"
+check "112 runs, none from a dirty tree, and the two figures" $? "$(grep -m 3 '^runs\|^dirty\|^commits' "$c/provenance.txt")"
 mkdir -p "$tmp/c1" "$tmp/c2"
 cp "$c"/* "$tmp/c1/"
 cp "$c"/* "$tmp/c2/"

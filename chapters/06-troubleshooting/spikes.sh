@@ -2,8 +2,8 @@
 # Chapter 6: acting on a loss spike. One run with a corrupted stretch of data in its middle (a
 # few batches of random tokens, data.corrupt_from and data.corrupt_batches), trained as it is
 # (spike_action=none), skipping the spiking updates (skip), rolling back over them (rollback),
-# and with AdamW's second moment made to follow faster (train.beta2=0.95) or the gradient
-# clipped (train.clip=1); and the clean run of each optimizer setting without the stretch, which
+# and with AdamW's second moment made to follow faster (train.beta2=0.95), its epsilon raised
+# (train.eps=1e-5) or the gradient clipped (train.clip=1); and the clean run of each optimizer setting without the stretch, which
 # every corrupted arm is measured against, seed by seed.
 #
 #   bash chapters/06-troubleshooting/spikes.sh            # 300 steps, 8 seeds per arm (the handbook's numbers)
@@ -21,8 +21,8 @@
 # train.spike_k = 8 standard deviations: at the default 4 these tiny runs flag loss spikes of
 # their own in the first hundred steps, and a rollback there skips batches too (rollback-k4
 # shows what that does). Two more arms meet one corrupted batch instead of the stretch
-# (none-lone, skip-lone): what skipping is for. The arms act on loss spikes (train.spike_on=loss) but rollback-either,
-# which acts on the gradient norm's too. A rollback returns to rollback.bin, kept every 25 steps
+# (none-lone, skip-lone): what skipping is for. The arms act on loss spikes
+# (train.spike_on=loss) but rollback-either, which acts on the gradient norm's too. A rollback returns to rollback.bin, kept every 25 steps
 # (train.rollback_every), and skips 20 batches (train.rollback_skip) after the undone ones.
 #
 # Measured per run, from its train.csv (the steps it kept) and, for a rollback run, its
@@ -36,8 +36,8 @@
 # runs.csv (one row per run), summary.csv and summary.md (one row per arm, means over the
 # seeds), curves.csv (every run's validation loss at every evaluation it kept, and the undone
 # ones of rollback runs), provenance.txt, curves.png (one seed's validation loss around the
-# stretch under none, skip and rollback; the mean damage over the seeds under none, beta2 0.95
-# and clip 1) and damage.png (every seed's damage, per arm).
+# stretch under none, skip and rollback; the mean damage over the seeds under none, beta2 0.95,
+# clip 1 and eps 1e-5) and damage.png (every seed's damage, per arm).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=chapters/06-troubleshooting
@@ -61,6 +61,8 @@ ARMS=(
   "beta2-0.95|$ncor|train.beta2=0.95|clean-beta2-0.95|the stretch trained on, AdamW beta2 0.95"
   "clean-clip-1|0|train.clip=1|clean-clip-1|no stretch, gradients clipped to norm 1: the reference of clip-1"
   "clip-1|$ncor|train.clip=1|clean-clip-1|the stretch trained on, gradients clipped to norm 1"
+  "clean-eps-1e-5|0|train.eps=1e-5|clean-eps-1e-5|no stretch, AdamW eps 1e-5: the reference of eps-1e-5"
+  "eps-1e-5|$ncor|train.eps=1e-5|clean-eps-1e-5|the stretch trained on, AdamW eps 1e-5"
   "none-lone|1||clean|one corrupted batch, not a stretch, trained on"
   "skip-lone|1|train.spike_action=skip train.spike_on=loss|clean|one corrupted batch, its update skipped at a loss spike"
 )
@@ -230,10 +232,10 @@ write_provenance "$out" "${all[@]}"
 data=$(mktemp -d)
 trap 'rm -rf "$data"' EXIT
 # curves.png: one seed's validation loss in the arms that act at the spike; and the mean over
-# the seeds of none, beta2-0.95 and clip-1 minus their clean runs, step by step
+# the seeds of none, beta2-0.95, clip-1 and eps-1e-5 minus their clean runs, step by step
 awk -F, -v seed=$curve_seed -v d="$data" 'NR > 1 && $2 == seed && $5 == 1 { print $3, $4 > (d "/" $1 ".val") }' \
   "$out/curves.csv"
-for p in "none clean" "beta2-0.95 clean-beta2-0.95" "clip-1 clean-clip-1"; do
+for p in "none clean" "beta2-0.95 clean-beta2-0.95" "clip-1 clean-clip-1" "eps-1e-5 clean-eps-1e-5"; do
   read -r a r <<<"$p"
   awk -F, -v a="$a" -v r="$r" 'NR > 1 && $5 == 1 && ($1 == a || $1 == r) { v[$1, $2, $3] = $4; steps[$3] = 1; seeds[$2] = 1 }
     END { for (t in steps) { s = 0; n = 0
