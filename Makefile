@@ -160,7 +160,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_UTIL_OBJ := $(BUILD)/obj/tests/testutil.o
 
 .SECONDARY:
-.PHONY: FORCE features chapters all deps need-openblas data demo demo-run test test-run test-build \
+.PHONY: FORCE features chapters all deps need-openblas data demo demo-run test test-run test-build test-build-cuda \
         test-build-mpi plots clean help
 .DEFAULT_GOAL := all
 
@@ -359,7 +359,9 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_UTIL_OBJ) $(BUILD)/libmoe.a $(BU
 $(BUILD)/obj/tests/%.o: CPPFLAGS += $(CHECK_CFLAGS) -Itests
 
 # make test: the binaries first, a compiler a core (JOBS), the one-process build and, with Open
-# MPI, its MPI variant (build/mpi; build/san-mpi with SANITIZE=1); then every suite, the
+# MPI, its MPI variant (build/mpi; build/san-mpi with SANITIZE=1), and with the CUDA toolkit the
+# CUDA build tests/test_cuda_build.sh checks (build/cuda for Hopper, and the unit suites it runs
+# there; a build that fails is left to the suite to report); then every suite, the
 # single-process ones and the MPI ones (tests/mpi/, which run the MPI variant's binaries) side by
 # side in one queue, the slowest first.
 # The suites, their order and their environment, for this target and the others below:
@@ -369,6 +371,8 @@ test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) test-build
 	@if [ "$(HAVE_MPIRUN)" = 1 ]; then $(MAKE) --no-print-directory -j$(JOBS) MPI=1 test-build-mpi; \
 	 else echo "test: skipped: the multi-process suites (tests/mpi/) need Open MPI (mpicc, mpirun); install it with make deps"; fi
+	@if [ "$(HAVE_CUDA)" = 1 ]; then $(MAKE) --no-print-directory -j$(JOBS) SANITIZE=0 MPI=0 CUDA=1 \
+	   CUDA_ARCH=90 test-build-cuda || echo "test: the CUDA build failed; tests/test_cuda_build.sh says why"; fi
 	@bash tests/lib/make_test.sh test $(BUILD)
 
 # The slow variants make test leaves out to stay within three minutes, and the C for Arm: the
@@ -408,6 +412,10 @@ test-run-mpi: test-build-mpi
 	@bash tests/lib/make_test.sh test-run-mpi $(BUILD)
 
 test-build: need-openblas $(BUILD)/moe $(TEST_BIN) $(CHAPTER_BIN)
+# (with CUDA=1) what tests/test_cuda_build.sh runs of build/cuda: make cuda's binaries and the
+# backends' unit suites
+CUDA_TEST_SUITES := test_backend_ops test_cuda_gemm test_backend_cpu test_backend_coll
+test-build-cuda: need-openblas all $(addprefix $(BUILD)/tests/,$(CUDA_TEST_SUITES))
 test-run: test-build
 	@bash tests/lib/make_test.sh test-run $(BUILD)
 

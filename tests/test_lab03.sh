@@ -7,10 +7,11 @@
 #      the report and each TODO line are printed once (by rank 0)
 #   3. TASK=task3_exchange grades that task alone, TASK=task5_dispatch on the starter fails
 #      that task alone; an unknown TASK lists the tasks
-#   4. the grader catches real bugs, each in its own task only: the destination rank as e % P
-#      (task1_counts), an inclusive prefix sum (task2_displs), a count exchange of one count
-#      per rank instead of E / P (task3_exchange), a pack in token order inside each rank
-#      (task4_pack), an all-to-all whose counts are rows, not floats (task5_dispatch)
+#   4. the grader catches real bugs, each in its own task only: a count exchange of one count
+#      per rank instead of E / P (task3_exchange), an all-to-all whose counts are rows, not
+#      floats (task5_dispatch); with MOE_TEST_FULL=1 (make test-slow) also the destination rank
+#      as e % P (task1_counts), an inclusive prefix sum (task2_displs), a pack in token order
+#      inside each rank (task4_pack)
 #   5. (MOE_TEST_FULL=1: make test-slow) submissions that try to pass without the work, graded
 #      by grade-all (each task its own MPI job): every rank exiting, aborting, looping or allocating too much, a printed pass,
 #      forged files, one missing a function, one that does not compile; and the ways of MPI:
@@ -65,8 +66,11 @@ done
 check "with 4 ranks, the starter's report and each TODO line are printed once" $? \
     "missing or repeated:$missing in: $out"
 
+# Each mutant is graded whole (five MPI jobs), so make test grades those of the two exchanges
+# (tasks 3 and 5, the lab's point) and make test-slow (MOE_TEST_FULL=1) the others too.
+
 # the destination rank as e % P (round-robin experts) instead of e / (E / P) (blocks)
-if mutant modulo 's|send_counts\[e / El\]++;|send_counts[e % P]++;|'; then
+if [ "${MOE_TEST_FULL:-0}" = 1 ] && mutant modulo 's|send_counts\[e / El\]++;|send_counts[e % P]++;|'; then
     grade grade SOLUTION="$tmp/modulo.c" NP=2
     only_fails task1_counts &&
         grep -q "the README's example, rank 1's routing: send_counts\[0\]: got 5, want 2" <<< "$out"
@@ -74,7 +78,7 @@ if mutant modulo 's|send_counts\[e / El\]++;|send_counts[e % P]++;|'; then
 fi
 
 # an inclusive prefix sum: each block would start where it ends
-if mutant inclusive '/^int lab_displacements/,/^}/s|displs\[p\] = total;|displs[p] = total + counts[p];|'; then
+if [ "${MOE_TEST_FULL:-0}" = 1 ] && mutant inclusive '/^int lab_displacements/,/^}/s|displs\[p\] = total;|displs[p] = total + counts[p];|'; then
     grade grade SOLUTION="$tmp/inclusive.c" NP=2
     only_fails task2_displs &&
         grep -q "the README's example, rank 0's send_counts: displs\[0\]: got 3, want 0" <<< "$out"
@@ -90,7 +94,7 @@ if mutant one_count \
 fi
 
 # inside each destination rank, assignments in token order instead of by local expert
-if mutant token_order 's|int r = next\[e\]++;|int r = next[e / (E / P) * (E / P)]++;|'; then
+if [ "${MOE_TEST_FULL:-0}" = 1 ] && mutant token_order 's|int r = next\[e\]++;|int r = next[e / (E / P) * (E / P)]++;|'; then
     grade grade SOLUTION="$tmp/token_order.c" NP=2
     only_fails task4_pack &&
         grep -q "the README's example, rank 0's tokens: row\[" <<< "$out"
