@@ -19,6 +19,8 @@
 #   ablate_build [mpi]    build what the runs need (unless MOE_BIN names a binary); sets $moe
 #   check_only NAME...    every --only name must be one of NAME..., else exit 2 with the list
 #   wants NAME            true when NAME is to be trained now
+#   launch ARGS...        the script's `train ARGS` in the background, two at a time
+#   launched              wait for every run launch started
 #   warmup_sets STEPS     quick and smoke: --set train.warmup=STEPS/12 (the full runs' 50 of
 #                         600); full mode: nothing, the default warm-up stays
 #   missing_runs DIR...   prints the run directories without a train.csv (nothing when all exist)
@@ -179,13 +181,15 @@ wants() {
 
 # launch ARGS...: `train ARGS` (the script's own) in the background, two at a time (the
 # machine's cores, one thread each: OMP_NUM_THREADS=1); a failed run (exit status 1 or 2) stops
-# the script at the next wait
+# the script at the next wait (of launch, or of launched)
 pending=0
 launch() {
     train "$@" &
     pending=$((pending + 1))
     if [ "$pending" -ge 2 ]; then wait -n; pending=$((pending - 1)); fi
 }
+# launched: wait for every run launch started
+launched() { while [ "$pending" -gt 0 ]; do wait -n; pending=$((pending - 1)); done; }
 
 warmup_sets() { [ "$mode" = full ] || echo "--set train.warmup=$(($1 / 12))"; }
 

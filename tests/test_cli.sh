@@ -42,9 +42,6 @@ tiny=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set mo
       --set model.d_ff=64 --set moe.num_experts=4 --set moe.top_k=2 --set moe.d_expert=32
       --set train.batch=4 --set "data.train=$data/train.bin" --set "data.val=$data/val.bin")
 
-# snapshot DIR: "sha256  name" of every file in DIR, sorted (new, lost or changed files show)
-snapshot() { (cd "$1" && find . -type f -exec sha256sum {} + | sort -k2); }
-
 echo "test_cli: synthetic data"
 out=$("$moe" synth --out "$data" --tokens 60000 --seed 3 2>&1)
 rc=$?

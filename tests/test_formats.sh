@@ -24,7 +24,6 @@ data="$tmp/data"
 tiny=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set model.seq_len=32
       --set model.d_ff=64 --set moe.num_experts=4 --set moe.top_k=2 --set moe.d_expert=32
       --set train.batch=4 --set "data.train=$data/train.bin" --set "data.val=$data/val.bin")
-snapshot() { (cd "$1" && find . -type f -exec sha256sum {} + | sort -k2); }
 # flip FILE OFFSET: replace the byte at OFFSET by its complement
 flip() {
     local byte

@@ -60,7 +60,6 @@ tiny=(--set model.d_model=32 --set model.n_layer=2 --set model.n_head=2 --set mo
       --set model.d_ff=64 --set moe.num_experts=4 --set moe.top_k=2 --set moe.d_expert=32
       --set train.batch=4 --set "data.train=$data/train.bin" --set "data.val=$data/val.bin"
       --set train.warmup=4 --set train.eval_batches=2 --quiet)
-snapshot() { (cd "$1" && find . -type f -exec sha256sum {} + | sort -k2); }
 # rows_of FILE: the complete rows of a CSV (its lines but the header)
 rows_of() { echo $(($( { wc -l < "$1"; } 2> /dev/null || echo 1) - 1)); }
 # same_run A B: the run directories hold the same training, bit for bit (tok_per_s aside)

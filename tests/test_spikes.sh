@@ -39,7 +39,6 @@ same_run() {
         cmp -s <(cut -d, -f1-6,8- "$tmp/$1/train.csv") <(cut -d, -f1-6,8- "$tmp/$2/train.csv") &&
         { [ ! -e "$tmp/$1/rollbacks.csv" ] || cmp -s "$tmp/$1/rollbacks.csv" "$tmp/$2/rollbacks.csv"; }
 }
-snapshot() { (cd "$1" && find . -type f -exec sha256sum {} + | sort -k2); }
 
 echo "test_spikes: a corrupted stretch"
 train clean

@@ -106,7 +106,7 @@ for v in "${SCOPES[@]}"; do
       $settings
   done
 done
-while [ "$pending" -gt 0 ]; do wait -n; pending=$((pending - 1)); done
+launched
 
 dirs=()
 all=()

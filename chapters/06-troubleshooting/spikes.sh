@@ -104,7 +104,7 @@ for v in "${ARMS[@]}"; do
   # shellcheck disable=SC2086 # the settings are words
   for seed in $(seq 1 "$nseeds"); do launch "$name" "$seed" "$corrupt" $settings; done
 done
-while [ "$pending" -gt 0 ]; do wait -n; pending=$((pending - 1)); done
+launched
 
 dirs=()
 all=()

@@ -280,6 +280,22 @@ static int read_entries(Ckpt *ck, const uint8_t *dir, uint64_t payload, uint64_t
 
 static const FileSpec CKPT_FILE = {"checkpoint", CK_FOREIGN, "ckpt.bin", 0};
 
+int ckpt_read_step(const char *path, uint64_t *step, char *err, int errlen) {
+    uint64_t file_bytes;
+    FILE *f = open_regular(path, &CKPT_FILE, &file_bytes, err, errlen);
+    if (!f) return -1;
+    uint8_t h[CKPT_HEADER_BYTES];
+    CkptHeader hd = {0};
+    int rc = -1;
+    if (file_bytes < CKPT_HEADER_BYTES || fread(h, 1, sizeof(h), f) != sizeof(h))
+        set_error(err, errlen, "checkpoint '%s' is truncated: less than its %d-byte header", path,
+                  CKPT_HEADER_BYTES);
+    else if (check_header(&hd, h, file_bytes, path, err, errlen) == 0)
+        rc = 0, *step = hd.step;
+    fclose(f);
+    return rc;
+}
+
 int ckpt_read(Ckpt *ck, const char *path, char *err, int errlen) {
     memset(ck, 0, sizeof(*ck));
     uint64_t file_bytes;

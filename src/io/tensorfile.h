@@ -70,6 +70,9 @@ int ckpt_write(const char *path, uint64_t step, const char *config_text, const T
  * zeros, every header field against its bound, file length, the body's CRC).
  * On failure returns -1 with a message saying what is wrong and what to do. */
 int ckpt_read(Ckpt *ck, const char *path, char *err, int errlen);
+/* The step of a checkpoint's header, read and checked as ckpt_read checks it (the body is not
+ * read). Returns 0, or -1 with a message. */
+int ckpt_read_step(const char *path, uint64_t *step, char *err, int errlen);
 const TensorRef *ckpt_find(const Ckpt *ck, const char *name);
 void ckpt_free(Ckpt *ck);
 

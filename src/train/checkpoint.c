@@ -330,15 +330,9 @@ static int load_tensors(Model *m, const Ckpt *ck, const char *path, int kinds, c
 }
 
 long long checkpoint_step(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    unsigned char h[24];
-    const int ok = fread(h, 1, sizeof h, f) == sizeof h && memcmp(h, CKPT_MAGIC, 8) == 0;
-    fclose(f);
-    if (!ok) return -1;
-    uint64_t step = 0; /* little-endian at byte 16 (tensorfile.h) */
-    for (int i = 7; i >= 0; i--) step = step << 8 | h[16 + i];
-    return step <= CKPT_MAX_STEP ? (long long)step : -1;
+    uint64_t step;
+    char err[512];
+    return ckpt_read_step(path, &step, err, sizeof err) == 0 ? (long long)step : -1;
 }
 
 int checkpoint_load(Model *m, Rng *loader_rng, const char *path, int with_optimizer, char *err,

@@ -9,6 +9,7 @@
 
 #include "base/util.h"
 #include "io/files.h"
+#include "train/checkpoint.h"
 #include "train/run.h"
 
 #define ROLLBACKS_HEADER "rollback,spike_step,to_step,skip_at,skip_batches"
@@ -86,8 +87,9 @@ void spike_guard_open(SpikeGuard *g, const Config *c, Dist *d, const char *dir, 
     g->c = c, g->d = d;
     g->root = !d || d->rank == 0;
     snprintf(g->dir, sizeof g->dir, "%s", dir);
+    run_path(g->rollback_path, sizeof g->rollback_path, dir, "rollback.bin");
     char path[MOE_PATH_MAX + 32];
-    int n[2] = {0, 0}; /* the rollbacks, the last spike */
+    int n[3] = {0, 0, 0}; /* the rollbacks, the last spike, rollback.bin kept */
     if (g->root) {
         run_path(path, sizeof path, dir, "rollbacks.csv");
         if (!fresh) read_rollbacks(g, path);
@@ -99,15 +101,29 @@ void spike_guard_open(SpikeGuard *g, const Config *c, Dist *d, const char *dir, 
             fclose(csv_open(dir, "rolled_back.csv", "rollback", g->n_skip));
         run_path(path, sizeof path, dir, "train.csv");
         n[0] = g->n_skip, n[1] = fresh ? 0 : last_spike_of(path, step, c->spike_on);
+        /* not one of a later step: a run resumed from before it reaches the same state again */
+        const long long kept = checkpoint_step(g->rollback_path);
+        n[2] = !fresh && c->spike_action == MOE_SPIKE_ROLLBACK && kept >= 0 && kept <= step;
     }
-    share_ints(d, g->root, n, 2);
-    g->last_spike = n[1];
+    share_ints(d, g->root, n, 3);
+    g->last_spike = n[1], g->kept = n[2];
     for (int i = 0; i < n[0]; i++) { /* the first process's rows, one at a time */
         int row[2] = {0, 0};
         if (g->root) row[0] = g->skip[i].at, row[1] = g->skip[i].batches;
         share_ints(d, g->root, row, 2);
         if (!g->root) add_skip(g, (SpikeSkip){row[0], row[1]});
     }
+}
+
+void spike_guard_rewind(SpikeGuard *g, int step) {
+    const Config *c = g->c;
+    Dist *d = g->d;
+    char dir[MOE_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", g->dir);
+    const int counts[2] = {g->n_skipped, g->n_rolled};
+    spike_guard_close(g);
+    spike_guard_open(g, c, d, dir, step, 0);
+    g->n_skipped = counts[0], g->n_rolled = counts[1];
 }
 
 void spike_guard_close(SpikeGuard *g) {
@@ -130,7 +146,8 @@ int spike_guard_skip_at(const SpikeGuard *g, int step) {
     return n;
 }
 
-int spike_guard_verdict(SpikeGuard *g, StepValues *v, int kept) {
+int spike_guard_verdict(SpikeGuard *g, StepValues *v) {
+    const int kept = g->kept;
     const Config *c = g->c;
     v->skipped = 0;
     if (c->spike_action == MOE_SPIKE_NONE) return MOE_SPIKE_NONE;

@@ -65,6 +65,8 @@ typedef struct {
     Dist *d;
     int root;
     char dir[MOE_PATH_MAX];
+    char rollback_path[MOE_PATH_MAX + 32]; /* rollback.bin */
+    int kept;         /* rollback.bin holds a state to return to (the first process's word) */
     SpikeSkip *skip;  /* (n_skip) rollbacks.csv's rows, in order */
     int n_skip;       /* the rollbacks so far */
     int last_spike;   /* the last step judged a spike of spike_on's kind (its Model.step after
@@ -77,11 +79,15 @@ typedef struct {
 } SpikeGuard;
 
 /* The guard of a run at step `step` of directory dir: a new run (fresh) starts its
- * rollbacks.csv; a resumed one reads it (a torn last row cut) and the last spike of train.csv
- * up to step. The first process reads, the others get its numbers. */
+ * rollbacks.csv; a resumed one reads it (a torn last row cut), the last spike of train.csv up
+ * to step, and whether rollback.bin is kept (one of step or before). The first process reads,
+ * the others get its numbers. */
 void spike_guard_open(SpikeGuard *g, const Config *c, Dist *d, const char *dir, int step,
                       int fresh);
 void spike_guard_close(SpikeGuard *g);
+/* The guard opened again at `step` as a resume opens it (after a rollback's records), this
+ * command's counts kept. */
+void spike_guard_rewind(SpikeGuard *g, int step);
 
 /* The batch of the data stream step trains on, and the batches thrown away at its start. */
 long long spike_guard_batch(const SpikeGuard *g, int step);
@@ -91,7 +97,7 @@ int spike_guard_skip_at(const SpikeGuard *g, int step);
  * process's verdict, set in v on every process (v->skipped too). MOE_SPIKE_NONE (no spike, or
  * spike_action=none), MOE_SPIKE_SKIP (also a rollback's spike while no rollback.bin is kept),
  * MOE_SPIKE_ROLLBACK, or SPIKE_STOP (a spike after train.max_rollbacks rollbacks). */
-int spike_guard_verdict(SpikeGuard *g, StepValues *v, int kept);
+int spike_guard_verdict(SpikeGuard *g, StepValues *v);
 
 /* 1 when rollback.bin is to hold the state after step (spike_action=rollback). */
 int spike_guard_keep(const SpikeGuard *g, int step);

@@ -274,8 +274,6 @@ typedef struct {
     RouteTape tape;
     StepCtx ctx;           /* the training passes' mode, and the tape */
     SpikeGuard guard;      /* train.spike_action, and the batches rollbacks skipped */
-    char rollback_path[MOE_PATH_MAX + 32]; /* rollback.bin */
-    int kept;                              /* rollback.bin holds a state to return to */
     int start_step, last;  /* the steps [start_step, last) this command trains */
     int *inputs, *targets; /* (batch, T) the whole batch (every process draws it) */
     uint8_t *domains;      /* (batch, T) */
@@ -551,7 +549,7 @@ static StepValues train_step(Trainer *t, int step, RunLog *log, RunWatch *watch,
     if (!isfinite(v.loss) || (c->diverge_loss > 0.0f && v.loss > c->diverge_loss))
         run_log_diverged(log, &v, t->root);
     run_watch_spikes(watch, &v); /* on the step's values, before its update */
-    *verdict = spike_guard_verdict(&t->guard, &v, t->kept);
+    *verdict = spike_guard_verdict(&t->guard, &v);
     if (*verdict == MOE_SPIKE_SKIP) {
         model_skip_update(&t->m);
     } else if (*verdict == MOE_SPIKE_NONE) {
@@ -579,6 +577,14 @@ static void steps_peak_note(Trainer *t) {
     if (now > t->steps_peak) t->steps_peak = now;
 }
 
+/* rollback.bin: the state a rollback returns to (spike.h), written now */
+static void keep_rollback(Trainer *t) {
+    char err[1024];
+    if (checkpoint_save(&t->m, &t->loader.rng, t->guard.rollback_path, err, sizeof err) != 0)
+        moe_fatal("saving rollback.bin failed: %s", err);
+    t->guard.kept = 1;
+}
+
 /* A checkpoint at its cadence, at the last step and when a signal asks the run to stop; then,
  * on a signal, the run ends (exit 128 + N) saying how to continue it. */
 static void checkpoint_or_stop(Trainer *t, RunLog *log, int s) {
@@ -592,11 +598,7 @@ static void checkpoint_or_stop(Trainer *t, RunLog *log, int s) {
             moe_fatal("saving the checkpoint failed: %s", err);
         if (t->steps_peak >= 0.0) steps_peak_reset(t);
     }
-    if (spike_guard_keep(&t->guard, s)) { /* the state a rollback returns to (spike.h) */
-        if (checkpoint_save(&t->m, &t->loader.rng, t->rollback_path, err, sizeof err) != 0)
-            moe_fatal("saving rollback.bin failed: %s", err);
-        t->kept = 1;
-    }
+    if (spike_guard_keep(&t->guard, s)) keep_rollback(t);
     if (!stop || s >= t->last) return;
     if (t->root) {
         char dir[MOE_PATH_MAX + 8], mpirun[32] = "";
@@ -615,29 +617,13 @@ static void checkpoint_or_stop(Trainer *t, RunLog *log, int s) {
 
 /* ---- a rollback (spike.h) ------------------------------------------------------------------ */
 
-/* The guard of train.spike_action at the run's start, and with rollbacks the state to return
- * to: rollback.bin as it is (not one of a later step: a run resumed from before it reaches the
- * same state again), else kept now when the run starts at a multiple of train.rollback_every
- * (a later one otherwise). */
+/* The guard of train.spike_action at the run's start; with rollbacks and no rollback.bin to
+ * return to, one kept now when the run starts at a multiple of train.rollback_every (a later
+ * one otherwise). */
 static void open_guard(Trainer *t) {
-    const Config *c = t->c;
-    char err[1024];
-    run_path(t->rollback_path, sizeof t->rollback_path, t->o->out_dir, "rollback.bin");
-    spike_guard_open(&t->guard, c, t->d, t->o->out_dir, t->start_step, !t->o->resume);
-    if (c->spike_action != MOE_SPIKE_ROLLBACK) return;
-    int kept = t->root && t->o->resume && checkpoint_step(t->rollback_path) >= 0 &&
-               checkpoint_step(t->rollback_path) <= t->start_step;
-    if (t->d) { /* the first process's word */
-        double k = kept;
-        dist_allreduce_sum_d(t->d, DIST_WORLD, &k, 1);
-        kept = k > 0.0;
-    }
-    t->kept = kept;
-    if (!kept && spike_guard_keep(&t->guard, t->start_step) && t->start_step > 0) {
-        if (checkpoint_save(&t->m, &t->loader.rng, t->rollback_path, err, sizeof err) != 0)
-            moe_fatal("saving rollback.bin failed: %s", err);
-        t->kept = 1;
-    }
+    SpikeGuard *g = &t->guard;
+    spike_guard_open(g, t->c, t->d, t->o->out_dir, t->start_step, !t->o->resume);
+    if (!g->kept && t->start_step > 0 && spike_guard_keep(g, t->start_step)) keep_rollback(t);
 }
 
 /* The spiking step's rows written, rollback.bin loaded, the rollback recorded, and the run's
@@ -650,7 +636,7 @@ static int roll_back(Trainer *t, RunLog *log, RunWatch *watch, const StepValues 
     run_log_step(log, m, v);
     run_log_flush(log);
     model_skip_update(m); /* the step's gradients dropped */
-    if (checkpoint_load(m, &t->loader.rng, t->rollback_path, 1, err, sizeof err) != 0)
+    if (checkpoint_load(m, &t->loader.rng, t->guard.rollback_path, 1, err, sizeof err) != 0)
         moe_input_error("the rollback: %s", err);
     const int to = m->step, k = t->guard.n_skip + 1;
     spike_guard_record(&t->guard, v->step, to);
@@ -664,10 +650,7 @@ static int roll_back(Trainer *t, RunLog *log, RunWatch *watch, const StepValues 
     run_watch_free(watch);
     run_watch_init(watch, c, m->n_moe, t->csv_path, to, t->root, live);
     watch->n_loss_spikes = n[0], watch->n_grad_spikes = n[1];
-    const int counts[2] = {t->guard.n_skipped, t->guard.n_rolled};
-    spike_guard_close(&t->guard);
-    spike_guard_open(&t->guard, c, t->d, t->o->out_dir, to, 0);
-    t->guard.n_skipped = counts[0], t->guard.n_rolled = counts[1];
+    spike_guard_rewind(&t->guard, to);
     uint64_t drawn[SHARD_MAX_DOMAINS]; /* a resume counts the windows drawn from here */
     loader_take_drawn(&t->loader, drawn);
     if (t->root)

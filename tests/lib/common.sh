@@ -35,6 +35,9 @@ check() {
     if [ "$2" -eq 0 ]; then ok "$1"; elif [ $# -ge 3 ]; then bad "$1: $3"; else bad "$1"; fi
 }
 
+# snapshot DIR: every file under DIR with its SHA-256, sorted by name (a folder left as it was
+# compares equal)
+snapshot() { (cd "$1" && find . -type f -exec sha256sum {} + | sort -k2); }
 # float_cmp A OP B: compare two arithmetic expressions of numbers (awk evaluates them)
 float_cmp() { awk "BEGIN { exit !(($1) $2 ($3)) }" < /dev/null 2> /dev/null; }
 # safetensors_data FILE: the tensor bytes of a safetensors file (what follows its 8-byte
